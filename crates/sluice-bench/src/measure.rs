@@ -1,0 +1,364 @@
+//! Closed-loop search drivers, over HTTP and in-process, and the latency summary they produce.
+//!
+//! Each driver runs `concurrency` workers that send one request, wait for the full answer, and
+//! send the next, until a deadline. Requests started during the warm-up are not recorded.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use reqwest::header::CONTENT_TYPE;
+use serde_json::Value;
+
+use crate::http::JSON_CONTENT_TYPE;
+
+/// Smallest latency the histograms resolve: one microsecond.
+const MIN_LATENCY_MICROS: u64 = 1;
+
+/// Largest latency the histograms hold: one minute, twice the HTTP request timeout; anything
+/// slower is recorded as one minute rather than lost.
+const MAX_LATENCY_MICROS: u64 = 60_000_000;
+
+/// Significant decimal digits of the histograms: 0.1 % error on every recorded value.
+const LATENCY_SIGNIFICANT_DIGITS: u8 = 3;
+
+/// Characters of an error answer kept for the report: enough for an OpenSearch error's `type`
+/// and `reason`.
+const ERROR_EXCERPT_CHARS: usize = 300;
+
+/// Latency and throughput of one measured run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Summary {
+    /// Requests that succeeded during the measured window.
+    pub num_requests: u64,
+    /// Requests that failed during the measured window; they are not in the latencies.
+    pub num_errors: u64,
+    /// Length of the measured window, from its start until the last worker stopped.
+    pub elapsed_secs: f64,
+    /// Successful requests per second over the window.
+    pub qps: f64,
+    /// Median latency of successful requests.
+    pub p50_ms: f64,
+    /// 99th-percentile latency of successful requests.
+    pub p99_ms: f64,
+    /// Slowest successful request.
+    pub max_ms: f64,
+    /// The first failure, to tell a broken setup from a slow one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+}
+
+/// When a run's workers start recording and when they stop sending.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    /// Requests started before this instant are warm-up and not recorded.
+    pub measure_from: Instant,
+    /// No request is started at or after this instant.
+    pub deadline: Instant,
+}
+
+impl Window {
+    /// Returns the window that starts now, warms up for `warmup`, then measures for `duration`.
+    pub fn starting_now(warmup: Duration, duration: Duration) -> Self {
+        let measure_from = Instant::now() + warmup;
+        Self {
+            measure_from,
+            deadline: measure_from + duration,
+        }
+    }
+}
+
+/// What one worker observed: its latencies, failures, and the first failure's text.
+#[derive(Debug)]
+struct WorkerTally {
+    latencies: Histogram<u64>,
+    num_errors: u64,
+    first_error: Option<String>,
+}
+
+impl WorkerTally {
+    fn new() -> Self {
+        Self {
+            latencies: new_histogram(),
+            num_errors: 0,
+            first_error: None,
+        }
+    }
+
+    /// Records the outcome of a request that took `latency`.
+    fn record(&mut self, outcome: std::result::Result<(), String>, latency: Duration) {
+        match outcome {
+            Ok(()) => {
+                let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+                self.latencies
+                    .saturating_record(micros.max(MIN_LATENCY_MICROS));
+            }
+            Err(error) => {
+                self.num_errors += 1;
+                self.first_error.get_or_insert(error);
+            }
+        }
+    }
+}
+
+/// Returns an empty latency histogram in microseconds.
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(
+        MIN_LATENCY_MICROS,
+        MAX_LATENCY_MICROS,
+        LATENCY_SIGNIFICANT_DIGITS,
+    )
+    .expect("the histogram bounds are constants that hdrhistogram accepts")
+}
+
+/// Merges the workers' tallies into the run's summary over `elapsed`.
+fn summarize(tallies: Vec<WorkerTally>, elapsed: Duration) -> Summary {
+    let mut latencies = new_histogram();
+    let mut num_errors = 0;
+    let mut first_error = None;
+    for tally in tallies {
+        latencies
+            .add(&tally.latencies)
+            .expect("histograms with equal bounds always merge");
+        num_errors += tally.num_errors;
+        first_error = first_error.or(tally.first_error);
+    }
+    let millis = |micros: u64| micros as f64 / 1000.0;
+    let num_requests = latencies.len();
+    let elapsed_secs = elapsed.as_secs_f64();
+    Summary {
+        num_requests,
+        num_errors,
+        elapsed_secs,
+        qps: if elapsed_secs > 0.0 {
+            num_requests as f64 / elapsed_secs
+        } else {
+            0.0
+        },
+        p50_ms: millis(latencies.value_at_quantile(0.50)),
+        p99_ms: millis(latencies.value_at_quantile(0.99)),
+        max_ms: millis(latencies.max()),
+        first_error,
+    }
+}
+
+/// Cuts an error answer down to [`ERROR_EXCERPT_CHARS`] characters.
+fn excerpt(text: &str) -> String {
+    match text.char_indices().nth(ERROR_EXCERPT_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+/// Drives `POST <search_url>` with the pool's bodies from `concurrency` tokio tasks.
+///
+/// A response counts as a success when its status is 2xx; its body is read in full either way.
+///
+/// # Cancel safety
+///
+/// Dropping the future aborts the workers' in-flight requests, which the server sees as client
+/// disconnects; nothing is recorded.
+pub async fn run_http(
+    client: &reqwest::Client,
+    search_url: &reqwest::Url,
+    bodies: &[Bytes],
+    concurrency: usize,
+    window: Window,
+) -> Summary {
+    let bodies: Arc<[Bytes]> = bodies.into();
+    let mut workers = tokio::task::JoinSet::new();
+    for worker in 0..concurrency {
+        let (client, url, bodies) = (client.clone(), search_url.clone(), bodies.clone());
+        workers.spawn(async move {
+            let mut tally = WorkerTally::new();
+            // Start each worker at a different body so concurrent requests differ.
+            for i in worker.. {
+                let started = Instant::now();
+                if started >= window.deadline {
+                    break;
+                }
+                let body = bodies[i % bodies.len()].clone();
+                let outcome = send_search(&client, &url, body).await;
+                if started >= window.measure_from {
+                    tally.record(outcome, started.elapsed());
+                }
+            }
+            tally
+        });
+    }
+    let tallies = workers.join_all().await;
+    summarize(tallies, window.measure_from.elapsed())
+}
+
+/// Sends one search and reads its whole answer; `Err` carries what went wrong.
+async fn send_search(
+    client: &reqwest::Client,
+    url: &reqwest::Url,
+    body: Bytes,
+) -> std::result::Result<(), String> {
+    let response = client
+        .post(url.clone())
+        .header(CONTENT_TYPE, JSON_CONTENT_TYPE)
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| format!("request failed: {e}"))?;
+    let status = response.status();
+    let answer = response
+        .bytes()
+        .await
+        .map_err(|e| format!("reading the answer failed: {e}"))?;
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "status {status}: {}",
+            excerpt(&String::from_utf8_lossy(&answer))
+        ))
+    }
+}
+
+/// Runs `search` with the pool's bodies from `concurrency` OS threads, as the no-HTTP ceiling.
+///
+/// `search` is the engine call; it must be safe to call from many threads at once.
+pub fn run_in_process<F>(
+    search: F,
+    bodies: &[Value],
+    concurrency: usize,
+    window: Window,
+) -> Result<Summary>
+where
+    F: Fn(&Value) -> std::result::Result<Value, String> + Sync,
+{
+    let tallies = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..concurrency)
+            .map(|worker| {
+                let search = &search;
+                std::thread::Builder::new()
+                    .name(format!("bench-search-{worker}"))
+                    .spawn_scoped(scope, move || {
+                        let mut tally = WorkerTally::new();
+                        for i in worker.. {
+                            let started = Instant::now();
+                            if started >= window.deadline {
+                                break;
+                            }
+                            let outcome = search(&bodies[i % bodies.len()])
+                                .map(drop)
+                                .map_err(|e| excerpt(&e));
+                            if started >= window.measure_from {
+                                tally.record(outcome, started.elapsed());
+                            }
+                        }
+                        tally
+                    })
+            })
+            .collect::<std::io::Result<_>>()
+            .context("could not start an in-process search thread")?;
+        workers
+            .into_iter()
+            .map(|worker| {
+                worker
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("an in-process search thread panicked"))
+            })
+            .collect::<Result<Vec<_>>>()
+    })?;
+    Ok(summarize(tallies, window.measure_from.elapsed()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_summary_merges_workers_and_reports_quantiles_in_millis() {
+        let mut a = WorkerTally::new();
+        let mut b = WorkerTally::new();
+        for millis in 1..=100 {
+            let tally = if millis % 2 == 0 { &mut a } else { &mut b };
+            tally.record(Ok(()), Duration::from_millis(millis));
+        }
+        b.record(Err("status 500: boom".into()), Duration::from_millis(1));
+        b.record(Err("status 503: later".into()), Duration::from_millis(1));
+
+        let summary = summarize(vec![a, b], Duration::from_secs(2));
+        assert_eq!(summary.num_requests, 100);
+        assert_eq!(summary.num_errors, 2);
+        assert_eq!(summary.qps, 50.0);
+        assert!(
+            (summary.p50_ms - 50.0).abs() < 0.1,
+            "p50 {}",
+            summary.p50_ms
+        );
+        assert!(
+            (summary.p99_ms - 99.0).abs() < 0.1,
+            "p99 {}",
+            summary.p99_ms
+        );
+        assert!(
+            (summary.max_ms - 100.0).abs() < 0.1,
+            "max {}",
+            summary.max_ms
+        );
+        assert_eq!(summary.first_error.as_deref(), Some("status 500: boom"));
+    }
+
+    #[test]
+    fn test_latency_beyond_the_histogram_is_clamped_not_lost() {
+        let mut tally = WorkerTally::new();
+        tally.record(Ok(()), Duration::from_secs(3600));
+        let summary = summarize(vec![tally], Duration::from_secs(1));
+        assert_eq!(summary.num_requests, 1);
+        assert!(summary.max_ms >= 59_000.0, "max {}", summary.max_ms);
+    }
+
+    #[test]
+    fn test_in_process_driver_records_only_after_warmup_and_stops_at_deadline() {
+        let calls = std::sync::atomic::AtomicU64::new(0);
+        let search = |_: &Value| {
+            calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(1));
+            Ok(Value::Null)
+        };
+        let started = Instant::now();
+        let window = Window::starting_now(Duration::from_millis(50), Duration::from_millis(100));
+        let summary = run_in_process(search, &[Value::Null], 2, window).unwrap();
+        let total_calls = calls.load(std::sync::atomic::Ordering::Relaxed);
+
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the driver overran its deadline"
+        );
+        assert!(summary.num_requests > 0);
+        assert!(
+            summary.num_requests < total_calls,
+            "warm-up requests were recorded"
+        );
+        assert_eq!(summary.num_errors, 0);
+        assert!(summary.p50_ms >= 1.0, "p50 {}", summary.p50_ms);
+    }
+
+    #[test]
+    fn test_in_process_driver_counts_errors_with_the_first_message() {
+        let search = |_: &Value| Err::<Value, _>("index_not_found_exception".to_owned());
+        let window = Window::starting_now(Duration::ZERO, Duration::from_millis(20));
+        let summary = run_in_process(search, &[Value::Null], 1, window).unwrap();
+        assert_eq!(summary.num_requests, 0);
+        assert!(summary.num_errors > 0);
+        assert_eq!(
+            summary.first_error.as_deref(),
+            Some("index_not_found_exception")
+        );
+    }
+
+    #[test]
+    fn test_excerpt_cuts_long_answers_on_a_char_boundary() {
+        let long = "é".repeat(ERROR_EXCERPT_CHARS + 10);
+        let cut = excerpt(&long);
+        assert_eq!(cut.chars().count(), ERROR_EXCERPT_CHARS + 1);
+        assert_eq!(excerpt("short"), "short");
+    }
+}

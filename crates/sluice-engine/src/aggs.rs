@@ -1,0 +1,178 @@
+//! OpenSearch aggregations on tantivy's aggregation module.
+//!
+//! A search spans one or more indices, each its own tantivy index with its own mapping, so
+//! aggregations run in three steps:
+//!
+//! 1. [`prepare`] parses the request against one index's mapping into a [`PreparedAggs`]: the
+//!    tantivy request (user fields rewritten to their `_kw` columns, dates and calendar units as
+//!    computed columns, filters prebuilt from the query DSL) and a plan for rendering.
+//! 2. [`PreparedAggs::collector`] runs in the index's search and yields an [`AggFruit`], tantivy's
+//!    mergeable intermediate result; [`merge`] folds the fruits of all indices.
+//! 3. [`finish`] turns the merged fruit into the `aggregations` object of the response, shaped as
+//!    OpenSearch shapes it (request order, integer keys and counts, `key_as_string`, `meta`), and
+//!    enforces `search.max_buckets`.
+//!
+//! Supported: `terms`, `histogram`, `date_histogram` (fixed intervals; calendar minutes to years,
+//! weeks starting on Monday; UTC only), `range`, `filter`, `avg`, `min`, `max`, `sum`,
+//! `value_count`, `stats` and `cardinality`, with sub-aggregations under bucket aggregations.
+//!
+//! # Cancellation
+//!
+//! The collector is a plain tantivy [`Collector`](tantivy::collector::Collector) with no
+//! cancellation of its own: tantivy's aggregation code never checks a flag. A caller that must
+//! stop a search wraps it (or drives its segment collectors itself) and checks its flag in
+//! `for_segment` and every few thousand documents in `collect`; dropping a segment collector
+//! midway is safe, and the fruits harvested so far stay mergeable, so a timed-out search can still
+//! [`finish`] with partial results.
+
+mod render;
+mod request;
+mod sources;
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tantivy::TantivyError;
+use tantivy::aggregation::agg_req::Aggregations;
+use tantivy::aggregation::intermediate_agg_result::IntermediateAggregationResults;
+use tantivy::aggregation::{
+    AggContextParams, AggregationError, AggregationLimitsGuard, DistributedAggregationCollector,
+};
+
+use crate::error::{EngineError, ErrorCode, Result};
+use crate::query::QueryContext;
+
+/// OpenSearch's default `search.max_buckets`.
+pub const DEFAULT_MAX_BUCKETS: u32 = 65_535;
+
+/// The per-index intermediate result of the aggregations; merge them with [`merge`].
+pub type AggFruit = IntermediateAggregationResults;
+
+/// The collector computing an index's [`AggFruit`].
+pub type AggCollector = DistributedAggregationCollector;
+
+/// Aggregations prepared for one index.
+pub struct PreparedAggs {
+    /// The tantivy request, whose names are the user's aggregation names.
+    request: Aggregations,
+    /// Limits, tokenizers and the computed columns the request reads.
+    context: AggContextParams,
+    /// How to render each aggregation, in request order.
+    plans: Vec<request::AggPlan>,
+    /// The most buckets [`finish`] may return (`search.max_buckets`).
+    max_buckets: u32,
+}
+
+impl PreparedAggs {
+    /// The collector computing this index's intermediate results; a plain tantivy collector
+    /// (see the module docs on cancellation).
+    pub fn collector(&self) -> AggCollector {
+        DistributedAggregationCollector::from_aggs(self.request.clone(), self.context.clone())
+    }
+
+    /// The bucket limit [`finish`] enforces.
+    pub fn max_buckets(&self) -> u32 {
+        self.max_buckets
+    }
+}
+
+/// Prepares the `aggs` object of a search for one index; `max_buckets` defaults to
+/// [`DEFAULT_MAX_BUCKETS`].
+///
+/// # Errors
+///
+/// `parsing_exception` for an unknown aggregation type or a malformed definition,
+/// `x_content_parse_exception` for an unknown parameter or a value of the wrong shape,
+/// `illegal_argument_exception` for an aggregation on a `text` field, a field type the
+/// aggregation does not support or an invalid interval; errors of `filter` queries as
+/// [`build_query`](crate::query::build_query) reports them.
+pub fn prepare(aggs: &Value, ctx: &QueryContext, max_buckets: Option<u32>) -> Result<PreparedAggs> {
+    let mut builder = request::Builder::new(ctx);
+    let (request, plans) = builder.aggs(aggs)?;
+    let max_buckets = max_buckets.unwrap_or(DEFAULT_MAX_BUCKETS);
+    // The bucket limit is checked by `finish`; the limits here guard memory during collection.
+    let limits = AggregationLimitsGuard::new(None, Some(max_buckets));
+    let context = AggContextParams::new(limits, ctx.index.tokenizers().clone())
+        .with_value_sources(Arc::new(builder.sources));
+    Ok(PreparedAggs {
+        request,
+        context,
+        plans,
+        max_buckets,
+    })
+}
+
+/// Merges the intermediate results of two indices (or segments).
+pub fn merge(mut a: AggFruit, b: AggFruit) -> Result<AggFruit> {
+    a.merge_fruits(b).map_err(classify_error)?;
+    Ok(a)
+}
+
+/// Renders merged intermediate results as the `aggregations` object of a search response.
+///
+/// `prepared` is the [`PreparedAggs`] of one index of the search: all share the request's
+/// structure, and its mapping decides how keys are typed. When the search spans indices whose
+/// mappings differ, prefer [`finish_all`], which types a field unmapped in the first index by
+/// the next index that maps it.
+///
+/// # Errors
+///
+/// `too_many_buckets_exception` when the result holds more than `max_buckets` buckets.
+pub fn finish(merged: AggFruit, prepared: &PreparedAggs) -> Result<Value> {
+    finish_all(merged, &[prepared])
+}
+
+/// [`finish`] with the [`PreparedAggs`] of every index of the search (at least one); the first
+/// one's limit applies.
+pub fn finish_all(merged: AggFruit, prepared: &[&PreparedAggs]) -> Result<Value> {
+    let (first, rest) = prepared
+        .split_first()
+        .ok_or_else(|| EngineError::internal("no prepared aggregations to finish"))?;
+    let limits = AggregationLimitsGuard::new(None, Some(first.max_buckets));
+    let results = merged
+        .into_final_result(first.request.clone(), limits)
+        .map_err(classify_error)?;
+    if rest.is_empty() {
+        return Ok(Value::Object(render::render(&results, &first.plans)));
+    }
+    let mut plans = first.plans.clone();
+    for other in rest {
+        request::adopt_value_kinds(&mut plans, &other.plans);
+    }
+    Ok(Value::Object(render::render(&results, &plans)))
+}
+
+/// Renders the `aggregations` object of a search that collected nothing (every aggregation
+/// empty, as OpenSearch renders it).
+pub fn finish_empty(prepared: &PreparedAggs) -> Result<Value> {
+    finish(AggFruit::default(), prepared)
+}
+
+/// Classifies a tantivy error raised while collecting or finishing aggregations: the bucket
+/// limit is `too_many_buckets_exception`, invalid requests and the memory limit are
+/// `illegal_argument_exception`, anything else is internal.
+pub fn classify_error(e: TantivyError) -> EngineError {
+    match e {
+        TantivyError::AggregationError(AggregationError::BucketLimitExceeded { limit, current }) => EngineError::new(
+            ErrorCode::TooManyBuckets,
+            format!(
+                "Trying to create too many buckets. Must be less than or equal to: [{limit}] but was \
+                 [{current}]. This limit can be set by changing the [search.max_buckets] cluster level setting."
+            ),
+        )
+        .with_extra("max_buckets", Value::from(limit)),
+        TantivyError::AggregationError(AggregationError::MemoryExceeded { limit, current }) => {
+            EngineError::illegal_argument(format!(
+                "aggregations need more memory than allowed: [{current:?}] > [{limit:?}]; narrow the query \
+                 or request fewer buckets"
+            ))
+        }
+        TantivyError::AggregationError(AggregationError::InvalidRequest(reason))
+        | TantivyError::AggregationError(AggregationError::InternalError(reason))
+        | TantivyError::InvalidArgument(reason) => EngineError::illegal_argument(reason),
+        TantivyError::AggregationError(AggregationError::DateHistogramParseError(e)) => {
+            EngineError::illegal_argument(e.to_string())
+        }
+        other => EngineError::from(other),
+    }
+}

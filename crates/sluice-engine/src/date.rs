@@ -1,0 +1,280 @@
+//! Dates as OpenSearch reads them: `strict_date_optional_time`, `epoch_millis`, and date math
+//! (`now-1d/d`, `2024-01-01||+1M`). All values are UTC epoch milliseconds.
+
+use time::{Date, Month, OffsetDateTime, PrimitiveDateTime, Time, UtcOffset};
+
+/// Parses a date string in `strict_date_optional_time` (with `epoch_millis` as a fallback for
+/// all-digit strings) to epoch milliseconds.
+pub fn parse_date_str(s: &str) -> Option<i64> {
+    let s = s.trim();
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || b == b'-') && !s.contains("--") {
+        // An all-digit value (optionally negative) is epoch_millis; a date like 2024-01-01
+        // also matches this charset, so only treat it as millis when there is no inner '-'.
+        if !s[1..].contains('-') {
+            return s.parse::<i64>().ok();
+        }
+    }
+    parse_iso(s)
+}
+
+/// Parses a JSON date value: a number is epoch_millis, a string is tried as
+/// `strict_date_optional_time` then `epoch_millis`.
+pub fn parse_date_value(v: &serde_json::Value) -> Option<i64> {
+    match v {
+        serde_json::Value::Number(n) => n
+            .as_i64()
+            .or_else(|| n.as_f64().filter(|f| f.is_finite()).map(|f| f as i64)),
+        serde_json::Value::String(s) => parse_date_str(s),
+        _ => None,
+    }
+}
+
+/// Renders epoch milliseconds as OpenSearch renders `key_as_string`: `2024-01-01T00:00:00.000Z`.
+pub fn format_millis(ms: i64) -> String {
+    let Ok(dt) = OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000) else {
+        return ms.to_string();
+    };
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        dt.year(),
+        u8::from(dt.month()),
+        dt.day(),
+        dt.hour(),
+        dt.minute(),
+        dt.second(),
+        dt.millisecond()
+    )
+}
+
+fn take_digits<'a>(s: &mut &'a str, n: usize) -> Option<u32> {
+    if s.len() < n || !s.as_bytes()[..n].iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let (d, rest) = s.split_at(n);
+    *s = rest;
+    d.parse().ok()
+}
+
+fn take_char(s: &mut &str, c: u8) -> bool {
+    if s.as_bytes().first() == Some(&c) {
+        *s = &s[1..];
+        true
+    } else {
+        false
+    }
+}
+
+/// `yyyy[-MM[-dd]][T HH[:mm[:ss[.SSS…]]]][Z|±HH:mm|±HHmm]`.
+fn parse_iso(input: &str) -> Option<i64> {
+    let mut s = input;
+    let year = take_digits(&mut s, 4)? as i32;
+    let mut month = 1;
+    let mut day = 1;
+    if take_char(&mut s, b'-') {
+        month = take_digits(&mut s, 2)?;
+        if take_char(&mut s, b'-') {
+            day = take_digits(&mut s, 2)?;
+        }
+    }
+    let (mut hour, mut minute, mut second, mut nanos) = (0, 0, 0, 0u32);
+    if take_char(&mut s, b'T') || take_char(&mut s, b't') {
+        hour = take_digits(&mut s, 2)?;
+        if take_char(&mut s, b':') {
+            minute = take_digits(&mut s, 2)?;
+            if take_char(&mut s, b':') {
+                second = take_digits(&mut s, 2)?;
+                if take_char(&mut s, b'.') || take_char(&mut s, b',') {
+                    let frac_len = s.bytes().take_while(u8::is_ascii_digit).count();
+                    if frac_len == 0 || frac_len > 9 {
+                        return None;
+                    }
+                    let frac: u32 = s[..frac_len].parse().ok()?;
+                    nanos = frac * 10u32.pow(9 - frac_len as u32);
+                    s = &s[frac_len..];
+                }
+            }
+        }
+    }
+    let mut offset_secs = 0i32;
+    if take_char(&mut s, b'Z') || take_char(&mut s, b'z') {
+    } else if let Some(&sign) = s.as_bytes().first().filter(|c| **c == b'+' || **c == b'-') {
+        s = &s[1..];
+        let oh = take_digits(&mut s, 2)? as i32;
+        take_char(&mut s, b':');
+        let om = if s.is_empty() {
+            0
+        } else {
+            take_digits(&mut s, 2)? as i32
+        };
+        offset_secs = (oh * 3600 + om * 60) * if sign == b'-' { -1 } else { 1 };
+    }
+    if !s.is_empty() {
+        return None;
+    }
+    let date =
+        Date::from_calendar_date(year, Month::try_from(month as u8).ok()?, day as u8).ok()?;
+    let time = Time::from_hms_nano(hour as u8, minute as u8, second as u8, nanos).ok()?;
+    let offset = UtcOffset::from_whole_seconds(offset_secs).ok()?;
+    let dt = PrimitiveDateTime::new(date, time).assume_offset(offset);
+    Some((dt.unix_timestamp_nanos() / 1_000_000) as i64)
+}
+
+/// Evaluates OpenSearch date math: an anchor (`now` or a date followed by `||`), then any number
+/// of `+N<unit>`, `-N<unit>` and `/<unit>` operations; units y M w d h H m s.
+///
+/// `round_up` selects how `/unit` rounds: down to the start of the unit (for `gte`, `lt`), or up
+/// to its last millisecond (for `gt`, `lte`), as OpenSearch's range query does.
+pub fn parse_date_math(expr: &str, now_millis: i64, round_up: bool) -> Result<i64, String> {
+    let expr = expr.trim();
+    let (mut ms, mut ops) = if let Some(rest) = expr.strip_prefix("now") {
+        (now_millis, rest)
+    } else if let Some(pos) = expr.find("||") {
+        let anchor = &expr[..pos];
+        (
+            parse_date_str(anchor).ok_or_else(|| bad_date(expr))?,
+            &expr[pos + 2..],
+        )
+    } else {
+        return parse_date_str(expr).ok_or_else(|| bad_date(expr));
+    };
+    while !ops.is_empty() {
+        let op = ops.as_bytes()[0];
+        ops = &ops[1..];
+        match op {
+            b'+' | b'-' => {
+                let n_len = ops.bytes().take_while(u8::is_ascii_digit).count();
+                let n: i64 = if n_len == 0 {
+                    1
+                } else {
+                    ops[..n_len].parse().map_err(|_| bad_date(expr))?
+                };
+                ops = &ops[n_len..];
+                let unit = ops.chars().next().ok_or_else(|| bad_date(expr))?;
+                ops = &ops[unit.len_utf8()..];
+                let n = if op == b'-' { -n } else { n };
+                ms = add_units(ms, n, unit).ok_or_else(|| bad_date(expr))?;
+            }
+            b'/' => {
+                let unit = ops.chars().next().ok_or_else(|| bad_date(expr))?;
+                ops = &ops[unit.len_utf8()..];
+                ms = round_to(ms, unit, round_up).ok_or_else(|| bad_date(expr))?;
+            }
+            _ => return Err(bad_date(expr)),
+        }
+    }
+    Ok(ms)
+}
+
+fn bad_date(expr: &str) -> String {
+    format!(
+        "failed to parse date field [{expr}] with format [strict_date_optional_time||epoch_millis]"
+    )
+}
+
+fn to_dt(ms: i64) -> Option<OffsetDateTime> {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok()
+}
+
+fn from_dt(dt: OffsetDateTime) -> i64 {
+    (dt.unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+fn add_months(dt: OffsetDateTime, months: i64) -> Option<OffsetDateTime> {
+    let total = i64::from(dt.year()) * 12 + i64::from(u8::from(dt.month())) - 1 + months;
+    let year = i32::try_from(total.div_euclid(12)).ok()?;
+    let month = Month::try_from((total.rem_euclid(12) + 1) as u8).ok()?;
+    let last = time::util::days_in_month(month, year);
+    let day = dt.day().min(last);
+    let date = Date::from_calendar_date(year, month, day).ok()?;
+    Some(dt.replace_date(date))
+}
+
+fn add_units(ms: i64, n: i64, unit: char) -> Option<i64> {
+    let fixed = |unit_ms: i64| ms.checked_add(n.checked_mul(unit_ms)?);
+    match unit {
+        'y' => Some(from_dt(add_months(to_dt(ms)?, n.checked_mul(12)?)?)),
+        'M' => Some(from_dt(add_months(to_dt(ms)?, n)?)),
+        'w' => fixed(7 * 86_400_000),
+        'd' => fixed(86_400_000),
+        'h' | 'H' => fixed(3_600_000),
+        'm' => fixed(60_000),
+        's' => fixed(1_000),
+        _ => None,
+    }
+}
+
+fn round_to(ms: i64, unit: char, round_up: bool) -> Option<i64> {
+    let dt = to_dt(ms)?;
+    let start = match unit {
+        'y' => dt
+            .replace_date(Date::from_calendar_date(dt.year(), Month::January, 1).ok()?)
+            .replace_time(Time::MIDNIGHT),
+        'M' => dt.replace_day(1).ok()?.replace_time(Time::MIDNIGHT),
+        'w' => {
+            let back = i64::from(dt.weekday().number_days_from_monday());
+            to_dt(from_dt(dt.replace_time(Time::MIDNIGHT)) - back * 86_400_000)?
+        }
+        'd' => dt.replace_time(Time::MIDNIGHT),
+        'h' | 'H' => dt.replace_time(Time::from_hms(dt.hour(), 0, 0).ok()?),
+        'm' => dt.replace_time(Time::from_hms(dt.hour(), dt.minute(), 0).ok()?),
+        's' => dt.replace_time(Time::from_hms(dt.hour(), dt.minute(), dt.second()).ok()?),
+        _ => return None,
+    };
+    let start_ms = from_dt(start);
+    if !round_up {
+        return Some(start_ms);
+    }
+    let next = match unit {
+        'y' => from_dt(add_months(start, 12)?),
+        'M' => from_dt(add_months(start, 1)?),
+        'w' => start_ms + 7 * 86_400_000,
+        'd' => start_ms + 86_400_000,
+        'h' | 'H' => start_ms + 3_600_000,
+        'm' => start_ms + 60_000,
+        _ => start_ms + 1_000,
+    };
+    Some(next - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_parses_strict_date_optional_time_forms() {
+        assert_eq!(parse_date_str("1970-01-01"), Some(0));
+        assert_eq!(parse_date_str("1970-01-02T00:00:00Z"), Some(86_400_000));
+        assert_eq!(parse_date_str("1970-01-01T00:00:01.5Z"), Some(1_500));
+        assert_eq!(parse_date_str("1970-01-01T01:00:00+01:00"), Some(0));
+        assert_eq!(parse_date_str("2024-02-30"), None);
+        assert_eq!(parse_date_str("12345"), Some(12_345));
+        assert_eq!(parse_date_str("not a date"), None);
+    }
+
+    #[test]
+    fn test_date_math_adds_and_rounds() {
+        let now = parse_date_str("2024-03-15T10:30:00Z").unwrap();
+        assert_eq!(
+            parse_date_math("now-1d", now, false).unwrap(),
+            now - 86_400_000
+        );
+        assert_eq!(
+            parse_date_math("now/d", now, false).unwrap(),
+            parse_date_str("2024-03-15").unwrap()
+        );
+        assert_eq!(
+            parse_date_math("now/d", now, true).unwrap(),
+            parse_date_str("2024-03-16").unwrap() - 1
+        );
+        assert_eq!(
+            parse_date_math("2024-01-31||+1M", now, false).unwrap(),
+            parse_date_str("2024-02-29").unwrap()
+        );
+        assert!(parse_date_math("now-1x", now, false).is_err());
+    }
+
+    #[test]
+    fn test_format_millis_renders_utc_with_millis() {
+        assert_eq!(format_millis(1_500), "1970-01-01T00:00:01.500Z");
+    }
+}

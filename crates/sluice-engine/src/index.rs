@@ -1,0 +1,935 @@
+//! One index: its tantivy index, mapping, settings, translog and the writes not yet refreshed.
+//!
+//! # Invariants
+//! - Every acknowledged write is in the translog (fsynced) or in a tantivy commit whose payload
+//!   sequence number covers it.
+//! - `live` holds exactly the documents written since the last refresh, so a real-time get sees
+//!   them before the searcher does; a refresh commits, reloads the reader and empties `live`
+//!   under the same lock.
+//! - The mapping snapshot readers see (`mapping`) is replaced, never mutated, and is persisted
+//!   to `index.json` before a write that grew it is acknowledged.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use serde_json::{Map, Value, json};
+use tantivy::schema::{OwnedValue, TantivyDocument, Value as _};
+use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, Term};
+
+use crate::error::{EngineError, ErrorCode, Result};
+use crate::mapping::{Mapping, ParsedDocument, TypedValue};
+use crate::schema::{self, Fields};
+use crate::translog::{Record, Translog};
+
+/// Heap the index writer may use before it flushes a segment, in bytes; 64 MB is tantivy's
+/// usual recommendation for bulk loading and fits many indices in the node's memory.
+const WRITER_HEAP_BYTES: usize = 64 * 1024 * 1024;
+/// OpenSearch's default `index.max_result_window`.
+pub const DEFAULT_MAX_RESULT_WINDOW: u64 = 10_000;
+/// OpenSearch's default `index.refresh_interval`.
+pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+
+const META_FILE: &str = "index.json";
+const TANTIVY_DIR: &str = "tantivy";
+const TRANSLOG_FILE: &str = "translog.log";
+
+/// A document changed since the last refresh.
+#[derive(Debug, Clone)]
+struct LiveDoc {
+    /// The new source, or `None` for a deletion.
+    source: Option<Arc<Value>>,
+    version: u64,
+    seq_no: u64,
+}
+
+/// The state only writers touch, behind one lock.
+struct WriteState {
+    writer: IndexWriter,
+    translog: Translog,
+    live: HashMap<String, LiveDoc>,
+    next_seq_no: u64,
+    /// Whether there are writes not yet committed.
+    dirty: bool,
+    mapping: Mapping,
+}
+
+/// How a document write wants its id handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpType {
+    /// Create or replace.
+    Index,
+    /// Create only; an existing id is a version conflict.
+    Create,
+}
+
+/// One document operation of a bulk request or a document API call.
+#[derive(Debug, Clone)]
+pub enum DocOp {
+    /// Index (or create) a document; `id: None` makes one up.
+    Index {
+        /// The document id, if given.
+        id: Option<String>,
+        /// The document.
+        source: Value,
+        /// Whether an existing document may be replaced.
+        op_type: OpType,
+    },
+    /// Delete a document.
+    Delete {
+        /// The document id.
+        id: String,
+    },
+    /// Merge a partial document into an existing one.
+    Update {
+        /// The document id.
+        id: String,
+        /// The partial document.
+        doc: Value,
+        /// Index `doc` itself when the document does not exist.
+        doc_as_upsert: bool,
+        /// The document to index when the document does not exist.
+        upsert: Option<Value>,
+    },
+}
+
+/// The outcome of one successful document operation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DocWriteResult {
+    /// The index written.
+    pub index: String,
+    /// The document id.
+    pub id: String,
+    /// The document's version after the write.
+    pub version: u64,
+    /// The write's sequence number.
+    pub seq_no: u64,
+    /// `created`, `updated`, `deleted`, `not_found` or `noop`.
+    pub result: &'static str,
+    /// The HTTP status of this item: 201 created, 200 otherwise, 404 not found.
+    pub status: u16,
+    /// Shard copies the write was meant for (1 + replicas); only the primary exists here.
+    pub shards_total: u64,
+}
+
+impl DocWriteResult {
+    /// Renders the result as OpenSearch's document API and bulk items do.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "_index": self.index,
+            "_id": self.id,
+            "_version": self.version,
+            "result": self.result,
+            "_shards": {"total": self.shards_total, "successful": 1, "failed": 0},
+            "_seq_no": self.seq_no,
+            "_primary_term": 1,
+        })
+    }
+}
+
+/// A document as a get returns it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredDoc {
+    /// The document id.
+    pub id: String,
+    /// Its version.
+    pub version: u64,
+    /// Its sequence number.
+    pub seq_no: u64,
+    /// The document.
+    pub source: Arc<Value>,
+}
+
+/// Persistent description of an index, kept in `index.json`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct IndexMeta {
+    name: String,
+    uuid: String,
+    creation_date: i64,
+    settings: BTreeMap<String, String>,
+    mappings: Value,
+}
+
+/// An open index.
+pub struct IndexHandle {
+    name: String,
+    uuid: String,
+    creation_date: i64,
+    dir: PathBuf,
+    index: Index,
+    fields: Fields,
+    reader: IndexReader,
+    settings: BTreeMap<String, String>,
+    mapping: RwLock<Arc<Mapping>>,
+    state: Mutex<WriteState>,
+}
+
+impl std::fmt::Debug for IndexHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexHandle")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(&mut f, bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Some(parent) = path.parent() {
+        std::fs::File::open(parent)?.sync_all()?;
+    }
+    Ok(())
+}
+
+impl IndexHandle {
+    /// Creates a new index in `dir` (which must not exist).
+    pub fn create(
+        dir: &Path,
+        name: &str,
+        mapping: Mapping,
+        settings: BTreeMap<String, String>,
+        now_millis: i64,
+    ) -> Result<IndexHandle> {
+        std::fs::create_dir_all(dir.join(TANTIVY_DIR))?;
+        let meta = IndexMeta {
+            name: name.to_string(),
+            uuid: uuid::Uuid::new_v4().simple().to_string()[..22].to_string(),
+            creation_date: now_millis,
+            settings,
+            mappings: mapping.render(),
+        };
+        let (schema, _) = schema::build_schema();
+        Index::create_in_dir(dir.join(TANTIVY_DIR), schema)?;
+        write_atomically(
+            &dir.join(META_FILE),
+            &serde_json::to_vec_pretty(&meta).unwrap_or_default(),
+        )?;
+        IndexHandle::open(dir)
+    }
+
+    /// Opens an existing index from `dir`, replaying its translog.
+    pub fn open(dir: &Path) -> Result<IndexHandle> {
+        let meta_bytes = std::fs::read(dir.join(META_FILE))?;
+        let meta: IndexMeta = serde_json::from_slice(&meta_bytes).map_err(|e| {
+            EngineError::internal(format!("corrupt {} in {}: {e}", META_FILE, dir.display()))
+        })?;
+        let mut mapping = Mapping::parse(&meta.mappings)?;
+        let index = Index::open_in_dir(dir.join(TANTIVY_DIR))?;
+        let fields = schema::fields_of(&index.schema()).ok_or_else(|| {
+            EngineError::internal(format!("index in {} has a foreign schema", dir.display()))
+        })?;
+        let committed_seq: Option<u64> = index
+            .load_metas()?
+            .payload
+            .as_deref()
+            .and_then(|p| p.parse().ok());
+        let mut writer: IndexWriter = index.writer(WRITER_HEAP_BYTES)?;
+        let (mut translog, records) = Translog::open(&dir.join(TRANSLOG_FILE))?;
+        let mut next_seq_no = committed_seq.map_or(0, |s| s + 1);
+        let mut replayed = 0usize;
+        for rec in records {
+            if committed_seq.is_some_and(|c| rec.seq() <= c) {
+                continue;
+            }
+            match &rec {
+                Record::Index {
+                    seq,
+                    id,
+                    version,
+                    source,
+                } => {
+                    let parsed = mapping.parse_document(source, id)?;
+                    writer.delete_term(Term::from_field_text(fields.id, id));
+                    writer
+                        .add_document(to_tantivy(&fields, id, source, *version, *seq, &parsed))?;
+                }
+                Record::Delete { id, .. } => {
+                    writer.delete_term(Term::from_field_text(fields.id, id));
+                }
+            }
+            next_seq_no = next_seq_no.max(rec.seq() + 1);
+            replayed += 1;
+        }
+        if replayed > 0 {
+            tracing::info!(index = %meta.name, replayed, "replayed translog");
+            let mut prepared = writer.prepare_commit()?;
+            prepared.set_payload(&(next_seq_no - 1).to_string());
+            prepared.commit()?;
+            write_atomically(
+                &dir.join(META_FILE),
+                &serde_json::to_vec_pretty(&IndexMeta {
+                    mappings: mapping.render(),
+                    ..meta.clone()
+                })
+                .unwrap_or_default(),
+            )?;
+        }
+        translog.truncate()?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        Ok(IndexHandle {
+            name: meta.name,
+            uuid: meta.uuid,
+            creation_date: meta.creation_date,
+            dir: dir.to_path_buf(),
+            index,
+            fields,
+            reader,
+            settings: meta.settings,
+            mapping: RwLock::new(Arc::new(mapping.clone())),
+            state: Mutex::new(WriteState {
+                writer,
+                translog,
+                live: HashMap::new(),
+                next_seq_no,
+                dirty: false,
+                mapping,
+            }),
+        })
+    }
+
+    /// The index name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The index uuid.
+    pub fn uuid(&self) -> &str {
+        &self.uuid
+    }
+
+    /// Creation time, epoch millis.
+    pub fn creation_date(&self) -> i64 {
+        self.creation_date
+    }
+
+    /// The directory holding the index.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The tantivy index.
+    pub fn tantivy(&self) -> &Index {
+        &self.index
+    }
+
+    /// The schema field handles.
+    pub fn fields(&self) -> Fields {
+        self.fields
+    }
+
+    /// A snapshot of the current mapping.
+    pub fn mapping(&self) -> Arc<Mapping> {
+        self.mapping.read().clone()
+    }
+
+    /// A searcher over the last refresh.
+    pub fn searcher(&self) -> Searcher {
+        self.reader.searcher()
+    }
+
+    /// The index settings, flat (`index.number_of_shards` → `"1"`).
+    pub fn settings(&self) -> &BTreeMap<String, String> {
+        &self.settings
+    }
+
+    /// A setting parsed as a number, or `default`.
+    pub fn setting_u64(&self, key: &str, default: u64) -> u64 {
+        self.settings
+            .get(key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    }
+
+    /// `index.max_result_window`.
+    pub fn max_result_window(&self) -> u64 {
+        self.setting_u64("index.max_result_window", DEFAULT_MAX_RESULT_WINDOW)
+    }
+
+    /// Copies a write is meant for: the primary plus `index.number_of_replicas`.
+    pub fn shards_total(&self) -> u64 {
+        1 + self.setting_u64("index.number_of_replicas", 1)
+    }
+
+    /// `index.number_of_shards` (accepted and echoed; an index is one tantivy index).
+    pub fn number_of_shards(&self) -> u64 {
+        self.setting_u64("index.number_of_shards", 1)
+    }
+
+    /// `index.refresh_interval`; `None` when periodic refresh is disabled (`-1`).
+    pub fn refresh_interval(&self) -> Option<Duration> {
+        match self
+            .settings
+            .get("index.refresh_interval")
+            .map(String::as_str)
+        {
+            None => Some(DEFAULT_REFRESH_INTERVAL),
+            Some("-1") => None,
+            Some(v) => crate::parse_time_value(v)
+                .ok()
+                .or(Some(DEFAULT_REFRESH_INTERVAL)),
+        }
+    }
+
+    /// Number of live documents visible to search.
+    pub fn num_docs(&self) -> u64 {
+        self.searcher().num_docs()
+    }
+
+    /// Bytes the index occupies on disk.
+    pub fn size_in_bytes(&self) -> u64 {
+        fn walk(p: &Path) -> u64 {
+            let Ok(rd) = std::fs::read_dir(p) else {
+                return 0;
+            };
+            rd.flatten()
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => walk(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        }
+        walk(&self.dir)
+    }
+
+    fn persist_meta(&self, mapping: &Mapping) -> Result<()> {
+        let meta = IndexMeta {
+            name: self.name.clone(),
+            uuid: self.uuid.clone(),
+            creation_date: self.creation_date,
+            settings: self.settings.clone(),
+            mappings: mapping.render(),
+        };
+        write_atomically(
+            &self.dir.join(META_FILE),
+            &serde_json::to_vec_pretty(&meta).unwrap_or_default(),
+        )
+    }
+
+    /// Merges `update` into the mapping and persists it.
+    pub fn put_mapping(&self, update: &Mapping) -> Result<()> {
+        let mut st = self.state.lock();
+        let mut next = st.mapping.clone();
+        next.merge(update)?;
+        self.persist_meta(&next)?;
+        st.mapping = next.clone();
+        *self.mapping.write() = Arc::new(next);
+        Ok(())
+    }
+
+    /// Applies document operations in order; each gets its own result, and a failed one leaves
+    /// the others untouched. All successful writes are durable when this returns.
+    pub fn apply(&self, ops: Vec<DocOp>) -> Vec<Result<DocWriteResult>> {
+        let mut st = self.state.lock();
+        let mapping_before = st.mapping.clone();
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            results.push(self.apply_one(&mut st, op));
+        }
+        let mapping_changed = st.mapping != mapping_before;
+        let durable = (|| -> Result<()> {
+            if mapping_changed {
+                self.persist_meta(&st.mapping)?;
+                *self.mapping.write() = Arc::new(st.mapping.clone());
+            }
+            st.translog.sync()
+        })();
+        if let Err(e) = durable {
+            // Nothing is acknowledged unless it is durable.
+            tracing::error!(index = %self.name, error = %e, "failed to make writes durable");
+            return results
+                .into_iter()
+                .map(|r| r.and_then(|_| Err(e.clone())))
+                .collect();
+        }
+        results
+    }
+
+    /// The current version of `id` as the writer sees it (live writes first, then the index).
+    fn current(&self, st: &WriteState, id: &str) -> Result<Option<StoredDoc>> {
+        if let Some(live) = st.live.get(id) {
+            return Ok(live.source.as_ref().map(|s| StoredDoc {
+                id: id.to_string(),
+                version: live.version,
+                seq_no: live.seq_no,
+                source: s.clone(),
+            }));
+        }
+        self.get_committed(id)
+    }
+
+    fn apply_one(&self, st: &mut WriteState, op: DocOp) -> Result<DocWriteResult> {
+        match op {
+            DocOp::Index {
+                id,
+                source,
+                op_type,
+            } => {
+                let generated_id = id.is_none();
+                let (id, existing) = match id {
+                    Some(id) => {
+                        validate_id(&id)?;
+                        let existing = self.current(st, &id)?;
+                        (id, existing)
+                    }
+                    None => (new_doc_id(), None),
+                };
+                if op_type == OpType::Create {
+                    if let Some(ex) = &existing {
+                        return Err(EngineError::new(
+                            ErrorCode::VersionConflict,
+                            format!(
+                                "[{id}]: version conflict, document already exists (current version [{}])",
+                                ex.version
+                            ),
+                        )
+                        .with_index(&self.name));
+                    }
+                }
+                self.put(st, id, source, existing.map(|e| e.version), generated_id)
+            }
+            DocOp::Update {
+                id,
+                doc,
+                doc_as_upsert,
+                upsert,
+            } => {
+                validate_id(&id)?;
+                if !doc.is_object() {
+                    return Err(EngineError::new(
+                        ErrorCode::ActionRequestValidation,
+                        "Validation Failed: 1: script or doc is missing;",
+                    ));
+                }
+                match self.current(st, &id)? {
+                    Some(existing) => {
+                        let mut merged = (*existing.source).clone();
+                        let changed = merge_json(&mut merged, &doc);
+                        if !changed {
+                            return Ok(DocWriteResult {
+                                index: self.name.clone(),
+                                id,
+                                version: existing.version,
+                                seq_no: existing.seq_no,
+                                result: "noop",
+                                status: 200,
+                                shards_total: self.shards_total(),
+                            });
+                        }
+                        self.put(st, id, merged, Some(existing.version), false)
+                    }
+                    None => {
+                        let source = if doc_as_upsert { Some(doc) } else { upsert };
+                        match source {
+                            Some(source) => self.put(st, id, source, None, false),
+                            None => Err(EngineError::new(
+                                ErrorCode::DocumentMissing,
+                                format!("[{id}]: document missing"),
+                            )
+                            .with_index(&self.name)),
+                        }
+                    }
+                }
+            }
+            DocOp::Delete { id } => {
+                validate_id(&id)?;
+                let existing = self.current(st, &id)?;
+                let seq_no = st.next_seq_no;
+                st.translog.append(&Record::Delete {
+                    seq: seq_no,
+                    id: id.clone(),
+                })?;
+                st.next_seq_no += 1;
+                st.writer
+                    .delete_term(Term::from_field_text(self.fields.id, &id));
+                let version = existing.as_ref().map_or(1, |e| e.version + 1);
+                st.live.insert(
+                    id.clone(),
+                    LiveDoc {
+                        source: None,
+                        version,
+                        seq_no,
+                    },
+                );
+                st.dirty = true;
+                let found = existing.is_some();
+                Ok(DocWriteResult {
+                    index: self.name.clone(),
+                    id,
+                    version,
+                    seq_no,
+                    result: if found { "deleted" } else { "not_found" },
+                    status: if found { 200 } else { 404 },
+                    shards_total: self.shards_total(),
+                })
+            }
+        }
+    }
+
+    fn put(
+        &self,
+        st: &mut WriteState,
+        id: String,
+        source: Value,
+        existing_version: Option<u64>,
+        generated_id: bool,
+    ) -> Result<DocWriteResult> {
+        // parse_document leaves the mapping as it was when it fails.
+        let parsed = st.mapping.parse_document(&source, &id)?;
+        let seq_no = st.next_seq_no;
+        let version = existing_version.map_or(1, |v| v + 1);
+        let doc = to_tantivy(&self.fields, &id, &source, version, seq_no, &parsed);
+        st.translog.append_index(seq_no, &id, version, &source)?;
+        st.next_seq_no += 1;
+        if !generated_id {
+            // Replaces any earlier copy, committed or not; generated ids cannot collide.
+            st.writer
+                .delete_term(Term::from_field_text(self.fields.id, &id));
+        }
+        st.writer.add_document(doc)?;
+        st.live.insert(
+            id.clone(),
+            LiveDoc {
+                source: Some(Arc::new(source)),
+                version,
+                seq_no,
+            },
+        );
+        st.dirty = true;
+        let created = existing_version.is_none();
+        Ok(DocWriteResult {
+            index: self.name.clone(),
+            id,
+            version,
+            seq_no,
+            result: if created { "created" } else { "updated" },
+            status: if created { 201 } else { 200 },
+            shards_total: self.shards_total(),
+        })
+    }
+
+    /// Real-time get: the latest write of `id`, refreshed or not.
+    pub fn get(&self, id: &str) -> Result<Option<StoredDoc>> {
+        {
+            let st = self.state.lock();
+            if let Some(live) = st.live.get(id) {
+                return Ok(live.source.as_ref().map(|s| StoredDoc {
+                    id: id.to_string(),
+                    version: live.version,
+                    seq_no: live.seq_no,
+                    source: s.clone(),
+                }));
+            }
+        }
+        self.get_committed(id)
+    }
+
+    /// Looks `id` up in the last refreshed searcher.
+    fn get_committed(&self, id: &str) -> Result<Option<StoredDoc>> {
+        let searcher = self.searcher();
+        let term = Term::from_field_text(self.fields.id, id);
+        for (ord, seg) in searcher.segment_readers().iter().enumerate() {
+            let inv = seg.inverted_index(self.fields.id)?;
+            let Some(mut postings) =
+                inv.read_postings(&term, tantivy::schema::IndexRecordOption::Basic)?
+            else {
+                continue;
+            };
+            use tantivy::DocSet;
+            let mut doc = postings.doc();
+            while doc != tantivy::TERMINATED {
+                if seg.alive_bitset().is_none_or(|b| b.is_alive(doc)) {
+                    let addr = DocAddress::new(ord as u32, doc);
+                    return Ok(Some(self.load_doc(&searcher, addr)?));
+                }
+                doc = postings.advance();
+            }
+        }
+        Ok(None)
+    }
+
+    /// Loads a stored document by address.
+    pub fn load_doc(&self, searcher: &Searcher, addr: DocAddress) -> Result<StoredDoc> {
+        let doc: TantivyDocument = searcher.doc(addr)?;
+        let id = doc
+            .get_first(self.fields.id)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string();
+        let version = doc
+            .get_first(self.fields.version)
+            .and_then(|v| v.as_u64())
+            .unwrap_or(1);
+        let seq_no = doc
+            .get_first(self.fields.seq_no)
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0);
+        let source = doc
+            .get_first(self.fields.source)
+            .and_then(|v| v.as_bytes())
+            .and_then(|b| serde_json::from_slice(b).ok())
+            .unwrap_or(Value::Null);
+        Ok(StoredDoc {
+            id,
+            version,
+            seq_no,
+            source: Arc::new(source),
+        })
+    }
+
+    /// Makes all writes so far searchable: commit, reload the reader, empty the live map.
+    pub fn refresh(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        if !st.dirty {
+            return Ok(());
+        }
+        let last_seq = st.next_seq_no.saturating_sub(1);
+        let mut prepared = st.writer.prepare_commit()?;
+        prepared.set_payload(&last_seq.to_string());
+        prepared.commit()?;
+        self.reader.reload()?;
+        st.live.clear();
+        st.dirty = false;
+        st.translog.truncate()?;
+        Ok(())
+    }
+
+    /// Whether there are writes not yet refreshed.
+    pub fn is_dirty(&self) -> bool {
+        self.state.lock().dirty
+    }
+}
+
+/// Validates a client-given document id as OpenSearch does.
+fn validate_id(id: &str) -> Result<()> {
+    if id.is_empty() {
+        return Err(EngineError::new(
+            ErrorCode::ActionRequestValidation,
+            "Validation Failed: 1: id is missing;",
+        ));
+    }
+    if id.len() > 512 {
+        return Err(EngineError::new(
+            ErrorCode::ActionRequestValidation,
+            format!(
+                "Validation Failed: 1: id [{id}] is too long, must be no longer than 512 bytes but was: {};",
+                id.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A new random, URL-safe document id of 20 characters, like OpenSearch's.
+fn new_doc_id() -> String {
+    use base64::Engine as _;
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&bytes[..15])
+}
+
+/// Merges `patch` into `target` recursively (objects merge, everything else replaces); returns
+/// whether anything changed.
+fn merge_json(target: &mut Value, patch: &Value) -> bool {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            let mut changed = false;
+            for (k, v) in p {
+                match t.get_mut(k) {
+                    Some(existing) if existing.is_object() && v.is_object() => {
+                        changed |= merge_json(existing, v);
+                    }
+                    Some(existing) if existing == v => {}
+                    _ => {
+                        t.insert(k.clone(), v.clone());
+                        changed = true;
+                    }
+                }
+            }
+            changed
+        }
+        (t, p) => {
+            if t == p {
+                false
+            } else {
+                *t = p.clone();
+                true
+            }
+        }
+    }
+}
+
+fn typed_to_owned(v: &TypedValue) -> OwnedValue {
+    match v {
+        TypedValue::Text(s) | TypedValue::Keyword(s) => OwnedValue::Str(s.clone()),
+        TypedValue::I64(n) => OwnedValue::I64(*n),
+        TypedValue::F64(f) => OwnedValue::F64(*f),
+        TypedValue::Date(ms) => OwnedValue::Date(tantivy::DateTime::from_timestamp_millis(*ms)),
+        TypedValue::Bool(b) => OwnedValue::Bool(*b),
+    }
+}
+
+fn json_object(values: &[(String, TypedValue)]) -> OwnedValue {
+    let mut grouped: Vec<(String, Vec<OwnedValue>)> = Vec::new();
+    let mut pos: HashMap<&str, usize> = HashMap::new();
+    for (path, v) in values {
+        match pos.get(path.as_str()) {
+            Some(&i) => grouped[i].1.push(typed_to_owned(v)),
+            None => {
+                pos.insert(path, grouped.len());
+                grouped.push((path.clone(), vec![typed_to_owned(v)]));
+            }
+        }
+    }
+    OwnedValue::Object(
+        grouped
+            .into_iter()
+            .map(|(k, mut vs)| {
+                let v = if vs.len() == 1 {
+                    vs.pop().unwrap_or(OwnedValue::Null)
+                } else {
+                    OwnedValue::Array(vs)
+                };
+                (k, v)
+            })
+            .collect(),
+    )
+}
+
+/// Builds the tantivy document for a parsed source.
+pub fn to_tantivy(
+    fields: &Fields,
+    id: &str,
+    source: &Value,
+    version: u64,
+    seq_no: u64,
+    parsed: &ParsedDocument,
+) -> TantivyDocument {
+    let mut doc = TantivyDocument::new();
+    doc.add_text(fields.id, id);
+    doc.add_bytes(
+        fields.source,
+        &serde_json::to_vec(source).unwrap_or_default(),
+    );
+    doc.add_u64(fields.version, version);
+    doc.add_u64(fields.seq_no, seq_no);
+    if !parsed.text.is_empty() {
+        doc.add_field_value(fields.txt, &json_object(&parsed.text));
+    }
+    if !parsed.kw.is_empty() {
+        doc.add_field_value(fields.kw, &json_object(&parsed.kw));
+    }
+    doc
+}
+
+/// Normalizes create-index `settings` to flat `index.*` keys with string values, validating
+/// the ones sluice knows.
+pub fn normalize_settings(settings: &Value) -> Result<BTreeMap<String, String>> {
+    let mut flat = BTreeMap::new();
+    fn walk(prefix: &str, v: &Value, out: &mut BTreeMap<String, String>) -> Result<()> {
+        match v {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(&key, v, out)?;
+                }
+            }
+            Value::String(s) => {
+                out.insert(prefix.to_string(), s.clone());
+            }
+            Value::Number(n) => {
+                out.insert(prefix.to_string(), n.to_string());
+            }
+            Value::Bool(b) => {
+                out.insert(prefix.to_string(), b.to_string());
+            }
+            Value::Null => {}
+            Value::Array(_) => {
+                return Err(EngineError::illegal_argument(format!(
+                    "setting [{prefix}] must be a single value, not an array"
+                )));
+            }
+        }
+        Ok(())
+    }
+    walk("", settings, &mut flat)?;
+    let mut out = BTreeMap::new();
+    for (k, v) in flat {
+        let key = if k.starts_with("index.") {
+            k
+        } else {
+            format!("index.{k}")
+        };
+        let check_int = |min: u64, max: u64| -> Result<()> {
+            match v.parse::<u64>() {
+                Ok(n) if n >= min && n <= max => Ok(()),
+                _ => Err(EngineError::illegal_argument(format!(
+                    "Failed to parse value [{v}] for setting [{key}] must be >= {min} and <= {max}"
+                ))),
+            }
+        };
+        match key.as_str() {
+            "index.number_of_shards" => check_int(1, 1024)?,
+            "index.number_of_replicas" => check_int(0, 1024)?,
+            "index.max_result_window" => check_int(1, i32::MAX as u64)?,
+            "index.refresh_interval" => {
+                if v != "-1" && crate::parse_time_value(&v).is_err() {
+                    return Err(EngineError::illegal_argument(format!(
+                        "failed to parse setting [{key}] with value [{v}] as a time value: unit is missing or unrecognized"
+                    )));
+                }
+            }
+            "index.uuid"
+            | "index.creation_date"
+            | "index.provided_name"
+            | "index.version.created" => {
+                return Err(EngineError::illegal_argument(format!(
+                    "private index setting [{key}] can not be set explicitly"
+                )));
+            }
+            "index.codec" | "index.auto_expand_replicas" | "index.hidden" => {}
+            _ if key.starts_with("index.analysis.") || key.starts_with("index.knn") => {}
+            _ => {
+                return Err(EngineError::illegal_argument(format!(
+                    "unknown setting [{key}] please check that any required plugins are installed, or check the breaking changes documentation for removed settings"
+                )));
+            }
+        }
+        out.insert(key, v);
+    }
+    out.entry("index.number_of_shards".into())
+        .or_insert_with(|| "1".into());
+    out.entry("index.number_of_replicas".into())
+        .or_insert_with(|| "1".into());
+    Ok(out)
+}
+
+/// Renders flat settings as OpenSearch nests them under `index`.
+pub fn render_settings(handle: &IndexHandle) -> Value {
+    let mut index = Map::new();
+    for (k, v) in handle.settings() {
+        let key = k.strip_prefix("index.").unwrap_or(k);
+        index.insert(key.to_string(), Value::from(v.clone()));
+    }
+    index.insert("uuid".into(), Value::from(handle.uuid()));
+    index.insert(
+        "creation_date".into(),
+        Value::from(handle.creation_date().to_string()),
+    );
+    index.insert("provided_name".into(), Value::from(handle.name()));
+    index.insert("version".into(), json!({"created": "137217827"}));
+    json!({ "index": index })
+}

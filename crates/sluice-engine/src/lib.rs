@@ -1,0 +1,27 @@
+//! The embedded search engine of sluice, on tantivy.
+//!
+//! An [`Engine`] owns the indices under a data directory. Each index keeps its OpenSearch
+//! [`Mapping`](mapping::Mapping) and settings next to a tantivy index whose fixed
+//! [schema](schema) stores every user field as a path inside two JSON fields. Documents come in
+//! through [`Engine::bulk`] and friends, are written to a per-index translog before they are
+//! acknowledged, and become searchable at the next refresh. [`Engine::search`] translates the
+//! query DSL ([`query`]) and aggregations ([`aggs`]) and runs them with a collector that checks
+//! the request's [`SearchContext`] for cancellation and its deadline.
+//!
+//! The engine knows nothing of workload groups: the server decides whether a search may run and
+//! hands it a context to stop it.
+
+pub mod aggs;
+pub mod date;
+pub mod engine;
+pub mod error;
+pub mod index;
+pub mod mapping;
+pub mod query;
+pub mod schema;
+pub mod search;
+pub mod translog;
+
+pub use engine::{Engine, now_millis, parse_time_value};
+pub use error::{EngineError, ErrorCode, Result};
+pub use search::{SearchContext, SearchRequest};

@@ -1,0 +1,101 @@
+//! The one fixed tantivy schema every sluice index uses, and how OpenSearch fields map onto it.
+//!
+//! tantivy schemas cannot change after an index is created, while OpenSearch mappings grow as
+//! documents bring new fields. So user fields do not become tantivy fields: they become paths
+//! inside two JSON fields whose indexing we control, typed by the sluice [`Mapping`]:
+//!
+//! - `_txt` (tokenized with the default analyzer, with positions, not fast) holds `text` fields;
+//! - `_kw` (raw tokenizer, fast) holds `keyword` values — including `.keyword` multi-fields —
+//!   and numbers (as i64 for integer types, f64 for floating types), dates and booleans.
+//!   Being fast, `_kw` paths serve sorting, aggregations and range queries.
+//!
+//! A user field `status` is `_kw.status`; `message` (text) is `_txt.message` and its keyword
+//! sub-field `message.keyword` is `_kw.message.keyword`. Dots in paths are expanded, so a
+//! document's `{"user": {"name": …}}` and `{"user.name": …}` land on the same path.
+//!
+//! [`Mapping`]: crate::mapping::Mapping
+
+use tantivy::schema::{
+    Field, JsonObjectOptions, NumericOptions, STORED, STRING, Schema, TextFieldIndexing,
+};
+
+/// Name of the JSON field holding text values.
+pub const TXT_FIELD: &str = "_txt";
+/// Name of the JSON field holding keyword, numeric, date and boolean values.
+pub const KW_FIELD: &str = "_kw";
+/// Name of the document id field.
+pub const ID_FIELD: &str = "_id";
+/// Name of the stored original document.
+pub const SOURCE_FIELD: &str = "_source";
+/// Name of the document version field.
+pub const VERSION_FIELD: &str = "_version";
+/// Name of the sequence number field.
+pub const SEQ_NO_FIELD: &str = "_seq_no";
+
+/// Handles to the fields of the sluice schema.
+#[derive(Debug, Clone, Copy)]
+pub struct Fields {
+    /// `_id`: raw-indexed and stored.
+    pub id: Field,
+    /// `_source`: the original JSON document, stored as bytes.
+    pub source: Field,
+    /// `_txt`: the JSON field of text values.
+    pub txt: Field,
+    /// `_kw`: the JSON field of keyword, numeric, date and boolean values.
+    pub kw: Field,
+    /// `_version`: stored.
+    pub version: Field,
+    /// `_seq_no`: stored.
+    pub seq_no: Field,
+}
+
+/// Builds the schema every sluice index uses.
+pub fn build_schema() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let id = b.add_text_field(ID_FIELD, STRING | STORED);
+    let source = b.add_bytes_field(SOURCE_FIELD, STORED);
+    let txt_indexing = TextFieldIndexing::default()
+        .set_tokenizer("default")
+        .set_index_option(tantivy::schema::IndexRecordOption::WithFreqsAndPositions);
+    let txt = b.add_json_field(
+        TXT_FIELD,
+        JsonObjectOptions::default()
+            .set_indexing_options(txt_indexing)
+            .set_expand_dots_enabled(),
+    );
+    let kw_indexing = TextFieldIndexing::default()
+        .set_tokenizer("raw")
+        .set_index_option(tantivy::schema::IndexRecordOption::Basic);
+    let kw = b.add_json_field(
+        KW_FIELD,
+        JsonObjectOptions::default()
+            .set_indexing_options(kw_indexing)
+            .set_fast("raw")
+            .set_expand_dots_enabled(),
+    );
+    let version = b.add_u64_field(VERSION_FIELD, NumericOptions::default().set_stored());
+    let seq_no = b.add_u64_field(SEQ_NO_FIELD, NumericOptions::default().set_stored());
+    (
+        b.build(),
+        Fields {
+            id,
+            source,
+            txt,
+            kw,
+            version,
+            seq_no,
+        },
+    )
+}
+
+/// Resolves the field handles of an existing sluice schema.
+pub fn fields_of(schema: &Schema) -> Option<Fields> {
+    Some(Fields {
+        id: schema.get_field(ID_FIELD).ok()?,
+        source: schema.get_field(SOURCE_FIELD).ok()?,
+        txt: schema.get_field(TXT_FIELD).ok()?,
+        kw: schema.get_field(KW_FIELD).ok()?,
+        version: schema.get_field(VERSION_FIELD).ok()?,
+        seq_no: schema.get_field(SEQ_NO_FIELD).ok()?,
+    })
+}

@@ -1,0 +1,1104 @@
+//! Search execution: request parsing, the collection loop with sorting, cancellation and
+//! deadlines, the fetch phase with `_source` filtering, and OpenSearch-shaped responses.
+//!
+//! The collection loop drives each segment's scorer itself (instead of a tantivy `Collector`)
+//! so that it can check the request's [`SearchContext`] every [`CHECK_EVERY_DOCS`] documents
+//! and between segments: a cancelled search stops with `task_cancelled_exception`, a search past
+//! its deadline stops and returns what it has with `timed_out: true`.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+use tantivy::collector::Collector;
+use tantivy::query::{EnableScoring, Query};
+use tantivy::{DocAddress, DocId, DocSet, Score, Searcher, SegmentReader, TERMINATED};
+
+use crate::error::{EngineError, ErrorCode, Result};
+use crate::index::IndexHandle;
+use crate::mapping::{FieldType, wildcard_match};
+use crate::query::{QueryContext, build_query};
+
+/// How many documents the collection loop handles between two checks of the cancellation flag
+/// and the deadline: a few thousand documents take well under a millisecond, so a cancelled
+/// search stops within milliseconds while the check stays off the profile.
+pub const CHECK_EVERY_DOCS: u32 = 4096;
+/// OpenSearch's default `track_total_hits` threshold.
+pub const DEFAULT_TRACK_TOTAL_HITS: u64 = 10_000;
+/// OpenSearch's default page size.
+pub const DEFAULT_SIZE: u64 = 10;
+
+/// What a running search checks to know whether to stop.
+#[derive(Debug, Clone, Default)]
+pub struct SearchContext {
+    /// Set by whoever cancels the search (task cancel, client disconnect, enforcement).
+    pub cancelled: Option<Arc<AtomicBool>>,
+    /// When the search must stop and return partial results (the body's `timeout`).
+    pub deadline: Option<Instant>,
+}
+
+impl SearchContext {
+    /// Whether the search has been cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        // Relaxed is enough: the flag carries no data, and a late observation only delays the
+        // stop until the next check.
+        self.cancelled
+            .as_ref()
+            .is_some_and(|c| c.load(AtomicOrdering::Relaxed))
+    }
+
+    fn is_past_deadline(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+}
+
+/// How `hits.total` is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrackTotalHits {
+    /// Count exactly.
+    Exact,
+    /// Count up to this many, then report `gte`.
+    UpTo(u64),
+    /// Leave `hits.total` out.
+    Off,
+}
+
+/// The order of one sort key.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SortField {
+    /// By relevance score.
+    Score,
+    /// By index order.
+    Doc,
+    /// By a field's value.
+    Field(String),
+}
+
+/// One sort key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SortSpec {
+    /// What to sort on.
+    pub field: SortField,
+    /// Descending?
+    pub desc: bool,
+    /// Missing values first instead of last?
+    pub missing_first: bool,
+}
+
+/// `_source` filtering.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SourceFilter {
+    /// `_source: false`.
+    pub disabled: bool,
+    /// Patterns to keep (all when empty).
+    pub includes: Vec<String>,
+    /// Patterns to drop.
+    pub excludes: Vec<String>,
+}
+
+/// A parsed search request.
+#[derive(Debug, Clone)]
+pub struct SearchRequest {
+    /// The query DSL.
+    pub query: Value,
+    /// First hit to return.
+    pub from: u64,
+    /// Number of hits to return.
+    pub size: u64,
+    /// Sort keys; empty means by score.
+    pub sort: Vec<SortSpec>,
+    /// Source filtering.
+    pub source: SourceFilter,
+    /// Total hits counting.
+    pub track_total_hits: TrackTotalHits,
+    /// The body's `timeout`.
+    pub timeout: Option<Duration>,
+    /// The `aggs`/`aggregations` object.
+    pub aggs: Option<Value>,
+    /// Compute scores even when sorting on fields.
+    pub track_scores: bool,
+    /// Only hits with at least this score.
+    pub min_score: Option<f32>,
+}
+
+impl Default for SearchRequest {
+    fn default() -> Self {
+        SearchRequest {
+            query: json!({"match_all": {}}),
+            from: 0,
+            size: DEFAULT_SIZE,
+            sort: Vec::new(),
+            source: SourceFilter::default(),
+            track_total_hits: TrackTotalHits::UpTo(DEFAULT_TRACK_TOTAL_HITS),
+            timeout: None,
+            aggs: None,
+            track_scores: false,
+            min_score: None,
+        }
+    }
+}
+
+fn parse_err(reason: impl Into<String>) -> EngineError {
+    EngineError::parsing(reason)
+}
+
+fn as_u64_param(key: &str, v: &Value) -> Result<u64> {
+    match v {
+        Value::Number(n) => n.as_u64().ok_or_else(|| {
+            EngineError::illegal_argument(format!(
+                "[{key}] parameter cannot be negative, found [{n}]"
+            ))
+        }),
+        Value::String(s) => s
+            .parse::<i64>()
+            .map_err(|_| {
+                EngineError::new(
+                    ErrorCode::XContentParse,
+                    format!("[{key}] failed to parse field [{key}]: For input string: \"{s}\""),
+                )
+            })
+            .and_then(|n| {
+                u64::try_from(n).map_err(|_| {
+                    EngineError::illegal_argument(format!(
+                        "[{key}] parameter cannot be negative, found [{n}]"
+                    ))
+                })
+            }),
+        _ => Err(EngineError::new(
+            ErrorCode::XContentParse,
+            format!("[{key}] failed to parse field [{key}]"),
+        )),
+    }
+}
+
+fn parse_sort_entry(v: &Value, out: &mut Vec<SortSpec>) -> Result<()> {
+    let field = |name: &str| match name {
+        "_score" => SortField::Score,
+        "_doc" => SortField::Doc,
+        other => SortField::Field(other.to_string()),
+    };
+    match v {
+        Value::String(s) => {
+            let (name, desc) = match s.split_once(':') {
+                Some((n, "desc")) => (n, true),
+                Some((n, "asc")) => (n, false),
+                Some((_, o)) => {
+                    return Err(EngineError::illegal_argument(format!(
+                        "Unknown SortOrder [{o}]"
+                    )));
+                }
+                None => (s.as_str(), s == "_score"),
+            };
+            out.push(SortSpec {
+                field: field(name),
+                desc,
+                missing_first: false,
+            });
+        }
+        Value::Object(m) => {
+            for (name, spec) in m {
+                let default_desc = name == "_score";
+                let (desc, missing_first) = match spec {
+                    Value::String(o) => (parse_order(o)?, false),
+                    Value::Object(o) => {
+                        let mut desc = default_desc;
+                        let mut missing_first = false;
+                        for (k, val) in o {
+                            match k.as_str() {
+                                "order" => desc = parse_order(val.as_str().unwrap_or_default())?,
+                                "missing" => missing_first = val.as_str() == Some("_first"),
+                                "unmapped_type" | "mode" | "format" | "numeric_type" => {}
+                                _ => {
+                                    return Err(parse_err(format!(
+                                        "[field_sort] unknown field [{k}]"
+                                    )));
+                                }
+                            }
+                        }
+                        (desc, missing_first)
+                    }
+                    _ => {
+                        return Err(parse_err(format!(
+                            "[sort] malformed sort for field [{name}]"
+                        )));
+                    }
+                };
+                out.push(SortSpec {
+                    field: field(name),
+                    desc,
+                    missing_first,
+                });
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                parse_sort_entry(item, out)?;
+            }
+        }
+        _ => return Err(parse_err("[sort] must be a string, an object or an array")),
+    }
+    Ok(())
+}
+
+fn parse_order(o: &str) -> Result<bool> {
+    match o {
+        "asc" => Ok(false),
+        "desc" => Ok(true),
+        _ => Err(EngineError::illegal_argument(format!(
+            "Unknown SortOrder [{o}]"
+        ))),
+    }
+}
+
+fn parse_source(v: &Value) -> Result<SourceFilter> {
+    let list = |v: &Value| -> Result<Vec<String>> {
+        match v {
+            Value::String(s) => Ok(vec![s.clone()]),
+            Value::Array(a) => a
+                .iter()
+                .map(|x| {
+                    x.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| parse_err("[_source] patterns must be strings"))
+                })
+                .collect(),
+            _ => Err(parse_err("[_source] patterns must be strings")),
+        }
+    };
+    Ok(match v {
+        Value::Bool(b) => SourceFilter {
+            disabled: !b,
+            ..Default::default()
+        },
+        Value::String(_) | Value::Array(_) => SourceFilter {
+            includes: list(v)?,
+            ..Default::default()
+        },
+        Value::Object(m) => {
+            let mut f = SourceFilter::default();
+            for (k, val) in m {
+                match k.as_str() {
+                    "includes" | "include" => f.includes = list(val)?,
+                    "excludes" | "exclude" => f.excludes = list(val)?,
+                    _ => {
+                        return Err(parse_err(format!(
+                            "Unknown key for a START_OBJECT in [{k}]."
+                        )));
+                    }
+                }
+            }
+            f
+        }
+        _ => {
+            return Err(parse_err(
+                "[_source] must be a boolean, a string, an array or an object",
+            ));
+        }
+    })
+}
+
+fn parse_track_total_hits(v: &Value) -> Result<TrackTotalHits> {
+    match v {
+        Value::Bool(true) => Ok(TrackTotalHits::Exact),
+        Value::Bool(false) => Ok(TrackTotalHits::Off),
+        Value::String(s) if s == "true" => Ok(TrackTotalHits::Exact),
+        Value::String(s) if s == "false" => Ok(TrackTotalHits::Off),
+        other => match other
+            .as_i64()
+            .or_else(|| other.as_str().and_then(|s| s.parse().ok()))
+        {
+            Some(-1) => Ok(TrackTotalHits::Exact),
+            Some(n) if n >= 0 => Ok(TrackTotalHits::UpTo(n as u64)),
+            _ => Err(EngineError::illegal_argument(format!(
+                "[track_total_hits] parameter must be positive or equals to -1, got {other}"
+            ))),
+        },
+    }
+}
+
+impl SearchRequest {
+    /// Parses a `_search` body and applies URL parameters over it (`q`, `from`, `size`,
+    /// `sort`, `_source*`, `track_total_hits`, `timeout`), as OpenSearch does.
+    pub fn parse(body: Option<&Value>, params: &HashMap<String, String>) -> Result<SearchRequest> {
+        let mut req = SearchRequest::default();
+        if let Some(body) = body {
+            let obj = body
+                .as_object()
+                .ok_or_else(|| parse_err("request body must be a JSON object"))?;
+            for (key, v) in obj {
+                match key.as_str() {
+                    "query" => {
+                        if !v.is_object() {
+                            return Err(parse_err("[query] must be an object"));
+                        }
+                        req.query = v.clone();
+                    }
+                    "from" => req.from = as_u64_param("from", v)?,
+                    "size" => req.size = as_u64_param("size", v)?,
+                    "sort" => parse_sort_entry(v, &mut req.sort)?,
+                    "_source" => req.source = parse_source(v)?,
+                    "track_total_hits" => req.track_total_hits = parse_track_total_hits(v)?,
+                    "timeout" => {
+                        let s = v.as_str().ok_or_else(|| {
+                            parse_err("[timeout] must be a time value string like \"500ms\"")
+                        })?;
+                        req.timeout = Some(crate::parse_time_value(s).map_err(|e| {
+                            EngineError::new(ErrorCode::Parsing, format!("failed to parse setting [timeout] with value [{s}] as a time value: {e}"))
+                        })?);
+                    }
+                    "aggs" | "aggregations" => {
+                        if !v.is_object() {
+                            return Err(parse_err(format!("[{key}] must be an object")));
+                        }
+                        req.aggs = Some(v.clone());
+                    }
+                    "track_scores" => req.track_scores = v.as_bool().unwrap_or(false),
+                    "min_score" => {
+                        req.min_score = Some(
+                            v.as_f64()
+                                .ok_or_else(|| parse_err("[min_score] must be a number"))?
+                                as f32,
+                        )
+                    }
+                    "explain"
+                    | "version"
+                    | "seq_no_primary_term"
+                    | "stored_fields"
+                    | "profile"
+                    | "terminate_after"
+                    | "highlight" => {}
+                    _ => {
+                        return Err(parse_err(format!(
+                            "Unknown key for a {} in [{key}].",
+                            start_token(v)
+                        )));
+                    }
+                }
+            }
+        }
+        for (key, v) in params {
+            match key.as_str() {
+                "q" => {
+                    let mut qs = Map::new();
+                    qs.insert("query".into(), Value::from(v.as_str()));
+                    if let Some(df) = params.get("df") {
+                        qs.insert("default_field".into(), Value::from(df.as_str()));
+                    }
+                    if let Some(op) = params.get("default_operator") {
+                        qs.insert("default_operator".into(), Value::from(op.as_str()));
+                    }
+                    req.query = json!({"query_string": qs});
+                }
+                "from" => req.from = as_u64_param("from", &Value::from(v.as_str()))?,
+                "size" => req.size = as_u64_param("size", &Value::from(v.as_str()))?,
+                "sort" => {
+                    req.sort.clear();
+                    for part in v.split(',') {
+                        parse_sort_entry(&Value::from(part), &mut req.sort)?;
+                    }
+                }
+                "_source" => {
+                    req.source = match v.as_str() {
+                        "true" => SourceFilter::default(),
+                        "false" => SourceFilter {
+                            disabled: true,
+                            ..Default::default()
+                        },
+                        list => SourceFilter {
+                            includes: list.split(',').map(str::to_string).collect(),
+                            ..Default::default()
+                        },
+                    }
+                }
+                "_source_includes" => {
+                    req.source.includes = v.split(',').map(str::to_string).collect()
+                }
+                "_source_excludes" => {
+                    req.source.excludes = v.split(',').map(str::to_string).collect()
+                }
+                "track_total_hits" => {
+                    req.track_total_hits = parse_track_total_hits(&Value::from(v.as_str()))?
+                }
+                "timeout" => req.timeout = Some(crate::parse_time_value(v).map_err(|e| {
+                    EngineError::illegal_argument(format!(
+                        "failed to parse setting [timeout] with value [{v}] as a time value: {e}"
+                    ))
+                })?),
+                _ => {}
+            }
+        }
+        Ok(req)
+    }
+}
+
+fn start_token(v: &Value) -> &'static str {
+    match v {
+        Value::Object(_) => "START_OBJECT",
+        Value::Array(_) => "START_ARRAY",
+        _ => "VALUE",
+    }
+}
+
+/// A value a hit is sorted by.
+#[derive(Debug, Clone, PartialEq)]
+enum SortValue {
+    Missing,
+    Num(f64),
+    Str(String),
+}
+
+impl SortValue {
+    fn cmp_present(&self, other: &SortValue) -> Ordering {
+        match (self, other) {
+            (SortValue::Num(a), SortValue::Num(b)) => a.total_cmp(b),
+            (SortValue::Str(a), SortValue::Str(b)) => a.cmp(b),
+            (SortValue::Num(_), SortValue::Str(_)) => Ordering::Less,
+            (SortValue::Str(_), SortValue::Num(_)) => Ordering::Greater,
+            _ => Ordering::Equal,
+        }
+    }
+}
+
+/// One candidate hit: its sort key and where it lives.
+#[derive(Debug, Clone)]
+struct Candidate {
+    keys: Vec<SortValue>,
+    score: Score,
+    /// (index position, segment, doc): the final tie-break, ascending.
+    at: (usize, u32, DocId),
+}
+
+/// Compares candidates in output order (best first) under a sort spec.
+fn cmp_candidates(specs: &[SortSpec], a: &Candidate, b: &Candidate) -> Ordering {
+    for (i, spec) in specs.iter().enumerate() {
+        let (x, y) = (&a.keys[i], &b.keys[i]);
+        let ord = match (x, y) {
+            (SortValue::Missing, SortValue::Missing) => Ordering::Equal,
+            (SortValue::Missing, _) => {
+                if spec.missing_first {
+                    Ordering::Less
+                } else {
+                    Ordering::Greater
+                }
+            }
+            (_, SortValue::Missing) => {
+                if spec.missing_first {
+                    Ordering::Greater
+                } else {
+                    Ordering::Less
+                }
+            }
+            _ => {
+                let o = x.cmp_present(y);
+                if spec.desc { o.reverse() } else { o }
+            }
+        };
+        if ord != Ordering::Equal {
+            return ord;
+        }
+    }
+    a.at.cmp(&b.at)
+}
+
+/// A heap entry ordered so that the heap's top is the worst kept candidate.
+struct HeapEntry<'s> {
+    c: Candidate,
+    specs: &'s [SortSpec],
+}
+
+impl PartialEq for HeapEntry<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for HeapEntry<'_> {}
+impl PartialOrd for HeapEntry<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for HeapEntry<'_> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        cmp_candidates(self.specs, &self.c, &other.c)
+    }
+}
+
+/// Reads one sort field's value for documents of one segment.
+enum FieldReader {
+    Missing,
+    Num(Vec<tantivy::columnar::Column<f64>>),
+    I64(tantivy::columnar::Column<i64>),
+    Date(tantivy::columnar::Column<tantivy::DateTime>),
+    Bool(tantivy::columnar::Column<bool>),
+    Str(tantivy::columnar::StrColumn),
+}
+
+impl FieldReader {
+    fn open(reader: &SegmentReader, column: Option<&str>) -> Result<FieldReader> {
+        let Some(column) = column else {
+            return Ok(FieldReader::Missing);
+        };
+        let handles = reader.fast_fields().dynamic_column_handles(column)?;
+        let mut nums = Vec::new();
+        for h in handles {
+            match h.open()? {
+                tantivy::columnar::DynamicColumn::I64(c) => {
+                    if nums.is_empty() {
+                        return Ok(FieldReader::I64(c));
+                    }
+                }
+                tantivy::columnar::DynamicColumn::F64(c) => nums.push(c),
+                tantivy::columnar::DynamicColumn::U64(c) => {
+                    let _ = c;
+                }
+                tantivy::columnar::DynamicColumn::DateTime(c) => return Ok(FieldReader::Date(c)),
+                tantivy::columnar::DynamicColumn::Bool(c) => return Ok(FieldReader::Bool(c)),
+                tantivy::columnar::DynamicColumn::Str(c) => return Ok(FieldReader::Str(c)),
+                _ => {}
+            }
+        }
+        Ok(if nums.is_empty() {
+            FieldReader::Missing
+        } else {
+            FieldReader::Num(nums)
+        })
+    }
+
+    /// The value to sort `doc` by: the smallest for ascending, the largest for descending.
+    fn value(&self, doc: DocId, desc: bool, buf: &mut String) -> SortValue {
+        fn pick<T: PartialOrd + Copy>(mut it: impl Iterator<Item = T>, desc: bool) -> Option<T> {
+            let first = it.next()?;
+            Some(it.fold(first, |acc, v| if (v > acc) == desc { v } else { acc }))
+        }
+        match self {
+            FieldReader::Missing => SortValue::Missing,
+            FieldReader::I64(c) => pick(c.values_for_doc(doc), desc)
+                .map_or(SortValue::Missing, |v| SortValue::Num(v as f64)),
+            FieldReader::Num(cols) => cols
+                .iter()
+                .find_map(|c| pick(c.values_for_doc(doc), desc))
+                .map_or(SortValue::Missing, SortValue::Num),
+            FieldReader::Date(c) => pick(
+                c.values_for_doc(doc).map(|d| d.into_timestamp_millis()),
+                desc,
+            )
+            .map_or(SortValue::Missing, |v| SortValue::Num(v as f64)),
+            FieldReader::Bool(c) => pick(c.values_for_doc(doc).map(u8::from), desc)
+                .map_or(SortValue::Missing, |v| SortValue::Num(f64::from(v))),
+            FieldReader::Str(c) => match pick(c.term_ords(doc), desc) {
+                Some(ord) => {
+                    buf.clear();
+                    match c.ord_to_str(ord, buf) {
+                        Ok(true) => SortValue::Str(buf.clone()),
+                        _ => SortValue::Missing,
+                    }
+                }
+                None => SortValue::Missing,
+            },
+        }
+    }
+}
+
+/// What the collection of one search produced.
+struct Collected {
+    hits: Vec<Candidate>,
+    total: u64,
+    max_score: Option<Score>,
+    timed_out: bool,
+}
+
+/// Per-index state prepared before collection.
+struct Prepared {
+    handle: Arc<IndexHandle>,
+    searcher: Searcher,
+    query: Box<dyn Query>,
+    /// Column name and field type for each sort field (`None` for unmapped).
+    sort_columns: Vec<Option<(String, FieldType)>>,
+    aggs: Option<crate::aggs::PreparedAggs>,
+}
+
+/// The outcome of [`execute`]: the response body.
+pub fn execute(
+    indices: &[Arc<IndexHandle>],
+    req: &SearchRequest,
+    ctx: &SearchContext,
+    now_millis: i64,
+    started: Instant,
+    max_buckets: Option<u32>,
+) -> Result<Value> {
+    let window = indices
+        .iter()
+        .map(|h| h.max_result_window())
+        .min()
+        .unwrap_or(crate::index::DEFAULT_MAX_RESULT_WINDOW);
+    if req.from.saturating_add(req.size) > window {
+        return Err(EngineError::illegal_argument(format!(
+            "Result window is too large, from + size must be less than or equal to: [{window}] but was [{}]. See the scroll api for a more efficient way to request large data sets. This limit can be set by changing the [index.max_result_window] index level setting.",
+            req.from.saturating_add(req.size)
+        ))
+        .with_index(indices.first().map(|h| h.name().to_string()).unwrap_or_default())
+        .into_search_phase_failure());
+    }
+    let mut ctx = ctx.clone();
+    if let Some(t) = req.timeout {
+        let d = started + t;
+        ctx.deadline = Some(ctx.deadline.map_or(d, |x| x.min(d)));
+    }
+    let mut prepared = Vec::with_capacity(indices.len());
+    for h in indices {
+        let mapping = h.mapping();
+        let qctx = QueryContext {
+            mapping: &mapping,
+            fields: h.fields(),
+            index: h.tantivy(),
+            now_millis,
+            index_name: h.name(),
+        };
+        let query = build_query(&req.query, &qctx).map_err(|e| shard_failure(e, h))?;
+        let mut sort_columns = Vec::new();
+        for spec in &req.sort {
+            if let SortField::Field(name) = &spec.field {
+                let col = match mapping.resolve(name) {
+                    Some(f) => match f.fast_field_name() {
+                        Some(c) => Some((c, f.ty)),
+                        None => {
+                            return Err(shard_failure(
+                                EngineError::illegal_argument(format!(
+                                    "Text fields are not optimised for operations that require per-document field data like aggregations and sorting, so these operations are disabled by default. Please use a keyword field instead. Alternatively, set fielddata=true on [{name}] in order to load field data by uninverting the inverted index. Note that this can use significant memory."
+                                )),
+                                h,
+                            ));
+                        }
+                    },
+                    None => {
+                        if req.sort.iter().any(|_| false) {
+                            None
+                        } else {
+                            return Err(shard_failure(
+                                EngineError::new(
+                                    ErrorCode::QueryShard,
+                                    format!("No mapping found for [{name}] in order to sort on"),
+                                ),
+                                h,
+                            ));
+                        }
+                    }
+                };
+                sort_columns.push(col);
+            } else {
+                sort_columns.push(None);
+            }
+        }
+        let aggs = match &req.aggs {
+            Some(a) => {
+                Some(crate::aggs::prepare(a, &qctx, max_buckets).map_err(|e| shard_failure(e, h))?)
+            }
+            None => None,
+        };
+        prepared.push(Prepared {
+            handle: h.clone(),
+            searcher: h.searcher(),
+            query,
+            sort_columns,
+            aggs,
+        });
+    }
+    let collected = collect(&prepared, req, &ctx)?;
+    let aggregations = match (&req.aggs, prepared.first()) {
+        (Some(_), Some(_)) => Some(finish_aggs(&prepared, &collected)?),
+        (Some(_), None) => Some(json!({})),
+        _ => None,
+    };
+    let _ = &aggregations;
+    render_response(
+        &prepared,
+        req,
+        collected.1,
+        aggregations,
+        started,
+        indices.len(),
+    )
+}
+
+fn shard_failure(e: EngineError, h: &IndexHandle) -> EngineError {
+    let e = if e.index.is_none()
+        && matches!(e.code, ErrorCode::QueryShard | ErrorCode::IllegalArgument)
+    {
+        e.with_index(h.name())
+    } else {
+        e
+    };
+    e.into_search_phase_failure()
+}
+
+type AggFruits = Vec<Option<crate::aggs::AggFruit>>;
+
+fn collect(
+    prepared: &[Prepared],
+    req: &SearchRequest,
+    ctx: &SearchContext,
+) -> Result<(AggFruits, Collected)> {
+    let k = req.from.saturating_add(req.size) as usize;
+    let by_score_only = req.sort.is_empty();
+    let specs: Vec<SortSpec> = if by_score_only {
+        vec![SortSpec {
+            field: SortField::Score,
+            desc: true,
+            missing_first: false,
+        }]
+    } else {
+        req.sort.clone()
+    };
+    let needs_scores = specs.iter().any(|s| s.field == SortField::Score)
+        || req.track_scores
+        || req.min_score.is_some();
+    let mut heap: BinaryHeap<HeapEntry<'_>> = BinaryHeap::with_capacity(k.min(100_000) + 1);
+    let mut total = 0u64;
+    let mut max_score: Option<Score> = None;
+    let mut timed_out = false;
+    let mut fruits = Vec::with_capacity(prepared.len());
+    let mut since_check = 0u32;
+    let mut buf = String::new();
+    'indices: for (ipos, p) in prepared.iter().enumerate() {
+        let enable = if needs_scores {
+            EnableScoring::enabled_from_searcher(&p.searcher)
+        } else {
+            EnableScoring::disabled_from_searcher(&p.searcher)
+        };
+        let weight = p.query.weight(enable).map_err(|e| {
+            shard_failure(
+                EngineError::query_shard(format!("failed to create query: {e}")),
+                &p.handle,
+            )
+        })?;
+        let agg_collector = p.aggs.as_ref().map(|a| a.collector());
+        let mut seg_fruits = Vec::new();
+        for (seg_ord, seg) in p.searcher.segment_readers().iter().enumerate() {
+            if ctx.is_cancelled() {
+                return Err(cancelled());
+            }
+            if ctx.is_past_deadline() {
+                timed_out = true;
+                break 'indices;
+            }
+            let readers = specs
+                .iter()
+                .zip(p.sort_columns.iter().chain(std::iter::repeat(&None)))
+                .map(|(s, col)| match s.field {
+                    SortField::Field(_) => {
+                        FieldReader::open(seg, col.as_ref().map(|(c, _)| c.as_str()))
+                    }
+                    _ => Ok(FieldReader::Missing),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let mut seg_agg = match &agg_collector {
+                Some(c) => Some(
+                    c.for_segment(seg_ord as u32, seg)
+                        .map_err(crate::aggs::classify_error)?,
+                ),
+                None => None,
+            };
+            let mut scorer = weight.scorer(seg, 1.0)?;
+            let alive = seg.alive_bitset();
+            let mut doc = scorer.doc();
+            while doc != TERMINATED {
+                since_check += 1;
+                if since_check >= CHECK_EVERY_DOCS {
+                    since_check = 0;
+                    if ctx.is_cancelled() {
+                        return Err(cancelled());
+                    }
+                    if ctx.is_past_deadline() {
+                        timed_out = true;
+                        if let Some(a) = seg_agg.take() {
+                            seg_fruits.push(tantivy::collector::SegmentCollector::harvest(a));
+                        }
+                        break;
+                    }
+                }
+                if alive.is_none_or(|b| b.is_alive(doc)) {
+                    let score = if needs_scores { scorer.score() } else { 0.0 };
+                    if req.min_score.is_none_or(|m| score >= m) {
+                        total += 1;
+                        if needs_scores {
+                            max_score = Some(max_score.map_or(score, |m: Score| m.max(score)));
+                        }
+                        if let Some(a) = seg_agg.as_mut() {
+                            tantivy::collector::SegmentCollector::collect(a, doc, score);
+                        }
+                        if k > 0 {
+                            let keys = specs
+                                .iter()
+                                .zip(&readers)
+                                .map(|(s, r)| match s.field {
+                                    SortField::Score => SortValue::Num(f64::from(score)),
+                                    SortField::Doc => SortValue::Num(doc as f64),
+                                    SortField::Field(_) => r.value(doc, s.desc, &mut buf),
+                                })
+                                .collect();
+                            let c = Candidate {
+                                keys,
+                                score,
+                                at: (ipos, seg_ord as u32, doc),
+                            };
+                            if heap.len() < k {
+                                heap.push(HeapEntry { c, specs: &specs });
+                            } else if let Some(worst) = heap.peek() {
+                                if cmp_candidates(&specs, &c, &worst.c) == Ordering::Less {
+                                    heap.pop();
+                                    heap.push(HeapEntry { c, specs: &specs });
+                                }
+                            }
+                        }
+                    }
+                }
+                doc = scorer.advance();
+            }
+            if let Some(a) = seg_agg.take() {
+                seg_fruits.push(tantivy::collector::SegmentCollector::harvest(a));
+            }
+            if timed_out {
+                break;
+            }
+        }
+        let fruit = match &agg_collector {
+            Some(c) => Some(
+                c.merge_fruits(seg_fruits)
+                    .map_err(crate::aggs::classify_error)?,
+            ),
+            None => None,
+        };
+        fruits.push(fruit);
+        if timed_out {
+            break;
+        }
+    }
+    let mut hits: Vec<Candidate> = heap.into_iter().map(|e| e.c).collect();
+    hits.sort_by(|a, b| cmp_candidates(&specs, a, b));
+    Ok((
+        fruits,
+        Collected {
+            hits,
+            total,
+            max_score,
+            timed_out,
+        },
+    ))
+}
+
+fn cancelled() -> EngineError {
+    EngineError::new(
+        ErrorCode::TaskCancelled,
+        "The parent task was cancelled, shouldn't start any child tasks, cancelled",
+    )
+}
+
+fn finish_aggs(prepared: &[Prepared], collected: &(AggFruits, Collected)) -> Result<Value> {
+    let mut merged: Option<crate::aggs::AggFruit> = None;
+    for f in collected.0.iter().flatten() {
+        merged = Some(match merged {
+            None => f.clone(),
+            Some(m) => crate::aggs::merge(m, f.clone())?,
+        });
+    }
+    let all: Vec<&crate::aggs::PreparedAggs> =
+        prepared.iter().filter_map(|p| p.aggs.as_ref()).collect();
+    let first = all
+        .first()
+        .ok_or_else(|| EngineError::internal("aggregations not prepared"))?;
+    match merged {
+        Some(m) => crate::aggs::finish_all(m, &all),
+        None => crate::aggs::finish_empty(first),
+    }
+}
+
+/// Applies `_source` include/exclude patterns.
+pub fn filter_source(source: &Value, filter: &SourceFilter) -> Value {
+    if filter.includes.is_empty() && filter.excludes.is_empty() {
+        return source.clone();
+    }
+    fn walk(v: &Value, prefix: &str, f: &SourceFilter) -> Option<Value> {
+        match v {
+            Value::Object(m) => {
+                let mut out = Map::new();
+                for (k, child) in m {
+                    let path = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    if f.excludes.iter().any(|p| wildcard_match(p, &path)) {
+                        continue;
+                    }
+                    let included = f.includes.is_empty()
+                        || f.includes.iter().any(|p| {
+                            wildcard_match(p, &path)
+                                || wildcard_match(&format!("{p}.*"), &path)
+                                || p == &path
+                        });
+                    if included && !child.is_object() {
+                        out.insert(k.clone(), child.clone());
+                        continue;
+                    }
+                    let is_prefix = f
+                        .includes
+                        .iter()
+                        .any(|p| p.starts_with(&format!("{path}.")) || p.starts_with('*'));
+                    if child.is_object() && (included || is_prefix) {
+                        let sub = if included && f.excludes.is_empty() {
+                            Some(child.clone())
+                        } else {
+                            walk(child, &path, f)
+                        };
+                        if let Some(sub) = sub {
+                            if included || sub.as_object().is_some_and(|o| !o.is_empty()) {
+                                out.insert(k.clone(), sub);
+                            }
+                        }
+                    }
+                }
+                Some(Value::Object(out))
+            }
+            other => Some(other.clone()),
+        }
+    }
+    walk(source, "", filter).unwrap_or(Value::Null)
+}
+
+fn render_sort_value(v: &SortValue, spec: &SortSpec, ty: Option<FieldType>) -> Value {
+    match v {
+        SortValue::Missing => {
+            // OpenSearch renders the missing sentinel of the sort direction.
+            if spec.desc {
+                json!(i64::MIN)
+            } else {
+                json!(i64::MAX)
+            }
+        }
+        SortValue::Str(s) => json!(s),
+        SortValue::Num(n) => match (ty, &spec.field) {
+            (_, SortField::Doc) => json!(*n as i64),
+            (Some(t), _) if t.is_integer() || t == FieldType::Date => json!(*n as i64),
+            (Some(FieldType::Boolean), _) => json!(*n != 0.0),
+            _ => json!(n),
+        },
+    }
+}
+
+fn render_response(
+    prepared: &[Prepared],
+    req: &SearchRequest,
+    collected: Collected,
+    aggregations: Option<Value>,
+    started: Instant,
+    num_indices: usize,
+) -> Result<Value> {
+    let scores_shown = req.sort.is_empty()
+        || req.track_scores
+        || req.sort.iter().any(|s| s.field == SortField::Score);
+    let mut hits_json = Vec::new();
+    for c in collected.hits.iter().skip(req.from as usize) {
+        let p = &prepared[c.at.0];
+        let stored = p
+            .handle
+            .load_doc(&p.searcher, DocAddress::new(c.at.1, c.at.2))?;
+        let mut hit = Map::new();
+        hit.insert("_index".into(), json!(p.handle.name()));
+        hit.insert("_id".into(), json!(stored.id));
+        hit.insert(
+            "_score".into(),
+            if scores_shown {
+                json!(c.score)
+            } else {
+                Value::Null
+            },
+        );
+        if !req.source.disabled {
+            hit.insert("_source".into(), filter_source(&stored.source, &req.source));
+        }
+        if !req.sort.is_empty() {
+            let sort_vals: Vec<Value> = req
+                .sort
+                .iter()
+                .enumerate()
+                .map(|(i, spec)| {
+                    render_sort_value(
+                        &c.keys[i],
+                        spec,
+                        p.sort_columns
+                            .get(i)
+                            .and_then(|c| c.as_ref().map(|(_, t)| *t)),
+                    )
+                })
+                .collect();
+            hit.insert("sort".into(), Value::Array(sort_vals));
+        }
+        hits_json.push(Value::Object(hit));
+    }
+    let mut hits = Map::new();
+    match req.track_total_hits {
+        TrackTotalHits::Off => {}
+        TrackTotalHits::Exact => {
+            hits.insert(
+                "total".into(),
+                json!({"value": collected.total, "relation": "eq"}),
+            );
+        }
+        TrackTotalHits::UpTo(n) => {
+            if collected.total > n {
+                hits.insert("total".into(), json!({"value": n, "relation": "gte"}));
+            } else {
+                hits.insert(
+                    "total".into(),
+                    json!({"value": collected.total, "relation": "eq"}),
+                );
+            }
+        }
+    }
+    hits.insert(
+        "max_score".into(),
+        if scores_shown {
+            collected.max_score.map_or(Value::Null, |s| json!(s))
+        } else {
+            Value::Null
+        },
+    );
+    hits.insert("hits".into(), Value::Array(hits_json));
+    let shards: u64 = prepared
+        .iter()
+        .map(|p| p.handle.number_of_shards())
+        .sum::<u64>()
+        .max(num_indices as u64 * 0);
+    let mut out = Map::new();
+    out.insert("took".into(), json!(started.elapsed().as_millis() as u64));
+    out.insert("timed_out".into(), json!(collected.timed_out));
+    out.insert(
+        "_shards".into(),
+        json!({"total": shards, "successful": shards, "skipped": 0, "failed": 0}),
+    );
+    out.insert("hits".into(), Value::Object(hits));
+    if let Some(a) = aggregations {
+        out.insert("aggregations".into(), a);
+    }
+    Ok(Value::Object(out))
+}
+
+/// Counts the documents matching a query (`_count`).
+pub fn count(
+    indices: &[Arc<IndexHandle>],
+    query: &Value,
+    ctx: &SearchContext,
+    now_millis: i64,
+) -> Result<u64> {
+    let req = SearchRequest {
+        query: query.clone(),
+        size: 0,
+        track_total_hits: TrackTotalHits::Exact,
+        ..SearchRequest::default()
+    };
+    let v = execute(indices, &req, ctx, now_millis, Instant::now(), None)?;
+    Ok(v["hits"]["total"]["value"].as_u64().unwrap_or(0))
+}

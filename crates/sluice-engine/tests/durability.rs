@@ -1,0 +1,158 @@
+//! Durability: acknowledged writes survive a crash (no commit) through translog replay, and a
+//! failed write never disturbs the others.
+
+use serde_json::json;
+use sluice_engine::index::{DocOp, OpType};
+use sluice_engine::{Engine, SearchContext};
+
+fn put(id: &str, source: serde_json::Value) -> DocOp {
+    DocOp::Index {
+        id: Some(id.to_string()),
+        source,
+        op_type: OpType::Index,
+    }
+}
+
+#[test]
+fn test_unrefreshed_writes_are_replayed_after_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let engine = Engine::open(dir.path()).unwrap();
+        let results = engine.bulk(vec![
+            ("logs".into(), put("1", json!({"msg": "one", "n": 1}))),
+            ("logs".into(), put("2", json!({"msg": "two", "n": 2}))),
+            ("logs".into(), DocOp::Delete { id: "1".into() }),
+            (
+                "logs".into(),
+                put("3", json!({"msg": "three", "extra": "new field"})),
+            ),
+        ]);
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        // Dropped without a refresh or flush: tantivy discards uncommitted documents, as a
+        // crash would; only the translog has them.
+    }
+    let engine = Engine::open(dir.path()).unwrap();
+    let h = engine.index("logs").expect("index survives");
+    assert!(h.get("1").unwrap().is_none(), "delete replayed");
+    assert_eq!(h.get("2").unwrap().unwrap().source["msg"], "two");
+    assert_eq!(h.get("3").unwrap().unwrap().version, 1);
+    assert!(
+        h.mapping().resolve("extra.keyword").is_some(),
+        "dynamic mapping kept"
+    );
+    let resp = engine
+        .search(
+            "logs",
+            &json!({"query": {"match_all": {}}}),
+            &SearchContext::default(),
+        )
+        .unwrap();
+    assert_eq!(resp["hits"]["total"]["value"], 2, "{resp}");
+    // A second restart replays nothing twice.
+    drop(h);
+    drop(engine);
+    let engine = Engine::open(dir.path()).unwrap();
+    let resp = engine
+        .search("logs", &json!({}), &SearchContext::default())
+        .unwrap();
+    assert_eq!(resp["hits"]["total"]["value"], 2, "{resp}");
+    assert_eq!(
+        engine
+            .index("logs")
+            .unwrap()
+            .get("2")
+            .unwrap()
+            .unwrap()
+            .seq_no,
+        1
+    );
+}
+
+#[test]
+fn test_failed_bulk_item_leaves_others_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path()).unwrap();
+    engine
+        .create_index(
+            "t",
+            &json!({"mappings": {"properties": {"n": {"type": "integer"}}}}),
+        )
+        .unwrap();
+    let results = engine.bulk(vec![
+        ("t".into(), put("a", json!({"n": 1}))),
+        ("t".into(), put("b", json!({"n": "not a number"}))),
+        (
+            "t".into(),
+            DocOp::Index {
+                id: Some("a".into()),
+                source: json!({"n": 5}),
+                op_type: OpType::Create,
+            },
+        ),
+        ("t".into(), put("c", json!({"n": 3}))),
+    ]);
+    assert!(results[0].is_ok());
+    assert_eq!(
+        results[1].as_ref().unwrap_err().code,
+        sluice_engine::ErrorCode::MapperParsing
+    );
+    assert_eq!(
+        results[2].as_ref().unwrap_err().code,
+        sluice_engine::ErrorCode::VersionConflict
+    );
+    assert!(results[3].is_ok());
+    engine.refresh("t").unwrap();
+    let resp = engine
+        .search(
+            "t",
+            &json!({"sort": [{"n": "asc"}]}),
+            &SearchContext::default(),
+        )
+        .unwrap();
+    let ids: Vec<&str> = resp["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["a", "c"]);
+    assert_eq!(resp["hits"]["hits"][0]["_source"], json!({"n": 1}));
+}
+
+#[test]
+fn test_cancelled_search_stops_with_task_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path()).unwrap();
+    let ops = (0..10_000)
+        .map(|i| ("big".to_string(), put(&i.to_string(), json!({"n": i}))))
+        .collect();
+    assert!(engine.bulk(ops).iter().all(Result::is_ok));
+    engine.refresh("big").unwrap();
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let ctx = SearchContext {
+        cancelled: Some(flag),
+        deadline: None,
+    };
+    let err = engine.search("big", &json!({}), &ctx).unwrap_err();
+    assert_eq!(err.code, sluice_engine::ErrorCode::TaskCancelled);
+}
+
+#[test]
+fn test_search_past_deadline_returns_partial_results_timed_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path()).unwrap();
+    let ops = (0..20_000)
+        .map(|i| ("big".to_string(), put(&i.to_string(), json!({"n": i}))))
+        .collect();
+    assert!(engine.bulk(ops).iter().all(Result::is_ok));
+    engine.refresh("big").unwrap();
+    let ctx = SearchContext {
+        cancelled: None,
+        deadline: Some(std::time::Instant::now()),
+    };
+    let resp = engine
+        .search("big", &json!({"track_total_hits": true}), &ctx)
+        .unwrap();
+    assert_eq!(resp["timed_out"], true, "{resp}");
+    assert!(resp["hits"]["total"]["value"].as_u64().unwrap() < 20_000);
+}

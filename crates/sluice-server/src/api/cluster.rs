@@ -1,0 +1,80 @@
+//! `GET /` and `GET /_cluster/health`.
+
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::{Params, reply};
+use crate::state::AppState;
+
+/// The OpenSearch version sluice reports, so clients that check it accept the node.
+pub const OPENSEARCH_COMPAT_VERSION: &str = "3.3.0";
+/// The Lucene version of that OpenSearch release, for clients that print it.
+const LUCENE_VERSION: &str = "10.3.1";
+
+/// `GET /`: node name, cluster name and uuid, version and tagline.
+pub async fn root(State(st): State<Arc<AppState>>, Query(params): Query<Params>) -> Response {
+    let body = json!({
+        "name": st.config.node_name,
+        "cluster_name": st.config.cluster_name,
+        "cluster_uuid": st.identity.cluster_uuid,
+        "version": {
+            "distribution": "opensearch",
+            "number": OPENSEARCH_COMPAT_VERSION,
+            "build_type": "sluice",
+            "build_hash": env!("CARGO_PKG_VERSION"),
+            "build_date": "2026-11-30T00:00:00.000000Z",
+            "build_snapshot": false,
+            "lucene_version": LUCENE_VERSION,
+            "minimum_wire_compatibility_version": "2.19.0",
+            "minimum_index_compatibility_version": "2.0.0"
+        },
+        "tagline": "The OpenSearch Project: https://opensearch.org/"
+    });
+    reply(StatusCode::OK, body, &params)
+}
+
+/// `HEAD /`: 200 when the node is up.
+pub async fn root_head() -> Response {
+    StatusCode::OK.into_response()
+}
+
+/// `GET /_cluster/health`: one node; yellow when an index wants replicas it cannot have.
+pub async fn health(State(st): State<Arc<AppState>>, Query(params): Query<Params>) -> Response {
+    let indices = st.engine.all_indices();
+    let primaries: u64 = indices.iter().map(|h| h.number_of_shards()).sum();
+    let unassigned: u64 = indices
+        .iter()
+        .map(|h| h.number_of_shards() * h.setting_u64("index.number_of_replicas", 1))
+        .sum();
+    let status = if unassigned > 0 { "yellow" } else { "green" };
+    let total = primaries + unassigned;
+    let pct = if total == 0 {
+        100.0
+    } else {
+        primaries as f64 * 100.0 / total as f64
+    };
+    let body = json!({
+        "cluster_name": st.config.cluster_name,
+        "status": status,
+        "timed_out": false,
+        "number_of_nodes": 1,
+        "number_of_data_nodes": 1,
+        "discovered_master": true,
+        "discovered_cluster_manager": true,
+        "active_primary_shards": primaries,
+        "active_shards": primaries,
+        "relocating_shards": 0,
+        "initializing_shards": 0,
+        "unassigned_shards": unassigned,
+        "delayed_unassigned_shards": 0,
+        "number_of_pending_tasks": 0,
+        "number_of_in_flight_fetch": 0,
+        "task_max_waiting_in_queue_millis": 0,
+        "active_shards_percent_as_number": pct
+    });
+    reply(StatusCode::OK, body, &params)
+}

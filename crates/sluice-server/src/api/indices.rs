@@ -1,0 +1,273 @@
+//! Index APIs: create, delete, exists, get, mappings, settings, refresh, `_cat/indices`.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+use sluice_engine::index::render_settings;
+use sluice_engine::mapping::Mapping;
+
+use super::{Body, Params, blocking, reply};
+use crate::error::ApiResult;
+use crate::state::AppState;
+
+/// `PUT /{index}`.
+pub async fn create_index(
+    State(st): State<Arc<AppState>>,
+    Path(index): Path<String>,
+    Query(params): Query<Params>,
+    body: Body,
+) -> ApiResult<Response> {
+    let body = body.json()?.unwrap_or(Value::Null);
+    let engine = st.engine.clone();
+    let name = index.clone();
+    blocking(move || engine.create_index(&name, &body).map(|_| ())).await?;
+    Ok(reply(
+        StatusCode::OK,
+        json!({"acknowledged": true, "shards_acknowledged": true, "index": index}),
+        &params,
+    ))
+}
+
+/// `DELETE /{index}`.
+pub async fn delete_index(
+    State(st): State<Arc<AppState>>,
+    Path(index): Path<String>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    let engine = st.engine.clone();
+    blocking(move || engine.delete_indices(&index)).await?;
+    Ok(reply(
+        StatusCode::OK,
+        json!({"acknowledged": true}),
+        &params,
+    ))
+}
+
+/// `HEAD /{index}`: 200 or 404, no body.
+pub async fn head_index(State(st): State<Arc<AppState>>, Path(index): Path<String>) -> Response {
+    match st.engine.resolve(&index) {
+        Ok(v) if !v.is_empty() => StatusCode::OK.into_response(),
+        _ => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// `GET /{index}`: aliases, mappings and settings of each index.
+pub async fn get_index(
+    State(st): State<Arc<AppState>>,
+    Path(index): Path<String>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    let mut out = Map::new();
+    for h in st.engine.resolve(&index)? {
+        out.insert(
+            h.name().to_string(),
+            json!({"aliases": {}, "mappings": h.mapping().render(), "settings": render_settings(&h)}),
+        );
+    }
+    Ok(reply(StatusCode::OK, Value::Object(out), &params))
+}
+
+/// `GET /{index}/_mapping`.
+pub async fn get_mapping(
+    State(st): State<Arc<AppState>>,
+    Path(index): Path<String>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    mapping_of(&st, &index, &params)
+}
+
+/// `GET /_mapping`.
+pub async fn get_mapping_all(
+    State(st): State<Arc<AppState>>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    mapping_of(&st, "_all", &params)
+}
+
+fn mapping_of(st: &AppState, expr: &str, params: &Params) -> ApiResult<Response> {
+    let mut out = Map::new();
+    for h in st.engine.resolve(expr)? {
+        out.insert(
+            h.name().to_string(),
+            json!({"mappings": h.mapping().render()}),
+        );
+    }
+    Ok(reply(StatusCode::OK, Value::Object(out), params))
+}
+
+/// `PUT /{index}/_mapping`: adds fields; changing a field's type is a 400.
+pub async fn put_mapping(
+    State(st): State<Arc<AppState>>,
+    Path(index): Path<String>,
+    Query(params): Query<Params>,
+    body: Body,
+) -> ApiResult<Response> {
+    let body = body.json()?.ok_or_else(|| {
+        sluice_engine::EngineError::new(
+            sluice_engine::ErrorCode::ActionRequestValidation,
+            "Validation Failed: 1: mapping source is empty;",
+        )
+    })?;
+    let update = Mapping::parse(&body)?;
+    let targets = st.engine.resolve(&index)?;
+    blocking(move || {
+        for h in targets {
+            h.put_mapping(&update)?;
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(reply(
+        StatusCode::OK,
+        json!({"acknowledged": true}),
+        &params,
+    ))
+}
+
+/// `GET /{index}/_settings`.
+pub async fn get_settings(
+    State(st): State<Arc<AppState>>,
+    Path(index): Path<String>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    let mut out = Map::new();
+    for h in st.engine.resolve(&index)? {
+        out.insert(
+            h.name().to_string(),
+            json!({"settings": render_settings(&h)}),
+        );
+    }
+    Ok(reply(StatusCode::OK, Value::Object(out), &params))
+}
+
+/// `POST /{index}/_refresh`.
+pub async fn refresh(
+    State(st): State<Arc<AppState>>,
+    Path(index): Path<String>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    do_refresh(st, index, params).await
+}
+
+/// `POST /_refresh`.
+pub async fn refresh_all(
+    State(st): State<Arc<AppState>>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    do_refresh(st, "_all".to_string(), params).await
+}
+
+async fn do_refresh(st: Arc<AppState>, index: String, params: Params) -> ApiResult<Response> {
+    let engine = st.engine.clone();
+    let n = blocking(move || engine.refresh(&index)).await?;
+    let shards: u64 = n as u64;
+    Ok(reply(
+        StatusCode::OK,
+        json!({"_shards": {"total": shards, "successful": shards, "failed": 0}}),
+        &params,
+    ))
+}
+
+/// `GET /_cat/indices[/{index}]`: text (`?v` adds headers) or `?format=json`.
+pub async fn cat_indices(
+    State(st): State<Arc<AppState>>,
+    index: Option<Path<String>>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    let expr = index.map_or_else(|| "_all".to_string(), |Path(i)| i);
+    let handles = st.engine.resolve(&expr)?;
+    let cols = [
+        "health",
+        "status",
+        "index",
+        "uuid",
+        "pri",
+        "rep",
+        "docs.count",
+        "docs.deleted",
+        "store.size",
+        "pri.store.size",
+    ];
+    let rows: Vec<Vec<String>> = handles
+        .iter()
+        .map(|h| {
+            let rep = h.setting_u64("index.number_of_replicas", 1);
+            let searcher = h.searcher();
+            let deleted: u64 = searcher
+                .segment_readers()
+                .iter()
+                .map(|s| u64::from(s.num_deleted_docs()))
+                .sum();
+            let size = human_bytes(h.size_in_bytes());
+            vec![
+                if rep > 0 { "yellow" } else { "green" }.to_string(),
+                "open".to_string(),
+                h.name().to_string(),
+                h.uuid().to_string(),
+                h.number_of_shards().to_string(),
+                rep.to_string(),
+                searcher.num_docs().to_string(),
+                deleted.to_string(),
+                size.clone(),
+                size,
+            ]
+        })
+        .collect();
+    if params.get("format").map(String::as_str) == Some("json") {
+        let arr: Vec<Value> = rows
+            .iter()
+            .map(|r| {
+                Value::Object(
+                    cols.iter()
+                        .zip(r)
+                        .map(|(c, v)| ((*c).to_string(), json!(v)))
+                        .collect(),
+                )
+            })
+            .collect();
+        return Ok(reply(StatusCode::OK, Value::Array(arr), &params));
+    }
+    let verbose = params.get("v").is_some_and(|v| v.is_empty() || v == "true");
+    let mut table: Vec<Vec<String>> = Vec::new();
+    if verbose {
+        table.push(cols.iter().map(|c| (*c).to_string()).collect());
+    }
+    table.extend(rows);
+    let widths: Vec<usize> = (0..cols.len())
+        .map(|i| table.iter().map(|r| r[i].len()).max().unwrap_or(0))
+        .collect();
+    let mut text = String::new();
+    for row in &table {
+        let line: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(i, v)| format!("{v:<w$}", w = widths[i]))
+            .collect();
+        text.push_str(line.join(" ").trim_end());
+        text.push('\n');
+    }
+    let mut resp = (StatusCode::OK, text).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=UTF-8"),
+    );
+    Ok(resp)
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["b", "kb", "mb", "gb", "tb"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n}b")
+    } else {
+        format!("{v:.1}{}", UNITS[u])
+    }
+}

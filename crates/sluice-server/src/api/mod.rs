@@ -1,0 +1,214 @@
+//! The OpenSearch-compatible HTTP API: one module per area, each parsing the request, calling
+//! the engine (on the blocking pool for anything that touches an index) and shaping the
+//! response as OpenSearch does.
+
+pub mod cluster;
+pub mod docs;
+pub mod indices;
+pub mod search;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::Value;
+use sluice_engine::{EngineError, ErrorCode};
+
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+
+/// Query-string parameters of a request.
+pub type Params = HashMap<String, String>;
+
+/// Serializes `body` as the response, pretty when the client asked `?pretty`.
+pub fn json_response(status: StatusCode, body: &Value, pretty: bool) -> Response {
+    let bytes = if pretty {
+        serde_json::to_vec_pretty(body)
+    } else {
+        serde_json::to_vec(body)
+    }
+    .unwrap_or_default();
+    let mut resp = (status, bytes).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json; charset=UTF-8"),
+    );
+    resp
+}
+
+/// A JSON response honouring `?pretty`.
+pub fn reply(status: StatusCode, body: Value, params: &Params) -> Response {
+    let pretty = params
+        .get("pretty")
+        .is_some_and(|v| v.is_empty() || v == "true");
+    json_response(status, &body, pretty)
+}
+
+/// A request body, read up to `http.max_content_length`.
+pub struct Body(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for Body {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let limit = req
+            .extensions()
+            .get::<BodyLimit>()
+            .map_or(u64::MAX, |l| l.0);
+        match Bytes::from_request(req, state).await {
+            Ok(b) => Ok(Body(b)),
+            Err(rej) if rej.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(ApiError::TooLarge { limit })
+            }
+            Err(rej) => Err(ApiError::Engine(EngineError::parsing(format!(
+                "failed to read request body: {rej}"
+            )))),
+        }
+    }
+}
+
+/// The configured body limit, put in request extensions so errors can name it.
+#[derive(Clone, Copy)]
+pub struct BodyLimit(pub u64);
+
+impl Body {
+    /// The body parsed as JSON; `None` when empty.
+    pub fn json(&self) -> ApiResult<Option<Value>> {
+        parse_json(&self.0)
+    }
+}
+
+/// Parses a JSON request body; empty or whitespace is `None`; malformed JSON is a 400
+/// `x_content_parse_exception` saying where.
+pub fn parse_json(bytes: &[u8]) -> ApiResult<Option<Value>> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    serde_json::from_slice(bytes).map(Some).map_err(|e| {
+        ApiError::Engine(EngineError::new(
+            ErrorCode::XContentParse,
+            format!(
+                "[{}:{}] failed to parse request body as JSON: {e}",
+                e.line(),
+                e.column()
+            ),
+        ))
+    })
+}
+
+/// Runs blocking engine work off the async threads; a panic in it becomes a 500 for this
+/// request only.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, EngineError> + Send + 'static,
+) -> ApiResult<T> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(ApiError::Engine),
+        Err(e) => Err(ApiError::Engine(EngineError::internal(format!(
+            "request handler failed: {e}"
+        )))),
+    }
+}
+
+/// Runs search work on the node's bounded search pool; a full pool answers 429
+/// `rejected_execution_exception`.
+pub async fn on_search_pool<T: Send + 'static>(
+    st: &AppState,
+    f: impl FnOnce() -> Result<T, EngineError> + Send + 'static,
+) -> ApiResult<T> {
+    let rx = st
+        .search_pool
+        .submit(f)
+        .map_err(|r| ApiError::Engine(EngineError::new(ErrorCode::RejectedExecution, r.reason)))?;
+    match rx.await {
+        Ok(Ok(r)) => r.map_err(ApiError::Engine),
+        Ok(Err(p)) => Err(ApiError::Engine(EngineError::internal(format!(
+            "search failed: {}",
+            p.0
+        )))),
+        Err(_) => Err(ApiError::Engine(EngineError::internal(
+            "search pool stopped",
+        ))),
+    }
+}
+
+/// Builds the router of every API route.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/", get(cluster::root).head(cluster::root_head))
+        .route("/_cluster/health", get(cluster::health))
+        .route("/_cluster/health/{index}", get(cluster::health))
+        .route("/_cat/indices", get(indices::cat_indices))
+        .route("/_cat/indices/{index}", get(indices::cat_indices))
+        .route("/_bulk", post(docs::bulk).put(docs::bulk))
+        .route(
+            "/_refresh",
+            post(indices::refresh_all).get(indices::refresh_all),
+        )
+        .route("/_search", get(search::search_all).post(search::search_all))
+        .route("/_count", get(search::count_all).post(search::count_all))
+        .route("/_mapping", get(indices::get_mapping_all))
+        .route(
+            "/{index}",
+            get(indices::get_index)
+                .put(indices::create_index)
+                .delete(indices::delete_index)
+                .head(indices::head_index),
+        )
+        .route(
+            "/{index}/_mapping",
+            get(indices::get_mapping)
+                .put(indices::put_mapping)
+                .post(indices::put_mapping),
+        )
+        .route("/{index}/_settings", get(indices::get_settings))
+        .route(
+            "/{index}/_refresh",
+            post(indices::refresh).get(indices::refresh),
+        )
+        .route(
+            "/{index}/_bulk",
+            post(docs::bulk_index).put(docs::bulk_index),
+        )
+        .route("/{index}/_doc", post(docs::index_auto_id))
+        .route(
+            "/{index}/_doc/{id}",
+            get(docs::get_doc)
+                .put(docs::index_with_id)
+                .post(docs::index_with_id)
+                .delete(docs::delete_doc)
+                .head(docs::head_doc),
+        )
+        .route(
+            "/{index}/_create/{id}",
+            put(docs::create_with_id).post(docs::create_with_id),
+        )
+        .route("/{index}/_update/{id}", post(docs::update_doc))
+        .route("/{index}/_search", get(search::search).post(search::search))
+        .route("/{index}/_count", get(search::count).post(search::count))
+        .fallback(no_handler)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+use axum::routing::put;
+
+async fn no_handler(method: Method, uri: Uri) -> ApiError {
+    ApiError::NoHandler {
+        status: StatusCode::BAD_REQUEST,
+        message: format!("no handler found for uri [{uri}] and method [{method}]"),
+        allow: None,
+    }
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::NoHandler {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        message: format!("Incorrect HTTP method for uri [{uri}] and method [{method}]"),
+        allow: None,
+    }
+}

@@ -1,0 +1,107 @@
+//! `_search` and `_count`.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::{Value, json};
+use sluice_engine::{EngineError, SearchContext, SearchRequest};
+
+use super::{Body, Params, on_search_pool, reply};
+use crate::error::ApiResult;
+use crate::state::AppState;
+
+/// `GET|POST /{index}/_search`.
+pub async fn search(
+    State(st): State<Arc<AppState>>,
+    Path(index): Path<String>,
+    Query(params): Query<Params>,
+    body: Body,
+) -> ApiResult<Response> {
+    run_search(st, index, params, body).await
+}
+
+/// `GET|POST /_search`.
+pub async fn search_all(
+    State(st): State<Arc<AppState>>,
+    Query(params): Query<Params>,
+    body: Body,
+) -> ApiResult<Response> {
+    run_search(st, "_all".to_string(), params, body).await
+}
+
+async fn run_search(
+    st: Arc<AppState>,
+    index: String,
+    params: Params,
+    body: Body,
+) -> ApiResult<Response> {
+    let body = body.json()?;
+    let req = SearchRequest::parse(body.as_ref(), &params)?;
+    let engine = st.engine.clone();
+    let ctx = SearchContext::default();
+    let resp = on_search_pool(&st, move || engine.search_request(&index, &req, &ctx)).await?;
+    Ok(reply(StatusCode::OK, resp, &params))
+}
+
+/// `GET|POST /{index}/_count`.
+pub async fn count(
+    State(st): State<Arc<AppState>>,
+    Path(index): Path<String>,
+    Query(params): Query<Params>,
+    body: Body,
+) -> ApiResult<Response> {
+    run_count(st, index, params, body).await
+}
+
+/// `GET|POST /_count`.
+pub async fn count_all(
+    State(st): State<Arc<AppState>>,
+    Query(params): Query<Params>,
+    body: Body,
+) -> ApiResult<Response> {
+    run_count(st, "_all".to_string(), params, body).await
+}
+
+async fn run_count(
+    st: Arc<AppState>,
+    index: String,
+    params: Params,
+    body: Body,
+) -> ApiResult<Response> {
+    let mut query = json!({"match_all": {}});
+    if let Some(b) = body.json()? {
+        let obj = b
+            .as_object()
+            .ok_or_else(|| EngineError::parsing("request body must be a JSON object"))?;
+        for (k, v) in obj {
+            match k.as_str() {
+                "query" => query = v.clone(),
+                other => {
+                    return Err(EngineError::parsing(format!(
+                        "request does not support [{other}]"
+                    ))
+                    .into());
+                }
+            }
+        }
+    }
+    if params.contains_key("q") {
+        query = SearchRequest::parse(None, &params)?.query;
+    }
+    let engine = st.engine.clone();
+    let ctx = SearchContext::default();
+    let (n, shards) = on_search_pool(&st, move || {
+        let n = engine.count(&index, &query, &ctx)?;
+        let shards: u64 = engine
+            .resolve(&index)?
+            .iter()
+            .map(|h| h.number_of_shards())
+            .sum();
+        Ok((n, shards))
+    })
+    .await?;
+    let body: Value = json!({"count": n, "_shards": {"total": shards, "successful": shards, "skipped": 0, "failed": 0}});
+    Ok(reply(StatusCode::OK, body, &params))
+}

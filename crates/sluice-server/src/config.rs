@@ -1,0 +1,359 @@
+//! Node configuration: `config/sluice.yml`, then `SLUICE_*` environment variables, then
+//! `-E key=value` flags, later sources overriding earlier ones, with OpenSearch-style dotted keys.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+/// Setting keys the node reads; each is also the name users write.
+pub mod keys {
+    /// Address the HTTP server binds.
+    pub const HTTP_HOST: &str = "http.host";
+    /// Port the HTTP server binds; 0 picks a free one.
+    pub const HTTP_PORT: &str = "http.port";
+    /// Largest request body accepted.
+    pub const HTTP_MAX_CONTENT_LENGTH: &str = "http.max_content_length";
+    /// Folder holding indices and node state.
+    pub const PATH_DATA: &str = "path.data";
+    /// This node's name.
+    pub const NODE_NAME: &str = "node.name";
+    /// The cluster's name.
+    pub const CLUSTER_NAME: &str = "cluster.name";
+}
+
+/// Every key accepted in the config file, env and flags.
+const KNOWN_KEYS: &[&str] = &[
+    keys::HTTP_HOST,
+    keys::HTTP_PORT,
+    keys::HTTP_MAX_CONTENT_LENGTH,
+    keys::PATH_DATA,
+    keys::NODE_NAME,
+    keys::CLUSTER_NAME,
+];
+
+/// The default config file, relative to the working directory.
+pub const DEFAULT_CONFIG_FILE: &str = "config/sluice.yml";
+/// OpenSearch's default `http.max_content_length`: 100mb.
+const DEFAULT_MAX_CONTENT_LENGTH: u64 = 100 * 1024 * 1024;
+
+/// The validated node configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `http.host`.
+    pub http_host: IpAddr,
+    /// `http.port`.
+    pub http_port: u16,
+    /// `http.max_content_length`, bytes.
+    pub max_content_length: u64,
+    /// `path.data`.
+    pub data_path: PathBuf,
+    /// `node.name`.
+    pub node_name: String,
+    /// `cluster.name`.
+    pub cluster_name: String,
+}
+
+/// A configuration error: which key, what was wrong, what is accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A value that does not parse.
+    #[error("invalid value [{value}] for setting [{key}] (from {source_name}): {expected}")]
+    InvalidValue {
+        key: String,
+        value: String,
+        source_name: String,
+        expected: String,
+    },
+    /// A key sluice does not know.
+    #[error("unknown setting [{key}] (from {source_name}); known settings are: {}", KNOWN_KEYS.join(", "))]
+    UnknownKey { key: String, source_name: String },
+    /// A config file that cannot be read or parsed.
+    #[error("cannot read config file {path}: {reason}")]
+    File { path: String, reason: String },
+    /// A `-E` flag without `=`.
+    #[error("malformed -E flag [{0}]: expected -E key=value, e.g. -E http.port=9201")]
+    Flag(String),
+}
+
+fn flatten_yaml(
+    prefix: &str,
+    v: &serde_yaml_ng::Value,
+    out: &mut Vec<(String, String)>,
+) -> Result<(), String> {
+    use serde_yaml_ng::Value as Y;
+    match v {
+        Y::Mapping(m) => {
+            for (k, child) in m {
+                let k = match k {
+                    Y::String(s) => s.clone(),
+                    other => serde_yaml_ng::to_string(other)
+                        .map_err(|e| e.to_string())?
+                        .trim()
+                        .to_string(),
+                };
+                let key = if prefix.is_empty() {
+                    k
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten_yaml(&key, child, out)?;
+            }
+        }
+        Y::String(s) => out.push((prefix.to_string(), s.clone())),
+        Y::Number(n) => out.push((prefix.to_string(), n.to_string())),
+        Y::Bool(b) => out.push((prefix.to_string(), b.to_string())),
+        Y::Null => {}
+        _ => return Err(format!("setting [{prefix}] must be a single value")),
+    }
+    Ok(())
+}
+
+/// Collects raw settings from the three sources, in override order.
+pub fn gather(
+    config_file: Option<&Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+    flags: &[String],
+) -> Result<BTreeMap<String, (String, String)>, ConfigError> {
+    let mut raw: BTreeMap<String, (String, String)> = BTreeMap::new();
+    let default_file = Path::new(DEFAULT_CONFIG_FILE);
+    let file = match config_file {
+        Some(p) => Some(p.to_path_buf()),
+        None if default_file.exists() => Some(default_file.to_path_buf()),
+        None => None,
+    };
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(&path).map_err(|e| ConfigError::File {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        let yaml: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(&text).map_err(|e| ConfigError::File {
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            })?;
+        let mut flat = Vec::new();
+        if !matches!(yaml, serde_yaml_ng::Value::Null) {
+            flatten_yaml("", &yaml, &mut flat).map_err(|reason| ConfigError::File {
+                path: path.display().to_string(),
+                reason,
+            })?;
+        }
+        let src = path.display().to_string();
+        for (k, v) in flat {
+            check_known(&k, &src)?;
+            raw.insert(k, (v, src.clone()));
+        }
+    }
+    for (name, value) in env {
+        let Some(rest) = name.strip_prefix("SLUICE_") else {
+            continue;
+        };
+        let wanted = rest.to_ascii_lowercase();
+        let key = KNOWN_KEYS
+            .iter()
+            .find(|k| k.replace(['.', '_'], "_") == wanted);
+        match key {
+            Some(k) => {
+                raw.insert((*k).to_string(), (value, format!("env {name}")));
+            }
+            None => {
+                return Err(ConfigError::UnknownKey {
+                    key: name,
+                    source_name: "environment".into(),
+                });
+            }
+        }
+    }
+    for flag in flags {
+        let (k, v) = flag
+            .split_once('=')
+            .ok_or_else(|| ConfigError::Flag(flag.clone()))?;
+        let k = k.trim();
+        check_known(k, "-E flag")?;
+        raw.insert(k.to_string(), (v.to_string(), "-E flag".into()));
+    }
+    Ok(raw)
+}
+
+fn check_known(key: &str, src: &str) -> Result<(), ConfigError> {
+    if KNOWN_KEYS.contains(&key) {
+        Ok(())
+    } else {
+        Err(ConfigError::UnknownKey {
+            key: key.to_string(),
+            source_name: src.to_string(),
+        })
+    }
+}
+
+/// Parses a byte size like `100mb`, `1gb`, `512kb`, `1024b` or a bare number of bytes.
+pub fn parse_byte_size(s: &str) -> Option<u64> {
+    let s = s.trim().to_ascii_lowercase();
+    let digits = s.bytes().take_while(|b| b.is_ascii_digit()).count();
+    let (n, unit) = s.split_at(digits);
+    let n: u64 = n.parse().ok()?;
+    let mult: u64 = match unit.trim() {
+        "" | "b" => 1,
+        "kb" | "k" => 1 << 10,
+        "mb" | "m" => 1 << 20,
+        "gb" | "g" => 1 << 30,
+        "tb" | "t" => 1 << 40,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+fn default_node_name() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "sluice-node".to_string())
+}
+
+impl Config {
+    /// Validates gathered settings into a config.
+    pub fn from_raw(raw: &BTreeMap<String, (String, String)>) -> Result<Config, ConfigError> {
+        let get = |k: &str| raw.get(k).map(|(v, s)| (v.as_str(), s.as_str()));
+        let invalid =
+            |key: &str, value: &str, src: &str, expected: &str| ConfigError::InvalidValue {
+                key: key.to_string(),
+                value: value.to_string(),
+                source_name: src.to_string(),
+                expected: expected.to_string(),
+            };
+        let http_host = match get(keys::HTTP_HOST) {
+            None => IpAddr::from([127, 0, 0, 1]),
+            Some(("localhost", _)) => IpAddr::from([127, 0, 0, 1]),
+            Some((v, s)) => v.parse().map_err(|_| {
+                invalid(
+                    keys::HTTP_HOST,
+                    v,
+                    s,
+                    "expected an IP address such as 127.0.0.1, 0.0.0.0 or ::1, or localhost",
+                )
+            })?,
+        };
+        let http_port = match get(keys::HTTP_PORT) {
+            None => 9200,
+            Some((v, s)) => v.trim().parse::<u16>().map_err(|_| {
+                invalid(
+                    keys::HTTP_PORT,
+                    v,
+                    s,
+                    "expected a port number between 0 and 65535 (0 picks a free port)",
+                )
+            })?,
+        };
+        let max_content_length = match get(keys::HTTP_MAX_CONTENT_LENGTH) {
+            None => DEFAULT_MAX_CONTENT_LENGTH,
+            Some((v, s)) => parse_byte_size(v).filter(|n| *n > 0).ok_or_else(|| {
+                invalid(
+                    keys::HTTP_MAX_CONTENT_LENGTH,
+                    v,
+                    s,
+                    "expected a positive byte size such as 100mb, 512kb or 1gb",
+                )
+            })?,
+        };
+        let data_path = match get(keys::PATH_DATA) {
+            None => PathBuf::from("data"),
+            Some((v, s)) if v.trim().is_empty() => {
+                return Err(invalid(keys::PATH_DATA, v, s, "expected a directory path"));
+            }
+            Some((v, _)) => PathBuf::from(v),
+        };
+        let name_setting = |key: &str, default: String| -> Result<String, ConfigError> {
+            match get(key) {
+                None => Ok(default),
+                Some((v, s)) if v.trim().is_empty() || v.contains(':') => {
+                    Err(invalid(key, v, s, "expected a non-empty name without ':'"))
+                }
+                Some((v, _)) => Ok(v.to_string()),
+            }
+        };
+        Ok(Config {
+            http_host,
+            http_port,
+            max_content_length,
+            data_path,
+            node_name: name_setting(keys::NODE_NAME, default_node_name())?,
+            cluster_name: name_setting(keys::CLUSTER_NAME, "sluice".to_string())?,
+        })
+    }
+
+    /// Loads the configuration from file, the process environment and flags.
+    pub fn load(config_file: Option<&Path>, flags: &[String]) -> Result<Config, ConfigError> {
+        let raw = gather(config_file, std::env::vars(), flags)?;
+        Config::from_raw(&raw)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(
+        file: Option<&str>,
+        env: &[(&str, &str)],
+        flags: &[&str],
+    ) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sluice.yml");
+        if let Some(text) = file {
+            std::fs::write(&path, text).unwrap();
+        }
+        let raw = gather(
+            file.map(|_| path.as_path()),
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+            &flags.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        )?;
+        Config::from_raw(&raw)
+    }
+
+    #[test]
+    fn test_later_sources_override_earlier() {
+        let c = load(
+            Some("http.port: 9300\nnode.name: a\ncluster:\n  name: c1\n"),
+            &[("SLUICE_HTTP_PORT", "9400")],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.http_port, 9400);
+        assert_eq!(c.node_name, "a");
+        assert_eq!(c.cluster_name, "c1");
+        let c = load(
+            Some("http.port: 9300"),
+            &[("SLUICE_HTTP_PORT", "9400")],
+            &["http.port=9500", "path.data=data/n1"],
+        )
+        .unwrap();
+        assert_eq!(c.http_port, 9500);
+        assert_eq!(c.data_path, PathBuf::from("data/n1"));
+    }
+
+    #[test]
+    fn test_bad_value_names_key_and_accepted_values() {
+        let e = load(None, &[], &["http.port=99999"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[http.port]") && e.contains("between 0 and 65535"),
+            "{e}"
+        );
+        let e = load(None, &[], &["http.max_content_length=lots"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("http.max_content_length"), "{e}");
+        let e = load(None, &[], &["http.prot=1"]).unwrap_err().to_string();
+        assert!(e.contains("unknown setting [http.prot]"), "{e}");
+        let e = load(None, &[], &["nonsense"]).unwrap_err().to_string();
+        assert!(e.contains("-E key=value"), "{e}");
+    }
+
+    #[test]
+    fn test_env_with_underscored_key() {
+        let c = load(None, &[("SLUICE_HTTP_MAX_CONTENT_LENGTH", "1kb")], &[]).unwrap();
+        assert_eq!(c.max_content_length, 1024);
+    }
+}

@@ -1,0 +1,13 @@
+//! The sluice node: the OpenSearch-compatible HTTP API over the embedded engine.
+//!
+//! [`config`] gathers settings from the config file, environment and `-E` flags;
+//! [`server::Node`] opens the data folder, binds the port and serves the [`api`] router, whose
+//! handlers parse requests, run engine work on the blocking pool and render OpenSearch-shaped
+//! responses and [`error`]s from shared [`state`].
+
+pub mod api;
+pub mod config;
+pub mod error;
+pub mod pool;
+pub mod server;
+pub mod state;

@@ -1,0 +1,145 @@
+//! Starting and stopping a node: bind, serve, refresh periodically, shut down cleanly.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use sluice_engine::Engine;
+use tower_http::catch_panic::CatchPanicLayer;
+
+use crate::api::{self, BodyLimit};
+use crate::config::Config;
+use crate::pool::{self, SearchPool};
+use crate::state::{AppState, NodeIdentity};
+
+/// How often the refresher looks for indices due a refresh; well under the 1 s default
+/// `refresh_interval` so a refresh is late by at most this much.
+const REFRESH_TICK: Duration = Duration::from_millis(100);
+
+/// A started node, before it serves.
+pub struct Node {
+    /// The bound listener.
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+}
+
+impl Node {
+    /// Opens the data folder and binds the HTTP port.
+    pub async fn start(config: Config) -> anyhow::Result<Node> {
+        std::fs::create_dir_all(&config.data_path).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot create path.data [{}]: {e}",
+                config.data_path.display()
+            )
+        })?;
+        let identity = NodeIdentity::load_or_create(&config.data_path)?;
+        let data = config.data_path.clone();
+        let engine = tokio::task::spawn_blocking(move || Engine::open(&data)).await??;
+        let addr = SocketAddr::new(config.http_host, config.http_port);
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot bind http.host:http.port [{addr}]: {e}"))?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let search_pool = SearchPool::new(
+            "search",
+            pool::default_pool_size(cores),
+            pool::DEFAULT_QUEUE_SIZE,
+        );
+        let state = Arc::new(AppState {
+            config,
+            identity,
+            engine: Arc::new(engine),
+            search_pool,
+        });
+        Ok(Node { listener, state })
+    }
+
+    /// The address the node listens on.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` completes, then drains requests and commits every index.
+    pub async fn serve(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let addr = self.local_addr()?;
+        tracing::info!(
+            node = %self.state.config.node_name,
+            cluster = %self.state.config.cluster_name,
+            "listening on http://{addr}"
+        );
+        let limit = self.state.config.max_content_length;
+        let app = api::router(self.state.clone())
+            .layer(axum::extract::DefaultBodyLimit::max(
+                usize::try_from(limit).unwrap_or(usize::MAX),
+            ))
+            .layer(middleware::from_fn(
+                move |mut req: Request, next: Next| async move {
+                    req.extensions_mut().insert(BodyLimit(limit));
+                    let resp: Response = next.run(req).await;
+                    resp
+                },
+            ))
+            .layer(CatchPanicLayer::custom(panic_response));
+        let engine = self.state.engine.clone();
+        let refresher = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(REFRESH_TICK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let e = engine.clone();
+                let _ = tokio::task::spawn_blocking(move || e.refresh_due()).await;
+            }
+        });
+        axum::serve(
+            self.listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(shutdown)
+        .await?;
+        refresher.abort();
+        let engine = self.state.engine.clone();
+        tokio::task::spawn_blocking(move || engine.flush_all()).await??;
+        tracing::info!("stopped; all indices committed");
+        Ok(())
+    }
+}
+
+fn panic_response(err: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let msg = err
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| err.downcast_ref::<&str>().map(|s| (*s).to_string()))
+        .unwrap_or_else(|| "unknown panic".to_string());
+    tracing::error!(panic = %msg, "request handler panicked");
+    let e = sluice_engine::EngineError::internal(format!("request handler panicked: {msg}"));
+    axum::response::IntoResponse::into_response(crate::error::ApiError::Engine(e))
+}
+
+/// Resolves when the process gets Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown requested");
+}

@@ -1,0 +1,52 @@
+//! The node's shared state, handed to every handler.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use sluice_engine::Engine;
+
+use crate::config::Config;
+use crate::pool::SearchPool;
+
+/// The node's persistent identity, kept in `node.json` in the data folder.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeIdentity {
+    /// The node id, stable across restarts.
+    pub node_id: String,
+    /// The cluster uuid, stable across restarts.
+    pub cluster_uuid: String,
+}
+
+impl NodeIdentity {
+    /// Loads the identity from `data/node.json`, creating it on first start.
+    pub fn load_or_create(data: &Path) -> std::io::Result<NodeIdentity> {
+        let path = data.join("node.json");
+        if let Ok(bytes) = std::fs::read(&path) {
+            if let Ok(id) = serde_json::from_slice(&bytes) {
+                return Ok(id);
+            }
+        }
+        let short = |u: uuid::Uuid| u.simple().to_string()[..22].to_string();
+        let id = NodeIdentity {
+            node_id: short(uuid::Uuid::new_v4()),
+            cluster_uuid: short(uuid::Uuid::new_v4()),
+        };
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&id).unwrap_or_default())?;
+        std::fs::rename(&tmp, &path)?;
+        Ok(id)
+    }
+}
+
+/// Everything a handler may need.
+pub struct AppState {
+    /// The node configuration.
+    pub config: Config,
+    /// The node identity.
+    pub identity: NodeIdentity,
+    /// The embedded engine.
+    pub engine: Arc<Engine>,
+    /// The pool searches run on.
+    pub search_pool: SearchPool,
+}

@@ -1,0 +1,497 @@
+//! Aggregations over HTTP against the hand-made `books` data set: bucket aggregations (terms,
+//! histogram, date_histogram, range), metrics (avg, min, max, sum, value_count, stats,
+//! cardinality), a sub-aggregation, and the errors for unusable fields and unknown types.
+//! Expected buckets and values come from the reference model in `fixtures`.
+
+mod common;
+mod fixtures;
+
+use std::collections::BTreeMap;
+
+use common::{TestNode, assert_error};
+use fixtures::{BOOKS, Book, DAY_MS, iso_millis, load_books, month_start, next_month, now_ms};
+use serde_json::{Value, json};
+
+async fn books_node() -> (TestNode, Vec<Book>) {
+    let node = TestNode::start().await;
+    let books = load_books(&node, now_ms()).await;
+    (node, books)
+}
+
+/// Runs `aggs` (with an optional query) with `size: 0` and returns the `aggregations` object.
+async fn aggs(node: &TestNode, query: Option<Value>, aggs: Value) -> Value {
+    let mut body = json!({"size": 0, "aggs": aggs});
+    if let Some(q) = query {
+        body["query"] = q;
+    }
+    let resp = node.search(BOOKS, body).await;
+    assert_eq!(
+        resp["hits"]["hits"],
+        json!([]),
+        "size 0 returns no hits: {resp}"
+    );
+    resp.get("aggregations")
+        .cloned()
+        .unwrap_or_else(|| panic!("no aggregations in {resp}"))
+}
+
+/// A terms result as OpenSearch renders it for a single index.
+fn terms_result(buckets: Vec<Value>, other: u64) -> Value {
+    json!({"doc_count_error_upper_bound": 0, "sum_other_doc_count": other, "buckets": buckets})
+}
+
+/// Date histogram buckets from the model: every interval from the first to the last non-empty
+/// one, empty ones included (`min_doc_count` 0), keyed by `key_of`, stepped by `next`.
+fn date_buckets(
+    times: &[i64],
+    key_of: impl Fn(i64) -> i64,
+    next: impl Fn(i64) -> i64,
+) -> Vec<Value> {
+    let mut counts: BTreeMap<i64, u64> = BTreeMap::new();
+    for t in times {
+        *counts.entry(key_of(*t)).or_default() += 1;
+    }
+    let (first, last) = (
+        *counts.keys().next().unwrap(),
+        *counts.keys().last().unwrap(),
+    );
+    let mut out = Vec::new();
+    let mut k = first;
+    while k <= last {
+        out.push(json!({"key_as_string": iso_millis(k), "key": k, "doc_count": counts.get(&k).copied().unwrap_or(0)}));
+        k = next(k);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_terms_agg_counts_orders_and_truncates() {
+    let (node, books) = books_node().await;
+    let count = |cat: &str| books.iter().filter(|b| b.category == cat).count() as u64;
+    assert_eq!(
+        (count("fiction"), count("science"), count("history")),
+        (12, 10, 8)
+    );
+
+    let a = aggs(
+        &node,
+        None,
+        json!({"cats": {"terms": {"field": "category"}}}),
+    )
+    .await;
+    assert_eq!(
+        a["cats"],
+        terms_result(
+            vec![
+                json!({"key": "fiction", "doc_count": 12}),
+                json!({"key": "science", "doc_count": 10}),
+                json!({"key": "history", "doc_count": 8}),
+            ],
+            0
+        )
+    );
+
+    let a = aggs(
+        &node,
+        None,
+        json!({"cats": {"terms": {"field": "category", "size": 2}}}),
+    )
+    .await;
+    assert_eq!(
+        a["cats"],
+        terms_result(
+            vec![
+                json!({"key": "fiction", "doc_count": 12}),
+                json!({"key": "science", "doc_count": 10})
+            ],
+            8
+        )
+    );
+
+    let a = aggs(
+        &node,
+        None,
+        json!({"cats": {"terms": {"field": "category", "order": {"_key": "asc"}}}}),
+    )
+    .await;
+    let keys: Vec<&Value> = a["cats"]["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| &b["key"])
+        .collect();
+    assert_eq!(
+        keys,
+        [&json!("fiction"), &json!("history"), &json!("science")],
+        "{a}"
+    );
+
+    let a = aggs(
+        &node,
+        None,
+        json!({"cats": {"terms": {"field": "category", "order": {"_count": "asc"}}}}),
+    )
+    .await;
+    let keys: Vec<&Value> = a["cats"]["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| &b["key"])
+        .collect();
+    assert_eq!(
+        keys,
+        [&json!("history"), &json!("science"), &json!("fiction")],
+        "{a}"
+    );
+
+    // A multi-valued keyword: each value counts; equal counts order by key.
+    let a = aggs(&node, None, json!({"tags": {"terms": {"field": "tags"}}})).await;
+    assert_eq!(
+        a["tags"]["buckets"],
+        json!([{"key": "even", "doc_count": 15}, {"key": "odd", "doc_count": 15}, {"key": "five", "doc_count": 6}])
+    );
+
+    // Numeric keys are numbers.
+    let a = aggs(
+        &node,
+        None,
+        json!({"ratings": {"terms": {"field": "rating"}}}),
+    )
+    .await;
+    assert_eq!(
+        a["ratings"]["buckets"],
+        json!([{"key": 2, "doc_count": 12}, {"key": 5, "doc_count": 12}, {"key": 1, "doc_count": 6}])
+    );
+
+    // Booleans render 1/0 with key_as_string.
+    let a = aggs(
+        &node,
+        None,
+        json!({"stock": {"terms": {"field": "in_stock"}}}),
+    )
+    .await;
+    assert_eq!(
+        a["stock"]["buckets"],
+        json!([{"key": 1, "key_as_string": "true", "doc_count": 23}, {"key": 0, "key_as_string": "false", "doc_count": 7}])
+    );
+
+    // The query narrows what is aggregated.
+    let a = aggs(
+        &node,
+        Some(json!({"range": {"price": {"gte": 50}}})),
+        json!({"cats": {"terms": {"field": "category"}}}),
+    )
+    .await;
+    assert_eq!(
+        a["cats"]["buckets"],
+        json!([{"key": "science", "doc_count": 10}, {"key": "history", "doc_count": 1}])
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_histogram_buckets_numbers_by_interval() {
+    let (node, books) = books_node().await;
+    let a = aggs(
+        &node,
+        None,
+        json!({"prices": {"histogram": {"field": "price", "interval": 25}}}),
+    )
+    .await;
+    assert_eq!(
+        a["prices"],
+        json!({"buckets": [
+            {"key": 0.0, "doc_count": 9},
+            {"key": 25.0, "doc_count": 10},
+            {"key": 50.0, "doc_count": 10},
+            {"key": 75.0, "doc_count": 1}
+        ]})
+    );
+    // On an integer field the keys are still doubles; the model counts per decade.
+    let a = aggs(
+        &node,
+        None,
+        json!({"years": {"histogram": {"field": "year", "interval": 10}}}),
+    )
+    .await;
+    let mut expected = Vec::new();
+    for start in [1990, 2000, 2010, 2020] {
+        let n = books
+            .iter()
+            .filter(|b| b.year >= start && b.year < start + 10)
+            .count();
+        expected.push(json!({"key": start as f64, "doc_count": n}));
+    }
+    assert_eq!(a["years"], json!({"buckets": expected}));
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_date_histogram_fixed_and_calendar_intervals() {
+    let (node, books) = books_node().await;
+    let times: Vec<i64> = books.iter().map(|b| b.published_ms).collect();
+
+    let a = aggs(
+        &node,
+        None,
+        json!({"m": {"date_histogram": {"field": "published", "calendar_interval": "month"}}}),
+    )
+    .await;
+    let expected = date_buckets(&times, month_start, next_month);
+    assert_eq!(expected.len(), 6, "January to June 2024");
+    assert_eq!(a["m"], json!({"buckets": expected}));
+
+    // Fixed intervals are aligned on the epoch.
+    const THIRTY_DAYS: i64 = 30 * DAY_MS;
+    let a = aggs(
+        &node,
+        None,
+        json!({"f": {"date_histogram": {"field": "published", "fixed_interval": "30d"}}}),
+    )
+    .await;
+    let expected = date_buckets(
+        &times,
+        |t| t.div_euclid(THIRTY_DAYS) * THIRTY_DAYS,
+        |k| k + THIRTY_DAYS,
+    );
+    assert_eq!(a["f"], json!({"buckets": expected}));
+
+    // Days in January, empty days included between the first and the last.
+    let january = Some(json!({"range": {"published": {"lt": "2024-02-01"}}}));
+    let a = aggs(
+        &node,
+        january,
+        json!({"d": {"date_histogram": {"field": "published", "calendar_interval": "day"}}}),
+    )
+    .await;
+    let jan: Vec<i64> = times
+        .iter()
+        .copied()
+        .filter(|t| *t < fixtures::JAN_1_2024_MS + 31 * DAY_MS)
+        .collect();
+    assert_eq!(jan.len(), 6);
+    let expected = date_buckets(&jan, |t| t.div_euclid(DAY_MS) * DAY_MS, |k| k + DAY_MS);
+    assert_eq!(expected.len(), 26, "Jan 6 to Jan 31");
+    assert_eq!(a["d"], json!({"buckets": expected}));
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_range_agg_buckets_with_open_ends() {
+    let (node, books) = books_node().await;
+    let a = aggs(
+        &node,
+        None,
+        json!({"p": {"range": {"field": "price", "ranges": [{"to": 20}, {"from": 20, "to": 50}, {"from": 50}]}}}),
+    )
+    .await;
+    let n = |lo: f64, hi: f64| {
+        books
+            .iter()
+            .filter(|b| b.price >= lo && b.price < hi)
+            .count()
+    };
+    assert_eq!(
+        (n(0.0, 20.0), n(20.0, 50.0), n(50.0, f64::MAX)),
+        (7, 12, 11)
+    );
+    assert_eq!(
+        a["p"],
+        json!({"buckets": [
+            {"key": "*-20.0", "to": 20.0, "doc_count": 7},
+            {"key": "20.0-50.0", "from": 20.0, "to": 50.0, "doc_count": 12},
+            {"key": "50.0-*", "from": 50.0, "doc_count": 11}
+        ]})
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_metric_aggs_compute_exact_values() {
+    let (node, books) = books_node().await;
+    let sum: f64 = books.iter().map(|b| b.price).sum();
+    assert_eq!(sum, 1162.5);
+    let a = aggs(
+        &node,
+        None,
+        json!({
+            "avg_price": {"avg": {"field": "price"}},
+            "min_price": {"min": {"field": "price"}},
+            "max_price": {"max": {"field": "price"}},
+            "sum_price": {"sum": {"field": "price"}},
+            "n_price": {"value_count": {"field": "price"}},
+            "n_isbn": {"value_count": {"field": "isbn"}},
+            "price_stats": {"stats": {"field": "price"}},
+            "authors": {"cardinality": {"field": "author"}},
+            "categories": {"cardinality": {"field": "category"}},
+            "max_year": {"max": {"field": "year"}},
+            "min_rating": {"min": {"field": "rating"}}
+        }),
+    )
+    .await;
+    assert_eq!(a["avg_price"], json!({"value": 38.75}));
+    assert_eq!(a["min_price"], json!({"value": 2.5}));
+    assert_eq!(a["max_price"], json!({"value": 75.0}));
+    assert_eq!(a["sum_price"], json!({"value": 1162.5}));
+    assert_eq!(a["n_price"], json!({"value": 30}));
+    assert_eq!(
+        a["n_isbn"],
+        json!({"value": 10}),
+        "only documents with the field count"
+    );
+    assert_eq!(
+        a["price_stats"],
+        json!({"count": 30, "min": 2.5, "max": 75.0, "avg": 38.75, "sum": 1162.5})
+    );
+    assert_eq!(a["authors"], json!({"value": 5}));
+    assert_eq!(a["categories"], json!({"value": 3}));
+    assert_eq!(
+        a["max_year"],
+        json!({"value": 2020.0}),
+        "numeric metrics are doubles"
+    );
+    assert_eq!(a["min_rating"], json!({"value": 1.0}));
+    assert_eq!(a.as_object().unwrap().len(), 11, "{a}");
+
+    // Over a query.
+    let a = aggs(
+        &node,
+        Some(json!({"term": {"category": "history"}})),
+        json!({"avg_price": {"avg": {"field": "price"}}, "s": {"stats": {"field": "year"}}}),
+    )
+    .await;
+    assert_eq!(a["avg_price"], json!({"value": 41.25}));
+    let years: Vec<i64> = books
+        .iter()
+        .filter(|b| b.category == "history")
+        .map(|b| b.year)
+        .collect();
+    let (ymin, ymax, ysum) = (
+        *years.iter().min().unwrap(),
+        *years.iter().max().unwrap(),
+        years.iter().sum::<i64>(),
+    );
+    assert_eq!(
+        a["s"],
+        json!({"count": 8, "min": ymin as f64, "max": ymax as f64, "avg": ysum as f64 / 8.0, "sum": ysum as f64})
+    );
+
+    // Nothing matched: empty metrics are null, counts zero.
+    let a = aggs(
+        &node,
+        Some(json!({"term": {"category": "poetry"}})),
+        json!({"a": {"avg": {"field": "price"}}, "m": {"min": {"field": "price"}}, "c": {"value_count": {"field": "price"}}, "s": {"sum": {"field": "price"}}}),
+    )
+    .await;
+    assert_eq!(a["a"], json!({"value": null}));
+    assert_eq!(a["m"], json!({"value": null}));
+    assert_eq!(a["c"], json!({"value": 0}));
+    assert_eq!(a["s"], json!({"value": 0.0}));
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_terms_agg_with_avg_sub_aggregation() {
+    let (node, _) = books_node().await;
+    let a = aggs(
+        &node,
+        None,
+        json!({"cats": {"terms": {"field": "category"}, "aggs": {"avg_price": {"avg": {"field": "price"}}}}}),
+    )
+    .await;
+    assert_eq!(
+        a["cats"],
+        terms_result(
+            vec![
+                json!({"key": "fiction", "doc_count": 12, "avg_price": {"value": 16.25}}),
+                json!({"key": "science", "doc_count": 10, "avg_price": {"value": 63.75}}),
+                json!({"key": "history", "doc_count": 8, "avg_price": {"value": 41.25}}),
+            ],
+            0
+        )
+    );
+    // Ordered by the sub-aggregation.
+    let a = aggs(
+        &node,
+        None,
+        json!({"cats": {"terms": {"field": "category", "order": {"avg_price": "desc"}},
+                        "aggs": {"avg_price": {"avg": {"field": "price"}}}}}),
+    )
+    .await;
+    let keys: Vec<&Value> = a["cats"]["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| &b["key"])
+        .collect();
+    assert_eq!(
+        keys,
+        [&json!("science"), &json!("history"), &json!("fiction")],
+        "{a}"
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_terms_agg_on_text_field_is_rejected() {
+    let (node, _) = books_node().await;
+    let resp = node
+        .req(
+            "POST",
+            "/books/_search",
+            Some(json!({"size": 0, "aggs": {"t": {"terms": {"field": "title"}}}})),
+        )
+        .await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    let root = &resp.1["error"]["root_cause"][0];
+    assert_eq!(root["type"], "illegal_argument_exception", "{}", resp.1);
+    assert!(
+        root["reason"]
+            .as_str()
+            .unwrap()
+            .contains("Text fields are not optimised"),
+        "{}",
+        resp.1
+    );
+    assert!(
+        root["reason"]
+            .as_str()
+            .unwrap()
+            .contains("fielddata=true on [title]"),
+        "{}",
+        resp.1
+    );
+    // The keyword sub-field works.
+    let a = aggs(
+        &node,
+        None,
+        json!({"t": {"terms": {"field": "title.keyword", "size": 1, "order": {"_key": "asc"}}}}),
+    )
+    .await;
+    assert_eq!(
+        a["t"]["buckets"],
+        json!([{"key": "a brief history of time", "doc_count": 1}])
+    );
+    assert_eq!(a["t"]["sum_other_doc_count"], 29);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_unknown_aggregation_type_is_rejected_by_name() {
+    let (node, _) = books_node().await;
+    let resp = node
+        .req(
+            "POST",
+            "/books/_search",
+            Some(json!({"size": 0, "aggs": {"x": {"no_such_agg": {"field": "price"}}}})),
+        )
+        .await;
+    assert_error(&resp, 400, "parsing_exception");
+    let reason = resp.1["error"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("Unknown aggregation type [no_such_agg]"),
+        "{reason}"
+    );
+    node.assert_alive().await;
+    node.stop().await;
+}

@@ -1,0 +1,264 @@
+//! Test harness: a real node on an ephemeral port with a temporary data folder, driven over
+//! HTTP with reqwest. No sleeps: readiness is the bound listener itself.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use sluice_server::config::{Config, gather};
+use sluice_server::server::Node;
+use tokio::sync::oneshot;
+
+/// A running node; dropping it without [`TestNode::stop`] aborts it.
+pub struct TestNode {
+    pub addr: SocketAddr,
+    pub base: String,
+    pub client: reqwest::Client,
+    pub data: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+/// Builds a config for a node on 127.0.0.1:0 over `data`, with extra `-E` style settings.
+pub fn config(data: &Path, extra: &[&str]) -> Config {
+    let mut flags = vec![
+        "http.port=0".to_string(),
+        format!("path.data={}", data.display()),
+    ];
+    flags.extend(extra.iter().map(|s| s.to_string()));
+    let raw = gather(None, std::iter::empty(), &flags).expect("valid test settings");
+    Config::from_raw(&raw).expect("valid test config")
+}
+
+impl TestNode {
+    /// Starts a node on a fresh temporary data folder.
+    pub async fn start() -> TestNode {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = tmp.path().to_path_buf();
+        let mut node = TestNode::start_on(&data, &[]).await;
+        node._tmp = Some(tmp);
+        node
+    }
+
+    /// Starts a node on an existing data folder (for restart tests).
+    pub async fn start_on(data: &Path, extra: &[&str]) -> TestNode {
+        let node = Node::start(config(data, extra)).await.expect("node starts");
+        let addr = node.local_addr().expect("bound");
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(node.serve(async move {
+            let _ = rx.await;
+        }));
+        TestNode {
+            addr,
+            base: format!("http://{addr}"),
+            client: reqwest::Client::new(),
+            data: data.to_path_buf(),
+            _tmp: None,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// Stops the node gracefully and waits for it; returns the temp dir so data outlives it.
+    pub async fn stop(mut self) -> Option<tempfile::TempDir> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await
+                .expect("node task")
+                .expect("node stopped cleanly");
+        }
+        self._tmp.take()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Sends a request with an optional JSON body; returns status and parsed JSON (or Null).
+    pub async fn req(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut rb = self.client.request(m, self.url(path));
+        if let Some(b) = body {
+            rb = rb
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let resp = rb.send().await.expect("request sent");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("body");
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    /// Sends a raw body (NDJSON, malformed JSON …).
+    pub async fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> (u16, Value) {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let resp = self
+            .client
+            .request(m, self.url(path))
+            .header("content-type", "application/x-ndjson")
+            .body(body)
+            .send()
+            .await
+            .expect("request sent");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("body");
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+}
+
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// Asserts an OpenSearch error body: status, `error.type` and root cause type.
+pub fn assert_error(resp: &(u16, Value), status: u16, ty: &str) {
+    assert_eq!(resp.0, status, "status of {}", resp.1);
+    assert_eq!(resp.1["status"], status, "body status of {}", resp.1);
+    let root = &resp.1["error"]["root_cause"][0]["type"];
+    assert!(
+        resp.1["error"]["type"] == ty || root == ty,
+        "expected type {ty} in {}",
+        resp.1
+    );
+    assert!(
+        resp.1["error"]["reason"].is_string(),
+        "reason missing in {}",
+        resp.1
+    );
+}
+
+/// Joins JSON lines into an NDJSON body with the trailing newline the bulk API requires.
+pub fn ndjson(lines: &[Value]) -> String {
+    let mut out = String::new();
+    for line in lines {
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
+    out
+}
+
+/// Percent-encodes a query-string or path component (everything but unreserved characters).
+pub fn enc(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The `_id`s of a search response's hits, in response order.
+pub fn hit_ids(resp: &Value) -> Vec<String> {
+    resp["hits"]["hits"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no hits array in {resp}"))
+        .iter()
+        .map(|h| {
+            h["_id"]
+                .as_str()
+                .unwrap_or_else(|| panic!("hit without _id in {resp}"))
+                .to_string()
+        })
+        .collect()
+}
+
+/// Sorts ids numerically when they are numbers, else lexically, for order-free comparisons.
+pub fn sorted_ids(mut ids: Vec<String>) -> Vec<String> {
+    ids.sort_by(|a, b| match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(x), Ok(y)) => x.cmp(&y),
+        _ => a.cmp(b),
+    });
+    ids
+}
+
+impl TestNode {
+    /// Sends a raw body as `application/json` (for malformed JSON).
+    pub async fn raw_json(
+        &self,
+        method: &str,
+        path: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> (u16, Value) {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let resp = self
+            .client
+            .request(m, self.url(path))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("request sent");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("body");
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    /// Sends NDJSON `lines` to a bulk endpoint (`/_bulk`, `/{index}/_bulk?refresh=true` …),
+    /// asserts a 200 and returns the response body.
+    pub async fn bulk(&self, path: &str, lines: &[Value]) -> Value {
+        let (status, body) = self.raw("POST", path, ndjson(lines)).await;
+        assert_eq!(status, 200, "bulk to {path} failed: {body}");
+        body
+    }
+
+    /// Refreshes `index` (`POST /{index}/_refresh`), asserting a 200.
+    pub async fn refresh(&self, index: &str) {
+        let (status, body) = self.req("POST", &format!("/{index}/_refresh"), None).await;
+        assert_eq!(status, 200, "refresh of {index} failed: {body}");
+    }
+
+    /// Runs `POST /{index}/_search` with `body`, asserting a 200; returns the response.
+    pub async fn search(&self, index: &str, body: Value) -> Value {
+        let (status, resp) = self
+            .req("POST", &format!("/{index}/_search"), Some(body.clone()))
+            .await;
+        assert_eq!(status, 200, "search {body} on {index} failed: {resp}");
+        resp
+    }
+
+    /// `_count` of `index` with an optional query, asserting a 200.
+    pub async fn count(&self, index: &str, query: Option<Value>) -> u64 {
+        let body = query.map(|q| serde_json::json!({ "query": q }));
+        let (status, resp) = self.req("POST", &format!("/{index}/_count"), body).await;
+        assert_eq!(status, 200, "count on {index} failed: {resp}");
+        resp["count"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no count in {resp}"))
+    }
+
+    /// Asserts the node still serves: `GET /` answers 200 with its cluster name.
+    pub async fn assert_alive(&self) {
+        let (status, body) = self.req("GET", "/", None).await;
+        assert_eq!(status, 200, "node stopped serving: {body}");
+        assert!(
+            body["cluster_name"].is_string(),
+            "GET / lost its shape: {body}"
+        );
+    }
+}

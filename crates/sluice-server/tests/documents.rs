@@ -1,0 +1,717 @@
+//! Document APIs over HTTP: index, create, get, delete, update, real-time get versus search
+//! visibility and refresh, and `_bulk` with its per-item results and failures.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use common::{TestNode, assert_error, ndjson};
+use serde_json::{Value, json};
+
+/// The `_shards` of a write on a one-node cluster with the default single replica: two copies
+/// wanted, the primary written, the replica unassigned.
+fn shards_one_replica() -> Value {
+    json!({"total": 2, "successful": 1, "failed": 0})
+}
+
+/// The keys of a successful bulk item, as OpenSearch renders them.
+const BULK_ITEM_KEYS: [&str; 8] = [
+    "_index",
+    "_id",
+    "_version",
+    "result",
+    "_shards",
+    "_seq_no",
+    "_primary_term",
+    "status",
+];
+
+fn keys(v: &Value) -> BTreeSet<String> {
+    v.as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .cloned()
+        .collect()
+}
+
+/// Creates `name` with `refresh_interval: -1`, so only explicit refreshes make writes searchable.
+async fn create_manual_refresh_index(node: &TestNode, name: &str) {
+    let (s, b) = node
+        .req(
+            "PUT",
+            &format!("/{name}"),
+            Some(json!({"settings": {"refresh_interval": "-1"}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_index_with_id_creates_then_updates_with_new_version() {
+    let node = TestNode::start().await;
+    let (s, body) = node
+        .req("PUT", "/docs/_doc/1", Some(json!({"msg": "one"})))
+        .await;
+    assert_eq!(s, 201, "{body}");
+    let mut created = body.clone();
+    let created_shards = created.as_object_mut().unwrap().remove("_shards");
+    assert_eq!(
+        created,
+        json!({
+            "_index": "docs", "_id": "1", "_version": 1, "result": "created",
+            "_seq_no": 0, "_primary_term": 1
+        })
+    );
+    let (s, body) = node
+        .req("PUT", "/docs/_doc/1", Some(json!({"msg": "two"})))
+        .await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["result"], "updated");
+    assert_eq!(body["_version"], 2);
+    assert_eq!(body["_seq_no"], 1);
+    let updated_shards = body["_shards"].clone();
+    // POST with an id behaves the same.
+    let (s, body) = node
+        .req("POST", "/docs/_doc/1", Some(json!({"msg": "three"})))
+        .await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["_version"], 3);
+    let (_, got) = node.req("GET", "/docs/_doc/1", None).await;
+    assert_eq!(
+        got["_source"],
+        json!({"msg": "three"}),
+        "a full replace, not a merge"
+    );
+    // Checked last so that a mismatch here does not hide the checks above.
+    assert_eq!(created_shards, Some(shards_one_replica()), "created");
+    assert_eq!(updated_shards, shards_one_replica(), "updated");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_post_without_id_generates_distinct_ids() {
+    let node = TestNode::start().await;
+    let mut ids = BTreeSet::new();
+    for i in 0..3 {
+        let (s, body) = node.req("POST", "/auto/_doc", Some(json!({"i": i}))).await;
+        assert_eq!(s, 201, "{body}");
+        assert_eq!(body["result"], "created");
+        assert_eq!(body["_version"], 1);
+        let id = body["_id"].as_str().expect("generated _id").to_string();
+        assert!(!id.is_empty() && id.len() <= 512, "{id}");
+        assert!(
+            id.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+            "URL-safe id: {id}"
+        );
+        let (s, got) = node.req("GET", &format!("/auto/_doc/{id}"), None).await;
+        assert_eq!(s, 200);
+        assert_eq!(got["_source"], json!({"i": i}));
+        ids.insert(id);
+    }
+    assert_eq!(ids.len(), 3, "every generated id is new: {ids:?}");
+    node.refresh("auto").await;
+    assert_eq!(node.count("auto", None).await, 3);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_get_returns_source_version_and_seq_no() {
+    let node = TestNode::start().await;
+    let doc = json!({"title": "a", "nested": {"x": [1, 2, 3]}, "flag": false});
+    node.req("PUT", "/g/_doc/a", Some(json!({"first": true})))
+        .await;
+    node.req("PUT", "/g/_doc/b", Some(doc.clone())).await;
+    let (s, got) = node.req("GET", "/g/_doc/b", None).await;
+    assert_eq!(s, 200, "{got}");
+    assert_eq!(
+        got,
+        json!({
+            "_index": "g", "_id": "b", "_version": 1, "_seq_no": 1, "_primary_term": 1,
+            "found": true, "_source": doc
+        })
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_get_missing_document_is_404_found_false() {
+    let node = TestNode::start().await;
+    node.req("PUT", "/g/_doc/present", Some(json!({"a": 1})))
+        .await;
+    let (s, body) = node.req("GET", "/g/_doc/nope", None).await;
+    assert_eq!(s, 404);
+    assert_eq!(body, json!({"_index": "g", "_id": "nope", "found": false}));
+    assert_eq!(node.req("HEAD", "/g/_doc/nope", None).await.0, 404);
+    assert_eq!(node.req("HEAD", "/g/_doc/present", None).await.0, 200);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_delete_document_then_delete_again_is_not_found() {
+    let node = TestNode::start().await;
+    node.req("PUT", "/d/_doc/1?refresh=true", Some(json!({"a": 1})))
+        .await;
+    node.req("PUT", "/d/_doc/2?refresh=true", Some(json!({"a": 2})))
+        .await;
+    let (s, body) = node.req("DELETE", "/d/_doc/1", None).await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["result"], "deleted");
+    assert_eq!(body["_version"], 2);
+    assert_eq!(body["_index"], "d");
+    assert_eq!(body["_id"], "1");
+    let (s, body) = node.req("GET", "/d/_doc/1", None).await;
+    assert_eq!(s, 404);
+    assert_eq!(body["found"], false);
+    let (s, body) = node.req("DELETE", "/d/_doc/1", None).await;
+    assert_eq!(s, 404, "{body}");
+    assert_eq!(body["result"], "not_found");
+    node.refresh("d").await;
+    assert_eq!(node.count("d", None).await, 1, "only document 2 is left");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_create_of_existing_id_is_version_conflict() {
+    let node = TestNode::start().await;
+    node.req("PUT", "/c/_doc/1", Some(json!({"v": "original"})))
+        .await;
+    let resp = node
+        .req(
+            "PUT",
+            "/c/_doc/1?op_type=create",
+            Some(json!({"v": "replacement"})),
+        )
+        .await;
+    assert_error(&resp, 409, "version_conflict_engine_exception");
+    let reason = resp.1["error"]["reason"].as_str().unwrap();
+    assert_eq!(
+        reason,
+        "[1]: version conflict, document already exists (current version [1])"
+    );
+    let resp = node
+        .req("PUT", "/c/_create/1", Some(json!({"v": "replacement"})))
+        .await;
+    assert_error(&resp, 409, "version_conflict_engine_exception");
+    let (_, got) = node.req("GET", "/c/_doc/1", None).await;
+    assert_eq!(got["_source"], json!({"v": "original"}));
+    assert_eq!(got["_version"], 1);
+    // op_type=create on a new id creates.
+    let (s, body) = node
+        .req("PUT", "/c/_doc/2?op_type=create", Some(json!({"v": "new"})))
+        .await;
+    assert_eq!(s, 201, "{body}");
+    assert_eq!(body["result"], "created");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_update_merges_partial_document() {
+    let node = TestNode::start().await;
+    node.req(
+        "PUT",
+        "/u/_doc/1",
+        Some(json!({"a": 1, "b": {"c": 1, "d": 2}, "keep": "me"})),
+    )
+    .await;
+    let (s, body) = node
+        .req(
+            "POST",
+            "/u/_update/1",
+            Some(json!({"doc": {"b": {"c": 9}, "e": "new"}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["result"], "updated");
+    assert_eq!(body["_version"], 2);
+    assert_eq!(body["_index"], "u");
+    assert_eq!(body["_id"], "1");
+    let (_, got) = node.req("GET", "/u/_doc/1", None).await;
+    assert_eq!(
+        got["_source"],
+        json!({"a": 1, "b": {"c": 9, "d": 2}, "keep": "me", "e": "new"})
+    );
+    // An update that changes nothing is a noop and keeps the version.
+    let (s, body) = node
+        .req("POST", "/u/_update/1", Some(json!({"doc": {"a": 1}})))
+        .await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["result"], "noop");
+    assert_eq!(body["_version"], 2);
+    node.refresh("u").await;
+    assert_eq!(
+        node.count("u", Some(json!({"term": {"e.keyword": "new"}})))
+            .await,
+        1
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_update_of_missing_document_is_404_unless_upserting() {
+    let node = TestNode::start().await;
+    node.req("PUT", "/u/_doc/other", Some(json!({"a": 1})))
+        .await;
+    let resp = node
+        .req("POST", "/u/_update/ghost", Some(json!({"doc": {"a": 2}})))
+        .await;
+    assert_error(&resp, 404, "document_missing_exception");
+    assert_eq!(resp.1["error"]["reason"], "[ghost]: document missing");
+    assert_eq!(
+        node.req("GET", "/u/_doc/ghost", None).await.0,
+        404,
+        "nothing was created"
+    );
+
+    let (s, body) = node
+        .req(
+            "POST",
+            "/u/_update/ghost",
+            Some(json!({"doc": {"a": 2}, "doc_as_upsert": true})),
+        )
+        .await;
+    assert_eq!(s, 201, "{body}");
+    assert_eq!(body["result"], "created");
+    assert_eq!(body["_version"], 1);
+    let (s, got) = node.req("GET", "/u/_doc/ghost", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(got["_source"], json!({"a": 2}));
+
+    let (s, body) = node
+        .req(
+            "POST",
+            "/u/_update/up",
+            Some(json!({"doc": {"a": 3}, "upsert": {"a": 0, "fresh": true}})),
+        )
+        .await;
+    assert_eq!(s, 201, "{body}");
+    let (_, got) = node.req("GET", "/u/_doc/up", None).await;
+    assert_eq!(
+        got["_source"],
+        json!({"a": 0, "fresh": true}),
+        "upsert indexes the upsert document"
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_get_is_real_time_but_search_waits_for_refresh() {
+    let node = TestNode::start().await;
+    create_manual_refresh_index(&node, "rt").await;
+    let (s, _) = node
+        .req("PUT", "/rt/_doc/1", Some(json!({"msg": "hello"})))
+        .await;
+    assert_eq!(s, 201);
+    let (s, got) = node.req("GET", "/rt/_doc/1", None).await;
+    assert_eq!(s, 200, "real-time get sees the unrefreshed write");
+    assert_eq!(got["_source"], json!({"msg": "hello"}));
+    assert_eq!(
+        node.count("rt", None).await,
+        0,
+        "search does not see it before a refresh"
+    );
+    let resp = node
+        .search("rt", json!({"query": {"match": {"msg": "hello"}}}))
+        .await;
+    assert_eq!(resp["hits"]["total"]["value"], 0, "{resp}");
+
+    let (s, r) = node.req("POST", "/rt/_refresh", None).await;
+    assert_eq!(s, 200, "{r}");
+    assert_eq!(r["_shards"]["failed"], 0, "{r}");
+    assert_eq!(node.count("rt", None).await, 1);
+    let resp = node
+        .search("rt", json!({"query": {"match": {"msg": "hello"}}}))
+        .await;
+    assert_eq!(common::hit_ids(&resp), vec!["1"], "{resp}");
+
+    // ?refresh=true makes the write searchable before the response.
+    let (s, body) = node
+        .req(
+            "PUT",
+            "/rt/_doc/2?refresh=true",
+            Some(json!({"msg": "hello again"})),
+        )
+        .await;
+    assert_eq!(s, 201);
+    assert_eq!(body["forced_refresh"], true, "{body}");
+    assert_eq!(node.count("rt", None).await, 2);
+
+    // A delete is also invisible to search until a refresh.
+    node.req("DELETE", "/rt/_doc/1", None).await;
+    assert_eq!(
+        node.req("GET", "/rt/_doc/1", None).await.0,
+        404,
+        "real-time get sees the delete"
+    );
+    assert_eq!(node.count("rt", None).await, 2);
+    node.refresh("_all").await;
+    assert_eq!(node.count("rt", None).await, 1);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_unrefreshed_write_becomes_searchable_by_periodic_refresh() {
+    let node = TestNode::start().await;
+    let (s, _) = node
+        .req(
+            "PUT",
+            "/auto-refresh/_doc/1",
+            Some(json!({"msg": "eventually"})),
+        )
+        .await;
+    assert_eq!(s, 201);
+    // The default refresh_interval is 1s: poll _count every 50 ms for up to 5 s.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    let mut seen = 0;
+    while Instant::now() < deadline {
+        tick.tick().await;
+        seen = node.count("auto-refresh", None).await;
+        if seen == 1 {
+            break;
+        }
+    }
+    assert_eq!(
+        seen, 1,
+        "the periodic refresh never made the document searchable within 5 s"
+    );
+    let resp = node
+        .search(
+            "auto-refresh",
+            json!({"query": {"match": {"msg": "eventually"}}}),
+        )
+        .await;
+    assert_eq!(common::hit_ids(&resp), vec!["1"]);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_bulk_items_have_opensearch_shape_and_apply_in_order() {
+    let node = TestNode::start().await;
+    let lines = [
+        json!({"index": {"_index": "b", "_id": "1"}}),
+        json!({"title": "one", "n": 1}),
+        json!({"create": {"_index": "b", "_id": "2"}}),
+        json!({"title": "two", "n": 2}),
+        json!({"index": {"_index": "b", "_id": "3"}}),
+        json!({"title": "three", "n": 3}),
+        json!({"update": {"_index": "b", "_id": "1"}}),
+        json!({"doc": {"n": 10}}),
+        json!({"delete": {"_index": "b", "_id": "3"}}),
+        json!({"index": {"_index": "b"}}),
+        json!({"title": "auto id", "n": 4}),
+    ];
+    let resp = node.bulk("/_bulk?refresh=true", &lines).await;
+    assert_eq!(resp["errors"], false, "{resp}");
+    assert!(resp["took"].is_u64(), "{resp}");
+    let items = resp["items"].as_array().unwrap();
+    assert_eq!(items.len(), 6, "{resp}");
+    let expected = [
+        ("index", "1", 1, "created", 201),
+        ("create", "2", 1, "created", 201),
+        ("index", "3", 1, "created", 201),
+        ("update", "1", 2, "updated", 200),
+        ("delete", "3", 2, "deleted", 200),
+    ];
+    for (i, (action, id, version, result, status)) in expected.into_iter().enumerate() {
+        let item = &items[i];
+        assert_eq!(
+            keys(item),
+            BTreeSet::from([action.to_string()]),
+            "item {i}: {item}"
+        );
+        let it = &item[action];
+        assert_eq!(
+            keys(it),
+            BULK_ITEM_KEYS.iter().map(|k| k.to_string()).collect(),
+            "item {i}: {it}"
+        );
+        assert_eq!(it["_index"], "b", "item {i}");
+        assert_eq!(it["_id"], id, "item {i}");
+        assert_eq!(it["_version"], version, "item {i}");
+        assert_eq!(it["result"], result, "item {i}");
+        assert_eq!(it["status"], status, "item {i}");
+        assert_eq!(it["_primary_term"], 1, "item {i}");
+        assert_eq!(
+            it["_seq_no"], i as u64,
+            "sequence numbers follow the item order: {it}"
+        );
+    }
+    let auto_id = items[5]["index"]["_id"]
+        .as_str()
+        .expect("generated id")
+        .to_string();
+    assert_eq!(items[5]["index"]["status"], 201);
+
+    let (_, d1) = node.req("GET", "/b/_doc/1", None).await;
+    assert_eq!(d1["_source"], json!({"title": "one", "n": 10}));
+    let (_, d2) = node.req("GET", "/b/_doc/2", None).await;
+    assert_eq!(d2["_source"], json!({"title": "two", "n": 2}));
+    assert_eq!(node.req("GET", "/b/_doc/3", None).await.0, 404);
+    let (_, d4) = node.req("GET", &format!("/b/_doc/{auto_id}"), None).await;
+    assert_eq!(d4["_source"], json!({"title": "auto id", "n": 4}));
+    assert_eq!(node.count("b", None).await, 3);
+    let resp = node
+        .search("b", json!({"query": {"term": {"n": 10}}}))
+        .await;
+    assert_eq!(common::hit_ids(&resp), vec!["1"]);
+    // Checked last so that a mismatch here does not hide the checks above.
+    for (i, item) in items[..5].iter().enumerate() {
+        let it = item.as_object().unwrap().values().next().unwrap();
+        assert_eq!(it["_shards"], shards_one_replica(), "item {i}");
+    }
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_bulk_on_index_path_uses_it_as_default_index() {
+    let node = TestNode::start().await;
+    let lines = [
+        json!({"index": {"_id": "1"}}),
+        json!({"where": "path index"}),
+        json!({"index": {"_index": "elsewhere", "_id": "2"}}),
+        json!({"where": "explicit index"}),
+    ];
+    let resp = node.bulk("/dflt/_bulk?refresh=true", &lines).await;
+    assert_eq!(resp["errors"], false, "{resp}");
+    assert_eq!(resp["items"][0]["index"]["_index"], "dflt");
+    assert_eq!(resp["items"][1]["index"]["_index"], "elsewhere");
+    let (_, d) = node.req("GET", "/dflt/_doc/1", None).await;
+    assert_eq!(d["_source"], json!({"where": "path index"}));
+    let (_, d) = node.req("GET", "/elsewhere/_doc/2", None).await;
+    assert_eq!(d["_source"], json!({"where": "explicit index"}));
+    assert_eq!(node.req("GET", "/dflt/_doc/2", None).await.0, 404);
+    // PUT is accepted as well as POST.
+    let (s, resp) = node
+        .raw(
+            "PUT",
+            "/dflt/_bulk?refresh=true",
+            ndjson(&[json!({"delete": {"_id": "1"}})]),
+        )
+        .await;
+    assert_eq!(s, 200, "{resp}");
+    assert_eq!(resp["items"][0]["delete"]["result"], "deleted");
+    assert_eq!(node.count("dflt", None).await, 0);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_bulk_failed_items_do_not_affect_others() {
+    let node = TestNode::start().await;
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/bm",
+            Some(json!({"mappings": {"properties": {"n": {"type": "integer"}}}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    node.req(
+        "PUT",
+        "/bm/_doc/exists?refresh=true",
+        Some(json!({"n": 0, "tag": "original"})),
+    )
+    .await;
+    let lines = [
+        json!({"index": {"_index": "bm", "_id": "1"}}),
+        json!({"n": 1, "tag": "a"}),
+        json!({"index": {"_index": "bm", "_id": "2"}}),
+        json!({"n": "not a number", "tag": "b"}),
+        json!({"create": {"_index": "bm", "_id": "exists"}}),
+        json!({"n": 99, "tag": "clobber"}),
+        json!({"index": {"_index": "bm", "_id": "3"}}),
+        json!({"n": 3, "tag": "c"}),
+        json!({"update": {"_index": "bm", "_id": "missing"}}),
+        json!({"doc": {"n": 5}}),
+        json!({"index": {"_index": "bm", "_id": "4"}}),
+        json!({"n": 4, "tag": "d"}),
+    ];
+    let resp = node.bulk("/_bulk?refresh=true", &lines).await;
+    assert_eq!(resp["errors"], true, "{resp}");
+    let items = resp["items"].as_array().unwrap();
+    let statuses: Vec<u64> = items
+        .iter()
+        .map(|it| {
+            it.as_object().unwrap().values().next().unwrap()["status"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(statuses, vec![201, 400, 409, 201, 404, 201], "{resp}");
+
+    let failed = [
+        (1, "index", "2", "mapper_parsing_exception"),
+        (2, "create", "exists", "version_conflict_engine_exception"),
+        (4, "update", "missing", "document_missing_exception"),
+    ];
+    for (pos, action, id, ty) in failed {
+        let it = &items[pos][action];
+        assert_eq!(it["_index"], "bm", "{it}");
+        assert_eq!(it["_id"], id, "{it}");
+        assert_eq!(it["error"]["type"], ty, "{it}");
+        assert!(
+            it["error"]["reason"]
+                .as_str()
+                .is_some_and(|r| !r.is_empty()),
+            "{it}"
+        );
+        assert!(
+            it.get("result").is_none(),
+            "a failed item has no result: {it}"
+        );
+    }
+    for pos in [0, 3, 5] {
+        assert!(items[pos]["index"].get("error").is_none(), "{}", items[pos]);
+        assert_eq!(items[pos]["index"]["result"], "created");
+    }
+
+    assert_eq!(node.count("bm", None).await, 4, "exists, 1, 3 and 4");
+    for (id, source) in [
+        ("1", json!({"n": 1, "tag": "a"})),
+        ("3", json!({"n": 3, "tag": "c"})),
+        ("4", json!({"n": 4, "tag": "d"})),
+        ("exists", json!({"n": 0, "tag": "original"})),
+    ] {
+        let (s, d) = node.req("GET", &format!("/bm/_doc/{id}"), None).await;
+        assert_eq!(s, 200, "{id}: {d}");
+        assert_eq!(d["_source"], source, "{id}");
+    }
+    let (_, exists) = node.req("GET", "/bm/_doc/exists", None).await;
+    assert_eq!(
+        exists["_version"], 1,
+        "the failed create did not bump the version"
+    );
+    assert_eq!(node.req("GET", "/bm/_doc/2", None).await.0, 404);
+    assert_eq!(node.req("GET", "/bm/_doc/missing", None).await.0, 404);
+    let resp = node
+        .search(
+            "bm",
+            json!({"query": {"range": {"n": {"gte": 1}}}, "sort": [{"n": "asc"}]}),
+        )
+        .await;
+    assert_eq!(common::hit_ids(&resp), vec!["1", "3", "4"], "{resp}");
+    let resp = node
+        .search("bm", json!({"query": {"match": {"tag": "clobber"}}}))
+        .await;
+    assert_eq!(resp["hits"]["total"]["value"], 0, "{resp}");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_bulk_without_trailing_newline_is_rejected_whole() {
+    let node = TestNode::start().await;
+    let mut body = ndjson(&[
+        json!({"index": {"_index": "nl", "_id": "1"}}),
+        json!({"a": 1}),
+    ]);
+    body.pop();
+    let resp = node.raw("POST", "/_bulk", body).await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    assert!(
+        resp.1["error"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("The bulk request must be terminated by a newline [\\n]"),
+        "{}",
+        resp.1
+    );
+    assert_eq!(
+        node.req("HEAD", "/nl", None).await.0,
+        404,
+        "nothing was indexed"
+    );
+    // The same body with its newline is fine.
+    let resp = node
+        .bulk(
+            "/_bulk?refresh=true",
+            &[
+                json!({"index": {"_index": "nl", "_id": "1"}}),
+                json!({"a": 1}),
+            ],
+        )
+        .await;
+    assert_eq!(resp["errors"], false);
+    assert_eq!(node.count("nl", None).await, 1);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_bulk_malformed_action_line_fails_whole_request() {
+    let node = TestNode::start().await;
+    let body = "{\"index\":{\"_index\":\"mal\",\"_id\":\"1\"}}\n{\"a\":1}\n{not json}\n{\"a\":2}\n";
+    let (s, resp) = node.raw("POST", "/_bulk", body).await;
+    assert_eq!(s, 400, "{resp}");
+    assert_eq!(resp["status"], 400, "{resp}");
+    assert!(
+        resp["error"]["type"].is_string() && resp["error"]["reason"].is_string(),
+        "{resp}"
+    );
+    assert_eq!(
+        node.req("HEAD", "/mal", None).await.0,
+        404,
+        "the valid first item was not applied"
+    );
+
+    let body = "{\"index\":{\"_index\":\"mal\",\"_id\":\"1\"}}\n{\"a\":1}\n{\"upsert\":{\"_index\":\"mal\"}}\n{\"a\":2}\n";
+    let resp = node.raw("POST", "/_bulk", body).await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    assert_eq!(
+        resp.1["error"]["reason"],
+        "Malformed action/metadata line [3], expected one of [create, delete, index, update] but found [upsert]"
+    );
+    assert_eq!(node.req("HEAD", "/mal", None).await.0, 404);
+
+    let resp = node.raw("POST", "/_bulk", "[1]\n{}\n").await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    assert!(
+        resp.1["error"]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("Malformed action/metadata line [1]"),
+        "{}",
+        resp.1
+    );
+    node.assert_alive().await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_bulk_empty_body_is_rejected() {
+    let node = TestNode::start().await;
+    // No body at all: the REST layer requires one.
+    let resp = node.raw("POST", "/_bulk", "").await;
+    assert_error(&resp, 400, "parse_exception");
+    assert_eq!(resp.1["error"]["reason"], "request body is required");
+    // A body with no action in it: the bulk request has nothing to do.
+    let resp = node.raw("POST", "/_bulk", "\n").await;
+    assert_error(&resp, 400, "action_request_validation_exception");
+    assert_eq!(
+        resp.1["error"]["reason"],
+        "Validation Failed: 1: no requests added;"
+    );
+    node.assert_alive().await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_bulk_delete_without_id_fails_validation_of_whole_request() {
+    let node = TestNode::start().await;
+    let body = ndjson(&[
+        json!({"index": {"_index": "v", "_id": "1"}}),
+        json!({"a": 1}),
+        json!({"delete": {"_index": "v"}}),
+    ]);
+    let resp = node.raw("POST", "/_bulk", body).await;
+    assert_error(&resp, 400, "action_request_validation_exception");
+    assert!(
+        resp.1["error"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("id is missing"),
+        "{}",
+        resp.1
+    );
+    assert_eq!(node.req("HEAD", "/v", None).await.0, 404, "no item ran");
+    node.stop().await;
+}

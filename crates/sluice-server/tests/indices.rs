@@ -1,0 +1,725 @@
+//! Index and cluster APIs over HTTP: `GET /`, `_cluster/health`, create/get/delete/exists,
+//! mappings (explicit, dynamic, updates), settings, `_cat/indices`, name validation, restart.
+
+mod common;
+
+use common::{TestNode, assert_error, enc};
+use serde_json::{Value, json};
+
+/// A mapping with one field of every type sluice supports.
+fn every_type_mapping() -> Value {
+    json!({
+        "properties": {
+            "title": {"type": "text", "fields": {"keyword": {"type": "keyword"}}},
+            "body": {"type": "text"},
+            "tag": {"type": "keyword"},
+            "big": {"type": "long"},
+            "count": {"type": "integer"},
+            "small": {"type": "short"},
+            "tiny": {"type": "byte"},
+            "ratio": {"type": "double"},
+            "score": {"type": "float"},
+            "at": {"type": "date", "format": "strict_date_optional_time||epoch_millis"},
+            "ok": {"type": "boolean"}
+        }
+    })
+}
+
+/// The parts of `every_type_mapping` that OpenSearch echoes back unchanged (the date's format
+/// is left out: OpenSearch may omit a format equal to its default).
+fn assert_every_type_properties(props: &Value) {
+    let expected = every_type_mapping();
+    for (name, field) in expected["properties"].as_object().unwrap() {
+        if name == "at" {
+            assert_eq!(props["at"]["type"], "date", "date field in {props}");
+        } else {
+            assert_eq!(&props[name], field, "field {name} in {props}");
+        }
+    }
+    assert_eq!(
+        props.as_object().unwrap().len(),
+        11,
+        "unexpected fields in {props}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_root_reports_node_cluster_and_version_fields() {
+    let node = TestNode::start().await;
+    let (status, body) = node.req("GET", "/", None).await;
+    assert_eq!(status, 200);
+    assert!(
+        body["name"].as_str().is_some_and(|s| !s.is_empty()),
+        "{body}"
+    );
+    assert!(
+        body["cluster_name"].as_str().is_some_and(|s| !s.is_empty()),
+        "{body}"
+    );
+    assert!(
+        body["cluster_uuid"].as_str().is_some_and(|s| !s.is_empty()),
+        "{body}"
+    );
+    let v = &body["version"];
+    assert_eq!(v["distribution"], "opensearch", "{body}");
+    assert!(
+        v["number"]
+            .as_str()
+            .is_some_and(|n| n.split('.').count() == 3),
+        "{body}"
+    );
+    for key in [
+        "build_type",
+        "build_hash",
+        "build_date",
+        "lucene_version",
+        "minimum_wire_compatibility_version",
+        "minimum_index_compatibility_version",
+    ] {
+        assert!(v[key].is_string(), "version.{key} missing in {body}");
+    }
+    assert_eq!(v["build_snapshot"], false, "{body}");
+    assert_eq!(
+        body["tagline"],
+        "The OpenSearch Project: https://opensearch.org/"
+    );
+    // The cluster uuid is stable across requests.
+    let (_, again) = node.req("GET", "/", None).await;
+    assert_eq!(again["cluster_uuid"], body["cluster_uuid"]);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_cluster_health_is_yellow_when_replicas_cannot_be_assigned() {
+    let node = TestNode::start().await;
+    let (status, empty) = node.req("GET", "/_cluster/health", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(empty["status"], "green", "no indices: {empty}");
+    assert_eq!(empty["active_primary_shards"], 0);
+
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/replicated",
+            Some(json!({"settings": {"number_of_shards": 3}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let (status, h) = node.req("GET", "/_cluster/health", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(h["status"], "yellow", "{h}");
+    assert_eq!(
+        h["cluster_name"],
+        node.req("GET", "/", None).await.1["cluster_name"]
+    );
+    assert_eq!(h["timed_out"], false);
+    assert_eq!(h["number_of_nodes"], 1);
+    assert_eq!(h["number_of_data_nodes"], 1);
+    assert_eq!(h["active_primary_shards"], 3, "{h}");
+    assert_eq!(h["active_shards"], 3, "{h}");
+    assert_eq!(h["unassigned_shards"], 3, "{h}");
+    assert_eq!(h["relocating_shards"], 0);
+    assert_eq!(h["initializing_shards"], 0);
+    assert_eq!(
+        h["active_shards_percent_as_number"].as_f64(),
+        Some(50.0),
+        "{h}"
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_cluster_health_is_green_without_replicas() {
+    let node = TestNode::start().await;
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/solo",
+            Some(json!({"settings": {"number_of_shards": 2, "number_of_replicas": 0}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let (status, h) = node.req("GET", "/_cluster/health", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(h["status"], "green", "{h}");
+    assert_eq!(h["active_primary_shards"], 2, "{h}");
+    assert_eq!(h["unassigned_shards"], 0, "{h}");
+    assert_eq!(
+        h["active_shards_percent_as_number"].as_f64(),
+        Some(100.0),
+        "{h}"
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_create_index_with_every_field_type_echoes_mapping_and_settings() {
+    let node = TestNode::start().await;
+    let (status, body) = node
+        .req(
+            "PUT",
+            "/typed",
+            Some(json!({"settings": {"number_of_shards": 3}, "mappings": every_type_mapping()})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        json!({"acknowledged": true, "shards_acknowledged": true, "index": "typed"})
+    );
+
+    let (status, index) = node.req("GET", "/typed", None).await;
+    assert_eq!(status, 200, "{index}");
+    assert_eq!(
+        index.as_object().unwrap().keys().collect::<Vec<_>>(),
+        vec!["typed"],
+        "{index}"
+    );
+    let typed = &index["typed"];
+    assert_eq!(typed["aliases"], json!({}), "{index}");
+    assert_every_type_properties(&typed["mappings"]["properties"]);
+    let settings = &typed["settings"]["index"];
+    assert_eq!(settings["number_of_shards"], "3", "{index}");
+    assert_eq!(
+        settings["number_of_replicas"], "1",
+        "default replicas in {index}"
+    );
+    assert_eq!(settings["provided_name"], "typed", "{index}");
+    assert!(
+        settings["uuid"].as_str().is_some_and(|u| !u.is_empty()),
+        "{index}"
+    );
+    assert!(
+        settings["creation_date"]
+            .as_str()
+            .is_some_and(|d| d.parse::<u64>().is_ok()),
+        "creation_date is a string of epoch millis in {index}"
+    );
+
+    let (status, s) = node.req("GET", "/typed/_settings", None).await;
+    assert_eq!(status, 200, "{s}");
+    assert_eq!(
+        s["typed"]["settings"]["index"]["number_of_shards"], "3",
+        "{s}"
+    );
+    assert_eq!(
+        s["typed"]["settings"]["index"]["uuid"], settings["uuid"],
+        "{s}"
+    );
+
+    let (status, m) = node.req("GET", "/typed/_mapping", None).await;
+    assert_eq!(status, 200, "{m}");
+    assert_every_type_properties(&m["typed"]["mappings"]["properties"]);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_documents_of_every_type_are_indexed_and_found() {
+    let node = TestNode::start().await;
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/typed",
+            Some(json!({"mappings": every_type_mapping()})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let doc = json!({
+        "title": "Hello World", "body": "some body text", "tag": "t1", "big": 9_007_199_254_740_993_i64,
+        "count": 42, "small": -300, "tiny": 7, "ratio": 0.25, "score": 1.5,
+        "at": "2024-05-06T07:08:09Z", "ok": true
+    });
+    let (s, b) = node
+        .req("PUT", "/typed/_doc/1?refresh=true", Some(doc.clone()))
+        .await;
+    assert_eq!(s, 201, "{b}");
+    let (s, got) = node.req("GET", "/typed/_doc/1", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        got["_source"], doc,
+        "the source comes back byte-for-byte equal as JSON"
+    );
+    for q in [
+        json!({"term": {"tag": "t1"}}),
+        json!({"term": {"title.keyword": "Hello World"}}),
+        json!({"match": {"title": "hello"}}),
+        json!({"term": {"big": 9_007_199_254_740_993_i64}}),
+        json!({"term": {"count": 42}}),
+        json!({"term": {"small": -300}}),
+        json!({"term": {"tiny": 7}}),
+        json!({"term": {"ratio": 0.25}}),
+        json!({"term": {"score": 1.5}}),
+        json!({"range": {"at": {"gte": "2024-05-06", "lt": "2024-05-07"}}}),
+        json!({"range": {"at": {"gte": 1714979289000_i64, "lte": 1714979289000_i64}}}),
+        json!({"term": {"ok": true}}),
+    ] {
+        assert_eq!(
+            node.count("typed", Some(q.clone())).await,
+            1,
+            "query {q} should find the document"
+        );
+    }
+    for q in [
+        json!({"term": {"count": 41}}),
+        json!({"term": {"ok": false}}),
+        json!({"term": {"tag": "T1"}}),
+    ] {
+        assert_eq!(
+            node.count("typed", Some(q.clone())).await,
+            0,
+            "query {q} should find nothing"
+        );
+    }
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_dynamic_mapping_infers_field_types_from_first_document() {
+    let node = TestNode::start().await;
+    let doc = json!({"s": "x", "n": 1, "f": 1.5, "b": true, "d": "2024-01-01T00:00:00Z", "o": {"k": "v"}});
+    let (s, b) = node.req("PUT", "/dyn/_doc/1", Some(doc)).await;
+    assert_eq!(s, 201, "{b}");
+    let (s, m) = node.req("GET", "/dyn/_mapping", None).await;
+    assert_eq!(s, 200, "{m}");
+    let props = &m["dyn"]["mappings"]["properties"];
+    let text_with_keyword =
+        json!({"type": "text", "fields": {"keyword": {"type": "keyword", "ignore_above": 256}}});
+    assert_eq!(props["s"], text_with_keyword, "{m}");
+    assert_eq!(props["n"], json!({"type": "long"}), "{m}");
+    assert_eq!(props["f"], json!({"type": "float"}), "{m}");
+    assert_eq!(props["b"], json!({"type": "boolean"}), "{m}");
+    assert_eq!(props["d"]["type"], "date", "{m}");
+    // An object field renders as its properties, without a type.
+    assert_eq!(
+        props["o"],
+        json!({"properties": {"k": text_with_keyword}}),
+        "{m}"
+    );
+    assert_eq!(props.as_object().unwrap().len(), 6, "{m}");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_head_index_answers_200_or_404_without_body() {
+    let node = TestNode::start().await;
+    let (s, b) = node.req("PUT", "/present", None).await;
+    assert_eq!(s, 200, "{b}");
+    let (s, body) = node.req("HEAD", "/present", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(body, Value::String(String::new()), "HEAD has no body");
+    let (s, body) = node.req("HEAD", "/absent", None).await;
+    assert_eq!(s, 404);
+    assert_eq!(body, Value::String(String::new()), "HEAD has no body");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_delete_index_acknowledges_then_index_is_gone() {
+    let node = TestNode::start().await;
+    let (s, _) = node
+        .req("PUT", "/doomed/_doc/1?refresh=true", Some(json!({"a": 1})))
+        .await;
+    assert_eq!(s, 201);
+    let (s, body) = node.req("DELETE", "/doomed", None).await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body, json!({"acknowledged": true}));
+    let resp = node.req("GET", "/doomed", None).await;
+    assert_error(&resp, 404, "index_not_found_exception");
+    assert_eq!(node.req("HEAD", "/doomed", None).await.0, 404);
+    let resp = node.req("GET", "/doomed/_doc/1", None).await;
+    assert_error(&resp, 404, "index_not_found_exception");
+    let resp = node.req("DELETE", "/doomed", None).await;
+    assert_error(&resp, 404, "index_not_found_exception");
+    // The name can be used again, and the new index starts empty.
+    let (s, _) = node.req("PUT", "/doomed", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(node.count("doomed", None).await, 0);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_cat_indices_lists_indices_as_text_and_json() {
+    let node = TestNode::start().await;
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/cat-a",
+            Some(json!({"settings": {"number_of_shards": 1, "number_of_replicas": 0}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/cat-b",
+            Some(json!({"settings": {"number_of_shards": 2}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    node.bulk(
+        "/cat-a/_bulk?refresh=true",
+        &[
+            json!({"index": {"_id": "1"}}),
+            json!({"v": 1}),
+            json!({"index": {"_id": "2"}}),
+            json!({"v": 2}),
+        ],
+    )
+    .await;
+    let uuid_a =
+        node.req("GET", "/cat-a/_settings", None).await.1["cat-a"]["settings"]["index"]["uuid"]
+            .clone();
+
+    let (s, text) = node.req("GET", "/_cat/indices", None).await;
+    assert_eq!(s, 200);
+    let text = text.as_str().expect("plain text").to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "one line per index: {text:?}");
+    let row_a: Vec<&str> = lines
+        .iter()
+        .find(|l| l.contains("cat-a"))
+        .expect("cat-a row")
+        .split_whitespace()
+        .collect();
+    assert_eq!(&row_a[..3], &["green", "open", "cat-a"], "{text:?}");
+    assert_eq!(row_a[3], uuid_a.as_str().unwrap(), "{text:?}");
+    assert_eq!(
+        &row_a[4..8],
+        &["1", "0", "2", "0"],
+        "pri rep docs.count docs.deleted in {text:?}"
+    );
+    let row_b: Vec<&str> = lines
+        .iter()
+        .find(|l| l.contains("cat-b"))
+        .expect("cat-b row")
+        .split_whitespace()
+        .collect();
+    assert_eq!(&row_b[..3], &["yellow", "open", "cat-b"], "{text:?}");
+    assert_eq!(&row_b[4..7], &["2", "1", "0"], "{text:?}");
+
+    let (s, text) = node.req("GET", "/_cat/indices?v", None).await;
+    assert_eq!(s, 200);
+    let text = text.as_str().expect("plain text").to_string();
+    let header: Vec<&str> = text.lines().next().unwrap().split_whitespace().collect();
+    assert!(
+        text.lines().next().unwrap().contains("health status index"),
+        "{text:?}"
+    );
+    assert_eq!(
+        header,
+        [
+            "health",
+            "status",
+            "index",
+            "uuid",
+            "pri",
+            "rep",
+            "docs.count",
+            "docs.deleted",
+            "store.size",
+            "pri.store.size"
+        ],
+        "{text:?}"
+    );
+    assert_eq!(
+        text.lines().count(),
+        3,
+        "header plus one line per index: {text:?}"
+    );
+
+    let (s, arr) = node.req("GET", "/_cat/indices?format=json", None).await;
+    assert_eq!(s, 200, "{arr}");
+    let arr = arr.as_array().expect("a JSON array");
+    assert_eq!(arr.len(), 2);
+    let a = arr
+        .iter()
+        .find(|r| r["index"] == "cat-a")
+        .expect("cat-a entry");
+    assert_eq!(a["health"], "green");
+    assert_eq!(a["status"], "open");
+    assert_eq!(a["uuid"], uuid_a);
+    assert_eq!(a["pri"], "1");
+    assert_eq!(a["rep"], "0");
+    assert_eq!(a["docs.count"], "2", "counts are strings in cat JSON: {a}");
+    assert_eq!(a["docs.deleted"], "0");
+    assert!(a["store.size"].is_string(), "{a}");
+
+    // A single index by name.
+    let (s, arr) = node
+        .req("GET", "/_cat/indices/cat-b?format=json", None)
+        .await;
+    assert_eq!(s, 200, "{arr}");
+    assert_eq!(arr.as_array().map(Vec::len), Some(1), "{arr}");
+    assert_eq!(arr[0]["index"], "cat-b");
+    assert_eq!(arr[0]["docs.count"], "0");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_invalid_index_names_are_rejected() {
+    let node = TestNode::start().await;
+    let long = "a".repeat(256);
+    // "." and ".." are left out: HTTP clients normalise them away as path segments.
+    let names = [
+        "Upper",
+        "_under",
+        "-dash",
+        "+plus",
+        "a*b",
+        "a?b",
+        "a\"b",
+        "a<b",
+        "a>b",
+        "a|b",
+        "a b",
+        "a,b",
+        "a#b",
+        "a\\b",
+        "a:b",
+        long.as_str(),
+    ];
+    for name in names {
+        let path = format!("/{}", enc(name));
+        let resp = node.req("PUT", &path, None).await;
+        assert_error(&resp, 400, "invalid_index_name_exception");
+        let reason = resp.1["error"]["reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with("Invalid index name ["),
+            "reason for {name:?}: {reason}"
+        );
+        // Indexing a document into such a name is refused the same way.
+        let resp = node
+            .req("PUT", &format!("{path}/_doc/1"), Some(json!({"a": 1})))
+            .await;
+        assert_error(&resp, 400, "invalid_index_name_exception");
+    }
+    let (s, arr) = node.req("GET", "/_cat/indices?format=json", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(arr, json!([]), "no index was created");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_creating_an_existing_index_is_rejected() {
+    let node = TestNode::start().await;
+    let (s, _) = node
+        .req(
+            "PUT",
+            "/twice",
+            Some(json!({"mappings": {"properties": {"a": {"type": "keyword"}}}})),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let uuid =
+        node.req("GET", "/twice/_settings", None).await.1["twice"]["settings"]["index"]["uuid"]
+            .clone();
+    let resp = node
+        .req(
+            "PUT",
+            "/twice",
+            Some(json!({"mappings": {"properties": {"a": {"type": "long"}}}})),
+        )
+        .await;
+    assert_error(&resp, 400, "resource_already_exists_exception");
+    let reason = resp.1["error"]["reason"].as_str().unwrap();
+    assert_eq!(
+        reason,
+        format!("index [twice/{}] already exists", uuid.as_str().unwrap())
+    );
+    assert_eq!(resp.1["error"]["index"], "twice");
+    // The first index is untouched.
+    let (_, m) = node.req("GET", "/twice/_mapping", None).await;
+    assert_eq!(m["twice"]["mappings"]["properties"]["a"]["type"], "keyword");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_put_mapping_adds_fields_and_refuses_type_changes() {
+    let node = TestNode::start().await;
+    let (s, _) = node
+        .req(
+            "PUT",
+            "/m",
+            Some(json!({"mappings": {"properties": {"count": {"type": "integer"}}}})),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let (s, body) = node
+        .req(
+            "PUT",
+            "/m/_mapping",
+            Some(json!({"properties": {"extra": {"type": "keyword"}}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body, json!({"acknowledged": true}));
+    let (_, m) = node.req("GET", "/m/_mapping", None).await;
+    assert_eq!(
+        m["m"]["mappings"]["properties"],
+        json!({"count": {"type": "integer"}, "extra": {"type": "keyword"}}),
+        "{m}"
+    );
+    // The new field is a real keyword field.
+    let (s, _) = node
+        .req(
+            "PUT",
+            "/m/_doc/1?refresh=true",
+            Some(json!({"count": 1, "extra": "Exact Value"})),
+        )
+        .await;
+    assert_eq!(s, 201);
+    assert_eq!(
+        node.count("m", Some(json!({"term": {"extra": "Exact Value"}})))
+            .await,
+        1
+    );
+    assert_eq!(
+        node.count("m", Some(json!({"term": {"extra": "exact"}})))
+            .await,
+        0
+    );
+
+    let resp = node
+        .req(
+            "PUT",
+            "/m/_mapping",
+            Some(json!({"properties": {"count": {"type": "keyword"}}})),
+        )
+        .await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    let reason = resp.1["error"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("mapper [count] cannot be changed from type [integer] to [keyword]"),
+        "{reason}"
+    );
+    let (_, m) = node.req("GET", "/m/_mapping", None).await;
+    assert_eq!(
+        m["m"]["mappings"]["properties"]["count"],
+        json!({"type": "integer"}),
+        "unchanged: {m}"
+    );
+
+    let resp = node
+        .req(
+            "PUT",
+            "/missing/_mapping",
+            Some(json!({"properties": {"x": {"type": "keyword"}}})),
+        )
+        .await;
+    assert_error(&resp, 404, "index_not_found_exception");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_restart_keeps_indices_mappings_settings_and_documents() {
+    let node = TestNode::start().await;
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/keep",
+            Some(json!({
+                "settings": {"number_of_shards": 3, "number_of_replicas": 0},
+                "mappings": {"properties": {
+                    "title": {"type": "text", "fields": {"keyword": {"type": "keyword"}}},
+                    "n": {"type": "integer"}
+                }}
+            })),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    for (id, title, n) in [
+        ("1", "first doc", 1),
+        ("2", "second doc", 2),
+        ("3", "third doc", 3),
+    ] {
+        let (s, _) = node
+            .req(
+                "PUT",
+                &format!("/keep/_doc/{id}?refresh=true"),
+                Some(json!({"title": title, "n": n})),
+            )
+            .await;
+        assert_eq!(s, 201);
+    }
+    // Written but never refreshed before the restart; adds a dynamic field.
+    let (s, _) = node
+        .req(
+            "PUT",
+            "/keep/_doc/4",
+            Some(json!({"title": "fourth doc", "n": 4, "extra": "dyn"})),
+        )
+        .await;
+    assert_eq!(s, 201);
+    let (s, _) = node
+        .req("POST", "/keep/_update/2", Some(json!({"doc": {"n": 20}})))
+        .await;
+    assert_eq!(s, 200);
+    let (s, _) = node.req("DELETE", "/keep/_doc/3", None).await;
+    assert_eq!(s, 200);
+    let (_, mapping_before) = node.req("GET", "/keep/_mapping", None).await;
+    let (_, settings_before) = node.req("GET", "/keep/_settings", None).await;
+    assert_eq!(
+        mapping_before["keep"]["mappings"]["properties"]["extra"]["type"],
+        "text"
+    );
+
+    let data = node.data.clone();
+    let tmp = node.stop().await;
+    let node = TestNode::start_on(&data, &[]).await;
+
+    let (s, mapping_after) = node.req("GET", "/keep/_mapping", None).await;
+    assert_eq!(s, 200, "{mapping_after}");
+    assert_eq!(mapping_after, mapping_before);
+    let (s, settings_after) = node.req("GET", "/keep/_settings", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        settings_after, settings_before,
+        "uuid, creation date and shard count survive"
+    );
+    assert_eq!(
+        settings_after["keep"]["settings"]["index"]["number_of_shards"],
+        "3"
+    );
+
+    let (s, d2) = node.req("GET", "/keep/_doc/2", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(d2["_version"], 2);
+    assert_eq!(d2["_source"], json!({"title": "second doc", "n": 20}));
+    let (s, d4) = node.req("GET", "/keep/_doc/4", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        d4["_source"],
+        json!({"title": "fourth doc", "n": 4, "extra": "dyn"})
+    );
+    let (s, d3) = node.req("GET", "/keep/_doc/3", None).await;
+    assert_eq!(s, 404);
+    assert_eq!(d3["found"], false);
+
+    assert_eq!(node.count("keep", None).await, 3);
+    assert_eq!(
+        node.count("keep", Some(json!({"term": {"n": 20}}))).await,
+        1
+    );
+    assert_eq!(
+        node.count("keep", Some(json!({"match": {"title": "fourth"}})))
+            .await,
+        1
+    );
+    assert_eq!(
+        node.count("keep", Some(json!({"match": {"title": "third"}})))
+            .await,
+        0
+    );
+    // New writes continue the version history.
+    let (s, w) = node
+        .req(
+            "PUT",
+            "/keep/_doc/2",
+            Some(json!({"title": "again", "n": 2})),
+        )
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(w["_version"], 3);
+    node.stop().await;
+    drop(tmp);
+}

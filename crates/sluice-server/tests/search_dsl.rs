@@ -1,0 +1,1098 @@
+//! The search API over HTTP against the hand-made `books` data set: every query type of the
+//! foundation, paging, sorting, `_source` filtering, `track_total_hits`, multi-index search,
+//! `_count`, the result window, and the response shape. Expected ids come from the reference
+//! model in `fixtures`.
+
+mod common;
+mod fixtures;
+
+use std::collections::BTreeSet;
+
+use common::{TestNode, assert_error, enc, hit_ids, sorted_ids};
+use fixtures::{BOOKS, Book, DAY_MS, NUM_BOOKS, days_from_civil, ids_where, load_books, now_ms};
+use serde_json::{Value, json};
+
+/// Starts a node with the books loaded.
+async fn books_node() -> (TestNode, Vec<Book>) {
+    let node = TestNode::start().await;
+    let books = load_books(&node, now_ms()).await;
+    (node, books)
+}
+
+/// Runs `query` on the books with room for every hit; asserts the total is exact and equals the
+/// number of hits, and returns the ids in numeric order.
+async fn ids_for(node: &TestNode, query: Value) -> Vec<String> {
+    let resp = node
+        .search(BOOKS, json!({"query": query.clone(), "size": 100}))
+        .await;
+    let ids = hit_ids(&resp);
+    assert_eq!(resp["hits"]["total"]["relation"], "eq", "{query}: {resp}");
+    assert_eq!(
+        resp["hits"]["total"]["value"],
+        ids.len() as u64,
+        "{query}: {resp}"
+    );
+    let unique: BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(
+        unique.len(),
+        ids.len(),
+        "duplicate hits for {query}: {resp}"
+    );
+    sorted_ids(ids)
+}
+
+/// Asserts `query` matches exactly `expected` (ids in numeric order), which must not be empty
+/// so that the assertion can tell a working query from one matching nothing.
+async fn assert_matches(node: &TestNode, query: Value, expected: Vec<String>) {
+    assert!(
+        !expected.is_empty(),
+        "a test query must match something: {query}"
+    );
+    assert_eq!(
+        ids_for(node, query.clone()).await,
+        expected,
+        "query {query}"
+    );
+}
+
+fn ids(ns: &[i64]) -> Vec<String> {
+    ns.iter().map(i64::to_string).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_match_all_returns_every_document() {
+    let (node, _) = books_node().await;
+    let all: Vec<String> = (1..=NUM_BOOKS as i64).map(|n| n.to_string()).collect();
+    assert_eq!(ids_for(&node, json!({"match_all": {}})).await, all);
+    // No body at all is a match_all with ten hits.
+    let (s, resp) = node.req("GET", "/books/_search", None).await;
+    assert_eq!(s, 200, "{resp}");
+    assert_eq!(
+        resp["hits"]["total"],
+        json!({"value": 30, "relation": "eq"})
+    );
+    assert_eq!(hit_ids(&resp).len(), 10);
+    for hit in resp["hits"]["hits"].as_array().unwrap() {
+        assert_eq!(
+            hit["_score"].as_f64(),
+            Some(1.0),
+            "match_all scores 1.0: {hit}"
+        );
+    }
+    assert_eq!(resp["hits"]["max_score"].as_f64(), Some(1.0));
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_match_with_operator_and_minimum_should_match() {
+    let (node, books) = books_node().await;
+    let either = ids_where(&books, |b| b.title_has("quick") || b.title_has("fox"));
+    assert_eq!(either, ids(&[1, 3, 4, 17, 23]));
+    assert_matches(
+        &node,
+        json!({"match": {"title": "quick fox"}}),
+        either.clone(),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"match": {"title": {"query": "quick fox", "operator": "or"}}}),
+        either,
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"match": {"title": {"query": "quick fox", "operator": "and"}}}),
+        ids_where(&books, |b| b.title_has("quick") && b.title_has("fox")),
+    )
+    .await;
+    let two_of_three = ids_where(&books, |b| {
+        ["quick", "brown", "fox"]
+            .iter()
+            .filter(|w| b.title_has(w))
+            .count()
+            >= 2
+    });
+    assert_eq!(two_of_three, ids(&[1, 3, 4]));
+    assert_matches(
+        &node,
+        json!({"match": {"title": {"query": "quick brown fox", "minimum_should_match": 2}}}),
+        two_of_three,
+    )
+    .await;
+    // Upper case in the query is analyzed away like in the documents.
+    assert_matches(
+        &node,
+        json!({"match": {"title": "RUST"}}),
+        ids_where(&books, |b| b.title_has("rust")),
+    )
+    .await;
+    // The best match ranks first.
+    let resp = node
+        .search(
+            BOOKS,
+            json!({"query": {"match": {"title": "quick brown fox"}}}),
+        )
+        .await;
+    assert_eq!(
+        hit_ids(&resp)[0],
+        "1",
+        "the only title with all three words ranks first: {resp}"
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_match_phrase_requires_adjacent_words() {
+    let (node, books) = books_node().await;
+    let brown_fox = ids_where(&books, |b| b.title_has_phrase("brown fox"));
+    assert_eq!(brown_fox, ids(&[1, 4]));
+    assert_matches(
+        &node,
+        json!({"match_phrase": {"title": "brown fox"}}),
+        brown_fox,
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"match_phrase": {"title": "lazy dog"}}),
+        ids_where(&books, |b| b.title_has_phrase("lazy dog")),
+    )
+    .await;
+    assert!(
+        ids_for(&node, json!({"match_phrase": {"title": "fox brown"}}))
+            .await
+            .is_empty(),
+        "order matters"
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_multi_match_searches_every_listed_field() {
+    let (node, books) = books_node().await;
+    let expected = ids_where(&books, |b| {
+        b.title_has("history") || b.summary_has("history")
+    });
+    assert_eq!(expected, ids(&[5, 13, 14, 15, 16, 17, 18, 19, 20]));
+    assert_matches(
+        &node,
+        json!({"multi_match": {"query": "history", "fields": ["title", "summary"]}}),
+        expected,
+    )
+    .await;
+    // Only the title.
+    assert_matches(
+        &node,
+        json!({"multi_match": {"query": "history", "fields": ["title"]}}),
+        ids_where(&books, |b| b.title_has("history")),
+    )
+    .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_term_and_terms_match_exact_values() {
+    let (node, books) = books_node().await;
+    assert_matches(
+        &node,
+        json!({"term": {"category": "science"}}),
+        ids_where(&books, |b| b.category == "science"),
+    )
+    .await;
+    assert!(
+        ids_for(&node, json!({"term": {"category": "Science"}}))
+            .await
+            .is_empty(),
+        "keyword terms are exact"
+    );
+    assert_matches(
+        &node,
+        json!({"term": {"title.keyword": "rust in action"}}),
+        ids(&[11]),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"term": {"year": 2000}}),
+        ids_where(&books, |b| b.year == 2000),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"term": {"year": {"value": 2005}}}),
+        ids_where(&books, |b| b.year == 2005),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"term": {"rating": 1}}),
+        ids_where(&books, |b| b.rating == 1),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"term": {"in_stock": false}}),
+        ids_where(&books, |b| !b.in_stock),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"term": {"tags": "five"}}),
+        ids_where(&books, |b| b.tags.contains(&"five")),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"terms": {"author": ["alice", "carol", "nobody"]}}),
+        ids_where(&books, |b| b.author == "alice" || b.author == "carol"),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"terms": {"year": [1991, 2020]}}),
+        ids_where(&books, |b| b.year == 1991 || b.year == 2020),
+    )
+    .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_range_on_numbers_uses_inclusive_and_exclusive_bounds() {
+    let (node, books) = books_node().await;
+    assert_matches(
+        &node,
+        json!({"range": {"year": {"gt": 2010}}}),
+        ids_where(&books, |b| b.year > 2010),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"range": {"year": {"gte": 2010}}}),
+        ids_where(&books, |b| b.year >= 2010),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"range": {"year": {"lt": 1995}}}),
+        ids_where(&books, |b| b.year < 1995),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"range": {"year": {"lte": 1995}}}),
+        ids_where(&books, |b| b.year <= 1995),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"range": {"year": {"gt": 2000, "lte": 2010}}}),
+        ids_where(&books, |b| b.year > 2000 && b.year <= 2010),
+    )
+    .await;
+    let cheap = ids_where(&books, |b| b.price >= 10.0 && b.price < 20.0);
+    assert_eq!(cheap, ids(&[4, 5, 6, 7]));
+    assert_matches(
+        &node,
+        json!({"range": {"price": {"gte": 10, "lt": 20}}}),
+        cheap,
+    )
+    .await;
+    assert_matches(&node, json!({"range": {"price": {"gt": 72.5}}}), ids(&[30])).await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_range_on_dates_absolute_and_date_math() {
+    let (node, books) = books_node().await;
+    let march = days_from_civil(2024, 3, 1) * DAY_MS;
+    let april = days_from_civil(2024, 4, 1) * DAY_MS;
+    assert_matches(
+        &node,
+        json!({"range": {"published": {"gte": "2024-03-01", "lt": "2024-04-01"}}}),
+        ids_where(&books, |b| {
+            b.published_ms >= march && b.published_ms < april
+        }),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"range": {"published": {"gte": march, "lt": april}}}),
+        ids_where(&books, |b| {
+            b.published_ms >= march && b.published_ms < april
+        }),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"range": {"published": {"lt": "2024-01-16T00:00:00Z"}}}),
+        ids_where(&books, |b| {
+            b.published_ms < days_from_civil(2024, 1, 16) * DAY_MS
+        }),
+    )
+    .await;
+    // `updated` is now minus 1, 6, 11, … hours: books 1..=5 are within the last day, books
+    // 11..=30 are more than two days old (with hours of margin either side).
+    assert_matches(
+        &node,
+        json!({"range": {"updated": {"gte": "now-1d"}}}),
+        ids(&[1, 2, 3, 4, 5]),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"range": {"updated": {"lt": "now-2d"}}}),
+        (11..=30).map(|n: i64| n.to_string()).collect(),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"range": {"updated": {"gte": "now-2d", "lt": "now-1d"}}}),
+        ids(&[6, 7, 8, 9, 10]),
+    )
+    .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_exists_ids_prefix_and_wildcard() {
+    let (node, books) = books_node().await;
+    assert_matches(
+        &node,
+        json!({"exists": {"field": "isbn"}}),
+        ids_where(&books, |b| b.isbn.is_some()),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"ids": {"values": ["1", "5", "99"]}}),
+        ids(&[1, 5]),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"prefix": {"author": "ali"}}),
+        ids_where(&books, |b| b.author.starts_with("ali")),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"prefix": {"author": {"value": "bob"}}}),
+        ids_where(&books, |b| b.author.starts_with("bob")),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"wildcard": {"author": "bob*"}}),
+        ids_where(&books, |b| b.author.starts_with("bob")),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"wildcard": {"author": {"value": "c?rol"}}}),
+        ids_where(&books, |b| b.author == "carol"),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"wildcard": {"title.keyword": "*rust*"}}),
+        ids_where(&books, |b| b.title.contains("rust")),
+    )
+    .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_bool_clauses_combine_as_documented() {
+    let (node, books) = books_node().await;
+    assert_matches(
+        &node,
+        json!({"bool": {"must": [{"match": {"title": "physics"}}], "filter": [{"term": {"category": "science"}}]}}),
+        ids_where(&books, |b| b.title_has("physics") && b.category == "science"),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"bool": {"filter": [{"range": {"year": {"gte": 2000}}}], "must_not": [{"term": {"in_stock": false}}]}}),
+        ids_where(&books, |b| b.year >= 2000 && b.in_stock),
+    )
+    .await;
+    // should-only: at least one should clause.
+    assert_matches(
+        &node,
+        json!({"bool": {"should": [{"term": {"author": "carol"}}, {"term": {"rating": 1}}]}}),
+        ids_where(&books, |b| b.author == "carol" || b.rating == 1),
+    )
+    .await;
+    // minimum_should_match over three clauses.
+    assert_matches(
+        &node,
+        json!({"bool": {
+            "should": [{"term": {"author": "alice"}}, {"term": {"author": "bob"}}, {"term": {"tags": "five"}}],
+            "minimum_should_match": 2
+        }}),
+        ids_where(&books, |b| {
+            [b.author == "alice", b.author == "bob", b.tags.contains(&"five")].iter().filter(|x| **x).count() >= 2
+        }),
+    )
+    .await;
+    // Nested bools.
+    assert_matches(
+        &node,
+        json!({"bool": {
+            "must": [{"bool": {"should": [{"term": {"category": "history"}}, {"term": {"category": "science"}}]}}],
+            "must_not": [{"bool": {"filter": [{"range": {"price": {"lt": 50}}}]}}]
+        }}),
+        ids_where(&books, |b| (b.category == "history" || b.category == "science") && b.price >= 50.0),
+    )
+    .await;
+    // must_not only: everything else.
+    assert_matches(
+        &node,
+        json!({"bool": {"must_not": [{"term": {"category": "fiction"}}]}}),
+        ids_where(&books, |b| b.category != "fiction"),
+    )
+    .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_bool_should_beside_must_only_boosts_scores() {
+    let (node, books) = books_node().await;
+    let resp = node
+        .search(
+            BOOKS,
+            json!({"query": {"bool": {"must": [{"term": {"category": "science"}}], "should": [{"term": {"author": "alice"}}]}},
+                   "size": 100}),
+        )
+        .await;
+    let hits = hit_ids(&resp);
+    assert_eq!(
+        sorted_ids(hits.clone()),
+        ids_where(&books, |b| b.category == "science"),
+        "should is optional: {resp}"
+    );
+    let boosted = ids_where(&books, |b| b.category == "science" && b.author == "alice");
+    assert_eq!(boosted, ids(&[25, 30]));
+    assert_eq!(
+        sorted_ids(hits[..2].to_vec()),
+        boosted,
+        "matching should clauses rank first: {resp}"
+    );
+    let top = resp["hits"]["hits"][0]["_score"].as_f64().unwrap();
+    let third = resp["hits"]["hits"][2]["_score"].as_f64().unwrap();
+    assert!(top > third, "{resp}");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_query_string_and_q_parameter() {
+    let (node, books) = books_node().await;
+    assert_matches(
+        &node,
+        json!({"query_string": {"query": "category:science"}}),
+        ids_where(&books, |b| b.category == "science"),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"query_string": {"query": "title:quick AND title:fox"}}),
+        ids(&[1]),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"query_string": {"query": "title:rust AND category:fiction"}}),
+        ids_where(&books, |b| b.title_has("rust") && b.category == "fiction"),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"query_string": {"query": "title:\"brown fox\""}}),
+        ids(&[1, 4]),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"query_string": {"query": "title:rome OR title:rust"}}),
+        ids_where(&books, |b| b.title_has("rome") || b.title_has("rust")),
+    )
+    .await;
+    assert_matches(
+        &node,
+        json!({"query_string": {"query": "quick", "default_field": "title"}}),
+        ids_where(&books, |b| b.title_has("quick")),
+    )
+    .await;
+    // Without a field, every field is searched.
+    assert_matches(
+        &node,
+        json!({"query_string": {"query": "quick"}}),
+        ids_where(&books, |b| b.title_has("quick")),
+    )
+    .await;
+
+    for (q, expected) in [
+        (
+            "category:history",
+            ids_where(&books, |b| b.category == "history"),
+        ),
+        ("author:alice", ids_where(&books, |b| b.author == "alice")),
+        (
+            "title:\"lazy dog\"",
+            ids_where(&books, |b| b.title_has_phrase("lazy dog")),
+        ),
+        (
+            "title:rust AND year:[2000 TO 2020]",
+            ids_where(&books, |b| b.title_has("rust") && b.year >= 2000),
+        ),
+    ] {
+        let (s, resp) = node
+            .req(
+                "GET",
+                &format!("/books/_search?size=100&q={}", enc(q)),
+                None,
+            )
+            .await;
+        assert_eq!(s, 200, "q={q}: {resp}");
+        assert!(!expected.is_empty());
+        assert_eq!(sorted_ids(hit_ids(&resp)), expected, "q={q}");
+    }
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_from_size_pages_without_duplicates() {
+    let (node, books) = books_node().await;
+    // Sorted by a unique field: pages concatenate to the model order.
+    let mut by_price = Vec::new();
+    for from in (0..NUM_BOOKS).step_by(7) {
+        let resp = node
+            .search(
+                BOOKS,
+                json!({"from": from, "size": 7, "sort": [{"price": "asc"}]}),
+            )
+            .await;
+        assert_eq!(resp["hits"]["total"]["value"], 30, "{resp}");
+        by_price.extend(hit_ids(&resp));
+    }
+    let mut model: Vec<&Book> = books.iter().collect();
+    model.sort_by(|a, b| a.price.total_cmp(&b.price));
+    assert_eq!(by_price, model.iter().map(|b| b.id()).collect::<Vec<_>>());
+    // Relevance order with ties: still every document exactly once.
+    let mut seen = Vec::new();
+    for from in (0..NUM_BOOKS).step_by(8) {
+        let resp = node.search(BOOKS, json!({"from": from, "size": 8})).await;
+        seen.extend(hit_ids(&resp));
+    }
+    assert_eq!(seen.len(), 30);
+    assert_eq!(
+        seen.iter().collect::<BTreeSet<_>>().len(),
+        30,
+        "no duplicates across pages: {seen:?}"
+    );
+    // URL parameters page too.
+    let (s, resp) = node
+        .req("GET", "/books/_search?from=28&size=5&sort=price:desc", None)
+        .await;
+    assert_eq!(s, 200, "{resp}");
+    assert_eq!(hit_ids(&resp), vec!["2", "1"]);
+    // Past the end: no hits, the total unchanged.
+    let resp = node.search(BOOKS, json!({"from": 40, "size": 5})).await;
+    assert_eq!(hit_ids(&resp), Vec::<String>::new());
+    assert_eq!(resp["hits"]["total"]["value"], 30);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_sort_by_fields_returns_sort_values() {
+    let (node, books) = books_node().await;
+    // Keyword ascending, then price for ties.
+    let resp = node
+        .search(
+            BOOKS,
+            json!({"size": 30, "sort": [{"author": "asc"}, {"price": {"order": "asc"}}]}),
+        )
+        .await;
+    let mut model: Vec<&Book> = books.iter().collect();
+    model.sort_by(|a, b| a.author.cmp(b.author).then(a.price.total_cmp(&b.price)));
+    assert_eq!(
+        hit_ids(&resp),
+        model.iter().map(|b| b.id()).collect::<Vec<_>>(),
+        "{resp}"
+    );
+    for (hit, b) in resp["hits"]["hits"].as_array().unwrap().iter().zip(&model) {
+        assert_eq!(hit["sort"], json!([b.author, b.price]), "{hit}");
+        assert_eq!(
+            hit["_score"],
+            Value::Null,
+            "no scores when sorting on fields: {hit}"
+        );
+    }
+    assert_eq!(resp["hits"]["max_score"], Value::Null, "{resp}");
+
+    // Keyword descending.
+    let resp = node
+        .search(
+            BOOKS,
+            json!({"size": 30, "sort": [{"author": "desc"}, {"price": "desc"}]}),
+        )
+        .await;
+    model.sort_by(|a, b| b.author.cmp(a.author).then(b.price.total_cmp(&a.price)));
+    assert_eq!(
+        hit_ids(&resp),
+        model.iter().map(|b| b.id()).collect::<Vec<_>>(),
+        "{resp}"
+    );
+
+    // An integer field renders integer sort values.
+    let resp = node
+        .search(BOOKS, json!({"size": 5, "sort": [{"year": "desc"}]}))
+        .await;
+    model.sort_by(|a, b| b.year.cmp(&a.year));
+    assert_eq!(
+        hit_ids(&resp),
+        model[..5].iter().map(|b| b.id()).collect::<Vec<_>>(),
+        "{resp}"
+    );
+    for (hit, b) in resp["hits"]["hits"].as_array().unwrap().iter().zip(&model) {
+        assert_eq!(hit["sort"], json!([b.year]), "{hit}");
+    }
+
+    // A short field ascending with the title keyword breaking ties.
+    let resp = node
+        .search(
+            BOOKS,
+            json!({"size": 30, "sort": ["rating", {"title.keyword": "asc"}]}),
+        )
+        .await;
+    model.sort_by(|a, b| a.rating.cmp(&b.rating).then(a.title.cmp(b.title)));
+    assert_eq!(
+        hit_ids(&resp),
+        model.iter().map(|b| b.id()).collect::<Vec<_>>(),
+        "{resp}"
+    );
+    assert_eq!(
+        resp["hits"]["hits"][0]["sort"],
+        json!([model[0].rating, model[0].title])
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_sort_by_score_and_by_doc() {
+    let (node, _) = books_node().await;
+    let resp = node
+        .search(BOOKS, json!({"query": {"match": {"title": "quick brown fox"}}, "sort": ["_score"], "size": 10}))
+        .await;
+    let hits = resp["hits"]["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 5, "{resp}");
+    let mut last = f64::INFINITY;
+    for hit in hits {
+        let score = hit["_score"]
+            .as_f64()
+            .expect("scores are kept when sorting by _score");
+        let sort = hit["sort"][0].as_f64().expect("sort value");
+        assert!(
+            (score - sort).abs() < 1e-6,
+            "sort value is the score: {hit}"
+        );
+        assert!(score <= last, "descending scores: {resp}");
+        last = score;
+    }
+    assert_eq!(hits[0]["_id"], "1");
+
+    // _doc order: every document exactly once across pages, sort values strictly increasing.
+    let mut seen = Vec::new();
+    let mut last_doc = -1_i64;
+    for from in [0, 10, 20] {
+        let resp = node
+            .search(BOOKS, json!({"from": from, "size": 10, "sort": ["_doc"]}))
+            .await;
+        for hit in resp["hits"]["hits"].as_array().unwrap() {
+            let d = hit["sort"][0]
+                .as_i64()
+                .unwrap_or_else(|| panic!("integer _doc sort value: {hit}"));
+            assert!(d > last_doc, "{resp}");
+            last_doc = d;
+            seen.push(hit["_id"].as_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(seen.iter().collect::<BTreeSet<_>>().len(), 30, "{seen:?}");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_source_filtering() {
+    let (node, books) = books_node().await;
+    let q = json!({"ids": {"values": ["3"]}});
+    let full = books[2].to_json();
+
+    let resp = node
+        .search(BOOKS, json!({"query": q, "_source": true}))
+        .await;
+    assert_eq!(resp["hits"]["hits"][0]["_source"], full);
+
+    let resp = node
+        .search(BOOKS, json!({"query": q, "_source": false}))
+        .await;
+    let hit = &resp["hits"]["hits"][0];
+    assert_eq!(hit["_id"], "3");
+    assert!(
+        hit.get("_source").is_none(),
+        "_source: false drops it: {hit}"
+    );
+
+    let resp = node
+        .search(BOOKS, json!({"query": q, "_source": ["title", "year"]}))
+        .await;
+    assert_eq!(
+        resp["hits"]["hits"][0]["_source"],
+        json!({"title": full["title"], "year": full["year"]})
+    );
+
+    let resp = node
+        .search(BOOKS, json!({"query": q, "_source": "title"}))
+        .await;
+    assert_eq!(
+        resp["hits"]["hits"][0]["_source"],
+        json!({"title": full["title"]})
+    );
+
+    let resp = node
+        .search(BOOKS, json!({"query": q, "_source": {"includes": ["t*"]}}))
+        .await;
+    assert_eq!(
+        resp["hits"]["hits"][0]["_source"],
+        json!({"title": full["title"], "tags": full["tags"]})
+    );
+
+    let resp = node
+        .search(
+            BOOKS,
+            json!({"query": q, "_source": {"excludes": ["tags", "summary", "isbn"]}}),
+        )
+        .await;
+    let mut expected = full.clone();
+    for k in ["tags", "summary", "isbn"] {
+        expected.as_object_mut().unwrap().remove(k);
+    }
+    assert_eq!(resp["hits"]["hits"][0]["_source"], expected);
+
+    let resp = node
+        .search(
+            BOOKS,
+            json!({"query": q, "_source": {"includes": ["t*"], "excludes": ["tags"]}}),
+        )
+        .await;
+    assert_eq!(
+        resp["hits"]["hits"][0]["_source"],
+        json!({"title": full["title"]})
+    );
+
+    let (s, resp) = node
+        .req(
+            "GET",
+            "/books/_search?q=_id:3&_source_includes=year,price",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{resp}");
+    assert_eq!(
+        resp["hits"]["hits"][0]["_source"],
+        json!({"year": full["year"], "price": full["price"]})
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_track_total_hits_caps_exact_or_omits_the_total() {
+    let node = TestNode::start().await;
+    const DOCS: usize = 10_050;
+    let mut lines = Vec::with_capacity(DOCS * 2);
+    for i in 0..DOCS {
+        lines.push(json!({"index": {"_id": i.to_string()}}));
+        lines.push(json!({"n": i}));
+    }
+    let resp = node.bulk("/many/_bulk?refresh=true", &lines).await;
+    assert_eq!(resp["errors"], false);
+    assert_eq!(resp["items"].as_array().map(Vec::len), Some(DOCS));
+
+    let resp = node.search("many", json!({})).await;
+    assert_eq!(
+        resp["hits"]["total"],
+        json!({"value": 10_000, "relation": "gte"}),
+        "default cap: {}",
+        resp["hits"]["total"]
+    );
+    assert_eq!(hit_ids(&resp).len(), 10);
+
+    let resp = node
+        .search("many", json!({"track_total_hits": true, "size": 0}))
+        .await;
+    assert_eq!(
+        resp["hits"]["total"],
+        json!({"value": DOCS, "relation": "eq"})
+    );
+    assert_eq!(hit_ids(&resp).len(), 0);
+
+    let resp = node
+        .search("many", json!({"track_total_hits": false}))
+        .await;
+    assert!(
+        resp["hits"].get("total").is_none(),
+        "no total at all: {}",
+        resp["hits"]
+    );
+    assert_eq!(hit_ids(&resp).len(), 10);
+
+    let resp = node
+        .search("many", json!({"track_total_hits": 500, "size": 1}))
+        .await;
+    assert_eq!(
+        resp["hits"]["total"],
+        json!({"value": 500, "relation": "gte"})
+    );
+
+    let resp = node
+        .search(
+            "many",
+            json!({"track_total_hits": 500, "query": {"range": {"n": {"lt": 100}}}}),
+        )
+        .await;
+    assert_eq!(
+        resp["hits"]["total"],
+        json!({"value": 100, "relation": "eq"}),
+        "under the cap it is exact"
+    );
+
+    let (s, resp) = node
+        .req("GET", "/many/_search?track_total_hits=true&size=0", None)
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(resp["hits"]["total"]["value"], DOCS);
+
+    assert_eq!(
+        node.count("many", None).await,
+        DOCS as u64,
+        "_count is always exact"
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_search_across_index_lists_and_wildcards() {
+    let node = TestNode::start().await;
+    for (index, n) in [("log-a", 3), ("log-b", 2), ("other", 4)] {
+        let mut lines = Vec::new();
+        for i in 0..n {
+            lines.push(json!({"index": {"_id": format!("{index}-{i}")}}));
+            lines.push(json!({"source": index, "i": i}));
+        }
+        node.bulk(&format!("/{index}/_bulk?refresh=true"), &lines)
+            .await;
+    }
+    let indices_of = |resp: &Value| -> BTreeSet<String> {
+        resp["hits"]["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["_index"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let resp = node.search("log-*", json!({"size": 100})).await;
+    assert_eq!(resp["hits"]["total"]["value"], 5, "{resp}");
+    assert_eq!(
+        indices_of(&resp),
+        BTreeSet::from(["log-a".to_string(), "log-b".to_string()])
+    );
+    assert_eq!(resp["_shards"]["total"], 2, "one shard per index: {resp}");
+    for hit in resp["hits"]["hits"].as_array().unwrap() {
+        assert_eq!(
+            hit["_source"]["source"], hit["_index"],
+            "each hit names its own index: {hit}"
+        );
+    }
+
+    let resp = node.search("log-a,other", json!({"size": 100})).await;
+    assert_eq!(resp["hits"]["total"]["value"], 7, "{resp}");
+    assert_eq!(
+        indices_of(&resp),
+        BTreeSet::from(["log-a".to_string(), "other".to_string()])
+    );
+
+    let (s, resp) = node
+        .req("POST", "/_search", Some(json!({"size": 100})))
+        .await;
+    assert_eq!(s, 200, "{resp}");
+    assert_eq!(resp["hits"]["total"]["value"], 9);
+    assert_eq!(resp["_shards"]["total"], 3);
+
+    let resp = node
+        .search("log-*", json!({"query": {"term": {"i": 1}}}))
+        .await;
+    assert_eq!(sorted_ids(hit_ids(&resp)), vec!["log-a-1", "log-b-1"]);
+
+    let resp = node.search("nomatch-*", json!({})).await;
+    assert_eq!(
+        resp["hits"]["total"]["value"], 0,
+        "a wildcard matching nothing is an empty result: {resp}"
+    );
+    assert_eq!(resp["_shards"]["total"], 0);
+
+    let resp = node
+        .req("POST", "/log-a,absent/_search", Some(json!({})))
+        .await;
+    assert_error(&resp, 404, "index_not_found_exception");
+
+    assert_eq!(node.count("log-*", None).await, 5);
+    let (s, resp) = node.req("GET", "/_count", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(resp["count"], 9);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_count_with_and_without_query() {
+    let (node, books) = books_node().await;
+    let (s, resp) = node.req("GET", "/books/_count", None).await;
+    assert_eq!(s, 200, "{resp}");
+    assert_eq!(
+        resp,
+        json!({"count": 30, "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0}})
+    );
+    let (s, resp) = node
+        .req(
+            "POST",
+            "/books/_count",
+            Some(json!({"query": {"term": {"category": "history"}}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{resp}");
+    assert_eq!(
+        resp["count"],
+        ids_where(&books, |b| b.category == "history").len()
+    );
+    let (s, resp) = node.req("GET", "/books/_count?q=author:bob", None).await;
+    assert_eq!(s, 200, "{resp}");
+    assert_eq!(
+        resp["count"],
+        ids_where(&books, |b| b.author == "bob").len()
+    );
+    let resp = node
+        .req("POST", "/books/_count", Some(json!({"size": 3})))
+        .await;
+    assert_eq!(resp.0, 400, "_count takes no size: {}", resp.1);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_result_window_over_ten_thousand_is_rejected() {
+    let (node, _) = books_node().await;
+    let resp = node
+        .req(
+            "POST",
+            "/books/_search",
+            Some(json!({"from": 9_995, "size": 10})),
+        )
+        .await;
+    assert_eq!(resp.0, 400, "{}", resp.1);
+    assert_eq!(resp.1["status"], 400);
+    let root = &resp.1["error"]["root_cause"][0];
+    assert_eq!(root["type"], "illegal_argument_exception", "{}", resp.1);
+    let reason = root["reason"].as_str().unwrap();
+    assert!(reason.contains("Result window is too large, from + size must be less than or equal to: [10000] but was [10005]"), "{reason}");
+    // Exactly at the limit is fine.
+    let resp = node.search(BOOKS, json!({"from": 9_990, "size": 10})).await;
+    assert_eq!(hit_ids(&resp).len(), 0);
+    let (s, _) = node
+        .req("GET", "/books/_search?from=10000&size=1", None)
+        .await;
+    assert_eq!(s, 400);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_search_response_has_opensearch_shape() {
+    let (node, _) = books_node().await;
+    let resp = node
+        .search(
+            BOOKS,
+            json!({"query": {"match": {"title": "cooking"}}, "size": 2}),
+        )
+        .await;
+    let top: BTreeSet<&str> = resp
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        top,
+        BTreeSet::from(["took", "timed_out", "_shards", "hits"]),
+        "{resp}"
+    );
+    assert!(resp["took"].is_u64(), "{resp}");
+    assert_eq!(resp["timed_out"], false);
+    assert_eq!(
+        resp["_shards"],
+        json!({"total": 1, "successful": 1, "skipped": 0, "failed": 0})
+    );
+    let hits_keys: BTreeSet<&str> = resp["hits"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        hits_keys,
+        BTreeSet::from(["total", "max_score", "hits"]),
+        "{resp}"
+    );
+    assert_eq!(
+        resp["hits"]["total"],
+        json!({"value": 3, "relation": "eq"}),
+        "three cooking titles: {resp}"
+    );
+    let max = resp["hits"]["max_score"]
+        .as_f64()
+        .expect("max_score is a number");
+    let hits = resp["hits"]["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 2);
+    for hit in hits {
+        let k: BTreeSet<&str> = hit
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            k,
+            BTreeSet::from(["_index", "_id", "_score", "_source"]),
+            "{hit}"
+        );
+        assert_eq!(hit["_index"], BOOKS);
+        let score = hit["_score"].as_f64().unwrap();
+        assert!(score > 0.0 && score <= max + 1e-6, "{hit}");
+        assert!(
+            hit["_source"]["title"]
+                .as_str()
+                .unwrap()
+                .contains("cooking")
+        );
+    }
+    assert!(
+        (hits[0]["_score"].as_f64().unwrap() - max).abs() < 1e-6,
+        "the first hit has the max score"
+    );
+
+    // No match: total 0, max_score null, empty hits.
+    let resp = node
+        .search(BOOKS, json!({"query": {"term": {"category": "poetry"}}}))
+        .await;
+    assert_eq!(
+        resp["hits"],
+        json!({"total": {"value": 0, "relation": "eq"}, "max_score": null, "hits": []})
+    );
+    node.stop().await;
+}
