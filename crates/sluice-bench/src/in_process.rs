@@ -70,14 +70,11 @@ impl InProcessTarget {
                         })
                     })
                     .collect();
-                loaders
-                    .into_iter()
-                    .map(|loader| {
-                        loader
-                            .join()
-                            .map_err(|_| anyhow!("an in-process bulk thread panicked"))?
-                    })
-                    .collect::<Result<()>>()
+                loaders.into_iter().try_for_each(|loader| {
+                    loader
+                        .join()
+                        .map_err(|_| anyhow!("an in-process bulk thread panicked"))?
+                })
             })?;
             elapsed += started.elapsed();
         }

@@ -125,6 +125,7 @@ impl EngineError {
             .with_index(index)
             .with_extra("resource.type", serde_json::Value::from("index_or_alias"))
             .with_extra("resource.id", serde_json::Value::from(index))
+            .with_extra("index_uuid", serde_json::Value::from("_na_"))
     }
 
     /// Shorthand for a 400 `illegal_argument_exception`.

@@ -86,6 +86,9 @@ pub struct SortSpec {
     pub desc: bool,
     /// Missing values first instead of last?
     pub missing_first: bool,
+    /// Whether `unmapped_type` was given: an index without the field then sorts all its hits
+    /// as missing instead of failing.
+    pub unmapped_ok: bool,
 }
 
 /// `_source` filtering.
@@ -196,21 +199,24 @@ fn parse_sort_entry(v: &Value, out: &mut Vec<SortSpec>) -> Result<()> {
                 field: field(name),
                 desc,
                 missing_first: false,
+                unmapped_ok: false,
             });
         }
         Value::Object(m) => {
             for (name, spec) in m {
                 let default_desc = name == "_score";
-                let (desc, missing_first) = match spec {
-                    Value::String(o) => (parse_order(o)?, false),
+                let (desc, missing_first, unmapped_ok) = match spec {
+                    Value::String(o) => (parse_order(o)?, false, false),
                     Value::Object(o) => {
                         let mut desc = default_desc;
                         let mut missing_first = false;
+                        let mut unmapped_ok = false;
                         for (k, val) in o {
                             match k.as_str() {
                                 "order" => desc = parse_order(val.as_str().unwrap_or_default())?,
                                 "missing" => missing_first = val.as_str() == Some("_first"),
-                                "unmapped_type" | "mode" | "format" | "numeric_type" => {}
+                                "unmapped_type" => unmapped_ok = true,
+                                "mode" | "format" | "numeric_type" => {}
                                 _ => {
                                     return Err(parse_err(format!(
                                         "[field_sort] unknown field [{k}]"
@@ -218,7 +224,7 @@ fn parse_sort_entry(v: &Value, out: &mut Vec<SortSpec>) -> Result<()> {
                                 }
                             }
                         }
-                        (desc, missing_first)
+                        (desc, missing_first, unmapped_ok)
                     }
                     _ => {
                         return Err(parse_err(format!(
@@ -230,6 +236,7 @@ fn parse_sort_entry(v: &Value, out: &mut Vec<SortSpec>) -> Result<()> {
                     field: field(name),
                     desc,
                     missing_first,
+                    unmapped_ok,
                 });
             }
         }
@@ -355,7 +362,7 @@ impl SearchRequest {
                         }
                         req.aggs = Some(v.clone());
                     }
-                    "track_scores" => req.track_scores = v.as_bool().unwrap_or(false),
+                    "track_scores" => req.track_scores = expect_bool(key, v)?,
                     "min_score" => {
                         req.min_score = Some(
                             v.as_f64()
@@ -363,13 +370,29 @@ impl SearchRequest {
                                 as f32,
                         )
                     }
-                    "explain"
-                    | "version"
-                    | "seq_no_primary_term"
-                    | "stored_fields"
-                    | "profile"
-                    | "terminate_after"
-                    | "highlight" => {}
+                    "explain" | "version" | "seq_no_primary_term" | "profile" => {
+                        expect_bool(key, v)?;
+                    }
+                    "terminate_after" => {
+                        as_u64_param(key, v)?;
+                    }
+                    "stored_fields" => {
+                        let ok = v.is_string()
+                            || v.as_array().is_some_and(|a| a.iter().all(Value::is_string));
+                        if !ok {
+                            return Err(parse_err(
+                                "[stored_fields] must be a string or an array of strings",
+                            ));
+                        }
+                    }
+                    "highlight" => {
+                        if !v.is_object() {
+                            return Err(parse_err(format!(
+                                "[highlight] expects an object, got a {}",
+                                start_token(v)
+                            )));
+                        }
+                    }
                     _ => {
                         return Err(parse_err(format!(
                             "Unknown key for a {} in [{key}].",
@@ -438,7 +461,21 @@ fn start_token(v: &Value) -> &'static str {
     match v {
         Value::Object(_) => "START_OBJECT",
         Value::Array(_) => "START_ARRAY",
-        _ => "VALUE",
+        Value::String(_) => "VALUE_STRING",
+        Value::Number(_) => "VALUE_NUMBER",
+        Value::Bool(_) => "VALUE_BOOLEAN",
+        Value::Null => "VALUE_NULL",
+    }
+}
+
+fn expect_bool(key: &str, v: &Value) -> Result<bool> {
+    match v {
+        Value::Bool(b) => Ok(*b),
+        Value::String(s) if s == "true" || s == "false" => Ok(s == "true"),
+        other => Err(parse_err(format!(
+            "[{key}] expects a boolean, got a {}",
+            start_token(other)
+        ))),
     }
 }
 
@@ -674,7 +711,7 @@ pub fn execute(
                         }
                     },
                     None => {
-                        if req.sort.iter().any(|_| false) {
+                        if spec.unmapped_ok {
                             None
                         } else {
                             return Err(shard_failure(
@@ -713,14 +750,7 @@ pub fn execute(
         _ => None,
     };
     let _ = &aggregations;
-    render_response(
-        &prepared,
-        req,
-        collected.1,
-        aggregations,
-        started,
-        indices.len(),
-    )
+    render_response(&prepared, req, collected.1, aggregations, started)
 }
 
 fn shard_failure(e: EngineError, h: &IndexHandle) -> EngineError {
@@ -748,6 +778,7 @@ fn collect(
             field: SortField::Score,
             desc: true,
             missing_first: false,
+            unmapped_ok: false,
         }]
     } else {
         req.sort.clone()
@@ -776,7 +807,12 @@ fn collect(
         })?;
         let agg_collector = p.aggs.as_ref().map(|a| a.collector());
         let mut seg_fruits = Vec::new();
+        // The index-wide doc id of a segment's first document, as OpenSearch's `_doc` sort
+        // values are index-wide.
+        let mut seg_base = 0u32;
         for (seg_ord, seg) in p.searcher.segment_readers().iter().enumerate() {
+            let base = seg_base;
+            seg_base += seg.max_doc();
             if ctx.is_cancelled() {
                 return Err(cancelled());
             }
@@ -835,7 +871,7 @@ fn collect(
                                 .zip(&readers)
                                 .map(|(s, r)| match s.field {
                                     SortField::Score => SortValue::Num(f64::from(score)),
-                                    SortField::Doc => SortValue::Num(doc as f64),
+                                    SortField::Doc => SortValue::Num(f64::from(base + doc)),
                                     SortField::Field(_) => r.value(doc, s.desc, &mut buf),
                                 })
                                 .collect();
@@ -994,7 +1030,6 @@ fn render_response(
     collected: Collected,
     aggregations: Option<Value>,
     started: Instant,
-    num_indices: usize,
 ) -> Result<Value> {
     let scores_shown = req.sort.is_empty()
         || req.track_scores
@@ -1067,11 +1102,7 @@ fn render_response(
         },
     );
     hits.insert("hits".into(), Value::Array(hits_json));
-    let shards: u64 = prepared
-        .iter()
-        .map(|p| p.handle.number_of_shards())
-        .sum::<u64>()
-        .max(num_indices as u64 * 0);
+    let shards: u64 = prepared.iter().map(|p| p.handle.number_of_shards()).sum();
     let mut out = Map::new();
     out.insert("took".into(), json!(started.elapsed().as_millis() as u64));
     out.insert("timed_out".into(), json!(collected.timed_out));

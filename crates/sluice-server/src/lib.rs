@@ -11,3 +11,4 @@ pub mod error;
 pub mod pool;
 pub mod server;
 pub mod state;
+pub mod tasks;

@@ -96,12 +96,13 @@ impl Node {
                 let _ = tokio::task::spawn_blocking(move || e.refresh_due()).await;
             }
         });
-        axum::serve(
-            self.listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(shutdown)
-        .await?;
+        // Outside the router, so it sees the `Allow` header the router sets on a 405.
+        let app = tower::Layer::layer(&middleware::from_fn(api::name_allowed_methods), app);
+        let app =
+            axum::ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(app);
+        axum::serve(self.listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await?;
         refresher.abort();
         let engine = self.state.engine.clone();
         tokio::task::spawn_blocking(move || engine.flush_all()).await??;

@@ -649,7 +649,7 @@ async fn test_sort_by_fields_returns_sort_values() {
     let resp = node
         .search(BOOKS, json!({"size": 5, "sort": [{"year": "desc"}]}))
         .await;
-    model.sort_by(|a, b| b.year.cmp(&a.year));
+    model.sort_by_key(|b| std::cmp::Reverse(b.year));
     assert_eq!(
         hit_ids(&resp),
         model[..5].iter().map(|b| b.id()).collect::<Vec<_>>(),

@@ -138,13 +138,8 @@ fn parse_bulk(body: &[u8], default_index: Option<&str>) -> Result<Vec<BulkItem>,
             match parsed {
                 Err(e) => Err(e),
                 Ok(source) => match action_name {
-                    "update" => match id.clone() {
-                        None => Err(EngineError::new(
-                            ErrorCode::ActionRequestValidation,
-                            "Validation Failed: 1: id is missing;",
-                        )),
-                        Some(id) => parse_update(id, &source),
-                    },
+                    // Update bodies are parsed with the request: a bad one fails it whole.
+                    "update" => Ok(parse_update(id.clone().unwrap_or_default(), &source)?),
                     _ if !source.is_object() => Err(EngineError::mapper_parsing(
                         "failed to parse, document is empty or not an object",
                     )),

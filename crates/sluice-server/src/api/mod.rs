@@ -191,7 +191,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/{index}/_search", get(search::search).post(search::search))
         .route("/{index}/_count", get(search::count).post(search::count))
         .fallback(no_handler)
-        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
 }
 
@@ -205,10 +204,32 @@ async fn no_handler(method: Method, uri: Uri) -> ApiError {
     }
 }
 
-async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+/// Completes a 405 the way OpenSearch words it, naming the allowed methods from the `Allow`
+/// header the router sets (HEAD, which axum adds beside GET, is not listed).
+pub async fn name_allowed_methods(req: Request, next: axum::middleware::Next) -> Response {
+    let (method, uri) = (req.method().clone(), req.uri().clone());
+    let resp = next.run(req).await;
+    if resp.status() != StatusCode::METHOD_NOT_ALLOWED {
+        return resp;
+    }
+    let allowed: Vec<String> = resp
+        .headers()
+        .get(header::ALLOW)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(',')
+                .map(|m| m.trim().to_string())
+                .filter(|m| !m.is_empty() && m != "HEAD")
+                .collect()
+        })
+        .unwrap_or_default();
     ApiError::NoHandler {
         status: StatusCode::METHOD_NOT_ALLOWED,
-        message: format!("Incorrect HTTP method for uri [{uri}] and method [{method}]"),
-        allow: None,
+        message: format!(
+            "Incorrect HTTP method for uri [{uri}] and method [{method}], allowed: [{}]",
+            allowed.join(", ")
+        ),
+        allow: Some(allowed.join(",")),
     }
+    .into_response()
 }

@@ -1,0 +1,318 @@
+//! The task registry: every search-like unit of work is a task with a node-unique id
+//! `<node_id>:<n>`, an action name, a start time, an optional parent and a cancellation flag.
+//!
+//! A task is registered by [`TaskManager::register`], which returns a [`TaskGuard`]; dropping
+//! the guard unregisters the task, so the registry lists exactly the work that is running, on
+//! every path out of it. Cancelling a task sets its flag and its descendants' flags; the engine
+//! checks the flag while it works.
+//!
+//! # Invariants
+//! - A task id is never reused while the node runs (`next_id` only grows).
+//! - A registered task is in `tasks` until its guard drops, and only then.
+//! - A child registered under a cancelled parent starts cancelled.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use serde_json::{Map, Value, json};
+
+/// Action names, as OpenSearch reports them.
+pub mod actions {
+    /// A `_search` request.
+    pub const SEARCH: &str = "indices:data/read/search";
+    /// A `_count` request.
+    pub const COUNT: &str = "indices:data/read/count";
+    /// An `_msearch` request (its items are `SEARCH` children).
+    pub const MSEARCH: &str = "indices:data/read/msearch";
+    /// A scroll continuation.
+    pub const SCROLL: &str = "indices:data/read/scroll";
+}
+
+/// A task id: the node id and a sequence number.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TaskId {
+    /// The node that runs the task.
+    pub node: String,
+    /// The node-local sequence number.
+    pub seq: u64,
+}
+
+impl std::fmt::Display for TaskId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.node, self.seq)
+    }
+}
+
+impl TaskId {
+    /// Parses `node:seq`.
+    pub fn parse(s: &str) -> Option<TaskId> {
+        let (node, seq) = s.rsplit_once(':')?;
+        Some(TaskId {
+            node: node.to_string(),
+            seq: seq.parse().ok()?,
+        })
+    }
+}
+
+/// One running task.
+#[derive(Debug)]
+pub struct Task {
+    /// Node-local sequence number.
+    pub seq: u64,
+    /// The action name.
+    pub action: &'static str,
+    /// What the task does, for `_tasks?detailed`.
+    pub description: String,
+    /// The parent task's sequence number on this node.
+    pub parent: Option<u64>,
+    /// Wall-clock start, epoch millis.
+    pub start_time_millis: i64,
+    /// Monotonic start.
+    pub started: Instant,
+    /// The cancellation flag the engine checks.
+    pub cancelled: Arc<AtomicBool>,
+    /// Why it was cancelled, once it was.
+    pub cancel_reason: Mutex<Option<String>>,
+}
+
+impl Task {
+    /// Whether the task has been cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+}
+
+/// The node's registry of running tasks.
+#[derive(Debug)]
+pub struct TaskManager {
+    node_id: String,
+    next_id: AtomicU64,
+    tasks: Mutex<HashMap<u64, Arc<Task>>>,
+}
+
+/// Keeps a task registered; dropping it unregisters the task.
+#[must_use = "dropping the guard unregisters the task at once"]
+#[derive(Debug)]
+pub struct TaskGuard {
+    manager: Arc<TaskManager>,
+    task: Arc<Task>,
+}
+
+impl TaskGuard {
+    /// The task.
+    pub fn task(&self) -> &Arc<Task> {
+        &self.task
+    }
+
+    /// The task's full id.
+    pub fn id(&self) -> TaskId {
+        TaskId {
+            node: self.manager.node_id.clone(),
+            seq: self.task.seq,
+        }
+    }
+}
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        self.manager.tasks.lock().remove(&self.task.seq);
+    }
+}
+
+/// Cancels its task when dropped, unless disarmed: the handler of a request holds one, so a
+/// client that disconnects (hyper drops the handler's future) cancels the work it started.
+#[derive(Debug)]
+pub struct CancelOnDrop {
+    manager: Arc<TaskManager>,
+    seq: u64,
+    armed: bool,
+}
+
+impl CancelOnDrop {
+    /// Arms a cancel-on-drop for the task `seq`.
+    pub fn new(manager: Arc<TaskManager>, seq: u64) -> CancelOnDrop {
+        CancelOnDrop {
+            manager,
+            seq,
+            armed: true,
+        }
+    }
+
+    /// The request completed: dropping no longer cancels.
+    pub fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            self.manager
+                .cancel_seq(self.seq, "the client closed the connection");
+        }
+    }
+}
+
+impl TaskManager {
+    /// A registry for the node `node_id`.
+    pub fn new(node_id: &str) -> TaskManager {
+        TaskManager {
+            node_id: node_id.to_string(),
+            next_id: AtomicU64::new(1),
+            tasks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The node id task ids carry.
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// Registers a task; a child of a cancelled parent starts cancelled.
+    pub fn register(
+        self: &Arc<Self>,
+        action: &'static str,
+        description: String,
+        parent: Option<u64>,
+        start_time_millis: i64,
+    ) -> TaskGuard {
+        let seq = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut tasks = self.tasks.lock();
+        let parent_cancelled = parent
+            .and_then(|p| tasks.get(&p))
+            .is_some_and(|p| p.is_cancelled());
+        let task = Arc::new(Task {
+            seq,
+            action,
+            description,
+            parent,
+            start_time_millis,
+            started: Instant::now(),
+            cancelled: Arc::new(AtomicBool::new(parent_cancelled)),
+            cancel_reason: Mutex::new(
+                parent_cancelled.then(|| "the parent task was cancelled".to_string()),
+            ),
+        });
+        tasks.insert(seq, task.clone());
+        TaskGuard {
+            manager: self.clone(),
+            task,
+        }
+    }
+
+    /// A snapshot of the running tasks, by sequence number.
+    pub fn list(&self) -> Vec<Arc<Task>> {
+        let mut v: Vec<Arc<Task>> = self.tasks.lock().values().cloned().collect();
+        v.sort_by_key(|t| t.seq);
+        v
+    }
+
+    /// The running task `seq`, if any.
+    pub fn get(&self, seq: u64) -> Option<Arc<Task>> {
+        self.tasks.lock().get(&seq).cloned()
+    }
+
+    /// Cancels the task `seq` and its descendants; returns the tasks newly cancelled.
+    pub fn cancel_seq(&self, seq: u64, reason: &str) -> Vec<Arc<Task>> {
+        let tasks = self.tasks.lock();
+        let mut out = Vec::new();
+        let mut stack = vec![seq];
+        while let Some(s) = stack.pop() {
+            if let Some(t) = tasks.get(&s) {
+                if !t.cancelled.swap(true, Ordering::AcqRel) {
+                    *t.cancel_reason.lock() = Some(reason.to_string());
+                }
+                out.push(t.clone());
+            }
+            stack.extend(
+                tasks
+                    .values()
+                    .filter(|t| t.parent == Some(s))
+                    .map(|t| t.seq),
+            );
+        }
+        out
+    }
+
+    /// Renders a task as OpenSearch's `_tasks` does.
+    pub fn render(&self, t: &Task, detailed: bool) -> Value {
+        let mut m = Map::new();
+        m.insert("node".into(), json!(self.node_id));
+        m.insert("id".into(), json!(t.seq));
+        m.insert("type".into(), json!("transport"));
+        m.insert("action".into(), json!(t.action));
+        if detailed {
+            m.insert("description".into(), json!(t.description));
+        }
+        m.insert("start_time_in_millis".into(), json!(t.start_time_millis));
+        m.insert(
+            "running_time_in_nanos".into(),
+            json!(t.started.elapsed().as_nanos() as u64),
+        );
+        m.insert("cancellable".into(), json!(true));
+        m.insert("cancelled".into(), json!(t.is_cancelled()));
+        if let Some(p) = t.parent {
+            m.insert(
+                "parent_task_id".into(),
+                json!(format!("{}:{p}", self.node_id)),
+            );
+        }
+        m.insert("headers".into(), json!({}));
+        Value::Object(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_guard_drop_unregisters() {
+        let m = Arc::new(TaskManager::new("n"));
+        let g = m.register(actions::SEARCH, "d".into(), None, 0);
+        assert_eq!(m.list().len(), 1);
+        assert_eq!(g.id().to_string(), format!("n:{}", g.task().seq));
+        drop(g);
+        assert!(m.list().is_empty());
+    }
+
+    #[test]
+    fn test_cancel_reaches_children_and_new_children_start_cancelled() {
+        let m = Arc::new(TaskManager::new("n"));
+        let parent = m.register(actions::MSEARCH, "p".into(), None, 0);
+        let child = m.register(actions::SEARCH, "c".into(), Some(parent.task().seq), 0);
+        let other = m.register(actions::SEARCH, "o".into(), None, 0);
+        let cancelled = m.cancel_seq(parent.task().seq, "by test");
+        assert_eq!(cancelled.len(), 2);
+        assert!(child.task().is_cancelled());
+        assert!(!other.task().is_cancelled());
+        let late = m.register(actions::SEARCH, "late".into(), Some(parent.task().seq), 0);
+        assert!(late.task().is_cancelled());
+    }
+
+    #[test]
+    fn test_cancel_on_drop_cancels_unless_disarmed() {
+        let m = Arc::new(TaskManager::new("n"));
+        let a = m.register(actions::SEARCH, "a".into(), None, 0);
+        let b = m.register(actions::SEARCH, "b".into(), None, 0);
+        drop(CancelOnDrop::new(m.clone(), a.task().seq));
+        CancelOnDrop::new(m.clone(), b.task().seq).disarm();
+        assert!(a.task().is_cancelled());
+        assert!(!b.task().is_cancelled());
+    }
+
+    #[test]
+    fn test_task_id_parses() {
+        assert_eq!(
+            TaskId::parse("abc:12"),
+            Some(TaskId {
+                node: "abc".into(),
+                seq: 12
+            })
+        );
+        assert_eq!(TaskId::parse("abc"), None);
+    }
+}
