@@ -34,10 +34,13 @@ pub enum ErrorCode {
     ActionRequestValidation,
     /// 400 `too_many_buckets_exception` (OpenSearch answers 503 for the search; see server).
     TooManyBuckets,
-    /// 400 `task_cancelled_exception`.
+    /// 500 `task_cancelled_exception`, as OpenSearch (whose exception keeps the default
+    /// status) answers a cancelled search.
     TaskCancelled,
     /// 429 `rejected_execution_exception`: the node refused the work for lack of capacity.
     RejectedExecution,
+    /// 404 `resource_not_found_exception`.
+    ResourceNotFound,
     /// 500 `exception`: a bug or an I/O failure of the node.
     Internal,
 }
@@ -62,6 +65,7 @@ impl ErrorCode {
             ErrorCode::TooManyBuckets => "too_many_buckets_exception",
             ErrorCode::TaskCancelled => "task_cancelled_exception",
             ErrorCode::RejectedExecution => "rejected_execution_exception",
+            ErrorCode::ResourceNotFound => "resource_not_found_exception",
             ErrorCode::Internal => "exception",
         }
     }
@@ -69,11 +73,13 @@ impl ErrorCode {
     /// The HTTP status OpenSearch answers with for this code.
     pub fn status(self) -> u16 {
         match self {
-            ErrorCode::IndexNotFound | ErrorCode::DocumentMissing => 404,
+            ErrorCode::IndexNotFound | ErrorCode::DocumentMissing | ErrorCode::ResourceNotFound => {
+                404
+            }
             ErrorCode::VersionConflict => 409,
             ErrorCode::TooManyBuckets => 503,
             ErrorCode::RejectedExecution => 429,
-            ErrorCode::Internal => 500,
+            ErrorCode::Internal | ErrorCode::TaskCancelled => 500,
             _ => 400,
         }
     }

@@ -26,6 +26,9 @@ use crate::query::{QueryContext, build_query};
 /// and the deadline: a few thousand documents take well under a millisecond, so a cancelled
 /// search stops within milliseconds while the check stays off the profile.
 pub const CHECK_EVERY_DOCS: u32 = 4096;
+/// How many hits the fetch phase loads between two checks of the cancellation flag: loading a
+/// stored document costs microseconds, so a few hundred keep the check cheap and prompt.
+const FETCH_CHECK_EVERY_HITS: usize = 256;
 /// OpenSearch's default `track_total_hits` threshold.
 pub const DEFAULT_TRACK_TOTAL_HITS: u64 = 10_000;
 /// OpenSearch's default page size.
@@ -38,6 +41,9 @@ pub struct SearchContext {
     pub cancelled: Option<Arc<AtomicBool>>,
     /// When the search must stop and return partial results (the body's `timeout`).
     pub deadline: Option<Instant>,
+    /// When the search must be cancelled (`cancel_after_time_interval`): past it the search
+    /// fails with `task_cancelled_exception` instead of returning partial results.
+    pub cancel_at: Option<Instant>,
 }
 
 impl SearchContext {
@@ -48,6 +54,7 @@ impl SearchContext {
         self.cancelled
             .as_ref()
             .is_some_and(|c| c.load(AtomicOrdering::Relaxed))
+            || self.cancel_at.is_some_and(|at| Instant::now() >= at)
     }
 
     fn is_past_deadline(&self) -> bool {
@@ -750,7 +757,10 @@ pub fn execute(
         _ => None,
     };
     let _ = &aggregations;
-    render_response(&prepared, req, collected.1, aggregations, started)
+    if ctx.is_cancelled() {
+        return Err(cancelled());
+    }
+    render_response(&prepared, req, collected.1, aggregations, started, &ctx)
 }
 
 fn shard_failure(e: EngineError, h: &IndexHandle) -> EngineError {
@@ -1030,12 +1040,17 @@ fn render_response(
     collected: Collected,
     aggregations: Option<Value>,
     started: Instant,
+    ctx: &SearchContext,
 ) -> Result<Value> {
     let scores_shown = req.sort.is_empty()
         || req.track_scores
         || req.sort.iter().any(|s| s.field == SortField::Score);
     let mut hits_json = Vec::new();
-    for c in collected.hits.iter().skip(req.from as usize) {
+    for (i, c) in collected.hits.iter().skip(req.from as usize).enumerate() {
+        // Loading documents is work too: stop it as promptly as collection.
+        if i % FETCH_CHECK_EVERY_HITS == FETCH_CHECK_EVERY_HITS - 1 && ctx.is_cancelled() {
+            return Err(cancelled());
+        }
         let p = &prepared[c.at.0];
         let stored = p
             .handle

@@ -130,6 +130,7 @@ fn test_cancelled_search_stops_with_task_cancelled() {
     engine.refresh("big").unwrap();
     let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let ctx = SearchContext {
+        cancel_at: None,
         cancelled: Some(flag),
         deadline: None,
     };
@@ -147,6 +148,7 @@ fn test_search_past_deadline_returns_partial_results_timed_out() {
     assert!(engine.bulk(ops).iter().all(Result::is_ok));
     engine.refresh("big").unwrap();
     let ctx = SearchContext {
+        cancel_at: None,
         cancelled: None,
         deadline: Some(std::time::Instant::now()),
     };

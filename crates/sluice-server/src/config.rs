@@ -19,6 +19,10 @@ pub mod keys {
     pub const NODE_NAME: &str = "node.name";
     /// The cluster's name.
     pub const CLUSTER_NAME: &str = "cluster.name";
+    /// Threads of the search pool (OpenSearch's static `thread_pool.search.size`).
+    pub const SEARCH_POOL_SIZE: &str = "thread_pool.search.size";
+    /// Waiting room of the search pool (`thread_pool.search.queue_size`).
+    pub const SEARCH_POOL_QUEUE_SIZE: &str = "thread_pool.search.queue_size";
 }
 
 /// Every key accepted in the config file, env and flags.
@@ -29,6 +33,8 @@ const KNOWN_KEYS: &[&str] = &[
     keys::PATH_DATA,
     keys::NODE_NAME,
     keys::CLUSTER_NAME,
+    keys::SEARCH_POOL_SIZE,
+    keys::SEARCH_POOL_QUEUE_SIZE,
 ];
 
 /// The default config file, relative to the working directory.
@@ -51,6 +57,10 @@ pub struct Config {
     pub node_name: String,
     /// `cluster.name`.
     pub cluster_name: String,
+    /// `thread_pool.search.size`.
+    pub search_pool_size: usize,
+    /// `thread_pool.search.queue_size`.
+    pub search_pool_queue_size: usize,
 }
 
 /// A configuration error: which key, what was wrong, what is accepted.
@@ -272,7 +282,41 @@ impl Config {
                 Some((v, _)) => Ok(v.to_string()),
             }
         };
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let count =
+            |key: &str, default: usize, min: usize, max: usize| -> Result<usize, ConfigError> {
+                match get(key) {
+                    None => Ok(default),
+                    Some((v, s)) => v
+                        .trim()
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|n| (min..=max).contains(n))
+                        .ok_or_else(|| {
+                            invalid(
+                                key,
+                                v,
+                                s,
+                                &format!("expected an integer between {min} and {max}"),
+                            )
+                        }),
+                }
+            };
+        let search_pool_size = count(
+            keys::SEARCH_POOL_SIZE,
+            crate::pool::default_pool_size(cores),
+            1,
+            1024,
+        )?;
+        let search_pool_queue_size = count(
+            keys::SEARCH_POOL_QUEUE_SIZE,
+            crate::pool::DEFAULT_QUEUE_SIZE,
+            0,
+            1_000_000,
+        )?;
         Ok(Config {
+            search_pool_size,
+            search_pool_queue_size,
             http_host,
             http_port,
             max_content_length,

@@ -12,8 +12,9 @@ use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::api::{self, BodyLimit};
 use crate::config::Config;
-use crate::pool::{self, SearchPool};
+use crate::pool::SearchPool;
 use crate::state::{AppState, NodeIdentity};
+use crate::tasks::TaskManager;
 
 /// How often the refresher looks for indices due a refresh; well under the 1 s default
 /// `refresh_interval` so a refresh is late by at most this much.
@@ -42,17 +43,18 @@ impl Node {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| anyhow::anyhow!("cannot bind http.host:http.port [{addr}]: {e}"))?;
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let search_pool = SearchPool::new(
             "search",
-            pool::default_pool_size(cores),
-            pool::DEFAULT_QUEUE_SIZE,
+            config.search_pool_size,
+            config.search_pool_queue_size,
         );
+        let tasks = Arc::new(TaskManager::new(&identity.node_id));
         let state = Arc::new(AppState {
             config,
             identity,
             engine: Arc::new(engine),
             search_pool,
+            tasks,
         });
         Ok(Node { listener, state })
     }

@@ -8,6 +8,7 @@ use sluice_engine::Engine;
 
 use crate::config::Config;
 use crate::pool::SearchPool;
+use crate::tasks::TaskManager;
 
 /// The node's persistent identity, kept in `node.json` in the data folder.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -49,4 +50,6 @@ pub struct AppState {
     pub engine: Arc<Engine>,
     /// The pool searches run on.
     pub search_pool: SearchPool,
+    /// The running tasks.
+    pub tasks: Arc<TaskManager>,
 }

@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod docs;
 pub mod indices;
 pub mod search;
+pub mod tasks;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,10 +18,11 @@ use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::Value;
-use sluice_engine::{EngineError, ErrorCode};
+use sluice_engine::{EngineError, ErrorCode, SearchContext};
 
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use crate::tasks::CancelOnDrop;
 
 /// Query-string parameters of a request.
 pub type Params = HashMap<String, String>;
@@ -136,6 +138,95 @@ pub async fn on_search_pool<T: Send + 'static>(
     }
 }
 
+/// Runs one search-like unit of work as a registered task on the search pool.
+///
+/// The task is listed in `_tasks` from now until the work ends, whatever ends it. Its flag is
+/// set by `_tasks/_cancel`, by a parent's cancellation, and when this future is dropped before
+/// it completes (hyper drops it when the client disconnects), and the engine checks it while
+/// it works; `cancel_after_time_interval` (the request parameter) bounds its run time. A
+/// cancelled task answers OpenSearch's `task_cancelled_exception`.
+///
+/// # Cancel safety
+/// Dropping the future cancels the task; the pool thread stops at its next check.
+pub async fn run_task<T: Send + 'static>(
+    st: &Arc<AppState>,
+    action: &'static str,
+    description: String,
+    parent: Option<u64>,
+    params: &Params,
+    work: impl FnOnce(SearchContext) -> Result<T, EngineError> + Send + 'static,
+) -> ApiResult<T> {
+    let cancel_after = match params.get("cancel_after_time_interval") {
+        None => None,
+        Some(v) if v == "-1" => None,
+        Some(v) => Some(sluice_engine::parse_time_value(v).map_err(|e| {
+            EngineError::illegal_argument(format!(
+                "failed to parse setting [cancel_after_time_interval] with value [{v}] as a time value: {e}"
+            ))
+        })?),
+    };
+    let guard = st
+        .tasks
+        .register(action, description, parent, sluice_engine::now_millis());
+    let task = guard.task().clone();
+    let ctx = SearchContext {
+        cancelled: Some(task.cancelled.clone()),
+        deadline: None,
+        cancel_at: cancel_after.map(|d| task.started + d),
+    };
+    let on_drop = CancelOnDrop::new(st.tasks.clone(), task.seq);
+    let result = on_search_pool(st, move || {
+        let _registered = guard;
+        work(ctx)
+    })
+    .await;
+    on_drop.disarm();
+    result.map_err(|e| match e {
+        ApiError::Engine(e) if e.code == ErrorCode::TaskCancelled => {
+            let reason = task
+                .cancel_reason
+                .lock()
+                .clone()
+                .unwrap_or_else(|| match cancel_after {
+                    Some(d) => format!(
+                        "Cancellation timeout of {} is expired",
+                        format_time_value(d)
+                    ),
+                    None => "task cancelled".to_string(),
+                });
+            ApiError::Engine(cancelled_error(&reason))
+        }
+        other => other,
+    })
+}
+
+/// OpenSearch's error for a cancelled search: a search phase failure caused by
+/// `task_cancelled_exception`.
+fn cancelled_error(reason: &str) -> EngineError {
+    let mut outer = EngineError::new(ErrorCode::SearchPhaseExecution, "SearchTask was cancelled")
+        .with_extra("phase", Value::from("query"))
+        .with_extra("grouped", Value::from(true));
+    outer.cause = Some(Box::new(EngineError::new(
+        ErrorCode::TaskCancelled,
+        format!("cancelled task with reason: {reason}"),
+    )));
+    outer
+}
+
+/// Renders a duration the way OpenSearch prints time values (`1.5m`, `500ms`, `2s`).
+pub fn format_time_value(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    if ms % 1000 != 0 || ms < 1000 {
+        format!("{ms}ms")
+    } else if ms % 60_000 != 0 {
+        format!("{}s", ms / 1000)
+    } else if ms % 3_600_000 != 0 {
+        format!("{}m", ms / 60_000)
+    } else {
+        format!("{}h", ms / 3_600_000)
+    }
+}
+
 /// Builds the router of every API route.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
@@ -190,6 +281,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/{index}/_update/{id}", post(docs::update_doc))
         .route("/{index}/_search", get(search::search).post(search::search))
         .route("/{index}/_count", get(search::count).post(search::count))
+        .route("/_tasks", get(tasks::list))
+        .route("/_tasks/_cancel", post(tasks::cancel_matching))
+        .route("/_tasks/{task_id}", get(tasks::get_task))
+        .route("/_tasks/{task_id}/_cancel", post(tasks::cancel_one))
         .fallback(no_handler)
         .with_state(state)
 }

@@ -6,11 +6,12 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Value, json};
-use sluice_engine::{EngineError, SearchContext, SearchRequest};
+use sluice_engine::{EngineError, SearchRequest};
 
-use super::{Body, Params, on_search_pool, reply};
+use super::{Body, Params, reply, run_task};
 use crate::error::ApiResult;
 use crate::state::AppState;
+use crate::tasks::actions;
 
 /// `GET|POST /{index}/_search`.
 pub async fn search(
@@ -39,10 +40,24 @@ async fn run_search(
 ) -> ApiResult<Response> {
     let body = body.json()?;
     let req = SearchRequest::parse(body.as_ref(), &params)?;
+    let description = search_description(&index, body.as_ref());
     let engine = st.engine.clone();
-    let ctx = SearchContext::default();
-    let resp = on_search_pool(&st, move || engine.search_request(&index, &req, &ctx)).await?;
+    let resp = run_task(
+        &st,
+        actions::SEARCH,
+        description,
+        None,
+        &params,
+        move |ctx| engine.search_request(&index, &req, &ctx),
+    )
+    .await?;
     Ok(reply(StatusCode::OK, resp, &params))
+}
+
+/// The task description OpenSearch gives a search: its indices, type and source.
+pub fn search_description(index: &str, body: Option<&Value>) -> String {
+    let source = body.map_or_else(|| "{}".to_string(), Value::to_string);
+    format!("indices[{index}], search_type[QUERY_THEN_FETCH], source[{source}]")
 }
 
 /// `GET|POST /{index}/_count`.
@@ -91,16 +106,23 @@ async fn run_count(
         query = SearchRequest::parse(None, &params)?.query;
     }
     let engine = st.engine.clone();
-    let ctx = SearchContext::default();
-    let (n, shards) = on_search_pool(&st, move || {
-        let n = engine.count(&index, &query, &ctx)?;
-        let shards: u64 = engine
-            .resolve(&index)?
-            .iter()
-            .map(|h| h.number_of_shards())
-            .sum();
-        Ok((n, shards))
-    })
+    let description = format!("indices[{index}], source[{query}]");
+    let (n, shards) = run_task(
+        &st,
+        actions::COUNT,
+        description,
+        None,
+        &params,
+        move |ctx| {
+            let n = engine.count(&index, &query, &ctx)?;
+            let shards: u64 = engine
+                .resolve(&index)?
+                .iter()
+                .map(|h| h.number_of_shards())
+                .sum();
+            Ok((n, shards))
+        },
+    )
     .await?;
     let body: Value = json!({"count": n, "_shards": {"total": shards, "successful": shards, "skipped": 0, "failed": 0}});
     Ok(reply(StatusCode::OK, body, &params))

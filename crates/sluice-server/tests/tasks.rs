@@ -1,0 +1,276 @@
+//! Tasks: every search runs as a task listed in `_tasks`, cancellable through the API, by
+//! `cancel_after_time_interval`, and by the client disconnecting.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::TestNode;
+use serde_json::{Value, json};
+
+/// Docs in the heavy index: enough that the heavy query below runs for a long while in a test
+/// build, so cancellation has something to stop.
+const HEAVY_DOCS: usize = 60_000;
+
+/// A query that visits every document, sorts on a unique keyword and builds a bucket per
+/// document: seconds of work on the heavy index.
+fn heavy_query() -> Value {
+    json!({
+        "size": 10000,
+        "track_total_hits": true,
+        "sort": [{"k": "desc"}],
+        "aggs": {"each": {"terms": {"field": "k", "size": 60000}}}
+    })
+}
+
+async fn heavy_index(node: &TestNode) {
+    let (s, b) = node
+        .req("PUT", "/heavy", Some(json!({"mappings": {"properties": {"k": {"type": "keyword"}, "n": {"type": "long"}}}})))
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let mut body = String::new();
+    for i in 0..HEAVY_DOCS {
+        body.push_str("{\"index\":{}}\n");
+        body.push_str(&format!("{{\"k\":\"key-{i:08}\",\"n\":{i}}}\n"));
+    }
+    let (s, b) = node.raw("POST", "/heavy/_bulk?refresh=true", body).await;
+    assert_eq!(s, 200);
+    assert_eq!(b["errors"], false);
+}
+
+/// Starts the heavy search in the background with `params`; returns its join handle.
+fn spawn_heavy(node: &TestNode, params: &str) -> tokio::task::JoinHandle<(u16, Value)> {
+    let client = node.client.clone();
+    let url = node.url(&format!("/heavy/_search{params}"));
+    tokio::spawn(async move {
+        let resp = client
+            .post(url)
+            .header("content-type", "application/json")
+            .body(heavy_query().to_string())
+            .send()
+            .await
+            .expect("sent");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    })
+}
+
+/// Polls `_tasks` until a search task shows up; returns its id and rendering.
+async fn wait_for_search_task(node: &TestNode) -> (String, Value) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let (s, b) = node
+            .req("GET", "/_tasks?actions=*search&detailed=true", None)
+            .await;
+        assert_eq!(s, 200, "{b}");
+        if let Some((_, node_entry)) = b["nodes"].as_object().and_then(|n| n.iter().next()) {
+            if let Some((id, task)) = node_entry["tasks"]
+                .as_object()
+                .and_then(|t| t.iter().next())
+            {
+                return (id.clone(), task.clone());
+            }
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("no search task appeared in _tasks");
+}
+
+async fn search_tasks(node: &TestNode) -> usize {
+    let (_, b) = node
+        .req(
+            "GET",
+            "/_tasks?actions=indices:data/read/search&group_by=none",
+            None,
+        )
+        .await;
+    b["tasks"].as_array().map_or(0, Vec::len)
+}
+
+fn assert_cancelled(resp: &(u16, Value), reason_part: &str) {
+    assert_eq!(resp.0, 500, "{}", resp.1);
+    assert_eq!(
+        resp.1["error"]["root_cause"][0]["type"], "task_cancelled_exception",
+        "{}",
+        resp.1
+    );
+    let reason = resp.1["error"]["root_cause"][0]["reason"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(reason.contains(reason_part), "{reason}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_search_is_a_task_and_cancel_api_stops_it() {
+    let node = TestNode::start().await;
+    heavy_index(&node).await;
+    let search = spawn_heavy(&node, "");
+    let (id, task) = wait_for_search_task(&node).await;
+    assert_eq!(task["action"], "indices:data/read/search");
+    assert_eq!(task["cancellable"], true);
+    assert_eq!(task["cancelled"], false);
+    assert!(
+        task["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("indices[heavy], search_type[QUERY_THEN_FETCH], source[")
+    );
+    assert!(task["running_time_in_nanos"].as_u64().is_some());
+    assert_eq!(
+        format!("{}:{}", task["node"].as_str().unwrap(), task["id"]),
+        id
+    );
+    let (s, b) = node.req("GET", &format!("/_tasks/{id}"), None).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["task"]["action"], "indices:data/read/search");
+
+    let cancelled_at = Instant::now();
+    let (s, b) = node
+        .req("POST", &format!("/_tasks/{id}/_cancel"), None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert!(
+        b["nodes"].as_object().unwrap().values().next().unwrap()["tasks"][&id]["cancelled"] == true,
+        "{b}"
+    );
+    let resp = search.await.unwrap();
+    // The uncancelled query runs for seconds here; stopping promptly answers well within one.
+    assert!(
+        cancelled_at.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        cancelled_at.elapsed()
+    );
+    assert_cancelled(&resp, "by user request");
+    assert_eq!(search_tasks(&node).await, 0, "the task left the registry");
+    node.assert_alive().await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_cancel_matching_actions_cancels_all_of_them() {
+    let node = TestNode::start().await;
+    heavy_index(&node).await;
+    let a = spawn_heavy(&node, "");
+    wait_for_search_task(&node).await;
+    let (s, b) = node
+        .req("POST", "/_tasks/_cancel?actions=*search", None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert!(!b["nodes"].as_object().unwrap().is_empty(), "{b}");
+    assert_cancelled(&a.await.unwrap(), "by user request");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_cancel_after_time_interval_cancels_the_search() {
+    let node = TestNode::start().await;
+    heavy_index(&node).await;
+    let resp = spawn_heavy(&node, "?cancel_after_time_interval=50ms")
+        .await
+        .unwrap();
+    assert_cancelled(&resp, "Cancellation timeout of 50ms is expired");
+    let (s, b) = node
+        .req(
+            "POST",
+            "/heavy/_search?cancel_after_time_interval=soon",
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(s, 400, "{b}");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_client_disconnect_cancels_the_search() {
+    let node = TestNode::start().await;
+    heavy_index(&node).await;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let sent = client
+        .post(node.url("/heavy/_search"))
+        .header("content-type", "application/json")
+        .body(heavy_query().to_string())
+        .send()
+        .await;
+    assert!(
+        sent.is_err(),
+        "the heavy search must outlast the client's patience"
+    );
+    let gone_by = Instant::now() + Duration::from_secs(1);
+    loop {
+        if search_tasks(&node).await == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < gone_by,
+            "the abandoned search is still running after 1 s"
+        );
+        tokio::task::yield_now().await;
+    }
+    node.assert_alive().await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_unknown_and_malformed_task_ids() {
+    let node = TestNode::start().await;
+    let (s, b) = node.req("GET", "/_tasks/nope:12345", None).await;
+    common::assert_error(&(s, b), 404, "resource_not_found_exception");
+    let (s, b) = node.req("GET", "/_tasks/garbage", None).await;
+    common::assert_error(&(s, b), 400, "illegal_argument_exception");
+    let (s, b) = node.req("POST", "/_tasks/nope:1/_cancel", None).await;
+    common::assert_error(&(s, b), 404, "resource_not_found_exception");
+    let (s, b) = node.req("GET", "/_tasks?group_by=shards", None).await;
+    common::assert_error(&(s, b), 400, "illegal_argument_exception");
+    let (s, b) = node.req("GET", "/_tasks", None).await;
+    assert_eq!((s, b), (200, json!({"nodes": {}})));
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_full_search_pool_rejects_with_429() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = TestNode::start_on(
+        tmp.path(),
+        &[
+            "thread_pool.search.size=1",
+            "thread_pool.search.queue_size=1",
+        ],
+    )
+    .await;
+    heavy_index(&node).await;
+    let running = spawn_heavy(&node, "");
+    wait_for_search_task(&node).await;
+    let queued = spawn_heavy(&node, "");
+    // The queued search is registered too once its job waits in the pool.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while search_tasks(&node).await < 2 {
+        assert!(Instant::now() < deadline, "second search never queued");
+        tokio::task::yield_now().await;
+    }
+    let (s, b) = node
+        .req("POST", "/heavy/_search", Some(json!({"size": 0})))
+        .await;
+    common::assert_error(&(s, b.clone()), 429, "rejected_execution_exception");
+    assert!(
+        b["error"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("queue capacity = 1"),
+        "{b}"
+    );
+    let (s, _) = node
+        .req("POST", "/_tasks/_cancel?actions=*search", None)
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(running.await.unwrap().0, 500);
+    let q = queued.await.unwrap();
+    assert_cancelled(&q, "by user request");
+    let (s, b) = node
+        .req("POST", "/heavy/_search", Some(json!({"size": 0})))
+        .await;
+    assert_eq!(s, 200, "{b}");
+    node.stop().await;
+}
