@@ -8,36 +8,6 @@ use std::time::{Duration, Instant};
 use common::TestNode;
 use serde_json::{Value, json};
 
-/// Docs in the heavy index: enough that the heavy query below runs for a long while in a test
-/// build, so cancellation has something to stop.
-const HEAVY_DOCS: usize = 60_000;
-
-/// A query that visits every document, sorts on a unique keyword and builds a bucket per
-/// document: seconds of work on the heavy index.
-fn heavy_query() -> Value {
-    json!({
-        "size": 10000,
-        "track_total_hits": true,
-        "sort": [{"k": "desc"}],
-        "aggs": {"each": {"terms": {"field": "k", "size": 60000}}}
-    })
-}
-
-async fn heavy_index(node: &TestNode) {
-    let (s, b) = node
-        .req("PUT", "/heavy", Some(json!({"mappings": {"properties": {"k": {"type": "keyword"}, "n": {"type": "long"}}}})))
-        .await;
-    assert_eq!(s, 200, "{b}");
-    let mut body = String::new();
-    for i in 0..HEAVY_DOCS {
-        body.push_str("{\"index\":{}}\n");
-        body.push_str(&format!("{{\"k\":\"key-{i:08}\",\"n\":{i}}}\n"));
-    }
-    let (s, b) = node.raw("POST", "/heavy/_bulk?refresh=true", body).await;
-    assert_eq!(s, 200);
-    assert_eq!(b["errors"], false);
-}
-
 /// Starts the heavy search in the background with `params`; returns its join handle.
 fn spawn_heavy(node: &TestNode, params: &str) -> tokio::task::JoinHandle<(u16, Value)> {
     let client = node.client.clone();
@@ -46,7 +16,7 @@ fn spawn_heavy(node: &TestNode, params: &str) -> tokio::task::JoinHandle<(u16, V
         let resp = client
             .post(url)
             .header("content-type", "application/json")
-            .body(heavy_query().to_string())
+            .body(common::heavy_query().to_string())
             .send()
             .await
             .expect("sent");
@@ -103,7 +73,7 @@ fn assert_cancelled(resp: &(u16, Value), reason_part: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_search_is_a_task_and_cancel_api_stops_it() {
     let node = TestNode::start().await;
-    heavy_index(&node).await;
+    common::heavy_index(&node).await;
     let search = spawn_heavy(&node, "");
     let (id, task) = wait_for_search_task(&node).await;
     assert_eq!(task["action"], "indices:data/read/search");
@@ -149,7 +119,7 @@ async fn test_search_is_a_task_and_cancel_api_stops_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_cancel_matching_actions_cancels_all_of_them() {
     let node = TestNode::start().await;
-    heavy_index(&node).await;
+    common::heavy_index(&node).await;
     let a = spawn_heavy(&node, "");
     wait_for_search_task(&node).await;
     let (s, b) = node
@@ -164,7 +134,7 @@ async fn test_cancel_matching_actions_cancels_all_of_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_cancel_after_time_interval_cancels_the_search() {
     let node = TestNode::start().await;
-    heavy_index(&node).await;
+    common::heavy_index(&node).await;
     let resp = spawn_heavy(&node, "?cancel_after_time_interval=50ms")
         .await
         .unwrap();
@@ -183,7 +153,7 @@ async fn test_cancel_after_time_interval_cancels_the_search() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_client_disconnect_cancels_the_search() {
     let node = TestNode::start().await;
-    heavy_index(&node).await;
+    common::heavy_index(&node).await;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_millis(300))
         .build()
@@ -191,7 +161,7 @@ async fn test_client_disconnect_cancels_the_search() {
     let sent = client
         .post(node.url("/heavy/_search"))
         .header("content-type", "application/json")
-        .body(heavy_query().to_string())
+        .body(common::heavy_query().to_string())
         .send()
         .await;
     assert!(
@@ -240,7 +210,7 @@ async fn test_full_search_pool_rejects_with_429() {
         ],
     )
     .await;
-    heavy_index(&node).await;
+    common::heavy_index(&node).await;
     let running = spawn_heavy(&node, "");
     wait_for_search_task(&node).await;
     let queued = spawn_heavy(&node, "");

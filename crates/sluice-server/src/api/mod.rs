@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod docs;
 pub mod indices;
+pub mod msearch;
 pub mod search;
 pub mod tasks;
 
@@ -281,6 +282,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/{index}/_update/{id}", post(docs::update_doc))
         .route("/{index}/_search", get(search::search).post(search::search))
         .route("/{index}/_count", get(search::count).post(search::count))
+        .route("/_msearch", get(msearch::msearch).post(msearch::msearch))
+        .route(
+            "/{index}/_msearch",
+            get(msearch::msearch_index).post(msearch::msearch_index),
+        )
         .route("/_tasks", get(tasks::list))
         .route("/_tasks/_cancel", post(tasks::cancel_matching))
         .route("/_tasks/{task_id}", get(tasks::get_task))

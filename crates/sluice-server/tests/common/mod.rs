@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use sluice_server::config::{Config, gather};
 use sluice_server::server::Node;
 use tokio::sync::oneshot;
@@ -261,4 +261,34 @@ impl TestNode {
             "GET / lost its shape: {body}"
         );
     }
+}
+
+/// Docs in the heavy index: enough that the heavy query below runs for a long while in a test
+/// build, so cancellation has something to stop.
+pub const HEAVY_DOCS: usize = 60_000;
+
+/// A query that visits every document, sorts on a unique keyword and builds a bucket per
+/// document: seconds of work on the heavy index.
+pub fn heavy_query() -> Value {
+    json!({
+        "size": 10000,
+        "track_total_hits": true,
+        "sort": [{"k": "desc"}],
+        "aggs": {"each": {"terms": {"field": "k", "size": 60000}}}
+    })
+}
+
+pub async fn heavy_index(node: &TestNode) {
+    let (s, b) = node
+        .req("PUT", "/heavy", Some(json!({"mappings": {"properties": {"k": {"type": "keyword"}, "n": {"type": "long"}}}})))
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let mut body = String::new();
+    for i in 0..HEAVY_DOCS {
+        body.push_str("{\"index\":{}}\n");
+        body.push_str(&format!("{{\"k\":\"key-{i:08}\",\"n\":{i}}}\n"));
+    }
+    let (s, b) = node.raw("POST", "/heavy/_bulk?refresh=true", body).await;
+    assert_eq!(s, 200);
+    assert_eq!(b["errors"], false);
 }

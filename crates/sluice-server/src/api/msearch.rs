@@ -1,0 +1,230 @@
+//! `_msearch`: NDJSON header/body pairs run as child searches of one msearch task, at most
+//! `max_concurrent_searches` at a time; each item answers on its own, so one failing item never
+//! fails the others.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use sluice_engine::{EngineError, ErrorCode, SearchRequest};
+
+use super::search::search_description;
+use super::{Body, Params, reply, run_task};
+use crate::error::{ApiError, ApiResult, render_error, status_of};
+use crate::state::AppState;
+use crate::tasks::{CancelOnDrop, actions};
+
+/// Header keys OpenSearch accepts in an msearch metadata line.
+const HEADER_KEYS: &[&str] = &[
+    "index",
+    "indices",
+    "search_type",
+    "preference",
+    "routing",
+    "request_cache",
+    "allow_no_indices",
+    "ignore_unavailable",
+    "ignore_throttled",
+    "expand_wildcards",
+    "allow_partial_search_results",
+    "ccs_minimize_roundtrips",
+    "cancel_after_time_interval",
+    "phase_took",
+];
+
+/// One parsed msearch item.
+struct Item {
+    index: String,
+    req: SearchRequest,
+    description: String,
+    params: Params,
+}
+
+fn parse_items(
+    body: &[u8],
+    default_index: Option<&str>,
+    params: &Params,
+) -> Result<Vec<Item>, EngineError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| EngineError::parsing("msearch body is not valid UTF-8"))?;
+    let mut lines = text
+        .split('\n')
+        .map(str::trim)
+        .enumerate()
+        .filter(|(_, l)| !l.is_empty());
+    let mut items = Vec::new();
+    while let Some((n, header_line)) = lines.next() {
+        let header: Value = serde_json::from_str(header_line).map_err(|e| {
+            EngineError::new(
+                ErrorCode::XContentParse,
+                format!("[{}:1] msearch header line is not JSON: {e}", n + 1),
+            )
+        })?;
+        let header = header
+            .as_object()
+            .ok_or_else(|| EngineError::parsing("msearch header must be a JSON object"))?;
+        let mut index = default_index.map(str::to_string);
+        let mut item_params = params.clone();
+        for (k, v) in header {
+            if !HEADER_KEYS.contains(&k.as_str()) {
+                return Err(EngineError::illegal_argument(format!(
+                    "key [{k}] is not supported in the metadata section"
+                )));
+            }
+            match k.as_str() {
+                "index" | "indices" => {
+                    index = Some(match v {
+                        Value::String(s) => s.clone(),
+                        Value::Array(a) => a
+                            .iter()
+                            .filter_map(Value::as_str)
+                            .collect::<Vec<_>>()
+                            .join(","),
+                        _ => {
+                            return Err(EngineError::parsing(
+                                "[index] in an msearch header must be a string or an array",
+                            ));
+                        }
+                    })
+                }
+                "cancel_after_time_interval" => {
+                    if let Some(s) = v.as_str() {
+                        item_params.insert(k.clone(), s.to_string());
+                    }
+                }
+                _ => {}
+            }
+        }
+        let (_, body_line) = lines.next().ok_or_else(|| {
+            EngineError::parsing(format!(
+                "msearch header on line [{}] has no search body line after it",
+                n + 1
+            ))
+        })?;
+        let body: Value = serde_json::from_str(body_line).map_err(|e| {
+            EngineError::new(
+                ErrorCode::XContentParse,
+                format!("[{}:1] msearch body line is not JSON: {e}", n + 2),
+            )
+        })?;
+        let req = SearchRequest::parse(Some(&body), &Params::new())?;
+        let index = index.unwrap_or_else(|| "_all".to_string());
+        let description = search_description(&index, Some(&body));
+        items.push(Item {
+            index,
+            req,
+            description,
+            params: item_params,
+        });
+    }
+    if items.is_empty() {
+        return Err(EngineError::new(
+            ErrorCode::ActionRequestValidation,
+            "Validation Failed: 1: no requests added;",
+        ));
+    }
+    Ok(items)
+}
+
+/// `POST /_msearch`.
+pub async fn msearch(
+    State(st): State<Arc<AppState>>,
+    Query(params): Query<Params>,
+    body: Body,
+) -> ApiResult<Response> {
+    run_msearch(st, None, params, body).await
+}
+
+/// `POST /{index}/_msearch`: the path index is the default of items whose header names none.
+pub async fn msearch_index(
+    State(st): State<Arc<AppState>>,
+    Path(index): Path<String>,
+    Query(params): Query<Params>,
+    body: Body,
+) -> ApiResult<Response> {
+    run_msearch(st, Some(index), params, body).await
+}
+
+async fn run_msearch(
+    st: Arc<AppState>,
+    index: Option<String>,
+    params: Params,
+    body: Body,
+) -> ApiResult<Response> {
+    let started = Instant::now();
+    if body.0.is_empty() {
+        return Err(EngineError::new(ErrorCode::Parse, "request body is required").into());
+    }
+    let max_concurrent = match params.get("max_concurrent_searches") {
+        None => st.search_pool.num_threads().max(1),
+        Some(v) => v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+            EngineError::illegal_argument(format!(
+                "maxConcurrentSearches must be positive, got [{v}]"
+            ))
+        })?,
+    };
+    let items = parse_items(&body.0, index.as_deref(), &params)?;
+    let parent = st.tasks.register(
+        actions::MSEARCH,
+        format!(
+            "requests[{}], indices[{}]",
+            items.len(),
+            index.as_deref().unwrap_or("")
+        ),
+        None,
+        sluice_engine::now_millis(),
+    );
+    let parent_seq = parent.task().seq;
+    // Dropped with this future when the client disconnects: cancels the children too.
+    let on_drop = CancelOnDrop::new(st.tasks.clone(), parent_seq);
+    let responses: Vec<Value> = futures::stream::iter(items)
+        .map(|item| {
+            let st = st.clone();
+            async move {
+                let engine = st.engine.clone();
+                let Item {
+                    index,
+                    req,
+                    description,
+                    params,
+                } = item;
+                let r = run_task(
+                    &st,
+                    actions::SEARCH,
+                    description,
+                    Some(parent_seq),
+                    &params,
+                    move |ctx| engine.search_request(&index, &req, &ctx),
+                )
+                .await;
+                item_response(r)
+            }
+        })
+        .buffered(max_concurrent)
+        .collect()
+        .await;
+    on_drop.disarm();
+    drop(parent);
+    let body = json!({"took": started.elapsed().as_millis() as u64, "responses": responses});
+    Ok(reply(StatusCode::OK, body, &params))
+}
+
+fn item_response(r: ApiResult<Value>) -> Value {
+    match r {
+        Ok(mut v) => {
+            v["status"] = json!(200);
+            v
+        }
+        Err(ApiError::Engine(e)) => {
+            json!({"error": render_error(&e), "status": status_of(&e).as_u16()})
+        }
+        Err(other) => {
+            let e = EngineError::internal(format!("msearch item failed: {other:?}"));
+            json!({"error": render_error(&e), "status": 500})
+        }
+    }
+}
