@@ -244,3 +244,31 @@ async fn test_full_search_pool_rejects_with_429() {
     assert_eq!(s, 200, "{b}");
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_body_timeout_returns_partial_results_marked_timed_out() {
+    let node = TestNode::start().await;
+    common::heavy_index(&node).await;
+    let mut q = common::heavy_query();
+    q["timeout"] = json!("1ms");
+    let (s, b) = node.req("POST", "/heavy/_search", Some(q)).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["timed_out"], true, "{}", b["hits"]["total"]);
+    let seen = b["hits"]["total"]["value"].as_u64().unwrap();
+    assert!(
+        seen < common::HEAVY_DOCS as u64,
+        "a timed-out search stops early, saw {seen}"
+    );
+    let (s, b) = node
+        .req(
+            "POST",
+            "/heavy/_search",
+            Some(json!({"size": 0, "track_total_hits": true, "timeout": "1m"})),
+        )
+        .await;
+    assert_eq!(
+        (s, &b["timed_out"], &b["hits"]["total"]["value"]),
+        (200, &json!(false), &json!(common::HEAVY_DOCS))
+    );
+    node.stop().await;
+}
