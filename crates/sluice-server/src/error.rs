@@ -83,7 +83,8 @@ impl IntoResponse for ApiError {
         match self {
             ApiError::Engine(e) => {
                 let status = status_of(&e);
-                if status.is_server_error() {
+                // A cancelled task is an expected outcome, not a node failure.
+                if status.is_server_error() && e.root_cause().code != ErrorCode::TaskCancelled {
                     tracing::error!(error = %e, "request failed");
                 }
                 let body = json!({"error": render_error(&e), "status": status.as_u16()});

@@ -57,6 +57,7 @@ fn main() -> std::process::ExitCode {
                         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
                 )
                 .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .init();
             let config = match Config::load(config.as_deref(), &settings) {
                 Ok(c) => c,
