@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use crate::error::{EngineError, ErrorCode, Result};
 use crate::index::{self, DocOp, DocWriteResult, IndexHandle, StoredDoc};
 use crate::mapping::{Mapping, wildcard_match};
+use crate::scroll::ScrollStore;
 use crate::search::{SearchContext, SearchRequest};
 
 /// Characters OpenSearch forbids in index names.
@@ -28,6 +29,8 @@ pub struct Engine {
     admin: Mutex<()>,
     /// When each index was last refreshed by the periodic refresher.
     last_refresh: Mutex<BTreeMap<String, Instant>>,
+    /// The open scroll contexts.
+    scrolls: ScrollStore,
 }
 
 impl std::fmt::Debug for Engine {
@@ -95,6 +98,7 @@ impl Engine {
             indices: RwLock::new(indices),
             admin: Mutex::new(()),
             last_refresh: Mutex::new(BTreeMap::new()),
+            scrolls: ScrollStore::default(),
         })
     }
 
@@ -324,6 +328,7 @@ impl Engine {
                 }
             }
         }
+        self.reap_expired_scrolls(now);
     }
 
     /// Runs a search body over an index expression (a convenience over [`Engine::search_request`]).
@@ -342,6 +347,52 @@ impl Engine {
         let started = Instant::now();
         let indices = self.resolve(index_expr)?;
         crate::search::execute(&indices, req, ctx, now_millis(), started, None)
+    }
+
+    /// The open scroll contexts, for their limits and counts.
+    pub fn scrolls(&self) -> &ScrollStore {
+        &self.scrolls
+    }
+
+    /// Runs the first page of a scroll search over an index expression and keeps its context
+    /// for `keep_alive`; the response carries `_scroll_id`.
+    pub fn open_scroll(
+        &self,
+        index_expr: &str,
+        req: &SearchRequest,
+        keep_alive: Duration,
+        ctx: &SearchContext,
+    ) -> Result<Value> {
+        let indices = self.resolve(index_expr)?;
+        self.scrolls
+            .open(&indices, req, keep_alive, ctx, now_millis())
+    }
+
+    /// Returns the next page of a scroll, renewing its keep-alive (to `keep_alive` if given).
+    pub fn continue_scroll(
+        &self,
+        scroll_id: &str,
+        keep_alive: Option<Duration>,
+        ctx: &SearchContext,
+    ) -> Result<Value> {
+        self.scrolls.next_page(scroll_id, keep_alive, ctx, |h| {
+            self.index(h.name()).is_some_and(|cur| Arc::ptr_eq(&cur, h))
+        })
+    }
+
+    /// Frees the scroll contexts of `scroll_ids`; returns how many were open.
+    pub fn clear_scrolls(&self, scroll_ids: &[String]) -> Result<usize> {
+        self.scrolls.clear(scroll_ids)
+    }
+
+    /// Frees every scroll context; returns how many were open.
+    pub fn clear_all_scrolls(&self) -> usize {
+        self.scrolls.clear_all()
+    }
+
+    /// Frees the scroll contexts whose keep-alive has passed at `now`; returns how many.
+    pub fn reap_expired_scrolls(&self, now: Instant) -> usize {
+        self.scrolls.reap_expired(now)
     }
 
     /// Counts the documents matching `query` over an index expression.

@@ -41,6 +41,9 @@ pub enum ErrorCode {
     RejectedExecution,
     /// 404 `resource_not_found_exception`.
     ResourceNotFound,
+    /// 404 `search_context_missing_exception`: a scroll id whose context expired, was cleared or
+    /// never existed.
+    SearchContextMissing,
     /// 500 `exception`: a bug or an I/O failure of the node.
     Internal,
 }
@@ -66,6 +69,7 @@ impl ErrorCode {
             ErrorCode::TaskCancelled => "task_cancelled_exception",
             ErrorCode::RejectedExecution => "rejected_execution_exception",
             ErrorCode::ResourceNotFound => "resource_not_found_exception",
+            ErrorCode::SearchContextMissing => "search_context_missing_exception",
             ErrorCode::Internal => "exception",
         }
     }
@@ -73,9 +77,10 @@ impl ErrorCode {
     /// The HTTP status OpenSearch answers with for this code.
     pub fn status(self) -> u16 {
         match self {
-            ErrorCode::IndexNotFound | ErrorCode::DocumentMissing | ErrorCode::ResourceNotFound => {
-                404
-            }
+            ErrorCode::IndexNotFound
+            | ErrorCode::DocumentMissing
+            | ErrorCode::ResourceNotFound
+            | ErrorCode::SearchContextMissing => 404,
             ErrorCode::VersionConflict => 409,
             ErrorCode::TooManyBuckets => 503,
             ErrorCode::RejectedExecution => 429,

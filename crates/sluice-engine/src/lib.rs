@@ -6,7 +6,8 @@
 //! through [`Engine::bulk`] and friends, are written to a per-index translog before they are
 //! acknowledged, and become searchable at the next refresh. [`Engine::search`] translates the
 //! query DSL ([`query`]) and aggregations ([`aggs`]) and runs them with a collector that checks
-//! the request's [`SearchContext`] for cancellation and its deadline.
+//! the request's [`SearchContext`] for cancellation and its deadline. A [`ScrollStore`] keeps
+//! the searcher snapshots and cursors of open scrolls between their pages ([`scroll`]).
 //!
 //! The engine knows nothing of workload groups: the server decides whether a search may run and
 //! hands it a context to stop it.
@@ -19,9 +20,11 @@ pub mod index;
 pub mod mapping;
 pub mod query;
 pub mod schema;
+pub mod scroll;
 pub mod search;
 pub mod translog;
 
 pub use engine::{Engine, now_millis, parse_time_value};
 pub use error::{EngineError, ErrorCode, Result};
+pub use scroll::{ScrollLimits, ScrollStore};
 pub use search::{SearchContext, SearchRequest};

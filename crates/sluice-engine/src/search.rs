@@ -132,6 +132,9 @@ pub struct SearchRequest {
     pub track_scores: bool,
     /// Only hits with at least this score.
     pub min_score: Option<f32>,
+    /// The most aggregation buckets the search may build (`search.max_buckets`); `None` is
+    /// OpenSearch's default.
+    pub max_buckets: Option<u32>,
 }
 
 impl Default for SearchRequest {
@@ -147,6 +150,7 @@ impl Default for SearchRequest {
             aggs: None,
             track_scores: false,
             min_score: None,
+            max_buckets: None,
         }
     }
 }
@@ -506,9 +510,10 @@ impl SortValue {
     }
 }
 
-/// One candidate hit: its sort key and where it lives.
+/// One candidate hit: its sort key and where it lives. The last hit of a scroll page is kept as
+/// the cursor the next page starts after.
 #[derive(Debug, Clone)]
-struct Candidate {
+pub(crate) struct Candidate {
     keys: Vec<SortValue>,
     score: Score,
     /// (index position, segment, doc): the final tie-break, ascending.
@@ -654,14 +659,23 @@ struct Collected {
     timed_out: bool,
 }
 
-/// Per-index state prepared before collection.
-struct Prepared {
+/// Per-index state prepared before collection; a scroll keeps it (searcher snapshot included)
+/// for its later pages.
+pub(crate) struct Prepared {
     handle: Arc<IndexHandle>,
     searcher: Searcher,
     query: Box<dyn Query>,
     /// Column name and field type for each sort field (`None` for unmapped).
     sort_columns: Vec<Option<(String, FieldType)>>,
-    aggs: Option<crate::aggs::PreparedAggs>,
+    /// The aggregations to compute; a scroll clears them after its first page.
+    pub(crate) aggs: Option<crate::aggs::PreparedAggs>,
+}
+
+impl Prepared {
+    /// The index this state searches.
+    pub(crate) fn handle(&self) -> &Arc<IndexHandle> {
+        &self.handle
+    }
 }
 
 /// The outcome of [`execute`]: the response body.
@@ -673,6 +687,20 @@ pub fn execute(
     started: Instant,
     max_buckets: Option<u32>,
 ) -> Result<Value> {
+    let prepared = prepare(indices, req, now_millis, max_buckets)?;
+    Ok(run_prepared(&prepared, req, ctx, started, None)?.0)
+}
+
+/// Checks the result window, takes a searcher snapshot of each index and builds its query,
+/// sort columns and aggregations.
+pub(crate) fn prepare(
+    indices: &[Arc<IndexHandle>],
+    req: &SearchRequest,
+    now_millis: i64,
+    max_buckets: Option<u32>,
+) -> Result<Vec<Prepared>> {
+    // The request's own limit (the cluster's `search.max_buckets`, set by the server) wins.
+    let max_buckets = req.max_buckets.or(max_buckets);
     let window = indices
         .iter()
         .map(|h| h.max_result_window())
@@ -685,11 +713,6 @@ pub fn execute(
         ))
         .with_index(indices.first().map(|h| h.name().to_string()).unwrap_or_default())
         .into_search_phase_failure());
-    }
-    let mut ctx = ctx.clone();
-    if let Some(t) = req.timeout {
-        let d = started + t;
-        ctx.deadline = Some(ctx.deadline.map_or(d, |x| x.min(d)));
     }
     let mut prepared = Vec::with_capacity(indices.len());
     for h in indices {
@@ -750,17 +773,36 @@ pub fn execute(
             aggs,
         });
     }
-    let collected = collect(&prepared, req, &ctx)?;
+    Ok(prepared)
+}
+
+/// Collects, aggregates and renders one page over prepared indices; with `after`, only hits
+/// strictly after that hit in sort order (search after, for scroll pages). Returns the
+/// response and the page's last hit.
+pub(crate) fn run_prepared(
+    prepared: &[Prepared],
+    req: &SearchRequest,
+    ctx: &SearchContext,
+    started: Instant,
+    after: Option<&Candidate>,
+) -> Result<(Value, Option<Candidate>)> {
+    let mut ctx = ctx.clone();
+    if let Some(t) = req.timeout {
+        let d = started + t;
+        ctx.deadline = Some(ctx.deadline.map_or(d, |x| x.min(d)));
+    }
+    let collected = collect(prepared, req, &ctx, after)?;
     let aggregations = match (&req.aggs, prepared.first()) {
-        (Some(_), Some(_)) => Some(finish_aggs(&prepared, &collected)?),
+        (Some(_), Some(_)) => Some(finish_aggs(prepared, &collected)?),
         (Some(_), None) => Some(json!({})),
         _ => None,
     };
-    let _ = &aggregations;
     if ctx.is_cancelled() {
         return Err(cancelled());
     }
-    render_response(&prepared, req, collected.1, aggregations, started, &ctx)
+    let last = collected.1.hits.last().cloned();
+    let resp = render_response(prepared, req, collected.1, aggregations, started, &ctx)?;
+    Ok((resp, last))
 }
 
 fn shard_failure(e: EngineError, h: &IndexHandle) -> EngineError {
@@ -776,10 +818,17 @@ fn shard_failure(e: EngineError, h: &IndexHandle) -> EngineError {
 
 type AggFruits = Vec<Option<crate::aggs::AggFruit>>;
 
+/// Collects the top hits (after `after`, when given), the total and the aggregations.
+///
+/// In `_doc` order with nothing else to compute (no total, no aggregations, no scores to
+/// report) an index's documents arrive in sort order, so collection skips the documents before
+/// `after` and stops an index at its first document that does not make the page: a scroll
+/// page sorted on `_doc` costs its page, not a pass over every match.
 fn collect(
     prepared: &[Prepared],
     req: &SearchRequest,
     ctx: &SearchContext,
+    after: Option<&Candidate>,
 ) -> Result<(AggFruits, Collected)> {
     let k = req.from.saturating_add(req.size) as usize;
     let by_score_only = req.sort.is_empty();
@@ -803,7 +852,18 @@ fn collect(
     let mut fruits = Vec::with_capacity(prepared.len());
     let mut since_check = 0u32;
     let mut buf = String::new();
+    let doc_order = specs[0].field == SortField::Doc
+        && !specs[0].desc
+        && req.track_total_hits == TrackTotalHits::Off
+        && !req.track_scores;
     'indices: for (ipos, p) in prepared.iter().enumerate() {
+        let may_stop = doc_order && p.aggs.is_none();
+        // The first index-wide doc id that can sort after `after`.
+        let first_doc = match after.map(|a| &a.keys[0]) {
+            Some(SortValue::Num(n)) if may_stop => *n as u32,
+            _ => 0,
+        };
+        let mut index_done = false;
         let enable = if needs_scores {
             EnableScoring::enabled_from_searcher(&p.searcher)
         } else {
@@ -823,6 +883,9 @@ fn collect(
         for (seg_ord, seg) in p.searcher.segment_readers().iter().enumerate() {
             let base = seg_base;
             seg_base += seg.max_doc();
+            if seg_base <= first_doc {
+                continue;
+            }
             if ctx.is_cancelled() {
                 return Err(cancelled());
             }
@@ -850,6 +913,10 @@ fn collect(
             let mut scorer = weight.scorer(seg, 1.0)?;
             let alive = seg.alive_bitset();
             let mut doc = scorer.doc();
+            let target = first_doc.saturating_sub(base);
+            if doc != TERMINATED && target > doc {
+                doc = scorer.seek(target);
+            }
             while doc != TERMINATED {
                 since_check += 1;
                 if since_check >= CHECK_EVERY_DOCS {
@@ -875,7 +942,7 @@ fn collect(
                         if let Some(a) = seg_agg.as_mut() {
                             tantivy::collector::SegmentCollector::collect(a, doc, score);
                         }
-                        if k > 0 {
+                        if k > 0 || may_stop {
                             let keys = specs
                                 .iter()
                                 .zip(&readers)
@@ -890,13 +957,22 @@ fn collect(
                                 score,
                                 at: (ipos, seg_ord as u32, doc),
                             };
-                            if heap.len() < k {
+                            if after
+                                .is_some_and(|a| cmp_candidates(&specs, &c, a) != Ordering::Greater)
+                            {
+                                // At or before the cursor: an earlier page returned it.
+                            } else if heap.len() < k {
                                 heap.push(HeapEntry { c, specs: &specs });
-                            } else if let Some(worst) = heap.peek() {
-                                if cmp_candidates(&specs, &c, &worst.c) == Ordering::Less {
-                                    heap.pop();
-                                    heap.push(HeapEntry { c, specs: &specs });
-                                }
+                            } else if heap
+                                .peek()
+                                .is_some_and(|w| cmp_candidates(&specs, &c, &w.c) == Ordering::Less)
+                            {
+                                heap.pop();
+                                heap.push(HeapEntry { c, specs: &specs });
+                            } else if may_stop {
+                                // Every later document of this index sorts after this one.
+                                index_done = true;
+                                break;
                             }
                         }
                     }
@@ -906,7 +982,7 @@ fn collect(
             if let Some(a) = seg_agg.take() {
                 seg_fruits.push(tantivy::collector::SegmentCollector::harvest(a));
             }
-            if timed_out {
+            if timed_out || index_done {
                 break;
             }
         }

@@ -10,5 +10,6 @@ pub mod config;
 pub mod error;
 pub mod pool;
 pub mod server;
+pub mod settings;
 pub mod state;
 pub mod tasks;

@@ -37,6 +37,14 @@ impl Node {
             )
         })?;
         let identity = NodeIdentity::load_or_create(&config.data_path)?;
+        let meta_path = config.data_path.join("meta.sqlite");
+        let metastore: Arc<dyn sluice_meta::MetaStore> = Arc::new(
+            sluice_meta::SqliteMetaStore::open(&meta_path)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot open [{}]: {e}", meta_path.display()))?,
+        );
+        let cluster_settings =
+            Arc::new(crate::settings::ClusterSettings::load(metastore.clone()).await?);
         let data = config.data_path.clone();
         let engine = tokio::task::spawn_blocking(move || Engine::open(&data)).await??;
         let addr = SocketAddr::new(config.http_host, config.http_port);
@@ -55,6 +63,8 @@ impl Node {
             engine: Arc::new(engine),
             search_pool,
             tasks,
+            metastore,
+            cluster_settings,
         });
         Ok(Node { listener, state })
     }

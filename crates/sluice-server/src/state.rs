@@ -52,4 +52,9 @@ pub struct AppState {
     pub search_pool: SearchPool,
     /// The running tasks.
     pub tasks: Arc<TaskManager>,
+    /// The metastore: persistent cluster settings, workload groups, rules.
+    pub metastore: Arc<dyn sluice_meta::MetaStore>,
+    /// The dynamic cluster settings (`_cluster/settings`), read with
+    /// `cluster_settings.snapshot()` or its typed accessors.
+    pub cluster_settings: Arc<crate::settings::ClusterSettings>,
 }

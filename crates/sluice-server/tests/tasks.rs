@@ -272,3 +272,45 @@ async fn test_body_timeout_returns_partial_results_marked_timed_out() {
     );
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_cluster_settings_bound_searches() {
+    let node = TestNode::start().await;
+    common::heavy_index(&node).await;
+    let (s, b) = node
+        .req("PUT", "/_cluster/settings", Some(json!({"transient": {"search.cancel_after_time_interval": "50ms", "search.max_buckets": 5}})))
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let resp = spawn_heavy(&node, "").await.unwrap();
+    assert_cancelled(&resp, "Cancellation timeout of 50ms is expired");
+    // The request parameter wins over the cluster setting.
+    let (s, b) = node
+        .req(
+            "POST",
+            "/heavy/_search?cancel_after_time_interval=-1",
+            Some(json!({"size": 0})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let aggs = json!({"size": 0, "aggs": {"k": {"terms": {"field": "k", "size": 10}}}});
+    let (s, b) = node
+        .req(
+            "POST",
+            "/heavy/_search?cancel_after_time_interval=-1",
+            Some(aggs.clone()),
+        )
+        .await;
+    assert_eq!(
+        b["error"]["root_cause"][0]["type"], "too_many_buckets_exception",
+        "{s} {b}"
+    );
+    let (s, b) = node.req("PUT", "/_cluster/settings", Some(json!({"transient": {"search.max_buckets": null, "search.cancel_after_time_interval": null}}))).await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = node.req("POST", "/heavy/_search", Some(aggs)).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        b["aggregations"]["k"]["buckets"].as_array().unwrap().len(),
+        10
+    );
+    node.stop().await;
+}

@@ -3,9 +3,11 @@
 //! response as OpenSearch does.
 
 pub mod cluster;
+pub mod cluster_settings;
 pub mod docs;
 pub mod indices;
 pub mod msearch;
+pub mod scroll;
 pub mod search;
 pub mod tasks;
 
@@ -158,7 +160,7 @@ pub async fn run_task<T: Send + 'static>(
     work: impl FnOnce(SearchContext) -> Result<T, EngineError> + Send + 'static,
 ) -> ApiResult<T> {
     let cancel_after = match params.get("cancel_after_time_interval") {
-        None => None,
+        None => st.cluster_settings.cancel_after_time_interval(),
         Some(v) if v == "-1" => None,
         Some(v) => Some(sluice_engine::parse_time_value(v).map_err(|e| {
             EngineError::illegal_argument(format!(
@@ -291,6 +293,19 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_tasks/_cancel", post(tasks::cancel_matching))
         .route("/_tasks/{task_id}", get(tasks::get_task))
         .route("/_tasks/{task_id}/_cancel", post(tasks::cancel_one))
+        .route(
+            "/_search/scroll",
+            get(scroll::next_page)
+                .post(scroll::next_page)
+                .delete(scroll::clear),
+        )
+        .route(
+            "/_search/scroll/{scroll_id}",
+            get(scroll::next_page_of)
+                .post(scroll::next_page_of)
+                .delete(scroll::clear_ids),
+        )
+        .merge(cluster_settings::routes())
         .fallback(no_handler)
         .with_state(state)
 }

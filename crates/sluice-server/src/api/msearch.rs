@@ -48,6 +48,7 @@ fn parse_items(
     body: &[u8],
     default_index: Option<&str>,
     params: &Params,
+    max_buckets: u32,
 ) -> Result<Vec<Item>, EngineError> {
     let text = std::str::from_utf8(body)
         .map_err(|_| EngineError::parsing("msearch body is not valid UTF-8"))?;
@@ -111,7 +112,8 @@ fn parse_items(
                 format!("[{}:1] msearch body line is not JSON: {e}", n + 2),
             )
         })?;
-        let req = SearchRequest::parse(Some(&body), &Params::new())?;
+        let mut req = SearchRequest::parse(Some(&body), &Params::new())?;
+        req.max_buckets = Some(max_buckets);
         let index = index.unwrap_or_else(|| "_all".to_string());
         let description = search_description(&index, Some(&body));
         items.push(Item {
@@ -167,7 +169,12 @@ async fn run_msearch(
             ))
         })?,
     };
-    let items = parse_items(&body.0, index.as_deref(), &params)?;
+    let items = parse_items(
+        &body.0,
+        index.as_deref(),
+        &params,
+        st.cluster_settings.max_buckets(),
+    )?;
     let parent = st.tasks.register(
         actions::MSEARCH,
         format!(

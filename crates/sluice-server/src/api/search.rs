@@ -39,7 +39,16 @@ async fn run_search(
     body: Body,
 ) -> ApiResult<Response> {
     let body = body.json()?;
-    let req = SearchRequest::parse(body.as_ref(), &params)?;
+    let mut req = SearchRequest::parse(body.as_ref(), &params)?;
+    req.max_buckets = Some(st.cluster_settings.max_buckets());
+    // `?scroll=` keeps the search open for `_search/scroll` to continue.
+    let keep_alive = params
+        .get("scroll")
+        .map(|s| sluice_engine::scroll::parse_keep_alive(s))
+        .transpose()?;
+    if keep_alive.is_some() {
+        super::scroll::sync_limits(&st);
+    }
     let description = search_description(&index, body.as_ref());
     let engine = st.engine.clone();
     let resp = run_task(
@@ -48,7 +57,10 @@ async fn run_search(
         description,
         None,
         &params,
-        move |ctx| engine.search_request(&index, &req, &ctx),
+        move |ctx| match keep_alive {
+            Some(k) => engine.open_scroll(&index, &req, k, &ctx),
+            None => engine.search_request(&index, &req, &ctx),
+        },
     )
     .await?;
     Ok(reply(StatusCode::OK, resp, &params))

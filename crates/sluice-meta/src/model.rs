@@ -1,0 +1,170 @@
+//! The document model every backend stores: collections of versioned JSON documents, the
+//! compare-and-set precondition [`Expect`], and the write operations of a batch.
+
+use std::fmt;
+
+use serde_json::Value;
+
+/// A named set of documents; each backend keeps one keyspace per collection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Collection {
+    /// Persistent cluster settings (`PUT _cluster/settings` with `persistent`).
+    ClusterSettings,
+    /// Workload groups, keyed by group id.
+    WorkloadGroups,
+    /// Auto-tagging rules, keyed by rule id.
+    Rules,
+}
+
+impl Collection {
+    /// Every collection, in a fixed order (the order of [`Collection::as_str`] names).
+    pub const ALL: [Collection; 3] = [
+        Collection::ClusterSettings,
+        Collection::Rules,
+        Collection::WorkloadGroups,
+    ];
+
+    /// The collection's stored name; stable, since it is written to disk.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Collection::ClusterSettings => "cluster_settings",
+            Collection::WorkloadGroups => "workload_groups",
+            Collection::Rules => "rules",
+        }
+    }
+
+    /// The collection stored under `name`, if any.
+    pub fn from_name(name: &str) -> Option<Collection> {
+        Collection::ALL.into_iter().find(|c| c.as_str() == name)
+    }
+}
+
+impl fmt::Display for Collection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A stored document: its key, JSON value, version and last write time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Document {
+    /// The key, unique within its collection.
+    pub key: String,
+    /// The JSON value, returned exactly as written (object key order included).
+    pub value: Value,
+    /// The store-wide revision at which this document was last written.
+    ///
+    /// Revisions start at 1 and grow by one with every put anywhere in the store, so a key
+    /// never sees the same version twice, not even across a delete and re-create: a writer
+    /// holding an old version cannot overwrite a newer document by accident (no ABA).
+    pub version: u64,
+    /// Wall-clock time of the last write, in milliseconds since the Unix epoch.
+    pub updated_at_millis: i64,
+}
+
+/// The precondition of a write on the current state of its key (compare-and-set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Expect {
+    /// No precondition: the write applies whatever the key holds.
+    Any,
+    /// The key must hold no document (create only).
+    Absent,
+    /// The key must hold a document at exactly this version.
+    Version(u64),
+}
+
+impl Expect {
+    /// Whether a key whose current version is `current` (`None`: absent) meets this
+    /// precondition.
+    pub fn is_met_by(self, current: Option<u64>) -> bool {
+        match self {
+            Expect::Any => true,
+            Expect::Absent => current.is_none(),
+            Expect::Version(v) => current == Some(v),
+        }
+    }
+}
+
+impl fmt::Display for Expect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Expect::Any => f.write_str("any version"),
+            Expect::Absent => f.write_str("no document"),
+            Expect::Version(v) => write!(f, "version {v}"),
+        }
+    }
+}
+
+/// One write of a batch applied by [`MetaStore::apply`](crate::MetaStore::apply).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    /// Creates or replaces the document at `key` when `expected` holds.
+    Put {
+        collection: Collection,
+        key: String,
+        value: Value,
+        expected: Expect,
+    },
+    /// Removes the document at `key` (if any) when `expected` holds.
+    Delete {
+        collection: Collection,
+        key: String,
+        expected: Expect,
+    },
+}
+
+impl Op {
+    /// A put of `value` at `key`.
+    pub fn put(
+        collection: Collection,
+        key: impl Into<String>,
+        value: Value,
+        expected: Expect,
+    ) -> Op {
+        Op::Put {
+            collection,
+            key: key.into(),
+            value,
+            expected,
+        }
+    }
+
+    /// A delete of `key`.
+    pub fn delete(collection: Collection, key: impl Into<String>, expected: Expect) -> Op {
+        Op::Delete {
+            collection,
+            key: key.into(),
+            expected,
+        }
+    }
+
+    /// The collection the op writes to.
+    pub fn collection(&self) -> Collection {
+        match self {
+            Op::Put { collection, .. } | Op::Delete { collection, .. } => *collection,
+        }
+    }
+
+    /// The key the op writes to.
+    pub fn key(&self) -> &str {
+        match self {
+            Op::Put { key, .. } | Op::Delete { key, .. } => key,
+        }
+    }
+
+    /// The op's precondition.
+    pub fn expected(&self) -> Expect {
+        match self {
+            Op::Put { expected, .. } | Op::Delete { expected, .. } => *expected,
+        }
+    }
+}
+
+/// What one op of an applied batch did, in the order of the batch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The document as written by a put, with its new version.
+    Put(Document),
+    /// The version a delete removed; `None` when the key held nothing.
+    Deleted(Option<u64>),
+}

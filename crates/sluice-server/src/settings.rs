@@ -1,0 +1,1450 @@
+//! Dynamic cluster settings, OpenSearch style: a registry of known settings ([`SETTINGS`]),
+//! each with a key, a value [`Kind`] with its bounds, a default and documentation, and
+//! [`ClusterSettings`], the node's current persistent and transient values.
+//!
+//! Values are kept and echoed as the strings the user sent (numbers become their decimal
+//! text), as OpenSearch does; each is parsed and validated on the way in, and the effective
+//! value of every setting — transient over persistent over default — is kept parsed in an
+//! immutable [`SettingsSnapshot`], so a handler reads a typed value without parsing or
+//! locking for more than an `Arc` clone:
+//!
+//! ```text
+//! let max = st.cluster_settings.max_open_scroll_context();   // one value
+//! let s = st.cluster_settings.snapshot();                    // several, consistent
+//! let (d, m) = (s.default_keep_alive(), s.max_keep_alive());
+//! ```
+//!
+//! An update ([`ClusterSettings::apply`]) validates every key and value, then the merged
+//! result as a whole ([`CROSS_CHECKS`]), and only then saves the persistent values to the
+//! metastore (one document, compare-and-set on its version) and publishes the new snapshot.
+//! Transient values live in memory only and are gone after a restart, as in OpenSearch.
+//!
+//! Adding a setting is one entry in [`SETTINGS`] (plus a key constant in [`keys`]); a typed
+//! accessor on [`SettingsSnapshot`] is optional sugar.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use sluice_engine::EngineError;
+use sluice_meta::{Collection, Expect, MetaError, MetaStore};
+use tokio::sync::watch;
+
+/// The keys of the dynamic cluster settings, as users write them.
+pub mod keys {
+    /// Cancels a search running longer than this; `-1` disables.
+    pub const SEARCH_CANCEL_AFTER_TIME_INTERVAL: &str = "search.cancel_after_time_interval";
+    /// Most scroll contexts open at once on the node.
+    pub const SEARCH_MAX_OPEN_SCROLL_CONTEXT: &str = "search.max_open_scroll_context";
+    /// Keep-alive of a scroll context when the request names none.
+    pub const SEARCH_DEFAULT_KEEP_ALIVE: &str = "search.default_keep_alive";
+    /// Longest keep-alive a request may ask for.
+    pub const SEARCH_MAX_KEEP_ALIVE: &str = "search.max_keep_alive";
+    /// Most aggregation buckets one search may build.
+    pub const SEARCH_MAX_BUCKETS: &str = "search.max_buckets";
+}
+
+/// OpenSearch's prefix for settings it no longer recognises after an upgrade; a reset of
+/// such a key (`"archived.x": null`) is accepted so that old clean-up scripts keep working.
+const ARCHIVED_PREFIX: &str = "archived.";
+
+/// The metastore document (in [`Collection::ClusterSettings`]) holding every persistent
+/// setting as one flat object `{"key": "value", …}`; one document, so one compare-and-set
+/// covers a whole update and the merged result stays valid.
+pub const PERSISTENT_DOC: &str = "persistent";
+
+/// What a setting's value is, with its bounds.
+#[derive(Debug, Clone, Copy)]
+pub enum Kind {
+    /// A time value: a whole number with a unit (`nanos`, `micros`, `ms`, `s`, `m`, `h`,
+    /// `d`), `0`, or `-1`. With `min` (OpenSearch `positiveTimeSetting` is `min: 0`) smaller
+    /// values, `-1` included, are rejected; without it `-1` means "disabled".
+    Time {
+        /// Smallest accepted value.
+        min: Option<Duration>,
+    },
+    /// A whole number in `min..=max` (OpenSearch `intSetting` / `longSetting`).
+    Integer {
+        /// Smallest accepted value.
+        min: i64,
+        /// Largest accepted value.
+        max: i64,
+    },
+    /// A floating-point number in `min..=max` (OpenSearch `doubleSetting`).
+    Double {
+        /// Smallest accepted value.
+        min: f64,
+        /// Largest accepted value.
+        max: f64,
+    },
+    /// `true` or `false`, nothing else.
+    Bool,
+    /// One of a fixed list of words, matched exactly.
+    Enum(&'static [&'static str]),
+}
+
+/// A parsed setting value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SettingValue {
+    /// A time value; `None` for a negative one (`-1`: disabled).
+    Time(Option<Duration>),
+    /// A whole number.
+    Integer(i64),
+    /// A floating-point number.
+    Double(f64),
+    /// A boolean.
+    Bool(bool),
+    /// One of the setting's allowed words.
+    Enum(&'static str),
+}
+
+/// A check of one setting's parsed value beyond its [`Kind`] bounds, returning
+/// OpenSearch's message on failure.
+pub type ValueCheck = fn(key: &str, value: &SettingValue) -> Result<(), String>;
+
+/// One registered dynamic setting.
+#[derive(Debug)]
+pub struct SettingDef {
+    /// The key users write.
+    pub key: &'static str,
+    /// Its value kind and bounds.
+    pub kind: Kind,
+    /// The default, in the text form the API echoes.
+    pub default: &'static str,
+    /// An extra check of the parsed value, for settings whose rule or message the bounds do
+    /// not express.
+    pub check: Option<ValueCheck>,
+    /// What the setting does, for operators.
+    pub doc: &'static str,
+}
+
+/// Every dynamic cluster setting sluice knows; a key not here is "not recognized".
+///
+/// Bounds and defaults are OpenSearch's (`SearchService`, `MultiBucketConsumerService`).
+pub static SETTINGS: &[SettingDef] = &[
+    SettingDef {
+        key: keys::SEARCH_CANCEL_AFTER_TIME_INTERVAL,
+        kind: Kind::Time { min: None },
+        default: "-1",
+        check: None,
+        doc: "Cancels a search task that has run longer than this; -1 (the default) never cancels. \
+              A request's own cancel_after_time_interval overrides it.",
+    },
+    SettingDef {
+        key: keys::SEARCH_MAX_OPEN_SCROLL_CONTEXT,
+        kind: Kind::Integer {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+        default: "500",
+        check: None,
+        doc: "The most scroll contexts that may be open on the node at once; a scroll search \
+              beyond it is rejected until others are cleared or expire.",
+    },
+    SettingDef {
+        key: keys::SEARCH_DEFAULT_KEEP_ALIVE,
+        kind: Kind::Time {
+            min: Some(Duration::ZERO),
+        },
+        default: "5m",
+        check: None,
+        doc: "How long a scroll context stays open when the request gives no keep-alive. \
+              Must not exceed search.max_keep_alive.",
+    },
+    SettingDef {
+        key: keys::SEARCH_MAX_KEEP_ALIVE,
+        kind: Kind::Time {
+            min: Some(Duration::ZERO),
+        },
+        default: "24h",
+        check: None,
+        doc: "The longest keep-alive a scroll request may ask for; longer ones are rejected. \
+              Must be at least search.default_keep_alive.",
+    },
+    SettingDef {
+        key: keys::SEARCH_MAX_BUCKETS,
+        kind: Kind::Integer {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+        default: "65535",
+        check: None,
+        doc: "The most aggregation buckets a single search may create; a search that needs more \
+              fails with too_many_buckets_exception.",
+    },
+];
+
+/// A check over the merged effective settings (transient over persistent over defaults),
+/// for rules that tie settings together; returns OpenSearch's message on failure.
+pub type CrossCheck = fn(&SettingsSnapshot) -> Result<(), String>;
+
+/// The rules between settings, run on the merged result of every update before anything is
+/// saved, so that changing both sides of a rule in one request works.
+pub static CROSS_CHECKS: &[CrossCheck] = &[check_keep_alives];
+
+/// `search.default_keep_alive` must not exceed `search.max_keep_alive` (OpenSearch's
+/// `SearchService.validateKeepAlives`, with its wording).
+fn check_keep_alives(s: &SettingsSnapshot) -> Result<(), String> {
+    let (default, max) = (s.default_keep_alive(), s.max_keep_alive());
+    if default > max {
+        return Err(format!(
+            "Default keep alive setting for request [{}] should be smaller than max keep alive [{}], was ({} > {})",
+            keys::SEARCH_DEFAULT_KEEP_ALIVE,
+            keys::SEARCH_MAX_KEEP_ALIVE,
+            human_time(default),
+            human_time(max)
+        ));
+    }
+    Ok(())
+}
+
+/// Position of each key in [`SETTINGS`], built once.
+static INDEX: LazyLock<HashMap<&'static str, usize>> = LazyLock::new(|| {
+    SETTINGS
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.key, i))
+        .collect()
+});
+
+/// Parsed defaults of every setting, in [`SETTINGS`] order, built once.
+static DEFAULTS: LazyLock<Vec<SettingValue>> = LazyLock::new(|| {
+    SETTINGS
+        .iter()
+        .map(|d| match parse_value(d, d.default) {
+            Ok(v) => v,
+            Err(e) => panic!("the default of setting [{}] is invalid: {e}", d.key),
+        })
+        .collect()
+});
+
+/// The registered setting named `key`.
+pub fn definition(key: &str) -> Option<&'static SettingDef> {
+    INDEX.get(key).map(|&i| &SETTINGS[i])
+}
+
+/// Which of the two update scopes a value belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Saved in the metastore; survives restarts.
+    Persistent,
+    /// Memory only; gone after a restart.
+    Transient,
+}
+
+impl Scope {
+    /// The scope's name in requests, responses and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Persistent => "persistent",
+            Scope::Transient => "transient",
+        }
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a settings update was refused or could not be saved.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// A key or value the registry rejects, or a merged result that breaks a rule; the
+    /// message is OpenSearch's.
+    #[error("{0}")]
+    Invalid(String),
+    /// The metastore failed; nothing was changed.
+    #[error("cannot save the persistent cluster settings: {0}")]
+    Store(#[from] MetaError),
+}
+
+impl From<SettingsError> for EngineError {
+    fn from(e: SettingsError) -> Self {
+        match e {
+            SettingsError::Invalid(reason) => EngineError::illegal_argument(reason),
+            SettingsError::Store(_) => EngineError::internal(e.to_string()),
+        }
+    }
+}
+
+/// Parses `raw` as a value of `def`, with OpenSearch's messages (extended with what is
+/// accepted where OpenSearch's own message does not say).
+pub fn parse_value(def: &SettingDef, raw: &str) -> Result<SettingValue, String> {
+    let key = def.key;
+    let value = match def.kind {
+        Kind::Time { min } => {
+            let nanos = parse_time_nanos(key, raw)?;
+            if let Some(min) = min {
+                // OpenSearch compares in whole milliseconds, truncated toward zero.
+                if nanos / 1_000_000 < min.as_millis() as i128 {
+                    return Err(format!(
+                        "failed to parse value [{raw}] for setting [{key}], must be >= [{}]",
+                        short_time(min)
+                    ));
+                }
+            }
+            SettingValue::Time(nanos_to_duration(nanos))
+        }
+        Kind::Integer { min, max } => {
+            let n: i64 = parse_java_long(raw).ok_or_else(|| {
+                format!(
+                    "Failed to parse value [{raw}] for setting [{key}]: expected a whole number from {min} to {max}"
+                )
+            })?;
+            if n < min {
+                return Err(format!(
+                    "Failed to parse value [{raw}] for setting [{key}] must be >= {min}"
+                ));
+            }
+            if n > max {
+                return Err(format!(
+                    "Failed to parse value [{raw}] for setting [{key}] must be <= {max}"
+                ));
+            }
+            SettingValue::Integer(n)
+        }
+        Kind::Double { min, max } => {
+            let x: f64 = raw.trim().parse().map_err(|_| {
+                format!(
+                    "Failed to parse value [{raw}] for setting [{key}]: expected a number from {} to {}",
+                    java_double(min),
+                    java_double(max)
+                )
+            })?;
+            if x < min {
+                return Err(format!(
+                    "Failed to parse value [{raw}] for setting [{key}] must be >= {}",
+                    java_double(min)
+                ));
+            }
+            if x > max {
+                return Err(format!(
+                    "Failed to parse value [{raw}] for setting [{key}] must be <= {}",
+                    java_double(max)
+                ));
+            }
+            SettingValue::Double(x)
+        }
+        Kind::Bool => match raw {
+            "true" => SettingValue::Bool(true),
+            "false" => SettingValue::Bool(false),
+            _ => {
+                return Err(format!(
+                    "Failed to parse value [{raw}] for setting [{key}] as only [true] or [false] are allowed."
+                ));
+            }
+        },
+        Kind::Enum(allowed) => match allowed.iter().find(|a| **a == raw) {
+            Some(a) => SettingValue::Enum(a),
+            None => {
+                return Err(format!(
+                    "Failed to parse value [{raw}] for setting [{key}]: expected one of [{}]",
+                    allowed.join(", ")
+                ));
+            }
+        },
+    };
+    if let Some(check) = def.check {
+        check(key, &value)?;
+    }
+    Ok(value)
+}
+
+/// Java's `Long.parseLong`: an optional sign and ASCII digits, nothing else (no spaces).
+fn parse_java_long(raw: &str) -> Option<i64> {
+    let digits = raw.strip_prefix(['+', '-']).unwrap_or(raw);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    raw.parse().ok()
+}
+
+/// A bound as Java prints a double (`0.0`, `0.9`, `1.0E10` aside).
+fn java_double(x: f64) -> String {
+    if x.is_finite() && x.fract() == 0.0 && x.abs() < 1e7 {
+        format!("{x:.1}")
+    } else {
+        format!("{x}")
+    }
+}
+
+/// Time units OpenSearch accepts, in the order it tries the suffixes (`nanos` and `micros`
+/// before `s`, `ms` before `m`), with their length in nanoseconds.
+const TIME_UNITS: &[(&str, i128)] = &[
+    ("nanos", 1),
+    ("micros", 1_000),
+    ("ms", 1_000_000),
+    ("s", 1_000_000_000),
+    ("m", 60_000_000_000),
+    ("h", 3_600_000_000_000),
+    ("d", 86_400_000_000_000),
+];
+
+/// OpenSearch's `TimeValue.parseTimeValue`: a whole number and a unit, or bare `0` / `-1`;
+/// returns nanoseconds, negative only for a `-1` of some unit.
+fn parse_time_nanos(key: &str, raw: &str) -> Result<i128, String> {
+    let normalized = raw.trim().to_lowercase();
+    for (suffix, unit) in TIME_UNITS {
+        if let Some(number) = normalized.strip_suffix(suffix) {
+            let number = number.trim();
+            let Some(n) = parse_java_long(number) else {
+                let what = if number.parse::<f64>().is_ok() {
+                    ", fractional time values are not supported"
+                } else {
+                    ""
+                };
+                return Err(format!(
+                    "failed to parse [{raw}]{what}: setting [{key}] takes a whole number with a unit (d, h, m, s, ms, micros, nanos), 0 or -1"
+                ));
+            };
+            if n < -1 {
+                return Err(format!(
+                    "failed to parse setting [{key}] with value [{raw}] as a time value: negative durations are not supported"
+                ));
+            }
+            return Ok(i128::from(n) * unit);
+        }
+    }
+    // OpenSearch's `TimeValue.MINUS_ONE`, written `-1` (or `-01` …), is -1 millisecond.
+    if let Some(rest) = normalized.strip_prefix('-')
+        && !rest.is_empty()
+        && rest.trim_start_matches('0') == "1"
+    {
+        return Ok(-1_000_000);
+    }
+    if !normalized.is_empty() && normalized.bytes().all(|b| b == b'0') {
+        return Ok(0);
+    }
+    Err(format!(
+        "failed to parse setting [{key}] with value [{raw}] as a time value: unit is missing or unrecognized"
+    ))
+}
+
+fn nanos_to_duration(nanos: i128) -> Option<Duration> {
+    if nanos < 0 {
+        return None;
+    }
+    let secs = u64::try_from(nanos / 1_000_000_000).unwrap_or(u64::MAX);
+    Some(Duration::new(secs, (nanos % 1_000_000_000) as u32))
+}
+
+/// A duration in the largest unit that divides it (`0ms`, `500ms`, `5m`, `24h`), as
+/// OpenSearch prints a bound.
+fn short_time(d: Duration) -> String {
+    let nanos = d.as_nanos() as i128;
+    if nanos == 0 {
+        return "0ms".to_string();
+    }
+    for (suffix, unit) in TIME_UNITS.iter().rev() {
+        if nanos % unit == 0 {
+            return format!("{}{suffix}", nanos / unit);
+        }
+    }
+    format!("{nanos}nanos")
+}
+
+/// A duration the way OpenSearch's `TimeValue.toString` prints it: the largest unit it
+/// reaches, with at most one decimal, truncated, a zero decimal dropped (`90s` → `1.5m`).
+fn human_time(d: Duration) -> String {
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".to_string();
+    }
+    let (unit, suffix) = TIME_UNITS
+        .iter()
+        .rev()
+        .find(|(_, unit)| nanos >= *unit as u128)
+        .map_or((1, "nanos"), |(s, u)| (*u as u128, *s));
+    let value = nanos as f64 / unit as f64;
+    let text = format!("{value}");
+    match text.split_once('.') {
+        Some((int, frac)) if !frac.starts_with('0') => format!("{int}.{}{suffix}", &frac[..1]),
+        Some((int, _)) => format!("{int}{suffix}"),
+        None => format!("{text}{suffix}"),
+    }
+}
+
+/// OpenSearch's `Regex.simpleMatch`: `*` matches any run of characters, all else literally.
+fn simple_match(pattern: &str, text: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == text,
+        Some((head, rest)) => {
+            let Some(mut text) = text.strip_prefix(head) else {
+                return false;
+            };
+            if rest.is_empty() {
+                return true;
+            }
+            loop {
+                if simple_match(rest, text) {
+                    return true;
+                }
+                let mut chars = text.chars();
+                if chars.next().is_none() {
+                    return false;
+                }
+                text = chars.as_str();
+            }
+        }
+    }
+}
+
+/// One immutable state of the cluster settings: the persistent and transient values as
+/// set, and every setting's effective parsed value.
+///
+/// # Invariants
+///
+/// - Every key in `persistent` and `transient` is registered and its value parses
+///   (checked with `debug_assert!` when a snapshot is built; values from the metastore that
+///   do not are dropped at load with a warning).
+/// - `effective[i]` is the parsed value of `SETTINGS[i]`: transient if set, else persistent
+///   if set, else the default.
+#[derive(Debug, Clone)]
+pub struct SettingsSnapshot {
+    persistent: BTreeMap<String, String>,
+    transient: BTreeMap<String, String>,
+    effective: Vec<SettingValue>,
+}
+
+impl Default for SettingsSnapshot {
+    fn default() -> Self {
+        SettingsSnapshot::build(BTreeMap::new(), BTreeMap::new())
+    }
+}
+
+impl SettingsSnapshot {
+    /// Builds a snapshot from validated maps.
+    fn build(persistent: BTreeMap<String, String>, transient: BTreeMap<String, String>) -> Self {
+        let effective = SETTINGS
+            .iter()
+            .zip(DEFAULTS.iter())
+            .map(|(def, default)| {
+                let set = transient.get(def.key).or_else(|| persistent.get(def.key));
+                match set.map(|raw| parse_value(def, raw)) {
+                    Some(Ok(v)) => v,
+                    Some(Err(e)) => {
+                        debug_assert!(false, "unvalidated value in a snapshot: {e}");
+                        *default
+                    }
+                    None => *default,
+                }
+            })
+            .collect();
+        SettingsSnapshot {
+            persistent,
+            transient,
+            effective,
+        }
+    }
+
+    /// The persistent values as set, by key.
+    pub fn persistent(&self) -> &BTreeMap<String, String> {
+        &self.persistent
+    }
+
+    /// The transient values as set, by key.
+    pub fn transient(&self) -> &BTreeMap<String, String> {
+        &self.transient
+    }
+
+    /// The defaults of every setting set in neither scope, by key (for `include_defaults`).
+    pub fn unset_defaults(&self) -> BTreeMap<String, String> {
+        SETTINGS
+            .iter()
+            .filter(|d| !self.persistent.contains_key(d.key) && !self.transient.contains_key(d.key))
+            .map(|d| (d.key.to_string(), d.default.to_string()))
+            .collect()
+    }
+
+    /// The effective parsed value of the setting `key`.
+    ///
+    /// # Panics
+    ///
+    /// When `key` is not registered in [`SETTINGS`]: callers pass [`keys`] constants.
+    pub fn value(&self, key: &str) -> SettingValue {
+        match INDEX.get(key) {
+            Some(&i) => self.effective[i],
+            None => panic!("setting [{key}] is not registered in settings::SETTINGS"),
+        }
+    }
+
+    /// The effective value of a time setting; `None` when it is negative (`-1`: disabled).
+    ///
+    /// # Panics
+    ///
+    /// When `key` is not a registered time setting.
+    pub fn time_opt(&self, key: &str) -> Option<Duration> {
+        match self.value(key) {
+            SettingValue::Time(t) => t,
+            other => panic!("setting [{key}] is not a time setting: {other:?}"),
+        }
+    }
+
+    /// The effective value of a time setting with a lower bound of zero.
+    ///
+    /// # Panics
+    ///
+    /// When `key` is not a registered time setting.
+    pub fn time(&self, key: &str) -> Duration {
+        self.time_opt(key).unwrap_or(Duration::ZERO)
+    }
+
+    /// The effective value of an integer setting.
+    ///
+    /// # Panics
+    ///
+    /// When `key` is not a registered integer setting.
+    pub fn integer(&self, key: &str) -> i64 {
+        match self.value(key) {
+            SettingValue::Integer(n) => n,
+            other => panic!("setting [{key}] is not an integer setting: {other:?}"),
+        }
+    }
+
+    /// An integer setting whose bounds fit `u32` (OpenSearch `intSetting` with `min >= 0`).
+    fn integer_u32(&self, key: &str) -> u32 {
+        u32::try_from(self.integer(key)).unwrap_or(u32::MAX)
+    }
+
+    /// The effective value of a floating-point setting.
+    ///
+    /// # Panics
+    ///
+    /// When `key` is not a registered double setting.
+    pub fn double(&self, key: &str) -> f64 {
+        match self.value(key) {
+            SettingValue::Double(x) => x,
+            other => panic!("setting [{key}] is not a double setting: {other:?}"),
+        }
+    }
+
+    /// The effective value of a boolean setting.
+    ///
+    /// # Panics
+    ///
+    /// When `key` is not a registered boolean setting.
+    pub fn bool(&self, key: &str) -> bool {
+        match self.value(key) {
+            SettingValue::Bool(b) => b,
+            other => panic!("setting [{key}] is not a boolean setting: {other:?}"),
+        }
+    }
+
+    /// The effective value of an enum setting.
+    ///
+    /// # Panics
+    ///
+    /// When `key` is not a registered enum setting.
+    pub fn enum_value(&self, key: &str) -> &'static str {
+        match self.value(key) {
+            SettingValue::Enum(s) => s,
+            other => panic!("setting [{key}] is not an enum setting: {other:?}"),
+        }
+    }
+
+    /// `search.cancel_after_time_interval`; `None` when disabled (`-1`).
+    pub fn cancel_after_time_interval(&self) -> Option<Duration> {
+        self.time_opt(keys::SEARCH_CANCEL_AFTER_TIME_INTERVAL)
+    }
+
+    /// `search.max_open_scroll_context`.
+    pub fn max_open_scroll_context(&self) -> u32 {
+        self.integer_u32(keys::SEARCH_MAX_OPEN_SCROLL_CONTEXT)
+    }
+
+    /// `search.default_keep_alive`.
+    pub fn default_keep_alive(&self) -> Duration {
+        self.time(keys::SEARCH_DEFAULT_KEEP_ALIVE)
+    }
+
+    /// `search.max_keep_alive`.
+    pub fn max_keep_alive(&self) -> Duration {
+        self.time(keys::SEARCH_MAX_KEEP_ALIVE)
+    }
+
+    /// `search.max_buckets`.
+    pub fn max_buckets(&self) -> u32 {
+        self.integer_u32(keys::SEARCH_MAX_BUCKETS)
+    }
+}
+
+/// One `PUT _cluster/settings`: per scope, the keys to set (`Some`) or reset (`None`, which
+/// also takes `*` patterns), flattened to dotted keys.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SettingsUpdate {
+    /// Changes to the persistent values.
+    pub persistent: Vec<(String, Option<String>)>,
+    /// Changes to the transient values.
+    pub transient: Vec<(String, Option<String>)>,
+}
+
+impl SettingsUpdate {
+    /// Whether the update names no key at all.
+    pub fn is_empty(&self) -> bool {
+        self.persistent.is_empty() && self.transient.is_empty()
+    }
+}
+
+/// What an update set, per scope (resets are not echoed), as OpenSearch's response shows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AppliedUpdate {
+    /// Persistent values set by the update.
+    pub persistent: BTreeMap<String, String>,
+    /// Transient values set by the update.
+    pub transient: BTreeMap<String, String>,
+}
+
+/// How many times an update retries when another writer changed the persistent document
+/// between our read and our write (only possible once several nodes share a metastore);
+/// more than a handful means something rewrites it in a loop.
+const MAX_UPDATE_ATTEMPTS: usize = 5;
+
+/// The node's dynamic cluster settings: the current [`SettingsSnapshot`], published through
+/// a watch channel, and the metastore holding the persistent values.
+///
+/// Reads ([`ClusterSettings::snapshot`] and the typed accessors) take the channel's read
+/// lock only to clone an `Arc`; updates are serialized by an async mutex held across the
+/// metastore write, so two updates never interleave their read-validate-write.
+pub struct ClusterSettings {
+    current: watch::Sender<Arc<SettingsSnapshot>>,
+    store: Arc<dyn MetaStore>,
+    /// Held by an update from validation to publication; holds the version of the
+    /// persistent document the current snapshot was built from (`None`: no document).
+    update: tokio::sync::Mutex<Option<u64>>,
+}
+
+impl fmt::Debug for ClusterSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterSettings")
+            .field("current", &*self.current.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterSettings {
+    /// Loads the persistent settings from `store`; transient ones start empty.
+    ///
+    /// A stored key that is no longer registered, or a value that no longer validates, is
+    /// dropped with a warning (and disappears from the store at the next update), so a
+    /// downgrade or a tightened bound never keeps the node from starting.
+    ///
+    /// # Cancel safety
+    ///
+    /// Only reads; safe to drop.
+    pub async fn load(store: Arc<dyn MetaStore>) -> Result<ClusterSettings, MetaError> {
+        let (persistent, version) = read_persistent(store.as_ref()).await?;
+        let snapshot = SettingsSnapshot::build(persistent, BTreeMap::new());
+        for rule in CROSS_CHECKS {
+            if let Err(reason) = rule(&snapshot) {
+                tracing::warn!(%reason, "persistent cluster settings break a rule; fix them with PUT _cluster/settings");
+            }
+        }
+        let (current, _) = watch::channel(Arc::new(snapshot));
+        Ok(ClusterSettings {
+            current,
+            store,
+            update: tokio::sync::Mutex::new(version),
+        })
+    }
+
+    /// The current settings; cheap (an `Arc` clone), and consistent across several reads.
+    pub fn snapshot(&self) -> Arc<SettingsSnapshot> {
+        self.current.borrow().clone()
+    }
+
+    /// A receiver that sees every new snapshot, for components that react to changes.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<SettingsSnapshot>> {
+        self.current.subscribe()
+    }
+
+    /// `search.cancel_after_time_interval`; `None` when disabled.
+    pub fn cancel_after_time_interval(&self) -> Option<Duration> {
+        self.current.borrow().cancel_after_time_interval()
+    }
+
+    /// `search.max_open_scroll_context`.
+    pub fn max_open_scroll_context(&self) -> u32 {
+        self.current.borrow().max_open_scroll_context()
+    }
+
+    /// `search.default_keep_alive`.
+    pub fn default_keep_alive(&self) -> Duration {
+        self.current.borrow().default_keep_alive()
+    }
+
+    /// `search.max_keep_alive`.
+    pub fn max_keep_alive(&self) -> Duration {
+        self.current.borrow().max_keep_alive()
+    }
+
+    /// `search.max_buckets`.
+    pub fn max_buckets(&self) -> u32 {
+        self.current.borrow().max_buckets()
+    }
+
+    /// Applies `update`: checks every key and value (transient first, then persistent, each
+    /// in key order, as OpenSearch does), then the merged result against [`CROSS_CHECKS`];
+    /// only when all pass saves the persistent values and publishes the new snapshot.
+    /// Returns the values set.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before the metastore write leaves everything unchanged; after
+    /// it, the write may land while the in-memory snapshot stays old until the next update or
+    /// restart reads it back.
+    pub async fn apply(&self, update: SettingsUpdate) -> Result<AppliedUpdate, SettingsError> {
+        let mut stored_version = self.update.lock().await;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let current = self.snapshot();
+            let (transient, set_transient) =
+                merge_scope(current.transient(), &update.transient, Scope::Transient)?;
+            let (persistent, set_persistent) =
+                merge_scope(current.persistent(), &update.persistent, Scope::Persistent)?;
+            let next = SettingsSnapshot::build(persistent, transient);
+            for rule in CROSS_CHECKS {
+                rule(&next).map_err(SettingsError::Invalid)?;
+            }
+            if next.persistent != current.persistent {
+                let doc: Map<String, Value> = next
+                    .persistent
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                    .collect();
+                let expected = stored_version.map_or(Expect::Absent, Expect::Version);
+                let written = self
+                    .store
+                    .put(
+                        Collection::ClusterSettings,
+                        PERSISTENT_DOC,
+                        Value::Object(doc),
+                        expected,
+                    )
+                    .await;
+                match written {
+                    Ok(doc) => *stored_version = Some(doc.version),
+                    Err(MetaError::Conflict { .. }) if attempt < MAX_UPDATE_ATTEMPTS => {
+                        // Another writer changed the persistent settings: start over from
+                        // what it wrote, keeping our transient values.
+                        let (persistent, version) = read_persistent(self.store.as_ref()).await?;
+                        *stored_version = version;
+                        self.current.send_replace(Arc::new(SettingsSnapshot::build(
+                            persistent,
+                            current.transient().clone(),
+                        )));
+                        continue;
+                    }
+                    Err(e) => return Err(SettingsError::Store(e)),
+                }
+            }
+            self.current.send_replace(Arc::new(next));
+            return Ok(AppliedUpdate {
+                persistent: set_persistent,
+                transient: set_transient,
+            });
+        }
+    }
+}
+
+/// Reads and validates the persistent document; returns the valid values and its version.
+async fn read_persistent(
+    store: &dyn MetaStore,
+) -> Result<(BTreeMap<String, String>, Option<u64>), MetaError> {
+    let Some(doc) = store
+        .get(Collection::ClusterSettings, PERSISTENT_DOC)
+        .await?
+    else {
+        return Ok((BTreeMap::new(), None));
+    };
+    let Value::Object(map) = doc.value else {
+        return Err(MetaError::Corrupt {
+            location: format!("{}/{PERSISTENT_DOC}", Collection::ClusterSettings),
+            reason: format!("expected an object of settings, found {}", doc.value),
+        });
+    };
+    let mut persistent = BTreeMap::new();
+    for (key, value) in map {
+        let Value::String(raw) = value else {
+            tracing::warn!(%key, %value, "dropping a stored persistent setting whose value is not a string");
+            continue;
+        };
+        let Some(def) = definition(&key) else {
+            tracing::warn!(%key, value = %raw, "dropping a stored persistent setting this node does not recognize");
+            continue;
+        };
+        if let Err(reason) = parse_value(def, &raw) {
+            tracing::warn!(%key, value = %raw, %reason, "dropping a stored persistent setting that no longer validates");
+            continue;
+        }
+        persistent.insert(key, raw);
+    }
+    Ok((persistent, Some(doc.version)))
+}
+
+/// Setting values by key, as set (not parsed).
+type SettingsMap = BTreeMap<String, String>;
+
+/// Applies one scope's changes to `current`: returns the new map and the values set.
+///
+/// Resets apply before sets, as in OpenSearch, so `{"search.*": null, "search.x": "1"}`
+/// clears the others and keeps the new `search.x`.
+fn merge_scope(
+    current: &BTreeMap<String, String>,
+    changes: &[(String, Option<String>)],
+    scope: Scope,
+) -> Result<(SettingsMap, SettingsMap), SettingsError> {
+    let mut sorted: Vec<&(String, Option<String>)> = changes.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut set = BTreeMap::new();
+    let mut resets = Vec::new();
+    for (key, value) in sorted {
+        let Some(def) = definition(key) else {
+            let removable = key.contains('*') || key.starts_with(ARCHIVED_PREFIX);
+            if value.is_none() && removable {
+                resets.push(key.as_str());
+                continue;
+            }
+            return Err(SettingsError::Invalid(format!(
+                "{scope} setting [{key}], not recognized"
+            )));
+        };
+        match value {
+            None => resets.push(key.as_str()),
+            Some(raw) => {
+                parse_value(def, raw).map_err(SettingsError::Invalid)?;
+                set.insert(key.clone(), raw.clone());
+            }
+        }
+    }
+    let mut next = current.clone();
+    for pattern in resets {
+        next.retain(|k, _| !simple_match(pattern, k));
+    }
+    next.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+    Ok((next, set))
+}
+
+/// Flattens a settings object (nested objects and dotted keys alike) into dotted keys and
+/// their values; `null` becomes `None` (a reset). Values are kept as OpenSearch keeps them:
+/// strings as they are, numbers and booleans as their text.
+pub fn flatten_settings(
+    object: &Map<String, Value>,
+) -> Result<Vec<(String, Option<String>)>, String> {
+    fn walk(
+        prefix: &str,
+        object: &Map<String, Value>,
+        out: &mut Vec<(String, Option<String>)>,
+        seen: &mut HashMap<String, Option<String>>,
+    ) -> Result<(), String> {
+        for (k, v) in object {
+            let key = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            let value = match v {
+                Value::Object(inner) => {
+                    walk(&key, inner, out, seen)?;
+                    continue;
+                }
+                Value::Null => None,
+                Value::String(s) => Some(s.clone()),
+                Value::Number(n) => Some(n.to_string()),
+                Value::Bool(b) => Some(b.to_string()),
+                Value::Array(_) => {
+                    return Err(format!(
+                        "setting [{key}] takes a single value, got the array {v}"
+                    ));
+                }
+            };
+            if let Some(previous) = seen.insert(key.clone(), value.clone()) {
+                let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "null".to_string());
+                return Err(format!(
+                    "duplicate settings key [{key}] found, previous value [{}], current value [{}]",
+                    show(&previous),
+                    show(&value)
+                ));
+            }
+            out.push((key, value));
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk("", object, &mut out, &mut HashMap::new())?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_meta::MemoryMetaStore;
+
+    fn def(key: &str) -> &'static SettingDef {
+        definition(key).expect("registered")
+    }
+
+    fn update(scope: Scope, pairs: &[(&str, Option<&str>)]) -> SettingsUpdate {
+        let list = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
+            .collect();
+        match scope {
+            Scope::Persistent => SettingsUpdate {
+                persistent: list,
+                ..SettingsUpdate::default()
+            },
+            Scope::Transient => SettingsUpdate {
+                transient: list,
+                ..SettingsUpdate::default()
+            },
+        }
+    }
+
+    async fn fresh() -> ClusterSettings {
+        ClusterSettings::load(Arc::new(MemoryMetaStore::new()))
+            .await
+            .expect("load")
+    }
+
+    #[test]
+    fn test_every_default_parses_and_keys_are_unique() {
+        assert_eq!(DEFAULTS.len(), SETTINGS.len());
+        assert_eq!(INDEX.len(), SETTINGS.len(), "duplicate key in SETTINGS");
+        for d in SETTINGS {
+            assert!(!d.doc.is_empty(), "{} has no documentation", d.key);
+        }
+    }
+
+    #[test]
+    fn test_defaults_are_opensearch_defaults() {
+        let s = SettingsSnapshot::default();
+        assert_eq!(s.cancel_after_time_interval(), None);
+        assert_eq!(s.max_open_scroll_context(), 500);
+        assert_eq!(s.default_keep_alive(), Duration::from_secs(300));
+        assert_eq!(s.max_keep_alive(), Duration::from_secs(24 * 3600));
+        assert_eq!(s.max_buckets(), 65535);
+    }
+
+    #[test]
+    fn test_time_values_parse_like_opensearch() {
+        let d = def(keys::SEARCH_CANCEL_AFTER_TIME_INTERVAL);
+        let ok = |raw: &str| parse_value(d, raw).unwrap_or_else(|e| panic!("{raw}: {e}"));
+        let secs = |s: u64| SettingValue::Time(Some(Duration::from_secs(s)));
+        assert_eq!(ok("30s"), secs(30));
+        assert_eq!(
+            ok("500ms"),
+            SettingValue::Time(Some(Duration::from_millis(500)))
+        );
+        assert_eq!(ok("5m"), secs(300));
+        assert_eq!(ok("2h"), secs(7200));
+        assert_eq!(ok("1d"), secs(86400));
+        assert_eq!(
+            ok("7micros"),
+            SettingValue::Time(Some(Duration::from_micros(7)))
+        );
+        assert_eq!(
+            ok("9nanos"),
+            SettingValue::Time(Some(Duration::from_nanos(9)))
+        );
+        assert_eq!(ok(" 10S "), secs(10));
+        assert_eq!(ok("0"), secs(0));
+        assert_eq!(ok("000"), secs(0));
+        assert_eq!(ok("-1"), SettingValue::Time(None));
+        assert_eq!(ok("-001"), SettingValue::Time(None));
+        assert_eq!(ok("-1s"), SettingValue::Time(None));
+        let err = |raw: &str| parse_value(d, raw).expect_err(raw);
+        assert_eq!(
+            err("30"),
+            "failed to parse setting [search.cancel_after_time_interval] with value [30] as a time value: unit is missing or unrecognized"
+        );
+        assert_eq!(
+            err("-5s"),
+            "failed to parse setting [search.cancel_after_time_interval] with value [-5s] as a time value: negative durations are not supported"
+        );
+        assert!(
+            err("1.5s")
+                .starts_with("failed to parse [1.5s], fractional time values are not supported")
+        );
+        assert!(err("abcs").starts_with("failed to parse [abcs]: setting [search.cancel_after_time_interval] takes a whole number with a unit"));
+        assert!(err("").contains("unit is missing or unrecognized"));
+        assert!(err("-2").contains("unit is missing or unrecognized"));
+    }
+
+    #[test]
+    fn test_positive_time_settings_reject_negative_values() {
+        let d = def(keys::SEARCH_DEFAULT_KEEP_ALIVE);
+        assert_eq!(
+            parse_value(d, "-1").expect_err("-1"),
+            "failed to parse value [-1] for setting [search.default_keep_alive], must be >= [0ms]"
+        );
+        assert!(parse_value(d, "0s").is_ok());
+    }
+
+    #[test]
+    fn test_integer_settings_enforce_bounds_with_opensearch_messages() {
+        let d = def(keys::SEARCH_MAX_BUCKETS);
+        assert_eq!(parse_value(d, "1000"), Ok(SettingValue::Integer(1000)));
+        assert_eq!(parse_value(d, "+7"), Ok(SettingValue::Integer(7)));
+        assert_eq!(parse_value(d, "0"), Ok(SettingValue::Integer(0)));
+        assert_eq!(
+            parse_value(d, "-5").expect_err("-5"),
+            "Failed to parse value [-5] for setting [search.max_buckets] must be >= 0"
+        );
+        assert_eq!(
+            parse_value(d, "2147483648").expect_err("too big"),
+            "Failed to parse value [2147483648] for setting [search.max_buckets] must be <= 2147483647"
+        );
+        for bad in ["abc", "1.5", " 5", "", "1e3"] {
+            assert_eq!(
+                parse_value(d, bad).expect_err(bad),
+                format!(
+                    "Failed to parse value [{bad}] for setting [search.max_buckets]: expected a whole number from 0 to 2147483647"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn test_other_kinds_parse_for_the_settings_to_come() {
+        let double = SettingDef {
+            key: "x.ratio",
+            kind: Kind::Double { min: 0.0, max: 0.9 },
+            default: "0.8",
+            check: None,
+            doc: "test",
+        };
+        assert_eq!(parse_value(&double, "0.5"), Ok(SettingValue::Double(0.5)));
+        assert_eq!(
+            parse_value(&double, "0.95").expect_err("max"),
+            "Failed to parse value [0.95] for setting [x.ratio] must be <= 0.9"
+        );
+        assert_eq!(
+            parse_value(&double, "-1").expect_err("min"),
+            "Failed to parse value [-1] for setting [x.ratio] must be >= 0.0"
+        );
+        let boolean = SettingDef {
+            key: "x.flag",
+            kind: Kind::Bool,
+            default: "true",
+            check: None,
+            doc: "test",
+        };
+        assert_eq!(
+            parse_value(&boolean, "false"),
+            Ok(SettingValue::Bool(false))
+        );
+        assert!(parse_value(&boolean, "yes").is_err());
+        let mode = SettingDef {
+            key: "x.mode",
+            kind: Kind::Enum(&["enabled", "disabled"]),
+            default: "enabled",
+            check: Some(|_, v| match v {
+                SettingValue::Enum("disabled") => Err("no".to_string()),
+                _ => Ok(()),
+            }),
+            doc: "test",
+        };
+        assert_eq!(
+            parse_value(&mode, "enabled"),
+            Ok(SettingValue::Enum("enabled"))
+        );
+        assert_eq!(parse_value(&mode, "disabled"), Err("no".to_string()));
+        assert!(
+            parse_value(&mode, "Enabled")
+                .expect_err("case")
+                .contains("[enabled, disabled]")
+        );
+    }
+
+    #[test]
+    fn test_time_rendering_follows_opensearch() {
+        assert_eq!(human_time(Duration::from_secs(600)), "10m");
+        assert_eq!(human_time(Duration::from_secs(90)), "1.5m");
+        assert_eq!(human_time(Duration::from_secs(86400)), "1d");
+        assert_eq!(human_time(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(human_time(Duration::from_millis(1050)), "1s");
+        assert_eq!(human_time(Duration::ZERO), "0s");
+        assert_eq!(short_time(Duration::ZERO), "0ms");
+        assert_eq!(short_time(Duration::from_secs(1)), "1s");
+    }
+
+    #[test]
+    fn test_simple_match_patterns() {
+        assert!(simple_match("*", "search.max_buckets"));
+        assert!(simple_match("search.*", "search.max_buckets"));
+        assert!(simple_match("*.max_*", "search.max_buckets"));
+        assert!(simple_match("search.max_buckets", "search.max_buckets"));
+        assert!(!simple_match("search.max", "search.max_buckets"));
+        assert!(!simple_match("wlm.*", "search.max_buckets"));
+        assert!(simple_match("*buckets", "search.max_buckets"));
+        assert!(!simple_match("*bucket", "search.max_buckets"));
+    }
+
+    #[test]
+    fn test_flatten_accepts_nested_and_dotted_keys() {
+        let body = serde_json::json!({
+            "search": {"max_buckets": 10, "default_keep_alive": "1m"},
+            "search.max_keep_alive": "2h",
+            "a": {"b": {"c": null, "d": true}}
+        });
+        let flat = flatten_settings(body.as_object().expect("object")).expect("flat");
+        assert_eq!(
+            flat,
+            vec![
+                ("search.max_buckets".to_string(), Some("10".to_string())),
+                (
+                    "search.default_keep_alive".to_string(),
+                    Some("1m".to_string())
+                ),
+                ("search.max_keep_alive".to_string(), Some("2h".to_string())),
+                ("a.b.c".to_string(), None),
+                ("a.b.d".to_string(), Some("true".to_string())),
+            ]
+        );
+        let dup = serde_json::json!({"search.max_buckets": 1, "search": {"max_buckets": 2}});
+        assert_eq!(
+            flatten_settings(dup.as_object().expect("object")).expect_err("duplicate"),
+            "duplicate settings key [search.max_buckets] found, previous value [1], current value [2]"
+        );
+        let arr = serde_json::json!({"search.max_buckets": [1]});
+        assert!(flatten_settings(arr.as_object().expect("object")).is_err());
+    }
+
+    #[tokio::test]
+    async fn test_transient_overrides_persistent_overrides_default() {
+        let cs = fresh().await;
+        cs.apply(update(
+            Scope::Persistent,
+            &[(keys::SEARCH_MAX_BUCKETS, Some("100"))],
+        ))
+        .await
+        .expect("persistent");
+        assert_eq!(cs.max_buckets(), 100);
+        cs.apply(update(
+            Scope::Transient,
+            &[(keys::SEARCH_MAX_BUCKETS, Some("7"))],
+        ))
+        .await
+        .expect("transient");
+        assert_eq!(cs.max_buckets(), 7);
+        cs.apply(update(
+            Scope::Transient,
+            &[(keys::SEARCH_MAX_BUCKETS, None)],
+        ))
+        .await
+        .expect("reset transient");
+        assert_eq!(cs.max_buckets(), 100);
+        cs.apply(update(
+            Scope::Persistent,
+            &[(keys::SEARCH_MAX_BUCKETS, None)],
+        ))
+        .await
+        .expect("reset persistent");
+        assert_eq!(cs.max_buckets(), 65535);
+    }
+
+    #[tokio::test]
+    async fn test_keep_alive_rule_runs_on_the_merged_settings() {
+        let cs = fresh().await;
+        // Raising the default above the current max alone fails …
+        let err = cs
+            .apply(update(
+                Scope::Persistent,
+                &[(keys::SEARCH_DEFAULT_KEEP_ALIVE, Some("2d"))],
+            ))
+            .await
+            .expect_err("default above max");
+        assert_eq!(
+            err.to_string(),
+            "Default keep alive setting for request [search.default_keep_alive] should be smaller than max keep alive [search.max_keep_alive], was (2d > 1d)"
+        );
+        assert_eq!(
+            cs.default_keep_alive(),
+            Duration::from_secs(300),
+            "a refused update changed a value"
+        );
+        // … raising both in one request works …
+        cs.apply(update(
+            Scope::Persistent,
+            &[
+                (keys::SEARCH_DEFAULT_KEEP_ALIVE, Some("2d")),
+                (keys::SEARCH_MAX_KEEP_ALIVE, Some("3d")),
+            ],
+        ))
+        .await
+        .expect("both");
+        // … and a transient max below the persistent default is caught across scopes.
+        let err = cs
+            .apply(update(
+                Scope::Transient,
+                &[(keys::SEARCH_MAX_KEEP_ALIVE, Some("1h"))],
+            ))
+            .await
+            .expect_err("transient max below persistent default");
+        assert!(err.to_string().contains("was (2d > 1h)"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn test_unknown_keys_fail_with_their_scope_and_nothing_changes() {
+        let cs = fresh().await;
+        let both = SettingsUpdate {
+            persistent: vec![
+                ("search.max_buckets".into(), Some("5".into())),
+                ("foo.bar".into(), Some("1".into())),
+            ],
+            transient: vec![("baz".into(), Some("1".into()))],
+        };
+        let err = cs.apply(both).await.expect_err("unknown");
+        assert_eq!(err.to_string(), "transient setting [baz], not recognized");
+        let err = cs
+            .apply(update(Scope::Persistent, &[("foo.bar", None)]))
+            .await
+            .expect_err("reset of unknown");
+        assert_eq!(
+            err.to_string(),
+            "persistent setting [foo.bar], not recognized"
+        );
+        assert_eq!(cs.max_buckets(), 65535);
+        assert!(cs.snapshot().persistent().is_empty());
+    }
+
+    #[tokio::test]
+    async fn test_wildcard_and_archived_resets() {
+        let cs = fresh().await;
+        cs.apply(update(
+            Scope::Transient,
+            &[
+                (keys::SEARCH_MAX_BUCKETS, Some("1")),
+                (keys::SEARCH_MAX_OPEN_SCROLL_CONTEXT, Some("2")),
+            ],
+        ))
+        .await
+        .expect("set");
+        cs.apply(update(
+            Scope::Transient,
+            &[("search.max_*", None), ("archived.old", None)],
+        ))
+        .await
+        .expect("wildcard reset");
+        assert!(cs.snapshot().transient().is_empty());
+        assert_eq!(cs.max_open_scroll_context(), 500);
+        // Resets apply before sets within one request.
+        cs.apply(update(
+            Scope::Transient,
+            &[
+                (keys::SEARCH_MAX_OPEN_SCROLL_CONTEXT, Some("3")),
+                ("*", None),
+            ],
+        ))
+        .await
+        .expect("reset and set");
+        assert_eq!(cs.max_open_scroll_context(), 3);
+    }
+
+    #[tokio::test]
+    async fn test_persistent_values_reload_and_transient_do_not() {
+        let store: Arc<dyn MetaStore> = Arc::new(MemoryMetaStore::new());
+        let cs = ClusterSettings::load(store.clone()).await.expect("load");
+        let applied = cs
+            .apply(SettingsUpdate {
+                persistent: vec![(
+                    keys::SEARCH_CANCEL_AFTER_TIME_INTERVAL.into(),
+                    Some("30s".into()),
+                )],
+                transient: vec![(keys::SEARCH_MAX_BUCKETS.into(), Some("10".into()))],
+            })
+            .await
+            .expect("apply");
+        assert_eq!(
+            applied.persistent[keys::SEARCH_CANCEL_AFTER_TIME_INTERVAL],
+            "30s"
+        );
+        assert_eq!(applied.transient[keys::SEARCH_MAX_BUCKETS], "10");
+        let reloaded = ClusterSettings::load(store).await.expect("reload");
+        assert_eq!(
+            reloaded.cancel_after_time_interval(),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(reloaded.max_buckets(), 65535);
+    }
+
+    #[tokio::test]
+    async fn test_load_drops_unknown_and_invalid_stored_values() {
+        let store: Arc<dyn MetaStore> = Arc::new(MemoryMetaStore::new());
+        store
+            .put(
+                Collection::ClusterSettings,
+                PERSISTENT_DOC,
+                serde_json::json!({
+                    "search.max_buckets": "12",
+                    "gone.setting": "1",
+                    "search.max_open_scroll_context": "-4",
+                    "search.default_keep_alive": 5
+                }),
+                Expect::Absent,
+            )
+            .await
+            .expect("seed");
+        let cs = ClusterSettings::load(store).await.expect("load");
+        let snap = cs.snapshot();
+        assert_eq!(snap.persistent().len(), 1, "{:?}", snap.persistent());
+        assert_eq!(snap.max_buckets(), 12);
+        assert_eq!(snap.max_open_scroll_context(), 500);
+    }
+
+    #[tokio::test]
+    async fn test_concurrent_writer_conflict_is_retried_on_fresh_state() {
+        let store: Arc<dyn MetaStore> = Arc::new(MemoryMetaStore::new());
+        let cs = ClusterSettings::load(store.clone()).await.expect("load");
+        // Another node writes the persistent document behind our back.
+        store
+            .put(
+                Collection::ClusterSettings,
+                PERSISTENT_DOC,
+                serde_json::json!({"search.max_open_scroll_context": "9"}),
+                Expect::Absent,
+            )
+            .await
+            .expect("other writer");
+        cs.apply(update(
+            Scope::Persistent,
+            &[(keys::SEARCH_MAX_BUCKETS, Some("3"))],
+        ))
+        .await
+        .expect("retried");
+        assert_eq!(cs.max_buckets(), 3);
+        assert_eq!(
+            cs.max_open_scroll_context(),
+            9,
+            "the other writer's value was lost"
+        );
+        let stored = store
+            .get(Collection::ClusterSettings, PERSISTENT_DOC)
+            .await
+            .expect("get")
+            .expect("doc");
+        assert_eq!(
+            stored.value,
+            serde_json::json!({"search.max_buckets": "3", "search.max_open_scroll_context": "9"})
+        );
+    }
+
+    #[tokio::test]
+    async fn test_subscribers_see_new_snapshots() {
+        let cs = fresh().await;
+        let mut rx = cs.subscribe();
+        cs.apply(update(
+            Scope::Transient,
+            &[(keys::SEARCH_MAX_BUCKETS, Some("42"))],
+        ))
+        .await
+        .expect("apply");
+        assert!(rx.has_changed().expect("sender alive"));
+        assert_eq!(rx.borrow_and_update().max_buckets(), 42);
+    }
+}
