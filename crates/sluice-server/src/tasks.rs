@@ -21,10 +21,8 @@ use serde_json::{Map, Value, json};
 
 /// Action names, as OpenSearch reports them.
 pub mod actions {
-    /// A `_search` request.
+    /// A `_search` request; also `_count`, which OpenSearch runs as a search.
     pub const SEARCH: &str = "indices:data/read/search";
-    /// A `_count` request.
-    pub const COUNT: &str = "indices:data/read/count";
     /// An `_msearch` request (its items are `SEARCH` children).
     pub const MSEARCH: &str = "indices:data/read/msearch";
     /// A scroll continuation.

@@ -121,7 +121,7 @@ async fn run_count(
     let description = format!("indices[{index}], source[{query}]");
     let (n, shards) = run_task(
         &st,
-        actions::COUNT,
+        actions::SEARCH,
         description,
         None,
         &params,
