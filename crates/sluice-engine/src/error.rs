@@ -46,6 +46,10 @@ pub enum ErrorCode {
     SearchContextMissing,
     /// 500 `exception`: a bug or an I/O failure of the node.
     Internal,
+    /// 401 `security_exception`: a request without valid credentials.
+    Unauthenticated,
+    /// 403 `security_exception`: an authenticated user without the role an action needs.
+    Forbidden,
 }
 
 impl ErrorCode {
@@ -71,6 +75,7 @@ impl ErrorCode {
             ErrorCode::ResourceNotFound => "resource_not_found_exception",
             ErrorCode::SearchContextMissing => "search_context_missing_exception",
             ErrorCode::Internal => "exception",
+            ErrorCode::Unauthenticated | ErrorCode::Forbidden => "security_exception",
         }
     }
 
@@ -85,6 +90,8 @@ impl ErrorCode {
             ErrorCode::TooManyBuckets => 503,
             ErrorCode::RejectedExecution => 429,
             ErrorCode::Internal | ErrorCode::TaskCancelled => 500,
+            ErrorCode::Unauthenticated => 401,
+            ErrorCode::Forbidden => 403,
             _ => 400,
         }
     }

@@ -23,6 +23,18 @@ pub mod keys {
     pub const SEARCH_POOL_SIZE: &str = "thread_pool.search.size";
     /// Waiting room of the search pool (`thread_pool.search.queue_size`).
     pub const SEARCH_POOL_QUEUE_SIZE: &str = "thread_pool.search.queue_size";
+    /// Authentication mode: `none`, `basic` or `proxy`.
+    pub const AUTH_TYPE: &str = "auth.type";
+    /// The users file `basic` authentication checks passwords against.
+    pub const AUTH_USERS_FILE: &str = "auth.users_file";
+    /// The header a trusted proxy names the user in.
+    pub const AUTH_PROXY_USER_HEADER: &str = "auth.proxy.user_header";
+    /// The header a trusted proxy lists the user's roles in, comma-separated.
+    pub const AUTH_PROXY_ROLES_HEADER: &str = "auth.proxy.roles_header";
+    /// Peers (comma-separated IPs or CIDRs) whose proxy headers are believed.
+    pub const AUTH_PROXY_TRUSTED_ADDRESSES: &str = "auth.proxy.trusted_addresses";
+    /// Roles (comma-separated) allowed to call mutating admin APIs.
+    pub const AUTH_ADMIN_ROLES: &str = "auth.admin_roles";
 }
 
 /// Every key accepted in the config file, env and flags.
@@ -35,6 +47,12 @@ const KNOWN_KEYS: &[&str] = &[
     keys::CLUSTER_NAME,
     keys::SEARCH_POOL_SIZE,
     keys::SEARCH_POOL_QUEUE_SIZE,
+    keys::AUTH_TYPE,
+    keys::AUTH_USERS_FILE,
+    keys::AUTH_PROXY_USER_HEADER,
+    keys::AUTH_PROXY_ROLES_HEADER,
+    keys::AUTH_PROXY_TRUSTED_ADDRESSES,
+    keys::AUTH_ADMIN_ROLES,
 ];
 
 /// The default config file, relative to the working directory.
@@ -61,6 +79,8 @@ pub struct Config {
     pub search_pool_size: usize,
     /// `thread_pool.search.queue_size`.
     pub search_pool_queue_size: usize,
+    /// `auth.*`.
+    pub auth: crate::auth::AuthConfig,
 }
 
 /// A configuration error: which key, what was wrong, what is accepted.
@@ -314,7 +334,9 @@ impl Config {
             0,
             1_000_000,
         )?;
+        let auth = auth_config(&get)?;
         Ok(Config {
+            auth,
             search_pool_size,
             search_pool_queue_size,
             http_host,
@@ -331,6 +353,99 @@ impl Config {
         let raw = gather(config_file, std::env::vars(), flags)?;
         Config::from_raw(&raw)
     }
+}
+
+/// Validates the `auth.*` settings.
+fn auth_config<'a>(
+    get: &dyn Fn(&str) -> Option<(&'a str, &'a str)>,
+) -> Result<crate::auth::AuthConfig, ConfigError> {
+    use crate::auth::{AuthConfig, AuthMode, IpCidr};
+    let invalid = |key: &str, value: &str, src: &str, expected: &str| ConfigError::InvalidValue {
+        key: key.to_string(),
+        value: value.to_string(),
+        source_name: src.to_string(),
+        expected: expected.to_string(),
+    };
+    let mut auth = AuthConfig::default();
+    if let Some((v, s)) = get(keys::AUTH_TYPE) {
+        auth.mode = AuthMode::parse(v).ok_or_else(|| {
+            invalid(
+                keys::AUTH_TYPE,
+                v,
+                s,
+                &format!("expected {}", AuthMode::ACCEPTED),
+            )
+        })?;
+    }
+    if let Some((v, s)) = get(keys::AUTH_USERS_FILE) {
+        if v.trim().is_empty() {
+            return Err(invalid(keys::AUTH_USERS_FILE, v, s, "expected a file path"));
+        }
+        auth.users_file = PathBuf::from(v);
+    }
+    let header = |key: &str| -> Result<Option<http::HeaderName>, ConfigError> {
+        match get(key) {
+            None => Ok(None),
+            Some((v, s)) => http::HeaderName::from_bytes(v.trim().as_bytes())
+                .map(Some)
+                .map_err(|_| {
+                    invalid(
+                        key,
+                        v,
+                        s,
+                        "expected an HTTP header name such as x-proxy-user",
+                    )
+                }),
+        }
+    };
+    if let Some(h) = header(keys::AUTH_PROXY_USER_HEADER)? {
+        auth.proxy_user_header = h;
+    }
+    if let Some(h) = header(keys::AUTH_PROXY_ROLES_HEADER)? {
+        auth.proxy_roles_header = h;
+    }
+    let list = |v: &str| -> Vec<String> {
+        v.split(',')
+            .map(str::trim)
+            .filter(|x| !x.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    if let Some((v, s)) = get(keys::AUTH_PROXY_TRUSTED_ADDRESSES) {
+        auth.trusted_addresses = list(v)
+            .iter()
+            .map(|a| IpCidr::parse(a))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                invalid(
+                    keys::AUTH_PROXY_TRUSTED_ADDRESSES,
+                    v,
+                    s,
+                    "expected comma-separated IP addresses or CIDRs such as 127.0.0.1, 10.0.0.0/8 or ::1",
+                )
+            })?;
+    }
+    if let Some((v, s)) = get(keys::AUTH_ADMIN_ROLES) {
+        auth.admin_roles = list(v);
+        if auth.admin_roles.is_empty() {
+            return Err(invalid(
+                keys::AUTH_ADMIN_ROLES,
+                v,
+                s,
+                "expected one or more comma-separated role names such as admin",
+            ));
+        }
+    }
+    if auth.mode == AuthMode::Proxy && auth.trusted_addresses.is_empty() {
+        let (v, s) = get(keys::AUTH_TYPE).unwrap_or(("proxy", "default"));
+        return Err(invalid(
+            keys::AUTH_TYPE,
+            v,
+            s,
+            "auth.type proxy needs auth.proxy.trusted_addresses: the addresses of the proxies whose user headers are believed, e.g. 127.0.0.1",
+        ));
+    }
+    Ok(auth)
 }
 
 #[cfg(test)]
@@ -393,6 +508,60 @@ mod tests {
         assert!(e.contains("unknown setting [http.prot]"), "{e}");
         let e = load(None, &[], &["nonsense"]).unwrap_err().to_string();
         assert!(e.contains("-E key=value"), "{e}");
+    }
+
+    #[test]
+    fn test_auth_settings_parse_with_defaults() {
+        let c = load(None, &[], &[]).unwrap();
+        assert_eq!(c.auth.mode, crate::auth::AuthMode::None);
+        assert_eq!(c.auth.users_file, PathBuf::from("config/users.yml"));
+        assert_eq!(c.auth.proxy_user_header.as_str(), "x-proxy-user");
+        assert_eq!(c.auth.proxy_roles_header.as_str(), "x-proxy-roles");
+        assert_eq!(c.auth.admin_roles, vec!["admin".to_string()]);
+        let c = load(
+            Some("auth:\n  type: proxy\n  proxy:\n    trusted_addresses: 127.0.0.1, 10.0.0.0/8\n"),
+            &[("SLUICE_AUTH_ADMIN_ROLES", "ops, root")],
+            &["auth.proxy.user_header=X-User"],
+        )
+        .unwrap();
+        assert_eq!(c.auth.mode, crate::auth::AuthMode::Proxy);
+        assert_eq!(c.auth.trusted_addresses.len(), 2);
+        assert!(c.auth.trusted_addresses[1].contains("10.9.8.7".parse().unwrap()));
+        assert_eq!(c.auth.proxy_user_header.as_str(), "x-user");
+        assert_eq!(
+            c.auth.admin_roles,
+            vec!["ops".to_string(), "root".to_string()]
+        );
+    }
+
+    #[test]
+    fn test_bad_auth_values_name_key_and_accepted_values() {
+        let e = load(None, &[], &["auth.type=ldap"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[auth.type]") && e.contains("none, basic or proxy"),
+            "{e}"
+        );
+        let e = load(None, &[], &["auth.type=proxy"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("auth.proxy.trusted_addresses"), "{e}");
+        let e = load(None, &[], &["auth.proxy.trusted_addresses=10.0.0.0/40"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[auth.proxy.trusted_addresses]") && e.contains("CIDR"),
+            "{e}"
+        );
+        let e = load(None, &[], &["auth.proxy.user_header=bad header"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[auth.proxy.user_header]"), "{e}");
+        let e = load(None, &[], &["auth.admin_roles= , "])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[auth.admin_roles]"), "{e}");
     }
 
     #[test]

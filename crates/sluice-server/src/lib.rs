@@ -6,6 +6,7 @@
 //! responses and [`error`]s from shared [`state`].
 
 pub mod api;
+pub mod auth;
 pub mod config;
 pub mod error;
 pub mod pool;

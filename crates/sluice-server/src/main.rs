@@ -1,5 +1,5 @@
 //! The `sluice` binary: `sluice serve` runs a node; `sluice gen-logs` writes generated log
-//! documents as a `_bulk` body.
+//! documents as a `_bulk` body; `sluice users add` manages the users file of basic auth.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -45,6 +45,33 @@ enum Command {
         #[arg(long)]
         mapping: bool,
     },
+    /// Manage the users file of `auth.type: basic`.
+    Users {
+        #[command(subcommand)]
+        command: UsersCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum UsersCommand {
+    /// Add a user (password read from stdin, stored as an argon2 hash).
+    Add {
+        /// The users file (written atomically; created when missing).
+        #[arg(long, default_value = sluice_server::auth::DEFAULT_USERS_FILE)]
+        file: PathBuf,
+        /// The user name.
+        #[arg(long)]
+        username: String,
+        /// Comma-separated roles, e.g. analyst,admin.
+        #[arg(long, value_delimiter = ',')]
+        roles: Vec<String>,
+        /// Read the password from stdin (the default; accepted for scripts that say so).
+        #[arg(long)]
+        password_stdin: bool,
+        /// Replace the password and roles of an existing user instead of refusing.
+        #[arg(long)]
+        update: bool,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -88,6 +115,16 @@ fn main() -> std::process::ExitCode {
                 }
             }
         }
+        Command::Users {
+            command:
+                UsersCommand::Add {
+                    file,
+                    username,
+                    roles,
+                    password_stdin: _,
+                    update,
+                },
+        } => users_add(&file, &username, &roles, update),
         Command::GenLogs {
             docs,
             seed,
@@ -115,6 +152,46 @@ fn main() -> std::process::ExitCode {
                     std::process::ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// `sluice users add`: reads one line of password from stdin and adds the user.
+fn users_add(
+    file: &std::path::Path,
+    username: &str,
+    roles: &[String],
+    update: bool,
+) -> std::process::ExitCode {
+    use std::io::{BufRead, IsTerminal};
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        eprint!("password for {username} (echoed): ");
+    }
+    let mut password = String::new();
+    if let Err(e) = stdin.lock().read_line(&mut password) {
+        eprintln!("sluice: cannot read the password from stdin: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
+    let password = password.strip_suffix('\n').unwrap_or(&password);
+    let password = password.strip_suffix('\r').unwrap_or(password);
+    let roles: Vec<String> = roles
+        .iter()
+        .map(|r| r.trim().to_string())
+        .filter(|r| !r.is_empty())
+        .collect();
+    match sluice_server::auth::add_user(file, username, password, &roles, update) {
+        Ok(outcome) => {
+            let verb = match outcome {
+                sluice_server::auth::AddOutcome::Added => "added",
+                sluice_server::auth::AddOutcome::Updated => "updated",
+            };
+            eprintln!("{verb} user [{username}] in {}", file.display());
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            std::process::ExitCode::from(2)
         }
     }
 }

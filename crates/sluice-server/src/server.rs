@@ -57,7 +57,9 @@ impl Node {
             config.search_pool_queue_size,
         );
         let tasks = Arc::new(TaskManager::new(&identity.node_id));
+        let auth = Arc::new(crate::auth::Authenticator::new(config.auth.clone())?);
         let state = Arc::new(AppState {
+            auth,
             config,
             identity,
             engine: Arc::new(engine),
@@ -89,6 +91,10 @@ impl Node {
         let app = api::router(self.state.clone())
             .layer(axum::extract::DefaultBodyLimit::max(
                 usize::try_from(limit).unwrap_or(usize::MAX),
+            ))
+            .layer(middleware::from_fn_with_state(
+                self.state.auth.clone(),
+                crate::auth::authenticate,
             ))
             .layer(middleware::from_fn(
                 move |mut req: Request, next: Next| async move {

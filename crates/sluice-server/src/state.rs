@@ -57,4 +57,6 @@ pub struct AppState {
     /// The dynamic cluster settings (`_cluster/settings`), read with
     /// `cluster_settings.snapshot()` or its typed accessors.
     pub cluster_settings: Arc<crate::settings::ClusterSettings>,
+    /// Authentication (`auth.*`): checks requests and admin permissions.
+    pub auth: Arc<crate::auth::Authenticator>,
 }

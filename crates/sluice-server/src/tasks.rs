@@ -74,6 +74,9 @@ pub struct Task {
     pub cancelled: Arc<AtomicBool>,
     /// Why it was cancelled, once it was.
     pub cancel_reason: Mutex<Option<String>>,
+    /// Who runs it: the principal of the request that registered it (see
+    /// [`crate::auth::current_principal`]); `None` when `auth.type` is `none`.
+    pub principal: Option<Arc<crate::auth::Principal>>,
 }
 
 impl Task {
@@ -193,6 +196,7 @@ impl TaskManager {
             cancel_reason: Mutex::new(
                 parent_cancelled.then(|| "the parent task was cancelled".to_string()),
             ),
+            principal: crate::auth::current_principal(),
         });
         tasks.insert(seq, task.clone());
         TaskGuard {
