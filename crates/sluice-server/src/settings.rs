@@ -44,6 +44,25 @@ pub mod keys {
     pub const SEARCH_MAX_KEEP_ALIVE: &str = "search.max_keep_alive";
     /// Most aggregation buckets one search may build.
     pub const SEARCH_MAX_BUCKETS: &str = "search.max_buckets";
+    /// Workload management mode: `enabled`, `monitor_only` or `disabled`.
+    pub const WLM_MODE: &str = "wlm.workload_group.mode";
+    /// Node CPU usage (0..=0.9) above which new requests of over-limit groups are rejected.
+    pub const WLM_CPU_REJECTION_THRESHOLD: &str = "wlm.workload_group.node.cpu_rejection_threshold";
+    /// Node CPU usage (0..=0.95) above which tasks of over-limit groups are cancelled.
+    pub const WLM_CPU_CANCELLATION_THRESHOLD: &str =
+        "wlm.workload_group.node.cpu_cancellation_threshold";
+    /// Node memory usage (0..=0.9) above which new requests of over-limit groups are rejected.
+    pub const WLM_MEMORY_REJECTION_THRESHOLD: &str =
+        "wlm.workload_group.node.memory_rejection_threshold";
+    /// Node memory usage (0..=0.95) above which tasks of over-limit groups are cancelled.
+    pub const WLM_MEMORY_CANCELLATION_THRESHOLD: &str =
+        "wlm.workload_group.node.memory_cancellation_threshold";
+    /// Milliseconds between two runs of the enforcement loop.
+    pub const WLM_ENFORCEMENT_INTERVAL: &str = "wlm.workload_group.enforcement_interval";
+    /// Consecutive over-threshold observations before the node counts as in duress.
+    pub const WLM_DURESS_STREAK: &str = "wlm.workload_group.duress_streak";
+    /// Most workload groups the node holds.
+    pub const WLM_MAX_GROUP_COUNT: &str = sluice_core::MAX_COUNT_SETTING;
 }
 
 /// OpenSearch's prefix for settings it no longer recognises after an upgrade; a reset of
@@ -114,7 +133,7 @@ pub struct SettingDef {
     /// The default, in the text form the API echoes.
     pub default: &'static str,
     /// An extra check of the parsed value, for settings whose rule or message the bounds do
-    /// not express.
+    /// not express. For numbers it runs before the [`Kind`] bounds, so it can word them.
     pub check: Option<ValueCheck>,
     /// What the setting does, for operators.
     pub doc: &'static str,
@@ -174,7 +193,138 @@ pub static SETTINGS: &[SettingDef] = &[
         doc: "The most aggregation buckets a single search may create; a search that needs more \
               fails with too_many_buckets_exception.",
     },
+    SettingDef {
+        key: keys::WLM_MODE,
+        kind: Kind::Enum(&["enabled", "monitor_only", "disabled"]),
+        default: "monitor_only",
+        check: None,
+        doc: "Workload management mode: enabled throttles, rejects and cancels; monitor_only \
+              (the default) only counts and logs what it would do; disabled evaluates nothing. \
+              Group CRUD works in every mode.",
+    },
+    SettingDef {
+        key: keys::WLM_CPU_REJECTION_THRESHOLD,
+        kind: Kind::Double { min: 0.0, max: 0.9 },
+        default: "0.8",
+        check: Some(check_rejection_threshold),
+        doc: "Node CPU usage (fraction of all cores) above which new requests of groups over \
+              their cpu limit are rejected. At most the cpu cancellation threshold.",
+    },
+    SettingDef {
+        key: keys::WLM_CPU_CANCELLATION_THRESHOLD,
+        kind: Kind::Double {
+            min: 0.0,
+            max: 0.95,
+        },
+        default: "0.9",
+        check: Some(check_cancellation_threshold),
+        doc: "Node CPU usage (fraction of all cores) above which running tasks of groups over \
+              their cpu limit are cancelled. At least the cpu rejection threshold.",
+    },
+    SettingDef {
+        key: keys::WLM_MEMORY_REJECTION_THRESHOLD,
+        kind: Kind::Double { min: 0.0, max: 0.9 },
+        default: "0.8",
+        check: Some(check_rejection_threshold),
+        doc: "Node heap usage (fraction) above which new requests of groups over their memory \
+              limit are rejected. At most the memory cancellation threshold.",
+    },
+    SettingDef {
+        key: keys::WLM_MEMORY_CANCELLATION_THRESHOLD,
+        kind: Kind::Double {
+            min: 0.0,
+            max: 0.95,
+        },
+        default: "0.9",
+        check: Some(check_cancellation_threshold),
+        doc: "Node heap usage (fraction) above which running tasks of groups over their memory \
+              limit are cancelled. At least the memory rejection threshold.",
+    },
+    SettingDef {
+        key: keys::WLM_ENFORCEMENT_INTERVAL,
+        kind: Kind::Integer {
+            min: 1000,
+            max: i64::MAX,
+        },
+        default: "1000",
+        check: None,
+        doc: "Milliseconds between two runs of the enforcement loop (at least 1000). As in \
+              OpenSearch, the loop reads it when it starts, so a change takes effect at restart.",
+    },
+    SettingDef {
+        key: keys::WLM_DURESS_STREAK,
+        kind: Kind::Integer {
+            min: 3,
+            max: i32::MAX as i64,
+        },
+        default: "3",
+        check: None,
+        doc: "How many consecutive enforcement runs must see usage over a threshold before the \
+              node counts as in duress (at least 3).",
+    },
+    SettingDef {
+        key: keys::WLM_MAX_GROUP_COUNT,
+        kind: Kind::Integer { min: 1, max: 100 },
+        default: "100",
+        check: Some(check_max_group_count),
+        doc: "The most workload groups the node holds (1 to 100); creating one more fails with \
+              429 rejected_execution_exception.",
+    },
 ];
+
+/// The largest accepted rejection threshold; OpenSearch keeps headroom so rejection starts
+/// before the node is too loaded to answer.
+const MAX_REJECTION_THRESHOLD: f64 = 0.9;
+
+/// The largest accepted cancellation threshold; above it a node may drop out before
+/// cancellation frees anything (OpenSearch's bound).
+const MAX_CANCELLATION_THRESHOLD: f64 = 0.95;
+
+/// A WLM node threshold in `0..=max`, with OpenSearch's messages (`WorkloadManagementSettings`).
+fn check_threshold(
+    key: &str,
+    value: &SettingValue,
+    max: f64,
+    max_text: &str,
+) -> Result<(), String> {
+    let SettingValue::Double(x) = *value else {
+        return Ok(());
+    };
+    if x.is_nan() {
+        return Err(format!(
+            "{key} value must be a number from 0 to {max_text}, got NaN"
+        ));
+    }
+    if x < 0.0 {
+        return Err(format!("{key} value cannot be negative"));
+    }
+    if x > max {
+        return Err(format!(
+            "{key} value cannot be greater than {max_text} as it can result in a node drop"
+        ));
+    }
+    Ok(())
+}
+
+/// `wlm.workload_group.node.*_rejection_threshold`: `0..=0.9`.
+fn check_rejection_threshold(key: &str, value: &SettingValue) -> Result<(), String> {
+    check_threshold(key, value, MAX_REJECTION_THRESHOLD, "0.9")
+}
+
+/// `wlm.workload_group.node.*_cancellation_threshold`: `0..=0.95`.
+fn check_cancellation_threshold(key: &str, value: &SettingValue) -> Result<(), String> {
+    check_threshold(key, value, MAX_CANCELLATION_THRESHOLD, "0.95")
+}
+
+/// `node.workload_group.max_count`: `1..=100`, with OpenSearch's message.
+fn check_max_group_count(_key: &str, value: &SettingValue) -> Result<(), String> {
+    match *value {
+        SettingValue::Integer(n) => sluice_core::check_max_count_setting(n)
+            .map(|_| ())
+            .map_err(|e| e.message().to_string()),
+        _ => Ok(()),
+    }
+}
 
 /// A check over the merged effective settings (transient over persistent over defaults),
 /// for rules that tie settings together; returns OpenSearch's message on failure.
@@ -182,7 +332,30 @@ pub type CrossCheck = fn(&SettingsSnapshot) -> Result<(), String>;
 
 /// The rules between settings, run on the merged result of every update before anything is
 /// saved, so that changing both sides of a rule in one request works.
-pub static CROSS_CHECKS: &[CrossCheck] = &[check_keep_alives];
+pub static CROSS_CHECKS: &[CrossCheck] = &[check_keep_alives, check_wlm_thresholds];
+
+/// For each resource, the WLM cancellation threshold must not be below the rejection
+/// threshold (OpenSearch's `WorkloadManagementSettings` validator, with its wording); checked on
+/// the merged settings, so lowering both in one request works.
+fn check_wlm_thresholds(s: &SettingsSnapshot) -> Result<(), String> {
+    for (cancellation, rejection) in [
+        (
+            keys::WLM_CPU_CANCELLATION_THRESHOLD,
+            keys::WLM_CPU_REJECTION_THRESHOLD,
+        ),
+        (
+            keys::WLM_MEMORY_CANCELLATION_THRESHOLD,
+            keys::WLM_MEMORY_REJECTION_THRESHOLD,
+        ),
+    ] {
+        if s.double(cancellation) < s.double(rejection) {
+            return Err(format!(
+                "{cancellation} value should not be less than {rejection}"
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// `search.default_keep_alive` must not exceed `search.max_keep_alive` (OpenSearch's
 /// `SearchService.validateKeepAlives`, with its wording).
@@ -295,6 +468,7 @@ pub fn parse_value(def: &SettingDef, raw: &str) -> Result<SettingValue, String> 
                     "Failed to parse value [{raw}] for setting [{key}]: expected a whole number from {min} to {max}"
                 )
             })?;
+            run_check_first(def, SettingValue::Integer(n))?;
             if n < min {
                 return Err(format!(
                     "Failed to parse value [{raw}] for setting [{key}] must be >= {min}"
@@ -315,6 +489,7 @@ pub fn parse_value(def: &SettingDef, raw: &str) -> Result<SettingValue, String> 
                     java_double(max)
                 )
             })?;
+            run_check_first(def, SettingValue::Double(x))?;
             if x < min {
                 return Err(format!(
                     "Failed to parse value [{raw}] for setting [{key}] must be >= {}",
@@ -352,6 +527,16 @@ pub fn parse_value(def: &SettingDef, raw: &str) -> Result<SettingValue, String> 
         check(key, &value)?;
     }
     Ok(value)
+}
+
+/// Runs `def.check` on a number before its [`Kind`] bounds, so a setting whose OpenSearch
+/// message for an out-of-bounds value differs from the generic one (the WLM thresholds,
+/// `node.workload_group.max_count`) words it itself.
+fn run_check_first(def: &SettingDef, value: SettingValue) -> Result<(), String> {
+    match def.check {
+        Some(check) => check(def.key, &value),
+        None => Ok(()),
+    }
 }
 
 /// Java's `Long.parseLong`: an optional sign and ASCII digits, nothing else (no spaces).
@@ -1159,6 +1344,42 @@ mod tests {
                 .expect_err("case")
                 .contains("[enabled, disabled]")
         );
+    }
+
+    #[test]
+    fn test_wlm_thresholds_use_opensearch_messages_and_invariant() {
+        let cpu_rej = def(keys::WLM_CPU_REJECTION_THRESHOLD);
+        assert_eq!(parse_value(cpu_rej, "0.9"), Ok(SettingValue::Double(0.9)));
+        assert_eq!(
+            parse_value(cpu_rej, "0.91").expect_err("max"),
+            "wlm.workload_group.node.cpu_rejection_threshold value cannot be greater than 0.9 as it can result in a node drop"
+        );
+        assert_eq!(
+            parse_value(cpu_rej, "-0.1").expect_err("min"),
+            "wlm.workload_group.node.cpu_rejection_threshold value cannot be negative"
+        );
+        assert!(parse_value(cpu_rej, "NaN").is_err());
+        let mem_cancel = def(keys::WLM_MEMORY_CANCELLATION_THRESHOLD);
+        assert_eq!(
+            parse_value(mem_cancel, "0.95"),
+            Ok(SettingValue::Double(0.95))
+        );
+        assert!(parse_value(mem_cancel, "0.96").is_err());
+        assert_eq!(
+            parse_value(def(keys::WLM_MAX_GROUP_COUNT), "0").expect_err("min"),
+            "node.workload_group.max_count should be in range [1-100]."
+        );
+        let mut persistent = BTreeMap::new();
+        persistent.insert(
+            keys::WLM_CPU_CANCELLATION_THRESHOLD.to_string(),
+            "0.7".to_string(),
+        );
+        let low = SettingsSnapshot::build(persistent, BTreeMap::new());
+        assert_eq!(
+            check_wlm_thresholds(&low).expect_err("invariant"),
+            "wlm.workload_group.node.cpu_cancellation_threshold value should not be less than wlm.workload_group.node.cpu_rejection_threshold"
+        );
+        assert!(check_wlm_thresholds(&SettingsSnapshot::default()).is_ok());
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod msearch;
 pub mod scroll;
 pub mod search;
 pub mod tasks;
+pub mod wlm;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -306,6 +307,7 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .delete(scroll::clear_ids),
         )
         .merge(cluster_settings::routes())
+        .merge(wlm::routes())
         .fallback(no_handler)
         .with_state(state)
 }

@@ -1,0 +1,361 @@
+//! The workload group API, `_wlm/workload_group`: create, read, update and delete groups,
+//! kept in the metastore.
+//!
+//! Each handler parses the request, runs sluice-core's registry logic ([`validate_create`],
+//! [`apply_update`]) against the groups stored *now*, and writes the result back with
+//! compare-and-set. Responses are OpenSearch's: create and update answer the group object,
+//! GET answers `{"workload_groups":[…]}`, DELETE answers `{"acknowledged":true}`, and an
+//! unknown name is 404 `resource_not_found_exception`.
+//!
+//! Group CRUD works in every `wlm.workload_group.mode` (DESIGN D2), unlike OpenSearch 3.2+,
+//! which refuses writes unless the mode is `enabled`.
+//!
+//! # Storage: one metastore document for all groups
+//!
+//! Every group lives in a single document, [`GROUPS_DOC`] in [`Collection::WorkloadGroups`],
+//! shaped like the GET response: `{"workload_groups":[group, …]}` in creation order.
+//!
+//! Why not one document per group: the cross-group rules (unique name, per-resource sum ≤ 1.0,
+//! `node.workload_group.max_count`) read *every* group, so a write is safe only if the whole
+//! set is unchanged since it was read. Per-key compare-and-set cannot say "no key was added":
+//! two concurrent creates of different names with 0.6 cpu each would both pass their own
+//! `Expect::Absent` and together exceed 1.0. With one document a single `Expect::Version`
+//! (`Expect::Absent` before the first group) guards the whole set; on a conflict the write
+//! re-reads, re-validates and retries. The document stays small (at most 100 groups of a few
+//! hundred bytes), and a later change that must land with a group change (the rules naming it)
+//! can join the same [`MetaStore::apply`](sluice_meta::MetaStore::apply) batch.
+//!
+//! Writers on this node are additionally serialized by [`WRITE_LOCK`], so they queue instead of
+//! spinning on conflicts; the compare-and-set is what keeps the write correct once several
+//! nodes share one metastore.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::get;
+use serde_json::{Value, json};
+use sluice_core::{CoreError, GroupLimits, WorkloadGroup, apply_update, validate_create};
+use sluice_engine::{EngineError, ErrorCode};
+use sluice_meta::{Collection, Expect, MetaError, MetaStore};
+
+use crate::api::{Body, Params, reply};
+use crate::auth::{AuthMode, Authenticated};
+use crate::error::{ApiError, ApiResult};
+use crate::settings::keys;
+use crate::state::AppState;
+
+/// The key of the one document holding every group (see the module docs).
+pub const GROUPS_DOC: &str = "groups";
+
+/// The field of [`GROUPS_DOC`] (and of the GET response) listing the groups.
+pub const GROUPS_FIELD: &str = "workload_groups";
+
+/// The transport action names OpenSearch's workload-management plugin checks permissions
+/// for; `auth.admin_roles` grants them.
+pub mod actions {
+    /// Creating a group.
+    pub const CREATE: &str = "cluster:admin/opensearch/wlm/workload_group/_create";
+    /// Updating a group.
+    pub const UPDATE: &str = "cluster:admin/opensearch/wlm/workload_group/_update";
+    /// Deleting a group.
+    pub const DELETE: &str = "cluster:admin/opensearch/wlm/workload_group/_delete";
+}
+
+/// How many times a write re-reads and re-validates after another writer changed the groups
+/// between its read and its write; only other nodes can cause this (writers on this node
+/// queue on [`WRITE_LOCK`]), so more than a handful means something rewrites them in a loop.
+const MAX_WRITE_ATTEMPTS: usize = 5;
+
+/// Serializes this node's group writes (read → validate → compare-and-set), so they wait
+/// for each other instead of conflicting. Held across the metastore write, never across
+/// anything else that waits.
+static WRITE_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The routes of this module.
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route(
+            "/_wlm/workload_group",
+            get(get_all).put(create).post(create),
+        )
+        .route(
+            "/_wlm/workload_group/{name}",
+            get(get_one).put(update).post(update).delete(delete),
+        )
+}
+
+/// The stored groups and the version of the document they were read from.
+#[derive(Debug, Clone, Default)]
+pub struct StoredGroups {
+    /// Every group, in creation order.
+    pub groups: Vec<WorkloadGroup>,
+    /// The version of [`GROUPS_DOC`]; `None` when no group was ever written.
+    pub version: Option<u64>,
+}
+
+/// Reads every stored group from `store`.
+///
+/// A document that does not decode is a 500 naming it: it was not written by this module.
+///
+/// # Cancel safety
+///
+/// Only reads; safe to drop.
+pub async fn load_groups(store: &dyn MetaStore) -> ApiResult<StoredGroups> {
+    let Some(doc) = store
+        .get(Collection::WorkloadGroups, GROUPS_DOC)
+        .await
+        .map_err(meta_error)?
+    else {
+        return Ok(StoredGroups::default());
+    };
+    let corrupt = |reason: String| {
+        meta_error(MetaError::Corrupt {
+            location: format!("{}/{GROUPS_DOC}", Collection::WorkloadGroups),
+            reason,
+        })
+    };
+    let items = doc
+        .value
+        .get(GROUPS_FIELD)
+        .and_then(Value::as_array)
+        .ok_or_else(|| corrupt(format!("no [{GROUPS_FIELD}] array")))?;
+    let groups = items
+        .iter()
+        .map(|v| WorkloadGroup::from_json(v).map_err(|e| corrupt(e.to_string())))
+        .collect::<ApiResult<Vec<_>>>()?;
+    Ok(StoredGroups {
+        groups,
+        version: Some(doc.version),
+    })
+}
+
+/// `PUT|POST /_wlm/workload_group`: creates a group from the body; answers it.
+pub async fn create(
+    State(st): State<Arc<AppState>>,
+    who: Authenticated,
+    Query(params): Query<Params>,
+    body: Body,
+) -> ApiResult<Response> {
+    st.auth.authorize_admin(&who, actions::CREATE)?;
+    let body = body.json()?.unwrap_or(Value::Null);
+    let limits = group_limits(&st);
+    let id = new_group_id();
+    let now = sluice_engine::now_millis();
+    let created = modify(&st, |groups| {
+        let group = validate_create(groups, &body, &id, now, &limits)?;
+        let mut next = groups.to_vec();
+        next.push(group.clone());
+        Ok((next, group))
+    })
+    .await?;
+    Ok(reply(StatusCode::OK, created.to_json(), &params))
+}
+
+/// `GET /_wlm/workload_group`: every group, `{"workload_groups":[…]}`.
+pub async fn get_all(
+    State(st): State<Arc<AppState>>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    let stored = load_groups(st.metastore.as_ref()).await?;
+    Ok(reply(StatusCode::OK, render_list(&stored.groups), &params))
+}
+
+/// `GET /_wlm/workload_group/{name}`: `{"workload_groups":[group]}`, or 404.
+pub async fn get_one(
+    State(st): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    let stored = load_groups(st.metastore.as_ref()).await?;
+    let group = stored
+        .groups
+        .into_iter()
+        .find(|g| g.name == name)
+        .ok_or_else(|| core_error(not_found(&name)))?;
+    Ok(reply(StatusCode::OK, render_list(&[group]), &params))
+}
+
+/// `PUT|POST /_wlm/workload_group/{name}`: merges the body onto the group; answers the
+/// updated group.
+pub async fn update(
+    State(st): State<Arc<AppState>>,
+    who: Authenticated,
+    Path(name): Path<String>,
+    Query(params): Query<Params>,
+    body: Body,
+) -> ApiResult<Response> {
+    st.auth.authorize_admin(&who, actions::UPDATE)?;
+    let body = body.json()?.unwrap_or(Value::Null);
+    let limits = group_limits(&st);
+    let now = sluice_engine::now_millis();
+    let updated = modify(&st, |groups| {
+        let merged = apply_update(groups, &name, &body, now, &limits)?;
+        let next = groups
+            .iter()
+            .map(|g| {
+                if g.id == merged.id {
+                    merged.clone()
+                } else {
+                    g.clone()
+                }
+            })
+            .collect();
+        Ok((next, merged))
+    })
+    .await?;
+    Ok(reply(StatusCode::OK, updated.to_json(), &params))
+}
+
+/// `DELETE /_wlm/workload_group/{name}`: removes the group; `{"acknowledged":true}`, or 404.
+pub async fn delete(
+    State(st): State<Arc<AppState>>,
+    who: Authenticated,
+    Path(name): Path<String>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    st.auth.authorize_admin(&who, actions::DELETE)?;
+    modify(&st, |groups| {
+        if !groups.iter().any(|g| g.name == name) {
+            return Err(not_found(&name));
+        }
+        let next = groups.iter().filter(|g| g.name != name).cloned().collect();
+        Ok((next, ()))
+    })
+    .await?;
+    Ok(reply(
+        StatusCode::OK,
+        json!({"acknowledged": true}),
+        &params,
+    ))
+}
+
+/// Reads the stored groups, lets `change` compute the next set (or refuse), and writes it
+/// with compare-and-set on the version read; on a conflict starts over with fresh groups.
+///
+/// # Cancel safety
+///
+/// Dropping the future before the metastore write changes nothing; after it, the write
+/// either lands whole or not at all (re-read to find out).
+async fn modify<T>(
+    st: &AppState,
+    mut change: impl FnMut(&[WorkloadGroup]) -> Result<(Vec<WorkloadGroup>, T), CoreError>,
+) -> ApiResult<T> {
+    let _serial = WRITE_LOCK.lock().await;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let stored = load_groups(st.metastore.as_ref()).await?;
+        let (next, out) = change(&stored.groups).map_err(core_error)?;
+        let expected = stored.version.map_or(Expect::Absent, Expect::Version);
+        let written = st
+            .metastore
+            .put(
+                Collection::WorkloadGroups,
+                GROUPS_DOC,
+                render_list(&next),
+                expected,
+            )
+            .await;
+        match written {
+            Ok(_) => return Ok(out),
+            Err(MetaError::Conflict { .. }) if attempt < MAX_WRITE_ATTEMPTS => {
+                tracing::debug!(attempt, "workload groups changed concurrently; retrying");
+            }
+            Err(e) => return Err(meta_error(e)),
+        }
+    }
+}
+
+/// `{"workload_groups":[…]}`: the GET response and the stored document.
+fn render_list(groups: &[WorkloadGroup]) -> Value {
+    let items: Vec<Value> = groups.iter().map(WorkloadGroup::to_json).collect();
+    json!({ GROUPS_FIELD: items })
+}
+
+/// The limits group validation depends on: `node.workload_group.max_count` and whether
+/// sluice authentication is on (D6: username/role throttles need it).
+fn group_limits(st: &AppState) -> GroupLimits {
+    let max_count = st
+        .cluster_settings
+        .snapshot()
+        .integer(keys::WLM_MAX_GROUP_COUNT);
+    GroupLimits {
+        max_count: usize::try_from(max_count).unwrap_or(sluice_core::DEFAULT_MAX_WORKLOAD_GROUPS),
+        auth_enabled: st.auth.config().mode != AuthMode::None,
+    }
+}
+
+/// A new group id: a random v4 UUID as 22 characters of URL-safe base64, the form of
+/// OpenSearch's `UUIDs.randomBase64UUID()`.
+fn new_group_id() -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(uuid::Uuid::new_v4().as_bytes())
+}
+
+/// OpenSearch's 404 for a group name that does not exist.
+fn not_found(name: &str) -> CoreError {
+    CoreError::NotFound {
+        message: format!("No WorkloadGroup exists with the provided name: {name}"),
+    }
+}
+
+/// Maps a core error to its OpenSearch status and type, once for every handler.
+fn core_error(e: CoreError) -> ApiError {
+    let code = match e.code() {
+        sluice_core::ErrorCode::Validation
+        | sluice_core::ErrorCode::AlreadyExists
+        | sluice_core::ErrorCode::Conflict => ErrorCode::IllegalArgument,
+        sluice_core::ErrorCode::NotFound => ErrorCode::ResourceNotFound,
+        sluice_core::ErrorCode::TooMany => ErrorCode::RejectedExecution,
+    };
+    ApiError::Engine(EngineError::new(code, e.to_string()))
+}
+
+/// A metastore failure is the node's fault: 500 with the store's message.
+fn meta_error(e: MetaError) -> ApiError {
+    ApiError::Engine(EngineError::internal(format!(
+        "cannot access the workload groups: {e}"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_group_ids_are_url_safe_and_distinct() {
+        let (a, b) = (new_group_id(), new_group_id());
+        assert_eq!(a.len(), 22);
+        assert!(
+            a.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'),
+            "{a}"
+        );
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn test_core_errors_map_to_opensearch_types() {
+        let status = |e: CoreError| match core_error(e) {
+            ApiError::Engine(e) => (e.code.status(), e.code.type_name()),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            status(CoreError::validation("name", "bad")),
+            (400, "illegal_argument_exception")
+        );
+        assert_eq!(
+            status(not_found("x")),
+            (404, "resource_not_found_exception")
+        );
+        assert_eq!(
+            status(CoreError::TooMany {
+                message: "many".into()
+            }),
+            (429, "rejected_execution_exception")
+        );
+    }
+}
