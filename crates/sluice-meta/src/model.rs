@@ -10,7 +10,8 @@ use serde_json::Value;
 pub enum Collection {
     /// Persistent cluster settings (`PUT _cluster/settings` with `persistent`).
     ClusterSettings,
-    /// Workload groups, keyed by group id.
+    /// Workload groups: the server keeps them all in one document (key `groups`) so that one
+    /// compare-and-set guards the cross-group checks (see `sluice-server`'s `api/wlm.rs`).
     WorkloadGroups,
     /// Auto-tagging rules, keyed by rule id.
     Rules,
