@@ -7,6 +7,7 @@ pub mod cluster_settings;
 pub mod docs;
 pub mod indices;
 pub mod msearch;
+pub mod rules;
 pub mod scroll;
 pub mod search;
 pub mod tasks;
@@ -308,6 +309,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .merge(cluster_settings::routes())
         .merge(wlm::routes())
+        .merge(rules::routes())
         .fallback(no_handler)
         .with_state(state)
 }

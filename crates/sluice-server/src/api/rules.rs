@@ -1,0 +1,449 @@
+//! The auto-tagging rules API, `_rules/workload_group` (facts §7): create, read (one, or a
+//! filtered page of all), update and delete tagging rules, kept in the metastore.
+//!
+//! Each handler parses the request, runs sluice-core's rule logic ([`validate_rule_create`],
+//! [`apply_rule_update`]) against the rules stored *now* and the current workload groups
+//! ([`wlm::load_groups`]), and writes the result back with compare-and-set. Responses are
+//! OpenSearch's: create and update answer the rule object, GET answers
+//! `{"rules":[…]}` (plus `"search_after":["<last id>"]` when a full page was returned),
+//! DELETE answers `{"acknowledged":true}`, and an unknown id is 404
+//! `resource_not_found_exception` "Rule with ID <id> not found.".
+//!
+//! # Storage: one metastore document for all rules
+//!
+//! As for groups (see [`wlm`]), every rule lives in one document, [`RULES_DOC`] in
+//! [`Collection::Rules`]: `{"rules":[rule, …]}` in creation order, each rule in its API shape
+//! except `updated_at`, stored as epoch millis. Duplicate detection and the rule-count limit
+//! read every rule, so one `Expect::Version` guards the whole set; a conflict re-reads,
+//! re-validates and retries.
+//!
+//! Known differences from OpenSearch: rule ids are random v4 UUIDs rather than name-based
+//! v3 UUIDs, and the rule limit is the default of `wlm.autotagging.max_rules` (200).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::get;
+use serde_json::{Map, Value, json};
+use sluice_core::rules::parse_rule;
+use sluice_core::{CoreError, DEFAULT_MAX_RULES, Rule, apply_rule_update, validate_rule_create};
+use sluice_engine::{EngineError, ErrorCode};
+use sluice_meta::{Collection, Expect, MetaError, MetaStore};
+
+use crate::api::{Body, Params, reply, wlm};
+use crate::auth::Authenticated;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+
+/// The key of the one document holding every rule.
+pub const RULES_DOC: &str = "rules";
+
+/// The field of [`RULES_DOC`] (and of the GET response) listing the rules.
+pub const RULES_FIELD: &str = "rules";
+
+/// Rules per GET page (OpenSearch's fixed page size).
+pub const PAGE_SIZE: usize = 50;
+
+/// Most comma-separated values of one GET filter parameter.
+const MAX_FILTER_VALUES: usize = 10;
+
+/// Longest value of a GET filter parameter.
+const MAX_FILTER_VALUE_LEN: usize = 100;
+
+/// The transport action names OpenSearch checks permissions for; `auth.admin_roles` grants them.
+pub mod actions {
+    /// Creating a rule.
+    pub const CREATE: &str = "cluster:admin/opensearch/rule/workload_group/_create";
+    /// Updating a rule.
+    pub const UPDATE: &str = "cluster:admin/opensearch/rule/workload_group/_update";
+    /// Deleting a rule.
+    pub const DELETE: &str = "cluster:admin/opensearch/rule/workload_group/_delete";
+}
+
+/// How many times a write re-reads and re-validates after a concurrent change.
+const MAX_WRITE_ATTEMPTS: usize = 5;
+
+/// Serializes this node's rule writes so they queue instead of conflicting.
+static WRITE_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The routes of this module.
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route(
+            "/_rules/workload_group",
+            get(get_all).put(create).post(create),
+        )
+        .route(
+            "/_rules/workload_group/{id}",
+            get(get_one).put(update).post(update).delete(delete),
+        )
+}
+
+/// The stored rules and the version of the document they were read from.
+#[derive(Debug, Clone, Default)]
+pub struct StoredRules {
+    /// Every rule, in creation order.
+    pub rules: Vec<Rule>,
+    /// The version of [`RULES_DOC`]; `None` when no rule was ever written.
+    pub version: Option<u64>,
+}
+
+/// Reads every stored rule from `store`; a document that does not decode is a 500 naming it.
+///
+/// # Cancel safety
+///
+/// Only reads; safe to drop.
+pub async fn load_rules(store: &dyn MetaStore) -> ApiResult<StoredRules> {
+    let Some(doc) = store
+        .get(Collection::Rules, RULES_DOC)
+        .await
+        .map_err(meta_error)?
+    else {
+        return Ok(StoredRules::default());
+    };
+    let corrupt = |reason: String| {
+        meta_error(MetaError::Corrupt {
+            location: format!("{}/{RULES_DOC}", Collection::Rules),
+            reason,
+        })
+    };
+    let items = doc
+        .value
+        .get(RULES_FIELD)
+        .and_then(Value::as_array)
+        .ok_or_else(|| corrupt(format!("no [{RULES_FIELD}] array")))?;
+    let rules = items
+        .iter()
+        .map(|v| decode_rule(v).map_err(corrupt))
+        .collect::<ApiResult<Vec<_>>>()?;
+    Ok(StoredRules {
+        rules,
+        version: Some(doc.version),
+    })
+}
+
+/// The stored form of a rule: its API shape with `updated_at` as epoch millis.
+fn encode_rule(rule: &Rule) -> Value {
+    let mut v = rule.to_json();
+    v["updated_at"] = json!(rule.updated_at);
+    v
+}
+
+/// Decodes a rule written by [`encode_rule`].
+fn decode_rule(v: &Value) -> Result<Rule, String> {
+    let id = v
+        .get("id")
+        .and_then(Value::as_str)
+        .ok_or("rule without [id]")?;
+    let updated_at = v
+        .get("updated_at")
+        .and_then(Value::as_i64)
+        .ok_or_else(|| format!("rule [{id}] without numeric [updated_at]"))?;
+    let patch = parse_rule(v).map_err(|e| format!("rule [{id}]: {e}"))?;
+    let principal = patch.principal.unwrap_or_default();
+    Ok(Rule {
+        id: id.to_owned(),
+        description: patch.description.unwrap_or_default(),
+        index_pattern: patch.index_pattern.unwrap_or_default(),
+        username: principal.username.unwrap_or_default(),
+        role: principal.role.unwrap_or_default(),
+        workload_group: patch.workload_group.unwrap_or_default(),
+        updated_at,
+    })
+}
+
+/// `PUT|POST /_rules/workload_group`: creates a rule from the body; answers it.
+pub async fn create(
+    State(st): State<Arc<AppState>>,
+    who: Authenticated,
+    Query(params): Query<Params>,
+    body: Body,
+) -> ApiResult<Response> {
+    st.auth.authorize_admin(&who, actions::CREATE)?;
+    let body = body.json()?.unwrap_or(Value::Null);
+    let id = uuid::Uuid::new_v4().to_string();
+    let now = sluice_engine::now_millis();
+    let created = modify(&st, |rules, groups| {
+        let rule = validate_rule_create(rules, groups, &body, &id, now, DEFAULT_MAX_RULES)?;
+        let mut next = rules.to_vec();
+        next.push(rule.clone());
+        Ok((next, rule))
+    })
+    .await?;
+    Ok(reply(StatusCode::OK, created.to_json(), &params))
+}
+
+/// `GET /_rules/workload_group`: a page of rules sorted by id, filtered by attribute
+/// parameters (`index_pattern=a,b`, `principal.username=…`, `principal.role=…`), after the
+/// `search_after` id.
+pub async fn get_all(
+    State(st): State<Arc<AppState>>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    let filters = parse_filters(&params)?;
+    let mut rules = load_rules(st.metastore.as_ref()).await?.rules;
+    rules.sort_by(|a, b| a.id.cmp(&b.id));
+    let after = params.get("search_after").filter(|s| !s.is_empty());
+    let page: Vec<&Rule> = rules
+        .iter()
+        .filter(|r| after.is_none_or(|a| r.id.as_str() > a.as_str()))
+        .filter(|r| filters.iter().all(|f| f.matches(r)))
+        .take(PAGE_SIZE)
+        .collect();
+    let mut out = Map::new();
+    out.insert(
+        RULES_FIELD.into(),
+        Value::Array(page.iter().map(|r| r.to_json()).collect()),
+    );
+    if page.len() == PAGE_SIZE
+        && let Some(last) = page.last()
+    {
+        out.insert("search_after".into(), json!([last.id]));
+    }
+    Ok(reply(StatusCode::OK, Value::Object(out), &params))
+}
+
+/// `GET /_rules/workload_group/{id}`: `{"rules":[rule]}`, or 404.
+pub async fn get_one(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    let rule = load_rules(st.metastore.as_ref())
+        .await?
+        .rules
+        .into_iter()
+        .find(|r| r.id == id)
+        .ok_or_else(|| core_error(not_found(&id)))?;
+    Ok(reply(
+        StatusCode::OK,
+        json!({ RULES_FIELD: [rule.to_json()] }),
+        &params,
+    ))
+}
+
+/// `PUT|POST /_rules/workload_group/{id}`: merges the body onto the rule; answers it.
+pub async fn update(
+    State(st): State<Arc<AppState>>,
+    who: Authenticated,
+    Path(id): Path<String>,
+    Query(params): Query<Params>,
+    body: Body,
+) -> ApiResult<Response> {
+    st.auth.authorize_admin(&who, actions::UPDATE)?;
+    let body = body.json()?.unwrap_or(Value::Null);
+    let now = sluice_engine::now_millis();
+    let updated = modify(&st, |rules, groups| {
+        let merged = apply_rule_update(rules, groups, &id, &body, now)?;
+        let next = rules
+            .iter()
+            .map(|r| {
+                if r.id == merged.id {
+                    merged.clone()
+                } else {
+                    r.clone()
+                }
+            })
+            .collect();
+        Ok((next, merged))
+    })
+    .await?;
+    Ok(reply(StatusCode::OK, updated.to_json(), &params))
+}
+
+/// `DELETE /_rules/workload_group/{id}`: removes the rule; `{"acknowledged":true}`, or 404.
+pub async fn delete(
+    State(st): State<Arc<AppState>>,
+    who: Authenticated,
+    Path(id): Path<String>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    st.auth.authorize_admin(&who, actions::DELETE)?;
+    modify(&st, |rules, _| {
+        if !rules.iter().any(|r| r.id == id) {
+            return Err(not_found(&id));
+        }
+        let next = rules.iter().filter(|r| r.id != id).cloned().collect();
+        Ok((next, ()))
+    })
+    .await?;
+    Ok(reply(
+        StatusCode::OK,
+        json!({"acknowledged": true}),
+        &params,
+    ))
+}
+
+/// Reads the stored rules and the current groups, lets `change` compute the next rule set (or
+/// refuse), and writes it with compare-and-set on the version read; on a conflict starts over.
+///
+/// # Cancel safety
+///
+/// Dropping the future before the metastore write changes nothing; after it, the write
+/// either lands whole or not at all.
+async fn modify<T>(
+    st: &AppState,
+    mut change: impl FnMut(&[Rule], &[sluice_core::WorkloadGroup]) -> Result<(Vec<Rule>, T), CoreError>,
+) -> ApiResult<T> {
+    let _serial = WRITE_LOCK.lock().await;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let groups = wlm::load_groups(st.metastore.as_ref()).await?;
+        let stored = load_rules(st.metastore.as_ref()).await?;
+        let (next, out) = change(&stored.rules, &groups.groups).map_err(core_error)?;
+        let expected = stored.version.map_or(Expect::Absent, Expect::Version);
+        let items: Vec<Value> = next.iter().map(encode_rule).collect();
+        let written = st
+            .metastore
+            .put(
+                Collection::Rules,
+                RULES_DOC,
+                json!({ RULES_FIELD: items }),
+                expected,
+            )
+            .await;
+        match written {
+            Ok(_) => return Ok(out),
+            Err(MetaError::Conflict { .. }) if attempt < MAX_WRITE_ATTEMPTS => {
+                tracing::debug!(attempt, "rules changed concurrently; retrying");
+            }
+            Err(e) => return Err(meta_error(e)),
+        }
+    }
+}
+
+/// One GET filter: the rule's values of `attribute` must include one of `values`.
+#[derive(Debug)]
+struct Filter {
+    attribute: Attribute,
+    values: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Attribute {
+    IndexPattern,
+    Username,
+    Role,
+    /// `principal` without a subfield: username or role.
+    Principal,
+}
+
+impl Filter {
+    fn matches(&self, rule: &Rule) -> bool {
+        let any = |vals: &[String]| vals.iter().any(|v| self.values.contains(v));
+        match self.attribute {
+            Attribute::IndexPattern => any(&rule.index_pattern),
+            Attribute::Username => any(&rule.username),
+            Attribute::Role => any(&rule.role),
+            Attribute::Principal => any(&rule.username) || any(&rule.role),
+        }
+    }
+}
+
+/// The attribute filters of a GET: parameters whose name before the first `.` is an
+/// attribute (`index_pattern`, `principal`); other parameters are not filters.
+fn parse_filters(params: &Params) -> ApiResult<Vec<Filter>> {
+    let mut filters = Vec::new();
+    for (name, raw) in params {
+        let attribute = match name.as_str() {
+            "index_pattern" => Attribute::IndexPattern,
+            "principal.username" => Attribute::Username,
+            "principal.role" => Attribute::Role,
+            "principal" => Attribute::Principal,
+            other if other.split('.').next() == Some("principal") => {
+                let sub = &other["principal.".len()..];
+                return Err(core_error(CoreError::validation(
+                    other,
+                    format!("Invalid field: {sub}. Allowed fields are: username, role"),
+                )));
+            }
+            _ => continue,
+        };
+        let values: Vec<String> = raw.split(',').map(str::to_owned).collect();
+        if values.len() > MAX_FILTER_VALUES {
+            return Err(core_error(CoreError::validation(
+                name.as_str(),
+                format!("The attribute value length for {name} cannot exceed {MAX_FILTER_VALUES}."),
+            )));
+        }
+        if let Some(bad) = values
+            .iter()
+            .find(|v| v.is_empty() || v.encode_utf16().count() > MAX_FILTER_VALUE_LEN)
+        {
+            return Err(core_error(CoreError::validation(
+                name.as_str(),
+                format!(
+                    "Attribute value [{bad}] is invalid (it must be 1 to {MAX_FILTER_VALUE_LEN} characters long)"
+                ),
+            )));
+        }
+        filters.push(Filter { attribute, values });
+    }
+    Ok(filters)
+}
+
+/// OpenSearch's 404 for a rule id that does not exist.
+fn not_found(id: &str) -> CoreError {
+    CoreError::NotFound {
+        message: format!("Rule with ID {id} not found."),
+    }
+}
+
+/// Maps a core error to its OpenSearch status and type.
+fn core_error(e: CoreError) -> ApiError {
+    let code = match e.code() {
+        sluice_core::ErrorCode::Validation
+        | sluice_core::ErrorCode::AlreadyExists
+        | sluice_core::ErrorCode::Conflict => ErrorCode::IllegalArgument,
+        sluice_core::ErrorCode::NotFound => ErrorCode::ResourceNotFound,
+        sluice_core::ErrorCode::TooMany => ErrorCode::RejectedExecution,
+    };
+    ApiError::Engine(EngineError::new(code, e.to_string()))
+}
+
+/// A metastore failure is the node's fault: 500 with the store's message.
+fn meta_error(e: MetaError) -> ApiError {
+    ApiError::Engine(EngineError::internal(format!(
+        "cannot access the rules: {e}"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_stored_rules_round_trip() {
+        let rule = Rule {
+            id: "r".into(),
+            description: "d".into(),
+            index_pattern: vec!["logs*".into()],
+            username: vec!["alice".into()],
+            role: vec![],
+            workload_group: "g".into(),
+            updated_at: 1_754_493_164_791,
+        };
+        assert_eq!(decode_rule(&encode_rule(&rule)), Ok(rule));
+    }
+
+    #[test]
+    fn test_filters_parse_attributes_and_ignore_other_params() {
+        let params: Params = [
+            ("index_pattern".to_string(), "a,b".to_string()),
+            ("pretty".to_string(), String::new()),
+        ]
+        .into_iter()
+        .collect();
+        let f = parse_filters(&params).unwrap();
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].values, ["a", "b"]);
+        let many: Params = [("principal.role".to_string(), ["x"; 11].join(","))]
+            .into_iter()
+            .collect();
+        assert!(parse_filters(&many).is_err());
+    }
+}
