@@ -119,5 +119,18 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Maps a workload-management domain error to its OpenSearch status and type, once for
+/// every handler (groups, rules).
+pub fn core_error(e: sluice_core::CoreError) -> ApiError {
+    let code = match e.code() {
+        sluice_core::ErrorCode::Validation
+        | sluice_core::ErrorCode::AlreadyExists
+        | sluice_core::ErrorCode::Conflict => ErrorCode::IllegalArgument,
+        sluice_core::ErrorCode::NotFound => ErrorCode::ResourceNotFound,
+        sluice_core::ErrorCode::TooMany => ErrorCode::RejectedExecution,
+    };
+    ApiError::Engine(EngineError::new(code, e.to_string()))
+}
+
 /// The handlers' result type.
 pub type ApiResult<T> = Result<T, ApiError>;

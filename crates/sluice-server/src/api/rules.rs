@@ -30,12 +30,12 @@ use axum::routing::get;
 use serde_json::{Map, Value, json};
 use sluice_core::rules::parse_rule;
 use sluice_core::{CoreError, DEFAULT_MAX_RULES, Rule, apply_rule_update, validate_rule_create};
-use sluice_engine::{EngineError, ErrorCode};
+use sluice_engine::EngineError;
 use sluice_meta::{Collection, Expect, MetaError, MetaStore};
 
 use crate::api::{Body, Params, reply, wlm};
 use crate::auth::Authenticated;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, core_error};
 use crate::state::AppState;
 
 /// The key of the one document holding every rule.
@@ -391,18 +391,6 @@ fn not_found(id: &str) -> CoreError {
     CoreError::NotFound {
         message: format!("Rule with ID {id} not found."),
     }
-}
-
-/// Maps a core error to its OpenSearch status and type.
-fn core_error(e: CoreError) -> ApiError {
-    let code = match e.code() {
-        sluice_core::ErrorCode::Validation
-        | sluice_core::ErrorCode::AlreadyExists
-        | sluice_core::ErrorCode::Conflict => ErrorCode::IllegalArgument,
-        sluice_core::ErrorCode::NotFound => ErrorCode::ResourceNotFound,
-        sluice_core::ErrorCode::TooMany => ErrorCode::RejectedExecution,
-    };
-    ApiError::Engine(EngineError::new(code, e.to_string()))
 }
 
 /// A metastore failure is the node's fault: 500 with the store's message.

@@ -38,12 +38,12 @@ use axum::response::Response;
 use axum::routing::get;
 use serde_json::{Value, json};
 use sluice_core::{CoreError, GroupLimits, WorkloadGroup, apply_update, validate_create};
-use sluice_engine::{EngineError, ErrorCode};
+use sluice_engine::EngineError;
 use sluice_meta::{Collection, Expect, MetaError, MetaStore};
 
 use crate::api::{Body, Params, reply};
 use crate::auth::{AuthMode, Authenticated};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, core_error};
 use crate::settings::keys;
 use crate::state::AppState;
 
@@ -300,18 +300,6 @@ fn not_found(name: &str) -> CoreError {
     CoreError::NotFound {
         message: format!("No WorkloadGroup exists with the provided name: {name}"),
     }
-}
-
-/// Maps a core error to its OpenSearch status and type, once for every handler.
-fn core_error(e: CoreError) -> ApiError {
-    let code = match e.code() {
-        sluice_core::ErrorCode::Validation
-        | sluice_core::ErrorCode::AlreadyExists
-        | sluice_core::ErrorCode::Conflict => ErrorCode::IllegalArgument,
-        sluice_core::ErrorCode::NotFound => ErrorCode::ResourceNotFound,
-        sluice_core::ErrorCode::TooMany => ErrorCode::RejectedExecution,
-    };
-    ApiError::Engine(EngineError::new(code, e.to_string()))
 }
 
 /// A metastore failure is the node's fault: 500 with the store's message.
