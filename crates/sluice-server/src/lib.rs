@@ -14,3 +14,4 @@ pub mod server;
 pub mod settings;
 pub mod state;
 pub mod tasks;
+pub mod workload;

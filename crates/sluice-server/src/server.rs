@@ -58,7 +58,13 @@ impl Node {
         );
         let tasks = Arc::new(TaskManager::new(&identity.node_id));
         let auth = Arc::new(crate::auth::Authenticator::new(config.auth.clone())?);
+        let workload = Arc::new(crate::workload::Workload::new());
+        workload
+            .reload(metastore.as_ref())
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot load the workload groups and rules: {e:?}"))?;
         let state = Arc::new(AppState {
+            workload,
             auth,
             config,
             identity,
@@ -92,6 +98,7 @@ impl Node {
             .layer(axum::extract::DefaultBodyLimit::max(
                 usize::try_from(limit).unwrap_or(usize::MAX),
             ))
+            .layer(middleware::from_fn(crate::workload::scope_request))
             .layer(middleware::from_fn_with_state(
                 self.state.auth.clone(),
                 crate::auth::authenticate,

@@ -855,6 +855,14 @@ impl SettingsSnapshot {
     pub fn max_buckets(&self) -> u32 {
         self.integer_u32(keys::SEARCH_MAX_BUCKETS)
     }
+
+    /// `wlm.workload_group.mode`.
+    pub fn wlm_mode(&self) -> sluice_core::WlmMode {
+        // The table only admits the three values, so the fallback is unreachable in practice;
+        // it picks the default rather than panicking.
+        sluice_core::WlmMode::parse(self.enum_value(keys::WLM_MODE))
+            .unwrap_or(sluice_core::WlmMode::MonitorOnly)
+    }
 }
 
 /// One `PUT _cluster/settings`: per scope, the keys to set (`Some`) or reset (`None`, which
@@ -969,6 +977,11 @@ impl ClusterSettings {
     /// `search.max_buckets`.
     pub fn max_buckets(&self) -> u32 {
         self.current.borrow().max_buckets()
+    }
+
+    /// `wlm.workload_group.mode`.
+    pub fn wlm_mode(&self) -> sluice_core::WlmMode {
+        self.current.borrow().wlm_mode()
     }
 
     /// Applies `update`: checks every key and value (transient first, then persistent, each

@@ -59,4 +59,6 @@ pub struct AppState {
     pub cluster_settings: Arc<crate::settings::ClusterSettings>,
     /// Authentication (`auth.*`): checks requests and admin permissions.
     pub auth: Arc<crate::auth::Authenticator>,
+    /// Workload management at run time: groups, rules, stats, tagging.
+    pub workload: Arc<crate::workload::Workload>,
 }

@@ -77,6 +77,9 @@ pub struct Task {
     /// Who runs it: the principal of the request that registered it (see
     /// [`crate::auth::current_principal`]); `None` when `auth.type` is `none`.
     pub principal: Option<Arc<crate::auth::Principal>>,
+    /// The workload group the task runs in; `None` for tasks outside workload management
+    /// (an `_msearch` parent, whose items are tagged one by one).
+    pub group: Option<Arc<crate::workload::GroupEntry>>,
 }
 
 impl Task {
@@ -172,13 +175,26 @@ impl TaskManager {
         &self.node_id
     }
 
-    /// Registers a task; a child of a cancelled parent starts cancelled.
+    /// Registers a task outside any workload group; a child of a cancelled parent starts
+    /// cancelled.
     pub fn register(
         self: &Arc<Self>,
         action: &'static str,
         description: String,
         parent: Option<u64>,
         start_time_millis: i64,
+    ) -> TaskGuard {
+        self.register_in(action, description, parent, start_time_millis, None)
+    }
+
+    /// Registers a task running in `group`; a child of a cancelled parent starts cancelled.
+    pub fn register_in(
+        self: &Arc<Self>,
+        action: &'static str,
+        description: String,
+        parent: Option<u64>,
+        start_time_millis: i64,
+        group: Option<Arc<crate::workload::GroupEntry>>,
     ) -> TaskGuard {
         let seq = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut tasks = self.tasks.lock();
@@ -197,6 +213,7 @@ impl TaskManager {
                 parent_cancelled.then(|| "the parent task was cancelled".to_string()),
             ),
             principal: crate::auth::current_principal(),
+            group,
         });
         tasks.insert(seq, task.clone());
         TaskGuard {
@@ -263,6 +280,12 @@ impl TaskManager {
             );
         }
         m.insert("headers".into(), json!({}));
+        if detailed && let Some(g) = &t.group {
+            m.insert(
+                "workload_group".into(),
+                json!({"id": &*g.id, "name": g.name()}),
+            );
+        }
         Value::Object(m)
     }
 }

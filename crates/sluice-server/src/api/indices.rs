@@ -236,19 +236,7 @@ pub async fn cat_indices(
         table.push(cols.iter().map(|c| (*c).to_string()).collect());
     }
     table.extend(rows);
-    let widths: Vec<usize> = (0..cols.len())
-        .map(|i| table.iter().map(|r| r[i].len()).max().unwrap_or(0))
-        .collect();
-    let mut text = String::new();
-    for row in &table {
-        let line: Vec<String> = row
-            .iter()
-            .enumerate()
-            .map(|(i, v)| format!("{v:<w$}", w = widths[i]))
-            .collect();
-        text.push_str(line.join(" ").trim_end());
-        text.push('\n');
-    }
+    let text = super::render_table(&table);
     let mut resp = (StatusCode::OK, text).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

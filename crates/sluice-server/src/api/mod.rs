@@ -12,6 +12,7 @@ pub mod scroll;
 pub mod search;
 pub mod tasks;
 pub mod wlm;
+pub mod wlm_stats;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,6 +29,8 @@ use sluice_engine::{EngineError, ErrorCode, SearchContext};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::tasks::CancelOnDrop;
+use crate::workload::{GroupSearchSettings, Tagged};
+use sluice_core::RequestAttributes;
 
 /// Query-string parameters of a request.
 pub type Params = HashMap<String, String>;
@@ -143,36 +146,84 @@ pub async fn on_search_pool<T: Send + 'static>(
     }
 }
 
+/// What a search-like task is: its action, its description for `_tasks`, its parent, and the
+/// index expressions the tagging rules match.
+#[derive(Debug, Clone)]
+pub struct TaskSpec {
+    /// The action name ([`crate::tasks::actions`]).
+    pub action: &'static str,
+    /// What the task does, for `_tasks?detailed`.
+    pub description: String,
+    /// The parent task on this node.
+    pub parent: Option<u64>,
+    /// The request's index expressions (comma lists split), for the tagging rules.
+    pub indices: Vec<String>,
+}
+
+impl TaskSpec {
+    /// A top-level task over the index expression `index` (a comma-separated list).
+    pub fn new(action: &'static str, description: String, index: &str) -> TaskSpec {
+        TaskSpec {
+            action,
+            description,
+            parent: None,
+            indices: split_indices(index),
+        }
+    }
+}
+
+/// Splits a comma-separated index expression into its parts.
+pub fn split_indices(index: &str) -> Vec<String> {
+    index
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
 /// Runs one search-like unit of work as a registered task on the search pool.
 ///
-/// The task is listed in `_tasks` from now until the work ends, whatever ends it. Its flag is
-/// set by `_tasks/_cancel`, by a parent's cancellation, and when this future is dropped before
-/// it completes (hyper drops it when the client disconnects), and the engine checks it while
-/// it works; `cancel_after_time_interval` (the request parameter) bounds its run time. A
-/// cancelled task answers OpenSearch's `task_cancelled_exception`.
+/// The request is first tagged with its workload group ([`crate::workload`]); the group's
+/// search settings are handed to `work` (which applies them to its request) and its
+/// `cancel_after_time_interval` bounds the task. The task is listed in `_tasks` from now until
+/// the work ends, whatever ends it, and counted in its group's `total_completions` (and
+/// `failures` when it fails). Its flag is set by `_tasks/_cancel`, by a parent's cancellation,
+/// and when this future is dropped before it completes (hyper drops it when the client
+/// disconnects), and the engine checks it while it works. A cancelled task answers OpenSearch's
+/// `task_cancelled_exception`.
 ///
 /// # Cancel safety
 /// Dropping the future cancels the task; the pool thread stops at its next check.
 pub async fn run_task<T: Send + 'static>(
     st: &Arc<AppState>,
-    action: &'static str,
-    description: String,
-    parent: Option<u64>,
+    spec: TaskSpec,
     params: &Params,
-    work: impl FnOnce(SearchContext) -> Result<T, EngineError> + Send + 'static,
+    work: impl FnOnce(SearchContext, &GroupSearchSettings) -> Result<T, EngineError> + Send + 'static,
 ) -> ApiResult<T> {
-    let cancel_after = match params.get("cancel_after_time_interval") {
-        None => st.cluster_settings.cancel_after_time_interval(),
-        Some(v) if v == "-1" => None,
-        Some(v) => Some(sluice_engine::parse_time_value(v).map_err(|e| {
+    let requested_cancel_after = match params.get("cancel_after_time_interval") {
+        None => None,
+        Some(v) if v == "-1" => Some(None),
+        Some(v) => Some(Some(sluice_engine::parse_time_value(v).map_err(|e| {
             EngineError::illegal_argument(format!(
                 "failed to parse setting [cancel_after_time_interval] with value [{v}] as a time value: {e}"
             ))
-        })?),
+        })?)),
     };
-    let guard = st
-        .tasks
-        .register(action, description, parent, sluice_engine::now_millis());
+    let tagged = tag_request(st, &spec)?;
+    let entry = tagged.entry.clone();
+    let settings = GroupSearchSettings::of(&entry);
+    let cancel_after = settings.cancel_after(
+        requested_cancel_after,
+        st.cluster_settings.cancel_after_time_interval(),
+    );
+    let guard = st.tasks.register_in(
+        spec.action,
+        spec.description,
+        spec.parent,
+        sluice_engine::now_millis(),
+        Some(entry.clone()),
+    );
     let task = guard.task().clone();
     let ctx = SearchContext {
         cancelled: Some(task.cancelled.clone()),
@@ -182,10 +233,14 @@ pub async fn run_task<T: Send + 'static>(
     let on_drop = CancelOnDrop::new(st.tasks.clone(), task.seq);
     let result = on_search_pool(st, move || {
         let _registered = guard;
-        work(ctx)
+        work(ctx, &settings)
     })
     .await;
     on_drop.disarm();
+    entry.stats.total_completions.inc();
+    if result.is_err() {
+        entry.stats.failures.inc();
+    }
     result.map_err(|e| match e {
         ApiError::Engine(e) if e.code == ErrorCode::TaskCancelled => {
             let reason = task
@@ -203,6 +258,21 @@ pub async fn run_task<T: Send + 'static>(
         }
         other => other,
     })
+}
+
+/// Tags a request with its workload group: the `workloadGroupId` header, else the tagging
+/// rules over its indices and principal, else DEFAULT (see [`crate::workload`]).
+fn tag_request(st: &AppState, spec: &TaskSpec) -> ApiResult<Tagged> {
+    let header = crate::workload::group_header()?;
+    let principal = crate::auth::current_principal();
+    let attrs = RequestAttributes {
+        indices: &spec.indices,
+        username: principal.as_ref().map(|p| p.username.as_str()),
+        roles: principal.as_ref().map_or(&[], |p| p.roles.as_slice()),
+    };
+    Ok(st
+        .workload
+        .tag(header.as_deref(), &attrs, st.cluster_settings.wlm_mode()))
 }
 
 /// OpenSearch's error for a cancelled search: a search phase failure caused by
@@ -230,6 +300,32 @@ pub fn format_time_value(d: std::time::Duration) -> String {
     } else {
         format!("{}h", ms / 3_600_000)
     }
+}
+
+/// Renders rows as a `_cat`-style text table: columns left-aligned to their widest cell,
+/// separated by one space, trailing spaces trimmed, one line per row.
+pub fn render_table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut text = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(i, v)| format!("{v:<w$}", w = widths[i]))
+            .collect();
+        text.push_str(line.join(" ").trim_end());
+        text.push('\n');
+    }
+    text
 }
 
 /// Builds the router of every API route.
@@ -309,6 +405,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .merge(cluster_settings::routes())
         .merge(wlm::routes())
+        .merge(wlm_stats::routes())
         .merge(rules::routes())
         .fallback(no_handler)
         .with_state(state)

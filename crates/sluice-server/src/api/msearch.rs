@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use sluice_engine::{EngineError, ErrorCode, SearchRequest};
 
 use super::search::search_description;
-use super::{Body, Params, reply, run_task};
+use super::{Body, Params, TaskSpec, reply, run_task};
 use crate::error::{ApiError, ApiResult, render_error, status_of};
 use crate::state::AppState;
 use crate::tasks::{CancelOnDrop, actions};
@@ -199,14 +199,13 @@ async fn run_msearch(
                     description,
                     params,
                 } = item;
-                let r = run_task(
-                    &st,
-                    actions::SEARCH,
-                    description,
-                    Some(parent_seq),
-                    &params,
-                    move |ctx| engine.search_request(&index, &req, &ctx),
-                )
+                let mut spec = TaskSpec::new(actions::SEARCH, description, &index);
+                spec.parent = Some(parent_seq);
+                let r = run_task(&st, spec, &params, move |ctx, group| {
+                    let mut req = req;
+                    group.apply_to_search(&mut req);
+                    engine.search_request(&index, &req, &ctx)
+                })
                 .await;
                 item_response(r)
             }

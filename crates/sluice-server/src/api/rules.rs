@@ -307,7 +307,10 @@ async fn modify<T>(
             )
             .await;
         match written {
-            Ok(_) => return Ok(out),
+            Ok(_) => {
+                st.workload.reload(st.metastore.as_ref()).await?;
+                return Ok(out);
+            }
             Err(MetaError::Conflict { .. }) if attempt < MAX_WRITE_ATTEMPTS => {
                 tracing::debug!(attempt, "rules changed concurrently; retrying");
             }

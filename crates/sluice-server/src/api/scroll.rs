@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use sluice_engine::scroll::parse_keep_alive;
 use sluice_engine::{EngineError, ErrorCode, ScrollLimits};
 
-use super::{Body, Params, blocking, reply, run_task};
+use super::{Body, Params, TaskSpec, blocking, reply, run_task};
 use crate::error::ApiResult;
 use crate::state::AppState;
 use crate::tasks::actions;
@@ -90,14 +90,15 @@ async fn run_scroll(st: Arc<AppState>, params: Params, body: Body) -> ApiResult<
         req.keep_alive.as_ref().map_or("null", |(s, _)| s.as_str())
     );
     let engine = st.engine.clone();
-    let resp = run_task(
-        &st,
-        actions::SCROLL,
+    let spec = TaskSpec {
+        action: actions::SCROLL,
         description,
-        None,
-        &params,
-        move |ctx| engine.continue_scroll(&req.scroll_id, req.keep_alive.map(|(_, d)| d), &ctx),
-    )
+        parent: None,
+        indices: Vec::new(),
+    };
+    let resp = run_task(&st, spec, &params, move |ctx, _group| {
+        engine.continue_scroll(&req.scroll_id, req.keep_alive.map(|(_, d)| d), &ctx)
+    })
     .await?;
     Ok(reply(StatusCode::OK, resp, &params))
 }

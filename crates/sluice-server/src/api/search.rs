@@ -8,7 +8,7 @@ use axum::response::Response;
 use serde_json::{Value, json};
 use sluice_engine::{EngineError, SearchRequest};
 
-use super::{Body, Params, reply, run_task};
+use super::{Body, Params, TaskSpec, reply, run_task};
 use crate::error::ApiResult;
 use crate::state::AppState;
 use crate::tasks::actions;
@@ -51,17 +51,14 @@ async fn run_search(
     }
     let description = search_description(&index, body.as_ref());
     let engine = st.engine.clone();
-    let resp = run_task(
-        &st,
-        actions::SEARCH,
-        description,
-        None,
-        &params,
-        move |ctx| match keep_alive {
+    let spec = TaskSpec::new(actions::SEARCH, description, &index);
+    let resp = run_task(&st, spec, &params, move |ctx, group| {
+        group.apply_to_search(&mut req);
+        match keep_alive {
             Some(k) => engine.open_scroll(&index, &req, k, &ctx),
             None => engine.search_request(&index, &req, &ctx),
-        },
-    )
+        }
+    })
     .await?;
     Ok(reply(StatusCode::OK, resp, &params))
 }
@@ -119,22 +116,16 @@ async fn run_count(
     }
     let engine = st.engine.clone();
     let description = format!("indices[{index}], source[{query}]");
-    let (n, shards) = run_task(
-        &st,
-        actions::SEARCH,
-        description,
-        None,
-        &params,
-        move |ctx| {
-            let n = engine.count(&index, &query, &ctx)?;
-            let shards: u64 = engine
-                .resolve(&index)?
-                .iter()
-                .map(|h| h.number_of_shards())
-                .sum();
-            Ok((n, shards))
-        },
-    )
+    let spec = TaskSpec::new(actions::SEARCH, description, &index);
+    let (n, shards) = run_task(&st, spec, &params, move |ctx, _group| {
+        let n = engine.count(&index, &query, &ctx)?;
+        let shards: u64 = engine
+            .resolve(&index)?
+            .iter()
+            .map(|h| h.number_of_shards())
+            .sum();
+        Ok((n, shards))
+    })
     .await?;
     let body: Value = json!({"count": n, "_shards": {"total": shards, "successful": shards, "skipped": 0, "failed": 0}});
     Ok(reply(StatusCode::OK, body, &params))

@@ -217,14 +217,30 @@ pub async fn delete(
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     st.auth.authorize_admin(&who, actions::DELETE)?;
-    modify(&st, |groups| {
-        if !groups.iter().any(|g| g.name == name) {
+    let deleted = modify(&st, |groups| {
+        let Some(group) = groups.iter().find(|g| g.name == name) else {
             return Err(not_found(&name));
-        }
+        };
         let next = groups.iter().filter(|g| g.name != name).cloned().collect();
-        Ok((next, ()))
+        Ok((next, group.id.clone()))
     })
     .await?;
+    // OpenSearch deletes a group whatever rules name it; such rules tag nothing from now on.
+    // Say so, so the operator can delete or repoint them.
+    let orphaned: Vec<String> = crate::api::rules::load_rules(st.metastore.as_ref())
+        .await
+        .map(|r| r.rules)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| r.workload_group == deleted)
+        .map(|r| r.id)
+        .collect();
+    if !orphaned.is_empty() {
+        crate::workload::add_warning(format!(
+            "rules [{}] name the deleted workload group [{name}] and will tag no request until they are updated or deleted",
+            orphaned.join(", ")
+        ));
+    }
     Ok(reply(
         StatusCode::OK,
         json!({"acknowledged": true}),
@@ -260,7 +276,10 @@ async fn modify<T>(
             )
             .await;
         match written {
-            Ok(_) => return Ok(out),
+            Ok(_) => {
+                st.workload.reload(st.metastore.as_ref()).await?;
+                return Ok(out);
+            }
             Err(MetaError::Conflict { .. }) if attempt < MAX_WRITE_ATTEMPTS => {
                 tracing::debug!(attempt, "workload groups changed concurrently; retrying");
             }

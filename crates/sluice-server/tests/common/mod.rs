@@ -43,6 +43,16 @@ impl TestNode {
         node
     }
 
+    /// Starts a node on a fresh temporary data folder with extra settings.
+    #[allow(dead_code)]
+    pub async fn start_with(extra: &[&str]) -> TestNode {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = tmp.path().to_path_buf();
+        let mut node = TestNode::start_on(&data, extra).await;
+        node._tmp = Some(tmp);
+        node
+    }
+
     /// Starts a node on an existing data folder (for restart tests).
     pub async fn start_on(data: &Path, extra: &[&str]) -> TestNode {
         let node = Node::start(config(data, extra)).await.expect("node starts");
@@ -291,4 +301,56 @@ pub async fn heavy_index(node: &TestNode) {
     let (s, b) = node.raw("POST", "/heavy/_bulk?refresh=true", body).await;
     assert_eq!(s, 200);
     assert_eq!(b["errors"], false);
+}
+
+/// A response with its headers.
+#[allow(dead_code)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+}
+
+#[allow(dead_code)]
+impl Reply {
+    /// Every value of header `name`.
+    pub fn header_values(&self, name: &str) -> Vec<String> {
+        self.headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap_or_default().to_string())
+            .collect()
+    }
+}
+
+#[allow(dead_code)]
+impl TestNode {
+    /// Sends a request with extra headers; returns status, headers and body (JSON or text).
+    pub async fn req_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> Reply {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut rb = self.client.request(m, self.url(path));
+        for (k, v) in headers {
+            rb = rb.header(*k, *v);
+        }
+        if let Some(b) = body {
+            rb = rb
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let resp = rb.send().await.expect("request sent");
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.expect("body");
+        Reply {
+            status,
+            headers,
+            body: serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        }
+    }
 }
