@@ -20,6 +20,14 @@ pub enum ApiError {
     },
     /// A body over `http.max_content_length`.
     TooLarge { limit: u64 },
+    /// A request a workload-management limit turned away (429 `rejected_execution_exception`):
+    /// answered like [`ApiError::Engine`] plus a `Retry-After` header (DESIGN D7).
+    Rejected {
+        /// The error, naming the group, the bucket, the limit and the tier.
+        error: EngineError,
+        /// Seconds the client should wait before retrying.
+        retry_after_secs: u64,
+    },
 }
 
 impl From<EngineError> for ApiError {
@@ -100,6 +108,15 @@ impl IntoResponse for ApiError {
                 if let Some(allow) = allow.and_then(|a| HeaderValue::from_str(&a).ok()) {
                     resp.headers_mut().insert(header::ALLOW, allow);
                 }
+                resp
+            }
+            ApiError::Rejected {
+                error,
+                retry_after_secs,
+            } => {
+                let mut resp = ApiError::Engine(error).into_response();
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
                 resp
             }
             ApiError::TooLarge { limit } => {

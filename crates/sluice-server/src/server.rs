@@ -77,6 +77,11 @@ impl Node {
         Ok(Node { listener, state })
     }
 
+    /// The node's shared state (for embedding and tests).
+    pub fn state(&self) -> &Arc<AppState> {
+        &self.state
+    }
+
     /// The address the node listens on.
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()

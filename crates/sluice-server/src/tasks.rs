@@ -80,6 +80,9 @@ pub struct Task {
     /// The workload group the task runs in; `None` for tasks outside workload management
     /// (an `_msearch` parent, whose items are tagged one by one).
     pub group: Option<Arc<crate::workload::GroupEntry>>,
+    /// The throttle buckets this task and its ancestors hold permits of; a nested search is
+    /// not charged again for them (DESIGN D8).
+    pub held_buckets: Vec<sluice_core::BucketKey>,
 }
 
 impl Task {
@@ -184,10 +187,18 @@ impl TaskManager {
         parent: Option<u64>,
         start_time_millis: i64,
     ) -> TaskGuard {
-        self.register_in(action, description, parent, start_time_millis, None)
+        self.register_in(
+            action,
+            description,
+            parent,
+            start_time_millis,
+            None,
+            Vec::new(),
+        )
     }
 
-    /// Registers a task running in `group`; a child of a cancelled parent starts cancelled.
+    /// Registers a task running in `group`, holding (itself or through its ancestors) permits of
+    /// `held_buckets`; a child of a cancelled parent starts cancelled.
     pub fn register_in(
         self: &Arc<Self>,
         action: &'static str,
@@ -195,6 +206,7 @@ impl TaskManager {
         parent: Option<u64>,
         start_time_millis: i64,
         group: Option<Arc<crate::workload::GroupEntry>>,
+        held_buckets: Vec<sluice_core::BucketKey>,
     ) -> TaskGuard {
         let seq = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut tasks = self.tasks.lock();
@@ -214,6 +226,7 @@ impl TaskManager {
             ),
             principal: crate::auth::current_principal(),
             group,
+            held_buckets,
         });
         tasks.insert(seq, task.clone());
         TaskGuard {

@@ -35,7 +35,8 @@ use axum::middleware::Next;
 use axum::response::Response;
 use parking_lot::{Mutex, RwLock};
 use serde_json::{Value, json};
-use sluice_core::{RequestAttributes, ResourceType, Rule, WorkloadGroup, match_rules};
+use sluice_core::permits::{Permit, PermitTable};
+use sluice_core::{BucketKey, RequestAttributes, ResourceType, Rule, WorkloadGroup, match_rules};
 use sluice_engine::{EngineError, SearchRequest};
 use sluice_meta::MetaStore;
 
@@ -128,6 +129,10 @@ pub struct GroupStats {
     pub max_queue_wait_millis: Counter,
     /// Requests whose `workloadGroupId` header named no group (counted on DEFAULT only).
     pub total_unknown_group_tags: Counter,
+    /// Tasks of the group executing on a search thread right now.
+    executing: AtomicU64,
+    /// The most tasks of the group ever seen executing at once.
+    pub peak_executing: Counter,
     /// CPU figures.
     pub cpu: ResourceStats,
     /// Memory figures.
@@ -141,6 +146,22 @@ impl GroupStats {
             ResourceType::Cpu => &self.cpu,
             ResourceType::Memory => &self.memory,
         }
+    }
+
+    /// A task of the group started executing.
+    pub fn executing_started(&self) {
+        let now = self.executing.fetch_add(1, Ordering::AcqRel) + 1;
+        self.peak_executing.raise_to(now);
+    }
+
+    /// A task of the group stopped executing.
+    pub fn executing_ended(&self) {
+        self.executing.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Tasks of the group executing right now.
+    pub fn executing(&self) -> u64 {
+        self.executing.load(Ordering::Acquire)
     }
 
     /// The `_wlm/stats` object of this group: OpenSearch's fields first, then sluice's
@@ -167,6 +188,8 @@ impl GroupStats {
             "queue_wait_count": self.queue_wait_count.get(),
             "total_queue_wait_millis": self.total_queue_wait_millis.get(),
             "max_queue_wait_millis": self.max_queue_wait_millis.get(),
+            "executing": self.executing(),
+            "peak_executing": self.peak_executing.get(),
             "cpu": resource(&self.cpu),
             "memory": resource(&self.memory),
         });
@@ -244,6 +267,57 @@ pub struct Workload {
     stats: Mutex<HashMap<String, Arc<GroupStats>>>,
     /// Serializes reloads, so the last one installed read the store last.
     reload: tokio::sync::Mutex<()>,
+    /// The node-tier throttle's permits per bucket.
+    pub permits: PermitTable,
+    /// Records per-bucket concurrency as the search threads see it, once enabled (a
+    /// diagnostics hook the stress tests use to check the throttle from the outside).
+    pub probe: std::sync::OnceLock<BucketProbe>,
+}
+
+/// Counts, per throttle bucket, the admitted requests executing on search threads at once,
+/// and the peak: what actually ran, independent of the permit table's own bookkeeping.
+#[derive(Debug, Default)]
+pub struct BucketProbe {
+    buckets: Mutex<HashMap<BucketKey, (u64, u64)>>,
+}
+
+impl BucketProbe {
+    /// A request of `key` starts executing; returns a guard that ends it.
+    pub fn enter(&self, key: &BucketKey) -> ProbeGuard<'_> {
+        let mut b = self.buckets.lock();
+        let e = b.entry(key.clone()).or_default();
+        e.0 += 1;
+        e.1 = e.1.max(e.0);
+        ProbeGuard {
+            probe: self,
+            key: key.clone(),
+        }
+    }
+
+    /// The peak per bucket.
+    pub fn peaks(&self) -> Vec<(BucketKey, u64)> {
+        self.buckets.lock().iter().map(|(k, v)| (k.clone(), v.1)).collect()
+    }
+
+    /// Requests executing now, over all buckets.
+    pub fn executing(&self) -> u64 {
+        self.buckets.lock().values().map(|v| v.0).sum()
+    }
+}
+
+/// Ends one execution recorded by [`BucketProbe::enter`].
+#[derive(Debug)]
+pub struct ProbeGuard<'a> {
+    probe: &'a BucketProbe,
+    key: BucketKey,
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(e) = self.probe.buckets.lock().get_mut(&self.key) {
+            e.0 = e.0.saturating_sub(1);
+        }
+    }
 }
 
 impl Default for Workload {
@@ -267,6 +341,8 @@ impl Workload {
             }),
             stats: Mutex::new(HashMap::new()),
             reload: tokio::sync::Mutex::new(()),
+            permits: PermitTable::new(),
+            probe: std::sync::OnceLock::new(),
         }
     }
 
@@ -452,6 +528,8 @@ pub struct RequestScope {
     header: Result<Option<String>, String>,
     /// `Warning` header values to add to the response.
     warnings: Mutex<Vec<String>>,
+    /// Permits released when the response has been built (DESIGN D9).
+    permits: Mutex<Vec<Permit>>,
 }
 
 tokio::task_local! {
@@ -470,6 +548,19 @@ pub fn group_header() -> Result<Option<String>, EngineError> {
 /// Adds a `Warning` header to the response of the request being handled on this task.
 pub fn add_warning(text: String) {
     let _ = SCOPE.try_with(|s| s.warnings.lock().push(text));
+}
+
+/// Keeps `permit` until the response of the request being handled on this task has been
+/// handed to the HTTP layer (or the request is dropped). Outside a request scope the permit is
+/// given back for the caller to hold.
+pub fn hold_until_response(permit: Permit) -> Option<Permit> {
+    let mut permit = Some(permit);
+    let _ = SCOPE.try_with(|s| {
+        if let Some(p) = permit.take() {
+            s.permits.lock().push(p);
+        }
+    });
+    permit
 }
 
 /// Middleware: reads the `workloadGroupId` header into the request scope and adds the
@@ -493,6 +584,7 @@ pub async fn scope_request(req: Request, next: Next) -> Response {
     let scope = Arc::new(RequestScope {
         header,
         warnings: Mutex::new(Vec::new()),
+        permits: Mutex::new(Vec::new()),
     });
     let mut resp = SCOPE.scope(scope.clone(), next.run(req)).await;
     let warnings = std::mem::take(&mut *scope.warnings.lock());
@@ -507,5 +599,8 @@ pub async fn scope_request(req: Request, next: Next) -> Response {
                 .append(HeaderName::from_static("warning"), v);
         }
     }
+    // The response is built: the request's permits go now, before the body is written out,
+    // so the slot covers all of the request's work (D9).
+    scope.permits.lock().clear();
     resp
 }

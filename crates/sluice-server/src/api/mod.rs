@@ -158,6 +158,21 @@ pub struct TaskSpec {
     pub parent: Option<u64>,
     /// The request's index expressions (comma lists split), for the tagging rules.
     pub indices: Vec<String>,
+    /// Keep the throttle permit until the response has been built (a top-level request), or
+    /// release it when the task ends (an `_msearch` item, a nested search).
+    pub hold_for_response: bool,
+    /// Set for a nested search: the parent's group and the buckets the ancestors hold, instead
+    /// of tagging the request anew.
+    pub inherited: Option<Inherited>,
+}
+
+/// What a nested search takes over from the task it runs for.
+#[derive(Debug, Clone)]
+pub struct Inherited {
+    /// The parent's group.
+    pub group: Arc<crate::workload::GroupEntry>,
+    /// The buckets the parent and its ancestors hold permits of.
+    pub held: Vec<sluice_core::BucketKey>,
 }
 
 impl TaskSpec {
@@ -168,6 +183,8 @@ impl TaskSpec {
             description,
             parent: None,
             indices: split_indices(index),
+            hold_for_response: true,
+            inherited: None,
         }
     }
 }
@@ -210,8 +227,22 @@ pub async fn run_task<T: Send + 'static>(
             ))
         })?)),
     };
-    let tagged = tag_request(st, &spec)?;
-    let entry = tagged.entry.clone();
+    let (entry, mut held) = match spec.inherited {
+        Some(i) => (i.group, i.held),
+        None => (tag_request(st, &spec.indices)?.entry, Vec::new()),
+    };
+    let principal = crate::auth::current_principal();
+    // Admission, before any work starts: the node-tier throttle.
+    let mut permit = crate::admission::throttle(st, &entry, principal.as_deref(), &held)?;
+    let own_bucket = permit.as_ref().map(|p| p.key().clone());
+    if let Some(k) = &own_bucket {
+        held.push(k.clone());
+    }
+    if spec.hold_for_response {
+        permit = permit.and_then(crate::workload::hold_until_response);
+    }
+    // Whatever is still held here is released when this future ends or is dropped.
+    let _permit = permit;
     let settings = GroupSearchSettings::of(&entry);
     let cancel_after = settings.cancel_after(
         requested_cancel_after,
@@ -223,24 +254,36 @@ pub async fn run_task<T: Send + 'static>(
         spec.parent,
         sluice_engine::now_millis(),
         Some(entry.clone()),
+        held,
     );
     let task = guard.task().clone();
+    let task_entry = entry.clone();
     let ctx = SearchContext {
         cancelled: Some(task.cancelled.clone()),
         deadline: None,
         cancel_at: cancel_after.map(|d| task.started + d),
     };
     let on_drop = CancelOnDrop::new(st.tasks.clone(), task.seq);
+    // Counts the task's end on every path, a dropped future (client disconnect) included.
+    let mut completion = Completion {
+        entry: &entry,
+        ok: false,
+    };
+    let workload = st.workload.clone();
     let result = on_search_pool(st, move || {
         let _registered = guard;
+        let _executing = Executing::start(&task_entry);
+        let _probe = workload
+            .probe
+            .get()
+            .zip(own_bucket.as_ref())
+            .map(|(p, k)| p.enter(k));
         work(ctx, &settings)
     })
     .await;
     on_drop.disarm();
-    entry.stats.total_completions.inc();
-    if result.is_err() {
-        entry.stats.failures.inc();
-    }
+    completion.ok = result.is_ok();
+    drop(completion);
     result.map_err(|e| match e {
         ApiError::Engine(e) if e.code == ErrorCode::TaskCancelled => {
             let reason = task
@@ -260,13 +303,46 @@ pub async fn run_task<T: Send + 'static>(
     })
 }
 
+/// Counts a task's end in its group's stats when dropped: `total_completions` always,
+/// `failures` unless it ended well.
+struct Completion<'a> {
+    entry: &'a crate::workload::GroupEntry,
+    ok: bool,
+}
+
+impl Drop for Completion<'_> {
+    fn drop(&mut self) {
+        self.entry.stats.total_completions.inc();
+        if !self.ok {
+            self.entry.stats.failures.inc();
+        }
+    }
+}
+
+/// Marks a group's task as executing on a search thread while alive (the `executing` gauge
+/// and its peak in the group's stats: what actually ran at once, as the engine saw it).
+struct Executing<'a>(&'a crate::workload::GroupEntry);
+
+impl<'a> Executing<'a> {
+    fn start(entry: &'a crate::workload::GroupEntry) -> Executing<'a> {
+        entry.stats.executing_started();
+        Executing(entry)
+    }
+}
+
+impl Drop for Executing<'_> {
+    fn drop(&mut self) {
+        self.0.stats.executing_ended();
+    }
+}
+
 /// Tags a request with its workload group: the `workloadGroupId` header, else the tagging
 /// rules over its indices and principal, else DEFAULT (see [`crate::workload`]).
-fn tag_request(st: &AppState, spec: &TaskSpec) -> ApiResult<Tagged> {
+fn tag_request(st: &AppState, indices: &[String]) -> ApiResult<Tagged> {
     let header = crate::workload::group_header()?;
     let principal = crate::auth::current_principal();
     let attrs = RequestAttributes {
-        indices: &spec.indices,
+        indices,
         username: principal.as_ref().map(|p| p.username.as_str()),
         roles: principal.as_ref().map_or(&[], |p| p.roles.as_slice()),
     };

@@ -201,6 +201,8 @@ async fn run_msearch(
                 } = item;
                 let mut spec = TaskSpec::new(actions::SEARCH, description, &index);
                 spec.parent = Some(parent_seq);
+                // Each item holds its slot only while it runs, not until the whole response.
+                spec.hold_for_response = false;
                 let r = run_task(&st, spec, &params, move |ctx, group| {
                     let mut req = req;
                     group.apply_to_search(&mut req);
@@ -225,7 +227,7 @@ fn item_response(r: ApiResult<Value>) -> Value {
             v["status"] = json!(200);
             v
         }
-        Err(ApiError::Engine(e)) => {
+        Err(ApiError::Engine(e) | ApiError::Rejected { error: e, .. }) => {
             json!({"error": render_error(&e), "status": status_of(&e).as_u16()})
         }
         Err(other) => {

@@ -95,6 +95,8 @@ async fn run_scroll(st: Arc<AppState>, params: Params, body: Body) -> ApiResult<
         description,
         parent: None,
         indices: Vec::new(),
+        hold_for_response: true,
+        inherited: None,
     };
     let resp = run_task(&st, spec, &params, move |ctx, _group| {
         engine.continue_scroll(&req.scroll_id, req.keep_alive.map(|(_, d)| d), &ctx)

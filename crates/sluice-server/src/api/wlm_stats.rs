@@ -12,6 +12,9 @@
 //!   rejection threshold. DEFAULT has no limits, so it is never breached.
 //! - Each group object carries OpenSearch's fields and then sluice's (DESIGN D10): `failures`,
 //!   the throttle and queue figures; DEFAULT adds `total_unknown_group_tags`.
+//! - `include=buckets` adds each group's in-flight buckets (attribute, value, `in_flight`,
+//!   `node_limit`) — the operator's view of the node-tier throttle. It names usernames and
+//!   roles, so it needs an admin role when authentication is on.
 //! - `_list/wlm_stats` tokens are base64 of the last (node, group) pair, the row count, the sort
 //!   field and order — not encrypted: they carry nothing secret. The text output ends with a
 //!   `next_token <token>` line when there is a next page, and with OpenSearch's "No more pages
@@ -30,6 +33,7 @@ use sluice_core::ResourceType;
 use sluice_engine::EngineError;
 
 use super::{Params, reply};
+use crate::auth::Authenticated;
 use crate::error::ApiResult;
 use crate::settings::keys;
 use crate::state::AppState;
@@ -53,33 +57,81 @@ pub fn routes() -> Router<Arc<AppState>> {
 
 async fn stats_all(
     State(st): State<Arc<AppState>>,
+    who: Authenticated,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    stats(&st, None, None, &params)
+    stats(&st, &who, None, None, &params)
 }
 
 async fn stats_groups(
     State(st): State<Arc<AppState>>,
+    who: Authenticated,
     Path(groups): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    stats(&st, None, Some(&groups), &params)
+    stats(&st, &who, None, Some(&groups), &params)
 }
 
 async fn stats_nodes(
     State(st): State<Arc<AppState>>,
+    who: Authenticated,
     Path(nodes): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    stats(&st, Some(&nodes), None, &params)
+    stats(&st, &who, Some(&nodes), None, &params)
 }
 
 async fn stats_nodes_groups(
     State(st): State<Arc<AppState>>,
+    who: Authenticated,
     Path((nodes, groups)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    stats(&st, Some(&nodes), Some(&groups), &params)
+    stats(&st, &who, Some(&nodes), Some(&groups), &params)
+}
+
+/// The action `include=buckets` needs a role in `auth.admin_roles` for: the listing names the
+/// usernames and roles with requests in flight.
+pub const BUCKETS_ACTION: &str = "cluster:monitor/wlm/stats/buckets";
+
+/// Whether the request asks for the per-bucket listing (`include=buckets`).
+fn include_buckets(params: &Params) -> Result<bool, EngineError> {
+    match params.get("include").map(String::as_str) {
+        None => Ok(false),
+        Some("buckets") => Ok(true),
+        Some(other) => Err(EngineError::illegal_argument(format!(
+            "Invalid value for 'include': [{other}]. Allowed: 'buckets'"
+        ))),
+    }
+}
+
+/// The in-flight buckets of `entry`'s group on this node, with their live limit.
+fn buckets_json(st: &AppState, entry: &GroupEntry) -> Value {
+    let limit = entry
+        .group
+        .as_ref()
+        .and_then(|g| g.throttling.node_limit);
+    let mut buckets: Vec<(sluice_core::BucketKey, u64)> = st
+        .workload
+        .permits
+        .buckets()
+        .into_iter()
+        .filter(|(k, _)| *k.group_id == *entry.id)
+        .collect();
+    buckets.sort();
+    Value::Array(
+        buckets
+            .into_iter()
+            .map(|(k, n)| {
+                json!({
+                    "attribute": k.attribute.as_str(),
+                    "value": k.value.as_deref(),
+                    "in_flight": n,
+                    "node_limit": limit,
+                })
+            })
+            .collect(),
+    )
 }
 
 async fn list_all(
@@ -251,11 +303,16 @@ fn is_breached(st: &AppState, e: &GroupEntry) -> bool {
 
 fn stats(
     st: &AppState,
+    who: &Authenticated,
     nodes: Option<&str>,
     groups: Option<&str>,
     params: &Params,
 ) -> ApiResult<Response> {
     let p = parse_params(params)?;
+    let with_buckets = include_buckets(params)?;
+    if with_buckets {
+        st.auth.authorize_admin(who, BUCKETS_ACTION)?;
+    }
     let node_id = st.identity.node_id.clone();
     let mut body = Map::new();
     if !node_selected(st, nodes) {
@@ -275,7 +332,13 @@ fn stats(
             body.insert("cluster_name".into(), json!(st.config.cluster_name));
             let groups: Map<String, Value> = entries
                 .iter()
-                .map(|e| (e.id.to_string(), e.stats.to_json(e.is_default())))
+                .map(|e| {
+                    let mut v = e.stats.to_json(e.is_default());
+                    if with_buckets {
+                        v["buckets"] = buckets_json(st, e);
+                    }
+                    (e.id.to_string(), v)
+                })
                 .collect();
             body.insert(node_id, json!({"workload_groups": groups}));
         }

@@ -17,6 +17,9 @@ pub struct TestNode {
     pub base: String,
     pub client: reqwest::Client,
     pub data: PathBuf,
+    /// The node's state, for tests that look inside.
+    #[allow(dead_code)]
+    pub state: std::sync::Arc<sluice_server::state::AppState>,
     _tmp: Option<tempfile::TempDir>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
@@ -57,6 +60,7 @@ impl TestNode {
     pub async fn start_on(data: &Path, extra: &[&str]) -> TestNode {
         let node = Node::start(config(data, extra)).await.expect("node starts");
         let addr = node.local_addr().expect("bound");
+        let state = node.state().clone();
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(node.serve(async move {
             let _ = rx.await;
@@ -66,6 +70,7 @@ impl TestNode {
             base: format!("http://{addr}"),
             client: reqwest::Client::new(),
             data: data.to_path_buf(),
+            state,
             _tmp: None,
             stop: Some(tx),
             task: Some(task),
@@ -289,17 +294,38 @@ pub fn heavy_query() -> Value {
 }
 
 pub async fn heavy_index(node: &TestNode) {
-    let (s, b) = node
-        .req("PUT", "/heavy", Some(json!({"mappings": {"properties": {"k": {"type": "keyword"}, "n": {"type": "long"}}}})))
-        .await;
-    assert_eq!(s, 200, "{b}");
+    heavy_index_as(node, &[]).await;
+}
+
+/// Builds the heavy index sending `headers` (credentials on nodes that authenticate).
+pub async fn heavy_index_as(node: &TestNode, headers: &[(&str, &str)]) {
+    let mapping = json!({"mappings": {"properties": {"k": {"type": "keyword"}, "n": {"type": "long"}}}});
+    let mut rb = node
+        .client
+        .put(node.url("/heavy"))
+        .header("content-type", "application/json")
+        .body(mapping.to_string());
+    for (k, v) in headers {
+        rb = rb.header(*k, *v);
+    }
+    let resp = rb.send().await.expect("sent");
+    assert_eq!(resp.status().as_u16(), 200, "create heavy");
     let mut body = String::new();
     for i in 0..HEAVY_DOCS {
         body.push_str("{\"index\":{}}\n");
         body.push_str(&format!("{{\"k\":\"key-{i:08}\",\"n\":{i}}}\n"));
     }
-    let (s, b) = node.raw("POST", "/heavy/_bulk?refresh=true", body).await;
-    assert_eq!(s, 200);
+    let mut rb = node
+        .client
+        .post(node.url("/heavy/_bulk?refresh=true"))
+        .header("content-type", "application/x-ndjson")
+        .body(body);
+    for (k, v) in headers {
+        rb = rb.header(*k, *v);
+    }
+    let resp = rb.send().await.expect("sent");
+    assert_eq!(resp.status().as_u16(), 200, "bulk into heavy");
+    let b: Value = resp.json().await.expect("json");
     assert_eq!(b["errors"], false);
 }
 

@@ -1,0 +1,404 @@
+//! Node-tier request throttling over HTTP (issue #5): `throttling.node_limit` per group,
+//! username and role bucket; 429 with `Retry-After`; what draws a permit (`_search`, `_count`,
+//! `_msearch` items, scroll continuations); modes and resiliency modes; live limit changes; the
+//! per-bucket listing; and releases on every path.
+//!
+//! Requests are held in flight by running the heavy query (seconds of work in a test build)
+//! and waiting until `_tasks` lists them; they are released by cancelling them. No sleeps.
+
+mod common;
+
+use common::{Reply, TestNode};
+use serde_json::{Value, json};
+
+const ADMIN: [(&str, &str); 2] = [("x-proxy-user", "root"), ("x-proxy-roles", "admin")];
+
+/// A node with the heavy index (and a small one), in `mode`, with `extra` settings.
+async fn node_in_mode(mode: &str, extra: &[&str]) -> TestNode {
+    let node = TestNode::start_with(extra).await;
+    load(&node).await;
+    set_mode(&node, mode).await;
+    node
+}
+
+async fn load(node: &TestNode) {
+    common::heavy_index_as(node, &ADMIN).await;
+    let r = node
+        .req_with(
+            "PUT",
+            "/small/_doc/1?refresh=true",
+            Some(json!({"k": "a", "n": 1})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+}
+
+async fn set_mode(node: &TestNode, mode: &str) {
+    let r = node
+        .req_with(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"persistent": {"wlm.workload_group.mode": mode}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+async fn create_group(node: &TestNode, body: Value) -> String {
+    let r = node
+        .req_with("PUT", "/_wlm/workload_group", Some(body), &ADMIN)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body["_id"].as_str().expect("_id").to_string()
+}
+
+fn throttled_group(name: &str, attribute: &str, limit: u64, mode: &str) -> Value {
+    json!({"name": name, "resiliency_mode": mode, "resource_limits": {"cpu": 0.1},
+           "throttling": {"attribute": attribute, "node_limit": limit}})
+}
+
+/// Starts a heavy search with `headers` in the background; it runs until cancelled.
+fn start_heavy(node: &TestNode, headers: &[(&str, &str)]) -> tokio::task::JoinHandle<u16> {
+    let mut rb = node
+        .client
+        .post(node.url("/heavy/_search"))
+        .header("content-type", "application/json")
+        .body(common::heavy_query().to_string());
+    for (k, v) in headers {
+        rb = rb.header(*k, *v);
+    }
+    tokio::spawn(async move {
+        rb.send()
+            .await
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0)
+    })
+}
+
+/// Waits until `n` search tasks of group `id` are running.
+async fn wait_running(node: &TestNode, id: &str, n: usize) {
+    for _ in 0..20_000 {
+        let r = node
+            .req_with(
+                "GET",
+                "/_tasks?detailed&actions=indices:data/read/search",
+                None,
+                &ADMIN,
+            )
+            .await;
+        let count = r.body["nodes"]
+            .as_object()
+            .into_iter()
+            .flat_map(|n| n.values())
+            .flat_map(|n| n["tasks"].as_object().into_iter().flat_map(|t| t.values()))
+            .filter(|t| t["workload_group"]["id"] == json!(id) && t["cancelled"] == false)
+            .count();
+        if count >= n {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("{n} searches of {id} never ran at once");
+}
+
+/// Cancels every running search and waits for the background requests.
+async fn cancel_all(node: &TestNode, running: Vec<tokio::task::JoinHandle<u16>>) {
+    let r = node
+        .req_with("POST", "/_tasks/_cancel?actions=*search*", None, &ADMIN)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    for h in running {
+        let status = h.await.expect("joined");
+        assert!(status == 500 || status == 200, "cancelled search answered {status}");
+    }
+}
+
+async fn cheap(node: &TestNode, headers: &[(&str, &str)]) -> Reply {
+    node.req_with(
+        "POST",
+        "/small/_search",
+        Some(json!({"query": {"match_all": {}}})),
+        headers,
+    )
+    .await
+}
+
+async fn stats_of(node: &TestNode, id: &str) -> Value {
+    let r = node
+        .req_with("GET", &format!("/_wlm/stats/{id}?include=buckets"), None, &ADMIN)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let obj = r.body.as_object().expect("object");
+    let (_, n) = obj
+        .iter()
+        .find(|(k, _)| *k != "_nodes" && *k != "cluster_name")
+        .expect("node");
+    n["workload_groups"][id].clone()
+}
+
+/// Waits until the group's buckets are all drained (permits released after the responses).
+async fn wait_drained(node: &TestNode, id: &str) {
+    for _ in 0..20_000 {
+        let s = stats_of(node, id).await;
+        if s["buckets"].as_array().is_some_and(Vec::is_empty) && s["executing"] == 0 {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("buckets of {id} never drained: {}", stats_of(node, id).await);
+}
+
+fn assert_throttled(r: &Reply, group: &str, bucket: &str, limit: u64) {
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert_eq!(r.body["error"]["type"], "rejected_execution_exception", "{}", r.body);
+    let reason = r.body["error"]["reason"].as_str().expect("reason");
+    assert!(reason.contains(&format!("[{group}]")), "{reason}");
+    assert!(reason.contains(&format!("[{bucket}]")), "{reason}");
+    assert!(reason.contains(&format!("node_limit is {limit}")), "{reason}");
+    assert_eq!(r.header_values("retry-after"), ["1"]);
+}
+
+#[tokio::test]
+async fn test_group_bucket_rejects_over_the_limit_and_admits_after_release() {
+    let node = node_in_mode("enabled", &[]).await;
+    let id = create_group(&node, throttled_group("analytics", "group", 2, "enforced")).await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let running = vec![start_heavy(&node, &tag), start_heavy(&node, &tag)];
+    wait_running(&node, &id, 2).await;
+
+    assert_throttled(&cheap(&node, &tag).await, "analytics", "group", 2);
+    let count = node
+        .req_with("POST", "/small/_count", None, &tag)
+        .await;
+    assert_throttled(&count, "analytics", "group", 2);
+    // Other groups and DEFAULT are not affected.
+    assert_eq!(cheap(&node, &[]).await.status, 200);
+
+    let s = stats_of(&node, &id).await;
+    assert_eq!(s["total_throttled"], 2, "{s}");
+    assert_eq!(s["buckets"][0]["in_flight"], 2, "{s}");
+    assert_eq!(s["buckets"][0]["attribute"], "group", "{s}");
+
+    cancel_all(&node, running).await;
+    wait_drained(&node, &id).await;
+    assert_eq!(cheap(&node, &tag).await.status, 200);
+    let s = stats_of(&node, &id).await;
+    assert_eq!(s["peak_executing"], 2, "{s}");
+}
+
+#[tokio::test]
+async fn test_monitor_only_mode_and_monitor_groups_admit_and_count_would_throttle() {
+    let node = node_in_mode("monitor_only", &[]).await;
+    let id = create_group(&node, throttled_group("g", "group", 1, "enforced")).await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let running = vec![start_heavy(&node, &tag)];
+    wait_running(&node, &id, 1).await;
+    assert_eq!(cheap(&node, &tag).await.status, 200);
+    let s = stats_of(&node, &id).await;
+    assert_eq!((s["total_throttled"].clone(), s["total_would_throttle"].clone()), (json!(0), json!(1)), "{s}");
+
+    // In enabled mode a monitor group still only counts.
+    set_mode(&node, "enabled").await;
+    let mon = create_group(&node, throttled_group("m", "group", 1, "monitor")).await;
+    let mtag = [("workloadGroupId", mon.as_str())];
+    let mut running = running;
+    running.push(start_heavy(&node, &mtag));
+    wait_running(&node, &mon, 1).await;
+    assert_eq!(cheap(&node, &mtag).await.status, 200);
+    let s = stats_of(&node, &mon).await;
+    assert_eq!((s["total_throttled"].clone(), s["total_would_throttle"].clone()), (json!(0), json!(1)), "{s}");
+
+    // Disabled evaluates nothing.
+    set_mode(&node, "disabled").await;
+    assert_eq!(cheap(&node, &mtag).await.status, 200);
+    assert_eq!(stats_of(&node, &mon).await["total_would_throttle"], 1);
+    cancel_all(&node, running).await;
+    wait_drained(&node, &id).await;
+    wait_drained(&node, &mon).await;
+}
+
+#[tokio::test]
+async fn test_live_limit_changes_apply_to_the_next_admission_and_never_revoke() {
+    let node = node_in_mode("enabled", &[]).await;
+    let id = create_group(&node, throttled_group("live", "group", 2, "soft")).await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let running = vec![start_heavy(&node, &tag), start_heavy(&node, &tag)];
+    wait_running(&node, &id, 2).await;
+    assert_eq!(cheap(&node, &tag).await.status, 429);
+
+    let update = |limit: u64| {
+        let node = &node;
+        async move {
+            let r = node
+                .req_with(
+                    "PUT",
+                    "/_wlm/workload_group/live",
+                    Some(json!({"throttling": {"node_limit": limit}})),
+                    &ADMIN,
+                )
+                .await;
+            assert_eq!(r.status, 200, "{}", r.body);
+        }
+    };
+    update(3).await;
+    assert_eq!(cheap(&node, &tag).await.status, 200);
+    // Lowering below the running count keeps both running and refuses new ones.
+    update(1).await;
+    assert_throttled(&cheap(&node, &tag).await, "live", "group", 1);
+    assert_eq!(stats_of(&node, &id).await["buckets"][0]["in_flight"], 2);
+    // Disabling throttling admits at once.
+    let r = node
+        .req_with(
+            "PUT",
+            "/_wlm/workload_group/live",
+            Some(json!({"throttling": null})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(cheap(&node, &tag).await.status, 200);
+    cancel_all(&node, running).await;
+    wait_drained(&node, &id).await;
+}
+
+#[tokio::test]
+async fn test_deleting_a_group_with_requests_in_flight_leaks_no_permit() {
+    let node = node_in_mode("enabled", &[]).await;
+    let id = create_group(&node, throttled_group("gone", "group", 1, "enforced")).await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let running = vec![start_heavy(&node, &tag)];
+    wait_running(&node, &id, 1).await;
+    let r = node
+        .req_with("DELETE", "/_wlm/workload_group/gone", None, &ADMIN)
+        .await;
+    assert_eq!(r.status, 200);
+    cancel_all(&node, running).await;
+    // The permit table is empty once the request is gone; a group with the same name starts
+    // with a fresh bucket.
+    let again = create_group(&node, throttled_group("gone", "group", 1, "enforced")).await;
+    let r = node
+        .req_with("GET", "/_wlm/stats?include=buckets", None, &ADMIN)
+        .await;
+    assert!(!r.body.to_string().contains("in_flight"), "{}", r.body);
+    assert_eq!(
+        cheap(&node, &[("workloadGroupId", again.as_str())]).await.status,
+        200
+    );
+}
+
+#[tokio::test]
+async fn test_msearch_items_are_throttled_one_by_one_inside_a_200() {
+    let node = node_in_mode("enabled", &[]).await;
+    let id = create_group(&node, throttled_group("ms", "group", 1, "enforced")).await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let running = vec![start_heavy(&node, &tag)];
+    wait_running(&node, &id, 1).await;
+    let body = common::ndjson(&[
+        json!({"index": "small"}),
+        json!({}),
+        json!({"index": "small"}),
+        json!({}),
+    ]);
+    let resp = node
+        .client
+        .post(node.url("/_msearch"))
+        .header("content-type", "application/x-ndjson")
+        .header("workloadGroupId", &id)
+        .body(body)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(resp.status().as_u16(), 200);
+    let body: Value = resp.json().await.expect("json");
+    for item in body["responses"].as_array().expect("responses") {
+        assert_eq!(item["status"], 429, "{item}");
+        assert_eq!(item["error"]["type"], "rejected_execution_exception");
+    }
+    assert_eq!(stats_of(&node, &id).await["total_throttled"], 2);
+    cancel_all(&node, running).await;
+    wait_drained(&node, &id).await;
+}
+
+#[tokio::test]
+async fn test_scroll_continuations_draw_on_the_bucket_and_are_rejected_not_parked() {
+    let node = node_in_mode("enabled", &[]).await;
+    let id = create_group(&node, throttled_group("sc", "group", 1, "enforced")).await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let opened = node
+        .req_with(
+            "POST",
+            "/small/_search?scroll=1m",
+            Some(json!({"size": 1})),
+            &tag,
+        )
+        .await;
+    assert_eq!(opened.status, 200, "{}", opened.body);
+    let scroll_id = opened.body["_scroll_id"].as_str().expect("scroll id").to_string();
+    let running = vec![start_heavy(&node, &tag)];
+    wait_running(&node, &id, 1).await;
+    // The continuation belongs to the group the scroll was opened in, header or not.
+    let r = node
+        .req_with(
+            "POST",
+            "/_search/scroll",
+            Some(json!({"scroll": "1m", "scroll_id": scroll_id})),
+            &[],
+        )
+        .await;
+    assert_throttled(&r, "sc", "group", 1);
+    cancel_all(&node, running).await;
+    wait_drained(&node, &id).await;
+    let r = node
+        .req_with(
+            "POST",
+            "/_search/scroll",
+            Some(json!({"scroll": "1m", "scroll_id": scroll_id})),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+#[tokio::test]
+async fn test_username_and_role_buckets_are_independent() {
+    let node = node_in_mode(
+        "enabled",
+        &["auth.type=proxy", "auth.proxy.trusted_addresses=127.0.0.0/8"],
+    )
+    .await;
+    let users = create_group(&node, throttled_group("per-user", "username", 1, "enforced")).await;
+    let roles = create_group(&node, throttled_group("per-role", "role", 1, "enforced")).await;
+    let as_user = |u: &'static str, roles: &'static str, group: &str| {
+        vec![
+            ("x-proxy-user", u.to_string()),
+            ("x-proxy-roles", roles.to_string()),
+            ("workloadGroupId", group.to_string()),
+        ]
+    };
+    let h = |v: &Vec<(&'static str, String)>| -> Vec<(&'static str, String)> { v.clone() };
+    let refs = |v: &Vec<(&'static str, String)>| -> Vec<(&str, &str)> {
+        v.iter().map(|(k, v)| (*k, v.as_str())).collect()
+    };
+
+    let alice = as_user("alice", "x", &users);
+    let bob = as_user("bob", "x", &users);
+    let running = vec![start_heavy(&node, &refs(&h(&alice)))];
+    wait_running(&node, &users, 1).await;
+    assert_throttled(&cheap(&node, &refs(&alice)).await, "per-user", "username=alice", 1);
+    assert_eq!(cheap(&node, &refs(&bob)).await.status, 200);
+
+    // Roles: charged to the smallest role; a caller whose smallest role differs is free.
+    let carol = as_user("carol", "writer, analyst", &roles);
+    let dave = as_user("dave", "analyst", &roles);
+    let erin = as_user("erin", "viewer", &roles);
+    let mut running = running;
+    running.push(start_heavy(&node, &refs(&carol)));
+    wait_running(&node, &roles, 1).await;
+    assert_throttled(&cheap(&node, &refs(&dave)).await, "per-role", "role=analyst", 1);
+    assert_eq!(cheap(&node, &refs(&erin)).await.status, 200);
+    cancel_all(&node, running).await;
+    wait_drained(&node, &users).await;
+    wait_drained(&node, &roles).await;
+}
