@@ -1,11 +1,12 @@
 //! The node's workload-management mode, `wlm.workload_group.mode` (DESIGN D3).
 
 /// What workload management does on this node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum WlmMode {
     /// Throttles, queues, rejects and cancels.
     Enabled,
     /// Evaluates every limit but only logs and counts what it would have done (the default).
+    #[default]
     MonitorOnly,
     /// Evaluates nothing; requests are still tagged and counted in stats.
     Disabled,
@@ -29,6 +30,18 @@ impl WlmMode {
             "disabled" => Some(WlmMode::Disabled),
             _ => None,
         }
+    }
+
+    /// Whether the enforcement loop runs at all (builds usage views, tracks duress, selects
+    /// tasks); false only for `disabled` (facts §6.3).
+    pub fn runs_enforcement_loop(self) -> bool {
+        !matches!(self, WlmMode::Disabled)
+    }
+
+    /// Whether limits really act — tasks cancelled, requests rejected or throttled; in
+    /// `monitor_only` they are only logged and counted (facts §6.6).
+    pub fn acts(self) -> bool {
+        matches!(self, WlmMode::Enabled)
     }
 
     /// The name OpenSearch prints in messages (`ENABLED`, `MONITOR_ONLY`, `DISABLED`).
