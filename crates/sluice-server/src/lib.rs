@@ -5,6 +5,7 @@
 //! handlers parse requests, run engine work on the blocking pool and render OpenSearch-shaped
 //! responses and [`error`]s from shared [`state`].
 
+pub mod accounting;
 pub mod admission;
 pub mod api;
 pub mod auth;

@@ -83,6 +83,8 @@ pub struct Task {
     /// The throttle buckets this task and its ancestors hold permits of; a nested search is
     /// not charged again for them (DESIGN D8).
     pub held_buckets: Vec<sluice_core::BucketKey>,
+    /// CPU and memory used so far, sampled by the thread that runs the task.
+    pub usage: crate::accounting::TaskUsage,
 }
 
 impl Task {
@@ -227,6 +229,7 @@ impl TaskManager {
             principal: crate::auth::current_principal(),
             group,
             held_buckets,
+            usage: crate::accounting::TaskUsage::default(),
         });
         tasks.insert(seq, task.clone());
         TaskGuard {
@@ -293,6 +296,21 @@ impl TaskManager {
             );
         }
         m.insert("headers".into(), json!({}));
+        if detailed {
+            // OpenSearch's shape; a sluice search runs on one thread, so total, min, max and
+            // average are the same figures.
+            let one = json!({
+                "cpu_time_in_nanos": t.usage.cpu_nanos(),
+                "memory_in_bytes": t.usage.memory_bytes(),
+            });
+            m.insert(
+                "resource_stats".into(),
+                json!({
+                    "average": one, "total": one, "min": one, "max": one,
+                    "thread_info": {"thread_executions": 1, "active_threads": 1}
+                }),
+            );
+        }
         if detailed && let Some(g) = &t.group {
             m.insert(
                 "workload_group".into(),

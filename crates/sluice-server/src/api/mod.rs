@@ -258,6 +258,7 @@ pub async fn run_task<T: Send + 'static>(
     );
     let task = guard.task().clone();
     let task_entry = entry.clone();
+    let task_usage = task.clone();
     let ctx = SearchContext {
         cancelled: Some(task.cancelled.clone()),
         deadline: None,
@@ -278,7 +279,10 @@ pub async fn run_task<T: Send + 'static>(
             .get()
             .zip(own_bucket.as_ref())
             .map(|(p, k)| p.enter(k));
-        work(ctx, &settings)
+        let usage = crate::accounting::ThreadUsage::start();
+        let out = work(ctx, &settings);
+        usage.record_into(&task_usage.usage);
+        out
     })
     .await;
     on_drop.disarm();

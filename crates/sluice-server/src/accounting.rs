@@ -1,0 +1,117 @@
+//! Resource accounting: the CPU time and memory a task uses, measured on the threads that work
+//! for it (issue #6 item 1), and the node-level figures the duress trackers read.
+//!
+//! - **CPU**: the thread CPU clock (`CLOCK_THREAD_CPUTIME_ID`, through `cpu-time`). A search
+//!   runs on one search-pool thread from start to end, so the clock's advance over the task is
+//!   the task's CPU time.
+//! - **Memory**: jemalloc's per-thread cumulative allocated-bytes counter
+//!   (`thread.allocatedp`), read as a pointer, so a sample costs a load. The bytes a task
+//!   allocated are the counter's advance over the task — allocations, not live memory, which is
+//!   what OpenSearch's per-task memory tracking reports too.
+//!
+//! jemalloc is the process's global allocator (declared here, so every binary that links the
+//! server — `sluice`, the tests — measures the same way).
+//!
+//! A [`ThreadUsage`] is started on the task's thread when its work starts and sampled at the
+//! engine's cancellation checkpoints and at the end, so a long search's usage is visible while
+//! it runs.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// What a task has used so far; written by its thread, read by `_tasks` and the enforcement
+/// loop (relaxed: each figure is a monotone sample, read for reporting and decisions that
+/// tolerate one sample of staleness).
+#[derive(Debug, Default)]
+pub struct TaskUsage {
+    cpu_nanos: AtomicU64,
+    memory_bytes: AtomicU64,
+}
+
+impl TaskUsage {
+    /// CPU time so far, nanoseconds.
+    pub fn cpu_nanos(&self) -> u64 {
+        self.cpu_nanos.load(Ordering::Relaxed)
+    }
+
+    /// Bytes allocated so far.
+    pub fn memory_bytes(&self) -> u64 {
+        self.memory_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Records a sample (never lowers a figure).
+    pub fn record(&self, cpu_nanos: u64, memory_bytes: u64) {
+        self.cpu_nanos.fetch_max(cpu_nanos, Ordering::Relaxed);
+        self.memory_bytes.fetch_max(memory_bytes, Ordering::Relaxed);
+    }
+}
+
+/// Measures one thread's CPU time and allocations from the moment it was started. Must be
+/// sampled on the thread that started it.
+pub struct ThreadUsage {
+    cpu_start: Option<cpu_time::ThreadTime>,
+    allocated: Option<tikv_jemalloc_ctl::thread::ThreadLocal<u64>>,
+    allocated_start: u64,
+}
+
+impl ThreadUsage {
+    /// Starts measuring the current thread. A clock or counter that cannot be read measures
+    /// zero (logged once at DEBUG), never fails the task.
+    pub fn start() -> ThreadUsage {
+        let cpu_start = cpu_time::ThreadTime::try_now().ok();
+        let allocated = tikv_jemalloc_ctl::thread::allocatedp::read().ok();
+        if cpu_start.is_none() || allocated.is_none() {
+            tracing::debug!("thread CPU clock or jemalloc counters unavailable; task usage reads 0");
+        }
+        let allocated_start = allocated.as_ref().map_or(0, |a| a.get());
+        ThreadUsage {
+            cpu_start,
+            allocated,
+            allocated_start,
+        }
+    }
+
+    /// `(cpu nanos, allocated bytes)` since [`ThreadUsage::start`].
+    pub fn sample(&self) -> (u64, u64) {
+        let cpu = self.cpu_start.as_ref().map_or(0, |t| {
+            u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        });
+        let bytes = self
+            .allocated
+            .as_ref()
+            .map_or(0, |a| a.get().saturating_sub(self.allocated_start));
+        (cpu, bytes)
+    }
+
+    /// Samples into `usage`.
+    pub fn record_into(&self, usage: &TaskUsage) {
+        let (cpu, bytes) = self.sample();
+        usage.record(cpu, bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_thread_usage_sees_this_threads_work_and_allocations() {
+        let usage = ThreadUsage::start();
+        let mut v: Vec<u64> = Vec::with_capacity(1_000_000);
+        let mut x = 1u64;
+        for i in 0..1_000_000u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
+            v.push(x);
+        }
+        std::hint::black_box(&v);
+        let (cpu, bytes) = usage.sample();
+        assert!(bytes >= 8_000_000, "allocated {bytes}");
+        assert!(cpu > 0, "cpu {cpu}");
+        let t = TaskUsage::default();
+        usage.record_into(&t);
+        t.record(0, 0);
+        assert!(t.memory_bytes() >= 8_000_000);
+    }
+}

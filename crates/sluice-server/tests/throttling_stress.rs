@@ -1,0 +1,274 @@
+//! End-to-end stress of the node-tier throttle over HTTP (issue #5 item 6).
+//!
+//! 64 concurrent clients send thousands of requests to groups with a `node_limit`, mixing
+//! successes, errors after admission, cancellations (`cancel_after_time_interval`) and client
+//! disconnects. The node's bucket probe records, as the search threads see it, how many
+//! requests of each bucket executed at once; the tests assert it never exceeded the limit,
+//! that every request was either throttled or completed, and that every bucket drained.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::TestNode;
+use serde_json::{Value, json};
+use sluice_server::workload::BucketProbe;
+
+const ADMIN: [(&str, &str); 2] = [("x-proxy-user", "root"), ("x-proxy-roles", "admin")];
+const CLIENTS: usize = 64;
+const REQUESTS_PER_CLIENT: usize = 40;
+
+async fn setup(extra: &[&str]) -> TestNode {
+    // A search pool wider than every limit, so the throttle — not the pool — is what bounds
+    // the concurrency the probe sees.
+    let mut settings = vec!["thread_pool.search.size=32"];
+    settings.extend_from_slice(extra);
+    let node = TestNode::start_with(&settings).await;
+    common::heavy_index_as(&node, &ADMIN).await;
+    let r = node
+        .req_with(
+            "PUT",
+            "/small/_doc/1?refresh=true",
+            Some(json!({"k": "a"})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let r = node
+        .req_with(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"persistent": {"wlm.workload_group.mode": "enabled"}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    node.state
+        .workload
+        .probe
+        .set(BucketProbe::default())
+        .expect("probe set once");
+    node
+}
+
+async fn create_group(node: &TestNode, name: &str, attribute: &str, limit: u64) -> String {
+    let r = node
+        .req_with(
+            "PUT",
+            "/_wlm/workload_group",
+            Some(json!({"name": name, "resiliency_mode": "enforced",
+                        "resource_limits": {"cpu": 0.1},
+                        "throttling": {"attribute": attribute, "node_limit": limit}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body["_id"].as_str().expect("_id").to_string()
+}
+
+/// What one request of the mix does.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Success,
+    NotFound,
+    BadQuery,
+    Cancelled,
+    Disconnect,
+}
+
+fn kind_of(i: usize) -> Kind {
+    match i % 20 {
+        0..=10 => Kind::Success,
+        11 | 12 => Kind::NotFound,
+        13 | 14 => Kind::BadQuery,
+        15..=17 => Kind::Cancelled,
+        _ => Kind::Disconnect,
+    }
+}
+
+/// Sends one request of `kind`; returns its status (0 when the client gave up).
+async fn send(
+    client: &reqwest::Client,
+    base: &str,
+    kind: Kind,
+    headers: &[(String, String)],
+) -> u16 {
+    let medium = json!({"size": 0, "aggs": {"t": {"terms": {"field": "k", "size": 5}}}});
+    let (path, body, timeout) = match kind {
+        Kind::Success => ("/small/_search".to_string(), json!({}), None),
+        Kind::NotFound => ("/missing/_search".to_string(), json!({}), None),
+        Kind::BadQuery => (
+            "/small/_search".to_string(),
+            json!({"query": {"no_such_query": {}}}),
+            None,
+        ),
+        Kind::Cancelled => (
+            "/heavy/_search?cancel_after_time_interval=1ms".to_string(),
+            medium,
+            None,
+        ),
+        Kind::Disconnect => (
+            "/heavy/_search".to_string(),
+            medium,
+            Some(Duration::from_millis(3)),
+        ),
+    };
+    let mut rb = client
+        .post(format!("{base}{path}"))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    for (k, v) in headers {
+        rb = rb.header(k.as_str(), v.as_str());
+    }
+    if let Some(t) = timeout {
+        rb = rb.timeout(t);
+    }
+    match rb.send().await {
+        Ok(r) => r.status().as_u16(),
+        Err(e) if e.is_timeout() => 0,
+        Err(e) => panic!("request failed: {e}"),
+    }
+}
+
+/// Runs the clients; `headers_of(client)` picks each client's identity and group.
+async fn run_clients(
+    node: &TestNode,
+    headers_of: impl Fn(usize) -> Vec<(String, String)>,
+) -> HashMap<u16, usize> {
+    let base = Arc::new(node.base.clone());
+    let mut handles = Vec::new();
+    for c in 0..CLIENTS {
+        let headers = headers_of(c);
+        let base = base.clone();
+        let client = reqwest::Client::new();
+        handles.push(tokio::spawn(async move {
+            let mut seen: HashMap<u16, usize> = HashMap::new();
+            for i in 0..REQUESTS_PER_CLIENT {
+                let status = send(&client, &base, kind_of(c + i), &headers).await;
+                *seen.entry(status).or_default() += 1;
+            }
+            seen
+        }));
+    }
+    let mut total: HashMap<u16, usize> = HashMap::new();
+    for h in handles {
+        for (k, v) in h.await.expect("client task") {
+            *total.entry(k).or_default() += v;
+        }
+    }
+    total
+}
+
+/// Waits until no request executes and the permit table is empty (disconnected requests end
+/// on their own a little after their client gave up).
+async fn wait_idle(node: &TestNode) {
+    let probe = node.state.workload.probe.get().expect("probe");
+    for _ in 0..100_000 {
+        if probe.executing() == 0 && node.state.workload.permits.num_buckets() == 0 {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!(
+        "still busy: executing {}, buckets {:?}",
+        probe.executing(),
+        node.state.workload.permits.buckets()
+    );
+}
+
+async fn group_stats(node: &TestNode, id: &str) -> Value {
+    let r = node
+        .req_with("GET", &format!("/_wlm/stats/{id}"), None, &ADMIN)
+        .await;
+    let obj = r.body.as_object().expect("object").clone();
+    let (_, n) = obj
+        .into_iter()
+        .find(|(k, _)| k != "_nodes" && k != "cluster_name")
+        .expect("node");
+    n["workload_groups"][id].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_group_bucket_never_exceeds_node_limit_under_mixed_load() {
+    let node = setup(&[]).await;
+    let id = create_group(&node, "stress", "group", 10).await;
+    let tag = id.clone();
+    let statuses = run_clients(&node, move |_| {
+        vec![("workloadGroupId".to_string(), tag.clone())]
+    })
+    .await;
+    wait_idle(&node).await;
+
+    let sent = CLIENTS * REQUESTS_PER_CLIENT;
+    assert_eq!(statuses.values().sum::<usize>(), sent);
+    for status in statuses.keys() {
+        assert!(
+            [0, 200, 400, 404, 429, 500].contains(status),
+            "unexpected status {status}: {statuses:?}"
+        );
+    }
+    let peaks = node.state.workload.probe.get().unwrap().peaks();
+    assert_eq!(peaks.len(), 1, "{peaks:?}");
+    assert!(peaks[0].1 <= 10, "bucket ran {} at once: {peaks:?}", peaks[0].1);
+    assert!(peaks[0].1 >= 2, "the load never overlapped: {peaks:?}");
+
+    let s = group_stats(&node, &id).await;
+    let throttled = s["total_throttled"].as_u64().unwrap();
+    let completed = s["total_completions"].as_u64().unwrap();
+    assert!(throttled > 0, "the limit was never reached: {s}");
+    assert_eq!(
+        throttled as usize,
+        statuses.get(&429).copied().unwrap_or(0),
+        "{s} {statuses:?}"
+    );
+    assert_eq!(throttled + completed, sent as u64, "{s} {statuses:?}");
+    assert!(s["peak_executing"].as_u64().unwrap() <= 10, "{s}");
+    node.assert_alive().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_username_and_role_buckets_are_enforced_independently_under_load() {
+    let node = setup(&["auth.type=proxy", "auth.proxy.trusted_addresses=127.0.0.0/8"]).await;
+    let group = create_group(&node, "whole", "group", 6).await;
+    let users = create_group(&node, "users", "username", 2).await;
+    let roles = create_group(&node, "roles", "role", 3).await;
+    let (g, u, r) = (group.clone(), users.clone(), roles.clone());
+    let statuses = run_clients(&node, move |c| {
+        let (gid, user, role) = match c % 3 {
+            0 => (g.clone(), format!("g{}", c % 5), "x".to_string()),
+            1 => (u.clone(), format!("user{}", c % 4), "x".to_string()),
+            _ => (r.clone(), format!("r{c}"), format!("role{}, zz", (c / 3) % 3)),
+        };
+        vec![
+            ("workloadGroupId".to_string(), gid),
+            ("x-proxy-user".to_string(), user),
+            ("x-proxy-roles".to_string(), role),
+        ]
+    })
+    .await;
+    wait_idle(&node).await;
+    assert!(statuses.contains_key(&429), "{statuses:?}");
+    let peaks = node.state.workload.probe.get().unwrap().peaks();
+    let limit_of = |gid: &str| {
+        if gid == group {
+            6
+        } else if gid == users {
+            2
+        } else {
+            3
+        }
+    };
+    let mut buckets_per_group: HashMap<String, usize> = HashMap::new();
+    for (key, peak) in &peaks {
+        let limit = limit_of(&key.group_id);
+        assert!(*peak <= limit, "bucket {key:?} ran {peak} at once, limit {limit}");
+        *buckets_per_group.entry(key.group_id.to_string()).or_default() += 1;
+    }
+    // One bucket for the group, one per username (4), one per smallest role (3).
+    assert_eq!(buckets_per_group.get(&group), Some(&1), "{peaks:?}");
+    assert_eq!(buckets_per_group.get(&users), Some(&4), "{peaks:?}");
+    assert_eq!(buckets_per_group.get(&roles), Some(&3), "{peaks:?}");
+    node.assert_alive().await;
+}
