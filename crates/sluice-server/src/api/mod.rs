@@ -178,6 +178,7 @@ pub async fn run_task<T: Send + 'static>(
         cancelled: Some(task.cancelled.clone()),
         deadline: None,
         cancel_at: cancel_after.map(|d| task.started + d),
+        ..Default::default()
     };
     let on_drop = CancelOnDrop::new(st.tasks.clone(), task.seq);
     let result = on_search_pool(st, move || {
