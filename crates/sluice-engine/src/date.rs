@@ -46,7 +46,7 @@ pub fn format_millis(ms: i64) -> String {
     )
 }
 
-fn take_digits<'a>(s: &mut &'a str, n: usize) -> Option<u32> {
+fn take_digits(s: &mut &str, n: usize) -> Option<u32> {
     if s.len() < n || !s.as_bytes()[..n].iter().all(u8::is_ascii_digit) {
         return None;
     }

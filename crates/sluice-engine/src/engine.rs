@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use crate::error::{EngineError, ErrorCode, Result};
 use crate::index::{self, DocOp, DocWriteResult, IndexHandle, StoredDoc};
+use crate::lookup::TermsLookups;
 use crate::mapping::{Mapping, wildcard_match};
 use crate::scroll::ScrollStore;
 use crate::search::{SearchContext, SearchRequest};
@@ -322,10 +323,11 @@ impl Engine {
                     false
                 }
             };
-            if due && h.is_dirty() {
-                if let Err(e) = h.refresh() {
-                    tracing::error!(index = h.name(), error = %e, "periodic refresh failed");
-                }
+            if due
+                && h.is_dirty()
+                && let Err(e) = h.refresh()
+            {
+                tracing::error!(index = h.name(), error = %e, "periodic refresh failed");
             }
         }
         self.reap_expired_scrolls(now);
@@ -346,7 +348,9 @@ impl Engine {
     ) -> Result<Value> {
         let started = Instant::now();
         let indices = self.resolve(index_expr)?;
-        crate::search::execute(&indices, req, ctx, now_millis(), started, None)
+        let now = now_millis();
+        let lookups = TermsLookups::new(self, ctx, now);
+        crate::search::execute(&indices, req, ctx, now, started, None, Some(&lookups))
     }
 
     /// The open scroll contexts, for their limits and counts.
@@ -364,8 +368,10 @@ impl Engine {
         ctx: &SearchContext,
     ) -> Result<Value> {
         let indices = self.resolve(index_expr)?;
+        let now = now_millis();
+        let lookups = TermsLookups::new(self, ctx, now);
         self.scrolls
-            .open(&indices, req, keep_alive, ctx, now_millis())
+            .open(&indices, req, keep_alive, ctx, now, Some(&lookups))
     }
 
     /// Returns the next page of a scroll, renewing its keep-alive (to `keep_alive` if given).
@@ -398,7 +404,9 @@ impl Engine {
     /// Counts the documents matching `query` over an index expression.
     pub fn count(&self, index_expr: &str, query: &Value, ctx: &SearchContext) -> Result<u64> {
         let indices = self.resolve(index_expr)?;
-        crate::search::count(&indices, query, ctx, now_millis())
+        let now = now_millis();
+        let lookups = TermsLookups::new(self, ctx, now);
+        crate::search::count(&indices, query, ctx, now, Some(&lookups))
     }
 
     /// Refreshes (commits) every index: called at shutdown so the next start needs no replay.

@@ -29,6 +29,8 @@ use crate::translog::{Record, Translog};
 const WRITER_HEAP_BYTES: usize = 64 * 1024 * 1024;
 /// OpenSearch's default `index.max_result_window`.
 pub const DEFAULT_MAX_RESULT_WINDOW: u64 = 10_000;
+/// OpenSearch's default `index.max_terms_count`: the most terms a `terms` query may hold.
+pub const DEFAULT_MAX_TERMS_COUNT: u64 = 65_536;
 /// OpenSearch's default `index.refresh_interval`.
 pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -355,6 +357,11 @@ impl IndexHandle {
         self.setting_u64("index.max_result_window", DEFAULT_MAX_RESULT_WINDOW)
     }
 
+    /// `index.max_terms_count`: the most terms a `terms` query on this index may hold.
+    pub fn max_terms_count(&self) -> u64 {
+        self.setting_u64("index.max_terms_count", DEFAULT_MAX_TERMS_COUNT)
+    }
+
     /// Copies a write is meant for: the primary plus `index.number_of_replicas`.
     pub fn shards_total(&self) -> u64 {
         1 + self.setting_u64("index.number_of_replicas", 1)
@@ -484,9 +491,10 @@ impl IndexHandle {
                     }
                     None => (new_doc_id(), None),
                 };
-                if op_type == OpType::Create {
-                    if let Some(ex) = &existing {
-                        return Err(EngineError::new(
+                if op_type == OpType::Create
+                    && let Some(ex) = &existing
+                {
+                    return Err(EngineError::new(
                             ErrorCode::VersionConflict,
                             format!(
                                 "[{id}]: version conflict, document already exists (current version [{}])",
@@ -494,7 +502,6 @@ impl IndexHandle {
                             ),
                         )
                         .with_index(&self.name));
-                    }
                 }
                 self.put(st, id, source, existing.map(|e| e.version), generated_id)
             }
@@ -884,7 +891,7 @@ pub fn normalize_settings(settings: &Value) -> Result<BTreeMap<String, String>> 
         match key.as_str() {
             "index.number_of_shards" => check_int(1, 1024)?,
             "index.number_of_replicas" => check_int(0, 1024)?,
-            "index.max_result_window" => check_int(1, i32::MAX as u64)?,
+            "index.max_result_window" | "index.max_terms_count" => check_int(1, i32::MAX as u64)?,
             "index.refresh_interval" => {
                 if v != "-1" && crate::parse_time_value(&v).is_err() {
                     return Err(EngineError::illegal_argument(format!(

@@ -8,6 +8,9 @@
 //! query DSL ([`query`]) and aggregations ([`aggs`]) and runs them with a collector that checks
 //! the request's [`SearchContext`] for cancellation and its deadline. A [`ScrollStore`] keeps
 //! the searcher snapshots and cursors of open scrolls between their pages ([`scroll`]).
+//! A `terms` query may take its values from documents of another index ([`lookup`]); a lookup
+//! by query runs a nested search, which the engine announces through the context's
+//! [`NestedSearchHook`] so that the server can make it a child task that passes admission.
 //!
 //! The engine knows nothing of workload groups: the server decides whether a search may run and
 //! hands it a context to stop it.
@@ -17,6 +20,7 @@ pub mod date;
 pub mod engine;
 pub mod error;
 pub mod index;
+pub mod lookup;
 pub mod mapping;
 pub mod query;
 pub mod schema;
@@ -26,5 +30,6 @@ pub mod translog;
 
 pub use engine::{Engine, now_millis, parse_time_value};
 pub use error::{EngineError, ErrorCode, Result};
+pub use lookup::TermsLookups;
 pub use scroll::{ScrollLimits, ScrollStore};
-pub use search::{SearchContext, SearchRequest};
+pub use search::{NestedScope, NestedSearchHook, SearchContext, SearchRequest};

@@ -8,7 +8,8 @@
 //!   their text with the index's `default` tokenizer on `text` fields and behave like `term` on
 //!   every other type;
 //! - term-level queries (`term`, `terms`, `range`, `exists`, `ids`, `prefix`, `wildcard`,
-//!   `regexp`) convert their values to the field's type first;
+//!   `regexp`) convert their values to the field's type first; `terms` may fetch its values
+//!   from other documents ([terms lookup](crate::lookup), through [`QueryContext::lookups`]);
 //! - compound queries (`bool`, `constant_score`, `dis_max`) recurse;
 //! - `query_string` has its own small Lucene-syntax parser.
 //!
@@ -29,6 +30,7 @@ use tantivy::Term;
 use tantivy::query::{AllQuery, BooleanQuery, BoostQuery, ConstScoreQuery, EmptyQuery, Query};
 
 use crate::error::{EngineError, Result};
+use crate::lookup::TermsLookups;
 use crate::mapping::{Mapping, ResolvedField, Storage};
 use crate::schema;
 
@@ -48,6 +50,10 @@ pub struct QueryContext<'a> {
     pub now_millis: i64,
     /// The index name, reported by `query_shard_exception`s.
     pub index_name: &'a str,
+    /// The most terms a `terms` query may hold (`index.max_terms_count`).
+    pub max_terms_count: u64,
+    /// Resolves `terms` lookups; `None` makes a lookup an error.
+    pub lookups: Option<&'a TermsLookups<'a>>,
 }
 
 impl QueryContext<'_> {

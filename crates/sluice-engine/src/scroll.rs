@@ -40,6 +40,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{EngineError, ErrorCode, Result};
 use crate::index::IndexHandle;
+use crate::lookup::TermsLookups;
 use crate::search::{self, Candidate, Prepared, SearchContext, SearchRequest, TrackTotalHits};
 
 /// OpenSearch's default `search.max_open_scroll_context`: enough for many concurrent scrolls
@@ -220,7 +221,8 @@ impl ScrollStore {
     }
 
     /// Runs the first page of a scroll search over `indices` and keeps its context for
-    /// `keep_alive`; the response carries `_scroll_id` first.
+    /// `keep_alive`; the response carries `_scroll_id` first. `terms` lookups resolve through
+    /// `lookups` when the scroll opens; its later pages reuse the built queries.
     pub fn open(
         &self,
         indices: &[Arc<IndexHandle>],
@@ -228,6 +230,7 @@ impl ScrollStore {
         keep_alive: Duration,
         ctx: &SearchContext,
         now_millis: i64,
+        lookups: Option<&TermsLookups<'_>>,
     ) -> Result<Value> {
         let started = Instant::now();
         validate_scroll_request(req)?;
@@ -247,7 +250,7 @@ impl ScrollStore {
             ));
         }
         let reservation = self.reserve()?;
-        let mut prepared = search::prepare(indices, req, now_millis, None)?;
+        let mut prepared = search::prepare(indices, req, now_millis, None, lookups)?;
         let (first, last) = search::run_prepared(&prepared, req, ctx, started, None)?;
         for p in &mut prepared {
             p.aggs = None;

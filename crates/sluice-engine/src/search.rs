@@ -19,6 +19,7 @@ use tantivy::{DocAddress, DocId, DocSet, Score, Searcher, SegmentReader, TERMINA
 
 use crate::error::{EngineError, ErrorCode, Result};
 use crate::index::IndexHandle;
+use crate::lookup::TermsLookups;
 use crate::mapping::{FieldType, wildcard_match};
 use crate::query::{QueryContext, build_query};
 
@@ -34,8 +35,8 @@ pub const DEFAULT_TRACK_TOTAL_HITS: u64 = 10_000;
 /// OpenSearch's default page size.
 pub const DEFAULT_SIZE: u64 = 10;
 
-/// What a running search checks to know whether to stop.
-#[derive(Debug, Clone, Default)]
+/// What a running search checks to know whether to stop, and how it issues nested searches.
+#[derive(Clone, Default)]
 pub struct SearchContext {
     /// Set by whoever cancels the search (task cancel, client disconnect, enforcement).
     pub cancelled: Option<Arc<AtomicBool>>,
@@ -44,10 +45,28 @@ pub struct SearchContext {
     /// When the search must be cancelled (`cancel_after_time_interval`): past it the search
     /// fails with `task_cancelled_exception` instead of returning partial results.
     pub cancel_at: Option<Instant>,
+    /// How the engine registers the nested searches it runs on behalf of this request (a
+    /// `terms` lookup with a `query`); `None` runs them directly under this context.
+    pub nested: Option<Arc<dyn NestedSearchHook>>,
+    /// The context of the request this one runs inside of: when it is cancelled (its flag or
+    /// its `cancel_at`), this search is too. The engine sets it on a nested search's context.
+    pub parent: Option<Arc<SearchContext>>,
+}
+
+impl std::fmt::Debug for SearchContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SearchContext")
+            .field("cancelled", &self.cancelled)
+            .field("deadline", &self.deadline)
+            .field("cancel_at", &self.cancel_at)
+            .field("nested", &self.nested.as_ref().map(|_| "NestedSearchHook"))
+            .field("parent", &self.parent)
+            .finish()
+    }
 }
 
 impl SearchContext {
-    /// Whether the search has been cancelled.
+    /// Whether the search, or a request it runs inside of, has been cancelled.
     pub fn is_cancelled(&self) -> bool {
         // Relaxed is enough: the flag carries no data, and a late observation only delays the
         // stop until the next check.
@@ -55,10 +74,52 @@ impl SearchContext {
             .as_ref()
             .is_some_and(|c| c.load(AtomicOrdering::Relaxed))
             || self.cancel_at.is_some_and(|at| Instant::now() >= at)
+            || self.parent.as_ref().is_some_and(|p| p.is_cancelled())
     }
 
     fn is_past_deadline(&self) -> bool {
         self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+}
+
+/// Called by the engine before it runs a nested search on behalf of the current request (the
+/// sub-search of a `terms` lookup with a `query`), so that the caller can make it a child task
+/// that passes admission, while the engine stays ignorant of how.
+///
+/// The engine calls [`enter`](NestedSearchHook::enter) on the thread that runs the outer
+/// search, once per distinct lookup of a request, after it has resolved the lookup index and
+/// before it builds the nested search; it runs the nested search synchronously on that same
+/// thread (never through the search pool again) and drops [`NestedScope::guard`] as soon as the
+/// nested search ends, whether it succeeded or failed.
+pub trait NestedSearchHook: Send + Sync {
+    /// Registers the nested search on `index` (e.g. as a child task and through admission) and
+    /// returns the context it runs under plus a guard the engine holds until it ends.
+    ///
+    /// `description` describes the nested search the way a search task is described
+    /// (`indices[..], search_type[QUERY_THEN_FETCH], source[..]`). An error aborts the outer
+    /// request with that error as is (a 429 `rejected_execution_exception`, a
+    /// `task_cancelled_exception` ...).
+    fn enter(&self, index: &str, description: &str) -> Result<NestedScope>;
+}
+
+/// What a [`NestedSearchHook`] hands back for one nested search.
+#[must_use = "the guard must live until the nested search ends"]
+pub struct NestedScope {
+    /// The context the nested search runs under: its own cancellation flag (the child task's),
+    /// its `cancel_at` and `deadline`, and the hook for searches nested in it (`None` inherits
+    /// the outer request's). The engine sets its `parent` to the outer context, so cancelling
+    /// the outer request stops the nested search too.
+    pub ctx: SearchContext,
+    /// Dropped by the engine right after the nested search ends (a task registration, a
+    /// permit ...).
+    pub guard: Box<dyn std::any::Any + Send>,
+}
+
+impl std::fmt::Debug for NestedScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NestedScope")
+            .field("ctx", &self.ctx)
+            .finish_non_exhaustive()
     }
 }
 
@@ -594,10 +655,8 @@ impl FieldReader {
         let mut nums = Vec::new();
         for h in handles {
             match h.open()? {
-                tantivy::columnar::DynamicColumn::I64(c) => {
-                    if nums.is_empty() {
-                        return Ok(FieldReader::I64(c));
-                    }
+                tantivy::columnar::DynamicColumn::I64(c) if nums.is_empty() => {
+                    return Ok(FieldReader::I64(c));
                 }
                 tantivy::columnar::DynamicColumn::F64(c) => nums.push(c),
                 tantivy::columnar::DynamicColumn::U64(c) => {
@@ -678,7 +737,10 @@ impl Prepared {
     }
 }
 
-/// The outcome of [`execute`]: the response body.
+/// Runs a search over `indices` and returns the response body.
+///
+/// `lookups` resolves the `terms` lookups of the query (see [`crate::lookup`]); without it a
+/// lookup is an error.
 pub fn execute(
     indices: &[Arc<IndexHandle>],
     req: &SearchRequest,
@@ -686,18 +748,21 @@ pub fn execute(
     now_millis: i64,
     started: Instant,
     max_buckets: Option<u32>,
+    lookups: Option<&TermsLookups<'_>>,
 ) -> Result<Value> {
-    let prepared = prepare(indices, req, now_millis, max_buckets)?;
+    let prepared = prepare(indices, req, now_millis, max_buckets, lookups)?;
     Ok(run_prepared(&prepared, req, ctx, started, None)?.0)
 }
 
 /// Checks the result window, takes a searcher snapshot of each index and builds its query,
-/// sort columns and aggregations.
+/// sort columns and aggregations. `terms` lookups resolve through `lookups`, once per request;
+/// a failed lookup fails the request with its own error rather than as a shard failure.
 pub(crate) fn prepare(
     indices: &[Arc<IndexHandle>],
     req: &SearchRequest,
     now_millis: i64,
     max_buckets: Option<u32>,
+    lookups: Option<&TermsLookups<'_>>,
 ) -> Result<Vec<Prepared>> {
     // The request's own limit (the cluster's `search.max_buckets`, set by the server) wins.
     let max_buckets = req.max_buckets.or(max_buckets);
@@ -723,8 +788,15 @@ pub(crate) fn prepare(
             index: h.tantivy(),
             now_millis,
             index_name: h.name(),
+            max_terms_count: h.max_terms_count(),
+            lookups,
         };
-        let query = build_query(&req.query, &qctx).map_err(|e| shard_failure(e, h))?;
+        let failed = |e: EngineError| {
+            lookups
+                .and_then(TermsLookups::take_failure)
+                .unwrap_or_else(|| shard_failure(e, h))
+        };
+        let query = build_query(&req.query, &qctx).map_err(failed)?;
         let mut sort_columns = Vec::new();
         for spec in &req.sort {
             if let SortField::Field(name) = &spec.field {
@@ -760,9 +832,7 @@ pub(crate) fn prepare(
             }
         }
         let aggs = match &req.aggs {
-            Some(a) => {
-                Some(crate::aggs::prepare(a, &qctx, max_buckets).map_err(|e| shard_failure(e, h))?)
-            }
+            Some(a) => Some(crate::aggs::prepare(a, &qctx, max_buckets).map_err(failed)?),
             None => None,
         };
         prepared.push(Prepared {
@@ -1011,7 +1081,8 @@ fn collect(
     ))
 }
 
-fn cancelled() -> EngineError {
+/// The error of a search stopped by its context's cancellation.
+pub(crate) fn cancelled() -> EngineError {
     EngineError::new(
         ErrorCode::TaskCancelled,
         "The parent task was cancelled, shouldn't start any child tasks, cancelled",
@@ -1075,10 +1146,10 @@ pub fn filter_source(source: &Value, filter: &SourceFilter) -> Value {
                         } else {
                             walk(child, &path, f)
                         };
-                        if let Some(sub) = sub {
-                            if included || sub.as_object().is_some_and(|o| !o.is_empty()) {
-                                out.insert(k.clone(), sub);
-                            }
+                        if let Some(sub) = sub
+                            && (included || sub.as_object().is_some_and(|o| !o.is_empty()))
+                        {
+                            out.insert(k.clone(), sub);
                         }
                     }
                 }
@@ -1208,12 +1279,13 @@ fn render_response(
     Ok(Value::Object(out))
 }
 
-/// Counts the documents matching a query (`_count`).
+/// Counts the documents matching a query (`_count`); `lookups` as for [`execute`].
 pub fn count(
     indices: &[Arc<IndexHandle>],
     query: &Value,
     ctx: &SearchContext,
     now_millis: i64,
+    lookups: Option<&TermsLookups<'_>>,
 ) -> Result<u64> {
     let req = SearchRequest {
         query: query.clone(),
@@ -1221,6 +1293,48 @@ pub fn count(
         track_total_hits: TrackTotalHits::Exact,
         ..SearchRequest::default()
     };
-    let v = execute(indices, &req, ctx, now_millis, Instant::now(), None)?;
+    let v = execute(
+        indices,
+        &req,
+        ctx,
+        now_millis,
+        Instant::now(),
+        None,
+        lookups,
+    )?;
     Ok(v["hits"]["total"]["value"].as_u64().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_context_is_cancelled_with_its_parent() {
+        let parent_flag = Arc::new(AtomicBool::new(false));
+        let parent = Arc::new(SearchContext {
+            cancelled: Some(parent_flag.clone()),
+            ..Default::default()
+        });
+        let child = SearchContext {
+            cancelled: Some(Arc::new(AtomicBool::new(false))),
+            parent: Some(parent),
+            ..Default::default()
+        };
+        assert!(!child.is_cancelled());
+        parent_flag.store(true, AtomicOrdering::Relaxed);
+        assert!(child.is_cancelled());
+        let past = SearchContext {
+            parent: Some(Arc::new(SearchContext {
+                cancel_at: Some(Instant::now()),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        assert!(
+            past.is_cancelled(),
+            "a parent past its cancel_at cancels the child"
+        );
+        assert!(format!("{past:?}").contains("SearchContext"));
+    }
 }

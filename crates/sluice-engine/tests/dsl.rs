@@ -65,6 +65,8 @@ impl TestIndex {
             index: &self.index,
             now_millis: NOW_MILLIS,
             index_name: &self.name,
+            max_terms_count: sluice_engine::index::DEFAULT_MAX_TERMS_COUNT,
+            lookups: None,
         }
     }
 

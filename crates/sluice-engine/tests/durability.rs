@@ -133,6 +133,7 @@ fn test_cancelled_search_stops_with_task_cancelled() {
         cancel_at: None,
         cancelled: Some(flag),
         deadline: None,
+        ..Default::default()
     };
     let err = engine.search("big", &json!({}), &ctx).unwrap_err();
     assert_eq!(err.code, sluice_engine::ErrorCode::TaskCancelled);
@@ -151,6 +152,7 @@ fn test_search_past_deadline_returns_partial_results_timed_out() {
         cancel_at: None,
         cancelled: None,
         deadline: Some(std::time::Instant::now()),
+        ..Default::default()
     };
     let resp = engine
         .search("big", &json!({"track_total_hits": true}), &ctx)

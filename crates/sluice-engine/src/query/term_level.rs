@@ -142,13 +142,15 @@ fn index_name_query(ctx: &QueryContext, values: &[Value]) -> Box<dyn Query> {
     }
 }
 
-/// `terms`: documents whose field holds any of the values.
+/// `terms`: documents whose field holds any of the values, listed or fetched from other
+/// documents by a [terms lookup](crate::lookup).
 pub(super) fn terms(body: &Value, ctx: &QueryContext) -> Result<Box<dyn Query>> {
     let obj = body.as_object().ok_or_else(|| malformed("terms"))?;
     let mut field: Option<(&str, &Value)> = None;
     for (key, value) in obj {
         match key.as_str() {
             "boost" | "_name" => {}
+            "value_type" => check_value_type(value)?,
             _ => {
                 if let Some((first, _)) = field {
                     return Err(EngineError::parsing(format!(
@@ -162,15 +164,33 @@ pub(super) fn terms(body: &Value, ctx: &QueryContext) -> Result<Box<dyn Query>> 
     let boost = boost_param("terms", obj)?;
     let (name, values) =
         field.ok_or_else(|| EngineError::parsing("[terms] query malformed, no field specified"))?;
-    let values = match values {
+    let looked_up;
+    let values: &[Value] = match values {
         Value::Array(values) => values,
-        Value::Object(_) => {
-            return Err(EngineError::parsing(
-                "[terms] query does not support terms lookup; list the values",
-            ));
-        }
+        Value::Object(spec) => match ctx.lookups {
+            Some(lookups) => {
+                looked_up = lookups.resolve(spec)?;
+                &looked_up
+            }
+            None => {
+                crate::lookup::TermsLookup::parse(spec)?;
+                return Err(EngineError::illegal_argument(
+                    "[terms] lookup needs the engine to fetch its values; run the query through \
+                     Engine::search",
+                ));
+            }
+        },
         _ => return Err(unsupported_param("terms", name)),
     };
+    if values.len() as u64 > ctx.max_terms_count {
+        return Err(EngineError::illegal_argument(format!(
+            "The number of terms [{}] used in the Terms Query request has exceeded the allowed \
+             maximum of [{}]. This maximum can be set by changing the [index.max_terms_count] \
+             index level setting.",
+            values.len(),
+            ctx.max_terms_count
+        )));
+    }
     for v in values {
         check_scalar("terms", v)?;
     }
@@ -178,6 +198,19 @@ pub(super) fn terms(body: &Value, ctx: &QueryContext) -> Result<Box<dyn Query>> 
         terms_query(ctx, name, values)?,
         boost,
     )))
+}
+
+/// Accepts `value_type: default`; sluice has no `bitmap` terms.
+fn check_value_type(value: &Value) -> Result<()> {
+    match text_param("terms", "value_type", value)?.as_str() {
+        t if t.eq_ignore_ascii_case("default") => Ok(()),
+        t if t.eq_ignore_ascii_case("bitmap") => Err(EngineError::parsing(
+            "[terms] query does not support [value_type] [bitmap]; list the values instead",
+        )),
+        other => Err(EngineError::illegal_argument(format!(
+            "{other} is not valid value_type"
+        ))),
+    }
 }
 
 fn terms_query(ctx: &QueryContext, name: &str, values: &[Value]) -> Result<Box<dyn Query>> {

@@ -263,6 +263,7 @@ pub async fn run_task<T: Send + 'static>(
         cancelled: Some(task.cancelled.clone()),
         deadline: None,
         cancel_at: cancel_after.map(|d| task.started + d),
+        ..Default::default()
     };
     let on_drop = CancelOnDrop::new(st.tasks.clone(), task.seq);
     // Counts the task's end on every path, a dropped future (client disconnect) included.
