@@ -24,6 +24,7 @@ pub mod bucket;
 pub mod error;
 pub mod group;
 pub mod mode;
+pub mod permits;
 pub mod resources;
 pub mod rules;
 

@@ -374,6 +374,11 @@ impl Engine {
             .open(&indices, req, keep_alive, ctx, now, Some(&lookups))
     }
 
+    /// The owner label the scroll `scroll_id` was opened with.
+    pub fn scroll_owner(&self, scroll_id: &str) -> Result<Option<Arc<str>>> {
+        self.scrolls.owner(scroll_id)
+    }
+
     /// Returns the next page of a scroll, renewing its keep-alive (to `keep_alive` if given).
     pub fn continue_scroll(
         &self,

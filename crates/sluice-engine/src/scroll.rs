@@ -410,6 +410,18 @@ impl ScrollStore {
     }
 
     /// Takes context `id` out for a page, unless it is unknown or expired at `now`.
+    /// The owner label of the request that opened `scroll_id` (see
+    /// [`SearchRequest::owner`]); `search_context_missing_exception` when no such scroll is open.
+    pub fn owner(&self, scroll_id: &str) -> Result<Option<Arc<str>>> {
+        let id = self.parse_id(scroll_id)?;
+        let inner = self.inner.lock();
+        inner
+            .contexts
+            .get(&id)
+            .map(|c| c.page_req.owner.clone())
+            .ok_or_else(|| context_missing(id))
+    }
+
     fn checkout(&self, id: u64, now: Instant) -> Result<Lease> {
         let mut inner = self.inner.lock();
         let Some(ctx) = inner.contexts.get(&id).cloned() else {

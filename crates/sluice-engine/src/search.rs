@@ -51,6 +51,11 @@ pub struct SearchContext {
     /// The context of the request this one runs inside of: when it is cancelled (its flag or
     /// its `cancel_at`), this search is too. The engine sets it on a nested search's context.
     pub parent: Option<Arc<SearchContext>>,
+    /// Called at every cancellation checkpoint (every few thousand documents, between
+    /// segments, every 256 fetched hits), on the thread running the search: the server samples
+    /// the task's CPU time and allocations there, so a long search's usage is visible while it
+    /// runs. Must be cheap.
+    pub on_checkpoint: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl std::fmt::Debug for SearchContext {
@@ -61,6 +66,7 @@ impl std::fmt::Debug for SearchContext {
             .field("cancel_at", &self.cancel_at)
             .field("nested", &self.nested.as_ref().map(|_| "NestedSearchHook"))
             .field("parent", &self.parent)
+            .field("on_checkpoint", &self.on_checkpoint.as_ref().map(|_| "Fn"))
             .finish()
     }
 }
@@ -68,6 +74,9 @@ impl std::fmt::Debug for SearchContext {
 impl SearchContext {
     /// Whether the search, or a request it runs inside of, has been cancelled.
     pub fn is_cancelled(&self) -> bool {
+        if let Some(checkpoint) = &self.on_checkpoint {
+            checkpoint();
+        }
         // Relaxed is enough: the flag carries no data, and a late observation only delays the
         // stop until the next check.
         self.cancelled
@@ -196,6 +205,10 @@ pub struct SearchRequest {
     /// The most aggregation buckets the search may build (`search.max_buckets`); `None` is
     /// OpenSearch's default.
     pub max_buckets: Option<u32>,
+    /// An opaque label the caller attaches; never parsed from the request. A scroll keeps it
+    /// for its continuations ([`crate::ScrollStore::owner`]) — the server stores the workload
+    /// group the scroll was opened in.
+    pub owner: Option<Arc<str>>,
 }
 
 impl Default for SearchRequest {
@@ -212,6 +225,7 @@ impl Default for SearchRequest {
             track_scores: false,
             min_score: None,
             max_buckets: None,
+            owner: None,
         }
     }
 }

@@ -17,6 +17,7 @@
 //! it runs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -48,24 +49,27 @@ impl TaskUsage {
     }
 }
 
-/// Measures one thread's CPU time and allocations from the moment it was started. Must be
-/// sampled on the thread that started it.
+/// Measures one thread's CPU time and allocations from the moment it was started.
+///
+/// Sampling reads the *calling* thread's clock and counter, so it must happen on the thread
+/// that started it (a search runs on one pool thread from start to end); a sample taken
+/// elsewhere would be meaningless, though never unsafe (figures saturate at zero).
 pub struct ThreadUsage {
-    cpu_start: Option<cpu_time::ThreadTime>,
-    allocated: Option<tikv_jemalloc_ctl::thread::ThreadLocal<u64>>,
+    cpu_start: Option<Duration>,
+    allocated: Option<tikv_jemalloc_ctl::thread::allocatedp_mib>,
     allocated_start: u64,
 }
 
 impl ThreadUsage {
     /// Starts measuring the current thread. A clock or counter that cannot be read measures
-    /// zero (logged once at DEBUG), never fails the task.
+    /// zero (logged at DEBUG), never fails the task.
     pub fn start() -> ThreadUsage {
-        let cpu_start = cpu_time::ThreadTime::try_now().ok();
-        let allocated = tikv_jemalloc_ctl::thread::allocatedp::read().ok();
+        let cpu_start = thread_cpu();
+        let allocated = tikv_jemalloc_ctl::thread::allocatedp::mib().ok();
+        let allocated_start = allocated.as_ref().and_then(thread_allocated).unwrap_or(0);
         if cpu_start.is_none() || allocated.is_none() {
             tracing::debug!("thread CPU clock or jemalloc counters unavailable; task usage reads 0");
         }
-        let allocated_start = allocated.as_ref().map_or(0, |a| a.get());
         ThreadUsage {
             cpu_start,
             allocated,
@@ -75,13 +79,17 @@ impl ThreadUsage {
 
     /// `(cpu nanos, allocated bytes)` since [`ThreadUsage::start`].
     pub fn sample(&self) -> (u64, u64) {
-        let cpu = self.cpu_start.as_ref().map_or(0, |t| {
-            u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
-        });
+        let cpu = self
+            .cpu_start
+            .zip(thread_cpu())
+            .map_or(0, |(start, now)| {
+                u64::try_from(now.saturating_sub(start).as_nanos()).unwrap_or(u64::MAX)
+            });
         let bytes = self
             .allocated
             .as_ref()
-            .map_or(0, |a| a.get().saturating_sub(self.allocated_start));
+            .and_then(thread_allocated)
+            .map_or(0, |now| now.saturating_sub(self.allocated_start));
         (cpu, bytes)
     }
 
@@ -90,6 +98,18 @@ impl ThreadUsage {
         let (cpu, bytes) = self.sample();
         usage.record(cpu, bytes);
     }
+}
+
+/// The calling thread's CPU time so far.
+fn thread_cpu() -> Option<Duration> {
+    cpu_time::ThreadTime::try_now()
+        .ok()
+        .map(|t| t.as_duration())
+}
+
+/// The calling thread's cumulative allocated bytes.
+fn thread_allocated(mib: &tikv_jemalloc_ctl::thread::allocatedp_mib) -> Option<u64> {
+    mib.read().ok().map(|p| p.get())
 }
 
 #[cfg(test)]

@@ -94,6 +94,25 @@ impl Task {
     }
 }
 
+/// What a new task is (see [`TaskManager::register_task`]).
+#[derive(Debug)]
+pub struct NewTask {
+    /// The action name.
+    pub action: &'static str,
+    /// What the task does, for `_tasks?detailed`.
+    pub description: String,
+    /// The parent task's sequence number on this node.
+    pub parent: Option<u64>,
+    /// Wall-clock start, epoch millis.
+    pub start_time_millis: i64,
+    /// The workload group it runs in.
+    pub group: Option<Arc<crate::workload::GroupEntry>>,
+    /// The throttle buckets it and its ancestors hold permits of.
+    pub held_buckets: Vec<sluice_core::BucketKey>,
+    /// Who runs it.
+    pub principal: Option<Arc<crate::auth::Principal>>,
+}
+
 /// The node's registry of running tasks.
 #[derive(Debug)]
 pub struct TaskManager {
@@ -180,8 +199,8 @@ impl TaskManager {
         &self.node_id
     }
 
-    /// Registers a task outside any workload group; a child of a cancelled parent starts
-    /// cancelled.
+    /// Registers a task outside any workload group, run by the principal of the request being
+    /// handled; a child of a cancelled parent starts cancelled.
     pub fn register(
         self: &Arc<Self>,
         action: &'static str,
@@ -189,27 +208,28 @@ impl TaskManager {
         parent: Option<u64>,
         start_time_millis: i64,
     ) -> TaskGuard {
-        self.register_in(
+        self.register_task(NewTask {
             action,
             description,
             parent,
             start_time_millis,
-            None,
-            Vec::new(),
-        )
+            group: None,
+            held_buckets: Vec::new(),
+            principal: crate::auth::current_principal(),
+        })
     }
 
-    /// Registers a task running in `group`, holding (itself or through its ancestors) permits of
-    /// `held_buckets`; a child of a cancelled parent starts cancelled.
-    pub fn register_in(
-        self: &Arc<Self>,
-        action: &'static str,
-        description: String,
-        parent: Option<u64>,
-        start_time_millis: i64,
-        group: Option<Arc<crate::workload::GroupEntry>>,
-        held_buckets: Vec<sluice_core::BucketKey>,
-    ) -> TaskGuard {
+    /// Registers a task; a child of a cancelled parent starts cancelled.
+    pub fn register_task(self: &Arc<Self>, new: NewTask) -> TaskGuard {
+        let NewTask {
+            action,
+            description,
+            parent,
+            start_time_millis,
+            group,
+            held_buckets,
+            principal,
+        } = new;
         let seq = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut tasks = self.tasks.lock();
         let parent_cancelled = parent
@@ -226,7 +246,7 @@ impl TaskManager {
             cancel_reason: Mutex::new(
                 parent_cancelled.then(|| "the parent task was cancelled".to_string()),
             ),
-            principal: crate::auth::current_principal(),
+            principal,
             group,
             held_buckets,
             usage: crate::accounting::TaskUsage::default(),

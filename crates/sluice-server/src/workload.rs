@@ -451,8 +451,10 @@ impl Workload {
 /// The effective search settings of a request after its group's `settings` bag is applied
 /// (facts §3): a group value beats the cluster setting; an explicit request value beats the
 /// group value unless the group sets `override_request_values: true`.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct GroupSearchSettings {
+    /// The id of the group the request runs in (`DEFAULT_WORKLOAD_GROUP` included).
+    pub group_id: Option<Arc<str>>,
     /// `search.default_search_timeout`: `Some(None)` means the group sets `-1` (no timeout).
     pub timeout: Option<Option<std::time::Duration>>,
     /// `search.cancel_after_time_interval`, as `timeout`.
@@ -467,10 +469,14 @@ impl GroupSearchSettings {
     /// The settings of `entry`'s group (none for DEFAULT).
     pub fn of(entry: &GroupEntry) -> GroupSearchSettings {
         let Some(g) = &entry.group else {
-            return GroupSearchSettings::default();
+            return GroupSearchSettings {
+                group_id: Some(entry.id.clone()),
+                ..GroupSearchSettings::default()
+            };
         };
         let s = &g.settings;
         GroupSearchSettings {
+            group_id: Some(entry.id.clone()),
             timeout: s.default_search_timeout().map(time_setting),
             cancel_after: s.cancel_after_time_interval().map(time_setting),
             max_buckets: s.max_buckets(),

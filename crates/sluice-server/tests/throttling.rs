@@ -377,14 +377,13 @@ async fn test_username_and_role_buckets_are_independent() {
             ("workloadGroupId", group.to_string()),
         ]
     };
-    let h = |v: &Vec<(&'static str, String)>| -> Vec<(&'static str, String)> { v.clone() };
-    let refs = |v: &Vec<(&'static str, String)>| -> Vec<(&str, &str)> {
+    fn refs(v: &[(&'static str, String)]) -> Vec<(&'static str, &str)> {
         v.iter().map(|(k, v)| (*k, v.as_str())).collect()
-    };
+    }
 
     let alice = as_user("alice", "x", &users);
     let bob = as_user("bob", "x", &users);
-    let running = vec![start_heavy(&node, &refs(&h(&alice)))];
+    let running = vec![start_heavy(&node, &refs(&alice))];
     wait_running(&node, &users, 1).await;
     assert_throttled(&cheap(&node, &refs(&alice)).await, "per-user", "username=alice", 1);
     assert_eq!(cheap(&node, &refs(&bob)).await.status, 200);

@@ -28,7 +28,7 @@ use sluice_engine::{EngineError, ErrorCode, SearchContext};
 
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
-use crate::tasks::CancelOnDrop;
+use crate::tasks::{CancelOnDrop, NewTask};
 use crate::workload::{GroupSearchSettings, Tagged};
 use sluice_core::RequestAttributes;
 
@@ -234,6 +234,8 @@ pub async fn run_task<T: Send + 'static>(
     let principal = crate::auth::current_principal();
     // Admission, before any work starts: the node-tier throttle.
     let mut permit = crate::admission::throttle(st, &entry, principal.as_deref(), &held)?;
+    // Nested searches (a terms lookup's sub-search) become child tasks through this hook.
+    let nested_group = entry.clone();
     let own_bucket = permit.as_ref().map(|p| p.key().clone());
     if let Some(k) = &own_bucket {
         held.push(k.clone());
@@ -248,14 +250,15 @@ pub async fn run_task<T: Send + 'static>(
         requested_cancel_after,
         st.cluster_settings.cancel_after_time_interval(),
     );
-    let guard = st.tasks.register_in(
-        spec.action,
-        spec.description,
-        spec.parent,
-        sluice_engine::now_millis(),
-        Some(entry.clone()),
-        held,
-    );
+    let guard = st.tasks.register_task(NewTask {
+        action: spec.action,
+        description: spec.description,
+        parent: spec.parent,
+        start_time_millis: sluice_engine::now_millis(),
+        group: Some(entry.clone()),
+        held_buckets: held,
+        principal,
+    });
     let task = guard.task().clone();
     let task_entry = entry.clone();
     let task_usage = task.clone();
@@ -263,6 +266,11 @@ pub async fn run_task<T: Send + 'static>(
         cancelled: Some(task.cancelled.clone()),
         deadline: None,
         cancel_at: cancel_after.map(|d| task.started + d),
+        nested: Some(Arc::new(NestedSearches {
+            st: st.clone(),
+            parent: task.clone(),
+            group: nested_group,
+        })),
         ..Default::default()
     };
     let on_drop = CancelOnDrop::new(st.tasks.clone(), task.seq);
@@ -280,7 +288,10 @@ pub async fn run_task<T: Send + 'static>(
             .get()
             .zip(own_bucket.as_ref())
             .map(|(p, k)| p.enter(k));
-        let usage = crate::accounting::ThreadUsage::start();
+        let usage = Arc::new(crate::accounting::ThreadUsage::start());
+        let mut ctx = ctx;
+        let (sampler, sampled) = (usage.clone(), task_usage.clone());
+        ctx.on_checkpoint = Some(Arc::new(move || sampler.record_into(&sampled.usage)));
         let out = work(ctx, &settings);
         usage.record_into(&task_usage.usage);
         out
@@ -306,6 +317,60 @@ pub async fn run_task<T: Send + 'static>(
         }
         other => other,
     })
+}
+
+/// Makes each nested search the engine issues for a task (the sub-search of a `terms` lookup
+/// with a `query`) a child task: registered under the task, in its group, run by its
+/// principal, and admitted by the throttle without being charged again for a bucket an
+/// ancestor holds (DESIGN D8). Runs on the search thread of the parent; never blocks.
+struct NestedSearches {
+    st: Arc<AppState>,
+    /// The task the nested searches run for.
+    parent: Arc<crate::tasks::Task>,
+    group: Arc<crate::workload::GroupEntry>,
+}
+
+impl sluice_engine::NestedSearchHook for NestedSearches {
+    fn enter(
+        &self,
+        _index: &str,
+        description: &str,
+    ) -> Result<sluice_engine::NestedScope, EngineError> {
+        let held = self.parent.held_buckets.clone();
+        let principal = self.parent.principal.clone();
+        let permit = crate::admission::throttle(&self.st, &self.group, principal.as_deref(), &held)
+            .map_err(|e| match e {
+                ApiError::Engine(e) | ApiError::Rejected { error: e, .. } => e,
+                other => EngineError::internal(format!("admission failed: {other:?}")),
+            })?;
+        let mut held = held;
+        if let Some(p) = &permit {
+            held.push(p.key().clone());
+        }
+        let guard = self.st.tasks.register_task(NewTask {
+            action: crate::tasks::actions::SEARCH,
+            description: description.to_string(),
+            parent: Some(self.parent.seq),
+            start_time_millis: sluice_engine::now_millis(),
+            group: Some(self.group.clone()),
+            held_buckets: held,
+            principal,
+        });
+        let child = guard.task().clone();
+        let ctx = SearchContext {
+            cancelled: Some(child.cancelled.clone()),
+            nested: Some(Arc::new(NestedSearches {
+                st: self.st.clone(),
+                parent: child,
+                group: self.group.clone(),
+            })),
+            ..Default::default()
+        };
+        Ok(sluice_engine::NestedScope {
+            ctx,
+            guard: Box::new((guard, permit)),
+        })
+    }
 }
 
 /// Counts a task's end in its group's stats when dropped: `total_completions` always,

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use sluice_engine::scroll::parse_keep_alive;
 use sluice_engine::{EngineError, ErrorCode, ScrollLimits};
 
-use super::{Body, Params, TaskSpec, blocking, reply, run_task};
+use super::{Body, Inherited, Params, TaskSpec, blocking, reply, run_task};
 use crate::error::ApiResult;
 use crate::state::AppState;
 use crate::tasks::actions;
@@ -90,13 +90,26 @@ async fn run_scroll(st: Arc<AppState>, params: Params, body: Body) -> ApiResult<
         req.keep_alive.as_ref().map_or("null", |(s, _)| s.as_str())
     );
     let engine = st.engine.clone();
+    // A continuation runs in the group its scroll was opened in (DEFAULT when that group is
+    // gone), whatever header it carries: a scroll cannot be moved out of its group's limits.
+    // An unknown scroll id fails in the engine with OpenSearch's error.
+    let inherited = st
+        .engine
+        .scroll_owner(&req.scroll_id)
+        .ok()
+        .map(|owner| Inherited {
+            group: owner
+                .and_then(|id| st.workload.entry(&id))
+                .unwrap_or_else(|| st.workload.default_entry().clone()),
+            held: Vec::new(),
+        });
     let spec = TaskSpec {
         action: actions::SCROLL,
         description,
         parent: None,
         indices: Vec::new(),
         hold_for_response: true,
-        inherited: None,
+        inherited,
     };
     let resp = run_task(&st, spec, &params, move |ctx, _group| {
         engine.continue_scroll(&req.scroll_id, req.keep_alive.map(|(_, d)| d), &ctx)

@@ -54,6 +54,8 @@ async fn run_search(
     let spec = TaskSpec::new(actions::SEARCH, description, &index);
     let resp = run_task(&st, spec, &params, move |ctx, group| {
         group.apply_to_search(&mut req);
+        // A scroll's continuations run in the group it was opened in.
+        req.owner = group.group_id.clone();
         match keep_alive {
             Some(k) => engine.open_scroll(&index, &req, k, &ctx),
             None => engine.search_request(&index, &req, &ctx),
