@@ -20,6 +20,7 @@ pub mod bags;
 pub mod bucket;
 pub mod error;
 pub mod group;
+pub mod permits;
 pub mod rules;
 
 pub use bags::{

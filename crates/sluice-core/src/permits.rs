@@ -1,0 +1,430 @@
+//! The node-tier permit table: how many requests of each throttle bucket run on this node, and
+//! the admission decision against a group's `node_limit` (DESIGN section 3).
+//!
+//! [`PermitTable::try_acquire`] admits a request to a [`BucketKey`] under the limit passed with
+//! the call and returns a [`Permit`], an RAII value whose `Drop` releases it; or it refuses with
+//! [`Throttled`]. The table is striped: a key is hashed once, the hash picks one of a fixed set of
+//! shards (each a mutex over a map of bucket key → [`BucketState`]), and the permit keeps the
+//! hash and its shard, so a release neither rehashes the key nor touches any other shard.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use sluice_core::bags::ThrottleAttribute;
+//! use sluice_core::bucket::BucketKey;
+//! use sluice_core::permits::PermitTable;
+//!
+//! let table = PermitTable::new();
+//! let key = BucketKey { group_id: Arc::from("gid"), attribute: ThrottleAttribute::Group, value: None };
+//! let first = table.try_acquire(&key, 1).expect("an idle bucket admits");
+//! let refused = table.try_acquire(&key, 1).expect_err("the bucket is full");
+//! assert_eq!((refused.in_flight, refused.limit), (1, 1));
+//! drop(first);
+//! assert_eq!(table.num_buckets(), 0);
+//! ```
+//!
+//! # Invariants
+//!
+//! - **N1** — an admission never takes a bucket's in-flight count above the limit passed to
+//!   that admission: [`PermitTable::try_acquire`] compares and increments under the shard lock,
+//!   with no increment-then-rollback window in which another caller could see a transient
+//!   over-count and be refused spuriously. The limit is read per call (the live `node_limit`),
+//!   so a change applies from the next admission; lowering it never revokes running permits, it
+//!   refuses new ones until the count has drained below the new limit. Checked by
+//!   `debug_assert!` after the increment; tested by unit tests, the model-based proptest and
+//!   loom model (a).
+//! - **N2** — every admission releases exactly once: [`Permit`] is neither `Clone` nor `Copy`
+//!   and its only release path is `Drop`, which runs once, on whatever thread drops it. A
+//!   release that finds no entry, or an entry at 0, would mean a double release; it is counted
+//!   ([`PermitTable::num_invariant_violations`]) and changes nothing — it never underflows and
+//!   never re-creates an entry. Tested by unit tests and loom models (b) and (c).
+//! - **N3** — an entry exists only while its bucket has requests in flight: a refusal never
+//!   inserts one, and the release that drains a bucket to 0 removes it under the same lock, so
+//!   idle buckets cost nothing. Tested by the proptest (`num_buckets` after every step) and
+//!   loom model (b).
+//!
+//! Not yet implemented, but the state is laid out for them (see *Queueing* below):
+//!
+//! - **N4** — a freed permit goes to the oldest live waiter of its bucket before any new arrival.
+//! - **N5** — queues are bounded (`size_per_bucket` per bucket, 10,000 per group per node).
+//!
+//! # Queueing (the follow-up issue)
+//!
+//! Waiters will live in the same [`BucketState`] as the count (a `VecDeque` of waiter handles),
+//! under the same shard lock, so N4's hand-off is one critical section:
+//!
+//! - `BucketState::try_admit` additionally refuses while the queue is non-empty (no barging);
+//!   the caller then enqueues under the same lock, or is refused when the queue is full (N5,
+//!   the per-group cap being a counter the caller passes in, like the limit).
+//! - `BucketState::release` becomes: pop the oldest live waiter while `in_flight` is below the
+//!   live limit and hand it a new [`Permit`] for the same key and shard (the count is
+//!   unchanged, the slot moves), else decrement. The live limit is re-read at that point
+//!   through a handle the waiter carries, since a release has no limit argument. The waiter is
+//!   woken after the guard is dropped (never wake under the lock).
+//! - `BucketState::is_idle` becomes "no request in flight and no waiter", so N3 holds for
+//!   queued buckets too; a cancelled waiter removes itself under the lock and removes the entry
+//!   when that makes it idle.
+//!
+//! An empty `VecDeque` does not allocate, so the unqueued fast path keeps its cost.
+//!
+//! # Allocation
+//!
+//! Steady-state admission does not allocate: cloning a [`BucketKey`] only bumps `Arc`
+//! reference counts, and a shard's map keeps its capacity when an entry is removed, so
+//! re-inserting a drained bucket reuses the slot. `tests/permits_alloc.rs` counts it.
+
+mod sync;
+#[cfg(all(test, not(feature = "loom")))]
+mod tests;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher, Hash, Hasher};
+
+use crate::bucket::BucketKey;
+use sync::{Arc, Mutex};
+
+/// Shards per available core for [`PermitTable::new`]: two requests on different buckets then
+/// meet on one lock with a chance of about 1/(4 × cores), while the shards (one cache line
+/// each) stay a few KiB.
+const SHARDS_PER_CORE: usize = 4;
+
+/// The core count [`PermitTable::new`] assumes when the machine's cannot be read; the
+/// resulting 16 shards are plenty for the small machines where that happens.
+const FALLBACK_CORES: usize = 4;
+
+/// The most shards a table has: beyond this, more stripes no longer reduce contention
+/// measurably and only cost memory.
+const MAX_SHARDS: usize = 1024;
+
+/// Hashes bucket keys: SipHash-1-3 with std's fixed keys (`DefaultHasher::new()`), so a key
+/// lands in the same shard in every process and a deterministic simulation replays the same
+/// placement (DESIGN section 7 avoids per-process random keys). Hash flooding is no concern
+/// here: names come from sluice's own authentication, and the table holds only buckets with
+/// requests in flight.
+type KeyHasher = BuildHasherDefault<DefaultHasher>;
+
+/// The table of in-flight permits per bucket for one node; shared by all request handlers.
+///
+/// # Invariants
+/// N1–N3 of the [module documentation](self): admissions never exceed the limit they are given,
+/// every permit releases exactly once, and an entry exists only while its bucket has requests
+/// in flight.
+pub struct PermitTable {
+    /// The stripes; a key's shard is picked by bits 32.. of its hash (the map inside uses the
+    /// low bits and the top 7, so the two choices are independent).
+    shards: Box<[Arc<Shard>]>,
+    /// `shards.len() - 1`; the length is a power of two.
+    shard_mask: usize,
+    /// Hashes keys, once per admission.
+    hasher: KeyHasher,
+}
+
+/// A refused admission: the bucket already had `limit` or more requests in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "too many requests in flight for this bucket: {in_flight} running, limit {limit}; retry when one completes"
+)]
+pub struct Throttled {
+    /// The bucket's in-flight count when the request was refused (`>= limit`).
+    pub in_flight: u64,
+    /// The limit the request was checked against.
+    pub limit: u64,
+}
+
+/// One admitted request's slot in its bucket; dropping it releases the slot.
+///
+/// `Send` and `Sync`: it may be dropped on any thread, and the release happens there. It keeps
+/// its shard alive, so it may even outlive the [`PermitTable`].
+#[must_use = "a permit is released as soon as it is dropped; keep it until the request ends"]
+pub struct Permit {
+    /// The shard holding the bucket's entry.
+    shard: Arc<Shard>,
+    /// The bucket, with its hash for the release.
+    key: HashedKey,
+}
+
+/// One stripe of the table, alone on its cache lines so neighbouring shards' locks do not
+/// share one.
+#[repr(align(128))]
+struct Shard {
+    /// The buckets of this stripe.
+    state: Mutex<ShardState>,
+}
+
+/// What a shard's lock protects.
+#[derive(Default)]
+struct ShardState {
+    /// The live buckets (N3: only those with requests in flight).
+    buckets: HashMap<HashedKey, BucketState, BuildHasherDefault<PrehashedHasher>>,
+    /// Releases that found nothing to release (N2 violations); 0 unless there is a bug.
+    num_invariant_violations: u64,
+}
+
+/// The state of one live bucket.
+///
+/// The queueing issue adds the FIFO of parked waiters here, under the same lock (see the
+/// module documentation).
+#[derive(Debug, Default)]
+struct BucketState {
+    /// Admitted requests not yet released.
+    in_flight: u64,
+}
+
+/// A bucket key with its hash, computed once at admission; the shard maps hash it by handing
+/// over the stored hash.
+#[derive(Clone)]
+struct HashedKey {
+    /// `KeyHasher` hash of `key`.
+    hash: u64,
+    /// The bucket.
+    key: BucketKey,
+}
+
+/// A `Hasher` that returns the `u64` written to it: the maps' keys are [`HashedKey`]s, which
+/// write their precomputed hash.
+#[derive(Default)]
+struct PrehashedHasher(u64);
+
+impl PermitTable {
+    /// Creates an empty table with [`SHARDS_PER_CORE`] shards per available core.
+    ///
+    /// Reads the machine's core count once (`std::thread::available_parallelism`), the only
+    /// look at the environment in this module; [`with_shards`](Self::with_shards) does not.
+    pub fn new() -> PermitTable {
+        let cores = std::thread::available_parallelism().map_or(FALLBACK_CORES, |n| n.get());
+        PermitTable::with_shards(cores.saturating_mul(SHARDS_PER_CORE))
+    }
+
+    /// Creates an empty table with `num_shards` shards, rounded up to a power of two and
+    /// clamped to 1..=[`MAX_SHARDS`].
+    pub fn with_shards(num_shards: usize) -> PermitTable {
+        let n = num_shards.clamp(1, MAX_SHARDS).next_power_of_two();
+        let shards = (0..n)
+            .map(|_| {
+                Arc::new(Shard {
+                    state: Mutex::new(ShardState::default()),
+                })
+            })
+            .collect();
+        PermitTable {
+            shards,
+            shard_mask: n - 1,
+            hasher: KeyHasher::default(),
+        }
+    }
+
+    /// Admits one request to `key` if fewer than `limit` are in flight there, or refuses it.
+    ///
+    /// `limit` is the group's live `node_limit`; the server does not call this when throttling
+    /// is off. A `limit` of 0 admits nothing (and creates no entry).
+    ///
+    /// # Errors
+    /// [`Throttled`] with the bucket's count when it already has `limit` or more in flight.
+    pub fn try_acquire(&self, key: &BucketKey, limit: u64) -> Result<Permit, Throttled> {
+        let key = self.hashed(key);
+        let shard = self.shard(key.hash);
+        {
+            let mut state = shard.state.lock();
+            match state.buckets.get_mut(&key) {
+                Some(bucket) => bucket.try_admit(limit)?,
+                None => {
+                    let mut bucket = BucketState::default();
+                    bucket.try_admit(limit)?;
+                    state.buckets.insert(key.clone(), bucket);
+                }
+            }
+        }
+        Ok(Permit {
+            shard: Arc::clone(shard),
+            key,
+        })
+    }
+
+    /// Returns the number of requests in flight in `key`'s bucket (0 when it has no entry).
+    pub fn in_flight(&self, key: &BucketKey) -> u64 {
+        let key = self.hashed(key);
+        let state = self.shard(key.hash).state.lock();
+        state.buckets.get(&key).map_or(0, |b| b.in_flight)
+    }
+
+    /// Returns every live bucket with its in-flight count, in no particular order.
+    ///
+    /// Each shard is read under its own lock, one after the other, so the snapshot is exact per
+    /// bucket but not one instant across buckets.
+    pub fn buckets(&self) -> Vec<(BucketKey, u64)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let state = shard.state.lock();
+            out.extend(
+                state
+                    .buckets
+                    .iter()
+                    .map(|(k, b)| (k.key.clone(), b.in_flight)),
+            );
+        }
+        out
+    }
+
+    /// Returns the number of live buckets (those with requests in flight).
+    pub fn num_buckets(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.state.lock().buckets.len())
+            .sum()
+    }
+
+    /// Returns how many releases found nothing to release; always 0 unless there is a bug (an
+    /// N2 violation), which the table survives without underflow or resurrection.
+    pub fn num_invariant_violations(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| s.state.lock().num_invariant_violations)
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Returns the number of shards.
+    pub fn num_shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Pairs `key` with its hash.
+    fn hashed(&self, key: &BucketKey) -> HashedKey {
+        HashedKey {
+            hash: self.hasher.hash_one(key),
+            key: key.clone(),
+        }
+    }
+
+    /// The shard of a key hash.
+    fn shard(&self, hash: u64) -> &Arc<Shard> {
+        // Bits 32.. of the hash: hashbrown indexes with the low bits and tags with the top 7.
+        let index = (hash >> 32) as usize & self.shard_mask;
+        &self.shards[index]
+    }
+}
+
+impl Default for PermitTable {
+    fn default() -> Self {
+        PermitTable::new()
+    }
+}
+
+impl fmt::Debug for PermitTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PermitTable")
+            .field("num_shards", &self.shards.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Permit {
+    /// Returns the bucket this permit counts in.
+    pub fn key(&self) -> &BucketKey {
+        &self.key.key
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.shard.release(&self.key);
+    }
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("key", &self.key.key)
+            .finish()
+    }
+}
+
+impl Shard {
+    /// Releases one slot of `key`'s bucket and removes the entry when that drains it (N3).
+    ///
+    /// A release with nothing to release is counted and otherwise ignored: the count never
+    /// underflows and a missing entry is never re-created (N2).
+    fn release(&self, key: &HashedKey) {
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        let drained = match state.buckets.get_mut(key) {
+            Some(bucket) => {
+                if !bucket.release() {
+                    state.num_invariant_violations =
+                        state.num_invariant_violations.saturating_add(1);
+                }
+                bucket.is_idle()
+            }
+            None => {
+                state.num_invariant_violations = state.num_invariant_violations.saturating_add(1);
+                false
+            }
+        };
+        if drained {
+            state.buckets.remove(key);
+        }
+    }
+}
+
+impl BucketState {
+    /// Takes one slot if fewer than `limit` are in flight (N1).
+    fn try_admit(&mut self, limit: u64) -> Result<(), Throttled> {
+        if self.in_flight >= limit {
+            return Err(Throttled {
+                in_flight: self.in_flight,
+                limit,
+            });
+        }
+        // No overflow: in_flight < limit <= u64::MAX.
+        self.in_flight += 1;
+        debug_assert!(self.in_flight <= limit, "N1: admission above the limit");
+        Ok(())
+    }
+
+    /// Gives back one slot; returns false, changing nothing, when none was taken.
+    fn release(&mut self) -> bool {
+        match self.in_flight.checked_sub(1) {
+            Some(n) => {
+                self.in_flight = n;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the bucket has nothing in flight, so its entry must go (N3).
+    fn is_idle(&self) -> bool {
+        self.in_flight == 0
+    }
+}
+
+impl PartialEq for HashedKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.key == other.key
+    }
+}
+
+impl Eq for HashedKey {}
+
+impl Hash for HashedKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl Hasher for PrehashedHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+
+    /// Not reached ([`HashedKey`] writes one `u64`); folds the bytes in (FNV-1a) so that any
+    /// other use would still hash correctly.
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
