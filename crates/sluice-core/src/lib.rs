@@ -23,9 +23,7 @@ pub mod bags;
 pub mod bucket;
 pub mod error;
 pub mod group;
-pub mod mode;
 pub mod permits;
-pub mod resources;
 pub mod rules;
 
 pub use bags::{

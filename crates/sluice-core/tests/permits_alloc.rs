@@ -1,0 +1,139 @@
+//! Admission does not allocate in steady state (STYLE.md, hot paths): building the bucket key
+//! with `bucket_for` from a cached group id and principal, admitting, and releasing, counted by
+//! a global allocator that tallies this thread's allocations.
+#![cfg(not(feature = "loom"))]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::Arc;
+
+use sluice_core::bags::{ThrottleAttribute, ThrottleConfig};
+use sluice_core::bucket::{Principal, bucket_for};
+use sluice_core::permits::PermitTable;
+
+/// Counts allocations per thread, so other tests' threads do not disturb the count.
+struct CountingAllocator;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count_one() {
+    // try_with: the slot may be gone while the thread shuts down; const-initialized, so
+    // touching it never allocates.
+    let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_one();
+        // SAFETY: forwarded contract.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count_one();
+        // SAFETY: forwarded contract.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_one();
+        // SAFETY: forwarded contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded contract.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+fn allocations_during(f: impl FnOnce()) -> u64 {
+    let before = ALLOCATIONS.with(Cell::get);
+    f();
+    ALLOCATIONS.with(Cell::get) - before
+}
+
+fn throttling(attribute: ThrottleAttribute) -> ThrottleConfig {
+    ThrottleConfig {
+        attribute: Some(attribute),
+        node_limit: Some(4),
+    }
+}
+
+/// Runs `n` admissions of `principal` into `group_id` under `config`, each released at once.
+fn admit_and_release(
+    table: &PermitTable,
+    group_id: &Arc<str>,
+    config: &ThrottleConfig,
+    principal: &Principal,
+    n: usize,
+) {
+    let limit = u64::from(config.node_limit.unwrap_or(0));
+    for _ in 0..n {
+        let key = bucket_for(group_id, config, Some(principal)).expect("throttled group");
+        let permit = table.try_acquire(&key, limit).expect("admitted");
+        drop(permit);
+    }
+}
+
+#[test]
+fn test_group_admission_does_not_allocate_in_steady_state() {
+    let table = PermitTable::new();
+    let group_id: Arc<str> = Arc::from("analytics-group-id");
+    let principal = Principal {
+        username: Arc::from("alice"),
+        roles: vec![Arc::from("reader")],
+    };
+    let config = throttling(ThrottleAttribute::Group);
+    // Warm-up: the shard's map allocates its table on the first insert and keeps it.
+    admit_and_release(&table, &group_id, &config, &principal, 1);
+    let n = allocations_during(|| admit_and_release(&table, &group_id, &config, &principal, 1000));
+    assert_eq!(n, 0, "allocations in 1000 group admissions");
+}
+
+#[test]
+fn test_username_and_role_admission_with_cached_principal_does_not_allocate() {
+    let table = PermitTable::new();
+    let group_id: Arc<str> = Arc::from("g");
+    let principals: Vec<Principal> = (0..50)
+        .map(|i| Principal {
+            username: Arc::from(format!("user-{i}")),
+            roles: vec![Arc::from(format!("role-{i}")), Arc::from("zz")],
+        })
+        .collect();
+    for attribute in [ThrottleAttribute::Username, ThrottleAttribute::Role] {
+        let config = throttling(attribute);
+        for p in &principals {
+            admit_and_release(&table, &group_id, &config, p, 1);
+        }
+        let n = allocations_during(|| {
+            for p in &principals {
+                admit_and_release(&table, &group_id, &config, p, 20);
+            }
+        });
+        assert_eq!(n, 0, "allocations in 1000 {attribute:?} admissions");
+    }
+}
+
+#[test]
+fn test_allocation_counter_sees_allocations() {
+    // The guard above must be able to fail: a fresh table's first admission allocates its map.
+    let table = PermitTable::with_shards(1);
+    let group_id: Arc<str> = Arc::from("g");
+    let n = allocations_during(|| {
+        admit_and_release(
+            &table,
+            &group_id,
+            &throttling(ThrottleAttribute::Group),
+            &Principal::default(),
+            1,
+        )
+    });
+    assert!(n > 0);
+}
