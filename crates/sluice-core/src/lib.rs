@@ -11,6 +11,8 @@
 //! - [`rules`]: tagging [`Rule`]s, their validation and duplicate detection, and
 //!   [`match_rules`], which picks a request's group (username > role > longest index prefix).
 //! - [`bucket`]: [`BucketKey`] and [`bucket_for`], where a throttle counts a request.
+//! - [`permits`]: the node-tier [`PermitTable`](permits::PermitTable): in-flight requests per
+//!   bucket under a live limit, RAII permits released exactly once.
 //! - [`mode`]: [`WlmMode`], `wlm.workload_group.mode`.
 //! - [`resources`]: resource enforcement — per-group usage views, node duress tracking, the
 //!   admission rejection check and the selection of tasks to cancel (facts §6).
@@ -23,7 +25,9 @@ pub mod bags;
 pub mod bucket;
 pub mod error;
 pub mod group;
+pub mod mode;
 pub mod permits;
+pub mod resources;
 pub mod rules;
 
 pub use bags::{
