@@ -68,7 +68,9 @@ impl ThreadUsage {
         let allocated = tikv_jemalloc_ctl::thread::allocatedp::mib().ok();
         let allocated_start = allocated.as_ref().and_then(thread_allocated).unwrap_or(0);
         if cpu_start.is_none() || allocated.is_none() {
-            tracing::debug!("thread CPU clock or jemalloc counters unavailable; task usage reads 0");
+            tracing::debug!(
+                "thread CPU clock or jemalloc counters unavailable; task usage reads 0"
+            );
         }
         ThreadUsage {
             cpu_start,
@@ -79,12 +81,9 @@ impl ThreadUsage {
 
     /// `(cpu nanos, allocated bytes)` since [`ThreadUsage::start`].
     pub fn sample(&self) -> (u64, u64) {
-        let cpu = self
-            .cpu_start
-            .zip(thread_cpu())
-            .map_or(0, |(start, now)| {
-                u64::try_from(now.saturating_sub(start).as_nanos()).unwrap_or(u64::MAX)
-            });
+        let cpu = self.cpu_start.zip(thread_cpu()).map_or(0, |(start, now)| {
+            u64::try_from(now.saturating_sub(start).as_nanos()).unwrap_or(u64::MAX)
+        });
         let bytes = self
             .allocated
             .as_ref()

@@ -296,7 +296,11 @@ impl BucketProbe {
 
     /// The peak per bucket.
     pub fn peaks(&self) -> Vec<(BucketKey, u64)> {
-        self.buckets.lock().iter().map(|(k, v)| (k.clone(), v.1)).collect()
+        self.buckets
+            .lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.1))
+            .collect()
     }
 
     /// Requests executing now, over all buckets.
@@ -534,8 +538,8 @@ pub struct RequestScope {
     header: Result<Option<String>, String>,
     /// `Warning` header values to add to the response.
     warnings: Mutex<Vec<String>>,
-    /// Permits released when the response has been built (DESIGN D9).
-    permits: Mutex<Vec<Permit>>,
+    /// Permit references dropped when the response has been built (DESIGN D9).
+    permits: Mutex<Vec<Arc<Permit>>>,
 }
 
 tokio::task_local! {
@@ -556,17 +560,11 @@ pub fn add_warning(text: String) {
     let _ = SCOPE.try_with(|s| s.warnings.lock().push(text));
 }
 
-/// Keeps `permit` until the response of the request being handled on this task has been
-/// handed to the HTTP layer (or the request is dropped). Outside a request scope the permit is
-/// given back for the caller to hold.
-pub fn hold_until_response(permit: Permit) -> Option<Permit> {
-    let mut permit = Some(permit);
-    let _ = SCOPE.try_with(|s| {
-        if let Some(p) = permit.take() {
-            s.permits.lock().push(p);
-        }
-    });
-    permit
+/// Keeps a reference to `permit` until the response of the request being handled on this
+/// task has been handed to the HTTP layer (or the request is dropped). Outside a request scope
+/// it does nothing; the caller's own references decide.
+pub fn hold_until_response(permit: Arc<Permit>) {
+    let _ = SCOPE.try_with(|s| s.permits.lock().push(permit));
 }
 
 /// Middleware: reads the `workloadGroupId` header into the request scope and adds the

@@ -69,12 +69,7 @@ fn start_heavy(node: &TestNode, headers: &[(&str, &str)]) -> tokio::task::JoinHa
     for (k, v) in headers {
         rb = rb.header(*k, *v);
     }
-    tokio::spawn(async move {
-        rb.send()
-            .await
-            .map(|r| r.status().as_u16())
-            .unwrap_or(0)
-    })
+    tokio::spawn(async move { rb.send().await.map(|r| r.status().as_u16()).unwrap_or(0) })
 }
 
 /// Waits until `n` search tasks of group `id` are running.
@@ -111,7 +106,10 @@ async fn cancel_all(node: &TestNode, running: Vec<tokio::task::JoinHandle<u16>>)
     assert_eq!(r.status, 200, "{}", r.body);
     for h in running {
         let status = h.await.expect("joined");
-        assert!(status == 500 || status == 200, "cancelled search answered {status}");
+        assert!(
+            status == 500 || status == 200,
+            "cancelled search answered {status}"
+        );
     }
 }
 
@@ -127,7 +125,12 @@ async fn cheap(node: &TestNode, headers: &[(&str, &str)]) -> Reply {
 
 async fn stats_of(node: &TestNode, id: &str) -> Value {
     let r = node
-        .req_with("GET", &format!("/_wlm/stats/{id}?include=buckets"), None, &ADMIN)
+        .req_with(
+            "GET",
+            &format!("/_wlm/stats/{id}?include=buckets"),
+            None,
+            &ADMIN,
+        )
         .await;
     assert_eq!(r.status, 200, "{}", r.body);
     let obj = r.body.as_object().expect("object");
@@ -147,16 +150,26 @@ async fn wait_drained(node: &TestNode, id: &str) {
         }
         tokio::task::yield_now().await;
     }
-    panic!("buckets of {id} never drained: {}", stats_of(node, id).await);
+    panic!(
+        "buckets of {id} never drained: {}",
+        stats_of(node, id).await
+    );
 }
 
 fn assert_throttled(r: &Reply, group: &str, bucket: &str, limit: u64) {
     assert_eq!(r.status, 429, "{}", r.body);
-    assert_eq!(r.body["error"]["type"], "rejected_execution_exception", "{}", r.body);
+    assert_eq!(
+        r.body["error"]["type"], "rejected_execution_exception",
+        "{}",
+        r.body
+    );
     let reason = r.body["error"]["reason"].as_str().expect("reason");
     assert!(reason.contains(&format!("[{group}]")), "{reason}");
     assert!(reason.contains(&format!("[{bucket}]")), "{reason}");
-    assert!(reason.contains(&format!("node_limit is {limit}")), "{reason}");
+    assert!(
+        reason.contains(&format!("node_limit is {limit}")),
+        "{reason}"
+    );
     assert_eq!(r.header_values("retry-after"), ["1"]);
 }
 
@@ -169,9 +182,7 @@ async fn test_group_bucket_rejects_over_the_limit_and_admits_after_release() {
     wait_running(&node, &id, 2).await;
 
     assert_throttled(&cheap(&node, &tag).await, "analytics", "group", 2);
-    let count = node
-        .req_with("POST", "/small/_count", None, &tag)
-        .await;
+    let count = node.req_with("POST", "/small/_count", None, &tag).await;
     assert_throttled(&count, "analytics", "group", 2);
     // Other groups and DEFAULT are not affected.
     assert_eq!(cheap(&node, &[]).await.status, 200);
@@ -197,7 +208,14 @@ async fn test_monitor_only_mode_and_monitor_groups_admit_and_count_would_throttl
     wait_running(&node, &id, 1).await;
     assert_eq!(cheap(&node, &tag).await.status, 200);
     let s = stats_of(&node, &id).await;
-    assert_eq!((s["total_throttled"].clone(), s["total_would_throttle"].clone()), (json!(0), json!(1)), "{s}");
+    assert_eq!(
+        (
+            s["total_throttled"].clone(),
+            s["total_would_throttle"].clone()
+        ),
+        (json!(0), json!(1)),
+        "{s}"
+    );
 
     // In enabled mode a monitor group still only counts.
     set_mode(&node, "enabled").await;
@@ -208,7 +226,14 @@ async fn test_monitor_only_mode_and_monitor_groups_admit_and_count_would_throttl
     wait_running(&node, &mon, 1).await;
     assert_eq!(cheap(&node, &mtag).await.status, 200);
     let s = stats_of(&node, &mon).await;
-    assert_eq!((s["total_throttled"].clone(), s["total_would_throttle"].clone()), (json!(0), json!(1)), "{s}");
+    assert_eq!(
+        (
+            s["total_throttled"].clone(),
+            s["total_would_throttle"].clone()
+        ),
+        (json!(0), json!(1)),
+        "{s}"
+    );
 
     // Disabled evaluates nothing.
     set_mode(&node, "disabled").await;
@@ -283,7 +308,9 @@ async fn test_deleting_a_group_with_requests_in_flight_leaks_no_permit() {
         .await;
     assert!(!r.body.to_string().contains("in_flight"), "{}", r.body);
     assert_eq!(
-        cheap(&node, &[("workloadGroupId", again.as_str())]).await.status,
+        cheap(&node, &[("workloadGroupId", again.as_str())])
+            .await
+            .status,
         200
     );
 }
@@ -335,7 +362,10 @@ async fn test_scroll_continuations_draw_on_the_bucket_and_are_rejected_not_parke
         )
         .await;
     assert_eq!(opened.status, 200, "{}", opened.body);
-    let scroll_id = opened.body["_scroll_id"].as_str().expect("scroll id").to_string();
+    let scroll_id = opened.body["_scroll_id"]
+        .as_str()
+        .expect("scroll id")
+        .to_string();
     let running = vec![start_heavy(&node, &tag)];
     wait_running(&node, &id, 1).await;
     // The continuation belongs to the group the scroll was opened in, header or not.
@@ -365,10 +395,17 @@ async fn test_scroll_continuations_draw_on_the_bucket_and_are_rejected_not_parke
 async fn test_username_and_role_buckets_are_independent() {
     let node = node_in_mode(
         "enabled",
-        &["auth.type=proxy", "auth.proxy.trusted_addresses=127.0.0.0/8"],
+        &[
+            "auth.type=proxy",
+            "auth.proxy.trusted_addresses=127.0.0.0/8",
+        ],
     )
     .await;
-    let users = create_group(&node, throttled_group("per-user", "username", 1, "enforced")).await;
+    let users = create_group(
+        &node,
+        throttled_group("per-user", "username", 1, "enforced"),
+    )
+    .await;
     let roles = create_group(&node, throttled_group("per-role", "role", 1, "enforced")).await;
     let as_user = |u: &'static str, roles: &'static str, group: &str| {
         vec![
@@ -377,7 +414,7 @@ async fn test_username_and_role_buckets_are_independent() {
             ("workloadGroupId", group.to_string()),
         ]
     };
-    fn refs(v: &[(&'static str, String)]) -> Vec<(&'static str, &str)> {
+    fn refs<'a>(v: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
         v.iter().map(|(k, v)| (*k, v.as_str())).collect()
     }
 
@@ -385,7 +422,12 @@ async fn test_username_and_role_buckets_are_independent() {
     let bob = as_user("bob", "x", &users);
     let running = vec![start_heavy(&node, &refs(&alice))];
     wait_running(&node, &users, 1).await;
-    assert_throttled(&cheap(&node, &refs(&alice)).await, "per-user", "username=alice", 1);
+    assert_throttled(
+        &cheap(&node, &refs(&alice)).await,
+        "per-user",
+        "username=alice",
+        1,
+    );
     assert_eq!(cheap(&node, &refs(&bob)).await.status, 200);
 
     // Roles: charged to the smallest role; a caller whose smallest role differs is free.
@@ -395,9 +437,48 @@ async fn test_username_and_role_buckets_are_independent() {
     let mut running = running;
     running.push(start_heavy(&node, &refs(&carol)));
     wait_running(&node, &roles, 1).await;
-    assert_throttled(&cheap(&node, &refs(&dave)).await, "per-role", "role=analyst", 1);
+    assert_throttled(
+        &cheap(&node, &refs(&dave)).await,
+        "per-role",
+        "role=analyst",
+        1,
+    );
     assert_eq!(cheap(&node, &refs(&erin)).await.status, 200);
     cancel_all(&node, running).await;
     wait_drained(&node, &users).await;
     wait_drained(&node, &roles).await;
+}
+
+#[tokio::test]
+async fn test_nested_lookup_search_is_not_charged_for_the_bucket_its_parent_holds() {
+    let node = node_in_mode("enabled", &[]).await;
+    let id = create_group(&node, throttled_group("nest", "group", 1, "enforced")).await;
+    let tag = [("workloadGroupId", id.as_str())];
+    // The parent holds the bucket's only slot; its lookup's sub-search must still run.
+    let lookup = json!({"query": {"terms": {"k": {"index": "small", "path": "k",
+                         "query": {"match_all": {}}}}}});
+    let r = node
+        .req_with("POST", "/small/_search", Some(lookup.clone()), &tag)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["hits"]["total"]["value"], 1, "{}", r.body);
+    let r = node
+        .req_with("POST", "/small/_count", Some(lookup.clone()), &tag)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["count"], 1);
+    // The nested searches are part of their requests: two completions, no throttles.
+    let s = stats_of(&node, &id).await;
+    assert_eq!(s["total_completions"], 2, "{s}");
+    assert_eq!(s["total_throttled"], 0, "{s}");
+
+    // While another request holds the slot, the lookup request itself is throttled.
+    let running = vec![start_heavy(&node, &tag)];
+    wait_running(&node, &id, 1).await;
+    let r = node
+        .req_with("POST", "/small/_search", Some(lookup), &tag)
+        .await;
+    assert_throttled(&r, "nest", "group", 1);
+    cancel_all(&node, running).await;
+    wait_drained(&node, &id).await;
 }

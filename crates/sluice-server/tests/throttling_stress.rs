@@ -211,26 +211,44 @@ async fn test_group_bucket_never_exceeds_node_limit_under_mixed_load() {
     }
     let peaks = node.state.workload.probe.get().unwrap().peaks();
     assert_eq!(peaks.len(), 1, "{peaks:?}");
-    assert!(peaks[0].1 <= 10, "bucket ran {} at once: {peaks:?}", peaks[0].1);
+    assert!(
+        peaks[0].1 <= 10,
+        "bucket ran {} at once: {peaks:?}",
+        peaks[0].1
+    );
     assert!(peaks[0].1 >= 2, "the load never overlapped: {peaks:?}");
 
     let s = group_stats(&node, &id).await;
     let throttled = s["total_throttled"].as_u64().unwrap();
     let completed = s["total_completions"].as_u64().unwrap();
     assert!(throttled > 0, "the limit was never reached: {s}");
-    assert_eq!(
-        throttled as usize,
-        statuses.get(&429).copied().unwrap_or(0),
+    // A client that gave up (status 0) may have been throttled or admitted before it left,
+    // or may have left before its request reached the node at all; every other request was
+    // answered exactly as counted.
+    let rejected_seen = statuses.get(&429).copied().unwrap_or(0) as u64;
+    let gave_up = statuses.get(&0).copied().unwrap_or(0) as u64;
+    assert!(
+        (rejected_seen..=rejected_seen + gave_up).contains(&throttled),
         "{s} {statuses:?}"
     );
-    assert_eq!(throttled + completed, sent as u64, "{s} {statuses:?}");
+    let accounted = throttled + completed;
+    assert!(
+        (sent as u64 - gave_up..=sent as u64).contains(&accounted),
+        "{s} {statuses:?}"
+    );
     assert!(s["peak_executing"].as_u64().unwrap() <= 10, "{s}");
-    node.assert_alive().await;
+    let r = node.req_with("GET", "/", None, &ADMIN).await;
+    assert_eq!(r.status, 200, "the node stopped serving: {}", r.body);
+    assert_eq!(node.state.workload.permits.num_invariant_violations(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn test_username_and_role_buckets_are_enforced_independently_under_load() {
-    let node = setup(&["auth.type=proxy", "auth.proxy.trusted_addresses=127.0.0.0/8"]).await;
+    let node = setup(&[
+        "auth.type=proxy",
+        "auth.proxy.trusted_addresses=127.0.0.0/8",
+    ])
+    .await;
     let group = create_group(&node, "whole", "group", 6).await;
     let users = create_group(&node, "users", "username", 2).await;
     let roles = create_group(&node, "roles", "role", 3).await;
@@ -239,7 +257,11 @@ async fn test_username_and_role_buckets_are_enforced_independently_under_load() 
         let (gid, user, role) = match c % 3 {
             0 => (g.clone(), format!("g{}", c % 5), "x".to_string()),
             1 => (u.clone(), format!("user{}", c % 4), "x".to_string()),
-            _ => (r.clone(), format!("r{c}"), format!("role{}, zz", (c / 3) % 3)),
+            _ => (
+                r.clone(),
+                format!("r{c}"),
+                format!("role{}, zz", (c / 3) % 3),
+            ),
         };
         vec![
             ("workloadGroupId".to_string(), gid),
@@ -263,12 +285,19 @@ async fn test_username_and_role_buckets_are_enforced_independently_under_load() 
     let mut buckets_per_group: HashMap<String, usize> = HashMap::new();
     for (key, peak) in &peaks {
         let limit = limit_of(&key.group_id);
-        assert!(*peak <= limit, "bucket {key:?} ran {peak} at once, limit {limit}");
-        *buckets_per_group.entry(key.group_id.to_string()).or_default() += 1;
+        assert!(
+            *peak <= limit,
+            "bucket {key:?} ran {peak} at once, limit {limit}"
+        );
+        *buckets_per_group
+            .entry(key.group_id.to_string())
+            .or_default() += 1;
     }
     // One bucket for the group, one per username (4), one per smallest role (3).
     assert_eq!(buckets_per_group.get(&group), Some(&1), "{peaks:?}");
     assert_eq!(buckets_per_group.get(&users), Some(&4), "{peaks:?}");
     assert_eq!(buckets_per_group.get(&roles), Some(&3), "{peaks:?}");
-    node.assert_alive().await;
+    let r = node.req_with("GET", "/", None, &ADMIN).await;
+    assert_eq!(r.status, 200, "the node stopped serving: {}", r.body);
+    assert_eq!(node.state.workload.permits.num_invariant_violations(), 0);
 }

@@ -233,18 +233,24 @@ pub async fn run_task<T: Send + 'static>(
     };
     let principal = crate::auth::current_principal();
     // Admission, before any work starts: the node-tier throttle.
-    let mut permit = crate::admission::throttle(st, &entry, principal.as_deref(), &held)?;
+    let permit = crate::admission::throttle(st, &entry, principal.as_deref(), &held)?;
     // Nested searches (a terms lookup's sub-search) become child tasks through this hook.
     let nested_group = entry.clone();
     let own_bucket = permit.as_ref().map(|p| p.key().clone());
     if let Some(k) = &own_bucket {
         held.push(k.clone());
     }
-    if spec.hold_for_response {
-        permit = permit.and_then(crate::workload::hold_until_response);
+    // The permit must cover all of the work *and* the response: the pool job holds one
+    // reference until the work ends (a client that disconnects drops this future at once, but
+    // the search runs on until its next checkpoint), and a top-level request's scope holds
+    // another until the response is built (D9). The slot frees when the last one goes.
+    let permit = permit.map(Arc::new);
+    if spec.hold_for_response
+        && let Some(p) = &permit
+    {
+        crate::workload::hold_until_response(p.clone());
     }
-    // Whatever is still held here is released when this future ends or is dropped.
-    let _permit = permit;
+    let job_permit = permit;
     let settings = GroupSearchSettings::of(&entry);
     let cancel_after = settings.cancel_after(
         requested_cancel_after,
@@ -282,6 +288,7 @@ pub async fn run_task<T: Send + 'static>(
     let workload = st.workload.clone();
     let result = on_search_pool(st, move || {
         let _registered = guard;
+        let _permit = job_permit;
         let _executing = Executing::start(&task_entry);
         let _probe = workload
             .probe

@@ -107,10 +107,7 @@ fn include_buckets(params: &Params) -> Result<bool, EngineError> {
 
 /// The in-flight buckets of `entry`'s group on this node, with their live limit.
 fn buckets_json(st: &AppState, entry: &GroupEntry) -> Value {
-    let limit = entry
-        .group
-        .as_ref()
-        .and_then(|g| g.throttling.node_limit);
+    let limit = entry.group.as_ref().and_then(|g| g.throttling.node_limit);
     let mut buckets: Vec<(sluice_core::BucketKey, u64)> = st
         .workload
         .permits

@@ -299,7 +299,8 @@ pub async fn heavy_index(node: &TestNode) {
 
 /// Builds the heavy index sending `headers` (credentials on nodes that authenticate).
 pub async fn heavy_index_as(node: &TestNode, headers: &[(&str, &str)]) {
-    let mapping = json!({"mappings": {"properties": {"k": {"type": "keyword"}, "n": {"type": "long"}}}});
+    let mapping =
+        json!({"mappings": {"properties": {"k": {"type": "keyword"}, "n": {"type": "long"}}}});
     let mut rb = node
         .client
         .put(node.url("/heavy"))
