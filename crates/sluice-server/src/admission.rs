@@ -21,8 +21,9 @@
 //!   estimate belongs with the queue).
 //! - The rejection is counted on the stats of the group the request was tagged with (fixed
 //!   at tagging), never on DEFAULT during a group's registration (seed 001's second review).
-//!   Counting cannot fail, so no error path can turn a rejection into an admit (seed 001's
-//!   first review): the only fail-open paths are the explicit ones above.
+//!   The decision runs under `catch_unwind`: a failure while deciding admits (fail open, logged
+//!   at ERROR), but once the verdict is a rejection nothing fallible runs before the 429, so no
+//!   error can turn a rejection into an admit (seed 001's first review comment).
 
 use std::sync::Arc;
 
@@ -40,22 +41,78 @@ pub const RETRY_AFTER_SECS: u64 = 1;
 /// Decides a request's node-tier throttle: `Ok(Some(permit))` when it holds a slot of its
 /// bucket, `Ok(None)` when it is not throttled (or a breach is only monitored), `Err` with a
 /// 429 when it is rejected. `held` lists the buckets the request's ancestors hold.
+///
+/// An internal failure while deciding (a panic: there is no other error path) admits the
+/// request and is logged at ERROR. Once the decision is a rejection, nothing that can fail runs
+/// before the 429 is returned, so a failure can never turn a rejection into an admit.
 pub fn throttle(
     st: &AppState,
     entry: &GroupEntry,
     principal: Option<&crate::auth::Principal>,
     held: &[BucketKey],
 ) -> Result<Option<Permit>, ApiError> {
+    let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        decide(st, entry, principal, held)
+    }));
+    let refused = match decided {
+        Ok(Decision::Admit(permit)) => return Ok(permit),
+        Ok(Decision::Reject(r)) => r,
+        Err(_) => {
+            tracing::error!(
+                group = %entry.id,
+                "the throttle failed while deciding; admitting the request (fail open)"
+            );
+            return Ok(None);
+        }
+    };
+    entry.stats.total_throttled.inc();
+    Err(ApiError::Rejected {
+        error: EngineError::new(
+            ErrorCode::RejectedExecution,
+            format!(
+                "rejected by workload group [{}] ({}): bucket [{}] already has {} requests in flight on this node, node_limit is {} (tier: node); retry when one completes",
+                entry.name(),
+                entry.id,
+                describe_bucket(&refused.key),
+                refused.in_flight,
+                refused.limit
+            ),
+        ),
+        retry_after_secs: RETRY_AFTER_SECS,
+    })
+}
+
+/// The throttle's verdict.
+enum Decision {
+    /// Run, holding this permit (or none: not throttled, or only monitored).
+    Admit(Option<Permit>),
+    /// Refuse: the bucket is full.
+    Reject(Refusal),
+}
+
+/// Why a request was refused.
+struct Refusal {
+    key: BucketKey,
+    in_flight: u64,
+    limit: u64,
+}
+
+fn decide(
+    st: &AppState,
+    entry: &GroupEntry,
+    principal: Option<&crate::auth::Principal>,
+    held: &[BucketKey],
+) -> Decision {
     let mode = st.cluster_settings.wlm_mode();
     if mode == WlmMode::Disabled {
-        return Ok(None);
+        return Decision::Admit(None);
     }
     let Some(group) = &entry.group else {
-        return Ok(None);
+        return Decision::Admit(None);
     };
     let (Some(attribute), Some(limit)) = (group.throttling.attribute, group.throttling.node_limit)
     else {
-        return Ok(None);
+        return Decision::Admit(None);
     };
     // The group bucket needs no principal; only username/role buckets pay for converting it.
     let principal = match attribute {
@@ -63,39 +120,32 @@ pub fn throttle(
         ThrottleAttribute::Username | ThrottleAttribute::Role => principal.map(core_principal),
     };
     let Some(key) = bucket_for(&entry.id, &group.throttling, principal.as_ref()) else {
-        return Ok(None);
+        return Decision::Admit(None);
     };
     if held.contains(&key) {
-        return Ok(None);
+        return Decision::Admit(None);
     }
     let refused = match st.workload.permits.try_acquire(&key, u64::from(limit)) {
-        Ok(permit) => return Ok(Some(permit)),
+        Ok(permit) => return Decision::Admit(Some(permit)),
         Err(t) => t,
     };
-    let bucket = describe_bucket(&key);
     if mode == WlmMode::MonitorOnly || group.resiliency_mode == ResiliencyMode::Monitor {
         entry.stats.total_would_throttle.inc();
         tracing::debug!(
             group = %group.name,
-            bucket = %bucket,
+            bucket = %describe_bucket(&key),
             in_flight = refused.in_flight,
             node_limit = limit,
             mode = mode.as_str(),
             resiliency_mode = group.resiliency_mode.as_str(),
             "would throttle: admitted because workload management only monitors this request"
         );
-        return Ok(None);
+        return Decision::Admit(None);
     }
-    entry.stats.total_throttled.inc();
-    Err(ApiError::Rejected {
-        error: EngineError::new(
-            ErrorCode::RejectedExecution,
-            format!(
-                "rejected by workload group [{}] ({}): bucket [{bucket}] already has {} requests in flight on this node, node_limit is {limit} (tier: node); retry when one completes",
-                group.name, entry.id, refused.in_flight
-            ),
-        ),
-        retry_after_secs: RETRY_AFTER_SECS,
+    Decision::Reject(Refusal {
+        key,
+        in_flight: refused.in_flight,
+        limit: refused.limit,
     })
 }
 

@@ -481,3 +481,22 @@ async fn test_running_task_shows_its_group() {
     assert_eq!(s, 200);
     let _ = running.await;
 }
+
+#[tokio::test]
+async fn test_groups_and_rules_tag_requests_after_a_restart() {
+    let node = node_with_indices(&[]).await;
+    let id = create_group(&node, group("kept", 0.2), &[]).await;
+    create_rule(
+        &node,
+        json!({"description": "k", "index_pattern": ["logs-*"], "workload_group": id}),
+        &[],
+    )
+    .await;
+    let data = node.data.clone();
+    let tmp = node.stop().await;
+    let node = TestNode::start_on(&data, &[]).await;
+    node.search("logs-1", json!({})).await;
+    assert_eq!(completions(&node, &id).await, 1);
+    drop(node);
+    drop(tmp);
+}

@@ -266,7 +266,7 @@ fn node_groups(
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .collect();
-        if !wanted.iter().any(|w| *w == "_all") {
+        if !wanted.contains(&"_all") {
             if let Some(missing) = wanted.iter().find(|w| !all.iter().any(|e| &*e.id == **w)) {
                 return Err((*missing).to_string());
             }
