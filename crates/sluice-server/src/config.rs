@@ -35,6 +35,9 @@ pub mod keys {
     pub const AUTH_PROXY_TRUSTED_ADDRESSES: &str = "auth.proxy.trusted_addresses";
     /// Roles (comma-separated) allowed to call mutating admin APIs.
     pub const AUTH_ADMIN_ROLES: &str = "auth.admin_roles";
+    /// The memory task usage is a fraction of: bytes (`8gb`) or a percentage (`50%`) of the
+    /// node's memory (cgroup limit, else physical).
+    pub const NODE_MEMORY_BUDGET: &str = "node.memory_budget";
 }
 
 /// Every key accepted in the config file, env and flags.
@@ -53,6 +56,7 @@ const KNOWN_KEYS: &[&str] = &[
     keys::AUTH_PROXY_ROLES_HEADER,
     keys::AUTH_PROXY_TRUSTED_ADDRESSES,
     keys::AUTH_ADMIN_ROLES,
+    keys::NODE_MEMORY_BUDGET,
 ];
 
 /// The default config file, relative to the working directory.
@@ -81,6 +85,8 @@ pub struct Config {
     pub search_pool_queue_size: usize,
     /// `auth.*`.
     pub auth: crate::auth::AuthConfig,
+    /// `node.memory_budget`, resolved at node start ([`crate::node_usage`]).
+    pub memory_budget: crate::node_usage::MemoryBudget,
 }
 
 /// A configuration error: which key, what was wrong, what is accepted.
@@ -335,7 +341,19 @@ impl Config {
             1_000_000,
         )?;
         let auth = auth_config(&get)?;
+        let memory_budget = match get(keys::NODE_MEMORY_BUDGET) {
+            None => crate::node_usage::MemoryBudget::default(),
+            Some((v, s)) => crate::node_usage::MemoryBudget::parse(v).ok_or_else(|| {
+                invalid(
+                    keys::NODE_MEMORY_BUDGET,
+                    v,
+                    s,
+                    crate::node_usage::MemoryBudget::EXPECTED,
+                )
+            })?,
+        };
         Ok(Config {
+            memory_budget,
             auth,
             search_pool_size,
             search_pool_queue_size,
@@ -562,6 +580,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("[auth.admin_roles]"), "{e}");
+    }
+
+    #[test]
+    fn test_memory_budget_defaults_to_all_memory_and_rejects_bad_values() {
+        use crate::node_usage::MemoryBudget;
+        let c = load(None, &[], &[]).unwrap();
+        assert_eq!(c.memory_budget, MemoryBudget::Percent(100.0));
+        let c = load(None, &[("SLUICE_NODE_MEMORY_BUDGET", "2gb")], &[]).unwrap();
+        assert_eq!(c.memory_budget, MemoryBudget::Bytes(2 << 30));
+        let c = load(Some("node:\n  memory_budget: 50%\n"), &[], &[]).unwrap();
+        assert_eq!(c.memory_budget, MemoryBudget::Percent(50.0));
+        let e = load(None, &[], &["node.memory_budget=150%"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[node.memory_budget]") && e.contains("such as 50%"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -63,7 +63,17 @@ impl Node {
             .reload(metastore.as_ref())
             .await
             .map_err(|e| anyhow::anyhow!("cannot load the workload groups and rules: {e:?}"))?;
+        let memory_budget = config
+            .memory_budget
+            .resolve(crate::node_usage::detect_memory_bytes());
+        let enforcement = crate::enforcement::Enforcement::new(memory_budget);
+        tracing::info!(
+            cores = enforcement.capacity().cores,
+            memory_budget_bytes = memory_budget,
+            "workload usage is measured as a fraction of this node's cores and memory budget"
+        );
         let state = Arc::new(AppState {
+            enforcement,
             workload,
             auth,
             config,
@@ -126,6 +136,7 @@ impl Node {
                 let _ = tokio::task::spawn_blocking(move || e.refresh_due()).await;
             }
         });
+        let enforcement = tokio::spawn(crate::enforcement::run_loop(self.state.clone()));
         // Outside the router, so it sees the `Allow` header the router sets on a 405.
         let app = tower::Layer::layer(&middleware::from_fn(api::name_allowed_methods), app);
         let app =
@@ -134,6 +145,7 @@ impl Node {
             .with_graceful_shutdown(shutdown)
             .await?;
         refresher.abort();
+        enforcement.abort();
         let engine = self.state.engine.clone();
         tokio::task::spawn_blocking(move || engine.flush_all()).await??;
         tracing::info!("stopped; all indices committed");

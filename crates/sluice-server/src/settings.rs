@@ -248,8 +248,9 @@ pub static SETTINGS: &[SettingDef] = &[
         },
         default: "1000",
         check: None,
-        doc: "Milliseconds between two runs of the enforcement loop (at least 1000). As in \
-              OpenSearch, the loop reads it when it starts, so a change takes effect at restart.",
+        doc: "Milliseconds between two runs of the enforcement loop (at least 1000). The loop \
+              re-reads it before each wait, so a change applies from the next run on (OpenSearch \
+              needs a restart).",
     },
     SettingDef {
         key: keys::WLM_DURESS_STREAK,

@@ -61,4 +61,6 @@ pub struct AppState {
     pub auth: Arc<crate::auth::Authenticator>,
     /// Workload management at run time: groups, rules, stats, tagging.
     pub workload: Arc<crate::workload::Workload>,
+    /// Resource enforcement: node capacity, duress, the enforcement loop's state.
+    pub enforcement: crate::enforcement::Enforcement,
 }

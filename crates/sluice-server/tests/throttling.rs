@@ -15,7 +15,11 @@ const ADMIN: [(&str, &str); 2] = [("x-proxy-user", "root"), ("x-proxy-roles", "a
 
 /// A node with the heavy index (and a small one), in `mode`, with `extra` settings.
 async fn node_in_mode(mode: &str, extra: &[&str]) -> TestNode {
-    let node = TestNode::start_with(extra).await;
+    // Throttling is under test, not resource enforcement: the groups' only limit is memory,
+    // against a budget no search comes near, so the enforcement loop never acts on them.
+    let mut settings = vec!["node.memory_budget=1tb"];
+    settings.extend_from_slice(extra);
+    let node = TestNode::start_with(&settings).await;
     load(&node).await;
     set_mode(&node, mode).await;
     node
@@ -55,7 +59,7 @@ async fn create_group(node: &TestNode, body: Value) -> String {
 }
 
 fn throttled_group(name: &str, attribute: &str, limit: u64, mode: &str) -> Value {
-    json!({"name": name, "resiliency_mode": mode, "resource_limits": {"cpu": 0.1},
+    json!({"name": name, "resiliency_mode": mode, "resource_limits": {"memory": 0.1},
            "throttling": {"attribute": attribute, "node_limit": limit}})
 }
 

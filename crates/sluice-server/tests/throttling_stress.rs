@@ -23,7 +23,9 @@ const REQUESTS_PER_CLIENT: usize = 40;
 async fn setup(extra: &[&str]) -> TestNode {
     // A search pool wider than every limit, so the throttle — not the pool — is what bounds
     // the concurrency the probe sees.
-    let mut settings = vec!["thread_pool.search.size=32"];
+    // The memory budget keeps resource enforcement out of the way: the groups' only limit is
+    // memory, which no search comes near against 1tb.
+    let mut settings = vec!["thread_pool.search.size=32", "node.memory_budget=1tb"];
     settings.extend_from_slice(extra);
     let node = TestNode::start_with(&settings).await;
     common::heavy_index_as(&node, &ADMIN).await;
@@ -59,7 +61,7 @@ async fn create_group(node: &TestNode, name: &str, attribute: &str, limit: u64) 
             "PUT",
             "/_wlm/workload_group",
             Some(json!({"name": name, "resiliency_mode": "enforced",
-                        "resource_limits": {"cpu": 0.1},
+                        "resource_limits": {"memory": 0.1},
                         "throttling": {"attribute": attribute, "node_limit": limit}})),
             &ADMIN,
         )

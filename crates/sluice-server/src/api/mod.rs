@@ -232,7 +232,9 @@ pub async fn run_task<T: Send + 'static>(
         None => (tag_request(st, &spec.indices)?.entry, Vec::new()),
     };
     let principal = crate::auth::current_principal();
-    // Admission, before any work starts: the node-tier throttle.
+    // Admission, before any work starts: the group's resource share, then the node-tier
+    // throttle.
+    crate::enforcement::check_rejection(st, &entry)?;
     let permit = crate::admission::throttle(st, &entry, principal.as_deref(), &held)?;
     // Nested searches (a terms lookup's sub-search) become child tasks through this hook.
     let nested_group = entry.clone();

@@ -1,0 +1,759 @@
+//! Resource enforcement at run time (issue #6, DESIGN §3 "Resource enforcement", facts §6):
+//! the enforcement loop that measures each group's share of the node and cancels the worst
+//! tasks of groups over their limit, and the admission check that rejects requests of groups
+//! whose last measured share is over their limit.
+//!
+//! The decisions are [`sluice_core::resources`]'; this module feeds them and carries them out.
+//!
+//! - [`Enforcement`] (in [`AppState`]): the node's capacity (cores, memory budget), the state
+//!   kept between passes (duress streaks, the process CPU clock's last reading) and the last
+//!   duress verdict, which admission reads with one atomic load.
+//! - [`run_pass`]: one pass as a plain function of its inputs — observe the node into the
+//!   duress trackers, build the usage views, select the tasks to cancel. Tests drive it with
+//!   made-up inputs; it reads no clock, no setting and no registry.
+//! - [`run_once`]: gathers a pass's inputs from the node (settings snapshot, running tasks,
+//!   groups, process CPU and memory), runs [`run_pass`], then records each group's usage as
+//!   its `current_usage`, and in mode `enabled` cancels the selected tasks through their
+//!   cancellation flag (their clients get `task_cancelled_exception` with OpenSearch's reason)
+//!   counting `total_cancellations` and the resource's `cancellations`; in `monitor_only` it
+//!   logs what it would cancel.
+//! - [`run_loop`]: [`run_once`] every `wlm.workload_group.enforcement_interval` on the blocking
+//!   pool, the interval re-read before each wait; a pass in mode `disabled` does nothing.
+//! - [`check_rejection`]: called by `api::run_task` before the throttle.
+//!
+//! # Decisions
+//! - Deleted groups: a task carries its group's definition from tagging time, so the groups of
+//!   running tasks that are no longer in the view are the deleted groups with leftovers, judged
+//!   against the limits they had. Nothing needs remembering between passes, and a deleted group
+//!   is forgotten exactly when its last task ends. Their cancellations count on the deleted
+//!   group's own (now unlisted) stats, never on DEFAULT.
+//! - Node duress inputs: process CPU over the last interval / cores, and the bytes held in live
+//!   allocations / the memory budget ([`crate::node_usage`]).
+//! - `DEFAULT_WORKLOAD_GROUP`'s usage is recorded too (informative; it is never policed).
+//! - A would-be rejection (`monitor_only`, or a `monitor` group) is logged at DEBUG and not
+//!   counted: D10 has no counter for it, and counting it in `total_would_throttle` would mix a
+//!   resource breach into the throttle's figure.
+//!
+//! # Invariants
+//! - Passes are serialized (one lock over the pass state, held for the whole pass), so duress
+//!   streaks advance once per pass and a task is never cancelled twice by two passes at once.
+//! - A cancellation is counted only when this pass set the task's flag.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use sluice_core::WorkloadGroup;
+use sluice_core::resources::{
+    Admission, Cancellation, DEFAULT_WORKLOAD_GROUP_ID, GroupPolicy, NodeCapacity,
+    NodeDuressTrackers, NodeThresholds, ResiliencyMode, ResourceLimits, ResourceType,
+    ResourceUsage, TaskSnapshot, TaskState, UsageViews, WlmMode, select_cancellations,
+};
+use sluice_engine::{EngineError, ErrorCode};
+
+use crate::error::ApiError;
+use crate::node_usage::ProcessCpu;
+use crate::settings::{SettingsSnapshot, keys};
+use crate::state::AppState;
+use crate::tasks::Task;
+use crate::workload::{GroupEntry, View};
+
+/// What enforcement needs to know about a group, owned (a [`GroupPolicy`] borrows).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupDef {
+    /// The group's `_id`.
+    pub id: String,
+    /// How the group reacts to overrunning its share.
+    pub resiliency_mode: ResiliencyMode,
+    /// The group's shares.
+    pub resource_limits: ResourceLimits,
+}
+
+impl GroupDef {
+    /// Returns the definition of a stored group.
+    pub fn of(group: &WorkloadGroup) -> GroupDef {
+        GroupDef {
+            id: group.id.clone(),
+            resiliency_mode: group.resiliency_mode,
+            resource_limits: group.resource_limits,
+        }
+    }
+
+    fn policy(&self) -> GroupPolicy<'_> {
+        GroupPolicy::new(&self.id, self.resiliency_mode, self.resource_limits)
+    }
+}
+
+/// The node's own usage at the time of a pass, each a fraction of the node.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct NodeObservation {
+    /// Process CPU over the last interval / cores.
+    pub cpu: f64,
+    /// Memory in use / the memory budget.
+    pub memory: f64,
+}
+
+/// Everything one pass decides on.
+#[derive(Debug, Clone)]
+pub struct PassInputs {
+    /// `wlm.workload_group.mode`.
+    pub mode: WlmMode,
+    /// The node-level thresholds.
+    pub thresholds: NodeThresholds,
+    /// `wlm.workload_group.duress_streak`.
+    pub duress_streak: u32,
+    /// The node's own usage.
+    pub node: NodeObservation,
+    /// What usage is a fraction of.
+    pub capacity: NodeCapacity,
+    /// Now, on the clock of the tasks' `start_nanos`.
+    pub now_nanos: u64,
+    /// The running tasks that belong to a group.
+    pub tasks: Vec<TaskSnapshot>,
+    /// The current groups (DEFAULT excluded).
+    pub active: Vec<GroupDef>,
+    /// Groups of running tasks that are no longer current.
+    pub deleted: Vec<GroupDef>,
+}
+
+/// What one pass decided.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PassOutcome {
+    /// Whether the pass ran (not in mode `disabled`).
+    pub ran: bool,
+    /// Whether the selected tasks are to be cancelled (mode `enabled`) or only logged.
+    pub acts: bool,
+    /// Whether the node is in duress after this pass's observation.
+    pub in_duress: bool,
+    /// Whether this pass changed the duress verdict.
+    pub duress_changed: bool,
+    /// The usage of every current group and of DEFAULT (zero when idle), by id.
+    pub usage: BTreeMap<String, ResourceUsage>,
+    /// Deleted groups that still have running tasks.
+    pub deleted_with_tasks: Vec<String>,
+    /// The tasks to cancel (or, when not acting, that would be cancelled), in order.
+    pub cancellations: Vec<Cancellation>,
+}
+
+/// What enforcement keeps between passes.
+///
+/// # Invariants
+/// `in_duress` is the verdict of the last observation of `duress`.
+#[derive(Debug, Clone, Default)]
+pub struct EnforcementState {
+    duress: NodeDuressTrackers,
+    in_duress: bool,
+}
+
+impl EnforcementState {
+    /// Returns whether the last pass found the node in duress.
+    pub fn is_node_in_duress(&self) -> bool {
+        self.in_duress
+    }
+
+    /// Returns the duress trackers.
+    pub fn duress(&self) -> &NodeDuressTrackers {
+        &self.duress
+    }
+}
+
+/// Runs one enforcement pass over `inputs`: observes the node into the duress trackers, builds
+/// the usage views and selects the tasks to cancel (facts §6.3). In mode `disabled` it does
+/// nothing, not even observe (facts §6.6: the loop does not run).
+pub fn run_pass(state: &mut EnforcementState, inputs: &PassInputs) -> PassOutcome {
+    if !inputs.mode.runs_enforcement_loop() {
+        return PassOutcome::default();
+    }
+    let in_duress = state.duress.observe(
+        inputs.node.cpu,
+        inputs.node.memory,
+        &inputs.thresholds,
+        inputs.duress_streak,
+    );
+    let duress_changed = in_duress != state.in_duress;
+    state.in_duress = in_duress;
+    debug_assert_eq!(
+        state.in_duress,
+        state.duress.is_node_in_duress(inputs.duress_streak)
+    );
+
+    let views = UsageViews::build(&inputs.tasks, inputs.now_nanos, inputs.capacity);
+    let active: Vec<GroupPolicy<'_>> = inputs.active.iter().map(GroupDef::policy).collect();
+    let deleted: Vec<GroupPolicy<'_>> = inputs.deleted.iter().map(GroupDef::policy).collect();
+    let cancellations =
+        select_cancellations(&views, &active, &deleted, &inputs.thresholds, in_duress);
+
+    let mut usage = BTreeMap::new();
+    usage.insert(
+        DEFAULT_WORKLOAD_GROUP_ID.to_string(),
+        views.group(DEFAULT_WORKLOAD_GROUP_ID),
+    );
+    for g in &inputs.active {
+        usage.insert(g.id.clone(), views.group(&g.id));
+    }
+    let deleted_with_tasks = inputs
+        .deleted
+        .iter()
+        .filter(|g| views.has_tasks(&g.id))
+        .map(|g| g.id.clone())
+        .collect();
+    PassOutcome {
+        ran: true,
+        acts: inputs.mode.acts(),
+        in_duress,
+        duress_changed,
+        usage,
+        deleted_with_tasks,
+        cancellations,
+    }
+}
+
+/// The node's enforcement: its capacity, the state kept between passes and the last duress
+/// verdict.
+#[derive(Debug)]
+pub struct Enforcement {
+    /// The zero of the `start_nanos` / `now_nanos` clock handed to the core.
+    epoch: Instant,
+    capacity: NodeCapacity,
+    inner: Mutex<Inner>,
+    /// The last pass's duress verdict, for admission. Relaxed: a standalone flag, stale by up to
+    /// one interval by design (facts §6.2).
+    in_duress: AtomicBool,
+    num_passes: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: EnforcementState,
+    cpu: ProcessCpu,
+}
+
+impl Enforcement {
+    /// Enforcement for a node with `memory_budget_bytes` and the cores this process may use.
+    pub fn new(memory_budget_bytes: u64) -> Enforcement {
+        let cores = std::thread::available_parallelism()
+            .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX));
+        Enforcement::with_capacity(NodeCapacity {
+            cores,
+            memory_budget_bytes,
+        })
+    }
+
+    /// Enforcement for a node of the given capacity.
+    pub fn with_capacity(capacity: NodeCapacity) -> Enforcement {
+        Enforcement {
+            epoch: Instant::now(),
+            capacity,
+            inner: Mutex::new(Inner {
+                state: EnforcementState::default(),
+                cpu: ProcessCpu::start(),
+            }),
+            in_duress: AtomicBool::new(false),
+            num_passes: AtomicU64::new(0),
+        }
+    }
+
+    /// What usage is a fraction of.
+    pub fn capacity(&self) -> NodeCapacity {
+        self.capacity
+    }
+
+    /// Whether the last pass found the node in duress.
+    pub fn is_node_in_duress(&self) -> bool {
+        self.in_duress.load(Ordering::Relaxed)
+    }
+
+    /// Passes run so far (mode `disabled` ticks excluded).
+    pub fn num_passes(&self) -> u64 {
+        self.num_passes.load(Ordering::Relaxed)
+    }
+
+    fn nanos_since_epoch(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// The node-level thresholds of a settings snapshot.
+pub fn thresholds(s: &SettingsSnapshot) -> NodeThresholds {
+    NodeThresholds {
+        cpu_rejection: s.double(keys::WLM_CPU_REJECTION_THRESHOLD),
+        cpu_cancellation: s.double(keys::WLM_CPU_CANCELLATION_THRESHOLD),
+        memory_rejection: s.double(keys::WLM_MEMORY_REJECTION_THRESHOLD),
+        memory_cancellation: s.double(keys::WLM_MEMORY_CANCELLATION_THRESHOLD),
+    }
+}
+
+/// `wlm.workload_group.enforcement_interval` of a settings snapshot.
+pub fn enforcement_interval(s: &SettingsSnapshot) -> Duration {
+    Duration::from_millis(u64::try_from(s.integer(keys::WLM_ENFORCEMENT_INTERVAL)).unwrap_or(1))
+}
+
+/// Reads the running tasks of workload groups as the core sees them, and the definitions of
+/// their groups that are not in `view` (deleted since the task was tagged).
+fn snapshot_tasks(
+    tasks: &[Arc<Task>],
+    view: &View,
+    enforcement: &Enforcement,
+) -> (Vec<TaskSnapshot>, Vec<GroupDef>) {
+    let mut snapshots = Vec::with_capacity(tasks.len());
+    let mut deleted: BTreeMap<&str, GroupDef> = BTreeMap::new();
+    for task in tasks {
+        let Some(entry) = &task.group else {
+            continue;
+        };
+        if let Some(g) = &entry.group
+            && !view.groups.contains_key(&*entry.id)
+        {
+            deleted.entry(&entry.id).or_insert_with(|| GroupDef::of(g));
+        }
+        snapshots.push(TaskSnapshot {
+            task_id: task.seq,
+            group_id: entry.id.to_string(),
+            cpu_nanos: task.usage.cpu_nanos(),
+            memory_bytes: task.usage.memory_bytes(),
+            start_nanos: enforcement.nanos_since_epoch(task.started),
+            state: if task.is_cancelled() {
+                TaskState::Cancelled
+            } else {
+                TaskState::Cancellable
+            },
+        });
+    }
+    (snapshots, deleted.into_values().collect())
+}
+
+/// Runs one enforcement pass on the node now and carries it out; returns what it decided.
+///
+/// Blocking (it takes the pass lock and reads process figures): call it from the blocking
+/// pool, as [`run_loop`] does, or from a test.
+pub fn run_once(st: &AppState) -> PassOutcome {
+    let enforcement = &st.enforcement;
+    let settings = st.cluster_settings.snapshot();
+    let mode = settings.wlm_mode();
+    let mut inner = enforcement.inner.lock();
+    // Sampled even when disabled, so the first pass after re-enabling measures one interval.
+    let node_cpu = inner.cpu.sample(enforcement.capacity.cores);
+    if !mode.runs_enforcement_loop() {
+        return PassOutcome::default();
+    }
+    let budget = enforcement.capacity.memory_budget_bytes;
+    let node_memory = match crate::node_usage::memory_in_use_bytes() {
+        Some(used) if budget > 0 => used as f64 / budget as f64,
+        _ => 0.0,
+    };
+    // Tasks before the view: a task's group is then either in the view or really deleted.
+    let tasks = st.tasks.list();
+    let view = st.workload.view();
+    let (snapshots, deleted) = snapshot_tasks(&tasks, &view, enforcement);
+    let inputs = PassInputs {
+        mode,
+        thresholds: thresholds(&settings),
+        duress_streak: u32::try_from(settings.integer(keys::WLM_DURESS_STREAK)).unwrap_or(u32::MAX),
+        node: NodeObservation {
+            cpu: node_cpu,
+            memory: node_memory,
+        },
+        capacity: enforcement.capacity,
+        now_nanos: enforcement.nanos_since_epoch(Instant::now()),
+        tasks: snapshots,
+        active: view
+            .groups
+            .values()
+            .filter_map(|e| e.group.as_ref())
+            .map(GroupDef::of)
+            .collect(),
+        deleted,
+    };
+    let outcome = run_pass(&mut inner.state, &inputs);
+    enforcement
+        .in_duress
+        .store(outcome.in_duress, Ordering::Relaxed);
+    carry_out(st, &view, &tasks, &inputs, &outcome);
+    enforcement.num_passes.fetch_add(1, Ordering::Relaxed);
+    outcome
+}
+
+/// Records the pass's usage in the groups' stats, and cancels (or logs) the selected tasks.
+fn carry_out(
+    st: &AppState,
+    view: &View,
+    tasks: &[Arc<Task>],
+    inputs: &PassInputs,
+    outcome: &PassOutcome,
+) {
+    if outcome.duress_changed {
+        if outcome.in_duress {
+            tracing::warn!(
+                node_cpu = inputs.node.cpu,
+                node_memory = inputs.node.memory,
+                "node in duress: soft groups and deleted groups' tasks over their limits are now \
+                 policed"
+            );
+        } else {
+            tracing::info!(
+                node_cpu = inputs.node.cpu,
+                node_memory = inputs.node.memory,
+                "node no longer in duress"
+            );
+        }
+    }
+    for (id, usage) in &outcome.usage {
+        let entry = if id == DEFAULT_WORKLOAD_GROUP_ID {
+            Some(st.workload.default_entry())
+        } else {
+            view.groups.get(id)
+        };
+        if let Some(entry) = entry {
+            for r in ResourceType::ALL {
+                entry.stats.resource(r).set_current_usage(usage.get(r));
+            }
+        }
+    }
+    if outcome.cancellations.is_empty() {
+        return;
+    }
+    let by_seq: HashMap<u64, &Arc<Task>> = tasks.iter().map(|t| (t.seq, t)).collect();
+    let node = st.tasks.node_id();
+    for c in &outcome.cancellations {
+        let Some(task) = by_seq.get(&c.task_id) else {
+            continue;
+        };
+        if !outcome.acts {
+            tracing::info!(
+                group = %c.group_id,
+                resource = c.resource.as_str(),
+                cause = ?c.cause,
+                "Task {node}:{} is eligible for cancellation for reason {}",
+                c.task_id,
+                c.reason
+            );
+            continue;
+        }
+        // Counted only when this pass sets the flag; a task that ended meanwhile, or that
+        // someone else cancelled, is not.
+        if task.is_cancelled() {
+            continue;
+        }
+        let hit = st.tasks.cancel_seq(c.task_id, &c.reason);
+        if !hit.iter().any(|t| t.seq == c.task_id) {
+            continue;
+        }
+        if let Some(entry) = &task.group {
+            entry.stats.total_cancellations.inc();
+            entry.stats.resource(c.resource).cancellations.inc();
+        }
+        tracing::info!(
+            group = %c.group_id,
+            resource = c.resource.as_str(),
+            cause = ?c.cause,
+            "cancelled task {node}:{} for reason {}",
+            c.task_id,
+            c.reason
+        );
+    }
+}
+
+/// Runs [`run_once`] every `wlm.workload_group.enforcement_interval` (re-read before each wait,
+/// so a change applies from the next wait on) until the future is dropped.
+///
+/// # Cancel safety
+/// Dropping the future (aborting its task at shutdown) stops the loop; a pass already on the
+/// blocking pool runs to its end, which is harmless.
+pub async fn run_loop(st: Arc<AppState>) {
+    loop {
+        let interval = enforcement_interval(&st.cluster_settings.snapshot());
+        tokio::time::sleep(interval).await;
+        let pass = st.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || run_once(&pass)).await {
+            tracing::error!("enforcement pass failed: {e}");
+        }
+    }
+}
+
+/// The admission resource check (facts §6.2): rejects a request of a group whose last
+/// recorded usage is over its limit × the node rejection threshold, in mode `enabled` (soft
+/// groups only while the node is in duress; DEFAULT and monitor groups never), with 429
+/// `rejected_execution_exception`, OpenSearch's message and `Retry-After`, counting
+/// `total_rejections` and the resource's `rejections`.
+pub fn check_rejection(st: &AppState, entry: &GroupEntry) -> Result<(), ApiError> {
+    let Some(group) = &entry.group else {
+        return Ok(());
+    };
+    let last = ResourceUsage {
+        cpu: entry.stats.cpu.current_usage(),
+        memory: entry.stats.memory.current_usage(),
+    };
+    // No usage breaches no threshold (thresholds are >= 0 and the comparison is strict).
+    if !(last.cpu > 0.0 || last.memory > 0.0) {
+        return Ok(());
+    }
+    let settings = st.cluster_settings.snapshot();
+    let policy = GroupPolicy::of(group);
+    let decision = sluice_core::resources::check_rejection(
+        settings.wlm_mode(),
+        &policy,
+        last,
+        &thresholds(&settings),
+        st.enforcement.is_node_in_duress(),
+    );
+    match decision {
+        Admission::Admit => Ok(()),
+        Admission::WouldReject(r) => {
+            tracing::debug!(
+                group = %group.name,
+                "would reject (workload management only monitors this request): {}",
+                r.message()
+            );
+            Ok(())
+        }
+        Admission::Reject(r) => {
+            entry.stats.total_rejections.inc();
+            entry.stats.resource(r.resource).rejections.inc();
+            Err(ApiError::Rejected {
+                error: EngineError::new(ErrorCode::RejectedExecution, r.message()),
+                retry_after_secs: crate::admission::RETRY_AFTER_SECS,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::resources::CancellationCause;
+
+    const SEC: u64 = 1_000_000_000;
+    const CAP: NodeCapacity = NodeCapacity {
+        cores: 2,
+        memory_budget_bytes: 1000,
+    };
+
+    fn def(id: &str, mode: ResiliencyMode, cpu: f64) -> GroupDef {
+        GroupDef {
+            id: id.into(),
+            resiliency_mode: mode,
+            resource_limits: ResourceLimits {
+                cpu: Some(cpu),
+                memory: None,
+            },
+        }
+    }
+
+    /// A task that has used `cores` cores since it started a second before `now` (10 s).
+    fn task(id: u64, group: &str, cores: f64) -> TaskSnapshot {
+        TaskSnapshot {
+            task_id: id,
+            group_id: group.into(),
+            cpu_nanos: (cores * SEC as f64) as u64,
+            memory_bytes: 0,
+            start_nanos: 9 * SEC,
+            state: TaskState::Cancellable,
+        }
+    }
+
+    fn inputs(mode: WlmMode, tasks: Vec<TaskSnapshot>, active: Vec<GroupDef>) -> PassInputs {
+        PassInputs {
+            mode,
+            thresholds: NodeThresholds::default(),
+            duress_streak: 3,
+            node: NodeObservation::default(),
+            capacity: CAP,
+            now_nanos: 10 * SEC,
+            tasks,
+            active,
+            deleted: Vec::new(),
+        }
+    }
+
+    fn ids(out: &PassOutcome) -> Vec<u64> {
+        out.cancellations.iter().map(|c| c.task_id).collect()
+    }
+
+    #[test]
+    fn test_pass_records_usage_of_every_active_group_and_default() {
+        let tasks = vec![
+            task(1, "a", 0.5),
+            task(2, "a", 0.5),
+            task(3, DEFAULT_WORKLOAD_GROUP_ID, 1.0),
+        ];
+        let active = vec![
+            def("a", ResiliencyMode::Soft, 0.9),
+            def("idle", ResiliencyMode::Soft, 0.1),
+        ];
+        let out = run_pass(
+            &mut EnforcementState::default(),
+            &inputs(WlmMode::MonitorOnly, tasks, active),
+        );
+        assert!(out.ran && !out.acts);
+        // Two tasks at half a core each on two cores: half the node.
+        assert_eq!(out.usage["a"].cpu, 0.5);
+        assert_eq!(out.usage["idle"], ResourceUsage::default());
+        assert_eq!(out.usage[DEFAULT_WORKLOAD_GROUP_ID].cpu, 0.5);
+        assert_eq!(out.usage.len(), 3);
+        assert!(out.cancellations.is_empty());
+    }
+
+    #[test]
+    fn test_enforced_group_over_limit_loses_its_heaviest_tasks_and_light_group_none() {
+        // analytics: 0.5 + 0.25 + 0.05 of the node against 0.3 × 0.9 = 0.27: the excess 0.53
+        // takes the two heaviest tasks. product at 0.2 is under 0.9 × 0.9.
+        let tasks = vec![
+            task(1, "analytics", 0.5),
+            task(2, "analytics", 1.0),
+            task(3, "analytics", 0.1),
+            task(4, "product", 0.4),
+        ];
+        let active = vec![
+            def("analytics", ResiliencyMode::Enforced, 0.3),
+            def("product", ResiliencyMode::Enforced, 0.6),
+        ];
+        let out = run_pass(
+            &mut EnforcementState::default(),
+            &inputs(WlmMode::Enabled, tasks, active),
+        );
+        assert!(out.acts);
+        assert_eq!(ids(&out), [2, 1]);
+        assert!(out.cancellations.iter().all(|c| {
+            c.group_id == "analytics"
+                && c.cause == CancellationCause::EnforcedOverLimit
+                && c.reason
+                    .starts_with("WorkloadGroup ID : analytics breached the resource limit")
+        }));
+    }
+
+    #[test]
+    fn test_monitor_only_selects_the_same_tasks_without_acting() {
+        let tasks = vec![task(1, "analytics", 1.0)];
+        let active = vec![def("analytics", ResiliencyMode::Enforced, 0.1)];
+        let enabled = run_pass(
+            &mut EnforcementState::default(),
+            &inputs(WlmMode::Enabled, tasks.clone(), active.clone()),
+        );
+        let monitor = run_pass(
+            &mut EnforcementState::default(),
+            &inputs(WlmMode::MonitorOnly, tasks, active),
+        );
+        assert!(enabled.acts && !monitor.acts);
+        assert_eq!(ids(&monitor), [1]);
+        assert_eq!(monitor.cancellations, enabled.cancellations);
+    }
+
+    #[test]
+    fn test_disabled_pass_neither_observes_nor_selects() {
+        let mut state = EnforcementState::default();
+        let mut hot = inputs(
+            WlmMode::Disabled,
+            vec![task(1, "analytics", 1.0)],
+            vec![def("analytics", ResiliencyMode::Enforced, 0.1)],
+        );
+        hot.node.cpu = 1.0;
+        for _ in 0..5 {
+            assert_eq!(run_pass(&mut state, &hot), PassOutcome::default());
+        }
+        assert_eq!(state.duress().cpu.num_consecutive_breaches(), 0);
+    }
+
+    #[test]
+    fn test_soft_and_deleted_groups_policed_only_after_the_duress_streak() {
+        let mut state = EnforcementState::default();
+        let mut i = inputs(
+            WlmMode::Enabled,
+            vec![
+                task(1, "soft", 1.0),
+                task(2, "gone", 1.0),
+                task(3, "mon", 1.0),
+            ],
+            vec![
+                def("soft", ResiliencyMode::Soft, 0.1),
+                def("mon", ResiliencyMode::Monitor, 0.1),
+            ],
+        );
+        i.deleted = vec![def("gone", ResiliencyMode::Enforced, 0.1)];
+        i.node.cpu = 0.95;
+        let first = run_pass(&mut state, &i);
+        assert!(!first.in_duress && first.cancellations.is_empty());
+        assert_eq!(first.deleted_with_tasks, ["gone"]);
+        assert!(run_pass(&mut state, &i).cancellations.is_empty());
+        let third = run_pass(&mut state, &i);
+        assert!(third.in_duress && third.duress_changed && state.is_node_in_duress());
+        // Deleted before soft; the monitor group never.
+        assert_eq!(ids(&third), [2, 1]);
+        assert_eq!(
+            third.cancellations[0].cause,
+            CancellationCause::DeletedGroupInDuress
+        );
+        // One calm observation ends duress.
+        i.node.cpu = 0.5;
+        let calm = run_pass(&mut state, &i);
+        assert!(!calm.in_duress && calm.duress_changed && calm.cancellations.is_empty());
+    }
+
+    #[test]
+    fn test_memory_duress_counts_at_the_threshold() {
+        let mut state = EnforcementState::default();
+        let mut i = inputs(WlmMode::MonitorOnly, Vec::new(), Vec::new());
+        i.node.memory = 0.9;
+        for _ in 0..2 {
+            assert!(!run_pass(&mut state, &i).in_duress);
+        }
+        assert!(run_pass(&mut state, &i).in_duress);
+    }
+
+    #[test]
+    fn test_snapshot_reads_groups_states_and_deleted_definitions() {
+        use crate::tasks::{NewTask, TaskManager, actions};
+        use crate::workload::{GroupStats, Workload};
+        let workload = Workload::new();
+        let group = |id: &str| WorkloadGroup {
+            id: id.into(),
+            name: id.into(),
+            resiliency_mode: ResiliencyMode::Enforced,
+            resource_limits: ResourceLimits {
+                cpu: Some(0.25),
+                memory: None,
+            },
+            settings: Default::default(),
+            throttling: Default::default(),
+            queue: Default::default(),
+            updated_at: 1,
+        };
+        workload.install(vec![group("live")], Vec::new());
+        let live = workload.entry("live").expect("live");
+        let gone = Arc::new(GroupEntry {
+            id: Arc::from("gone"),
+            group: Some(group("gone")),
+            stats: Arc::new(GroupStats::default()),
+        });
+        let manager = Arc::new(TaskManager::new("n"));
+        let register = |g: Option<Arc<GroupEntry>>| {
+            manager.register_task(NewTask {
+                action: actions::SEARCH,
+                description: String::new(),
+                parent: None,
+                start_time_millis: 0,
+                group: g,
+                held_buckets: Vec::new(),
+                principal: None,
+            })
+        };
+        let enforcement = Enforcement::with_capacity(CAP);
+        let a = register(Some(live));
+        let b = register(Some(gone.clone()));
+        let _c = register(Some(gone));
+        let _none = register(None);
+        let _d = register(Some(workload.default_entry().clone()));
+        a.task().usage.record(5, 7);
+        manager.cancel_seq(b.task().seq, "test");
+        let (snaps, deleted) = snapshot_tasks(&manager.list(), &workload.view(), &enforcement);
+        let groups: Vec<&str> = snaps.iter().map(|s| s.group_id.as_str()).collect();
+        assert_eq!(groups, ["live", "gone", "gone", DEFAULT_WORKLOAD_GROUP_ID]);
+        assert_eq!((snaps[0].cpu_nanos, snaps[0].memory_bytes), (5, 7));
+        assert_eq!(snaps[0].state, TaskState::Cancellable);
+        assert_eq!(snaps[1].state, TaskState::Cancelled);
+        assert_eq!(deleted.len(), 1);
+        assert_eq!(deleted[0].id, "gone");
+        assert_eq!(deleted[0].resource_limits.cpu, Some(0.25));
+    }
+}

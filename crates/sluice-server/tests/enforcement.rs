@@ -1,0 +1,354 @@
+//! Resource enforcement over HTTP (issue #6): per-task usage in `_tasks`, per-group
+//! `current_usage` in `_wlm/stats`, cancellation of an enforced group's heaviest tasks by the
+//! enforcement loop (and of nothing else), `monitor_only` selecting without cancelling, and
+//! admission rejecting a group over its share with OpenSearch's message.
+//!
+//! The loop runs at its shortest interval (1 s, the setting's minimum). Tests wait for its
+//! effects by polling with a deadline; no sleep is an assertion.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Reply, TestNode};
+use serde_json::{Value, json};
+
+/// How long a test waits for an effect of the loop before failing: many enforcement
+/// intervals and heavy searches, even on a slow, shared machine.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// Pause between two polls.
+const POLL: Duration = Duration::from_millis(20);
+
+async fn node_in_mode(mode: &str) -> TestNode {
+    let node = TestNode::start().await;
+    common::heavy_index(&node).await;
+    let (s, b) = node
+        .req("PUT", "/small/_doc/1?refresh=true", Some(json!({"k": "a"})))
+        .await;
+    assert_eq!(s, 201, "{b}");
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"persistent": {"wlm.workload_group.mode": mode}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    node
+}
+
+async fn create_group(node: &TestNode, name: &str, mode: &str, cpu: f64) -> String {
+    let body = json!({"name": name, "resiliency_mode": mode, "resource_limits": {"cpu": cpu}});
+    let (s, b) = node.req("PUT", "/_wlm/workload_group", Some(body)).await;
+    assert_eq!(s, 200, "{b}");
+    b["_id"].as_str().expect("_id").to_string()
+}
+
+async fn stats_of(node: &TestNode, id: &str) -> Value {
+    let (s, b) = node.req("GET", &format!("/_wlm/stats/{id}"), None).await;
+    assert_eq!(s, 200, "{b}");
+    let (_, n) = b
+        .as_object()
+        .expect("object")
+        .iter()
+        .find(|(k, _)| *k != "_nodes" && *k != "cluster_name")
+        .expect("node");
+    n["workload_groups"][id].clone()
+}
+
+/// The running search tasks, as `_tasks?detailed` lists them.
+async fn search_tasks(node: &TestNode) -> Vec<Value> {
+    let (s, b) = node
+        .req(
+            "GET",
+            "/_tasks?detailed&actions=indices:data/read/search",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    b["nodes"]
+        .as_object()
+        .into_iter()
+        .flat_map(|n| n.values())
+        .flat_map(|n| n["tasks"].as_object().into_iter().flat_map(|t| t.values()))
+        .cloned()
+        .collect()
+}
+
+/// Polls `check` until it returns `Some`, failing with `what` after [`PATIENCE`].
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Sends `body` to `path` tagged with `group`, over and over until `stop`; returns every reply.
+fn client_loop(
+    node: &TestNode,
+    path: &str,
+    body: Value,
+    group: &str,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<(u16, Value)>> {
+    let (client, url, group) = (node.client.clone(), node.url(path), group.to_string());
+    tokio::spawn(async move {
+        let mut replies = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            let resp = client
+                .post(&url)
+                .header("content-type", "application/json")
+                .header("workloadGroupId", &group)
+                .body(body.to_string())
+                .send()
+                .await
+                .expect("request sent");
+            let status = resp.status().as_u16();
+            let text = resp.text().await.expect("body");
+            replies.push((status, serde_json::from_str(&text).unwrap_or(Value::Null)));
+        }
+        replies
+    })
+}
+
+fn cheap_query() -> Value {
+    json!({"query": {"term": {"k": "a"}}})
+}
+
+/// Whether a reply is the task-cancelled error the enforcement loop causes.
+fn is_cancelled_by_enforcement(reply: &(u16, Value), group: &str) -> bool {
+    let cause = &reply.1["error"]["caused_by"];
+    reply.0 == 500
+        && cause["type"] == "task_cancelled_exception"
+        && cause["reason"].as_str().is_some_and(|r| {
+            r.starts_with(&format!(
+                "cancelled task with reason: WorkloadGroup ID : {group} breached the resource limit: ("
+            )) && r.ends_with(") for resource type : cpu")
+        })
+}
+
+#[tokio::test]
+async fn test_task_resource_stats_show_cpu_and_memory_while_a_search_runs() {
+    let node = node_in_mode("monitor_only").await;
+    let (client, url) = (node.client.clone(), node.url("/heavy/_search"));
+    let running = tokio::spawn(async move {
+        client
+            .post(url)
+            .header("content-type", "application/json")
+            .body(common::heavy_query().to_string())
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+    });
+    let stats = eventually("a running search reports CPU time and memory", || async {
+        search_tasks(&node).await.into_iter().find_map(|t| {
+            let total = &t["resource_stats"]["total"];
+            let cpu = total["cpu_time_in_nanos"].as_u64()?;
+            let mem = total["memory_in_bytes"].as_u64()?;
+            (cpu > 0 && mem > 0).then_some(total.clone())
+        })
+    })
+    .await;
+    assert!(stats["cpu_time_in_nanos"].as_u64().unwrap() > 0, "{stats}");
+    let (s, b) = node
+        .req("POST", "/_tasks/_cancel?actions=*search*", None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let status = running.await.expect("joined").expect("answered");
+    assert!(status == 500 || status == 200, "{status}");
+}
+
+#[tokio::test]
+async fn test_enforced_group_loses_heavy_tasks_while_light_group_keeps_all() {
+    let node = node_in_mode("enabled").await;
+    // analytics may use 5% of the node; one heavy search uses a whole core. product may use
+    // 90%; its one client runs one cheap search at a time, at most one core of two.
+    let analytics = create_group(&node, "analytics", "enforced", 0.05).await;
+    let product = create_group(&node, "product", "enforced", 0.9).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let heavy: Vec<_> = (0..2)
+        .map(|_| {
+            client_loop(
+                &node,
+                "/heavy/_search",
+                common::heavy_query(),
+                &analytics,
+                stop.clone(),
+            )
+        })
+        .collect();
+    let light = client_loop(
+        &node,
+        "/small/_search",
+        cheap_query(),
+        &product,
+        stop.clone(),
+    );
+
+    eventually("analytics shows CPU usage in _wlm/stats", || async {
+        let u = stats_of(&node, &analytics).await["cpu"]["current_usage"].as_f64()?;
+        (u > 0.0).then_some(u)
+    })
+    .await;
+    let s = eventually("the loop cancels an analytics task", || async {
+        let s = stats_of(&node, &analytics).await;
+        (s["total_cancellations"].as_u64()? > 0).then_some(s)
+    })
+    .await;
+    assert!(s["cpu"]["cancellations"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(s["memory"]["cancellations"], 0, "{s}");
+
+    stop.store(true, Ordering::Relaxed);
+    let mut heavy_replies = Vec::new();
+    for h in heavy {
+        heavy_replies.extend(h.await.expect("joined"));
+    }
+    let light_replies = light.await.expect("joined");
+
+    // The cancelled clients saw OpenSearch's task-cancelled error with the breach reason.
+    assert!(
+        heavy_replies
+            .iter()
+            .any(|r| is_cancelled_by_enforcement(r, &analytics)),
+        "no analytics reply was a cancellation: {heavy_replies:?}"
+    );
+    for (status, body) in &heavy_replies {
+        assert!([200, 429, 500].contains(status), "{status} {body}");
+    }
+    // product ran throughout, and nothing of it was cancelled or rejected.
+    assert!(!light_replies.is_empty());
+    for (status, body) in &light_replies {
+        assert_eq!(*status, 200, "product request failed: {body}");
+    }
+    let p = stats_of(&node, &product).await;
+    assert_eq!(p["total_cancellations"], 0, "{p}");
+    assert_eq!(p["total_rejections"], 0, "{p}");
+    assert!(p["total_completions"].as_u64().unwrap() >= light_replies.len() as u64);
+}
+
+#[tokio::test]
+async fn test_monitor_only_selects_over_limit_tasks_but_cancels_none() {
+    let node = node_in_mode("monitor_only").await;
+    let analytics = create_group(&node, "analytics", "enforced", 0.05).await;
+    let (client, url, tag) = (
+        node.client.clone(),
+        node.url("/heavy/_search"),
+        analytics.clone(),
+    );
+    let running = tokio::spawn(async move {
+        let resp = client
+            .post(url)
+            .header("content-type", "application/json")
+            .header("workloadGroupId", tag)
+            .body(common::heavy_query().to_string())
+            .send()
+            .await
+            .expect("sent");
+        (
+            resp.status().as_u16(),
+            resp.text().await.unwrap_or_default(),
+        )
+    });
+    // Passes by hand until one sees the search over the share (its CPU rate climbs towards a
+    // whole core as it runs): it selects the task, as mode enabled would, but does not act.
+    let outcome = eventually("a pass selects the running analytics task", || {
+        let state = node.state.clone();
+        let analytics = analytics.clone();
+        async move {
+            let outcome =
+                tokio::task::spawn_blocking(move || sluice_server::enforcement::run_once(&state))
+                    .await
+                    .expect("pass");
+            outcome
+                .cancellations
+                .iter()
+                .any(|c| c.group_id == analytics)
+                .then_some(outcome)
+        }
+    })
+    .await;
+    assert!(outcome.ran && !outcome.acts, "{outcome:?}");
+    assert!(outcome.usage[&analytics].cpu > 0.05 * 0.9, "{outcome:?}");
+    let selected = &outcome.cancellations[0];
+    assert!(
+        selected.reason.ends_with("for resource type : cpu"),
+        "{selected:?}"
+    );
+    if let Some(task) = node.state.tasks.get(selected.task_id) {
+        assert!(!task.is_cancelled(), "monitor_only cancelled {selected:?}");
+    }
+    // The loop's own passes record the usage and cancel nothing; the search completes.
+    let (status, body) = running.await.expect("joined");
+    assert_eq!(status, 200, "the search was cancelled: {body}");
+    let s = stats_of(&node, &analytics).await;
+    assert_eq!(s["total_cancellations"], 0, "{s}");
+    assert_eq!(s["cpu"]["cancellations"], 0, "{s}");
+    assert_eq!(s["total_rejections"], 0, "{s}");
+    assert!(s["cpu"]["current_usage"].as_f64().unwrap() >= 0.0, "{s}");
+}
+
+#[tokio::test]
+async fn test_group_over_its_share_is_rejected_with_opensearch_message() {
+    let node = node_in_mode("enabled").await;
+    let analytics = create_group(&node, "analytics", "enforced", 0.05).await;
+    let product = create_group(&node, "product", "enforced", 0.5).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let heavy = client_loop(
+        &node,
+        "/heavy/_search",
+        common::heavy_query(),
+        &analytics,
+        stop.clone(),
+    );
+    // Between a pass that saw analytics over 0.05 × 0.8 and the next one that sees it idle,
+    // its requests are turned away at the door.
+    let tag = [("workloadGroupId", analytics.as_str())];
+    let rejected: Reply = eventually("an analytics request is rejected", || async {
+        let r = node
+            .req_with("POST", "/small/_search", Some(cheap_query()), &tag)
+            .await;
+        (r.status == 429).then_some(r)
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    heavy.await.expect("joined");
+
+    assert_eq!(
+        rejected.body["error"]["type"], "rejected_execution_exception",
+        "{}",
+        rejected.body
+    );
+    let reason = rejected.body["error"]["reason"].as_str().expect("reason");
+    let prefix = format!(
+        "WorkloadGroup {analytics} is already contended. CPU limit is breaching for workload \
+         group {analytics}, 0.04000000000000001 < "
+    );
+    assert!(reason.starts_with(&prefix), "{reason}");
+    assert!(reason.ends_with(", wlm mode is ENFORCED. "), "{reason}");
+    assert_eq!(rejected.header_values("retry-after"), ["1"]);
+    let s = stats_of(&node, &analytics).await;
+    assert!(s["total_rejections"].as_u64().unwrap() >= 1, "{s}");
+    assert!(s["cpu"]["rejections"].as_u64().unwrap() >= 1, "{s}");
+    assert_eq!(s["memory"]["rejections"], 0, "{s}");
+    // Another group is not affected.
+    let r = node
+        .req_with(
+            "POST",
+            "/small/_search",
+            Some(cheap_query()),
+            &[("workloadGroupId", product.as_str())],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+}
