@@ -10,9 +10,9 @@
 //! Machine noise on a shared box drifts over seconds to minutes, so the configurations are not
 //! measured one after the other but interleaved: [`Plan::schedule`] runs every configuration at
 //! every load once per round, rotating the order of the configurations from round to round, and
-//! the rounds of a configuration are merged ([`Sample::merge`]) into its row. The ratios to
-//! `none` are taken within the run, and the spread of the per-round ratios shows how large the
-//! noise is next to the difference being measured.
+//! the rounds of a configuration are merged ([`Sample::merge`]) into its row. The ratios
+//! ([`RATIO_PAIRS`]) are taken within the run, and the spread of the per-round ratios shows how
+//! large the noise is next to the difference being measured.
 //!
 //! Before and after the measurements, `GET /_wlm/stats` is read; the [`OverheadReport`] carries
 //! each group's counter deltas and [`OverheadReport::problems`] lists what would make the numbers
@@ -180,13 +180,24 @@ pub struct OverheadRow {
     pub rounds: Vec<Summary>,
 }
 
+/// The ratios a report shows, as (configuration, baseline): each tagged configuration against
+/// untagged DEFAULT, and the throttled group against the same group without throttling — the
+/// permit's own cost, with tagging on both sides.
+pub const RATIO_PAIRS: [(Config, Config); 3] = [
+    (Config::Tagged, Config::None),
+    (Config::Group, Config::None),
+    (Config::Group, Config::Tagged),
+];
+
 /// A configuration's latencies and throughput divided by the baseline's at the same load.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Ratio {
     /// The load pattern.
     pub load: LoadLevel,
-    /// The configuration divided by `none`.
+    /// The configuration divided by the baseline.
     pub config: Config,
+    /// The configuration it is divided by.
+    pub baseline: Config,
     /// Ratio of the mean latencies.
     pub mean: f64,
     /// Ratio of the medians.
@@ -362,15 +373,19 @@ pub async fn run(
 }
 
 impl OverheadReport {
-    /// Returns each configuration's ratios to `none` at the same load; empty without `none`.
+    /// Returns the [`RATIO_PAIRS`] whose two configurations were measured, at each load, in
+    /// row order.
     pub fn ratios(&self) -> Vec<Ratio> {
         let mut ratios = Vec::new();
-        for baseline in self.rows.iter().filter(|r| r.config == Config::None) {
-            for row in self
-                .rows
-                .iter()
-                .filter(|r| r.load == baseline.load && r.config != Config::None)
-            {
+        for row in &self.rows {
+            for &(_, baseline) in RATIO_PAIRS.iter().filter(|(c, _)| *c == row.config) {
+                let Some(baseline) = self
+                    .rows
+                    .iter()
+                    .find(|b| b.load == row.load && b.config == baseline)
+                else {
+                    continue;
+                };
                 let (a, b) = (&row.summary, &baseline.summary);
                 let per_round: Vec<f64> = row
                     .rounds
@@ -381,6 +396,7 @@ impl OverheadReport {
                 ratios.push(Ratio {
                     load: row.load,
                     config: row.config,
+                    baseline: baseline.config,
                     mean: divide(a.mean_ms, b.mean_ms),
                     p50: divide(a.p50_ms, b.p50_ms),
                     p90: divide(a.p90_ms, b.p90_ms),
@@ -497,9 +513,10 @@ impl OverheadReport {
             for r in &ratios {
                 let _ = writeln!(
                     out,
-                    "| {} | {}/none | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3}–{:.3} |",
+                    "| {} | {}/{} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3}–{:.3} |",
                     r.load.load.name(),
                     r.config.name(),
+                    r.baseline.name(),
                     r.mean,
                     r.p50,
                     r.p90,
@@ -710,7 +727,10 @@ mod tests {
         let ratios = report().ratios();
         assert_eq!(ratios.len(), 2);
         let steady = &ratios[0];
-        assert_eq!((steady.load.clients, steady.config), (8, Config::Group));
+        assert_eq!(
+            (steady.load.clients, steady.config, steady.baseline),
+            (8, Config::Group, Config::None)
+        );
         assert!((steady.mean - 1.15 / 1.1).abs() < 1e-9, "{steady:?}");
         assert!((steady.p99 - 1.15 / 1.1).abs() < 1e-9, "{steady:?}");
         assert!((steady.round_mean_min - 1.0).abs() < 1e-9, "{steady:?}");
@@ -720,6 +740,34 @@ mod tests {
         assert!((burst.mean - 1.0).abs() < 1e-9, "{burst:?}");
         assert!((burst.round_mean_min - 0.95).abs() < 1e-9, "{burst:?}");
         assert!((burst.round_mean_max - 1.05).abs() < 1e-9, "{burst:?}");
+    }
+
+    #[test]
+    fn test_ratios_compare_group_to_tagged_when_both_ran() {
+        let mut report = report();
+        report.rows.insert(1, row(8, Config::Tagged, &[1.1, 1.1]));
+        let pairs: Vec<(usize, Config, Config)> = report
+            .ratios()
+            .iter()
+            .map(|r| (r.load.clients, r.config, r.baseline))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                (8, Config::Tagged, Config::None),
+                (8, Config::Group, Config::None),
+                (8, Config::Group, Config::Tagged),
+                (64, Config::Group, Config::None),
+            ]
+        );
+        let group_to_tagged = &report.ratios()[2];
+        assert!((group_to_tagged.mean - 1.15 / 1.1).abs() < 1e-9);
+        assert!((group_to_tagged.round_mean_min - 1.0).abs() < 1e-9);
+        assert!(
+            report
+                .to_markdown()
+                .contains("| steady | group/tagged | 1.045 |")
+        );
     }
 
     #[test]
