@@ -31,7 +31,8 @@ pub struct HttpTarget {
 }
 
 impl HttpTarget {
-    fn url(&self, path: &str) -> Url {
+    /// Returns the URL of `path` on the server.
+    pub fn url(&self, path: &str) -> Url {
         self.base_url
             .join(path)
             .expect("paths built from an index name make valid URLs")

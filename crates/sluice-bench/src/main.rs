@@ -17,15 +17,22 @@
 //!
 //! Only servers on this machine are accepted. With `--spawn` the benchmark starts its own
 //! `sluice serve` on an ephemeral port ([`target::SpawnedServer`]).
+//!
+//! That is the default scenario, `foundation`. The `throttle-overhead` scenario
+//! ([`overhead`]) loads the same way, then measures one cheap query over HTTP only, untagged
+//! and tagged into workload groups with and without a node-tier throttle ([`wlm`] sets them
+//! up), interleaving the configurations in rounds, and reports their latencies side by side.
 
 mod http;
 #[cfg(feature = "in-process")]
 mod in_process;
 mod load;
 mod measure;
+mod overhead;
 mod queries;
 mod report;
 mod target;
+mod wlm;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -33,12 +40,14 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 use clap::Parser;
 use reqwest::Url;
+use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 use sluice_datagen::DEFAULT_START_EPOCH_MILLIS;
 
 use crate::http::HttpTarget;
 use crate::load::{Batches, LoadSummary};
 use crate::measure::{Summary, Window};
+use crate::overhead::{Config, Load, LoadLevel, OverheadReport, Plan};
 use crate::queries::{QueryPool, QueryShape, TimeSpan};
 use crate::report::{Report, Row};
 use crate::target::SpawnedServer;
@@ -66,10 +75,28 @@ const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Name of the spawned server's log file inside the data dir.
 const SERVER_LOG_FILE: &str = "server.log";
 
+/// Most rounds of the throttle-overhead scenario: a hundred short windows per configuration
+/// is already far more than the noise of one machine calls for.
+const MAX_ROUNDS: usize = 100;
+
+/// What a run measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Scenario {
+    /// Every query shape at every concurrency, over HTTP and in-process.
+    Foundation,
+    /// One `term` query over HTTP, untagged vs tagged into groups with and without a
+    /// node-tier throttle far above the load, at a steady and a burst load, interleaved.
+    ThrottleOverhead,
+}
+
 /// Benchmark driver for sluice: bulk load, then search QPS and latency over HTTP and in-process.
 #[derive(Debug, Parser)]
 #[command(name = "sluice-bench", version)]
 struct Args {
+    /// What to measure.
+    #[arg(long, value_enum, default_value_t = Scenario::Foundation)]
+    scenario: Scenario,
+
     /// Documents to generate and load into each target.
     #[arg(long, default_value_t = 100_000)]
     docs: u64,
@@ -142,6 +169,23 @@ struct Args {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     out: Option<PathBuf>,
+
+    /// throttle-overhead: how many times each config is measured at each load, in rotating
+    /// order; each time for --duration-secs after --warmup-secs.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+
+    /// throttle-overhead: concurrent clients of the steady load.
+    #[arg(long, default_value_t = 8)]
+    steady_clients: usize,
+
+    /// throttle-overhead: concurrent clients of the burst load.
+    #[arg(long, default_value_t = 64)]
+    burst_clients: usize,
+
+    /// throttle-overhead: configs to compare, comma-separated; ratios are taken to `none`.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = Config::ALL)]
+    configs: Vec<Config>,
 }
 
 impl Args {
@@ -192,7 +236,7 @@ impl Args {
                 self.index
             );
         }
-        if self.skip_load && self.data_dir.is_none() && !self.no_in_process {
+        if self.skip_load && self.data_dir.is_none() && self.measures_in_process() {
             bail!(
                 "--skip-load needs --data-dir (where a previous run left the in-process index) or --no-in-process"
             );
@@ -203,6 +247,36 @@ impl Args {
         if !self.spawn && !self.no_http {
             target::check_loopback(&self.url)?;
         }
+        if self.scenario == Scenario::ThrottleOverhead {
+            self.validate_throttle_overhead()?;
+        }
+        Ok(())
+    }
+
+    /// Checks the flags of the throttle-overhead scenario.
+    fn validate_throttle_overhead(&self) -> Result<()> {
+        if self.no_http {
+            bail!("--scenario throttle-overhead measures over HTTP; drop --no-http");
+        }
+        if self.rounds == 0 || self.rounds > MAX_ROUNDS {
+            bail!(
+                "--rounds must be between 1 and {MAX_ROUNDS}, got {}",
+                self.rounds
+            );
+        }
+        for (flag, clients) in [
+            ("--steady-clients", self.steady_clients),
+            ("--burst-clients", self.burst_clients),
+        ] {
+            if clients == 0 || clients > MAX_CONCURRENCY {
+                bail!("{flag} must be between 1 and {MAX_CONCURRENCY}, got {clients}");
+            }
+        }
+        for (i, config) in self.configs.iter().enumerate() {
+            if self.configs[..i].contains(config) {
+                bail!("--configs lists {} twice; list each once", config.name());
+            }
+        }
         Ok(())
     }
 
@@ -211,18 +285,59 @@ impl Args {
     }
 
     fn measures_in_process(&self) -> bool {
-        !self.no_in_process
+        !self.no_in_process && self.scenario == Scenario::Foundation
+    }
+
+    /// Returns the throttle-overhead scenario's plan.
+    fn overhead_plan(&self) -> Plan {
+        Plan {
+            configs: self.configs.clone(),
+            loads: vec![
+                LoadLevel {
+                    load: Load::Steady,
+                    clients: self.steady_clients,
+                },
+                LoadLevel {
+                    load: Load::Burst,
+                    clients: self.burst_clients,
+                },
+            ],
+            rounds: self.rounds,
+            warmup: Duration::from_secs(self.warmup_secs),
+            window: Duration::from_secs(self.duration_secs),
+        }
     }
 }
 
 fn main() -> Result<()> {
     let args = Args::parse();
     args.validate()?;
-    let report = run(&args)?;
-    print!("{}", report.to_markdown());
+    match args.scenario {
+        Scenario::Foundation => {
+            let report = run(&args)?;
+            print!("{}", report.to_markdown());
+            write_json(&args, &report.to_json())
+        }
+        Scenario::ThrottleOverhead => {
+            let report = run_throttle_overhead(&args)?;
+            print!("{}", report.to_markdown());
+            write_json(&args, &report.to_json())?;
+            let problems = report.problems();
+            if !problems.is_empty() {
+                bail!(
+                    "the run is unfit for comparing configs:\n{}",
+                    problems.join("\n")
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Writes `json` to `--out`, if given.
+fn write_json(args: &Args, json: &Value) -> Result<()> {
     if let Some(path) = &args.out {
-        let text = serde_json::to_string_pretty(&report.to_json())
-            .expect("a JSON value always serialises");
+        let text = serde_json::to_string_pretty(json).expect("a JSON value always serialises");
         std::fs::write(path, text + "\n")
             .with_context(|| format!("could not write --out {}", path.display()))?;
         eprintln!("wrote {}", path.display());
@@ -230,23 +345,62 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-/// Runs the whole benchmark and returns what it measured.
-fn run(args: &Args) -> Result<Report> {
-    // A temporary root is removed when `_temp_root` drops at the end of the run.
-    let (data_root, _temp_root) = match &args.data_dir {
+/// Returns the run's data root: `--data-dir`, created if needed, or a temporary directory that
+/// is removed when the returned guard drops.
+fn data_root(args: &Args) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
+    match &args.data_dir {
         Some(dir) => {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("could not create --data-dir {}", dir.display()))?;
-            (dir.clone(), None)
+            Ok((dir.clone(), None))
         }
         None => {
             let temp = tempfile::Builder::new()
                 .prefix("sluice-bench-")
                 .tempdir()
                 .context("could not create a temporary data dir")?;
-            (temp.path().to_owned(), Some(temp))
+            Ok((temp.path().to_owned(), Some(temp)))
         }
+    }
+}
+
+/// Runs the throttle-overhead scenario: connect (or spawn), load, measure the plan.
+fn run_throttle_overhead(args: &Args) -> Result<OverheadReport> {
+    let (data_root, _temp_root) = data_root(args)?;
+    let runtime = tokio::runtime::Runtime::new().context("could not start the tokio runtime")?;
+    let (target, server) = runtime.block_on(connect(args, &data_root))?;
+    let http_load = if args.skip_load {
+        None
+    } else {
+        Some(runtime.block_on(load_over_http(&target, args))?)
     };
+    let span = TimeSpan::of_generated(DEFAULT_START_EPOCH_MILLIS, args.docs);
+    let pool = QueryPool::new(overhead::SHAPE, args.seed, span);
+    let plan = args.overhead_plan();
+    let empty = OverheadReport {
+        seed: args.seed,
+        num_docs: args.docs,
+        url: target.base_url.to_string(),
+        shape: overhead::SHAPE,
+        rounds: plan.rounds,
+        warmup_secs: plan.warmup.as_secs_f64(),
+        window_secs: plan.window.as_secs_f64(),
+        node_limit: overhead::NODE_LIMIT,
+        http_load,
+        rows: Vec::new(),
+        groups: Vec::new(),
+    };
+    let report = runtime.block_on(overhead::run(&target, &pool, &plan, empty));
+    if let Some(server) = server {
+        runtime.block_on(server.stop())?;
+    }
+    report
+}
+
+/// Runs the whole benchmark and returns what it measured.
+fn run(args: &Args) -> Result<Report> {
+    // A temporary root is removed when `_temp_root` drops at the end of the run.
+    let (data_root, _temp_root) = data_root(args)?;
     let runtime = tokio::runtime::Runtime::new().context("could not start the tokio runtime")?;
 
     let mut report = Report {
@@ -298,13 +452,16 @@ fn run(args: &Args) -> Result<Report> {
         for &concurrency in &args.concurrency {
             let http = http_target.as_ref().map(|target| {
                 let window = Window::starting_now(warmup, duration);
-                let summary = runtime.block_on(measure::run_http(
-                    &target.client,
-                    &target.search_url(),
-                    &pool.encoded,
-                    concurrency,
-                    window,
-                ));
+                let summary = runtime
+                    .block_on(measure::run_http(
+                        &target.client,
+                        &target.search_url(),
+                        &pool.encoded,
+                        &HeaderMap::new(),
+                        concurrency,
+                        window,
+                    ))
+                    .summary();
                 log_summary(pool.shape, concurrency, "HTTP", &summary);
                 summary
             });
@@ -597,6 +754,59 @@ mod tests {
             let error = args(flags).validate().unwrap_err().to_string();
             assert!(error.starts_with(expected), "{flags:?}: {error}");
         }
+    }
+
+    #[test]
+    fn test_throttle_overhead_defaults_and_plan() {
+        let args = args(&[
+            "--scenario",
+            "throttle-overhead",
+            "--spawn",
+            "--rounds",
+            "3",
+        ]);
+        args.validate().unwrap();
+        assert!(!args.measures_in_process());
+        let plan = args.overhead_plan();
+        assert_eq!(plan.configs, Config::ALL);
+        assert_eq!(plan.rounds, 3);
+        assert_eq!(
+            plan.loads.iter().map(|l| l.clients).collect::<Vec<_>>(),
+            [8, 64]
+        );
+        // The foundation scenario keeps measuring in-process.
+        assert!(self::args(&[]).measures_in_process());
+    }
+
+    #[test]
+    fn test_throttle_overhead_rejects_bad_flags_by_name() {
+        for (flags, expected) in [
+            (
+                &["--no-http"][..],
+                "--scenario throttle-overhead measures over HTTP",
+            ),
+            (
+                &["--rounds", "0"][..],
+                "--rounds must be between 1 and 100, got 0",
+            ),
+            (
+                &["--burst-clients", "513"][..],
+                "--burst-clients must be between 1 and 512, got 513",
+            ),
+            (
+                &["--configs", "none,group,none"][..],
+                "--configs lists none twice",
+            ),
+        ] {
+            let mut all = vec!["--scenario", "throttle-overhead"];
+            all.extend_from_slice(flags);
+            let error = args(&all).validate().unwrap_err().to_string();
+            assert!(error.starts_with(expected), "{flags:?}: {error}");
+        }
+        // --skip-load needs no --data-dir when nothing is measured in-process.
+        args(&["--scenario", "throttle-overhead", "--skip-load"])
+            .validate()
+            .unwrap();
     }
 
     #[test]

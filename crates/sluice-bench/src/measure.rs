@@ -2,6 +2,11 @@
 //!
 //! Each driver runs `concurrency` workers that send one request, wait for the full answer, and
 //! send the next, until a deadline. Requests started during the warm-up are not recorded.
+//!
+//! A run's latencies are kept as a [`Sample`] (an HDR histogram, the failures and the measured
+//! time), which merges with other samples of the same configuration — the throttle-overhead
+//! scenario measures each configuration in several short windows and merges them — and is
+//! reduced to a [`Summary`] for reports.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
-use reqwest::header::CONTENT_TYPE;
+use reqwest::header::{CONTENT_TYPE, HeaderMap};
 use serde_json::Value;
 
 use crate::http::JSON_CONTENT_TYPE;
@@ -39,8 +44,12 @@ pub struct Summary {
     pub elapsed_secs: f64,
     /// Successful requests per second over the window.
     pub qps: f64,
+    /// Mean latency of successful requests.
+    pub mean_ms: f64,
     /// Median latency of successful requests.
     pub p50_ms: f64,
+    /// 90th-percentile latency of successful requests.
+    pub p90_ms: f64,
     /// 99th-percentile latency of successful requests.
     pub p99_ms: f64,
     /// Slowest successful request.
@@ -113,35 +122,90 @@ fn new_histogram() -> Histogram<u64> {
     .expect("the histogram bounds are constants that hdrhistogram accepts")
 }
 
+/// The latencies, failures and measured time of one or more runs of one configuration.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    latencies: Histogram<u64>,
+    num_errors: u64,
+    first_error: Option<String>,
+    elapsed: Duration,
+}
+
+impl Default for Sample {
+    fn default() -> Self {
+        Self {
+            latencies: new_histogram(),
+            num_errors: 0,
+            first_error: None,
+            elapsed: Duration::ZERO,
+        }
+    }
+}
+
+impl Sample {
+    /// Merges the workers' tallies of one run that measured for `elapsed`.
+    fn from_tallies(tallies: Vec<WorkerTally>, elapsed: Duration) -> Self {
+        let mut sample = Sample {
+            elapsed,
+            ..Sample::default()
+        };
+        for tally in tallies {
+            sample
+                .latencies
+                .add(&tally.latencies)
+                .expect("histograms with equal bounds always merge");
+            sample.num_errors += tally.num_errors;
+            sample.first_error = sample.first_error.take().or(tally.first_error);
+        }
+        sample
+    }
+
+    /// Adds another run's requests, failures and measured time to this one.
+    ///
+    /// The runs are taken to have been measured one after the other, so their times add up.
+    pub fn merge(&mut self, other: &Sample) {
+        self.latencies
+            .add(&other.latencies)
+            .expect("histograms with equal bounds always merge");
+        self.num_errors += other.num_errors;
+        if self.first_error.is_none() {
+            self.first_error.clone_from(&other.first_error);
+        }
+        self.elapsed += other.elapsed;
+    }
+
+    /// Returns the throughput and the latency mean and quantiles, in milliseconds.
+    pub fn summary(&self) -> Summary {
+        let millis = |micros: u64| micros as f64 / 1000.0;
+        let latencies = &self.latencies;
+        let num_requests = latencies.len();
+        let elapsed_secs = self.elapsed.as_secs_f64();
+        Summary {
+            num_requests,
+            num_errors: self.num_errors,
+            elapsed_secs,
+            qps: if elapsed_secs > 0.0 {
+                num_requests as f64 / elapsed_secs
+            } else {
+                0.0
+            },
+            mean_ms: if num_requests > 0 {
+                latencies.mean() / 1000.0
+            } else {
+                0.0
+            },
+            p50_ms: millis(latencies.value_at_quantile(0.50)),
+            p90_ms: millis(latencies.value_at_quantile(0.90)),
+            p99_ms: millis(latencies.value_at_quantile(0.99)),
+            max_ms: millis(latencies.max()),
+            first_error: self.first_error.clone(),
+        }
+    }
+}
+
 /// Merges the workers' tallies into the run's summary over `elapsed`.
 fn summarize(tallies: Vec<WorkerTally>, elapsed: Duration) -> Summary {
-    let mut latencies = new_histogram();
-    let mut num_errors = 0;
-    let mut first_error = None;
-    for tally in tallies {
-        latencies
-            .add(&tally.latencies)
-            .expect("histograms with equal bounds always merge");
-        num_errors += tally.num_errors;
-        first_error = first_error.or(tally.first_error);
-    }
-    let millis = |micros: u64| micros as f64 / 1000.0;
-    let num_requests = latencies.len();
-    let elapsed_secs = elapsed.as_secs_f64();
-    Summary {
-        num_requests,
-        num_errors,
-        elapsed_secs,
-        qps: if elapsed_secs > 0.0 {
-            num_requests as f64 / elapsed_secs
-        } else {
-            0.0
-        },
-        p50_ms: millis(latencies.value_at_quantile(0.50)),
-        p99_ms: millis(latencies.value_at_quantile(0.99)),
-        max_ms: millis(latencies.max()),
-        first_error,
-    }
+    Sample::from_tallies(tallies, elapsed).summary()
 }
 
 /// Cuts an error answer down to [`ERROR_EXCERPT_CHARS`] characters.
@@ -152,7 +216,8 @@ fn excerpt(text: &str) -> String {
     }
 }
 
-/// Drives `POST <search_url>` with the pool's bodies from `concurrency` tokio tasks.
+/// Drives `POST <search_url>` with the pool's bodies and `headers` from `concurrency` tokio
+/// tasks.
 ///
 /// A response counts as a success when its status is 2xx; its body is read in full either way.
 ///
@@ -164,13 +229,19 @@ pub async fn run_http(
     client: &reqwest::Client,
     search_url: &reqwest::Url,
     bodies: &[Bytes],
+    headers: &HeaderMap,
     concurrency: usize,
     window: Window,
-) -> Summary {
+) -> Sample {
     let bodies: Arc<[Bytes]> = bodies.into();
     let mut workers = tokio::task::JoinSet::new();
     for worker in 0..concurrency {
-        let (client, url, bodies) = (client.clone(), search_url.clone(), bodies.clone());
+        let (client, url, bodies, headers) = (
+            client.clone(),
+            search_url.clone(),
+            bodies.clone(),
+            headers.clone(),
+        );
         workers.spawn(async move {
             let mut tally = WorkerTally::new();
             // Start each worker at a different body so concurrent requests differ.
@@ -180,7 +251,7 @@ pub async fn run_http(
                     break;
                 }
                 let body = bodies[i % bodies.len()].clone();
-                let outcome = send_search(&client, &url, body).await;
+                let outcome = send_search(&client, &url, &headers, body).await;
                 if started >= window.measure_from {
                     tally.record(outcome, started.elapsed());
                 }
@@ -189,17 +260,19 @@ pub async fn run_http(
         });
     }
     let tallies = workers.join_all().await;
-    summarize(tallies, window.measure_from.elapsed())
+    Sample::from_tallies(tallies, window.measure_from.elapsed())
 }
 
 /// Sends one search and reads its whole answer; `Err` carries what went wrong.
 async fn send_search(
     client: &reqwest::Client,
     url: &reqwest::Url,
+    headers: &HeaderMap,
     body: Bytes,
 ) -> std::result::Result<(), String> {
     let response = client
         .post(url.clone())
+        .headers(headers.clone())
         .header(CONTENT_TYPE, JSON_CONTENT_TYPE)
         .body(body)
         .send()
@@ -294,6 +367,16 @@ mod tests {
             summary.p50_ms
         );
         assert!(
+            (summary.mean_ms - 50.5).abs() < 0.1,
+            "mean {}",
+            summary.mean_ms
+        );
+        assert!(
+            (summary.p90_ms - 90.0).abs() < 0.1,
+            "p90 {}",
+            summary.p90_ms
+        );
+        assert!(
             (summary.p99_ms - 99.0).abs() < 0.1,
             "p99 {}",
             summary.p99_ms
@@ -304,6 +387,43 @@ mod tests {
             summary.max_ms
         );
         assert_eq!(summary.first_error.as_deref(), Some("status 500: boom"));
+    }
+
+    #[test]
+    fn test_merged_samples_add_requests_errors_and_time() {
+        let run = |millis: u64, error: Option<&str>| {
+            let mut tally = WorkerTally::new();
+            for _ in 0..10 {
+                tally.record(Ok(()), Duration::from_millis(millis));
+            }
+            if let Some(error) = error {
+                tally.record(Err(error.to_owned()), Duration::ZERO);
+            }
+            Sample::from_tallies(vec![tally], Duration::from_secs(1))
+        };
+        let mut merged = Sample::default();
+        merged.merge(&run(2, None));
+        merged.merge(&run(4, Some("status 429: first")));
+        merged.merge(&run(4, Some("status 500: second")));
+
+        let summary = merged.summary();
+        assert_eq!(summary.num_requests, 30);
+        assert_eq!(summary.num_errors, 2);
+        assert_eq!(summary.elapsed_secs, 3.0);
+        assert_eq!(summary.qps, 10.0);
+        assert!((summary.mean_ms - 10.0 / 3.0).abs() < 0.01, "{summary:?}");
+        assert!((summary.p50_ms - 4.0).abs() < 0.01, "{summary:?}");
+        assert_eq!(summary.first_error.as_deref(), Some("status 429: first"));
+    }
+
+    #[test]
+    fn test_empty_sample_summarises_to_zeros() {
+        let summary = Sample::default().summary();
+        assert_eq!(summary.num_requests, 0);
+        assert_eq!(
+            (summary.qps, summary.mean_ms, summary.p99_ms),
+            (0.0, 0.0, 0.0)
+        );
     }
 
     #[test]

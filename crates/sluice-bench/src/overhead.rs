@@ -1,0 +1,826 @@
+//! The `throttle-overhead` scenario: what the node-tier throttle costs a request it admits,
+//! end to end over HTTP (issue #5, item 7).
+//!
+//! One node, one index, one cheap query shape. Each [`Config`] sends the same bodies, differing
+//! only in how the requests are tagged: untagged into DEFAULT (never throttled), tagged into a
+//! group without throttling, or tagged into a group whose `node_limit` is far above any load the
+//! benchmark can create ([`NODE_LIMIT`]), so every request takes and releases a permit and none
+//! is refused. Each [`LoadLevel`] is a closed loop of some number of clients.
+//!
+//! Machine noise on a shared box drifts over seconds to minutes, so the configurations are not
+//! measured one after the other but interleaved: [`Plan::schedule`] runs every configuration at
+//! every load once per round, rotating the order of the configurations from round to round, and
+//! the rounds of a configuration are merged ([`Sample::merge`]) into its row. The ratios
+//! ([`RATIO_PAIRS`]) are taken within the run, and the spread of the per-round ratios shows how
+//! large the noise is next to the difference being measured.
+//!
+//! Before and after the measurements, `GET /_wlm/stats` is read; the [`OverheadReport`] carries
+//! each group's counter deltas and [`OverheadReport::problems`] lists what would make the numbers
+//! meaningless: failed requests, throttled or rejected requests, tags that did not take.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use anyhow::Result;
+use reqwest::header::HeaderMap;
+
+use crate::http::HttpTarget;
+use crate::load::LoadSummary;
+use crate::measure::{self, Sample, Summary, Window};
+use crate::queries::{QueryPool, QueryShape};
+use crate::wlm::{self, DEFAULT_GROUP_ID, GroupCounters, GroupSpec};
+
+/// `throttling.node_limit` of the throttled group: about 200 times the benchmark's largest
+/// allowed concurrency (512), so no request of the run can be refused, while every request still
+/// goes through the permit table and holds a permit until its response is sent.
+pub const NODE_LIMIT: u64 = 100_000;
+
+/// The group the `group` configuration tags requests with.
+const THROTTLED_GROUP: GroupSpec = GroupSpec {
+    name: "bench_throttled",
+    node_limit: Some(NODE_LIMIT),
+};
+
+/// The group the `tagged` configuration tags requests with: the same as [`THROTTLED_GROUP`]
+/// without throttling.
+const TAGGED_GROUP: GroupSpec = GroupSpec {
+    name: "bench_tagged",
+    node_limit: None,
+};
+
+/// The query shape the scenario measures: a `term` query returning 10 hits is about the
+/// cheapest search, so a fixed per-request cost shows most in it.
+pub const SHAPE: QueryShape = QueryShape::Term;
+
+/// How the requests of one configuration are tagged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum Config {
+    /// Untagged: the requests run in DEFAULT, which is never throttled (the baseline).
+    None,
+    /// Tagged into a group without throttling: the cost of tagging, without a permit.
+    Tagged,
+    /// Tagged into a group with `attribute: group` and `node_limit` [`NODE_LIMIT`].
+    Group,
+}
+
+impl Config {
+    /// Every configuration, in the order the scenario runs and reports them.
+    pub const ALL: [Config; 3] = [Config::None, Config::Tagged, Config::Group];
+
+    /// Returns the configuration's name as used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Config::None => "none",
+            Config::Tagged => "tagged",
+            Config::Group => "group",
+        }
+    }
+
+    /// Returns the group the configuration's requests are tagged with, if any.
+    fn group(self) -> Option<GroupSpec> {
+        match self {
+            Config::None => None,
+            Config::Tagged => Some(TAGGED_GROUP),
+            Config::Group => Some(THROTTLED_GROUP),
+        }
+    }
+}
+
+/// The name of a load pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Load {
+    /// A few clients: the node keeps up and requests rarely wait for the search pool.
+    Steady,
+    /// Many clients: requests queue for the search pool and permits are held for longer.
+    Burst,
+}
+
+impl Load {
+    /// Returns the load's name as used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Load::Steady => "steady",
+            Load::Burst => "burst",
+        }
+    }
+}
+
+/// A load pattern: a closed loop of `clients` concurrent requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct LoadLevel {
+    /// The pattern's name.
+    pub load: Load,
+    /// Concurrent clients, each sending its next request when the previous one is answered.
+    pub clients: usize,
+}
+
+/// What the scenario measures and for how long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The configurations, in their order in the first round; no duplicates.
+    pub configs: Vec<Config>,
+    /// The load patterns, in the order each round runs them.
+    pub loads: Vec<LoadLevel>,
+    /// How many times each configuration is measured at each load.
+    pub rounds: usize,
+    /// Unrecorded warm-up before each measured window.
+    pub warmup: Duration,
+    /// Length of each measured window.
+    pub window: Duration,
+}
+
+/// One measured window: a configuration at a load in a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// Round number, from 0.
+    pub round: usize,
+    /// Index into [`Plan::loads`].
+    pub load: usize,
+    /// The configuration measured.
+    pub config: Config,
+}
+
+impl Plan {
+    /// Returns the windows in the order they run: round by round, each load in turn, and the
+    /// configurations rotated left by the round number, so that each configuration runs in each
+    /// position (first after a load change, last before the next) equally often.
+    pub fn schedule(&self) -> Vec<Step> {
+        let mut steps = Vec::with_capacity(self.rounds * self.loads.len() * self.configs.len());
+        for round in 0..self.rounds {
+            let mut order = self.configs.clone();
+            let num_configs = order.len();
+            if num_configs > 0 {
+                order.rotate_left(round % num_configs);
+            }
+            for load in 0..self.loads.len() {
+                steps.extend(order.iter().map(|&config| Step {
+                    round,
+                    load,
+                    config,
+                }));
+            }
+        }
+        steps
+    }
+}
+
+/// One configuration at one load, over all rounds.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct OverheadRow {
+    /// The load pattern.
+    pub load: LoadLevel,
+    /// The configuration.
+    pub config: Config,
+    /// All rounds merged.
+    pub summary: Summary,
+    /// Each round on its own, in round order.
+    pub rounds: Vec<Summary>,
+}
+
+/// The ratios a report shows, as (configuration, baseline): each tagged configuration against
+/// untagged DEFAULT, and the throttled group against the same group without throttling — the
+/// permit's own cost, with tagging on both sides.
+pub const RATIO_PAIRS: [(Config, Config); 3] = [
+    (Config::Tagged, Config::None),
+    (Config::Group, Config::None),
+    (Config::Group, Config::Tagged),
+];
+
+/// A configuration's latencies and throughput divided by the baseline's at the same load.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Ratio {
+    /// The load pattern.
+    pub load: LoadLevel,
+    /// The configuration divided by the baseline.
+    pub config: Config,
+    /// The configuration it is divided by.
+    pub baseline: Config,
+    /// Ratio of the mean latencies.
+    pub mean: f64,
+    /// Ratio of the medians.
+    pub p50: f64,
+    /// Ratio of the 90th percentiles.
+    pub p90: f64,
+    /// Ratio of the 99th percentiles.
+    pub p99: f64,
+    /// Ratio of the throughputs.
+    pub qps: f64,
+    /// Smallest ratio of the mean latencies within one round.
+    pub round_mean_min: f64,
+    /// Largest ratio of the mean latencies within one round.
+    pub round_mean_max: f64,
+}
+
+/// The counters of the group a configuration's requests ran in, over the whole run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct GroupRow {
+    /// The configuration.
+    pub config: Config,
+    /// The group's name (`DEFAULT_WORKLOAD_GROUP` for `none`).
+    pub name: String,
+    /// The group's id.
+    pub id: String,
+    /// How much each counter grew during the run, warm-ups included.
+    pub delta: GroupCounters,
+}
+
+/// Everything one throttle-overhead run measured.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct OverheadReport {
+    /// Seed of the documents and query bodies.
+    pub seed: u64,
+    /// Documents in the index.
+    pub num_docs: u64,
+    /// The server measured.
+    pub url: String,
+    /// The query shape.
+    pub shape: QueryShape,
+    /// Rounds per configuration and load.
+    pub rounds: usize,
+    /// Unrecorded seconds before each window.
+    pub warmup_secs: f64,
+    /// Measured seconds per window.
+    pub window_secs: f64,
+    /// `node_limit` of the throttled group.
+    pub node_limit: u64,
+    /// Loading through `POST /_bulk`, if the run loaded.
+    pub http_load: Option<LoadSummary>,
+    /// One row per load and configuration, loads in plan order, configurations in
+    /// [`Config::ALL`] order.
+    pub rows: Vec<OverheadRow>,
+    /// The groups' counters.
+    pub groups: Vec<GroupRow>,
+}
+
+/// Measures `plan` on the node behind `target` with the bodies of `pool`.
+///
+/// Sets the cluster's WLM mode to `enabled` and re-creates the benchmark's groups first;
+/// `report` carries the fields this function does not know (seed, documents, load).
+///
+/// # Cancel safety
+///
+/// Dropping the future aborts the in-flight requests; the groups and mode stay as set.
+pub async fn run(
+    target: &HttpTarget,
+    pool: &QueryPool,
+    plan: &Plan,
+    mut report: OverheadReport,
+) -> Result<OverheadReport> {
+    wlm::set_mode(target, wlm::MODE_ENABLED).await?;
+    let mut tags: Vec<(Config, String, String, HeaderMap)> = Vec::new();
+    for &config in &plan.configs {
+        let (name, id, headers) = match config.group() {
+            None => (
+                DEFAULT_GROUP_ID.to_owned(),
+                DEFAULT_GROUP_ID.to_owned(),
+                HeaderMap::new(),
+            ),
+            Some(spec) => {
+                let id = wlm::recreate_group(target, &spec).await?;
+                eprintln!("workload group {} is {id}", spec.name);
+                let headers = wlm::tag_headers(&id)?;
+                (spec.name.to_owned(), id, headers)
+            }
+        };
+        tags.push((config, name, id, headers));
+    }
+    let ids: Vec<&str> = tags.iter().map(|(_, _, id, _)| id.as_str()).collect();
+    let before = wlm::group_counters(target, &ids).await?;
+
+    let num_windows = plan.rounds * plan.loads.len();
+    // samples[load][config][round]
+    let mut samples: Vec<Vec<Vec<Sample>>> =
+        vec![vec![Vec::with_capacity(plan.rounds); plan.configs.len()]; plan.loads.len()];
+    let search_url = target.search_url();
+    for step in plan.schedule() {
+        let level = plan.loads[step.load];
+        let index = plan
+            .configs
+            .iter()
+            .position(|&c| c == step.config)
+            .expect("the schedule holds only the plan's configurations");
+        let window = Window::starting_now(plan.warmup, plan.window);
+        let sample = measure::run_http(
+            &target.client,
+            &search_url,
+            &pool.encoded,
+            &tags[index].3,
+            level.clients,
+            window,
+        )
+        .await;
+        let summary = sample.summary();
+        eprintln!(
+            "round {}/{} {:<6} c={:<3} {:<6} {:>6.0} qps  mean {:>6.2}  p50 {:>6.2}  p90 {:>6.2}  p99 {:>6.2} ms  errors {}",
+            step.round + 1,
+            plan.rounds,
+            level.load.name(),
+            level.clients,
+            step.config.name(),
+            summary.qps,
+            summary.mean_ms,
+            summary.p50_ms,
+            summary.p90_ms,
+            summary.p99_ms,
+            summary.num_errors
+        );
+        if let Some(error) = &summary.first_error {
+            eprintln!("  first error: {error}");
+        }
+        samples[step.load][index].push(sample);
+    }
+    debug_assert_eq!(
+        samples.iter().flatten().map(Vec::len).sum::<usize>(),
+        num_windows * plan.configs.len()
+    );
+
+    let after = wlm::group_counters(target, &ids).await?;
+    for (load_index, per_config) in samples.into_iter().enumerate() {
+        let mut rows: Vec<OverheadRow> = per_config
+            .into_iter()
+            .zip(&plan.configs)
+            .map(|(rounds, &config)| {
+                let mut merged = Sample::default();
+                for sample in &rounds {
+                    merged.merge(sample);
+                }
+                OverheadRow {
+                    load: plan.loads[load_index],
+                    config,
+                    summary: merged.summary(),
+                    rounds: rounds.iter().map(Sample::summary).collect(),
+                }
+            })
+            .collect();
+        rows.sort_by_key(|row| Config::ALL.iter().position(|&c| c == row.config));
+        report.rows.extend(rows);
+    }
+    let mut groups: Vec<GroupRow> = tags
+        .into_iter()
+        .map(|(config, name, id, _)| GroupRow {
+            config,
+            delta: after[&id].since(&before[&id]),
+            name,
+            id,
+        })
+        .collect();
+    groups.sort_by_key(|row| Config::ALL.iter().position(|&c| c == row.config));
+    report.groups = groups;
+    Ok(report)
+}
+
+impl OverheadReport {
+    /// Returns the [`RATIO_PAIRS`] whose two configurations were measured, at each load, in
+    /// row order.
+    pub fn ratios(&self) -> Vec<Ratio> {
+        let mut ratios = Vec::new();
+        for row in &self.rows {
+            for &(_, baseline) in RATIO_PAIRS.iter().filter(|(c, _)| *c == row.config) {
+                let Some(baseline) = self
+                    .rows
+                    .iter()
+                    .find(|b| b.load == row.load && b.config == baseline)
+                else {
+                    continue;
+                };
+                let (a, b) = (&row.summary, &baseline.summary);
+                let per_round: Vec<f64> = row
+                    .rounds
+                    .iter()
+                    .zip(&baseline.rounds)
+                    .map(|(a, b)| divide(a.mean_ms, b.mean_ms))
+                    .collect();
+                ratios.push(Ratio {
+                    load: row.load,
+                    config: row.config,
+                    baseline: baseline.config,
+                    mean: divide(a.mean_ms, b.mean_ms),
+                    p50: divide(a.p50_ms, b.p50_ms),
+                    p90: divide(a.p90_ms, b.p90_ms),
+                    p99: divide(a.p99_ms, b.p99_ms),
+                    qps: divide(a.qps, b.qps),
+                    round_mean_min: per_round.iter().copied().fold(f64::NAN, f64::min),
+                    round_mean_max: per_round.iter().copied().fold(f64::NAN, f64::max),
+                });
+            }
+        }
+        ratios
+    }
+
+    /// Describes everything that makes the run's numbers unfit for the comparison: failed
+    /// requests, throttled, rejected or cancelled requests, and tagged requests that did not
+    /// reach their group. Empty for a clean run.
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for row in &self.rows {
+            if row.summary.num_errors > 0 {
+                problems.push(format!(
+                    "{} requests of config {} at {} load failed; the first: {}",
+                    row.summary.num_errors,
+                    row.config.name(),
+                    row.load.load.name(),
+                    row.summary.first_error.as_deref().unwrap_or("(not kept)")
+                ));
+            }
+        }
+        for group in &self.groups {
+            let d = &group.delta;
+            if d.total_throttled > 0 || d.total_would_throttle > 0 {
+                problems.push(format!(
+                    "group {} throttled {} requests (would have throttled {}); node_limit {} is not far above the load",
+                    group.name, d.total_throttled, d.total_would_throttle, self.node_limit
+                ));
+            }
+            if d.total_rejections > 0 || d.total_cancellations > 0 {
+                problems.push(format!(
+                    "group {} rejected {} and cancelled {} requests for its resource limits",
+                    group.name, d.total_rejections, d.total_cancellations
+                ));
+            }
+            let measured: u64 = self
+                .rows
+                .iter()
+                .filter(|r| r.config == group.config)
+                .map(|r| r.summary.num_requests)
+                .sum();
+            if d.total_completions < measured {
+                problems.push(format!(
+                    "group {} completed {} tasks but {measured} requests of config {} were measured; the requests were not tagged into it",
+                    group.name,
+                    d.total_completions,
+                    group.config.name()
+                ));
+            }
+        }
+        problems
+    }
+
+    /// Renders the run's parameters, the per-configuration table, the ratios and the counters.
+    pub fn to_markdown(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "Throttle overhead: `{}` query (size 10) on {} documents (seed {}); {} rounds of {:.0} s per config and load after {:.0} s of warm-up, configs interleaved; node_limit {}",
+            self.shape.name(),
+            self.num_docs,
+            self.seed,
+            self.rounds,
+            self.window_secs,
+            self.warmup_secs,
+            self.node_limit
+        );
+        if let Some(load) = &self.http_load {
+            let _ = writeln!(
+                out,
+                "HTTP `_bulk`: {:.0} docs/s ({} docs in {:.2} s, refresh {:.2} s)",
+                load.docs_per_sec, load.num_docs, load.load_secs, load.refresh_secs
+            );
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "| load | clients | config | requests | errors | QPS | mean ms | p50 ms | p90 ms | p99 ms |"
+        );
+        let _ = writeln!(out, "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+        for row in &self.rows {
+            let s = &row.summary;
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                row.load.load.name(),
+                row.load.clients,
+                row.config.name(),
+                s.num_requests,
+                s.num_errors,
+                s.qps,
+                s.mean_ms,
+                s.p50_ms,
+                s.p90_ms,
+                s.p99_ms
+            );
+        }
+        let ratios = self.ratios();
+        if !ratios.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "| load | ratio | mean | p50 | p90 | p99 | QPS | mean, per round (min–max) |"
+            );
+            let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|");
+            for r in &ratios {
+                let _ = writeln!(
+                    out,
+                    "| {} | {}/{} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3}–{:.3} |",
+                    r.load.load.name(),
+                    r.config.name(),
+                    r.baseline.name(),
+                    r.mean,
+                    r.p50,
+                    r.p90,
+                    r.p99,
+                    r.qps,
+                    r.round_mean_min,
+                    r.round_mean_max
+                );
+            }
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "| config | group | completions | total_throttled | total_would_throttle | total_rejections | total_cancellations |"
+        );
+        let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|");
+        for g in &self.groups {
+            let d = &g.delta;
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                g.config.name(),
+                g.name,
+                d.total_completions,
+                d.total_throttled,
+                d.total_would_throttle,
+                d.total_rejections,
+                d.total_cancellations
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\n(`GET /_wlm/stats` deltas over the run, warm-up requests included.)"
+        );
+        if let Some(group) = self.groups.iter().find(|g| g.config == Config::Group)
+            && group.delta.total_throttled == 0
+        {
+            let _ = writeln!(
+                out,
+                "\ntotal_throttled stayed 0 in {} over {} completions.",
+                group.name, group.delta.total_completions
+            );
+        }
+        for problem in self.problems() {
+            let _ = writeln!(out, "\nProblem: {problem}");
+        }
+        out
+    }
+
+    /// Returns the report as JSON, with the ratios and problems included.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut value =
+            serde_json::to_value(self).expect("the report holds only serialisable values");
+        value["ratios"] =
+            serde_json::to_value(self.ratios()).expect("ratios hold only serialisable values");
+        value["problems"] = self.problems().into();
+        value
+    }
+}
+
+/// Returns `a / b`, or NaN when `b` is not positive.
+fn divide(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { f64::NAN }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(configs: &[Config], rounds: usize) -> Plan {
+        Plan {
+            configs: configs.to_vec(),
+            loads: vec![
+                LoadLevel {
+                    load: Load::Steady,
+                    clients: 8,
+                },
+                LoadLevel {
+                    load: Load::Burst,
+                    clients: 64,
+                },
+            ],
+            rounds,
+            warmup: Duration::from_secs(1),
+            window: Duration::from_secs(3),
+        }
+    }
+
+    #[test]
+    fn test_schedule_rotates_configs_each_round_and_covers_every_window_once() {
+        let plan = plan(&[Config::None, Config::Tagged, Config::Group], 3);
+        let steps = plan.schedule();
+        assert_eq!(steps.len(), 3 * 2 * 3);
+        let order = |round: usize, load: usize| -> Vec<Config> {
+            steps
+                .iter()
+                .filter(|s| s.round == round && s.load == load)
+                .map(|s| s.config)
+                .collect()
+        };
+        assert_eq!(order(0, 0), [Config::None, Config::Tagged, Config::Group]);
+        assert_eq!(order(0, 1), [Config::None, Config::Tagged, Config::Group]);
+        assert_eq!(order(1, 0), [Config::Tagged, Config::Group, Config::None]);
+        assert_eq!(order(2, 1), [Config::Group, Config::None, Config::Tagged]);
+        // Each configuration runs first in exactly one round.
+        for config in Config::ALL {
+            let firsts = (0..3).filter(|&r| order(r, 0)[0] == config).count();
+            assert_eq!(firsts, 1, "{config:?}");
+        }
+        // Rounds run in order, loads in order within a round.
+        assert!(
+            steps
+                .windows(2)
+                .all(|w| (w[0].round, w[0].load) <= (w[1].round, w[1].load))
+        );
+    }
+
+    #[test]
+    fn test_schedule_of_two_configs_alternates_which_runs_first() {
+        let steps = plan(&[Config::None, Config::Group], 4).schedule();
+        let firsts: Vec<Config> = steps
+            .iter()
+            .filter(|s| s.load == 0)
+            .step_by(2)
+            .map(|s| s.config)
+            .collect();
+        assert_eq!(
+            firsts,
+            [Config::None, Config::Group, Config::None, Config::Group]
+        );
+    }
+
+    fn summary(mean_ms: f64, qps: f64) -> Summary {
+        Summary {
+            num_requests: 1000,
+            num_errors: 0,
+            elapsed_secs: 3.0,
+            qps,
+            mean_ms,
+            p50_ms: mean_ms * 0.8,
+            p90_ms: mean_ms * 2.0,
+            p99_ms: mean_ms * 4.0,
+            max_ms: mean_ms * 10.0,
+            first_error: None,
+        }
+    }
+
+    fn row(clients: usize, config: Config, rounds: &[f64]) -> OverheadRow {
+        let load = LoadLevel {
+            load: if clients > 8 {
+                Load::Burst
+            } else {
+                Load::Steady
+            },
+            clients,
+        };
+        let mean = rounds.iter().sum::<f64>() / rounds.len() as f64;
+        OverheadRow {
+            load,
+            config,
+            summary: Summary {
+                num_requests: 1000 * rounds.len() as u64,
+                ..summary(mean, 1000.0 / mean)
+            },
+            rounds: rounds.iter().map(|&m| summary(m, 1000.0 / m)).collect(),
+        }
+    }
+
+    fn group(config: Config, completions: u64, throttled: u64) -> GroupRow {
+        GroupRow {
+            config,
+            name: config
+                .group()
+                .map_or(DEFAULT_GROUP_ID, |g| g.name)
+                .to_owned(),
+            id: format!("id-{}", config.name()),
+            delta: GroupCounters {
+                total_completions: completions,
+                total_throttled: throttled,
+                ..GroupCounters::default()
+            },
+        }
+    }
+
+    fn report() -> OverheadReport {
+        OverheadReport {
+            seed: 42,
+            num_docs: 100_000,
+            url: "http://127.0.0.1:1/".into(),
+            shape: SHAPE,
+            rounds: 2,
+            warmup_secs: 1.0,
+            window_secs: 3.0,
+            node_limit: NODE_LIMIT,
+            http_load: None,
+            rows: vec![
+                row(8, Config::None, &[1.0, 1.2]),
+                row(8, Config::Group, &[1.1, 1.2]),
+                row(64, Config::None, &[8.0, 8.0]),
+                row(64, Config::Group, &[7.6, 8.4]),
+            ],
+            groups: vec![group(Config::None, 4100, 0), group(Config::Group, 4100, 0)],
+        }
+    }
+
+    #[test]
+    fn test_ratios_divide_by_none_at_the_same_load_with_the_per_round_spread() {
+        let ratios = report().ratios();
+        assert_eq!(ratios.len(), 2);
+        let steady = &ratios[0];
+        assert_eq!(
+            (steady.load.clients, steady.config, steady.baseline),
+            (8, Config::Group, Config::None)
+        );
+        assert!((steady.mean - 1.15 / 1.1).abs() < 1e-9, "{steady:?}");
+        assert!((steady.p99 - 1.15 / 1.1).abs() < 1e-9, "{steady:?}");
+        assert!((steady.round_mean_min - 1.0).abs() < 1e-9, "{steady:?}");
+        assert!((steady.round_mean_max - 1.1).abs() < 1e-9, "{steady:?}");
+        let burst = &ratios[1];
+        assert_eq!(burst.load.clients, 64);
+        assert!((burst.mean - 1.0).abs() < 1e-9, "{burst:?}");
+        assert!((burst.round_mean_min - 0.95).abs() < 1e-9, "{burst:?}");
+        assert!((burst.round_mean_max - 1.05).abs() < 1e-9, "{burst:?}");
+    }
+
+    #[test]
+    fn test_ratios_compare_group_to_tagged_when_both_ran() {
+        let mut report = report();
+        report.rows.insert(1, row(8, Config::Tagged, &[1.1, 1.1]));
+        let pairs: Vec<(usize, Config, Config)> = report
+            .ratios()
+            .iter()
+            .map(|r| (r.load.clients, r.config, r.baseline))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                (8, Config::Tagged, Config::None),
+                (8, Config::Group, Config::None),
+                (8, Config::Group, Config::Tagged),
+                (64, Config::Group, Config::None),
+            ]
+        );
+        let group_to_tagged = &report.ratios()[2];
+        assert!((group_to_tagged.mean - 1.15 / 1.1).abs() < 1e-9);
+        assert!((group_to_tagged.round_mean_min - 1.0).abs() < 1e-9);
+        assert!(
+            report
+                .to_markdown()
+                .contains("| steady | group/tagged | 1.045 |")
+        );
+    }
+
+    #[test]
+    fn test_clean_run_has_no_problems_and_says_throttled_stayed_zero() {
+        let report = report();
+        assert_eq!(report.problems(), Vec::<String>::new());
+        let markdown = report.to_markdown();
+        assert!(
+            markdown
+                .contains("| steady | 8 | group | 2000 | 0 | 870 | 1.15 | 0.92 | 2.30 | 4.60 |"),
+            "{markdown}"
+        );
+        assert!(
+            markdown.contains("| burst | group/none | 1.000 |"),
+            "{markdown}"
+        );
+        assert!(
+            markdown.contains("total_throttled stayed 0 in bench_throttled over 4100 completions"),
+            "{markdown}"
+        );
+        assert!(!markdown.contains("Problem:"), "{markdown}");
+    }
+
+    #[test]
+    fn test_throttled_failed_or_untagged_requests_are_problems() {
+        let mut report = report();
+        report.groups[1].delta.total_throttled = 3;
+        report.rows[1].summary.num_errors = 3;
+        report.rows[1].summary.first_error = Some("status 429: rejected".into());
+        report.groups[0].delta.total_completions = 10;
+        let problems = report.problems();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(problems[0].starts_with("3 requests of config group at steady load failed"));
+        assert!(
+            problems[1].contains("were not tagged into it"),
+            "{problems:?}"
+        );
+        assert!(problems[2].starts_with("group bench_throttled throttled 3 requests"));
+        let markdown = report.to_markdown();
+        assert!(!markdown.contains("stayed 0"), "{markdown}");
+        assert!(
+            markdown.contains("Problem: group bench_throttled"),
+            "{markdown}"
+        );
+    }
+
+    #[test]
+    fn test_json_carries_rows_ratios_groups_and_problems() {
+        let json = report().to_json();
+        assert_eq!(json["rows"][0]["config"], "none");
+        assert_eq!(json["rows"][0]["load"]["load"], "steady");
+        assert!((json["ratios"][1]["mean"].as_f64().unwrap() - 1.0).abs() < 1e-9);
+        assert_eq!(json["groups"][1]["delta"]["total_throttled"], 0);
+        assert_eq!(json["problems"], serde_json::json!([]));
+    }
+}
