@@ -23,6 +23,7 @@ mod http;
 mod in_process;
 mod load;
 mod measure;
+mod noisy;
 mod queries;
 mod report;
 mod target;
@@ -68,8 +69,12 @@ const SERVER_LOG_FILE: &str = "server.log";
 
 /// Benchmark driver for sluice: bulk load, then search QPS and latency over HTTP and in-process.
 #[derive(Debug, Parser)]
-#[command(name = "sluice-bench", version)]
+#[command(name = "sluice-bench", version, args_conflicts_with_subcommands = true)]
 struct Args {
+    /// A scenario to run instead of the query-shape benchmark.
+    #[command(subcommand)]
+    scenario: Option<Scenario>,
+
     /// Documents to generate and load into each target.
     #[arg(long, default_value_t = 100_000)]
     docs: u64,
@@ -215,8 +220,19 @@ impl Args {
     }
 }
 
+/// Scenarios other than the query-shape benchmark.
+#[derive(Debug, clap::Subcommand)]
+enum Scenario {
+    /// Two workload groups on one node: product's cheap queries alone, then next to
+    /// analytics' heavy aggregations with workload management disabled, then enabled.
+    NoisyNeighbour(noisy::NoisyArgs),
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
+    if let Some(Scenario::NoisyNeighbour(noisy)) = &args.scenario {
+        return noisy::main(noisy);
+    }
     args.validate()?;
     let report = run(&args)?;
     print!("{}", report.to_markdown());
