@@ -28,6 +28,7 @@ mod http;
 mod in_process;
 mod load;
 mod measure;
+mod noisy;
 mod overhead;
 mod queries;
 mod report;
@@ -91,11 +92,15 @@ enum Scenario {
 
 /// Benchmark driver for sluice: bulk load, then search QPS and latency over HTTP and in-process.
 #[derive(Debug, Parser)]
-#[command(name = "sluice-bench", version)]
+#[command(name = "sluice-bench", version, args_conflicts_with_subcommands = true)]
 struct Args {
     /// What to measure.
     #[arg(long, value_enum, default_value_t = Scenario::Foundation)]
     scenario: Scenario,
+
+    /// A scenario with its own arguments, run instead of the query-shape benchmark.
+    #[command(subcommand)]
+    command: Option<Command>,
 
     /// Documents to generate and load into each target.
     #[arg(long, default_value_t = 100_000)]
@@ -309,8 +314,19 @@ impl Args {
     }
 }
 
+/// Scenarios with their own arguments.
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Two workload groups on one node: product's cheap queries alone, then next to
+    /// analytics' heavy aggregations with workload management disabled, then enabled.
+    NoisyNeighbour(noisy::NoisyArgs),
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
+    if let Some(Command::NoisyNeighbour(noisy)) = &args.command {
+        return noisy::main(noisy);
+    }
     args.validate()?;
     match args.scenario {
         Scenario::Foundation => {

@@ -29,9 +29,21 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 pub struct TaskUsage {
     cpu_nanos: AtomicU64,
     memory_bytes: AtomicU64,
+    /// When a search thread started the task's work (after any wait in the pool's queue).
+    executing_since: std::sync::OnceLock<std::time::Instant>,
 }
 
 impl TaskUsage {
+    /// Marks the moment a search thread starts the task's work; later calls change nothing.
+    pub fn mark_executing(&self) {
+        let _ = self.executing_since.set(std::time::Instant::now());
+    }
+
+    /// When the task's work started on a search thread; `None` while it is queued.
+    pub fn executing_since(&self) -> Option<std::time::Instant> {
+        self.executing_since.get().copied()
+    }
+
     /// CPU time so far, nanoseconds.
     pub fn cpu_nanos(&self) -> u64 {
         self.cpu_nanos.load(Ordering::Relaxed)

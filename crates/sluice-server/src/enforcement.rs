@@ -41,7 +41,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -221,7 +221,6 @@ pub struct Enforcement {
     /// The last pass's duress verdict, for admission. Relaxed: a standalone flag, stale by up to
     /// one interval by design (facts §6.2).
     in_duress: AtomicBool,
-    num_passes: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -251,7 +250,6 @@ impl Enforcement {
                 cpu: ProcessCpu::start(),
             }),
             in_duress: AtomicBool::new(false),
-            num_passes: AtomicU64::new(0),
         }
     }
 
@@ -263,11 +261,6 @@ impl Enforcement {
     /// Whether the last pass found the node in duress.
     pub fn is_node_in_duress(&self) -> bool {
         self.in_duress.load(Ordering::Relaxed)
-    }
-
-    /// Passes run so far (mode `disabled` ticks excluded).
-    pub fn num_passes(&self) -> u64 {
-        self.num_passes.load(Ordering::Relaxed)
     }
 
     fn nanos_since_epoch(&self, t: Instant) -> u64 {
@@ -313,7 +306,11 @@ fn snapshot_tasks(
             group_id: entry.id.to_string(),
             cpu_nanos: task.usage.cpu_nanos(),
             memory_bytes: task.usage.memory_bytes(),
-            start_nanos: enforcement.nanos_since_epoch(task.started),
+            // From when the task started executing, not when it was registered: time queued
+            // for a search thread is not time the task could use CPU, and counting it would
+            // dilute the share of a group whose requests queue (BENCHMARKS.md, noisy neighbour).
+            start_nanos: enforcement
+                .nanos_since_epoch(task.usage.executing_since().unwrap_or(task.started)),
             state: if task.is_cancelled() {
                 TaskState::Cancelled
             } else {
@@ -371,7 +368,6 @@ pub fn run_once(st: &AppState) -> PassOutcome {
         .in_duress
         .store(outcome.in_duress, Ordering::Relaxed);
     carry_out(st, &view, &tasks, &inputs, &outcome);
-    enforcement.num_passes.fetch_add(1, Ordering::Relaxed);
     outcome
 }
 

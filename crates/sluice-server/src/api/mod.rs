@@ -297,6 +297,7 @@ pub async fn run_task<T: Send + 'static>(
             .get()
             .zip(own_bucket.as_ref())
             .map(|(p, k)| p.enter(k));
+        task_usage.usage.mark_executing();
         let usage = Arc::new(crate::accounting::ThreadUsage::start());
         let mut ctx = ctx;
         let (sampler, sampled) = (usage.clone(), task_usage.clone());
