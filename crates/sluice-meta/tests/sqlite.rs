@@ -154,6 +154,8 @@ async fn test_crash_child_writer() {
             ])
             .await
             .expect("child batch");
+        // Tells the parent, which reads this line from the pipe, that batch `n` is committed.
+        println!("committed {n}");
     }
 }
 
@@ -178,27 +180,40 @@ async fn test_batches_survive_kill_minus_nine_whole_or_not_at_all() {
             "--test-threads=1",
         ])
         .env(CRASH_CHILD_ENV, &path)
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("spawn child writer");
-    let observer = SqliteMetaStore::open(&path).await.expect("observer open");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let n = observer
-            .get(Collection::Rules, "pair")
-            .await
-            .expect("observer read")
-            .map_or(0, |d| d.value["n"].as_u64().unwrap_or(0));
-        if n >= 50 {
-            break;
+    // Kill the writer mid-stream, once it has committed 50 batches: it says so on its stdout
+    // after each commit, so the parent waits on the pipe, not on a clock.
+    let stdout = child.stdout.take().expect("child stdout");
+    let committed = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut last = None;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(n) = line.strip_prefix("committed ") {
+                last = n.trim().parse::<u64>().ok();
+                if last.is_some_and(|n| n >= 50) {
+                    break;
+                }
+            }
         }
-        assert!(
-            Instant::now() < deadline,
-            "the child wrote only {n} batches in 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        last
+    })
+    .await
+    .expect("reader");
+    assert!(
+        committed.is_some_and(|n| n >= 50),
+        "the child stopped after committing {committed:?} batches"
+    );
+    let observer = SqliteMetaStore::open(&path).await.expect("observer open");
+    let seen = observer
+        .get(Collection::Rules, "pair")
+        .await
+        .expect("observer read")
+        .map_or(0, |d| d.value["n"].as_u64().unwrap_or(0));
+    assert!(seen >= 50, "a committed batch is not visible: saw {seen}");
     child.kill().expect("kill -9 the writer"); // SIGKILL: no destructors, no clean close
     child.wait().expect("reap child");
     observer.close().await;

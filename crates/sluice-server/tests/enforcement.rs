@@ -3,8 +3,9 @@
 //! enforcement loop (and of nothing else), `monitor_only` selecting without cancelling, and
 //! admission rejecting a group over its share with OpenSearch's message.
 //!
-//! The loop runs at its shortest interval (1 s, the setting's minimum). Tests wait for its
-//! effects by polling with a deadline; no sleep is an assertion.
+//! The background loop runs at its shortest interval (1 s, the setting's minimum), but tests
+//! do not wait for its timer: they run enforcement passes themselves ([`after_passes`]) and
+//! poll for the effect with a deadline.
 
 mod common;
 
@@ -18,9 +19,6 @@ use serde_json::{Value, json};
 /// How long a test waits for an effect of the loop before failing: many enforcement
 /// intervals and heavy searches, even on a slow, shared machine.
 const PATIENCE: Duration = Duration::from_secs(120);
-
-/// Pause between two polls.
-const POLL: Duration = Duration::from_millis(20);
 
 async fn node_in_mode(mode: &str) -> TestNode {
     let node = TestNode::start().await;
@@ -90,8 +88,28 @@ where
             return v;
         }
         assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(POLL).await;
+        tokio::task::yield_now().await;
     }
+}
+
+/// Like [`eventually`], but runs one enforcement pass (as the loop's timer would) before each
+/// check, so the test drives the loop instead of waiting for it.
+async fn after_passes<T, F, Fut>(node: &TestNode, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    eventually(what, || {
+        let state = node.state.clone();
+        let check = check();
+        async move {
+            tokio::task::spawn_blocking(move || sluice_server::enforcement::run_once(&state))
+                .await
+                .expect("pass");
+            check.await
+        }
+    })
+    .await
 }
 
 /// Sends `body` to `path` tagged with `group`, over and over until `stop`; returns every reply.
@@ -196,12 +214,12 @@ async fn test_enforced_group_loses_heavy_tasks_while_light_group_keeps_all() {
         stop.clone(),
     );
 
-    eventually("analytics shows CPU usage in _wlm/stats", || async {
+    after_passes(&node, "analytics shows CPU usage in _wlm/stats", || async {
         let u = stats_of(&node, &analytics).await["cpu"]["current_usage"].as_f64()?;
         (u > 0.0).then_some(u)
     })
     .await;
-    let s = eventually("the loop cancels an analytics task", || async {
+    let s = after_passes(&node, "a pass cancels an analytics task", || async {
         let s = stats_of(&node, &analytics).await;
         (s["total_cancellations"].as_u64()? > 0).then_some(s)
     })
@@ -314,7 +332,7 @@ async fn test_group_over_its_share_is_rejected_with_opensearch_message() {
     // Between a pass that saw analytics over 0.05 × 0.8 and the next one that sees it idle,
     // its requests are turned away at the door.
     let tag = [("workloadGroupId", analytics.as_str())];
-    let rejected: Reply = eventually("an analytics request is rejected", || async {
+    let rejected: Reply = after_passes(&node, "an analytics request is rejected", || async {
         let r = node
             .req_with("POST", "/small/_search", Some(cheap_query()), &tag)
             .await;
