@@ -877,7 +877,7 @@ pub(crate) fn run_prepared(
     }
     let collected = collect(prepared, req, &ctx, after)?;
     let aggregations = match (&req.aggs, prepared.first()) {
-        (Some(_), Some(_)) => Some(finish_aggs(prepared, &collected)?),
+        (Some(_), Some(_)) => Some(finish_aggs(prepared, &collected, &ctx)?),
         (Some(_), None) => Some(json!({})),
         _ => None,
     };
@@ -1070,6 +1070,11 @@ fn collect(
                 break;
             }
         }
+        // Harvesting and merging a heavy aggregation's segments can take as long as collecting
+        // them; a task cancelled meanwhile stops here instead of merging.
+        if ctx.is_cancelled() {
+            return Err(cancelled());
+        }
         let fruit = match &agg_collector {
             Some(c) => Some(
                 c.merge_fruits(seg_fruits)
@@ -1103,9 +1108,19 @@ pub(crate) fn cancelled() -> EngineError {
     )
 }
 
-fn finish_aggs(prepared: &[Prepared], collected: &(AggFruits, Collected)) -> Result<Value> {
+/// Merges the indices' aggregation results and renders them; checks for cancellation before
+/// each merge and before the final stage (bucket finishing), the parts of a heavy aggregation
+/// that run after the last document.
+fn finish_aggs(
+    prepared: &[Prepared],
+    collected: &(AggFruits, Collected),
+    ctx: &SearchContext,
+) -> Result<Value> {
     let mut merged: Option<crate::aggs::AggFruit> = None;
     for f in collected.0.iter().flatten() {
+        if ctx.is_cancelled() {
+            return Err(cancelled());
+        }
         merged = Some(match merged {
             None => f.clone(),
             Some(m) => crate::aggs::merge(m, f.clone())?,
@@ -1116,6 +1131,9 @@ fn finish_aggs(prepared: &[Prepared], collected: &(AggFruits, Collected)) -> Res
     let first = all
         .first()
         .ok_or_else(|| EngineError::internal("aggregations not prepared"))?;
+    if ctx.is_cancelled() {
+        return Err(cancelled());
+    }
     match merged {
         Some(m) => crate::aggs::finish_all(m, &all),
         None => crate::aggs::finish_empty(first),

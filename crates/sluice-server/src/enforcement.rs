@@ -17,8 +17,12 @@
 //!   cancellation flag (their clients get `task_cancelled_exception` with OpenSearch's reason)
 //!   counting `total_cancellations` and the resource's `cancellations`; in `monitor_only` it
 //!   logs what it would cancel.
-//! - [`run_loop`]: [`run_once`] every `wlm.workload_group.enforcement_interval` on the blocking
-//!   pool, the interval re-read before each wait; a pass in mode `disabled` does nothing.
+//! - [`refresh_once`]: measures and records each group's `current_usage` only (no duress
+//!   observation, no cancellation) — what admission reads between two passes.
+//! - [`run_loop`]: [`run_once`] every `wlm.workload_group.enforcement_interval` and
+//!   [`refresh_once`] every `wlm.workload_group.usage_refresh_interval` in between (default
+//!   100 ms), on the blocking pool, both re-read before each wait; in mode `disabled` they do
+//!   nothing.
 //! - [`check_rejection`]: called by `api::run_task` before the throttle.
 //!
 //! # Decisions
@@ -30,6 +34,16 @@
 //! - Node duress inputs: process CPU over the last interval / cores, and the bytes held in live
 //!   allocations / the memory budget ([`crate::node_usage`]).
 //! - `DEFAULT_WORKLOAD_GROUP`'s usage is recorded too (informative; it is never policed).
+//! - Usage is refreshed between passes (sluice's `usage_refresh_interval`; OpenSearch measures
+//!   only once per pass): with a 1 s pass alone, a group whose tasks were cancelled measures 0
+//!   at the next pass and is let back in for a whole interval, long enough for its clients to
+//!   fill the search pool again (BENCHMARKS.md, noisy neighbour). Cancellation and duress stay
+//!   once per pass, so `duress_streak` still counts enforcement runs and a task is judged on a
+//!   second of history, not on the first milliseconds of a short query.
+//! - The admission check runs again when a search thread takes the task ([`crate::api`]): a
+//!   request that waited in the pool's queue while its group went over its share is turned
+//!   away then, before it runs (Trino's resource groups check their limits when a query
+//!   leaves the queue).
 //! - A would-be rejection (`monitor_only`, or a `monitor` group) is logged at DEBUG and not
 //!   counted: D10 has no counter for it, and counting it in `total_would_throttle` would mix a
 //!   resource breach into the throttle's figure.
@@ -185,14 +199,7 @@ pub fn run_pass(state: &mut EnforcementState, inputs: &PassInputs) -> PassOutcom
     let cancellations =
         select_cancellations(&views, &active, &deleted, &inputs.thresholds, in_duress);
 
-    let mut usage = BTreeMap::new();
-    usage.insert(
-        DEFAULT_WORKLOAD_GROUP_ID.to_string(),
-        views.group(DEFAULT_WORKLOAD_GROUP_ID),
-    );
-    for g in &inputs.active {
-        usage.insert(g.id.clone(), views.group(&g.id));
-    }
+    let usage = usage_by_group(&views, &inputs.active);
     let deleted_with_tasks = inputs
         .deleted
         .iter()
@@ -208,6 +215,35 @@ pub fn run_pass(state: &mut EnforcementState, inputs: &PassInputs) -> PassOutcom
         deleted_with_tasks,
         cancellations,
     }
+}
+
+/// The usage of every group of `active` and of DEFAULT (zero when idle), by id.
+fn usage_by_group(views: &UsageViews, active: &[GroupDef]) -> BTreeMap<String, ResourceUsage> {
+    let mut usage = BTreeMap::new();
+    usage.insert(
+        DEFAULT_WORKLOAD_GROUP_ID.to_string(),
+        views.group(DEFAULT_WORKLOAD_GROUP_ID),
+    );
+    for g in active {
+        usage.insert(g.id.clone(), views.group(&g.id));
+    }
+    usage
+}
+
+/// Measures the usage of every current group and of DEFAULT from `tasks` at `now_nanos`, as a
+/// pass would but without observing the node or selecting anything; nothing in mode
+/// `disabled`.
+pub fn run_refresh(
+    mode: WlmMode,
+    tasks: &[TaskSnapshot],
+    now_nanos: u64,
+    capacity: NodeCapacity,
+    active: &[GroupDef],
+) -> BTreeMap<String, ResourceUsage> {
+    if !mode.runs_enforcement_loop() {
+        return BTreeMap::new();
+    }
+    usage_by_group(&UsageViews::build(tasks, now_nanos, capacity), active)
 }
 
 /// The node's enforcement: its capacity, the state kept between passes and the last duress
@@ -281,6 +317,13 @@ pub fn thresholds(s: &SettingsSnapshot) -> NodeThresholds {
 /// `wlm.workload_group.enforcement_interval` of a settings snapshot.
 pub fn enforcement_interval(s: &SettingsSnapshot) -> Duration {
     Duration::from_millis(u64::try_from(s.integer(keys::WLM_ENFORCEMENT_INTERVAL)).unwrap_or(1))
+}
+
+/// `wlm.workload_group.usage_refresh_interval` of a settings snapshot, at most the
+/// enforcement interval.
+pub fn usage_refresh_interval(s: &SettingsSnapshot) -> Duration {
+    let refresh = u64::try_from(s.integer(keys::WLM_USAGE_REFRESH_INTERVAL)).unwrap_or(1);
+    Duration::from_millis(refresh).min(enforcement_interval(s))
 }
 
 /// Reads the running tasks of workload groups as the core sees them, and the definitions of
@@ -371,6 +414,51 @@ pub fn run_once(st: &AppState) -> PassOutcome {
     outcome
 }
 
+/// Refreshes every group's `current_usage` from the running tasks now, without observing the
+/// node or cancelling anything: what the admission check reads between two passes. Returns
+/// the usage it recorded (empty in mode `disabled`).
+pub fn refresh_once(st: &AppState) -> BTreeMap<String, ResourceUsage> {
+    let enforcement = &st.enforcement;
+    let mode = st.cluster_settings.snapshot().wlm_mode();
+    if !mode.runs_enforcement_loop() {
+        return BTreeMap::new();
+    }
+    let tasks = st.tasks.list();
+    let view = st.workload.view();
+    let (snapshots, _) = snapshot_tasks(&tasks, &view, enforcement);
+    let active: Vec<GroupDef> = view
+        .groups
+        .values()
+        .filter_map(|e| e.group.as_ref())
+        .map(GroupDef::of)
+        .collect();
+    let usage = run_refresh(
+        mode,
+        &snapshots,
+        enforcement.nanos_since_epoch(Instant::now()),
+        enforcement.capacity,
+        &active,
+    );
+    record_usage(st, &view, &usage);
+    usage
+}
+
+/// Records `usage` as the groups' `current_usage`.
+fn record_usage(st: &AppState, view: &View, usage: &BTreeMap<String, ResourceUsage>) {
+    for (id, usage) in usage {
+        let entry = if id == DEFAULT_WORKLOAD_GROUP_ID {
+            Some(st.workload.default_entry())
+        } else {
+            view.groups.get(id)
+        };
+        if let Some(entry) = entry {
+            for r in ResourceType::ALL {
+                entry.stats.resource(r).set_current_usage(usage.get(r));
+            }
+        }
+    }
+}
+
 /// Records the pass's usage in the groups' stats, and cancels (or logs) the selected tasks.
 fn carry_out(
     st: &AppState,
@@ -395,18 +483,7 @@ fn carry_out(
             );
         }
     }
-    for (id, usage) in &outcome.usage {
-        let entry = if id == DEFAULT_WORKLOAD_GROUP_ID {
-            Some(st.workload.default_entry())
-        } else {
-            view.groups.get(id)
-        };
-        if let Some(entry) = entry {
-            for r in ResourceType::ALL {
-                entry.stats.resource(r).set_current_usage(usage.get(r));
-            }
-        }
-    }
+    record_usage(st, view, &outcome.usage);
     if outcome.cancellations.is_empty() {
         return;
     }
@@ -451,18 +528,34 @@ fn carry_out(
     }
 }
 
-/// Runs [`run_once`] every `wlm.workload_group.enforcement_interval` (re-read before each wait,
-/// so a change applies from the next wait on) until the future is dropped.
+/// Runs [`run_once`] every `wlm.workload_group.enforcement_interval`, and [`refresh_once`] every
+/// `wlm.workload_group.usage_refresh_interval` in between (both re-read before each wait, so a
+/// change applies from the next wait on), until the future is dropped.
 ///
 /// # Cancel safety
 /// Dropping the future (aborting its task at shutdown) stops the loop; a pass already on the
 /// blocking pool runs to its end, which is harmless.
 pub async fn run_loop(st: Arc<AppState>) {
+    let mut last_pass = tokio::time::Instant::now();
     loop {
-        let interval = enforcement_interval(&st.cluster_settings.snapshot());
-        tokio::time::sleep(interval).await;
-        let pass = st.clone();
-        if let Err(e) = tokio::task::spawn_blocking(move || run_once(&pass)).await {
+        let settings = st.cluster_settings.snapshot();
+        let next_pass = last_pass + enforcement_interval(&settings);
+        let wake = (tokio::time::Instant::now() + usage_refresh_interval(&settings)).min(next_pass);
+        tokio::time::sleep_until(wake).await;
+        let st = st.clone();
+        let done = if tokio::time::Instant::now() >= next_pass {
+            last_pass = tokio::time::Instant::now();
+            tokio::task::spawn_blocking(move || {
+                run_once(&st);
+            })
+            .await
+        } else {
+            tokio::task::spawn_blocking(move || {
+                refresh_once(&st);
+            })
+            .await
+        };
+        if let Err(e) = done {
             tracing::error!("enforcement pass failed: {e}");
         }
     }
@@ -589,6 +682,42 @@ mod tests {
         assert_eq!(out.usage[DEFAULT_WORKLOAD_GROUP_ID].cpu, 0.5);
         assert_eq!(out.usage.len(), 3);
         assert!(out.cancellations.is_empty());
+    }
+
+    #[test]
+    fn test_refresh_measures_what_a_pass_records_and_nothing_when_disabled() {
+        let tasks = vec![
+            task(1, "analytics", 1.0),
+            task(2, "product", 0.25),
+            task(3, DEFAULT_WORKLOAD_GROUP_ID, 0.5),
+        ];
+        let active = vec![
+            def("analytics", ResiliencyMode::Enforced, 0.1),
+            def("product", ResiliencyMode::Soft, 0.5),
+            def("idle", ResiliencyMode::Soft, 0.1),
+        ];
+        let pass = run_pass(
+            &mut EnforcementState::default(),
+            &inputs(WlmMode::Enabled, tasks.clone(), active.clone()),
+        );
+        let refreshed = run_refresh(WlmMode::Enabled, &tasks, 10 * SEC, CAP, &active);
+        assert_eq!(refreshed, pass.usage);
+        assert_eq!(refreshed["analytics"].cpu, 0.5);
+        assert_eq!(refreshed["product"].cpu, 0.125);
+        assert_eq!(refreshed["idle"], ResourceUsage::default());
+        assert!(run_refresh(WlmMode::Disabled, &tasks, 10 * SEC, CAP, &active).is_empty());
+        // monitor_only measures too: the stats show usage in every mode the loop runs in.
+        assert_eq!(
+            run_refresh(WlmMode::MonitorOnly, &tasks, 10 * SEC, CAP, &active),
+            pass.usage
+        );
+    }
+
+    #[test]
+    fn test_usage_refreshes_ten_times_per_default_enforcement_interval() {
+        let s = SettingsSnapshot::default();
+        assert_eq!(usage_refresh_interval(&s), Duration::from_millis(100));
+        assert_eq!(enforcement_interval(&s), Duration::from_secs(1));
     }
 
     #[test]

@@ -59,6 +59,9 @@ pub mod keys {
         "wlm.workload_group.node.memory_cancellation_threshold";
     /// Milliseconds between two runs of the enforcement loop.
     pub const WLM_ENFORCEMENT_INTERVAL: &str = "wlm.workload_group.enforcement_interval";
+    /// Milliseconds between two refreshes of the groups' usage that admission reads (sluice's
+    /// own; OpenSearch refreshes it only once per enforcement run).
+    pub const WLM_USAGE_REFRESH_INTERVAL: &str = "wlm.workload_group.usage_refresh_interval";
     /// Consecutive over-threshold observations before the node counts as in duress.
     pub const WLM_DURESS_STREAK: &str = "wlm.workload_group.duress_streak";
     /// Most workload groups the node holds.
@@ -251,6 +254,21 @@ pub static SETTINGS: &[SettingDef] = &[
         doc: "Milliseconds between two runs of the enforcement loop (at least 1000). The loop \
               re-reads it before each wait, so a change applies from the next run on (OpenSearch \
               needs a restart).",
+    },
+    SettingDef {
+        key: keys::WLM_USAGE_REFRESH_INTERVAL,
+        kind: Kind::Integer {
+            min: 10,
+            max: i64::MAX,
+        },
+        default: "100",
+        check: None,
+        doc: "Milliseconds between two refreshes of each group's usage (current_usage), which the \
+              admission check compares with the group's limit (at least 10; used as at most \
+              wlm.workload_group.enforcement_interval). Sluice's own setting: OpenSearch \
+              measures usage only at each enforcement run, so a group over its share is let \
+              back in for up to a whole interval. Cancellation and duress still advance once \
+              per enforcement run.",
     },
     SettingDef {
         key: keys::WLM_DURESS_STREAK,

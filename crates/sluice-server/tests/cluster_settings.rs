@@ -73,7 +73,8 @@ async fn test_include_defaults_lists_every_setting_with_its_default() {
                 "wlm.workload_group.node.cpu_cancellation_threshold": "0.9",
                 "wlm.workload_group.node.cpu_rejection_threshold": "0.8",
                 "wlm.workload_group.node.memory_cancellation_threshold": "0.9",
-                "wlm.workload_group.node.memory_rejection_threshold": "0.8"
+                "wlm.workload_group.node.memory_rejection_threshold": "0.8",
+                "wlm.workload_group.usage_refresh_interval": "100"
             }
         })
     );

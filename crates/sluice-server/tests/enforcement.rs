@@ -370,3 +370,187 @@ async fn test_group_over_its_share_is_rejected_with_opensearch_message() {
         .await;
     assert_eq!(r.status, 200, "{}", r.body);
 }
+
+/// Sets cluster settings, failing the test when refused.
+async fn put_settings(node: &TestNode, settings: Value) {
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"persistent": settings})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+}
+
+/// Starts `query` on `/heavy/_search` tagged with `group` (none: DEFAULT) in the background.
+fn spawn_search(node: &TestNode, group: Option<&str>) -> tokio::task::JoinHandle<Reply> {
+    let node_client = node.client.clone();
+    let url = node.url("/heavy/_search");
+    let group = group.map(str::to_string);
+    tokio::spawn(async move {
+        let mut rb = node_client
+            .post(url)
+            .header("content-type", "application/json")
+            .body(common::heavy_query().to_string());
+        if let Some(g) = group {
+            rb = rb.header("workloadGroupId", g);
+        }
+        Reply::of(rb.send().await.expect("sent")).await
+    })
+}
+
+/// The ids of the running search tasks tagged with `group`, and whether each has used CPU (so
+/// has started executing on a search thread).
+async fn tasks_of(node: &TestNode, group: &str) -> Vec<(String, bool)> {
+    let (s, b) = node
+        .req(
+            "GET",
+            "/_tasks?detailed&actions=indices:data/read/search",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let mut out = Vec::new();
+    for (_, n) in b["nodes"].as_object().into_iter().flatten() {
+        for (id, t) in n["tasks"].as_object().into_iter().flatten() {
+            if t["workload_group"]["id"] == group {
+                let cpu = t["resource_stats"]["total"]["cpu_time_in_nanos"]
+                    .as_u64()
+                    .unwrap_or(0);
+                out.push((id.clone(), cpu > 0));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn test_usage_is_refreshed_between_enforcement_runs() {
+    let node = node_in_mode("enabled").await;
+    // No enforcement run during the test: what moves current_usage is the refresh alone.
+    put_settings(
+        &node,
+        json!({"wlm.workload_group.enforcement_interval": 3_600_000}),
+    )
+    .await;
+    let reports = create_group(&node, "reports", "monitor", 0.05).await;
+    let running = spawn_search(&node, Some(&reports));
+    let usage = eventually(
+        "reports' current_usage shows its running search",
+        || async {
+            let s = stats_of(&node, &reports).await;
+            let cpu = s["cpu"]["current_usage"].as_f64()?;
+            (cpu > 0.0).then_some(cpu)
+        },
+    )
+    .await;
+    assert!(usage <= 1.0, "{usage}");
+    let (s, b) = node
+        .req("POST", "/_tasks/_cancel?actions=*search*", None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(running.await.expect("joined").status, 500);
+    eventually(
+        "reports' current_usage drops to 0 once it has no task",
+        || async {
+            let s = stats_of(&node, &reports).await;
+            (s["cpu"]["current_usage"].as_f64() == Some(0.0)).then_some(())
+        },
+    )
+    .await;
+    let s = stats_of(&node, &reports).await;
+    assert_eq!(s["total_cancellations"], 0, "{s}");
+}
+
+#[tokio::test]
+async fn test_request_waiting_for_a_thread_is_rejected_when_its_group_went_over() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let node = TestNode::start_on(
+        tmp.path(),
+        &["thread_pool.search.size=2", "node.memory_budget=1tb"],
+    )
+    .await;
+    // Neither enforcement runs nor usage refreshes on their own during the test: the test
+    // refreshes usage itself, at the moment it chooses.
+    put_settings(
+        &node,
+        json!({
+            "wlm.workload_group.mode": "enabled",
+            "wlm.workload_group.enforcement_interval": 3_600_000,
+            "wlm.workload_group.usage_refresh_interval": 3_600_000,
+            // Any measured CPU is over the rejection threshold, however busy the machine.
+            "wlm.workload_group.node.cpu_rejection_threshold": 0.0,
+        }),
+    )
+    .await;
+    common::heavy_index(&node).await;
+    let analytics = create_group(&node, "analytics", "enforced", 0.01).await;
+
+    // The two search threads: one runs an analytics search, the other a DEFAULT one.
+    let first = spawn_search(&node, Some(&analytics));
+    let blocker = spawn_search(&node, None);
+    let first_id = eventually("the first analytics search runs", || async {
+        let t = tasks_of(&node, &analytics).await;
+        t.into_iter().find(|(_, ran)| *ran).map(|(id, _)| id)
+    })
+    .await;
+    let blocker_id = eventually("the DEFAULT search runs", || async {
+        let t = tasks_of(&node, "DEFAULT_WORKLOAD_GROUP").await;
+        t.into_iter().find(|(_, ran)| *ran).map(|(id, _)| id)
+    })
+    .await;
+    // No usage recorded yet, so the door admits a second analytics search; it waits for a
+    // thread.
+    let s = stats_of(&node, &analytics).await;
+    assert_eq!(
+        s["cpu"]["current_usage"], 0.0,
+        "premise: nothing refreshed usage yet {s}"
+    );
+    let second = spawn_search(&node, Some(&analytics));
+    eventually("the second analytics search waits for a thread", || async {
+        (tasks_of(&node, &analytics).await.len() == 2).then_some(())
+    })
+    .await;
+    // Now usage is measured: analytics is over its share while its second request waits.
+    let state = node.state.clone();
+    let usage =
+        tokio::task::spawn_blocking(move || sluice_server::enforcement::refresh_once(&state))
+            .await
+            .expect("refresh");
+    assert!(usage[&analytics].cpu > 0.0, "{usage:?}");
+
+    // Free both threads (a search that ended meanwhile has freed its own); the second search
+    // gets one and is turned away before it runs.
+    for id in [&first_id, &blocker_id] {
+        let (s, b) = node
+            .req("POST", &format!("/_tasks/{id}/_cancel"), None)
+            .await;
+        assert!(s == 200 || s == 404, "{s} {b}");
+    }
+    for search in [first, blocker] {
+        let status = search.await.expect("joined").status;
+        assert!(status == 500 || status == 200, "{status}");
+    }
+    let rejected = second.await.expect("joined");
+    let body = rejected.body.to_string();
+    assert_eq!(rejected.status, 429, "{:.500}", body);
+    assert_eq!(
+        rejected.body["error"]["type"], "rejected_execution_exception",
+        "{}",
+        rejected.body
+    );
+    let reason = rejected.body["error"]["reason"].as_str().expect("reason");
+    assert!(
+        reason.starts_with(&format!(
+            "WorkloadGroup {analytics} is already contended. CPU limit is breaching"
+        )),
+        "{reason}"
+    );
+    assert_eq!(rejected.header_values("retry-after"), ["1"]);
+    // Counted as a rejection, not as a completion: only the first search completed (cancelled).
+    let s = stats_of(&node, &analytics).await;
+    assert_eq!(s["total_rejections"], 1, "{s}");
+    assert_eq!(s["cpu"]["rejections"], 1, "{s}");
+    assert_eq!(s["total_completions"], 1, "{s}");
+}

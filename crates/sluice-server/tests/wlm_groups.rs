@@ -594,6 +594,7 @@ async fn test_wlm_settings_are_validated() {
         "0.9"
     );
     assert_eq!(d["wlm.workload_group.enforcement_interval"], "1000");
+    assert_eq!(d["wlm.workload_group.usage_refresh_interval"], "100");
     assert_eq!(d["wlm.workload_group.duress_streak"], "3");
     assert_eq!(d["node.workload_group.max_count"], "100");
 
@@ -622,6 +623,8 @@ async fn test_wlm_settings_are_validated() {
     );
     let bad = put(json!({"persistent": {"wlm.workload_group.enforcement_interval": 500}})).await;
     assert_bad_request(&bad, "must be >= 1000");
+    let bad = put(json!({"persistent": {"wlm.workload_group.usage_refresh_interval": 5}})).await;
+    assert_bad_request(&bad, "must be >= 10");
     let bad = put(json!({"persistent": {"wlm.workload_group.duress_streak": 2}})).await;
     assert_bad_request(&bad, "must be >= 3");
 

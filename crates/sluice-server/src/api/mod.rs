@@ -16,6 +16,7 @@ pub mod wlm_stats;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -227,6 +228,7 @@ pub async fn run_task<T: Send + 'static>(
             ))
         })?)),
     };
+    let top_level = spec.inherited.is_none();
     let (entry, mut held) = match spec.inherited {
         Some(i) => (i.group, i.held),
         None => (tag_request(st, &spec.indices)?.entry, Vec::new()),
@@ -286,11 +288,25 @@ pub async fn run_task<T: Send + 'static>(
     let mut completion = Completion {
         entry: &entry,
         ok: false,
+        counted: true,
     };
     let workload = st.workload.clone();
+    let (job_st, rejected_at_start) = (st.clone(), Arc::new(AtomicBool::new(false)));
+    let rejected = rejected_at_start.clone();
     let result = on_search_pool(st, move || {
         let _registered = guard;
         let _permit = job_permit;
+        // Checked again when a search thread takes the task: usage is refreshed while requests
+        // wait for a thread, and a group that went over its share meanwhile does not start
+        // more work (as Trino's resource groups check their limits when a query leaves the
+        // queue). Nested searches run on their parent's thread and are not checked again.
+        if top_level && let Err(e) = crate::enforcement::check_rejection(&job_st, &task_entry) {
+            rejected.store(true, Ordering::Relaxed);
+            return Err(match e {
+                ApiError::Rejected { error, .. } => error,
+                other => EngineError::internal(format!("admission failed: {other:?}")),
+            });
+        }
         let _executing = Executing::start(&task_entry);
         let _probe = workload
             .probe
@@ -308,6 +324,19 @@ pub async fn run_task<T: Send + 'static>(
     })
     .await;
     on_drop.disarm();
+    if rejected_at_start.load(Ordering::Relaxed) {
+        // Counted as a rejection (by the check), not as a completion: like a request turned
+        // away at the door.
+        completion.counted = false;
+        return Err(match result {
+            Err(ApiError::Engine(error)) => ApiError::Rejected {
+                error,
+                retry_after_secs: crate::admission::RETRY_AFTER_SECS,
+            },
+            Err(other) => other,
+            Ok(_) => ApiError::Engine(EngineError::internal("rejected task returned a result")),
+        });
+    }
     completion.ok = result.is_ok();
     drop(completion);
     result.map_err(|e| match e {
@@ -384,14 +413,19 @@ impl sluice_engine::NestedSearchHook for NestedSearches {
 }
 
 /// Counts a task's end in its group's stats when dropped: `total_completions` always,
-/// `failures` unless it ended well.
+/// `failures` unless it ended well; nothing when `counted` was cleared (a task rejected before
+/// it started, counted as a rejection instead).
 struct Completion<'a> {
     entry: &'a crate::workload::GroupEntry,
     ok: bool,
+    counted: bool,
 }
 
 impl Drop for Completion<'_> {
     fn drop(&mut self) {
+        if !self.counted {
+            return;
+        }
         self.entry.stats.total_completions.inc();
         if !self.ok {
             self.entry.stats.failures.inc();

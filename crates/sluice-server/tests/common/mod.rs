@@ -340,6 +340,18 @@ pub struct Reply {
 
 #[allow(dead_code)]
 impl Reply {
+    /// Reads a response whole: status, headers and body (JSON, else text).
+    pub async fn of(resp: reqwest::Response) -> Reply {
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.expect("body");
+        Reply {
+            status,
+            headers,
+            body: serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        }
+    }
+
     /// Every value of header `name`.
     pub fn header_values(&self, name: &str) -> Vec<String> {
         self.headers
@@ -370,14 +382,6 @@ impl TestNode {
                 .header("content-type", "application/json")
                 .body(b.to_string());
         }
-        let resp = rb.send().await.expect("request sent");
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let text = resp.text().await.expect("body");
-        Reply {
-            status,
-            headers,
-            body: serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        }
+        Reply::of(rb.send().await.expect("request sent")).await
     }
 }
