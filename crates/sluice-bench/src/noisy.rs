@@ -8,10 +8,12 @@
 //!   closed loop; a client told 429 waits the `Retry-After` it was given, as a polite client
 //!   does.
 //!
-//! Four phases run on the same node and data: product alone (the baseline), product next to
+//! Five phases run on the same node and data: product alone (the baseline), product next to
 //! analytics with `wlm.workload_group.mode: disabled`, the same with `enabled` (resource
-//! enforcement), and `enabled` with analytics also throttled to `node_limit` requests in flight
-//! (enforcement plus the node-tier throttle). The phases are interleaved in rounds, so a change
+//! enforcement) twice — once with group usage measured only at each enforcement run, as
+//! OpenSearch does (`wlm.workload_group.usage_refresh_interval` = the 1 s interval), once with
+//! sluice's default 100 ms refresh — and `enabled` with analytics also throttled to
+//! `node_limit` requests in flight (enforcement plus the node-tier throttle). The phases are interleaved in rounds, so a change
 //! in the machine's background load during the run falls on every phase alike; each phase warms
 //! up, then measures, and its measurements add up over the rounds. The report is product's
 //! latency per phase with its ratio to the baseline, and what happened to analytics' requests.
@@ -98,7 +100,7 @@ pub struct NoisyArgs {
     #[arg(long, default_value_t = 8)]
     phase_secs: u64,
 
-    /// Rounds of the four phases.
+    /// Rounds of the five phases.
     #[arg(long, default_value_t = 3)]
     rounds: u32,
 
@@ -200,32 +202,48 @@ struct Phase {
     mode: &'static str,
     analytics: bool,
     throttled: bool,
+    /// `wlm.workload_group.usage_refresh_interval` in ms; `None` leaves the default.
+    usage_refresh_ms: Option<u64>,
 }
 
-const PHASES: [Phase; 4] = [
+/// Usage measured only once per enforcement run (the 1 s default), as OpenSearch measures it.
+const ONCE_PER_RUN_MS: u64 = 1000;
+
+const PHASES: [Phase; 5] = [
     Phase {
         name: "baseline: product alone",
         mode: "disabled",
         analytics: false,
         throttled: false,
+        usage_refresh_ms: None,
     },
     Phase {
         name: "product + analytics",
         mode: "disabled",
         analytics: true,
         throttled: false,
+        usage_refresh_ms: None,
+    },
+    Phase {
+        name: "product + analytics, usage measured once per run (OpenSearch)",
+        mode: "enabled",
+        analytics: true,
+        throttled: false,
+        usage_refresh_ms: Some(ONCE_PER_RUN_MS),
     },
     Phase {
         name: "product + analytics",
         mode: "enabled",
         analytics: true,
         throttled: false,
+        usage_refresh_ms: None,
     },
     Phase {
         name: "product + analytics, analytics node_limit",
         mode: "enabled",
         analytics: true,
         throttled: true,
+        usage_refresh_ms: None,
     },
 ];
 
@@ -403,7 +421,7 @@ async fn run(args: &NoisyArgs, data_root: &std::path::Path) -> Result<()> {
             };
             api.update_group("analytics", json!({ "throttling": throttling }))
                 .await?;
-            api.set_mode(phase.mode).await?;
+            api.set_mode(phase.mode, phase.usage_refresh_ms).await?;
             eprintln!(
                 "round {round}/{}: {} (mode {})…",
                 args.rounds, phase.name, phase.mode
@@ -561,21 +579,28 @@ impl Api {
         Ok(())
     }
 
-    async fn set_mode(&self, mode: &str) -> Result<()> {
-        self.put_mode(json!(mode)).await
+    /// Sets the WLM mode and the usage refresh interval (`None`: the default).
+    async fn set_mode(&self, mode: &str, usage_refresh_ms: Option<u64>) -> Result<()> {
+        self.put_mode(json!(mode), json!(usage_refresh_ms)).await
     }
 
     async fn reset_mode(&self) -> Result<()> {
-        self.put_mode(Value::Null).await
+        self.put_mode(Value::Null, Value::Null).await
     }
 
-    async fn put_mode(&self, mode: Value) -> Result<()> {
-        let body = json!({"persistent": {"wlm.workload_group.mode": mode}});
+    async fn put_mode(&self, mode: Value, usage_refresh_ms: Value) -> Result<()> {
+        let body = json!({"persistent": {
+            "wlm.workload_group.mode": mode,
+            "wlm.workload_group.usage_refresh_interval": usage_refresh_ms,
+        }});
         let (status, answer) = self
             .call(reqwest::Method::PUT, "_cluster/settings", Some(body))
             .await?;
         if status != 200 {
-            bail!("setting wlm.workload_group.mode to {mode} answered {status}: {answer}");
+            bail!(
+                "setting wlm.workload_group.mode to {mode} and usage_refresh_interval to \
+                 {usage_refresh_ms} answered {status}: {answer}"
+            );
         }
         Ok(())
     }
@@ -778,7 +803,7 @@ fn render(args: &NoisyArgs, probe: Duration, results: &[PhaseResult]) -> String 
     );
     let _ = writeln!(
         out,
-        "- {} rounds of the four phases, interleaved; each phase {} s warm-up, then {} s \
+        "- {} rounds of the five phases, interleaved; each phase {} s warm-up, then {} s \
          measured; last phase: analytics `throttling.node_limit` {}\n",
         args.rounds, args.warmup_secs, args.phase_secs, args.analytics_node_limit
     );
