@@ -374,8 +374,8 @@ impl Workload {
     /// Dropping the future before it installs leaves the old view in place.
     pub async fn reload(&self, store: &dyn MetaStore) -> ApiResult<()> {
         let _serial = self.reload.lock().await;
-        let groups = crate::api::wlm::load_groups(store).await?.groups;
-        let rules = crate::api::rules::load_rules(store).await?.rules;
+        let groups = crate::api::wlm::load_groups(store).await?.items;
+        let rules = crate::api::rules::load_rules(store).await?.items;
         self.install(groups, rules);
         Ok(())
     }

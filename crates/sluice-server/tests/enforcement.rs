@@ -57,8 +57,8 @@ async fn stats_of(node: &TestNode, id: &str) -> Value {
     n["workload_groups"][id].clone()
 }
 
-/// The running search tasks, as `_tasks?detailed` lists them.
-async fn search_tasks(node: &TestNode) -> Vec<Value> {
+/// The running search tasks by id, as `_tasks?detailed` lists them.
+async fn search_task_entries(node: &TestNode) -> Vec<(String, Value)> {
     let (s, b) = node
         .req(
             "GET",
@@ -71,8 +71,17 @@ async fn search_tasks(node: &TestNode) -> Vec<Value> {
         .as_object()
         .into_iter()
         .flat_map(|n| n.values())
-        .flat_map(|n| n["tasks"].as_object().into_iter().flat_map(|t| t.values()))
-        .cloned()
+        .flat_map(|n| n["tasks"].as_object().into_iter().flatten())
+        .map(|(id, t)| (id.clone(), t.clone()))
+        .collect()
+}
+
+/// The running search tasks, as `_tasks?detailed` lists them.
+async fn search_tasks(node: &TestNode) -> Vec<Value> {
+    search_task_entries(node)
+        .await
+        .into_iter()
+        .map(|(_, t)| t)
         .collect()
 }
 
@@ -403,26 +412,15 @@ fn spawn_search(node: &TestNode, group: Option<&str>) -> tokio::task::JoinHandle
 /// The ids of the running search tasks tagged with `group`, and whether each has used CPU (so
 /// has started executing on a search thread).
 async fn tasks_of(node: &TestNode, group: &str) -> Vec<(String, bool)> {
-    let (s, b) = node
-        .req(
-            "GET",
-            "/_tasks?detailed&actions=indices:data/read/search",
-            None,
-        )
-        .await;
-    assert_eq!(s, 200, "{b}");
-    let mut out = Vec::new();
-    for (_, n) in b["nodes"].as_object().into_iter().flatten() {
-        for (id, t) in n["tasks"].as_object().into_iter().flatten() {
-            if t["workload_group"]["id"] == group {
-                let cpu = t["resource_stats"]["total"]["cpu_time_in_nanos"]
-                    .as_u64()
-                    .unwrap_or(0);
-                out.push((id.clone(), cpu > 0));
-            }
-        }
-    }
-    out
+    search_task_entries(node)
+        .await
+        .into_iter()
+        .filter(|(_, t)| t["workload_group"]["id"] == group)
+        .map(|(id, t)| {
+            let cpu = &t["resource_stats"]["total"]["cpu_time_in_nanos"];
+            (id, cpu.as_u64().unwrap_or(0) > 0)
+        })
+        .collect()
 }
 
 #[tokio::test]

@@ -30,12 +30,12 @@ use axum::routing::get;
 use serde_json::{Map, Value, json};
 use sluice_core::rules::parse_rule;
 use sluice_core::{CoreError, DEFAULT_MAX_RULES, Rule, apply_rule_update, validate_rule_create};
-use sluice_engine::EngineError;
-use sluice_meta::{Collection, Expect, MetaError, MetaStore};
+use sluice_meta::{Collection, MetaStore};
 
+use crate::api::list_doc::{ListDoc, Stored};
 use crate::api::{Body, Params, reply, wlm};
 use crate::auth::Authenticated;
-use crate::error::{ApiError, ApiResult, core_error};
+use crate::error::{ApiResult, core_error};
 use crate::state::AppState;
 
 /// The key of the one document holding every rule.
@@ -63,9 +63,6 @@ pub mod actions {
     pub const DELETE: &str = "cluster:admin/opensearch/rule/workload_group/_delete";
 }
 
-/// How many times a write re-reads and re-validates after a concurrent change.
-const MAX_WRITE_ATTEMPTS: usize = 5;
-
 /// Serializes this node's rule writes so they queue instead of conflicting.
 static WRITE_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -82,47 +79,23 @@ pub fn routes() -> Router<Arc<AppState>> {
         )
 }
 
-/// The stored rules and the version of the document they were read from.
-#[derive(Debug, Clone, Default)]
-pub struct StoredRules {
-    /// Every rule, in creation order.
-    pub rules: Vec<Rule>,
-    /// The version of [`RULES_DOC`]; `None` when no rule was ever written.
-    pub version: Option<u64>,
-}
+/// Where the rules are stored: [`RULES_DOC`] in [`Collection::Rules`].
+pub const RULES: ListDoc<Rule> = ListDoc {
+    collection: Collection::Rules,
+    key: RULES_DOC,
+    field: RULES_FIELD,
+    what: "rules",
+    decode: decode_rule,
+    encode: encode_rule,
+};
 
 /// Reads every stored rule from `store`; a document that does not decode is a 500 naming it.
 ///
 /// # Cancel safety
 ///
 /// Only reads; safe to drop.
-pub async fn load_rules(store: &dyn MetaStore) -> ApiResult<StoredRules> {
-    let Some(doc) = store
-        .get(Collection::Rules, RULES_DOC)
-        .await
-        .map_err(meta_error)?
-    else {
-        return Ok(StoredRules::default());
-    };
-    let corrupt = |reason: String| {
-        meta_error(MetaError::Corrupt {
-            location: format!("{}/{RULES_DOC}", Collection::Rules),
-            reason,
-        })
-    };
-    let items = doc
-        .value
-        .get(RULES_FIELD)
-        .and_then(Value::as_array)
-        .ok_or_else(|| corrupt(format!("no [{RULES_FIELD}] array")))?;
-    let rules = items
-        .iter()
-        .map(|v| decode_rule(v).map_err(corrupt))
-        .collect::<ApiResult<Vec<_>>>()?;
-    Ok(StoredRules {
-        rules,
-        version: Some(doc.version),
-    })
+pub async fn load_rules(store: &dyn MetaStore) -> ApiResult<Stored<Rule>> {
+    RULES.load(store).await
 }
 
 /// The stored form of a rule: its API shape with `updated_at` as epoch millis.
@@ -184,7 +157,7 @@ pub async fn get_all(
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let filters = parse_filters(&params)?;
-    let mut rules = load_rules(st.metastore.as_ref()).await?.rules;
+    let mut rules = load_rules(st.metastore.as_ref()).await?.items;
     rules.sort_by(|a, b| a.id.cmp(&b.id));
     let after = params.get("search_after").filter(|s| !s.is_empty());
     let page: Vec<&Rule> = rules
@@ -214,7 +187,7 @@ pub async fn get_one(
 ) -> ApiResult<Response> {
     let rule = load_rules(st.metastore.as_ref())
         .await?
-        .rules
+        .items
         .into_iter()
         .find(|r| r.id == id)
         .ok_or_else(|| core_error(not_found(&id)))?;
@@ -277,8 +250,9 @@ pub async fn delete(
     ))
 }
 
-/// Reads the stored rules and the current groups, lets `change` compute the next rule set (or
-/// refuse), and writes it with compare-and-set on the version read; on a conflict starts over.
+/// Lets `change` compute the next rules from the stored ones and the current groups (or
+/// refuse) and writes them with compare-and-set, retrying on a concurrent change with fresh
+/// rules and groups ([`ListDoc::try_write`]).
 ///
 /// # Cancel safety
 ///
@@ -294,27 +268,9 @@ async fn modify<T>(
         attempt += 1;
         let groups = wlm::load_groups(st.metastore.as_ref()).await?;
         let stored = load_rules(st.metastore.as_ref()).await?;
-        let (next, out) = change(&stored.rules, &groups.groups).map_err(core_error)?;
-        let expected = stored.version.map_or(Expect::Absent, Expect::Version);
-        let items: Vec<Value> = next.iter().map(encode_rule).collect();
-        let written = st
-            .metastore
-            .put(
-                Collection::Rules,
-                RULES_DOC,
-                json!({ RULES_FIELD: items }),
-                expected,
-            )
-            .await;
-        match written {
-            Ok(_) => {
-                st.workload.reload(st.metastore.as_ref()).await?;
-                return Ok(out);
-            }
-            Err(MetaError::Conflict { .. }) if attempt < MAX_WRITE_ATTEMPTS => {
-                tracing::debug!(attempt, "rules changed concurrently; retrying");
-            }
-            Err(e) => return Err(meta_error(e)),
+        let (next, out) = change(&stored.items, &groups.items).map_err(core_error)?;
+        if RULES.try_write(st, &next, stored.version, attempt).await? {
+            return Ok(out);
         }
     }
 }
@@ -394,13 +350,6 @@ fn not_found(id: &str) -> CoreError {
     CoreError::NotFound {
         message: format!("Rule with ID {id} not found."),
     }
-}
-
-/// A metastore failure is the node's fault: 500 with the store's message.
-fn meta_error(e: MetaError) -> ApiError {
-    ApiError::Engine(EngineError::internal(format!(
-        "cannot access the rules: {e}"
-    )))
 }
 
 #[cfg(test)]

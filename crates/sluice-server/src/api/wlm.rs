@@ -38,12 +38,12 @@ use axum::response::Response;
 use axum::routing::get;
 use serde_json::{Value, json};
 use sluice_core::{CoreError, GroupLimits, WorkloadGroup, apply_update, validate_create};
-use sluice_engine::EngineError;
-use sluice_meta::{Collection, Expect, MetaError, MetaStore};
+use sluice_meta::{Collection, MetaStore};
 
+use crate::api::list_doc::{ListDoc, Stored};
 use crate::api::{Body, Params, reply};
 use crate::auth::{AuthMode, Authenticated};
-use crate::error::{ApiError, ApiResult, core_error};
+use crate::error::{ApiResult, core_error};
 use crate::settings::keys;
 use crate::state::AppState;
 
@@ -64,11 +64,6 @@ pub mod actions {
     pub const DELETE: &str = "cluster:admin/opensearch/wlm/workload_group/_delete";
 }
 
-/// How many times a write re-reads and re-validates after another writer changed the groups
-/// between its read and its write; only other nodes can cause this (writers on this node
-/// queue on [`WRITE_LOCK`]), so more than a handful means something rewrites them in a loop.
-const MAX_WRITE_ATTEMPTS: usize = 5;
-
 /// Serializes this node's group writes (read → validate → compare-and-set), so they wait
 /// for each other instead of conflicting. Held across the metastore write, never across
 /// anything else that waits.
@@ -87,49 +82,28 @@ pub fn routes() -> Router<Arc<AppState>> {
         )
 }
 
-/// The stored groups and the version of the document they were read from.
-#[derive(Debug, Clone, Default)]
-pub struct StoredGroups {
-    /// Every group, in creation order.
-    pub groups: Vec<WorkloadGroup>,
-    /// The version of [`GROUPS_DOC`]; `None` when no group was ever written.
-    pub version: Option<u64>,
+/// Where the groups are stored: [`GROUPS_DOC`] in [`Collection::WorkloadGroups`].
+pub const GROUPS: ListDoc<WorkloadGroup> = ListDoc {
+    collection: Collection::WorkloadGroups,
+    key: GROUPS_DOC,
+    field: GROUPS_FIELD,
+    what: "workload groups",
+    decode: decode_group,
+    encode: WorkloadGroup::to_json,
+};
+
+fn decode_group(v: &Value) -> Result<WorkloadGroup, String> {
+    WorkloadGroup::from_json(v).map_err(|e| e.to_string())
 }
 
-/// Reads every stored group from `store`.
-///
-/// A document that does not decode is a 500 naming it: it was not written by this module.
+/// Reads every stored group from `store`, in creation order; a document that does not decode
+/// is a 500 naming it.
 ///
 /// # Cancel safety
 ///
 /// Only reads; safe to drop.
-pub async fn load_groups(store: &dyn MetaStore) -> ApiResult<StoredGroups> {
-    let Some(doc) = store
-        .get(Collection::WorkloadGroups, GROUPS_DOC)
-        .await
-        .map_err(meta_error)?
-    else {
-        return Ok(StoredGroups::default());
-    };
-    let corrupt = |reason: String| {
-        meta_error(MetaError::Corrupt {
-            location: format!("{}/{GROUPS_DOC}", Collection::WorkloadGroups),
-            reason,
-        })
-    };
-    let items = doc
-        .value
-        .get(GROUPS_FIELD)
-        .and_then(Value::as_array)
-        .ok_or_else(|| corrupt(format!("no [{GROUPS_FIELD}] array")))?;
-    let groups = items
-        .iter()
-        .map(|v| WorkloadGroup::from_json(v).map_err(|e| corrupt(e.to_string())))
-        .collect::<ApiResult<Vec<_>>>()?;
-    Ok(StoredGroups {
-        groups,
-        version: Some(doc.version),
-    })
+pub async fn load_groups(store: &dyn MetaStore) -> ApiResult<Stored<WorkloadGroup>> {
+    GROUPS.load(store).await
 }
 
 /// `PUT|POST /_wlm/workload_group`: creates a group from the body; answers it.
@@ -160,7 +134,7 @@ pub async fn get_all(
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let stored = load_groups(st.metastore.as_ref()).await?;
-    Ok(reply(StatusCode::OK, render_list(&stored.groups), &params))
+    Ok(reply(StatusCode::OK, GROUPS.render(&stored.items), &params))
 }
 
 /// `GET /_wlm/workload_group/{name}`: `{"workload_groups":[group]}`, or 404.
@@ -171,11 +145,11 @@ pub async fn get_one(
 ) -> ApiResult<Response> {
     let stored = load_groups(st.metastore.as_ref()).await?;
     let group = stored
-        .groups
+        .items
         .into_iter()
         .find(|g| g.name == name)
         .ok_or_else(|| core_error(not_found(&name)))?;
-    Ok(reply(StatusCode::OK, render_list(&[group]), &params))
+    Ok(reply(StatusCode::OK, GROUPS.render(&[group]), &params))
 }
 
 /// `PUT|POST /_wlm/workload_group/{name}`: merges the body onto the group; answers the
@@ -229,7 +203,7 @@ pub async fn delete(
     // Say so, so the operator can delete or repoint them.
     let orphaned: Vec<String> = crate::api::rules::load_rules(st.metastore.as_ref())
         .await
-        .map(|r| r.rules)
+        .map(|r| r.items)
         .unwrap_or_default()
         .into_iter()
         .filter(|r| r.workload_group == deleted)
@@ -248,8 +222,9 @@ pub async fn delete(
     ))
 }
 
-/// Reads the stored groups, lets `change` compute the next set (or refuse), and writes it
-/// with compare-and-set on the version read; on a conflict starts over with fresh groups.
+/// Lets `change` compute the next groups from the stored ones (or refuse) and writes them
+/// with compare-and-set, starting over with fresh groups on a concurrent change
+/// ([`ListDoc::try_write`]).
 ///
 /// # Cancel safety
 ///
@@ -264,34 +239,11 @@ async fn modify<T>(
     loop {
         attempt += 1;
         let stored = load_groups(st.metastore.as_ref()).await?;
-        let (next, out) = change(&stored.groups).map_err(core_error)?;
-        let expected = stored.version.map_or(Expect::Absent, Expect::Version);
-        let written = st
-            .metastore
-            .put(
-                Collection::WorkloadGroups,
-                GROUPS_DOC,
-                render_list(&next),
-                expected,
-            )
-            .await;
-        match written {
-            Ok(_) => {
-                st.workload.reload(st.metastore.as_ref()).await?;
-                return Ok(out);
-            }
-            Err(MetaError::Conflict { .. }) if attempt < MAX_WRITE_ATTEMPTS => {
-                tracing::debug!(attempt, "workload groups changed concurrently; retrying");
-            }
-            Err(e) => return Err(meta_error(e)),
+        let (next, out) = change(&stored.items).map_err(core_error)?;
+        if GROUPS.try_write(st, &next, stored.version, attempt).await? {
+            return Ok(out);
         }
     }
-}
-
-/// `{"workload_groups":[…]}`: the GET response and the stored document.
-fn render_list(groups: &[WorkloadGroup]) -> Value {
-    let items: Vec<Value> = groups.iter().map(WorkloadGroup::to_json).collect();
-    json!({ GROUPS_FIELD: items })
 }
 
 /// The limits group validation depends on: `node.workload_group.max_count` and whether
@@ -321,16 +273,10 @@ fn not_found(name: &str) -> CoreError {
     }
 }
 
-/// A metastore failure is the node's fault: 500 with the store's message.
-fn meta_error(e: MetaError) -> ApiError {
-    ApiError::Engine(EngineError::internal(format!(
-        "cannot access the workload groups: {e}"
-    )))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ApiError;
 
     #[test]
     fn test_group_ids_are_url_safe_and_distinct() {
