@@ -23,10 +23,10 @@ impl NodeIdentity {
     /// Loads the identity from `data/node.json`, creating it on first start.
     pub fn load_or_create(data: &Path) -> std::io::Result<NodeIdentity> {
         let path = data.join("node.json");
-        if let Ok(bytes) = std::fs::read(&path) {
-            if let Ok(id) = serde_json::from_slice(&bytes) {
-                return Ok(id);
-            }
+        if let Ok(bytes) = std::fs::read(&path)
+            && let Ok(id) = serde_json::from_slice(&bytes)
+        {
+            return Ok(id);
         }
         let short = |u: uuid::Uuid| u.simple().to_string()[..22].to_string();
         let id = NodeIdentity {

@@ -33,13 +33,12 @@ async fn wait_for_search_task(node: &TestNode) -> (String, Value) {
             .req("GET", "/_tasks?actions=*search&detailed=true", None)
             .await;
         assert_eq!(s, 200, "{b}");
-        if let Some((_, node_entry)) = b["nodes"].as_object().and_then(|n| n.iter().next()) {
-            if let Some((id, task)) = node_entry["tasks"]
+        if let Some((_, node_entry)) = b["nodes"].as_object().and_then(|n| n.iter().next())
+            && let Some((id, task)) = node_entry["tasks"]
                 .as_object()
                 .and_then(|t| t.iter().next())
-            {
-                return (id.clone(), task.clone());
-            }
+        {
+            return (id.clone(), task.clone());
         }
         tokio::task::yield_now().await;
     }

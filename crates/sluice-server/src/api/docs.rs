@@ -350,10 +350,10 @@ async fn write_one(
             .pop()
             .unwrap_or_else(|| Err(EngineError::internal("lost write")));
         let r = r?;
-        if refresh == Refresh::Yes {
-            if let Some(h) = engine.index(&index) {
-                h.refresh()?;
-            }
+        if refresh == Refresh::Yes
+            && let Some(h) = engine.index(&index)
+        {
+            h.refresh()?;
         }
         Ok(r)
     })

@@ -169,6 +169,10 @@ mod tests {
             .ok_or_else(|| format!("not a name: {v}"))
     }
 
+    #[allow(
+        clippy::ptr_arg,
+        reason = "ListDoc<String>::encode is fn(&String) -> Value"
+    )]
     fn encode_name(name: &String) -> Value {
         Value::from(name.as_str())
     }
