@@ -21,6 +21,15 @@ pub struct Principal {
     pub roles: Vec<Arc<str>>,
 }
 
+impl Principal {
+    /// Whether the principal has any of `roles`.
+    pub fn has_any_role(&self, roles: &[String]) -> bool {
+        self.roles
+            .iter()
+            .any(|r| roles.iter().any(|x| x.as_str() == &**r))
+    }
+}
+
 /// Where a throttle counts a request: a structured key, never a joined string, so no username
 /// or role can collide with another bucket.
 ///
@@ -101,6 +110,18 @@ mod tests {
 
     use super::*;
     use crate::group::{GroupLimits, WorkloadGroup, validate_create};
+
+    #[test]
+    fn test_has_any_role_matches_whole_names_only() {
+        let p = Principal {
+            username: "alice".into(),
+            roles: vec!["analyst".into(), "ops".into()],
+        };
+        assert!(p.has_any_role(&["admin".to_string(), "ops".to_string()]));
+        assert!(!p.has_any_role(&["admin".to_string(), "analy".to_string()]));
+        assert!(!p.has_any_role(&[]));
+        assert!(!Principal::default().has_any_role(&["ops".to_string()]));
+    }
 
     fn group(throttling: serde_json::Value) -> WorkloadGroup {
         let body = json!({"name": "g", "resiliency_mode": "soft", "resource_limits": {"cpu": 0.5}, "throttling": throttling});

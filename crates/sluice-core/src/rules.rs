@@ -9,6 +9,7 @@
 //! rules disagree on the group, no group is assigned.
 
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
@@ -383,8 +384,8 @@ pub struct RequestAttributes<'a> {
     pub indices: &'a [String],
     /// The authenticated username, if any.
     pub username: Option<&'a str>,
-    /// The authenticated roles.
-    pub roles: &'a [String],
+    /// The authenticated roles (shared with the principal, so tagging copies no string).
+    pub roles: &'a [Arc<str>],
 }
 
 /// How specifically a rule matched a request; compares by attribute priority, then by index
@@ -427,7 +428,10 @@ pub fn score_rule(rule: &Rule, req: &RequestAttributes<'_>) -> Option<MatchScore
         username = req
             .username
             .is_some_and(|u| rule.username.iter().any(|x| x == u));
-        role = req.roles.iter().any(|r| rule.role.contains(r));
+        role = req
+            .roles
+            .iter()
+            .any(|r| rule.role.iter().any(|x| x.as_str() == &**r));
         if !username && !role {
             return None;
         }
@@ -726,6 +730,10 @@ mod tests {
         s.iter().map(|x| x.to_string()).collect()
     }
 
+    fn arcs(s: &[String]) -> Vec<Arc<str>> {
+        s.iter().map(|x| Arc::from(x.as_str())).collect()
+    }
+
     #[test]
     fn test_match_prefers_username_over_role_over_index() {
         let rules = [
@@ -733,7 +741,7 @@ mod tests {
             rule("2", &[], &[], &["analyst"], "g-role"),
             rule("3", &[], &["alice"], &[], "g-user"),
         ];
-        let (idx, roles) = (strings(&["logs-1"]), strings(&["analyst"]));
+        let (idx, roles) = (strings(&["logs-1"]), arcs(&strings(&["analyst"])));
         let req = |u| RequestAttributes {
             indices: &idx,
             username: u,
@@ -741,7 +749,7 @@ mod tests {
         };
         assert_eq!(match_rules(&rules, &req(Some("alice"))), Some("g-user"));
         assert_eq!(match_rules(&rules, &req(Some("bob"))), Some("g-role"));
-        let no_roles: [String; 0] = [];
+        let no_roles: [Arc<str>; 0] = [];
         let r = RequestAttributes {
             indices: &idx,
             username: None,
@@ -918,7 +926,8 @@ mod tests {
             user in proptest::option::of(proptest::sample::select(USERS.to_vec())),
             roles in subset(&ROLES, 3),
         ) {
-            let req = RequestAttributes { indices: &indices, username: user, roles: &roles };
+            let shared = arcs(&roles);
+            let req = RequestAttributes { indices: &indices, username: user, roles: &shared };
             let got = match_rules(&rules, &req).map(str::to_owned);
             prop_assert_eq!(got, reference(&rules, &indices, user, &roles));
         }
@@ -933,7 +942,8 @@ mod tests {
             roles in subset(&ROLES, 3),
         ) {
             let (a, b) = rules;
-            let req = RequestAttributes { indices: &indices, username: Some("alice"), roles: &roles };
+            let shared = arcs(&roles);
+            let req = RequestAttributes { indices: &indices, username: Some("alice"), roles: &shared };
             prop_assert_eq!(match_rules(&a, &req), match_rules(&b, &req));
         }
     }

@@ -25,8 +25,6 @@
 //!   at ERROR), but once the verdict is a rejection nothing fallible runs before the 429, so no
 //!   error can turn a rejection into an admit (seed 001's first review comment).
 
-use std::sync::Arc;
-
 use sluice_core::permits::Permit;
 use sluice_core::{BucketKey, ResiliencyMode, ThrottleAttribute, WlmMode, bucket_for};
 use sluice_engine::{EngineError, ErrorCode};
@@ -114,12 +112,11 @@ fn decide(
     else {
         return Decision::Admit(None);
     };
-    // The group bucket needs no principal; only username/role buckets pay for converting it.
     let principal = match attribute {
         ThrottleAttribute::Group => None,
-        ThrottleAttribute::Username | ThrottleAttribute::Role => principal.map(core_principal),
+        ThrottleAttribute::Username | ThrottleAttribute::Role => principal,
     };
-    let Some(key) = bucket_for(&entry.id, &group.throttling, principal.as_ref()) else {
+    let Some(key) = bucket_for(&entry.id, &group.throttling, principal) else {
         return Decision::Admit(None);
     };
     if held.contains(&key) {
@@ -154,12 +151,5 @@ pub fn describe_bucket(key: &BucketKey) -> String {
     match &key.value {
         None => key.attribute.as_str().to_string(),
         Some(v) => format!("{}={v}", key.attribute.as_str()),
-    }
-}
-
-fn core_principal(p: &crate::auth::Principal) -> sluice_core::Principal {
-    sluice_core::Principal {
-        username: Arc::from(p.username.as_str()),
-        roles: p.roles.iter().map(|r| Arc::from(r.as_str())).collect(),
     }
 }

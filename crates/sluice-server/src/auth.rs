@@ -161,21 +161,9 @@ impl Default for AuthConfig {
     }
 }
 
-/// An authenticated user: a name and roles, established by sluice's own authentication.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Principal {
-    /// The user name.
-    pub username: String,
-    /// The user's roles.
-    pub roles: Vec<String>,
-}
-
-impl Principal {
-    /// Whether the principal has any of `roles`.
-    pub fn has_any_role(&self, roles: &[String]) -> bool {
-        self.roles.iter().any(|r| roles.contains(r))
-    }
-}
+/// An authenticated user: a name and roles, established by sluice's own authentication. The
+/// core's type, so tagging and the throttle's buckets share its strings instead of copying them.
+pub use sluice_core::Principal;
 
 /// The request extension the [`authenticate`] middleware sets: the principal, `None` only when
 /// `auth.type` is `none`. Handlers take it as an extractor.
@@ -514,8 +502,8 @@ impl Authenticator {
                     }
                 })?;
                 let principal = Arc::new(Principal {
-                    username: u.username.clone(),
-                    roles: u.roles,
+                    username: Arc::from(u.username.as_str()),
+                    roles: u.roles.iter().map(|r| Arc::from(r.as_str())).collect(),
                 });
                 users.insert(u.username, StoredUser { hash, principal });
             }
@@ -658,10 +646,10 @@ impl Authenticator {
                     .flat_map(|v| v.split(','))
                     .map(str::trim)
                     .filter(|r| !r.is_empty())
-                    .map(str::to_string)
+                    .map(Arc::from)
                     .collect();
                 Ok(Some(Arc::new(Principal {
-                    username: user.to_string(),
+                    username: Arc::from(user),
                     roles,
                 })))
             }
@@ -865,7 +853,7 @@ mod tests {
         .unwrap();
         let now = Instant::now();
         let p = auth.verify_basic("alice", "right", now).await.unwrap();
-        assert_eq!(p.username, "alice");
+        assert_eq!(&*p.username, "alice");
         assert_eq!(auth.verified.lock().len(), 1);
         // A cached success does not admit another password.
         assert!(auth.verify_basic("alice", "wrong", now).await.is_none());
@@ -912,7 +900,7 @@ mod tests {
         let who = |roles: &[&str]| {
             Authenticated(Some(Arc::new(Principal {
                 username: "alice".into(),
-                roles: roles.iter().map(|r| r.to_string()).collect(),
+                roles: roles.iter().map(|r| Arc::from(*r)).collect(),
             })))
         };
         assert!(auth.authorize_admin(&who(&["admin"]), "a").is_ok());

@@ -458,7 +458,7 @@ fn tag_request(st: &AppState, indices: &[String]) -> ApiResult<Tagged> {
     let principal = crate::auth::current_principal();
     let attrs = RequestAttributes {
         indices,
-        username: principal.as_ref().map(|p| p.username.as_str()),
+        username: principal.as_ref().map(|p| &*p.username),
         roles: principal.as_ref().map_or(&[], |p| p.roles.as_slice()),
     };
     Ok(st
