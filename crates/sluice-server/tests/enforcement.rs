@@ -448,7 +448,9 @@ async fn test_usage_is_refreshed_between_enforcement_runs() {
         .req("POST", "/_tasks/_cancel?actions=*search*", None)
         .await;
     assert_eq!(s, 200, "{b}");
-    assert_eq!(running.await.expect("joined").status, 500);
+    // Cancelled, or finished on its own on a fast machine: either way it is gone.
+    let status = running.await.expect("joined").status;
+    assert!(status == 500 || status == 200, "{status}");
     eventually(
         "reports' current_usage drops to 0 once it has no task",
         || async {
