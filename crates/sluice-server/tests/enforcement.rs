@@ -1,11 +1,13 @@
 //! Resource enforcement over HTTP (issue #6): per-task usage in `_tasks`, per-group
 //! `current_usage` in `_wlm/stats`, cancellation of an enforced group's heaviest tasks by the
-//! enforcement loop (and of nothing else), `monitor_only` selecting without cancelling, and
-//! admission rejecting a group over its share with OpenSearch's message.
+//! enforcement loop for cpu and for memory (and of nothing else), `monitor_only` selecting
+//! without cancelling, admission rejecting a group over its share with OpenSearch's message,
+//! usage refreshed between enforcement runs, and the admission check repeated when a queued
+//! request gets a search thread.
 //!
 //! The background loop runs at its shortest interval (1 s, the setting's minimum), but tests
-//! do not wait for its timer: they run enforcement passes themselves ([`after_passes`]) and
-//! poll for the effect with a deadline.
+//! do not wait for its timer: they run enforcement passes (or usage refreshes) themselves
+//! ([`after_passes`]) and poll for the effect with a deadline.
 
 mod common;
 
@@ -553,4 +555,51 @@ async fn test_request_waiting_for_a_thread_is_rejected_when_its_group_went_over(
     assert_eq!(s["total_rejections"], 1, "{s}");
     assert_eq!(s["cpu"]["rejections"], 1, "{s}");
     assert_eq!(s["total_completions"], 1, "{s}");
+}
+
+#[tokio::test]
+async fn test_enforced_group_over_its_memory_share_loses_its_tasks_for_memory() {
+    // A 64 MB budget: a heavy search (60,000 hits and buckets) allocates far more than the
+    // group's 5% of it.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let node = TestNode::start_on(tmp.path(), &["node.memory_budget=64mb"]).await;
+    put_settings(&node, json!({"wlm.workload_group.mode": "enabled"})).await;
+    common::heavy_index(&node).await;
+    let body = json!({"name": "hog", "resiliency_mode": "enforced",
+                      "resource_limits": {"memory": 0.05}});
+    let (s, b) = node.req("PUT", "/_wlm/workload_group", Some(body)).await;
+    assert_eq!(s, 200, "{b}");
+    let hog = b["_id"].as_str().expect("_id").to_string();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let heavy = client_loop(
+        &node,
+        "/heavy/_search",
+        common::heavy_query(),
+        &hog,
+        stop.clone(),
+    );
+    let s = after_passes(&node, "a pass cancels a task of hog", || async {
+        let s = stats_of(&node, &hog).await;
+        (s["total_cancellations"].as_u64()? > 0).then_some(s)
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let replies = heavy.await.expect("joined");
+
+    assert!(s["memory"]["cancellations"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(s["cpu"]["cancellations"], 0, "{s}");
+    let cancelled = replies.iter().find(|(status, _)| *status == 500);
+    let Some((_, body)) = cancelled else {
+        panic!("no hog reply was a cancellation: {replies:?}");
+    };
+    let cause = &body["error"]["caused_by"];
+    assert_eq!(cause["type"], "task_cancelled_exception", "{body}");
+    let reason = cause["reason"].as_str().expect("reason");
+    assert!(
+        reason.starts_with(&format!(
+            "cancelled task with reason: WorkloadGroup ID : {hog} breached the resource limit: ("
+        )) && reason.ends_with(") for resource type : memory"),
+        "{reason}"
+    );
 }
