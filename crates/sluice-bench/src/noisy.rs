@@ -48,9 +48,11 @@ const MAX_ANALYTICS_CLIENTS: usize = crate::MAX_CONCURRENCY;
 const LOAD_BATCH_SIZE: usize = 5000;
 const LOAD_LOADERS: usize = 2;
 
-/// Pause between phases, so the searches of one phase (and the enforcement loop's view of
-/// them) are gone before the next starts: two enforcement intervals at the 1 s default.
-const SETTLE: Duration = Duration::from_secs(2);
+/// Longest wait, between phases, for the node to finish (or cancel) the last phase's searches.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How often the node's running searches are polled while waiting for them to end.
+const SETTLE_POLL: Duration = Duration::from_millis(50);
 
 /// Latencies are recorded from 1 µs to 2 min (product requests that wait behind heavy
 /// aggregations can take many seconds), with 0.1 % precision.
@@ -460,7 +462,10 @@ async fn run(args: &NoisyArgs, data_root: &std::path::Path) -> Result<()> {
             result.counters.cancellations += after.cancellations - before.cancellations;
             result.counters.rejections += after.rejections - before.rejections;
             result.counters.throttled += after.throttled - before.throttled;
-            tokio::time::sleep(SETTLE).await;
+            // The next phase starts on an idle node: no search of this one still holds a
+            // thread (the enforcement loop's 100 ms usage refresh then sees it idle during
+            // the next phase's warm-up).
+            api.wait_until_no_search_runs().await?;
         }
     }
     api.update_group("analytics", json!({"throttling": {}}))
@@ -603,6 +608,37 @@ impl Api {
             );
         }
         Ok(())
+    }
+
+    /// Polls `_tasks` until the node runs no search, failing after [`SETTLE_TIMEOUT`].
+    async fn wait_until_no_search_runs(&self) -> Result<()> {
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        let mut poll = tokio::time::interval(SETTLE_POLL);
+        loop {
+            poll.tick().await;
+            let (status, answer) = self
+                .call(reqwest::Method::GET, "_tasks?actions=*search*", None)
+                .await?;
+            if status != 200 {
+                bail!("GET _tasks answered {status}: {answer}");
+            }
+            let running = answer["nodes"]
+                .as_object()
+                .into_iter()
+                .flat_map(|n| n.values())
+                .filter_map(|n| n["tasks"].as_object())
+                .map(|t| t.len())
+                .sum::<usize>();
+            if running == 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{running} searches still ran {} s after their phase ended",
+                    SETTLE_TIMEOUT.as_secs()
+                );
+            }
+        }
     }
 
     async fn counters(&self, group_id: &str) -> Result<GroupCounters> {
