@@ -398,12 +398,7 @@ pub fn run_once(st: &AppState) -> PassOutcome {
         capacity: enforcement.capacity,
         now_nanos: enforcement.nanos_since_epoch(Instant::now()),
         tasks: snapshots,
-        active: view
-            .groups
-            .values()
-            .filter_map(|e| e.group.as_ref())
-            .map(GroupDef::of)
-            .collect(),
+        active: active_groups(&view),
         deleted,
     };
     let outcome = run_pass(&mut inner.state, &inputs);
@@ -412,6 +407,15 @@ pub fn run_once(st: &AppState) -> PassOutcome {
         .store(outcome.in_duress, Ordering::Relaxed);
     carry_out(st, &view, &tasks, &inputs, &outcome);
     outcome
+}
+
+/// The definitions of the current groups of `view` (DEFAULT excluded).
+fn active_groups(view: &View) -> Vec<GroupDef> {
+    view.groups
+        .values()
+        .filter_map(|e| e.group.as_ref())
+        .map(GroupDef::of)
+        .collect()
 }
 
 /// Refreshes every group's `current_usage` from the running tasks now, without observing the
@@ -426,12 +430,7 @@ pub fn refresh_once(st: &AppState) -> BTreeMap<String, ResourceUsage> {
     let tasks = st.tasks.list();
     let view = st.workload.view();
     let (snapshots, _) = snapshot_tasks(&tasks, &view, enforcement);
-    let active: Vec<GroupDef> = view
-        .groups
-        .values()
-        .filter_map(|e| e.group.as_ref())
-        .map(GroupDef::of)
-        .collect();
+    let active = active_groups(&view);
     let usage = run_refresh(
         mode,
         &snapshots,
