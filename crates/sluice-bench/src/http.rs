@@ -38,13 +38,9 @@ impl HttpTarget {
             .expect("paths built from an index name make valid URLs")
     }
 
-    /// Deletes `index` if it exists and creates it with the generated documents' mapping.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future may leave the index deleted and not yet re-created.
-    pub async fn recreate_index(&self) -> Result<()> {
-        let url = self.url(&self.index);
+    /// Deletes the resource at `path`; one that does not exist (404) is fine.
+    pub async fn delete_if_exists(&self, path: &str) -> Result<()> {
+        let url = self.url(path);
         let response = self
             .client
             .delete(url.clone())
@@ -58,6 +54,17 @@ impl HttpTarget {
                 response.text().await.unwrap_or_default()
             );
         }
+        Ok(())
+    }
+
+    /// Deletes `index` if it exists and creates it with the generated documents' mapping.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the index deleted and not yet re-created.
+    pub async fn recreate_index(&self) -> Result<()> {
+        self.delete_if_exists(&self.index).await?;
+        let url = self.url(&self.index);
         let response = self
             .client
             .put(url.clone())

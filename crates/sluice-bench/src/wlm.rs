@@ -94,21 +94,9 @@ pub async fn set_mode(target: &HttpTarget, mode: &str) -> Result<()> {
 ///
 /// Dropping the future may leave the group deleted and not yet re-created.
 pub async fn recreate_group(target: &HttpTarget, spec: &GroupSpec) -> Result<String> {
-    let path = format!("_wlm/workload_group/{}", spec.name);
-    let url = target.url(&path);
-    let response = target
-        .client
-        .delete(url.clone())
-        .send()
-        .await
-        .with_context(|| format!("DELETE {url} failed"))?;
-    let status = response.status();
-    if !status.is_success() && status != reqwest::StatusCode::NOT_FOUND {
-        bail!(
-            "DELETE {url} answered {status}: {}",
-            response.text().await.unwrap_or_default()
-        );
-    }
+    target
+        .delete_if_exists(&format!("_wlm/workload_group/{}", spec.name))
+        .await?;
     let created = send(
         target,
         reqwest::Method::PUT,
