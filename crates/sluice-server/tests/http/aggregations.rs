@@ -3,13 +3,12 @@
 //! cardinality), a sub-aggregation, and the errors for unusable fields and unknown types.
 //! Expected buckets and values come from the reference model in `fixtures`.
 
-mod common;
-mod fixtures;
-
 use std::collections::BTreeMap;
 
-use common::{TestNode, assert_error};
-use fixtures::{BOOKS, Book, DAY_MS, iso_millis, load_books, month_start, next_month, now_ms};
+use crate::common::{TestNode, assert_error};
+use crate::fixtures::{
+    BOOKS, Book, DAY_MS, iso_millis, load_books, month_start, next_month, now_ms,
+};
 use serde_json::{Value, json};
 
 async fn books_node() -> (TestNode, Vec<Book>) {
@@ -267,7 +266,7 @@ async fn test_date_histogram_fixed_and_calendar_intervals() {
     let jan: Vec<i64> = times
         .iter()
         .copied()
-        .filter(|t| *t < fixtures::JAN_1_2024_MS + 31 * DAY_MS)
+        .filter(|t| *t < crate::fixtures::JAN_1_2024_MS + 31 * DAY_MS)
         .collect();
     assert_eq!(jan.len(), 6);
     let expected = date_buckets(&jan, |t| t.div_euclid(DAY_MS) * DAY_MS, |k| k + DAY_MS);

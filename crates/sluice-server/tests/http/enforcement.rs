@@ -9,13 +9,12 @@
 //! do not wait for its timer: they run enforcement passes (or usage refreshes) themselves
 //! ([`after_passes`]) and poll for the effect with a deadline.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Reply, TestNode};
+use crate::common;
+use crate::common::{Reply, TestNode};
 use serde_json::{Value, json};
 
 /// How long a test waits for an effect of the loop before failing: many enforcement

@@ -6,9 +6,8 @@
 //! Requests are held in flight by running the heavy query (seconds of work in a test build)
 //! and waiting until `_tasks` lists them; they are released by cancelling them. No sleeps.
 
-mod common;
-
-use common::{Reply, TestNode};
+use crate::common;
+use crate::common::{Reply, TestNode};
 use serde_json::{Value, json};
 
 const ADMIN: [(&str, &str); 2] = [("x-proxy-user", "root"), ("x-proxy-roles", "admin")];

@@ -2,11 +2,10 @@
 //! indices, malformed bodies, bad queries, oversized bodies, unknown routes and methods; and a
 //! seeded fuzz loop proving that garbage never yields a 5xx or a hang and never stops the node.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{TestNode, assert_error, ndjson};
+use crate::common;
+use crate::common::{TestNode, assert_error, ndjson};
 use serde_json::{Value, json};
 
 /// Creates `name` with a strict mapping: `n` integer, `s` keyword, `t` text.

@@ -1,12 +1,11 @@
 //! Document APIs over HTTP: index, create, get, delete, update, real-time get versus search
 //! visibility and refresh, and `_bulk` with its per-item results and failures.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use common::{TestNode, assert_error, ndjson};
+use crate::common;
+use crate::common::{TestNode, assert_error, ndjson};
 use serde_json::{Value, json};
 
 /// The `_shards` of a write on a one-node cluster with the default single replica: two copies

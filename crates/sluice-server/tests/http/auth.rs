@@ -2,11 +2,10 @@
 //! honoured only from trusted peers, admin roles for `PUT /_cluster/settings`, and the
 //! `sluice users add` command end to end.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::{TestNode, assert_error};
+use crate::common;
+use crate::common::{TestNode, assert_error};
 use serde_json::{Value, json};
 use sluice_server::auth::add_user;
 

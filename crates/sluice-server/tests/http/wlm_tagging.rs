@@ -3,9 +3,8 @@
 //! task, group search settings applied to requests, and the `_wlm/stats` counters that prove
 //! where each request landed.
 
-mod common;
-
-use common::{TestNode, assert_error};
+use crate::common;
+use crate::common::{TestNode, assert_error};
 use serde_json::{Value, json};
 
 const ADMIN: (&str, &str) = ("x-proxy-user", "root");

@@ -6,13 +6,12 @@
 //! requests of each bucket executed at once; the tests assert it never exceeded the limit,
 //! that every request was either throttled or completed, and that every bucket drained.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::TestNode;
+use crate::common;
+use crate::common::TestNode;
 use serde_json::{Value, json};
 use sluice_server::workload::BucketProbe;
 

@@ -2,9 +2,7 @@
 //! OpenSearch (nodes envelope, groups keyed and sorted by id, DEFAULT always present), the
 //! node and group filters, `breach`, the table with its pagination, and parameter errors.
 
-mod common;
-
-use common::{TestNode, assert_error};
+use crate::common::{TestNode, assert_error};
 use serde_json::{Value, json};
 
 async fn create_group(node: &TestNode, name: &str) -> String {

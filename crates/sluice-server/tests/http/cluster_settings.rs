@@ -1,9 +1,7 @@
 //! `GET` and `PUT /_cluster/settings` over HTTP: shapes, validation errors, resets, and
 //! persistence across a restart.
 
-mod common;
-
-use common::{TestNode, assert_error};
+use crate::common::{TestNode, assert_error};
 use serde_json::{Value, json};
 
 async fn get(node: &TestNode, query: &str) -> Value {

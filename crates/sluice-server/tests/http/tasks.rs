@@ -1,11 +1,10 @@
 //! Tasks: every search runs as a task listed in `_tasks`, cancellable through the API, by
 //! `cancel_after_time_interval`, and by the client disconnecting.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::TestNode;
+use crate::common;
+use crate::common::TestNode;
 use serde_json::{Value, json};
 
 /// Starts the heavy search in the background with `params`; returns its join handle.

@@ -2,9 +2,7 @@
 //! against the stored groups, duplicates, partial updates, paging, and persistence across a
 //! restart.
 
-mod common;
-
-use common::{TestNode, assert_error};
+use crate::common::{TestNode, assert_error};
 use serde_json::{Value, json};
 
 const RULES: &str = "/_rules/workload_group";

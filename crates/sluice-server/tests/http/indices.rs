@@ -1,9 +1,7 @@
 //! Index and cluster APIs over HTTP: `GET /`, `_cluster/health`, create/get/delete/exists,
 //! mappings (explicit, dynamic, updates), settings, `_cat/indices`, name validation, restart.
 
-mod common;
-
-use common::{TestNode, assert_error, enc};
+use crate::common::{TestNode, assert_error, enc};
 use serde_json::{Value, json};
 
 /// A mapping with one field of every type sluice supports.

@@ -1,8 +1,6 @@
 //! A first end-to-end pass: start, index, search, restart.
 
-mod common;
-
-use common::TestNode;
+use crate::common::TestNode;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,12 +1,10 @@
 //! Scroll: `_search?scroll=` opens a context over a point-in-time view, `_search/scroll`
 //! pages through it, `DELETE _search/scroll` frees it, and contexts expire.
 
-mod common;
-
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::{TestNode, assert_error, hit_ids};
+use crate::common::{TestNode, assert_error, hit_ids};
 use serde_json::{Value, json};
 
 /// Documents in the big index: enough for ten full pages of the largest default batch.

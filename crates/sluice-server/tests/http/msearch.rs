@@ -1,10 +1,9 @@
 //! `_msearch`: items run as child tasks, each answering on its own.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::TestNode;
+use crate::common;
+use crate::common::TestNode;
 use serde_json::{Value, json};
 
 fn ndjson(lines: &[Value]) -> String {

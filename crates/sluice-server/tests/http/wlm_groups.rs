@@ -2,11 +2,9 @@
 //! each class of validation error, partial updates, persistence across a restart, admin
 //! permissions under basic auth, and the WLM cluster settings.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::{TestNode, assert_error};
+use crate::common::{TestNode, assert_error};
 use serde_json::{Value, json};
 use sluice_server::auth::add_user;
 

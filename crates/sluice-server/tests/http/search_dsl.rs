@@ -3,13 +3,12 @@
 //! `_count`, the result window, and the response shape. Expected ids come from the reference
 //! model in `fixtures`.
 
-mod common;
-mod fixtures;
-
 use std::collections::BTreeSet;
 
-use common::{TestNode, assert_error, enc, hit_ids, sorted_ids};
-use fixtures::{BOOKS, Book, DAY_MS, NUM_BOOKS, days_from_civil, ids_where, load_books, now_ms};
+use crate::common::{TestNode, assert_error, enc, hit_ids, sorted_ids};
+use crate::fixtures::{
+    BOOKS, Book, DAY_MS, NUM_BOOKS, days_from_civil, ids_where, load_books, now_ms,
+};
 use serde_json::{Value, json};
 
 /// Starts a node with the books loaded.

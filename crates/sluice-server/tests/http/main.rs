@@ -1,0 +1,25 @@
+//! The node's HTTP tests, one binary: each module starts real nodes on ephemeral ports and
+//! drives them with reqwest. One binary instead of one per file keeps a clean build to one
+//! link of the server and its dependencies (each test binary carries all of them).
+
+mod common;
+mod fixtures;
+
+mod aggregations;
+mod auth;
+mod cluster_settings;
+mod documents;
+mod enforcement;
+mod errors;
+mod indices;
+mod msearch;
+mod rules;
+mod scroll;
+mod search_dsl;
+mod smoke;
+mod tasks;
+mod throttling;
+mod throttling_stress;
+mod wlm_groups;
+mod wlm_stats;
+mod wlm_tagging;
