@@ -4,12 +4,13 @@
 # groups "analytics" (enforced, cpu 0.3; heavy aggregations from several clients) and
 # "product" (soft, cpu 0.6; cheap term queries at a fixed rate), then measures product's
 # latency alone, next to analytics with wlm.workload_group.mode disabled, with it enabled (usage
-# measured once per enforcement run as OpenSearch does, then every 100 ms as sluice does), and
-# enabled with analytics also throttled (node_limit). Prints both tables as Markdown.
+# measured once per enforcement run as OpenSearch does; every 100 ms; every 100 ms plus the
+# estimate of unmeasured tasks, sluice's defaults), and enabled with analytics also throttled
+# (node_limit). Prints both tables as Markdown.
 #
 # Usage: scripts/noisy_neighbour.sh [sluice-bench noisy-neighbour options]
 #   e.g. scripts/noisy_neighbour.sh --rounds 5 --analytics-clients 8
-# See `sluice-bench noisy-neighbour --help` for every option. Takes about five minutes after
+# See `sluice-bench noisy-neighbour --help` for every option. Takes about six minutes after
 # the build on two cores. The node's log is kept as <data>/server.log only with --keep-data.
 set -euo pipefail
 

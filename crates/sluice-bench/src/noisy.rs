@@ -8,12 +8,14 @@
 //!   closed loop; a client told 429 waits the `Retry-After` it was given, as a polite client
 //!   does.
 //!
-//! Five phases run on the same node and data: product alone (the baseline), product next to
+//! Six phases run on the same node and data: product alone (the baseline), product next to
 //! analytics with `wlm.workload_group.mode: disabled`, the same with `enabled` (resource
-//! enforcement) twice — once with group usage measured only at each enforcement run, as
-//! OpenSearch does (`wlm.workload_group.usage_refresh_interval` = the 1 s interval), once with
-//! sluice's default 100 ms refresh — and `enabled` with analytics also throttled to
-//! `node_limit` requests in flight (enforcement plus the node-tier throttle). The phases are interleaved in rounds, so a change
+//! enforcement) three times — with group usage measured only at each enforcement run, as
+//! OpenSearch does (`wlm.workload_group.usage_refresh_interval` = the 1 s interval, no
+//! estimate of unmeasured tasks), with sluice's 100 ms refresh alone, and with sluice's
+//! defaults (the refresh plus `wlm.workload_group.estimate_unmeasured_tasks`) — and `enabled`
+//! with analytics also throttled to `node_limit` requests in flight (enforcement plus the
+//! node-tier throttle). The phases are interleaved in rounds, so a change
 //! in the machine's background load during the run falls on every phase alike; each phase warms
 //! up, then measures, and its measurements add up over the rounds. The report is product's
 //! latency per phase with its ratio to the baseline, and what happened to analytics' requests.
@@ -102,7 +104,7 @@ pub struct NoisyArgs {
     #[arg(long, default_value_t = 8)]
     phase_secs: u64,
 
-    /// Rounds of the five phases.
+    /// Rounds of the six phases.
     #[arg(long, default_value_t = 3)]
     rounds: u32,
 
@@ -206,18 +208,21 @@ struct Phase {
     throttled: bool,
     /// `wlm.workload_group.usage_refresh_interval` in ms; `None` leaves the default.
     usage_refresh_ms: Option<u64>,
+    /// `wlm.workload_group.estimate_unmeasured_tasks` (the default is `true`).
+    estimate: bool,
 }
 
 /// Usage measured only once per enforcement run (the 1 s default), as OpenSearch measures it.
 const ONCE_PER_RUN_MS: u64 = 1000;
 
-const PHASES: [Phase; 5] = [
+const PHASES: [Phase; 6] = [
     Phase {
         name: "baseline: product alone",
         mode: "disabled",
         analytics: false,
         throttled: false,
         usage_refresh_ms: None,
+        estimate: true,
     },
     Phase {
         name: "product + analytics",
@@ -225,6 +230,7 @@ const PHASES: [Phase; 5] = [
         analytics: true,
         throttled: false,
         usage_refresh_ms: None,
+        estimate: true,
     },
     Phase {
         name: "product + analytics, usage measured once per run (OpenSearch)",
@@ -232,6 +238,15 @@ const PHASES: [Phase; 5] = [
         analytics: true,
         throttled: false,
         usage_refresh_ms: Some(ONCE_PER_RUN_MS),
+        estimate: false,
+    },
+    Phase {
+        name: "product + analytics, usage refreshed every 100 ms, no estimate",
+        mode: "enabled",
+        analytics: true,
+        throttled: false,
+        usage_refresh_ms: None,
+        estimate: false,
     },
     Phase {
         name: "product + analytics",
@@ -239,6 +254,7 @@ const PHASES: [Phase; 5] = [
         analytics: true,
         throttled: false,
         usage_refresh_ms: None,
+        estimate: true,
     },
     Phase {
         name: "product + analytics, analytics node_limit",
@@ -246,6 +262,7 @@ const PHASES: [Phase; 5] = [
         analytics: true,
         throttled: true,
         usage_refresh_ms: None,
+        estimate: true,
     },
 ];
 
@@ -423,7 +440,8 @@ async fn run(args: &NoisyArgs, data_root: &std::path::Path) -> Result<()> {
             };
             api.update_group("analytics", json!({ "throttling": throttling }))
                 .await?;
-            api.set_mode(phase.mode, phase.usage_refresh_ms).await?;
+            api.set_mode(phase.mode, phase.usage_refresh_ms, phase.estimate)
+                .await?;
             eprintln!(
                 "round {round}/{}: {} (mode {})…",
                 args.rounds, phase.name, phase.mode
@@ -584,19 +602,27 @@ impl Api {
         Ok(())
     }
 
-    /// Sets the WLM mode and the usage refresh interval (`None`: the default).
-    async fn set_mode(&self, mode: &str, usage_refresh_ms: Option<u64>) -> Result<()> {
-        self.put_mode(json!(mode), json!(usage_refresh_ms)).await
+    /// Sets the WLM mode, the usage refresh interval (`None`: the default) and whether
+    /// admission estimates unmeasured tasks.
+    async fn set_mode(
+        &self,
+        mode: &str,
+        usage_refresh_ms: Option<u64>,
+        estimate: bool,
+    ) -> Result<()> {
+        self.put_mode(json!(mode), json!(usage_refresh_ms), json!(estimate))
+            .await
     }
 
     async fn reset_mode(&self) -> Result<()> {
-        self.put_mode(Value::Null, Value::Null).await
+        self.put_mode(Value::Null, Value::Null, Value::Null).await
     }
 
-    async fn put_mode(&self, mode: Value, usage_refresh_ms: Value) -> Result<()> {
+    async fn put_mode(&self, mode: Value, usage_refresh_ms: Value, estimate: Value) -> Result<()> {
         let body = json!({"persistent": {
             "wlm.workload_group.mode": mode,
             "wlm.workload_group.usage_refresh_interval": usage_refresh_ms,
+            "wlm.workload_group.estimate_unmeasured_tasks": estimate,
         }});
         let (status, answer) = self
             .call(reqwest::Method::PUT, "_cluster/settings", Some(body))
@@ -839,7 +865,7 @@ fn render(args: &NoisyArgs, probe: Duration, results: &[PhaseResult]) -> String 
     );
     let _ = writeln!(
         out,
-        "- {} rounds of the five phases, interleaved; each phase {} s warm-up, then {} s \
+        "- {} rounds of the six phases, interleaved; each phase {} s warm-up, then {} s \
          measured; last phase: analytics `throttling.node_limit` {}\n",
         args.rounds, args.warmup_secs, args.phase_secs, args.analytics_node_limit
     );

@@ -29,6 +29,7 @@ pub mod mode;
 pub mod permits;
 pub mod resources;
 pub mod rules;
+mod sync;
 
 pub use bags::{
     BagPatch, KeyPatch, MAX_QUEUE_SIZE_PER_BUCKET, QueueConfig, SearchSettings, ThrottleAttribute,

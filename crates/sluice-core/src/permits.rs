@@ -72,7 +72,6 @@
 //! reference counts, and a shard's map keeps its capacity when an entry is removed, so
 //! re-inserting a drained bucket reuses the slot. `tests/permits_alloc.rs` counts it.
 
-mod sync;
 #[cfg(all(test, not(feature = "loom")))]
 mod tests;
 
@@ -81,7 +80,7 @@ use std::fmt;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher, Hash, Hasher};
 
 use crate::bucket::BucketKey;
-use sync::{Arc, Mutex};
+use crate::sync::{Arc, Mutex};
 
 /// Shards per available core for [`PermitTable::new`]: two requests on different buckets then
 /// meet on one lock with a chance of about 1/(4 × cores), while the shards (one cache line

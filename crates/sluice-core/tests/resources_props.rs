@@ -11,8 +11,8 @@ use proptest::prelude::*;
 use sluice_core::resources::{
     Admission, Cancellation, DEFAULT_WORKLOAD_GROUP_ID, EXCESS_TOLERANCE, GroupPolicy,
     NodeCapacity, NodeDuressTracker, NodeThresholds, ResiliencyMode, ResourceLimits, ResourceType,
-    ResourceUsage, TaskSnapshot, TaskState, TaskUsage, UsageViews, WlmMode, check_rejection,
-    select_cancellations,
+    ResourceUsage, TaskSnapshot, TaskState, TaskUsage, UnmeasuredTasks, UsageViews, WlmMode,
+    check_rejection, select_cancellations,
 };
 
 const ACTIVE_IDS: [&str; 4] = ["g0", "g1", "g2", "g3"];
@@ -360,5 +360,42 @@ proptest! {
             prop_assert!(r.threshold < r.usage);
             prop_assert_eq!(r.threshold, r.limit * th.rejection(r.resource));
         }
+    }
+
+    /// Sequential admissions under a fixed recorded usage stop exactly at the module's bound,
+    /// whatever the estimate learnt from finished tasks; giving places back reopens the door.
+    #[test]
+    fn test_unmeasured_admissions_stop_at_the_bound(
+        shares in prop::collection::vec(1u32..=64, 1..6),
+        recorded in 0u32..=16,
+        threshold in 1u32..=64,
+    ) {
+        let group = std::sync::Arc::new(UnmeasuredTasks::default());
+        for s in &shares {
+            group.observe_finished(ResourceUsage { cpu: f64::from(*s) / 64.0, memory: 0.0 });
+        }
+        let estimate = group.per_task().cpu;
+        let lo = shares.iter().min().map_or(0.0, |s| f64::from(*s) / 64.0);
+        let hi = shares.iter().max().map_or(0.0, |s| f64::from(*s) / 64.0);
+        prop_assert!(estimate >= lo - 1e-12 && estimate <= hi + 1e-12, "{estimate} not in {lo}..{hi}");
+        let last = ResourceUsage { cpu: f64::from(recorded) / 64.0, memory: 0.0 };
+        let threshold = f64::from(threshold) / 64.0;
+        let mut held = Vec::new();
+        while let Ok(r) = UnmeasuredTasks::try_admit(&group, last, |p| {
+            if p.cpu > threshold { Err(()) } else { Ok(()) }
+        }) {
+            held.push(r);
+            prop_assert!(held.len() < 10_000, "no bound");
+        }
+        // Admitted while `last + (n − 1) × estimate <= threshold`.
+        let expected = if last.cpu > threshold {
+            0
+        } else {
+            ((threshold - last.cpu) / estimate + 1e-9).floor() as usize + 1
+        };
+        prop_assert_eq!(held.len(), expected);
+        prop_assert_eq!(group.count(), expected as u64);
+        held.clear();
+        prop_assert_eq!(group.count(), 0);
     }
 }

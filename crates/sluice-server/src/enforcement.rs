@@ -23,7 +23,9 @@
 //!   [`refresh_once`] every `wlm.workload_group.usage_refresh_interval` in between (default
 //!   100 ms), on the blocking pool, both re-read before each wait; in mode `disabled` they do
 //!   nothing.
-//! - [`check_rejection`]: called by `api::run_task` before the throttle.
+//! - [`admit_resources`]: the check called by `api::run_task` before the throttle, and
+//!   [`recheck_resources`] when a search thread takes the task; [`observe_finished`] teaches
+//!   a group's per-task estimate what a finished task used.
 //!
 //! # Decisions
 //! - Deleted groups: a task carries its group's definition from tagging time, so the groups of
@@ -44,6 +46,12 @@
 //!   request that waited in the pool's queue while its group went over its share is turned
 //!   away then, before it runs (Trino's resource groups check their limits when a query
 //!   leaves the queue).
+//! - Admission counts the tasks admitted and not measured yet, each at what one finished task
+//!   of the group used (`wlm.workload_group.estimate_unmeasured_tasks`, sluice's own, on by
+//!   default; [`sluice_core::resources::unmeasured`]): a task measures 0 until a refresh
+//!   samples it, so without this a burst that arrives while the group is under its share is
+//!   admitted whole (trinodb/trino#25093). A refresh that measures a task gives its
+//!   reservation back, after recording the usage that now includes it.
 //! - A would-be rejection (`monitor_only`, or a `monitor` group) is logged at DEBUG and not
 //!   counted: D10 has no counter for it, and counting it in `total_would_throttle` would mix a
 //!   resource breach into the throttle's figure.
@@ -53,7 +61,7 @@
 //!   streaks advance once per pass and a task is never cancelled twice by two passes at once.
 //! - A cancellation is counted only when this pass set the task's flag.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -62,8 +70,9 @@ use parking_lot::Mutex;
 use sluice_core::WorkloadGroup;
 use sluice_core::resources::{
     Admission, Cancellation, DEFAULT_WORKLOAD_GROUP_ID, GroupPolicy, NodeCapacity,
-    NodeDuressTrackers, NodeThresholds, ResiliencyMode, ResourceLimits, ResourceType,
-    ResourceUsage, TaskSnapshot, TaskState, UsageViews, WlmMode, select_cancellations,
+    NodeDuressTrackers, NodeThresholds, Reservation, ResiliencyMode, ResourceLimits, ResourceType,
+    ResourceUsage, TaskSnapshot, TaskState, UnmeasuredTasks, UsageViews, WlmMode,
+    select_cancellations,
 };
 use sluice_engine::{EngineError, ErrorCode};
 
@@ -333,7 +342,7 @@ fn snapshot_tasks(
     view: &View,
     enforcement: &Enforcement,
 ) -> (Vec<TaskSnapshot>, Vec<GroupDef>) {
-    let mut snapshots = Vec::with_capacity(tasks.len());
+    let mut snapshots: Vec<TaskSnapshot> = Vec::with_capacity(tasks.len());
     let mut deleted: BTreeMap<&str, GroupDef> = BTreeMap::new();
     for task in tasks {
         let Some(entry) = &task.group else {
@@ -439,7 +448,27 @@ pub fn refresh_once(st: &AppState) -> BTreeMap<String, ResourceUsage> {
         &active,
     );
     record_usage(st, &view, &usage);
+    release_measured(&tasks, &snapshots);
     usage
+}
+
+/// Gives back the reservations of the tasks that `snapshots` measured (a sample of CPU or
+/// memory): their usage is now part of the recorded `current_usage`, so admission no longer
+/// adds them at the estimate. Called after the usage is recorded, so a task is never counted
+/// by neither.
+fn release_measured(tasks: &[Arc<Task>], snapshots: &[TaskSnapshot]) {
+    let measured: HashSet<u64> = snapshots
+        .iter()
+        .filter(|s| s.cpu_nanos > 0 || s.memory_bytes > 0)
+        .map(|s| s.task_id)
+        .collect();
+    for task in tasks {
+        if measured.contains(&task.seq)
+            && let Some(r) = task.reservation.get()
+        {
+            r.release();
+        }
+    }
 }
 
 /// Records `usage` as the groups' `current_usage`.
@@ -483,6 +512,7 @@ fn carry_out(
         }
     }
     record_usage(st, view, &outcome.usage);
+    release_measured(tasks, &inputs.tasks);
     if outcome.cancellations.is_empty() {
         return;
     }
@@ -560,30 +590,85 @@ pub async fn run_loop(st: Arc<AppState>) {
     }
 }
 
-/// The admission resource check (facts §6.2): rejects a request of a group whose last
-/// recorded usage is over its limit × the node rejection threshold, in mode `enabled` (soft
-/// groups only while the node is in duress; DEFAULT and monitor groups never), with 429
+/// The admission resource check at the door (facts §6.2): rejects a request of a group whose
+/// usage is over its limit × the node rejection threshold, in mode `enabled` (soft groups only
+/// while the node is in duress; DEFAULT and monitor groups never), with 429
 /// `rejected_execution_exception`, OpenSearch's message and `Retry-After`, counting
 /// `total_rejections` and the resource's `rejections`.
-pub fn check_rejection(st: &AppState, entry: &GroupEntry) -> Result<(), ApiError> {
+///
+/// The usage compared is the last recorded one plus, with
+/// `wlm.workload_group.estimate_unmeasured_tasks` (the default), every task of the group
+/// admitted and not measured yet at the group's per-task estimate
+/// ([`sluice_core::resources::unmeasured`]); an admitted request then holds a reservation,
+/// which its task keeps until a refresh measures it or it ends.
+pub fn admit_resources(st: &AppState, entry: &GroupEntry) -> Result<Option<Reservation>, ApiError> {
+    let Some(group) = &entry.group else {
+        return Ok(None);
+    };
+    let settings = st.cluster_settings.snapshot();
+    let mode = settings.wlm_mode();
+    if mode == WlmMode::Disabled {
+        return Ok(None);
+    }
+    let last = last_usage(entry);
+    if !settings.bool(keys::WLM_ESTIMATE_UNMEASURED_TASKS) {
+        return decide(st, &settings, entry, group, last).map(|()| None);
+    }
+    UnmeasuredTasks::try_admit(&entry.stats.unmeasured, last, |projected| {
+        decide(st, &settings, entry, group, projected)
+    })
+    .map(Some)
+}
+
+/// The same check when a search thread takes a task admitted at the door (usage is refreshed
+/// while requests wait for a thread): the task's own reservation, `own`, is not counted against
+/// it.
+pub fn recheck_resources(
+    st: &AppState,
+    entry: &GroupEntry,
+    own: Option<&Reservation>,
+) -> Result<(), ApiError> {
     let Some(group) = &entry.group else {
         return Ok(());
     };
-    let last = ResourceUsage {
+    let settings = st.cluster_settings.snapshot();
+    let last = last_usage(entry);
+    let usage = match own {
+        Some(own) if settings.bool(keys::WLM_ESTIMATE_UNMEASURED_TASKS) => {
+            entry.stats.unmeasured.projected_for(last, own)
+        }
+        _ => last,
+    };
+    decide(st, &settings, entry, group, usage)
+}
+
+/// The group's last recorded usage.
+fn last_usage(entry: &GroupEntry) -> ResourceUsage {
+    ResourceUsage {
         cpu: entry.stats.cpu.current_usage(),
         memory: entry.stats.memory.current_usage(),
-    };
+    }
+}
+
+/// Decides on `usage` and carries the decision out: a debug line for a would-be rejection, the
+/// counters and the 429 for a rejection.
+fn decide(
+    st: &AppState,
+    settings: &SettingsSnapshot,
+    entry: &GroupEntry,
+    group: &sluice_core::WorkloadGroup,
+    usage: ResourceUsage,
+) -> Result<(), ApiError> {
     // No usage breaches no threshold (thresholds are >= 0 and the comparison is strict).
-    if !(last.cpu > 0.0 || last.memory > 0.0) {
+    if !(usage.cpu > 0.0 || usage.memory > 0.0) {
         return Ok(());
     }
-    let settings = st.cluster_settings.snapshot();
     let policy = GroupPolicy::of(group);
     let decision = sluice_core::resources::check_rejection(
         settings.wlm_mode(),
         &policy,
-        last,
-        &thresholds(&settings),
+        usage,
+        &thresholds(settings),
         st.enforcement.is_node_in_duress(),
     );
     match decision {
@@ -605,6 +690,36 @@ pub fn check_rejection(st: &AppState, entry: &GroupEntry) -> Result<(), ApiError
             })
         }
     }
+}
+
+/// Learns from a task of `entry` that ran on a search thread from `executing_since` until now,
+/// using `cpu_nanos` and allocating `memory_bytes`: its share of the node becomes part of the
+/// group's per-task estimate.
+pub fn observe_finished(
+    st: &AppState,
+    entry: &GroupEntry,
+    executing_since: Instant,
+    cpu_nanos: u64,
+    memory_bytes: u64,
+) {
+    if entry.is_default() {
+        return;
+    }
+    let enforcement = &st.enforcement;
+    let snapshot = TaskSnapshot {
+        task_id: 0,
+        group_id: String::new(),
+        cpu_nanos,
+        memory_bytes,
+        start_nanos: enforcement.nanos_since_epoch(executing_since),
+        state: TaskState::Cancellable,
+    };
+    let share = sluice_core::resources::TaskUsage::of(
+        &snapshot,
+        enforcement.nanos_since_epoch(Instant::now()),
+        enforcement.capacity,
+    );
+    entry.stats.unmeasured.observe_finished(share.usage);
 }
 
 #[cfg(test)]

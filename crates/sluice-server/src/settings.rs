@@ -62,6 +62,9 @@ pub mod keys {
     /// Milliseconds between two refreshes of the groups' usage that admission reads (sluice's
     /// own; OpenSearch refreshes it only once per enforcement run).
     pub const WLM_USAGE_REFRESH_INTERVAL: &str = "wlm.workload_group.usage_refresh_interval";
+    /// Whether admission counts the tasks admitted and not yet measured at their group's
+    /// per-task estimate (sluice's own).
+    pub const WLM_ESTIMATE_UNMEASURED_TASKS: &str = "wlm.workload_group.estimate_unmeasured_tasks";
     /// Consecutive over-threshold observations before the node counts as in duress.
     pub const WLM_DURESS_STREAK: &str = "wlm.workload_group.duress_streak";
     /// Most workload groups the node holds.
@@ -269,6 +272,17 @@ pub static SETTINGS: &[SettingDef] = &[
               measures usage only at each enforcement run, so a group over its share is let \
               back in for up to a whole interval. Cancellation and duress still advance once \
               per enforcement run.",
+    },
+    SettingDef {
+        key: keys::WLM_ESTIMATE_UNMEASURED_TASKS,
+        kind: Kind::Bool,
+        default: "true",
+        check: None,
+        doc: "Whether the admission check adds, to a group's last recorded usage, each of its \
+              tasks admitted since and not yet measured, at what one finished task of the group \
+              used (sluice's own setting). Without it a burst that arrives while the group is \
+              under its share is admitted whole: its tasks measure 0 until a refresh samples \
+              them. false compares the last recorded usage alone, as OpenSearch does.",
     },
     SettingDef {
         key: keys::WLM_DURESS_STREAK,

@@ -85,6 +85,11 @@ pub struct Task {
     pub held_buckets: Vec<sluice_core::BucketKey>,
     /// CPU and memory used so far, sampled by the thread that runs the task.
     pub usage: crate::accounting::TaskUsage,
+    /// The task's place among its group's tasks admitted and not yet measured (set once after
+    /// registration by a request admitted with a reservation; see
+    /// [`sluice_core::resources::unmeasured`]). Given back when a usage refresh first measures
+    /// the task, or when it is unregistered.
+    pub reservation: std::sync::OnceLock<sluice_core::resources::Reservation>,
 }
 
 impl Task {
@@ -147,6 +152,11 @@ impl TaskGuard {
 impl Drop for TaskGuard {
     fn drop(&mut self) {
         self.manager.tasks.lock().remove(&self.task.seq);
+        // Its place among the unmeasured tasks is free once it no longer runs, even while
+        // someone still holds the task (a `_tasks` listing, a refresh).
+        if let Some(r) = self.task.reservation.get() {
+            r.release();
+        }
     }
 }
 
@@ -250,6 +260,7 @@ impl TaskManager {
             group,
             held_buckets,
             usage: crate::accounting::TaskUsage::default(),
+            reservation: std::sync::OnceLock::new(),
         });
         tasks.insert(seq, task.clone());
         TaskGuard {

@@ -137,6 +137,10 @@ pub struct GroupStats {
     pub cpu: ResourceStats,
     /// Memory figures.
     pub memory: ResourceStats,
+    /// Tasks admitted and not measured yet, and what one task of the group uses: what the
+    /// admission check adds to `current_usage` (sluice's own, see
+    /// [`sluice_core::resources::unmeasured`]).
+    pub unmeasured: Arc<sluice_core::resources::UnmeasuredTasks>,
 }
 
 impl GroupStats {

@@ -237,7 +237,7 @@ pub async fn run_task<T: Send + 'static>(
     let principal = crate::auth::current_principal();
     // Admission, before any work starts: the group's resource share, then the node-tier
     // throttle.
-    crate::enforcement::check_rejection(st, &entry)?;
+    let reservation = crate::enforcement::admit_resources(st, &entry)?;
     let permit = crate::admission::throttle(st, &entry, principal.as_deref(), &held)?;
     // Nested searches (a terms lookup's sub-search) become child tasks through this hook.
     let nested_group = entry.clone();
@@ -271,6 +271,10 @@ pub async fn run_task<T: Send + 'static>(
         principal,
     });
     let task = guard.task().clone();
+    if let Some(r) = reservation {
+        // Set once, on a task registered just above.
+        let _ = task.reservation.set(r);
+    }
     let task_entry = entry.clone();
     let task_usage = task.clone();
     let ctx = SearchContext {
@@ -301,7 +305,13 @@ pub async fn run_task<T: Send + 'static>(
         // wait for a thread, and a group that went over its share meanwhile does not start
         // more work (as Trino's resource groups check their limits when a query leaves the
         // queue). Nested searches run on their parent's thread and are not checked again.
-        if top_level && let Err(e) = crate::enforcement::check_rejection(&job_st, &task_entry) {
+        if top_level
+            && let Err(e) = crate::enforcement::recheck_resources(
+                &job_st,
+                &task_entry,
+                task_usage.reservation.get(),
+            )
+        {
             rejected.store(true, Ordering::Relaxed);
             return Err(match e {
                 ApiError::Rejected { error, .. } => error,
@@ -321,6 +331,15 @@ pub async fn run_task<T: Send + 'static>(
         ctx.on_checkpoint = Some(Arc::new(move || sampler.record_into(&sampled.usage)));
         let out = work(ctx, &settings);
         usage.record_into(&task_usage.usage);
+        if top_level && let Some(since) = task_usage.usage.executing_since() {
+            crate::enforcement::observe_finished(
+                &job_st,
+                &task_entry,
+                since,
+                task_usage.usage.cpu_nanos(),
+                task_usage.usage.memory_bytes(),
+            );
+        }
         out
     })
     .await;

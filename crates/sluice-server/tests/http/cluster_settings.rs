@@ -67,6 +67,7 @@ async fn test_include_defaults_lists_every_setting_with_its_default() {
                 "search.max_open_scroll_context": "500",
                 "wlm.workload_group.duress_streak": "3",
                 "wlm.workload_group.enforcement_interval": "1000",
+                "wlm.workload_group.estimate_unmeasured_tasks": "true",
                 "wlm.workload_group.mode": "monitor_only",
                 "wlm.workload_group.node.cpu_cancellation_threshold": "0.9",
                 "wlm.workload_group.node.cpu_rejection_threshold": "0.8",

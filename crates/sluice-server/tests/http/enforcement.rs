@@ -602,3 +602,179 @@ async fn test_enforced_group_over_its_memory_share_loses_its_tasks_for_memory() 
         "{reason}"
     );
 }
+
+/// Starts a node with one search thread whose enforcement never runs on its own, and an
+/// `analytics` group (enforced, cpu 0.01) that has finished one heavy search, so its per-task
+/// estimate is that search's share; then holds the search thread with a DEFAULT search and
+/// queues a first analytics search behind it. Returns the node, the group id, the blocker's
+/// task id and the two searches.
+async fn queued_behind_a_blocker(
+    tmp: &std::path::Path,
+    estimate: bool,
+) -> (
+    TestNode,
+    String,
+    String,
+    tokio::task::JoinHandle<Reply>,
+    tokio::task::JoinHandle<Reply>,
+) {
+    let node = TestNode::start_on(
+        tmp,
+        &["thread_pool.search.size=1", "node.memory_budget=1tb"],
+    )
+    .await;
+    put_settings(
+        &node,
+        json!({
+            "wlm.workload_group.mode": "enabled",
+            "wlm.workload_group.enforcement_interval": 3_600_000,
+            "wlm.workload_group.usage_refresh_interval": 3_600_000,
+            "wlm.workload_group.estimate_unmeasured_tasks": estimate,
+        }),
+    )
+    .await;
+    common::heavy_index(&node).await;
+    let analytics = create_group(&node, "analytics", "enforced", 0.01).await;
+    let learnt = spawn_search(&node, Some(&analytics)).await.expect("joined");
+    assert_eq!(learnt.status, 200, "{:.300}", learnt.body.to_string());
+
+    let blocker = spawn_search(&node, None);
+    let blocker_id = eventually("the DEFAULT search holds the search thread", || async {
+        let t = tasks_of(&node, "DEFAULT_WORKLOAD_GROUP").await;
+        t.into_iter().find(|(_, ran)| *ran).map(|(id, _)| id)
+    })
+    .await;
+    let first = spawn_search(&node, Some(&analytics));
+    eventually(
+        "the first analytics search waits for the thread",
+        || async { (tasks_of(&node, &analytics).await.len() == 1).then_some(()) },
+    )
+    .await;
+    let s = stats_of(&node, &analytics).await;
+    assert_eq!(
+        s["cpu"]["current_usage"], 0.0,
+        "premise: no refresh recorded any usage {s}"
+    );
+    (node, analytics, blocker_id, blocker, first)
+}
+
+#[tokio::test]
+async fn test_a_burst_is_admitted_one_heavy_task_at_a_time_once_the_group_has_an_estimate() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (node, analytics, blocker_id, blocker, first) =
+        queued_behind_a_blocker(tmp.path(), true).await;
+    // Nothing is recorded (no refresh ran), but the queued search counts at what the finished
+    // one used, which alone is over the group's share: the second search of the burst is
+    // turned away at the door.
+    let second = spawn_search(&node, Some(&analytics)).await.expect("joined");
+    assert_eq!(second.status, 429, "{:.500}", second.body.to_string());
+    assert_eq!(second.body["error"]["type"], "rejected_execution_exception");
+    let reason = second.body["error"]["reason"].as_str().expect("reason");
+    assert!(
+        reason.starts_with(&format!(
+            "WorkloadGroup {analytics} is already contended. CPU limit is breaching for workload group {analytics}, 0.008 < "
+        )),
+        "{reason}"
+    );
+    assert_eq!(second.header_values("retry-after"), ["1"]);
+
+    // The queued search is not a newcomer to itself: it runs when the thread frees.
+    let (s, b) = node
+        .req("POST", &format!("/_tasks/{blocker_id}/_cancel"), None)
+        .await;
+    assert!(s == 200 || s == 404, "{s} {b}");
+    blocker.await.expect("joined");
+    let first = first.await.expect("joined");
+    assert_eq!(first.status, 200, "{:.300}", first.body.to_string());
+    // Its place is free once it ended: the next search is admitted.
+    let third = spawn_search(&node, Some(&analytics)).await.expect("joined");
+    assert_eq!(third.status, 200, "{:.300}", third.body.to_string());
+    let s = stats_of(&node, &analytics).await;
+    assert_eq!(s["total_rejections"], 1, "{s}");
+    assert_eq!(s["cpu"]["rejections"], 1, "{s}");
+    assert_eq!(s["total_completions"], 3, "{s}");
+}
+
+#[tokio::test]
+async fn test_without_the_estimate_a_burst_is_admitted_whole_as_in_opensearch() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (node, analytics, blocker_id, blocker, first) =
+        queued_behind_a_blocker(tmp.path(), false).await;
+    // Only the last recorded usage counts, and it is 0: the second search is admitted too.
+    let second = spawn_search(&node, Some(&analytics));
+    eventually(
+        "the second analytics search is admitted and waits",
+        || async { (tasks_of(&node, &analytics).await.len() == 2).then_some(()) },
+    )
+    .await;
+    let (s, b) = node
+        .req("POST", &format!("/_tasks/{blocker_id}/_cancel"), None)
+        .await;
+    assert!(s == 200 || s == 404, "{s} {b}");
+    blocker.await.expect("joined");
+    for search in [first, second] {
+        let r = search.await.expect("joined");
+        assert_eq!(r.status, 200, "{:.300}", r.body.to_string());
+    }
+    let s = stats_of(&node, &analytics).await;
+    assert_eq!(s["total_rejections"], 0, "{s}");
+}
+
+#[tokio::test]
+async fn test_a_refresh_that_measures_a_task_gives_its_reservation_back() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let node = TestNode::start_on(tmp.path(), &["node.memory_budget=1tb"]).await;
+    put_settings(
+        &node,
+        json!({
+            "wlm.workload_group.mode": "enabled",
+            "wlm.workload_group.enforcement_interval": 3_600_000,
+            "wlm.workload_group.usage_refresh_interval": 3_600_000,
+        }),
+    )
+    .await;
+    common::heavy_index(&node).await;
+    let reports = create_group(&node, "reports", "monitor", 0.05).await;
+    let entry = node.state.workload.entry(&reports).expect("entry");
+    let unmeasured = entry.stats.unmeasured.clone();
+    // A search that ends before the check proves nothing (its end gives the place back too):
+    // try again with a new one.
+    for attempt in 0.. {
+        assert!(attempt < 20, "no search outlived a refresh in 20 attempts");
+        let running = spawn_search(&node, Some(&reports));
+        let id = eventually("the search has been sampled", || async {
+            let t = tasks_of(&node, &reports).await;
+            t.into_iter().find(|(_, ran)| *ran).map(|(id, _)| id)
+        })
+        .await;
+        assert_eq!(
+            unmeasured.count(),
+            1,
+            "admitted, not measured by any refresh"
+        );
+        let state = node.state.clone();
+        let usage =
+            tokio::task::spawn_blocking(move || sluice_server::enforcement::refresh_once(&state))
+                .await
+                .expect("refresh");
+        let count = unmeasured.count();
+        let still_running = tasks_of(&node, &reports)
+            .await
+            .iter()
+            .any(|(t, _)| *t == id);
+        let (s, b) = node
+            .req("POST", &format!("/_tasks/{id}/_cancel"), None)
+            .await;
+        assert!(s == 200 || s == 404, "{s} {b}");
+        running.await.expect("joined");
+        if still_running {
+            assert!(usage[&reports].cpu > 0.0, "{usage:?}");
+            assert_eq!(
+                count, 0,
+                "the refresh measured the task: no longer counted twice"
+            );
+            break;
+        }
+    }
+    assert_eq!(unmeasured.count(), 0);
+}

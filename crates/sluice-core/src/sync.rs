@@ -1,18 +1,22 @@
-//! The synchronization primitives of the permit table, swapped for loom's under the `loom`
-//! feature so the loom models in `tests/loom_permits.rs` explore every interleaving of the
-//! table's lock operations.
+//! The synchronization primitives of the admission structures (the permit table, the
+//! unmeasured-task reservations), swapped for loom's under the `loom` feature so the loom
+//! models in `tests/loom_*.rs` explore every interleaving of their operations.
 //!
-//! Only what the table needs: a mutex whose `lock` returns the guard directly (parking_lot has
-//! no poisoning; the loom wrapper recovers a poisoned lock the same way, by taking the guard),
-//! and `Arc` for the shards that permits keep alive.
+//! Only what they need: a mutex whose `lock` returns the guard directly (parking_lot has no
+//! poisoning; the loom wrapper recovers a poisoned lock the same way, by taking the guard),
+//! `Arc` for what permits and reservations keep alive, and atomics.
 
 #[cfg(not(feature = "loom"))]
 pub(crate) use parking_lot::Mutex;
 #[cfg(not(feature = "loom"))]
 pub(crate) use std::sync::Arc;
+#[cfg(not(feature = "loom"))]
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64};
 
 #[cfg(feature = "loom")]
 pub(crate) use loom::sync::Arc;
+#[cfg(feature = "loom")]
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64};
 #[cfg(feature = "loom")]
 pub(crate) use loom_mutex::Mutex;
 
