@@ -1,31 +1,20 @@
 //! loom models of the permit table: every interleaving of its lock operations is explored.
 //!
 //! Run with `cargo test -p sluice-core --features loom --test loom_permits` (the `loom`
-//! feature swaps the table's mutex and `Arc` for loom's; see `src/permits/sync.rs`).
+//! feature swaps the table's mutex and `Arc` for loom's; see `src/sync.rs`).
 #![cfg(feature = "loom")]
+
+mod loom_support;
 
 use std::sync::Arc as StdArc;
 
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
+use loom_support::model;
 use sluice_core::bags::ThrottleAttribute;
 use sluice_core::bucket::BucketKey;
 use sluice_core::permits::PermitTable;
-
-/// Preemptions explored per execution when `LOOM_MAX_PREEMPTIONS` is not set: 3 finds the
-/// known classes of lock-ordering bugs (loom's documentation suggests 2–3) and keeps each model
-/// to seconds; set the variable higher for a longer, exhaustive run.
-const DEFAULT_PREEMPTION_BOUND: usize = 3;
-
-/// Runs `f` under loom with [`DEFAULT_PREEMPTION_BOUND`] unless the environment sets one.
-fn model(f: impl Fn() + Send + Sync + 'static) {
-    let mut builder = loom::model::Builder::new();
-    if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(DEFAULT_PREEMPTION_BOUND);
-    }
-    builder.check(f);
-}
 
 fn key() -> BucketKey {
     BucketKey {

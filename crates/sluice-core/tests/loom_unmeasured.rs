@@ -5,21 +5,13 @@
 //! feature swaps their atomics and `Arc` for loom's; see `src/sync.rs`).
 #![cfg(feature = "loom")]
 
+mod loom_support;
+
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
+use loom_support::model;
 use sluice_core::resources::{ResourceUsage, UnmeasuredTasks};
-
-/// See `loom_permits.rs`: 3 preemptions unless `LOOM_MAX_PREEMPTIONS` says otherwise.
-const DEFAULT_PREEMPTION_BOUND: usize = 3;
-
-fn model(f: impl Fn() + Send + Sync + 'static) {
-    let mut builder = loom::model::Builder::new();
-    if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(DEFAULT_PREEMPTION_BOUND);
-    }
-    builder.check(f);
-}
 
 const IDLE: ResourceUsage = ResourceUsage {
     cpu: 0.0,

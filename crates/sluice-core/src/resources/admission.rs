@@ -61,7 +61,8 @@ pub struct Rejection<'a> {
     pub resiliency_mode: ResiliencyMode,
     /// The first breaching resource (cpu before memory).
     pub resource: ResourceType,
-    /// The group's last recorded usage of it.
+    /// The usage compared: the group's last recorded usage of it, or that plus its unmeasured
+    /// tasks' estimate ([`super::unmeasured`]) when the server projects it.
     pub usage: f64,
     /// The group's configured limit of it.
     pub limit: f64,

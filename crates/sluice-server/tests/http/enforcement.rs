@@ -352,19 +352,7 @@ async fn test_group_over_its_share_is_rejected_with_opensearch_message() {
     stop.store(true, Ordering::Relaxed);
     heavy.await.expect("joined");
 
-    assert_eq!(
-        rejected.body["error"]["type"], "rejected_execution_exception",
-        "{}",
-        rejected.body
-    );
-    let reason = rejected.body["error"]["reason"].as_str().expect("reason");
-    let prefix = format!(
-        "WorkloadGroup {analytics} is already contended. CPU limit is breaching for workload \
-         group {analytics}, 0.04000000000000001 < "
-    );
-    assert!(reason.starts_with(&prefix), "{reason}");
-    assert!(reason.ends_with(", wlm mode is ENFORCED. "), "{reason}");
-    assert_eq!(rejected.header_values("retry-after"), ["1"]);
+    assert_cpu_share_rejection(&rejected, &analytics, "0.04000000000000001");
     let s = stats_of(&node, &analytics).await;
     assert!(s["total_rejections"].as_u64().unwrap() >= 1, "{s}");
     assert!(s["cpu"]["rejections"].as_u64().unwrap() >= 1, "{s}");
@@ -379,6 +367,26 @@ async fn test_group_over_its_share_is_rejected_with_opensearch_message() {
         )
         .await;
     assert_eq!(r.status, 200, "{}", r.body);
+}
+
+/// Asserts `reply` is OpenSearch's 429 for `group` breaching its CPU share at `threshold`
+/// (as Java prints it): `rejected_execution_exception`, the contention message and
+/// `Retry-After: 1`.
+fn assert_cpu_share_rejection(reply: &Reply, group: &str, threshold: &str) {
+    assert_eq!(reply.status, 429, "{:.500}", reply.body.to_string());
+    assert_eq!(
+        reply.body["error"]["type"], "rejected_execution_exception",
+        "{}",
+        reply.body
+    );
+    let reason = reply.body["error"]["reason"].as_str().expect("reason");
+    let prefix = format!(
+        "WorkloadGroup {group} is already contended. CPU limit is breaching for workload group \
+         {group}, {threshold} < "
+    );
+    assert!(reason.starts_with(&prefix), "{reason}");
+    assert!(reason.ends_with(", wlm mode is ENFORCED. "), "{reason}");
+    assert_eq!(reply.header_values("retry-after"), ["1"]);
 }
 
 /// Sets cluster settings, failing the test when refused.
@@ -534,21 +542,8 @@ async fn test_request_waiting_for_a_thread_is_rejected_when_its_group_went_over(
         assert!(status == 500 || status == 200, "{status}");
     }
     let rejected = second.await.expect("joined");
-    let body = rejected.body.to_string();
-    assert_eq!(rejected.status, 429, "{:.500}", body);
-    assert_eq!(
-        rejected.body["error"]["type"], "rejected_execution_exception",
-        "{}",
-        rejected.body
-    );
-    let reason = rejected.body["error"]["reason"].as_str().expect("reason");
-    assert!(
-        reason.starts_with(&format!(
-            "WorkloadGroup {analytics} is already contended. CPU limit is breaching"
-        )),
-        "{reason}"
-    );
-    assert_eq!(rejected.header_values("retry-after"), ["1"]);
+    // Threshold 0.01 × 0 (the test's node rejection threshold).
+    assert_cpu_share_rejection(&rejected, &analytics, "0.0");
     // Counted as a rejection, not as a completion: only the first search completed (cancelled).
     let s = stats_of(&node, &analytics).await;
     assert_eq!(s["total_rejections"], 1, "{s}");
@@ -667,16 +662,7 @@ async fn test_a_burst_is_admitted_one_heavy_task_at_a_time_once_the_group_has_an
     // one used, which alone is over the group's share: the second search of the burst is
     // turned away at the door.
     let second = spawn_search(&node, Some(&analytics)).await.expect("joined");
-    assert_eq!(second.status, 429, "{:.500}", second.body.to_string());
-    assert_eq!(second.body["error"]["type"], "rejected_execution_exception");
-    let reason = second.body["error"]["reason"].as_str().expect("reason");
-    assert!(
-        reason.starts_with(&format!(
-            "WorkloadGroup {analytics} is already contended. CPU limit is breaching for workload group {analytics}, 0.008 < "
-        )),
-        "{reason}"
-    );
-    assert_eq!(second.header_values("retry-after"), ["1"]);
+    assert_cpu_share_rejection(&second, &analytics, "0.008");
 
     // The queued search is not a newcomer to itself: it runs when the thread frees.
     let (s, b) = node

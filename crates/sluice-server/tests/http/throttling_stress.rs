@@ -1,10 +1,12 @@
-//! End-to-end stress of the node-tier throttle over HTTP (issue #5 item 6).
+//! End-to-end stress of the admission structures over HTTP: the node-tier throttle (issue #5
+//! item 6) and the unmeasured-task reservations of resource admission (issue #6).
 //!
-//! 64 concurrent clients send thousands of requests to groups with a `node_limit`, mixing
-//! successes, errors after admission, cancellations (`cancel_after_time_interval`) and client
-//! disconnects. The node's bucket probe records, as the search threads see it, how many
-//! requests of each bucket executed at once; the tests assert it never exceeded the limit,
-//! that every request was either throttled or completed, and that every bucket drained.
+//! 64 concurrent clients send thousands of requests, mixing successes, errors after admission,
+//! cancellations (`cancel_after_time_interval`) and client disconnects. For the throttle, the
+//! node's bucket probe records, as the search threads see it, how many requests of each bucket
+//! executed at once; the tests assert it never exceeded the limit, that every request was
+//! either throttled or completed, and that every bucket drained. For the reservations, the
+//! group's `peak_executing` must stay at the bound they imply and no reservation may leak.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -301,4 +303,99 @@ async fn test_username_and_role_buckets_are_enforced_independently_under_load() 
     let r = node.req_with("GET", "/", None, &ADMIN).await;
     assert_eq!(r.status, 200, "the node stopped serving: {}", r.body);
     assert_eq!(node.state.workload.permits.num_invariant_violations(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn test_unmeasured_estimate_runs_one_task_at_a_time_under_mixed_load() {
+    let node = setup(&[]).await;
+    // No usage refresh during the test: a reservation is given back only when its task ends,
+    // so with every task of the group over its share at the estimate, at most one may be
+    // admitted at a time — exactly, whatever the interleaving.
+    let r = node
+        .req_with(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"persistent": {
+                "wlm.workload_group.enforcement_interval": 3_600_000,
+                "wlm.workload_group.usage_refresh_interval": 3_600_000,
+            }})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = node
+        .req_with(
+            "PUT",
+            "/_wlm/workload_group",
+            Some(json!({"name": "estimated", "resiliency_mode": "enforced",
+                        "resource_limits": {"cpu": 0.01}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = r.body["_id"].as_str().expect("_id").to_string();
+    let tag = [("workloadGroupId", id.as_str()), ADMIN[0], ADMIN[1]];
+    // One heavy search teaches the group what a task uses.
+    let r = node
+        .req_with("POST", "/heavy/_search", Some(common::heavy_query()), &tag)
+        .await;
+    assert_eq!(r.status, 200, "{:.300}", r.body.to_string());
+    // A refresh the loop had scheduled before the settings changed may have recorded the
+    // learning search as it ran; one now, with nothing running, records 0 for the group.
+    let state = node.state.clone();
+    let usage =
+        tokio::task::spawn_blocking(move || sluice_server::enforcement::refresh_once(&state))
+            .await
+            .expect("refresh");
+    assert_eq!(usage[&id].cpu, 0.0, "{usage:?}");
+    let entry = node.state.workload.entry(&id).expect("entry");
+    let estimate = entry.stats.unmeasured.per_task().cpu;
+    assert!(
+        estimate > 0.01 * 0.8,
+        "premise: a task is over the share at the estimate ({estimate})"
+    );
+
+    let header = id.clone();
+    let statuses = run_clients(&node, move |_| {
+        vec![
+            ("workloadGroupId".to_string(), header.clone()),
+            (ADMIN[0].0.to_string(), ADMIN[0].1.to_string()),
+            (ADMIN[1].0.to_string(), ADMIN[1].1.to_string()),
+        ]
+    })
+    .await;
+    // Disconnected requests end on their own a little after their client gave up.
+    for _ in 0..100_000 {
+        if node.state.tasks.list().is_empty() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(node.state.tasks.list().is_empty(), "tasks still running");
+
+    let sent = CLIENTS * REQUESTS_PER_CLIENT;
+    assert_eq!(statuses.values().sum::<usize>(), sent);
+    for status in statuses.keys() {
+        assert!(
+            [0, 200, 400, 404, 429, 500].contains(status),
+            "unexpected status {status}: {statuses:?}"
+        );
+    }
+    assert_eq!(entry.stats.unmeasured.count(), 0, "a reservation leaked");
+    let s = group_stats(&node, &id).await;
+    assert_eq!(s["peak_executing"], 1, "{s}");
+    let rejected = s["total_rejections"].as_u64().unwrap();
+    let completed = s["total_completions"].as_u64().unwrap() - 1;
+    assert!(rejected > 0, "the estimate never refused a request: {s}");
+    assert!(completed > 0, "nothing was admitted: {s}");
+    let gave_up = statuses.get(&0).copied().unwrap_or(0) as u64;
+    let rejected_seen = statuses.get(&429).copied().unwrap_or(0) as u64;
+    assert!(
+        (rejected_seen..=rejected_seen + gave_up).contains(&rejected),
+        "{s} {statuses:?}"
+    );
+    assert!(
+        (sent as u64 - gave_up..=sent as u64).contains(&(rejected + completed)),
+        "{s} {statuses:?}"
+    );
 }
