@@ -282,7 +282,9 @@ pub static SETTINGS: &[SettingDef] = &[
               tasks admitted since and not yet measured, at what one finished task of the group \
               used (sluice's own setting). Without it a burst that arrives while the group is \
               under its share is admitted whole: its tasks measure 0 until a refresh samples \
-              them. false compares the last recorded usage alone, as OpenSearch does.",
+              them. With it, a group of CPU-bound searches (about one core each) runs at most \
+              floor(rejection threshold x limit x cores) + 1 at once. false compares the last \
+              recorded usage alone, as OpenSearch does.",
     },
     SettingDef {
         key: keys::WLM_DURESS_STREAK,

@@ -11,9 +11,11 @@
 //! [`UnmeasuredTasks`] counts, per group, the tasks admitted whose usage no refresh has
 //! measured yet, and learns what one finished task of the group used. Admission then compares
 //! the **projected** usage, `last recorded + unmeasured × per-task estimate` ([`project`]), with
-//! the share. A group whose tasks each take more than its share runs one of them at a time;
-//! a group of light tasks is not affected; a group with no finished task yet has no estimate
-//! and is admitted as before.
+//! the share. A group runs at most as many new tasks at once as fit under its share at the
+//! estimate, plus the one that crosses it (one at a time when a task alone is over it); a task's
+//! CPU share is its rate while it runs, so short CPU-bound searches count like long ones and
+//! searches that wait on I/O count less. A group with no finished task yet has no estimate and
+//! is admitted as before.
 //!
 //! # Invariants
 //! - `count` is the number of [`Reservation`]s still held. A reservation is counted once when
