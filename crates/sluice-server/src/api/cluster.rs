@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde_json::json;
 
 use super::{Params, reply};
@@ -35,11 +35,6 @@ pub async fn root(State(st): State<Arc<AppState>>, Query(params): Query<Params>)
         "tagline": "The OpenSearch Project: https://opensearch.org/"
     });
     reply(StatusCode::OK, body, &params)
-}
-
-/// `HEAD /`: 200 when the node is up.
-pub async fn root_head() -> Response {
-    StatusCode::OK.into_response()
 }
 
 /// `GET /_cluster/health`: one node; yellow when an index wants replicas it cannot have.

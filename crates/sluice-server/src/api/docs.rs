@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde_json::{Map, Value, json};
 use sluice_engine::index::{DocOp, DocWriteResult, OpType};
 use sluice_engine::{EngineError, ErrorCode, engine::validate_index_name};
@@ -510,14 +510,28 @@ pub async fn get_doc(
     })
 }
 
-/// `HEAD /{index}/_doc/{id}`.
-pub async fn head_doc(
+/// `GET|HEAD /{index}/_source/{id}`: the document's `_source` alone (filtered by `_source`,
+/// `_source_includes`, `_source_excludes`); 404 `resource_not_found_exception` when the
+/// document does not exist (HEAD answers the same status and headers without the body).
+pub async fn get_source(
     State(st): State<Arc<AppState>>,
     Path((index, id)): Path<(String, String)>,
-) -> Response {
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
     let engine = st.engine.clone();
-    match blocking(move || engine.get_doc(&index, &id)).await {
-        Ok(Some(_)) => StatusCode::OK.into_response(),
-        _ => StatusCode::NOT_FOUND.into_response(),
-    }
+    let (i, d) = (index.clone(), id.clone());
+    let Some(doc) = blocking(move || engine.get_doc(&i, &d)).await? else {
+        return Err(EngineError::new(
+            ErrorCode::ResourceNotFound,
+            format!("Document not found [{index}]/[{id}]"),
+        )
+        .into());
+    };
+    let filter = sluice_engine::SearchRequest::parse(None, &params)?.source;
+    let source = if filter.disabled {
+        Value::Object(Map::new())
+    } else {
+        sluice_engine::search::filter_source(&doc.source, &filter)
+    };
+    Ok(reply(StatusCode::OK, source, &params))
 }

@@ -48,10 +48,19 @@ pub async fn delete_index(
 
 /// `HEAD /{index}`: 200 or 404, no body.
 pub async fn head_index(State(st): State<Arc<AppState>>, Path(index): Path<String>) -> Response {
-    match st.engine.resolve(&index) {
-        Ok(v) if !v.is_empty() => StatusCode::OK.into_response(),
-        _ => StatusCode::NOT_FOUND.into_response(),
-    }
+    let status = match st.engine.resolve(&index) {
+        Ok(v) if !v.is_empty() => StatusCode::OK,
+        _ => StatusCode::NOT_FOUND,
+    };
+    // OpenSearch's indices-exists answer: an empty text body.
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=UTF-8"),
+        )],
+    )
+        .into_response()
 }
 
 /// `GET /{index}`: aliases, mappings and settings of each index.

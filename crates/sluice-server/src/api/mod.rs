@@ -541,7 +541,9 @@ pub fn render_table(rows: &[Vec<String>]) -> String {
 /// Builds the router of every API route.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route("/", get(cluster::root).head(cluster::root_head))
+        // HEAD of a GET route answers the GET's status and headers without its body, as OpenSearch
+        // does (`content-type` and `content-length` included).
+        .route("/", get(cluster::root))
         .route("/_cluster/health", get(cluster::health))
         .route("/_cluster/health/{index}", get(cluster::health))
         .route("/_cat/indices", get(indices::cat_indices))
@@ -582,9 +584,9 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(docs::get_doc)
                 .put(docs::index_with_id)
                 .post(docs::index_with_id)
-                .delete(docs::delete_doc)
-                .head(docs::head_doc),
+                .delete(docs::delete_doc),
         )
+        .route("/{index}/_source/{id}", get(docs::get_source))
         .route(
             "/{index}/_create/{id}",
             put(docs::create_with_id).post(docs::create_with_id),

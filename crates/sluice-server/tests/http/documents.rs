@@ -148,6 +148,67 @@ async fn test_get_missing_document_is_404_found_false() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_head_answers_the_get_headers_without_a_body() {
+    let node = TestNode::start().await;
+    node.req("PUT", "/g/_doc/present?refresh=true", Some(json!({"a": 1})))
+        .await;
+    for (path, status) in [("/", 200), ("/g/_doc/present", 200), ("/g/_doc/nope", 404)] {
+        let get = node.req_with("GET", path, None, &[]).await;
+        let head = node.req_with("HEAD", path, None, &[]).await;
+        assert_eq!((get.status, head.status), (status, status), "{path}");
+        assert_eq!(
+            head.header_values("content-type"),
+            ["application/json; charset=UTF-8"],
+            "{path}"
+        );
+        assert_eq!(
+            head.header_values("content-length"),
+            get.header_values("content-length"),
+            "{path}"
+        );
+        assert_eq!(head.body, Value::String(String::new()), "{path}: no body");
+    }
+    // Index existence answers an empty text body, as OpenSearch's does.
+    let head = node.req_with("HEAD", "/g", None, &[]).await;
+    assert_eq!(head.status, 200);
+    assert_eq!(
+        head.header_values("content-type"),
+        ["text/plain; charset=UTF-8"]
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_get_source_returns_the_source_alone() {
+    let node = TestNode::start().await;
+    let doc = json!({"title": "Beauty and the Beast", "year": 1991, "tags": {"a": 1, "b": 2}});
+    node.req("PUT", "/movies/_doc/1", Some(doc.clone())).await;
+    let (s, got) = node.req("GET", "/movies/_source/1", None).await;
+    assert_eq!((s, &got), (200, &doc));
+    let (s, got) = node
+        .req("GET", "/movies/_source/1?_source_includes=tags.*", None)
+        .await;
+    assert_eq!((s, got), (200, json!({"tags": {"a": 1, "b": 2}})));
+    let (s, got) = node
+        .req("GET", "/movies/_source/1?_source_excludes=tags,year", None)
+        .await;
+    assert_eq!((s, got), (200, json!({"title": "Beauty and the Beast"})));
+    assert_eq!(node.req("HEAD", "/movies/_source/1", None).await.0, 200);
+
+    let missing = node.req("GET", "/movies/_source/2", None).await;
+    assert_error(&missing, 404, "resource_not_found_exception");
+    assert_eq!(
+        missing.1["error"]["reason"], "Document not found [movies]/[2]",
+        "{}",
+        missing.1
+    );
+    assert_eq!(node.req("HEAD", "/movies/_source/2", None).await.0, 404);
+    let no_index = node.req("GET", "/nope/_source/1", None).await;
+    assert_error(&no_index, 404, "index_not_found_exception");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_delete_document_then_delete_again_is_not_found() {
     let node = TestNode::start().await;
     node.req("PUT", "/d/_doc/1?refresh=true", Some(json!({"a": 1})))
