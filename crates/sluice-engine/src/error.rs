@@ -50,6 +50,8 @@ pub enum ErrorCode {
     Unauthenticated,
     /// 403 `security_exception`: an authenticated user without the role an action needs.
     Forbidden,
+    /// 403 `cluster_block_exception`: an index block (`index.blocks.*`) refuses the operation.
+    ClusterBlock,
 }
 
 impl ErrorCode {
@@ -76,6 +78,7 @@ impl ErrorCode {
             ErrorCode::SearchContextMissing => "search_context_missing_exception",
             ErrorCode::Internal => "exception",
             ErrorCode::Unauthenticated | ErrorCode::Forbidden => "security_exception",
+            ErrorCode::ClusterBlock => "cluster_block_exception",
         }
     }
 
@@ -91,7 +94,7 @@ impl ErrorCode {
             ErrorCode::RejectedExecution => 429,
             ErrorCode::Internal | ErrorCode::TaskCancelled => 500,
             ErrorCode::Unauthenticated => 401,
-            ErrorCode::Forbidden => 403,
+            ErrorCode::Forbidden | ErrorCode::ClusterBlock => 403,
             _ => 400,
         }
     }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tantivy::schema::{OwnedValue, TantivyDocument, Value as _};
 use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, Term};
 
@@ -163,7 +163,9 @@ pub struct IndexHandle {
     index: Index,
     fields: Fields,
     reader: IndexReader,
-    settings: BTreeMap<String, String>,
+    /// Flat `index.*` settings; replaced whole by a settings update (under the write lock, so
+    /// a meta file written for a mapping change carries the current settings).
+    settings: RwLock<Arc<BTreeMap<String, String>>>,
     mapping: RwLock<Arc<Mapping>>,
     state: Mutex<WriteState>,
 }
@@ -286,7 +288,7 @@ impl IndexHandle {
             index,
             fields,
             reader,
-            settings: meta.settings,
+            settings: RwLock::new(Arc::new(meta.settings)),
             mapping: RwLock::new(Arc::new(mapping.clone())),
             state: Mutex::new(WriteState {
                 writer,
@@ -340,13 +342,13 @@ impl IndexHandle {
     }
 
     /// The index settings, flat (`index.number_of_shards` → `"1"`).
-    pub fn settings(&self) -> &BTreeMap<String, String> {
-        &self.settings
+    pub fn settings(&self) -> Arc<BTreeMap<String, String>> {
+        self.settings.read().clone()
     }
 
     /// A setting parsed as a number, or `default`.
     pub fn setting_u64(&self, key: &str, default: u64) -> u64 {
-        self.settings
+        self.settings()
             .get(key)
             .and_then(|v| v.parse().ok())
             .unwrap_or(default)
@@ -375,7 +377,7 @@ impl IndexHandle {
     /// `index.refresh_interval`; `None` when periodic refresh is disabled (`-1`).
     pub fn refresh_interval(&self) -> Option<Duration> {
         match self
-            .settings
+            .settings()
             .get("index.refresh_interval")
             .map(String::as_str)
         {
@@ -410,11 +412,19 @@ impl IndexHandle {
     }
 
     fn persist_meta(&self, mapping: &Mapping) -> Result<()> {
+        self.persist_meta_with(mapping, &self.settings())
+    }
+
+    fn persist_meta_with(
+        &self,
+        mapping: &Mapping,
+        settings: &BTreeMap<String, String>,
+    ) -> Result<()> {
         let meta = IndexMeta {
             name: self.name.clone(),
             uuid: self.uuid.clone(),
             creation_date: self.creation_date,
-            settings: self.settings.clone(),
+            settings: settings.clone(),
             mappings: mapping.render(),
         };
         write_atomically(
@@ -423,8 +433,73 @@ impl IndexHandle {
         )
     }
 
+    /// The block that refuses writes to this index, if one is set: OpenSearch's
+    /// `cluster_block_exception` (403).
+    fn write_block(&self, metadata: bool) -> Option<EngineError> {
+        let settings = self.settings();
+        let on = |key: &str| settings.get(key).is_some_and(|v| v == "true");
+        let block = if on(BLOCKS_READ_ONLY) {
+            "FORBIDDEN/5/index read-only (api)"
+        } else if on(BLOCKS_WRITE) && !metadata {
+            "FORBIDDEN/8/index write (api)"
+        } else {
+            return None;
+        };
+        Some(EngineError::new(
+            ErrorCode::ClusterBlock,
+            format!("index [{}] blocked by: [{block}];", self.name),
+        ))
+    }
+
+    /// Applies a settings update (`PUT /{index}/_settings`): only dynamic settings, a `null`
+    /// value resets a setting to its default; persisted before it takes effect.
+    pub fn update_settings(&self, update: &Value) -> Result<()> {
+        let flat = flatten_settings(update)?;
+        let not_dynamic: Vec<&str> = flat
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !is_dynamic(k))
+            .collect();
+        // Unknown and private keys, and bad values, are named as such before "not dynamic".
+        for (key, value) in &flat {
+            match value {
+                Some(v) => check_setting(key, v)?,
+                None => check_key(key)?,
+            }
+        }
+        if !not_dynamic.is_empty() {
+            return Err(EngineError::illegal_argument(format!(
+                "Can't update non dynamic settings [[{}]] for open indices [[{}/{}]]",
+                not_dynamic.join(", "),
+                self.name,
+                self.uuid
+            )));
+        }
+        let st = self.state.lock();
+        let mut next = (*self.settings()).clone();
+        for (key, value) in flat {
+            match value {
+                Some(v) => {
+                    next.insert(key, v);
+                }
+                None if key == "index.number_of_replicas" => {
+                    next.insert(key, "1".into());
+                }
+                None => {
+                    next.remove(&key);
+                }
+            }
+        }
+        self.persist_meta_with(&st.mapping, &next)?;
+        *self.settings.write() = Arc::new(next);
+        Ok(())
+    }
+
     /// Merges `update` into the mapping and persists it.
     pub fn put_mapping(&self, update: &Mapping) -> Result<()> {
+        if let Some(block) = self.write_block(true) {
+            return Err(block);
+        }
         let mut st = self.state.lock();
         let mut next = st.mapping.clone();
         next.merge(update)?;
@@ -476,6 +551,9 @@ impl IndexHandle {
     }
 
     fn apply_one(&self, st: &mut WriteState, op: DocOp) -> Result<DocWriteResult> {
+        if let Some(block) = self.write_block(false) {
+            return Err(block);
+        }
         match op {
             DocOp::Index {
                 id,
@@ -838,12 +916,11 @@ pub fn to_tantivy(
     doc
 }
 
-/// Normalizes create-index `settings` to flat `index.*` keys with string values, validating
-/// the ones sluice knows.
-pub fn normalize_settings(settings: &Value) -> Result<BTreeMap<String, String>> {
-    let mut flat = BTreeMap::new();
-    fn walk(prefix: &str, v: &Value, out: &mut BTreeMap<String, String>) -> Result<()> {
-        match v {
+/// Flattens a settings object to `index.*` keys with string values (`None` for JSON `null`),
+/// in key order.
+fn flatten_settings(settings: &Value) -> Result<BTreeMap<String, Option<String>>> {
+    fn walk(prefix: &str, v: &Value, out: &mut BTreeMap<String, Option<String>>) -> Result<()> {
+        let value = match v {
             Value::Object(m) => {
                 for (k, v) in m {
                     let key = if prefix.is_empty() {
@@ -853,68 +930,109 @@ pub fn normalize_settings(settings: &Value) -> Result<BTreeMap<String, String>> 
                     };
                     walk(&key, v, out)?;
                 }
+                return Ok(());
             }
-            Value::String(s) => {
-                out.insert(prefix.to_string(), s.clone());
-            }
-            Value::Number(n) => {
-                out.insert(prefix.to_string(), n.to_string());
-            }
-            Value::Bool(b) => {
-                out.insert(prefix.to_string(), b.to_string());
-            }
-            Value::Null => {}
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            Value::Bool(b) => Some(b.to_string()),
+            Value::Null => None,
             Value::Array(_) => {
                 return Err(EngineError::illegal_argument(format!(
                     "setting [{prefix}] must be a single value, not an array"
                 )));
             }
-        }
+        };
+        let key = if prefix.starts_with("index.") {
+            prefix.to_string()
+        } else {
+            format!("index.{prefix}")
+        };
+        out.insert(key, value);
         Ok(())
     }
+    let mut flat = BTreeMap::new();
     walk("", settings, &mut flat)?;
-    let mut out = BTreeMap::new();
-    for (k, v) in flat {
-        let key = if k.starts_with("index.") {
-            k
-        } else {
-            format!("index.{k}")
-        };
-        let check_int = |min: u64, max: u64| -> Result<()> {
-            match v.parse::<u64>() {
-                Ok(n) if n >= min && n <= max => Ok(()),
-                _ => Err(EngineError::illegal_argument(format!(
-                    "Failed to parse value [{v}] for setting [{key}] must be >= {min} and <= {max}"
-                ))),
-            }
-        };
-        match key.as_str() {
-            "index.number_of_shards" => check_int(1, 1024)?,
-            "index.number_of_replicas" => check_int(0, 1024)?,
-            "index.max_result_window" | "index.max_terms_count" => check_int(1, i32::MAX as u64)?,
-            "index.refresh_interval" => {
-                if v != "-1" && crate::parse_time_value(&v).is_err() {
-                    return Err(EngineError::illegal_argument(format!(
-                        "failed to parse setting [{key}] with value [{v}] as a time value: unit is missing or unrecognized"
-                    )));
-                }
-            }
-            "index.uuid"
-            | "index.creation_date"
-            | "index.provided_name"
-            | "index.version.created" => {
-                return Err(EngineError::illegal_argument(format!(
-                    "private index setting [{key}] can not be set explicitly"
-                )));
-            }
-            "index.codec" | "index.auto_expand_replicas" | "index.hidden" => {}
-            _ if key.starts_with("index.analysis.") || key.starts_with("index.knn") => {}
-            _ => {
-                return Err(EngineError::illegal_argument(format!(
-                    "unknown setting [{key}] please check that any required plugins are installed, or check the breaking changes documentation for removed settings"
-                )));
-            }
+    Ok(flat)
+}
+
+/// Whether an index setting may be changed on an open index (OpenSearch's dynamic settings).
+fn is_dynamic(key: &str) -> bool {
+    matches!(
+        key,
+        "index.number_of_replicas"
+            | "index.max_result_window"
+            | "index.max_terms_count"
+            | "index.refresh_interval"
+            | "index.auto_expand_replicas"
+            | "index.hidden"
+            | BLOCKS_WRITE
+            | BLOCKS_READ_ONLY
+    )
+}
+
+/// `index.blocks.write`: refuses document writes (OpenSearch's `FORBIDDEN/8/index write`).
+const BLOCKS_WRITE: &str = "index.blocks.write";
+/// `index.blocks.read_only`: refuses document writes and mapping changes
+/// (`FORBIDDEN/5/index read-only`).
+const BLOCKS_READ_ONLY: &str = "index.blocks.read_only";
+
+/// Checks that `key` is an index setting sluice knows and that may be set at all.
+fn check_key(key: &str) -> Result<()> {
+    match key {
+        "index.uuid" | "index.creation_date" | "index.provided_name" | "index.version.created" => {
+            Err(EngineError::illegal_argument(format!(
+                "private index setting [{key}] can not be set explicitly"
+            )))
         }
+        "index.number_of_shards" | "index.codec" => Ok(()),
+        _ if is_dynamic(key)
+            || key.starts_with("index.analysis.")
+            || key.starts_with("index.knn") =>
+        {
+            Ok(())
+        }
+        _ => Err(EngineError::illegal_argument(format!(
+            "unknown setting [{key}] please check that any required plugins are installed, or check the breaking changes documentation for removed settings"
+        ))),
+    }
+}
+
+/// Checks one setting: a key sluice knows ([`check_key`]) with a valid value.
+fn check_setting(key: &str, v: &str) -> Result<()> {
+    check_key(key)?;
+    let check_int = |min: u64, max: u64| -> Result<()> {
+        match v.parse::<u64>() {
+            Ok(n) if n >= min && n <= max => Ok(()),
+            _ => Err(EngineError::illegal_argument(format!(
+                "Failed to parse value [{v}] for setting [{key}] must be >= {min} and <= {max}"
+            ))),
+        }
+    };
+    match key {
+        "index.number_of_shards" => check_int(1, 1024),
+        "index.number_of_replicas" => check_int(0, 1024),
+        "index.max_result_window" | "index.max_terms_count" => check_int(1, i32::MAX as u64),
+        "index.refresh_interval" if v != "-1" && crate::parse_time_value(v).is_err() => {
+            Err(EngineError::illegal_argument(format!(
+                "failed to parse setting [{key}] with value [{v}] as a time value: unit is missing or unrecognized"
+            )))
+        }
+        BLOCKS_WRITE | BLOCKS_READ_ONLY | "index.hidden" if v != "true" && v != "false" => {
+            Err(EngineError::illegal_argument(format!(
+                "Failed to parse value [{v}] as only [true] or [false] are allowed."
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Normalizes create-index `settings` to flat `index.*` keys with string values, validating
+/// the ones sluice knows.
+pub fn normalize_settings(settings: &Value) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for (key, value) in flatten_settings(settings)? {
+        let Some(v) = value else { continue };
+        check_setting(&key, &v)?;
         out.insert(key, v);
     }
     out.entry("index.number_of_shards".into())
@@ -924,19 +1042,41 @@ pub fn normalize_settings(settings: &Value) -> Result<BTreeMap<String, String>> 
     Ok(out)
 }
 
-/// Renders flat settings as OpenSearch nests them under `index`.
-pub fn render_settings(handle: &IndexHandle) -> Value {
-    let mut index = Map::new();
-    for (k, v) in handle.settings() {
-        let key = k.strip_prefix("index.").unwrap_or(k);
-        index.insert(key.to_string(), Value::from(v.clone()));
-    }
-    index.insert("uuid".into(), Value::from(handle.uuid()));
-    index.insert(
-        "creation_date".into(),
-        Value::from(handle.creation_date().to_string()),
+/// Every setting of an index, flat (`index.*` keys), as `GET /{index}/_settings` lists them:
+/// the stored ones plus the index's identity (`uuid`, `creation_date`, `provided_name`,
+/// `version.created`).
+pub fn flat_settings(handle: &IndexHandle) -> BTreeMap<String, String> {
+    let mut out = (*handle.settings()).clone();
+    out.insert("index.uuid".into(), handle.uuid().to_string());
+    out.insert(
+        "index.creation_date".into(),
+        handle.creation_date().to_string(),
     );
-    index.insert("provided_name".into(), Value::from(handle.name()));
-    index.insert("version".into(), json!({"created": "137217827"}));
-    json!({ "index": index })
+    out.insert("index.provided_name".into(), handle.name().to_string());
+    out.insert("index.version.created".into(), "137217827".into());
+    out
+}
+
+/// The defaults of the index settings sluice knows that `settings` does not set, as
+/// `GET /{index}/_settings?include_defaults` lists them.
+pub fn unset_defaults(settings: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let defaults = [
+        ("index.auto_expand_replicas", "false".to_string()),
+        (BLOCKS_READ_ONLY, "false".to_string()),
+        (BLOCKS_WRITE, "false".to_string()),
+        ("index.codec", "default".to_string()),
+        ("index.hidden", "false".to_string()),
+        (
+            "index.max_result_window",
+            DEFAULT_MAX_RESULT_WINDOW.to_string(),
+        ),
+        ("index.max_terms_count", DEFAULT_MAX_TERMS_COUNT.to_string()),
+        ("index.refresh_interval", "1s".to_string()),
+        ("index.store.type", String::new()),
+    ];
+    defaults
+        .into_iter()
+        .filter(|(k, _)| !settings.contains_key(*k))
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
 }

@@ -141,7 +141,7 @@ fn token_name(v: &Value) -> &'static str {
 
 /// A boolean query parameter as OpenSearch reads one: absent is false, empty or `true` is
 /// true, `false` is false, anything else is a 400.
-fn bool_param(params: &Params, key: &str) -> ApiResult<bool> {
+pub(crate) fn bool_param(params: &Params, key: &str) -> ApiResult<bool> {
     match params.get(key).map(String::as_str) {
         None | Some("false") => Ok(false),
         Some("" | "true") => Ok(true),
@@ -154,7 +154,7 @@ fn bool_param(params: &Params, key: &str) -> ApiResult<bool> {
 
 /// Renders settings as OpenSearch does: flat `{"a.b": "v"}`, or nested `{"a": {"b": "v"}}`,
 /// keys in order either way.
-fn render(settings: &BTreeMap<String, String>, flat: bool) -> Value {
+pub(crate) fn render(settings: &BTreeMap<String, String>, flat: bool) -> Value {
     let mut out = Map::new();
     for (key, value) in settings {
         if flat {

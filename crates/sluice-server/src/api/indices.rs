@@ -6,12 +6,16 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
-use sluice_engine::index::render_settings;
+use sluice_engine::index::{flat_settings, unset_defaults};
 use sluice_engine::mapping::Mapping;
 
+use super::cluster_settings::{bool_param, render};
 use super::{Body, Params, blocking, reply};
 use crate::error::ApiResult;
 use crate::state::AppState;
+use sluice_engine::mapping::wildcard_match;
+use sluice_engine::{EngineError, ErrorCode};
+use std::collections::BTreeMap;
 
 /// `PUT /{index}`.
 pub async fn create_index(
@@ -73,7 +77,7 @@ pub async fn get_index(
     for h in st.engine.resolve(&index)? {
         out.insert(
             h.name().to_string(),
-            json!({"aliases": {}, "mappings": h.mapping().render(), "settings": render_settings(&h)}),
+            json!({"aliases": {}, "mappings": h.mapping().render(), "settings": render(&flat_settings(&h), false)}),
         );
     }
     Ok(reply(StatusCode::OK, Value::Object(out), &params))
@@ -136,20 +140,98 @@ pub async fn put_mapping(
     ))
 }
 
-/// `GET /{index}/_settings`.
+/// `GET /{index}/_settings[?flat_settings][&include_defaults]`.
 pub async fn get_settings(
     State(st): State<Arc<AppState>>,
     Path(index): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
+    settings_of(&st, &index, None, &params)
+}
+
+/// `GET /{index}/_settings/{name}`: only the settings whose flat key matches one of the
+/// comma-separated `name` patterns (`*` wildcards), e.g. `index.blocks.*`.
+pub async fn get_settings_named(
+    State(st): State<Arc<AppState>>,
+    Path((index, name)): Path<(String, String)>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    settings_of(&st, &index, Some(&name), &params)
+}
+
+fn settings_of(
+    st: &AppState,
+    index: &str,
+    names: Option<&str>,
+    params: &Params,
+) -> ApiResult<Response> {
+    let flat = bool_param(params, "flat_settings")?;
+    let include_defaults = bool_param(params, "include_defaults")?;
+    let wanted =
+        |key: &str| names.is_none_or(|n| n.split(',').any(|p| wildcard_match(p.trim(), key)));
     let mut out = Map::new();
-    for h in st.engine.resolve(&index)? {
-        out.insert(
-            h.name().to_string(),
-            json!({"settings": render_settings(&h)}),
-        );
+    for h in st.engine.resolve(index)? {
+        let mut settings = flat_settings(&h);
+        let defaults: BTreeMap<String, String> = unset_defaults(&settings)
+            .into_iter()
+            .filter(|(k, _)| wanted(k))
+            .collect();
+        settings.retain(|k, _| wanted(k));
+        let mut entry = Map::new();
+        entry.insert("settings".into(), render(&settings, flat));
+        if include_defaults {
+            entry.insert("defaults".into(), render(&defaults, flat));
+        }
+        out.insert(h.name().to_string(), Value::Object(entry));
     }
-    Ok(reply(StatusCode::OK, Value::Object(out), &params))
+    Ok(reply(StatusCode::OK, Value::Object(out), params))
+}
+
+/// `PUT /{index}/_settings`: changes dynamic settings of every index `index` names. The body
+/// is the settings (nested or dotted, with or without the `index.` prefix), or an object with
+/// one `settings` key holding them; a `null` value resets a setting to its default.
+pub async fn put_settings(
+    State(st): State<Arc<AppState>>,
+    Path(index): Path<String>,
+    Query(params): Query<Params>,
+    body: Body,
+) -> ApiResult<Response> {
+    let body = body.json()?.unwrap_or(Value::Null);
+    let update = match body {
+        Value::Object(mut top) if top.len() == 1 && top.contains_key("settings") => {
+            top.remove("settings").unwrap_or(Value::Null)
+        }
+        other => other,
+    };
+    match &update {
+        Value::Object(m) if !m.is_empty() => {}
+        Value::Object(_) | Value::Null => {
+            return Err(EngineError::new(
+                ErrorCode::ActionRequestValidation,
+                "Validation Failed: 1: no settings to update;",
+            )
+            .into());
+        }
+        _ => {
+            return Err(EngineError::parsing(
+                "Failed to parse the index settings: expecting an object of settings",
+            )
+            .into());
+        }
+    }
+    let targets = st.engine.resolve(&index)?;
+    blocking(move || {
+        for h in targets {
+            h.update_settings(&update)?;
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(reply(
+        StatusCode::OK,
+        json!({"acknowledged": true}),
+        &params,
+    ))
 }
 
 /// `POST /{index}/_refresh`.

@@ -569,7 +569,14 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .put(indices::put_mapping)
                 .post(indices::put_mapping),
         )
-        .route("/{index}/_settings", get(indices::get_settings))
+        .route(
+            "/{index}/_settings",
+            get(indices::get_settings).put(indices::put_settings),
+        )
+        .route(
+            "/{index}/_settings/{name}",
+            get(indices::get_settings_named),
+        )
         .route(
             "/{index}/_refresh",
             post(indices::refresh).get(indices::refresh),

@@ -721,3 +721,195 @@ async fn test_restart_keeps_indices_mappings_settings_and_documents() {
     node.stop().await;
     drop(tmp);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_put_settings_changes_dynamic_settings_and_get_filters_them() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let node = TestNode::start_on(tmp.path(), &[]).await;
+    assert_eq!(node.req("PUT", "/movies", None).await.0, 200);
+    let body =
+        json!({"settings": {"index.max_result_window": 50, "index": {"number_of_replicas": 0}}});
+    let (s, b) = node.req("PUT", "/movies/_settings", Some(body)).await;
+    assert_eq!((s, b), (200, json!({"acknowledged": true})));
+    let (s, b) = node.req("GET", "/movies/_settings", None).await;
+    assert_eq!(s, 200, "{b}");
+    let index = &b["movies"]["settings"]["index"];
+    assert_eq!(index["max_result_window"], "50", "{b}");
+    assert_eq!(index["number_of_replicas"], "0", "{b}");
+    assert_eq!(index["provided_name"], "movies", "{b}");
+    // One setting by name, nested or flat, and wildcards.
+    let (_, b) = node
+        .req("GET", "/movies/_settings/index.max_result_window", None)
+        .await;
+    assert_eq!(
+        b,
+        json!({"movies": {"settings": {"index": {"max_result_window": "50"}}}})
+    );
+    let (_, b) = node
+        .req(
+            "GET",
+            "/movies/_settings/index.number_of_*?flat_settings=true",
+            None,
+        )
+        .await;
+    assert_eq!(
+        b,
+        json!({"movies": {"settings": {"index.number_of_replicas": "0", "index.number_of_shards": "1"}}})
+    );
+    // Defaults of what is not set.
+    let (_, b) = node
+        .req("GET", "/movies/_settings?include_defaults=true", None)
+        .await;
+    assert_eq!(b["movies"]["defaults"]["index"]["store"]["type"], "", "{b}");
+    assert_eq!(b["movies"]["defaults"]["index"]["blocks"]["write"], "false");
+    assert!(b["movies"]["defaults"]["index"]["max_result_window"].is_null());
+    // The window applies at once: from + size over 50 is refused.
+    let (s, b) = node.req("GET", "/movies/_search?size=51", None).await;
+    assert_eq!(s, 400, "{b}");
+    // A null resets to the default; the change survives a restart.
+    let (s, _) = node
+        .req(
+            "PUT",
+            "/movies/_settings",
+            Some(json!({"index.max_result_window": null})),
+        )
+        .await;
+    assert_eq!(s, 200);
+    node.stop().await;
+    let node = TestNode::start_on(tmp.path(), &[]).await;
+    let (_, b) = node.req("GET", "/movies/_settings", None).await;
+    let index = &b["movies"]["settings"]["index"];
+    assert!(index["max_result_window"].is_null(), "{b}");
+    assert_eq!(index["number_of_replicas"], "0", "{b}");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_put_settings_refuses_static_unknown_private_and_bad_values() {
+    let node = TestNode::start().await;
+    assert_eq!(node.req("PUT", "/movies", None).await.0, 200);
+    let uuid =
+        node.req("GET", "/movies/_settings", None).await.1["movies"]["settings"]["index"]["uuid"]
+            .as_str()
+            .expect("uuid")
+            .to_string();
+    let cases = [
+        (
+            json!({"index": {"number_of_shards": 3}}),
+            format!(
+                "Can't update non dynamic settings [[index.number_of_shards]] for open indices [[movies/{uuid}]]"
+            ),
+        ),
+        (
+            json!({"index.nope": 1}),
+            "unknown setting [index.nope] please check that any required plugins are installed, or check the breaking changes documentation for removed settings".to_string(),
+        ),
+        (
+            json!({"index.uuid": "x"}),
+            "private index setting [index.uuid] can not be set explicitly".to_string(),
+        ),
+        (
+            json!({"index.blocks.write": "maybe"}),
+            "Failed to parse value [maybe] as only [true] or [false] are allowed.".to_string(),
+        ),
+        (
+            json!({"number_of_replicas": -1}),
+            "Failed to parse value [-1] for setting [index.number_of_replicas] must be >= 0 and <= 1024"
+                .to_string(),
+        ),
+    ];
+    for (body, reason) in cases {
+        let r = node
+            .req("PUT", "/movies/_settings", Some(body.clone()))
+            .await;
+        assert_error(&r, 400, "illegal_argument_exception");
+        assert_eq!(r.1["error"]["reason"], reason.as_str(), "{body}");
+    }
+    let r = node.req("PUT", "/movies/_settings", Some(json!({}))).await;
+    assert_error(&r, 400, "action_request_validation_exception");
+    assert_eq!(
+        r.1["error"]["reason"],
+        "Validation Failed: 1: no settings to update;"
+    );
+    let r = node
+        .req(
+            "PUT",
+            "/nope/_settings",
+            Some(json!({"number_of_replicas": 0})),
+        )
+        .await;
+    assert_error(&r, 404, "index_not_found_exception");
+    // Nothing was changed by the refused updates.
+    let (_, b) = node
+        .req("GET", "/movies/_settings?flat_settings=true", None)
+        .await;
+    let settings = b["movies"]["settings"].as_object().expect("settings");
+    assert!(!settings.contains_key("index.blocks.write"), "{b}");
+    assert_eq!(settings["index.number_of_shards"], "1");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_write_and_read_only_blocks_refuse_writes_until_lifted() {
+    let node = TestNode::start().await;
+    let (s, _) = node
+        .req(
+            "PUT",
+            "/movies/_doc/1?refresh=true",
+            Some(json!({"t": "a"})),
+        )
+        .await;
+    assert_eq!(s, 201);
+    let block = |on: Value| json!({"settings": {"index.blocks.write": on}});
+    assert_eq!(
+        node.req("PUT", "/movies/_settings", Some(block(json!(true))))
+            .await
+            .0,
+        200
+    );
+    let r = node
+        .req("PUT", "/movies/_doc/2", Some(json!({"t": "b"})))
+        .await;
+    assert_error(&r, 403, "cluster_block_exception");
+    assert_eq!(
+        r.1["error"]["reason"],
+        "index [movies] blocked by: [FORBIDDEN/8/index write (api)];"
+    );
+    let items = node
+        .bulk(
+            "/_bulk",
+            &[json!({"delete": {"_index": "movies", "_id": "1"}})],
+        )
+        .await;
+    assert_eq!(items["errors"], true, "{items}");
+    assert_eq!(items["items"][0]["delete"]["status"], 403, "{items}");
+    // Reads still work; the mapping may still change under a write block.
+    assert_eq!(node.req("GET", "/movies/_doc/1", None).await.0, 200);
+    let mapping = json!({"properties": {"n": {"type": "long"}}});
+    assert_eq!(
+        node.req("PUT", "/movies/_mapping", Some(mapping.clone()))
+            .await
+            .0,
+        200
+    );
+    // read_only also refuses mapping changes.
+    let ro = json!({"index.blocks.read_only": true, "index.blocks.write": null});
+    assert_eq!(node.req("PUT", "/movies/_settings", Some(ro)).await.0, 200);
+    let r = node.req("PUT", "/movies/_mapping", Some(mapping)).await;
+    assert_error(&r, 403, "cluster_block_exception");
+    assert_eq!(
+        r.1["error"]["reason"],
+        "index [movies] blocked by: [FORBIDDEN/5/index read-only (api)];"
+    );
+    // Lifting the block lets writes through again.
+    let lift = json!({"index.blocks.read_only": false});
+    assert_eq!(
+        node.req("PUT", "/movies/_settings", Some(lift)).await.0,
+        200
+    );
+    let (s, b) = node
+        .req("PUT", "/movies/_doc/2", Some(json!({"t": "b"})))
+        .await;
+    assert_eq!(s, 201, "{b}");
+    node.stop().await;
+}
