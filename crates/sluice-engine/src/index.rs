@@ -956,6 +956,8 @@ fn flatten_settings(settings: &Value) -> Result<BTreeMap<String, Option<String>>
 }
 
 /// Whether an index setting may be changed on an open index (OpenSearch's dynamic settings).
+/// `index.routing.*` (shard allocation filters) are kept and echoed; on one node they change
+/// nothing.
 fn is_dynamic(key: &str) -> bool {
     matches!(
         key,
@@ -967,7 +969,7 @@ fn is_dynamic(key: &str) -> bool {
             | "index.hidden"
             | BLOCKS_WRITE
             | BLOCKS_READ_ONLY
-    )
+    ) || key.starts_with("index.routing.")
 }
 
 /// `index.blocks.write`: refuses document writes (OpenSearch's `FORBIDDEN/8/index write`).
@@ -987,7 +989,8 @@ fn check_key(key: &str) -> Result<()> {
         "index.number_of_shards" | "index.codec" => Ok(()),
         _ if is_dynamic(key)
             || key.starts_with("index.analysis.")
-            || key.starts_with("index.knn") =>
+            || key.starts_with("index.knn")
+            || key.starts_with("index.routing.") =>
         {
             Ok(())
         }

@@ -56,12 +56,12 @@ pub async fn head_index(State(st): State<Arc<AppState>>, Path(index): Path<Strin
         Ok(v) if !v.is_empty() => StatusCode::OK,
         _ => StatusCode::NOT_FOUND,
     };
-    // OpenSearch's indices-exists answer: an empty text body.
+    // OpenSearch answers index existence with its JSON content type and no body.
     (
         status,
         [(
             header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=UTF-8"),
+            HeaderValue::from_static("application/json; charset=UTF-8"),
         )],
     )
         .into_response()
@@ -157,6 +157,23 @@ pub async fn get_settings_named(
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     settings_of(&st, &index, Some(&name), &params)
+}
+
+/// `GET /_settings`: the settings of every index.
+pub async fn get_settings_all(
+    State(st): State<Arc<AppState>>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    settings_of(&st, "_all", None, &params)
+}
+
+/// `GET /_settings/{name}`: the named settings of every index.
+pub async fn get_settings_all_named(
+    State(st): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    settings_of(&st, "_all", Some(&name), &params)
 }
 
 fn settings_of(
@@ -307,6 +324,37 @@ pub async fn cat_indices(
             ]
         })
         .collect();
+    cat_reply(&cols, rows, &params)
+}
+
+/// `GET /_cat/count[/{index}]`: the documents visible to search, as `epoch timestamp count`.
+pub async fn cat_count(
+    State(st): State<Arc<AppState>>,
+    index: Option<Path<String>>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    let expr = index.map_or_else(|| "_all".to_string(), |Path(i)| i);
+    let count: u64 = st
+        .engine
+        .resolve(&expr)?
+        .iter()
+        .map(|h| h.searcher().num_docs())
+        .sum();
+    let now_secs = sluice_engine::now_millis().div_euclid(1000);
+    let day_secs = now_secs.rem_euclid(86_400);
+    let timestamp = format!(
+        "{:02}:{:02}:{:02}",
+        day_secs / 3600,
+        day_secs / 60 % 60,
+        day_secs % 60
+    );
+    let row = vec![now_secs.to_string(), timestamp, count.to_string()];
+    cat_reply(&["epoch", "timestamp", "count"], vec![row], &params)
+}
+
+/// Answers a `_cat` table: `format=json` as an array of objects keyed by column, else text
+/// columns (with a header line when `v` is set).
+fn cat_reply(cols: &[&str], rows: Vec<Vec<String>>, params: &Params) -> ApiResult<Response> {
     if params.get("format").map(String::as_str) == Some("json") {
         let arr: Vec<Value> = rows
             .iter()
@@ -319,7 +367,7 @@ pub async fn cat_indices(
                 )
             })
             .collect();
-        return Ok(reply(StatusCode::OK, Value::Array(arr), &params));
+        return Ok(reply(StatusCode::OK, Value::Array(arr), params));
     }
     let verbose = params.get("v").is_some_and(|v| v.is_empty() || v == "true");
     let mut table: Vec<Vec<String>> = Vec::new();

@@ -548,6 +548,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_cluster/health/{index}", get(cluster::health))
         .route("/_cat/indices", get(indices::cat_indices))
         .route("/_cat/indices/{index}", get(indices::cat_indices))
+        .route("/_cat/count", get(indices::cat_count))
+        .route("/_cat/count/{index}", get(indices::cat_count))
+        .route("/_settings", get(indices::get_settings_all))
+        .route("/_settings/{name}", get(indices::get_settings_all_named))
         .route("/_bulk", post(docs::bulk).put(docs::bulk))
         .route(
             "/_refresh",

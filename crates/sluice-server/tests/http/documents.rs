@@ -168,12 +168,12 @@ async fn test_head_answers_the_get_headers_without_a_body() {
         );
         assert_eq!(head.body, Value::String(String::new()), "{path}: no body");
     }
-    // Index existence answers an empty text body, as OpenSearch's does.
+    // Index existence has no GET twin: an empty body with the JSON content type.
     let head = node.req_with("HEAD", "/g", None, &[]).await;
     assert_eq!(head.status, 200);
     assert_eq!(
         head.header_values("content-type"),
-        ["text/plain; charset=UTF-8"]
+        ["application/json; charset=UTF-8"]
     );
     node.stop().await;
 }

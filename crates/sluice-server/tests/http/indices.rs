@@ -913,3 +913,67 @@ async fn test_write_and_read_only_blocks_refuse_writes_until_lifted() {
     assert_eq!(s, 201, "{b}");
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_cat_count_and_settings_of_every_index() {
+    let node = TestNode::start().await;
+    let body = json!({"settings": {"index.routing.allocation.require.zone": "a"}});
+    let (s, b) = node.req("PUT", "/movies", Some(body)).await;
+    assert_eq!(s, 200, "allocation filters are kept: {b}");
+    for (id, index) in [("1", "movies"), ("2", "movies"), ("3", "books")] {
+        let (s, _) = node
+            .req(
+                "PUT",
+                &format!("/{index}/_doc/{id}?refresh=true"),
+                Some(json!({"t": id})),
+            )
+            .await;
+        assert_eq!(s, 201);
+    }
+    let (s, b) = node
+        .req("GET", "/_cat/count/movies?format=json", None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b[0]["count"], "2", "{b}");
+    assert!(
+        b[0]["epoch"]
+            .as_str()
+            .is_some_and(|e| e.parse::<u64>().is_ok()),
+        "{b}"
+    );
+    let (_, b) = node.req("GET", "/_cat/count?format=json", None).await;
+    assert_eq!(b[0]["count"], "3", "{b}");
+    let text = node
+        .client
+        .get(node.url("/_cat/count?v"))
+        .send()
+        .await
+        .expect("sent");
+    let text = text.text().await.expect("text");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].starts_with("epoch") && lines[0].trim_end().ends_with("count"),
+        "{text}"
+    );
+    assert!(lines[1].trim_end().ends_with(" 3"), "{text}");
+
+    let (s, b) = node.req("GET", "/_settings", None).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["books"]["settings"]["index"]["provided_name"], "books");
+    assert_eq!(
+        b["movies"]["settings"]["index"]["routing"]["allocation"]["require"]["zone"],
+        "a"
+    );
+    let (_, b) = node
+        .req("GET", "/_settings/index.provided_name", None)
+        .await;
+    assert_eq!(
+        b,
+        json!({
+            "books": {"settings": {"index": {"provided_name": "books"}}},
+            "movies": {"settings": {"index": {"provided_name": "movies"}}}
+        })
+    );
+    node.stop().await;
+}
