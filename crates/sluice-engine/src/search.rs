@@ -346,7 +346,9 @@ fn parse_order(o: &str) -> Result<bool> {
     }
 }
 
-fn parse_source(v: &Value) -> Result<SourceFilter> {
+/// Parses a `_source` value of a request body: `true`/`false`, a pattern or list of patterns,
+/// or `{"includes": …, "excludes": …}`.
+pub fn parse_source(v: &Value) -> Result<SourceFilter> {
     let list = |v: &Value| -> Result<Vec<String>> {
         match v {
             Value::String(s) => Ok(vec![s.clone()]),

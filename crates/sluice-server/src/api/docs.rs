@@ -510,6 +510,156 @@ pub async fn get_doc(
     })
 }
 
+/// `GET|POST /_mget` and `/{index}/_mget`: several documents by id in one request, each
+/// answered as `GET /{index}/_doc/{id}` would be (`found: false` for a missing document), or
+/// with an `error` of its own (an index that does not exist); one bad item never fails the
+/// others. The body is `{"docs": [{"_index", "_id", "_source"}…]}`, or `{"ids": […]}` with
+/// the index in the path; `_source`, `_source_includes` and `_source_excludes` parameters are
+/// the default filter of every item.
+pub async fn mget(
+    State(st): State<Arc<AppState>>,
+    index: Option<Path<String>>,
+    Query(params): Query<Params>,
+    body: Body,
+) -> ApiResult<Response> {
+    let default_index = index.map(|Path(i)| i);
+    let default_filter = sluice_engine::SearchRequest::parse(None, &params)?.source;
+    let items = parse_mget(body.json()?, default_index.as_deref(), &default_filter)?;
+    let engine = st.engine.clone();
+    let docs = blocking(move || {
+        Ok(items
+            .into_iter()
+            .map(|item| {
+                let MgetItem { index, id, filter } = item;
+                match engine.get_doc(&index, &id) {
+                    Ok(Some(doc)) => {
+                        let mut body = json!({
+                            "_index": index, "_id": id, "_version": doc.version,
+                            "_seq_no": doc.seq_no, "_primary_term": 1, "found": true,
+                        });
+                        if !filter.disabled {
+                            body["_source"] =
+                                sluice_engine::search::filter_source(&doc.source, &filter);
+                        }
+                        body
+                    }
+                    Ok(None) => json!({"_index": index, "_id": id, "found": false}),
+                    Err(e) => json!({"_index": index, "_id": id, "error": render_error(&e)}),
+                }
+            })
+            .collect::<Vec<Value>>())
+    })
+    .await?;
+    Ok(reply(StatusCode::OK, json!({ "docs": docs }), &params))
+}
+
+/// One document an `_mget` asks for.
+struct MgetItem {
+    index: String,
+    id: String,
+    filter: sluice_engine::search::SourceFilter,
+}
+
+/// Reads an `_mget` body into its items, with OpenSearch's validation texts.
+fn parse_mget(
+    body: Option<Value>,
+    default_index: Option<&str>,
+    default_filter: &sluice_engine::search::SourceFilter,
+) -> Result<Vec<MgetItem>, EngineError> {
+    let no_docs = || {
+        EngineError::new(
+            ErrorCode::ActionRequestValidation,
+            "Validation Failed: 1: no documents to get;",
+        )
+    };
+    let Some(Value::Object(top)) = body else {
+        return Err(match body {
+            None => no_docs(),
+            Some(_) => EngineError::parsing("request body must be an object with [docs] or [ids]"),
+        });
+    };
+    let mut items = Vec::new();
+    let mut missing = Vec::new();
+    for (key, value) in &top {
+        match (key.as_str(), value) {
+            ("docs", Value::Array(docs)) => {
+                for (n, doc) in docs.iter().enumerate() {
+                    let Value::Object(doc) = doc else {
+                        return Err(EngineError::parsing(format!(
+                            "docs[{n}] must be an object with [_index] and [_id]"
+                        )));
+                    };
+                    let mut index = default_index.map(str::to_string);
+                    let mut id = None;
+                    let mut filter = default_filter.clone();
+                    for (k, v) in doc {
+                        match (k.as_str(), v) {
+                            ("_index", Value::String(s)) => index = Some(s.clone()),
+                            ("_id", Value::String(s)) => id = Some(s.clone()),
+                            ("_id", Value::Number(n)) => id = Some(n.to_string()),
+                            ("_source", v) => filter = sluice_engine::search::parse_source(v)?,
+                            ("routing" | "_routing", _) => {}
+                            (k, _) => {
+                                return Err(EngineError::parsing(format!(
+                                    "Unknown key [{k}] in docs[{n}]: an _mget item takes [_index], [_id], [_source] and [routing]"
+                                )));
+                            }
+                        }
+                    }
+                    match (index, id) {
+                        (Some(index), Some(id)) => items.push(MgetItem { index, id, filter }),
+                        (None, _) => missing.push(format!("index is missing for doc {n}")),
+                        (_, None) => missing.push(format!("id is missing for doc {n}")),
+                    }
+                }
+            }
+            ("ids", Value::Array(ids)) => {
+                for (n, id) in ids.iter().enumerate() {
+                    let id = match id {
+                        Value::String(s) => s.clone(),
+                        Value::Number(x) => x.to_string(),
+                        _ => {
+                            return Err(EngineError::parsing(format!("ids[{n}] must be a string")));
+                        }
+                    };
+                    match default_index {
+                        Some(index) => items.push(MgetItem {
+                            index: index.to_string(),
+                            id,
+                            filter: default_filter.clone(),
+                        }),
+                        None => missing.push(format!("index is missing for doc {n}")),
+                    }
+                }
+            }
+            ("docs" | "ids", _) => {
+                return Err(EngineError::parsing(format!("[{key}] must be an array")));
+            }
+            _ => {
+                return Err(EngineError::parsing(format!(
+                    "unknown key [{key}] in the _mget body: it takes [docs] or [ids]"
+                )));
+            }
+        }
+    }
+    if !missing.is_empty() {
+        let list: String = missing
+            .iter()
+            .enumerate()
+            .map(|(i, m)| format!("{}: {m};", i + 1))
+            .collect::<Vec<_>>()
+            .join("");
+        return Err(EngineError::new(
+            ErrorCode::ActionRequestValidation,
+            format!("Validation Failed: {list}"),
+        ));
+    }
+    if items.is_empty() {
+        return Err(no_docs());
+    }
+    Ok(items)
+}
+
 /// `GET|HEAD /{index}/_source/{id}`: the document's `_source` alone (filtered by `_source`,
 /// `_source_includes`, `_source_excludes`); 404 `resource_not_found_exception` when the
 /// document does not exist (HEAD answers the same status and headers without the body).

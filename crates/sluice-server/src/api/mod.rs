@@ -598,6 +598,8 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .delete(docs::delete_doc),
         )
         .route("/{index}/_source/{id}", get(docs::get_source))
+        .route("/_mget", get(docs::mget).post(docs::mget))
+        .route("/{index}/_mget", get(docs::mget).post(docs::mget))
         .route(
             "/{index}/_create/{id}",
             put(docs::create_with_id).post(docs::create_with_id),

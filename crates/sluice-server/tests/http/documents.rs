@@ -775,3 +775,76 @@ async fn test_bulk_delete_without_id_fails_validation_of_whole_request() {
     assert_eq!(node.req("HEAD", "/v", None).await.0, 404, "no item ran");
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_mget_answers_each_document_on_its_own() {
+    let node = TestNode::start().await;
+    let book = json!({"author": "Harper Lee", "title": "To Kill a Mockingbird", "year": 1960});
+    let movie = json!({"director": "Bennett Miller", "title": "The Cruise", "year": 1998});
+    node.req("PUT", "/books/_doc/book1", Some(book.clone()))
+        .await;
+    node.req("PUT", "/movies/_doc/movie1", Some(movie.clone()))
+        .await;
+    let body = json!({"docs": [
+        {"_index": "movies", "_id": "movie1", "_source": true},
+        {"_index": "books", "_id": "book1", "_source": {"includes": ["title"]}},
+        {"_index": "books", "_id": "nope"},
+        {"_index": "missing", "_id": "1"},
+    ]});
+    for method in ["GET", "POST"] {
+        let (s, b) = node.req(method, "/_mget", Some(body.clone())).await;
+        assert_eq!(s, 200, "{b}");
+        let docs = b["docs"].as_array().expect("docs");
+        assert_eq!(docs.len(), 4, "{b}");
+        assert_eq!(docs[0]["_source"], movie);
+        assert_eq!(docs[0]["found"], true);
+        assert_eq!(docs[0]["_version"], 1);
+        assert_eq!(
+            docs[1]["_source"],
+            json!({"title": "To Kill a Mockingbird"})
+        );
+        assert_eq!(
+            docs[2],
+            json!({"_index": "books", "_id": "nope", "found": false})
+        );
+        assert_eq!(docs[3]["_index"], "missing");
+        assert_eq!(docs[3]["error"]["type"], "index_not_found_exception", "{b}");
+    }
+    // The index in the path, ids only, and a filter from the parameters.
+    let (s, b) = node
+        .req(
+            "POST",
+            "/books/_mget?_source_excludes=author,year",
+            Some(json!({"ids": ["book1"]})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        b["docs"][0]["_source"],
+        json!({"title": "To Kill a Mockingbird"})
+    );
+    // Bad input: named, never a half answer.
+    let r = node
+        .req(
+            "POST",
+            "/_mget",
+            Some(json!({"docs": [{"_id": "1"}, {"_index": "books"}]})),
+        )
+        .await;
+    assert_error(&r, 400, "action_request_validation_exception");
+    assert_eq!(
+        r.1["error"]["reason"],
+        "Validation Failed: 1: index is missing for doc 0;2: id is missing for doc 1;"
+    );
+    let r = node.req("POST", "/_mget", Some(json!({"docs": []}))).await;
+    assert_error(&r, 400, "action_request_validation_exception");
+    let r = node
+        .req(
+            "POST",
+            "/_mget",
+            Some(json!({"docs": [{"_index": "books", "_id": "1", "x": 1}]})),
+        )
+        .await;
+    assert_error(&r, 400, "parsing_exception");
+    node.stop().await;
+}
