@@ -1473,3 +1473,25 @@ fn test_empty_search_renders_empty_aggregations() {
     .unwrap();
     assert_eq!(out, json!({"a": {"value": null}}));
 }
+
+// ---------------------------------------------------------------------------------------------
+// More queries, aggregation rendering and field types
+
+#[test]
+fn test_terms_show_term_doc_count_error_per_bucket() {
+    let t = logs();
+    let out = run_aggs(
+        &t,
+        json!({"levels": {"terms": {"field": "level", "size": 1, "show_term_doc_count_error": true},
+               "aggs": {"s": {"sum": {"field": "status"}}}}}),
+    );
+    assert_eq!(
+        out,
+        json!({"levels": {
+            "doc_count_error_upper_bound": 0,
+            "sum_other_doc_count": 4,
+            "buckets": [{"key": "info", "doc_count": 3, "doc_count_error_upper_bound": 0,
+                         "s": {"value": 400.0}}]
+        }})
+    );
+}

@@ -120,6 +120,8 @@ pub(super) struct RangePlan {
 pub(super) enum PlanKind {
     Terms {
         values: ValueKind,
+        /// `show_term_doc_count_error`: each bucket carries its `doc_count_error_upper_bound`.
+        show_error: bool,
     },
     Histogram {
         values: ValueKind,
@@ -147,7 +149,7 @@ pub(super) enum PlanKind {
 impl PlanKind {
     fn values_mut(&mut self) -> Option<&mut ValueKind> {
         match self {
-            PlanKind::Terms { values }
+            PlanKind::Terms { values, .. }
             | PlanKind::Histogram { values, .. }
             | PlanKind::Range { values, .. }
             | PlanKind::Metric { values, .. } => Some(values),
@@ -579,6 +581,7 @@ impl<'a, 'c> Builder<'a, 'c> {
         };
         let mut params = Map::new();
         params.insert("field".into(), Value::from(column));
+        let mut show_error = false;
         for (key, v) in body.obj {
             match key.as_str() {
                 "field"
@@ -607,7 +610,8 @@ impl<'a, 'c> Builder<'a, 'c> {
                     params.insert("min_doc_count".into(), Value::from(body.uint(key, v)?));
                 }
                 "show_term_doc_count_error" => {
-                    params.insert(key.clone(), Value::from(body.boolean(key, v)?));
+                    show_error = body.boolean(key, v)?;
+                    params.insert(key.clone(), Value::from(show_error));
                 }
                 "order" => {
                     params.insert("order".into(), terms_order(body, v, sub_plans)?);
@@ -640,7 +644,7 @@ impl<'a, 'c> Builder<'a, 'c> {
         let agg = Self::tantivy_agg(body, "terms", params, subs.clone())?;
         Ok((
             vec![(body.name.to_string(), agg)],
-            PlanKind::Terms { values },
+            PlanKind::Terms { values, show_error },
         ))
     }
 
