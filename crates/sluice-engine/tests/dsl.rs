@@ -1495,3 +1495,33 @@ fn test_terms_show_term_doc_count_error_per_bucket() {
         }})
     );
 }
+
+#[test]
+fn test_histogram_format_renders_key_as_string() {
+    let t = logs();
+    let out = run_aggs(
+        &t,
+        json!({"p": {"histogram": {"field": "price", "interval": 50, "format": "##0.0"}}}),
+    );
+    assert_eq!(
+        out,
+        json!({"p": {"buckets": [
+            {"key_as_string": "0.0", "key": 0.0, "doc_count": 5},
+            {"key_as_string": "50.0", "key": 50.0, "doc_count": 0},
+            {"key_as_string": "100.0", "key": 100.0, "doc_count": 1}
+        ]}})
+    );
+    let out = run_aggs(
+        &t,
+        json!({"p": {"histogram": {"field": "status", "interval": 1000, "format": "#,##0.00", "keyed": true}}}),
+    );
+    assert_eq!(
+        out,
+        json!({"p": {"buckets": {"0.00": {"key_as_string": "0.00", "key": 0.0, "doc_count": 7}}}})
+    );
+    let e = agg_err(
+        &t,
+        json!({"p": {"histogram": {"field": "price", "interval": 50, "format": "0.0E0"}}}),
+    );
+    assert_eq!(e.code, ErrorCode::IllegalArgument, "{e}");
+}

@@ -74,6 +74,7 @@ fn render_agg(results: &AggregationResults, plan: &AggPlan) -> Map<String, Value
             values,
             keyed,
             order,
+            format,
         } => {
             let mut buckets: Vec<(f64, Map<String, Value>)> =
                 histogram_entries(results, &plan.name)
@@ -86,6 +87,8 @@ fn render_agg(results: &AggregationResults, plan: &AggPlan) -> Map<String, Value
                                 "key_as_string".into(),
                                 Value::from(format_millis(key as i64)),
                             );
+                        } else if let Some(format) = format {
+                            m.insert("key_as_string".into(), Value::from(format.format(key)));
                         }
                         m.insert("key".into(), float(key));
                         m.insert("doc_count".into(), Value::from(b.doc_count));

@@ -20,6 +20,7 @@ use tantivy::query::Query;
 use tantivy::schema::Schema;
 use tantivy::tokenizer::TokenizerManager;
 
+use super::decimal::DecimalPattern;
 use super::sources::{self, CalendarUnit, Derivation, DerivedProvider};
 use crate::error::{EngineError, ErrorCode, Result};
 use crate::mapping::FieldType;
@@ -133,6 +134,8 @@ pub(super) enum PlanKind {
         offset_millis: i64,
         keyed: bool,
         order: Option<BucketOrder>,
+        /// The `format` pattern rendering each key's `key_as_string`.
+        format: Option<DecimalPattern>,
     },
     Range {
         values: ValueKind,
@@ -667,9 +670,13 @@ impl<'a, 'c> Builder<'a, 'c> {
         let mut keyed = false;
         let mut order = None;
         let mut min_doc_count = 0;
+        let mut format = None;
         for (key, v) in body.obj {
             match key.as_str() {
-                "field" | "format" | "script" => {}
+                "field" | "script" => {}
+                // A date field's keys are dates, rendered as such whatever the pattern.
+                "format" if values == ValueKind::Date => {}
+                "format" => format = Some(DecimalPattern::parse(body.string(key, v)?)?),
                 "interval" => {
                     let interval = body.number(key, v)?;
                     if interval <= 0.0 {
@@ -713,6 +720,7 @@ impl<'a, 'c> Builder<'a, 'c> {
                 values,
                 keyed,
                 order,
+                format,
             },
         ))
     }
