@@ -1478,6 +1478,101 @@ fn test_empty_search_renders_empty_aggregations() {
 // More queries, aggregation rendering and field types
 
 #[test]
+fn test_fuzzy_matches_terms_within_the_edit_distance() {
+    let t = logs();
+    // "quack" is one substitution from "quick"; AUTO gives 1 edit to a 5-letter term.
+    assert_eq!(
+        t.ids(json!({"fuzzy": {"message": "quack"}})),
+        ids(&["1", "2", "7"])
+    );
+    assert_eq!(
+        t.ids(json!({"fuzzy": {"message": {"value": "quack", "fuzziness": 0}}})),
+        ids(&[])
+    );
+    // "fax" is one edit from "fox".
+    assert_eq!(
+        t.ids(json!({"fuzzy": {"message": {"value": "fax", "fuzziness": "AUTO"}}})),
+        ids(&["1", "4"])
+    );
+    // AUTO gives no edit below 3 characters.
+    assert_eq!(t.ids(json!({"fuzzy": {"tags": "c"}})), ids(&[]));
+    assert_eq!(
+        t.ids(json!({"fuzzy": {"tags": {"value": "c", "fuzziness": 1}}})),
+        ids(&["1", "2"])
+    );
+    // prefix_length: "fax" keeps its "f", "dax" cannot reach "fox" with the "d" fixed.
+    assert_eq!(
+        t.ids(json!({"fuzzy": {"message": {"value": "fax", "prefix_length": 1}}})),
+        ids(&["1", "4"])
+    );
+    assert_eq!(
+        t.ids(json!({"fuzzy": {"message": {"value": "dox", "prefix_length": 1, "fuzziness": 1}}})),
+        ids(&["3", "4"])
+    );
+    // Transpositions count one edit unless turned off.
+    assert_eq!(
+        t.ids(json!({"fuzzy": {"message": {"value": "qiuck", "fuzziness": 1}}})),
+        ids(&["1", "2", "7"])
+    );
+    assert_eq!(
+        t.ids(json!({"fuzzy": {"message": {"value": "qiuck", "fuzziness": 1, "transpositions": false}}})),
+        ids(&[])
+    );
+    // Keywords are fuzzy as they are; every expansion scores the boost.
+    let scores = t.scores(
+        json!({"fuzzy": {"user.name": {"value": "alise", "boost": 2.0,
+        "rewrite": "constant_score", "max_expansions": 10}}}),
+    );
+    assert_eq!(
+        scores.into_iter().collect::<Vec<_>>(),
+        vec![("1".to_string(), 2.0)]
+    );
+    assert_eq!(t.ids(json!({"fuzzy": {"missing_field": "x"}})), ids(&[]));
+}
+
+#[test]
+fn test_fuzzy_rejects_bad_input_like_opensearch() {
+    let t = logs();
+    let parsing = [
+        (
+            json!({"fuzzy": {"message": {"value": "x", "fuzzy": 1}}}),
+            "[fuzzy] query does not support [fuzzy]",
+        ),
+        (
+            json!({"fuzzy": {"message": {"fuzziness": 1}}}),
+            "[fuzzy] query malformed, no value specified for field [message]",
+        ),
+        (
+            json!({"fuzzy": {"message": {"value": "x", "fuzziness": 3}}}),
+            "[fuzzy] fuzziness [3] is not supported; use AUTO, AUTO:low,high, 0, 1 or 2",
+        ),
+        (
+            json!({"fuzzy": {"a": "x", "b": "y"}}),
+            "[fuzzy] query doesn't support multiple fields, found [a] and [b]",
+        ),
+        (
+            json!({"fuzzy": 5}),
+            "[fuzzy] query malformed, no start_object after query name",
+        ),
+    ];
+    for (q, reason) in parsing {
+        let e = t.query_err(q.clone());
+        assert_eq!(e.code, ErrorCode::Parsing, "{q}: {e}");
+        assert_eq!(e.reason, reason, "{q}");
+    }
+    let e = t.query_err(json!({"fuzzy": {"status": "200"}}));
+    assert_eq!(e.code, ErrorCode::QueryShard, "{e}");
+    assert!(e.reason.contains("Can only use fuzzy queries on keyword and text fields - not on [status] which is of type [integer]"), "{}", e.reason);
+    let e = t.query_err(json!({"fuzzy": {"message": {"value": "x", "max_expansions": 0}}}));
+    assert_eq!(
+        e.reason,
+        "failed to create query: maxExpansions must be positive."
+    );
+    let e = t.query_err(json!({"fuzzy": {"message": {"value": "x", "transpositions": "maybe"}}}));
+    assert_eq!(e.code, ErrorCode::XContentParse, "{e}");
+}
+
+#[test]
 fn test_terms_show_term_doc_count_error_per_bucket() {
     let t = logs();
     let out = run_aggs(
