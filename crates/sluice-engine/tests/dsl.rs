@@ -1620,3 +1620,75 @@ fn test_histogram_format_renders_key_as_string() {
     );
     assert_eq!(e.code, ErrorCode::IllegalArgument, "{e}");
 }
+
+fn hosts() -> TestIndex {
+    TestIndex::build(
+        "hosts",
+        json!({"properties": {"addr": {"type": "ip"}, "bad": {"type": "ip", "ignore_malformed": true}}}),
+        &[vec![
+            ("1", json!({"addr": "10.0.0.2", "bad": "nope"})),
+            ("2", json!({"addr": "10.0.0.10"})),
+            ("3", json!({"addr": "192.168.1.7"})),
+            ("4", json!({"addr": "2001:db8::1"})),
+            ("5", json!({"addr": ["::ffff:10.0.0.2", "10.1.0.1"]})),
+            ("6", json!({"bad": "10.0.0.2"})),
+        ]],
+    )
+}
+
+#[test]
+fn test_ip_fields_index_and_answer_term_terms_range_and_exists() {
+    let t = hosts();
+    assert_eq!(
+        t.ids(json!({"term": {"addr": "10.0.0.2"}})),
+        ids(&["1", "5"])
+    );
+    assert_eq!(
+        t.ids(json!({"term": {"addr": "2001:DB8:0::1"}})),
+        ids(&["4"])
+    );
+    assert_eq!(
+        t.ids(json!({"term": {"addr": "10.0.0.0/24"}})),
+        ids(&["1", "2", "5"])
+    );
+    assert_eq!(
+        t.ids(json!({"term": {"addr": "2001:db8::/32"}})),
+        ids(&["4"])
+    );
+    assert_eq!(
+        t.ids(json!({"terms": {"addr": ["192.168.1.7", "10.0.0.0/8"]}})),
+        ids(&["1", "2", "3", "5"])
+    );
+    // Address order, not text order: 10.0.0.10 is above 10.0.0.9.
+    assert_eq!(
+        t.ids(json!({"range": {"addr": {"gt": "10.0.0.9", "lte": "192.168.1.7"}}})),
+        ids(&["2", "3", "5"])
+    );
+    assert_eq!(t.ids(json!({"exists": {"field": "bad"}})), ids(&["6"]));
+    assert_eq!(
+        t.ids(json!({"match": {"addr": "192.168.1.7"}})),
+        ids(&["3"])
+    );
+    let e = t.query_err(json!({"term": {"addr": "nope"}}));
+    assert_eq!(e.code, ErrorCode::QueryShard, "{e}");
+    assert_eq!(
+        e.reason,
+        "failed to create query: 'nope' is not an IP string literal."
+    );
+
+    let mut mapping = t.mapping.clone();
+    let e = mapping
+        .parse_document(&json!({"addr": "300.1.1.1"}), "9")
+        .unwrap_err();
+    assert!(
+        e.reason
+            .starts_with("failed to parse field [addr] of type [ip]"),
+        "{}",
+        e.reason
+    );
+    let out = run_aggs(&t, json!({"a": {"terms": {"field": "addr", "size": 1}}}));
+    assert_eq!(
+        out["a"]["buckets"],
+        json!([{"key": "10.0.0.2", "doc_count": 2}])
+    );
+}

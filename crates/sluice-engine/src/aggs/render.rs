@@ -276,6 +276,10 @@ fn terms_bucket(
             let millis = key_f64(key) as i64;
             (Value::from(millis), Some(format_millis(millis)))
         }
+        (ValueKind::Ip, Key::Str(s)) => (
+            Value::from(crate::ip::decode(s).unwrap_or_else(|| s.clone())),
+            None,
+        ),
         (ValueKind::Boolean, key) => {
             let truthy = key_f64(key) != 0.0 || bucket.key_as_string.as_deref() == Some("true");
             (Value::from(u64::from(truthy)), Some(truthy.to_string()))

@@ -64,6 +64,8 @@ pub(super) enum ValueKind {
     Date,
     /// Booleans.
     Boolean,
+    /// IP addresses, kept in their hex encoding ([`crate::ip`]).
+    Ip,
     /// A field this index does not map: no values.
     Unmapped,
 }
@@ -75,6 +77,7 @@ impl ValueKind {
             ty if ty.is_integer() => ValueKind::Integer,
             ty if ty.is_float() => ValueKind::Float,
             FieldType::Date => ValueKind::Date,
+            FieldType::Ip => ValueKind::Ip,
             _ => ValueKind::Boolean,
         }
     }
@@ -128,14 +131,14 @@ pub(super) enum PlanKind {
         values: ValueKind,
         keyed: bool,
         order: Option<BucketOrder>,
+        /// The `format` pattern rendering each key's `key_as_string`.
+        format: Option<DecimalPattern>,
     },
     DateHistogram {
         calendar: Option<CalendarUnit>,
         offset_millis: i64,
         keyed: bool,
         order: Option<BucketOrder>,
-        /// The `format` pattern rendering each key's `key_as_string`.
-        format: Option<DecimalPattern>,
     },
     Range {
         values: ValueKind,
@@ -659,7 +662,7 @@ impl<'a, 'c> Builder<'a, 'c> {
         let field = self.field(body)?;
         let (column, values) = (field.column.clone(), field.values);
         let column = match values {
-            ValueKind::Keyword | ValueKind::Boolean => {
+            ValueKind::Keyword | ValueKind::Boolean | ValueKind::Ip => {
                 return Err(body.unsupported_type(&field));
             }
             ValueKind::Date => self.derived(&column, Derivation::Millis),
@@ -883,7 +886,7 @@ impl<'a, 'c> Builder<'a, 'c> {
         let field = self.field(body)?;
         let (column, values) = (field.column.clone(), field.values);
         let column = match values {
-            ValueKind::Keyword | ValueKind::Boolean => {
+            ValueKind::Keyword | ValueKind::Boolean | ValueKind::Ip => {
                 return Err(body.unsupported_type(&field));
             }
             ValueKind::Date => self.derived(&column, Derivation::Millis),
@@ -1028,7 +1031,7 @@ impl<'a, 'c> Builder<'a, 'c> {
                 self.derived(&column, Derivation::Float)
             }
             _ if counts => column,
-            ValueKind::Keyword => return Err(body.unsupported_type(&field)),
+            ValueKind::Keyword | ValueKind::Ip => return Err(body.unsupported_type(&field)),
             ValueKind::Date => self.derived(&column, Derivation::Millis),
             ValueKind::Boolean => self.derived(&column, Derivation::Float),
             _ => column,
