@@ -15,6 +15,9 @@
 //! Supported: `terms`, `histogram`, `date_histogram` (fixed intervals; calendar minutes to years,
 //! weeks starting on Monday; UTC only), `range`, `filter`, `avg`, `min`, `max`, `sum`,
 //! `value_count`, `stats` and `cardinality`, with sub-aggregations under bucket aggregations.
+//! A numeric `histogram` with `format` renders `key_as_string` with the `DecimalFormat` pattern
+//! (`decimal`); `terms` with `show_term_doc_count_error` gives each bucket its (single-shard, so
+//! zero) `doc_count_error_upper_bound`.
 //!
 //! # Cancellation
 //!
@@ -25,6 +28,7 @@
 //! midway is safe, and the fruits harvested so far stay mergeable, so a timed-out search can still
 //! [`finish`] with partial results.
 
+mod decimal;
 mod render;
 mod request;
 mod sources;

@@ -20,6 +20,7 @@ pub mod date;
 pub mod engine;
 pub mod error;
 pub mod index;
+pub mod ip;
 pub mod lookup;
 pub mod mapping;
 pub mod query;

@@ -38,6 +38,8 @@ pub enum FieldType {
     Date,
     /// `true` or `false`.
     Boolean,
+    /// An IPv4 or IPv6 address, kept in the encoding of [`crate::ip`].
+    Ip,
 }
 
 impl FieldType {
@@ -54,6 +56,7 @@ impl FieldType {
             "float" => FieldType::Float,
             "date" => FieldType::Date,
             "boolean" => FieldType::Boolean,
+            "ip" => FieldType::Ip,
             _ => return None,
         })
     }
@@ -71,6 +74,7 @@ impl FieldType {
             FieldType::Float => "float",
             FieldType::Date => "date",
             FieldType::Boolean => "boolean",
+            FieldType::Ip => "ip",
         }
     }
 
@@ -144,6 +148,9 @@ pub struct FieldMapping {
     pub fields: BTreeMap<String, FieldMapping>,
     /// Whether the field is indexed (`index: false` keeps it only in `_source`).
     pub index: bool,
+    /// Whether a value that does not fit the type is skipped (kept in `_source` only) instead
+    /// of failing the document.
+    pub ignore_malformed: bool,
     /// The mapping parameters as given, echoed by `GET _mapping`.
     params: Map<String, Value>,
 }
@@ -166,6 +173,9 @@ pub enum Dynamic {
     False,
     /// Reject the document.
     Strict,
+    /// Reject the document unless a dynamic template maps the field; sluice has no dynamic
+    /// templates, so this rejects as [`Dynamic::Strict`] does, under its own name.
+    StrictAllowTemplates,
 }
 
 /// An index's mapping.
@@ -227,6 +237,7 @@ impl FieldMapping {
             ignore_above: None,
             fields: BTreeMap::new(),
             index: true,
+            ignore_malformed: false,
             params,
         }
     }
@@ -313,6 +324,22 @@ impl FieldMapping {
                             FieldMapping::parse(&format!("{name}.{sub}"), sub_body, true)?;
                         f.fields.insert(sub.clone(), sub_mapping);
                     }
+                }
+                "ignore_malformed" => {
+                    if !(ty.is_numeric() || matches!(ty, FieldType::Date | FieldType::Ip)) {
+                        return Err(unknown_param(key, name, ty));
+                    }
+                    f.ignore_malformed = match value {
+                        Value::Bool(b) => *b,
+                        Value::String(s) if s == "true" => true,
+                        Value::String(s) if s == "false" => false,
+                        _ => {
+                            return Err(mapper_err(format!(
+                                "Failed to parse value [{value}] as only [true] or [false] are \
+                                 allowed."
+                            )));
+                        }
+                    };
                 }
                 "doc_values"
                 | "store"
@@ -458,10 +485,13 @@ impl Mapping {
                         Value::String(s) if s == "true" => Dynamic::True,
                         Value::String(s) if s == "false" => Dynamic::False,
                         Value::String(s) if s == "strict" => Dynamic::Strict,
+                        Value::String(s) if s == "strict_allow_templates" => {
+                            Dynamic::StrictAllowTemplates
+                        }
                         _ => {
                             return Err(mapper_err(format!(
                                 "Failed to parse mapping: Could not convert [dynamic] to one of \
-                                 [true, false, strict], got [{value}]"
+                                 [true, false, strict, strict_allow_templates], got [{value}]"
                             )));
                         }
                     }
@@ -488,6 +518,9 @@ impl Mapping {
             }
             Dynamic::Strict => {
                 out.insert("dynamic".into(), Value::from("strict"));
+            }
+            Dynamic::StrictAllowTemplates => {
+                out.insert("dynamic".into(), Value::from("strict_allow_templates"));
             }
         }
         if !self.properties.is_empty() {
@@ -784,7 +817,10 @@ fn walk_value(
         Value::Object(inner) => {
             if !props.contains_key(name) {
                 match dynamic {
-                    Dynamic::Strict => return Err(strict_err(path)),
+                    Dynamic::Strict => return Err(strict_err("strict", path)),
+                    Dynamic::StrictAllowTemplates => {
+                        return Err(strict_err("strict_allow_templates", path));
+                    }
                     Dynamic::False => return Ok(()),
                     Dynamic::True => {
                         props.insert(name.to_string(), Property::Object(BTreeMap::new()));
@@ -807,7 +843,10 @@ fn walk_value(
         leaf => {
             if !props.contains_key(name) {
                 match dynamic {
-                    Dynamic::Strict => return Err(strict_err(path)),
+                    Dynamic::Strict => return Err(strict_err("strict", path)),
+                    Dynamic::StrictAllowTemplates => {
+                        return Err(strict_err("strict_allow_templates", path));
+                    }
                     Dynamic::False => return Ok(()),
                     Dynamic::True => {
                         let f = match leaf {
@@ -853,11 +892,12 @@ fn walk_value(
     }
 }
 
-fn strict_err(path: &str) -> EngineError {
+fn strict_err(setting: &str, path: &str) -> EngineError {
     EngineError::new(
         crate::error::ErrorCode::MapperParsing,
         format!(
-            "mapping set to strict, dynamic introduction of [{path}] within [_doc] is not allowed"
+            "mapping set to {setting}, dynamic introduction of [{path}] within [_doc] is not \
+             allowed"
         ),
     )
 }
@@ -893,45 +933,63 @@ fn emit_leaf(
     out: &mut ParsedDocument,
 ) -> Result<()> {
     let err = || field_parse_err(path, f.ty, doc_id, value);
+    match typed_value(f, value) {
+        Some(Some(typed)) => {
+            match storage_of(f.ty) {
+                Storage::Text => out.text.push((path.to_string(), typed)),
+                Storage::Kw => out.kw.push((path.to_string(), typed)),
+            }
+            Ok(())
+        }
+        Some(None) => Ok(()),
+        // OpenSearch's `ignore_malformed`: the value stays in `_source` and is not indexed.
+        None if f.ignore_malformed => Ok(()),
+        None => Err(err()),
+    }
+}
+
+/// The typed value of one JSON leaf for a field of type `f.ty`: `None` if it does not fit the
+/// type, `Some(None)` if it fits but is not indexed (a keyword above `ignore_above`).
+fn typed_value(f: &FieldMapping, value: &Value) -> Option<Option<TypedValue>> {
     let typed = match f.ty {
-        FieldType::Text => TypedValue::Text(scalar_to_string(value).ok_or_else(err)?),
+        FieldType::Text => TypedValue::Text(scalar_to_string(value)?),
         FieldType::Keyword => {
-            let s = scalar_to_string(value).ok_or_else(err)?;
+            let s = scalar_to_string(value)?;
             if f.ignore_above
                 .is_some_and(|max| s.chars().count() > max as usize)
             {
-                return Ok(());
+                return Some(None);
             }
             TypedValue::Keyword(s)
         }
         ty if ty.is_integer() => {
-            let n = coerce_integer(value).ok_or_else(err)?;
+            let n = coerce_integer(value)?;
             let (lo, hi) = ty.integer_bounds();
             if n < lo || n > hi {
-                return Err(err());
+                return None;
             }
             TypedValue::I64(n)
         }
         FieldType::Float => {
-            let n = coerce_float(value).ok_or_else(err)?;
+            let n = coerce_float(value)?;
             // Stored as the f32 it is, widened back, as OpenSearch's float does.
             TypedValue::F64(f64::from(n as f32))
         }
-        FieldType::Double => TypedValue::F64(coerce_float(value).ok_or_else(err)?),
-        FieldType::Date => TypedValue::Date(date::parse_date_value(value).ok_or_else(err)?),
+        FieldType::Double => TypedValue::F64(coerce_float(value)?),
+        FieldType::Date => TypedValue::Date(date::parse_date_value(value)?),
         FieldType::Boolean => TypedValue::Bool(match value {
             Value::Bool(b) => *b,
             Value::String(s) if s == "true" => true,
             Value::String(s) if s == "false" || s.is_empty() => false,
-            _ => return Err(err()),
+            _ => return None,
         }),
-        _ => return Err(err()),
+        FieldType::Ip => match value {
+            Value::String(s) => TypedValue::Keyword(crate::ip::encode(crate::ip::parse(s)?)),
+            _ => return None,
+        },
+        _ => return None,
     };
-    match storage_of(f.ty) {
-        Storage::Text => out.text.push((path.to_string(), typed)),
-        Storage::Kw => out.kw.push((path.to_string(), typed)),
-    }
-    Ok(())
+    Some(Some(typed))
 }
 
 fn scalar_to_string(v: &Value) -> Option<String> {

@@ -8,7 +8,7 @@
 //!   their text with the index's `default` tokenizer on `text` fields and behave like `term` on
 //!   every other type;
 //! - term-level queries (`term`, `terms`, `range`, `exists`, `ids`, `prefix`, `wildcard`,
-//!   `regexp`) convert their values to the field's type first; `terms` may fetch its values
+//!   `regexp`, `fuzzy`) convert their values to the field's type first; `terms` may fetch its values
 //!   from other documents ([terms lookup](crate::lookup), through [`QueryContext::lookups`]);
 //! - compound queries (`bool`, `constant_score`, `dis_max`) recurse;
 //! - `query_string` has its own small Lucene-syntax parser.
@@ -19,6 +19,7 @@
 
 mod compound;
 mod full_text;
+mod fuzzy;
 mod query_string;
 mod term_level;
 mod values;
@@ -127,6 +128,7 @@ pub fn build_query(dsl: &Value, ctx: &QueryContext) -> Result<Box<dyn Query>> {
         "range" => term_level::range(body, ctx),
         "exists" => term_level::exists(body, ctx),
         "ids" => term_level::ids(body, ctx),
+        "fuzzy" => fuzzy::fuzzy(body, ctx),
         "prefix" => term_level::pattern(term_level::PatternKind::Prefix, body, ctx),
         "wildcard" => term_level::pattern(term_level::PatternKind::Wildcard, body, ctx),
         "regexp" => term_level::pattern(term_level::PatternKind::Regexp, body, ctx),

@@ -1473,3 +1473,222 @@ fn test_empty_search_renders_empty_aggregations() {
     .unwrap();
     assert_eq!(out, json!({"a": {"value": null}}));
 }
+
+// ---------------------------------------------------------------------------------------------
+// More queries, aggregation rendering and field types
+
+#[test]
+fn test_fuzzy_matches_terms_within_the_edit_distance() {
+    let t = logs();
+    // "quack" is one substitution from "quick"; AUTO gives 1 edit to a 5-letter term.
+    assert_eq!(
+        t.ids(json!({"fuzzy": {"message": "quack"}})),
+        ids(&["1", "2", "7"])
+    );
+    assert_eq!(
+        t.ids(json!({"fuzzy": {"message": {"value": "quack", "fuzziness": 0}}})),
+        ids(&[])
+    );
+    // "fax" is one edit from "fox".
+    assert_eq!(
+        t.ids(json!({"fuzzy": {"message": {"value": "fax", "fuzziness": "AUTO"}}})),
+        ids(&["1", "4"])
+    );
+    // AUTO gives no edit below 3 characters.
+    assert_eq!(t.ids(json!({"fuzzy": {"tags": "c"}})), ids(&[]));
+    assert_eq!(
+        t.ids(json!({"fuzzy": {"tags": {"value": "c", "fuzziness": 1}}})),
+        ids(&["1", "2"])
+    );
+    // prefix_length: "fax" keeps its "f", "dax" cannot reach "fox" with the "d" fixed.
+    assert_eq!(
+        t.ids(json!({"fuzzy": {"message": {"value": "fax", "prefix_length": 1}}})),
+        ids(&["1", "4"])
+    );
+    assert_eq!(
+        t.ids(json!({"fuzzy": {"message": {"value": "dox", "prefix_length": 1, "fuzziness": 1}}})),
+        ids(&["3", "4"])
+    );
+    // Transpositions count one edit unless turned off.
+    assert_eq!(
+        t.ids(json!({"fuzzy": {"message": {"value": "qiuck", "fuzziness": 1}}})),
+        ids(&["1", "2", "7"])
+    );
+    assert_eq!(
+        t.ids(json!({"fuzzy": {"message": {"value": "qiuck", "fuzziness": 1, "transpositions": false}}})),
+        ids(&[])
+    );
+    // Keywords are fuzzy as they are; every expansion scores the boost.
+    let scores = t.scores(
+        json!({"fuzzy": {"user.name": {"value": "alise", "boost": 2.0,
+        "rewrite": "constant_score", "max_expansions": 10}}}),
+    );
+    assert_eq!(
+        scores.into_iter().collect::<Vec<_>>(),
+        vec![("1".to_string(), 2.0)]
+    );
+    assert_eq!(t.ids(json!({"fuzzy": {"missing_field": "x"}})), ids(&[]));
+}
+
+#[test]
+fn test_fuzzy_rejects_bad_input_like_opensearch() {
+    let t = logs();
+    let parsing = [
+        (
+            json!({"fuzzy": {"message": {"value": "x", "fuzzy": 1}}}),
+            "[fuzzy] query does not support [fuzzy]",
+        ),
+        (
+            json!({"fuzzy": {"message": {"fuzziness": 1}}}),
+            "[fuzzy] query malformed, no value specified for field [message]",
+        ),
+        (
+            json!({"fuzzy": {"message": {"value": "x", "fuzziness": 3}}}),
+            "[fuzzy] fuzziness [3] is not supported; use AUTO, AUTO:low,high, 0, 1 or 2",
+        ),
+        (
+            json!({"fuzzy": {"a": "x", "b": "y"}}),
+            "[fuzzy] query doesn't support multiple fields, found [a] and [b]",
+        ),
+        (
+            json!({"fuzzy": 5}),
+            "[fuzzy] query malformed, no start_object after query name",
+        ),
+    ];
+    for (q, reason) in parsing {
+        let e = t.query_err(q.clone());
+        assert_eq!(e.code, ErrorCode::Parsing, "{q}: {e}");
+        assert_eq!(e.reason, reason, "{q}");
+    }
+    let e = t.query_err(json!({"fuzzy": {"status": "200"}}));
+    assert_eq!(e.code, ErrorCode::QueryShard, "{e}");
+    assert!(e.reason.contains("Can only use fuzzy queries on keyword and text fields - not on [status] which is of type [integer]"), "{}", e.reason);
+    let e = t.query_err(json!({"fuzzy": {"message": {"value": "x", "max_expansions": 0}}}));
+    assert_eq!(
+        e.reason,
+        "failed to create query: maxExpansions must be positive."
+    );
+    let e = t.query_err(json!({"fuzzy": {"message": {"value": "x", "transpositions": "maybe"}}}));
+    assert_eq!(e.code, ErrorCode::XContentParse, "{e}");
+}
+
+#[test]
+fn test_terms_show_term_doc_count_error_per_bucket() {
+    let t = logs();
+    let out = run_aggs(
+        &t,
+        json!({"levels": {"terms": {"field": "level", "size": 1, "show_term_doc_count_error": true},
+               "aggs": {"s": {"sum": {"field": "status"}}}}}),
+    );
+    assert_eq!(
+        out,
+        json!({"levels": {
+            "doc_count_error_upper_bound": 0,
+            "sum_other_doc_count": 4,
+            "buckets": [{"key": "info", "doc_count": 3, "doc_count_error_upper_bound": 0,
+                         "s": {"value": 400.0}}]
+        }})
+    );
+}
+
+#[test]
+fn test_histogram_format_renders_key_as_string() {
+    let t = logs();
+    let out = run_aggs(
+        &t,
+        json!({"p": {"histogram": {"field": "price", "interval": 50, "format": "##0.0"}}}),
+    );
+    assert_eq!(
+        out,
+        json!({"p": {"buckets": [
+            {"key_as_string": "0.0", "key": 0.0, "doc_count": 5},
+            {"key_as_string": "50.0", "key": 50.0, "doc_count": 0},
+            {"key_as_string": "100.0", "key": 100.0, "doc_count": 1}
+        ]}})
+    );
+    let out = run_aggs(
+        &t,
+        json!({"p": {"histogram": {"field": "status", "interval": 1000, "format": "#,##0.00", "keyed": true}}}),
+    );
+    assert_eq!(
+        out,
+        json!({"p": {"buckets": {"0.00": {"key_as_string": "0.00", "key": 0.0, "doc_count": 7}}}})
+    );
+    let e = agg_err(
+        &t,
+        json!({"p": {"histogram": {"field": "price", "interval": 50, "format": "0.0E0"}}}),
+    );
+    assert_eq!(e.code, ErrorCode::IllegalArgument, "{e}");
+}
+
+fn hosts() -> TestIndex {
+    TestIndex::build(
+        "hosts",
+        json!({"properties": {"addr": {"type": "ip"}, "bad": {"type": "ip", "ignore_malformed": true}}}),
+        &[vec![
+            ("1", json!({"addr": "10.0.0.2", "bad": "nope"})),
+            ("2", json!({"addr": "10.0.0.10"})),
+            ("3", json!({"addr": "192.168.1.7"})),
+            ("4", json!({"addr": "2001:db8::1"})),
+            ("5", json!({"addr": ["::ffff:10.0.0.2", "10.1.0.1"]})),
+            ("6", json!({"bad": "10.0.0.2"})),
+        ]],
+    )
+}
+
+#[test]
+fn test_ip_fields_index_and_answer_term_terms_range_and_exists() {
+    let t = hosts();
+    assert_eq!(
+        t.ids(json!({"term": {"addr": "10.0.0.2"}})),
+        ids(&["1", "5"])
+    );
+    assert_eq!(
+        t.ids(json!({"term": {"addr": "2001:DB8:0::1"}})),
+        ids(&["4"])
+    );
+    assert_eq!(
+        t.ids(json!({"term": {"addr": "10.0.0.0/24"}})),
+        ids(&["1", "2", "5"])
+    );
+    assert_eq!(
+        t.ids(json!({"term": {"addr": "2001:db8::/32"}})),
+        ids(&["4"])
+    );
+    assert_eq!(
+        t.ids(json!({"terms": {"addr": ["192.168.1.7", "10.0.0.0/8"]}})),
+        ids(&["1", "2", "3", "5"])
+    );
+    // Address order, not text order: 10.0.0.10 is above 10.0.0.9.
+    assert_eq!(
+        t.ids(json!({"range": {"addr": {"gt": "10.0.0.9", "lte": "192.168.1.7"}}})),
+        ids(&["2", "3", "5"])
+    );
+    assert_eq!(t.ids(json!({"exists": {"field": "bad"}})), ids(&["6"]));
+    assert_eq!(
+        t.ids(json!({"match": {"addr": "192.168.1.7"}})),
+        ids(&["3"])
+    );
+    let e = t.query_err(json!({"term": {"addr": "nope"}}));
+    assert_eq!(e.code, ErrorCode::QueryShard, "{e}");
+    assert_eq!(
+        e.reason,
+        "failed to create query: 'nope' is not an IP string literal."
+    );
+
+    let mut mapping = t.mapping.clone();
+    let e = mapping
+        .parse_document(&json!({"addr": "300.1.1.1"}), "9")
+        .unwrap_err();
+    assert!(
+        e.reason
+            .starts_with("failed to parse field [addr] of type [ip]"),
+        "{}",
+        e.reason
+    );
+    let out = run_aggs(&t, json!({"a": {"terms": {"field": "addr", "size": 1}}}));
+    assert_eq!(
+        out["a"]["buckets"],
+        json!([{"key": "10.0.0.2", "doc_count": 2}])
+    );
+}

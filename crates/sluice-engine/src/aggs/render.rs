@@ -49,7 +49,7 @@ fn render_agg(results: &AggregationResults, plan: &AggPlan) -> Map<String, Value
         obj.insert("meta".into(), meta.clone());
     }
     match &plan.kind {
-        PlanKind::Terms { values } => {
+        PlanKind::Terms { values, show_error } => {
             let (buckets, other, error) = match bucket_result(results, &plan.name) {
                 Some(BucketResult::Terms {
                     buckets,
@@ -66,7 +66,7 @@ fn render_agg(results: &AggregationResults, plan: &AggPlan) -> Map<String, Value
             obj.insert("sum_other_doc_count".into(), Value::from(other));
             let rendered = buckets
                 .iter()
-                .map(|b| Value::Object(terms_bucket(b, *values, &plan.subs)))
+                .map(|b| Value::Object(terms_bucket(b, *values, *show_error, &plan.subs)))
                 .collect();
             obj.insert("buckets".into(), Value::Array(rendered));
         }
@@ -74,6 +74,7 @@ fn render_agg(results: &AggregationResults, plan: &AggPlan) -> Map<String, Value
             values,
             keyed,
             order,
+            format,
         } => {
             let mut buckets: Vec<(f64, Map<String, Value>)> =
                 histogram_entries(results, &plan.name)
@@ -86,6 +87,8 @@ fn render_agg(results: &AggregationResults, plan: &AggPlan) -> Map<String, Value
                                 "key_as_string".into(),
                                 Value::from(format_millis(key as i64)),
                             );
+                        } else if let Some(format) = format {
+                            m.insert("key_as_string".into(), Value::from(format.format(key)));
                         }
                         m.insert("key".into(), float(key));
                         m.insert("doc_count".into(), Value::from(b.doc_count));
@@ -260,14 +263,23 @@ fn keyed_or_list(buckets: Vec<(f64, Map<String, Value>)>, keyed: bool) -> Value 
 }
 
 /// A terms bucket: `key` typed by the field (and `key_as_string` for dates and booleans),
-/// `doc_count`, then sub-aggregations.
-fn terms_bucket(bucket: &BucketEntry, values: ValueKind, subs: &[AggPlan]) -> Map<String, Value> {
+/// `doc_count` (and `doc_count_error_upper_bound` when `show_error`), then sub-aggregations.
+fn terms_bucket(
+    bucket: &BucketEntry,
+    values: ValueKind,
+    show_error: bool,
+    subs: &[AggPlan],
+) -> Map<String, Value> {
     let mut m = Map::new();
     let (key, key_as_string) = match (values, &bucket.key) {
         (ValueKind::Date, key) => {
             let millis = key_f64(key) as i64;
             (Value::from(millis), Some(format_millis(millis)))
         }
+        (ValueKind::Ip, Key::Str(s)) => (
+            Value::from(crate::ip::decode(s).unwrap_or_else(|| s.clone())),
+            None,
+        ),
         (ValueKind::Boolean, key) => {
             let truthy = key_f64(key) != 0.0 || bucket.key_as_string.as_deref() == Some("true");
             (Value::from(u64::from(truthy)), Some(truthy.to_string()))
@@ -291,6 +303,11 @@ fn terms_bucket(bucket: &BucketEntry, values: ValueKind, subs: &[AggPlan]) -> Ma
         m.insert("key_as_string".into(), Value::from(s));
     }
     m.insert("doc_count".into(), Value::from(bucket.doc_count));
+    if show_error {
+        // A sluice index is one shard, which sees every term, so each bucket's count is exact:
+        // OpenSearch reports 0 for the buckets of a single-shard search.
+        m.insert("doc_count_error_upper_bound".into(), Value::from(0));
+    }
     render_into(&mut m, &bucket.sub_aggregation, subs);
     m
 }

@@ -20,6 +20,7 @@ use tantivy::query::Query;
 use tantivy::schema::Schema;
 use tantivy::tokenizer::TokenizerManager;
 
+use super::decimal::DecimalPattern;
 use super::sources::{self, CalendarUnit, Derivation, DerivedProvider};
 use crate::error::{EngineError, ErrorCode, Result};
 use crate::mapping::FieldType;
@@ -63,6 +64,8 @@ pub(super) enum ValueKind {
     Date,
     /// Booleans.
     Boolean,
+    /// IP addresses, kept in their hex encoding ([`crate::ip`]).
+    Ip,
     /// A field this index does not map: no values.
     Unmapped,
 }
@@ -74,6 +77,7 @@ impl ValueKind {
             ty if ty.is_integer() => ValueKind::Integer,
             ty if ty.is_float() => ValueKind::Float,
             FieldType::Date => ValueKind::Date,
+            FieldType::Ip => ValueKind::Ip,
             _ => ValueKind::Boolean,
         }
     }
@@ -120,11 +124,15 @@ pub(super) struct RangePlan {
 pub(super) enum PlanKind {
     Terms {
         values: ValueKind,
+        /// `show_term_doc_count_error`: each bucket carries its `doc_count_error_upper_bound`.
+        show_error: bool,
     },
     Histogram {
         values: ValueKind,
         keyed: bool,
         order: Option<BucketOrder>,
+        /// The `format` pattern rendering each key's `key_as_string`.
+        format: Option<DecimalPattern>,
     },
     DateHistogram {
         calendar: Option<CalendarUnit>,
@@ -147,7 +155,7 @@ pub(super) enum PlanKind {
 impl PlanKind {
     fn values_mut(&mut self) -> Option<&mut ValueKind> {
         match self {
-            PlanKind::Terms { values }
+            PlanKind::Terms { values, .. }
             | PlanKind::Histogram { values, .. }
             | PlanKind::Range { values, .. }
             | PlanKind::Metric { values, .. } => Some(values),
@@ -579,6 +587,7 @@ impl<'a, 'c> Builder<'a, 'c> {
         };
         let mut params = Map::new();
         params.insert("field".into(), Value::from(column));
+        let mut show_error = false;
         for (key, v) in body.obj {
             match key.as_str() {
                 "field"
@@ -607,7 +616,8 @@ impl<'a, 'c> Builder<'a, 'c> {
                     params.insert("min_doc_count".into(), Value::from(body.uint(key, v)?));
                 }
                 "show_term_doc_count_error" => {
-                    params.insert(key.clone(), Value::from(body.boolean(key, v)?));
+                    show_error = body.boolean(key, v)?;
+                    params.insert(key.clone(), Value::from(show_error));
                 }
                 "order" => {
                     params.insert("order".into(), terms_order(body, v, sub_plans)?);
@@ -640,7 +650,7 @@ impl<'a, 'c> Builder<'a, 'c> {
         let agg = Self::tantivy_agg(body, "terms", params, subs.clone())?;
         Ok((
             vec![(body.name.to_string(), agg)],
-            PlanKind::Terms { values },
+            PlanKind::Terms { values, show_error },
         ))
     }
 
@@ -652,7 +662,7 @@ impl<'a, 'c> Builder<'a, 'c> {
         let field = self.field(body)?;
         let (column, values) = (field.column.clone(), field.values);
         let column = match values {
-            ValueKind::Keyword | ValueKind::Boolean => {
+            ValueKind::Keyword | ValueKind::Boolean | ValueKind::Ip => {
                 return Err(body.unsupported_type(&field));
             }
             ValueKind::Date => self.derived(&column, Derivation::Millis),
@@ -663,9 +673,13 @@ impl<'a, 'c> Builder<'a, 'c> {
         let mut keyed = false;
         let mut order = None;
         let mut min_doc_count = 0;
+        let mut format = None;
         for (key, v) in body.obj {
             match key.as_str() {
-                "field" | "format" | "script" => {}
+                "field" | "script" => {}
+                // A date field's keys are dates, rendered as such whatever the pattern.
+                "format" if values == ValueKind::Date => {}
+                "format" => format = Some(DecimalPattern::parse(body.string(key, v)?)?),
                 "interval" => {
                     let interval = body.number(key, v)?;
                     if interval <= 0.0 {
@@ -709,6 +723,7 @@ impl<'a, 'c> Builder<'a, 'c> {
                 values,
                 keyed,
                 order,
+                format,
             },
         ))
     }
@@ -871,7 +886,7 @@ impl<'a, 'c> Builder<'a, 'c> {
         let field = self.field(body)?;
         let (column, values) = (field.column.clone(), field.values);
         let column = match values {
-            ValueKind::Keyword | ValueKind::Boolean => {
+            ValueKind::Keyword | ValueKind::Boolean | ValueKind::Ip => {
                 return Err(body.unsupported_type(&field));
             }
             ValueKind::Date => self.derived(&column, Derivation::Millis),
@@ -1016,7 +1031,7 @@ impl<'a, 'c> Builder<'a, 'c> {
                 self.derived(&column, Derivation::Float)
             }
             _ if counts => column,
-            ValueKind::Keyword => return Err(body.unsupported_type(&field)),
+            ValueKind::Keyword | ValueKind::Ip => return Err(body.unsupported_type(&field)),
             ValueKind::Date => self.derived(&column, Derivation::Millis),
             ValueKind::Boolean => self.derived(&column, Derivation::Float),
             _ => column,

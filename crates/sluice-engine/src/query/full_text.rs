@@ -85,7 +85,7 @@ impl Fuzziness {
     }
 
     /// The edit distance allowed for a term of `len` characters.
-    fn distance(self, len: usize) -> u8 {
+    pub(super) fn distance(self, len: usize) -> u8 {
         match self {
             Fuzziness::Fixed(d) => d,
             Fuzziness::Auto { low, high } => {

@@ -344,6 +344,19 @@ pub(super) fn field_range(
                 Box::new(RangeQuery::new(lo, hi))
             }
         }
+        FieldType::Ip => {
+            let bound = |end: RangeEnd| -> Result<Bound<Term>> {
+                Ok(match end {
+                    None => Bound::Unbounded,
+                    Some((v, incl)) => {
+                        let text = values::scalar_string(v).map_err(err)?;
+                        let encoded = crate::ip::encode_text(&text).map_err(err)?;
+                        inclusive(incl, ctx.str_term(field, &encoded))
+                    }
+                })
+            };
+            Box::new(RangeQuery::new(bound(lower)?, bound(upper)?))
+        }
         ty if ty.is_integer() => {
             let lo = match lower {
                 None => i64::MIN,

@@ -33,6 +33,9 @@ pub(super) enum Exact {
     /// whole day, as OpenSearch's date `term` query does (it is a range from the value rounded
     /// down to the value rounded up).
     Date { from: i64, to: i64 },
+    /// The addresses of a CIDR block on an `ip` field, as the inclusive range of their
+    /// [encodings](crate::ip).
+    IpBlock { from: String, to: String },
 }
 
 /// Converts `value` to the type of `field`.
@@ -49,6 +52,13 @@ pub(super) fn exact(
             from: parse_date(ctx, value, false)?,
             to: parse_date(ctx, value, true)?,
         }),
+        FieldType::Ip => {
+            let text = scalar_string(value)?;
+            match crate::ip::cidr_bounds(&text) {
+                Some(block) => block.map(|(from, to)| Exact::IpBlock { from, to }),
+                None => crate::ip::encode_text(&text).map(Exact::Str),
+            }
+        }
         _ => parse_bool(value).map(Exact::Bool),
     }
 }
@@ -213,7 +223,7 @@ pub(super) fn record_option(field: &ResolvedField) -> IndexRecordOption {
     }
 }
 
-/// The indexed term of a value; `None` for dates, which are searched as ranges.
+/// The indexed term of a value; `None` for dates and CIDR blocks, which are searched as ranges.
 pub(super) fn term_of(ctx: &QueryContext, field: &ResolvedField, value: &Exact) -> Option<Term> {
     let mut term = ctx.path_term(field);
     match value {
@@ -227,7 +237,7 @@ pub(super) fn term_of(ctx: &QueryContext, field: &ResolvedField, value: &Exact) 
             NumericalValue::F64(f) => term.append_type_and_fast_value(f),
         },
         Exact::Bool(b) => term.append_type_and_fast_value(*b),
-        Exact::Date { .. } => return None,
+        Exact::Date { .. } | Exact::IpBlock { .. } => return None,
     }
     Some(term)
 }
@@ -249,6 +259,10 @@ pub(super) fn exact_query(
         Exact::Date { from, to } => Box::new(RangeQuery::new(
             Bound::Included(date_term(ctx, field, *from)),
             Bound::Included(date_term(ctx, field, *to)),
+        )),
+        Exact::IpBlock { from, to } => Box::new(RangeQuery::new(
+            Bound::Included(ctx.str_term(field, from)),
+            Bound::Included(ctx.str_term(field, to)),
         )),
         other => match term_of(ctx, field, other) {
             Some(term) => Box::new(TermQuery::new(term, record_option(field))),

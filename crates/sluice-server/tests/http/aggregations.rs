@@ -494,3 +494,63 @@ async fn test_unknown_aggregation_type_is_rejected_by_name() {
     node.assert_alive().await;
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_term_doc_count_error_and_histogram_format_render_like_opensearch() {
+    let node = TestNode::start().await;
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/products",
+            Some(json!({"mappings": {"properties": {
+                "category": {"type": "keyword"}, "year": {"type": "integer"}}}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    node.bulk(
+        "/products/_bulk?refresh=true",
+        &[
+            json!({"index": {}}),
+            json!({"category": "electronics", "year": 2011}),
+            json!({"index": {}}),
+            json!({"category": "electronics", "year": 1998}),
+            json!({"index": {}}),
+            json!({"category": "books", "year": 1960}),
+        ],
+    )
+    .await;
+    let resp = node
+        .search(
+            "products",
+            json!({"size": 0, "aggs": {
+                "c": {"terms": {"field": "category", "show_term_doc_count_error": true}},
+                "y": {"histogram": {"field": "year", "interval": 100, "format": "##0.0"}}}}),
+        )
+        .await;
+    assert_eq!(
+        resp["aggregations"]["c"]["buckets"],
+        json!([
+            {"key": "electronics", "doc_count": 2, "doc_count_error_upper_bound": 0},
+            {"key": "books", "doc_count": 1, "doc_count_error_upper_bound": 0}
+        ]),
+        "{resp}"
+    );
+    assert_eq!(
+        resp["aggregations"]["y"]["buckets"],
+        json!([
+            {"key_as_string": "1900.0", "key": 1900.0, "doc_count": 2},
+            {"key_as_string": "2000.0", "key": 2000.0, "doc_count": 1}
+        ]),
+        "{resp}"
+    );
+    let resp = node
+        .req(
+            "POST",
+            "/products/_search",
+            Some(json!({"size": 0, "aggs": {"y": {"histogram": {
+                "field": "year", "interval": 100, "format": "0.0E0"}}}})),
+        )
+        .await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    node.stop().await;
+}

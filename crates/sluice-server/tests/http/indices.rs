@@ -977,3 +977,83 @@ async fn test_cat_count_and_settings_of_every_index() {
     );
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_ip_fields_and_dynamic_settings_through_the_mapping_api() {
+    let node = TestNode::start().await;
+    let mappings = json!({"properties": {
+        "director": {"type": "text"},
+        "year": {"type": "integer"},
+        "location": {"type": "ip", "ignore_malformed": true}
+    }});
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/movies",
+            Some(json!({"mappings": mappings.clone()})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let (s, m) = node.req("GET", "/movies/_mapping", None).await;
+    assert_eq!(s, 200, "{m}");
+    assert_eq!(m["movies"]["mappings"], mappings, "{m}");
+    for (id, doc) in [
+        ("1", json!({"director": "a", "location": "10.0.0.2"})),
+        ("2", json!({"director": "b", "location": "2001:db8::1"})),
+        ("3", json!({"director": "c", "location": "not an address"})),
+    ] {
+        let (s, b) = node
+            .req("PUT", &format!("/movies/_doc/{id}?refresh=true"), Some(doc))
+            .await;
+        assert_eq!(s, 201, "{b}");
+    }
+    let (_, got) = node.req("GET", "/movies/_doc/3", None).await;
+    assert_eq!(got["_source"]["location"], "not an address", "{got}");
+    for (q, n) in [
+        (json!({"term": {"location": "10.0.0.0/8"}}), 1),
+        (json!({"term": {"location": "2001:DB8::1"}}), 1),
+        (
+            json!({"range": {"location": {"gte": "10.0.0.1", "lte": "10.0.0.9"}}}),
+            1,
+        ),
+        (json!({"exists": {"field": "location"}}), 2),
+    ] {
+        assert_eq!(node.count("movies", Some(q.clone())).await, n, "{q}");
+    }
+    let resp = node
+        .req(
+            "POST",
+            "/movies/_search",
+            Some(json!({"query": {"term": {"location": "10.0.0.300"}}})),
+        )
+        .await;
+    assert_error(&resp, 400, "query_shard_exception");
+    let (s, b) = node
+        .req("PUT", "/movies/_doc/4", Some(json!({"location": 5})))
+        .await;
+    assert_eq!(
+        s, 201,
+        "ignore_malformed keeps a non-string value in _source only: {b}"
+    );
+
+    for dynamic in ["true", "false", "strict", "strict_allow_templates"] {
+        let (s, b) = node
+            .req(
+                "PUT",
+                "/movies/_mapping",
+                Some(json!({"dynamic": dynamic, "properties": {"producer": {"type": "text"}}})),
+            )
+            .await;
+        assert_eq!((s, &b), (200, &json!({"acknowledged": true})), "{dynamic}");
+    }
+    let (_, m) = node.req("GET", "/movies/_mapping", None).await;
+    assert_eq!(
+        m["movies"]["mappings"]["dynamic"], "strict_allow_templates",
+        "{m}"
+    );
+    let resp = node
+        .req("PUT", "/movies/_doc/5", Some(json!({"unknown": 1})))
+        .await;
+    assert_error(&resp, 400, "mapper_parsing_exception");
+    node.stop().await;
+}

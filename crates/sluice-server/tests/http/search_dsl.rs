@@ -1095,3 +1095,54 @@ async fn test_search_response_has_opensearch_shape() {
     );
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_fuzzy_query_matches_within_edit_distance_with_constant_score() {
+    let node = TestNode::start().await;
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/movies",
+            Some(json!({"mappings": {"properties": {"title": {"type": "text"}}}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = node
+        .req(
+            "POST",
+            "/movies/_doc/1?refresh=true",
+            Some(json!({"title": "Brave"})),
+        )
+        .await;
+    assert_eq!(s, 201, "{b}");
+    let resp = node
+        .search(
+            "movies",
+            json!({"query": {"fuzzy": {"title": {"value": "bake", "fuzziness": 2,
+                "max_expansions": 40, "prefix_length": 0, "transpositions": true,
+                "rewrite": "constant_score"}}}}),
+        )
+        .await;
+    assert_eq!(resp["hits"]["total"]["value"], 1, "{resp}");
+    assert_eq!(resp["hits"]["max_score"], 1.0, "{resp}");
+    assert_eq!(
+        resp["hits"]["hits"][0]["_source"],
+        json!({"title": "Brave"})
+    );
+    let resp = node
+        .search("movies", json!({"query": {"fuzzy": {"title": "bake"}}}))
+        .await;
+    assert_eq!(
+        resp["hits"]["total"]["value"], 0,
+        "AUTO allows one edit: {resp}"
+    );
+    let resp = node
+        .req(
+            "POST",
+            "/movies/_search",
+            Some(json!({"query": {"fuzzy": {"title": {"value": "bake", "fuzziness": "lots"}}}})),
+        )
+        .await;
+    assert_error(&resp, 400, "parsing_exception");
+    node.stop().await;
+}
