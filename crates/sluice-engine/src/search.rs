@@ -230,6 +230,21 @@ impl Default for SearchRequest {
     }
 }
 
+/// Renders a score the way OpenSearch does: a 32-bit float in its shortest decimal form
+/// (`1.6`, not the `1.600000023841858` its widening to f64 prints); a non-finite score is
+/// `null`.
+pub fn score_json(score: Score) -> Value {
+    if !score.is_finite() {
+        return Value::Null;
+    }
+    // The f32's Display is its shortest round-tripping decimal, which parses to the f64 that
+    // serde_json prints the same way.
+    score
+        .to_string()
+        .parse::<f64>()
+        .map_or(Value::Null, Value::from)
+}
+
 fn parse_err(reason: impl Into<String>) -> EngineError {
     EngineError::parsing(reason)
 }
@@ -1206,6 +1221,8 @@ fn render_sort_value(v: &SortValue, spec: &SortSpec, ty: Option<FieldType>) -> V
         SortValue::Str(s) => json!(s),
         SortValue::Num(n) => match (ty, &spec.field) {
             (_, SortField::Doc) => json!(*n as i64),
+            // The key holds the f32 score widened: render the float OpenSearch would.
+            (_, SortField::Score) => score_json(*n as f32),
             (Some(t), _) if t.is_integer() || t == FieldType::Date => json!(*n as i64),
             (Some(FieldType::Boolean), _) => json!(*n != 0.0),
             _ => json!(n),
@@ -1240,7 +1257,7 @@ fn render_response(
         hit.insert(
             "_score".into(),
             if scores_shown {
-                json!(c.score)
+                score_json(c.score)
             } else {
                 Value::Null
             },
@@ -1287,10 +1304,11 @@ fn render_response(
             }
         }
     }
+    // With `size: 0` OpenSearch collects no top documents and so has no maximum score.
     hits.insert(
         "max_score".into(),
-        if scores_shown {
-            collected.max_score.map_or(Value::Null, |s| json!(s))
+        if scores_shown && req.size > 0 {
+            collected.max_score.map_or(Value::Null, score_json)
         } else {
             Value::Null
         },

@@ -1095,3 +1095,75 @@ async fn test_search_response_has_opensearch_shape() {
     );
     node.stop().await;
 }
+
+/// Indexes `docs` into a fresh `index` (with `mappings`), one refresh per document so that
+/// each lands in its own segment, in the given order.
+async fn index_one_by_one(node: &TestNode, index: &str, mappings: Value, docs: &[Value]) {
+    let (s, resp) = node
+        .req(
+            "PUT",
+            &format!("/{index}"),
+            Some(json!({"mappings": mappings})),
+        )
+        .await;
+    assert_eq!(s, 200, "{resp}");
+    for doc in docs {
+        let (s, resp) = node
+            .req(
+                "POST",
+                &format!("/{index}/_doc?refresh=true"),
+                Some(doc.clone()),
+            )
+            .await;
+        assert_eq!(s, 201, "{resp}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_scores_render_as_shortest_f32() {
+    let node = TestNode::start().await;
+    index_one_by_one(
+        &node,
+        "movies",
+        json!({"properties": {"genre": {"type": "keyword"}}}),
+        &[json!({"genre": "adventure"})],
+    )
+    .await;
+    let query = json!({"terms": {"boost": 1.6, "genre": ["adventure"]}});
+    let resp = node.search("movies", json!({"query": query})).await;
+    assert_eq!(
+        resp["hits"]["hits"][0]["_score"].as_f64(),
+        Some(1.6),
+        "{resp}"
+    );
+    assert_eq!(resp["hits"]["max_score"].as_f64(), Some(1.6), "{resp}");
+    // A `_score` sort value is the same float.
+    let resp = node
+        .search("movies", json!({"query": query, "sort": ["_score"]}))
+        .await;
+    assert_eq!(
+        resp["hits"]["hits"][0]["sort"][0].as_f64(),
+        Some(1.6),
+        "{resp}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_max_score_is_null_without_top_hits() {
+    let node = TestNode::start().await;
+    index_one_by_one(&node, "movies", json!({}), &[json!({"title": "Moneyball"})]).await;
+    let resp = node.search("movies", json!({"size": 0})).await;
+    assert_eq!(resp["hits"]["total"]["value"], 1, "{resp}");
+    assert!(
+        resp["hits"].as_object().unwrap()["max_score"].is_null(),
+        "size 0 has max_score null: {resp}"
+    );
+    let resp = node.search("movies", json!({"size": 1})).await;
+    assert_eq!(resp["hits"]["max_score"].as_f64(), Some(1.0), "{resp}");
+    // Sorted on a field without track_scores: no scores, so no maximum either.
+    let resp = node
+        .search("movies", json!({"sort": [{"title.keyword": "asc"}]}))
+        .await;
+    assert!(resp["hits"]["max_score"].is_null(), "{resp}");
+    assert!(resp["hits"]["hits"][0]["_score"].is_null(), "{resp}");
+}
