@@ -725,6 +725,21 @@ mod tests {
     }
 
     #[test]
+    fn test_equal_hits_come_in_indexing_order_across_pages() {
+        let (_tmp, engine) = engine_with_segments(5, 6);
+        let indexing_order: Vec<String> = (0..30).map(|n| format!("d{n}")).collect();
+        // By score (all equal), and by a sort key that ties within each value.
+        let (all, _) = scroll_all(&engine, json!({"size": 4}));
+        assert_eq!(all, indexing_order);
+        let (all, _) = scroll_all(&engine, json!({"size": 4, "sort": [{"k": "asc"}]}));
+        let by_k: Vec<String> = (0..3)
+            .flat_map(|k| (0..30).filter(move |n| n % 3 == k))
+            .map(|n| format!("d{n}"))
+            .collect();
+        assert_eq!(all, by_k);
+    }
+
+    #[test]
     fn test_scroll_by_equal_scores_returns_each_doc_once() {
         let (_tmp, engine) = engine_with_segments(3, 20);
         let (all, _) = scroll_all(&engine, json!({"size": 8}));

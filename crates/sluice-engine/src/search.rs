@@ -606,8 +606,14 @@ impl SortValue {
 pub(crate) struct Candidate {
     keys: Vec<SortValue>,
     score: Score,
-    /// (index position, segment, doc): the final tie-break, ascending.
-    at: (usize, u32, DocId),
+    /// (index position, sequence number, segment, doc): the final tie-break, ascending.
+    ///
+    /// Lucene breaks ties by doc id, which is indexing order; tantivy's segments come in no
+    /// particular order (and several indexing threads share one refresh's documents between
+    /// segments), so the document's sequence number stands for indexing order. It is
+    /// `u64::MAX` in indices whose `_seq_no` is not a fast field (created before it was), which
+    /// then fall back to segment and doc order.
+    at: (usize, u64, u32, DocId),
 }
 
 /// Compares candidates in output order (best first) under a sort spec.
@@ -1009,6 +1015,7 @@ fn collect(
                 ),
                 None => None,
             };
+            let seq_nos = seg.fast_fields().u64(crate::schema::SEQ_NO_FIELD).ok();
             let mut scorer = weight.scorer(seg, 1.0)?;
             let alive = seg.alive_bitset();
             let mut doc = scorer.doc();
@@ -1054,7 +1061,15 @@ fn collect(
                             let c = Candidate {
                                 keys,
                                 score,
-                                at: (ipos, seg_ord as u32, doc),
+                                at: (
+                                    ipos,
+                                    seq_nos
+                                        .as_ref()
+                                        .and_then(|c| c.first(doc))
+                                        .unwrap_or(u64::MAX),
+                                    seg_ord as u32,
+                                    doc,
+                                ),
                             };
                             if after
                                 .is_some_and(|a| cmp_candidates(&specs, &c, a) != Ordering::Greater)
@@ -1250,7 +1265,7 @@ fn render_response(
         let p = &prepared[c.at.0];
         let stored = p
             .handle
-            .load_doc(&p.searcher, DocAddress::new(c.at.1, c.at.2))?;
+            .load_doc(&p.searcher, DocAddress::new(c.at.2, c.at.3))?;
         let mut hit = Map::new();
         hit.insert("_index".into(), json!(p.handle.name()));
         hit.insert("_id".into(), json!(stored.id));

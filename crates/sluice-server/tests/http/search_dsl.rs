@@ -1167,3 +1167,84 @@ async fn test_max_score_is_null_without_top_hits() {
     assert!(resp["hits"]["max_score"].is_null(), "{resp}");
     assert!(resp["hits"]["hits"][0]["_score"].is_null(), "{resp}");
 }
+
+/// Titles in indexing order, for the tie tests.
+const TIED: [&str; 8] = [
+    "Monopoly",
+    "Cyberpunk",
+    "Drive",
+    "Frozen",
+    "Moneyball",
+    "Cruise",
+    "Lion",
+    "Beast",
+];
+
+fn titles(resp: &Value) -> Vec<String> {
+    resp["hits"]["hits"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no hits in {resp}"))
+        .iter()
+        .map(|h| {
+            h["_source"]["title"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_equal_hits_come_in_indexing_order() {
+    let node = TestNode::start().await;
+    // One segment per document: tantivy orders segments by their random ids.
+    let docs: Vec<Value> = TIED
+        .iter()
+        .map(|t| json!({"title": t, "genre": "RPG", "year": 2011}))
+        .collect();
+    index_one_by_one(
+        &node,
+        "games",
+        json!({"properties": {"genre": {"type": "keyword"}}}),
+        &docs,
+    )
+    .await;
+    let expected: Vec<String> = TIED.iter().map(|t| t.to_string()).collect();
+    for body in [
+        json!({"query": {"terms": {"genre": ["RPG"]}}}),
+        json!({"query": {"match_all": {}}}),
+        json!({"sort": [{"year": "asc"}]}),
+        json!({"sort": [{"genre": "desc"}, "_score"]}),
+    ] {
+        let resp = node.search("games", body.clone()).await;
+        assert_eq!(titles(&resp), expected, "{body}: {resp}");
+    }
+    // And in one bulk, refreshed once.
+    let mut lines = Vec::new();
+    for d in &docs {
+        lines.push(json!({"index": {"_index": "bulk"}}));
+        lines.push(d.clone());
+    }
+    node.bulk("/_bulk?refresh=true", &lines).await;
+    let resp = node.search("bulk", json!({})).await;
+    assert_eq!(titles(&resp), expected, "{resp}");
+    // Across scroll pages of one hit.
+    let (s, mut page) = node
+        .req("POST", "/games/_search?scroll=1m", Some(json!({"size": 1})))
+        .await;
+    assert_eq!(s, 200, "{page}");
+    let mut seen = titles(&page);
+    for _ in 1..TIED.len() {
+        let (s, next) = node
+            .req(
+                "POST",
+                "/_search/scroll",
+                Some(json!({"scroll": "1m", "scroll_id": page["_scroll_id"]})),
+            )
+            .await;
+        assert_eq!(s, 200, "{next}");
+        seen.extend(titles(&next));
+        page = next;
+    }
+    assert_eq!(seen, expected);
+}
