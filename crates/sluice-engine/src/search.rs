@@ -32,6 +32,9 @@ pub const CHECK_EVERY_DOCS: u32 = 4096;
 const FETCH_CHECK_EVERY_HITS: usize = 256;
 /// OpenSearch's default `track_total_hits` threshold.
 pub const DEFAULT_TRACK_TOTAL_HITS: u64 = 10_000;
+/// The primary term of every document: a single node never changes primaries, so the term
+/// stays OpenSearch's first one.
+pub const PRIMARY_TERM: u64 = 1;
 /// OpenSearch's default page size.
 pub const DEFAULT_SIZE: u64 = 10;
 
@@ -205,6 +208,10 @@ pub struct SearchRequest {
     /// The most aggregation buckets the search may build (`search.max_buckets`); `None` is
     /// OpenSearch's default.
     pub max_buckets: Option<u32>,
+    /// `seq_no_primary_term`: each hit carries its `_seq_no` and `_primary_term`.
+    pub seq_no_primary_term: bool,
+    /// `version`: each hit carries its `_version`.
+    pub version: bool,
     /// An opaque label the caller attaches; never parsed from the request. A scroll keeps it
     /// for its continuations ([`crate::ScrollStore::owner`]) — the server stores the workload
     /// group the scroll was opened in.
@@ -225,6 +232,8 @@ impl Default for SearchRequest {
             track_scores: false,
             min_score: None,
             max_buckets: None,
+            seq_no_primary_term: false,
+            version: false,
             owner: None,
         }
     }
@@ -471,7 +480,9 @@ impl SearchRequest {
                                 as f32,
                         )
                     }
-                    "explain" | "version" | "seq_no_primary_term" | "profile" => {
+                    "seq_no_primary_term" => req.seq_no_primary_term = expect_bool(key, v)?,
+                    "version" => req.version = expect_bool(key, v)?,
+                    "explain" | "profile" => {
                         expect_bool(key, v)?;
                     }
                     "terminate_after" => {
@@ -544,8 +555,12 @@ impl SearchRequest {
                     req.source.excludes = v.split(',').map(str::to_string).collect()
                 }
                 "track_total_hits" => {
-                    req.track_total_hits = parse_track_total_hits(&Value::from(v.as_str()))?
+                    req.track_total_hits = parse_track_total_hits(&Value::from(v.as_str()))?;
                 }
+                "seq_no_primary_term" => {
+                    req.seq_no_primary_term = expect_bool(key, &Value::from(v.as_str()))?
+                }
+                "version" => req.version = expect_bool(key, &Value::from(v.as_str()))?,
                 "timeout" => req.timeout = Some(crate::parse_time_value(v).map_err(|e| {
                     EngineError::illegal_argument(format!(
                         "failed to parse setting [timeout] with value [{v}] as a time value: {e}"
@@ -1269,6 +1284,13 @@ fn render_response(
         let mut hit = Map::new();
         hit.insert("_index".into(), json!(p.handle.name()));
         hit.insert("_id".into(), json!(stored.id));
+        if req.version {
+            hit.insert("_version".into(), json!(stored.version));
+        }
+        if req.seq_no_primary_term {
+            hit.insert("_seq_no".into(), json!(stored.seq_no));
+            hit.insert("_primary_term".into(), json!(PRIMARY_TERM));
+        }
         hit.insert(
             "_score".into(),
             if scores_shown {

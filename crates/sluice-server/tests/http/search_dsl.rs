@@ -1168,6 +1168,52 @@ async fn test_max_score_is_null_without_top_hits() {
     assert!(resp["hits"]["hits"][0]["_score"].is_null(), "{resp}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_seq_no_primary_term_and_version_on_hits() {
+    let node = TestNode::start().await;
+    index_one_by_one(
+        &node,
+        "movies",
+        json!({}),
+        &[json!({"title": "Moneyball"}), json!({"title": "Drive"})],
+    )
+    .await;
+    let (s, resp) = node
+        .req(
+            "POST",
+            "/movies/_search?seq_no_primary_term=true",
+            Some(json!({"sort": [{"title.keyword": "asc"}]})),
+        )
+        .await;
+    assert_eq!(s, 200, "{resp}");
+    let hits = resp["hits"]["hits"].as_array().unwrap();
+    // Drive was indexed second.
+    assert_eq!(hits[0]["_seq_no"], 1, "{resp}");
+    assert_eq!(hits[1]["_seq_no"], 0, "{resp}");
+    assert!(hits.iter().all(|h| h["_primary_term"] == 1), "{resp}");
+    assert!(hits.iter().all(|h| h.get("_version").is_none()), "{resp}");
+    // The body form, and `version`.
+    let resp = node
+        .search(
+            "movies",
+            json!({"seq_no_primary_term": true, "version": true, "query": {"match": {"title": "drive"}}}),
+        )
+        .await;
+    let hit = &resp["hits"]["hits"][0];
+    assert_eq!(
+        (&hit["_version"], &hit["_seq_no"], &hit["_primary_term"]),
+        (&json!(1), &json!(1), &json!(1)),
+        "{resp}"
+    );
+    // Without them a hit carries none of the three.
+    let resp = node.search("movies", json!({})).await;
+    let hit = resp["hits"]["hits"][0].as_object().unwrap();
+    assert!(
+        !hit.contains_key("_seq_no") && !hit.contains_key("_primary_term"),
+        "{resp}"
+    );
+}
+
 /// Titles in indexing order, for the tie tests.
 const TIED: [&str; 8] = [
     "Monopoly",
