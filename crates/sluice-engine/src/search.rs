@@ -254,6 +254,43 @@ pub fn score_json(score: Score) -> Value {
         .map_or(Value::Null, Value::from)
 }
 
+/// The URL parameter that renders `hits.total` as a plain number.
+pub const REST_TOTAL_HITS_AS_INT: &str = "rest_total_hits_as_int";
+
+/// Reads the `rest_total_hits_as_int` URL parameter as OpenSearch reads a boolean parameter
+/// (absent is false, empty is true).
+pub fn rest_total_hits_as_int(params: &HashMap<String, String>) -> Result<bool> {
+    match params.get(REST_TOTAL_HITS_AS_INT).map(String::as_str) {
+        None | Some("false") => Ok(false),
+        Some("" | "true") => Ok(true),
+        Some(other) => Err(EngineError::illegal_argument(format!(
+            "Failed to parse value [{other}] as only [true] or [false] are allowed."
+        ))),
+    }
+}
+
+/// Renders a search response's `hits.total` as OpenSearch does under
+/// `rest_total_hits_as_int=true`: the count alone, `-1` when totals were not tracked.
+pub fn render_total_hits_as_int(resp: &mut Value) {
+    let Some(Value::Object(hits)) = resp.get_mut("hits") else {
+        return;
+    };
+    let total = match hits.get("total") {
+        Some(Value::Object(t)) => t.get("value").cloned().unwrap_or(json!(-1)),
+        Some(other) => other.clone(),
+        None => json!(-1),
+    };
+    // Keep `total` first, where OpenSearch renders it.
+    let mut out = Map::new();
+    out.insert("total".into(), total);
+    for (k, v) in std::mem::take(hits) {
+        if k != "total" {
+            out.insert(k, v);
+        }
+    }
+    *hits = out;
+}
+
 fn parse_err(reason: impl Into<String>) -> EngineError {
     EngineError::parsing(reason)
 }
@@ -439,8 +476,13 @@ fn parse_track_total_hits(v: &Value) -> Result<TrackTotalHits> {
 impl SearchRequest {
     /// Parses a `_search` body and applies URL parameters over it (`q`, `from`, `size`,
     /// `sort`, `_source*`, `track_total_hits`, `timeout`), as OpenSearch does.
+    ///
+    /// With `rest_total_hits_as_int=true` totals are counted exactly unless the request says
+    /// otherwise, and a `track_total_hits` threshold is refused, as OpenSearch does: a number
+    /// cannot say "at least".
     pub fn parse(body: Option<&Value>, params: &HashMap<String, String>) -> Result<SearchRequest> {
         let mut req = SearchRequest::default();
+        let mut track_total_hits_set = false;
         if let Some(body) = body {
             let obj = body
                 .as_object()
@@ -457,7 +499,10 @@ impl SearchRequest {
                     "size" => req.size = as_u64_param("size", v)?,
                     "sort" => parse_sort_entry(v, &mut req.sort)?,
                     "_source" => req.source = parse_source(v)?,
-                    "track_total_hits" => req.track_total_hits = parse_track_total_hits(v)?,
+                    "track_total_hits" => {
+                        req.track_total_hits = parse_track_total_hits(v)?;
+                        track_total_hits_set = true;
+                    }
                     "timeout" => {
                         let s = v.as_str().ok_or_else(|| {
                             parse_err("[timeout] must be a time value string like \"500ms\"")
@@ -556,6 +601,7 @@ impl SearchRequest {
                 }
                 "track_total_hits" => {
                     req.track_total_hits = parse_track_total_hits(&Value::from(v.as_str()))?;
+                    track_total_hits_set = true;
                 }
                 "seq_no_primary_term" => {
                     req.seq_no_primary_term = expect_bool(key, &Value::from(v.as_str()))?
@@ -567,6 +613,17 @@ impl SearchRequest {
                     ))
                 })?),
                 _ => {}
+            }
+        }
+        if rest_total_hits_as_int(params)? {
+            match req.track_total_hits {
+                TrackTotalHits::UpTo(n) if track_total_hits_set => {
+                    return Err(EngineError::illegal_argument(format!(
+                        "[{REST_TOTAL_HITS_AS_INT}] cannot be used if the tracking of total hits is not accurate, got {n}"
+                    )));
+                }
+                TrackTotalHits::UpTo(_) => req.track_total_hits = TrackTotalHits::Exact,
+                TrackTotalHits::Exact | TrackTotalHits::Off => {}
             }
         }
         Ok(req)

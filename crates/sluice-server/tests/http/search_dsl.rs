@@ -1214,6 +1214,92 @@ async fn test_seq_no_primary_term_and_version_on_hits() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_rest_total_hits_as_int_renders_a_number() {
+    let node = TestNode::start().await;
+    index_one_by_one(
+        &node,
+        "movies",
+        json!({}),
+        &[json!({"order": 1}), json!({"order": 2})],
+    )
+    .await;
+    let (s, resp) = node
+        .req(
+            "POST",
+            "/movies/_search?rest_total_hits_as_int=true",
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(s, 200, "{resp}");
+    assert_eq!(resp["hits"]["total"], json!(2), "{resp}");
+    // Untracked totals are -1.
+    let (_, resp) = node
+        .req(
+            "POST",
+            "/movies/_search?rest_total_hits_as_int=true",
+            Some(json!({"track_total_hits": false})),
+        )
+        .await;
+    assert_eq!(resp["hits"]["total"], json!(-1), "{resp}");
+    // A threshold cannot be rendered as a number.
+    let resp = node
+        .req(
+            "POST",
+            "/movies/_search?rest_total_hits_as_int=true",
+            Some(json!({"track_total_hits": 1})),
+        )
+        .await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    assert_eq!(
+        resp.1["error"]["reason"],
+        "[rest_total_hits_as_int] cannot be used if the tracking of total hits is not accurate, got 1",
+        "{}",
+        resp.1
+    );
+    // false keeps the object.
+    let (_, resp) = node
+        .req(
+            "POST",
+            "/movies/_search?rest_total_hits_as_int=false",
+            Some(json!({"track_total_hits": 1})),
+        )
+        .await;
+    assert_eq!(
+        resp["hits"]["total"],
+        json!({"value": 1, "relation": "gte"}),
+        "{resp}"
+    );
+    // _msearch items.
+    let (s, resp) = node
+        .raw(
+            "POST",
+            "/_msearch?rest_total_hits_as_int=true",
+            "{\"index\": \"movies\"}\n{}\n",
+        )
+        .await;
+    assert_eq!(s, 200, "{resp}");
+    assert_eq!(resp["responses"][0]["hits"]["total"], json!(2), "{resp}");
+    // Scroll continuations.
+    let (_, first) = node
+        .req(
+            "POST",
+            "/movies/_search?scroll=1m&rest_total_hits_as_int=true",
+            Some(json!({"size": 1})),
+        )
+        .await;
+    assert_eq!(first["hits"]["total"], json!(2), "{first}");
+    let (s, page) = node
+        .req(
+            "POST",
+            "/_search/scroll?rest_total_hits_as_int=true",
+            Some(json!({"scroll_id": first["_scroll_id"]})),
+        )
+        .await;
+    assert_eq!(s, 200, "{page}");
+    assert_eq!(page["hits"]["total"], json!(2), "{page}");
+}
+
 /// Titles in indexing order, for the tie tests.
 const TIED: [&str; 8] = [
     "Monopoly",
