@@ -249,6 +249,17 @@ impl ScrollStore {
                 .with_index(indices.first().map(|h| h.name().to_string()).unwrap_or_default()),
             ));
         }
+        if req.search_after.is_some() {
+            return Err(all_shards_failed(
+                EngineError::illegal_argument("`search_after` cannot be used in a scroll context.")
+                    .with_index(
+                        indices
+                            .first()
+                            .map(|h| h.name().to_string())
+                            .unwrap_or_default(),
+                    ),
+            ));
+        }
         let reservation = self.reserve()?;
         let mut prepared = search::prepare(indices, req, now_millis, None, lookups)?;
         let (first, last) = search::run_prepared(&prepared, req, ctx, started, None)?;

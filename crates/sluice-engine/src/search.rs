@@ -208,6 +208,9 @@ pub struct SearchRequest {
     /// The most aggregation buckets the search may build (`search.max_buckets`); `None` is
     /// OpenSearch's default.
     pub max_buckets: Option<u32>,
+    /// `search_after`: the sort values of the hit the page starts after (hits with exactly
+    /// these values are skipped too, as in OpenSearch); `None` when absent or empty.
+    pub search_after: Option<Vec<Value>>,
     /// `seq_no_primary_term`: each hit carries its `_seq_no` and `_primary_term`.
     pub seq_no_primary_term: bool,
     /// `version`: each hit carries its `_version`.
@@ -232,6 +235,7 @@ impl Default for SearchRequest {
             track_scores: false,
             min_score: None,
             max_buckets: None,
+            search_after: None,
             seq_no_primary_term: false,
             version: false,
             owner: None,
@@ -525,6 +529,7 @@ impl SearchRequest {
                                 as f32,
                         )
                     }
+                    "search_after" if v.is_array() => req.search_after = parse_search_after(v)?,
                     "seq_no_primary_term" => req.seq_no_primary_term = expect_bool(key, v)?,
                     "version" => req.version = expect_bool(key, v)?,
                     "explain" | "profile" => {
@@ -627,6 +632,116 @@ impl SearchRequest {
             }
         }
         Ok(req)
+    }
+}
+
+/// Reads the `search_after` array: scalars only, as OpenSearch's `SearchAfterBuilder` reads it.
+/// An empty array is no cursor.
+fn parse_search_after(v: &Value) -> Result<Option<Vec<Value>>> {
+    let values = v.as_array().map(Vec::as_slice).unwrap_or_default();
+    if let Some(bad) = values.iter().find(|x| x.is_array() || x.is_object()) {
+        return Err(parse_err(format!(
+            "Expected [VALUE_STRING] or [VALUE_NUMBER] or [VALUE_BOOLEAN] or [VALUE_NULL] but found [{}] inside search_after.",
+            start_token(bad)
+        )));
+    }
+    Ok((!values.is_empty()).then(|| values.to_vec()))
+}
+
+/// Turns a request's `search_after` values into a cursor that every hit with the same sort
+/// values sorts before (OpenSearch's `FieldDoc` with doc `Integer.MAX_VALUE`), checked as
+/// OpenSearch checks it on a shard; `None` without `search_after`.
+pub(crate) fn search_after_cursor(
+    prepared: &[Prepared],
+    req: &SearchRequest,
+) -> Result<Option<Candidate>> {
+    let Some(values) = &req.search_after else {
+        return Ok(None);
+    };
+    let fail = |reason: String| {
+        let e = EngineError::illegal_argument(reason);
+        match prepared.first() {
+            Some(p) => shard_failure(e, &p.handle),
+            None => e.into_search_phase_failure(),
+        }
+    };
+    if req.from > 0 {
+        return Err(fail(
+            "`from` parameter must be set to 0 when `search_after` is used.".into(),
+        ));
+    }
+    // OpenSearch has no sort to page on when the sort is the default, by score descending.
+    let by_score_only = match req.sort.as_slice() {
+        [] => true,
+        [only] => only.field == SortField::Score && only.desc,
+        _ => false,
+    };
+    if by_score_only {
+        return Err(fail("Sort must contain at least one field.".into()));
+    }
+    if values.len() != req.sort.len() {
+        return Err(fail(format!(
+            "search_after has {} value(s) but sort has {}.",
+            values.len(),
+            req.sort.len()
+        )));
+    }
+    let mut keys = Vec::with_capacity(values.len());
+    for (i, (spec, v)) in req.sort.iter().zip(values).enumerate() {
+        let ty = prepared.iter().find_map(|p| {
+            p.sort_columns
+                .get(i)
+                .and_then(|c| c.as_ref().map(|(_, t)| *t))
+        });
+        let key = after_value(spec, ty, v).ok_or_else(|| {
+            let name = match &spec.field {
+                SortField::Score => "_score",
+                SortField::Doc => "_doc",
+                SortField::Field(f) => f.as_str(),
+            };
+            fail(format!(
+                "Failed to parse search_after value for field [{name}]."
+            ))
+        })?;
+        keys.push(key);
+    }
+    Ok(Some(Candidate {
+        keys,
+        score: 0.0,
+        at: (usize::MAX, u64::MAX, u32::MAX, DocId::MAX),
+    }))
+}
+
+/// One `search_after` value as the sort key it stands for; `None` when it cannot be one.
+fn after_value(spec: &SortSpec, ty: Option<FieldType>, v: &Value) -> Option<SortValue> {
+    let number = |v: &Value| crate::mapping::coerce_float(v).map(SortValue::Num);
+    if v.is_null() {
+        return Some(SortValue::Missing);
+    }
+    match (&spec.field, ty) {
+        (SortField::Score | SortField::Doc, _) => number(v),
+        (SortField::Field(_), Some(FieldType::Date)) => {
+            crate::date::parse_date_value(v).map(|ms| SortValue::Num(ms as f64))
+        }
+        (SortField::Field(_), Some(FieldType::Boolean)) => match v {
+            Value::Bool(b) => Some(SortValue::Num(f64::from(u8::from(*b)))),
+            Value::String(s) if s == "true" || s == "false" => {
+                Some(SortValue::Num(f64::from(u8::from(s == "true"))))
+            }
+            _ => number(v),
+        },
+        (SortField::Field(_), Some(t)) if t.is_numeric() => number(v),
+        (SortField::Field(_), Some(_)) => match v {
+            Value::String(s) => Some(SortValue::Str(s.clone())),
+            Value::Number(n) => Some(SortValue::Str(n.to_string())),
+            Value::Bool(b) => Some(SortValue::Str(b.to_string())),
+            _ => None,
+        },
+        // Unmapped in every index: every hit sorts as missing whatever the value.
+        (SortField::Field(_), None) => match v {
+            Value::String(s) => Some(SortValue::Str(s.clone())),
+            other => number(other).or(Some(SortValue::Missing)),
+        },
     }
 }
 
@@ -858,7 +973,8 @@ pub fn execute(
     lookups: Option<&TermsLookups<'_>>,
 ) -> Result<Value> {
     let prepared = prepare(indices, req, now_millis, max_buckets, lookups)?;
-    Ok(run_prepared(&prepared, req, ctx, started, None)?.0)
+    let after = search_after_cursor(&prepared, req)?;
+    Ok(run_prepared(&prepared, req, ctx, started, after.as_ref())?.0)
 }
 
 /// Checks the result window, takes a searcher snapshot of each index and builds its query,

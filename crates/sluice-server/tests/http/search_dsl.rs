@@ -1380,3 +1380,117 @@ async fn test_equal_hits_come_in_indexing_order() {
     }
     assert_eq!(seen, expected);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_search_after_pages_through_a_sort() {
+    let node = TestNode::start().await;
+    index_one_by_one(
+        &node,
+        "movies",
+        json!({"properties": {"title": {"type": "keyword"}}}),
+        &[
+            json!({"title": "The Cruise", "year": 1998}),
+            json!({"title": "Drive", "year": 1960}),
+            json!({"title": "Frozen", "year": 2013}),
+            json!({"title": "Moneyball", "year": 2011}),
+            json!({"title": "Heat", "year": 2011}),
+        ],
+    )
+    .await;
+    let resp = node
+        .search(
+            "movies",
+            json!({"sort": [{"year": "asc"}], "search_after": [1960]}),
+        )
+        .await;
+    assert_eq!(
+        titles(&resp),
+        ["The Cruise", "Moneyball", "Heat", "Frozen"],
+        "{resp}"
+    );
+    // Page by page with two sort keys, feeding back each page's last sort values.
+    let mut all = Vec::new();
+    let mut after: Option<Value> = None;
+    loop {
+        let mut body = json!({"size": 2, "sort": [{"year": "desc"}, {"title": "asc"}]});
+        if let Some(a) = &after {
+            body["search_after"] = a.clone();
+        }
+        let resp = node.search("movies", body).await;
+        let page = titles(&resp);
+        if page.is_empty() {
+            break;
+        }
+        all.extend(page);
+        after = resp["hits"]["hits"]
+            .as_array()
+            .unwrap()
+            .last()
+            .map(|h| h["sort"].clone());
+    }
+    assert_eq!(all, ["Frozen", "Heat", "Moneyball", "The Cruise", "Drive"]);
+    // Values equal to a hit's skip it: a string sort value works too.
+    let resp = node
+        .search(
+            "movies",
+            json!({"sort": [{"title": "asc"}], "search_after": ["Heat"]}),
+        )
+        .await;
+    assert_eq!(titles(&resp), ["Moneyball", "The Cruise"], "{resp}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_search_after_errors_say_what_is_wrong() {
+    let node = TestNode::start().await;
+    index_one_by_one(&node, "movies", json!({}), &[json!({"year": 1998})]).await;
+    let cases = [
+        (
+            json!({"sort": [{"year": "asc"}], "search_after": [1, 2]}),
+            400,
+            "search_after has 2 value(s) but sort has 1.",
+        ),
+        (
+            json!({"search_after": [1]}),
+            400,
+            "Sort must contain at least one field.",
+        ),
+        (
+            json!({"sort": [{"year": "asc"}], "search_after": ["toto"]}),
+            400,
+            "Failed to parse search_after value for field [year].",
+        ),
+        (
+            json!({"sort": [{"year": "asc"}], "search_after": [1], "from": 1}),
+            400,
+            "`from` parameter must be set to 0 when `search_after` is used.",
+        ),
+        (
+            json!({"sort": [{"year": "asc"}], "search_after": [{}]}),
+            400,
+            "Expected [VALUE_STRING] or [VALUE_NUMBER] or [VALUE_BOOLEAN] or [VALUE_NULL] but found [START_OBJECT] inside search_after.",
+        ),
+    ];
+    for (body, status, reason) in cases {
+        let resp = node
+            .req("POST", "/movies/_search", Some(body.clone()))
+            .await;
+        assert_eq!(resp.0, status, "{body}: {}", resp.1);
+        assert_eq!(
+            resp.1["error"]["root_cause"][0]["reason"], reason,
+            "{body}: {}",
+            resp.1
+        );
+    }
+    let resp = node
+        .req(
+            "POST",
+            "/movies/_search?scroll=1m",
+            Some(json!({"sort": [{"year": "asc"}], "search_after": [1]})),
+        )
+        .await;
+    assert_error(&resp, 400, "search_phase_execution_exception");
+    assert_eq!(
+        resp.1["error"]["root_cause"][0]["reason"],
+        "`search_after` cannot be used in a scroll context."
+    );
+}
