@@ -45,7 +45,8 @@ pub struct Fields {
     pub kw: Field,
     /// `_version`: stored.
     pub version: Field,
-    /// `_seq_no`: stored.
+    /// `_seq_no`: stored and fast (indices created before it was fast have it stored only).
+    /// Search breaks ties by it, so that equal hits come in indexing order as in OpenSearch.
     pub seq_no: Field,
 }
 
@@ -74,7 +75,10 @@ pub fn build_schema() -> (Schema, Fields) {
             .set_expand_dots_enabled(),
     );
     let version = b.add_u64_field(VERSION_FIELD, NumericOptions::default().set_stored());
-    let seq_no = b.add_u64_field(SEQ_NO_FIELD, NumericOptions::default().set_stored());
+    let seq_no = b.add_u64_field(
+        SEQ_NO_FIELD,
+        NumericOptions::default().set_stored().set_fast(),
+    );
     (
         b.build(),
         Fields {

@@ -249,6 +249,17 @@ impl ScrollStore {
                 .with_index(indices.first().map(|h| h.name().to_string()).unwrap_or_default()),
             ));
         }
+        if req.search_after.is_some() {
+            return Err(all_shards_failed(
+                EngineError::illegal_argument("`search_after` cannot be used in a scroll context.")
+                    .with_index(
+                        indices
+                            .first()
+                            .map(|h| h.name().to_string())
+                            .unwrap_or_default(),
+                    ),
+            ));
+        }
         let reservation = self.reserve()?;
         let mut prepared = search::prepare(indices, req, now_millis, None, lookups)?;
         let (first, last) = search::run_prepared(&prepared, req, ctx, started, None)?;
@@ -722,6 +733,21 @@ mod tests {
                 .expect("search");
             assert_eq!(all, ids(&one), "order under {sort}");
         }
+    }
+
+    #[test]
+    fn test_equal_hits_come_in_indexing_order_across_pages() {
+        let (_tmp, engine) = engine_with_segments(5, 6);
+        let indexing_order: Vec<String> = (0..30).map(|n| format!("d{n}")).collect();
+        // By score (all equal), and by a sort key that ties within each value.
+        let (all, _) = scroll_all(&engine, json!({"size": 4}));
+        assert_eq!(all, indexing_order);
+        let (all, _) = scroll_all(&engine, json!({"size": 4, "sort": [{"k": "asc"}]}));
+        let by_k: Vec<String> = (0..3)
+            .flat_map(|k| (0..30).filter(move |n| n % 3 == k))
+            .map(|n| format!("d{n}"))
+            .collect();
+        assert_eq!(all, by_k);
     }
 
     #[test]

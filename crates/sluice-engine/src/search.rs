@@ -32,6 +32,9 @@ pub const CHECK_EVERY_DOCS: u32 = 4096;
 const FETCH_CHECK_EVERY_HITS: usize = 256;
 /// OpenSearch's default `track_total_hits` threshold.
 pub const DEFAULT_TRACK_TOTAL_HITS: u64 = 10_000;
+/// The primary term of every document: a single node never changes primaries, so the term
+/// stays OpenSearch's first one.
+pub const PRIMARY_TERM: u64 = 1;
 /// OpenSearch's default page size.
 pub const DEFAULT_SIZE: u64 = 10;
 
@@ -205,6 +208,13 @@ pub struct SearchRequest {
     /// The most aggregation buckets the search may build (`search.max_buckets`); `None` is
     /// OpenSearch's default.
     pub max_buckets: Option<u32>,
+    /// `search_after`: the sort values of the hit the page starts after (hits with exactly
+    /// these values are skipped too, as in OpenSearch); `None` when absent or empty.
+    pub search_after: Option<Vec<Value>>,
+    /// `seq_no_primary_term`: each hit carries its `_seq_no` and `_primary_term`.
+    pub seq_no_primary_term: bool,
+    /// `version`: each hit carries its `_version`.
+    pub version: bool,
     /// An opaque label the caller attaches; never parsed from the request. A scroll keeps it
     /// for its continuations ([`crate::ScrollStore::owner`]) — the server stores the workload
     /// group the scroll was opened in.
@@ -225,9 +235,64 @@ impl Default for SearchRequest {
             track_scores: false,
             min_score: None,
             max_buckets: None,
+            search_after: None,
+            seq_no_primary_term: false,
+            version: false,
             owner: None,
         }
     }
+}
+
+/// Renders a score the way OpenSearch does: a 32-bit float in its shortest decimal form
+/// (`1.6`, not the `1.600000023841858` its widening to f64 prints); a non-finite score is
+/// `null`.
+pub fn score_json(score: Score) -> Value {
+    if !score.is_finite() {
+        return Value::Null;
+    }
+    // The f32's Display is its shortest round-tripping decimal, which parses to the f64 that
+    // serde_json prints the same way.
+    score
+        .to_string()
+        .parse::<f64>()
+        .map_or(Value::Null, Value::from)
+}
+
+/// The URL parameter that renders `hits.total` as a plain number.
+pub const REST_TOTAL_HITS_AS_INT: &str = "rest_total_hits_as_int";
+
+/// Reads the `rest_total_hits_as_int` URL parameter as OpenSearch reads a boolean parameter
+/// (absent is false, empty is true).
+pub fn rest_total_hits_as_int(params: &HashMap<String, String>) -> Result<bool> {
+    match params.get(REST_TOTAL_HITS_AS_INT).map(String::as_str) {
+        None | Some("false") => Ok(false),
+        Some("" | "true") => Ok(true),
+        Some(other) => Err(EngineError::illegal_argument(format!(
+            "Failed to parse value [{other}] as only [true] or [false] are allowed."
+        ))),
+    }
+}
+
+/// Renders a search response's `hits.total` as OpenSearch does under
+/// `rest_total_hits_as_int=true`: the count alone, `-1` when totals were not tracked.
+pub fn render_total_hits_as_int(resp: &mut Value) {
+    let Some(Value::Object(hits)) = resp.get_mut("hits") else {
+        return;
+    };
+    let total = match hits.get("total") {
+        Some(Value::Object(t)) => t.get("value").cloned().unwrap_or(json!(-1)),
+        Some(other) => other.clone(),
+        None => json!(-1),
+    };
+    // Keep `total` first, where OpenSearch renders it.
+    let mut out = Map::new();
+    out.insert("total".into(), total);
+    for (k, v) in std::mem::take(hits) {
+        if k != "total" {
+            out.insert(k, v);
+        }
+    }
+    *hits = out;
 }
 
 fn parse_err(reason: impl Into<String>) -> EngineError {
@@ -417,8 +482,13 @@ fn parse_track_total_hits(v: &Value) -> Result<TrackTotalHits> {
 impl SearchRequest {
     /// Parses a `_search` body and applies URL parameters over it (`q`, `from`, `size`,
     /// `sort`, `_source*`, `track_total_hits`, `timeout`), as OpenSearch does.
+    ///
+    /// With `rest_total_hits_as_int=true` totals are counted exactly unless the request says
+    /// otherwise, and a `track_total_hits` threshold is refused, as OpenSearch does: a number
+    /// cannot say "at least".
     pub fn parse(body: Option<&Value>, params: &HashMap<String, String>) -> Result<SearchRequest> {
         let mut req = SearchRequest::default();
+        let mut track_total_hits_set = false;
         if let Some(body) = body {
             let obj = body
                 .as_object()
@@ -435,7 +505,10 @@ impl SearchRequest {
                     "size" => req.size = as_u64_param("size", v)?,
                     "sort" => parse_sort_entry(v, &mut req.sort)?,
                     "_source" => req.source = parse_source(v)?,
-                    "track_total_hits" => req.track_total_hits = parse_track_total_hits(v)?,
+                    "track_total_hits" => {
+                        req.track_total_hits = parse_track_total_hits(v)?;
+                        track_total_hits_set = true;
+                    }
                     "timeout" => {
                         let s = v.as_str().ok_or_else(|| {
                             parse_err("[timeout] must be a time value string like \"500ms\"")
@@ -458,7 +531,10 @@ impl SearchRequest {
                                 as f32,
                         )
                     }
-                    "explain" | "version" | "seq_no_primary_term" | "profile" => {
+                    "search_after" if v.is_array() => req.search_after = parse_search_after(v)?,
+                    "seq_no_primary_term" => req.seq_no_primary_term = expect_bool(key, v)?,
+                    "version" => req.version = expect_bool(key, v)?,
+                    "explain" | "profile" => {
                         expect_bool(key, v)?;
                     }
                     "terminate_after" => {
@@ -531,8 +607,13 @@ impl SearchRequest {
                     req.source.excludes = v.split(',').map(str::to_string).collect()
                 }
                 "track_total_hits" => {
-                    req.track_total_hits = parse_track_total_hits(&Value::from(v.as_str()))?
+                    req.track_total_hits = parse_track_total_hits(&Value::from(v.as_str()))?;
+                    track_total_hits_set = true;
                 }
+                "seq_no_primary_term" => {
+                    req.seq_no_primary_term = expect_bool(key, &Value::from(v.as_str()))?
+                }
+                "version" => req.version = expect_bool(key, &Value::from(v.as_str()))?,
                 "timeout" => req.timeout = Some(crate::parse_time_value(v).map_err(|e| {
                     EngineError::illegal_argument(format!(
                         "failed to parse setting [timeout] with value [{v}] as a time value: {e}"
@@ -541,7 +622,128 @@ impl SearchRequest {
                 _ => {}
             }
         }
+        if rest_total_hits_as_int(params)? {
+            match req.track_total_hits {
+                TrackTotalHits::UpTo(n) if track_total_hits_set => {
+                    return Err(EngineError::illegal_argument(format!(
+                        "[{REST_TOTAL_HITS_AS_INT}] cannot be used if the tracking of total hits is not accurate, got {n}"
+                    )));
+                }
+                TrackTotalHits::UpTo(_) => req.track_total_hits = TrackTotalHits::Exact,
+                TrackTotalHits::Exact | TrackTotalHits::Off => {}
+            }
+        }
         Ok(req)
+    }
+}
+
+/// Reads the `search_after` array: scalars only, as OpenSearch's `SearchAfterBuilder` reads it.
+/// An empty array is no cursor.
+fn parse_search_after(v: &Value) -> Result<Option<Vec<Value>>> {
+    let values = v.as_array().map(Vec::as_slice).unwrap_or_default();
+    if let Some(bad) = values.iter().find(|x| x.is_array() || x.is_object()) {
+        return Err(parse_err(format!(
+            "Expected [VALUE_STRING] or [VALUE_NUMBER] or [VALUE_BOOLEAN] or [VALUE_NULL] but found [{}] inside search_after.",
+            start_token(bad)
+        )));
+    }
+    Ok((!values.is_empty()).then(|| values.to_vec()))
+}
+
+/// Turns a request's `search_after` values into a cursor that every hit with the same sort
+/// values sorts before (OpenSearch's `FieldDoc` with doc `Integer.MAX_VALUE`), checked as
+/// OpenSearch checks it on a shard; `None` without `search_after`.
+pub(crate) fn search_after_cursor(
+    prepared: &[Prepared],
+    req: &SearchRequest,
+) -> Result<Option<Candidate>> {
+    let Some(values) = &req.search_after else {
+        return Ok(None);
+    };
+    let fail = |reason: String| {
+        let e = EngineError::illegal_argument(reason);
+        match prepared.first() {
+            Some(p) => shard_failure(e, &p.handle),
+            None => e.into_search_phase_failure(),
+        }
+    };
+    if req.from > 0 {
+        return Err(fail(
+            "`from` parameter must be set to 0 when `search_after` is used.".into(),
+        ));
+    }
+    // OpenSearch has no sort to page on when the sort is the default, by score descending.
+    let by_score_only = match req.sort.as_slice() {
+        [] => true,
+        [only] => only.field == SortField::Score && only.desc,
+        _ => false,
+    };
+    if by_score_only {
+        return Err(fail("Sort must contain at least one field.".into()));
+    }
+    if values.len() != req.sort.len() {
+        return Err(fail(format!(
+            "search_after has {} value(s) but sort has {}.",
+            values.len(),
+            req.sort.len()
+        )));
+    }
+    let mut keys = Vec::with_capacity(values.len());
+    for (i, (spec, v)) in req.sort.iter().zip(values).enumerate() {
+        let ty = prepared.iter().find_map(|p| {
+            p.sort_columns
+                .get(i)
+                .and_then(|c| c.as_ref().map(|(_, t)| *t))
+        });
+        let key = after_value(spec, ty, v).ok_or_else(|| {
+            let name = match &spec.field {
+                SortField::Score => "_score",
+                SortField::Doc => "_doc",
+                SortField::Field(f) => f.as_str(),
+            };
+            fail(format!(
+                "Failed to parse search_after value for field [{name}]."
+            ))
+        })?;
+        keys.push(key);
+    }
+    Ok(Some(Candidate {
+        keys,
+        score: 0.0,
+        at: (usize::MAX, u64::MAX, u32::MAX, DocId::MAX),
+    }))
+}
+
+/// One `search_after` value as the sort key it stands for; `None` when it cannot be one.
+fn after_value(spec: &SortSpec, ty: Option<FieldType>, v: &Value) -> Option<SortValue> {
+    let number = |v: &Value| crate::mapping::coerce_float(v).map(SortValue::Num);
+    if v.is_null() {
+        return Some(SortValue::Missing);
+    }
+    match (&spec.field, ty) {
+        (SortField::Score | SortField::Doc, _) => number(v),
+        (SortField::Field(_), Some(FieldType::Date)) => {
+            crate::date::parse_date_value(v).map(|ms| SortValue::Num(ms as f64))
+        }
+        (SortField::Field(_), Some(FieldType::Boolean)) => match v {
+            Value::Bool(b) => Some(SortValue::Num(f64::from(u8::from(*b)))),
+            Value::String(s) if s == "true" || s == "false" => {
+                Some(SortValue::Num(f64::from(u8::from(s == "true"))))
+            }
+            _ => number(v),
+        },
+        (SortField::Field(_), Some(t)) if t.is_numeric() => number(v),
+        (SortField::Field(_), Some(_)) => match v {
+            Value::String(s) => Some(SortValue::Str(s.clone())),
+            Value::Number(n) => Some(SortValue::Str(n.to_string())),
+            Value::Bool(b) => Some(SortValue::Str(b.to_string())),
+            _ => None,
+        },
+        // Unmapped in every index: every hit sorts as missing whatever the value.
+        (SortField::Field(_), None) => match v {
+            Value::String(s) => Some(SortValue::Str(s.clone())),
+            other => number(other).or(Some(SortValue::Missing)),
+        },
     }
 }
 
@@ -593,8 +795,14 @@ impl SortValue {
 pub(crate) struct Candidate {
     keys: Vec<SortValue>,
     score: Score,
-    /// (index position, segment, doc): the final tie-break, ascending.
-    at: (usize, u32, DocId),
+    /// (index position, sequence number, segment, doc): the final tie-break, ascending.
+    ///
+    /// Lucene breaks ties by doc id, which is indexing order; tantivy's segments come in no
+    /// particular order (and several indexing threads share one refresh's documents between
+    /// segments), so the document's sequence number stands for indexing order. It is
+    /// `u64::MAX` in indices whose `_seq_no` is not a fast field (created before it was), which
+    /// then fall back to segment and doc order.
+    at: (usize, u64, u32, DocId),
 }
 
 /// Compares candidates in output order (best first) under a sort spec.
@@ -767,7 +975,8 @@ pub fn execute(
     lookups: Option<&TermsLookups<'_>>,
 ) -> Result<Value> {
     let prepared = prepare(indices, req, now_millis, max_buckets, lookups)?;
-    Ok(run_prepared(&prepared, req, ctx, started, None)?.0)
+    let after = search_after_cursor(&prepared, req)?;
+    Ok(run_prepared(&prepared, req, ctx, started, after.as_ref())?.0)
 }
 
 /// Checks the result window, takes a searcher snapshot of each index and builds its query,
@@ -996,6 +1205,7 @@ fn collect(
                 ),
                 None => None,
             };
+            let seq_nos = seg.fast_fields().u64(crate::schema::SEQ_NO_FIELD).ok();
             let mut scorer = weight.scorer(seg, 1.0)?;
             let alive = seg.alive_bitset();
             let mut doc = scorer.doc();
@@ -1041,7 +1251,15 @@ fn collect(
                             let c = Candidate {
                                 keys,
                                 score,
-                                at: (ipos, seg_ord as u32, doc),
+                                at: (
+                                    ipos,
+                                    seq_nos
+                                        .as_ref()
+                                        .and_then(|c| c.first(doc))
+                                        .unwrap_or(u64::MAX),
+                                    seg_ord as u32,
+                                    doc,
+                                ),
                             };
                             if after
                                 .is_some_and(|a| cmp_candidates(&specs, &c, a) != Ordering::Greater)
@@ -1208,6 +1426,8 @@ fn render_sort_value(v: &SortValue, spec: &SortSpec, ty: Option<FieldType>) -> V
         SortValue::Str(s) => json!(s),
         SortValue::Num(n) => match (ty, &spec.field) {
             (_, SortField::Doc) => json!(*n as i64),
+            // The key holds the f32 score widened: render the float OpenSearch would.
+            (_, SortField::Score) => score_json(*n as f32),
             (Some(t), _) if t.is_integer() || t == FieldType::Date => json!(*n as i64),
             (Some(FieldType::Boolean), _) => json!(*n != 0.0),
             _ => json!(n),
@@ -1235,14 +1455,21 @@ fn render_response(
         let p = &prepared[c.at.0];
         let stored = p
             .handle
-            .load_doc(&p.searcher, DocAddress::new(c.at.1, c.at.2))?;
+            .load_doc(&p.searcher, DocAddress::new(c.at.2, c.at.3))?;
         let mut hit = Map::new();
         hit.insert("_index".into(), json!(p.handle.name()));
         hit.insert("_id".into(), json!(stored.id));
+        if req.version {
+            hit.insert("_version".into(), json!(stored.version));
+        }
+        if req.seq_no_primary_term {
+            hit.insert("_seq_no".into(), json!(stored.seq_no));
+            hit.insert("_primary_term".into(), json!(PRIMARY_TERM));
+        }
         hit.insert(
             "_score".into(),
             if scores_shown {
-                json!(c.score)
+                score_json(c.score)
             } else {
                 Value::Null
             },
@@ -1289,10 +1516,11 @@ fn render_response(
             }
         }
     }
+    // With `size: 0` OpenSearch collects no top documents and so has no maximum score.
     hits.insert(
         "max_score".into(),
-        if scores_shown {
-            collected.max_score.map_or(Value::Null, |s| json!(s))
+        if scores_shown && req.size > 0 {
+            collected.max_score.map_or(Value::Null, score_json)
         } else {
             Value::Null
         },

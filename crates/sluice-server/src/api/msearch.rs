@@ -112,7 +112,15 @@ fn parse_items(
                 format!("[{}:1] msearch body line is not JSON: {e}", n + 2),
             )
         })?;
-        let mut req = SearchRequest::parse(Some(&body), &Params::new())?;
+        // The item's body alone, but `rest_total_hits_as_int` holds for every item.
+        let mut item_url = Params::new();
+        if let Some(v) = params.get(sluice_engine::search::REST_TOTAL_HITS_AS_INT) {
+            item_url.insert(
+                sluice_engine::search::REST_TOTAL_HITS_AS_INT.into(),
+                v.clone(),
+            );
+        }
+        let mut req = SearchRequest::parse(Some(&body), &item_url)?;
         req.max_buckets = Some(max_buckets);
         let index = index.unwrap_or_else(|| "_all".to_string());
         let description = search_description(&index, Some(&body));
@@ -169,6 +177,7 @@ async fn run_msearch(
             ))
         })?,
     };
+    let total_as_int = sluice_engine::search::rest_total_hits_as_int(&params)?;
     let items = parse_items(
         &body.0,
         index.as_deref(),
@@ -208,7 +217,13 @@ async fn run_msearch(
                     group.apply_to_search(&mut req);
                     engine.search_request(&index, &req, &ctx)
                 })
-                .await;
+                .await
+                .map(|mut resp| {
+                    if total_as_int {
+                        sluice_engine::search::render_total_hits_as_int(&mut resp);
+                    }
+                    resp
+                });
                 item_response(r)
             }
         })

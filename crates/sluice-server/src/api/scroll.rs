@@ -83,6 +83,7 @@ pub fn sync_limits(st: &AppState) {
 
 async fn run_scroll(st: Arc<AppState>, params: Params, body: Body) -> ApiResult<Response> {
     let req = parse_scroll_request(&params, body.json()?.as_ref())?;
+    let total_as_int = sluice_engine::search::rest_total_hits_as_int(&params)?;
     sync_limits(&st);
     let description = format!(
         "scrollId[{}], scroll[{}]",
@@ -111,10 +112,13 @@ async fn run_scroll(st: Arc<AppState>, params: Params, body: Body) -> ApiResult<
         hold_for_response: true,
         inherited,
     };
-    let resp = run_task(&st, spec, &params, move |ctx, _group| {
+    let mut resp = run_task(&st, spec, &params, move |ctx, _group| {
         engine.continue_scroll(&req.scroll_id, req.keep_alive.map(|(_, d)| d), &ctx)
     })
     .await?;
+    if total_as_int {
+        sluice_engine::search::render_total_hits_as_int(&mut resp);
+    }
     Ok(reply(StatusCode::OK, resp, &params))
 }
 

@@ -49,10 +49,11 @@ async fn run_search(
     if keep_alive.is_some() {
         super::scroll::sync_limits(&st);
     }
+    let total_as_int = sluice_engine::search::rest_total_hits_as_int(&params)?;
     let description = search_description(&index, body.as_ref());
     let engine = st.engine.clone();
     let spec = TaskSpec::new(actions::SEARCH, description, &index);
-    let resp = run_task(&st, spec, &params, move |ctx, group| {
+    let mut resp = run_task(&st, spec, &params, move |ctx, group| {
         group.apply_to_search(&mut req);
         // A scroll's continuations run in the group it was opened in.
         req.owner = group.group_id.clone();
@@ -62,6 +63,9 @@ async fn run_search(
         }
     })
     .await?;
+    if total_as_int {
+        sluice_engine::search::render_total_hits_as_int(&mut resp);
+    }
     Ok(reply(StatusCode::OK, resp, &params))
 }
 

@@ -1146,3 +1146,402 @@ async fn test_fuzzy_query_matches_within_edit_distance_with_constant_score() {
     assert_error(&resp, 400, "parsing_exception");
     node.stop().await;
 }
+
+/// Indexes `docs` into a fresh `index` (with `mappings`), one refresh per document so that
+/// each lands in its own segment, in the given order.
+async fn index_one_by_one(node: &TestNode, index: &str, mappings: Value, docs: &[Value]) {
+    let (s, resp) = node
+        .req(
+            "PUT",
+            &format!("/{index}"),
+            Some(json!({"mappings": mappings})),
+        )
+        .await;
+    assert_eq!(s, 200, "{resp}");
+    for doc in docs {
+        let (s, resp) = node
+            .req(
+                "POST",
+                &format!("/{index}/_doc?refresh=true"),
+                Some(doc.clone()),
+            )
+            .await;
+        assert_eq!(s, 201, "{resp}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_scores_render_as_shortest_f32() {
+    let node = TestNode::start().await;
+    index_one_by_one(
+        &node,
+        "movies",
+        json!({"properties": {"genre": {"type": "keyword"}}}),
+        &[json!({"genre": "adventure"})],
+    )
+    .await;
+    let query = json!({"terms": {"boost": 1.6, "genre": ["adventure"]}});
+    let resp = node.search("movies", json!({"query": query})).await;
+    assert_eq!(
+        resp["hits"]["hits"][0]["_score"].as_f64(),
+        Some(1.6),
+        "{resp}"
+    );
+    assert_eq!(resp["hits"]["max_score"].as_f64(), Some(1.6), "{resp}");
+    // A `_score` sort value is the same float.
+    let resp = node
+        .search("movies", json!({"query": query, "sort": ["_score"]}))
+        .await;
+    assert_eq!(
+        resp["hits"]["hits"][0]["sort"][0].as_f64(),
+        Some(1.6),
+        "{resp}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_max_score_is_null_without_top_hits() {
+    let node = TestNode::start().await;
+    index_one_by_one(&node, "movies", json!({}), &[json!({"title": "Moneyball"})]).await;
+    let resp = node.search("movies", json!({"size": 0})).await;
+    assert_eq!(resp["hits"]["total"]["value"], 1, "{resp}");
+    assert!(
+        resp["hits"].as_object().unwrap()["max_score"].is_null(),
+        "size 0 has max_score null: {resp}"
+    );
+    let resp = node.search("movies", json!({"size": 1})).await;
+    assert_eq!(resp["hits"]["max_score"].as_f64(), Some(1.0), "{resp}");
+    // Sorted on a field without track_scores: no scores, so no maximum either.
+    let resp = node
+        .search("movies", json!({"sort": [{"title.keyword": "asc"}]}))
+        .await;
+    assert!(resp["hits"]["max_score"].is_null(), "{resp}");
+    assert!(resp["hits"]["hits"][0]["_score"].is_null(), "{resp}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_seq_no_primary_term_and_version_on_hits() {
+    let node = TestNode::start().await;
+    index_one_by_one(
+        &node,
+        "movies",
+        json!({}),
+        &[json!({"title": "Moneyball"}), json!({"title": "Drive"})],
+    )
+    .await;
+    let (s, resp) = node
+        .req(
+            "POST",
+            "/movies/_search?seq_no_primary_term=true",
+            Some(json!({"sort": [{"title.keyword": "asc"}]})),
+        )
+        .await;
+    assert_eq!(s, 200, "{resp}");
+    let hits = resp["hits"]["hits"].as_array().unwrap();
+    // Drive was indexed second.
+    assert_eq!(hits[0]["_seq_no"], 1, "{resp}");
+    assert_eq!(hits[1]["_seq_no"], 0, "{resp}");
+    assert!(hits.iter().all(|h| h["_primary_term"] == 1), "{resp}");
+    assert!(hits.iter().all(|h| h.get("_version").is_none()), "{resp}");
+    // The body form, and `version`.
+    let resp = node
+        .search(
+            "movies",
+            json!({"seq_no_primary_term": true, "version": true, "query": {"match": {"title": "drive"}}}),
+        )
+        .await;
+    let hit = &resp["hits"]["hits"][0];
+    assert_eq!(
+        (&hit["_version"], &hit["_seq_no"], &hit["_primary_term"]),
+        (&json!(1), &json!(1), &json!(1)),
+        "{resp}"
+    );
+    // Without them a hit carries none of the three.
+    let resp = node.search("movies", json!({})).await;
+    let hit = resp["hits"]["hits"][0].as_object().unwrap();
+    assert!(
+        !hit.contains_key("_seq_no") && !hit.contains_key("_primary_term"),
+        "{resp}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_rest_total_hits_as_int_renders_a_number() {
+    let node = TestNode::start().await;
+    index_one_by_one(
+        &node,
+        "movies",
+        json!({}),
+        &[json!({"order": 1}), json!({"order": 2})],
+    )
+    .await;
+    let (s, resp) = node
+        .req(
+            "POST",
+            "/movies/_search?rest_total_hits_as_int=true",
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(s, 200, "{resp}");
+    assert_eq!(resp["hits"]["total"], json!(2), "{resp}");
+    // Untracked totals are -1.
+    let (_, resp) = node
+        .req(
+            "POST",
+            "/movies/_search?rest_total_hits_as_int=true",
+            Some(json!({"track_total_hits": false})),
+        )
+        .await;
+    assert_eq!(resp["hits"]["total"], json!(-1), "{resp}");
+    // A threshold cannot be rendered as a number.
+    let resp = node
+        .req(
+            "POST",
+            "/movies/_search?rest_total_hits_as_int=true",
+            Some(json!({"track_total_hits": 1})),
+        )
+        .await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    assert_eq!(
+        resp.1["error"]["reason"],
+        "[rest_total_hits_as_int] cannot be used if the tracking of total hits is not accurate, got 1",
+        "{}",
+        resp.1
+    );
+    // false keeps the object.
+    let (_, resp) = node
+        .req(
+            "POST",
+            "/movies/_search?rest_total_hits_as_int=false",
+            Some(json!({"track_total_hits": 1})),
+        )
+        .await;
+    assert_eq!(
+        resp["hits"]["total"],
+        json!({"value": 1, "relation": "gte"}),
+        "{resp}"
+    );
+    // _msearch items.
+    let (s, resp) = node
+        .raw(
+            "POST",
+            "/_msearch?rest_total_hits_as_int=true",
+            "{\"index\": \"movies\"}\n{}\n",
+        )
+        .await;
+    assert_eq!(s, 200, "{resp}");
+    assert_eq!(resp["responses"][0]["hits"]["total"], json!(2), "{resp}");
+    // Scroll continuations.
+    let (_, first) = node
+        .req(
+            "POST",
+            "/movies/_search?scroll=1m&rest_total_hits_as_int=true",
+            Some(json!({"size": 1})),
+        )
+        .await;
+    assert_eq!(first["hits"]["total"], json!(2), "{first}");
+    let (s, page) = node
+        .req(
+            "POST",
+            "/_search/scroll?rest_total_hits_as_int=true",
+            Some(json!({"scroll_id": first["_scroll_id"]})),
+        )
+        .await;
+    assert_eq!(s, 200, "{page}");
+    assert_eq!(page["hits"]["total"], json!(2), "{page}");
+}
+
+/// Titles in indexing order, for the tie tests.
+const TIED: [&str; 8] = [
+    "Monopoly",
+    "Cyberpunk",
+    "Drive",
+    "Frozen",
+    "Moneyball",
+    "Cruise",
+    "Lion",
+    "Beast",
+];
+
+fn titles(resp: &Value) -> Vec<String> {
+    resp["hits"]["hits"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no hits in {resp}"))
+        .iter()
+        .map(|h| {
+            h["_source"]["title"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_equal_hits_come_in_indexing_order() {
+    let node = TestNode::start().await;
+    // One segment per document: tantivy orders segments by their random ids.
+    let docs: Vec<Value> = TIED
+        .iter()
+        .map(|t| json!({"title": t, "genre": "RPG", "year": 2011}))
+        .collect();
+    index_one_by_one(
+        &node,
+        "games",
+        json!({"properties": {"genre": {"type": "keyword"}}}),
+        &docs,
+    )
+    .await;
+    let expected: Vec<String> = TIED.iter().map(|t| t.to_string()).collect();
+    for body in [
+        json!({"query": {"terms": {"genre": ["RPG"]}}}),
+        json!({"query": {"match_all": {}}}),
+        json!({"sort": [{"year": "asc"}]}),
+        json!({"sort": [{"genre": "desc"}, "_score"]}),
+    ] {
+        let resp = node.search("games", body.clone()).await;
+        assert_eq!(titles(&resp), expected, "{body}: {resp}");
+    }
+    // And in one bulk, refreshed once.
+    let mut lines = Vec::new();
+    for d in &docs {
+        lines.push(json!({"index": {"_index": "bulk"}}));
+        lines.push(d.clone());
+    }
+    node.bulk("/_bulk?refresh=true", &lines).await;
+    let resp = node.search("bulk", json!({})).await;
+    assert_eq!(titles(&resp), expected, "{resp}");
+    // Across scroll pages of one hit.
+    let (s, mut page) = node
+        .req("POST", "/games/_search?scroll=1m", Some(json!({"size": 1})))
+        .await;
+    assert_eq!(s, 200, "{page}");
+    let mut seen = titles(&page);
+    for _ in 1..TIED.len() {
+        let (s, next) = node
+            .req(
+                "POST",
+                "/_search/scroll",
+                Some(json!({"scroll": "1m", "scroll_id": page["_scroll_id"]})),
+            )
+            .await;
+        assert_eq!(s, 200, "{next}");
+        seen.extend(titles(&next));
+        page = next;
+    }
+    assert_eq!(seen, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_search_after_pages_through_a_sort() {
+    let node = TestNode::start().await;
+    index_one_by_one(
+        &node,
+        "movies",
+        json!({"properties": {"title": {"type": "keyword"}}}),
+        &[
+            json!({"title": "The Cruise", "year": 1998}),
+            json!({"title": "Drive", "year": 1960}),
+            json!({"title": "Frozen", "year": 2013}),
+            json!({"title": "Moneyball", "year": 2011}),
+            json!({"title": "Heat", "year": 2011}),
+        ],
+    )
+    .await;
+    let resp = node
+        .search(
+            "movies",
+            json!({"sort": [{"year": "asc"}], "search_after": [1960]}),
+        )
+        .await;
+    assert_eq!(
+        titles(&resp),
+        ["The Cruise", "Moneyball", "Heat", "Frozen"],
+        "{resp}"
+    );
+    // Page by page with two sort keys, feeding back each page's last sort values.
+    let mut all = Vec::new();
+    let mut after: Option<Value> = None;
+    loop {
+        let mut body = json!({"size": 2, "sort": [{"year": "desc"}, {"title": "asc"}]});
+        if let Some(a) = &after {
+            body["search_after"] = a.clone();
+        }
+        let resp = node.search("movies", body).await;
+        let page = titles(&resp);
+        if page.is_empty() {
+            break;
+        }
+        all.extend(page);
+        after = resp["hits"]["hits"]
+            .as_array()
+            .unwrap()
+            .last()
+            .map(|h| h["sort"].clone());
+    }
+    assert_eq!(all, ["Frozen", "Heat", "Moneyball", "The Cruise", "Drive"]);
+    // Values equal to a hit's skip it: a string sort value works too.
+    let resp = node
+        .search(
+            "movies",
+            json!({"sort": [{"title": "asc"}], "search_after": ["Heat"]}),
+        )
+        .await;
+    assert_eq!(titles(&resp), ["Moneyball", "The Cruise"], "{resp}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_search_after_errors_say_what_is_wrong() {
+    let node = TestNode::start().await;
+    index_one_by_one(&node, "movies", json!({}), &[json!({"year": 1998})]).await;
+    let cases = [
+        (
+            json!({"sort": [{"year": "asc"}], "search_after": [1, 2]}),
+            400,
+            "search_after has 2 value(s) but sort has 1.",
+        ),
+        (
+            json!({"search_after": [1]}),
+            400,
+            "Sort must contain at least one field.",
+        ),
+        (
+            json!({"sort": [{"year": "asc"}], "search_after": ["toto"]}),
+            400,
+            "Failed to parse search_after value for field [year].",
+        ),
+        (
+            json!({"sort": [{"year": "asc"}], "search_after": [1], "from": 1}),
+            400,
+            "`from` parameter must be set to 0 when `search_after` is used.",
+        ),
+        (
+            json!({"sort": [{"year": "asc"}], "search_after": [{}]}),
+            400,
+            "Expected [VALUE_STRING] or [VALUE_NUMBER] or [VALUE_BOOLEAN] or [VALUE_NULL] but found [START_OBJECT] inside search_after.",
+        ),
+    ];
+    for (body, status, reason) in cases {
+        let resp = node
+            .req("POST", "/movies/_search", Some(body.clone()))
+            .await;
+        assert_eq!(resp.0, status, "{body}: {}", resp.1);
+        assert_eq!(
+            resp.1["error"]["root_cause"][0]["reason"], reason,
+            "{body}: {}",
+            resp.1
+        );
+    }
+    let resp = node
+        .req(
+            "POST",
+            "/movies/_search?scroll=1m",
+            Some(json!({"sort": [{"year": "asc"}], "search_after": [1]})),
+        )
+        .await;
+    assert_error(&resp, 400, "search_phase_execution_exception");
+    assert_eq!(
+        resp.1["error"]["root_cause"][0]["reason"],
+        "`search_after` cannot be used in a scroll context."
+    );
+}
