@@ -133,7 +133,10 @@ async fn run_clear(
     // Freeing contexts drops their searchers: keep that off the async threads.
     let num_freed = blocking(move || {
         if ids.len() == 1 && ids[0] == "_all" {
-            Ok(engine.clear_all_scrolls())
+            engine.clear_all_scrolls();
+            // OpenSearch counts each node that cleared its scrolls as one freed context
+            // (`ClearScrollController.cleanAllScrolls`), whatever it held: on one node, 1.
+            Ok(1)
         } else {
             engine.clear_scrolls(&ids)
         }

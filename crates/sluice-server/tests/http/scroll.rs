@@ -239,10 +239,12 @@ async fn test_clear_by_id_list_and_all_counts_freed_contexts() {
     assert_eq!(s, 200, "{page}");
     assert_eq!(hit_ids(&page).len(), 2);
 
+    // `_all` counts the node that cleared, as OpenSearch counts nodes: 1 whatever was open,
+    // so a repeated `_all` is still a 200.
     let resp = node.req("DELETE", "/_search/scroll/_all", None).await;
     assert_eq!(resp, (200, json!({"succeeded": true, "num_freed": 1})));
     let resp = node.req("DELETE", "/_search/scroll/_all", None).await;
-    assert_eq!(resp, (404, json!({"succeeded": true, "num_freed": 0})));
+    assert_eq!(resp, (200, json!({"succeeded": true, "num_freed": 1})));
     let (s, page) = next(&node, e).await;
     assert_error(&(s, page), 404, "search_context_missing_exception");
 }
@@ -424,7 +426,7 @@ async fn test_scroll_limits_follow_cluster_settings() {
         "Trying to create too many scroll contexts. Must be less than or equal to: [2]. This limit can be set by changing the [search.max_open_scroll_context] setting."
     );
     let resp = node.req("DELETE", "/_search/scroll/_all", None).await;
-    assert_eq!(resp, (200, json!({"succeeded": true, "num_freed": 2})));
+    assert_eq!(resp, (200, json!({"succeeded": true, "num_freed": 1})));
     let resp = node
         .req("POST", "/lim/_search?scroll=2h", Some(json!({"size": 1})))
         .await;
