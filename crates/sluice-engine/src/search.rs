@@ -733,6 +733,11 @@ fn after_value(spec: &SortSpec, ty: Option<FieldType>, v: &Value) -> Option<Sort
             _ => number(v),
         },
         (SortField::Field(_), Some(t)) if t.is_numeric() => number(v),
+        // Addresses sort by their encoded form; the cursor holds an address as rendered.
+        (SortField::Field(_), Some(FieldType::Ip)) => match v {
+            Value::String(s) => crate::ip::encode_text(s).ok().map(SortValue::Str),
+            _ => None,
+        },
         (SortField::Field(_), Some(_)) => match v {
             Value::String(s) => Some(SortValue::Str(s.clone())),
             Value::Number(n) => Some(SortValue::Str(n.to_string())),
@@ -1422,6 +1427,10 @@ fn render_sort_value(v: &SortValue, spec: &SortSpec, ty: Option<FieldType>) -> V
             } else {
                 json!(i64::MAX)
             }
+        }
+        // An address sorts by its encoded form and is shown as an address.
+        SortValue::Str(s) if ty == Some(FieldType::Ip) => {
+            json!(crate::ip::decode(s).unwrap_or_else(|| s.clone()))
         }
         SortValue::Str(s) => json!(s),
         SortValue::Num(n) => match (ty, &spec.field) {

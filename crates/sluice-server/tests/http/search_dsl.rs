@@ -1545,3 +1545,38 @@ async fn test_search_after_errors_say_what_is_wrong() {
         "`search_after` cannot be used in a scroll context."
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_sorting_on_an_ip_field_shows_addresses_and_pages_after_them() {
+    let node = TestNode::start().await;
+    let mappings = json!({"mappings": {"properties": {"addr": {"type": "ip"}}}});
+    assert_eq!(node.req("PUT", "/hosts", Some(mappings)).await.0, 200);
+    for (id, addr) in [
+        ("a", "10.0.0.2"),
+        ("b", "::1"),
+        ("c", "10.0.0.10"),
+        ("d", "192.168.1.1"),
+    ] {
+        let path = format!("/hosts/_doc/{id}?refresh=true");
+        assert_eq!(
+            node.req("PUT", &path, Some(json!({"addr": addr}))).await.0,
+            201
+        );
+    }
+    let body = json!({"sort": [{"addr": "asc"}], "size": 2});
+    let (s, b) = node.req("POST", "/hosts/_search", Some(body)).await;
+    assert_eq!(s, 200, "{b}");
+    let sorts: Vec<Value> = b["hits"]["hits"]
+        .as_array()
+        .expect("hits")
+        .iter()
+        .map(|h| h["sort"][0].clone())
+        .collect();
+    // Address order: ::1 (IPv6) sorts before every IPv4-mapped address.
+    assert_eq!(sorts, [json!("::1"), json!("10.0.0.2")], "{b}");
+    let body = json!({"sort": [{"addr": "asc"}], "size": 2, "search_after": ["10.0.0.2"]});
+    let (s, b) = node.req("POST", "/hosts/_search", Some(body)).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(hit_ids(&b), ["c", "d"], "{b}");
+    node.stop().await;
+}
