@@ -251,6 +251,58 @@ pub async fn put_settings(
     ))
 }
 
+/// `POST|GET /{index}/_flush` and `/_flush`: commits the indices' writes. A commit is what a
+/// refresh does in sluice (the translog is replayed from the last one), so flushed writes are
+/// also visible to search afterwards, which OpenSearch's flush does not promise either way.
+pub async fn flush(
+    State(st): State<Arc<AppState>>,
+    index: Option<Path<String>>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    let expr = index.map_or_else(|| "_all".to_string(), |Path(i)| i);
+    do_refresh(st, expr, params).await
+}
+
+/// `PUT /{index}/_block/{block}`: sets `index.blocks.{block}` to true on every index named,
+/// for the blocks sluice enforces (`write`, `read_only`).
+pub async fn add_block(
+    State(st): State<Arc<AppState>>,
+    Path((index, block)): Path<(String, String)>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    match block.as_str() {
+        "write" | "read_only" => {}
+        "read" | "metadata" => {
+            return Err(EngineError::illegal_argument(format!(
+                "the [{block}] block is not supported by sluice; use [write] or [read_only]"
+            ))
+            .into());
+        }
+        other => {
+            return Err(EngineError::illegal_argument(format!(
+                "unknown index block [{other}]; expected one of [write, read_only, read, metadata]"
+            ))
+            .into());
+        }
+    }
+    let targets = st.engine.resolve(&index)?;
+    let update = json!({ format!("index.blocks.{block}"): true });
+    let names = blocking(move || {
+        let mut names = Vec::new();
+        for h in targets {
+            h.update_settings(&update)?;
+            names.push(json!({"name": h.name(), "blocked": true}));
+        }
+        Ok(names)
+    })
+    .await?;
+    Ok(reply(
+        StatusCode::OK,
+        json!({"acknowledged": true, "shards_acknowledged": true, "indices": names}),
+        &params,
+    ))
+}
+
 /// `POST /{index}/_refresh`.
 pub async fn refresh(
     State(st): State<Arc<AppState>>,

@@ -581,6 +581,9 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/{index}/_settings/{name}",
             get(indices::get_settings_named),
         )
+        .route("/_flush", post(indices::flush).get(indices::flush))
+        .route("/{index}/_flush", post(indices::flush).get(indices::flush))
+        .route("/{index}/_block/{block}", put(indices::add_block))
         .route(
             "/{index}/_refresh",
             post(indices::refresh).get(indices::refresh),

@@ -1057,3 +1057,47 @@ async fn test_ip_fields_and_dynamic_settings_through_the_mapping_api() {
     assert_error(&resp, 400, "mapper_parsing_exception");
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_block_api_sets_the_block_and_flush_commits() {
+    let node = TestNode::start().await;
+    assert_eq!(node.req("PUT", "/movies", None).await.0, 200);
+    let (s, b) = node
+        .req("PUT", "/movies/_doc/1", Some(json!({"t": "a"})))
+        .await;
+    assert_eq!(s, 201, "{b}");
+    // A flush commits: the write is visible without a refresh.
+    let (s, b) = node.req("POST", "/movies/_flush", None).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["_shards"]["failed"], 0, "{b}");
+    assert_eq!(node.req("GET", "/_flush", None).await.0, 200);
+    let (_, b) = node.req("GET", "/movies/_count", None).await;
+    assert_eq!(b["count"], 1, "{b}");
+
+    let (s, b) = node.req("PUT", "/movies/_block/write", None).await;
+    assert_eq!(
+        (s, b),
+        (
+            200,
+            json!({"acknowledged": true, "shards_acknowledged": true,
+                   "indices": [{"name": "movies", "blocked": true}]})
+        )
+    );
+    let r = node
+        .req("PUT", "/movies/_doc/2", Some(json!({"t": "b"})))
+        .await;
+    assert_error(&r, 403, "cluster_block_exception");
+    let (_, b) = node
+        .req("GET", "/movies/_settings/index.blocks.write", None)
+        .await;
+    assert_eq!(b["movies"]["settings"]["index"]["blocks"]["write"], "true");
+    for block in ["read", "nope"] {
+        let r = node
+            .req("PUT", &format!("/movies/_block/{block}"), None)
+            .await;
+        assert_error(&r, 400, "illegal_argument_exception");
+    }
+    let r = node.req("PUT", "/nope/_block/write", None).await;
+    assert_error(&r, 404, "index_not_found_exception");
+    node.stop().await;
+}
