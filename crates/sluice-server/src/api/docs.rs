@@ -492,15 +492,12 @@ pub async fn get_doc(
     let doc = blocking(move || engine.get_doc(&i, &d)).await?;
     Ok(match doc {
         Some(doc) => {
-            let mut body = json!({
-                "_index": index, "_id": id, "_version": doc.version, "_seq_no": doc.seq_no,
-                "_primary_term": 1, "found": true,
-            });
             let filter = sluice_engine::SearchRequest::parse(None, &params)?.source;
-            if !filter.disabled {
-                body["_source"] = sluice_engine::search::filter_source(&doc.source, &filter);
-            }
-            reply(StatusCode::OK, body, &params)
+            reply(
+                StatusCode::OK,
+                found_json(&index, &id, &doc, &filter),
+                &params,
+            )
         }
         None => reply(
             StatusCode::NOT_FOUND,
@@ -508,6 +505,23 @@ pub async fn get_doc(
             &params,
         ),
     })
+}
+
+/// A found document as `GET _doc` (and each `_mget` item) renders it, `_source` filtered.
+fn found_json(
+    index: &str,
+    id: &str,
+    doc: &sluice_engine::index::StoredDoc,
+    filter: &sluice_engine::search::SourceFilter,
+) -> Value {
+    let mut body = json!({
+        "_index": index, "_id": id, "_version": doc.version, "_seq_no": doc.seq_no,
+        "_primary_term": 1, "found": true,
+    });
+    if !filter.disabled {
+        body["_source"] = sluice_engine::search::filter_source(&doc.source, filter);
+    }
+    body
 }
 
 /// `GET|POST /_mget` and `/{index}/_mget`: several documents by id in one request, each
@@ -532,17 +546,7 @@ pub async fn mget(
             .map(|item| {
                 let MgetItem { index, id, filter } = item;
                 match engine.get_doc(&index, &id) {
-                    Ok(Some(doc)) => {
-                        let mut body = json!({
-                            "_index": index, "_id": id, "_version": doc.version,
-                            "_seq_no": doc.seq_no, "_primary_term": 1, "found": true,
-                        });
-                        if !filter.disabled {
-                            body["_source"] =
-                                sluice_engine::search::filter_source(&doc.source, &filter);
-                        }
-                        body
-                    }
+                    Ok(Some(doc)) => found_json(&index, &id, &doc, &filter),
                     Ok(None) => json!({"_index": index, "_id": id, "found": false}),
                     Err(e) => json!({"_index": index, "_id": id, "error": render_error(&e)}),
                 }

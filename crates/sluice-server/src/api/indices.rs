@@ -125,19 +125,20 @@ pub async fn put_mapping(
         )
     })?;
     let update = Mapping::parse(&body)?;
-    let targets = st.engine.resolve(&index)?;
-    blocking(move || {
-        for h in targets {
-            h.put_mapping(&update)?;
-        }
-        Ok(())
-    })
-    .await?;
-    Ok(reply(
-        StatusCode::OK,
-        json!({"acknowledged": true}),
-        &params,
-    ))
+    acknowledge_each(&st, &index, &params, move |h| h.put_mapping(&update)).await
+}
+
+/// Applies `change` to every index `index` names, on the blocking pool, stopping at the first
+/// failure; answers `{"acknowledged": true}`.
+async fn acknowledge_each(
+    st: &AppState,
+    index: &str,
+    params: &Params,
+    change: impl Fn(&sluice_engine::index::IndexHandle) -> sluice_engine::Result<()> + Send + 'static,
+) -> ApiResult<Response> {
+    let targets = st.engine.resolve(index)?;
+    blocking(move || targets.iter().try_for_each(|h| change(h))).await?;
+    Ok(reply(StatusCode::OK, json!({"acknowledged": true}), params))
 }
 
 /// `GET /{index}/_settings[?flat_settings][&include_defaults]`.
@@ -236,19 +237,7 @@ pub async fn put_settings(
             .into());
         }
     }
-    let targets = st.engine.resolve(&index)?;
-    blocking(move || {
-        for h in targets {
-            h.update_settings(&update)?;
-        }
-        Ok(())
-    })
-    .await?;
-    Ok(reply(
-        StatusCode::OK,
-        json!({"acknowledged": true}),
-        &params,
-    ))
+    acknowledge_each(&st, &index, &params, move |h| h.update_settings(&update)).await
 }
 
 /// `POST|GET /{index}/_flush` and `/_flush`: commits the indices' writes. A commit is what a
