@@ -456,8 +456,8 @@ impl IndexHandle {
     pub fn update_settings(&self, update: &Value) -> Result<()> {
         let flat = flatten_settings(update)?;
         let not_dynamic: Vec<&str> = flat
-            .keys()
-            .map(String::as_str)
+            .iter()
+            .map(|(k, _)| k.as_str())
             .filter(|k| !is_dynamic(k))
             .collect();
         // Unknown and private keys, and bad values, are named as such before "not dynamic".
@@ -916,43 +916,22 @@ pub fn to_tantivy(
     doc
 }
 
-/// Flattens a settings object to `index.*` keys with string values (`None` for JSON `null`),
-/// in key order.
-fn flatten_settings(settings: &Value) -> Result<BTreeMap<String, Option<String>>> {
-    fn walk(prefix: &str, v: &Value, out: &mut BTreeMap<String, Option<String>>) -> Result<()> {
-        let value = match v {
-            Value::Object(m) => {
-                for (k, v) in m {
-                    let key = if prefix.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{prefix}.{k}")
-                    };
-                    walk(&key, v, out)?;
-                }
-                return Ok(());
-            }
-            Value::String(s) => Some(s.clone()),
-            Value::Number(n) => Some(n.to_string()),
-            Value::Bool(b) => Some(b.to_string()),
-            Value::Null => None,
-            Value::Array(_) => {
-                return Err(EngineError::illegal_argument(format!(
-                    "setting [{prefix}] must be a single value, not an array"
-                )));
-            }
-        };
-        let key = if prefix.starts_with("index.") {
-            prefix.to_string()
+/// Flattens index settings (nested or dotted, with or without the `index.` prefix) to
+/// `index.*` keys with string values (`None` for JSON `null`); a key given twice is refused.
+fn flatten_settings(settings: &Value) -> Result<Vec<(String, Option<String>)>> {
+    let Value::Object(object) = settings else {
+        return Err(EngineError::illegal_argument(format!(
+            "index settings must be an object, got [{settings}]"
+        )));
+    };
+    crate::settings::flatten_settings_as(object, |key| {
+        if key.starts_with("index.") {
+            key
         } else {
-            format!("index.{prefix}")
-        };
-        out.insert(key, value);
-        Ok(())
-    }
-    let mut flat = BTreeMap::new();
-    walk("", settings, &mut flat)?;
-    Ok(flat)
+            format!("index.{key}")
+        }
+    })
+    .map_err(EngineError::illegal_argument)
 }
 
 /// Whether an index setting may be changed on an open index (OpenSearch's dynamic settings).

@@ -27,6 +27,7 @@ pub mod query;
 pub mod schema;
 pub mod scroll;
 pub mod search;
+pub mod settings;
 pub mod translog;
 
 pub use engine::{Engine, now_millis, parse_time_value};

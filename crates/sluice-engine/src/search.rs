@@ -264,13 +264,7 @@ pub const REST_TOTAL_HITS_AS_INT: &str = "rest_total_hits_as_int";
 /// Reads the `rest_total_hits_as_int` URL parameter as OpenSearch reads a boolean parameter
 /// (absent is false, empty is true).
 pub fn rest_total_hits_as_int(params: &HashMap<String, String>) -> Result<bool> {
-    match params.get(REST_TOTAL_HITS_AS_INT).map(String::as_str) {
-        None | Some("false") => Ok(false),
-        Some("" | "true") => Ok(true),
-        Some(other) => Err(EngineError::illegal_argument(format!(
-            "Failed to parse value [{other}] as only [true] or [false] are allowed."
-        ))),
-    }
+    crate::settings::bool_param(params, REST_TOTAL_HITS_AS_INT)
 }
 
 /// Renders a search response's `hits.total` as OpenSearch does under

@@ -1162,55 +1162,7 @@ fn merge_scope(
     Ok((next, set))
 }
 
-/// Flattens a settings object (nested objects and dotted keys alike) into dotted keys and
-/// their values; `null` becomes `None` (a reset). Values are kept as OpenSearch keeps them:
-/// strings as they are, numbers and booleans as their text.
-pub fn flatten_settings(
-    object: &Map<String, Value>,
-) -> Result<Vec<(String, Option<String>)>, String> {
-    fn walk(
-        prefix: &str,
-        object: &Map<String, Value>,
-        out: &mut Vec<(String, Option<String>)>,
-        seen: &mut HashMap<String, Option<String>>,
-    ) -> Result<(), String> {
-        for (k, v) in object {
-            let key = if prefix.is_empty() {
-                k.clone()
-            } else {
-                format!("{prefix}.{k}")
-            };
-            let value = match v {
-                Value::Object(inner) => {
-                    walk(&key, inner, out, seen)?;
-                    continue;
-                }
-                Value::Null => None,
-                Value::String(s) => Some(s.clone()),
-                Value::Number(n) => Some(n.to_string()),
-                Value::Bool(b) => Some(b.to_string()),
-                Value::Array(_) => {
-                    return Err(format!(
-                        "setting [{key}] takes a single value, got the array {v}"
-                    ));
-                }
-            };
-            if let Some(previous) = seen.insert(key.clone(), value.clone()) {
-                let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "null".to_string());
-                return Err(format!(
-                    "duplicate settings key [{key}] found, previous value [{}], current value [{}]",
-                    show(&previous),
-                    show(&value)
-                ));
-            }
-            out.push((key, value));
-        }
-        Ok(())
-    }
-    let mut out = Vec::new();
-    walk("", object, &mut out, &mut HashMap::new())?;
-    Ok(out)
-}
+pub use sluice_engine::settings::flatten_settings;
 
 #[cfg(test)]
 mod tests {

@@ -25,6 +25,7 @@ use super::{Body, Params, reply};
 use crate::error::ApiResult;
 use crate::settings::{Scope, SettingsUpdate, flatten_settings};
 use crate::state::AppState;
+pub(crate) use sluice_engine::settings::bool_param;
 
 /// The routes of this module, merged into the API router.
 pub fn routes() -> Router<Arc<AppState>> {
@@ -136,19 +137,6 @@ fn token_name(v: &Value) -> &'static str {
         Value::String(_) => "VALUE_STRING",
         Value::Array(_) => "START_ARRAY",
         Value::Object(_) => "START_OBJECT",
-    }
-}
-
-/// A boolean query parameter as OpenSearch reads one: absent is false, empty or `true` is
-/// true, `false` is false, anything else is a 400.
-pub(crate) fn bool_param(params: &Params, key: &str) -> ApiResult<bool> {
-    match params.get(key).map(String::as_str) {
-        None | Some("false") => Ok(false),
-        Some("" | "true") => Ok(true),
-        Some(other) => Err(EngineError::illegal_argument(format!(
-            "Failed to parse value [{other}] as only [true] or [false] are allowed."
-        ))
-        .into()),
     }
 }
 

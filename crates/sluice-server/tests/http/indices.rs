@@ -813,6 +813,11 @@ async fn test_put_settings_refuses_static_unknown_private_and_bad_values() {
             "Failed to parse value [maybe] as only [true] or [false] are allowed.".to_string(),
         ),
         (
+            json!({"max_result_window": 5, "index.max_result_window": 6}),
+            "duplicate settings key [index.max_result_window] found, previous value [5], current value [6]"
+                .to_string(),
+        ),
+        (
             json!({"number_of_replicas": -1}),
             "Failed to parse value [-1] for setting [index.number_of_replicas] must be >= 0 and <= 1024"
                 .to_string(),
