@@ -126,7 +126,7 @@ impl DocWriteResult {
             "result": self.result,
             "_shards": {"total": self.shards_total, "successful": 1, "failed": 0},
             "_seq_no": self.seq_no,
-            "_primary_term": 1,
+            "_primary_term": crate::search::PRIMARY_TERM,
         })
     }
 }

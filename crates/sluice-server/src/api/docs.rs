@@ -487,10 +487,7 @@ pub async fn get_doc(
     Path((index, id)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    let engine = st.engine.clone();
-    let (i, d) = (index.clone(), id.clone());
-    let doc = blocking(move || engine.get_doc(&i, &d)).await?;
-    Ok(match doc {
+    Ok(match fetch_doc(&st, &index, &id).await? {
         Some(doc) => {
             let filter = sluice_engine::SearchRequest::parse(None, &params)?.source;
             reply(
@@ -507,6 +504,17 @@ pub async fn get_doc(
     })
 }
 
+/// Reads one document (real time) on the blocking pool.
+async fn fetch_doc(
+    st: &AppState,
+    index: &str,
+    id: &str,
+) -> ApiResult<Option<sluice_engine::index::StoredDoc>> {
+    let engine = st.engine.clone();
+    let (index, id) = (index.to_string(), id.to_string());
+    blocking(move || engine.get_doc(&index, &id)).await
+}
+
 /// A found document as `GET _doc` (and each `_mget` item) renders it, `_source` filtered.
 fn found_json(
     index: &str,
@@ -516,7 +524,7 @@ fn found_json(
 ) -> Value {
     let mut body = json!({
         "_index": index, "_id": id, "_version": doc.version, "_seq_no": doc.seq_no,
-        "_primary_term": 1, "found": true,
+        "_primary_term": sluice_engine::search::PRIMARY_TERM, "found": true,
     });
     if !filter.disabled {
         body["_source"] = sluice_engine::search::filter_source(&doc.source, filter);
@@ -672,9 +680,7 @@ pub async fn get_source(
     Path((index, id)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    let engine = st.engine.clone();
-    let (i, d) = (index.clone(), id.clone());
-    let Some(doc) = blocking(move || engine.get_doc(&i, &d)).await? else {
+    let Some(doc) = fetch_doc(&st, &index, &id).await? else {
         return Err(EngineError::new(
             ErrorCode::ResourceNotFound,
             format!("Document not found [{index}]/[{id}]"),
