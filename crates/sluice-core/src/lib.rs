@@ -10,6 +10,9 @@
 //!   absent/`null`/`{}`/per-key-`null` merge ([`BagPatch`], [`KeyPatch`]) and string rendering.
 //! - [`rules`]: tagging [`Rule`]s, their validation and duplicate detection, and
 //!   [`match_rules`], which picks a request's group (username > role > longest index prefix).
+//! - [`tagging`]: [`tagging::tag`], which group a request runs in (header, rules, DEFAULT).
+//! - [`search_settings`]: a group's search settings applied to a request (precedence).
+//! - [`throttle`]: [`throttle::decide`], the node-tier throttle verdict over the permit table.
 //! - [`bucket`]: [`BucketKey`] and [`bucket_for`], where a throttle counts a request.
 //! - [`permits`]: the node-tier [`PermitTable`](permits::PermitTable): in-flight requests per
 //!   bucket under a live limit, RAII permits released exactly once.
@@ -29,7 +32,10 @@ pub mod mode;
 pub mod permits;
 pub mod resources;
 pub mod rules;
+pub mod search_settings;
 mod sync;
+pub mod tagging;
+pub mod throttle;
 
 pub use bags::{
     BagPatch, KeyPatch, MAX_QUEUE_SIZE_PER_BUCKET, QueueConfig, SearchSettings, ThrottleAttribute,

@@ -185,17 +185,6 @@ impl<S: Send + Sync> FromRequestParts<S> for Authenticated {
     }
 }
 
-tokio::task_local! {
-    /// The principal of the request whose handler is running, set by [`authenticate`].
-    static CURRENT_PRINCIPAL: Option<Arc<Principal>>;
-}
-
-/// The principal of the request being handled on this task, if any; the task registry reads
-/// it when it registers a task. Work moved to other tokio tasks or threads does not see it.
-pub fn current_principal() -> Option<Arc<Principal>> {
-    CURRENT_PRINCIPAL.try_with(Clone::clone).ok().flatten()
-}
-
 /// One entry of the users file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -706,8 +695,8 @@ fn missing_credentials(path: &str) -> EngineError {
     ))
 }
 
-/// The middleware that authenticates every request: it sets [`Authenticated`] and the
-/// task-local principal for the handler, or answers 401 `security_exception` (with
+/// The middleware that authenticates every request: it sets [`Authenticated`] (which
+/// [`crate::http::meta::scope_request`] puts into the request's metadata), or answers 401 `security_exception` (with
 /// `WWW-Authenticate: Basic realm="sluice"` in `basic` mode).
 ///
 /// # Cancel safety
@@ -727,9 +716,8 @@ pub async fn authenticate(
         .await
     {
         Ok(principal) => {
-            req.extensions_mut()
-                .insert(Authenticated(principal.clone()));
-            CURRENT_PRINCIPAL.scope(principal, next.run(req)).await
+            req.extensions_mut().insert(Authenticated(principal));
+            next.run(req).await
         }
         Err(e) => {
             let basic = auth.config.mode == AuthMode::Basic;
@@ -862,24 +850,6 @@ mod tests {
         // Still right after the entry expired.
         let later = now + VERIFIED_TTL + Duration::from_secs(1);
         assert!(auth.verify_basic("alice", "right", later).await.is_some());
-    }
-
-    #[tokio::test]
-    async fn test_task_registered_while_handling_carries_the_principal() {
-        let tasks = Arc::new(crate::tasks::TaskManager::new("n"));
-        let p = Arc::new(Principal {
-            username: "alice".into(),
-            roles: vec!["analyst".into()],
-        });
-        let seen = CURRENT_PRINCIPAL
-            .scope(Some(p.clone()), async {
-                let guard = tasks.register("a", "d".into(), None, 0);
-                guard.task().principal.clone()
-            })
-            .await;
-        assert_eq!(seen, Some(p));
-        let outside = tasks.register("a", "d".into(), None, 0);
-        assert_eq!(outside.task().principal, None);
     }
 
     #[test]

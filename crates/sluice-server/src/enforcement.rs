@@ -8,9 +8,9 @@
 //! - [`Enforcement`] (in [`AppState`]): the node's capacity (cores, memory budget), the state
 //!   kept between passes (duress streaks, the process CPU clock's last reading) and the last
 //!   duress verdict, which admission reads with one atomic load.
-//! - [`run_pass`]: one pass as a plain function of its inputs — observe the node into the
-//!   duress trackers, build the usage views, select the tasks to cancel. Tests drive it with
-//!   made-up inputs; it reads no clock, no setting and no registry.
+//! - [`run_pass`] ([`sluice_core::resources::pass`]): one pass as a plain function of its
+//!   inputs — observe the node into the duress trackers, build the usage views, select the
+//!   tasks to cancel; it reads no clock, no setting and no registry.
 //! - [`run_once`]: gathers a pass's inputs from the node (settings snapshot, running tasks,
 //!   groups, process CPU and memory), runs [`run_pass`], then records each group's usage as
 //!   its `current_usage`, and in mode `enabled` cancels the selected tasks through their
@@ -66,194 +66,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-use sluice_core::WorkloadGroup;
-use sluice_core::resources::{
-    Admission, Cancellation, DEFAULT_WORKLOAD_GROUP_ID, GroupPolicy, NodeCapacity,
-    NodeDuressTrackers, NodeThresholds, Reservation, ResiliencyMode, ResourceLimits, ResourceType,
-    ResourceUsage, TaskSnapshot, TaskState, UnmeasuredTasks, UsageViews, WlmMode,
-    select_cancellations,
-};
-use sluice_engine::{EngineError, ErrorCode};
-
-use crate::error::ApiError;
 use crate::node_usage::ProcessCpu;
 use crate::settings::{SettingsSnapshot, keys};
 use crate::state::AppState;
 use crate::tasks::Task;
-use crate::workload::{GroupEntry, View};
-
-/// What enforcement needs to know about a group, owned (a [`GroupPolicy`] borrows).
-#[derive(Debug, Clone, PartialEq)]
-pub struct GroupDef {
-    /// The group's `_id`.
-    pub id: String,
-    /// How the group reacts to overrunning its share.
-    pub resiliency_mode: ResiliencyMode,
-    /// The group's shares.
-    pub resource_limits: ResourceLimits,
-}
-
-impl GroupDef {
-    /// Returns the definition of a stored group.
-    pub fn of(group: &WorkloadGroup) -> GroupDef {
-        GroupDef {
-            id: group.id.clone(),
-            resiliency_mode: group.resiliency_mode,
-            resource_limits: group.resource_limits,
-        }
-    }
-
-    fn policy(&self) -> GroupPolicy<'_> {
-        GroupPolicy::new(&self.id, self.resiliency_mode, self.resource_limits)
-    }
-}
-
-/// The node's own usage at the time of a pass, each a fraction of the node.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct NodeObservation {
-    /// Process CPU over the last interval / cores.
-    pub cpu: f64,
-    /// Memory in use / the memory budget.
-    pub memory: f64,
-}
-
-/// Everything one pass decides on.
-#[derive(Debug, Clone)]
-pub struct PassInputs {
-    /// `wlm.workload_group.mode`.
-    pub mode: WlmMode,
-    /// The node-level thresholds.
-    pub thresholds: NodeThresholds,
-    /// `wlm.workload_group.duress_streak`.
-    pub duress_streak: u32,
-    /// The node's own usage.
-    pub node: NodeObservation,
-    /// What usage is a fraction of.
-    pub capacity: NodeCapacity,
-    /// Now, on the clock of the tasks' `start_nanos`.
-    pub now_nanos: u64,
-    /// The running tasks that belong to a group.
-    pub tasks: Vec<TaskSnapshot>,
-    /// The current groups (DEFAULT excluded).
-    pub active: Vec<GroupDef>,
-    /// Groups of running tasks that are no longer current.
-    pub deleted: Vec<GroupDef>,
-}
-
-/// What one pass decided.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PassOutcome {
-    /// Whether the pass ran (not in mode `disabled`).
-    pub ran: bool,
-    /// Whether the selected tasks are to be cancelled (mode `enabled`) or only logged.
-    pub acts: bool,
-    /// Whether the node is in duress after this pass's observation.
-    pub in_duress: bool,
-    /// Whether this pass changed the duress verdict.
-    pub duress_changed: bool,
-    /// The usage of every current group and of DEFAULT (zero when idle), by id.
-    pub usage: BTreeMap<String, ResourceUsage>,
-    /// Deleted groups that still have running tasks.
-    pub deleted_with_tasks: Vec<String>,
-    /// The tasks to cancel (or, when not acting, that would be cancelled), in order.
-    pub cancellations: Vec<Cancellation>,
-}
-
-/// What enforcement keeps between passes.
-///
-/// # Invariants
-/// `in_duress` is the verdict of the last observation of `duress`.
-#[derive(Debug, Clone, Default)]
-pub struct EnforcementState {
-    duress: NodeDuressTrackers,
-    in_duress: bool,
-}
-
-impl EnforcementState {
-    /// Returns whether the last pass found the node in duress.
-    pub fn is_node_in_duress(&self) -> bool {
-        self.in_duress
-    }
-
-    /// Returns the duress trackers.
-    pub fn duress(&self) -> &NodeDuressTrackers {
-        &self.duress
-    }
-}
-
-/// Runs one enforcement pass over `inputs`: observes the node into the duress trackers, builds
-/// the usage views and selects the tasks to cancel (facts §6.3). In mode `disabled` it does
-/// nothing, not even observe (facts §6.6: the loop does not run).
-pub fn run_pass(state: &mut EnforcementState, inputs: &PassInputs) -> PassOutcome {
-    if !inputs.mode.runs_enforcement_loop() {
-        return PassOutcome::default();
-    }
-    let in_duress = state.duress.observe(
-        inputs.node.cpu,
-        inputs.node.memory,
-        &inputs.thresholds,
-        inputs.duress_streak,
-    );
-    let duress_changed = in_duress != state.in_duress;
-    state.in_duress = in_duress;
-    debug_assert_eq!(
-        state.in_duress,
-        state.duress.is_node_in_duress(inputs.duress_streak)
-    );
-
-    let views = UsageViews::build(&inputs.tasks, inputs.now_nanos, inputs.capacity);
-    let active: Vec<GroupPolicy<'_>> = inputs.active.iter().map(GroupDef::policy).collect();
-    let deleted: Vec<GroupPolicy<'_>> = inputs.deleted.iter().map(GroupDef::policy).collect();
-    let cancellations =
-        select_cancellations(&views, &active, &deleted, &inputs.thresholds, in_duress);
-
-    let usage = usage_by_group(&views, &inputs.active);
-    let deleted_with_tasks = inputs
-        .deleted
-        .iter()
-        .filter(|g| views.has_tasks(&g.id))
-        .map(|g| g.id.clone())
-        .collect();
-    PassOutcome {
-        ran: true,
-        acts: inputs.mode.acts(),
-        in_duress,
-        duress_changed,
-        usage,
-        deleted_with_tasks,
-        cancellations,
-    }
-}
-
-/// The usage of every group of `active` and of DEFAULT (zero when idle), by id.
-fn usage_by_group(views: &UsageViews, active: &[GroupDef]) -> BTreeMap<String, ResourceUsage> {
-    let mut usage = BTreeMap::new();
-    usage.insert(
-        DEFAULT_WORKLOAD_GROUP_ID.to_string(),
-        views.group(DEFAULT_WORKLOAD_GROUP_ID),
-    );
-    for g in active {
-        usage.insert(g.id.clone(), views.group(&g.id));
-    }
-    usage
-}
-
-/// Measures the usage of every current group and of DEFAULT from `tasks` at `now_nanos`, as a
-/// pass would but without observing the node or selecting anything; nothing in mode
-/// `disabled`.
-pub fn run_refresh(
-    mode: WlmMode,
-    tasks: &[TaskSnapshot],
-    now_nanos: u64,
-    capacity: NodeCapacity,
-    active: &[GroupDef],
-) -> BTreeMap<String, ResourceUsage> {
-    if !mode.runs_enforcement_loop() {
-        return BTreeMap::new();
-    }
-    usage_by_group(&UsageViews::build(tasks, now_nanos, capacity), active)
-}
+use crate::workload::View;
+use parking_lot::Mutex;
+use sluice_core::resources::{
+    DEFAULT_WORKLOAD_GROUP_ID, EnforcementState, GroupDef, NodeCapacity, NodeObservation,
+    NodeThresholds, PassInputs, PassOutcome, ResourceType, ResourceUsage, TaskSnapshot, TaskState,
+    run_pass, run_refresh,
+};
 
 /// The node's enforcement: its capacity, the state kept between passes and the last duress
 /// verdict.
@@ -308,7 +131,7 @@ impl Enforcement {
         self.in_duress.load(Ordering::Relaxed)
     }
 
-    fn nanos_since_epoch(&self, t: Instant) -> u64 {
+    pub fn nanos_since_epoch(&self, t: Instant) -> u64 {
         u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 }
@@ -345,7 +168,7 @@ fn snapshot_tasks(
     let mut snapshots: Vec<TaskSnapshot> = Vec::with_capacity(tasks.len());
     let mut deleted: BTreeMap<&str, GroupDef> = BTreeMap::new();
     for task in tasks {
-        let Some(entry) = &task.group else {
+        let Some(entry) = task.group() else {
             continue;
         };
         if let Some(g) = &entry.group
@@ -542,7 +365,7 @@ fn carry_out(
         if !hit.iter().any(|t| t.seq == c.task_id) {
             continue;
         }
-        if let Some(entry) = &task.group {
+        if let Some(entry) = task.group() {
             entry.stats.total_cancellations.inc();
             entry.stats.resource(c.resource).cancellations.inc();
         }
@@ -590,242 +413,14 @@ pub async fn run_loop(st: Arc<AppState>) {
     }
 }
 
-/// The admission resource check at the door (facts §6.2): rejects a request of a group whose
-/// usage is over its limit × the node rejection threshold, in mode `enabled` (soft groups only
-/// while the node is in duress; DEFAULT and monitor groups never), with 429
-/// `rejected_execution_exception`, OpenSearch's message and `Retry-After`, counting
-/// `total_rejections` and the resource's `rejections`.
-///
-/// The usage compared is the last recorded one plus, with
-/// `wlm.workload_group.estimate_unmeasured_tasks` (the default), every task of the group
-/// admitted and not measured yet at the group's per-task estimate
-/// ([`sluice_core::resources::unmeasured`]); an admitted request then holds a reservation,
-/// which its task keeps until a refresh measures it or it ends.
-pub fn admit_resources(st: &AppState, entry: &GroupEntry) -> Result<Option<Reservation>, ApiError> {
-    let Some(group) = &entry.group else {
-        return Ok(None);
-    };
-    let settings = st.cluster_settings.snapshot();
-    let mode = settings.wlm_mode();
-    if mode == WlmMode::Disabled {
-        return Ok(None);
-    }
-    let last = last_usage(entry);
-    if !settings.bool(keys::WLM_ESTIMATE_UNMEASURED_TASKS) {
-        return decide(st, &settings, entry, group, last).map(|()| None);
-    }
-    UnmeasuredTasks::try_admit(&entry.stats.unmeasured, last, |projected| {
-        decide(st, &settings, entry, group, projected)
-    })
-    .map(Some)
-}
-
-/// The same check when a search thread takes a task admitted at the door (usage is refreshed
-/// while requests wait for a thread): the task's own reservation, `own`, is not counted against
-/// it.
-pub fn recheck_resources(
-    st: &AppState,
-    entry: &GroupEntry,
-    own: Option<&Reservation>,
-) -> Result<(), ApiError> {
-    let Some(group) = &entry.group else {
-        return Ok(());
-    };
-    let settings = st.cluster_settings.snapshot();
-    let last = last_usage(entry);
-    let usage = match own {
-        Some(own) if settings.bool(keys::WLM_ESTIMATE_UNMEASURED_TASKS) => {
-            entry.stats.unmeasured.projected_for(last, own)
-        }
-        _ => last,
-    };
-    decide(st, &settings, entry, group, usage)
-}
-
-/// The group's last recorded usage.
-fn last_usage(entry: &GroupEntry) -> ResourceUsage {
-    ResourceUsage {
-        cpu: entry.stats.cpu.current_usage(),
-        memory: entry.stats.memory.current_usage(),
-    }
-}
-
-/// Decides on `usage` and carries the decision out: a debug line for a would-be rejection, the
-/// counters and the 429 for a rejection.
-fn decide(
-    st: &AppState,
-    settings: &SettingsSnapshot,
-    entry: &GroupEntry,
-    group: &sluice_core::WorkloadGroup,
-    usage: ResourceUsage,
-) -> Result<(), ApiError> {
-    // No usage breaches no threshold (thresholds are >= 0 and the comparison is strict).
-    if !(usage.cpu > 0.0 || usage.memory > 0.0) {
-        return Ok(());
-    }
-    let policy = GroupPolicy::of(group);
-    let decision = sluice_core::resources::check_rejection(
-        settings.wlm_mode(),
-        &policy,
-        usage,
-        &thresholds(settings),
-        st.enforcement.is_node_in_duress(),
-    );
-    match decision {
-        Admission::Admit => Ok(()),
-        Admission::WouldReject(r) => {
-            tracing::debug!(
-                group = %group.name,
-                "would reject (workload management only monitors this request): {}",
-                r.message()
-            );
-            Ok(())
-        }
-        Admission::Reject(r) => {
-            entry.stats.total_rejections.inc();
-            entry.stats.resource(r.resource).rejections.inc();
-            Err(ApiError::Rejected {
-                error: EngineError::new(ErrorCode::RejectedExecution, r.message()),
-                retry_after_secs: crate::admission::RETRY_AFTER_SECS,
-            })
-        }
-    }
-}
-
-/// Learns from a task of `entry` that ran on a search thread from `executing_since` until now,
-/// using `cpu_nanos` and allocating `memory_bytes`: its share of the node becomes part of the
-/// group's per-task estimate.
-pub fn observe_finished(
-    st: &AppState,
-    entry: &GroupEntry,
-    executing_since: Instant,
-    cpu_nanos: u64,
-    memory_bytes: u64,
-) {
-    if entry.is_default() {
-        return;
-    }
-    let enforcement = &st.enforcement;
-    let snapshot = TaskSnapshot {
-        task_id: 0,
-        group_id: String::new(),
-        cpu_nanos,
-        memory_bytes,
-        start_nanos: enforcement.nanos_since_epoch(executing_since),
-        state: TaskState::Cancellable,
-    };
-    let share = sluice_core::resources::TaskUsage::of(
-        &snapshot,
-        enforcement.nanos_since_epoch(Instant::now()),
-        enforcement.capacity,
-    );
-    entry.stats.unmeasured.observe_finished(share.usage);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::resources::CancellationCause;
 
-    const SEC: u64 = 1_000_000_000;
     const CAP: NodeCapacity = NodeCapacity {
         cores: 2,
         memory_budget_bytes: 1000,
     };
-
-    fn def(id: &str, mode: ResiliencyMode, cpu: f64) -> GroupDef {
-        GroupDef {
-            id: id.into(),
-            resiliency_mode: mode,
-            resource_limits: ResourceLimits {
-                cpu: Some(cpu),
-                memory: None,
-            },
-        }
-    }
-
-    /// A task that has used `cores` cores since it started a second before `now` (10 s).
-    fn task(id: u64, group: &str, cores: f64) -> TaskSnapshot {
-        TaskSnapshot {
-            task_id: id,
-            group_id: group.into(),
-            cpu_nanos: (cores * SEC as f64) as u64,
-            memory_bytes: 0,
-            start_nanos: 9 * SEC,
-            state: TaskState::Cancellable,
-        }
-    }
-
-    fn inputs(mode: WlmMode, tasks: Vec<TaskSnapshot>, active: Vec<GroupDef>) -> PassInputs {
-        PassInputs {
-            mode,
-            thresholds: NodeThresholds::default(),
-            duress_streak: 3,
-            node: NodeObservation::default(),
-            capacity: CAP,
-            now_nanos: 10 * SEC,
-            tasks,
-            active,
-            deleted: Vec::new(),
-        }
-    }
-
-    fn ids(out: &PassOutcome) -> Vec<u64> {
-        out.cancellations.iter().map(|c| c.task_id).collect()
-    }
-
-    #[test]
-    fn test_pass_records_usage_of_every_active_group_and_default() {
-        let tasks = vec![
-            task(1, "a", 0.5),
-            task(2, "a", 0.5),
-            task(3, DEFAULT_WORKLOAD_GROUP_ID, 1.0),
-        ];
-        let active = vec![
-            def("a", ResiliencyMode::Soft, 0.9),
-            def("idle", ResiliencyMode::Soft, 0.1),
-        ];
-        let out = run_pass(
-            &mut EnforcementState::default(),
-            &inputs(WlmMode::MonitorOnly, tasks, active),
-        );
-        assert!(out.ran && !out.acts);
-        // Two tasks at half a core each on two cores: half the node.
-        assert_eq!(out.usage["a"].cpu, 0.5);
-        assert_eq!(out.usage["idle"], ResourceUsage::default());
-        assert_eq!(out.usage[DEFAULT_WORKLOAD_GROUP_ID].cpu, 0.5);
-        assert_eq!(out.usage.len(), 3);
-        assert!(out.cancellations.is_empty());
-    }
-
-    #[test]
-    fn test_refresh_measures_what_a_pass_records_and_nothing_when_disabled() {
-        let tasks = vec![
-            task(1, "analytics", 1.0),
-            task(2, "product", 0.25),
-            task(3, DEFAULT_WORKLOAD_GROUP_ID, 0.5),
-        ];
-        let active = vec![
-            def("analytics", ResiliencyMode::Enforced, 0.1),
-            def("product", ResiliencyMode::Soft, 0.5),
-            def("idle", ResiliencyMode::Soft, 0.1),
-        ];
-        let pass = run_pass(
-            &mut EnforcementState::default(),
-            &inputs(WlmMode::Enabled, tasks.clone(), active.clone()),
-        );
-        let refreshed = run_refresh(WlmMode::Enabled, &tasks, 10 * SEC, CAP, &active);
-        assert_eq!(refreshed, pass.usage);
-        assert_eq!(refreshed["analytics"].cpu, 0.5);
-        assert_eq!(refreshed["product"].cpu, 0.125);
-        assert_eq!(refreshed["idle"], ResourceUsage::default());
-        assert!(run_refresh(WlmMode::Disabled, &tasks, 10 * SEC, CAP, &active).is_empty());
-        // monitor_only measures too: the stats show usage in every mode the loop runs in.
-        assert_eq!(
-            run_refresh(WlmMode::MonitorOnly, &tasks, 10 * SEC, CAP, &active),
-            pass.usage
-        );
-    }
 
     #[test]
     fn test_usage_refreshes_ten_times_per_default_enforcement_interval() {
@@ -835,116 +430,11 @@ mod tests {
     }
 
     #[test]
-    fn test_enforced_group_over_limit_loses_its_heaviest_tasks_and_light_group_none() {
-        // analytics: 0.5 + 0.25 + 0.05 of the node against 0.3 × 0.9 = 0.27: the excess 0.53
-        // takes the two heaviest tasks. product at 0.2 is under 0.9 × 0.9.
-        let tasks = vec![
-            task(1, "analytics", 0.5),
-            task(2, "analytics", 1.0),
-            task(3, "analytics", 0.1),
-            task(4, "product", 0.4),
-        ];
-        let active = vec![
-            def("analytics", ResiliencyMode::Enforced, 0.3),
-            def("product", ResiliencyMode::Enforced, 0.6),
-        ];
-        let out = run_pass(
-            &mut EnforcementState::default(),
-            &inputs(WlmMode::Enabled, tasks, active),
-        );
-        assert!(out.acts);
-        assert_eq!(ids(&out), [2, 1]);
-        assert!(out.cancellations.iter().all(|c| {
-            c.group_id == "analytics"
-                && c.cause == CancellationCause::EnforcedOverLimit
-                && c.reason
-                    .starts_with("WorkloadGroup ID : analytics breached the resource limit")
-        }));
-    }
-
-    #[test]
-    fn test_monitor_only_selects_the_same_tasks_without_acting() {
-        let tasks = vec![task(1, "analytics", 1.0)];
-        let active = vec![def("analytics", ResiliencyMode::Enforced, 0.1)];
-        let enabled = run_pass(
-            &mut EnforcementState::default(),
-            &inputs(WlmMode::Enabled, tasks.clone(), active.clone()),
-        );
-        let monitor = run_pass(
-            &mut EnforcementState::default(),
-            &inputs(WlmMode::MonitorOnly, tasks, active),
-        );
-        assert!(enabled.acts && !monitor.acts);
-        assert_eq!(ids(&monitor), [1]);
-        assert_eq!(monitor.cancellations, enabled.cancellations);
-    }
-
-    #[test]
-    fn test_disabled_pass_neither_observes_nor_selects() {
-        let mut state = EnforcementState::default();
-        let mut hot = inputs(
-            WlmMode::Disabled,
-            vec![task(1, "analytics", 1.0)],
-            vec![def("analytics", ResiliencyMode::Enforced, 0.1)],
-        );
-        hot.node.cpu = 1.0;
-        for _ in 0..5 {
-            assert_eq!(run_pass(&mut state, &hot), PassOutcome::default());
-        }
-        assert_eq!(state.duress().cpu.num_consecutive_breaches(), 0);
-    }
-
-    #[test]
-    fn test_soft_and_deleted_groups_policed_only_after_the_duress_streak() {
-        let mut state = EnforcementState::default();
-        let mut i = inputs(
-            WlmMode::Enabled,
-            vec![
-                task(1, "soft", 1.0),
-                task(2, "gone", 1.0),
-                task(3, "mon", 1.0),
-            ],
-            vec![
-                def("soft", ResiliencyMode::Soft, 0.1),
-                def("mon", ResiliencyMode::Monitor, 0.1),
-            ],
-        );
-        i.deleted = vec![def("gone", ResiliencyMode::Enforced, 0.1)];
-        i.node.cpu = 0.95;
-        let first = run_pass(&mut state, &i);
-        assert!(!first.in_duress && first.cancellations.is_empty());
-        assert_eq!(first.deleted_with_tasks, ["gone"]);
-        assert!(run_pass(&mut state, &i).cancellations.is_empty());
-        let third = run_pass(&mut state, &i);
-        assert!(third.in_duress && third.duress_changed && state.is_node_in_duress());
-        // Deleted before soft; the monitor group never.
-        assert_eq!(ids(&third), [2, 1]);
-        assert_eq!(
-            third.cancellations[0].cause,
-            CancellationCause::DeletedGroupInDuress
-        );
-        // One calm observation ends duress.
-        i.node.cpu = 0.5;
-        let calm = run_pass(&mut state, &i);
-        assert!(!calm.in_duress && calm.duress_changed && calm.cancellations.is_empty());
-    }
-
-    #[test]
-    fn test_memory_duress_counts_at_the_threshold() {
-        let mut state = EnforcementState::default();
-        let mut i = inputs(WlmMode::MonitorOnly, Vec::new(), Vec::new());
-        i.node.memory = 0.9;
-        for _ in 0..2 {
-            assert!(!run_pass(&mut state, &i).in_duress);
-        }
-        assert!(run_pass(&mut state, &i).in_duress);
-    }
-
-    #[test]
     fn test_snapshot_reads_groups_states_and_deleted_definitions() {
         use crate::tasks::{NewTask, TaskManager, actions};
-        use crate::workload::{GroupStats, Workload};
-        let workload = Workload::new();
+        use crate::workload::{GroupEntry, GroupStats, Workload};
+        use sluice_core::{ResiliencyMode, ResourceLimits, WorkloadGroup};
+        let workload = Workload::new(false);
         let group = |id: &str| WorkloadGroup {
             id: id.into(),
             name: id.into(),
@@ -964,18 +454,21 @@ mod tests {
             id: Arc::from("gone"),
             group: Some(group("gone")),
             stats: Arc::new(GroupStats::default()),
+            inactive_throttle: None,
         });
         let manager = Arc::new(TaskManager::new("n"));
         let register = |g: Option<Arc<GroupEntry>>| {
-            manager.register_task(NewTask {
+            let guard = manager.register_task(NewTask {
                 action: actions::SEARCH,
                 description: String::new(),
                 parent: None,
                 start_time_millis: 0,
-                group: g,
-                held_buckets: Vec::new(),
                 principal: None,
-            })
+            });
+            if let Some(g) = g {
+                guard.task().set_group(g);
+            }
+            guard
         };
         let enforcement = Enforcement::with_capacity(CAP);
         let a = register(Some(live));

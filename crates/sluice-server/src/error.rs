@@ -96,7 +96,7 @@ impl IntoResponse for ApiError {
                     tracing::error!(error = %e, "request failed");
                 }
                 let body = json!({"error": render_error(&e), "status": status.as_u16()});
-                crate::api::json_response(status, &body, false)
+                crate::http::json_response(status, &body, false)
             }
             ApiError::NoHandler {
                 status,
@@ -104,7 +104,7 @@ impl IntoResponse for ApiError {
                 allow,
             } => {
                 let body = json!({"error": message, "status": status.as_u16()});
-                let mut resp = crate::api::json_response(status, &body, false);
+                let mut resp = crate::http::json_response(status, &body, false);
                 if let Some(allow) = allow.and_then(|a| HeaderValue::from_str(&a).ok()) {
                     resp.headers_mut().insert(header::ALLOW, allow);
                 }
@@ -130,7 +130,7 @@ impl IntoResponse for ApiError {
                 err["type"] = json!("content_too_long_http_exception");
                 err["root_cause"][0]["type"] = json!("content_too_long_http_exception");
                 let body = json!({"error": err, "status": 413});
-                crate::api::json_response(StatusCode::PAYLOAD_TOO_LARGE, &body, false)
+                crate::http::json_response(StatusCode::PAYLOAD_TOO_LARGE, &body, false)
             }
         }
     }

@@ -1,17 +1,23 @@
-//! The sluice node: the OpenSearch-compatible HTTP API over the embedded engine.
+//! The sluice node: the OpenSearch-compatible HTTP API, admission, and the backend that runs
+//! admitted work (the embedded engine).
 //!
 //! [`config`] gathers settings from the config file, environment and `-E` flags;
-//! [`server::Node`] opens the data folder, binds the port and serves the [`api`] router, whose
-//! handlers parse requests, run engine work on the blocking pool and render OpenSearch-shaped
-//! responses and [`error`]s from shared [`state`].
+//! [`server::Node`] opens the data folder, binds the port and serves the [`api`] router behind
+//! the [`http`] middleware (authentication → [`http::RequestMeta`]). Search-class handlers pass
+//! [`admission::admit`] (task → tag → resource share → throttle) and run the admitted work on
+//! a [`backend::Backend`]; the data APIs call the embedded engine on the blocking pool.
+//! [`workload`] holds the groups, rules and stats; [`tasks`] the task registry;
+//! [`enforcement`] the loop that measures usage and cancels; [`settings`] the cluster settings.
 
 pub mod accounting;
 pub mod admission;
 pub mod api;
 pub mod auth;
+pub mod backend;
 pub mod config;
 pub mod enforcement;
 pub mod error;
+pub mod http;
 pub mod node_usage;
 pub mod pool;
 pub mod server;

@@ -10,8 +10,9 @@ use axum::response::Response;
 use sluice_engine::Engine;
 use tower_http::catch_panic::CatchPanicLayer;
 
-use crate::api::{self, BodyLimit};
+use crate::api;
 use crate::config::Config;
+use crate::http::BodyLimit;
 use crate::pool::SearchPool;
 use crate::state::{AppState, NodeIdentity};
 use crate::tasks::TaskManager;
@@ -46,19 +47,20 @@ impl Node {
         let cluster_settings =
             Arc::new(crate::settings::ClusterSettings::load(metastore.clone()).await?);
         let data = config.data_path.clone();
-        let engine = tokio::task::spawn_blocking(move || Engine::open(&data)).await??;
+        let engine = Arc::new(tokio::task::spawn_blocking(move || Engine::open(&data)).await??);
         let addr = SocketAddr::new(config.http_host, config.http_port);
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| anyhow::anyhow!("cannot bind http.host:http.port [{addr}]: {e}"))?;
-        let search_pool = SearchPool::new(
+        let search_pool = Arc::new(SearchPool::new(
             "search",
             config.search_pool_size,
             config.search_pool_queue_size,
-        );
+        ));
         let tasks = Arc::new(TaskManager::new(&identity.node_id));
         let auth = Arc::new(crate::auth::Authenticator::new(config.auth.clone())?);
-        let workload = Arc::new(crate::workload::Workload::new());
+        let auth_enabled = config.auth.mode != crate::auth::AuthMode::None;
+        let workload = Arc::new(crate::workload::Workload::new(auth_enabled));
         workload
             .reload(metastore.as_ref())
             .await
@@ -78,7 +80,11 @@ impl Node {
             auth,
             config,
             identity,
-            engine: Arc::new(engine),
+            backend: Arc::new(crate::backend::embedded::EmbeddedBackend::new(
+                engine.clone(),
+                search_pool.clone(),
+            )),
+            engine,
             search_pool,
             tasks,
             metastore,
@@ -113,7 +119,7 @@ impl Node {
             .layer(axum::extract::DefaultBodyLimit::max(
                 usize::try_from(limit).unwrap_or(usize::MAX),
             ))
-            .layer(middleware::from_fn(crate::workload::scope_request))
+            .layer(middleware::from_fn(crate::http::meta::scope_request))
             .layer(middleware::from_fn_with_state(
                 self.state.auth.clone(),
                 crate::auth::authenticate,
@@ -138,7 +144,10 @@ impl Node {
         });
         let enforcement = tokio::spawn(crate::enforcement::run_loop(self.state.clone()));
         // Outside the router, so it sees the `Allow` header the router sets on a 405.
-        let app = tower::Layer::layer(&middleware::from_fn(api::name_allowed_methods), app);
+        let app = tower::Layer::layer(
+            &middleware::from_fn(crate::http::fallback::name_allowed_methods),
+            app,
+        );
         let app =
             axum::ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(app);
         axum::serve(self.listener, app)

@@ -46,10 +46,12 @@ pub struct AppState {
     pub config: Config,
     /// The node identity.
     pub identity: NodeIdentity,
-    /// The embedded engine.
+    /// The embedded engine, which the data APIs (documents, bulk, index admin) use directly.
     pub engine: Arc<Engine>,
+    /// What runs admitted search-class work ([`crate::backend`]).
+    pub backend: Arc<dyn crate::backend::Backend>,
     /// The pool searches run on.
-    pub search_pool: SearchPool,
+    pub search_pool: Arc<SearchPool>,
     /// The running tasks.
     pub tasks: Arc<TaskManager>,
     /// The metastore: persistent cluster settings, workload groups, rules.

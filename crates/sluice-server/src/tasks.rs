@@ -74,15 +74,16 @@ pub struct Task {
     pub cancelled: Arc<AtomicBool>,
     /// Why it was cancelled, once it was.
     pub cancel_reason: Mutex<Option<String>>,
-    /// Who runs it: the principal of the request that registered it (see
-    /// [`crate::auth::current_principal`]); `None` when `auth.type` is `none`.
+    /// Who runs it: the principal of the request that registered it; `None` when `auth.type`
+    /// is `none`.
     pub principal: Option<Arc<crate::auth::Principal>>,
-    /// The workload group the task runs in; `None` for tasks outside workload management
-    /// (an `_msearch` parent, whose items are tagged one by one).
-    pub group: Option<Arc<crate::workload::GroupEntry>>,
-    /// The throttle buckets this task and its ancestors hold permits of; a nested search is
-    /// not charged again for them (DESIGN D8).
-    pub held_buckets: Vec<sluice_core::BucketKey>,
+    /// The workload group the task runs in, set once when admission has tagged it; unset for
+    /// tasks outside workload management (an `_msearch` parent, whose items are tagged one by
+    /// one) and for a task not tagged yet.
+    group: std::sync::OnceLock<Arc<crate::workload::GroupEntry>>,
+    /// The throttle buckets this task and its ancestors hold, set once by admission; a nested
+    /// search is not charged again for them (DESIGN D8).
+    held_buckets: std::sync::OnceLock<Vec<sluice_core::BucketKey>>,
     /// CPU and memory used so far, sampled by the thread that runs the task.
     pub usage: crate::accounting::TaskUsage,
     /// The task's place among its group's tasks admitted and not yet measured (set once after
@@ -93,6 +94,26 @@ pub struct Task {
 }
 
 impl Task {
+    /// The workload group the task runs in, once admission has tagged it.
+    pub fn group(&self) -> Option<&Arc<crate::workload::GroupEntry>> {
+        self.group.get()
+    }
+
+    /// Sets the task's group; only the first call counts (a task is tagged once).
+    pub fn set_group(&self, group: Arc<crate::workload::GroupEntry>) {
+        let _ = self.group.set(group);
+    }
+
+    /// The throttle buckets the task and its ancestors hold.
+    pub fn held_buckets(&self) -> &[sluice_core::BucketKey] {
+        self.held_buckets.get().map_or(&[], Vec::as_slice)
+    }
+
+    /// Sets the buckets the task and its ancestors hold; only the first call counts.
+    pub fn set_held_buckets(&self, held: Vec<sluice_core::BucketKey>) {
+        let _ = self.held_buckets.set(held);
+    }
+
     /// Whether the task has been cancelled.
     pub fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Acquire)
@@ -110,10 +131,6 @@ pub struct NewTask {
     pub parent: Option<u64>,
     /// Wall-clock start, epoch millis.
     pub start_time_millis: i64,
-    /// The workload group it runs in.
-    pub group: Option<Arc<crate::workload::GroupEntry>>,
-    /// The throttle buckets it and its ancestors hold permits of.
-    pub held_buckets: Vec<sluice_core::BucketKey>,
     /// Who runs it.
     pub principal: Option<Arc<crate::auth::Principal>>,
 }
@@ -209,23 +226,21 @@ impl TaskManager {
         &self.node_id
     }
 
-    /// Registers a task outside any workload group, run by the principal of the request being
-    /// handled; a child of a cancelled parent starts cancelled.
+    /// Registers a task outside any workload group, run by `principal`; a child of a cancelled
+    /// parent starts cancelled.
     pub fn register(
         self: &Arc<Self>,
         action: &'static str,
         description: String,
         parent: Option<u64>,
-        start_time_millis: i64,
+        principal: Option<Arc<crate::auth::Principal>>,
     ) -> TaskGuard {
         self.register_task(NewTask {
             action,
             description,
             parent,
-            start_time_millis,
-            group: None,
-            held_buckets: Vec::new(),
-            principal: crate::auth::current_principal(),
+            start_time_millis: sluice_engine::now_millis(),
+            principal,
         })
     }
 
@@ -236,8 +251,6 @@ impl TaskManager {
             description,
             parent,
             start_time_millis,
-            group,
-            held_buckets,
             principal,
         } = new;
         let seq = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -257,8 +270,8 @@ impl TaskManager {
                 parent_cancelled.then(|| "the parent task was cancelled".to_string()),
             ),
             principal,
-            group,
-            held_buckets,
+            group: std::sync::OnceLock::new(),
+            held_buckets: std::sync::OnceLock::new(),
             usage: crate::accounting::TaskUsage::default(),
             reservation: std::sync::OnceLock::new(),
         });
@@ -342,7 +355,7 @@ impl TaskManager {
                 }),
             );
         }
-        if detailed && let Some(g) = &t.group {
+        if detailed && let Some(g) = t.group() {
             m.insert(
                 "workload_group".into(),
                 json!({"id": &*g.id, "name": g.name()}),
@@ -359,7 +372,7 @@ mod tests {
     #[test]
     fn test_guard_drop_unregisters() {
         let m = Arc::new(TaskManager::new("n"));
-        let g = m.register(actions::SEARCH, "d".into(), None, 0);
+        let g = m.register(actions::SEARCH, "d".into(), None, None);
         assert_eq!(m.list().len(), 1);
         assert_eq!(g.id().to_string(), format!("n:{}", g.task().seq));
         drop(g);
@@ -369,22 +382,27 @@ mod tests {
     #[test]
     fn test_cancel_reaches_children_and_new_children_start_cancelled() {
         let m = Arc::new(TaskManager::new("n"));
-        let parent = m.register(actions::MSEARCH, "p".into(), None, 0);
-        let child = m.register(actions::SEARCH, "c".into(), Some(parent.task().seq), 0);
-        let other = m.register(actions::SEARCH, "o".into(), None, 0);
+        let parent = m.register(actions::MSEARCH, "p".into(), None, None);
+        let child = m.register(actions::SEARCH, "c".into(), Some(parent.task().seq), None);
+        let other = m.register(actions::SEARCH, "o".into(), None, None);
         let cancelled = m.cancel_seq(parent.task().seq, "by test");
         assert_eq!(cancelled.len(), 2);
         assert!(child.task().is_cancelled());
         assert!(!other.task().is_cancelled());
-        let late = m.register(actions::SEARCH, "late".into(), Some(parent.task().seq), 0);
+        let late = m.register(
+            actions::SEARCH,
+            "late".into(),
+            Some(parent.task().seq),
+            None,
+        );
         assert!(late.task().is_cancelled());
     }
 
     #[test]
     fn test_cancel_on_drop_cancels_unless_disarmed() {
         let m = Arc::new(TaskManager::new("n"));
-        let a = m.register(actions::SEARCH, "a".into(), None, 0);
-        let b = m.register(actions::SEARCH, "b".into(), None, 0);
+        let a = m.register(actions::SEARCH, "a".into(), None, None);
+        let b = m.register(actions::SEARCH, "b".into(), None, None);
         drop(CancelOnDrop::new(m.clone(), a.task().seq));
         CancelOnDrop::new(m.clone(), b.task().seq).disarm();
         assert!(a.task().is_cancelled());

@@ -14,6 +14,8 @@
 //!   `monitor` groups.
 //! - [`cancellation`]: [`select_cancellations`], which groups are policed and which of their
 //!   tasks die, highest usage first, just enough to cover the excess (facts §6.3).
+//! - [`pass`]: [`run_pass`], one enforcement pass as a function of its inputs (node
+//!   observation, tasks, groups) → duress verdict, usage per group, tasks to cancel.
 //! - [`unmeasured`]: [`UnmeasuredTasks`], sluice's own: the tasks admitted whose usage no
 //!   refresh has measured yet, and a per-task estimate, so admission sees a burst.
 //!
@@ -53,6 +55,7 @@
 pub mod admission;
 pub mod cancellation;
 pub mod duress;
+pub mod pass;
 pub mod unmeasured;
 pub mod usage;
 
@@ -60,6 +63,9 @@ pub use crate::group::{ResiliencyMode, ResourceLimits, ResourceType};
 pub use admission::{Admission, Rejection, check_rejection};
 pub use cancellation::{Cancellation, CancellationCause, breach_reason, select_cancellations};
 pub use duress::{NodeDuressTracker, NodeDuressTrackers};
+pub use pass::{
+    EnforcementState, GroupDef, NodeObservation, PassInputs, PassOutcome, run_pass, run_refresh,
+};
 pub use unmeasured::{Reservation, UnmeasuredTasks};
 pub use usage::{
     NodeCapacity, ResourceUsage, TaskSnapshot, TaskState, TaskUsage, UsageViews, group_usage,

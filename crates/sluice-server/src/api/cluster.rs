@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::json;
 
-use super::{Params, reply};
+use crate::http::{Params, reply};
 use crate::state::AppState;
 
 /// The OpenSearch version sluice reports, so clients that check it accept the node.

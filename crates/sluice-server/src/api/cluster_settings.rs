@@ -21,8 +21,8 @@ use axum::routing::get;
 use serde_json::{Map, Value, json};
 use sluice_engine::{EngineError, ErrorCode};
 
-use super::{Body, Params, reply};
 use crate::error::ApiResult;
+use crate::http::{Body, Params, reply};
 use crate::settings::{Scope, SettingsUpdate, flatten_settings};
 use crate::state::AppState;
 pub(crate) use sluice_engine::settings::bool_param;

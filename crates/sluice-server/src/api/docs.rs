@@ -10,8 +10,9 @@ use serde_json::{Map, Value, json};
 use sluice_engine::index::{DocOp, DocWriteResult, OpType};
 use sluice_engine::{EngineError, ErrorCode, engine::validate_index_name};
 
-use super::{Body, Params, blocking, reply};
+use crate::backend::embedded::blocking;
 use crate::error::{ApiResult, render_error, status_of};
+use crate::http::{Body, Params, reply};
 use crate::state::AppState;
 
 /// The `refresh` parameter of write requests.

@@ -10,8 +10,9 @@ use sluice_engine::index::{flat_settings, unset_defaults};
 use sluice_engine::mapping::Mapping;
 
 use super::cluster_settings::{bool_param, render};
-use super::{Body, Params, blocking, reply};
+use crate::backend::embedded::blocking;
 use crate::error::ApiResult;
+use crate::http::{Body, Params, reply};
 use crate::state::AppState;
 use sluice_engine::mapping::wildcard_match;
 use sluice_engine::{EngineError, ErrorCode};
@@ -416,7 +417,7 @@ fn cat_reply(cols: &[&str], rows: Vec<Vec<String>>, params: &Params) -> ApiResul
         table.push(cols.iter().map(|c| (*c).to_string()).collect());
     }
     table.extend(rows);
-    let text = super::render_table(&table);
+    let text = crate::http::render_table(&table);
     let mut resp = (StatusCode::OK, text).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -13,8 +13,9 @@ use serde_json::{Value, json};
 use sluice_engine::{EngineError, ErrorCode, SearchRequest};
 
 use super::search::search_description;
-use super::{Body, Params, TaskSpec, reply, run_task};
+use crate::admission::{TaskSpec, admit};
 use crate::error::{ApiError, ApiResult, render_error, status_of};
+use crate::http::{Body, Params, RequestMeta, reply};
 use crate::state::AppState;
 use crate::tasks::{CancelOnDrop, actions};
 
@@ -143,24 +144,27 @@ fn parse_items(
 /// `POST /_msearch`.
 pub async fn msearch(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    run_msearch(st, None, params, body).await
+    run_msearch(st, meta, None, params, body).await
 }
 
 /// `POST /{index}/_msearch`: the path index is the default of items whose header names none.
 pub async fn msearch_index(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Path(index): Path<String>,
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    run_msearch(st, Some(index), params, body).await
+    run_msearch(st, meta, Some(index), params, body).await
 }
 
 async fn run_msearch(
     st: Arc<AppState>,
+    meta: RequestMeta,
     index: Option<String>,
     params: Params,
     body: Body,
@@ -192,38 +196,23 @@ async fn run_msearch(
             index.as_deref().unwrap_or("")
         ),
         None,
-        sluice_engine::now_millis(),
+        meta.principal.clone(),
     );
     let parent_seq = parent.task().seq;
     // Dropped with this future when the client disconnects: cancels the children too.
     let on_drop = CancelOnDrop::new(st.tasks.clone(), parent_seq);
     let responses: Vec<Value> = futures::stream::iter(items)
         .map(|item| {
-            let st = st.clone();
+            let (st, meta) = (st.clone(), meta.clone());
             async move {
-                let engine = st.engine.clone();
-                let Item {
-                    index,
-                    req,
-                    description,
-                    params,
-                } = item;
-                let mut spec = TaskSpec::new(actions::SEARCH, description, &index);
-                spec.parent = Some(parent_seq);
-                // Each item holds its slot only while it runs, not until the whole response.
-                spec.hold_for_response = false;
-                let r = run_task(&st, spec, &params, move |ctx, group| {
-                    let mut req = req;
-                    group.apply_to_search(&mut req);
-                    engine.search_request(&index, &req, &ctx)
-                })
-                .await
-                .map(|mut resp| {
-                    if total_as_int {
-                        sluice_engine::search::render_total_hits_as_int(&mut resp);
-                    }
-                    resp
-                });
+                let r = run_item(&st, &meta, parent_seq, item)
+                    .await
+                    .map(|mut resp| {
+                        if total_as_int {
+                            sluice_engine::search::render_total_hits_as_int(&mut resp);
+                        }
+                        resp
+                    });
                 item_response(r)
             }
         })
@@ -234,6 +223,32 @@ async fn run_msearch(
     drop(parent);
     let body = json!({"took": started.elapsed().as_millis() as u64, "responses": responses});
     Ok(reply(StatusCode::OK, body, &params))
+}
+
+/// Admits and runs one item as a child of the msearch task `parent`: tagged on its own (the
+/// header for all, the rules per item), throttled on its own, holding its slot only while it
+/// runs.
+async fn run_item(
+    st: &Arc<AppState>,
+    meta: &RequestMeta,
+    parent: u64,
+    item: Item,
+) -> ApiResult<Value> {
+    let Item {
+        index,
+        mut req,
+        description,
+        params,
+    } = item;
+    let mut spec = TaskSpec::new(actions::SEARCH, description, &index, &params)?;
+    spec.parent = Some(parent);
+    let mut admitted = admit(st, meta, spec).await?;
+    admitted.apply_to_search(&mut req);
+    let executed = st
+        .backend
+        .search(admitted.execution(), index, req, None)
+        .await;
+    admitted.finish(executed)
 }
 
 fn item_response(r: ApiResult<Value>) -> Value {

@@ -33,9 +33,10 @@ use sluice_core::{CoreError, DEFAULT_MAX_RULES, Rule, apply_rule_update, validat
 use sluice_meta::{Collection, MetaStore};
 
 use crate::api::list_doc::{ListDoc, Stored};
-use crate::api::{Body, Params, reply, wlm};
+use crate::api::wlm;
 use crate::auth::Authenticated;
 use crate::error::{ApiResult, core_error};
+use crate::http::{Body, Params, reply};
 use crate::state::AppState;
 
 /// The key of the one document holding every rule.

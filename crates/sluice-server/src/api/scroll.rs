@@ -2,8 +2,8 @@
 //! `DELETE _search/scroll` frees scroll contexts.
 //!
 //! Each continuation is a task with action `indices:data/read/scroll`, run on the search pool
-//! through [`run_task`] and so cancellable like a search. The contexts live in the engine
-//! ([`sluice_engine::ScrollStore`]); this module parses the requests and shapes the answers.
+//! through admission and the node's backend, and so cancellable like a search. The contexts
+//! live in the backend; this module parses the requests and shapes the answers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,8 +15,9 @@ use serde_json::{Value, json};
 use sluice_engine::scroll::parse_keep_alive;
 use sluice_engine::{EngineError, ErrorCode, ScrollLimits};
 
-use super::{Body, Inherited, Params, TaskSpec, blocking, reply, run_task};
+use crate::admission::{Inherited, TaskSpec, admit, requested_cancel_after};
 use crate::error::ApiResult;
+use crate::http::{Body, Params, RequestMeta, reply};
 use crate::state::AppState;
 use crate::tasks::actions;
 
@@ -30,21 +31,23 @@ struct ScrollRequest {
 /// `GET|POST /_search/scroll`.
 pub async fn next_page(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    run_scroll(st, params, body).await
+    run_scroll(st, meta, params, body).await
 }
 
 /// `GET|POST /_search/scroll/{scroll_id}`.
 pub async fn next_page_of(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Path(scroll_id): Path<String>,
     Query(mut params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
     params.insert("scroll_id".to_string(), scroll_id);
-    run_scroll(st, params, body).await
+    run_scroll(st, meta, params, body).await
 }
 
 /// `DELETE /_search/scroll`.
@@ -75,13 +78,15 @@ pub fn sync_limits(st: &AppState) {
         max_open: usize::try_from(s.max_open_scroll_context()).unwrap_or(usize::MAX),
         max_keep_alive: s.max_keep_alive(),
     };
-    let scrolls = st.engine.scrolls();
-    if scrolls.limits() != limits {
-        scrolls.set_limits(limits);
-    }
+    st.backend.sync_scroll_limits(limits);
 }
 
-async fn run_scroll(st: Arc<AppState>, params: Params, body: Body) -> ApiResult<Response> {
+async fn run_scroll(
+    st: Arc<AppState>,
+    meta: RequestMeta,
+    params: Params,
+    body: Body,
+) -> ApiResult<Response> {
     let req = parse_scroll_request(&params, body.json()?.as_ref())?;
     let total_as_int = sluice_engine::search::rest_total_hits_as_int(&params)?;
     sync_limits(&st);
@@ -90,12 +95,11 @@ async fn run_scroll(st: Arc<AppState>, params: Params, body: Body) -> ApiResult<
         req.scroll_id,
         req.keep_alive.as_ref().map_or("null", |(s, _)| s.as_str())
     );
-    let engine = st.engine.clone();
     // A continuation runs in the group its scroll was opened in (DEFAULT when that group is
     // gone), whatever header it carries: a scroll cannot be moved out of its group's limits.
-    // An unknown scroll id fails in the engine with OpenSearch's error.
+    // An unknown scroll id fails in the backend with OpenSearch's error.
     let inherited = st
-        .engine
+        .backend
         .scroll_owner(&req.scroll_id)
         .ok()
         .map(|owner| Inherited {
@@ -109,17 +113,23 @@ async fn run_scroll(st: Arc<AppState>, params: Params, body: Body) -> ApiResult<
         description,
         parent: None,
         indices: Vec::new(),
-        hold_for_response: true,
+        cancel_after: requested_cancel_after(&params)?,
         inherited,
     };
-    let mut resp = run_task(&st, spec, &params, move |ctx, _group| {
-        engine.continue_scroll(&req.scroll_id, req.keep_alive.map(|(_, d)| d), &ctx)
-    })
-    .await?;
+    let mut admitted = admit(&st, &meta, spec).await?;
+    let executed = st
+        .backend
+        .continue_scroll(
+            admitted.execution(),
+            req.scroll_id,
+            req.keep_alive.map(|(_, d)| d),
+        )
+        .await;
+    let mut resp = admitted.finish(executed)?;
     if total_as_int {
         sluice_engine::search::render_total_hits_as_int(&mut resp);
     }
-    Ok(reply(StatusCode::OK, resp, &params))
+    Ok(admitted.ride_with(reply(StatusCode::OK, resp, &params)))
 }
 
 async fn run_clear(
@@ -129,19 +139,7 @@ async fn run_clear(
     body: Body,
 ) -> ApiResult<Response> {
     let ids = parse_clear_request(path_ids.as_deref(), body.json()?.as_ref())?;
-    let engine = st.engine.clone();
-    // Freeing contexts drops their searchers: keep that off the async threads.
-    let num_freed = blocking(move || {
-        if ids.len() == 1 && ids[0] == "_all" {
-            engine.clear_all_scrolls();
-            // OpenSearch counts each node that cleared its scrolls as one freed context
-            // (`ClearScrollController.cleanAllScrolls`), whatever it held: on one node, 1.
-            Ok(1)
-        } else {
-            engine.clear_scrolls(&ids)
-        }
-    })
-    .await?;
+    let num_freed = st.backend.clear_scrolls(ids).await?;
     // OpenSearch's `ClearScrollResponse` answers 404 when nothing was freed.
     let status = if num_freed == 0 {
         StatusCode::NOT_FOUND

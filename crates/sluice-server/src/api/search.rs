@@ -8,32 +8,36 @@ use axum::response::Response;
 use serde_json::{Value, json};
 use sluice_engine::{EngineError, SearchRequest};
 
-use super::{Body, Params, TaskSpec, reply, run_task};
+use crate::admission::{TaskSpec, admit};
 use crate::error::ApiResult;
+use crate::http::{Body, Params, RequestMeta, reply};
 use crate::state::AppState;
 use crate::tasks::actions;
 
 /// `GET|POST /{index}/_search`.
 pub async fn search(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Path(index): Path<String>,
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    run_search(st, index, params, body).await
+    run_search(st, meta, index, params, body).await
 }
 
 /// `GET|POST /_search`.
 pub async fn search_all(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    run_search(st, "_all".to_string(), params, body).await
+    run_search(st, meta, "_all".to_string(), params, body).await
 }
 
 async fn run_search(
     st: Arc<AppState>,
+    meta: RequestMeta,
     index: String,
     params: Params,
     body: Body,
@@ -51,22 +55,20 @@ async fn run_search(
     }
     let total_as_int = sluice_engine::search::rest_total_hits_as_int(&params)?;
     let description = search_description(&index, body.as_ref());
-    let engine = st.engine.clone();
-    let spec = TaskSpec::new(actions::SEARCH, description, &index);
-    let mut resp = run_task(&st, spec, &params, move |ctx, group| {
-        group.apply_to_search(&mut req);
-        // A scroll's continuations run in the group it was opened in.
-        req.owner = group.group_id.clone();
-        match keep_alive {
-            Some(k) => engine.open_scroll(&index, &req, k, &ctx),
-            None => engine.search_request(&index, &req, &ctx),
-        }
-    })
-    .await?;
+    let spec = TaskSpec::new(actions::SEARCH, description, &index, &params)?;
+    let mut admitted = admit(&st, &meta, spec).await?;
+    // The group's timeout and bucket limit, and its label: a scroll's continuations run in
+    // the group it was opened in.
+    admitted.apply_to_search(&mut req);
+    let executed = st
+        .backend
+        .search(admitted.execution(), index, req, keep_alive)
+        .await;
+    let mut resp = admitted.finish(executed)?;
     if total_as_int {
         sluice_engine::search::render_total_hits_as_int(&mut resp);
     }
-    Ok(reply(StatusCode::OK, resp, &params))
+    Ok(admitted.ride_with(reply(StatusCode::OK, resp, &params)))
 }
 
 /// The task description OpenSearch gives a search: its indices, type and source.
@@ -78,24 +80,27 @@ pub fn search_description(index: &str, body: Option<&Value>) -> String {
 /// `GET|POST /{index}/_count`.
 pub async fn count(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Path(index): Path<String>,
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    run_count(st, index, params, body).await
+    run_count(st, meta, index, params, body).await
 }
 
 /// `GET|POST /_count`.
 pub async fn count_all(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    run_count(st, "_all".to_string(), params, body).await
+    run_count(st, meta, "_all".to_string(), params, body).await
 }
 
 async fn run_count(
     st: Arc<AppState>,
+    meta: RequestMeta,
     index: String,
     params: Params,
     body: Body,
@@ -120,19 +125,11 @@ async fn run_count(
     if params.contains_key("q") {
         query = SearchRequest::parse(None, &params)?.query;
     }
-    let engine = st.engine.clone();
     let description = format!("indices[{index}], source[{query}]");
-    let spec = TaskSpec::new(actions::SEARCH, description, &index);
-    let (n, shards) = run_task(&st, spec, &params, move |ctx, _group| {
-        let n = engine.count(&index, &query, &ctx)?;
-        let shards: u64 = engine
-            .resolve(&index)?
-            .iter()
-            .map(|h| h.number_of_shards())
-            .sum();
-        Ok((n, shards))
-    })
-    .await?;
+    let spec = TaskSpec::new(actions::SEARCH, description, &index, &params)?;
+    let mut admitted = admit(&st, &meta, spec).await?;
+    let executed = st.backend.count(admitted.execution(), index, query).await;
+    let (n, shards) = admitted.finish(executed)?;
     let body: Value = json!({"count": n, "_shards": {"total": shards, "successful": shards, "skipped": 0, "failed": 0}});
-    Ok(reply(StatusCode::OK, body, &params))
+    Ok(admitted.ride_with(reply(StatusCode::OK, body, &params)))
 }

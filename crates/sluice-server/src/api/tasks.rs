@@ -9,8 +9,8 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 use sluice_engine::{EngineError, ErrorCode};
 
-use super::{Params, reply};
 use crate::error::ApiResult;
+use crate::http::{Params, reply};
 use crate::state::AppState;
 use crate::tasks::{Task, TaskId};
 

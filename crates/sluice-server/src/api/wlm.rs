@@ -41,9 +41,9 @@ use sluice_core::{CoreError, GroupLimits, WorkloadGroup, apply_update, validate_
 use sluice_meta::{Collection, MetaStore};
 
 use crate::api::list_doc::{ListDoc, Stored};
-use crate::api::{Body, Params, reply};
 use crate::auth::{AuthMode, Authenticated};
 use crate::error::{ApiResult, core_error};
+use crate::http::{Body, Params, reply};
 use crate::settings::keys;
 use crate::state::AppState;
 
@@ -187,6 +187,7 @@ pub async fn update(
 pub async fn delete(
     State(st): State<Arc<AppState>>,
     who: Authenticated,
+    meta: crate::http::RequestMeta,
     Path(name): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
@@ -210,7 +211,7 @@ pub async fn delete(
         .map(|r| r.id)
         .collect();
     if !orphaned.is_empty() {
-        crate::workload::add_warning(format!(
+        meta.warnings.add(format!(
             "rules [{}] name the deleted workload group [{name}] and will tag no request until they are updated or deleted",
             orphaned.join(", ")
         ));

@@ -32,9 +32,9 @@ use serde_json::{Map, Value, json};
 use sluice_core::ResourceType;
 use sluice_engine::EngineError;
 
-use super::{Params, reply};
 use crate::auth::Authenticated;
 use crate::error::ApiResult;
+use crate::http::{Params, reply};
 use crate::settings::keys;
 use crate::state::AppState;
 use crate::workload::GroupEntry;
@@ -435,7 +435,7 @@ fn pagination_error(details: &str) -> Response {
         "error": "Pagination state has changed (e.g., new workload groups added or removed). Please restart pagination from the beginning by omitting the 'next_token' parameter.",
         "details": details,
     });
-    super::json_response(StatusCode::BAD_REQUEST, &body, false)
+    crate::http::json_response(StatusCode::BAD_REQUEST, &body, false)
 }
 
 fn list(
@@ -568,7 +568,7 @@ fn list(
         footer.extend(std::iter::repeat_n("-".to_string(), columns.len() - 1));
         table.push(footer);
     }
-    let mut text = super::render_table(&table);
+    let mut text = crate::http::render_table(&table);
     if let Some(t) = next_token {
         text.push_str(&format!("next_token {t}\n"));
     }

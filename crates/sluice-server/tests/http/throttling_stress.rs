@@ -15,7 +15,6 @@ use std::time::Duration;
 use crate::common;
 use crate::common::TestNode;
 use serde_json::{Value, json};
-use sluice_server::workload::BucketProbe;
 
 const ADMIN: [(&str, &str); 2] = [("x-proxy-user", "root"), ("x-proxy-roles", "admin")];
 const CLIENTS: usize = 64;
@@ -51,7 +50,7 @@ async fn setup(extra: &[&str]) -> TestNode {
     node.state
         .workload
         .probe
-        .set(BucketProbe::default())
+        .set(Default::default())
         .expect("probe set once");
     node
 }

@@ -1,0 +1,253 @@
+//! The node-tier throttle decision (DESIGN D3–D8): whether a request of a workload group is
+//! counted against a bucket's `node_limit`, and what happens when the bucket is full.
+//!
+//! [`decide`] is the whole decision as one function of its inputs — the cluster mode, the
+//! group (none for `DEFAULT_WORKLOAD_GROUP`), the caller, the buckets the request's ancestors
+//! already hold — and of the node's [`PermitTable`]. It returns a [`Throttle`] verdict; the
+//! server counts it, logs it and turns a rejection into a 429. Nothing here reads a clock or a
+//! setting.
+//!
+//! # Decisions
+//! - Only mode `enabled` refuses. In `monitor_only`, and for a group in `monitor` resiliency
+//!   mode, a breach is admitted without a permit ([`Throttle::WouldThrottle`]); in `disabled`
+//!   nothing is evaluated (D3, D4).
+//! - `DEFAULT_WORKLOAD_GROUP` is never throttled; a username/role group with no principal (or
+//!   no role) to key on admits (fail open, [`bucket_for`]).
+//! - A request whose ancestor holds the same bucket is not charged again (D8). A request
+//!   *holds* its bucket whether it took a permit or its breach was only monitored
+//!   ([`Throttle::held_bucket`]): otherwise a nested search of a monitored request would be
+//!   checked (and counted) a second time, and in `monitor_only` could take a slot freed
+//!   meanwhile.
+
+use std::sync::Arc;
+
+use crate::bags::ThrottleAttribute;
+use crate::bucket::{BucketKey, Principal, bucket_for};
+use crate::group::{ResiliencyMode, WorkloadGroup};
+use crate::mode::WlmMode;
+use crate::permits::{Permit, PermitTable, Throttled};
+
+/// The throttle's verdict on one request.
+#[derive(Debug)]
+pub enum Throttle {
+    /// Not counted against any bucket: mode `disabled`, DEFAULT, a group without throttling, no
+    /// principal to key a username/role bucket on, or an ancestor holds the bucket.
+    Unthrottled,
+    /// Counted: the request holds this permit of its bucket until it ends.
+    Admitted(Permit),
+    /// The bucket is full, but the request is only monitored (`monitor_only`, or a `monitor`
+    /// group): it runs without a permit, and the breach is counted as `total_would_throttle`.
+    WouldThrottle {
+        /// The bucket, which the request still holds for its descendants (D8).
+        key: BucketKey,
+        /// What the table saw.
+        refused: Throttled,
+    },
+    /// The bucket is full and the group is throttled: the request is refused (429).
+    Rejected {
+        /// The bucket.
+        key: BucketKey,
+        /// What the table saw.
+        refused: Throttled,
+    },
+}
+
+impl Throttle {
+    /// The bucket the request now holds for its descendants, if it holds one it did not
+    /// inherit: its permit's, or the monitored breach's (D8). `None` when unthrottled or
+    /// rejected.
+    pub fn held_bucket(&self) -> Option<&BucketKey> {
+        match self {
+            Throttle::Admitted(p) => Some(p.key()),
+            Throttle::WouldThrottle { key, .. } => Some(key),
+            Throttle::Unthrottled | Throttle::Rejected { .. } => None,
+        }
+    }
+}
+
+/// Decides a request's node-tier throttle (see the module docs). `group_id` is the id the
+/// request was tagged with, `group` its stored definition (`None` for DEFAULT), `held` the
+/// buckets its ancestors hold.
+///
+/// Allocation-free on every path: the bucket key shares `group_id` and the principal's names.
+pub fn decide(
+    table: &PermitTable,
+    mode: WlmMode,
+    group_id: &Arc<str>,
+    group: Option<&WorkloadGroup>,
+    principal: Option<&Principal>,
+    held: &[BucketKey],
+) -> Throttle {
+    if mode == WlmMode::Disabled {
+        return Throttle::Unthrottled;
+    }
+    let Some(group) = group else {
+        return Throttle::Unthrottled;
+    };
+    let (Some(attribute), Some(limit)) = (group.throttling.attribute, group.throttling.node_limit)
+    else {
+        return Throttle::Unthrottled;
+    };
+    let principal = match attribute {
+        ThrottleAttribute::Group => None,
+        ThrottleAttribute::Username | ThrottleAttribute::Role => principal,
+    };
+    let Some(key) = bucket_for(group_id, &group.throttling, principal) else {
+        return Throttle::Unthrottled;
+    };
+    if held.contains(&key) {
+        return Throttle::Unthrottled;
+    }
+    let refused = match table.try_acquire(&key, u64::from(limit)) {
+        Ok(permit) => return Throttle::Admitted(permit),
+        Err(t) => t,
+    };
+    if mode == WlmMode::MonitorOnly || group.resiliency_mode == ResiliencyMode::Monitor {
+        Throttle::WouldThrottle { key, refused }
+    } else {
+        Throttle::Rejected { key, refused }
+    }
+}
+
+/// `attribute=value` (or `group`): a bucket as messages and stats name it.
+pub fn describe_bucket(key: &BucketKey) -> String {
+    match &key.value {
+        None => key.attribute.as_str().to_string(),
+        Some(v) => format!("{}={v}", key.attribute.as_str()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::group::{GroupLimits, validate_create};
+
+    fn group(mode: &str, throttling: serde_json::Value) -> WorkloadGroup {
+        let body = json!({"name": "g", "resiliency_mode": mode, "resource_limits": {"cpu": 0.5}, "throttling": throttling});
+        let limits = GroupLimits {
+            max_count: 100,
+            auth_enabled: true,
+        };
+        validate_create(&[], &body, "gid", 1, &limits).expect("valid group")
+    }
+
+    fn alice() -> Principal {
+        Principal {
+            username: "alice".into(),
+            roles: vec!["ops".into(), "analyst".into()],
+        }
+    }
+
+    fn id() -> Arc<str> {
+        Arc::from("gid")
+    }
+
+    #[test]
+    fn test_group_bucket_admits_up_to_the_limit_then_rejects_in_enabled() {
+        let t = PermitTable::new();
+        let g = group("enforced", json!({"attribute": "group", "node_limit": 1}));
+        let first = decide(&t, WlmMode::Enabled, &id(), Some(&g), None, &[]);
+        assert!(matches!(first, Throttle::Admitted(_)));
+        let second = decide(&t, WlmMode::Enabled, &id(), Some(&g), None, &[]);
+        let Throttle::Rejected { key, refused } = second else {
+            panic!("expected a rejection, got {second:?}");
+        };
+        assert_eq!((refused.in_flight, refused.limit), (1, 1));
+        assert_eq!(describe_bucket(&key), "group");
+    }
+
+    #[test]
+    fn test_monitor_only_and_monitor_groups_admit_a_breach_and_hold_the_bucket() {
+        let t = PermitTable::new();
+        let enforced = group("enforced", json!({"attribute": "group", "node_limit": 1}));
+        let monitor = group("monitor", json!({"attribute": "group", "node_limit": 1}));
+        let _p = decide(&t, WlmMode::Enabled, &id(), Some(&enforced), None, &[]);
+        for (mode, g) in [
+            (WlmMode::MonitorOnly, &enforced),
+            (WlmMode::Enabled, &monitor),
+        ] {
+            let v = decide(&t, mode, &id(), Some(g), None, &[]);
+            assert!(
+                matches!(v, Throttle::WouldThrottle { .. }),
+                "{mode:?}: {v:?}"
+            );
+            // The monitored request holds its bucket: a nested search is not checked again.
+            let held = [v.held_bucket().expect("held").clone()];
+            let nested = decide(&t, mode, &id(), Some(g), None, &held);
+            assert!(matches!(nested, Throttle::Unthrottled));
+        }
+        assert_eq!(t.num_buckets(), 1);
+    }
+
+    #[test]
+    fn test_disabled_default_and_unthrottled_groups_are_never_counted() {
+        let t = PermitTable::new();
+        let g = group("enforced", json!({"attribute": "group", "node_limit": 0}));
+        let plain = group("enforced", json!({}));
+        assert!(matches!(
+            decide(&t, WlmMode::Disabled, &id(), Some(&g), None, &[]),
+            Throttle::Unthrottled
+        ));
+        assert!(matches!(
+            decide(&t, WlmMode::Enabled, &id(), None, None, &[]),
+            Throttle::Unthrottled
+        ));
+        assert!(matches!(
+            decide(&t, WlmMode::Enabled, &id(), Some(&plain), None, &[]),
+            Throttle::Unthrottled
+        ));
+        assert_eq!(t.num_buckets(), 0);
+    }
+
+    #[test]
+    fn test_username_and_role_buckets_key_on_the_principal_and_fail_open_without_one() {
+        let t = PermitTable::new();
+        let by_user = group(
+            "enforced",
+            json!({"attribute": "username", "node_limit": 1}),
+        );
+        let by_role = group("enforced", json!({"attribute": "role", "node_limit": 1}));
+        assert!(matches!(
+            decide(&t, WlmMode::Enabled, &id(), Some(&by_user), None, &[]),
+            Throttle::Unthrottled
+        ));
+        let a = decide(
+            &t,
+            WlmMode::Enabled,
+            &id(),
+            Some(&by_user),
+            Some(&alice()),
+            &[],
+        );
+        assert_eq!(
+            describe_bucket(a.held_bucket().expect("held")),
+            "username=alice"
+        );
+        let r = decide(
+            &t,
+            WlmMode::Enabled,
+            &id(),
+            Some(&by_role),
+            Some(&alice()),
+            &[],
+        );
+        // The smallest role.
+        assert_eq!(
+            describe_bucket(r.held_bucket().expect("held")),
+            "role=analyst"
+        );
+    }
+
+    #[test]
+    fn test_a_bucket_held_by_an_ancestor_is_not_charged_again() {
+        let t = PermitTable::new();
+        let g = group("enforced", json!({"attribute": "group", "node_limit": 1}));
+        let parent = decide(&t, WlmMode::Enabled, &id(), Some(&g), None, &[]);
+        let held = [parent.held_bucket().expect("held").clone()];
+        let child = decide(&t, WlmMode::Enabled, &id(), Some(&g), None, &held);
+        assert!(matches!(child, Throttle::Unthrottled));
+        assert!(child.held_bucket().is_none());
+    }
+}

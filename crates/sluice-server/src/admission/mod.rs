@@ -1,0 +1,158 @@
+//! Admission: one asynchronous, cancel-safe step between a parsed request and its execution
+//! (DESIGN section 2, "The request path").
+//!
+//! [`admit`] takes the request's [`RequestMeta`] and a [`TaskSpec`] and either refuses (an
+//! [`ApiError`], a 429 for a workload-management limit) or returns an [`Admitted`] ticket:
+//!
+//! 1. **register** the task ([`crate::tasks`]), so work that waits is listed by `_tasks` and
+//!    can be cancelled;
+//! 2. **tag** it with its workload group ([`tag`]: header, rules, DEFAULT — the decision is
+//!    [`sluice_core::tagging`]'s), or take its parent's group;
+//! 3. **check the group's resource share** ([`share`], decisions in
+//!    [`sluice_core::resources`]);
+//! 4. **acquire throttle capacity**: the node tier ([`throttle`], verdict in
+//!    [`sluice_core::throttle`]); the shared tier and the queue plug in at the same place.
+//!
+//! The ticket ([`ticket`]) owns everything admission granted — the task's registration, the
+//! permit, the resource reservation, the stats of the task's end — and releases each exactly
+//! once on every path. Handlers run the work through a [`crate::backend::Backend`] with
+//! [`Admitted::execution`], settle the outcome with [`Admitted::finish`], and attach the ticket
+//! to the response ([`Admitted::ride_with`]) so the slot covers the response too (DESIGN D9).
+//! Nested searches the engine issues while it runs a request are admitted by [`nested`].
+
+pub mod nested;
+pub mod share;
+pub mod tag;
+pub mod throttle;
+pub mod ticket;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_core::BucketKey;
+
+pub use ticket::{Admitted, ResponseTicket};
+
+use crate::error::ApiResult;
+use crate::http::{Params, RequestMeta};
+use crate::state::AppState;
+use crate::workload::GroupEntry;
+
+/// Seconds a throttled client is told to wait.
+pub const RETRY_AFTER_SECS: u64 = 1;
+
+/// What a search-like task is: its action, its description for `_tasks`, its parent, the index
+/// expressions the tagging rules match, and its own `cancel_after_time_interval`.
+#[derive(Debug, Clone)]
+pub struct TaskSpec {
+    /// The action name ([`crate::tasks::actions`]).
+    pub action: &'static str,
+    /// What the task does, for `_tasks?detailed`.
+    pub description: String,
+    /// The parent task on this node.
+    pub parent: Option<u64>,
+    /// The request's index expressions (comma lists split), for the tagging rules.
+    pub indices: Vec<String>,
+    /// The request's `cancel_after_time_interval`: `Some(None)` for an explicit `-1`.
+    pub cancel_after: Option<Option<Duration>>,
+    /// Set when the request runs in a group fixed beforehand (a scroll continuation runs in
+    /// its scroll's group) instead of being tagged anew.
+    pub inherited: Option<Inherited>,
+}
+
+/// A group fixed beforehand, and the buckets already held for the request.
+#[derive(Debug, Clone)]
+pub struct Inherited {
+    /// The group.
+    pub group: Arc<GroupEntry>,
+    /// The buckets held by the request's ancestors.
+    pub held: Vec<BucketKey>,
+}
+
+impl TaskSpec {
+    /// A top-level task over the index expression `index` (a comma-separated list), with the
+    /// `cancel_after_time_interval` of `params` (a 400 when it is not a time value).
+    pub fn new(
+        action: &'static str,
+        description: String,
+        index: &str,
+        params: &Params,
+    ) -> ApiResult<TaskSpec> {
+        Ok(TaskSpec {
+            action,
+            description,
+            parent: None,
+            indices: split_indices(index),
+            cancel_after: requested_cancel_after(params)?,
+            inherited: None,
+        })
+    }
+}
+
+/// Splits a comma-separated index expression into its parts.
+pub fn split_indices(index: &str) -> Vec<String> {
+    index
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The request's `cancel_after_time_interval` parameter: `None` when absent, `Some(None)` for
+/// `-1`.
+pub fn requested_cancel_after(params: &Params) -> ApiResult<Option<Option<Duration>>> {
+    match params.get("cancel_after_time_interval") {
+        None => Ok(None),
+        Some(v) if v == "-1" => Ok(Some(None)),
+        Some(v) => Ok(Some(Some(sluice_engine::parse_time_value(v).map_err(|e| {
+            sluice_engine::EngineError::illegal_argument(format!(
+                "failed to parse setting [cancel_after_time_interval] with value [{v}] as a time value: {e}"
+            ))
+        })?))),
+    }
+}
+
+/// Admits a search-class request (see the module docs): registers its task, tags it, checks
+/// its group's resource share and takes throttle capacity.
+///
+/// # Cancel safety
+/// Dropping the future at any await point leaves nothing behind: the task is unregistered,
+/// and the reservation and the permit are given back, by their own `Drop`.
+pub async fn admit(st: &Arc<AppState>, meta: &RequestMeta, spec: TaskSpec) -> ApiResult<Admitted> {
+    let TaskSpec {
+        action,
+        description,
+        parent,
+        indices,
+        cancel_after,
+        inherited,
+    } = spec;
+    let guard = st
+        .tasks
+        .register(action, description, parent, meta.principal.clone());
+    let task = guard.task().clone();
+    let top_level = inherited.is_none();
+    let (entry, mut held) = match inherited {
+        Some(i) => (i.group, i.held),
+        None => (tag::tag(st, meta, &indices)?, Vec::new()),
+    };
+    task.set_group(entry.clone());
+    if let Some(r) = share::admit_resources(st, &entry)? {
+        // Set once, on the task registered above.
+        let _ = task.reservation.set(r);
+    }
+    let granted = throttle::throttle(st, &entry, meta.principal.as_deref(), &held)?;
+    if let Some(k) = &granted.bucket {
+        held.push(k.clone());
+    }
+    task.set_held_buckets(held);
+    Ok(Admitted::new(
+        st.clone(),
+        guard,
+        entry,
+        granted,
+        cancel_after,
+        top_level,
+    ))
+}

@@ -1,0 +1,153 @@
+//! The resource-share check of admission (DESIGN D17, facts §6.2): a request of a group whose
+//! last measured usage — plus, with `wlm.workload_group.estimate_unmeasured_tasks`, its tasks
+//! admitted and not measured yet at the group's per-task estimate
+//! ([`sluice_core::resources::unmeasured`]) — is over its share is turned away with a 429. The
+//! check runs at the door ([`admit_resources`]) and again when an execution thread takes the
+//! task ([`recheck_resources`]); [`observe_finished`] teaches a group's per-task estimate what
+//! a finished task used. The decisions are [`sluice_core::resources`]'.
+
+use std::time::Instant;
+
+use sluice_core::resources::{
+    Admission, GroupPolicy, Reservation, ResourceUsage, TaskSnapshot, TaskState, UnmeasuredTasks,
+    WlmMode,
+};
+use sluice_engine::{EngineError, ErrorCode};
+
+use crate::enforcement::thresholds;
+use crate::error::ApiError;
+use crate::settings::{SettingsSnapshot, keys};
+use crate::state::AppState;
+use crate::workload::GroupEntry;
+
+/// The admission resource check at the door (facts §6.2): rejects a request of a group whose
+/// usage is over its limit × the node rejection threshold, in mode `enabled` (soft groups only
+/// while the node is in duress; DEFAULT and monitor groups never), with 429
+/// `rejected_execution_exception`, OpenSearch's message and `Retry-After`, counting
+/// `total_rejections` and the resource's `rejections`.
+///
+/// The usage compared is the last recorded one plus, with
+/// `wlm.workload_group.estimate_unmeasured_tasks` (the default), every task of the group
+/// admitted and not measured yet at the group's per-task estimate
+/// ([`sluice_core::resources::unmeasured`]); an admitted request then holds a reservation,
+/// which its task keeps until a refresh measures it or it ends.
+pub fn admit_resources(st: &AppState, entry: &GroupEntry) -> Result<Option<Reservation>, ApiError> {
+    let Some(group) = &entry.group else {
+        return Ok(None);
+    };
+    let settings = st.cluster_settings.snapshot();
+    let mode = settings.wlm_mode();
+    if mode == WlmMode::Disabled {
+        return Ok(None);
+    }
+    let last = last_usage(entry);
+    if !settings.bool(keys::WLM_ESTIMATE_UNMEASURED_TASKS) {
+        return decide(st, &settings, entry, group, last).map(|()| None);
+    }
+    UnmeasuredTasks::try_admit(&entry.stats.unmeasured, last, |projected| {
+        decide(st, &settings, entry, group, projected)
+    })
+    .map(Some)
+}
+
+/// The same check when a search thread takes a task admitted at the door (usage is refreshed
+/// while requests wait for a thread): the task's own reservation, `own`, is not counted against
+/// it.
+pub fn recheck_resources(
+    st: &AppState,
+    entry: &GroupEntry,
+    own: Option<&Reservation>,
+) -> Result<(), ApiError> {
+    let Some(group) = &entry.group else {
+        return Ok(());
+    };
+    let settings = st.cluster_settings.snapshot();
+    let last = last_usage(entry);
+    let usage = match own {
+        Some(own) if settings.bool(keys::WLM_ESTIMATE_UNMEASURED_TASKS) => {
+            entry.stats.unmeasured.projected_for(last, own)
+        }
+        _ => last,
+    };
+    decide(st, &settings, entry, group, usage)
+}
+
+/// The group's last recorded usage.
+fn last_usage(entry: &GroupEntry) -> ResourceUsage {
+    ResourceUsage {
+        cpu: entry.stats.cpu.current_usage(),
+        memory: entry.stats.memory.current_usage(),
+    }
+}
+
+/// Decides on `usage` and carries the decision out: a debug line for a would-be rejection, the
+/// counters and the 429 for a rejection.
+fn decide(
+    st: &AppState,
+    settings: &SettingsSnapshot,
+    entry: &GroupEntry,
+    group: &sluice_core::WorkloadGroup,
+    usage: ResourceUsage,
+) -> Result<(), ApiError> {
+    // No usage breaches no threshold (thresholds are >= 0 and the comparison is strict).
+    if !(usage.cpu > 0.0 || usage.memory > 0.0) {
+        return Ok(());
+    }
+    let policy = GroupPolicy::of(group);
+    let decision = sluice_core::resources::check_rejection(
+        settings.wlm_mode(),
+        &policy,
+        usage,
+        &thresholds(settings),
+        st.enforcement.is_node_in_duress(),
+    );
+    match decision {
+        Admission::Admit => Ok(()),
+        Admission::WouldReject(r) => {
+            tracing::debug!(
+                group = %group.name,
+                "would reject (workload management only monitors this request): {}",
+                r.message()
+            );
+            Ok(())
+        }
+        Admission::Reject(r) => {
+            entry.stats.total_rejections.inc();
+            entry.stats.resource(r.resource).rejections.inc();
+            Err(ApiError::Rejected {
+                error: EngineError::new(ErrorCode::RejectedExecution, r.message()),
+                retry_after_secs: crate::admission::RETRY_AFTER_SECS,
+            })
+        }
+    }
+}
+
+/// Learns from a task of `entry` that ran on a search thread from `executing_since` until now,
+/// using `cpu_nanos` and allocating `memory_bytes`: its share of the node becomes part of the
+/// group's per-task estimate.
+pub fn observe_finished(
+    st: &AppState,
+    entry: &GroupEntry,
+    executing_since: Instant,
+    cpu_nanos: u64,
+    memory_bytes: u64,
+) {
+    if entry.is_default() {
+        return;
+    }
+    let enforcement = &st.enforcement;
+    let snapshot = TaskSnapshot {
+        task_id: 0,
+        group_id: String::new(),
+        cpu_nanos,
+        memory_bytes,
+        start_nanos: enforcement.nanos_since_epoch(executing_since),
+        state: TaskState::Cancellable,
+    };
+    let share = sluice_core::resources::TaskUsage::of(
+        &snapshot,
+        enforcement.nanos_since_epoch(Instant::now()),
+        enforcement.capacity(),
+    );
+    entry.stats.unmeasured.observe_finished(share.usage);
+}

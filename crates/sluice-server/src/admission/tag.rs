@@ -1,0 +1,52 @@
+//! Tagging as admission runs it: the decision is [`sluice_core::tagging::tag`]'s over the
+//! node's current view; this module carries out a header naming no group (DESIGN D5): a
+//! `Warning` on the response, a WARN log and DEFAULT's `total_unknown_group_tags`.
+
+use std::sync::Arc;
+
+use sluice_core::RequestAttributes;
+use sluice_core::tagging::{self, Tag};
+
+use crate::error::ApiResult;
+use crate::http::RequestMeta;
+use crate::state::AppState;
+use crate::workload::{DEFAULT_GROUP_ID, GroupEntry};
+
+/// The group a request over `indices` runs in: its `workloadGroupId` header, else the tagging
+/// rules over its indices and principal, else DEFAULT. A repeated or empty header is a 400.
+pub fn tag(st: &AppState, meta: &RequestMeta, indices: &[String]) -> ApiResult<Arc<GroupEntry>> {
+    let header = meta.group_header()?;
+    let principal = meta.principal.as_deref();
+    let attrs = RequestAttributes {
+        indices,
+        username: principal.map(|p| &*p.username),
+        roles: principal.map_or(&[], |p| p.roles.as_slice()),
+    };
+    let view = st.workload.view();
+    let decided = tagging::tag(
+        header,
+        |id| view.groups.contains_key(id),
+        &view.rules,
+        &attrs,
+        st.cluster_settings.wlm_mode(),
+    );
+    if let Tag::UnknownHeader(id) = decided {
+        st.workload
+            .default_entry()
+            .stats
+            .total_unknown_group_tags
+            .inc();
+        tracing::warn!(
+            workload_group_id = %id,
+            "request tagged with an unknown workload group id; running it in DEFAULT_WORKLOAD_GROUP"
+        );
+        meta.warnings.add(format!(
+            "workload group [{id}] does not exist; the request ran in [{DEFAULT_GROUP_ID}]"
+        ));
+    }
+    Ok(view
+        .groups
+        .get(decided.group_id())
+        .cloned()
+        .unwrap_or_else(|| st.workload.default_entry().clone()))
+}

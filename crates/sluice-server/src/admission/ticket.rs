@@ -1,0 +1,322 @@
+//! The admission ticket: everything admission granted one request, released exactly once.
+//!
+//! [`Admitted`] owns the task's registration, the throttle permit, the resource reservation (on
+//! the task) and the count of the task's end in its group's stats:
+//!
+//! - the registration and the permit sit in one shared [`Held`]: the ticket keeps one
+//!   reference, and work that may outlive the request (a search that runs on to its next
+//!   checkpoint after its client left) keeps another through [`Admitted::execution`]; the
+//!   task is unregistered and the slot freed when the last one goes (DESIGN D9);
+//! - the end is counted once, in `total_completions` (and `failures` unless it ended well) by
+//!   [`Admitted::finish`], or by `Drop` when the request was dropped before it finished (the
+//!   client disconnected: the task is cancelled then, and counted as failed); a request turned
+//!   away when its execution thread took it is counted as a rejection instead;
+//! - a top-level request's ticket rides with its response ([`Admitted::ride_with`]) until the
+//!   response has been handed to the HTTP layer, the way tower's `ResponseFuture` carries its
+//!   permit; an `_msearch` item's ticket ends with the item.
+//!
+//! # Invariants
+//! - T1 — a task's end is counted at most once: `outcome` leaves `Pending` once, in
+//!   [`Admitted::finish`] or in `Drop`, and only `Pending` counts in `Drop`. Tested by the HTTP
+//!   tests of `total_completions` and `failures` (success, error, disconnect).
+//! - T2 — the permit is released exactly once, when the last reference to [`Held`] drops (the
+//!   permit's own `Drop`, N2). Tested by the throttling stress test (no bucket left behind).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::response::Response;
+use parking_lot::Mutex;
+use serde_json::Value;
+use sluice_core::BucketKey;
+use sluice_core::permits::Permit;
+use sluice_core::search_settings::GroupSearchSettings;
+use sluice_engine::{EngineError, ErrorCode, NestedSearchHook, SearchRequest};
+
+use super::throttle::Granted;
+use crate::backend::{Execution, ExecutionHooks};
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use crate::tasks::{Task, TaskGuard};
+use crate::workload::GroupEntry;
+
+/// What admission granted, shared with work that may outlive the request.
+#[derive(Debug)]
+pub struct Held {
+    _task: TaskGuard,
+    _permit: Option<Permit>,
+}
+
+/// How a ticket's task ended, for its group's stats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Not settled yet: a drop now means the request was abandoned.
+    Pending,
+    /// Settled and counted.
+    Settled,
+}
+
+/// An admitted request (see the module docs).
+#[must_use = "dropping the ticket before the work ran cancels the task"]
+pub struct Admitted {
+    held: Arc<Held>,
+    run: Arc<Run>,
+    settings: GroupSearchSettings,
+    cancel_after: Option<Duration>,
+    outcome: Outcome,
+}
+
+impl std::fmt::Debug for Admitted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admitted")
+            .field("task", &self.run.task.seq)
+            .field("group", &self.run.entry.id)
+            .field("outcome", &self.outcome)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the execution hooks share with the ticket.
+struct Run {
+    st: Arc<AppState>,
+    task: Arc<Task>,
+    entry: Arc<GroupEntry>,
+    /// The bucket the request holds a permit of, for the diagnostics probe.
+    bucket: Option<BucketKey>,
+    /// A top-level request (not a scroll continuation): re-checked when it starts, and what it
+    /// used teaches its group's per-task estimate.
+    top_level: bool,
+    /// Set when the start hook turned the request away.
+    rejected_at_start: AtomicBool,
+}
+
+impl Admitted {
+    /// The ticket of a request admitted with `granted`, whose task is `guard`'s.
+    pub(super) fn new(
+        st: Arc<AppState>,
+        guard: TaskGuard,
+        entry: Arc<GroupEntry>,
+        granted: Granted,
+        requested_cancel_after: Option<Option<Duration>>,
+        top_level: bool,
+    ) -> Admitted {
+        let settings = GroupSearchSettings::of(entry.group.as_ref().map(|g| &g.settings));
+        let cancel_after = settings.cancel_after(
+            requested_cancel_after,
+            st.cluster_settings.cancel_after_time_interval(),
+        );
+        let task = guard.task().clone();
+        let bucket = granted.permit.as_ref().map(|p| p.key().clone());
+        Admitted {
+            held: Arc::new(Held {
+                _task: guard,
+                _permit: granted.permit,
+            }),
+            run: Arc::new(Run {
+                st,
+                task,
+                entry,
+                bucket,
+                top_level,
+                rejected_at_start: AtomicBool::new(false),
+            }),
+            settings,
+            cancel_after,
+            outcome: Outcome::Pending,
+        }
+    }
+
+    /// The task.
+    pub fn task(&self) -> &Arc<Task> {
+        &self.run.task
+    }
+
+    /// The group the request runs in.
+    pub fn group(&self) -> &Arc<GroupEntry> {
+        &self.run.entry
+    }
+
+    /// Applies the group's search settings to a parsed search (facts §3: timeout, bucket
+    /// limit), and labels it with the group so a scroll it opens keeps running there.
+    /// `req.max_buckets` must already hold the cluster setting.
+    pub fn apply_to_search(&self, req: &mut SearchRequest) {
+        req.timeout = self.settings.timeout(req.timeout);
+        req.max_buckets = self.settings.max_buckets(req.max_buckets);
+        req.owner = Some(self.run.entry.id.clone());
+    }
+
+    /// What a backend needs to run the request.
+    pub fn execution(&self) -> Execution {
+        let hold: Arc<dyn std::any::Any + Send + Sync> = self.held.clone();
+        Execution {
+            task: self.run.task.clone(),
+            cancel_at: self.cancel_after.map(|d| self.run.task.started + d),
+            hold,
+            hooks: self.run.clone(),
+        }
+    }
+
+    /// Settles the outcome of the work: counts the task's end and words its error as
+    /// OpenSearch does (a cancelled task, a request turned away when it started).
+    pub fn finish<T>(&mut self, result: ApiResult<T>) -> ApiResult<T> {
+        if self.outcome != Outcome::Pending {
+            return result;
+        }
+        self.outcome = Outcome::Settled;
+        if self.run.rejected_at_start.load(Ordering::Acquire) {
+            // Counted as a rejection (by the check), not as a completion: like a request
+            // turned away at the door.
+            return Err(match result {
+                Err(ApiError::Engine(error)) => ApiError::Rejected {
+                    error,
+                    retry_after_secs: super::RETRY_AFTER_SECS,
+                },
+                Err(other) => other,
+                Ok(_) => ApiError::Engine(EngineError::internal("rejected task returned a result")),
+            });
+        }
+        let stats = &self.run.entry.stats;
+        stats.total_completions.inc();
+        if result.is_err() {
+            stats.failures.inc();
+        }
+        result.map_err(|e| match e {
+            ApiError::Engine(e) if e.code == ErrorCode::TaskCancelled => {
+                ApiError::Engine(cancelled_error(&self.cancel_reason()))
+            }
+            other => other,
+        })
+    }
+
+    /// Why the task was cancelled, as OpenSearch words it.
+    fn cancel_reason(&self) -> String {
+        let task = &self.run.task;
+        task.cancel_reason
+            .lock()
+            .clone()
+            .unwrap_or_else(|| match self.cancel_after {
+                Some(d) => format!(
+                    "Cancellation timeout of {} is expired",
+                    crate::api::format_time_value(d)
+                ),
+                None => "task cancelled".to_string(),
+            })
+    }
+
+    /// Attaches the ticket to `resp`: it is released when the response has been handed to
+    /// the HTTP layer ([`ResponseTicket`]), so the slot covers building the response too.
+    pub fn ride_with(self, mut resp: Response) -> Response {
+        resp.extensions_mut()
+            .insert(ResponseTicket(Arc::new(Mutex::new(Some(self)))));
+        resp
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        if self.outcome != Outcome::Pending {
+            return;
+        }
+        // Dropped before the work was settled: the request was abandoned (its client
+        // disconnected). The work stops at its next check; its end counts as a failure.
+        self.run
+            .st
+            .tasks
+            .cancel_seq(self.run.task.seq, "the client closed the connection");
+        let stats = &self.run.entry.stats;
+        stats.total_completions.inc();
+        stats.failures.inc();
+    }
+}
+
+/// An [`Admitted`] riding with its response, taken off and dropped by
+/// [`crate::http::meta::scope_request`] once the response is built (a response extension
+/// must be `Clone`; only the first taker gets the ticket).
+#[derive(Clone)]
+pub struct ResponseTicket(Arc<Mutex<Option<Admitted>>>);
+
+impl ResponseTicket {
+    /// Releases the ticket now.
+    pub fn release(&self) {
+        drop(self.0.lock().take());
+    }
+}
+
+impl ExecutionHooks for Run {
+    fn start(&self) -> Result<Box<dyn std::any::Any + Send>, EngineError> {
+        // Checked again when an execution thread takes the task: usage is refreshed while
+        // requests wait for a thread, and a group that went over its share meanwhile does not
+        // start more work (as Trino's resource groups check their limits when a query leaves
+        // the queue). Scroll continuations are not checked again.
+        if self.top_level
+            && let Err(e) =
+                super::share::recheck_resources(&self.st, &self.entry, self.task.reservation.get())
+        {
+            self.rejected_at_start.store(true, Ordering::Release);
+            return Err(match e {
+                ApiError::Rejected { error, .. } => error,
+                other => EngineError::internal(format!("admission failed: {other:?}")),
+            });
+        }
+        let executing = Executing::start(self.entry.clone());
+        let probe = self
+            .st
+            .workload
+            .probe
+            .get()
+            .zip(self.bucket.as_ref())
+            .map(|(p, k)| p.enter(k));
+        Ok(Box::new((executing, probe)))
+    }
+
+    fn finished(&self, executing_since: Instant, cpu_nanos: u64, memory_bytes: u64) {
+        if self.top_level {
+            super::share::observe_finished(
+                &self.st,
+                &self.entry,
+                executing_since,
+                cpu_nanos,
+                memory_bytes,
+            );
+        }
+    }
+
+    fn nested(&self) -> Arc<dyn NestedSearchHook> {
+        Arc::new(super::nested::NestedSearches::new(
+            self.st.clone(),
+            self.task.clone(),
+            self.entry.clone(),
+        ))
+    }
+}
+
+/// Marks a group's task as executing while alive (the `executing` gauge and its peak in the
+/// group's stats: what actually ran at once, as the backend saw it).
+struct Executing(Arc<GroupEntry>);
+
+impl Executing {
+    fn start(entry: Arc<GroupEntry>) -> Executing {
+        entry.stats.executing_started();
+        Executing(entry)
+    }
+}
+
+impl Drop for Executing {
+    fn drop(&mut self) {
+        self.0.stats.executing_ended();
+    }
+}
+
+/// OpenSearch's error for a cancelled search: a search phase failure caused by
+/// `task_cancelled_exception`.
+fn cancelled_error(reason: &str) -> EngineError {
+    let mut outer = EngineError::new(ErrorCode::SearchPhaseExecution, "SearchTask was cancelled")
+        .with_extra("phase", Value::from("query"))
+        .with_extra("grouped", Value::from(true));
+    outer.cause = Some(Box::new(EngineError::new(
+        ErrorCode::TaskCancelled,
+        format!("cancelled task with reason: {reason}"),
+    )));
+    outer
+}

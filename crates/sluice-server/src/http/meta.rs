@@ -1,0 +1,132 @@
+//! What the node knows of a request before any handler runs, gathered once by [`scope_request`]
+//! into a [`RequestMeta`] that handlers take as an extractor and pass down as a parameter: the
+//! principal, the `workloadGroupId` header and the sink of the response's `Warning` headers.
+//!
+//! Nothing here lives in a task-local: work that moves to another task (a parked waiter, a
+//! proxied stream, a pool thread) carries what it needs with it.
+
+use std::sync::Arc;
+
+use axum::extract::{FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderName, HeaderValue};
+use axum::middleware::Next;
+use axum::response::Response;
+use parking_lot::Mutex;
+use sluice_engine::EngineError;
+
+use crate::admission::ResponseTicket;
+use crate::auth::{Authenticated, Principal};
+use crate::workload::GROUP_HEADER;
+
+/// The request's metadata (see the module docs). Cheap to clone: every part is shared.
+#[derive(Debug, Clone)]
+pub struct RequestMeta {
+    /// Who sends the request, from sluice's own authentication; `None` when `auth.type` is
+    /// `none` (DESIGN D6).
+    pub principal: Option<Arc<Principal>>,
+    /// The `workloadGroupId` header: `Ok(None)` when absent, `Err` with the reason when it
+    /// cannot be used (repeated, empty, not text).
+    group_header: Result<Option<Arc<str>>, Arc<str>>,
+    /// `Warning` header values for the response.
+    pub warnings: Warnings,
+}
+
+impl RequestMeta {
+    /// Metadata of a request with this principal and no header, for work the node starts on
+    /// its own behalf and for tests.
+    pub fn internal(principal: Option<Arc<Principal>>) -> RequestMeta {
+        RequestMeta {
+            principal,
+            group_header: Ok(None),
+            warnings: Warnings::default(),
+        }
+    }
+
+    /// The `workloadGroupId` header, or a 400 when it is repeated, empty or not text.
+    pub fn group_header(&self) -> Result<Option<&str>, EngineError> {
+        match &self.group_header {
+            Ok(h) => Ok(h.as_deref()),
+            Err(reason) => Err(EngineError::illegal_argument(reason.to_string())),
+        }
+    }
+}
+
+/// Where the handling of a request leaves `Warning` headers for its response.
+#[derive(Debug, Clone, Default)]
+pub struct Warnings(Arc<Mutex<Vec<String>>>);
+
+impl Warnings {
+    /// Adds a warning to the response.
+    pub fn add(&self, text: String) {
+        self.0.lock().push(text);
+    }
+
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock())
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for RequestMeta {
+    type Rejection = std::convert::Infallible;
+
+    /// The metadata [`scope_request`] gathered; an empty one when it did not run (then the
+    /// request has no principal, and admin authorization still fails closed).
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<RequestMeta>()
+            .cloned()
+            .unwrap_or_else(|| RequestMeta::internal(None)))
+    }
+}
+
+/// Reads the `workloadGroupId` header: absent, one usable value, or why it cannot be used.
+fn read_group_header(req: &Request) -> Result<Option<Arc<str>>, Arc<str>> {
+    let values: Vec<&HeaderValue> = req.headers().get_all(GROUP_HEADER).iter().collect();
+    match values.as_slice() {
+        [] => Ok(None),
+        [one] => match one.to_str() {
+            Ok(s) if !s.trim().is_empty() => Ok(Some(Arc::from(s.trim()))),
+            Ok(_) => Err(format!("the [{GROUP_HEADER}] header must not be empty").into()),
+            Err(_) => Err(format!("the [{GROUP_HEADER}] header must be visible ASCII text").into()),
+        },
+        _ => Err(format!("multiple values for single-valued header [{GROUP_HEADER}]").into()),
+    }
+}
+
+/// Middleware (inside authentication): gathers the request's [`RequestMeta`]; adds the
+/// warnings raised while handling it to the response, as OpenSearch formats them
+/// (`299 OpenSearch-<version> "<text>"`); and releases the admission ticket that rode with the
+/// response ([`crate::admission::Admitted::ride_with`]).
+pub async fn scope_request(mut req: Request, next: Next) -> Response {
+    let principal = req
+        .extensions()
+        .get::<Authenticated>()
+        .and_then(|a| a.0.clone());
+    let meta = RequestMeta {
+        principal,
+        group_header: read_group_header(&req),
+        warnings: Warnings::default(),
+    };
+    let warnings = meta.warnings.clone();
+    req.extensions_mut().insert(meta);
+    let mut resp = next.run(req).await;
+    for w in warnings.take() {
+        let escaped = w.replace('\\', "\\\\").replace('"', "\\\"");
+        let value = format!(
+            "299 OpenSearch-{} \"{escaped}\"",
+            crate::api::cluster::OPENSEARCH_COMPAT_VERSION
+        );
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            resp.headers_mut()
+                .append(HeaderName::from_static("warning"), v);
+        }
+    }
+    // The response is built and about to be handed to the HTTP layer: the admission ticket
+    // that rode with it is released now (DESIGN D9).
+    if let Some(ticket) = resp.extensions_mut().remove::<ResponseTicket>() {
+        ticket.release();
+    }
+    resp
+}

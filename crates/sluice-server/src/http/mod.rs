@@ -1,0 +1,17 @@
+//! The HTTP layer, free of domain logic: request metadata and its middleware ([`meta`]), body
+//! extraction ([`body`]), response rendering ([`reply`]) and OpenSearch's answers for unknown
+//! routes and methods ([`fallback`]). The routes themselves are in [`crate::api`].
+
+pub mod body;
+pub mod fallback;
+pub mod meta;
+pub mod reply;
+
+use std::collections::HashMap;
+
+pub use body::{Body, BodyLimit, parse_json};
+pub use meta::{RequestMeta, Warnings};
+pub use reply::{json_response, render_table, reply};
+
+/// Query-string parameters of a request.
+pub type Params = HashMap<String, String>;

@@ -1,0 +1,157 @@
+//! Workload management at run time: the node's view of the workload groups and tagging rules,
+//! and the per-group stats counters.
+//!
+//! The groups and rules are stored in the metastore (`api::wlm`, `api::rules`); this module
+//! keeps an in-memory [`View`] of them ([`view`]), swapped whole after every write on this node
+//! and at start, so the request path reads them without touching storage. Stats ([`stats`])
+//! live beside the view, keyed by group id: they survive view swaps, start at zero when a group
+//! appears, and vanish when it is deleted (as OpenSearch resets a deleted group's counters).
+//! Which group a request lands in is admission's step ([`crate::admission::tag`]).
+//!
+//! # Invariants
+//! - The stats object a request counts into is the one of the group it was tagged with, fixed
+//!   at tagging time: a rejection is never counted against DEFAULT because a group was being
+//!   registered at that moment (seed 001's second review comment).
+//! - DEFAULT always exists and always has stats.
+//! - A throttle that cannot apply on this node (per username or role while `auth.type` is
+//!   `none`, e.g. after a restart without authentication) is never silent: each view install
+//!   logs a WARN naming the group, and `_wlm/stats` shows it on the group
+//!   ([`GroupEntry::inactive_throttle`]).
+
+pub mod probe;
+pub mod stats;
+pub mod view;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use sluice_core::permits::PermitTable;
+use sluice_core::{Rule, WorkloadGroup};
+use sluice_meta::MetaStore;
+
+pub use probe::{BucketProbe, ProbeGuard};
+pub use stats::{Counter, GroupStats, ResourceStats};
+pub use view::{GroupEntry, View};
+
+use crate::error::ApiResult;
+
+/// The id (and name) of the group every untagged request belongs to.
+pub const DEFAULT_GROUP_ID: &str = "DEFAULT_WORKLOAD_GROUP";
+
+/// The request header that tags a request with a group id.
+pub const GROUP_HEADER: &str = "workloadGroupId";
+
+/// The node's workload-management state: groups, rules, stats.
+pub struct Workload {
+    view: RwLock<Arc<View>>,
+    default: Arc<GroupEntry>,
+    /// Stats by group id, kept across view swaps.
+    stats: Mutex<HashMap<String, Arc<GroupStats>>>,
+    /// Serializes reloads, so the last one installed read the store last.
+    reload: tokio::sync::Mutex<()>,
+    /// The node-tier throttle's permits per bucket.
+    pub permits: PermitTable,
+    /// Records per-bucket concurrency as the search threads see it, once enabled (a
+    /// diagnostics hook the stress tests use to check the throttle from the outside).
+    pub probe: std::sync::OnceLock<Arc<BucketProbe>>,
+    /// Whether the node authenticates requests: without it, per-username and per-role
+    /// throttles cannot apply.
+    auth_enabled: bool,
+}
+
+impl Workload {
+    /// An empty view: no groups, no rules, DEFAULT only. `auth_enabled`: whether the node
+    /// authenticates requests (`auth.type` other than `none`).
+    pub fn new(auth_enabled: bool) -> Workload {
+        Workload {
+            auth_enabled,
+            view: RwLock::new(Arc::new(View {
+                groups: HashMap::new(),
+                rules: Vec::new(),
+            })),
+            default: Arc::new(GroupEntry {
+                id: Arc::from(DEFAULT_GROUP_ID),
+                group: None,
+                stats: Arc::new(GroupStats::default()),
+                inactive_throttle: None,
+            }),
+            stats: Mutex::new(HashMap::new()),
+            reload: tokio::sync::Mutex::new(()),
+            permits: PermitTable::new(),
+            probe: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The current view.
+    pub fn view(&self) -> Arc<View> {
+        self.view.read().clone()
+    }
+
+    /// The DEFAULT group.
+    pub fn default_entry(&self) -> &Arc<GroupEntry> {
+        &self.default
+    }
+
+    /// The group with id `id`, DEFAULT included.
+    pub fn entry(&self, id: &str) -> Option<Arc<GroupEntry>> {
+        if id == DEFAULT_GROUP_ID {
+            return Some(self.default.clone());
+        }
+        self.view.read().groups.get(id).cloned()
+    }
+
+    /// Re-reads groups and rules from `store` and installs them as the new view.
+    ///
+    /// # Cancel safety
+    /// Dropping the future before it installs leaves the old view in place.
+    pub async fn reload(&self, store: &dyn MetaStore) -> ApiResult<()> {
+        let _serial = self.reload.lock().await;
+        let groups = crate::api::wlm::load_groups(store).await?.items;
+        let rules = crate::api::rules::load_rules(store).await?.items;
+        self.install(groups, rules);
+        Ok(())
+    }
+
+    /// Installs `groups` and `rules` as the view; stats of groups that are gone are dropped. A
+    /// per-username or per-role throttle that cannot apply because the node does not
+    /// authenticate is logged at WARN, once per install, naming the group.
+    pub fn install(&self, groups: Vec<WorkloadGroup>, rules: Vec<Rule>) {
+        let mut stats = self.stats.lock();
+        stats.retain(|id, _| groups.iter().any(|g| &g.id == id));
+        let groups = groups
+            .into_iter()
+            .map(|g| {
+                let s = stats.entry(g.id.clone()).or_default().clone();
+                let inactive_throttle = self.inactive_throttle(&g);
+                if let Some(reason) = &inactive_throttle {
+                    tracing::warn!(group = %g.name, id = %g.id, "{reason}");
+                }
+                let entry = GroupEntry {
+                    id: Arc::from(g.id.as_str()),
+                    group: Some(g),
+                    stats: s,
+                    inactive_throttle,
+                };
+                (entry.id.to_string(), Arc::new(entry))
+            })
+            .collect();
+        *self.view.write() = Arc::new(View { groups, rules });
+    }
+
+    /// Why `group`'s throttle cannot apply on this node, if it cannot: it counts per username
+    /// or role, and the node does not authenticate, so no request has a principal to key on
+    /// (the throttle was validated while authentication was on, and the node restarted with
+    /// `auth.type: none`).
+    fn inactive_throttle(&self, group: &WorkloadGroup) -> Option<String> {
+        let attribute = group.throttling.attribute?;
+        if self.auth_enabled || !attribute.needs_principal() || !group.throttling.is_enabled() {
+            return None;
+        }
+        Some(format!(
+            "workload group [{}] throttles per [{}], but auth.type is none: no request has a principal, so its node_limit does not apply; configure authentication or change throttling.attribute",
+            group.name,
+            attribute.as_str()
+        ))
+    }
+}

@@ -1,0 +1,163 @@
+//! The counters of a workload group on this node (DESIGN D10), as `_wlm/stats` shows them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::{Value, json};
+use sluice_core::ResourceType;
+
+/// A cumulative counter.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds one.
+    pub fn inc(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds `n`.
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Raises the value to `n` if it is lower.
+    pub fn raise_to(&self, n: u64) {
+        self.0.fetch_max(n, Ordering::Relaxed);
+    }
+
+    /// The current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Per-resource figures of a group.
+#[derive(Debug, Default)]
+pub struct ResourceStats {
+    /// The last usage the enforcement loop computed, as `f64` bits (a fraction of the node).
+    current_usage: AtomicU64,
+    /// Tasks cancelled because of this resource.
+    pub cancellations: Counter,
+    /// Requests rejected because of this resource.
+    pub rejections: Counter,
+}
+
+impl ResourceStats {
+    /// The last recorded usage.
+    pub fn current_usage(&self) -> f64 {
+        f64::from_bits(self.current_usage.load(Ordering::Relaxed))
+    }
+
+    /// Records a new usage.
+    pub fn set_current_usage(&self, v: f64) {
+        self.current_usage.store(v.to_bits(), Ordering::Relaxed);
+    }
+}
+
+/// The counters of one group on this node (DESIGN D10). All relaxed atomics: each is an
+/// independent tally, read only for reporting.
+#[derive(Debug, Default)]
+pub struct GroupStats {
+    /// Tasks of the group that ended, successfully or not.
+    pub total_completions: Counter,
+    /// Requests rejected by the resource check.
+    pub total_rejections: Counter,
+    /// Tasks cancelled by the enforcement loop.
+    pub total_cancellations: Counter,
+    /// Tasks that ended with an error.
+    pub failures: Counter,
+    /// Requests rejected by a throttle.
+    pub total_throttled: Counter,
+    /// Throttle breaches admitted because of `monitor_only` or a `monitor` group.
+    pub total_would_throttle: Counter,
+    /// Requests parked in a queue.
+    pub total_queued: Counter,
+    /// Requests rejected because the queue was full.
+    pub total_queue_rejections: Counter,
+    /// Requests parked right now.
+    pub queued_current: Counter,
+    /// The most requests ever parked at once.
+    pub queue_peak: Counter,
+    /// Parked requests that left the queue (admitted or gone).
+    pub queue_wait_count: Counter,
+    /// Their total wait.
+    pub total_queue_wait_millis: Counter,
+    /// The longest wait.
+    pub max_queue_wait_millis: Counter,
+    /// Requests whose `workloadGroupId` header named no group (counted on DEFAULT only).
+    pub total_unknown_group_tags: Counter,
+    /// Tasks of the group executing on a search thread right now.
+    executing: AtomicU64,
+    /// The most tasks of the group ever seen executing at once.
+    pub peak_executing: Counter,
+    /// CPU figures.
+    pub cpu: ResourceStats,
+    /// Memory figures.
+    pub memory: ResourceStats,
+    /// Tasks admitted and not measured yet, and what one task of the group uses: what the
+    /// admission check adds to `current_usage` (sluice's own, see
+    /// [`sluice_core::resources::unmeasured`]).
+    pub unmeasured: Arc<sluice_core::resources::UnmeasuredTasks>,
+}
+
+impl GroupStats {
+    /// The figures of `resource`.
+    pub fn resource(&self, resource: ResourceType) -> &ResourceStats {
+        match resource {
+            ResourceType::Cpu => &self.cpu,
+            ResourceType::Memory => &self.memory,
+        }
+    }
+
+    /// A task of the group started executing.
+    pub fn executing_started(&self) {
+        let now = self.executing.fetch_add(1, Ordering::AcqRel) + 1;
+        self.peak_executing.raise_to(now);
+    }
+
+    /// A task of the group stopped executing.
+    pub fn executing_ended(&self) {
+        self.executing.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Tasks of the group executing right now.
+    pub fn executing(&self) -> u64 {
+        self.executing.load(Ordering::Acquire)
+    }
+
+    /// The `_wlm/stats` object of this group: OpenSearch's fields first, then sluice's
+    /// throttle and queue figures.
+    pub fn to_json(&self, is_default: bool) -> Value {
+        let resource = |r: &ResourceStats| {
+            json!({
+                "current_usage": r.current_usage(),
+                "cancellations": r.cancellations.get(),
+                "rejections": r.rejections.get(),
+            })
+        };
+        let mut v = json!({
+            "total_completions": self.total_completions.get(),
+            "total_rejections": self.total_rejections.get(),
+            "total_cancellations": self.total_cancellations.get(),
+            "failures": self.failures.get(),
+            "total_throttled": self.total_throttled.get(),
+            "total_would_throttle": self.total_would_throttle.get(),
+            "total_queued": self.total_queued.get(),
+            "total_queue_rejections": self.total_queue_rejections.get(),
+            "queued_current": self.queued_current.get(),
+            "queue_peak": self.queue_peak.get(),
+            "queue_wait_count": self.queue_wait_count.get(),
+            "total_queue_wait_millis": self.total_queue_wait_millis.get(),
+            "max_queue_wait_millis": self.max_queue_wait_millis.get(),
+            "executing": self.executing(),
+            "peak_executing": self.peak_executing.get(),
+            "cpu": resource(&self.cpu),
+            "memory": resource(&self.memory),
+        });
+        if is_default {
+            v["total_unknown_group_tags"] = json!(self.total_unknown_group_tags.get());
+        }
+        v
+    }
+}
