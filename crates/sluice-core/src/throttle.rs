@@ -184,7 +184,7 @@ mod tests {
     #[test]
     fn test_disabled_default_and_unthrottled_groups_are_never_counted() {
         let t = PermitTable::new();
-        let g = group("enforced", json!({"attribute": "group", "node_limit": 0}));
+        let g = group("enforced", json!({"attribute": "group", "node_limit": 1}));
         let plain = group("enforced", json!({}));
         assert!(matches!(
             decide(&t, WlmMode::Disabled, &id(), Some(&g), None, &[]),
