@@ -72,12 +72,20 @@
 //! reference counts, and a shard's map keeps its capacity when an entry is removed, so
 //! re-inserting a drained bucket reuses the slot. `tests/permits_alloc.rs` counts it.
 
+mod queue;
+#[cfg(all(test, not(feature = "loom")))]
+mod queue_tests;
 #[cfg(all(test, not(feature = "loom")))]
 mod tests;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher, Hash, Hasher};
+
+pub use queue::{
+    Acquire, Grant, GroupQueue, MAX_PARKED_PER_GROUP, QueuePolicy, RefusalReason, Refused, Waiter,
+};
+use queue::{Slab, WaitList, WakeList};
 
 use crate::bucket::BucketKey;
 use crate::sync::{Arc, Mutex};
@@ -153,20 +161,26 @@ struct Shard {
 /// What a shard's lock protects.
 #[derive(Default)]
 struct ShardState {
-    /// The live buckets (N3: only those with requests in flight).
+    /// The live buckets (N3: only those with requests in flight or parked waiters).
     buckets: HashMap<HashedKey, BucketState, BuildHasherDefault<PrehashedHasher>>,
-    /// Releases that found nothing to release (N2 violations); 0 unless there is a bug.
+    /// The nodes of this shard's parked waiters; each bucket's FIFO links through them.
+    waiters: Slab,
+    /// Releases that found nothing to release, waiters whose bucket or node had vanished, a
+    /// bucket asked to queue under two group handles (N2/N4 violations); 0 unless there is a bug.
     num_invariant_violations: u64,
 }
 
 /// The state of one live bucket.
-///
-/// The queueing issue adds the FIFO of parked waiters here, under the same lock (see the
-/// module documentation).
 #[derive(Debug, Default)]
 struct BucketState {
-    /// Admitted requests not yet released.
+    /// Admitted requests not yet released, including slots handed to waiters that have not yet
+    /// polled (the slot moved to them; it is counted once).
     in_flight: u64,
+    /// Parked waiters, oldest first.
+    queue: WaitList,
+    /// The group handle of the parked waiters (its live limit drives hand-offs); `Some` exactly
+    /// while `queue` is non-empty.
+    group: Option<Arc<GroupQueue>>,
 }
 
 /// A bucket key with its hash, computed once at admission; the shard maps hash it by handing
@@ -225,6 +239,13 @@ impl PermitTable {
         {
             let mut state = shard.state.lock();
             match state.buckets.get_mut(&key) {
+                // N4: while requests are parked, a new arrival never overtakes them.
+                Some(bucket) if !bucket.queue.is_empty() => {
+                    return Err(Throttled {
+                        in_flight: bucket.in_flight,
+                        limit,
+                    });
+                }
                 Some(bucket) => bucket.try_admit(limit)?,
                 None => {
                     let mut bucket = BucketState::default();
@@ -239,6 +260,202 @@ impl PermitTable {
         })
     }
 
+    /// Admits one request to `key` under its group's live limit, parks it behind the bucket's
+    /// waiters, or refuses it.
+    ///
+    /// In order: a `group` already released answers [`Acquire::Unthrottled`]; room left by a
+    /// raised limit goes to the bucket's oldest waiters first; the request is then admitted if
+    /// nobody waits and fewer than `group.node_limit()` run (N1, N4), else parked as the
+    /// bucket's newest waiter if `policy` leaves room (N5, D13), else refused with the bound that
+    /// refused it. A `policy.size_per_bucket` of 0 admits or refuses exactly like
+    /// [`try_acquire`](Self::try_acquire). `tag` is the caller's value (a task id), shown by
+    /// [`parked`](Self::parked).
+    ///
+    /// All of a bucket's waiters must share one `group` handle (the server keeps one per group);
+    /// a second handle is counted as a violation and the bucket keeps using the first.
+    pub fn acquire(
+        &self,
+        key: &BucketKey,
+        group: &Arc<GroupQueue>,
+        policy: QueuePolicy,
+        tag: u64,
+    ) -> Acquire {
+        let key = self.hashed(key);
+        let shard = self.shard(key.hash);
+        let mut wakes = WakeList::default();
+        let outcome = {
+            let mut guard = shard.state.lock();
+            let state = &mut *guard;
+            // Read under the lock: see GroupQueue's `# Ordering` (no waiter is stranded).
+            if group.is_released() {
+                None
+            } else {
+                let limit = group.node_limit();
+                Some(match state.buckets.get_mut(&key) {
+                    Some(bucket) => {
+                        if bucket.group.as_ref().is_some_and(|g| !same_group(g, group)) {
+                            state.num_invariant_violations =
+                                state.num_invariant_violations.saturating_add(1);
+                        }
+                        queue::settle(bucket, &mut state.waiters, &mut wakes);
+                        bucket.admit_or_park(&mut state.waiters, group, policy, limit, tag)
+                    }
+                    None => {
+                        let mut bucket = BucketState::default();
+                        let outcome =
+                            bucket.admit_or_park(&mut state.waiters, group, policy, limit, tag);
+                        if outcome.is_ok() {
+                            state.buckets.insert(key.clone(), bucket);
+                        }
+                        outcome
+                    }
+                })
+            }
+        };
+        wakes.wake_all();
+        match outcome {
+            None => Acquire::Unthrottled,
+            Some(Ok(None)) => Acquire::Admitted(Permit {
+                shard: Arc::clone(shard),
+                key,
+            }),
+            Some(Ok(Some(slot))) => Acquire::Parked(Waiter::new(Arc::clone(shard), key, slot, tag)),
+            Some(Err(refused)) => Acquire::Refused(refused),
+        }
+    }
+
+    /// Hands free slots of `key`'s bucket to its oldest waiters under its group's live limit;
+    /// returns how many were admitted. The server calls it from its backstop sweep; a release
+    /// already does this for its own bucket.
+    pub fn drain(&self, key: &BucketKey) -> u64 {
+        let key = self.hashed(key);
+        let shard = self.shard(key.hash);
+        let mut wakes = WakeList::default();
+        let granted = {
+            let mut guard = shard.state.lock();
+            let state = &mut *guard;
+            match state.buckets.get_mut(&key) {
+                Some(bucket) => queue::settle(bucket, &mut state.waiters, &mut wakes),
+                None => 0,
+            }
+        };
+        wakes.wake_all();
+        granted
+    }
+
+    /// Drains every bucket whose waiters belong to `group` (after its limit was raised); returns
+    /// how many were admitted. Walks every shard, one lock at a time.
+    pub fn drain_group(&self, group: &GroupQueue) -> u64 {
+        self.drain_where(|g| std::ptr::eq(g, group))
+    }
+
+    /// Drains every bucket with waiters (the server's backstop sweep); returns how many were
+    /// admitted.
+    pub fn drain_all(&self) -> u64 {
+        self.drain_where(|_| true)
+    }
+
+    /// Drains the buckets whose group handle matches.
+    fn drain_where(&self, mut matches: impl FnMut(&GroupQueue) -> bool) -> u64 {
+        let mut granted = 0;
+        for shard in self.shards.iter() {
+            let mut wakes = WakeList::default();
+            {
+                let mut guard = shard.state.lock();
+                let state = &mut *guard;
+                for bucket in state.buckets.values_mut() {
+                    if bucket.group.as_deref().is_some_and(&mut matches) {
+                        granted += queue::settle(bucket, &mut state.waiters, &mut wakes);
+                    }
+                }
+            }
+            wakes.wake_all();
+        }
+        granted
+    }
+
+    /// Releases `group`'s backlog: marks the handle released (every later [`acquire`]
+    /// (Self::acquire) with it answers [`Acquire::Unthrottled`]) and resolves each of its
+    /// parked waiters as [`Grant::Unthrottled`]; returns how many. For a group whose throttling
+    /// was disabled, that was deleted or switched to `monitor`, or when the cluster mode leaves
+    /// `enabled`. Walks every shard, one lock at a time; running permits are untouched.
+    pub fn release_group(&self, group: &GroupQueue) -> u64 {
+        group.mark_released();
+        let mut released = 0;
+        for shard in self.shards.iter() {
+            let mut wakes = WakeList::default();
+            {
+                let mut guard = shard.state.lock();
+                let state = &mut *guard;
+                let mut emptied = false;
+                for bucket in state.buckets.values_mut() {
+                    if bucket
+                        .group
+                        .as_deref()
+                        .is_some_and(|g| std::ptr::eq(g, group))
+                    {
+                        released += queue::release_all(bucket, &mut state.waiters, &mut wakes);
+                        emptied |= bucket.is_idle();
+                    }
+                }
+                if emptied {
+                    state.buckets.retain(|_, b| !b.is_idle());
+                }
+            }
+            wakes.wake_all();
+        }
+        released
+    }
+
+    /// Returns the number of requests parked in `key`'s bucket.
+    pub fn num_parked(&self, key: &BucketKey) -> u64 {
+        let key = self.hashed(key);
+        let state = self.shard(key.hash).state.lock();
+        state.buckets.get(&key).map_or(0, |b| b.queue.len())
+    }
+
+    /// Returns the tags of the requests parked in `key`'s bucket, oldest first.
+    pub fn parked(&self, key: &BucketKey) -> Vec<u64> {
+        let key = self.hashed(key);
+        let state = self.shard(key.hash).state.lock();
+        state
+            .buckets
+            .get(&key)
+            .map(|b| b.queue.tags(&state.waiters).collect())
+            .unwrap_or_default()
+    }
+
+    /// Returns every parked request as (bucket, tag), each bucket's oldest first, buckets in
+    /// no particular order; exact per shard, not one instant across shards.
+    pub fn parked_all(&self) -> Vec<(BucketKey, u64)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let state = shard.state.lock();
+            for (k, b) in &state.buckets {
+                out.extend(b.queue.tags(&state.waiters).map(|t| (k.key.clone(), t)));
+            }
+        }
+        out
+    }
+
+    /// Returns the number of waiter nodes in use: parked, or resolved but not yet taken by their
+    /// waiter. 0 once every waiter has completed or been dropped (no node leaks).
+    pub fn num_waiter_nodes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.state.lock().waiters.num_used())
+            .sum()
+    }
+
+    /// Returns the number of waiter nodes allocated, free or not: the high-water mark of
+    /// parked requests, whose memory the shards keep for reuse.
+    pub fn waiter_capacity(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.state.lock().waiters.capacity())
+            .sum()
+    }
+
     /// Returns the number of requests in flight in `key`'s bucket (0 when it has no entry).
     pub fn in_flight(&self, key: &BucketKey) -> u64 {
         let key = self.hashed(key);
@@ -246,7 +463,8 @@ impl PermitTable {
         state.buckets.get(&key).map_or(0, |b| b.in_flight)
     }
 
-    /// Returns every live bucket with its in-flight count, in no particular order.
+    /// Returns every live bucket with its in-flight count, in no particular order (a bucket
+    /// whose only entries are parked waiters shows 0).
     ///
     /// Each shard is read under its own lock, one after the other, so the snapshot is exact per
     /// bucket but not one instant across buckets.
@@ -264,7 +482,7 @@ impl PermitTable {
         out
     }
 
-    /// Returns the number of live buckets (those with requests in flight).
+    /// Returns the number of live buckets (those with requests in flight or parked).
     pub fn num_buckets(&self) -> usize {
         self.shards
             .iter()
@@ -338,30 +556,45 @@ impl fmt::Debug for Permit {
 }
 
 impl Shard {
-    /// Releases one slot of `key`'s bucket and removes the entry when that drains it (N3).
+    /// Releases one slot of `key`'s bucket: hands it to the oldest waiter when one is parked and
+    /// the live limit allows (N4), and removes the entry when that drains it (N3). The woken
+    /// waiter is woken after the lock is released.
+    fn release(&self, key: &HashedKey) {
+        let mut wakes = WakeList::default();
+        self.state.lock().release_slot(key, &mut wakes);
+        wakes.wake_all();
+    }
+}
+
+impl ShardState {
+    /// Gives back one slot of `key`'s bucket under the lock, passing it on to waiters as the
+    /// live limit allows, and removes the entry when the bucket is idle (N3).
     ///
     /// A release with nothing to release is counted and otherwise ignored: the count never
     /// underflows and a missing entry is never re-created (N2).
-    fn release(&self, key: &HashedKey) {
-        let mut guard = self.state.lock();
-        let state = &mut *guard;
-        let drained = match state.buckets.get_mut(key) {
+    fn release_slot(&mut self, key: &HashedKey, wakes: &mut WakeList) {
+        let drained = match self.buckets.get_mut(key) {
             Some(bucket) => {
                 if !bucket.release() {
-                    state.num_invariant_violations =
-                        state.num_invariant_violations.saturating_add(1);
+                    self.num_invariant_violations = self.num_invariant_violations.saturating_add(1);
                 }
+                queue::settle(bucket, &mut self.waiters, wakes);
                 bucket.is_idle()
             }
             None => {
-                state.num_invariant_violations = state.num_invariant_violations.saturating_add(1);
+                self.num_invariant_violations = self.num_invariant_violations.saturating_add(1);
                 false
             }
         };
         if drained {
-            state.buckets.remove(key);
+            self.buckets.remove(key);
         }
     }
+}
+
+/// Whether two handles are the same group's.
+fn same_group(a: &GroupQueue, b: &GroupQueue) -> bool {
+    std::ptr::eq(a, b)
 }
 
 impl BucketState {
@@ -390,9 +623,78 @@ impl BucketState {
         }
     }
 
-    /// Whether the bucket has nothing in flight, so its entry must go (N3).
+    /// Whether the bucket has nothing in flight and nobody parked, so its entry must go (N3).
     fn is_idle(&self) -> bool {
-        self.in_flight == 0
+        self.in_flight == 0 && self.queue.is_empty()
+    }
+
+    /// Admits a request if nobody waits and the limit allows, else parks it if `policy` leaves
+    /// room (N5, D13); `Ok(None)` is admitted, `Ok(Some(node))` parked.
+    fn admit_or_park(
+        &mut self,
+        slab: &mut Slab,
+        group: &Arc<GroupQueue>,
+        policy: QueuePolicy,
+        limit: u64,
+        tag: u64,
+    ) -> Result<Option<u32>, Refused> {
+        if self.queue.is_empty() && self.try_admit(limit).is_ok() {
+            return Ok(None);
+        }
+        let queued = self.queue.len();
+        // The bucket's waiters all count in one handle: the first one's.
+        let owner = self.group.as_ref().unwrap_or(group);
+        let ceiling = policy.group_ceiling;
+        let refuse = |reason| Refused {
+            reason,
+            in_flight: self.in_flight,
+            limit,
+            queued,
+            group_queued: owner.num_parked(),
+        };
+        if policy.size_per_bucket == 0 {
+            return Err(refuse(RefusalReason::NotQueued));
+        }
+        if queued >= policy.size_per_bucket {
+            return Err(refuse(RefusalReason::BucketQueueFull));
+        }
+        let share = owner.fair_share(ceiling, queued > 0);
+        let group_full = |owner: &GroupQueue| {
+            if queued < share {
+                // Turned away under its share: the buckets holding more must yield (D13).
+                owner.mark_contended();
+            }
+            refuse(RefusalReason::GroupQueueFull)
+        };
+        if owner.num_parked() >= ceiling {
+            return Err(group_full(owner));
+        }
+        if queued >= share {
+            return Err(refuse(RefusalReason::OverFairShare { share }));
+        }
+        // The exact bound: one compare-exchange against the ceiling (N5).
+        if owner.try_take_place(ceiling).is_err() {
+            return Err(group_full(owner));
+        }
+        let node = self.queue.push_back(slab, tag);
+        if queued == 0 {
+            debug_assert!(
+                self.group.is_none(),
+                "a bucket without waiters kept a group"
+            );
+            group.bucket_started_waiting();
+            self.group = Some(Arc::clone(group));
+        }
+        Ok(Some(node))
+    }
+
+    /// Drops the group handle once the last waiter has left.
+    fn after_leaving_queue(&mut self) {
+        if self.queue.is_empty() {
+            if let Some(group) = self.group.take() {
+                group.bucket_stopped_waiting();
+            }
+        }
     }
 }
 
