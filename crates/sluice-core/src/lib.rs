@@ -12,7 +12,8 @@
 //!   [`match_rules`], which picks a request's group (username > role > longest index prefix).
 //! - [`bucket`]: [`BucketKey`] and [`bucket_for`], where a throttle counts a request.
 //! - [`permits`]: the node-tier [`PermitTable`](permits::PermitTable): in-flight requests per
-//!   bucket under a live limit, RAII permits released exactly once.
+//!   bucket under a live limit, RAII permits released exactly once, and bounded per-bucket FIFO
+//!   queues of parked [`Waiter`](permits::Waiter)s handed freed slots in order.
 //! - [`mode`]: [`WlmMode`], `wlm.workload_group.mode`.
 //! - [`resources`]: resource enforcement — per-group usage views, node duress tracking, the
 //!   admission rejection check and the selection of tasks to cancel (facts §6).

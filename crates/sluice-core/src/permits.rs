@@ -22,55 +22,101 @@
 //! assert_eq!(table.num_buckets(), 0);
 //! ```
 //!
+//! With queueing, [`PermitTable::acquire`] takes the group's live handle ([`GroupQueue`]) and a
+//! [`QueuePolicy`] instead of a limit, and may also park the request: it returns an
+//! [`Acquire`] — a [`Permit`] at once, a [`Waiter`] (a future resolving to a [`Grant`]), a
+//! [`Refused`] naming the bound that refused it, or `Unthrottled` once the group's backlog was
+//! released. [`try_acquire`](PermitTable::try_acquire) keeps its signature and behaves like an
+//! `acquire` that never parks.
+//!
 //! # Invariants
 //!
-//! - **N1** — an admission never takes a bucket's in-flight count above the limit passed to
-//!   that admission: [`PermitTable::try_acquire`] compares and increments under the shard lock,
-//!   with no increment-then-rollback window in which another caller could see a transient
-//!   over-count and be refused spuriously. The limit is read per call (the live `node_limit`),
-//!   so a change applies from the next admission; lowering it never revokes running permits, it
-//!   refuses new ones until the count has drained below the new limit. Checked by
-//!   `debug_assert!` after the increment; tested by unit tests, the model-based proptest and
-//!   loom model (a).
+//! - **N1** — an admission or hand-off never takes a bucket's in-flight count above the limit
+//!   it was checked against: both compare and increment under the shard lock, with no
+//!   increment-then-rollback window in which another caller could see a transient over-count
+//!   and be refused spuriously; a hand-off re-reads the group's live `node_limit` from its
+//!   [`GroupQueue`] at that moment (a release carries no limit). A change applies from the next
+//!   admission or hand-off; lowering it never revokes running permits, it admits nobody until
+//!   the count has drained below the new limit; raising it admits that many waiters at the next
+//!   [`drain_group`](PermitTable::drain_group) (or release, or arrival in the bucket). Checked
+//!   by `debug_assert!` after each increment and hand-off; tested by
+//!   `test_concurrent_admissions_never_exceed_the_limit`,
+//!   `test_lowered_limit_admits_nobody_until_in_flight_falls_below_it`,
+//!   `test_raised_limit_admits_that_many_waiters_on_drain`, the proptests
+//!   (`tests/permits_model.rs`, `tests/queue_model.rs`) and loom models (a) of
+//!   `tests/loom_permits.rs` and `tests/loom_queue.rs`.
 //! - **N2** — every admission releases exactly once: [`Permit`] is neither `Clone` nor `Copy`
-//!   and its only release path is `Drop`, which runs once, on whatever thread drops it. A
-//!   release that finds no entry, or an entry at 0, would mean a double release; it is counted
-//!   ([`PermitTable::num_invariant_violations`]) and changes nothing — it never underflows and
-//!   never re-creates an entry. Tested by unit tests and loom models (b) and (c).
-//! - **N3** — an entry exists only while its bucket has requests in flight: a refusal never
-//!   inserts one, and the release that drains a bucket to 0 removes it under the same lock, so
-//!   idle buckets cost nothing. Tested by the proptest (`num_buckets` after every step) and
-//!   loom model (b).
+//!   and its only release path is `Drop`. A slot handed to a waiter stays counted (it moves);
+//!   if the waiter is dropped before it takes the slot, its `Drop` passes the slot to the next
+//!   waiter or releases it — once. A release that finds no entry, or an entry at 0, would mean
+//!   a double release; it is counted ([`PermitTable::num_invariant_violations`]) and changes
+//!   nothing. Tested by `test_handed_then_dropped_waiter_passes_the_slot_to_the_next`,
+//!   `test_handed_then_dropped_last_waiter_releases_the_slot`, the proptests and loom models
+//!   (b) and (c) of both loom files.
+//! - **N3** — an entry exists only while its bucket has requests in flight or parked: a
+//!   refusal never inserts one, and whatever empties a bucket (the last release, the last
+//!   waiter's cancellation, a backlog release) removes it under the same lock; a waiter node is
+//!   freed when its waiter completes or is dropped. Tested by
+//!   `test_dropping_the_only_waiter_of_an_idle_bucket_removes_the_entry`,
+//!   `test_group_ceiling_binds_across_buckets_before_the_per_bucket_cap` (refusals), the
+//!   proptests (`num_buckets` and `num_waiter_nodes` after every step) and every loom model's
+//!   final check.
+//! - **N4** — a freed slot goes to the oldest waiter of its bucket before any new arrival: the
+//!   release pops the head of the bucket's FIFO and marks it granted under the shard lock (the
+//!   count does not drop), and both `acquire` and `try_acquire` refuse to admit while the
+//!   bucket has waiters. Wakers are called after the lock is released. Tested by
+//!   `test_hand_off_goes_to_oldest_waiter_in_fifo_order`,
+//!   `test_new_arrival_never_barges_past_waiters`, the queue proptest (FIFO of tags after every
+//!   step) and loom model (a) of `tests/loom_queue.rs`.
+//! - **N5** — queues are bounded: at most `size_per_bucket` per bucket and
+//!   [`MAX_PARKED_PER_GROUP`] per group on this node. The group count lives in the
+//!   [`GroupQueue`], shared by the group's buckets across shards; a new waiter takes its place
+//!   with one compare-exchange against the ceiling, so concurrent parks on different shards
+//!   can never exceed it (see `GroupQueue`'s `# Ordering`). Tested by
+//!   `test_bucket_queue_full_refuses_and_names_the_counts`,
+//!   `test_group_ceiling_binds_across_buckets_before_the_per_bucket_cap` and the queue proptest.
+//! - **N5a (fair share, D13)** — a bucket that already holds its share of the ceiling — the
+//!   ceiling divided by the group's buckets with waiters, counting itself and, after the
+//!   ceiling turned away a bucket below its share, that bucket too — parks no more. A bucket
+//!   alone may fill the ceiling; once another bucket is turned away by the full ceiling, the
+//!   first yields every freed place until the newcomer holds its share, so one principal's
+//!   flood cannot lock the others out. The share is enforced as soon as two buckets wait, not
+//!   only at the ceiling: with the ceiling full, an over-share bucket could only be brought
+//!   down by evicting parked requests, which we never do. It binds below the ceiling only when
+//!   `size_per_bucket` exceeds the share. The share reads counts other shards may be changing,
+//!   so it is exact single-threaded and approximate under races (N5 is not). Tested by
+//!   `test_flood_from_one_user_cannot_lock_out_another`,
+//!   `test_fair_share_never_applies_to_a_bucket_alone` and the queue proptest.
+//! - **N6** — a backlog release strands nobody: [`release_group`](PermitTable::release_group)
+//!   marks the handle before walking the shards and `acquire` reads the mark under the shard
+//!   lock, so a racing arrival is either released with the backlog or answered `Unthrottled`.
+//!   Tested by `test_release_group_resolves_every_waiter_unthrottled_and_empties_the_table`
+//!   and loom model (d) of `tests/loom_queue.rs`.
 //!
-//! Not yet implemented, but the state is laid out for them (see *Queueing* below):
+//! # Queueing
 //!
-//! - **N4** — a freed permit goes to the oldest live waiter of its bucket before any new arrival.
-//! - **N5** — queues are bounded (`size_per_bucket` per bucket, 10,000 per group per node).
+//! Waiters live in the same shard as their bucket's count, under the same lock, so N4's
+//! hand-off is one critical section. Each shard keeps a slab of waiter nodes; each bucket's
+//! FIFO is a doubly linked list through it (head, tail and length in the bucket's state), so a
+//! dropped [`Waiter`] unlinks itself in O(1) wherever it stands, and freed nodes are reused
+//! (parking and hand-off do not allocate in steady state). A bucket with waiters holds its
+//! group's [`GroupQueue`]; the hand-off reads the live limit there.
 //!
-//! # Queueing (the follow-up issue)
-//!
-//! Waiters will live in the same [`BucketState`] as the count (a `VecDeque` of waiter handles),
-//! under the same shard lock, so N4's hand-off is one critical section:
-//!
-//! - `BucketState::try_admit` additionally refuses while the queue is non-empty (no barging);
-//!   the caller then enqueues under the same lock, or is refused when the queue is full (N5,
-//!   the per-group cap being a counter the caller passes in, like the limit).
-//! - `BucketState::release` becomes: pop the oldest live waiter while `in_flight` is below the
-//!   live limit and hand it a new [`Permit`] for the same key and shard (the count is
-//!   unchanged, the slot moves), else decrement. The live limit is re-read at that point
-//!   through a handle the waiter carries, since a release has no limit argument. The waiter is
-//!   woken after the guard is dropped (never wake under the lock).
-//! - `BucketState::is_idle` becomes "no request in flight and no waiter", so N3 holds for
-//!   queued buckets too; a cancelled waiter removes itself under the lock and removes the entry
-//!   when that makes it idle.
-//!
-//! An empty `VecDeque` does not allocate, so the unqueued fast path keeps its cost.
+//! Wiring (the server): one `Arc<GroupQueue>` per throttled group, updated with
+//! [`GroupQueue::set_node_limit`] then [`PermitTable::drain_group`] when the group changes;
+//! [`PermitTable::release_group`] when throttling is disabled, the group deleted or switched to
+//! `monitor`, or the cluster mode leaves `enabled` (then a new handle if it is throttled
+//! again); [`PermitTable::drain_all`] from the backstop sweep; dropping the [`Waiter`] to
+//! cancel (task cancel, disconnect, `cancel_after_time_interval`); [`GroupQueue::num_parked`]
+//! for `queued_current`, [`PermitTable::parked`] / [`PermitTable::parked_all`] to list the
+//! parked tasks by their tag.
 //!
 //! # Allocation
 //!
 //! Steady-state admission does not allocate: cloning a [`BucketKey`] only bumps `Arc`
 //! reference counts, and a shard's map keeps its capacity when an entry is removed, so
-//! re-inserting a drained bucket reuses the slot. `tests/permits_alloc.rs` counts it.
+//! re-inserting a drained bucket reuses the slot. Parking reuses a freed slab node and a
+//! hand-off collects its waker inline. `tests/permits_alloc.rs` counts both.
 
 mod queue;
 #[cfg(all(test, not(feature = "loom")))]
@@ -113,9 +159,10 @@ type KeyHasher = BuildHasherDefault<DefaultHasher>;
 /// The table of in-flight permits per bucket for one node; shared by all request handlers.
 ///
 /// # Invariants
-/// N1–N3 of the [module documentation](self): admissions never exceed the limit they are given,
-/// every permit releases exactly once, and an entry exists only while its bucket has requests
-/// in flight.
+/// N1–N6 of the [module documentation](self): admissions and hand-offs never exceed the limit,
+/// every permit releases exactly once, an entry exists only while its bucket has requests in
+/// flight or parked, freed slots go to the oldest waiter, queues are bounded and fairly shared,
+/// and a backlog release strands nobody.
 pub struct PermitTable {
     /// The stripes; a key's shard is picked by bits 32.. of its hash (the map inside uses the
     /// low bits and the top 7, so the two choices are independent).
@@ -374,8 +421,8 @@ impl PermitTable {
         granted
     }
 
-    /// Releases `group`'s backlog: marks the handle released (every later [`acquire`]
-    /// (Self::acquire) with it answers [`Acquire::Unthrottled`]) and resolves each of its
+    /// Releases `group`'s backlog: marks the handle released (every later
+    /// [`acquire`](Self::acquire) with it answers [`Acquire::Unthrottled`]) and resolves each of its
     /// parked waiters as [`Grant::Unthrottled`]; returns how many. For a group whose throttling
     /// was disabled, that was deleted or switched to `monitor`, or when the cluster mode leaves
     /// `enabled`. Walks every shard, one lock at a time; running permits are untouched.
@@ -690,10 +737,10 @@ impl BucketState {
 
     /// Drops the group handle once the last waiter has left.
     fn after_leaving_queue(&mut self) {
-        if self.queue.is_empty() {
-            if let Some(group) = self.group.take() {
-                group.bucket_stopped_waiting();
-            }
+        if self.queue.is_empty()
+            && let Some(group) = self.group.take()
+        {
+            group.bucket_stopped_waiting();
         }
     }
 }

@@ -11,6 +11,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
+#[cfg(doc)]
+use super::PermitTable;
 use super::{BucketState, HashedKey, Permit, Shard, ShardState};
 use crate::bucket::BucketKey;
 use crate::sync::{Arc, AtomicBool, AtomicU64};
@@ -20,8 +22,9 @@ use std::sync::atomic::Ordering;
 ///
 /// A footprint backstop, not a fairness knob: username and role bucket keys come from the
 /// callers, so a per-bucket cap alone would let many distinct principals each park
-/// `size_per_bucket` requests. At about 200 bytes per parked request (waiter, slab node,
-/// connection state aside) 10,000 cost about 2 MB per group. It equals
+/// `size_per_bucket` requests. A parked request costs about 140 bytes here (a 72-byte
+/// [`Waiter`], a 40-byte slab node and the slab's spare capacity; `benches/handoff.rs`
+/// measures it), so 10,000 cost about 1.4 MB per group, connection state aside. It equals
 /// [`MAX_QUEUE_SIZE_PER_BUCKET`](crate::bags::MAX_QUEUE_SIZE_PER_BUCKET), so no configurable
 /// per-bucket size is unreachable.
 pub const MAX_PARKED_PER_GROUP: u64 = crate::bags::MAX_QUEUE_SIZE_PER_BUCKET as u64;
@@ -37,12 +40,11 @@ const INLINE_WAKERS: usize = 4;
 /// The live throttle state of one workload group on this node, shared by the server (which
 /// updates it when the group changes) and every bucket of the group that has parked waiters.
 ///
-/// The server keeps one per group (an `Arc`), passes it to [`PermitTable::acquire`]
-/// (super::PermitTable::acquire), and after a change calls
-/// [`set_node_limit`](Self::set_node_limit) then [`PermitTable::drain_group`]
-/// (super::PermitTable::drain_group), or [`PermitTable::release_group`]
-/// (super::PermitTable::release_group) when the group stops being throttled. A released
-/// handle stays released: a group that is throttled again gets a new handle.
+/// The server keeps one per group (an `Arc`), passes it to [`PermitTable::acquire`], and after
+/// a change calls [`set_node_limit`](Self::set_node_limit) then
+/// [`PermitTable::drain_group`], or [`PermitTable::release_group`] when the group stops being
+/// throttled. A released handle stays released: a group that is throttled again gets a new
+/// handle.
 ///
 /// # Ordering
 /// Each field is one atomic and nothing is published through it, so `Relaxed` suffices:
@@ -92,8 +94,7 @@ impl GroupQueue {
     }
 
     /// Stores a new `node_limit`; it applies from the next hand-off or admission. Follow a raise
-    /// with [`PermitTable::drain_group`](super::PermitTable::drain_group) so parked waiters get
-    /// the new room at once.
+    /// with [`PermitTable::drain_group`] so parked waiters get the new room at once.
     pub fn set_node_limit(&self, node_limit: u64) {
         self.node_limit.store(node_limit, Ordering::Relaxed);
     }
@@ -108,7 +109,7 @@ impl GroupQueue {
         self.num_waiting_buckets.load(Ordering::Relaxed)
     }
 
-    /// Whether [`PermitTable::release_group`](super::PermitTable::release_group) released it.
+    /// Whether [`PermitTable::release_group`] released it.
     pub fn is_released(&self) -> bool {
         self.released.load(Ordering::Acquire)
     }
@@ -166,13 +167,11 @@ impl GroupQueue {
     /// divided by the buckets with waiters, counting the asking bucket and, while `contended`,
     /// one turned-away bucket.
     pub(super) fn fair_share(&self, ceiling: u64, has_waiters: bool) -> u64 {
-        let mut buckets = self.num_waiting_buckets.load(Ordering::Relaxed);
-        if !has_waiters {
-            buckets += 1;
-        } else if self.contended.load(Ordering::Relaxed) {
-            buckets += 1;
-        }
-        ceiling / buckets.max(1)
+        let waiting = self.num_waiting_buckets.load(Ordering::Relaxed);
+        // A bucket without waiters is not yet counted; one with waiters counts the turned-away
+        // one while contended (a newcomer is below any share, so it needs no such term).
+        let extra = !has_waiters || self.contended.load(Ordering::Relaxed);
+        ceiling / (waiting + u64::from(extra)).max(1)
     }
 
     /// Records that the ceiling turned away a bucket under its fair share.
@@ -198,8 +197,7 @@ impl fmt::Debug for GroupQueue {
     }
 }
 
-/// How many requests may park, passed with each [`PermitTable::acquire`]
-/// (super::PermitTable::acquire).
+/// How many requests may park, passed with each [`PermitTable::acquire`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueuePolicy {
     /// Parked requests per bucket (the group's `queue.size_per_bucket`); 0 never parks.
@@ -218,7 +216,7 @@ impl QueuePolicy {
     }
 }
 
-/// Why [`PermitTable::acquire`](super::PermitTable::acquire) neither admitted nor parked.
+/// Why [`PermitTable::acquire`] neither admitted nor parked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RefusalReason {
     /// The bucket is full and the group does not queue (`size_per_bucket` 0): today's 429.
@@ -252,7 +250,7 @@ pub struct Refused {
     pub group_queued: u64,
 }
 
-/// The outcome of [`PermitTable::acquire`](super::PermitTable::acquire).
+/// The outcome of [`PermitTable::acquire`].
 #[must_use = "dropping a permit releases it and dropping a waiter leaves the queue"]
 #[derive(Debug)]
 pub enum Acquire {

@@ -285,14 +285,12 @@ fn test_flood_from_one_user_cannot_lock_out_another() {
     );
     assert!(g.is_contended());
     let mut bob_waiting = vec![];
-    let mut next_tag = 10;
     // Alice's flood goes on: each completion frees one place; alice retries first every time.
     for round in 0..8 {
         drop(alice_running.take());
         let mut head = alice_waiting.pop_front().expect("alice has waiters");
         alice_running = Some(ready_permit(&mut head));
-        let r = table.acquire(&alice, &g, pol, next_tag);
-        next_tag += 1;
+        let r = table.acquire(&alice, &g, pol, 10 + round);
         let alice_share = 8 / 2;
         if alice_waiting.len() as u64 >= alice_share {
             assert_eq!(
