@@ -15,7 +15,8 @@
 //! - [`throttle`]: [`throttle::decide`], the node-tier throttle verdict over the permit table.
 //! - [`bucket`]: [`BucketKey`] and [`bucket_for`], where a throttle counts a request.
 //! - [`permits`]: the node-tier [`PermitTable`](permits::PermitTable): in-flight requests per
-//!   bucket under a live limit, RAII permits released exactly once.
+//!   bucket under a live limit, RAII permits released exactly once, and bounded per-bucket FIFO
+//!   queues of parked [`Waiter`](permits::Waiter)s handed freed slots in order.
 //! - [`mode`]: [`WlmMode`], `wlm.workload_group.mode`.
 //! - [`resources`]: resource enforcement — per-group usage views, node duress tracking, the
 //!   admission rejection check and the selection of tasks to cancel (facts §6).

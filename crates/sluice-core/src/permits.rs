@@ -22,62 +22,116 @@
 //! assert_eq!(table.num_buckets(), 0);
 //! ```
 //!
+//! With queueing, [`PermitTable::acquire`] takes the group's live handle ([`GroupQueue`]) and a
+//! [`QueuePolicy`] instead of a limit, and may also park the request: it returns an
+//! [`Acquire`] — a [`Permit`] at once, a [`Waiter`] (a future resolving to a [`Grant`]), a
+//! [`Refused`] naming the bound that refused it, or `Unthrottled` once the group's backlog was
+//! released. [`try_acquire`](PermitTable::try_acquire) keeps its signature and behaves like an
+//! `acquire` that never parks.
+//!
 //! # Invariants
 //!
-//! - **N1** — an admission never takes a bucket's in-flight count above the limit passed to
-//!   that admission: [`PermitTable::try_acquire`] compares and increments under the shard lock,
-//!   with no increment-then-rollback window in which another caller could see a transient
-//!   over-count and be refused spuriously. The limit is read per call (the live `node_limit`),
-//!   so a change applies from the next admission; lowering it never revokes running permits, it
-//!   refuses new ones until the count has drained below the new limit. Checked by
-//!   `debug_assert!` after the increment; tested by unit tests, the model-based proptest and
-//!   loom model (a).
+//! - **N1** — an admission or hand-off never takes a bucket's in-flight count above the limit
+//!   it was checked against: both compare and increment under the shard lock, with no
+//!   increment-then-rollback window in which another caller could see a transient over-count
+//!   and be refused spuriously; a hand-off re-reads the group's live `node_limit` from its
+//!   [`GroupQueue`] at that moment (a release carries no limit). A change applies from the next
+//!   admission or hand-off; lowering it never revokes running permits, it admits nobody until
+//!   the count has drained below the new limit; raising it admits that many waiters at the next
+//!   [`drain_group`](PermitTable::drain_group) (or release, or arrival in the bucket). Checked
+//!   by `debug_assert!` after each increment and hand-off; tested by
+//!   `test_concurrent_admissions_never_exceed_the_limit`,
+//!   `test_lowered_limit_admits_nobody_until_in_flight_falls_below_it`,
+//!   `test_raised_limit_admits_that_many_waiters_on_drain`, the proptests
+//!   (`tests/permits_model.rs`, `tests/queue_model.rs`) and loom models (a) of
+//!   `tests/loom_permits.rs` and `tests/loom_queue.rs`.
 //! - **N2** — every admission releases exactly once: [`Permit`] is neither `Clone` nor `Copy`
-//!   and its only release path is `Drop`, which runs once, on whatever thread drops it. A
-//!   release that finds no entry, or an entry at 0, would mean a double release; it is counted
-//!   ([`PermitTable::num_invariant_violations`]) and changes nothing — it never underflows and
-//!   never re-creates an entry. Tested by unit tests and loom models (b) and (c).
-//! - **N3** — an entry exists only while its bucket has requests in flight: a refusal never
-//!   inserts one, and the release that drains a bucket to 0 removes it under the same lock, so
-//!   idle buckets cost nothing. Tested by the proptest (`num_buckets` after every step) and
-//!   loom model (b).
+//!   and its only release path is `Drop`. A slot handed to a waiter stays counted (it moves);
+//!   if the waiter is dropped before it takes the slot, its `Drop` passes the slot to the next
+//!   waiter or releases it — once. A release that finds no entry, or an entry at 0, would mean
+//!   a double release; it is counted ([`PermitTable::num_invariant_violations`]) and changes
+//!   nothing. Tested by `test_handed_then_dropped_waiter_passes_the_slot_to_the_next`,
+//!   `test_handed_then_dropped_last_waiter_releases_the_slot`, the proptests and loom models
+//!   (b) and (c) of both loom files.
+//! - **N3** — an entry exists only while its bucket has requests in flight or parked: a
+//!   refusal never inserts one, and whatever empties a bucket (the last release, the last
+//!   waiter's cancellation, a backlog release) removes it under the same lock; a waiter node is
+//!   freed when its waiter completes or is dropped. Tested by
+//!   `test_dropping_the_only_waiter_of_an_idle_bucket_removes_the_entry`,
+//!   `test_group_ceiling_binds_across_buckets_before_the_per_bucket_cap` (refusals), the
+//!   proptests (`num_buckets` and `num_waiter_nodes` after every step) and every loom model's
+//!   final check.
+//! - **N4** — a freed slot goes to the oldest waiter of its bucket before any new arrival: the
+//!   release pops the head of the bucket's FIFO and marks it granted under the shard lock (the
+//!   count does not drop), and both `acquire` and `try_acquire` refuse to admit while the
+//!   bucket has waiters. Wakers are called after the lock is released. Tested by
+//!   `test_hand_off_goes_to_oldest_waiter_in_fifo_order`,
+//!   `test_new_arrival_never_barges_past_waiters`, the queue proptest (FIFO of tags after every
+//!   step) and loom model (a) of `tests/loom_queue.rs`.
+//! - **N5** — queues are bounded: at most `size_per_bucket` per bucket and
+//!   [`MAX_PARKED_PER_GROUP`] per group on this node. The group count lives in the
+//!   [`GroupQueue`], shared by the group's buckets across shards; a new waiter takes its place
+//!   with one compare-exchange against the ceiling, so concurrent parks on different shards
+//!   can never exceed it (see `GroupQueue`'s `# Ordering`). Tested by
+//!   `test_bucket_queue_full_refuses_and_names_the_counts`,
+//!   `test_group_ceiling_binds_across_buckets_before_the_per_bucket_cap` and the queue proptest.
+//! - **N5a (fair share, D13)** — a bucket that already holds its share of the ceiling — the
+//!   ceiling divided by the group's buckets with waiters, counting itself and, after the
+//!   ceiling turned away a bucket below its share, that bucket too — parks no more. A bucket
+//!   alone may fill the ceiling; once another bucket is turned away by the full ceiling, the
+//!   first yields every freed place until the newcomer holds its share, so one principal's
+//!   flood cannot lock the others out. The share is enforced as soon as two buckets wait, not
+//!   only at the ceiling: with the ceiling full, an over-share bucket could only be brought
+//!   down by evicting parked requests, which we never do. It binds below the ceiling only when
+//!   `size_per_bucket` exceeds the share. The share reads counts other shards may be changing,
+//!   so it is exact single-threaded and approximate under races (N5 is not). Tested by
+//!   `test_flood_from_one_user_cannot_lock_out_another`,
+//!   `test_fair_share_never_applies_to_a_bucket_alone` and the queue proptest.
+//! - **N6** — a backlog release strands nobody: [`release_group`](PermitTable::release_group)
+//!   marks the handle before walking the shards and `acquire` reads the mark under the shard
+//!   lock, so a racing arrival is either released with the backlog or answered `Unthrottled`.
+//!   Tested by `test_release_group_resolves_every_waiter_unthrottled_and_empties_the_table`
+//!   and loom model (d) of `tests/loom_queue.rs`.
 //!
-//! Not yet implemented, but the state is laid out for them (see *Queueing* below):
+//! # Queueing
 //!
-//! - **N4** — a freed permit goes to the oldest live waiter of its bucket before any new arrival.
-//! - **N5** — queues are bounded (`size_per_bucket` per bucket, 10,000 per group per node).
+//! Waiters live in the same shard as their bucket's count, under the same lock, so N4's
+//! hand-off is one critical section. Each shard keeps a slab of waiter nodes; each bucket's
+//! FIFO is a doubly linked list through it (head, tail and length in the bucket's state), so a
+//! dropped [`Waiter`] unlinks itself in O(1) wherever it stands, and freed nodes are reused
+//! (parking and hand-off do not allocate in steady state). A bucket with waiters holds its
+//! group's [`GroupQueue`]; the hand-off reads the live limit there.
 //!
-//! # Queueing (the follow-up issue)
-//!
-//! Waiters will live in the same [`BucketState`] as the count (a `VecDeque` of waiter handles),
-//! under the same shard lock, so N4's hand-off is one critical section:
-//!
-//! - `BucketState::try_admit` additionally refuses while the queue is non-empty (no barging);
-//!   the caller then enqueues under the same lock, or is refused when the queue is full (N5,
-//!   the per-group cap being a counter the caller passes in, like the limit).
-//! - `BucketState::release` becomes: pop the oldest live waiter while `in_flight` is below the
-//!   live limit and hand it a new [`Permit`] for the same key and shard (the count is
-//!   unchanged, the slot moves), else decrement. The live limit is re-read at that point
-//!   through a handle the waiter carries, since a release has no limit argument. The waiter is
-//!   woken after the guard is dropped (never wake under the lock).
-//! - `BucketState::is_idle` becomes "no request in flight and no waiter", so N3 holds for
-//!   queued buckets too; a cancelled waiter removes itself under the lock and removes the entry
-//!   when that makes it idle.
-//!
-//! An empty `VecDeque` does not allocate, so the unqueued fast path keeps its cost.
+//! Wiring (the server): one `Arc<GroupQueue>` per throttled group, updated with
+//! [`GroupQueue::set_node_limit`] then [`PermitTable::drain_group`] when the group changes;
+//! [`PermitTable::release_group`] when throttling is disabled, the group deleted or switched to
+//! `monitor`, or the cluster mode leaves `enabled` (then a new handle if it is throttled
+//! again); [`PermitTable::drain_all`] from the backstop sweep; dropping the [`Waiter`] to
+//! cancel (task cancel, disconnect, `cancel_after_time_interval`); [`GroupQueue::num_parked`]
+//! for `queued_current`, [`PermitTable::parked`] / [`PermitTable::parked_all`] to list the
+//! parked tasks by their tag.
 //!
 //! # Allocation
 //!
 //! Steady-state admission does not allocate: cloning a [`BucketKey`] only bumps `Arc`
 //! reference counts, and a shard's map keeps its capacity when an entry is removed, so
-//! re-inserting a drained bucket reuses the slot. `tests/permits_alloc.rs` counts it.
+//! re-inserting a drained bucket reuses the slot. Parking reuses a freed slab node and a
+//! hand-off collects its waker inline. `tests/permits_alloc.rs` counts both.
 
+mod queue;
+#[cfg(all(test, not(feature = "loom")))]
+mod queue_tests;
 #[cfg(all(test, not(feature = "loom")))]
 mod tests;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher, Hash, Hasher};
+
+pub use queue::{
+    Acquire, Grant, GroupQueue, MAX_PARKED_PER_GROUP, QueuePolicy, RefusalReason, Refused, Waiter,
+};
+use queue::{Slab, WaitList, WakeList};
 
 use crate::bucket::BucketKey;
 use crate::sync::{Arc, Mutex};
@@ -105,9 +159,10 @@ type KeyHasher = BuildHasherDefault<DefaultHasher>;
 /// The table of in-flight permits per bucket for one node; shared by all request handlers.
 ///
 /// # Invariants
-/// N1–N3 of the [module documentation](self): admissions never exceed the limit they are given,
-/// every permit releases exactly once, and an entry exists only while its bucket has requests
-/// in flight.
+/// N1–N6 of the [module documentation](self): admissions and hand-offs never exceed the limit,
+/// every permit releases exactly once, an entry exists only while its bucket has requests in
+/// flight or parked, freed slots go to the oldest waiter, queues are bounded and fairly shared,
+/// and a backlog release strands nobody.
 pub struct PermitTable {
     /// The stripes; a key's shard is picked by bits 32.. of its hash (the map inside uses the
     /// low bits and the top 7, so the two choices are independent).
@@ -153,20 +208,26 @@ struct Shard {
 /// What a shard's lock protects.
 #[derive(Default)]
 struct ShardState {
-    /// The live buckets (N3: only those with requests in flight).
+    /// The live buckets (N3: only those with requests in flight or parked waiters).
     buckets: HashMap<HashedKey, BucketState, BuildHasherDefault<PrehashedHasher>>,
-    /// Releases that found nothing to release (N2 violations); 0 unless there is a bug.
+    /// The nodes of this shard's parked waiters; each bucket's FIFO links through them.
+    waiters: Slab,
+    /// Releases that found nothing to release, waiters whose bucket or node had vanished, a
+    /// bucket asked to queue under two group handles (N2/N4 violations); 0 unless there is a bug.
     num_invariant_violations: u64,
 }
 
 /// The state of one live bucket.
-///
-/// The queueing issue adds the FIFO of parked waiters here, under the same lock (see the
-/// module documentation).
 #[derive(Debug, Default)]
 struct BucketState {
-    /// Admitted requests not yet released.
+    /// Admitted requests not yet released, including slots handed to waiters that have not yet
+    /// polled (the slot moved to them; it is counted once).
     in_flight: u64,
+    /// Parked waiters, oldest first.
+    queue: WaitList,
+    /// The group handle of the parked waiters (its live limit drives hand-offs); `Some` exactly
+    /// while `queue` is non-empty.
+    group: Option<Arc<GroupQueue>>,
 }
 
 /// A bucket key with its hash, computed once at admission; the shard maps hash it by handing
@@ -225,6 +286,13 @@ impl PermitTable {
         {
             let mut state = shard.state.lock();
             match state.buckets.get_mut(&key) {
+                // N4: while requests are parked, a new arrival never overtakes them.
+                Some(bucket) if !bucket.queue.is_empty() => {
+                    return Err(Throttled {
+                        in_flight: bucket.in_flight,
+                        limit,
+                    });
+                }
                 Some(bucket) => bucket.try_admit(limit)?,
                 None => {
                     let mut bucket = BucketState::default();
@@ -239,6 +307,202 @@ impl PermitTable {
         })
     }
 
+    /// Admits one request to `key` under its group's live limit, parks it behind the bucket's
+    /// waiters, or refuses it.
+    ///
+    /// In order: a `group` already released answers [`Acquire::Unthrottled`]; room left by a
+    /// raised limit goes to the bucket's oldest waiters first; the request is then admitted if
+    /// nobody waits and fewer than `group.node_limit()` run (N1, N4), else parked as the
+    /// bucket's newest waiter if `policy` leaves room (N5, D13), else refused with the bound that
+    /// refused it. A `policy.size_per_bucket` of 0 admits or refuses exactly like
+    /// [`try_acquire`](Self::try_acquire). `tag` is the caller's value (a task id), shown by
+    /// [`parked`](Self::parked).
+    ///
+    /// All of a bucket's waiters must share one `group` handle (the server keeps one per group);
+    /// a second handle is counted as a violation and the bucket keeps using the first.
+    pub fn acquire(
+        &self,
+        key: &BucketKey,
+        group: &Arc<GroupQueue>,
+        policy: QueuePolicy,
+        tag: u64,
+    ) -> Acquire {
+        let key = self.hashed(key);
+        let shard = self.shard(key.hash);
+        let mut wakes = WakeList::default();
+        let outcome = {
+            let mut guard = shard.state.lock();
+            let state = &mut *guard;
+            // Read under the lock: see GroupQueue's `# Ordering` (no waiter is stranded).
+            if group.is_released() {
+                None
+            } else {
+                let limit = group.node_limit();
+                Some(match state.buckets.get_mut(&key) {
+                    Some(bucket) => {
+                        if bucket.group.as_ref().is_some_and(|g| !same_group(g, group)) {
+                            state.num_invariant_violations =
+                                state.num_invariant_violations.saturating_add(1);
+                        }
+                        queue::settle(bucket, &mut state.waiters, &mut wakes);
+                        bucket.admit_or_park(&mut state.waiters, group, policy, limit, tag)
+                    }
+                    None => {
+                        let mut bucket = BucketState::default();
+                        let outcome =
+                            bucket.admit_or_park(&mut state.waiters, group, policy, limit, tag);
+                        if outcome.is_ok() {
+                            state.buckets.insert(key.clone(), bucket);
+                        }
+                        outcome
+                    }
+                })
+            }
+        };
+        wakes.wake_all();
+        match outcome {
+            None => Acquire::Unthrottled,
+            Some(Ok(None)) => Acquire::Admitted(Permit {
+                shard: Arc::clone(shard),
+                key,
+            }),
+            Some(Ok(Some(slot))) => Acquire::Parked(Waiter::new(Arc::clone(shard), key, slot, tag)),
+            Some(Err(refused)) => Acquire::Refused(refused),
+        }
+    }
+
+    /// Hands free slots of `key`'s bucket to its oldest waiters under its group's live limit;
+    /// returns how many were admitted. The server calls it from its backstop sweep; a release
+    /// already does this for its own bucket.
+    pub fn drain(&self, key: &BucketKey) -> u64 {
+        let key = self.hashed(key);
+        let shard = self.shard(key.hash);
+        let mut wakes = WakeList::default();
+        let granted = {
+            let mut guard = shard.state.lock();
+            let state = &mut *guard;
+            match state.buckets.get_mut(&key) {
+                Some(bucket) => queue::settle(bucket, &mut state.waiters, &mut wakes),
+                None => 0,
+            }
+        };
+        wakes.wake_all();
+        granted
+    }
+
+    /// Drains every bucket whose waiters belong to `group` (after its limit was raised); returns
+    /// how many were admitted. Walks every shard, one lock at a time.
+    pub fn drain_group(&self, group: &GroupQueue) -> u64 {
+        self.drain_where(|g| std::ptr::eq(g, group))
+    }
+
+    /// Drains every bucket with waiters (the server's backstop sweep); returns how many were
+    /// admitted.
+    pub fn drain_all(&self) -> u64 {
+        self.drain_where(|_| true)
+    }
+
+    /// Drains the buckets whose group handle matches.
+    fn drain_where(&self, mut matches: impl FnMut(&GroupQueue) -> bool) -> u64 {
+        let mut granted = 0;
+        for shard in self.shards.iter() {
+            let mut wakes = WakeList::default();
+            {
+                let mut guard = shard.state.lock();
+                let state = &mut *guard;
+                for bucket in state.buckets.values_mut() {
+                    if bucket.group.as_deref().is_some_and(&mut matches) {
+                        granted += queue::settle(bucket, &mut state.waiters, &mut wakes);
+                    }
+                }
+            }
+            wakes.wake_all();
+        }
+        granted
+    }
+
+    /// Releases `group`'s backlog: marks the handle released (every later
+    /// [`acquire`](Self::acquire) with it answers [`Acquire::Unthrottled`]) and resolves each of its
+    /// parked waiters as [`Grant::Unthrottled`]; returns how many. For a group whose throttling
+    /// was disabled, that was deleted or switched to `monitor`, or when the cluster mode leaves
+    /// `enabled`. Walks every shard, one lock at a time; running permits are untouched.
+    pub fn release_group(&self, group: &GroupQueue) -> u64 {
+        group.mark_released();
+        let mut released = 0;
+        for shard in self.shards.iter() {
+            let mut wakes = WakeList::default();
+            {
+                let mut guard = shard.state.lock();
+                let state = &mut *guard;
+                let mut emptied = false;
+                for bucket in state.buckets.values_mut() {
+                    if bucket
+                        .group
+                        .as_deref()
+                        .is_some_and(|g| std::ptr::eq(g, group))
+                    {
+                        released += queue::release_all(bucket, &mut state.waiters, &mut wakes);
+                        emptied |= bucket.is_idle();
+                    }
+                }
+                if emptied {
+                    state.buckets.retain(|_, b| !b.is_idle());
+                }
+            }
+            wakes.wake_all();
+        }
+        released
+    }
+
+    /// Returns the number of requests parked in `key`'s bucket.
+    pub fn num_parked(&self, key: &BucketKey) -> u64 {
+        let key = self.hashed(key);
+        let state = self.shard(key.hash).state.lock();
+        state.buckets.get(&key).map_or(0, |b| b.queue.len())
+    }
+
+    /// Returns the tags of the requests parked in `key`'s bucket, oldest first.
+    pub fn parked(&self, key: &BucketKey) -> Vec<u64> {
+        let key = self.hashed(key);
+        let state = self.shard(key.hash).state.lock();
+        state
+            .buckets
+            .get(&key)
+            .map(|b| b.queue.tags(&state.waiters).collect())
+            .unwrap_or_default()
+    }
+
+    /// Returns every parked request as (bucket, tag), each bucket's oldest first, buckets in
+    /// no particular order; exact per shard, not one instant across shards.
+    pub fn parked_all(&self) -> Vec<(BucketKey, u64)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let state = shard.state.lock();
+            for (k, b) in &state.buckets {
+                out.extend(b.queue.tags(&state.waiters).map(|t| (k.key.clone(), t)));
+            }
+        }
+        out
+    }
+
+    /// Returns the number of waiter nodes in use: parked, or resolved but not yet taken by their
+    /// waiter. 0 once every waiter has completed or been dropped (no node leaks).
+    pub fn num_waiter_nodes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.state.lock().waiters.num_used())
+            .sum()
+    }
+
+    /// Returns the number of waiter nodes allocated, free or not: the high-water mark of
+    /// parked requests, whose memory the shards keep for reuse.
+    pub fn waiter_capacity(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.state.lock().waiters.capacity())
+            .sum()
+    }
+
     /// Returns the number of requests in flight in `key`'s bucket (0 when it has no entry).
     pub fn in_flight(&self, key: &BucketKey) -> u64 {
         let key = self.hashed(key);
@@ -246,7 +510,8 @@ impl PermitTable {
         state.buckets.get(&key).map_or(0, |b| b.in_flight)
     }
 
-    /// Returns every live bucket with its in-flight count, in no particular order.
+    /// Returns every live bucket with its in-flight count, in no particular order (a bucket
+    /// whose only entries are parked waiters shows 0).
     ///
     /// Each shard is read under its own lock, one after the other, so the snapshot is exact per
     /// bucket but not one instant across buckets.
@@ -264,7 +529,7 @@ impl PermitTable {
         out
     }
 
-    /// Returns the number of live buckets (those with requests in flight).
+    /// Returns the number of live buckets (those with requests in flight or parked).
     pub fn num_buckets(&self) -> usize {
         self.shards
             .iter()
@@ -338,30 +603,45 @@ impl fmt::Debug for Permit {
 }
 
 impl Shard {
-    /// Releases one slot of `key`'s bucket and removes the entry when that drains it (N3).
+    /// Releases one slot of `key`'s bucket: hands it to the oldest waiter when one is parked and
+    /// the live limit allows (N4), and removes the entry when that drains it (N3). The woken
+    /// waiter is woken after the lock is released.
+    fn release(&self, key: &HashedKey) {
+        let mut wakes = WakeList::default();
+        self.state.lock().release_slot(key, &mut wakes);
+        wakes.wake_all();
+    }
+}
+
+impl ShardState {
+    /// Gives back one slot of `key`'s bucket under the lock, passing it on to waiters as the
+    /// live limit allows, and removes the entry when the bucket is idle (N3).
     ///
     /// A release with nothing to release is counted and otherwise ignored: the count never
     /// underflows and a missing entry is never re-created (N2).
-    fn release(&self, key: &HashedKey) {
-        let mut guard = self.state.lock();
-        let state = &mut *guard;
-        let drained = match state.buckets.get_mut(key) {
+    fn release_slot(&mut self, key: &HashedKey, wakes: &mut WakeList) {
+        let drained = match self.buckets.get_mut(key) {
             Some(bucket) => {
                 if !bucket.release() {
-                    state.num_invariant_violations =
-                        state.num_invariant_violations.saturating_add(1);
+                    self.num_invariant_violations = self.num_invariant_violations.saturating_add(1);
                 }
+                queue::settle(bucket, &mut self.waiters, wakes);
                 bucket.is_idle()
             }
             None => {
-                state.num_invariant_violations = state.num_invariant_violations.saturating_add(1);
+                self.num_invariant_violations = self.num_invariant_violations.saturating_add(1);
                 false
             }
         };
         if drained {
-            state.buckets.remove(key);
+            self.buckets.remove(key);
         }
     }
+}
+
+/// Whether two handles are the same group's.
+fn same_group(a: &GroupQueue, b: &GroupQueue) -> bool {
+    std::ptr::eq(a, b)
 }
 
 impl BucketState {
@@ -390,9 +670,78 @@ impl BucketState {
         }
     }
 
-    /// Whether the bucket has nothing in flight, so its entry must go (N3).
+    /// Whether the bucket has nothing in flight and nobody parked, so its entry must go (N3).
     fn is_idle(&self) -> bool {
-        self.in_flight == 0
+        self.in_flight == 0 && self.queue.is_empty()
+    }
+
+    /// Admits a request if nobody waits and the limit allows, else parks it if `policy` leaves
+    /// room (N5, D13); `Ok(None)` is admitted, `Ok(Some(node))` parked.
+    fn admit_or_park(
+        &mut self,
+        slab: &mut Slab,
+        group: &Arc<GroupQueue>,
+        policy: QueuePolicy,
+        limit: u64,
+        tag: u64,
+    ) -> Result<Option<u32>, Refused> {
+        if self.queue.is_empty() && self.try_admit(limit).is_ok() {
+            return Ok(None);
+        }
+        let queued = self.queue.len();
+        // The bucket's waiters all count in one handle: the first one's.
+        let owner = self.group.as_ref().unwrap_or(group);
+        let ceiling = policy.group_ceiling;
+        let refuse = |reason| Refused {
+            reason,
+            in_flight: self.in_flight,
+            limit,
+            queued,
+            group_queued: owner.num_parked(),
+        };
+        if policy.size_per_bucket == 0 {
+            return Err(refuse(RefusalReason::NotQueued));
+        }
+        if queued >= policy.size_per_bucket {
+            return Err(refuse(RefusalReason::BucketQueueFull));
+        }
+        let share = owner.fair_share(ceiling, queued > 0);
+        let group_full = |owner: &GroupQueue| {
+            if queued < share {
+                // Turned away under its share: the buckets holding more must yield (D13).
+                owner.mark_contended();
+            }
+            refuse(RefusalReason::GroupQueueFull)
+        };
+        if owner.num_parked() >= ceiling {
+            return Err(group_full(owner));
+        }
+        if queued >= share {
+            return Err(refuse(RefusalReason::OverFairShare { share }));
+        }
+        // The exact bound: one compare-exchange against the ceiling (N5).
+        if owner.try_take_place(ceiling).is_err() {
+            return Err(group_full(owner));
+        }
+        let node = self.queue.push_back(slab, tag);
+        if queued == 0 {
+            debug_assert!(
+                self.group.is_none(),
+                "a bucket without waiters kept a group"
+            );
+            group.bucket_started_waiting();
+            self.group = Some(Arc::clone(group));
+        }
+        Ok(Some(node))
+    }
+
+    /// Drops the group handle once the last waiter has left.
+    fn after_leaving_queue(&mut self) {
+        if self.queue.is_empty()
+            && let Some(group) = self.group.take()
+        {
+            group.bucket_stopped_waiting();
+        }
     }
 }
 

@@ -7,9 +7,13 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::Arc;
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
 use sluice_core::bags::{ThrottleAttribute, ThrottleConfig};
 use sluice_core::bucket::{Principal, bucket_for};
-use sluice_core::permits::PermitTable;
+use sluice_core::permits::{Acquire, Grant, GroupQueue, PermitTable, QueuePolicy};
 
 /// Counts allocations per thread, so other tests' threads do not disturb the count.
 struct CountingAllocator;
@@ -119,6 +123,53 @@ fn test_username_and_role_admission_with_cached_principal_does_not_allocate() {
         });
         assert_eq!(n, 0, "allocations in 1000 {attribute:?} admissions");
     }
+}
+
+#[test]
+fn test_queued_acquire_admitting_at_once_does_not_allocate() {
+    // The fast path of `acquire` (a group that queues, a bucket with room and no waiter) costs
+    // what `try_acquire` costs.
+    let table = PermitTable::new();
+    let group = GroupQueue::new(4);
+    let group_id: Arc<str> = Arc::from("g");
+    let config = throttling(ThrottleAttribute::Group);
+    let key = bucket_for(&group_id, &config, None).expect("throttled group");
+    let once = || match table.acquire(&key, &group, QueuePolicy::new(100), 7) {
+        Acquire::Admitted(p) => drop(p),
+        other => panic!("expected admitted, got {other:?}"),
+    };
+    once();
+    let n = allocations_during(|| (0..1000).for_each(|_| once()));
+    assert_eq!(n, 0, "allocations in 1000 queued-group admissions");
+}
+
+#[test]
+fn test_park_and_hand_off_do_not_allocate_in_steady_state() {
+    // Parking reuses a freed slab node; the hand-off wakes through the inline wake list.
+    let table = PermitTable::new();
+    let group = GroupQueue::new(1);
+    let key = bucket_for(&Arc::from("g"), &throttling(ThrottleAttribute::Group), None)
+        .expect("throttled group");
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut once = || {
+        let Acquire::Admitted(running) = table.acquire(&key, &group, QueuePolicy::new(10), 0)
+        else {
+            panic!("expected admitted");
+        };
+        let Acquire::Parked(mut waiter) = table.acquire(&key, &group, QueuePolicy::new(10), 1)
+        else {
+            panic!("expected parked");
+        };
+        assert!(Pin::new(&mut waiter).poll(&mut cx).is_pending());
+        drop(running);
+        let Poll::Ready(Grant::Permit(p)) = Pin::new(&mut waiter).poll(&mut cx) else {
+            panic!("handed over");
+        };
+        drop(p);
+    };
+    once();
+    let n = allocations_during(|| (0..1000).for_each(|_| once()));
+    assert_eq!(n, 0, "allocations in 1000 park + hand-off cycles");
 }
 
 #[test]
