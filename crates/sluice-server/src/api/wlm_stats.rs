@@ -331,6 +331,10 @@ fn stats(
                 .iter()
                 .map(|e| {
                     let mut v = e.stats.to_json(e.is_default());
+                    if let Some(reason) = &e.inactive_throttle {
+                        // A throttle that cannot apply on this node is never silent.
+                        v["warnings"] = json!([reason]);
+                    }
                     if with_buckets {
                         v["buckets"] = buckets_json(st, e);
                     }

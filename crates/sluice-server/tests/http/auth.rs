@@ -469,3 +469,59 @@ async fn test_no_auth_needs_no_credentials() {
     assert_eq!(status, 200, "{body}");
     node.stop().await;
 }
+
+#[tokio::test]
+async fn test_username_throttle_without_authentication_after_restart_is_shown_not_silent() {
+    // A per-username throttle is valid only with authentication; a node restarted with
+    // `auth.type: none` keeps the group, but its throttle cannot apply: `_wlm/stats` says so
+    // on the group (and the node logs a WARN at start and at every view install).
+    let tmp = tempfile::tempdir().unwrap();
+    let proxy = [
+        "auth.type=proxy",
+        "auth.proxy.trusted_addresses=127.0.0.0/8",
+    ];
+    let node = TestNode::start_on(tmp.path(), &proxy).await;
+    let admin = [("x-proxy-user", "root"), ("x-proxy-roles", "admin")];
+    let group = json!({"name": "per_user", "resiliency_mode": "enforced",
+        "resource_limits": {"memory": 0.1},
+        "throttling": {"attribute": "username", "node_limit": 1}});
+    let (status, body, _) = send(
+        &node,
+        "PUT",
+        "/_wlm/workload_group",
+        &admin,
+        None,
+        Some(group),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let id = body["_id"].as_str().unwrap().to_string();
+    let (_, stats, _) = send(&node, "GET", "/_wlm/stats", &admin, None, None).await;
+    let node_id = stats
+        .as_object()
+        .unwrap()
+        .keys()
+        .find(|k| !k.starts_with('_') && *k != "cluster_name")
+        .unwrap()
+        .clone();
+    assert!(
+        stats[&node_id]["workload_groups"][&id]
+            .get("warnings")
+            .is_none(),
+        "{stats}"
+    );
+    node.stop().await;
+
+    let node = TestNode::start_on(tmp.path(), &[]).await;
+    let (status, stats, _) = send(&node, "GET", "/_wlm/stats", &[], None, None).await;
+    assert_eq!(status, 200, "{stats}");
+    let warnings = &stats[&node_id]["workload_groups"][&id]["warnings"];
+    let text = warnings[0].as_str().unwrap_or_default();
+    assert!(
+        text.contains("per_user")
+            && text.contains("auth.type is none")
+            && text.contains("username"),
+        "{stats}"
+    );
+    node.stop().await;
+}

@@ -485,3 +485,25 @@ async fn test_nested_lookup_search_is_not_charged_for_the_bucket_its_parent_hold
     cancel_all(&node, running).await;
     wait_drained(&node, &id).await;
 }
+
+#[tokio::test]
+async fn test_monitored_breach_holds_its_bucket_so_a_lookup_counts_would_throttle_once() {
+    // A monitored request runs without a permit, but it holds its bucket: its lookup's
+    // sub-search is not checked (and counted) a second time (seed 000, D8).
+    let node = node_in_mode("monitor_only", &[]).await;
+    let id = create_group(&node, throttled_group("mon", "group", 1, "enforced")).await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let running = vec![start_heavy(&node, &tag)];
+    wait_running(&node, &id, 1).await;
+    let lookup = json!({"query": {"terms": {"k": {"index": "small", "path": "k",
+                         "query": {"match_all": {}}}}}});
+    let r = node
+        .req_with("POST", "/small/_search", Some(lookup), &tag)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let s = stats_of(&node, &id).await;
+    assert_eq!(s["total_would_throttle"], 1, "{s}");
+    assert_eq!(s["total_throttled"], 0, "{s}");
+    cancel_all(&node, running).await;
+    wait_drained(&node, &id).await;
+}
