@@ -517,6 +517,15 @@ fn check_group_alone(g: &WorkloadGroup, auth_enabled: Option<bool>) -> Result<()
         ));
     }
     g.throttling.validate()?;
+    if g.queue.num_size_per_bucket() > 0 && !g.throttling.is_enabled() {
+        return Err(CoreError::validation(
+            "queue.size_per_bucket",
+            format!(
+                "queue.size_per_bucket [{}] needs a throttle limit to queue behind: set                  throttling.attribute and throttling.node_limit, or set queue to null",
+                g.queue.num_size_per_bucket()
+            ),
+        ));
+    }
     if let (Some(false), Some(a)) = (auth_enabled, g.throttling.attribute)
         && a.needs_principal()
     {
@@ -1123,6 +1132,36 @@ mod tests {
             &GroupLimits::default(),
         );
         assert_eq!(r.unwrap_err().field(), Some("throttling.attribute"));
+    }
+
+    #[test]
+    fn test_queue_needs_a_throttle_limit_on_create_and_on_the_merged_update() {
+        let body = json!({"name": "q", "resiliency_mode": "soft", "resource_limits": {"cpu": 0.1},
+                          "queue": {"size_per_bucket": 5}});
+        let e = validate_create(&[], &body, "id", 1, &GroupLimits::default()).unwrap_err();
+        assert!(e.to_string().contains("needs a throttle limit"), "{e}");
+        let ok = json!({"name": "q", "resiliency_mode": "soft", "resource_limits": {"cpu": 0.1},
+                        "throttling": {"attribute": "group", "node_limit": 2},
+                        "queue": {"size_per_bucket": 5}});
+        let g = validate_create(&[], &ok, "id", 1, &GroupLimits::default()).unwrap();
+        // Clearing the throttle while the queue stays is refused on the merged group.
+        let e = apply_update(
+            std::slice::from_ref(&g),
+            "q",
+            &json!({"throttling": null}),
+            2,
+            &GroupLimits::default(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("queue.size_per_bucket"), "{e}");
+        let cleared = apply_update(
+            &[g],
+            "q",
+            &json!({"throttling": null, "queue": null}),
+            2,
+            &GroupLimits::default(),
+        );
+        assert!(cleared.is_ok(), "{cleared:?}");
     }
 
     #[test]

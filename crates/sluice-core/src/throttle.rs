@@ -2,9 +2,10 @@
 //! counted against a bucket's `node_limit`, and what happens when the bucket is full.
 //!
 //! [`decide`] is the whole decision as one function of its inputs — the cluster mode, the
-//! group (none for `DEFAULT_WORKLOAD_GROUP`), the caller, the buckets the request's ancestors
-//! already hold — and of the node's [`PermitTable`]. It returns a [`Throttle`] verdict; the
-//! server counts it, logs it and turns a rejection into a 429. Nothing here reads a clock or a
+//! group (none for `DEFAULT_WORKLOAD_GROUP`) and its queue handle, the caller, the buckets the
+//! request's ancestors already hold, whether the request may park — and of the node's
+//! [`PermitTable`]. It returns a [`Throttle`] verdict; the server counts it, logs it, awaits a
+//! parked request's waiter and turns a refusal into a 429. Nothing here reads a clock or a
 //! setting.
 //!
 //! # Decisions
@@ -18,6 +19,9 @@
 //!   ([`Throttle::held_bucket`]): otherwise a nested search of a monitored request would be
 //!   checked (and counted) a second time, and in `monitor_only` could take a slot freed
 //!   meanwhile.
+//! - Only a request of a `soft` or `enforced` group in mode `enabled` parks, and only when the
+//!   caller says it may (scroll continuations and nested searches never do); a monitored
+//!   breach of a group with a queue counts as `total_would_queue` too (seed 002).
 
 use std::sync::Arc;
 
@@ -25,7 +29,10 @@ use crate::bags::ThrottleAttribute;
 use crate::bucket::{BucketKey, Principal, bucket_for};
 use crate::group::{ResiliencyMode, WorkloadGroup};
 use crate::mode::WlmMode;
-use crate::permits::{Permit, PermitTable, Throttled};
+use crate::permits::{
+    Acquire, GroupQueue, Permit, PermitTable, QueuePolicy, RefusalReason, Refused, Throttled,
+    Waiter,
+};
 
 /// The throttle's verdict on one request.
 #[derive(Debug)]
@@ -35,6 +42,14 @@ pub enum Throttle {
     Unthrottled,
     /// Counted: the request holds this permit of its bucket until it ends.
     Admitted(Permit),
+    /// The bucket is full and its queue has room: the request waits for a slot.
+    Parked {
+        /// The bucket.
+        key: BucketKey,
+        /// Resolves when a slot is handed over or the group's backlog is released; dropping
+        /// it leaves the queue.
+        waiter: Waiter,
+    },
     /// The bucket is full, but the request is only monitored (`monitor_only`, or a `monitor`
     /// group): it runs without a permit, and the breach is counted as `total_would_throttle`.
     WouldThrottle {
@@ -42,13 +57,16 @@ pub enum Throttle {
         key: BucketKey,
         /// What the table saw.
         refused: Throttled,
+        /// Whether `enabled` would have parked it (the group has a queue and the request may
+        /// park): counted as `total_would_queue`.
+        would_queue: bool,
     },
     /// The bucket is full and the group is throttled: the request is refused (429).
     Rejected {
         /// The bucket.
         key: BucketKey,
-        /// What the table saw.
-        refused: Throttled,
+        /// What the table saw, and which bound refused it.
+        refused: Refused,
     },
 }
 
@@ -59,25 +77,46 @@ impl Throttle {
     pub fn held_bucket(&self) -> Option<&BucketKey> {
         match self {
             Throttle::Admitted(p) => Some(p.key()),
-            Throttle::WouldThrottle { key, .. } => Some(key),
+            Throttle::WouldThrottle { key, .. } | Throttle::Parked { key, .. } => Some(key),
             Throttle::Unthrottled | Throttle::Rejected { .. } => None,
         }
     }
 }
 
+/// What [`decide`] knows of the request besides its group.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The caller, for username and role buckets.
+    pub principal: Option<&'a Principal>,
+    /// The buckets the request's ancestors hold.
+    pub held: &'a [BucketKey],
+    /// Whether the request may park (not a scroll continuation, not a nested search).
+    pub may_park: bool,
+    /// The caller's value shown for a parked request (its task's sequence number).
+    pub tag: u64,
+}
+
 /// Decides a request's node-tier throttle (see the module docs). `group_id` is the id the
-/// request was tagged with, `group` its stored definition (`None` for DEFAULT), `held` the
-/// buckets its ancestors hold.
+/// request was tagged with, `group` its stored definition (`None` for DEFAULT), `queue` the
+/// group's queue handle (its live `node_limit` and parked counts; `None` falls back to the
+/// stored limit and never parks).
 ///
-/// Allocation-free on every path: the bucket key shares `group_id` and the principal's names.
+/// Admission at once allocates nothing: the bucket key shares `group_id` and the principal's
+/// names.
 pub fn decide(
     table: &PermitTable,
     mode: WlmMode,
     group_id: &Arc<str>,
     group: Option<&WorkloadGroup>,
-    principal: Option<&Principal>,
-    held: &[BucketKey],
+    queue: Option<&Arc<GroupQueue>>,
+    request: Request<'_>,
 ) -> Throttle {
+    let Request {
+        principal,
+        held,
+        may_park,
+        tag,
+    } = request;
     if mode == WlmMode::Disabled {
         return Throttle::Unthrottled;
     }
@@ -98,14 +137,36 @@ pub fn decide(
     if held.contains(&key) {
         return Throttle::Unthrottled;
     }
-    let refused = match table.try_acquire(&key, u64::from(limit)) {
-        Ok(permit) => return Throttle::Admitted(permit),
-        Err(t) => t,
+    let size_per_bucket = u64::from(group.queue.num_size_per_bucket());
+    let monitored =
+        mode == WlmMode::MonitorOnly || group.resiliency_mode == ResiliencyMode::Monitor;
+    let queue = queue.filter(|_| !monitored);
+    let Some(queue) = queue else {
+        return match table.try_acquire(&key, u64::from(limit)) {
+            Ok(permit) => Throttle::Admitted(permit),
+            Err(refused) if monitored => Throttle::WouldThrottle {
+                key,
+                refused,
+                would_queue: may_park && size_per_bucket > 0,
+            },
+            Err(t) => Throttle::Rejected {
+                key,
+                refused: Refused {
+                    reason: RefusalReason::NotQueued,
+                    in_flight: t.in_flight,
+                    limit: t.limit,
+                    queued: 0,
+                    group_queued: 0,
+                },
+            },
+        };
     };
-    if mode == WlmMode::MonitorOnly || group.resiliency_mode == ResiliencyMode::Monitor {
-        Throttle::WouldThrottle { key, refused }
-    } else {
-        Throttle::Rejected { key, refused }
+    let policy = QueuePolicy::new(if may_park { size_per_bucket } else { 0 });
+    match table.acquire(&key, queue, policy, tag) {
+        Acquire::Admitted(permit) => Throttle::Admitted(permit),
+        Acquire::Parked(waiter) => Throttle::Parked { key, waiter },
+        Acquire::Refused(refused) => Throttle::Rejected { key, refused },
+        Acquire::Unthrottled => Throttle::Unthrottled,
     }
 }
 
@@ -144,13 +205,22 @@ mod tests {
         Arc::from("gid")
     }
 
+    fn req<'a>(principal: Option<&'a Principal>, held: &'a [BucketKey]) -> Request<'a> {
+        Request {
+            principal,
+            held,
+            may_park: true,
+            tag: 0,
+        }
+    }
+
     #[test]
     fn test_group_bucket_admits_up_to_the_limit_then_rejects_in_enabled() {
         let t = PermitTable::new();
         let g = group("enforced", json!({"attribute": "group", "node_limit": 1}));
-        let first = decide(&t, WlmMode::Enabled, &id(), Some(&g), None, &[]);
+        let first = decide(&t, WlmMode::Enabled, &id(), Some(&g), None, req(None, &[]));
         assert!(matches!(first, Throttle::Admitted(_)));
-        let second = decide(&t, WlmMode::Enabled, &id(), Some(&g), None, &[]);
+        let second = decide(&t, WlmMode::Enabled, &id(), Some(&g), None, req(None, &[]));
         let Throttle::Rejected { key, refused } = second else {
             panic!("expected a rejection, got {second:?}");
         };
@@ -163,19 +233,26 @@ mod tests {
         let t = PermitTable::new();
         let enforced = group("enforced", json!({"attribute": "group", "node_limit": 1}));
         let monitor = group("monitor", json!({"attribute": "group", "node_limit": 1}));
-        let _p = decide(&t, WlmMode::Enabled, &id(), Some(&enforced), None, &[]);
+        let _p = decide(
+            &t,
+            WlmMode::Enabled,
+            &id(),
+            Some(&enforced),
+            None,
+            req(None, &[]),
+        );
         for (mode, g) in [
             (WlmMode::MonitorOnly, &enforced),
             (WlmMode::Enabled, &monitor),
         ] {
-            let v = decide(&t, mode, &id(), Some(g), None, &[]);
+            let v = decide(&t, mode, &id(), Some(g), None, req(None, &[]));
             assert!(
                 matches!(v, Throttle::WouldThrottle { .. }),
                 "{mode:?}: {v:?}"
             );
             // The monitored request holds its bucket: a nested search is not checked again.
             let held = [v.held_bucket().expect("held").clone()];
-            let nested = decide(&t, mode, &id(), Some(g), None, &held);
+            let nested = decide(&t, mode, &id(), Some(g), None, req(None, &held));
             assert!(matches!(nested, Throttle::Unthrottled));
         }
         assert_eq!(t.num_buckets(), 1);
@@ -187,15 +264,22 @@ mod tests {
         let g = group("enforced", json!({"attribute": "group", "node_limit": 1}));
         let plain = group("enforced", json!({}));
         assert!(matches!(
-            decide(&t, WlmMode::Disabled, &id(), Some(&g), None, &[]),
+            decide(&t, WlmMode::Disabled, &id(), Some(&g), None, req(None, &[])),
             Throttle::Unthrottled
         ));
         assert!(matches!(
-            decide(&t, WlmMode::Enabled, &id(), None, None, &[]),
+            decide(&t, WlmMode::Enabled, &id(), None, None, req(None, &[])),
             Throttle::Unthrottled
         ));
         assert!(matches!(
-            decide(&t, WlmMode::Enabled, &id(), Some(&plain), None, &[]),
+            decide(
+                &t,
+                WlmMode::Enabled,
+                &id(),
+                Some(&plain),
+                None,
+                req(None, &[])
+            ),
             Throttle::Unthrottled
         ));
         assert_eq!(t.num_buckets(), 0);
@@ -210,7 +294,14 @@ mod tests {
         );
         let by_role = group("enforced", json!({"attribute": "role", "node_limit": 1}));
         assert!(matches!(
-            decide(&t, WlmMode::Enabled, &id(), Some(&by_user), None, &[]),
+            decide(
+                &t,
+                WlmMode::Enabled,
+                &id(),
+                Some(&by_user),
+                None,
+                req(None, &[])
+            ),
             Throttle::Unthrottled
         ));
         let a = decide(
@@ -218,8 +309,8 @@ mod tests {
             WlmMode::Enabled,
             &id(),
             Some(&by_user),
-            Some(&alice()),
-            &[],
+            None,
+            req(Some(&alice()), &[]),
         );
         assert_eq!(
             describe_bucket(a.held_bucket().expect("held")),
@@ -230,8 +321,8 @@ mod tests {
             WlmMode::Enabled,
             &id(),
             Some(&by_role),
-            Some(&alice()),
-            &[],
+            None,
+            req(Some(&alice()), &[]),
         );
         // The smallest role.
         assert_eq!(
@@ -244,10 +335,120 @@ mod tests {
     fn test_a_bucket_held_by_an_ancestor_is_not_charged_again() {
         let t = PermitTable::new();
         let g = group("enforced", json!({"attribute": "group", "node_limit": 1}));
-        let parent = decide(&t, WlmMode::Enabled, &id(), Some(&g), None, &[]);
+        let parent = decide(&t, WlmMode::Enabled, &id(), Some(&g), None, req(None, &[]));
         let held = [parent.held_bucket().expect("held").clone()];
-        let child = decide(&t, WlmMode::Enabled, &id(), Some(&g), None, &held);
+        let child = decide(
+            &t,
+            WlmMode::Enabled,
+            &id(),
+            Some(&g),
+            None,
+            req(None, &held),
+        );
         assert!(matches!(child, Throttle::Unthrottled));
         assert!(child.held_bucket().is_none());
+    }
+
+    #[test]
+    fn test_a_full_bucket_of_a_queued_group_parks_then_refuses_when_the_queue_is_full() {
+        let t = PermitTable::new();
+        let g = group("soft", json!({"attribute": "group", "node_limit": 1}));
+        let mut g = g;
+        g.queue.size_per_bucket = Some(1);
+        let q = GroupQueue::new(1);
+        let first = decide(
+            &t,
+            WlmMode::Enabled,
+            &id(),
+            Some(&g),
+            Some(&q),
+            req(None, &[]),
+        );
+        assert!(matches!(first, Throttle::Admitted(_)));
+        let second = decide(
+            &t,
+            WlmMode::Enabled,
+            &id(),
+            Some(&g),
+            Some(&q),
+            req(None, &[]),
+        );
+        assert!(matches!(second, Throttle::Parked { .. }), "{second:?}");
+        let third = decide(
+            &t,
+            WlmMode::Enabled,
+            &id(),
+            Some(&g),
+            Some(&q),
+            req(None, &[]),
+        );
+        let Throttle::Rejected { refused, .. } = third else {
+            panic!("expected a refusal, got {third:?}");
+        };
+        assert_eq!(refused.reason, RefusalReason::BucketQueueFull);
+        assert_eq!((refused.in_flight, refused.queued), (1, 1));
+        // A request that may not park (a scroll continuation) is refused, never parked.
+        let scroll = Request {
+            may_park: false,
+            ..req(None, &[])
+        };
+        let fourth = decide(&t, WlmMode::Enabled, &id(), Some(&g), Some(&q), scroll);
+        assert!(matches!(fourth, Throttle::Rejected { .. }), "{fourth:?}");
+        drop(second);
+        drop(first);
+        assert_eq!(t.num_buckets(), 0);
+    }
+
+    #[test]
+    fn test_monitored_breach_of_a_queued_group_would_queue_and_never_parks() {
+        let t = PermitTable::new();
+        let mut g = group("monitor", json!({"attribute": "group", "node_limit": 1}));
+        g.queue.size_per_bucket = Some(5);
+        let q = GroupQueue::new(1);
+        let _first = decide(
+            &t,
+            WlmMode::Enabled,
+            &id(),
+            Some(&g),
+            Some(&q),
+            req(None, &[]),
+        );
+        let v = decide(
+            &t,
+            WlmMode::Enabled,
+            &id(),
+            Some(&g),
+            Some(&q),
+            req(None, &[]),
+        );
+        assert!(
+            matches!(
+                v,
+                Throttle::WouldThrottle {
+                    would_queue: true,
+                    ..
+                }
+            ),
+            "{v:?}"
+        );
+        assert_eq!(q.num_parked(), 0);
+    }
+
+    #[test]
+    fn test_a_released_group_queue_admits_without_a_permit() {
+        let t = PermitTable::new();
+        let mut g = group("enforced", json!({"attribute": "group", "node_limit": 1}));
+        g.queue.size_per_bucket = Some(5);
+        let q = GroupQueue::new(1);
+        t.release_group(&q);
+        let v = decide(
+            &t,
+            WlmMode::Enabled,
+            &id(),
+            Some(&g),
+            Some(&q),
+            req(None, &[]),
+        );
+        assert!(matches!(v, Throttle::Unthrottled), "{v:?}");
     }
 }

@@ -21,6 +21,11 @@ use crate::tasks::TaskManager;
 /// `refresh_interval` so a refresh is late by at most this much.
 const REFRESH_TICK: Duration = Duration::from_millis(100);
 
+/// How often the throttle queues' backstop sweep re-attempts admission for buckets with free
+/// capacity and waiters (seed 002: "about once a second"; a release drains its own bucket at
+/// once, so this bounds only what nothing else would drive).
+const QUEUE_SWEEP: Duration = Duration::from_secs(1);
+
 /// A started node, before it serves.
 pub struct Node {
     /// The bound listener.
@@ -143,6 +148,17 @@ impl Node {
             }
         });
         let enforcement = tokio::spawn(crate::enforcement::run_loop(self.state.clone()));
+        // The queues' backstop: a release already hands its slot to the bucket's oldest
+        // waiter, so this only catches what nothing else drives (seed 002).
+        let workload = self.state.workload.clone();
+        let sweep = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(QUEUE_SWEEP);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                workload.permits.drain_all();
+            }
+        });
         // Outside the router, so it sees the `Allow` header the router sets on a 405.
         let app = tower::Layer::layer(
             &middleware::from_fn(crate::http::fallback::name_allowed_methods),
@@ -155,6 +171,7 @@ impl Node {
             .await?;
         refresher.abort();
         enforcement.abort();
+        sweep.abort();
         let engine = self.state.engine.clone();
         tokio::task::spawn_blocking(move || engine.flush_all()).await??;
         tracing::info!("stopped; all indices committed");

@@ -74,6 +74,11 @@ pub struct Task {
     pub cancelled: Arc<AtomicBool>,
     /// Why it was cancelled, once it was.
     pub cancel_reason: Mutex<Option<String>>,
+    /// Woken when the task is cancelled: a request parked in a throttle queue waits on it, so
+    /// a cancellation evicts it at once.
+    pub cancel_notify: tokio::sync::Notify,
+    /// Whether the task is parked in a throttle queue (shown as `status.state: queued`).
+    pub queued: AtomicBool,
     /// Who runs it: the principal of the request that registered it; `None` when `auth.type`
     /// is `none`.
     pub principal: Option<Arc<crate::auth::Principal>>,
@@ -117,6 +122,24 @@ impl Task {
     /// Whether the task has been cancelled.
     pub fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the task is cancelled (at once if it already is).
+    ///
+    /// # Cancel safety
+    /// Dropping the future only stops waiting.
+    pub async fn cancelled(&self) {
+        loop {
+            let notified = self.cancel_notify.notified();
+            tokio::pin!(notified);
+            // Registered before the flag is read: a cancellation between the read and the
+            // wait still wakes it.
+            notified.as_mut().enable();
+            if self.is_cancelled() {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -269,6 +292,8 @@ impl TaskManager {
             cancel_reason: Mutex::new(
                 parent_cancelled.then(|| "the parent task was cancelled".to_string()),
             ),
+            cancel_notify: tokio::sync::Notify::new(),
+            queued: AtomicBool::new(false),
             principal,
             group: std::sync::OnceLock::new(),
             held_buckets: std::sync::OnceLock::new(),
@@ -304,6 +329,8 @@ impl TaskManager {
                 if !t.cancelled.swap(true, Ordering::AcqRel) {
                     *t.cancel_reason.lock() = Some(reason.to_string());
                 }
+                // After the flag: a parked waiter re-reads it when woken.
+                t.cancel_notify.notify_waiters();
                 out.push(t.clone());
             }
             stack.extend(
@@ -333,6 +360,11 @@ impl TaskManager {
         );
         m.insert("cancellable".into(), json!(true));
         m.insert("cancelled".into(), json!(t.is_cancelled()));
+        if t.queued.load(Ordering::Acquire) {
+            // A request parked in a throttle queue: OpenSearch clients read a task's `status`
+            // as an opaque object.
+            m.insert("status".into(), json!({"state": "queued"}));
+        }
         if let Some(p) = t.parent {
             m.insert(
                 "parent_task_id".into(),

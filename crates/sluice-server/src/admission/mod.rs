@@ -11,7 +11,8 @@
 //! 3. **check the group's resource share** ([`share`], decisions in
 //!    [`sluice_core::resources`]);
 //! 4. **acquire throttle capacity**: the node tier ([`throttle`], verdict in
-//!    [`sluice_core::throttle`]); the shared tier and the queue plug in at the same place.
+//!    [`sluice_core::throttle`]), waiting in the bucket's queue when the group has one
+//!    ([`queue`]); the shared tier plugs in at the same place.
 //!
 //! The ticket ([`ticket`]) owns everything admission granted — the task's registration, the
 //! permit, the resource reservation, the stats of the task's end — and releases each exactly
@@ -21,15 +22,18 @@
 //! Nested searches the engine issues while it runs a request are admitted by [`nested`].
 
 pub mod nested;
+pub mod queue;
 pub mod share;
 pub mod tag;
 pub mod throttle;
 pub mod ticket;
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use sluice_core::BucketKey;
+use sluice_core::search_settings::GroupSearchSettings;
+use sluice_core::throttle::Request;
 
 pub use ticket::{Admitted, ResponseTicket};
 
@@ -38,8 +42,15 @@ use crate::http::{Params, RequestMeta};
 use crate::state::AppState;
 use crate::workload::GroupEntry;
 
-/// Seconds a throttled client is told to wait.
+/// Seconds a client turned away by its group's resource share is told to wait: usage is
+/// re-measured every 100 ms, so a second covers several refreshes.
 pub const RETRY_AFTER_SECS: u64 = 1;
+
+/// Seconds on the node's monotonic clock (since the first call), for drain rates.
+pub fn now_secs() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_secs()
+}
 
 /// What a search-like task is: its action, its description for `_tasks`, its parent, the index
 /// expressions the tagging rules match, and its own `cancel_after_time_interval`.
@@ -142,7 +153,24 @@ pub async fn admit(st: &Arc<AppState>, meta: &RequestMeta, spec: TaskSpec) -> Ap
         // Set once, on the task registered above.
         let _ = task.reservation.set(r);
     }
-    let granted = throttle::throttle(st, &entry, meta.principal.as_deref(), &held)?;
+    let settings = GroupSearchSettings::of(entry.group.as_ref().map(|g| &g.settings));
+    let cancel_after = settings.cancel_after(
+        cancel_after,
+        st.cluster_settings.cancel_after_time_interval(),
+    );
+    let request = Request {
+        principal: meta.principal.as_deref(),
+        held: &held,
+        // Scroll continuations never park (seed 002).
+        may_park: top_level,
+        tag: task.seq,
+    };
+    let granted = match throttle::throttle(st, &entry, request)? {
+        throttle::Decided::Granted(g) => g,
+        throttle::Decided::Parked { key, waiter } => {
+            queue::park(st, &entry, &task, key, waiter, cancel_after).await?
+        }
+    };
     if let Some(k) = &granted.bucket {
         held.push(k.clone());
     }
@@ -152,6 +180,7 @@ pub async fn admit(st: &Arc<AppState>, meta: &RequestMeta, spec: TaskSpec) -> Ap
         guard,
         entry,
         granted,
+        settings,
         cancel_after,
         top_level,
     ))

@@ -32,11 +32,28 @@ impl NestedSearchHook for NestedSearches {
     fn enter(&self, _index: &str, description: &str) -> Result<NestedScope, EngineError> {
         let principal = self.parent.principal.clone();
         let mut held = self.parent.held_buckets().to_vec();
-        let granted = super::throttle::throttle(&self.st, &self.group, principal.as_deref(), &held)
-            .map_err(|e| match e {
+        let request = sluice_core::throttle::Request {
+            principal: principal.as_deref(),
+            held: &held,
+            // On its parent's execution thread: it never parks.
+            may_park: false,
+            tag: self.parent.seq,
+        };
+        let decided =
+            super::throttle::throttle(&self.st, &self.group, request).map_err(|e| match e {
                 ApiError::Engine(e) | ApiError::Rejected { error: e, .. } => e,
                 other => EngineError::internal(format!("admission failed: {other:?}")),
             })?;
+        let granted = match decided {
+            super::throttle::Decided::Granted(g) => g,
+            // A request that may not park is never parked; refuse rather than block.
+            super::throttle::Decided::Parked { .. } => {
+                return Err(EngineError::new(
+                    sluice_engine::ErrorCode::RejectedExecution,
+                    "a nested search cannot wait in a throttle queue",
+                ));
+            }
+        };
         if let Some(k) = &granted.bucket {
             held.push(k.clone());
         }

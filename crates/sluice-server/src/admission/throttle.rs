@@ -13,9 +13,9 @@
 //!   at ERROR), but once the verdict is a rejection nothing fallible runs before the 429, so no
 //!   error can turn a rejection into an admit (seed 001's first review comment).
 
-use sluice_core::permits::Permit;
-use sluice_core::throttle::{Throttle, decide};
-use sluice_core::{BucketKey, Principal};
+use sluice_core::BucketKey;
+use sluice_core::permits::{Permit, RefusalReason, Refused, Waiter};
+use sluice_core::throttle::{Request, Throttle, decide};
 use sluice_engine::{EngineError, ErrorCode};
 
 pub use sluice_core::throttle::describe_bucket;
@@ -34,23 +34,37 @@ pub struct Granted {
     pub bucket: Option<BucketKey>,
 }
 
-/// Decides a request's node-tier throttle: what it was granted, or a 429 when it is refused.
-/// `held` lists the buckets the request's ancestors hold.
+/// What the throttle decided for a request that was not refused.
+#[derive(Debug)]
+pub enum Decided {
+    /// It may run now.
+    Granted(Granted),
+    /// It waits in its bucket's queue ([`super::queue::park`]).
+    Parked {
+        /// The bucket.
+        key: BucketKey,
+        /// Resolves with a slot, or when the group's backlog is released.
+        waiter: Waiter,
+    },
+}
+
+/// Decides a request's node-tier throttle: what it was granted, that it waits in a queue, or
+/// a 429 when it is refused.
 pub fn throttle(
     st: &AppState,
     entry: &GroupEntry,
-    principal: Option<&Principal>,
-    held: &[BucketKey],
-) -> Result<Granted, ApiError> {
+    request: Request<'_>,
+) -> Result<Decided, ApiError> {
     let mode = st.cluster_settings.wlm_mode();
+    let queue = st.workload.queue_for(entry);
     let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         decide(
             &st.workload.permits,
             mode,
             &entry.id,
             entry.group.as_ref(),
-            principal,
-            held,
+            queue.as_ref(),
+            request,
         )
     }));
     let verdict = match decided {
@@ -60,17 +74,25 @@ pub fn throttle(
                 group = %entry.id,
                 "the throttle failed while deciding; admitting the request (fail open)"
             );
-            return Ok(Granted::default());
+            return Ok(Decided::Granted(Granted::default()));
         }
     };
     match verdict {
-        Throttle::Unthrottled => Ok(Granted::default()),
-        Throttle::Admitted(permit) => Ok(Granted {
+        Throttle::Unthrottled => Ok(Decided::Granted(Granted::default())),
+        Throttle::Admitted(permit) => Ok(Decided::Granted(Granted {
             bucket: Some(permit.key().clone()),
             permit: Some(permit),
-        }),
-        Throttle::WouldThrottle { key, refused } => {
+        })),
+        Throttle::Parked { key, waiter } => Ok(Decided::Parked { key, waiter }),
+        Throttle::WouldThrottle {
+            key,
+            refused,
+            would_queue,
+        } => {
             entry.stats.total_would_throttle.inc();
+            if would_queue {
+                entry.stats.total_would_queue.inc();
+            }
             tracing::debug!(
                 group = %entry.name(),
                 bucket = %describe_bucket(&key),
@@ -79,27 +101,53 @@ pub fn throttle(
                 mode = mode.as_str(),
                 "would throttle: admitted because workload management only monitors this request"
             );
-            Ok(Granted {
+            Ok(Decided::Granted(Granted {
                 permit: None,
                 bucket: Some(key),
-            })
+            }))
         }
-        Throttle::Rejected { key, refused } => {
-            entry.stats.total_throttled.inc();
-            Err(ApiError::Rejected {
-                error: EngineError::new(
-                    ErrorCode::RejectedExecution,
-                    format!(
-                        "rejected by workload group [{}] ({}): bucket [{}] already has {} requests in flight on this node, node_limit is {} (tier: node); retry when one completes",
-                        entry.name(),
-                        entry.id,
-                        describe_bucket(&key),
-                        refused.in_flight,
-                        refused.limit
-                    ),
-                ),
-                retry_after_secs: super::RETRY_AFTER_SECS,
-            })
-        }
+        Throttle::Rejected { key, refused } => Err(rejected(entry, &key, &refused)),
+    }
+}
+
+/// Counts a refusal and words its 429: which bound refused, and a `Retry-After` from the
+/// group's measured drain rate and the requests queued ahead (DESIGN D14).
+fn rejected(entry: &GroupEntry, key: &BucketKey, refused: &Refused) -> ApiError {
+    let stats = &entry.stats;
+    stats.total_throttled.inc();
+    let why = match refused.reason {
+        RefusalReason::NotQueued => String::new(),
+        RefusalReason::BucketQueueFull => format!(
+            " and its queue is full (queue.size_per_bucket is {})",
+            refused.queued
+        ),
+        RefusalReason::GroupQueueFull => format!(
+            " and the group's queue on this node is full ({} waiting)",
+            refused.group_queued
+        ),
+        RefusalReason::OverFairShare { share } => format!(
+            " and its queue already holds its fair share of the group's queue ({} of {share} waiting)",
+            refused.queued
+        ),
+    };
+    if refused.reason != RefusalReason::NotQueued {
+        stats.total_queue_rejections.inc();
+    }
+    let retry_after_secs = stats
+        .drain
+        .retry_after_secs(super::now_secs(), refused.queued);
+    ApiError::Rejected {
+        error: EngineError::new(
+            ErrorCode::RejectedExecution,
+            format!(
+                "rejected by workload group [{}] ({}): bucket [{}] already has {} requests in flight on this node, node_limit is {}{why} (tier: node); retry after {retry_after_secs}s",
+                entry.name(),
+                entry.id,
+                describe_bucket(key),
+                refused.in_flight,
+                refused.limit
+            ),
+        ),
+        retry_after_secs,
     }
 }

@@ -98,14 +98,10 @@ impl Admitted {
         guard: TaskGuard,
         entry: Arc<GroupEntry>,
         granted: Granted,
-        requested_cancel_after: Option<Option<Duration>>,
+        settings: GroupSearchSettings,
+        cancel_after: Option<Duration>,
         top_level: bool,
     ) -> Admitted {
-        let settings = GroupSearchSettings::of(entry.group.as_ref().map(|g| &g.settings));
-        let cancel_after = settings.cancel_after(
-            requested_cancel_after,
-            st.cluster_settings.cancel_after_time_interval(),
-        );
         let task = guard.task().clone();
         let bucket = granted.permit.as_ref().map(|p| p.key().clone());
         Admitted {
@@ -178,6 +174,7 @@ impl Admitted {
         }
         let stats = &self.run.entry.stats;
         stats.total_completions.inc();
+        stats.drain.record(super::now_secs());
         if result.is_err() {
             stats.failures.inc();
         }
@@ -226,6 +223,7 @@ impl Drop for Admitted {
             .cancel_seq(self.run.task.seq, "the client closed the connection");
         let stats = &self.run.entry.stats;
         stats.total_completions.inc();
+        stats.drain.record(super::now_secs());
         stats.failures.inc();
     }
 }
@@ -310,7 +308,7 @@ impl Drop for Executing {
 
 /// OpenSearch's error for a cancelled search: a search phase failure caused by
 /// `task_cancelled_exception`.
-fn cancelled_error(reason: &str) -> EngineError {
+pub(super) fn cancelled_error(reason: &str) -> EngineError {
     let mut outer = EngineError::new(ErrorCode::SearchPhaseExecution, "SearchTask was cancelled")
         .with_extra("phase", Value::from("query"))
         .with_extra("grouped", Value::from(true));

@@ -67,6 +67,10 @@ pub async fn put_settings(
         .apply(update)
         .await
         .map_err(EngineError::from)?;
+    if st.cluster_settings.wlm_mode() != sluice_core::WlmMode::Enabled {
+        // Only `enabled` parks: leaving it releases every group's backlog (issue #11 B.5).
+        st.workload.release_all_queues();
+    }
     let body = json!({
         "acknowledged": true,
         "persistent": render(&applied.persistent, flat),

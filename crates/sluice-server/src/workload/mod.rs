@@ -26,8 +26,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
-use sluice_core::permits::PermitTable;
-use sluice_core::{Rule, WorkloadGroup};
+use sluice_core::permits::{GroupQueue, PermitTable};
+use sluice_core::{ResiliencyMode, Rule, WorkloadGroup};
 use sluice_meta::MetaStore;
 
 pub use probe::{BucketProbe, ProbeGuard};
@@ -58,6 +58,10 @@ pub struct Workload {
     /// Whether the node authenticates requests: without it, per-username and per-role
     /// throttles cannot apply.
     auth_enabled: bool,
+    /// The queue handle of each throttled group (its live `node_limit` and parked counts), by
+    /// group id: created at a group's first throttled admission, kept across view swaps, and
+    /// released (its backlog admitted) when the group stops being throttled or queued.
+    queues: Mutex<HashMap<String, Arc<GroupQueue>>>,
 }
 
 impl Workload {
@@ -66,6 +70,7 @@ impl Workload {
     pub fn new(auth_enabled: bool) -> Workload {
         Workload {
             auth_enabled,
+            queues: Mutex::new(HashMap::new()),
             view: RwLock::new(Arc::new(View {
                 groups: HashMap::new(),
                 rules: Vec::new(),
@@ -137,6 +142,68 @@ impl Workload {
             })
             .collect();
         *self.view.write() = Arc::new(View { groups, rules });
+        drop(stats);
+        self.sync_queues();
+    }
+
+    /// The queue handle of `entry`'s group, created on first use: only for a group whose
+    /// throttle acts (throttling set, not `monitor`); `None` otherwise.
+    pub fn queue_for(&self, entry: &GroupEntry) -> Option<Arc<GroupQueue>> {
+        let group = entry.group.as_ref()?;
+        let limit = acting_limit(group)?;
+        let mut queues = self.queues.lock();
+        Some(
+            queues
+                .entry(entry.id.to_string())
+                .or_insert_with(|| GroupQueue::new(limit))
+                .clone(),
+        )
+    }
+
+    /// Brings the queue handles in line with the view: a group still throttled gets its live
+    /// `node_limit` and its waiters drained up to it (a raised limit admits that many at once);
+    /// a group deleted, unthrottled or switched to `monitor` has its backlog released — every
+    /// parked request runs without a permit (issue #11 B.5).
+    fn sync_queues(&self) {
+        let view = self.view();
+        let mut released = Vec::new();
+        let mut drained = Vec::new();
+        {
+            let mut queues = self.queues.lock();
+            queues.retain(|id, q| {
+                match view
+                    .groups
+                    .get(id)
+                    .and_then(|e| e.group.as_ref())
+                    .and_then(acting_limit)
+                {
+                    Some(limit) => {
+                        q.set_node_limit(limit);
+                        drained.push(q.clone());
+                        true
+                    }
+                    None => {
+                        released.push(q.clone());
+                        false
+                    }
+                }
+            });
+        }
+        for q in released {
+            self.permits.release_group(&q);
+        }
+        for q in drained {
+            self.permits.drain_group(&q);
+        }
+    }
+
+    /// Releases the backlog of every group (the mode left `enabled`): every parked request runs
+    /// without a permit. Handles are made anew at the next throttled admission.
+    pub fn release_all_queues(&self) {
+        let queues: Vec<Arc<GroupQueue>> = self.queues.lock().drain().map(|(_, q)| q).collect();
+        for q in queues {
+            self.permits.release_group(&q);
+        }
     }
 
     /// Why `group`'s throttle cannot apply on this node, if it cannot: it counts per username
@@ -154,4 +221,12 @@ impl Workload {
             attribute.as_str()
         ))
     }
+}
+
+/// The `node_limit` of a group whose throttle acts (throttling set, not `monitor`).
+fn acting_limit(group: &WorkloadGroup) -> Option<u64> {
+    if group.resiliency_mode == ResiliencyMode::Monitor || !group.throttling.is_enabled() {
+        return None;
+    }
+    group.throttling.node_limit.map(u64::from)
 }

@@ -21,6 +21,18 @@ impl Counter {
         self.0.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Adds one and returns the new value.
+    pub fn inc_get(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Takes one away (a gauge going down); never below zero.
+    pub fn dec(&self) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
+    }
+
     /// Raises the value to `n` if it is lower.
     pub fn raise_to(&self, n: u64) {
         self.0.fetch_max(n, Ordering::Relaxed);
@@ -99,6 +111,58 @@ pub struct GroupStats {
     /// admission check adds to `current_usage` (sluice's own, see
     /// [`sluice_core::resources::unmeasured`]).
     pub unmeasured: Arc<sluice_core::resources::UnmeasuredTasks>,
+    /// Monitored breaches that `enabled` would have parked (seed 002).
+    pub total_would_queue: Counter,
+    /// How fast the group's tasks end: what a 429's `Retry-After` is computed from (D14).
+    pub drain: DrainRate,
+}
+
+/// Completions per second of a group over the last [`DrainRate::WINDOW_SECS`] seconds, in
+/// one-second slots (a clock second → count), so a throttled client can be told how long the
+/// queue ahead of it takes to drain (DESIGN D14).
+#[derive(Debug, Default)]
+pub struct DrainRate {
+    slots: parking_lot::Mutex<[(u64, u64); DrainRate::WINDOW_SECS as usize]>,
+}
+
+impl DrainRate {
+    /// The window: long enough to smooth a burst of completions, short enough to follow a load
+    /// that changed (ten times the 1 s backstop sweep).
+    pub const WINDOW_SECS: u64 = 10;
+
+    /// Records one completion at `now_secs` (seconds on a monotonic clock).
+    pub fn record(&self, now_secs: u64) {
+        let mut slots = self.slots.lock();
+        let slot = &mut slots[(now_secs % Self::WINDOW_SECS) as usize];
+        if slot.0 != now_secs {
+            *slot = (now_secs, 0);
+        }
+        slot.1 += 1;
+    }
+
+    /// Completions per second over the window ending at `now_secs`.
+    pub fn per_second(&self, now_secs: u64) -> f64 {
+        let slots = self.slots.lock();
+        let recent: u64 = slots
+            .iter()
+            .filter(|(sec, _)| now_secs.saturating_sub(*sec) < Self::WINDOW_SECS)
+            .map(|(_, n)| n)
+            .sum();
+        recent as f64 / Self::WINDOW_SECS as f64
+    }
+
+    /// The `Retry-After` for a request with `ahead` requests queued before it: the time the
+    /// group takes to drain them at its measured rate, bounded 1..=60 s. With no completion
+    /// in the window the wait is at least the window (nothing drained that long).
+    pub fn retry_after_secs(&self, now_secs: u64, ahead: u64) -> u64 {
+        let rate = self.per_second(now_secs);
+        let secs = if rate > 0.0 {
+            ((ahead + 1) as f64 / rate).ceil() as u64
+        } else {
+            Self::WINDOW_SECS
+        };
+        secs.clamp(1, 60)
+    }
 }
 
 impl GroupStats {
@@ -150,6 +214,7 @@ impl GroupStats {
             "queue_wait_count": self.queue_wait_count.get(),
             "total_queue_wait_millis": self.total_queue_wait_millis.get(),
             "max_queue_wait_millis": self.max_queue_wait_millis.get(),
+            "total_would_queue": self.total_would_queue.get(),
             "executing": self.executing(),
             "peak_executing": self.peak_executing.get(),
             "cpu": resource(&self.cpu),
@@ -159,5 +224,28 @@ impl GroupStats {
             v["total_unknown_group_tags"] = json!(self.total_unknown_group_tags.get());
         }
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DrainRate;
+
+    #[test]
+    fn test_retry_after_follows_the_drain_rate_within_bounds() {
+        let d = DrainRate::default();
+        // Nothing drained yet: the window.
+        assert_eq!(d.retry_after_secs(100, 5), DrainRate::WINDOW_SECS);
+        // 20 completions in the window: 2 per second; 9 ahead → 5 s.
+        for s in 91..=100 {
+            d.record(s);
+            d.record(s);
+        }
+        assert_eq!(d.per_second(100), 2.0);
+        assert_eq!(d.retry_after_secs(100, 9), 5);
+        assert_eq!(d.retry_after_secs(100, 0), 1);
+        assert_eq!(d.retry_after_secs(100, 10_000), 60);
+        // Slots older than the window no longer count.
+        assert_eq!(d.per_second(200), 0.0);
     }
 }

@@ -13,6 +13,7 @@ mod enforcement;
 mod errors;
 mod indices;
 mod msearch;
+mod queueing;
 mod rules;
 mod scroll;
 mod search_dsl;

@@ -1,0 +1,122 @@
+//! Waiting in a throttle queue (seed 002, node tier): a request refused by its bucket's
+//! `node_limit` and parked by [`sluice_core::permits::PermitTable::acquire`] holds no thread,
+//! only its waiter, until:
+//!
+//! - a release hands it the freed slot (FIFO within the bucket, no barging: N4), or the
+//!   backstop sweep or a raised limit drains it — it then passes the resource-share check
+//!   again (a group over its share does not start more work because it waited);
+//! - the group's backlog is released (throttling off, group deleted or switched to
+//!   `monitor`, mode left `enabled`) — it runs without a permit, unless already cancelled;
+//! - its task is cancelled (`_tasks/_cancel`, its parent), its `cancel_after_time_interval`
+//!   passes (queue time counts), or its client disconnects (the future is dropped) — the
+//!   waiter leaves the queue at once, and the client gets OpenSearch's cancellation error.
+//!
+//! There is no queue timeout of its own (seed 002).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use sluice_core::BucketKey;
+use sluice_core::permits::{Grant, Waiter};
+
+use super::throttle::Granted;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use crate::tasks::Task;
+use crate::workload::GroupEntry;
+
+/// Waits for a slot of `key` (see the module docs).
+///
+/// # Cancel safety
+/// Dropping the future drops the waiter, which leaves the queue in O(1) (a slot already handed
+/// to it passes on to the next waiter), and ends the wait's accounting.
+pub async fn park(
+    st: &AppState,
+    entry: &Arc<GroupEntry>,
+    task: &Arc<Task>,
+    key: BucketKey,
+    waiter: Waiter,
+    cancel_after: Option<Duration>,
+) -> ApiResult<Granted> {
+    let _parked = Parked::enter(entry.clone(), task.clone());
+    let deadline = cancel_after.map(|d| task.started + d);
+    let expired = async {
+        match deadline {
+            Some(at) => tokio::time::sleep_until(at.into()).await,
+            None => std::future::pending().await,
+        }
+    };
+    let grant = tokio::select! {
+        grant = waiter => grant,
+        () = task.cancelled() => return Err(cancelled(task, None)),
+        () = expired => {
+            let reason = format!(
+                "Cancellation timeout of {} is expired",
+                crate::api::format_time_value(cancel_after.unwrap_or_default())
+            );
+            st.tasks.cancel_seq(task.seq, &reason);
+            return Err(cancelled(task, Some(reason)));
+        }
+    };
+    match grant {
+        Grant::Permit(permit) => {
+            super::share::recheck_resources(st, entry, task.reservation.get())?;
+            Ok(Granted {
+                bucket: Some(key),
+                permit: Some(permit),
+            })
+        }
+        Grant::Unthrottled if task.is_cancelled() => Err(cancelled(task, None)),
+        Grant::Unthrottled => Ok(Granted {
+            bucket: Some(key),
+            permit: None,
+        }),
+    }
+}
+
+/// OpenSearch's error for a task cancelled while it waited; its end counts as a failure.
+fn cancelled(task: &Task, reason: Option<String>) -> ApiError {
+    let reason = reason
+        .or_else(|| task.cancel_reason.lock().clone())
+        .unwrap_or_else(|| "task cancelled".to_string());
+    if let Some(entry) = task.group() {
+        entry.stats.total_completions.inc();
+        entry.stats.failures.inc();
+    }
+    ApiError::Engine(super::ticket::cancelled_error(&reason))
+}
+
+/// The accounting of one wait, on every path out of it: `queued_current`, `queue_peak`,
+/// `total_queued`, the wait figures and the task's queued state.
+struct Parked {
+    entry: Arc<GroupEntry>,
+    task: Arc<Task>,
+    since: Instant,
+}
+
+impl Parked {
+    fn enter(entry: Arc<GroupEntry>, task: Arc<Task>) -> Parked {
+        let stats = &entry.stats;
+        stats.total_queued.inc();
+        stats.queue_peak.raise_to(stats.queued_current.inc_get());
+        task.queued.store(true, Ordering::Release);
+        Parked {
+            entry,
+            task,
+            since: Instant::now(),
+        }
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        self.task.queued.store(false, Ordering::Release);
+        let stats = &self.entry.stats;
+        stats.queued_current.dec();
+        let waited = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        stats.queue_wait_count.inc();
+        stats.total_queue_wait_millis.add(waited);
+        stats.max_queue_wait_millis.raise_to(waited);
+    }
+}
