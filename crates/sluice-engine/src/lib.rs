@@ -4,10 +4,14 @@
 //! [`Mapping`](mapping::Mapping) and settings next to a tantivy index whose fixed
 //! [schema](schema) stores every user field as a path inside two JSON fields. Documents come in
 //! through [`Engine::bulk`] and friends, are written to a per-index translog before they are
-//! acknowledged, and become searchable at the next refresh. [`Engine::search`] translates the
-//! query DSL ([`query`]) and aggregations ([`aggs`]) and runs them with a collector that checks
-//! the request's [`SearchContext`] for cancellation and its deadline. A [`ScrollStore`] keeps
-//! the searcher snapshots and cursors of open scrolls between their pages ([`scroll`]).
+//! acknowledged, and become searchable at the next refresh. [`Engine::search`] runs a
+//! [`SearchRequest`] through [`search`]: the request parsed (`search/request.rs`), the query DSL
+//! ([`query`]) and aggregations ([`aggs`]) built per index, one collection loop over every
+//! segment (`search/collect.rs`) that keeps the top hits by the sort spec and its tie-break
+//! (`search/sort.rs`) and checks the request's [`SearchContext`] (`search/context.rs`) for
+//! cancellation and its deadline, then the hits fetched and the response rendered
+//! (`search/render.rs`). A [`ScrollStore`] keeps the searcher snapshots and cursors of open
+//! scrolls between their pages ([`scroll`]).
 //! A `terms` query may take its values from documents of another index ([`lookup`]); a lookup
 //! by query runs a nested search, which the engine announces through the context's
 //! [`NestedSearchHook`] so that the server can make it a child task that passes admission.

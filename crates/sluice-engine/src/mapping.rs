@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
-use crate::date;
+use crate::date::{self, DateFormat};
 use crate::error::{EngineError, Result};
 
 /// Dynamic keyword sub-fields ignore values longer than this, as OpenSearch's dynamic template
@@ -124,6 +124,9 @@ pub struct ResolvedField {
     pub ty: FieldType,
     /// Which JSON field holds the values.
     pub storage: Storage,
+    /// How a date field's values are written (its mapping's `format`); the default format for
+    /// other types.
+    pub date_format: DateFormat,
 }
 
 impl ResolvedField {
@@ -151,6 +154,8 @@ pub struct FieldMapping {
     /// Whether a value that does not fit the type is skipped (kept in `_source` only) instead
     /// of failing the document.
     pub ignore_malformed: bool,
+    /// How a date field's values are written (`format`).
+    pub date_format: DateFormat,
     /// The mapping parameters as given, echoed by `GET _mapping`.
     params: Map<String, Value>,
 }
@@ -238,6 +243,7 @@ impl FieldMapping {
             fields: BTreeMap::new(),
             index: true,
             ignore_malformed: false,
+            date_format: DateFormat::DEFAULT,
             params,
         }
     }
@@ -292,18 +298,13 @@ impl FieldMapping {
                         return Err(unknown_param(key, name, ty));
                     }
                     let fmt = value.as_str().unwrap_or_default();
-                    for part in fmt.split("||") {
-                        if !matches!(
-                            part,
-                            "strict_date_optional_time" | "date_optional_time" | "epoch_millis"
-                        ) {
-                            return Err(mapper_err(format!(
-                                "Failed to parse mapping: Invalid format: [{fmt}] on field \
-                                 [{name}]; supported formats are strict_date_optional_time, \
-                                 date_optional_time and epoch_millis, joined with ||"
-                            )));
-                        }
-                    }
+                    f.date_format = DateFormat::parse(fmt).ok_or_else(|| {
+                        mapper_err(format!(
+                            "Failed to parse mapping: Invalid format: [{fmt}] on field \
+                             [{name}]; supported formats are strict_date_optional_time, \
+                             date_optional_time, epoch_millis and epoch_second, joined with ||"
+                        ))
+                    })?;
                 }
                 "fields" => {
                     if multi_field {
@@ -555,11 +556,13 @@ impl Mapping {
                             path: path.to_string(),
                             ty: f.ty,
                             storage: storage_of(f.ty),
+                            date_format: f.date_format.clone(),
                         }),
                         [sub] => f.fields.get(*sub).map(|sf| ResolvedField {
                             path: path.to_string(),
                             ty: sf.ty,
                             storage: storage_of(sf.ty),
+                            date_format: sf.date_format.clone(),
                         }),
                         _ => None,
                     };
@@ -667,12 +670,14 @@ fn collect_leaves(props: &BTreeMap<String, Property>, prefix: &str, out: &mut Ve
                     path: path.clone(),
                     ty: f.ty,
                     storage: storage_of(f.ty),
+                    date_format: f.date_format.clone(),
                 });
                 for (sub, sf) in &f.fields {
                     out.push(ResolvedField {
                         path: format!("{path}.{sub}"),
                         ty: sf.ty,
                         storage: storage_of(sf.ty),
+                        date_format: sf.date_format.clone(),
                     });
                 }
             }
@@ -976,7 +981,7 @@ fn typed_value(f: &FieldMapping, value: &Value) -> Option<Option<TypedValue>> {
             TypedValue::F64(f64::from(n as f32))
         }
         FieldType::Double => TypedValue::F64(coerce_float(value)?),
-        FieldType::Date => TypedValue::Date(date::parse_date_value(value)?),
+        FieldType::Date => TypedValue::Date(f.date_format.parse_value(value)?),
         FieldType::Boolean => TypedValue::Bool(match value {
             Value::Bool(b) => *b,
             Value::String(s) if s == "true" => true,

@@ -1692,3 +1692,162 @@ fn test_ip_fields_index_and_answer_term_terms_range_and_exists() {
         json!([{"key": "10.0.0.2", "doc_count": 2}])
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Date formats
+
+/// 2015-01-01T00:00:00Z in seconds, the `http_logs` corpus's kind of timestamp.
+const JAN_1_2015_SECONDS: i64 = 1_420_070_400;
+
+/// Documents whose `@timestamp` is mapped `strict_date_optional_time||epoch_second`, written
+/// as epoch seconds (number and string, whole and fractional) and as a date-time.
+fn epoch_second_logs() -> TestIndex {
+    TestIndex::build(
+        "http_logs",
+        json!({"properties": {
+            "@timestamp": {"type": "date", "format": "strict_date_optional_time||epoch_second"},
+            "ms": {"type": "date", "format": "epoch_millis||epoch_second"},
+            "iso": {"type": "date", "format": "strict_date_optional_time"}
+        }}),
+        &[vec![
+            ("s", json!({"@timestamp": JAN_1_2015_SECONDS, "ms": 1_000})),
+            ("s_str", json!({"@timestamp": "1420070401"})),
+            ("s_frac", json!({"@timestamp": "1420070402.250"})),
+            (
+                "iso",
+                json!({"@timestamp": "2015-01-01T00:00:03Z", "iso": "2015-01-01"}),
+            ),
+        ]],
+    )
+}
+
+#[test]
+fn test_epoch_second_format_reads_seconds_in_documents_and_ranges() {
+    let t = epoch_second_logs();
+    let ms = |s: i64| s * 1000;
+    // Every form lands on the second it names: a range in milliseconds with the query's own
+    // format finds each document at its instant.
+    let at = |from_ms: i64, to_ms: i64| {
+        t.ids(json!({"range": {"@timestamp": {"gte": from_ms, "lte": to_ms, "format": "epoch_millis"}}}))
+    };
+    assert_eq!(
+        at(ms(JAN_1_2015_SECONDS), ms(JAN_1_2015_SECONDS)),
+        ids(&["s"])
+    );
+    assert_eq!(
+        at(ms(JAN_1_2015_SECONDS + 1), ms(JAN_1_2015_SECONDS + 1)),
+        ids(&["s_str"])
+    );
+    assert_eq!(
+        at(
+            ms(JAN_1_2015_SECONDS + 2) + 250,
+            ms(JAN_1_2015_SECONDS + 2) + 250
+        ),
+        ids(&["s_frac"])
+    );
+    assert_eq!(
+        at(ms(JAN_1_2015_SECONDS + 3), ms(JAN_1_2015_SECONDS + 3)),
+        ids(&["iso"])
+    );
+
+    // Range bounds are read in the field's format: numbers and numeric strings are seconds,
+    // date-times stay date-times.
+    assert_eq!(
+        t.ids(
+            json!({"range": {"@timestamp": {"gte": JAN_1_2015_SECONDS + 1, "lt": "1420070403"}}})
+        ),
+        ids(&["s_frac", "s_str"])
+    );
+    assert_eq!(
+        t.ids(json!({"range": {"@timestamp": {"gt": "2015-01-01T00:00:01Z"}}})),
+        ids(&["iso", "s_frac"])
+    );
+    // A whole second as the upper end of `lte` covers its last millisecond, as OpenSearch's
+    // round-up parser fills the missing fraction; `lt` does not.
+    assert_eq!(
+        t.ids(json!({"range": {"@timestamp": {"gte": "1420070402", "lte": "1420070402"}}})),
+        ids(&["s_frac"])
+    );
+    assert_eq!(
+        t.ids(json!({"range": {"@timestamp": {"gte": "1420070402", "lt": "1420070402.250"}}})),
+        ids(&[])
+    );
+    // Date math on an epoch-second anchor.
+    assert_eq!(
+        t.ids(
+            json!({"range": {"@timestamp": {"gte": "1420070400||+2s", "lt": "1420070400||+3s"}}})
+        ),
+        ids(&["s_frac"])
+    );
+    // `term` on a date field reads the value in the field's format too.
+    assert_eq!(
+        t.ids(json!({"term": {"@timestamp": JAN_1_2015_SECONDS}})),
+        ids(&["s"])
+    );
+    // The first epoch format of the list reads numbers: `epoch_millis||epoch_second` is millis.
+    assert_eq!(
+        t.ids(json!({"range": {"ms": {"gte": 1000, "lte": 1000, "format": "epoch_millis"}}})),
+        ids(&["s"])
+    );
+    // A format without an epoch part reads only date-times.
+    assert_eq!(
+        t.ids(json!({"range": {"iso": {"gte": "2015-01-01", "lte": "2015-01-01"}}})),
+        ids(&["iso"])
+    );
+}
+
+#[test]
+fn test_date_format_errors_name_the_format() {
+    let t = epoch_second_logs();
+    // A date-time-only field refuses a number, in OpenSearch's words for the document.
+    let mut mapping = t.mapping.clone();
+    let e = mapping
+        .parse_document(&json!({"iso": 1_420_070_400}), "9")
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::MapperParsing, "{e}");
+    assert!(
+        e.reason
+            .starts_with("failed to parse field [iso] of type [date]"),
+        "{}",
+        e.reason
+    );
+    // An `epoch_second` field refuses a value that is neither seconds nor a date-time.
+    let e = mapping
+        .parse_document(&json!({"@timestamp": "yesterday"}), "9")
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::MapperParsing, "{e}");
+
+    // A range bound no part of the format reads names the format.
+    let e = t.query_err(json!({"range": {"iso": {"gte": "1420070400"}}}));
+    assert!(
+        e.reason.contains(
+            "failed to parse date field [1420070400] with format [strict_date_optional_time]"
+        ),
+        "{}",
+        e.reason
+    );
+    // An unknown format in the query or in the mapping is refused.
+    let e = t.query_err(json!({"range": {"@timestamp": {"gte": 1, "format": "yyyy"}}}));
+    assert_eq!(e.code, ErrorCode::IllegalArgument, "{e}");
+    assert!(
+        e.reason.starts_with("Invalid format: [yyyy]"),
+        "{}",
+        e.reason
+    );
+    let e = Mapping::parse(&json!({"properties": {
+        "t": {"type": "date", "format": "strict_date_optional_time||epoch_minute"}
+    }}))
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::MapperParsing, "{e}");
+    assert!(
+        e.reason
+            .contains("Invalid format: [strict_date_optional_time||epoch_minute]"),
+        "{}",
+        e.reason
+    );
+    // The mapping echoes the format as given.
+    assert!(
+        Mapping::parse(&json!({"properties": {"t": {"type": "date", "format": "epoch_second"}}}))
+            .is_ok()
+    );
+}

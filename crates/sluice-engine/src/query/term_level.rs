@@ -16,6 +16,7 @@ use super::{
     QueryContext, bool_param, boost_param, check_params, malformed, single_field, text_param,
     unsupported_param, with_boost,
 };
+use crate::date::DateFormat;
 use crate::error::{EngineError, Result};
 use crate::mapping::{FieldType, ResolvedField, Storage};
 use crate::schema::{ID_FIELD, KW_FIELD};
@@ -252,6 +253,7 @@ pub(super) fn range(body: &Value, ctx: &QueryContext) -> Result<Box<dyn Query>> 
     // one, and include_lower/include_upper change whether an end is included.
     let (mut from, mut include_lower) = (None::<&Value>, true);
     let (mut to, mut include_upper) = (None::<&Value>, true);
+    let mut format = None;
     for (key, value) in obj {
         let non_null = (!value.is_null()).then_some(value);
         match key.as_str() {
@@ -264,14 +266,29 @@ pub(super) fn range(body: &Value, ctx: &QueryContext) -> Result<Box<dyn Query>> 
             "include_lower" => include_lower = bool_param("range", key, value)?,
             "include_upper" => include_upper = bool_param("range", key, value)?,
             "time_zone" => check_utc("range", &text_param("range", key, value)?)?,
-            "format" | "boost" | "relation" | "_name" => {}
+            "format" => format = Some(text_param("range", key, value)?),
+            "boost" | "relation" | "_name" => {}
             other => return Err(unsupported_param("range", other)),
         }
     }
     let boost = boost_param("range", obj)?;
     let lower = from.map(|v| (v, include_lower));
     let upper = to.map(|v| (v, include_upper));
-    let query = match ctx.mapping.resolve(name) {
+    let field = ctx.mapping.resolve(name).map(|mut field| {
+        // The query's `format` reads its bounds instead of the field's (dates only).
+        if let Some(fmt) = &format
+            && field.ty == FieldType::Date
+        {
+            field.date_format = DateFormat::parse(fmt).ok_or_else(|| {
+                EngineError::illegal_argument(format!(
+                    "Invalid format: [{fmt}]; sluice supports strict_date_optional_time, \
+                     date_optional_time, epoch_millis and epoch_second, joined with ||"
+                ))
+            })?;
+        }
+        Ok::<_, EngineError>(field)
+    });
+    let query = match field.transpose()? {
         None => Box::new(EmptyQuery),
         Some(field) if lower.is_none() && upper.is_none() => field_exists(ctx, &field),
         Some(field) => field_range(ctx, &field, lower, upper)?,
@@ -412,14 +429,22 @@ pub(super) fn field_range(
                 None => Bound::Unbounded,
                 Some((v, incl)) => inclusive(
                     incl,
-                    values::date_term(ctx, field, values::parse_date(ctx, v, !incl).map_err(err)?),
+                    values::date_term(
+                        ctx,
+                        field,
+                        values::parse_date(ctx, field, v, !incl).map_err(err)?,
+                    ),
                 ),
             };
             let hi = match upper {
                 None => Bound::Unbounded,
                 Some((v, incl)) => inclusive(
                     incl,
-                    values::date_term(ctx, field, values::parse_date(ctx, v, incl).map_err(err)?),
+                    values::date_term(
+                        ctx,
+                        field,
+                        values::parse_date(ctx, field, v, incl).map_err(err)?,
+                    ),
                 ),
             };
             Box::new(RangeQuery::new(lo, hi))

@@ -12,7 +12,7 @@ use tantivy::schema::IndexRecordOption;
 use tantivy::{DateTime, Term};
 
 use super::QueryContext;
-use crate::date;
+use crate::date::{self, DateFormat};
 use crate::mapping::{FieldType, ResolvedField, Storage};
 
 /// Milliseconds in a day, for rounding date-only values up to the day's last millisecond.
@@ -49,8 +49,8 @@ pub(super) fn exact(
         ty if ty.is_integer() => parse_integer(ty, value).map(Exact::I64),
         ty if ty.is_float() => parse_float(ty, value).map(Exact::F64),
         FieldType::Date => Ok(Exact::Date {
-            from: parse_date(ctx, value, false)?,
-            to: parse_date(ctx, value, true)?,
+            from: parse_date(ctx, field, value, false)?,
+            to: parse_date(ctx, field, value, true)?,
         }),
         FieldType::Ip => {
             let text = scalar_string(value)?;
@@ -154,55 +154,70 @@ pub(super) fn parse_bool(value: &Value) -> Result<bool, String> {
     }
 }
 
-/// Parses a date value: epoch milliseconds, `strict_date_optional_time` or date math.
+/// Parses a date value in the field's format (its mapping's `format`, or the range query's):
+/// an epoch number, a date-time, or date math.
 ///
 /// With `round_up`, `/unit` rounding goes to the unit's last millisecond and missing time fields
-/// are filled with their maximum (`2024-01-31` is `2024-01-31T23:59:59.999Z`), as OpenSearch
-/// does for the `gt` and `lte` ends of a range.
-pub(super) fn parse_date(ctx: &QueryContext, value: &Value, round_up: bool) -> Result<i64, String> {
+/// are filled with their maximum (`2024-01-31` is `2024-01-31T23:59:59.999Z`, a whole
+/// `epoch_second` ends at its 999th millisecond), as OpenSearch does for the `gt` and `lte`
+/// ends of a range.
+pub(super) fn parse_date(
+    ctx: &QueryContext,
+    field: &ResolvedField,
+    value: &Value,
+    round_up: bool,
+) -> Result<i64, String> {
+    let format = &field.date_format;
     match value {
-        Value::Number(n) => n
-            .as_i64()
-            .or_else(|| n.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
+        Value::Number(n) => format
+            .parse_value_rounding(value, round_up)
             .ok_or_else(|| for_input(&n.to_string())),
-        Value::String(s) => date_bound(s, ctx.now_millis, round_up),
-        other => Err(format!(
-            "failed to parse date field [{other}] with format [strict_date_optional_time||epoch_millis]"
-        )),
+        Value::String(s) => date_bound(s, ctx.now_millis, round_up, format),
+        other => Err(date::bad_date(&other.to_string(), format)),
     }
 }
 
-/// Evaluates a date expression, rounding a partial anchor date up when asked.
-pub(super) fn date_bound(expr: &str, now_millis: i64, round_up: bool) -> Result<i64, String> {
+/// Evaluates a date expression in `format`, rounding a partial anchor date up when asked.
+pub(super) fn date_bound(
+    expr: &str,
+    now_millis: i64,
+    round_up: bool,
+    format: &DateFormat,
+) -> Result<i64, String> {
     let expr = expr.trim();
     if round_up && !expr.starts_with("now") {
         let (anchor, ops) = match expr.find("||") {
             Some(pos) => (&expr[..pos], Some(&expr[pos + 2..])),
             None => (expr, None),
         };
-        if let Some(ms) = round_up_partial(anchor) {
+        if let Some(ms) = round_up_partial(anchor, format) {
             return match ops {
                 None => Ok(ms),
-                Some(ops) => date::parse_date_math(&format!("{ms}||{ops}"), now_millis, true),
+                // The anchor is epoch milliseconds now, whatever the field's format.
+                Some(ops) => date::parse_date_math_in(
+                    &format!("{ms}||{ops}"),
+                    now_millis,
+                    true,
+                    &DateFormat::DEFAULT,
+                ),
             };
         }
     }
-    date::parse_date_math(expr, now_millis, round_up)
+    date::parse_date_math_in(expr, now_millis, round_up, format)
 }
 
 /// The last millisecond a partial date names: missing time fields take their maximum, as
 /// OpenSearch's round-up date parser fills them (month and day are not rounded: `2024-01` is
-/// `2024-01-01T23:59:59.999Z`). `None` if `anchor` is not a date.
-fn round_up_partial(anchor: &str) -> Option<i64> {
-    let ms = date::parse_date_str(anchor)?;
+/// `2024-01-01T23:59:59.999Z`). `None` if `anchor` is not a date in `format`.
+fn round_up_partial(anchor: &str, format: &DateFormat) -> Option<i64> {
+    if format.reads_as_epoch(anchor) {
+        // Epoch milliseconds are exact; a whole epoch second ends at its last millisecond.
+        return format.parse_str_rounding(anchor, true);
+    }
+    let ms = format.parse_str(anchor)?;
     let Some(t) = anchor.find(['T', 't']) else {
-        // An all-digit anchor is epoch milliseconds and exact; a date without time ends at the
-        // day's last millisecond.
-        return Some(if anchor.contains('-') {
-            ms + DAY_MILLIS - 1
-        } else {
-            ms
-        });
+        // A date without time ends at the day's last millisecond.
+        return Some(ms + DAY_MILLIS - 1);
     };
     let time = &anchor[t + 1..];
     let time = &time[..time.find(['Z', 'z', '+', '-']).unwrap_or(time.len())];
@@ -307,25 +322,34 @@ mod tests {
     #[test]
     fn test_round_up_fills_missing_time_fields() {
         let day = date::parse_date_str("2024-01-31").unwrap();
-        assert_eq!(date_bound("2024-01-31", 0, true), Ok(day + DAY_MILLIS - 1));
-        assert_eq!(date_bound("2024-01-31", 0, false), Ok(day));
         assert_eq!(
-            date_bound("2024-01-31T10", 0, true),
+            date_bound("2024-01-31", 0, true, &DateFormat::DEFAULT),
+            Ok(day + DAY_MILLIS - 1)
+        );
+        assert_eq!(
+            date_bound("2024-01-31", 0, false, &DateFormat::DEFAULT),
+            Ok(day)
+        );
+        assert_eq!(
+            date_bound("2024-01-31T10", 0, true, &DateFormat::DEFAULT),
             Ok(day + 11 * 3_600_000 - 1)
         );
         assert_eq!(
-            date_bound("2024-01-31T10:00:00Z", 0, true),
+            date_bound("2024-01-31T10:00:00Z", 0, true, &DateFormat::DEFAULT),
             Ok(day + 10 * 3_600_000 + 999)
         );
         assert_eq!(
-            date_bound("2024-01-31T10:00:00.000Z", 0, true),
+            date_bound("2024-01-31T10:00:00.000Z", 0, true, &DateFormat::DEFAULT),
             Ok(day + 10 * 3_600_000)
         );
-        assert_eq!(date_bound("1000", 0, true), Ok(1000));
+        assert_eq!(date_bound("1000", 0, true, &DateFormat::DEFAULT), Ok(1000));
         let feb = date::parse_date_str("2024-02-29").unwrap();
-        assert_eq!(date_bound("2024-01-31||+1M", 0, false), Ok(feb));
         assert_eq!(
-            date_bound("2024-01-31||+1M/d", 0, true),
+            date_bound("2024-01-31||+1M", 0, false, &DateFormat::DEFAULT),
+            Ok(feb)
+        );
+        assert_eq!(
+            date_bound("2024-01-31||+1M/d", 0, true, &DateFormat::DEFAULT),
             Ok(feb + DAY_MILLIS - 1)
         );
     }

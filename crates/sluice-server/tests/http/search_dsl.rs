@@ -1580,3 +1580,48 @@ async fn test_sorting_on_an_ip_field_shows_addresses_and_pages_after_them() {
     assert_eq!(hit_ids(&b), ["c", "d"], "{b}");
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_epoch_second_date_format_in_mapping_and_range() {
+    let node = TestNode::start().await;
+    // The `http_logs` mapping of opensearch-benchmark.
+    let mappings = json!({"mappings": {"properties": {"@timestamp": {
+        "type": "date", "format": "strict_date_optional_time||epoch_second"
+    }}}});
+    assert_eq!(node.req("PUT", "/logs", Some(mappings)).await.0, 200);
+    for (id, ts) in [
+        ("a", json!(1_420_070_400)),
+        ("b", json!("1420070460")),
+        ("c", json!("2015-01-01T00:02:00Z")),
+    ] {
+        let path = format!("/logs/_doc/{id}?refresh=true");
+        let (s, b) = node
+            .req("PUT", &path, Some(json!({"@timestamp": ts})))
+            .await;
+        assert_eq!(s, 201, "{b}");
+    }
+    // Bounds in seconds (the field's format) and in a date-time find the same documents.
+    let body = json!({"query": {"range": {"@timestamp": {"gt": 1_420_070_400, "lte": "1420070520"}}},
+                      "sort": [{"@timestamp": "asc"}]});
+    let (s, b) = node.req("POST", "/logs/_search", Some(body)).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(hit_ids(&b), ["b", "c"], "{b}");
+    // Sort values are epoch milliseconds, as OpenSearch renders a date sort.
+    assert_eq!(
+        b["hits"]["hits"][0]["sort"],
+        json!([1_420_070_460_000i64]),
+        "{b}"
+    );
+    let body = json!({"query": {"range": {"@timestamp": {
+        "gte": "2015-01-01T00:01:00Z", "format": "strict_date_optional_time"
+    }}}});
+    let (s, b) = node.req("POST", "/logs/_search", Some(body)).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(sorted_ids(hit_ids(&b)), ["b", "c"], "{b}");
+    // A value that is neither seconds nor a date-time is refused as OpenSearch refuses it.
+    let resp = node
+        .req("PUT", "/logs/_doc/d", Some(json!({"@timestamp": "soon"})))
+        .await;
+    assert_error(&resp, 400, "mapper_parsing_exception");
+    node.stop().await;
+}

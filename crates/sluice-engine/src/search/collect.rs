@@ -1,0 +1,433 @@
+//! Collection: each index prepared (searcher snapshot, query, sort columns, aggregations), then
+//! one loop over every segment of every index that keeps the top hits, counts the total, feeds
+//! the aggregation collectors and checks the [`SearchContext`] as it goes; finally the
+//! aggregation results merged across indices.
+//!
+//! The loop drives each segment's scorer itself (instead of a tantivy `Collector`) so that it
+//! can check the context every [`CHECK_EVERY_DOCS`] documents and between segments.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tantivy::collector::Collector;
+use tantivy::query::{EnableScoring, Query};
+use tantivy::{DocSet, Score, Searcher, TERMINATED};
+
+use super::context::{SearchContext, cancelled};
+use super::request::{SearchRequest, TrackTotalHits};
+use super::sort::{
+    self, Candidate, FieldReader, HeapEntry, SortField, SortSpec, SortValue, cmp_candidates,
+};
+use crate::error::{EngineError, ErrorCode, Result};
+use crate::index::IndexHandle;
+use crate::lookup::TermsLookups;
+use crate::mapping::FieldType;
+use crate::query::{QueryContext, build_query};
+
+/// How many documents the collection loop handles between two checks of the cancellation flag
+/// and the deadline: a few thousand documents take well under a millisecond, so a cancelled
+/// search stops within milliseconds while the check stays off the profile.
+pub const CHECK_EVERY_DOCS: u32 = 4096;
+
+/// What the collection of one search produced.
+pub(super) struct Collected {
+    pub(super) hits: Vec<Candidate>,
+    pub(super) total: u64,
+    pub(super) max_score: Option<Score>,
+    pub(super) timed_out: bool,
+}
+
+/// Per-index state prepared before collection; a scroll keeps it (searcher snapshot included)
+/// for its later pages.
+pub(crate) struct Prepared {
+    pub(super) handle: Arc<IndexHandle>,
+    pub(super) searcher: Searcher,
+    query: Box<dyn Query>,
+    /// Column name and field type for each sort field (`None` for unmapped).
+    pub(super) sort_columns: Vec<Option<(String, FieldType)>>,
+    /// The aggregations to compute; a scroll clears them after its first page.
+    pub(crate) aggs: Option<crate::aggs::PreparedAggs>,
+}
+
+impl Prepared {
+    /// The index this state searches.
+    pub(crate) fn handle(&self) -> &Arc<IndexHandle> {
+        &self.handle
+    }
+}
+
+/// Checks the result window, takes a searcher snapshot of each index and builds its query,
+/// sort columns and aggregations. `terms` lookups resolve through `lookups`, once per request;
+/// a failed lookup fails the request with its own error rather than as a shard failure.
+pub(crate) fn prepare(
+    indices: &[Arc<IndexHandle>],
+    req: &SearchRequest,
+    now_millis: i64,
+    max_buckets: Option<u32>,
+    lookups: Option<&TermsLookups<'_>>,
+) -> Result<Vec<Prepared>> {
+    // The request's own limit (the cluster's `search.max_buckets`, set by the server) wins.
+    let max_buckets = req.max_buckets.or(max_buckets);
+    let window = indices
+        .iter()
+        .map(|h| h.max_result_window())
+        .min()
+        .unwrap_or(crate::index::DEFAULT_MAX_RESULT_WINDOW);
+    if req.from.saturating_add(req.size) > window {
+        return Err(EngineError::illegal_argument(format!(
+            "Result window is too large, from + size must be less than or equal to: [{window}] but was [{}]. See the scroll api for a more efficient way to request large data sets. This limit can be set by changing the [index.max_result_window] index level setting.",
+            req.from.saturating_add(req.size)
+        ))
+        .with_index(indices.first().map(|h| h.name().to_string()).unwrap_or_default())
+        .into_search_phase_failure());
+    }
+    let mut prepared = Vec::with_capacity(indices.len());
+    for h in indices {
+        let mapping = h.mapping();
+        let qctx = QueryContext {
+            mapping: &mapping,
+            fields: h.fields(),
+            index: h.tantivy(),
+            now_millis,
+            index_name: h.name(),
+            max_terms_count: h.max_terms_count(),
+            lookups,
+        };
+        let failed = |e: EngineError| {
+            lookups
+                .and_then(TermsLookups::take_failure)
+                .unwrap_or_else(|| shard_failure(e, h))
+        };
+        let query = build_query(&req.query, &qctx).map_err(failed)?;
+        let mut sort_columns = Vec::new();
+        for spec in &req.sort {
+            if let SortField::Field(name) = &spec.field {
+                let col = match mapping.resolve(name) {
+                    Some(f) => match f.fast_field_name() {
+                        Some(c) => Some((c, f.ty)),
+                        None => {
+                            return Err(shard_failure(
+                                EngineError::illegal_argument(format!(
+                                    "Text fields are not optimised for operations that require per-document field data like aggregations and sorting, so these operations are disabled by default. Please use a keyword field instead. Alternatively, set fielddata=true on [{name}] in order to load field data by uninverting the inverted index. Note that this can use significant memory."
+                                )),
+                                h,
+                            ));
+                        }
+                    },
+                    None => {
+                        if spec.unmapped_ok {
+                            None
+                        } else {
+                            return Err(shard_failure(
+                                EngineError::new(
+                                    ErrorCode::QueryShard,
+                                    format!("No mapping found for [{name}] in order to sort on"),
+                                ),
+                                h,
+                            ));
+                        }
+                    }
+                };
+                sort_columns.push(col);
+            } else {
+                sort_columns.push(None);
+            }
+        }
+        let aggs = match &req.aggs {
+            Some(a) => Some(crate::aggs::prepare(a, &qctx, max_buckets).map_err(failed)?),
+            None => None,
+        };
+        prepared.push(Prepared {
+            handle: h.clone(),
+            searcher: h.searcher(),
+            query,
+            sort_columns,
+            aggs,
+        });
+    }
+    Ok(prepared)
+}
+
+/// The `search_after` cursor of `req` over prepared indices ([`sort::search_after_cursor`]):
+/// a sort field's type is the first type an index maps it to, and a refusal fails the search
+/// as a failure of the first index's shard.
+pub(super) fn search_after_cursor(
+    prepared: &[Prepared],
+    req: &SearchRequest,
+) -> Result<Option<Candidate>> {
+    let fail = |reason: String| {
+        let e = EngineError::illegal_argument(reason);
+        match prepared.first() {
+            Some(p) => shard_failure(e, &p.handle),
+            None => e.into_search_phase_failure(),
+        }
+    };
+    let column_type = |i: usize| {
+        prepared.iter().find_map(|p| {
+            p.sort_columns
+                .get(i)
+                .and_then(|c| c.as_ref().map(|(_, t)| *t))
+        })
+    };
+    sort::search_after_cursor(
+        req.search_after.as_deref(),
+        req.from,
+        &req.sort,
+        column_type,
+        fail,
+    )
+}
+
+fn shard_failure(e: EngineError, h: &IndexHandle) -> EngineError {
+    let e = if e.index.is_none()
+        && matches!(e.code, ErrorCode::QueryShard | ErrorCode::IllegalArgument)
+    {
+        e.with_index(h.name())
+    } else {
+        e
+    };
+    e.into_search_phase_failure()
+}
+
+pub(super) type AggFruits = Vec<Option<crate::aggs::AggFruit>>;
+
+/// Collects the top hits (after `after`, when given), the total and the aggregations.
+///
+/// In `_doc` order with nothing else to compute (no total, no aggregations, no scores to
+/// report) an index's documents arrive in sort order, so collection skips the documents before
+/// `after` and stops an index at its first document that does not make the page: a scroll
+/// page sorted on `_doc` costs its page, not a pass over every match.
+pub(super) fn collect(
+    prepared: &[Prepared],
+    req: &SearchRequest,
+    ctx: &SearchContext,
+    after: Option<&Candidate>,
+) -> Result<(AggFruits, Collected)> {
+    let k = req.from.saturating_add(req.size) as usize;
+    let by_score_only = req.sort.is_empty();
+    let specs: Vec<SortSpec> = if by_score_only {
+        vec![SortSpec {
+            field: SortField::Score,
+            desc: true,
+            missing_first: false,
+            unmapped_ok: false,
+        }]
+    } else {
+        req.sort.clone()
+    };
+    let needs_scores = specs.iter().any(|s| s.field == SortField::Score)
+        || req.track_scores
+        || req.min_score.is_some();
+    let mut heap: BinaryHeap<HeapEntry<'_>> = BinaryHeap::with_capacity(k.min(100_000) + 1);
+    let mut total = 0u64;
+    let mut max_score: Option<Score> = None;
+    let mut timed_out = false;
+    let mut fruits = Vec::with_capacity(prepared.len());
+    let mut since_check = 0u32;
+    let mut buf = String::new();
+    let doc_order = specs[0].field == SortField::Doc
+        && !specs[0].desc
+        && req.track_total_hits == TrackTotalHits::Off
+        && !req.track_scores;
+    'indices: for (ipos, p) in prepared.iter().enumerate() {
+        let may_stop = doc_order && p.aggs.is_none();
+        // The first index-wide doc id that can sort after `after`.
+        let first_doc = match after.map(|a| &a.keys[0]) {
+            Some(SortValue::Num(n)) if may_stop => *n as u32,
+            _ => 0,
+        };
+        let mut index_done = false;
+        let enable = if needs_scores {
+            EnableScoring::enabled_from_searcher(&p.searcher)
+        } else {
+            EnableScoring::disabled_from_searcher(&p.searcher)
+        };
+        let weight = p.query.weight(enable).map_err(|e| {
+            shard_failure(
+                EngineError::query_shard(format!("failed to create query: {e}")),
+                &p.handle,
+            )
+        })?;
+        let agg_collector = p.aggs.as_ref().map(|a| a.collector());
+        let mut seg_fruits = Vec::new();
+        // The index-wide doc id of a segment's first document, as OpenSearch's `_doc` sort
+        // values are index-wide.
+        let mut seg_base = 0u32;
+        for (seg_ord, seg) in p.searcher.segment_readers().iter().enumerate() {
+            let base = seg_base;
+            seg_base += seg.max_doc();
+            if seg_base <= first_doc {
+                continue;
+            }
+            if ctx.is_cancelled() {
+                return Err(cancelled());
+            }
+            if ctx.is_past_deadline() {
+                timed_out = true;
+                break 'indices;
+            }
+            let readers = specs
+                .iter()
+                .zip(p.sort_columns.iter().chain(std::iter::repeat(&None)))
+                .map(|(s, col)| match s.field {
+                    SortField::Field(_) => {
+                        FieldReader::open(seg, col.as_ref().map(|(c, _)| c.as_str()))
+                    }
+                    _ => Ok(FieldReader::Missing),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let mut seg_agg = match &agg_collector {
+                Some(c) => Some(
+                    c.for_segment(seg_ord as u32, seg)
+                        .map_err(crate::aggs::classify_error)?,
+                ),
+                None => None,
+            };
+            let seq_nos = seg.fast_fields().u64(crate::schema::SEQ_NO_FIELD).ok();
+            let mut scorer = weight.scorer(seg, 1.0)?;
+            let alive = seg.alive_bitset();
+            let mut doc = scorer.doc();
+            let target = first_doc.saturating_sub(base);
+            if doc != TERMINATED && target > doc {
+                doc = scorer.seek(target);
+            }
+            while doc != TERMINATED {
+                since_check += 1;
+                if since_check >= CHECK_EVERY_DOCS {
+                    since_check = 0;
+                    if ctx.is_cancelled() {
+                        return Err(cancelled());
+                    }
+                    if ctx.is_past_deadline() {
+                        timed_out = true;
+                        if let Some(a) = seg_agg.take() {
+                            seg_fruits.push(tantivy::collector::SegmentCollector::harvest(a));
+                        }
+                        break;
+                    }
+                }
+                if alive.is_none_or(|b| b.is_alive(doc)) {
+                    let score = if needs_scores { scorer.score() } else { 0.0 };
+                    if req.min_score.is_none_or(|m| score >= m) {
+                        total += 1;
+                        if needs_scores {
+                            max_score = Some(max_score.map_or(score, |m: Score| m.max(score)));
+                        }
+                        if let Some(a) = seg_agg.as_mut() {
+                            tantivy::collector::SegmentCollector::collect(a, doc, score);
+                        }
+                        if k > 0 || may_stop {
+                            let keys = specs
+                                .iter()
+                                .zip(&readers)
+                                .map(|(s, r)| match s.field {
+                                    SortField::Score => SortValue::Num(f64::from(score)),
+                                    SortField::Doc => SortValue::Num(f64::from(base + doc)),
+                                    SortField::Field(_) => r.value(doc, s.desc, &mut buf),
+                                })
+                                .collect();
+                            let c = Candidate {
+                                keys,
+                                score,
+                                at: (
+                                    ipos,
+                                    seq_nos
+                                        .as_ref()
+                                        .and_then(|c| c.first(doc))
+                                        .unwrap_or(u64::MAX),
+                                    seg_ord as u32,
+                                    doc,
+                                ),
+                            };
+                            if after
+                                .is_some_and(|a| cmp_candidates(&specs, &c, a) != Ordering::Greater)
+                            {
+                                // At or before the cursor: an earlier page returned it.
+                            } else if heap.len() < k {
+                                heap.push(HeapEntry { c, specs: &specs });
+                            } else if heap
+                                .peek()
+                                .is_some_and(|w| cmp_candidates(&specs, &c, &w.c) == Ordering::Less)
+                            {
+                                heap.pop();
+                                heap.push(HeapEntry { c, specs: &specs });
+                            } else if may_stop {
+                                // Every later document of this index sorts after this one.
+                                index_done = true;
+                                break;
+                            }
+                        }
+                    }
+                }
+                doc = scorer.advance();
+            }
+            if let Some(a) = seg_agg.take() {
+                seg_fruits.push(tantivy::collector::SegmentCollector::harvest(a));
+            }
+            if timed_out || index_done {
+                break;
+            }
+        }
+        // Harvesting and merging a heavy aggregation's segments can take as long as collecting
+        // them; a task cancelled meanwhile stops here instead of merging.
+        if ctx.is_cancelled() {
+            return Err(cancelled());
+        }
+        let fruit = match &agg_collector {
+            Some(c) => Some(
+                c.merge_fruits(seg_fruits)
+                    .map_err(crate::aggs::classify_error)?,
+            ),
+            None => None,
+        };
+        fruits.push(fruit);
+        if timed_out {
+            break;
+        }
+    }
+    let mut hits: Vec<Candidate> = heap.into_iter().map(|e| e.c).collect();
+    hits.sort_by(|a, b| cmp_candidates(&specs, a, b));
+    Ok((
+        fruits,
+        Collected {
+            hits,
+            total,
+            max_score,
+            timed_out,
+        },
+    ))
+}
+
+/// Merges the indices' aggregation results and renders them; checks for cancellation before
+/// each merge and before the final stage (bucket finishing), the parts of a heavy aggregation
+/// that run after the last document.
+pub(super) fn finish_aggs(
+    prepared: &[Prepared],
+    collected: &(AggFruits, Collected),
+    ctx: &SearchContext,
+) -> Result<Value> {
+    let mut merged: Option<crate::aggs::AggFruit> = None;
+    for f in collected.0.iter().flatten() {
+        if ctx.is_cancelled() {
+            return Err(cancelled());
+        }
+        merged = Some(match merged {
+            None => f.clone(),
+            Some(m) => crate::aggs::merge(m, f.clone())?,
+        });
+    }
+    let all: Vec<&crate::aggs::PreparedAggs> =
+        prepared.iter().filter_map(|p| p.aggs.as_ref()).collect();
+    let first = all
+        .first()
+        .ok_or_else(|| EngineError::internal("aggregations not prepared"))?;
+    if ctx.is_cancelled() {
+        return Err(cancelled());
+    }
+    match merged {
+        Some(m) => crate::aggs::finish_all(m, &all),
+        None => crate::aggs::finish_empty(first),
+    }
+}

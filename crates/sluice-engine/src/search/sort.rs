@@ -1,0 +1,298 @@
+//! Sorting: the sort specs of a request, the values hits sort by and the field readers that
+//! produce them, the order of candidates with its final tie-break, and the `search_after`
+//! cursor (scroll continuations reuse it).
+
+use std::cmp::Ordering;
+
+use serde_json::Value;
+use tantivy::{DocId, Score, SegmentReader};
+
+use crate::error::{EngineError, Result};
+use crate::mapping::FieldType;
+
+/// The order of one sort key.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SortField {
+    /// By relevance score.
+    Score,
+    /// By index order.
+    Doc,
+    /// By a field's value.
+    Field(String),
+}
+
+/// One sort key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SortSpec {
+    /// What to sort on.
+    pub field: SortField,
+    /// Descending?
+    pub desc: bool,
+    /// Missing values first instead of last?
+    pub missing_first: bool,
+    /// Whether `unmapped_type` was given: an index without the field then sorts all its hits
+    /// as missing instead of failing.
+    pub unmapped_ok: bool,
+}
+
+/// A value a hit is sorted by.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum SortValue {
+    Missing,
+    Num(f64),
+    Str(String),
+}
+
+impl SortValue {
+    pub(super) fn cmp_present(&self, other: &SortValue) -> Ordering {
+        match (self, other) {
+            (SortValue::Num(a), SortValue::Num(b)) => a.total_cmp(b),
+            (SortValue::Str(a), SortValue::Str(b)) => a.cmp(b),
+            (SortValue::Num(_), SortValue::Str(_)) => Ordering::Less,
+            (SortValue::Str(_), SortValue::Num(_)) => Ordering::Greater,
+            _ => Ordering::Equal,
+        }
+    }
+}
+
+/// One candidate hit: its sort key and where it lives. The last hit of a scroll page is kept as
+/// the cursor the next page starts after.
+#[derive(Debug, Clone)]
+pub(crate) struct Candidate {
+    pub(super) keys: Vec<SortValue>,
+    pub(super) score: Score,
+    /// (index position, sequence number, segment, doc): the final tie-break, ascending.
+    ///
+    /// Lucene breaks ties by doc id, which is indexing order; tantivy's segments come in no
+    /// particular order (and several indexing threads share one refresh's documents between
+    /// segments), so the document's sequence number stands for indexing order. It is
+    /// `u64::MAX` in indices whose `_seq_no` is not a fast field (created before it was), which
+    /// then fall back to segment and doc order.
+    pub(super) at: (usize, u64, u32, DocId),
+}
+
+/// Compares candidates in output order (best first) under a sort spec.
+pub(super) fn cmp_candidates(specs: &[SortSpec], a: &Candidate, b: &Candidate) -> Ordering {
+    for (i, spec) in specs.iter().enumerate() {
+        let (x, y) = (&a.keys[i], &b.keys[i]);
+        let ord = match (x, y) {
+            (SortValue::Missing, SortValue::Missing) => Ordering::Equal,
+            (SortValue::Missing, _) => {
+                if spec.missing_first {
+                    Ordering::Less
+                } else {
+                    Ordering::Greater
+                }
+            }
+            (_, SortValue::Missing) => {
+                if spec.missing_first {
+                    Ordering::Greater
+                } else {
+                    Ordering::Less
+                }
+            }
+            _ => {
+                let o = x.cmp_present(y);
+                if spec.desc { o.reverse() } else { o }
+            }
+        };
+        if ord != Ordering::Equal {
+            return ord;
+        }
+    }
+    a.at.cmp(&b.at)
+}
+
+/// A heap entry ordered so that the heap's top is the worst kept candidate.
+pub(super) struct HeapEntry<'s> {
+    pub(super) c: Candidate,
+    pub(super) specs: &'s [SortSpec],
+}
+
+impl PartialEq for HeapEntry<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for HeapEntry<'_> {}
+impl PartialOrd for HeapEntry<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for HeapEntry<'_> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        cmp_candidates(self.specs, &self.c, &other.c)
+    }
+}
+
+/// Turns a request's `search_after` values into a cursor that every hit with the same sort
+/// values sorts before (OpenSearch's `FieldDoc` with doc `Integer.MAX_VALUE`), checked as
+/// OpenSearch checks it on a shard; `None` without `search_after`.
+///
+/// `column_type` gives the mapped type of the `i`-th sort field (`None` where no index maps
+/// it); `fail` turns the reason of a refusal into the error returned.
+pub(super) fn search_after_cursor(
+    values: Option<&[Value]>,
+    from: u64,
+    sort: &[SortSpec],
+    column_type: impl Fn(usize) -> Option<FieldType>,
+    fail: impl Fn(String) -> EngineError,
+) -> Result<Option<Candidate>> {
+    let Some(values) = values else {
+        return Ok(None);
+    };
+    if from > 0 {
+        return Err(fail(
+            "`from` parameter must be set to 0 when `search_after` is used.".into(),
+        ));
+    }
+    // OpenSearch has no sort to page on when the sort is the default, by score descending.
+    let by_score_only = match sort {
+        [] => true,
+        [only] => only.field == SortField::Score && only.desc,
+        _ => false,
+    };
+    if by_score_only {
+        return Err(fail("Sort must contain at least one field.".into()));
+    }
+    if values.len() != sort.len() {
+        return Err(fail(format!(
+            "search_after has {} value(s) but sort has {}.",
+            values.len(),
+            sort.len()
+        )));
+    }
+    let mut keys = Vec::with_capacity(values.len());
+    for (i, (spec, v)) in sort.iter().zip(values).enumerate() {
+        let ty = column_type(i);
+        let key = after_value(spec, ty, v).ok_or_else(|| {
+            let name = match &spec.field {
+                SortField::Score => "_score",
+                SortField::Doc => "_doc",
+                SortField::Field(f) => f.as_str(),
+            };
+            fail(format!(
+                "Failed to parse search_after value for field [{name}]."
+            ))
+        })?;
+        keys.push(key);
+    }
+    Ok(Some(Candidate {
+        keys,
+        score: 0.0,
+        at: (usize::MAX, u64::MAX, u32::MAX, DocId::MAX),
+    }))
+}
+
+/// One `search_after` value as the sort key it stands for; `None` when it cannot be one.
+fn after_value(spec: &SortSpec, ty: Option<FieldType>, v: &Value) -> Option<SortValue> {
+    let number = |v: &Value| crate::mapping::coerce_float(v).map(SortValue::Num);
+    if v.is_null() {
+        return Some(SortValue::Missing);
+    }
+    match (&spec.field, ty) {
+        (SortField::Score | SortField::Doc, _) => number(v),
+        (SortField::Field(_), Some(FieldType::Date)) => {
+            crate::date::parse_date_value(v).map(|ms| SortValue::Num(ms as f64))
+        }
+        (SortField::Field(_), Some(FieldType::Boolean)) => match v {
+            Value::Bool(b) => Some(SortValue::Num(f64::from(u8::from(*b)))),
+            Value::String(s) if s == "true" || s == "false" => {
+                Some(SortValue::Num(f64::from(u8::from(s == "true"))))
+            }
+            _ => number(v),
+        },
+        (SortField::Field(_), Some(t)) if t.is_numeric() => number(v),
+        // Addresses sort by their encoded form; the cursor holds an address as rendered.
+        (SortField::Field(_), Some(FieldType::Ip)) => match v {
+            Value::String(s) => crate::ip::encode_text(s).ok().map(SortValue::Str),
+            _ => None,
+        },
+        (SortField::Field(_), Some(_)) => match v {
+            Value::String(s) => Some(SortValue::Str(s.clone())),
+            Value::Number(n) => Some(SortValue::Str(n.to_string())),
+            Value::Bool(b) => Some(SortValue::Str(b.to_string())),
+            _ => None,
+        },
+        // Unmapped in every index: every hit sorts as missing whatever the value.
+        (SortField::Field(_), None) => match v {
+            Value::String(s) => Some(SortValue::Str(s.clone())),
+            other => number(other).or(Some(SortValue::Missing)),
+        },
+    }
+}
+
+/// Reads one sort field's value for documents of one segment.
+pub(super) enum FieldReader {
+    Missing,
+    Num(Vec<tantivy::columnar::Column<f64>>),
+    I64(tantivy::columnar::Column<i64>),
+    Date(tantivy::columnar::Column<tantivy::DateTime>),
+    Bool(tantivy::columnar::Column<bool>),
+    Str(tantivy::columnar::StrColumn),
+}
+
+impl FieldReader {
+    pub(super) fn open(reader: &SegmentReader, column: Option<&str>) -> Result<FieldReader> {
+        let Some(column) = column else {
+            return Ok(FieldReader::Missing);
+        };
+        let handles = reader.fast_fields().dynamic_column_handles(column)?;
+        let mut nums = Vec::new();
+        for h in handles {
+            match h.open()? {
+                tantivy::columnar::DynamicColumn::I64(c) if nums.is_empty() => {
+                    return Ok(FieldReader::I64(c));
+                }
+                tantivy::columnar::DynamicColumn::F64(c) => nums.push(c),
+                tantivy::columnar::DynamicColumn::U64(c) => {
+                    let _ = c;
+                }
+                tantivy::columnar::DynamicColumn::DateTime(c) => return Ok(FieldReader::Date(c)),
+                tantivy::columnar::DynamicColumn::Bool(c) => return Ok(FieldReader::Bool(c)),
+                tantivy::columnar::DynamicColumn::Str(c) => return Ok(FieldReader::Str(c)),
+                _ => {}
+            }
+        }
+        Ok(if nums.is_empty() {
+            FieldReader::Missing
+        } else {
+            FieldReader::Num(nums)
+        })
+    }
+
+    /// The value to sort `doc` by: the smallest for ascending, the largest for descending.
+    pub(super) fn value(&self, doc: DocId, desc: bool, buf: &mut String) -> SortValue {
+        fn pick<T: PartialOrd + Copy>(mut it: impl Iterator<Item = T>, desc: bool) -> Option<T> {
+            let first = it.next()?;
+            Some(it.fold(first, |acc, v| if (v > acc) == desc { v } else { acc }))
+        }
+        match self {
+            FieldReader::Missing => SortValue::Missing,
+            FieldReader::I64(c) => pick(c.values_for_doc(doc), desc)
+                .map_or(SortValue::Missing, |v| SortValue::Num(v as f64)),
+            FieldReader::Num(cols) => cols
+                .iter()
+                .find_map(|c| pick(c.values_for_doc(doc), desc))
+                .map_or(SortValue::Missing, SortValue::Num),
+            FieldReader::Date(c) => pick(
+                c.values_for_doc(doc).map(|d| d.into_timestamp_millis()),
+                desc,
+            )
+            .map_or(SortValue::Missing, |v| SortValue::Num(v as f64)),
+            FieldReader::Bool(c) => pick(c.values_for_doc(doc).map(u8::from), desc)
+                .map_or(SortValue::Missing, |v| SortValue::Num(f64::from(v))),
+            FieldReader::Str(c) => match pick(c.term_ords(doc), desc) {
+                Some(ord) => {
+                    buf.clear();
+                    match c.ord_to_str(ord, buf) {
+                        Ok(true) => SortValue::Str(buf.clone()),
+                        _ => SortValue::Missing,
+                    }
+                }
+                None => SortValue::Missing,
+            },
+        }
+    }
+}
