@@ -248,3 +248,220 @@ async fn test_leaving_enabled_mode_releases_every_backlog() {
     cancel_all(&node, vec![heavy]).await;
     wait_drained(&node, &id).await;
 }
+
+/// Cancels group `id`'s running (not queued) search tasks, one by one.
+async fn cancel_running(node: &TestNode, id: &str) {
+    for (task, queued) in tasks_of(node, id).await {
+        if !queued {
+            let r = node
+                .req_with("POST", &format!("/_tasks/{task}/_cancel"), None, &ADMIN)
+                .await;
+            assert_eq!(r.status, 200, "{}", r.body);
+        }
+    }
+}
+
+#[tokio::test]
+async fn test_client_disconnect_evicts_a_parked_request_at_once() {
+    let node = node_in_mode("enabled", &[]).await;
+    let id = create_group(&node, queued_group("d", 1, 5, "enforced")).await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let heavy = start_heavy(&node, &tag);
+    wait_tasks(&node, &id, 1, 0).await;
+    let parked = start_cheap(&node, &tag);
+    wait_tasks(&node, &id, 1, 1).await;
+    // The client goes away: its connection closes and the server drops the request.
+    parked.abort();
+    let _ = parked.await;
+    wait_tasks(&node, &id, 1, 0).await;
+    let s = stats_of(&node, &id).await;
+    assert_eq!(
+        (s["queued_current"].clone(), s["queue_wait_count"].clone()),
+        (json!(0), json!(1)),
+        "{s}"
+    );
+    assert_eq!(node.state.workload.permits.num_waiter_nodes(), 0);
+    cancel_all(&node, vec![heavy]).await;
+    wait_drained(&node, &id).await;
+}
+
+#[tokio::test]
+async fn test_msearch_items_park_one_by_one_and_the_parents_cancellation_evicts_them() {
+    let node = node_in_mode("enabled", &[]).await;
+    let id = create_group(&node, queued_group("ms", 1, 5, "enforced")).await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let heavy = start_heavy(&node, &tag);
+    wait_tasks(&node, &id, 1, 0).await;
+    let body = crate::common::ndjson(&[
+        json!({"index": "small"}),
+        json!({}),
+        json!({"index": "small"}),
+        json!({}),
+    ]);
+    let rb = node
+        .client
+        .post(node.url("/_msearch?max_concurrent_searches=2"))
+        .header("content-type", "application/x-ndjson")
+        .header("workloadGroupId", &id)
+        .body(body);
+    let msearch = tokio::spawn(async move {
+        let resp = rb.send().await.expect("sent");
+        (
+            resp.status().as_u16(),
+            resp.json::<Value>().await.expect("json"),
+        )
+    });
+    // Each item parks on its own.
+    wait_tasks(&node, &id, 1, 2).await;
+    // Cancelling the msearch task cancels its parked items: they leave the queue.
+    let r = node
+        .req_with(
+            "POST",
+            "/_tasks/_cancel?actions=indices:data/read/msearch",
+            None,
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let (status, body) = msearch.await.expect("joined");
+    assert_eq!(status, 200, "{body}");
+    for item in body["responses"].as_array().expect("responses") {
+        assert_eq!(item["status"], 500, "{item}");
+        assert_eq!(
+            item["error"]["caused_by"]["type"], "task_cancelled_exception",
+            "{item}"
+        );
+    }
+    let s = stats_of(&node, &id).await;
+    assert_eq!(
+        (s["total_queued"].clone(), s["queued_current"].clone()),
+        (json!(2), json!(0)),
+        "{s}"
+    );
+    cancel_all(&node, vec![heavy]).await;
+    wait_drained(&node, &id).await;
+}
+
+#[tokio::test]
+async fn test_deleting_the_group_or_switching_it_to_monitor_releases_its_backlog() {
+    let node = node_in_mode("enabled", &[]).await;
+    for change in ["monitor", "delete"] {
+        let id = create_group(&node, queued_group("b", 1, 5, "soft")).await;
+        let tag = [("workloadGroupId", id.as_str())];
+        let heavy = start_heavy(&node, &tag);
+        wait_tasks(&node, &id, 1, 0).await;
+        let parked = vec![start_cheap(&node, &tag), start_cheap(&node, &tag)];
+        wait_tasks(&node, &id, 1, 2).await;
+        let r = match change {
+            "monitor" => {
+                node.req_with(
+                    "PUT",
+                    "/_wlm/workload_group/b",
+                    Some(json!({"resiliency_mode": "monitor"})),
+                    &ADMIN,
+                )
+                .await
+            }
+            _ => {
+                node.req_with("DELETE", "/_wlm/workload_group/b", None, &ADMIN)
+                    .await
+            }
+        };
+        assert_eq!(r.status, 200, "{change}: {}", r.body);
+        for p in parked {
+            assert_eq!(p.await.expect("joined"), 200, "{change}");
+        }
+        cancel_all(&node, vec![heavy]).await;
+        if change == "monitor" {
+            wait_drained(&node, &id).await;
+            let r = node
+                .req_with("DELETE", "/_wlm/workload_group/b", None, &ADMIN)
+                .await;
+            assert_eq!(r.status, 200, "{}", r.body);
+        }
+    }
+    assert_eq!(node.state.workload.permits.num_buckets(), 0);
+}
+
+#[tokio::test]
+async fn test_scroll_continuations_never_park() {
+    let node = node_in_mode("enabled", &[]).await;
+    let id = create_group(&node, queued_group("sc", 1, 5, "enforced")).await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let opened = node
+        .req_with(
+            "POST",
+            "/small/_search?scroll=1m",
+            Some(json!({"size": 1})),
+            &tag,
+        )
+        .await;
+    assert_eq!(opened.status, 200, "{}", opened.body);
+    let scroll_id = opened.body["_scroll_id"].as_str().expect("id").to_string();
+    let heavy = start_heavy(&node, &tag);
+    wait_tasks(&node, &id, 1, 0).await;
+    let r = node
+        .req_with(
+            "POST",
+            "/_search/scroll",
+            Some(json!({"scroll": "1m", "scroll_id": scroll_id})),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert_eq!(stats_of(&node, &id).await["total_queued"], 0);
+    cancel_all(&node, vec![heavy]).await;
+    wait_drained(&node, &id).await;
+}
+
+#[tokio::test]
+async fn test_raising_the_limit_admits_waiters_at_once_and_lowering_admits_none() {
+    let node = node_in_mode("enabled", &[]).await;
+    let id = create_group(&node, queued_group("l", 1, 10, "enforced")).await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let first = start_heavy(&node, &tag);
+    wait_tasks(&node, &id, 1, 0).await;
+    let waiting = vec![start_heavy(&node, &tag), start_heavy(&node, &tag)];
+    wait_tasks(&node, &id, 1, 2).await;
+    // Raising node_limit to 3 admits both parked requests at once.
+    let r = node
+        .req_with(
+            "PUT",
+            "/_wlm/workload_group/l",
+            Some(json!({"throttling": {"node_limit": 3}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    wait_tasks(&node, &id, 3, 0).await;
+    // Lowering it to 1: a new request parks, and stays parked while in-flight is above 1.
+    let r = node
+        .req_with(
+            "PUT",
+            "/_wlm/workload_group/l",
+            Some(json!({"throttling": {"node_limit": 1}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let late = start_cheap(&node, &tag);
+    wait_tasks(&node, &id, 3, 1).await;
+    // One running search ends: two still run, above the limit of 1, so nobody is admitted.
+    let (one, _) = tasks_of(&node, &id)
+        .await
+        .into_iter()
+        .find(|(_, q)| !*q)
+        .expect("running");
+    let r = node
+        .req_with("POST", &format!("/_tasks/{one}/_cancel"), None, &ADMIN)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    wait_tasks(&node, &id, 2, 1).await;
+    // The other two end: the slot goes to the parked request.
+    cancel_running(&node, &id).await;
+    assert_eq!(late.await.expect("joined"), 200);
+    for h in std::iter::once(first).chain(waiting) {
+        assert_eq!(h.await.expect("joined"), 500);
+    }
+    wait_drained(&node, &id).await;
+}
