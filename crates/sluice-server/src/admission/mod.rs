@@ -149,10 +149,7 @@ pub async fn admit(st: &Arc<AppState>, meta: &RequestMeta, spec: TaskSpec) -> Ap
         None => (tag::tag(st, meta, &indices)?, Vec::new()),
     };
     task.set_group(entry.clone());
-    if let Some(r) = share::admit_resources(st, &entry)? {
-        // Set once, on the task registered above.
-        let _ = task.reservation.set(r);
-    }
+    let mut reservation = share::admit_resources(st, &entry)?;
     let settings = GroupSearchSettings::of(entry.group.as_ref().map(|g| &g.settings));
     let cancel_after = settings.cancel_after(
         cancel_after,
@@ -168,9 +165,20 @@ pub async fn admit(st: &Arc<AppState>, meta: &RequestMeta, spec: TaskSpec) -> Ap
     let granted = match throttle::throttle(st, &entry, request)? {
         throttle::Decided::Granted(g) => g,
         throttle::Decided::Parked { key, waiter } => {
-            queue::park(st, &entry, &task, key, waiter, cancel_after).await?
+            // A parked request does not run: it gives its place among the group's unmeasured
+            // tasks back while it waits (a deep queue would otherwise count as running work
+            // and turn everyone away), and passes the share check again when it is woken — a
+            // group over its share does not start more work because it waited.
+            drop(reservation.take());
+            let granted = queue::park(st, &entry, &task, key, waiter, cancel_after).await?;
+            reservation = share::admit_resources(st, &entry)?;
+            granted
         }
     };
+    if let Some(r) = reservation {
+        // Set once, on the task registered above.
+        let _ = task.reservation.set(r);
+    }
     if let Some(k) = &granted.bucket {
         held.push(k.clone());
     }

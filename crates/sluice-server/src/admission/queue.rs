@@ -3,7 +3,7 @@
 //! only its waiter, until:
 //!
 //! - a release hands it the freed slot (FIFO within the bucket, no barging: N4), or the
-//!   backstop sweep or a raised limit drains it — it then passes the resource-share check
+//!   backstop sweep or a raised limit drains it — admission then runs the resource-share check
 //!   again (a group over its share does not start more work because it waited);
 //! - the group's backlog is released (throttling off, group deleted or switched to
 //!   `monitor`, mode left `enabled`) — it runs without a permit, unless already cancelled;
@@ -60,13 +60,10 @@ pub async fn park(
         }
     };
     match grant {
-        Grant::Permit(permit) => {
-            super::share::recheck_resources(st, entry, task.reservation.get())?;
-            Ok(Granted {
-                bucket: Some(key),
-                permit: Some(permit),
-            })
-        }
+        Grant::Permit(permit) => Ok(Granted {
+            bucket: Some(key),
+            permit: Some(permit),
+        }),
         Grant::Unthrottled if task.is_cancelled() => Err(cancelled(task, None)),
         Grant::Unthrottled => Ok(Granted {
             bucket: Some(key),

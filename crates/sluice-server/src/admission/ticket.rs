@@ -264,7 +264,7 @@ impl ExecutionHooks for Run {
             .probe
             .get()
             .zip(self.bucket.as_ref())
-            .map(|(p, k)| p.enter(k));
+            .map(|(p, k)| p.enter(k, self.task.seq));
         Ok(Box::new((executing, probe)))
     }
 

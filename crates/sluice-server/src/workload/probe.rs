@@ -12,19 +12,33 @@ use sluice_core::BucketKey;
 #[derive(Debug, Default)]
 pub struct BucketProbe {
     buckets: Mutex<HashMap<BucketKey, (u64, u64)>>,
+    /// The order in which requests started executing: (bucket, task sequence number).
+    starts: Mutex<Vec<(BucketKey, u64)>>,
 }
 
 impl BucketProbe {
-    /// A request of `key` starts executing; returns a guard that ends it.
-    pub fn enter(self: &Arc<Self>, key: &BucketKey) -> ProbeGuard {
+    /// The request of task `seq` in bucket `key` starts executing; returns a guard that ends
+    /// it.
+    pub fn enter(self: &Arc<Self>, key: &BucketKey, seq: u64) -> ProbeGuard {
         let mut b = self.buckets.lock();
         let e = b.entry(key.clone()).or_default();
         e.0 += 1;
         e.1 = e.1.max(e.0);
+        self.starts.lock().push((key.clone(), seq));
         ProbeGuard {
             probe: self.clone(),
             key: key.clone(),
         }
+    }
+
+    /// The tasks of `key` in the order they started executing.
+    pub fn starts(&self, key: &BucketKey) -> Vec<u64> {
+        self.starts
+            .lock()
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, seq)| *seq)
+            .collect()
     }
 
     /// The peak per bucket.

@@ -13,6 +13,7 @@ mod enforcement;
 mod errors;
 mod indices;
 mod msearch;
+mod queue_stress;
 mod queueing;
 mod rules;
 mod scroll;

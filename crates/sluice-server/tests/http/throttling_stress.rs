@@ -20,7 +20,7 @@ const ADMIN: [(&str, &str); 2] = [("x-proxy-user", "root"), ("x-proxy-roles", "a
 const CLIENTS: usize = 64;
 const REQUESTS_PER_CLIENT: usize = 40;
 
-async fn setup(extra: &[&str]) -> TestNode {
+pub(crate) async fn setup(extra: &[&str]) -> TestNode {
     // A search pool wider than every limit, so the throttle — not the pool — is what bounds
     // the concurrency the probe sees.
     // The memory budget keeps resource enforcement out of the way: the groups' only limit is
