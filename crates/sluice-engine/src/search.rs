@@ -874,7 +874,10 @@ impl FieldReader {
         let Some(column) = column else {
             return Ok(FieldReader::Missing);
         };
-        let handles = reader.fast_fields().dynamic_column_handles(column)?;
+        let handles = reader
+            .fast_fields()
+            .dynamic_column_handles(column)
+            .map_err(crate::error::tantivy_error)?;
         let mut nums = Vec::new();
         for h in handles {
             match h.open()? {
@@ -1205,7 +1208,9 @@ fn collect(
                 None => None,
             };
             let seq_nos = seg.fast_fields().u64(crate::schema::SEQ_NO_FIELD).ok();
-            let mut scorer = weight.scorer(seg, 1.0)?;
+            let mut scorer = weight
+                .scorer(seg, 1.0)
+                .map_err(crate::error::tantivy_error)?;
             let alive = seg.alive_bitset();
             let mut doc = scorer.doc();
             let target = first_doc.saturating_sub(base);

@@ -30,45 +30,21 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use sluice_engine::EngineError;
 use sluice_meta::{Collection, Expect, MetaError, MetaStore};
+use sluice_wire::{
+    format_time_value, format_time_value_exact, java_double, parse_java_long, parse_time_value,
+};
 use tokio::sync::watch;
 
-/// The keys of the dynamic cluster settings, as users write them.
+/// The keys of the dynamic cluster settings, as users write them (defined in
+/// [`sluice_wire::keys`], shared with the group settings bags).
 pub mod keys {
-    /// Cancels a search running longer than this; `-1` disables.
-    pub const SEARCH_CANCEL_AFTER_TIME_INTERVAL: &str = "search.cancel_after_time_interval";
-    /// Most scroll contexts open at once on the node.
-    pub const SEARCH_MAX_OPEN_SCROLL_CONTEXT: &str = "search.max_open_scroll_context";
-    /// Keep-alive of a scroll context when the request names none.
-    pub const SEARCH_DEFAULT_KEEP_ALIVE: &str = "search.default_keep_alive";
-    /// Longest keep-alive a request may ask for.
-    pub const SEARCH_MAX_KEEP_ALIVE: &str = "search.max_keep_alive";
-    /// Most aggregation buckets one search may build.
-    pub const SEARCH_MAX_BUCKETS: &str = "search.max_buckets";
-    /// Workload management mode: `enabled`, `monitor_only` or `disabled`.
-    pub const WLM_MODE: &str = "wlm.workload_group.mode";
-    /// Node CPU usage (0..=0.9) above which new requests of over-limit groups are rejected.
-    pub const WLM_CPU_REJECTION_THRESHOLD: &str = "wlm.workload_group.node.cpu_rejection_threshold";
-    /// Node CPU usage (0..=0.95) above which tasks of over-limit groups are cancelled.
-    pub const WLM_CPU_CANCELLATION_THRESHOLD: &str =
-        "wlm.workload_group.node.cpu_cancellation_threshold";
-    /// Node memory usage (0..=0.9) above which new requests of over-limit groups are rejected.
-    pub const WLM_MEMORY_REJECTION_THRESHOLD: &str =
-        "wlm.workload_group.node.memory_rejection_threshold";
-    /// Node memory usage (0..=0.95) above which tasks of over-limit groups are cancelled.
-    pub const WLM_MEMORY_CANCELLATION_THRESHOLD: &str =
-        "wlm.workload_group.node.memory_cancellation_threshold";
-    /// Milliseconds between two runs of the enforcement loop.
-    pub const WLM_ENFORCEMENT_INTERVAL: &str = "wlm.workload_group.enforcement_interval";
-    /// Milliseconds between two refreshes of the groups' usage that admission reads (sluice's
-    /// own; OpenSearch refreshes it only once per enforcement run).
-    pub const WLM_USAGE_REFRESH_INTERVAL: &str = "wlm.workload_group.usage_refresh_interval";
-    /// Whether admission counts the tasks admitted and not yet measured at their group's
-    /// per-task estimate (sluice's own).
-    pub const WLM_ESTIMATE_UNMEASURED_TASKS: &str = "wlm.workload_group.estimate_unmeasured_tasks";
-    /// Consecutive over-threshold observations before the node counts as in duress.
-    pub const WLM_DURESS_STREAK: &str = "wlm.workload_group.duress_streak";
-    /// Most workload groups the node holds.
-    pub const WLM_MAX_GROUP_COUNT: &str = sluice_core::MAX_COUNT_SETTING;
+    pub use sluice_wire::keys::{
+        SEARCH_CANCEL_AFTER_TIME_INTERVAL, SEARCH_DEFAULT_KEEP_ALIVE, SEARCH_MAX_BUCKETS,
+        SEARCH_MAX_KEEP_ALIVE, SEARCH_MAX_OPEN_SCROLL_CONTEXT, WLM_CPU_CANCELLATION_THRESHOLD,
+        WLM_CPU_REJECTION_THRESHOLD, WLM_DURESS_STREAK, WLM_ENFORCEMENT_INTERVAL,
+        WLM_ESTIMATE_UNMEASURED_TASKS, WLM_MAX_GROUP_COUNT, WLM_MEMORY_CANCELLATION_THRESHOLD,
+        WLM_MEMORY_REJECTION_THRESHOLD, WLM_MODE, WLM_USAGE_REFRESH_INTERVAL,
+    };
 }
 
 /// OpenSearch's prefix for settings it no longer recognises after an upgrade; a reset of
@@ -401,8 +377,8 @@ fn check_keep_alives(s: &SettingsSnapshot) -> Result<(), String> {
             "Default keep alive setting for request [{}] should be smaller than max keep alive [{}], was ({} > {})",
             keys::SEARCH_DEFAULT_KEEP_ALIVE,
             keys::SEARCH_MAX_KEEP_ALIVE,
-            human_time(default),
-            human_time(max)
+            format_time_value(default),
+            format_time_value(max)
         ));
     }
     Ok(())
@@ -485,17 +461,20 @@ pub fn parse_value(def: &SettingDef, raw: &str) -> Result<SettingValue, String> 
     let key = def.key;
     let value = match def.kind {
         Kind::Time { min } => {
-            let nanos = parse_time_nanos(key, raw)?;
+            let value = parse_time_value(raw, key)
+                .map_err(|e| e.to_string())?
+                .duration_opt();
             if let Some(min) = min {
-                // OpenSearch compares in whole milliseconds, truncated toward zero.
-                if nanos / 1_000_000 < min.as_millis() as i128 {
+                // OpenSearch compares in whole milliseconds, truncated toward zero; `-1` is
+                // below every bound.
+                if value.is_none_or(|d| d.as_millis() < min.as_millis()) {
                     return Err(format!(
                         "failed to parse value [{raw}] for setting [{key}], must be >= [{}]",
-                        short_time(min)
+                        format_time_value_exact(min)
                     ));
                 }
             }
-            SettingValue::Time(nanos_to_duration(nanos))
+            SettingValue::Time(value)
         }
         Kind::Integer { min, max } => {
             let n: i64 = parse_java_long(raw).ok_or_else(|| {
@@ -571,145 +550,6 @@ fn run_check_first(def: &SettingDef, value: SettingValue) -> Result<(), String> 
     match def.check {
         Some(check) => check(def.key, &value),
         None => Ok(()),
-    }
-}
-
-/// Java's `Long.parseLong`: an optional sign and ASCII digits, nothing else (no spaces).
-fn parse_java_long(raw: &str) -> Option<i64> {
-    let digits = raw.strip_prefix(['+', '-']).unwrap_or(raw);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    raw.parse().ok()
-}
-
-/// A bound as Java prints a double (`0.0`, `0.9`, `1.0E10` aside).
-fn java_double(x: f64) -> String {
-    if x.is_finite() && x.fract() == 0.0 && x.abs() < 1e7 {
-        format!("{x:.1}")
-    } else {
-        format!("{x}")
-    }
-}
-
-/// Time units OpenSearch accepts, in the order it tries the suffixes (`nanos` and `micros`
-/// before `s`, `ms` before `m`), with their length in nanoseconds.
-const TIME_UNITS: &[(&str, i128)] = &[
-    ("nanos", 1),
-    ("micros", 1_000),
-    ("ms", 1_000_000),
-    ("s", 1_000_000_000),
-    ("m", 60_000_000_000),
-    ("h", 3_600_000_000_000),
-    ("d", 86_400_000_000_000),
-];
-
-/// OpenSearch's `TimeValue.parseTimeValue`: a whole number and a unit, or bare `0` / `-1`;
-/// returns nanoseconds, negative only for a `-1` of some unit.
-fn parse_time_nanos(key: &str, raw: &str) -> Result<i128, String> {
-    let normalized = raw.trim().to_lowercase();
-    for (suffix, unit) in TIME_UNITS {
-        if let Some(number) = normalized.strip_suffix(suffix) {
-            let number = number.trim();
-            let Some(n) = parse_java_long(number) else {
-                let what = if number.parse::<f64>().is_ok() {
-                    ", fractional time values are not supported"
-                } else {
-                    ""
-                };
-                return Err(format!(
-                    "failed to parse [{raw}]{what}: setting [{key}] takes a whole number with a unit (d, h, m, s, ms, micros, nanos), 0 or -1"
-                ));
-            };
-            if n < -1 {
-                return Err(format!(
-                    "failed to parse setting [{key}] with value [{raw}] as a time value: negative durations are not supported"
-                ));
-            }
-            return Ok(i128::from(n) * unit);
-        }
-    }
-    // OpenSearch's `TimeValue.MINUS_ONE`, written `-1` (or `-01` …), is -1 millisecond.
-    if let Some(rest) = normalized.strip_prefix('-')
-        && !rest.is_empty()
-        && rest.trim_start_matches('0') == "1"
-    {
-        return Ok(-1_000_000);
-    }
-    if !normalized.is_empty() && normalized.bytes().all(|b| b == b'0') {
-        return Ok(0);
-    }
-    Err(format!(
-        "failed to parse setting [{key}] with value [{raw}] as a time value: unit is missing or unrecognized"
-    ))
-}
-
-fn nanos_to_duration(nanos: i128) -> Option<Duration> {
-    if nanos < 0 {
-        return None;
-    }
-    let secs = u64::try_from(nanos / 1_000_000_000).unwrap_or(u64::MAX);
-    Some(Duration::new(secs, (nanos % 1_000_000_000) as u32))
-}
-
-/// A duration in the largest unit that divides it (`0ms`, `500ms`, `5m`, `24h`), as
-/// OpenSearch prints a bound.
-fn short_time(d: Duration) -> String {
-    let nanos = d.as_nanos() as i128;
-    if nanos == 0 {
-        return "0ms".to_string();
-    }
-    for (suffix, unit) in TIME_UNITS.iter().rev() {
-        if nanos % unit == 0 {
-            return format!("{}{suffix}", nanos / unit);
-        }
-    }
-    format!("{nanos}nanos")
-}
-
-/// A duration the way OpenSearch's `TimeValue.toString` prints it: the largest unit it
-/// reaches, with at most one decimal, truncated, a zero decimal dropped (`90s` → `1.5m`).
-fn human_time(d: Duration) -> String {
-    let nanos = d.as_nanos();
-    if nanos == 0 {
-        return "0s".to_string();
-    }
-    let (unit, suffix) = TIME_UNITS
-        .iter()
-        .rev()
-        .find(|(_, unit)| nanos >= *unit as u128)
-        .map_or((1, "nanos"), |(s, u)| (*u as u128, *s));
-    let value = nanos as f64 / unit as f64;
-    let text = format!("{value}");
-    match text.split_once('.') {
-        Some((int, frac)) if !frac.starts_with('0') => format!("{int}.{}{suffix}", &frac[..1]),
-        Some((int, _)) => format!("{int}{suffix}"),
-        None => format!("{text}{suffix}"),
-    }
-}
-
-/// OpenSearch's `Regex.simpleMatch`: `*` matches any run of characters, all else literally.
-fn simple_match(pattern: &str, text: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == text,
-        Some((head, rest)) => {
-            let Some(mut text) = text.strip_prefix(head) else {
-                return false;
-            };
-            if rest.is_empty() {
-                return true;
-            }
-            loop {
-                if simple_match(rest, text) {
-                    return true;
-                }
-                let mut chars = text.chars();
-                if chars.next().is_none() {
-                    return false;
-                }
-                text = chars.as_str();
-            }
-        }
     }
 }
 
@@ -1156,7 +996,7 @@ fn merge_scope(
     }
     let mut next = current.clone();
     for pattern in resets {
-        next.retain(|k, _| !simple_match(pattern, k));
+        next.retain(|k, _| !sluice_wire::simple_match(pattern, k));
     }
     next.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
     Ok((next, set))
@@ -1251,11 +1091,12 @@ mod tests {
             err("-5s"),
             "failed to parse setting [search.cancel_after_time_interval] with value [-5s] as a time value: negative durations are not supported"
         );
-        assert!(
-            err("1.5s")
-                .starts_with("failed to parse [1.5s], fractional time values are not supported")
+        // The one parser's rule and words, as for a request parameter or a group setting.
+        assert_eq!(
+            err("1.5s"),
+            "failed to parse [1.5s], fractional time values are not supported"
         );
-        assert!(err("abcs").starts_with("failed to parse [abcs]: setting [search.cancel_after_time_interval] takes a whole number with a unit"));
+        assert_eq!(err("abcs"), "failed to parse [abcs]");
         assert!(err("").contains("unit is missing or unrecognized"));
         assert!(err("-2").contains("unit is missing or unrecognized"));
     }
@@ -1380,30 +1221,6 @@ mod tests {
             "wlm.workload_group.node.cpu_cancellation_threshold value should not be less than wlm.workload_group.node.cpu_rejection_threshold"
         );
         assert!(check_wlm_thresholds(&SettingsSnapshot::default()).is_ok());
-    }
-
-    #[test]
-    fn test_time_rendering_follows_opensearch() {
-        assert_eq!(human_time(Duration::from_secs(600)), "10m");
-        assert_eq!(human_time(Duration::from_secs(90)), "1.5m");
-        assert_eq!(human_time(Duration::from_secs(86400)), "1d");
-        assert_eq!(human_time(Duration::from_millis(1500)), "1.5s");
-        assert_eq!(human_time(Duration::from_millis(1050)), "1s");
-        assert_eq!(human_time(Duration::ZERO), "0s");
-        assert_eq!(short_time(Duration::ZERO), "0ms");
-        assert_eq!(short_time(Duration::from_secs(1)), "1s");
-    }
-
-    #[test]
-    fn test_simple_match_patterns() {
-        assert!(simple_match("*", "search.max_buckets"));
-        assert!(simple_match("search.*", "search.max_buckets"));
-        assert!(simple_match("*.max_*", "search.max_buckets"));
-        assert!(simple_match("search.max_buckets", "search.max_buckets"));
-        assert!(!simple_match("search.max", "search.max_buckets"));
-        assert!(!simple_match("wlm.*", "search.max_buckets"));
-        assert!(simple_match("*buckets", "search.max_buckets"));
-        assert!(!simple_match("*bucket", "search.max_buckets"));
     }
 
     #[test]

@@ -499,18 +499,7 @@ fn cancelled_error(reason: &str) -> EngineError {
 }
 
 /// Renders a duration the way OpenSearch prints time values (`1.5m`, `500ms`, `2s`).
-pub fn format_time_value(d: std::time::Duration) -> String {
-    let ms = d.as_millis();
-    if !ms.is_multiple_of(1000) || ms < 1000 {
-        format!("{ms}ms")
-    } else if !ms.is_multiple_of(60_000) {
-        format!("{}s", ms / 1000)
-    } else if !ms.is_multiple_of(3_600_000) {
-        format!("{}m", ms / 60_000)
-    } else {
-        format!("{}h", ms / 3_600_000)
-    }
-}
+pub use sluice_wire::format_time_value;
 
 /// Renders rows as a `_cat`-style text table: columns left-aligned to their widest cell,
 /// separated by one space, trailing spaces trimmed, one line per row.
