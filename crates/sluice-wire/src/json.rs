@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 /// The name of the token a JSON value starts with, as OpenSearch's parser reports it
-/// (`VALUE_STRING`, `START_OBJECT` …) in "expected … but found [X]" messages.
+/// (`VALUE_STRING`, `START_OBJECT` …) in "expected … but found `[X]`" messages.
 pub fn token_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "VALUE_NULL",

@@ -11,7 +11,7 @@
 //!   ([`format_time_value`], [`format_time_value_exact`]).
 //! - [`number`]: Java's `Double.toString` ([`java_double`]) and `Long.parseLong`.
 //! - [`pattern`]: wildcard matching, OpenSearch's `Regex.simpleMatch` ([`simple_match`]).
-//! - [`json`]: Jackson's token names for "found [X]" messages.
+//! - [`json`]: Jackson's token names for "found `[X]`" messages.
 //! - [`keys`]: the `workloadGroupId` header, the DEFAULT group id and the setting keys.
 //!
 //! ```
