@@ -22,7 +22,7 @@ pub const MODE_ENABLED: &str = "enabled";
 pub const GROUP_HEADER: &str = "workloadgroupid";
 
 /// Id of the group untagged requests run in; it is never throttled.
-pub const DEFAULT_GROUP_ID: &str = "DEFAULT_WORKLOAD_GROUP";
+pub use sluice_wire::DEFAULT_GROUP_ID;
 
 /// Share of the node's memory each benchmark group is given. The same for every group, so
 /// groups differ only in their throttling; two of them sum to 0.8, under the 1.0 total a node

@@ -7,7 +7,6 @@
 //! `search.max_buckets`). Every bag is echoed with string values, keys sorted (DESIGN D1).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use serde_json::{Map, Value};
 
@@ -141,80 +140,39 @@ fn parse_count(field: &str, v: &Value, max: u64, max_msg: &str) -> Result<u32> {
 // settings
 // ---------------------------------------------------------------------------------------------
 
-/// Setting keys of the per-group search settings bag (facts §3).
+/// Setting keys of the per-group search settings bag (facts §3); the strings live in
+/// [`sluice_wire::keys`], shared with the cluster settings.
 pub mod keys {
-    /// Shard query timeout applied to a search (`source.timeout`).
-    pub const DEFAULT_SEARCH_TIMEOUT: &str = "search.default_search_timeout";
-    /// Request-level cancel-after interval.
-    pub const CANCEL_AFTER_TIME_INTERVAL: &str = "search.cancel_after_time_interval";
-    /// Maximum concurrent shard requests of one search.
-    pub const MAX_CONCURRENT_SHARD_REQUESTS: &str = "search.max_concurrent_shard_requests";
-    /// Batched reduce size of one search.
-    pub const BATCHED_REDUCE_SIZE: &str = "search.batched_reduce_size";
-    /// Maximum aggregation buckets of one search.
-    pub const MAX_BUCKETS: &str = "search.max_buckets";
     /// Whether group values overwrite explicit request values.
-    pub const OVERRIDE_REQUEST_VALUES: &str = "override_request_values";
-    /// Throttling bag: the bucket dimension.
-    pub const THROTTLE_ATTRIBUTE: &str = "attribute";
-    /// Throttling bag: the per-node in-flight allowance per bucket.
-    pub const THROTTLE_NODE_LIMIT: &str = "node_limit";
-    /// Throttling bag: the cluster-wide pool; not accepted until the shared tier exists (D1).
-    pub const THROTTLE_SHARED_LIMIT: &str = "shared_limit";
+    pub use sluice_wire::keys::OVERRIDE_REQUEST_VALUES;
     /// Queue bag: parked requests per bucket.
-    pub const QUEUE_SIZE_PER_BUCKET: &str = "size_per_bucket";
+    pub use sluice_wire::keys::QUEUE_SIZE_PER_BUCKET;
+    /// Batched reduce size of one search.
+    pub use sluice_wire::keys::SEARCH_BATCHED_REDUCE_SIZE as BATCHED_REDUCE_SIZE;
+    /// Request-level cancel-after interval.
+    pub use sluice_wire::keys::SEARCH_CANCEL_AFTER_TIME_INTERVAL as CANCEL_AFTER_TIME_INTERVAL;
+    /// Shard query timeout applied to a search (`source.timeout`).
+    pub use sluice_wire::keys::SEARCH_DEFAULT_SEARCH_TIMEOUT as DEFAULT_SEARCH_TIMEOUT;
+    /// Maximum aggregation buckets of one search.
+    pub use sluice_wire::keys::SEARCH_MAX_BUCKETS as MAX_BUCKETS;
+    /// Maximum concurrent shard requests of one search.
+    pub use sluice_wire::keys::SEARCH_MAX_CONCURRENT_SHARD_REQUESTS as MAX_CONCURRENT_SHARD_REQUESTS;
+    /// Throttling bag: the bucket dimension.
+    pub use sluice_wire::keys::THROTTLE_ATTRIBUTE;
+    /// Throttling bag: the per-node in-flight allowance per bucket.
+    pub use sluice_wire::keys::THROTTLE_NODE_LIMIT;
+    /// Throttling bag: the cluster-wide pool; not accepted until the shared tier exists (D1).
+    pub use sluice_wire::keys::THROTTLE_SHARED_LIMIT;
 }
 
-/// The value of a time setting: `-1` disables it, anything else is a duration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimeSetting {
-    /// The value `-1`: explicitly no timeout.
-    Disabled,
-    /// A duration (possibly zero).
-    After(Duration),
-}
+/// The value of a time setting: `-1` disables it, anything else is a duration (the wire
+/// crate's [`TimeValue`](sluice_wire::TimeValue), parsed by its one parser).
+pub use sluice_wire::TimeValue as TimeSetting;
 
-/// Parses an OpenSearch time value (`30s`, `500ms`, `1m`, `-1`), returning the underlying
-/// OpenSearch parse message on failure.
+/// Parses a time setting with the one time-value parser, returning OpenSearch's message on
+/// failure.
 fn parse_time_value(key: &str, raw: &str) -> std::result::Result<TimeSetting, String> {
-    let s = raw.trim().to_ascii_lowercase();
-    let fail = |why: &str| {
-        format!("failed to parse setting [{key}] with value [{raw}] as a time value: {why}")
-    };
-    if s == "-1" {
-        return Ok(TimeSetting::Disabled);
-    }
-    if s == "0" {
-        return Ok(TimeSetting::After(Duration::ZERO));
-    }
-    // Longest suffixes first: "nanos" ends in "s", "ms" ends in "s".
-    const UNITS: [(&str, u64); 7] = [
-        ("nanos", 1),
-        ("micros", 1_000),
-        ("ms", 1_000_000),
-        ("s", 1_000_000_000),
-        ("m", 60_000_000_000),
-        ("h", 3_600_000_000_000),
-        ("d", 86_400_000_000_000),
-    ];
-    let Some((num, nanos_per_unit)) = UNITS
-        .iter()
-        .find_map(|(suffix, f)| s.strip_suffix(suffix).map(|n| (n.trim(), *f)))
-    else {
-        return Err(fail("unit is missing or unrecognized"));
-    };
-    match num.parse::<i64>() {
-        Ok(-1) => Ok(TimeSetting::Disabled),
-        Ok(n) if n < 0 => Err(fail("negative durations are not supported")),
-        Ok(n) => (n as u64)
-            .checked_mul(nanos_per_unit)
-            .map(|nanos| TimeSetting::After(Duration::from_nanos(nanos)))
-            .ok_or_else(|| fail("value is too large")),
-        Err(_) if num.parse::<f64>().is_ok() => {
-            Err(fail("fractional time values are not supported"))
-        }
-        Err(_) => Err(fail("unit is missing or unrecognized")),
-    }
+    sluice_wire::parse_time_value(raw, key).map_err(|e| e.to_string())
 }
 
 /// Validates one settings value, returning the underlying OpenSearch parse message on failure.
@@ -660,6 +618,7 @@ pub fn parse_queue_patch(v: &Value) -> Result<BagPatch<QueuePatch>> {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
+    use std::time::Duration;
 
     use proptest::prelude::*;
     use serde_json::json;
@@ -854,27 +813,54 @@ mod tests {
     #[test]
     fn test_settings_rejects_bad_time_values() {
         let key = "search.default_search_timeout";
-        let cases = [
-            ("30", "unit is missing or unrecognized"),
-            ("5 parsecs", "unit is missing or unrecognized"),
-            ("-5s", "negative durations are not supported"),
-            ("1.5s", "fractional time values are not supported"),
-        ];
-        for (raw, why) in cases {
+        let invalid = |raw: &str, why: &str| {
             assert_err(
                 settings(json!({ key: raw })),
                 &format!("settings.{key}"),
-                &format!(
-                    "Invalid value '{raw}' for {key}: failed to parse setting [{key}] with value [{raw}] as a time \
-                     value: {why}"
-                ),
+                &format!("Invalid value '{raw}' for {key}: {why}"),
             );
-        }
+        };
+        let unit = |raw: &str, why: &str| {
+            format!("failed to parse setting [{key}] with value [{raw}] as a time value: {why}")
+        };
+        invalid("30", &unit("30", "unit is missing or unrecognized"));
+        invalid("5w", &unit("5w", "unit is missing or unrecognized"));
+        invalid("5 parsecs", "failed to parse [5 parsecs]");
+        invalid("-5s", &unit("-5s", "negative durations are not supported"));
+        invalid("abcs", "failed to parse [abcs]");
         assert_err(
             settings(json!({ key: ["1s"] })),
             &format!("settings.{key}"),
             &format!("Invalid value '[\"1s\"]' for {key}: expected a single value"),
         );
+    }
+
+    /// `1.5s` is refused as a group setting exactly as the one parser refuses it everywhere
+    /// else (URL parameters, cluster settings): OpenSearch's `TimeValue` takes no fractions.
+    #[test]
+    fn test_group_setting_refuses_fractional_time_value_like_every_other_place() {
+        for key in [
+            keys::CANCEL_AFTER_TIME_INTERVAL,
+            keys::DEFAULT_SEARCH_TIMEOUT,
+        ] {
+            let wire = sluice_wire::parse_time_value("1.5s", key).expect_err("fractional");
+            assert_eq!(
+                wire.to_string(),
+                "failed to parse [1.5s], fractional time values are not supported"
+            );
+            assert_err(
+                settings(json!({ key: "1.5s" })),
+                &format!("settings.{key}"),
+                &format!("Invalid value '1.5s' for {key}: {wire}"),
+            );
+        }
+        let BagPatch::Overlay(p) =
+            settings(json!({"search.cancel_after_time_interval": "-1s"})).expect("-1s")
+        else {
+            panic!("expected an overlay")
+        };
+        let s = SearchSettings::default().merge(&BagPatch::Overlay(p));
+        assert_eq!(s.cancel_after_time_interval(), Some(TimeSetting::Disabled));
     }
 
     #[test]

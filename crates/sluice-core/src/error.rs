@@ -3,8 +3,8 @@
 /// Result alias used throughout the core.
 pub type Result<T, E = CoreError> = std::result::Result<T, E>;
 
-/// The class of a [`CoreError`]; the server maps each code once to an HTTP status and an
-/// OpenSearch error `type`.
+/// The class of a [`CoreError`]; [`ErrorCode::wire_code`] maps each once to the wire crate's
+/// code, which fixes the HTTP status and the OpenSearch error `type`.
 ///
 /// | code | status | OpenSearch `type` |
 /// |---|---|---|
@@ -101,5 +101,24 @@ impl CoreError {
             | CoreError::Conflict { message }
             | CoreError::TooMany { message } => message,
         }
+    }
+}
+
+impl ErrorCode {
+    /// The OpenSearch error class of this code (the table above).
+    pub fn wire_code(self) -> sluice_wire::ErrorCode {
+        match self {
+            ErrorCode::Validation | ErrorCode::AlreadyExists | ErrorCode::Conflict => {
+                sluice_wire::ErrorCode::IllegalArgument
+            }
+            ErrorCode::NotFound => sluice_wire::ErrorCode::ResourceNotFound,
+            ErrorCode::TooMany => sluice_wire::ErrorCode::RejectedExecution,
+        }
+    }
+}
+
+impl From<CoreError> for sluice_wire::OpenSearchError {
+    fn from(e: CoreError) -> Self {
+        sluice_wire::OpenSearchError::new(e.code().wire_code(), e.to_string())
     }
 }

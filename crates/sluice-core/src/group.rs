@@ -264,7 +264,7 @@ impl UpdateRequest {
 }
 
 /// Name of the setting holding the maximum number of groups.
-pub const MAX_COUNT_SETTING: &str = "node.workload_group.max_count";
+pub use sluice_wire::keys::WLM_MAX_GROUP_COUNT as MAX_COUNT_SETTING;
 
 /// Checks a value of `node.workload_group.max_count` (1..=100, as OpenSearch allows).
 pub fn check_max_count_setting(value: i64) -> Result<usize> {
@@ -308,17 +308,8 @@ struct Fragment {
     queue: Option<BagPatch<QueuePatch>>,
 }
 
-/// Returns the Jackson token name OpenSearch reports for a JSON value.
-pub(crate) fn token_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "VALUE_NULL",
-        Value::Bool(_) => "VALUE_BOOLEAN",
-        Value::Number(_) => "VALUE_NUMBER",
-        Value::String(_) => "VALUE_STRING",
-        Value::Array(_) => "START_ARRAY",
-        Value::Object(_) => "START_OBJECT",
-    }
-}
+/// Returns the Jackson token name OpenSearch reports for a JSON value (the wire crate's).
+pub(crate) use sluice_wire::json::token_name;
 
 pub(crate) fn expect_object(v: &Value) -> Result<&Map<String, Value>> {
     v.as_object().ok_or_else(|| {

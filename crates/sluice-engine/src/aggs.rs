@@ -177,6 +177,6 @@ pub fn classify_error(e: TantivyError) -> EngineError {
         TantivyError::AggregationError(AggregationError::DateHistogramParseError(e)) => {
             EngineError::illegal_argument(e.to_string())
         }
-        other => EngineError::from(other),
+        other => crate::error::tantivy_error(other),
     }
 }

@@ -12,9 +12,10 @@ use serde_json::{Value, json};
 use crate::error::{EngineError, ErrorCode, Result};
 use crate::index::{self, DocOp, DocWriteResult, IndexHandle, StoredDoc};
 use crate::lookup::TermsLookups;
-use crate::mapping::{Mapping, wildcard_match};
+use crate::mapping::Mapping;
 use crate::scroll::ScrollStore;
 use crate::search::{SearchContext, SearchRequest};
+use sluice_wire::simple_match as wildcard_match;
 
 /// Characters OpenSearch forbids in index names.
 const FORBIDDEN_INDEX_CHARS: &[char] =
@@ -423,28 +424,24 @@ impl Engine {
     }
 }
 
-/// Parses an OpenSearch time value (`500ms`, `1s`, `2m`, `1h`, `1d`, `-1` not accepted here).
+/// Parses a positive time value with the one parser, [`sluice_wire::parse_time_value`], for
+/// callers that wrap the failure in their own "failed to parse setting [x] with value [v] as a
+/// time value: …" message: the error is that message's last clause. `-1` (of any unit) is
+/// refused here, as callers that accept it test for it first.
+///
+/// Transitional: new code calls [`sluice_wire::parse_time_value`], whose error is OpenSearch's
+/// whole message.
 pub fn parse_time_value(s: &str) -> std::result::Result<Duration, String> {
-    let s = s.trim();
-    let digits = s
-        .bytes()
-        .take_while(|b| b.is_ascii_digit() || *b == b'.')
-        .count();
-    let (num, unit) = s.split_at(digits);
-    let n: f64 = num.parse().map_err(|_| format!("failed to parse [{s}]"))?;
-    let secs = match unit {
-        "nanos" => n / 1e9,
-        "micros" => n / 1e6,
-        "ms" => n / 1e3,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        "d" => n * 86400.0,
-        _ => {
-            return Err(format!(
-                "failed to parse [{s}], unit is missing or unrecognized"
-            ));
+    use sluice_wire::{TimeValue, TimeValueErrorKind};
+    match sluice_wire::parse_time_value(s, "") {
+        Ok(TimeValue::After(d)) => Ok(d),
+        Ok(TimeValue::Disabled) => Err("negative durations are not supported".to_string()),
+        Err(e) => Err(match e.kind {
+            TimeValueErrorKind::MissingUnit => "unit is missing or unrecognized",
+            TimeValueErrorKind::Negative => "negative durations are not supported",
+            TimeValueErrorKind::Fractional => "fractional time values are not supported",
+            TimeValueErrorKind::NotANumber => "the value before the unit is not a whole number",
         }
-    };
-    Ok(Duration::from_secs_f64(secs))
+        .to_string()),
+    }
 }

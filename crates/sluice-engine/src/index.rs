@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use tantivy::schema::{OwnedValue, TantivyDocument, Value as _};
 use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, Term};
 
-use crate::error::{EngineError, ErrorCode, Result};
+use crate::error::{EngineError, ErrorCode, Result, tantivy_error};
 use crate::mapping::{Mapping, ParsedDocument, TypedValue};
 use crate::schema::{self, Fields};
 use crate::translog::{Record, Translog};
@@ -210,7 +210,7 @@ impl IndexHandle {
             mappings: mapping.render(),
         };
         let (schema, _) = schema::build_schema();
-        Index::create_in_dir(dir.join(TANTIVY_DIR), schema)?;
+        Index::create_in_dir(dir.join(TANTIVY_DIR), schema).map_err(tantivy_error)?;
         write_atomically(
             &dir.join(META_FILE),
             &serde_json::to_vec_pretty(&meta).unwrap_or_default(),
@@ -225,16 +225,17 @@ impl IndexHandle {
             EngineError::internal(format!("corrupt {} in {}: {e}", META_FILE, dir.display()))
         })?;
         let mut mapping = Mapping::parse(&meta.mappings)?;
-        let index = Index::open_in_dir(dir.join(TANTIVY_DIR))?;
+        let index = Index::open_in_dir(dir.join(TANTIVY_DIR)).map_err(tantivy_error)?;
         let fields = schema::fields_of(&index.schema()).ok_or_else(|| {
             EngineError::internal(format!("index in {} has a foreign schema", dir.display()))
         })?;
         let committed_seq: Option<u64> = index
-            .load_metas()?
+            .load_metas()
+            .map_err(tantivy_error)?
             .payload
             .as_deref()
             .and_then(|p| p.parse().ok());
-        let mut writer: IndexWriter = index.writer(WRITER_HEAP_BYTES)?;
+        let mut writer: IndexWriter = index.writer(WRITER_HEAP_BYTES).map_err(tantivy_error)?;
         let (mut translog, records) = Translog::open(&dir.join(TRANSLOG_FILE))?;
         let mut next_seq_no = committed_seq.map_or(0, |s| s + 1);
         let mut replayed = 0usize;
@@ -252,7 +253,8 @@ impl IndexHandle {
                     let parsed = mapping.parse_document(source, id)?;
                     writer.delete_term(Term::from_field_text(fields.id, id));
                     writer
-                        .add_document(to_tantivy(&fields, id, source, *version, *seq, &parsed))?;
+                        .add_document(to_tantivy(&fields, id, source, *version, *seq, &parsed))
+                        .map_err(tantivy_error)?;
                 }
                 Record::Delete { id, .. } => {
                     writer.delete_term(Term::from_field_text(fields.id, id));
@@ -263,9 +265,9 @@ impl IndexHandle {
         }
         if replayed > 0 {
             tracing::info!(index = %meta.name, replayed, "replayed translog");
-            let mut prepared = writer.prepare_commit()?;
+            let mut prepared = writer.prepare_commit().map_err(tantivy_error)?;
             prepared.set_payload(&(next_seq_no - 1).to_string());
-            prepared.commit()?;
+            prepared.commit().map_err(tantivy_error)?;
             write_atomically(
                 &dir.join(META_FILE),
                 &serde_json::to_vec_pretty(&IndexMeta {
@@ -279,7 +281,8 @@ impl IndexHandle {
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
-            .try_into()?;
+            .try_into()
+            .map_err(tantivy_error)?;
         Ok(IndexHandle {
             name: meta.name,
             uuid: meta.uuid,
@@ -382,10 +385,11 @@ impl IndexHandle {
             .map(String::as_str)
         {
             None => Some(DEFAULT_REFRESH_INTERVAL),
-            Some("-1") => None,
-            Some(v) => crate::parse_time_value(v)
-                .ok()
-                .or(Some(DEFAULT_REFRESH_INTERVAL)),
+            // Validated when set; `-1` (of any unit) disables periodic refresh.
+            Some(v) => match sluice_wire::parse_time_value(v, "index.refresh_interval") {
+                Ok(t) => t.duration_opt(),
+                Err(_) => Some(DEFAULT_REFRESH_INTERVAL),
+            },
         }
     }
 
@@ -681,7 +685,7 @@ impl IndexHandle {
             st.writer
                 .delete_term(Term::from_field_text(self.fields.id, &id));
         }
-        st.writer.add_document(doc)?;
+        st.writer.add_document(doc).map_err(tantivy_error)?;
         st.live.insert(
             id.clone(),
             LiveDoc {
@@ -724,7 +728,7 @@ impl IndexHandle {
         let searcher = self.searcher();
         let term = Term::from_field_text(self.fields.id, id);
         for (ord, seg) in searcher.segment_readers().iter().enumerate() {
-            let inv = seg.inverted_index(self.fields.id)?;
+            let inv = seg.inverted_index(self.fields.id).map_err(tantivy_error)?;
             let Some(mut postings) =
                 inv.read_postings(&term, tantivy::schema::IndexRecordOption::Basic)?
             else {
@@ -745,7 +749,7 @@ impl IndexHandle {
 
     /// Loads a stored document by address.
     pub fn load_doc(&self, searcher: &Searcher, addr: DocAddress) -> Result<StoredDoc> {
-        let doc: TantivyDocument = searcher.doc(addr)?;
+        let doc: TantivyDocument = searcher.doc(addr).map_err(tantivy_error)?;
         let id = doc
             .get_first(self.fields.id)
             .and_then(|v| v.as_str())
@@ -779,10 +783,10 @@ impl IndexHandle {
             return Ok(());
         }
         let last_seq = st.next_seq_no.saturating_sub(1);
-        let mut prepared = st.writer.prepare_commit()?;
+        let mut prepared = st.writer.prepare_commit().map_err(tantivy_error)?;
         prepared.set_payload(&last_seq.to_string());
-        prepared.commit()?;
-        self.reader.reload()?;
+        prepared.commit().map_err(tantivy_error)?;
+        self.reader.reload().map_err(tantivy_error)?;
         st.live.clear();
         st.dirty = false;
         st.translog.truncate()?;
@@ -994,10 +998,9 @@ fn check_setting(key: &str, v: &str) -> Result<()> {
         "index.number_of_shards" => check_int(1, 1024),
         "index.number_of_replicas" => check_int(0, 1024),
         "index.max_result_window" | "index.max_terms_count" => check_int(1, i32::MAX as u64),
-        "index.refresh_interval" if v != "-1" && crate::parse_time_value(v).is_err() => {
-            Err(EngineError::illegal_argument(format!(
-                "failed to parse setting [{key}] with value [{v}] as a time value: unit is missing or unrecognized"
-            )))
+        "index.refresh_interval" => {
+            sluice_wire::parse_time_value(v, key)?;
+            Ok(())
         }
         BLOCKS_WRITE | BLOCKS_READ_ONLY | "index.hidden" if v != "true" && v != "false" => {
             Err(EngineError::illegal_argument(format!(

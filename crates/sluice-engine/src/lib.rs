@@ -18,6 +18,10 @@
 //!
 //! The engine knows nothing of workload groups: the server decides whether a search may run and
 //! hands it a context to stop it.
+//!
+//! Failures are [`EngineError`]s: `sluice-wire`'s OpenSearch error under the engine's name, so
+//! the engine, the core and the server classify and render errors one way; time values,
+//! wildcards and Java number formats are the wire crate's too.
 
 pub mod aggs;
 pub mod date;

@@ -168,17 +168,8 @@ fn match_all(body: &Value) -> Result<Box<dyn Query>> {
     Ok(Box::new(ConstScoreQuery::new(Box::new(AllQuery), boost)))
 }
 
-/// The JSON token name OpenSearch's parser would report for a value.
-pub(crate) fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "VALUE_NULL",
-        Value::Bool(_) => "VALUE_BOOLEAN",
-        Value::Number(_) => "VALUE_NUMBER",
-        Value::String(_) => "VALUE_STRING",
-        Value::Array(_) => "START_ARRAY",
-        Value::Object(_) => "START_OBJECT",
-    }
-}
+/// The JSON token name OpenSearch's parser would report for a value (the wire crate's).
+pub(crate) use sluice_wire::json::token_name as json_kind;
 
 /// The body of a query that must be an object whose keys are all in `allowed`.
 fn object_body<'a>(

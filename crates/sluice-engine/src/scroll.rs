@@ -552,44 +552,21 @@ fn context_missing(id: u64) -> EngineError {
     ))
 }
 
-/// Parses a scroll keep-alive (`1m`, `30s` …) given as the `scroll` parameter or body field.
+/// Parses a scroll keep-alive (`1m`, `30s` …) given as the `scroll` parameter or body field,
+/// with the one time-value parser: a failure is OpenSearch's 400 `illegal_argument_exception`.
+/// `-1` is refused too: a scroll needs a keep-alive.
 pub fn parse_keep_alive(value: &str) -> Result<Duration> {
-    crate::parse_time_value(value).map_err(|e| {
-        EngineError::new(
-            ErrorCode::Parse,
-            format!("failed to parse setting [scroll] with value [{value}] as a time value: {e}"),
-        )
-    })
+    match sluice_wire::parse_time_value(value, "scroll")? {
+        sluice_wire::TimeValue::After(d) => Ok(d),
+        sluice_wire::TimeValue::Disabled => Err(EngineError::illegal_argument(format!(
+            "failed to parse setting [scroll] with value [{value}] as a time value: negative durations are not supported"
+        ))),
+    }
 }
 
-/// Renders a duration as OpenSearch's `TimeValue#toString` does: the largest unit that fits,
-/// with at most one decimal, truncated (`1d`, `1.5h`, `90ms`).
-pub fn format_time_value(d: Duration) -> String {
-    const UNITS: [(u128, &str); 6] = [
-        (86_400_000_000_000, "d"),
-        (3_600_000_000_000, "h"),
-        (60_000_000_000, "m"),
-        (1_000_000_000, "s"),
-        (1_000_000, "ms"),
-        (1_000, "micros"),
-    ];
-    let nanos = d.as_nanos();
-    if nanos == 0 {
-        return "0s".to_string();
-    }
-    let (unit, suffix) = UNITS
-        .iter()
-        .copied()
-        .find(|(u, _)| nanos >= *u)
-        .unwrap_or((1, "nanos"));
-    let whole = nanos / unit;
-    let tenth = nanos % unit * 10 / unit;
-    if tenth == 0 {
-        format!("{whole}{suffix}")
-    } else {
-        format!("{whole}.{tenth}{suffix}")
-    }
-}
+/// Renders a duration as OpenSearch's `TimeValue#toString` does (the wire crate's one
+/// formatter, re-exported for existing callers).
+pub use sluice_wire::format_time_value;
 
 #[cfg(test)]
 mod tests {
@@ -1038,16 +1015,5 @@ mod tests {
             .expect_err("gone");
         assert_eq!(err.root_cause().code, ErrorCode::SearchContextMissing);
         assert_eq!(engine.scrolls().num_open(), 0);
-    }
-
-    #[test]
-    fn test_format_time_value_matches_opensearch() {
-        assert_eq!(format_time_value(Duration::from_secs(86_400)), "1d");
-        assert_eq!(format_time_value(Duration::from_secs(2 * 86_400)), "2d");
-        assert_eq!(format_time_value(Duration::from_secs(90 * 60)), "1.5h");
-        assert_eq!(format_time_value(Duration::from_millis(1500)), "1.5s");
-        assert_eq!(format_time_value(Duration::from_millis(1999)), "1.9s");
-        assert_eq!(format_time_value(Duration::from_millis(90)), "90ms");
-        assert_eq!(format_time_value(Duration::ZERO), "0s");
     }
 }

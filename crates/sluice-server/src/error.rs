@@ -1,10 +1,13 @@
-//! API errors and their OpenSearch JSON: `{"error":{"root_cause":[…],"type":…,"reason":…},
-//! "status":N}`. Each engine [`ErrorCode`] maps to its status and type once, in
-//! [`ErrorCode::status`] and [`ErrorCode::type_name`]; handlers never pick a status by hand.
+//! API errors as axum responses. The taxonomy and the OpenSearch JSON
+//! (`{"error":{"root_cause":[…],"type":…,"reason":…},"status":N}`) are `sluice-wire`'s: each
+//! [`ErrorCode`] maps to its status and type once, in [`ErrorCode::status`] and
+//! [`ErrorCode::type_name`], and [`render_error`] writes the body; this module adds only the
+//! HTTP glue (status codes, `Retry-After`, `Allow`, logging). Handlers never pick a status by
+//! hand.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Map, Value, json};
+use serde_json::json;
 use sluice_engine::{EngineError, ErrorCode};
 
 /// An error answered to an API client.
@@ -36,54 +39,13 @@ impl From<EngineError> for ApiError {
     }
 }
 
-fn error_object(e: &EngineError) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert("type".into(), json!(e.code.type_name()));
-    m.insert("reason".into(), json!(e.reason));
-    if let Some(index) = &e.index {
-        m.insert("index".into(), json!(index));
-    }
-    for (k, v) in &e.extra {
-        m.insert((*k).to_string(), v.clone());
-    }
-    m
-}
+/// Renders an error as OpenSearch's `error` object (without `status`); the wire crate's.
+pub use sluice_wire::render_error;
 
-/// Renders an engine error as OpenSearch's `error` object (without `status`).
-pub fn render_error(e: &EngineError) -> Value {
-    let mut top = error_object(e);
-    let root = e.root_cause();
-    top.insert(
-        "root_cause".into(),
-        json!([Value::Object(error_object(root))]),
-    );
-    // OpenSearch puts root_cause first.
-    let mut ordered = Map::new();
-    if let Some(rc) = top.remove("root_cause") {
-        ordered.insert("root_cause".into(), rc);
-    }
-    ordered.extend(top);
-    if let Some(cause) = &e.cause {
-        if e.code == ErrorCode::SearchPhaseExecution {
-            ordered.insert(
-                "failed_shards".into(),
-                json!([{"shard": 0, "index": cause.index, "node": "local", "reason": Value::Object(error_object(cause))}]),
-            );
-        }
-        ordered.insert("caused_by".into(), Value::Object(error_object(cause)));
-    }
-    Value::Object(ordered)
-}
-
-/// The HTTP status of an engine error. A search phase failure takes its cause's status, as
-/// OpenSearch's does.
+/// The HTTP status of an error. A search phase failure takes its cause's status, as
+/// OpenSearch's does ([`sluice_wire::OpenSearchError::status`]).
 pub fn status_of(e: &EngineError) -> StatusCode {
-    let code = if e.code == ErrorCode::SearchPhaseExecution {
-        e.root_cause().code
-    } else {
-        e.code
-    };
-    StatusCode::from_u16(code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 impl IntoResponse for ApiError {
@@ -136,17 +98,10 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Maps a workload-management domain error to its OpenSearch status and type, once for
-/// every handler (groups, rules).
+/// Maps a workload-management domain error to its OpenSearch status and type (the core's
+/// `From<CoreError>` mapping, once for every handler: groups, rules).
 pub fn core_error(e: sluice_core::CoreError) -> ApiError {
-    let code = match e.code() {
-        sluice_core::ErrorCode::Validation
-        | sluice_core::ErrorCode::AlreadyExists
-        | sluice_core::ErrorCode::Conflict => ErrorCode::IllegalArgument,
-        sluice_core::ErrorCode::NotFound => ErrorCode::ResourceNotFound,
-        sluice_core::ErrorCode::TooMany => ErrorCode::RejectedExecution,
-    };
-    ApiError::Engine(EngineError::new(code, e.to_string()))
+    ApiError::Engine(e.into())
 }
 
 /// The handlers' result type.

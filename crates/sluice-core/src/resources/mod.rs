@@ -73,10 +73,9 @@ pub use usage::{
 
 use crate::group::WorkloadGroup;
 
-/// The id of the group that untagged requests run in; OpenSearch's
-/// `DEFAULT_WORKLOAD_GROUP_ID_SUPPLIER` value (facts §6.1), kept so stats and task listings
-/// name it the same way. It is never rejected or cancelled (DESIGN D5).
-pub const DEFAULT_WORKLOAD_GROUP_ID: &str = "DEFAULT_WORKLOAD_GROUP";
+/// The id of the group that untagged requests run in (defined in the wire crate); it is never
+/// rejected or cancelled (DESIGN D5).
+pub use sluice_wire::DEFAULT_GROUP_ID as DEFAULT_WORKLOAD_GROUP_ID;
 
 /// Default node-level rejection threshold for cpu and memory: OpenSearch's default for
 /// `wlm.workload_group.node.{cpu,memory}_rejection_threshold` (facts §5).
@@ -206,52 +205,13 @@ pub(crate) fn mode_enum_name(mode: ResiliencyMode) -> &'static str {
     }
 }
 
-/// Formats a double as Java's `Double.toString` does (JDK 19+, shortest round-trip digits), so
-/// messages that embed usages and limits read as OpenSearch's: `0.16000000000000003`, `1.0`,
-/// `1.0E-4`, `1.5E7`.
-///
-/// Java prints plain decimals for magnitudes in `[1e-3, 1e7)` and zero, and computerized
-/// scientific notation (`d.dddE±n`, at least one fractional digit) otherwise.
-pub fn java_double(v: f64) -> String {
-    if v.is_nan() {
-        return "NaN".to_owned();
-    }
-    if v.is_infinite() {
-        return if v > 0.0 { "Infinity" } else { "-Infinity" }.to_owned();
-    }
-    let abs = v.abs();
-    if abs == 0.0 || (1e-3..1e7).contains(&abs) {
-        // Rust's Debug form is shortest round-trip and keeps ".0" on integral values; in this
-        // range it never switches to exponent notation.
-        return format!("{v:?}");
-    }
-    let sci = format!("{v:e}");
-    let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
-    if mantissa.contains('.') {
-        format!("{mantissa}E{exponent}")
-    } else {
-        format!("{mantissa}.0E{exponent}")
-    }
-}
+/// Formats a double as Java's `Double.toString` does (the wire crate's one formatter), so
+/// messages that embed usages and limits read as OpenSearch's.
+pub use sluice_wire::java_double;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn test_java_double_matches_java_rendering() {
-        assert_eq!(java_double(0.2 * 0.8), "0.16000000000000003");
-        assert_eq!(java_double(1.0), "1.0");
-        assert_eq!(java_double(0.0), "0.0");
-        assert_eq!(java_double(0.5), "0.5");
-        assert_eq!(java_double(0.001), "0.001");
-        assert_eq!(java_double(0.0001), "1.0E-4");
-        assert_eq!(java_double(0.00015), "1.5E-4");
-        assert_eq!(java_double(1.5e7), "1.5E7");
-        assert_eq!(java_double(1234567.0), "1234567.0");
-        assert_eq!(java_double(-2.5e-5), "-2.5E-5");
-        assert_eq!(java_double(f64::NAN), "NaN");
-    }
 
     #[test]
     fn test_wlm_mode_parses_exact_wire_names_only() {

@@ -378,44 +378,5 @@ fn render_metric(
 }
 
 /// Formats a double as Java's `Double.toString` does, as OpenSearch range keys show them:
-/// `10.0`, `0.5`, `1.0E7`.
-pub(super) fn java_double(f: f64) -> String {
-    if !f.is_finite() {
-        return if f.is_nan() {
-            "NaN".into()
-        } else if f > 0.0 {
-            "Infinity".into()
-        } else {
-            "-Infinity".into()
-        };
-    }
-    let abs = f.abs();
-    if abs == 0.0 || (1e-3..1e7).contains(&abs) {
-        let s = format!("{f}");
-        return if s.contains('.') { s } else { format!("{s}.0") };
-    }
-    let s = format!("{f:e}");
-    let (mantissa, exponent) = s.split_once('e').unwrap_or((&s, "0"));
-    let mantissa = if mantissa.contains('.') {
-        mantissa.to_string()
-    } else {
-        format!("{mantissa}.0")
-    };
-    format!("{mantissa}E{exponent}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn test_java_double_matches_double_to_string() {
-        assert_eq!(java_double(10.0), "10.0");
-        assert_eq!(java_double(0.5), "0.5");
-        assert_eq!(java_double(-3.25), "-3.25");
-        assert_eq!(java_double(1.0e7), "1.0E7");
-        assert_eq!(java_double(1.5e10), "1.5E10");
-        assert_eq!(java_double(0.0001), "1.0E-4");
-        assert_eq!(java_double(0.0), "0.0");
-    }
-}
+/// `10.0`, `0.5`, `1.0E7` (the wire crate's one formatter).
+pub(super) use sluice_wire::java_double;

@@ -286,7 +286,9 @@ pub(super) fn collect(
                 None => None,
             };
             let seq_nos = seg.fast_fields().u64(crate::schema::SEQ_NO_FIELD).ok();
-            let mut scorer = weight.scorer(seg, 1.0)?;
+            let mut scorer = weight
+                .scorer(seg, 1.0)
+                .map_err(crate::error::tantivy_error)?;
             let alive = seg.alive_bitset();
             let mut doc = scorer.doc();
             let target = first_doc.saturating_sub(base);

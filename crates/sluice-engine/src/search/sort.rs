@@ -238,7 +238,10 @@ impl FieldReader {
         let Some(column) = column else {
             return Ok(FieldReader::Missing);
         };
-        let handles = reader.fast_fields().dynamic_column_handles(column)?;
+        let handles = reader
+            .fast_fields()
+            .dynamic_column_handles(column)
+            .map_err(crate::error::tantivy_error)?;
         let mut nums = Vec::new();
         for h in handles {
             match h.open()? {

@@ -111,16 +111,15 @@ pub fn split_indices(index: &str) -> Vec<String> {
 }
 
 /// The request's `cancel_after_time_interval` parameter: `None` when absent, `Some(None)` for
-/// `-1`.
+/// `-1`; parsed by the one time-value parser, as group and cluster settings are.
 pub fn requested_cancel_after(params: &Params) -> ApiResult<Option<Option<Duration>>> {
     match params.get("cancel_after_time_interval") {
         None => Ok(None),
-        Some(v) if v == "-1" => Ok(Some(None)),
-        Some(v) => Ok(Some(Some(sluice_engine::parse_time_value(v).map_err(|e| {
-            sluice_engine::EngineError::illegal_argument(format!(
-                "failed to parse setting [cancel_after_time_interval] with value [{v}] as a time value: {e}"
-            ))
-        })?))),
+        Some(v) => {
+            let value = sluice_wire::parse_time_value(v, "cancel_after_time_interval")
+                .map_err(sluice_wire::OpenSearchError::from)?;
+            Ok(Some(value.duration_opt()))
+        }
     }
 }
 

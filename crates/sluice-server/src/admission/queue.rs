@@ -53,7 +53,7 @@ pub async fn park(
         () = expired => {
             let reason = format!(
                 "Cancellation timeout of {} is expired",
-                crate::api::format_time_value(cancel_after.unwrap_or_default())
+                sluice_wire::format_time_value(cancel_after.unwrap_or_default())
             );
             st.tasks.cancel_seq(task.seq, &reason);
             return Err(cancelled(task, Some(reason)));

@@ -195,7 +195,7 @@ impl Admitted {
             .unwrap_or_else(|| match self.cancel_after {
                 Some(d) => format!(
                     "Cancellation timeout of {} is expired",
-                    crate::api::format_time_value(d)
+                    sluice_wire::format_time_value(d)
                 ),
                 None => "task cancelled".to_string(),
             })

@@ -11,7 +11,7 @@ use crate::http::{Params, reply};
 use crate::state::AppState;
 
 /// The OpenSearch version sluice reports, so clients that check it accept the node.
-pub const OPENSEARCH_COMPAT_VERSION: &str = "3.3.0";
+pub use sluice_wire::OPENSEARCH_COMPAT_VERSION;
 /// The Lucene version of that OpenSearch release, for clients that print it.
 const LUCENE_VERSION: &str = "10.3.1";
 

@@ -88,7 +88,7 @@ fn parse_update(body: &Body) -> ApiResult<SettingsUpdate> {
     let Value::Object(top) = value else {
         return Err(EngineError::parsing(format!(
             "Failed to parse object: expecting token of type [START_OBJECT] but found [{}]",
-            token_name(&value)
+            sluice_wire::json::token_name(&value)
         ))
         .into());
     };
@@ -112,7 +112,7 @@ fn parse_update(body: &Body) -> ApiResult<SettingsUpdate> {
             other => {
                 return Err(EngineError::parsing(format!(
                     "[{scope}] must be an object of settings, found [{}]",
-                    token_name(other)
+                    sluice_wire::json::token_name(other)
                 ))
                 .into());
             }
@@ -130,18 +130,6 @@ fn parse_update(body: &Body) -> ApiResult<SettingsUpdate> {
         .into());
     }
     Ok(update)
-}
-
-/// The name OpenSearch's parser gives the token a JSON value starts with.
-fn token_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "VALUE_NULL",
-        Value::Bool(_) => "VALUE_BOOLEAN",
-        Value::Number(_) => "VALUE_NUMBER",
-        Value::String(_) => "VALUE_STRING",
-        Value::Array(_) => "START_ARRAY",
-        Value::Object(_) => "START_OBJECT",
-    }
 }
 
 /// Renders settings as OpenSearch does: flat `{"a.b": "v"}`, or nested `{"a": {"b": "v"}}`,

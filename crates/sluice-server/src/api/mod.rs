@@ -25,18 +25,7 @@ use crate::http::fallback::no_handler;
 use crate::state::AppState;
 
 /// Renders a duration the way OpenSearch prints time values (`1.5m`, `500ms`, `2s`).
-pub fn format_time_value(d: std::time::Duration) -> String {
-    let ms = d.as_millis();
-    if !ms.is_multiple_of(1000) || ms < 1000 {
-        format!("{ms}ms")
-    } else if !ms.is_multiple_of(60_000) {
-        format!("{}s", ms / 1000)
-    } else if !ms.is_multiple_of(3_600_000) {
-        format!("{}m", ms / 60_000)
-    } else {
-        format!("{}h", ms / 3_600_000)
-    }
-}
+pub use sluice_wire::format_time_value;
 
 /// Builds the router of every API route.
 pub fn router(state: Arc<AppState>) -> Router {

@@ -116,7 +116,7 @@ pub async fn scope_request(mut req: Request, next: Next) -> Response {
         let escaped = w.replace('\\', "\\\\").replace('"', "\\\"");
         let value = format!(
             "299 OpenSearch-{} \"{escaped}\"",
-            crate::api::cluster::OPENSEARCH_COMPAT_VERSION
+            sluice_wire::OPENSEARCH_COMPAT_VERSION
         );
         if let Ok(v) = HeaderValue::from_str(&value) {
             resp.headers_mut()

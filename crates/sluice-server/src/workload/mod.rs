@@ -37,10 +37,10 @@ pub use view::{GroupEntry, View};
 use crate::error::ApiResult;
 
 /// The id (and name) of the group every untagged request belongs to.
-pub const DEFAULT_GROUP_ID: &str = "DEFAULT_WORKLOAD_GROUP";
+pub use sluice_wire::DEFAULT_GROUP_ID;
 
 /// The request header that tags a request with a group id.
-pub const GROUP_HEADER: &str = "workloadGroupId";
+pub use sluice_wire::WORKLOAD_GROUP_ID_HEADER as GROUP_HEADER;
 
 /// The node's workload-management state: groups, rules, stats.
 pub struct Workload {

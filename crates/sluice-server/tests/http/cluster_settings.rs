@@ -252,7 +252,7 @@ async fn test_bad_values_are_rejected_with_opensearch_messages() {
         ),
         (
             json!({"search.max_keep_alive": "1.5h"}),
-            "failed to parse [1.5h], fractional time values are not supported: setting [search.max_keep_alive] takes a whole number with a unit (d, h, m, s, ms, micros, nanos), 0 or -1",
+            "failed to parse [1.5h], fractional time values are not supported",
         ),
     ];
     for (settings, expected) in cases {

@@ -22,6 +22,7 @@ mod smoke;
 mod tasks;
 mod throttling;
 mod throttling_stress;
+mod time_values;
 mod wlm_groups;
 mod wlm_stats;
 mod wlm_tagging;

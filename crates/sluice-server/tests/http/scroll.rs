@@ -352,7 +352,12 @@ async fn test_scroll_request_validation_matches_opensearch() {
     let resp = node
         .req("POST", "/v/_search?scroll=soon", Some(json!({})))
         .await;
-    assert_error(&resp, 400, "parse_exception");
+    // OpenSearch 3.x's `TimeValue` throws `IllegalArgumentException` for a bad time value.
+    assert_error(&resp, 400, "illegal_argument_exception");
+    assert_eq!(
+        resp.1["error"]["root_cause"][0]["reason"],
+        "failed to parse setting [scroll] with value [soon] as a time value: unit is missing or unrecognized"
+    );
     let resp = node
         .req("POST", "/v/_search?scroll=1m", Some(json!({"size": 10001})))
         .await;

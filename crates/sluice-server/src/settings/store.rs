@@ -1,0 +1,595 @@
+//! Updates and persistence: [`ClusterSettings`] holds the current [`SettingsSnapshot`] and
+//! publishes a new one after each [`ClusterSettings::apply`], which validates an update, saves
+//! the persistent values to the metastore (one document, compare-and-set) and never leaves a
+//! half-applied state.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use sluice_engine::EngineError;
+use sluice_meta::{Collection, Expect, MetaError, MetaStore};
+use tokio::sync::watch;
+
+use super::keys::ARCHIVED_PREFIX;
+use super::registry::definition;
+use super::snapshot::{CROSS_CHECKS, SettingsSnapshot};
+use super::values::parse_value;
+
+/// The metastore document (in [`Collection::ClusterSettings`]) holding every persistent
+/// setting as one flat object `{"key": "value", …}`; one document, so one compare-and-set
+/// covers a whole update and the merged result stays valid.
+pub const PERSISTENT_DOC: &str = "persistent";
+
+/// Which of the two update scopes a value belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Saved in the metastore; survives restarts.
+    Persistent,
+    /// Memory only; gone after a restart.
+    Transient,
+}
+
+impl Scope {
+    /// The scope's name in requests, responses and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Persistent => "persistent",
+            Scope::Transient => "transient",
+        }
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a settings update was refused or could not be saved.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// A key or value the registry rejects, or a merged result that breaks a rule; the
+    /// message is OpenSearch's.
+    #[error("{0}")]
+    Invalid(String),
+    /// The metastore failed; nothing was changed.
+    #[error("cannot save the persistent cluster settings: {0}")]
+    Store(#[from] MetaError),
+}
+
+impl From<SettingsError> for EngineError {
+    fn from(e: SettingsError) -> Self {
+        match e {
+            SettingsError::Invalid(reason) => EngineError::illegal_argument(reason),
+            SettingsError::Store(_) => EngineError::internal(e.to_string()),
+        }
+    }
+}
+
+/// One `PUT _cluster/settings`: per scope, the keys to set (`Some`) or reset (`None`, which
+/// also takes `*` patterns), flattened to dotted keys.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SettingsUpdate {
+    /// Changes to the persistent values.
+    pub persistent: Vec<(String, Option<String>)>,
+    /// Changes to the transient values.
+    pub transient: Vec<(String, Option<String>)>,
+}
+
+impl SettingsUpdate {
+    /// Whether the update names no key at all.
+    pub fn is_empty(&self) -> bool {
+        self.persistent.is_empty() && self.transient.is_empty()
+    }
+}
+
+/// What an update set, per scope (resets are not echoed), as OpenSearch's response shows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AppliedUpdate {
+    /// Persistent values set by the update.
+    pub persistent: BTreeMap<String, String>,
+    /// Transient values set by the update.
+    pub transient: BTreeMap<String, String>,
+}
+
+/// How many times an update retries when another writer changed the persistent document
+/// between our read and our write (only possible once several nodes share a metastore);
+/// more than a handful means something rewrites it in a loop.
+const MAX_UPDATE_ATTEMPTS: usize = 5;
+
+/// The node's dynamic cluster settings: the current [`SettingsSnapshot`], published through
+/// a watch channel, and the metastore holding the persistent values.
+///
+/// Reads ([`ClusterSettings::snapshot`] and the typed accessors) take the channel's read
+/// lock only to clone an `Arc`; updates are serialized by an async mutex held across the
+/// metastore write, so two updates never interleave their read-validate-write.
+pub struct ClusterSettings {
+    current: watch::Sender<Arc<SettingsSnapshot>>,
+    store: Arc<dyn MetaStore>,
+    /// Held by an update from validation to publication; holds the version of the
+    /// persistent document the current snapshot was built from (`None`: no document).
+    update: tokio::sync::Mutex<Option<u64>>,
+}
+
+impl fmt::Debug for ClusterSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterSettings")
+            .field("current", &*self.current.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterSettings {
+    /// Loads the persistent settings from `store`; transient ones start empty.
+    ///
+    /// A stored key that is no longer registered, or a value that no longer validates, is
+    /// dropped with a warning (and disappears from the store at the next update), so a
+    /// downgrade or a tightened bound never keeps the node from starting.
+    ///
+    /// # Cancel safety
+    ///
+    /// Only reads; safe to drop.
+    pub async fn load(store: Arc<dyn MetaStore>) -> Result<ClusterSettings, MetaError> {
+        let (persistent, version) = read_persistent(store.as_ref()).await?;
+        let snapshot = SettingsSnapshot::build(persistent, BTreeMap::new());
+        for rule in CROSS_CHECKS {
+            if let Err(reason) = rule(&snapshot) {
+                tracing::warn!(%reason, "persistent cluster settings break a rule; fix them with PUT _cluster/settings");
+            }
+        }
+        let (current, _) = watch::channel(Arc::new(snapshot));
+        Ok(ClusterSettings {
+            current,
+            store,
+            update: tokio::sync::Mutex::new(version),
+        })
+    }
+
+    /// The current settings; cheap (an `Arc` clone), and consistent across several reads.
+    pub fn snapshot(&self) -> Arc<SettingsSnapshot> {
+        self.current.borrow().clone()
+    }
+
+    /// A receiver that sees every new snapshot, for components that react to changes.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<SettingsSnapshot>> {
+        self.current.subscribe()
+    }
+
+    /// `search.cancel_after_time_interval`; `None` when disabled.
+    pub fn cancel_after_time_interval(&self) -> Option<Duration> {
+        self.current.borrow().cancel_after_time_interval()
+    }
+
+    /// `search.max_open_scroll_context`.
+    pub fn max_open_scroll_context(&self) -> u32 {
+        self.current.borrow().max_open_scroll_context()
+    }
+
+    /// `search.default_keep_alive`.
+    pub fn default_keep_alive(&self) -> Duration {
+        self.current.borrow().default_keep_alive()
+    }
+
+    /// `search.max_keep_alive`.
+    pub fn max_keep_alive(&self) -> Duration {
+        self.current.borrow().max_keep_alive()
+    }
+
+    /// `search.max_buckets`.
+    pub fn max_buckets(&self) -> u32 {
+        self.current.borrow().max_buckets()
+    }
+
+    /// `wlm.workload_group.mode`.
+    pub fn wlm_mode(&self) -> sluice_core::WlmMode {
+        self.current.borrow().wlm_mode()
+    }
+
+    /// Applies `update`: checks every key and value (transient first, then persistent, each
+    /// in key order, as OpenSearch does), then the merged result against [`CROSS_CHECKS`];
+    /// only when all pass saves the persistent values and publishes the new snapshot.
+    /// Returns the values set.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before the metastore write leaves everything unchanged; after
+    /// it, the write may land while the in-memory snapshot stays old until the next update or
+    /// restart reads it back.
+    pub async fn apply(&self, update: SettingsUpdate) -> Result<AppliedUpdate, SettingsError> {
+        let mut stored_version = self.update.lock().await;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let current = self.snapshot();
+            let (transient, set_transient) =
+                merge_scope(current.transient(), &update.transient, Scope::Transient)?;
+            let (persistent, set_persistent) =
+                merge_scope(current.persistent(), &update.persistent, Scope::Persistent)?;
+            let next = SettingsSnapshot::build(persistent, transient);
+            for rule in CROSS_CHECKS {
+                rule(&next).map_err(SettingsError::Invalid)?;
+            }
+            if next.persistent() != current.persistent() {
+                let doc: Map<String, Value> = next
+                    .persistent()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                    .collect();
+                let expected = stored_version.map_or(Expect::Absent, Expect::Version);
+                let written = self
+                    .store
+                    .put(
+                        Collection::ClusterSettings,
+                        PERSISTENT_DOC,
+                        Value::Object(doc),
+                        expected,
+                    )
+                    .await;
+                match written {
+                    Ok(doc) => *stored_version = Some(doc.version),
+                    Err(MetaError::Conflict { .. }) if attempt < MAX_UPDATE_ATTEMPTS => {
+                        // Another writer changed the persistent settings: start over from
+                        // what it wrote, keeping our transient values.
+                        let (persistent, version) = read_persistent(self.store.as_ref()).await?;
+                        *stored_version = version;
+                        self.current.send_replace(Arc::new(SettingsSnapshot::build(
+                            persistent,
+                            current.transient().clone(),
+                        )));
+                        continue;
+                    }
+                    Err(e) => return Err(SettingsError::Store(e)),
+                }
+            }
+            self.current.send_replace(Arc::new(next));
+            return Ok(AppliedUpdate {
+                persistent: set_persistent,
+                transient: set_transient,
+            });
+        }
+    }
+}
+
+/// Reads and validates the persistent document; returns the valid values and its version.
+async fn read_persistent(
+    store: &dyn MetaStore,
+) -> Result<(BTreeMap<String, String>, Option<u64>), MetaError> {
+    let Some(doc) = store
+        .get(Collection::ClusterSettings, PERSISTENT_DOC)
+        .await?
+    else {
+        return Ok((BTreeMap::new(), None));
+    };
+    let Value::Object(map) = doc.value else {
+        return Err(MetaError::Corrupt {
+            location: format!("{}/{PERSISTENT_DOC}", Collection::ClusterSettings),
+            reason: format!("expected an object of settings, found {}", doc.value),
+        });
+    };
+    let mut persistent = BTreeMap::new();
+    for (key, value) in map {
+        let Value::String(raw) = value else {
+            tracing::warn!(%key, %value, "dropping a stored persistent setting whose value is not a string");
+            continue;
+        };
+        let Some(def) = definition(&key) else {
+            tracing::warn!(%key, value = %raw, "dropping a stored persistent setting this node does not recognize");
+            continue;
+        };
+        if let Err(reason) = parse_value(def, &raw) {
+            tracing::warn!(%key, value = %raw, %reason, "dropping a stored persistent setting that no longer validates");
+            continue;
+        }
+        persistent.insert(key, raw);
+    }
+    Ok((persistent, Some(doc.version)))
+}
+
+/// Setting values by key, as set (not parsed).
+type SettingsMap = BTreeMap<String, String>;
+
+/// Applies one scope's changes to `current`: returns the new map and the values set.
+///
+/// Resets apply before sets, as in OpenSearch, so `{"search.*": null, "search.x": "1"}`
+/// clears the others and keeps the new `search.x`.
+fn merge_scope(
+    current: &BTreeMap<String, String>,
+    changes: &[(String, Option<String>)],
+    scope: Scope,
+) -> Result<(SettingsMap, SettingsMap), SettingsError> {
+    let mut sorted: Vec<&(String, Option<String>)> = changes.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut set = BTreeMap::new();
+    let mut resets = Vec::new();
+    for (key, value) in sorted {
+        let Some(def) = definition(key) else {
+            let removable = key.contains('*') || key.starts_with(ARCHIVED_PREFIX);
+            if value.is_none() && removable {
+                resets.push(key.as_str());
+                continue;
+            }
+            return Err(SettingsError::Invalid(format!(
+                "{scope} setting [{key}], not recognized"
+            )));
+        };
+        match value {
+            None => resets.push(key.as_str()),
+            Some(raw) => {
+                parse_value(def, raw).map_err(SettingsError::Invalid)?;
+                set.insert(key.clone(), raw.clone());
+            }
+        }
+    }
+    let mut next = current.clone();
+    for pattern in resets {
+        next.retain(|k, _| !sluice_wire::simple_match(pattern, k));
+    }
+    next.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+    Ok((next, set))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::keys;
+    use sluice_meta::MemoryMetaStore;
+
+    fn update(scope: Scope, pairs: &[(&str, Option<&str>)]) -> SettingsUpdate {
+        let list = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
+            .collect();
+        match scope {
+            Scope::Persistent => SettingsUpdate {
+                persistent: list,
+                ..SettingsUpdate::default()
+            },
+            Scope::Transient => SettingsUpdate {
+                transient: list,
+                ..SettingsUpdate::default()
+            },
+        }
+    }
+
+    async fn fresh() -> ClusterSettings {
+        ClusterSettings::load(Arc::new(MemoryMetaStore::new()))
+            .await
+            .expect("load")
+    }
+
+    #[tokio::test]
+    async fn test_transient_overrides_persistent_overrides_default() {
+        let cs = fresh().await;
+        cs.apply(update(
+            Scope::Persistent,
+            &[(keys::SEARCH_MAX_BUCKETS, Some("100"))],
+        ))
+        .await
+        .expect("persistent");
+        assert_eq!(cs.max_buckets(), 100);
+        cs.apply(update(
+            Scope::Transient,
+            &[(keys::SEARCH_MAX_BUCKETS, Some("7"))],
+        ))
+        .await
+        .expect("transient");
+        assert_eq!(cs.max_buckets(), 7);
+        cs.apply(update(
+            Scope::Transient,
+            &[(keys::SEARCH_MAX_BUCKETS, None)],
+        ))
+        .await
+        .expect("reset transient");
+        assert_eq!(cs.max_buckets(), 100);
+        cs.apply(update(
+            Scope::Persistent,
+            &[(keys::SEARCH_MAX_BUCKETS, None)],
+        ))
+        .await
+        .expect("reset persistent");
+        assert_eq!(cs.max_buckets(), 65535);
+    }
+
+    #[tokio::test]
+    async fn test_keep_alive_rule_runs_on_the_merged_settings() {
+        let cs = fresh().await;
+        // Raising the default above the current max alone fails …
+        let err = cs
+            .apply(update(
+                Scope::Persistent,
+                &[(keys::SEARCH_DEFAULT_KEEP_ALIVE, Some("2d"))],
+            ))
+            .await
+            .expect_err("default above max");
+        assert_eq!(
+            err.to_string(),
+            "Default keep alive setting for request [search.default_keep_alive] should be smaller than max keep alive [search.max_keep_alive], was (2d > 1d)"
+        );
+        assert_eq!(
+            cs.default_keep_alive(),
+            Duration::from_secs(300),
+            "a refused update changed a value"
+        );
+        // … raising both in one request works …
+        cs.apply(update(
+            Scope::Persistent,
+            &[
+                (keys::SEARCH_DEFAULT_KEEP_ALIVE, Some("2d")),
+                (keys::SEARCH_MAX_KEEP_ALIVE, Some("3d")),
+            ],
+        ))
+        .await
+        .expect("both");
+        // … and a transient max below the persistent default is caught across scopes.
+        let err = cs
+            .apply(update(
+                Scope::Transient,
+                &[(keys::SEARCH_MAX_KEEP_ALIVE, Some("1h"))],
+            ))
+            .await
+            .expect_err("transient max below persistent default");
+        assert!(err.to_string().contains("was (2d > 1h)"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn test_unknown_keys_fail_with_their_scope_and_nothing_changes() {
+        let cs = fresh().await;
+        let both = SettingsUpdate {
+            persistent: vec![
+                ("search.max_buckets".into(), Some("5".into())),
+                ("foo.bar".into(), Some("1".into())),
+            ],
+            transient: vec![("baz".into(), Some("1".into()))],
+        };
+        let err = cs.apply(both).await.expect_err("unknown");
+        assert_eq!(err.to_string(), "transient setting [baz], not recognized");
+        let err = cs
+            .apply(update(Scope::Persistent, &[("foo.bar", None)]))
+            .await
+            .expect_err("reset of unknown");
+        assert_eq!(
+            err.to_string(),
+            "persistent setting [foo.bar], not recognized"
+        );
+        assert_eq!(cs.max_buckets(), 65535);
+        assert!(cs.snapshot().persistent().is_empty());
+    }
+
+    #[tokio::test]
+    async fn test_wildcard_and_archived_resets() {
+        let cs = fresh().await;
+        cs.apply(update(
+            Scope::Transient,
+            &[
+                (keys::SEARCH_MAX_BUCKETS, Some("1")),
+                (keys::SEARCH_MAX_OPEN_SCROLL_CONTEXT, Some("2")),
+            ],
+        ))
+        .await
+        .expect("set");
+        cs.apply(update(
+            Scope::Transient,
+            &[("search.max_*", None), ("archived.old", None)],
+        ))
+        .await
+        .expect("wildcard reset");
+        assert!(cs.snapshot().transient().is_empty());
+        assert_eq!(cs.max_open_scroll_context(), 500);
+        // Resets apply before sets within one request.
+        cs.apply(update(
+            Scope::Transient,
+            &[
+                (keys::SEARCH_MAX_OPEN_SCROLL_CONTEXT, Some("3")),
+                ("*", None),
+            ],
+        ))
+        .await
+        .expect("reset and set");
+        assert_eq!(cs.max_open_scroll_context(), 3);
+    }
+
+    #[tokio::test]
+    async fn test_persistent_values_reload_and_transient_do_not() {
+        let store: Arc<dyn MetaStore> = Arc::new(MemoryMetaStore::new());
+        let cs = ClusterSettings::load(store.clone()).await.expect("load");
+        let applied = cs
+            .apply(SettingsUpdate {
+                persistent: vec![(
+                    keys::SEARCH_CANCEL_AFTER_TIME_INTERVAL.into(),
+                    Some("30s".into()),
+                )],
+                transient: vec![(keys::SEARCH_MAX_BUCKETS.into(), Some("10".into()))],
+            })
+            .await
+            .expect("apply");
+        assert_eq!(
+            applied.persistent[keys::SEARCH_CANCEL_AFTER_TIME_INTERVAL],
+            "30s"
+        );
+        assert_eq!(applied.transient[keys::SEARCH_MAX_BUCKETS], "10");
+        let reloaded = ClusterSettings::load(store).await.expect("reload");
+        assert_eq!(
+            reloaded.cancel_after_time_interval(),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(reloaded.max_buckets(), 65535);
+    }
+
+    #[tokio::test]
+    async fn test_load_drops_unknown_and_invalid_stored_values() {
+        let store: Arc<dyn MetaStore> = Arc::new(MemoryMetaStore::new());
+        store
+            .put(
+                Collection::ClusterSettings,
+                PERSISTENT_DOC,
+                serde_json::json!({
+                    "search.max_buckets": "12",
+                    "gone.setting": "1",
+                    "search.max_open_scroll_context": "-4",
+                    "search.default_keep_alive": 5
+                }),
+                Expect::Absent,
+            )
+            .await
+            .expect("seed");
+        let cs = ClusterSettings::load(store).await.expect("load");
+        let snap = cs.snapshot();
+        assert_eq!(snap.persistent().len(), 1, "{:?}", snap.persistent());
+        assert_eq!(snap.max_buckets(), 12);
+        assert_eq!(snap.max_open_scroll_context(), 500);
+    }
+
+    #[tokio::test]
+    async fn test_concurrent_writer_conflict_is_retried_on_fresh_state() {
+        let store: Arc<dyn MetaStore> = Arc::new(MemoryMetaStore::new());
+        let cs = ClusterSettings::load(store.clone()).await.expect("load");
+        // Another node writes the persistent document behind our back.
+        store
+            .put(
+                Collection::ClusterSettings,
+                PERSISTENT_DOC,
+                serde_json::json!({"search.max_open_scroll_context": "9"}),
+                Expect::Absent,
+            )
+            .await
+            .expect("other writer");
+        cs.apply(update(
+            Scope::Persistent,
+            &[(keys::SEARCH_MAX_BUCKETS, Some("3"))],
+        ))
+        .await
+        .expect("retried");
+        assert_eq!(cs.max_buckets(), 3);
+        assert_eq!(
+            cs.max_open_scroll_context(),
+            9,
+            "the other writer's value was lost"
+        );
+        let stored = store
+            .get(Collection::ClusterSettings, PERSISTENT_DOC)
+            .await
+            .expect("get")
+            .expect("doc");
+        assert_eq!(
+            stored.value,
+            serde_json::json!({"search.max_buckets": "3", "search.max_open_scroll_context": "9"})
+        );
+    }
+
+    #[tokio::test]
+    async fn test_subscribers_see_new_snapshots() {
+        let cs = fresh().await;
+        let mut rx = cs.subscribe();
+        cs.apply(update(
+            Scope::Transient,
+            &[(keys::SEARCH_MAX_BUCKETS, Some("42"))],
+        ))
+        .await
+        .expect("apply");
+        assert!(rx.has_changed().expect("sender alive"));
+        assert_eq!(rx.borrow_and_update().max_buckets(), 42);
+    }
+}

@@ -1,0 +1,188 @@
+//! One time-value rule everywhere (OpenSearch 3.x's `TimeValue.parseTimeValue`): the same text
+//! is accepted or refused the same way as a request parameter, a body field, a scroll
+//! keep-alive, a workload group setting, a cluster setting and an index setting. Fractional
+//! values such as `1.5s` are refused with OpenSearch's 400 `illegal_argument_exception`
+//! "failed to parse [1.5s], fractional time values are not supported".
+
+use serde_json::{Value, json};
+
+use crate::common::{TestNode, assert_error};
+
+const FRACTIONAL: &str = "fractional time values are not supported";
+
+fn reason(resp: &(u16, Value)) -> String {
+    resp.1["error"]["root_cause"][0]["reason"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no reason in {}", resp.1))
+        .to_string()
+}
+
+/// Asserts a 400 whose reason is OpenSearch's refusal of the fractional `raw`.
+fn assert_fractional_refused(resp: &(u16, Value), raw: &str) {
+    assert_eq!(resp.0, 400, "{raw}: {}", resp.1);
+    assert_eq!(
+        reason(resp),
+        format!("failed to parse [{raw}], {FRACTIONAL}"),
+        "{}",
+        resp.1
+    );
+}
+
+async fn with_index(node: &TestNode) {
+    let (s, b) = node
+        .req("PUT", "/t/_doc/1?refresh=true", Some(json!({"n": 1})))
+        .await;
+    assert!(s == 201 || s == 200, "{b}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_request_parameters_refuse_fractional_time_values() {
+    let node = TestNode::start().await;
+    with_index(&node).await;
+    for (param, ok) in [
+        ("cancel_after_time_interval", "1500ms"),
+        ("timeout", "1500ms"),
+    ] {
+        let resp = node
+            .req("POST", &format!("/t/_search?{param}=1.5s"), Some(json!({})))
+            .await;
+        assert_error(&resp, 400, "illegal_argument_exception");
+        assert!(reason(&resp).contains(FRACTIONAL), "{param}: {}", resp.1);
+        let (s, b) = node
+            .req("POST", &format!("/t/_search?{param}={ok}"), Some(json!({})))
+            .await;
+        assert_eq!(s, 200, "{param}={ok}: {b}");
+    }
+    let resp = node
+        .req(
+            "POST",
+            "/t/_search?cancel_after_time_interval=-1",
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(resp.0, 200, "-1 disables: {}", resp.1);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_body_timeout_refuses_fractional_time_values() {
+    let node = TestNode::start().await;
+    with_index(&node).await;
+    let resp = node
+        .req("POST", "/t/_search", Some(json!({"timeout": "1.5s"})))
+        .await;
+    assert_eq!(resp.0, 400, "{}", resp.1);
+    assert!(reason(&resp).contains(FRACTIONAL), "{}", resp.1);
+    let (s, b) = node
+        .req("POST", "/t/_search", Some(json!({"timeout": "1500ms"})))
+        .await;
+    assert_eq!(s, 200, "{b}");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_scroll_keep_alive_refuses_fractional_time_values() {
+    let node = TestNode::start().await;
+    with_index(&node).await;
+    let resp = node
+        .req("POST", "/t/_search?scroll=1.5m", Some(json!({})))
+        .await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    assert_fractional_refused(&resp, "1.5m");
+    let (s, b) = node
+        .req("POST", "/t/_search?scroll=90s", Some(json!({})))
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let id = b["_scroll_id"].as_str().expect("scroll id").to_string();
+    let resp = node
+        .req(
+            "POST",
+            "/_search/scroll",
+            Some(json!({"scroll": "0.5m", "scroll_id": id})),
+        )
+        .await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    assert_fractional_refused(&resp, "0.5m");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_group_setting_refuses_fractional_time_values() {
+    let node = TestNode::start().await;
+    let group = |value: &str| {
+        json!({
+            "name": format!("g{}", value.len()),
+            "resiliency_mode": "soft",
+            "resource_limits": {"cpu": 0.1},
+            "settings": {"search.cancel_after_time_interval": value}
+        })
+    };
+    let resp = node
+        .req("PUT", "/_wlm/workload_group", Some(group("1.5s")))
+        .await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    assert!(
+        reason(&resp).ends_with(&format!("failed to parse [1.5s], {FRACTIONAL}")),
+        "{}",
+        resp.1
+    );
+    for ok in ["1500ms", "-1"] {
+        let (s, b) = node
+            .req("PUT", "/_wlm/workload_group", Some(group(ok)))
+            .await;
+        assert_eq!(s, 200, "{ok}: {b}");
+    }
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_cluster_setting_refuses_fractional_time_values() {
+    let node = TestNode::start().await;
+    for key in [
+        "search.cancel_after_time_interval",
+        "search.default_keep_alive",
+        "search.max_keep_alive",
+    ] {
+        let resp = node
+            .req(
+                "PUT",
+                "/_cluster/settings",
+                Some(json!({"transient": {key: "1.5h"}})),
+            )
+            .await;
+        assert_error(&resp, 400, "illegal_argument_exception");
+        assert_fractional_refused(&resp, "1.5h");
+    }
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"transient": {"search.cancel_after_time_interval": "1500ms"}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_index_refresh_interval_refuses_fractional_time_values() {
+    let node = TestNode::start().await;
+    let resp = node
+        .req(
+            "PUT",
+            "/r",
+            Some(json!({"settings": {"index.refresh_interval": "1.5s"}})),
+        )
+        .await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    assert_fractional_refused(&resp, "1.5s");
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/r",
+            Some(json!({"settings": {"index.refresh_interval": "1500ms"}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    node.stop().await;
+}

@@ -1,0 +1,369 @@
+//! The error taxonomy: every failure a client sees is classified once into an [`ErrorCode`],
+//! which fixes its HTTP status and its OpenSearch error `type`; [`render_error`] writes the
+//! OpenSearch JSON (`root_cause`, `type`, `reason`, `caused_by` …).
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+/// The class of an engine error; one code per OpenSearch error `type` the engine can produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// 404 `index_not_found_exception`.
+    IndexNotFound,
+    /// 400 `resource_already_exists_exception`.
+    ResourceAlreadyExists,
+    /// 400 `invalid_index_name_exception`.
+    InvalidIndexName,
+    /// 400 `parsing_exception`: a request body that is valid JSON but not a valid request.
+    Parsing,
+    /// 400 `parse_exception`: a request that lacks what it needs to be parsed at all (no body).
+    Parse,
+    /// 400 `x_content_parse_exception`: a value of the wrong shape inside a request.
+    XContentParse,
+    /// 400 `illegal_argument_exception`.
+    IllegalArgument,
+    /// 400 `mapper_parsing_exception`: a document or mapping that does not fit the mapping.
+    MapperParsing,
+    /// 400 `query_shard_exception`: a query that cannot be built against the index's fields.
+    QueryShard,
+    /// 400 `search_phase_execution_exception`: the wrapper OpenSearch puts around shard failures.
+    SearchPhaseExecution,
+    /// 409 `version_conflict_engine_exception`.
+    VersionConflict,
+    /// 404 `document_missing_exception`.
+    DocumentMissing,
+    /// 400 `action_request_validation_exception`.
+    ActionRequestValidation,
+    /// 400 `too_many_buckets_exception` (OpenSearch answers 503 for the search; see server).
+    TooManyBuckets,
+    /// 500 `task_cancelled_exception`, as OpenSearch (whose exception keeps the default
+    /// status) answers a cancelled search.
+    TaskCancelled,
+    /// 429 `rejected_execution_exception`: the node refused the work for lack of capacity.
+    RejectedExecution,
+    /// 404 `resource_not_found_exception`.
+    ResourceNotFound,
+    /// 404 `search_context_missing_exception`: a scroll id whose context expired, was cleared or
+    /// never existed.
+    SearchContextMissing,
+    /// 500 `exception`: a bug or an I/O failure of the node.
+    Internal,
+    /// 401 `security_exception`: a request without valid credentials.
+    Unauthenticated,
+    /// 403 `security_exception`: an authenticated user without the role an action needs.
+    Forbidden,
+    /// 403 `cluster_block_exception`: an index block (`index.blocks.*`) refuses the operation.
+    ClusterBlock,
+}
+
+impl ErrorCode {
+    /// The OpenSearch error `type` string for this code.
+    pub fn type_name(self) -> &'static str {
+        match self {
+            ErrorCode::IndexNotFound => "index_not_found_exception",
+            ErrorCode::ResourceAlreadyExists => "resource_already_exists_exception",
+            ErrorCode::InvalidIndexName => "invalid_index_name_exception",
+            ErrorCode::Parsing => "parsing_exception",
+            ErrorCode::Parse => "parse_exception",
+            ErrorCode::XContentParse => "x_content_parse_exception",
+            ErrorCode::IllegalArgument => "illegal_argument_exception",
+            ErrorCode::MapperParsing => "mapper_parsing_exception",
+            ErrorCode::QueryShard => "query_shard_exception",
+            ErrorCode::SearchPhaseExecution => "search_phase_execution_exception",
+            ErrorCode::VersionConflict => "version_conflict_engine_exception",
+            ErrorCode::DocumentMissing => "document_missing_exception",
+            ErrorCode::ActionRequestValidation => "action_request_validation_exception",
+            ErrorCode::TooManyBuckets => "too_many_buckets_exception",
+            ErrorCode::TaskCancelled => "task_cancelled_exception",
+            ErrorCode::RejectedExecution => "rejected_execution_exception",
+            ErrorCode::ResourceNotFound => "resource_not_found_exception",
+            ErrorCode::SearchContextMissing => "search_context_missing_exception",
+            ErrorCode::Internal => "exception",
+            ErrorCode::Unauthenticated | ErrorCode::Forbidden => "security_exception",
+            ErrorCode::ClusterBlock => "cluster_block_exception",
+        }
+    }
+
+    /// The HTTP status OpenSearch answers with for this code.
+    pub fn status(self) -> u16 {
+        match self {
+            ErrorCode::IndexNotFound
+            | ErrorCode::DocumentMissing
+            | ErrorCode::ResourceNotFound
+            | ErrorCode::SearchContextMissing => 404,
+            ErrorCode::VersionConflict => 409,
+            ErrorCode::TooManyBuckets => 503,
+            ErrorCode::RejectedExecution => 429,
+            ErrorCode::Internal | ErrorCode::TaskCancelled => 500,
+            ErrorCode::Unauthenticated => 401,
+            ErrorCode::Forbidden | ErrorCode::ClusterBlock => 403,
+            _ => 400,
+        }
+    }
+}
+
+/// An error as OpenSearch reports it: a code, a reason, and where known the index and the
+/// underlying cause. Every crate's failures that reach a client end up as one of these.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenSearchError {
+    /// The classification of this error.
+    pub code: ErrorCode,
+    /// What went wrong, in OpenSearch's words where compatibility fixes them.
+    pub reason: String,
+    /// The index the error is about, rendered as `index` in the error JSON.
+    pub index: Option<String>,
+    /// The root cause, when this error wraps another (a search phase failure around a shard
+    /// failure, say).
+    pub cause: Option<Box<OpenSearchError>>,
+    /// Extra fields rendered beside `type` and `reason` (line, col, resource.id …).
+    pub extra: Vec<(&'static str, Value)>,
+}
+
+impl OpenSearchError {
+    /// Makes an error of `code` with `reason`.
+    pub fn new(code: ErrorCode, reason: impl Into<String>) -> Self {
+        OpenSearchError {
+            code,
+            reason: reason.into(),
+            index: None,
+            cause: None,
+            extra: Vec::new(),
+        }
+    }
+
+    /// Sets the index this error is about.
+    pub fn with_index(mut self, index: impl Into<String>) -> Self {
+        self.index = Some(index.into());
+        self
+    }
+
+    /// Adds an extra field to the rendered error.
+    pub fn with_extra(mut self, key: &'static str, value: Value) -> Self {
+        self.extra.push((key, value));
+        self
+    }
+
+    /// Shorthand for a 404 `index_not_found_exception` naming `index`.
+    pub fn index_not_found(index: &str) -> Self {
+        OpenSearchError::new(ErrorCode::IndexNotFound, format!("no such index [{index}]"))
+            .with_index(index)
+            .with_extra("resource.type", Value::from("index_or_alias"))
+            .with_extra("resource.id", Value::from(index))
+            .with_extra("index_uuid", Value::from("_na_"))
+    }
+
+    /// Shorthand for a 400 `illegal_argument_exception`.
+    pub fn illegal_argument(reason: impl Into<String>) -> Self {
+        OpenSearchError::new(ErrorCode::IllegalArgument, reason)
+    }
+
+    /// Shorthand for a 400 `parsing_exception`.
+    pub fn parsing(reason: impl Into<String>) -> Self {
+        OpenSearchError::new(ErrorCode::Parsing, reason)
+    }
+
+    /// Shorthand for a 400 `query_shard_exception`.
+    pub fn query_shard(reason: impl Into<String>) -> Self {
+        OpenSearchError::new(ErrorCode::QueryShard, reason)
+    }
+
+    /// Shorthand for a 400 `mapper_parsing_exception`.
+    pub fn mapper_parsing(reason: impl Into<String>) -> Self {
+        OpenSearchError::new(ErrorCode::MapperParsing, reason)
+    }
+
+    /// Shorthand for a 500 internal error, for I/O and engine failures.
+    pub fn internal(reason: impl Into<String>) -> Self {
+        OpenSearchError::new(ErrorCode::Internal, reason)
+    }
+
+    /// Wraps a per-index query failure the way OpenSearch reports it: a
+    /// `search_phase_execution_exception` ("all shards failed") around the shard's error.
+    pub fn into_search_phase_failure(self) -> Self {
+        match self.code {
+            ErrorCode::QueryShard | ErrorCode::IllegalArgument => {
+                let mut outer =
+                    OpenSearchError::new(ErrorCode::SearchPhaseExecution, "all shards failed")
+                        .with_extra("phase", Value::from("query"))
+                        .with_extra("grouped", Value::from(true));
+                outer.cause = Some(Box::new(self));
+                outer
+            }
+            _ => self,
+        }
+    }
+
+    /// The innermost cause, reported as OpenSearch's `root_cause`.
+    pub fn root_cause(&self) -> &OpenSearchError {
+        let mut e = self;
+        while let Some(c) = &e.cause {
+            e = c;
+        }
+        e
+    }
+}
+
+impl fmt::Display for OpenSearchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code.type_name(), self.reason)
+    }
+}
+
+impl std::error::Error for OpenSearchError {}
+
+impl From<std::io::Error> for OpenSearchError {
+    fn from(e: std::io::Error) -> Self {
+        OpenSearchError::internal(format!("i/o failure: {e}"))
+    }
+}
+
+impl OpenSearchError {
+    /// The HTTP status of this error. A search phase failure takes its root cause's status, as
+    /// OpenSearch's does.
+    pub fn status(&self) -> u16 {
+        if self.code == ErrorCode::SearchPhaseExecution {
+            self.root_cause().code.status()
+        } else {
+            self.code.status()
+        }
+    }
+
+    /// The whole OpenSearch error body: `{"error": {…}, "status": N}`.
+    pub fn to_body(&self) -> Value {
+        let mut body = Map::new();
+        body.insert("error".into(), render_error(self));
+        body.insert("status".into(), Value::from(self.status()));
+        Value::Object(body)
+    }
+}
+
+/// The fields of one level of an error: `type`, `reason`, `index` and the extras.
+fn error_object(e: &OpenSearchError) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("type".into(), Value::from(e.code.type_name()));
+    m.insert("reason".into(), Value::from(e.reason.as_str()));
+    if let Some(index) = &e.index {
+        m.insert("index".into(), Value::from(index.as_str()));
+    }
+    for (k, v) in &e.extra {
+        m.insert((*k).to_string(), v.clone());
+    }
+    m
+}
+
+/// Renders an error as OpenSearch's `error` object (without `status`): `root_cause` first,
+/// then the error's own fields, then `failed_shards` (search phase failures) and `caused_by`.
+pub fn render_error(e: &OpenSearchError) -> Value {
+    let mut out = Map::new();
+    out.insert(
+        "root_cause".into(),
+        Value::Array(vec![Value::Object(error_object(e.root_cause()))]),
+    );
+    out.extend(error_object(e));
+    if let Some(cause) = &e.cause {
+        if e.code == ErrorCode::SearchPhaseExecution {
+            let mut shard = Map::new();
+            shard.insert("shard".into(), Value::from(0));
+            shard.insert(
+                "index".into(),
+                cause.index.as_deref().map_or(Value::Null, Value::from),
+            );
+            shard.insert("node".into(), Value::from("local"));
+            shard.insert("reason".into(), Value::Object(error_object(cause)));
+            out.insert(
+                "failed_shards".into(),
+                Value::Array(vec![Value::Object(shard)]),
+            );
+        }
+        out.insert("caused_by".into(), Value::Object(error_object(cause)));
+    }
+    Value::Object(out)
+}
+
+/// The result type of code that fails with an [`OpenSearchError`].
+pub type Result<T, E = OpenSearchError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn test_index_not_found_renders_as_opensearch_does() {
+        let e = OpenSearchError::index_not_found("logs");
+        assert_eq!(e.status(), 404);
+        assert_eq!(
+            e.to_body(),
+            json!({
+                "error": {
+                    "root_cause": [{
+                        "type": "index_not_found_exception",
+                        "reason": "no such index [logs]",
+                        "index": "logs",
+                        "resource.type": "index_or_alias",
+                        "resource.id": "logs",
+                        "index_uuid": "_na_"
+                    }],
+                    "type": "index_not_found_exception",
+                    "reason": "no such index [logs]",
+                    "index": "logs",
+                    "resource.type": "index_or_alias",
+                    "resource.id": "logs",
+                    "index_uuid": "_na_"
+                },
+                "status": 404
+            })
+        );
+        let body = e.to_body();
+        let first = body["error"].as_object().and_then(|o| o.keys().next());
+        assert_eq!(
+            first.map(String::as_str),
+            Some("root_cause"),
+            "OpenSearch puts root_cause first"
+        );
+    }
+
+    #[test]
+    fn test_search_phase_failure_takes_its_cause_status_and_shows_the_shard() {
+        let e = OpenSearchError::query_shard("failed to create query: bad")
+            .with_index("logs")
+            .into_search_phase_failure();
+        assert_eq!(e.code, ErrorCode::SearchPhaseExecution);
+        assert_eq!(e.status(), 400);
+        let body = render_error(&e);
+        assert_eq!(body["type"], "search_phase_execution_exception");
+        assert_eq!(body["reason"], "all shards failed");
+        assert_eq!(body["phase"], "query");
+        assert_eq!(body["root_cause"][0]["type"], "query_shard_exception");
+        assert_eq!(body["caused_by"]["reason"], "failed to create query: bad");
+        assert_eq!(body["failed_shards"][0]["index"], "logs");
+        assert_eq!(
+            body["failed_shards"][0]["reason"]["type"],
+            "query_shard_exception"
+        );
+    }
+
+    #[test]
+    fn test_every_code_has_a_status_and_a_type() {
+        for (code, status, ty) in [
+            (ErrorCode::TaskCancelled, 500, "task_cancelled_exception"),
+            (
+                ErrorCode::RejectedExecution,
+                429,
+                "rejected_execution_exception",
+            ),
+            (ErrorCode::TooManyBuckets, 503, "too_many_buckets_exception"),
+            (ErrorCode::Unauthenticated, 401, "security_exception"),
+            (ErrorCode::Forbidden, 403, "security_exception"),
+            (
+                ErrorCode::VersionConflict,
+                409,
+                "version_conflict_engine_exception",
+            ),
+            (ErrorCode::Parse, 400, "parse_exception"),
+        ] {
+            assert_eq!((code.status(), code.type_name()), (status, ty), "{code:?}");
+        }
+    }
+}
