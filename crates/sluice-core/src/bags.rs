@@ -1044,6 +1044,8 @@ mod tests {
             Just(json!({"search.default_search_timeout": "1m"})),
         ];
         (throttle, queue, settings).prop_map(|(t, q, s)| {
+            // A stored queue always has a throttle to queue behind.
+            let q = if t == json!({}) { json!({}) } else { q };
             let body = json!({"name": "g", "resiliency_mode": "soft", "resource_limits": {"cpu": 0.5},
                               "throttling": t, "queue": q, "settings": s});
             validate_create(&[], &body, "gid", 1, &GroupLimits { max_count: 100, auth_enabled: true }).unwrap()
@@ -1115,11 +1117,18 @@ mod tests {
                 (Some(_), Some(n)) => n != "0",
                 _ => false,
             };
-            if throttle_ok {
+            // And a queue needs a throttle to queue behind.
+            let throttled = want_t.contains_key("node_limit");
+            let queue_ok = throttled
+                || want_q.get("size_per_bucket").is_none_or(|n| n == "0");
+            if throttle_ok && queue_ok {
                 let after = result.unwrap().to_json();
                 prop_assert_eq!(as_map(&after["throttling"]), want_t);
                 prop_assert_eq!(as_map(&after["queue"]), want_q);
                 prop_assert_eq!(as_map(&after["settings"]), want_s);
+            } else if throttle_ok {
+                let field = result.unwrap_err().field().unwrap_or_default().to_owned();
+                prop_assert_eq!(field, "queue.size_per_bucket");
             } else {
                 let field = result.unwrap_err().field().unwrap_or_default().to_owned();
                 prop_assert!(field.starts_with("throttling."), "{}", field);
