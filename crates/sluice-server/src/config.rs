@@ -222,22 +222,8 @@ fn check_known(key: &str, src: &str) -> Result<(), ConfigError> {
     }
 }
 
-/// Parses a byte size like `100mb`, `1gb`, `512kb`, `1024b` or a bare number of bytes.
-pub fn parse_byte_size(s: &str) -> Option<u64> {
-    let s = s.trim().to_ascii_lowercase();
-    let digits = s.bytes().take_while(|b| b.is_ascii_digit()).count();
-    let (n, unit) = s.split_at(digits);
-    let n: u64 = n.parse().ok()?;
-    let mult: u64 = match unit.trim() {
-        "" | "b" => 1,
-        "kb" | "k" => 1 << 10,
-        "mb" | "m" => 1 << 20,
-        "gb" | "g" => 1 << 30,
-        "tb" | "t" => 1 << 40,
-        _ => return None,
-    };
-    n.checked_mul(mult)
-}
+/// Parses a byte size like `100mb` (see [`sluice_wire::parse_byte_size`]).
+pub use sluice_wire::parse_byte_size;
 
 fn default_node_name() -> String {
     std::fs::read_to_string("/etc/hostname")

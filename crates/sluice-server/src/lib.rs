@@ -14,6 +14,7 @@ pub mod admission;
 pub mod api;
 pub mod auth;
 pub mod backend;
+pub mod catalog;
 pub mod config;
 pub mod enforcement;
 pub mod error;

@@ -51,7 +51,7 @@ impl MemoryBudget {
             let p: f64 = p.trim().parse().ok()?;
             return (p.is_finite() && p > 0.0 && p <= 100.0).then_some(MemoryBudget::Percent(p));
         }
-        crate::config::parse_byte_size(s)
+        sluice_wire::parse_byte_size(s)
             .filter(|&n| n > 0)
             .map(MemoryBudget::Bytes)
     }

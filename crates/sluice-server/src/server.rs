@@ -66,8 +66,7 @@ impl Node {
         let auth = Arc::new(crate::auth::Authenticator::new(config.auth.clone())?);
         let auth_enabled = config.auth.mode != crate::auth::AuthMode::None;
         let workload = Arc::new(crate::workload::Workload::new(auth_enabled));
-        workload
-            .reload(metastore.as_ref())
+        crate::catalog::reload(&workload, metastore.as_ref())
             .await
             .map_err(|e| anyhow::anyhow!("cannot load the workload groups and rules: {e:?}"))?;
         let memory_budget = config

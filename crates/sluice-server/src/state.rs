@@ -64,5 +64,5 @@ pub struct AppState {
     /// Workload management at run time: groups, rules, stats, tagging.
     pub workload: Arc<crate::workload::Workload>,
     /// Resource enforcement: node capacity, duress, the enforcement loop's state.
-    pub enforcement: crate::enforcement::Enforcement,
+    pub enforcement: crate::enforcement::node::Enforcement,
 }

@@ -9,10 +9,12 @@
 //! - [`time`]: the one time-value parser, [`parse_time_value`] (OpenSearch's
 //!   `TimeValue.parseTimeValue`: fractional values refused), and the two printed forms
 //!   ([`format_time_value`], [`format_time_value_exact`]).
+//! - [`bytes`]: byte-size values (`100mb`, [`parse_byte_size`]).
 //! - [`number`]: Java's `Double.toString` ([`java_double`]) and `Long.parseLong`.
 //! - [`pattern`]: wildcard matching, OpenSearch's `Regex.simpleMatch` ([`simple_match`]).
 //! - [`json`]: Jackson's token names for "found `[X]`" messages.
-//! - [`keys`]: the `workloadGroupId` header, the DEFAULT group id and the setting keys.
+//! - [`keys`]: the `workloadGroupId` header, the DEFAULT group id, the OpenSearch version
+//!   sluice reports and the setting keys.
 //!
 //! ```
 //! use sluice_wire::{OpenSearchError, parse_time_value};
@@ -27,6 +29,7 @@
 //! );
 //! ```
 
+pub mod bytes;
 pub mod error;
 pub mod json;
 pub mod keys;
@@ -34,6 +37,7 @@ pub mod number;
 pub mod pattern;
 pub mod time;
 
+pub use bytes::parse_byte_size;
 pub use error::{ErrorCode, OpenSearchError, Result, render_error};
 pub use keys::{DEFAULT_GROUP_ID, OPENSEARCH_COMPAT_VERSION, WORKLOAD_GROUP_ID_HEADER};
 pub use number::{java_double, parse_java_long};

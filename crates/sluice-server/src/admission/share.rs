@@ -14,7 +14,7 @@ use sluice_core::resources::{
 };
 use sluice_engine::{EngineError, ErrorCode};
 
-use crate::enforcement::thresholds;
+use crate::enforcement::node::thresholds;
 use crate::error::ApiError;
 use crate::settings::{SettingsSnapshot, keys};
 use crate::state::AppState;

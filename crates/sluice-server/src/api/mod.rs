@@ -7,7 +7,6 @@ pub mod cluster;
 pub mod cluster_settings;
 pub mod docs;
 pub mod indices;
-pub mod list_doc;
 pub mod msearch;
 pub mod rules;
 pub mod scroll;

@@ -28,22 +28,13 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
 use serde_json::{Map, Value, json};
-use sluice_core::rules::parse_rule;
 use sluice_core::{CoreError, DEFAULT_MAX_RULES, Rule, apply_rule_update, validate_rule_create};
-use sluice_meta::{Collection, MetaStore};
 
-use crate::api::list_doc::{ListDoc, Stored};
-use crate::api::wlm;
 use crate::auth::Authenticated;
+use crate::catalog::{self, RULES, RULES_FIELD};
 use crate::error::{ApiResult, core_error};
 use crate::http::{Body, Params, reply};
 use crate::state::AppState;
-
-/// The key of the one document holding every rule.
-pub const RULES_DOC: &str = "rules";
-
-/// The field of [`RULES_DOC`] (and of the GET response) listing the rules.
-pub const RULES_FIELD: &str = "rules";
 
 /// Rules per GET page (OpenSearch's fixed page size).
 pub const PAGE_SIZE: usize = 50;
@@ -80,55 +71,6 @@ pub fn routes() -> Router<Arc<AppState>> {
         )
 }
 
-/// Where the rules are stored: [`RULES_DOC`] in [`Collection::Rules`].
-pub const RULES: ListDoc<Rule> = ListDoc {
-    collection: Collection::Rules,
-    key: RULES_DOC,
-    field: RULES_FIELD,
-    what: "rules",
-    decode: decode_rule,
-    encode: encode_rule,
-};
-
-/// Reads every stored rule from `store`; a document that does not decode is a 500 naming it.
-///
-/// # Cancel safety
-///
-/// Only reads; safe to drop.
-pub async fn load_rules(store: &dyn MetaStore) -> ApiResult<Stored<Rule>> {
-    RULES.load(store).await
-}
-
-/// The stored form of a rule: its API shape with `updated_at` as epoch millis.
-fn encode_rule(rule: &Rule) -> Value {
-    let mut v = rule.to_json();
-    v["updated_at"] = json!(rule.updated_at);
-    v
-}
-
-/// Decodes a rule written by [`encode_rule`].
-fn decode_rule(v: &Value) -> Result<Rule, String> {
-    let id = v
-        .get("id")
-        .and_then(Value::as_str)
-        .ok_or("rule without [id]")?;
-    let updated_at = v
-        .get("updated_at")
-        .and_then(Value::as_i64)
-        .ok_or_else(|| format!("rule [{id}] without numeric [updated_at]"))?;
-    let patch = parse_rule(v).map_err(|e| format!("rule [{id}]: {e}"))?;
-    let principal = patch.principal.unwrap_or_default();
-    Ok(Rule {
-        id: id.to_owned(),
-        description: patch.description.unwrap_or_default(),
-        index_pattern: patch.index_pattern.unwrap_or_default(),
-        username: principal.username.unwrap_or_default(),
-        role: principal.role.unwrap_or_default(),
-        workload_group: patch.workload_group.unwrap_or_default(),
-        updated_at,
-    })
-}
-
 /// `PUT|POST /_rules/workload_group`: creates a rule from the body; answers it.
 pub async fn create(
     State(st): State<Arc<AppState>>,
@@ -158,7 +100,7 @@ pub async fn get_all(
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let filters = parse_filters(&params)?;
-    let mut rules = load_rules(st.metastore.as_ref()).await?.items;
+    let mut rules = catalog::load_rules(st.metastore.as_ref()).await?.items;
     rules.sort_by(|a, b| a.id.cmp(&b.id));
     let after = params.get("search_after").filter(|s| !s.is_empty());
     let page: Vec<&Rule> = rules
@@ -186,7 +128,7 @@ pub async fn get_one(
     Path(id): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    let rule = load_rules(st.metastore.as_ref())
+    let rule = catalog::load_rules(st.metastore.as_ref())
         .await?
         .items
         .into_iter()
@@ -267,8 +209,8 @@ async fn modify<T>(
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let groups = wlm::load_groups(st.metastore.as_ref()).await?;
-        let stored = load_rules(st.metastore.as_ref()).await?;
+        let groups = catalog::load_groups(st.metastore.as_ref()).await?;
+        let stored = catalog::load_rules(st.metastore.as_ref()).await?;
         let (next, out) = change(&stored.items, &groups.items).map_err(core_error)?;
         if RULES.try_write(st, &next, stored.version, attempt).await? {
             return Ok(out);
@@ -356,20 +298,6 @@ fn not_found(id: &str) -> CoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn test_stored_rules_round_trip() {
-        let rule = Rule {
-            id: "r".into(),
-            description: "d".into(),
-            index_pattern: vec!["logs*".into()],
-            username: vec!["alice".into()],
-            role: vec![],
-            workload_group: "g".into(),
-            updated_at: 1_754_493_164_791,
-        };
-        assert_eq!(decode_rule(&encode_rule(&rule)), Ok(rule));
-    }
 
     #[test]
     fn test_filters_parse_attributes_and_ignore_other_params() {

@@ -38,20 +38,13 @@ use axum::response::Response;
 use axum::routing::get;
 use serde_json::{Value, json};
 use sluice_core::{CoreError, GroupLimits, WorkloadGroup, apply_update, validate_create};
-use sluice_meta::{Collection, MetaStore};
 
-use crate::api::list_doc::{ListDoc, Stored};
 use crate::auth::{AuthMode, Authenticated};
+use crate::catalog::{self, GROUPS};
 use crate::error::{ApiResult, core_error};
 use crate::http::{Body, Params, reply};
 use crate::settings::keys;
 use crate::state::AppState;
-
-/// The key of the one document holding every group (see the module docs).
-pub const GROUPS_DOC: &str = "groups";
-
-/// The field of [`GROUPS_DOC`] (and of the GET response) listing the groups.
-pub const GROUPS_FIELD: &str = "workload_groups";
 
 /// The transport action names OpenSearch's workload-management plugin checks permissions
 /// for; `auth.admin_roles` grants them.
@@ -82,30 +75,6 @@ pub fn routes() -> Router<Arc<AppState>> {
         )
 }
 
-/// Where the groups are stored: [`GROUPS_DOC`] in [`Collection::WorkloadGroups`].
-pub const GROUPS: ListDoc<WorkloadGroup> = ListDoc {
-    collection: Collection::WorkloadGroups,
-    key: GROUPS_DOC,
-    field: GROUPS_FIELD,
-    what: "workload groups",
-    decode: decode_group,
-    encode: WorkloadGroup::to_json,
-};
-
-fn decode_group(v: &Value) -> Result<WorkloadGroup, String> {
-    WorkloadGroup::from_json(v).map_err(|e| e.to_string())
-}
-
-/// Reads every stored group from `store`, in creation order; a document that does not decode
-/// is a 500 naming it.
-///
-/// # Cancel safety
-///
-/// Only reads; safe to drop.
-pub async fn load_groups(store: &dyn MetaStore) -> ApiResult<Stored<WorkloadGroup>> {
-    GROUPS.load(store).await
-}
-
 /// `PUT|POST /_wlm/workload_group`: creates a group from the body; answers it.
 pub async fn create(
     State(st): State<Arc<AppState>>,
@@ -133,7 +102,7 @@ pub async fn get_all(
     State(st): State<Arc<AppState>>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    let stored = load_groups(st.metastore.as_ref()).await?;
+    let stored = catalog::load_groups(st.metastore.as_ref()).await?;
     Ok(reply(StatusCode::OK, GROUPS.render(&stored.items), &params))
 }
 
@@ -143,7 +112,7 @@ pub async fn get_one(
     Path(name): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    let stored = load_groups(st.metastore.as_ref()).await?;
+    let stored = catalog::load_groups(st.metastore.as_ref()).await?;
     let group = stored
         .items
         .into_iter()
@@ -202,7 +171,7 @@ pub async fn delete(
     .await?;
     // OpenSearch deletes a group whatever rules name it; such rules tag nothing from now on.
     // Say so, so the operator can delete or repoint them.
-    let orphaned: Vec<String> = crate::api::rules::load_rules(st.metastore.as_ref())
+    let orphaned: Vec<String> = catalog::load_rules(st.metastore.as_ref())
         .await
         .map(|r| r.items)
         .unwrap_or_default()
@@ -239,7 +208,7 @@ async fn modify<T>(
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let stored = load_groups(st.metastore.as_ref()).await?;
+        let stored = catalog::load_groups(st.metastore.as_ref()).await?;
         let (next, out) = change(&stored.items).map_err(core_error)?;
         if GROUPS.try_write(st, &next, stored.version, attempt).await? {
             return Ok(out);

@@ -28,7 +28,6 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use sluice_core::permits::{GroupQueue, PermitTable};
 use sluice_core::{ResiliencyMode, Rule, WorkloadGroup};
-use sluice_meta::MetaStore;
 
 pub use probe::{BucketProbe, ProbeGuard};
 pub use stats::{Counter, GroupStats, ResourceStats};
@@ -106,14 +105,17 @@ impl Workload {
         self.view.read().groups.get(id).cloned()
     }
 
-    /// Re-reads groups and rules from `store` and installs them as the new view.
+    /// Installs the groups and rules `load` reads, serialized with other reloads so the last
+    /// one installed read the store last (see [`crate::catalog::reload`]).
     ///
     /// # Cancel safety
     /// Dropping the future before it installs leaves the old view in place.
-    pub async fn reload(&self, store: &dyn MetaStore) -> ApiResult<()> {
+    pub async fn reload_with(
+        &self,
+        load: impl std::future::Future<Output = ApiResult<(Vec<WorkloadGroup>, Vec<Rule>)>>,
+    ) -> ApiResult<()> {
         let _serial = self.reload.lock().await;
-        let groups = crate::api::wlm::load_groups(store).await?.items;
-        let rules = crate::api::rules::load_rules(store).await?.items;
+        let (groups, rules) = load.await?;
         self.install(groups, rules);
         Ok(())
     }

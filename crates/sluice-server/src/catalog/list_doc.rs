@@ -1,6 +1,5 @@
 //! A list kept as one metastore document, `{"<field>": [item, …]}`, read whole and written whole
-//! with compare-and-set: the storage of workload groups ([`super::wlm`]) and of tagging rules
-//! ([`super::rules`]).
+//! with compare-and-set: the storage of workload groups and of tagging rules ([`super`]).
 //!
 //! One document per list means one compare-and-set covers a whole change (a create that checks
 //! name uniqueness, a delete, an update that must not race another update), so the stored list
@@ -128,7 +127,7 @@ impl<T> ListDoc<T> {
             .await;
         match written {
             Ok(_) => {
-                st.workload.reload(st.metastore.as_ref()).await?;
+                super::reload(&st.workload, st.metastore.as_ref()).await?;
                 Ok(true)
             }
             Err(MetaError::Conflict { .. }) if attempt < MAX_WRITE_ATTEMPTS => {
