@@ -37,7 +37,7 @@ use crate::error::ApiResult;
 use crate::http::{Params, reply};
 use crate::settings::keys;
 use crate::state::AppState;
-use crate::workload::GroupEntry;
+use crate::workload::{GroupEntry, GroupStats};
 
 /// The routes of this module.
 pub fn routes() -> Router<Arc<AppState>> {
@@ -380,8 +380,20 @@ const COLUMNS: [&str; 13] = [
     "MEMORY_USAGE",
 ];
 
-/// sluice's extra column, after OpenSearch's.
-const THROTTLED_COLUMN: &str = "TOTAL_THROTTLED";
+/// sluice's extra columns, after OpenSearch's: the throttle's and the queue's figures.
+const SLUICE_COLUMNS: [(&str, fn(&GroupStats) -> u64); 9] = [
+    ("TOTAL_THROTTLED", |s| s.total_throttled.get()),
+    ("TOTAL_QUEUED", |s| s.total_queued.get()),
+    ("TOTAL_QUEUE_REJECTIONS", |s| s.total_queue_rejections.get()),
+    ("QUEUED_CURRENT", |s| s.queued_current.get()),
+    ("QUEUE_PEAK", |s| s.queue_peak.get()),
+    ("QUEUE_WAIT_COUNT", |s| s.queue_wait_count.get()),
+    ("TOTAL_QUEUE_WAIT_MILLIS", |s| {
+        s.total_queue_wait_millis.get()
+    }),
+    ("MAX_QUEUE_WAIT_MILLIS", |s| s.max_queue_wait_millis.get()),
+    ("TOTAL_WOULD_QUEUE", |s| s.total_would_queue.get()),
+];
 
 /// A page token: where the previous page ended and how the rows were sorted.
 #[derive(Debug, PartialEq)]
@@ -522,7 +534,7 @@ fn list(
     let cells: Vec<Vec<String>> = page
         .iter()
         .map(|(node, e)| {
-            vec![
+            let mut row = vec![
                 node.clone(),
                 "|".into(),
                 e.id.to_string(),
@@ -536,14 +548,19 @@ fn list(
                 usage(e, ResourceType::Cpu),
                 "|".into(),
                 usage(e, ResourceType::Memory),
-                "|".into(),
-                e.stats.total_throttled.get().to_string(),
-            ]
+            ];
+            for (_, figure) in SLUICE_COLUMNS {
+                row.push("|".into());
+                row.push(figure(&e.stats).to_string());
+            }
+            row
         })
         .collect();
     let mut columns: Vec<&str> = COLUMNS.to_vec();
-    columns.push("|");
-    columns.push(THROTTLED_COLUMN);
+    for (name, _) in SLUICE_COLUMNS {
+        columns.push("|");
+        columns.push(name);
+    }
     if params.get("format").map(String::as_str) == Some("json") {
         let items: Vec<Value> = cells
             .iter()

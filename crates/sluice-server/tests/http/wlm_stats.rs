@@ -65,6 +65,7 @@ async fn test_stats_have_the_nodes_envelope_and_every_group_sorted_by_id() {
         "queue_wait_count",
         "total_queue_wait_millis",
         "max_queue_wait_millis",
+        "total_would_queue",
     ] {
         assert_eq!(g[field], 0, "{field} in {g}");
     }
@@ -194,7 +195,23 @@ async fn test_list_table_pages_with_tokens_and_ends_with_a_footer() {
             "|",
             "MEMORY_USAGE",
             "|",
-            "TOTAL_THROTTLED"
+            "TOTAL_THROTTLED",
+            "|",
+            "TOTAL_QUEUED",
+            "|",
+            "TOTAL_QUEUE_REJECTIONS",
+            "|",
+            "QUEUED_CURRENT",
+            "|",
+            "QUEUE_PEAK",
+            "|",
+            "QUEUE_WAIT_COUNT",
+            "|",
+            "TOTAL_QUEUE_WAIT_MILLIS",
+            "|",
+            "MAX_QUEUE_WAIT_MILLIS",
+            "|",
+            "TOTAL_WOULD_QUEUE"
         ]
     );
     let groups: Vec<&str> = lines[1..5]
