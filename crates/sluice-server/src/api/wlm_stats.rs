@@ -380,8 +380,11 @@ const COLUMNS: [&str; 13] = [
     "MEMORY_USAGE",
 ];
 
+/// Reads one figure of a group's stats.
+type Figure = fn(&GroupStats) -> u64;
+
 /// sluice's extra columns, after OpenSearch's: the throttle's and the queue's figures.
-const SLUICE_COLUMNS: [(&str, fn(&GroupStats) -> u64); 9] = [
+const SLUICE_COLUMNS: [(&str, Figure); 9] = [
     ("TOTAL_THROTTLED", |s| s.total_throttled.get()),
     ("TOTAL_QUEUED", |s| s.total_queued.get()),
     ("TOTAL_QUEUE_REJECTIONS", |s| s.total_queue_rejections.get()),
