@@ -205,6 +205,11 @@ mod tests {
         Arc::from("gid")
     }
 
+    /// Decides an anonymous request with no held bucket of `g`, with its queue handle `q`.
+    fn queued(t: &PermitTable, mode: WlmMode, g: &WorkloadGroup, q: &Arc<GroupQueue>) -> Throttle {
+        decide(t, mode, &id(), Some(g), Some(q), req(None, &[]))
+    }
+
     fn req<'a>(principal: Option<&'a Principal>, held: &'a [BucketKey]) -> Request<'a> {
         Request {
             principal,
@@ -356,32 +361,11 @@ mod tests {
         let mut g = g;
         g.queue.size_per_bucket = Some(1);
         let q = GroupQueue::new(1);
-        let first = decide(
-            &t,
-            WlmMode::Enabled,
-            &id(),
-            Some(&g),
-            Some(&q),
-            req(None, &[]),
-        );
+        let first = queued(&t, WlmMode::Enabled, &g, &q);
         assert!(matches!(first, Throttle::Admitted(_)));
-        let second = decide(
-            &t,
-            WlmMode::Enabled,
-            &id(),
-            Some(&g),
-            Some(&q),
-            req(None, &[]),
-        );
+        let second = queued(&t, WlmMode::Enabled, &g, &q);
         assert!(matches!(second, Throttle::Parked { .. }), "{second:?}");
-        let third = decide(
-            &t,
-            WlmMode::Enabled,
-            &id(),
-            Some(&g),
-            Some(&q),
-            req(None, &[]),
-        );
+        let third = queued(&t, WlmMode::Enabled, &g, &q);
         let Throttle::Rejected { refused, .. } = third else {
             panic!("expected a refusal, got {third:?}");
         };
@@ -405,22 +389,8 @@ mod tests {
         let mut g = group("monitor", json!({"attribute": "group", "node_limit": 1}));
         g.queue.size_per_bucket = Some(5);
         let q = GroupQueue::new(1);
-        let _first = decide(
-            &t,
-            WlmMode::Enabled,
-            &id(),
-            Some(&g),
-            Some(&q),
-            req(None, &[]),
-        );
-        let v = decide(
-            &t,
-            WlmMode::Enabled,
-            &id(),
-            Some(&g),
-            Some(&q),
-            req(None, &[]),
-        );
+        let _first = queued(&t, WlmMode::Enabled, &g, &q);
+        let v = queued(&t, WlmMode::Enabled, &g, &q);
         assert!(
             matches!(
                 v,
@@ -441,14 +411,7 @@ mod tests {
         g.queue.size_per_bucket = Some(5);
         let q = GroupQueue::new(1);
         t.release_group(&q);
-        let v = decide(
-            &t,
-            WlmMode::Enabled,
-            &id(),
-            Some(&g),
-            Some(&q),
-            req(None, &[]),
-        );
+        let v = queued(&t, WlmMode::Enabled, &g, &q);
         assert!(matches!(v, Throttle::Unthrottled), "{v:?}");
     }
 }

@@ -366,14 +366,14 @@ impl SearchRequest {
                         if !v.is_object() {
                             return Err(parse_err(format!(
                                 "[highlight] expects an object, got a {}",
-                                start_token(v)
+                                sluice_wire::json::token_name(v)
                             )));
                         }
                     }
                     _ => {
                         return Err(parse_err(format!(
                             "Unknown key for a {} in [{key}].",
-                            start_token(v)
+                            sluice_wire::json::token_name(v)
                         )));
                     }
                 }
@@ -457,21 +457,10 @@ fn parse_search_after(v: &Value) -> Result<Option<Vec<Value>>> {
     if let Some(bad) = values.iter().find(|x| x.is_array() || x.is_object()) {
         return Err(parse_err(format!(
             "Expected [VALUE_STRING] or [VALUE_NUMBER] or [VALUE_BOOLEAN] or [VALUE_NULL] but found [{}] inside search_after.",
-            start_token(bad)
+            sluice_wire::json::token_name(bad)
         )));
     }
     Ok((!values.is_empty()).then(|| values.to_vec()))
-}
-
-fn start_token(v: &Value) -> &'static str {
-    match v {
-        Value::Object(_) => "START_OBJECT",
-        Value::Array(_) => "START_ARRAY",
-        Value::String(_) => "VALUE_STRING",
-        Value::Number(_) => "VALUE_NUMBER",
-        Value::Bool(_) => "VALUE_BOOLEAN",
-        Value::Null => "VALUE_NULL",
-    }
 }
 
 fn expect_bool(key: &str, v: &Value) -> Result<bool> {
@@ -480,7 +469,7 @@ fn expect_bool(key: &str, v: &Value) -> Result<bool> {
         Value::String(s) if s == "true" || s == "false" => Ok(s == "true"),
         other => Err(parse_err(format!(
             "[{key}] expects a boolean, got a {}",
-            start_token(other)
+            sluice_wire::json::token_name(other)
         ))),
     }
 }

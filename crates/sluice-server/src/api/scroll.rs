@@ -244,14 +244,7 @@ fn parse_clear_request(
 
 /// OpenSearch's error for a body field the scroll APIs do not know.
 fn unknown_parameter(key: &str, v: &Value) -> EngineError {
-    let token = match v {
-        Value::Object(_) => "START_OBJECT",
-        Value::Array(_) => "START_ARRAY",
-        Value::String(_) => "VALUE_STRING",
-        Value::Number(_) => "VALUE_NUMBER",
-        Value::Bool(_) => "VALUE_BOOLEAN",
-        Value::Null => "VALUE_NULL",
-    };
+    let token = sluice_wire::json::token_name(v);
     EngineError::illegal_argument(format!(
         "Unknown parameter [{key}] in request body or parameter is of the wrong type[{token}] "
     ))

@@ -292,18 +292,7 @@ async fn test_msearch_items_park_one_by_one_and_the_parents_cancellation_evicts_
     let tag = [("workloadGroupId", id.as_str())];
     let heavy = start_heavy(&node, &tag);
     wait_tasks(&node, &id, 1, 0).await;
-    let body = crate::common::ndjson(&[
-        json!({"index": "small"}),
-        json!({}),
-        json!({"index": "small"}),
-        json!({}),
-    ]);
-    let rb = node
-        .client
-        .post(node.url("/_msearch?max_concurrent_searches=2"))
-        .header("content-type", "application/x-ndjson")
-        .header("workloadGroupId", &id)
-        .body(body);
+    let rb = crate::throttling::two_item_msearch(&node, "/_msearch?max_concurrent_searches=2", &id);
     let msearch = tokio::spawn(async move {
         let resp = rb.send().await.expect("sent");
         (

@@ -119,6 +119,21 @@ pub(crate) async fn cancel_all(node: &TestNode, running: Vec<tokio::task::JoinHa
     }
 }
 
+/// An `_msearch` of two match-all items on the small index, tagged with group `id`.
+pub(crate) fn two_item_msearch(node: &TestNode, path: &str, id: &str) -> reqwest::RequestBuilder {
+    let body = common::ndjson(&[
+        json!({"index": "small"}),
+        json!({}),
+        json!({"index": "small"}),
+        json!({}),
+    ]);
+    node.client
+        .post(node.url(path))
+        .header("content-type", "application/x-ndjson")
+        .header("workloadGroupId", id)
+        .body(body)
+}
+
 pub(crate) async fn cheap(node: &TestNode, headers: &[(&str, &str)]) -> Reply {
     node.req_with(
         "POST",
@@ -337,18 +352,7 @@ async fn test_msearch_items_are_throttled_one_by_one_inside_a_200() {
     let tag = [("workloadGroupId", id.as_str())];
     let running = vec![start_heavy(&node, &tag)];
     wait_running(&node, &id, 1).await;
-    let body = common::ndjson(&[
-        json!({"index": "small"}),
-        json!({}),
-        json!({"index": "small"}),
-        json!({}),
-    ]);
-    let resp = node
-        .client
-        .post(node.url("/_msearch"))
-        .header("content-type", "application/x-ndjson")
-        .header("workloadGroupId", &id)
-        .body(body)
+    let resp = two_item_msearch(&node, "/_msearch", &id)
         .send()
         .await
         .expect("sent");
