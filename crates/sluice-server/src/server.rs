@@ -124,6 +124,9 @@ impl Node {
                 usize::try_from(limit).unwrap_or(usize::MAX),
             ))
             .layer(middleware::from_fn(crate::http::meta::scope_request))
+            .layer(middleware::from_fn(
+                crate::admission::ticket::release_with_response,
+            ))
             .layer(middleware::from_fn_with_state(
                 self.state.auth.clone(),
                 crate::auth::authenticate,

@@ -229,8 +229,8 @@ impl Drop for Admitted {
 }
 
 /// An [`Admitted`] riding with its response, taken off and dropped by
-/// [`crate::http::meta::scope_request`] once the response is built (a response extension
-/// must be `Clone`; only the first taker gets the ticket).
+/// [`release_with_response`] once the response is built (a response extension must be
+/// `Clone`; only the first taker gets the ticket).
 #[derive(Clone)]
 pub struct ResponseTicket(Arc<Mutex<Option<Admitted>>>);
 
@@ -239,6 +239,20 @@ impl ResponseTicket {
     pub fn release(&self) {
         drop(self.0.lock().take());
     }
+}
+
+/// Middleware (the outermost of the request's own layers): once the response is built and
+/// about to be handed to the HTTP layer, the admission ticket that rode with it is released
+/// (DESIGN D9): its permit frees, its task is unregistered.
+pub async fn release_with_response(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let mut resp = next.run(req).await;
+    if let Some(ticket) = resp.extensions_mut().remove::<ResponseTicket>() {
+        ticket.release();
+    }
+    resp
 }
 
 impl ExecutionHooks for Run {

@@ -15,9 +15,8 @@ use axum::response::Response;
 use parking_lot::Mutex;
 use sluice_engine::EngineError;
 
-use crate::admission::ResponseTicket;
 use crate::auth::{Authenticated, Principal};
-use crate::workload::GROUP_HEADER;
+use sluice_wire::WORKLOAD_GROUP_ID_HEADER as GROUP_HEADER;
 
 /// The request's metadata (see the module docs). Cheap to clone: every part is shared.
 #[derive(Debug, Clone)]
@@ -95,10 +94,9 @@ fn read_group_header(req: &Request) -> Result<Option<Arc<str>>, Arc<str>> {
     }
 }
 
-/// Middleware (inside authentication): gathers the request's [`RequestMeta`]; adds the
+/// Middleware (inside authentication): gathers the request's [`RequestMeta`], and adds the
 /// warnings raised while handling it to the response, as OpenSearch formats them
-/// (`299 OpenSearch-<version> "<text>"`); and releases the admission ticket that rode with the
-/// response ([`crate::admission::Admitted::ride_with`]).
+/// (`299 OpenSearch-<version> "<text>"`).
 pub async fn scope_request(mut req: Request, next: Next) -> Response {
     let principal = req
         .extensions()
@@ -122,11 +120,6 @@ pub async fn scope_request(mut req: Request, next: Next) -> Response {
             resp.headers_mut()
                 .append(HeaderName::from_static("warning"), v);
         }
-    }
-    // The response is built and about to be handed to the HTTP layer: the admission ticket
-    // that rode with it is released now (DESIGN D9).
-    if let Some(ticket) = resp.extensions_mut().remove::<ResponseTicket>() {
-        ticket.release();
     }
     resp
 }
