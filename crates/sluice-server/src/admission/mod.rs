@@ -123,6 +123,16 @@ pub fn requested_cancel_after(params: &Params) -> ApiResult<Option<Option<Durati
     }
 }
 
+/// Whether requests of `entry`'s group wait in a queue: mode `enabled`, a `soft` or
+/// `enforced` group with throttling and `queue.size_per_bucket` > 0.
+fn queues(st: &AppState, entry: &GroupEntry) -> bool {
+    entry.group.as_ref().is_some_and(|g| {
+        g.queue.num_size_per_bucket() > 0
+            && g.throttling.is_enabled()
+            && g.resiliency_mode != sluice_core::ResiliencyMode::Monitor
+    }) && st.cluster_settings.wlm_mode() == sluice_core::WlmMode::Enabled
+}
+
 /// Admits a search-class request (see the module docs): registers its task, tags it, checks
 /// its group's resource share and takes throttle capacity.
 ///
@@ -148,30 +158,37 @@ pub async fn admit(st: &Arc<AppState>, meta: &RequestMeta, spec: TaskSpec) -> Ap
         None => (tag::tag(st, meta, &indices)?, Vec::new()),
     };
     task.set_group(entry.clone());
-    let mut reservation = share::admit_resources(st, &entry)?;
     let settings = GroupSearchSettings::of(entry.group.as_ref().map(|g| &g.settings));
     let cancel_after = settings.cancel_after(
         cancel_after,
         st.cluster_settings.cancel_after_time_interval(),
     );
+    // Scroll continuations never park (seed 002), nor does anything of a group without a queue.
+    let may_park = top_level;
+    let queued = may_park && queues(st, &entry);
+    // A request of a queued group is checked against its group's share once it holds its slot,
+    // and waits for the share rather than being turned away ([`queue::wait`]); any other is
+    // checked at the door.
+    let door = if queued {
+        None
+    } else {
+        share::admit_resources(st, &entry)?
+    };
     let request = Request {
         principal: meta.principal.as_deref(),
         held: &held,
-        // Scroll continuations never park (seed 002).
-        may_park: top_level,
+        may_park,
         tag: task.seq,
     };
-    let granted = match throttle::throttle(st, &entry, request)? {
-        throttle::Decided::Granted(g) => g,
+    let decided = throttle::throttle(st, &entry, request)?;
+    let (granted, reservation) = match decided {
+        throttle::Decided::Granted(g) if !queued => (g, door),
+        throttle::Decided::Granted(g) => {
+            queue::wait(st, &entry, &task, queue::Wait::Granted(g), cancel_after).await?
+        }
         throttle::Decided::Parked { key, waiter } => {
-            // A parked request does not run: it gives its place among the group's unmeasured
-            // tasks back while it waits (a deep queue would otherwise count as running work
-            // and turn everyone away), and passes the share check again when it is woken — a
-            // group over its share does not start more work because it waited.
-            drop(reservation.take());
-            let granted = queue::park(st, &entry, &task, key, waiter, cancel_after).await?;
-            reservation = share::admit_resources(st, &entry)?;
-            granted
+            let wait = queue::Wait::Slot { key, waiter };
+            queue::wait(st, &entry, &task, wait, cancel_after).await?
         }
     };
     if let Some(r) = reservation {

@@ -3,8 +3,11 @@
 //! only its waiter, until:
 //!
 //! - a release hands it the freed slot (FIFO within the bucket, no barging: N4), or the
-//!   backstop sweep or a raised limit drains it — admission then runs the resource-share check
-//!   again (a group over its share does not start more work because it waited);
+//!   backstop sweep or a raised limit drains it — it then waits, holding the slot, until its
+//!   group's resource share lets it run (a group over its share does not start more work
+//!   because it waited, and its queued requests wait rather than being turned away; a request
+//!   of a queued group that finds a free slot but its group over its share waits the same
+//!   way, and counts as queued);
 //! - the group's backlog is released (throttling off, group deleted or switched to
 //!   `monitor`, mode left `enabled`) — it runs without a permit, unless already cancelled;
 //! - its task is cancelled (`_tasks/_cancel`, its parent), its `cancel_after_time_interval`
@@ -19,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use sluice_core::BucketKey;
 use sluice_core::permits::{Grant, Waiter};
+use sluice_core::resources::Reservation;
 
 use super::throttle::Granted;
 use crate::error::{ApiError, ApiResult};
@@ -26,49 +30,105 @@ use crate::state::AppState;
 use crate::tasks::Task;
 use crate::workload::GroupEntry;
 
-/// Waits for a slot of `key` (see the module docs).
+/// What a request of a queued group waits for before it runs.
+pub enum Wait {
+    /// A slot of its bucket: the request is parked.
+    Slot {
+        /// The bucket.
+        key: BucketKey,
+        /// Resolves with the slot, or when the group's backlog is released.
+        waiter: Waiter,
+    },
+    /// Nothing more from the throttle: it holds its slot (or is not throttled).
+    Granted(Granted),
+}
+
+/// Waits until a request of a queued group may run (see the module docs): for a slot of its
+/// bucket when it is parked, then for its group's resource share — it keeps the slot while it
+/// waits for the share, so the requests behind it stay in order. Answers the slot and the
+/// reservation among the group's unmeasured tasks.
 ///
 /// # Cancel safety
 /// Dropping the future drops the waiter, which leaves the queue in O(1) (a slot already handed
 /// to it passes on to the next waiter), and ends the wait's accounting.
-pub async fn park(
+pub async fn wait(
     st: &AppState,
     entry: &Arc<GroupEntry>,
     task: &Arc<Task>,
-    key: BucketKey,
-    waiter: Waiter,
+    wait: Wait,
     cancel_after: Option<Duration>,
-) -> ApiResult<Granted> {
-    let _parked = Parked::enter(entry.clone(), task.clone());
+) -> ApiResult<(Granted, Option<Reservation>)> {
     let deadline = cancel_after.map(|d| task.started + d);
+    let mut parked: Option<Parked> = None;
+    let granted = match wait {
+        Wait::Granted(g) => g,
+        Wait::Slot { key, waiter } => {
+            parked = Some(Parked::enter(entry.clone(), task.clone()));
+            let grant = tokio::select! {
+                grant = waiter => grant,
+                e = stopped(st, task, deadline, cancel_after) => return Err(e),
+            };
+            match grant {
+                Grant::Permit(permit) => Granted {
+                    bucket: Some(key),
+                    permit: Some(permit),
+                },
+                Grant::Unthrottled if task.is_cancelled() => {
+                    return Err(cancelled(task, None));
+                }
+                // The group's backlog was released (throttling off, group deleted or switched to
+                // monitor, mode left enabled): it runs without a permit, checked by the share
+                // once, as any request of an unqueued group.
+                Grant::Unthrottled => {
+                    let reservation = super::share::admit_resources(st, entry)?;
+                    let granted = Granted {
+                        bucket: Some(key),
+                        permit: None,
+                    };
+                    return Ok((granted, reservation));
+                }
+            }
+        }
+    };
+    let reservation = super::share::wait_for_share(
+        st,
+        entry,
+        || {
+            if parked.is_none() {
+                parked = Some(Parked::enter(entry.clone(), task.clone()));
+            }
+        },
+        stopped(st, task, deadline, cancel_after),
+    )
+    .await?;
+    drop(parked);
+    Ok((granted, reservation))
+}
+
+/// Resolves with OpenSearch's cancellation error once the task is cancelled or its
+/// `cancel_after_time_interval` passes (the task is then cancelled with that reason).
+async fn stopped(
+    st: &AppState,
+    task: &Arc<Task>,
+    deadline: Option<Instant>,
+    cancel_after: Option<Duration>,
+) -> ApiError {
     let expired = async {
         match deadline {
             Some(at) => tokio::time::sleep_until(at.into()).await,
             None => std::future::pending().await,
         }
     };
-    let grant = tokio::select! {
-        grant = waiter => grant,
-        () = task.cancelled() => return Err(cancelled(task, None)),
+    tokio::select! {
+        () = task.cancelled() => cancelled(task, None),
         () = expired => {
             let reason = format!(
                 "Cancellation timeout of {} is expired",
                 sluice_wire::format_time_value(cancel_after.unwrap_or_default())
             );
             st.tasks.cancel_seq(task.seq, &reason);
-            return Err(cancelled(task, Some(reason)));
+            cancelled(task, Some(reason))
         }
-    };
-    match grant {
-        Grant::Permit(permit) => Ok(Granted {
-            bucket: Some(key),
-            permit: Some(permit),
-        }),
-        Grant::Unthrottled if task.is_cancelled() => Err(cancelled(task, None)),
-        Grant::Unthrottled => Ok(Granted {
-            bucket: Some(key),
-            permit: None,
-        }),
     }
 }
 

@@ -32,6 +32,16 @@ use crate::workload::GroupEntry;
 /// ([`sluice_core::resources::unmeasured`]); an admitted request then holds a reservation,
 /// which its task keeps until a refresh measures it or it ends.
 pub fn admit_resources(st: &AppState, entry: &GroupEntry) -> Result<Option<Reservation>, ApiError> {
+    check_resources(st, entry, true)
+}
+
+/// [`admit_resources`], counting a rejection in the group's stats only when `count` (a request
+/// that waits for its group's share is not rejected, it waits: [`wait_for_share`]).
+fn check_resources(
+    st: &AppState,
+    entry: &GroupEntry,
+    count: bool,
+) -> Result<Option<Reservation>, ApiError> {
     let Some(group) = &entry.group else {
         return Ok(None);
     };
@@ -42,12 +52,48 @@ pub fn admit_resources(st: &AppState, entry: &GroupEntry) -> Result<Option<Reser
     }
     let last = last_usage(entry);
     if !settings.bool(keys::WLM_ESTIMATE_UNMEASURED_TASKS) {
-        return decide(st, &settings, entry, group, last).map(|()| None);
+        return decide(st, &settings, entry, group, last, count).map(|()| None);
     }
     UnmeasuredTasks::try_admit(&entry.stats.unmeasured, last, |projected| {
-        decide(st, &settings, entry, group, projected)
+        decide(st, &settings, entry, group, projected, count)
     })
     .map(Some)
+}
+
+/// The resource-share check of a request of a queued group that holds its throttle slot: it
+/// runs once its group's share allows, re-checking after every usage refresh (every
+/// `usage_refresh_interval`), instead of being rejected — a queued group's requests wait
+/// while the group is over its share, as Trino's resource groups keep queries queued while a
+/// group is over its soft limits. `waiting` is called once, when the first check fails (the
+/// request counts as queued from then on).
+///
+/// # Cancel safety
+/// Dropping the future stops waiting; a reservation taken is given back by its own `Drop`.
+pub async fn wait_for_share(
+    st: &AppState,
+    entry: &GroupEntry,
+    mut waiting: impl FnMut(),
+    stop: impl std::future::Future<Output = ApiError>,
+) -> Result<Option<Reservation>, ApiError> {
+    tokio::pin!(stop);
+    let mut first = true;
+    loop {
+        let refreshed = st.enforcement.usage_recorded.notified();
+        tokio::pin!(refreshed);
+        // Registered before the check: a refresh between the check and the wait still wakes.
+        refreshed.as_mut().enable();
+        if let Ok(r) = check_resources(st, entry, false) {
+            return Ok(r);
+        }
+        if first {
+            waiting();
+            first = false;
+        }
+        tokio::select! {
+            () = &mut refreshed => {}
+            e = &mut stop => return Err(e),
+        }
+    }
 }
 
 /// The same check when a search thread takes a task admitted at the door (usage is refreshed
@@ -69,7 +115,7 @@ pub fn recheck_resources(
         }
         _ => last,
     };
-    decide(st, &settings, entry, group, usage)
+    decide(st, &settings, entry, group, usage, true)
 }
 
 /// The group's last recorded usage.
@@ -88,6 +134,7 @@ fn decide(
     entry: &GroupEntry,
     group: &sluice_core::WorkloadGroup,
     usage: ResourceUsage,
+    count: bool,
 ) -> Result<(), ApiError> {
     // No usage breaches no threshold (thresholds are >= 0 and the comparison is strict).
     if !(usage.cpu > 0.0 || usage.memory > 0.0) {
@@ -112,8 +159,10 @@ fn decide(
             Ok(())
         }
         Admission::Reject(r) => {
-            entry.stats.total_rejections.inc();
-            entry.stats.resource(r.resource).rejections.inc();
+            if count {
+                entry.stats.total_rejections.inc();
+                entry.stats.resource(r.resource).rejections.inc();
+            }
             Err(ApiError::Rejected {
                 error: EngineError::new(ErrorCode::RejectedExecution, r.message()),
                 retry_after_secs: crate::admission::RETRY_AFTER_SECS,

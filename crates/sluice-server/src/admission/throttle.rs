@@ -106,13 +106,18 @@ pub fn throttle(
                 bucket: Some(key),
             }))
         }
-        Throttle::Rejected { key, refused } => Err(rejected(entry, &key, &refused)),
+        Throttle::Rejected { key, refused } => {
+            let buckets = queue.as_ref().map_or(1, |q| q.num_waiting_buckets());
+            Err(rejected(entry, &key, &refused, buckets))
+        }
     }
 }
 
 /// Counts a refusal and words its 429: which bound refused, and a `Retry-After` from the
-/// group's measured drain rate and the requests queued ahead (DESIGN D14).
-fn rejected(entry: &GroupEntry, key: &BucketKey, refused: &Refused) -> ApiError {
+/// measured drain rate and the requests queued ahead (DESIGN D14). The rate is the group's,
+/// shared by its `buckets` with waiters: exact for a whole-group bucket, an even split for
+/// per-user and per-role buckets.
+fn rejected(entry: &GroupEntry, key: &BucketKey, refused: &Refused, buckets: u64) -> ApiError {
     let stats = &entry.stats;
     stats.total_throttled.inc();
     let why = match refused.reason {
@@ -135,7 +140,7 @@ fn rejected(entry: &GroupEntry, key: &BucketKey, refused: &Refused) -> ApiError 
     }
     let retry_after_secs = stats
         .drain
-        .retry_after_secs(super::now_secs(), refused.queued);
+        .retry_after_secs(super::now_secs(), refused.queued, buckets);
     ApiError::Rejected {
         error: EngineError::new(
             ErrorCode::RejectedExecution,

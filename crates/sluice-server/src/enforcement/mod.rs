@@ -228,6 +228,7 @@ fn record_usage(st: &AppState, view: &View, usage: &BTreeMap<String, ResourceUsa
             }
         }
     }
+    st.enforcement.usage_recorded.notify_waiters();
 }
 
 /// Records the pass's usage in the groups' stats, and cancels (or logs) the selected tasks.

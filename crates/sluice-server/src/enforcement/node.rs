@@ -23,6 +23,9 @@ pub struct Enforcement {
     /// The last pass's duress verdict, for admission. Relaxed: a standalone flag, stale by up to
     /// one interval by design (facts §6.2).
     pub(super) in_duress: AtomicBool,
+    /// Woken whenever the groups' usage has been recorded (every refresh and pass): requests
+    /// of queued groups waiting for their share re-check then.
+    pub usage_recorded: tokio::sync::Notify,
 }
 
 /// What enforcement keeps between passes.
@@ -55,6 +58,7 @@ impl Enforcement {
                 cpu: ProcessCpu::start(),
             }),
             in_duress: AtomicBool::new(false),
+            usage_recorded: tokio::sync::Notify::new(),
         }
     }
 

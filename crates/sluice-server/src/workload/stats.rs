@@ -151,11 +151,12 @@ impl DrainRate {
         recent as f64 / Self::WINDOW_SECS as f64
     }
 
-    /// The `Retry-After` for a request with `ahead` requests queued before it: the time the
-    /// group takes to drain them at its measured rate, bounded 1..=60 s. With no completion
-    /// in the window the wait is at least the window (nothing drained that long).
-    pub fn retry_after_secs(&self, now_secs: u64, ahead: u64) -> u64 {
-        let rate = self.per_second(now_secs);
+    /// The `Retry-After` for a request with `ahead` requests queued before it in a bucket that
+    /// gets one `buckets`-th of the group's drain (the group's buckets with waiters share it):
+    /// the time that takes at the measured rate, bounded 1..=60 s. With no completion in the
+    /// window the wait is at least the window (nothing drained that long).
+    pub fn retry_after_secs(&self, now_secs: u64, ahead: u64, buckets: u64) -> u64 {
+        let rate = self.per_second(now_secs) / buckets.max(1) as f64;
         let secs = if rate > 0.0 {
             ((ahead + 1) as f64 / rate).ceil() as u64
         } else {
@@ -235,16 +236,18 @@ mod tests {
     fn test_retry_after_follows_the_drain_rate_within_bounds() {
         let d = DrainRate::default();
         // Nothing drained yet: the window.
-        assert_eq!(d.retry_after_secs(100, 5), DrainRate::WINDOW_SECS);
+        assert_eq!(d.retry_after_secs(100, 5, 1), DrainRate::WINDOW_SECS);
         // 20 completions in the window: 2 per second; 9 ahead → 5 s.
         for s in 91..=100 {
             d.record(s);
             d.record(s);
         }
         assert_eq!(d.per_second(100), 2.0);
-        assert_eq!(d.retry_after_secs(100, 9), 5);
-        assert_eq!(d.retry_after_secs(100, 0), 1);
-        assert_eq!(d.retry_after_secs(100, 10_000), 60);
+        assert_eq!(d.retry_after_secs(100, 9, 1), 5);
+        assert_eq!(d.retry_after_secs(100, 0, 1), 1);
+        assert_eq!(d.retry_after_secs(100, 10_000, 1), 60);
+        // Two buckets with waiters share the drain: each drains at 1 per second.
+        assert_eq!(d.retry_after_secs(100, 9, 2), 10);
         // Slots older than the window no longer count.
         assert_eq!(d.per_second(200), 0.0);
     }

@@ -454,3 +454,61 @@ async fn test_raising_the_limit_admits_waiters_at_once_and_lowering_admits_none(
     }
     wait_drained(&node, &id).await;
 }
+
+#[tokio::test]
+async fn test_a_queued_group_over_its_share_waits_for_it_instead_of_being_rejected() {
+    let node = node_in_mode("enabled", &[]).await;
+    // The loop's own refreshes are pushed out of the test's way: after this, the next refresh
+    // re-reads the hour-long intervals and waits, so the usage set below stays as set.
+    let refreshed = node.state.enforcement.usage_recorded.notified();
+    tokio::pin!(refreshed);
+    refreshed.as_mut().enable();
+    let r = node
+        .req_with(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"persistent": {
+                "wlm.workload_group.enforcement_interval": 3_600_000,
+                "wlm.workload_group.usage_refresh_interval": 3_600_000}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    refreshed.await;
+    let body = json!({"name": "w", "resiliency_mode": "enforced",
+        "resource_limits": {"cpu": 0.1},
+        "throttling": {"attribute": "group", "node_limit": 2},
+        "queue": {"size_per_bucket": 5}});
+    let id = create_group(&node, body).await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let entry = node.state.workload.entry(&id).expect("group");
+    // The group is over its share (0.5 of the node against 0.1 × 0.8): a slot is free, but the
+    // request waits — listed as queued — instead of being turned away.
+    entry.stats.cpu.set_current_usage(0.5);
+    let waiting = start_cheap(&node, &tag);
+    wait_tasks(&node, &id, 0, 1).await;
+    // Its share comes back with the next recorded usage: it runs.
+    entry.stats.cpu.set_current_usage(0.0);
+    node.state.enforcement.usage_recorded.notify_waiters();
+    assert_eq!(waiting.await.expect("joined"), 200);
+    let s = stats_of(&node, &id).await;
+    assert_eq!(
+        (
+            s["total_rejections"].clone(),
+            s["total_queued"].clone(),
+            s["queued_current"].clone(),
+            s["total_completions"].clone()
+        ),
+        (json!(0), json!(1), json!(0), json!(1)),
+        "{s}"
+    );
+    // A group without a queue is turned away at the door in the same state.
+    let body = json!({"name": "n", "resiliency_mode": "enforced",
+        "resource_limits": {"cpu": 0.1},
+        "throttling": {"attribute": "group", "node_limit": 2}});
+    let plain = create_group(&node, body).await;
+    let plain_entry = node.state.workload.entry(&plain).expect("group");
+    plain_entry.stats.cpu.set_current_usage(0.5);
+    let r = cheap(&node, &[("workloadGroupId", plain.as_str())]).await;
+    assert_eq!(r.status, 429, "{}", r.body);
+}
