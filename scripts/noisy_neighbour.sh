@@ -5,12 +5,13 @@
 # "product" (soft, cpu 0.6; cheap term queries at a fixed rate), then measures product's
 # latency alone, next to analytics with wlm.workload_group.mode disabled, with it enabled (usage
 # measured once per enforcement run as OpenSearch does; every 100 ms; every 100 ms plus the
-# estimate of unmeasured tasks, sluice's defaults), and enabled with analytics also throttled
-# (node_limit). Prints both tables as Markdown.
+# estimate of unmeasured tasks, sluice's defaults), enabled with analytics also throttled
+# (node_limit), and enabled with analytics throttled *and* queued (node_limit 1 and a queue,
+# analytics enforced, then soft). Prints both tables as Markdown.
 #
 # Usage: scripts/noisy_neighbour.sh [sluice-bench noisy-neighbour options]
 #   e.g. scripts/noisy_neighbour.sh --rounds 5 --analytics-clients 8
-# See `sluice-bench noisy-neighbour --help` for every option. Takes about six minutes after
+# See `sluice-bench noisy-neighbour --help` for every option. Takes about eight minutes after
 # the build on two cores. The node's log is kept as <data>/server.log only with --keep-data.
 set -euo pipefail
 

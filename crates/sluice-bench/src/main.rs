@@ -22,7 +22,10 @@
 //! ([`overhead`]) loads the same way, then measures one cheap query over HTTP only, untagged
 //! and tagged into workload groups with and without a node-tier throttle ([`wlm`] sets them
 //! up), interleaving the configurations in rounds, and reports their latencies side by side.
+//! The subcommands `noisy-neighbour` ([`noisy`]) and `queue-burst` ([`burst`]) are scenarios
+//! with their own arguments.
 
+mod burst;
 mod http;
 #[cfg(feature = "in-process")]
 mod in_process;
@@ -320,12 +323,17 @@ enum Command {
     /// Two workload groups on one node: product's cheap queries alone, then next to
     /// analytics' heavy aggregations with workload management disabled, then enabled.
     NoisyNeighbour(noisy::NoisyArgs),
+    /// A burst of concurrent requests against one throttled bucket, with a queue, without
+    /// one, and without one with clients retrying after `Retry-After` (issue #11 B.9).
+    QueueBurst(burst::BurstArgs),
 }
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    if let Some(Command::NoisyNeighbour(noisy)) = &args.command {
-        return noisy::main(noisy);
+    match &args.command {
+        Some(Command::NoisyNeighbour(noisy)) => return noisy::main(noisy),
+        Some(Command::QueueBurst(burst)) => return burst::main(burst),
+        None => {}
     }
     args.validate()?;
     match args.scenario {

@@ -8,14 +8,21 @@
 //!   closed loop; a client told 429 waits the `Retry-After` it was given, as a polite client
 //!   does.
 //!
-//! Six phases run on the same node and data: product alone (the baseline), product next to
+//! Eight phases run on the same node and data: product alone (the baseline), product next to
 //! analytics with `wlm.workload_group.mode: disabled`, the same with `enabled` (resource
 //! enforcement) three times — with group usage measured only at each enforcement run, as
 //! OpenSearch does (`wlm.workload_group.usage_refresh_interval` = the 1 s interval, no
 //! estimate of unmeasured tasks), with sluice's 100 ms refresh alone, and with sluice's
 //! defaults (the refresh plus `wlm.workload_group.estimate_unmeasured_tasks`) — and `enabled`
 //! with analytics also throttled to `node_limit` requests in flight (enforcement plus the
-//! node-tier throttle). The phases are interleaved in rounds, so a change
+//! node-tier throttle). Two more phases (issue #11 B.9) throttle analytics *and* queue it: a
+//! `node_limit` matching the concurrent aggregations its cpu share sustains and a queue with
+//! room for every client, so its clients wait for a slot instead of being told 429 — once with
+//! analytics `enforced` (the share is still enforced by rejection and cancellation) and once
+//! `soft` (the throttle bounds it; it is policed by its share only when the node is in
+//! duress). Their report adds what share of the aggregations analytics' cpu share allows it
+//! completed (share × cores ÷ one aggregation's cpu time, measured from solo runs). The phases
+//! are interleaved in rounds, so a change
 //! in the machine's background load during the run falls on every phase alike; each phase warms
 //! up, then measures, and its measurements add up over the rounds. The report is product's
 //! latency per phase with its ratio to the baseline, and what happened to analytics' requests.
@@ -45,6 +52,16 @@ const MAX_ROUNDS: u32 = 30;
 
 /// Most analytics clients: the same bound as the main benchmark's concurrency.
 const MAX_ANALYTICS_CLIENTS: usize = crate::MAX_CONCURRENCY;
+
+/// Largest `queue.size_per_bucket` a group accepts.
+const MAX_QUEUE_SIZE: u32 = 10_000;
+
+/// Most solo runs for the cpu time of one aggregation.
+const MAX_CPU_PROBE_RUNS: u32 = 50;
+
+/// Linux reports a process's cpu time in `/proc/<pid>/stat` in ticks of `USER_HZ`, 100 per
+/// second on every architecture sluice runs on.
+const USER_HZ: f64 = 100.0;
 
 /// The `_bulk` batch size and loaders of the load step: the main benchmark's defaults.
 const LOAD_BATCH_SIZE: usize = 5000;
@@ -104,7 +121,7 @@ pub struct NoisyArgs {
     #[arg(long, default_value_t = 8)]
     phase_secs: u64,
 
-    /// Rounds of the six phases.
+    /// Rounds of the eight phases.
     #[arg(long, default_value_t = 3)]
     rounds: u32,
 
@@ -131,6 +148,22 @@ pub struct NoisyArgs {
     /// The product group's cpu limit.
     #[arg(long, default_value_t = 0.6)]
     product_cpu: f64,
+
+    /// Analytics' `throttling.node_limit` in the queued phases: the concurrent aggregations
+    /// its cpu share sustains, share × cores ÷ the cores one aggregation keeps busy (0.3 × 2
+    /// ÷ 1 = 0.6, rounded up to 1).
+    #[arg(long, default_value_t = 1)]
+    queued_node_limit: u32,
+
+    /// Analytics' `queue.size_per_bucket` in the queued phases: room for every analytics
+    /// client, so none is turned away.
+    #[arg(long, default_value_t = 64)]
+    queue_size: u32,
+
+    /// Solo runs of the analytics aggregation whose server cpu time is averaged into the
+    /// cpu time of one aggregation (spawned servers; a `--url` server uses the wall time).
+    #[arg(long, default_value_t = 5)]
+    cpu_probe_runs: u32,
 }
 
 impl NoisyArgs {
@@ -157,6 +190,21 @@ impl NoisyArgs {
         }
         if self.analytics_node_limit == 0 {
             bail!("--analytics-node-limit must be at least 1, got 0");
+        }
+        if self.queued_node_limit == 0 {
+            bail!("--queued-node-limit must be at least 1, got 0");
+        }
+        if self.queue_size == 0 || self.queue_size > MAX_QUEUE_SIZE {
+            bail!(
+                "--queue-size must be between 1 and {MAX_QUEUE_SIZE}, got {}",
+                self.queue_size
+            );
+        }
+        if self.cpu_probe_runs == 0 || self.cpu_probe_runs > MAX_CPU_PROBE_RUNS {
+            bail!(
+                "--cpu-probe-runs must be between 1 and {MAX_CPU_PROBE_RUNS}, got {}",
+                self.cpu_probe_runs
+            );
         }
         if self.warmup_secs > crate::MAX_DURATION_SECS {
             bail!(
@@ -210,12 +258,15 @@ struct Phase {
     usage_refresh_ms: Option<u64>,
     /// `wlm.workload_group.estimate_unmeasured_tasks` (the default is `true`).
     estimate: bool,
+    /// Analytics throttled to `--queued-node-limit` with a `--queue-size` queue, in this
+    /// resiliency mode, instead of its `enforced` default.
+    queued: Option<&'static str>,
 }
 
 /// Usage measured only once per enforcement run (the 1 s default), as OpenSearch measures it.
 const ONCE_PER_RUN_MS: u64 = 1000;
 
-const PHASES: [Phase; 6] = [
+const PHASES: [Phase; 8] = [
     Phase {
         name: "baseline: product alone",
         mode: "disabled",
@@ -223,6 +274,7 @@ const PHASES: [Phase; 6] = [
         throttled: false,
         usage_refresh_ms: None,
         estimate: true,
+        queued: None,
     },
     Phase {
         name: "product + analytics",
@@ -231,6 +283,7 @@ const PHASES: [Phase; 6] = [
         throttled: false,
         usage_refresh_ms: None,
         estimate: true,
+        queued: None,
     },
     Phase {
         name: "product + analytics, usage measured once per run (OpenSearch)",
@@ -239,6 +292,7 @@ const PHASES: [Phase; 6] = [
         throttled: false,
         usage_refresh_ms: Some(ONCE_PER_RUN_MS),
         estimate: false,
+        queued: None,
     },
     Phase {
         name: "product + analytics, usage refreshed every 100 ms, no estimate",
@@ -247,6 +301,7 @@ const PHASES: [Phase; 6] = [
         throttled: false,
         usage_refresh_ms: None,
         estimate: false,
+        queued: None,
     },
     Phase {
         name: "product + analytics",
@@ -255,6 +310,7 @@ const PHASES: [Phase; 6] = [
         throttled: false,
         usage_refresh_ms: None,
         estimate: true,
+        queued: None,
     },
     Phase {
         name: "product + analytics, analytics node_limit",
@@ -263,6 +319,25 @@ const PHASES: [Phase; 6] = [
         throttled: true,
         usage_refresh_ms: None,
         estimate: true,
+        queued: None,
+    },
+    Phase {
+        name: "product + analytics, analytics enforced, node_limit + queue",
+        mode: "enabled",
+        analytics: true,
+        throttled: true,
+        usage_refresh_ms: None,
+        estimate: true,
+        queued: Some("enforced"),
+    },
+    Phase {
+        name: "product + analytics, analytics soft, node_limit + queue",
+        mode: "enabled",
+        analytics: true,
+        throttled: true,
+        usage_refresh_ms: None,
+        estimate: true,
+        queued: Some("soft"),
     },
 ];
 
@@ -301,6 +376,9 @@ impl ProductResult {
 #[derive(Debug, Default)]
 struct AnalyticsResult {
     completed: u64,
+    /// Completions whose answer arrived inside the measured window, whenever they started:
+    /// the steady rate the share is compared with.
+    ended_in_window: u64,
     cancelled: u64,
     rejected: u64,
     other: u64,
@@ -310,6 +388,7 @@ struct AnalyticsResult {
 impl AnalyticsResult {
     fn merge(&mut self, o: AnalyticsResult) {
         self.completed += o.completed;
+        self.ended_in_window += o.ended_in_window;
         self.cancelled += o.cancelled;
         self.rejected += o.rejected;
         self.other += o.other;
@@ -323,6 +402,11 @@ struct GroupCounters {
     cancellations: u64,
     rejections: u64,
     throttled: u64,
+    queued: u64,
+    queue_wait_count: u64,
+    queue_wait_millis: u64,
+    /// `queued_current` after the phase settled (a sum over rounds; must stay 0).
+    left_queued: u64,
 }
 
 /// A phase's measurements, added up over the rounds.
@@ -420,6 +504,20 @@ async fn run(args: &NoisyArgs, data_root: &std::path::Path) -> Result<()> {
         "one analytics aggregation alone takes {:.0} ms",
         probe.as_secs_f64() * 1000.0
     );
+    let cpu = aggregation_cpu(
+        args,
+        server.as_ref().and_then(SpawnedServer::pid),
+        &client,
+        &search_url,
+        &heavy,
+        &analytics_id,
+    )
+    .await?;
+    eprintln!(
+        "one analytics aggregation uses {:.0} ms of cpu ({})",
+        cpu.seconds * 1000.0,
+        cpu.source
+    );
 
     let mut results: Vec<PhaseResult> = PHASES
         .iter()
@@ -433,12 +531,7 @@ async fn run(args: &NoisyArgs, data_root: &std::path::Path) -> Result<()> {
     for round in 1..=args.rounds {
         for result in &mut results {
             let phase = result.phase;
-            let throttling = if phase.throttled {
-                json!({"attribute": "group", "node_limit": args.analytics_node_limit})
-            } else {
-                json!({})
-            };
-            api.update_group("analytics", json!({ "throttling": throttling }))
+            api.update_group("analytics", analytics_settings(args, &phase))
                 .await?;
             api.set_mode(phase.mode, phase.usage_refresh_ms, phase.estimate)
                 .await?;
@@ -484,12 +577,21 @@ async fn run(args: &NoisyArgs, data_root: &std::path::Path) -> Result<()> {
             // thread (the enforcement loop's 100 ms usage refresh then sees it idle during
             // the next phase's warm-up).
             api.wait_until_no_search_runs().await?;
+            let settled = api.counters(&analytics_id).await?;
+            let c = &mut result.counters;
+            c.queued += settled.queued - before.queued;
+            c.queue_wait_count += settled.queue_wait_count - before.queue_wait_count;
+            c.queue_wait_millis += settled.queue_wait_millis - before.queue_wait_millis;
+            c.left_queued += settled.left_queued;
         }
     }
-    api.update_group("analytics", json!({"throttling": {}}))
-        .await?;
+    api.update_group(
+        "analytics",
+        json!({"resiliency_mode": "enforced", "throttling": {}, "queue": {}}),
+    )
+    .await?;
     api.reset_mode().await?;
-    print!("{}", render(args, probe, &results));
+    print!("{}", render(args, probe, &cpu, &results));
     if let Some(server) = server {
         server.stop().await?;
     }
@@ -685,8 +787,88 @@ impl Api {
             cancellations: group["total_cancellations"].as_u64().unwrap_or(0),
             rejections: group["total_rejections"].as_u64().unwrap_or(0),
             throttled: group["total_throttled"].as_u64().unwrap_or(0),
+            queued: group["total_queued"].as_u64().unwrap_or(0),
+            queue_wait_count: group["queue_wait_count"].as_u64().unwrap_or(0),
+            queue_wait_millis: group["total_queue_wait_millis"].as_u64().unwrap_or(0),
+            left_queued: group["queued_current"].as_u64().unwrap_or(0),
         })
     }
+}
+
+/// The analytics group's settings in `phase`: `enforced` without throttle or queue, throttled
+/// to `--analytics-node-limit`, or (queued phases) in the phase's resiliency mode with
+/// `--queued-node-limit` and a `--queue-size` queue.
+fn analytics_settings(args: &NoisyArgs, phase: &Phase) -> Value {
+    match phase.queued {
+        Some(resiliency) => json!({
+            "resiliency_mode": resiliency,
+            "throttling": {"attribute": "group", "node_limit": args.queued_node_limit},
+            "queue": {"size_per_bucket": args.queue_size},
+        }),
+        None if phase.throttled => json!({
+            "resiliency_mode": "enforced",
+            "throttling": {"attribute": "group", "node_limit": args.analytics_node_limit},
+            "queue": {},
+        }),
+        None => json!({"resiliency_mode": "enforced", "throttling": {}, "queue": {}}),
+    }
+}
+
+/// The cpu time of one analytics aggregation, and how it was measured.
+#[derive(Debug)]
+struct AggregationCpu {
+    seconds: f64,
+    source: String,
+}
+
+/// Measures the cpu time of one analytics aggregation: the server process's cpu time
+/// (`/proc/<pid>/stat`, all threads) over `--cpu-probe-runs` solo runs, divided by the runs;
+/// without a pid (a `--url` server) or `/proc`, their mean wall time (the aggregation runs on
+/// one thread, so wall time bounds its cpu time from above).
+async fn aggregation_cpu(
+    args: &NoisyArgs,
+    pid: Option<u32>,
+    client: &reqwest::Client,
+    url: &Url,
+    body: &Bytes,
+    group: &str,
+) -> Result<AggregationCpu> {
+    let cpu_before = pid.and_then(process_cpu_seconds);
+    let started = Instant::now();
+    for _ in 0..args.cpu_probe_runs {
+        time_one(client, url, body, group).await?;
+    }
+    let wall = started.elapsed().as_secs_f64() / f64::from(args.cpu_probe_runs);
+    let cpu_after = pid.and_then(process_cpu_seconds);
+    Ok(match (cpu_before, cpu_after) {
+        (Some(a), Some(b)) if b > a => AggregationCpu {
+            seconds: (b - a) / f64::from(args.cpu_probe_runs),
+            source: format!(
+                "server process cpu time over {} solo runs, /proc/<pid>/stat; wall {:.0} ms each",
+                args.cpu_probe_runs,
+                wall * 1000.0
+            ),
+        },
+        _ => AggregationCpu {
+            seconds: wall,
+            source: format!(
+                "mean wall time of {} solo runs (no server pid to read cpu time from)",
+                args.cpu_probe_runs
+            ),
+        },
+    })
+}
+
+/// The cpu time (user + system, all threads) of process `pid` so far, in seconds.
+fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name, in parentheses, may contain spaces: fields are counted after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3 of stat(5), utime 14, stime 15.
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / USER_HZ)
 }
 
 /// Runs one search tagged with `group` and returns how long it took.
@@ -754,6 +936,10 @@ async fn analytics_client(
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         let text = resp.text().await.unwrap_or_default();
+        let ended = Instant::now();
+        if status == 200 && ended >= measure_from && ended <= deadline {
+            tally.ended_in_window += 1;
+        }
         if counted {
             match status {
                 200 => tally.completed += 1,
@@ -845,7 +1031,12 @@ fn excerpt(text: &str) -> String {
 }
 
 /// Renders the run's settings and its two tables as Markdown.
-fn render(args: &NoisyArgs, probe: Duration, results: &[PhaseResult]) -> String {
+fn render(
+    args: &NoisyArgs,
+    probe: Duration,
+    cpu: &AggregationCpu,
+    results: &[PhaseResult],
+) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -865,9 +1056,36 @@ fn render(args: &NoisyArgs, probe: Duration, results: &[PhaseResult]) -> String 
     );
     let _ = writeln!(
         out,
-        "- {} rounds of the six phases, interleaved; each phase {} s warm-up, then {} s \
-         measured; last phase: analytics `throttling.node_limit` {}\n",
-        args.rounds, args.warmup_secs, args.phase_secs, args.analytics_node_limit
+        "- {} rounds of the {} phases, interleaved; each phase {} s warm-up, then {} s \
+         measured; \"analytics node_limit\": analytics `enforced`, `throttling.node_limit` {}; \
+         \"node_limit + queue\": analytics in the resiliency mode named, `throttling: \
+         {{attribute: group, node_limit: {}}}`, `queue: {{size_per_bucket: {}}}`, cpu {} \
+         unchanged",
+        args.rounds,
+        PHASES.len(),
+        args.warmup_secs,
+        args.phase_secs,
+        args.analytics_node_limit,
+        args.queued_node_limit,
+        args.queue_size,
+        args.analytics_cpu
+    );
+    let window_secs = (args.phase_secs * u64::from(args.rounds)) as f64;
+    let per_second = args.analytics_cpu * cores as f64 / cpu.seconds;
+    let allowed = per_second * window_secs;
+    let _ = writeln!(
+        out,
+        "- one aggregation uses {:.0} ms of cpu ({}); analytics' share allows share × cores ÷ \
+         cpu = {} × {} ÷ {:.3} s = {:.2} aggregations/s, {:.0} in the {:.0} s measured per \
+         phase\n",
+        cpu.seconds * 1000.0,
+        cpu.source,
+        args.analytics_cpu,
+        cores,
+        cpu.seconds,
+        per_second,
+        allowed,
+        window_secs
     );
     let baseline = results.first().map(|r| &r.product);
     let ratio = |v: f64, base: f64| {
@@ -908,14 +1126,25 @@ fn render(args: &NoisyArgs, probe: Duration, results: &[PhaseResult]) -> String 
     let _ = writeln!(out, "\nAnalytics requests (measured windows):\n");
     let _ = writeln!(
         out,
-        "| phase | wlm mode | completed | cancelled (task_cancelled) | rejected (429) | other errors | total_cancellations | total_rejections | total_throttled |"
+        "| phase | wlm mode | completed | cancelled (task_cancelled) | rejected (429) | other errors | total_cancellations | total_rejections | total_throttled | ended in window | of share's {allowed:.0} | total_queued | mean queue wait ms | queued_current after |"
     );
-    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for r in results.iter().filter(|r| r.phase.analytics) {
         let (a, c) = (&r.analytics, &r.counters);
+        let wait = if c.queue_wait_count > 0 {
+            format!(
+                "{:.0}",
+                c.queue_wait_millis as f64 / c.queue_wait_count as f64
+            )
+        } else {
+            "–".to_owned()
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} % | {} | {} | {} |",
             r.phase.name,
             r.phase.mode,
             a.completed,
@@ -924,7 +1153,12 @@ fn render(args: &NoisyArgs, probe: Duration, results: &[PhaseResult]) -> String 
             a.other,
             c.cancellations,
             c.rejections,
-            c.throttled
+            c.throttled,
+            a.ended_in_window,
+            100.0 * a.ended_in_window as f64 / allowed,
+            c.queued,
+            wait,
+            c.left_queued
         );
     }
     let errors: Vec<String> = results

@@ -187,6 +187,11 @@ impl SpawnedServer {
         })
     }
 
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// Kills the server and waits for it to exit.
     ///
     /// # Cancel safety

@@ -198,7 +198,11 @@ fn counters_of(stats: &Value, ids: &[&str]) -> Result<BTreeMap<String, GroupCoun
 }
 
 /// Sends one JSON request to `path` and returns the JSON answer; fails unless it is 2xx.
-async fn send(
+///
+/// # Cancel safety
+///
+/// Dropping the future abandons the request; it may or may not take effect.
+pub async fn send(
     target: &HttpTarget,
     method: reqwest::Method,
     path: &str,
