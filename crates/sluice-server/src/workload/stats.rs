@@ -122,7 +122,14 @@ pub struct GroupStats {
 /// queue ahead of it takes to drain (DESIGN D14).
 #[derive(Debug, Default)]
 pub struct DrainRate {
-    slots: parking_lot::Mutex<[(u64, u64); DrainRate::WINDOW_SECS as usize]>,
+    slots: parking_lot::Mutex<Slots>,
+}
+
+/// One-second slots of completions, and the second of the first completion ever recorded.
+#[derive(Debug, Default)]
+struct Slots {
+    counts: [(u64, u64); DrainRate::WINDOW_SECS as usize],
+    first_sec: Option<u64>,
 }
 
 impl DrainRate {
@@ -133,34 +140,44 @@ impl DrainRate {
     /// Records one completion at `now_secs` (seconds on a monotonic clock).
     pub fn record(&self, now_secs: u64) {
         let mut slots = self.slots.lock();
-        let slot = &mut slots[(now_secs % Self::WINDOW_SECS) as usize];
+        slots.first_sec.get_or_insert(now_secs);
+        let slot = &mut slots.counts[(now_secs % Self::WINDOW_SECS) as usize];
         if slot.0 != now_secs {
             *slot = (now_secs, 0);
         }
         slot.1 += 1;
     }
 
-    /// Completions per second over the window ending at `now_secs`.
-    pub fn per_second(&self, now_secs: u64) -> f64 {
+    /// Completions per second over the window ending at `now_secs` — over the part of it
+    /// since the first completion, for a group that started completing less than a window ago
+    /// (its rate is not diluted by the seconds before it ran anything); `None` before any.
+    pub fn per_second(&self, now_secs: u64) -> Option<f64> {
         let slots = self.slots.lock();
+        let first = slots.first_sec?;
         let recent: u64 = slots
+            .counts
             .iter()
             .filter(|(sec, _)| now_secs.saturating_sub(*sec) < Self::WINDOW_SECS)
             .map(|(_, n)| n)
             .sum();
-        recent as f64 / Self::WINDOW_SECS as f64
+        let covered = (now_secs.saturating_sub(first) + 1).min(Self::WINDOW_SECS);
+        Some(recent as f64 / covered as f64)
     }
 
     /// The `Retry-After` for a request with `ahead` requests queued before it in a bucket that
     /// gets one `buckets`-th of the group's drain (the group's buckets with waiters share it):
-    /// the time that takes at the measured rate, bounded 1..=60 s. With no completion in the
-    /// window the wait is at least the window (nothing drained that long).
+    /// the time that takes at the measured rate, bounded 1..=60 s. Before the group ever
+    /// completed anything, 1 s; with no completion in the window, the window (nothing drained
+    /// that long).
     pub fn retry_after_secs(&self, now_secs: u64, ahead: u64, buckets: u64) -> u64 {
-        let rate = self.per_second(now_secs) / buckets.max(1) as f64;
-        let secs = if rate > 0.0 {
-            ((ahead + 1) as f64 / rate).ceil() as u64
-        } else {
-            Self::WINDOW_SECS
+        let secs = match self.per_second(now_secs) {
+            // Nothing measured yet: the shortest wait.
+            None => 1,
+            Some(rate) if rate > 0.0 => {
+                let rate = rate / buckets.max(1) as f64;
+                ((ahead + 1) as f64 / rate).ceil() as u64
+            }
+            Some(_) => Self::WINDOW_SECS,
         };
         secs.clamp(1, 60)
     }
@@ -235,20 +252,25 @@ mod tests {
     #[test]
     fn test_retry_after_follows_the_drain_rate_within_bounds() {
         let d = DrainRate::default();
-        // Nothing drained yet: the window.
-        assert_eq!(d.retry_after_secs(100, 5, 1), DrainRate::WINDOW_SECS);
+        // Nothing measured yet: the shortest wait.
+        assert_eq!(d.retry_after_secs(100, 5, 1), 1);
+        // A group that started completing a second ago: its rate is over that second only.
+        d.record(90);
+        d.record(90);
+        assert_eq!(d.per_second(90), Some(2.0));
         // 20 completions in the window: 2 per second; 9 ahead → 5 s.
         for s in 91..=100 {
             d.record(s);
             d.record(s);
         }
-        assert_eq!(d.per_second(100), 2.0);
+        assert_eq!(d.per_second(100), Some(2.0));
         assert_eq!(d.retry_after_secs(100, 9, 1), 5);
         assert_eq!(d.retry_after_secs(100, 0, 1), 1);
         assert_eq!(d.retry_after_secs(100, 10_000, 1), 60);
         // Two buckets with waiters share the drain: each drains at 1 per second.
         assert_eq!(d.retry_after_secs(100, 9, 2), 10);
-        // Slots older than the window no longer count.
-        assert_eq!(d.per_second(200), 0.0);
+        // Slots older than the window no longer count: nothing drained for a whole window.
+        assert_eq!(d.per_second(200), Some(0.0));
+        assert_eq!(d.retry_after_secs(200, 0, 1), DrainRate::WINDOW_SECS);
     }
 }
