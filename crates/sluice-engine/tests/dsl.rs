@@ -1851,3 +1851,106 @@ fn test_date_format_errors_name_the_format() {
             .is_ok()
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Percentiles
+
+/// Asserts that `actual` is a number within 2% of `expected` (tantivy's sketch is approximate).
+fn assert_near(actual: &Value, expected: f64) {
+    let v = actual
+        .as_f64()
+        .unwrap_or_else(|| panic!("{actual} is not a number"));
+    assert!(
+        (v - expected).abs() <= expected.abs() * 0.02,
+        "{v} is not near {expected}"
+    );
+}
+
+#[test]
+fn test_percentiles_keyed_default_and_list_shapes() {
+    let t = logs();
+    // price: 5, 10.5, 20, 30, 40.25, 100 (six documents).
+    let out = run_aggs(
+        &t,
+        json!({
+            "default": {"percentiles": {"field": "price"}},
+            "keyed": {"percentiles": {"field": "price", "percents": [99, 50, 0]}},
+            "list": {"percentiles": {"field": "price", "percents": [50, 100], "keyed": false}}
+        }),
+    );
+    let default = out["default"]["values"].as_object().expect("keyed object");
+    let keys: Vec<&str> = default.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["1.0", "5.0", "25.0", "50.0", "75.0", "95.0", "99.0"]);
+    // Percents are sorted, as OpenSearch sorts them.
+    let keyed = out["keyed"]["values"].as_object().expect("keyed object");
+    let keys: Vec<&str> = keyed.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["0.0", "50.0", "99.0"]);
+    assert_near(&keyed["0.0"], 5.0);
+    // An estimate between the two largest values (tantivy's sketch does not interpolate).
+    let p99 = keyed["99.0"].as_f64().expect("p99");
+    assert!((40.25 * 0.98..=100.0 * 1.02).contains(&p99), "{p99}");
+    let list = out["list"]["values"].as_array().expect("list");
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0]["key"], json!(50.0));
+    assert_eq!(list[1]["key"], json!(100.0));
+    assert_near(&list[1]["value"], 100.0);
+    let median = list[0]["value"].as_f64().expect("median");
+    assert!((20.0 * 0.98..=30.0 * 1.02).contains(&median), "{median}");
+}
+
+#[test]
+fn test_percentiles_without_values_are_null_and_dates_have_strings() {
+    let t = logs();
+    let out = run_aggs(
+        &t,
+        json!({
+            "none": {"percentiles": {"field": "nope", "percents": [50]}},
+            "none_list": {"percentiles": {"field": "nope", "percents": [50], "keyed": false}},
+            "ts": {"percentiles": {"field": "ts", "percents": [0]}},
+            "per_level": {"terms": {"field": "level", "size": 1},
+                          "aggs": {"p": {"percentiles": {"field": "status", "percents": [100]}}}}
+        }),
+    );
+    assert_eq!(out["none"], json!({"values": {"50.0": null}}));
+    assert_eq!(
+        out["none_list"],
+        json!({"values": [{"key": 50.0, "value": null}]})
+    );
+    let ts = &out["ts"]["values"];
+    assert_near(&ts["0.0"], JAN_1 as f64);
+    assert!(ts["0.0_as_string"].is_string(), "{ts}");
+    // info: statuses 200 and 200 (document 7 has none).
+    let bucket = &out["per_level"]["buckets"][0];
+    assert_eq!(bucket["key"], json!("info"));
+    assert_near(&bucket["p"]["values"]["100.0"], 200.0);
+}
+
+#[test]
+fn test_percentiles_errors_use_opensearch_words() {
+    let t = logs();
+    let e = agg_err(
+        &t,
+        json!({"p": {"percentiles": {"field": "price", "percents": [50, 101]}}}),
+    );
+    assert_eq!(e.code, ErrorCode::IllegalArgument, "{e}");
+    assert_eq!(e.reason, "percent must be in [0,100], got [101.0]: [p]");
+    let e = agg_err(
+        &t,
+        json!({"p": {"percentiles": {"field": "price", "percents": []}}}),
+    );
+    assert_eq!(e.code, ErrorCode::IllegalArgument, "{e}");
+    assert_eq!(e.reason, "[percents] must not be empty: [p]");
+    let e = agg_err(
+        &t,
+        json!({"p": {"percentiles": {"field": "price", "bogus": 1}}}),
+    );
+    assert_eq!(e.code, ErrorCode::XContentParse, "{e}");
+    assert_eq!(e.reason, "[percentiles] unknown field [bogus]");
+    let e = agg_err(&t, json!({"p": {"percentiles": {"field": "level"}}}));
+    assert_eq!(e.code, ErrorCode::IllegalArgument, "{e}");
+    let e = agg_err(
+        &t,
+        json!({"p": {"percentiles": {"field": "price"}, "aggs": {"a": {"avg": {"field": "price"}}}}}),
+    );
+    assert_eq!(e.code, ErrorCode::IllegalArgument, "{e}");
+}

@@ -10,6 +10,7 @@ use tantivy::aggregation::agg_result::{
     AggregationResult, AggregationResults, BucketEntries, BucketEntry, BucketResult, MetricResult,
     RangeBucketEntry,
 };
+use tantivy::aggregation::metric::PercentileValues;
 
 use super::request::{AggPlan, BucketOrder, MetricKind, PlanKind, ValueKind};
 use super::sources;
@@ -187,6 +188,14 @@ fn render_agg(results: &AggregationResults, plan: &AggPlan) -> Map<String, Value
         }
         PlanKind::Metric { metric, values } => {
             render_metric(&mut obj, results.0.get(&plan.name), *metric, *values)
+        }
+        PlanKind::Percentiles {
+            values,
+            percents,
+            keyed,
+        } => {
+            let rendered = render_percentiles(results.0.get(&plan.name), *values, percents, *keyed);
+            obj.insert("values".into(), rendered);
         }
         PlanKind::Filter => {
             let (doc_count, subs) = match bucket_result(results, &plan.name) {
@@ -374,6 +383,60 @@ fn render_metric(
                 as_string(obj, "sum_as_string", Some(sum));
             }
         }
+    }
+}
+
+/// Renders `percentiles` values: keyed by the percent's Java text (with `<key>_as_string` for
+/// dates), or a list of `{key, value}`; values are `null` when no document had a value.
+fn render_percentiles(
+    result: Option<&AggregationResult>,
+    values: ValueKind,
+    percents: &[f64],
+    keyed: bool,
+) -> Value {
+    // tantivy was asked for an unkeyed list in the order of `percents`; an empty sketch yields NaN.
+    let estimates: Vec<Option<f64>> = match result {
+        Some(AggregationResult::MetricResult(MetricResult::Percentiles(p))) => match &p.values {
+            PercentileValues::Vec(entries) => entries
+                .iter()
+                .map(|e| Some(e.value).filter(|v| v.is_finite()))
+                .collect(),
+            PercentileValues::HashMap(_) => Vec::new(),
+        },
+        _ => Vec::new(),
+    };
+    let estimate = |i: usize| estimates.get(i).copied().flatten();
+    let as_string = |v: Option<f64>| {
+        v.filter(|_| values == ValueKind::Date)
+            .map(|v| Value::from(format_millis(v as i64)))
+    };
+    if keyed {
+        let mut out = Map::new();
+        for (i, percent) in percents.iter().enumerate() {
+            let key = java_double(*percent);
+            let v = estimate(i);
+            out.insert(key.clone(), opt_float(v));
+            if let Some(s) = as_string(v) {
+                out.insert(format!("{key}_as_string"), s);
+            }
+        }
+        Value::Object(out)
+    } else {
+        let list = percents
+            .iter()
+            .enumerate()
+            .map(|(i, percent)| {
+                let v = estimate(i);
+                let mut m = Map::new();
+                m.insert("key".into(), float(*percent));
+                m.insert("value".into(), opt_float(v));
+                if let Some(s) = as_string(v) {
+                    m.insert("value_as_string".into(), s);
+                }
+                Value::Object(m)
+            })
+            .collect();
+        Value::Array(list)
     }
 }
 

@@ -149,6 +149,13 @@ pub(super) enum PlanKind {
         metric: MetricKind,
         values: ValueKind,
     },
+    /// `percentiles`: the requested percents, sorted as OpenSearch sorts them; tantivy is always
+    /// asked for an unkeyed list in this order, and `keyed` only changes the rendering.
+    Percentiles {
+        values: ValueKind,
+        percents: Vec<f64>,
+        keyed: bool,
+    },
     Filter,
 }
 
@@ -158,7 +165,8 @@ impl PlanKind {
             PlanKind::Terms { values, .. }
             | PlanKind::Histogram { values, .. }
             | PlanKind::Range { values, .. }
-            | PlanKind::Metric { values, .. } => Some(values),
+            | PlanKind::Metric { values, .. }
+            | PlanKind::Percentiles { values, .. } => Some(values),
             PlanKind::DateHistogram { .. } | PlanKind::Filter => None,
         }
     }
@@ -252,7 +260,6 @@ const UNSUPPORTED_TYPES: &[&str] = &[
     "nested",
     "parent",
     "percentile_ranks",
-    "percentiles",
     "rare_terms",
     "reverse_nested",
     "sampler",
@@ -439,7 +446,7 @@ impl<'a, 'c> Builder<'a, 'c> {
             return Err(EngineError::illegal_argument(format!(
                 "aggregation type [{ty}] of [{name}] is not supported by sluice; supported types are \
                  terms, histogram, date_histogram, range, filter, avg, min, max, sum, value_count, \
-                 stats and cardinality"
+                 stats, cardinality and percentiles"
             )));
         }
         let is_bucket = matches!(
@@ -448,7 +455,7 @@ impl<'a, 'c> Builder<'a, 'c> {
         );
         let is_metric = matches!(
             ty,
-            "avg" | "min" | "max" | "sum" | "value_count" | "stats" | "cardinality"
+            "avg" | "min" | "max" | "sum" | "value_count" | "stats" | "cardinality" | "percentiles"
         );
         if !is_bucket && !is_metric {
             return Err(EngineError::parsing(format!(
@@ -493,6 +500,7 @@ impl<'a, 'c> Builder<'a, 'c> {
             "histogram" => self.histogram(&body, sub_request)?,
             "date_histogram" => self.date_histogram(&body, sub_request)?,
             "range" => self.range(&body, sub_request)?,
+            "percentiles" => self.percentiles(&body)?,
             _ => self.metric(&body)?,
         };
         Ok((
@@ -1057,6 +1065,98 @@ impl<'a, 'c> Builder<'a, 'c> {
         Ok((
             vec![(body.name.to_string(), agg)],
             PlanKind::Metric { metric, values },
+        ))
+    }
+}
+
+/// The percents a `percentiles` aggregation computes when the request names none.
+const DEFAULT_PERCENTS: [f64; 7] = [1.0, 5.0, 25.0, 50.0, 75.0, 95.0, 99.0];
+
+impl Builder<'_, '_> {
+    fn percentiles(&mut self, body: &Body) -> Result<(Vec<(String, Aggregation)>, PlanKind)> {
+        let field = self.field(body)?;
+        let (column, values) = (field.column.clone(), field.values);
+        let column = match values {
+            ValueKind::Keyword | ValueKind::Ip => return Err(body.unsupported_type(&field)),
+            ValueKind::Date => self.derived(&column, Derivation::Millis),
+            ValueKind::Boolean => self.derived(&column, Derivation::Float),
+            _ => column,
+        };
+        let mut percents = None;
+        let mut keyed = true;
+        let mut missing = None;
+        let mut methods = 0;
+        for (key, v) in body.obj {
+            match key.as_str() {
+                "field" | "format" | "script" => {}
+                "keyed" => keyed = body.boolean(key, v)?,
+                "percents" => {
+                    let items = v
+                        .as_array()
+                        .ok_or_else(|| body.bad_value(key, v, "an array of numbers"))?;
+                    let parsed = items
+                        .iter()
+                        .map(|item| body.number(key, item))
+                        .collect::<Result<Vec<f64>>>()?;
+                    percents = Some(parsed);
+                }
+                "missing" => {
+                    missing = Some(match values {
+                        ValueKind::Date => self.date_millis(body, key, v)?,
+                        _ => body.number(key, v)?,
+                    })
+                }
+                // The estimation method: sluice always estimates with tantivy's sketch, so the
+                // method's settings are checked for shape only.
+                "tdigest" | "hdr" => {
+                    if !v.is_object() {
+                        return Err(body.bad_value(key, v, "an object"));
+                    }
+                    methods += 1;
+                }
+                other => return Err(body.unknown(other)),
+            }
+        }
+        if methods > 1 {
+            return Err(EngineError::illegal_argument(
+                "Only one percentiles method should be declared.",
+            ));
+        }
+        let percents = match percents {
+            None => DEFAULT_PERCENTS.to_vec(),
+            Some(p) if p.is_empty() => {
+                return Err(EngineError::illegal_argument(format!(
+                    "[percents] must not be empty: [{}]",
+                    body.name
+                )));
+            }
+            Some(mut p) => {
+                p.sort_by(f64::total_cmp);
+                if let Some(bad) = p.iter().find(|p| !(0.0..=100.0).contains(*p)) {
+                    return Err(EngineError::illegal_argument(format!(
+                        "percent must be in [0,100], got [{}]: [{}]",
+                        super::render::java_double(*bad),
+                        body.name
+                    )));
+                }
+                p
+            }
+        };
+        let mut params = Map::new();
+        params.insert("field".into(), Value::from(column));
+        params.insert("percents".into(), json!(percents));
+        params.insert("keyed".into(), Value::from(false));
+        if let Some(missing) = missing {
+            params.insert("missing".into(), Value::from(missing));
+        }
+        let agg = Self::tantivy_agg(body, "percentiles", params, Aggregations::default())?;
+        Ok((
+            vec![(body.name.to_string(), agg)],
+            PlanKind::Percentiles {
+                values,
+                percents,
+                keyed,
+            },
         ))
     }
 }

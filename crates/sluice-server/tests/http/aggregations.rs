@@ -1,7 +1,8 @@
 //! Aggregations over HTTP against the hand-made `books` data set: bucket aggregations (terms,
 //! histogram, date_histogram, range), metrics (avg, min, max, sum, value_count, stats,
 //! cardinality), a sub-aggregation, and the errors for unusable fields and unknown types.
-//! Expected buckets and values come from the reference model in `fixtures`.
+//! Expected buckets and values come from the reference model in `fixtures`; `percentiles` runs
+//! on its own `latency` index.
 
 use std::collections::BTreeMap;
 
@@ -552,5 +553,77 @@ async fn test_term_doc_count_error_and_histogram_format_render_like_opensearch()
         )
         .await;
     assert_error(&resp, 400, "illegal_argument_exception");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_percentiles_render_keyed_and_listed_like_opensearch() {
+    let node = TestNode::start().await;
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/latency",
+            Some(json!({"mappings": {"properties": {"latency_ms": {"type": "long"}}}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let mut lines = Vec::new();
+    for ms in 1..=100 {
+        lines.push(json!({"index": {}}));
+        lines.push(json!({"latency_ms": ms}));
+    }
+    node.bulk("/latency/_bulk?refresh=true", &lines).await;
+    let resp = node
+        .search(
+            "latency",
+            json!({"size": 0, "aggs": {
+                "keyed": {"percentiles": {"field": "latency_ms", "percents": [99, 50, 95]}},
+                "list": {"percentiles": {"field": "latency_ms", "percents": [50], "keyed": false}},
+                "none": {"percentiles": {"field": "missing_field"}}}}),
+        )
+        .await;
+    let aggs = &resp["aggregations"];
+    let keyed = aggs["keyed"]["values"].as_object().expect("keyed values");
+    let keys: Vec<&str> = keyed.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["50.0", "95.0", "99.0"], "{resp}");
+    // tantivy's sketch estimates within about 1% of the true rank's value.
+    for (key, expected) in [("50.0", 50.0), ("95.0", 95.0), ("99.0", 99.0)] {
+        let v = keyed[key].as_f64().expect("a value");
+        assert!((v - expected).abs() <= 2.0, "{key}: {v} in {resp}");
+    }
+    let list = aggs["list"]["values"].as_array().expect("list values");
+    assert_eq!(list.len(), 1, "{resp}");
+    assert_eq!(list[0]["key"], json!(50.0), "{resp}");
+    assert!(list[0]["value"].is_f64(), "{resp}");
+    let none = aggs["none"]["values"].as_object().expect("keyed values");
+    assert_eq!(none.len(), 7, "{resp}");
+    assert!(none.values().all(Value::is_null), "{resp}");
+
+    let resp = node
+        .req(
+            "POST",
+            "/latency/_search",
+            Some(json!({"size": 0, "aggs": {"p": {"percentiles": {
+                "field": "latency_ms", "percents": [101]}}}})),
+        )
+        .await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    assert!(
+        resp.1["error"]["root_cause"][0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("percent must be in [0,100], got [101.0]")),
+        "{}",
+        resp.1
+    );
+    let resp = node
+        .req(
+            "POST",
+            "/latency/_search",
+            Some(json!({"size": 0, "aggs": {"p": {"percentiles": {
+                "field": "latency_ms", "compression": 100}}}})),
+        )
+        .await;
+    // OpenSearch's object parser refuses unknown keys with this type, as for other metrics.
+    assert_error(&resp, 400, "x_content_parse_exception");
     node.stop().await;
 }
