@@ -1954,3 +1954,19 @@ fn test_percentiles_errors_use_opensearch_words() {
     );
     assert_eq!(e.code, ErrorCode::IllegalArgument, "{e}");
 }
+
+#[test]
+fn test_terms_order_by_a_percentile_is_refused_clearly() {
+    let t = logs();
+    let e = agg_err(
+        &t,
+        json!({"levels": {"terms": {"field": "level", "order": {"p.50": "desc"}},
+                          "aggs": {"p": {"percentiles": {"field": "price", "percents": [50]}}}}}),
+    );
+    assert_eq!(e.code, ErrorCode::IllegalArgument, "{e}");
+    assert!(
+        e.reason.contains("percentiles aggregation [p]"),
+        "{}",
+        e.reason
+    );
+}

@@ -1328,6 +1328,17 @@ fn terms_order(body: &Body, v: &Value, sub_plans: &[AggPlan]) -> Result<Value> {
             let is_metric = sub_plans
                 .iter()
                 .any(|p| p.name == agg && matches!(p.kind, PlanKind::Metric { .. }));
+            let is_percentiles = sub_plans
+                .iter()
+                .any(|p| p.name == agg && matches!(p.kind, PlanKind::Percentiles { .. }));
+            if is_percentiles {
+                // tantivy cannot order its final buckets by a percentile.
+                return Err(EngineError::illegal_argument(format!(
+                    "[{}] aggregation [{}] cannot be ordered by the percentiles aggregation [{agg}]; \
+                     sluice does not support this order",
+                    body.ty, body.name
+                )));
+            }
             if !is_metric {
                 return Err(EngineError::illegal_argument(format!(
                     "Invalid aggregation order path [{path}]. The provided aggregation [{agg}] either does \
