@@ -108,7 +108,7 @@ pub fn decide(
     mode: WlmMode,
     group_id: &Arc<str>,
     group: Option<&WorkloadGroup>,
-    queue: Option<&Arc<GroupQueue>>,
+    queue: Option<&crate::sync::Arc<GroupQueue>>,
     request: Request<'_>,
 ) -> Throttle {
     let Request {
