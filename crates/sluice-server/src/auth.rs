@@ -5,8 +5,8 @@
 //! headers, only when the peer address is in `auth.proxy.trusted_addresses`).
 //!
 //! The [`authenticate`] middleware turns a request into an [`Authenticated`] request extension
-//! (and a task-local read by [`current_principal`], so the task registry attaches the principal
-//! to every task the request starts) or answers 401 `security_exception` with
+//! (which [`crate::http::meta`] puts into the request's metadata, so admission registers every
+//! task the request starts with its principal) or answers 401 `security_exception` with
 //! `WWW-Authenticate`. Handlers of mutating admin APIs call [`Authenticator::authorize_admin`],
 //! which answers 403 unless the principal has a role in `auth.admin_roles`.
 //!

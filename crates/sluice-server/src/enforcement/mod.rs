@@ -23,9 +23,10 @@
 //!   [`refresh_once`] every `wlm.workload_group.usage_refresh_interval` in between (default
 //!   100 ms), on the blocking pool, both re-read before each wait; in mode `disabled` they do
 //!   nothing.
-//! - [`admit_resources`]: the check called by `api::run_task` before the throttle, and
-//!   [`recheck_resources`] when a search thread takes the task; [`observe_finished`] teaches
-//!   a group's per-task estimate what a finished task used.
+//! - The admission side of the share — the check at the door, again when a search thread
+//!   takes the task, and a finished task teaching its group's estimate — is
+//!   [`crate::admission::share`]'s; [`node`] holds what it reads (capacity, duress verdict,
+//!   thresholds).
 //!
 //! # Decisions
 //! - Deleted groups: a task carries its group's definition from tagging time, so the groups of
