@@ -31,6 +31,8 @@ pub struct TaskUsage {
     memory_bytes: AtomicU64,
     /// When a search thread started the task's work (after any wait in the pool's queue).
     executing_since: std::sync::OnceLock<std::time::Instant>,
+    /// The part of `cpu_nanos` already charged to the group's CPU quota.
+    charged_cpu_nanos: AtomicU64,
 }
 
 impl TaskUsage {
@@ -52,6 +54,15 @@ impl TaskUsage {
     /// Bytes allocated so far.
     pub fn memory_bytes(&self) -> u64 {
         self.memory_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The CPU time used since the last call (or since the start), marking it charged: what a
+    /// group's CPU quota is to be charged for this task now. Concurrent callers split it: each
+    /// nanosecond is taken once.
+    pub fn take_uncharged_cpu(&self) -> u64 {
+        let now = self.cpu_nanos();
+        let before = self.charged_cpu_nanos.fetch_max(now, Ordering::Relaxed);
+        now.saturating_sub(before)
     }
 
     /// Records a sample (never lowers a figure).

@@ -16,6 +16,8 @@
 //!   tasks die, highest usage first, just enough to cover the excess (facts §6.3).
 //! - [`pass`]: [`run_pass`], one enforcement pass as a function of its inputs (node
 //!   observation, tasks, groups) → duress verdict, usage per group, tasks to cancel.
+//! - [`quota`]: [`CpuQuota`], sluice's own: a queued enforced group's CPU-time balance, earned
+//!   at its share and spent by its tasks, so admission paces the group instead of cancelling.
 //! - [`unmeasured`]: [`UnmeasuredTasks`], sluice's own: the tasks admitted whose usage no
 //!   refresh has measured yet, and a per-task estimate, so admission sees a burst.
 //!
@@ -56,6 +58,7 @@ pub mod admission;
 pub mod cancellation;
 pub mod duress;
 pub mod pass;
+pub mod quota;
 pub mod unmeasured;
 pub mod usage;
 
@@ -66,6 +69,7 @@ pub use duress::{NodeDuressTracker, NodeDuressTrackers};
 pub use pass::{
     EnforcementState, GroupDef, NodeObservation, PassInputs, PassOutcome, run_pass, run_refresh,
 };
+pub use quota::CpuQuota;
 pub use unmeasured::{Reservation, UnmeasuredTasks};
 pub use usage::{
     NodeCapacity, ResourceUsage, TaskSnapshot, TaskState, TaskUsage, UsageViews, group_usage,

@@ -5,12 +5,18 @@
 //! check runs at the door ([`admit_resources`]) and again when an execution thread takes the
 //! task ([`recheck_resources`]); [`observe_finished`] teaches a group's per-task estimate what
 //! a finished task used. The decisions are [`sluice_core::resources`]'.
+//!
+//! A queued `enforced` group with a cpu limit is *paced* ([`GroupEntry::paced_cpu_limit`]):
+//! its requests wait in [`wait_for_share`] for its CPU quota
+//! ([`sluice_core::resources::quota`]: earned at its share, spent by its tasks), and its cpu
+//! usage is left out of the comparisons, so it runs at its share on average without 429s and
+//! without cancellations (which the enforcement pass keeps for duress).
 
 use std::time::Instant;
 
 use sluice_core::resources::{
-    Admission, GroupPolicy, Reservation, ResourceUsage, TaskSnapshot, TaskState, UnmeasuredTasks,
-    WlmMode,
+    Admission, CpuQuota, GroupPolicy, Reservation, ResourceUsage, TaskSnapshot, TaskState,
+    UnmeasuredTasks, WlmMode, quota,
 };
 use sluice_engine::{EngineError, ErrorCode};
 
@@ -50,12 +56,21 @@ fn check_resources(
     if mode == WlmMode::Disabled {
         return Ok(None);
     }
-    let last = last_usage(entry);
+    // A paced group's cpu share is kept by its quota (`wait_for_share`), not by its last usage.
+    let paced = entry.paced_cpu_limit(mode).is_some();
+    let last = unpaced(last_usage(entry), paced);
     if !settings.bool(keys::WLM_ESTIMATE_UNMEASURED_TASKS) {
         return decide(st, &settings, entry, group, last, count).map(|()| None);
     }
     UnmeasuredTasks::try_admit(&entry.stats.unmeasured, last, |projected| {
-        decide(st, &settings, entry, group, projected, count)
+        decide(
+            st,
+            &settings,
+            entry,
+            group,
+            unpaced(projected, paced),
+            count,
+        )
     })
     .map(Some)
 }
@@ -82,7 +97,9 @@ pub async fn wait_for_share(
         tokio::pin!(refreshed);
         // Registered before the check: a refresh between the check and the wait still wakes.
         refreshed.as_mut().enable();
-        if let Ok(r) = check_resources(st, entry, false) {
+        if quota_allows(st, entry)
+            && let Ok(r) = check_resources(st, entry, false)
+        {
             return Ok(r);
         }
         if first {
@@ -115,7 +132,33 @@ pub fn recheck_resources(
         }
         _ => last,
     };
-    decide(st, &settings, entry, group, usage, true)
+    let paced = entry.paced_cpu_limit(settings.wlm_mode()).is_some();
+    decide(st, &settings, entry, group, unpaced(usage, paced), true)
+}
+
+/// `usage` without its cpu part when the group is paced (its cpu share is its quota's).
+fn unpaced(usage: ResourceUsage, paced: bool) -> ResourceUsage {
+    if paced {
+        ResourceUsage { cpu: 0.0, ..usage }
+    } else {
+        usage
+    }
+}
+
+/// Whether a paced group's CPU quota lets it start work now (refilled to now first; created
+/// with a full burst at the group's first paced admission). Always true for a group that is
+/// not paced.
+fn quota_allows(st: &AppState, entry: &GroupEntry) -> bool {
+    let Some(limit) = entry.paced_cpu_limit(st.cluster_settings.wlm_mode()) else {
+        return true;
+    };
+    let enforcement = &st.enforcement;
+    let rate = quota::rate_of(limit, enforcement.capacity().cores);
+    let now = enforcement.nanos_since_epoch(Instant::now());
+    let mut q = entry.stats.quota.lock();
+    let q = q.get_or_insert_with(|| CpuQuota::new(now, rate));
+    q.refill(now, rate);
+    q.allows()
 }
 
 /// The group's last recorded usage.

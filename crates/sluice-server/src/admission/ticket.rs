@@ -283,6 +283,10 @@ impl ExecutionHooks for Run {
     }
 
     fn finished(&self, executing_since: Instant, cpu_nanos: u64, memory_bytes: u64) {
+        // What the task used since the last refresh charged it, for a paced group's quota.
+        self.entry
+            .stats
+            .charge_cpu(self.task.usage.take_uncharged_cpu());
         if self.top_level {
             super::share::observe_finished(
                 &self.st,

@@ -139,6 +139,7 @@ pub fn run_once(st: &AppState) -> PassOutcome {
     // Tasks before the view: a task's group is then either in the view or really deleted.
     let tasks = st.tasks.list();
     let view = st.workload.view();
+    charge_quotas(&tasks);
     let (snapshots, deleted) = snapshot_tasks(&tasks, &view, enforcement);
     let inputs = PassInputs {
         mode,
@@ -151,7 +152,7 @@ pub fn run_once(st: &AppState) -> PassOutcome {
         capacity: enforcement.capacity,
         now_nanos: enforcement.nanos_since_epoch(Instant::now()),
         tasks: snapshots,
-        active: active_groups(&view),
+        active: active_groups(&view, mode),
         deleted,
     };
     let outcome = run_pass(&mut inner.state, &inputs);
@@ -163,12 +164,33 @@ pub fn run_once(st: &AppState) -> PassOutcome {
 }
 
 /// The definitions of the current groups of `view` (DEFAULT excluded).
-fn active_groups(view: &View) -> Vec<GroupDef> {
+///
+/// A paced group (a queued `enforced` group with a cpu limit, see `GroupEntry::paced_cpu_limit`)
+/// is judged as `soft`: admission already holds it to its share on average, so its tasks are
+/// cancelled only when the node is in duress — waiting, not cancelling, is what its queue asks
+/// for.
+fn active_groups(view: &View, mode: sluice_core::WlmMode) -> Vec<GroupDef> {
     view.groups
         .values()
-        .filter_map(|e| e.group.as_ref())
-        .map(GroupDef::of)
+        .filter_map(|e| {
+            let g = e.group.as_ref()?;
+            let mut def = GroupDef::of(g);
+            if e.paced_cpu_limit(mode).is_some() {
+                def.resiliency_mode = sluice_core::ResiliencyMode::Soft;
+            }
+            Some(def)
+        })
         .collect()
+}
+
+/// Charges each running task's CPU since the last charge to its group's CPU quota (paced
+/// groups only; the rest of a task's CPU is charged when it ends).
+fn charge_quotas(tasks: &[Arc<Task>]) {
+    for task in tasks {
+        if let Some(entry) = task.group() {
+            entry.stats.charge_cpu(task.usage.take_uncharged_cpu());
+        }
+    }
 }
 
 /// Refreshes every group's `current_usage` from the running tasks now, without observing the
@@ -182,8 +204,9 @@ pub fn refresh_once(st: &AppState) -> BTreeMap<String, ResourceUsage> {
     }
     let tasks = st.tasks.list();
     let view = st.workload.view();
+    charge_quotas(&tasks);
     let (snapshots, _) = snapshot_tasks(&tasks, &view, enforcement);
-    let active = active_groups(&view);
+    let active = active_groups(&view, mode);
     let usage = run_refresh(
         mode,
         &snapshots,
@@ -354,6 +377,48 @@ mod tests {
         let s = SettingsSnapshot::default();
         assert_eq!(usage_refresh_interval(&s), Duration::from_millis(100));
         assert_eq!(enforcement_interval(&s), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn test_a_paced_group_is_judged_as_soft_by_the_pass() {
+        use crate::workload::Workload;
+        use sluice_core::{ResiliencyMode, ResourceLimits, WlmMode, WorkloadGroup};
+        let group = |id: &str, size: Option<u32>| {
+            let mut g = WorkloadGroup {
+                id: id.into(),
+                name: id.into(),
+                resiliency_mode: ResiliencyMode::Enforced,
+                resource_limits: ResourceLimits {
+                    cpu: Some(0.3),
+                    memory: None,
+                },
+                settings: Default::default(),
+                throttling: Default::default(),
+                queue: Default::default(),
+                updated_at: 1,
+            };
+            g.throttling.attribute = Some(sluice_core::ThrottleAttribute::Group);
+            g.throttling.node_limit = Some(1);
+            g.queue.size_per_bucket = size;
+            g
+        };
+        let workload = Workload::new(false);
+        workload.install(
+            vec![group("paced", Some(5)), group("plain", None)],
+            Vec::new(),
+        );
+        let mode_of = |defs: &[GroupDef], id: &str| {
+            defs.iter()
+                .find(|d| d.id == id)
+                .expect("group")
+                .resiliency_mode
+        };
+        let enabled = active_groups(&workload.view(), WlmMode::Enabled);
+        assert_eq!(mode_of(&enabled, "paced"), ResiliencyMode::Soft);
+        assert_eq!(mode_of(&enabled, "plain"), ResiliencyMode::Enforced);
+        // Only `enabled` paces.
+        let monitor = active_groups(&workload.view(), WlmMode::MonitorOnly);
+        assert_eq!(mode_of(&monitor, "paced"), ResiliencyMode::Enforced);
     }
 
     #[test]

@@ -115,6 +115,9 @@ pub struct GroupStats {
     pub total_would_queue: Counter,
     /// How fast the group's tasks end: what a 429's `Retry-After` is computed from (D14).
     pub drain: DrainRate,
+    /// The CPU-time quota of a paced group (a queued `enforced` group with a cpu limit; see
+    /// [`sluice_core::resources::quota`]), created at its first paced admission.
+    pub quota: parking_lot::Mutex<Option<sluice_core::resources::CpuQuota>>,
 }
 
 /// Completions per second of a group over the last [`DrainRate::WINDOW_SECS`] seconds, in
@@ -189,6 +192,16 @@ impl GroupStats {
         match resource {
             ResourceType::Cpu => &self.cpu,
             ResourceType::Memory => &self.memory,
+        }
+    }
+
+    /// Charges `cpu_nanos` its tasks used to the group's CPU quota, if it is paced.
+    pub fn charge_cpu(&self, cpu_nanos: u64) {
+        if cpu_nanos == 0 {
+            return;
+        }
+        if let Some(q) = self.quota.lock().as_mut() {
+            q.charge(cpu_nanos);
         }
     }
 

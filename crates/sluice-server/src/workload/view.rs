@@ -24,6 +24,20 @@ pub struct GroupEntry {
 }
 
 impl GroupEntry {
+    /// The cpu limit of a group whose cpu share admission keeps by pacing — a queued
+    /// `enforced` group with a cpu limit, in mode `enabled` ([`sluice_core::resources::quota`]):
+    /// its requests wait for CPU quota instead of being compared with its last usage, and the
+    /// enforcement pass cancels its tasks only in duress, like a `soft` group's.
+    pub fn paced_cpu_limit(&self, mode: sluice_core::WlmMode) -> Option<f64> {
+        let g = self.group.as_ref()?;
+        let queued = g.queue.num_size_per_bucket() > 0 && g.throttling.is_enabled();
+        (mode == sluice_core::WlmMode::Enabled
+            && queued
+            && g.resiliency_mode == sluice_core::ResiliencyMode::Enforced)
+            .then_some(g.resource_limits.cpu)
+            .flatten()
+    }
+
     /// Whether this is `DEFAULT_WORKLOAD_GROUP`.
     pub fn is_default(&self) -> bool {
         self.group.is_none()

@@ -475,20 +475,21 @@ async fn test_a_queued_group_over_its_share_waits_for_it_instead_of_being_reject
         .await;
     assert_eq!(r.status, 200, "{}", r.body);
     refreshed.await;
+    // Its limit is memory: a cpu limit would make the group paced (the next test).
     let body = json!({"name": "w", "resiliency_mode": "enforced",
-        "resource_limits": {"cpu": 0.1},
+        "resource_limits": {"memory": 0.1},
         "throttling": {"attribute": "group", "node_limit": 2},
         "queue": {"size_per_bucket": 5}});
     let id = create_group(&node, body).await;
     let tag = [("workloadGroupId", id.as_str())];
     let entry = node.state.workload.entry(&id).expect("group");
-    // The group is over its share (0.5 of the node against 0.1 × 0.8): a slot is free, but the
+    // The group is over its share (0.5 of the node's memory against 0.1 × 0.8): a slot is free, but the
     // request waits — listed as queued — instead of being turned away.
-    entry.stats.cpu.set_current_usage(0.5);
+    entry.stats.memory.set_current_usage(0.5);
     let waiting = start_cheap(&node, &tag);
     wait_tasks(&node, &id, 0, 1).await;
     // Its share comes back with the next recorded usage: it runs.
-    entry.stats.cpu.set_current_usage(0.0);
+    entry.stats.memory.set_current_usage(0.0);
     node.state.enforcement.usage_recorded.notify_waiters();
     assert_eq!(waiting.await.expect("joined"), 200);
     let s = stats_of(&node, &id).await;
@@ -504,11 +505,54 @@ async fn test_a_queued_group_over_its_share_waits_for_it_instead_of_being_reject
     );
     // A group without a queue is turned away at the door in the same state.
     let body = json!({"name": "n", "resiliency_mode": "enforced",
-        "resource_limits": {"cpu": 0.1},
+        "resource_limits": {"memory": 0.1},
         "throttling": {"attribute": "group", "node_limit": 2}});
     let plain = create_group(&node, body).await;
     let plain_entry = node.state.workload.entry(&plain).expect("group");
-    plain_entry.stats.cpu.set_current_usage(0.5);
+    plain_entry.stats.memory.set_current_usage(0.5);
     let r = cheap(&node, &[("workloadGroupId", plain.as_str())]).await;
     assert_eq!(r.status, 429, "{}", r.body);
+}
+
+#[tokio::test]
+async fn test_a_paced_group_waits_for_its_cpu_quota_without_429_or_cancellation() {
+    // A queued `enforced` group with a cpu limit is paced: its requests wait while its CPU
+    // quota (earned at its share, spent by its tasks) is in debt.
+    let node = node_in_mode("enabled", &[]).await;
+    let body = json!({"name": "p", "resiliency_mode": "enforced",
+        "resource_limits": {"cpu": 0.1},
+        "throttling": {"attribute": "group", "node_limit": 1},
+        "queue": {"size_per_bucket": 5}});
+    let id = create_group(&node, body).await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let entry = node.state.workload.entry(&id).expect("group");
+    // Its last usage far over its share does not matter: its cpu share is its quota's.
+    entry.stats.cpu.set_current_usage(0.9);
+    assert_eq!(cheap(&node, &tag).await.status, 200);
+    // An hour of CPU owed: the next request waits, listed as queued.
+    {
+        let mut debt = sluice_core::resources::CpuQuota::new(0, 1e9);
+        debt.charge(3_600 * 1_000_000_000);
+        *entry.stats.quota.lock() = Some(debt);
+    }
+    let waiting = start_cheap(&node, &tag);
+    wait_tasks(&node, &id, 0, 1).await;
+    // The debt is paid (a fresh quota is made at the next check): it runs.
+    *entry.stats.quota.lock() = None;
+    node.state.enforcement.usage_recorded.notify_waiters();
+    assert_eq!(waiting.await.expect("joined"), 200);
+    let s = stats_of(&node, &id).await;
+    assert_eq!(
+        (
+            s["total_rejections"].clone(),
+            s["total_queued"].clone(),
+            s["total_completions"].clone()
+        ),
+        (json!(0), json!(1), json!(2)),
+        "{s}"
+    );
+    assert!(
+        entry.stats.quota.lock().is_some(),
+        "the quota was made again"
+    );
 }
