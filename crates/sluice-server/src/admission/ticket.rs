@@ -284,9 +284,13 @@ impl ExecutionHooks for Run {
 
     fn finished(&self, executing_since: Instant, cpu_nanos: u64, memory_bytes: u64) {
         // What the task used since the last refresh charged it, for a paced group's quota.
+        let paced = self
+            .entry
+            .paced_cpu_limit(self.st.cluster_settings.wlm_mode())
+            .is_some();
         self.entry
             .stats
-            .charge_cpu(self.task.usage.take_uncharged_cpu());
+            .charge_cpu(self.task.usage.take_uncharged_cpu(), paced);
         if self.top_level {
             super::share::observe_finished(
                 &self.st,

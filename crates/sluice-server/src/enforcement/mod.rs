@@ -139,7 +139,7 @@ pub fn run_once(st: &AppState) -> PassOutcome {
     // Tasks before the view: a task's group is then either in the view or really deleted.
     let tasks = st.tasks.list();
     let view = st.workload.view();
-    charge_quotas(&tasks);
+    charge_quotas(&tasks, mode);
     let (snapshots, deleted) = snapshot_tasks(&tasks, &view, enforcement);
     let inputs = PassInputs {
         mode,
@@ -185,10 +185,13 @@ fn active_groups(view: &View, mode: sluice_core::WlmMode) -> Vec<GroupDef> {
 
 /// Charges each running task's CPU since the last charge to its group's CPU quota (paced
 /// groups only; the rest of a task's CPU is charged when it ends).
-fn charge_quotas(tasks: &[Arc<Task>]) {
+fn charge_quotas(tasks: &[Arc<Task>], mode: sluice_core::WlmMode) {
     for task in tasks {
         if let Some(entry) = task.group() {
-            entry.stats.charge_cpu(task.usage.take_uncharged_cpu());
+            let paced = entry.paced_cpu_limit(mode).is_some();
+            entry
+                .stats
+                .charge_cpu(task.usage.take_uncharged_cpu(), paced);
         }
     }
 }
@@ -204,7 +207,7 @@ pub fn refresh_once(st: &AppState) -> BTreeMap<String, ResourceUsage> {
     }
     let tasks = st.tasks.list();
     let view = st.workload.view();
-    charge_quotas(&tasks);
+    charge_quotas(&tasks, mode);
     let (snapshots, _) = snapshot_tasks(&tasks, &view, enforcement);
     let active = active_groups(&view, mode);
     let usage = run_refresh(

@@ -195,13 +195,15 @@ impl GroupStats {
         }
     }
 
-    /// Charges `cpu_nanos` its tasks used to the group's CPU quota, if it is paced.
-    pub fn charge_cpu(&self, cpu_nanos: u64) {
-        if cpu_nanos == 0 {
-            return;
-        }
-        if let Some(q) = self.quota.lock().as_mut() {
-            q.charge(cpu_nanos);
+    /// Charges `cpu_nanos` its tasks used to the group's CPU quota while the group is `paced`;
+    /// a group that is not paced (any more) drops its quota, so one paced again starts afresh
+    /// instead of paying for what it used while it was not.
+    pub fn charge_cpu(&self, cpu_nanos: u64, paced: bool) {
+        let mut quota = self.quota.lock();
+        match quota.as_mut() {
+            Some(q) if paced => q.charge(cpu_nanos),
+            Some(_) => *quota = None,
+            None => {}
         }
     }
 
@@ -285,5 +287,21 @@ mod tests {
         // Slots older than the window no longer count: nothing drained for a whole window.
         assert_eq!(d.per_second(200), Some(0.0));
         assert_eq!(d.retry_after_secs(200, 0, 1), DrainRate::WINDOW_SECS);
+    }
+
+    #[test]
+    fn test_a_group_not_paced_any_more_drops_its_quota_instead_of_running_into_debt() {
+        let stats = super::GroupStats::default();
+        *stats.quota.lock() = Some(sluice_core::resources::CpuQuota::new(0, 1e9));
+        stats.charge_cpu(500_000_000, true);
+        assert_eq!(
+            stats.quota.lock().map(|q| q.balance_nanos()),
+            Some(500_000_000)
+        );
+        // While not paced (soft, unqueued, mode not enabled) its usage is not a debt.
+        stats.charge_cpu(5_000_000_000, false);
+        assert!(stats.quota.lock().is_none());
+        stats.charge_cpu(5_000_000_000, true);
+        assert!(stats.quota.lock().is_none());
     }
 }
