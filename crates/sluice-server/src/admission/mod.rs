@@ -123,16 +123,6 @@ pub fn requested_cancel_after(params: &Params) -> ApiResult<Option<Option<Durati
     }
 }
 
-/// Whether requests of `entry`'s group wait in a queue: mode `enabled`, a `soft` or
-/// `enforced` group with throttling and `queue.size_per_bucket` > 0.
-fn queues(st: &AppState, entry: &GroupEntry) -> bool {
-    entry.group.as_ref().is_some_and(|g| {
-        g.queue.num_size_per_bucket() > 0
-            && g.throttling.is_enabled()
-            && g.resiliency_mode != sluice_core::ResiliencyMode::Monitor
-    }) && st.cluster_settings.wlm_mode() == sluice_core::WlmMode::Enabled
-}
-
 /// Admits a search-class request (see the module docs): registers its task, tags it, checks
 /// its group's resource share and takes throttle capacity.
 ///
@@ -165,7 +155,7 @@ pub async fn admit(st: &Arc<AppState>, meta: &RequestMeta, spec: TaskSpec) -> Ap
     );
     // Scroll continuations never park (seed 002), nor does anything of a group without a queue.
     let may_park = top_level;
-    let queued = may_park && queues(st, &entry);
+    let queued = may_park && entry.queues(st.cluster_settings.wlm_mode());
     // A request of a queued group is checked against its group's share once it holds its slot,
     // and waits for the share rather than being turned away ([`queue::wait`]); any other is
     // checked at the door.

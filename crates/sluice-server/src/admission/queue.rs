@@ -122,10 +122,7 @@ async fn stopped(
     tokio::select! {
         () = task.cancelled() => cancelled(task, None),
         () = expired => {
-            let reason = format!(
-                "Cancellation timeout of {} is expired",
-                sluice_wire::format_time_value(cancel_after.unwrap_or_default())
-            );
+            let reason = super::ticket::timeout_reason(cancel_after.unwrap_or_default());
             st.tasks.cancel_seq(task.seq, &reason);
             cancelled(task, Some(reason))
         }

@@ -56,14 +56,13 @@ pub fn throttle(
     request: Request<'_>,
 ) -> Result<Decided, ApiError> {
     let mode = st.cluster_settings.wlm_mode();
-    let queue = st.workload.queue_for(entry);
     let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         decide(
             &st.workload.permits,
             mode,
             &entry.id,
             entry.group.as_ref(),
-            queue.as_ref(),
+            entry.queue.as_ref(),
             request,
         )
     }));
@@ -107,7 +106,7 @@ pub fn throttle(
             }))
         }
         Throttle::Rejected { key, refused } => {
-            let buckets = queue.as_ref().map_or(1, |q| q.num_waiting_buckets());
+            let buckets = entry.queue.as_ref().map_or(1, |q| q.num_waiting_buckets());
             Err(rejected(entry, &key, &refused, buckets))
         }
     }

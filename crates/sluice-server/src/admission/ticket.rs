@@ -193,10 +193,7 @@ impl Admitted {
             .lock()
             .clone()
             .unwrap_or_else(|| match self.cancel_after {
-                Some(d) => format!(
-                    "Cancellation timeout of {} is expired",
-                    sluice_wire::format_time_value(d)
-                ),
+                Some(d) => timeout_reason(d),
                 None => "task cancelled".to_string(),
             })
     }
@@ -326,6 +323,14 @@ impl Drop for Executing {
     fn drop(&mut self) {
         self.0.stats.executing_ended();
     }
+}
+
+/// OpenSearch's reason for a task cancelled by its `cancel_after_time_interval`.
+pub(super) fn timeout_reason(cancel_after: Duration) -> String {
+    format!(
+        "Cancellation timeout of {} is expired",
+        sluice_wire::format_time_value(cancel_after)
+    )
 }
 
 /// OpenSearch's error for a cancelled search: a search phase failure caused by

@@ -69,7 +69,7 @@ pub async fn put_settings(
         .map_err(EngineError::from)?;
     if st.cluster_settings.wlm_mode() != sluice_core::WlmMode::Enabled {
         // Only `enabled` parks: leaving it releases every group's backlog (issue #11 B.5).
-        st.workload.release_all_queues();
+        st.workload.release_all_queues().await;
     }
     let body = json!({
         "acknowledged": true,

@@ -450,6 +450,7 @@ mod tests {
             group: Some(group("gone")),
             stats: Arc::new(GroupStats::default()),
             inactive_throttle: None,
+            queue: None,
         });
         let manager = Arc::new(TaskManager::new("n"));
         let register = |g: Option<Arc<GroupEntry>>| {

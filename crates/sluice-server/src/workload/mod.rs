@@ -58,8 +58,9 @@ pub struct Workload {
     /// throttles cannot apply.
     auth_enabled: bool,
     /// The queue handle of each throttled group (its live `node_limit` and parked counts), by
-    /// group id: created at a group's first throttled admission, kept across view swaps, and
-    /// released (its backlog admitted) when the group stops being throttled or queued.
+    /// group id: made when the group's throttle starts acting, kept across view swaps (each
+    /// view's [`GroupEntry::queue`] shares it), and released — its backlog admitted — when the
+    /// group stops acting or the mode leaves `enabled`.
     queues: Mutex<HashMap<String, Arc<GroupQueue>>>,
 }
 
@@ -79,6 +80,7 @@ impl Workload {
                 group: None,
                 stats: Arc::new(GroupStats::default()),
                 inactive_throttle: None,
+                queue: None,
             }),
             stats: Mutex::new(HashMap::new()),
             reload: tokio::sync::Mutex::new(()),
@@ -123,9 +125,16 @@ impl Workload {
     /// Installs `groups` and `rules` as the view; stats of groups that are gone are dropped. A
     /// per-username or per-role throttle that cannot apply because the node does not
     /// authenticate is logged at WARN, once per install, naming the group.
+    ///
+    /// Queue handles follow the view: a group whose throttle still acts keeps its handle, gets
+    /// its live `node_limit` and has its waiters drained up to it (a raised limit admits that
+    /// many at once); a group deleted, unthrottled or switched to `monitor` has its handle
+    /// released — every parked request runs without a permit (issue #11 B.5).
     pub fn install(&self, groups: Vec<WorkloadGroup>, rules: Vec<Rule>) {
         let mut stats = self.stats.lock();
+        let mut queues = self.queues.lock();
         stats.retain(|id, _| groups.iter().any(|g| &g.id == id));
+        let (mut kept, mut drained) = (HashMap::new(), Vec::new());
         let groups = groups
             .into_iter()
             .map(|g| {
@@ -134,64 +143,33 @@ impl Workload {
                 if let Some(reason) = &inactive_throttle {
                     tracing::warn!(group = %g.name, id = %g.id, "{reason}");
                 }
+                let queue = acting_limit(&g).map(|limit| {
+                    let q = match queues.remove(&g.id) {
+                        Some(q) if !q.is_released() => {
+                            q.set_node_limit(limit);
+                            drained.push(q.clone());
+                            q
+                        }
+                        _ => GroupQueue::new(limit),
+                    };
+                    kept.insert(g.id.clone(), q.clone());
+                    q
+                });
                 let entry = GroupEntry {
                     id: Arc::from(g.id.as_str()),
                     group: Some(g),
                     stats: s,
                     inactive_throttle,
+                    queue,
                 };
                 (entry.id.to_string(), Arc::new(entry))
             })
             .collect();
+        let released = std::mem::replace(&mut *queues, kept);
         *self.view.write() = Arc::new(View { groups, rules });
+        drop(queues);
         drop(stats);
-        self.sync_queues();
-    }
-
-    /// The queue handle of `entry`'s group, created on first use: only for a group whose
-    /// throttle acts (throttling set, not `monitor`); `None` otherwise.
-    pub fn queue_for(&self, entry: &GroupEntry) -> Option<Arc<GroupQueue>> {
-        let group = entry.group.as_ref()?;
-        let limit = acting_limit(group)?;
-        let mut queues = self.queues.lock();
-        Some(
-            queues
-                .entry(entry.id.to_string())
-                .or_insert_with(|| GroupQueue::new(limit))
-                .clone(),
-        )
-    }
-
-    /// Brings the queue handles in line with the view: a group still throttled gets its live
-    /// `node_limit` and its waiters drained up to it (a raised limit admits that many at once);
-    /// a group deleted, unthrottled or switched to `monitor` has its backlog released — every
-    /// parked request runs without a permit (issue #11 B.5).
-    fn sync_queues(&self) {
-        let view = self.view();
-        let mut released = Vec::new();
-        let mut drained = Vec::new();
-        {
-            let mut queues = self.queues.lock();
-            queues.retain(|id, q| {
-                match view
-                    .groups
-                    .get(id)
-                    .and_then(|e| e.group.as_ref())
-                    .and_then(acting_limit)
-                {
-                    Some(limit) => {
-                        q.set_node_limit(limit);
-                        drained.push(q.clone());
-                        true
-                    }
-                    None => {
-                        released.push(q.clone());
-                        false
-                    }
-                }
-            });
-        }
-        for q in released {
+        for q in released.into_values() {
             self.permits.release_group(&q);
         }
         for q in drained {
@@ -200,12 +178,25 @@ impl Workload {
     }
 
     /// Releases the backlog of every group (the mode left `enabled`): every parked request runs
-    /// without a permit. Handles are made anew at the next throttled admission.
-    pub fn release_all_queues(&self) {
-        let queues: Vec<Arc<GroupQueue>> = self.queues.lock().drain().map(|(_, q)| q).collect();
-        for q in queues {
-            self.permits.release_group(&q);
+    /// without a permit. The view is installed again with fresh handles, for when the mode comes
+    /// back.
+    ///
+    /// # Cancel safety
+    /// Dropping the future before it takes the reload lock changes nothing; after, it runs to
+    /// its end without waiting.
+    pub async fn release_all_queues(&self) {
+        let _serial = self.reload.lock().await;
+        let released: Vec<Arc<GroupQueue>> = self.queues.lock().drain().map(|(_, q)| q).collect();
+        for q in &released {
+            self.permits.release_group(q);
         }
+        let view = self.view();
+        let groups = view
+            .groups
+            .values()
+            .filter_map(|e| e.group.clone())
+            .collect();
+        self.install(groups, view.rules.clone());
     }
 
     /// Why `group`'s throttle cannot apply on this node, if it cannot: it counts per username

@@ -21,19 +21,31 @@ pub struct GroupEntry {
     /// Why the group's throttle cannot apply on this node, when it cannot (see
     /// [`super::Workload::install`]); shown by `_wlm/stats`.
     pub inactive_throttle: Option<String>,
+    /// The group's queue handle (live `node_limit`, parked counts) while its throttle acts
+    /// (throttling set, not `monitor`): shared across views, so admission reads it without a
+    /// lookup.
+    pub queue: Option<Arc<sluice_core::permits::GroupQueue>>,
 }
 
 impl GroupEntry {
+    /// Whether requests of the group wait in a queue: mode `enabled`, a throttle that acts
+    /// (throttling set, not `monitor`) and `queue.size_per_bucket` > 0.
+    pub fn queues(&self, mode: sluice_core::WlmMode) -> bool {
+        mode == sluice_core::WlmMode::Enabled
+            && self.queue.is_some()
+            && self
+                .group
+                .as_ref()
+                .is_some_and(|g| g.queue.num_size_per_bucket() > 0)
+    }
+
     /// The cpu limit of a group whose cpu share admission keeps by pacing — a queued
-    /// `enforced` group with a cpu limit, in mode `enabled` ([`sluice_core::resources::quota`]):
-    /// its requests wait for CPU quota instead of being compared with its last usage, and the
-    /// enforcement pass cancels its tasks only in duress, like a `soft` group's.
+    /// `enforced` group with a cpu limit ([`sluice_core::resources::quota`]): its requests wait
+    /// for CPU quota instead of being compared with its last usage, and the enforcement pass
+    /// cancels its tasks only in duress, like a `soft` group's.
     pub fn paced_cpu_limit(&self, mode: sluice_core::WlmMode) -> Option<f64> {
         let g = self.group.as_ref()?;
-        let queued = g.queue.num_size_per_bucket() > 0 && g.throttling.is_enabled();
-        (mode == sluice_core::WlmMode::Enabled
-            && queued
-            && g.resiliency_mode == sluice_core::ResiliencyMode::Enforced)
+        (self.queues(mode) && g.resiliency_mode == sluice_core::ResiliencyMode::Enforced)
             .then_some(g.resource_limits.cpu)
             .flatten()
     }

@@ -48,11 +48,7 @@ async fn test_burst_of_3000_parks_drains_in_fifo_order_and_leaves_nothing_behind
     // The test itself holds the bucket's only slot, through the node's permit table, until it
     // lets go: the burst parks however long it takes to arrive.
     let entry = node.state.workload.entry(&id).expect("group");
-    let queue = node
-        .state
-        .workload
-        .queue_for(&entry)
-        .expect("throttled group");
+    let queue = entry.queue.clone().expect("throttled group");
     let key = BucketKey {
         group_id: entry.id.clone(),
         attribute: ThrottleAttribute::Group,
