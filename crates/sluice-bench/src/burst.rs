@@ -41,7 +41,6 @@ use tokio::sync::{mpsc, watch};
 use crate::http::{HttpTarget, JSON_CONTENT_TYPE};
 use crate::load::Batches;
 use crate::queries::{QueryPool, QueryShape, TimeSpan};
-use crate::target::SpawnedServer;
 use crate::wlm;
 
 /// Most requests in one burst: the group queue's ceiling on a node (10,000).
@@ -354,24 +353,14 @@ async fn run(args: &BurstArgs, data_root: &std::path::Path) -> Result<()> {
         .timeout(Duration::from_secs(args.request_timeout_secs))
         .build()
         .context("could not build the HTTP client")?;
-    let mut server = None;
-    let base_url = if args.spawn {
-        let bin = match &args.sluice_bin {
-            Some(bin) => bin.clone(),
-            None => crate::default_sluice_bin()?,
-        };
-        let dir = data_root.join("server");
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("could not create {}", dir.display()))?;
-        let s = SpawnedServer::start(&bin, &dir, &data_root.join(crate::SERVER_LOG_FILE)).await?;
-        eprintln!("started {} at {}", bin.display(), s.base_url);
-        let url = s.base_url.clone();
-        server = Some(s);
-        url
-    } else {
-        args.url.clone()
-    };
-    crate::target::wait_until_ready(&client, &base_url).await?;
+    let (base_url, _, server) = crate::target::spawn_or_connect(
+        &client,
+        args.spawn,
+        args.sluice_bin.as_deref(),
+        &args.url,
+        data_root,
+    )
+    .await?;
     let target = HttpTarget {
         client: client.clone(),
         base_url: base_url.clone(),

@@ -527,31 +527,14 @@ async fn connect(args: &Args, data_root: &Path) -> Result<(HttpTarget, Option<Sp
         .tcp_nodelay(true)
         .build()
         .context("could not build the HTTP client")?;
-    let (base_url, spawned) = if args.spawn {
-        let bin = match &args.sluice_bin {
-            Some(bin) => bin.clone(),
-            None => default_sluice_bin()?,
-        };
-        let server_dir = data_root.join("server");
-        std::fs::create_dir_all(&server_dir).with_context(|| {
-            format!(
-                "could not create the server data dir {}",
-                server_dir.display()
-            )
-        })?;
-        let server =
-            SpawnedServer::start(&bin, &server_dir, &data_root.join(SERVER_LOG_FILE)).await?;
-        eprintln!(
-            "started {} at {} (log: {})",
-            bin.display(),
-            server.base_url,
-            server.log_path.display()
-        );
-        (server.base_url.clone(), Some(server))
-    } else {
-        (args.url.clone(), None)
-    };
-    let about = target::wait_until_ready(&client, &base_url).await?;
+    let (base_url, about, spawned) = target::spawn_or_connect(
+        &client,
+        args.spawn,
+        args.sluice_bin.as_deref(),
+        &args.url,
+        data_root,
+    )
+    .await?;
     eprintln!(
         "server {base_url} is up: version {}",
         about["version"]["number"]

@@ -444,24 +444,14 @@ async fn run(args: &NoisyArgs, data_root: &std::path::Path) -> Result<()> {
         .tcp_nodelay(true)
         .build()
         .context("could not build the HTTP client")?;
-    let mut server = None;
-    let base_url = if args.spawn {
-        let bin = match &args.sluice_bin {
-            Some(bin) => bin.clone(),
-            None => crate::default_sluice_bin()?,
-        };
-        let dir = data_root.join("server");
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("could not create {}", dir.display()))?;
-        let s = SpawnedServer::start(&bin, &dir, &data_root.join(crate::SERVER_LOG_FILE)).await?;
-        eprintln!("started {} at {}", bin.display(), s.base_url);
-        let url = s.base_url.clone();
-        server = Some(s);
-        url
-    } else {
-        args.url.clone()
-    };
-    crate::target::wait_until_ready(&client, &base_url).await?;
+    let (base_url, _, server) = crate::target::spawn_or_connect(
+        &client,
+        args.spawn,
+        args.sluice_bin.as_deref(),
+        &args.url,
+        data_root,
+    )
+    .await?;
     let target = HttpTarget {
         client: client.clone(),
         base_url: base_url.clone(),

@@ -88,6 +88,46 @@ fn strip_ansi(line: &str) -> String {
     out
 }
 
+/// The server a scenario runs against: with `spawn`, a `sluice` it starts (`sluice_bin`, else
+/// the one next to this binary) with its data in `data_root/server` and its log in
+/// `data_root/server.log`; otherwise the one at `url`. Waits until it answers; returns its
+/// address, its `GET /` answer and the process it started, if any (the caller keeps it alive
+/// and stops it).
+///
+/// # Cancel safety
+///
+/// Dropping the future kills a server it started.
+pub async fn spawn_or_connect(
+    client: &reqwest::Client,
+    spawn: bool,
+    sluice_bin: Option<&Path>,
+    url: &Url,
+    data_root: &Path,
+) -> Result<(Url, serde_json::Value, Option<SpawnedServer>)> {
+    let (base_url, spawned) = if spawn {
+        let bin = match sluice_bin {
+            Some(bin) => bin.to_path_buf(),
+            None => crate::default_sluice_bin()?,
+        };
+        let dir = data_root.join("server");
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("could not create the server data dir {}", dir.display()))?;
+        let server =
+            SpawnedServer::start(&bin, &dir, &data_root.join(crate::SERVER_LOG_FILE)).await?;
+        eprintln!(
+            "started {} at {} (log: {})",
+            bin.display(),
+            server.base_url,
+            server.log_path.display()
+        );
+        (server.base_url.clone(), Some(server))
+    } else {
+        (url.clone(), None)
+    };
+    let about = wait_until_ready(client, &base_url).await?;
+    Ok((base_url, about, spawned))
+}
+
 /// A `sluice` server process started by the benchmark; killed when dropped.
 #[derive(Debug)]
 pub struct SpawnedServer {
