@@ -60,15 +60,8 @@ async fn wait_tasks(node: &TestNode, id: &str, running: usize, queued: usize) {
 
 /// Starts a cheap search in the background; answers its status.
 fn start_cheap(node: &TestNode, headers: &[(&str, &str)]) -> tokio::task::JoinHandle<u16> {
-    let mut rb = node
-        .client
-        .post(node.url("/small/_search"))
-        .header("content-type", "application/json")
-        .body(json!({"query": {"match_all": {}}}).to_string());
-    for (k, v) in headers {
-        rb = rb.header(*k, *v);
-    }
-    tokio::spawn(async move { rb.send().await.map(|r| r.status().as_u16()).unwrap_or(0) })
+    let body = json!({"query": {"match_all": {}}});
+    crate::throttling::start_search(node, "/small/_search", body, headers)
 }
 
 #[tokio::test]

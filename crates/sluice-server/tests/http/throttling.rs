@@ -67,11 +67,22 @@ pub(crate) fn start_heavy(
     node: &TestNode,
     headers: &[(&str, &str)],
 ) -> tokio::task::JoinHandle<u16> {
+    start_search(node, "/heavy/_search", common::heavy_query(), headers)
+}
+
+/// Starts a search of `body` on `path` with `headers` in the background; answers its status
+/// (0 when the request failed).
+pub(crate) fn start_search(
+    node: &TestNode,
+    path: &str,
+    body: Value,
+    headers: &[(&str, &str)],
+) -> tokio::task::JoinHandle<u16> {
     let mut rb = node
         .client
-        .post(node.url("/heavy/_search"))
+        .post(node.url(path))
         .header("content-type", "application/json")
-        .body(common::heavy_query().to_string());
+        .body(body.to_string());
     for (k, v) in headers {
         rb = rb.header(*k, *v);
     }
