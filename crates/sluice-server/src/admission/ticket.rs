@@ -172,12 +172,7 @@ impl Admitted {
                 Ok(_) => ApiError::Engine(EngineError::internal("rejected task returned a result")),
             });
         }
-        let stats = &self.run.entry.stats;
-        stats.total_completions.inc();
-        stats.drain.record(super::now_secs());
-        if result.is_err() {
-            stats.failures.inc();
-        }
+        count_end(&self.run.entry, result.is_ok());
         result.map_err(|e| match e {
             ApiError::Engine(e) if e.code == ErrorCode::TaskCancelled => {
                 ApiError::Engine(cancelled_error(&self.cancel_reason()))
@@ -218,10 +213,21 @@ impl Drop for Admitted {
             .st
             .tasks
             .cancel_seq(self.run.task.seq, "the client closed the connection");
-        let stats = &self.run.entry.stats;
-        stats.total_completions.inc();
-        stats.drain.record(super::now_secs());
+        count_end(&self.run.entry, false);
+    }
+}
+
+/// Counts a task's end in its group's stats: `total_completions`, `failures` unless it ended
+/// well, and — for a group whose throttle acts, the only ones a `Retry-After` is computed
+/// for — its drain rate.
+fn count_end(entry: &GroupEntry, ok: bool) {
+    let stats = &entry.stats;
+    stats.total_completions.inc();
+    if !ok {
         stats.failures.inc();
+    }
+    if entry.queue.is_some() {
+        stats.drain.record(super::now_secs());
     }
 }
 
@@ -281,13 +287,8 @@ impl ExecutionHooks for Run {
 
     fn finished(&self, executing_since: Instant, cpu_nanos: u64, memory_bytes: u64) {
         // What the task used since the last refresh charged it, for a paced group's quota.
-        let paced = self
-            .entry
-            .paced_cpu_limit(self.st.cluster_settings.wlm_mode())
-            .is_some();
         self.entry
-            .stats
-            .charge_cpu(self.task.usage.take_uncharged_cpu(), paced);
+            .charge_cpu(&self.task.usage, self.st.cluster_settings.wlm_mode());
         if self.top_level {
             super::share::observe_finished(
                 &self.st,

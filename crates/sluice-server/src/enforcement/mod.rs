@@ -188,10 +188,7 @@ fn active_groups(view: &View, mode: sluice_core::WlmMode) -> Vec<GroupDef> {
 fn charge_quotas(tasks: &[Arc<Task>], mode: sluice_core::WlmMode) {
     for task in tasks {
         if let Some(entry) = task.group() {
-            let paced = entry.paced_cpu_limit(mode).is_some();
-            entry
-                .stats
-                .charge_cpu(task.usage.take_uncharged_cpu(), paced);
+            entry.charge_cpu(&task.usage, mode);
         }
     }
 }

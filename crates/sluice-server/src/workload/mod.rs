@@ -155,6 +155,10 @@ impl Workload {
                     kept.insert(g.id.clone(), q.clone());
                     q
                 });
+                if queue.is_none() {
+                    // Not throttled now: paced again later, it starts from a fresh quota.
+                    *s.quota.lock() = None;
+                }
                 let entry = GroupEntry {
                     id: Arc::from(g.id.as_str()),
                     group: Some(g),

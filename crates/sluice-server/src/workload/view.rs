@@ -50,6 +50,17 @@ impl GroupEntry {
             .flatten()
     }
 
+    /// Charges what `usage` used since its last charge to the group's CPU quota while the group
+    /// is paced (one that is queued but not paced drops its quota instead). Nothing for a group
+    /// whose throttle does not act: no lock, no quota.
+    pub fn charge_cpu(&self, usage: &crate::accounting::TaskUsage, mode: sluice_core::WlmMode) {
+        if self.queue.is_none() {
+            return;
+        }
+        let paced = self.paced_cpu_limit(mode).is_some();
+        self.stats.charge_cpu(usage.take_uncharged_cpu(), paced);
+    }
+
     /// Whether this is `DEFAULT_WORKLOAD_GROUP`.
     pub fn is_default(&self) -> bool {
         self.group.is_none()
