@@ -1,0 +1,198 @@
+//! The running cluster part of a node: membership, the RPC server and the transport to the
+//! other members, wired together.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{Clock, SystemClock};
+use crate::fanout::{self, Outcome};
+use crate::member::Member;
+use crate::membership::{Members, Membership, MembershipConfig, StartError};
+use crate::rpc::tonic_transport::TonicTransport;
+use crate::rpc::{LocalAnswer, LocalApi, LocalHandler, RpcError, Transport};
+
+/// What [`Cluster::start`] needs.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// `cluster.name`.
+    pub cluster_name: String,
+    /// This node's record; its `transport_addr` is the bound transport listener's address.
+    pub me: Member,
+    /// `discovery.seed_hosts`.
+    pub seeds: Vec<String>,
+    /// [`crate::membership::GOSSIP_INTERVAL`] in a node.
+    pub gossip_interval: Duration,
+}
+
+/// Membership, RPC server and client of one node.
+pub struct Cluster {
+    membership: Membership,
+    transport: Arc<TonicTransport>,
+    listener: parking_lot::Mutex<Option<TcpListener>>,
+    handler: OnceLock<Arc<dyn LocalHandler>>,
+    server: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    stop: CancellationToken,
+}
+
+impl Cluster {
+    /// Starts gossip on the listener's address (UDP, same port number) and keeps the TCP
+    /// listener for [`Cluster::serve`].
+    pub async fn start(
+        config: ClusterConfig,
+        listener: TcpListener,
+    ) -> Result<Cluster, StartError> {
+        let listen_addr = config.me.transport_addr;
+        let membership = Membership::start(MembershipConfig {
+            cluster_name: config.cluster_name,
+            me: config.me.clone(),
+            seeds: config.seeds,
+            listen_addr,
+            gossip_interval: config.gossip_interval,
+        })
+        .await?;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+        let transport = Arc::new(TonicTransport::new(config.me.node_id.clone(), clock));
+        let stop = CancellationToken::new();
+        // Forget channels of members that left, so the transport's map stays bounded.
+        let mut watch = membership.watch();
+        let weak = Arc::downgrade(&transport);
+        let stopped = stop.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stopped.cancelled() => break,
+                    changed = watch.changed() => if changed.is_err() { break },
+                }
+                let live = watch.borrow_and_update().live.clone();
+                match weak.upgrade() {
+                    Some(t) => t.retain(&live),
+                    None => break,
+                }
+            }
+        });
+        Ok(Cluster {
+            membership,
+            transport,
+            listener: parking_lot::Mutex::new(Some(listener)),
+            handler: OnceLock::new(),
+            server: parking_lot::Mutex::new(None),
+            stop,
+        })
+    }
+
+    /// Starts answering other nodes' calls with `handler`. Calls made before this wait in
+    /// the listener's backlog; a second call does nothing.
+    pub fn serve(&self, handler: Arc<dyn LocalHandler>) {
+        if self.handler.set(handler.clone()).is_err() {
+            return;
+        }
+        let Some(listener) = self.listener.lock().take() else {
+            return;
+        };
+        let node_id = self.me().node_id.clone();
+        let stop = self.stop.clone();
+        let server = tokio::spawn(async move {
+            if let Err(e) =
+                crate::rpc::service::serve(listener, node_id, handler, stop.cancelled_owned()).await
+            {
+                tracing::error!("the node-to-node RPC server stopped: {e}");
+            }
+        });
+        *self.server.lock() = Some(server);
+    }
+
+    /// This node's record.
+    pub fn me(&self) -> &Member {
+        self.membership.me()
+    }
+
+    /// The members as of now.
+    pub fn members(&self) -> Members {
+        self.membership.members()
+    }
+
+    /// A watch of the members.
+    pub fn watch(&self) -> tokio::sync::watch::Receiver<Members> {
+        self.membership.watch()
+    }
+
+    /// The transport to other members (for protocols built on this crate).
+    pub fn transport(&self) -> Arc<dyn Transport> {
+        self.transport.clone()
+    }
+
+    /// Calls `api` on every member of `targets` (see [`fanout::fan_out`]).
+    pub async fn fan_out(
+        &self,
+        targets: &[Member],
+        api: LocalApi,
+        params: &Value,
+        deadline: Duration,
+    ) -> Vec<Outcome> {
+        let local = self.local_handler();
+        fanout::fan_out(
+            self.transport.as_ref(),
+            local.as_ref(),
+            &self.me().node_id,
+            targets,
+            api,
+            params,
+            deadline,
+        )
+        .await
+    }
+
+    /// Calls `api` on one member (in process when it is this node).
+    pub async fn call(
+        &self,
+        to: &Member,
+        api: LocalApi,
+        params: Value,
+        deadline: Duration,
+    ) -> Result<LocalAnswer, RpcError> {
+        if to.node_id == self.me().node_id {
+            return Ok(self.local_handler().local(api, params).await);
+        }
+        self.transport.local(to, api, params, deadline).await
+    }
+
+    /// Pings a member (the RPC benchmark's empty call).
+    pub async fn ping(&self, to: &Member, deadline: Duration) -> Result<String, RpcError> {
+        self.transport.ping(to, deadline).await
+    }
+
+    fn local_handler(&self) -> Arc<dyn LocalHandler> {
+        self.handler
+            .get()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(NotServing))
+    }
+
+    /// Stops the RPC server (in-flight calls finish, connections close) and gossip.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        let server = self.server.lock().take();
+        if let Some(server) = server {
+            let _ = server.await;
+        }
+        self.membership.shutdown().await;
+    }
+}
+
+/// The local handler before [`Cluster::serve`]: every call answers 503.
+struct NotServing;
+
+impl LocalHandler for NotServing {
+    fn local(&self, _api: LocalApi, _params: Value) -> crate::rpc::BoxFuture<'static, LocalAnswer> {
+        Box::pin(async {
+            LocalAnswer {
+                status: 503,
+                body: serde_json::json!({"error": "the node is starting", "status": 503}),
+            }
+        })
+    }
+}

@@ -1,0 +1,186 @@
+//! Who is in the cluster: chitchat gossip over UDP with its phi-accrual failure detector.
+//!
+//! Invariants:
+//! - M1 A node of another `cluster.name` is never a member: chitchat drops gossip whose
+//!   cluster id differs (the cluster id is `cluster.name`).
+//! - M2 A node of another metastore (another cluster uuid) is never a member; it is listed in
+//!   [`Members::strangers`] so the node can say why it is ignored.
+//! - M3 One entry per node id: a restarted node (same id, higher generation) replaces its
+//!   earlier incarnation at once.
+//! - M4 A node that stops gossiping leaves the live set within [`DEAD_AFTER`].
+//!
+//! Tested in `tests/membership.rs` (M1–M4 over real UDP on loopback) and in the server's
+//! multi-process cluster tests.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chitchat::transport::UdpTransport;
+use chitchat::{ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, NodeState};
+use tokio::sync::watch;
+
+use crate::member::Member;
+
+/// How often a node gossips with a random peer. Every round bumps the node's heartbeat, so
+/// peers see a heartbeat about this often; 500 ms keeps gossip traffic to a few small
+/// datagrams per second per node while letting failure detection finish in seconds.
+pub const GOSSIP_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The phi-accrual threshold above which a silent node is declared dead. Chitchat's phi is
+/// the silence divided by the mean heartbeat interval, so 8 means "silent for eight mean
+/// intervals": with heartbeats every ~0.5 s that is about 4 s, and a late datagram or two
+/// (a busy machine) never reaches it.
+pub const PHI_THRESHOLD: f64 = 8.0;
+
+/// The bound M4 states and the cluster tests check: a stopped node is out of the live set
+/// within this. It is the phi threshold times the longest mean heartbeat interval the
+/// detector accepts before a node counts as dead anyway ([`MAX_HEARTBEAT_INTERVAL`] is its
+/// sample cap, chitchat drops longer samples), plus a gossip round to publish the change —
+/// in practice detection takes about 4 s on loopback.
+pub const DEAD_AFTER: Duration = Duration::from_secs(10);
+
+/// Longest heartbeat interval the detector samples: with phi 8 the detection time can never
+/// exceed about 8 × this (~ 9.6 s) plus one gossip round, which is what bounds
+/// [`DEAD_AFTER`].
+const MAX_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(1_200);
+
+/// How long a dead node's state is kept before chitchat forgets it (a node back within this
+/// is recognised; one back later simply joins again).
+const DEAD_NODE_GRACE: Duration = Duration::from_secs(3_600);
+
+/// The members this node currently counts, and the live peers it refuses (M2).
+#[derive(Debug, Clone, Default)]
+pub struct Members {
+    /// Live members of this cluster, this node included, ordered by node id.
+    pub live: Arc<Vec<Member>>,
+    /// Live peers with this `cluster.name` but another cluster uuid (another metastore).
+    pub strangers: Arc<Vec<Member>>,
+}
+
+impl Members {
+    /// The live member with `node_id`.
+    pub fn get(&self, node_id: &str) -> Option<&Member> {
+        self.live.iter().find(|m| m.node_id == node_id)
+    }
+}
+
+/// What a node needs to join.
+#[derive(Debug, Clone)]
+pub struct MembershipConfig {
+    /// `cluster.name`: chitchat's cluster id (M1).
+    pub cluster_name: String,
+    /// This node's record; its `generation` must grow across restarts.
+    pub me: Member,
+    /// `discovery.seed_hosts`: `host:port` transport addresses of other nodes.
+    pub seeds: Vec<String>,
+    /// Where gossip binds (UDP): the transport address.
+    pub listen_addr: SocketAddr,
+    /// [`GOSSIP_INTERVAL`] in a node; tests may shorten it.
+    pub gossip_interval: Duration,
+}
+
+/// A running membership: gossip in the background, the live members on a watch.
+pub struct Membership {
+    handle: ChitchatHandle,
+    members: watch::Receiver<Members>,
+    me: Member,
+}
+
+impl Membership {
+    /// Binds gossip on `config.listen_addr` (UDP) and starts gossiping with the seeds.
+    pub async fn start(config: MembershipConfig) -> Result<Membership, StartError> {
+        let me = config.me.clone();
+        let chitchat_config = ChitchatConfig {
+            chitchat_id: ChitchatId::new(me.node_id.clone(), me.generation, config.listen_addr),
+            cluster_id: config.cluster_name.clone(),
+            gossip_interval: config.gossip_interval,
+            listen_addr: config.listen_addr,
+            seed_nodes: config.seeds.clone(),
+            failure_detector_config: FailureDetectorConfig {
+                phi_threshold: PHI_THRESHOLD,
+                sampling_window_size: 1_000,
+                max_interval: MAX_HEARTBEAT_INTERVAL,
+                // The first sample's stand-in: one gossip round, so a node that dies right
+                // after joining is detected as fast as any other.
+                initial_interval: config.gossip_interval,
+                dead_node_grace_period: DEAD_NODE_GRACE,
+            },
+            marked_for_deletion_grace_period: DEAD_NODE_GRACE,
+            catchup_callback: None,
+            extra_liveness_predicate: None,
+            protocol_version: chitchat::ProtocolVersion::V0,
+        };
+        let handle = chitchat::spawn_chitchat(chitchat_config, me.key_values(), &UdpTransport)
+            .await
+            .map_err(|e| StartError(format!("{e:#}")))?;
+        let mut live_rx = handle.chitchat().lock().await.live_nodes_watcher();
+        let first = members_of(&me, &live_rx.borrow_and_update());
+        let (tx, rx) = watch::channel(first);
+        let me_for_task = me.clone();
+        tokio::spawn(async move {
+            while live_rx.changed().await.is_ok() {
+                let next = members_of(&me_for_task, &live_rx.borrow_and_update());
+                if tx.send(next).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Membership {
+            handle,
+            members: rx,
+            me,
+        })
+    }
+
+    /// The members as of now.
+    pub fn members(&self) -> Members {
+        self.members.borrow().clone()
+    }
+
+    /// A watch of the members, changed on every join, leave or restart.
+    pub fn watch(&self) -> watch::Receiver<Members> {
+        self.members.clone()
+    }
+
+    /// This node's record.
+    pub fn me(&self) -> &Member {
+        &self.me
+    }
+
+    /// Stops gossiping (peers see the node silent and mark it dead within [`DEAD_AFTER`]).
+    pub async fn shutdown(self) {
+        let _ = self.handle.shutdown().await;
+    }
+}
+
+/// The live members seen in chitchat's live-node map (M2, M3).
+fn members_of(me: &Member, live: &BTreeMap<ChitchatId, NodeState>) -> Members {
+    let mut by_id: BTreeMap<String, Member> = BTreeMap::new();
+    for (id, state) in live {
+        let Some(m) = Member::from_key_values(&id.node_id, id.generation_id, |k| state.get(k))
+        else {
+            continue;
+        };
+        match by_id.get(&m.node_id) {
+            Some(seen) if seen.generation >= m.generation => {}
+            _ => {
+                by_id.insert(m.node_id.clone(), m);
+            }
+        }
+    }
+    by_id.insert(me.node_id.clone(), me.clone());
+    let (live, strangers): (Vec<Member>, Vec<Member>) = by_id
+        .into_values()
+        .partition(|m| m.cluster_uuid == me.cluster_uuid);
+    Members {
+        live: Arc::new(live),
+        strangers: Arc::new(strangers),
+    }
+}
+
+/// Why membership could not start (the gossip socket did not bind, say).
+#[derive(Debug, thiserror::Error)]
+#[error("gossip could not start: {0}")]
+pub struct StartError(String);

@@ -1,0 +1,95 @@
+//! Node-to-node calls: the messages (`proto/node.proto`, compiled by protox at build time),
+//! the [`Transport`] seam a coordinator calls through, and the [`LocalHandler`] a node answers
+//! with.
+//!
+//! Every call has a deadline and ends with an answer or an [`RpcError`] by then — never a
+//! hang. The real transport is gRPC over tonic ([`tonic_transport::TonicTransport`], served
+//! by [`service::serve`]); a simulation can implement [`Transport`] over an in-memory network.
+
+pub mod service;
+pub mod tonic_transport;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::member::Member;
+
+/// The generated messages and services of `sluice.node.v1`.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod proto {
+    tonic::include_proto!("sluice.node.v1");
+}
+
+pub use proto::LocalApi;
+
+/// A boxed `Send` future, the return type of the object-safe traits here.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Why a call to another node did not produce its answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RpcError {
+    /// No connection could be made or it broke: the node is down or unreachable.
+    #[error("node [{node}] at [{addr}] is unreachable: {reason}")]
+    Unreachable {
+        node: String,
+        addr: String,
+        reason: String,
+    },
+    /// The node did not answer within the call's deadline.
+    #[error("node [{node}] did not answer within [{}ms]", deadline.as_millis())]
+    DeadlineExceeded { node: String, deadline: Duration },
+    /// The node speaks another protocol version.
+    #[error("node [{node}] speaks protocol version [{theirs}], this node [{ours}]")]
+    VersionMismatch {
+        node: String,
+        ours: u32,
+        theirs: u32,
+    },
+    /// The node answered with an error of the RPC layer itself (not an API error, which is a
+    /// [`LocalAnswer`] with a non-2xx status).
+    #[error("node [{node}] failed the call: {reason}")]
+    Remote { node: String, reason: String },
+}
+
+/// A node's answer to a [`LocalApi`] call: an HTTP-like status and a JSON body (an
+/// OpenSearch error body when the status is not 2xx).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalAnswer {
+    /// 200 on success.
+    pub status: u16,
+    /// The JSON document.
+    pub body: Value,
+}
+
+impl LocalAnswer {
+    /// A 200 answer.
+    pub fn ok(body: Value) -> LocalAnswer {
+        LocalAnswer { status: 200, body }
+    }
+}
+
+/// What a node runs when another node calls one of its local APIs. The server implements it
+/// over its own state; this crate never reads the JSON.
+pub trait LocalHandler: Send + Sync + 'static {
+    /// Answers `api` with `params` (a JSON object).
+    fn local(&self, api: LocalApi, params: Value) -> BoxFuture<'static, LocalAnswer>;
+}
+
+/// How a coordinator reaches other members. Implementations must end every call by
+/// `deadline`.
+pub trait Transport: Send + Sync + 'static {
+    /// Checks that `to` is up and speaks this protocol; returns its answer's node id.
+    fn ping(&self, to: &Member, deadline: Duration) -> BoxFuture<'_, Result<String, RpcError>>;
+
+    /// Runs `api` on `to`.
+    fn local(
+        &self,
+        to: &Member,
+        api: LocalApi,
+        params: Value,
+        deadline: Duration,
+    ) -> BoxFuture<'_, Result<LocalAnswer, RpcError>>;
+}
