@@ -172,8 +172,9 @@ impl Cluster {
             .unwrap_or_else(|| Arc::new(NotServing))
     }
 
-    /// Stops the RPC server (in-flight calls finish, connections close) and gossip.
-    pub async fn shutdown(self) {
+    /// Stops the RPC server (in-flight calls finish, connections close) and gossip; later
+    /// calls do nothing.
+    pub async fn shutdown(&self) {
         self.stop.cancel();
         let server = self.server.lock().take();
         if let Some(server) = server {

@@ -83,7 +83,7 @@ pub struct MembershipConfig {
 
 /// A running membership: gossip in the background, the live members on a watch.
 pub struct Membership {
-    handle: ChitchatHandle,
+    handle: parking_lot::Mutex<Option<ChitchatHandle>>,
     members: watch::Receiver<Members>,
     me: Member,
 }
@@ -128,7 +128,7 @@ impl Membership {
             }
         });
         Ok(Membership {
-            handle,
+            handle: parking_lot::Mutex::new(Some(handle)),
             members: rx,
             me,
         })
@@ -150,8 +150,12 @@ impl Membership {
     }
 
     /// Stops gossiping (peers see the node silent and mark it dead within [`DEAD_AFTER`]).
-    pub async fn shutdown(self) {
-        let _ = self.handle.shutdown().await;
+    /// Later calls do nothing.
+    pub async fn shutdown(&self) {
+        let handle = self.handle.lock().take();
+        if let Some(h) = handle {
+            let _ = h.shutdown().await;
+        }
     }
 }
 

@@ -38,6 +38,12 @@ pub mod keys {
     /// The memory task usage is a fraction of: bytes (`8gb`) or a percentage (`50%`) of the
     /// node's memory (cgroup limit, else physical).
     pub const NODE_MEMORY_BUDGET: &str = "node.memory_budget";
+    /// Other nodes' transport addresses (`host:port`, comma-separated or a YAML list).
+    pub const DISCOVERY_SEED_HOSTS: &str = "discovery.seed_hosts";
+    /// Address node-to-node RPC (TCP) and gossip (UDP) bind.
+    pub const TRANSPORT_HOST: &str = "transport.host";
+    /// Port (or range) of the transport; `0` picks a free one.
+    pub const TRANSPORT_PORT: &str = "transport.port";
 }
 
 /// Every key accepted in the config file, env and flags.
@@ -57,6 +63,9 @@ const KNOWN_KEYS: &[&str] = &[
     keys::AUTH_PROXY_TRUSTED_ADDRESSES,
     keys::AUTH_ADMIN_ROLES,
     keys::NODE_MEMORY_BUDGET,
+    keys::DISCOVERY_SEED_HOSTS,
+    keys::TRANSPORT_HOST,
+    keys::TRANSPORT_PORT,
 ];
 
 /// The default config file, relative to the working directory.
@@ -87,6 +96,25 @@ pub struct Config {
     pub auth: crate::auth::AuthConfig,
     /// `node.memory_budget`, resolved at node start ([`crate::node_usage`]).
     pub memory_budget: crate::node_usage::MemoryBudget,
+    /// `transport.*` and `discovery.seed_hosts`.
+    pub transport: TransportConfig,
+}
+
+/// OpenSearch's default transport ports: the first free one of this range is taken.
+const DEFAULT_TRANSPORT_PORTS: sluice_cluster::bind::PortSpec =
+    sluice_cluster::bind::PortSpec::Range(9300, 9400);
+/// The port a seed host without one is assumed to listen on (OpenSearch's default).
+const DEFAULT_SEED_PORT: u16 = 9300;
+
+/// Where the node-to-node transport binds and whom it asks to join.
+#[derive(Debug, Clone)]
+pub struct TransportConfig {
+    /// `transport.host`; defaults to `http.host`.
+    pub host: IpAddr,
+    /// `transport.port`; defaults to the first free port of 9300-9400.
+    pub port: sluice_cluster::bind::PortSpec,
+    /// `discovery.seed_hosts`, each `host:port`.
+    pub seed_hosts: Vec<String>,
 }
 
 /// A configuration error: which key, what was wrong, what is accepted.
@@ -139,6 +167,22 @@ fn flatten_yaml(
         Y::Number(n) => out.push((prefix.to_string(), n.to_string())),
         Y::Bool(b) => out.push((prefix.to_string(), b.to_string())),
         Y::Null => {}
+        // A list of scalars (`discovery.seed_hosts: [a:9300, b:9300]`) is a comma list.
+        Y::Sequence(items) => {
+            let mut parts = Vec::new();
+            for item in items {
+                match item {
+                    Y::String(s) => parts.push(s.clone()),
+                    Y::Number(n) => parts.push(n.to_string()),
+                    _ => {
+                        return Err(format!(
+                            "setting [{prefix}] must be a list of single values"
+                        ));
+                    }
+                }
+            }
+            out.push((prefix.to_string(), parts.join(",")));
+        }
         _ => return Err(format!("setting [{prefix}] must be a single value")),
     }
     Ok(())
@@ -338,7 +382,9 @@ impl Config {
                 )
             })?,
         };
+        let transport = transport_config(&get, http_host)?;
         Ok(Config {
+            transport,
             memory_budget,
             auth,
             search_pool_size,
@@ -357,6 +403,74 @@ impl Config {
         let raw = gather(config_file, std::env::vars(), flags)?;
         Config::from_raw(&raw)
     }
+}
+
+/// Validates `transport.host`, `transport.port` and `discovery.seed_hosts`.
+fn transport_config<'a>(
+    get: &dyn Fn(&str) -> Option<(&'a str, &'a str)>,
+    http_host: IpAddr,
+) -> Result<TransportConfig, ConfigError> {
+    let invalid = |key: &str, value: &str, src: &str, expected: &str| ConfigError::InvalidValue {
+        key: key.to_string(),
+        value: value.to_string(),
+        source_name: src.to_string(),
+        expected: expected.to_string(),
+    };
+    let host = match get(keys::TRANSPORT_HOST) {
+        None => http_host,
+        Some(("localhost", _)) => IpAddr::from([127, 0, 0, 1]),
+        Some((v, s)) => v.trim().parse().map_err(|_| {
+            invalid(
+                keys::TRANSPORT_HOST,
+                v,
+                s,
+                "expected an IP address such as 127.0.0.1 or 10.0.0.5, or localhost",
+            )
+        })?,
+    };
+    let port = match get(keys::TRANSPORT_PORT) {
+        None => DEFAULT_TRANSPORT_PORTS,
+        Some((v, s)) => sluice_cluster::bind::PortSpec::parse(v)
+            .map_err(|e| invalid(keys::TRANSPORT_PORT, v, s, &format!("expected {e}")))?,
+    };
+    let mut seed_hosts = Vec::new();
+    if let Some((v, s)) = get(keys::DISCOVERY_SEED_HOSTS) {
+        for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            seed_hosts.push(seed_host(entry).ok_or_else(|| {
+                invalid(
+                    keys::DISCOVERY_SEED_HOSTS,
+                    entry,
+                    s,
+                    "expected host:port transport addresses of other nodes, comma-separated, \
+                     such as 10.0.0.5:9300,10.0.0.6:9300 (a host without a port means port 9300)",
+                )
+            })?);
+        }
+    }
+    Ok(TransportConfig {
+        host,
+        port,
+        seed_hosts,
+    })
+}
+
+/// A seed host as `host:port` (port 9300 when missing); `None` when malformed.
+fn seed_host(entry: &str) -> Option<String> {
+    if entry.parse::<std::net::SocketAddr>().is_ok() {
+        return Some(entry.to_string());
+    }
+    if let Ok(ip) = entry.trim_matches(['[', ']']).parse::<IpAddr>() {
+        return Some(std::net::SocketAddr::new(ip, DEFAULT_SEED_PORT).to_string());
+    }
+    let (host, port) = match entry.rsplit_once(':') {
+        Some((h, p)) => (h, p.parse::<u16>().ok().filter(|p| *p > 0)?),
+        None => (entry, DEFAULT_SEED_PORT),
+    };
+    let valid_name = !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+    valid_name.then(|| format!("{host}:{port}"))
 }
 
 /// Validates the `auth.*` settings.

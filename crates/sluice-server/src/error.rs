@@ -31,6 +31,14 @@ pub enum ApiError {
         /// Seconds the client should wait before retrying.
         retry_after_secs: u64,
     },
+    /// Another node's error answer to a call routed to it (a task's node), passed on with
+    /// its status and body unchanged.
+    Forwarded {
+        /// The other node's status.
+        status: u16,
+        /// Its OpenSearch error body.
+        body: serde_json::Value,
+    },
 }
 
 impl From<EngineError> for ApiError {
@@ -71,6 +79,11 @@ impl IntoResponse for ApiError {
                     resp.headers_mut().insert(header::ALLOW, allow);
                 }
                 resp
+            }
+            ApiError::Forwarded { status, body } => {
+                let status =
+                    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                crate::http::json_response(status, &body, false)
             }
             ApiError::Rejected {
                 error,

@@ -15,6 +15,7 @@ pub mod api;
 pub mod auth;
 pub mod backend;
 pub mod catalog;
+pub mod cluster;
 pub mod config;
 pub mod enforcement;
 pub mod error;

@@ -42,13 +42,21 @@ impl Node {
                 config.data_path.display()
             )
         })?;
-        let identity = NodeIdentity::load_or_create(&config.data_path)?;
+        let mut identity = NodeIdentity::load_or_create(&config.data_path)?;
         let meta_path = config.data_path.join("meta.sqlite");
         let metastore: Arc<dyn sluice_meta::MetaStore> = Arc::new(
             sluice_meta::SqliteMetaStore::open(&meta_path)
                 .await
                 .map_err(|e| anyhow::anyhow!("cannot open [{}]: {e}", meta_path.display()))?,
         );
+        // Every node of a cluster reports the metastore's uuid; the one in node.json is only
+        // this node's proposal for a metastore that has none yet.
+        identity.cluster_uuid =
+            crate::cluster::uuid::load_or_init(metastore.as_ref(), &identity.cluster_uuid)
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!("cannot read the cluster uuid from the metastore: {e}")
+                })?;
         let cluster_settings =
             Arc::new(crate::settings::ClusterSettings::load(metastore.clone()).await?);
         let data = config.data_path.clone();
@@ -57,6 +65,16 @@ impl Node {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| anyhow::anyhow!("cannot bind http.host:http.port [{addr}]: {e}"))?;
+        let cluster = crate::cluster::join(
+            &config,
+            crate::cluster::NodeFacts {
+                node_id: &identity.node_id,
+                cluster_uuid: &identity.cluster_uuid,
+                http_addr: listener.local_addr()?,
+                backend: "embedded",
+            },
+        )
+        .await?;
         let search_pool = Arc::new(SearchPool::new(
             "search",
             config.search_pool_size,
@@ -91,9 +109,13 @@ impl Node {
             engine,
             search_pool,
             tasks,
+            cluster,
             metastore,
             cluster_settings,
         });
+        state
+            .cluster
+            .serve(Arc::new(crate::cluster::local::NodeRpc::new(&state)));
         Ok(Node { listener, state })
     }
 
@@ -174,6 +196,8 @@ impl Node {
         refresher.abort();
         enforcement.abort();
         sweep.abort();
+        // Leave the cluster: peers see the node silent and mark it dead.
+        self.state.cluster.shutdown().await;
         let engine = self.state.engine.clone();
         tokio::task::spawn_blocking(move || engine.flush_all()).await??;
         tracing::info!("stopped; all indices committed");

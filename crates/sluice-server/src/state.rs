@@ -54,6 +54,8 @@ pub struct AppState {
     pub search_pool: Arc<SearchPool>,
     /// The running tasks.
     pub tasks: Arc<TaskManager>,
+    /// The cluster: membership, node-to-node RPC ([`crate::cluster`]).
+    pub cluster: Arc<sluice_cluster::Cluster>,
     /// The metastore: persistent cluster settings, workload groups, rules.
     pub metastore: Arc<dyn sluice_meta::MetaStore>,
     /// The dynamic cluster settings (`_cluster/settings`), read with

@@ -55,6 +55,9 @@ pub enum ErrorCode {
     Forbidden,
     /// 403 `cluster_block_exception`: an index block (`index.blocks.*`) refuses the operation.
     ClusterBlock,
+    /// 500 `node_not_connected_exception`: a request routed to another node of the cluster
+    /// (a task's node, say) could not reach it.
+    NodeNotConnected,
 }
 
 impl ErrorCode {
@@ -82,6 +85,7 @@ impl ErrorCode {
             ErrorCode::Internal => "exception",
             ErrorCode::Unauthenticated | ErrorCode::Forbidden => "security_exception",
             ErrorCode::ClusterBlock => "cluster_block_exception",
+            ErrorCode::NodeNotConnected => "node_not_connected_exception",
         }
     }
 
@@ -95,7 +99,7 @@ impl ErrorCode {
             ErrorCode::VersionConflict => 409,
             ErrorCode::TooManyBuckets => 503,
             ErrorCode::RejectedExecution => 429,
-            ErrorCode::Internal | ErrorCode::TaskCancelled => 500,
+            ErrorCode::Internal | ErrorCode::TaskCancelled | ErrorCode::NodeNotConnected => 500,
             ErrorCode::Unauthenticated => 401,
             ErrorCode::Forbidden | ErrorCode::ClusterBlock => 403,
             _ => 400,

@@ -37,7 +37,8 @@ pub async fn root(State(st): State<Arc<AppState>>, Query(params): Query<Params>)
     reply(StatusCode::OK, body, &params)
 }
 
-/// `GET /_cluster/health`: one node; yellow when an index wants replicas it cannot have.
+/// `GET /_cluster/health`: the live members; yellow when an index of this node wants
+/// replicas it cannot have.
 pub async fn health(State(st): State<Arc<AppState>>, Query(params): Query<Params>) -> Response {
     let indices = st.engine.all_indices();
     let primaries: u64 = indices.iter().map(|h| h.number_of_shards()).sum();
@@ -46,6 +47,9 @@ pub async fn health(State(st): State<Arc<AppState>>, Query(params): Query<Params
         .map(|h| h.number_of_shards() * h.setting_u64("index.number_of_replicas", 1))
         .sum();
     let status = if unassigned > 0 { "yellow" } else { "green" };
+    // The live members of the cluster (each holds its own embedded indices, counted above
+    // for this node only: a cluster of embedded nodes has one data set per node).
+    let nodes = st.cluster.members().live.len();
     let total = primaries + unassigned;
     let pct = if total == 0 {
         100.0
@@ -56,8 +60,8 @@ pub async fn health(State(st): State<Arc<AppState>>, Query(params): Query<Params
         "cluster_name": st.config.cluster_name,
         "status": status,
         "timed_out": false,
-        "number_of_nodes": 1,
-        "number_of_data_nodes": 1,
+        "number_of_nodes": nodes,
+        "number_of_data_nodes": nodes,
         "discovered_master": true,
         "discovered_cluster_manager": true,
         "active_primary_shards": primaries,

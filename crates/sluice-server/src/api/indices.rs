@@ -396,7 +396,11 @@ pub async fn cat_count(
 
 /// Answers a `_cat` table: `format=json` as an array of objects keyed by column, else text
 /// columns (with a header line when `v` is set).
-fn cat_reply(cols: &[&str], rows: Vec<Vec<String>>, params: &Params) -> ApiResult<Response> {
+pub(crate) fn cat_reply(
+    cols: &[&str],
+    rows: Vec<Vec<String>>,
+    params: &Params,
+) -> ApiResult<Response> {
     if params.get("format").map(String::as_str) == Some("json") {
         let arr: Vec<Value> = rows
             .iter()

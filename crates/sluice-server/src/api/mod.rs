@@ -8,6 +8,7 @@ pub mod cluster_settings;
 pub mod docs;
 pub mod indices;
 pub mod msearch;
+pub mod nodes;
 pub mod rules;
 pub mod scroll;
 pub mod search;
@@ -36,6 +37,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_cluster/health/{index}", get(cluster::health))
         .route("/_cat/indices", get(indices::cat_indices))
         .route("/_cat/indices/{index}", get(indices::cat_indices))
+        .route("/_cat/nodes", get(nodes::cat_nodes))
+        .route("/_nodes", get(nodes::info_all))
+        .route("/_nodes/{nodes}", get(nodes::info_one))
+        .route("/_nodes/{nodes}/{metrics}", get(nodes::info_nodes_metrics))
         .route("/_cat/count", get(indices::cat_count))
         .route("/_cat/count/{index}", get(indices::cat_count))
         .route("/_settings", get(indices::get_settings_all))

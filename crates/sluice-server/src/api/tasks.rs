@@ -1,88 +1,44 @@
-//! The tasks API: `GET /_tasks`, `GET /_tasks/{id}`, `POST /_tasks/{id}/_cancel`,
-//! `POST /_tasks/_cancel`.
+//! The tasks API across the cluster: `GET /_tasks` and `POST /_tasks/_cancel` fan out to the
+//! selected members (`nodes=`); `GET /_tasks/{node}:{n}` and `POST /_tasks/{node}:{n}/_cancel`
+//! are routed to the node in the id. Each node's part is `cluster/local/tasks.rs`. A member
+//! that fails or does not answer within `timeout` is listed under `node_failures`, as
+//! OpenSearch's list-tasks response does, never a hang.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
-use sluice_engine::{EngineError, ErrorCode};
+use sluice_cluster::rpc::LocalApi;
+use sluice_engine::EngineError;
 
+use crate::cluster::local::{CancelTasks, OneTask, TaskFilter, task_entry_of, task_missing};
+use crate::cluster::{DEFAULT_FANOUT_TIMEOUT, select};
 use crate::error::ApiResult;
 use crate::http::{Params, reply};
 use crate::state::AppState;
-use crate::tasks::{Task, TaskId};
+use crate::tasks::TaskId;
 
-/// The reason a task cancelled through the API carries, as OpenSearch words it.
-const BY_USER_REQUEST: &str = "by user request";
-
-/// Filters of `_tasks` and `_tasks/_cancel`.
-struct Filter {
-    actions: Vec<String>,
-    parent: Option<TaskId>,
-    nodes: Option<Vec<String>>,
-}
-
-fn parse_filter(params: &Params) -> ApiResult<Filter> {
-    let list = |k: &str| {
-        params.get(k).map(|v| {
-            v.split(',')
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect::<Vec<_>>()
-        })
-    };
-    let parent = match params.get("parent_task_id") {
-        None => None,
-        Some(p) => Some(TaskId::parse(p).ok_or_else(|| malformed_id(p))?),
-    };
-    Ok(Filter {
-        actions: list("actions").unwrap_or_default(),
-        parent,
-        nodes: list("nodes"),
+fn list_param(params: &Params, k: &str) -> Option<Vec<String>> {
+    params.get(k).map(|v| {
+        v.split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
     })
 }
 
-fn malformed_id(id: &str) -> EngineError {
-    EngineError::illegal_argument(format!("malformed task id {id}"))
-}
-
-impl Filter {
-    fn matches(&self, st: &AppState, t: &Task) -> bool {
-        let action_ok = self.actions.is_empty()
-            || self
-                .actions
-                .iter()
-                .any(|p| sluice_engine::mapping::wildcard_match(p, t.action));
-        let parent_ok = match &self.parent {
-            None => true,
-            Some(p) => p.node == st.tasks.node_id() && t.parent == Some(p.seq),
-        };
-        action_ok && parent_ok && self.node_ok(st)
+fn parse_filter(params: &Params) -> ApiResult<TaskFilter> {
+    if let Some(p) = params.get("parent_task_id") {
+        TaskId::parse(p)
+            .ok_or_else(|| EngineError::illegal_argument(format!("malformed task id {p}")))?;
     }
-
-    fn node_ok(&self, st: &AppState) -> bool {
-        self.nodes.as_ref().is_none_or(|nodes| {
-            nodes.iter().any(|n| {
-                n == "_local"
-                    || n == "_all"
-                    || n == "*"
-                    || n == st.tasks.node_id()
-                    || *n == st.config.node_name
-            })
-        })
-    }
-}
-
-fn node_entry(st: &AppState, tasks: Map<String, Value>) -> Value {
-    json!({
-        "name": st.config.node_name,
-        "transport_address": format!("{}:{}", st.config.http_host, st.config.http_port),
-        "host": st.config.http_host.to_string(),
-        "ip": format!("{}:{}", st.config.http_host, st.config.http_port),
-        "roles": ["data", "ingest", "cluster_manager"],
-        "tasks": tasks,
+    Ok(TaskFilter {
+        actions: list_param(params, "actions").unwrap_or_default(),
+        parent_task_id: params.get("parent_task_id").cloned(),
+        detailed: is_true(params, "detailed"),
     })
 }
 
@@ -90,74 +46,147 @@ fn is_true(params: &Params, key: &str) -> bool {
     params.get(key).is_some_and(|v| v.is_empty() || v == "true")
 }
 
-/// `GET /_tasks` with `actions`, `detailed`, `parent_task_id`, `nodes`, `group_by`.
+/// The fan-out deadline: the request's `timeout`, else [`DEFAULT_FANOUT_TIMEOUT`].
+fn fanout_timeout(params: &Params) -> ApiResult<Duration> {
+    match params.get("timeout") {
+        None => Ok(DEFAULT_FANOUT_TIMEOUT),
+        Some(v) => Ok(sluice_wire::parse_time_value(v, "timeout")
+            .map_err(sluice_wire::OpenSearchError::from)?
+            .duration_opt()
+            .unwrap_or(DEFAULT_FANOUT_TIMEOUT)),
+    }
+}
+
+/// Calls `api` with `call` on the members `nodes=` selects; returns each answering member's
+/// `tasks` object and the failures.
+async fn gather(
+    st: &AppState,
+    params: &Params,
+    api: LocalApi,
+    call: Value,
+) -> ApiResult<(
+    Vec<(sluice_cluster::Member, Map<String, Value>)>,
+    Vec<Value>,
+)> {
+    let deadline = fanout_timeout(params)?;
+    let nodes = params.get("nodes").map(String::as_str);
+    let members = st.cluster.members();
+    let targets = select::select(&members.live, &st.identity.node_id, nodes);
+    let outcomes = st.cluster.fan_out(&targets, api, &call, deadline).await;
+    let (answers, envelope) = select::envelope(outcomes);
+    let failures = envelope["failures"].as_array().cloned().unwrap_or_default();
+    let answers = answers
+        .into_iter()
+        .map(|(m, body)| {
+            let tasks = body["tasks"].as_object().cloned().unwrap_or_default();
+            (m, tasks)
+        })
+        .collect();
+    Ok((answers, failures))
+}
+
+/// `GET /_tasks` with `actions`, `detailed`, `parent_task_id`, `nodes`, `group_by`, `timeout`.
 pub async fn list(
     State(st): State<Arc<AppState>>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let filter = parse_filter(&params)?;
-    let detailed = is_true(&params, "detailed");
-    let tasks: Vec<Arc<Task>> = st
-        .tasks
-        .list()
-        .into_iter()
-        .filter(|t| filter.matches(&st, t))
-        .collect();
     let group_by = params.get("group_by").map_or("nodes", String::as_str);
-    let render = |t: &Task| st.tasks.render(t, detailed);
-    let id_of = |t: &Task| format!("{}:{}", st.tasks.node_id(), t.seq);
-    let body = match group_by {
+    if !matches!(group_by, "nodes" | "none" | "parents") {
+        return Err(EngineError::illegal_argument(format!(
+            "Unknown group_by value [{group_by}]; accepted values are nodes, parents and none"
+        ))
+        .into());
+    }
+    let (answers, failures) = gather(&st, &params, LocalApi::ListTasks, json!(filter)).await?;
+    let mut body = match group_by {
         "nodes" => {
-            let mut nodes = Map::new();
-            if !tasks.is_empty() {
-                let m: Map<String, Value> = tasks.iter().map(|t| (id_of(t), render(t))).collect();
-                nodes.insert(st.tasks.node_id().to_string(), node_entry(&st, m));
-            }
+            let nodes: Map<String, Value> = answers
+                .into_iter()
+                .filter(|(_, tasks)| !tasks.is_empty())
+                .map(|(m, tasks)| (m.node_id.clone(), task_entry_of(&m, Value::Object(tasks))))
+                .collect();
             json!({ "nodes": nodes })
         }
-        "none" => json!({ "tasks": tasks.iter().map(|t| render(t)).collect::<Vec<_>>() }),
-        "parents" => {
-            let mut top = Map::new();
-            for t in tasks
-                .iter()
-                .filter(|t| t.parent.is_none_or(|p| !tasks.iter().any(|x| x.seq == p)))
-            {
-                let mut v = render(t);
-                let children: Vec<Value> = tasks
-                    .iter()
-                    .filter(|c| c.parent == Some(t.seq))
-                    .map(|c| render(c))
-                    .collect();
-                if !children.is_empty() {
-                    v["children"] = Value::Array(children);
-                }
-                top.insert(id_of(t), v);
-            }
-            json!({ "tasks": top })
+        "none" => {
+            let all: Vec<Value> = answers
+                .into_iter()
+                .flat_map(|(_, tasks)| tasks.into_iter().map(|(_, t)| t))
+                .collect();
+            json!({ "tasks": all })
         }
-        other => {
-            return Err(EngineError::illegal_argument(format!(
-                "Unknown group_by value [{other}]; accepted values are nodes, parents and none"
-            ))
-            .into());
-        }
+        _ => json!({ "tasks": by_parents(answers.into_iter().flat_map(|(_, t)| t).collect()) }),
     };
+    if !failures.is_empty() {
+        body["node_failures"] = Value::Array(failures);
+    }
     Ok(reply(StatusCode::OK, body, &params))
 }
 
-fn local_seq(st: &AppState, raw: &str) -> ApiResult<u64> {
-    let id = TaskId::parse(raw).ok_or_else(|| malformed_id(raw))?;
-    if id.node != st.tasks.node_id() {
-        return Err(task_missing(raw).into());
+/// `group_by=parents`: top-level tasks (no parent, or a parent not listed) keyed by id, each
+/// with its listed children.
+fn by_parents(all: Map<String, Value>) -> Map<String, Value> {
+    let parent_of = |t: &Value| t["parent_task_id"].as_str().map(str::to_string);
+    let mut top = Map::new();
+    for (id, t) in all
+        .iter()
+        .filter(|(_, t)| parent_of(t).is_none_or(|p| !all.contains_key(&p)))
+    {
+        let mut v = t.clone();
+        let children: Vec<Value> = all
+            .values()
+            .filter(|c| parent_of(c).as_deref() == Some(id.as_str()))
+            .cloned()
+            .collect();
+        if !children.is_empty() {
+            v["children"] = Value::Array(children);
+        }
+        top.insert(id.clone(), v);
     }
-    Ok(id.seq)
+    top
 }
 
-fn task_missing(raw: &str) -> EngineError {
-    EngineError::new(
-        ErrorCode::ResourceNotFound,
-        format!("task [{raw}] isn't running and hasn't stored its results"),
-    )
+/// The live member that runs task `raw` (`node:seq`), or the error OpenSearch gives.
+fn owner_of(st: &AppState, raw: &str) -> ApiResult<sluice_cluster::Member> {
+    let id = TaskId::parse(raw)
+        .ok_or_else(|| EngineError::illegal_argument(format!("malformed task id {raw}")))?;
+    st.cluster
+        .members()
+        .get(&id.node)
+        .cloned()
+        .ok_or_else(|| task_missing(raw).into())
+}
+
+/// Routes a one-task call to the task's node and answers what it answered.
+async fn routed(
+    st: &AppState,
+    raw: &str,
+    params: &Params,
+    api: LocalApi,
+    call: Value,
+) -> ApiResult<(sluice_cluster::Member, Value)> {
+    let owner = owner_of(st, raw)?;
+    let deadline = fanout_timeout(params)?;
+    let answer = st
+        .cluster
+        .call(&owner, api, call, deadline)
+        .await
+        .map_err(|e| {
+            EngineError::new(
+                sluice_engine::ErrorCode::NodeNotConnected,
+                format!(
+                    "node [{}] running task [{raw}] did not answer: {e}",
+                    owner.node_id
+                ),
+            )
+        })?;
+    if !(200..300).contains(&answer.status) {
+        return Err(crate::error::ApiError::Forwarded {
+            status: answer.status,
+            body: answer.body,
+        });
+    }
+    Ok((owner, answer.body))
 }
 
 /// `GET /_tasks/{task_id}`.
@@ -166,66 +195,55 @@ pub async fn get_task(
     Path(raw): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    let seq = local_seq(&st, &raw)?;
-    let t = st.tasks.get(seq).ok_or_else(|| task_missing(&raw))?;
-    Ok(reply(
-        StatusCode::OK,
-        json!({"completed": false, "task": st.tasks.render(&t, true)}),
+    let (_, body) = routed(
+        &st,
+        &raw,
         &params,
-    ))
+        LocalApi::GetTask,
+        json!(OneTask { id: raw.clone() }),
+    )
+    .await?;
+    Ok(reply(StatusCode::OK, body, &params))
 }
 
-/// `POST /_tasks/{task_id}/_cancel`: cancels the task and its descendants.
+/// `POST /_tasks/{task_id}/_cancel`: cancels the task and its descendants, on its node.
 pub async fn cancel_one(
     State(st): State<Arc<AppState>>,
     Path(raw): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    let seq = local_seq(&st, &raw)?;
-    if st.tasks.get(seq).is_none() {
-        return Err(task_missing(&raw).into());
-    }
-    let cancelled = st.tasks.cancel_seq(seq, BY_USER_REQUEST);
-    let m: Map<String, Value> = cancelled
-        .iter()
-        .filter(|t| t.seq == seq)
-        .map(|t| {
-            (
-                format!("{}:{}", st.tasks.node_id(), t.seq),
-                st.tasks.render(t, false),
-            )
-        })
-        .collect();
+    let call = CancelTasks {
+        id: Some(raw.clone()),
+        filter: TaskFilter::default(),
+    };
+    let (owner, body) = routed(&st, &raw, &params, LocalApi::CancelTasks, json!(call)).await?;
+    let entry = task_entry_of(&owner, body["tasks"].clone());
     Ok(reply(
         StatusCode::OK,
-        json!({"nodes": {st.tasks.node_id(): node_entry(&st, m)}}),
+        json!({"nodes": {owner.node_id: entry}}),
         &params,
     ))
 }
 
-/// `POST /_tasks/_cancel?actions=…`: cancels every matching task.
+/// `POST /_tasks/_cancel?actions=…&nodes=…`: cancels every matching task on the selected
+/// members.
 pub async fn cancel_matching(
     State(st): State<Arc<AppState>>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    let filter = parse_filter(&params)?;
-    let mut m = Map::new();
-    for t in st
-        .tasks
-        .list()
-        .into_iter()
-        .filter(|t| filter.matches(&st, t))
-    {
-        st.tasks.cancel_seq(t.seq, BY_USER_REQUEST);
-        m.insert(
-            format!("{}:{}", st.tasks.node_id(), t.seq),
-            st.tasks.render(&t, false),
-        );
-    }
-    let nodes = if m.is_empty() {
-        json!({})
-    } else {
-        json!({st.tasks.node_id(): node_entry(&st, m)})
+    let call = CancelTasks {
+        id: None,
+        filter: parse_filter(&params)?,
     };
-    Ok(reply(StatusCode::OK, json!({"nodes": nodes}), &params))
+    let (answers, failures) = gather(&st, &params, LocalApi::CancelTasks, json!(call)).await?;
+    let nodes: Map<String, Value> = answers
+        .into_iter()
+        .filter(|(_, tasks)| !tasks.is_empty())
+        .map(|(m, tasks)| (m.node_id.clone(), task_entry_of(&m, Value::Object(tasks))))
+        .collect();
+    let mut body = json!({ "nodes": nodes });
+    if !failures.is_empty() {
+        body["node_failures"] = Value::Array(failures);
+    }
+    Ok(reply(StatusCode::OK, body, &params))
 }

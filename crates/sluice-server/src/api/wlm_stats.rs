@@ -2,8 +2,11 @@
 //! shaped as OpenSearch's `wlm_stats_action` (facts §4).
 //!
 //! # Decisions
-//! - The node selector accepts `_all`, `_local`, `*`, the node id and the node name; a
-//!   selector matching nothing answers an empty nodes response (`_nodes.total: 0`).
+//! - Every live member answers its part (`cluster/local/wlm_stats.rs`) over node-to-node RPC;
+//!   a member that fails or does not answer within `timeout` (default 10 s) is a `_nodes`
+//!   failure, never a hang.
+//! - The node selector accepts `_all`, `_local`, `*`, node ids and names and wildcards over
+//!   them; a selector matching nothing answers an empty nodes response (`_nodes.total: 0`).
 //! - A group id this node does not know is a per-node failure (`_nodes.failed: 1` and a
 //!   `failures` entry caused by `resource_not_found_exception` "WorkloadGroup with id <id> does
 //!   not exist"), which is how OpenSearch's nodes framework surfaces it.
@@ -21,6 +24,7 @@
 //!   available" row when there is not; `format=json` answers `{"next_token", "wlm_stats"}`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Path, Query, State};
@@ -29,15 +33,16 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
-use sluice_core::ResourceType;
+use sluice_cluster::rpc::LocalApi;
 use sluice_engine::EngineError;
 
 use crate::auth::Authenticated;
+use crate::cluster::DEFAULT_FANOUT_TIMEOUT;
+use crate::cluster::local::{ROW_COLUMNS, RowsParams, SLUICE_COLUMNS, StatsParams};
+use crate::cluster::select;
 use crate::error::ApiResult;
 use crate::http::{Params, reply};
-use crate::settings::keys;
 use crate::state::AppState;
-use crate::workload::{GroupEntry, GroupStats};
 
 /// The routes of this module.
 pub fn routes() -> Router<Arc<AppState>> {
@@ -60,7 +65,7 @@ async fn stats_all(
     who: Authenticated,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    stats(&st, &who, None, None, &params)
+    stats(&st, &who, None, None, &params).await
 }
 
 async fn stats_groups(
@@ -69,7 +74,7 @@ async fn stats_groups(
     Path(groups): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    stats(&st, &who, None, Some(&groups), &params)
+    stats(&st, &who, None, Some(&groups), &params).await
 }
 
 async fn stats_nodes(
@@ -78,7 +83,7 @@ async fn stats_nodes(
     Path(nodes): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    stats(&st, &who, Some(&nodes), None, &params)
+    stats(&st, &who, Some(&nodes), None, &params).await
 }
 
 async fn stats_nodes_groups(
@@ -87,7 +92,7 @@ async fn stats_nodes_groups(
     Path((nodes, groups)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    stats(&st, &who, Some(&nodes), Some(&groups), &params)
+    stats(&st, &who, Some(&nodes), Some(&groups), &params).await
 }
 
 /// The action `include=buckets` needs a role in `auth.admin_roles` for: the listing names the
@@ -105,37 +110,11 @@ fn include_buckets(params: &Params) -> Result<bool, EngineError> {
     }
 }
 
-/// The in-flight buckets of `entry`'s group on this node, with their live limit.
-fn buckets_json(st: &AppState, entry: &GroupEntry) -> Value {
-    let limit = entry.group.as_ref().and_then(|g| g.throttling.node_limit);
-    let mut buckets: Vec<(sluice_core::BucketKey, u64)> = st
-        .workload
-        .permits
-        .buckets()
-        .into_iter()
-        .filter(|(k, _)| *k.group_id == *entry.id)
-        .collect();
-    buckets.sort();
-    Value::Array(
-        buckets
-            .into_iter()
-            .map(|(k, n)| {
-                json!({
-                    "attribute": k.attribute.as_str(),
-                    "value": k.value.as_deref(),
-                    "in_flight": n,
-                    "node_limit": limit,
-                })
-            })
-            .collect(),
-    )
-}
-
 async fn list_all(
     State(st): State<Arc<AppState>>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    list(&st, None, None, &params)
+    list(&st, None, None, &params).await
 }
 
 async fn list_groups(
@@ -143,7 +122,7 @@ async fn list_groups(
     Path(groups): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    list(&st, None, Some(&groups), &params)
+    list(&st, None, Some(&groups), &params).await
 }
 
 async fn list_nodes(
@@ -151,7 +130,7 @@ async fn list_nodes(
     Path(nodes): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    list(&st, Some(&nodes), None, &params)
+    list(&st, Some(&nodes), None, &params).await
 }
 
 async fn list_nodes_groups(
@@ -159,7 +138,7 @@ async fn list_nodes_groups(
     Path((nodes, groups)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    list(&st, Some(&nodes), Some(&groups), &params)
+    list(&st, Some(&nodes), Some(&groups), &params).await
 }
 
 /// The table's sort key.
@@ -180,7 +159,7 @@ impl SortBy {
 
 /// The parameters every route parses (OpenSearch parses the table's for the JSON routes too).
 #[derive(Debug)]
-struct StatsParams {
+struct TableParams {
     size: usize,
     sort: SortBy,
     desc: bool,
@@ -188,7 +167,7 @@ struct StatsParams {
     breach: Option<bool>,
 }
 
-fn parse_params(params: &Params) -> Result<StatsParams, EngineError> {
+fn parse_params(params: &Params) -> Result<TableParams, EngineError> {
     let size = match params.get("size") {
         None => 10,
         Some(v) => match v.parse::<usize>() {
@@ -228,7 +207,7 @@ fn parse_params(params: &Params) -> Result<StatsParams, EngineError> {
             )));
         }
     };
-    Ok(StatsParams {
+    Ok(TableParams {
         size,
         sort,
         desc,
@@ -237,68 +216,24 @@ fn parse_params(params: &Params) -> Result<StatsParams, EngineError> {
     })
 }
 
-/// Whether the node selector `nodes` (a comma list) selects this node.
-fn node_selected(st: &AppState, nodes: Option<&str>) -> bool {
-    let Some(nodes) = nodes else {
-        return true;
-    };
-    nodes.split(',').map(str::trim).any(|n| {
-        matches!(n, "_all" | "_local" | "*" | "")
-            || n == st.identity.node_id
-            || n == st.config.node_name
-    })
+/// The members a request's node selector names.
+fn targets(st: &AppState, nodes: Option<&str>) -> Vec<sluice_cluster::Member> {
+    let members = st.cluster.members();
+    select::select(&members.live, &st.identity.node_id, nodes)
 }
 
-/// This node's groups in id order, filtered by `groups` (a comma list of ids or `_all`) and
-/// `breach`; `Err` names the first requested id that does not exist.
-fn node_groups(
-    st: &AppState,
-    groups: Option<&str>,
-    breach: Option<bool>,
-) -> Result<Vec<Arc<GroupEntry>>, String> {
-    let view = st.workload.view();
-    let mut all: Vec<Arc<GroupEntry>> = view.groups.values().cloned().collect();
-    all.push(st.workload.default_entry().clone());
-    all.sort_by(|a, b| a.id.cmp(&b.id));
-    if let Some(list) = groups {
-        let wanted: Vec<&str> = list
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .collect();
-        if !wanted.contains(&"_all") {
-            if let Some(missing) = wanted.iter().find(|w| !all.iter().any(|e| &*e.id == **w)) {
-                return Err((*missing).to_string());
-            }
-            all.retain(|e| wanted.contains(&&*e.id));
-        }
+/// The fan-out deadline: the request's `timeout`, else [`DEFAULT_FANOUT_TIMEOUT`].
+fn fanout_timeout(params: &Params) -> Result<Duration, EngineError> {
+    match params.get("timeout") {
+        None => Ok(DEFAULT_FANOUT_TIMEOUT),
+        Some(v) => Ok(sluice_wire::parse_time_value(v, "timeout")
+            .map_err(sluice_wire::OpenSearchError::from)?
+            .duration_opt()
+            .unwrap_or(DEFAULT_FANOUT_TIMEOUT)),
     }
-    if let Some(b) = breach {
-        all.retain(|e| is_breached(st, e) == b);
-    }
-    Ok(all)
 }
 
-/// Whether some limited resource of the group was last seen above limit × the node
-/// rejection threshold.
-fn is_breached(st: &AppState, e: &GroupEntry) -> bool {
-    let Some(g) = &e.group else {
-        return false;
-    };
-    let settings = st.cluster_settings.snapshot();
-    [
-        (ResourceType::Cpu, keys::WLM_CPU_REJECTION_THRESHOLD),
-        (ResourceType::Memory, keys::WLM_MEMORY_REJECTION_THRESHOLD),
-    ]
-    .into_iter()
-    .any(|(r, key)| {
-        g.resource_limits
-            .get(r)
-            .is_some_and(|limit| e.stats.resource(r).current_usage() > limit * settings.double(key))
-    })
-}
-
-fn stats(
+async fn stats(
     st: &AppState,
     who: &Authenticated,
     nodes: Option<&str>,
@@ -310,93 +245,34 @@ fn stats(
     if with_buckets {
         st.auth.authorize_admin(who, BUCKETS_ACTION)?;
     }
-    let node_id = st.identity.node_id.clone();
+    let deadline = fanout_timeout(params)?;
+    let call = StatsParams {
+        groups: groups.map(str::to_string),
+        breach: p.breach,
+        buckets: with_buckets,
+    };
+    let outcomes = st
+        .cluster
+        .fan_out(
+            &targets(st, nodes),
+            LocalApi::WlmStats,
+            &json!(call),
+            deadline,
+        )
+        .await;
+    let (answers, envelope) = select::envelope(outcomes);
     let mut body = Map::new();
-    if !node_selected(st, nodes) {
-        body.insert(
-            "_nodes".into(),
-            json!({"total": 0, "successful": 0, "failed": 0}),
-        );
-        body.insert("cluster_name".into(), json!(st.config.cluster_name));
-        return Ok(reply(StatusCode::OK, Value::Object(body), params));
-    }
-    match node_groups(st, groups, p.breach) {
-        Ok(entries) => {
-            body.insert(
-                "_nodes".into(),
-                json!({"total": 1, "successful": 1, "failed": 0}),
-            );
-            body.insert("cluster_name".into(), json!(st.config.cluster_name));
-            let groups: Map<String, Value> = entries
-                .iter()
-                .map(|e| {
-                    let mut v = e.stats.to_json(e.is_default());
-                    if let Some(reason) = &e.inactive_throttle {
-                        // A throttle that cannot apply on this node is never silent.
-                        v["warnings"] = json!([reason]);
-                    }
-                    if with_buckets {
-                        v["buckets"] = buckets_json(st, e);
-                    }
-                    (e.id.to_string(), v)
-                })
-                .collect();
-            body.insert(node_id, json!({"workload_groups": groups}));
-        }
-        Err(missing) => {
-            let reason = format!("WorkloadGroup with id {missing} does not exist");
-            body.insert(
-                "_nodes".into(),
-                json!({
-                    "total": 1, "successful": 0, "failed": 1,
-                    "failures": [{
-                        "type": "failed_node_exception",
-                        "reason": format!("Failed node [{node_id}]"),
-                        "node_id": node_id,
-                        "caused_by": {"type": "resource_not_found_exception", "reason": reason}
-                    }]
-                }),
-            );
-            body.insert("cluster_name".into(), json!(st.config.cluster_name));
-        }
+    body.insert("_nodes".into(), envelope);
+    body.insert("cluster_name".into(), json!(st.config.cluster_name));
+    for (member, answer) in answers {
+        body.insert(member.node_id, answer);
     }
     Ok(reply(StatusCode::OK, Value::Object(body), params))
 }
 
-/// The table's columns, `|` cells included, as OpenSearch prints them.
-const COLUMNS: [&str; 13] = [
-    "NODE_ID",
-    "|",
-    "WORKLOAD_GROUP_ID",
-    "|",
-    "TOTAL_COMPLETIONS",
-    "|",
-    "TOTAL_REJECTIONS",
-    "|",
-    "TOTAL_CANCELLATIONS",
-    "|",
-    "CPU_USAGE",
-    "|",
-    "MEMORY_USAGE",
-];
-
-/// Reads one figure of a group's stats.
-type Figure = fn(&GroupStats) -> u64;
-
-/// sluice's extra columns, after OpenSearch's: the throttle's and the queue's figures.
-const SLUICE_COLUMNS: [(&str, Figure); 9] = [
-    ("TOTAL_THROTTLED", |s| s.total_throttled.get()),
-    ("TOTAL_QUEUED", |s| s.total_queued.get()),
-    ("TOTAL_QUEUE_REJECTIONS", |s| s.total_queue_rejections.get()),
-    ("QUEUED_CURRENT", |s| s.queued_current.get()),
-    ("QUEUE_PEAK", |s| s.queue_peak.get()),
-    ("QUEUE_WAIT_COUNT", |s| s.queue_wait_count.get()),
-    ("TOTAL_QUEUE_WAIT_MILLIS", |s| {
-        s.total_queue_wait_millis.get()
-    }),
-    ("MAX_QUEUE_WAIT_MILLIS", |s| s.max_queue_wait_millis.get()),
-    ("TOTAL_WOULD_QUEUE", |s| s.total_would_queue.get()),
-];
+/// The table's first columns, `|` cells included, as OpenSearch prints them; the figure
+/// columns follow ([`ROW_COLUMNS`], then sluice's [`SLUICE_COLUMNS`]).
+const KEY_COLUMNS: [&str; 3] = ["NODE_ID", "|", "WORKLOAD_GROUP_ID"];
 
 /// A page token: where the previous page ended and how the rows were sorted.
 #[derive(Debug, PartialEq)]
@@ -457,33 +333,56 @@ fn pagination_error(details: &str) -> Response {
     crate::http::json_response(StatusCode::BAD_REQUEST, &body, false)
 }
 
-fn list(
+async fn list(
     st: &AppState,
     nodes: Option<&str>,
     groups: Option<&str>,
     params: &Params,
 ) -> ApiResult<Response> {
     let p = parse_params(params)?;
-    let node_id = st.identity.node_id.as_str();
-    let entries = if node_selected(st, nodes) {
-        node_groups(st, groups, p.breach).map_err(|missing| {
-            EngineError::new(
-                sluice_engine::ErrorCode::ResourceNotFound,
-                format!("WorkloadGroup with id {missing} does not exist"),
-            )
-        })?
-    } else {
-        Vec::new()
+    let deadline = fanout_timeout(params)?;
+    let call = RowsParams {
+        groups: groups.map(str::to_string),
+        breach: p.breach,
     };
-    // Rows are (node, group) pairs; with one node both sort keys order by group id, but the
-    // tie-break rule is kept so a cluster's table sorts the same way.
-    let mut rows: Vec<(String, Arc<GroupEntry>)> = entries
-        .into_iter()
-        .map(|e| (node_id.to_string(), e))
-        .collect();
+    let outcomes = st
+        .cluster
+        .fan_out(
+            &targets(st, nodes),
+            LocalApi::WlmStatsRows,
+            &json!(call),
+            deadline,
+        )
+        .await;
+    // A group unknown to a node is the request's error, as on one node; a node that did not
+    // answer is left out of the table and named in the JSON form's `_nodes.failures`.
+    if let Some(not_found) = outcomes.iter().find_map(|o| match &o.result {
+        Ok(a) if a.status == 404 => Some(a.body.clone()),
+        _ => None,
+    }) {
+        let reason = not_found["error"]["reason"]
+            .as_str()
+            .unwrap_or("WorkloadGroup does not exist")
+            .to_string();
+        return Err(EngineError::new(sluice_engine::ErrorCode::ResourceNotFound, reason).into());
+    }
+    let (answers, envelope) = select::envelope(outcomes);
+    let mut rows: Vec<(String, String, Vec<String>)> = Vec::new();
+    for (member, answer) in answers {
+        for row in answer["rows"].as_array().into_iter().flatten() {
+            let group = row["group"].as_str().unwrap_or_default().to_string();
+            let cells = row["cells"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| c.as_str().unwrap_or_default().to_string())
+                .collect();
+            rows.push((member.node_id.clone(), group, cells));
+        }
+    }
     rows.sort_by(|a, b| {
-        let by_node = a.0.cmp(&b.0).then_with(|| a.1.id.cmp(&b.1.id));
-        let by_group = a.1.id.cmp(&b.1.id).then_with(|| a.0.cmp(&b.0));
+        let by_node = a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1));
+        let by_group = a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0));
         let o = match p.sort {
             SortBy::NodeId => by_node,
             SortBy::WorkloadGroup => by_group,
@@ -505,7 +404,7 @@ fn list(
             }
             match rows
                 .iter()
-                .position(|(n, e)| *n == token.node && *e.id == token.group)
+                .position(|(n, g, _)| *n == token.node && *g == token.group)
             {
                 Some(i) => i + 1,
                 None => {
@@ -520,47 +419,33 @@ fn list(
     let end = (start + p.size).min(rows.len());
     let page = &rows[start.min(rows.len())..end];
     let next_token = (end < rows.len()).then(|| {
-        let (node, e) = &rows[end - 1];
+        let (node, group, _) = &rows[end - 1];
         PageToken {
             node: node.clone(),
-            group: e.id.to_string(),
+            group: group.clone(),
             total: rows.len(),
             sort: p.sort,
             desc: p.desc,
         }
         .encode()
     });
-    let usage = |e: &GroupEntry, r: ResourceType| match &e.group {
-        Some(g) if g.resource_limits.get(r).is_none() => "NA".to_string(),
-        _ => format!("{}", e.stats.resource(r).current_usage()),
-    };
     let cells: Vec<Vec<String>> = page
         .iter()
-        .map(|(node, e)| {
-            let mut row = vec![
-                node.clone(),
-                "|".into(),
-                e.id.to_string(),
-                "|".into(),
-                e.stats.total_completions.get().to_string(),
-                "|".into(),
-                e.stats.total_rejections.get().to_string(),
-                "|".into(),
-                e.stats.total_cancellations.get().to_string(),
-                "|".into(),
-                usage(e, ResourceType::Cpu),
-                "|".into(),
-                usage(e, ResourceType::Memory),
-            ];
-            for (_, figure) in SLUICE_COLUMNS {
+        .map(|(node, group, figures)| {
+            let mut row = vec![node.clone(), "|".into(), group.clone()];
+            for f in figures {
                 row.push("|".into());
-                row.push(figure(&e.stats).to_string());
+                row.push(f.clone());
             }
             row
         })
         .collect();
-    let mut columns: Vec<&str> = COLUMNS.to_vec();
-    for (name, _) in SLUICE_COLUMNS {
+    let mut columns: Vec<&str> = KEY_COLUMNS.to_vec();
+    for name in ROW_COLUMNS
+        .iter()
+        .copied()
+        .chain(SLUICE_COLUMNS.iter().map(|(n, _)| *n))
+    {
         columns.push("|");
         columns.push(name);
     }
@@ -578,7 +463,10 @@ fn list(
                 )
             })
             .collect();
-        let body = json!({"next_token": next_token, "wlm_stats": items});
+        let mut body = json!({"next_token": next_token, "wlm_stats": items});
+        if envelope["failed"].as_u64().unwrap_or(0) > 0 {
+            body["_nodes"] = envelope;
+        }
         return Ok(reply(StatusCode::OK, body, params));
     }
     let mut table: Vec<Vec<String>> = Vec::new();

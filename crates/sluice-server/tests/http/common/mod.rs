@@ -29,6 +29,7 @@ pub struct TestNode {
 pub fn config(data: &Path, extra: &[&str]) -> Config {
     let mut flags = vec![
         "http.port=0".to_string(),
+        "transport.port=0".to_string(),
         format!("path.data={}", data.display()),
     ];
     flags.extend(extra.iter().map(|s| s.to_string()));

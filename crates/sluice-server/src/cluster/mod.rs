@@ -1,0 +1,133 @@
+//! The node's part in a cluster: joining it (transport bind, gossip, the member record), the
+//! cluster uuid kept in the metastore, which members a request's node selector names, the
+//! `_nodes` envelope of a fanned-out answer, and what this node answers when another node
+//! calls it (`local/`). Membership and RPC themselves are `sluice-cluster`'s.
+
+pub mod local;
+pub mod select;
+pub mod uuid;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_cluster::membership::GOSSIP_INTERVAL;
+use sluice_cluster::{Cluster, ClusterConfig, Member, PROTOCOL_VERSION};
+
+use crate::config::Config;
+
+/// How long a fanned-out call (`_wlm/stats`, `_tasks`) waits for a member before reporting it
+/// as a failure, when the request sets no `timeout`. A live member answers these from memory
+/// in microseconds plus a loopback or LAN round trip; a member that has not answered in 10 s
+/// is stuck (a stopped process is refused at once), and the client gets the others' answers
+/// with a failure entry instead of a hang.
+pub const DEFAULT_FANOUT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The roles every sluice node reports (`_nodes`, `_cat/nodes`, `_tasks`): it holds data
+/// (its embedded indices), ingests, and coordinates; sluice has no elected manager, so
+/// `cluster_manager` says only that any node can answer cluster-level requests.
+pub const ROLES: [&str; 3] = ["cluster_manager", "data", "ingest"];
+
+/// What [`join`] needs to know about the node.
+pub struct NodeFacts<'a> {
+    /// The persisted node id.
+    pub node_id: &'a str,
+    /// The cluster uuid from the metastore.
+    pub cluster_uuid: &'a str,
+    /// The bound HTTP address.
+    pub http_addr: SocketAddr,
+    /// `embedded` or `upstream`.
+    pub backend: &'a str,
+}
+
+/// Binds the transport (`transport.host`/`transport.port`), starts gossip with
+/// `discovery.seed_hosts` and logs the address; the RPC server starts answering once the
+/// node calls [`Cluster::serve`].
+pub async fn join(config: &Config, facts: NodeFacts<'_>) -> anyhow::Result<Arc<Cluster>> {
+    let t = &config.transport;
+    let listener = sluice_cluster::bind::bind_transport(t.host, t.port)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot bind transport.host:transport.port [{}:{}]: {e}",
+                t.host,
+                match t.port {
+                    sluice_cluster::bind::PortSpec::Exact(p) => p.to_string(),
+                    sluice_cluster::bind::PortSpec::Range(lo, hi) => format!("{lo}-{hi}"),
+                }
+            )
+        })?;
+    let transport_addr = listener.local_addr()?;
+    // A restarted node must out-rank its earlier incarnation in gossip: its start time does.
+    let generation = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let me = Member {
+        node_id: facts.node_id.to_string(),
+        generation,
+        name: config.node_name.clone(),
+        http_addr: facts.http_addr,
+        transport_addr,
+        protocol_version: PROTOCOL_VERSION,
+        backend: facts.backend.to_string(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        cluster_uuid: facts.cluster_uuid.to_string(),
+    };
+    let cluster = Cluster::start(
+        ClusterConfig {
+            cluster_name: config.cluster_name.clone(),
+            me,
+            seeds: t.seed_hosts.clone(),
+            gossip_interval: GOSSIP_INTERVAL,
+        },
+        listener,
+    )
+    .await
+    .map_err(|e| {
+        anyhow::anyhow!("cannot start the cluster transport on [{transport_addr}]: {e}")
+    })?;
+    tracing::info!(
+        seeds = ?t.seed_hosts,
+        "transport on {transport_addr} (node-to-node RPC over TCP, gossip over UDP)"
+    );
+    let cluster = Arc::new(cluster);
+    log_membership(&cluster);
+    Ok(cluster)
+}
+
+/// Logs joins and departures of members, and — once per node — a live peer of this cluster
+/// name that is not a member because it uses another metastore.
+fn log_membership(cluster: &Arc<Cluster>) {
+    let mut rx = cluster.watch();
+    let me = cluster.me().node_id.clone();
+    tokio::spawn(async move {
+        let mut known: Vec<Member> = rx.borrow_and_update().live.to_vec();
+        let mut warned: Vec<String> = Vec::new();
+        while rx.changed().await.is_ok() {
+            let now = rx.borrow_and_update().clone();
+            for m in now.live.iter().filter(|m| m.node_id != me) {
+                if !known.iter().any(|k| k.node_id == m.node_id) {
+                    tracing::info!(node = %m.name, id = %m.node_id, transport = %m.transport_addr, "node joined");
+                }
+            }
+            for k in known
+                .iter()
+                .filter(|k| !now.live.iter().any(|m| m.node_id == k.node_id))
+            {
+                tracing::warn!(node = %k.name, id = %k.node_id, transport = %k.transport_addr, "node left or stopped answering gossip");
+            }
+            for s in now.strangers.iter() {
+                if !warned.contains(&s.node_id) {
+                    warned.push(s.node_id.clone());
+                    tracing::error!(
+                        node = %s.name,
+                        transport = %s.transport_addr,
+                        "a node with this cluster.name uses another metastore (cluster uuid [{}]); it is not a member: every node of a cluster must use the same metastore.uri (PostgreSQL)",
+                        s.cluster_uuid
+                    );
+                }
+            }
+            known = now.live.to_vec();
+        }
+    });
+}
