@@ -49,7 +49,7 @@ pub use memory::MemoryMetaStore;
 pub use model::{Changes, Collection, Document, Expect, MetaKind, Op, Outcome};
 pub use postgres::PostgresMetaStore;
 pub use sqlite::SqliteMetaStore;
-pub use uri::MetastoreUri;
+pub use uri::{MetastoreUri, redact as redact_url};
 
 /// The future a [`MetaStore`] method returns: boxed, `Send`, borrowing the store for `'a`.
 pub type MetaFuture<'a, T> = Pin<Box<dyn Future<Output = MetaResult<T>> + Send + 'a>>;

@@ -38,6 +38,9 @@ pub mod keys {
     /// The memory task usage is a fraction of: bytes (`8gb`) or a percentage (`50%`) of the
     /// node's memory (cgroup limit, else physical).
     pub const NODE_MEMORY_BUDGET: &str = "node.memory_budget";
+    /// The metastore: unset for the embedded SQLite file in `path.data`, or
+    /// `postgres://user:password@host:port/db` for a PostgreSQL database shared by a cluster.
+    pub const METASTORE_URI: &str = "metastore.uri";
 }
 
 /// Every key accepted in the config file, env and flags.
@@ -57,6 +60,7 @@ const KNOWN_KEYS: &[&str] = &[
     keys::AUTH_PROXY_TRUSTED_ADDRESSES,
     keys::AUTH_ADMIN_ROLES,
     keys::NODE_MEMORY_BUDGET,
+    keys::METASTORE_URI,
 ];
 
 /// The default config file, relative to the working directory.
@@ -87,6 +91,9 @@ pub struct Config {
     pub auth: crate::auth::AuthConfig,
     /// `node.memory_budget`, resolved at node start ([`crate::node_usage`]).
     pub memory_budget: crate::node_usage::MemoryBudget,
+    /// `metastore.uri`, resolved: the embedded file `path.data/meta.sqlite` when unset. Its
+    /// `Display` and `Debug` mask a PostgreSQL password.
+    pub metastore: sluice_meta::MetastoreUri,
 }
 
 /// A configuration error: which key, what was wrong, what is accepted.
@@ -338,7 +345,20 @@ impl Config {
                 )
             })?,
         };
+        let metastore = match get(keys::METASTORE_URI) {
+            None => sluice_meta::MetastoreUri::embedded(&data_path),
+            // The value is echoed masked: it may carry a password.
+            Some((v, s)) => sluice_meta::MetastoreUri::parse(v).map_err(|expected| {
+                invalid(
+                    keys::METASTORE_URI,
+                    &sluice_meta::redact_url(v),
+                    s,
+                    &expected,
+                )
+            })?,
+        };
         Ok(Config {
+            metastore,
             memory_budget,
             auth,
             search_pool_size,
@@ -584,6 +604,43 @@ mod tests {
             e.contains("[node.memory_budget]") && e.contains("such as 50%"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn test_metastore_uri_defaults_to_the_embedded_file_and_hides_passwords() {
+        use sluice_meta::{MetaKind, MetastoreUri};
+        let c = load(None, &[], &["path.data=data/n1"]).unwrap();
+        assert_eq!(
+            c.metastore,
+            MetastoreUri::embedded(Path::new("data/n1")),
+            "default: path.data/meta.sqlite"
+        );
+        let c = load(
+            None,
+            &[(
+                "SLUICE_METASTORE_URI",
+                "postgres://app:hunter2@db.example:5432/sluice",
+            )],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.metastore.kind(), MetaKind::Postgres);
+        assert!(!format!("{c:?}").contains("hunter2"), "Debug shows the password");
+        for bad in [
+            "mysql://app:hunter2@db/sluice",
+            "postgres://app:hunter2@db:notaport/sluice",
+            "data/meta.sqlite",
+        ] {
+            let e = load(None, &[], &[&format!("metastore.uri={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("[metastore.uri]"), "{e}");
+            assert!(
+                e.contains("postgres://user:password@host:port/database"),
+                "{e}"
+            );
+            assert!(!e.contains("hunter2"), "the error shows the password: {e}");
+        }
     }
 
     #[test]

@@ -55,6 +55,10 @@ pub enum ErrorCode {
     Forbidden,
     /// 403 `cluster_block_exception`: an index block (`index.blocks.*`) refuses the operation.
     ClusterBlock,
+    /// 503 `cluster_manager_not_discovered_exception`: the node cannot reach what holds the
+    /// cluster's metadata (OpenSearch: the elected cluster manager; sluice: the metastore),
+    /// so a metadata change cannot be made now; retry later.
+    ClusterManagerNotDiscovered,
 }
 
 impl ErrorCode {
@@ -82,6 +86,7 @@ impl ErrorCode {
             ErrorCode::Internal => "exception",
             ErrorCode::Unauthenticated | ErrorCode::Forbidden => "security_exception",
             ErrorCode::ClusterBlock => "cluster_block_exception",
+            ErrorCode::ClusterManagerNotDiscovered => "cluster_manager_not_discovered_exception",
         }
     }
 
@@ -93,7 +98,7 @@ impl ErrorCode {
             | ErrorCode::ResourceNotFound
             | ErrorCode::SearchContextMissing => 404,
             ErrorCode::VersionConflict => 409,
-            ErrorCode::TooManyBuckets => 503,
+            ErrorCode::TooManyBuckets | ErrorCode::ClusterManagerNotDiscovered => 503,
             ErrorCode::RejectedExecution => 429,
             ErrorCode::Internal | ErrorCode::TaskCancelled => 500,
             ErrorCode::Unauthenticated => 401,
@@ -362,6 +367,11 @@ mod tests {
                 "version_conflict_engine_exception",
             ),
             (ErrorCode::Parse, 400, "parse_exception"),
+            (
+                ErrorCode::ClusterManagerNotDiscovered,
+                503,
+                "cluster_manager_not_discovered_exception",
+            ),
         ] {
             assert_eq!((code.status(), code.type_name()), (status, ty), "{code:?}");
         }

@@ -38,6 +38,12 @@ pub async fn root(State(st): State<Arc<AppState>>, Query(params): Query<Params>)
 }
 
 /// `GET /_cluster/health`: one node; yellow when an index wants replicas it cannot have.
+///
+/// The metastore plays the part of OpenSearch's elected cluster manager (it holds the
+/// metadata: groups, rules, persistent settings), so while the node cannot reach it
+/// `discovered_cluster_manager` (and the older `discovered_master`) is `false`, and the
+/// sluice-specific `metastore` object says which store it is, `unavailable`, since when and
+/// why. `status` keeps describing the data, which the node still serves.
 pub async fn health(State(st): State<Arc<AppState>>, Query(params): Query<Params>) -> Response {
     let indices = st.engine.all_indices();
     let primaries: u64 = indices.iter().map(|h| h.number_of_shards()).sum();
@@ -47,6 +53,7 @@ pub async fn health(State(st): State<Arc<AppState>>, Query(params): Query<Params
         .sum();
     let status = if unassigned > 0 { "yellow" } else { "green" };
     let total = primaries + unassigned;
+    let metastore_reachable = st.metastore_status.is_reachable();
     let pct = if total == 0 {
         100.0
     } else {
@@ -58,8 +65,8 @@ pub async fn health(State(st): State<Arc<AppState>>, Query(params): Query<Params
         "timed_out": false,
         "number_of_nodes": 1,
         "number_of_data_nodes": 1,
-        "discovered_master": true,
-        "discovered_cluster_manager": true,
+        "discovered_master": metastore_reachable,
+        "discovered_cluster_manager": metastore_reachable,
         "active_primary_shards": primaries,
         "active_shards": primaries,
         "relocating_shards": 0,
@@ -69,7 +76,8 @@ pub async fn health(State(st): State<Arc<AppState>>, Query(params): Query<Params
         "number_of_pending_tasks": 0,
         "number_of_in_flight_fetch": 0,
         "task_max_waiting_in_queue_millis": 0,
-        "active_shards_percent_as_number": pct
+        "active_shards_percent_as_number": pct,
+        "metastore": st.metastore_status.to_json()
     });
     reply(StatusCode::OK, body, &params)
 }
