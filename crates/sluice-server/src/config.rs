@@ -625,7 +625,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.metastore.kind(), MetaKind::Postgres);
-        assert!(!format!("{c:?}").contains("hunter2"), "Debug shows the password");
+        assert!(
+            !format!("{c:?}").contains("hunter2"),
+            "Debug shows the password"
+        );
         for bad in [
             "mysql://app:hunter2@db/sluice",
             "postgres://app:hunter2@db:notaport/sluice",

@@ -58,10 +58,9 @@ impl Node {
             config.metastore.to_string(),
         ));
         // Read before the view is loaded, so a change landing meanwhile is reloaded later.
-        let applied_changes = metastore
-            .changes()
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot read the metastore [{}]: {e}", config.metastore))?;
+        let applied_changes = metastore.changes().await.map_err(|e| {
+            anyhow::anyhow!("cannot read the metastore [{}]: {e}", config.metastore)
+        })?;
         let cluster_settings =
             Arc::new(crate::settings::ClusterSettings::load(metastore.clone()).await?);
         let data = config.data_path.clone();

@@ -207,10 +207,10 @@ impl Watcher {
             .iter()
             .any(|c| matches!(c, Collection::WorkloadGroups | Collection::Rules));
         let mut failure = None;
-        if catalog
-            && let Err(e) = super::reload(&self.workload, self.store.as_ref()).await
-        {
-            failure = Some(format!("cannot reload the workload groups and rules: {e:?}"));
+        if catalog && let Err(e) = super::reload(&self.workload, self.store.as_ref()).await {
+            failure = Some(format!(
+                "cannot reload the workload groups and rules: {e:?}"
+            ));
         }
         if failure.is_none() && moved.contains(&Collection::ClusterSettings) {
             match self.settings.reload().await {
@@ -260,6 +260,139 @@ impl Watcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_meta::{Document, Expect, MemoryMetaStore, MetaFuture, Op, Outcome};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A memory store that can be made unreachable, and whose change receiver never fires (a
+    /// store whose notifications are lost), so only the watcher's poll finds changes.
+    struct Flaky {
+        inner: MemoryMetaStore,
+        down: AtomicBool,
+        quiet: tokio::sync::watch::Sender<Changes>,
+    }
+
+    impl Flaky {
+        fn check(&self) -> Result<(), MetaError> {
+            if self.down.load(Ordering::SeqCst) {
+                Err(MetaError::Unavailable("connection refused".into()))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    impl MetaStore for Flaky {
+        fn kind(&self) -> MetaKind {
+            MetaKind::Postgres
+        }
+        fn changes(&self) -> MetaFuture<'_, Changes> {
+            Box::pin(async move {
+                self.check()?;
+                self.inner.changes().await
+            })
+        }
+        fn subscribe(&self) -> tokio::sync::watch::Receiver<Changes> {
+            self.quiet.subscribe()
+        }
+        fn get<'a>(&'a self, c: Collection, key: &'a str) -> MetaFuture<'a, Option<Document>> {
+            Box::pin(async move {
+                self.check()?;
+                self.inner.get(c, key).await
+            })
+        }
+        fn list(&self, c: Collection) -> MetaFuture<'_, Vec<Document>> {
+            Box::pin(async move {
+                self.check()?;
+                self.inner.list(c).await
+            })
+        }
+        fn apply(&self, batch: Vec<Op>) -> MetaFuture<'_, Vec<Outcome>> {
+            Box::pin(async move {
+                self.check()?;
+                self.inner.apply(batch).await
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn test_the_poll_reloads_what_another_node_changed_and_tracks_outages() {
+        let flaky = Arc::new(Flaky {
+            inner: MemoryMetaStore::new(),
+            down: AtomicBool::new(false),
+            quiet: tokio::sync::watch::channel(Changes::default()).0,
+        });
+        let store: Arc<dyn MetaStore> = flaky.clone();
+        let workload = Arc::new(Workload::new(false));
+        let settings = Arc::new(ClusterSettings::load(store.clone()).await.expect("load"));
+        let status = Arc::new(MetastoreStatus::new(MetaKind::Postgres, "pg".into()));
+        let mut watcher = Watcher {
+            store: store.clone(),
+            workload: workload.clone(),
+            settings: settings.clone(),
+            status: status.clone(),
+            applied: store.changes().await.expect("changes"),
+            last_failure: None,
+        };
+
+        // "Another node" writes a group and a persistent setting straight to the store.
+        let group = sluice_core::validate_create(
+            &[],
+            &json!({"name": "g", "resiliency_mode": "soft", "resource_limits": {"cpu": 0.2}}),
+            "gid",
+            1_754_493_164_791,
+            &sluice_core::GroupLimits::default(),
+        )
+        .expect("group");
+        store
+            .put(
+                Collection::WorkloadGroups,
+                super::super::GROUPS_DOC,
+                super::super::GROUPS.render(&[group]),
+                Expect::Absent,
+            )
+            .await
+            .expect("put groups");
+        watcher.sync_once().await;
+        assert!(
+            workload.entry("gid").is_some(),
+            "the group was not reloaded"
+        );
+        store
+            .put(
+                Collection::ClusterSettings,
+                crate::settings::PERSISTENT_DOC,
+                json!({"search.max_buckets": "12"}),
+                Expect::Absent,
+            )
+            .await
+            .expect("put settings");
+        watcher.sync_once().await;
+        assert_eq!(settings.max_buckets(), 12, "the settings were not reloaded");
+
+        // An outage is recorded, the view stays, and the change made meanwhile is picked up
+        // on return.
+        flaky.down.store(true, Ordering::SeqCst);
+        watcher.sync_once().await;
+        watcher.sync_once().await;
+        assert!(!status.is_reachable());
+        assert!(workload.entry("gid").is_some(), "the last view is kept");
+        flaky.down.store(false, Ordering::SeqCst);
+        store
+            .put(
+                Collection::WorkloadGroups,
+                super::super::GROUPS_DOC,
+                super::super::GROUPS.render(&[]),
+                Expect::Any,
+            )
+            .await
+            .expect("delete every group");
+        watcher.sync_once().await;
+        assert!(status.is_reachable());
+        assert!(
+            workload.entry("gid").is_none(),
+            "the change made meanwhile was missed"
+        );
+    }
 
     #[test]
     fn test_an_outage_starts_and_ends_once() {
@@ -269,8 +402,14 @@ mod tests {
             status.to_json(),
             json!({"type": "postgres", "status": "available"})
         );
-        assert!(status.mark_unreachable("refused".into(), 7), "first failure starts it");
-        assert!(!status.mark_unreachable("timed out".into(), 9), "later ones do not");
+        assert!(
+            status.mark_unreachable("refused".into(), 7),
+            "first failure starts it"
+        );
+        assert!(
+            !status.mark_unreachable("timed out".into(), 9),
+            "later ones do not"
+        );
         assert_eq!(
             status.to_json(),
             json!({

@@ -633,7 +633,10 @@ mod tests {
             .await
             .expect("persistent there");
         let rx = here.subscribe();
-        assert!(here.reload().await.expect("reload"), "the change is picked up");
+        assert!(
+            here.reload().await.expect("reload"),
+            "the change is picked up"
+        );
         assert!(rx.has_changed().expect("alive"), "subscribers hear of it");
         assert_eq!(here.max_buckets(), 12);
         assert_eq!(here.max_open_scroll_context(), 7, "transient values stay");

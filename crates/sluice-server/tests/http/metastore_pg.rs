@@ -72,7 +72,10 @@ async fn test_changes_made_on_one_node_take_effect_on_the_other() {
     // Node 2 has the heavy index and sets `wlm.workload_group.mode: enabled` (persistent).
     let n2 = node_in_mode("enabled", &[&metastore]).await;
     assert_eq!(health(&n2).await["metastore"]["type"], "postgres");
-    assert_eq!(n2.state.metastore_status.kind(), sluice_meta::MetaKind::Postgres);
+    assert_eq!(
+        n2.state.metastore_status.kind(),
+        sluice_meta::MetaKind::Postgres
+    );
 
     // A persistent setting made on node 2 reaches node 1.
     eventually("node 1 sees the mode node 2 set", async || {
@@ -102,7 +105,11 @@ async fn test_changes_made_on_one_node_take_effect_on_the_other() {
     let running = vec![start_heavy(&n2, &tag)];
     wait_running(&n2, &id, 1).await;
     let r = cheap(&n2, &tag).await;
-    assert_eq!(r.status, 429, "node 2 enforces node 1's throttle: {}", r.body);
+    assert_eq!(
+        r.status, 429,
+        "node 2 enforces node 1's throttle: {}",
+        r.body
+    );
     cancel_all(&n2, running).await;
 
     // A delete on node 2 reaches node 1.
@@ -133,9 +140,7 @@ async fn test_concurrent_creates_on_two_nodes_never_both_pass_the_checks() {
     let url = fresh_postgres_url("pg_concurrent").await;
     let n1 = TestNode::start_on_metastore(&url, &[]).await;
     let n2 = TestNode::start_on_metastore(&url, &[]).await;
-    let group = |name: String, cpu: f64| {
-        json!({"name": name, "resiliency_mode": "soft", "resource_limits": {"cpu": cpu}})
-    };
+    let group = |name: String, cpu: f64| json!({"name": name, "resiliency_mode": "soft", "resource_limits": {"cpu": cpu}});
     for round in 0..4 {
         // Two groups of cpu 0.6 cannot both fit in 1.0.
         let (a, b) = tokio::join!(
@@ -284,9 +289,10 @@ async fn test_a_node_that_loses_the_metastore_keeps_serving_and_catches_up() {
     })
     .await;
     assert_eq!(health(&n2).await["discovered_cluster_manager"], true);
-    eventually("node 2 picks up the group made during the outage", async || {
-        knows_group_or_small(&n2, &meanwhile).await.then_some(())
-    })
+    eventually(
+        "node 2 picks up the group made during the outage",
+        async || knows_group_or_small(&n2, &meanwhile).await.then_some(()),
+    )
     .await;
     create_group(&n2, throttled_group("after")).await;
     let (_, all) = n1.req("GET", "/_wlm/workload_group", None).await;
