@@ -21,7 +21,15 @@ pub enum MetaError {
         /// The key's current version; `None` when it holds no document.
         current: Option<u64>,
     },
-    /// The backend failed (I/O, lock timeout, lost connection); the operation may be retried.
+    /// The store cannot be reached (connection refused or lost, server shutting down, no
+    /// connection within the timeout); nothing was learned or, for a write, it landed whole
+    /// or not at all. Retry once the store is back.
+    #[error(
+        "the metastore is unreachable: {0}; check that it runs and this node can connect to it, then retry"
+    )]
+    Unavailable(String),
+    /// The backend failed (I/O, lock timeout, a refused statement); the operation may be
+    /// retried.
     #[error(
         "metastore backend failed: {0}; check that the data folder is writable and has free space, then retry"
     )]

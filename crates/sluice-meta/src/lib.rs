@@ -8,24 +8,36 @@
 //! writes that must land together (a group and the rules that name it) go through
 //! [`MetaStore::apply`] as one atomic batch of [`Op`]s.
 //!
-//! [`MetaStore`] is the trait the server holds (`Arc<dyn MetaStore>`). Two backends implement
-//! it:
+//! [`MetaStore`] is the trait the server holds (`Arc<dyn MetaStore>`). Three backends
+//! implement it:
 //!
 //! - [`SqliteMetaStore`] — the embedded default: one SQLite file in the data folder, WAL
 //!   journal, `synchronous=FULL`, every batch one transaction;
+//! - [`PostgresMetaStore`] — one PostgreSQL database shared by every node of a cluster; every
+//!   batch one transaction serialized on a row lock, change notifications by `LISTEN/NOTIFY`;
 //! - [`MemoryMetaStore`] — a map behind a mutex, for tests and tools.
 //!
-//! A PostgreSQL backend for multi-node clusters comes later. Every backend must pass the same
-//! behavioural suite, [`test_suite`] (cargo feature `test-suite`), which this crate's own tests
-//! run against both backends, next to a property test that compares random operation sequences
-//! with a plain `BTreeMap` model.
+//! [`MetastoreUri`] (the `metastore.uri` setting) names a backend and opens it.
+//!
+//! Change watching: every store keeps per-collection change counters ([`Changes`]), read with
+//! [`MetaStore::changes`]; [`MetaStore::subscribe`] hands out a `watch` receiver of the newest
+//! counters the store instance has seen — its own commits at once, and for PostgreSQL other
+//! processes' commits as their notifications arrive. A node reloads what changed when woken by
+//! the receiver, and polls `changes` as the backstop for what a notification cannot carry (a
+//! write by another process to a SQLite file, notifications lost while reconnecting).
+//!
+//! Every backend must pass the same behavioural suite, [`test_suite`] (cargo feature
+//! `test-suite`), which this crate's own tests run against each backend, next to a property
+//! test that compares random operation sequences with a plain `BTreeMap` model.
 
 mod error;
 mod memory;
 pub mod model;
+mod postgres;
 mod sqlite;
 #[cfg(feature = "test-suite")]
 pub mod test_suite;
+mod uri;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,8 +46,10 @@ use serde_json::Value;
 
 pub use error::{MetaError, MetaResult};
 pub use memory::MemoryMetaStore;
-pub use model::{Collection, Document, Expect, Op, Outcome};
+pub use model::{Changes, Collection, Document, Expect, MetaKind, Op, Outcome};
+pub use postgres::PostgresMetaStore;
 pub use sqlite::SqliteMetaStore;
+pub use uri::{MetastoreUri, redact as redact_url};
 
 /// The future a [`MetaStore`] method returns: boxed, `Send`, borrowing the store for `'a`.
 pub type MetaFuture<'a, T> = Pin<Box<dyn Future<Output = MetaResult<T>> + Send + 'a>>;
@@ -45,7 +59,7 @@ pub type MetaFuture<'a, T> = Pin<Box<dyn Future<Output = MetaResult<T>> + Send +
 ///
 /// Methods return boxed futures ([`MetaFuture`]) rather than being `async fn`s: an `async fn`
 /// (or `-> impl Future`) in a trait makes the trait unusable as `dyn MetaStore`, and the
-/// server picks its backend at run time (SQLite now, PostgreSQL later) and shares it as
+/// server picks its backend at run time (SQLite or PostgreSQL) and shares it as
 /// `Arc<dyn MetaStore>`. The box costs one allocation per call, nothing next to a disk write,
 /// and keeps the trait free of macros such as `async_trait`.
 ///
@@ -58,6 +72,10 @@ pub type MetaFuture<'a, T> = Pin<Box<dyn Future<Output = MetaResult<T>> + Send +
 ///   lands entirely or not at all: on any error nothing of it is visible, now or after a
 ///   crash.
 /// - A write acknowledged with `Ok` survives a crash of the process or the machine.
+/// - Compare-and-set holds across processes sharing the store: of two writes expecting the
+///   same version, at most one lands, whichever node sent it.
+/// - Every committed non-empty batch adds one to the [`Changes`] counter of each collection
+///   it writes; failed and empty batches change none.
 ///
 /// # Cancel safety
 ///
@@ -65,6 +83,20 @@ pub type MetaFuture<'a, T> = Pin<Box<dyn Future<Output = MetaResult<T>> + Send +
 /// roll the write back: it either lands whole or not at all, and the caller no longer learns
 /// which; re-read the key to find out.
 pub trait MetaStore: Send + Sync {
+    /// Which backend this is.
+    fn kind(&self) -> MetaKind;
+
+    /// Reads the store's change counters as committed now (whoever committed); fails with
+    /// [`MetaError::Unavailable`] when the store cannot be reached, which makes it the
+    /// node's liveness probe too.
+    fn changes(&self) -> MetaFuture<'_, Changes>;
+
+    /// A receiver of the newest change counters this store instance has seen: its own
+    /// commits as soon as they commit, other processes' commits as the backend learns of them
+    /// (PostgreSQL: notifications; the others: never). Counters only grow. Poll
+    /// [`MetaStore::changes`] too: a receiver alone can miss other processes' writes.
+    fn subscribe(&self) -> tokio::sync::watch::Receiver<Changes>;
+
     /// Reads the document at `key`, `None` when there is none.
     fn get<'a>(&'a self, collection: Collection, key: &'a str) -> MetaFuture<'a, Option<Document>>;
 

@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 
 use parking_lot::Mutex;
+use tokio::sync::watch;
 
-use crate::model::{Collection, Document, Op, Outcome};
+use crate::model::{Changes, Collection, Document, MetaKind, Op, Outcome};
 use crate::{MetaError, MetaFuture, MetaResult, MetaStore, now_millis};
 
 /// A [`MetaStore`] that keeps everything in memory and loses it on drop.
@@ -13,9 +14,12 @@ use crate::{MetaError, MetaFuture, MetaResult, MetaStore, now_millis};
 ///
 /// - `revision` is at least the version of every stored document (checked with
 ///   `debug_assert!` after each batch, tested by the shared suite's version checks).
-#[derive(Debug, Default)]
+/// - The watch channel holds `Inner::changes` as of the last commit: it is sent under the
+///   lock that committed it, so receivers never see counters go back.
+#[derive(Debug)]
 pub struct MemoryMetaStore {
     inner: Mutex<Inner>,
+    watch: watch::Sender<Changes>,
 }
 
 #[derive(Debug, Default)]
@@ -23,6 +27,17 @@ struct Inner {
     docs: BTreeMap<Collection, BTreeMap<String, Document>>,
     /// The last revision handed out by a put.
     revision: u64,
+    /// Committed batches per collection.
+    changes: Changes,
+}
+
+impl Default for MemoryMetaStore {
+    fn default() -> Self {
+        MemoryMetaStore {
+            inner: Mutex::new(Inner::default()),
+            watch: watch::channel(Changes::default()).0,
+        }
+    }
 }
 
 impl MemoryMetaStore {
@@ -76,6 +91,12 @@ impl Inner {
         }
         drop(staged);
         // Pass 2: every precondition holds, so apply without further checks.
+        let mut touched: Vec<Collection> = batch.iter().map(Op::collection).collect();
+        touched.sort();
+        touched.dedup();
+        for c in touched {
+            self.changes.bump(c);
+        }
         let now = now_millis();
         let mut outcomes = Vec::with_capacity(batch.len());
         for op in batch {
@@ -127,6 +148,18 @@ impl Inner {
 }
 
 impl MetaStore for MemoryMetaStore {
+    fn kind(&self) -> MetaKind {
+        MetaKind::Memory
+    }
+
+    fn changes(&self) -> MetaFuture<'_, Changes> {
+        Box::pin(async move { Ok(self.inner.lock().changes) })
+    }
+
+    fn subscribe(&self) -> watch::Receiver<Changes> {
+        self.watch.subscribe()
+    }
+
     fn get<'a>(&'a self, collection: Collection, key: &'a str) -> MetaFuture<'a, Option<Document>> {
         Box::pin(async move {
             let inner = self.inner.lock();
@@ -151,6 +184,12 @@ impl MetaStore for MemoryMetaStore {
 
     // The lock is taken and released inside one poll: no `.await` while it is held.
     fn apply(&self, batch: Vec<Op>) -> MetaFuture<'_, Vec<Outcome>> {
-        Box::pin(async move { self.inner.lock().apply(batch) })
+        Box::pin(async move {
+            let mut inner = self.inner.lock();
+            let outcomes = inner.apply(batch)?;
+            let now = inner.changes;
+            self.watch.send_if_modified(|seen| seen.merge(&now));
+            Ok(outcomes)
+        })
     }
 }

@@ -34,6 +34,15 @@ impl Collection {
         }
     }
 
+    /// The collection's position in [`Collection::ALL`].
+    pub fn index(self) -> usize {
+        match self {
+            Collection::ClusterSettings => 0,
+            Collection::Rules => 1,
+            Collection::WorkloadGroups => 2,
+        }
+    }
+
     /// The collection stored under `name`, if any.
     pub fn from_name(name: &str) -> Option<Collection> {
         Collection::ALL.into_iter().find(|c| c.as_str() == name)
@@ -168,4 +177,111 @@ pub enum Outcome {
     Put(Document),
     /// The version a delete removed; `None` when the key held nothing.
     Deleted(Option<u64>),
+}
+
+/// How many committed batches have written to each collection: the store's change counters.
+///
+/// Every committed, non-empty batch adds one to the counter of each collection it has an op
+/// for (a put, or a delete even of a missing key), whichever process committed it. A reader
+/// that remembers the counters it last acted on learns from a newer reading which collections
+/// changed since, deletes included (which consume no revision, see [`Document::version`]).
+/// Failed and empty batches change no counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Changes {
+    counts: [u64; Collection::ALL.len()],
+}
+
+impl Changes {
+    /// The counter of `collection`.
+    pub fn get(&self, collection: Collection) -> u64 {
+        self.counts[collection.index()]
+    }
+
+    /// Sets the counter of `collection` (for backends decoding stored counters).
+    pub fn set(&mut self, collection: Collection, count: u64) {
+        self.counts[collection.index()] = count;
+    }
+
+    /// Adds one to the counter of `collection`.
+    pub fn bump(&mut self, collection: Collection) {
+        self.counts[collection.index()] += 1;
+    }
+
+    /// The collections whose counter differs from `earlier`'s.
+    pub fn changed_since(&self, earlier: &Changes) -> Vec<Collection> {
+        Collection::ALL
+            .into_iter()
+            .filter(|c| self.get(*c) != earlier.get(*c))
+            .collect()
+    }
+
+    /// Raises every counter to at least `other`'s; answers whether any counter grew.
+    /// Counters only grow, so merging readings that arrive out of order keeps the newest.
+    pub fn merge(&mut self, other: &Changes) -> bool {
+        let mut grew = false;
+        for (mine, theirs) in self.counts.iter_mut().zip(other.counts) {
+            if theirs > *mine {
+                *mine = theirs;
+                grew = true;
+            }
+        }
+        grew
+    }
+
+    /// The counters as `collection=count` pairs joined by commas, in [`Collection::ALL`]
+    /// order: the payload of PostgreSQL change notifications.
+    pub fn encode(&self) -> String {
+        Collection::ALL
+            .into_iter()
+            .map(|c| format!("{c}={}", self.get(c)))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Parses what [`Changes::encode`] wrote; unknown collections are skipped (a newer
+    /// writer), a malformed pair is `None`.
+    pub fn decode(text: &str) -> Option<Changes> {
+        let mut changes = Changes::default();
+        for pair in text.split(',').filter(|p| !p.is_empty()) {
+            let (name, count) = pair.split_once('=')?;
+            let count = count.parse::<u64>().ok()?;
+            if let Some(c) = Collection::from_name(name) {
+                changes.set(c, count);
+            }
+        }
+        Some(changes)
+    }
+}
+
+/// Which backend a [`MetaStore`](crate::MetaStore) is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MetaKind {
+    /// [`MemoryMetaStore`](crate::MemoryMetaStore): one process, nothing on disk.
+    Memory,
+    /// [`SqliteMetaStore`](crate::SqliteMetaStore): the embedded file; one node only.
+    Sqlite,
+    /// [`PostgresMetaStore`](crate::PostgresMetaStore): shared by every node of a cluster.
+    Postgres,
+}
+
+impl MetaKind {
+    /// The backend's name in messages and APIs: `memory`, `sqlite`, `postgres`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetaKind::Memory => "memory",
+            MetaKind::Sqlite => "sqlite",
+            MetaKind::Postgres => "postgres",
+        }
+    }
+
+    /// Whether several nodes (processes) can share the store: only PostgreSQL.
+    pub fn is_shared(self) -> bool {
+        self == MetaKind::Postgres
+    }
+}
+
+impl fmt::Display for MetaKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }

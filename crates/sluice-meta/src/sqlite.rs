@@ -1,7 +1,8 @@
 //! [`SqliteMetaStore`]: the embedded metastore, one SQLite file in the data folder.
 //!
 //! One table holds every document, primary key `(collection, key)`; a second, `meta_info`,
-//! holds the schema version and the store-wide revision counter. Every batch runs in one
+//! holds the schema version, the store-wide revision counter and the per-collection change
+//! counters (`changes.<collection>`, created by the first batch that writes the collection). Every batch runs in one
 //! `BEGIN IMMEDIATE` transaction (the write lock is taken up front, so two writers never
 //! deadlock upgrading a read lock), and the WAL journal with `synchronous=FULL` makes a
 //! committed batch durable and an interrupted one invisible: after a crash each document
@@ -12,6 +13,7 @@
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -19,9 +21,10 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{ConnectOptions, Row, Sqlite, Transaction};
+use sqlx::{ConnectOptions, Row, Sqlite, SqliteConnection, Transaction};
+use tokio::sync::watch;
 
-use crate::model::{Collection, Document, Op, Outcome};
+use crate::model::{Changes, Collection, Document, MetaKind, Op, Outcome};
 use crate::{MetaError, MetaFuture, MetaResult, MetaStore, now_millis};
 
 /// The schema version this code writes; [`MIGRATIONS`] has one entry per version.
@@ -57,10 +60,13 @@ const MAX_CONNECTIONS: u32 = 4;
 ///
 /// - The `revision` row of `meta_info` is at least the version of every document; each
 ///   batch reads and advances it in the transaction that writes the documents.
+/// - The `changes.<collection>` rows advance in the transaction of the batch they count; the
+///   watch channel is raised to them after the commit (never lowered).
 #[derive(Debug, Clone)]
 pub struct SqliteMetaStore {
     pool: SqlitePool,
     path: PathBuf,
+    watch: Arc<watch::Sender<Changes>>,
 }
 
 impl SqliteMetaStore {
@@ -88,8 +94,14 @@ impl SqliteMetaStore {
             .connect_with(options)
             .await
             .map_err(|e| backend(&format!("cannot open [{}]", path.display()), e))?;
-        let store = SqliteMetaStore { pool, path };
+        let store = SqliteMetaStore {
+            pool,
+            path,
+            watch: Arc::new(watch::channel(Changes::default()).0),
+        };
         store.migrate().await?;
+        let changes = store.changes().await?;
+        store.watch.send_replace(changes);
         Ok(store)
     }
 
@@ -223,6 +235,7 @@ async fn apply_batch(store: SqliteMetaStore, batch: Vec<Op>) -> MetaResult<Vec<O
     })?;
     let now = now_millis();
     let mut outcomes = Vec::with_capacity(batch.len());
+    let mut touched: Vec<Collection> = batch.iter().map(Op::collection).collect();
     for op in batch {
         let (collection, expected) = (op.collection(), op.expected());
         let current: Option<i64> =
@@ -297,13 +310,75 @@ async fn apply_batch(store: SqliteMetaStore, batch: Vec<Op>) -> MetaResult<Vec<O
         .execute(&mut *tx)
         .await
         .map_err(|e| backend("cannot advance the revision counter", e))?;
+    touched.sort();
+    touched.dedup();
+    for c in touched {
+        sqlx::query(
+            "INSERT INTO meta_info (name, value) VALUES (?, 1)
+             ON CONFLICT (name) DO UPDATE SET value = value + 1",
+        )
+        .bind(changes_row(c))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| backend(&format!("cannot count the change of [{c}]"), e))?;
+    }
+    let changes = read_changes(&mut *tx).await?;
     tx.commit()
         .await
         .map_err(|e| backend("cannot commit the batch", e))?;
+    store.watch.send_if_modified(|seen| seen.merge(&changes));
     Ok(outcomes)
 }
 
+/// The `meta_info` row counting the committed batches that wrote `collection`.
+fn changes_row(collection: Collection) -> String {
+    format!("changes.{collection}")
+}
+
+/// Reads the change counters; a collection never written has no row and counts 0.
+async fn read_changes(conn: &mut SqliteConnection) -> MetaResult<Changes> {
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT name, value FROM meta_info WHERE name LIKE 'changes.%'")
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|e| backend("cannot read the change counters", e))?;
+    let mut changes = Changes::default();
+    for (name, value) in rows {
+        let Some(c) = name
+            .strip_prefix("changes.")
+            .and_then(Collection::from_name)
+        else {
+            continue; // a collection of a newer sluice
+        };
+        let value = u64::try_from(value).map_err(|_| MetaError::Corrupt {
+            location: format!("meta_info/{name}"),
+            reason: format!("negative change counter {value}"),
+        })?;
+        changes.set(c, value);
+    }
+    Ok(changes)
+}
+
 impl MetaStore for SqliteMetaStore {
+    fn kind(&self) -> MetaKind {
+        MetaKind::Sqlite
+    }
+
+    fn changes(&self) -> MetaFuture<'_, Changes> {
+        Box::pin(async move {
+            let mut conn = self
+                .pool
+                .acquire()
+                .await
+                .map_err(|e| backend("cannot get a connection", e))?;
+            read_changes(&mut *conn).await
+        })
+    }
+
+    fn subscribe(&self) -> watch::Receiver<Changes> {
+        self.watch.subscribe()
+    }
+
     fn get<'a>(&'a self, collection: Collection, key: &'a str) -> MetaFuture<'a, Option<Document>> {
         Box::pin(async move {
             let row = sqlx::query(

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use futures::future::join_all;
 use serde_json::{Value, json};
 
-use crate::{Collection, Document, Expect, MetaError, MetaStore, Op, Outcome};
+use crate::{Changes, Collection, Document, Expect, MetaError, MetaStore, Op, Outcome};
 
 /// Runs every behavioural check against `store`; panics on the first failure.
 pub async fn run_all(store: &dyn MetaStore) {
@@ -31,6 +31,7 @@ pub async fn run_all(store: &dyn MetaStore) {
     check_empty_batch(store).await;
     check_racing_creates_have_one_winner(store).await;
     check_compare_and_set_counter(store).await;
+    check_changes_count_committed_batches(store).await;
 }
 
 /// Deletes every document of every collection.
@@ -570,6 +571,90 @@ pub async fn check_compare_and_set_counter(store: &dyn MetaStore) {
     );
 }
 
+/// Every committed non-empty batch adds one to the change counter of each collection it
+/// writes (deletes too, even of a missing key); failed and empty batches change nothing; the
+/// store's own receiver sees its commits at once.
+pub async fn check_changes_count_committed_batches(store: &dyn MetaStore) {
+    reset(store).await;
+    let (s, g, r) = (
+        Collection::ClusterSettings,
+        Collection::WorkloadGroups,
+        Collection::Rules,
+    );
+    let mut rx = store.subscribe();
+    let before = store.changes().await.expect("changes");
+    assert_eq!(
+        *rx.borrow_and_update(),
+        before,
+        "the receiver lags behind the store's own commits"
+    );
+    let expect = |base: &Changes, bumped: &[Collection]| {
+        let mut next = *base;
+        for c in bumped {
+            next.bump(*c);
+        }
+        next
+    };
+
+    let put = store
+        .put(g, "g", json!(1), Expect::Absent)
+        .await
+        .expect("put");
+    let after_put = store.changes().await.expect("changes");
+    assert_eq!(
+        after_put,
+        expect(&before, &[g]),
+        "a put counts once, in its collection"
+    );
+    assert!(
+        rx.has_changed().expect("store alive"),
+        "the receiver missed a commit"
+    );
+    assert_eq!(*rx.borrow_and_update(), after_put);
+    assert_eq!(after_put.changed_since(&before), vec![g]);
+
+    store
+        .apply(vec![
+            Op::put(g, "g2", json!(2), Expect::Absent),
+            Op::put(g, "g3", json!(3), Expect::Absent),
+            Op::delete(r, "never-there", Expect::Any),
+        ])
+        .await
+        .expect("batch");
+    let after_batch = store.changes().await.expect("changes");
+    assert_eq!(
+        after_batch,
+        expect(&after_put, &[g, r]),
+        "a batch counts once per collection it writes, deletes of missing keys included"
+    );
+
+    store
+        .delete(g, "g", Expect::Version(put.version))
+        .await
+        .expect("delete");
+    let after_delete = store.changes().await.expect("changes");
+    assert_eq!(after_delete, expect(&after_batch, &[g]), "a delete counts");
+
+    store
+        .apply(vec![
+            Op::put(s, "x", json!(1), Expect::Any),
+            Op::put(g, "g2", json!(0), Expect::Absent),
+        ])
+        .await
+        .expect_err("the second op conflicts");
+    store.apply(Vec::new()).await.expect("empty batch");
+    assert_eq!(
+        store.changes().await.expect("changes"),
+        after_delete,
+        "a failed or empty batch counted"
+    );
+    assert_eq!(*rx.borrow_and_update(), after_delete);
+    assert!(
+        !rx.has_changed().expect("store alive"),
+        "a failed batch woke the receiver"
+    );
+}
+
 /// What [`write_persistence_fixture`] wrote, for [`check_persistence_fixture`] after a
 /// reopen.
 #[derive(Debug, Clone)]
@@ -833,6 +918,191 @@ pub async fn check_against_model(store: &dyn MetaStore, ops: &[ModelOp]) {
             run_on_store(store, &op).await,
             model.run(&op),
             "final contents of {c} differ from the model"
+        );
+    }
+}
+
+/// The environment variable naming the throwaway PostgreSQL server that tests use; set by
+/// `scripts/postgres.sh start` (and so by `scripts/test.sh` and `.ci/run`).
+pub const POSTGRES_URL_ENV: &str = "SLUICE_TEST_POSTGRES_URL";
+
+/// The URL of the test PostgreSQL server ([`POSTGRES_URL_ENV`]); panics, saying how to start
+/// one, when it is not set: a test that needs PostgreSQL fails rather than skips.
+pub fn postgres_server_url() -> String {
+    std::env::var(POSTGRES_URL_ENV).unwrap_or_else(|_| {
+        panic!(
+            "{POSTGRES_URL_ENV} is not set: this test needs a PostgreSQL server. Run the tests with scripts/test.sh, or start a throwaway server with `eval \"$(scripts/postgres.sh start)\"` (stop it with `scripts/postgres.sh stop \"$SLUICE_TEST_POSTGRES_DIR\"`)"
+        )
+    })
+}
+
+/// Creates a new, empty database on the test PostgreSQL server and returns its URL, so each
+/// test (or each simulated cluster) has a metastore of its own. `name` (any text; only its
+/// letters, digits and `_` are kept) makes the database easy to spot; a per-process counter,
+/// the process id and the clock make it unique.
+///
+/// Panics when [`POSTGRES_URL_ENV`] is not set (see [`postgres_server_url`]) or the server
+/// refuses.
+pub async fn fresh_postgres_url(name: &str) -> String {
+    use sqlx::Connection;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let server = postgres_server_url();
+    let tag: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .map(|c| c.to_ascii_lowercase())
+        .take(30)
+        .collect();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let database = format!(
+        "t_{tag}_{}_{}_{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut conn = sqlx::PgConnection::connect(&server)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {POSTGRES_URL_ENV}: {e}"));
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE DATABASE \"{database}\""
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap_or_else(|e| panic!("cannot create database {database}: {e}"));
+    let _ = conn.close().await;
+    with_database(&server, &database)
+}
+
+/// `url` with its database (the path) replaced by `database`, query parameters kept.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[authority_start..]
+        .find('/')
+        .map_or(base.len(), |i| authority_start + i);
+    let mut out = format!("{}/{database}", &base[..path_start]);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+/// `url` with its `host:port` replaced by `addr`.
+fn with_address(url: &str, addr: std::net::SocketAddr) -> String {
+    let authority_start = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[authority_start..];
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let host_start = rest[..authority_end].rfind('@').map_or(0, |i| i + 1);
+    format!(
+        "{}{addr}{}",
+        &url[..authority_start + host_start],
+        &rest[authority_end..]
+    )
+}
+
+/// A TCP forwarder in front of a server, which a test can cut off and restore: the
+/// metastore "goes away" for the nodes that connect through it, while everything else
+/// (other nodes, other tests on the same server) keeps its connection.
+///
+/// [`CutProxy::cut`] severs every forwarded connection and closes each new one as soon as it
+/// is accepted (clients see their connections drop, as when the server stops);
+/// [`CutProxy::restore`] forwards again. Dropping the proxy stops it.
+pub struct CutProxy {
+    url: String,
+    up: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+    task: tokio::task::AbortHandle,
+}
+
+impl CutProxy {
+    /// Starts forwarding a free loopback port to the server of `url`.
+    pub async fn start(url: &str) -> CutProxy {
+        let authority_start = url.find("://").map_or(0, |i| i + 3);
+        let rest = &url[authority_start..];
+        let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
+        let target = authority[authority.rfind('@').map_or(0, |i| i + 1)..].to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
+        let addr = listener.local_addr().expect("proxy address");
+        let up = std::sync::Arc::new(tokio::sync::watch::channel(true).0);
+        let state = up.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else {
+                    continue;
+                };
+                let mut down = state.subscribe();
+                if !*down.borrow_and_update() {
+                    drop(client); // cut: the connection closes at once
+                    continue;
+                }
+                let target = target.clone();
+                tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = down.wait_for(|up| !*up) => {}
+                    }
+                });
+            }
+        });
+        CutProxy {
+            url: with_address(url, addr),
+            up,
+            task: task.abort_handle(),
+        }
+    }
+
+    /// The URL that reaches the server through the proxy.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Severs every connection through the proxy and refuses new ones until restored.
+    pub fn cut(&self) {
+        self.up.send_replace(false);
+    }
+
+    /// Forwards new connections again.
+    pub fn restore(&self) {
+        self.up.send_replace(true);
+    }
+}
+
+impl Drop for CutProxy {
+    fn drop(&mut self) {
+        self.cut();
+        self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_urls_get_a_new_database_or_address() {
+        assert_eq!(
+            with_database("postgres://u:p@h:1/postgres?sslmode=disable", "t_1"),
+            "postgres://u:p@h:1/t_1?sslmode=disable"
+        );
+        assert_eq!(with_database("postgres://h:1", "t"), "postgres://h:1/t");
+        let addr = "127.0.0.1:9".parse().unwrap();
+        assert_eq!(
+            with_address("postgres://u:p@h:1/db?x=1", addr),
+            "postgres://u:p@127.0.0.1:9/db?x=1"
+        );
+        assert_eq!(
+            with_address("postgres://h:1/db", addr),
+            "postgres://127.0.0.1:9/db"
         );
     }
 }

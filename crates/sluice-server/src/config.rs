@@ -44,6 +44,9 @@ pub mod keys {
     pub const TRANSPORT_HOST: &str = "transport.host";
     /// Port (or range) of the transport; `0` picks a free one.
     pub const TRANSPORT_PORT: &str = "transport.port";
+    /// The metastore: unset for the embedded SQLite file in `path.data`, or
+    /// `postgres://user:password@host:port/db` for a PostgreSQL database shared by a cluster.
+    pub const METASTORE_URI: &str = "metastore.uri";
 }
 
 /// Every key accepted in the config file, env and flags.
@@ -66,6 +69,7 @@ const KNOWN_KEYS: &[&str] = &[
     keys::DISCOVERY_SEED_HOSTS,
     keys::TRANSPORT_HOST,
     keys::TRANSPORT_PORT,
+    keys::METASTORE_URI,
 ];
 
 /// The default config file, relative to the working directory.
@@ -98,6 +102,9 @@ pub struct Config {
     pub memory_budget: crate::node_usage::MemoryBudget,
     /// `transport.*` and `discovery.seed_hosts`.
     pub transport: TransportConfig,
+    /// `metastore.uri`, resolved: the embedded file `path.data/meta.sqlite` when unset. Its
+    /// `Display` and `Debug` mask a PostgreSQL password.
+    pub metastore: sluice_meta::MetastoreUri,
 }
 
 /// OpenSearch's default transport ports: the first free one of this range is taken.
@@ -383,8 +390,33 @@ impl Config {
             })?,
         };
         let transport = transport_config(&get, http_host)?;
+        let metastore = match get(keys::METASTORE_URI) {
+            None => sluice_meta::MetastoreUri::embedded(&data_path),
+            // The value is echoed masked: it may carry a password.
+            Some((v, s)) => sluice_meta::MetastoreUri::parse(v).map_err(|expected| {
+                invalid(
+                    keys::METASTORE_URI,
+                    &sluice_meta::redact_url(v),
+                    s,
+                    &expected,
+                )
+            })?,
+        };
+        if !transport.seed_hosts.is_empty() && !metastore.kind().is_shared() {
+            let (v, s) = get(keys::DISCOVERY_SEED_HOSTS).unwrap_or_default();
+            return Err(invalid(
+                keys::DISCOVERY_SEED_HOSTS,
+                v,
+                s,
+                "other nodes to join, but metastore.uri is this node's embedded SQLite file: \
+                 the nodes of a cluster share one metastore, so set metastore.uri to \
+                 postgres://user:password@host:port/db on every node (or remove \
+                 discovery.seed_hosts to run a single node)",
+            ));
+        }
         Ok(Config {
             transport,
+            metastore,
             memory_budget,
             auth,
             search_pool_size,
@@ -698,6 +730,46 @@ mod tests {
             e.contains("[node.memory_budget]") && e.contains("such as 50%"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn test_metastore_uri_defaults_to_the_embedded_file_and_hides_passwords() {
+        use sluice_meta::{MetaKind, MetastoreUri};
+        let c = load(None, &[], &["path.data=data/n1"]).unwrap();
+        assert_eq!(
+            c.metastore,
+            MetastoreUri::embedded(Path::new("data/n1")),
+            "default: path.data/meta.sqlite"
+        );
+        let c = load(
+            None,
+            &[(
+                "SLUICE_METASTORE_URI",
+                "postgres://app:hunter2@db.example:5432/sluice",
+            )],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.metastore.kind(), MetaKind::Postgres);
+        assert!(
+            !format!("{c:?}").contains("hunter2"),
+            "Debug shows the password"
+        );
+        for bad in [
+            "mysql://app:hunter2@db/sluice",
+            "postgres://app:hunter2@db:notaport/sluice",
+            "data/meta.sqlite",
+        ] {
+            let e = load(None, &[], &[&format!("metastore.uri={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("[metastore.uri]"), "{e}");
+            assert!(
+                e.contains("postgres://user:password@host:port/database"),
+                "{e}"
+            );
+            assert!(!e.contains("hunter2"), "the error shows the password: {e}");
+        }
     }
 
     #[test]

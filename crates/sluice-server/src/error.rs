@@ -61,8 +61,13 @@ impl IntoResponse for ApiError {
         match self {
             ApiError::Engine(e) => {
                 let status = status_of(&e);
-                // A cancelled task is an expected outcome, not a node failure.
-                if status.is_server_error() && e.root_cause().code != ErrorCode::TaskCancelled {
+                // A cancelled task is an expected outcome, not a node failure; an unreachable
+                // metastore is logged once per outage by its watcher, not per request.
+                let logged_elsewhere = matches!(
+                    e.root_cause().code,
+                    ErrorCode::TaskCancelled | ErrorCode::ClusterManagerNotDiscovered
+                );
+                if status.is_server_error() && !logged_elsewhere {
                     tracing::error!(error = %e, "request failed");
                 }
                 let body = json!({"error": render_error(&e), "status": status.as_u16()});

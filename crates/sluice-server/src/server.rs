@@ -31,6 +31,8 @@ pub struct Node {
     /// The bound listener.
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
+    /// The metastore change counters the loaded view reflects; the watcher starts from them.
+    applied_changes: sluice_meta::Changes,
 }
 
 impl Node {
@@ -43,12 +45,18 @@ impl Node {
             )
         })?;
         let mut identity = NodeIdentity::load_or_create(&config.data_path)?;
-        let meta_path = config.data_path.join("meta.sqlite");
-        let metastore: Arc<dyn sluice_meta::MetaStore> = Arc::new(
-            sluice_meta::SqliteMetaStore::open(&meta_path)
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot open [{}]: {e}", meta_path.display()))?,
-        );
+        let metastore = config.metastore.open().await.map_err(|e| {
+            anyhow::anyhow!(
+                "cannot open the metastore [{}] ({}): {e}",
+                config.metastore,
+                crate::config::keys::METASTORE_URI
+            )
+        })?;
+        tracing::info!(metastore = %config.metastore, kind = %metastore.kind(), "metastore open");
+        let metastore_status = Arc::new(crate::catalog::sync::MetastoreStatus::new(
+            metastore.kind(),
+            config.metastore.to_string(),
+        ));
         // Every node of a cluster reports the metastore's uuid; the one in node.json is only
         // this node's proposal for a metastore that has none yet.
         identity.cluster_uuid =
@@ -57,6 +65,10 @@ impl Node {
                 .map_err(|e| {
                     anyhow::anyhow!("cannot read the cluster uuid from the metastore: {e}")
                 })?;
+        // Read before the view is loaded, so a change landing meanwhile is reloaded later.
+        let applied_changes = metastore.changes().await.map_err(|e| {
+            anyhow::anyhow!("cannot read the metastore [{}]: {e}", config.metastore)
+        })?;
         let cluster_settings =
             Arc::new(crate::settings::ClusterSettings::load(metastore.clone()).await?);
         let data = config.data_path.clone();
@@ -97,6 +109,7 @@ impl Node {
             "workload usage is measured as a fraction of this node's cores and memory budget"
         );
         let state = Arc::new(AppState {
+            metastore_status,
             enforcement,
             workload,
             auth,
@@ -116,7 +129,11 @@ impl Node {
         state
             .cluster
             .serve(Arc::new(crate::cluster::local::NodeRpc::new(&state)));
-        Ok(Node { listener, state })
+        Ok(Node {
+            listener,
+            state,
+            applied_changes,
+        })
     }
 
     /// The node's shared state (for embedding and tests).
@@ -183,6 +200,11 @@ impl Node {
                 workload.permits.drain_all();
             }
         });
+        // Changes other nodes make to a shared metastore, and the metastore's reachability.
+        let watcher = tokio::spawn(crate::catalog::sync::run(
+            self.state.clone(),
+            self.applied_changes,
+        ));
         // Outside the router, so it sees the `Allow` header the router sets on a 405.
         let app = tower::Layer::layer(
             &middleware::from_fn(crate::http::fallback::name_allowed_methods),
@@ -198,6 +220,7 @@ impl Node {
         sweep.abort();
         // Leave the cluster: peers see the node silent and mark it dead.
         self.state.cluster.shutdown().await;
+        watcher.abort();
         let engine = self.state.engine.clone();
         tokio::task::spawn_blocking(move || engine.flush_all()).await??;
         tracing::info!("stopped; all indices committed");

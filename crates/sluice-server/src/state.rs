@@ -58,6 +58,9 @@ pub struct AppState {
     pub cluster: Arc<sluice_cluster::Cluster>,
     /// The metastore: persistent cluster settings, workload groups, rules.
     pub metastore: Arc<dyn sluice_meta::MetaStore>,
+    /// Which metastore the node uses (`kind()`: SQLite, PostgreSQL) and whether it can reach
+    /// it, as the metastore watcher last found ([`crate::catalog::sync`]).
+    pub metastore_status: Arc<crate::catalog::sync::MetastoreStatus>,
     /// The dynamic cluster settings (`_cluster/settings`), read with
     /// `cluster_settings.snapshot()` or its typed accessors.
     pub cluster_settings: Arc<crate::settings::ClusterSettings>,

@@ -58,6 +58,10 @@ pub enum ErrorCode {
     /// 500 `node_not_connected_exception`: a request routed to another node of the cluster
     /// (a task's node, say) could not reach it.
     NodeNotConnected,
+    /// 503 `cluster_manager_not_discovered_exception`: the node cannot reach what holds the
+    /// cluster's metadata (OpenSearch: the elected cluster manager; sluice: the metastore),
+    /// so a metadata change cannot be made now; retry later.
+    ClusterManagerNotDiscovered,
 }
 
 impl ErrorCode {
@@ -86,6 +90,7 @@ impl ErrorCode {
             ErrorCode::Unauthenticated | ErrorCode::Forbidden => "security_exception",
             ErrorCode::ClusterBlock => "cluster_block_exception",
             ErrorCode::NodeNotConnected => "node_not_connected_exception",
+            ErrorCode::ClusterManagerNotDiscovered => "cluster_manager_not_discovered_exception",
         }
     }
 
@@ -97,7 +102,7 @@ impl ErrorCode {
             | ErrorCode::ResourceNotFound
             | ErrorCode::SearchContextMissing => 404,
             ErrorCode::VersionConflict => 409,
-            ErrorCode::TooManyBuckets => 503,
+            ErrorCode::TooManyBuckets | ErrorCode::ClusterManagerNotDiscovered => 503,
             ErrorCode::RejectedExecution => 429,
             ErrorCode::Internal | ErrorCode::TaskCancelled | ErrorCode::NodeNotConnected => 500,
             ErrorCode::Unauthenticated => 401,
@@ -366,6 +371,11 @@ mod tests {
                 "version_conflict_engine_exception",
             ),
             (ErrorCode::Parse, 400, "parse_exception"),
+            (
+                ErrorCode::ClusterManagerNotDiscovered,
+                503,
+                "cluster_manager_not_discovered_exception",
+            ),
         ] {
             assert_eq!((code.status(), code.type_name()), (status, ty), "{code:?}");
         }

@@ -39,6 +39,12 @@ pub async fn root(State(st): State<Arc<AppState>>, Query(params): Query<Params>)
 
 /// `GET /_cluster/health`: the live members; yellow when an index of this node wants
 /// replicas it cannot have.
+///
+/// The metastore plays the part of OpenSearch's elected cluster manager (it holds the
+/// metadata: groups, rules, persistent settings), so while the node cannot reach it
+/// `discovered_cluster_manager` (and the older `discovered_master`) is `false`, and the
+/// sluice-specific `metastore` object says which store it is, `unavailable`, since when and
+/// why. `status` keeps describing the data, which the node still serves.
 pub async fn health(State(st): State<Arc<AppState>>, Query(params): Query<Params>) -> Response {
     let indices = st.engine.all_indices();
     let primaries: u64 = indices.iter().map(|h| h.number_of_shards()).sum();
@@ -51,6 +57,7 @@ pub async fn health(State(st): State<Arc<AppState>>, Query(params): Query<Params
     // for this node only: a cluster of embedded nodes has one data set per node).
     let nodes = st.cluster.members().live.len();
     let total = primaries + unassigned;
+    let metastore_reachable = st.metastore_status.is_reachable();
     let pct = if total == 0 {
         100.0
     } else {
@@ -62,8 +69,8 @@ pub async fn health(State(st): State<Arc<AppState>>, Query(params): Query<Params
         "timed_out": false,
         "number_of_nodes": nodes,
         "number_of_data_nodes": nodes,
-        "discovered_master": true,
-        "discovered_cluster_manager": true,
+        "discovered_master": metastore_reachable,
+        "discovered_cluster_manager": metastore_reachable,
         "active_primary_shards": primaries,
         "active_shards": primaries,
         "relocating_shards": 0,
@@ -73,7 +80,8 @@ pub async fn health(State(st): State<Arc<AppState>>, Query(params): Query<Params
         "number_of_pending_tasks": 0,
         "number_of_in_flight_fetch": 0,
         "task_max_waiting_in_queue_millis": 0,
-        "active_shards_percent_as_number": pct
+        "active_shards_percent_as_number": pct,
+        "metastore": st.metastore_status.to_json()
     });
     reply(StatusCode::OK, body, &params)
 }

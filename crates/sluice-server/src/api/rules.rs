@@ -15,7 +15,8 @@
 //! [`Collection::Rules`]: `{"rules":[rule, …]}` in creation order, each rule in its API shape
 //! except `updated_at`, stored as epoch millis. Duplicate detection and the rule-count limit
 //! read every rule, so one `Expect::Version` guards the whole set; a conflict re-reads,
-//! re-validates and retries.
+//! re-validates and retries. That compare-and-set is the only serialization, on this node and
+//! across nodes sharing the metastore.
 //!
 //! Known differences from OpenSearch: rule ids are random v4 UUIDs rather than name-based
 //! v3 UUIDs, and the rule limit is the default of `wlm.autotagging.max_rules` (200).
@@ -54,9 +55,6 @@ pub mod actions {
     /// Deleting a rule.
     pub const DELETE: &str = "cluster:admin/opensearch/rule/workload_group/_delete";
 }
-
-/// Serializes this node's rule writes so they queue instead of conflicting.
-static WRITE_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The routes of this module.
 pub fn routes() -> Router<Arc<AppState>> {
@@ -205,7 +203,6 @@ async fn modify<T>(
     st: &AppState,
     mut change: impl FnMut(&[Rule], &[sluice_core::WorkloadGroup]) -> Result<(Vec<Rule>, T), CoreError>,
 ) -> ApiResult<T> {
-    let _serial = WRITE_LOCK.lock().await;
     let mut attempt = 0;
     loop {
         attempt += 1;

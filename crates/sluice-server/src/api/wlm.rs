@@ -25,9 +25,9 @@
 //! hundred bytes), and a later change that must land with a group change (the rules naming it)
 //! can join the same [`MetaStore::apply`](sluice_meta::MetaStore::apply) batch.
 //!
-//! Writers on this node are additionally serialized by [`WRITE_LOCK`], so they queue instead of
-//! spinning on conflicts; the compare-and-set is what keeps the write correct once several
-//! nodes share one metastore.
+//! The compare-and-set is the only serialization: writers on this node and on other nodes
+//! sharing the metastore are treated alike, and two creates racing anywhere can never both
+//! pass the name and per-resource sum checks.
 
 use std::sync::Arc;
 
@@ -56,11 +56,6 @@ pub mod actions {
     /// Deleting a group.
     pub const DELETE: &str = "cluster:admin/opensearch/wlm/workload_group/_delete";
 }
-
-/// Serializes this node's group writes (read → validate → compare-and-set), so they wait
-/// for each other instead of conflicting. Held across the metastore write, never across
-/// anything else that waits.
-static WRITE_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The routes of this module.
 pub fn routes() -> Router<Arc<AppState>> {
@@ -204,7 +199,6 @@ async fn modify<T>(
     st: &AppState,
     mut change: impl FnMut(&[WorkloadGroup]) -> Result<(Vec<WorkloadGroup>, T), CoreError>,
 ) -> ApiResult<T> {
-    let _serial = WRITE_LOCK.lock().await;
     let mut attempt = 0;
     loop {
         attempt += 1;

@@ -7,26 +7,27 @@
 //!
 //! # Invariants
 //! - A write is computed from the list as read and lands only if the document still has the
-//!   version read ([`Expect::Version`], or [`Expect::Absent`] when it never existed).
+//!   version read ([`Expect::Version`], or [`Expect::Absent`] when it never existed): the
+//!   metastore's compare-and-set is the only serialization of writers, on this node and across
+//!   nodes sharing the store; there is no lock of our own.
 //! - A conflict (another writer landed in between) makes the caller re-read and re-validate
 //!   from scratch ([`ListDoc::try_write`] answers `false`), at most [`MAX_WRITE_ATTEMPTS`]
-//!   times; then the conflict is the answer (500).
-//! - Writers on this node are serialized by the caller's lock, so conflicts can only come from
-//!   other nodes sharing the metastore.
+//!   times; then the conflict is the answer (500). Each conflict means another write landed,
+//!   so concurrent writers always make progress.
 //! - After a write lands, the node's workload view is reloaded before the caller answers, so a
 //!   request sent after the answer is tagged with the new definitions.
 
 use serde_json::{Value, json};
-use sluice_engine::EngineError;
 use sluice_meta::{Collection, Expect, MetaError, MetaStore};
 
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// How many times a write re-reads and re-validates after another writer changed the list
-/// between its read and its write; only other nodes can cause this (writers on this node queue
-/// on their module's lock), so more than a handful means something rewrites it in a loop.
-pub const MAX_WRITE_ATTEMPTS: usize = 5;
+/// between its read and its write. Each conflict means another write of the list landed, so a
+/// writer gives up only after this many others landed during its own attempts: far more than
+/// the admin requests that change groups or rules at once, even from several nodes.
+pub const MAX_WRITE_ATTEMPTS: usize = 100;
 
 /// Where a list is stored and how its items read and write.
 #[derive(Debug, Clone, Copy)]
@@ -107,8 +108,7 @@ impl<T> ListDoc<T> {
     /// Writes `next` if the document is still at `version` (the one `next` was computed
     /// from); on success reloads the node's workload view and answers `true`. A conflict on
     /// the `attempt`-th try answers `false` (re-read, re-validate and try again) until
-    /// [`MAX_WRITE_ATTEMPTS`], then the conflict is the error. The caller holds its module's
-    /// write lock across its read–validate–write loop.
+    /// [`MAX_WRITE_ATTEMPTS`], then the conflict is the error.
     ///
     /// # Cancel safety
     /// Dropping the future before the metastore write changes nothing; after it, the write
@@ -138,12 +138,10 @@ impl<T> ListDoc<T> {
         }
     }
 
-    /// A metastore failure is the node's fault: 500 with the store's message.
+    /// A metastore failure: 503 when the store is unreachable, else 500, with the store's
+    /// message ([`super::meta_error`]).
     pub fn meta_error(&self, e: MetaError) -> ApiError {
-        ApiError::Engine(EngineError::internal(format!(
-            "cannot access the {}: {e}",
-            self.what
-        )))
+        ApiError::Engine(super::meta_error(&format!("access the {}", self.what), e))
     }
 }
 

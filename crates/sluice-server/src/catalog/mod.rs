@@ -1,14 +1,17 @@
 //! The workload-management catalog as stored: the workload groups and the tagging rules, each a
 //! list kept as one metastore document ([`list_doc`]), and the reload that turns them into the
 //! node's in-memory view ([`crate::workload::View`]). The REST handlers (`api/wlm.rs`,
-//! `api/rules.rs`) validate changes and write through here.
+//! `api/rules.rs`) validate changes and write through here; [`sync`] keeps the view in step
+//! with changes other nodes make to a shared metastore, and tracks whether it is reachable.
 
 pub mod list_doc;
+pub mod sync;
 
 use serde_json::{Value, json};
 use sluice_core::rules::parse_rule;
 use sluice_core::{Rule, WorkloadGroup};
-use sluice_meta::{Collection, MetaStore};
+use sluice_engine::{EngineError, ErrorCode};
+use sluice_meta::{Collection, MetaError, MetaStore};
 
 use crate::error::ApiResult;
 use crate::workload::Workload;
@@ -97,6 +100,24 @@ fn decode_rule(v: &Value) -> Result<Rule, String> {
         workload_group: patch.workload_group.unwrap_or_default(),
         updated_at,
     })
+}
+
+/// The API error for a metastore failure while `doing` something ("change the workload
+/// groups"): an unreachable metastore is 503 `cluster_manager_not_discovered_exception` (what
+/// OpenSearch answers when no elected cluster manager can take a metadata change: in sluice
+/// the metastore holds that metadata), anything else a 500.
+pub fn meta_error(doing: &str, e: MetaError) -> EngineError {
+    let code = match e {
+        MetaError::Unavailable(_) => ErrorCode::ClusterManagerNotDiscovered,
+        _ => ErrorCode::Internal,
+    };
+    let advice = match e {
+        MetaError::Unavailable(_) => {
+            "; this node keeps serving with its last view, and the change can be made once the metastore is back"
+        }
+        _ => "",
+    };
+    EngineError::new(code, format!("cannot {doing}: {e}{advice}"))
 }
 
 /// Re-reads the groups and rules from `store` and installs them as `workload`'s view.

@@ -64,7 +64,10 @@ impl From<SettingsError> for EngineError {
     fn from(e: SettingsError) -> Self {
         match e {
             SettingsError::Invalid(reason) => EngineError::illegal_argument(reason),
-            SettingsError::Store(_) => EngineError::internal(e.to_string()),
+            // 503 when the metastore is unreachable, else 500 (see `catalog::meta_error`).
+            SettingsError::Store(e) => {
+                crate::catalog::meta_error("save the persistent cluster settings", e)
+            }
         }
     }
 }
@@ -96,9 +99,10 @@ pub struct AppliedUpdate {
 }
 
 /// How many times an update retries when another writer changed the persistent document
-/// between our read and our write (only possible once several nodes share a metastore);
-/// more than a handful means something rewrites it in a loop.
-const MAX_UPDATE_ATTEMPTS: usize = 5;
+/// between our read and our write (updates on this node queue on [`ClusterSettings`]'s
+/// mutex, so only other nodes sharing the metastore cause this); each conflict means another
+/// update landed, so this is far more than the admin requests that race in practice.
+const MAX_UPDATE_ATTEMPTS: usize = 100;
 
 /// The node's dynamic cluster settings: the current [`SettingsSnapshot`], published through
 /// a watch channel, and the metastore holding the persistent values.
@@ -146,6 +150,36 @@ impl ClusterSettings {
             store,
             update: tokio::sync::Mutex::new(version),
         })
+    }
+
+    /// Re-reads the persistent settings from the metastore and, when another node changed
+    /// them since this node last read or wrote them, publishes a snapshot of them next to
+    /// this node's transient values. Answers whether a new snapshot was published.
+    ///
+    /// Values that no longer validate are dropped with a warning, as at [`ClusterSettings::load`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Only reads the store; dropping the future before it publishes changes nothing.
+    pub async fn reload(&self) -> Result<bool, MetaError> {
+        let mut stored_version = self.update.lock().await;
+        let (persistent, version) = read_persistent(self.store.as_ref()).await?;
+        if version == *stored_version {
+            return Ok(false);
+        }
+        *stored_version = version;
+        let current = self.snapshot();
+        if persistent == *current.persistent() {
+            return Ok(false);
+        }
+        let next = SettingsSnapshot::build(persistent, current.transient().clone());
+        for rule in CROSS_CHECKS {
+            if let Err(reason) = rule(&next) {
+                tracing::warn!(%reason, "persistent cluster settings changed by another node break a rule; fix them with PUT _cluster/settings");
+            }
+        }
+        self.current.send_replace(Arc::new(next));
+        Ok(true)
     }
 
     /// The current settings; cheap (an `Arc` clone), and consistent across several reads.
@@ -577,6 +611,44 @@ mod tests {
             stored.value,
             serde_json::json!({"search.max_buckets": "3", "search.max_open_scroll_context": "9"})
         );
+    }
+
+    #[tokio::test]
+    async fn test_reload_picks_up_another_nodes_change_and_keeps_transient_values() {
+        let store: Arc<dyn MetaStore> = Arc::new(MemoryMetaStore::new());
+        let here = ClusterSettings::load(store.clone()).await.expect("load");
+        let there = ClusterSettings::load(store.clone()).await.expect("load");
+        here.apply(update(
+            Scope::Transient,
+            &[(keys::SEARCH_MAX_OPEN_SCROLL_CONTEXT, Some("7"))],
+        ))
+        .await
+        .expect("transient here");
+        assert!(!here.reload().await.expect("reload"), "nothing changed yet");
+        there
+            .apply(update(
+                Scope::Persistent,
+                &[(keys::SEARCH_MAX_BUCKETS, Some("12"))],
+            ))
+            .await
+            .expect("persistent there");
+        let rx = here.subscribe();
+        assert!(
+            here.reload().await.expect("reload"),
+            "the change is picked up"
+        );
+        assert!(rx.has_changed().expect("alive"), "subscribers hear of it");
+        assert_eq!(here.max_buckets(), 12);
+        assert_eq!(here.max_open_scroll_context(), 7, "transient values stay");
+        assert!(!here.reload().await.expect("reload"), "once");
+        // Its own write is not reloaded again.
+        here.apply(update(
+            Scope::Persistent,
+            &[(keys::SEARCH_MAX_BUCKETS, Some("13"))],
+        ))
+        .await
+        .expect("persistent here");
+        assert!(!here.reload().await.expect("reload"));
     }
 
     #[tokio::test]

@@ -12,6 +12,7 @@ mod documents;
 mod enforcement;
 mod errors;
 mod indices;
+mod metastore_pg;
 mod msearch;
 mod queue_stress;
 mod queueing;

@@ -57,6 +57,16 @@ impl TestNode {
         node
     }
 
+    /// Starts a node on a fresh temporary data folder whose metastore is `metastore_uri` (a
+    /// PostgreSQL URL, e.g. from `sluice_meta::test_suite::fresh_postgres_url`), with extra
+    /// settings: several such nodes on one URL form a cluster's shared metastore.
+    pub async fn start_on_metastore(metastore_uri: &str, extra: &[&str]) -> TestNode {
+        let setting = format!("metastore.uri={metastore_uri}");
+        let mut settings: Vec<&str> = vec![&setting];
+        settings.extend_from_slice(extra);
+        TestNode::start_with(&settings).await
+    }
+
     /// Starts a node on an existing data folder (for restart tests).
     pub async fn start_on(data: &Path, extra: &[&str]) -> TestNode {
         let node = Node::start(config(data, extra)).await.expect("node starts");

@@ -1,0 +1,385 @@
+//! The PostgreSQL backend against the shared metastore suite, plus what only a shared server
+//! can show: compare-and-set across separate pools (as across nodes), notifications reaching
+//! another store, schema versioning, and an unreachable server.
+//!
+//! Needs the throwaway server of `scripts/postgres.sh` (`SLUICE_TEST_POSTGRES_URL`); without
+//! it every test here fails, naming the script. Each test has a database of its own.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use serde_json::json;
+use sluice_meta::test_suite::{self, CutProxy, fresh_postgres_url};
+use sluice_meta::{
+    Changes, Collection, Expect, MetaError, MetaKind, MetaStore, MetastoreUri, PostgresMetaStore,
+};
+
+/// Long enough for anything here on a loaded two-core machine; a wait that runs out is a
+/// failure, never a sleep.
+const DEADLINE: Duration = Duration::from_secs(20);
+
+async fn open(url: &str) -> PostgresMetaStore {
+    PostgresMetaStore::open(url).await.expect("open postgres")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_postgres_store_passes_the_shared_suite() {
+    let store = open(&fresh_postgres_url("suite").await).await;
+    assert_eq!(store.kind(), MetaKind::Postgres);
+    test_suite::run_all(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_postgres_store_matches_the_model_on_a_long_sequence() {
+    use sluice_meta::Op;
+    use sluice_meta::test_suite::ModelOp;
+    let store = open(&fresh_postgres_url("model").await).await;
+    let (g, r) = (Collection::WorkloadGroups, Collection::Rules);
+    let mut ops = Vec::new();
+    for i in 0..20u64 {
+        let key = format!("k{}", i % 4);
+        ops.push(ModelOp::Put(g, key.clone(), json!(i), Expect::Any));
+        ops.push(ModelOp::Put(g, key.clone(), json!(i), Expect::Absent));
+        ops.push(ModelOp::Put(r, key.clone(), json!(i), Expect::Version(i)));
+        ops.push(ModelOp::Apply(vec![
+            Op::delete(g, key.clone(), Expect::Any),
+            Op::put(r, format!("r{i}"), json!({"n": i}), Expect::Absent),
+        ]));
+        ops.push(ModelOp::List(g));
+        ops.push(ModelOp::Get(r, key));
+    }
+    test_suite::check_against_model(&store, &ops).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_postgres_store_keeps_documents_across_reopen() {
+    let url = fresh_postgres_url("reopen").await;
+    let store = open(&url).await;
+    let fixture = test_suite::write_persistence_fixture(&store).await;
+    store.close().await;
+    drop(store);
+    let store = open(&url).await;
+    test_suite::check_persistence_fixture(&store, &fixture).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_nodes_opening_at_once_migrate_once() {
+    let url = fresh_postgres_url("migrate_race").await;
+    let stores = join_all((0..4).map(|_| PostgresMetaStore::open(&url))).await;
+    let stores: Vec<PostgresMetaStore> = stores
+        .into_iter()
+        .map(|s| s.expect("every concurrent open succeeds"))
+        .collect();
+    let doc = stores[0]
+        .put(Collection::Rules, "r", json!(1), Expect::Absent)
+        .await
+        .expect("put");
+    for s in &stores[1..] {
+        assert_eq!(
+            s.get(Collection::Rules, "r").await.expect("get"),
+            Some(doc.clone())
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_postgres_store_refuses_a_newer_schema() {
+    use sqlx::Connection;
+    let url = fresh_postgres_url("newer_schema").await;
+    open(&url).await.close().await;
+    // A future sluice would have recorded a migration this one does not know.
+    let mut conn = sqlx::PgConnection::connect(&url)
+        .await
+        .expect("raw connect");
+    sqlx::query(
+        "INSERT INTO sluice_migrations (version, description, success, checksum, execution_time)
+         VALUES (99, 'from the future', true, '\\x00', 0)",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("record a future migration");
+    conn.close().await.expect("raw close");
+    let err = PostgresMetaStore::open(&url)
+        .await
+        .expect_err("newer schema");
+    let MetaError::Backend(msg) = &err else {
+        panic!("expected a backend error, got {err:?}")
+    };
+    assert!(msg.contains("schema version 99"), "{msg}");
+    assert!(msg.contains("run a sluice at least as new"), "{msg}");
+}
+
+/// Two stores with separate pools stand for two nodes: compare-and-set must hold between
+/// them, not only between tasks sharing a pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_compare_and_set_holds_across_two_pools() {
+    let url = fresh_postgres_url("two_pools").await;
+    let (a, b) = (Arc::new(open(&url).await), Arc::new(open(&url).await));
+    let stores: [Arc<dyn MetaStore>; 2] = [a, b];
+    let c = Collection::WorkloadGroups;
+
+    // Racing creates of one key from both stores: exactly one winner.
+    for round in 0..5 {
+        let key = format!("race-{round}");
+        let results = join_all((0..8).map(|i| {
+            let store = stores[i % 2].clone();
+            let key = key.clone();
+            async move { store.put(c, &key, json!(i), Expect::Absent).await }
+        }))
+        .await;
+        let winners = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(winners, 1, "round {round}: {results:?}");
+        for r in &results {
+            if let Err(e) = r {
+                assert!(matches!(e, MetaError::Conflict { .. }), "{e:?}");
+            }
+        }
+    }
+
+    // A list that may hold at most 1.0 of "cpu", grown by read-check-write loops on both
+    // stores (the shape of the server's group document): the sum never goes over.
+    stores[0]
+        .put(c, "groups", json!({"cpu": []}), Expect::Absent)
+        .await
+        .expect("create the list");
+    let writer = |i: usize| {
+        let store = stores[i % 2].clone();
+        async move {
+            loop {
+                let doc = store.get(c, "groups").await.expect("get").expect("list");
+                let mut shares: Vec<f64> = doc.value["cpu"]
+                    .as_array()
+                    .expect("array")
+                    .iter()
+                    .map(|v| v.as_f64().expect("number"))
+                    .collect();
+                if shares.iter().sum::<f64>() + 0.3 > 1.0 + 1e-9 {
+                    return false; // refused: it would go over the limit
+                }
+                shares.push(0.3);
+                match store
+                    .put(
+                        c,
+                        "groups",
+                        json!({ "cpu": shares }),
+                        Expect::Version(doc.version),
+                    )
+                    .await
+                {
+                    Ok(_) => return true,
+                    Err(MetaError::Conflict { .. }) => continue,
+                    Err(e) => panic!("write failed: {e}"),
+                }
+            }
+        }
+    };
+    let accepted = join_all((0..10).map(writer)).await;
+    assert_eq!(
+        accepted.iter().filter(|a| **a).count(),
+        3,
+        "exactly three shares of 0.3 fit in 1.0: {accepted:?}"
+    );
+    let doc = stores[1]
+        .get(c, "groups")
+        .await
+        .expect("get")
+        .expect("list");
+    assert_eq!(doc.value["cpu"].as_array().expect("array").len(), 3);
+
+    // Counter increments split over both stores lose nothing.
+    stores[0]
+        .put(c, "counter", json!(0), Expect::Absent)
+        .await
+        .expect("create");
+    join_all((0..6).map(|i| {
+        let store = stores[i % 2].clone();
+        async move {
+            for _ in 0..5 {
+                loop {
+                    let doc = store
+                        .get(c, "counter")
+                        .await
+                        .expect("get")
+                        .expect("counter");
+                    let n = doc.value.as_u64().expect("number");
+                    match store
+                        .put(c, "counter", json!(n + 1), Expect::Version(doc.version))
+                        .await
+                    {
+                        Ok(_) => break,
+                        Err(MetaError::Conflict { .. }) => continue,
+                        Err(e) => panic!("increment failed: {e}"),
+                    }
+                }
+            }
+        }
+    }))
+    .await;
+    let doc = stores[0]
+        .get(c, "counter")
+        .await
+        .expect("get")
+        .expect("counter");
+    assert_eq!(
+        doc.value,
+        json!(30),
+        "compare-and-set lost updates across pools"
+    );
+}
+
+/// Waits until `rx` shows at least `target`, or panics after [`DEADLINE`].
+async fn wait_for_changes(rx: &mut tokio::sync::watch::Receiver<Changes>, target: Changes) {
+    let reached = tokio::time::timeout(
+        DEADLINE,
+        rx.wait_for(|seen| {
+            let mut merged = *seen;
+            !merged.merge(&target)
+        }),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok());
+    assert!(
+        reached,
+        "the receiver never saw {target:?}; it shows {:?}",
+        *rx.borrow()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_another_store_learns_of_a_commit_by_notification() {
+    let url = fresh_postgres_url("notify").await;
+    let (writer, watcher) = (open(&url).await, open(&url).await);
+    let mut rx = watcher.subscribe();
+    rx.borrow_and_update();
+    // The watcher's own view moves only through notifications (it writes nothing and nobody
+    // calls its `changes`), so reaching the writer's counters proves one arrived.
+    writer
+        .put(Collection::Rules, "r", json!(1), Expect::Absent)
+        .await
+        .expect("put");
+    let target = writer.changes().await.expect("changes");
+    wait_for_changes(&mut rx, target).await;
+    assert_eq!(
+        rx.borrow().changed_since(&Changes::default()),
+        vec![Collection::Rules]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_unreachable_server_is_unavailable_then_recovers() {
+    let url = fresh_postgres_url("outage").await;
+    let proxy = CutProxy::start(&url).await;
+    let direct = open(&url).await;
+    let cut_off = open(proxy.url()).await;
+    cut_off
+        .put(Collection::Rules, "before", json!(1), Expect::Absent)
+        .await
+        .expect("put before the outage");
+
+    proxy.cut();
+    let unavailable = |r: Result<(), MetaError>| match r {
+        Err(MetaError::Unavailable(msg)) => {
+            assert!(
+                !msg.contains("sluice-"),
+                "a message shows the password: {msg}"
+            );
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    };
+    unavailable(cut_off.changes().await.map(|_| ()));
+    unavailable(cut_off.get(Collection::Rules, "before").await.map(|_| ()));
+    unavailable(
+        cut_off
+            .put(Collection::Rules, "during", json!(1), Expect::Absent)
+            .await
+            .map(|_| ()),
+    );
+    // Meanwhile another node changes the store.
+    direct
+        .put(Collection::WorkloadGroups, "g", json!(1), Expect::Absent)
+        .await
+        .expect("the direct store still writes");
+    assert_eq!(
+        direct.get(Collection::Rules, "during").await.expect("get"),
+        None,
+        "a write that failed as unavailable landed"
+    );
+
+    proxy.restore();
+    let changes = cut_off.changes().await.expect("reachable again");
+    assert_eq!(changes, direct.changes().await.expect("changes"));
+    let doc = cut_off
+        .get(Collection::WorkloadGroups, "g")
+        .await
+        .expect("get after the outage");
+    assert!(
+        doc.is_some(),
+        "the change made during the outage is visible"
+    );
+    cut_off
+        .put(Collection::Rules, "after", json!(1), Expect::Absent)
+        .await
+        .expect("writes work again");
+
+    // The listener reconnects by itself: a later commit elsewhere reaches the receiver
+    // again (retried, since the reconnect itself takes a moment).
+    let mut rx = cut_off.subscribe();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let mut n = 0;
+    loop {
+        n += 1;
+        direct
+            .put(Collection::ClusterSettings, "tick", json!(n), Expect::Any)
+            .await
+            .expect("put");
+        let target = direct.changes().await.expect("changes");
+        let seen = tokio::time::timeout(
+            Duration::from_millis(500),
+            rx.wait_for(|seen| {
+                seen.get(Collection::ClusterSettings) >= target.get(Collection::ClusterSettings)
+            }),
+        )
+        .await;
+        if matches!(seen, Ok(Ok(_))) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no notification reached the store after the outage"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_open_fails_as_unavailable_when_nothing_listens() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    drop(listener); // nothing listens on `port` now
+    let err = PostgresMetaStore::open(&format!("postgres://u:topsecret@127.0.0.1:{port}/db"))
+        .await
+        .expect_err("nothing to connect to");
+    assert!(matches!(err, MetaError::Unavailable(_)), "{err:?}");
+    assert!(!err.to_string().contains("topsecret"), "{err}");
+    assert!(err.to_string().contains("u:***@127.0.0.1"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_metastore_uri_opens_postgres_and_a_wrong_password_stays_secret() {
+    let url = fresh_postgres_url("uri").await;
+    let uri = MetastoreUri::parse(&url).expect("parse");
+    let store = uri.open().await.expect("open through the uri");
+    assert_eq!(store.kind(), MetaKind::Postgres);
+    let wrong = url.replacen(":sluice-", ":wrongsecret-", 1);
+    assert_ne!(
+        wrong, url,
+        "the test server's password has the expected shape"
+    );
+    let err = MetastoreUri::parse(&wrong)
+        .expect("parse")
+        .open()
+        .await
+        .err()
+        .expect("wrong password");
+    assert!(!err.to_string().contains("wrongsecret"), "{err}");
+}
