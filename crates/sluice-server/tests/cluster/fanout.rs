@@ -1,0 +1,136 @@
+//! Cluster-wide answers gathered over RPC: `_wlm/stats`, `_list/wlm_stats` and `_tasks`, with
+//! a member that died or hangs reported as a failure within the timeout — never a hang.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::harness::{TestCluster, heavy_query};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_stats_gather_every_node_and_name_a_hung_or_dead_one() {
+    let mut c = TestCluster::start(3, "stats").await;
+    let (status, stats) = c.get(0, "/_wlm/stats").await;
+    assert_eq!(status, 200, "{stats}");
+    assert_eq!(stats["_nodes"]["total"], 3, "{stats}");
+    assert_eq!(stats["_nodes"]["successful"], 3, "{stats}");
+    let node_entries: Vec<&Value> = stats
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| !k.starts_with('_') && *k != "cluster_name")
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(node_entries.len(), 3, "{stats}");
+    assert!(
+        node_entries
+            .iter()
+            .all(|e| e["workload_groups"]["DEFAULT_WORKLOAD_GROUP"].is_object())
+    );
+    // The table has one DEFAULT row per node; a node selector narrows it.
+    let (_, table) = c.get(1, "/_list/wlm_stats?format=json").await;
+    assert_eq!(table["wlm_stats"].as_array().unwrap().len(), 3, "{table}");
+    let (_, one) = c.get(1, "/_wlm/node-2/stats").await;
+    assert_eq!(one["_nodes"]["total"], 1, "{one}");
+    // An unknown group is each node's failure, as OpenSearch reports it.
+    let (_, missing) = c.get(0, "/_wlm/stats/nope").await;
+    assert_eq!(missing["_nodes"]["failed"], 3, "{missing}");
+
+    // A hung node (stopped, not dead yet) is a failure once the timeout passes.
+    c.node(2).signal("STOP");
+    let (status, hung) = c.get(0, "/_wlm/stats?timeout=1s").await;
+    c.node(2).signal("CONT");
+    assert_eq!(status, 200, "{hung}");
+    assert_eq!(hung["_nodes"]["successful"], 2, "{hung}");
+    assert_eq!(hung["_nodes"]["failed"], 1, "{hung}");
+    let failure = &hung["_nodes"]["failures"][0];
+    assert_eq!(failure["type"], "failed_node_exception", "{hung}");
+    assert_eq!(
+        failure["caused_by"]["type"], "receive_timeout_transport_exception",
+        "{hung}"
+    );
+
+    // A killed node, before the failure detector drops it, is a failure at once.
+    c.kill9(2).await;
+    let (status, dead) = c.get(0, "/_wlm/stats").await;
+    assert_eq!(status, 200, "{dead}");
+    let nodes = &dead["_nodes"];
+    let listed = nodes["total"].as_u64().unwrap();
+    assert_eq!(nodes["successful"], 2, "{dead}");
+    assert_eq!(nodes["failed"].as_u64().unwrap(), listed - 2, "{dead}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_tasks_are_listed_fetched_and_cancelled_from_any_node() {
+    let c = TestCluster::start(3, "tasks").await;
+    c.heavy_index(1).await;
+    let search = c.start_search(1, "/heavy/_search", heavy_query(), &[]);
+    let (_, local) = c.get(1, "/_nodes/_local").await;
+    let node1 = local["nodes"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+
+    // Node 0 lists node 1's running search.
+    let task_id: String = c
+        .eventually(
+            Duration::from_secs(30),
+            "node 1's search listed on node 0",
+            || async {
+                let (_, tasks) = c.get(0, "/_tasks?actions=*search*&detailed").await;
+                let entry = tasks["nodes"].get(&node1)?;
+                assert_eq!(entry["name"], "node-1", "{tasks}");
+                let (id, _) = entry["tasks"].as_object()?.iter().next()?;
+                Some(id.clone())
+            },
+        )
+        .await;
+    assert!(task_id.starts_with(&format!("{node1}:")), "{task_id}");
+    // A selector that leaves node 1 out does not list it.
+    let (_, others) = c
+        .get(0, "/_tasks?actions=*search*&nodes=node-0,node-2")
+        .await;
+    assert!(others["nodes"].get(&node1).is_none(), "{others}");
+    // Fetched through node 2, from node 1.
+    let (status, one) = c.get(2, &format!("/_tasks/{task_id}")).await;
+    assert_eq!(status, 200, "{one}");
+    assert_eq!(one["task"]["node"], node1.as_str(), "{one}");
+    assert!(
+        one["task"]["action"].as_str().unwrap().contains("search"),
+        "{one}"
+    );
+
+    // Cancelled through node 0: the search on node 1 ends cancelled.
+    let (status, cancel) = c
+        .req(0, "POST", &format!("/_tasks/{task_id}/_cancel"), None)
+        .await;
+    assert_eq!(status, 200, "{cancel}");
+    assert!(
+        cancel["nodes"][&node1]["tasks"][&task_id].is_object(),
+        "{cancel}"
+    );
+    let (status, body) = tokio::time::timeout(Duration::from_secs(60), search)
+        .await
+        .expect("the cancelled search ends")
+        .expect("search task");
+    assert_eq!(status, 500, "{body}");
+    assert!(
+        body.to_string().contains("task_cancelled_exception"),
+        "{body}"
+    );
+    c.eventually(Duration::from_secs(10), "the task is gone", || async {
+        let (s, _) = c.get(0, &format!("/_tasks/{task_id}")).await;
+        (s == 404).then_some(())
+    })
+    .await;
+    // A task of a node that is not a member is missing, as a finished one is.
+    let (status, err) = c.get(0, "/_tasks/nosuchnode:1").await;
+    assert_eq!(status, 404, "{err}");
+    assert_eq!(
+        err["error"]["type"], "resource_not_found_exception",
+        "{err}"
+    );
+}

@@ -1,0 +1,394 @@
+//! A cluster of real `sluice` processes on loopback: each node a child process with its own
+//! data folder, all sharing one fresh PostgreSQL database (from the throwaway server that
+//! `scripts/test.sh` starts), joined through `discovery.seed_hosts`. Ports are picked by the
+//! nodes (`http.port=0`, `transport.port=0`) and read from their start-up log. Every wait
+//! polls with a deadline; nothing sleeps a fixed time.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// How long a node may take to start (open its stores, bind, log its addresses).
+const START_WITHIN: Duration = Duration::from_secs(60);
+/// How long joining may take once every node runs: a few gossip rounds, generously.
+pub const JOIN_WITHIN: Duration = Duration::from_secs(20);
+/// The pause between two polls of a condition.
+const POLL: Duration = Duration::from_millis(50);
+
+/// One running node process.
+pub struct Proc {
+    child: Child,
+    /// `node.name`.
+    pub name: String,
+    /// Where it serves HTTP.
+    pub http: SocketAddr,
+    /// Where it serves RPC and gossip.
+    pub transport: SocketAddr,
+    log: Arc<Mutex<String>>,
+}
+
+impl Proc {
+    /// The node's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
+    }
+
+    /// What the node logged so far (printed when a test fails).
+    pub fn log(&self) -> String {
+        self.log.lock().clone()
+    }
+
+    /// Sends `signal` (`KILL`, `STOP`, `CONT`, `TERM`) to the process.
+    pub fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([format!("-{signal}"), self.pid().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(
+            status.success(),
+            "kill -{signal} {} ({}) failed",
+            self.pid(),
+            self.name
+        );
+    }
+}
+
+/// Several nodes and their shared metastore.
+pub struct TestCluster {
+    nodes: Vec<Option<Proc>>,
+    /// The metastore every node uses.
+    pub metastore_uri: String,
+    /// `cluster.name`.
+    pub cluster_name: String,
+    tmp: tempfile::TempDir,
+    client: reqwest::Client,
+}
+
+impl TestCluster {
+    /// Starts `n` nodes on one fresh PostgreSQL database and waits until each sees all `n`.
+    pub async fn start(n: usize, test: &str) -> TestCluster {
+        let url = sluice_meta::test_suite::fresh_postgres_url(test).await;
+        TestCluster::start_on(n, test, url).await
+    }
+
+    /// Starts `n` nodes on the metastore at `metastore_uri`.
+    pub async fn start_on(n: usize, test: &str, metastore_uri: String) -> TestCluster {
+        let mut c = TestCluster {
+            nodes: Vec::new(),
+            metastore_uri,
+            cluster_name: format!("c-{test}"),
+            tmp: tempfile::tempdir().expect("tempdir"),
+            client: reqwest::Client::new(),
+        };
+        for i in 0..n {
+            let node = c.spawn(i).await;
+            c.nodes.push(Some(node));
+        }
+        for i in 0..n {
+            c.wait_members(i, n, JOIN_WITHIN).await;
+        }
+        c
+    }
+
+    fn data(&self, i: usize) -> PathBuf {
+        self.tmp.path().join(format!("node-{i}"))
+    }
+
+    /// Starts node `i` on its data folder, seeded with node 0 (unless it is node 0).
+    async fn spawn(&self, i: usize) -> Proc {
+        let seeds: Vec<String> = self
+            .nodes
+            .iter()
+            .flatten()
+            .map(|p| p.transport.to_string())
+            .collect();
+        let mut flags = vec![
+            "http.port=0".to_string(),
+            "transport.port=0".to_string(),
+            format!("path.data={}", self.data(i).display()),
+            format!("node.name=node-{i}"),
+            format!("cluster.name={}", self.cluster_name),
+            format!("metastore.uri={}", self.metastore_uri),
+        ];
+        if !seeds.is_empty() {
+            flags.push(format!("discovery.seed_hosts={}", seeds.join(",")));
+        }
+        spawn_node(&format!("node-{i}"), &self.data(i), &flags).await
+    }
+
+    /// Node `i` (panics if it is stopped).
+    pub fn node(&self, i: usize) -> &Proc {
+        self.nodes[i].as_ref().expect("node is running")
+    }
+
+    /// Kills node `i` with SIGKILL and reaps it.
+    pub async fn kill9(&mut self, i: usize) {
+        let mut p = self.nodes[i].take().expect("node is running");
+        p.signal("KILL");
+        let _ = p.child.wait().await;
+    }
+
+    /// Starts node `i` again on the same data folder (same node id).
+    pub async fn restart(&mut self, i: usize) {
+        assert!(self.nodes[i].is_none(), "node {i} is still running");
+        let p = self.spawn(i).await;
+        self.nodes[i] = Some(p);
+    }
+
+    /// `method path` on node `i` with an optional JSON body; (status, JSON or text body).
+    pub async fn req(
+        &self,
+        i: usize,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let url = format!("http://{}{path}", self.node(i).http);
+        let mut rb = self
+            .client
+            .request(method.parse().expect("method"), url)
+            .timeout(Duration::from_secs(60));
+        if let Some(b) = body {
+            rb = rb
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let resp = rb
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path} on node {i}: {e}"));
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("body");
+        let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, v)
+    }
+
+    /// `GET path` on node `i`.
+    pub async fn get(&self, i: usize, path: &str) -> (u16, Value) {
+        self.req(i, "GET", path, None).await
+    }
+
+    /// The node ids node `i` lists in `_cat/nodes`.
+    pub async fn member_names(&self, i: usize) -> Vec<String> {
+        let (status, body) = self.get(i, "/_cat/nodes?format=json&h=name").await;
+        assert_eq!(status, 200, "{body}");
+        let mut names: Vec<String> = body
+            .as_array()
+            .expect("array")
+            .iter()
+            .map(|r| r["name"].as_str().expect("name").to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Waits until node `i` lists `n` members; panics with its log after `within`.
+    pub async fn wait_members(&self, i: usize, n: usize, within: Duration) -> Duration {
+        let start = Instant::now();
+        loop {
+            let names = self.member_names(i).await;
+            if names.len() == n {
+                return start.elapsed();
+            }
+            assert!(
+                start.elapsed() < within,
+                "node {i} lists {names:?}, not {n} members, after {within:?}; its log:\n{}",
+                self.node(i).log()
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Polls `check` until it returns `Some`, or panics naming `what` after `within`.
+    pub async fn eventually<T, F, Fut>(&self, within: Duration, what: &str, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = check().await {
+                return v;
+            }
+            assert!(start.elapsed() < within, "{what}: not within {within:?}");
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+/// Starts a `sluice serve` process with `-E` flags and waits for its HTTP and transport
+/// addresses in its log.
+pub async fn spawn_node(name: &str, data: &Path, flags: &[String]) -> Proc {
+    std::fs::create_dir_all(data).expect("data folder");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.arg("serve");
+    for f in flags {
+        cmd.arg("-E").arg(f);
+    }
+    // The node reads every SLUICE_* variable as a setting; the test's own (the PostgreSQL
+    // URL) are not settings.
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SLUICE_")) {
+        cmd.env_remove(k);
+    }
+    cmd.env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().expect("sluice starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let log = Arc::new(Mutex::new(String::new()));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let sink = log.clone();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            sink.lock().push_str(&line);
+            sink.lock().push('\n');
+            let _ = tx.send(line);
+        }
+    });
+    let mut http = None;
+    let mut transport = None;
+    let deadline = tokio::time::Instant::now() + START_WITHIN;
+    while http.is_none() || transport.is_none() {
+        let line = tokio::time::timeout_at(deadline, rx.recv()).await;
+        let Ok(Some(line)) = line else {
+            panic!(
+                "{name} did not start within {START_WITHIN:?}; its log:\n{}",
+                log.lock()
+            );
+        };
+        if let Some(a) = addr_after(&line, "listening on http://") {
+            http = Some(a);
+        }
+        if let Some(a) = addr_after(&line, "transport on ") {
+            transport = Some(a);
+        }
+    }
+    Proc {
+        child,
+        name: name.to_string(),
+        http: http.expect("http"),
+        transport: transport.expect("transport"),
+        log,
+    }
+}
+
+fn addr_after(line: &str, marker: &str) -> Option<SocketAddr> {
+    let rest = &line[line.find(marker)? + marker.len()..];
+    rest.split(|c: char| c.is_whitespace()).next()?.parse().ok()
+}
+
+/// Docs in the heavy index: enough that [`heavy_query`] runs for seconds in a test build.
+const HEAVY_DOCS: usize = 60_000;
+
+/// A query that visits every document, sorts on a unique keyword and builds a bucket per
+/// document: seconds of work on the heavy index, so there is a running task to see and
+/// cancel.
+pub fn heavy_query() -> Value {
+    serde_json::json!({
+        "size": 10000,
+        "track_total_hits": true,
+        "sort": [{"k": "desc"}],
+        "aggs": {"each": {"terms": {"field": "k", "size": 60000}}}
+    })
+}
+
+impl TestCluster {
+    /// Creates the `heavy` index on node `i` (each node of an embedded cluster holds its own
+    /// indices).
+    pub async fn heavy_index(&self, i: usize) {
+        let mapping = serde_json::json!({"mappings": {"properties": {
+            "k": {"type": "keyword"}, "n": {"type": "long"}}}});
+        let (status, body) = self.req(i, "PUT", "/heavy", Some(mapping)).await;
+        assert_eq!(status, 200, "{body}");
+        let mut bulk = String::new();
+        for n in 0..HEAVY_DOCS {
+            bulk.push_str("{\"index\":{}}\n");
+            bulk.push_str(&format!("{{\"k\":\"key-{n:08}\",\"n\":{n}}}\n"));
+        }
+        let resp = self
+            .client
+            .post(format!(
+                "http://{}/heavy/_bulk?refresh=true",
+                self.node(i).http
+            ))
+            .header("content-type", "application/x-ndjson")
+            .body(bulk)
+            .send()
+            .await
+            .expect("bulk sent");
+        assert_eq!(resp.status().as_u16(), 200);
+    }
+
+    /// Starts `POST path` with `body` and `headers` on node `i` in the background; the task
+    /// answers (status, body).
+    pub fn start_search(
+        &self,
+        i: usize,
+        path: &str,
+        body: Value,
+        headers: &[(&str, &str)],
+    ) -> tokio::task::JoinHandle<(u16, Value)> {
+        let mut rb = self
+            .client
+            .post(format!("http://{}{path}", self.node(i).http))
+            .header("content-type", "application/json")
+            .timeout(Duration::from_secs(120))
+            .body(body.to_string());
+        for (k, v) in headers {
+            rb = rb.header(*k, *v);
+        }
+        tokio::spawn(async move {
+            match rb.send().await {
+                Ok(resp) => {
+                    let status = resp.status().as_u16();
+                    let v = resp.json().await.unwrap_or(Value::Null);
+                    (status, v)
+                }
+                Err(_) => (0, Value::Null),
+            }
+        })
+    }
+
+    /// `method path` on node `i` with extra headers.
+    pub async fn req_with(
+        &self,
+        i: usize,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
+        let mut rb = self
+            .client
+            .request(
+                method.parse().expect("method"),
+                format!("http://{}{path}", self.node(i).http),
+            )
+            .timeout(Duration::from_secs(60));
+        if let Some(b) = body {
+            rb = rb
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        for (k, v) in headers {
+            rb = rb.header(*k, *v);
+        }
+        let resp = rb.send().await.expect("sent");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("body");
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+}

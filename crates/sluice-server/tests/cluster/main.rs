@@ -1,0 +1,7 @@
+//! Multi-node tests: several `sluice` processes on loopback sharing one PostgreSQL metastore
+//! (`harness.rs`). Needs `SLUICE_TEST_POSTGRES_URL` (run through `scripts/test.sh`).
+
+mod fanout;
+mod harness;
+mod membership;
+mod metadata;

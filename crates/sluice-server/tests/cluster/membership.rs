@@ -1,0 +1,111 @@
+//! Joining, leaving and rejoining, as `_cat/nodes`, `_nodes`, `_cluster/health` and `GET /`
+//! show it.
+
+use std::collections::BTreeSet;
+
+use sluice_cluster::membership::DEAD_AFTER;
+
+use crate::harness::{JOIN_WITHIN, TestCluster};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_three_nodes_join_and_report_one_cluster() {
+    let c = TestCluster::start(3, "join").await;
+    let mut uuids = BTreeSet::new();
+    let mut ids = BTreeSet::new();
+    for i in 0..3 {
+        assert_eq!(c.member_names(i).await, ["node-0", "node-1", "node-2"]);
+        let (_, health) = c.get(i, "/_cluster/health").await;
+        assert_eq!(health["number_of_nodes"], 3, "{health}");
+        assert_eq!(health["cluster_name"], c.cluster_name.as_str());
+        let (_, root) = c.get(i, "/").await;
+        uuids.insert(root["cluster_uuid"].as_str().unwrap().to_string());
+        let (status, nodes) = c.get(i, "/_nodes").await;
+        assert_eq!(status, 200, "{nodes}");
+        assert_eq!(nodes["_nodes"]["total"], 3);
+        for (id, n) in nodes["nodes"].as_object().unwrap() {
+            ids.insert(id.clone());
+            for field in [
+                "name",
+                "host",
+                "ip",
+                "transport_address",
+                "version",
+                "build_hash",
+            ] {
+                assert!(n[field].is_string(), "{field} missing in {n}");
+            }
+            assert!(n["roles"].as_array().is_some_and(|r| !r.is_empty()));
+            // What client sniffing reads.
+            assert!(n["http"]["publish_address"].is_string(), "{n}");
+        }
+    }
+    assert_eq!(
+        uuids.len(),
+        1,
+        "one cluster uuid, from the metastore: {uuids:?}"
+    );
+    assert_eq!(ids.len(), 3);
+
+    // `_cat/nodes`: a header with `v`, chosen columns, one manager, and a clear 400.
+    let (status, text) = c.get(0, "/_cat/nodes?v&h=name,cluster_manager").await;
+    assert_eq!(status, 200);
+    let text = text.as_str().unwrap().to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(lines[0].starts_with("name"), "{text}");
+    assert_eq!(text.matches(" *").count(), 1, "one manager: {text}");
+    let (status, err) = c.get(0, "/_cat/nodes?h=name,heap.percent").await;
+    assert_eq!(status, 400, "{err}");
+    assert!(
+        err["error"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("heap.percent")
+    );
+    // Node selectors on `_nodes`: by name, and a metric.
+    let (_, one) = c.get(1, "/_nodes/node-2").await;
+    assert_eq!(one["_nodes"]["total"], 1, "{one}");
+    let (_, local) = c.get(1, "/_nodes/_local/http").await;
+    let entry = local["nodes"]
+        .as_object()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap()
+        .clone();
+    assert_eq!(entry["name"], "node-1");
+    assert_eq!(entry["http"]["publish_address"], c.node(1).http.to_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_killed_node_is_dead_within_the_bound_and_its_restart_rejoins() {
+    let mut c = TestCluster::start(3, "kill").await;
+    let (_, before) = c.get(2, "/_nodes/_local").await;
+    let id_before = before["nodes"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    c.kill9(2).await;
+    // The stated bound (sluice-cluster membership.rs, DEAD_AFTER), counted from the kill.
+    c.wait_members(0, 2, DEAD_AFTER).await;
+    c.wait_members(1, 2, DEAD_AFTER).await;
+    let (_, health) = c.get(0, "/_cluster/health").await;
+    assert_eq!(health["number_of_nodes"], 2);
+
+    c.restart(2).await;
+    for i in 0..3 {
+        c.wait_members(i, 3, JOIN_WITHIN).await;
+    }
+    let (_, after) = c.get(2, "/_nodes/_local").await;
+    let id_after = after["nodes"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    assert_eq!(id_before, id_after, "same path.data, same node id");
+}
