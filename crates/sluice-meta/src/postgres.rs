@@ -146,7 +146,7 @@ impl PostgresMetaStore {
         migrate(&pool, &redacted).await?;
         let changes = {
             let mut conn = within("cannot get a connection", pool.acquire()).await?;
-            read_changes(&mut *conn).await?
+            read_changes(&mut conn).await?
         };
         // Listening starts before `open` returns, so no commit after it goes unnoticed.
         let listen_pool = listener_pool(options);
@@ -446,7 +446,7 @@ async fn apply_batch(pool: &PgPool, batch: Vec<Op>) -> MetaResult<(Vec<Outcome>,
     .execute(&mut *tx)
     .await
     .map_err(|e| classify("cannot count the changes", e))?;
-    let changes = read_changes(&mut *tx).await?;
+    let changes = read_changes(&mut tx).await?;
     // Delivered to listeners when (and only if) the transaction commits.
     sqlx::query("SELECT pg_notify($1, $2)")
         .bind(CHANNEL)
@@ -534,7 +534,7 @@ impl MetaStore for PostgresMetaStore {
                 .acquire()
                 .await
                 .map_err(|e| classify("cannot get a connection", e))?;
-            read_changes(&mut *conn).await
+            read_changes(&mut conn).await
         }))
     }
 

@@ -322,7 +322,7 @@ async fn apply_batch(store: SqliteMetaStore, batch: Vec<Op>) -> MetaResult<Vec<O
         .await
         .map_err(|e| backend(&format!("cannot count the change of [{c}]"), e))?;
     }
-    let changes = read_changes(&mut *tx).await?;
+    let changes = read_changes(&mut tx).await?;
     tx.commit()
         .await
         .map_err(|e| backend("cannot commit the batch", e))?;
@@ -371,7 +371,7 @@ impl MetaStore for SqliteMetaStore {
                 .acquire()
                 .await
                 .map_err(|e| backend("cannot get a connection", e))?;
-            read_changes(&mut *conn).await
+            read_changes(&mut conn).await
         })
     }
 
