@@ -3,6 +3,11 @@
 //! [`write_persistence_fixture`] / [`check_persistence_fixture`] around a reopen, and
 //! [`check_against_model`] from a property test with random [`ModelOp`] sequences.
 //!
+//! For PostgreSQL, [`fresh_postgres_url`] makes an empty database per test on the throwaway
+//! server of `scripts/postgres.sh` (it fails, naming the script, when
+//! [`POSTGRES_URL_ENV`] is not set), and [`CutProxy`] makes the server unreachable for the
+//! clients that connect through it, to test a metastore outage.
+//!
 //! Enabled by the `test-suite` cargo feature; not part of the production API.
 //!
 //! Every check begins by deleting all documents, so checks can run in any order on one store;
