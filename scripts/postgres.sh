@@ -5,6 +5,8 @@
 # Usage:
 #   eval "$(scripts/postgres.sh start)"   # exports SLUICE_TEST_POSTGRES_URL and _DIR
 #   scripts/postgres.sh stop "$SLUICE_TEST_POSTGRES_DIR"
+#   scripts/postgres.sh down DIR          # stops the server, keeps its data (an outage)
+#   scripts/postgres.sh up DIR            # starts it again on the same port
 #
 # `start` prints two `export` lines on stdout (everything else goes to stderr):
 #   SLUICE_TEST_POSTGRES_URL  postgres://sluice:<password>@127.0.0.1:<port>/postgres
@@ -80,6 +82,7 @@ start() {
         port="$(free_port)"
         if as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
             -o "-p $port -k $dir -c listen_addresses=127.0.0.1 ${PG_SETTINGS[*]}" start >&2; then
+            echo "$port" >"$dir/port"
             log "PostgreSQL $PG_VERSION on 127.0.0.1:$port, folder $dir"
             echo "export SLUICE_TEST_POSTGRES_URL='postgres://sluice:$password@127.0.0.1:$port/postgres'"
             echo "export SLUICE_TEST_POSTGRES_DIR='$dir'"
@@ -105,11 +108,31 @@ stop() {
     log "stopped and removed $dir"
 }
 
+# Stops the server of DIR but keeps its data, to simulate the metastore going away.
+down() {
+    local dir="${1:-}" bin
+    [[ -n "$dir" && -d "$dir/data" ]] || { log "down: no cluster folder [$dir]"; exit 1; }
+    bin="$(bin_dir)"
+    as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >&2
+}
+
+# Starts the server of DIR again, on the port it had.
+up() {
+    local dir="${1:-}" bin port
+    [[ -n "$dir" && -f "$dir/port" ]] || { log "up: no cluster folder [$dir]"; exit 1; }
+    bin="$(bin_dir)"
+    port="$(cat "$dir/port")"
+    as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+        -o "-p $port -k $dir -c listen_addresses=127.0.0.1 ${PG_SETTINGS[*]}" start >&2
+}
+
 case "${1:-}" in
     start) start ;;
     stop) stop "${2:-}" ;;
+    down) down "${2:-}" ;;
+    up) up "${2:-}" ;;
     *)
-        echo "usage: $0 start | $0 stop DIR" >&2
+        echo "usage: $0 start | $0 stop DIR | $0 down DIR | $0 up DIR" >&2
         exit 2
         ;;
 esac

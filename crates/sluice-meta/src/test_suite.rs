@@ -3,6 +3,12 @@
 //! [`write_persistence_fixture`] / [`check_persistence_fixture`] around a reopen, and
 //! [`check_against_model`] from a property test with random [`ModelOp`] sequences.
 //!
+//! For PostgreSQL, [`fresh_postgres_url`] makes an empty database per test on the throwaway
+//! server of `scripts/postgres.sh` (it fails, naming the script, when
+//! [`POSTGRES_URL_ENV`] is not set), and [`CutProxy`] makes the server unreachable for the
+//! clients that connect through it, to test a metastore outage; [`ScratchPostgres`] is a
+//! server of a test's own that it can really stop and start again.
+//!
 //! Enabled by the `test-suite` cargo feature; not part of the production API.
 //!
 //! Every check begins by deleting all documents, so checks can run in any order on one store;
@@ -973,6 +979,82 @@ pub async fn fresh_postgres_url(name: &str) -> String {
     .unwrap_or_else(|e| panic!("cannot create database {database}: {e}"));
     let _ = conn.close().await;
     with_database(&server, &database)
+}
+
+/// `scripts/postgres.sh`, found from this crate's folder.
+const POSTGRES_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/postgres.sh");
+
+/// A PostgreSQL server of a test's own, made by `scripts/postgres.sh start`, that the test may
+/// stop and start again ([`ScratchPostgres::down`], [`ScratchPostgres::up`]) to show what
+/// nodes do while their metastore is really gone; stopped and deleted on drop.
+///
+/// Like every PostgreSQL test, it needs the environment of `scripts/test.sh`: it fails when
+/// [`POSTGRES_URL_ENV`] is not set, so a bare `cargo test` never installs or starts anything.
+pub struct ScratchPostgres {
+    url: String,
+    dir: String,
+}
+
+impl ScratchPostgres {
+    /// Starts a fresh server (a second or two: `initdb`, then `pg_ctl start`).
+    pub async fn start() -> ScratchPostgres {
+        postgres_server_url(); // the same requirement, and message, as every PostgreSQL test
+        let out = run_script(vec!["start".to_string()]).await;
+        let value = |name: &str| {
+            out.lines()
+                .find_map(|l| l.strip_prefix(&format!("export {name}=")))
+                .map(|v| v.trim_matches('\'').to_string())
+                .unwrap_or_else(|| panic!("scripts/postgres.sh start printed no {name}: {out}"))
+        };
+        ScratchPostgres {
+            url: value(POSTGRES_URL_ENV),
+            dir: value("SLUICE_TEST_POSTGRES_DIR"),
+        }
+    }
+
+    /// The server's URL (its `postgres` database; use it as a metastore directly).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Stops the server (`pg_ctl stop -m fast`), keeping its data.
+    pub async fn down(&self) {
+        run_script(vec!["down".to_string(), self.dir.clone()]).await;
+    }
+
+    /// Starts the stopped server again on the same port.
+    pub async fn up(&self) {
+        run_script(vec!["up".to_string(), self.dir.clone()]).await;
+    }
+}
+
+impl Drop for ScratchPostgres {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(POSTGRES_SCRIPT)
+            .args(["stop", &self.dir])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// Runs `scripts/postgres.sh` with `args` off the async threads; returns its stdout, panics
+/// with its stderr when it fails.
+async fn run_script(args: Vec<String>) -> String {
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(POSTGRES_SCRIPT)
+            .args(&args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {POSTGRES_SCRIPT}: {e}"))
+    })
+    .await
+    .expect("the script's thread");
+    assert!(
+        out.status.success(),
+        "{POSTGRES_SCRIPT} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// `url` with its database (the path) replaced by `database`, query parameters kept.

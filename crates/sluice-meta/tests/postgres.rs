@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use serde_json::json;
-use sluice_meta::test_suite::{self, CutProxy, fresh_postgres_url};
+use sluice_meta::test_suite::{self, CutProxy, ScratchPostgres, fresh_postgres_url};
 use sluice_meta::{
     Changes, Collection, Expect, MetaError, MetaKind, MetaStore, MetastoreUri, PostgresMetaStore,
 };
@@ -323,17 +323,23 @@ async fn test_unreachable_server_is_unavailable_then_recovers() {
         .expect("writes work again");
 
     // The listener reconnects by itself: a later commit elsewhere reaches the receiver
-    // again (retried, since the reconnect itself takes a moment).
-    let mut rx = cut_off.subscribe();
+    // again.
+    wait_for_notifications(&direct, &cut_off).await;
+}
+
+/// Waits until a commit by `writer` reaches `store`'s receiver by notification, writing again
+/// while the listener reconnects; panics after [`DEADLINE`].
+async fn wait_for_notifications(writer: &PostgresMetaStore, store: &PostgresMetaStore) {
+    let mut rx = store.subscribe();
     let deadline = tokio::time::Instant::now() + DEADLINE;
     let mut n = 0;
     loop {
         n += 1;
-        direct
+        writer
             .put(Collection::ClusterSettings, "tick", json!(n), Expect::Any)
             .await
             .expect("put");
-        let target = direct.changes().await.expect("changes");
+        let target = writer.changes().await.expect("changes");
         let seen = tokio::time::timeout(
             Duration::from_millis(500),
             rx.wait_for(|seen| {
@@ -342,13 +348,61 @@ async fn test_unreachable_server_is_unavailable_then_recovers() {
         )
         .await;
         if matches!(seen, Ok(Ok(_))) {
-            break;
+            return;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "no notification reached the store after the outage"
+            "no notification reached the store"
         );
     }
+}
+
+/// A real stop of the server (existing connections get "terminating connection due to
+/// administrator command", new ones are refused), not a simulated one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_stopped_server_is_unavailable_and_a_restarted_one_serves_again() {
+    let server = ScratchPostgres::start().await;
+    let writer = open(server.url()).await;
+    let store = open(server.url()).await;
+    writer
+        .put(Collection::Rules, "before", json!(1), Expect::Absent)
+        .await
+        .expect("put");
+
+    server.down().await;
+    for result in [
+        store.changes().await.map(|_| ()),
+        store.get(Collection::Rules, "before").await.map(|_| ()),
+        store
+            .put(Collection::Rules, "during", json!(1), Expect::Absent)
+            .await
+            .map(|_| ()),
+    ] {
+        assert!(
+            matches!(result, Err(MetaError::Unavailable(_))),
+            "{result:?}"
+        );
+    }
+
+    server.up().await;
+    assert_eq!(
+        store
+            .get(Collection::Rules, "before")
+            .await
+            .expect("get")
+            .map(|d| d.value),
+        Some(json!(1)),
+        "the data survived the restart"
+    );
+    assert_eq!(
+        store.get(Collection::Rules, "during").await.expect("get"),
+        None
+    );
+    store
+        .put(Collection::Rules, "after", json!(1), Expect::Absent)
+        .await
+        .expect("writes work again");
+    wait_for_notifications(&writer, &store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -280,6 +280,10 @@ async fn test_a_node_that_loses_the_metastore_keeps_serving_and_catches_up() {
         assert!(reason.contains("last view"), "{reason}");
     }
 
+    // Reading the stored definitions needs the metastore too (they show the stored truth).
+    let read = n2.req("GET", "/_wlm/workload_group", None).await;
+    assert_error(&read, 503, "cluster_manager_not_discovered_exception");
+
     // Meanwhile node 1 still reaches the metastore and changes it.
     let meanwhile = create_group(&n1, throttled_group("meanwhile")).await;
 
