@@ -1,6 +1,6 @@
 //! One metadata view across the cluster: a group made on one node is enforced on another
 //! within a second; concurrent creations on two nodes never both pass the cross-group checks;
-//! the metastore lost and back while the nodes serve.
+//! the metastore stopped and started again while the nodes serve.
 
 use std::time::{Duration, Instant};
 
@@ -127,11 +127,11 @@ async fn test_concurrent_creations_on_two_nodes_never_both_pass_the_sum_check() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_nodes_serve_through_a_metastore_outage_and_catch_up() {
-    let url = sluice_meta::test_suite::fresh_postgres_url("outage").await;
-    let proxy = sluice_meta::test_suite::CutProxy::start(&url).await;
-    let c = TestCluster::start_on(2, "outage", proxy.url().to_string()).await;
+    // A PostgreSQL server of this test's own, really stopped and started again.
+    let pg = sluice_meta::test_suite::ScratchPostgres::start().await;
+    let c = TestCluster::start_on(2, "outage", pg.url().to_string()).await;
     c.heavy_index(1).await;
-    proxy.cut();
+    pg.down().await;
     c.eventually(
         Duration::from_secs(10),
         "health reports the metastore lost",
@@ -154,7 +154,7 @@ async fn test_nodes_serve_through_a_metastore_outage_and_catch_up() {
         .await;
     assert_eq!(status, 503, "{refused}");
     // Back: writes work again, and every node sees them.
-    proxy.restore();
+    pg.up().await;
     let (status, made) = c
         .eventually(Duration::from_secs(15), "a write lands after the metastore returns", || async {
             let r = c.req(0, "PUT", "/_wlm/workload_group",
