@@ -39,8 +39,9 @@ fn stats_document() -> Value {
         "cpu": {"current_usage": 0.12, "cancellations": 0, "rejections": 0},
         "memory": {"current_usage": 0.03, "cancellations": 0, "rejections": 0}
     });
-    let groups: serde_json::Map<String, Value> =
-        (0..10).map(|i| (format!("group-{i:02}-aaaaaaaaaaaa"), group.clone())).collect();
+    let groups: serde_json::Map<String, Value> = (0..10)
+        .map(|i| (format!("group-{i:02}-aaaaaaaaaaaa"), group.clone()))
+        .collect();
     json!({ "workload_groups": groups })
 }
 
@@ -94,7 +95,10 @@ fn main() {
         .unwrap();
     rt.block_on(async {
         let doc = stats_document();
-        println!("answer size: {} bytes of JSON per node", doc.to_string().len());
+        println!(
+            "answer size: {} bytes of JSON per node",
+            doc.to_string().len()
+        );
         let a = node("a", vec![], doc.clone()).await;
         let seed = vec![a.me().transport_addr.to_string()];
         let b = node("b", seed.clone(), doc.clone()).await;
@@ -119,7 +123,10 @@ fn main() {
         let mut one = Vec::with_capacity(CALLS);
         for i in 0..WARMUP + CALLS {
             let t = Instant::now();
-            let r = a.call(&remote, LocalApi::WlmStats, json!({}), deadline).await.unwrap();
+            let r = a
+                .call(&remote, LocalApi::WlmStats, json!({}), deadline)
+                .await
+                .unwrap();
             std::hint::black_box(r);
             if i >= WARMUP {
                 one.push(t.elapsed().as_secs_f64() * 1e6);
@@ -128,7 +135,9 @@ fn main() {
         let mut fan = Vec::with_capacity(CALLS);
         for i in 0..WARMUP + CALLS {
             let t = Instant::now();
-            let outcomes = a.fan_out(&members, LocalApi::WlmStats, &json!({}), deadline).await;
+            let outcomes = a
+                .fan_out(&members, LocalApi::WlmStats, &json!({}), deadline)
+                .await;
             assert!(outcomes.iter().all(|o| o.result.is_ok()));
             std::hint::black_box(outcomes);
             if i >= WARMUP {

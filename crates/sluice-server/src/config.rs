@@ -621,6 +621,54 @@ mod tests {
     }
 
     #[test]
+    fn test_transport_settings_parse_and_bad_ones_name_the_key() {
+        let c = load(None, &[], &[]).unwrap();
+        assert_eq!(
+            c.transport.port,
+            sluice_cluster::bind::PortSpec::Range(9300, 9400)
+        );
+        assert_eq!(c.transport.host, c.http_host);
+        assert!(c.transport.seed_hosts.is_empty());
+        let pg = "metastore.uri=postgres://u:p@127.0.0.1:5432/db";
+        let c = load(
+            Some("discovery:\n  seed_hosts: [\"10.0.0.5:9301\", \"10.0.0.6\", \"db-1.internal:9302\"]\n"),
+            &[],
+            &[pg, "transport.port=0", "transport.host=127.0.0.2"],
+        )
+        .unwrap();
+        assert_eq!(
+            c.transport.seed_hosts,
+            ["10.0.0.5:9301", "10.0.0.6:9300", "db-1.internal:9302"]
+        );
+        assert_eq!(c.transport.port, sluice_cluster::bind::PortSpec::Exact(0));
+        for (flag, key) in [
+            ("transport.port=nine", "transport.port"),
+            ("transport.port=9400-9300", "transport.port"),
+            ("transport.host=not-an-ip", "transport.host"),
+            (
+                "discovery.seed_hosts=10.0.0.5:99999",
+                "discovery.seed_hosts",
+            ),
+            ("discovery.seed_hosts=bad host:9300", "discovery.seed_hosts"),
+        ] {
+            let err = load(None, &[], &[pg, flag]).unwrap_err().to_string();
+            assert!(err.contains(&format!("[{key}]")), "{flag}: {err}");
+        }
+    }
+
+    #[test]
+    fn test_seed_hosts_on_the_embedded_metastore_refuse_to_start() {
+        let err = load(None, &[], &["discovery.seed_hosts=127.0.0.1:9300"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("[discovery.seed_hosts]"), "{err}");
+        assert!(
+            err.contains("metastore.uri") && err.contains("postgres://"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn test_later_sources_override_earlier() {
         let c = load(
             Some("http.port: 9300\nnode.name: a\ncluster:\n  name: c1\n"),
