@@ -14,6 +14,7 @@ use crate::member::Member;
 use crate::membership::{Members, Membership, MembershipConfig, StartError};
 use crate::rpc::tonic_transport::TonicTransport;
 use crate::rpc::{LocalAnswer, LocalApi, LocalHandler, RpcError, Transport};
+use crate::shared::{OWNER_LIMITS, SharedTier, coordinator::Coordinator, owner::Owner};
 
 /// What [`Cluster::start`] needs.
 #[derive(Debug, Clone)]
@@ -34,6 +35,7 @@ pub struct Cluster {
     transport: Arc<TonicTransport>,
     listener: parking_lot::Mutex<Option<TcpListener>>,
     handler: OnceLock<Arc<dyn LocalHandler>>,
+    shared: Arc<SharedTier>,
     server: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
     stop: CancellationToken,
 }
@@ -55,8 +57,29 @@ impl Cluster {
         })
         .await?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-        let transport = Arc::new(TonicTransport::new(config.me.node_id.clone(), clock));
+        let transport = Arc::new(TonicTransport::new(
+            config.me.node_id.clone(),
+            clock.clone(),
+        ));
         let stop = CancellationToken::new();
+        let me: Arc<str> = Arc::from(config.me.node_id.as_str());
+        let owner = Owner::start(
+            me.clone(),
+            OWNER_LIMITS,
+            clock,
+            transport.clone(),
+            membership.watch(),
+            stop.clone(),
+        );
+        let coordinator = Coordinator::start(
+            me,
+            transport.clone(),
+            owner.clone(),
+            membership.watch(),
+            stop.clone(),
+        );
+        owner.set_local(&coordinator);
+        let shared = Arc::new(SharedTier { owner, coordinator });
         // Forget channels of members that left, so the transport's map stays bounded.
         let mut watch = membership.watch();
         let weak = Arc::downgrade(&transport);
@@ -79,6 +102,7 @@ impl Cluster {
             transport,
             listener: parking_lot::Mutex::new(Some(listener)),
             handler: OnceLock::new(),
+            shared,
             server: parking_lot::Mutex::new(None),
             stop,
         })
@@ -95,14 +119,26 @@ impl Cluster {
         };
         let node_id = self.me().node_id.clone();
         let stop = self.stop.clone();
+        let shared: Arc<dyn crate::rpc::SharedHandler> = self.shared.clone();
         let server = tokio::spawn(async move {
-            if let Err(e) =
-                crate::rpc::service::serve(listener, node_id, handler, stop.cancelled_owned()).await
+            if let Err(e) = crate::rpc::service::serve(
+                listener,
+                node_id,
+                handler,
+                shared,
+                stop.cancelled_owned(),
+            )
+            .await
             {
                 tracing::error!("the node-to-node RPC server stopped: {e}");
             }
         });
         *self.server.lock() = Some(server);
+    }
+
+    /// This node's shared tier (owner and coordinator).
+    pub fn shared(&self) -> &Arc<SharedTier> {
+        &self.shared
     }
 
     /// This node's record.

@@ -22,7 +22,9 @@ mod cluster;
 pub mod fanout;
 pub mod member;
 pub mod membership;
+pub mod ring;
 pub mod rpc;
+pub mod shared;
 
 pub use cluster::{Cluster, ClusterConfig};
 pub use member::Member;

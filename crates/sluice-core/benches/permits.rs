@@ -74,6 +74,7 @@ impl Fixture {
         let throttling = |attribute| ThrottleConfig {
             attribute: Some(attribute),
             node_limit: Some(10),
+            shared_limit: None,
         };
         Fixture {
             table: PermitTable::new(),

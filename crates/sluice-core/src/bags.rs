@@ -396,16 +396,20 @@ impl ThrottleAttribute {
     }
 }
 
-/// Per-node throttling of a group (seed 000, DESIGN D1).
+/// Throttling of a group: per node (seed 000, DESIGN D1) and cluster-wide (seed 004).
 ///
 /// # Invariants
-/// After validation, either both fields are set (throttling on, `node_limit >= 1`) or neither is.
+/// After validation, either the attribute and at least one limit are set (throttling on) or
+/// nothing is; the ceiling `node_limit × N + shared_limit` is at least 1 for any N ≥ 1 (so
+/// `node_limit + shared_limit >= 1`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ThrottleConfig {
     /// The bucket dimension.
     pub attribute: Option<ThrottleAttribute>,
-    /// The per-node in-flight allowance per bucket.
+    /// The per-node in-flight allowance per bucket; unset on a shared-only group.
     pub node_limit: Option<u32>,
+    /// The cluster-wide overflow pool per bucket, used once the node allowance is exhausted.
+    pub shared_limit: Option<u32>,
 }
 
 /// A validated overlay of the throttling bag.
@@ -415,12 +419,24 @@ pub struct ThrottlePatch {
     pub attribute: KeyPatch<ThrottleAttribute>,
     /// What to do with `node_limit`.
     pub node_limit: KeyPatch<u32>,
+    /// What to do with `shared_limit`.
+    pub shared_limit: KeyPatch<u32>,
 }
 
 impl ThrottleConfig {
-    /// Returns whether this config throttles (attribute and limit both set).
+    /// Returns whether this config throttles (an attribute and a limit set).
     pub fn is_enabled(&self) -> bool {
-        self.attribute.is_some() && self.node_limit.is_some()
+        self.attribute.is_some() && (self.node_limit.is_some() || self.shared_limit.is_some())
+    }
+
+    /// The node allowance per bucket: `node_limit`, 0 on a shared-only group.
+    pub fn node_allowance(&self) -> u32 {
+        self.node_limit.unwrap_or(0)
+    }
+
+    /// The cluster-wide pool per bucket, when the group has one (`shared_limit >= 1`).
+    pub fn shared_pool(&self) -> Option<u32> {
+        self.shared_limit.filter(|s| *s > 0)
     }
 
     /// Returns this bag merged with a patch (not yet validated as a whole).
@@ -431,45 +447,78 @@ impl ThrottleConfig {
             BagPatch::Overlay(p) => ThrottleConfig {
                 attribute: p.attribute.apply(self.attribute),
                 node_limit: p.node_limit.apply(self.node_limit),
+                shared_limit: p.shared_limit.apply(self.shared_limit),
             },
         }
     }
 
-    /// Checks the merged config as a whole: attribute and limit go together and the ceiling is not 0.
+    /// Checks the merged config as a whole: an attribute and a limit go together and the
+    /// ceiling `node_limit × N + shared_limit` is not 0.
     pub fn validate(&self) -> Result<()> {
-        match (self.attribute, self.node_limit) {
-            (None, None) => Ok(()),
-            (None, Some(_)) => Err(CoreError::validation(
-                "throttling.attribute",
-                "throttling.attribute is required when throttling.node_limit is set; set it to group, \
-                 username or role, or set throttling to null to disable throttling",
-            )),
-            (Some(a), None) => Err(CoreError::validation(
+        let any_limit = self.node_limit.is_some() || self.shared_limit.is_some();
+        match (self.attribute, any_limit) {
+            (None, false) => Ok(()),
+            (None, true) => {
+                let which = if self.node_limit.is_some() {
+                    "throttling.node_limit"
+                } else {
+                    "throttling.shared_limit"
+                };
+                Err(CoreError::validation(
+                    "throttling.attribute",
+                    format!(
+                        "throttling.attribute is required when {which} is set; set it to group, \
+                         username or role, or set throttling to null to disable throttling"
+                    ),
+                ))
+            }
+            (Some(a), false) => Err(CoreError::validation(
                 "throttling.node_limit",
                 format!(
                     "throttling.node_limit is required when throttling.attribute is set (attribute is [{}]); \
-                     set a limit >= 1, or set throttling to null to disable throttling",
+                     set a limit >= 1 (or a cluster-wide throttling.shared_limit), or set throttling to null \
+                     to disable throttling",
                     a.as_str()
                 ),
             )),
-            (Some(_), Some(0)) => Err(CoreError::validation(
-                "throttling.node_limit",
-                "effective throttle ceiling is 0 (node_limit=0 and no shared tier); this would reject \
-                 every request: set throttling.node_limit >= 1, or set throttling to null to disable throttling",
-            )),
-            (Some(_), Some(_)) => Ok(()),
+            (Some(_), true)
+                if self.node_allowance() == 0 && self.shared_limit.unwrap_or(0) == 0 =>
+            {
+                let field = if self.node_limit.is_some() {
+                    "throttling.node_limit"
+                } else {
+                    "throttling.shared_limit"
+                };
+                Err(CoreError::validation(
+                    field,
+                    format!(
+                        "effective throttle ceiling is 0 (node_limit={} and shared_limit={}); this would reject \
+                         every request: set throttling.node_limit >= 1 or throttling.shared_limit >= 1, or set \
+                         throttling to null to disable throttling",
+                        self.node_limit
+                            .map_or("unset".to_string(), |n| n.to_string()),
+                        self.shared_limit
+                            .map_or("unset".to_string(), |n| n.to_string()),
+                    ),
+                ))
+            }
+            (Some(_), true) => Ok(()),
         }
     }
 
     /// Renders the bag with string values, keys sorted.
     pub fn to_json(&self) -> Value {
         let limit = self.node_limit.map(|n| n.to_string());
+        let shared = self.shared_limit.map(|n| n.to_string());
         let mut entries: Vec<(&str, &str)> = Vec::new();
         if let Some(a) = self.attribute {
             entries.push((keys::THROTTLE_ATTRIBUTE, a.as_str()));
         }
         if let Some(l) = &limit {
             entries.push((keys::THROTTLE_NODE_LIMIT, l));
+        }
+        if let Some(l) = &shared {
+            entries.push((keys::THROTTLE_SHARED_LIMIT, l));
         }
         string_map(entries.into_iter())
     }
@@ -485,6 +534,7 @@ pub fn parse_throttle_patch(v: &Value) -> Result<BagPatch<ThrottlePatch>> {
     let mut patch = ThrottlePatch {
         attribute: KeyPatch::Keep,
         node_limit: KeyPatch::Keep,
+        shared_limit: KeyPatch::Keep,
     };
     for (key, value) in flat {
         match key.as_str() {
@@ -517,17 +567,21 @@ pub fn parse_throttle_patch(v: &Value) -> Result<BagPatch<ThrottlePatch>> {
                 }
             }
             keys::THROTTLE_SHARED_LIMIT => {
-                return Err(CoreError::validation(
-                    "throttling.shared_limit",
-                    "throttling.shared_limit is not supported: the cluster-wide shared tier does not exist yet, \
-                     so the limit would have no effect; remove the key and size throttling.node_limit instead",
-                ));
+                patch.shared_limit = match value {
+                    None => KeyPatch::Clear,
+                    Some(v) => KeyPatch::Set(parse_count(
+                        "throttling.shared_limit",
+                        v,
+                        u64::from(u32::MAX),
+                        "must be at most",
+                    )?),
+                }
             }
             other => {
                 return Err(CoreError::validation(
                     format!("throttling.{other}"),
                     format!(
-                        "unknown throttling setting [{other}]; the allowed keys are [attribute, node_limit]"
+                        "unknown throttling setting [{other}]; the allowed keys are [attribute, node_limit, shared_limit]"
                     ),
                 ));
             }
@@ -696,18 +750,66 @@ mod tests {
             ok,
             BagPatch::Overlay(ThrottlePatch {
                 attribute: KeyPatch::Keep,
-                node_limit: KeyPatch::Set(u32::MAX)
+                node_limit: KeyPatch::Set(u32::MAX),
+                shared_limit: KeyPatch::Keep,
             })
         );
     }
 
     #[test]
-    fn test_throttling_rejects_shared_limit_until_shared_tier_exists() {
+    fn test_shared_limit_is_a_non_negative_integer_and_the_ceiling_counts_it() {
+        let ok =
+            throttle(json!({"attribute": "group", "node_limit": 5, "shared_limit": "40"})).unwrap();
+        assert_eq!(
+            ok,
+            BagPatch::Overlay(ThrottlePatch {
+                attribute: KeyPatch::Set(ThrottleAttribute::Group),
+                node_limit: KeyPatch::Set(5),
+                shared_limit: KeyPatch::Set(40),
+            })
+        );
         assert_err(
-            throttle(json!({"attribute": "group", "node_limit": 5, "shared_limit": 40})),
+            throttle(json!({"shared_limit": -1})),
             "throttling.shared_limit",
-            "throttling.shared_limit is not supported: the cluster-wide shared tier does not exist yet, so the \
-             limit would have no effect; remove the key and size throttling.node_limit instead",
+            "throttling.shared_limit must be an integer >= 0, got -1",
+        );
+        let merged = |v: Value| {
+            let BagPatch::Overlay(_) = throttle(v.clone()).unwrap() else {
+                panic!()
+            };
+            ThrottleConfig::default().merge(&throttle(v).unwrap())
+        };
+        // Shared-only is valid; a zero ceiling is not, whichever limits are given.
+        let shared_only = merged(json!({"attribute": "username", "shared_limit": 3}));
+        assert!(shared_only.validate().is_ok());
+        assert!(shared_only.is_enabled());
+        assert_eq!(
+            (shared_only.node_allowance(), shared_only.shared_pool()),
+            (0, Some(3))
+        );
+        let zero = merged(json!({"attribute": "group", "node_limit": 0, "shared_limit": 0}));
+        let e = zero.validate().unwrap_err();
+        assert_eq!(e.field(), Some("throttling.node_limit"));
+        assert!(
+            e.to_string()
+                .contains("effective throttle ceiling is 0 (node_limit=0 and shared_limit=0)"),
+            "{e}"
+        );
+        let e = merged(json!({"shared_limit": 2})).validate().unwrap_err();
+        assert_eq!(e.field(), Some("throttling.attribute"));
+        assert!(
+            e.to_string()
+                .contains("when throttling.shared_limit is set"),
+            "{e}"
+        );
+        assert!(
+            merged(json!({"attribute": "group", "node_limit": 0, "shared_limit": 1}))
+                .validate()
+                .is_ok()
+        );
+        assert_eq!(
+            merged(json!({"attribute": "group", "node_limit": 2, "shared_limit": 9})).to_json(),
+            json!({"attribute": "group", "node_limit": "2", "shared_limit": "9"})
         );
     }
 
@@ -716,7 +818,7 @@ mod tests {
         assert_err(
             throttle(json!({"by": "username"})),
             "throttling.by",
-            "unknown throttling setting [by]; the allowed keys are [attribute, node_limit]",
+            "unknown throttling setting [by]; the allowed keys are [attribute, node_limit, shared_limit]",
         );
         assert_err(
             throttle(json!({"attribute": "tenant"})),
@@ -738,7 +840,8 @@ mod tests {
             throttle(json!({"node_limit": null})).unwrap(),
             BagPatch::Overlay(ThrottlePatch {
                 attribute: KeyPatch::Keep,
-                node_limit: KeyPatch::Clear
+                node_limit: KeyPatch::Clear,
+                shared_limit: KeyPatch::Keep,
             })
         );
     }

@@ -45,6 +45,42 @@ pub struct BucketKey {
     pub value: Option<Arc<str>>,
 }
 
+impl BucketKey {
+    /// The key as the shared tier names it between nodes (ring placement, owner tables,
+    /// offers): a JSON array `[group_id, attribute, value or null]`. Structured, so no user or
+    /// role name can make two keys collide, and it reads back with [`BucketKey::from_wire`].
+    pub fn to_wire(&self) -> String {
+        serde_json::json!([
+            &*self.group_id,
+            self.attribute.as_str(),
+            self.value.as_deref()
+        ])
+        .to_string()
+    }
+
+    /// Reads a key written by [`BucketKey::to_wire`]; `None` when `s` is not one.
+    pub fn from_wire(s: &str) -> Option<BucketKey> {
+        let v: serde_json::Value = serde_json::from_str(s).ok()?;
+        let [group, attribute, value] = v.as_array()?.as_slice() else {
+            return None;
+        };
+        let attribute = ThrottleAttribute::parse(attribute.as_str()?)?;
+        let value = match value {
+            serde_json::Value::Null => None,
+            serde_json::Value::String(s) => Some(Arc::from(s.as_str())),
+            _ => return None,
+        };
+        if value.is_some() != attribute.needs_principal() {
+            return None;
+        }
+        Some(BucketKey {
+            group_id: Arc::from(group.as_str()?),
+            attribute,
+            value,
+        })
+    }
+}
+
 /// Hashes the parts in as few bytes as the derived impl would, less the two 8-byte enum
 /// discriminants: the attribute and the presence of a value fit in one byte. Equal keys write
 /// the same bytes, as `Hash` requires; the `0xff` after each `str` keeps the parts apart.
@@ -262,5 +298,32 @@ mod tests {
             bucket(&g, Some(&user("x|y", &["x|y"]))),
             bucket(&r, Some(&user("x|y", &["x|y"])))
         );
+    }
+
+    #[test]
+    fn test_wire_form_round_trips_and_never_collides() {
+        let tricky = BucketKey {
+            group_id: Arc::from("g\",\"username"),
+            attribute: ThrottleAttribute::Username,
+            value: Some(Arc::from("a\"]b")),
+        };
+        let whole = BucketKey {
+            group_id: Arc::from("g"),
+            attribute: ThrottleAttribute::Group,
+            value: None,
+        };
+        for k in [&tricky, &whole] {
+            assert_eq!(BucketKey::from_wire(&k.to_wire()).as_ref(), Some(k));
+        }
+        assert_ne!(tricky.to_wire(), whole.to_wire());
+        for bad in [
+            "",
+            "[]",
+            "[\"g\",\"group\",\"x\"]",
+            "[\"g\",\"username\",null]",
+            "[1,\"group\",null]",
+        ] {
+            assert_eq!(BucketKey::from_wire(bad), None, "{bad}");
+        }
     }
 }

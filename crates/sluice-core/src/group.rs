@@ -967,7 +967,8 @@ mod tests {
             create(body(json!({"throttling": {"attribute": "group"}}))),
             "throttling.node_limit",
             "throttling.node_limit is required when throttling.attribute is set (attribute is [group]); set a \
-             limit >= 1, or set throttling to null to disable throttling",
+             limit >= 1 (or a cluster-wide throttling.shared_limit), or set throttling to null to disable \
+             throttling",
         );
     }
 
@@ -978,8 +979,9 @@ mod tests {
                 json!({"throttling": {"attribute": "group", "node_limit": 0}}),
             )),
             "throttling.node_limit",
-            "effective throttle ceiling is 0 (node_limit=0 and no shared tier); this would reject every \
-             request: set throttling.node_limit >= 1, or set throttling to null to disable throttling",
+            "effective throttle ceiling is 0 (node_limit=0 and shared_limit=unset); this would reject every \
+             request: set throttling.node_limit >= 1 or throttling.shared_limit >= 1, or set throttling to null \
+             to disable throttling",
         );
     }
 
@@ -1086,7 +1088,8 @@ mod tests {
             u.throttling,
             ThrottleConfig {
                 attribute: Some(ThrottleAttribute::Username),
-                node_limit: Some(7)
+                node_limit: Some(7),
+                shared_limit: None,
             }
         );
         let r = update(

@@ -92,6 +92,15 @@
 //!   lock, so a racing arrival is either released with the backlog or answered `Unthrottled`.
 //!   Tested by `test_release_group_resolves_every_waiter_unthrottled_and_empties_the_table`
 //!   and loom model (d) of `tests/loom_queue.rs`.
+//! - **N7 (external grants)** — a shared-tier lease handed to a bucket with
+//!   [`grant_external`](PermitTable::grant_external) goes to its oldest waiter (the FIFO of
+//!   N4) without touching the node count (N1 is about node slots; the lease is the shared
+//!   tier's), and is never lost: a waiter dropped after the grant and before it took it passes
+//!   the grant to the next waiter of the bucket, or — none left — to the orphan list that
+//!   [`take_orphaned_grants`](PermitTable::take_orphaned_grants) empties; no waiter at all
+//!   gives the token straight back. Tested by
+//!   `test_external_grant_goes_to_the_oldest_waiter_and_leaves_the_count_alone`,
+//!   `test_a_cancelled_external_grant_passes_on_then_becomes_an_orphan`.
 //!
 //! # Queueing
 //!
@@ -215,6 +224,10 @@ struct ShardState {
     /// Releases that found nothing to release, waiters whose bucket or node had vanished, a
     /// bucket asked to queue under two group handles (N2/N4 violations); 0 unless there is a bug.
     num_invariant_violations: u64,
+    /// External grants whose waiter was dropped (cancelled) after the grant and before it took
+    /// it, with no other waiter of the bucket to pass them to (N7): the server takes them back
+    /// with [`PermitTable::take_orphaned_grants`] and releases them.
+    orphaned: Vec<(BucketKey, u64)>,
 }
 
 /// The state of one live bucket.
@@ -369,6 +382,30 @@ impl PermitTable {
             Some(Ok(Some(slot))) => Acquire::Parked(Waiter::new(Arc::clone(shard), key, slot, tag)),
             Some(Err(refused)) => Acquire::Refused(refused),
         }
+    }
+
+    /// Hands an external grant — a shared-tier lease named by `token` — to the oldest waiter of
+    /// `key`'s bucket (N4's FIFO; the node count does not change: the waiter holds no node
+    /// slot). Returns the woken waiter's tag, or gives `token` back when the bucket has no
+    /// waiter (the caller then returns the lease). See N7.
+    pub fn grant_external(&self, key: &BucketKey, token: u64) -> Result<u64, u64> {
+        let key = self.hashed(key);
+        let shard = self.shard(key.hash);
+        let mut wakes = WakeList::default();
+        let tag = shard.state.lock().grant_external(&key, token, &mut wakes);
+        wakes.wake_all();
+        tag.ok_or(token)
+    }
+
+    /// Takes the external grants whose waiter was cancelled after the grant with nobody left
+    /// in its bucket to pass it to (N7); the caller releases them. The server's backstop sweep
+    /// calls it, so such a lease is returned within a sweep period.
+    pub fn take_orphaned_grants(&self) -> Vec<(BucketKey, u64)> {
+        let mut out = Vec::new();
+        for shard in &self.shards {
+            out.append(&mut shard.state.lock().orphaned);
+        }
+        out
     }
 
     /// Hands free slots of `key`'s bucket to its oldest waiters under its group's live limit;
@@ -614,6 +651,36 @@ impl Shard {
 }
 
 impl ShardState {
+    /// Pops the oldest waiter of `key`'s bucket and hands it the external grant `token`; the
+    /// entry goes if that leaves the bucket idle (N3). `None` when there is no waiter.
+    fn grant_external(&mut self, key: &HashedKey, token: u64, wakes: &mut WakeList) -> Option<u64> {
+        let bucket = self.buckets.get_mut(key)?;
+        let i = bucket.queue.pop_front(&mut self.waiters)?;
+        let node = self.waiters.get_mut(i);
+        node.state = queue::NodeState::External;
+        node.token = token;
+        let tag = node.tag;
+        if let Some(w) = node.take_waker() {
+            wakes.push(w);
+        }
+        if let Some(group) = &bucket.group {
+            group.leave_places(1);
+        }
+        bucket.after_leaving_queue();
+        if bucket.is_idle() {
+            self.buckets.remove(key);
+        }
+        Some(tag)
+    }
+
+    /// A waiter holding the external grant `token` was dropped before it took it: the grant
+    /// goes to the next waiter of the bucket, else to the orphan list (N7).
+    pub(super) fn pass_external(&mut self, key: &HashedKey, token: u64, wakes: &mut WakeList) {
+        if self.grant_external(key, token, wakes).is_none() {
+            self.orphaned.push((key.key.clone(), token));
+        }
+    }
+
     /// Gives back one slot of `key`'s bucket under the lock, passing it on to waiters as the
     /// live limit allows, and removes the entry when the bucket is idle (N3).
     ///

@@ -61,6 +61,26 @@ pub enum Throttle {
         /// park): counted as `total_would_queue`.
         would_queue: bool,
     },
+    /// The node allowance is exhausted (always, on a shared-only group) and the group has a
+    /// cluster-wide pool: the request must ask the bucket's owner for a shared lease. When it
+    /// may park, it is already parked (`waiter`): enqueue-first (seed 002), so a grant or an
+    /// owner push racing with the owner's answer always finds it queued; the lease then goes
+    /// to the bucket's oldest waiter ([`PermitTable::grant_external`]), and this request keeps
+    /// waiting on its waiter (which a node slot may also end). Without a waiter, a granted
+    /// lease is the request's own, and a denial refuses it (or, monitored, is only counted).
+    Shared {
+        /// The bucket.
+        key: BucketKey,
+        /// The bucket's cluster-wide pool (`shared_limit`).
+        shared_limit: u32,
+        /// The parked request, when it may park (never when monitored).
+        waiter: Option<Waiter>,
+        /// What the node tier saw.
+        node: Throttled,
+        /// `monitor_only` or a `monitor` group: a denial is counted, not enforced, and the owner
+        /// never registers a waiter for it.
+        monitored: bool,
+    },
     /// The bucket is full and the group is throttled: the request is refused (429).
     Rejected {
         /// The bucket.
@@ -77,7 +97,9 @@ impl Throttle {
     pub fn held_bucket(&self) -> Option<&BucketKey> {
         match self {
             Throttle::Admitted(p) => Some(p.key()),
-            Throttle::WouldThrottle { key, .. } | Throttle::Parked { key, .. } => Some(key),
+            Throttle::WouldThrottle { key, .. }
+            | Throttle::Parked { key, .. }
+            | Throttle::Shared { key, .. } => Some(key),
             Throttle::Unthrottled | Throttle::Rejected { .. } => None,
         }
     }
@@ -123,10 +145,14 @@ pub fn decide(
     let Some(group) = group else {
         return Throttle::Unthrottled;
     };
-    let (Some(attribute), Some(limit)) = (group.throttling.attribute, group.throttling.node_limit)
-    else {
+    if !group.throttling.is_enabled() {
+        return Throttle::Unthrottled;
+    }
+    let Some(attribute) = group.throttling.attribute else {
         return Throttle::Unthrottled;
     };
+    let limit = group.throttling.node_allowance();
+    let shared = group.throttling.shared_pool();
     let principal = match attribute {
         ThrottleAttribute::Group => None,
         ThrottleAttribute::Username | ThrottleAttribute::Role => principal,
@@ -144,6 +170,13 @@ pub fn decide(
     let Some(queue) = queue else {
         return match table.try_acquire(&key, u64::from(limit)) {
             Ok(permit) => Throttle::Admitted(permit),
+            Err(node) if shared.is_some() => Throttle::Shared {
+                key,
+                shared_limit: shared.unwrap_or(0),
+                waiter: None,
+                node,
+                monitored,
+            },
             Err(refused) if monitored => Throttle::WouldThrottle {
                 key,
                 refused,
@@ -162,11 +195,31 @@ pub fn decide(
         };
     };
     let policy = QueuePolicy::new(if may_park { size_per_bucket } else { 0 });
-    match table.acquire(&key, queue, policy, tag) {
-        Acquire::Admitted(permit) => Throttle::Admitted(permit),
-        Acquire::Parked(waiter) => Throttle::Parked { key, waiter },
-        Acquire::Refused(refused) => Throttle::Rejected { key, refused },
-        Acquire::Unthrottled => Throttle::Unthrottled,
+    let node_seen = |in_flight: u64| Throttled {
+        in_flight,
+        limit: queue.node_limit(),
+    };
+    match (table.acquire(&key, queue, policy, tag), shared) {
+        (Acquire::Admitted(permit), _) => Throttle::Admitted(permit),
+        (Acquire::Parked(waiter), None) => Throttle::Parked { key, waiter },
+        (Acquire::Parked(waiter), Some(shared_limit)) => Throttle::Shared {
+            node: node_seen(table.in_flight(&key)),
+            key,
+            shared_limit,
+            waiter: Some(waiter),
+            monitored: false,
+        },
+        // A full queue (or one the request may not use) does not rule out the shared pool: it
+        // is asked without parking.
+        (Acquire::Refused(refused), Some(shared_limit)) => Throttle::Shared {
+            node: node_seen(refused.in_flight),
+            key,
+            shared_limit,
+            waiter: None,
+            monitored: false,
+        },
+        (Acquire::Refused(refused), None) => Throttle::Rejected { key, refused },
+        (Acquire::Unthrottled, _) => Throttle::Unthrottled,
     }
 }
 
@@ -413,5 +466,86 @@ mod tests {
         t.release_group(&q);
         let v = queued(&t, WlmMode::Enabled, &g, &q);
         assert!(matches!(v, Throttle::Unthrottled), "{v:?}");
+    }
+
+    #[test]
+    fn test_an_exhausted_node_allowance_goes_to_the_shared_tier() {
+        let t = PermitTable::new();
+        // node_limit 1 + shared_limit 2, no queue: the first is a node permit, the second asks
+        // the shared tier without parking.
+        let g = group(
+            "enforced",
+            json!({"attribute": "group", "node_limit": 1, "shared_limit": 2}),
+        );
+        let first = decide(&t, WlmMode::Enabled, &id(), Some(&g), None, req(None, &[]));
+        assert!(matches!(first, Throttle::Admitted(_)), "{first:?}");
+        let second = decide(&t, WlmMode::Enabled, &id(), Some(&g), None, req(None, &[]));
+        let Throttle::Shared {
+            shared_limit,
+            waiter,
+            node,
+            monitored,
+            ..
+        } = &second
+        else {
+            panic!("expected the shared tier, got {second:?}");
+        };
+        assert_eq!(
+            (*shared_limit, waiter.is_none(), *monitored),
+            (2, true, false)
+        );
+        assert_eq!((node.in_flight, node.limit), (1, 1));
+        // Monitored requests ask too, flagged so a denial is only counted.
+        let m = decide(
+            &t,
+            WlmMode::MonitorOnly,
+            &id(),
+            Some(&g),
+            None,
+            req(None, &[]),
+        );
+        assert!(
+            matches!(
+                m,
+                Throttle::Shared {
+                    monitored: true,
+                    ..
+                }
+            ),
+            "{m:?}"
+        );
+        drop(first);
+        assert_eq!(
+            t.num_buckets(),
+            0,
+            "asking the shared tier leaves nothing in the node table"
+        );
+    }
+
+    #[test]
+    fn test_a_shared_only_group_parks_before_it_asks_the_owner() {
+        let t = PermitTable::new();
+        let g = group("enforced", json!({"attribute": "group", "shared_limit": 3}));
+        let g = WorkloadGroup {
+            queue: crate::bags::QueueConfig::default()
+                .merge(&crate::bags::parse_queue_patch(&json!({"size_per_bucket": 5})).unwrap()),
+            ..g
+        };
+        let q = GroupQueue::new(u64::from(g.throttling.node_allowance()));
+        let v = queued(&t, WlmMode::Enabled, &g, &q);
+        let Throttle::Shared {
+            waiter: Some(w),
+            key,
+            ..
+        } = v
+        else {
+            panic!("expected a parked shared ask, got {v:?}");
+        };
+        // Enqueue-first: the request is in its bucket's queue before the acquire is sent.
+        assert_eq!(t.num_parked(&key), 1);
+        assert_eq!(t.grant_external(&key, 9), Ok(w.tag()));
+        drop(w);
+        assert_eq!(t.take_orphaned_grants(), vec![(key, 9)]);
+        assert_eq!(t.num_buckets(), 0);
     }
 }

@@ -67,6 +67,7 @@ fn throttling(attribute: ThrottleAttribute) -> ThrottleConfig {
     ThrottleConfig {
         attribute: Some(attribute),
         node_limit: Some(4),
+        shared_limit: None,
     }
 }
 

@@ -126,6 +126,11 @@ impl Node {
             metastore,
             cluster_settings,
         });
+        state.cluster.shared().coordinator.set_sink(Arc::new(
+            crate::admission::shared::OfferToQueue {
+                state: Arc::downgrade(&state),
+            },
+        ));
         state
             .cluster
             .serve(Arc::new(crate::cluster::local::NodeRpc::new(&state)));
@@ -191,13 +196,15 @@ impl Node {
         let enforcement = tokio::spawn(crate::enforcement::run_loop(self.state.clone()));
         // The queues' backstop: a release already hands its slot to the bucket's oldest
         // waiter, so this only catches what nothing else drives (seed 002).
-        let workload = self.state.workload.clone();
+        // The shared tier's backstop too: orphaned leases back, parked buckets asked again.
+        let state = self.state.clone();
         let sweep = tokio::spawn(async move {
             let mut tick = tokio::time::interval(QUEUE_SWEEP);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                workload.permits.drain_all();
+                state.workload.permits.drain_all();
+                crate::admission::shared::sweep(&state).await;
             }
         });
         // Changes other nodes make to a shared metastore, and the metastore's reachability.

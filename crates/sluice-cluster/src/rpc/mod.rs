@@ -7,6 +7,7 @@
 //! by [`service::serve`]); a simulation can implement [`Transport`] over an in-memory network.
 
 pub mod service;
+pub mod shared_wire;
 pub mod tonic_transport;
 
 use std::future::Future;
@@ -78,6 +79,56 @@ pub trait LocalHandler: Send + Sync + 'static {
     fn local(&self, api: LocalApi, params: Value) -> BoxFuture<'static, LocalAnswer>;
 }
 
+/// A shared-tier call (see `shared/`): to a bucket's owner, or an owner's offer to a
+/// coordinator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SharedCall {
+    /// One lease of `bucket` under `limit`; with `wants_queue`, a denial registers the caller
+    /// as a waiter (it has parked the request first).
+    Acquire {
+        bucket: String,
+        limit: u64,
+        wants_queue: bool,
+    },
+    /// Extends the caller's leases.
+    Renew { leases: Vec<u64> },
+    /// Ends the caller's leases.
+    Release { leases: Vec<u64> },
+    /// The owner offers the reserved lease `lease` of `bucket` to a waiting coordinator.
+    Offer {
+        bucket: String,
+        lease: u64,
+        ttl: Duration,
+    },
+}
+
+/// The answer to a [`SharedCall`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SharedReply {
+    /// Acquire: granted.
+    Granted { lease: u64, ttl: Duration },
+    /// Acquire: the pool is full.
+    Denied {
+        in_use: u64,
+        limit: u64,
+        waiter_registered: bool,
+    },
+    /// Acquire: the owner's tables are at their hard cap; the caller fails open.
+    Overloaded,
+    /// Renew: the leases no longer held.
+    Renewed { lost: Vec<u64> },
+    /// Release: done.
+    Released,
+    /// Offer: whether the lease now runs a request, and whether more wait.
+    OfferAnswer { used: bool, more_waiting: bool },
+}
+
+/// What a node runs when another node makes a shared-tier call to it.
+pub trait SharedHandler: Send + Sync + 'static {
+    /// Answers `call` from node `from`.
+    fn shared(&self, from: &str, call: SharedCall) -> BoxFuture<'static, SharedReply>;
+}
+
 /// How a coordinator reaches other members. Implementations must end every call by
 /// `deadline`.
 pub trait Transport: Send + Sync + 'static {
@@ -92,4 +143,12 @@ pub trait Transport: Send + Sync + 'static {
         params: Value,
         deadline: Duration,
     ) -> BoxFuture<'_, Result<LocalAnswer, RpcError>>;
+
+    /// Makes a shared-tier call to `to`.
+    fn shared(
+        &self,
+        to: &Member,
+        call: SharedCall,
+        deadline: Duration,
+    ) -> BoxFuture<'_, Result<SharedReply, RpcError>>;
 }

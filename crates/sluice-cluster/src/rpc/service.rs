@@ -6,9 +6,12 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
-use super::LocalHandler;
 use super::proto::node_server::{Node, NodeServer};
-use super::proto::{Header, LocalApi, LocalReply, LocalRequest, PingReply, PingRequest};
+use super::proto::{
+    Header, LocalApi, LocalReply, LocalRequest, PingReply, PingRequest, SharedRequest,
+    SharedResponse,
+};
+use super::{LocalHandler, SharedHandler};
 use crate::PROTOCOL_VERSION;
 
 /// The prefix of a version-mismatch status message; the client reads the peer's version
@@ -20,9 +23,14 @@ pub async fn serve(
     listener: TcpListener,
     node_id: String,
     handler: Arc<dyn LocalHandler>,
+    shared: Arc<dyn SharedHandler>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    let service = NodeService { node_id, handler };
+    let service = NodeService {
+        node_id,
+        handler,
+        shared,
+    };
     tonic::transport::Server::builder()
         .add_service(NodeServer::new(service))
         .serve_with_incoming_shutdown(
@@ -35,6 +43,7 @@ pub async fn serve(
 struct NodeService {
     node_id: String,
     handler: Arc<dyn LocalHandler>,
+    shared: Arc<dyn SharedHandler>,
 }
 
 /// Refuses a call whose header is missing or of another protocol version.
@@ -90,6 +99,23 @@ impl Node for NodeService {
             status: u32::from(answer.status),
             body_json,
         }))
+    }
+
+    async fn shared(
+        &self,
+        request: Request<SharedRequest>,
+    ) -> Result<Response<SharedResponse>, Status> {
+        let req = request.into_inner();
+        check_header(req.header.as_ref())?;
+        let from = req
+            .header
+            .as_ref()
+            .map(|h| h.from_node.clone())
+            .unwrap_or_default();
+        let call = super::shared_wire::call_of(req)
+            .ok_or_else(|| Status::invalid_argument("a shared-tier request without a call"))?;
+        let reply = self.shared.shared(&from, call).await;
+        Ok(Response::new(super::shared_wire::response(reply)))
     }
 }
 

@@ -14,7 +14,7 @@ use tonic::transport::{Channel, Endpoint};
 use super::proto::node_client::NodeClient;
 use super::proto::{Header, LocalApi, LocalRequest, PingRequest};
 use super::service::parse_version_mismatch;
-use super::{BoxFuture, LocalAnswer, RpcError, Transport};
+use super::{BoxFuture, LocalAnswer, RpcError, SharedCall, SharedReply, Transport};
 use crate::PROTOCOL_VERSION;
 use crate::clock::Clock;
 use crate::member::Member;
@@ -162,6 +162,25 @@ impl Transport for TonicTransport {
             })?;
             let status = u16::try_from(reply.status).unwrap_or(500);
             Ok(LocalAnswer { status, body })
+        })
+    }
+
+    fn shared(
+        &self,
+        to: &Member,
+        call: SharedCall,
+        deadline: Duration,
+    ) -> BoxFuture<'_, Result<SharedReply, RpcError>> {
+        let to = to.clone();
+        Box::pin(async move {
+            let mut client = self.client(&to)?;
+            let mut req = tonic::Request::new(super::shared_wire::request(self.header(), call));
+            req.set_timeout(deadline);
+            let resp = self.bounded(&to, deadline, client.shared(req)).await?;
+            super::shared_wire::reply_of(resp).ok_or_else(|| RpcError::Remote {
+                node: to.node_id.clone(),
+                reason: "a shared-tier response without a reply".into(),
+            })
         })
     }
 }

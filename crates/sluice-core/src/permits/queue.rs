@@ -272,6 +272,10 @@ pub enum Grant {
     Permit(Permit),
     /// The group's backlog was released: run without a permit.
     Unthrottled,
+    /// A grant from outside the node tier (a shared-tier lease, pushed or acquired for this
+    /// bucket): the request holds no node slot; the token names what it holds, and the caller
+    /// (who handed it over with [`PermitTable::grant_external`]) owns its release.
+    External(u64),
 }
 
 /// The state of a slab node.
@@ -285,6 +289,9 @@ pub(super) enum NodeState {
     Granted,
     /// Unlinked by a backlog release; holds nothing.
     Released,
+    /// Unlinked by [`PermitTable::grant_external`]: holds the external grant in `token`, no node
+    /// slot.
+    External,
 }
 
 /// One parked request's entry.
@@ -297,8 +304,17 @@ pub(super) struct Node {
     pub(super) state: NodeState,
     /// The caller's value (a task id), for listing.
     pub(super) tag: u64,
+    /// The external grant's token while `state` is `External`.
+    pub(super) token: u64,
     /// The waiter's waker once polled.
     waker: Option<Waker>,
+}
+
+impl Node {
+    /// Takes the waiter's waker, to wake it after the lock is released.
+    pub(super) fn take_waker(&mut self) -> Option<Waker> {
+        self.waker.take()
+    }
 }
 
 /// The nodes of one shard's parked waiters, addressed by index; freed nodes are reused, so the
@@ -322,6 +338,7 @@ impl Slab {
             next: NIL,
             state: NodeState::Parked,
             tag,
+            token: 0,
             waker: None,
         };
         match self.free {
@@ -626,13 +643,15 @@ impl Future for Waiter {
         let this = self.get_mut();
         let at = this.inner.as_ref().expect("Waiter polled after completion");
         let mut old_waker = None;
+        let mut token = 0;
         let state = {
             let mut guard = at.shard.state.lock();
             let node = guard.waiters.get_mut(at.slot);
             let state = node.state;
             match state {
                 NodeState::Parked => old_waker = node.register(cx.waker()),
-                NodeState::Granted | NodeState::Released => {
+                NodeState::Granted | NodeState::Released | NodeState::External => {
+                    token = guard.waiters.get(at.slot).token;
                     old_waker = guard.waiters.free(at.slot);
                 }
                 NodeState::Free => {
@@ -648,6 +667,10 @@ impl Future for Waiter {
             NodeState::Granted => {
                 let ParkedAt { shard, key, .. } = this.inner.take().expect("checked above");
                 Poll::Ready(Grant::Permit(Permit { shard, key }))
+            }
+            NodeState::External => {
+                this.inner = None;
+                Poll::Ready(Grant::External(token))
             }
             // Free would be a bug (counted above); run unthrottled rather than hang.
             NodeState::Released | NodeState::Free => {
@@ -672,6 +695,10 @@ impl Drop for Waiter {
             match node_state {
                 NodeState::Parked => state.cancel_parked(&at.key, at.slot, &mut wakes),
                 NodeState::Granted => state.release_slot(&at.key, &mut wakes),
+                NodeState::External => {
+                    let token = state.waiters.get(at.slot).token;
+                    state.pass_external(&at.key, token, &mut wakes);
+                }
                 NodeState::Released => {}
                 NodeState::Free => {
                     debug_assert!(false, "a waiter's node was freed under it");

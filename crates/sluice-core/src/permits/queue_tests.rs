@@ -644,7 +644,9 @@ fn test_threads_parking_and_releasing_keep_the_limit_and_leave_nothing() {
                                         &Waker::from(std::sync::Arc::new(CountingWaker::default())),
                                     ) {
                                         Poll::Ready(Grant::Permit(p)) => break Some(p),
-                                        Poll::Ready(Grant::Unthrottled) => unreachable!(),
+                                        Poll::Ready(Grant::Unthrottled | Grant::External(_)) => {
+                                            unreachable!()
+                                        }
                                         Poll::Pending => std::thread::yield_now(),
                                     }
                                 }
@@ -668,4 +670,55 @@ fn test_threads_parking_and_releasing_keep_the_limit_and_leave_nothing() {
     assert!(completed.load(Ordering::SeqCst) > 0);
     assert_empty(&table);
     assert_eq!(g.num_parked(), 0);
+}
+
+#[test]
+fn test_external_grant_goes_to_the_oldest_waiter_and_leaves_the_count_alone() {
+    let table = PermitTable::new();
+    // A shared-only bucket: no node slots at all, so every request parks.
+    let g = GroupQueue::new(0);
+    let k = group_key("g");
+    let mut w1 = parked(table.acquire(&k, &g, policy(10), 1));
+    let mut w2 = parked(table.acquire(&k, &g, policy(10), 2));
+    assert_eq!(table.grant_external(&k, 77), Ok(1), "the oldest waiter");
+    assert!(matches!(
+        poll_noop(&mut w1),
+        Poll::Ready(Grant::External(77))
+    ));
+    assert_eq!(table.in_flight(&k), 0, "no node slot was taken");
+    assert_eq!(g.num_parked(), 1);
+    assert_eq!(table.grant_external(&k, 78), Ok(2));
+    assert!(matches!(
+        poll_noop(&mut w2),
+        Poll::Ready(Grant::External(78))
+    ));
+    // Nobody left: the token comes straight back, and nothing is left behind.
+    assert_eq!(table.grant_external(&k, 79), Err(79));
+    drop((w1, w2));
+    assert_empty(&table);
+    assert!(table.take_orphaned_grants().is_empty());
+}
+
+#[test]
+fn test_a_cancelled_external_grant_passes_on_then_becomes_an_orphan() {
+    let table = PermitTable::new();
+    let g = GroupQueue::new(0);
+    let k = group_key("g");
+    let w1 = parked(table.acquire(&k, &g, policy(10), 1));
+    let mut w2 = parked(table.acquire(&k, &g, policy(10), 2));
+    assert_eq!(table.grant_external(&k, 5), Ok(1));
+    // Cancelled after the grant, before taking it: the grant passes to the next waiter.
+    drop(w1);
+    assert!(matches!(
+        poll_noop(&mut w2),
+        Poll::Ready(Grant::External(5))
+    ));
+    // Granted again and cancelled with nobody left: the grant is an orphan, never lost.
+    let w3 = parked(table.acquire(&k, &g, policy(10), 3));
+    assert_eq!(table.grant_external(&k, 6), Ok(3));
+    drop(w3);
+    assert_eq!(table.take_orphaned_grants(), vec![(k.clone(), 6)]);
+    assert!(table.take_orphaned_grants().is_empty(), "taken once");
+    drop(w2);
+    assert_empty(&table);
 }

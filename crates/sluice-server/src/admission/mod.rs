@@ -24,6 +24,7 @@
 pub mod nested;
 pub mod queue;
 pub mod share;
+pub mod shared;
 pub mod tag;
 pub mod throttle;
 pub mod ticket;
@@ -180,6 +181,10 @@ pub async fn admit(st: &Arc<AppState>, meta: &RequestMeta, spec: TaskSpec) -> Ap
             let wait = queue::Wait::Slot { key, waiter };
             queue::wait(st, &entry, &task, wait, cancel_after).await?
         }
+        throttle::Decided::Shared(ask) => match shared::ask(st, &entry, ask).await? {
+            queue::Wait::Granted(g) if !queued => (g, door),
+            wait => queue::wait(st, &entry, &task, wait, cancel_after).await?,
+        },
     };
     if let Some(r) = reservation {
         // Set once, on the task registered above.

@@ -53,6 +53,14 @@ impl NestedSearchHook for NestedSearches {
                     "a nested search cannot wait in a throttle queue",
                 ));
             }
+            // Its parent holds the bucket (D8), so this cannot happen for its own group; a
+            // call to another node cannot be made from the execution thread: refuse.
+            super::throttle::Decided::Shared(_) => {
+                return Err(EngineError::new(
+                    sluice_engine::ErrorCode::RejectedExecution,
+                    "a nested search cannot ask the cluster-wide shared tier for a lease",
+                ));
+            }
         };
         if let Some(k) = &granted.bucket {
             held.push(k.clone());

@@ -72,7 +72,20 @@ pub async fn wait(
                 Grant::Permit(permit) => Granted {
                     bucket: Some(key),
                     permit: Some(permit),
+                    lease: None,
                 },
+                // A shared-tier lease an owner granted or pushed for this bucket.
+                Grant::External(token) => {
+                    let lease = st.cluster.shared().coordinator.take_handed(token);
+                    if lease.is_some() {
+                        entry.stats.total_shared_pushed.inc();
+                    }
+                    Granted {
+                        bucket: Some(key),
+                        permit: None,
+                        lease,
+                    }
+                }
                 Grant::Unthrottled if task.is_cancelled() => {
                     return Err(cancelled(task, None));
                 }
@@ -84,6 +97,7 @@ pub async fn wait(
                     let granted = Granted {
                         bucket: Some(key),
                         permit: None,
+                        lease: None,
                     };
                     return Ok((granted, reservation));
                 }

@@ -29,6 +29,9 @@ use crate::workload::GroupEntry;
 pub struct Granted {
     /// The permit of the request's bucket, when it took one.
     pub permit: Option<Permit>,
+    /// The shared-tier slot it holds (a lease, or a fail-open slot), when the node allowance
+    /// was exhausted ([`super::shared`]).
+    pub lease: Option<sluice_cluster::shared::coordinator::SharedLease>,
     /// The bucket the request now holds for its nested searches (D8): its permit's, or a
     /// monitored breach's.
     pub bucket: Option<BucketKey>,
@@ -46,6 +49,9 @@ pub enum Decided {
         /// Resolves with a slot, or when the group's backlog is released.
         waiter: Waiter,
     },
+    /// The node allowance is exhausted and the group has a cluster-wide pool: the request
+    /// asks the bucket's owner ([`super::shared::ask`]).
+    Shared(super::shared::Ask),
 }
 
 /// Decides a request's node-tier throttle: what it was granted, that it waits in a queue, or
@@ -81,8 +87,22 @@ pub fn throttle(
         Throttle::Admitted(permit) => Ok(Decided::Granted(Granted {
             bucket: Some(permit.key().clone()),
             permit: Some(permit),
+            lease: None,
         })),
         Throttle::Parked { key, waiter } => Ok(Decided::Parked { key, waiter }),
+        Throttle::Shared {
+            key,
+            shared_limit,
+            waiter,
+            node,
+            monitored,
+        } => Ok(Decided::Shared(super::shared::Ask {
+            key,
+            shared_limit,
+            waiter,
+            node,
+            monitored,
+        })),
         Throttle::WouldThrottle {
             key,
             refused,
@@ -102,6 +122,7 @@ pub fn throttle(
             );
             Ok(Decided::Granted(Granted {
                 permit: None,
+                lease: None,
                 bucket: Some(key),
             }))
         }

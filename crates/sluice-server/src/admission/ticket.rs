@@ -46,6 +46,8 @@ use crate::workload::GroupEntry;
 pub struct Held {
     _task: TaskGuard,
     _permit: Option<Permit>,
+    /// The shared-tier slot; its drop hands the release to a background task (never blocks).
+    _lease: Option<sluice_cluster::shared::coordinator::SharedLease>,
 }
 
 /// How a ticket's task ended, for its group's stats.
@@ -108,6 +110,7 @@ impl Admitted {
             held: Arc::new(Held {
                 _task: guard,
                 _permit: granted.permit,
+                _lease: granted.lease,
             }),
             run: Arc::new(Run {
                 st,

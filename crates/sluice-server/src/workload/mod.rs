@@ -213,17 +213,18 @@ impl Workload {
             return None;
         }
         Some(format!(
-            "workload group [{}] throttles per [{}], but auth.type is none: no request has a principal, so its node_limit does not apply; configure authentication or change throttling.attribute",
+            "workload group [{}] throttles per [{}], but auth.type is none: no request has a principal, so its limits do not apply; configure authentication or change throttling.attribute",
             group.name,
             attribute.as_str()
         ))
     }
 }
 
-/// The `node_limit` of a group whose throttle acts (throttling set, not `monitor`).
+/// The node allowance of a group whose throttle acts (throttling set, not `monitor`): its
+/// `node_limit`, 0 on a shared-only group (every request then goes to the shared tier).
 fn acting_limit(group: &WorkloadGroup) -> Option<u64> {
     if group.resiliency_mode == ResiliencyMode::Monitor || !group.throttling.is_enabled() {
         return None;
     }
-    group.throttling.node_limit.map(u64::from)
+    Some(u64::from(group.throttling.node_allowance()))
 }

@@ -113,6 +113,19 @@ pub struct GroupStats {
     pub unmeasured: Arc<sluice_core::resources::UnmeasuredTasks>,
     /// Monitored breaches that `enabled` would have parked (seed 002).
     pub total_would_queue: Counter,
+    /// Requests admitted with a shared-tier lease granted by the bucket's owner on acquire.
+    pub total_shared_acquired: Counter,
+    /// Parked requests admitted with a shared lease handed to their bucket's oldest waiter (an
+    /// owner's offer, or a lease another request of the bucket acquired: enqueue-first).
+    pub total_shared_pushed: Counter,
+    /// Requests the shared tier refused (429 naming the cluster-wide limit), or, monitored,
+    /// would have refused.
+    pub total_shared_throttled: Counter,
+    /// Requests admitted without a lease because no owner answered (fail open, seed 004).
+    pub total_shared_fail_open: Counter,
+    /// When (seconds since the epoch) a fail-open admission of the group was last logged: the
+    /// WARN is rate-limited to once a minute per group.
+    pub fail_open_logged_at: std::sync::atomic::AtomicU64,
     /// How fast the group's tasks end: what a 429's `Retry-After` is computed from (D14).
     pub drain: DrainRate,
     /// The CPU-time quota of a paced group (a queued `enforced` group with a cpu limit; see
@@ -248,6 +261,10 @@ impl GroupStats {
             "total_queue_wait_millis": self.total_queue_wait_millis.get(),
             "max_queue_wait_millis": self.max_queue_wait_millis.get(),
             "total_would_queue": self.total_would_queue.get(),
+            "total_shared_acquired": self.total_shared_acquired.get(),
+            "total_shared_pushed": self.total_shared_pushed.get(),
+            "total_shared_throttled": self.total_shared_throttled.get(),
+            "total_shared_fail_open": self.total_shared_fail_open.get(),
             "executing": self.executing(),
             "peak_executing": self.peak_executing.get(),
             "cpu": resource(&self.cpu),

@@ -5,3 +5,4 @@ mod fanout;
 mod harness;
 mod membership;
 mod metadata;
+mod shared_tier;

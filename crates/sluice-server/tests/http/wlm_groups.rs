@@ -249,9 +249,9 @@ async fn test_create_rejects_each_class_of_invalid_group() {
         (
             with(
                 "throttling",
-                json!({"attribute": "group", "node_limit": 5, "shared_limit": 50}),
+                json!({"attribute": "group", "node_limit": 0, "shared_limit": 0}),
             ),
-            "throttling.shared_limit is not supported",
+            "effective throttle ceiling is 0 (node_limit=0 and shared_limit=0)",
         ),
         (
             with(

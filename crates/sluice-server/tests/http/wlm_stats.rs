@@ -211,7 +211,15 @@ async fn test_list_table_pages_with_tokens_and_ends_with_a_footer() {
             "|",
             "MAX_QUEUE_WAIT_MILLIS",
             "|",
-            "TOTAL_WOULD_QUEUE"
+            "TOTAL_WOULD_QUEUE",
+            "|",
+            "TOTAL_SHARED_ACQUIRED",
+            "|",
+            "TOTAL_SHARED_PUSHED",
+            "|",
+            "TOTAL_SHARED_THROTTLED",
+            "|",
+            "TOTAL_SHARED_FAIL_OPEN"
         ]
     );
     let groups: Vec<&str> = lines[1..5]

@@ -92,7 +92,7 @@ pub const ROW_COLUMNS: [&str; 5] = [
 ];
 
 /// sluice's extra columns, after OpenSearch's: the throttle's and the queue's figures.
-pub const SLUICE_COLUMNS: [(&str, Figure); 9] = [
+pub const SLUICE_COLUMNS: [(&str, Figure); 13] = [
     ("TOTAL_THROTTLED", |s| s.total_throttled.get()),
     ("TOTAL_QUEUED", |s| s.total_queued.get()),
     ("TOTAL_QUEUE_REJECTIONS", |s| s.total_queue_rejections.get()),
@@ -104,6 +104,10 @@ pub const SLUICE_COLUMNS: [(&str, Figure); 9] = [
     }),
     ("MAX_QUEUE_WAIT_MILLIS", |s| s.max_queue_wait_millis.get()),
     ("TOTAL_WOULD_QUEUE", |s| s.total_would_queue.get()),
+    ("TOTAL_SHARED_ACQUIRED", |s| s.total_shared_acquired.get()),
+    ("TOTAL_SHARED_PUSHED", |s| s.total_shared_pushed.get()),
+    ("TOTAL_SHARED_THROTTLED", |s| s.total_shared_throttled.get()),
+    ("TOTAL_SHARED_FAIL_OPEN", |s| s.total_shared_fail_open.get()),
 ];
 
 /// This node's groups in id order, filtered by `groups` (a comma list of ids or `_all`) and

@@ -1,0 +1,240 @@
+//! The owner's side of the shared tier: the [`SharedPool`] of the buckets this node owns,
+//! behind one mutex, with the I/O around it — answering acquires, renewals and releases,
+//! pushing offers of freed leases to waiting coordinators, the TTL sweep and the purge of
+//! coordinators that leave the membership.
+//!
+//! An offer whose answer never arrives (the coordinator did not answer in time) leaves the
+//! lease reserved: if the coordinator did use it, it renews it; if not, the TTL sweep reclaims
+//! it. The owner never frees a lease it cannot prove unused, so an unknown outcome cannot
+//! over-admit (C1), and costs at most one TTL of one slot.
+
+use std::sync::{Arc, OnceLock, Weak};
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::coordinator::Coordinator;
+use super::pool::{AcquireOutcome, LeaseId, Offer, PoolLimits, SharedPool};
+use super::{LEASE_TTL, OFFER_DEADLINE, SWEEP_EVERY};
+use crate::clock::Clock;
+use crate::membership::Members;
+use crate::rpc::{SharedCall, SharedReply, Transport};
+
+/// The owner of this node's share of the buckets.
+pub struct Owner {
+    me: Arc<str>,
+    pool: Mutex<SharedPool>,
+    clock: Arc<dyn Clock>,
+    transport: Arc<dyn Transport>,
+    members: watch::Receiver<Members>,
+    local: OnceLock<Weak<Coordinator>>,
+}
+
+impl Owner {
+    /// An owner for node `me` with hard caps `limits`; starts its sweep and its purge of
+    /// departed coordinators (stopped by `stop`).
+    pub fn start(
+        me: Arc<str>,
+        limits: PoolLimits,
+        clock: Arc<dyn Clock>,
+        transport: Arc<dyn Transport>,
+        members: watch::Receiver<Members>,
+        stop: CancellationToken,
+    ) -> Arc<Owner> {
+        let o = Arc::new(Owner {
+            me,
+            pool: Mutex::new(SharedPool::new(limits)),
+            clock,
+            transport,
+            members,
+            local: OnceLock::new(),
+        });
+        tokio::spawn(sweeper(Arc::downgrade(&o), stop.clone()));
+        tokio::spawn(purger(Arc::downgrade(&o), o.members.clone(), stop));
+        o
+    }
+
+    /// Wires the node's own coordinator, which offers to this node go to in process.
+    pub fn set_local(&self, c: &Arc<Coordinator>) {
+        let _ = self.local.set(Arc::downgrade(c));
+    }
+
+    /// Answers an acquire from `from`.
+    pub fn acquire(&self, from: &str, bucket: &str, limit: u64, wants_queue: bool) -> SharedReply {
+        let now = self.clock.now();
+        let outcome = self.pool.lock().acquire(
+            &Arc::from(bucket),
+            limit,
+            &Arc::from(from),
+            wants_queue,
+            LEASE_TTL,
+            now,
+        );
+        match outcome {
+            AcquireOutcome::Granted { lease, .. } => SharedReply::Granted {
+                lease: lease.0,
+                ttl: LEASE_TTL,
+            },
+            AcquireOutcome::Denied {
+                in_use,
+                limit,
+                waiter_registered,
+            } => SharedReply::Denied {
+                in_use,
+                limit,
+                waiter_registered,
+            },
+            AcquireOutcome::Overloaded => SharedReply::Overloaded,
+        }
+    }
+
+    /// Answers a call of this node's own coordinator (releases and renewals of leases it owns).
+    pub fn handle_local(self: &Arc<Self>, from: &str, call: SharedCall) -> SharedReply {
+        self.handle(from, call)
+    }
+
+    /// Answers an owner-side call (acquire, renew, release) from `from`.
+    pub fn handle(self: &Arc<Self>, from: &str, call: SharedCall) -> SharedReply {
+        let now = self.clock.now();
+        let holder: Arc<str> = Arc::from(from);
+        match call {
+            SharedCall::Acquire {
+                bucket,
+                limit,
+                wants_queue,
+            } => self.acquire(from, &bucket, limit, wants_queue),
+            SharedCall::Renew { leases } => {
+                let ids: Vec<LeaseId> = leases.into_iter().map(LeaseId).collect();
+                let lost = self.pool.lock().renew(&holder, &ids, LEASE_TTL, now);
+                SharedReply::Renewed {
+                    lost: lost.into_iter().map(|l| l.0).collect(),
+                }
+            }
+            SharedCall::Release { leases } => {
+                let offers: Vec<Offer> = {
+                    let mut pool = self.pool.lock();
+                    leases
+                        .into_iter()
+                        .filter_map(|l| pool.release(&holder, LeaseId(l), now))
+                        .collect()
+                };
+                self.dispatch(offers);
+                SharedReply::Released
+            }
+            // Offers go to coordinators, not owners.
+            SharedCall::Offer { .. } => SharedReply::OfferAnswer {
+                used: false,
+                more_waiting: false,
+            },
+        }
+    }
+
+    /// Leases and buckets this owner holds, for stats and tests.
+    pub fn sizes(&self) -> (usize, usize) {
+        let pool = self.pool.lock();
+        (pool.num_buckets(), pool.num_leases())
+    }
+
+    /// Leases of `bucket` in use.
+    pub fn in_use(&self, bucket: &str) -> u64 {
+        self.pool.lock().in_use(bucket)
+    }
+
+    /// Sends each offer (in the background, one task per offer chain).
+    fn dispatch(self: &Arc<Self>, offers: Vec<Offer>) {
+        for offer in offers {
+            tokio::spawn(self.clone().send_offer(offer));
+        }
+    }
+
+    /// Offers a reserved lease to its coordinator, then to the next waiter while it comes back
+    /// unused.
+    async fn send_offer(self: Arc<Self>, mut offer: Offer) {
+        loop {
+            let answer = if *offer.to == *self.me {
+                match self.local.get().and_then(Weak::upgrade) {
+                    Some(c) => Some(c.handle_offer(&self.me, &offer.bucket, offer.lease.0)),
+                    None => None,
+                }
+            } else {
+                let member = self.members.borrow().get(&offer.to).cloned();
+                match member {
+                    Some(m) => self
+                        .transport
+                        .shared(
+                            &m,
+                            SharedCall::Offer {
+                                bucket: offer.bucket.to_string(),
+                                lease: offer.lease.0,
+                                ttl: LEASE_TTL,
+                            },
+                            OFFER_DEADLINE,
+                        )
+                        .await
+                        .ok(),
+                    // Gone: the purge of its leases frees the slot again.
+                    None => None,
+                }
+            };
+            let Some(SharedReply::OfferAnswer { used, more_waiting }) = answer else {
+                // Unknown outcome: keep the lease reserved (see the module docs).
+                return;
+            };
+            let now = self.clock.now();
+            let next = self
+                .pool
+                .lock()
+                .offer_result(&offer, used, more_waiting, LEASE_TTL, now);
+            match next {
+                Some(o) => offer = o,
+                None => return,
+            }
+        }
+    }
+}
+
+/// Reclaims expired leases every [`SWEEP_EVERY`] and offers what they free.
+async fn sweeper(o: Weak<Owner>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let Some(o) = o.upgrade() else { return };
+        let now = o.clock.now();
+        let offers = o.pool.lock().sweep(now);
+        o.dispatch(offers);
+    }
+}
+
+/// Purges the leases and waiter registrations of coordinators that leave the membership.
+async fn purger(o: Weak<Owner>, mut rx: watch::Receiver<Members>, stop: CancellationToken) {
+    let mut known: Vec<Arc<str>> = rx
+        .borrow_and_update()
+        .live
+        .iter()
+        .map(|m| Arc::from(m.node_id.as_str()))
+        .collect();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            changed = rx.changed() => if changed.is_err() { return },
+        }
+        let now_live: Vec<Arc<str>> = rx
+            .borrow_and_update()
+            .live
+            .iter()
+            .map(|m| Arc::from(m.node_id.as_str()))
+            .collect();
+        let Some(o) = o.upgrade() else { return };
+        for gone in known.iter().filter(|k| !now_live.contains(k)) {
+            let now = o.clock.now();
+            let offers = o.pool.lock().purge(gone, now);
+            o.dispatch(offers);
+        }
+        known = now_live;
+    }
+}

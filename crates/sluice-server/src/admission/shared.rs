@@ -1,0 +1,222 @@
+//! The shared tier (`throttling.shared_limit`, seed 004) as admission runs it, with its
+//! queueing (seed 002, cluster part). The protocol — ring, owners, leases, offers — is
+//! `sluice-cluster`'s (`shared/`); this module turns its answers into admission outcomes.
+//!
+//! # Decisions
+//! - Local first: only a request the node tier cannot admit (its bucket's `node_limit` is
+//!   used up, or the group is shared-only) asks the bucket's owner.
+//! - Enqueue-first: a request that may park is parked *before* the acquire is sent
+//!   ([`sluice_core::throttle::Throttle::Shared`]), and the owner registers this node as a
+//!   waiter inside the denial. A granted lease goes to the bucket's oldest parked request (FIFO
+//!   within the bucket), which may be another one; this request keeps waiting, and is woken by
+//!   a node slot, a later grant, or an owner's offer ([`OfferToQueue`]).
+//! - Fail open (seed 004, DESIGN D12): owner unreachable, deadline passed, empty ring or owner
+//!   at its hard cap → admitted without a lease, counted in `total_shared_fail_open`, logged
+//!   at WARN at most once a minute per group — within the coordinator's allowance (K1 of
+//!   `sluice-cluster`'s coordinator: leases plus fail-open slots ≤ `shared_limit` per bucket
+//!   per node), so an owner's loss over-admits at most `shared_limit` per node. Beyond the
+//!   allowance the request parks (if it may) or is refused naming the unavailable tier.
+//! - A monitored request (`monitor_only`, a `monitor` group) asks without registering as a
+//!   waiter; a denial is counted in `total_would_throttle` and `total_shared_throttled`, and
+//!   the request runs.
+
+use std::sync::atomic::Ordering;
+
+use sluice_cluster::shared::coordinator::{Acquired, OfferAnswer, OfferSink};
+use sluice_core::BucketKey;
+use sluice_core::permits::{Throttled, Waiter};
+use sluice_engine::{EngineError, ErrorCode};
+
+use super::queue::Wait;
+use super::throttle::{Granted, describe_bucket};
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::workload::GroupEntry;
+
+/// How often a group's fail-open admissions are logged at WARN: once a minute is enough to see
+/// an outage in the logs without a line per request during one.
+const FAIL_OPEN_LOG_EVERY_SECS: u64 = 60;
+
+/// A request the shared tier must decide ([`sluice_core::throttle::Throttle::Shared`]).
+#[derive(Debug)]
+pub struct Ask {
+    /// The bucket.
+    pub key: BucketKey,
+    /// Its cluster-wide pool.
+    pub shared_limit: u32,
+    /// The request, already parked, when it may park.
+    pub waiter: Option<Waiter>,
+    /// What the node tier saw.
+    pub node: Throttled,
+    /// Only monitored: a denial is counted, not enforced.
+    pub monitored: bool,
+}
+
+/// Asks the bucket's owner for a lease (see the module docs): the request runs now with it,
+/// keeps waiting in its queue, or is refused.
+pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, ApiError> {
+    let Ask {
+        key,
+        shared_limit,
+        waiter,
+        node,
+        monitored,
+    } = ask;
+    let coordinator = &st.cluster.shared().coordinator;
+    let bucket = key.to_wire();
+    let limit = u64::from(shared_limit);
+    let stats = &entry.stats;
+    let granted = |lease| {
+        Wait::Granted(Granted {
+            permit: None,
+            lease,
+            bucket: Some(key.clone()),
+        })
+    };
+    match (
+        coordinator.acquire(&bucket, limit, waiter.is_some()).await,
+        waiter,
+    ) {
+        (Acquired::Lease(lease), None) => {
+            stats.total_shared_acquired.inc();
+            Ok(granted(Some(lease)))
+        }
+        (Acquired::Lease(lease), Some(waiter)) => {
+            // FIFO: the bucket's oldest parked request gets it; this one keeps waiting.
+            let token = coordinator.hand(lease);
+            if let Err(token) = st.workload.permits.grant_external(&key, token) {
+                drop(coordinator.take_handed(token));
+            }
+            Ok(Wait::Slot { key, waiter })
+        }
+        (Acquired::Denied { .. } | Acquired::Unavailable { .. }, Some(waiter)) => {
+            // Parked and registered (or to be retried by the backstop sweep).
+            Ok(Wait::Slot { key, waiter })
+        }
+        (Acquired::FailOpen { lease, reason }, waiter) => {
+            drop(waiter);
+            stats.total_shared_fail_open.inc();
+            let now = super::now_secs();
+            let last = stats.fail_open_logged_at.load(Ordering::Relaxed);
+            if now >= last + FAIL_OPEN_LOG_EVERY_SECS
+                && stats
+                    .fail_open_logged_at
+                    .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                tracing::warn!(
+                    group = %entry.name(),
+                    bucket = %describe_bucket(&key),
+                    "shared tier unavailable ({reason}): admitting without a cluster-wide lease (fail open; at most {limit} such requests of the bucket on this node); logged at most once a minute, counted in total_shared_fail_open"
+                );
+            }
+            Ok(granted(Some(lease)))
+        }
+        (Acquired::Denied { in_use, limit, .. }, None) => {
+            stats.total_shared_throttled.inc();
+            if monitored {
+                stats.total_would_throttle.inc();
+                return Ok(granted(None));
+            }
+            let why = format!(
+                "and {in_use} of its cluster-wide limit of {limit} (shared_limit) are in use"
+            );
+            Err(refused(entry, &key, &node, &why))
+        }
+        (Acquired::Unavailable { reason }, None) => {
+            stats.total_shared_throttled.inc();
+            if monitored {
+                stats.total_would_throttle.inc();
+                return Ok(granted(None));
+            }
+            let why = format!(
+                "and its cluster-wide limit of {limit} could not be checked (cluster-wide throttle unavailable: {reason}) while this node already runs {limit} of the bucket's requests without it"
+            );
+            Err(refused(entry, &key, &node, &why))
+        }
+    }
+}
+
+/// Counts a shared-tier refusal and words its 429, naming the tier.
+fn refused(entry: &GroupEntry, key: &BucketKey, node: &Throttled, why: &str) -> ApiError {
+    let stats = &entry.stats;
+    stats.total_throttled.inc();
+    let retry_after_secs = stats.drain.retry_after_secs(super::now_secs(), 0, 1);
+    ApiError::Rejected {
+        error: EngineError::new(
+            ErrorCode::RejectedExecution,
+            format!(
+                "rejected by workload group [{}] ({}): bucket [{}] already has {} requests in flight on this node (node_limit is {}) {why}; it reached its cluster-wide limit (tier: shared); retry after {retry_after_secs}s",
+                entry.name(),
+                entry.id,
+                describe_bucket(key),
+                node.in_flight,
+                node.limit,
+            ),
+        ),
+        retry_after_secs,
+    }
+}
+
+/// Where an owner's offer goes: the oldest parked request of the bucket on this node.
+pub struct OfferToQueue {
+    /// The node's state, weakly (the state owns the cluster, which owns this sink).
+    pub state: std::sync::Weak<AppState>,
+}
+
+impl OfferSink for OfferToQueue {
+    fn offer(&self, bucket: &str, token: u64) -> OfferAnswer {
+        let none = OfferAnswer {
+            used: false,
+            more_waiting: false,
+        };
+        let (Some(st), Some(key)) = (self.state.upgrade(), BucketKey::from_wire(bucket)) else {
+            return none;
+        };
+        let permits = &st.workload.permits;
+        match permits.grant_external(&key, token) {
+            Ok(_) => OfferAnswer {
+                used: true,
+                more_waiting: permits.num_parked(&key) > 0,
+            },
+            Err(_) => none,
+        }
+    }
+}
+
+/// The backstop for the shared tier, run by the queue sweep: gives back leases whose parked
+/// request was cancelled with nobody to pass them to, and asks again for every bucket with
+/// parked requests of a group with a shared pool (a lost offer, an owner that was unreachable
+/// or at its cap when the request parked), so no parked request is stranded.
+pub async fn sweep(st: &AppState) {
+    let coordinator = &st.cluster.shared().coordinator;
+    for (_, token) in st.workload.permits.take_orphaned_grants() {
+        drop(coordinator.take_handed(token));
+    }
+    let view = st.workload.view();
+    let mut asked: Vec<BucketKey> = Vec::new();
+    for (key, _) in st.workload.permits.parked_all() {
+        if asked.contains(&key) {
+            continue;
+        }
+        let Some(shared_limit) = view
+            .groups
+            .get(&*key.group_id)
+            .and_then(|e| e.group.as_ref())
+            .and_then(|g| g.throttling.shared_pool())
+        else {
+            continue;
+        };
+        asked.push(key.clone());
+        let bucket = key.to_wire();
+        if let Acquired::Lease(lease) = coordinator
+            .acquire(&bucket, u64::from(shared_limit), true)
+            .await
+        {
+            let token = coordinator.hand(lease);
+            if let Err(token) = st.workload.permits.grant_external(&key, token) {
+                drop(coordinator.take_handed(token));
+            }
+        }
+    }
+}
