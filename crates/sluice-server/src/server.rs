@@ -126,11 +126,11 @@ impl Node {
             metastore,
             cluster_settings,
         });
-        state.cluster.shared().coordinator.set_sink(Arc::new(
-            crate::admission::shared::OfferToQueue {
-                state: Arc::downgrade(&state),
-            },
-        ));
+        let sink = Arc::new(crate::admission::shared::OfferToQueue {
+            state: Arc::downgrade(&state),
+        });
+        state.cluster.shared().coordinator.set_sink(sink.clone());
+        state.cluster.shared().owner.set_events(sink);
         state
             .cluster
             .serve(Arc::new(crate::cluster::local::NodeRpc::new(&state)));

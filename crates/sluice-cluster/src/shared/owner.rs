@@ -21,6 +21,12 @@ use crate::clock::Clock;
 use crate::membership::Members;
 use crate::rpc::{SharedCall, SharedReply, Transport};
 
+/// What the server learns of an owner's work, to show it per group.
+pub trait OwnerEvents: Send + Sync + 'static {
+    /// An offer of a freed lease of `bucket` was sent to a waiting coordinator (a push).
+    fn offer_sent(&self, bucket: &str);
+}
+
 /// The owner of this node's share of the buckets.
 pub struct Owner {
     me: Arc<str>,
@@ -29,6 +35,7 @@ pub struct Owner {
     transport: Arc<dyn Transport>,
     members: watch::Receiver<Members>,
     local: OnceLock<Weak<Coordinator>>,
+    events: OnceLock<Arc<dyn OwnerEvents>>,
 }
 
 impl Owner {
@@ -49,6 +56,7 @@ impl Owner {
             transport,
             members,
             local: OnceLock::new(),
+            events: OnceLock::new(),
         });
         tokio::spawn(sweeper(Arc::downgrade(&o), stop.clone()));
         tokio::spawn(purger(Arc::downgrade(&o), o.members.clone(), stop));
@@ -58,6 +66,20 @@ impl Owner {
     /// Wires the node's own coordinator, which offers to this node go to in process.
     pub fn set_local(&self, c: &Arc<Coordinator>) {
         let _ = self.local.set(Arc::downgrade(c));
+    }
+
+    /// Sets what the owner reports its pushes to (once; later calls do nothing).
+    pub fn set_events(&self, events: Arc<dyn OwnerEvents>) {
+        let _ = self.events.set(events);
+    }
+
+    /// Every bucket this owner holds leases of, with how many (offered ones included).
+    pub fn leases_by_bucket(&self) -> Vec<(Arc<str>, u64)> {
+        let pool = self.pool.lock();
+        pool.in_use_by_bucket()
+            .filter(|(_, n)| *n > 0)
+            .map(|(b, n)| (b.clone(), n))
+            .collect()
     }
 
     /// Answers an acquire from `from`.
@@ -152,6 +174,9 @@ impl Owner {
     /// unused.
     async fn send_offer(self: Arc<Self>, mut offer: Offer) {
         loop {
+            if let Some(events) = self.events.get() {
+                events.offer_sent(&offer.bucket);
+            }
             let answer = if *offer.to == *self.me {
                 match self.local.get().and_then(Weak::upgrade) {
                     Some(c) => Some(c.handle_offer(&self.me, &offer.bucket, offer.lease.0)),

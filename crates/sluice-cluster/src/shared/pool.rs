@@ -516,6 +516,11 @@ impl SharedPool {
         self.buckets.get(bucket).map_or(0, |b| b.in_use)
     }
 
+    /// Every live bucket with its leases out (offered ones included), in no set order.
+    pub fn in_use_by_bucket(&self) -> impl Iterator<Item = (&Arc<str>, u64)> {
+        self.buckets.iter().map(|(b, e)| (b, e.in_use))
+    }
+
     /// The limit of `bucket`'s latest acquire, while it has an entry.
     pub fn limit(&self, bucket: &str) -> Option<u64> {
         self.buckets.get(bucket).map(|b| b.limit)

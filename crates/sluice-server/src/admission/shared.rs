@@ -23,6 +23,7 @@
 use std::sync::atomic::Ordering;
 
 use sluice_cluster::shared::coordinator::{Acquired, OfferAnswer, OfferSink};
+use sluice_cluster::shared::owner::OwnerEvents;
 use sluice_core::BucketKey;
 use sluice_core::permits::{Throttled, Waiter};
 use sluice_engine::{EngineError, ErrorCode};
@@ -173,6 +174,9 @@ impl OfferSink for OfferToQueue {
         let (Some(st), Some(key)) = (self.state.upgrade(), BucketKey::from_wire(bucket)) else {
             return none;
         };
+        if let Some(e) = st.workload.view().groups.get(&*key.group_id) {
+            e.stats.total_shared_pushes_received.inc();
+        }
         let permits = &st.workload.permits;
         match permits.grant_external(&key, token) {
             Ok(_) => OfferAnswer {
@@ -181,6 +185,34 @@ impl OfferSink for OfferToQueue {
             },
             Err(_) => none,
         }
+    }
+}
+
+impl OwnerEvents for OfferToQueue {
+    fn offer_sent(&self, bucket: &str) {
+        let (Some(st), Some(key)) = (self.state.upgrade(), BucketKey::from_wire(bucket)) else {
+            return;
+        };
+        if let Some(e) = st.workload.view().groups.get(&*key.group_id) {
+            e.stats.total_shared_pushes_sent.inc();
+        }
+    }
+}
+
+/// Sets every group's `shared_leases_owned` from this node's owner table (read when stats
+/// are shown; a bucket whose group is gone counts for nobody).
+pub fn refresh_owned(st: &AppState) {
+    let mut per_group: std::collections::HashMap<std::sync::Arc<str>, u64> =
+        std::collections::HashMap::new();
+    for (bucket, n) in st.cluster.shared().owner.leases_by_bucket() {
+        if let Some(key) = BucketKey::from_wire(&bucket) {
+            *per_group.entry(key.group_id).or_default() += n;
+        }
+    }
+    for (id, e) in &st.workload.view().groups {
+        e.stats
+            .shared_leases_owned
+            .set(per_group.get(&**id).copied().unwrap_or(0));
     }
 }
 

@@ -33,6 +33,11 @@ impl Counter {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
     }
 
+    /// Sets the value (a gauge read from elsewhere).
+    pub fn set(&self, n: u64) {
+        self.0.store(n, Ordering::Relaxed);
+    }
+
     /// Raises the value to `n` if it is lower.
     pub fn raise_to(&self, n: u64) {
         self.0.fetch_max(n, Ordering::Relaxed);
@@ -123,6 +128,14 @@ pub struct GroupStats {
     pub total_shared_throttled: Counter,
     /// Requests admitted without a lease because no owner answered (fail open, seed 004).
     pub total_shared_fail_open: Counter,
+    /// Offers of freed shared leases of the group's buckets this node received as a
+    /// coordinator (taken or not; `total_shared_pushed` counts the taken ones).
+    pub total_shared_pushes_received: Counter,
+    /// Offers of freed shared leases of the group's buckets this node sent as their owner.
+    pub total_shared_pushes_sent: Counter,
+    /// Shared leases of the group's buckets this node holds as their owner, for all
+    /// coordinators (set from the owner's table when stats are read).
+    pub shared_leases_owned: Counter,
     /// When (seconds since the epoch) a fail-open admission of the group was last logged: the
     /// WARN is rate-limited to once a minute per group.
     pub fail_open_logged_at: std::sync::atomic::AtomicU64,
@@ -265,6 +278,9 @@ impl GroupStats {
             "total_shared_pushed": self.total_shared_pushed.get(),
             "total_shared_throttled": self.total_shared_throttled.get(),
             "total_shared_fail_open": self.total_shared_fail_open.get(),
+            "total_shared_pushes_received": self.total_shared_pushes_received.get(),
+            "total_shared_pushes_sent": self.total_shared_pushes_sent.get(),
+            "shared_leases_owned": self.shared_leases_owned.get(),
             "executing": self.executing(),
             "peak_executing": self.peak_executing.get(),
             "cpu": resource(&self.cpu),

@@ -223,4 +223,381 @@ async fn test_a_parked_request_of_a_shared_only_group_is_drained_by_the_owner_pu
     let g = &node["workload_groups"][&id];
     assert_eq!(g["total_shared_pushed"], 1, "{g}");
     assert_eq!(g["total_queued"], 1, "{g}");
+    assert!(g["total_shared_pushes_received"].as_u64() >= Some(1), "{g}");
+    // The owner (whichever node it is) counted the push it sent.
+    let mut sent = 0;
+    for i in 0..3 {
+        sent += figures(&c, i, &id).await["total_shared_pushes_sent"]
+            .as_u64()
+            .unwrap();
+    }
+    assert!(sent >= 1, "no node counted the push it sent");
+}
+
+/// Node `i`'s figures for group `id` (`_wlm/_local/stats/{id}`).
+async fn figures(c: &TestCluster, i: usize, id: &str) -> Value {
+    let (_, stats) = c.get(i, &format!("/_wlm/_local/stats/{id}")).await;
+    stats
+        .as_object()
+        .and_then(|o| {
+            o.iter()
+                .find(|(k, _)| !k.starts_with('_') && *k != "cluster_name")
+        })
+        .map(|(_, n)| n["workload_groups"][id].clone())
+        .unwrap_or(Value::Null)
+}
+
+/// The node (among `alive`) that holds the group's shared leases as their owner, once one does.
+async fn owner_of_leases(c: &TestCluster, alive: &[usize], id: &str) -> usize {
+    c.eventually(
+        Duration::from_secs(10),
+        "an owner holds the lease",
+        || async {
+            for &i in alive {
+                if figures(c, i, id).await["shared_leases_owned"].as_u64() >= Some(1) {
+                    return Some(i);
+                }
+            }
+            None
+        },
+    )
+    .await
+}
+
+/// Starts a heavy search of the group on a node other than the bucket's owner and returns
+/// (coordinator, owner, the search).
+async fn hold_on_a_non_owner(
+    c: &TestCluster,
+    id: &str,
+) -> (usize, usize, tokio::task::JoinHandle<(u16, Value)>) {
+    let header = [("workloadGroupId", id)];
+    let mut coordinator = 1;
+    loop {
+        let search = c.start_search(coordinator, "/heavy/_search", heavy_query(), &header);
+        c.eventually(Duration::from_secs(30), "the heavy search runs", || async {
+            (running(c, coordinator).await == 1).then_some(())
+        })
+        .await;
+        let owner = owner_of_leases(c, &[0, 1, 2], id).await;
+        if owner != coordinator {
+            return (coordinator, owner, search);
+        }
+        // This node owns the bucket: hold the lease from another one.
+        let (s, _) = c
+            .req(
+                coordinator,
+                "POST",
+                "/_tasks/_cancel?actions=*search*&nodes=_local",
+                None,
+            )
+            .await;
+        assert_eq!(s, 200);
+        let _ = tokio::time::timeout(Duration::from_secs(60), search).await;
+        c.eventually(Duration::from_secs(10), "the lease is released", || async {
+            (figures(c, owner, id).await["shared_leases_owned"] == 0).then_some(())
+        })
+        .await;
+        coordinator = (coordinator + 1) % 3;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_owner_killed_fails_open_counted_then_the_ceiling_returns() {
+    let mut c = TestCluster::start(3, "shared_owner_kill").await;
+    for i in 0..3 {
+        c.heavy_index(i).await;
+    }
+    enable(&c).await;
+    let id = group(
+        &c,
+        json!({"name": "tenant", "resiliency_mode": "enforced",
+        "resource_limits": {"memory": 0.5},
+        "throttling": {"attribute": "group", "shared_limit": 1}}),
+    )
+    .await;
+    everywhere(&c, 3, &id).await;
+    let header = [("workloadGroupId", id.as_str())];
+    let (holder, owner, held) = hold_on_a_non_owner(&c, &id).await;
+    let third = 3 - holder - owner;
+    // With the owner up, the third node is refused: the one cluster-wide slot is taken.
+    let (s, b) = c
+        .req_with(
+            third,
+            "POST",
+            "/heavy/_search",
+            Some(json!({"size": 0})),
+            &header,
+        )
+        .await;
+    assert_eq!(s, 429, "{b}");
+
+    c.kill9(owner).await;
+    // The owner is gone: the third node admits (fail open, within its allowance of one
+    // shared_limit at a time, K1), counts it, and never answers 429 or 5xx for it.
+    for _ in 0..3 {
+        let (s, b) = c
+            .req_with(
+                third,
+                "POST",
+                "/heavy/_search",
+                Some(json!({"size": 0})),
+                &header,
+            )
+            .await;
+        assert_eq!(s, 200, "{b}");
+    }
+    let g = figures(&c, third, &id).await;
+    assert!(g["total_shared_fail_open"].as_u64().unwrap() >= 1, "{g}");
+
+    // The ring settles on the two survivors: the held search ends, and the ceiling of one
+    // holds again, checked by the new owner, with no further fail-open admission.
+    for i in [holder, third] {
+        c.wait_members(i, 2, Duration::from_secs(20)).await;
+    }
+    let (s, _) = c
+        .req(
+            holder,
+            "POST",
+            "/_tasks/_cancel?actions=*search*&nodes=_local",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200);
+    let _ = tokio::time::timeout(Duration::from_secs(60), held).await;
+    let again = c.start_search(third, "/heavy/_search", heavy_query(), &header);
+    c.eventually(
+        Duration::from_secs(30),
+        "the new heavy search runs",
+        || async { (running(&c, third).await == 1).then_some(()) },
+    )
+    .await;
+    let fail_open_before = figures(&c, holder, &id).await["total_shared_fail_open"].clone();
+    let (s, b) = c
+        .eventually(
+            Duration::from_secs(10),
+            "the surviving owner refuses above the ceiling",
+            || async {
+                let r = c
+                    .req_with(
+                        holder,
+                        "POST",
+                        "/heavy/_search",
+                        Some(json!({"size": 0})),
+                        &header,
+                    )
+                    .await;
+                (r.0 == 429).then_some(r)
+            },
+        )
+        .await;
+    assert_eq!(s, 429, "{b}");
+    assert!(
+        b["error"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("tier: shared"),
+        "{b}"
+    );
+    assert_eq!(
+        figures(&c, holder, &id).await["total_shared_fail_open"],
+        fail_open_before
+    );
+    let _ = c
+        .req(
+            third,
+            "POST",
+            "/_tasks/_cancel?actions=*search*&nodes=_local",
+            None,
+        )
+        .await;
+    let _ = tokio::time::timeout(Duration::from_secs(60), again).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_leases_of_a_killed_coordinator_are_reclaimed() {
+    let mut c = TestCluster::start(3, "shared_reclaim").await;
+    for i in 0..3 {
+        c.heavy_index(i).await;
+    }
+    enable(&c).await;
+    let id = group(
+        &c,
+        json!({"name": "tenant", "resiliency_mode": "enforced",
+        "resource_limits": {"memory": 0.5},
+        "throttling": {"attribute": "group", "shared_limit": 1}}),
+    )
+    .await;
+    everywhere(&c, 3, &id).await;
+    let header = [("workloadGroupId", id.as_str())];
+    let (holder, owner, held) = hold_on_a_non_owner(&c, &id).await;
+    let third = 3 - holder - owner;
+    let (s, b) = c
+        .req_with(
+            third,
+            "POST",
+            "/heavy/_search",
+            Some(json!({"size": 0})),
+            &header,
+        )
+        .await;
+    assert_eq!(s, 429, "{b}");
+
+    // The coordinator dies holding the lease; nobody releases it. The owner reclaims it when
+    // the membership drops the node (purge) or, at the latest, when its TTL runs out (sweep):
+    // within LEASE_TTL (30 s) + SWEEP_EVERY (1 s).
+    c.kill9(holder).await;
+    let _ = held.await;
+    c.eventually(
+        Duration::from_secs(45),
+        "the owner reclaims the dead coordinator's lease",
+        || async { (figures(&c, owner, &id).await["shared_leases_owned"] == 0).then_some(()) },
+    )
+    .await;
+    let (s, b) = c
+        .req_with(
+            third,
+            "POST",
+            "/heavy/_search",
+            Some(json!({"size": 0})),
+            &header,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let g = figures(&c, third, &id).await;
+    assert_eq!(g["total_shared_fail_open"], 0, "{g}");
+}
+
+/// A task of the group seen running on a node: from its registration to the last time a
+/// listing saw it (both on the node's clock; one machine, one clock).
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    start_ms: f64,
+    last_ms: f64,
+}
+
+/// Margin after a task's registration by which its admission is decided for sure: the node
+/// tier decides at once and a shared acquire waits at most ACQUIRE_DEADLINE (200 ms). Counting
+/// a task as in flight only from `start + margin` never counts a refused or still-deciding
+/// request, so the observed overlap is a lower bound of the true one.
+const DECIDED_AFTER_MS: f64 = 250.0;
+
+/// The most intervals `[start + margin, last]` that overlap at one instant.
+fn max_overlap(seen: &[Seen]) -> usize {
+    let mut edges: Vec<(f64, i32)> = seen
+        .iter()
+        .filter(|s| s.last_ms > s.start_ms + DECIDED_AFTER_MS)
+        .flat_map(|s| [(s.start_ms + DECIDED_AFTER_MS, 1), (s.last_ms, -1)])
+        .collect();
+    // Ends before starts at the same instant: touching intervals do not overlap.
+    edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let (mut now, mut max) = (0i32, 0i32);
+    for (_, d) in edges {
+        now += d;
+        max = max.max(now);
+    }
+    max as usize
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_shared_only_ceiling_holds_under_load_on_three_coordinators() {
+    const CEILING: usize = 3;
+    const CLIENTS_PER_NODE: usize = 3;
+    /// How long the clients keep sending.
+    const LOAD_FOR: Duration = Duration::from_secs(12);
+    let c = std::sync::Arc::new(TestCluster::start(3, "shared_load").await);
+    for i in 0..3 {
+        c.heavy_index(i).await;
+    }
+    enable(&c).await;
+    let id = group(
+        &c,
+        json!({"name": "tenant", "resiliency_mode": "enforced",
+        "resource_limits": {"memory": 0.5},
+        "throttling": {"attribute": "group", "shared_limit": CEILING}}),
+    )
+    .await;
+    everywhere(&c, 3, &id).await;
+    let until = tokio::time::Instant::now() + LOAD_FOR;
+    let mut clients = Vec::new();
+    for node in 0..3 {
+        for _ in 0..CLIENTS_PER_NODE {
+            let (c, id) = (c.clone(), id.clone());
+            clients.push(tokio::spawn(async move {
+                let header = [("workloadGroupId", id.as_str())];
+                // Pacing of this load generator after a refusal, not a wait for an event.
+                let mut pace = tokio::time::interval(Duration::from_millis(20));
+                let (mut ok, mut refused) = (0u32, 0u32);
+                while tokio::time::Instant::now() < until {
+                    let (s, b) = c
+                        .req_with(node, "POST", "/heavy/_search", Some(heavy_query()), &header)
+                        .await;
+                    match s {
+                        200 => ok += 1,
+                        429 => {
+                            refused += 1;
+                            pace.tick().await;
+                        }
+                        other => panic!("unexpected {other}: {b}"),
+                    }
+                }
+                (ok, refused)
+            }));
+        }
+    }
+    // Watch every node's running searches of the group while the clients run.
+    let mut seen: std::collections::HashMap<(usize, u64), Seen> = Default::default();
+    while clients.iter().any(|h| !h.is_finished()) {
+        for node in 0..3 {
+            let (_, t) = c.get(node, "/_tasks?actions=*search*&nodes=_local").await;
+            let Some(nodes) = t["nodes"].as_object() else {
+                continue;
+            };
+            for task in nodes
+                .values()
+                .filter_map(|e| e["tasks"].as_object())
+                .flat_map(|t| t.values())
+            {
+                let (Some(task_id), Some(start), Some(nanos)) = (
+                    task["id"].as_u64(),
+                    task["start_time_in_millis"].as_f64(),
+                    task["running_time_in_nanos"].as_f64(),
+                ) else {
+                    continue;
+                };
+                let last = start + nanos / 1e6;
+                let e = seen.entry((node, task_id)).or_insert(Seen {
+                    start_ms: start,
+                    last_ms: last,
+                });
+                e.last_ms = e.last_ms.max(last);
+            }
+        }
+    }
+    let (mut ok, mut refused) = (0, 0);
+    for h in clients {
+        let (o, r) = h.await.unwrap();
+        ok += o;
+        refused += r;
+    }
+    let observed: Vec<Seen> = seen.values().copied().collect();
+    let peak = max_overlap(&observed);
+    assert!(
+        peak <= CEILING,
+        "{peak} searches of the group in flight at once across the cluster, ceiling {CEILING}"
+    );
+    assert!(
+        peak >= 2,
+        "the load never overlapped (peak {peak}): not a test of the ceiling"
+    );
+    assert!(
+        ok >= CEILING as u32 && refused > 0,
+        "ok {ok}, refused {refused}"
+    );
+    let mut fail_open = 0;
+    for i in 0..3 {
+        fail_open += figures(&c, i, &id).await["total_shared_fail_open"]
+            .as_u64()
+            .unwrap();
+    }
+    assert_eq!(fail_open, 0, "stable membership never fails open");
 }

@@ -219,7 +219,13 @@ async fn test_list_table_pages_with_tokens_and_ends_with_a_footer() {
             "|",
             "TOTAL_SHARED_THROTTLED",
             "|",
-            "TOTAL_SHARED_FAIL_OPEN"
+            "TOTAL_SHARED_FAIL_OPEN",
+            "|",
+            "TOTAL_SHARED_PUSHES_RECEIVED",
+            "|",
+            "TOTAL_SHARED_PUSHES_SENT",
+            "|",
+            "SHARED_LEASES_OWNED"
         ]
     );
     let groups: Vec<&str> = lines[1..5]

@@ -35,6 +35,7 @@ pub struct RowsParams {
 /// `{"workload_groups": {id: figures}}`; a requested group this node does not know is a
 /// `resource_not_found_exception` (a per-node failure in the coordinator's answer).
 pub(super) fn stats(st: &AppState, p: &StatsParams) -> Result<Value, EngineError> {
+    crate::admission::shared::refresh_owned(st);
     let entries = node_groups(st, p.groups.as_deref(), p.breach)?;
     let groups: Map<String, Value> = entries
         .iter()
@@ -56,6 +57,7 @@ pub(super) fn stats(st: &AppState, p: &StatsParams) -> Result<Value, EngineError
 /// `{"rows": [{"group": id, "cells": [...]}]}`: one row per group, its cells in
 /// [`ROW_COLUMNS`] order, rendered as the table prints them.
 pub(super) fn rows(st: &AppState, p: &RowsParams) -> Result<Value, EngineError> {
+    crate::admission::shared::refresh_owned(st);
     let entries = node_groups(st, p.groups.as_deref(), p.breach)?;
     let usage = |e: &GroupEntry, r: ResourceType| match &e.group {
         Some(g) if g.resource_limits.get(r).is_none() => "NA".to_string(),
@@ -92,7 +94,7 @@ pub const ROW_COLUMNS: [&str; 5] = [
 ];
 
 /// sluice's extra columns, after OpenSearch's: the throttle's and the queue's figures.
-pub const SLUICE_COLUMNS: [(&str, Figure); 13] = [
+pub const SLUICE_COLUMNS: [(&str, Figure); 16] = [
     ("TOTAL_THROTTLED", |s| s.total_throttled.get()),
     ("TOTAL_QUEUED", |s| s.total_queued.get()),
     ("TOTAL_QUEUE_REJECTIONS", |s| s.total_queue_rejections.get()),
@@ -108,6 +110,13 @@ pub const SLUICE_COLUMNS: [(&str, Figure); 13] = [
     ("TOTAL_SHARED_PUSHED", |s| s.total_shared_pushed.get()),
     ("TOTAL_SHARED_THROTTLED", |s| s.total_shared_throttled.get()),
     ("TOTAL_SHARED_FAIL_OPEN", |s| s.total_shared_fail_open.get()),
+    ("TOTAL_SHARED_PUSHES_RECEIVED", |s| {
+        s.total_shared_pushes_received.get()
+    }),
+    ("TOTAL_SHARED_PUSHES_SENT", |s| {
+        s.total_shared_pushes_sent.get()
+    }),
+    ("SHARED_LEASES_OWNED", |s| s.shared_leases_owned.get()),
 ];
 
 /// This node's groups in id order, filtered by `groups` (a comma list of ids or `_all`) and
