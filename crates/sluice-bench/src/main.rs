@@ -191,6 +191,12 @@ struct Args {
     #[arg(long, default_value_t = 64)]
     burst_clients: usize,
 
+    /// throttle-overhead: more nodes of --url's cluster, comma-separated. The index is loaded
+    /// into each (an embedded node searches its own data) and requests go round-robin over
+    /// --url and these; needed by the `shared` config (see scripts/cluster.sh).
+    #[arg(long, value_delimiter = ',', conflicts_with = "spawn")]
+    also_url: Vec<Url>,
+
     /// throttle-overhead: configs to compare, comma-separated; ratios are taken to `none`.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = Config::ALL)]
     configs: Vec<Config>,
@@ -393,18 +399,29 @@ fn run_throttle_overhead(args: &Args) -> Result<OverheadReport> {
     let (data_root, _temp_root) = data_root(args)?;
     let runtime = tokio::runtime::Runtime::new().context("could not start the tokio runtime")?;
     let (target, server) = runtime.block_on(connect(args, &data_root))?;
-    let http_load = if args.skip_load {
-        None
-    } else {
-        Some(runtime.block_on(load_over_http(&target, args))?)
-    };
+    let mut targets = vec![target];
+    for url in &args.also_url {
+        target::check_loopback(url)?;
+        targets.push(HttpTarget {
+            client: targets[0].client.clone(),
+            base_url: url.clone(),
+            index: args.index.clone(),
+        });
+    }
+    let mut http_load = None;
+    if !args.skip_load {
+        for node in &targets {
+            http_load = Some(runtime.block_on(load_over_http(node, args))?);
+        }
+    }
+    let target = &targets[0];
     let span = TimeSpan::of_generated(DEFAULT_START_EPOCH_MILLIS, args.docs);
     let pool = QueryPool::new(overhead::SHAPE, args.seed, span);
     let plan = args.overhead_plan();
     let empty = OverheadReport {
         seed: args.seed,
         num_docs: args.docs,
-        url: target.base_url.to_string(),
+        url: targets.iter().map(|t| t.base_url.to_string()).collect::<Vec<_>>().join(","),
         shape: overhead::SHAPE,
         rounds: plan.rounds,
         warmup_secs: plan.warmup.as_secs_f64(),
@@ -414,7 +431,7 @@ fn run_throttle_overhead(args: &Args) -> Result<OverheadReport> {
         rows: Vec::new(),
         groups: Vec::new(),
     };
-    let report = runtime.block_on(overhead::run(&target, &pool, &plan, empty));
+    let report = runtime.block_on(overhead::run(&targets, &pool, &plan, empty));
     if let Some(server) = server {
         runtime.block_on(server.stop())?;
     }
@@ -479,7 +496,7 @@ fn run(args: &Args) -> Result<Report> {
                 let summary = runtime
                     .block_on(measure::run_http(
                         &target.client,
-                        &target.search_url(),
+                        &[target.search_url()],
                         &pool.encoded,
                         &HeaderMap::new(),
                         concurrency,

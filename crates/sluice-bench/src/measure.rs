@@ -217,7 +217,7 @@ fn excerpt(text: &str) -> String {
 }
 
 /// Drives `POST <search_url>` with the pool's bodies and `headers` from `concurrency` tokio
-/// tasks.
+/// tasks, round-robin over `search_urls` (the same index on several nodes).
 ///
 /// A response counts as a success when its status is 2xx; its body is read in full either way.
 ///
@@ -227,7 +227,7 @@ fn excerpt(text: &str) -> String {
 /// disconnects; nothing is recorded.
 pub async fn run_http(
     client: &reqwest::Client,
-    search_url: &reqwest::Url,
+    search_urls: &[reqwest::Url],
     bodies: &[Bytes],
     headers: &HeaderMap,
     concurrency: usize,
@@ -236,9 +236,9 @@ pub async fn run_http(
     let bodies: Arc<[Bytes]> = bodies.into();
     let mut workers = tokio::task::JoinSet::new();
     for worker in 0..concurrency {
-        let (client, url, bodies, headers) = (
+        let (client, urls, bodies, headers) = (
             client.clone(),
-            search_url.clone(),
+            search_urls.to_vec(),
             bodies.clone(),
             headers.clone(),
         );
@@ -251,7 +251,9 @@ pub async fn run_http(
                     break;
                 }
                 let body = bodies[i % bodies.len()].clone();
-                let outcome = send_search(&client, &url, &headers, body).await;
+                // Round-robin over the nodes, each worker starting at another one.
+                let url = &urls[i % urls.len()];
+                let outcome = send_search(&client, url, &headers, body).await;
                 if started >= window.measure_from {
                     tally.record(outcome, started.elapsed());
                 }

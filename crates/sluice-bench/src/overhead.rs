@@ -39,6 +39,19 @@ pub const NODE_LIMIT: u64 = 100_000;
 const THROTTLED_GROUP: GroupSpec = GroupSpec {
     name: "bench_throttled",
     node_limit: Some(NODE_LIMIT),
+    shared_limit: None,
+};
+
+/// `throttling.shared_limit` of the shared-only group: as [`NODE_LIMIT`], far above any load
+/// of the run, so every request takes a lease of the cluster-wide pool (from its bucket's
+/// owner, over RPC unless the coordinator owns it) and none is refused.
+pub const SHARED_LIMIT: u64 = 100_000;
+
+/// The group the `shared` configuration tags requests with: shared-only (no `node_limit`).
+const SHARED_GROUP: GroupSpec = GroupSpec {
+    name: "bench_shared",
+    node_limit: None,
+    shared_limit: Some(SHARED_LIMIT),
 };
 
 /// The group the `tagged` configuration tags requests with: the same as [`THROTTLED_GROUP`]
@@ -46,6 +59,7 @@ const THROTTLED_GROUP: GroupSpec = GroupSpec {
 const TAGGED_GROUP: GroupSpec = GroupSpec {
     name: "bench_tagged",
     node_limit: None,
+    shared_limit: None,
 };
 
 /// The query shape the scenario measures: a `term` query returning 10 hits is about the
@@ -61,13 +75,20 @@ pub enum Config {
     None,
     /// Tagged into a group without throttling: the cost of tagging, without a permit.
     Tagged,
-    /// Tagged into a group with `attribute: group` and `node_limit` [`NODE_LIMIT`].
+    /// Tagged into a group with `attribute: group` and `node_limit` [`NODE_LIMIT`] (node-only).
     Group,
+    /// Tagged into a shared-only group: `attribute: group`, `shared_limit` [`SHARED_LIMIT`],
+    /// no `node_limit` — every request takes a lease of the cluster-wide tier. Meant for a
+    /// run over several nodes of one cluster (`--url` a comma-separated list).
+    Shared,
 }
 
 impl Config {
     /// Every configuration, in the order the scenario runs and reports them.
     pub const ALL: [Config; 3] = [Config::None, Config::Tagged, Config::Group];
+
+    /// Every configuration the reports know, in report order.
+    const ORDER: [Config; 4] = [Config::None, Config::Tagged, Config::Group, Config::Shared];
 
     /// Returns the configuration's name as used on the command line and in reports.
     pub fn name(self) -> &'static str {
@@ -75,6 +96,7 @@ impl Config {
             Config::None => "none",
             Config::Tagged => "tagged",
             Config::Group => "group",
+            Config::Shared => "shared",
         }
     }
 
@@ -84,6 +106,7 @@ impl Config {
             Config::None => None,
             Config::Tagged => Some(TAGGED_GROUP),
             Config::Group => Some(THROTTLED_GROUP),
+            Config::Shared => Some(SHARED_GROUP),
         }
     }
 }
@@ -183,10 +206,12 @@ pub struct OverheadRow {
 /// The ratios a report shows, as (configuration, baseline): each tagged configuration against
 /// untagged DEFAULT, and the throttled group against the same group without throttling — the
 /// permit's own cost, with tagging on both sides.
-pub const RATIO_PAIRS: [(Config, Config); 3] = [
+pub const RATIO_PAIRS: [(Config, Config); 5] = [
     (Config::Tagged, Config::None),
     (Config::Group, Config::None),
     (Config::Group, Config::Tagged),
+    (Config::Shared, Config::None),
+    (Config::Shared, Config::Group),
 ];
 
 /// A configuration's latencies and throughput divided by the baseline's at the same load.
@@ -255,20 +280,23 @@ pub struct OverheadReport {
     pub groups: Vec<GroupRow>,
 }
 
-/// Measures `plan` on the node behind `target` with the bodies of `pool`.
+/// Measures `plan` on the nodes behind `targets` (one, or several nodes of one cluster, each
+/// holding the same index; requests go round-robin over them) with the bodies of `pool`.
 ///
-/// Sets the cluster's WLM mode to `enabled` and re-creates the benchmark's groups first;
+/// Sets the cluster's WLM mode to `enabled` and re-creates the benchmark's groups first (on the
+/// first node; it waits until every node's view has them);
 /// `report` carries the fields this function does not know (seed, documents, load).
 ///
 /// # Cancel safety
 ///
 /// Dropping the future aborts the in-flight requests; the groups and mode stay as set.
 pub async fn run(
-    target: &HttpTarget,
+    targets: &[HttpTarget],
     pool: &QueryPool,
     plan: &Plan,
     mut report: OverheadReport,
 ) -> Result<OverheadReport> {
+    let target = &targets[0];
     wlm::set_mode(target, wlm::MODE_ENABLED).await?;
     let mut tags: Vec<(Config, String, String, HeaderMap)> = Vec::new();
     for &config in &plan.configs {
@@ -288,13 +316,16 @@ pub async fn run(
         tags.push((config, name, id, headers));
     }
     let ids: Vec<&str> = tags.iter().map(|(_, _, id, _)| id.as_str()).collect();
+    for node in targets {
+        wlm::wait_for_groups(node, &ids).await?;
+    }
     let before = wlm::group_counters(target, &ids).await?;
 
     let num_windows = plan.rounds * plan.loads.len();
     // samples[load][config][round]
     let mut samples: Vec<Vec<Vec<Sample>>> =
         vec![vec![Vec::with_capacity(plan.rounds); plan.configs.len()]; plan.loads.len()];
-    let search_url = target.search_url();
+    let search_urls: Vec<reqwest::Url> = targets.iter().map(HttpTarget::search_url).collect();
     for step in plan.schedule() {
         let level = plan.loads[step.load];
         let index = plan
@@ -305,7 +336,7 @@ pub async fn run(
         let window = Window::starting_now(plan.warmup, plan.window);
         let sample = measure::run_http(
             &target.client,
-            &search_url,
+            &search_urls,
             &pool.encoded,
             &tags[index].3,
             level.clients,
@@ -355,7 +386,7 @@ pub async fn run(
                 }
             })
             .collect();
-        rows.sort_by_key(|row| Config::ALL.iter().position(|&c| c == row.config));
+        rows.sort_by_key(|row| Config::ORDER.iter().position(|&c| c == row.config));
         report.rows.extend(rows);
     }
     let mut groups: Vec<GroupRow> = tags
@@ -367,7 +398,7 @@ pub async fn run(
             id,
         })
         .collect();
-    groups.sort_by_key(|row| Config::ALL.iter().position(|&c| c == row.config));
+    groups.sort_by_key(|row| Config::ORDER.iter().position(|&c| c == row.config));
     report.groups = groups;
     Ok(report)
 }
@@ -433,6 +464,26 @@ impl OverheadReport {
                     "group {} throttled {} requests (would have throttled {}); node_limit {} is not far above the load",
                     group.name, d.total_throttled, d.total_would_throttle, self.node_limit
                 ));
+            }
+            if group.config == Config::Shared {
+                if d.total_shared_throttled > 0 || d.total_shared_fail_open > 0 {
+                    problems.push(format!(
+                        "group {} was refused {} and failed open {} times in the shared tier; shared_limit {SHARED_LIMIT} is not far above the load or an owner was unreachable",
+                        group.name, d.total_shared_throttled, d.total_shared_fail_open
+                    ));
+                }
+                let measured: u64 = self
+                    .rows
+                    .iter()
+                    .filter(|r| r.config == Config::Shared)
+                    .map(|r| r.summary.num_requests)
+                    .sum();
+                if d.total_shared_acquired < measured {
+                    problems.push(format!(
+                        "group {} took {} shared leases for {measured} measured requests; the shared tier was not on their path",
+                        group.name, d.total_shared_acquired
+                    ));
+                }
             }
             if d.total_rejections > 0 || d.total_cancellations > 0 {
                 problems.push(format!(

@@ -42,6 +42,9 @@ pub struct GroupSpec {
     /// `throttling.node_limit` of a group-attribute throttle; `None` leaves the group
     /// unthrottled.
     pub node_limit: Option<u64>,
+    /// `throttling.shared_limit` (the cluster-wide pool) of the same throttle; `None` for
+    /// none.
+    pub shared_limit: Option<u64>,
 }
 
 impl GroupSpec {
@@ -52,8 +55,15 @@ impl GroupSpec {
             "resiliency_mode": "enforced",
             "resource_limits": { "memory": GROUP_MEMORY_LIMIT },
         });
-        if let Some(limit) = self.node_limit {
-            body["throttling"] = json!({ "attribute": "group", "node_limit": limit });
+        if self.node_limit.is_some() || self.shared_limit.is_some() {
+            let mut throttling = json!({ "attribute": "group" });
+            if let Some(limit) = self.node_limit {
+                throttling["node_limit"] = json!(limit);
+            }
+            if let Some(limit) = self.shared_limit {
+                throttling["shared_limit"] = json!(limit);
+            }
+            body["throttling"] = throttling;
         }
         body
     }
@@ -125,6 +135,15 @@ pub struct GroupCounters {
     pub total_rejections: u64,
     /// Tasks cancelled for the group's resource limits.
     pub total_cancellations: u64,
+    /// Requests admitted with a lease of the cluster-wide shared tier.
+    #[serde(default)]
+    pub total_shared_acquired: u64,
+    /// Requests the shared tier refused.
+    #[serde(default)]
+    pub total_shared_throttled: u64,
+    /// Requests admitted without a lease because no owner answered.
+    #[serde(default)]
+    pub total_shared_fail_open: u64,
 }
 
 impl GroupCounters {
@@ -144,6 +163,15 @@ impl GroupCounters {
             total_cancellations: self
                 .total_cancellations
                 .saturating_sub(before.total_cancellations),
+            total_shared_acquired: self
+                .total_shared_acquired
+                .saturating_sub(before.total_shared_acquired),
+            total_shared_throttled: self
+                .total_shared_throttled
+                .saturating_sub(before.total_shared_throttled),
+            total_shared_fail_open: self
+                .total_shared_fail_open
+                .saturating_sub(before.total_shared_fail_open),
         }
     }
 }
@@ -159,6 +187,30 @@ pub async fn group_counters(
 ) -> Result<BTreeMap<String, GroupCounters>> {
     let stats = send(target, reqwest::Method::GET, "_wlm/stats", None).await?;
     counters_of(&stats, ids)
+}
+
+/// Waits (up to ten seconds) until the node behind `target` has every group of `ids` in its
+/// view (`GET _wlm/_local/stats`): a group created on another node of a cluster reaches it
+/// within a second.
+///
+/// # Cancel safety
+///
+/// Dropping the future abandons the wait; nothing else is affected.
+pub async fn wait_for_groups(target: &HttpTarget, ids: &[&str]) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let stats = send(target, reqwest::Method::GET, "_wlm/_local/stats", None).await?;
+        if counters_of(&stats, ids).is_ok() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!(
+                "{} never showed the benchmark's groups {ids:?} in _wlm/_local/stats",
+                target.base_url
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 /// Sums each group's counters over the node objects of a `_wlm/stats` answer.
@@ -187,6 +239,9 @@ fn counters_of(stats: &Value, ids: &[&str]) -> Result<BTreeMap<String, GroupCoun
             sum.total_would_throttle += on_node.total_would_throttle;
             sum.total_rejections += on_node.total_rejections;
             sum.total_cancellations += on_node.total_cancellations;
+            sum.total_shared_acquired += on_node.total_shared_acquired;
+            sum.total_shared_throttled += on_node.total_shared_throttled;
+            sum.total_shared_fail_open += on_node.total_shared_fail_open;
             seen = true;
         }
         if !seen {
@@ -238,6 +293,7 @@ mod tests {
         let spec = GroupSpec {
             name: "bench",
             node_limit: Some(100_000),
+            shared_limit: None,
         };
         assert_eq!(
             spec.body(),
@@ -248,6 +304,7 @@ mod tests {
         let unthrottled = GroupSpec {
             name: "bench",
             node_limit: None,
+            shared_limit: None,
         };
         assert!(unthrottled.body().get("throttling").is_none());
     }
