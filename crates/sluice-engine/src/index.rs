@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 use serde_json::{Value, json};
@@ -23,6 +23,7 @@ use crate::error::{EngineError, ErrorCode, Result, tantivy_error};
 use crate::mapping::{Mapping, ParsedDocument, TypedValue};
 use crate::schema::{self, Fields};
 use crate::translog::{Record, Translog};
+use crate::versioning::{Current, Versioning};
 
 /// Heap the index writer may use before it flushes a segment, in bytes; 64 MB is tantivy's
 /// usual recommendation for bulk loading and fits many indices in the node's memory.
@@ -33,6 +34,10 @@ pub const DEFAULT_MAX_RESULT_WINDOW: u64 = 10_000;
 pub const DEFAULT_MAX_TERMS_COUNT: u64 = 65_536;
 /// OpenSearch's default `index.refresh_interval`.
 pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+/// OpenSearch's default `index.gc_deletes`: how long a delete's version is remembered, so a
+/// late write with an older external version, or a compare-and-set against the delete, is
+/// still judged against it.
+pub const DEFAULT_GC_DELETES: Duration = Duration::from_secs(60);
 
 const META_FILE: &str = "index.json";
 const TANTIVY_DIR: &str = "tantivy";
@@ -47,11 +52,22 @@ struct LiveDoc {
     seq_no: u64,
 }
 
+/// A delete remembered after the refresh that made it searchable (OpenSearch's delete
+/// tombstone in the live version map), until `index.gc_deletes` has passed.
+#[derive(Debug, Clone, Copy)]
+struct Tombstone {
+    version: u64,
+    seq_no: u64,
+    at: Instant,
+}
+
 /// The state only writers touch, behind one lock.
 struct WriteState {
     writer: IndexWriter,
     translog: Translog,
     live: HashMap<String, LiveDoc>,
+    /// Deletes already refreshed but younger than `index.gc_deletes`.
+    tombstones: HashMap<String, Tombstone>,
     next_seq_no: u64,
     /// Whether there are writes not yet committed.
     dirty: bool,
@@ -78,11 +94,15 @@ pub enum DocOp {
         source: Value,
         /// Whether an existing document may be replaced.
         op_type: OpType,
+        /// Compare-and-set and version conditions (validated by the caller).
+        versioning: Versioning,
     },
     /// Delete a document.
     Delete {
         /// The document id.
         id: String,
+        /// Compare-and-set and version conditions (validated by the caller).
+        versioning: Versioning,
     },
     /// Merge a partial document into an existing one.
     Update {
@@ -94,7 +114,26 @@ pub enum DocOp {
         doc_as_upsert: bool,
         /// The document to index when the document does not exist.
         upsert: Option<Value>,
+        /// `if_seq_no`/`if_primary_term` the existing document must carry.
+        versioning: Versioning,
+        /// `detect_noop`: an update that changes nothing is a `noop` (true, the default) or
+        /// still writes a new version (false).
+        detect_noop: bool,
+        /// Whether the result carries the document as written (`_source` on an update).
+        return_source: bool,
     },
+}
+
+impl DocOp {
+    /// An unconditional index or create of `source`.
+    pub fn index(id: Option<String>, source: Value, op_type: OpType) -> DocOp {
+        DocOp::Index {
+            id,
+            source,
+            op_type,
+            versioning: Versioning::default(),
+        }
+    }
 }
 
 /// The outcome of one successful document operation.
@@ -114,6 +153,8 @@ pub struct DocWriteResult {
     pub status: u16,
     /// Shard copies the write was meant for (1 + replicas); only the primary exists here.
     pub shards_total: u64,
+    /// The document after the write, when an update asked for it (`_source`).
+    pub source: Option<Arc<Value>>,
 }
 
 impl DocWriteResult {
@@ -239,6 +280,7 @@ impl IndexHandle {
         let (mut translog, records) = Translog::open(&dir.join(TRANSLOG_FILE))?;
         let mut next_seq_no = committed_seq.map_or(0, |s| s + 1);
         let mut replayed = 0usize;
+        let mut tombstones = HashMap::new();
         for rec in records {
             if committed_seq.is_some_and(|c| rec.seq() <= c) {
                 continue;
@@ -256,8 +298,18 @@ impl IndexHandle {
                         .add_document(to_tantivy(&fields, id, source, *version, *seq, &parsed))
                         .map_err(tantivy_error)?;
                 }
-                Record::Delete { id, .. } => {
+                Record::Delete { id, seq, version } => {
                     writer.delete_term(Term::from_field_text(fields.id, id));
+                    if *version > 0 {
+                        tombstones.insert(
+                            id.clone(),
+                            Tombstone {
+                                version: *version,
+                                seq_no: *seq,
+                                at: Instant::now(),
+                            },
+                        );
+                    }
                 }
             }
             next_seq_no = next_seq_no.max(rec.seq() + 1);
@@ -297,6 +349,7 @@ impl IndexHandle {
                 writer,
                 translog,
                 live: HashMap::new(),
+                tombstones,
                 next_seq_no,
                 dirty: false,
                 mapping,
@@ -391,6 +444,14 @@ impl IndexHandle {
                 Err(_) => Some(DEFAULT_REFRESH_INTERVAL),
             },
         }
+    }
+
+    /// `index.gc_deletes`: how long a delete's version is remembered after its refresh.
+    pub fn gc_deletes(&self) -> Duration {
+        self.settings()
+            .get(GC_DELETES)
+            .and_then(|v| sluice_wire::parse_time_value(v, GC_DELETES).ok())
+            .map_or(DEFAULT_GC_DELETES, |t| t.duration_opt().unwrap_or_default())
     }
 
     /// Number of live documents visible to search.
@@ -541,17 +602,52 @@ impl IndexHandle {
         results
     }
 
-    /// The current version of `id` as the writer sees it (live writes first, then the index).
-    fn current(&self, st: &WriteState, id: &str) -> Result<Option<StoredDoc>> {
+    /// What the writer knows of `id`: live writes first, then recent deletes, then the index.
+    fn current(&self, st: &WriteState, id: &str) -> Result<(Current, Option<StoredDoc>)> {
         if let Some(live) = st.live.get(id) {
-            return Ok(live.source.as_ref().map(|s| StoredDoc {
-                id: id.to_string(),
-                version: live.version,
-                seq_no: live.seq_no,
-                source: s.clone(),
-            }));
+            return Ok(match &live.source {
+                Some(s) => (
+                    Current::Live {
+                        version: live.version,
+                        seq_no: live.seq_no,
+                    },
+                    Some(StoredDoc {
+                        id: id.to_string(),
+                        version: live.version,
+                        seq_no: live.seq_no,
+                        source: s.clone(),
+                    }),
+                ),
+                None => (
+                    Current::Deleted {
+                        version: live.version,
+                        seq_no: live.seq_no,
+                    },
+                    None,
+                ),
+            });
         }
-        self.get_committed(id)
+        if let Some(t) = st.tombstones.get(id)
+            && t.at.elapsed() < self.gc_deletes()
+        {
+            return Ok((
+                Current::Deleted {
+                    version: t.version,
+                    seq_no: t.seq_no,
+                },
+                None,
+            ));
+        }
+        Ok(match self.get_committed(id)? {
+            Some(doc) => (
+                Current::Live {
+                    version: doc.version,
+                    seq_no: doc.seq_no,
+                },
+                Some(doc),
+            ),
+            None => (Current::Unknown, None),
+        })
     }
 
     fn apply_one(&self, st: &mut WriteState, op: DocOp) -> Result<DocWriteResult> {
@@ -563,35 +659,34 @@ impl IndexHandle {
                 id,
                 source,
                 op_type,
+                versioning,
             } => {
-                let generated_id = id.is_none();
-                let (id, existing) = match id {
-                    Some(id) => {
-                        validate_id(&id)?;
-                        let existing = self.current(st, &id)?;
-                        (id, existing)
-                    }
-                    None => (new_doc_id(), None),
+                let Some(id) = id else {
+                    // A generated id cannot collide, so no condition can apply.
+                    return self.put(st, new_doc_id(), source, 1, true, true, false);
                 };
+                validate_id(&id)?;
+                let (current, _) = self.current(st, &id)?;
                 if op_type == OpType::Create
-                    && let Some(ex) = &existing
+                    && let Current::Live { version, .. } = current
                 {
-                    return Err(EngineError::new(
-                            ErrorCode::VersionConflict,
-                            format!(
-                                "[{id}]: version conflict, document already exists (current version [{}])",
-                                ex.version
-                            ),
-                        )
-                        .with_index(&self.name));
+                    return Err(crate::versioning::conflict(
+                        &self.name,
+                        &id,
+                        &format!("document already exists (current version [{version}])"),
+                    ));
                 }
-                self.put(st, id, source, existing.map(|e| e.version), generated_id)
+                let version = versioning.check_write(&self.name, &id, current)?;
+                self.put(st, id, source, version, !current.is_live(), false, false)
             }
             DocOp::Update {
                 id,
                 doc,
                 doc_as_upsert,
                 upsert,
+                versioning,
+                detect_noop,
+                return_source,
             } => {
                 validate_id(&id)?;
                 if !doc.is_object() {
@@ -600,11 +695,15 @@ impl IndexHandle {
                         "Validation Failed: 1: script or doc is missing;",
                     ));
                 }
-                match self.current(st, &id)? {
+                let (current, existing) = self.current(st, &id)?;
+                match existing {
                     Some(existing) => {
+                        // The update reads the document, then writes it only if it is still
+                        // the one read (here both happen under the write lock).
+                        let version = versioning.check_write(&self.name, &id, current)?;
                         let mut merged = (*existing.source).clone();
                         let changed = merge_json(&mut merged, &doc);
-                        if !changed {
+                        if !changed && detect_noop {
                             return Ok(DocWriteResult {
                                 index: self.name.clone(),
                                 id,
@@ -613,35 +712,43 @@ impl IndexHandle {
                                 result: "noop",
                                 status: 200,
                                 shards_total: self.shards_total(),
+                                source: return_source.then(|| existing.source.clone()),
                             });
                         }
-                        self.put(st, id, merged, Some(existing.version), false)
+                        self.put(st, id, merged, version, false, false, return_source)
                     }
                     None => {
                         let source = if doc_as_upsert { Some(doc) } else { upsert };
                         match source {
-                            Some(source) => self.put(st, id, source, None, false),
+                            Some(source) => {
+                                let version =
+                                    Versioning::default().check_write(&self.name, &id, current)?;
+                                self.put(st, id, source, version, true, false, return_source)
+                            }
                             None => Err(EngineError::new(
                                 ErrorCode::DocumentMissing,
                                 format!("[{id}]: document missing"),
                             )
-                            .with_index(&self.name)),
+                            .with_index(&self.name)
+                            .with_extra("shard", Value::from("0"))),
                         }
                     }
                 }
             }
-            DocOp::Delete { id } => {
+            DocOp::Delete { id, versioning } => {
                 validate_id(&id)?;
-                let existing = self.current(st, &id)?;
+                let (current, _) = self.current(st, &id)?;
+                let version = versioning.check_write(&self.name, &id, current)?;
                 let seq_no = st.next_seq_no;
                 st.translog.append(&Record::Delete {
                     seq: seq_no,
                     id: id.clone(),
+                    version,
                 })?;
                 st.next_seq_no += 1;
                 st.writer
                     .delete_term(Term::from_field_text(self.fields.id, &id));
-                let version = existing.as_ref().map_or(1, |e| e.version + 1);
+                st.tombstones.remove(&id);
                 st.live.insert(
                     id.clone(),
                     LiveDoc {
@@ -651,7 +758,7 @@ impl IndexHandle {
                     },
                 );
                 st.dirty = true;
-                let found = existing.is_some();
+                let found = current.is_live();
                 Ok(DocWriteResult {
                     index: self.name.clone(),
                     id,
@@ -660,23 +767,27 @@ impl IndexHandle {
                     result: if found { "deleted" } else { "not_found" },
                     status: if found { 200 } else { 404 },
                     shards_total: self.shards_total(),
+                    source: None,
                 })
             }
         }
     }
 
+    /// Writes `source` as `id` at `version`; `created` says whether no live copy existed.
+    #[allow(clippy::too_many_arguments)]
     fn put(
         &self,
         st: &mut WriteState,
         id: String,
         source: Value,
-        existing_version: Option<u64>,
+        version: u64,
+        created: bool,
         generated_id: bool,
+        return_source: bool,
     ) -> Result<DocWriteResult> {
         // parse_document leaves the mapping as it was when it fails.
         let parsed = st.mapping.parse_document(&source, &id)?;
         let seq_no = st.next_seq_no;
-        let version = existing_version.map_or(1, |v| v + 1);
         let doc = to_tantivy(&self.fields, &id, &source, version, seq_no, &parsed);
         st.translog.append_index(seq_no, &id, version, &source)?;
         st.next_seq_no += 1;
@@ -684,18 +795,19 @@ impl IndexHandle {
             // Replaces any earlier copy, committed or not; generated ids cannot collide.
             st.writer
                 .delete_term(Term::from_field_text(self.fields.id, &id));
+            st.tombstones.remove(&id);
         }
         st.writer.add_document(doc).map_err(tantivy_error)?;
+        let source = Arc::new(source);
         st.live.insert(
             id.clone(),
             LiveDoc {
-                source: Some(Arc::new(source)),
+                source: Some(source.clone()),
                 version,
                 seq_no,
             },
         );
         st.dirty = true;
-        let created = existing_version.is_none();
         Ok(DocWriteResult {
             index: self.name.clone(),
             id,
@@ -704,6 +816,7 @@ impl IndexHandle {
             result: if created { "created" } else { "updated" },
             status: if created { 201 } else { 200 },
             shards_total: self.shards_total(),
+            source: return_source.then_some(source),
         })
     }
 
@@ -787,7 +900,27 @@ impl IndexHandle {
         prepared.set_payload(&last_seq.to_string());
         prepared.commit().map_err(tantivy_error)?;
         self.reader.reload().map_err(tantivy_error)?;
-        st.live.clear();
+        // Deletes leave the live map as tombstones, remembered for `index.gc_deletes`.
+        let now = Instant::now();
+        let keep = self.gc_deletes();
+        st.tombstones
+            .retain(|_, t| now.saturating_duration_since(t.at) < keep);
+        let deletes: Vec<(String, Tombstone)> = st
+            .live
+            .drain()
+            .filter(|(_, d)| d.source.is_none())
+            .map(|(id, d)| {
+                let t = Tombstone {
+                    version: d.version,
+                    seq_no: d.seq_no,
+                    at: now,
+                };
+                (id, t)
+            })
+            .collect();
+        if !keep.is_zero() {
+            st.tombstones.extend(deletes);
+        }
         st.dirty = false;
         st.translog.truncate()?;
         Ok(())
@@ -950,11 +1083,14 @@ fn is_dynamic(key: &str) -> bool {
             | "index.refresh_interval"
             | "index.auto_expand_replicas"
             | "index.hidden"
+            | GC_DELETES
             | BLOCKS_WRITE
             | BLOCKS_READ_ONLY
     ) || key.starts_with("index.routing.")
 }
 
+/// `index.gc_deletes`: how long deletes are remembered for versioning.
+const GC_DELETES: &str = "index.gc_deletes";
 /// `index.blocks.write`: refuses document writes (OpenSearch's `FORBIDDEN/8/index write`).
 const BLOCKS_WRITE: &str = "index.blocks.write";
 /// `index.blocks.read_only`: refuses document writes and mapping changes
@@ -998,7 +1134,7 @@ fn check_setting(key: &str, v: &str) -> Result<()> {
         "index.number_of_shards" => check_int(1, 1024),
         "index.number_of_replicas" => check_int(0, 1024),
         "index.max_result_window" | "index.max_terms_count" => check_int(1, i32::MAX as u64),
-        "index.refresh_interval" => {
+        "index.refresh_interval" | GC_DELETES => {
             sluice_wire::parse_time_value(v, key)?;
             Ok(())
         }

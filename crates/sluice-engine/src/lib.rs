@@ -37,6 +37,7 @@ pub mod scroll;
 pub mod search;
 pub mod settings;
 pub mod translog;
+pub mod versioning;
 
 pub use engine::{Engine, now_millis, parse_time_value};
 pub use error::{EngineError, ErrorCode, Result};

@@ -582,11 +582,7 @@ mod tests {
             .map(|(id, source)| {
                 (
                     index.to_string(),
-                    DocOp::Index {
-                        id: Some(id),
-                        source,
-                        op_type: OpType::Index,
-                    },
+                    DocOp::index(Some(id), source, OpType::Index),
                 )
             })
             .collect();
@@ -755,7 +751,10 @@ mod tests {
         );
         let deleted = engine.bulk(vec![(
             "idx".to_string(),
-            DocOp::Delete { id: "d19".into() },
+            DocOp::Delete {
+                id: "d19".into(),
+                versioning: Default::default(),
+            },
         )]);
         deleted[0].as_ref().expect("deleted");
         engine.refresh("idx").expect("refresh");

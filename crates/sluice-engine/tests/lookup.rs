@@ -12,11 +12,7 @@ use sluice_engine::{
 };
 
 fn put(id: &str, source: Value) -> DocOp {
-    DocOp::Index {
-        id: Some(id.to_string()),
-        source,
-        op_type: OpType::Index,
-    }
+    DocOp::index(Some(id.to_string()), source, OpType::Index)
 }
 
 fn index(engine: &Engine, name: &str, body: Value, docs: Vec<(&str, Value)>) {

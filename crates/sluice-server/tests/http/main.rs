@@ -23,6 +23,7 @@ mod tasks;
 mod throttling;
 mod throttling_stress;
 mod time_values;
+mod versioning;
 mod wlm_groups;
 mod wlm_stats;
 mod wlm_tagging;
