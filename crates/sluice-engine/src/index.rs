@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use tantivy::schema::{OwnedValue, TantivyDocument, Value as _};
 use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, Term};
 
+use crate::aliases::AliasMeta;
 use crate::error::{EngineError, ErrorCode, Result, tantivy_error};
 use crate::mapping::{Mapping, ParsedDocument, TypedValue};
 use crate::schema::{self, Fields};
@@ -193,6 +194,12 @@ struct IndexMeta {
     creation_date: i64,
     settings: BTreeMap<String, String>,
     mappings: Value,
+    /// The index's aliases (absent in files written before aliases existed).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    aliases: BTreeMap<String, AliasMeta>,
+    /// Whether the index is closed (`_close`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    closed: bool,
 }
 
 /// An open index.
@@ -208,6 +215,10 @@ pub struct IndexHandle {
     /// a meta file written for a mapping change carries the current settings).
     settings: RwLock<Arc<BTreeMap<String, String>>>,
     mapping: RwLock<Arc<Mapping>>,
+    /// The index's aliases; replaced whole (under the write lock) by alias changes.
+    aliases: RwLock<Arc<BTreeMap<String, AliasMeta>>>,
+    /// Whether the index is closed: no reads or writes until `_open`.
+    closed: std::sync::atomic::AtomicBool,
     state: Mutex<WriteState>,
 }
 
@@ -240,6 +251,7 @@ impl IndexHandle {
         name: &str,
         mapping: Mapping,
         settings: BTreeMap<String, String>,
+        aliases: BTreeMap<String, AliasMeta>,
         now_millis: i64,
     ) -> Result<IndexHandle> {
         std::fs::create_dir_all(dir.join(TANTIVY_DIR))?;
@@ -249,6 +261,8 @@ impl IndexHandle {
             creation_date: now_millis,
             settings,
             mappings: mapping.render(),
+            aliases,
+            closed: false,
         };
         let (schema, _) = schema::build_schema();
         Index::create_in_dir(dir.join(TANTIVY_DIR), schema).map_err(tantivy_error)?;
@@ -345,6 +359,8 @@ impl IndexHandle {
             reader,
             settings: RwLock::new(Arc::new(meta.settings)),
             mapping: RwLock::new(Arc::new(mapping.clone())),
+            aliases: RwLock::new(Arc::new(meta.aliases)),
+            closed: std::sync::atomic::AtomicBool::new(meta.closed),
             state: Mutex::new(WriteState {
                 writer,
                 translog,
@@ -454,6 +470,31 @@ impl IndexHandle {
             .map_or(DEFAULT_GC_DELETES, |t| t.duration_opt().unwrap_or_default())
     }
 
+    /// The index's aliases.
+    pub fn aliases(&self) -> Arc<BTreeMap<String, AliasMeta>> {
+        self.aliases.read().clone()
+    }
+
+    /// Replaces the index's aliases, persisted before they take effect.
+    pub fn set_aliases(&self, aliases: BTreeMap<String, AliasMeta>) -> Result<()> {
+        let st = self.state.lock();
+        self.persist_all(&st.mapping, &self.settings(), &aliases, self.is_closed())?;
+        *self.aliases.write() = Arc::new(aliases);
+        Ok(())
+    }
+
+    /// Whether the index is closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Whether the index is hidden (`index.hidden: true`): wildcards skip it unless asked.
+    pub fn is_hidden(&self) -> bool {
+        self.settings()
+            .get("index.hidden")
+            .is_some_and(|v| v == "true")
+    }
+
     /// Number of live documents visible to search.
     pub fn num_docs(&self) -> u64 {
         self.searcher().num_docs()
@@ -485,12 +526,25 @@ impl IndexHandle {
         mapping: &Mapping,
         settings: &BTreeMap<String, String>,
     ) -> Result<()> {
+        self.persist_all(mapping, settings, &self.aliases(), self.is_closed())
+    }
+
+    /// Writes `index.json` with every part given (the others as they are).
+    fn persist_all(
+        &self,
+        mapping: &Mapping,
+        settings: &BTreeMap<String, String>,
+        aliases: &BTreeMap<String, AliasMeta>,
+        closed: bool,
+    ) -> Result<()> {
         let meta = IndexMeta {
             name: self.name.clone(),
             uuid: self.uuid.clone(),
             creation_date: self.creation_date,
             settings: settings.clone(),
             mappings: mapping.render(),
+            aliases: aliases.clone(),
+            closed,
         };
         write_atomically(
             &self.dir.join(META_FILE),

@@ -24,6 +24,7 @@
 //! wildcards and Java number formats are the wire crate's too.
 
 pub mod aggs;
+pub mod aliases;
 pub mod date;
 pub mod engine;
 pub mod error;
@@ -32,6 +33,7 @@ pub mod ip;
 pub mod lookup;
 pub mod mapping;
 pub mod query;
+pub mod resolve;
 pub mod schema;
 pub mod scroll;
 pub mod search;

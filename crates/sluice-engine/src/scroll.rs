@@ -41,6 +41,7 @@ use serde_json::{Map, Value};
 use crate::error::{EngineError, ErrorCode, Result};
 use crate::index::IndexHandle;
 use crate::lookup::TermsLookups;
+use crate::resolve::Target;
 use crate::search::{self, Candidate, Prepared, SearchContext, SearchRequest, TrackTotalHits};
 
 /// OpenSearch's default `search.max_open_scroll_context`: enough for many concurrent scrolls
@@ -225,7 +226,7 @@ impl ScrollStore {
     /// `lookups` when the scroll opens; its later pages reuse the built queries.
     pub fn open(
         &self,
-        indices: &[Arc<IndexHandle>],
+        targets: &[Target],
         req: &SearchRequest,
         keep_alive: Duration,
         ctx: &SearchContext,
@@ -235,6 +236,7 @@ impl ScrollStore {
         let started = Instant::now();
         validate_scroll_request(req)?;
         self.check_keep_alive(keep_alive)?;
+        let indices: Vec<&Arc<IndexHandle>> = targets.iter().map(|t| &t.handle).collect();
         let window = indices
             .iter()
             .map(|h| h.max_result_window())
@@ -261,7 +263,7 @@ impl ScrollStore {
             ));
         }
         let reservation = self.reserve()?;
-        let mut prepared = search::prepare(indices, req, now_millis, None, lookups)?;
+        let mut prepared = search::prepare(targets, req, now_millis, None, lookups)?;
         let (first, last) = search::run_prepared(&prepared, req, ctx, started, None)?;
         for p in &mut prepared {
             p.aggs = None;

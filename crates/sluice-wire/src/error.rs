@@ -55,6 +55,15 @@ pub enum ErrorCode {
     Forbidden,
     /// 403 `cluster_block_exception`: an index block (`index.blocks.*`) refuses the operation.
     ClusterBlock,
+    /// 400 `invalid_alias_name_exception`.
+    InvalidAliasName,
+    /// 404 `aliases_not_found_exception`.
+    AliasesNotFound,
+    /// 400 `index_closed_exception`: an operation on a closed index.
+    IndexClosed,
+    /// 500 `illegal_state_exception`, as OpenSearch answers a change that would break an
+    /// invariant of its metadata (two write indices for one alias).
+    IllegalState,
 }
 
 impl ErrorCode {
@@ -82,6 +91,10 @@ impl ErrorCode {
             ErrorCode::Internal => "exception",
             ErrorCode::Unauthenticated | ErrorCode::Forbidden => "security_exception",
             ErrorCode::ClusterBlock => "cluster_block_exception",
+            ErrorCode::InvalidAliasName => "invalid_alias_name_exception",
+            ErrorCode::AliasesNotFound => "aliases_not_found_exception",
+            ErrorCode::IndexClosed => "index_closed_exception",
+            ErrorCode::IllegalState => "illegal_state_exception",
         }
     }
 
@@ -91,11 +104,12 @@ impl ErrorCode {
             ErrorCode::IndexNotFound
             | ErrorCode::DocumentMissing
             | ErrorCode::ResourceNotFound
-            | ErrorCode::SearchContextMissing => 404,
+            | ErrorCode::SearchContextMissing
+            | ErrorCode::AliasesNotFound => 404,
             ErrorCode::VersionConflict => 409,
             ErrorCode::TooManyBuckets => 503,
             ErrorCode::RejectedExecution => 429,
-            ErrorCode::Internal | ErrorCode::TaskCancelled => 500,
+            ErrorCode::Internal | ErrorCode::TaskCancelled | ErrorCode::IllegalState => 500,
             ErrorCode::Unauthenticated => 401,
             ErrorCode::Forbidden | ErrorCode::ClusterBlock => 403,
             _ => 400,

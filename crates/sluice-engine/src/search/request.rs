@@ -43,6 +43,9 @@ pub struct SourceFilter {
 pub struct SearchRequest {
     /// The query DSL.
     pub query: Value,
+    /// How the index expression resolves (`ignore_unavailable`, `allow_no_indices`,
+    /// `expand_wildcards`).
+    pub indices_options: crate::resolve::IndicesOptions,
     /// First hit to return.
     pub from: u64,
     /// Number of hits to return.
@@ -81,6 +84,7 @@ impl Default for SearchRequest {
     fn default() -> Self {
         SearchRequest {
             query: json!({"match_all": {}}),
+            indices_options: crate::resolve::IndicesOptions::default(),
             from: 0,
             size: DEFAULT_SIZE,
             sort: Vec::new(),
@@ -379,6 +383,10 @@ impl SearchRequest {
                 }
             }
         }
+        req.indices_options = crate::resolve::IndicesOptions::from_params(
+            params,
+            crate::resolve::IndicesOptions::default(),
+        )?;
         for (key, v) in params {
             match key.as_str() {
                 "q" => {

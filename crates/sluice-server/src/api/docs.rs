@@ -10,8 +10,9 @@ use serde_json::{Map, Value, json};
 use sluice_engine::index::{DocOp, DocWriteResult, OpType};
 use sluice_engine::search::SourceFilter;
 use sluice_engine::versioning::{VersionType, Versioning};
-use sluice_engine::{EngineError, ErrorCode, engine::validate_index_name};
+use sluice_engine::{EngineError, ErrorCode};
 
+use super::cluster_settings::bool_param;
 use crate::backend::embedded::blocking;
 use crate::error::{ApiResult, render_error, status_of};
 use crate::http::{Body, Params, reply};
@@ -107,6 +108,8 @@ struct BulkItem {
     op: Result<DocOp, EngineError>,
     /// `_source` of an update: what its result's `get` shows.
     source_filter: Option<SourceFilter>,
+    /// `require_alias`: the target must be an alias.
+    require_alias: bool,
 }
 
 /// A whole number in a bulk action line: a JSON number or a numeric string.
@@ -130,7 +133,11 @@ fn malformed(line: usize, why: &str) -> EngineError {
 
 /// Parses an NDJSON bulk body. Structural problems fail the whole request, as OpenSearch's;
 /// a bad document fails only its item.
-fn parse_bulk(body: &[u8], default_index: Option<&str>) -> Result<Vec<BulkItem>, EngineError> {
+fn parse_bulk(
+    body: &[u8],
+    default_index: Option<&str>,
+    default_require_alias: bool,
+) -> Result<Vec<BulkItem>, EngineError> {
     let text = std::str::from_utf8(body)
         .map_err(|_| EngineError::parsing("bulk body is not valid UTF-8"))?;
     let mut lines = text
@@ -175,6 +182,7 @@ fn parse_bulk(body: &[u8], default_index: Option<&str>) -> Result<Vec<BulkItem>,
         let mut version_type = None;
         let mut op_type = None;
         let mut source_filter = None;
+        let mut require_alias = default_require_alias;
         for (k, v) in meta {
             match k.as_str() {
                 "_index" => index = v.as_str().map(str::to_string),
@@ -206,7 +214,12 @@ fn parse_bulk(body: &[u8], default_index: Option<&str>) -> Result<Vec<BulkItem>,
                         _ => return Err(malformed(line_no, "[_id] must be a string")),
                     }
                 }
-                "routing" | "require_alias" | "pipeline" | "retry_on_conflict" => {}
+                "require_alias" => {
+                    require_alias = v
+                        .as_bool()
+                        .ok_or_else(|| malformed(line_no, "[require_alias] must be a boolean"))?
+                }
+                "routing" | "pipeline" | "retry_on_conflict" => {}
                 other => {
                     return Err(EngineError::illegal_argument(format!(
                         "Action/metadata line [{line_no}] contains an unknown parameter [{other}]"
@@ -280,13 +293,13 @@ fn parse_bulk(body: &[u8], default_index: Option<&str>) -> Result<Vec<BulkItem>,
                 },
             }
         };
-        let op = op.and_then(|op| validate_index_name(&index).map(|_| op));
         items.push(BulkItem {
             action: action_name,
             index,
             id,
             op,
             source_filter,
+            require_alias,
         });
     }
     Ok(items)
@@ -451,7 +464,8 @@ async fn run_bulk(
         )
         .into());
     }
-    let items = parse_bulk(&body.0, default_index.as_deref())?;
+    let require_alias = bool_param(&params, "require_alias")?;
+    let items = parse_bulk(&body.0, default_index.as_deref(), require_alias)?;
     let engine = st.engine.clone();
     let (items, results) = blocking(move || {
         let mut runnable = Vec::new();
@@ -461,13 +475,13 @@ async fn run_bulk(
             match item.op {
                 Ok(op) => {
                     slots.push(None);
-                    runnable.push((item.index.clone(), op));
+                    runnable.push((item.index.clone(), item.require_alias, op));
                 }
                 Err(e) => slots.push(Some(Err(e))),
             }
             meta.push((item.action, item.index, item.id, item.source_filter));
         }
-        let mut done = engine.bulk(runnable).into_iter();
+        let mut done = engine.bulk_to(runnable).into_iter();
         let results: Vec<Result<DocWriteResult, EngineError>> = slots
             .into_iter()
             .map(|s| {
@@ -533,16 +547,16 @@ async fn write_one(
     source_filter: Option<SourceFilter>,
 ) -> ApiResult<Response> {
     let refresh = parse_refresh(&params)?;
-    validate_index_name(&index)?;
+    let require_alias = bool_param(&params, "require_alias")?;
     let engine = st.engine.clone();
     let res = blocking(move || {
         let r = engine
-            .bulk(vec![(index.clone(), op)])
+            .bulk_to(vec![(index, require_alias, op)])
             .pop()
             .unwrap_or_else(|| Err(EngineError::internal("lost write")));
         let r = r?;
         if refresh == Refresh::Yes
-            && let Some(h) = engine.index(&index)
+            && let Some(h) = engine.index(&r.index)
         {
             h.refresh()?;
         }
@@ -685,7 +699,6 @@ pub async fn delete_doc(
 ) -> ApiResult<Response> {
     let versioning = versioning_params(&params)?;
     versioning.validate_write(false, true)?;
-    st.engine.index_or_404(&index)?;
     write_one(st, index, DocOp::Delete { id, versioning }, params, None).await
 }
 
@@ -697,7 +710,8 @@ pub async fn get_doc(
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let versioning = versioning_params(&params)?;
-    Ok(match fetch_doc(&st, &index, &id).await? {
+    let (index, doc) = fetch_doc(&st, &index, &id).await?;
+    Ok(match doc {
         Some(doc) => {
             versioning.check_read(&index, &id, doc.version)?;
             let filter = source_param_filter(&params)?;
@@ -729,12 +743,13 @@ fn source_param_filter(params: &Params) -> Result<SourceFilter, EngineError> {
     Ok(sluice_engine::SearchRequest::parse(None, &only)?.source)
 }
 
-/// Reads one document (real time) on the blocking pool.
+/// Reads one document (real time) on the blocking pool; answers the concrete index (`index`
+/// may be an alias of one index) and the document.
 async fn fetch_doc(
     st: &AppState,
     index: &str,
     id: &str,
-) -> ApiResult<Option<sluice_engine::index::StoredDoc>> {
+) -> ApiResult<(String, Option<sluice_engine::index::StoredDoc>)> {
     let engine = st.engine.clone();
     let (index, id) = (index.to_string(), id.to_string());
     blocking(move || engine.get_doc(&index, &id)).await
@@ -779,8 +794,8 @@ pub async fn mget(
             .map(|item| {
                 let MgetItem { index, id, filter } = item;
                 match engine.get_doc(&index, &id) {
-                    Ok(Some(doc)) => found_json(&index, &id, &doc, &filter),
-                    Ok(None) => json!({"_index": index, "_id": id, "found": false}),
+                    Ok((index, Some(doc))) => found_json(&index, &id, &doc, &filter),
+                    Ok((index, None)) => json!({"_index": index, "_id": id, "found": false}),
                     Err(e) => json!({"_index": index, "_id": id, "error": render_error(&e)}),
                 }
             })
@@ -905,7 +920,8 @@ pub async fn get_source(
     Path((index, id)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    let Some(doc) = fetch_doc(&st, &index, &id).await? else {
+    let (index, doc) = fetch_doc(&st, &index, &id).await?;
+    let Some(doc) = doc else {
         return Err(EngineError::new(
             ErrorCode::ResourceNotFound,
             format!("Document not found [{index}]/[{id}]"),

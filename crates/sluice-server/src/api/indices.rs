@@ -78,7 +78,11 @@ pub async fn get_index(
     for h in st.engine.resolve(&index)? {
         out.insert(
             h.name().to_string(),
-            json!({"aliases": {}, "mappings": h.mapping().render(), "settings": render(&flat_settings(&h), false)}),
+            json!({
+                "aliases": Value::Object(h.aliases().iter().map(|(a, m)| (a.clone(), m.render())).collect()),
+                "mappings": h.mapping().render(),
+                "settings": render(&flat_settings(&h), false),
+            }),
         );
     }
     Ok(reply(StatusCode::OK, Value::Object(out), &params))

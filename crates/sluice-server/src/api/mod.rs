@@ -3,6 +3,7 @@
 //! data APIs), and shaping the response as OpenSearch does. The HTTP plumbing — body
 //! extraction, replies, request metadata — is in [`crate::http`].
 
+pub mod aliases;
 pub mod cluster;
 pub mod cluster_settings;
 pub mod docs;
@@ -120,6 +121,7 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .delete(scroll::clear_ids),
         )
         .merge(cluster_settings::routes())
+        .merge(aliases::routes())
         .merge(wlm::routes())
         .merge(wlm_stats::routes())
         .merge(rules::routes())

@@ -125,10 +125,14 @@ async fn run_count(
     if params.contains_key("q") {
         query = SearchRequest::parse(None, &params)?.query;
     }
+    let options = sluice_engine::resolve::IndicesOptions::from_params(&params, Default::default())?;
     let description = format!("indices[{index}], source[{query}]");
     let spec = TaskSpec::new(actions::SEARCH, description, &index, &params)?;
     let mut admitted = admit(&st, &meta, spec).await?;
-    let executed = st.backend.count(admitted.execution(), index, query).await;
+    let executed = st
+        .backend
+        .count(admitted.execution(), index, options, query)
+        .await;
     let (n, shards) = admitted.finish(executed)?;
     let body: Value = json!({"count": n, "_shards": {"total": shards, "successful": shards, "skipped": 0, "failed": 0}});
     Ok(admitted.ride_with(reply(StatusCode::OK, body, &params)))

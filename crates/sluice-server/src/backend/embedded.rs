@@ -112,15 +112,16 @@ impl Backend for EmbeddedBackend {
         &self,
         exec: Execution,
         index: String,
+        options: sluice_engine::resolve::IndicesOptions,
         query: Value,
     ) -> BoxFuture<'static, ApiResult<(u64, u64)>> {
         let engine = self.engine.clone();
         self.run(exec, move |ctx| {
-            let n = engine.count(&index, &query, &ctx)?;
+            let n = engine.count(&index, &options, &query, &ctx)?;
             let shards: u64 = engine
-                .resolve(&index)?
+                .resolve_targets(&index, &options)?
                 .iter()
-                .map(|h| h.number_of_shards())
+                .map(|t| t.handle.number_of_shards())
                 .sum();
             Ok((n, shards))
         })

@@ -62,12 +62,13 @@ pub trait Backend: Send + Sync {
         scroll: Option<Duration>,
     ) -> BoxFuture<'static, ApiResult<Value>>;
 
-    /// Counts the documents of `index` matching `query`; answers the count and the number of
-    /// shards searched.
+    /// Counts the documents of `index` (resolved with `options`) matching `query`; answers the
+    /// count and the number of shards searched.
     fn count(
         &self,
         exec: Execution,
         index: String,
+        options: sluice_engine::resolve::IndicesOptions,
         query: Value,
     ) -> BoxFuture<'static, ApiResult<(u64, u64)>>;
 

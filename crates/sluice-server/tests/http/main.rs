@@ -6,6 +6,7 @@ mod common;
 mod fixtures;
 
 mod aggregations;
+mod aliases;
 mod auth;
 mod cluster_settings;
 mod documents;
