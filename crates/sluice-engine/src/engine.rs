@@ -190,14 +190,7 @@ impl Engine {
         let concrete = |exprs: &[String]| -> Result<Vec<String>> {
             let mut out = Vec::new();
             for e in exprs {
-                let opts = IndicesOptions {
-                    expand_wildcards: crate::resolve::ExpandWildcards {
-                        open: true,
-                        closed: true,
-                        hidden: false,
-                    },
-                    ..IndicesOptions::default()
-                };
+                let opts = IndicesOptions::for_index_apis(true);
                 for t in self.resolve_targets(e, &opts)? {
                     if !out.contains(&t.handle.name().to_string()) {
                         out.push(t.handle.name().to_string());
@@ -460,14 +453,7 @@ impl Engine {
                 "The provided expression [{alias}] matches an alias, specify the corresponding concrete indices instead."
             )));
         }
-        let opts = IndicesOptions {
-            expand_wildcards: crate::resolve::ExpandWildcards {
-                open: true,
-                closed: true,
-                hidden: false,
-            },
-            ..IndicesOptions::default()
-        };
+        let opts = IndicesOptions::for_index_apis(true);
         let targets = self.resolve_targets(expr, &opts)?;
         for t in targets {
             let name = t.handle.name().to_string();

@@ -38,6 +38,8 @@ pub struct IndicesOptions {
     pub allow_no_indices: bool,
     /// What wildcards expand to.
     pub expand_wildcards: ExpandWildcards,
+    /// Whether a closed index named outright is an error (searches) or resolves (index APIs).
+    pub forbid_closed: bool,
 }
 
 impl Default for IndicesOptions {
@@ -51,6 +53,7 @@ impl Default for IndicesOptions {
                 closed: false,
                 hidden: false,
             },
+            forbid_closed: true,
         }
     }
 }
@@ -67,6 +70,21 @@ fn parse_bool(key: &str, v: &str) -> Result<bool> {
 }
 
 impl IndicesOptions {
+    /// The defaults of the index APIs (get, mappings, settings, blocks, `_cat/indices`): a
+    /// closed index may be named; wildcards expand to open indices, plus closed ones when
+    /// `closed` is set.
+    pub fn for_index_apis(closed: bool) -> IndicesOptions {
+        IndicesOptions {
+            expand_wildcards: ExpandWildcards {
+                open: true,
+                closed,
+                hidden: false,
+            },
+            forbid_closed: false,
+            ..IndicesOptions::default()
+        }
+    }
+
     /// Reads `ignore_unavailable`, `allow_no_indices` and `expand_wildcards` from request
     /// parameters over `defaults`.
     pub fn from_params(
@@ -242,7 +260,7 @@ pub fn resolve(
             continue;
         }
         if let Some(h) = indices.get(*part) {
-            if h.is_closed() {
+            if h.is_closed() && opts.forbid_closed {
                 if opts.ignore_unavailable {
                     continue;
                 }
@@ -252,7 +270,7 @@ pub fn resolve(
         } else if let Some(members) = aliases.get(part) {
             for (index, meta) in members {
                 if let Some(h) = indices.get(index) {
-                    if h.is_closed() {
+                    if h.is_closed() && opts.forbid_closed {
                         continue;
                     }
                     reach(h, meta.filter.as_ref());

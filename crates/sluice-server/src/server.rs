@@ -9,6 +9,8 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use sluice_engine::Engine;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::compression::CompressionLayer;
+use tower_http::decompression::RequestDecompressionLayer;
 
 use crate::api;
 use crate::config::Config;
@@ -138,6 +140,12 @@ impl Node {
                     resp
                 },
             ))
+            // The official clients' `compression` option: a gzip request body is inflated
+            // before the body limit counts it (so a small bomb still stops at the limit); an
+            // encoding it cannot read passes through and fails as the JSON it is not.
+            .layer(RequestDecompressionLayer::new().pass_through_unaccepted(true))
+            // Responses are gzipped when the client sends `Accept-Encoding: gzip`.
+            .layer(CompressionLayer::new())
             .layer(CatchPanicLayer::custom(panic_response));
         let engine = self.state.engine.clone();
         let refresher = tokio::spawn(async move {

@@ -158,6 +158,29 @@ impl OpenSearchError {
         self
     }
 
+    /// Adds OpenSearch's `line` and `col` to a `parsing_exception` about a request body: the
+    /// place in `body` where the value of the member the reason names (`unknown query [foo]`)
+    /// starts. Other errors, and reasons naming nothing found in the body, are unchanged.
+    pub fn with_location_in(mut self, body: &[u8]) -> Self {
+        if self.code != ErrorCode::Parsing || self.extra.iter().any(|(k, _)| *k == "line") {
+            return self;
+        }
+        let Ok(text) = std::str::from_utf8(body) else {
+            return self;
+        };
+        let named = self
+            .reason
+            .split('[')
+            .skip(1)
+            .filter_map(|s| s.split(']').next())
+            .find_map(|name| crate::json::locate_member_value(text, name));
+        if let Some((line, col)) = named {
+            self.extra.push(("line", Value::from(line)));
+            self.extra.push(("col", Value::from(col)));
+        }
+        self
+    }
+
     /// Shorthand for a 404 `index_not_found_exception` naming `index`.
     pub fn index_not_found(index: &str) -> Self {
         OpenSearchError::new(ErrorCode::IndexNotFound, format!("no such index [{index}]"))

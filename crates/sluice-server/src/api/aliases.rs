@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use serde_json::{Map, Value, json};
 use sluice_engine::aliases::{AliasAction, AliasMeta, parse_actions, validate_alias_name};
 use sluice_engine::mapping::wildcard_match;
-use sluice_engine::resolve::{ExpandWildcards, IndicesOptions};
+use sluice_engine::resolve::IndicesOptions;
 
 use crate::backend::embedded::blocking;
 use crate::error::ApiResult;
@@ -159,14 +159,8 @@ fn render_aliases(
     names: Option<&str>,
     params: &Params,
 ) -> ApiResult<Response> {
-    let defaults = IndicesOptions {
-        expand_wildcards: ExpandWildcards {
-            open: true,
-            closed: true,
-            hidden: names.is_some(),
-        },
-        ..IndicesOptions::default()
-    };
+    let mut defaults = IndicesOptions::for_index_apis(true);
+    defaults.expand_wildcards.hidden = names.is_some();
     let opts = IndicesOptions::from_params(params, defaults)?;
     let targets = st.engine.resolve_targets(index_expr, &opts)?;
     let patterns: Option<Vec<&str>> = names.map(|n| {

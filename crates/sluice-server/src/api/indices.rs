@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use sluice_engine::index::{flat_settings, unset_defaults};
 use sluice_engine::mapping::Mapping;
+use sluice_engine::resolve::IndicesOptions;
 
 use super::cluster_settings::{bool_param, render};
 use crate::backend::embedded::blocking;
@@ -17,6 +18,24 @@ use crate::state::AppState;
 use sluice_engine::mapping::wildcard_match;
 use sluice_engine::{EngineError, ErrorCode};
 use std::collections::BTreeMap;
+
+/// Resolves an index expression for an index API: the request's `ignore_unavailable`,
+/// `allow_no_indices` and `expand_wildcards` over the index APIs' defaults (closed indices may
+/// be named; wildcards reach them when `closed`).
+pub(crate) fn resolve_for(
+    st: &AppState,
+    expr: &str,
+    params: &Params,
+    closed: bool,
+) -> ApiResult<Vec<Arc<sluice_engine::index::IndexHandle>>> {
+    let opts = IndicesOptions::from_params(params, IndicesOptions::for_index_apis(closed))?;
+    Ok(st
+        .engine
+        .resolve_targets(expr, &opts)?
+        .into_iter()
+        .map(|t| t.handle)
+        .collect())
+}
 
 /// `PUT /{index}`.
 pub async fn create_index(
@@ -52,8 +71,12 @@ pub async fn delete_index(
 }
 
 /// `HEAD /{index}`: 200 or 404, no body.
-pub async fn head_index(State(st): State<Arc<AppState>>, Path(index): Path<String>) -> Response {
-    let status = match st.engine.resolve(&index) {
+pub async fn head_index(
+    State(st): State<Arc<AppState>>,
+    Path(index): Path<String>,
+    Query(params): Query<Params>,
+) -> Response {
+    let status = match resolve_for(&st, &index, &params, false) {
         Ok(v) if !v.is_empty() => StatusCode::OK,
         _ => StatusCode::NOT_FOUND,
     };
@@ -75,7 +98,7 @@ pub async fn get_index(
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let mut out = Map::new();
-    for h in st.engine.resolve(&index)? {
+    for h in resolve_for(&st, &index, &params, false)? {
         out.insert(
             h.name().to_string(),
             json!({
@@ -107,7 +130,7 @@ pub async fn get_mapping_all(
 
 fn mapping_of(st: &AppState, expr: &str, params: &Params) -> ApiResult<Response> {
     let mut out = Map::new();
-    for h in st.engine.resolve(expr)? {
+    for h in resolve_for(st, expr, params, false)? {
         out.insert(
             h.name().to_string(),
             json!({"mappings": h.mapping().render()}),
@@ -141,7 +164,7 @@ async fn acknowledge_each(
     params: &Params,
     change: impl Fn(&sluice_engine::index::IndexHandle) -> sluice_engine::Result<()> + Send + 'static,
 ) -> ApiResult<Response> {
-    let targets = st.engine.resolve(index)?;
+    let targets = resolve_for(st, index, params, false)?;
     blocking(move || targets.iter().try_for_each(|h| change(h))).await?;
     Ok(reply(StatusCode::OK, json!({"acknowledged": true}), params))
 }
@@ -193,7 +216,7 @@ fn settings_of(
     let wanted =
         |key: &str| names.is_none_or(|n| n.split(',').any(|p| wildcard_match(p.trim(), key)));
     let mut out = Map::new();
-    for h in st.engine.resolve(index)? {
+    for h in resolve_for(st, index, params, false)? {
         let mut settings = flat_settings(&h);
         let defaults: BTreeMap<String, String> = unset_defaults(&settings)
             .into_iter()
@@ -279,7 +302,7 @@ pub async fn add_block(
             .into());
         }
     }
-    let targets = st.engine.resolve(&index)?;
+    let targets = resolve_for(&st, &index, &params, false)?;
     let update = json!({ format!("index.blocks.{block}"): true });
     let names = blocking(move || {
         let mut names = Vec::new();
@@ -332,7 +355,7 @@ pub async fn cat_indices(
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let expr = index.map_or_else(|| "_all".to_string(), |Path(i)| i);
-    let handles = st.engine.resolve(&expr)?;
+    let handles = resolve_for(&st, &expr, &params, true)?;
     let cols = [
         "health",
         "status",
