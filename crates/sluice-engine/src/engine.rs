@@ -590,7 +590,9 @@ impl Engine {
         let indices = self.resolve_targets(index_expr, &req.indices_options)?;
         let now = now_millis();
         let lookups = TermsLookups::new(self, ctx, now);
-        crate::search::execute(&indices, req, ctx, now, started, None, Some(&lookups))
+        counted(&indices, || {
+            crate::search::execute(&indices, req, ctx, now, started, None, Some(&lookups))
+        })
     }
 
     /// The open scroll contexts, for their limits and counts.
@@ -610,8 +612,10 @@ impl Engine {
         let indices = self.resolve_targets(index_expr, &req.indices_options)?;
         let now = now_millis();
         let lookups = TermsLookups::new(self, ctx, now);
-        self.scrolls
-            .open(&indices, req, keep_alive, ctx, now, Some(&lookups))
+        counted(&indices, || {
+            self.scrolls
+                .open(&indices, req, keep_alive, ctx, now, Some(&lookups))
+        })
     }
 
     /// The owner label the scroll `scroll_id` was opened with.
@@ -657,7 +661,9 @@ impl Engine {
         let indices = self.resolve_targets(index_expr, opts)?;
         let now = now_millis();
         let lookups = TermsLookups::new(self, ctx, now);
-        crate::search::count(&indices, query, ctx, now, Some(&lookups))
+        counted(&indices, || {
+            crate::search::count(&indices, query, ctx, now, Some(&lookups))
+        })
     }
 
     /// Refreshes (commits) every index: called at shutdown so the next start needs no replay.
@@ -689,6 +695,22 @@ pub fn parse_time_value(s: &str) -> std::result::Result<Duration, String> {
         }
         .to_string()),
     }
+}
+
+/// Runs a query phase over `targets`, counted in each index's search stats (`query_current`
+/// while it runs, `query_total` and its time after).
+fn counted<T>(targets: &[Target], run: impl FnOnce() -> Result<T>) -> Result<T> {
+    let started = Instant::now();
+    let running: Vec<_> = targets
+        .iter()
+        .map(|t| t.handle.stats().query_started())
+        .collect();
+    let out = run();
+    drop(running);
+    for t in targets {
+        t.handle.stats().record_query(started.elapsed());
+    }
+    out
 }
 
 /// One index's aliases: name → metadata.

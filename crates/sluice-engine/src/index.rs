@@ -219,6 +219,8 @@ pub struct IndexHandle {
     aliases: RwLock<Arc<BTreeMap<String, AliasMeta>>>,
     /// Whether the index is closed: no reads or writes until `_open`.
     closed: std::sync::atomic::AtomicBool,
+    /// The counters `_stats` reports.
+    stats: crate::index_stats::IndexStats,
     state: Mutex<WriteState>,
 }
 
@@ -361,6 +363,7 @@ impl IndexHandle {
             mapping: RwLock::new(Arc::new(mapping.clone())),
             aliases: RwLock::new(Arc::new(meta.aliases)),
             closed: std::sync::atomic::AtomicBool::new(meta.closed),
+            stats: crate::index_stats::IndexStats::default(),
             state: Mutex::new(WriteState {
                 writer,
                 translog,
@@ -635,7 +638,16 @@ impl IndexHandle {
         let mapping_before = st.mapping.clone();
         let mut results = Vec::with_capacity(ops.len());
         for op in ops {
-            results.push(self.apply_one(&mut st, op));
+            let started = Instant::now();
+            let is_delete = matches!(op, DocOp::Delete { .. });
+            let result = self.apply_one(&mut st, op);
+            match &result {
+                Ok(r) if r.result == "noop" => self.stats.record_noop(),
+                Ok(_) if is_delete => self.stats.record_delete(started.elapsed()),
+                Ok(_) => self.stats.record_index(started.elapsed(), true),
+                Err(_) => self.stats.record_index(started.elapsed(), false),
+            }
+            results.push(result);
         }
         let mapping_changed = st.mapping != mapping_before;
         let durable = (|| -> Result<()> {
@@ -876,6 +888,15 @@ impl IndexHandle {
 
     /// Real-time get: the latest write of `id`, refreshed or not.
     pub fn get(&self, id: &str) -> Result<Option<StoredDoc>> {
+        let started = Instant::now();
+        let doc = self.get_uncounted(id);
+        if let Ok(found) = &doc {
+            self.stats.record_get(started.elapsed(), found.is_some());
+        }
+        doc
+    }
+
+    fn get_uncounted(&self, id: &str) -> Result<Option<StoredDoc>> {
         {
             let st = self.state.lock();
             if let Some(live) = st.live.get(id) {
@@ -945,10 +966,13 @@ impl IndexHandle {
 
     /// Makes all writes so far searchable: commit, reload the reader, empty the live map.
     pub fn refresh(&self) -> Result<()> {
+        let started = Instant::now();
         let mut st = self.state.lock();
         if !st.dirty {
             return Ok(());
         }
+        let stats = &self.stats;
+        let _counted = scopeguard(move || stats.record_refresh(started.elapsed()));
         let last_seq = st.next_seq_no.saturating_sub(1);
         let mut prepared = st.writer.prepare_commit().map_err(tantivy_error)?;
         prepared.set_payload(&last_seq.to_string());
@@ -984,6 +1008,90 @@ impl IndexHandle {
     pub fn is_dirty(&self) -> bool {
         self.state.lock().dirty
     }
+
+    /// The counters `_stats` reports.
+    pub fn stats(&self) -> &crate::index_stats::IndexStats {
+        &self.stats
+    }
+
+    /// Closes the index (`_close`): commits its writes, then refuses reads and writes until
+    /// [`IndexHandle::open_again`]; the state is persisted, so it survives a restart.
+    pub fn close(&self) -> Result<()> {
+        self.refresh()?;
+        let st = self.state.lock();
+        self.persist_all(&st.mapping, &self.settings(), &self.aliases(), true)?;
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    /// Opens a closed index (`_open`).
+    pub fn open_again(&self) -> Result<()> {
+        let st = self.state.lock();
+        self.persist_all(&st.mapping, &self.settings(), &self.aliases(), false)?;
+        self.closed
+            .store(false, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    /// Merges the index's segments down to at most `max_num_segments` (tantivy's merge), or,
+    /// with `only_expunge_deletes`, rewrites each segment that holds deleted documents.
+    /// Commits pending writes first; returns when the merge is committed and searchable.
+    pub fn force_merge(&self, max_num_segments: usize, only_expunge_deletes: bool) -> Result<()> {
+        self.refresh()?;
+        let _running = self.stats.merge_started();
+        let started = Instant::now();
+        let searcher = self.searcher();
+        let mut segments: Vec<(tantivy::index::SegmentId, u32, u32)> = searcher
+            .segment_readers()
+            .iter()
+            .map(|s| (s.segment_id(), s.num_docs(), s.num_deleted_docs()))
+            .collect();
+        let groups: Vec<Vec<tantivy::index::SegmentId>> = if only_expunge_deletes {
+            segments
+                .iter()
+                .filter(|(_, _, deleted)| *deleted > 0)
+                .map(|(id, _, _)| vec![*id])
+                .collect()
+        } else if segments.len() > max_num_segments.max(1) {
+            // The smallest segments go together, leaving max_num_segments in all.
+            segments.sort_by_key(|(_, docs, deleted)| docs + deleted);
+            let take = segments.len() - max_num_segments.max(1) + 1;
+            vec![segments.iter().take(take).map(|(id, _, _)| *id).collect()]
+        } else {
+            Vec::new()
+        };
+        if groups.is_empty() {
+            return Ok(());
+        }
+        let docs: u64 = segments.iter().map(|(_, d, _)| u64::from(*d)).sum();
+        for group in groups {
+            // Started under the write lock, awaited outside it: writes go on meanwhile.
+            let merge = self.state.lock().writer.merge(&group);
+            merge.wait().map_err(tantivy_error)?;
+        }
+        self.reader.reload().map_err(tantivy_error)?;
+        self.stats.record_merge(started.elapsed(), docs);
+        Ok(())
+    }
+
+    /// The number of segments searches see.
+    pub fn num_segments(&self) -> usize {
+        self.searcher().segment_readers().len()
+    }
+}
+
+/// Runs `f` when dropped: counts a refresh on every path out of it.
+fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
 }
 
 /// Validates a client-given document id as OpenSearch does.

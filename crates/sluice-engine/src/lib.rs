@@ -29,6 +29,7 @@ pub mod date;
 pub mod engine;
 pub mod error;
 pub mod index;
+pub mod index_stats;
 pub mod ip;
 pub mod lookup;
 pub mod mapping;

@@ -309,6 +309,9 @@ impl ScrollStore {
             self.check_keep_alive(k)?;
         }
         let lease = self.checkout(id, started)?;
+        for p in &lease.ctx.prepared {
+            p.handle().stats().record_scroll();
+        }
         if !lease.ctx.prepared.iter().all(|p| is_current(p.handle())) {
             drop(lease);
             let removed = self.inner.lock().contexts.remove(&id);

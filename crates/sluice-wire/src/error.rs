@@ -61,6 +61,9 @@ pub enum ErrorCode {
     AliasesNotFound,
     /// 400 `index_closed_exception`: an operation on a closed index.
     IndexClosed,
+    /// 400 `unsupported_operation_exception` (OpenSearch answers 500 for a bad `_cat` sort
+    /// key; sluice keeps the type but blames the request).
+    UnsupportedOperation,
     /// 500 `illegal_state_exception`, as OpenSearch answers a change that would break an
     /// invariant of its metadata (two write indices for one alias).
     IllegalState,
@@ -94,6 +97,7 @@ impl ErrorCode {
             ErrorCode::InvalidAliasName => "invalid_alias_name_exception",
             ErrorCode::AliasesNotFound => "aliases_not_found_exception",
             ErrorCode::IndexClosed => "index_closed_exception",
+            ErrorCode::UnsupportedOperation => "unsupported_operation_exception",
             ErrorCode::IllegalState => "illegal_state_exception",
         }
     }

@@ -4,11 +4,16 @@
 //! extraction, replies, request metadata — is in [`crate::http`].
 
 pub mod aliases;
+pub mod cat;
 pub mod cluster;
 pub mod cluster_settings;
 pub mod docs;
+pub mod health;
+pub mod index_ops;
+pub mod index_stats;
 pub mod indices;
 pub mod msearch;
+pub mod node_stats;
 pub mod rules;
 pub mod scroll;
 pub mod search;
@@ -38,6 +43,22 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_cat/indices", get(indices::cat_indices))
         .route("/_cat/indices/{index}", get(indices::cat_indices))
         .route("/_cat/count", get(indices::cat_count))
+        .route("/_cat/health", get(health::cat_health))
+        .route("/_nodes/stats", get(node_stats::nodes_stats))
+        .route("/_nodes/stats/{metric}", get(node_stats::nodes_stats))
+        .route("/_nodes/{node_id}/stats", get(node_stats::nodes_stats))
+        .route(
+            "/_nodes/{node_id}/stats/{metric}",
+            get(node_stats::nodes_stats),
+        )
+        .route("/_stats", get(index_stats::stats_all))
+        .route("/_stats/{metric}", get(index_stats::stats_all))
+        .route("/{index}/_stats", get(index_stats::stats_index))
+        .route("/{index}/_stats/{metric}", get(index_stats::stats_index))
+        .route("/{index}/_close", post(index_ops::close))
+        .route("/{index}/_open", post(index_ops::open))
+        .route("/_forcemerge", post(index_ops::forcemerge))
+        .route("/{index}/_forcemerge", post(index_ops::forcemerge))
         .route("/_cat/count/{index}", get(indices::cat_count))
         .route("/_settings", get(indices::get_settings_all))
         .route("/_settings/{name}", get(indices::get_settings_all_named))

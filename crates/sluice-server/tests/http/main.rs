@@ -13,6 +13,7 @@ mod cluster_settings;
 mod documents;
 mod enforcement;
 mod errors;
+mod index_ops;
 mod indices;
 mod msearch;
 mod queue_stress;
