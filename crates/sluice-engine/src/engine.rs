@@ -369,6 +369,7 @@ impl Engine {
         if settings.is_empty() {
             settings = index::normalize_settings(&json!({}))?;
         }
+        index::check_index_sort(&settings, &mapping)?;
         let _guard = self.admin.lock();
         if self.aliases.read().contains(name) {
             return Err(EngineError::new(

@@ -1223,7 +1223,8 @@ fn flatten_settings(settings: &Value) -> Result<Vec<(String, Option<String>)>> {
             "index settings must be an object, got [{settings}]"
         )));
     };
-    crate::settings::flatten_settings_as(object, |key| {
+    let object = lists_joined(object, "");
+    crate::settings::flatten_settings_as(&object, |key| {
         if key.starts_with("index.") {
             key
         } else {
@@ -1231,6 +1232,36 @@ fn flatten_settings(settings: &Value) -> Result<Vec<(String, Option<String>)>> {
         }
     })
     .map_err(EngineError::illegal_argument)
+}
+
+/// Turns the list values of the list settings (`index.sort.*`) into comma-separated text, the
+/// other form OpenSearch reads a list setting in, so they are stored and echoed as one value.
+fn lists_joined(
+    object: &serde_json::Map<String, Value>,
+    prefix: &str,
+) -> serde_json::Map<String, Value> {
+    object
+        .iter()
+        .map(|(k, v)| {
+            let path = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            let is_list_setting = ["sort.field", "sort.order", "sort.mode", "sort.missing"]
+                .iter()
+                .any(|s| path == *s || path == format!("index.{s}"));
+            let v = match v {
+                Value::Object(inner) => Value::Object(lists_joined(inner, &path)),
+                Value::Array(items) if is_list_setting && items.iter().all(|x| x.is_string()) => {
+                    let parts: Vec<&str> = items.iter().filter_map(Value::as_str).collect();
+                    Value::String(parts.join(","))
+                }
+                other => other.clone(),
+            };
+            (k.clone(), v)
+        })
+        .collect()
 }
 
 /// Whether an index setting may be changed on an open index (OpenSearch's dynamic settings).
@@ -1249,6 +1280,144 @@ fn is_dynamic(key: &str) -> bool {
             | BLOCKS_WRITE
             | BLOCKS_READ_ONLY
     ) || key.starts_with("index.routing.")
+        || ECHOED_DYNAMIC.contains(&key)
+        || ECHOED_DYNAMIC_PREFIXES.iter().any(|p| key.starts_with(p))
+}
+
+/// Index settings OpenSearch clients send that tune machinery sluice does not have (routing
+/// shards, soft deletes, the query and request caches, translog tuning, merge policy, slow
+/// logs, index sorting): accepted, validated where the value has a shape, stored and echoed,
+/// changing nothing. Set at creation only (OpenSearch's static settings).
+const ECHOED_STATIC: &[&str] = &[
+    "index.number_of_routing_shards",
+    "index.soft_deletes.enabled",
+    "index.queries.cache.enabled",
+    "index.store.type",
+    "index.shard.check_on_startup",
+    "index.replication.type",
+    "index.load_fixed_bitset_filters_eagerly",
+    INDEX_SORT_FIELD,
+    INDEX_SORT_ORDER,
+    INDEX_SORT_MODE,
+    INDEX_SORT_MISSING,
+];
+
+/// The dynamic ones of those settings (changeable by `PUT /{index}/_settings`).
+const ECHOED_DYNAMIC: &[&str] = &[
+    "index.soft_deletes.retention_lease.period",
+    "index.soft_deletes.retention.operations",
+    "index.requests.cache.enable",
+    "index.translog.durability",
+    "index.translog.sync_interval",
+    "index.translog.flush_threshold_size",
+    "index.translog.generation_threshold_size",
+    "index.search.idle.after",
+    "index.max_inner_result_window",
+    "index.max_rescore_window",
+    "index.max_docvalue_fields_search",
+    "index.max_script_fields",
+    "index.max_ngram_diff",
+    "index.max_shingle_diff",
+    "index.max_refresh_listeners",
+    "index.max_regex_length",
+    "index.max_slices_per_scroll",
+    "index.highlight.max_analyzed_offset",
+    "index.write.wait_for_active_shards",
+    "index.priority",
+    "index.unassigned.node_left.delayed_timeout",
+    "index.default_pipeline",
+    "index.final_pipeline",
+];
+
+/// Prefixes of dynamic settings accepted and echoed (merge tuning, slow logs).
+const ECHOED_DYNAMIC_PREFIXES: &[&str] = &[
+    "index.merge.policy.",
+    "index.merge.scheduler.",
+    "index.search.slowlog.",
+    "index.indexing.slowlog.",
+];
+
+/// `index.sort.*`: accepted (the fields must be mapped and sortable) and echoed; sluice does
+/// not sort segments (docs/compatibility.md says why).
+pub const INDEX_SORT_FIELD: &str = "index.sort.field";
+const INDEX_SORT_ORDER: &str = "index.sort.order";
+const INDEX_SORT_MODE: &str = "index.sort.mode";
+const INDEX_SORT_MISSING: &str = "index.sort.missing";
+
+/// Checks the value of an accepted-and-echoed setting where it has a shape OpenSearch checks.
+fn check_echoed(key: &str, v: &str) -> Result<()> {
+    let bad = |why: &str| {
+        Err(EngineError::illegal_argument(format!(
+            "Failed to parse value [{v}] for setting [{key}]{why}"
+        )))
+    };
+    let list = || v.trim_matches(['[', ']']).split(',').map(str::trim);
+    match key {
+        "index.soft_deletes.enabled"
+        | "index.queries.cache.enabled"
+        | "index.requests.cache.enable"
+        | "index.load_fixed_bitset_filters_eagerly"
+            if v != "true" && v != "false" =>
+        {
+            Err(EngineError::illegal_argument(format!(
+                "Failed to parse value [{v}] as only [true] or [false] are allowed."
+            )))
+        }
+        "index.number_of_routing_shards" if v.parse::<u32>().map_or(true, |n| n < 1) => {
+            bad(" must be >= 1")
+        }
+        "index.priority" if v.parse::<u32>().is_err() => bad(" must be >= 0"),
+        "index.translog.durability"
+            if !matches!(v.to_ascii_lowercase().as_str(), "request" | "async") =>
+        {
+            Err(EngineError::illegal_argument(format!(
+                "No enum constant org.opensearch.index.translog.Translog.Durability.{}",
+                v.to_ascii_uppercase()
+            )))
+        }
+        "index.translog.sync_interval"
+        | "index.soft_deletes.retention_lease.period"
+        | "index.search.idle.after"
+        | "index.unassigned.node_left.delayed_timeout" => {
+            sluice_wire::parse_time_value(v, key)?;
+            Ok(())
+        }
+        INDEX_SORT_ORDER if list().any(|o| o != "asc" && o != "desc") => Err(
+            EngineError::illegal_argument(format!("Illegal sort order:{v}")),
+        ),
+        INDEX_SORT_MODE if list().any(|o| o != "min" && o != "max") => Err(
+            EngineError::illegal_argument(format!("Illegal sort mode: {v}")),
+        ),
+        INDEX_SORT_MISSING if list().any(|o| o != "_last" && o != "_first") => {
+            Err(EngineError::illegal_argument(format!(
+                "Illegal missing value:[{v}], must be one of [_last, _first]"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks `index.sort.field` against the mapping: every field mapped, and sortable.
+pub fn check_index_sort(settings: &BTreeMap<String, String>, mapping: &Mapping) -> Result<()> {
+    let Some(fields) = settings.get(INDEX_SORT_FIELD) else {
+        return Ok(());
+    };
+    for name in fields.trim_matches(['[', ']']).split(',').map(str::trim) {
+        match mapping.resolve(name) {
+            None => {
+                return Err(EngineError::illegal_argument(format!(
+                    "unknown index sort field:[{name}]"
+                )));
+            }
+            Some(f) if f.fast_field_name().is_none() => {
+                return Err(EngineError::illegal_argument(format!(
+                    "docvalues not found for index sort field:[{name}]"
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }
 
 /// `index.gc_deletes`: how long deletes are remembered for versioning.
@@ -1268,6 +1437,7 @@ fn check_key(key: &str) -> Result<()> {
             )))
         }
         "index.number_of_shards" | "index.codec" => Ok(()),
+        _ if ECHOED_STATIC.contains(&key) => Ok(()),
         _ if is_dynamic(key)
             || key.starts_with("index.analysis.")
             || key.starts_with("index.knn")
@@ -1284,6 +1454,7 @@ fn check_key(key: &str) -> Result<()> {
 /// Checks one setting: a key sluice knows ([`check_key`]) with a valid value.
 fn check_setting(key: &str, v: &str) -> Result<()> {
     check_key(key)?;
+    check_echoed(key, v)?;
     let check_int = |min: u64, max: u64| -> Result<()> {
         match v.parse::<u64>() {
             Ok(n) if n >= min && n <= max => Ok(()),

@@ -87,6 +87,9 @@ pub struct Config {
     pub auth: crate::auth::AuthConfig,
     /// `node.memory_budget`, resolved at node start ([`crate::node_usage`]).
     pub memory_budget: crate::node_usage::MemoryBudget,
+    /// Dynamic cluster settings given in the configuration: the node's defaults, used where
+    /// `_cluster/settings` sets nothing (as OpenSearch reads them from `opensearch.yml`).
+    pub cluster_defaults: BTreeMap<String, String>,
 }
 
 /// A configuration error: which key, what was wrong, what is accepted.
@@ -187,6 +190,8 @@ pub fn gather(
         let wanted = rest.to_ascii_lowercase();
         let key = KNOWN_KEYS
             .iter()
+            .copied()
+            .chain(crate::settings::SETTINGS.iter().map(|d| d.key))
             .find(|k| k.replace(['.', '_'], "_") == wanted);
         match key {
             Some(k) => {
@@ -212,7 +217,7 @@ pub fn gather(
 }
 
 fn check_known(key: &str, src: &str) -> Result<(), ConfigError> {
-    if KNOWN_KEYS.contains(&key) {
+    if KNOWN_KEYS.contains(&key) || crate::settings::definition(key).is_some() {
         Ok(())
     } else {
         Err(ConfigError::UnknownKey {
@@ -220,6 +225,15 @@ fn check_known(key: &str, src: &str) -> Result<(), ConfigError> {
             source_name: src.to_string(),
         })
     }
+}
+
+/// Runs the cross-setting rules of `_cluster/settings` over the node's defaults.
+fn check_cluster_defaults(defaults: &BTreeMap<String, String>) -> Result<(), String> {
+    let snapshot = crate::settings::SettingsSnapshot::from_node_defaults(defaults.clone());
+    for rule in crate::settings::CROSS_CHECKS {
+        rule(&snapshot)?;
+    }
+    Ok(())
 }
 
 /// Parses a byte size like `100mb` (see [`sluice_wire::parse_byte_size`]).
@@ -338,7 +352,22 @@ impl Config {
                 )
             })?,
         };
+        let mut cluster_defaults = BTreeMap::new();
+        for (key, (value, src)) in raw {
+            if let Some(def) = crate::settings::definition(key) {
+                crate::settings::parse_value(def, value)
+                    .map_err(|e| invalid(key, value, src, &e))?;
+                cluster_defaults.insert(key.clone(), value.clone());
+            }
+        }
+        check_cluster_defaults(&cluster_defaults).map_err(|e| ConfigError::InvalidValue {
+            key: "cluster settings".into(),
+            value: format!("{cluster_defaults:?}"),
+            source_name: "configuration".into(),
+            expected: e,
+        })?;
         Ok(Config {
+            cluster_defaults,
             memory_budget,
             auth,
             search_pool_size,

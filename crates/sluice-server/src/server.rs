@@ -51,8 +51,13 @@ impl Node {
                 .await
                 .map_err(|e| anyhow::anyhow!("cannot open [{}]: {e}", meta_path.display()))?,
         );
-        let cluster_settings =
-            Arc::new(crate::settings::ClusterSettings::load(metastore.clone()).await?);
+        let cluster_settings = Arc::new(
+            crate::settings::ClusterSettings::load_on(
+                metastore.clone(),
+                config.cluster_defaults.clone(),
+            )
+            .await?,
+        );
         let data = config.data_path.clone();
         let engine = Arc::new(tokio::task::spawn_blocking(move || Engine::open(&data)).await??);
         let addr = SocketAddr::new(config.http_host, config.http_port);

@@ -21,6 +21,7 @@ mod queueing;
 mod rules;
 mod scroll;
 mod search_dsl;
+mod settings_compat;
 mod smoke;
 mod tasks;
 mod throttling;
