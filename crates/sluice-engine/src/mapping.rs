@@ -957,7 +957,11 @@ fn typed_value(f: &FieldMapping, value: &Value) -> Option<Option<TypedValue>> {
             TypedValue::F64(f64::from(n as f32))
         }
         FieldType::Double => TypedValue::F64(coerce_float(value)?),
-        FieldType::Date => TypedValue::Date(f.date_format.parse_value(value)?),
+        FieldType::Date => TypedValue::Date(
+            f.date_format
+                .parse_value(value)
+                .filter(|ms| crate::date::STORABLE_MILLIS.contains(ms))?,
+        ),
         FieldType::Boolean => TypedValue::Bool(match value {
             Value::Bool(b) => *b,
             Value::String(s) if s == "true" => true,

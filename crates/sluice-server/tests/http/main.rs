@@ -18,6 +18,7 @@ mod indices;
 mod msearch;
 mod queue_stress;
 mod queueing;
+mod robustness;
 mod rules;
 mod scroll;
 mod search_dsl;
