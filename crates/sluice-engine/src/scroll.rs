@@ -236,6 +236,12 @@ impl ScrollStore {
         let started = Instant::now();
         validate_scroll_request(req)?;
         self.check_keep_alive(keep_alive)?;
+        // A scroll counts its hits exactly, as OpenSearch's does.
+        let exact = SearchRequest {
+            track_total_hits: TrackTotalHits::Exact,
+            ..req.clone()
+        };
+        let req = &exact;
         let indices: Vec<&Arc<IndexHandle>> = targets.iter().map(|t| &t.handle).collect();
         let window = indices
             .iter()
@@ -530,6 +536,9 @@ fn validate_scroll_request(req: &SearchRequest) -> Result<()> {
     }
     if req.from > 0 {
         problems.push("using [from] is not allowed in a scroll context");
+    }
+    if req.track_total_hits_set && req.track_total_hits != TrackTotalHits::Exact {
+        problems.push("disabling [track_total_hits] is not allowed in a scroll context");
     }
     if problems.is_empty() {
         return Ok(());

@@ -56,6 +56,8 @@ pub struct SearchRequest {
     pub source: SourceFilter,
     /// Total hits counting.
     pub track_total_hits: TrackTotalHits,
+    /// Whether the request set `track_total_hits` itself (a scroll refuses any but exact).
+    pub track_total_hits_set: bool,
     /// The body's `timeout`.
     pub timeout: Option<Duration>,
     /// The `aggs`/`aggregations` object.
@@ -90,6 +92,7 @@ impl Default for SearchRequest {
             sort: Vec::new(),
             source: SourceFilter::default(),
             track_total_hits: TrackTotalHits::UpTo(DEFAULT_TRACK_TOTAL_HITS),
+            track_total_hits_set: false,
             timeout: None,
             aggs: None,
             track_scores: false,
@@ -443,6 +446,7 @@ impl SearchRequest {
                 _ => {}
             }
         }
+        req.track_total_hits_set = track_total_hits_set;
         if rest_total_hits_as_int(params)? {
             match req.track_total_hits {
                 TrackTotalHits::UpTo(n) if track_total_hits_set => {

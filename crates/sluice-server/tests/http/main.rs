@@ -8,6 +8,7 @@ mod fixtures;
 mod aggregations;
 mod aliases;
 mod auth;
+mod benchmark_compat;
 mod client_compat;
 mod cluster_settings;
 mod documents;
