@@ -126,6 +126,7 @@ fn render_sort_value(v: &SortValue, spec: &SortSpec, ty: Option<FieldType>) -> V
             json!(crate::ip::decode(s).unwrap_or_else(|| s.clone()))
         }
         SortValue::Str(s) => json!(s),
+        SortValue::Int(n) => json!(n),
         SortValue::Num(n) => match (ty, &spec.field) {
             (_, SortField::Doc) => json!(*n as i64),
             // The key holds the f32 score widened: render the float OpenSearch would.

@@ -23,6 +23,7 @@ mod robustness;
 mod rules;
 mod scroll;
 mod search_dsl;
+mod search_gaps;
 mod settings_compat;
 mod smoke;
 mod tasks;

@@ -1,0 +1,73 @@
+//! Search details OpenSearch clients rely on (issue 17 point 5): longs kept exact in sort
+//! values and `search_after` cursors, and features tantivy cannot do answered with a 400 that
+//! names them.
+
+use crate::common::{TestNode, assert_error, hit_ids};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_long_sort_values_above_2_pow_53_stay_exact() {
+    let node = TestNode::start().await;
+    node.req(
+        "PUT",
+        "/l",
+        Some(json!({"mappings": {"properties": {"n": {"type": "long"}}}})),
+    )
+    .await;
+    node.bulk(
+        "/_bulk?refresh=true",
+        &[
+            json!({"index": {"_index": "l", "_id": "a"}}),
+            json!({"n": 9_007_199_254_740_993i64}),
+            json!({"index": {"_index": "l", "_id": "b"}}),
+            json!({"n": 9_007_199_254_740_992i64}),
+            json!({"index": {"_index": "l", "_id": "c"}}),
+            json!({"n": i64::MAX}),
+        ],
+    )
+    .await;
+    let resp = node
+        .search("l", json!({"sort": [{"n": "asc"}], "size": 1}))
+        .await;
+    assert_eq!(hit_ids(&resp), vec!["b"], "2^53 sorts before 2^53 + 1");
+    assert_eq!(
+        resp["hits"]["hits"][0]["sort"],
+        json!([9_007_199_254_740_992i64])
+    );
+    let next = node
+        .search(
+            "l",
+            json!({"sort": [{"n": "asc"}], "search_after": [9_007_199_254_740_992i64]}),
+        )
+        .await;
+    assert_eq!(hit_ids(&next), vec!["a", "c"]);
+    assert_eq!(
+        next["hits"]["hits"][0]["sort"],
+        json!([9_007_199_254_740_993i64])
+    );
+    assert_eq!(next["hits"]["hits"][1]["sort"], json!([i64::MAX]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_nested_is_refused_naming_the_feature() {
+    let node = TestNode::start().await;
+    node.req("PUT", "/n", None).await;
+    let resp = node
+        .req(
+            "POST",
+            "/n/_search",
+            Some(json!({"query": {"nested": {"path": "p", "query": {"match_all": {}}}}})),
+        )
+        .await;
+    assert_eq!(resp.0, 400, "{}", resp.1);
+    let text = resp.1.to_string();
+    assert!(text.contains("nested"), "{text}");
+    let mapping = node
+        .req(
+            "PUT",
+            "/m",
+            Some(json!({"mappings": {"properties": {"p": {"type": "nested"}}}})),
+        )
+        .await;
+    assert_error(&mapping, 400, "mapper_parsing_exception");
+}
