@@ -18,6 +18,7 @@
 
 mod collect;
 mod context;
+pub mod fields;
 mod render;
 mod request;
 mod sort;

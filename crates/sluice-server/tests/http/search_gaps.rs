@@ -71,3 +71,63 @@ async fn test_nested_is_refused_naming_the_feature() {
         .await;
     assert_error(&mapping, 400, "mapper_parsing_exception");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_fields_docvalue_fields_and_stored_fields() {
+    let node = TestNode::start().await;
+    node.req(
+        "PUT",
+        "/f",
+        Some(json!({"mappings": {"properties": {
+            "ts": {"type": "date"}, "n": {"type": "long"},
+            "msg": {"type": "text", "fields": {"keyword": {"type": "keyword"}}}
+        }}})),
+    )
+    .await;
+    node.req(
+        "PUT",
+        "/f/_doc/1?refresh=true",
+        Some(json!({"ts": "2015-01-01T12:10:30Z", "n": 5, "msg": "hello"})),
+    )
+    .await;
+    let resp = node
+        .search(
+            "f",
+            json!({
+                "fields": ["msg*", {"field": "ts", "format": "epoch_millis"}],
+                "docvalue_fields": ["n"],
+                "_source": false
+            }),
+        )
+        .await;
+    let hit = &resp["hits"]["hits"][0];
+    assert_eq!(hit["fields"]["msg"], json!(["hello"]));
+    assert_eq!(hit["fields"]["msg.keyword"], json!(["hello"]));
+    assert_eq!(hit["fields"]["ts"], json!(["1420114230000"]));
+    assert_eq!(hit["fields"]["n"], json!([5]));
+    assert!(hit.get("_source").is_none(), "{hit}");
+    // The URL form, and the default date format.
+    let (s, b) = node
+        .req("GET", "/f/_search?docvalue_fields=ts,n", None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        b["hits"]["hits"][0]["fields"]["ts"],
+        json!(["2015-01-01T12:10:30.000Z"])
+    );
+    // stored_fields: a list leaves _source out; _none_ leaves _id out too.
+    let resp = node.search("f", json!({"stored_fields": ["msg"]})).await;
+    assert!(resp["hits"]["hits"][0].get("_source").is_none());
+    assert_eq!(resp["hits"]["hits"][0]["_id"], "1");
+    let resp = node.search("f", json!({"stored_fields": "_none_"})).await;
+    assert!(resp["hits"]["hits"][0].get("_id").is_none());
+    // A text field has no doc values.
+    let bad = node
+        .req(
+            "POST",
+            "/f/_search",
+            Some(json!({"docvalue_fields": ["msg"]})),
+        )
+        .await;
+    assert_error(&bad, 400, "illegal_argument_exception");
+}
