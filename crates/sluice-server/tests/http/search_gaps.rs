@@ -131,3 +131,65 @@ async fn test_fields_docvalue_fields_and_stored_fields() {
         .await;
     assert_error(&bad, 400, "illegal_argument_exception");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_date_range_aggregation_buckets_by_dates() {
+    let node = TestNode::start().await;
+    node.req(
+        "PUT",
+        "/dr",
+        Some(json!({"mappings": {"properties": {"ts": {"type": "date"}, "n": {"type": "long"}}}})),
+    )
+    .await;
+    node.bulk(
+        "/_bulk?refresh=true",
+        &[
+            json!({"index": {"_index": "dr"}}),
+            json!({"ts": "2015-06-01T00:00:00Z", "n": 1}),
+            json!({"index": {"_index": "dr"}}),
+            json!({"ts": "2016-06-01T00:00:00Z", "n": 2}),
+            json!({"index": {"_index": "dr"}}),
+            json!({"ts": "2017-06-01T00:00:00Z", "n": 3}),
+        ],
+    )
+    .await;
+    let resp = node
+        .search(
+            "dr",
+            json!({"size": 0, "aggs": {"r": {"date_range": {"field": "ts", "ranges": [
+                {"to": "2016-01-01"},
+                {"from": "2016-01-01", "to": "2017-01-01"},
+                {"from": "2017-01-01"}
+            ]}}}}),
+        )
+        .await;
+    let buckets = &resp["aggregations"]["r"]["buckets"];
+    let counts: Vec<u64> = buckets
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["doc_count"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts, vec![1, 1, 1], "{resp}");
+    assert_eq!(buckets[1]["from"], json!(1451606400000.0));
+    assert_eq!(buckets[1]["from_as_string"], "2016-01-01T00:00:00.000Z");
+    assert_eq!(
+        buckets[1]["key"],
+        "2016-01-01T00:00:00.000Z-2017-01-01T00:00:00.000Z"
+    );
+    let bad = node
+        .req(
+            "POST",
+            "/dr/_search",
+            Some(json!({"aggs": {"r": {"date_range": {"field": "n", "ranges": [{"to": 1}]}}}})),
+        )
+        .await;
+    assert_eq!(bad.0, 400, "{}", bad.1);
+    assert!(
+        bad.1
+            .to_string()
+            .contains("Field [n] of type [long] is not supported for aggregation [date_range]"),
+        "{}",
+        bad.1
+    );
+}
