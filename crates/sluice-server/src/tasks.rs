@@ -27,6 +27,8 @@ pub mod actions {
     pub const MSEARCH: &str = "indices:data/read/msearch";
     /// A scroll continuation.
     pub const SCROLL: &str = "indices:data/read/scroll";
+    /// A `_tasks` listing, itself a task while it runs (clients expect to find it).
+    pub const LIST_TASKS: &str = "cluster:monitor/tasks/lists";
 }
 
 /// A task id: the node id and a sequence number.

@@ -93,9 +93,17 @@ fn is_true(params: &Params, key: &str) -> bool {
 /// `GET /_tasks` with `actions`, `detailed`, `parent_task_id`, `nodes`, `group_by`.
 pub async fn list(
     State(st): State<Arc<AppState>>,
+    meta: crate::http::RequestMeta,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let filter = parse_filter(&params)?;
+    // The listing is a task too, as in OpenSearch, so it lists itself.
+    let _listing = st.tasks.register(
+        crate::tasks::actions::LIST_TASKS,
+        String::new(),
+        None,
+        meta.principal.clone(),
+    );
     let detailed = is_true(&params, "detailed");
     let tasks: Vec<Arc<Task>> = st
         .tasks

@@ -27,6 +27,7 @@ mod search_gaps;
 mod settings_compat;
 mod smoke;
 mod tasks;
+mod tasks_compat;
 mod throttling;
 mod throttling_stress;
 mod time_values;
