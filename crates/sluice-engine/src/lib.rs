@@ -25,6 +25,7 @@
 
 pub mod aggs;
 pub mod aliases;
+pub mod by_query;
 pub mod date;
 pub mod engine;
 pub mod error;

@@ -165,7 +165,8 @@ impl Node {
 
 /// The node's HTTP service: the API router under its layers (panics caught, body limit,
 /// authentication, request metadata, gzip both ways) and, outside the router so it sees the
-/// `Allow` header the router sets on a 405, the method-name fallback. `serve` runs it on the
+/// `Allow` header the router sets on a 405, the method-name fallback; outermost, the echo of
+/// `X-Opaque-Id`. `serve` runs it on the
 /// listener; tests may drive it in-process.
 pub fn app(state: Arc<AppState>) -> HttpService {
     let limit = state.config.max_content_length;
@@ -200,6 +201,7 @@ pub fn app(state: Arc<AppState>) -> HttpService {
         &middleware::from_fn(crate::http::fallback::name_allowed_methods),
         app,
     );
+    let app = tower::Layer::layer(&middleware::from_fn(crate::http::meta::echo_opaque_id), app);
     tower::util::BoxCloneSyncService::new(app)
 }
 

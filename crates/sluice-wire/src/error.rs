@@ -25,6 +25,10 @@ pub enum ErrorCode {
     IllegalArgument,
     /// 400 `mapper_parsing_exception`: a document or mapping that does not fit the mapping.
     MapperParsing,
+    /// 400 `strict_dynamic_mapping_exception`: a document bringing a field that a `strict`
+    /// (or `strict_allow_templates`) mapping does not allow (OpenSearch's subclass of the
+    /// mapper parsing exception).
+    StrictDynamicMapping,
     /// 400 `query_shard_exception`: a query that cannot be built against the index's fields.
     QueryShard,
     /// 400 `search_phase_execution_exception`: the wrapper OpenSearch puts around shard failures.
@@ -67,6 +71,10 @@ pub enum ErrorCode {
     /// 500 `illegal_state_exception`, as OpenSearch answers a change that would break an
     /// invariant of its metadata (two write indices for one alias).
     IllegalState,
+    /// 500 `timeout_exception`: a wait the request bounded (`GET _tasks/{id}` with
+    /// `wait_for_completion`) ran out; OpenSearch's `OpenSearchTimeoutException` keeps the
+    /// default status.
+    Timeout,
 }
 
 impl ErrorCode {
@@ -81,6 +89,7 @@ impl ErrorCode {
             ErrorCode::XContentParse => "x_content_parse_exception",
             ErrorCode::IllegalArgument => "illegal_argument_exception",
             ErrorCode::MapperParsing => "mapper_parsing_exception",
+            ErrorCode::StrictDynamicMapping => "strict_dynamic_mapping_exception",
             ErrorCode::QueryShard => "query_shard_exception",
             ErrorCode::SearchPhaseExecution => "search_phase_execution_exception",
             ErrorCode::VersionConflict => "version_conflict_engine_exception",
@@ -99,6 +108,7 @@ impl ErrorCode {
             ErrorCode::IndexClosed => "index_closed_exception",
             ErrorCode::UnsupportedOperation => "unsupported_operation_exception",
             ErrorCode::IllegalState => "illegal_state_exception",
+            ErrorCode::Timeout => "timeout_exception",
         }
     }
 
@@ -113,7 +123,10 @@ impl ErrorCode {
             ErrorCode::VersionConflict => 409,
             ErrorCode::TooManyBuckets => 503,
             ErrorCode::RejectedExecution => 429,
-            ErrorCode::Internal | ErrorCode::TaskCancelled | ErrorCode::IllegalState => 500,
+            ErrorCode::Internal
+            | ErrorCode::TaskCancelled
+            | ErrorCode::IllegalState
+            | ErrorCode::Timeout => 500,
             ErrorCode::Unauthenticated => 401,
             ErrorCode::Forbidden | ErrorCode::ClusterBlock => 403,
             _ => 400,

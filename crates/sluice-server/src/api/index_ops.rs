@@ -13,8 +13,9 @@ use super::cluster_settings::bool_param;
 use super::indices::resolve_for;
 use crate::backend::embedded::blocking;
 use crate::error::ApiResult;
-use crate::http::{Params, reply};
+use crate::http::{Params, RequestMeta, reply};
 use crate::state::AppState;
+use crate::tasks::actions;
 
 /// `POST /{index}/_close`: commits each index's writes and closes it; searches and document
 /// operations on it answer `index_closed_exception` until `_open`.
@@ -54,9 +55,13 @@ pub async fn open(
 
 /// `POST /_forcemerge` and `/{index}/_forcemerge`: merges each index's segments down to
 /// `max_num_segments` (default: as few as the merge gives, one), or with
-/// `only_expunge_deletes` rewrites the segments that hold deleted documents; answers when done.
+/// `only_expunge_deletes` rewrites the segments that hold deleted documents; answers when done,
+/// or with `wait_for_completion=false` at once with `{"task": …}` (a task of action
+/// `indices:admin/forcemerge` whose result `GET _tasks/{id}` reads, as opensearch-benchmark's
+/// polling force-merge does).
 pub async fn forcemerge(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     index: Option<Path<String>>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
@@ -97,15 +102,35 @@ pub async fn forcemerge(
         })
         .sum();
     let done = targets.len() as u64;
-    blocking(move || {
+    let answer = json!({"_shards": {"total": shards, "successful": done, "failed": 0}});
+    let merge = move || {
         targets
             .iter()
             .try_for_each(|h| h.force_merge(max, only_expunge_deletes))
-    })
-    .await?;
-    Ok(reply(
-        StatusCode::OK,
-        json!({"_shards": {"total": shards, "successful": done, "failed": 0}}),
-        &params,
-    ))
+    };
+    // OpenSearch's default: the request answers when the merge is done.
+    if params.get("wait_for_completion").is_none() || bool_param(&params, "wait_for_completion")? {
+        blocking(merge).await?;
+        return Ok(reply(StatusCode::OK, answer, &params));
+    }
+    let description = format!(
+        "Force-merge indices [{index}], maxSegments[{max}], onlyExpungeDeletes[{only_expunge_deletes}], flush[true]"
+    );
+    let guard = st.tasks.register(
+        actions::FORCEMERGE,
+        description,
+        None,
+        meta.principal.clone(),
+    );
+    st.tasks.expect_result(guard.task());
+    let id = guard.id().to_string();
+    let bg = st.clone();
+    tokio::spawn(async move {
+        let outcome = blocking(merge).await.map(|()| answer);
+        bg.tasks
+            .store_outcome(guard.task(), outcome.as_ref().map(Value::clone));
+        // Unregistered once its result is stored.
+        drop(guard);
+    });
+    Ok(reply(StatusCode::OK, json!({"task": id}), &params))
 }

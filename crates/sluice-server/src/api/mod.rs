@@ -4,6 +4,7 @@
 //! extraction, replies, request metadata — is in [`crate::http`].
 
 pub mod aliases;
+pub mod by_query;
 pub mod cat;
 pub mod cluster;
 pub mod cluster_settings;
@@ -55,6 +56,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_stats/{metric}", get(index_stats::stats_all))
         .route("/{index}/_stats", get(index_stats::stats_index))
         .route("/{index}/_stats/{metric}", get(index_stats::stats_index))
+        .route("/{index}/_delete_by_query", post(by_query::delete_by_query))
+        .route("/{index}/_update_by_query", post(by_query::update_by_query))
         .route("/{index}/_close", post(index_ops::close))
         .route("/{index}/_open", post(index_ops::open))
         .route("/_forcemerge", post(index_ops::forcemerge))

@@ -2,6 +2,7 @@
 //! `POST /_tasks/_cancel`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -9,10 +10,11 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 use sluice_engine::{EngineError, ErrorCode};
 
+use super::cluster_settings::bool_param;
 use crate::error::ApiResult;
 use crate::http::{Params, reply};
 use crate::state::AppState;
-use crate::tasks::{Task, TaskId};
+use crate::tasks::{Lookup, Task, TaskId};
 
 /// The reason a task cancelled through the API carries, as OpenSearch words it.
 const BY_USER_REQUEST: &str = "by user request";
@@ -168,19 +170,50 @@ fn task_missing(raw: &str) -> EngineError {
     )
 }
 
-/// `GET /_tasks/{task_id}`.
+/// How long `GET _tasks/{id}?wait_for_completion=true` waits without a `timeout`:
+/// OpenSearch's default for it.
+const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `GET /_tasks/{task_id}`: a running task (`completed: false`), or the stored result of a
+/// background task that ended (`completed: true` with its `response` or `error`);
+/// `wait_for_completion=true` waits for the end, up to `timeout`.
 pub async fn get_task(
     State(st): State<Arc<AppState>>,
     Path(raw): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let seq = local_seq(&st, &raw)?;
-    let t = st.tasks.get(seq).ok_or_else(|| task_missing(&raw))?;
-    Ok(reply(
-        StatusCode::OK,
-        json!({"completed": false, "task": st.tasks.render(&t, true)}),
-        &params,
-    ))
+    let timeout = match params.get("timeout") {
+        None => DEFAULT_WAIT_TIMEOUT,
+        Some(v) => sluice_wire::parse_time_value(v, "timeout")
+            .map_err(sluice_wire::OpenSearchError::from)?
+            .duration_opt()
+            .unwrap_or(Duration::MAX),
+    };
+    let wait = bool_param(&params, "wait_for_completion")?;
+    if wait && matches!(st.tasks.lookup(seq), Lookup::Running(_)) {
+        let deadline = tokio::time::Instant::now()
+            .checked_add(timeout)
+            .unwrap_or_else(far_future);
+        if !st.tasks.wait_until_ended(seq, deadline).await {
+            return Err(EngineError::new(
+                ErrorCode::Timeout,
+                format!("Timed out waiting for completion of [{raw}]"),
+            )
+            .into());
+        }
+    }
+    let body = match st.tasks.lookup(seq) {
+        Lookup::Running(t) => json!({"completed": false, "task": st.tasks.render(&t, true)}),
+        Lookup::Done(result) => result,
+        Lookup::Missing => return Err(task_missing(&raw).into()),
+    };
+    Ok(reply(StatusCode::OK, body, &params))
+}
+
+/// An instant no wait reaches (tokio's own "far future": about 30 years on).
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(86400 * 365 * 30)
 }
 
 /// `POST /_tasks/{task_id}/_cancel`: cancels the task and its descendants.

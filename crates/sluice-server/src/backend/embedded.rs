@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::Value;
+use sluice_engine::by_query::{ByQueryOutcome, ByQueryRequest};
 use sluice_engine::{Engine, EngineError, ErrorCode, ScrollLimits, SearchContext, SearchRequest};
 
 use super::{Backend, BackendKind, Execution};
@@ -125,6 +126,16 @@ impl Backend for EmbeddedBackend {
                 .sum();
             Ok((n, shards))
         })
+    }
+
+    fn by_query(
+        &self,
+        exec: Execution,
+        index: String,
+        req: ByQueryRequest,
+    ) -> BoxFuture<'static, ApiResult<ByQueryOutcome>> {
+        let engine = self.engine.clone();
+        self.run(exec, move |ctx| engine.by_query(&index, &req, &ctx))
     }
 
     fn continue_scroll(

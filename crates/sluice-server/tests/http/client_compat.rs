@@ -1,6 +1,7 @@
 //! What the official clients do on their own, over HTTP: gzip request bodies (`compression`),
 //! gzip responses on `Accept-Encoding`, `ignore_unavailable` / `allow_no_indices` /
-//! `expand_wildcards` on search, count and msearch, and `line`/`col` on a `parsing_exception`.
+//! `expand_wildcards` on search, count and msearch, `line`/`col` on a `parsing_exception`, and
+//! the echo of `X-Opaque-Id`.
 
 use std::io::{Read, Write};
 
@@ -202,4 +203,32 @@ async fn test_parsing_exception_carries_line_and_col() {
         "{}",
         resp.1
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_x_opaque_id_is_echoed_on_every_answer() {
+    let node = TestNode::start().await;
+    node.req("PUT", "/o/_doc/1?refresh=true", Some(json!({"a": 1})))
+        .await;
+    for (method, path, body, status) in [
+        ("GET", "/o/_search", None, 200),
+        ("GET", "/missing/_search", None, 404),
+        (
+            "POST",
+            "/o/_search",
+            Some(json!({"query": {"nope": {}}})),
+            400,
+        ),
+        ("GET", "/_no_such_api", None, 404),
+        ("DELETE", "/", None, 405),
+    ] {
+        let r = node
+            .req_with(method, path, body, &[("X-Opaque-Id", "job-42")])
+            .await;
+        assert_eq!(r.status, status, "{path}: {}", r.body);
+        assert_eq!(r.header_values("x-opaque-id"), vec!["job-42"], "{path}");
+    }
+    // Without the header, none comes back.
+    let r = node.req_with("GET", "/o/_search", None, &[]).await;
+    assert!(r.header_values("x-opaque-id").is_empty());
 }

@@ -296,3 +296,42 @@ async fn test_forcemerge_merges_segments_and_keeps_documents() {
     assert_eq!(segments(&again), Some(1), "{again}");
     drop(tmp);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_forcemerge_in_the_background_answers_a_task_with_its_result() {
+    let node = TestNode::start().await;
+    setup(&node).await;
+    let (s, b) = node
+        .req(
+            "POST",
+            "/a/_forcemerge?max_num_segments=1&wait_for_completion=false",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let id = b["task"].as_str().expect("task id").to_string();
+    let (s, done) = node
+        .req(
+            "GET",
+            &format!("/_tasks/{id}?wait_for_completion=true"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{done}");
+    assert_eq!(done["completed"], true, "{done}");
+    assert_eq!(done["task"]["action"], "indices:admin/forcemerge", "{done}");
+    assert_eq!(
+        done["response"]["_shards"],
+        json!({"total": 2, "successful": 1, "failed": 0}),
+        "{done}"
+    );
+    let (_, after) = node.req("GET", "/a/_stats", None).await;
+    assert_eq!(
+        after["indices"]["a"]["primaries"]["segments"]["count"], 1,
+        "{after}"
+    );
+    let bad = node
+        .req("POST", "/a/_forcemerge?wait_for_completion=later", None)
+        .await;
+    assert_error(&bad, 400, "illegal_argument_exception");
+}

@@ -9,6 +9,7 @@ mod aggregations;
 mod aliases;
 mod auth;
 mod benchmark_compat;
+mod by_query;
 mod client_compat;
 mod cluster_settings;
 mod documents;

@@ -90,7 +90,7 @@ pub(crate) fn start_search(
 }
 
 /// Waits until `n` search tasks of group `id` are running.
-async fn wait_running(node: &TestNode, id: &str, n: usize) {
+pub(crate) async fn wait_running(node: &TestNode, id: &str, n: usize) {
     for _ in 0..20_000 {
         let r = node
             .req_with(
