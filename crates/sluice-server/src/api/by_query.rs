@@ -165,7 +165,7 @@ async fn run(
     let refresh = bool_param(&params, "refresh")?;
     // OpenSearch's default: the request answers when the work is done.
     let wait =
-        params.get("wait_for_completion").is_none() || bool_param(&params, "wait_for_completion")?;
+        !params.contains_key("wait_for_completion") || bool_param(&params, "wait_for_completion")?;
     let (action, verb) = if update {
         (actions::UPDATE_BY_QUERY, "update-by-query")
     } else {

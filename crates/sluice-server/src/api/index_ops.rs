@@ -109,7 +109,7 @@ pub async fn forcemerge(
             .try_for_each(|h| h.force_merge(max, only_expunge_deletes))
     };
     // OpenSearch's default: the request answers when the merge is done.
-    if params.get("wait_for_completion").is_none() || bool_param(&params, "wait_for_completion")? {
+    if !params.contains_key("wait_for_completion") || bool_param(&params, "wait_for_completion")? {
         blocking(merge).await?;
         return Ok(reply(StatusCode::OK, answer, &params));
     }
