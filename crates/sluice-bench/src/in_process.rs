@@ -88,11 +88,7 @@ impl InProcessTarget {
             .map(|(id, source)| {
                 (
                     self.index.clone(),
-                    DocOp::Index {
-                        id: Some(id.to_string()),
-                        source,
-                        op_type: OpType::Index,
-                    },
+                    DocOp::index(Some(id.to_string()), source, OpType::Index),
                 )
             })
             .collect()

@@ -421,7 +421,11 @@ fn run_throttle_overhead(args: &Args) -> Result<OverheadReport> {
     let empty = OverheadReport {
         seed: args.seed,
         num_docs: args.docs,
-        url: targets.iter().map(|t| t.base_url.to_string()).collect::<Vec<_>>().join(","),
+        url: targets
+            .iter()
+            .map(|t| t.base_url.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
         shape: overhead::SHAPE,
         rounds: plan.rounds,
         warmup_secs: plan.warmup.as_secs_f64(),

@@ -6,6 +6,12 @@
 use std::borrow::Cow;
 use std::fmt;
 
+/// The dates an index can hold, in epoch milliseconds: tantivy keeps a date as nanoseconds in
+/// an `i64` (years 1677 to 2262). A document date outside is refused (OpenSearch's own
+/// `date_nanos` range); a query bound outside is brought to the nearest end.
+pub const STORABLE_MILLIS: std::ops::RangeInclusive<i64> =
+    (i64::MIN / 1_000_000)..=(i64::MAX / 1_000_000);
+
 use time::{Date, Month, OffsetDateTime, PrimitiveDateTime, Time, UtcOffset};
 
 /// One named format of a date field's `format` (the parts of `a||b`).

@@ -9,10 +9,12 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 use serde_json::{Value, json};
 
+use crate::aliases::{AliasAction, AliasMeta, AliasTable};
 use crate::error::{EngineError, ErrorCode, Result};
 use crate::index::{self, DocOp, DocWriteResult, IndexHandle, StoredDoc};
 use crate::lookup::TermsLookups;
 use crate::mapping::Mapping;
+use crate::resolve::{IndicesOptions, Target};
 use crate::scroll::ScrollStore;
 use crate::search::{SearchContext, SearchRequest};
 use sluice_wire::simple_match as wildcard_match;
@@ -27,7 +29,9 @@ const MAX_INDEX_NAME_BYTES: usize = 255;
 pub struct Engine {
     dir: PathBuf,
     indices: RwLock<BTreeMap<String, Arc<IndexHandle>>>,
-    /// Serializes index creation and deletion (directory changes).
+    /// Every alias, rebuilt from the indices' aliases and swapped whole after each change.
+    aliases: RwLock<Arc<AliasTable>>,
+    /// Serializes index creation and deletion (directory changes) and alias changes.
     admin: Mutex<()>,
     /// When each index was last refreshed by the periodic refresher.
     last_refresh: Mutex<BTreeMap<String, Instant>>,
@@ -95,9 +99,11 @@ impl Engine {
             indices.insert(handle.name().to_string(), Arc::new(handle));
         }
         tracing::info!(indices = indices.len(), dir = %dir.display(), "engine opened");
+        let aliases = alias_table(&indices);
         Ok(Engine {
             dir,
             indices: RwLock::new(indices),
+            aliases: RwLock::new(Arc::new(aliases)),
             admin: Mutex::new(()),
             last_refresh: Mutex::new(BTreeMap::new()),
             scrolls: ScrollStore::default(),
@@ -120,43 +126,208 @@ impl Engine {
         self.indices.read().values().cloned().collect()
     }
 
-    /// Resolves an index expression (`a,b`, `logs-*`, `_all`, `*`, `-excluded`) to indices.
-    ///
-    /// A concrete name that does not exist is a 404; a wildcard matching nothing matches
-    /// nothing, as OpenSearch's default `allow_no_indices` and `ignore_unavailable=false` do.
+    /// Resolves an index expression (`a,b`, `logs-*`, `_all`, `*`, `-excluded`, aliases) to
+    /// indices with OpenSearch's default options: a concrete name or alias that does not exist
+    /// is a 404, a wildcard matching nothing matches nothing.
     pub fn resolve(&self, expr: &str) -> Result<Vec<Arc<IndexHandle>>> {
+        Ok(self
+            .resolve_targets(expr, &IndicesOptions::default())?
+            .into_iter()
+            .map(|t| t.handle)
+            .collect())
+    }
+
+    /// Resolves an index expression with `opts` ([`crate::resolve::resolve`]); each index
+    /// comes with the filter of the aliases that reached it.
+    pub fn resolve_targets(&self, expr: &str, opts: &IndicesOptions) -> Result<Vec<Target>> {
         let indices = self.indices.read();
-        let mut out: Vec<Arc<IndexHandle>> = Vec::new();
-        let parts: Vec<&str> = expr
-            .split(',')
-            .map(str::trim)
-            .filter(|p| !p.is_empty())
-            .collect();
-        if parts.is_empty() || parts == ["_all"] {
-            return Ok(indices.values().cloned().collect());
+        let aliases = self.aliases.read().clone();
+        crate::resolve::resolve(&indices, &aliases, expr, opts)
+    }
+
+    /// The alias table as it is now.
+    pub fn alias_table(&self) -> Arc<AliasTable> {
+        self.aliases.read().clone()
+    }
+
+    /// The one index a single-document read of `name` (an index or a one-index alias) goes to.
+    pub fn single_index(&self, name: &str) -> Result<Arc<IndexHandle>> {
+        let indices = self.indices.read();
+        let aliases = self.aliases.read().clone();
+        let h = crate::resolve::single_index(&indices, &aliases, name)?;
+        if h.is_closed() {
+            return Err(crate::resolve::index_closed(h.name()));
         }
-        for (i, part) in parts.iter().enumerate() {
-            if let Some(excl) = part.strip_prefix('-').filter(|_| i > 0) {
-                out.retain(|h| !wildcard_match(excl, h.name()));
-            } else if part.contains('*') || *part == "_all" {
-                let pat = if *part == "_all" { "*" } else { part };
-                for h in indices.values() {
-                    if wildcard_match(pat, h.name()) && !out.iter().any(|o| o.name() == h.name()) {
-                        out.push(h.clone());
+        Ok(h)
+    }
+
+    /// The index writes to `name` go to ([`crate::resolve::write_index`]); `None` when
+    /// neither an index nor an alias of that name exists.
+    pub fn write_index(&self, name: &str, require_alias: bool) -> Result<Option<Arc<IndexHandle>>> {
+        let indices = self.indices.read();
+        let aliases = self.aliases.read().clone();
+        crate::resolve::write_index(&indices, &aliases, name, require_alias)
+    }
+
+    /// Rebuilds the alias table from the indices (after any change of indices or aliases).
+    fn rebuild_aliases(&self) {
+        let table = alias_table(&self.indices.read());
+        *self.aliases.write() = Arc::new(table);
+    }
+
+    /// Applies `_aliases` actions as one step: every action is resolved and checked first
+    /// (missing indices and aliases, name clashes, two write indices), then each changed
+    /// index's aliases are persisted, then the new table is published. If persisting fails
+    /// half-way, the indices already written are put back.
+    pub fn update_aliases(&self, actions: &[AliasAction]) -> Result<()> {
+        let _guard = self.admin.lock();
+        let indices = self.indices.read().clone();
+        let mut next: BTreeMap<String, BTreeMap<String, AliasMeta>> = indices
+            .iter()
+            .map(|(n, h)| (n.clone(), (*h.aliases()).clone()))
+            .collect();
+        let mut remove_indices: Vec<String> = Vec::new();
+        let concrete = |exprs: &[String]| -> Result<Vec<String>> {
+            let mut out = Vec::new();
+            for e in exprs {
+                let opts = IndicesOptions::for_index_apis(true);
+                for t in self.resolve_targets(e, &opts)? {
+                    if !out.contains(&t.handle.name().to_string()) {
+                        out.push(t.handle.name().to_string());
                     }
                 }
-            } else {
-                match indices.get(*part) {
-                    Some(h) => {
-                        if !out.iter().any(|o| o.name() == h.name()) {
-                            out.push(h.clone());
+            }
+            Ok(out)
+        };
+        for action in actions {
+            match action {
+                AliasAction::Add {
+                    indices: exprs,
+                    aliases,
+                    meta,
+                } => {
+                    let targets = concrete(exprs)?;
+                    for alias in aliases {
+                        if indices.contains_key(alias) {
+                            return Err(EngineError::new(
+                                ErrorCode::InvalidAliasName,
+                                format!(
+                                    "Invalid alias name [{alias}]: an index or data stream exists with the same name as the alias"
+                                ),
+                            )
+                            .with_index(alias));
+                        }
+                        if let Some(filter) = &meta.filter {
+                            for t in &targets {
+                                self.check_alias_filter(&indices[t], alias, filter)?;
+                            }
+                        }
+                        for t in &targets {
+                            next.entry(t.clone())
+                                .or_default()
+                                .insert(alias.clone(), meta.clone());
                         }
                     }
-                    None => return Err(EngineError::index_not_found(part)),
+                }
+                AliasAction::Remove {
+                    indices: exprs,
+                    aliases,
+                    must_exist,
+                } => {
+                    let targets = concrete(exprs)?;
+                    let mut missing = Vec::new();
+                    for pattern in aliases {
+                        let mut found = false;
+                        for t in &targets {
+                            if let Some(list) = next.get_mut(t) {
+                                let before = list.len();
+                                list.retain(|a, _| !wildcard_match(pattern, a));
+                                found |= list.len() != before;
+                            }
+                        }
+                        if !found {
+                            missing.push(pattern.clone());
+                        }
+                    }
+                    if !missing.is_empty() && *must_exist != Some(false) {
+                        return Err(crate::aliases::aliases_not_found(&missing));
+                    }
+                }
+                AliasAction::RemoveIndex { indices: exprs } => {
+                    for e in exprs {
+                        if self.aliases.read().contains(e) {
+                            return Err(EngineError::illegal_argument(format!(
+                                "The provided expression [{e}] matches an alias, specify the corresponding concrete indices instead."
+                            )));
+                        }
+                    }
+                    for t in concrete(exprs)? {
+                        next.remove(&t);
+                        remove_indices.push(t);
+                    }
                 }
             }
         }
-        Ok(out)
+        let table = AliasTable::build(next.iter().map(|(k, v)| (k.as_str(), v)));
+        table.check_write_indices()?;
+        // The indices already written, with their aliases before, to put back on failure.
+        let mut written: Vec<(&Arc<IndexHandle>, Arc<IndexAliases>)> = Vec::new();
+        for (name, h) in &indices {
+            let Some(wanted) = next.get(name) else {
+                continue;
+            };
+            let before = h.aliases();
+            if *before == *wanted {
+                continue;
+            }
+            if let Err(e) = h.set_aliases(wanted.clone()) {
+                for (h, old) in written {
+                    let _ = h.set_aliases((*old).clone());
+                }
+                return Err(e);
+            }
+            written.push((h, before));
+        }
+        for name in &remove_indices {
+            self.remove_index_dir(name);
+        }
+        self.rebuild_aliases();
+        Ok(())
+    }
+
+    /// Checks that an alias filter is a query the index can run.
+    fn check_alias_filter(&self, h: &Arc<IndexHandle>, alias: &str, filter: &Value) -> Result<()> {
+        let req = SearchRequest::parse(
+            Some(&json!({"query": filter, "size": 0})),
+            &Default::default(),
+        );
+        let prepared = req.and_then(|req| {
+            let target = Target {
+                handle: h.clone(),
+                filter: None,
+            };
+            crate::search::prepare(&[target], &req, now_millis(), None, None).map(|_| ())
+        });
+        prepared.map_err(|e| {
+            let mut err = EngineError::illegal_argument(format!(
+                "failed to parse filter for alias [{alias}]"
+            ));
+            err.cause = Some(Box::new(e.root_cause().clone()));
+            err
+        })
+    }
+
+    /// Removes an index from the node and deletes its directory.
+    fn remove_index_dir(&self, name: &str) {
+        let Some(h) = self.indices.write().remove(name) else {
+            return;
+        };
+        let dir = h.dir().to_path_buf();
+        drop(h);
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            tracing::warn!(dir = %dir.display(), error = %e, "could not remove index directory");
+        }
+        tracing::info!(index = name, "deleted index");
     }
 
     /// Creates an index from a create-index body (`settings`, `mappings`, `aliases`).
@@ -169,17 +340,25 @@ impl Engine {
         };
         let mut mapping = Mapping::default();
         let mut settings = BTreeMap::new();
+        let mut aliases = BTreeMap::new();
         for (key, value) in &obj {
             match key.as_str() {
                 "mappings" => mapping = Mapping::parse(value)?,
                 "settings" => settings = index::normalize_settings(value)?,
-                "aliases" => {
-                    if value.as_object().is_some_and(|m| !m.is_empty()) {
-                        return Err(EngineError::illegal_argument(
-                            "aliases are not supported by sluice; create the index without [aliases]",
-                        ));
+                "aliases" => match value {
+                    Value::Object(m) => {
+                        for (alias, body) in m {
+                            crate::aliases::validate_alias_name(alias)?;
+                            aliases.insert(alias.clone(), AliasMeta::parse(alias, body)?);
+                        }
                     }
-                }
+                    Value::Null => {}
+                    other => {
+                        return Err(EngineError::parsing(format!(
+                            "[aliases] must be an object, got [{other}]"
+                        )));
+                    }
+                },
                 _ => {
                     return Err(EngineError::parsing(format!(
                         "unknown key [{key}] for create index"
@@ -190,7 +369,27 @@ impl Engine {
         if settings.is_empty() {
             settings = index::normalize_settings(&json!({}))?;
         }
+        index::check_index_sort(&settings, &mapping)?;
         let _guard = self.admin.lock();
+        if self.aliases.read().contains(name) {
+            return Err(EngineError::new(
+                ErrorCode::InvalidIndexName,
+                format!("Invalid index name [{name}], already exists as alias"),
+            )
+            .with_index(name));
+        }
+        if let Some(alias) = aliases
+            .keys()
+            .find(|a| self.indices.read().contains_key(*a))
+        {
+            return Err(EngineError::new(
+                ErrorCode::InvalidAliasName,
+                format!(
+                    "Invalid alias name [{alias}]: an index or data stream exists with the same name as the alias"
+                ),
+            )
+            .with_index(alias.as_str()));
+        }
         if self.indices.read().contains_key(name) {
             return Err(EngineError::new(
                 ErrorCode::ResourceAlreadyExists,
@@ -211,11 +410,29 @@ impl Engine {
             name,
             mapping,
             settings,
+            aliases.clone(),
             now_millis(),
         )?);
         self.indices
             .write()
             .insert(name.to_string(), handle.clone());
+        if !aliases.is_empty() {
+            self.rebuild_aliases();
+            if let Err(e) = self.aliases.read().check_write_indices() {
+                drop(_guard);
+                let _ = self.delete_indices(name);
+                return Err(e);
+            }
+            for (alias, meta) in &aliases {
+                if let Some(filter) = &meta.filter
+                    && let Err(e) = self.check_alias_filter(&handle, alias, filter)
+                {
+                    drop(_guard);
+                    let _ = self.delete_indices(name);
+                    return Err(e);
+                }
+            }
+        }
         tracing::info!(index = name, "created index");
         Ok(handle)
     }
@@ -231,31 +448,51 @@ impl Engine {
             ));
         }
         let _guard = self.admin.lock();
-        let targets = self.resolve(expr)?;
-        for h in targets {
-            self.indices.write().remove(h.name());
-            let dir = h.dir().to_path_buf();
-            drop(h);
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                tracing::warn!(dir = %dir.display(), error = %e, "could not remove index directory");
-            }
+        let table = self.alias_table();
+        if let Some(alias) = expr.split(',').map(str::trim).find(|p| table.contains(p)) {
+            return Err(EngineError::illegal_argument(format!(
+                "The provided expression [{alias}] matches an alias, specify the corresponding concrete indices instead."
+            )));
         }
+        let opts = IndicesOptions::for_index_apis(true);
+        let targets = self.resolve_targets(expr, &opts)?;
+        for t in targets {
+            let name = t.handle.name().to_string();
+            drop(t);
+            self.remove_index_dir(&name);
+        }
+        self.rebuild_aliases();
         Ok(())
     }
 
     /// Applies document operations grouped by index, creating missing indices as OpenSearch's
     /// `action.auto_create_index` does. Results come back in input order.
     pub fn bulk(&self, ops: Vec<(String, DocOp)>) -> Vec<Result<DocWriteResult>> {
+        self.bulk_to(
+            ops.into_iter()
+                .map(|(index, op)| (index, false, op))
+                .collect(),
+        )
+    }
+
+    /// [`Engine::bulk`] where each operation names an index or alias (writes through an alias
+    /// go to its write index) and says whether it requires an alias (`require_alias`).
+    pub fn bulk_to(&self, ops: Vec<(String, bool, DocOp)>) -> Vec<Result<DocWriteResult>> {
         let mut results: Vec<Option<Result<DocWriteResult>>> =
             (0..ops.len()).map(|_| None).collect();
-        let mut groups: BTreeMap<String, Vec<(usize, DocOp)>> = BTreeMap::new();
-        for (i, (index, op)) in ops.into_iter().enumerate() {
-            groups.entry(index).or_default().push((i, op));
+        let mut groups: BTreeMap<(String, bool), Vec<(usize, DocOp)>> = BTreeMap::new();
+        for (i, (index, require_alias, op)) in ops.into_iter().enumerate() {
+            groups
+                .entry((index, require_alias))
+                .or_default()
+                .push((i, op));
         }
-        for (name, items) in groups {
-            let handle = match self.index(&name) {
-                Some(h) => Ok(h),
-                None => {
+        for ((name, require_alias), items) in groups {
+            let handle = match self.write_index(&name, require_alias) {
+                Err(e) => Err(e),
+                Ok(Some(h)) if h.is_closed() => Err(crate::resolve::index_closed(h.name())),
+                Ok(Some(h)) => Ok(h),
+                Ok(None) => {
                     let needs_index = items
                         .iter()
                         .any(|(_, op)| !matches!(op, DocOp::Delete { .. }));
@@ -293,8 +530,11 @@ impl Engine {
     }
 
     /// Real-time get of one document.
-    pub fn get_doc(&self, index: &str, id: &str) -> Result<Option<StoredDoc>> {
-        self.index_or_404(index)?.get(id)
+    ///
+    /// `index` may be an alias of one index; the answer names the concrete index.
+    pub fn get_doc(&self, index: &str, id: &str) -> Result<(String, Option<StoredDoc>)> {
+        let h = self.single_index(index)?;
+        Ok((h.name().to_string(), h.get(id)?))
     }
 
     /// Refreshes the indices an expression names.
@@ -348,10 +588,12 @@ impl Engine {
         ctx: &SearchContext,
     ) -> Result<Value> {
         let started = Instant::now();
-        let indices = self.resolve(index_expr)?;
+        let indices = self.resolve_targets(index_expr, &req.indices_options)?;
         let now = now_millis();
         let lookups = TermsLookups::new(self, ctx, now);
-        crate::search::execute(&indices, req, ctx, now, started, None, Some(&lookups))
+        counted(&indices, || {
+            crate::search::execute(&indices, req, ctx, now, started, None, Some(&lookups))
+        })
     }
 
     /// The open scroll contexts, for their limits and counts.
@@ -368,11 +610,13 @@ impl Engine {
         keep_alive: Duration,
         ctx: &SearchContext,
     ) -> Result<Value> {
-        let indices = self.resolve(index_expr)?;
+        let indices = self.resolve_targets(index_expr, &req.indices_options)?;
         let now = now_millis();
         let lookups = TermsLookups::new(self, ctx, now);
-        self.scrolls
-            .open(&indices, req, keep_alive, ctx, now, Some(&lookups))
+        counted(&indices, || {
+            self.scrolls
+                .open(&indices, req, keep_alive, ctx, now, Some(&lookups))
+        })
     }
 
     /// The owner label the scroll `scroll_id` was opened with.
@@ -407,12 +651,20 @@ impl Engine {
         self.scrolls.reap_expired(now)
     }
 
-    /// Counts the documents matching `query` over an index expression.
-    pub fn count(&self, index_expr: &str, query: &Value, ctx: &SearchContext) -> Result<u64> {
-        let indices = self.resolve(index_expr)?;
+    /// Counts the documents matching `query` over an index expression resolved with `opts`.
+    pub fn count(
+        &self,
+        index_expr: &str,
+        opts: &IndicesOptions,
+        query: &Value,
+        ctx: &SearchContext,
+    ) -> Result<u64> {
+        let indices = self.resolve_targets(index_expr, opts)?;
         let now = now_millis();
         let lookups = TermsLookups::new(self, ctx, now);
-        crate::search::count(&indices, query, ctx, now, Some(&lookups))
+        counted(&indices, || {
+            crate::search::count(&indices, query, ctx, now, Some(&lookups))
+        })
     }
 
     /// Refreshes (commits) every index: called at shutdown so the next start needs no replay.
@@ -444,4 +696,32 @@ pub fn parse_time_value(s: &str) -> std::result::Result<Duration, String> {
         }
         .to_string()),
     }
+}
+
+/// Runs a query phase over `targets`, counted in each index's search stats (`query_current`
+/// while it runs, `query_total` and its time after).
+fn counted<T>(targets: &[Target], run: impl FnOnce() -> Result<T>) -> Result<T> {
+    let started = Instant::now();
+    let running: Vec<_> = targets
+        .iter()
+        .map(|t| t.handle.stats().query_started())
+        .collect();
+    let out = run();
+    drop(running);
+    for t in targets {
+        t.handle.stats().record_query(started.elapsed());
+    }
+    out
+}
+
+/// One index's aliases: name → metadata.
+type IndexAliases = BTreeMap<String, AliasMeta>;
+
+/// The alias table of a set of indices.
+fn alias_table(indices: &BTreeMap<String, Arc<IndexHandle>>) -> AliasTable {
+    let per: Vec<(String, Arc<BTreeMap<String, AliasMeta>>)> = indices
+        .iter()
+        .map(|(n, h)| (n.clone(), h.aliases()))
+        .collect();
+    AliasTable::build(per.iter().map(|(n, a)| (n.as_str(), a.as_ref())))
 }

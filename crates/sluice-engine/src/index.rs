@@ -12,17 +12,19 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 use serde_json::{Value, json};
 use tantivy::schema::{OwnedValue, TantivyDocument, Value as _};
 use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, Term};
 
+use crate::aliases::AliasMeta;
 use crate::error::{EngineError, ErrorCode, Result, tantivy_error};
 use crate::mapping::{Mapping, ParsedDocument, TypedValue};
 use crate::schema::{self, Fields};
 use crate::translog::{Record, Translog};
+use crate::versioning::{Current, Versioning};
 
 /// Heap the index writer may use before it flushes a segment, in bytes; 64 MB is tantivy's
 /// usual recommendation for bulk loading and fits many indices in the node's memory.
@@ -33,6 +35,10 @@ pub const DEFAULT_MAX_RESULT_WINDOW: u64 = 10_000;
 pub const DEFAULT_MAX_TERMS_COUNT: u64 = 65_536;
 /// OpenSearch's default `index.refresh_interval`.
 pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+/// OpenSearch's default `index.gc_deletes`: how long a delete's version is remembered, so a
+/// late write with an older external version, or a compare-and-set against the delete, is
+/// still judged against it.
+pub const DEFAULT_GC_DELETES: Duration = Duration::from_secs(60);
 
 const META_FILE: &str = "index.json";
 const TANTIVY_DIR: &str = "tantivy";
@@ -47,11 +53,22 @@ struct LiveDoc {
     seq_no: u64,
 }
 
+/// A delete remembered after the refresh that made it searchable (OpenSearch's delete
+/// tombstone in the live version map), until `index.gc_deletes` has passed.
+#[derive(Debug, Clone, Copy)]
+struct Tombstone {
+    version: u64,
+    seq_no: u64,
+    at: Instant,
+}
+
 /// The state only writers touch, behind one lock.
 struct WriteState {
     writer: IndexWriter,
     translog: Translog,
     live: HashMap<String, LiveDoc>,
+    /// Deletes already refreshed but younger than `index.gc_deletes`.
+    tombstones: HashMap<String, Tombstone>,
     next_seq_no: u64,
     /// Whether there are writes not yet committed.
     dirty: bool,
@@ -78,11 +95,15 @@ pub enum DocOp {
         source: Value,
         /// Whether an existing document may be replaced.
         op_type: OpType,
+        /// Compare-and-set and version conditions (validated by the caller).
+        versioning: Versioning,
     },
     /// Delete a document.
     Delete {
         /// The document id.
         id: String,
+        /// Compare-and-set and version conditions (validated by the caller).
+        versioning: Versioning,
     },
     /// Merge a partial document into an existing one.
     Update {
@@ -94,7 +115,26 @@ pub enum DocOp {
         doc_as_upsert: bool,
         /// The document to index when the document does not exist.
         upsert: Option<Value>,
+        /// `if_seq_no`/`if_primary_term` the existing document must carry.
+        versioning: Versioning,
+        /// `detect_noop`: an update that changes nothing is a `noop` (true, the default) or
+        /// still writes a new version (false).
+        detect_noop: bool,
+        /// Whether the result carries the document as written (`_source` on an update).
+        return_source: bool,
     },
+}
+
+impl DocOp {
+    /// An unconditional index or create of `source`.
+    pub fn index(id: Option<String>, source: Value, op_type: OpType) -> DocOp {
+        DocOp::Index {
+            id,
+            source,
+            op_type,
+            versioning: Versioning::default(),
+        }
+    }
 }
 
 /// The outcome of one successful document operation.
@@ -114,6 +154,8 @@ pub struct DocWriteResult {
     pub status: u16,
     /// Shard copies the write was meant for (1 + replicas); only the primary exists here.
     pub shards_total: u64,
+    /// The document after the write, when an update asked for it (`_source`).
+    pub source: Option<Arc<Value>>,
 }
 
 impl DocWriteResult {
@@ -152,6 +194,12 @@ struct IndexMeta {
     creation_date: i64,
     settings: BTreeMap<String, String>,
     mappings: Value,
+    /// The index's aliases (absent in files written before aliases existed).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    aliases: BTreeMap<String, AliasMeta>,
+    /// Whether the index is closed (`_close`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    closed: bool,
 }
 
 /// An open index.
@@ -167,6 +215,12 @@ pub struct IndexHandle {
     /// a meta file written for a mapping change carries the current settings).
     settings: RwLock<Arc<BTreeMap<String, String>>>,
     mapping: RwLock<Arc<Mapping>>,
+    /// The index's aliases; replaced whole (under the write lock) by alias changes.
+    aliases: RwLock<Arc<BTreeMap<String, AliasMeta>>>,
+    /// Whether the index is closed: no reads or writes until `_open`.
+    closed: std::sync::atomic::AtomicBool,
+    /// The counters `_stats` reports.
+    stats: crate::index_stats::IndexStats,
     state: Mutex<WriteState>,
 }
 
@@ -199,6 +253,7 @@ impl IndexHandle {
         name: &str,
         mapping: Mapping,
         settings: BTreeMap<String, String>,
+        aliases: BTreeMap<String, AliasMeta>,
         now_millis: i64,
     ) -> Result<IndexHandle> {
         std::fs::create_dir_all(dir.join(TANTIVY_DIR))?;
@@ -208,6 +263,8 @@ impl IndexHandle {
             creation_date: now_millis,
             settings,
             mappings: mapping.render(),
+            aliases,
+            closed: false,
         };
         let (schema, _) = schema::build_schema();
         Index::create_in_dir(dir.join(TANTIVY_DIR), schema).map_err(tantivy_error)?;
@@ -239,6 +296,7 @@ impl IndexHandle {
         let (mut translog, records) = Translog::open(&dir.join(TRANSLOG_FILE))?;
         let mut next_seq_no = committed_seq.map_or(0, |s| s + 1);
         let mut replayed = 0usize;
+        let mut tombstones = HashMap::new();
         for rec in records {
             if committed_seq.is_some_and(|c| rec.seq() <= c) {
                 continue;
@@ -256,8 +314,18 @@ impl IndexHandle {
                         .add_document(to_tantivy(&fields, id, source, *version, *seq, &parsed))
                         .map_err(tantivy_error)?;
                 }
-                Record::Delete { id, .. } => {
+                Record::Delete { id, seq, version } => {
                     writer.delete_term(Term::from_field_text(fields.id, id));
+                    if *version > 0 {
+                        tombstones.insert(
+                            id.clone(),
+                            Tombstone {
+                                version: *version,
+                                seq_no: *seq,
+                                at: Instant::now(),
+                            },
+                        );
+                    }
                 }
             }
             next_seq_no = next_seq_no.max(rec.seq() + 1);
@@ -293,10 +361,14 @@ impl IndexHandle {
             reader,
             settings: RwLock::new(Arc::new(meta.settings)),
             mapping: RwLock::new(Arc::new(mapping.clone())),
+            aliases: RwLock::new(Arc::new(meta.aliases)),
+            closed: std::sync::atomic::AtomicBool::new(meta.closed),
+            stats: crate::index_stats::IndexStats::default(),
             state: Mutex::new(WriteState {
                 writer,
                 translog,
                 live: HashMap::new(),
+                tombstones,
                 next_seq_no,
                 dirty: false,
                 mapping,
@@ -393,6 +465,39 @@ impl IndexHandle {
         }
     }
 
+    /// `index.gc_deletes`: how long a delete's version is remembered after its refresh.
+    pub fn gc_deletes(&self) -> Duration {
+        self.settings()
+            .get(GC_DELETES)
+            .and_then(|v| sluice_wire::parse_time_value(v, GC_DELETES).ok())
+            .map_or(DEFAULT_GC_DELETES, |t| t.duration_opt().unwrap_or_default())
+    }
+
+    /// The index's aliases.
+    pub fn aliases(&self) -> Arc<BTreeMap<String, AliasMeta>> {
+        self.aliases.read().clone()
+    }
+
+    /// Replaces the index's aliases, persisted before they take effect.
+    pub fn set_aliases(&self, aliases: BTreeMap<String, AliasMeta>) -> Result<()> {
+        let st = self.state.lock();
+        self.persist_all(&st.mapping, &self.settings(), &aliases, self.is_closed())?;
+        *self.aliases.write() = Arc::new(aliases);
+        Ok(())
+    }
+
+    /// Whether the index is closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Whether the index is hidden (`index.hidden: true`): wildcards skip it unless asked.
+    pub fn is_hidden(&self) -> bool {
+        self.settings()
+            .get("index.hidden")
+            .is_some_and(|v| v == "true")
+    }
+
     /// Number of live documents visible to search.
     pub fn num_docs(&self) -> u64 {
         self.searcher().num_docs()
@@ -424,12 +529,25 @@ impl IndexHandle {
         mapping: &Mapping,
         settings: &BTreeMap<String, String>,
     ) -> Result<()> {
+        self.persist_all(mapping, settings, &self.aliases(), self.is_closed())
+    }
+
+    /// Writes `index.json` with every part given (the others as they are).
+    fn persist_all(
+        &self,
+        mapping: &Mapping,
+        settings: &BTreeMap<String, String>,
+        aliases: &BTreeMap<String, AliasMeta>,
+        closed: bool,
+    ) -> Result<()> {
         let meta = IndexMeta {
             name: self.name.clone(),
             uuid: self.uuid.clone(),
             creation_date: self.creation_date,
             settings: settings.clone(),
             mappings: mapping.render(),
+            aliases: aliases.clone(),
+            closed,
         };
         write_atomically(
             &self.dir.join(META_FILE),
@@ -520,7 +638,16 @@ impl IndexHandle {
         let mapping_before = st.mapping.clone();
         let mut results = Vec::with_capacity(ops.len());
         for op in ops {
-            results.push(self.apply_one(&mut st, op));
+            let started = Instant::now();
+            let is_delete = matches!(op, DocOp::Delete { .. });
+            let result = self.apply_one(&mut st, op);
+            match &result {
+                Ok(r) if r.result == "noop" => self.stats.record_noop(),
+                Ok(_) if is_delete => self.stats.record_delete(started.elapsed()),
+                Ok(_) => self.stats.record_index(started.elapsed(), true),
+                Err(_) => self.stats.record_index(started.elapsed(), false),
+            }
+            results.push(result);
         }
         let mapping_changed = st.mapping != mapping_before;
         let durable = (|| -> Result<()> {
@@ -541,17 +668,52 @@ impl IndexHandle {
         results
     }
 
-    /// The current version of `id` as the writer sees it (live writes first, then the index).
-    fn current(&self, st: &WriteState, id: &str) -> Result<Option<StoredDoc>> {
+    /// What the writer knows of `id`: live writes first, then recent deletes, then the index.
+    fn current(&self, st: &WriteState, id: &str) -> Result<(Current, Option<StoredDoc>)> {
         if let Some(live) = st.live.get(id) {
-            return Ok(live.source.as_ref().map(|s| StoredDoc {
-                id: id.to_string(),
-                version: live.version,
-                seq_no: live.seq_no,
-                source: s.clone(),
-            }));
+            return Ok(match &live.source {
+                Some(s) => (
+                    Current::Live {
+                        version: live.version,
+                        seq_no: live.seq_no,
+                    },
+                    Some(StoredDoc {
+                        id: id.to_string(),
+                        version: live.version,
+                        seq_no: live.seq_no,
+                        source: s.clone(),
+                    }),
+                ),
+                None => (
+                    Current::Deleted {
+                        version: live.version,
+                        seq_no: live.seq_no,
+                    },
+                    None,
+                ),
+            });
         }
-        self.get_committed(id)
+        if let Some(t) = st.tombstones.get(id)
+            && t.at.elapsed() < self.gc_deletes()
+        {
+            return Ok((
+                Current::Deleted {
+                    version: t.version,
+                    seq_no: t.seq_no,
+                },
+                None,
+            ));
+        }
+        Ok(match self.get_committed(id)? {
+            Some(doc) => (
+                Current::Live {
+                    version: doc.version,
+                    seq_no: doc.seq_no,
+                },
+                Some(doc),
+            ),
+            None => (Current::Unknown, None),
+        })
     }
 
     fn apply_one(&self, st: &mut WriteState, op: DocOp) -> Result<DocWriteResult> {
@@ -563,35 +725,34 @@ impl IndexHandle {
                 id,
                 source,
                 op_type,
+                versioning,
             } => {
-                let generated_id = id.is_none();
-                let (id, existing) = match id {
-                    Some(id) => {
-                        validate_id(&id)?;
-                        let existing = self.current(st, &id)?;
-                        (id, existing)
-                    }
-                    None => (new_doc_id(), None),
+                let Some(id) = id else {
+                    // A generated id cannot collide, so no condition can apply.
+                    return self.put(st, new_doc_id(), source, 1, true, true, false);
                 };
+                validate_id(&id)?;
+                let (current, _) = self.current(st, &id)?;
                 if op_type == OpType::Create
-                    && let Some(ex) = &existing
+                    && let Current::Live { version, .. } = current
                 {
-                    return Err(EngineError::new(
-                            ErrorCode::VersionConflict,
-                            format!(
-                                "[{id}]: version conflict, document already exists (current version [{}])",
-                                ex.version
-                            ),
-                        )
-                        .with_index(&self.name));
+                    return Err(crate::versioning::conflict(
+                        &self.name,
+                        &id,
+                        &format!("document already exists (current version [{version}])"),
+                    ));
                 }
-                self.put(st, id, source, existing.map(|e| e.version), generated_id)
+                let version = versioning.check_write(&self.name, &id, current)?;
+                self.put(st, id, source, version, !current.is_live(), false, false)
             }
             DocOp::Update {
                 id,
                 doc,
                 doc_as_upsert,
                 upsert,
+                versioning,
+                detect_noop,
+                return_source,
             } => {
                 validate_id(&id)?;
                 if !doc.is_object() {
@@ -600,11 +761,15 @@ impl IndexHandle {
                         "Validation Failed: 1: script or doc is missing;",
                     ));
                 }
-                match self.current(st, &id)? {
+                let (current, existing) = self.current(st, &id)?;
+                match existing {
                     Some(existing) => {
+                        // The update reads the document, then writes it only if it is still
+                        // the one read (here both happen under the write lock).
+                        let version = versioning.check_write(&self.name, &id, current)?;
                         let mut merged = (*existing.source).clone();
                         let changed = merge_json(&mut merged, &doc);
-                        if !changed {
+                        if !changed && detect_noop {
                             return Ok(DocWriteResult {
                                 index: self.name.clone(),
                                 id,
@@ -613,35 +778,43 @@ impl IndexHandle {
                                 result: "noop",
                                 status: 200,
                                 shards_total: self.shards_total(),
+                                source: return_source.then(|| existing.source.clone()),
                             });
                         }
-                        self.put(st, id, merged, Some(existing.version), false)
+                        self.put(st, id, merged, version, false, false, return_source)
                     }
                     None => {
                         let source = if doc_as_upsert { Some(doc) } else { upsert };
                         match source {
-                            Some(source) => self.put(st, id, source, None, false),
+                            Some(source) => {
+                                let version =
+                                    Versioning::default().check_write(&self.name, &id, current)?;
+                                self.put(st, id, source, version, true, false, return_source)
+                            }
                             None => Err(EngineError::new(
                                 ErrorCode::DocumentMissing,
                                 format!("[{id}]: document missing"),
                             )
-                            .with_index(&self.name)),
+                            .with_index(&self.name)
+                            .with_extra("shard", Value::from("0"))),
                         }
                     }
                 }
             }
-            DocOp::Delete { id } => {
+            DocOp::Delete { id, versioning } => {
                 validate_id(&id)?;
-                let existing = self.current(st, &id)?;
+                let (current, _) = self.current(st, &id)?;
+                let version = versioning.check_write(&self.name, &id, current)?;
                 let seq_no = st.next_seq_no;
                 st.translog.append(&Record::Delete {
                     seq: seq_no,
                     id: id.clone(),
+                    version,
                 })?;
                 st.next_seq_no += 1;
                 st.writer
                     .delete_term(Term::from_field_text(self.fields.id, &id));
-                let version = existing.as_ref().map_or(1, |e| e.version + 1);
+                st.tombstones.remove(&id);
                 st.live.insert(
                     id.clone(),
                     LiveDoc {
@@ -651,7 +824,7 @@ impl IndexHandle {
                     },
                 );
                 st.dirty = true;
-                let found = existing.is_some();
+                let found = current.is_live();
                 Ok(DocWriteResult {
                     index: self.name.clone(),
                     id,
@@ -660,23 +833,27 @@ impl IndexHandle {
                     result: if found { "deleted" } else { "not_found" },
                     status: if found { 200 } else { 404 },
                     shards_total: self.shards_total(),
+                    source: None,
                 })
             }
         }
     }
 
+    /// Writes `source` as `id` at `version`; `created` says whether no live copy existed.
+    #[allow(clippy::too_many_arguments)]
     fn put(
         &self,
         st: &mut WriteState,
         id: String,
         source: Value,
-        existing_version: Option<u64>,
+        version: u64,
+        created: bool,
         generated_id: bool,
+        return_source: bool,
     ) -> Result<DocWriteResult> {
         // parse_document leaves the mapping as it was when it fails.
         let parsed = st.mapping.parse_document(&source, &id)?;
         let seq_no = st.next_seq_no;
-        let version = existing_version.map_or(1, |v| v + 1);
         let doc = to_tantivy(&self.fields, &id, &source, version, seq_no, &parsed);
         st.translog.append_index(seq_no, &id, version, &source)?;
         st.next_seq_no += 1;
@@ -684,18 +861,19 @@ impl IndexHandle {
             // Replaces any earlier copy, committed or not; generated ids cannot collide.
             st.writer
                 .delete_term(Term::from_field_text(self.fields.id, &id));
+            st.tombstones.remove(&id);
         }
         st.writer.add_document(doc).map_err(tantivy_error)?;
+        let source = Arc::new(source);
         st.live.insert(
             id.clone(),
             LiveDoc {
-                source: Some(Arc::new(source)),
+                source: Some(source.clone()),
                 version,
                 seq_no,
             },
         );
         st.dirty = true;
-        let created = existing_version.is_none();
         Ok(DocWriteResult {
             index: self.name.clone(),
             id,
@@ -704,11 +882,21 @@ impl IndexHandle {
             result: if created { "created" } else { "updated" },
             status: if created { 201 } else { 200 },
             shards_total: self.shards_total(),
+            source: return_source.then_some(source),
         })
     }
 
     /// Real-time get: the latest write of `id`, refreshed or not.
     pub fn get(&self, id: &str) -> Result<Option<StoredDoc>> {
+        let started = Instant::now();
+        let doc = self.get_uncounted(id);
+        if let Ok(found) = &doc {
+            self.stats.record_get(started.elapsed(), found.is_some());
+        }
+        doc
+    }
+
+    fn get_uncounted(&self, id: &str) -> Result<Option<StoredDoc>> {
         {
             let st = self.state.lock();
             if let Some(live) = st.live.get(id) {
@@ -778,16 +966,39 @@ impl IndexHandle {
 
     /// Makes all writes so far searchable: commit, reload the reader, empty the live map.
     pub fn refresh(&self) -> Result<()> {
+        let started = Instant::now();
         let mut st = self.state.lock();
         if !st.dirty {
             return Ok(());
         }
+        let stats = &self.stats;
+        let _counted = scopeguard(move || stats.record_refresh(started.elapsed()));
         let last_seq = st.next_seq_no.saturating_sub(1);
         let mut prepared = st.writer.prepare_commit().map_err(tantivy_error)?;
         prepared.set_payload(&last_seq.to_string());
         prepared.commit().map_err(tantivy_error)?;
         self.reader.reload().map_err(tantivy_error)?;
-        st.live.clear();
+        // Deletes leave the live map as tombstones, remembered for `index.gc_deletes`.
+        let now = Instant::now();
+        let keep = self.gc_deletes();
+        st.tombstones
+            .retain(|_, t| now.saturating_duration_since(t.at) < keep);
+        let deletes: Vec<(String, Tombstone)> = st
+            .live
+            .drain()
+            .filter(|(_, d)| d.source.is_none())
+            .map(|(id, d)| {
+                let t = Tombstone {
+                    version: d.version,
+                    seq_no: d.seq_no,
+                    at: now,
+                };
+                (id, t)
+            })
+            .collect();
+        if !keep.is_zero() {
+            st.tombstones.extend(deletes);
+        }
         st.dirty = false;
         st.translog.truncate()?;
         Ok(())
@@ -797,6 +1008,90 @@ impl IndexHandle {
     pub fn is_dirty(&self) -> bool {
         self.state.lock().dirty
     }
+
+    /// The counters `_stats` reports.
+    pub fn stats(&self) -> &crate::index_stats::IndexStats {
+        &self.stats
+    }
+
+    /// Closes the index (`_close`): commits its writes, then refuses reads and writes until
+    /// [`IndexHandle::open_again`]; the state is persisted, so it survives a restart.
+    pub fn close(&self) -> Result<()> {
+        self.refresh()?;
+        let st = self.state.lock();
+        self.persist_all(&st.mapping, &self.settings(), &self.aliases(), true)?;
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    /// Opens a closed index (`_open`).
+    pub fn open_again(&self) -> Result<()> {
+        let st = self.state.lock();
+        self.persist_all(&st.mapping, &self.settings(), &self.aliases(), false)?;
+        self.closed
+            .store(false, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    /// Merges the index's segments down to at most `max_num_segments` (tantivy's merge), or,
+    /// with `only_expunge_deletes`, rewrites each segment that holds deleted documents.
+    /// Commits pending writes first; returns when the merge is committed and searchable.
+    pub fn force_merge(&self, max_num_segments: usize, only_expunge_deletes: bool) -> Result<()> {
+        self.refresh()?;
+        let _running = self.stats.merge_started();
+        let started = Instant::now();
+        let searcher = self.searcher();
+        let mut segments: Vec<(tantivy::index::SegmentId, u32, u32)> = searcher
+            .segment_readers()
+            .iter()
+            .map(|s| (s.segment_id(), s.num_docs(), s.num_deleted_docs()))
+            .collect();
+        let groups: Vec<Vec<tantivy::index::SegmentId>> = if only_expunge_deletes {
+            segments
+                .iter()
+                .filter(|(_, _, deleted)| *deleted > 0)
+                .map(|(id, _, _)| vec![*id])
+                .collect()
+        } else if segments.len() > max_num_segments.max(1) {
+            // The smallest segments go together, leaving max_num_segments in all.
+            segments.sort_by_key(|(_, docs, deleted)| docs + deleted);
+            let take = segments.len() - max_num_segments.max(1) + 1;
+            vec![segments.iter().take(take).map(|(id, _, _)| *id).collect()]
+        } else {
+            Vec::new()
+        };
+        if groups.is_empty() {
+            return Ok(());
+        }
+        let docs: u64 = segments.iter().map(|(_, d, _)| u64::from(*d)).sum();
+        for group in groups {
+            // Started under the write lock, awaited outside it: writes go on meanwhile.
+            let merge = self.state.lock().writer.merge(&group);
+            merge.wait().map_err(tantivy_error)?;
+        }
+        self.reader.reload().map_err(tantivy_error)?;
+        self.stats.record_merge(started.elapsed(), docs);
+        Ok(())
+    }
+
+    /// The number of segments searches see.
+    pub fn num_segments(&self) -> usize {
+        self.searcher().segment_readers().len()
+    }
+}
+
+/// Runs `f` when dropped: counts a refresh on every path out of it.
+fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
 }
 
 /// Validates a client-given document id as OpenSearch does.
@@ -928,7 +1223,8 @@ fn flatten_settings(settings: &Value) -> Result<Vec<(String, Option<String>)>> {
             "index settings must be an object, got [{settings}]"
         )));
     };
-    crate::settings::flatten_settings_as(object, |key| {
+    let object = lists_joined(object, "");
+    crate::settings::flatten_settings_as(&object, |key| {
         if key.starts_with("index.") {
             key
         } else {
@@ -936,6 +1232,36 @@ fn flatten_settings(settings: &Value) -> Result<Vec<(String, Option<String>)>> {
         }
     })
     .map_err(EngineError::illegal_argument)
+}
+
+/// Turns the list values of the list settings (`index.sort.*`) into comma-separated text, the
+/// other form OpenSearch reads a list setting in, so they are stored and echoed as one value.
+fn lists_joined(
+    object: &serde_json::Map<String, Value>,
+    prefix: &str,
+) -> serde_json::Map<String, Value> {
+    object
+        .iter()
+        .map(|(k, v)| {
+            let path = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            let is_list_setting = ["sort.field", "sort.order", "sort.mode", "sort.missing"]
+                .iter()
+                .any(|s| path == *s || path == format!("index.{s}"));
+            let v = match v {
+                Value::Object(inner) => Value::Object(lists_joined(inner, &path)),
+                Value::Array(items) if is_list_setting && items.iter().all(|x| x.is_string()) => {
+                    let parts: Vec<&str> = items.iter().filter_map(Value::as_str).collect();
+                    Value::String(parts.join(","))
+                }
+                other => other.clone(),
+            };
+            (k.clone(), v)
+        })
+        .collect()
 }
 
 /// Whether an index setting may be changed on an open index (OpenSearch's dynamic settings).
@@ -950,11 +1276,152 @@ fn is_dynamic(key: &str) -> bool {
             | "index.refresh_interval"
             | "index.auto_expand_replicas"
             | "index.hidden"
+            | GC_DELETES
             | BLOCKS_WRITE
             | BLOCKS_READ_ONLY
     ) || key.starts_with("index.routing.")
+        || ECHOED_DYNAMIC.contains(&key)
+        || ECHOED_DYNAMIC_PREFIXES.iter().any(|p| key.starts_with(p))
 }
 
+/// Index settings OpenSearch clients send that tune machinery sluice does not have (routing
+/// shards, soft deletes, the query and request caches, translog tuning, merge policy, slow
+/// logs, index sorting): accepted, validated where the value has a shape, stored and echoed,
+/// changing nothing. Set at creation only (OpenSearch's static settings).
+const ECHOED_STATIC: &[&str] = &[
+    "index.number_of_routing_shards",
+    "index.soft_deletes.enabled",
+    "index.queries.cache.enabled",
+    "index.store.type",
+    "index.shard.check_on_startup",
+    "index.replication.type",
+    "index.load_fixed_bitset_filters_eagerly",
+    INDEX_SORT_FIELD,
+    INDEX_SORT_ORDER,
+    INDEX_SORT_MODE,
+    INDEX_SORT_MISSING,
+];
+
+/// The dynamic ones of those settings (changeable by `PUT /{index}/_settings`).
+const ECHOED_DYNAMIC: &[&str] = &[
+    "index.soft_deletes.retention_lease.period",
+    "index.soft_deletes.retention.operations",
+    "index.requests.cache.enable",
+    "index.translog.durability",
+    "index.translog.sync_interval",
+    "index.translog.flush_threshold_size",
+    "index.translog.generation_threshold_size",
+    "index.search.idle.after",
+    "index.max_inner_result_window",
+    "index.max_rescore_window",
+    "index.max_docvalue_fields_search",
+    "index.max_script_fields",
+    "index.max_ngram_diff",
+    "index.max_shingle_diff",
+    "index.max_refresh_listeners",
+    "index.max_regex_length",
+    "index.max_slices_per_scroll",
+    "index.highlight.max_analyzed_offset",
+    "index.write.wait_for_active_shards",
+    "index.priority",
+    "index.unassigned.node_left.delayed_timeout",
+    "index.default_pipeline",
+    "index.final_pipeline",
+];
+
+/// Prefixes of dynamic settings accepted and echoed (merge tuning, slow logs).
+const ECHOED_DYNAMIC_PREFIXES: &[&str] = &[
+    "index.merge.policy.",
+    "index.merge.scheduler.",
+    "index.search.slowlog.",
+    "index.indexing.slowlog.",
+];
+
+/// `index.sort.*`: accepted (the fields must be mapped and sortable) and echoed; sluice does
+/// not sort segments (docs/compatibility.md says why).
+pub const INDEX_SORT_FIELD: &str = "index.sort.field";
+const INDEX_SORT_ORDER: &str = "index.sort.order";
+const INDEX_SORT_MODE: &str = "index.sort.mode";
+const INDEX_SORT_MISSING: &str = "index.sort.missing";
+
+/// Checks the value of an accepted-and-echoed setting where it has a shape OpenSearch checks.
+fn check_echoed(key: &str, v: &str) -> Result<()> {
+    let bad = |why: &str| {
+        Err(EngineError::illegal_argument(format!(
+            "Failed to parse value [{v}] for setting [{key}]{why}"
+        )))
+    };
+    let list = || v.trim_matches(['[', ']']).split(',').map(str::trim);
+    match key {
+        "index.soft_deletes.enabled"
+        | "index.queries.cache.enabled"
+        | "index.requests.cache.enable"
+        | "index.load_fixed_bitset_filters_eagerly"
+            if v != "true" && v != "false" =>
+        {
+            Err(EngineError::illegal_argument(format!(
+                "Failed to parse value [{v}] as only [true] or [false] are allowed."
+            )))
+        }
+        "index.number_of_routing_shards" if v.parse::<u32>().map_or(true, |n| n < 1) => {
+            bad(" must be >= 1")
+        }
+        "index.priority" if v.parse::<u32>().is_err() => bad(" must be >= 0"),
+        "index.translog.durability"
+            if !matches!(v.to_ascii_lowercase().as_str(), "request" | "async") =>
+        {
+            Err(EngineError::illegal_argument(format!(
+                "No enum constant org.opensearch.index.translog.Translog.Durability.{}",
+                v.to_ascii_uppercase()
+            )))
+        }
+        "index.translog.sync_interval"
+        | "index.soft_deletes.retention_lease.period"
+        | "index.search.idle.after"
+        | "index.unassigned.node_left.delayed_timeout" => {
+            sluice_wire::parse_time_value(v, key)?;
+            Ok(())
+        }
+        INDEX_SORT_ORDER if list().any(|o| o != "asc" && o != "desc") => Err(
+            EngineError::illegal_argument(format!("Illegal sort order:{v}")),
+        ),
+        INDEX_SORT_MODE if list().any(|o| o != "min" && o != "max") => Err(
+            EngineError::illegal_argument(format!("Illegal sort mode: {v}")),
+        ),
+        INDEX_SORT_MISSING if list().any(|o| o != "_last" && o != "_first") => {
+            Err(EngineError::illegal_argument(format!(
+                "Illegal missing value:[{v}], must be one of [_last, _first]"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks `index.sort.field` against the mapping: every field mapped, and sortable.
+pub fn check_index_sort(settings: &BTreeMap<String, String>, mapping: &Mapping) -> Result<()> {
+    let Some(fields) = settings.get(INDEX_SORT_FIELD) else {
+        return Ok(());
+    };
+    for name in fields.trim_matches(['[', ']']).split(',').map(str::trim) {
+        match mapping.resolve(name) {
+            None => {
+                return Err(EngineError::illegal_argument(format!(
+                    "unknown index sort field:[{name}]"
+                )));
+            }
+            Some(f) if f.fast_field_name().is_none() => {
+                return Err(EngineError::illegal_argument(format!(
+                    "docvalues not found for index sort field:[{name}]"
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// `index.gc_deletes`: how long deletes are remembered for versioning.
+const GC_DELETES: &str = "index.gc_deletes";
 /// `index.blocks.write`: refuses document writes (OpenSearch's `FORBIDDEN/8/index write`).
 const BLOCKS_WRITE: &str = "index.blocks.write";
 /// `index.blocks.read_only`: refuses document writes and mapping changes
@@ -970,6 +1437,7 @@ fn check_key(key: &str) -> Result<()> {
             )))
         }
         "index.number_of_shards" | "index.codec" => Ok(()),
+        _ if ECHOED_STATIC.contains(&key) => Ok(()),
         _ if is_dynamic(key)
             || key.starts_with("index.analysis.")
             || key.starts_with("index.knn")
@@ -986,6 +1454,7 @@ fn check_key(key: &str) -> Result<()> {
 /// Checks one setting: a key sluice knows ([`check_key`]) with a valid value.
 fn check_setting(key: &str, v: &str) -> Result<()> {
     check_key(key)?;
+    check_echoed(key, v)?;
     let check_int = |min: u64, max: u64| -> Result<()> {
         match v.parse::<u64>() {
             Ok(n) if n >= min && n <= max => Ok(()),
@@ -998,7 +1467,7 @@ fn check_setting(key: &str, v: &str) -> Result<()> {
         "index.number_of_shards" => check_int(1, 1024),
         "index.number_of_replicas" => check_int(0, 1024),
         "index.max_result_window" | "index.max_terms_count" => check_int(1, i32::MAX as u64),
-        "index.refresh_interval" => {
+        "index.refresh_interval" | GC_DELETES => {
             sluice_wire::parse_time_value(v, key)?;
             Ok(())
         }

@@ -24,19 +24,24 @@
 //! wildcards and Java number formats are the wire crate's too.
 
 pub mod aggs;
+pub mod aliases;
+pub mod by_query;
 pub mod date;
 pub mod engine;
 pub mod error;
 pub mod index;
+pub mod index_stats;
 pub mod ip;
 pub mod lookup;
 pub mod mapping;
 pub mod query;
+pub mod resolve;
 pub mod schema;
 pub mod scroll;
 pub mod search;
 pub mod settings;
 pub mod translog;
+pub mod versioning;
 
 pub use engine::{Engine, now_millis, parse_time_value};
 pub use error::{EngineError, ErrorCode, Result};

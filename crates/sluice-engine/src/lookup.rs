@@ -247,7 +247,7 @@ impl<'a> TermsLookups<'a> {
         }
         let values = match &lookup.source {
             LookupSource::Id(id) => {
-                let doc = self.engine.get_doc(&lookup.index, id)?;
+                let (_, doc) = self.engine.get_doc(&lookup.index, id)?;
                 let mut values = Values::default();
                 if let Some(doc) = doc {
                     values.extract(&doc.source, &lookup.path);
@@ -265,7 +265,11 @@ impl<'a> TermsLookups<'a> {
 
     /// Runs the nested search of a lookup by query and collects the values of its hits.
     fn fetch_hits(&self, lookup: &TermsLookup, query: &Value) -> Result<Vec<Value>> {
-        let indices = self.engine.resolve(&lookup.index)?;
+        let targets = self
+            .engine
+            .resolve_targets(&lookup.index, &crate::resolve::IndicesOptions::default())?;
+        let indices: Vec<&std::sync::Arc<crate::index::IndexHandle>> =
+            targets.iter().map(|t| &t.handle).collect();
         let max_terms = indices
             .iter()
             .map(|h| h.max_terms_count())
@@ -327,7 +331,7 @@ impl<'a> TermsLookups<'a> {
         };
         let sub_lookups = TermsLookups::new(self.engine, &sub_ctx, self.now_millis);
         let response = crate::search::execute(
-            &indices,
+            &targets,
             &req,
             &sub_ctx,
             self.now_millis,

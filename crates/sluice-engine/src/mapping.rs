@@ -233,6 +233,62 @@ fn mapper_err(msg: String) -> EngineError {
     EngineError::mapper_parsing(msg)
 }
 
+/// Most entries of a field's `meta`: OpenSearch's limit (`TypeParsers.parseMeta`).
+const MAX_META_ENTRIES: usize = 5;
+/// Longest `meta` key, in characters: OpenSearch's limit.
+const MAX_META_KEY_CHARS: usize = 20;
+/// Longest `meta` value, in characters: OpenSearch's limit.
+const MAX_META_VALUE_CHARS: usize = 50;
+
+/// The Java class OpenSearch's parser would hold `v` as, for its messages.
+fn java_class(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "Boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "Integer",
+        Value::Number(_) => "Double",
+        Value::String(_) => "String",
+        Value::Array(_) => "ArrayList",
+        Value::Object(_) => "LinkedHashMap",
+    }
+}
+
+/// Checks a field's `meta` (metadata kept with the mapping and echoed, never used) as
+/// OpenSearch checks it: an object of at most 5 string values, short keys and values.
+fn check_meta(name: &str, value: &Value) -> Result<()> {
+    let Value::Object(meta) = value else {
+        return Err(mapper_err(format!(
+            "[meta] must be an object, got {} [{value}] for field [{name}]",
+            java_class(value)
+        )));
+    };
+    if meta.len() > MAX_META_ENTRIES {
+        return Err(mapper_err(format!(
+            "[meta] can't have more than {MAX_META_ENTRIES} entries, but got {} on field [{name}]",
+            meta.len()
+        )));
+    }
+    for (k, v) in meta {
+        if k.chars().count() > MAX_META_KEY_CHARS {
+            return Err(mapper_err(format!(
+                "[meta] keys can't be longer than {MAX_META_KEY_CHARS} chars, but got [{k}] for field [{name}]"
+            )));
+        }
+        let Value::String(text) = v else {
+            return Err(mapper_err(format!(
+                "[meta] values can only be strings, but got {}[{v}] for field [{name}]",
+                java_class(v)
+            )));
+        };
+        if text.chars().count() > MAX_META_VALUE_CHARS {
+            return Err(mapper_err(format!(
+                "[meta] values can't be longer than {MAX_META_VALUE_CHARS} chars, but got [{text}] for field [{name}]"
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl FieldMapping {
     fn new(ty: FieldType) -> Self {
         let mut params = Map::new();
@@ -274,6 +330,7 @@ impl FieldMapping {
         for (key, value) in body {
             match key.as_str() {
                 "type" => {}
+                "meta" => check_meta(name, value)?,
                 "ignore_above" => {
                     let n = value.as_u64().filter(|n| *n <= u64::from(u32::MAX)).ok_or_else(|| {
                         mapper_err(format!(
@@ -875,7 +932,7 @@ fn walk_value(
 
 fn strict_err(setting: &str, path: &str) -> EngineError {
     EngineError::new(
-        crate::error::ErrorCode::MapperParsing,
+        crate::error::ErrorCode::StrictDynamicMapping,
         format!(
             "mapping set to {setting}, dynamic introduction of [{path}] within [_doc] is not \
              allowed"
@@ -957,7 +1014,11 @@ fn typed_value(f: &FieldMapping, value: &Value) -> Option<Option<TypedValue>> {
             TypedValue::F64(f64::from(n as f32))
         }
         FieldType::Double => TypedValue::F64(coerce_float(value)?),
-        FieldType::Date => TypedValue::Date(f.date_format.parse_value(value)?),
+        FieldType::Date => TypedValue::Date(
+            f.date_format
+                .parse_value(value)
+                .filter(|ms| crate::date::STORABLE_MILLIS.contains(ms))?,
+        ),
         FieldType::Boolean => TypedValue::Bool(match value {
             Value::Bool(b) => *b,
             Value::String(s) if s == "true" => true,
@@ -1086,6 +1147,11 @@ mod tests {
     #[test]
     fn test_strict_rejects_new_fields() {
         let mut m = Mapping::parse(&json!({"dynamic": "strict", "properties": {}})).unwrap();
-        assert!(m.parse_document(&json!({"x": 1}), "1").is_err());
+        let e = m.parse_document(&json!({"x": 1}), "1").unwrap_err();
+        assert_eq!(e.code, crate::error::ErrorCode::StrictDynamicMapping);
+        assert_eq!(
+            e.reason,
+            "mapping set to strict, dynamic introduction of [x] within [_doc] is not allowed"
+        );
     }
 }

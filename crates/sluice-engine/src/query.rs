@@ -21,6 +21,7 @@ mod compound;
 mod full_text;
 mod fuzzy;
 mod query_string;
+mod simple_query_string;
 mod term_level;
 mod values;
 
@@ -136,6 +137,7 @@ pub fn build_query(dsl: &Value, ctx: &QueryContext) -> Result<Box<dyn Query>> {
         "constant_score" => compound::constant_score(body, ctx),
         "dis_max" => compound::dis_max(body, ctx),
         "query_string" => query_string::query_string(body, ctx),
+        "simple_query_string" => simple_query_string::simple_query_string(body, ctx),
         other => Err(EngineError::parsing(format!("unknown query [{other}]"))),
     }
 }

@@ -41,6 +41,7 @@ use serde_json::{Map, Value};
 use crate::error::{EngineError, ErrorCode, Result};
 use crate::index::IndexHandle;
 use crate::lookup::TermsLookups;
+use crate::resolve::Target;
 use crate::search::{self, Candidate, Prepared, SearchContext, SearchRequest, TrackTotalHits};
 
 /// OpenSearch's default `search.max_open_scroll_context`: enough for many concurrent scrolls
@@ -225,7 +226,7 @@ impl ScrollStore {
     /// `lookups` when the scroll opens; its later pages reuse the built queries.
     pub fn open(
         &self,
-        indices: &[Arc<IndexHandle>],
+        targets: &[Target],
         req: &SearchRequest,
         keep_alive: Duration,
         ctx: &SearchContext,
@@ -235,6 +236,13 @@ impl ScrollStore {
         let started = Instant::now();
         validate_scroll_request(req)?;
         self.check_keep_alive(keep_alive)?;
+        // A scroll counts its hits exactly, as OpenSearch's does.
+        let exact = SearchRequest {
+            track_total_hits: TrackTotalHits::Exact,
+            ..req.clone()
+        };
+        let req = &exact;
+        let indices: Vec<&Arc<IndexHandle>> = targets.iter().map(|t| &t.handle).collect();
         let window = indices
             .iter()
             .map(|h| h.max_result_window())
@@ -261,7 +269,7 @@ impl ScrollStore {
             ));
         }
         let reservation = self.reserve()?;
-        let mut prepared = search::prepare(indices, req, now_millis, None, lookups)?;
+        let mut prepared = search::prepare(targets, req, now_millis, None, lookups)?;
         let (first, last) = search::run_prepared(&prepared, req, ctx, started, None)?;
         for p in &mut prepared {
             p.aggs = None;
@@ -307,6 +315,9 @@ impl ScrollStore {
             self.check_keep_alive(k)?;
         }
         let lease = self.checkout(id, started)?;
+        for p in &lease.ctx.prepared {
+            p.handle().stats().record_scroll();
+        }
         if !lease.ctx.prepared.iter().all(|p| is_current(p.handle())) {
             drop(lease);
             let removed = self.inner.lock().contexts.remove(&id);
@@ -526,6 +537,9 @@ fn validate_scroll_request(req: &SearchRequest) -> Result<()> {
     if req.from > 0 {
         problems.push("using [from] is not allowed in a scroll context");
     }
+    if req.track_total_hits_set && req.track_total_hits != TrackTotalHits::Exact {
+        problems.push("disabling [track_total_hits] is not allowed in a scroll context");
+    }
     if problems.is_empty() {
         return Ok(());
     }
@@ -582,11 +596,7 @@ mod tests {
             .map(|(id, source)| {
                 (
                     index.to_string(),
-                    DocOp::Index {
-                        id: Some(id),
-                        source,
-                        op_type: OpType::Index,
-                    },
+                    DocOp::index(Some(id), source, OpType::Index),
                 )
             })
             .collect();
@@ -755,7 +765,10 @@ mod tests {
         );
         let deleted = engine.bulk(vec![(
             "idx".to_string(),
-            DocOp::Delete { id: "d19".into() },
+            DocOp::Delete {
+                id: "d19".into(),
+                versioning: Default::default(),
+            },
         )]);
         deleted[0].as_ref().expect("deleted");
         engine.refresh("idx").expect("refresh");
@@ -780,12 +793,10 @@ mod tests {
         add_index(&engine, "other", "o", 3, 30);
         for (index, n) in [("idx", 200), ("idx,other", 290)] {
             for size in [1, 33, 500] {
-                // Without a total to count, pages in `_doc` order stop early and skip ahead.
-                let (all, pages) = scroll_all_of(
-                    &engine,
-                    index,
-                    json!({"size": size, "sort": ["_doc"], "track_total_hits": false}),
-                );
+                // Continuation pages count no total: in `_doc` order they stop early and skip
+                // ahead (the first page counts exactly, as OpenSearch's scroll does).
+                let (all, pages) =
+                    scroll_all_of(&engine, index, json!({"size": size, "sort": ["_doc"]}));
                 assert_each_once(&all, n);
                 assert_eq!(pages, n.div_ceil(size) + 1, "{index} by {size}");
                 let one = engine

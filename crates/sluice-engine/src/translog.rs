@@ -40,6 +40,9 @@ pub enum Record {
         seq: u64,
         /// Document id.
         id: String,
+        /// Version of the deletion (0 in logs written before versions were kept).
+        #[serde(default)]
+        version: u64,
     },
 }
 
@@ -195,6 +198,7 @@ mod tests {
         let b = Record::Delete {
             seq: 2,
             id: "a".into(),
+            version: 2,
         };
         log.append(&a).unwrap();
         log.append(&b).unwrap();

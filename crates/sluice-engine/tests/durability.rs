@@ -6,11 +6,7 @@ use sluice_engine::index::{DocOp, OpType};
 use sluice_engine::{Engine, SearchContext};
 
 fn put(id: &str, source: serde_json::Value) -> DocOp {
-    DocOp::Index {
-        id: Some(id.to_string()),
-        source,
-        op_type: OpType::Index,
-    }
+    DocOp::index(Some(id.to_string()), source, OpType::Index)
 }
 
 #[test]
@@ -21,7 +17,13 @@ fn test_unrefreshed_writes_are_replayed_after_crash() {
         let results = engine.bulk(vec![
             ("logs".into(), put("1", json!({"msg": "one", "n": 1}))),
             ("logs".into(), put("2", json!({"msg": "two", "n": 2}))),
-            ("logs".into(), DocOp::Delete { id: "1".into() }),
+            (
+                "logs".into(),
+                DocOp::Delete {
+                    id: "1".into(),
+                    versioning: Default::default(),
+                },
+            ),
             (
                 "logs".into(),
                 put("3", json!({"msg": "three", "extra": "new field"})),
@@ -83,11 +85,7 @@ fn test_failed_bulk_item_leaves_others_intact() {
         ("t".into(), put("b", json!({"n": "not a number"}))),
         (
             "t".into(),
-            DocOp::Index {
-                id: Some("a".into()),
-                source: json!({"n": 5}),
-                op_type: OpType::Create,
-            },
+            DocOp::index(Some("a".into()), json!({"n": 5}), OpType::Create),
         ),
         ("t".into(), put("c", json!({"n": 3}))),
     ]);

@@ -12,11 +12,7 @@ use sluice_engine::{
 };
 
 fn put(id: &str, source: Value) -> DocOp {
-    DocOp::Index {
-        id: Some(id.to_string()),
-        source,
-        op_type: OpType::Index,
-    }
+    DocOp::index(Some(id.to_string()), source, OpType::Index)
 }
 
 fn index(engine: &Engine, name: &str, body: Value, docs: Vec<(&str, Value)>) {
@@ -307,7 +303,12 @@ fn test_lookup_works_in_count_and_scroll() {
     let (_dir, engine) = engine();
     let g1 = by_query(json!({"term": {"group": "g1"}}), "members");
     let n = engine
-        .count("users,users2", &g1, &SearchContext::default())
+        .count(
+            "users,users2",
+            &Default::default(),
+            &g1,
+            &SearchContext::default(),
+        )
         .unwrap();
     assert_eq!(n, 5);
     let req = SearchRequest::parse(
@@ -544,7 +545,9 @@ fn test_hook_error_aborts_the_outer_search_with_that_error() {
         .search("users", &json!({"query": q.clone()}), &hook.ctx())
         .unwrap_err();
     assert_eq!(err, rejected);
-    let err = engine.count("users", &q, &hook.ctx()).unwrap_err();
+    let err = engine
+        .count("users", &Default::default(), &q, &hook.ctx())
+        .unwrap_err();
     assert_eq!(err, rejected);
     assert_eq!(hook.calls.lock().len(), 2);
     assert_eq!(hook.live.load(Ordering::SeqCst), 0);

@@ -100,6 +100,9 @@ pub struct Config {
     pub auth: crate::auth::AuthConfig,
     /// `node.memory_budget`, resolved at node start ([`crate::node_usage`]).
     pub memory_budget: crate::node_usage::MemoryBudget,
+    /// Dynamic cluster settings given in the configuration: the node's defaults, used where
+    /// `_cluster/settings` sets nothing (as OpenSearch reads them from `opensearch.yml`).
+    pub cluster_defaults: BTreeMap<String, String>,
     /// `transport.*` and `discovery.seed_hosts`.
     pub transport: TransportConfig,
     /// `metastore.uri`, resolved: the embedded file `path.data/meta.sqlite` when unset. Its
@@ -238,6 +241,8 @@ pub fn gather(
         let wanted = rest.to_ascii_lowercase();
         let key = KNOWN_KEYS
             .iter()
+            .copied()
+            .chain(crate::settings::SETTINGS.iter().map(|d| d.key))
             .find(|k| k.replace(['.', '_'], "_") == wanted);
         match key {
             Some(k) => {
@@ -263,7 +268,7 @@ pub fn gather(
 }
 
 fn check_known(key: &str, src: &str) -> Result<(), ConfigError> {
-    if KNOWN_KEYS.contains(&key) {
+    if KNOWN_KEYS.contains(&key) || crate::settings::definition(key).is_some() {
         Ok(())
     } else {
         Err(ConfigError::UnknownKey {
@@ -271,6 +276,15 @@ fn check_known(key: &str, src: &str) -> Result<(), ConfigError> {
             source_name: src.to_string(),
         })
     }
+}
+
+/// Runs the cross-setting rules of `_cluster/settings` over the node's defaults.
+fn check_cluster_defaults(defaults: &BTreeMap<String, String>) -> Result<(), String> {
+    let snapshot = crate::settings::SettingsSnapshot::from_node_defaults(defaults.clone());
+    for rule in crate::settings::CROSS_CHECKS {
+        rule(&snapshot)?;
+    }
+    Ok(())
 }
 
 /// Parses a byte size like `100mb` (see [`sluice_wire::parse_byte_size`]).
@@ -389,6 +403,20 @@ impl Config {
                 )
             })?,
         };
+        let mut cluster_defaults = BTreeMap::new();
+        for (key, (value, src)) in raw {
+            if let Some(def) = crate::settings::definition(key) {
+                crate::settings::parse_value(def, value)
+                    .map_err(|e| invalid(key, value, src, &e))?;
+                cluster_defaults.insert(key.clone(), value.clone());
+            }
+        }
+        check_cluster_defaults(&cluster_defaults).map_err(|e| ConfigError::InvalidValue {
+            key: "cluster settings".into(),
+            value: format!("{cluster_defaults:?}"),
+            source_name: "configuration".into(),
+            expected: e,
+        })?;
         let transport = transport_config(&get, http_host)?;
         let metastore = match get(keys::METASTORE_URI) {
             None => sluice_meta::MetastoreUri::embedded(&data_path),
@@ -415,6 +443,7 @@ impl Config {
             ));
         }
         Ok(Config {
+            cluster_defaults,
             transport,
             metastore,
             memory_budget,

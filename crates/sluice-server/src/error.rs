@@ -116,6 +116,31 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// An error as a stored task result carries it (`GET _tasks/{id}` of a background task that
+/// failed): OpenSearch's error object without `root_cause`.
+pub fn error_object(e: &ApiError) -> serde_json::Value {
+    let engine = match e {
+        // Another node's error body, as it rendered it.
+        ApiError::Forwarded { body, .. } => {
+            let mut v = body.get("error").cloned().unwrap_or_else(|| body.clone());
+            if let Some(o) = v.as_object_mut() {
+                o.remove("root_cause");
+            }
+            return v;
+        }
+        ApiError::Engine(e) | ApiError::Rejected { error: e, .. } => e.clone(),
+        ApiError::NoHandler { message, .. } => EngineError::illegal_argument(message.clone()),
+        ApiError::TooLarge { limit } => EngineError::illegal_argument(format!(
+            "request body is larger than http.max_content_length [{limit}] bytes"
+        )),
+    };
+    let mut v = render_error(&engine);
+    if let Some(o) = v.as_object_mut() {
+        o.remove("root_cause");
+    }
+    v
+}
+
 /// Maps a workload-management domain error to its OpenSearch status and type (the core's
 /// `From<CoreError>` mapping, once for every handler: groups, rules).
 pub fn core_error(e: sluice_core::CoreError) -> ApiError {

@@ -9,6 +9,8 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use sluice_engine::Engine;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::compression::CompressionLayer;
+use tower_http::decompression::RequestDecompressionLayer;
 
 use crate::api;
 use crate::config::Config;
@@ -69,8 +71,13 @@ impl Node {
         let applied_changes = metastore.changes().await.map_err(|e| {
             anyhow::anyhow!("cannot read the metastore [{}]: {e}", config.metastore)
         })?;
-        let cluster_settings =
-            Arc::new(crate::settings::ClusterSettings::load(metastore.clone()).await?);
+        let cluster_settings = Arc::new(
+            crate::settings::ClusterSettings::load_on(
+                metastore.clone(),
+                config.cluster_defaults.clone(),
+            )
+            .await?,
+        );
         let data = config.data_path.clone();
         let engine = Arc::new(tokio::task::spawn_blocking(move || Engine::open(&data)).await??);
         let addr = SocketAddr::new(config.http_host, config.http_port);
@@ -162,27 +169,7 @@ impl Node {
             cluster = %self.state.config.cluster_name,
             "listening on http://{addr}"
         );
-        let limit = self.state.config.max_content_length;
-        let app = api::router(self.state.clone())
-            .layer(axum::extract::DefaultBodyLimit::max(
-                usize::try_from(limit).unwrap_or(usize::MAX),
-            ))
-            .layer(middleware::from_fn(crate::http::meta::scope_request))
-            .layer(middleware::from_fn(
-                crate::admission::ticket::release_with_response,
-            ))
-            .layer(middleware::from_fn_with_state(
-                self.state.auth.clone(),
-                crate::auth::authenticate,
-            ))
-            .layer(middleware::from_fn(
-                move |mut req: Request, next: Next| async move {
-                    req.extensions_mut().insert(BodyLimit(limit));
-                    let resp: Response = next.run(req).await;
-                    resp
-                },
-            ))
-            .layer(CatchPanicLayer::custom(panic_response));
+        let app = app(self.state.clone());
         let engine = self.state.engine.clone();
         let refresher = tokio::spawn(async move {
             let mut tick = tokio::time::interval(REFRESH_TICK);
@@ -212,11 +199,6 @@ impl Node {
             self.state.clone(),
             self.applied_changes,
         ));
-        // Outside the router, so it sees the `Allow` header the router sets on a 405.
-        let app = tower::Layer::layer(
-            &middleware::from_fn(crate::http::fallback::name_allowed_methods),
-            app,
-        );
         let app =
             axum::ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(app);
         axum::serve(self.listener, app)
@@ -234,6 +216,52 @@ impl Node {
         Ok(())
     }
 }
+
+/// The node's HTTP service: the API router under its layers (panics caught, body limit,
+/// authentication, request metadata, gzip both ways) and, outside the router so it sees the
+/// `Allow` header the router sets on a 405, the method-name fallback; outermost, the echo of
+/// `X-Opaque-Id`. `serve` runs it on the
+/// listener; tests may drive it in-process.
+pub fn app(state: Arc<AppState>) -> HttpService {
+    let limit = state.config.max_content_length;
+    let auth = state.auth.clone();
+    let app = api::router(state)
+        .layer(axum::extract::DefaultBodyLimit::max(
+            usize::try_from(limit).unwrap_or(usize::MAX),
+        ))
+        .layer(middleware::from_fn(crate::http::meta::scope_request))
+        .layer(middleware::from_fn(
+            crate::admission::ticket::release_with_response,
+        ))
+        .layer(middleware::from_fn_with_state(
+            auth,
+            crate::auth::authenticate,
+        ))
+        .layer(middleware::from_fn(
+            move |mut req: Request, next: Next| async move {
+                req.extensions_mut().insert(BodyLimit(limit));
+                let resp: Response = next.run(req).await;
+                resp
+            },
+        ))
+        // The official clients' `compression` option: a gzip request body is inflated
+        // before the body limit counts it (so a small bomb still stops at the limit); an
+        // encoding it cannot read passes through and fails as the JSON it is not.
+        .layer(RequestDecompressionLayer::new().pass_through_unaccepted(true))
+        // Responses are gzipped when the client sends `Accept-Encoding: gzip`.
+        .layer(CompressionLayer::new())
+        .layer(CatchPanicLayer::custom(panic_response));
+    let app = tower::Layer::layer(
+        &middleware::from_fn(crate::http::fallback::name_allowed_methods),
+        app,
+    );
+    let app = tower::Layer::layer(&middleware::from_fn(crate::http::meta::echo_opaque_id), app);
+    tower::util::BoxCloneSyncService::new(app)
+}
+
+/// The type of [`app`]'s service.
+pub type HttpService =
+    tower::util::BoxCloneSyncService<Request, Response, std::convert::Infallible>;
 
 fn panic_response(err: Box<dyn std::any::Any + Send + 'static>) -> Response {
     let msg = err

@@ -6,10 +6,18 @@
 //! every path out of it. Cancelling a task sets its flag and its descendants' flags; the engine
 //! checks the flag while it works.
 //!
+//! A task started in the background (`_delete_by_query?wait_for_completion=false`) stores its
+//! result when it ends ([`TaskManager::store_result`]), and `GET _tasks/{id}` reads it there
+//! once the task is no longer running, as OpenSearch reads its `.tasks` index. Stored results
+//! are kept in memory, the newest [`MAX_STORED_RESULTS`].
+//!
 //! # Invariants
 //! - A task id is never reused while the node runs (`next_id` only grows).
 //! - A registered task is in `tasks` until its guard drops, and only then.
 //! - A child registered under a cancelled parent starts cancelled.
+//! - R1 — from [`TaskManager::expect_result`] on, a background task is always found by
+//!   [`TaskManager::lookup`]: running (registered, or ended and its result being stored) or
+//!   done (its result stored), never missing (`test_result_is_found_once_the_task_is_gone`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,6 +27,19 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
+/// How many results of background tasks the node keeps: OpenSearch keeps them in its
+/// `.tasks` index until deleted; sluice keeps them in memory, so a client that never reads
+/// them cannot grow the node without bound. A result is a few hundred bytes (a by-query
+/// response), so this bounds them near a megabyte, and a client polls within minutes.
+pub const MAX_STORED_RESULTS: usize = 1000;
+
+/// What a long-running task shows as its `status` while it runs (a by-query action's counts),
+/// read by `_tasks` and `GET _tasks/{id}`.
+pub trait TaskStatus: Send + Sync + std::fmt::Debug {
+    /// The status object, as OpenSearch renders the task's `Task.Status`.
+    fn status(&self) -> Value;
+}
+
 /// Action names, as OpenSearch reports them.
 pub mod actions {
     /// A `_search` request; also `_count`, which OpenSearch runs as a search.
@@ -27,6 +48,14 @@ pub mod actions {
     pub const MSEARCH: &str = "indices:data/read/msearch";
     /// A scroll continuation.
     pub const SCROLL: &str = "indices:data/read/scroll";
+    /// A `_delete_by_query` request.
+    pub const DELETE_BY_QUERY: &str = "indices:data/write/delete/byquery";
+    /// An `_update_by_query` request.
+    pub const UPDATE_BY_QUERY: &str = "indices:data/write/update/byquery";
+    /// A `_forcemerge` request run in the background (`wait_for_completion=false`).
+    pub const FORCEMERGE: &str = "indices:admin/forcemerge";
+    /// A `_tasks` listing, itself a task while it runs (clients expect to find it).
+    pub const LIST_TASKS: &str = "cluster:monitor/tasks/lists";
 }
 
 /// A task id: the node id and a sequence number.
@@ -79,6 +108,11 @@ pub struct Task {
     pub cancel_notify: tokio::sync::Notify,
     /// Whether the task is parked in a throttle queue (shown as `status.state: queued`).
     pub queued: AtomicBool,
+    /// What the task reports as its `status` while it runs, set once by the work it runs.
+    status: std::sync::OnceLock<Arc<dyn TaskStatus>>,
+    /// Woken when the task is unregistered (a `GET _tasks/{id}?wait_for_completion` waits on
+    /// it).
+    ended: tokio::sync::Notify,
     /// Who runs it: the principal of the request that registered it; `None` when `auth.type`
     /// is `none`.
     pub principal: Option<Arc<crate::auth::Principal>>,
@@ -107,6 +141,11 @@ impl Task {
     /// Sets the task's group; only the first call counts (a task is tagged once).
     pub fn set_group(&self, group: Arc<crate::workload::GroupEntry>) {
         let _ = self.group.set(group);
+    }
+
+    /// Sets what the task reports as its `status`; only the first call counts.
+    pub fn set_status(&self, status: Arc<dyn TaskStatus>) {
+        let _ = self.status.set(status);
     }
 
     /// The throttle buckets the task and its ancestors hold.
@@ -164,6 +203,21 @@ pub struct TaskManager {
     node_id: String,
     next_id: AtomicU64,
     tasks: Mutex<HashMap<u64, Arc<Task>>>,
+    /// Results of background tasks that ended, oldest first, at most [`MAX_STORED_RESULTS`].
+    results: Mutex<std::collections::VecDeque<(u64, Value)>>,
+    /// Background tasks whose result is not stored yet (R1).
+    pending: Mutex<HashMap<u64, Arc<Task>>>,
+}
+
+/// Where a task is, for `GET _tasks/{id}`.
+#[derive(Debug)]
+pub enum Lookup {
+    /// Running (or a background task whose result is being stored).
+    Running(Arc<Task>),
+    /// A background task that ended: its stored result document.
+    Done(Value),
+    /// Not running, and no result stored.
+    Missing,
 }
 
 /// Keeps a task registered; dropping it unregisters the task.
@@ -192,6 +246,8 @@ impl TaskGuard {
 impl Drop for TaskGuard {
     fn drop(&mut self) {
         self.manager.tasks.lock().remove(&self.task.seq);
+        // After the removal: a waiter re-reads the registry when woken.
+        self.task.ended.notify_waiters();
         // Its place among the unmeasured tasks is free once it no longer runs, even while
         // someone still holds the task (a `_tasks` listing, a refresh).
         if let Some(r) = self.task.reservation.get() {
@@ -241,6 +297,8 @@ impl TaskManager {
             node_id: node_id.to_string(),
             next_id: AtomicU64::new(1),
             tasks: Mutex::new(HashMap::new()),
+            results: Mutex::new(std::collections::VecDeque::new()),
+            pending: Mutex::new(HashMap::new()),
         }
     }
 
@@ -294,6 +352,8 @@ impl TaskManager {
             ),
             cancel_notify: tokio::sync::Notify::new(),
             queued: AtomicBool::new(false),
+            status: std::sync::OnceLock::new(),
+            ended: tokio::sync::Notify::new(),
             principal,
             group: std::sync::OnceLock::new(),
             held_buckets: std::sync::OnceLock::new(),
@@ -317,6 +377,97 @@ impl TaskManager {
     /// The running task `seq`, if any.
     pub fn get(&self, seq: u64) -> Option<Arc<Task>> {
         self.tasks.lock().get(&seq).cloned()
+    }
+
+    /// Marks `task` (registered) as running in the background: it will store its result
+    /// ([`TaskManager::store_result`]), and is found by [`TaskManager::lookup`] until then
+    /// even once unregistered (R1).
+    pub fn expect_result(&self, task: &Arc<Task>) {
+        self.pending.lock().insert(task.seq, task.clone());
+    }
+
+    /// Stores the result document of the background task `seq` (`{"completed": true, "task":
+    /// …, "response"|"error": …}`), dropping the oldest beyond [`MAX_STORED_RESULTS`].
+    pub fn store_result(&self, seq: u64, result: Value) {
+        {
+            let mut results = self.results.lock();
+            results.push_back((seq, result));
+            while results.len() > MAX_STORED_RESULTS {
+                results.pop_front();
+            }
+        }
+        // After the result is in (R1): a reader that misses it here finds it there.
+        let task = self.pending.lock().remove(&seq);
+        if let Some(task) = task {
+            task.ended.notify_waiters();
+        }
+    }
+
+    /// Stores the end of the background task `task`: its final state with its response, or
+    /// with its error, as `GET _tasks/{id}` shows a task result.
+    pub fn store_outcome(&self, task: &Task, outcome: Result<Value, &crate::error::ApiError>) {
+        let mut doc = json!({"completed": true, "task": self.render(task, true)});
+        match outcome {
+            Ok(response) => doc["response"] = response,
+            Err(e) => doc["error"] = crate::error::error_object(e),
+        }
+        self.store_result(task.seq, doc);
+    }
+
+    /// The stored result of the task `seq`, if it ran in the background and ended.
+    pub fn result(&self, seq: u64) -> Option<Value> {
+        self.results
+            .lock()
+            .iter()
+            .rev()
+            .find(|(s, _)| *s == seq)
+            .map(|(_, r)| r.clone())
+    }
+
+    /// The running task `seq`, including a background task whose result is being stored.
+    fn running(&self, seq: u64) -> Option<Arc<Task>> {
+        self.get(seq)
+            .or_else(|| self.pending.lock().get(&seq).cloned())
+    }
+
+    /// Where the task `seq` is: running, done with a stored result, or missing. Reads the
+    /// results, then the running tasks, then the results again, so a task that ends meanwhile
+    /// is seen in one place or the other (R1).
+    pub fn lookup(&self, seq: u64) -> Lookup {
+        if let Some(r) = self.result(seq) {
+            return Lookup::Done(r);
+        }
+        if let Some(t) = self.running(seq) {
+            return Lookup::Running(t);
+        }
+        match self.result(seq) {
+            Some(r) => Lookup::Done(r),
+            None => Lookup::Missing,
+        }
+    }
+
+    /// Waits until the task `seq` has ended (and stored its result, if it runs in the
+    /// background), or until `deadline`; answers whether it ended.
+    ///
+    /// # Cancel safety
+    /// Dropping the future only stops waiting.
+    pub async fn wait_until_ended(&self, seq: u64, deadline: tokio::time::Instant) -> bool {
+        let Some(task) = self.running(seq) else {
+            return true;
+        };
+        loop {
+            let ended = task.ended.notified();
+            tokio::pin!(ended);
+            // Registered before the registry is read: an end between the read and the wait
+            // still wakes it.
+            ended.as_mut().enable();
+            if self.running(seq).is_none() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                return self.running(seq).is_none();
+            }
+        }
     }
 
     /// Cancels the task `seq` and its descendants; returns the tasks newly cancelled.
@@ -360,10 +511,15 @@ impl TaskManager {
         );
         m.insert("cancellable".into(), json!(true));
         m.insert("cancelled".into(), json!(t.is_cancelled()));
+        // A by-query action shows its counts; a request parked in a throttle queue says so
+        // (OpenSearch clients read a task's `status` as an object of the action's own).
+        let mut status = t.status.get().map(|s| s.status());
         if t.queued.load(Ordering::Acquire) {
-            // A request parked in a throttle queue: OpenSearch clients read a task's `status`
-            // as an opaque object.
-            m.insert("status".into(), json!({"state": "queued"}));
+            let s = status.get_or_insert_with(|| json!({}));
+            s["state"] = json!("queued");
+        }
+        if let Some(status) = status {
+            m.insert("status".into(), status);
         }
         if let Some(p) = t.parent {
             m.insert(
@@ -451,5 +607,51 @@ mod tests {
             })
         );
         assert_eq!(TaskId::parse("abc"), None);
+    }
+
+    #[tokio::test]
+    async fn test_result_is_found_once_the_task_is_gone() {
+        let m = Arc::new(TaskManager::new("n"));
+        let g = m.register(actions::DELETE_BY_QUERY, "d".into(), None, None);
+        let seq = g.task().seq;
+        m.expect_result(g.task());
+        let far = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        let waiter = {
+            let m = m.clone();
+            tokio::spawn(async move { m.wait_until_ended(seq, far).await })
+        };
+        assert!(matches!(m.lookup(seq), Lookup::Running(_)));
+        // Unregistered before its result is stored (an admission refusal): still found (R1).
+        drop(g);
+        assert!(m.get(seq).is_none());
+        assert!(matches!(m.lookup(seq), Lookup::Running(_)));
+        m.store_result(seq, json!({"completed": true}));
+        assert!(waiter.await.unwrap());
+        assert!(matches!(m.lookup(seq), Lookup::Done(r) if r == json!({"completed": true})));
+        assert!(matches!(m.lookup(seq + 1), Lookup::Missing));
+    }
+
+    #[tokio::test]
+    async fn test_wait_until_ended_gives_up_at_its_deadline() {
+        let m = Arc::new(TaskManager::new("n"));
+        let g = m.register(actions::DELETE_BY_QUERY, "d".into(), None, None);
+        let now = tokio::time::Instant::now();
+        assert!(!m.wait_until_ended(g.task().seq, now).await);
+        assert!(m.wait_until_ended(g.task().seq + 1, now).await);
+    }
+
+    #[test]
+    fn test_stored_results_are_bounded_oldest_first() {
+        let m = TaskManager::new("n");
+        for seq in 0..(MAX_STORED_RESULTS as u64 + 2) {
+            m.store_result(seq, json!(seq));
+        }
+        assert_eq!(m.result(0), None);
+        assert_eq!(m.result(1), None);
+        assert_eq!(m.result(2), Some(json!(2)));
+        assert_eq!(
+            m.result(MAX_STORED_RESULTS as u64 + 1),
+            Some(json!(MAX_STORED_RESULTS + 1))
+        );
     }
 }

@@ -25,6 +25,10 @@ pub enum ErrorCode {
     IllegalArgument,
     /// 400 `mapper_parsing_exception`: a document or mapping that does not fit the mapping.
     MapperParsing,
+    /// 400 `strict_dynamic_mapping_exception`: a document bringing a field that a `strict`
+    /// (or `strict_allow_templates`) mapping does not allow (OpenSearch's subclass of the
+    /// mapper parsing exception).
+    StrictDynamicMapping,
     /// 400 `query_shard_exception`: a query that cannot be built against the index's fields.
     QueryShard,
     /// 400 `search_phase_execution_exception`: the wrapper OpenSearch puts around shard failures.
@@ -62,6 +66,22 @@ pub enum ErrorCode {
     /// cluster's metadata (OpenSearch: the elected cluster manager; sluice: the metastore),
     /// so a metadata change cannot be made now; retry later.
     ClusterManagerNotDiscovered,
+    /// 400 `invalid_alias_name_exception`.
+    InvalidAliasName,
+    /// 404 `aliases_not_found_exception`.
+    AliasesNotFound,
+    /// 400 `index_closed_exception`: an operation on a closed index.
+    IndexClosed,
+    /// 400 `unsupported_operation_exception` (OpenSearch answers 500 for a bad `_cat` sort
+    /// key; sluice keeps the type but blames the request).
+    UnsupportedOperation,
+    /// 500 `illegal_state_exception`, as OpenSearch answers a change that would break an
+    /// invariant of its metadata (two write indices for one alias).
+    IllegalState,
+    /// 500 `timeout_exception`: a wait the request bounded (`GET _tasks/{id}` with
+    /// `wait_for_completion`) ran out; OpenSearch's `OpenSearchTimeoutException` keeps the
+    /// default status.
+    Timeout,
 }
 
 impl ErrorCode {
@@ -76,6 +96,7 @@ impl ErrorCode {
             ErrorCode::XContentParse => "x_content_parse_exception",
             ErrorCode::IllegalArgument => "illegal_argument_exception",
             ErrorCode::MapperParsing => "mapper_parsing_exception",
+            ErrorCode::StrictDynamicMapping => "strict_dynamic_mapping_exception",
             ErrorCode::QueryShard => "query_shard_exception",
             ErrorCode::SearchPhaseExecution => "search_phase_execution_exception",
             ErrorCode::VersionConflict => "version_conflict_engine_exception",
@@ -91,6 +112,12 @@ impl ErrorCode {
             ErrorCode::ClusterBlock => "cluster_block_exception",
             ErrorCode::NodeNotConnected => "node_not_connected_exception",
             ErrorCode::ClusterManagerNotDiscovered => "cluster_manager_not_discovered_exception",
+            ErrorCode::InvalidAliasName => "invalid_alias_name_exception",
+            ErrorCode::AliasesNotFound => "aliases_not_found_exception",
+            ErrorCode::IndexClosed => "index_closed_exception",
+            ErrorCode::UnsupportedOperation => "unsupported_operation_exception",
+            ErrorCode::IllegalState => "illegal_state_exception",
+            ErrorCode::Timeout => "timeout_exception",
         }
     }
 
@@ -100,11 +127,16 @@ impl ErrorCode {
             ErrorCode::IndexNotFound
             | ErrorCode::DocumentMissing
             | ErrorCode::ResourceNotFound
-            | ErrorCode::SearchContextMissing => 404,
+            | ErrorCode::SearchContextMissing
+            | ErrorCode::AliasesNotFound => 404,
             ErrorCode::VersionConflict => 409,
             ErrorCode::TooManyBuckets | ErrorCode::ClusterManagerNotDiscovered => 503,
             ErrorCode::RejectedExecution => 429,
-            ErrorCode::Internal | ErrorCode::TaskCancelled | ErrorCode::NodeNotConnected => 500,
+            ErrorCode::Internal
+            | ErrorCode::TaskCancelled
+            | ErrorCode::NodeNotConnected
+            | ErrorCode::IllegalState
+            | ErrorCode::Timeout => 500,
             ErrorCode::Unauthenticated => 401,
             ErrorCode::Forbidden | ErrorCode::ClusterBlock => 403,
             _ => 400,
@@ -150,6 +182,29 @@ impl OpenSearchError {
     /// Adds an extra field to the rendered error.
     pub fn with_extra(mut self, key: &'static str, value: Value) -> Self {
         self.extra.push((key, value));
+        self
+    }
+
+    /// Adds OpenSearch's `line` and `col` to a `parsing_exception` about a request body: the
+    /// place in `body` where the value of the member the reason names (`unknown query [foo]`)
+    /// starts. Other errors, and reasons naming nothing found in the body, are unchanged.
+    pub fn with_location_in(mut self, body: &[u8]) -> Self {
+        if self.code != ErrorCode::Parsing || self.extra.iter().any(|(k, _)| *k == "line") {
+            return self;
+        }
+        let Ok(text) = std::str::from_utf8(body) else {
+            return self;
+        };
+        let named = self
+            .reason
+            .split('[')
+            .skip(1)
+            .filter_map(|s| s.split(']').next())
+            .find_map(|name| crate::json::locate_member_value(text, name));
+        if let Some((line, col)) = named {
+            self.extra.push(("line", Value::from(line)));
+            self.extra.push(("col", Value::from(col)));
+        }
         self
     }
 

@@ -9,6 +9,11 @@ pub const OPENSEARCH_COMPAT_VERSION: &str = "3.3.0";
 /// The request header that tags a request with a workload group id (OpenSearch's).
 pub const WORKLOAD_GROUP_ID_HEADER: &str = "workloadGroupId";
 
+/// The request header a client labels its requests with; OpenSearch echoes it on the
+/// response and shows it on the request's tasks (`Task.X_OPAQUE_ID`, spelled as `_tasks`
+/// lists it).
+pub const OPAQUE_ID_HEADER: &str = "X-Opaque-Id";
+
 /// The id (and name) of the group every untagged request runs in; OpenSearch's
 /// `DEFAULT_WORKLOAD_GROUP_ID_SUPPLIER` value (facts §6.1), kept so stats and task listings
 /// name it the same way. It is never rejected or cancelled (DESIGN D5).

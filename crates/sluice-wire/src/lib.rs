@@ -39,7 +39,9 @@ pub mod time;
 
 pub use bytes::parse_byte_size;
 pub use error::{ErrorCode, OpenSearchError, Result, render_error};
-pub use keys::{DEFAULT_GROUP_ID, OPENSEARCH_COMPAT_VERSION, WORKLOAD_GROUP_ID_HEADER};
+pub use keys::{
+    DEFAULT_GROUP_ID, OPAQUE_ID_HEADER, OPENSEARCH_COMPAT_VERSION, WORKLOAD_GROUP_ID_HEADER,
+};
 pub use number::{java_double, parse_java_long};
 pub use pattern::simple_match;
 pub use time::{

@@ -239,7 +239,6 @@ const UNSUPPORTED_TYPES: &[&str] = &[
     "children",
     "composite",
     "cumulative_sum",
-    "date_range",
     "derivative",
     "diversified_sampler",
     "extended_stats",
@@ -445,13 +444,13 @@ impl<'a, 'c> Builder<'a, 'c> {
         if UNSUPPORTED_TYPES.contains(&ty) {
             return Err(EngineError::illegal_argument(format!(
                 "aggregation type [{ty}] of [{name}] is not supported by sluice; supported types are \
-                 terms, histogram, date_histogram, range, filter, avg, min, max, sum, value_count, \
-                 stats, cardinality and percentiles"
+                 terms, histogram, date_histogram, range, date_range, filter, avg, min, max, sum, \
+                 value_count, stats, cardinality and percentiles"
             )));
         }
         let is_bucket = matches!(
             ty,
-            "terms" | "histogram" | "date_histogram" | "range" | "filter"
+            "terms" | "histogram" | "date_histogram" | "range" | "date_range" | "filter"
         );
         let is_metric = matches!(
             ty,
@@ -500,6 +499,14 @@ impl<'a, 'c> Builder<'a, 'c> {
             "histogram" => self.histogram(&body, sub_request)?,
             "date_histogram" => self.date_histogram(&body, sub_request)?,
             "range" => self.range(&body, sub_request)?,
+            // A `range` over a date field, with its bounds read as dates (date math too).
+            "date_range" => {
+                let field = self.field(&body)?;
+                if field.values != ValueKind::Date {
+                    return Err(body.unsupported_type(&field));
+                }
+                self.range(&body, sub_request)?
+            }
             "percentiles" => self.percentiles(&body)?,
             _ => self.metric(&body)?,
         };

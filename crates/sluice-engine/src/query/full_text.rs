@@ -454,6 +454,7 @@ enum MultiMatchType {
     MostFields,
     Phrase,
     PhrasePrefix,
+    CrossFields,
 }
 
 /// The keys `multi_match` accepts.
@@ -497,10 +498,11 @@ pub(super) fn multi_match(body: &Value, ctx: &QueryContext) -> Result<Box<dyn Qu
         Some("most_fields") => MultiMatchType::MostFields,
         Some("phrase") => MultiMatchType::Phrase,
         Some("phrase_prefix") => MultiMatchType::PhrasePrefix,
-        Some(other @ ("cross_fields" | "bool_prefix")) => {
+        Some("cross_fields") => MultiMatchType::CrossFields,
+        Some(other @ "bool_prefix") => {
             return Err(EngineError::parsing(format!(
                 "[multi_match] query type [{other}] is not supported by sluice; use best_fields, \
-                 most_fields, phrase or phrase_prefix"
+                 most_fields, cross_fields, phrase or phrase_prefix"
             )));
         }
         Some(other) => {
@@ -523,6 +525,11 @@ pub(super) fn multi_match(body: &Value, ctx: &QueryContext) -> Result<Box<dyn Qu
         None => DEFAULT_MAX_EXPANSIONS,
     };
     let patterns = field_patterns("multi_match", obj.get("fields"))?;
+    if kind == MultiMatchType::CrossFields {
+        let fields = resolve_patterns(ctx, &patterns);
+        let query = cross_fields(ctx, &fields, text, &opts, tie_breaker)?;
+        return Ok(with_boost(query, boost_param("multi_match", obj)?));
+    }
     let mut per_field: Vec<Box<dyn Query>> = Vec::new();
     for (field, boost, lenient) in resolve_patterns(ctx, &patterns) {
         let opts = MatchOptions {
@@ -530,9 +537,9 @@ pub(super) fn multi_match(body: &Value, ctx: &QueryContext) -> Result<Box<dyn Qu
             ..opts
         };
         let query = match kind {
-            MultiMatchType::BestFields | MultiMatchType::MostFields => {
-                match_resolved(ctx, &field, text, &opts)?
-            }
+            MultiMatchType::BestFields
+            | MultiMatchType::MostFields
+            | MultiMatchType::CrossFields => match_resolved(ctx, &field, text, &opts)?,
             MultiMatchType::Phrase => phrase_resolved(ctx, &field, text, slop, &opts)?,
             MultiMatchType::PhrasePrefix => {
                 phrase_prefix_resolved(ctx, &field, text, max_expansions, &opts)?
@@ -550,6 +557,79 @@ pub(super) fn multi_match(body: &Value, ctx: &QueryContext) -> Result<Box<dyn Qu
         )),
     };
     Ok(with_boost(combined, boost_param("multi_match", obj)?))
+}
+
+/// `multi_match` of type `cross_fields`: term-centric, as OpenSearch's. The analysed fields
+/// form one group in which each term may match in any field (the best field's score counts,
+/// plus `tie_breaker` times the others), and the terms combine by `operator` and
+/// `minimum_should_match` across the group, so `operator: and` needs every term somewhere, not
+/// every term in one field. Keyword fields form a group of their own matching the whole text;
+/// the groups combine as `best_fields` does. Difference: OpenSearch blends each term's document
+/// frequency across the fields before scoring; sluice scores each field's term on its own, so
+/// matches are the same and scores differ.
+fn cross_fields(
+    ctx: &QueryContext,
+    fields: &[(ResolvedField, f32, bool)],
+    text: &Value,
+    opts: &MatchOptions,
+    tie_breaker: f32,
+) -> Result<Box<dyn Query>> {
+    let (keyword, analysed): (Vec<_>, Vec<_>) = fields
+        .iter()
+        .partition(|(f, _, _)| f.storage == Storage::Kw);
+    let mut groups: Vec<Box<dyn Query>> = Vec::new();
+    if !analysed.is_empty() {
+        let text = values::scalar_string(text).map_err(|reason| ctx.value_error(&reason))?;
+        let mut terms: Vec<Box<dyn Query>> = ctx
+            .analyze(&text)
+            .into_iter()
+            .map(|(_, token)| {
+                let per_field: Vec<Box<dyn Query>> = analysed
+                    .iter()
+                    .map(|(f, boost, _)| {
+                        with_boost(token_query(ctx, f, &token, opts.fuzziness), *boost)
+                    })
+                    .collect();
+                Box::new(DisjunctionMaxQuery::with_tie_breaker(
+                    per_field,
+                    tie_breaker,
+                )) as Box<dyn Query>
+            })
+            .collect();
+        let n = terms.len();
+        groups.push(match n {
+            0 => opts.zero_terms(),
+            1 => terms.pop().expect("one term"),
+            _ if opts.operator == Operator::And => Box::new(BooleanQuery::intersection(terms)),
+            _ => {
+                let required = opts
+                    .minimum_should_match
+                    .map_or(1, |m| m.required(n))
+                    .max(1);
+                if required > n {
+                    Box::new(EmptyQuery)
+                } else if required == 1 {
+                    Box::new(BooleanQuery::union(terms))
+                } else {
+                    Box::new(BooleanQuery::union_with_minimum_required_clauses(
+                        terms, required,
+                    ))
+                }
+            }
+        });
+    }
+    for (field, boost, lenient) in keyword {
+        let opts = MatchOptions {
+            lenient: opts.lenient || *lenient,
+            ..*opts
+        };
+        groups.push(with_boost(match_resolved(ctx, field, text, &opts)?, *boost));
+    }
+    Ok(match groups.len() {
+        0 => Box::new(EmptyQuery),
+        1 => groups.pop().expect("one group"),
+        _ => Box::new(DisjunctionMaxQuery::with_tie_breaker(groups, tie_breaker)),
+    })
 }
 
 /// Reads a `fields` parameter (a string or an array of `name^boost` strings); `*` by default.

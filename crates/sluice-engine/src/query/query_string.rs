@@ -52,20 +52,21 @@ const PARAMS: &[&str] = &[
     "_name",
 ];
 
-/// The options that shape how parsed clauses become queries.
-struct Params {
+/// The options that shape how parsed clauses become queries (shared with
+/// `simple_query_string`, which builds the same tree).
+pub(super) struct Params {
     /// Fields searched by clauses without a field, with their boosts.
-    default_fields: Vec<(String, f32)>,
+    pub(super) default_fields: Vec<(String, f32)>,
     /// How analysed terms combine, and clauses without an operator.
-    default_operator: Operator,
+    pub(super) default_operator: Operator,
     /// Whether values that do not fit a field match nothing instead of failing.
-    lenient: bool,
+    pub(super) lenient: bool,
     /// The slop of phrases without `~n`.
-    phrase_slop: u32,
+    pub(super) phrase_slop: u32,
     /// Score share of the non-best fields when a clause searches several.
-    tie_breaker: f32,
+    pub(super) tie_breaker: f32,
     /// The fuzziness of `term~` without a number.
-    fuzziness: Fuzziness,
+    pub(super) fuzziness: Fuzziness,
 }
 
 /// `query_string`.
@@ -130,7 +131,7 @@ pub(super) fn query_string(body: &Value, ctx: &QueryContext) -> Result<Box<dyn Q
 
 /// A parsed query.
 #[derive(Debug, Clone, PartialEq)]
-enum Node {
+pub(super) enum Node {
     /// Clauses with their occurrence.
     Bool(Vec<(Occur, Node)>),
     /// A boosted node.
@@ -141,7 +142,7 @@ enum Node {
 
 /// A parsed leaf value.
 #[derive(Debug, Clone, PartialEq)]
-enum Leaf {
+pub(super) enum Leaf {
     /// A term: `text` unescaped; `pattern` (escapes kept) when it holds wildcards;
     /// `fuzzy` when followed by `~` (with its distance if given).
     Term {
@@ -581,7 +582,8 @@ impl Parser {
     }
 }
 
-fn build(node: Node, params: &Params, ctx: &QueryContext) -> Result<Box<dyn Query>> {
+/// The query of a parsed tree.
+pub(super) fn build(node: Node, params: &Params, ctx: &QueryContext) -> Result<Box<dyn Query>> {
     match node {
         Node::Bool(clauses) => build_bool(clauses, params, ctx, None),
         Node::Boost(inner, boost) => Ok(with_boost(build(*inner, params, ctx)?, boost)),
@@ -589,7 +591,8 @@ fn build(node: Node, params: &Params, ctx: &QueryContext) -> Result<Box<dyn Quer
     }
 }
 
-fn build_bool(
+/// The query of a parsed list of clauses, with a `minimum_should_match`.
+pub(super) fn build_bool(
     clauses: Vec<(Occur, Node)>,
     params: &Params,
     ctx: &QueryContext,

@@ -257,9 +257,14 @@ pub(super) fn term_of(ctx: &QueryContext, field: &ResolvedField, value: &Exact) 
     Some(term)
 }
 
-/// A date term on a field's JSON path, for fast-field range queries.
+/// A date term on a field's JSON path, for fast-field range queries. A bound beyond the dates
+/// an index can hold is brought to the nearest one it can: no stored date lies beyond it.
 pub(super) fn date_term(ctx: &QueryContext, field: &ResolvedField, millis: i64) -> Term {
     let mut term = ctx.path_term(field);
+    let millis = millis.clamp(
+        *crate::date::STORABLE_MILLIS.start(),
+        *crate::date::STORABLE_MILLIS.end(),
+    );
     term.append_type_and_fast_value(DateTime::from_timestamp_millis(millis));
     term
 }

@@ -25,6 +25,7 @@ use crate::index::IndexHandle;
 use crate::lookup::TermsLookups;
 use crate::mapping::FieldType;
 use crate::query::{QueryContext, build_query};
+use crate::resolve::Target;
 
 /// How many documents the collection loop handles between two checks of the cancellation flag
 /// and the deadline: a few thousand documents take well under a millisecond, so a cancelled
@@ -62,7 +63,7 @@ impl Prepared {
 /// sort columns and aggregations. `terms` lookups resolve through `lookups`, once per request;
 /// a failed lookup fails the request with its own error rather than as a shard failure.
 pub(crate) fn prepare(
-    indices: &[Arc<IndexHandle>],
+    targets: &[Target],
     req: &SearchRequest,
     now_millis: i64,
     max_buckets: Option<u32>,
@@ -70,6 +71,7 @@ pub(crate) fn prepare(
 ) -> Result<Vec<Prepared>> {
     // The request's own limit (the cluster's `search.max_buckets`, set by the server) wins.
     let max_buckets = req.max_buckets.or(max_buckets);
+    let indices: Vec<&Arc<IndexHandle>> = targets.iter().map(|t| &t.handle).collect();
     let window = indices
         .iter()
         .map(|h| h.max_result_window())
@@ -84,7 +86,8 @@ pub(crate) fn prepare(
         .into_search_phase_failure());
     }
     let mut prepared = Vec::with_capacity(indices.len());
-    for h in indices {
+    for target in targets {
+        let h = &target.handle;
         let mapping = h.mapping();
         let qctx = QueryContext {
             mapping: &mapping,
@@ -100,7 +103,16 @@ pub(crate) fn prepare(
                 .and_then(TermsLookups::take_failure)
                 .unwrap_or_else(|| shard_failure(e, h))
         };
-        let query = build_query(&req.query, &qctx).map_err(failed)?;
+        // An alias filter narrows the query without scoring, as OpenSearch's alias filter.
+        let filtered;
+        let query_json = match &target.filter {
+            Some(filter) => {
+                filtered = serde_json::json!({"bool": {"must": [req.query], "filter": [filter]}});
+                &filtered
+            }
+            None => &req.query,
+        };
+        let query = build_query(query_json, &qctx).map_err(failed)?;
         let mut sort_columns = Vec::new();
         for spec in &req.sort {
             if let SortField::Field(name) = &spec.field {

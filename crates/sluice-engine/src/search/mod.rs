@@ -18,18 +18,18 @@
 
 mod collect;
 mod context;
+pub mod fields;
 mod render;
 mod request;
 mod sort;
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Value, json};
 
 use crate::error::Result;
-use crate::index::IndexHandle;
 use crate::lookup::TermsLookups;
+use crate::resolve::Target;
 
 pub use collect::CHECK_EVERY_DOCS;
 pub(crate) use collect::{Prepared, prepare};
@@ -50,7 +50,7 @@ pub use sort::{SortField, SortSpec};
 /// `lookups` resolves the `terms` lookups of the query (see [`crate::lookup`]); without it a
 /// lookup is an error.
 pub fn execute(
-    indices: &[Arc<IndexHandle>],
+    indices: &[Target],
     req: &SearchRequest,
     ctx: &SearchContext,
     now_millis: i64,
@@ -94,7 +94,7 @@ pub(crate) fn run_prepared(
 
 /// Counts the documents matching a query (`_count`); `lookups` as for [`execute`].
 pub fn count(
-    indices: &[Arc<IndexHandle>],
+    indices: &[Target],
     query: &Value,
     ctx: &SearchContext,
     now_millis: i64,

@@ -126,6 +126,7 @@ fn render_sort_value(v: &SortValue, spec: &SortSpec, ty: Option<FieldType>) -> V
             json!(crate::ip::decode(s).unwrap_or_else(|| s.clone()))
         }
         SortValue::Str(s) => json!(s),
+        SortValue::Int(n) => json!(n),
         SortValue::Num(n) => match (ty, &spec.field) {
             (_, SortField::Doc) => json!(*n as i64),
             // The key holds the f32 score widened: render the float OpenSearch would.
@@ -159,8 +160,14 @@ pub(super) fn render_response(
             .handle
             .load_doc(&p.searcher, DocAddress::new(c.at.2, c.at.3))?;
         let mut hit = Map::new();
+        let stored_none = req
+            .stored_fields
+            .as_ref()
+            .is_some_and(|l| l.iter().any(|f| f == "_none_"));
         hit.insert("_index".into(), json!(p.handle.name()));
-        hit.insert("_id".into(), json!(stored.id));
+        if !stored_none {
+            hit.insert("_id".into(), json!(stored.id));
+        }
         if req.version {
             hit.insert("_version".into(), json!(stored.version));
         }
@@ -176,8 +183,22 @@ pub(super) fn render_response(
                 Value::Null
             },
         );
-        if !req.source.disabled {
+        // `stored_fields` leaves `_source` out unless the request asks for it.
+        let source_wanted = req.stored_fields.is_none() || req.source_set;
+        if !req.source.disabled && source_wanted && !stored_none {
             hit.insert("_source".into(), filter_source(&stored.source, &req.source));
+        }
+        if !req.fields.is_empty() || !req.docvalue_fields.is_empty() {
+            let mapping = p.handle.mapping();
+            let mut fields =
+                super::fields::hit_fields(&mapping, &stored.source, &req.fields, false)?;
+            let doc_values =
+                super::fields::hit_fields(&mapping, &stored.source, &req.docvalue_fields, true)
+                    .map_err(|e| e.with_index(p.handle.name()).into_search_phase_failure())?;
+            fields.extend(doc_values);
+            if !fields.is_empty() {
+                hit.insert("fields".into(), Value::Object(fields));
+            }
         }
         if !req.sort.is_empty() {
             let sort_vals: Vec<Value> = req

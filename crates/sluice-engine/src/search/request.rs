@@ -43,6 +43,9 @@ pub struct SourceFilter {
 pub struct SearchRequest {
     /// The query DSL.
     pub query: Value,
+    /// How the index expression resolves (`ignore_unavailable`, `allow_no_indices`,
+    /// `expand_wildcards`).
+    pub indices_options: crate::resolve::IndicesOptions,
     /// First hit to return.
     pub from: u64,
     /// Number of hits to return.
@@ -53,6 +56,17 @@ pub struct SearchRequest {
     pub source: SourceFilter,
     /// Total hits counting.
     pub track_total_hits: TrackTotalHits,
+    /// Whether the request set `track_total_hits` itself (a scroll refuses any but exact).
+    pub track_total_hits_set: bool,
+    /// `fields`: values of mapped fields, read from the document, shown by type.
+    pub fields: Vec<super::fields::FieldSpec>,
+    /// `docvalue_fields`: the same, for fields with doc values (no text fields).
+    pub docvalue_fields: Vec<super::fields::FieldSpec>,
+    /// `stored_fields`: `_none_` leaves out `_id` and `_source`; any other list leaves out
+    /// `_source` unless `_source` is asked for (sluice stores no other field).
+    pub stored_fields: Option<Vec<String>>,
+    /// Whether the request gave `_source` itself (body or parameters).
+    pub source_set: bool,
     /// The body's `timeout`.
     pub timeout: Option<Duration>,
     /// The `aggs`/`aggregations` object.
@@ -81,11 +95,17 @@ impl Default for SearchRequest {
     fn default() -> Self {
         SearchRequest {
             query: json!({"match_all": {}}),
+            indices_options: crate::resolve::IndicesOptions::default(),
             from: 0,
             size: DEFAULT_SIZE,
             sort: Vec::new(),
             source: SourceFilter::default(),
             track_total_hits: TrackTotalHits::UpTo(DEFAULT_TRACK_TOTAL_HITS),
+            track_total_hits_set: false,
+            fields: Vec::new(),
+            docvalue_fields: Vec::new(),
+            stored_fields: None,
+            source_set: false,
             timeout: None,
             aggs: None,
             track_scores: false,
@@ -317,7 +337,10 @@ impl SearchRequest {
                     "from" => req.from = as_u64_param("from", v)?,
                     "size" => req.size = as_u64_param("size", v)?,
                     "sort" => parse_sort_entry(v, &mut req.sort)?,
-                    "_source" => req.source = parse_source(v)?,
+                    "_source" => {
+                        req.source = parse_source(v)?;
+                        req.source_set = true;
+                    }
                     "track_total_hits" => {
                         req.track_total_hits = parse_track_total_hits(v)?;
                         track_total_hits_set = true;
@@ -354,14 +377,22 @@ impl SearchRequest {
                         as_u64_param(key, v)?;
                     }
                     "stored_fields" => {
-                        let ok = v.is_string()
-                            || v.as_array().is_some_and(|a| a.iter().all(Value::is_string));
-                        if !ok {
+                        let list: Option<Vec<String>> = match v {
+                            Value::String(s) => Some(vec![s.clone()]),
+                            Value::Array(a) => {
+                                a.iter().map(|x| x.as_str().map(str::to_string)).collect()
+                            }
+                            _ => None,
+                        };
+                        let Some(list) = list else {
                             return Err(parse_err(
                                 "[stored_fields] must be a string or an array of strings",
                             ));
-                        }
+                        };
+                        req.stored_fields = Some(list);
                     }
+                    "fields" => req.fields = super::fields::parse_specs(key, v)?,
+                    "docvalue_fields" => req.docvalue_fields = super::fields::parse_specs(key, v)?,
                     "highlight" => {
                         if !v.is_object() {
                             return Err(parse_err(format!(
@@ -379,6 +410,10 @@ impl SearchRequest {
                 }
             }
         }
+        req.indices_options = crate::resolve::IndicesOptions::from_params(
+            params,
+            crate::resolve::IndicesOptions::default(),
+        )?;
         for (key, v) in params {
             match key.as_str() {
                 "q" => {
@@ -401,6 +436,7 @@ impl SearchRequest {
                     }
                 }
                 "_source" => {
+                    req.source_set = true;
                     req.source = match v.as_str() {
                         "true" => SourceFilter::default(),
                         "false" => SourceFilter {
@@ -412,6 +448,16 @@ impl SearchRequest {
                             ..Default::default()
                         },
                     }
+                }
+                "docvalue_fields" => {
+                    req.docvalue_fields
+                        .extend(v.split(',').map(|f| super::fields::FieldSpec {
+                            field: f.trim().to_string(),
+                            format: None,
+                        }))
+                }
+                "stored_fields" => {
+                    req.stored_fields = Some(v.split(',').map(|f| f.trim().to_string()).collect())
                 }
                 "_source_includes" => {
                     req.source.includes = v.split(',').map(str::to_string).collect()
@@ -435,6 +481,7 @@ impl SearchRequest {
                 _ => {}
             }
         }
+        req.track_total_hits_set = track_total_hits_set;
         if rest_total_hits_as_int(params)? {
             match req.track_total_hits {
                 TrackTotalHits::UpTo(n) if track_total_hits_set => {

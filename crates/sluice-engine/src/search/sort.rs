@@ -40,16 +40,30 @@ pub struct SortSpec {
 pub(super) enum SortValue {
     Missing,
     Num(f64),
+    /// A long or a date (epoch millis), kept exact: an `f64` rounds above 2^53.
+    Int(i64),
     Str(String),
+}
+
+/// Compares a long with a double exactly: by value, and where the double rounds to the same
+/// value, by the long against the double's integer.
+fn cmp_int_num(a: i64, b: f64) -> Ordering {
+    match (a as f64).total_cmp(&b) {
+        Ordering::Equal if b.fract() == 0.0 && b.abs() < 9.3e18 => a.cmp(&(b as i64)),
+        o => o,
+    }
 }
 
 impl SortValue {
     pub(super) fn cmp_present(&self, other: &SortValue) -> Ordering {
         match (self, other) {
             (SortValue::Num(a), SortValue::Num(b)) => a.total_cmp(b),
+            (SortValue::Int(a), SortValue::Int(b)) => a.cmp(b),
+            (SortValue::Int(a), SortValue::Num(b)) => cmp_int_num(*a, *b),
+            (SortValue::Num(a), SortValue::Int(b)) => cmp_int_num(*b, *a).reverse(),
             (SortValue::Str(a), SortValue::Str(b)) => a.cmp(b),
-            (SortValue::Num(_), SortValue::Str(_)) => Ordering::Less,
-            (SortValue::Str(_), SortValue::Num(_)) => Ordering::Greater,
+            (SortValue::Num(_) | SortValue::Int(_), SortValue::Str(_)) => Ordering::Less,
+            (SortValue::Str(_), SortValue::Num(_) | SortValue::Int(_)) => Ordering::Greater,
             _ => Ordering::Equal,
         }
     }
@@ -194,13 +208,18 @@ fn after_value(spec: &SortSpec, ty: Option<FieldType>, v: &Value) -> Option<Sort
     match (&spec.field, ty) {
         (SortField::Score | SortField::Doc, _) => number(v),
         (SortField::Field(_), Some(FieldType::Date)) => {
-            crate::date::parse_date_value(v).map(|ms| SortValue::Num(ms as f64))
+            crate::date::parse_date_value(v).map(SortValue::Int)
         }
         (SortField::Field(_), Some(FieldType::Boolean)) => match v {
             Value::Bool(b) => Some(SortValue::Num(f64::from(u8::from(*b)))),
             Value::String(s) if s == "true" || s == "false" => {
                 Some(SortValue::Num(f64::from(u8::from(s == "true"))))
             }
+            _ => number(v),
+        },
+        (SortField::Field(_), Some(t)) if t.is_integer() => match v {
+            Value::Number(n) if n.is_i64() => n.as_i64().map(SortValue::Int),
+            Value::String(s) if s.parse::<i64>().is_ok() => s.parse().ok().map(SortValue::Int),
             _ => number(v),
         },
         (SortField::Field(_), Some(t)) if t.is_numeric() => number(v),
@@ -273,8 +292,9 @@ impl FieldReader {
         }
         match self {
             FieldReader::Missing => SortValue::Missing,
-            FieldReader::I64(c) => pick(c.values_for_doc(doc), desc)
-                .map_or(SortValue::Missing, |v| SortValue::Num(v as f64)),
+            FieldReader::I64(c) => {
+                pick(c.values_for_doc(doc), desc).map_or(SortValue::Missing, SortValue::Int)
+            }
             FieldReader::Num(cols) => cols
                 .iter()
                 .find_map(|c| pick(c.values_for_doc(doc), desc))
@@ -283,7 +303,7 @@ impl FieldReader {
                 c.values_for_doc(doc).map(|d| d.into_timestamp_millis()),
                 desc,
             )
-            .map_or(SortValue::Missing, |v| SortValue::Num(v as f64)),
+            .map_or(SortValue::Missing, SortValue::Int),
             FieldReader::Bool(c) => pick(c.values_for_doc(doc).map(u8::from), desc)
                 .map_or(SortValue::Missing, |v| SortValue::Num(f64::from(v))),
             FieldReader::Str(c) => match pick(c.term_ords(doc), desc) {

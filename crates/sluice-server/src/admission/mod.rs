@@ -41,6 +41,7 @@ pub use ticket::{Admitted, ResponseTicket};
 use crate::error::ApiResult;
 use crate::http::{Params, RequestMeta};
 use crate::state::AppState;
+use crate::tasks::TaskGuard;
 use crate::workload::GroupEntry;
 
 /// Seconds a client turned away by its group's resource share is told to wait: usage is
@@ -131,17 +132,38 @@ pub fn requested_cancel_after(params: &Params) -> ApiResult<Option<Option<Durati
 /// Dropping the future at any await point leaves nothing behind: the task is unregistered,
 /// and the reservation and the permit are given back, by their own `Drop`.
 pub async fn admit(st: &Arc<AppState>, meta: &RequestMeta, spec: TaskSpec) -> ApiResult<Admitted> {
+    let guard = register(st, meta, &spec);
+    admit_registered(st, meta, spec, guard).await
+}
+
+/// Registers the task of `spec` ahead of its admission, for a request that answers with its
+/// task id at once and is admitted in the background (a by-query action with
+/// `wait_for_completion=false`): the task is listed, and can be cancelled, from now on.
+pub fn register(st: &AppState, meta: &RequestMeta, spec: &TaskSpec) -> TaskGuard {
+    st.tasks.register(
+        spec.action,
+        spec.description.clone(),
+        spec.parent,
+        meta.principal.clone(),
+    )
+}
+
+/// [`admit`] for a task [`register`]ed beforehand (`guard`, registered from `spec`).
+///
+/// # Cancel safety
+/// As [`admit`]'s: dropping the future unregisters the task and gives back what was taken.
+pub async fn admit_registered(
+    st: &Arc<AppState>,
+    meta: &RequestMeta,
+    spec: TaskSpec,
+    guard: TaskGuard,
+) -> ApiResult<Admitted> {
     let TaskSpec {
-        action,
-        description,
-        parent,
         indices,
         cancel_after,
         inherited,
+        ..
     } = spec;
-    let guard = st
-        .tasks
-        .register(action, description, parent, meta.principal.clone());
     let task = guard.task().clone();
     let top_level = inherited.is_none();
     let (entry, mut held) = match inherited {

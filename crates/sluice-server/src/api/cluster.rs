@@ -2,10 +2,12 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use serde_json::json;
+use serde_json::{Value, json};
+
+use crate::error::ApiResult;
 
 use crate::http::{Params, reply};
 use crate::state::AppState;
@@ -37,15 +39,27 @@ pub async fn root(State(st): State<Arc<AppState>>, Query(params): Query<Params>)
     reply(StatusCode::OK, body, &params)
 }
 
-/// `GET /_cluster/health`: the live members; yellow when an index of this node wants
-/// replicas it cannot have.
+/// `GET /_cluster/health[/{index}]`: the live members; yellow when an index of this node wants
+/// replicas it cannot have; `level=indices|shards` adds each index's health (`api/health.rs`).
 ///
 /// The metastore plays the part of OpenSearch's elected cluster manager (it holds the
 /// metadata: groups, rules, persistent settings), so while the node cannot reach it
 /// `discovered_cluster_manager` (and the older `discovered_master`) is `false`, and the
 /// sluice-specific `metastore` object says which store it is, `unavailable`, since when and
 /// why. `status` keeps describing the data, which the node still serves.
-pub async fn health(State(st): State<Arc<AppState>>, Query(params): Query<Params>) -> Response {
+pub async fn health(
+    State(st): State<Arc<AppState>>,
+    index: Option<Path<String>>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    let mut body = health_body(&st);
+    let index = index.map(|Path(i)| i);
+    super::health::add_indices_level(&st, index.as_deref(), &params, &mut body)?;
+    Ok(reply(StatusCode::OK, body, &params))
+}
+
+/// The cluster-level figures of `_cluster/health` (also `_cat/health`'s).
+pub(crate) fn health_body(st: &AppState) -> Value {
     let indices = st.engine.all_indices();
     let primaries: u64 = indices.iter().map(|h| h.number_of_shards()).sum();
     let unassigned: u64 = indices
@@ -63,7 +77,7 @@ pub async fn health(State(st): State<Arc<AppState>>, Query(params): Query<Params
     } else {
         primaries as f64 * 100.0 / total as f64
     };
-    let body = json!({
+    json!({
         "cluster_name": st.config.cluster_name,
         "status": status,
         "timed_out": false,
@@ -82,6 +96,5 @@ pub async fn health(State(st): State<Arc<AppState>>, Query(params): Query<Params
         "task_max_waiting_in_queue_millis": 0,
         "active_shards_percent_as_number": pct,
         "metastore": st.metastore_status.to_json()
-    });
-    reply(StatusCode::OK, body, &params)
+    })
 }

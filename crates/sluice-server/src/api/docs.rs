@@ -8,8 +8,11 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
 use sluice_engine::index::{DocOp, DocWriteResult, OpType};
-use sluice_engine::{EngineError, ErrorCode, engine::validate_index_name};
+use sluice_engine::search::SourceFilter;
+use sluice_engine::versioning::{VersionType, Versioning};
+use sluice_engine::{EngineError, ErrorCode};
 
+use super::cluster_settings::bool_param;
 use crate::backend::embedded::blocking;
 use crate::error::{ApiResult, render_error, status_of};
 use crate::http::{Body, Params, reply};
@@ -35,12 +38,93 @@ fn parse_refresh(params: &Params) -> ApiResult<Refresh> {
     }
 }
 
+/// Reads a whole-number parameter as OpenSearch's `paramAsLong`.
+fn param_long(params: &Params, key: &str) -> Result<Option<i64>, EngineError> {
+    params
+        .get(key)
+        .map(|v| {
+            v.parse::<i64>().map_err(|_| {
+                EngineError::illegal_argument(format!(
+                    "Failed to parse long parameter [{key}] with value [{v}]"
+                ))
+            })
+        })
+        .transpose()
+}
+
+/// Builds the concurrency conditions from their raw values, with OpenSearch's range checks.
+fn versioning_of(
+    if_seq_no: Option<i64>,
+    if_primary_term: Option<i64>,
+    version: Option<i64>,
+    version_type: Option<&str>,
+) -> Result<Versioning, EngineError> {
+    let if_seq_no = match if_seq_no {
+        // -2 is OpenSearch's "unassigned".
+        None | Some(-2) => None,
+        Some(n) if n < 0 => {
+            return Err(EngineError::illegal_argument(format!(
+                "sequence numbers must be non negative. got [{n}]."
+            )));
+        }
+        Some(n) => Some(n as u64),
+    };
+    let if_primary_term = match if_primary_term {
+        None => None,
+        Some(n) if n < 0 => {
+            return Err(EngineError::illegal_argument(format!(
+                "primary term must be non negative. got [{n}]"
+            )));
+        }
+        Some(n) => Some(n as u64),
+    };
+    Ok(Versioning {
+        if_seq_no,
+        if_primary_term,
+        // -3 is OpenSearch's MATCH_ANY, the unset version.
+        version: version.filter(|v| *v != -3),
+        version_type: version_type
+            .map(VersionType::parse)
+            .transpose()?
+            .unwrap_or_default(),
+    })
+}
+
+/// The `if_seq_no`, `if_primary_term`, `version` and `version_type` parameters.
+fn versioning_params(params: &Params) -> Result<Versioning, EngineError> {
+    versioning_of(
+        param_long(params, "if_seq_no")?,
+        param_long(params, "if_primary_term")?,
+        param_long(params, "version")?,
+        params.get("version_type").map(String::as_str),
+    )
+}
+
 /// One parsed bulk item: where it goes, and the operation or the reason it cannot run.
 struct BulkItem {
     action: &'static str,
     index: String,
     id: Option<String>,
     op: Result<DocOp, EngineError>,
+    /// `_source` of an update: what its result's `get` shows.
+    source_filter: Option<SourceFilter>,
+    /// `require_alias`: the target must be an alias.
+    require_alias: bool,
+}
+
+/// A whole number in a bulk action line: a JSON number or a numeric string.
+fn meta_long(line_no: usize, key: &str, v: &Value) -> Result<i64, EngineError> {
+    match v {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        malformed(
+            line_no,
+            &format!("[{key}] must be a whole number, got [{v}]"),
+        )
+    })
 }
 
 fn malformed(line: usize, why: &str) -> EngineError {
@@ -49,7 +133,11 @@ fn malformed(line: usize, why: &str) -> EngineError {
 
 /// Parses an NDJSON bulk body. Structural problems fail the whole request, as OpenSearch's;
 /// a bad document fails only its item.
-fn parse_bulk(body: &[u8], default_index: Option<&str>) -> Result<Vec<BulkItem>, EngineError> {
+fn parse_bulk(
+    body: &[u8],
+    default_index: Option<&str>,
+    default_require_alias: bool,
+) -> Result<Vec<BulkItem>, EngineError> {
     let text = std::str::from_utf8(body)
         .map_err(|_| EngineError::parsing("bulk body is not valid UTF-8"))?;
     let mut lines = text
@@ -90,9 +178,35 @@ fn parse_bulk(body: &[u8], default_index: Option<&str>) -> Result<Vec<BulkItem>,
             .ok_or_else(|| malformed(line_no, "expected START_OBJECT after the action name"))?;
         let mut index = default_index.map(str::to_string);
         let mut id = None;
+        let (mut if_seq_no, mut if_primary_term, mut version) = (None, None, None);
+        let mut version_type = None;
+        let mut op_type = None;
+        let mut source_filter = None;
+        let mut require_alias = default_require_alias;
         for (k, v) in meta {
             match k.as_str() {
                 "_index" => index = v.as_str().map(str::to_string),
+                "if_seq_no" => if_seq_no = Some(meta_long(line_no, k, v)?),
+                "if_primary_term" => if_primary_term = Some(meta_long(line_no, k, v)?),
+                "version" => version = Some(meta_long(line_no, k, v)?),
+                "version_type" => {
+                    version_type = Some(
+                        v.as_str()
+                            .ok_or_else(|| malformed(line_no, "[version_type] must be a string"))?
+                            .to_string(),
+                    )
+                }
+                "op_type" => match v.as_str() {
+                    Some("create") => op_type = Some(OpType::Create),
+                    Some("index") => op_type = Some(OpType::Index),
+                    _ => {
+                        return Err(EngineError::illegal_argument(format!(
+                            "opType must be 'create' or 'index', found: [{}]",
+                            v.as_str().map_or(v.to_string(), str::to_string)
+                        )));
+                    }
+                },
+                "_source" => source_filter = Some(sluice_engine::search::parse_source(v)?),
                 "_id" => {
                     id = match v {
                         Value::String(s) => Some(s.clone()),
@@ -100,8 +214,12 @@ fn parse_bulk(body: &[u8], default_index: Option<&str>) -> Result<Vec<BulkItem>,
                         _ => return Err(malformed(line_no, "[_id] must be a string")),
                     }
                 }
-                "routing" | "version" | "version_type" | "if_seq_no" | "if_primary_term"
-                | "require_alias" | "pipeline" | "retry_on_conflict" => {}
+                "require_alias" => {
+                    require_alias = v
+                        .as_bool()
+                        .ok_or_else(|| malformed(line_no, "[require_alias] must be a boolean"))?
+                }
+                "routing" | "pipeline" | "retry_on_conflict" => {}
                 other => {
                     return Err(EngineError::illegal_argument(format!(
                         "Action/metadata line [{line_no}] contains an unknown parameter [{other}]"
@@ -115,16 +233,30 @@ fn parse_bulk(body: &[u8], default_index: Option<&str>) -> Result<Vec<BulkItem>,
                 "Validation Failed: 1: index is missing;",
             )
         })?;
-        if id.is_none() && (action_name == "delete" || action_name == "update") {
+        let keyed = action_name == "delete" || action_name == "update";
+        if keyed && id.as_deref().is_none_or(str::is_empty) {
             // OpenSearch validates the whole bulk request before running any item.
             return Err(EngineError::new(
                 ErrorCode::ActionRequestValidation,
                 "Validation Failed: 1: id is missing;",
             ));
         }
+        let versioning =
+            versioning_of(if_seq_no, if_primary_term, version, version_type.as_deref())?;
+        let op_type = match (action_name, op_type) {
+            ("create", _) => OpType::Create,
+            (_, Some(t)) => t,
+            _ => OpType::Index,
+        };
+        match action_name {
+            "update" => versioning.validate_update()?,
+            "delete" => versioning.validate_write(false, true)?,
+            _ => versioning.validate_write(op_type == OpType::Create, id.is_some())?,
+        }
         let op = if action_name == "delete" {
             Ok(DocOp::Delete {
                 id: id.clone().unwrap_or_default(),
+                versioning,
             })
         } else {
             let (_, source_line) = lines.next().ok_or_else(|| {
@@ -140,51 +272,96 @@ fn parse_bulk(body: &[u8], default_index: Option<&str>) -> Result<Vec<BulkItem>,
                 Err(e) => Err(e),
                 Ok(source) => match action_name {
                     // Update bodies are parsed with the request: a bad one fails it whole.
-                    "update" => Ok(parse_update(id.clone().unwrap_or_default(), &source)?),
+                    "update" => {
+                        let (op, body_filter) =
+                            parse_update(id.clone().unwrap_or_default(), &source, versioning)?;
+                        source_filter = source_filter.or(body_filter);
+                        Ok(with_return_source(op, source_filter.is_some()))
+                    }
                     _ if !source.is_object() => Err(EngineError::mapper_parsing(
                         "failed to parse, document is empty or not an object",
+                    )),
+                    _ if id.as_deref() == Some("") => Err(EngineError::illegal_argument(
+                        "if _id is specified it must not be empty",
                     )),
                     _ => Ok(DocOp::Index {
                         id: id.clone(),
                         source,
-                        op_type: if action_name == "create" {
-                            OpType::Create
-                        } else {
-                            OpType::Index
-                        },
+                        op_type,
+                        versioning,
                     }),
                 },
             }
         };
-        let op = op.and_then(|op| validate_index_name(&index).map(|_| op));
         items.push(BulkItem {
             action: action_name,
             index,
             id,
             op,
+            source_filter,
+            require_alias,
         });
     }
     Ok(items)
 }
 
-fn parse_update(id: String, body: &Value) -> Result<DocOp, EngineError> {
+/// Sets whether an update's result carries the document.
+fn with_return_source(op: DocOp, wanted: bool) -> DocOp {
+    match op {
+        DocOp::Update {
+            id,
+            doc,
+            doc_as_upsert,
+            upsert,
+            versioning,
+            detect_noop,
+            ..
+        } => DocOp::Update {
+            id,
+            doc,
+            doc_as_upsert,
+            upsert,
+            versioning,
+            detect_noop,
+            return_source: wanted,
+        },
+        other => other,
+    }
+}
+
+/// Reads an update body; returns the operation and the body's `_source` filter, if any.
+fn parse_update(
+    id: String,
+    body: &Value,
+    versioning: Versioning,
+) -> Result<(DocOp, Option<SourceFilter>), EngineError> {
     let obj = body
         .as_object()
         .ok_or_else(|| EngineError::parsing("update request body must be an object"))?;
     let mut doc = None;
     let mut doc_as_upsert = false;
     let mut upsert = None;
+    let mut detect_noop = true;
+    let mut source_filter = None;
+    let bool_of = |k: &str, v: &Value| {
+        v.as_bool().ok_or_else(|| {
+            EngineError::parsing(format!(
+                "[UpdateRequest] failed to parse field [{k}]: expected a boolean, got [{v}]"
+            ))
+        })
+    };
     for (k, v) in obj {
         match k.as_str() {
             "doc" => doc = Some(v.clone()),
-            "doc_as_upsert" => doc_as_upsert = v.as_bool().unwrap_or(false),
+            "doc_as_upsert" => doc_as_upsert = bool_of(k, v)?,
+            "detect_noop" => detect_noop = bool_of(k, v)?,
+            "_source" => source_filter = Some(sluice_engine::search::parse_source(v)?),
             "upsert" => upsert = Some(v.clone()),
             "script" => {
                 return Err(EngineError::illegal_argument(
                     "scripted updates are not supported by sluice; send a partial document in [doc]",
                 ));
             }
-            "detect_noop" | "_source" => {}
             other => {
                 return Err(EngineError::parsing(format!(
                     "[UpdateRequest] unknown field [{other}]"
@@ -198,12 +375,33 @@ fn parse_update(id: String, body: &Value) -> Result<DocOp, EngineError> {
             "Validation Failed: 1: script or doc is missing;",
         )
     })?;
-    Ok(DocOp::Update {
-        id,
-        doc,
-        doc_as_upsert,
-        upsert,
-    })
+    let return_source = source_filter.is_some();
+    Ok((
+        DocOp::Update {
+            id,
+            doc,
+            doc_as_upsert,
+            upsert,
+            versioning,
+            detect_noop,
+            return_source,
+        },
+        source_filter,
+    ))
+}
+
+/// An update's `get` section: the document as written, filtered by the request's `_source`.
+fn update_get_json(res: &DocWriteResult, filter: &SourceFilter) -> Option<Value> {
+    let source = res.source.as_ref()?;
+    let mut get = json!({
+        "_seq_no": res.seq_no,
+        "_primary_term": sluice_engine::search::PRIMARY_TERM,
+        "found": true,
+    });
+    if !filter.disabled {
+        get["_source"] = sluice_engine::search::filter_source(source, filter);
+    }
+    Some(get)
 }
 
 fn item_json(
@@ -211,11 +409,15 @@ fn item_json(
     index: &str,
     id: Option<&str>,
     r: &Result<DocWriteResult, EngineError>,
+    source_filter: Option<&SourceFilter>,
 ) -> (Value, bool) {
     match r {
         Ok(res) => {
             let mut v = res.to_json();
             v["status"] = json!(res.status);
+            if let Some(get) = source_filter.and_then(|f| update_get_json(res, f)) {
+                v["get"] = get;
+            }
             if res.result == "noop" {
                 v["_shards"] = json!({"total": 0, "successful": 0, "failed": 0});
             }
@@ -262,7 +464,8 @@ async fn run_bulk(
         )
         .into());
     }
-    let items = parse_bulk(&body.0, default_index.as_deref())?;
+    let require_alias = bool_param(&params, "require_alias")?;
+    let items = parse_bulk(&body.0, default_index.as_deref(), require_alias)?;
     let engine = st.engine.clone();
     let (items, results) = blocking(move || {
         let mut runnable = Vec::new();
@@ -272,13 +475,13 @@ async fn run_bulk(
             match item.op {
                 Ok(op) => {
                     slots.push(None);
-                    runnable.push((item.index.clone(), op));
+                    runnable.push((item.index.clone(), item.require_alias, op));
                 }
                 Err(e) => slots.push(Some(Err(e))),
             }
-            meta.push((item.action, item.index, item.id));
+            meta.push((item.action, item.index, item.id, item.source_filter));
         }
-        let mut done = engine.bulk(runnable).into_iter();
+        let mut done = engine.bulk_to(runnable).into_iter();
         let results: Vec<Result<DocWriteResult, EngineError>> = slots
             .into_iter()
             .map(|s| {
@@ -306,9 +509,9 @@ async fn run_bulk(
     .await?;
     let mut errors = false;
     let mut out = Vec::with_capacity(results.len());
-    for ((action, index, id), r) in items.iter().zip(&results) {
+    for ((action, index, id, filter), r) in items.iter().zip(&results) {
         let id = r.as_ref().ok().map(|r| r.id.as_str()).or(id.as_deref());
-        let (v, failed) = item_json(action, index, id, r);
+        let (v, failed) = item_json(action, index, id, r, filter.as_ref());
         errors |= failed;
         out.push(v);
     }
@@ -341,18 +544,19 @@ async fn write_one(
     index: String,
     op: DocOp,
     params: Params,
+    source_filter: Option<SourceFilter>,
 ) -> ApiResult<Response> {
     let refresh = parse_refresh(&params)?;
-    validate_index_name(&index)?;
+    let require_alias = bool_param(&params, "require_alias")?;
     let engine = st.engine.clone();
     let res = blocking(move || {
         let r = engine
-            .bulk(vec![(index.clone(), op)])
+            .bulk_to(vec![(index, require_alias, op)])
             .pop()
             .unwrap_or_else(|| Err(EngineError::internal("lost write")));
         let r = r?;
         if refresh == Refresh::Yes
-            && let Some(h) = engine.index(&index)
+            && let Some(h) = engine.index(&r.index)
         {
             h.refresh()?;
         }
@@ -362,6 +566,12 @@ async fn write_one(
     let mut body = res.to_json();
     if refresh == Refresh::Yes {
         body["forced_refresh"] = json!(true);
+    }
+    if let Some(get) = source_filter.and_then(|f| update_get_json(&res, &f)) {
+        body["get"] = get;
+    }
+    if res.result == "noop" {
+        body["_shards"] = json!({"total": 0, "successful": 0, "failed": 0});
     }
     let status = StatusCode::from_u16(res.status).unwrap_or(StatusCode::OK);
     Ok(reply(status, body, &params))
@@ -390,17 +600,27 @@ pub async fn index_auto_id(
     body: Body,
 ) -> ApiResult<Response> {
     let source = doc_body(&body)?;
-    write_one(
-        st,
-        index,
-        DocOp::Index {
-            id: None,
-            source,
-            op_type: OpType::Index,
-        },
-        params,
-    )
-    .await
+    let op_type = parse_op_type(&params)?;
+    let versioning = versioning_params(&params)?;
+    versioning.validate_write(op_type == OpType::Create, false)?;
+    let op = DocOp::Index {
+        id: None,
+        source,
+        op_type,
+        versioning,
+    };
+    write_one(st, index, op, params, None).await
+}
+
+/// The `op_type` parameter: `index` (the default) or `create`.
+fn parse_op_type(params: &Params) -> Result<OpType, EngineError> {
+    match params.get("op_type").map(String::as_str) {
+        None | Some("index") => Ok(OpType::Index),
+        Some("create") => Ok(OpType::Create),
+        Some(other) => Err(EngineError::illegal_argument(format!(
+            "opType must be 'create' or 'index', found: [{other}]"
+        ))),
+    }
 }
 
 /// `PUT|POST /{index}/_doc/{id}` (`?op_type=create` refuses to replace).
@@ -411,27 +631,16 @@ pub async fn index_with_id(
     body: Body,
 ) -> ApiResult<Response> {
     let source = doc_body(&body)?;
-    let op_type = match params.get("op_type").map(String::as_str) {
-        None | Some("index") => OpType::Index,
-        Some("create") => OpType::Create,
-        Some(other) => {
-            return Err(EngineError::illegal_argument(format!(
-                "opType must be 'create' or 'index', found: [{other}]"
-            ))
-            .into());
-        }
+    let op_type = parse_op_type(&params)?;
+    let versioning = versioning_params(&params)?;
+    versioning.validate_write(op_type == OpType::Create, true)?;
+    let op = DocOp::Index {
+        id: Some(id),
+        source,
+        op_type,
+        versioning,
     };
-    write_one(
-        st,
-        index,
-        DocOp::Index {
-            id: Some(id),
-            source,
-            op_type,
-        },
-        params,
-    )
-    .await
+    write_one(st, index, op, params, None).await
 }
 
 /// `PUT|POST /{index}/_create/{id}`.
@@ -442,20 +651,20 @@ pub async fn create_with_id(
     body: Body,
 ) -> ApiResult<Response> {
     let source = doc_body(&body)?;
-    write_one(
-        st,
-        index,
-        DocOp::Index {
-            id: Some(id),
-            source,
-            op_type: OpType::Create,
-        },
-        params,
-    )
-    .await
+    let versioning = versioning_params(&params)?;
+    versioning.validate_write(true, true)?;
+    let op = DocOp::Index {
+        id: Some(id),
+        source,
+        op_type: OpType::Create,
+        versioning,
+    };
+    write_one(st, index, op, params, None).await
 }
 
-/// `POST /{index}/_update/{id}`.
+/// `POST /{index}/_update/{id}`: merges `doc` into the document (`if_seq_no` +
+/// `if_primary_term` make it a compare-and-set; `detect_noop: false` writes even an unchanged
+/// document; `_source` in the body or the parameters returns the result under `get`).
 pub async fn update_doc(
     State(st): State<Arc<AppState>>,
     Path((index, id)): Path<(String, String)>,
@@ -468,8 +677,18 @@ pub async fn update_doc(
             "Validation Failed: 1: script or doc is missing;",
         )
     })?;
-    let op = parse_update(id, &b)?;
-    write_one(st, index, op, params).await
+    let versioning = versioning_params(&params)?;
+    versioning.validate_update()?;
+    param_long(&params, "retry_on_conflict")?;
+    let (op, body_filter) = parse_update(id, &b, versioning)?;
+    let param_filter = SOURCE_PARAMS
+        .iter()
+        .any(|k| params.contains_key(*k))
+        .then(|| source_param_filter(&params))
+        .transpose()?;
+    let filter = param_filter.or(body_filter);
+    let op = with_return_source(op, filter.is_some());
+    write_one(st, index, op, params, filter).await
 }
 
 /// `DELETE /{index}/_doc/{id}`.
@@ -478,19 +697,24 @@ pub async fn delete_doc(
     Path((index, id)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    st.engine.index_or_404(&index)?;
-    write_one(st, index, DocOp::Delete { id }, params).await
+    let versioning = versioning_params(&params)?;
+    versioning.validate_write(false, true)?;
+    write_one(st, index, DocOp::Delete { id, versioning }, params, None).await
 }
 
-/// `GET /{index}/_doc/{id}`: real-time get.
+/// `GET /{index}/_doc/{id}`: real-time get; `?version` (with `version_type`) answers 409
+/// when the document's version differs.
 pub async fn get_doc(
     State(st): State<Arc<AppState>>,
     Path((index, id)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    Ok(match fetch_doc(&st, &index, &id).await? {
+    let versioning = versioning_params(&params)?;
+    let (index, doc) = fetch_doc(&st, &index, &id).await?;
+    Ok(match doc {
         Some(doc) => {
-            let filter = sluice_engine::SearchRequest::parse(None, &params)?.source;
+            versioning.check_read(&index, &id, doc.version)?;
+            let filter = source_param_filter(&params)?;
             reply(
                 StatusCode::OK,
                 found_json(&index, &id, &doc, &filter),
@@ -505,12 +729,27 @@ pub async fn get_doc(
     })
 }
 
-/// Reads one document (real time) on the blocking pool.
+/// The parameters that filter a returned `_source`.
+const SOURCE_PARAMS: [&str; 3] = ["_source", "_source_includes", "_source_excludes"];
+
+/// The `_source`, `_source_includes` and `_source_excludes` parameters as one filter (other
+/// parameters, such as a get's `version`, are not the search parser's to read).
+fn source_param_filter(params: &Params) -> Result<SourceFilter, EngineError> {
+    let only: Params = params
+        .iter()
+        .filter(|(k, _)| SOURCE_PARAMS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    Ok(sluice_engine::SearchRequest::parse(None, &only)?.source)
+}
+
+/// Reads one document (real time) on the blocking pool; answers the concrete index (`index`
+/// may be an alias of one index) and the document.
 async fn fetch_doc(
     st: &AppState,
     index: &str,
     id: &str,
-) -> ApiResult<Option<sluice_engine::index::StoredDoc>> {
+) -> ApiResult<(String, Option<sluice_engine::index::StoredDoc>)> {
     let engine = st.engine.clone();
     let (index, id) = (index.to_string(), id.to_string());
     blocking(move || engine.get_doc(&index, &id)).await
@@ -546,7 +785,7 @@ pub async fn mget(
     body: Body,
 ) -> ApiResult<Response> {
     let default_index = index.map(|Path(i)| i);
-    let default_filter = sluice_engine::SearchRequest::parse(None, &params)?.source;
+    let default_filter = source_param_filter(&params)?;
     let items = parse_mget(body.json()?, default_index.as_deref(), &default_filter)?;
     let engine = st.engine.clone();
     let docs = blocking(move || {
@@ -555,8 +794,8 @@ pub async fn mget(
             .map(|item| {
                 let MgetItem { index, id, filter } = item;
                 match engine.get_doc(&index, &id) {
-                    Ok(Some(doc)) => found_json(&index, &id, &doc, &filter),
-                    Ok(None) => json!({"_index": index, "_id": id, "found": false}),
+                    Ok((index, Some(doc))) => found_json(&index, &id, &doc, &filter),
+                    Ok((index, None)) => json!({"_index": index, "_id": id, "found": false}),
                     Err(e) => json!({"_index": index, "_id": id, "error": render_error(&e)}),
                 }
             })
@@ -681,14 +920,15 @@ pub async fn get_source(
     Path((index, id)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    let Some(doc) = fetch_doc(&st, &index, &id).await? else {
+    let (index, doc) = fetch_doc(&st, &index, &id).await?;
+    let Some(doc) = doc else {
         return Err(EngineError::new(
             ErrorCode::ResourceNotFound,
             format!("Document not found [{index}]/[{id}]"),
         )
         .into());
     };
-    let filter = sluice_engine::SearchRequest::parse(None, &params)?.source;
+    let filter = source_param_filter(&params)?;
     let source = if filter.disabled {
         Value::Object(Map::new())
     } else {

@@ -8,7 +8,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use sluice_engine::index::{flat_settings, unset_defaults};
 use sluice_engine::mapping::Mapping;
+use sluice_engine::resolve::IndicesOptions;
 
+use super::cat::{Cell, Column, Table};
 use super::cluster_settings::{bool_param, render};
 use crate::backend::embedded::blocking;
 use crate::error::ApiResult;
@@ -17,6 +19,24 @@ use crate::state::AppState;
 use sluice_engine::mapping::wildcard_match;
 use sluice_engine::{EngineError, ErrorCode};
 use std::collections::BTreeMap;
+
+/// Resolves an index expression for an index API: the request's `ignore_unavailable`,
+/// `allow_no_indices` and `expand_wildcards` over the index APIs' defaults (closed indices may
+/// be named; wildcards reach them when `closed`).
+pub(crate) fn resolve_for(
+    st: &AppState,
+    expr: &str,
+    params: &Params,
+    closed: bool,
+) -> ApiResult<Vec<Arc<sluice_engine::index::IndexHandle>>> {
+    let opts = IndicesOptions::from_params(params, IndicesOptions::for_index_apis(closed))?;
+    Ok(st
+        .engine
+        .resolve_targets(expr, &opts)?
+        .into_iter()
+        .map(|t| t.handle)
+        .collect())
+}
 
 /// `PUT /{index}`.
 pub async fn create_index(
@@ -52,8 +72,12 @@ pub async fn delete_index(
 }
 
 /// `HEAD /{index}`: 200 or 404, no body.
-pub async fn head_index(State(st): State<Arc<AppState>>, Path(index): Path<String>) -> Response {
-    let status = match st.engine.resolve(&index) {
+pub async fn head_index(
+    State(st): State<Arc<AppState>>,
+    Path(index): Path<String>,
+    Query(params): Query<Params>,
+) -> Response {
+    let status = match resolve_for(&st, &index, &params, false) {
         Ok(v) if !v.is_empty() => StatusCode::OK,
         _ => StatusCode::NOT_FOUND,
     };
@@ -75,10 +99,14 @@ pub async fn get_index(
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let mut out = Map::new();
-    for h in st.engine.resolve(&index)? {
+    for h in resolve_for(&st, &index, &params, false)? {
         out.insert(
             h.name().to_string(),
-            json!({"aliases": {}, "mappings": h.mapping().render(), "settings": render(&flat_settings(&h), false)}),
+            json!({
+                "aliases": Value::Object(h.aliases().iter().map(|(a, m)| (a.clone(), m.render())).collect()),
+                "mappings": h.mapping().render(),
+                "settings": render(&flat_settings(&h), false),
+            }),
         );
     }
     Ok(reply(StatusCode::OK, Value::Object(out), &params))
@@ -103,7 +131,7 @@ pub async fn get_mapping_all(
 
 fn mapping_of(st: &AppState, expr: &str, params: &Params) -> ApiResult<Response> {
     let mut out = Map::new();
-    for h in st.engine.resolve(expr)? {
+    for h in resolve_for(st, expr, params, false)? {
         out.insert(
             h.name().to_string(),
             json!({"mappings": h.mapping().render()}),
@@ -137,7 +165,7 @@ async fn acknowledge_each(
     params: &Params,
     change: impl Fn(&sluice_engine::index::IndexHandle) -> sluice_engine::Result<()> + Send + 'static,
 ) -> ApiResult<Response> {
-    let targets = st.engine.resolve(index)?;
+    let targets = resolve_for(st, index, params, false)?;
     blocking(move || targets.iter().try_for_each(|h| change(h))).await?;
     Ok(reply(StatusCode::OK, json!({"acknowledged": true}), params))
 }
@@ -189,7 +217,7 @@ fn settings_of(
     let wanted =
         |key: &str| names.is_none_or(|n| n.split(',').any(|p| wildcard_match(p.trim(), key)));
     let mut out = Map::new();
-    for h in st.engine.resolve(index)? {
+    for h in resolve_for(st, index, params, false)? {
         let mut settings = flat_settings(&h);
         let defaults: BTreeMap<String, String> = unset_defaults(&settings)
             .into_iter()
@@ -250,6 +278,9 @@ pub async fn flush(
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let expr = index.map_or_else(|| "_all".to_string(), |Path(i)| i);
+    for h in st.engine.resolve(&expr)? {
+        h.stats().record_flush();
+    }
     do_refresh(st, expr, params).await
 }
 
@@ -275,7 +306,7 @@ pub async fn add_block(
             .into());
         }
     }
-    let targets = st.engine.resolve(&index)?;
+    let targets = resolve_for(&st, &index, &params, false)?;
     let update = json!({ format!("index.blocks.{block}"): true });
     let names = blocking(move || {
         let mut names = Vec::new();
@@ -321,53 +352,97 @@ async fn do_refresh(st: Arc<AppState>, index: String, params: Params) -> ApiResu
     ))
 }
 
-/// `GET /_cat/indices[/{index}]`: text (`?v` adds headers) or `?format=json`.
+/// The columns of `_cat/indices`.
+const CAT_INDICES: &[Column] = &[
+    Column::new("health", "h", "current health status"),
+    Column::new("status", "s", "open/close status"),
+    Column::new("index", "i,idx", "index name"),
+    Column::new("uuid", "id,uuid", "index uuid"),
+    Column::new(
+        "pri",
+        "p,shards.primary,shardsPrimary",
+        "number of primary shards",
+    ),
+    Column::new(
+        "rep",
+        "r,shards.replica,shardsReplica",
+        "number of replica shards",
+    ),
+    Column::new("docs.count", "dc,docsCount", "available docs"),
+    Column::new("docs.deleted", "dd,docsDeleted", "deleted docs"),
+    Column::hidden(
+        "creation.date",
+        "cd",
+        "index creation date (millisecond value)",
+    ),
+    Column::new(
+        "store.size",
+        "ss,storeSize",
+        "store size of primaries & replicas",
+    ),
+    Column::new("pri.store.size", "", "store size of primaries"),
+    Column::hidden("segments.count", "sc,segmentsCount", "number of segments"),
+];
+
+/// `GET /_cat/indices[/{index}]`, with the `_cat` parameters (`h`, `s`, `bytes`, `help`,
+/// `format`, `v`) and `health=` keeping only the indices of that health.
 pub async fn cat_indices(
     State(st): State<Arc<AppState>>,
     index: Option<Path<String>>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
+    let health_filter = match params.get("health").map(String::as_str) {
+        None => None,
+        Some(h @ ("green" | "yellow" | "red")) => Some(h.to_string()),
+        Some(other) => {
+            return Err(EngineError::illegal_argument(format!(
+                "unknown cluster health status [{other}]"
+            ))
+            .into());
+        }
+    };
     let expr = index.map_or_else(|| "_all".to_string(), |Path(i)| i);
-    let handles = st.engine.resolve(&expr)?;
-    let cols = [
-        "health",
-        "status",
-        "index",
-        "uuid",
-        "pri",
-        "rep",
-        "docs.count",
-        "docs.deleted",
-        "store.size",
-        "pri.store.size",
-    ];
-    let rows: Vec<Vec<String>> = handles
-        .iter()
-        .map(|h| {
-            let rep = h.setting_u64("index.number_of_replicas", 1);
-            let searcher = h.searcher();
-            let deleted: u64 = searcher
-                .segment_readers()
-                .iter()
-                .map(|s| u64::from(s.num_deleted_docs()))
-                .sum();
-            let size = human_bytes(h.size_in_bytes());
-            vec![
-                if rep > 0 { "yellow" } else { "green" }.to_string(),
-                "open".to_string(),
-                h.name().to_string(),
-                h.uuid().to_string(),
-                h.number_of_shards().to_string(),
-                rep.to_string(),
-                searcher.num_docs().to_string(),
-                deleted.to_string(),
-                size.clone(),
-                size,
-            ]
-        })
-        .collect();
-    cat_reply(&cols, rows, &params)
+    let handles = resolve_for(&st, &expr, &params, true)?;
+    let mut table = Table::new(CAT_INDICES);
+    for h in &handles {
+        let health = super::health::index_health(h).status;
+        if health_filter.as_deref().is_some_and(|f| f != health) {
+            continue;
+        }
+        let rep = h.setting_u64("index.number_of_replicas", 1);
+        let searcher = h.searcher();
+        let deleted: u64 = searcher
+            .segment_readers()
+            .iter()
+            .map(|s| u64::from(s.num_deleted_docs()))
+            .sum();
+        let closed = h.is_closed();
+        let size = h.size_in_bytes();
+        let when_open = |c: Cell| if closed { Cell::Null } else { c };
+        table.push(vec![
+            Cell::Text(health.to_string()),
+            Cell::Text(if closed { "close" } else { "open" }.to_string()),
+            Cell::Text(h.name().to_string()),
+            Cell::Text(h.uuid().to_string()),
+            Cell::Int(h.number_of_shards() as i64),
+            Cell::Int(rep as i64),
+            when_open(Cell::Int(searcher.num_docs() as i64)),
+            when_open(Cell::Int(deleted as i64)),
+            Cell::Int(h.creation_date()),
+            when_open(Cell::Bytes(size)),
+            when_open(Cell::Bytes(size)),
+            when_open(Cell::Int(searcher.segment_readers().len() as i64)),
+        ]);
+    }
+    table.respond(&params)
 }
+
+/// The columns of `_cat/count`.
+const CAT_COUNT: &[Column] = &[
+    Column::new("epoch", "t,time", "seconds since 1970-01-01 00:00:00"),
+    Column::new("timestamp", "ts,hms,hhmmss", "time in HH:MM:SS"),
+    Column::new("count", "dc,docs.count,docsCount", "the document count"),
+];
 
 /// `GET /_cat/count[/{index}]`: the documents visible to search, as `epoch timestamp count`.
 pub async fn cat_count(
@@ -382,6 +457,18 @@ pub async fn cat_count(
         .iter()
         .map(|h| h.searcher().num_docs())
         .sum();
+    let (epoch, timestamp) = cat_now();
+    let mut table = Table::new(CAT_COUNT);
+    table.push(vec![
+        Cell::Int(epoch),
+        Cell::Text(timestamp),
+        Cell::Int(count as i64),
+    ]);
+    table.respond(&params)
+}
+
+/// Now as `_cat` shows it: seconds since the epoch and `HH:MM:SS` (UTC).
+pub(crate) fn cat_now() -> (i64, String) {
     let now_secs = sluice_engine::now_millis().div_euclid(1000);
     let day_secs = now_secs.rem_euclid(86_400);
     let timestamp = format!(
@@ -390,57 +477,5 @@ pub async fn cat_count(
         day_secs / 60 % 60,
         day_secs % 60
     );
-    let row = vec![now_secs.to_string(), timestamp, count.to_string()];
-    cat_reply(&["epoch", "timestamp", "count"], vec![row], &params)
-}
-
-/// Answers a `_cat` table: `format=json` as an array of objects keyed by column, else text
-/// columns (with a header line when `v` is set).
-pub(crate) fn cat_reply(
-    cols: &[&str],
-    rows: Vec<Vec<String>>,
-    params: &Params,
-) -> ApiResult<Response> {
-    if params.get("format").map(String::as_str) == Some("json") {
-        let arr: Vec<Value> = rows
-            .iter()
-            .map(|r| {
-                Value::Object(
-                    cols.iter()
-                        .zip(r)
-                        .map(|(c, v)| ((*c).to_string(), json!(v)))
-                        .collect(),
-                )
-            })
-            .collect();
-        return Ok(reply(StatusCode::OK, Value::Array(arr), params));
-    }
-    let verbose = params.get("v").is_some_and(|v| v.is_empty() || v == "true");
-    let mut table: Vec<Vec<String>> = Vec::new();
-    if verbose {
-        table.push(cols.iter().map(|c| (*c).to_string()).collect());
-    }
-    table.extend(rows);
-    let text = crate::http::render_table(&table);
-    let mut resp = (StatusCode::OK, text).into_response();
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=UTF-8"),
-    );
-    Ok(resp)
-}
-
-fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["b", "kb", "mb", "gb", "tb"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n}b")
-    } else {
-        format!("{v:.1}{}", UNITS[u])
-    }
+    (now_secs, timestamp)
 }

@@ -3,11 +3,18 @@
 //! data APIs), and shaping the response as OpenSearch does. The HTTP plumbing — body
 //! extraction, replies, request metadata — is in [`crate::http`].
 
+pub mod aliases;
+pub mod by_query;
+pub mod cat;
 pub mod cluster;
 pub mod cluster_settings;
 pub mod docs;
+pub mod health;
+pub mod index_ops;
+pub mod index_stats;
 pub mod indices;
 pub mod msearch;
+pub mod node_stats;
 pub mod nodes;
 pub mod rules;
 pub mod scroll;
@@ -42,6 +49,24 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_nodes/{nodes}", get(nodes::info_one))
         .route("/_nodes/{nodes}/{metrics}", get(nodes::info_nodes_metrics))
         .route("/_cat/count", get(indices::cat_count))
+        .route("/_cat/health", get(health::cat_health))
+        .route("/_nodes/stats", get(node_stats::nodes_stats))
+        .route("/_nodes/stats/{metric}", get(node_stats::nodes_stats))
+        .route("/_nodes/{node_id}/stats", get(node_stats::nodes_stats))
+        .route(
+            "/_nodes/{node_id}/stats/{metric}",
+            get(node_stats::nodes_stats),
+        )
+        .route("/_stats", get(index_stats::stats_all))
+        .route("/_stats/{metric}", get(index_stats::stats_all))
+        .route("/{index}/_stats", get(index_stats::stats_index))
+        .route("/{index}/_stats/{metric}", get(index_stats::stats_index))
+        .route("/{index}/_delete_by_query", post(by_query::delete_by_query))
+        .route("/{index}/_update_by_query", post(by_query::update_by_query))
+        .route("/{index}/_close", post(index_ops::close))
+        .route("/{index}/_open", post(index_ops::open))
+        .route("/_forcemerge", post(index_ops::forcemerge))
+        .route("/{index}/_forcemerge", post(index_ops::forcemerge))
         .route("/_cat/count/{index}", get(indices::cat_count))
         .route("/_settings", get(indices::get_settings_all))
         .route("/_settings/{name}", get(indices::get_settings_all_named))
@@ -125,6 +150,7 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .delete(scroll::clear_ids),
         )
         .merge(cluster_settings::routes())
+        .merge(aliases::routes())
         .merge(wlm::routes())
         .merge(wlm_stats::routes())
         .merge(rules::routes())

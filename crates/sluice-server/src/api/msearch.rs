@@ -18,6 +18,7 @@ use crate::error::{ApiError, ApiResult, render_error, status_of};
 use crate::http::{Body, Params, RequestMeta, reply};
 use crate::state::AppState;
 use crate::tasks::{CancelOnDrop, actions};
+use sluice_engine::resolve::IndicesOptions;
 
 /// Header keys OpenSearch accepts in an msearch metadata line.
 const HEADER_KEYS: &[&str] = &[
@@ -123,6 +124,9 @@ fn parse_items(
         }
         let mut req = SearchRequest::parse(Some(&body), &item_url)?;
         req.max_buckets = Some(max_buckets);
+        // The URL's options are every item's defaults; a header's own override them.
+        let url_options = IndicesOptions::from_params(params, IndicesOptions::default())?;
+        req.indices_options = IndicesOptions::from_json(header, url_options)?;
         let index = index.unwrap_or_else(|| "_all".to_string());
         let description = search_description(&index, Some(&body));
         items.push(Item {

@@ -23,6 +23,7 @@ use serde_json::{Map, Value, json};
 use sluice_cluster::Member;
 use sluice_engine::EngineError;
 
+use crate::api::cat::{Cell, Column, Table};
 use crate::cluster::{ROLES, select};
 use crate::error::ApiResult;
 use crate::http::{Params, reply};
@@ -153,107 +154,80 @@ fn node_info(st: &AppState, m: &Member, metrics: &[&str]) -> Value {
     v
 }
 
-/// The `_cat/nodes` columns, in the order `h=*` lists them, and the default ones.
-const CAT_COLUMNS: [&str; 12] = [
-    "id",
-    "name",
-    "ip",
-    "port",
-    "http_address",
-    "version",
-    "build",
-    "node.role",
-    "node.roles",
-    "cluster_manager",
-    "master",
-    "backend",
-];
-const CAT_DEFAULT: [&str; 6] = [
-    "ip",
-    "http_address",
-    "node.role",
-    "node.roles",
-    "cluster_manager",
-    "name",
+/// The `_cat/nodes` columns, in the order `h=*` lists them; the default ones are shown
+/// without `h=`.
+const CAT_NODES: &[Column] = &[
+    Column::hidden("id", "nodeId", "unique node id"),
+    Column::new("ip", "i", "ip address"),
+    Column::hidden("port", "po", "bound transport port"),
+    Column::new("http_address", "http", "bound http address"),
+    Column::hidden("version", "v", "opensearch version"),
+    Column::hidden("build", "b", "sluice build"),
+    Column::new(
+        "node.role",
+        "r,role,nodeRole",
+        "m:cluster manager eligible node, d:data node, i:ingest node",
+    ),
+    Column::new("node.roles", "rs,all roles", "node roles"),
+    Column::new("cluster_manager", "cm,m", "*:current cluster manager"),
+    Column::hidden("master", "", "*:current cluster manager (deprecated name)"),
+    Column::new("name", "n", "node name"),
+    Column::hidden("backend", "", "sluice backend: embedded or upstream"),
 ];
 
-/// `GET /_cat/nodes` with `v`, `h=`, `help`, `full_id`, `format=json`.
+/// `GET /_cat/nodes` with `v`, `h=`, `help`, `s=`, `full_id`, `format=json`.
 pub async fn cat_nodes(
     State(st): State<Arc<AppState>>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    if params.contains_key("help") {
-        let rows = CAT_COLUMNS
-            .iter()
-            .map(|c| vec![(*c).to_string(), "|".into(), cat_help(c).into()])
-            .collect();
-        return crate::api::indices::cat_reply(&["column", "|", "description"], rows, &params);
-    }
-    let cols: Vec<&str> = match params.get("h") {
-        None => CAT_DEFAULT.to_vec(),
-        Some(h) if h.trim() == "*" => CAT_COLUMNS.to_vec(),
-        Some(h) => {
-            let parts: Vec<&str> = h
-                .split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .collect();
-            if let Some(bad) = parts.iter().find(|p| !CAT_COLUMNS.contains(p)) {
-                return Err(EngineError::illegal_argument(format!(
-                    "unknown column [{bad}] in h=; _cat/nodes has: {}",
-                    CAT_COLUMNS.join(", ")
-                ))
-                .into());
-            }
-            parts
+    if let Some(h) = params.get("h") {
+        let known = |w: &str| {
+            w.contains('*')
+                || CAT_NODES
+                    .iter()
+                    .any(|c| c.name == w || c.aliases.split(',').any(|a| !a.is_empty() && a == w))
+        };
+        if let Some(bad) = h
+            .split(',')
+            .map(str::trim)
+            .find(|w| !w.is_empty() && !known(w))
+        {
+            let names: Vec<&str> = CAT_NODES.iter().map(|c| c.name).collect();
+            return Err(EngineError::illegal_argument(format!(
+                "unknown column [{bad}] in h=; _cat/nodes has: {}",
+                names.join(", ")
+            ))
+            .into());
         }
-    };
+    }
     let full_id = params
         .get("full_id")
         .is_some_and(|v| v.is_empty() || v == "true");
     let members = st.cluster.members();
     let manager = members.live.first().map(|m| m.node_id.clone());
-    let rows = members
-        .live
-        .iter()
-        .map(|m| {
-            let is_manager = manager.as_deref() == Some(m.node_id.as_str());
-            cols.iter()
-                .map(|c| match *c {
-                    "id" if full_id => m.node_id.clone(),
-                    "id" => m.node_id.chars().take(4).collect(),
-                    "name" => m.name.clone(),
-                    "ip" => m.transport_addr.ip().to_string(),
-                    "port" => m.transport_addr.port().to_string(),
-                    "http_address" => m.http_addr.to_string(),
-                    "version" => sluice_wire::OPENSEARCH_COMPAT_VERSION.to_string(),
-                    "build" => m.version.clone(),
-                    "node.role" => "dim".to_string(),
-                    "node.roles" => ROLES.join(","),
-                    "cluster_manager" | "master" => if is_manager { "*" } else { "-" }.to_string(),
-                    "backend" => m.backend.clone(),
-                    _ => String::new(),
-                })
-                .collect()
-        })
-        .collect();
-    crate::api::indices::cat_reply(&cols, rows, &params)
-}
-
-fn cat_help(column: &str) -> &'static str {
-    match column {
-        "id" => "unique node id",
-        "name" => "node name",
-        "ip" => "ip address",
-        "port" => "bound transport port",
-        "http_address" => "bound http address",
-        "version" => "opensearch version",
-        "build" => "sluice build",
-        "node.role" => "m:cluster manager eligible node, d:data node, i:ingest node",
-        "node.roles" => "node roles",
-        "cluster_manager" => "*:current cluster manager",
-        "master" => "*:current cluster manager (deprecated name)",
-        "backend" => "sluice backend: embedded or upstream",
-        _ => "",
+    let mut table = Table::new(CAT_NODES);
+    for m in members.live.iter() {
+        let is_manager = manager.as_deref() == Some(m.node_id.as_str());
+        let star = if is_manager { "*" } else { "-" };
+        let id = if full_id {
+            m.node_id.clone()
+        } else {
+            m.node_id.chars().take(4).collect()
+        };
+        table.push(vec![
+            Cell::Text(id),
+            Cell::Text(m.transport_addr.ip().to_string()),
+            Cell::Int(i64::from(m.transport_addr.port())),
+            Cell::Text(m.http_addr.to_string()),
+            Cell::Text(sluice_wire::OPENSEARCH_COMPAT_VERSION.to_string()),
+            Cell::Text(m.version.clone()),
+            Cell::Text("dim".to_string()),
+            Cell::Text(ROLES.join(",")),
+            Cell::Text(star.to_string()),
+            Cell::Text(star.to_string()),
+            Cell::Text(m.name.clone()),
+            Cell::Text(m.backend.clone()),
+        ]);
     }
+    table.respond(&params)
 }

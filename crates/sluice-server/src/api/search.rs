@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use sluice_engine::{EngineError, SearchRequest};
 
 use crate::admission::{TaskSpec, admit};
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::http::{Body, Params, RequestMeta, reply};
 use crate::state::AppState;
 use crate::tasks::actions;
@@ -42,8 +42,14 @@ async fn run_search(
     params: Params,
     body: Body,
 ) -> ApiResult<Response> {
+    let raw = body.0.clone();
+    let located = |e: ApiError| match e {
+        ApiError::Engine(e) => ApiError::Engine(e.with_location_in(&raw)),
+        other => other,
+    };
     let body = body.json()?;
-    let mut req = SearchRequest::parse(body.as_ref(), &params)?;
+    let mut req =
+        SearchRequest::parse(body.as_ref(), &params).map_err(|e| located(ApiError::Engine(e)))?;
     req.max_buckets = Some(st.cluster_settings.max_buckets());
     // `?scroll=` keeps the search open for `_search/scroll` to continue.
     let keep_alive = params
@@ -64,7 +70,7 @@ async fn run_search(
         .backend
         .search(admitted.execution(), index, req, keep_alive)
         .await;
-    let mut resp = admitted.finish(executed)?;
+    let mut resp = admitted.finish(executed).map_err(located)?;
     if total_as_int {
         sluice_engine::search::render_total_hits_as_int(&mut resp);
     }
@@ -105,6 +111,7 @@ async fn run_count(
     params: Params,
     body: Body,
 ) -> ApiResult<Response> {
+    let raw = body.0.clone();
     let mut query = json!({"match_all": {}});
     if let Some(b) = body.json()? {
         let obj = b
@@ -125,11 +132,18 @@ async fn run_count(
     if params.contains_key("q") {
         query = SearchRequest::parse(None, &params)?.query;
     }
+    let options = sluice_engine::resolve::IndicesOptions::from_params(&params, Default::default())?;
     let description = format!("indices[{index}], source[{query}]");
     let spec = TaskSpec::new(actions::SEARCH, description, &index, &params)?;
     let mut admitted = admit(&st, &meta, spec).await?;
-    let executed = st.backend.count(admitted.execution(), index, query).await;
-    let (n, shards) = admitted.finish(executed)?;
+    let executed = st
+        .backend
+        .count(admitted.execution(), index, options, query)
+        .await;
+    let (n, shards) = admitted.finish(executed).map_err(|e| match e {
+        ApiError::Engine(e) => ApiError::Engine(e.with_location_in(&raw)),
+        other => other,
+    })?;
     let body: Value = json!({"count": n, "_shards": {"total": shards, "successful": shards, "skipped": 0, "failed": 0}});
     Ok(admitted.ride_with(reply(StatusCode::OK, body, &params)))
 }

@@ -14,12 +14,13 @@ use serde_json::{Map, Value, json};
 use sluice_cluster::rpc::LocalApi;
 use sluice_engine::EngineError;
 
+use super::cluster_settings::bool_param;
 use crate::cluster::local::{CancelTasks, OneTask, TaskFilter, task_entry_of, task_missing};
 use crate::cluster::{DEFAULT_FANOUT_TIMEOUT, select};
 use crate::error::ApiResult;
 use crate::http::{Params, reply};
 use crate::state::AppState;
-use crate::tasks::TaskId;
+use crate::tasks::{Lookup, TaskId};
 
 fn list_param(params: &Params, k: &str) -> Option<Vec<String>> {
     params.get(k).map(|v| {
@@ -88,9 +89,17 @@ async fn gather(
 /// `GET /_tasks` with `actions`, `detailed`, `parent_task_id`, `nodes`, `group_by`, `timeout`.
 pub async fn list(
     State(st): State<Arc<AppState>>,
+    meta: crate::http::RequestMeta,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let filter = parse_filter(&params)?;
+    // The listing is a task too, as in OpenSearch, so it lists itself.
+    let _listing = st.tasks.register(
+        crate::tasks::actions::LIST_TASKS,
+        String::new(),
+        None,
+        meta.principal.clone(),
+    );
     let group_by = params.get("group_by").map_or("nodes", String::as_str);
     if !matches!(group_by, "nodes" | "none" | "parents") {
         return Err(EngineError::illegal_argument(format!(
@@ -189,12 +198,43 @@ async fn routed(
     Ok((owner, answer.body))
 }
 
-/// `GET /_tasks/{task_id}`.
+/// How long `GET _tasks/{id}?wait_for_completion=true` waits without a `timeout`:
+/// OpenSearch's default for it.
+const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `GET /_tasks/{task_id}`: a running task (`completed: false`), or the stored result of a
+/// background task that ended (`completed: true` with its `response` or `error`);
+/// `wait_for_completion=true` waits for the end, up to `timeout`.
 pub async fn get_task(
     State(st): State<Arc<AppState>>,
     Path(raw): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
+    let wait = bool_param(&params, "wait_for_completion")?;
+    let id = TaskId::parse(&raw)
+        .ok_or_else(|| EngineError::illegal_argument(format!("malformed task id {raw}")))?;
+    // The wait happens where the task runs; a task of another node is answered as it is now.
+    if wait && id.node == st.identity.node_id {
+        let timeout = match params.get("timeout") {
+            None => DEFAULT_WAIT_TIMEOUT,
+            Some(v) => sluice_wire::parse_time_value(v, "timeout")
+                .map_err(sluice_wire::OpenSearchError::from)?
+                .duration_opt()
+                .unwrap_or(Duration::MAX),
+        };
+        if matches!(st.tasks.lookup(id.seq), Lookup::Running(_)) {
+            let deadline = tokio::time::Instant::now()
+                .checked_add(timeout)
+                .unwrap_or_else(far_future);
+            if !st.tasks.wait_until_ended(id.seq, deadline).await {
+                return Err(EngineError::new(
+                    sluice_engine::ErrorCode::Timeout,
+                    format!("Timed out waiting for completion of [{raw}]"),
+                )
+                .into());
+            }
+        }
+    }
     let (_, body) = routed(
         &st,
         &raw,
@@ -204,6 +244,11 @@ pub async fn get_task(
     )
     .await?;
     Ok(reply(StatusCode::OK, body, &params))
+}
+
+/// An instant no wait reaches (tokio's own "far future": about 30 years on).
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(86400 * 365 * 30)
 }
 
 /// `POST /_tasks/{task_id}/_cancel`: cancels the task and its descendants, on its node.

@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::Value;
+use sluice_engine::by_query::{ByQueryOutcome, ByQueryRequest};
 use sluice_engine::{Engine, EngineError, ErrorCode, ScrollLimits, SearchContext, SearchRequest};
 
 use super::{Backend, BackendKind, Execution};
@@ -112,18 +113,29 @@ impl Backend for EmbeddedBackend {
         &self,
         exec: Execution,
         index: String,
+        options: sluice_engine::resolve::IndicesOptions,
         query: Value,
     ) -> BoxFuture<'static, ApiResult<(u64, u64)>> {
         let engine = self.engine.clone();
         self.run(exec, move |ctx| {
-            let n = engine.count(&index, &query, &ctx)?;
+            let n = engine.count(&index, &options, &query, &ctx)?;
             let shards: u64 = engine
-                .resolve(&index)?
+                .resolve_targets(&index, &options)?
                 .iter()
-                .map(|h| h.number_of_shards())
+                .map(|t| t.handle.number_of_shards())
                 .sum();
             Ok((n, shards))
         })
+    }
+
+    fn by_query(
+        &self,
+        exec: Execution,
+        index: String,
+        req: ByQueryRequest,
+    ) -> BoxFuture<'static, ApiResult<ByQueryOutcome>> {
+        let engine = self.engine.clone();
+        self.run(exec, move |ctx| engine.by_query(&index, &req, &ctx))
     }
 
     fn continue_scroll(

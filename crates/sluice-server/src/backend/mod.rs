@@ -62,12 +62,13 @@ pub trait Backend: Send + Sync {
         scroll: Option<Duration>,
     ) -> BoxFuture<'static, ApiResult<Value>>;
 
-    /// Counts the documents of `index` matching `query`; answers the count and the number of
-    /// shards searched.
+    /// Counts the documents of `index` (resolved with `options`) matching `query`; answers the
+    /// count and the number of shards searched.
     fn count(
         &self,
         exec: Execution,
         index: String,
+        options: sluice_engine::resolve::IndicesOptions,
         query: Value,
     ) -> BoxFuture<'static, ApiResult<(u64, u64)>>;
 
@@ -90,6 +91,29 @@ pub trait Backend: Send + Sync {
     /// Applies the scroll limits in force (`search.max_open_scroll_context`,
     /// `search.max_keep_alive`) from the next scroll request on.
     fn sync_scroll_limits(&self, limits: ScrollLimits);
+
+    /// Runs `_delete_by_query` / `_update_by_query` over `index`, checking the task's
+    /// cancellation between batches; answers what it did. A backend that cannot run them
+    /// answers a 400 saying so.
+    ///
+    /// # Cancel safety
+    /// Dropping the future abandons the answer; the work stops at its next check only once
+    /// the task is cancelled.
+    fn by_query(
+        &self,
+        exec: Execution,
+        index: String,
+        req: sluice_engine::by_query::ByQueryRequest,
+    ) -> BoxFuture<'static, ApiResult<sluice_engine::by_query::ByQueryOutcome>> {
+        let _ = (exec, index, req);
+        let kind = self.kind().as_str();
+        Box::pin(async move {
+            Err(EngineError::illegal_argument(format!(
+                "by-query actions are not supported by the [{kind}] backend"
+            ))
+            .into())
+        })
+    }
 }
 
 /// What a backend needs to run one admitted request: the task (its cancellation flag and

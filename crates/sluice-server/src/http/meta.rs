@@ -123,3 +123,25 @@ pub async fn scope_request(mut req: Request, next: Next) -> Response {
     }
     resp
 }
+
+/// Middleware (outermost, so errors, rejections and caught panics carry it too): echoes the
+/// request's `X-Opaque-Id` on the response, as OpenSearch's REST channel does, so a client can
+/// match answers to the requests it labelled. Every value the client sent is echoed, in order.
+pub async fn echo_opaque_id(req: Request, next: Next) -> Response {
+    let opaque: Vec<HeaderValue> = req
+        .headers()
+        .get_all(sluice_wire::OPAQUE_ID_HEADER)
+        .iter()
+        .cloned()
+        .collect();
+    let mut resp = next.run(req).await;
+    if !opaque.is_empty() {
+        let name = HeaderName::from_static("x-opaque-id");
+        let headers = resp.headers_mut();
+        headers.remove(&name);
+        for v in opaque {
+            headers.append(name.clone(), v);
+        }
+    }
+    resp
+}

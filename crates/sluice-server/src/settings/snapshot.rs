@@ -3,6 +3,7 @@
 //! together ([`CROSS_CHECKS`]), checked on a whole snapshot.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_wire::format_time_value;
@@ -67,11 +68,14 @@ fn check_keep_alives(s: &SettingsSnapshot) -> Result<(), String> {
 ///   (checked with `debug_assert!` when a snapshot is built; values from the metastore that
 ///   do not are dropped at load with a warning).
 /// - `effective[i]` is the parsed value of `SETTINGS[i]`: transient if set, else persistent
-///   if set, else the default.
+///   if set, else the node's own default (config file, `SLUICE_*`, `-E`) if set, else the
+///   built-in default — OpenSearch's order with `opensearch.yml`.
 #[derive(Debug, Clone)]
 pub struct SettingsSnapshot {
     persistent: BTreeMap<String, String>,
     transient: BTreeMap<String, String>,
+    /// The node's defaults from its configuration, validated at start.
+    node: Arc<BTreeMap<String, String>>,
     effective: Vec<SettingValue>,
 }
 
@@ -82,8 +86,17 @@ impl Default for SettingsSnapshot {
 }
 
 impl SettingsSnapshot {
-    /// Builds a snapshot from validated maps.
+    /// Builds a snapshot from validated maps, without node defaults.
     pub(super) fn build(
+        persistent: BTreeMap<String, String>,
+        transient: BTreeMap<String, String>,
+    ) -> Self {
+        SettingsSnapshot::build_on(Arc::default(), persistent, transient)
+    }
+
+    /// Builds a snapshot from validated maps over the node's defaults.
+    pub(super) fn build_on(
+        node: Arc<BTreeMap<String, String>>,
         persistent: BTreeMap<String, String>,
         transient: BTreeMap<String, String>,
     ) -> Self {
@@ -91,7 +104,10 @@ impl SettingsSnapshot {
             .iter()
             .zip(DEFAULTS.iter())
             .map(|(def, default)| {
-                let set = transient.get(def.key).or_else(|| persistent.get(def.key));
+                let set = transient
+                    .get(def.key)
+                    .or_else(|| persistent.get(def.key))
+                    .or_else(|| node.get(def.key));
                 match set.map(|raw| parse_value(def, raw)) {
                     Some(Ok(v)) => v,
                     Some(Err(e)) => {
@@ -105,8 +121,19 @@ impl SettingsSnapshot {
         SettingsSnapshot {
             persistent,
             transient,
+            node,
             effective,
         }
+    }
+
+    /// A snapshot with only node defaults set (to check them at start).
+    pub fn from_node_defaults(node: BTreeMap<String, String>) -> Self {
+        SettingsSnapshot::build_on(Arc::new(node), BTreeMap::new(), BTreeMap::new())
+    }
+
+    /// The node's defaults from its configuration.
+    pub fn node_defaults(&self) -> Arc<BTreeMap<String, String>> {
+        self.node.clone()
     }
 
     /// The persistent values as set, by key.
@@ -119,12 +146,16 @@ impl SettingsSnapshot {
         &self.transient
     }
 
-    /// The defaults of every setting set in neither scope, by key (for `include_defaults`).
+    /// The defaults of every setting set in neither scope, by key (for `include_defaults`):
+    /// the node's own default where its configuration gives one.
     pub fn unset_defaults(&self) -> BTreeMap<String, String> {
         SETTINGS
             .iter()
             .filter(|d| !self.persistent.contains_key(d.key) && !self.transient.contains_key(d.key))
-            .map(|d| (d.key.to_string(), d.default.to_string()))
+            .map(|d| {
+                let value = self.node.get(d.key).map_or(d.default, String::as_str);
+                (d.key.to_string(), value.to_string())
+            })
             .collect()
     }
 

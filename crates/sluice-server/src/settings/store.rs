@@ -137,8 +137,22 @@ impl ClusterSettings {
     ///
     /// Only reads; safe to drop.
     pub async fn load(store: Arc<dyn MetaStore>) -> Result<ClusterSettings, MetaError> {
+        ClusterSettings::load_on(store, BTreeMap::new()).await
+    }
+
+    /// [`ClusterSettings::load`] over the node's own defaults (settings given in its
+    /// configuration, already validated): they apply where neither scope sets a value.
+    ///
+    /// # Cancel safety
+    ///
+    /// Only reads; safe to drop.
+    pub async fn load_on(
+        store: Arc<dyn MetaStore>,
+        node_defaults: BTreeMap<String, String>,
+    ) -> Result<ClusterSettings, MetaError> {
         let (persistent, version) = read_persistent(store.as_ref()).await?;
-        let snapshot = SettingsSnapshot::build(persistent, BTreeMap::new());
+        let snapshot =
+            SettingsSnapshot::build_on(Arc::new(node_defaults), persistent, BTreeMap::new());
         for rule in CROSS_CHECKS {
             if let Err(reason) = rule(&snapshot) {
                 tracing::warn!(%reason, "persistent cluster settings break a rule; fix them with PUT _cluster/settings");
@@ -242,7 +256,7 @@ impl ClusterSettings {
                 merge_scope(current.transient(), &update.transient, Scope::Transient)?;
             let (persistent, set_persistent) =
                 merge_scope(current.persistent(), &update.persistent, Scope::Persistent)?;
-            let next = SettingsSnapshot::build(persistent, transient);
+            let next = SettingsSnapshot::build_on(current.node_defaults(), persistent, transient);
             for rule in CROSS_CHECKS {
                 rule(&next).map_err(SettingsError::Invalid)?;
             }
@@ -269,10 +283,12 @@ impl ClusterSettings {
                         // what it wrote, keeping our transient values.
                         let (persistent, version) = read_persistent(self.store.as_ref()).await?;
                         *stored_version = version;
-                        self.current.send_replace(Arc::new(SettingsSnapshot::build(
-                            persistent,
-                            current.transient().clone(),
-                        )));
+                        self.current
+                            .send_replace(Arc::new(SettingsSnapshot::build_on(
+                                current.node_defaults(),
+                                persistent,
+                                current.transient().clone(),
+                            )));
                         continue;
                     }
                     Err(e) => return Err(SettingsError::Store(e)),

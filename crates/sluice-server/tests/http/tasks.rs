@@ -192,8 +192,16 @@ async fn test_unknown_and_malformed_task_ids() {
     common::assert_error(&(s, b), 404, "resource_not_found_exception");
     let (s, b) = node.req("GET", "/_tasks?group_by=shards", None).await;
     common::assert_error(&(s, b), 400, "illegal_argument_exception");
-    let (s, b) = node.req("GET", "/_tasks", None).await;
-    assert_eq!((s, b), (200, json!({"nodes": {}})));
+    // Nothing runs but the listing itself (issue 17: a listing is a task, as in OpenSearch).
+    let (s, b) = node.req("GET", "/_tasks?group_by=none", None).await;
+    assert_eq!(s, 200);
+    let actions: Vec<&str> = b["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["action"].as_str())
+        .collect();
+    assert_eq!(actions, vec!["cluster:monitor/tasks/lists"], "{b}");
     node.stop().await;
 }
 

@@ -90,8 +90,14 @@ pub(super) fn list(st: &AppState, f: &TaskFilter) -> Result<Value, EngineError> 
 /// `{"completed": false, "task": …}` of one running task.
 pub(super) fn get(st: &AppState, p: &OneTask) -> Result<Value, EngineError> {
     let seq = local_seq(st, &p.id)?;
-    let t = st.tasks.get(seq).ok_or_else(|| task_missing(&p.id))?;
-    Ok(json!({"completed": false, "task": st.tasks.render(&t, true)}))
+    match st.tasks.lookup(seq) {
+        crate::tasks::Lookup::Running(t) => {
+            Ok(json!({"completed": false, "task": st.tasks.render(&t, true)}))
+        }
+        // A background task that ended: its stored result.
+        crate::tasks::Lookup::Done(result) => Ok(result),
+        crate::tasks::Lookup::Missing => Err(task_missing(&p.id)),
+    }
 }
 
 /// Cancels one task and its descendants, or every task the filter matches; answers

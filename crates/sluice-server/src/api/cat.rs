@@ -1,0 +1,301 @@
+//! The `_cat` table: typed cells and the parameters every `_cat` API takes, as OpenSearch's
+//! `RestTable` reads them — `format=json`, `v` (header line), `h` (columns by name or alias,
+//! wildcards allowed, unknown names skipped), `help` (the column list), `s` (sort by columns,
+//! `:asc`/`:desc`, an unknown key refused) and `bytes` (byte sizes in one unit).
+
+use std::cmp::Ordering;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value};
+use sluice_engine::{EngineError, ErrorCode};
+use sluice_wire::simple_match;
+
+use crate::error::ApiResult;
+use crate::http::{Params, reply};
+
+/// One column of a `_cat` table.
+#[derive(Debug, Clone, Copy)]
+pub struct Column {
+    /// The column's name.
+    pub name: &'static str,
+    /// Its short names, comma-separated (`h=` and `s=` accept them).
+    pub aliases: &'static str,
+    /// What it shows (`help`).
+    pub desc: &'static str,
+    /// Whether it is shown without `h=`.
+    pub default: bool,
+}
+
+impl Column {
+    /// A column shown by default.
+    pub const fn new(name: &'static str, aliases: &'static str, desc: &'static str) -> Column {
+        Column {
+            name,
+            aliases,
+            desc,
+            default: true,
+        }
+    }
+
+    /// A column shown only when `h=` asks for it.
+    pub const fn hidden(name: &'static str, aliases: &'static str, desc: &'static str) -> Column {
+        Column {
+            name,
+            aliases,
+            desc,
+            default: false,
+        }
+    }
+
+    fn answers_to(&self, key: &str) -> bool {
+        self.name == key || self.aliases.split(',').any(|a| !a.is_empty() && a == key)
+    }
+}
+
+/// One cell: sorted by its type, rendered by the request's parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell {
+    /// Text, sorted as text.
+    Text(String),
+    /// A whole number, sorted as a number.
+    Int(i64),
+    /// A byte size, sorted as a number and rendered per `bytes=`.
+    Bytes(u64),
+    /// No value (sorts first).
+    Null,
+}
+
+impl Cell {
+    fn render(&self, bytes: Option<&str>) -> Option<String> {
+        match self {
+            Cell::Text(s) => Some(s.clone()),
+            Cell::Int(n) => Some(n.to_string()),
+            Cell::Bytes(n) => Some(render_bytes(*n, bytes)),
+            Cell::Null => None,
+        }
+    }
+
+    fn cmp_cell(&self, other: &Cell) -> Ordering {
+        match (self, other) {
+            (Cell::Null, Cell::Null) => Ordering::Equal,
+            (Cell::Null, _) => Ordering::Less,
+            (_, Cell::Null) => Ordering::Greater,
+            (Cell::Int(a), Cell::Int(b)) => a.cmp(b),
+            (Cell::Bytes(a), Cell::Bytes(b)) => a.cmp(b),
+            (a, b) => a.render(None).cmp(&b.render(None)),
+        }
+    }
+}
+
+/// Renders a byte size as OpenSearch's `ByteSizeValue`: in the unit `bytes=` names (whole
+/// units, rounded down), else the largest unit that fits, with at most one decimal, cut, not
+/// rounded, and `.0` dropped (`1.5kb`, `208b`, `2gb`).
+pub fn render_bytes(n: u64, unit: Option<&str>) -> String {
+    let div = |shift: u32| (n >> shift).to_string();
+    match unit {
+        Some("b") => return n.to_string(),
+        Some("k" | "kb") => return div(10),
+        Some("m" | "mb") => return div(20),
+        Some("g" | "gb") => return div(30),
+        Some("t" | "tb") => return div(40),
+        Some("p" | "pb") => return div(50),
+        _ => {}
+    }
+    const UNITS: [(&str, u32); 5] = [("pb", 50), ("tb", 40), ("gb", 30), ("mb", 20), ("kb", 10)];
+    for (suffix, shift) in UNITS {
+        if n >= 1u64 << shift {
+            let value = n as f64 / (1u64 << shift) as f64;
+            let tenths = (value * 10.0).floor() as u64;
+            return if tenths.is_multiple_of(10) {
+                format!("{}{suffix}", tenths / 10)
+            } else {
+                format!("{}.{}{suffix}", tenths / 10, tenths % 10)
+            };
+        }
+    }
+    format!("{n}b")
+}
+
+/// A `_cat` table: its columns and rows.
+pub struct Table {
+    columns: &'static [Column],
+    rows: Vec<Vec<Cell>>,
+}
+
+impl Table {
+    /// An empty table with these columns.
+    pub fn new(columns: &'static [Column]) -> Table {
+        Table {
+            columns,
+            rows: Vec::new(),
+        }
+    }
+
+    /// Adds a row (one cell per column, in column order).
+    pub fn push(&mut self, row: Vec<Cell>) {
+        debug_assert_eq!(row.len(), self.columns.len(), "a row has a cell per column");
+        self.rows.push(row);
+    }
+
+    /// The columns to show and the names to show them under (`h=`, else the defaults).
+    fn display(&self, params: &Params) -> Vec<(usize, String)> {
+        let Some(h) = params.get("h") else {
+            return self
+                .columns
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.default)
+                .map(|(i, c)| (i, c.name.to_string()))
+                .collect();
+        };
+        let mut out: Vec<(usize, String)> = Vec::new();
+        for wanted in h.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            if wanted.contains('*') {
+                for (i, c) in self.columns.iter().enumerate() {
+                    let hit = simple_match(wanted, c.name)
+                        || c.aliases.split(',').any(|a| simple_match(wanted, a));
+                    if hit && !out.iter().any(|(j, _)| *j == i) {
+                        out.push((i, c.name.to_string()));
+                    }
+                }
+            } else if let Some(i) = self.columns.iter().position(|c| c.answers_to(wanted))
+                && !out.iter().any(|(j, _)| *j == i)
+            {
+                out.push((i, wanted.to_string()));
+            }
+        }
+        out
+    }
+
+    /// The row order `s=` asks for (stable: equal rows keep their order).
+    fn order(&self, params: &Params) -> ApiResult<Vec<usize>> {
+        let mut order: Vec<usize> = (0..self.rows.len()).collect();
+        let Some(s) = params.get("s") else {
+            return Ok(order);
+        };
+        let mut keys = Vec::new();
+        for key in s.split(',').map(str::trim).filter(|k| !k.is_empty()) {
+            let (name, desc) = match key.strip_suffix(":desc") {
+                Some(n) => (n, true),
+                None => (key.strip_suffix(":asc").unwrap_or(key), false),
+            };
+            let Some(col) = self.columns.iter().position(|c| c.answers_to(name)) else {
+                // OpenSearch raises an UnsupportedOperationException (a 500); sluice keeps
+                // its type and text but answers 400: it is the request that is wrong.
+                return Err(EngineError::new(
+                    ErrorCode::UnsupportedOperation,
+                    format!("Unable to sort by unknown sort key `{name}`"),
+                )
+                .into());
+            };
+            keys.push((col, desc));
+        }
+        order.sort_by(|&a, &b| {
+            for (col, desc) in &keys {
+                let o = self.rows[a][*col].cmp_cell(&self.rows[b][*col]);
+                let o = if *desc { o.reverse() } else { o };
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+            Ordering::Equal
+        });
+        Ok(order)
+    }
+
+    /// Answers the table as the request's parameters ask.
+    pub fn respond(&self, params: &Params) -> ApiResult<Response> {
+        if params
+            .get("help")
+            .is_some_and(|v| v.is_empty() || v == "true")
+        {
+            return Ok(text(self.help()));
+        }
+        let display = self.display(params);
+        let order = self.order(params)?;
+        let bytes = params.get("bytes").map(String::as_str);
+        if params.get("format").map(String::as_str) == Some("json") {
+            let rows: Vec<Value> = order
+                .iter()
+                .map(|&r| {
+                    let obj: Map<String, Value> = display
+                        .iter()
+                        .map(|(c, shown)| {
+                            let v = self.rows[r][*c]
+                                .render(bytes)
+                                .map_or(Value::Null, Value::String);
+                            (shown.clone(), v)
+                        })
+                        .collect();
+                    Value::Object(obj)
+                })
+                .collect();
+            return Ok(reply(StatusCode::OK, Value::Array(rows), params));
+        }
+        let verbose = params.get("v").is_some_and(|v| v.is_empty() || v == "true");
+        let mut lines: Vec<Vec<String>> = Vec::new();
+        if verbose {
+            lines.push(display.iter().map(|(_, shown)| shown.clone()).collect());
+        }
+        for &r in &order {
+            lines.push(
+                display
+                    .iter()
+                    .map(|(c, _)| self.rows[r][*c].render(bytes).unwrap_or_default())
+                    .collect(),
+            );
+        }
+        Ok(text(crate::http::render_table(&lines)))
+    }
+
+    /// The `help` text: `name | aliases | description`, each padded to its column's width.
+    fn help(&self) -> String {
+        let width = |f: &dyn Fn(&Column) -> &str| {
+            self.columns
+                .iter()
+                .map(|c| f(c).chars().count())
+                .max()
+                .unwrap_or(0)
+        };
+        let (w0, w1, w2) = (
+            width(&|c| c.name),
+            width(&|c| c.aliases),
+            width(&|c| c.desc),
+        );
+        let mut out = String::new();
+        for c in self.columns {
+            out.push_str(&format!(
+                "{:w0$} | {:w1$} | {:w2$}\n",
+                c.name, c.aliases, c.desc
+            ));
+        }
+        out
+    }
+}
+
+fn text(body: String) -> Response {
+    let mut resp = (StatusCode::OK, body).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=UTF-8"),
+    );
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_bytes_render_as_opensearch_byte_size_values() {
+        assert_eq!(render_bytes(208, None), "208b");
+        assert_eq!(render_bytes(1024, None), "1kb");
+        assert_eq!(render_bytes(1597, None), "1.5kb");
+        assert_eq!(render_bytes(3 << 30, None), "3gb");
+        assert_eq!(render_bytes(1597, Some("b")), "1597");
+        assert_eq!(render_bytes(1597, Some("kb")), "1");
+        assert_eq!(render_bytes(1597, Some("mb")), "0");
+        assert_eq!(render_bytes(1597, Some("bogus")), "1.5kb");
+    }
+}

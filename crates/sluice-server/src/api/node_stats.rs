@@ -1,0 +1,247 @@
+//! `GET /_nodes/stats[/{metric}]` and `/_nodes/{node_id}/stats[/{metric}]` for this node: the
+//! figures sluice really has — the indices' counters summed (`indices`), the process's CPU
+//! time, file descriptors and virtual memory (`process`, read from the OS) and the search
+//! pool (`thread_pool.search`); no JVM numbers, as there is no JVM.
+//!
+//! [`NodeFigures`] is what one node reports about itself and [`render`] shapes any number of
+//! them, so a cluster can gather each node's figures and answer with the same function.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::{Map, Value, json};
+use sluice_engine::EngineError;
+
+use crate::error::ApiResult;
+use crate::http::{Params, reply};
+use crate::state::AppState;
+
+/// The metrics OpenSearch's node stats accept; sluice answers `indices`, `process` and
+/// `thread_pool` (the others name things sluice does not have and answer nothing).
+const KNOWN_METRICS: &[&str] = &[
+    "_all",
+    "indices",
+    "os",
+    "process",
+    "jvm",
+    "thread_pool",
+    "fs",
+    "transport",
+    "http",
+    "breaker",
+    "script",
+    "discovery",
+    "ingest",
+    "adaptive_selection",
+    "script_cache",
+    "indexing_pressure",
+    "shard_indexing_pressure",
+    "search_backpressure",
+    "cluster_manager_throttling",
+    "weighted_routing",
+    "file_cache",
+    "task_cancellation",
+    "search_pipeline",
+    "resource_usage_stats",
+    "segment_replication_backpressure",
+    "repositories",
+    "admission_control",
+    "caches",
+];
+
+/// The process figures a node reads from its OS.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProcessFigures {
+    /// CPU time used by the process since it started, in milliseconds.
+    pub cpu_total_millis: Option<u64>,
+    /// File descriptors open now.
+    pub open_file_descriptors: Option<u64>,
+    /// The soft limit on open file descriptors.
+    pub max_file_descriptors: Option<u64>,
+    /// Virtual memory size, in bytes.
+    pub total_virtual_bytes: Option<u64>,
+}
+
+/// The search pool's figures.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolFigures {
+    /// Worker threads.
+    pub threads: u64,
+    /// Jobs waiting.
+    pub queue: u64,
+    /// Jobs running.
+    pub active: u64,
+}
+
+/// What one node reports in `_nodes/stats`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeFigures {
+    /// The node id.
+    pub node_id: String,
+    /// The node name.
+    pub name: String,
+    /// The HTTP address it answers on (`host:port`).
+    pub address: String,
+    /// Its host (IP) alone.
+    pub host: String,
+    /// Its roles.
+    pub roles: Vec<String>,
+    /// When the figures were taken, epoch millis.
+    pub timestamp: i64,
+    /// The `indices` section: every index's figures summed.
+    pub indices: Map<String, Value>,
+    /// The `process` section's figures.
+    pub process: ProcessFigures,
+    /// The search pool.
+    pub search_pool: PoolFigures,
+}
+
+/// The local node's figures now.
+pub fn local_figures(st: &AppState) -> NodeFigures {
+    let mut indices = Map::new();
+    let all = |_: &str| true;
+    for h in st.engine.all_indices().iter().filter(|h| !h.is_closed()) {
+        super::index_stats::sum_into(&mut indices, &super::index_stats::index_figures(h, &all));
+    }
+    let (queue, active) = st.search_pool.num_queued_and_active();
+    let host = st.config.http_host.to_string();
+    NodeFigures {
+        node_id: st.identity.node_id.clone(),
+        name: st.config.node_name.clone(),
+        address: format!("{host}:{}", st.config.http_port),
+        host,
+        roles: vec!["data".into(), "ingest".into(), "cluster_manager".into()],
+        timestamp: sluice_engine::now_millis(),
+        indices,
+        process: read_process(),
+        search_pool: PoolFigures {
+            threads: st.search_pool.num_threads() as u64,
+            queue: queue as u64,
+            active: active as u64,
+        },
+    }
+}
+
+/// Reads the process figures from `/proc` (absent where the OS does not provide them).
+fn read_process() -> ProcessFigures {
+    let open = std::fs::read_dir("/proc/self/fd")
+        .ok()
+        .map(|d| d.count() as u64);
+    let limits = std::fs::read_to_string("/proc/self/limits").ok();
+    let max = limits.as_deref().and_then(|l| {
+        l.lines()
+            .find(|line| line.starts_with("Max open files"))
+            .and_then(|line| line.split_whitespace().nth(3))
+            .and_then(|v| v.parse().ok())
+    });
+    let status = std::fs::read_to_string("/proc/self/status").ok();
+    let vm = status.as_deref().and_then(|s| {
+        s.lines()
+            .find(|line| line.starts_with("VmSize:"))
+            .and_then(|line| line.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+    });
+    let cpu = cpu_time::ProcessTime::try_now()
+        .ok()
+        .map(|t| u64::try_from(t.as_duration().as_millis()).unwrap_or(u64::MAX));
+    ProcessFigures {
+        cpu_total_millis: cpu,
+        open_file_descriptors: open,
+        max_file_descriptors: max,
+        total_virtual_bytes: vm,
+    }
+}
+
+/// One node's entry of `_nodes/stats`, with the sections `wants` selects.
+pub fn render_node(node: &NodeFigures, wants: &dyn Fn(&str) -> bool) -> Value {
+    let mut v = json!({
+        "timestamp": node.timestamp,
+        "name": node.name,
+        "transport_address": node.address,
+        "host": node.host,
+        "ip": node.address,
+        "roles": node.roles,
+        "attributes": {},
+    });
+    if wants("indices") {
+        v["indices"] = Value::Object(node.indices.clone());
+    }
+    if wants("process") {
+        let p = &node.process;
+        let mut process = json!({"timestamp": node.timestamp});
+        if let Some(n) = p.open_file_descriptors {
+            process["open_file_descriptors"] = json!(n);
+        }
+        if let Some(n) = p.max_file_descriptors {
+            process["max_file_descriptors"] = json!(n);
+        }
+        if let Some(n) = p.cpu_total_millis {
+            process["cpu"] = json!({"total_in_millis": n});
+        }
+        if let Some(n) = p.total_virtual_bytes {
+            process["mem"] = json!({"total_virtual_in_bytes": n});
+        }
+        v["process"] = process;
+    }
+    if wants("thread_pool") {
+        let s = node.search_pool;
+        v["thread_pool"] =
+            json!({"search": {"threads": s.threads, "queue": s.queue, "active": s.active}});
+    }
+    v
+}
+
+/// The whole `_nodes/stats` answer over the given nodes' figures.
+pub fn render(cluster_name: &str, nodes: &[NodeFigures], wants: &dyn Fn(&str) -> bool) -> Value {
+    let entries: Map<String, Value> = nodes
+        .iter()
+        .map(|n| (n.node_id.clone(), render_node(n, wants)))
+        .collect();
+    json!({
+        "_nodes": {"total": nodes.len(), "successful": nodes.len(), "failed": 0},
+        "cluster_name": cluster_name,
+        "nodes": entries,
+    })
+}
+
+/// `GET /_nodes/stats`, `/_nodes/stats/{metric}`, `/_nodes/{node_id}/stats[/{metric}]`.
+pub async fn nodes_stats(
+    State(st): State<Arc<AppState>>,
+    Path(parts): Path<Vec<(String, String)>>,
+    Query(params): Query<Params>,
+) -> ApiResult<Response> {
+    let get = |k: &str| parts.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let selector = get("node_id").unwrap_or_else(|| "_all".to_string());
+    let metric = get("metric").unwrap_or_else(|| "_all".to_string());
+    let metrics: Vec<&str> = metric.split(',').map(str::trim).collect();
+    let unknown: Vec<&str> = metrics
+        .iter()
+        .copied()
+        .filter(|m| !KNOWN_METRICS.contains(m))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(EngineError::illegal_argument(format!(
+            "request [/_nodes/stats/{metric}] contains unrecognized metric{}: [{}]",
+            if unknown.len() == 1 { "" } else { "s" },
+            unknown.join(", ")
+        ))
+        .into());
+    }
+    let all = metrics.contains(&"_all");
+    let wants = |m: &str| all || metrics.contains(&m);
+    let node = local_figures(&st);
+    let selected = selector.split(',').any(|s| {
+        matches!(s, "_all" | "_local" | "*")
+            || s == node.node_id
+            || sluice_wire::simple_match(s, &node.name)
+    });
+    let nodes = if selected { vec![node] } else { Vec::new() };
+    Ok(reply(
+        StatusCode::OK,
+        render(&st.config.cluster_name, &nodes, &wants),
+        &params,
+    ))
+}

@@ -1,0 +1,337 @@
+//! Index and node operations tools call first, over HTTP: `_stats` (per index, `_all`,
+//! metrics, levels), `_nodes/stats`, `_cluster/health?level=`, `_cat/health`, the `_cat`
+//! parameters (`h`, `help`, `s`, `bytes`, `health`), `_close` / `_open` and `_forcemerge`.
+
+use crate::common::{TestNode, assert_error};
+use serde_json::{Value, json};
+
+/// `a` with 3 documents over 3 refreshes (3 segments), `b` with 1 and no replicas.
+async fn setup(node: &TestNode) {
+    node.req(
+        "PUT",
+        "/b",
+        Some(json!({"settings": {"number_of_replicas": 0}})),
+    )
+    .await;
+    for i in 0..3 {
+        let (s, b) = node
+            .req(
+                "PUT",
+                &format!("/a/_doc/{i}?refresh=true"),
+                Some(json!({"n": i})),
+            )
+            .await;
+        assert_eq!(s, 201, "{b}");
+    }
+    node.req("PUT", "/b/_doc/x?refresh=true", Some(json!({"n": 9})))
+        .await;
+}
+
+async fn text(node: &TestNode, path: &str) -> (u16, String) {
+    let resp = node.client.get(node.url(path)).send().await.unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_index_stats_report_the_counters_kept() {
+    let node = TestNode::start().await;
+    setup(&node).await;
+    node.search("a", json!({})).await;
+    node.req("GET", "/a/_doc/0", None).await;
+    node.req("GET", "/a/_doc/nope", None).await;
+    let (s, b) = node.req("GET", "/a/_stats", None).await;
+    assert_eq!(s, 200, "{b}");
+    let p = &b["indices"]["a"]["primaries"];
+    assert_eq!(p["docs"]["count"], 3);
+    assert_eq!(p["indexing"]["index_total"], 3);
+    assert_eq!(p["search"]["query_total"], 1);
+    assert_eq!(p["get"]["total"], 2);
+    assert_eq!(p["get"]["missing_total"], 1);
+    assert_eq!(p["refresh"]["total"], 3);
+    assert_eq!(p["merges"]["current"], 0);
+    assert!(p["store"]["size_in_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(b["_all"]["total"]["docs"]["count"], 3);
+    assert_eq!(
+        b["_shards"],
+        json!({"total": 2, "successful": 1, "failed": 0})
+    );
+    // _all sums every index; the one opensearch-benchmark waits on is there.
+    let (_, b) = node.req("GET", "/_all/_stats/_all", None).await;
+    assert_eq!(b["_all"]["total"]["docs"]["count"], 4);
+    assert_eq!(b["_all"]["total"]["merges"]["current"], 0);
+    let (_, b) = node.req("GET", "/_stats/docs", None).await;
+    assert!(b["_all"]["total"]["indexing"].is_null(), "{b}");
+    assert_eq!(b["indices"]["b"]["total"]["docs"]["count"], 1);
+    let (_, b) = node.req("GET", "/a/_stats/_all?level=shards", None).await;
+    let shard = &b["indices"]["a"]["shards"]["0"][0];
+    assert_eq!(shard["routing"]["primary"], true);
+    assert_eq!(shard["docs"]["count"], 3);
+    let (_, b) = node.req("GET", "/_stats?level=cluster", None).await;
+    assert!(b["indices"].is_null(), "{b}");
+    let bad = node.req("GET", "/_stats/bogus", None).await;
+    assert_error(&bad, 400, "illegal_argument_exception");
+    assert_eq!(
+        bad.1["error"]["reason"],
+        "request [/_stats/bogus] contains unrecognized metric: [bogus]"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_nodes_stats_show_this_nodes_figures() {
+    let node = TestNode::start().await;
+    setup(&node).await;
+    let (s, b) = node.req("GET", "/_nodes/stats", None).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        b["_nodes"],
+        json!({"total": 1, "successful": 1, "failed": 0})
+    );
+    let (id, n) = b["nodes"].as_object().unwrap().iter().next().unwrap();
+    assert_eq!(id, &node.state.identity.node_id);
+    assert_eq!(n["indices"]["docs"]["count"], 4);
+    assert!(n["thread_pool"]["search"]["threads"].as_u64().unwrap() >= 1);
+    assert!(n["process"]["open_file_descriptors"].as_u64().unwrap() > 0);
+    assert!(n["jvm"].is_null(), "no JVM figures: {n}");
+    let (_, b) = node.req("GET", "/_nodes/stats/indices", None).await;
+    let n = b["nodes"].as_object().unwrap().values().next().unwrap();
+    assert!(n["process"].is_null() && n["indices"].is_object(), "{n}");
+    let (_, b) = node.req("GET", "/_nodes/_local/stats/_all", None).await;
+    assert_eq!(b["_nodes"]["total"], 1);
+    let (_, b) = node.req("GET", "/_nodes/nobody/stats", None).await;
+    assert_eq!(b["_nodes"]["total"], 0);
+    let bad = node.req("GET", "/_nodes/stats/bogus", None).await;
+    assert_error(&bad, 400, "illegal_argument_exception");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_cluster_health_levels_and_cat_health() {
+    let node = TestNode::start().await;
+    setup(&node).await;
+    let (s, b) = node
+        .req("GET", "/_cluster/health?level=indices", None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["indices"]["a"]["status"], "yellow");
+    assert_eq!(b["indices"]["a"]["unassigned_shards"], 1);
+    assert_eq!(b["indices"]["b"]["status"], "green");
+    assert!(b["indices"]["a"]["shards"].is_null());
+    let (_, b) = node
+        .req("GET", "/_cluster/health/b?level=shards", None)
+        .await;
+    assert_eq!(b["indices"].as_object().unwrap().len(), 1);
+    assert_eq!(b["indices"]["b"]["shards"]["0"]["primary_active"], true);
+    let (_, b) = node.req("GET", "/_cluster/health", None).await;
+    assert!(b["indices"].is_null());
+    let bad = node.req("GET", "/_cluster/health?level=bogus", None).await;
+    assert_error(&bad, 400, "illegal_argument_exception");
+
+    let (s, b) = node.req("GET", "/_cat/health?format=json", None).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b[0]["status"], "yellow");
+    assert_eq!(b[0]["node.total"], "1");
+    assert_eq!(b[0]["pri"], "2");
+    assert_eq!(b[0]["unassign"], "1");
+    let (s, t) = text(&node, "/_cat/health?h=status,nt&v").await;
+    assert_eq!(s, 200);
+    let lines: Vec<Vec<&str>> = t.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(lines, vec![vec!["status", "nt"], vec!["yellow", "1"]]);
+    let (_, t) = text(&node, "/_cat/health?help").await;
+    assert!(
+        t.lines()
+            .any(|l| l.starts_with("status") && l.contains("| st ") && l.contains("health status")),
+        "{t}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_cat_parameters_select_sort_and_scale() {
+    let node = TestNode::start().await;
+    setup(&node).await;
+    let (s, b) = node
+        .req(
+            "GET",
+            "/_cat/indices?format=json&h=index,dc,bogus&s=docs.count:desc",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        b,
+        json!([{"index": "a", "dc": "3"}, {"index": "b", "dc": "1"}]),
+        "unknown columns are skipped, aliases keep their name"
+    );
+    let (_, b) = node
+        .req("GET", "/_cat/indices?format=json&h=i&s=i", None)
+        .await;
+    assert_eq!(b, json!([{"i": "a"}, {"i": "b"}]));
+    let (_, b) = node
+        .req(
+            "GET",
+            "/_cat/indices?format=json&h=index,ss&bytes=b&s=index",
+            None,
+        )
+        .await;
+    let size: u64 = b[0]["ss"].as_str().unwrap().parse().unwrap();
+    assert!(size > 0, "{b}");
+    let (_, b) = node
+        .req(
+            "GET",
+            "/_cat/indices?format=json&h=index&health=green",
+            None,
+        )
+        .await;
+    assert_eq!(b, json!([{"index": "b"}]));
+    let bad = node.req("GET", "/_cat/indices?health=blue", None).await;
+    assert_error(&bad, 400, "illegal_argument_exception");
+    assert_eq!(
+        bad.1["error"]["reason"],
+        "unknown cluster health status [blue]"
+    );
+    let bad = node.req("GET", "/_cat/indices?s=nope", None).await;
+    assert_error(&bad, 400, "unsupported_operation_exception");
+    assert_eq!(
+        bad.1["error"]["reason"],
+        "Unable to sort by unknown sort key `nope`"
+    );
+    let (_, b) = node
+        .req("GET", "/_cat/indices?format=json&h=docs.*&s=index", None)
+        .await;
+    assert_eq!(
+        b,
+        json!([{"docs.count": "3", "docs.deleted": "0"}, {"docs.count": "1", "docs.deleted": "0"}])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_closed_index_refuses_reads_and_writes_until_opened() {
+    let node = TestNode::start().await;
+    setup(&node).await;
+    let (s, b) = node.req("POST", "/a/_close", None).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        b,
+        json!({"acknowledged": true, "shards_acknowledged": true, "indices": {"a": {"closed": true}}})
+    );
+    let search = node.req("GET", "/a/_search", None).await;
+    assert_error(&search, 400, "index_closed_exception");
+    assert_eq!(search.1["error"]["reason"], "closed");
+    assert_eq!(search.1["error"]["index"], "a");
+    let write = node.req("PUT", "/a/_doc/9", Some(json!({"n": 9}))).await;
+    assert_error(&write, 400, "index_closed_exception");
+    let get = node.req("GET", "/a/_doc/0", None).await;
+    assert_error(&get, 400, "index_closed_exception");
+    // Wildcards skip it; ignore_unavailable skips it by name.
+    let (_, b) = node.req("GET", "/*/_search", None).await;
+    assert_eq!(b["hits"]["total"]["value"], 1);
+    let (s, b) = node
+        .req("GET", "/a,b/_search?ignore_unavailable=true", None)
+        .await;
+    assert_eq!((s, &b["hits"]["total"]["value"]), (200, &json!(1)));
+    let (_, b) = node
+        .req(
+            "GET",
+            "/_cat/indices?format=json&h=index,status&s=index",
+            None,
+        )
+        .await;
+    assert_eq!(b[0], json!({"index": "a", "status": "close"}));
+    // Closed across a restart, then opened.
+    let data = node.data.clone();
+    let tmp = node.stop().await;
+    let node = TestNode::start_on(&data, &[]).await;
+    let still = node.req("GET", "/a/_search", None).await;
+    assert_error(&still, 400, "index_closed_exception");
+    let (s, b) = node.req("POST", "/a/_open", None).await;
+    assert_eq!(
+        (s, b),
+        (
+            200,
+            json!({"acknowledged": true, "shards_acknowledged": true})
+        )
+    );
+    assert_eq!(node.count("a", None).await, 3);
+    drop(tmp);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_forcemerge_merges_segments_and_keeps_documents() {
+    let node = TestNode::start().await;
+    setup(&node).await;
+    node.req("DELETE", "/a/_doc/1?refresh=true", None).await;
+    let segments = |b: &Value| b["indices"]["a"]["primaries"]["segments"]["count"].as_u64();
+    let (_, before) = node.req("GET", "/a/_stats", None).await;
+    assert!(segments(&before).unwrap() >= 2, "{before}");
+    let (s, b) = node
+        .req("POST", "/a/_forcemerge?max_num_segments=1", None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        b["_shards"],
+        json!({"total": 2, "successful": 1, "failed": 0})
+    );
+    let (_, after) = node.req("GET", "/a/_stats", None).await;
+    assert_eq!(segments(&after), Some(1), "{after}");
+    let merges = &after["indices"]["a"]["primaries"]["merges"];
+    assert_eq!(merges["total"], 1);
+    assert_eq!(merges["current"], 0);
+    assert_eq!(
+        after["indices"]["a"]["primaries"]["docs"],
+        json!({"count": 2, "deleted": 0})
+    );
+    assert_eq!(node.count("a", None).await, 2);
+    let bad = node
+        .req(
+            "POST",
+            "/a/_forcemerge?max_num_segments=2&only_expunge_deletes=true",
+            None,
+        )
+        .await;
+    assert_error(&bad, 400, "action_request_validation_exception");
+    // The merged index is what a restart finds.
+    let data = node.data.clone();
+    let tmp = node.stop().await;
+    let node = TestNode::start_on(&data, &[]).await;
+    assert_eq!(node.count("a", None).await, 2);
+    let (_, again) = node.req("GET", "/a/_stats", None).await;
+    assert_eq!(segments(&again), Some(1), "{again}");
+    drop(tmp);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_forcemerge_in_the_background_answers_a_task_with_its_result() {
+    let node = TestNode::start().await;
+    setup(&node).await;
+    let (s, b) = node
+        .req(
+            "POST",
+            "/a/_forcemerge?max_num_segments=1&wait_for_completion=false",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let id = b["task"].as_str().expect("task id").to_string();
+    let (s, done) = node
+        .req(
+            "GET",
+            &format!("/_tasks/{id}?wait_for_completion=true"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{done}");
+    assert_eq!(done["completed"], true, "{done}");
+    assert_eq!(done["task"]["action"], "indices:admin/forcemerge", "{done}");
+    assert_eq!(
+        done["response"]["_shards"],
+        json!({"total": 2, "successful": 1, "failed": 0}),
+        "{done}"
+    );
+    let (_, after) = node.req("GET", "/a/_stats", None).await;
+    assert_eq!(
+        after["indices"]["a"]["primaries"]["segments"]["count"], 1,
+        "{after}"
+    );
+    let bad = node
+        .req("POST", "/a/_forcemerge?wait_for_completion=later", None)
+        .await;
+    assert_error(&bad, 400, "illegal_argument_exception");
+}
