@@ -29,7 +29,15 @@ pub struct Owner {
     transport: Arc<dyn Transport>,
     members: watch::Receiver<Members>,
     local: OnceLock<Weak<Coordinator>>,
+    /// This owner, for the test-only mutation's late registration.
+    #[cfg(feature = "sim-mutation-late-waiter")]
+    this: Weak<Owner>,
 }
+
+/// How late the test-only mutation `sim-mutation-late-waiter` registers a denied waiter: about
+/// the time the denial takes to reach the coordinator and be acted upon there.
+#[cfg(feature = "sim-mutation-late-waiter")]
+const MUTATION_LATE_BY: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl Owner {
     /// An owner for node `me` with hard caps `limits`; starts its sweep and its purge of
@@ -42,13 +50,15 @@ impl Owner {
         members: watch::Receiver<Members>,
         stop: CancellationToken,
     ) -> Arc<Owner> {
-        let o = Arc::new(Owner {
+        let o = Arc::new_cyclic(|_this| Owner {
             me,
             pool: Mutex::new(SharedPool::new(limits)),
             clock,
             transport,
             members,
             local: OnceLock::new(),
+            #[cfg(feature = "sim-mutation-late-waiter")]
+            this: _this.clone(),
         });
         tokio::spawn(sweeper(Arc::downgrade(&o), stop.clone()));
         tokio::spawn(purger(Arc::downgrade(&o), o.members.clone(), stop));
@@ -63,6 +73,8 @@ impl Owner {
     /// Answers an acquire from `from`.
     pub fn acquire(&self, from: &str, bucket: &str, limit: u64, wants_queue: bool) -> SharedReply {
         let now = self.clock.now();
+        #[cfg(feature = "sim-mutation-late-waiter")]
+        let (wants_queue, late) = (false, wants_queue);
         let outcome = self.pool.lock().acquire(
             &Arc::from(bucket),
             limit,
@@ -71,6 +83,18 @@ impl Owner {
             LEASE_TTL,
             now,
         );
+        #[cfg(feature = "sim-mutation-late-waiter")]
+        let outcome = match outcome {
+            AcquireOutcome::Denied { in_use, limit, .. } if late => {
+                self.mutation_register_late(bucket, limit, from);
+                AcquireOutcome::Denied {
+                    in_use,
+                    limit,
+                    waiter_registered: true,
+                }
+            }
+            other => other,
+        };
         match outcome {
             AcquireOutcome::Granted { lease, .. } => SharedReply::Granted {
                 lease: lease.0,
@@ -87,6 +111,22 @@ impl Owner {
             },
             AcquireOutcome::Overloaded => SharedReply::Overloaded,
         }
+    }
+
+    /// The mutation `sim-mutation-late-waiter` (test only, see Cargo.toml): registers the
+    /// waiter [`MUTATION_LATE_BY`] after the denial, the seed's stranding race.
+    #[cfg(feature = "sim-mutation-late-waiter")]
+    fn mutation_register_late(&self, bucket: &str, limit: u64, from: &str) {
+        let pool = self.this.clone();
+        let (bucket, from): (Arc<str>, Arc<str>) = (Arc::from(bucket), Arc::from(from));
+        tokio::spawn(async move {
+            tokio::time::sleep(MUTATION_LATE_BY).await;
+            if let Some(pool) = pool.upgrade() {
+                pool.pool
+                    .lock()
+                    .mutation_register_waiter(&bucket, limit, &from, LEASE_TTL);
+            }
+        });
     }
 
     /// Answers a call of this node's own coordinator (releases and renewals of leases it owns).
@@ -136,6 +176,12 @@ impl Owner {
         (pool.num_buckets(), pool.num_leases())
     }
 
+    /// Runs `f` on the pool (read only), for stats and tests: the deterministic simulation
+    /// (`tests/sim.rs`) reads every lease to check that a dead holder's leases are reclaimed.
+    pub fn inspect<R>(&self, f: impl FnOnce(&SharedPool) -> R) -> R {
+        f(&self.pool.lock())
+    }
+
     /// Leases of `bucket` in use.
     pub fn in_use(&self, bucket: &str) -> u64 {
         self.pool.lock().in_use(bucket)
@@ -152,9 +198,10 @@ impl Owner {
     /// unused.
     async fn send_offer(self: Arc<Self>, mut offer: Offer) {
         loop {
+            let limit = self.pool.lock().limit(&offer.bucket).unwrap_or(0);
             let answer = if *offer.to == *self.me {
                 match self.local.get().and_then(Weak::upgrade) {
-                    Some(c) => Some(c.handle_offer(&self.me, &offer.bucket, offer.lease.0)),
+                    Some(c) => Some(c.handle_offer(&self.me, &offer.bucket, offer.lease.0, limit)),
                     None => None,
                 }
             } else {
@@ -168,6 +215,7 @@ impl Owner {
                                 bucket: offer.bucket.to_string(),
                                 lease: offer.lease.0,
                                 ttl: LEASE_TTL,
+                                limit,
                             },
                             OFFER_DEADLINE,
                         )
@@ -182,10 +230,19 @@ impl Owner {
                 return;
             };
             let now = self.clock.now();
-            let next = self
-                .pool
-                .lock()
-                .offer_result(&offer, used, more_waiting, LEASE_TTL, now);
+            let alive = *offer.to == *self.me || self.members.borrow().get(&offer.to).is_some();
+            let next = {
+                let mut pool = self.pool.lock();
+                let stale = pool.num_violations();
+                let next = pool.offer_result(&offer, used, more_waiting, LEASE_TTL, now);
+                if used && more_waiting && alive && pool.num_violations() > stale {
+                    // The lease ended before its answer arrived (the holder's release
+                    // overtook it): the holder still has parked requests, so it waits again.
+                    pool.rejoin(&offer.bucket, limit, &offer.to, LEASE_TTL, now)
+                } else {
+                    next
+                }
+            };
             match next {
                 Some(o) => offer = o,
                 None => return,
