@@ -8,7 +8,9 @@
 //! it. The owner never frees a lease it cannot prove unused, so an unknown outcome cannot
 //! over-admit (C1), and costs at most one TTL of one slot.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -50,9 +52,11 @@ impl Owner {
         members: watch::Receiver<Members>,
         stop: CancellationToken,
     ) -> Arc<Owner> {
+        let mut pool = SharedPool::new(limits);
+        pool.set_first_lease(first_lease_id());
         let o = Arc::new_cyclic(|_this| Owner {
             me,
-            pool: Mutex::new(SharedPool::new(limits)),
+            pool: Mutex::new(pool),
             clock,
             transport,
             members,
@@ -251,6 +255,31 @@ impl Owner {
     }
 }
 
+/// Lease ids an owner incarnation has to itself per millisecond since its start, as a power
+/// of two: an incarnation's ids start at its start time in milliseconds times 2^20, so it
+/// could only reach the next incarnation's ids by handing out a million leases per
+/// millisecond; `ms << 20` stays below 2^64 until the year 2500.
+const LEASE_EPOCH_SHIFT: u32 = 20;
+
+/// The first lease id of a new owner incarnation: apart from every id an earlier incarnation
+/// of this node handed out (a restarted node's owner starts later), and within one process
+/// (tests, the simulation) apart from every earlier owner's.
+fn first_lease_id() -> u64 {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| {
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX >> LEASE_EPOCH_SHIFT)
+    });
+    let wall = ms.saturating_mul(1 << LEASE_EPOCH_SHIFT).max(1);
+    let mut last = LAST.load(Ordering::Relaxed);
+    loop {
+        let first = wall.max(last.saturating_add(1 << LEASE_EPOCH_SHIFT));
+        match LAST.compare_exchange_weak(last, first, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return first,
+            Err(seen) => last = seen,
+        }
+    }
+}
+
 /// Reclaims expired leases every [`SWEEP_EVERY`] and offers what they free.
 async fn sweeper(o: Weak<Owner>, stop: CancellationToken) {
     let mut tick = tokio::time::interval(SWEEP_EVERY);
@@ -293,5 +322,107 @@ async fn purger(o: Weak<Owner>, mut rx: watch::Receiver<Members>, stop: Cancella
             o.dispatch(offers);
         }
         known = now_live;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::rpc::{BoxFuture, LocalAnswer, LocalApi, RpcError};
+    use crate::shared::OWNER_LIMITS;
+    use std::time::Duration;
+
+    /// A transport that reaches nobody (the owners here only answer calls).
+    struct Nowhere;
+
+    impl Transport for Nowhere {
+        fn ping(&self, to: &crate::Member, _: Duration) -> BoxFuture<'_, Result<String, RpcError>> {
+            let node = to.node_id.clone();
+            Box::pin(async move {
+                Err(RpcError::Remote {
+                    node,
+                    reason: "nowhere".into(),
+                })
+            })
+        }
+
+        fn local(
+            &self,
+            to: &crate::Member,
+            _: LocalApi,
+            _: serde_json::Value,
+            _: Duration,
+        ) -> BoxFuture<'_, Result<LocalAnswer, RpcError>> {
+            let node = to.node_id.clone();
+            Box::pin(async move {
+                Err(RpcError::Remote {
+                    node,
+                    reason: "nowhere".into(),
+                })
+            })
+        }
+
+        fn shared(
+            &self,
+            to: &crate::Member,
+            _: SharedCall,
+            _: Duration,
+        ) -> BoxFuture<'_, Result<SharedReply, RpcError>> {
+            let node = to.node_id.clone();
+            Box::pin(async move {
+                Err(RpcError::Remote {
+                    node,
+                    reason: "nowhere".into(),
+                })
+            })
+        }
+    }
+
+    fn owner(stop: &CancellationToken) -> Arc<Owner> {
+        let (_tx, rx) = watch::channel(Members::default());
+        Owner::start(
+            Arc::from("o"),
+            OWNER_LIMITS,
+            Arc::new(SystemClock::new()),
+            Arc::new(Nowhere),
+            rx,
+            stop.clone(),
+        )
+    }
+
+    fn grant(o: &Arc<Owner>) -> u64 {
+        let call = SharedCall::Acquire {
+            bucket: "b".into(),
+            limit: 2,
+            wants_queue: false,
+        };
+        match o.handle("x", call) {
+            SharedReply::Granted { lease, .. } => lease,
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn test_a_restarted_owner_never_reuses_a_lease_id_of_its_previous_incarnation() {
+        let stop = CancellationToken::new();
+        let before = owner(&stop);
+        let stale = grant(&before);
+        drop(before);
+        // The node restarts: x still holds `stale` and its new request gets a new lease.
+        let after = owner(&stop);
+        let fresh = grant(&after);
+        assert_ne!(stale, fresh);
+        // x's stale release must not end the new lease.
+        let released = after.handle(
+            "x",
+            SharedCall::Release {
+                leases: vec![stale],
+            },
+        );
+        assert_eq!(released, SharedReply::Released);
+        assert_eq!(after.in_use("b"), 1);
+        assert_eq!(after.inspect(|p| p.num_violations()), 1);
+        stop.cancel();
     }
 }

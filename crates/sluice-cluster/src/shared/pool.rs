@@ -130,8 +130,9 @@ pub const RETAINED_SLACK: usize = 4;
 /// and a busy owner re-inserts that many in well under a second.
 pub const RETAINED_MIN: usize = 1_024;
 
-/// A lease's id, assigned by the pool from a counter starting at 1 (0 is never a lease, so a
-/// message can use it for "none"); never reused within a pool.
+/// A lease's id, assigned by the pool from a counter starting at 1, or where
+/// [`SharedPool::set_first_lease`] says (0 is never a lease, so a message can use it for
+/// "none"); never reused within a pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LeaseId(pub u64);
 
@@ -273,6 +274,13 @@ impl SharedPool {
     /// waiter sooner.
     pub fn set_offer_ttl(&mut self, ttl: Duration) {
         self.offer_ttl = Some(ttl);
+    }
+
+    /// Makes the next lease id `first` (at least 1). The owner starts each incarnation's ids
+    /// apart from every earlier one's, so a coordinator still holding a lease of an owner that
+    /// restarted can never release or renew a new lease by its id.
+    pub fn set_first_lease(&mut self, first: u64) {
+        self.next_lease = first.max(1);
     }
 
     /// The hard caps.
