@@ -646,13 +646,14 @@ impl Harness {
             assert_eq!(distinct.len(), list.len(), "P4: a holder registered twice");
             waiters += list.len();
             // P5: no room and a waiter at once, but for a limit raised since the last sweep.
-            if let Some(limit) = pool.limit(b) {
-                if in_use < limit && !list.is_empty() {
-                    assert!(
-                        self.raised.contains(b),
-                        "P5: {b} has room and waiters {list:?}"
-                    );
-                }
+            if let Some(limit) = pool.limit(b)
+                && in_use < limit
+                && !list.is_empty()
+            {
+                assert!(
+                    self.raised.contains(b),
+                    "P5: {b} has room and waiters {list:?}"
+                );
             }
         }
         assert_eq!(pool.num_waiters(), waiters);

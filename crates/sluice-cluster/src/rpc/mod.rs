@@ -94,11 +94,13 @@ pub enum SharedCall {
     Renew { leases: Vec<u64> },
     /// Ends the caller's leases.
     Release { leases: Vec<u64> },
-    /// The owner offers the reserved lease `lease` of `bucket` to a waiting coordinator.
+    /// The owner offers the reserved lease `lease` of `bucket` to a waiting coordinator;
+    /// `limit` is the bucket's `shared_limit` the owner checked it against (0: unknown).
     Offer {
         bucket: String,
         lease: u64,
         ttl: Duration,
+        limit: u64,
     },
 }
 

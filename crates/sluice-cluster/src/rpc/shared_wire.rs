@@ -28,10 +28,16 @@ pub fn request(header: Option<Header>, call: SharedCall) -> SharedRequest {
         }),
         SharedCall::Renew { leases } => Call::Renew(SharedLeases { leases }),
         SharedCall::Release { leases } => Call::Release(SharedLeases { leases }),
-        SharedCall::Offer { bucket, lease, ttl } => Call::Offer(SharedOffer {
+        SharedCall::Offer {
+            bucket,
+            lease,
+            ttl,
+            limit,
+        } => Call::Offer(SharedOffer {
             bucket,
             lease,
             ttl_ms: millis(ttl),
+            limit,
         }),
     };
     SharedRequest {
@@ -55,6 +61,7 @@ pub fn call_of(req: SharedRequest) -> Option<SharedCall> {
             bucket: o.bucket,
             lease: o.lease,
             ttl: Duration::from_millis(o.ttl_ms),
+            limit: o.limit,
         },
     })
 }
@@ -125,6 +132,7 @@ mod tests {
                 bucket: "b".into(),
                 lease: 9,
                 ttl: Duration::from_secs(30),
+                limit: 4,
             },
         ];
         for c in calls {

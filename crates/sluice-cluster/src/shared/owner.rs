@@ -8,7 +8,9 @@
 //! it. The owner never frees a lease it cannot prove unused, so an unknown outcome cannot
 //! over-admit (C1), and costs at most one TTL of one slot.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -36,7 +38,15 @@ pub struct Owner {
     members: watch::Receiver<Members>,
     local: OnceLock<Weak<Coordinator>>,
     events: OnceLock<Arc<dyn OwnerEvents>>,
+    /// This owner, for the test-only mutation's late registration.
+    #[cfg(feature = "sim-mutation-late-waiter")]
+    this: Weak<Owner>,
 }
+
+/// How late the test-only mutation `sim-mutation-late-waiter` registers a denied waiter: about
+/// the time the denial takes to reach the coordinator and be acted upon there.
+#[cfg(feature = "sim-mutation-late-waiter")]
+const MUTATION_LATE_BY: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl Owner {
     /// An owner for node `me` with hard caps `limits`; starts its sweep and its purge of
@@ -49,14 +59,18 @@ impl Owner {
         members: watch::Receiver<Members>,
         stop: CancellationToken,
     ) -> Arc<Owner> {
-        let o = Arc::new(Owner {
+        let mut pool = SharedPool::new(limits);
+        pool.set_first_lease(first_lease_id());
+        let o = Arc::new_cyclic(|_this| Owner {
             me,
-            pool: Mutex::new(SharedPool::new(limits)),
+            pool: Mutex::new(pool),
             clock,
             transport,
             members,
             local: OnceLock::new(),
             events: OnceLock::new(),
+            #[cfg(feature = "sim-mutation-late-waiter")]
+            this: _this.clone(),
         });
         tokio::spawn(sweeper(Arc::downgrade(&o), stop.clone()));
         tokio::spawn(purger(Arc::downgrade(&o), o.members.clone(), stop));
@@ -85,6 +99,8 @@ impl Owner {
     /// Answers an acquire from `from`.
     pub fn acquire(&self, from: &str, bucket: &str, limit: u64, wants_queue: bool) -> SharedReply {
         let now = self.clock.now();
+        #[cfg(feature = "sim-mutation-late-waiter")]
+        let (wants_queue, late) = (false, wants_queue);
         let outcome = self.pool.lock().acquire(
             &Arc::from(bucket),
             limit,
@@ -93,6 +109,18 @@ impl Owner {
             LEASE_TTL,
             now,
         );
+        #[cfg(feature = "sim-mutation-late-waiter")]
+        let outcome = match outcome {
+            AcquireOutcome::Denied { in_use, limit, .. } if late => {
+                self.mutation_register_late(bucket, limit, from);
+                AcquireOutcome::Denied {
+                    in_use,
+                    limit,
+                    waiter_registered: true,
+                }
+            }
+            other => other,
+        };
         match outcome {
             AcquireOutcome::Granted { lease, .. } => SharedReply::Granted {
                 lease: lease.0,
@@ -109,6 +137,22 @@ impl Owner {
             },
             AcquireOutcome::Overloaded => SharedReply::Overloaded,
         }
+    }
+
+    /// The mutation `sim-mutation-late-waiter` (test only, see Cargo.toml): registers the
+    /// waiter [`MUTATION_LATE_BY`] after the denial, the seed's stranding race.
+    #[cfg(feature = "sim-mutation-late-waiter")]
+    fn mutation_register_late(&self, bucket: &str, limit: u64, from: &str) {
+        let pool = self.this.clone();
+        let (bucket, from): (Arc<str>, Arc<str>) = (Arc::from(bucket), Arc::from(from));
+        tokio::spawn(async move {
+            tokio::time::sleep(MUTATION_LATE_BY).await;
+            if let Some(pool) = pool.upgrade() {
+                pool.pool
+                    .lock()
+                    .mutation_register_waiter(&bucket, limit, &from, LEASE_TTL);
+            }
+        });
     }
 
     /// Answers a call of this node's own coordinator (releases and renewals of leases it owns).
@@ -158,6 +202,12 @@ impl Owner {
         (pool.num_buckets(), pool.num_leases())
     }
 
+    /// Runs `f` on the pool (read only), for stats and tests: the deterministic simulation
+    /// (`tests/sim.rs`) reads every lease to check that a dead holder's leases are reclaimed.
+    pub fn inspect<R>(&self, f: impl FnOnce(&SharedPool) -> R) -> R {
+        f(&self.pool.lock())
+    }
+
     /// Leases of `bucket` in use.
     pub fn in_use(&self, bucket: &str) -> u64 {
         self.pool.lock().in_use(bucket)
@@ -177,9 +227,10 @@ impl Owner {
             if let Some(events) = self.events.get() {
                 events.offer_sent(&offer.bucket);
             }
+            let limit = self.pool.lock().limit(&offer.bucket).unwrap_or(0);
             let answer = if *offer.to == *self.me {
                 match self.local.get().and_then(Weak::upgrade) {
-                    Some(c) => Some(c.handle_offer(&self.me, &offer.bucket, offer.lease.0)),
+                    Some(c) => Some(c.handle_offer(&self.me, &offer.bucket, offer.lease.0, limit)),
                     None => None,
                 }
             } else {
@@ -193,6 +244,7 @@ impl Owner {
                                 bucket: offer.bucket.to_string(),
                                 lease: offer.lease.0,
                                 ttl: LEASE_TTL,
+                                limit,
                             },
                             OFFER_DEADLINE,
                         )
@@ -207,14 +259,48 @@ impl Owner {
                 return;
             };
             let now = self.clock.now();
-            let next = self
-                .pool
-                .lock()
-                .offer_result(&offer, used, more_waiting, LEASE_TTL, now);
+            let alive = *offer.to == *self.me || self.members.borrow().get(&offer.to).is_some();
+            let next = {
+                let mut pool = self.pool.lock();
+                let stale = pool.num_violations();
+                let next = pool.offer_result(&offer, used, more_waiting, LEASE_TTL, now);
+                if used && more_waiting && alive && pool.num_violations() > stale {
+                    // The lease ended before its answer arrived (the holder's release
+                    // overtook it): the holder still has parked requests, so it waits again.
+                    pool.rejoin(&offer.bucket, limit, &offer.to, LEASE_TTL, now)
+                } else {
+                    next
+                }
+            };
             match next {
                 Some(o) => offer = o,
                 None => return,
             }
+        }
+    }
+}
+
+/// Lease ids an owner incarnation has to itself per millisecond since its start, as a power
+/// of two: an incarnation's ids start at its start time in milliseconds times 2^20, so it
+/// could only reach the next incarnation's ids by handing out a million leases per
+/// millisecond; `ms << 20` stays below 2^64 until the year 2500.
+const LEASE_EPOCH_SHIFT: u32 = 20;
+
+/// The first lease id of a new owner incarnation: apart from every id an earlier incarnation
+/// of this node handed out (a restarted node's owner starts later), and within one process
+/// (tests, the simulation) apart from every earlier owner's.
+fn first_lease_id() -> u64 {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| {
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX >> LEASE_EPOCH_SHIFT)
+    });
+    let wall = ms.saturating_mul(1 << LEASE_EPOCH_SHIFT).max(1);
+    let mut last = LAST.load(Ordering::Relaxed);
+    loop {
+        let first = wall.max(last.saturating_add(1 << LEASE_EPOCH_SHIFT));
+        match LAST.compare_exchange_weak(last, first, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return first,
+            Err(seen) => last = seen,
         }
     }
 }
@@ -261,5 +347,107 @@ async fn purger(o: Weak<Owner>, mut rx: watch::Receiver<Members>, stop: Cancella
             o.dispatch(offers);
         }
         known = now_live;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::rpc::{BoxFuture, LocalAnswer, LocalApi, RpcError};
+    use crate::shared::OWNER_LIMITS;
+    use std::time::Duration;
+
+    /// A transport that reaches nobody (the owners here only answer calls).
+    struct Nowhere;
+
+    impl Transport for Nowhere {
+        fn ping(&self, to: &crate::Member, _: Duration) -> BoxFuture<'_, Result<String, RpcError>> {
+            let node = to.node_id.clone();
+            Box::pin(async move {
+                Err(RpcError::Remote {
+                    node,
+                    reason: "nowhere".into(),
+                })
+            })
+        }
+
+        fn local(
+            &self,
+            to: &crate::Member,
+            _: LocalApi,
+            _: serde_json::Value,
+            _: Duration,
+        ) -> BoxFuture<'_, Result<LocalAnswer, RpcError>> {
+            let node = to.node_id.clone();
+            Box::pin(async move {
+                Err(RpcError::Remote {
+                    node,
+                    reason: "nowhere".into(),
+                })
+            })
+        }
+
+        fn shared(
+            &self,
+            to: &crate::Member,
+            _: SharedCall,
+            _: Duration,
+        ) -> BoxFuture<'_, Result<SharedReply, RpcError>> {
+            let node = to.node_id.clone();
+            Box::pin(async move {
+                Err(RpcError::Remote {
+                    node,
+                    reason: "nowhere".into(),
+                })
+            })
+        }
+    }
+
+    fn owner(stop: &CancellationToken) -> Arc<Owner> {
+        let (_tx, rx) = watch::channel(Members::default());
+        Owner::start(
+            Arc::from("o"),
+            OWNER_LIMITS,
+            Arc::new(SystemClock::new()),
+            Arc::new(Nowhere),
+            rx,
+            stop.clone(),
+        )
+    }
+
+    fn grant(o: &Arc<Owner>) -> u64 {
+        let call = SharedCall::Acquire {
+            bucket: "b".into(),
+            limit: 2,
+            wants_queue: false,
+        };
+        match o.handle("x", call) {
+            SharedReply::Granted { lease, .. } => lease,
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn test_a_restarted_owner_never_reuses_a_lease_id_of_its_previous_incarnation() {
+        let stop = CancellationToken::new();
+        let before = owner(&stop);
+        let stale = grant(&before);
+        drop(before);
+        // The node restarts: x still holds `stale` and its new request gets a new lease.
+        let after = owner(&stop);
+        let fresh = grant(&after);
+        assert_ne!(stale, fresh);
+        // x's stale release must not end the new lease.
+        let released = after.handle(
+            "x",
+            SharedCall::Release {
+                leases: vec![stale],
+            },
+        );
+        assert_eq!(released, SharedReply::Released);
+        assert_eq!(after.in_use("b"), 1);
+        assert_eq!(after.inspect(|p| p.num_violations()), 1);
+        stop.cancel();
     }
 }

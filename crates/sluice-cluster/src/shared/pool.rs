@@ -88,7 +88,10 @@
 //!   `test_an_unused_offer_goes_to_the_next_waiter`,
 //!   `test_capacity_freed_while_the_holder_was_unregistered_is_offered_when_it_rejoins`,
 //!   `test_a_raised_limit_is_offered_to_waiters_by_the_next_sweep` and the model test (`p5`
-//!   after every step).
+//!   after every step). A used answer with `more_waiting` that arrives after its lease ended
+//!   (the holder's release overtook it) is stale, but the owner then calls
+//!   [`rejoin`](SharedPool::rejoin) so the holder waits again; tested by
+//!   `test_a_holder_whose_release_overtook_its_used_answer_rejoins_and_gets_the_room`.
 //! - **P6 (expiry)** — a lease expires `ttl` after its last grant or renewal (an offered lease:
 //!   after the offer, with the offer TTL); it is alive while `now < expires`. A renewal or a
 //!   used-offer answer for a lease past its expiry does not revive it (the holder must treat
@@ -127,8 +130,9 @@ pub const RETAINED_SLACK: usize = 4;
 /// and a busy owner re-inserts that many in well under a second.
 pub const RETAINED_MIN: usize = 1_024;
 
-/// A lease's id, assigned by the pool from a counter starting at 1 (0 is never a lease, so a
-/// message can use it for "none"); never reused within a pool.
+/// A lease's id, assigned by the pool from a counter starting at 1, or where
+/// [`SharedPool::set_first_lease`] says (0 is never a lease, so a message can use it for
+/// "none"); never reused within a pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LeaseId(pub u64);
 
@@ -270,6 +274,13 @@ impl SharedPool {
     /// waiter sooner.
     pub fn set_offer_ttl(&mut self, ttl: Duration) {
         self.offer_ttl = Some(ttl);
+    }
+
+    /// Makes the next lease id `first` (at least 1). The owner starts each incarnation's ids
+    /// apart from every earlier one's, so a coordinator still holding a lease of an owner that
+    /// restarted can never release or renew a new lease by its id.
+    pub fn set_first_lease(&mut self, first: u64) {
+        self.next_lease = first.max(1);
     }
 
     /// The hard caps.
@@ -444,6 +455,34 @@ impl SharedPool {
         self.offer_one(&offer.bucket, now)
     }
 
+    /// Registers `holder` again as a waiter of `bucket` and offers the bucket's room at once
+    /// (P5), for a used answer with `more_waiting` that [`offer_result`](Self::offer_result)
+    /// found stale because the offered lease had already ended — the holder's release of it
+    /// overtook its answer on the network, or the sweep reclaimed it. Without this the holder's
+    /// other parked requests would have no registration left (`tests/sim.rs` surfaced the
+    /// stale answers in runs without faults: reordering alone produces them).
+    ///
+    /// An idle bucket gets an entry with `limit`; nothing changes if that would exceed
+    /// `max_buckets` (P4) or if `limit` is 0.
+    pub fn rejoin(
+        &mut self,
+        bucket: &Arc<str>,
+        limit: u64,
+        holder: &Arc<str>,
+        ttl: Duration,
+        now: Duration,
+    ) -> Option<Offer> {
+        if !self.buckets.contains_key(bucket) {
+            if limit == 0 || self.buckets.len() >= self.limits.max_buckets {
+                return None;
+            }
+            self.buckets.insert(bucket.clone(), Bucket::new(limit, ttl));
+        }
+        let entry = self.buckets.get_mut(bucket).expect("inserted above");
+        register(entry, holder, &mut self.num_waiters);
+        self.offer_one(bucket, now)
+    }
+
     /// Reclaims leases past their expiry (crashed holders, lost releases); offers each freed
     /// slot to a waiter. Also offers the room of limits raised since the last sweep (P5), and
     /// gives back map capacity the live entries no longer need (P3).
@@ -544,6 +583,27 @@ impl SharedPool {
         })
     }
 
+    /// Every live lease, offered or not, in id order (for stats and tests).
+    pub fn leases(&self) -> Vec<(LeaseId, LeaseInfo<'_>)> {
+        let mut out: Vec<(LeaseId, LeaseInfo<'_>)> = self
+            .leases
+            .iter()
+            .map(|(&id, l)| {
+                (
+                    id,
+                    LeaseInfo {
+                        bucket: &l.bucket,
+                        holder: &l.holder,
+                        expires: l.expires,
+                        offered: l.offered,
+                    },
+                )
+            })
+            .collect();
+        out.sort_unstable_by_key(|(id, _)| *id);
+        out
+    }
+
     /// The bucket entries (buckets with leases or waiters).
     pub fn num_buckets(&self) -> usize {
         self.buckets.len()
@@ -563,6 +623,24 @@ impl SharedPool {
     /// outstanding offer (counted, no effect; P2).
     pub fn num_violations(&self) -> u64 {
         self.num_violations
+    }
+
+    /// The mutation `sim-mutation-late-waiter` (test only, see Cargo.toml): registers `holder`
+    /// as a waiter of `bucket` outside any acquire, creating the entry if needed, and offers
+    /// nothing — the seed's late registration.
+    #[cfg(feature = "sim-mutation-late-waiter")]
+    pub fn mutation_register_waiter(
+        &mut self,
+        bucket: &Arc<str>,
+        limit: u64,
+        holder: &Arc<str>,
+        ttl: Duration,
+    ) {
+        let entry = self
+            .buckets
+            .entry(bucket.clone())
+            .or_insert_with(|| Bucket::new(limit, ttl));
+        register(entry, holder, &mut self.num_waiters);
     }
 
     /// Records a new lease of `bucket` (whose count the caller already raised).

@@ -407,3 +407,32 @@ fn test_sweep_gives_back_unneeded_map_capacity() {
     assert!(pool.buckets.capacity() <= RETAINED_MIN * 2);
     assert!(pool.leases.capacity() <= RETAINED_MIN * 2);
 }
+
+#[test]
+fn test_a_holder_whose_release_overtook_its_used_answer_rejoins_and_gets_the_room() {
+    // x and y wait; y is offered a lease, runs a request with it and releases it before its
+    // answer (used, more waiting) reaches the owner.
+    let (mut pool, b, h, y) = (pool(), id("b"), id("h"), id("y"));
+    let lease = granted(pool.acquire(&b, 1, &h, false, TTL, T0));
+    pool.acquire(&b, 1, &y, true, TTL, T0);
+    let offer = pool.release(&h, lease, T0).expect("offered to y");
+    assert_eq!(pool.release(&y, offer.lease, T0), None);
+    assert_eq!(pool.offer_result(&offer, true, true, TTL, T0), None);
+    assert_eq!(pool.num_violations(), 1);
+    assert_eq!(pool.num_buckets(), 0, "the idle bucket went");
+    // y still has parked requests: it waits again and gets the free slot at once.
+    let again = pool
+        .rejoin(&b, 1, &y, TTL, T0)
+        .expect("the room is offered");
+    assert_eq!(&*again.to, "y");
+    assert_eq!(pool.in_use("b"), 1);
+    // A full bucket only registers it.
+    assert_eq!(pool.rejoin(&b, 1, &h, TTL, T0), None);
+    assert_eq!(pool.waiters("b").map(|w| &**w).collect::<Vec<_>>(), ["h"]);
+    // A limit of 0 or the bucket cap registers nothing in an idle bucket.
+    let mut tiny = SharedPool::new(caps(0, 10));
+    assert_eq!(tiny.rejoin(&b, 1, &y, TTL, T0), None);
+    assert_eq!(tiny.num_waiters(), 0);
+    assert_eq!(pool.rejoin(&id("c"), 0, &y, TTL, T0), None);
+    assert_eq!(pool.waiters("c").count(), 0);
+}
