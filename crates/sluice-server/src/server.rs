@@ -64,6 +64,7 @@ impl Node {
         ));
         let tasks = Arc::new(TaskManager::new(&identity.node_id));
         let auth = Arc::new(crate::auth::Authenticator::new(config.auth.clone())?);
+        let authz = Arc::new(crate::auth::Authz::load(&config.auth)?);
         let auth_enabled = config.auth.mode != crate::auth::AuthMode::None;
         let workload = Arc::new(crate::workload::Workload::new(auth_enabled));
         crate::catalog::reload(&workload, metastore.as_ref())
@@ -82,6 +83,7 @@ impl Node {
             enforcement,
             workload,
             auth,
+            authz,
             config,
             identity,
             backend: Arc::new(crate::backend::embedded::EmbeddedBackend::new(
@@ -126,6 +128,12 @@ impl Node {
             .layer(middleware::from_fn(crate::http::meta::scope_request))
             .layer(middleware::from_fn(
                 crate::admission::ticket::release_with_response,
+            ))
+            // Inside authentication, outside the router: every request, routed or not
+            // (a gateway's pass-through included), is authorized before its handler.
+            .layer(middleware::from_fn_with_state(
+                self.state.clone(),
+                crate::auth::authorize,
             ))
             .layer(middleware::from_fn_with_state(
                 self.state.auth.clone(),

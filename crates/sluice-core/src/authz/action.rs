@@ -77,6 +77,9 @@ actions! {
     RuleUpdate = "cluster:admin/opensearch/rule/workload_group/_update", Cluster;
     /// Deleting a tagging rule.
     RuleDelete = "cluster:admin/opensearch/rule/workload_group/_delete", Cluster;
+    /// Continuing or clearing scrolls another user opened, and clearing `_all` scrolls;
+    /// without it, a user's own scrolls only.
+    ScrollsOfOthers = "cluster:admin/sluice/scroll/others", Cluster;
     /// `_prometheus/metrics`.
     Metrics = "cluster:monitor/prometheus/metrics", Cluster;
     /// A request sluice does not classify: only a grant of every cluster action allows it.
@@ -166,7 +169,10 @@ impl ActionSet {
 
     /// The actions in the set.
     pub fn iter(self) -> impl Iterator<Item = Action> {
-        Action::ALL.iter().copied().filter(move |a| self.contains(*a))
+        Action::ALL
+            .iter()
+            .copied()
+            .filter(move |a| self.contains(*a))
     }
 }
 

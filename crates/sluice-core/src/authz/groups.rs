@@ -153,10 +153,9 @@ pub fn expand(entry: &str, kind: ActionKind) -> Result<ActionSet, EntryError> {
     {
         return Err(EntryError::WrongKind(k));
     }
-    Ok(group
-        .patterns
-        .iter()
-        .fold(ActionSet::EMPTY, |s, p| s.union(ActionSet::matching(p, kind))))
+    Ok(group.patterns.iter().fold(ActionSet::EMPTY, |s, p| {
+        s.union(ActionSet::matching(p, kind))
+    }))
 }
 
 #[cfg(test)]

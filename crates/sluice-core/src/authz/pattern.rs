@@ -224,10 +224,32 @@ mod tests {
 
     #[test]
     fn test_pattern_set_agrees_with_wildcard_match() {
-        let patterns = ["orders", "tenant-a-*", "t*", "x?z", "*-logs", "a*b*c", "ord"];
+        let patterns = [
+            "orders",
+            "tenant-a-*",
+            "t*",
+            "x?z",
+            "*-logs",
+            "a*b*c",
+            "ord",
+        ];
         let names = [
-            "orders", "order", "ord", "ordersx", "tenant-a-1", "tenant-a-", "tenant-b", "t",
-            "xyz", "xz", "app-logs", "abc", "aXbYc", "ab", "", "zzz",
+            "orders",
+            "order",
+            "ord",
+            "ordersx",
+            "tenant-a-1",
+            "tenant-a-",
+            "tenant-b",
+            "t",
+            "xyz",
+            "xz",
+            "app-logs",
+            "abc",
+            "aXbYc",
+            "ab",
+            "",
+            "zzz",
         ];
         for n in 0..patterns.len() {
             let mut set = PatternSet::default();
@@ -236,7 +258,12 @@ mod tests {
             }
             for name in names {
                 let expected = patterns[..=n].iter().any(|p| wildcard_match(p, name));
-                assert_eq!(set.matches(name), expected, "{name} against {:?}", &patterns[..=n]);
+                assert_eq!(
+                    set.matches(name),
+                    expected,
+                    "{name} against {:?}",
+                    &patterns[..=n]
+                );
             }
         }
     }

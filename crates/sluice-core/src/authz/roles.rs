@@ -77,14 +77,12 @@ impl Roles {
                 reason,
             };
             if name.trim().is_empty() || name.contains(',') {
-                return Err(err(
-                    "a role name must be non-empty, without ','".to_string(),
-                ));
+                return Err(err("a role name must be non-empty, without ','".to_string()));
             }
             let mut role = Role::default();
             for entry in &def.cluster_permissions {
-                let set = expand_entry(entry, ActionKind::Cluster, "cluster_permissions")
-                    .map_err(err)?;
+                let set =
+                    expand_entry(entry, ActionKind::Cluster, "cluster_permissions").map_err(err)?;
                 if set.is_empty() && entry.contains(':') {
                     roles.unmatched.push((name.clone(), entry.clone()));
                 }
@@ -363,7 +361,11 @@ mod tests {
         let e = roles(&[("a", index_role(&["x"], &["reed"]))]).unwrap_err();
         assert_eq!(e.role, "a");
         assert!(e.to_string().contains("unknown action group [reed]"), "{e}");
-        assert!(e.to_string().contains("index_permissions[0].allowed_actions"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("index_permissions[0].allowed_actions"),
+            "{e}"
+        );
         let e = roles(&[("b", index_role(&["X"], &["read"]))]).unwrap_err();
         assert!(e.to_string().contains("bad pattern [X]"), "{e}");
         let e = roles(&[(
@@ -374,7 +376,10 @@ mod tests {
             },
         )])
         .unwrap_err();
-        assert!(e.to_string().contains("list it under index_permissions"), "{e}");
+        assert!(
+            e.to_string().contains("list it under index_permissions"),
+            "{e}"
+        );
         let e = roles(&[("d", index_role(&[], &["read"]))]).unwrap_err();
         assert!(e.to_string().contains("index_patterns is empty"), "{e}");
     }

@@ -7,10 +7,12 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
+use sluice_core::authz::Action;
 use sluice_engine::{EngineError, ErrorCode};
 
+use crate::auth::may_touch_task;
 use crate::error::ApiResult;
-use crate::http::{Params, reply};
+use crate::http::{Params, RequestMeta, reply};
 use crate::state::AppState;
 use crate::tasks::{Task, TaskId};
 
@@ -93,6 +95,7 @@ fn is_true(params: &Params, key: &str) -> bool {
 /// `GET /_tasks` with `actions`, `detailed`, `parent_task_id`, `nodes`, `group_by`.
 pub async fn list(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let filter = parse_filter(&params)?;
@@ -102,6 +105,7 @@ pub async fn list(
         .list()
         .into_iter()
         .filter(|t| filter.matches(&st, t))
+        .filter(|t| may_touch_task(&meta, Action::TasksList, t.principal.as_deref()))
         .collect();
     let group_by = params.get("group_by").map_or("nodes", String::as_str);
     let render = |t: &Task| st.tasks.render(t, detailed);
@@ -163,11 +167,17 @@ fn task_missing(raw: &str) -> EngineError {
 /// `GET /_tasks/{task_id}`.
 pub async fn get_task(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Path(raw): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let seq = local_seq(&st, &raw)?;
-    let t = st.tasks.get(seq).ok_or_else(|| task_missing(&raw))?;
+    // Another user's task is answered as missing: its existence is not the caller's to learn.
+    let t = st
+        .tasks
+        .get(seq)
+        .filter(|t| may_touch_task(&meta, Action::TaskGet, t.principal.as_deref()))
+        .ok_or_else(|| task_missing(&raw))?;
     Ok(reply(
         StatusCode::OK,
         json!({"completed": false, "task": st.tasks.render(&t, true)}),
@@ -178,11 +188,13 @@ pub async fn get_task(
 /// `POST /_tasks/{task_id}/_cancel`: cancels the task and its descendants.
 pub async fn cancel_one(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Path(raw): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let seq = local_seq(&st, &raw)?;
-    if st.tasks.get(seq).is_none() {
+    let mine = |t: &Arc<Task>| may_touch_task(&meta, Action::TasksCancel, t.principal.as_deref());
+    if st.tasks.get(seq).filter(mine).is_none() {
         return Err(task_missing(&raw).into());
     }
     let cancelled = st.tasks.cancel_seq(seq, BY_USER_REQUEST);
@@ -206,6 +218,7 @@ pub async fn cancel_one(
 /// `POST /_tasks/_cancel?actions=…`: cancels every matching task.
 pub async fn cancel_matching(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let filter = parse_filter(&params)?;
@@ -215,6 +228,7 @@ pub async fn cancel_matching(
         .list()
         .into_iter()
         .filter(|t| filter.matches(&st, t))
+        .filter(|t| may_touch_task(&meta, Action::TasksCancel, t.principal.as_deref()))
     {
         st.tasks.cancel_seq(t.seq, BY_USER_REQUEST);
         m.insert(

