@@ -7,6 +7,7 @@ mod fixtures;
 
 mod aggregations;
 mod auth;
+mod authz;
 mod cluster_settings;
 mod documents;
 mod enforcement;
