@@ -2,9 +2,10 @@
 //! against many of them at once.
 //!
 //! A pattern is an index name with OpenSearch's wildcards: `*` (any run of characters) and `?`
-//! (one character). Most patterns are a name (`orders`) or a prefix (`tenant-a-*`): those go
-//! into a byte trie that answers in one walk of the index name, however many patterns there
-//! are; the rest are tried one by one.
+//! (one character). Every pattern goes into a byte trie by its literal part — a name
+//! (`orders`), a prefix (`tenant-a-*`), or the part before the first wildcard
+//! (`tenant-a-*-archive`) — so matching a name against many patterns is one walk of the name,
+//! trying only the patterns whose literal part the name starts with.
 
 /// Characters OpenSearch forbids in index names (besides `*` and `?`, wildcards here).
 const FORBIDDEN: &[char] = &['\\', '/', '"', '<', '>', '|', ' ', ',', '#', ':'];
@@ -67,12 +68,15 @@ pub fn validate(pattern: &str) -> Result<(), PatternError> {
     Ok(())
 }
 
-/// Whether `text` matches `pattern`, where `*` matches any run of characters and `?` one byte.
+/// Whether `text` matches `pattern`, where `*` matches any run of characters and `?` one byte
+/// (one character in the ASCII names indices have).
 ///
 /// Greedy with backtracking to the last `*`: `O(pattern × text)` at worst, no allocation.
 pub fn wildcard_match(pattern: &str, text: &str) -> bool {
-    let p = pattern.as_bytes();
-    let t = text.as_bytes();
+    match_bytes(pattern.as_bytes(), text.as_bytes())
+}
+
+fn match_bytes(p: &[u8], t: &[u8]) -> bool {
     let (mut pi, mut ti) = (0, 0);
     let (mut star, mut mark) = (None, 0);
     while ti < t.len() {
@@ -97,27 +101,28 @@ pub fn wildcard_match(pattern: &str, text: &str) -> bool {
     pi == p.len()
 }
 
-/// One trie node: its children by byte (sorted) and whether a pattern ends here, exactly
-/// (`orders`) or as a prefix (`tenant-a-*`).
+/// One trie node: its children by byte (sorted), whether a pattern ends here exactly
+/// (`orders`) or as a prefix (`tenant-a-*`), and the patterns whose literal part ends here,
+/// by what follows it (`tenant-a-*-archive` → `*-archive` under `tenant-a-`).
 #[derive(Debug, Clone, Default)]
 struct Node {
     children: Vec<(u8, u32)>,
     exact: bool,
     prefix: bool,
+    rest: Vec<Box<[u8]>>,
 }
 
-/// Many index patterns, matched together.
+/// Many index patterns, matched together in one walk of the name: a pattern costs a check
+/// only when the name starts with its literal part.
 ///
 /// # Invariants
 /// - Every pattern added is matched by [`PatternSet::matches`] exactly as
 ///   [`wildcard_match`] would match it alone (`test_pattern_set_agrees_with_wildcard_match`,
-///   and the property test in `tests/authz_props.rs`).
+///   and `prop_pattern_set_matches_as_its_patterns_do` in `tests/authz_props.rs`).
 #[derive(Debug, Clone)]
 pub struct PatternSet {
     /// `nodes[0]` is the root.
     nodes: Vec<Node>,
-    /// Patterns with a wildcard other than one final `*`.
-    general: Vec<Box<str>>,
     /// Whether `*` is in the set.
     all: bool,
 }
@@ -126,7 +131,6 @@ impl Default for PatternSet {
     fn default() -> Self {
         PatternSet {
             nodes: vec![Node::default()],
-            general: Vec::new(),
             all: false,
         }
     }
@@ -138,25 +142,19 @@ impl PatternSet {
         if self.all {
             return;
         }
-        let (stem, is_prefix) = match pattern.strip_suffix('*') {
-            Some(stem) => (stem, true),
-            None => (pattern, false),
-        };
-        if stem.contains(['*', '?']) {
-            if !self.general.iter().any(|g| &**g == pattern) {
-                self.general.push(pattern.into());
-            }
-            return;
-        }
-        if is_prefix && stem.is_empty() {
+        if pattern == "*" {
             self.all = true;
             self.nodes.truncate(1);
             self.nodes[0] = Node::default();
-            self.general.clear();
             return;
         }
+        let bytes = pattern.as_bytes();
+        let literal = bytes
+            .iter()
+            .position(|b| *b == b'*' || *b == b'?')
+            .unwrap_or(bytes.len());
         let mut at = 0usize;
-        for &b in stem.as_bytes() {
+        for &b in &bytes[..literal] {
             at = match self.nodes[at].children.binary_search_by_key(&b, |c| c.0) {
                 Ok(i) => self.nodes[at].children[i].1 as usize,
                 Err(i) => {
@@ -167,16 +165,23 @@ impl PatternSet {
                 }
             };
         }
-        if is_prefix {
-            self.nodes[at].prefix = true;
-        } else {
-            self.nodes[at].exact = true;
+        let rest = &bytes[literal..];
+        let node = &mut self.nodes[at];
+        match rest {
+            [] => node.exact = true,
+            [b'*'] => node.prefix = true,
+            _ => {
+                if !node.rest.iter().any(|r| **r == *rest) {
+                    node.rest.push(rest.into());
+                }
+            }
         }
     }
 
     /// Whether no pattern was added.
     pub fn is_empty(&self) -> bool {
-        !self.all && self.general.is_empty() && self.nodes.len() == 1 && !self.nodes[0].exact
+        let root = &self.nodes[0];
+        !self.all && self.nodes.len() == 1 && !root.exact && !root.prefix && root.rest.is_empty()
     }
 
     /// Whether `index` matches a pattern of the set. Allocates nothing.
@@ -184,25 +189,25 @@ impl PatternSet {
         if self.all {
             return true;
         }
+        let bytes = index.as_bytes();
         let mut at = 0usize;
-        let mut walked_all = true;
-        for &b in index.as_bytes() {
+        let mut i = 0usize;
+        loop {
             let node = &self.nodes[at];
-            if node.prefix {
+            if node.prefix || node.rest.iter().any(|r| match_bytes(r, &bytes[i..])) {
                 return true;
             }
+            let Some(&b) = bytes.get(i) else {
+                return node.exact;
+            };
             match node.children.binary_search_by_key(&b, |c| c.0) {
-                Ok(i) => at = node.children[i].1 as usize,
-                Err(_) => {
-                    walked_all = false;
-                    break;
+                Ok(k) => {
+                    at = node.children[k].1 as usize;
+                    i += 1;
                 }
+                Err(_) => return false,
             }
         }
-        if walked_all && (self.nodes[at].exact || self.nodes[at].prefix) {
-            return true;
-        }
-        self.general.iter().any(|p| wildcard_match(p, index))
     }
 }
 

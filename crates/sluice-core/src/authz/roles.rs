@@ -244,7 +244,9 @@ const MAX_CACHED_ROLE_SETS: usize = 4096;
 #[derive(Debug)]
 pub struct Authorizer {
     roles: HashMap<Arc<str>, Role>,
-    cache: parking_lot::RwLock<HashMap<Box<[Arc<str>]>, Arc<RoleSet>>>,
+    /// Role sets by role list. Fx-hashed: the role names come from the users file or a
+    /// trusted proxy, never from a client, so no one can choose colliding keys.
+    cache: parking_lot::RwLock<rustc_hash::FxHashMap<Box<[Arc<str>]>, Arc<RoleSet>>>,
 }
 
 impl Authorizer {

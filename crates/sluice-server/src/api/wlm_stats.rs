@@ -14,7 +14,8 @@
 //!   the throttle and queue figures; DEFAULT adds `total_unknown_group_tags`.
 //! - `include=buckets` adds each group's in-flight buckets (attribute, value, `in_flight`,
 //!   `node_limit`) — the operator's view of the node-tier throttle. It names usernames and
-//!   roles, so it needs an admin role when authentication is on.
+//!   roles, so it needs the cluster permission `cluster:admin/opensearch/wlm/stats/buckets`
+//!   (roles in `auth.admin_roles` have it) when authentication is on.
 //! - `_list/wlm_stats` tokens are base64 of the last (node, group) pair, the row count, the sort
 //!   field and order — not encrypted: they carry nothing secret. The text output ends with a
 //!   `next_token <token>` line when there is a next page, and with OpenSearch's "No more pages

@@ -176,7 +176,12 @@ pub use sluice_core::Principal;
 /// The request extension the [`authenticate`] middleware sets: the principal, `None` only when
 /// `auth.type` is `none`. Handlers take it as an extractor.
 #[derive(Debug, Clone, Default)]
-pub struct Authenticated(pub Option<Arc<Principal>>);
+pub struct Authenticated(
+    pub Option<Arc<Principal>>,
+    /// The principal's compiled permissions, set in place by [`super::authorize`] (no
+    /// allocation per request); `None` when nothing is authorized.
+    pub Option<Arc<sluice_core::authz::RoleSet>>,
+);
 
 impl<S: Send + Sync> FromRequestParts<S> for Authenticated {
     type Rejection = std::convert::Infallible;
@@ -698,7 +703,7 @@ pub async fn authenticate(
         .await
     {
         Ok(principal) => {
-            req.extensions_mut().insert(Authenticated(principal));
+            req.extensions_mut().insert(Authenticated(principal, None));
             next.run(req).await
         }
         Err(e) => {

@@ -32,11 +32,6 @@ use crate::error::ApiError;
 use crate::http::RequestMeta;
 use crate::state::AppState;
 
-/// A principal's compiled permissions, put in the request's extensions by [`authorize`] for
-/// [`crate::http::meta::scope_request`] to carry in the [`RequestMeta`].
-#[derive(Debug, Clone)]
-pub struct Permissions(pub Arc<RoleSet>);
-
 /// The node's authorization: the roles (from the roles file, or today's rule without one),
 /// the audit log and the refusal count.
 #[derive(Debug)]
@@ -230,8 +225,8 @@ fn is_audited(action: Action) -> bool {
 /// The middleware that authorizes every request (inside authentication, outside the router,
 /// so a request no route serves — and, in gateway mode, one forwarded upstream — is
 /// authorized too): 403 `security_exception` when the principal's roles do not grant the
-/// request's action on what it names; otherwise the principal's [`Permissions`] ride in the
-/// request for per-item checks. Admin actions and refusals are written to the audit log.
+/// request's action on what it names; otherwise the principal's permissions ride in the
+/// request's [`Authenticated`] for per-item checks. Admin actions and refusals are written to the audit log.
 ///
 /// # Cancel safety
 /// Dropping the future drops the request, as for any handler.
@@ -266,7 +261,9 @@ pub async fn authorize(State(st): State<Arc<AppState>>, mut req: Request, next: 
             let e = st.authz.refuse(principal, action, &target);
             return ApiError::Engine(e).into_response();
         }
-        req.extensions_mut().insert(Permissions(perms));
+        if let Some(a) = req.extensions_mut().get_mut::<Authenticated>() {
+            a.1 = Some(perms);
+        }
     }
     let resp = next.run(req).await;
     if let Some((action, target)) = audited {

@@ -36,6 +36,9 @@ pub const SCROLL_CLEAR: &str = "indices:data/read/scroll/clear";
 /// `_tasks` (each task is shown or cancelled by its owner or a cluster permission).
 pub const TASKS: &str = "cluster:monitor/tasks/lists";
 
+/// Segments of the longest path classified (`/_list/wlm_stats/{nodes}/stats/{groups}` has 5).
+const MAX_SEGMENTS: usize = 8;
+
 /// Percent-decodes a path segment (`logs%2Corders` → `logs,orders`); borrowed when it holds
 /// no escape.
 fn decode(segment: &str) -> Cow<'_, str> {
@@ -74,11 +77,21 @@ fn wants_buckets(query: Option<&str>) -> bool {
 /// The action of a request to `path` (without the query) with `method`.
 pub fn classify<'a>(method: &Method, path: &'a str, query: Option<&str>) -> RouteAction<'a> {
     use RouteAction::{Cluster, Index, PerItem};
-    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    // The segments on the stack: classifying allocates nothing (a longer path is no route).
+    let mut buf = [""; MAX_SEGMENTS];
+    let mut n = 0;
+    for s in path.split('/').filter(|s| !s.is_empty()) {
+        if n == MAX_SEGMENTS {
+            return Cluster(Action::Unclassified);
+        }
+        buf[n] = s;
+        n += 1;
+    }
+    let segs = &buf[..n];
     let m = method.clone();
     let read = m == Method::GET || m == Method::HEAD;
     let all = || Cow::Borrowed("_all");
-    match segs.as_slice() {
+    match segs {
         [] if read => Cluster(Action::ClusterMain),
         ["_cluster", "health"] | ["_cluster", "health", _] if read => {
             Cluster(Action::ClusterHealth)

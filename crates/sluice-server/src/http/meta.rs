@@ -15,7 +15,7 @@ use axum::response::Response;
 use parking_lot::Mutex;
 use sluice_engine::EngineError;
 
-use crate::auth::{Authenticated, Permissions, Principal};
+use crate::auth::{Authenticated, Principal};
 use sluice_core::authz::RoleSet;
 use sluice_wire::WORKLOAD_GROUP_ID_HEADER as GROUP_HEADER;
 
@@ -107,7 +107,10 @@ pub async fn scope_request(mut req: Request, next: Next) -> Response {
         .extensions()
         .get::<Authenticated>()
         .and_then(|a| a.0.clone());
-    let permissions = req.extensions().get::<Permissions>().map(|p| p.0.clone());
+    let permissions = req
+        .extensions()
+        .get::<Authenticated>()
+        .and_then(|a| a.1.clone());
     let meta = RequestMeta {
         principal,
         permissions,
