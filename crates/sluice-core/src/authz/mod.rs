@@ -21,4 +21,6 @@ pub mod roles;
 
 pub use action::{Action, ActionKind, ActionSet};
 pub use pattern::PatternSet;
-pub use roles::{Authorizer, IndexPermissionDef, RoleDef, RoleError, RoleSet, Roles};
+pub use roles::{
+    Authorizer, IndexPermissionDef, RoleDef, RoleError, RoleNamesHasher, RoleSet, Roles,
+};

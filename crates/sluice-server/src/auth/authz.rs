@@ -32,6 +32,9 @@ use crate::error::ApiError;
 use crate::http::RequestMeta;
 use crate::state::AppState;
 
+/// The audit log's action for loading the roles file (what changes roles).
+const ROLES_LOAD_ACTION: &str = "cluster:admin/sluice/roles/load";
+
 /// The node's authorization: the roles (from the roles file, or today's rule without one),
 /// the audit log and the refusal count.
 #[derive(Debug)]
@@ -51,6 +54,8 @@ impl Authz {
     /// user has full data access and `auth.admin_roles` guard the admin APIs.
     pub fn load(config: &AuthConfig) -> anyhow::Result<Authz> {
         let path = &config.roles_file;
+        let audit = Audit::default();
+        let mut from_roles_file = false;
         let authorizer = match config.mode {
             AuthMode::None if config.roles_file_required => {
                 anyhow::bail!(
@@ -73,6 +78,15 @@ impl Authz {
                     roles = roles.num_roles(),
                     "authorization from the roles file"
                 );
+                // Roles change only with the file, read at start: one audit line per load.
+                audit.record(
+                    Instant::now(),
+                    None,
+                    ROLES_LOAD_ACTION,
+                    &path.display().to_string(),
+                    Outcome::Done(200),
+                );
+                from_roles_file = true;
                 Some(Authorizer::new(roles, &config.admin_roles))
             }
             _ => {
@@ -82,11 +96,10 @@ impl Authz {
                 Some(Authorizer::without_roles_file(&config.admin_roles))
             }
         };
-        let from_roles_file = authorizer.is_some() && (config.roles_file_required || path.exists());
         Ok(Authz {
             authorizer,
             from_roles_file,
-            audit: Audit::default(),
+            audit,
             refused: AtomicU64::new(0),
         })
     }
@@ -276,6 +289,27 @@ pub async fn authorize(State(st): State<Arc<AppState>>, mut req: Request, next: 
         );
     }
     resp
+}
+
+/// Authorizes index `action` on `expr` for work the node does on behalf of `who` outside a
+/// request's own path (the documents and searches a `terms` lookup reads): `Err` is the 403,
+/// counted and audited.
+pub fn authorize_principal(
+    st: &AppState,
+    who: Option<&Principal>,
+    action: Action,
+    expr: &str,
+) -> Result<(), EngineError> {
+    let Some(who) = who else {
+        return Ok(());
+    };
+    let Some(perms) = st.authz.permissions(who) else {
+        return Ok(());
+    };
+    if allows_expression(&perms, action, expr, &st.engine) {
+        return Ok(());
+    }
+    Err(st.authz.refuse(who, action.name(), expr))
 }
 
 /// Authorizes one item of a request of items (an `_msearch` search, a `_bulk` operation, an

@@ -630,3 +630,39 @@ async fn test_bad_roles_file_stops_start_up_naming_the_entry() {
         .to_string();
     assert!(e.contains("auth.type is none"), "{e}");
 }
+
+#[tokio::test]
+async fn test_terms_lookup_reads_only_what_the_user_may_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = node_with_roles(&tmp).await;
+    seed(&node).await;
+    let lookup = |index: &str, by_query: bool| {
+        let spec = if by_query {
+            json!({"index": index, "query": {"match_all": {}}, "path": "tenant"})
+        } else {
+            json!({"index": index, "id": "1", "path": "tenant"})
+        };
+        json!({"query": {"terms": {"tenant.keyword": spec}}})
+    };
+    let alice = who("alice", "tenant_a");
+    for by_query in [false, true] {
+        let r = send(
+            &node,
+            &alice,
+            "POST",
+            "/a-1/_search",
+            Some(lookup("b-1", by_query)),
+        )
+        .await;
+        assert_error(&r, 403, "security_exception");
+        let (s, body) = send(
+            &node,
+            &alice,
+            "POST",
+            "/a-1/_search",
+            Some(lookup("a-1", by_query)),
+        )
+        .await;
+        assert_eq!(s, 200, "by_query {by_query}: {body}");
+    }
+}
