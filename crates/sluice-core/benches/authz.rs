@@ -191,6 +191,19 @@ fn benches(c: &mut Criterion, f: &Fixture) {
     for (name, roles, action, index, _) in cases(f) {
         g.bench_function(name, |b| b.iter(|| f.check(roles, action, index)));
     }
+    // The two halves of a check with every role: the cache lookup, then the trie walk.
+    g.bench_function("100_roles_lookup_only", |b| {
+        b.iter(|| f.auth.role_set(black_box(&f.all)))
+    });
+    let all = f.auth.role_set(&f.all);
+    g.bench_function("100_roles_walk_only", |b| {
+        b.iter(|| {
+            all.allows_index(
+                black_box(Action::Search),
+                black_box("tenant-042-kind7-2026.12.01"),
+            )
+        })
+    });
     g.bench_function("cluster_action_3_roles", |b| {
         b.iter(|| {
             f.auth

@@ -273,6 +273,32 @@ impl Hasher for RoleNamesHasher {
     }
 }
 
+/// One cached role set and the role list it was compiled for.
+#[derive(Debug)]
+struct CachedSet {
+    roles: Box<[Arc<str>]>,
+    set: Arc<RoleSet>,
+}
+
+/// The fingerprint of a role list: every name through [`RoleNamesHasher`], in order.
+fn fingerprint(roles: &[Arc<str>]) -> u64 {
+    let mut h = RoleNamesHasher::default();
+    h.mix(roles.len() as u64);
+    for r in roles {
+        h.write(r.as_bytes());
+    }
+    h.finish()
+}
+
+/// Whether two role lists are the same, names compared by pointer first: a principal from the
+/// users file hands the same `Arc`s every request, so a cache hit compares no bytes.
+fn same_roles(a: &[Arc<str>], b: &[Arc<str>]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| Arc::ptr_eq(x, y) || **x == **y)
+}
+
 /// Most distinct role combinations kept compiled: with proxy authentication the combinations
 /// come from headers, so the cache is bounded; a deployment has far fewer (one per kind of
 /// user), and beyond the bound the cache starts over rather than grow.
@@ -283,10 +309,9 @@ const MAX_CACHED_ROLE_SETS: usize = 4096;
 #[derive(Debug)]
 pub struct Authorizer {
     roles: HashMap<Arc<str>, Role>,
-    /// Role sets by role list, hashed by [`RoleNamesHasher`].
-    cache: parking_lot::RwLock<
-        HashMap<Box<[Arc<str>]>, Arc<RoleSet>, BuildHasherDefault<RoleNamesHasher>>,
-    >,
+    /// Role sets by the fingerprint of their role list ([`fingerprint`]), each with the
+    /// list it was built for (fingerprints may collide; the list decides).
+    cache: parking_lot::RwLock<HashMap<u64, Vec<CachedSet>, BuildHasherDefault<RoleNamesHasher>>>,
 }
 
 impl Authorizer {
@@ -349,8 +374,14 @@ impl Authorizer {
     /// grant nothing). Cached: after the first call for a combination, a lookup that
     /// allocates nothing.
     pub fn role_set(&self, roles: &[Arc<str>]) -> Arc<RoleSet> {
-        if let Some(set) = self.cache.read().get(roles) {
-            return set.clone();
+        let key = fingerprint(roles);
+        if let Some(hit) = self
+            .cache
+            .read()
+            .get(&key)
+            .and_then(|sets| sets.iter().find(|c| same_roles(&c.roles, roles)))
+        {
+            return hit.set.clone();
         }
         let everyone = self.roles.get(EVERYONE);
         let set = Arc::new(RoleSet::build(
@@ -363,7 +394,15 @@ impl Authorizer {
         if cache.len() >= MAX_CACHED_ROLE_SETS {
             cache.clear();
         }
-        cache.insert(roles.into(), set.clone());
+        let sets = cache.entry(key).or_default();
+        // Another thread may have compiled the same list meanwhile: keep one.
+        if let Some(c) = sets.iter().find(|c| same_roles(&c.roles, roles)) {
+            return c.set.clone();
+        }
+        sets.push(CachedSet {
+            roles: roles.into(),
+            set: set.clone(),
+        });
         set
     }
 }
