@@ -619,6 +619,11 @@ impl Engine {
         })
     }
 
+    /// The user label the scroll `scroll_id` was opened with.
+    pub fn scroll_opened_by(&self, scroll_id: &str) -> Result<Option<Arc<str>>> {
+        self.scrolls.opened_by(scroll_id)
+    }
+
     /// The owner label the scroll `scroll_id` was opened with.
     pub fn scroll_owner(&self, scroll_id: &str) -> Result<Option<Arc<str>>> {
         self.scrolls.owner(scroll_id)

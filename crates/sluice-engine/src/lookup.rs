@@ -245,6 +245,10 @@ impl<'a> TermsLookups<'a> {
         if self.ctx.is_cancelled() {
             return Err(crate::search::cancelled());
         }
+        if let Some(hook) = &self.ctx.nested {
+            let by_query = matches!(lookup.source, LookupSource::Query(_));
+            hook.authorize_lookup(&lookup.index, by_query)?;
+        }
         let values = match &lookup.source {
             LookupSource::Id(id) => {
                 let (_, doc) = self.engine.get_doc(&lookup.index, id)?;

@@ -444,6 +444,19 @@ impl ScrollStore {
             .ok_or_else(|| context_missing(id))
     }
 
+    /// The user label of the request that opened `scroll_id` (see
+    /// [`SearchRequest::opened_by`]); `search_context_missing_exception` when no such scroll
+    /// is open.
+    pub fn opened_by(&self, scroll_id: &str) -> Result<Option<Arc<str>>> {
+        let id = self.parse_id(scroll_id)?;
+        let inner = self.inner.lock();
+        inner
+            .contexts
+            .get(&id)
+            .map(|c| c.page_req.opened_by.clone())
+            .ok_or_else(|| context_missing(id))
+    }
+
     fn checkout(&self, id: u64, now: Instant) -> Result<Lease> {
         let mut inner = self.inner.lock();
         let Some(ctx) = inner.contexts.get(&id).cloned() else {

@@ -33,8 +33,10 @@ pub mod keys {
     pub const AUTH_PROXY_ROLES_HEADER: &str = "auth.proxy.roles_header";
     /// Peers (comma-separated IPs or CIDRs) whose proxy headers are believed.
     pub const AUTH_PROXY_TRUSTED_ADDRESSES: &str = "auth.proxy.trusted_addresses";
-    /// Roles (comma-separated) allowed to call mutating admin APIs.
+    /// Roles (comma-separated) with every permission, the admin APIs included.
     pub const AUTH_ADMIN_ROLES: &str = "auth.admin_roles";
+    /// The roles file: per role, cluster and index permissions.
+    pub const AUTH_ROLES_FILE: &str = "auth.roles_file";
     /// The memory task usage is a fraction of: bytes (`8gb`) or a percentage (`50%`) of the
     /// node's memory (cgroup limit, else physical).
     pub const NODE_MEMORY_BUDGET: &str = "node.memory_budget";
@@ -65,6 +67,7 @@ const KNOWN_KEYS: &[&str] = &[
     keys::AUTH_PROXY_ROLES_HEADER,
     keys::AUTH_PROXY_TRUSTED_ADDRESSES,
     keys::AUTH_ADMIN_ROLES,
+    keys::AUTH_ROLES_FILE,
     keys::NODE_MEMORY_BUDGET,
     keys::DISCOVERY_SEED_HOSTS,
     keys::TRANSPORT_HOST,
@@ -561,6 +564,13 @@ fn auth_config<'a>(
             return Err(invalid(keys::AUTH_USERS_FILE, v, s, "expected a file path"));
         }
         auth.users_file = PathBuf::from(v);
+    }
+    if let Some((v, s)) = get(keys::AUTH_ROLES_FILE) {
+        if v.trim().is_empty() {
+            return Err(invalid(keys::AUTH_ROLES_FILE, v, s, "expected a file path"));
+        }
+        auth.roles_file = PathBuf::from(v);
+        auth.roles_file_required = true;
     }
     let header = |key: &str| -> Result<Option<http::HeaderName>, ConfigError> {
         match get(key) {

@@ -101,6 +101,7 @@ impl Node {
         ));
         let tasks = Arc::new(TaskManager::new(&identity.node_id));
         let auth = Arc::new(crate::auth::Authenticator::new(config.auth.clone())?);
+        let authz = Arc::new(crate::auth::Authz::load(&config.auth)?);
         let auth_enabled = config.auth.mode != crate::auth::AuthMode::None;
         let workload = Arc::new(crate::workload::Workload::new(auth_enabled));
         crate::catalog::reload(&workload, metastore.as_ref())
@@ -120,6 +121,7 @@ impl Node {
             enforcement,
             workload,
             auth,
+            authz,
             config,
             identity,
             backend: Arc::new(crate::backend::embedded::EmbeddedBackend::new(
@@ -218,20 +220,26 @@ impl Node {
 }
 
 /// The node's HTTP service: the API router under its layers (panics caught, body limit,
-/// authentication, request metadata, gzip both ways) and, outside the router so it sees the
+/// authentication, authorization, request metadata, gzip both ways) and, outside the router so it sees the
 /// `Allow` header the router sets on a 405, the method-name fallback; outermost, the echo of
 /// `X-Opaque-Id`. `serve` runs it on the
 /// listener; tests may drive it in-process.
 pub fn app(state: Arc<AppState>) -> HttpService {
     let limit = state.config.max_content_length;
     let auth = state.auth.clone();
-    let app = api::router(state)
+    let app = api::router(state.clone())
         .layer(axum::extract::DefaultBodyLimit::max(
             usize::try_from(limit).unwrap_or(usize::MAX),
         ))
         .layer(middleware::from_fn(crate::http::meta::scope_request))
         .layer(middleware::from_fn(
             crate::admission::ticket::release_with_response,
+        ))
+        // Inside authentication, outside the router: every request, routed or not (a
+        // gateway's pass-through included), is authorized before its handler.
+        .layer(middleware::from_fn_with_state(
+            state,
+            crate::auth::authorize,
         ))
         .layer(middleware::from_fn_with_state(
             auth,

@@ -64,8 +64,11 @@ pub struct AppState {
     /// The dynamic cluster settings (`_cluster/settings`), read with
     /// `cluster_settings.snapshot()` or its typed accessors.
     pub cluster_settings: Arc<crate::settings::ClusterSettings>,
-    /// Authentication (`auth.*`): checks requests and admin permissions.
+    /// Authentication (`auth.*`): who sends a request.
     pub auth: Arc<crate::auth::Authenticator>,
+    /// Authorization (`auth.roles_file`, `auth.admin_roles`): what a request may do, and the
+    /// audit log.
+    pub authz: Arc<crate::auth::Authz>,
     /// Workload management at run time: groups, rules, stats, tagging.
     pub workload: Arc<crate::workload::Workload>,
     /// Resource enforcement: node capacity, duress, the enforcement loop's state.

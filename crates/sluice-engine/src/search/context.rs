@@ -82,6 +82,14 @@ pub trait NestedSearchHook: Send + Sync {
     /// request with that error as is (a 429 `rejected_execution_exception`, a
     /// `task_cancelled_exception` ...).
     fn enter(&self, index: &str, description: &str) -> Result<NestedScope>;
+
+    /// Checks that the request may read what a `terms` lookup reads from `index`: a document
+    /// by id (`by_query: false`) or the hits of a query. An error aborts the outer request
+    /// with that error as is (a 403 `security_exception`). The default allows everything.
+    fn authorize_lookup(&self, index: &str, by_query: bool) -> Result<()> {
+        let _ = (index, by_query);
+        Ok(())
+    }
 }
 
 /// What a [`NestedSearchHook`] hands back for one nested search.

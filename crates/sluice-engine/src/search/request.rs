@@ -89,6 +89,10 @@ pub struct SearchRequest {
     /// for its continuations ([`crate::ScrollStore::owner`]) — the server stores the workload
     /// group the scroll was opened in.
     pub owner: Option<Arc<str>>,
+    /// Another opaque caller label, never parsed from the request: the user who opened a
+    /// scroll, kept for its continuations ([`crate::ScrollStore::opened_by`]) so the server
+    /// lets only that user continue or clear it.
+    pub opened_by: Option<Arc<str>>,
 }
 
 impl Default for SearchRequest {
@@ -115,6 +119,7 @@ impl Default for SearchRequest {
             seq_no_primary_term: false,
             version: false,
             owner: None,
+            opened_by: None,
         }
     }
 }

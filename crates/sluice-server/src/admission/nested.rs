@@ -29,6 +29,20 @@ impl NestedSearches {
 }
 
 impl NestedSearchHook for NestedSearches {
+    fn authorize_lookup(&self, index: &str, by_query: bool) -> Result<(), EngineError> {
+        let action = if by_query {
+            sluice_core::authz::Action::Search
+        } else {
+            sluice_core::authz::Action::Get
+        };
+        crate::auth::authz::authorize_principal(
+            &self.st,
+            self.parent.principal.as_deref(),
+            action,
+            index,
+        )
+    }
+
     fn enter(&self, _index: &str, description: &str) -> Result<NestedScope, EngineError> {
         let principal = self.parent.principal.clone();
         let mut held = self.parent.held_buckets().to_vec();

@@ -143,6 +143,7 @@ impl Admitted {
         req.timeout = self.settings.timeout(req.timeout);
         req.max_buckets = self.settings.max_buckets(req.max_buckets);
         req.owner = Some(self.run.entry.id.clone());
+        req.opened_by = self.run.task.principal.as_ref().map(|p| p.username.clone());
     }
 
     /// What a backend needs to run the request.

@@ -7,6 +7,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
+use sluice_core::authz::Action;
 use sluice_engine::index::{DocOp, DocWriteResult, OpType};
 use sluice_engine::search::SourceFilter;
 use sluice_engine::versioning::{VersionType, Versioning};
@@ -15,7 +16,7 @@ use sluice_engine::{EngineError, ErrorCode};
 use super::cluster_settings::bool_param;
 use crate::backend::embedded::blocking;
 use crate::error::{ApiResult, render_error, status_of};
-use crate::http::{Body, Params, reply};
+use crate::http::{Body, Params, RequestMeta, reply};
 use crate::state::AppState;
 
 /// The `refresh` parameter of write requests.
@@ -442,6 +443,7 @@ fn item_json(
 
 async fn run_bulk(
     st: Arc<AppState>,
+    meta: RequestMeta,
     default_index: Option<String>,
     params: Params,
     body: Body,
@@ -465,7 +467,18 @@ async fn run_bulk(
         .into());
     }
     let require_alias = bool_param(&params, "require_alias")?;
-    let items = parse_bulk(&body.0, default_index.as_deref(), require_alias)?;
+    let mut items = parse_bulk(&body.0, default_index.as_deref(), require_alias)?;
+    // Each operation is authorized on its own index: a forbidden one is a 403 item.
+    for item in items.iter_mut().filter(|i| i.op.is_ok()) {
+        let action = match item.action {
+            "delete" => Action::WriteDelete,
+            "update" => Action::WriteUpdate,
+            _ => Action::WriteIndex,
+        };
+        if let Err(e) = crate::auth::authorize_item(&st, &meta, action, &item.index) {
+            item.op = Err(e);
+        }
+    }
     let engine = st.engine.clone();
     let (items, results) = blocking(move || {
         let mut runnable = Vec::new();
@@ -523,20 +536,22 @@ async fn run_bulk(
 /// `POST /_bulk`.
 pub async fn bulk(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    run_bulk(st, None, params, body).await
+    run_bulk(st, meta, None, params, body).await
 }
 
 /// `POST /{index}/_bulk`.
 pub async fn bulk_index(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Path(index): Path<String>,
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    run_bulk(st, Some(index), params, body).await
+    run_bulk(st, meta, Some(index), params, body).await
 }
 
 async fn write_one(
@@ -780,6 +795,7 @@ fn found_json(
 /// the default filter of every item.
 pub async fn mget(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     index: Option<Path<String>>,
     Query(params): Query<Params>,
     body: Body,
@@ -787,12 +803,21 @@ pub async fn mget(
     let default_index = index.map(|Path(i)| i);
     let default_filter = source_param_filter(&params)?;
     let items = parse_mget(body.json()?, default_index.as_deref(), &default_filter)?;
+    // Each document is authorized on its own index: a forbidden one answers an error item.
+    let denied: Vec<Option<EngineError>> = items
+        .iter()
+        .map(|i| crate::auth::authorize_item(&st, &meta, Action::Mget, &i.index).err())
+        .collect();
     let engine = st.engine.clone();
     let docs = blocking(move || {
         Ok(items
             .into_iter()
-            .map(|item| {
+            .zip(denied)
+            .map(|(item, denied)| {
                 let MgetItem { index, id, filter } = item;
+                if let Some(e) = denied {
+                    return json!({"_index": index, "_id": id, "error": render_error(&e)});
+                }
                 match engine.get_doc(&index, &id) {
                     Ok((index, Some(doc))) => found_json(&index, &id, &doc, &filter),
                     Ok((index, None)) => json!({"_index": index, "_id": id, "found": false}),

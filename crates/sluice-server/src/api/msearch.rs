@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use futures::StreamExt;
 use serde_json::{Value, json};
+use sluice_core::authz::Action;
 use sluice_engine::{EngineError, ErrorCode, SearchRequest};
 
 use super::search::search_description;
@@ -244,6 +245,7 @@ async fn run_item(
         description,
         params,
     } = item;
+    crate::auth::authorize_item(st, meta, Action::Search, &index)?;
     let mut spec = TaskSpec::new(actions::SEARCH, description, &index, &params)?;
     spec.parent = Some(parent);
     let mut admitted = admit(st, meta, spec).await?;

@@ -16,6 +16,7 @@ use sluice_engine::scroll::parse_keep_alive;
 use sluice_engine::{EngineError, ErrorCode, ScrollLimits};
 
 use crate::admission::{Inherited, TaskSpec, admit, requested_cancel_after};
+use crate::auth::{authorize_scroll, route};
 use crate::error::ApiResult;
 use crate::http::{Body, Params, RequestMeta, reply};
 use crate::state::AppState;
@@ -53,20 +54,22 @@ pub async fn next_page_of(
 /// `DELETE /_search/scroll`.
 pub async fn clear(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    run_clear(st, params, None, body).await
+    run_clear(st, meta, params, None, body).await
 }
 
 /// `DELETE /_search/scroll/{scroll_id}` (ids comma-separated, or `_all`).
 pub async fn clear_ids(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Path(scroll_ids): Path<String>,
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    run_clear(st, params, Some(scroll_ids), body).await
+    run_clear(st, meta, params, Some(scroll_ids), body).await
 }
 
 /// Brings the engine's scroll limits in line with the cluster settings in force
@@ -108,6 +111,8 @@ async fn run_scroll(
                 .unwrap_or_else(|| st.workload.default_entry().clone()),
             held: Vec::new(),
         });
+    let opened_by = st.backend.scroll_opened_by(&req.scroll_id).ok().flatten();
+    authorize_scroll(&st, &meta, route::SCROLL, opened_by.as_deref())?;
     let spec = TaskSpec {
         action: actions::SCROLL,
         description,
@@ -134,11 +139,21 @@ async fn run_scroll(
 
 async fn run_clear(
     st: Arc<AppState>,
+    meta: RequestMeta,
     params: Params,
     path_ids: Option<String>,
     body: Body,
 ) -> ApiResult<Response> {
     let ids = parse_clear_request(path_ids.as_deref(), body.json()?.as_ref())?;
+    // Only the user who opened a scroll clears it; `_all` needs the permission for others'.
+    for id in &ids {
+        let opened_by = if id == "_all" {
+            Some(Arc::from(crate::auth::authz::ALL_SCROLLS))
+        } else {
+            st.backend.scroll_opened_by(id).ok().flatten()
+        };
+        authorize_scroll(&st, &meta, route::SCROLL_CLEAR, opened_by.as_deref())?;
+    }
     let num_freed = st.backend.clear_scrolls(ids).await?;
     // OpenSearch's `ClearScrollResponse` answers 404 when nothing was freed.
     let status = if num_freed == 0 {

@@ -12,15 +12,27 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
 use sluice_cluster::rpc::LocalApi;
+use sluice_core::authz::Action;
 use sluice_engine::EngineError;
 
 use super::cluster_settings::bool_param;
+use crate::auth::may_touch_task;
 use crate::cluster::local::{CancelTasks, OneTask, TaskFilter, task_entry_of, task_missing};
 use crate::cluster::{DEFAULT_FANOUT_TIMEOUT, select};
 use crate::error::ApiResult;
-use crate::http::{Params, reply};
+use crate::http::{Params, RequestMeta, reply};
 use crate::state::AppState;
 use crate::tasks::{Lookup, TaskId};
+
+/// Whose tasks the caller may `action`: `None` for everyone's (no authorization, or the
+/// cluster permission for it), else only the caller's own. Sent with the call, so the node
+/// that runs the tasks applies it.
+fn only_user(meta: &RequestMeta, action: Action) -> Option<String> {
+    if may_touch_task(meta, action, None) {
+        return None;
+    }
+    meta.principal.as_ref().map(|p| p.username.to_string())
+}
 
 fn list_param(params: &Params, k: &str) -> Option<Vec<String>> {
     params.get(k).map(|v| {
@@ -40,6 +52,7 @@ fn parse_filter(params: &Params) -> ApiResult<TaskFilter> {
         actions: list_param(params, "actions").unwrap_or_default(),
         parent_task_id: params.get("parent_task_id").cloned(),
         detailed: is_true(params, "detailed"),
+        only_user: None,
     })
 }
 
@@ -89,10 +102,11 @@ async fn gather(
 /// `GET /_tasks` with `actions`, `detailed`, `parent_task_id`, `nodes`, `group_by`, `timeout`.
 pub async fn list(
     State(st): State<Arc<AppState>>,
-    meta: crate::http::RequestMeta,
+    meta: RequestMeta,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    let filter = parse_filter(&params)?;
+    let mut filter = parse_filter(&params)?;
+    filter.only_user = only_user(&meta, Action::TasksList);
     // The listing is a task too, as in OpenSearch, so it lists itself.
     let _listing = st.tasks.register(
         crate::tasks::actions::LIST_TASKS,
@@ -207,6 +221,7 @@ const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
 /// `wait_for_completion=true` waits for the end, up to `timeout`.
 pub async fn get_task(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Path(raw): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
@@ -240,7 +255,10 @@ pub async fn get_task(
         &raw,
         &params,
         LocalApi::GetTask,
-        json!(OneTask { id: raw.clone() }),
+        json!(OneTask {
+            id: raw.clone(),
+            only_user: only_user(&meta, Action::TaskGet),
+        }),
     )
     .await?;
     Ok(reply(StatusCode::OK, body, &params))
@@ -254,12 +272,16 @@ fn far_future() -> tokio::time::Instant {
 /// `POST /_tasks/{task_id}/_cancel`: cancels the task and its descendants, on its node.
 pub async fn cancel_one(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Path(raw): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let call = CancelTasks {
         id: Some(raw.clone()),
-        filter: TaskFilter::default(),
+        filter: TaskFilter {
+            only_user: only_user(&meta, Action::TasksCancel),
+            ..TaskFilter::default()
+        },
     };
     let (owner, body) = routed(&st, &raw, &params, LocalApi::CancelTasks, json!(call)).await?;
     let entry = task_entry_of(&owner, body["tasks"].clone());
@@ -274,12 +296,12 @@ pub async fn cancel_one(
 /// members.
 pub async fn cancel_matching(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    let call = CancelTasks {
-        id: None,
-        filter: parse_filter(&params)?,
-    };
+    let mut filter = parse_filter(&params)?;
+    filter.only_user = only_user(&meta, Action::TasksCancel);
+    let call = CancelTasks { id: None, filter };
     let (answers, failures) = gather(&st, &params, LocalApi::CancelTasks, json!(call)).await?;
     let nodes: Map<String, Value> = answers
         .into_iter()

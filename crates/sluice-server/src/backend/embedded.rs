@@ -154,6 +154,10 @@ impl Backend for EmbeddedBackend {
         self.engine.scroll_owner(scroll_id)
     }
 
+    fn scroll_opened_by(&self, scroll_id: &str) -> Result<Option<Arc<str>>, EngineError> {
+        self.engine.scroll_opened_by(scroll_id)
+    }
+
     fn clear_scrolls(&self, ids: Vec<String>) -> BoxFuture<'static, ApiResult<u64>> {
         let engine = self.engine.clone();
         // Freeing contexts drops their searchers: keep that off the async threads.

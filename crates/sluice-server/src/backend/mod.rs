@@ -84,6 +84,14 @@ pub trait Backend: Send + Sync {
     /// continuations run in the same group; an error when the scroll is unknown.
     fn scroll_owner(&self, scroll_id: &str) -> Result<Option<Arc<str>>, EngineError>;
 
+    /// The user who opened a scroll (`Ok(None)`: unknown to this backend, or opened without
+    /// authentication), so only that user continues or clears it; an error when the scroll is
+    /// unknown. A backend that cannot tell (an upstream cluster, whose own security checks
+    /// scroll owners) keeps the default.
+    fn scroll_opened_by(&self, _scroll_id: &str) -> Result<Option<Arc<str>>, EngineError> {
+        Ok(None)
+    }
+
     /// Frees the scrolls `ids` (`["_all"]`: every scroll); answers how many were freed, as
     /// OpenSearch counts them.
     fn clear_scrolls(&self, ids: Vec<String>) -> BoxFuture<'static, ApiResult<u64>>;

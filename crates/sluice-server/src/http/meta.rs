@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use sluice_engine::EngineError;
 
 use crate::auth::{Authenticated, Principal};
+use sluice_core::authz::RoleSet;
 use sluice_wire::WORKLOAD_GROUP_ID_HEADER as GROUP_HEADER;
 
 /// The request's metadata (see the module docs). Cheap to clone: every part is shared.
@@ -24,6 +25,9 @@ pub struct RequestMeta {
     /// Who sends the request, from sluice's own authentication; `None` when `auth.type` is
     /// `none` (DESIGN D6).
     pub principal: Option<Arc<Principal>>,
+    /// The principal's compiled permissions, for the per-item checks of `crate::auth::authz`;
+    /// `None` when nothing is authorized (`auth.type: none`, work the node starts itself).
+    pub permissions: Option<Arc<RoleSet>>,
     /// The `workloadGroupId` header: `Ok(None)` when absent, `Err` with the reason when it
     /// cannot be used (repeated, empty, not text).
     group_header: Result<Option<Arc<str>>, Arc<str>>,
@@ -37,6 +41,7 @@ impl RequestMeta {
     pub fn internal(principal: Option<Arc<Principal>>) -> RequestMeta {
         RequestMeta {
             principal,
+            permissions: None,
             group_header: Ok(None),
             warnings: Warnings::default(),
         }
@@ -102,8 +107,13 @@ pub async fn scope_request(mut req: Request, next: Next) -> Response {
         .extensions()
         .get::<Authenticated>()
         .and_then(|a| a.0.clone());
+    let permissions = req
+        .extensions()
+        .get::<Authenticated>()
+        .and_then(|a| a.1.clone());
     let meta = RequestMeta {
         principal,
+        permissions,
         group_header: read_group_header(&req),
         warnings: Warnings::default(),
     };

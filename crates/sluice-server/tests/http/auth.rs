@@ -146,7 +146,7 @@ async fn test_admin_role_required_for_cluster_settings_update() {
     assert_error(&(status, body.clone()), 403, "security_exception");
     assert_eq!(
         body["error"]["reason"],
-        "no permissions for [cluster:admin/settings/update] and User [name=bob, roles=[analyst]]"
+        "no permissions for [cluster:admin/settings/update] and User [name=bob, backend_roles=[analyst], requestedTenant=null]"
     );
     // Nothing changed.
     let (status, body, _) = send(
@@ -237,7 +237,7 @@ async fn test_proxy_headers_from_trusted_peer_authenticate() {
         body["error"]["reason"]
             .as_str()
             .unwrap()
-            .contains("name=carol, roles=[analyst, viewer]"),
+            .contains("name=carol, backend_roles=[analyst, viewer]"),
         "{body}"
     );
     let (status, body, _) = send(

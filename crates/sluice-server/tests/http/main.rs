@@ -8,6 +8,7 @@ mod fixtures;
 mod aggregations;
 mod aliases;
 mod auth;
+mod authz;
 mod benchmark_compat;
 mod by_query;
 mod client_compat;

@@ -22,6 +22,10 @@ pub struct TaskFilter {
     pub parent_task_id: Option<String>,
     /// `detailed`.
     pub detailed: bool,
+    /// Only this user's tasks (a caller without the cluster permission to see or cancel
+    /// anyone's; decided by the coordinating node); `None` for everyone's.
+    #[serde(default)]
+    pub only_user: Option<String>,
 }
 
 /// One task by id (`node:seq`).
@@ -29,6 +33,10 @@ pub struct TaskFilter {
 pub struct OneTask {
     /// The task id as the client wrote it.
     pub id: String,
+    /// Only if it is this user's task (else it is answered as missing, so its existence is
+    /// not the caller's to learn); `None` for anyone's.
+    #[serde(default)]
+    pub only_user: Option<String>,
 }
 
 /// A cancel: one task (and its descendants) or every task the filter matches.
@@ -51,7 +59,7 @@ impl TaskFilter {
             None => true,
             Some(p) => p.node == st.tasks.node_id() && t.parent == Some(p.seq),
         };
-        action_ok && parent_ok
+        action_ok && parent_ok && visible_to(self.only_user.as_deref(), t)
     }
 
     fn parent(&self) -> Result<Option<TaskId>, EngineError> {
@@ -60,6 +68,11 @@ impl TaskFilter {
             .map(|p| TaskId::parse(p).ok_or_else(|| malformed_id(p)))
             .transpose()
     }
+}
+
+/// Whether task `t` is one `only_user` may touch (`None`: anyone's).
+fn visible_to(only_user: Option<&str>, t: &Task) -> bool {
+    only_user.is_none_or(|u| t.principal.as_ref().is_some_and(|p| *p.username == *u))
 }
 
 fn malformed_id(id: &str) -> EngineError {
@@ -91,9 +104,10 @@ pub(super) fn list(st: &AppState, f: &TaskFilter) -> Result<Value, EngineError> 
 pub(super) fn get(st: &AppState, p: &OneTask) -> Result<Value, EngineError> {
     let seq = local_seq(st, &p.id)?;
     match st.tasks.lookup(seq) {
-        crate::tasks::Lookup::Running(t) => {
+        crate::tasks::Lookup::Running(t) if visible_to(p.only_user.as_deref(), &t) => {
             Ok(json!({"completed": false, "task": st.tasks.render(&t, true)}))
         }
+        crate::tasks::Lookup::Running(_) => Err(task_missing(&p.id)),
         // A background task that ended: its stored result.
         crate::tasks::Lookup::Done(result) => Ok(result),
         crate::tasks::Lookup::Missing => Err(task_missing(&p.id)),
@@ -107,7 +121,8 @@ pub(super) fn cancel(st: &AppState, p: &CancelTasks) -> Result<Value, EngineErro
     match &p.id {
         Some(id) => {
             let seq = local_seq(st, id)?;
-            if st.tasks.get(seq).is_none() {
+            let only_user = p.filter.only_user.as_deref();
+            if st.tasks.get(seq).is_none_or(|t| !visible_to(only_user, &t)) {
                 return Err(task_missing(id));
             }
             for t in st

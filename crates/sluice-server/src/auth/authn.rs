@@ -7,8 +7,7 @@
 //! The [`authenticate`] middleware turns a request into an [`Authenticated`] request extension
 //! (which [`crate::http::meta`] puts into the request's metadata, so admission registers every
 //! task the request starts with its principal) or answers 401 `security_exception` with
-//! `WWW-Authenticate`. Handlers of mutating admin APIs call [`Authenticator::authorize_admin`],
-//! which answers 403 unless the principal has a role in `auth.admin_roles`.
+//! `WWW-Authenticate`. What an authenticated principal may do is [`super::authz`]'s.
 //!
 //! The principal is never read from a client-chosen header (proxy headers count only from
 //! trusted peers), never forwarded, and never logged above DEBUG; passwords and the
@@ -32,7 +31,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use sluice_engine::{EngineError, ErrorCode};
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiError;
 
 /// The `WWW-Authenticate` challenge of a 401 in `basic` mode.
 pub const BASIC_CHALLENGE: &str = "Basic realm=\"sluice\"";
@@ -42,6 +41,8 @@ pub const DEFAULT_USERS_FILE: &str = "config/users.yml";
 pub const DEFAULT_USER_HEADER: &str = "x-proxy-user";
 /// Default `auth.proxy.roles_header` (comma-separated roles).
 pub const DEFAULT_ROLES_HEADER: &str = "x-proxy-roles";
+/// Default `auth.roles_file`, used when it exists.
+pub const DEFAULT_ROLES_FILE: &str = "config/roles.yml";
 /// Default `auth.admin_roles`.
 pub const DEFAULT_ADMIN_ROLE: &str = "admin";
 
@@ -144,8 +145,13 @@ pub struct AuthConfig {
     pub proxy_roles_header: HeaderName,
     /// `auth.proxy.trusted_addresses`.
     pub trusted_addresses: Vec<IpCidr>,
-    /// `auth.admin_roles`.
+    /// `auth.admin_roles`: roles with every permission.
     pub admin_roles: Vec<String>,
+    /// `auth.roles_file`.
+    pub roles_file: PathBuf,
+    /// Whether `auth.roles_file` was set, so the file must exist (at the default path it is
+    /// used only when it exists).
+    pub roles_file_required: bool,
 }
 
 impl Default for AuthConfig {
@@ -157,6 +163,8 @@ impl Default for AuthConfig {
             proxy_roles_header: HeaderName::from_static(DEFAULT_ROLES_HEADER),
             trusted_addresses: Vec::new(),
             admin_roles: vec![DEFAULT_ADMIN_ROLE.to_string()],
+            roles_file: PathBuf::from(DEFAULT_ROLES_FILE),
+            roles_file_required: false,
         }
     }
 }
@@ -168,14 +176,17 @@ pub use sluice_core::Principal;
 /// The request extension the [`authenticate`] middleware sets: the principal, `None` only when
 /// `auth.type` is `none`. Handlers take it as an extractor.
 #[derive(Debug, Clone, Default)]
-pub struct Authenticated(pub Option<Arc<Principal>>);
+pub struct Authenticated(
+    pub Option<Arc<Principal>>,
+    /// The principal's compiled permissions, set in place by [`super::authorize`] (no
+    /// allocation per request); `None` when nothing is authorized.
+    pub Option<Arc<sluice_core::authz::RoleSet>>,
+);
 
 impl<S: Send + Sync> FromRequestParts<S> for Authenticated {
     type Rejection = std::convert::Infallible;
 
-    /// The extension, or no principal when the middleware did not run; authorization then
-    /// still fails closed, since [`Authenticator::authorize_admin`] requires a principal
-    /// whenever authentication is configured.
+    /// The extension, or no principal when the middleware did not run.
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         Ok(parts
             .extensions
@@ -644,30 +655,6 @@ impl Authenticator {
             }
         }
     }
-
-    /// Allows a mutating admin `action` (e.g. `cluster:admin/settings/update`) only to a
-    /// principal with a role in `auth.admin_roles`; anyone may when `auth.type` is `none`.
-    pub fn authorize_admin(&self, who: &Authenticated, action: &str) -> ApiResult<()> {
-        if self.config.mode == AuthMode::None {
-            return Ok(());
-        }
-        let Some(p) = &who.0 else {
-            return Err(ApiError::Engine(unauthenticated(format!(
-                "missing authentication credentials for action [{action}]"
-            ))));
-        };
-        if p.has_any_role(&self.config.admin_roles) {
-            return Ok(());
-        }
-        Err(ApiError::Engine(EngineError::new(
-            ErrorCode::Forbidden,
-            format!(
-                "no permissions for [{action}] and User [name={}, roles=[{}]]",
-                p.username,
-                p.roles.join(", ")
-            ),
-        )))
-    }
 }
 
 /// The user and password of an `Authorization: Basic` header, if well formed.
@@ -716,7 +703,7 @@ pub async fn authenticate(
         .await
     {
         Ok(principal) => {
-            req.extensions_mut().insert(Authenticated(principal));
+            req.extensions_mut().insert(Authenticated(principal, None));
             next.run(req).await
         }
         Err(e) => {
@@ -858,36 +845,5 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("user [a] has no password_hash"), "{e}");
-    }
-
-    #[test]
-    fn test_authorize_admin_requires_an_admin_role() {
-        let auth = Authenticator::new(AuthConfig {
-            mode: AuthMode::Proxy,
-            ..AuthConfig::default()
-        })
-        .unwrap();
-        let who = |roles: &[&str]| {
-            Authenticated(Some(Arc::new(Principal {
-                username: "alice".into(),
-                roles: roles.iter().map(|r| Arc::from(*r)).collect(),
-            })))
-        };
-        assert!(auth.authorize_admin(&who(&["admin"]), "a").is_ok());
-        let Err(ApiError::Engine(e)) = auth.authorize_admin(&who(&["analyst"]), "a") else {
-            panic!("expected a 403");
-        };
-        assert_eq!(e.code, ErrorCode::Forbidden);
-        assert!(
-            e.reason.contains("name=alice, roles=[analyst]"),
-            "{}",
-            e.reason
-        );
-        let Err(ApiError::Engine(e)) = auth.authorize_admin(&Authenticated(None), "a") else {
-            panic!("expected a 401");
-        };
-        assert_eq!(e.code, ErrorCode::Unauthenticated);
-        let none = Authenticator::new(AuthConfig::default()).unwrap();
-        assert!(none.authorize_admin(&Authenticated(None), "a").is_ok());
     }
 }

@@ -1,0 +1,286 @@
+//! Index patterns of `index_permissions` and the [`PatternSet`] that matches an index name
+//! against many of them at once.
+//!
+//! A pattern is an index name with OpenSearch's wildcards: `*` (any run of characters) and `?`
+//! (one character). Every pattern goes into a byte trie by its literal part — a name
+//! (`orders`), a prefix (`tenant-a-*`), or the part before the first wildcard
+//! (`tenant-a-*-archive`) — so matching a name against many patterns is one walk of the name,
+//! trying only the patterns whose literal part the name starts with.
+
+/// Characters OpenSearch forbids in index names (besides `*` and `?`, wildcards here).
+const FORBIDDEN: &[char] = &['\\', '/', '"', '<', '>', '|', ' ', ',', '#', ':'];
+
+/// Why an index pattern is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PatternError {
+    /// Empty or blank.
+    Empty,
+    /// A `/regex/` pattern (sluice matches wildcards only).
+    Regex,
+    /// A `${…}` attribute substitution (not supported).
+    Variable,
+    /// Upper-case letters: index names are lower case, so it could never match.
+    UpperCase,
+    /// A character no index name holds.
+    Forbidden(char),
+}
+
+impl PatternError {
+    /// What is wrong and how to fix it, for messages naming the pattern.
+    pub fn reason(&self) -> String {
+        match self {
+            PatternError::Empty => "an index pattern must not be empty".to_string(),
+            PatternError::Regex => {
+                "regular expressions are not supported; use * and ? wildcards".to_string()
+            }
+            PatternError::Variable => {
+                "${...} substitutions are not supported; list the indices or use wildcards"
+                    .to_string()
+            }
+            PatternError::UpperCase => {
+                "index names are lower case, so a pattern with upper-case letters never matches; write it in lower case"
+                    .to_string()
+            }
+            PatternError::Forbidden(c) => {
+                format!("[{c}] cannot appear in an index name; use * and ? wildcards only")
+            }
+        }
+    }
+}
+
+/// Checks an index pattern of a role.
+pub fn validate(pattern: &str) -> Result<(), PatternError> {
+    if pattern.trim().is_empty() {
+        return Err(PatternError::Empty);
+    }
+    if pattern.len() > 1 && pattern.starts_with('/') && pattern.ends_with('/') {
+        return Err(PatternError::Regex);
+    }
+    if pattern.contains("${") {
+        return Err(PatternError::Variable);
+    }
+    if pattern.chars().any(char::is_uppercase) {
+        return Err(PatternError::UpperCase);
+    }
+    if let Some(c) = pattern.chars().find(|c| FORBIDDEN.contains(c)) {
+        return Err(PatternError::Forbidden(c));
+    }
+    Ok(())
+}
+
+/// Whether `text` matches `pattern`, where `*` matches any run of characters and `?` one byte
+/// (one character in the ASCII names indices have).
+///
+/// Greedy with backtracking to the last `*`: `O(pattern × text)` at worst, no allocation.
+pub fn wildcard_match(pattern: &str, text: &str) -> bool {
+    match_bytes(pattern.as_bytes(), text.as_bytes())
+}
+
+fn match_bytes(p: &[u8], t: &[u8]) -> bool {
+    let (mut pi, mut ti) = (0, 0);
+    let (mut star, mut mark) = (None, 0);
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if pi < p.len() && (p[pi] == b'?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    while pi < p.len() && p[pi] == b'*' {
+        pi += 1;
+    }
+    pi == p.len()
+}
+
+/// One trie node: its children by byte (sorted), whether a pattern ends here exactly
+/// (`orders`) or as a prefix (`tenant-a-*`), and the patterns whose literal part ends here,
+/// by what follows it (`tenant-a-*-archive` → `*-archive` under `tenant-a-`).
+#[derive(Debug, Clone, Default)]
+struct Node {
+    children: Vec<(u8, u32)>,
+    exact: bool,
+    prefix: bool,
+    rest: Vec<Box<[u8]>>,
+}
+
+/// Many index patterns, matched together in one walk of the name: a pattern costs a check
+/// only when the name starts with its literal part.
+///
+/// # Invariants
+/// - Every pattern added is matched by [`PatternSet::matches`] exactly as
+///   [`wildcard_match`] would match it alone (`test_pattern_set_agrees_with_wildcard_match`,
+///   and `prop_pattern_set_matches_as_its_patterns_do` in `tests/authz_props.rs`).
+#[derive(Debug, Clone)]
+pub struct PatternSet {
+    /// `nodes[0]` is the root.
+    nodes: Vec<Node>,
+    /// Whether `*` is in the set.
+    all: bool,
+}
+
+impl Default for PatternSet {
+    fn default() -> Self {
+        PatternSet {
+            nodes: vec![Node::default()],
+            all: false,
+        }
+    }
+}
+
+impl PatternSet {
+    /// Adds a (validated) pattern.
+    pub fn insert(&mut self, pattern: &str) {
+        if self.all {
+            return;
+        }
+        if pattern == "*" {
+            self.all = true;
+            self.nodes.truncate(1);
+            self.nodes[0] = Node::default();
+            return;
+        }
+        let bytes = pattern.as_bytes();
+        let literal = bytes
+            .iter()
+            .position(|b| *b == b'*' || *b == b'?')
+            .unwrap_or(bytes.len());
+        let mut at = 0usize;
+        for &b in &bytes[..literal] {
+            at = match self.nodes[at].children.binary_search_by_key(&b, |c| c.0) {
+                Ok(i) => self.nodes[at].children[i].1 as usize,
+                Err(i) => {
+                    let next = self.nodes.len();
+                    self.nodes.push(Node::default());
+                    self.nodes[at].children.insert(i, (b, next as u32));
+                    next
+                }
+            };
+        }
+        let rest = &bytes[literal..];
+        let node = &mut self.nodes[at];
+        match rest {
+            [] => node.exact = true,
+            [b'*'] => node.prefix = true,
+            _ => {
+                if !node.rest.iter().any(|r| **r == *rest) {
+                    node.rest.push(rest.into());
+                }
+            }
+        }
+    }
+
+    /// Whether no pattern was added.
+    pub fn is_empty(&self) -> bool {
+        let root = &self.nodes[0];
+        !self.all && self.nodes.len() == 1 && !root.exact && !root.prefix && root.rest.is_empty()
+    }
+
+    /// Whether `index` matches a pattern of the set. Allocates nothing.
+    pub fn matches(&self, index: &str) -> bool {
+        if self.all {
+            return true;
+        }
+        let bytes = index.as_bytes();
+        let mut at = 0usize;
+        let mut i = 0usize;
+        loop {
+            let node = &self.nodes[at];
+            if node.prefix || node.rest.iter().any(|r| match_bytes(r, &bytes[i..])) {
+                return true;
+            }
+            let Some(&b) = bytes.get(i) else {
+                return node.exact;
+            };
+            match node.children.binary_search_by_key(&b, |c| c.0) {
+                Ok(k) => {
+                    at = node.children[k].1 as usize;
+                    i += 1;
+                }
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_validate_names_what_is_wrong() {
+        assert_eq!(validate(""), Err(PatternError::Empty));
+        assert_eq!(validate("/logs-.*/"), Err(PatternError::Regex));
+        assert_eq!(validate("${user.name}-*"), Err(PatternError::Variable));
+        assert_eq!(validate("Logs"), Err(PatternError::UpperCase));
+        assert_eq!(validate("a,b"), Err(PatternError::Forbidden(',')));
+        assert_eq!(validate("a b"), Err(PatternError::Forbidden(' ')));
+        assert!(validate("tenant-a-*").is_ok() && validate("*").is_ok());
+        assert!(validate("log?-*-x").is_ok());
+    }
+
+    #[test]
+    fn test_pattern_set_agrees_with_wildcard_match() {
+        let patterns = [
+            "orders",
+            "tenant-a-*",
+            "t*",
+            "x?z",
+            "*-logs",
+            "a*b*c",
+            "ord",
+        ];
+        let names = [
+            "orders",
+            "order",
+            "ord",
+            "ordersx",
+            "tenant-a-1",
+            "tenant-a-",
+            "tenant-b",
+            "t",
+            "xyz",
+            "xz",
+            "app-logs",
+            "abc",
+            "aXbYc",
+            "ab",
+            "",
+            "zzz",
+        ];
+        for n in 0..patterns.len() {
+            let mut set = PatternSet::default();
+            for p in &patterns[..=n] {
+                set.insert(p);
+            }
+            for name in names {
+                let expected = patterns[..=n].iter().any(|p| wildcard_match(p, name));
+                assert_eq!(
+                    set.matches(name),
+                    expected,
+                    "{name} against {:?}",
+                    &patterns[..=n]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn test_star_matches_everything_and_empty_set_nothing() {
+        let mut set = PatternSet::default();
+        assert!(set.is_empty() && !set.matches("a"));
+        set.insert("a");
+        set.insert("*");
+        assert!(set.matches("zzz") && set.matches(""));
+        set.insert("b*");
+        assert!(set.matches("q"));
+    }
+}

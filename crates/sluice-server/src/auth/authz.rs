@@ -1,0 +1,372 @@
+//! Authorization: every request is checked on its action before a handler (and so before
+//! admission) runs, in one middleware ([`authorize`]); requests of items (`_bulk`, `_msearch`,
+//! `_mget`) and owner-bound requests (scroll, `_tasks`) call one function per item
+//! ([`authorize_item`], [`authorize_scroll`], [`may_touch_task`]).
+//!
+//! The permission model and its evaluation are pure, in `sluice_core::authz`; this module
+//! loads the roles file, resolves index expressions with the engine's resolver (so aliases are
+//! covered as the engine resolves them), answers 403 `security_exception` in OpenSearch's
+//! words, counts refusals and writes the audit log ([`super::audit`]).
+//!
+//! Index expressions resolve within permissions as OpenSearch's security plugin does by
+//! default (`do_not_fail_on_forbidden: false`): a concrete name is checked as named — so a
+//! forbidden name is refused whether or not it exists, and a user learns nothing of indices
+//! they may not touch — and an alias is allowed when every index it resolves to is; a wildcard
+//! or `_all` is resolved to the existing indices and refused when it includes one the user may
+//! not touch, or when the user holds the action on no index at all.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sluice_core::authz::{Action, Authorizer, RoleSet};
+use sluice_engine::{Engine, EngineError, ErrorCode};
+
+use super::audit::{Audit, Outcome};
+use super::route::{RouteAction, classify};
+use super::{AuthConfig, AuthMode, Authenticated, Principal, roles_file};
+use crate::error::ApiError;
+use crate::http::RequestMeta;
+use crate::state::AppState;
+
+/// The audit log's action for loading the roles file (what changes roles).
+const ROLES_LOAD_ACTION: &str = "cluster:admin/sluice/roles/load";
+
+/// The node's authorization: the roles (from the roles file, or today's rule without one),
+/// the audit log and the refusal count.
+#[derive(Debug)]
+pub struct Authz {
+    /// `None` when `auth.type` is `none`: nothing is authorized, every request may do anything.
+    authorizer: Option<Authorizer>,
+    /// Whether the permissions come from a roles file.
+    from_roles_file: bool,
+    /// The audit log.
+    pub audit: Audit,
+    refused: AtomicU64,
+}
+
+impl Authz {
+    /// Loads the roles file as `auth.*` says: with `auth.roles_file` set, it must exist and be
+    /// valid; at its default path it is used when it exists; without one, every authenticated
+    /// user has full data access and `auth.admin_roles` guard the admin APIs.
+    pub fn load(config: &AuthConfig) -> anyhow::Result<Authz> {
+        let path = &config.roles_file;
+        let audit = Audit::default();
+        let mut from_roles_file = false;
+        let authorizer = match config.mode {
+            AuthMode::None if config.roles_file_required => {
+                anyhow::bail!(
+                    "auth.roles_file [{}] is set but auth.type is none: roles need authenticated users; set auth.type to basic or proxy",
+                    path.display()
+                );
+            }
+            AuthMode::None => None,
+            _ if config.roles_file_required || path.exists() => {
+                let roles = roles_file::load(path)?;
+                for (role, action) in roles.unmatched_actions() {
+                    tracing::warn!(
+                        role = %role,
+                        action = %action,
+                        "the roles file grants an action sluice does not have; it grants nothing here"
+                    );
+                }
+                tracing::info!(
+                    path = %path.display(),
+                    roles = roles.num_roles(),
+                    "authorization from the roles file"
+                );
+                // Roles change only with the file, read at start: one audit line per load.
+                audit.record(
+                    Instant::now(),
+                    None,
+                    ROLES_LOAD_ACTION,
+                    &path.display().to_string(),
+                    Outcome::Done(200),
+                );
+                from_roles_file = true;
+                Some(Authorizer::new(roles, &config.admin_roles))
+            }
+            _ => {
+                tracing::info!(
+                    "no roles file: every authenticated user has full data access; auth.admin_roles guard the admin APIs"
+                );
+                Some(Authorizer::without_roles_file(&config.admin_roles))
+            }
+        };
+        Ok(Authz {
+            authorizer,
+            from_roles_file,
+            audit,
+            refused: AtomicU64::new(0),
+        })
+    }
+
+    /// No authorization: every request may do anything (`auth.type: none`), for tests.
+    pub fn disabled() -> Authz {
+        Authz {
+            authorizer: None,
+            from_roles_file: false,
+            audit: Audit::default(),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether the permissions come from a roles file.
+    pub fn has_roles_file(&self) -> bool {
+        self.from_roles_file
+    }
+
+    /// The permissions of `principal`; `None` when nothing is authorized.
+    pub fn permissions(&self, principal: &Principal) -> Option<Arc<RoleSet>> {
+        Some(self.authorizer.as_ref()?.role_set(&principal.roles))
+    }
+
+    /// Requests (and items) refused since the node started.
+    pub fn num_refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Counts, logs and audits a refusal; answers the 403 to send.
+    fn refuse(&self, who: &Principal, action: &str, target: &str) -> EngineError {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(user = %who.username, action, target, "request refused by authorization");
+        self.audit
+            .record(Instant::now(), Some(who), action, target, Outcome::Refused);
+        forbidden(action, who)
+    }
+}
+
+/// OpenSearch's refusal: 403 `security_exception`, `no permissions for [action] and User
+/// [name=…, backend_roles=[…], requestedTenant=null]` (the roles sluice's authentication gives
+/// a user are what OpenSearch calls backend roles).
+pub fn forbidden(action: &str, who: &Principal) -> EngineError {
+    EngineError::new(
+        ErrorCode::Forbidden,
+        format!(
+            "no permissions for [{action}] and User [name={}, backend_roles=[{}], requestedTenant=null]",
+            who.username,
+            who.roles.join(", ")
+        ),
+    )
+}
+
+/// Whether `perms` allow index `action` on every index `expr` names (see the module docs).
+pub fn allows_expression(perms: &RoleSet, action: Action, expr: &str, engine: &Engine) -> bool {
+    let is_wildcard = |p: &str| p == "_all" || p.contains('*');
+    let mut wildcard = false;
+    let mut named_any = false;
+    for (i, part) in expr
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .enumerate()
+    {
+        named_any = true;
+        if i > 0 && part.starts_with('-') {
+            continue;
+        }
+        if is_wildcard(part) {
+            wildcard = true;
+            continue;
+        }
+        if perms.allows_index(action, part) {
+            continue;
+        }
+        // An alias is allowed when every index it stands for is.
+        let alias_ok = engine.resolve(part).is_ok_and(|hs| {
+            !hs.is_empty()
+                && hs.iter().all(|h| h.name() != part)
+                && hs.iter().all(|h| perms.allows_index(action, h.name()))
+        });
+        if !alias_ok {
+            return false;
+        }
+    }
+    if !named_any || wildcard {
+        if !perms.allows_index_somewhere(action) {
+            return false;
+        }
+        let resolved = if named_any {
+            engine.resolve(expr).or_else(|_| {
+                // A named index is missing (the handler answers its 404): check what the
+                // wildcards alone include.
+                let rest: Vec<&str> = expr
+                    .split(',')
+                    .map(str::trim)
+                    .enumerate()
+                    .filter(|(i, p)| is_wildcard(p) || (*i > 0 && p.starts_with('-')))
+                    .map(|(_, p)| p)
+                    .collect();
+                engine.resolve(&rest.join(","))
+            })
+        } else {
+            engine.resolve("_all")
+        };
+        let Ok(resolved) = resolved else {
+            return false;
+        };
+        return resolved
+            .iter()
+            .all(|h| perms.allows_index(action, h.name()));
+    }
+    true
+}
+
+/// Whether a successful request of `action` is one the audit log records.
+fn is_audited(action: Action) -> bool {
+    matches!(
+        action,
+        Action::ClusterSettingsUpdate
+            | Action::WlmGroupCreate
+            | Action::WlmGroupUpdate
+            | Action::WlmGroupDelete
+            | Action::RuleCreate
+            | Action::RuleUpdate
+            | Action::RuleDelete
+            | Action::IndexCreate
+            | Action::IndexDelete
+            | Action::SettingsUpdate
+            | Action::MappingPut
+            | Action::BlockAdd
+            | Action::Aliases
+    )
+}
+
+/// The middleware that authorizes every request (inside authentication, outside the router,
+/// so a request no route serves — and, in gateway mode, one forwarded upstream — is
+/// authorized too): 403 `security_exception` when the principal's roles do not grant the
+/// request's action on what it names; otherwise the principal's permissions ride in the
+/// request's [`Authenticated`] for per-item checks. Admin actions and refusals are written to the audit log.
+///
+/// # Cancel safety
+/// Dropping the future drops the request, as for any handler.
+pub async fn authorize(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
+    let principal = req
+        .extensions()
+        .get::<Authenticated>()
+        .and_then(|a| a.0.clone());
+    let route = classify(req.method(), req.uri().path(), req.uri().query());
+    let audited = match &route {
+        RouteAction::Cluster(a) | RouteAction::Index(a, _) if is_audited(*a) => {
+            let target = match &route {
+                RouteAction::Index(_, expr) => expr.to_string(),
+                _ => req.uri().path().to_string(),
+            };
+            Some((*a, target))
+        }
+        _ => None,
+    };
+    if let Some(principal) = &principal
+        && let Some(perms) = st.authz.permissions(principal)
+    {
+        let denied = match &route {
+            RouteAction::Cluster(a) => {
+                (!perms.allows_cluster(*a)).then(|| (a.name(), String::new()))
+            }
+            RouteAction::Index(a, expr) => (!allows_expression(&perms, *a, expr, &st.engine))
+                .then(|| (a.name(), expr.to_string())),
+            RouteAction::PerItem(_) => None,
+        };
+        if let Some((action, target)) = denied {
+            let e = st.authz.refuse(principal, action, &target);
+            return ApiError::Engine(e).into_response();
+        }
+        if let Some(a) = req.extensions_mut().get_mut::<Authenticated>() {
+            a.1 = Some(perms);
+        }
+    }
+    let resp = next.run(req).await;
+    if let Some((action, target)) = audited {
+        st.authz.audit.record(
+            Instant::now(),
+            principal.as_deref(),
+            action.name(),
+            &target,
+            Outcome::Done(resp.status().as_u16()),
+        );
+    }
+    resp
+}
+
+/// Authorizes index `action` on `expr` for work the node does on behalf of `who` outside a
+/// request's own path (the documents and searches a `terms` lookup reads): `Err` is the 403,
+/// counted and audited.
+pub fn authorize_principal(
+    st: &AppState,
+    who: Option<&Principal>,
+    action: Action,
+    expr: &str,
+) -> Result<(), EngineError> {
+    let Some(who) = who else {
+        return Ok(());
+    };
+    let Some(perms) = st.authz.permissions(who) else {
+        return Ok(());
+    };
+    if allows_expression(&perms, action, expr, &st.engine) {
+        return Ok(());
+    }
+    Err(st.authz.refuse(who, action.name(), expr))
+}
+
+/// Authorizes one item of a request of items (an `_msearch` search, a `_bulk` operation, an
+/// `_mget` document): `Err` is the item's 403, counted and audited; the other items run.
+pub fn authorize_item(
+    st: &AppState,
+    meta: &RequestMeta,
+    action: Action,
+    expr: &str,
+) -> Result<(), EngineError> {
+    let (Some(perms), Some(who)) = (&meta.permissions, &meta.principal) else {
+        return Ok(());
+    };
+    if allows_expression(perms, action, expr, &st.engine) {
+        return Ok(());
+    }
+    Err(st.authz.refuse(who, action.name(), expr))
+}
+
+/// Authorizes a scroll continuation or clear: only the user who opened the scroll may use it
+/// (`opened_by`; `None` when it was opened without authentication; [`ALL_SCROLLS`] for
+/// clearing every scroll), unless a cluster permission allows others' scrolls
+/// (`Action::ScrollsOfOthers`). A stranger's scroll id is refused as OpenSearch's security
+/// plugin refuses it (403, "Wrong user in reader context").
+pub fn authorize_scroll(
+    st: &AppState,
+    meta: &RequestMeta,
+    action: &str,
+    opened_by: Option<&str>,
+) -> Result<(), EngineError> {
+    let (Some(perms), Some(who)) = (&meta.permissions, &meta.principal) else {
+        return Ok(());
+    };
+    if perms.allows_cluster(Action::ScrollsOfOthers) {
+        return Ok(());
+    }
+    match opened_by {
+        Some(owner) if owner != &*who.username => {
+            st.authz.refuse(who, action, "scroll");
+            Err(EngineError::new(
+                ErrorCode::Forbidden,
+                "Wrong user in reader context",
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The `opened_by` of a request clearing every scroll: no user's name (names hold no `:`).
+pub const ALL_SCROLLS: &str = ":all";
+
+/// Whether the request may see (`Action::TasksList`, `Action::TaskGet`) or cancel
+/// (`Action::TasksCancel`) a task run by `owner`: its own tasks always, anyone's with the
+/// cluster permission for the action.
+pub fn may_touch_task(meta: &RequestMeta, action: Action, owner: Option<&Principal>) -> bool {
+    let (Some(perms), Some(who)) = (&meta.permissions, &meta.principal) else {
+        return true;
+    };
+    perms.allows_cluster(action) || owner.is_some_and(|o| o.username == who.username)
+}

@@ -1,0 +1,253 @@
+//! Which action a request is, from its method and path alone: the one table authorization
+//! reads, so every request — a routed API, a route sluice does not know, or (in gateway mode)
+//! a request forwarded upstream — is authorized the same way, before any handler runs.
+//!
+//! A request that names no known route is [`Action::Unclassified`], which only a grant of
+//! every cluster action allows: a route added later is closed until it is classified here.
+
+use std::borrow::Cow;
+
+use axum::http::Method;
+use sluice_core::authz::Action;
+
+/// What authorizing a request needs to check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteAction<'a> {
+    /// A cluster action.
+    Cluster(Action),
+    /// An index action on an index expression (`_all` when the path names none).
+    Index(Action, Cow<'a, str>),
+    /// A request of items (`_bulk`, `_msearch`, `_mget`), its owner-bound parts (scroll,
+    /// `_tasks`): the handler authorizes each item or owner through
+    /// [`super::authz`]; `name` is the request's action name, for messages and the audit log.
+    PerItem(&'static str),
+}
+
+/// `_bulk`'s action name.
+pub const BULK: &str = "indices:data/write/bulk";
+/// `_mget`'s action name.
+pub const MGET: &str = "indices:data/read/mget";
+/// `_msearch`'s action name.
+pub const MSEARCH: &str = "indices:data/read/msearch";
+/// A scroll continuation's action name.
+pub const SCROLL: &str = "indices:data/read/scroll";
+/// Clearing scrolls.
+pub const SCROLL_CLEAR: &str = "indices:data/read/scroll/clear";
+/// `_tasks` (each task is shown or cancelled by its owner or a cluster permission).
+pub const TASKS: &str = "cluster:monitor/tasks/lists";
+
+/// Segments of the longest path classified (`/_list/wlm_stats/{nodes}/stats/{groups}` has 5).
+const MAX_SEGMENTS: usize = 8;
+
+/// Percent-decodes a path segment (`logs%2Corders` → `logs,orders`); borrowed when it holds
+/// no escape.
+fn decode(segment: &str) -> Cow<'_, str> {
+    if !segment.contains('%') {
+        return Cow::Borrowed(segment);
+    }
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Cow::Owned(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// Whether the query asks `_wlm/stats` for the bucket detail (`include=buckets`).
+fn wants_buckets(query: Option<&str>) -> bool {
+    query.is_some_and(|q| {
+        q.split('&').any(|kv| {
+            kv.split_once('=')
+                .is_some_and(|(k, v)| k == "include" && v.split(',').any(|x| x == "buckets"))
+        })
+    })
+}
+
+/// The action of a request to `path` (without the query) with `method`.
+pub fn classify<'a>(method: &Method, path: &'a str, query: Option<&str>) -> RouteAction<'a> {
+    use RouteAction::{Cluster, Index, PerItem};
+    // The segments on the stack: classifying allocates nothing (a longer path is no route).
+    let mut buf = [""; MAX_SEGMENTS];
+    let mut n = 0;
+    for s in path.split('/').filter(|s| !s.is_empty()) {
+        if n == MAX_SEGMENTS {
+            return Cluster(Action::Unclassified);
+        }
+        buf[n] = s;
+        n += 1;
+    }
+    let segs = &buf[..n];
+    let m = method.clone();
+    let read = m == Method::GET || m == Method::HEAD;
+    let all = || Cow::Borrowed("_all");
+    match segs {
+        [] if read => Cluster(Action::ClusterMain),
+        ["_cluster", "health"] | ["_cluster", "health", _] if read => {
+            Cluster(Action::ClusterHealth)
+        }
+        ["_cluster", "settings"] if read => Cluster(Action::ClusterSettingsGet),
+        ["_cluster", "settings"] if m == Method::PUT => Cluster(Action::ClusterSettingsUpdate),
+        ["_nodes", "stats", ..] | ["_nodes", _, "stats", ..] if read => Cluster(Action::NodesStats),
+        ["_prometheus", "metrics"] if read => Cluster(Action::Metrics),
+        ["_cat", "indices"] if read => Index(Action::IndicesStats, all()),
+        ["_cat", "indices", idx] if read => Index(Action::IndicesStats, decode(idx)),
+        ["_cat", "count"] if read => Index(Action::Search, all()),
+        ["_cat", "count", idx] if read => Index(Action::Search, decode(idx)),
+        ["_settings"] | ["_settings", _] if read => Index(Action::SettingsGet, all()),
+        ["_mapping"] if read => Index(Action::MappingGet, all()),
+        ["_alias"] | ["_alias", _] | ["_aliases"] if read => Index(Action::AliasesGet, all()),
+        ["_refresh"] => Index(Action::Refresh, all()),
+        ["_flush"] => Index(Action::Flush, all()),
+        ["_search"] | ["_count"] => Index(Action::Search, all()),
+        ["_search", "scroll"] | ["_search", "scroll", _] if m == Method::DELETE => {
+            PerItem(SCROLL_CLEAR)
+        }
+        ["_search", "scroll"] | ["_search", "scroll", _] => PerItem(SCROLL),
+        ["_bulk"] => PerItem(BULK),
+        ["_mget"] => PerItem(MGET),
+        ["_msearch"] => PerItem(MSEARCH),
+        ["_tasks", ..] => PerItem(TASKS),
+        ["_wlm", "workload_group"] | ["_wlm", "workload_group", _] if read => {
+            Cluster(Action::WlmGroupGet)
+        }
+        ["_wlm", "workload_group"] if m == Method::PUT || m == Method::POST => {
+            Cluster(Action::WlmGroupCreate)
+        }
+        ["_wlm", "workload_group", _] if m == Method::PUT || m == Method::POST => {
+            Cluster(Action::WlmGroupUpdate)
+        }
+        ["_wlm", "workload_group", _] if m == Method::DELETE => Cluster(Action::WlmGroupDelete),
+        ["_wlm", "stats", ..] | ["_wlm", _, "stats", ..] | ["_list", "wlm_stats", ..] if read => {
+            if wants_buckets(query) {
+                Cluster(Action::WlmStatsBuckets)
+            } else {
+                Cluster(Action::WlmStats)
+            }
+        }
+        ["_rules", "workload_group"] | ["_rules", "workload_group", _] if read => {
+            Cluster(Action::RuleGet)
+        }
+        ["_rules", "workload_group"] if m == Method::PUT || m == Method::POST => {
+            Cluster(Action::RuleCreate)
+        }
+        ["_rules", "workload_group", _] if m == Method::PUT || m == Method::POST => {
+            Cluster(Action::RuleUpdate)
+        }
+        ["_rules", "workload_group", _] if m == Method::DELETE => Cluster(Action::RuleDelete),
+        [idx, rest @ ..] if !idx.starts_with('_') => {
+            let idx = decode(idx);
+            let action = match (rest, &m) {
+                ([], _) if read => Action::IndexGet,
+                ([], &Method::PUT) => Action::IndexCreate,
+                ([], &Method::DELETE) => Action::IndexDelete,
+                (["_mapping"], _) if read => Action::MappingGet,
+                (["_mapping"], &Method::PUT | &Method::POST) => Action::MappingPut,
+                (["_settings"] | ["_settings", _], _) if read => Action::SettingsGet,
+                (["_settings"], &Method::PUT) => Action::SettingsUpdate,
+                (["_alias"] | ["_alias", _] | ["_aliases"], _) if read => Action::AliasesGet,
+                (
+                    ["_alias", _] | ["_aliases", _],
+                    &Method::PUT | &Method::POST | &Method::DELETE,
+                ) => Action::Aliases,
+                (["_flush"], _) => Action::Flush,
+                (["_refresh"], _) => Action::Refresh,
+                (["_block", _], &Method::PUT) => Action::BlockAdd,
+                (["_search"] | ["_count"], _) => Action::Search,
+                (["_doc"], &Method::POST) => Action::WriteIndex,
+                (["_doc", _], _) if read => Action::Get,
+                (["_doc", _] | ["_create", _], &Method::PUT | &Method::POST) => Action::WriteIndex,
+                (["_doc", _], &Method::DELETE) => Action::WriteDelete,
+                (["_update", _], &Method::POST) => Action::WriteUpdate,
+                (["_source", _], _) if read => Action::Get,
+                (["_bulk"], _) => return PerItem(BULK),
+                (["_mget"], _) => return PerItem(MGET),
+                (["_msearch"], _) => return PerItem(MSEARCH),
+                _ => return Cluster(Action::Unclassified),
+            };
+            Index(action, idx)
+        }
+        _ => Cluster(Action::Unclassified),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c<'a>(m: Method, path: &'a str) -> RouteAction<'a> {
+        classify(&m, path, None)
+    }
+
+    #[test]
+    fn test_classify_names_the_action_and_index_expression() {
+        use RouteAction::*;
+        assert_eq!(c(Method::GET, "/"), Cluster(Action::ClusterMain));
+        assert_eq!(
+            c(Method::POST, "/logs-*,orders/_search"),
+            Index(Action::Search, "logs-*,orders".into())
+        );
+        assert_eq!(
+            c(Method::GET, "/logs%2Corders/_count"),
+            Index(Action::Search, "logs,orders".into())
+        );
+        assert_eq!(
+            c(Method::GET, "/_search"),
+            Index(Action::Search, "_all".into())
+        );
+        assert_eq!(c(Method::PUT, "/a"), Index(Action::IndexCreate, "a".into()));
+        assert_eq!(
+            c(Method::DELETE, "/a"),
+            Index(Action::IndexDelete, "a".into())
+        );
+        assert_eq!(c(Method::HEAD, "/a"), Index(Action::IndexGet, "a".into()));
+        assert_eq!(
+            c(Method::DELETE, "/a/_doc/1"),
+            Index(Action::WriteDelete, "a".into())
+        );
+        assert_eq!(
+            c(Method::PUT, "/a/_create/1"),
+            Index(Action::WriteIndex, "a".into())
+        );
+        assert_eq!(c(Method::POST, "/a/_bulk"), PerItem(BULK));
+        assert_eq!(c(Method::POST, "/_msearch"), PerItem(MSEARCH));
+        assert_eq!(
+            c(Method::DELETE, "/_search/scroll/_all"),
+            PerItem(SCROLL_CLEAR)
+        );
+        assert_eq!(c(Method::POST, "/_tasks/x:1/_cancel"), PerItem(TASKS));
+        assert_eq!(
+            c(Method::PUT, "/_wlm/workload_group"),
+            Cluster(Action::WlmGroupCreate)
+        );
+        assert_eq!(
+            c(Method::PUT, "/_wlm/workload_group/g"),
+            Cluster(Action::WlmGroupUpdate)
+        );
+        assert_eq!(
+            c(Method::DELETE, "/_rules/workload_group/r"),
+            Cluster(Action::RuleDelete)
+        );
+        assert_eq!(c(Method::GET, "/_wlm/stats"), Cluster(Action::WlmStats));
+        assert_eq!(
+            classify(&Method::GET, "/_wlm/stats", Some("pretty&include=buckets")),
+            Cluster(Action::WlmStatsBuckets)
+        );
+        assert_eq!(c(Method::GET, "/_nope"), Cluster(Action::Unclassified));
+        assert_eq!(c(Method::POST, "/a/_nope"), Cluster(Action::Unclassified));
+        assert_eq!(
+            c(Method::PUT, "/_cluster/settings"),
+            Cluster(Action::ClusterSettingsUpdate)
+        );
+    }
+}
