@@ -38,6 +38,27 @@ pub mod keys {
     /// The memory task usage is a fraction of: bytes (`8gb`) or a percentage (`50%`) of the
     /// node's memory (cgroup limit, else physical).
     pub const NODE_MEMORY_BUDGET: &str = "node.memory_budget";
+    /// What runs admitted search-class work: `embedded` or `upstream` (a gateway).
+    pub const BACKEND_TYPE: &str = "backend.type";
+    /// The upstream cluster's nodes, comma-separated `http(s)://host:port` URLs.
+    pub const BACKEND_UPSTREAM_HOSTS: &str = "backend.upstream.hosts";
+    /// The gateway's username on the upstream.
+    pub const BACKEND_UPSTREAM_USERNAME: &str = "backend.upstream.username";
+    /// The gateway's password on the upstream.
+    pub const BACKEND_UPSTREAM_PASSWORD: &str = "backend.upstream.password";
+    /// PEM file of the CA certificates the upstream's certificates are verified against.
+    pub const BACKEND_UPSTREAM_CA_FILE: &str = "backend.upstream.ca_file";
+    /// How long connecting to an upstream host may take.
+    pub const BACKEND_UPSTREAM_CONNECT_TIMEOUT: &str = "backend.upstream.connect_timeout";
+    /// How long the upstream may take to start answering a request.
+    pub const BACKEND_UPSTREAM_REQUEST_TIMEOUT: &str = "backend.upstream.request_timeout";
+    /// How the client's identity reaches the upstream: `service`, `passthrough`, `proxy`,
+    /// `run_as`.
+    pub const BACKEND_UPSTREAM_IDENTITY: &str = "backend.upstream.identity";
+    /// The header `identity: proxy` names the user in.
+    pub const BACKEND_UPSTREAM_PROXY_USER_HEADER: &str = "backend.upstream.proxy.user_header";
+    /// The header `identity: proxy` lists the user's roles in.
+    pub const BACKEND_UPSTREAM_PROXY_ROLES_HEADER: &str = "backend.upstream.proxy.roles_header";
 }
 
 /// Every key accepted in the config file, env and flags.
@@ -57,6 +78,16 @@ const KNOWN_KEYS: &[&str] = &[
     keys::AUTH_PROXY_TRUSTED_ADDRESSES,
     keys::AUTH_ADMIN_ROLES,
     keys::NODE_MEMORY_BUDGET,
+    keys::BACKEND_TYPE,
+    keys::BACKEND_UPSTREAM_HOSTS,
+    keys::BACKEND_UPSTREAM_USERNAME,
+    keys::BACKEND_UPSTREAM_PASSWORD,
+    keys::BACKEND_UPSTREAM_CA_FILE,
+    keys::BACKEND_UPSTREAM_CONNECT_TIMEOUT,
+    keys::BACKEND_UPSTREAM_REQUEST_TIMEOUT,
+    keys::BACKEND_UPSTREAM_IDENTITY,
+    keys::BACKEND_UPSTREAM_PROXY_USER_HEADER,
+    keys::BACKEND_UPSTREAM_PROXY_ROLES_HEADER,
 ];
 
 /// The default config file, relative to the working directory.
@@ -87,6 +118,8 @@ pub struct Config {
     pub auth: crate::auth::AuthConfig,
     /// `node.memory_budget`, resolved at node start ([`crate::node_usage`]).
     pub memory_budget: crate::node_usage::MemoryBudget,
+    /// `backend.*`.
+    pub backend: crate::backend::upstream::config::BackendConfig,
 }
 
 /// A configuration error: which key, what was wrong, what is accepted.
@@ -327,6 +360,7 @@ impl Config {
             1_000_000,
         )?;
         let auth = auth_config(&get)?;
+        let backend = crate::backend::upstream::config::backend_config(&get, &auth)?;
         let memory_budget = match get(keys::NODE_MEMORY_BUDGET) {
             None => crate::node_usage::MemoryBudget::default(),
             Some((v, s)) => crate::node_usage::MemoryBudget::parse(v).ok_or_else(|| {
@@ -339,6 +373,7 @@ impl Config {
             })?,
         };
         Ok(Config {
+            backend,
             memory_budget,
             auth,
             search_pool_size,

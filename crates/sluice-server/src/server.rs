@@ -78,7 +78,14 @@ impl Node {
             memory_budget_bytes = memory_budget,
             "workload usage is measured as a fraction of this node's cores and memory budget"
         );
+        let upstream = match &config.backend {
+            crate::backend::upstream::config::BackendConfig::Embedded => None,
+            crate::backend::upstream::config::BackendConfig::Upstream(u) => Some(Arc::new(
+                crate::backend::upstream::start(u, &config.auth, &identity.node_id).await?,
+            )),
+        };
         let state = Arc::new(AppState {
+            upstream,
             enforcement,
             workload,
             auth,
@@ -119,7 +126,11 @@ impl Node {
             "listening on http://{addr}"
         );
         let limit = self.state.config.max_content_length;
-        let app = api::router(self.state.clone())
+        let app = match self.state.upstream {
+            Some(_) => crate::backend::upstream::routes::router(self.state.clone()),
+            None => api::router(self.state.clone()),
+        };
+        let app = app
             .layer(axum::extract::DefaultBodyLimit::max(
                 usize::try_from(limit).unwrap_or(usize::MAX),
             ))

@@ -55,6 +55,12 @@ pub enum ErrorCode {
     Forbidden,
     /// 403 `cluster_block_exception`: an index block (`index.blocks.*`) refuses the operation.
     ClusterBlock,
+    /// 502 `upstream_exception`: a gateway could not get an answer from its upstream cluster
+    /// (refused, unreachable, reset, or not HTTP). sluice's own: OpenSearch has no gateway.
+    UpstreamFailed,
+    /// 504 `upstream_timeout_exception`: the upstream cluster did not answer within
+    /// `backend.upstream.request_timeout`. sluice's own, like [`ErrorCode::UpstreamFailed`].
+    UpstreamTimeout,
 }
 
 impl ErrorCode {
@@ -82,6 +88,8 @@ impl ErrorCode {
             ErrorCode::Internal => "exception",
             ErrorCode::Unauthenticated | ErrorCode::Forbidden => "security_exception",
             ErrorCode::ClusterBlock => "cluster_block_exception",
+            ErrorCode::UpstreamFailed => "upstream_exception",
+            ErrorCode::UpstreamTimeout => "upstream_timeout_exception",
         }
     }
 
@@ -98,6 +106,8 @@ impl ErrorCode {
             ErrorCode::Internal | ErrorCode::TaskCancelled => 500,
             ErrorCode::Unauthenticated => 401,
             ErrorCode::Forbidden | ErrorCode::ClusterBlock => 403,
+            ErrorCode::UpstreamFailed => 502,
+            ErrorCode::UpstreamTimeout => 504,
             _ => 400,
         }
     }
