@@ -55,6 +55,8 @@ pub mod keys {
     /// How the client's identity reaches the upstream: `service`, `passthrough`, `proxy`,
     /// `run_as`.
     pub const BACKEND_UPSTREAM_IDENTITY: &str = "backend.upstream.identity";
+    /// The upstream's search threads in all (what a gateway's cpu limits are a share of).
+    pub const BACKEND_UPSTREAM_SEARCH_THREADS: &str = "backend.upstream.search_threads";
     /// The header `identity: proxy` names the user in.
     pub const BACKEND_UPSTREAM_PROXY_USER_HEADER: &str = "backend.upstream.proxy.user_header";
     /// The header `identity: proxy` lists the user's roles in.
@@ -86,6 +88,7 @@ const KNOWN_KEYS: &[&str] = &[
     keys::BACKEND_UPSTREAM_CONNECT_TIMEOUT,
     keys::BACKEND_UPSTREAM_REQUEST_TIMEOUT,
     keys::BACKEND_UPSTREAM_IDENTITY,
+    keys::BACKEND_UPSTREAM_SEARCH_THREADS,
     keys::BACKEND_UPSTREAM_PROXY_USER_HEADER,
     keys::BACKEND_UPSTREAM_PROXY_ROLES_HEADER,
 ];

@@ -80,9 +80,15 @@ impl Node {
         );
         let upstream = match &config.backend {
             crate::backend::upstream::config::BackendConfig::Embedded => None,
-            crate::backend::upstream::config::BackendConfig::Upstream(u) => Some(Arc::new(
-                crate::backend::upstream::start(u, &config.auth, &identity.node_id).await?,
-            )),
+            crate::backend::upstream::config::BackendConfig::Upstream(u) => {
+                let groups = crate::catalog::load_groups(metastore.as_ref())
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot load the workload groups: {e:?}"))?;
+                crate::backend::upstream::limits::check_stored(&groups.items)?;
+                let cores = enforcement.capacity().cores;
+                let up = crate::backend::upstream::start(u, &config.auth, &identity.node_id, cores);
+                Some(Arc::new(up.await?))
+            }
         };
         let state = Arc::new(AppState {
             upstream,

@@ -53,6 +53,9 @@ pub struct UpstreamConfig {
     pub request_timeout: Duration,
     /// `backend.upstream.identity`.
     pub identity: IdentityMode,
+    /// `backend.upstream.search_threads`: the upstream's search threads in all; `None` to read
+    /// them from the upstream's `_nodes/thread_pool` at start.
+    pub search_threads: Option<u32>,
     /// `backend.upstream.proxy.user_header`: where `identity: proxy` names the user.
     pub proxy_user_header: HeaderName,
     /// `backend.upstream.proxy.roles_header`: where `identity: proxy` lists the user's roles.
@@ -109,6 +112,7 @@ const UPSTREAM_KEYS: &[&str] = &[
     keys::BACKEND_UPSTREAM_CONNECT_TIMEOUT,
     keys::BACKEND_UPSTREAM_REQUEST_TIMEOUT,
     keys::BACKEND_UPSTREAM_IDENTITY,
+    keys::BACKEND_UPSTREAM_SEARCH_THREADS,
     keys::BACKEND_UPSTREAM_PROXY_USER_HEADER,
     keys::BACKEND_UPSTREAM_PROXY_ROLES_HEADER,
 ];
@@ -282,6 +286,23 @@ pub fn backend_config<'a>(
         }
         _ => {}
     }
+    let search_threads = match get(keys::BACKEND_UPSTREAM_SEARCH_THREADS) {
+        None => None,
+        Some((v, s)) => Some(
+            v.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| {
+                    invalid(
+                        keys::BACKEND_UPSTREAM_SEARCH_THREADS,
+                        v,
+                        s,
+                        "expected a positive integer: the sum of thread_pool.search.size over the upstream's data nodes",
+                    )
+                })?,
+        ),
+    };
     let header = |key: &str, default: &'static str| -> Result<HeaderName, ConfigError> {
         match get(key) {
             None => Ok(HeaderName::from_static(default)),
@@ -302,6 +323,7 @@ pub fn backend_config<'a>(
         connect_timeout,
         request_timeout,
         identity,
+        search_threads,
         proxy_user_header: header(
             keys::BACKEND_UPSTREAM_PROXY_USER_HEADER,
             DEFAULT_PROXY_USER_HEADER,
@@ -422,6 +444,8 @@ mod tests {
         assert!(e.contains("[backend.upstream.ca_file]"), "{e}");
         let e = with("backend.upstream.username=gw");
         assert!(e.contains("[backend.upstream.password]"), "{e}");
+        let e = with("backend.upstream.search_threads=0");
+        assert!(e.contains("[backend.upstream.search_threads]"), "{e}");
         let e = with("backend.upstream.identity=kerberos");
         assert!(
             e.contains("[backend.upstream.identity]") && e.contains("run_as"),

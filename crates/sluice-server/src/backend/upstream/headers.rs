@@ -157,6 +157,7 @@ mod tests {
             connect_timeout: Duration::from_secs(1),
             request_timeout: Duration::from_secs(1),
             identity: mode,
+            search_threads: None,
             proxy_user_header: HeaderName::from_static("x-proxy-user"),
             proxy_roles_header: HeaderName::from_static("x-proxy-roles"),
         }

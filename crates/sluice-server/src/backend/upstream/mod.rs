@@ -23,6 +23,7 @@ pub mod client;
 pub mod config;
 pub mod headers;
 pub mod hosts;
+pub mod limits;
 pub mod msearch;
 pub mod routes;
 pub mod scrolls;
@@ -44,6 +45,7 @@ use sluice_engine::{EngineError, ErrorCode};
 use self::client::{OutBody, UpstreamClient};
 use self::config::UpstreamConfig;
 use self::headers::Identity;
+use self::limits::InFlight;
 use self::scrolls::ScrollGroups;
 use super::Execution;
 use crate::auth::Principal;
@@ -63,6 +65,8 @@ pub struct Upstream {
     pub scrolls: ScrollGroups,
     /// The node id the gateway's task ids carry, part of every forwarded `X-Opaque-Id`.
     node_id: String,
+    /// How a forwarded search's usage is measured ([`limits`]).
+    pub in_flight: InFlight,
 }
 
 /// A request to forward, with its headers already rewritten for the upstream.
@@ -79,17 +83,42 @@ pub struct Call {
 
 impl Upstream {
     /// The upstream of `config`; `auth` is sluice's own authentication.
+    /// `in_flight` is how forwarded searches are measured.
     pub fn new(
         config: &UpstreamConfig,
         auth: &crate::auth::AuthConfig,
         node_id: &str,
+        in_flight: InFlight,
     ) -> anyhow::Result<Upstream> {
         Ok(Upstream {
             client: UpstreamClient::new(config)?,
             identity: Identity::new(config, auth),
             scrolls: ScrollGroups::default(),
             node_id: node_id.to_string(),
+            in_flight,
         })
+    }
+
+    /// The upstream's search threads in all: the sum of `thread_pool.search.size` over the
+    /// nodes its `_nodes/thread_pool` lists; `None` when it does not say.
+    async fn read_search_threads(&self) -> Option<u32> {
+        let mut headers = HeaderMap::new();
+        self.identity.outbound(&mut headers, None, None);
+        let (status, body) = self
+            .client
+            .call(Method::GET, "/_nodes/thread_pool", &headers)
+            .await
+            .ok()?;
+        if !status.is_success() {
+            return None;
+        }
+        let v: Value = serde_json::from_slice(&body).ok()?;
+        let total: u64 = v["nodes"]
+            .as_object()?
+            .values()
+            .filter_map(|n| n["thread_pool"]["search"]["size"].as_u64())
+            .sum();
+        u32::try_from(total).ok().filter(|n| *n > 0)
     }
 
     /// The identity forwarding.
@@ -189,9 +218,23 @@ impl Upstream {
         call: Call,
     ) -> Result<Response<Incoming>, ApiError> {
         let executing = exec.hooks.start().map_err(ApiError::Engine)?;
+        exec.task.usage.mark_executing();
         let keep: Vec<Box<dyn Any + Send>> = vec![Box::new(exec.hold), executing];
-        self.run_started(exec.task, exec.cancel_at, keep, call)
-            .await
+        let out = self
+            .run_started(exec.task.clone(), exec.cancel_at, keep, call)
+            .await;
+        self.finished(&exec.task, exec.hooks.as_ref());
+        out
+    }
+
+    /// Records a forwarded task's in-flight usage at its end and reports it to admission
+    /// (the group's per-task estimate learns from it).
+    pub fn finished(&self, task: &Task, hooks: &dyn super::ExecutionHooks) {
+        if let Some(since) = task.usage.executing_since() {
+            let cpu = self.in_flight.cpu_nanos(since, Instant::now());
+            task.usage.record(cpu, 0);
+            hooks.finished(since, task.usage.cpu_nanos(), 0);
+        }
     }
 
     /// Forwards `call` for work admission already started (`keep` holds what it granted until
@@ -341,12 +384,22 @@ fn matching_tasks(body: &[u8], opaque: &str) -> Vec<String> {
 
 /// Starts gateway mode: builds the upstream client (TLS set up from `config`), warns when every
 /// user would reach the upstream under one identity, and calls the upstream's `GET /`.
+/// `cores` is the unit the node's enforcement divides CPU time by.
 pub async fn start(
     config: &UpstreamConfig,
     auth: &crate::auth::AuthConfig,
     node_id: &str,
+    cores: u32,
 ) -> anyhow::Result<Upstream> {
-    let upstream = Upstream::new(config, auth, node_id)?;
+    let mut upstream = Upstream::new(
+        config,
+        auth,
+        node_id,
+        InFlight {
+            cores,
+            search_threads: config.search_threads.unwrap_or(1),
+        },
+    )?;
     if upstream.identity().is_single_identity()
         && (config.credentials.is_some() || auth.mode != crate::auth::AuthMode::None)
     {
@@ -359,6 +412,26 @@ pub async fn start(
         );
     }
     upstream.probe().await;
+    let reported = upstream.read_search_threads().await;
+    upstream.in_flight.search_threads = match (config.search_threads, reported) {
+        (Some(set), Some(seen)) if set != seen => {
+            tracing::warn!(
+                configured = set,
+                reported = seen,
+                "backend.upstream.search_threads differs from the search threads the upstream reports; cpu limits are shares of the configured figure"
+            );
+            set
+        }
+        (Some(set), _) => set,
+        (None, Some(seen)) => seen,
+        (None, None) => anyhow::bail!(
+            "cannot read the upstream's search threads from GET /_nodes/thread_pool: set backend.upstream.search_threads (the sum of thread_pool.search.size over the upstream's data nodes), which a gateway's cpu limits are a share of"
+        ),
+    };
+    tracing::info!(
+        search_threads = upstream.in_flight.search_threads,
+        "gateway mode: a group's cpu usage is its searches in flight over the upstream's search threads; memory limits are refused"
+    );
     Ok(upstream)
 }
 

@@ -176,6 +176,7 @@ pub async fn run(
         let exec = admitted.execution();
         match exec.hooks.start() {
             Ok(executing) => {
+                exec.task.usage.mark_executing();
                 keep.push(executing);
                 keep.push(Box::new(exec.hold));
             }
@@ -282,6 +283,7 @@ pub async fn run(
         match d {
             Decided::Refused(e) => responses.push(error_item(&e)),
             Decided::Admitted(mut admitted, _) => {
+                up.finished(admitted.task(), admitted.execution().hooks.as_ref());
                 let answer = answers.next().or_else(|| last.clone()).unwrap_or_else(|| {
                     error_item(&ApiError::Engine(EngineError::new(
                         ErrorCode::UpstreamFailed,
