@@ -116,19 +116,20 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .delete(scroll::clear_ids),
         )
         .merge(owned_routes())
+        .merge(cluster_settings::routes())
         .fallback(no_handler)
         .with_state(state)
 }
 
-/// The routes sluice answers itself whatever its backend: workload groups, rules, stats,
-/// cluster settings and its `_tasks` (a gateway forwards every other route, DESIGN D15).
+/// The routes sluice answers itself whatever its backend: workload groups, rules, stats and
+/// its `_tasks` (a gateway answers the `wlm.*` cluster settings itself too, and forwards every
+/// other route, DESIGN D15).
 pub fn owned_routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/_tasks", get(tasks::list))
         .route("/_tasks/_cancel", post(tasks::cancel_matching))
         .route("/_tasks/{task_id}", get(tasks::get_task))
         .route("/_tasks/{task_id}/_cancel", post(tasks::cancel_one))
-        .merge(cluster_settings::routes())
         .merge(wlm::routes())
         .merge(wlm_stats::routes())
         .merge(rules::routes())

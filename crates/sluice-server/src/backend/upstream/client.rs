@@ -139,6 +139,18 @@ impl UpstreamClient {
             let mut req = Request::builder().method(method.clone()).uri(uri);
             if let Some(h) = req.headers_mut() {
                 *h = headers.clone();
+                // A body the gateway holds may differ from the client's (an msearch of the
+                // admitted items only): its length is the gateway's to say.
+                if let Some(OutBody::Bytes(b)) = &body {
+                    if b.is_empty() {
+                        h.remove(http::header::CONTENT_LENGTH);
+                    } else {
+                        h.insert(
+                            http::header::CONTENT_LENGTH,
+                            http::HeaderValue::from(b.len()),
+                        );
+                    }
+                }
             }
             let req = req.body(out).map_err(|e| {
                 EngineError::internal(format!("cannot build the upstream request: {e}"))

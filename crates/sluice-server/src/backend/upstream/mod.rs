@@ -27,6 +27,7 @@ pub mod limits;
 pub mod msearch;
 pub mod routes;
 pub mod scrolls;
+pub mod settings;
 pub mod sniff;
 
 use std::any::Any;

@@ -34,6 +34,7 @@ use crate::tasks::actions;
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .merge(crate::api::owned_routes())
+        .route("/_cluster/settings", any(super::settings::cluster_settings))
         .route("/_search", any(search_all))
         .route("/{index}/_search", any(search))
         .route("/_count", any(count_all))
