@@ -81,12 +81,9 @@ impl Node {
         let upstream = match &config.backend {
             crate::backend::upstream::config::BackendConfig::Embedded => None,
             crate::backend::upstream::config::BackendConfig::Upstream(u) => {
-                let groups = crate::catalog::load_groups(metastore.as_ref())
-                    .await
-                    .map_err(|e| anyhow::anyhow!("cannot load the workload groups: {e:?}"))?;
-                crate::backend::upstream::limits::check_stored(&groups.items)?;
-                let cores = enforcement.capacity().cores;
-                let up = crate::backend::upstream::start(u, &config.auth, &identity.node_id, cores);
+                let capacity = enforcement.capacity();
+                let up =
+                    crate::backend::upstream::start(u, &config.auth, &identity.node_id, capacity);
                 Some(Arc::new(up.await?))
             }
         };
@@ -167,6 +164,11 @@ impl Node {
             }
         });
         let enforcement = tokio::spawn(crate::enforcement::run_loop(self.state.clone()));
+        let usage_poll = self
+            .state
+            .upstream
+            .clone()
+            .map(|up| tokio::spawn(up.poll_usage(self.state.clone())));
         // The queues' backstop: a release already hands its slot to the bucket's oldest
         // waiter, so this only catches what nothing else drives (seed 002).
         let workload = self.state.workload.clone();
@@ -191,6 +193,9 @@ impl Node {
         refresher.abort();
         enforcement.abort();
         sweep.abort();
+        if let Some(poll) = usage_poll {
+            poll.abort();
+        }
         let engine = self.state.engine.clone();
         tokio::task::spawn_blocking(move || engine.flush_all()).await??;
         tracing::info!("stopped; all indices committed");

@@ -89,9 +89,6 @@ pub async fn create(
     let now = sluice_engine::now_millis();
     let created = modify(&st, |groups| {
         let group = validate_create(groups, &body, &id, now, &limits)?;
-        if st.upstream.is_some() {
-            crate::backend::upstream::limits::check_group(&group)?;
-        }
         let mut next = groups.to_vec();
         next.push(group.clone());
         Ok((next, group))
@@ -139,9 +136,6 @@ pub async fn update(
     let now = sluice_engine::now_millis();
     let updated = modify(&st, |groups| {
         let merged = apply_update(groups, &name, &body, now, &limits)?;
-        if st.upstream.is_some() {
-            crate::backend::upstream::limits::check_group(&merged)?;
-        }
         let next = groups
             .iter()
             .map(|g| {

@@ -140,7 +140,7 @@ pub fn run_once(st: &AppState) -> PassOutcome {
     let tasks = st.tasks.list();
     if let Some(up) = &st.upstream {
         // A gateway's forwarded searches are measured by their time in flight.
-        up.in_flight.record(&tasks, Instant::now());
+        up.record_in_flight(&tasks);
     }
     let view = st.workload.view();
     charge_quotas(&tasks, mode);
@@ -209,7 +209,7 @@ pub fn refresh_once(st: &AppState) -> BTreeMap<String, ResourceUsage> {
     let tasks = st.tasks.list();
     if let Some(up) = &st.upstream {
         // A gateway's forwarded searches are measured by their time in flight.
-        up.in_flight.record(&tasks, Instant::now());
+        up.record_in_flight(&tasks);
     }
     let view = st.workload.view();
     charge_quotas(&tasks, mode);

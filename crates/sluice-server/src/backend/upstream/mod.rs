@@ -46,7 +46,7 @@ use sluice_engine::{EngineError, ErrorCode};
 use self::client::{OutBody, UpstreamClient};
 use self::config::UpstreamConfig;
 use self::headers::Identity;
-use self::limits::InFlight;
+use self::limits::{InFlight, Measure};
 use self::scrolls::ScrollGroups;
 use super::Execution;
 use crate::auth::Principal;
@@ -67,7 +67,7 @@ pub struct Upstream {
     /// The node id the gateway's task ids carry, part of every forwarded `X-Opaque-Id`.
     node_id: String,
     /// How a forwarded search's usage is measured ([`limits`]).
-    pub in_flight: InFlight,
+    pub measure: Measure,
 }
 
 /// A request to forward, with its headers already rewritten for the upstream.
@@ -84,19 +84,19 @@ pub struct Call {
 
 impl Upstream {
     /// The upstream of `config`; `auth` is sluice's own authentication.
-    /// `in_flight` is how forwarded searches are measured.
+    /// `measure` is how forwarded searches are measured.
     pub fn new(
         config: &UpstreamConfig,
         auth: &crate::auth::AuthConfig,
         node_id: &str,
-        in_flight: InFlight,
+        measure: Measure,
     ) -> anyhow::Result<Upstream> {
         Ok(Upstream {
             client: UpstreamClient::new(config)?,
             identity: Identity::new(config, auth),
             scrolls: ScrollGroups::default(),
             node_id: node_id.to_string(),
-            in_flight,
+            measure,
         })
     }
 
@@ -127,28 +127,39 @@ impl Upstream {
         &self.identity
     }
 
-    /// Calls the upstream's `GET /` and logs what answered; a failure is logged, not fatal
-    /// (a cluster restarting while its gateway starts is served once it is back).
-    pub async fn probe(&self) {
+    /// Calls the upstream's `GET /` and logs what answered; answers its distribution
+    /// (`opensearch`, `elasticsearch` when it names none, as Elasticsearch does), `None` when it
+    /// did not answer. A failure is logged, not fatal (a cluster restarting while its gateway
+    /// starts is served once it is back).
+    pub async fn probe(&self) -> Option<String> {
         let mut headers = HeaderMap::new();
         self.identity.outbound(&mut headers, None, None);
         match self.client.call(Method::GET, "/", &headers).await {
             Ok((status, body)) if status.is_success() => {
                 let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let distribution = v["version"]["distribution"]
+                    .as_str()
+                    .unwrap_or("elasticsearch")
+                    .to_string();
                 tracing::info!(
                     cluster = %v["cluster_name"].as_str().unwrap_or("?"),
-                    distribution = %v["version"]["distribution"].as_str().unwrap_or("elasticsearch"),
+                    distribution = %distribution,
                     version = %v["version"]["number"].as_str().unwrap_or("?"),
                     "gateway mode: forwarding to the upstream cluster"
                 );
+                Some(distribution)
             }
-            Ok((status, body)) => tracing::warn!(
-                %status,
-                body = %String::from_utf8_lossy(&body[..body.len().min(512)]),
-                "gateway mode: the upstream's GET / did not succeed; check backend.upstream.username/password and identity"
-            ),
+            Ok((status, body)) => {
+                tracing::warn!(
+                    %status,
+                    body = %String::from_utf8_lossy(&body[..body.len().min(512)]),
+                    "gateway mode: the upstream's GET / did not succeed; check backend.upstream.username/password and identity"
+                );
+                None
+            }
             Err(e) => {
-                tracing::warn!(error = %e.reason, "gateway mode: the upstream is not reachable yet; requests get 502 until it is")
+                tracing::warn!(error = %e.reason, "gateway mode: the upstream is not reachable yet; requests get 502 until it is");
+                None
             }
         }
     }
@@ -232,9 +243,74 @@ impl Upstream {
     /// (the group's per-task estimate learns from it).
     pub fn finished(&self, task: &Task, hooks: &dyn super::ExecutionHooks) {
         if let Some(since) = task.usage.executing_since() {
-            let cpu = self.in_flight.cpu_nanos(since, Instant::now());
-            task.usage.record(cpu, 0);
-            hooks.finished(since, task.usage.cpu_nanos(), 0);
+            if let Measure::InFlight(m) = self.measure {
+                task.usage
+                    .record(m.cpu_nanos(since, Instant::now()), m.memory_bytes());
+            }
+            hooks.finished(since, task.usage.cpu_nanos(), task.usage.memory_bytes());
+        }
+    }
+
+    /// Records the in-flight measure on the forwarded tasks in flight (nothing when the
+    /// upstream reports usage: [`Self::poll_usage`] records it).
+    pub fn record_in_flight(&self, tasks: &[Arc<Task>]) {
+        if let Measure::InFlight(m) = self.measure {
+            m.record(tasks, Instant::now());
+        }
+    }
+
+    /// Polls the upstream's search tasks every `wlm.workload_group.usage_refresh_interval`
+    /// while the gateway has searches in flight, recording each one's reported usage on its
+    /// task (see [`limits`]); returns at once for the in-flight measure.
+    ///
+    /// # Cancel safety
+    /// Dropping the future (aborting its task at shutdown) stops the polling.
+    pub async fn poll_usage(self: Arc<Self>, st: Arc<crate::state::AppState>) {
+        if !matches!(self.measure, Measure::Reported) {
+            return;
+        }
+        let mut headers = HeaderMap::new();
+        self.identity.outbound(&mut headers, None, None);
+        loop {
+            let settings = st.cluster_settings.snapshot();
+            tokio::time::sleep(crate::enforcement::node::usage_refresh_interval(&settings)).await;
+            if !settings.wlm_mode().runs_enforcement_loop() {
+                continue;
+            }
+            let in_flight: Vec<Arc<Task>> = st
+                .tasks
+                .list()
+                .into_iter()
+                .filter(|t| t.usage.executing_since().is_some())
+                .collect();
+            if in_flight.is_empty() {
+                continue;
+            }
+            let listed = self
+                .client
+                .call(
+                    Method::GET,
+                    "/_tasks?actions=*search*&detailed=true",
+                    &headers,
+                )
+                .await;
+            let body = match listed {
+                Ok((s, body)) if s.is_success() => body,
+                Ok((s, _)) => {
+                    tracing::debug!(status = %s, "cannot read the upstream's task usage");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e.reason, "cannot read the upstream's task usage");
+                    continue;
+                }
+            };
+            let usage = limits::reported_usage(&body, &self.node_id);
+            for task in in_flight {
+                if let Some((cpu, mem)) = usage.get(&task.seq) {
+                    task.usage.record(*cpu, *mem);
+                }
+            }
         }
     }
 
@@ -385,22 +461,14 @@ fn matching_tasks(body: &[u8], opaque: &str) -> Vec<String> {
 
 /// Starts gateway mode: builds the upstream client (TLS set up from `config`), warns when every
 /// user would reach the upstream under one identity, and calls the upstream's `GET /`.
-/// `cores` is the unit the node's enforcement divides CPU time by.
+/// `capacity` is the node's (what the enforcement divides CPU time and memory by).
 pub async fn start(
     config: &UpstreamConfig,
     auth: &crate::auth::AuthConfig,
     node_id: &str,
-    cores: u32,
+    capacity: sluice_core::resources::NodeCapacity,
 ) -> anyhow::Result<Upstream> {
-    let mut upstream = Upstream::new(
-        config,
-        auth,
-        node_id,
-        InFlight {
-            cores,
-            search_threads: config.search_threads.unwrap_or(1),
-        },
-    )?;
+    let mut upstream = Upstream::new(config, auth, node_id, Measure::Reported)?;
     if upstream.identity().is_single_identity()
         && (config.credentials.is_some() || auth.mode != crate::auth::AuthMode::None)
     {
@@ -412,26 +480,42 @@ pub async fn start(
             "backend.upstream.identity is service: every user's requests reach the upstream under this one identity, so the upstream's own security cannot tell users apart or restrict what each may read; use proxy (OpenSearch security), run_as (Elasticsearch) or passthrough to forward the user"
         );
     }
-    upstream.probe().await;
+    let distribution = upstream.probe().await;
+    // OpenSearch reports each task's resource usage; Elasticsearch does not. A distribution
+    // unknown at start (upstream down) is taken at its word: the configured search threads
+    // decide.
+    let reports_usage =
+        distribution.as_deref() == Some("opensearch") && config.search_threads.is_none();
+    if reports_usage {
+        tracing::info!(
+            "gateway mode: a group's cpu and memory usage is what the upstream reports for its searches (_tasks resource_stats), as fractions of this node's cores and node.memory_budget"
+        );
+        return Ok(upstream);
+    }
     let reported = upstream.read_search_threads().await;
-    upstream.in_flight.search_threads = match (config.search_threads, reported) {
+    let search_threads = match (config.search_threads, reported) {
         (Some(set), Some(seen)) if set != seen => {
             tracing::warn!(
                 configured = set,
                 reported = seen,
-                "backend.upstream.search_threads differs from the search threads the upstream reports; cpu limits are shares of the configured figure"
+                "backend.upstream.search_threads differs from the search threads the upstream reports; limits are shares of the configured figure"
             );
             set
         }
         (Some(set), _) => set,
         (None, Some(seen)) => seen,
         (None, None) => anyhow::bail!(
-            "cannot read the upstream's search threads from GET /_nodes/thread_pool: set backend.upstream.search_threads (the sum of thread_pool.search.size over the upstream's data nodes), which a gateway's cpu limits are a share of"
+            "the upstream does not report per-task resource usage and its search threads could not be read from GET /_nodes/thread_pool: set backend.upstream.search_threads (the sum of thread_pool.search.size over the upstream's data nodes), which a gateway's resource limits are shares of"
         ),
     };
-    tracing::info!(
-        search_threads = upstream.in_flight.search_threads,
-        "gateway mode: a group's cpu usage is its searches in flight over the upstream's search threads; memory limits are refused"
+    upstream.measure = Measure::InFlight(InFlight {
+        cores: capacity.cores,
+        search_threads,
+        memory_budget_bytes: capacity.memory_budget_bytes,
+    });
+    tracing::warn!(
+        search_threads,
+        "gateway mode: a group's cpu and memory usage is its searches in flight over the upstream's search threads (the upstream reports no per-task usage, or backend.upstream.search_threads is set): limits bound a group's share of the upstream's search capacity, not how heavy each search is"
     );
     Ok(upstream)
 }

@@ -89,11 +89,7 @@ impl TestNode {
             .collect();
         let upstream = TestNode::start_embedded_on(data, &upstream_extra).await;
         let hosts = format!("backend.upstream.hosts={}", upstream.base);
-        let threads = format!(
-            "backend.upstream.search_threads={}",
-            upstream.state.search_pool.num_threads()
-        );
-        let mut gw_extra = vec!["backend.type=upstream", hosts.as_str(), threads.as_str()];
+        let mut gw_extra = vec!["backend.type=upstream", hosts.as_str()];
         gw_extra.extend_from_slice(extra);
         let mut gw = TestNode::start_embedded_on(&data.join("gateway"), &gw_extra).await;
         gw.data = data.to_path_buf();
