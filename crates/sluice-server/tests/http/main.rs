@@ -11,6 +11,7 @@ mod cluster_settings;
 mod documents;
 mod enforcement;
 mod errors;
+mod gateway;
 mod indices;
 mod msearch;
 mod queue_stress;

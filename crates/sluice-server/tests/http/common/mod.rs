@@ -68,6 +68,16 @@ impl TestNode {
         node
     }
 
+    /// Starts a node with exactly the settings `extra` on a fresh temporary data folder, in
+    /// either mode (tests of a gateway itself start theirs with this).
+    pub async fn start_plain(extra: &[&str]) -> TestNode {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = tmp.path().to_path_buf();
+        let mut node = TestNode::start_embedded_on(&data, extra).await;
+        node._tmp = Some(tmp);
+        node
+    }
+
     /// Starts a node on an existing data folder (for restart tests); in gateway mode
     /// ([`gateway_mode`]) a gateway in front of an embedded node on that folder.
     pub async fn start_on(data: &Path, extra: &[&str]) -> TestNode {
