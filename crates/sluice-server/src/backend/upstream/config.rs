@@ -33,7 +33,7 @@ pub enum BackendConfig {
     Embedded,
     /// An existing OpenSearch or Elasticsearch cluster in front of which sluice runs as a
     /// gateway.
-    Upstream(UpstreamConfig),
+    Upstream(Box<UpstreamConfig>),
 }
 
 /// The `backend.upstream.*` settings.
@@ -316,7 +316,7 @@ pub fn backend_config<'a>(
             }),
         }
     };
-    Ok(BackendConfig::Upstream(UpstreamConfig {
+    Ok(BackendConfig::Upstream(Box::new(UpstreamConfig {
         hosts,
         credentials,
         ca_file,
@@ -332,7 +332,7 @@ pub fn backend_config<'a>(
             keys::BACKEND_UPSTREAM_PROXY_ROLES_HEADER,
             DEFAULT_PROXY_ROLES_HEADER,
         )?,
-    }))
+    })))
 }
 
 /// Parses comma-separated `http(s)://host[:port][/]` URLs into scheme + authority; `None` when
@@ -376,7 +376,7 @@ mod tests {
 
     fn upstream(flags: &[&str]) -> UpstreamConfig {
         match load(flags).unwrap().backend {
-            BackendConfig::Upstream(u) => u,
+            BackendConfig::Upstream(u) => *u,
             BackendConfig::Embedded => panic!("embedded"),
         }
     }
