@@ -887,3 +887,144 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
     drop(child);
     server.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_group_search_settings_are_forwarded_as_parameters() {
+    let release = Arc::new(tokio::sync::Notify::new());
+    let up = msearch_upstream(release).await;
+    let gw = gateway(&up.base, &[]).await;
+    let r = gw
+        .req_with(
+            "PUT",
+            "/_wlm/workload_group",
+            Some(json!({"name": "timed", "resiliency_mode": "soft",
+                "resource_limits": {"memory": 0.5},
+                "settings": {"search.default_search_timeout": "2s",
+                             "search.cancel_after_time_interval": "30s"}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let group = r.body["_id"].as_str().unwrap().to_string();
+    let header = [("workloadGroupId", group.as_str())];
+    let r = gw.req_with("GET", "/logs/_search?q=a", None, &header).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let uri = up.received_on("/logs/_search").pop().unwrap().uri;
+    assert!(uri.contains("q=a"), "{uri}");
+    assert!(uri.contains("timeout=2000ms"), "{uri}");
+    let left: u64 = uri
+        .split("cancel_after_time_interval=")
+        .nth(1)
+        .and_then(|v| v.split("ms").next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no cancel_after_time_interval in {uri}"));
+    assert!(left > 0 && left <= 30_000, "{uri}");
+    // A request's own timeout beats the group's default (no override_request_values).
+    let r = gw
+        .req_with(
+            "POST",
+            "/logs/_search",
+            Some(json!({"timeout": "5s"})),
+            &header,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let uri = up.received_on("/logs/_search").pop().unwrap().uri;
+    assert!(!uri.contains("timeout=2000ms"), "{uri}");
+    // _count takes neither parameter.
+    let r = gw.req_with("GET", "/logs/_count", None, &header).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let uri = up.received_on("/logs/_count").pop().unwrap().uri;
+    assert_eq!(uri, "/logs/_count");
+    // msearch items carry them in their lines.
+    let body = common::ndjson(&[json!({"index": "a"}), json!({})]);
+    let r = gw
+        .client
+        .post(gw.url("/_msearch"))
+        .header("workloadGroupId", &group)
+        .header("content-type", "application/x-ndjson")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let sent = up.received_on("_msearch").pop().unwrap();
+    let lines: Vec<Value> = String::from_utf8_lossy(&sent.body)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        lines[0]["cancel_after_time_interval"].is_string(),
+        "{lines:?}"
+    );
+    assert_eq!(lines[1]["timeout"], "2000ms", "{lines:?}");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_scroll_continuations_are_charged_to_the_group_the_scroll_opened_in() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gw = TestNode::start_gateway_on(tmp.path(), &[]).await;
+    gw.bulk(
+        "/s/_bulk?refresh=true",
+        &[
+            json!({"index": {"_id": "1"}}),
+            json!({"n": 1}),
+            json!({"index": {"_id": "2"}}),
+            json!({"n": 2}),
+        ],
+    )
+    .await;
+    let r = gw
+        .req_with(
+            "PUT",
+            "/_wlm/workload_group",
+            Some(json!({"name": "scrolls", "resiliency_mode": "soft",
+                "resource_limits": {"memory": 0.5}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let group = r.body["_id"].as_str().unwrap().to_string();
+    let r = gw
+        .req_with(
+            "POST",
+            "/s/_search?scroll=1m&size=1",
+            Some(json!({"sort": ["_doc"]})),
+            &[("workloadGroupId", &group)],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = r.body["_scroll_id"].as_str().unwrap().to_string();
+    // No header: the continuation still runs in the scroll's group.
+    let (s, b) = gw
+        .req(
+            "POST",
+            "/_search/scroll",
+            Some(json!({"scroll": "1m", "scroll_id": id})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["hits"]["hits"].as_array().unwrap().len(), 1, "{b}");
+    let (s, stats) = gw.req("GET", &format!("/_wlm/stats/{group}"), None).await;
+    assert_eq!(s, 200, "{stats}");
+    let node = stats
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(k, _)| !k.starts_with('_') && *k != "cluster_name")
+        .unwrap()
+        .1;
+    assert_eq!(
+        node["workload_groups"][&group]["total_completions"], 2,
+        "{stats}"
+    );
+    assert_eq!(default_stats(&gw).await["total_completions"], 0);
+    // Cleared: forgotten by the gateway, freed upstream.
+    let (s, b) = gw
+        .req("DELETE", "/_search/scroll", Some(json!({"scroll_id": id})))
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["num_freed"], 1, "{b}");
+    gw.stop().await;
+}
