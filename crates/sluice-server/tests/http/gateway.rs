@@ -1028,3 +1028,123 @@ async fn test_scroll_continuations_are_charged_to_the_group_the_scroll_opened_in
     assert_eq!(b["num_freed"], 1, "{b}");
     gw.stop().await;
 }
+
+/// Runs `openssl` with `args` in `dir`, asserting success.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl runs (.ci/run installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_tls_upstream_is_verified_against_ca_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A private CA and a certificate it signed for localhost.
+    openssl(
+        d,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=sluice-test-ca",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=keyCertSign",
+        ],
+    );
+    openssl(
+        d,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "srv.key",
+            "-out",
+            "srv.csr",
+            "-subj",
+            "/CN=localhost",
+        ],
+    );
+    std::fs::write(
+        d.join("ext.cnf"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(
+        d,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "srv.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "srv.pem",
+            "-days",
+            "1",
+            "-extfile",
+            "ext.cnf",
+        ],
+    );
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    // `s_server -www` answers any GET with a 200 status page.
+    let server = Child(
+        std::process::Command::new("openssl")
+            .args([
+                "s_server", "-quiet", "-www", "-cert", "srv.pem", "-key", "srv.key",
+            ])
+            .arg("-accept")
+            .arg(port.to_string())
+            .current_dir(d)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("openssl s_server starts"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "s_server never listened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let hosts = format!("https://localhost:{port}");
+    let ca = format!("backend.upstream.ca_file={}", d.join("ca.pem").display());
+    let gw = gateway(&hosts, &[ca.as_str()]).await;
+    let (s, body) = gw.req("GET", "/anything", None).await;
+    assert_eq!(s, 200, "{body}");
+    gw.stop().await;
+    // Without the CA, the system's roots do not vouch for it: refused, and said why.
+    let gw = gateway(&hosts, &[]).await;
+    let resp = gw.req("GET", "/anything", None).await;
+    common::assert_error(&resp, 502, "upstream_exception");
+    let reason = resp.1["error"]["reason"].as_str().unwrap();
+    assert!(reason.contains("certificate"), "{reason}");
+    gw.stop().await;
+    drop(server);
+}
