@@ -279,21 +279,25 @@ pub(super) fn time_param(d: Option<Duration>) -> String {
 /// The search parameters the gateway forwards for an admitted request: the `timeout` the
 /// group's settings give when it differs from the request's own, and what is left of the
 /// task's `cancel_after_time_interval` (queue time counts, as on an embedded node).
-fn search_params(
-    admitted: &Admitted,
-    params: &Params,
-    body: Option<&Value>,
-) -> Vec<(&'static str, String)> {
+fn search_params(admitted: &Admitted, params: &Params, body: &[u8]) -> Vec<(&'static str, String)> {
     let mut set = Vec::new();
-    let requested = params
-        .get("timeout")
-        .map(String::as_str)
-        .or_else(|| body.and_then(|b| b["timeout"].as_str()))
-        .and_then(|t| sluice_wire::parse_time_value(t, "timeout").ok())
-        .and_then(|t| t.duration_opt());
-    let effective = admitted.search_timeout(requested);
-    if effective != requested {
-        set.push(("timeout", time_param(effective)));
+    // Only a group with a timeout setting changes the request's: the body is parsed for its
+    // own `timeout` only then (the gateway does not parse what it only forwards).
+    let probe = Some(Duration::MAX);
+    let group_sets_timeout =
+        admitted.search_timeout(None).is_some() || admitted.search_timeout(probe) != probe;
+    if group_sets_timeout {
+        let body: Option<Value> = serde_json::from_slice(body).ok();
+        let requested = params
+            .get("timeout")
+            .map(String::as_str)
+            .or_else(|| body.as_ref().and_then(|b| b["timeout"].as_str()))
+            .and_then(|t| sluice_wire::parse_time_value(t, "timeout").ok())
+            .and_then(|t| t.duration_opt());
+        let effective = admitted.search_timeout(requested);
+        if effective != requested {
+            set.push(("timeout", time_param(effective)));
+        }
     }
     if let Some(at) = admitted.execution().cancel_at {
         let left = at
@@ -302,6 +306,15 @@ fn search_params(
         set.push(("cancel_after_time_interval", time_param(Some(left))));
     }
     set
+}
+
+/// The task description OpenSearch gives a search, with the body as the client sent it (the
+/// gateway does not parse what it only forwards).
+fn description(index: &str, body: &[u8]) -> String {
+    let source = String::from_utf8_lossy(body);
+    let source = source.trim();
+    let source = if source.is_empty() { "{}" } else { source };
+    format!("indices[{index}], search_type[QUERY_THEN_FETCH], source[{source}]")
 }
 
 /// Admits a `_search`, `_count` or `_search/template` and forwards it.
@@ -318,16 +331,14 @@ async fn run_admitted(
         params,
         body,
     } = read(req).await?;
-    let json: Option<Value> = serde_json::from_slice(&body).ok();
     let keep_alive = match params.get("scroll") {
         Some(s) if kind.search_params => Some(sluice_engine::scroll::parse_keep_alive(s)?),
         _ => None,
     };
-    let description = crate::api::search::search_description(&index, json.as_ref());
-    let spec = TaskSpec::new(kind.action, description, &index, &params)?;
+    let spec = TaskSpec::new(kind.action, description(&index, &body), &index, &params)?;
     let mut admitted = admit(&st, &meta, spec).await?;
     let set = if kind.search_params {
-        search_params(&admitted, &params, json.as_ref())
+        search_params(&admitted, &params, &body)
     } else {
         Vec::new()
     };
