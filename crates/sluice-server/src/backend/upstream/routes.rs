@@ -493,3 +493,39 @@ async fn clear_scrolls(
         .await?;
     Ok(stream_back(resp))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(uri: &str) -> Parts {
+        http::Request::builder()
+            .uri(uri)
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0
+    }
+
+    #[test]
+    fn test_with_params_replaces_only_the_named_parameters() {
+        let p = parts("/logs/_search?q=a&timeout=5s&pretty");
+        assert_eq!(
+            with_params(&p, &[("timeout", "2000ms".into())]),
+            "/logs/_search?q=a&pretty&timeout=2000ms"
+        );
+        assert_eq!(with_params(&parts("/x"), &[]), "/x");
+        assert_eq!(
+            with_params(
+                &parts("/x"),
+                &[("cancel_after_time_interval", "5ms".into())]
+            ),
+            "/x?cancel_after_time_interval=5ms"
+        );
+        assert_eq!(time_param(None), "-1");
+        assert_eq!(
+            description("i", b"  "),
+            "indices[i], search_type[QUERY_THEN_FETCH], source[{}]"
+        );
+    }
+}
