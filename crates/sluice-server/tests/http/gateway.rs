@@ -105,6 +105,8 @@ enum Raw {
     Garbage,
     /// Resets the connection.
     Reset,
+    /// Closes its side of the connection (half-closed) without answering.
+    HalfClose,
     /// Never answers.
     Hang,
 }
@@ -135,6 +137,15 @@ async fn raw_upstream(how: Raw) -> (String, tokio::task::JoinHandle<()>) {
                     Raw::Reset => {
                         let _ = stream.set_zero_linger();
                         drop(stream);
+                    }
+                    Raw::HalfClose => {
+                        let _ = stream.shutdown().await;
+                        // Keeps reading until the gateway gives up on the connection.
+                        while let Ok(n) = stream.read(&mut buf).await {
+                            if n == 0 {
+                                break;
+                            }
+                        }
                     }
                     Raw::Hang => {
                         let _keep = stream;
@@ -257,10 +268,11 @@ async fn test_upstream_errors_pass_through_unchanged_and_count_as_failures() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn test_garbage_reset_and_hang_fail_that_request_only_with_502_or_504() {
+async fn test_garbage_reset_half_close_and_hang_fail_that_request_only_with_502_or_504() {
     for (how, status, ty) in [
         (Raw::Garbage, 502, "upstream_exception"),
         (Raw::Reset, 502, "upstream_exception"),
+        (Raw::HalfClose, 502, "upstream_exception"),
         (Raw::Hang, 504, "upstream_timeout_exception"),
     ] {
         let (base, task) = raw_upstream(how).await;
@@ -1147,4 +1159,297 @@ async fn test_tls_upstream_is_verified_against_ca_file() {
     assert!(reason.contains("certificate"), "{reason}");
     gw.stop().await;
     drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_cluster_settings_are_split_between_sluice_and_the_upstream() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gw = TestNode::start_gateway_on(tmp.path(), &[]).await;
+    let upstream = gw.upstream.as_ref().unwrap();
+    // wlm.* is the gateway's own.
+    let (s, b) = gw
+        .req(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"persistent": {"wlm.workload_group.mode": "monitor_only"}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    // Any other key is the upstream's.
+    let (s, b) = gw
+        .req(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"persistent": {"search": {"max_buckets": 1234}}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let (_, up) = upstream
+        .req("GET", "/_cluster/settings?flat_settings=true", None)
+        .await;
+    assert_eq!(up["persistent"]["search.max_buckets"], "1234", "{up}");
+    assert!(
+        up["persistent"].get("wlm.workload_group.mode").is_none(),
+        "{up}"
+    );
+    // Both in one update: refused, so neither half lands alone.
+    let resp = gw
+        .req(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"transient": {"wlm.workload_group.mode": "enabled", "search.max_buckets": 99}})),
+        )
+        .await;
+    common::assert_error(&resp, 400, "illegal_argument_exception");
+    // A read merges the two.
+    let (s, b) = gw
+        .req("GET", "/_cluster/settings?flat_settings=true", None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["persistent"]["search.max_buckets"], "1234", "{b}");
+    assert_eq!(
+        b["persistent"]["wlm.workload_group.mode"], "monitor_only",
+        "{b}"
+    );
+    let (s, b) = gw.req("GET", "/_cluster/settings", None).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["persistent"]["search"]["max_buckets"], "1234", "{b}");
+    assert_eq!(
+        b["persistent"]["wlm"]["workload_group"]["mode"], "monitor_only",
+        "{b}"
+    );
+    gw.stop().await;
+}
+
+/// `_wlm/stats` of group `id` on the only node.
+async fn group_stats(node: &TestNode, id: &str) -> Value {
+    let (s, b) = node.req("GET", &format!("/_wlm/stats/{id}"), None).await;
+    assert_eq!(s, 200, "{b}");
+    b.as_object()
+        .unwrap()
+        .iter()
+        .find(|(k, _)| !k.starts_with('_') && *k != "cluster_name")
+        .map(|(_, n)| n["workload_groups"][id].clone())
+        .expect("a node")
+}
+
+/// Enables workload management and creates a group of `body`; answers its id.
+async fn enabled_group(gw: &TestNode, body: Value) -> String {
+    let r = gw
+        .req_with(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"persistent": {"wlm.workload_group.mode": "enabled"}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = gw
+        .req_with("PUT", "/_wlm/workload_group", Some(body), &ADMIN)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body["_id"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_every_search_class_route_is_admitted_and_other_requests_pass_through() {
+    let release = Arc::new(tokio::sync::Notify::new());
+    let up = msearch_upstream(release.clone()).await;
+    let gw = gateway(&up.base, &["node.memory_budget=1tb"]).await;
+    let group = enabled_group(
+        &gw,
+        json!({"name": "one", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
+               "throttling": {"attribute": "group", "node_limit": 1}}),
+    )
+    .await;
+    let tag = [("workloadGroupId", group.as_str())];
+    // The group's one slot is taken by a search the upstream holds.
+    let client = gw.client.clone();
+    let url = gw.url("/held-hang/_search");
+    let g = group.clone();
+    let held = tokio::spawn(async move {
+        client
+            .post(url)
+            .header("workloadGroupId", g)
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while up.received_on("held-hang").is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the held search never reached the upstream"
+        );
+        tokio::task::yield_now().await;
+    }
+    let forwarded_before = up.received.lock().len();
+    // Every search-class route is throttled in the group: 429, nothing forwarded.
+    let search = json!({"query": {"match_all": {}}});
+    let template = json!({"source": {"query": {"match_all": {}}}, "params": {}});
+    let routes: [(&str, &str, Option<Value>); 9] = [
+        ("GET", "/_search", None),
+        ("POST", "/t/_search", Some(search.clone())),
+        ("POST", "/t/_search?scroll=1m", Some(search.clone())),
+        ("GET", "/_count", None),
+        ("POST", "/t/_count", Some(search.clone())),
+        ("POST", "/_search/template", Some(template.clone())),
+        ("POST", "/t/_search/template", Some(template.clone())),
+        (
+            "POST",
+            "/_search/scroll",
+            Some(json!({"scroll": "1m", "scroll_id": "unknown-to-the-gateway"})),
+        ),
+        (
+            "GET",
+            "/_search/scroll/unknown-to-the-gateway?scroll=1m",
+            None,
+        ),
+    ];
+    for (method, path, body) in &routes {
+        let r = gw.req_with(method, path, body.clone(), &tag).await;
+        assert_eq!(r.status, 429, "{method} {path}: {}", r.body);
+        assert_eq!(
+            r.body["error"]["type"], "rejected_execution_exception",
+            "{path}: {}",
+            r.body
+        );
+    }
+    for path in ["/_msearch", "/t/_msearch/template"] {
+        let item = if path.ends_with("template") {
+            &template
+        } else {
+            &search
+        };
+        let body = common::ndjson(&[json!({}), item.clone(), json!({"index": "u"}), item.clone()]);
+        let r = gw
+            .client
+            .post(gw.url(path))
+            .header("workloadGroupId", &group)
+            .header("content-type", "application/x-ndjson")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let reply = Reply::of(r).await;
+        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+        let items = reply.body["responses"].as_array().unwrap();
+        assert_eq!(items.len(), 2, "{path}: {}", reply.body);
+        for item in items {
+            assert_eq!(item["status"], 429, "{path}: {}", reply.body);
+        }
+    }
+    assert_eq!(
+        up.received.lock().len(),
+        forwarded_before,
+        "a throttled request reached the upstream: {:?}",
+        up.received.lock().last()
+    );
+    let stats = group_stats(&gw, &group).await;
+    assert_eq!(stats["total_throttled"], routes.len() + 4, "{stats}");
+    // What is not search-class passes through, tagged or not, whatever the group's state.
+    for (method, path) in [
+        ("GET", "/t/_doc/1"),
+        ("PUT", "/t/_mapping"),
+        ("DELETE", "/t"),
+    ] {
+        let r = gw.req_with(method, path, None, &tag).await;
+        assert_eq!(r.status, 200, "{method} {path}: {}", r.body);
+    }
+    assert_eq!(up.received.lock().len(), forwarded_before + 3);
+    // The held search ends; the group drains.
+    release.notify_waiters();
+    assert_eq!(held.await.unwrap().unwrap(), 200);
+    let stats = group_stats(&gw, &group).await;
+    assert_eq!(stats["total_completions"], 1, "{stats}");
+    assert_eq!(stats["executing"], 0, "{stats}");
+    assert_eq!(gw.state.workload.permits.num_buckets(), 0);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_failing_upstream_loses_no_permit_and_no_queued_request() {
+    // The upstream never answers: each request holds the group's one slot until the gateway's
+    // request timeout, the others wait in the queue, and every one ends in a 504.
+    let (base, task) = raw_upstream(Raw::Hang).await;
+    let gw = gateway(&base, &["node.memory_budget=1tb"]).await;
+    let group = enabled_group(
+        &gw,
+        json!({"name": "queued", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
+               "throttling": {"attribute": "group", "node_limit": 1},
+               "queue": {"size_per_bucket": 4}}),
+    )
+    .await;
+    let searches: Vec<_> = (0..3)
+        .map(|i| {
+            let rb = gw
+                .client
+                .post(gw.url(&format!("/q{i}/_search")))
+                .header("workloadGroupId", &group);
+            tokio::spawn(async move { Reply::of(rb.send().await.unwrap()).await })
+        })
+        .collect();
+    for s in searches {
+        let reply = s.await.unwrap();
+        assert_eq!(reply.status, 504, "{}", reply.body);
+        assert_eq!(
+            reply.body["error"]["type"], "upstream_timeout_exception",
+            "{}",
+            reply.body
+        );
+    }
+    let stats = group_stats(&gw, &group).await;
+    assert_eq!(stats["total_completions"], 3, "{stats}");
+    assert_eq!(stats["failures"], 3, "{stats}");
+    assert_eq!(stats["total_queued"], 2, "{stats}");
+    assert_eq!(stats["queued_current"], 0, "{stats}");
+    assert_eq!(stats["executing"], 0, "{stats}");
+    assert_eq!(stats["total_throttled"], 0, "{stats}");
+    assert_eq!(gw.state.workload.permits.num_buckets(), 0);
+    assert!(gw.state.tasks.list().is_empty());
+    gw.stop().await;
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_host_that_does_not_accept_connections_fails_within_the_connect_timeout() {
+    // A listener with a backlog of one that never accepts: once its queue is full the kernel
+    // drops further connection attempts, so a connect hangs as to a host that is down.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(1).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut filling = Vec::new();
+    for _ in 0..16 {
+        match tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::net::TcpStream::connect(addr),
+        )
+        .await
+        {
+            Ok(Ok(s)) => filling.push(s),
+            Ok(Err(e)) => panic!("connect failed instead of hanging: {e}"),
+            Err(_) => break,
+        }
+    }
+    assert!(filling.len() < 16, "the backlog never filled");
+    let base = format!("http://{addr}");
+    // Connect timeout 200 ms, under the helper's request timeout (500 ms): the reason tells
+    // which one ended the request.
+    let gw = gateway(&base, &["backend.upstream.connect_timeout=200ms"]).await;
+    for path in ["/logs/_search", "/logs/_doc/1"] {
+        let resp = gw.req("GET", path, None).await;
+        common::assert_error(&resp, 502, "upstream_exception");
+        let reason = resp.1["error"]["reason"].as_str().unwrap();
+        assert!(reason.contains(&base), "{reason}");
+        assert!(
+            reason.contains("not connected within backend.upstream.connect_timeout [200ms]"),
+            "{reason}"
+        );
+    }
+    let stats = default_stats(&gw).await;
+    assert_eq!(stats["failures"], 1, "{stats}");
+    assert_eq!(stats["executing"], 0, "{stats}");
+    gw.stop().await;
+    drop(listener);
 }

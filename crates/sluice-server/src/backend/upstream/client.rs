@@ -35,6 +35,7 @@ pub enum OutBody {
 pub struct UpstreamClient {
     client: Client<HttpsConnector<HttpConnector>, Body>,
     hosts: Hosts,
+    connect_timeout: Duration,
     request_timeout: Duration,
 }
 
@@ -97,6 +98,7 @@ impl UpstreamClient {
         Ok(UpstreamClient {
             client,
             hosts: Hosts::new(&config.hosts),
+            connect_timeout: config.connect_timeout,
             request_timeout: config.request_timeout,
         })
     }
@@ -162,7 +164,15 @@ impl UpstreamClient {
                 }
                 Ok(Err(e)) if e.is_connect() => {
                     let backoff = self.hosts.failed(i, Instant::now());
-                    let cause = causes(&e);
+                    let cause = if timed_out(&e) {
+                        format!(
+                            "not connected within backend.upstream.connect_timeout [{}] ({})",
+                            sluice_wire::format_time_value(self.connect_timeout),
+                            causes(&e)
+                        )
+                    } else {
+                        causes(&e)
+                    };
                     tracing::warn!(host = %host.name, %cause, backoff_ms = backoff.as_millis() as u64,
                         attempt, "upstream host unreachable; skipped until its back-off ends");
                     last_error = Some(EngineError::new(
@@ -238,6 +248,21 @@ fn join(base: &Uri, path_and_query: &str) -> Result<Uri, EngineError> {
     Uri::from_parts(parts).map_err(|e| {
         EngineError::illegal_argument(format!("invalid request path [{path_and_query}]: {e}"))
     })
+}
+
+/// Whether an error was caused by a timeout (the connector's `connect_timeout` gives an I/O
+/// error of kind `TimedOut`).
+fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }
 
 /// An error and its causes, outermost first: hyper's errors say little on their own
