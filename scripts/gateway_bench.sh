@@ -4,7 +4,8 @@
 # one upstream (an embedded sluice node with generated log documents) reached directly, through
 # sluice's gateway (untagged, and tagged into a group throttled far above the load) and through
 # nginx (proxy_pass with keep-alive and limit_conn), side by side in one run, at 1, 8 and 32
-# clients. Prints the table as Markdown.
+# clients, steady (closed loops) and in bursts (all clients at one instant). Prints the table
+# as Markdown.
 #
 # Usage: scripts/gateway_bench.sh [sluice-bench gateway-overhead options]
 #   e.g. scripts/gateway_bench.sh --rounds 5 --clients 1,8,32

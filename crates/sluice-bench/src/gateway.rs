@@ -13,10 +13,13 @@
 //! - `nginx`: nginx (`proxy_pass` with upstream keep-alive, `limit_conn` far above the load),
 //!   installed from Debian's packages by `scripts/gateway_bench.sh` when missing.
 //!
-//! Each is measured with the cheap `term` query at each client count (closed loops), the
-//! targets interleaved round by round in a rotating order as in `throttle-overhead`, so that the
-//! machine's drift falls on all of them alike; the rounds of a target are merged. The report
-//! gives each target's latencies and what it adds to `direct`'s p50 and p99.
+//! Each is measured with the cheap `term` query at each client count under two loads:
+//! `steady`, closed loops (each client sends its next request as soon as its answer arrived),
+//! and `burst`, all clients' requests released at one instant at an idle server, the next burst
+//! [`DEFAULT_BURST_GAP_MS`] after the last answer. The targets are interleaved round by round in
+//! a rotating order as in `throttle-overhead`, so that the machine's drift falls on all of them
+//! alike; the rounds of a target are merged. The report gives each target's latencies, what it
+//! adds to `direct`'s p50 and p99, and its p50 and p99 as ratios of `direct`'s.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -54,6 +57,11 @@ const NGINX_LIMIT_CONN: u64 = 60_000;
 /// measured by default (32), so nginx does not open a connection per request.
 const NGINX_KEEPALIVE: u32 = 64;
 
+/// The pause between two bursts: long enough that the previous burst's answers are all out
+/// and the servers idle (a `term` search takes ~1 ms), short enough for hundreds of bursts in
+/// a window.
+const DEFAULT_BURST_GAP_MS: u64 = 20;
+
 /// How long nginx may take to listen.
 const NGINX_START: Duration = Duration::from_secs(10);
 
@@ -86,6 +94,26 @@ impl Via {
     }
 }
 
+/// How the clients send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[value(rename_all = "kebab-case")]
+pub enum Load {
+    /// Closed loops: each client sends again as soon as its answer arrived.
+    Steady,
+    /// All clients at one instant, then a pause ([`GatewayArgs::burst_gap_ms`]).
+    Burst,
+}
+
+impl Load {
+    fn name(self) -> &'static str {
+        match self {
+            Load::Steady => "steady",
+            Load::Burst => "burst",
+        }
+    }
+}
+
 /// Options of the gateway-overhead scenario.
 #[derive(Debug, clap::Args)]
 pub struct GatewayArgs {
@@ -113,7 +141,15 @@ pub struct GatewayArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
     clients: Vec<usize>,
 
-    /// Rounds; each measures every target at every client count once.
+    /// Loads, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Load::Steady, Load::Burst])]
+    loads: Vec<Load>,
+
+    /// Milliseconds between the last answer of a burst and the next burst.
+    #[arg(long, default_value_t = DEFAULT_BURST_GAP_MS)]
+    burst_gap_ms: u64,
+
+    /// Rounds; each measures every target at every load and client count once.
     #[arg(long, default_value_t = 5)]
     rounds: usize,
 
@@ -168,6 +204,15 @@ impl GatewayArgs {
                 self.duration_secs
             );
         }
+        if self.loads.is_empty() {
+            bail!("--loads must name steady, burst or both");
+        }
+        if self.burst_gap_ms > 10_000 {
+            bail!(
+                "--burst-gap-ms must be at most 10000, got {}",
+                self.burst_gap_ms
+            );
+        }
         if self.via.is_empty() || !self.via.contains(&Via::Direct) {
             bail!("--via must include direct, the baseline");
         }
@@ -175,11 +220,13 @@ impl GatewayArgs {
     }
 }
 
-/// One target at one client count, over all rounds.
+/// One target at one load and client count, over all rounds.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Row {
     /// How the upstream was reached.
     pub via: Via,
+    /// How the clients sent.
+    pub load: Load,
     /// Concurrent clients.
     pub clients: usize,
     /// All rounds merged.
@@ -188,6 +235,10 @@ pub struct Row {
     pub added_p50_ms: f64,
     /// p99 minus `direct`'s p99 at the same client count, ms.
     pub added_p99_ms: f64,
+    /// p50 over `direct`'s p50 at the same load and client count.
+    pub p50_ratio: f64,
+    /// p99 over `direct`'s p99 at the same load and client count.
+    pub p99_ratio: f64,
 }
 
 /// Runs the scenario.
@@ -298,35 +349,49 @@ async fn run(args: &GatewayArgs, root: &Path) -> Result<Vec<Row>> {
     let span = TimeSpan::of_generated(DEFAULT_START_EPOCH_MILLIS, args.docs);
     let pool = QueryPool::new(QueryShape::Term, args.seed, span);
     let before = wlm::group_counters(&gateway, &[group_id.as_str()]).await?;
-    // samples[clients][target]
-    let mut samples: Vec<Vec<Sample>> =
-        vec![vec![Sample::default(); targets.len()]; args.clients.len()];
+    // samples[load][clients][target]
+    let mut samples: Vec<Vec<Vec<Sample>>> =
+        vec![vec![vec![Sample::default(); targets.len()]; args.clients.len()]; args.loads.len()];
+    let gap = Duration::from_millis(args.burst_gap_ms);
     for round in 0..args.rounds {
-        for (ci, &clients) in args.clients.iter().enumerate() {
-            for k in 0..targets.len() {
-                let ti = (k + round) % targets.len();
-                let (via, url, headers) = &targets[ti];
-                let window = Window::starting_now(
-                    Duration::from_secs(args.warmup_secs),
-                    Duration::from_secs(args.duration_secs),
-                );
-                let sample =
-                    measure::run_http(&client, url, &pool.encoded, headers, clients, window).await;
-                let s = sample.summary();
-                eprintln!(
-                    "round {}/{} c={clients:<3} {:<13} {:>6.0} qps  p50 {:>6.2}  p99 {:>6.2} ms  errors {}",
-                    round + 1,
-                    args.rounds,
-                    via.name(),
-                    s.qps,
-                    s.p50_ms,
-                    s.p99_ms,
-                    s.num_errors
-                );
-                if let Some(e) = &s.first_error {
-                    eprintln!("  first error: {e}");
+        for (li, &load) in args.loads.iter().enumerate() {
+            for (ci, &clients) in args.clients.iter().enumerate() {
+                for k in 0..targets.len() {
+                    let ti = (k + round) % targets.len();
+                    let (via, url, headers) = &targets[ti];
+                    let window = Window::starting_now(
+                        Duration::from_secs(args.warmup_secs),
+                        Duration::from_secs(args.duration_secs),
+                    );
+                    let bodies = &pool.encoded;
+                    let sample = match load {
+                        Load::Steady => {
+                            measure::run_http(&client, url, bodies, headers, clients, window).await
+                        }
+                        Load::Burst => {
+                            measure::run_http_bursts(
+                                &client, url, bodies, headers, clients, gap, window,
+                            )
+                            .await
+                        }
+                    };
+                    let s = sample.summary();
+                    eprintln!(
+                        "round {}/{} {:<6} c={clients:<3} {:<13} {:>6.0} qps  p50 {:>6.2}  p99 {:>6.2} ms  errors {}",
+                        round + 1,
+                        args.rounds,
+                        load.name(),
+                        via.name(),
+                        s.qps,
+                        s.p50_ms,
+                        s.p99_ms,
+                        s.num_errors
+                    );
+                    if let Some(e) = &s.first_error {
+                        eprintln!("  first error: {e}");
+                    }
+                    samples[li][ci][ti].merge(&sample);
                 }
-                samples[ci][ti].merge(&sample);
             }
         }
     }
@@ -337,52 +402,83 @@ async fn run(args: &GatewayArgs, root: &Path) -> Result<Vec<Row>> {
             "the gateway group refused or cancelled requests ({delta:?}): the run does not measure the admitted path"
         );
     }
+    let group_sent: u64 = targets
+        .iter()
+        .position(|(v, _, _)| *v == Via::GatewayGroup)
+        .map(|ti| {
+            samples
+                .iter()
+                .flat_map(|by_clients| by_clients.iter().map(|t| t[ti].summary().num_requests))
+                .sum()
+        })
+        .unwrap_or(0);
+    if delta.total_completions < group_sent {
+        bail!(
+            "the gateway group completed {} tasks but {group_sent} tagged requests were measured: the tag did not take",
+            delta.total_completions
+        );
+    }
     let mut rows = Vec::new();
-    for (ci, &clients) in args.clients.iter().enumerate() {
-        let direct = targets
-            .iter()
-            .position(|(v, _, _)| *v == Via::Direct)
-            .map(|i| samples[ci][i].summary())
-            .expect("direct is measured");
-        for (ti, (via, _, _)) in targets.iter().enumerate() {
-            let summary = samples[ci][ti].summary();
-            if summary.num_errors > 0 {
-                bail!(
-                    "{} at {clients} clients had {} failed requests; first: {:?}",
-                    via.name(),
-                    summary.num_errors,
-                    summary.first_error
-                );
+    for (li, &load) in args.loads.iter().enumerate() {
+        for (ci, &clients) in args.clients.iter().enumerate() {
+            let direct = targets
+                .iter()
+                .position(|(v, _, _)| *v == Via::Direct)
+                .map(|i| samples[li][ci][i].summary())
+                .expect("direct is measured");
+            for (ti, (via, _, _)) in targets.iter().enumerate() {
+                let summary = samples[li][ci][ti].summary();
+                if summary.num_errors > 0 {
+                    bail!(
+                        "{} {} at {clients} clients had {} failed requests; first: {:?}",
+                        via.name(),
+                        load.name(),
+                        summary.num_errors,
+                        summary.first_error
+                    );
+                }
+                rows.push(row(*via, load, clients, summary, &direct));
             }
-            rows.push(Row {
-                via: *via,
-                clients,
-                added_p50_ms: summary.p50_ms - direct.p50_ms,
-                added_p99_ms: summary.p99_ms - direct.p99_ms,
-                summary,
-            });
         }
     }
     Ok(rows)
 }
 
+/// A target's row: its summary and how it compares with `direct`'s.
+fn row(via: Via, load: Load, clients: usize, summary: Summary, direct: &Summary) -> Row {
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+    Row {
+        via,
+        load,
+        clients,
+        added_p50_ms: summary.p50_ms - direct.p50_ms,
+        added_p99_ms: summary.p99_ms - direct.p99_ms,
+        p50_ratio: ratio(summary.p50_ms, direct.p50_ms),
+        p99_ratio: ratio(summary.p99_ms, direct.p99_ms),
+        summary,
+    }
+}
+
 fn to_markdown(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| via | clients | requests | QPS | p50 ms | p99 ms | added p50 ms | added p99 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| load | clients | via | requests | QPS | p50 ms | p99 ms | added p50 ms | added p99 ms | p50 / direct | p99 / direct |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         let s = &r.summary;
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {:+.2} | {:+.2} |",
-            r.via.name(),
+            "| {} | {} | {} | {} | {:.0} | {:.2} | {:.2} | {:+.2} | {:+.2} | {:.3} | {:.3} |",
+            r.load.name(),
             r.clients,
+            r.via.name(),
             s.num_requests,
             s.qps,
             s.p50_ms,
             s.p99_ms,
             r.added_p50_ms,
-            r.added_p99_ms
+            r.added_p99_ms,
+            r.p50_ratio,
+            r.p99_ratio
         );
     }
     out
