@@ -486,8 +486,29 @@ fn to_markdown(rows: &[Row]) -> String {
 
 /// nginx as a reverse proxy in front of the upstream; stopped when dropped.
 struct Nginx {
-    _child: Child,
+    child: Child,
     base_url: Url,
+    bin: PathBuf,
+    conf: PathBuf,
+}
+
+impl Drop for Nginx {
+    /// Stops nginx with `nginx -s stop` and waits (up to [`NGINX_START`]) for the master to
+    /// end its workers and exit: killing the master alone, as `kill_on_drop` does, would leave
+    /// the workers running.
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(&self.bin)
+            .arg("-c")
+            .arg(&self.conf)
+            .args(["-s", "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let deadline = std::time::Instant::now() + NGINX_START;
+        while matches!(self.child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl Nginx {
@@ -545,8 +566,10 @@ impl Nginx {
         }
         eprintln!("started nginx at {base_url}");
         Ok(Nginx {
-            _child: child,
+            child,
             base_url,
+            bin: bin.to_owned(),
+            conf: path,
         })
     }
 }
