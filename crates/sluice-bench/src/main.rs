@@ -26,6 +26,7 @@
 //! with their own arguments.
 
 mod burst;
+mod gateway;
 mod http;
 #[cfg(feature = "in-process")]
 mod in_process;
@@ -332,6 +333,9 @@ enum Command {
     /// A burst of concurrent requests against one throttled bucket, with a queue, without
     /// one, and without one with clients retrying after `Retry-After` (issue #11 B.9).
     QueueBurst(burst::BurstArgs),
+    /// The latency sluice's gateway adds in front of an upstream, next to nginx's, in one run
+    /// (issue 13).
+    GatewayOverhead(gateway::GatewayArgs),
 }
 
 fn main() -> Result<()> {
@@ -339,6 +343,7 @@ fn main() -> Result<()> {
     match &args.command {
         Some(Command::NoisyNeighbour(noisy)) => return noisy::main(noisy),
         Some(Command::QueueBurst(burst)) => return burst::main(burst),
+        Some(Command::GatewayOverhead(g)) => return gateway::main(g),
         None => {}
     }
     args.validate()?;

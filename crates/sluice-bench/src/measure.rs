@@ -265,6 +265,54 @@ pub async fn run_http(
     Sample::from_tallies(tallies, window.measure_from.elapsed())
 }
 
+/// Drives `POST <search_url>` in bursts: `size` requests released at one instant, each from its
+/// own tokio task, the next burst `gap` after the last answer of the one before, until the
+/// window's deadline. Where [`run_http`] keeps `size` requests in flight all the time, this is
+/// traffic that arrives all at once at an idle server, then stops.
+///
+/// # Cancel safety
+///
+/// As [`run_http`].
+pub async fn run_http_bursts(
+    client: &reqwest::Client,
+    search_url: &reqwest::Url,
+    bodies: &[Bytes],
+    headers: &HeaderMap,
+    size: usize,
+    gap: Duration,
+    window: Window,
+) -> Sample {
+    let mut tally = WorkerTally::new();
+    let mut next_body = 0usize;
+    loop {
+        let started = Instant::now();
+        if started >= window.deadline {
+            break;
+        }
+        let mut burst = tokio::task::JoinSet::new();
+        for _ in 0..size {
+            let (client, url, headers) = (client.clone(), search_url.clone(), headers.clone());
+            let body = bodies[next_body % bodies.len()].clone();
+            next_body += 1;
+            burst.spawn(async move {
+                let sent = Instant::now();
+                let outcome = send_search(&client, &url, &headers, body).await;
+                (outcome, sent.elapsed())
+            });
+        }
+        while let Some(done) = burst.join_next().await {
+            if started >= window.measure_from {
+                match done {
+                    Ok((outcome, latency)) => tally.record(outcome, latency),
+                    Err(e) => tally.record(Err(format!("burst task failed: {e}")), Duration::ZERO),
+                }
+            }
+        }
+        tokio::time::sleep(gap).await;
+    }
+    Sample::from_tallies(vec![tally], window.measure_from.elapsed())
+}
+
 /// Sends one search and reads its whole answer; `Err` carries what went wrong.
 async fn send_search(
     client: &reqwest::Client,

@@ -147,12 +147,27 @@ impl SpawnedServer {
     ///
     /// Dropping the future kills the process (it is spawned with `kill_on_drop`).
     pub async fn start(bin: &Path, data_dir: &Path, log_path: &Path) -> Result<Self> {
+        Self::start_with(bin, data_dir, log_path, &[]).await
+    }
+
+    /// [`SpawnedServer::start`] with more `-E` settings (`key=value` each).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future kills the process (it is spawned with `kill_on_drop`).
+    pub async fn start_with(
+        bin: &Path,
+        data_dir: &Path,
+        log_path: &Path,
+        settings: &[String],
+    ) -> Result<Self> {
         let mut path_data = std::ffi::OsString::from("path.data=");
         path_data.push(data_dir);
         let mut child = Command::new(bin)
             .arg("serve")
             .args(["-E", "http.port=0", "-E"])
             .arg(path_data)
+            .args(settings.iter().flat_map(|s| ["-E", s.as_str()]))
             // The address is printed at INFO; make sure that level is on and uncoloured.
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")

@@ -49,6 +49,29 @@ pub mod keys {
     /// The metastore: unset for the embedded SQLite file in `path.data`, or
     /// `postgres://user:password@host:port/db` for a PostgreSQL database shared by a cluster.
     pub const METASTORE_URI: &str = "metastore.uri";
+    /// What runs admitted search-class work: `embedded` or `upstream` (a gateway).
+    pub const BACKEND_TYPE: &str = "backend.type";
+    /// The upstream cluster's nodes, comma-separated `http(s)://host:port` URLs.
+    pub const BACKEND_UPSTREAM_HOSTS: &str = "backend.upstream.hosts";
+    /// The gateway's username on the upstream.
+    pub const BACKEND_UPSTREAM_USERNAME: &str = "backend.upstream.username";
+    /// The gateway's password on the upstream.
+    pub const BACKEND_UPSTREAM_PASSWORD: &str = "backend.upstream.password";
+    /// PEM file of the CA certificates the upstream's certificates are verified against.
+    pub const BACKEND_UPSTREAM_CA_FILE: &str = "backend.upstream.ca_file";
+    /// How long connecting to an upstream host may take.
+    pub const BACKEND_UPSTREAM_CONNECT_TIMEOUT: &str = "backend.upstream.connect_timeout";
+    /// How long the upstream may take to start answering a request.
+    pub const BACKEND_UPSTREAM_REQUEST_TIMEOUT: &str = "backend.upstream.request_timeout";
+    /// How the client's identity reaches the upstream: `service`, `passthrough`, `proxy`,
+    /// `run_as`.
+    pub const BACKEND_UPSTREAM_IDENTITY: &str = "backend.upstream.identity";
+    /// The upstream's search threads in all (what a gateway's cpu limits are a share of).
+    pub const BACKEND_UPSTREAM_SEARCH_THREADS: &str = "backend.upstream.search_threads";
+    /// The header `identity: proxy` names the user in.
+    pub const BACKEND_UPSTREAM_PROXY_USER_HEADER: &str = "backend.upstream.proxy.user_header";
+    /// The header `identity: proxy` lists the user's roles in.
+    pub const BACKEND_UPSTREAM_PROXY_ROLES_HEADER: &str = "backend.upstream.proxy.roles_header";
 }
 
 /// Every key accepted in the config file, env and flags.
@@ -73,6 +96,17 @@ const KNOWN_KEYS: &[&str] = &[
     keys::TRANSPORT_HOST,
     keys::TRANSPORT_PORT,
     keys::METASTORE_URI,
+    keys::BACKEND_TYPE,
+    keys::BACKEND_UPSTREAM_HOSTS,
+    keys::BACKEND_UPSTREAM_USERNAME,
+    keys::BACKEND_UPSTREAM_PASSWORD,
+    keys::BACKEND_UPSTREAM_CA_FILE,
+    keys::BACKEND_UPSTREAM_CONNECT_TIMEOUT,
+    keys::BACKEND_UPSTREAM_REQUEST_TIMEOUT,
+    keys::BACKEND_UPSTREAM_IDENTITY,
+    keys::BACKEND_UPSTREAM_SEARCH_THREADS,
+    keys::BACKEND_UPSTREAM_PROXY_USER_HEADER,
+    keys::BACKEND_UPSTREAM_PROXY_ROLES_HEADER,
 ];
 
 /// The default config file, relative to the working directory.
@@ -111,6 +145,8 @@ pub struct Config {
     /// `metastore.uri`, resolved: the embedded file `path.data/meta.sqlite` when unset. Its
     /// `Display` and `Debug` mask a PostgreSQL password.
     pub metastore: sluice_meta::MetastoreUri,
+    /// `backend.*`.
+    pub backend: crate::backend::upstream::config::BackendConfig,
 }
 
 /// OpenSearch's default transport ports: the first free one of this range is taken.
@@ -395,6 +431,7 @@ impl Config {
             1_000_000,
         )?;
         let auth = auth_config(&get)?;
+        let backend = crate::backend::upstream::config::backend_config(&get, &auth)?;
         let memory_budget = match get(keys::NODE_MEMORY_BUDGET) {
             None => crate::node_usage::MemoryBudget::default(),
             Some((v, s)) => crate::node_usage::MemoryBudget::parse(v).ok_or_else(|| {
@@ -449,6 +486,7 @@ impl Config {
             cluster_defaults,
             transport,
             metastore,
+            backend,
             memory_budget,
             auth,
             search_pool_size,

@@ -116,8 +116,18 @@ impl Node {
             memory_budget_bytes = memory_budget,
             "workload usage is measured as a fraction of this node's cores and memory budget"
         );
+        let upstream = match &config.backend {
+            crate::backend::upstream::config::BackendConfig::Embedded => None,
+            crate::backend::upstream::config::BackendConfig::Upstream(u) => {
+                let capacity = enforcement.capacity();
+                let up =
+                    crate::backend::upstream::start(u, &config.auth, &identity.node_id, capacity);
+                Some(Arc::new(up.await?))
+            }
+        };
         let state = Arc::new(AppState {
             metastore_status,
+            upstream,
             enforcement,
             workload,
             auth,
@@ -183,6 +193,11 @@ impl Node {
             }
         });
         let enforcement = tokio::spawn(crate::enforcement::run_loop(self.state.clone()));
+        let usage_poll = self
+            .state
+            .upstream
+            .clone()
+            .map(|up| tokio::spawn(up.poll_usage(self.state.clone())));
         // The queues' backstop: a release already hands its slot to the bucket's oldest
         // waiter, so this only catches what nothing else drives (seed 002).
         // The shared tier's backstop too: orphaned leases back, parked buckets asked again.
@@ -212,6 +227,9 @@ impl Node {
         // Leave the cluster: peers see the node silent and mark it dead.
         self.state.cluster.shutdown().await;
         watcher.abort();
+        if let Some(poll) = usage_poll {
+            poll.abort();
+        }
         let engine = self.state.engine.clone();
         tokio::task::spawn_blocking(move || engine.flush_all()).await??;
         tracing::info!("stopped; all indices committed");
@@ -227,7 +245,12 @@ impl Node {
 pub fn app(state: Arc<AppState>) -> HttpService {
     let limit = state.config.max_content_length;
     let auth = state.auth.clone();
-    let app = api::router(state.clone())
+    // A gateway answers its own routes and forwards the rest (DESIGN D15).
+    let router = match state.upstream {
+        Some(_) => crate::backend::upstream::routes::router(state.clone()),
+        None => api::router(state.clone()),
+    };
+    let app = router
         .layer(axum::extract::DefaultBodyLimit::max(
             usize::try_from(limit).unwrap_or(usize::MAX),
         ))

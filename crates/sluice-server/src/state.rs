@@ -50,6 +50,8 @@ pub struct AppState {
     pub engine: Arc<Engine>,
     /// What runs admitted search-class work ([`crate::backend`]).
     pub backend: Arc<dyn crate::backend::Backend>,
+    /// The upstream cluster when the node is a gateway (`backend.type: upstream`).
+    pub upstream: Option<Arc<crate::backend::upstream::Upstream>>,
     /// The pool searches run on.
     pub search_pool: Arc<SearchPool>,
     /// The running tasks.

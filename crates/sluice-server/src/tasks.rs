@@ -46,6 +46,8 @@ pub mod actions {
     pub const SEARCH: &str = "indices:data/read/search";
     /// An `_msearch` request (its items are `SEARCH` children).
     pub const MSEARCH: &str = "indices:data/read/msearch";
+    /// `_msearch/template` (a gateway forwards it; the embedded engine has no templates).
+    pub const MSEARCH_TEMPLATE: &str = "indices:data/read/msearch/template";
     /// A scroll continuation.
     pub const SCROLL: &str = "indices:data/read/scroll";
     /// A `_delete_by_query` request.
@@ -83,6 +85,10 @@ impl TaskId {
         })
     }
 }
+
+/// The header a client names its request with, kept on the request's tasks (OpenSearch's
+/// `Task.X_OPAQUE_ID`, spelled as OpenSearch lists it in `_tasks`).
+pub use sluice_wire::OPAQUE_ID_HEADER;
 
 /// One running task.
 #[derive(Debug)]
@@ -130,9 +136,22 @@ pub struct Task {
     /// [`sluice_core::resources::unmeasured`]). Given back when a usage refresh first measures
     /// the task, or when it is unregistered.
     pub reservation: std::sync::OnceLock<sluice_core::resources::Reservation>,
+    /// The request's `X-Opaque-Id` header, shown under `headers` in `_tasks` as OpenSearch
+    /// shows it; set once, after registration.
+    opaque_id: std::sync::OnceLock<Arc<str>>,
 }
 
 impl Task {
+    /// The `X-Opaque-Id` of the request that made the task, if it sent one.
+    pub fn opaque_id(&self) -> Option<&Arc<str>> {
+        self.opaque_id.get()
+    }
+
+    /// Records the request's `X-Opaque-Id`; only the first call counts.
+    pub fn set_opaque_id(&self, id: Arc<str>) {
+        let _ = self.opaque_id.set(id);
+    }
+
     /// The workload group the task runs in, once admission has tagged it.
     pub fn group(&self) -> Option<&Arc<crate::workload::GroupEntry>> {
         self.group.get()
@@ -359,6 +378,7 @@ impl TaskManager {
             held_buckets: std::sync::OnceLock::new(),
             usage: crate::accounting::TaskUsage::default(),
             reservation: std::sync::OnceLock::new(),
+            opaque_id: std::sync::OnceLock::new(),
         });
         tasks.insert(seq, task.clone());
         TaskGuard {
@@ -527,7 +547,13 @@ impl TaskManager {
                 json!(format!("{}:{p}", self.node_id)),
             );
         }
-        m.insert("headers".into(), json!({}));
+        // OpenSearch lists the request headers it keeps on a task (`X-Opaque-Id`) under
+        // `headers`, an empty object when there are none.
+        let headers = match t.opaque_id() {
+            Some(id) => json!({ OPAQUE_ID_HEADER: &**id }),
+            None => json!({}),
+        };
+        m.insert("headers".into(), headers);
         if detailed {
             // OpenSearch's shape; a sluice search runs on one thread, so total, min, max and
             // average are the same figures.

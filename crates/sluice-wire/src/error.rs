@@ -82,6 +82,12 @@ pub enum ErrorCode {
     /// `wait_for_completion`) ran out; OpenSearch's `OpenSearchTimeoutException` keeps the
     /// default status.
     Timeout,
+    /// 502 `upstream_exception`: a gateway could not get an answer from its upstream cluster
+    /// (refused, unreachable, reset, or not HTTP). sluice's own: OpenSearch has no gateway.
+    UpstreamFailed,
+    /// 504 `upstream_timeout_exception`: the upstream cluster did not answer within
+    /// `backend.upstream.request_timeout`. sluice's own, like [`ErrorCode::UpstreamFailed`].
+    UpstreamTimeout,
 }
 
 impl ErrorCode {
@@ -118,6 +124,8 @@ impl ErrorCode {
             ErrorCode::UnsupportedOperation => "unsupported_operation_exception",
             ErrorCode::IllegalState => "illegal_state_exception",
             ErrorCode::Timeout => "timeout_exception",
+            ErrorCode::UpstreamFailed => "upstream_exception",
+            ErrorCode::UpstreamTimeout => "upstream_timeout_exception",
         }
     }
 
@@ -139,6 +147,8 @@ impl ErrorCode {
             | ErrorCode::Timeout => 500,
             ErrorCode::Unauthenticated => 401,
             ErrorCode::Forbidden | ErrorCode::ClusterBlock => 403,
+            ErrorCode::UpstreamFailed => 502,
+            ErrorCode::UpstreamTimeout => 504,
             _ => 400,
         }
     }

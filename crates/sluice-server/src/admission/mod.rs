@@ -165,6 +165,9 @@ pub async fn admit_registered(
         ..
     } = spec;
     let task = guard.task().clone();
+    if let Some(id) = &meta.opaque_id {
+        task.set_opaque_id(id.clone());
+    }
     let top_level = inherited.is_none();
     let (entry, mut held) = match inherited {
         Some(i) => (i.group, i.held),

@@ -146,6 +146,13 @@ impl Admitted {
         req.opened_by = self.run.task.principal.as_ref().map(|p| p.username.clone());
     }
 
+    /// The `timeout` a search of this request runs with when it asked for `requested`: the
+    /// group's `default_search_timeout` with OpenSearch's precedence (facts §3). For a
+    /// backend that forwards the request rather than parsing it.
+    pub fn search_timeout(&self, requested: Option<Duration>) -> Option<Duration> {
+        self.settings.timeout(requested)
+    }
+
     /// What a backend needs to run the request.
     pub fn execution(&self) -> Execution {
         let hold: Arc<dyn std::any::Any + Send + Sync> = self.held.clone();

@@ -133,10 +133,6 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/{index}/_msearch",
             get(msearch::msearch_index).post(msearch::msearch_index),
         )
-        .route("/_tasks", get(tasks::list))
-        .route("/_tasks/_cancel", post(tasks::cancel_matching))
-        .route("/_tasks/{task_id}", get(tasks::get_task))
-        .route("/_tasks/{task_id}/_cancel", post(tasks::cancel_one))
         .route(
             "/_search/scroll",
             get(scroll::next_page)
@@ -149,11 +145,23 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .post(scroll::next_page_of)
                 .delete(scroll::clear_ids),
         )
+        .merge(owned_routes())
         .merge(cluster_settings::routes())
         .merge(aliases::routes())
+        .fallback(no_handler)
+        .with_state(state)
+}
+
+/// The routes sluice answers itself whatever its backend: workload groups, rules, stats and
+/// its `_tasks` (a gateway answers the `wlm.*` cluster settings itself too, and forwards every
+/// other route, DESIGN D15).
+pub fn owned_routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/_tasks", get(tasks::list))
+        .route("/_tasks/_cancel", post(tasks::cancel_matching))
+        .route("/_tasks/{task_id}", get(tasks::get_task))
+        .route("/_tasks/{task_id}/_cancel", post(tasks::cancel_one))
         .merge(wlm::routes())
         .merge(wlm_stats::routes())
         .merge(rules::routes())
-        .fallback(no_handler)
-        .with_state(state)
 }

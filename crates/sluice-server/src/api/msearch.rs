@@ -203,6 +203,9 @@ async fn run_msearch(
         None,
         meta.principal.clone(),
     );
+    if let Some(id) = &meta.opaque_id {
+        parent.task().set_opaque_id(id.clone());
+    }
     let parent_seq = parent.task().seq;
     // Dropped with this future when the client disconnects: cancels the children too.
     let on_drop = CancelOnDrop::new(st.tasks.clone(), parent_seq);

@@ -23,10 +23,10 @@ use crate::state::AppState;
 use crate::tasks::actions;
 
 /// A parsed scroll continuation.
-struct ScrollRequest {
-    scroll_id: String,
+pub(crate) struct ScrollRequest {
+    pub(crate) scroll_id: String,
     /// The new keep-alive, as given and parsed.
-    keep_alive: Option<(String, Duration)>,
+    pub(crate) keep_alive: Option<(String, Duration)>,
 }
 
 /// `GET|POST /_search/scroll`.
@@ -170,7 +170,7 @@ async fn run_clear(
 
 /// Reads `scroll_id` and `scroll` from the parameters, then from the body over them, as
 /// OpenSearch's `RestSearchScrollAction` does.
-fn parse_scroll_request(
+pub(crate) fn parse_scroll_request(
     params: &Params,
     body: Option<&Value>,
 ) -> Result<ScrollRequest, EngineError> {
@@ -209,7 +209,7 @@ fn parse_scroll_request(
 
 /// The scroll ids of a clear request: the path's, then the body's `scroll_id` (a string or an
 /// array of strings), as OpenSearch's `RestClearScrollAction` reads them.
-fn parse_clear_request(
+pub(crate) fn parse_clear_request(
     path_ids: Option<&str>,
     body: Option<&Value>,
 ) -> Result<Vec<String>, EngineError> {

@@ -2,7 +2,8 @@
 //!
 //! Admission ([`crate::admission`]) decides *whether and when* a search-class request runs;
 //! a [`Backend`] decides *how*: the embedded tantivy engine ([`embedded`]) runs it on the
-//! node's search pool, and a gateway backend (milestone 2) forwards it to an upstream cluster.
+//! node's search pool, and the upstream backend ([`upstream`]) forwards it to an existing
+//! cluster, taking the same [`Execution`] with the client's raw request.
 //! Handlers call a backend with the [`Execution`] their admission ticket hands out and never
 //! reach an engine themselves, so a new backend plugs in without touching admission.
 //!
@@ -10,6 +11,7 @@
 //! behind this seam: in gateway mode they are forwarded to the upstream unchanged (DESIGN D15).
 
 pub mod embedded;
+pub mod upstream;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -138,6 +138,10 @@ pub fn run_once(st: &AppState) -> PassOutcome {
     };
     // Tasks before the view: a task's group is then either in the view or really deleted.
     let tasks = st.tasks.list();
+    if let Some(up) = &st.upstream {
+        // A gateway's forwarded searches are measured by their time in flight.
+        up.record_in_flight(&tasks);
+    }
     let view = st.workload.view();
     charge_quotas(&tasks, mode);
     let (snapshots, deleted) = snapshot_tasks(&tasks, &view, enforcement);
@@ -203,6 +207,10 @@ pub fn refresh_once(st: &AppState) -> BTreeMap<String, ResourceUsage> {
         return BTreeMap::new();
     }
     let tasks = st.tasks.list();
+    if let Some(up) = &st.upstream {
+        // A gateway's forwarded searches are measured by their time in flight.
+        up.record_in_flight(&tasks);
+    }
     let view = st.workload.view();
     charge_quotas(&tasks, mode);
     let (snapshots, _) = snapshot_tasks(&tasks, &view, enforcement);

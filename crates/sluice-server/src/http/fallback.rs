@@ -1,17 +1,41 @@
 //! OpenSearch's answers for a route with no handler (400) and a method the route does not
-//! allow (405).
+//! allow (405); on a gateway, the forwarding of every route sluice does not answer.
 
-use axum::extract::Request;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
+use crate::http::RequestMeta;
+use crate::state::AppState;
 
 pub async fn no_handler(method: Method, uri: Uri) -> ApiError {
     ApiError::NoHandler {
         status: StatusCode::BAD_REQUEST,
         message: format!("no handler found for uri [{uri}] and method [{method}]"),
         allow: None,
+    }
+}
+
+/// A gateway's answer to every route sluice does not answer itself: the request forwarded to
+/// the upstream with its body streamed, the upstream's answer streamed back unchanged
+/// ([`crate::backend::upstream::Upstream::forward`]); 502/504 when the upstream fails.
+pub async fn forward(State(st): State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
+    let Some(up) = st.upstream.as_ref() else {
+        return no_handler(req.method().clone(), req.uri().clone())
+            .await
+            .into_response();
+    };
+    let client = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    match up.forward(req, meta.principal.as_deref(), client).await {
+        Ok(resp) => resp,
+        Err(e) => e.into_response(),
     }
 }
 

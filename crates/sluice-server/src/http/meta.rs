@@ -33,6 +33,9 @@ pub struct RequestMeta {
     group_header: Result<Option<Arc<str>>, Arc<str>>,
     /// `Warning` header values for the response.
     pub warnings: Warnings,
+    /// The request's `X-Opaque-Id` header (the last one, as OpenSearch keeps), recorded on
+    /// its tasks.
+    pub opaque_id: Option<Arc<str>>,
 }
 
 impl RequestMeta {
@@ -44,6 +47,7 @@ impl RequestMeta {
             permissions: None,
             group_header: Ok(None),
             warnings: Warnings::default(),
+            opaque_id: None,
         }
     }
 
@@ -116,6 +120,13 @@ pub async fn scope_request(mut req: Request, next: Next) -> Response {
         permissions,
         group_header: read_group_header(&req),
         warnings: Warnings::default(),
+        opaque_id: req
+            .headers()
+            .get_all(crate::tasks::OPAQUE_ID_HEADER)
+            .iter()
+            .next_back()
+            .and_then(|v| v.to_str().ok())
+            .map(Arc::from),
     };
     let warnings = meta.warnings.clone();
     req.extensions_mut().insert(meta);

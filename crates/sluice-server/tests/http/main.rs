@@ -16,6 +16,7 @@ mod cluster_settings;
 mod documents;
 mod enforcement;
 mod errors;
+mod gateway;
 mod index_ops;
 mod indices;
 mod metastore_pg;

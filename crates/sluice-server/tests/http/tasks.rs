@@ -320,3 +320,46 @@ async fn test_cluster_settings_bound_searches() {
     );
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_tasks_show_the_requests_x_opaque_id_under_headers() {
+    let node = TestNode::start().await;
+    common::heavy_index(&node).await;
+    let client = node.client.clone();
+    let url = node.url("/heavy/_search");
+    let search = tokio::spawn(async move {
+        client
+            .post(url)
+            .header("content-type", "application/json")
+            .header("X-Opaque-Id", "nightly-report")
+            .body(common::heavy_query().to_string())
+            .send()
+            .await
+            .expect("sent")
+            .status()
+            .as_u16()
+    });
+    let (id, task) = wait_for_search_task(&node).await;
+    // OpenSearch's shape: the header under `headers`, with and without `detailed`.
+    assert_eq!(
+        task["headers"],
+        json!({"X-Opaque-Id": "nightly-report"}),
+        "{task}"
+    );
+    let (s, b) = node.req("GET", &format!("/_tasks/{id}"), None).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["task"]["headers"]["X-Opaque-Id"], "nightly-report", "{b}");
+    let (s, _) = node
+        .req("POST", &format!("/_tasks/{id}/_cancel"), None)
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(search.await.unwrap(), 500);
+    // A request without the header: an empty object.
+    let search = spawn_heavy(&node, "");
+    let (id, task) = wait_for_search_task(&node).await;
+    assert_eq!(task["headers"], json!({}), "{task}");
+    node.req("POST", &format!("/_tasks/{id}/_cancel"), None)
+        .await;
+    search.await.unwrap();
+    node.stop().await;
+}

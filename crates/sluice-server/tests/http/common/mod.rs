@@ -23,6 +23,18 @@ pub struct TestNode {
     _tmp: Option<tempfile::TempDir>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    /// In gateway mode, the embedded node the gateway forwards to.
+    pub upstream: Option<Box<TestNode>>,
+}
+
+/// The environment variable that runs the suites through a gateway: with
+/// `SLUICE_TEST_BACKEND=upstream`, every node a test starts is a gateway (`backend.type:
+/// upstream`) in front of an embedded node started with it, and the test talks to the gateway.
+pub const BACKEND_ENV: &str = "SLUICE_TEST_BACKEND";
+
+/// Whether the suites run through a gateway ([`BACKEND_ENV`]).
+pub fn gateway_mode() -> bool {
+    std::env::var(BACKEND_ENV).is_ok_and(|v| v == "upstream")
 }
 
 /// Builds a config for a node on 127.0.0.1:0 over `data`, with extra `-E` style settings.
@@ -67,8 +79,47 @@ impl TestNode {
         TestNode::start_with(&settings).await
     }
 
-    /// Starts a node on an existing data folder (for restart tests).
+    /// Starts a node with exactly the settings `extra` on a fresh temporary data folder, in
+    /// either mode (tests of a gateway itself start theirs with this).
+    pub async fn start_plain(extra: &[&str]) -> TestNode {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = tmp.path().to_path_buf();
+        let mut node = TestNode::start_embedded_on(&data, extra).await;
+        node._tmp = Some(tmp);
+        node
+    }
+
+    /// Starts a node on an existing data folder (for restart tests); in gateway mode
+    /// ([`gateway_mode`]) a gateway in front of an embedded node on that folder.
     pub async fn start_on(data: &Path, extra: &[&str]) -> TestNode {
+        if gateway_mode() {
+            TestNode::start_gateway_on(data, extra).await
+        } else {
+            TestNode::start_embedded_on(data, extra).await
+        }
+    }
+
+    /// Starts a gateway in front of a new embedded node on `data` (the gateway keeps its own
+    /// state in `data/gateway`). The upstream gets `extra` but the `auth.*` settings, which are
+    /// the gateway's; the gateway gets all of `extra`.
+    pub async fn start_gateway_on(data: &Path, extra: &[&str]) -> TestNode {
+        let upstream_extra: Vec<&str> = extra
+            .iter()
+            .copied()
+            .filter(|s| !s.starts_with("auth."))
+            .collect();
+        let upstream = TestNode::start_embedded_on(data, &upstream_extra).await;
+        let hosts = format!("backend.upstream.hosts={}", upstream.base);
+        let mut gw_extra = vec!["backend.type=upstream", hosts.as_str()];
+        gw_extra.extend_from_slice(extra);
+        let mut gw = TestNode::start_embedded_on(&data.join("gateway"), &gw_extra).await;
+        gw.data = data.to_path_buf();
+        gw.upstream = Some(Box::new(upstream));
+        gw
+    }
+
+    /// Starts a node of the settings `extra` on `data`, whatever the mode.
+    pub async fn start_embedded_on(data: &Path, extra: &[&str]) -> TestNode {
         let node = Node::start(config(data, extra)).await.expect("node starts");
         let addr = node.local_addr().expect("bound");
         let state = node.state().clone();
@@ -85,6 +136,7 @@ impl TestNode {
             _tmp: None,
             stop: Some(tx),
             task: Some(task),
+            upstream: None,
         }
     }
 
@@ -97,6 +149,9 @@ impl TestNode {
             task.await
                 .expect("node task")
                 .expect("node stopped cleanly");
+        }
+        if let Some(upstream) = self.upstream.take() {
+            Box::pin(upstream.stop()).await;
         }
         self._tmp.take()
     }

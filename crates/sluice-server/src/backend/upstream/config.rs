@@ -1,0 +1,490 @@
+//! The `backend.*` settings: which backend runs admitted work, and for an upstream cluster its
+//! hosts, credentials, TLS, timeouts and how the client's identity is forwarded.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use http::{HeaderName, Uri};
+
+use crate::auth::AuthMode;
+use crate::config::{ConfigError, keys};
+
+/// How long a connection attempt to an upstream host may take when `connect_timeout` is not
+/// set: long enough for a TLS handshake across a data centre, short enough that a dead host is
+/// answered with a 502 before a client's own timeout (typically 30 s) fires.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the upstream may take to start answering when `request_timeout` is not set:
+/// OpenSearch's low-level REST client's default socket timeout (30 s) would cut long
+/// aggregations and scroll pages that clients of an existing cluster already rely on, so the
+/// default is the one of OpenSearch Dashboards' `opensearch.requestTimeout` (30 s) doubled.
+const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The header names OpenSearch's security plugin reads in proxy authentication
+/// (`proxy.http_authenticator.config.user_header` / `roles_header` in its examples).
+const DEFAULT_PROXY_USER_HEADER: &str = "x-proxy-user";
+const DEFAULT_PROXY_ROLES_HEADER: &str = "x-proxy-roles";
+
+/// Which backend runs admitted search-class work (`backend.type`).
+#[derive(Debug, Clone, Default)]
+pub enum BackendConfig {
+    /// The embedded tantivy engine (the default).
+    #[default]
+    Embedded,
+    /// An existing OpenSearch or Elasticsearch cluster in front of which sluice runs as a
+    /// gateway.
+    Upstream(Box<UpstreamConfig>),
+}
+
+/// The `backend.upstream.*` settings.
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// `backend.upstream.hosts`: each host's scheme and authority (`https://es1:9200`).
+    pub hosts: Vec<Uri>,
+    /// `backend.upstream.username` and `backend.upstream.password`: the gateway's own
+    /// credentials on the upstream.
+    pub credentials: Option<(String, String)>,
+    /// `backend.upstream.ca_file`: PEM certificates of a private CA, trusted instead of the
+    /// system's roots.
+    pub ca_file: Option<PathBuf>,
+    /// `backend.upstream.connect_timeout`.
+    pub connect_timeout: Duration,
+    /// `backend.upstream.request_timeout`: until the upstream's response headers arrive.
+    pub request_timeout: Duration,
+    /// `backend.upstream.identity`.
+    pub identity: IdentityMode,
+    /// `backend.upstream.search_threads`: the upstream's search threads in all; `None` to read
+    /// them from the upstream's `_nodes/thread_pool` at start.
+    pub search_threads: Option<u32>,
+    /// `backend.upstream.proxy.user_header`: where `identity: proxy` names the user.
+    pub proxy_user_header: HeaderName,
+    /// `backend.upstream.proxy.roles_header`: where `identity: proxy` lists the user's roles.
+    pub proxy_roles_header: HeaderName,
+}
+
+/// How the upstream learns who the user is (`backend.upstream.identity`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdentityMode {
+    /// Every request runs under the gateway's own credentials (or none): the upstream sees one
+    /// identity. Allowed with a start-up warning when it stands for several users.
+    Service,
+    /// The client's own `Authorization` header is forwarded (only with `auth.type: none`:
+    /// sluice then never reads the client's password).
+    Passthrough,
+    /// OpenSearch security's proxy authentication: the user and roles sluice authenticated go
+    /// in the proxy headers, the gateway being the upstream's trusted proxy.
+    Proxy,
+    /// Elasticsearch's run-as: the gateway's credentials plus `es-security-runas-user`.
+    RunAs,
+}
+
+impl IdentityMode {
+    const ACCEPTED: &str = "expected service, passthrough, proxy or run_as";
+
+    fn parse(v: &str) -> Option<IdentityMode> {
+        match v.trim() {
+            "service" => Some(IdentityMode::Service),
+            "passthrough" => Some(IdentityMode::Passthrough),
+            "proxy" => Some(IdentityMode::Proxy),
+            "run_as" => Some(IdentityMode::RunAs),
+            _ => None,
+        }
+    }
+
+    /// The name `backend.upstream.identity` uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdentityMode::Service => "service",
+            IdentityMode::Passthrough => "passthrough",
+            IdentityMode::Proxy => "proxy",
+            IdentityMode::RunAs => "run_as",
+        }
+    }
+}
+
+/// Every `backend.upstream.*` key, refused when `backend.type` is `embedded` (a setting that
+/// would change nothing).
+const UPSTREAM_KEYS: &[&str] = &[
+    keys::BACKEND_UPSTREAM_HOSTS,
+    keys::BACKEND_UPSTREAM_USERNAME,
+    keys::BACKEND_UPSTREAM_PASSWORD,
+    keys::BACKEND_UPSTREAM_CA_FILE,
+    keys::BACKEND_UPSTREAM_CONNECT_TIMEOUT,
+    keys::BACKEND_UPSTREAM_REQUEST_TIMEOUT,
+    keys::BACKEND_UPSTREAM_IDENTITY,
+    keys::BACKEND_UPSTREAM_SEARCH_THREADS,
+    keys::BACKEND_UPSTREAM_PROXY_USER_HEADER,
+    keys::BACKEND_UPSTREAM_PROXY_ROLES_HEADER,
+];
+
+/// Validates the `backend.*` settings; `auth` is the validated `auth.*` (identity modes depend
+/// on whether sluice authenticates clients itself).
+pub fn backend_config<'a>(
+    get: &dyn Fn(&str) -> Option<(&'a str, &'a str)>,
+    auth: &crate::auth::AuthConfig,
+) -> Result<BackendConfig, ConfigError> {
+    let invalid = |key: &str, value: &str, src: &str, expected: &str| ConfigError::InvalidValue {
+        key: key.to_string(),
+        value: value.to_string(),
+        source_name: src.to_string(),
+        expected: expected.to_string(),
+    };
+    let upstream = match get(keys::BACKEND_TYPE) {
+        None => false,
+        Some((v, s)) => match v.trim() {
+            "embedded" => false,
+            "upstream" => true,
+            _ => {
+                return Err(invalid(
+                    keys::BACKEND_TYPE,
+                    v,
+                    s,
+                    "expected embedded or upstream",
+                ));
+            }
+        },
+    };
+    if !upstream {
+        if let Some(key) = UPSTREAM_KEYS.iter().find(|k| get(k).is_some()) {
+            let (v, s) = get(key).unwrap_or_default();
+            return Err(invalid(
+                key,
+                v,
+                s,
+                "backend.upstream.* settings need backend.type: upstream",
+            ));
+        }
+        return Ok(BackendConfig::Embedded);
+    }
+    let hosts = match get(keys::BACKEND_UPSTREAM_HOSTS) {
+        None => {
+            return Err(invalid(
+                keys::BACKEND_UPSTREAM_HOSTS,
+                "",
+                "default",
+                "backend.type upstream needs backend.upstream.hosts: comma-separated http:// or https:// URLs of the cluster's nodes, e.g. http://127.0.0.1:9200",
+            ));
+        }
+        Some((v, s)) => parse_hosts(v).ok_or_else(|| {
+            invalid(
+                keys::BACKEND_UPSTREAM_HOSTS,
+                v,
+                s,
+                "expected comma-separated http:// or https:// URLs with a host and no path, e.g. https://es1:9200,https://es2:9200",
+            )
+        })?,
+    };
+    let text = |key: &str| -> Result<Option<String>, ConfigError> {
+        match get(key) {
+            None => Ok(None),
+            Some((v, s)) if v.is_empty() => Err(invalid(key, v, s, "expected a non-empty value")),
+            Some((v, _)) => Ok(Some(v.to_string())),
+        }
+    };
+    let credentials = match (
+        text(keys::BACKEND_UPSTREAM_USERNAME)?,
+        text(keys::BACKEND_UPSTREAM_PASSWORD)?,
+    ) {
+        (Some(u), Some(p)) => Some((u, p)),
+        (None, None) => None,
+        (Some(u), None) => {
+            return Err(invalid(
+                keys::BACKEND_UPSTREAM_PASSWORD,
+                "",
+                "default",
+                &format!("backend.upstream.username [{u}] needs backend.upstream.password"),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                keys::BACKEND_UPSTREAM_USERNAME,
+                "",
+                "default",
+                "backend.upstream.password needs backend.upstream.username",
+            ));
+        }
+    };
+    let ca_file = match get(keys::BACKEND_UPSTREAM_CA_FILE) {
+        None => None,
+        Some((v, s)) => {
+            let path = PathBuf::from(v.trim());
+            if v.trim().is_empty() || !path.is_file() {
+                return Err(invalid(
+                    keys::BACKEND_UPSTREAM_CA_FILE,
+                    v,
+                    s,
+                    "expected the path of a readable PEM file of CA certificates",
+                ));
+            }
+            Some(path)
+        }
+    };
+    let timeout = |key: &str, default: Duration| -> Result<Duration, ConfigError> {
+        match get(key) {
+            None => Ok(default),
+            Some((v, s)) => sluice_wire::parse_time_value(v, key)
+                .ok()
+                .and_then(|t| t.duration_opt())
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    invalid(
+                        key,
+                        v,
+                        s,
+                        "expected a positive time value such as 5s or 500ms",
+                    )
+                }),
+        }
+    };
+    let connect_timeout = timeout(
+        keys::BACKEND_UPSTREAM_CONNECT_TIMEOUT,
+        DEFAULT_CONNECT_TIMEOUT,
+    )?;
+    let request_timeout = timeout(
+        keys::BACKEND_UPSTREAM_REQUEST_TIMEOUT,
+        DEFAULT_REQUEST_TIMEOUT,
+    )?;
+    let (identity, identity_src) = match get(keys::BACKEND_UPSTREAM_IDENTITY) {
+        None => (IdentityMode::Service, None),
+        Some((v, s)) => (
+            IdentityMode::parse(v).ok_or_else(|| {
+                invalid(
+                    keys::BACKEND_UPSTREAM_IDENTITY,
+                    v,
+                    s,
+                    IdentityMode::ACCEPTED,
+                )
+            })?,
+            Some((v, s)),
+        ),
+    };
+    let (iv, is) = identity_src.unwrap_or((identity.as_str(), "default"));
+    match identity {
+        IdentityMode::Passthrough if auth.mode != AuthMode::None => {
+            return Err(invalid(
+                keys::BACKEND_UPSTREAM_IDENTITY,
+                iv,
+                is,
+                "passthrough forwards the client's Authorization header and needs auth.type: none; with sluice's own authentication use proxy, run_as or service",
+            ));
+        }
+        IdentityMode::Proxy | IdentityMode::RunAs if auth.mode == AuthMode::None => {
+            return Err(invalid(
+                keys::BACKEND_UPSTREAM_IDENTITY,
+                iv,
+                is,
+                "proxy and run_as forward the user sluice authenticated and need auth.type basic or proxy",
+            ));
+        }
+        IdentityMode::RunAs if credentials.is_none() => {
+            return Err(invalid(
+                keys::BACKEND_UPSTREAM_IDENTITY,
+                iv,
+                is,
+                "run_as needs backend.upstream.username and backend.upstream.password: the user allowed to run as others",
+            ));
+        }
+        _ => {}
+    }
+    let search_threads = match get(keys::BACKEND_UPSTREAM_SEARCH_THREADS) {
+        None => None,
+        Some((v, s)) => Some(
+            v.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| {
+                    invalid(
+                        keys::BACKEND_UPSTREAM_SEARCH_THREADS,
+                        v,
+                        s,
+                        "expected a positive integer: the sum of thread_pool.search.size over the upstream's data nodes",
+                    )
+                })?,
+        ),
+    };
+    let header = |key: &str, default: &'static str| -> Result<HeaderName, ConfigError> {
+        match get(key) {
+            None => Ok(HeaderName::from_static(default)),
+            Some((v, s)) => HeaderName::from_bytes(v.trim().as_bytes()).map_err(|_| {
+                invalid(
+                    key,
+                    v,
+                    s,
+                    "expected an HTTP header name such as x-proxy-user",
+                )
+            }),
+        }
+    };
+    Ok(BackendConfig::Upstream(Box::new(UpstreamConfig {
+        hosts,
+        credentials,
+        ca_file,
+        connect_timeout,
+        request_timeout,
+        identity,
+        search_threads,
+        proxy_user_header: header(
+            keys::BACKEND_UPSTREAM_PROXY_USER_HEADER,
+            DEFAULT_PROXY_USER_HEADER,
+        )?,
+        proxy_roles_header: header(
+            keys::BACKEND_UPSTREAM_PROXY_ROLES_HEADER,
+            DEFAULT_PROXY_ROLES_HEADER,
+        )?,
+    })))
+}
+
+/// Parses comma-separated `http(s)://host[:port][/]` URLs into scheme + authority; `None` when
+/// one is not such a URL or the list is empty.
+fn parse_hosts(v: &str) -> Option<Vec<Uri>> {
+    let mut hosts = Vec::new();
+    for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let uri: Uri = part.parse().ok()?;
+        let scheme = uri.scheme_str()?;
+        if !matches!(scheme, "http" | "https")
+            || uri.query().is_some()
+            || !matches!(uri.path(), "" | "/")
+        {
+            return None;
+        }
+        let authority = uri.authority()?.clone();
+        if authority.host().is_empty() || authority.as_str().contains('@') {
+            return None;
+        }
+        hosts.push(
+            Uri::builder()
+                .scheme(scheme)
+                .authority(authority)
+                .path_and_query("/")
+                .build()
+                .ok()?,
+        );
+    }
+    (!hosts.is_empty()).then_some(hosts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, gather};
+
+    fn load(flags: &[&str]) -> Result<Config, ConfigError> {
+        let flags: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
+        Config::from_raw(&gather(None, std::iter::empty(), &flags)?)
+    }
+
+    fn upstream(flags: &[&str]) -> UpstreamConfig {
+        match load(flags).unwrap().backend {
+            BackendConfig::Upstream(u) => *u,
+            BackendConfig::Embedded => panic!("embedded"),
+        }
+    }
+
+    fn err(flags: &[&str]) -> String {
+        load(flags).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn test_backend_defaults_to_embedded_and_upstream_has_defaults() {
+        assert!(matches!(
+            load(&[]).unwrap().backend,
+            BackendConfig::Embedded
+        ));
+        let u = upstream(&[
+            "backend.type=upstream",
+            "backend.upstream.hosts=http://a:9200,https://b",
+        ]);
+        assert_eq!(u.hosts.len(), 2);
+        assert_eq!(u.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(u.request_timeout, DEFAULT_REQUEST_TIMEOUT);
+        assert_eq!(u.identity, IdentityMode::Service);
+        assert!(u.credentials.is_none());
+        let u = upstream(&[
+            "backend.type=upstream",
+            "backend.upstream.hosts=http://a:9200",
+            "backend.upstream.connect_timeout=250ms",
+            "backend.upstream.request_timeout=2m",
+            "backend.upstream.username=gw",
+            "backend.upstream.password=pw",
+            "backend.upstream.identity=passthrough",
+        ]);
+        assert_eq!(u.connect_timeout, Duration::from_millis(250));
+        assert_eq!(u.request_timeout, Duration::from_secs(120));
+        assert_eq!(u.credentials, Some(("gw".into(), "pw".into())));
+        assert_eq!(u.identity, IdentityMode::Passthrough);
+    }
+
+    #[test]
+    fn test_bad_backend_values_stop_start_naming_the_key() {
+        let e = err(&["backend.type=remote"]);
+        assert!(
+            e.contains("[backend.type]") && e.contains("embedded or upstream"),
+            "{e}"
+        );
+        let e = err(&["backend.type=upstream"]);
+        assert!(e.contains("[backend.upstream.hosts]"), "{e}");
+        let e = err(&["backend.type=upstream", "backend.upstream.hosts=es1:9200"]);
+        assert!(
+            e.contains("[backend.upstream.hosts]") && e.contains("http://"),
+            "{e}"
+        );
+        let e = err(&["backend.upstream.hosts=http://a"]);
+        assert!(
+            e.contains("[backend.upstream.hosts]") && e.contains("backend.type: upstream"),
+            "{e}"
+        );
+        let base = ["backend.type=upstream", "backend.upstream.hosts=http://a"];
+        let with = |extra: &str| err(&[base[0], base[1], extra]);
+        let e = with("backend.upstream.connect_timeout=0s");
+        assert!(e.contains("[backend.upstream.connect_timeout]"), "{e}");
+        let e = with("backend.upstream.request_timeout=soon");
+        assert!(e.contains("[backend.upstream.request_timeout]"), "{e}");
+        let e = with("backend.upstream.ca_file=/nonexistent/ca.pem");
+        assert!(e.contains("[backend.upstream.ca_file]"), "{e}");
+        let e = with("backend.upstream.username=gw");
+        assert!(e.contains("[backend.upstream.password]"), "{e}");
+        let e = with("backend.upstream.search_threads=0");
+        assert!(e.contains("[backend.upstream.search_threads]"), "{e}");
+        let e = with("backend.upstream.identity=kerberos");
+        assert!(
+            e.contains("[backend.upstream.identity]") && e.contains("run_as"),
+            "{e}"
+        );
+        // proxy and run_as need sluice's own authentication; passthrough needs none.
+        let e = with("backend.upstream.identity=proxy");
+        assert!(
+            e.contains("[backend.upstream.identity]") && e.contains("auth.type"),
+            "{e}"
+        );
+        let e = err(&[
+            base[0],
+            base[1],
+            "backend.upstream.identity=passthrough",
+            "auth.type=basic",
+        ]);
+        assert!(
+            e.contains("[backend.upstream.identity]") && e.contains("auth.type: none"),
+            "{e}"
+        );
+        let e = err(&[
+            base[0],
+            base[1],
+            "backend.upstream.identity=run_as",
+            "auth.type=basic",
+        ]);
+        assert!(e.contains("backend.upstream.username"), "{e}");
+    }
+
+    #[test]
+    fn test_hosts_accept_http_and_https_urls_only() {
+        let h = parse_hosts("http://a:9200, https://b:9243/").unwrap();
+        assert_eq!(h[0].to_string(), "http://a:9200/");
+        assert_eq!(h[1].to_string(), "https://b:9243/");
+        assert!(parse_hosts("").is_none());
+        assert!(parse_hosts("a:9200").is_none());
+        assert!(parse_hosts("ftp://a").is_none());
+        assert!(parse_hosts("http://a/x").is_none());
+        assert!(parse_hosts("http://u:p@a").is_none());
+    }
+}

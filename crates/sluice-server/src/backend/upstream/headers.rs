@@ -1,0 +1,256 @@
+//! Which headers cross the gateway: hop-by-hop headers never do (RFC 9110 §7.6.1), headers
+//! through which an upstream trusts a proxy are only ever the gateway's own, and the client's
+//! identity is forwarded as `backend.upstream.identity` says.
+
+use std::net::IpAddr;
+
+use base64::Engine as _;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+use super::config::{IdentityMode, UpstreamConfig};
+use crate::auth::Principal;
+
+/// Hop-by-hop headers: meaningful for one connection only, never forwarded (RFC 9110 §7.6.1,
+/// plus `keep-alive`, `proxy-connection` and `upgrade` that proxies conventionally drop).
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Elasticsearch's run-as header: the request runs as this user when the authenticated user
+/// may run as others.
+pub const RUN_AS_HEADER: HeaderName = HeaderName::from_static("es-security-runas-user");
+
+/// The header the client's address is forwarded in, which OpenSearch security's proxy
+/// authentication reads (`remoteIpHeader`) to check its trusted proxies.
+pub const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// Removes the hop-by-hop headers, and those the `Connection` header names.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    for name in &named {
+        headers.remove(name);
+    }
+}
+
+/// What the gateway tells the upstream about who the user is.
+pub struct Identity {
+    mode: IdentityMode,
+    /// `Basic …` of the gateway's own credentials.
+    service_authorization: Option<HeaderValue>,
+    proxy_user_header: HeaderName,
+    proxy_roles_header: HeaderName,
+    /// Headers a client may not set because some upstream trusts them from a proxy: the
+    /// upstream's proxy headers, sluice's own `auth.proxy.*` headers, run-as.
+    trust_headers: Vec<HeaderName>,
+}
+
+impl Identity {
+    /// The identity forwarding of `config`; `auth` names sluice's own proxy headers.
+    pub fn new(config: &UpstreamConfig, auth: &crate::auth::AuthConfig) -> Identity {
+        let service_authorization = config.credentials.as_ref().and_then(|(u, p)| {
+            let token = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"));
+            let mut v = HeaderValue::from_str(&format!("Basic {token}")).ok()?;
+            v.set_sensitive(true);
+            Some(v)
+        });
+        Identity {
+            mode: config.identity,
+            service_authorization,
+            proxy_user_header: config.proxy_user_header.clone(),
+            proxy_roles_header: config.proxy_roles_header.clone(),
+            trust_headers: vec![
+                config.proxy_user_header.clone(),
+                config.proxy_roles_header.clone(),
+                auth.proxy_user_header.clone(),
+                auth.proxy_roles_header.clone(),
+                RUN_AS_HEADER,
+            ],
+        }
+    }
+
+    /// Whether every user's requests reach the upstream under one identity (the gateway's
+    /// credentials, or none), which start-up warns about.
+    pub fn is_single_identity(&self) -> bool {
+        self.mode == IdentityMode::Service
+    }
+
+    /// Rewrites a client's request headers for the upstream: hop-by-hop and `Host` removed,
+    /// the `workloadGroupId` header (sluice's, not the upstream's) removed, proxy-trust
+    /// headers removed, then the identity set: the client's `Authorization` is kept only in
+    /// `passthrough`; otherwise the gateway's credentials, plus the user and roles in `proxy`
+    /// or the user in `run_as`.
+    pub fn outbound(
+        &self,
+        headers: &mut HeaderMap,
+        principal: Option<&Principal>,
+        client: Option<IpAddr>,
+    ) {
+        strip_hop_by_hop(headers);
+        headers.remove(header::HOST);
+        headers.remove(sluice_wire::WORKLOAD_GROUP_ID_HEADER);
+        for h in &self.trust_headers {
+            headers.remove(h);
+        }
+        if self.mode != IdentityMode::Passthrough {
+            headers.remove(header::AUTHORIZATION);
+            if let Some(auth) = &self.service_authorization {
+                headers.insert(header::AUTHORIZATION, auth.clone());
+            }
+        }
+        match (self.mode, principal) {
+            (IdentityMode::Proxy, Some(p)) => {
+                if let Ok(v) = HeaderValue::from_str(&p.username) {
+                    headers.insert(self.proxy_user_header.clone(), v);
+                }
+                let roles: Vec<&str> = p.roles.iter().map(|r| &**r).collect();
+                if let Ok(v) = HeaderValue::from_str(&roles.join(",")) {
+                    headers.insert(self.proxy_roles_header.clone(), v);
+                }
+                // The security plugin checks the proxy against the forwarded chain: the
+                // client's address is the only entry, the gateway being the last proxy.
+                headers.remove(FORWARDED_FOR);
+                if let Some(ip) = client
+                    && let Ok(v) = HeaderValue::from_str(&ip.to_string())
+                {
+                    headers.insert(FORWARDED_FOR, v);
+                }
+            }
+            (IdentityMode::RunAs, Some(p)) => {
+                if let Ok(v) = HeaderValue::from_str(&p.username) {
+                    headers.insert(RUN_AS_HEADER, v);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn config(mode: IdentityMode, creds: bool) -> UpstreamConfig {
+        UpstreamConfig {
+            hosts: vec!["http://u:9200/".parse().unwrap()],
+            credentials: creds.then(|| ("gw".to_string(), "secret".to_string())),
+            ca_file: None,
+            connect_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(1),
+            identity: mode,
+            search_threads: None,
+            proxy_user_header: HeaderName::from_static("x-proxy-user"),
+            proxy_roles_header: HeaderName::from_static("x-proxy-roles"),
+        }
+    }
+
+    fn client_headers() -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "authorization",
+            HeaderValue::from_static("Basic YWxpY2U6cHc="),
+        );
+        h.insert("x-proxy-user", HeaderValue::from_static("root"));
+        h.insert("x-proxy-roles", HeaderValue::from_static("all_access"));
+        h.insert("es-security-runas-user", HeaderValue::from_static("root"));
+        h.insert("connection", HeaderValue::from_static("keep-alive, x-hop"));
+        h.insert("x-hop", HeaderValue::from_static("1"));
+        h.insert("te", HeaderValue::from_static("trailers"));
+        h.insert("workloadGroupId", HeaderValue::from_static("g"));
+        h.insert("x-opaque-id", HeaderValue::from_static("mine"));
+        h.insert("content-type", HeaderValue::from_static("application/json"));
+        h
+    }
+
+    fn alice() -> Principal {
+        Principal {
+            username: Arc::from("alice"),
+            roles: vec![Arc::from("analyst"), Arc::from("ops")],
+        }
+    }
+
+    #[test]
+    fn test_client_proxy_trust_and_hop_headers_never_reach_the_upstream() {
+        for mode in [
+            IdentityMode::Service,
+            IdentityMode::Passthrough,
+            IdentityMode::RunAs,
+        ] {
+            let id = Identity::new(&config(mode, true), &crate::auth::AuthConfig::default());
+            let mut h = client_headers();
+            id.outbound(&mut h, None, None);
+            for gone in [
+                "x-proxy-user",
+                "x-proxy-roles",
+                "connection",
+                "x-hop",
+                "te",
+                "workloadgroupid",
+            ] {
+                assert!(h.get(gone).is_none(), "{mode:?} kept {gone}");
+            }
+            assert!(h.get("es-security-runas-user").is_none(), "{mode:?}");
+            assert_eq!(h["x-opaque-id"], "mine");
+            assert_eq!(h["content-type"], "application/json");
+        }
+    }
+
+    #[test]
+    fn test_client_password_reaches_the_upstream_only_in_passthrough() {
+        let auth = crate::auth::AuthConfig::default();
+        let mut h = client_headers();
+        Identity::new(&config(IdentityMode::Passthrough, false), &auth)
+            .outbound(&mut h, None, None);
+        assert_eq!(h["authorization"], "Basic YWxpY2U6cHc=");
+        let mut h = client_headers();
+        Identity::new(&config(IdentityMode::Service, false), &auth).outbound(&mut h, None, None);
+        assert!(h.get("authorization").is_none());
+        let mut h = client_headers();
+        Identity::new(&config(IdentityMode::Service, true), &auth).outbound(&mut h, None, None);
+        // gw:secret
+        assert_eq!(h["authorization"], "Basic Z3c6c2VjcmV0");
+    }
+
+    #[test]
+    fn test_proxy_and_run_as_name_the_authenticated_user() {
+        let auth = crate::auth::AuthConfig::default();
+        let mut h = client_headers();
+        Identity::new(&config(IdentityMode::Proxy, false), &auth).outbound(
+            &mut h,
+            Some(&alice()),
+            Some("10.1.2.3".parse().unwrap()),
+        );
+        assert_eq!(h["x-proxy-user"], "alice");
+        assert_eq!(h["x-proxy-roles"], "analyst,ops");
+        assert_eq!(h["x-forwarded-for"], "10.1.2.3");
+        assert!(h.get("authorization").is_none());
+        let mut h = client_headers();
+        Identity::new(&config(IdentityMode::RunAs, true), &auth).outbound(
+            &mut h,
+            Some(&alice()),
+            None,
+        );
+        assert_eq!(h["es-security-runas-user"], "alice");
+        assert_eq!(h["authorization"], "Basic Z3c6c2VjcmV0");
+        assert!(h.get("x-proxy-user").is_none());
+    }
+}

@@ -1,0 +1,165 @@
+//! How `resource_limits` apply on a gateway (DESIGN D15; ARCHITECTURE.md "Gateway").
+//!
+//! A gateway cannot read the CPU time or the allocations of a search that runs on the upstream
+//! cluster's threads, so it takes a measure from the upstream, chosen at start by what the
+//! upstream's `GET /` says it is:
+//!
+//! - **[`Measure::Reported`]** (OpenSearch, and sluice as an upstream): the upstream reports
+//!   each task's `resource_stats` (CPU time, allocated bytes) in `_tasks?detailed`. While
+//!   forwarded searches are in flight, the gateway polls the upstream's search tasks every
+//!   `wlm.workload_group.usage_refresh_interval`, sums the figures of the tasks whose
+//!   `X-Opaque-Id` names each of its own tasks (a search's shard tasks carry its header) and
+//!   records them on the gateway's task. From there the enforcement pass, the admission share
+//!   check and the per-task estimate act exactly as on an embedded node, the fractions being
+//!   of the gateway node's cores and `node.memory_budget` (set them to the upstream's search
+//!   capacity; the default is the gateway machine's). A search shorter than one poll is
+//!   measured at the per-task estimate only, as a task between two refreshes is on an
+//!   embedded node.
+//! - **[`Measure::InFlight`]** (Elasticsearch, which reports no per-task usage): each
+//!   forwarded search occupies one of the upstream's search threads from the moment it is sent
+//!   until its answer's headers arrive; a group's CPU and memory usage is its searches in
+//!   flight over the upstream's search threads (`backend.upstream.search_threads`, or the sum
+//!   of `thread_pool.search.size` its `_nodes/thread_pool` reports at start). Recorded as
+//!   `t × cores / search_threads` of CPU time for `t` in flight and
+//!   `memory_budget / search_threads` bytes, so the enforcement sees `1 / search_threads` per
+//!   search in flight. The limits then bound a group's share of the upstream's search
+//!   capacity, not how heavy each search is; start-up says so at WARN.
+//!
+//! Either way a limit acts: none is accepted that would silently have no effect.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::Value;
+
+use crate::tasks::{OPAQUE_ID_HEADER, Task};
+
+/// How a gateway measures its forwarded searches (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub enum Measure {
+    /// The upstream's own per-task `resource_stats`, polled.
+    Reported,
+    /// Searches in flight over the upstream's search threads.
+    InFlight(InFlight),
+}
+
+/// The in-flight measure (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub struct InFlight {
+    /// The gateway's cores, the unit the enforcement divides CPU time by.
+    pub cores: u32,
+    /// The upstream's search threads, the capacity a search in flight takes one of.
+    pub search_threads: u32,
+    /// The node's memory budget, the unit the enforcement divides memory by.
+    pub memory_budget_bytes: u64,
+}
+
+impl InFlight {
+    /// The CPU time a search in flight since `since` counts as at `now`.
+    pub fn cpu_nanos(&self, since: Instant, now: Instant) -> u64 {
+        let wall = now.saturating_duration_since(since).as_nanos();
+        let scaled = wall * u128::from(self.cores) / u128::from(self.search_threads.max(1));
+        u64::try_from(scaled).unwrap_or(u64::MAX)
+    }
+
+    /// The memory a search in flight counts as.
+    pub fn memory_bytes(&self) -> u64 {
+        self.memory_budget_bytes / u64::from(self.search_threads.max(1))
+    }
+
+    /// Records the measure on every forwarded task in flight (those a gateway marked
+    /// executing), before the enforcement reads the tasks' usage.
+    pub fn record(&self, tasks: &[Arc<Task>], now: Instant) {
+        for task in tasks {
+            if let Some(since) = task.usage.executing_since() {
+                task.usage
+                    .record(self.cpu_nanos(since, now), self.memory_bytes());
+            }
+        }
+    }
+}
+
+/// The upstream's reported usage per gateway task: sums the `resource_stats.total` of the
+/// tasks in a `_tasks?detailed` answer whose `X-Opaque-Id` ends in `sluice:<node_id>:<seq>`,
+/// by `seq`.
+pub fn reported_usage(body: &[u8], node_id: &str) -> HashMap<u64, (u64, u64)> {
+    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let marker = format!("sluice:{node_id}:");
+    let mut out: HashMap<u64, (u64, u64)> = HashMap::new();
+    let Some(nodes) = v["nodes"].as_object() else {
+        return out;
+    };
+    for n in nodes.values() {
+        let Some(tasks) = n["tasks"].as_object() else {
+            continue;
+        };
+        for t in tasks.values() {
+            let header = t["headers"]
+                .as_object()
+                .and_then(|h| {
+                    h.iter()
+                        .find(|(k, _)| k.eq_ignore_ascii_case(OPAQUE_ID_HEADER))
+                })
+                .and_then(|(_, v)| v.as_str());
+            let Some(seq) = header
+                .and_then(|h| h.rsplit_once(&marker))
+                .and_then(|(_, seq)| seq.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            let total = &t["resource_stats"]["total"];
+            let e = out.entry(seq).or_default();
+            e.0 =
+                e.0.saturating_add(total["cpu_time_in_nanos"].as_u64().unwrap_or(0));
+            e.1 =
+                e.1.saturating_add(total["memory_in_bytes"].as_u64().unwrap_or(0));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn test_a_search_in_flight_counts_as_one_upstream_search_thread() {
+        let m = InFlight {
+            cores: 2,
+            search_threads: 8,
+            memory_budget_bytes: 8 << 30,
+        };
+        let t0 = Instant::now();
+        let cpu = m.cpu_nanos(t0, t0 + Duration::from_secs(4));
+        // Share = cpu / (wall × cores) = 1 / search_threads.
+        let share = cpu as f64 / (4e9 * 2.0);
+        assert!((share - 1.0 / 8.0).abs() < 1e-9, "{share}");
+        assert_eq!(m.cpu_nanos(t0 + Duration::from_secs(1), t0), 0);
+        assert_eq!(m.memory_bytes(), 1 << 30);
+    }
+
+    #[test]
+    fn test_reported_usage_sums_the_tasks_of_each_gateway_task() {
+        let stats = |cpu: u64, mem: u64| json!({"total": {"cpu_time_in_nanos": cpu, "memory_in_bytes": mem}});
+        let body = json!({"nodes": {
+            "a": {"tasks": {
+                "a:1": {"headers": {"X-Opaque-Id": "sluice:gw:7"}, "resource_stats": stats(10, 100)},
+                "a:2": {"headers": {"X-Opaque-Id": "mine;sluice:gw:7"}, "resource_stats": stats(5, 50)},
+                "a:3": {"headers": {"X-Opaque-Id": "sluice:other:7"}, "resource_stats": stats(1, 1)},
+                "a:4": {"headers": {}, "resource_stats": stats(1, 1)}
+            }},
+            "b": {"tasks": {
+                "b:9": {"headers": {"X-Opaque-Id": "sluice:gw:8"}, "resource_stats": stats(3, 30)}
+            }}
+        }});
+        let got = reported_usage(body.to_string().as_bytes(), "gw");
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[&7], (15, 150));
+        assert_eq!(got[&8], (3, 30));
+    }
+}

@@ -1,0 +1,585 @@
+//! The upstream backend: sluice as a gateway in front of an existing OpenSearch or
+//! Elasticsearch cluster (`backend.type: upstream`).
+//!
+//! sluice answers its own routes (workload groups, rules, stats, its `_tasks`, the cluster
+//! settings); search-class requests go through admission exactly as on an embedded node and
+//! are then forwarded by [`Upstream::execute`]; every other request is forwarded unchanged by
+//! [`Upstream::forward`] with its body streamed both ways.
+//!
+//! The embedded [`super::Backend`] takes requests parsed into the embedded engine's own
+//! language; a gateway forwards the client's bytes (the upstream understands far more of the
+//! query DSL than sluice parses), so it takes the same [`Execution`] from admission and the
+//! raw request instead.
+//!
+//! - [`config`]: the `backend.*` settings;
+//! - [`hosts`]: round-robin over healthy hosts with back-off;
+//! - [`client`]: the pooled hyper client over rustls and its failure mapping (502/504);
+//! - [`headers`]: hop-by-hop headers, proxy-trust headers, identity forwarding;
+//! - [`scrolls`]: scroll id → group; [`sniff`] reads a response's scroll id as it streams;
+//! - [`routes`]: the gateway's router and its search-class handlers; [`msearch`]: the split of
+//!   an `_msearch` into admitted items and the merge of the answers.
+
+pub mod client;
+pub mod config;
+pub mod headers;
+pub mod hosts;
+pub mod limits;
+pub mod msearch;
+pub mod routes;
+pub mod scrolls;
+pub mod settings;
+pub mod sniff;
+
+use std::any::Any;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Response};
+use hyper::body::Incoming;
+use serde_json::Value;
+use sluice_engine::{EngineError, ErrorCode};
+
+use self::client::{OutBody, UpstreamClient};
+use self::config::UpstreamConfig;
+use self::headers::Identity;
+use self::limits::{InFlight, Measure};
+use self::scrolls::ScrollGroups;
+use super::Execution;
+use crate::auth::Principal;
+use crate::error::ApiError;
+use crate::tasks::{OPAQUE_ID_HEADER, Task};
+
+/// How long after a first cancellation pass the gateway looks once more for upstream tasks of
+/// a cancelled request: the request may have been on its way when the first pass listed the
+/// upstream's tasks. A search registers its task within a few milliseconds of arriving.
+const SECOND_CANCEL_PASS: Duration = Duration::from_millis(300);
+
+/// The upstream cluster and what the gateway keeps about it.
+pub struct Upstream {
+    client: UpstreamClient,
+    identity: Identity,
+    /// Which group each scroll opened through the gateway runs in.
+    pub scrolls: ScrollGroups,
+    /// The node id the gateway's task ids carry, part of every forwarded `X-Opaque-Id`.
+    node_id: String,
+    /// How a forwarded search's usage is measured ([`limits`]).
+    pub measure: Measure,
+}
+
+/// A request to forward, with its headers already rewritten for the upstream.
+pub struct Call {
+    /// The method.
+    pub method: Method,
+    /// Path and query as forwarded.
+    pub path_and_query: String,
+    /// Headers as forwarded.
+    pub headers: HeaderMap,
+    /// The body.
+    pub body: Bytes,
+}
+
+impl Upstream {
+    /// The upstream of `config`; `auth` is sluice's own authentication.
+    /// `measure` is how forwarded searches are measured.
+    pub fn new(
+        config: &UpstreamConfig,
+        auth: &crate::auth::AuthConfig,
+        node_id: &str,
+        measure: Measure,
+    ) -> anyhow::Result<Upstream> {
+        Ok(Upstream {
+            client: UpstreamClient::new(config)?,
+            identity: Identity::new(config, auth),
+            scrolls: ScrollGroups::default(),
+            node_id: node_id.to_string(),
+            measure,
+        })
+    }
+
+    /// The upstream's search threads in all: the sum of `thread_pool.search.size` over the
+    /// nodes its `_nodes/thread_pool` lists; `None` when it does not say.
+    async fn read_search_threads(&self) -> Option<u32> {
+        let mut headers = HeaderMap::new();
+        self.identity.outbound(&mut headers, None, None);
+        let (status, body) = self
+            .client
+            .call(Method::GET, "/_nodes/thread_pool", &headers)
+            .await
+            .ok()?;
+        if !status.is_success() {
+            return None;
+        }
+        let v: Value = serde_json::from_slice(&body).ok()?;
+        let total: u64 = v["nodes"]
+            .as_object()?
+            .values()
+            .filter_map(|n| n["thread_pool"]["search"]["size"].as_u64())
+            .sum();
+        u32::try_from(total).ok().filter(|n| *n > 0)
+    }
+
+    /// The identity forwarding.
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// Calls the upstream's `GET /` and logs what answered; answers its distribution
+    /// (`opensearch`, `elasticsearch` when it names none, as Elasticsearch does), `None` when it
+    /// did not answer. A failure is logged, not fatal (a cluster restarting while its gateway
+    /// starts is served once it is back).
+    pub async fn probe(&self) -> Option<String> {
+        let mut headers = HeaderMap::new();
+        self.identity.outbound(&mut headers, None, None);
+        match self.client.call(Method::GET, "/", &headers).await {
+            Ok((status, body)) if status.is_success() => {
+                let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let distribution = v["version"]["distribution"]
+                    .as_str()
+                    .unwrap_or("elasticsearch")
+                    .to_string();
+                tracing::info!(
+                    cluster = %v["cluster_name"].as_str().unwrap_or("?"),
+                    distribution = %distribution,
+                    version = %v["version"]["number"].as_str().unwrap_or("?"),
+                    "gateway mode: forwarding to the upstream cluster"
+                );
+                Some(distribution)
+            }
+            Ok((status, body)) => {
+                tracing::warn!(
+                    %status,
+                    body = %String::from_utf8_lossy(&body[..body.len().min(512)]),
+                    "gateway mode: the upstream's GET / did not succeed; check backend.upstream.username/password and identity"
+                );
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e.reason, "gateway mode: the upstream is not reachable yet; requests get 502 until it is");
+                None
+            }
+        }
+    }
+
+    /// Forwards a request sluice does not answer itself: headers rewritten
+    /// ([`Identity::outbound`]), the body streamed to the upstream and its answer streamed back
+    /// with status and headers unchanged (hop-by-hop headers aside).
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the upstream request.
+    pub async fn forward(
+        &self,
+        req: axum::extract::Request,
+        principal: Option<&Principal>,
+        client: Option<IpAddr>,
+    ) -> Result<axum::response::Response, ApiError> {
+        let (parts, body) = req.into_parts();
+        let mut headers = parts.headers;
+        self.identity.outbound(&mut headers, principal, client);
+        let path = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        // A request without a body can be tried on the next host when one refuses.
+        let body = if hyper::body::Body::is_end_stream(&body) {
+            OutBody::Bytes(Bytes::new())
+        } else {
+            OutBody::Stream(body)
+        };
+        let resp = self
+            .client
+            .send(&parts.method, &path, &headers, body)
+            .await?;
+        Ok(stream_back(resp))
+    }
+
+    /// Sends `call` as it is (no admission, no `X-Opaque-Id` of sluice's), answering once the
+    /// response headers arrived.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the upstream request.
+    pub async fn send_call(&self, call: Call) -> Result<Response<Incoming>, ApiError> {
+        Ok(self
+            .client
+            .send(
+                &call.method,
+                &call.path_and_query,
+                &call.headers,
+                OutBody::Bytes(call.body),
+            )
+            .await?)
+    }
+
+    /// Runs an admitted search-class request on the upstream: marks it executing (admission's
+    /// start hook, which may still turn it away), forwards `call` with an `X-Opaque-Id` naming
+    /// the task, and answers the upstream's response once its headers arrived. When the task
+    /// is cancelled (`_tasks/_cancel`, its `cancel_after_time_interval` passing, its client
+    /// leaving) the upstream request is dropped and the upstream's tasks carrying that id are
+    /// cancelled.
+    ///
+    /// # Cancel safety
+    /// Dropping the future (the client left) drops the upstream request and cancels the
+    /// upstream's tasks of it in the background.
+    pub async fn execute(
+        self: &Arc<Self>,
+        exec: Execution,
+        call: Call,
+    ) -> Result<Response<Incoming>, ApiError> {
+        let executing = exec.hooks.start().map_err(ApiError::Engine)?;
+        exec.task.usage.mark_executing();
+        let keep: Vec<Box<dyn Any + Send>> = vec![Box::new(exec.hold), executing];
+        let out = self
+            .run_started(exec.task.clone(), exec.cancel_at, keep, call)
+            .await;
+        self.finished(&exec.task, exec.hooks.as_ref());
+        out
+    }
+
+    /// Records a forwarded task's in-flight usage at its end and reports it to admission
+    /// (the group's per-task estimate learns from it).
+    pub fn finished(&self, task: &Task, hooks: &dyn super::ExecutionHooks) {
+        if let Some(since) = task.usage.executing_since() {
+            if let Measure::InFlight(m) = self.measure {
+                task.usage
+                    .record(m.cpu_nanos(since, Instant::now()), m.memory_bytes());
+            }
+            hooks.finished(since, task.usage.cpu_nanos(), task.usage.memory_bytes());
+        }
+    }
+
+    /// Records the in-flight measure on the forwarded tasks in flight (nothing when the
+    /// upstream reports usage: [`Self::poll_usage`] records it).
+    pub fn record_in_flight(&self, tasks: &[Arc<Task>]) {
+        if let Measure::InFlight(m) = self.measure {
+            m.record(tasks, Instant::now());
+        }
+    }
+
+    /// Polls the upstream's search tasks every `wlm.workload_group.usage_refresh_interval`
+    /// while the gateway has searches in flight, recording each one's reported usage on its
+    /// task (see [`limits`]); returns at once for the in-flight measure.
+    ///
+    /// # Cancel safety
+    /// Dropping the future (aborting its task at shutdown) stops the polling.
+    pub async fn poll_usage(self: Arc<Self>, st: Arc<crate::state::AppState>) {
+        if !matches!(self.measure, Measure::Reported) {
+            return;
+        }
+        let mut headers = HeaderMap::new();
+        self.identity.outbound(&mut headers, None, None);
+        loop {
+            let settings = st.cluster_settings.snapshot();
+            tokio::time::sleep(crate::enforcement::node::usage_refresh_interval(&settings)).await;
+            if !settings.wlm_mode().runs_enforcement_loop() {
+                continue;
+            }
+            let in_flight: Vec<Arc<Task>> = st
+                .tasks
+                .list()
+                .into_iter()
+                .filter(|t| t.usage.executing_since().is_some())
+                .collect();
+            if in_flight.is_empty() {
+                continue;
+            }
+            let listed = self
+                .client
+                .call(
+                    Method::GET,
+                    "/_tasks?actions=*search*&detailed=true",
+                    &headers,
+                )
+                .await;
+            let body = match listed {
+                Ok((s, body)) if s.is_success() => body,
+                Ok((s, _)) => {
+                    tracing::debug!(status = %s, "cannot read the upstream's task usage");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e.reason, "cannot read the upstream's task usage");
+                    continue;
+                }
+            };
+            let usage = limits::reported_usage(&body, &self.node_id);
+            for task in in_flight {
+                if let Some((cpu, mem)) = usage.get(&task.seq) {
+                    task.usage.record(*cpu, *mem);
+                }
+            }
+        }
+    }
+
+    /// Forwards `call` for work admission already started (`keep` holds what it granted until
+    /// the answer's headers arrived): `task` names the request in its `X-Opaque-Id` and its
+    /// cancellation, or `cancel_at` passing, drops the upstream request (see [`Self::execute`]).
+    ///
+    /// # Cancel safety
+    /// As [`Self::execute`].
+    pub async fn run_started(
+        self: &Arc<Self>,
+        task: Arc<Task>,
+        cancel_at: Option<Instant>,
+        keep: Vec<Box<dyn Any + Send>>,
+        mut call: Call,
+    ) -> Result<Response<Incoming>, ApiError> {
+        let _keep = keep;
+        let opaque = self.opaque_id(&task);
+        if let Ok(v) = HeaderValue::from_str(&opaque) {
+            call.headers.insert(OPAQUE_ID_HEADER, v);
+        }
+        let mut guard = CancelUpstream {
+            upstream: self.clone(),
+            opaque: Some(opaque),
+        };
+        let send = self.client.send(
+            &call.method,
+            &call.path_and_query,
+            &call.headers,
+            OutBody::Bytes(call.body),
+        );
+        let deadline = async {
+            match cancel_at {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = send => match r {
+                Ok(resp) => {
+                    guard.disarm();
+                    Ok(resp)
+                }
+                Err(e) => {
+                    if e.code == ErrorCode::UpstreamFailed {
+                        // Nothing reached the upstream, or it is gone: nothing to cancel.
+                        guard.disarm();
+                    }
+                    Err(ApiError::Engine(e))
+                }
+            },
+            () = task.cancelled() => Err(cancelled()),
+            () = deadline => {
+                // `cancel_after_time_interval` passed: the ticket words the reason.
+                task.cancelled.store(true, Ordering::Release);
+                task.cancel_notify.notify_waiters();
+                Err(cancelled())
+            }
+        }
+    }
+
+    /// The `X-Opaque-Id` a forwarded request of `task` carries: the gateway's task id, after
+    /// the client's own id when it sent one (`<client id>;sluice:<task>`), so the upstream's
+    /// logs and `_tasks` keep the client's name and the gateway can find its tasks.
+    pub fn opaque_id(&self, task: &Task) -> String {
+        match task.opaque_id() {
+            Some(own) => format!("{own};sluice:{}:{}", self.node_id, task.seq),
+            None => format!("sluice:{}:{}", self.node_id, task.seq),
+        }
+    }
+
+    /// Cancels the upstream's search tasks whose `X-Opaque-Id` is `opaque`: lists the
+    /// upstream's `*search*` tasks and cancels each match by id (OpenSearch's
+    /// `_tasks/_cancel` filters by action and node, not by header). Two passes, the second
+    /// after [`SECOND_CANCEL_PASS`], for a request that was still on its way.
+    pub async fn cancel_tasks(&self, opaque: &str) {
+        for pass in 0..2 {
+            if pass == 1 {
+                tokio::time::sleep(SECOND_CANCEL_PASS).await;
+            }
+            let mut headers = HeaderMap::new();
+            self.identity.outbound(&mut headers, None, None);
+            let listed = self
+                .client
+                .call(
+                    Method::GET,
+                    "/_tasks?actions=*search*&detailed=false",
+                    &headers,
+                )
+                .await;
+            let body = match listed {
+                Ok((s, body)) if s.is_success() => body,
+                Ok((s, _)) => {
+                    tracing::warn!(status = %s, %opaque, "cannot list the upstream's tasks to cancel them");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e.reason, %opaque, "cannot list the upstream's tasks to cancel them");
+                    return;
+                }
+            };
+            for id in matching_tasks(&body, opaque) {
+                let path = format!("/_tasks/{id}/_cancel");
+                match self.client.call(Method::POST, &path, &headers).await {
+                    Ok((s, _)) if s.is_success() => {
+                        tracing::debug!(task = %id, %opaque, "cancelled the upstream task");
+                    }
+                    Ok((s, _)) => {
+                        tracing::debug!(task = %id, status = %s, "upstream task not cancelled (ended?)")
+                    }
+                    Err(e) => {
+                        tracing::warn!(task = %id, error = %e.reason, "cannot cancel the upstream task")
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The upstream's task ids (`node:id`) in a `_tasks` answer whose `X-Opaque-Id` is `opaque`.
+fn matching_tasks(body: &[u8], opaque: &str) -> Vec<String> {
+    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let mut out = Vec::new();
+    if let Some(nodes) = v["nodes"].as_object() {
+        for (node, n) in nodes {
+            if let Some(tasks) = n["tasks"].as_object() {
+                for (id, t) in tasks {
+                    let header = t["headers"]
+                        .as_object()
+                        .and_then(|h| {
+                            h.iter()
+                                .find(|(k, _)| k.eq_ignore_ascii_case(OPAQUE_ID_HEADER))
+                        })
+                        .and_then(|(_, v)| v.as_str());
+                    if header == Some(opaque) {
+                        out.push(if id.contains(':') {
+                            id.clone()
+                        } else {
+                            format!("{node}:{id}")
+                        });
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Starts gateway mode: builds the upstream client (TLS set up from `config`), warns when every
+/// user would reach the upstream under one identity, and calls the upstream's `GET /`.
+/// `capacity` is the node's (what the enforcement divides CPU time and memory by).
+pub async fn start(
+    config: &UpstreamConfig,
+    auth: &crate::auth::AuthConfig,
+    node_id: &str,
+    capacity: sluice_core::resources::NodeCapacity,
+) -> anyhow::Result<Upstream> {
+    let mut upstream = Upstream::new(config, auth, node_id, Measure::Reported)?;
+    if upstream.identity().is_single_identity()
+        && (config.credentials.is_some() || auth.mode != crate::auth::AuthMode::None)
+    {
+        tracing::warn!(
+            user = config
+                .credentials
+                .as_ref()
+                .map_or("(none)", |(u, _)| u.as_str()),
+            "backend.upstream.identity is service: every user's requests reach the upstream under this one identity, so the upstream's own security cannot tell users apart or restrict what each may read; use proxy (OpenSearch security), run_as (Elasticsearch) or passthrough to forward the user"
+        );
+    }
+    let distribution = upstream.probe().await;
+    // OpenSearch reports each task's resource usage; Elasticsearch does not. A distribution
+    // unknown at start (upstream down) is taken at its word: the configured search threads
+    // decide.
+    let reports_usage =
+        distribution.as_deref() == Some("opensearch") && config.search_threads.is_none();
+    if reports_usage {
+        tracing::info!(
+            "gateway mode: a group's cpu and memory usage is what the upstream reports for its searches (_tasks resource_stats), as fractions of this node's cores and node.memory_budget"
+        );
+        return Ok(upstream);
+    }
+    let reported = upstream.read_search_threads().await;
+    let search_threads = match (config.search_threads, reported) {
+        (Some(set), Some(seen)) if set != seen => {
+            tracing::warn!(
+                configured = set,
+                reported = seen,
+                "backend.upstream.search_threads differs from the search threads the upstream reports; limits are shares of the configured figure"
+            );
+            set
+        }
+        (Some(set), _) => set,
+        (None, Some(seen)) => seen,
+        (None, None) => anyhow::bail!(
+            "the upstream does not report per-task resource usage and its search threads could not be read from GET /_nodes/thread_pool: set backend.upstream.search_threads (the sum of thread_pool.search.size over the upstream's data nodes), which a gateway's resource limits are shares of"
+        ),
+    };
+    upstream.measure = Measure::InFlight(InFlight {
+        cores: capacity.cores,
+        search_threads,
+        memory_budget_bytes: capacity.memory_budget_bytes,
+    });
+    tracing::warn!(
+        search_threads,
+        "gateway mode: a group's cpu and memory usage is its searches in flight over the upstream's search threads (the upstream reports no per-task usage, or backend.upstream.search_threads is set): limits bound a group's share of the upstream's search capacity, not how heavy each search is"
+    );
+    Ok(upstream)
+}
+
+/// The upstream of a gateway node, for its handlers.
+pub(crate) fn routes_upstream(st: &crate::state::AppState) -> Result<Arc<Upstream>, ApiError> {
+    st.upstream.clone().ok_or_else(|| {
+        ApiError::Engine(EngineError::internal(
+            "gateway route on a node without an upstream",
+        ))
+    })
+}
+
+/// The error a cancelled forwarded request settles with; the ticket words it as OpenSearch
+/// does (`search_phase_execution_exception` caused by `task_cancelled_exception`).
+fn cancelled() -> ApiError {
+    ApiError::Engine(EngineError::new(ErrorCode::TaskCancelled, "task cancelled"))
+}
+
+/// Cancels the upstream's tasks of a forwarded request when dropped armed: the request ended
+/// without an answer (cancelled, timed out, or its client left).
+struct CancelUpstream {
+    upstream: Arc<Upstream>,
+    opaque: Option<String>,
+}
+
+impl CancelUpstream {
+    fn disarm(&mut self) {
+        self.opaque = None;
+    }
+}
+
+impl Drop for CancelUpstream {
+    fn drop(&mut self) {
+        if let Some(opaque) = self.opaque.take() {
+            let upstream = self.upstream.clone();
+            // Outside a runtime (a test dropping it) there is nothing to cancel with.
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move { upstream.cancel_tasks(&opaque).await });
+            }
+        }
+    }
+}
+
+/// The upstream's response as the gateway's: status and headers unchanged but hop-by-hop
+/// ones, the body streamed.
+pub fn stream_back(resp: Response<Incoming>) -> axum::response::Response {
+    let (mut parts, body) = resp.into_parts();
+    headers::strip_hop_by_hop(&mut parts.headers);
+    axum::response::Response::from_parts(parts, Body::new(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_matching_tasks_by_opaque_id() {
+        let body = serde_json::json!({"nodes": {"n1": {"tasks": {
+            "n1:5": {"headers": {"X-Opaque-Id": "sluice:g:1"}},
+            "n1:6": {"headers": {"X-Opaque-Id": "other"}},
+            "n1:7": {"headers": {}}
+        }}}});
+        let ids = matching_tasks(body.to_string().as_bytes(), "sluice:g:1");
+        assert_eq!(ids, vec!["n1:5".to_string()]);
+    }
+}

@@ -1,0 +1,531 @@
+//! The gateway's router: sluice's own routes ([`crate::api::owned_routes`]), the search-class
+//! routes admitted here and forwarded by [`Upstream::execute`], and every other request
+//! forwarded unchanged ([`crate::http::fallback::forward`]).
+//!
+//! Each search-class handler reads the request (its body bounded by `http.max_content_length`:
+//! a search body is small, and the gateway may rewrite it), builds the [`TaskSpec`] admission
+//! tags and throttles exactly as on an embedded node, applies the group's search settings to
+//! what it forwards (`default_search_timeout` → `timeout`, `cancel_after_time_interval` → the
+//! parameter, also enforced here), and streams the upstream's answer back.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::http::Method;
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use bytes::Bytes;
+use http::request::Parts;
+use serde_json::Value;
+use sluice_engine::EngineError;
+
+use super::sniff::ScrollIdSniffer;
+use super::{Call, stream_back};
+use crate::admission::{Admitted, Inherited, TaskSpec, admit, requested_cancel_after};
+use crate::error::{ApiError, ApiResult};
+use crate::http::{BodyLimit, Params, RequestMeta};
+use crate::state::AppState;
+use crate::tasks::actions;
+
+/// The gateway's router (`backend.type: upstream`).
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .merge(crate::api::owned_routes())
+        .route("/_cluster/settings", any(super::settings::cluster_settings))
+        .route("/_search", any(search_all))
+        .route("/{index}/_search", any(search))
+        .route("/_count", any(count_all))
+        .route("/{index}/_count", any(count))
+        .route("/_search/template", any(template_all))
+        .route("/{index}/_search/template", any(template))
+        .route("/_msearch", any(msearch_all))
+        .route("/{index}/_msearch", any(msearch))
+        .route("/_msearch/template", any(msearch_template_all))
+        .route("/{index}/_msearch/template", any(msearch_template))
+        .route("/_search/scroll", any(scroll))
+        .route("/_search/scroll/{scroll_id}", any(scroll_of))
+        .fallback(crate::http::fallback::forward)
+        .with_state(state)
+}
+
+/// What a search-class route is, for admission and for what is forwarded.
+#[derive(Clone, Copy)]
+struct Kind {
+    action: &'static str,
+    /// The route takes OpenSearch's search parameters (`timeout`, `cancel_after_time_interval`).
+    search_params: bool,
+}
+
+const SEARCH: Kind = Kind {
+    action: actions::SEARCH,
+    search_params: true,
+};
+const COUNT: Kind = Kind {
+    action: actions::SEARCH,
+    search_params: false,
+};
+
+async fn search_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
+    admitted_or_forward(st.0, meta, "_all".into(), req, SEARCH).await
+}
+
+async fn search(
+    st: State<Arc<AppState>>,
+    meta: RequestMeta,
+    Path(index): Path<String>,
+    req: Request,
+) -> Response {
+    admitted_or_forward(st.0, meta, index, req, SEARCH).await
+}
+
+async fn count_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
+    admitted_or_forward(st.0, meta, "_all".into(), req, COUNT).await
+}
+
+async fn count(
+    st: State<Arc<AppState>>,
+    meta: RequestMeta,
+    Path(index): Path<String>,
+    req: Request,
+) -> Response {
+    admitted_or_forward(st.0, meta, index, req, COUNT).await
+}
+
+async fn template_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
+    admitted_or_forward(st.0, meta, "_all".into(), req, SEARCH).await
+}
+
+async fn template(
+    st: State<Arc<AppState>>,
+    meta: RequestMeta,
+    Path(index): Path<String>,
+    req: Request,
+) -> Response {
+    admitted_or_forward(st.0, meta, index, req, SEARCH).await
+}
+
+async fn msearch_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
+    msearch_or_forward(st.0, meta, None, req, false).await
+}
+
+async fn msearch(
+    st: State<Arc<AppState>>,
+    meta: RequestMeta,
+    Path(index): Path<String>,
+    req: Request,
+) -> Response {
+    msearch_or_forward(st.0, meta, Some(index), req, false).await
+}
+
+async fn msearch_template_all(
+    st: State<Arc<AppState>>,
+    meta: RequestMeta,
+    req: Request,
+) -> Response {
+    msearch_or_forward(st.0, meta, None, req, true).await
+}
+
+async fn msearch_template(
+    st: State<Arc<AppState>>,
+    meta: RequestMeta,
+    Path(index): Path<String>,
+    req: Request,
+) -> Response {
+    msearch_or_forward(st.0, meta, Some(index), req, true).await
+}
+
+async fn scroll(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
+    scroll_or_forward(st.0, meta, None, req).await
+}
+
+async fn scroll_of(
+    st: State<Arc<AppState>>,
+    meta: RequestMeta,
+    Path(id): Path<String>,
+    req: Request,
+) -> Response {
+    scroll_or_forward(st.0, meta, Some(id), req).await
+}
+
+/// Whether a method is one a search-class route admits (others pass through unchanged).
+fn is_search_method(m: &Method) -> bool {
+    *m == Method::GET || *m == Method::POST
+}
+
+async fn admitted_or_forward(
+    st: Arc<AppState>,
+    meta: RequestMeta,
+    index: String,
+    req: Request,
+    kind: Kind,
+) -> Response {
+    if !is_search_method(req.method()) {
+        return crate::http::fallback::forward(State(st), meta, req).await;
+    }
+    run_admitted(st, meta, index, req, kind)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn msearch_or_forward(
+    st: Arc<AppState>,
+    meta: RequestMeta,
+    index: Option<String>,
+    req: Request,
+    template: bool,
+) -> Response {
+    if !is_search_method(req.method()) {
+        return crate::http::fallback::forward(State(st), meta, req).await;
+    }
+    super::msearch::run(st, meta, index, req, template)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn scroll_or_forward(
+    st: Arc<AppState>,
+    meta: RequestMeta,
+    path_id: Option<String>,
+    req: Request,
+) -> Response {
+    let result = if *req.method() == Method::DELETE {
+        clear_scrolls(st, meta, path_id, req).await
+    } else if is_search_method(req.method()) {
+        run_scroll(st, meta, path_id, req).await
+    } else {
+        return crate::http::fallback::forward(State(st), meta, req).await;
+    };
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// A search-class request read for forwarding.
+pub(super) struct Read {
+    pub parts: Parts,
+    pub params: Params,
+    pub body: Bytes,
+}
+
+/// Reads the request: its query parameters and its body, up to `http.max_content_length`.
+pub(super) async fn read(req: Request) -> ApiResult<Read> {
+    let (parts, body) = req.into_parts();
+    let limit = parts
+        .extensions
+        .get::<BodyLimit>()
+        .map_or(u64::MAX, |l| l.0);
+    let params: Params = parts
+        .uri
+        .query()
+        .map(|q| {
+            axum::extract::Query::<Params>::try_from_uri(&parts.uri)
+                .map(|p| p.0)
+                .map_err(|e| {
+                    EngineError::illegal_argument(format!("invalid query string [{q}]: {e}"))
+                })
+        })
+        .transpose()?
+        .unwrap_or_default();
+    let body = axum::body::to_bytes(body, usize::try_from(limit).unwrap_or(usize::MAX))
+        .await
+        .map_err(|_| ApiError::TooLarge { limit })?;
+    Ok(Read {
+        parts,
+        params,
+        body,
+    })
+}
+
+/// The client's address, for identity forwarding.
+pub(super) fn client_ip(parts: &Parts) -> Option<std::net::IpAddr> {
+    parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+}
+
+/// The request's path and query with `set` parameters replacing any of the same name.
+pub(super) fn with_params(parts: &Parts, set: &[(&str, String)]) -> String {
+    let path = parts.uri.path();
+    let mut pairs: Vec<String> = parts
+        .uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .filter(|p| {
+            let key = p.split('=').next().unwrap_or("");
+            !set.iter().any(|(k, _)| *k == key)
+        })
+        .map(str::to_string)
+        .collect();
+    pairs.extend(set.iter().map(|(k, v)| format!("{k}={v}")));
+    if pairs.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path}?{}", pairs.join("&"))
+    }
+}
+
+/// A duration as a time-value parameter (`1500ms`; `-1` for none).
+pub(super) fn time_param(d: Option<Duration>) -> String {
+    match d {
+        Some(d) => format!("{}ms", d.as_millis()),
+        None => "-1".to_string(),
+    }
+}
+
+/// The search parameters the gateway forwards for an admitted request: the `timeout` the
+/// group's settings give when it differs from the request's own, and what is left of the
+/// task's `cancel_after_time_interval` (queue time counts, as on an embedded node).
+fn search_params(admitted: &Admitted, params: &Params, body: &[u8]) -> Vec<(&'static str, String)> {
+    let mut set = Vec::new();
+    // Only a group with a timeout setting changes the request's: the body is parsed for its
+    // own `timeout` only then (the gateway does not parse what it only forwards).
+    let probe = Some(Duration::MAX);
+    let group_sets_timeout =
+        admitted.search_timeout(None).is_some() || admitted.search_timeout(probe) != probe;
+    if group_sets_timeout {
+        let body: Option<Value> = serde_json::from_slice(body).ok();
+        let requested = params
+            .get("timeout")
+            .map(String::as_str)
+            .or_else(|| body.as_ref().and_then(|b| b["timeout"].as_str()))
+            .and_then(|t| sluice_wire::parse_time_value(t, "timeout").ok())
+            .and_then(|t| t.duration_opt());
+        let effective = admitted.search_timeout(requested);
+        if effective != requested {
+            set.push(("timeout", time_param(effective)));
+        }
+    }
+    if let Some(at) = admitted.execution().cancel_at {
+        let left = at
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        set.push(("cancel_after_time_interval", time_param(Some(left))));
+    }
+    set
+}
+
+/// The task description OpenSearch gives a search, with the body as the client sent it (the
+/// gateway does not parse what it only forwards).
+fn description(index: &str, body: &[u8]) -> String {
+    let source = String::from_utf8_lossy(body);
+    let source = source.trim();
+    let source = if source.is_empty() { "{}" } else { source };
+    format!("indices[{index}], search_type[QUERY_THEN_FETCH], source[{source}]")
+}
+
+/// Admits a `_search`, `_count` or `_search/template` and forwards it.
+async fn run_admitted(
+    st: Arc<AppState>,
+    meta: RequestMeta,
+    index: String,
+    req: Request,
+    kind: Kind,
+) -> ApiResult<Response> {
+    let up = super::routes_upstream(&st)?;
+    let Read {
+        parts,
+        params,
+        body,
+    } = read(req).await?;
+    let keep_alive = match params.get("scroll") {
+        Some(s) if kind.search_params => Some(sluice_engine::scroll::parse_keep_alive(s)?),
+        _ => None,
+    };
+    let spec = TaskSpec::new(kind.action, description(&index, &body), &index, &params)?;
+    let mut admitted = admit(&st, &meta, spec).await?;
+    let set = if kind.search_params {
+        search_params(&admitted, &params, &body)
+    } else {
+        Vec::new()
+    };
+    let mut headers = parts.headers.clone();
+    up.identity()
+        .outbound(&mut headers, meta.principal.as_deref(), client_ip(&parts));
+    let call = Call {
+        method: parts.method.clone(),
+        path_and_query: with_params(&parts, &set),
+        headers,
+        body,
+    };
+    let executed = up.execute(admitted.execution(), call).await;
+    let resp = settle(&mut admitted, executed)?;
+    let resp = match keep_alive {
+        Some(keep_alive) if resp.status().is_success() => {
+            let (parts, body) = resp.into_parts();
+            let (up2, group) = (up.clone(), admitted.group().id.clone());
+            let sniffer = ScrollIdSniffer::new(
+                body,
+                Box::new(move |id| up2.scrolls.remember(id, group, keep_alive, Instant::now())),
+            );
+            let mut p = parts;
+            super::headers::strip_hop_by_hop(&mut p.headers);
+            Response::from_parts(p, axum::body::Body::new(sniffer))
+        }
+        _ => stream_back(resp),
+    };
+    Ok(admitted.ride_with(resp))
+}
+
+/// Settles an admitted request's outcome: an upstream answer counts as a completion, a
+/// failure unless its status is a success; a forwarding error is worded by the ticket.
+pub(super) fn settle<T>(
+    admitted: &mut Admitted,
+    executed: Result<http::Response<T>, ApiError>,
+) -> ApiResult<http::Response<T>> {
+    match executed {
+        Ok(resp) if resp.status().is_success() => {
+            admitted.finish(Ok(()))?;
+            Ok(resp)
+        }
+        Ok(resp) => {
+            // The upstream's error passes through unchanged; it counts as a failure.
+            let _ = admitted.finish::<()>(Err(ApiError::Engine(EngineError::internal(
+                "the upstream answered an error",
+            ))));
+            Ok(resp)
+        }
+        Err(e) => Err(admitted
+            .finish::<()>(Err(e))
+            .err()
+            .unwrap_or_else(|| ApiError::Engine(EngineError::internal("forwarding failed")))),
+    }
+}
+
+/// A scroll continuation: admitted in the group the scroll was opened in (tagged anew when the
+/// gateway does not know the scroll: opened directly on the upstream, or before a restart),
+/// then forwarded.
+async fn run_scroll(
+    st: Arc<AppState>,
+    meta: RequestMeta,
+    path_id: Option<String>,
+    req: Request,
+) -> ApiResult<Response> {
+    let up = super::routes_upstream(&st)?;
+    let Read {
+        parts,
+        mut params,
+        body,
+    } = read(req).await?;
+    if let Some(id) = path_id {
+        params.insert("scroll_id".to_string(), id);
+    }
+    let json = crate::http::parse_json(&body)?;
+    let sreq = crate::api::scroll::parse_scroll_request(&params, json.as_ref())?;
+    let description = format!(
+        "scrollId[{}], scroll[{}]",
+        sreq.scroll_id,
+        sreq.keep_alive.as_ref().map_or("null", |(s, _)| s.as_str())
+    );
+    let inherited = up
+        .scrolls
+        .group_of(&sreq.scroll_id, Instant::now())
+        .map(|id| Inherited {
+            group: st
+                .workload
+                .entry(&id)
+                .unwrap_or_else(|| st.workload.default_entry().clone()),
+            held: Vec::new(),
+        });
+    let spec = TaskSpec {
+        action: actions::SCROLL,
+        description,
+        parent: None,
+        indices: Vec::new(),
+        cancel_after: requested_cancel_after(&params)?,
+        inherited,
+    };
+    let mut admitted = admit(&st, &meta, spec).await?;
+    let mut headers = parts.headers.clone();
+    up.identity()
+        .outbound(&mut headers, meta.principal.as_deref(), client_ip(&parts));
+    let call = Call {
+        method: parts.method.clone(),
+        path_and_query: with_params(&parts, &[]),
+        headers,
+        body,
+    };
+    let executed = up.execute(admitted.execution(), call).await;
+    let resp = settle(&mut admitted, executed)?;
+    let resp = match sreq.keep_alive {
+        Some((_, keep_alive)) if resp.status().is_success() => {
+            let (mut p, body) = resp.into_parts();
+            super::headers::strip_hop_by_hop(&mut p.headers);
+            let (up2, old) = (up.clone(), sreq.scroll_id);
+            let sniffer = ScrollIdSniffer::new(
+                body,
+                Box::new(move |new| up2.scrolls.extend(&old, new, keep_alive, Instant::now())),
+            );
+            Response::from_parts(p, axum::body::Body::new(sniffer))
+        }
+        _ => stream_back(resp),
+    };
+    Ok(admitted.ride_with(resp))
+}
+
+/// `DELETE _search/scroll`: forgets the scrolls and forwards the clear.
+async fn clear_scrolls(
+    st: Arc<AppState>,
+    meta: RequestMeta,
+    path_id: Option<String>,
+    req: Request,
+) -> ApiResult<Response> {
+    let up = super::routes_upstream(&st)?;
+    let Read { parts, body, .. } = read(req).await?;
+    if let Ok(json) = crate::http::parse_json(&body)
+        && let Ok(ids) = crate::api::scroll::parse_clear_request(path_id.as_deref(), json.as_ref())
+    {
+        up.scrolls.forget(&ids);
+    }
+    let mut headers = parts.headers.clone();
+    up.identity()
+        .outbound(&mut headers, meta.principal.as_deref(), client_ip(&parts));
+    let resp = up
+        .send_call(Call {
+            method: parts.method.clone(),
+            path_and_query: with_params(&parts, &[]),
+            headers,
+            body,
+        })
+        .await?;
+    Ok(stream_back(resp))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(uri: &str) -> Parts {
+        http::Request::builder()
+            .uri(uri)
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0
+    }
+
+    #[test]
+    fn test_with_params_replaces_only_the_named_parameters() {
+        let p = parts("/logs/_search?q=a&timeout=5s&pretty");
+        assert_eq!(
+            with_params(&p, &[("timeout", "2000ms".into())]),
+            "/logs/_search?q=a&pretty&timeout=2000ms"
+        );
+        assert_eq!(with_params(&parts("/x"), &[]), "/x");
+        assert_eq!(
+            with_params(
+                &parts("/x"),
+                &[("cancel_after_time_interval", "5ms".into())]
+            ),
+            "/x?cancel_after_time_interval=5ms"
+        );
+        assert_eq!(time_param(None), "-1");
+        assert_eq!(
+            description("i", b"  "),
+            "indices[i], search_type[QUERY_THEN_FETCH], source[{}]"
+        );
+    }
+}

@@ -1,0 +1,123 @@
+//! Which workload group each scroll opened through the gateway runs in: the upstream keeps the
+//! scroll, the gateway remembers scroll id → group until the scroll is cleared or its
+//! keep-alive passes, so continuations are charged to the group the scroll was opened in.
+//!
+//! # Invariants
+//! - S1 — an entry is never answered after its keep-alive passed (checked on read), and
+//!   expired entries are swept whenever the map doubles past [`SWEEP_FROM`], so the map holds
+//!   at most about twice the live scrolls. Tested by `test_entry_expires_with_its_keep_alive`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+/// Below this many entries no sweep runs: a sweep is a pass over the map, and a few thousand
+/// stale ids cost less memory than the passes.
+const SWEEP_FROM: usize = 4096;
+
+/// Scroll id → (group id, expiry).
+#[derive(Debug, Default)]
+pub struct ScrollGroups {
+    map: Mutex<Entries>,
+}
+
+#[derive(Debug, Default)]
+struct Entries {
+    by_id: HashMap<String, (Arc<str>, Instant)>,
+    /// The size at which the next sweep runs.
+    sweep_at: usize,
+}
+
+impl ScrollGroups {
+    /// Remembers that scroll `id` runs in `group` for `keep_alive` from `now`.
+    pub fn remember(&self, id: String, group: Arc<str>, keep_alive: Duration, now: Instant) {
+        let mut m = self.map.lock();
+        m.by_id.insert(id, (group, now + keep_alive));
+        if m.by_id.len() >= m.sweep_at.max(SWEEP_FROM) {
+            m.by_id.retain(|_, (_, exp)| *exp > now);
+            m.sweep_at = m.by_id.len() * 2;
+        }
+    }
+
+    /// The group scroll `id` runs in, if it is known and alive at `now`.
+    pub fn group_of(&self, id: &str, now: Instant) -> Option<Arc<str>> {
+        let m = self.map.lock();
+        m.by_id
+            .get(id)
+            .filter(|(_, exp)| *exp > now)
+            .map(|(g, _)| g.clone())
+    }
+
+    /// Extends scroll `id`'s keep-alive (a continuation with `scroll=`), or remembers a new id
+    /// the upstream answered for it.
+    pub fn extend(&self, old: &str, new: String, keep_alive: Duration, now: Instant) {
+        let group = self.map.lock().by_id.remove(old).map(|(g, _)| g);
+        if let Some(g) = group {
+            self.remember(new, g, keep_alive, now);
+        }
+    }
+
+    /// Forgets the scrolls `ids` (cleared), every scroll for `_all`.
+    pub fn forget(&self, ids: &[String]) {
+        let mut m = self.map.lock();
+        if ids.iter().any(|i| i == "_all") {
+            m.by_id.clear();
+        } else {
+            for id in ids {
+                m.by_id.remove(id);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_entry_expires_with_its_keep_alive() {
+        let s = ScrollGroups::default();
+        let now = Instant::now();
+        s.remember("a".into(), Arc::from("g1"), Duration::from_secs(60), now);
+        assert_eq!(s.group_of("a", now).as_deref(), Some("g1"));
+        assert_eq!(s.group_of("a", now + Duration::from_secs(61)), None);
+        s.extend(
+            "a",
+            "b".into(),
+            Duration::from_secs(120),
+            now + Duration::from_secs(30),
+        );
+        assert_eq!(s.group_of("a", now), None);
+        assert_eq!(
+            s.group_of("b", now + Duration::from_secs(100)).as_deref(),
+            Some("g1")
+        );
+        s.forget(&["b".to_string()]);
+        assert_eq!(s.group_of("b", now), None);
+    }
+
+    #[test]
+    fn test_sweep_bounds_the_map() {
+        let s = ScrollGroups::default();
+        let now = Instant::now();
+        for i in 0..(SWEEP_FROM * 3) {
+            s.remember(format!("{i}"), Arc::from("g"), Duration::from_secs(1), now);
+        }
+        let later = now + Duration::from_secs(2);
+        for i in 0..SWEEP_FROM {
+            s.remember(
+                format!("late{i}"),
+                Arc::from("g"),
+                Duration::from_secs(1),
+                later,
+            );
+        }
+        assert!(
+            s.map.lock().by_id.len() <= SWEEP_FROM * 2,
+            "{}",
+            s.map.lock().by_id.len()
+        );
+    }
+}

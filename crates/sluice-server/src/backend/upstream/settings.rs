@@ -1,0 +1,214 @@
+//! `_cluster/settings` on a gateway: the workload-management keys (`wlm.*`,
+//! `node.workload_group.*`) are sluice's, every other key is the upstream cluster's (DESIGN
+//! D15). An update goes to whichever owns its keys (one that mixes both is refused, so that
+//! neither half can be applied without the other); a read answers the upstream's settings with
+//! sluice's merged in.
+
+use std::sync::Arc;
+
+use axum::extract::{Query, Request, State};
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value};
+use sluice_engine::{EngineError, ErrorCode};
+
+use super::routes::{Read, client_ip, read, with_params};
+use super::{Call, stream_back};
+use crate::api::cluster_settings::{bool_param, get_settings, put_settings};
+use crate::error::{ApiError, ApiResult};
+use crate::http::{Body, Params, RequestMeta, reply};
+use crate::state::AppState;
+
+/// Whether a cluster setting is sluice's on a gateway.
+fn is_sluice_key(key: &str) -> bool {
+    key.starts_with("wlm.") || key.starts_with("node.workload_group.")
+}
+
+/// `GET|PUT /_cluster/settings` on a gateway.
+pub async fn cluster_settings(
+    State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
+    req: Request,
+) -> Response {
+    let result = match *req.method() {
+        Method::GET => read_settings(st, meta, req).await,
+        Method::PUT => update_settings(st, meta, req).await,
+        _ => return crate::http::fallback::forward(State(st), meta, req).await,
+    };
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn update_settings(
+    st: Arc<AppState>,
+    meta: RequestMeta,
+    req: Request,
+) -> ApiResult<Response> {
+    let up = super::routes_upstream(&st)?;
+    let Read {
+        parts,
+        params,
+        body,
+    } = read(req).await?;
+    let mut ours = 0usize;
+    let mut theirs = Vec::new();
+    if let Ok(Some(Value::Object(top))) = crate::http::parse_json(&body) {
+        for section in ["persistent", "transient"] {
+            if let Some(Value::Object(settings)) = top.get(section) {
+                let flat = crate::settings::flatten_settings(settings)
+                    .map_err(EngineError::illegal_argument)?;
+                for (key, _) in flat {
+                    if is_sluice_key(&key) {
+                        ours += 1;
+                    } else {
+                        theirs.push(key);
+                    }
+                }
+            }
+        }
+    }
+    if ours > 0 && !theirs.is_empty() {
+        return Err(EngineError::illegal_argument(format!(
+            "this node is a gateway: the wlm.* and node.workload_group.* settings are its own and [{}] are the upstream cluster's; send them in two requests",
+            theirs.join(", ")
+        ))
+        .into());
+    }
+    if ours > 0 || theirs.is_empty() && !body.is_empty() && !has_sections(&body) {
+        // sluice's own (or a body sluice refuses with its own error).
+        // Authorized as a settings change by the authorization layer, before this handler.
+        return put_settings(State(st), Query(params), Body(body)).await;
+    }
+    let mut headers = parts.headers.clone();
+    up.identity()
+        .outbound(&mut headers, meta.principal.as_deref(), client_ip(&parts));
+    let resp = up
+        .send_call(Call {
+            method: parts.method.clone(),
+            path_and_query: with_params(&parts, &[]),
+            headers,
+            body,
+        })
+        .await?;
+    Ok(stream_back(resp))
+}
+
+/// Whether a body is an object of `persistent`/`transient` sections only (an update the
+/// upstream may take).
+fn has_sections(body: &[u8]) -> bool {
+    matches!(
+        crate::http::parse_json(body),
+        Ok(Some(Value::Object(top))) if top.keys().all(|k| k == "persistent" || k == "transient")
+    )
+}
+
+async fn read_settings(st: Arc<AppState>, meta: RequestMeta, req: Request) -> ApiResult<Response> {
+    let up = super::routes_upstream(&st)?;
+    let Read {
+        parts,
+        params,
+        body,
+    } = read(req).await?;
+    let flat = bool_param(&params, "flat_settings")?;
+    let mut headers = parts.headers.clone();
+    up.identity()
+        .outbound(&mut headers, meta.principal.as_deref(), client_ip(&parts));
+    let resp = up
+        .send_call(Call {
+            method: parts.method.clone(),
+            path_and_query: with_params(&parts, &[]),
+            headers,
+            body,
+        })
+        .await?;
+    if !resp.status().is_success() {
+        return Ok(stream_back(resp));
+    }
+    let bytes = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .map_err(|e| {
+            EngineError::new(
+                ErrorCode::UpstreamFailed,
+                format!(
+                    "the upstream's _cluster/settings answer broke off: {}",
+                    super::client::causes(&e)
+                ),
+            )
+        })?
+        .to_bytes();
+    let mut theirs: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        EngineError::new(
+            ErrorCode::UpstreamFailed,
+            format!("the upstream's _cluster/settings answer is not JSON: {e}"),
+        )
+    })?;
+    // sluice's own settings, flat, filtered to its keys.
+    let mut own_params: Params = params.clone();
+    own_params.insert("flat_settings".into(), "true".into());
+    own_params.remove("pretty");
+    let own = get_settings(State(st), Query(own_params)).await?;
+    let own_bytes = axum::body::to_bytes(own.into_body(), usize::MAX)
+        .await
+        .map_err(|e| ApiError::Engine(EngineError::internal(e.to_string())))?;
+    let own: Value = serde_json::from_slice(&own_bytes)
+        .map_err(|e| ApiError::Engine(EngineError::internal(e.to_string())))?;
+    for section in ["persistent", "transient", "defaults"] {
+        let Some(Value::Object(settings)) = own.get(section) else {
+            continue;
+        };
+        let Some(target) = theirs.as_object_mut() else {
+            break;
+        };
+        let into = target
+            .entry(section)
+            .or_insert_with(|| Value::Object(Map::new()));
+        for (key, value) in settings.iter().filter(|(k, _)| is_sluice_key(k)) {
+            if flat {
+                if let Value::Object(m) = into {
+                    m.insert(key.clone(), value.clone());
+                }
+            } else {
+                insert_nested(into, key, value.clone());
+            }
+        }
+    }
+    Ok(reply(StatusCode::OK, theirs, &params))
+}
+
+/// Inserts `value` at the dotted `key` of a nested settings object.
+fn insert_nested(into: &mut Value, key: &str, value: Value) {
+    let mut at = into;
+    let parts: Vec<&str> = key.split('.').collect();
+    for (i, part) in parts.iter().enumerate() {
+        let Value::Object(m) = at else {
+            return;
+        };
+        if i + 1 == parts.len() {
+            m.insert((*part).to_string(), value);
+            return;
+        }
+        at = m
+            .entry((*part).to_string())
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn test_sluice_keys_are_the_wlm_family() {
+        assert!(is_sluice_key("wlm.workload_group.mode"));
+        assert!(is_sluice_key("node.workload_group.max_count"));
+        assert!(!is_sluice_key("search.max_buckets"));
+        assert!(!is_sluice_key("cluster.routing.allocation.enable"));
+        let mut v = json!({"wlm": {"x": 1}});
+        insert_nested(&mut v, "wlm.workload_group.mode", json!("enabled"));
+        assert_eq!(
+            v,
+            json!({"wlm": {"x": 1, "workload_group": {"mode": "enabled"}}})
+        );
+    }
+}

@@ -1,0 +1,1455 @@
+//! Gateway mode (`backend.type: upstream`) on its own: pass-through, failures of the upstream
+//! (slow, hanging, resetting, 5xx, not HTTP), round-robin past a refused host, `_msearch` split
+//! and merge, cancellation reaching the upstream, identity forwarding, resource limits and
+//! streaming with bounded memory.
+//!
+//! The suites of the data and search APIs and of workload management run a second time
+//! through a gateway with `SLUICE_TEST_BACKEND=upstream` (see `common`); this module tests
+//! what only a gateway does, against an embedded node or a fake upstream built here.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::common::{self, Reply, TestNode};
+
+const ADMIN: [(&str, &str); 2] = [("x-proxy-user", "root"), ("x-proxy-roles", "admin")];
+
+/// A request a fake upstream received.
+#[derive(Debug, Clone)]
+struct Received {
+    method: String,
+    uri: String,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+}
+
+type Answer = Arc<dyn Fn(Received) -> futures::future::BoxFuture<'static, Response> + Send + Sync>;
+
+/// An HTTP upstream made of one handler, recording what it receives.
+struct Fake {
+    base: String,
+    received: Arc<Mutex<Vec<Received>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Fake {
+    /// The requests received on paths containing `part`.
+    fn received_on(&self, part: &str) -> Vec<Received> {
+        self.received
+            .lock()
+            .iter()
+            .filter(|r| r.uri.contains(part))
+            .cloned()
+            .collect()
+    }
+}
+
+/// What an OpenSearch-like upstream answers to `GET /`.
+fn root_answer() -> Response {
+    axum::Json(json!({"cluster_name": "fake", "version": {"number": "2.19.0", "distribution": "opensearch"}}))
+        .into_response()
+}
+
+async fn fake(answer: Answer) -> Fake {
+    let received: Arc<Mutex<Vec<Received>>> = Arc::default();
+    let rec = received.clone();
+    let app = axum::Router::new().fallback(move |req: Request| {
+        let (rec, answer) = (rec.clone(), answer.clone());
+        async move {
+            let (parts, body) = req.into_parts();
+            let body = axum::body::to_bytes(body, usize::MAX)
+                .await
+                .unwrap_or_default();
+            let r = Received {
+                method: parts.method.to_string(),
+                uri: parts.uri.to_string(),
+                headers: parts.headers,
+                body,
+            };
+            rec.lock().push(r.clone());
+            if r.uri == "/" {
+                return root_answer();
+            }
+            answer(r).await
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Fake {
+        base,
+        received,
+        task,
+    }
+}
+
+/// How a raw TCP upstream misbehaves after reading a request's head.
+#[derive(Clone, Copy)]
+enum Raw {
+    /// Answers bytes that are not HTTP.
+    Garbage,
+    /// Resets the connection.
+    Reset,
+    /// Closes its side of the connection (half-closed) without answering.
+    HalfClose,
+    /// Never answers.
+    Hang,
+}
+
+async fn raw_upstream(how: Raw) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                match how {
+                    Raw::Garbage => {
+                        let _ = stream
+                            .write_all(b"SSH-2.0-not-http\r\n\r\n\x00\x01\x02")
+                            .await;
+                    }
+                    Raw::Reset => {
+                        let _ = stream.set_zero_linger();
+                        drop(stream);
+                    }
+                    Raw::HalfClose => {
+                        let _ = stream.shutdown().await;
+                        // Keeps reading until the gateway gives up on the connection.
+                        while let Ok(n) = stream.read(&mut buf).await {
+                            if n == 0 {
+                                break;
+                            }
+                        }
+                    }
+                    Raw::Hang => {
+                        let _keep = stream;
+                        std::future::pending::<()>().await;
+                    }
+                }
+            });
+        }
+    });
+    (base, task)
+}
+
+/// A gateway in front of `hosts`, with the in-flight measure (fakes report no usage), short
+/// timeouts, and `extra`.
+async fn gateway(hosts: &str, extra: &[&str]) -> TestNode {
+    let hosts = format!("backend.upstream.hosts={hosts}");
+    let mut settings = vec![
+        "backend.type=upstream",
+        hosts.as_str(),
+        "backend.upstream.search_threads=4",
+        "backend.upstream.request_timeout=500ms",
+        "backend.upstream.connect_timeout=500ms",
+    ];
+    settings.extend_from_slice(extra);
+    TestNode::start_plain(&settings).await
+}
+
+/// `_wlm/stats` of DEFAULT on the only node.
+async fn default_stats(node: &TestNode) -> Value {
+    let (s, b) = node.req("GET", "/_wlm/stats", None).await;
+    assert_eq!(s, 200, "{b}");
+    b.as_object()
+        .unwrap()
+        .iter()
+        .find(|(k, _)| !k.starts_with('_') && *k != "cluster_name")
+        .map(|(_, n)| n["workload_groups"]["DEFAULT_WORKLOAD_GROUP"].clone())
+        .expect("a node")
+}
+
+fn answer_with(f: impl Fn(Received) -> Response + Send + Sync + 'static) -> Answer {
+    let f = Arc::new(f);
+    Arc::new(move |r| {
+        let f = f.clone();
+        Box::pin(async move { f(r) })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_pass_through_keeps_method_path_query_headers_and_body() {
+    let up = fake(answer_with(|r| {
+        let mut resp = (
+            axum::http::StatusCode::IM_A_TEAPOT,
+            [("x-upstream", "yes")],
+            format!(
+                "{} {} {}",
+                r.method,
+                r.uri,
+                String::from_utf8_lossy(&r.body)
+            ),
+        )
+            .into_response();
+        resp.headers_mut()
+            .insert("content-type", "text/plain".parse().unwrap());
+        resp
+    }))
+    .await;
+    let gw = gateway(&up.base, &[]).await;
+    let resp = gw
+        .client
+        .patch(gw.url("/some/_unknown_api?x=1&y=%20z"))
+        .header("x-custom", "kept")
+        .header("connection", "keep-alive, x-hop")
+        .header("x-hop", "dropped")
+        .header("workloadGroupId", "not-for-upstream")
+        .body("hello")
+        .send()
+        .await
+        .unwrap();
+    let reply = Reply::of(resp).await;
+    assert_eq!(reply.status, 418);
+    assert_eq!(reply.header_values("x-upstream"), vec!["yes"]);
+    assert_eq!(
+        reply.body,
+        Value::String("PATCH /some/_unknown_api?x=1&y=%20z hello".into())
+    );
+    let got = up.received_on("_unknown_api");
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].headers["x-custom"], "kept");
+    assert!(got[0].headers.get("x-hop").is_none());
+    assert!(got[0].headers.get("workloadgroupid").is_none());
+    // sluice's own routes are answered by sluice.
+    let (s, b) = gw.req("GET", "/_wlm/workload_group", None).await;
+    assert_eq!(s, 200, "{b}");
+    assert!(up.received_on("_wlm").is_empty());
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_upstream_errors_pass_through_unchanged_and_count_as_failures() {
+    let up = fake(answer_with(|_| {
+        (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            [("x-upstream", "yes"), ("content-type", "application/json")],
+            r#"{"error":{"type":"cluster_block_exception","reason":"upstream's own"},"status":503}"#,
+        )
+            .into_response()
+    }))
+    .await;
+    let gw = gateway(&up.base, &[]).await;
+    for path in ["/logs/_search", "/logs/_doc/1"] {
+        let r = gw.req_with("GET", path, None, &[]).await;
+        assert_eq!(r.status, 503, "{path}: {}", r.body);
+        assert_eq!(r.body["error"]["reason"], "upstream's own");
+        assert_eq!(r.header_values("x-upstream"), vec!["yes"]);
+    }
+    let stats = default_stats(&gw).await;
+    assert_eq!(stats["total_completions"], 1, "{stats}");
+    assert_eq!(stats["failures"], 1, "{stats}");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_garbage_reset_half_close_and_hang_fail_that_request_only_with_502_or_504() {
+    for (how, status, ty) in [
+        (Raw::Garbage, 502, "upstream_exception"),
+        (Raw::Reset, 502, "upstream_exception"),
+        (Raw::HalfClose, 502, "upstream_exception"),
+        (Raw::Hang, 504, "upstream_timeout_exception"),
+    ] {
+        let (base, task) = raw_upstream(how).await;
+        let gw = gateway(&base, &[]).await;
+        let host = base.trim_start_matches("http://");
+        for path in ["/logs/_search", "/logs/_doc/1"] {
+            let resp = gw.req("GET", path, None).await;
+            common::assert_error(&resp, status, ty);
+            let reason = resp.1["error"]["reason"].as_str().unwrap();
+            assert!(reason.contains(host), "{reason}");
+        }
+        // Exact stats, no permit or task left behind, and the gateway still serves.
+        let stats = default_stats(&gw).await;
+        assert_eq!(stats["total_completions"], 1, "{stats}");
+        assert_eq!(stats["failures"], 1, "{stats}");
+        assert_eq!(stats["executing"], 0, "{stats}");
+        assert_eq!(gw.state.workload.permits.num_buckets(), 0);
+        assert!(gw.state.tasks.list().is_empty());
+        let (s, _) = gw.req("GET", "/_wlm/workload_group", None).await;
+        assert_eq!(s, 200);
+        gw.stop().await;
+        task.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_refused_host_answers_502_naming_it_and_is_skipped_for_the_others() {
+    let gw = gateway("http://127.0.0.1:1", &[]).await;
+    let resp = gw.req("GET", "/logs/_search", None).await;
+    common::assert_error(&resp, 502, "upstream_exception");
+    let reason = resp.1["error"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("[http://127.0.0.1:1]") && reason.contains("refused"),
+        "{reason}"
+    );
+    gw.stop().await;
+
+    let up = fake(answer_with(|_| {
+        axum::Json(json!({"count": 1})).into_response()
+    }))
+    .await;
+    let gw = gateway(&format!("http://127.0.0.1:1,{}", up.base), &[]).await;
+    for _ in 0..6 {
+        let (s, b) = gw.req("GET", "/logs/_count", None).await;
+        assert_eq!(s, 200, "{b}");
+        let (s, b) = gw.req("GET", "/logs/_doc/1", None).await;
+        assert_eq!(s, 200, "{b}");
+    }
+    assert_eq!(up.received_on("_count").len(), 6);
+    gw.stop().await;
+}
+
+/// A fake upstream whose searches on `*hang*` wait for `release`, and whose `_msearch` answers
+/// one item per item received, naming its index.
+async fn msearch_upstream(release: Arc<tokio::sync::Notify>) -> Fake {
+    fake(Arc::new(move |r: Received| {
+        let release = release.clone();
+        Box::pin(async move {
+            if r.uri.contains("_msearch") {
+                let text = String::from_utf8_lossy(&r.body).to_string();
+                let items: Vec<Value> = text
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .step_by(2)
+                    .map(|h| {
+                        let h: Value = serde_json::from_str(h).unwrap();
+                        json!({"status": 200, "hits": {"hits": []}, "from_index": h["index"]})
+                    })
+                    .collect();
+                return axum::Json(json!({"took": 1, "responses": items})).into_response();
+            }
+            if r.uri.contains("hang") {
+                release.notified().await;
+            }
+            axum::Json(json!({"hits": {"hits": []}})).into_response()
+        })
+    }))
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_msearch_forwards_only_admitted_items_and_merges_in_order() {
+    let release = Arc::new(tokio::sync::Notify::new());
+    let up = msearch_upstream(release.clone()).await;
+    let gw = gateway(&up.base, &["node.memory_budget=1tb"]).await;
+    let r = gw
+        .req_with(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"persistent": {"wlm.workload_group.mode": "enabled"}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = gw
+        .req_with(
+            "PUT",
+            "/_wlm/workload_group",
+            Some(json!({"name": "one", "resiliency_mode": "enforced",
+                "resource_limits": {"memory": 0.5},
+                "throttling": {"attribute": "group", "node_limit": 1}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let group = r.body["_id"].as_str().unwrap().to_string();
+    let r = gw
+        .req_with(
+            "PUT",
+            "/_rules/workload_group",
+            Some(
+                json!({"description": "b", "index_pattern": ["blocked*"], "workload_group": group}),
+            ),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    // The group's one slot is taken by a search the upstream holds.
+    let client = gw.client.clone();
+    let url = gw.url("/blocked-hang/_search");
+    let held =
+        tokio::spawn(async move { client.post(url).send().await.map(|r| r.status().as_u16()) });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while up.received_on("blocked-hang").is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the held search never reached the upstream"
+        );
+        tokio::task::yield_now().await;
+    }
+    let body = common::ndjson(&[
+        json!({"index": "a"}),
+        json!({"query": {"match_all": {}}}),
+        json!({"index": "blocked-2"}),
+        json!({}),
+        json!({"index": "b"}),
+        json!({"timeout": "1s"}),
+    ]);
+    let (s, b) = gw.raw("POST", "/_msearch", body).await;
+    assert_eq!(s, 200, "{b}");
+    let responses = b["responses"].as_array().unwrap();
+    assert_eq!(responses.len(), 3, "{b}");
+    assert_eq!(responses[0]["from_index"], "a", "{b}");
+    assert_eq!(responses[1]["status"], 429, "{b}");
+    assert_eq!(
+        responses[1]["error"]["type"], "rejected_execution_exception",
+        "{b}"
+    );
+    assert_eq!(responses[2]["from_index"], "b", "{b}");
+    // Only the admitted items reached the upstream, in order.
+    let sent = up.received_on("_msearch");
+    assert_eq!(sent.len(), 1);
+    let lines: Vec<Value> = String::from_utf8_lossy(&sent[0].body)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert_eq!(lines[0]["index"], "a");
+    assert_eq!(lines[2]["index"], "b");
+    assert!(
+        sent[0].headers["x-opaque-id"]
+            .to_str()
+            .unwrap()
+            .starts_with("sluice:")
+    );
+    release.notify_waiters();
+    assert_eq!(held.await.unwrap().unwrap(), 200);
+    gw.stop().await;
+}
+
+/// The upstream's search tasks whose `X-Opaque-Id` contains `part`.
+async fn upstream_searches(upstream: &TestNode, part: &str) -> Vec<Value> {
+    let (s, b) = upstream
+        .req("GET", "/_tasks?actions=*search*&detailed=true", None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    b["nodes"]
+        .as_object()
+        .into_iter()
+        .flat_map(|n| n.values())
+        .flat_map(|n| n["tasks"].as_object().into_iter().flat_map(|t| t.values()))
+        .filter(|t| {
+            t["headers"]["X-Opaque-Id"]
+                .as_str()
+                .is_some_and(|h| h.contains(part))
+        })
+        .cloned()
+        .collect()
+}
+
+async fn wait_upstream_search(upstream: &TestNode, part: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(t) = upstream_searches(upstream, part).await.into_iter().next() {
+            return t;
+        }
+        assert!(Instant::now() < deadline, "no upstream search named {part}");
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Waits until the upstream holds no search named `part`; answers how long it took.
+async fn wait_upstream_gone(upstream: &TestNode, part: &str) -> Duration {
+    let from = Instant::now();
+    let deadline = from + Duration::from_secs(5);
+    while !upstream_searches(upstream, part).await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the upstream still runs the search named {part}"
+        );
+        tokio::task::yield_now().await;
+    }
+    from.elapsed()
+}
+
+fn spawn_heavy(gw: &TestNode, path: &str, opaque: &str) -> tokio::task::JoinHandle<(u16, Value)> {
+    let rb = gw
+        .client
+        .post(gw.url(path))
+        .header("content-type", "application/json")
+        .header("X-Opaque-Id", opaque)
+        .body(common::heavy_query().to_string());
+    tokio::spawn(async move {
+        let resp = rb.send().await.expect("sent");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_cancellation_reaches_the_upstream() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gw = TestNode::start_gateway_on(tmp.path(), &[]).await;
+    let upstream = gw.upstream.as_ref().unwrap();
+    common::heavy_index(&gw).await;
+
+    // 1. `_tasks/{id}/_cancel` on the gateway; the client's X-Opaque-Id is kept and recorded.
+    let search = spawn_heavy(&gw, "/heavy/_search", "client-1");
+    let up_task = wait_upstream_search(upstream, "client-1;sluice:").await;
+    assert!(
+        up_task["headers"]["X-Opaque-Id"]
+            .as_str()
+            .unwrap()
+            .starts_with("client-1;sluice:")
+    );
+    let (s, b) = gw
+        .req("GET", "/_tasks?actions=*search&detailed=true", None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let (id, task) = b["nodes"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|n| n["tasks"].as_object().unwrap().iter())
+        .next()
+        .map(|(id, t)| (id.clone(), t.clone()))
+        .expect("the gateway lists its task");
+    assert_eq!(
+        task["headers"],
+        json!({"X-Opaque-Id": "client-1"}),
+        "{task}"
+    );
+    let (s, b) = gw.req("POST", &format!("/_tasks/{id}/_cancel"), None).await;
+    assert_eq!(s, 200, "{b}");
+    let (status, body) = search.await.unwrap();
+    assert_eq!(status, 500, "{body}");
+    assert_eq!(
+        body["error"]["root_cause"][0]["type"], "task_cancelled_exception",
+        "{body}"
+    );
+    let took = wait_upstream_gone(upstream, "client-1;sluice:").await;
+    eprintln!("cancel API: upstream search gone {took:?} after the gateway's answer");
+
+    // 2. The client disconnects.
+    let search = spawn_heavy(&gw, "/heavy/_search", "client-2");
+    wait_upstream_search(upstream, "client-2;sluice:").await;
+    search.abort();
+    let took = wait_upstream_gone(upstream, "client-2;sluice:").await;
+    eprintln!("disconnect: upstream search gone after {took:?}");
+
+    // 3. cancel_after_time_interval: forwarded, and enforced by the gateway.
+    let search = spawn_heavy(
+        &gw,
+        "/heavy/_search?cancel_after_time_interval=300ms",
+        "client-3",
+    );
+    let (status, body) = search.await.unwrap();
+    assert_eq!(status, 500, "{body}");
+    assert_eq!(
+        body["error"]["root_cause"][0]["type"], "task_cancelled_exception",
+        "{body}"
+    );
+    wait_upstream_gone(upstream, "client-3;sluice:").await;
+
+    let stats = default_stats(&gw).await;
+    assert_eq!(stats["total_completions"], 3, "{stats}");
+    assert_eq!(stats["executing"], 0, "{stats}");
+    assert!(gw.state.tasks.list().is_empty());
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_reported_upstream_usage_is_recorded_on_the_gateways_task() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gw = TestNode::start_gateway_on(tmp.path(), &[]).await;
+    let upstream = gw.upstream.as_ref().unwrap();
+    common::heavy_index(&gw).await;
+    let search = spawn_heavy(&gw, "/heavy/_search", "usage");
+    wait_upstream_search(upstream, "usage;sluice:").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, b) = gw
+            .req("GET", "/_tasks?actions=*search&detailed=true", None)
+            .await;
+        let cpu = b["nodes"]
+            .as_object()
+            .unwrap()
+            .values()
+            .flat_map(|n| n["tasks"].as_object().unwrap().values())
+            .filter_map(|t| t["resource_stats"]["total"]["cpu_time_in_nanos"].as_u64())
+            .max()
+            .unwrap_or(0);
+        if cpu > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gateway's task never got the upstream's usage: {b}"
+        );
+        tokio::task::yield_now().await;
+    }
+    let (s, _) = gw
+        .req("POST", "/_tasks/_cancel?actions=*search*", None)
+        .await;
+    assert_eq!(s, 200);
+    search.await.unwrap();
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_in_flight_measure_bounds_a_groups_share_of_upstream_search_threads() {
+    let release = Arc::new(tokio::sync::Notify::new());
+    let up = msearch_upstream(release.clone()).await;
+    // Two search threads upstream: one search in flight is half of the capacity.
+    let gw = gateway(
+        &up.base,
+        &[
+            "backend.upstream.search_threads=2",
+            "node.memory_budget=1tb",
+        ],
+    )
+    .await;
+    let r = gw
+        .req_with(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"persistent": {"wlm.workload_group.mode": "enabled"}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = gw
+        .req_with(
+            "PUT",
+            "/_wlm/workload_group",
+            Some(json!({"name": "small", "resiliency_mode": "enforced",
+                "resource_limits": {"cpu": 0.2}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let group = r.body["_id"].as_str().unwrap().to_string();
+    let client = gw.client.clone();
+    let url = gw.url("/hang/_search");
+    let g = group.clone();
+    let held = tokio::spawn(async move {
+        client
+            .post(url)
+            .header("workloadGroupId", g)
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = gw
+            .req_with(
+                "GET",
+                "/other/_search",
+                None,
+                &[("workloadGroupId", &group)],
+            )
+            .await;
+        if r.status == 429 {
+            let reason = r.body["error"]["reason"].as_str().unwrap_or_default();
+            assert!(reason.to_lowercase().contains("cpu"), "{}", r.body);
+            break;
+        }
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(
+            Instant::now() < deadline,
+            "a search in flight over half the upstream's search threads never turned the next away"
+        );
+        tokio::task::yield_now().await;
+    }
+    release.notify_waiters();
+    assert_eq!(held.await.unwrap().unwrap(), 200);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_identity_is_forwarded_as_configured_and_client_trust_headers_are_stripped() {
+    let up = fake(answer_with(|_| {
+        axum::Json(json!({"ok": true})).into_response()
+    }))
+    .await;
+    // sluice authenticates by its trusted proxy's headers; the upstream learns the user through
+    // its own proxy headers, with the gateway as its trusted proxy.
+    let gw = gateway(
+        &up.base,
+        &[
+            "auth.type=proxy",
+            "auth.proxy.trusted_addresses=127.0.0.1",
+            "backend.upstream.identity=proxy",
+            "backend.upstream.proxy.user_header=x-os-user",
+            "backend.upstream.proxy.roles_header=x-os-roles",
+        ],
+    )
+    .await;
+    let r = gw
+        .req_with(
+            "GET",
+            "/logs/_search",
+            None,
+            &[
+                ("x-proxy-user", "alice"),
+                ("x-proxy-roles", "analyst,ops"),
+                ("x-os-user", "root"),
+                ("x-os-roles", "all_access"),
+                ("es-security-runas-user", "root"),
+                ("authorization", "Basic YWxpY2U6cHc="),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let got = &up.received_on("_search")[0];
+    assert_eq!(got.headers["x-os-user"], "alice");
+    assert_eq!(got.headers["x-os-roles"], "analyst,ops");
+    assert_eq!(got.headers["x-forwarded-for"], "127.0.0.1");
+    for gone in [
+        "x-proxy-user",
+        "x-proxy-roles",
+        "es-security-runas-user",
+        "authorization",
+    ] {
+        assert!(
+            got.headers.get(gone).is_none(),
+            "{gone} reached the upstream"
+        );
+    }
+    gw.stop().await;
+
+    // One service identity: the gateway's credentials replace the client's.
+    let gw = gateway(
+        &up.base,
+        &[
+            "backend.upstream.username=gw",
+            "backend.upstream.password=secret",
+        ],
+    )
+    .await;
+    let r = gw
+        .req_with(
+            "GET",
+            "/logs/_doc/1",
+            None,
+            &[("authorization", "Basic YWxpY2U6cHc=")],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let got = up.received_on("_doc/1");
+    assert_eq!(
+        got.last().unwrap().headers["authorization"],
+        "Basic Z3c6c2VjcmV0"
+    );
+    gw.stop().await;
+}
+
+/// The peak resident memory of process `pid` (`VmHWM`), bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .expect("VmHWM");
+    let kb: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// A `sluice serve` child process; killed when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Bytes streamed each way in the streaming test: far more than the bound below.
+const STREAMED: u64 = 512 << 20;
+/// The most the gateway's peak resident memory may grow by while [`STREAMED`] bytes pass.
+const MEMORY_BOUND: u64 = 64 << 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
+    use futures::StreamExt;
+    // The upstream answers STREAMED bytes from one shared chunk, and counts what it is sent.
+    let chunk = Bytes::from(vec![b'x'; 1 << 20]);
+    let received = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = received.clone();
+    let app = axum::Router::new()
+        .route("/", axum::routing::get(|| async { root_answer() }))
+        .route(
+            "/big",
+            axum::routing::get(move || {
+                let chunk = chunk.clone();
+                async move {
+                    let n = (STREAMED >> 20) as usize;
+                    let s = futures::stream::iter(std::iter::repeat_n(chunk, n))
+                        .map(Ok::<_, std::convert::Infallible>);
+                    axum::body::Body::from_stream(s)
+                }
+            }),
+        )
+        .route(
+            "/upload",
+            axum::routing::post(move |body: axum::body::Body| {
+                let counted = counted.clone();
+                async move {
+                    let mut s = body.into_data_stream();
+                    while let Some(Ok(b)) = s.next().await {
+                        counted.fetch_add(b.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    "done"
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    // The gateway in its own process, so its memory is its own.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.arg("serve")
+        .arg("-E")
+        .arg(format!("path.data={}", tmp.path().display()))
+        .arg("-E")
+        .arg(format!("http.port={port}"))
+        .arg("-E")
+        .arg("backend.type=upstream")
+        .arg("-E")
+        .arg(format!("backend.upstream.hosts={base}"))
+        .arg("-E")
+        .arg("backend.upstream.search_threads=4")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let child = Child(cmd.spawn().expect("sluice starts"));
+    let pid = child.0.id();
+    let gw = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client.get(format!("{gw}/_wlm/stats")).send().await.is_err() {
+        assert!(Instant::now() < deadline, "the gateway never served");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = peak_rss(pid);
+    // Down: a response of STREAMED bytes, read and dropped chunk by chunk.
+    let mut resp = client.get(format!("{gw}/big")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut got = 0u64;
+    while let Some(c) = resp.chunk().await.unwrap() {
+        got += c.len() as u64;
+    }
+    assert_eq!(got, STREAMED);
+    // Up: a request body of STREAMED bytes.
+    let up_chunk = Bytes::from(vec![b'y'; 1 << 20]);
+    let body = futures::stream::iter(std::iter::repeat_n(up_chunk, (STREAMED >> 20) as usize))
+        .map(Ok::<_, std::io::Error>);
+    let resp = client
+        .post(format!("{gw}/upload"))
+        .body(reqwest::Body::wrap_stream(body))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        received.load(std::sync::atomic::Ordering::Relaxed),
+        STREAMED
+    );
+    let after = peak_rss(pid);
+    eprintln!(
+        "gateway peak RSS {} MiB before, {} MiB after {} MiB each way",
+        before >> 20,
+        after >> 20,
+        STREAMED >> 20
+    );
+    assert!(
+        after.saturating_sub(before) < MEMORY_BOUND,
+        "the gateway's peak RSS grew by {} MiB while {} MiB passed",
+        (after - before) >> 20,
+        STREAMED >> 20
+    );
+    drop(child);
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_group_search_settings_are_forwarded_as_parameters() {
+    let release = Arc::new(tokio::sync::Notify::new());
+    let up = msearch_upstream(release).await;
+    let gw = gateway(&up.base, &[]).await;
+    let r = gw
+        .req_with(
+            "PUT",
+            "/_wlm/workload_group",
+            Some(json!({"name": "timed", "resiliency_mode": "soft",
+                "resource_limits": {"memory": 0.5},
+                "settings": {"search.default_search_timeout": "2s",
+                             "search.cancel_after_time_interval": "30s"}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let group = r.body["_id"].as_str().unwrap().to_string();
+    let header = [("workloadGroupId", group.as_str())];
+    let r = gw.req_with("GET", "/logs/_search?q=a", None, &header).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let uri = up.received_on("/logs/_search").pop().unwrap().uri;
+    assert!(uri.contains("q=a"), "{uri}");
+    assert!(uri.contains("timeout=2000ms"), "{uri}");
+    let left: u64 = uri
+        .split("cancel_after_time_interval=")
+        .nth(1)
+        .and_then(|v| v.split("ms").next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no cancel_after_time_interval in {uri}"));
+    assert!(left > 0 && left <= 30_000, "{uri}");
+    // A request's own timeout beats the group's default (no override_request_values).
+    let r = gw
+        .req_with(
+            "POST",
+            "/logs/_search",
+            Some(json!({"timeout": "5s"})),
+            &header,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let uri = up.received_on("/logs/_search").pop().unwrap().uri;
+    assert!(!uri.contains("timeout=2000ms"), "{uri}");
+    // _count takes neither parameter.
+    let r = gw.req_with("GET", "/logs/_count", None, &header).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let uri = up.received_on("/logs/_count").pop().unwrap().uri;
+    assert_eq!(uri, "/logs/_count");
+    // msearch items carry them in their lines.
+    let body = common::ndjson(&[json!({"index": "a"}), json!({})]);
+    let r = gw
+        .client
+        .post(gw.url("/_msearch"))
+        .header("workloadGroupId", &group)
+        .header("content-type", "application/x-ndjson")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let sent = up.received_on("_msearch").pop().unwrap();
+    let lines: Vec<Value> = String::from_utf8_lossy(&sent.body)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        lines[0]["cancel_after_time_interval"].is_string(),
+        "{lines:?}"
+    );
+    assert_eq!(lines[1]["timeout"], "2000ms", "{lines:?}");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_scroll_continuations_are_charged_to_the_group_the_scroll_opened_in() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gw = TestNode::start_gateway_on(tmp.path(), &[]).await;
+    gw.bulk(
+        "/s/_bulk?refresh=true",
+        &[
+            json!({"index": {"_id": "1"}}),
+            json!({"n": 1}),
+            json!({"index": {"_id": "2"}}),
+            json!({"n": 2}),
+        ],
+    )
+    .await;
+    let r = gw
+        .req_with(
+            "PUT",
+            "/_wlm/workload_group",
+            Some(json!({"name": "scrolls", "resiliency_mode": "soft",
+                "resource_limits": {"memory": 0.5}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let group = r.body["_id"].as_str().unwrap().to_string();
+    let r = gw
+        .req_with(
+            "POST",
+            "/s/_search?scroll=1m&size=1",
+            Some(json!({"sort": ["_doc"]})),
+            &[("workloadGroupId", &group)],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = r.body["_scroll_id"].as_str().unwrap().to_string();
+    // No header: the continuation still runs in the scroll's group.
+    let (s, b) = gw
+        .req(
+            "POST",
+            "/_search/scroll",
+            Some(json!({"scroll": "1m", "scroll_id": id})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["hits"]["hits"].as_array().unwrap().len(), 1, "{b}");
+    let (s, stats) = gw.req("GET", &format!("/_wlm/stats/{group}"), None).await;
+    assert_eq!(s, 200, "{stats}");
+    let node = stats
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(k, _)| !k.starts_with('_') && *k != "cluster_name")
+        .unwrap()
+        .1;
+    assert_eq!(
+        node["workload_groups"][&group]["total_completions"], 2,
+        "{stats}"
+    );
+    assert_eq!(default_stats(&gw).await["total_completions"], 0);
+    // Cleared: forgotten by the gateway, freed upstream.
+    let (s, b) = gw
+        .req("DELETE", "/_search/scroll", Some(json!({"scroll_id": id})))
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["num_freed"], 1, "{b}");
+    gw.stop().await;
+}
+
+/// Runs `openssl` with `args` in `dir`, asserting success.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl runs (.ci/run installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_tls_upstream_is_verified_against_ca_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A private CA and a certificate it signed for localhost.
+    openssl(
+        d,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=sluice-test-ca",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=keyCertSign",
+        ],
+    );
+    openssl(
+        d,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "srv.key",
+            "-out",
+            "srv.csr",
+            "-subj",
+            "/CN=localhost",
+        ],
+    );
+    std::fs::write(
+        d.join("ext.cnf"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(
+        d,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "srv.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "srv.pem",
+            "-days",
+            "1",
+            "-extfile",
+            "ext.cnf",
+        ],
+    );
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    // `s_server -www` answers any GET with a 200 status page.
+    let server = Child(
+        std::process::Command::new("openssl")
+            .args([
+                "s_server", "-quiet", "-www", "-cert", "srv.pem", "-key", "srv.key",
+            ])
+            .arg("-accept")
+            .arg(port.to_string())
+            .current_dir(d)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("openssl s_server starts"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "s_server never listened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let hosts = format!("https://localhost:{port}");
+    let ca = format!("backend.upstream.ca_file={}", d.join("ca.pem").display());
+    let gw = gateway(&hosts, &[ca.as_str()]).await;
+    let (s, body) = gw.req("GET", "/anything", None).await;
+    assert_eq!(s, 200, "{body}");
+    gw.stop().await;
+    // Without the CA, the system's roots do not vouch for it: refused, and said why.
+    let gw = gateway(&hosts, &[]).await;
+    let resp = gw.req("GET", "/anything", None).await;
+    common::assert_error(&resp, 502, "upstream_exception");
+    let reason = resp.1["error"]["reason"].as_str().unwrap();
+    assert!(reason.contains("certificate"), "{reason}");
+    gw.stop().await;
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_cluster_settings_are_split_between_sluice_and_the_upstream() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gw = TestNode::start_gateway_on(tmp.path(), &[]).await;
+    let upstream = gw.upstream.as_ref().unwrap();
+    // wlm.* is the gateway's own.
+    let (s, b) = gw
+        .req(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"persistent": {"wlm.workload_group.mode": "monitor_only"}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    // Any other key is the upstream's.
+    let (s, b) = gw
+        .req(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"persistent": {"search": {"max_buckets": 1234}}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let (_, up) = upstream
+        .req("GET", "/_cluster/settings?flat_settings=true", None)
+        .await;
+    assert_eq!(up["persistent"]["search.max_buckets"], "1234", "{up}");
+    assert!(
+        up["persistent"].get("wlm.workload_group.mode").is_none(),
+        "{up}"
+    );
+    // Both in one update: refused, so neither half lands alone.
+    let resp = gw
+        .req(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"transient": {"wlm.workload_group.mode": "enabled", "search.max_buckets": 99}})),
+        )
+        .await;
+    common::assert_error(&resp, 400, "illegal_argument_exception");
+    // A read merges the two.
+    let (s, b) = gw
+        .req("GET", "/_cluster/settings?flat_settings=true", None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["persistent"]["search.max_buckets"], "1234", "{b}");
+    assert_eq!(
+        b["persistent"]["wlm.workload_group.mode"], "monitor_only",
+        "{b}"
+    );
+    let (s, b) = gw.req("GET", "/_cluster/settings", None).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["persistent"]["search"]["max_buckets"], "1234", "{b}");
+    assert_eq!(
+        b["persistent"]["wlm"]["workload_group"]["mode"], "monitor_only",
+        "{b}"
+    );
+    gw.stop().await;
+}
+
+/// `_wlm/stats` of group `id` on the only node.
+async fn group_stats(node: &TestNode, id: &str) -> Value {
+    let (s, b) = node.req("GET", &format!("/_wlm/stats/{id}"), None).await;
+    assert_eq!(s, 200, "{b}");
+    b.as_object()
+        .unwrap()
+        .iter()
+        .find(|(k, _)| !k.starts_with('_') && *k != "cluster_name")
+        .map(|(_, n)| n["workload_groups"][id].clone())
+        .expect("a node")
+}
+
+/// Enables workload management and creates a group of `body`; answers its id.
+async fn enabled_group(gw: &TestNode, body: Value) -> String {
+    let r = gw
+        .req_with(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"persistent": {"wlm.workload_group.mode": "enabled"}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = gw
+        .req_with("PUT", "/_wlm/workload_group", Some(body), &ADMIN)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body["_id"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_every_search_class_route_is_admitted_and_other_requests_pass_through() {
+    let release = Arc::new(tokio::sync::Notify::new());
+    let up = msearch_upstream(release.clone()).await;
+    let gw = gateway(&up.base, &["node.memory_budget=1tb"]).await;
+    let group = enabled_group(
+        &gw,
+        json!({"name": "one", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
+               "throttling": {"attribute": "group", "node_limit": 1}}),
+    )
+    .await;
+    let tag = [("workloadGroupId", group.as_str())];
+    // The group's one slot is taken by a search the upstream holds.
+    let client = gw.client.clone();
+    let url = gw.url("/held-hang/_search");
+    let g = group.clone();
+    let held = tokio::spawn(async move {
+        client
+            .post(url)
+            .header("workloadGroupId", g)
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while up.received_on("held-hang").is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the held search never reached the upstream"
+        );
+        tokio::task::yield_now().await;
+    }
+    let forwarded_before = up.received.lock().len();
+    // Every search-class route is throttled in the group: 429, nothing forwarded.
+    let search = json!({"query": {"match_all": {}}});
+    let template = json!({"source": {"query": {"match_all": {}}}, "params": {}});
+    let routes: [(&str, &str, Option<Value>); 9] = [
+        ("GET", "/_search", None),
+        ("POST", "/t/_search", Some(search.clone())),
+        ("POST", "/t/_search?scroll=1m", Some(search.clone())),
+        ("GET", "/_count", None),
+        ("POST", "/t/_count", Some(search.clone())),
+        ("POST", "/_search/template", Some(template.clone())),
+        ("POST", "/t/_search/template", Some(template.clone())),
+        (
+            "POST",
+            "/_search/scroll",
+            Some(json!({"scroll": "1m", "scroll_id": "unknown-to-the-gateway"})),
+        ),
+        (
+            "GET",
+            "/_search/scroll/unknown-to-the-gateway?scroll=1m",
+            None,
+        ),
+    ];
+    for (method, path, body) in &routes {
+        let r = gw.req_with(method, path, body.clone(), &tag).await;
+        assert_eq!(r.status, 429, "{method} {path}: {}", r.body);
+        assert_eq!(
+            r.body["error"]["type"], "rejected_execution_exception",
+            "{path}: {}",
+            r.body
+        );
+    }
+    for path in ["/_msearch", "/t/_msearch/template"] {
+        let item = if path.ends_with("template") {
+            &template
+        } else {
+            &search
+        };
+        let body = common::ndjson(&[json!({}), item.clone(), json!({"index": "u"}), item.clone()]);
+        let r = gw
+            .client
+            .post(gw.url(path))
+            .header("workloadGroupId", &group)
+            .header("content-type", "application/x-ndjson")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let reply = Reply::of(r).await;
+        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+        let items = reply.body["responses"].as_array().unwrap();
+        assert_eq!(items.len(), 2, "{path}: {}", reply.body);
+        for item in items {
+            assert_eq!(item["status"], 429, "{path}: {}", reply.body);
+        }
+    }
+    assert_eq!(
+        up.received.lock().len(),
+        forwarded_before,
+        "a throttled request reached the upstream: {:?}",
+        up.received.lock().last()
+    );
+    let stats = group_stats(&gw, &group).await;
+    assert_eq!(stats["total_throttled"], routes.len() + 4, "{stats}");
+    // What is not search-class passes through, tagged or not, whatever the group's state.
+    for (method, path) in [
+        ("GET", "/t/_doc/1"),
+        ("PUT", "/t/_mapping"),
+        ("DELETE", "/t"),
+    ] {
+        let r = gw.req_with(method, path, None, &tag).await;
+        assert_eq!(r.status, 200, "{method} {path}: {}", r.body);
+    }
+    assert_eq!(up.received.lock().len(), forwarded_before + 3);
+    // The held search ends; the group drains.
+    release.notify_waiters();
+    assert_eq!(held.await.unwrap().unwrap(), 200);
+    let stats = group_stats(&gw, &group).await;
+    assert_eq!(stats["total_completions"], 1, "{stats}");
+    assert_eq!(stats["executing"], 0, "{stats}");
+    assert_eq!(gw.state.workload.permits.num_buckets(), 0);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_failing_upstream_loses_no_permit_and_no_queued_request() {
+    // The upstream never answers: each request holds the group's one slot until the gateway's
+    // request timeout, the others wait in the queue, and every one ends in a 504.
+    let (base, task) = raw_upstream(Raw::Hang).await;
+    let gw = gateway(&base, &["node.memory_budget=1tb"]).await;
+    let group = enabled_group(
+        &gw,
+        json!({"name": "queued", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
+               "throttling": {"attribute": "group", "node_limit": 1},
+               "queue": {"size_per_bucket": 4}}),
+    )
+    .await;
+    let searches: Vec<_> = (0..3)
+        .map(|i| {
+            let rb = gw
+                .client
+                .post(gw.url(&format!("/q{i}/_search")))
+                .header("workloadGroupId", &group);
+            tokio::spawn(async move { Reply::of(rb.send().await.unwrap()).await })
+        })
+        .collect();
+    for s in searches {
+        let reply = s.await.unwrap();
+        assert_eq!(reply.status, 504, "{}", reply.body);
+        assert_eq!(
+            reply.body["error"]["type"], "upstream_timeout_exception",
+            "{}",
+            reply.body
+        );
+    }
+    let stats = group_stats(&gw, &group).await;
+    assert_eq!(stats["total_completions"], 3, "{stats}");
+    assert_eq!(stats["failures"], 3, "{stats}");
+    assert_eq!(stats["total_queued"], 2, "{stats}");
+    assert_eq!(stats["queued_current"], 0, "{stats}");
+    assert_eq!(stats["executing"], 0, "{stats}");
+    assert_eq!(stats["total_throttled"], 0, "{stats}");
+    assert_eq!(gw.state.workload.permits.num_buckets(), 0);
+    assert!(gw.state.tasks.list().is_empty());
+    gw.stop().await;
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_host_that_does_not_accept_connections_fails_within_the_connect_timeout() {
+    // A listener with a backlog of one that never accepts: once its queue is full the kernel
+    // drops further connection attempts, so a connect hangs as to a host that is down.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(1).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut filling = Vec::new();
+    for _ in 0..16 {
+        match tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::net::TcpStream::connect(addr),
+        )
+        .await
+        {
+            Ok(Ok(s)) => filling.push(s),
+            Ok(Err(e)) => panic!("connect failed instead of hanging: {e}"),
+            Err(_) => break,
+        }
+    }
+    assert!(filling.len() < 16, "the backlog never filled");
+    let base = format!("http://{addr}");
+    // Connect timeout 200 ms, under the helper's request timeout (500 ms): the reason tells
+    // which one ended the request.
+    let gw = gateway(&base, &["backend.upstream.connect_timeout=200ms"]).await;
+    for path in ["/logs/_search", "/logs/_doc/1"] {
+        let resp = gw.req("GET", path, None).await;
+        common::assert_error(&resp, 502, "upstream_exception");
+        let reason = resp.1["error"]["reason"].as_str().unwrap();
+        assert!(reason.contains(&base), "{reason}");
+        assert!(
+            reason.contains("not connected within backend.upstream.connect_timeout [200ms]"),
+            "{reason}"
+        );
+    }
+    let stats = default_stats(&gw).await;
+    assert_eq!(stats["failures"], 1, "{stats}");
+    assert_eq!(stats["executing"], 0, "{stats}");
+    gw.stop().await;
+    drop(listener);
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The gateway-overhead benchmark of issue 13, end to end: installs nginx from Debian's packages
+# when it is missing, builds the release binaries, then runs `sluice-bench gateway-overhead`:
+# one upstream (an embedded sluice node with generated log documents) reached directly, through
+# sluice's gateway (untagged, and tagged into a group throttled far above the load) and through
+# nginx (proxy_pass with keep-alive and limit_conn), side by side in one run, at 1, 8 and 32
+# clients, steady (closed loops) and in bursts (all clients at one instant). Prints the table
+# as Markdown.
+#
+# Usage: scripts/gateway_bench.sh [sluice-bench gateway-overhead options]
+#   e.g. scripts/gateway_bench.sh --rounds 5 --clients 1,8,32
+# See `sluice-bench gateway-overhead --help` for every option.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+target="${CARGO_TARGET_DIR:-target}"
+
+if ! command -v nginx >/dev/null 2>&1 && [[ ! -x /usr/sbin/nginx ]]; then
+    echo "installing nginx from Debian's packages…" >&2
+    apt-get update -qq -o DPkg::Lock::Timeout=300 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends nginx-light >/dev/null \
+        || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends nginx >/dev/null
+fi
+
+echo "building release binaries (CARGO_TARGET_DIR=$target)…" >&2
+cargo build --release --quiet -p sluice-server -p sluice-bench
+
+echo "$(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) before the run" >&2
+"$target/release/sluice-bench" gateway-overhead --nginx-bin "$(command -v nginx || echo /usr/sbin/nginx)" "$@"
