@@ -47,6 +47,8 @@ pub mod keys {
     /// The metastore: unset for the embedded SQLite file in `path.data`, or
     /// `postgres://user:password@host:port/db` for a PostgreSQL database shared by a cluster.
     pub const METASTORE_URI: &str = "metastore.uri";
+    /// The log line format: `text` (the default) or `json` (one object per line).
+    pub const LOGGER_FORMAT: &str = "logger.format";
 }
 
 /// Every key accepted in the config file, env and flags.
@@ -70,6 +72,7 @@ const KNOWN_KEYS: &[&str] = &[
     keys::TRANSPORT_HOST,
     keys::TRANSPORT_PORT,
     keys::METASTORE_URI,
+    keys::LOGGER_FORMAT,
 ];
 
 /// The default config file, relative to the working directory.
@@ -105,6 +108,8 @@ pub struct Config {
     /// `metastore.uri`, resolved: the embedded file `path.data/meta.sqlite` when unset. Its
     /// `Display` and `Debug` mask a PostgreSQL password.
     pub metastore: sluice_meta::MetastoreUri,
+    /// `logger.format`.
+    pub log_format: crate::logging::LogFormat,
 }
 
 /// OpenSearch's default transport ports: the first free one of this range is taken.
@@ -414,7 +419,19 @@ impl Config {
                  discovery.seed_hosts to run a single node)",
             ));
         }
+        let log_format = match get(keys::LOGGER_FORMAT) {
+            None => crate::logging::LogFormat::default(),
+            Some((v, s)) => crate::logging::LogFormat::parse(v).ok_or_else(|| {
+                invalid(
+                    keys::LOGGER_FORMAT,
+                    v,
+                    s,
+                    crate::logging::LogFormat::EXPECTED,
+                )
+            })?,
+        };
         Ok(Config {
+            log_format,
             transport,
             metastore,
             memory_budget,

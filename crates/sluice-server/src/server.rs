@@ -125,6 +125,8 @@ impl Node {
             cluster,
             metastore,
             cluster_settings,
+            metrics: crate::metrics::NodeMetrics::new(),
+            decisions: crate::logging::DecisionLog::new(),
         });
         state
             .cluster
@@ -176,6 +178,10 @@ impl Node {
                     let resp: Response = next.run(req).await;
                     resp
                 },
+            ))
+            .layer(middleware::from_fn_with_state(
+                self.state.clone(),
+                crate::metrics::route::track_http,
             ))
             .layer(CatchPanicLayer::custom(panic_response));
         let engine = self.state.engine.clone();

@@ -128,6 +128,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(wlm::routes())
         .merge(wlm_stats::routes())
         .merge(rules::routes())
+        .merge(crate::metrics::route::routes())
+        .merge(crate::dashboard::routes())
         .fallback(no_handler)
         .with_state(state)
 }
