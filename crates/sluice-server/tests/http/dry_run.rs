@@ -51,10 +51,22 @@ async fn passes_until(
 
 #[tokio::test]
 async fn test_monitor_only_counts_would_queue_with_the_wait_it_would_have_caused() {
-    let node = node_in_mode("monitor_only", &[]).await;
+    would_queue_with_its_wait("monitor_only", "enforced").await;
+}
+
+#[tokio::test]
+async fn test_monitor_group_counts_would_queue_with_the_wait_it_would_have_caused() {
+    would_queue_with_its_wait("enabled", "monitor").await;
+}
+
+/// In `mode`, a group of `resiliency` with a queue, over its node_limit: every request is
+/// admitted, and each breach counts as would-queue with the wait estimated from the group's
+/// drain rate.
+async fn would_queue_with_its_wait(mode: &str, resiliency: &str) {
+    let node = node_in_mode(mode, &[]).await;
     let id = create_group(
         &node,
-        json!({"name": "q", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.1},
+        json!({"name": "q", "resiliency_mode": resiliency, "resource_limits": {"memory": 0.1},
                "throttling": {"attribute": "group", "node_limit": 1},
                "queue": {"size_per_bucket": 5}}),
     )
