@@ -11,8 +11,9 @@
 //!   cluster-wide view.
 //! - The data names users' tasks and every group, so it needs an admin role when
 //!   authentication is on; the page itself holds no data and needs only authentication.
-//! - Rates are computed in the page from two consecutive polls' counters, so the node keeps no
-//!   per-viewer state.
+//! - Rates are computed in the page from the counters of its polls of the last 10 s (a heavy
+//!   search takes seconds: a one-second rate would flicker), so the node keeps no per-viewer
+//!   state.
 
 pub mod data;
 

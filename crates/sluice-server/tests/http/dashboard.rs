@@ -32,7 +32,7 @@ const CHROMIUM_ARGS: [&str; 9] = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
-    "--window-size=1600,1100",
+    "--window-size=1800,1000",
 ];
 
 /// A chromedriver process and one browser session; both end when it is dropped.
@@ -226,7 +226,7 @@ async fn test_dashboard_shows_a_new_group_and_its_counters_moving_in_a_browser()
         &node,
         json!({"name": "analytics", "resiliency_mode": "enforced",
                "resource_limits": {"cpu": 0.3},
-               "throttling": {"attribute": "group", "node_limit": 2}}),
+               "throttling": {"attribute": "group", "node_limit": 1}}),
     )
     .await;
     let product = create_group(
@@ -238,7 +238,8 @@ async fn test_dashboard_shows_a_new_group_and_its_counters_moving_in_a_browser()
         &node,
         json!({"name": "reporting", "resiliency_mode": "monitor",
                "resource_limits": {"cpu": 0.05},
-               "throttling": {"attribute": "group", "node_limit": 1}}),
+               "throttling": {"attribute": "group", "node_limit": 1},
+               "queue": {"size_per_bucket": 10}}),
     )
     .await;
     let first = browser
@@ -258,36 +259,22 @@ async fn test_dashboard_shows_a_new_group_and_its_counters_moving_in_a_browser()
         )
         .await;
 
-    // The noisy neighbour (the groups of scripts/noisy_neighbour.sh, smaller): heavy searches
-    // of analytics (enforced, cpu 0.3, more clients than its node_limit), a monitored group
-    // doing the same, and cheap searches of product (soft, cpu 0.6).
+    // The noisy neighbour (the groups of scripts/noisy_neighbour.sh, smaller): analytics
+    // (enforced, cpu 0.3) runs heavy searches from more clients than its node_limit; product
+    // (soft, cpu 0.6) runs cheap ones; reporting, a monitor group, runs both, over its
+    // node_limit and its share, so its dry run moves.
     let stop = Arc::new(AtomicBool::new(false));
-    let mut clients = Vec::new();
-    for _ in 0..3 {
-        clients.push(load(
-            &node,
-            "/heavy/_search",
-            crate::common::heavy_query(),
-            &analytics,
-            stop.clone(),
-        ));
-    }
-    for _ in 0..2 {
-        clients.push(load(
-            &node,
-            "/heavy/_search",
-            crate::common::heavy_query(),
-            &reporting,
-            stop.clone(),
-        ));
-    }
-    clients.push(load(
-        &node,
-        "/small/_search",
-        json!({"query": {"match_all": {}}}),
-        &product,
-        stop.clone(),
-    ));
+    let heavy = crate::common::heavy_query;
+    let cheap = || json!({"query": {"match_all": {}}});
+    let clients = vec![
+        load(&node, "/heavy/_search", heavy(), &analytics, stop.clone()),
+        load(&node, "/heavy/_search", heavy(), &analytics, stop.clone()),
+        load(&node, "/heavy/_search", heavy(), &reporting, stop.clone()),
+        load(&node, "/small/_search", cheap(), &reporting, stop.clone()),
+        load(&node, "/small/_search", cheap(), &reporting, stop.clone()),
+        load(&node, "/small/_search", cheap(), &product, stop.clone()),
+        load(&node, "/small/_search", cheap(), &product, stop.clone()),
+    ];
 
     let first = first.as_f64().unwrap_or(0.0);
     browser
@@ -345,13 +332,17 @@ async fn test_dashboard_shows_a_new_group_and_its_counters_moving_in_a_browser()
     );
 
     if let Ok(path) = std::env::var("SLUICE_DASHBOARD_SCREENSHOT") {
-        // Sorted by completions, the busy groups come first.
-        browser
-            .eval(
-                "document.querySelector('th[data-sort=\"completions\"]').click(); return true;",
-                json!([]),
-            )
-            .await;
+        // The whole dry run of reporting on the page, and ten seconds of rates.
+        for counter in ["would_cancel", "would_reject", "would_queue"] {
+            browser
+                .wait_for(
+                    &format!("reporting's {counter} moves on the page"),
+                    CELL_TOTAL,
+                    json!([reporting, counter]),
+                    |v| v.as_f64().is_some_and(|n| n > 0.0),
+                )
+                .await;
+        }
         let polls = browser
             .eval("return Number(document.body.dataset.polls);", json!([]))
             .await
@@ -359,10 +350,10 @@ async fn test_dashboard_shows_a_new_group_and_its_counters_moving_in_a_browser()
             .unwrap_or(0);
         browser
             .wait_for(
-                "two more polls",
+                "ten more polls",
                 "return Number(document.body.dataset.polls);",
                 json!([]),
-                |v| v.as_u64().is_some_and(|n| n >= polls + 2),
+                |v| v.as_u64().is_some_and(|n| n >= polls + 10),
             )
             .await;
         std::fs::write(&path, browser.screenshot().await).expect("screenshot written");

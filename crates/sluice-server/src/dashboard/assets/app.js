@@ -1,18 +1,26 @@
 // The sluice dashboard: polls /_sluice/dashboard/data once a second and renders it. Rates are
-// computed here from two consecutive polls, so the node keeps no per-viewer state.
+// computed here from the polls of the last RATE_WINDOW_MS, so the node keeps no per-viewer
+// state.
 "use strict";
 
 const POLL_MS = 1000;
+// Rates are averaged over this long: a heavy search takes seconds, so a one-second rate would
+// flicker between 0 and a burst.
+const RATE_WINDOW_MS = 10000;
 const COUNTERS = ["completions", "throttled", "rejections", "cancellations", "queued",
   "would_throttle", "would_queue", "would_reject", "would_cancel"];
-let previous = null;   // { at, groups: Map(id -> counters) }
+let history = [];   // [{ at, groups: Map(id -> counters) }], oldest first, within the window
 let sortKey = "name";
 
 function esc(s) {
   return String(s).replace(/[&<>"']/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;", "'": "&#39;" }[c]));
 }
 
-function pct(x) { return x == null ? "–" : (x * 100).toFixed(x < 0.1 ? 1 : 0) + "%"; }
+function pct(x) {
+  if (x == null) return "–";
+  const p = x * 100;
+  return (p === 0 ? "0" : p < 0.1 ? p.toFixed(2) : p < 10 ? p.toFixed(1) : p.toFixed(0)) + "%";
+}
 
 function bar(value, limit) {
   if (limit == null) return "";
@@ -22,10 +30,12 @@ function bar(value, limit) {
   return `<span class="bar"><i class="${limit && value > limit ? "over" : ""}" style="width:${fill}%"></i>${mark}</span>`;
 }
 
-function rate(g, key, dt) {
-  const before = previous && previous.groups.get(g.id);
-  if (!before || dt <= 0) return 0;
-  return Math.max(0, g.counters[key] - before[key]) / dt;
+// The per-second rate of counter `key` of group `g` since the oldest poll of the window that
+// knew the group.
+function rate(g, key, at) {
+  const oldest = history.find(h => h.groups.has(g.id));
+  if (!oldest || at <= oldest.at) return 0;
+  return Math.max(0, g.counters[key] - oldest.groups.get(g.id)[key]) / ((at - oldest.at) / 1000);
 }
 
 function fmtRate(r) { return r === 0 ? "0" : r < 10 ? r.toFixed(1) : r.toFixed(0); }
@@ -51,12 +61,12 @@ function renderNode(n) {
   ].join("");
 }
 
-function renderGroups(groups, dt) {
+function renderGroups(groups, at) {
   const filter = document.getElementById("filter").value.trim().toLowerCase();
   const onlyActive = document.getElementById("only-active").checked;
   const rows = groups.map(g => {
     const r = {};
-    for (const k of COUNTERS) r[k] = rate(g, k, dt);
+    for (const k of COUNTERS) r[k] = rate(g, k, at);
     return { g, r };
   }).filter(({ g, r }) =>
     (!filter || g.id.toLowerCase().includes(filter) || g.name.toLowerCase().includes(filter)) &&
@@ -68,7 +78,7 @@ function renderGroups(groups, dt) {
     return b.r[key] - a.r[key] || a.g.name.localeCompare(b.g.name);
   });
   const cell = (g, r, k, cls) =>
-    `<td class="${cls} ${k}${r[k] > 0 && k !== "completions" ? " hot" : ""}" title="${g.counters[k]} in total" data-total="${g.counters[k]}">${fmtRate(r[k])}</td>`;
+    `<td class="${cls} ${k}${r[k] > 0 && k !== "completions" ? " hot" : ""}" title="${fmtRate(r[k])} per second over the last ${RATE_WINDOW_MS / 1000} s, ${g.counters[k]} since the node started" data-total="${g.counters[k]}">${fmtRate(r[k])}<small>${g.counters[k]}</small></td>`;
   document.querySelector("#groups tbody").innerHTML = rows.map(({ g, r }) => `
     <tr data-group-id="${esc(g.id)}">
       <td class="name" title="${esc(g.id)}">${esc(g.name)}${g.warning ? ` <span class="muted" title="${esc(g.warning)}">⚠</span>` : ""}</td>
@@ -100,11 +110,11 @@ async function poll() {
     if (!resp.ok) throw new Error(`HTTP ${resp.status}: ${(await resp.text()).slice(0, 200)}`);
     const data = await resp.json();
     const at = performance.now();
-    const dt = previous ? (at - previous.at) / 1000 : 0;
+    history = history.filter(h => at - h.at <= RATE_WINDOW_MS);
     renderNode(data.node);
-    renderGroups(data.groups, dt);
+    renderGroups(data.groups, at);
     renderTasks(data.longest_tasks, data.groups);
-    previous = { at, groups: new Map(data.groups.map(g => [g.id, g.counters])) };
+    history.push({ at, groups: new Map(data.groups.map(g => [g.id, g.counters])) });
     status.className = "status";
     status.textContent = `updated ${new Date().toLocaleTimeString()}`;
     document.body.dataset.polls = String(Number(document.body.dataset.polls || 0) + 1);
