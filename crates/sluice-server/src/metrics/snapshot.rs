@@ -15,8 +15,11 @@ use crate::workload::stats::WaitHistogram;
 /// Milliseconds per second, for the figures kept in milliseconds and exposed in seconds.
 const MILLIS_PER_SEC: f64 = 1000.0;
 
+/// Reads one counter of a group's stats.
+type ReadCounter = fn(&crate::workload::GroupStats) -> u64;
+
 /// The per-group counters and the stats field each reads.
-const GROUP_COUNTERS: [(Described, fn(&crate::workload::GroupStats) -> u64); 12] = [
+const GROUP_COUNTERS: [(Described, ReadCounter); 12] = [
     (names::GROUP_COMPLETIONS, |s| s.total_completions.get()),
     (names::GROUP_FAILURES, |s| s.failures.get()),
     (names::GROUP_REJECTIONS, |s| s.total_rejections.get()),
