@@ -157,9 +157,22 @@ impl Browser {
     }
 }
 
+impl Browser {
+    /// Ends the session, which closes its Chromium (killing the driver alone would leave the
+    /// browser running), then the driver. Async, so that the node under test (on this test's
+    /// runtime) keeps answering the page while the browser closes.
+    async fn quit(self) {
+        let _ = self
+            .http
+            .delete(format!("{}/session/{}", self.base, self.session))
+            .send()
+            .await;
+    }
+}
+
 impl Drop for Browser {
     fn drop(&mut self) {
-        // The session's Chromium ends with its driver.
+        // After `quit`, or when a test fails (its Chromium may then outlive it).
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
@@ -358,6 +371,7 @@ async fn test_dashboard_shows_a_new_group_and_its_counters_moving_in_a_browser()
             .await;
         std::fs::write(&path, browser.screenshot().await).expect("screenshot written");
     }
+    browser.quit().await;
     stop.store(true, Ordering::Relaxed);
     let r = node
         .req(
