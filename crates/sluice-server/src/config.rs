@@ -72,6 +72,8 @@ pub mod keys {
     pub const BACKEND_UPSTREAM_PROXY_USER_HEADER: &str = "backend.upstream.proxy.user_header";
     /// The header `identity: proxy` lists the user's roles in.
     pub const BACKEND_UPSTREAM_PROXY_ROLES_HEADER: &str = "backend.upstream.proxy.roles_header";
+    /// The log line format: `text` (the default) or `json` (one object per line).
+    pub const LOGGER_FORMAT: &str = "logger.format";
 }
 
 /// Every key accepted in the config file, env and flags.
@@ -107,6 +109,7 @@ const KNOWN_KEYS: &[&str] = &[
     keys::BACKEND_UPSTREAM_SEARCH_THREADS,
     keys::BACKEND_UPSTREAM_PROXY_USER_HEADER,
     keys::BACKEND_UPSTREAM_PROXY_ROLES_HEADER,
+    keys::LOGGER_FORMAT,
 ];
 
 /// The default config file, relative to the working directory.
@@ -147,6 +150,8 @@ pub struct Config {
     pub metastore: sluice_meta::MetastoreUri,
     /// `backend.*`.
     pub backend: crate::backend::upstream::config::BackendConfig,
+    /// `logger.format`.
+    pub log_format: crate::logging::LogFormat,
 }
 
 /// OpenSearch's default transport ports: the first free one of this range is taken.
@@ -482,8 +487,20 @@ impl Config {
                  discovery.seed_hosts to run a single node)",
             ));
         }
+        let log_format = match get(keys::LOGGER_FORMAT) {
+            None => crate::logging::LogFormat::default(),
+            Some((v, s)) => crate::logging::LogFormat::parse(v).ok_or_else(|| {
+                invalid(
+                    keys::LOGGER_FORMAT,
+                    v,
+                    s,
+                    crate::logging::LogFormat::EXPECTED,
+                )
+            })?,
+        };
         Ok(Config {
             cluster_defaults,
+            log_format,
             transport,
             metastore,
             backend,

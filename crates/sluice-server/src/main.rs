@@ -78,14 +78,6 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve { config, settings } => {
-            tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-                )
-                .with_writer(std::io::stderr)
-                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                .init();
             let config = match Config::load(config.as_deref(), &settings) {
                 Ok(c) => c,
                 Err(e) => {
@@ -93,6 +85,7 @@ fn main() -> std::process::ExitCode {
                     return std::process::ExitCode::from(2);
                 }
             };
+            sluice_server::logging::init(config.log_format);
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()

@@ -41,6 +41,8 @@ pub struct SearchPool {
     shared: Arc<Shared>,
     threads: usize,
     max_queue: usize,
+    /// Jobs refused since the pool started (relaxed: a tally read only for reporting).
+    rejected: std::sync::atomic::AtomicU64,
 }
 
 /// A job was refused because the pool and its queue were full.
@@ -79,12 +81,18 @@ impl SearchPool {
             shared,
             threads: threads.max(1),
             max_queue,
+            rejected: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
     /// Number of worker threads.
     pub fn num_threads(&self) -> usize {
         self.threads
+    }
+
+    /// Jobs refused because the pool and its queue were full, since the pool started.
+    pub fn num_rejected(&self) -> u64 {
+        self.rejected.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Jobs waiting and running now.
@@ -119,6 +127,8 @@ impl SearchPool {
             let mut st = self.shared.queue.lock();
             let idle = self.threads.saturating_sub(st.active);
             if st.jobs.len() >= self.max_queue + idle {
+                self.rejected
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return Err(Rejected {
                     reason: format!(
                         "rejected execution of search task on OpenSearchThreadPoolExecutor[name = {}, pool size = {}, active threads = {}, queued tasks = {}, queue capacity = {}]",

@@ -144,6 +144,8 @@ impl Node {
             cluster,
             metastore,
             cluster_settings,
+            metrics: crate::metrics::NodeMetrics::new(),
+            decisions: crate::logging::DecisionLog::new(),
         });
         let sink = Arc::new(crate::admission::shared::OfferToQueue {
             state: Arc::downgrade(&state),
@@ -261,7 +263,7 @@ pub fn app(state: Arc<AppState>) -> HttpService {
         // Inside authentication, outside the router: every request, routed or not (a
         // gateway's pass-through included), is authorized before its handler.
         .layer(middleware::from_fn_with_state(
-            state,
+            state.clone(),
             crate::auth::authorize,
         ))
         .layer(middleware::from_fn_with_state(
@@ -274,6 +276,10 @@ pub fn app(state: Arc<AppState>) -> HttpService {
                 let resp: Response = next.run(req).await;
                 resp
             },
+        ))
+        .layer(middleware::from_fn_with_state(
+            state,
+            crate::metrics::route::track_http,
         ))
         // The official clients' `compression` option: a gzip request body is inflated
         // before the body limit counts it (so a small bomb still stops at the limit); an

@@ -75,4 +75,8 @@ pub struct AppState {
     pub workload: Arc<crate::workload::Workload>,
     /// Resource enforcement: node capacity, duress, the enforcement loop's state.
     pub enforcement: crate::enforcement::node::Enforcement,
+    /// The node's own metrics recorder (`GET /_prometheus/metrics`).
+    pub metrics: crate::metrics::NodeMetrics,
+    /// The rate-limited log lines of throttle, queue, rejection and cancellation decisions.
+    pub decisions: crate::logging::DecisionLog,
 }

@@ -68,6 +68,7 @@ pub use cancellation::{Cancellation, CancellationCause, breach_reason, select_ca
 pub use duress::{NodeDuressTracker, NodeDuressTrackers};
 pub use pass::{
     EnforcementState, GroupDef, NodeObservation, PassInputs, PassOutcome, run_pass, run_refresh,
+    select_would_cancel,
 };
 pub use quota::CpuQuota;
 pub use unmeasured::{Reservation, UnmeasuredTasks};

@@ -168,6 +168,47 @@ fn usage_by_group(views: &UsageViews, active: &[GroupDef]) -> BTreeMap<String, R
     usage
 }
 
+/// The tasks mode `enabled` would have cancelled in the pass `inputs` → `outcome` (issue #16's
+/// dry run), in the pass's order, then the monitored groups' in theirs; each task once.
+///
+/// - When the pass did not act (`monitor_only`), its own selection.
+/// - A `monitor` group, in any mode that runs the pass, judged as if it were `enforced` (the
+///   consequence of switching it to the strictest mode), on the same usage views and duress
+///   verdict as the pass.
+///
+/// Empty when the pass did not run (mode `disabled`).
+pub fn select_would_cancel(inputs: &PassInputs, outcome: &PassOutcome) -> Vec<Cancellation> {
+    if !outcome.ran {
+        return Vec::new();
+    }
+    let mut would: Vec<Cancellation> = if outcome.acts {
+        Vec::new()
+    } else {
+        outcome.cancellations.clone()
+    };
+    let monitored: Vec<GroupPolicy<'_>> = inputs
+        .active
+        .iter()
+        .filter(|g| g.resiliency_mode == ResiliencyMode::Monitor)
+        .map(|g| GroupPolicy::new(&g.id, ResiliencyMode::Enforced, g.resource_limits))
+        .collect();
+    if !monitored.is_empty() {
+        let views = UsageViews::build(&inputs.tasks, inputs.now_nanos, inputs.capacity);
+        for c in select_cancellations(
+            &views,
+            &monitored,
+            &[],
+            &inputs.thresholds,
+            outcome.in_duress,
+        ) {
+            if !would.iter().any(|w| w.task_id == c.task_id) {
+                would.push(c);
+            }
+        }
+    }
+    would
+}
+
 /// Measures the usage of every current group and of DEFAULT from `tasks` at `now_nanos`, as a
 /// pass would but without observing the node or selecting anything; nothing in mode
 /// `disabled`.
@@ -234,6 +275,51 @@ mod tests {
 
     fn ids(out: &PassOutcome) -> Vec<u64> {
         out.cancellations.iter().map(|c| c.task_id).collect()
+    }
+
+    fn would_ids(inputs: &PassInputs) -> Vec<u64> {
+        let out = run_pass(&mut EnforcementState::default(), inputs);
+        select_would_cancel(inputs, &out)
+            .iter()
+            .map(|c| c.task_id)
+            .collect()
+    }
+
+    #[test]
+    fn test_would_cancel_is_the_pass_selection_when_it_does_not_act() {
+        // An enforced group at a whole node against a 10% limit: its task is selected.
+        let tasks = vec![task(1, "a", 2.0)];
+        let active = vec![def("a", ResiliencyMode::Enforced, 0.1)];
+        let monitoring = inputs(WlmMode::MonitorOnly, tasks.clone(), active.clone());
+        assert_eq!(would_ids(&monitoring), vec![1]);
+        // In `enabled` the pass cancels it for real: nothing is a dry run.
+        assert_eq!(
+            would_ids(&inputs(WlmMode::Enabled, tasks.clone(), active.clone())),
+            Vec::<u64>::new()
+        );
+        // In `disabled` no pass runs.
+        assert_eq!(
+            would_ids(&inputs(WlmMode::Disabled, tasks, active)),
+            Vec::<u64>::new()
+        );
+    }
+
+    #[test]
+    fn test_would_cancel_judges_a_monitor_group_as_enforced_in_every_running_mode() {
+        let tasks = vec![task(1, "m", 2.0), task(2, "calm", 0.01)];
+        let active = vec![
+            def("m", ResiliencyMode::Monitor, 0.1),
+            def("calm", ResiliencyMode::Monitor, 0.9),
+        ];
+        for mode in [WlmMode::Enabled, WlmMode::MonitorOnly] {
+            let i = inputs(mode, tasks.clone(), active.clone());
+            let out = run_pass(&mut EnforcementState::default(), &i);
+            assert!(
+                out.cancellations.is_empty(),
+                "{mode:?}: a monitor group is never policed"
+            );
+            assert_eq!(would_ids(&i), vec![1], "{mode:?}");
+        }
     }
 
     #[test]

@@ -186,5 +186,6 @@ impl Drop for Parked {
         stats.queue_wait_count.inc();
         stats.total_queue_wait_millis.add(waited);
         stats.max_queue_wait_millis.raise_to(waited);
+        stats.queue_wait.record_millis(waited);
     }
 }

@@ -22,6 +22,7 @@ use sluice_engine::{EngineError, ErrorCode};
 
 use crate::enforcement::node::thresholds;
 use crate::error::ApiError;
+use crate::logging::{Decision, DecisionKind, Tier};
 use crate::settings::{SettingsSnapshot, keys};
 use crate::state::AppState;
 use crate::workload::GroupEntry;
@@ -194,6 +195,10 @@ fn decide(
     match decision {
         Admission::Admit => Ok(()),
         Admission::WouldReject(r) => {
+            if count {
+                entry.stats.total_would_reject.inc();
+                log_decision(st, entry, false, &r.message());
+            }
             tracing::debug!(
                 group = %group.name,
                 "would reject (workload management only monitors this request): {}",
@@ -205,6 +210,7 @@ fn decide(
             if count {
                 entry.stats.total_rejections.inc();
                 entry.stats.resource(r.resource).rejections.inc();
+                log_decision(st, entry, true, &r.message());
             }
             Err(ApiError::Rejected {
                 error: EngineError::new(ErrorCode::RejectedExecution, r.message()),
@@ -212,6 +218,19 @@ fn decide(
             })
         }
     }
+}
+
+/// Writes a share rejection's decision line (the share is the group's: no bucket).
+fn log_decision(st: &AppState, entry: &GroupEntry, enforced: bool, reason: &str) {
+    st.decisions.log(Decision {
+        kind: DecisionKind::Reject,
+        enforced,
+        group_id: &entry.id,
+        group_name: entry.name(),
+        bucket_kind: None,
+        tier: Tier::Share,
+        reason: &reason.trim_end(),
+    });
 }
 
 /// Learns from a task of `entry` that ran on a search thread from `executing_since` until now,

@@ -3,12 +3,16 @@
 //!
 //! # Decisions (DESIGN D3–D8)
 //! - A rejection is 429 `rejected_execution_exception` naming the group, the bucket and the
-//!   limit, with `Retry-After` ([`super::RETRY_AFTER_SECS`]), counted in `total_throttled` of
+//!   limit, with `Retry-After` ([`super::RETRY_AFTER_SECS`]), logged as a decision line
+//!   ([`crate::logging::decisions`], the bucket's kind only), counted in `total_throttled` of
 //!   the group the request was tagged with (fixed at tagging, never DEFAULT during a group's
 //!   registration: seed 001's second review).
 //! - A monitored breach (`monitor_only`, a `monitor` group) is admitted without a permit,
-//!   logged at DEBUG and counted in `total_would_throttle`; the request still holds its bucket
-//!   for its nested searches (D8).
+//!   logged at DEBUG (naming the bucket) and as a dry-run decision line, and counted in
+//!   `total_would_throttle`; the request still holds its bucket
+//!   for its nested searches (D8). One that `enabled` would have parked also counts in
+//!   `total_would_queue`, with the wait it would have had (the requests over the limit ahead of
+//!   it at the group's drain rate) in `total_would_queue_wait_millis` (issue #16's dry run).
 //! - The decision runs under `catch_unwind`: a failure while deciding admits (fail open, logged
 //!   at ERROR), but once the verdict is a rejection nothing fallible runs before the 429, so no
 //!   error can turn a rejection into an admit (seed 001's first review comment).
@@ -21,6 +25,7 @@ use sluice_engine::{EngineError, ErrorCode};
 pub use sluice_core::throttle::describe_bucket;
 
 use crate::error::ApiError;
+use crate::logging::{Decision, DecisionKind, Tier};
 use crate::state::AppState;
 use crate::workload::GroupEntry;
 
@@ -111,6 +116,17 @@ pub fn throttle(
             entry.stats.total_would_throttle.inc();
             if would_queue {
                 entry.stats.total_would_queue.inc();
+                // The requests over the limit are the ones `enabled` would have parked ahead.
+                let ahead = refused.in_flight.saturating_sub(refused.limit);
+                if let Some(ms) =
+                    entry
+                        .stats
+                        .drain
+                        .estimated_wait_millis(super::now_secs(), ahead, 1)
+                {
+                    entry.stats.total_would_queue_wait_millis.add(ms);
+                    entry.stats.max_would_queue_wait_millis.raise_to(ms);
+                }
             }
             tracing::debug!(
                 group = %entry.name(),
@@ -120,6 +136,16 @@ pub fn throttle(
                 mode = mode.as_str(),
                 "would throttle: admitted because workload management only monitors this request"
             );
+            let reason = OverLimit {
+                in_flight: refused.in_flight,
+                limit: refused.limit,
+                more: if would_queue {
+                    "; enabled would have queued it"
+                } else {
+                    ""
+                },
+            };
+            log_decision(st, entry, &key, DecisionKind::Throttle, false, &reason);
             Ok(Decided::Granted(Granted {
                 permit: None,
                 lease: None,
@@ -128,19 +154,65 @@ pub fn throttle(
         }
         Throttle::Rejected { key, refused } => {
             let buckets = entry.queue.as_ref().map_or(1, |q| q.num_waiting_buckets());
+            let kind = if refused.reason == RefusalReason::NotQueued {
+                DecisionKind::Throttle
+            } else {
+                DecisionKind::QueueFull
+            };
+            let more = why(&refused);
+            let reason = OverLimit {
+                in_flight: refused.in_flight,
+                limit: refused.limit,
+                more: &more,
+            };
+            log_decision(st, entry, &key, kind, true, &reason);
             Err(rejected(entry, &key, &refused, buckets))
         }
     }
 }
 
-/// Counts a refusal and words its 429: which bound refused, and a `Retry-After` from the
-/// measured drain rate and the requests queued ahead (DESIGN D14). The rate is the group's,
-/// shared by its `buckets` with waiters: exact for a whole-group bucket, an even split for
-/// per-user and per-role buckets.
-fn rejected(entry: &GroupEntry, key: &BucketKey, refused: &Refused, buckets: u64) -> ApiError {
-    let stats = &entry.stats;
-    stats.total_throttled.inc();
-    let why = match refused.reason {
+/// Writes the decision's structured line: the bucket's kind, never its value (a username or
+/// role stays out of INFO lines).
+fn log_decision(
+    st: &AppState,
+    entry: &GroupEntry,
+    key: &BucketKey,
+    kind: DecisionKind,
+    enforced: bool,
+    reason: &dyn std::fmt::Display,
+) {
+    st.decisions.log(Decision {
+        kind,
+        enforced,
+        group_id: &entry.id,
+        group_name: entry.name(),
+        bucket_kind: Some(key.attribute),
+        tier: Tier::Node,
+        reason,
+    });
+}
+
+/// A decision line's reason: the bucket's requests in flight against its limit, then `more`.
+struct OverLimit<'a> {
+    in_flight: u64,
+    limit: u64,
+    more: &'a str,
+}
+
+impl std::fmt::Display for OverLimit<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} requests in flight, node_limit is {}{}",
+            self.in_flight, self.limit, self.more
+        )
+    }
+}
+
+/// Which queue bound refused, worded for the 429 and the decision line (empty when the group
+/// does not queue).
+fn why(refused: &Refused) -> String {
+    match refused.reason {
         RefusalReason::NotQueued => String::new(),
         RefusalReason::BucketQueueFull => format!(
             " and its queue is full (queue.size_per_bucket is {})",
@@ -154,7 +226,17 @@ fn rejected(entry: &GroupEntry, key: &BucketKey, refused: &Refused, buckets: u64
             " and its queue already holds its fair share of the group's queue ({} of {share} waiting)",
             refused.queued
         ),
-    };
+    }
+}
+
+/// Counts a refusal and words its 429: which bound refused, and a `Retry-After` from the
+/// measured drain rate and the requests queued ahead (DESIGN D14). The rate is the group's,
+/// shared by its `buckets` with waiters: exact for a whole-group bucket, an even split for
+/// per-user and per-role buckets.
+fn rejected(entry: &GroupEntry, key: &BucketKey, refused: &Refused, buckets: u64) -> ApiError {
+    let stats = &entry.stats;
+    stats.total_throttled.inc();
+    let why = why(refused);
     if refused.reason != RefusalReason::NotQueued {
         stats.total_queue_rejections.inc();
     }

@@ -229,15 +229,19 @@ impl Drop for Admitted {
 }
 
 /// Counts a task's end in its group's stats: `total_completions`, `failures` unless it ended
-/// well, and — for a group whose throttle acts, the only ones a `Retry-After` is computed
-/// for — its drain rate.
+/// well, and — for a group with a queue, acting (a `Retry-After` is computed from it) or only
+/// monitored (the dry run estimates its would-queue wait from it) — its drain rate.
 fn count_end(entry: &GroupEntry, ok: bool) {
     let stats = &entry.stats;
     stats.total_completions.inc();
     if !ok {
         stats.failures.inc();
     }
-    if entry.queue.is_some() {
+    let queue_configured = entry
+        .group
+        .as_ref()
+        .is_some_and(|g| g.queue.size_per_bucket.unwrap_or(0) > 0);
+    if entry.queue.is_some() || queue_configured {
         stats.drain.record(super::now_secs());
     }
 }

@@ -152,8 +152,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// The routes sluice answers itself whatever its backend: workload groups, rules, stats and
-/// its `_tasks` (a gateway answers the `wlm.*` cluster settings itself too, and forwards every
+/// The routes sluice answers itself whatever its backend: workload groups, rules, stats, its
+/// metrics and dashboard, and its `_tasks` (a gateway answers the `wlm.*` cluster settings itself too, and forwards every
 /// other route, DESIGN D15).
 pub fn owned_routes() -> Router<Arc<AppState>> {
     Router::new()
@@ -164,4 +164,6 @@ pub fn owned_routes() -> Router<Arc<AppState>> {
         .merge(wlm::routes())
         .merge(wlm_stats::routes())
         .merge(rules::routes())
+        .merge(crate::metrics::route::routes())
+        .merge(crate::dashboard::routes())
 }

@@ -479,6 +479,33 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
+    /// Refuses `who` unless it has a role of `auth.admin_roles` (anyone passes with
+    /// `auth.type: none`): for sluice's own operator endpoints (metrics, the dashboard's data),
+    /// which name every group and the node's load whatever a roles file grants. 401 without
+    /// credentials, 403 `security_exception` naming `action` otherwise.
+    pub fn authorize_admin(&self, who: &Authenticated, action: &str) -> Result<(), ApiError> {
+        if self.config.mode == AuthMode::None {
+            return Ok(());
+        }
+        let Some(p) = &who.0 else {
+            return Err(ApiError::Engine(unauthenticated(format!(
+                "missing authentication credentials for action [{action}]"
+            ))));
+        };
+        if p.has_any_role(&self.config.admin_roles) {
+            return Ok(());
+        }
+        let roles: Vec<&str> = p.roles.iter().map(|r| &**r).collect();
+        Err(ApiError::Engine(EngineError::new(
+            ErrorCode::Forbidden,
+            format!(
+                "no permissions for [{action}] and User [name={}, backend_roles=[{}], requestedTenant=null]",
+                p.username,
+                roles.join(", ")
+            ),
+        )))
+    }
+
     /// Builds the authenticator; in `basic` mode it loads and validates the users file.
     pub fn new(config: AuthConfig) -> Result<Authenticator, UsersFileError> {
         let mut users = HashMap::new();

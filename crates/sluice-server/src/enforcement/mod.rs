@@ -53,9 +53,10 @@
 //!   samples it, so without this a burst that arrives while the group is under its share is
 //!   admitted whole (trinodb/trino#25093). A refresh that measures a task gives its
 //!   reservation back, after recording the usage that now includes it.
-//! - A would-be rejection (`monitor_only`, or a `monitor` group) is logged at DEBUG and not
-//!   counted: D10 has no counter for it, and counting it in `total_would_throttle` would mix a
-//!   resource breach into the throttle's figure.
+//! - A would-be rejection (`monitor_only`, or a `monitor` group) is logged as a dry-run
+//!   decision line ([`crate::logging::decisions`]) and counted in `total_would_reject` (issue
+//!   #16's dry run), never in `total_would_throttle`, which is the
+//!   throttle's figure. Would-be cancellations are [`dry_run`]'s.
 //!
 //! # Invariants
 //! - Passes are serialized (one lock over the pass state, held for the whole pass), so duress
@@ -67,7 +68,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+pub mod dry_run;
 pub mod node;
+
+use crate::logging::{Decision, DecisionKind, Tier};
 
 use crate::settings::keys;
 use crate::state::AppState;
@@ -160,10 +164,18 @@ pub fn run_once(st: &AppState) -> PassOutcome {
         deleted,
     };
     let outcome = run_pass(&mut inner.state, &inputs);
+    let duress = inner.state.duress();
+    *enforcement.last_reading.lock() = node::NodeReading {
+        cpu: node_cpu,
+        memory: node_memory,
+        cpu_in_duress: duress.cpu.is_in_duress(inputs.duress_streak),
+        memory_in_duress: duress.memory.is_in_duress(inputs.duress_streak),
+    };
     enforcement
         .in_duress
         .store(outcome.in_duress, Ordering::Relaxed);
     carry_out(st, &view, &tasks, &inputs, &outcome);
+    dry_run::count_would_cancel(st, &mut inner.would_cancel_seen, &tasks, &inputs, &outcome);
     outcome
 }
 
@@ -299,13 +311,14 @@ fn carry_out(
             continue;
         };
         if !outcome.acts {
-            tracing::info!(
-                group = %c.group_id,
-                resource = c.resource.as_str(),
-                cause = ?c.cause,
-                "Task {node}:{} is eligible for cancellation for reason {}",
-                c.task_id,
-                c.reason
+            log_cancel(
+                st,
+                task,
+                false,
+                &format_args!(
+                    "Task {node}:{} is eligible for cancellation for reason {}",
+                    c.task_id, c.reason
+                ),
             );
             continue;
         }
@@ -322,15 +335,37 @@ fn carry_out(
             entry.stats.total_cancellations.inc();
             entry.stats.resource(c.resource).cancellations.inc();
         }
-        tracing::info!(
-            group = %c.group_id,
-            resource = c.resource.as_str(),
-            cause = ?c.cause,
-            "cancelled task {node}:{} for reason {}",
-            c.task_id,
-            c.reason
+        log_cancel(
+            st,
+            task,
+            true,
+            &format_args!(
+                "cancelled task {node}:{} for reason {}",
+                c.task_id, c.reason
+            ),
         );
     }
+}
+
+/// Writes a cancellation's decision line (carried out, or the dry run's), in the task's group.
+pub(crate) fn log_cancel(
+    st: &AppState,
+    task: &Task,
+    enforced: bool,
+    reason: &dyn std::fmt::Display,
+) {
+    let Some(entry) = task.group() else {
+        return;
+    };
+    st.decisions.log(Decision {
+        kind: DecisionKind::Cancel,
+        enforced,
+        group_id: &entry.id,
+        group_name: entry.name(),
+        bucket_kind: None,
+        tier: Tier::Enforcement,
+        reason,
+    });
 }
 
 /// Runs [`run_once`] every `wlm.workload_group.enforcement_interval`, and [`refresh_once`] every

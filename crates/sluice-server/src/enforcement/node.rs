@@ -23,9 +23,25 @@ pub struct Enforcement {
     /// The last pass's duress verdict, for admission. Relaxed: a standalone flag, stale by up to
     /// one interval by design (facts §6.2).
     pub(super) in_duress: AtomicBool,
+    /// What the last pass read of the node, for the metrics endpoint and the dashboard.
+    pub last_reading: Mutex<NodeReading>,
     /// Woken whenever the groups' usage has been recorded (every refresh and pass): requests
     /// of queued groups waiting for their share re-check then.
     pub usage_recorded: tokio::sync::Notify,
+}
+
+/// What the last enforcement pass read of the node: its usage, each a fraction of the node, and
+/// which resources were in duress.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct NodeReading {
+    /// Process CPU over the last interval / cores.
+    pub cpu: f64,
+    /// Memory in use / the memory budget.
+    pub memory: f64,
+    /// Whether CPU was in duress (breached its threshold `duress_streak` passes in a row).
+    pub cpu_in_duress: bool,
+    /// Whether memory was in duress.
+    pub memory_in_duress: bool,
 }
 
 /// What enforcement keeps between passes.
@@ -35,6 +51,8 @@ pub(super) struct Inner {
     pub(super) state: EnforcementState,
     /// The process CPU clock's last reading.
     pub(super) cpu: ProcessCpu,
+    /// The running tasks already counted as would-be cancellations ([`super::dry_run`]).
+    pub(super) would_cancel_seen: std::collections::HashSet<u64>,
 }
 
 impl Enforcement {
@@ -56,8 +74,10 @@ impl Enforcement {
             inner: Mutex::new(Inner {
                 state: EnforcementState::default(),
                 cpu: ProcessCpu::start(),
+                would_cancel_seen: std::collections::HashSet::new(),
             }),
             in_duress: AtomicBool::new(false),
+            last_reading: Mutex::new(NodeReading::default()),
             usage_recorded: tokio::sync::Notify::new(),
         }
     }

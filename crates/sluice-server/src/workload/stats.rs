@@ -139,6 +139,18 @@ pub struct GroupStats {
     /// When (seconds since the epoch) a fail-open admission of the group was last logged: the
     /// WARN is rate-limited to once a minute per group.
     pub fail_open_logged_at: std::sync::atomic::AtomicU64,
+    /// The queue wait those parked requests would have had, estimated from the group's drain
+    /// rate ([`DrainRate::estimated_wait_millis`]); breaches before any completion add nothing.
+    pub total_would_queue_wait_millis: Counter,
+    /// The longest of those estimated waits.
+    pub max_would_queue_wait_millis: Counter,
+    /// Requests the resource check would have rejected (`monitor_only`, or a `monitor` group).
+    pub total_would_reject: Counter,
+    /// Tasks the enforcement pass would have cancelled (`monitor_only`, or a `monitor` group
+    /// judged as `enforced`), each task counted once.
+    pub total_would_cancel: Counter,
+    /// How long parked requests waited, by bucket ([`WaitHistogram`]).
+    pub queue_wait: WaitHistogram,
     /// How fast the group's tasks end: what a 429's `Retry-After` is computed from (D14).
     pub drain: DrainRate,
     /// The CPU-time quota of a paced group (a queued `enforced` group with a cpu limit; see
@@ -193,6 +205,15 @@ impl DrainRate {
         Some(recent as f64 / covered as f64)
     }
 
+    /// The wait, in milliseconds, of a request with `ahead` requests before it in a bucket
+    /// that gets one `buckets`-th of the group's drain, at the measured rate: what a parked
+    /// request would have waited. `None` before any completion or with none in the window
+    /// (no rate to estimate from).
+    pub fn estimated_wait_millis(&self, now_secs: u64, ahead: u64, buckets: u64) -> Option<u64> {
+        let rate = self.per_second(now_secs)? / buckets.max(1) as f64;
+        (rate > 0.0).then(|| ((ahead + 1) as f64 * 1000.0 / rate).ceil() as u64)
+    }
+
     /// The `Retry-After` for a request with `ahead` requests queued before it in a bucket that
     /// gets one `buckets`-th of the group's drain (the group's buckets with waiters share it):
     /// the time that takes at the measured rate, bounded 1..=60 s. Before the group ever
@@ -209,6 +230,37 @@ impl DrainRate {
             Some(_) => Self::WINDOW_SECS,
         };
         secs.clamp(1, 60)
+    }
+}
+
+/// Queue waits counted by bucket, each bucket with the sum of its waits, so the metrics endpoint
+/// renders a Prometheus histogram whose bucket counts and sum are exact
+/// ([`WaitHistogram::buckets`]). Relaxed atomics: independent tallies, read only for reporting.
+#[derive(Debug, Default)]
+pub struct WaitHistogram {
+    /// Per bucket of [`WaitHistogram::BOUNDS_MILLIS`], then one for waits above the last bound:
+    /// the number of waits and their sum in milliseconds.
+    slots: [(Counter, Counter); WaitHistogram::BOUNDS_MILLIS.len() + 1],
+}
+
+impl WaitHistogram {
+    /// The upper bounds of the buckets, in milliseconds: from a wait barely noticed (5 ms) to
+    /// the longest a client usually waits before timing out (60 s), about ×2.5 apart.
+    pub const BOUNDS_MILLIS: [u64; 13] = [
+        5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000,
+    ];
+
+    /// Records one wait of `millis`.
+    pub fn record_millis(&self, millis: u64) {
+        let i = Self::BOUNDS_MILLIS.partition_point(|b| *b < millis);
+        self.slots[i].0.inc();
+        self.slots[i].1.add(millis);
+    }
+
+    /// Per bucket (the bounds, then the overflow): the number of waits and their sum in
+    /// milliseconds.
+    pub fn buckets(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.slots.iter().map(|(n, sum)| (n.get(), sum.get()))
     }
 }
 
@@ -281,6 +333,10 @@ impl GroupStats {
             "total_shared_pushes_received": self.total_shared_pushes_received.get(),
             "total_shared_pushes_sent": self.total_shared_pushes_sent.get(),
             "shared_leases_owned": self.shared_leases_owned.get(),
+            "total_would_queue_wait_millis": self.total_would_queue_wait_millis.get(),
+            "max_would_queue_wait_millis": self.max_would_queue_wait_millis.get(),
+            "total_would_reject": self.total_would_reject.get(),
+            "total_would_cancel": self.total_would_cancel.get(),
             "executing": self.executing(),
             "peak_executing": self.peak_executing.get(),
             "cpu": resource(&self.cpu),
@@ -320,6 +376,35 @@ mod tests {
         // Slots older than the window no longer count: nothing drained for a whole window.
         assert_eq!(d.per_second(200), Some(0.0));
         assert_eq!(d.retry_after_secs(200, 0, 1), DrainRate::WINDOW_SECS);
+    }
+
+    #[test]
+    fn test_estimated_wait_follows_the_drain_rate_and_needs_one() {
+        let d = DrainRate::default();
+        assert_eq!(d.estimated_wait_millis(100, 3, 1), None);
+        for s in 91..=100 {
+            d.record(s);
+            d.record(s);
+        }
+        // 2 per second: 3 ahead and itself → 2 s; two buckets share the drain → 4 s.
+        assert_eq!(d.estimated_wait_millis(100, 3, 1), Some(2000));
+        assert_eq!(d.estimated_wait_millis(100, 3, 2), Some(4000));
+        // Nothing drained for a whole window: no rate to estimate from.
+        assert_eq!(d.estimated_wait_millis(200, 3, 1), None);
+    }
+
+    #[test]
+    fn test_wait_histogram_puts_each_wait_in_the_first_bucket_that_holds_it() {
+        let h = super::WaitHistogram::default();
+        for ms in [0, 5, 6, 60_000, 60_001, 90_000] {
+            h.record_millis(ms);
+        }
+        let b: Vec<(u64, u64)> = h.buckets().collect();
+        assert_eq!(b[0], (2, 5)); // 0 and 5 are <= 5
+        assert_eq!(b[1], (1, 6));
+        assert_eq!(b[12], (1, 60_000));
+        assert_eq!(b[13], (2, 150_001));
+        assert_eq!(b.iter().map(|x| x.0).sum::<u64>(), 6);
     }
 
     #[test]

@@ -243,7 +243,7 @@ async fn test_leaving_enabled_mode_releases_every_backlog() {
 }
 
 /// Cancels group `id`'s running (not queued) search tasks, one by one.
-async fn cancel_running(node: &TestNode, id: &str) {
+pub(crate) async fn cancel_running(node: &TestNode, id: &str) {
     for (task, queued) in tasks_of(node, id).await {
         if !queued {
             let r = node

@@ -365,11 +365,16 @@ pub async fn heavy_index(node: &TestNode) {
 
 /// Builds the heavy index sending `headers` (credentials on nodes that authenticate).
 pub async fn heavy_index_as(node: &TestNode, headers: &[(&str, &str)]) {
+    heavy_index_at(&node.client, &node.base, headers).await;
+}
+
+/// Builds the heavy index on the node at `base` (`http://host:port`), e.g. a `sluice serve`
+/// process, sending `headers`.
+pub async fn heavy_index_at(client: &reqwest::Client, base: &str, headers: &[(&str, &str)]) {
     let mapping =
         json!({"mappings": {"properties": {"k": {"type": "keyword"}, "n": {"type": "long"}}}});
-    let mut rb = node
-        .client
-        .put(node.url("/heavy"))
+    let mut rb = client
+        .put(format!("{base}/heavy"))
         .header("content-type", "application/json")
         .body(mapping.to_string());
     for (k, v) in headers {
@@ -382,9 +387,8 @@ pub async fn heavy_index_as(node: &TestNode, headers: &[(&str, &str)]) {
         body.push_str("{\"index\":{}}\n");
         body.push_str(&format!("{{\"k\":\"key-{i:08}\",\"n\":{i}}}\n"));
     }
-    let mut rb = node
-        .client
-        .post(node.url("/heavy/_bulk?refresh=true"))
+    let mut rb = client
+        .post(format!("{base}/heavy/_bulk?refresh=true"))
         .header("content-type", "application/x-ndjson")
         .body(body);
     for (k, v) in headers {

@@ -1,0 +1,133 @@
+// The sluice dashboard: polls /_sluice/dashboard/data once a second and renders it. Rates are
+// computed here from the polls of the last RATE_WINDOW_MS, so the node keeps no per-viewer
+// state.
+"use strict";
+
+const POLL_MS = 1000;
+// Rates are averaged over this long: a heavy search takes seconds, so a one-second rate would
+// flicker between 0 and a burst.
+const RATE_WINDOW_MS = 10000;
+const COUNTERS = ["completions", "throttled", "rejections", "cancellations", "queued",
+  "would_throttle", "would_queue", "would_reject", "would_cancel"];
+let history = [];   // [{ at, groups: Map(id -> counters) }], oldest first, within the window
+let sortKey = "name";
+
+function esc(s) {
+  return String(s).replace(/[&<>"']/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;", "'": "&#39;" }[c]));
+}
+
+function pct(x) {
+  if (x == null) return "–";
+  const p = x * 100;
+  return (p === 0 ? "0" : p < 0.1 ? p.toFixed(2) : p < 10 ? p.toFixed(1) : p.toFixed(0)) + "%";
+}
+
+function bar(value, limit) {
+  if (limit == null) return "";
+  const scale = Math.max(limit || 0, value, 0.0001);
+  const fill = Math.min(100, value / scale * 100);
+  const mark = limit ? `<b style="left:${Math.min(100, limit / scale * 100)}%"></b>` : "";
+  return `<span class="bar"><i class="${limit && value > limit ? "over" : ""}" style="width:${fill}%"></i>${mark}</span>`;
+}
+
+// The per-second rate of counter `key` of group `g` since the oldest poll of the window that
+// knew the group.
+function rate(g, key, at) {
+  const oldest = history.find(h => h.groups.has(g.id));
+  if (!oldest || at <= oldest.at) return 0;
+  return Math.max(0, g.counters[key] - oldest.groups.get(g.id)[key]) / ((at - oldest.at) / 1000);
+}
+
+function fmtRate(r) { return r === 0 ? "0" : r < 10 ? r.toFixed(1) : r.toFixed(0); }
+
+function fmtMillis(ms) {
+  if (ms < 1000) return ms + " ms";
+  if (ms < 60000) return (ms / 1000).toFixed(1) + " s";
+  return (ms / 60000).toFixed(1) + " min";
+}
+
+function renderNode(n) {
+  document.getElementById("node-name").textContent = `${n.name} (${n.id}) · cluster ${n.cluster_name}`;
+  const card = (label, value, cls = "") =>
+    `<div class="card ${cls}"><div class="label">${esc(label)}</div><div class="value">${value}</div></div>`;
+  document.getElementById("node").innerHTML = [
+    card("wlm mode", esc(n.mode)),
+    card("node duress", n.in_duress ? "IN DURESS" : "no", n.in_duress ? "duress" : ""),
+    card("cpu", `${pct(n.usage.cpu)}${n.duress.cpu ? " · duress" : ""}`, n.duress.cpu ? "duress" : ""),
+    card("memory", `${pct(n.usage.memory)}${n.duress.memory ? " · duress" : ""}`, n.duress.memory ? "duress" : ""),
+    card("search pool", `${n.search_pool.active}/${n.search_pool.threads} active · ${n.search_pool.queued} queued`),
+    card("pool rejected", n.search_pool.rejected),
+    card("tasks running", n.tasks_running),
+  ].join("");
+}
+
+function renderGroups(groups, at) {
+  const filter = document.getElementById("filter").value.trim().toLowerCase();
+  const onlyActive = document.getElementById("only-active").checked;
+  const rows = groups.map(g => {
+    const r = {};
+    for (const k of COUNTERS) r[k] = rate(g, k, at);
+    return { g, r };
+  }).filter(({ g, r }) =>
+    (!filter || g.id.toLowerCase().includes(filter) || g.name.toLowerCase().includes(filter)) &&
+    (!onlyActive || g.in_flight > 0 || g.queue_depth > 0 || COUNTERS.some(k => r[k] > 0)));
+  const key = sortKey;
+  rows.sort((a, b) => {
+    if (key === "name") return a.g.name.localeCompare(b.g.name);
+    if (key === "in_flight" || key === "queue_depth") return b.g[key] - a.g[key];
+    return b.r[key] - a.r[key] || a.g.name.localeCompare(b.g.name);
+  });
+  const cell = (g, r, k, cls) =>
+    `<td class="${cls} ${k}${r[k] > 0 && k !== "completions" ? " hot" : ""}" title="${fmtRate(r[k])} per second over the last ${RATE_WINDOW_MS / 1000} s, ${g.counters[k]} since the node started" data-total="${g.counters[k]}">${fmtRate(r[k])}<small>${g.counters[k]}</small></td>`;
+  document.querySelector("#groups tbody").innerHTML = rows.map(({ g, r }) => `
+    <tr data-group-id="${esc(g.id)}">
+      <td class="name" title="${esc(g.id)}">${esc(g.name)}${g.warning ? ` <span class="muted" title="${esc(g.warning)}">⚠</span>` : ""}</td>
+      <td>${esc(g.resiliency_mode || "–")}</td>
+      <td class="in_flight">${bar(g.in_flight, g.node_limit)}${g.in_flight} / ${g.node_limit ?? "–"}</td>
+      <td class="queue_depth">${g.queue_depth}</td>
+      <td>${bar(g.usage.cpu, g.limits.cpu)}${pct(g.usage.cpu)} / ${pct(g.limits.cpu)}</td>
+      <td>${bar(g.usage.memory, g.limits.memory)}${pct(g.usage.memory)} / ${pct(g.limits.memory)}</td>
+      ${cell(g, r, "completions", "actual")}${cell(g, r, "throttled", "actual")}${cell(g, r, "rejections", "actual")}${cell(g, r, "cancellations", "actual")}${cell(g, r, "queued", "actual")}
+      ${cell(g, r, "would_throttle", "dry")}${cell(g, r, "would_queue", "dry")}
+      <td class="dry would_wait" title="estimated from the group's drain rate">${g.counters.would_queue ? fmtMillis(Math.round(g.would_queue_wait_millis / g.counters.would_queue)) + " avg" : "–"}</td>
+      ${cell(g, r, "would_reject", "dry")}${cell(g, r, "would_cancel", "dry")}
+    </tr>`).join("");
+  document.getElementById("group-count").textContent = `(${rows.length} of ${groups.length})`;
+}
+
+function renderTasks(tasks, groups) {
+  const names = new Map(groups.map(g => [g.id, g.name]));
+  document.querySelector("#tasks tbody").innerHTML = tasks.length === 0
+    ? `<tr><td colspan="5" class="muted">no task running</td></tr>`
+    : tasks.map(t => `<tr><td>${esc(t.id)}${t.cancelled ? " (cancelled)" : ""}</td><td title="${esc(t.group || "")}">${esc(names.get(t.group) || t.group || "–")}</td>
+      <td>${esc(t.action)}</td><td>${fmtMillis(t.running_millis)}</td><td>${esc(t.description).slice(0, 160)}</td></tr>`).join("");
+}
+
+async function poll() {
+  const status = document.getElementById("status");
+  try {
+    const resp = await fetch("/_sluice/dashboard/data", { cache: "no-store" });
+    if (!resp.ok) throw new Error(`HTTP ${resp.status}: ${(await resp.text()).slice(0, 200)}`);
+    const data = await resp.json();
+    const at = performance.now();
+    history = history.filter(h => at - h.at <= RATE_WINDOW_MS);
+    renderNode(data.node);
+    renderGroups(data.groups, at);
+    renderTasks(data.longest_tasks, data.groups);
+    history.push({ at, groups: new Map(data.groups.map(g => [g.id, g.counters])) });
+    status.className = "status";
+    status.textContent = `updated ${new Date().toLocaleTimeString()}`;
+    document.body.dataset.polls = String(Number(document.body.dataset.polls || 0) + 1);
+  } catch (e) {
+    status.className = "status error";
+    status.textContent = `cannot load the data: ${e.message}`;
+  } finally {
+    setTimeout(poll, POLL_MS);
+  }
+}
+
+document.querySelectorAll("#groups th[data-sort]").forEach(th => th.addEventListener("click", () => {
+  sortKey = th.dataset.sort;
+  document.querySelectorAll("#groups th").forEach(x => x.classList.toggle("sorted", x === th));
+}));
+poll();

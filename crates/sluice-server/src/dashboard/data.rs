@@ -1,0 +1,113 @@
+//! `GET /_sluice/dashboard/data`: what the dashboard shows, as JSON — the node, every group of
+//! this node with its limits and figures, and the longest-running tasks.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use sluice_core::ResourceType;
+
+use crate::auth::Authenticated;
+use crate::error::ApiResult;
+use crate::state::AppState;
+use crate::workload::GroupEntry;
+
+/// The action the data needs an admin role for when authentication is on.
+pub const DASHBOARD_ACTION: &str = "cluster:monitor/sluice/dashboard";
+
+/// How many of the longest-running tasks the dashboard lists: a screenful.
+const LONGEST_TASKS: usize = 10;
+
+pub(super) async fn data(
+    State(st): State<Arc<AppState>>,
+    who: Authenticated,
+) -> ApiResult<Response> {
+    st.auth.authorize_admin(&who, DASHBOARD_ACTION)?;
+    Ok(axum::Json(snapshot(&st)).into_response())
+}
+
+/// The dashboard's figures now.
+pub fn snapshot(st: &AppState) -> Value {
+    let view = st.workload.view();
+    let mut entries: Vec<&Arc<GroupEntry>> = view.groups.values().collect();
+    entries.push(st.workload.default_entry());
+    entries.sort_by(|a, b| a.id.cmp(&b.id));
+    let groups: Vec<Value> = entries.iter().map(|e| group(e)).collect();
+    json!({
+        "node": node(st),
+        "groups": groups,
+        "longest_tasks": longest_tasks(st),
+    })
+}
+
+fn node(st: &AppState) -> Value {
+    let reading = *st.enforcement.last_reading.lock();
+    let (queued, active) = st.search_pool.num_queued_and_active();
+    json!({
+        "id": st.identity.node_id,
+        "name": st.config.node_name,
+        "cluster_name": st.config.cluster_name,
+        "mode": st.cluster_settings.wlm_mode().as_str(),
+        "in_duress": st.enforcement.is_node_in_duress(),
+        "duress": {"cpu": reading.cpu_in_duress, "memory": reading.memory_in_duress},
+        "usage": {"cpu": reading.cpu, "memory": reading.memory},
+        "search_pool": {
+            "threads": st.search_pool.num_threads(),
+            "active": active,
+            "queued": queued,
+            "rejected": st.search_pool.num_rejected(),
+        },
+        "tasks_running": st.tasks.list().len(),
+    })
+}
+
+fn group(e: &GroupEntry) -> Value {
+    let s = &e.stats;
+    let g = e.group.as_ref();
+    let limit = |r: ResourceType| g.and_then(|g| g.resource_limits.get(r));
+    json!({
+        "id": &*e.id,
+        "name": e.name(),
+        "resiliency_mode": g.map(|g| g.resiliency_mode.as_str()),
+        "node_limit": g.and_then(|g| g.throttling.node_limit),
+        "in_flight": s.executing(),
+        "queue_depth": s.queued_current.get(),
+        "usage": {"cpu": s.cpu.current_usage(), "memory": s.memory.current_usage()},
+        "limits": {"cpu": limit(ResourceType::Cpu), "memory": limit(ResourceType::Memory)},
+        "counters": {
+            "completions": s.total_completions.get(),
+            "failures": s.failures.get(),
+            "throttled": s.total_throttled.get(),
+            "rejections": s.total_rejections.get(),
+            "cancellations": s.total_cancellations.get(),
+            "queued": s.total_queued.get(),
+            "queue_rejections": s.total_queue_rejections.get(),
+            "would_throttle": s.total_would_throttle.get(),
+            "would_queue": s.total_would_queue.get(),
+            "would_reject": s.total_would_reject.get(),
+            "would_cancel": s.total_would_cancel.get(),
+        },
+        "would_queue_wait_millis": s.total_would_queue_wait_millis.get(),
+        "warning": e.inactive_throttle,
+    })
+}
+
+fn longest_tasks(st: &AppState) -> Vec<Value> {
+    let mut tasks = st.tasks.list();
+    tasks.sort_by_key(|t| t.started);
+    tasks
+        .iter()
+        .take(LONGEST_TASKS)
+        .map(|t| {
+            json!({
+                "id": format!("{}:{}", st.tasks.node_id(), t.seq),
+                "action": t.action,
+                "description": t.description,
+                "group": t.group().map(|g| g.id.to_string()),
+                "running_millis": u64::try_from(t.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                "cancelled": t.is_cancelled(),
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,166 @@
+//! Prometheus metrics of the node (issue #16): `GET /_prometheus/metrics` in the Prometheus text
+//! format, written by `metrics-exporter-prometheus`.
+//!
+//! - [`NodeMetrics`] (in [`crate::state::AppState`]): the node's own recorder of events that
+//!   happen once and are not kept anywhere else — HTTP requests by method, route and status,
+//!   and their latency histogram — fed by [`route::track_http`].
+//! - [`snapshot`]: the figures the node already keeps (each group's [`crate::workload::GroupStats`],
+//!   duress, the search pool, the running tasks), written into a fresh recorder at every scrape.
+//! - [`route`]: the endpoint (admin role when authentication is on) and the HTTP middleware.
+//! - [`names`]: every metric name, label and help text.
+//!
+//! # Decisions
+//! - No global recorder: each node records into its own [`PrometheusRecorder`], through the
+//!   recorder's methods rather than the `metrics` macros, so the nodes one process runs (the
+//!   in-process test clusters) never mix their values, and nothing depends on which node
+//!   installed a global first.
+//! - Figures the node already counts are rendered from its own stats at scrape time instead of
+//!   being counted twice: `_wlm/stats` and the metrics cannot disagree, a deleted group's series
+//!   disappear with it, and the request path does no metrics work for them. The two renders are
+//!   concatenated; their metric names are disjoint.
+//! - Each node answers for itself (Prometheus scrapes every node, which adds the `instance`
+//!   label), as OpenSearch's exporter does for node figures; `_wlm/stats` stays the cluster-wide
+//!   JSON view.
+//! - Histograms have explicit buckets (never summaries). The queue wait histogram is kept by the
+//!   group ([`crate::workload::stats::WaitHistogram`]) with a count and a sum per bucket, and
+//!   written at scrape time as each bucket's count at its mean: the bucket counts and the sum are
+//!   exact. The price: the exporter takes those observations one by one, so a scrape costs one
+//!   sample per queue wait since the node started (a known cost, not measured yet).
+
+pub mod names;
+pub mod route;
+pub mod snapshot;
+
+use std::time::Duration;
+
+use metrics::{Key, Label, Level, Metadata, Recorder, SharedString};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
+
+use names::Described;
+
+/// The metadata the recorder asks for (it does not filter on it).
+const METADATA: Metadata<'static> = Metadata::new("sluice", Level::INFO, None);
+
+/// The upper bounds of the HTTP latency buckets, in seconds: from a cached count (1 ms) to the
+/// longest search a client usually waits for (30 s), about ×2.5 apart.
+const HTTP_BUCKETS_SECONDS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// The node's recorder of HTTP requests (see the module docs).
+pub struct NodeMetrics {
+    events: PrometheusRecorder,
+}
+
+impl std::fmt::Debug for NodeMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeMetrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for NodeMetrics {
+    fn default() -> Self {
+        NodeMetrics::new()
+    }
+}
+
+impl NodeMetrics {
+    /// A recorder with no values yet.
+    pub fn new() -> NodeMetrics {
+        let events = with_buckets(
+            PrometheusBuilder::new(),
+            names::HTTP_REQUEST_DURATION.0,
+            &HTTP_BUCKETS_SECONDS,
+        )
+        .build_recorder();
+        let sink = Sink(&events);
+        sink.describe_counter(names::HTTP_REQUESTS);
+        sink.describe_histogram(names::HTTP_REQUEST_DURATION);
+        NodeMetrics { events }
+    }
+
+    /// Records one answered HTTP request.
+    pub fn record_http(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+        let labels = |status: Option<u16>| {
+            let mut l = vec![
+                Label::new(names::METHOD, method.to_string()),
+                Label::new(names::ROUTE, route.to_string()),
+            ];
+            if let Some(s) = status {
+                l.push(Label::new(names::STATUS, s.to_string()));
+            }
+            l
+        };
+        self.events
+            .register_counter(
+                &Key::from_parts(names::HTTP_REQUESTS.0, labels(Some(status))),
+                &METADATA,
+            )
+            .increment(1);
+        self.events
+            .register_histogram(
+                &Key::from_parts(names::HTTP_REQUEST_DURATION.0, labels(None)),
+                &METADATA,
+            )
+            .record(elapsed.as_secs_f64());
+    }
+
+    /// The node's metrics in the Prometheus text format: the recorded events, then the
+    /// figures of `st` now.
+    pub fn render(&self, st: &crate::state::AppState) -> String {
+        let mut text = self.events.handle().render();
+        text.push_str(&snapshot::render(st));
+        text
+    }
+}
+
+/// `builder` with explicit buckets for the histogram `name`.
+fn with_buckets(builder: PrometheusBuilder, name: &str, bounds: &[f64]) -> PrometheusBuilder {
+    // Only an empty bounds list is an error, and every caller passes a constant non-empty one;
+    // were it empty, the histogram would be written as a summary rather than the node panic.
+    debug_assert!(!bounds.is_empty(), "histogram buckets of {name}");
+    builder
+        .set_buckets_for_metric(Matcher::Full(name.to_string()), bounds)
+        .unwrap_or_else(|_| PrometheusBuilder::new())
+}
+
+/// Writes values into a recorder by name, labels and help text.
+struct Sink<'r>(&'r PrometheusRecorder);
+
+impl Sink<'_> {
+    fn describe_counter(&self, (name, help): Described) {
+        self.0
+            .describe_counter(name.into(), None, SharedString::const_str(help));
+    }
+
+    fn describe_gauge(&self, (name, help): Described) {
+        self.0
+            .describe_gauge(name.into(), None, SharedString::const_str(help));
+    }
+
+    fn describe_histogram(&self, (name, help): Described) {
+        self.0
+            .describe_histogram(name.into(), None, SharedString::const_str(help));
+    }
+
+    /// Sets the counter `name{labels}` to `value`.
+    fn counter(&self, name: Described, labels: &[Label], value: u64) {
+        self.0
+            .register_counter(&Key::from_parts(name.0, labels.to_vec()), &METADATA)
+            .absolute(value);
+    }
+
+    /// Sets the gauge `name{labels}` to `value`.
+    fn gauge(&self, name: Described, labels: &[Label], value: f64) {
+        self.0
+            .register_gauge(&Key::from_parts(name.0, labels.to_vec()), &METADATA)
+            .set(value);
+    }
+
+    /// Records `count` observations of `value` into the histogram `name{labels}`.
+    fn observe(&self, name: Described, labels: &[Label], value: f64, count: u64) {
+        self.0
+            .register_histogram(&Key::from_parts(name.0, labels.to_vec()), &METADATA)
+            .record_many(value, usize::try_from(count).unwrap_or(usize::MAX));
+    }
+}

@@ -1,0 +1,59 @@
+//! `GET /_prometheus/metrics` (the path of OpenSearch's prometheus-exporter plugin) and the
+//! middleware that counts HTTP requests into the node's [`super::NodeMetrics`].
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use crate::auth::Authenticated;
+use crate::error::ApiResult;
+use crate::state::AppState;
+
+/// The action the endpoint needs an admin role for when authentication is on: the figures name
+/// every group and the node's load.
+pub const METRICS_ACTION: &str = "cluster:monitor/prometheus/metrics";
+
+/// The Prometheus text exposition format's content type.
+const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The route label of a request that matched no route (bounded, unlike its path).
+const UNMATCHED_ROUTE: &str = "unmatched";
+
+/// The routes of this module.
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new().route("/_prometheus/metrics", get(scrape))
+}
+
+async fn scrape(State(st): State<Arc<AppState>>, who: Authenticated) -> ApiResult<Response> {
+    st.auth.authorize_admin(&who, METRICS_ACTION)?;
+    let text = st.metrics.render(&st);
+    Ok((StatusCode::OK, [(header::CONTENT_TYPE, TEXT_FORMAT)], text).into_response())
+}
+
+/// Counts the request in `sluice_http_requests_total` and its time to response headers in
+/// `sluice_http_request_duration_seconds`, labelled with the route pattern it matched.
+///
+/// # Cancel safety
+/// A request whose connection closes before the response is not counted.
+pub async fn track_http(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| UNMATCHED_ROUTE.to_string(), |p| p.as_str().to_string());
+    let resp = next.run(req).await;
+    st.metrics.record_http(
+        method.as_str(),
+        &route,
+        resp.status().as_u16(),
+        started.elapsed(),
+    );
+    resp
+}

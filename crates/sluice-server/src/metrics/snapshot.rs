@@ -1,0 +1,159 @@
+//! The figures the node already keeps, written into a fresh recorder at every scrape (see the
+//! [module docs](super)): per group its counters, queue, in-flight tasks, usage and limits,
+//! and the dry-run figures; per node duress, usage, the search pool and the running tasks.
+
+use metrics::Label;
+use metrics_exporter_prometheus::PrometheusBuilder;
+use sluice_core::ResourceType;
+
+use super::names::{self, Described};
+use super::{Sink, with_buckets};
+use crate::state::AppState;
+use crate::workload::GroupEntry;
+use crate::workload::stats::WaitHistogram;
+
+/// Milliseconds per second, for the figures kept in milliseconds and exposed in seconds.
+const MILLIS_PER_SEC: f64 = 1000.0;
+
+/// Reads one counter of a group's stats.
+type ReadCounter = fn(&crate::workload::GroupStats) -> u64;
+
+/// The per-group counters and the stats field each reads.
+const GROUP_COUNTERS: [(Described, ReadCounter); 12] = [
+    (names::GROUP_COMPLETIONS, |s| s.total_completions.get()),
+    (names::GROUP_FAILURES, |s| s.failures.get()),
+    (names::GROUP_REJECTIONS, |s| s.total_rejections.get()),
+    (names::GROUP_CANCELLATIONS, |s| s.total_cancellations.get()),
+    (names::GROUP_THROTTLED, |s| s.total_throttled.get()),
+    (names::GROUP_QUEUED, |s| s.total_queued.get()),
+    (names::GROUP_QUEUE_REJECTIONS, |s| {
+        s.total_queue_rejections.get()
+    }),
+    (names::GROUP_WOULD_THROTTLE, |s| {
+        s.total_would_throttle.get()
+    }),
+    (names::GROUP_WOULD_QUEUE, |s| s.total_would_queue.get()),
+    (names::GROUP_WOULD_REJECT, |s| s.total_would_reject.get()),
+    (names::GROUP_WOULD_CANCEL, |s| s.total_would_cancel.get()),
+    (names::GROUP_UNKNOWN_TAGS, |s| {
+        s.total_unknown_group_tags.get()
+    }),
+];
+
+/// The node's figures now, in the Prometheus text format.
+pub fn render(st: &AppState) -> String {
+    let bounds: Vec<f64> = WaitHistogram::BOUNDS_MILLIS
+        .iter()
+        .map(|ms| *ms as f64 / MILLIS_PER_SEC)
+        .collect();
+    let recorder =
+        with_buckets(PrometheusBuilder::new(), names::GROUP_QUEUE_WAIT.0, &bounds).build_recorder();
+    let sink = Sink(&recorder);
+    describe(&sink);
+    let view = st.workload.view();
+    let mut groups: Vec<&std::sync::Arc<GroupEntry>> = view.groups.values().collect();
+    groups.push(st.workload.default_entry());
+    groups.sort_by(|a, b| a.id.cmp(&b.id));
+    for entry in groups {
+        group(&sink, entry);
+    }
+    node(&sink, st);
+    recorder.handle().render()
+}
+
+/// Help texts for every family this render writes.
+fn describe(sink: &Sink<'_>) {
+    for (name, _) in GROUP_COUNTERS {
+        sink.describe_counter(name);
+    }
+    sink.describe_counter(names::POOL_REJECTED);
+    for name in [
+        names::GROUP_QUEUE_DEPTH,
+        names::GROUP_WOULD_QUEUE_WAIT,
+        names::GROUP_IN_FLIGHT,
+        names::GROUP_NODE_LIMIT,
+        names::GROUP_USAGE,
+        names::GROUP_LIMIT,
+        names::NODE_DURESS,
+        names::NODE_USAGE,
+        names::POOL_THREADS,
+        names::POOL_ACTIVE,
+        names::POOL_QUEUED,
+        names::TASKS_RUNNING,
+    ] {
+        sink.describe_gauge(name);
+    }
+    sink.describe_histogram(names::GROUP_QUEUE_WAIT);
+}
+
+/// One group's figures, labelled with its id and name.
+fn group(sink: &Sink<'_>, entry: &GroupEntry) {
+    let s = &entry.stats;
+    let labels = [
+        Label::new(names::GROUP_ID, entry.id.to_string()),
+        Label::new(names::GROUP_NAME, entry.name().to_string()),
+    ];
+    for (name, read) in GROUP_COUNTERS {
+        if name == names::GROUP_UNKNOWN_TAGS && !entry.is_default() {
+            continue;
+        }
+        sink.counter(name, &labels, read(s));
+    }
+    sink.gauge(
+        names::GROUP_WOULD_QUEUE_WAIT,
+        &labels,
+        s.total_would_queue_wait_millis.get() as f64 / MILLIS_PER_SEC,
+    );
+    sink.gauge(
+        names::GROUP_QUEUE_DEPTH,
+        &labels,
+        s.queued_current.get() as f64,
+    );
+    sink.gauge(names::GROUP_IN_FLIGHT, &labels, s.executing() as f64);
+    for (count, sum_millis) in s.queue_wait.buckets() {
+        if count > 0 {
+            let mean = sum_millis as f64 / count as f64 / MILLIS_PER_SEC;
+            sink.observe(names::GROUP_QUEUE_WAIT, &labels, mean, count);
+        }
+    }
+    let group = entry.group.as_ref();
+    if let Some(limit) = group.and_then(|g| g.throttling.node_limit) {
+        sink.gauge(names::GROUP_NODE_LIMIT, &labels, limit as f64);
+    }
+    for r in ResourceType::ALL {
+        let with_resource = |labels: &[Label]| {
+            let mut l = labels.to_vec();
+            l.push(Label::new(names::RESOURCE, r.as_str()));
+            l
+        };
+        let l = with_resource(&labels);
+        sink.gauge(names::GROUP_USAGE, &l, s.resource(r).current_usage());
+        if let Some(limit) = group.and_then(|g| g.resource_limits.get(r)) {
+            sink.gauge(names::GROUP_LIMIT, &l, limit);
+        }
+    }
+}
+
+/// The node's own figures.
+fn node(sink: &Sink<'_>, st: &AppState) {
+    let reading = *st.enforcement.last_reading.lock();
+    for (r, usage, duress) in [
+        (ResourceType::Cpu, reading.cpu, reading.cpu_in_duress),
+        (
+            ResourceType::Memory,
+            reading.memory,
+            reading.memory_in_duress,
+        ),
+    ] {
+        let l = [Label::new(names::RESOURCE, r.as_str())];
+        sink.gauge(names::NODE_DURESS, &l, if duress { 1.0 } else { 0.0 });
+        sink.gauge(names::NODE_USAGE, &l, usage);
+    }
+    let pool = &st.search_pool;
+    let (queued, active) = pool.num_queued_and_active();
+    sink.gauge(names::POOL_THREADS, &[], pool.num_threads() as f64);
+    sink.gauge(names::POOL_ACTIVE, &[], active as f64);
+    sink.gauge(names::POOL_QUEUED, &[], queued as f64);
+    sink.counter(names::POOL_REJECTED, &[], pool.num_rejected());
+    sink.gauge(names::TASKS_RUNNING, &[], st.tasks.list().len() as f64);
+}

@@ -1,0 +1,460 @@
+//! The dashboard in a real browser (issue #16): headless Chromium (Debian's `chromium`), driven
+//! over WebDriver by Debian's `chromedriver` with plain HTTP calls; `.ci/run` installs both.
+//! The page loads, shows a hundred groups, a group created through the API after it loaded
+//! appears, and its counters move under a noisy-neighbour load. With
+//! `SLUICE_DASHBOARD_SCREENSHOT=<path.png>` the test saves a screenshot of the page under that
+//! load (the README's `docs/dashboard.png`).
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use crate::common::TestNode;
+use crate::throttling::{create_group, node_in_mode};
+
+/// How long the test waits for the browser or the page before failing: Chromium's start and a
+/// few polls, on a slow, shared machine.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// The flags Chromium needs here: no sandbox (tests run as root), no GPU, and none of the
+/// background connections a closed network refuses.
+const CHROMIUM_ARGS: [&str; 9] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1800,1000",
+];
+
+/// A chromedriver process and one browser session; both end when it is dropped.
+struct Browser {
+    driver: Child,
+    base: String,
+    session: String,
+    http: reqwest::Client,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    async fn start() -> Browser {
+        let port = {
+            let l = TcpListener::bind("127.0.0.1:0").expect("free port");
+            l.local_addr().expect("addr").port()
+        };
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect(
+                "chromedriver runs (Debian packages `chromium` and `chromium-driver`; .ci/run \
+                 installs them)",
+            );
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let ready = http.get(format!("{base}/status")).send().await;
+            if let Ok(r) = ready
+                && let Ok(v) = r.json::<Value>().await
+                && v["value"]["ready"] == true
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "chromedriver never became ready");
+            tokio::task::yield_now().await;
+        }
+        let profile = tempfile::tempdir().expect("profile dir");
+        let mut args: Vec<String> = CHROMIUM_ARGS.iter().map(|s| s.to_string()).collect();
+        args.push(format!("--user-data-dir={}", profile.path().display()));
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": args}
+        }}});
+        let r: Value = http
+            .post(format!("{base}/session"))
+            .json(&caps)
+            .send()
+            .await
+            .expect("session request")
+            .json()
+            .await
+            .expect("session answer");
+        let session = r["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no browser session: {r}"))
+            .to_string();
+        Browser {
+            driver,
+            base,
+            session,
+            http,
+            _profile: profile,
+        }
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let url = format!("{}/session/{}{path}", self.base, self.session);
+        let mut rb = self.http.request(method, url);
+        if let Some(b) = body {
+            rb = rb.json(&b);
+        }
+        let v: Value = rb.send().await.expect("sent").json().await.expect("json");
+        v["value"].clone()
+    }
+
+    async fn goto(&self, url: &str) {
+        self.call(reqwest::Method::POST, "/url", Some(json!({"url": url})))
+            .await;
+    }
+
+    /// Runs `script` (a function body; `arguments` holds `args`) in the page; its result.
+    async fn eval(&self, script: &str, args: Value) -> Value {
+        self.call(
+            reqwest::Method::POST,
+            "/execute/sync",
+            Some(json!({"script": script, "args": args})),
+        )
+        .await
+    }
+
+    /// Evaluates `script` until `done` holds for its result; returns the result.
+    async fn wait_for(
+        &self,
+        what: &str,
+        script: &str,
+        args: Value,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let v = self.eval(script, args.clone()).await;
+            if done(&v) {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting until {what}: {v}"
+            );
+            tokio::task::yield_now().await;
+        }
+    }
+
+    async fn screenshot(&self) -> Vec<u8> {
+        let v = self.call(reqwest::Method::GET, "/screenshot", None).await;
+        base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().expect("base64 PNG"))
+            .expect("PNG")
+    }
+}
+
+impl Browser {
+    /// Ends the session, which closes its Chromium (killing the driver alone would leave the
+    /// browser running), then the driver. Async, so that the node under test (on this test's
+    /// runtime) keeps answering the page while the browser closes.
+    async fn quit(self) {
+        let _ = self
+            .http
+            .delete(format!("{}/session/{}", self.base, self.session))
+            .send()
+            .await;
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // After `quit`, or when a test fails (its Chromium may then outlive it).
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// The figure `data-total` of cell `column` in the row of group `id`, or null.
+const CELL_TOTAL: &str = "const c = document.querySelector(`tr[data-group-id=\"${arguments[0]}\"] td.${arguments[1]}`); \
+     return c ? Number(c.dataset.total) : null;";
+
+/// Sends `body` to `path` tagged with `group` until `stop`.
+fn load(
+    node: &TestNode,
+    path: &str,
+    body: Value,
+    group: &str,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    let (client, url, group) = (node.client.clone(), node.url(path), group.to_string());
+    tokio::spawn(async move {
+        while !stop.load(Ordering::Relaxed) {
+            let sent = client
+                .post(&url)
+                .header("content-type", "application/json")
+                .header("workloadGroupId", &group)
+                .body(body.to_string())
+                .send()
+                .await;
+            if let Ok(r) = sent {
+                let _ = r.bytes().await;
+            }
+        }
+    })
+}
+
+#[tokio::test]
+async fn test_dashboard_shows_a_new_group_and_its_counters_moving_in_a_browser() {
+    let node = node_in_mode("enabled", &[]).await;
+    // A hundred groups, the most a node allows: 97 quiet tenants here, three busy ones below.
+    // The page must stay usable with that many. The tenants' shares are small, so that the
+    // groups' cpu limits still add up to at most the whole node.
+    for i in 0..97 {
+        create_group(
+            &node,
+            json!({"name": format!("tenant-{i:03}"), "resiliency_mode": "soft",
+                   "resource_limits": {"cpu": 0.0004}}),
+        )
+        .await;
+    }
+    let browser = Browser::start().await;
+    browser.goto(&node.url("/_sluice/dashboard")).await;
+    browser
+        .wait_for(
+            "the page lists DEFAULT and the 97 tenants",
+            "return document.querySelectorAll('#groups tbody tr').length;",
+            json!([]),
+            |v| v.as_u64() == Some(98),
+        )
+        .await;
+    let title = browser.eval("return document.title;", json!([])).await;
+    assert_eq!(title, "sluice dashboard");
+
+    // Groups created through the API after the page loaded appear at its next polls.
+    let analytics = create_group(
+        &node,
+        json!({"name": "analytics", "resiliency_mode": "enforced",
+               "resource_limits": {"cpu": 0.3},
+               "throttling": {"attribute": "group", "node_limit": 1}}),
+    )
+    .await;
+    let product = create_group(
+        &node,
+        json!({"name": "product", "resiliency_mode": "soft", "resource_limits": {"cpu": 0.6}}),
+    )
+    .await;
+    let reporting = create_group(
+        &node,
+        json!({"name": "reporting", "resiliency_mode": "monitor",
+               "resource_limits": {"cpu": 0.05},
+               "throttling": {"attribute": "group", "node_limit": 1},
+               "queue": {"size_per_bucket": 10}}),
+    )
+    .await;
+    let first = browser
+        .wait_for(
+            "the new group appears",
+            CELL_TOTAL,
+            json!([product, "completions"]),
+            |v| v.is_number(),
+        )
+        .await;
+    browser
+        .wait_for(
+            "the page lists all 101 groups",
+            "return document.querySelectorAll('#groups tbody tr').length;",
+            json!([]),
+            |v| v.as_u64() == Some(101),
+        )
+        .await;
+
+    // The noisy neighbour (the groups of scripts/noisy_neighbour.sh, smaller): analytics
+    // (enforced, cpu 0.3) runs heavy searches from more clients than its node_limit; product
+    // (soft, cpu 0.6) runs cheap ones; reporting, a monitor group, runs both, over its
+    // node_limit and its share, so its dry run moves.
+    let stop = Arc::new(AtomicBool::new(false));
+    let heavy = crate::common::heavy_query;
+    let cheap = || json!({"query": {"match_all": {}}});
+    let clients = vec![
+        load(&node, "/heavy/_search", heavy(), &analytics, stop.clone()),
+        load(&node, "/heavy/_search", heavy(), &analytics, stop.clone()),
+        load(&node, "/heavy/_search", heavy(), &reporting, stop.clone()),
+        load(&node, "/small/_search", cheap(), &reporting, stop.clone()),
+        load(&node, "/small/_search", cheap(), &reporting, stop.clone()),
+        load(&node, "/small/_search", cheap(), &product, stop.clone()),
+        load(&node, "/small/_search", cheap(), &product, stop.clone()),
+    ];
+
+    let first = first.as_f64().unwrap_or(0.0);
+    browser
+        .wait_for(
+            "product's completions move on the page",
+            CELL_TOTAL,
+            json!([product, "completions"]),
+            |v| v.as_f64().is_some_and(|n| n > first),
+        )
+        .await;
+    browser
+        .wait_for(
+            "analytics is throttled, rejected or cancelled on the page",
+            "return ['throttled', 'rejections', 'cancellations'].map(c => \
+                Number(document.querySelector(`tr[data-group-id=\"${arguments[0]}\"] td.${c}`)?.dataset.total ?? 0)) \
+                .reduce((a, b) => a + b, 0);",
+            json!([analytics]),
+            |v| v.as_f64().is_some_and(|n| n > 0.0),
+        )
+        .await;
+    browser
+        .wait_for(
+            "the monitored group's dry run moves on the page",
+            CELL_TOTAL,
+            json!([reporting, "would_throttle"]),
+            |v| v.as_f64().is_some_and(|n| n > 0.0),
+        )
+        .await;
+    // The node card and the longest-running tasks are there too.
+    let tasks = browser
+        .wait_for(
+            "the longest-running tasks list a search",
+            "return Array.from(document.querySelectorAll('#tasks tbody tr')).map(r => r.textContent).join('\\n');",
+            json!([]),
+            |v| v.as_str().is_some_and(|t| t.contains("indices:data/read/search")),
+        )
+        .await;
+    // Listed with their group's name.
+    let tasks = tasks.as_str().unwrap_or_default();
+    assert!(
+        ["analytics", "reporting", "product"]
+            .iter()
+            .any(|name| tasks.contains(name)),
+        "{tasks}"
+    );
+    let node_card = browser
+        .eval(
+            "return document.getElementById('node').textContent;",
+            json!([]),
+        )
+        .await;
+    assert!(
+        node_card.as_str().unwrap().contains("enabled"),
+        "{node_card}"
+    );
+
+    if let Ok(path) = std::env::var("SLUICE_DASHBOARD_SCREENSHOT") {
+        // The whole dry run of reporting on the page, and ten seconds of rates.
+        for counter in ["would_cancel", "would_reject", "would_queue"] {
+            browser
+                .wait_for(
+                    &format!("reporting's {counter} moves on the page"),
+                    CELL_TOTAL,
+                    json!([reporting, counter]),
+                    |v| v.as_f64().is_some_and(|n| n > 0.0),
+                )
+                .await;
+        }
+        let polls = browser
+            .eval("return Number(document.body.dataset.polls);", json!([]))
+            .await
+            .as_u64()
+            .unwrap_or(0);
+        browser
+            .wait_for(
+                "ten more polls",
+                "return Number(document.body.dataset.polls);",
+                json!([]),
+                |v| v.as_u64().is_some_and(|n| n >= polls + 10),
+            )
+            .await;
+        std::fs::write(&path, browser.screenshot().await).expect("screenshot written");
+    }
+    browser.quit().await;
+    stop.store(true, Ordering::Relaxed);
+    let r = node
+        .req(
+            "POST",
+            "/_tasks/_cancel?actions=indices:data/read/search",
+            None,
+        )
+        .await;
+    assert_eq!(r.0, 200, "{}", r.1);
+    for c in clients {
+        c.await.expect("joined");
+    }
+}
+
+#[tokio::test]
+async fn test_dashboard_is_served_from_the_binary_and_its_data_needs_an_admin_role() {
+    let node = TestNode::start_with(&[
+        "auth.type=proxy",
+        "auth.proxy.trusted_addresses=127.0.0.0/8",
+    ])
+    .await;
+    let analyst = [("x-proxy-user", "carol"), ("x-proxy-roles", "analyst")];
+    for (path, content_type, needle) in [
+        (
+            "/_sluice/dashboard",
+            "text/html",
+            "/_sluice/dashboard/app.js",
+        ),
+        (
+            "/_sluice/dashboard/app.js",
+            "text/javascript",
+            "/_sluice/dashboard/data",
+        ),
+        ("/_sluice/dashboard/style.css", "text/css", "table"),
+    ] {
+        let resp = node
+            .client
+            .get(node.url(path))
+            .header(analyst[0].0, analyst[0].1)
+            .header(analyst[1].0, analyst[1].1)
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(resp.status().as_u16(), 200, "{path}");
+        let ct = resp.headers()["content-type"].to_str().unwrap().to_string();
+        assert!(ct.starts_with(content_type), "{path}: {ct}");
+        assert!(resp.text().await.unwrap().contains(needle), "{path}");
+    }
+    let r = node
+        .req_with("GET", "/_sluice/dashboard/data", None, &analyst)
+        .await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(r.body["error"]["type"], "security_exception", "{}", r.body);
+
+    let id = create_group(
+        &node,
+        json!({"name": "analytics", "resiliency_mode": "enforced",
+               "resource_limits": {"cpu": 0.3},
+               "throttling": {"attribute": "group", "node_limit": 2}}),
+    )
+    .await;
+    let r = node
+        .req_with(
+            "GET",
+            "/_sluice/dashboard/data",
+            None,
+            &crate::throttling::ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let groups = r.body["groups"].as_array().expect("groups");
+    assert_eq!(groups.len(), 2, "DEFAULT and analytics: {}", r.body);
+    let g = groups
+        .iter()
+        .find(|g| g["id"] == json!(id))
+        .expect("analytics");
+    assert_eq!(g["name"], "analytics");
+    assert_eq!(g["node_limit"], 2);
+    assert_eq!(g["limits"]["cpu"], 0.3);
+    assert_eq!(g["in_flight"], 0);
+    assert_eq!(g["counters"]["completions"], 0);
+    assert_eq!(g["counters"]["would_cancel"], 0);
+    assert_eq!(r.body["node"]["mode"], "monitor_only", "{}", r.body);
+    assert!(r.body["node"]["search_pool"]["threads"].as_u64() >= Some(1));
+    assert!(r.body["longest_tasks"].is_array());
+}

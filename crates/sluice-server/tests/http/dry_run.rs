@@ -1,0 +1,209 @@
+//! The dry run over HTTP (issue #16): in `monitor_only`, and for `monitor` groups, `_wlm/stats`
+//! and the metrics count what `enabled` would have done — would-queue with the wait it would
+//! have caused, would-reject, would-cancel (each task once) — while every request is admitted
+//! and nothing is cancelled.
+//!
+//! Enforcement passes are run by the test (as the loop's timer would), polling for the effect
+//! with a deadline; no sleeps.
+
+use std::time::{Duration, Instant};
+
+use crate::common::TestNode;
+use crate::metrics::scrape;
+use crate::throttling::{
+    cancel_all, cheap, create_group, node_in_mode, start_heavy, stats_of, wait_running,
+};
+use serde_json::{Value, json};
+
+/// How long a test waits for an effect before failing: many heavy searches and passes, even
+/// on a slow, shared machine.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// Runs one enforcement pass on the node.
+async fn pass(node: &TestNode) {
+    let st = node.state.clone();
+    tokio::task::spawn_blocking(move || sluice_server::enforcement::run_once(&st))
+        .await
+        .expect("pass");
+}
+
+/// Runs passes until the stats of `id` satisfy `done`; returns them.
+async fn passes_until(
+    node: &TestNode,
+    id: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        pass(node).await;
+        let s = stats_of(node, id).await;
+        if done(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting until {what}: {s}"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn test_monitor_only_counts_would_queue_with_the_wait_it_would_have_caused() {
+    would_queue_with_its_wait("monitor_only", "enforced").await;
+}
+
+#[tokio::test]
+async fn test_monitor_group_counts_would_queue_with_the_wait_it_would_have_caused() {
+    would_queue_with_its_wait("enabled", "monitor").await;
+}
+
+/// In `mode`, a group of `resiliency` with a queue, over its node_limit: every request is
+/// admitted, and each breach counts as would-queue with the wait estimated from the group's
+/// drain rate.
+async fn would_queue_with_its_wait(mode: &str, resiliency: &str) {
+    let node = node_in_mode(mode, &[]).await;
+    let id = create_group(
+        &node,
+        json!({"name": "q", "resiliency_mode": resiliency, "resource_limits": {"memory": 0.1},
+               "throttling": {"attribute": "group", "node_limit": 1},
+               "queue": {"size_per_bucket": 5}}),
+    )
+    .await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let heavy = start_heavy(&node, &tag);
+    wait_running(&node, &id, 1).await;
+    // Each breach is admitted; the first has no drain rate to estimate from (nothing completed
+    // yet), the ones after it do.
+    let deadline = Instant::now() + PATIENCE;
+    let s = loop {
+        assert_eq!(cheap(&node, &tag).await.status, 200);
+        let s = stats_of(&node, &id).await;
+        if s["total_would_queue_wait_millis"].as_u64().unwrap() > 0 {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no wait was ever estimated: {s}");
+    };
+    assert!(s["total_would_queue"].as_u64().unwrap() >= 2, "{s}");
+    assert!(
+        s["max_would_queue_wait_millis"].as_u64().unwrap() > 0,
+        "{s}"
+    );
+    assert!(
+        s["max_would_queue_wait_millis"].as_u64().unwrap()
+            <= s["total_would_queue_wait_millis"].as_u64().unwrap(),
+        "{s}"
+    );
+    assert_eq!(s["total_queued"], 0, "{s}");
+    assert_eq!(s["total_throttled"], 0, "{s}");
+
+    let m = scrape(&node).await;
+    let group = [("group_id", id.as_str())];
+    assert_eq!(
+        m.value("sluice_wlm_group_would_queue_total", &group),
+        s["total_would_queue"].as_f64()
+    );
+    assert_eq!(
+        m.value("sluice_wlm_group_would_queue_wait_seconds", &group),
+        Some(s["total_would_queue_wait_millis"].as_f64().unwrap() / 1000.0)
+    );
+    cancel_all(&node, vec![heavy]).await;
+}
+
+#[tokio::test]
+async fn test_monitor_only_counts_would_cancel_once_per_task() {
+    let node = node_in_mode("monitor_only", &[]).await;
+    let id = create_group(
+        &node,
+        json!({"name": "analytics", "resiliency_mode": "enforced",
+               "resource_limits": {"cpu": 0.05}}),
+    )
+    .await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let heavy = start_heavy(&node, &tag);
+    let s = passes_until(&node, &id, "a pass would cancel the heavy search", |s| {
+        s["total_would_cancel"] != 0
+    })
+    .await;
+    assert_eq!(s["total_would_cancel"], 1, "{s}");
+    // Further passes pick the same task again: it is not counted again.
+    for _ in 0..3 {
+        pass(&node).await;
+    }
+    let s = stats_of(&node, &id).await;
+    assert_eq!(s["total_would_cancel"], 1, "{s}");
+    assert_eq!(s["total_cancellations"], 0, "{s}");
+    // Nothing was cancelled: the heavy search completes.
+    assert_eq!(heavy.await.expect("joined"), 200);
+
+    let m = scrape(&node).await;
+    let group = [("group_id", id.as_str())];
+    let s = stats_of(&node, &id).await;
+    assert_eq!(
+        m.value("sluice_wlm_group_would_cancel_total", &group),
+        Some(1.0)
+    );
+    assert_eq!(
+        m.value("sluice_wlm_group_would_reject_total", &group),
+        s["total_would_reject"].as_f64()
+    );
+}
+
+#[tokio::test]
+async fn test_would_reject_is_counted_while_a_group_is_over_its_share() {
+    let node = node_in_mode("monitor_only", &[]).await;
+    let id = create_group(
+        &node,
+        json!({"name": "analytics", "resiliency_mode": "enforced",
+               "resource_limits": {"cpu": 0.05}}),
+    )
+    .await;
+    let tag = [("workloadGroupId", id.as_str())];
+    // Heavy searches one after another keep the group over its share; a cheap request between
+    // two passes that saw it over would have been rejected.
+    let deadline = Instant::now() + PATIENCE;
+    let mut heavies = Vec::new();
+    let s = loop {
+        if heavies
+            .iter()
+            .all(|h: &tokio::task::JoinHandle<u16>| h.is_finished())
+        {
+            heavies.push(start_heavy(&node, &tag));
+        }
+        pass(&node).await;
+        assert_eq!(cheap(&node, &tag).await.status, 200);
+        let s = stats_of(&node, &id).await;
+        if s["total_would_reject"] != 0 {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing would ever be rejected: {s}"
+        );
+    };
+    assert_eq!(s["total_rejections"], 0, "{s}");
+    cancel_all(&node, heavies).await;
+}
+
+#[tokio::test]
+async fn test_monitor_group_in_enabled_mode_counts_what_enforced_would_cancel() {
+    let node = node_in_mode("enabled", &[]).await;
+    let id = create_group(
+        &node,
+        json!({"name": "watched", "resiliency_mode": "monitor",
+               "resource_limits": {"cpu": 0.05}}),
+    )
+    .await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let heavy = start_heavy(&node, &tag);
+    let s = passes_until(
+        &node,
+        &id,
+        "a pass would cancel the monitored search",
+        |s| s["total_would_cancel"] != 0,
+    )
+    .await;
+    assert_eq!(s["total_cancellations"], 0, "{s}");
+    assert_eq!(heavy.await.expect("joined"), 200);
+}

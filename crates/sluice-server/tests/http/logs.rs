@@ -1,0 +1,316 @@
+//! The node's logs over a real `sluice serve` process (issue #16): with `logger.format: json`
+//! every stderr line is a JSON object, and each throttle decision writes one structured INFO
+//! line (group, bucket kind, tier, reason; never the principal's name), rate-limited so that a
+//! flood of 429s writes a burst and then one line a second carrying how many it stands for.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::common;
+use crate::throttling::ADMIN;
+
+/// How long the test waits for the process or an effect before failing: a debug build's start
+/// and the heavy index on a slow, shared machine.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// Requests sent while the group's only permit is held: far more than the burst of lines.
+const FLOOD: usize = 200;
+
+/// A user whose name must never appear in an INFO line.
+const TENANT: &str = "zelda-the-tenant";
+
+/// A `sluice serve` process and every line it wrote to stderr; killed when dropped.
+struct LoggedNode {
+    child: Child,
+    base: String,
+    lines: Arc<Mutex<Vec<String>>>,
+    _data: tempfile::TempDir,
+}
+
+impl LoggedNode {
+    /// Starts `sluice serve` with `-E` `flags` and the default log filter, and waits for its
+    /// HTTP address in its log.
+    async fn spawn(flags: &[&str]) -> LoggedNode {
+        let data = tempfile::tempdir().expect("data dir");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        cmd.arg("serve");
+        let path_data = format!("path.data={}", data.path().display());
+        for f in ["http.port=0", "transport.port=0", path_data.as_str()]
+            .iter()
+            .chain(flags)
+        {
+            cmd.arg("-E").arg(f);
+        }
+        // Every SLUICE_* variable is a setting, and RUST_LOG would change the filter.
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SLUICE_")) {
+            cmd.env_remove(k);
+        }
+        cmd.env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("sluice starts");
+        let stderr = child.stderr.take().expect("stderr");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().expect("lines").push(line);
+            }
+        });
+        let mut node = LoggedNode {
+            child,
+            base: String::new(),
+            lines,
+            _data: data,
+        };
+        let deadline = Instant::now() + PATIENCE;
+        node.base = loop {
+            let found = node.lines().iter().find_map(|l| {
+                let v: Value = serde_json::from_str(l).ok()?;
+                let msg = v["message"].as_str()?;
+                msg.strip_prefix("listening on ").map(str::to_string)
+            });
+            if let Some(base) = found {
+                break base;
+            }
+            if let Ok(Some(status)) = node.child.try_wait() {
+                panic!("sluice exited with {status}:\n{}", node.lines().join("\n"));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sluice did not start:\n{}",
+                node.lines().join("\n")
+            );
+            tokio::task::yield_now().await;
+        };
+        node
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().expect("lines").clone()
+    }
+
+    async fn req(
+        &self,
+        client: &reqwest::Client,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
+        let mut rb = client.request(method, format!("{}{path}", self.base));
+        for (k, v) in headers {
+            rb = rb.header(*k, *v);
+        }
+        if let Some(b) = body {
+            rb = rb
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let resp = rb.send().await.expect("sent");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("body");
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+}
+
+impl Drop for LoggedNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The decision lines of group `id`, parsed.
+fn decisions_of(lines: &[String], id: &str) -> Vec<Value> {
+    lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["target"] == "sluice::decision" && v["group"] == id)
+        .collect()
+}
+
+#[tokio::test]
+async fn test_json_logs_carry_one_rate_limited_line_per_decision_without_the_principal() {
+    use reqwest::Method;
+    let node = LoggedNode::spawn(&[
+        "logger.format=json",
+        "auth.type=proxy",
+        "auth.proxy.trusted_addresses=127.0.0.0/8",
+        "node.memory_budget=1tb",
+    ])
+    .await;
+    let client = reqwest::Client::new();
+    common::heavy_index_at(&client, &node.base, &ADMIN).await;
+    let (s, b) = node
+        .req(
+            &client,
+            Method::PUT,
+            "/small/_doc/1?refresh=true",
+            Some(json!({"k": "a"})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(s, 201, "{b}");
+    let (s, b) = node
+        .req(
+            &client,
+            Method::PUT,
+            "/_cluster/settings",
+            Some(json!({"persistent": {"wlm.workload_group.mode": "enabled"}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = node
+        .req(
+            &client,
+            Method::PUT,
+            "/_wlm/workload_group",
+            Some(json!({"name": "per-user", "resiliency_mode": "enforced",
+                        "resource_limits": {"memory": 0.1},
+                        "throttling": {"attribute": "username", "node_limit": 1}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let id = b["_id"].as_str().expect("_id").to_string();
+    let tenant = [
+        ("x-proxy-user", TENANT),
+        ("x-proxy-roles", "analyst"),
+        ("workloadGroupId", id.as_str()),
+    ];
+
+    // The tenant's heavy search holds the bucket's only permit.
+    let heavy = {
+        let mut rb = client
+            .post(format!("{}/heavy/_search", node.base))
+            .header("content-type", "application/json")
+            .body(common::heavy_query().to_string());
+        for (k, v) in tenant {
+            rb = rb.header(k, v);
+        }
+        tokio::spawn(async move { rb.send().await.map(|r| r.status().as_u16()).unwrap_or(0) })
+    };
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let (_, tasks) = node
+            .req(
+                &client,
+                Method::GET,
+                "/_tasks?actions=indices:data/read/search",
+                None,
+                &ADMIN,
+            )
+            .await;
+        let running = tasks["nodes"]
+            .as_object()
+            .into_iter()
+            .flat_map(|n| n.values())
+            .any(|n| n["tasks"].as_object().is_some_and(|t| !t.is_empty()));
+        if running {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the heavy search never ran");
+        tokio::task::yield_now().await;
+    }
+
+    // A flood of the tenant's requests: each one a 429.
+    let cheap = json!({"query": {"match_all": {}}});
+    let mut sent = 0u64;
+    for _ in 0..FLOOD {
+        let (s, b) = node
+            .req(
+                &client,
+                Method::POST,
+                "/small/_search",
+                Some(cheap.clone()),
+                &tenant,
+            )
+            .await;
+        assert_eq!(s, 429, "{b}");
+        sent += 1;
+    }
+    // The lines of the flood reach stderr, and once the budget refills, a line says how many
+    // were left out.
+    let deadline = Instant::now() + PATIENCE;
+    let lines = loop {
+        let (s, _) = node
+            .req(
+                &client,
+                Method::POST,
+                "/small/_search",
+                Some(cheap.clone()),
+                &tenant,
+            )
+            .await;
+        assert_eq!(s, 429);
+        sent += 1;
+        let lines = node.lines();
+        let decisions = decisions_of(&lines, &id);
+        if decisions.iter().any(|d| d["suppressed"].as_u64() > Some(0)) {
+            break lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no line ever reported suppressed decisions: {decisions:?}"
+        );
+        tokio::task::yield_now().await;
+    };
+    let (s, b) = node
+        .req(
+            &client,
+            Method::POST,
+            "/_tasks/_cancel?actions=*search*",
+            None,
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    heavy.await.expect("joined");
+
+    // Every line is a JSON object with the usual fields.
+    for l in &lines {
+        let v: Value =
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}"));
+        assert!(
+            v["timestamp"].is_string() && v["level"].is_string() && v["target"].is_string(),
+            "{l}"
+        );
+        if v["level"] == "INFO" {
+            assert!(
+                !l.contains(TENANT),
+                "the principal's name in an INFO line: {l}"
+            );
+        }
+    }
+    let decisions = decisions_of(&lines, &id);
+    for d in &decisions {
+        assert_eq!(d["level"], "INFO", "{d}");
+        assert_eq!(d["decision"], "throttle", "{d}");
+        assert_eq!(d["enforced"], true, "{d}");
+        assert_eq!(d["group_name"], "per-user", "{d}");
+        assert_eq!(d["bucket_kind"], "username", "{d}");
+        assert_eq!(d["tier"], "node", "{d}");
+        let reason = d["reason"].as_str().expect("reason");
+        assert!(reason.contains("node_limit is 1"), "{d}");
+    }
+    // Rate-limited: fewer lines than decisions, and every decision is written or counted in
+    // a later line's `suppressed` at most once.
+    let written = decisions.len() as u64;
+    let suppressed: u64 = decisions
+        .iter()
+        .map(|d| d["suppressed"].as_u64().expect("suppressed"))
+        .sum();
+    assert!(written < sent, "{written} lines for {sent} decisions");
+    assert!(
+        written + suppressed <= sent,
+        "{written} lines and {suppressed} suppressed for {sent} decisions"
+    );
+    assert!(suppressed > 0);
+}
