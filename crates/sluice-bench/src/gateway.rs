@@ -47,6 +47,7 @@ const MAX_ROUNDS: usize = 100;
 const GROUP: GroupSpec = GroupSpec {
     name: "bench_gateway",
     node_limit: Some(crate::overhead::NODE_LIMIT),
+    shared_limit: None,
 };
 
 /// nginx's `limit_conn`: far above any client count (the bench caps clients at 512), so it
@@ -366,7 +367,15 @@ async fn run(args: &GatewayArgs, root: &Path) -> Result<Vec<Row>> {
                     let bodies = &pool.encoded;
                     let sample = match load {
                         Load::Steady => {
-                            measure::run_http(&client, url, bodies, headers, clients, window).await
+                            measure::run_http(
+                                &client,
+                                std::slice::from_ref(url),
+                                bodies,
+                                headers,
+                                clients,
+                                window,
+                            )
+                            .await
                         }
                         Load::Burst => {
                             measure::run_http_bursts(

@@ -419,7 +419,6 @@ fn run_throttle_overhead(args: &Args) -> Result<OverheadReport> {
             http_load = Some(runtime.block_on(load_over_http(node, args))?);
         }
     }
-    let target = &targets[0];
     let span = TimeSpan::of_generated(DEFAULT_START_EPOCH_MILLIS, args.docs);
     let pool = QueryPool::new(overhead::SHAPE, args.seed, span);
     let plan = args.overhead_plan();

@@ -341,6 +341,7 @@ mod tests {
                 total_would_throttle: 4,
                 total_rejections: 1,
                 total_cancellations: 0,
+                ..GroupCounters::default()
             }
         );
         assert_eq!(counters[DEFAULT_GROUP_ID].total_completions, 5);

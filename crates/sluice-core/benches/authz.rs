@@ -116,7 +116,10 @@ impl Fixture {
 }
 
 /// The cases: (name, roles, action, index, expected).
-fn cases(f: &Fixture) -> Vec<(&'static str, &[Arc<str>], Action, &'static str, bool)> {
+/// One measured check: (label, the caller's roles, action, index expression, expected verdict).
+type Case<'a> = (&'static str, &'a [Arc<str>], Action, &'static str, bool);
+
+fn cases(f: &Fixture) -> Vec<Case<'_>> {
     vec![
         (
             "3_roles_prefix_allowed",

@@ -513,12 +513,10 @@ mod tests {
 
     #[test]
     fn test_role_names_hasher_separates_names_by_their_ends() {
-        use std::hash::{BuildHasher, Hash};
+        use std::hash::BuildHasher;
         let hash = |names: &[&str]| {
             let names: Vec<Arc<str>> = names.iter().map(|n| Arc::from(*n)).collect();
-            let mut h = BuildHasherDefault::<RoleNamesHasher>::default().build_hasher();
-            names[..].hash(&mut h);
-            h.finish()
+            BuildHasherDefault::<RoleNamesHasher>::default().hash_one(&names[..])
         };
         assert_eq!(hash(&["tenant_001", "ops"]), hash(&["tenant_001", "ops"]));
         assert_ne!(hash(&["tenant_001"]), hash(&["tenant_002"]));

@@ -102,6 +102,15 @@ async fn seed(node: &TestNode) {
     }
 }
 
+/// One row of the table: (user's headers, method, path, body, expected status).
+type Case<'a> = (
+    &'a [(&'a str, &'a str)],
+    &'a str,
+    &'a str,
+    Option<Value>,
+    u16,
+);
+
 #[tokio::test]
 async fn test_users_by_actions_by_index_expressions() {
     let tmp = tempfile::tempdir().unwrap();
@@ -113,7 +122,7 @@ async fn test_users_by_actions_by_index_expressions() {
     let nobody = who("nobody", "");
     let group = json!({"name": "g1", "resiliency_mode": "soft", "resource_limits": {"cpu": 0.1}});
     // (user, method, path, body, expected status), run in order.
-    let table: Vec<(&[(&str, &str)], &str, &str, Option<Value>, u16)> = vec![
+    let table: Vec<Case> = vec![
         // search and count: single index, list, wildcard, _all
         (&alice, "GET", "/a-1/_search", None, 200),
         (&alice, "GET", "/a-1,a-2/_search", None, 200),
