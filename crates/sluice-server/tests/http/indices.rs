@@ -1059,7 +1059,8 @@ async fn test_ip_fields_and_dynamic_settings_through_the_mapping_api() {
     let resp = node
         .req("PUT", "/movies/_doc/5", Some(json!({"unknown": 1})))
         .await;
-    assert_error(&resp, 400, "mapper_parsing_exception");
+    // OpenSearch's StrictDynamicMappingException, for strict and strict_allow_templates.
+    assert_error(&resp, 400, "strict_dynamic_mapping_exception");
     node.stop().await;
 }
 
