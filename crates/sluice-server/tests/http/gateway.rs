@@ -848,8 +848,17 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
         .arg(format!("backend.upstream.hosts={base}"))
         .arg("-E")
         .arg("backend.upstream.search_threads=4")
+        .arg("-E")
+        .arg("transport.port=0")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
+    // The node reads SLUICE_* variables as settings and refuses unknown ones: the test
+    // runner's own (SLUICE_TEST_POSTGRES_URL, …) are not the child's.
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SLUICE_") {
+            cmd.env_remove(k);
+        }
+    }
     let child = Child(cmd.spawn().expect("sluice starts"));
     let pid = child.0.id();
     let gw = format!("http://127.0.0.1:{port}");
