@@ -54,7 +54,7 @@ mod tests {
         // A string value equal to the key is not a member name.
         assert_eq!(
             locate_member_value(r#"{"a":"foo","foo":2}"#, "foo"),
-            Some((1, 17))
+            Some((1, 18))
         );
         assert_eq!(locate_member_value("{}", "foo"), None);
     }
