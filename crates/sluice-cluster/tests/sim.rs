@@ -834,7 +834,9 @@ impl Sink {
         limit: u64,
         wants_queue: bool,
     ) -> Acquired {
-        let a = c.acquire(&bucket_name(bucket), limit, wants_queue).await;
+        let a = c
+            .acquire(&bucket_name(bucket), limit, wants_queue, ACQUIRE_DEADLINE)
+            .await;
         let mut seen = self.seen.lock();
         match &a {
             Acquired::Lease(_) => seen.acquired += 1,

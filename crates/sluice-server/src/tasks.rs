@@ -114,6 +114,11 @@ pub struct Task {
     pub cancel_notify: tokio::sync::Notify,
     /// Whether the task is parked in a throttle queue (shown as `status.state: queued`).
     pub queued: AtomicBool,
+    /// Whether admission has yet to decide the task (shown as `status.state: admitting`, e.g.
+    /// while a shared-tier owner is asked): set from registration for a task registered by
+    /// admission, cleared once it is admitted. A listing that shows a task without it shows
+    /// one that holds its throttle slots.
+    pub admitting: AtomicBool,
     /// What the task reports as its `status` while it runs, set once by the work it runs.
     status: std::sync::OnceLock<Arc<dyn TaskStatus>>,
     /// Woken when the task is unregistered (a `GET _tasks/{id}?wait_for_completion` waits on
@@ -214,6 +219,8 @@ pub struct NewTask {
     pub start_time_millis: i64,
     /// Who runs it.
     pub principal: Option<Arc<crate::auth::Principal>>,
+    /// Whether admission has yet to decide it (a task registered by admission).
+    pub admitting: bool,
 }
 
 /// The node's registry of running tasks.
@@ -341,6 +348,7 @@ impl TaskManager {
             parent,
             start_time_millis: sluice_engine::now_millis(),
             principal,
+            admitting: false,
         })
     }
 
@@ -352,6 +360,7 @@ impl TaskManager {
             parent,
             start_time_millis,
             principal,
+            admitting,
         } = new;
         let seq = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut tasks = self.tasks.lock();
@@ -371,6 +380,7 @@ impl TaskManager {
             ),
             cancel_notify: tokio::sync::Notify::new(),
             queued: AtomicBool::new(false),
+            admitting: AtomicBool::new(admitting),
             status: std::sync::OnceLock::new(),
             ended: tokio::sync::Notify::new(),
             principal,
@@ -524,6 +534,15 @@ impl TaskManager {
         if detailed {
             m.insert("description".into(), json!(t.description));
         }
+        // Admission's state is read before the running time, so a listing that shows a task
+        // admitted shows a moment after its admission.
+        let waiting = if t.queued.load(Ordering::Acquire) {
+            Some("queued")
+        } else if t.admitting.load(Ordering::Acquire) {
+            Some("admitting")
+        } else {
+            None
+        };
         m.insert("start_time_in_millis".into(), json!(t.start_time_millis));
         m.insert(
             "running_time_in_nanos".into(),
@@ -531,12 +550,13 @@ impl TaskManager {
         );
         m.insert("cancellable".into(), json!(true));
         m.insert("cancelled".into(), json!(t.is_cancelled()));
-        // A by-query action shows its counts; a request parked in a throttle queue says so
-        // (OpenSearch clients read a task's `status` as an object of the action's own).
+        // A by-query action shows its counts; a request parked in a throttle queue or still
+        // being admitted says so (OpenSearch clients read a task's `status` as an object of
+        // the action's own).
         let mut status = t.status.get().map(|s| s.status());
-        if t.queued.load(Ordering::Acquire) {
+        if let Some(state) = waiting {
             let s = status.get_or_insert_with(|| json!({}));
-            s["state"] = json!("queued");
+            s["state"] = json!(state);
         }
         if let Some(status) = status {
             m.insert("status".into(), status);

@@ -60,6 +60,8 @@ pub const WLM_USAGE_REFRESH_INTERVAL: &str = "wlm.workload_group.usage_refresh_i
 pub const WLM_ESTIMATE_UNMEASURED_TASKS: &str = "wlm.workload_group.estimate_unmeasured_tasks";
 /// Consecutive over-threshold observations before the node counts as in duress.
 pub const WLM_DURESS_STREAK: &str = "wlm.workload_group.duress_streak";
+/// How long a node waits for a shared-tier owner's answer before it fails open (sluice's own).
+pub const WLM_SHARED_ACQUIRE_TIMEOUT: &str = "wlm.workload_group.shared_acquire_timeout";
 /// Most workload groups the node holds.
 pub const WLM_MAX_GROUP_COUNT: &str = "node.workload_group.max_count";
 

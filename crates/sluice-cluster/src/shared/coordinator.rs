@@ -33,11 +33,12 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::owner::Owner;
-use super::{ACQUIRE_DEADLINE, MIN_SHARED_PROTOCOL, RENEW_EVERY};
+use super::{MIN_SHARED_PROTOCOL, RENEW_EVERY};
 use crate::membership::Members;
 use crate::ring::Ring;
 use crate::rpc::{SharedCall, SharedReply, Transport};
@@ -220,12 +221,14 @@ impl Coordinator {
     }
 
     /// Asks `bucket`'s owner for a lease under `limit` (in process when this node owns it),
-    /// within [`ACQUIRE_DEADLINE`]; fails open within the allowance (K1).
+    /// waiting at most `deadline` for its answer ([`super::ACQUIRE_DEADLINE`] unless
+    /// configured); fails open within the allowance (K1).
     pub async fn acquire(
         self: &Arc<Self>,
         bucket: &str,
         limit: u64,
         wants_queue: bool,
+        deadline: Duration,
     ) -> Acquired {
         let owner = self.owner_of(bucket);
         let reply = match &owner {
@@ -242,7 +245,7 @@ impl Coordinator {
                         limit,
                         wants_queue,
                     },
-                    ACQUIRE_DEADLINE,
+                    deadline,
                 )
                 .await
                 .map_err(|e| e.to_string()),
@@ -589,13 +592,12 @@ async fn follow_ring(
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::AtomicBool;
-    use std::time::Duration;
 
     use super::*;
     use crate::Member;
     use crate::clock::SystemClock;
     use crate::rpc::{BoxFuture, LocalAnswer, LocalApi, RpcError, SharedHandler};
-    use crate::shared::{OWNER_LIMITS, SharedTier};
+    use crate::shared::{ACQUIRE_DEADLINE, OWNER_LIMITS, SharedTier};
 
     /// Carries node `from`'s shared calls to node b's tier while `up`; fails them as
     /// unreachable otherwise (the owner is lost).
@@ -750,7 +752,7 @@ mod tests {
         // Unavailable.
         let mut slots = Vec::new();
         for _ in 0..2 {
-            match p.a.acquire(g, 2, false).await {
+            match p.a.acquire(g, 2, false, ACQUIRE_DEADLINE).await {
                 Acquired::FailOpen { lease, reason } => {
                     assert!(reason.contains("the owner is down"), "{reason}");
                     slots.push(lease);
@@ -759,37 +761,37 @@ mod tests {
             }
         }
         assert!(matches!(
-            p.a.acquire(g, 2, false).await,
+            p.a.acquire(g, 2, false, ACQUIRE_DEADLINE).await,
             Acquired::Unavailable { .. }
         ));
         assert!(matches!(
-            p.a.acquire(g, 2, true).await,
+            p.a.acquire(g, 2, true, ACQUIRE_DEADLINE).await,
             Acquired::Unavailable { .. }
         ));
         assert_eq!(p.a.held_for(g), 2);
         // Another bucket has its own allowance.
-        let other = p.a.acquire(h, 1, false).await;
+        let other = p.a.acquire(h, 1, false, ACQUIRE_DEADLINE).await;
         assert!(matches!(other, Acquired::FailOpen { .. }), "{other:?}");
         assert!(matches!(
-            p.a.acquire(h, 1, false).await,
+            p.a.acquire(h, 1, false, ACQUIRE_DEADLINE).await,
             Acquired::Unavailable { .. }
         ));
         // Freeing a slot allows another.
         drop(slots.pop());
         assert_eq!(p.a.held_for(g), 1);
-        match p.a.acquire(g, 2, false).await {
+        match p.a.acquire(g, 2, false, ACQUIRE_DEADLINE).await {
             Acquired::FailOpen { lease, .. } => slots.push(lease),
             other => panic!("expected a fail-open admission, got {other:?}"),
         }
         assert!(matches!(
-            p.a.acquire(g, 2, false).await,
+            p.a.acquire(g, 2, false, ACQUIRE_DEADLINE).await,
             Acquired::Unavailable { .. }
         ));
         assert_eq!(p.a.stats.fail_open.load(Ordering::Relaxed), 4);
         // The owner is back with an empty pool: it would grant, but this node already runs
         // shared_limit requests of the bucket without leases (K1), so the lease goes back.
         p.switch.up.store(true, Ordering::SeqCst);
-        let denied = p.a.acquire(g, 2, false).await;
+        let denied = p.a.acquire(g, 2, false, ACQUIRE_DEADLINE).await;
         assert!(
             matches!(
                 denied,
@@ -805,7 +807,7 @@ mod tests {
         assert_eq!(p.a.held_for(g), 2);
         // Once a fail-open request ends, the owner's lease is taken.
         drop(slots.pop());
-        let granted = p.a.acquire(g, 2, false).await;
+        let granted = p.a.acquire(g, 2, false, ACQUIRE_DEADLINE).await;
         assert!(matches!(granted, Acquired::Lease(_)), "{granted:?}");
         assert_eq!(p.a.held_for(g), 2);
         assert_eq!(p.b.owner.in_use(g), 1);

@@ -76,10 +76,11 @@ use std::time::Duration;
 
 use crate::rpc::{BoxFuture, SharedCall, SharedHandler, SharedReply};
 
-/// How long a coordinator waits for an owner's answer to an acquire before failing open (the
-/// seed's value). An acquire is one loopback or LAN round trip, well under a millisecond at
-/// the median and a few at p99 on a loaded machine (BENCHMARKS.md, node-to-node RPC); 200 ms is
-/// the most a request waits for a lost owner before it is admitted anyway.
+/// How long a coordinator waits for an owner's answer to an acquire before failing open, by
+/// default (the seed's value; a node's `wlm.workload_group.shared_acquire_timeout` changes
+/// it). An acquire is one loopback or LAN round trip, well under a millisecond at the median
+/// and a few at p99 on a loaded machine (BENCHMARKS.md, node-to-node RPC); 200 ms is the most
+/// a request waits for a lost owner before it is admitted anyway.
 pub const ACQUIRE_DEADLINE: Duration = Duration::from_millis(200);
 
 /// A lease's time to live without renewal. The seed used 5 minutes; sluice renews leases of

@@ -47,6 +47,8 @@ actions! {
     ClusterHealth = "cluster:monitor/health", Cluster;
     /// `_nodes/stats`.
     NodesStats = "cluster:monitor/nodes/stats", Cluster;
+    /// `GET _nodes`, `_nodes/{nodes}`, `_cat/nodes`.
+    NodesInfo = "cluster:monitor/nodes/info", Cluster;
     /// `GET _cluster/settings`.
     ClusterSettingsGet = "cluster:monitor/settings", Cluster;
     /// `PUT _cluster/settings`.
@@ -96,6 +98,10 @@ actions! {
     WriteDelete = "indices:data/write/delete", Index;
     /// `_update` (also a bulk `update` item).
     WriteUpdate = "indices:data/write/update", Index;
+    /// `_delete_by_query`.
+    DeleteByQuery = "indices:data/write/delete/byquery", Index;
+    /// `_update_by_query`.
+    UpdateByQuery = "indices:data/write/update/byquery", Index;
     /// `PUT /{index}`.
     IndexCreate = "indices:admin/create", Index;
     /// `DELETE /{index}`.
@@ -116,7 +122,13 @@ actions! {
     Flush = "indices:admin/flush", Index;
     /// `PUT _block`.
     BlockAdd = "indices:admin/block/add", Index;
-    /// `_cat/indices`.
+    /// `POST _close`.
+    IndexClose = "indices:admin/close", Index;
+    /// `POST _open`.
+    IndexOpen = "indices:admin/open", Index;
+    /// `POST _forcemerge`.
+    ForceMerge = "indices:admin/forcemerge", Index;
+    /// `_stats`, `_cat/indices`.
     IndicesStats = "indices:monitor/stats", Index;
     /// Reading aliases.
     AliasesGet = "indices:admin/aliases/get", Index;

@@ -172,7 +172,11 @@ mod tests {
         assert!(crud.contains(Action::WriteDelete) && crud.contains(Action::Get));
         assert!(!crud.contains(Action::IndexCreate) && !crud.contains(Action::IndexDelete));
         let delete = expand("delete", ActionKind::Index).unwrap();
-        assert_eq!(delete, ActionSet::of(Action::WriteDelete));
+        // OpenSearch's `delete` is `indices:data/write/delete*`: a delete by query too.
+        assert_eq!(
+            delete,
+            ActionSet::of(Action::WriteDelete).union(ActionSet::of(Action::DeleteByQuery))
+        );
         let create = expand("create_index", ActionKind::Index).unwrap();
         assert!(create.contains(Action::IndexCreate) && !create.contains(Action::IndexDelete));
         let manage = expand("manage", ActionKind::Index).unwrap();

@@ -101,6 +101,33 @@ fn match_bytes(p: &[u8], t: &[u8]) -> bool {
     pi == p.len()
 }
 
+/// Whether every name `requested` can match is matched by `granted` (both patterns of `*` and
+/// `?`): the check a gateway makes of a wildcard it cannot resolve against its own indices.
+///
+/// Sound, not complete: a `*` of `requested` is covered only by a `*` of `granted`, a `?` by a
+/// `?` or `*`, a letter by the same letter, `?` or `*`; so `true` means the names of
+/// `requested` are a subset of those of `granted` (`logs-2024-*` ⊆ `logs-*`), and a subset
+/// it cannot show (`a?` ⊆ `[ab]?` style reasoning) is refused, never allowed. `O(|granted| ×
+/// |requested|)`, allocates two rows.
+pub fn pattern_covers(granted: &str, requested: &str) -> bool {
+    let (g, r) = (granted.as_bytes(), requested.as_bytes());
+    // next[j]: g[i+1..] covers r[j..]; row[j]: g[i..] covers r[j..].
+    let mut next = vec![false; r.len() + 1];
+    next[r.len()] = true;
+    let mut row = vec![false; r.len() + 1];
+    for i in (0..g.len()).rev() {
+        for j in (0..=r.len()).rev() {
+            row[j] = match g[i] {
+                b'*' => next[j] || (j < r.len() && row[j + 1]),
+                b'?' => j < r.len() && r[j] != b'*' && next[j + 1],
+                c => j < r.len() && r[j] == c && next[j + 1],
+            };
+        }
+        std::mem::swap(&mut row, &mut next);
+    }
+    next[0]
+}
+
 /// One trie node: its children by byte (sorted), whether a pattern ends here exactly
 /// (`orders`) or as a prefix (`tenant-a-*`), and the patterns whose literal part ends here,
 /// by what follows it (`tenant-a-*-archive` → `*-archive` under `tenant-a-`).
@@ -125,6 +152,8 @@ pub struct PatternSet {
     nodes: Vec<Node>,
     /// Whether `*` is in the set.
     all: bool,
+    /// The patterns as added, for [`PatternSet::covers`].
+    patterns: Vec<Box<str>>,
 }
 
 impl Default for PatternSet {
@@ -132,6 +161,7 @@ impl Default for PatternSet {
         PatternSet {
             nodes: vec![Node::default()],
             all: false,
+            patterns: Vec::new(),
         }
     }
 }
@@ -141,6 +171,9 @@ impl PatternSet {
     pub fn insert(&mut self, pattern: &str) {
         if self.all {
             return;
+        }
+        if !self.patterns.iter().any(|p| **p == *pattern) {
+            self.patterns.push(pattern.into());
         }
         if pattern == "*" {
             self.all = true;
@@ -182,6 +215,12 @@ impl PatternSet {
     pub fn is_empty(&self) -> bool {
         let root = &self.nodes[0];
         !self.all && self.nodes.len() == 1 && !root.exact && !root.prefix && root.rest.is_empty()
+    }
+
+    /// Whether every name the pattern `requested` can match is matched by one pattern of the
+    /// set ([`pattern_covers`]; a union of patterns covering it together is not seen).
+    pub fn covers(&self, requested: &str) -> bool {
+        self.all || self.patterns.iter().any(|g| pattern_covers(g, requested))
     }
 
     /// Whether `index` matches a pattern of the set. Allocates nothing.
@@ -282,5 +321,77 @@ mod tests {
         assert!(set.matches("zzz") && set.matches(""));
         set.insert("b*");
         assert!(set.matches("q"));
+    }
+}
+
+#[cfg(test)]
+mod cover_tests {
+    use super::*;
+
+    #[test]
+    fn test_pattern_covers_only_subsets() {
+        for (g, r) in [
+            ("*", "*"),
+            ("*", "anything-*"),
+            ("logs-*", "logs-*"),
+            ("logs-*", "logs-2024-*"),
+            ("logs-*", "logs-2024"),
+            ("logs-*-archive", "logs-eu-*-archive"),
+            ("a?", "ab"),
+            ("a?", "a?"),
+            ("a*", "a?"),
+        ] {
+            assert!(pattern_covers(g, r), "{g} covers {r}");
+        }
+        for (g, r) in [
+            ("logs-*", "*"),
+            ("logs-*", "log*"),
+            ("logs-*", "_all"),
+            ("a?", "a*"),
+            ("a?", "a??"),
+            ("*a", "*a*"),
+            ("logs-*-archive", "logs-*"),
+            ("orders", "orders*"),
+        ] {
+            assert!(!pattern_covers(g, r), "{g} does not cover {r}");
+        }
+    }
+
+    /// Soundness against the matcher: whenever `g` covers `r`, every name built from `r` (its
+    /// wildcards filled in several ways) matches `g`.
+    #[test]
+    fn test_a_covered_pattern_matches_only_names_the_grant_matches() {
+        let alphabet = ["a", "b", "-", "*", "?"];
+        let mut patterns = vec![String::new()];
+        for _ in 0..4 {
+            let mut longer = Vec::new();
+            for p in &patterns {
+                for c in alphabet {
+                    longer.push(format!("{p}{c}"));
+                }
+            }
+            patterns.extend(longer);
+        }
+        patterns.sort();
+        patterns.dedup();
+        let fills = ["", "a", "b-", "ab-ba"];
+        for g in patterns.iter().filter(|p| p.len() <= 3) {
+            for r in &patterns {
+                if !pattern_covers(g, r) {
+                    continue;
+                }
+                for fill in fills {
+                    let name: String = r
+                        .chars()
+                        .map(|c| match c {
+                            '*' => fill.to_string(),
+                            '?' => "b".to_string(),
+                            c => c.to_string(),
+                        })
+                        .collect();
+                    assert!(wildcard_match(g, &name), "{g} covers {r} but not {name}");
+                }
+            }
+        }
     }
 }

@@ -229,6 +229,14 @@ impl RoleSet {
             .any(|(actions, patterns)| actions.contains(action) && patterns.matches(index))
     }
 
+    /// Whether `action` is granted on every index the pattern `requested` can name (one
+    /// role's patterns must cover it: [`super::pattern::pattern_covers`]).
+    pub fn allows_index_pattern(&self, action: Action, requested: &str) -> bool {
+        self.index
+            .iter()
+            .any(|(actions, patterns)| actions.contains(action) && patterns.covers(requested))
+    }
+
     /// Whether the index `action` is granted on some index pattern.
     pub fn allows_index_somewhere(&self, action: Action) -> bool {
         self.index_any.contains(action)

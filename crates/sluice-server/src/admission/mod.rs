@@ -41,7 +41,7 @@ pub use ticket::{Admitted, ResponseTicket};
 use crate::error::ApiResult;
 use crate::http::{Params, RequestMeta};
 use crate::state::AppState;
-use crate::tasks::TaskGuard;
+use crate::tasks::{NewTask, TaskGuard};
 use crate::workload::GroupEntry;
 
 /// Seconds a client turned away by its group's resource share is told to wait: usage is
@@ -140,12 +140,14 @@ pub async fn admit(st: &Arc<AppState>, meta: &RequestMeta, spec: TaskSpec) -> Ap
 /// task id at once and is admitted in the background (a by-query action with
 /// `wait_for_completion=false`): the task is listed, and can be cancelled, from now on.
 pub fn register(st: &AppState, meta: &RequestMeta, spec: &TaskSpec) -> TaskGuard {
-    st.tasks.register(
-        spec.action,
-        spec.description.clone(),
-        spec.parent,
-        meta.principal.clone(),
-    )
+    st.tasks.register_task(NewTask {
+        action: spec.action,
+        description: spec.description.clone(),
+        parent: spec.parent,
+        start_time_millis: sluice_engine::now_millis(),
+        principal: meta.principal.clone(),
+        admitting: true,
+    })
 }
 
 /// [`admit`] for a task [`register`]ed beforehand (`guard`, registered from `spec`).
@@ -219,6 +221,8 @@ pub async fn admit_registered(
         held.push(k.clone());
     }
     task.set_held_buckets(held);
+    task.admitting
+        .store(false, std::sync::atomic::Ordering::Release);
     Ok(Admitted::new(
         st.clone(),
         guard,

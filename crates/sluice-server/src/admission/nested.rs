@@ -85,6 +85,7 @@ impl NestedSearchHook for NestedSearches {
             parent: Some(self.parent.seq),
             start_time_millis: sluice_engine::now_millis(),
             principal,
+            admitting: false,
         });
         let child = guard.task().clone();
         child.set_group(self.group.clone());

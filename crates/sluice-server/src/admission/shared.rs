@@ -75,7 +75,9 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
         })
     };
     match (
-        coordinator.acquire(&bucket, limit, waiter.is_some()).await,
+        coordinator
+            .acquire(&bucket, limit, waiter.is_some(), acquire_timeout(st))
+            .await,
         waiter,
     ) {
         (Acquired::Lease(lease), None) => {
@@ -136,6 +138,13 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
             Err(refused(entry, &key, &node, &why))
         }
     }
+}
+
+/// How long to wait for an owner's answer: `wlm.workload_group.shared_acquire_timeout`.
+fn acquire_timeout(st: &AppState) -> std::time::Duration {
+    st.cluster_settings
+        .snapshot()
+        .time(crate::settings::keys::WLM_SHARED_ACQUIRE_TIMEOUT)
 }
 
 /// Counts a shared-tier refusal and words its 429, naming the tier.
@@ -242,7 +251,7 @@ pub async fn sweep(st: &AppState) {
         asked.push(key.clone());
         let bucket = key.to_wire();
         if let Acquired::Lease(lease) = coordinator
-            .acquire(&bucket, u64::from(shared_limit), true)
+            .acquire(&bucket, u64::from(shared_limit), true, acquire_timeout(st))
             .await
         {
             let token = coordinator.hand(lease);

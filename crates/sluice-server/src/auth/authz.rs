@@ -153,8 +153,39 @@ pub fn forbidden(action: &str, who: &Principal) -> EngineError {
     )
 }
 
+/// Where index expressions are resolved: this node's own indices, or none (a gateway, whose
+/// indices live upstream).
+#[derive(Debug, Clone, Copy)]
+pub enum Catalog<'a> {
+    /// The embedded engine holds the indices: wildcards and aliases resolve against it.
+    Local(&'a Engine),
+    /// A gateway: nothing resolves here, so a wildcard is allowed only when one role's
+    /// pattern covers it as a pattern (`logs-2024-*` under `logs-*`) and a name only as named
+    /// (an upstream alias is allowed when its own name is granted).
+    Remote,
+}
+
+impl<'a> Catalog<'a> {
+    /// The catalog of this node's backend.
+    pub fn of(st: &'a AppState) -> Catalog<'a> {
+        match st.upstream {
+            None => Catalog::Local(&st.engine),
+            Some(_) => Catalog::Remote,
+        }
+    }
+}
+
 /// Whether `perms` allow index `action` on every index `expr` names (see the module docs).
-pub fn allows_expression(perms: &RoleSet, action: Action, expr: &str, engine: &Engine) -> bool {
+pub fn allows_expression(
+    perms: &RoleSet,
+    action: Action,
+    expr: &str,
+    catalog: Catalog<'_>,
+) -> bool {
+    let engine = match catalog {
+        Catalog::Local(engine) => engine,
+        Catalog::Remote => return allows_unresolved(perms, action, expr),
+    };
     let is_wildcard = |p: &str| p == "_all" || p.contains('*');
     let mut wildcard = false;
     let mut named_any = false;
@@ -215,6 +246,35 @@ pub fn allows_expression(perms: &RoleSet, action: Action, expr: &str, engine: &E
     true
 }
 
+/// [`allows_expression`] where nothing resolves (a gateway): every name must be granted as
+/// named and every wildcard covered by a granted pattern (`_all` and an empty expression are
+/// `*`); exclusions only narrow what the rest names, so they are not checked.
+fn allows_unresolved(perms: &RoleSet, action: Action, expr: &str) -> bool {
+    let mut named_any = false;
+    for (i, part) in expr
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .enumerate()
+    {
+        named_any = true;
+        if i > 0 && part.starts_with('-') {
+            continue;
+        }
+        let allowed = if part == "_all" {
+            perms.allows_index_pattern(action, "*")
+        } else if part.contains('*') || part.contains('?') {
+            perms.allows_index_pattern(action, part)
+        } else {
+            perms.allows_index(action, part)
+        };
+        if !allowed {
+            return false;
+        }
+    }
+    named_any || perms.allows_index_pattern(action, "*")
+}
+
 /// Whether a successful request of `action` is one the audit log records.
 fn is_audited(action: Action) -> bool {
     matches!(
@@ -266,7 +326,7 @@ pub async fn authorize(State(st): State<Arc<AppState>>, mut req: Request, next: 
             RouteAction::Cluster(a) => {
                 (!perms.allows_cluster(*a)).then(|| (a.name(), String::new()))
             }
-            RouteAction::Index(a, expr) => (!allows_expression(&perms, *a, expr, &st.engine))
+            RouteAction::Index(a, expr) => (!allows_expression(&perms, *a, expr, Catalog::of(&st)))
                 .then(|| (a.name(), expr.to_string())),
             RouteAction::PerItem(_) => None,
         };
@@ -306,7 +366,7 @@ pub fn authorize_principal(
     let Some(perms) = st.authz.permissions(who) else {
         return Ok(());
     };
-    if allows_expression(&perms, action, expr, &st.engine) {
+    if allows_expression(&perms, action, expr, Catalog::of(st)) {
         return Ok(());
     }
     Err(st.authz.refuse(who, action.name(), expr))
@@ -323,7 +383,7 @@ pub fn authorize_item(
     let (Some(perms), Some(who)) = (&meta.permissions, &meta.principal) else {
         return Ok(());
     };
-    if allows_expression(perms, action, expr, &st.engine) {
+    if allows_expression(perms, action, expr, Catalog::of(st)) {
         return Ok(());
     }
     Err(st.authz.refuse(who, action.name(), expr))

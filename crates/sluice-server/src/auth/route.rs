@@ -99,11 +99,18 @@ pub fn classify<'a>(method: &Method, path: &'a str, query: Option<&str>) -> Rout
         ["_cluster", "settings"] if read => Cluster(Action::ClusterSettingsGet),
         ["_cluster", "settings"] if m == Method::PUT => Cluster(Action::ClusterSettingsUpdate),
         ["_nodes", "stats", ..] | ["_nodes", _, "stats", ..] if read => Cluster(Action::NodesStats),
+        ["_nodes"] | ["_nodes", _] | ["_nodes", _, _] | ["_cat", "nodes"] if read => {
+            Cluster(Action::NodesInfo)
+        }
+        ["_cat", "health"] if read => Cluster(Action::ClusterHealth),
         ["_prometheus", "metrics"] if read => Cluster(Action::Metrics),
         ["_cat", "indices"] if read => Index(Action::IndicesStats, all()),
         ["_cat", "indices", idx] if read => Index(Action::IndicesStats, decode(idx)),
+        ["_cat", "aliases"] | ["_cat", "aliases", _] if read => Index(Action::AliasesGet, all()),
         ["_cat", "count"] if read => Index(Action::Search, all()),
         ["_cat", "count", idx] if read => Index(Action::Search, decode(idx)),
+        ["_stats"] | ["_stats", _] if read => Index(Action::IndicesStats, all()),
+        ["_forcemerge"] if m == Method::POST => Index(Action::ForceMerge, all()),
         ["_settings"] | ["_settings", _] if read => Index(Action::SettingsGet, all()),
         ["_mapping"] if read => Index(Action::MappingGet, all()),
         ["_alias"] | ["_alias", _] | ["_aliases"] if read => Index(Action::AliasesGet, all()),
@@ -163,6 +170,12 @@ pub fn classify<'a>(method: &Method, path: &'a str, query: Option<&str>) -> Rout
                 (["_flush"], _) => Action::Flush,
                 (["_refresh"], _) => Action::Refresh,
                 (["_block", _], &Method::PUT) => Action::BlockAdd,
+                (["_stats"] | ["_stats", _], _) if read => Action::IndicesStats,
+                (["_close"], &Method::POST) => Action::IndexClose,
+                (["_open"], &Method::POST) => Action::IndexOpen,
+                (["_forcemerge"], &Method::POST) => Action::ForceMerge,
+                (["_delete_by_query"], &Method::POST) => Action::DeleteByQuery,
+                (["_update_by_query"], &Method::POST) => Action::UpdateByQuery,
                 (["_search"] | ["_count"], _) => Action::Search,
                 (["_doc"], &Method::POST) => Action::WriteIndex,
                 (["_doc", _], _) if read => Action::Get,
@@ -242,6 +255,49 @@ mod tests {
         assert_eq!(
             classify(&Method::GET, "/_wlm/stats", Some("pretty&include=buckets")),
             Cluster(Action::WlmStatsBuckets)
+        );
+        assert_eq!(c(Method::GET, "/_nodes"), Cluster(Action::NodesInfo));
+        assert_eq!(c(Method::GET, "/_nodes/_local"), Cluster(Action::NodesInfo));
+        assert_eq!(
+            c(Method::GET, "/_nodes/_local/stats"),
+            Cluster(Action::NodesStats)
+        );
+        assert_eq!(c(Method::GET, "/_cat/nodes"), Cluster(Action::NodesInfo));
+        assert_eq!(
+            c(Method::GET, "/_cat/health"),
+            Cluster(Action::ClusterHealth)
+        );
+        assert_eq!(
+            c(Method::GET, "/_stats/docs"),
+            Index(Action::IndicesStats, "_all".into())
+        );
+        assert_eq!(
+            c(Method::GET, "/a/_stats"),
+            Index(Action::IndicesStats, "a".into())
+        );
+        assert_eq!(
+            c(Method::POST, "/a/_delete_by_query"),
+            Index(Action::DeleteByQuery, "a".into())
+        );
+        assert_eq!(
+            c(Method::POST, "/a/_update_by_query"),
+            Index(Action::UpdateByQuery, "a".into())
+        );
+        assert_eq!(
+            c(Method::POST, "/a/_close"),
+            Index(Action::IndexClose, "a".into())
+        );
+        assert_eq!(
+            c(Method::POST, "/a/_open"),
+            Index(Action::IndexOpen, "a".into())
+        );
+        assert_eq!(
+            c(Method::POST, "/_forcemerge"),
+            Index(Action::ForceMerge, "_all".into())
+        );
+        assert_eq!(
+            c(Method::POST, "/a/_forcemerge"),
+            Index(Action::ForceMerge, "a".into())
         );
         assert_eq!(c(Method::GET, "/_nope"), Cluster(Action::Unclassified));
         assert_eq!(c(Method::POST, "/a/_nope"), Cluster(Action::Unclassified));

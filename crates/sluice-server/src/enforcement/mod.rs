@@ -500,6 +500,7 @@ mod tests {
                 parent: None,
                 start_time_millis: 0,
                 principal: None,
+                admitting: false,
             });
             if let Some(g) = g {
                 guard.task().set_group(g);

@@ -137,6 +137,19 @@ pub static SETTINGS: &[SettingDef] = &[
               per enforcement run.",
     },
     SettingDef {
+        key: keys::WLM_SHARED_ACQUIRE_TIMEOUT,
+        kind: Kind::Time {
+            min: Some(Duration::from_millis(1)),
+        },
+        default: "200ms",
+        check: Some(check_shared_acquire_timeout),
+        doc: "How long a node waits for the owner of a bucket's cluster-wide pool \
+              (throttling.shared_limit) to answer before it admits the request without a lease \
+              (fails open, counted in total_shared_fail_open); 1ms to 1m. Sluice's own setting, \
+              like the timeout of Envoy's global rate-limit call: raise it on a slow or loaded \
+              network, where an owner's answer can take longer than the default's 200ms.",
+    },
+    SettingDef {
         key: keys::WLM_ESTIMATE_UNMEASURED_TASKS,
         kind: Kind::Bool,
         default: "true",
@@ -212,6 +225,21 @@ fn check_rejection_threshold(key: &str, value: &SettingValue) -> Result<(), Stri
 /// `wlm.workload_group.node.*_cancellation_threshold`: `0..=0.95`.
 fn check_cancellation_threshold(key: &str, value: &SettingValue) -> Result<(), String> {
     check_threshold(key, value, MAX_CANCELLATION_THRESHOLD, "0.95")
+}
+
+/// The longest `wlm.workload_group.shared_acquire_timeout`: a request should not wait longer
+/// than a minute on an owner that does not answer.
+const MAX_SHARED_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `wlm.workload_group.shared_acquire_timeout`: at most [`MAX_SHARED_ACQUIRE_TIMEOUT`].
+fn check_shared_acquire_timeout(key: &str, value: &SettingValue) -> Result<(), String> {
+    match *value {
+        SettingValue::Time(Some(d)) if d > MAX_SHARED_ACQUIRE_TIMEOUT => Err(format!(
+            "failed to parse value [{}] for setting [{key}], must be <= [1m]",
+            sluice_wire::format_time_value_exact(d)
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// `node.workload_group.max_count`: `1..=100`, with OpenSearch's message.

@@ -73,6 +73,7 @@ async fn test_include_defaults_lists_every_setting_with_its_default() {
                 "wlm.workload_group.node.cpu_rejection_threshold": "0.8",
                 "wlm.workload_group.node.memory_cancellation_threshold": "0.9",
                 "wlm.workload_group.node.memory_rejection_threshold": "0.8",
+                "wlm.workload_group.shared_acquire_timeout": "200ms",
                 "wlm.workload_group.usage_refresh_interval": "100"
             }
         })
@@ -253,6 +254,14 @@ async fn test_bad_values_are_rejected_with_opensearch_messages() {
         (
             json!({"search.max_keep_alive": "1.5h"}),
             "failed to parse [1.5h], fractional time values are not supported",
+        ),
+        (
+            json!({"wlm.workload_group.shared_acquire_timeout": "0ms"}),
+            "failed to parse value [0ms] for setting [wlm.workload_group.shared_acquire_timeout], must be >= [1ms]",
+        ),
+        (
+            json!({"wlm.workload_group.shared_acquire_timeout": "2m"}),
+            "failed to parse value [2m] for setting [wlm.workload_group.shared_acquire_timeout], must be <= [1m]",
         ),
     ];
     for (settings, expected) in cases {
