@@ -5,45 +5,17 @@
 //!
 //! `cargo bench -p sluice-core --bench authz`; results in BENCHMARKS.md.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::Criterion;
 use sluice_core::authz::{Action, Authorizer, IndexPermissionDef, RoleDef, Roles};
 
-/// Counts every allocation (relaxed: read on the thread that made them).
-struct CountingAllocator;
+#[path = "support/all_allocations.rs"]
+mod all_allocations;
 
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use all_allocations::{CountingAllocator, allocations};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -180,11 +152,11 @@ fn report_allocations(f: &Fixture) {
         for _ in 0..COUNTED_OPS {
             black_box(f.check(roles, action, index));
         }
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = allocations();
         for _ in 0..COUNTED_OPS {
             black_box(f.check(roles, action, index));
         }
-        let per_op = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / COUNTED_OPS as f64;
+        let per_op = (allocations() - before) as f64 / COUNTED_OPS as f64;
         println!("  {name:32} {per_op:.4}");
     }
 }

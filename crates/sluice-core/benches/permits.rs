@@ -4,9 +4,7 @@
 //!
 //! `cargo bench -p sluice-core --bench permits`; results and caveats in BENCHMARKS.md.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -15,37 +13,10 @@ use sluice_core::bags::{ThrottleAttribute, ThrottleConfig};
 use sluice_core::bucket::{Principal, bucket_for};
 use sluice_core::permits::PermitTable;
 
-/// Counts every allocation on every thread (relaxed: a tally read after the threads joined or
-/// met at a barrier).
-struct CountingAllocator;
+#[path = "support/all_allocations.rs"]
+mod all_allocations;
 
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use all_allocations::{CountingAllocator, allocations};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -134,10 +105,10 @@ fn group_two_threads(f: &Fixture, n: u64, count_allocations: bool) -> (Duration,
             })
             .collect();
         barrier.wait();
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = allocations();
         barrier.wait();
         barrier.wait();
-        let after = ALLOCATIONS.load(Ordering::Relaxed);
+        let after = allocations();
         let elapsed = workers
             .into_iter()
             .map(|w| w.join().expect("worker"))
@@ -150,9 +121,9 @@ fn group_two_threads(f: &Fixture, n: u64, count_allocations: bool) -> (Duration,
 /// Runs `ops` after as many for warm-up and returns the allocations per admission.
 fn allocations_per_op(mut ops: impl FnMut(u64)) -> f64 {
     ops(COUNTED_OPS);
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     ops(COUNTED_OPS);
-    (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / COUNTED_OPS as f64
+    (allocations() - before) as f64 / COUNTED_OPS as f64
 }
 
 fn report_allocations() {

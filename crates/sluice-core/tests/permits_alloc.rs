@@ -3,8 +3,6 @@
 //! a global allocator that tallies this thread's allocations.
 #![cfg(not(feature = "loom"))]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Arc;
 
 use std::future::Future;
@@ -15,53 +13,13 @@ use sluice_core::bags::{ThrottleAttribute, ThrottleConfig};
 use sluice_core::bucket::{Principal, bucket_for};
 use sluice_core::permits::{Acquire, Grant, GroupQueue, PermitTable, QueuePolicy};
 
-/// Counts allocations per thread, so other tests' threads do not disturb the count.
-struct CountingAllocator;
+#[path = "support/thread_allocations.rs"]
+mod thread_allocations;
 
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count_one() {
-    // try_with: the slot may be gone while the thread shuts down; const-initialized, so
-    // touching it never allocates.
-    let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count_one();
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count_one();
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count_one();
-        // SAFETY: forwarded contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use thread_allocations::{CountingAllocator, allocations_during};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
-
-fn allocations_during(f: impl FnOnce()) -> u64 {
-    let before = ALLOCATIONS.with(Cell::get);
-    f();
-    ALLOCATIONS.with(Cell::get) - before
-}
 
 fn throttling(attribute: ThrottleAttribute) -> ThrottleConfig {
     ThrottleConfig {
