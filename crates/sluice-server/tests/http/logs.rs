@@ -314,3 +314,57 @@ async fn test_json_logs_carry_one_rate_limited_line_per_decision_without_the_pri
     );
     assert!(suppressed > 0);
 }
+
+/// A gateway logs at start what answered the upstream's `GET /` (cluster name, distribution,
+/// version), and warns when every user would reach the upstream under its one service
+/// identity.
+#[tokio::test]
+async fn test_a_gateway_logs_the_upstream_it_found_and_warns_of_a_single_identity() {
+    let upstream = LoggedNode::spawn(&["logger.format=json", "cluster.name=the-upstream"]).await;
+    let hosts = format!("backend.upstream.hosts={}", upstream.base);
+    let gateway = LoggedNode::spawn(&[
+        "logger.format=json",
+        "backend.type=upstream",
+        hosts.as_str(),
+        "backend.upstream.username=svc",
+        "backend.upstream.password=secret",
+    ])
+    .await;
+    let lines: Vec<Value> = gateway
+        .lines()
+        .iter()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let found = lines
+        .iter()
+        .find(|v| v["message"] == "gateway mode: forwarding to the upstream cluster")
+        .unwrap_or_else(|| panic!("no line naming the upstream: {lines:#?}"));
+    assert_eq!(found["level"], "INFO", "{found}");
+    assert_eq!(found["cluster"], "the-upstream", "{found}");
+    assert_eq!(found["distribution"], "opensearch", "{found}");
+    let (_, root) = upstream
+        .req(
+            &reqwest::Client::new(),
+            reqwest::Method::GET,
+            "/",
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(found["version"], root["version"]["number"], "{found}");
+    let warned = lines
+        .iter()
+        .find(|v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("backend.upstream.identity is service"))
+        })
+        .unwrap_or_else(|| panic!("no single-identity warning: {lines:#?}"));
+    assert_eq!(warned["level"], "WARN", "{warned}");
+    assert_eq!(warned["user"], "svc", "{warned}");
+    // The password is never logged.
+    assert!(
+        !gateway.lines().iter().any(|l| l.contains("secret")),
+        "the upstream password was logged"
+    );
+}
