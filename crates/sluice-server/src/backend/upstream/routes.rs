@@ -1,6 +1,7 @@
 //! The gateway's router: sluice's own routes ([`crate::api::owned_routes`]), the search-class
-//! routes admitted here and forwarded by [`Upstream::execute`], and every other request
-//! forwarded unchanged ([`crate::http::fallback::forward`]).
+//! routes admitted here and forwarded by [`Upstream::execute`], `_bulk` and `_mget`
+//! authorized item by item ([`super::doc_items`]), and every other request forwarded
+//! unchanged ([`crate::http::fallback::forward`]).
 //!
 //! Each search-class handler reads the request (its body bounded by `http.max_content_length`:
 //! a search body is small, and the gateway may rewrite it), builds the [`TaskSpec`] admission
@@ -22,9 +23,11 @@ use http::request::Parts;
 use serde_json::Value;
 use sluice_engine::EngineError;
 
+use super::scrolls::ScrollEntry;
 use super::sniff::ScrollIdSniffer;
 use super::{Call, stream_back};
 use crate::admission::{Admitted, Inherited, TaskSpec, admit, requested_cancel_after};
+use crate::auth::{authorize_scroll, route};
 use crate::error::{ApiError, ApiResult};
 use crate::http::{BodyLimit, Params, RequestMeta};
 use crate::state::AppState;
@@ -45,6 +48,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/{index}/_msearch", any(msearch))
         .route("/_msearch/template", any(msearch_template_all))
         .route("/{index}/_msearch/template", any(msearch_template))
+        .route("/_bulk", any(bulk_all))
+        .route("/{index}/_bulk", any(bulk))
+        .route("/_mget", any(mget_all))
+        .route("/{index}/_mget", any(mget))
         .route("/_search/scroll", any(scroll))
         .route("/_search/scroll/{scroll_id}", any(scroll_of))
         .fallback(crate::http::fallback::forward)
@@ -57,15 +64,25 @@ struct Kind {
     action: &'static str,
     /// The route takes OpenSearch's search parameters (`timeout`, `cancel_after_time_interval`).
     search_params: bool,
+    /// The body is a query whose `terms` lookups are authorized before it is forwarded (a
+    /// template's are not: its lookups may be placeholders the upstream fills in).
+    lookups: bool,
 }
 
 const SEARCH: Kind = Kind {
     action: actions::SEARCH,
     search_params: true,
+    lookups: true,
 };
 const COUNT: Kind = Kind {
     action: actions::SEARCH,
     search_params: false,
+    lookups: true,
+};
+const TEMPLATE: Kind = Kind {
+    action: actions::SEARCH,
+    search_params: true,
+    lookups: false,
 };
 
 async fn search_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
@@ -95,7 +112,7 @@ async fn count(
 }
 
 async fn template_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
-    admitted_or_forward(st.0, meta, "_all".into(), req, SEARCH).await
+    admitted_or_forward(st.0, meta, "_all".into(), req, TEMPLATE).await
 }
 
 async fn template(
@@ -104,7 +121,7 @@ async fn template(
     Path(index): Path<String>,
     req: Request,
 ) -> Response {
-    admitted_or_forward(st.0, meta, index, req, SEARCH).await
+    admitted_or_forward(st.0, meta, index, req, TEMPLATE).await
 }
 
 async fn msearch_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
@@ -135,6 +152,32 @@ async fn msearch_template(
     req: Request,
 ) -> Response {
     msearch_or_forward(st.0, meta, Some(index), req, true).await
+}
+
+async fn bulk_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
+    super::doc_items::bulk(st.0, meta, None, req).await
+}
+
+async fn bulk(
+    st: State<Arc<AppState>>,
+    meta: RequestMeta,
+    Path(index): Path<String>,
+    req: Request,
+) -> Response {
+    super::doc_items::bulk(st.0, meta, Some(index), req).await
+}
+
+async fn mget_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
+    super::doc_items::mget(st.0, meta, None, req).await
+}
+
+async fn mget(
+    st: State<Arc<AppState>>,
+    meta: RequestMeta,
+    Path(index): Path<String>,
+    req: Request,
+) -> Response {
+    super::doc_items::mget(st.0, meta, Some(index), req).await
 }
 
 async fn scroll(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
@@ -335,6 +378,14 @@ async fn run_admitted(
         Some(s) if kind.search_params => Some(sluice_engine::scroll::parse_keep_alive(s)?),
         _ => None,
     };
+    // The upstream reads the `terms` lookups: they are authorized here, before admission, as
+    // the embedded engine authorizes them (a body that is not JSON is the upstream's to refuse).
+    if kind.lookups
+        && meta.permissions.is_some()
+        && let Ok(json) = serde_json::from_slice::<Value>(&body)
+    {
+        crate::auth::authz::authorize_lookups(&st, &meta, &json)?;
+    }
     let spec = TaskSpec::new(kind.action, description(&index, &body), &index, &params)?;
     let mut admitted = admit(&st, &meta, spec).await?;
     let set = if kind.search_params {
@@ -356,10 +407,14 @@ async fn run_admitted(
     let resp = match keep_alive {
         Some(keep_alive) if resp.status().is_success() => {
             let (parts, body) = resp.into_parts();
-            let (up2, group) = (up.clone(), admitted.group().id.clone());
+            let entry = ScrollEntry {
+                group: admitted.group().id.clone(),
+                opened_by: meta.principal.as_ref().map(|p| p.username.clone()),
+            };
+            let up2 = up.clone();
             let sniffer = ScrollIdSniffer::new(
                 body,
-                Box::new(move |id| up2.scrolls.remember(id, group, keep_alive, Instant::now())),
+                Box::new(move |id| up2.scrolls.remember(id, entry, keep_alive, Instant::now())),
             );
             let mut p = parts;
             super::headers::strip_hop_by_hop(&mut p.headers);
@@ -420,16 +475,22 @@ async fn run_scroll(
         sreq.scroll_id,
         sreq.keep_alive.as_ref().map_or("null", |(s, _)| s.as_str())
     );
-    let inherited = up
-        .scrolls
-        .group_of(&sreq.scroll_id, Instant::now())
-        .map(|id| Inherited {
-            group: st
-                .workload
-                .entry(&id)
-                .unwrap_or_else(|| st.workload.default_entry().clone()),
-            held: Vec::new(),
-        });
+    let known = up.scrolls.entry_of(&sreq.scroll_id, Instant::now());
+    // Only the user who opened the scroll continues it (a scroll the gateway did not open is
+    // the upstream's to check).
+    authorize_scroll(
+        &st,
+        &meta,
+        route::SCROLL,
+        known.as_ref().and_then(|e| e.opened_by.as_deref()),
+    )?;
+    let inherited = known.map(|e| Inherited {
+        group: st
+            .workload
+            .entry(&e.group)
+            .unwrap_or_else(|| st.workload.default_entry().clone()),
+        held: Vec::new(),
+    });
     let spec = TaskSpec {
         action: actions::SCROLL,
         description,
@@ -478,6 +539,17 @@ async fn clear_scrolls(
     if let Ok(json) = crate::http::parse_json(&body)
         && let Ok(ids) = crate::api::scroll::parse_clear_request(path_id.as_deref(), json.as_ref())
     {
+        // Only the user who opened a scroll clears it; `_all` needs the permission for
+        // others' (as on an embedded node).
+        let now = Instant::now();
+        for id in &ids {
+            let opened_by = if id == "_all" {
+                Some(Arc::from(crate::auth::authz::ALL_SCROLLS))
+            } else {
+                up.scrolls.entry_of(id, now).and_then(|e| e.opened_by)
+            };
+            authorize_scroll(&st, &meta, route::SCROLL_CLEAR, opened_by.as_deref())?;
+        }
         up.scrolls.forget(&ids);
     }
     let mut headers = parts.headers.clone();
