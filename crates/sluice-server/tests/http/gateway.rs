@@ -1,7 +1,7 @@
 //! Gateway mode (`backend.type: upstream`) on its own: pass-through, failures of the upstream
 //! (slow, hanging, resetting, 5xx, not HTTP), round-robin past a refused host, `_msearch` split
 //! and merge, cancellation reaching the upstream, identity forwarding, resource limits and
-//! streaming with bounded memory.
+//! streaming with bounded memory (a `_bulk` of a user allowed everywhere too).
 //!
 //! The suites of the data and search APIs and of workload management run a second time
 //! through a gateway with `SLUICE_TEST_BACKEND=upstream` (see `common`); this module tests
@@ -786,6 +786,14 @@ impl Drop for Child {
     }
 }
 
+/// The proxy-authentication headers of `user` with `roles`.
+fn as_user(user: &str, roles: &str) -> reqwest::header::HeaderMap {
+    let mut h = reqwest::header::HeaderMap::new();
+    h.insert("x-proxy-user", user.parse().unwrap());
+    h.insert("x-proxy-roles", roles.parse().unwrap());
+    h
+}
+
 /// Bytes streamed each way in the streaming test: far more than the bound below.
 const STREAMED: u64 = 512 << 20;
 /// The most the gateway's peak resident memory may grow by while [`STREAMED`] bytes pass.
@@ -794,10 +802,13 @@ const MEMORY_BOUND: u64 = 64 << 20;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
     use futures::StreamExt;
-    // The upstream answers STREAMED bytes from one shared chunk, and counts what it is sent.
+    // The upstream answers STREAMED bytes from one shared chunk, and counts what it is sent
+    // (to `/upload` and to `/_bulk`).
     let chunk = Bytes::from(vec![b'x'; 1 << 20]);
     let received = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let counted = received.clone();
+    let bulk_received = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let bulk_counted = bulk_received.clone();
     let app = axum::Router::new()
         .route("/", axum::routing::get(|| async { root_answer() }))
         .route(
@@ -824,6 +835,19 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
                     "done"
                 }
             }),
+        )
+        .route(
+            "/_bulk",
+            axum::routing::post(move |body: axum::body::Body| {
+                let counted = bulk_counted.clone();
+                async move {
+                    let mut s = body.into_data_stream();
+                    while let Some(Ok(b)) = s.next().await {
+                        counted.fetch_add(b.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    axum::Json(json!({"took": 1, "errors": false, "items": []}))
+                }
+            }),
         );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -836,6 +860,14 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
         l.local_addr().unwrap().port()
     };
     let tmp = tempfile::tempdir().unwrap();
+    // Authorization on: a `_bulk` of a user allowed to write everywhere is not authorized item
+    // by item, so it streams through like any other body.
+    let roles = tmp.path().join("roles.yml");
+    std::fs::write(
+        &roles,
+        "writer:\n  index_permissions:\n    - index_patterns: [\"*\"]\n      allowed_actions: [crud]\n",
+    )
+    .unwrap();
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
     cmd.arg("serve")
         .arg("-E")
@@ -850,6 +882,12 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
         .arg("backend.upstream.search_threads=4")
         .arg("-E")
         .arg("transport.port=0")
+        .arg("-E")
+        .arg("auth.type=proxy")
+        .arg("-E")
+        .arg("auth.proxy.trusted_addresses=127.0.0.1")
+        .arg("-E")
+        .arg(format!("auth.roles_file={}", roles.display()))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     // The node reads SLUICE_* variables as settings and refuses unknown ones: the test
@@ -870,7 +908,12 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
     }
     let before = peak_rss(pid);
     // Down: a response of STREAMED bytes, read and dropped chunk by chunk.
-    let mut resp = client.get(format!("{gw}/big")).send().await.unwrap();
+    let mut resp = client
+        .get(format!("{gw}/big"))
+        .headers(as_user("root", "admin"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 200);
     let mut got = 0u64;
     while let Some(c) = resp.chunk().await.unwrap() {
@@ -883,6 +926,7 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
         .map(Ok::<_, std::io::Error>);
     let resp = client
         .post(format!("{gw}/upload"))
+        .headers(as_user("root", "admin"))
         .body(reqwest::Body::wrap_stream(body))
         .send()
         .await
@@ -892,11 +936,30 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
         received.load(std::sync::atomic::Ordering::Relaxed),
         STREAMED
     );
+    // Up again: a `_bulk` of STREAMED bytes (far past http.max_content_length, so a buffered
+    // one would be refused) by a user allowed everywhere.
+    let up_chunk = Bytes::from(vec![b'z'; 1 << 20]);
+    let body = futures::stream::iter(std::iter::repeat_n(up_chunk, (STREAMED >> 20) as usize))
+        .map(Ok::<_, std::io::Error>);
+    let resp = client
+        .post(format!("{gw}/_bulk"))
+        .headers(as_user("wanda", "writer"))
+        .header("content-type", "application/x-ndjson")
+        .body(reqwest::Body::wrap_stream(body))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        bulk_received.load(std::sync::atomic::Ordering::Relaxed),
+        STREAMED
+    );
     let after = peak_rss(pid);
     eprintln!(
-        "gateway peak RSS {} MiB before, {} MiB after {} MiB each way",
+        "gateway peak RSS {} MiB before, {} MiB after {} MiB down, {} MiB up twice",
         before >> 20,
         after >> 20,
+        STREAMED >> 20,
         STREAMED >> 20
     );
     assert!(
