@@ -1525,3 +1525,158 @@ async fn test_host_that_does_not_accept_connections_fails_within_the_connect_tim
     gw.stop().await;
     drop(listener);
 }
+
+/// Answers a `_bulk` or `_mget` as OpenSearch would, one item per item received.
+fn echo_items(r: Received) -> Response {
+    let text = String::from_utf8_lossy(&r.body).to_string();
+    if r.uri.contains("_mget") {
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let docs: Vec<Value> = body["docs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| json!({"_index": d["_index"], "_id": d["_id"], "found": true}))
+            .collect();
+        return axum::Json(json!({ "docs": docs })).into_response();
+    }
+    let mut items = Vec::new();
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    while let Some(line) = lines.next() {
+        let v: Value = serde_json::from_str(line).unwrap_or(Value::Null);
+        let Some((action, meta)) = v.as_object().and_then(|o| o.iter().next()) else {
+            continue;
+        };
+        if action != "delete" {
+            lines.next();
+        }
+        items
+            .push(json!({ action: {"_index": meta["_index"], "_id": meta["_id"], "status": 200} }));
+    }
+    axum::Json(json!({"took": 3, "errors": false, "items": items})).into_response()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_bulk_and_mget_forward_only_authorized_items() {
+    let up = fake(answer_with(echo_items)).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let roles = tmp.path().join("roles.yml");
+    std::fs::write(
+        &roles,
+        "tenant_a:\n  index_permissions:\n    - index_patterns: [\"a-*\"]\n      allowed_actions: [crud]\n",
+    )
+    .unwrap();
+    let roles_setting = format!("auth.roles_file={}", roles.display());
+    let gw = gateway(
+        &up.base,
+        &[
+            "auth.type=proxy",
+            "auth.proxy.trusted_addresses=127.0.0.1",
+            &roles_setting,
+        ],
+    )
+    .await;
+    let alice = [("x-proxy-user", "alice"), ("x-proxy-roles", "tenant_a")];
+    let ndjson = |lines: &[Value]| common::ndjson(lines);
+    let post = |path: &str, body: String, ct: &str| {
+        let mut rb = gw
+            .client
+            .post(gw.url(path))
+            .header("content-type", ct.to_string())
+            .body(body);
+        for (k, v) in alice {
+            rb = rb.header(k, v);
+        }
+        rb.send()
+    };
+
+    // A mixed _bulk: only the allowed operations reach the upstream, answers in request order.
+    let body = ndjson(&[
+        json!({"index": {"_index": "a-1", "_id": "1"}}),
+        json!({"x": 1}),
+        json!({"index": {"_index": "b-1", "_id": "2"}}),
+        json!({"x": 2}),
+        json!({"delete": {"_index": "b-1", "_id": "3"}}),
+        json!({"update": {"_id": "4"}}),
+        json!({"doc": {"x": 4}}),
+    ]);
+    let resp = post("/a-2/_bulk?refresh=true", body, "application/x-ndjson")
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let answer: Value = resp.json().await.unwrap();
+    let sent = up.received_on("_bulk");
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].uri, "/a-2/_bulk?refresh=true");
+    assert_eq!(
+        String::from_utf8_lossy(&sent[0].body),
+        ndjson(&[
+            json!({"index": {"_index": "a-1", "_id": "1"}}),
+            json!({"x": 1}),
+            json!({"update": {"_id": "4"}}),
+            json!({"doc": {"x": 4}}),
+        ])
+    );
+    assert_eq!(answer["errors"], true, "{answer}");
+    assert_eq!(answer["took"], 3, "{answer}");
+    let items = answer["items"].as_array().unwrap();
+    assert_eq!(items.len(), 4, "{answer}");
+    assert_eq!(items[0]["index"]["status"], 200, "{answer}");
+    assert_eq!(items[1]["index"]["status"], 403, "{answer}");
+    assert_eq!(items[1]["index"]["_index"], "b-1", "{answer}");
+    assert_eq!(items[1]["index"]["_id"], "2", "{answer}");
+    assert_eq!(
+        items[1]["index"]["error"]["type"], "security_exception",
+        "{answer}"
+    );
+    assert_eq!(items[2]["delete"]["status"], 403, "{answer}");
+    assert_eq!(items[3]["update"]["status"], 200, "{answer}");
+
+    // Every operation refused: answered here, the upstream is not called.
+    let body = ndjson(&[json!({"delete": {"_index": "b-1", "_id": "3"}})]);
+    let resp = post("/_bulk", body, "application/x-ndjson").await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(answer["items"][0]["delete"]["status"], 403, "{answer}");
+    assert_eq!(up.received_on("_bulk").len(), 1);
+
+    // A body that does not split into operations is refused, not forwarded.
+    let resp = post(
+        "/_bulk",
+        "{\"index\":{\"_index\":\"a-1\"}}\n".into(),
+        "application/x-ndjson",
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert_eq!(up.received_on("_bulk").len(), 1);
+
+    // _mget: the same, one document each.
+    let body = json!({"docs": [{"_index": "b-1", "_id": "1"}, {"_index": "a-1", "_id": "2"}]});
+    let resp = post("/_mget", body.to_string(), "application/json")
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let answer: Value = resp.json().await.unwrap();
+    let sent = up.received_on("_mget");
+    assert_eq!(sent.len(), 1);
+    let forwarded: Value = serde_json::from_slice(&sent[0].body).unwrap();
+    assert_eq!(forwarded, json!({"docs": [{"_index": "a-1", "_id": "2"}]}));
+    assert_eq!(
+        answer["docs"][0]["error"]["type"], "security_exception",
+        "{answer}"
+    );
+    assert_eq!(answer["docs"][0]["_id"], "1", "{answer}");
+    assert_eq!(answer["docs"][1]["found"], true, "{answer}");
+    let resp = post(
+        "/b-1/_mget",
+        json!({"ids": ["1", "2"]}).to_string(),
+        "application/json",
+    )
+    .await
+    .unwrap();
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(answer["docs"].as_array().map(Vec::len), Some(2), "{answer}");
+    assert_eq!(answer["docs"][1]["error"]["type"], "security_exception");
+    assert_eq!(up.received_on("_mget").len(), 1);
+    gw.stop().await;
+}

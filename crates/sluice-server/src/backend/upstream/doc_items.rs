@@ -15,10 +15,14 @@
 //!   rebuilt from the action lines as parsed (not the raw text), so the upstream pairs actions
 //!   and documents exactly as they were checked, and a body that does not split into items is
 //!   refused here rather than forwarded. Tested by
+//!   `test_bulk_and_mget_forward_only_authorized_items`,
 //!   `test_msearch_bulk_and_mget_are_authorized_per_item` (in gateway mode) and
 //!   `test_bulk_split_pairs_actions_and_documents`.
 //! - D2 — answers keep request order: item *i* of the answer is item *i* of the request.
-//!   Tested by `test_merge_keeps_request_order`.
+//!   Tested by `test_merge_keeps_request_order` and
+//!   `test_bulk_and_mget_forward_only_authorized_items`.
+//! - D3 — a user allowed everywhere (or no authorization) is never buffered: the body streams
+//!   to the upstream. Tested by `test_bodies_much_larger_than_a_memory_bound_stream_through`.
 
 use std::sync::Arc;
 use std::time::Instant;
