@@ -682,4 +682,24 @@ async fn test_terms_lookup_reads_only_what_the_user_may_read() {
         .await;
         assert_eq!(s, 200, "by_query {by_query}: {body}");
     }
+    // The same lookup in an _msearch item.
+    let (s, body) = send_ndjson(
+        &node,
+        &alice,
+        "/a-1/_msearch",
+        &[
+            json!({}),
+            lookup("b-1", false),
+            json!({}),
+            lookup("a-1", false),
+        ],
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body["responses"][0]["status"], 403, "{body}");
+    assert_eq!(
+        body["responses"][0]["error"]["type"], "security_exception",
+        "{body}"
+    );
+    assert_eq!(body["responses"][1]["status"], 200, "{body}");
 }

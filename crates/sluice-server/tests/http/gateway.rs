@@ -1680,3 +1680,86 @@ async fn test_bulk_and_mget_forward_only_authorized_items() {
     assert_eq!(up.received_on("_mget").len(), 1);
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_lookups_and_unreadable_bodies_of_a_restricted_user_are_not_forwarded() {
+    let up = fake(answer_with(|_| {
+        axum::Json(json!({"took": 1, "hits": {"hits": []}})).into_response()
+    }))
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let roles = tmp.path().join("roles.yml");
+    std::fs::write(
+        &roles,
+        "tenant_a:\n  index_permissions:\n    - index_patterns: [\"a-*\"]\n      allowed_actions: [read]\n",
+    )
+    .unwrap();
+    let roles_setting = format!("auth.roles_file={}", roles.display());
+    let gw = gateway(
+        &up.base,
+        &[
+            "auth.type=proxy",
+            "auth.proxy.trusted_addresses=127.0.0.1",
+            &roles_setting,
+        ],
+    )
+    .await;
+    let alice = [("x-proxy-user", "alice"), ("x-proxy-roles", "tenant_a")];
+    let lookup =
+        |index: &str| json!({"query": {"terms": {"f": {"index": index, "id": "1", "path": "x"}}}});
+    let send = |method: &str, path: String, body: Option<String>| {
+        let mut rb = gw
+            .client
+            .request(method.parse().unwrap(), gw.url(&path))
+            .header("content-type", "application/json");
+        if let Some(b) = body {
+            rb = rb.body(b);
+        }
+        for (k, v) in alice {
+            rb = rb.header(k, v);
+        }
+        rb.send()
+    };
+    // A forbidden lookup in the body or in the `source` parameter: 403, nothing forwarded.
+    let r = send(
+        "POST",
+        "/a-1/_search".into(),
+        Some(lookup("b-1").to_string()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 403);
+    let path = format!(
+        "/a-1/_search?source={}&source_content_type=application/json",
+        common::enc(&lookup("b-1").to_string())
+    );
+    let r = send("GET", path, None).await.unwrap();
+    assert_eq!(r.status(), 403);
+    // A body whose lookups cannot be read is refused, not forwarded.
+    let r = send("POST", "/a-1/_count".into(), Some("query: {}".into()))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(up.received_on("_search").is_empty() && up.received_on("_count").is_empty());
+    // An allowed lookup is forwarded.
+    let r = send(
+        "POST",
+        "/a-1/_search".into(),
+        Some(lookup("a-2").to_string()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(up.received_on("_search").len(), 1);
+    // A scroll clear whose ids cannot be read is refused, not forwarded.
+    let r = send(
+        "DELETE",
+        "/_search/scroll".into(),
+        Some("{\"scroll_id\": 1".into()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(up.received_on("scroll").is_empty());
+    gw.stop().await;
+}

@@ -260,6 +260,12 @@ async fn run_bulk(
     if body.is_empty() {
         return Err(EngineError::new(ErrorCode::Parse, "request body is required").into());
     }
+    if body.last() != Some(&b'\n') && !body.iter().all(u8::is_ascii_whitespace) {
+        return Err(EngineError::illegal_argument(
+            "The bulk request must be terminated by a newline [\\n]",
+        )
+        .into());
+    }
     let ops = split_bulk(&body, index.as_deref())?;
     let mut forwarded = String::new();
     let refused: Vec<Option<Value>> = ops

@@ -151,13 +151,7 @@ pub async fn run(
             // Authorized before admission, as on an embedded node: the item's indices, and
             // the `terms` lookups the upstream would read for it.
             let allowed = crate::auth::authorize_item(&st, &meta, Action::Search, &item.index)
-                .and_then(|()| {
-                    if template {
-                        Ok(())
-                    } else {
-                        crate::auth::authz::authorize_lookups(&st, &meta, &item.body)
-                    }
-                });
+                .and_then(|()| crate::auth::authz::authorize_lookups(&st, &meta, &item.body));
             if let Err(e) = allowed {
                 return Decided::Refused(ApiError::Engine(e));
             }

@@ -64,25 +64,15 @@ struct Kind {
     action: &'static str,
     /// The route takes OpenSearch's search parameters (`timeout`, `cancel_after_time_interval`).
     search_params: bool,
-    /// The body is a query whose `terms` lookups are authorized before it is forwarded (a
-    /// template's are not: its lookups may be placeholders the upstream fills in).
-    lookups: bool,
 }
 
 const SEARCH: Kind = Kind {
     action: actions::SEARCH,
     search_params: true,
-    lookups: true,
 };
 const COUNT: Kind = Kind {
     action: actions::SEARCH,
     search_params: false,
-    lookups: true,
-};
-const TEMPLATE: Kind = Kind {
-    action: actions::SEARCH,
-    search_params: true,
-    lookups: false,
 };
 
 async fn search_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
@@ -112,7 +102,7 @@ async fn count(
 }
 
 async fn template_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
-    admitted_or_forward(st.0, meta, "_all".into(), req, TEMPLATE).await
+    admitted_or_forward(st.0, meta, "_all".into(), req, SEARCH).await
 }
 
 async fn template(
@@ -121,7 +111,7 @@ async fn template(
     Path(index): Path<String>,
     req: Request,
 ) -> Response {
-    admitted_or_forward(st.0, meta, index, req, TEMPLATE).await
+    admitted_or_forward(st.0, meta, index, req, SEARCH).await
 }
 
 async fn msearch_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
@@ -378,14 +368,7 @@ async fn run_admitted(
         Some(s) if kind.search_params => Some(sluice_engine::scroll::parse_keep_alive(s)?),
         _ => None,
     };
-    // The upstream reads the `terms` lookups: they are authorized here, before admission, as
-    // the embedded engine authorizes them (a body that is not JSON is the upstream's to refuse).
-    if kind.lookups
-        && meta.permissions.is_some()
-        && let Ok(json) = serde_json::from_slice::<Value>(&body)
-    {
-        crate::auth::authz::authorize_lookups(&st, &meta, &json)?;
-    }
+    authorize_lookups(&st, &meta, &body, &params)?;
     let spec = TaskSpec::new(kind.action, description(&index, &body), &index, &params)?;
     let mut admitted = admit(&st, &meta, spec).await?;
     let set = if kind.search_params {
@@ -423,6 +406,28 @@ async fn run_admitted(
         _ => stream_back(resp),
     };
     Ok(admitted.ride_with(resp))
+}
+
+/// Authorizes the `terms` lookups of a search-class request before it is forwarded, as the
+/// embedded engine authorizes them while it runs (the upstream reads them): those of the body
+/// and of a `source` parameter. With authorization on, a body that is not JSON is refused
+/// here (its lookups could not be checked), not forwarded.
+fn authorize_lookups(
+    st: &AppState,
+    meta: &RequestMeta,
+    body: &[u8],
+    params: &Params,
+) -> ApiResult<()> {
+    if meta.permissions.is_none() {
+        return Ok(());
+    }
+    let source = params.get("source").map(String::as_bytes);
+    for part in std::iter::once(body).chain(source) {
+        if let Some(json) = crate::http::parse_json(part)? {
+            crate::auth::authz::authorize_lookups(st, meta, &json)?;
+        }
+    }
+    Ok(())
 }
 
 /// Settles an admitted request's outcome: an upstream answer counts as a completion, a
@@ -536,9 +541,19 @@ async fn clear_scrolls(
 ) -> ApiResult<Response> {
     let up = super::routes_upstream(&st)?;
     let Read { parts, body, .. } = read(req).await?;
-    if let Ok(json) = crate::http::parse_json(&body)
-        && let Ok(ids) = crate::api::scroll::parse_clear_request(path_id.as_deref(), json.as_ref())
-    {
+    let parsed = crate::http::parse_json(&body).and_then(|json| {
+        Ok(crate::api::scroll::parse_clear_request(
+            path_id.as_deref(),
+            json.as_ref(),
+        )?)
+    });
+    // With authorization on, a clear whose scroll ids cannot be read is refused here, not
+    // forwarded: the owner check needs them.
+    let parsed = match parsed {
+        Err(e) if meta.permissions.is_some() => return Err(e),
+        other => other,
+    };
+    if let Ok(ids) = parsed {
         // Only the user who opened a scroll clears it; `_all` needs the permission for
         // others' (as on an embedded node).
         let now = Instant::now();
