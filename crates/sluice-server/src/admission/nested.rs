@@ -30,15 +30,10 @@ impl NestedSearches {
 
 impl NestedSearchHook for NestedSearches {
     fn authorize_lookup(&self, index: &str, by_query: bool) -> Result<(), EngineError> {
-        let action = if by_query {
-            sluice_core::authz::Action::Search
-        } else {
-            sluice_core::authz::Action::Get
-        };
         crate::auth::authz::authorize_principal(
             &self.st,
             self.parent.principal.as_deref(),
-            action,
+            crate::auth::authz::lookup_action(by_query),
             index,
         )
     }

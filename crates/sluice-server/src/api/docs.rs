@@ -128,8 +128,18 @@ fn meta_long(line_no: usize, key: &str, v: &Value) -> Result<i64, EngineError> {
     })
 }
 
-fn malformed(line: usize, why: &str) -> EngineError {
+/// OpenSearch's error for a bad action line of a `_bulk` body.
+pub(crate) fn malformed(line: usize, why: &str) -> EngineError {
     EngineError::illegal_argument(format!("Malformed action/metadata line [{line}], {why}"))
+}
+
+/// The action a `_bulk` operation needs on its index (`create` writes as `index` does).
+pub(crate) fn bulk_action(op: &str) -> Action {
+    match op {
+        "delete" => Action::WriteDelete,
+        "update" => Action::WriteUpdate,
+        _ => Action::WriteIndex,
+    }
 }
 
 /// Parses an NDJSON bulk body. Structural problems fail the whole request, as OpenSearch's;
@@ -424,21 +434,35 @@ fn item_json(
             }
             (json!({ action: v }), false)
         }
-        Err(e) => {
-            let status = status_of(e).as_u16();
-            let mut err = render_error(e);
-            if let Some(o) = err.as_object_mut() {
-                o.remove("root_cause");
-                o.entry("index").or_insert(json!(index));
-            }
-            let mut m = Map::new();
-            m.insert("_index".into(), json!(index));
-            m.insert("_id".into(), id.map_or(Value::Null, |i| json!(i)));
-            m.insert("status".into(), json!(status));
-            m.insert("error".into(), err);
-            (json!({ action: Value::Object(m) }), true)
-        }
+        Err(e) => (bulk_error_item(action, index, id, e), true),
     }
+}
+
+/// A failed `_bulk` item as OpenSearch answers it: `{action: {_index, _id, status, error}}`
+/// (the error without its `root_cause`, naming the index).
+pub(crate) fn bulk_error_item(
+    action: &str,
+    index: &str,
+    id: Option<&str>,
+    e: &EngineError,
+) -> Value {
+    let status = status_of(e).as_u16();
+    let mut err = render_error(e);
+    if let Some(o) = err.as_object_mut() {
+        o.remove("root_cause");
+        o.entry("index").or_insert(json!(index));
+    }
+    let mut m = Map::new();
+    m.insert("_index".into(), json!(index));
+    m.insert("_id".into(), id.map_or(Value::Null, |i| json!(i)));
+    m.insert("status".into(), json!(status));
+    m.insert("error".into(), err);
+    json!({ action: Value::Object(m) })
+}
+
+/// A failed `_mget` document as OpenSearch answers it: `{_index, _id, error}`.
+pub(crate) fn mget_error_item(index: &str, id: &str, e: &EngineError) -> Value {
+    json!({"_index": index, "_id": id, "error": render_error(e)})
 }
 
 async fn run_bulk(
@@ -470,11 +494,7 @@ async fn run_bulk(
     let mut items = parse_bulk(&body.0, default_index.as_deref(), require_alias)?;
     // Each operation is authorized on its own index: a forbidden one is a 403 item.
     for item in items.iter_mut().filter(|i| i.op.is_ok()) {
-        let action = match item.action {
-            "delete" => Action::WriteDelete,
-            "update" => Action::WriteUpdate,
-            _ => Action::WriteIndex,
-        };
+        let action = bulk_action(item.action);
         if let Err(e) = crate::auth::authorize_item(&st, &meta, action, &item.index) {
             item.op = Err(e);
         }
@@ -816,12 +836,12 @@ pub async fn mget(
             .map(|(item, denied)| {
                 let MgetItem { index, id, filter } = item;
                 if let Some(e) = denied {
-                    return json!({"_index": index, "_id": id, "error": render_error(&e)});
+                    return mget_error_item(&index, &id, &e);
                 }
                 match engine.get_doc(&index, &id) {
                     Ok((index, Some(doc))) => found_json(&index, &id, &doc, &filter),
                     Ok((index, None)) => json!({"_index": index, "_id": id, "found": false}),
-                    Err(e) => json!({"_index": index, "_id": id, "error": render_error(&e)}),
+                    Err(e) => mget_error_item(&index, &id, &e),
                 }
             })
             .collect::<Vec<Value>>())

@@ -372,6 +372,34 @@ pub fn authorize_principal(
     Err(st.authz.refuse(who, action.name(), expr))
 }
 
+/// The action a `terms` lookup needs on its index: a lookup by id reads one document
+/// (`Action::Get`), a lookup by query searches (`Action::Search`).
+pub fn lookup_action(by_query: bool) -> Action {
+    if by_query {
+        Action::Search
+    } else {
+        Action::Get
+    }
+}
+
+/// Authorizes the `terms` lookups a search body names, before it is forwarded (a gateway: the
+/// upstream reads them, so they cannot be checked as the embedded engine checks them, while it
+/// runs): `Err` is the first forbidden lookup's 403, counted and audited.
+pub fn authorize_lookups(
+    st: &AppState,
+    meta: &RequestMeta,
+    body: &serde_json::Value,
+) -> Result<(), EngineError> {
+    if meta.permissions.is_none() {
+        return Ok(());
+    }
+    for lookup in sluice_engine::lookup::find_lookups(body) {
+        let by_query = matches!(lookup.source, sluice_engine::lookup::LookupSource::Query(_));
+        authorize_item(st, meta, lookup_action(by_query), &lookup.index)?;
+    }
+    Ok(())
+}
+
 /// Authorizes one item of a request of items (an `_msearch` search, a `_bulk` operation, an
 /// `_mget` document): `Err` is the item's 403, counted and audited; the other items run.
 pub fn authorize_item(

@@ -1,7 +1,7 @@
 //! Gateway mode (`backend.type: upstream`) on its own: pass-through, failures of the upstream
 //! (slow, hanging, resetting, 5xx, not HTTP), round-robin past a refused host, `_msearch` split
 //! and merge, cancellation reaching the upstream, identity forwarding, resource limits and
-//! streaming with bounded memory.
+//! streaming with bounded memory (a `_bulk` of a user allowed everywhere too).
 //!
 //! The suites of the data and search APIs and of workload management run a second time
 //! through a gateway with `SLUICE_TEST_BACKEND=upstream` (see `common`); this module tests
@@ -786,6 +786,14 @@ impl Drop for Child {
     }
 }
 
+/// The proxy-authentication headers of `user` with `roles`.
+fn as_user(user: &str, roles: &str) -> reqwest::header::HeaderMap {
+    let mut h = reqwest::header::HeaderMap::new();
+    h.insert("x-proxy-user", user.parse().unwrap());
+    h.insert("x-proxy-roles", roles.parse().unwrap());
+    h
+}
+
 /// Bytes streamed each way in the streaming test: far more than the bound below.
 const STREAMED: u64 = 512 << 20;
 /// The most the gateway's peak resident memory may grow by while [`STREAMED`] bytes pass.
@@ -794,10 +802,13 @@ const MEMORY_BOUND: u64 = 64 << 20;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
     use futures::StreamExt;
-    // The upstream answers STREAMED bytes from one shared chunk, and counts what it is sent.
+    // The upstream answers STREAMED bytes from one shared chunk, and counts what it is sent
+    // (to `/upload` and to `/_bulk`).
     let chunk = Bytes::from(vec![b'x'; 1 << 20]);
     let received = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let counted = received.clone();
+    let bulk_received = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let bulk_counted = bulk_received.clone();
     let app = axum::Router::new()
         .route("/", axum::routing::get(|| async { root_answer() }))
         .route(
@@ -824,6 +835,19 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
                     "done"
                 }
             }),
+        )
+        .route(
+            "/_bulk",
+            axum::routing::post(move |body: axum::body::Body| {
+                let counted = bulk_counted.clone();
+                async move {
+                    let mut s = body.into_data_stream();
+                    while let Some(Ok(b)) = s.next().await {
+                        counted.fetch_add(b.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    axum::Json(json!({"took": 1, "errors": false, "items": []}))
+                }
+            }),
         );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -836,6 +860,14 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
         l.local_addr().unwrap().port()
     };
     let tmp = tempfile::tempdir().unwrap();
+    // Authorization on: a `_bulk` of a user allowed to write everywhere is not authorized item
+    // by item, so it streams through like any other body.
+    let roles = tmp.path().join("roles.yml");
+    std::fs::write(
+        &roles,
+        "writer:\n  index_permissions:\n    - index_patterns: [\"*\"]\n      allowed_actions: [crud]\n",
+    )
+    .unwrap();
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
     cmd.arg("serve")
         .arg("-E")
@@ -850,6 +882,12 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
         .arg("backend.upstream.search_threads=4")
         .arg("-E")
         .arg("transport.port=0")
+        .arg("-E")
+        .arg("auth.type=proxy")
+        .arg("-E")
+        .arg("auth.proxy.trusted_addresses=127.0.0.1")
+        .arg("-E")
+        .arg(format!("auth.roles_file={}", roles.display()))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     // The node reads SLUICE_* variables as settings and refuses unknown ones: the test
@@ -870,7 +908,12 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
     }
     let before = peak_rss(pid);
     // Down: a response of STREAMED bytes, read and dropped chunk by chunk.
-    let mut resp = client.get(format!("{gw}/big")).send().await.unwrap();
+    let mut resp = client
+        .get(format!("{gw}/big"))
+        .headers(as_user("root", "admin"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 200);
     let mut got = 0u64;
     while let Some(c) = resp.chunk().await.unwrap() {
@@ -883,6 +926,7 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
         .map(Ok::<_, std::io::Error>);
     let resp = client
         .post(format!("{gw}/upload"))
+        .headers(as_user("root", "admin"))
         .body(reqwest::Body::wrap_stream(body))
         .send()
         .await
@@ -892,11 +936,30 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
         received.load(std::sync::atomic::Ordering::Relaxed),
         STREAMED
     );
+    // Up again: a `_bulk` of STREAMED bytes (far past http.max_content_length, so a buffered
+    // one would be refused) by a user allowed everywhere.
+    let up_chunk = Bytes::from(vec![b'z'; 1 << 20]);
+    let body = futures::stream::iter(std::iter::repeat_n(up_chunk, (STREAMED >> 20) as usize))
+        .map(Ok::<_, std::io::Error>);
+    let resp = client
+        .post(format!("{gw}/_bulk"))
+        .headers(as_user("wanda", "writer"))
+        .header("content-type", "application/x-ndjson")
+        .body(reqwest::Body::wrap_stream(body))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        bulk_received.load(std::sync::atomic::Ordering::Relaxed),
+        STREAMED
+    );
     let after = peak_rss(pid);
     eprintln!(
-        "gateway peak RSS {} MiB before, {} MiB after {} MiB each way",
+        "gateway peak RSS {} MiB before, {} MiB after {} MiB down, {} MiB up twice",
         before >> 20,
         after >> 20,
+        STREAMED >> 20,
         STREAMED >> 20
     );
     assert!(
@@ -1461,4 +1524,242 @@ async fn test_host_that_does_not_accept_connections_fails_within_the_connect_tim
     assert_eq!(stats["executing"], 0, "{stats}");
     gw.stop().await;
     drop(listener);
+}
+
+/// Answers a `_bulk` or `_mget` as OpenSearch would, one item per item received.
+fn echo_items(r: Received) -> Response {
+    let text = String::from_utf8_lossy(&r.body).to_string();
+    if r.uri.contains("_mget") {
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let docs: Vec<Value> = body["docs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| json!({"_index": d["_index"], "_id": d["_id"], "found": true}))
+            .collect();
+        return axum::Json(json!({ "docs": docs })).into_response();
+    }
+    let mut items = Vec::new();
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    while let Some(line) = lines.next() {
+        let v: Value = serde_json::from_str(line).unwrap_or(Value::Null);
+        let Some((action, meta)) = v.as_object().and_then(|o| o.iter().next()) else {
+            continue;
+        };
+        if action != "delete" {
+            lines.next();
+        }
+        items
+            .push(json!({ action: {"_index": meta["_index"], "_id": meta["_id"], "status": 200} }));
+    }
+    axum::Json(json!({"took": 3, "errors": false, "items": items})).into_response()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_bulk_and_mget_forward_only_authorized_items() {
+    let up = fake(answer_with(echo_items)).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let roles = tmp.path().join("roles.yml");
+    std::fs::write(
+        &roles,
+        "tenant_a:\n  index_permissions:\n    - index_patterns: [\"a-*\"]\n      allowed_actions: [crud]\n",
+    )
+    .unwrap();
+    let roles_setting = format!("auth.roles_file={}", roles.display());
+    let gw = gateway(
+        &up.base,
+        &[
+            "auth.type=proxy",
+            "auth.proxy.trusted_addresses=127.0.0.1",
+            &roles_setting,
+        ],
+    )
+    .await;
+    let alice = [("x-proxy-user", "alice"), ("x-proxy-roles", "tenant_a")];
+    let ndjson = |lines: &[Value]| common::ndjson(lines);
+    let post = |path: &str, body: String, ct: &str| {
+        let mut rb = gw
+            .client
+            .post(gw.url(path))
+            .header("content-type", ct.to_string())
+            .body(body);
+        for (k, v) in alice {
+            rb = rb.header(k, v);
+        }
+        rb.send()
+    };
+
+    // A mixed _bulk: only the allowed operations reach the upstream, answers in request order.
+    let body = ndjson(&[
+        json!({"index": {"_index": "a-1", "_id": "1"}}),
+        json!({"x": 1}),
+        json!({"index": {"_index": "b-1", "_id": "2"}}),
+        json!({"x": 2}),
+        json!({"delete": {"_index": "b-1", "_id": "3"}}),
+        json!({"update": {"_id": "4"}}),
+        json!({"doc": {"x": 4}}),
+    ]);
+    let resp = post("/a-2/_bulk?refresh=true", body, "application/x-ndjson")
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let answer: Value = resp.json().await.unwrap();
+    let sent = up.received_on("_bulk");
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].uri, "/a-2/_bulk?refresh=true");
+    assert_eq!(
+        String::from_utf8_lossy(&sent[0].body),
+        ndjson(&[
+            json!({"index": {"_index": "a-1", "_id": "1"}}),
+            json!({"x": 1}),
+            json!({"update": {"_id": "4"}}),
+            json!({"doc": {"x": 4}}),
+        ])
+    );
+    assert_eq!(answer["errors"], true, "{answer}");
+    assert_eq!(answer["took"], 3, "{answer}");
+    let items = answer["items"].as_array().unwrap();
+    assert_eq!(items.len(), 4, "{answer}");
+    assert_eq!(items[0]["index"]["status"], 200, "{answer}");
+    assert_eq!(items[1]["index"]["status"], 403, "{answer}");
+    assert_eq!(items[1]["index"]["_index"], "b-1", "{answer}");
+    assert_eq!(items[1]["index"]["_id"], "2", "{answer}");
+    assert_eq!(
+        items[1]["index"]["error"]["type"], "security_exception",
+        "{answer}"
+    );
+    assert_eq!(items[2]["delete"]["status"], 403, "{answer}");
+    assert_eq!(items[3]["update"]["status"], 200, "{answer}");
+
+    // Every operation refused: answered here, the upstream is not called.
+    let body = ndjson(&[json!({"delete": {"_index": "b-1", "_id": "3"}})]);
+    let resp = post("/_bulk", body, "application/x-ndjson").await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(answer["items"][0]["delete"]["status"], 403, "{answer}");
+    assert_eq!(up.received_on("_bulk").len(), 1);
+
+    // A body that does not split into operations is refused, not forwarded.
+    let resp = post(
+        "/_bulk",
+        "{\"index\":{\"_index\":\"a-1\"}}\n".into(),
+        "application/x-ndjson",
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert_eq!(up.received_on("_bulk").len(), 1);
+
+    // _mget: the same, one document each.
+    let body = json!({"docs": [{"_index": "b-1", "_id": "1"}, {"_index": "a-1", "_id": "2"}]});
+    let resp = post("/_mget", body.to_string(), "application/json")
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let answer: Value = resp.json().await.unwrap();
+    let sent = up.received_on("_mget");
+    assert_eq!(sent.len(), 1);
+    let forwarded: Value = serde_json::from_slice(&sent[0].body).unwrap();
+    assert_eq!(forwarded, json!({"docs": [{"_index": "a-1", "_id": "2"}]}));
+    assert_eq!(
+        answer["docs"][0]["error"]["type"], "security_exception",
+        "{answer}"
+    );
+    assert_eq!(answer["docs"][0]["_id"], "1", "{answer}");
+    assert_eq!(answer["docs"][1]["found"], true, "{answer}");
+    let resp = post(
+        "/b-1/_mget",
+        json!({"ids": ["1", "2"]}).to_string(),
+        "application/json",
+    )
+    .await
+    .unwrap();
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(answer["docs"].as_array().map(Vec::len), Some(2), "{answer}");
+    assert_eq!(answer["docs"][1]["error"]["type"], "security_exception");
+    assert_eq!(up.received_on("_mget").len(), 1);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_lookups_and_unreadable_bodies_of_a_restricted_user_are_not_forwarded() {
+    let up = fake(answer_with(|_| {
+        axum::Json(json!({"took": 1, "hits": {"hits": []}})).into_response()
+    }))
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let roles = tmp.path().join("roles.yml");
+    std::fs::write(
+        &roles,
+        "tenant_a:\n  index_permissions:\n    - index_patterns: [\"a-*\"]\n      allowed_actions: [read]\n",
+    )
+    .unwrap();
+    let roles_setting = format!("auth.roles_file={}", roles.display());
+    let gw = gateway(
+        &up.base,
+        &[
+            "auth.type=proxy",
+            "auth.proxy.trusted_addresses=127.0.0.1",
+            &roles_setting,
+        ],
+    )
+    .await;
+    let alice = [("x-proxy-user", "alice"), ("x-proxy-roles", "tenant_a")];
+    let lookup =
+        |index: &str| json!({"query": {"terms": {"f": {"index": index, "id": "1", "path": "x"}}}});
+    let send = |method: &str, path: String, body: Option<String>| {
+        let mut rb = gw
+            .client
+            .request(method.parse().unwrap(), gw.url(&path))
+            .header("content-type", "application/json");
+        if let Some(b) = body {
+            rb = rb.body(b);
+        }
+        for (k, v) in alice {
+            rb = rb.header(k, v);
+        }
+        rb.send()
+    };
+    // A forbidden lookup in the body or in the `source` parameter: 403, nothing forwarded.
+    let r = send(
+        "POST",
+        "/a-1/_search".into(),
+        Some(lookup("b-1").to_string()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 403);
+    let path = format!(
+        "/a-1/_search?source={}&source_content_type=application/json",
+        common::enc(&lookup("b-1").to_string())
+    );
+    let r = send("GET", path, None).await.unwrap();
+    assert_eq!(r.status(), 403);
+    // A body whose lookups cannot be read is refused, not forwarded.
+    let r = send("POST", "/a-1/_count".into(), Some("query: {}".into()))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(up.received_on("_search").is_empty() && up.received_on("_count").is_empty());
+    // An allowed lookup is forwarded.
+    let r = send(
+        "POST",
+        "/a-1/_search".into(),
+        Some(lookup("a-2").to_string()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(up.received_on("_search").len(), 1);
+    // A scroll clear whose ids cannot be read is refused, not forwarded.
+    let r = send(
+        "DELETE",
+        "/_search/scroll".into(),
+        Some("{\"scroll_id\": 1".into()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(up.received_on("scroll").is_empty());
+    gw.stop().await;
 }

@@ -21,6 +21,7 @@
 
 pub mod client;
 pub mod config;
+pub mod doc_items;
 pub mod headers;
 pub mod hosts;
 pub mod limits;

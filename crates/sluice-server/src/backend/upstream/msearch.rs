@@ -1,7 +1,8 @@
-//! `_msearch` (and `_msearch/template`) through the gateway: the items are admitted one by one
-//! as children of one msearch task, exactly as on an embedded node; only the admitted items are
-//! forwarded, in one `_msearch` to the upstream; the answers are merged back in request order,
-//! an item admission refused becoming its error item (a 429 inside the 200).
+//! `_msearch` (and `_msearch/template`) through the gateway: the items are authorized and
+//! admitted one by one as children of one msearch task, exactly as on an embedded node; only
+//! the admitted items are forwarded, in one `_msearch` to the upstream; the answers are merged
+//! back in request order, an item refused becoming its error item (a 403 or a 429 inside the
+//! 200).
 //!
 //! The upstream's answer is read whole to merge it (bounded by what the admitted items
 //! return), unlike `_search`, whose answer streams through.
@@ -13,6 +14,7 @@ use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Value, json};
+use sluice_core::authz::Action;
 use sluice_engine::{EngineError, ErrorCode};
 
 use super::routes::{Read, client_ip, read, time_param, with_params};
@@ -146,6 +148,13 @@ pub async fn run(
             } else {
                 crate::api::search::search_description(&item.index, Some(&item.body))
             };
+            // Authorized before admission, as on an embedded node: the item's indices, and
+            // the `terms` lookups the upstream would read for it.
+            let allowed = crate::auth::authorize_item(&st, &meta, Action::Search, &item.index)
+                .and_then(|()| crate::auth::authz::authorize_lookups(&st, &meta, &item.body));
+            if let Err(e) = allowed {
+                return Decided::Refused(ApiError::Engine(e));
+            }
             let spec = TaskSpec::new(actions::SEARCH, description, &item.index, &item.params).map(
                 |mut s| {
                     s.parent = Some(parent_seq);

@@ -1,6 +1,7 @@
 //! The gateway's router: sluice's own routes ([`crate::api::owned_routes`]), the search-class
-//! routes admitted here and forwarded by [`Upstream::execute`], and every other request
-//! forwarded unchanged ([`crate::http::fallback::forward`]).
+//! routes admitted here and forwarded by [`Upstream::execute`], `_bulk` and `_mget`
+//! authorized item by item ([`super::doc_items`]), and every other request forwarded
+//! unchanged ([`crate::http::fallback::forward`]).
 //!
 //! Each search-class handler reads the request (its body bounded by `http.max_content_length`:
 //! a search body is small, and the gateway may rewrite it), builds the [`TaskSpec`] admission
@@ -22,9 +23,11 @@ use http::request::Parts;
 use serde_json::Value;
 use sluice_engine::EngineError;
 
+use super::scrolls::ScrollEntry;
 use super::sniff::ScrollIdSniffer;
 use super::{Call, stream_back};
 use crate::admission::{Admitted, Inherited, TaskSpec, admit, requested_cancel_after};
+use crate::auth::{authorize_scroll, route};
 use crate::error::{ApiError, ApiResult};
 use crate::http::{BodyLimit, Params, RequestMeta};
 use crate::state::AppState;
@@ -45,6 +48,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/{index}/_msearch", any(msearch))
         .route("/_msearch/template", any(msearch_template_all))
         .route("/{index}/_msearch/template", any(msearch_template))
+        .route("/_bulk", any(bulk_all))
+        .route("/{index}/_bulk", any(bulk))
+        .route("/_mget", any(mget_all))
+        .route("/{index}/_mget", any(mget))
         .route("/_search/scroll", any(scroll))
         .route("/_search/scroll/{scroll_id}", any(scroll_of))
         .fallback(crate::http::fallback::forward)
@@ -135,6 +142,32 @@ async fn msearch_template(
     req: Request,
 ) -> Response {
     msearch_or_forward(st.0, meta, Some(index), req, true).await
+}
+
+async fn bulk_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
+    super::doc_items::bulk(st.0, meta, None, req).await
+}
+
+async fn bulk(
+    st: State<Arc<AppState>>,
+    meta: RequestMeta,
+    Path(index): Path<String>,
+    req: Request,
+) -> Response {
+    super::doc_items::bulk(st.0, meta, Some(index), req).await
+}
+
+async fn mget_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
+    super::doc_items::mget(st.0, meta, None, req).await
+}
+
+async fn mget(
+    st: State<Arc<AppState>>,
+    meta: RequestMeta,
+    Path(index): Path<String>,
+    req: Request,
+) -> Response {
+    super::doc_items::mget(st.0, meta, Some(index), req).await
 }
 
 async fn scroll(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
@@ -335,6 +368,7 @@ async fn run_admitted(
         Some(s) if kind.search_params => Some(sluice_engine::scroll::parse_keep_alive(s)?),
         _ => None,
     };
+    authorize_lookups(&st, &meta, &body, &params)?;
     let spec = TaskSpec::new(kind.action, description(&index, &body), &index, &params)?;
     let mut admitted = admit(&st, &meta, spec).await?;
     let set = if kind.search_params {
@@ -356,10 +390,14 @@ async fn run_admitted(
     let resp = match keep_alive {
         Some(keep_alive) if resp.status().is_success() => {
             let (parts, body) = resp.into_parts();
-            let (up2, group) = (up.clone(), admitted.group().id.clone());
+            let entry = ScrollEntry {
+                group: admitted.group().id.clone(),
+                opened_by: meta.principal.as_ref().map(|p| p.username.clone()),
+            };
+            let up2 = up.clone();
             let sniffer = ScrollIdSniffer::new(
                 body,
-                Box::new(move |id| up2.scrolls.remember(id, group, keep_alive, Instant::now())),
+                Box::new(move |id| up2.scrolls.remember(id, entry, keep_alive, Instant::now())),
             );
             let mut p = parts;
             super::headers::strip_hop_by_hop(&mut p.headers);
@@ -368,6 +406,28 @@ async fn run_admitted(
         _ => stream_back(resp),
     };
     Ok(admitted.ride_with(resp))
+}
+
+/// Authorizes the `terms` lookups of a search-class request before it is forwarded, as the
+/// embedded engine authorizes them while it runs (the upstream reads them): those of the body
+/// and of a `source` parameter. With authorization on, a body that is not JSON is refused
+/// here (its lookups could not be checked), not forwarded.
+fn authorize_lookups(
+    st: &AppState,
+    meta: &RequestMeta,
+    body: &[u8],
+    params: &Params,
+) -> ApiResult<()> {
+    if meta.permissions.is_none() {
+        return Ok(());
+    }
+    let source = params.get("source").map(String::as_bytes);
+    for part in std::iter::once(body).chain(source) {
+        if let Some(json) = crate::http::parse_json(part)? {
+            crate::auth::authz::authorize_lookups(st, meta, &json)?;
+        }
+    }
+    Ok(())
 }
 
 /// Settles an admitted request's outcome: an upstream answer counts as a completion, a
@@ -420,16 +480,22 @@ async fn run_scroll(
         sreq.scroll_id,
         sreq.keep_alive.as_ref().map_or("null", |(s, _)| s.as_str())
     );
-    let inherited = up
-        .scrolls
-        .group_of(&sreq.scroll_id, Instant::now())
-        .map(|id| Inherited {
-            group: st
-                .workload
-                .entry(&id)
-                .unwrap_or_else(|| st.workload.default_entry().clone()),
-            held: Vec::new(),
-        });
+    let known = up.scrolls.entry_of(&sreq.scroll_id, Instant::now());
+    // Only the user who opened the scroll continues it (a scroll the gateway did not open is
+    // the upstream's to check).
+    authorize_scroll(
+        &st,
+        &meta,
+        route::SCROLL,
+        known.as_ref().and_then(|e| e.opened_by.as_deref()),
+    )?;
+    let inherited = known.map(|e| Inherited {
+        group: st
+            .workload
+            .entry(&e.group)
+            .unwrap_or_else(|| st.workload.default_entry().clone()),
+        held: Vec::new(),
+    });
     let spec = TaskSpec {
         action: actions::SCROLL,
         description,
@@ -475,9 +541,30 @@ async fn clear_scrolls(
 ) -> ApiResult<Response> {
     let up = super::routes_upstream(&st)?;
     let Read { parts, body, .. } = read(req).await?;
-    if let Ok(json) = crate::http::parse_json(&body)
-        && let Ok(ids) = crate::api::scroll::parse_clear_request(path_id.as_deref(), json.as_ref())
-    {
+    let parsed = crate::http::parse_json(&body).and_then(|json| {
+        Ok(crate::api::scroll::parse_clear_request(
+            path_id.as_deref(),
+            json.as_ref(),
+        )?)
+    });
+    // With authorization on, a clear whose scroll ids cannot be read is refused here, not
+    // forwarded: the owner check needs them.
+    let parsed = match parsed {
+        Err(e) if meta.permissions.is_some() => return Err(e),
+        other => other,
+    };
+    if let Ok(ids) = parsed {
+        // Only the user who opened a scroll clears it; `_all` needs the permission for
+        // others' (as on an embedded node).
+        let now = Instant::now();
+        for id in &ids {
+            let opened_by = if id == "_all" {
+                Some(Arc::from(crate::auth::authz::ALL_SCROLLS))
+            } else {
+                up.scrolls.entry_of(id, now).and_then(|e| e.opened_by)
+            };
+            authorize_scroll(&st, &meta, route::SCROLL_CLEAR, opened_by.as_deref())?;
+        }
         up.scrolls.forget(&ids);
     }
     let mut headers = parts.headers.clone();

@@ -1,6 +1,8 @@
-//! Which workload group each scroll opened through the gateway runs in: the upstream keeps the
-//! scroll, the gateway remembers scroll id → group until the scroll is cleared or its
-//! keep-alive passes, so continuations are charged to the group the scroll was opened in.
+//! Which workload group each scroll opened through the gateway runs in, and who opened it: the
+//! upstream keeps the scroll, the gateway remembers scroll id → (group, opener) until the
+//! scroll is cleared or its keep-alive passes, so continuations are charged to the group the
+//! scroll was opened in and only its opener may continue or clear it
+//! ([`crate::auth::authz::authorize_scroll`], as on an embedded node).
 //!
 //! # Invariants
 //! - S1 — an entry is never answered after its keep-alive passed (checked on read), and
@@ -17,45 +19,54 @@ use parking_lot::Mutex;
 /// stale ids cost less memory than the passes.
 const SWEEP_FROM: usize = 4096;
 
-/// Scroll id → (group id, expiry).
+/// Scroll id → (group id, opener, expiry).
 #[derive(Debug, Default)]
 pub struct ScrollGroups {
     map: Mutex<Entries>,
 }
 
+/// What the gateway knows of a live scroll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScrollEntry {
+    /// The workload group it runs in.
+    pub group: Arc<str>,
+    /// The user who opened it; `None` when it was opened without authentication.
+    pub opened_by: Option<Arc<str>>,
+}
+
 #[derive(Debug, Default)]
 struct Entries {
-    by_id: HashMap<String, (Arc<str>, Instant)>,
+    by_id: HashMap<String, (ScrollEntry, Instant)>,
     /// The size at which the next sweep runs.
     sweep_at: usize,
 }
 
 impl ScrollGroups {
-    /// Remembers that scroll `id` runs in `group` for `keep_alive` from `now`.
-    pub fn remember(&self, id: String, group: Arc<str>, keep_alive: Duration, now: Instant) {
+    /// Remembers that scroll `id` runs as `entry` says for `keep_alive` from `now`.
+    pub fn remember(&self, id: String, entry: ScrollEntry, keep_alive: Duration, now: Instant) {
         let mut m = self.map.lock();
-        m.by_id.insert(id, (group, now + keep_alive));
+        m.by_id.insert(id, (entry, now + keep_alive));
         if m.by_id.len() >= m.sweep_at.max(SWEEP_FROM) {
             m.by_id.retain(|_, (_, exp)| *exp > now);
             m.sweep_at = m.by_id.len() * 2;
         }
     }
 
-    /// The group scroll `id` runs in, if it is known and alive at `now`.
-    pub fn group_of(&self, id: &str, now: Instant) -> Option<Arc<str>> {
+    /// What is known of scroll `id`, if it is known and alive at `now`.
+    pub fn entry_of(&self, id: &str, now: Instant) -> Option<ScrollEntry> {
         let m = self.map.lock();
         m.by_id
             .get(id)
             .filter(|(_, exp)| *exp > now)
-            .map(|(g, _)| g.clone())
+            .map(|(e, _)| e.clone())
     }
 
     /// Extends scroll `id`'s keep-alive (a continuation with `scroll=`), or remembers a new id
     /// the upstream answered for it.
     pub fn extend(&self, old: &str, new: String, keep_alive: Duration, now: Instant) {
-        let group = self.map.lock().by_id.remove(old).map(|(g, _)| g);
-        if let Some(g) = group {
-            self.remember(new, g, keep_alive, now);
+        let entry = self.map.lock().by_id.remove(old).map(|(e, _)| e);
+        if let Some(e) = entry {
+            self.remember(new, e, keep_alive, now);
         }
     }
 
@@ -76,26 +87,38 @@ impl ScrollGroups {
 mod tests {
     use super::*;
 
+    fn entry(group: &str) -> ScrollEntry {
+        ScrollEntry {
+            group: Arc::from(group),
+            opened_by: Some(Arc::from("alice")),
+        }
+    }
+
+    fn group_of(s: &ScrollGroups, id: &str, now: Instant) -> Option<Arc<str>> {
+        s.entry_of(id, now).map(|e| e.group)
+    }
+
     #[test]
     fn test_entry_expires_with_its_keep_alive() {
         let s = ScrollGroups::default();
         let now = Instant::now();
-        s.remember("a".into(), Arc::from("g1"), Duration::from_secs(60), now);
-        assert_eq!(s.group_of("a", now).as_deref(), Some("g1"));
-        assert_eq!(s.group_of("a", now + Duration::from_secs(61)), None);
+        s.remember("a".into(), entry("g1"), Duration::from_secs(60), now);
+        assert_eq!(s.entry_of("a", now), Some(entry("g1")));
+        assert_eq!(group_of(&s, "a", now + Duration::from_secs(61)), None);
         s.extend(
             "a",
             "b".into(),
             Duration::from_secs(120),
             now + Duration::from_secs(30),
         );
-        assert_eq!(s.group_of("a", now), None);
+        assert_eq!(group_of(&s, "a", now), None);
+        // The opener moves with the scroll to its new id.
         assert_eq!(
-            s.group_of("b", now + Duration::from_secs(100)).as_deref(),
-            Some("g1")
+            s.entry_of("b", now + Duration::from_secs(100)),
+            Some(entry("g1"))
         );
         s.forget(&["b".to_string()]);
-        assert_eq!(s.group_of("b", now), None);
+        assert_eq!(group_of(&s, "b", now), None);
     }
 
     #[test]
@@ -103,13 +126,13 @@ mod tests {
         let s = ScrollGroups::default();
         let now = Instant::now();
         for i in 0..(SWEEP_FROM * 3) {
-            s.remember(format!("{i}"), Arc::from("g"), Duration::from_secs(1), now);
+            s.remember(format!("{i}"), entry("g"), Duration::from_secs(1), now);
         }
         let later = now + Duration::from_secs(2);
         for i in 0..SWEEP_FROM {
             s.remember(
                 format!("late{i}"),
-                Arc::from("g"),
+                entry("g"),
                 Duration::from_secs(1),
                 later,
             );
