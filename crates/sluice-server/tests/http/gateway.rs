@@ -779,6 +779,31 @@ fn peak_rss(pid: u32) -> u64 {
 /// A `sluice serve` child process; killed when dropped.
 struct Child(std::process::Child);
 
+/// Resolves once a line containing `marker` has been read from `output` (a child's piped
+/// stdout or stderr), which a thread keeps draining afterwards so the child never blocks on a
+/// full pipe. How a test waits for a process to be ready without polling it.
+fn line_seen(
+    output: impl std::io::Read + Send + 'static,
+    marker: &'static str,
+) -> tokio::sync::oneshot::Receiver<()> {
+    use std::io::BufRead;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in std::io::BufReader::new(output)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains(marker)
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx
+}
+
 impl Drop for Child {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -889,7 +914,7 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
         .arg("-E")
         .arg(format!("auth.roles_file={}", roles.display()))
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
+        .stderr(std::process::Stdio::piped());
     // The node reads SLUICE_* variables as settings and refuses unknown ones: the test
     // runner's own (SLUICE_TEST_POSTGRES_URL, …) are not the child's.
     for (k, _) in std::env::vars_os() {
@@ -897,15 +922,18 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
             cmd.env_remove(k);
         }
     }
-    let child = Child(cmd.spawn().expect("sluice starts"));
+    let mut child = Child(cmd.spawn().expect("sluice starts"));
     let pid = child.0.id();
+    let listening = line_seen(
+        child.0.stderr.take().expect("stderr"),
+        "listening on http://",
+    );
+    tokio::time::timeout(Duration::from_secs(30), listening)
+        .await
+        .expect("the gateway never served")
+        .expect("the gateway exited before it served");
     let gw = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while client.get(format!("{gw}/_wlm/stats")).send().await.is_err() {
-        assert!(Instant::now() < deadline, "the gateway never served");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
     let before = peak_rss(pid);
     // Down: a response of STREAMED bytes, read and dropped chunk by chunk.
     let mut resp = client
@@ -1198,25 +1226,24 @@ async fn test_tls_upstream_is_verified_against_ca_file() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    // `s_server -www` answers any GET with a 200 status page.
-    let server = Child(
+    // `s_server -www` answers any GET with a 200 status page, and prints ACCEPT (flushed at
+    // once) when it listens.
+    let mut server = Child(
         std::process::Command::new("openssl")
-            .args([
-                "s_server", "-quiet", "-www", "-cert", "srv.pem", "-key", "srv.key",
-            ])
+            .args(["s_server", "-www", "-cert", "srv.pem", "-key", "srv.key"])
             .arg("-accept")
             .arg(port.to_string())
             .current_dir(d)
-            .stdout(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("openssl s_server starts"),
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "s_server never listened");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let accepting = line_seen(server.0.stdout.take().expect("stdout"), "ACCEPT");
+    tokio::time::timeout(Duration::from_secs(10), accepting)
+        .await
+        .expect("s_server never listened")
+        .expect("s_server exited before it listened");
     let hosts = format!("https://localhost:{port}");
     let ca = format!("backend.upstream.ca_file={}", d.join("ca.pem").display());
     let gw = gateway(&hosts, &[ca.as_str()]).await;
