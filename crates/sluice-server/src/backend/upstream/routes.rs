@@ -38,22 +38,22 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .merge(crate::api::owned_routes())
         .route("/_cluster/settings", any(super::settings::cluster_settings))
-        .route("/_search", any(search_all))
+        .route("/_search", any(search))
         .route("/{index}/_search", any(search))
-        .route("/_count", any(count_all))
+        .route("/_count", any(count))
         .route("/{index}/_count", any(count))
-        .route("/_search/template", any(template_all))
-        .route("/{index}/_search/template", any(template))
-        .route("/_msearch", any(msearch_all))
+        .route("/_search/template", any(search))
+        .route("/{index}/_search/template", any(search))
+        .route("/_msearch", any(msearch))
         .route("/{index}/_msearch", any(msearch))
-        .route("/_msearch/template", any(msearch_template_all))
+        .route("/_msearch/template", any(msearch_template))
         .route("/{index}/_msearch/template", any(msearch_template))
-        .route("/_bulk", any(bulk_all))
+        .route("/_bulk", any(bulk))
         .route("/{index}/_bulk", any(bulk))
-        .route("/_mget", any(mget_all))
+        .route("/_mget", any(mget))
         .route("/{index}/_mget", any(mget))
         .route("/_search/scroll", any(scroll))
-        .route("/_search/scroll/{scroll_id}", any(scroll_of))
+        .route("/_search/scroll/{scroll_id}", any(scroll))
         .fallback(crate::http::fallback::forward)
         .with_state(state)
 }
@@ -75,112 +75,76 @@ const COUNT: Kind = Kind {
     search_params: false,
 };
 
-async fn search_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
-    admitted_or_forward(st.0, meta, "_all".into(), req, SEARCH).await
-}
+/// The path's one parameter (an index expression or a scroll id), when the route has one.
+type PathParam = Option<Path<String>>;
 
+/// Searches and search templates: `/_search`, `/{index}/_search`, and their `template`.
 async fn search(
     st: State<Arc<AppState>>,
     meta: RequestMeta,
-    Path(index): Path<String>,
+    index: PathParam,
     req: Request,
 ) -> Response {
-    admitted_or_forward(st.0, meta, index, req, SEARCH).await
-}
-
-async fn count_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
-    admitted_or_forward(st.0, meta, "_all".into(), req, COUNT).await
+    admitted_or_forward(st.0, meta, all_or(index), req, SEARCH).await
 }
 
 async fn count(
     st: State<Arc<AppState>>,
     meta: RequestMeta,
-    Path(index): Path<String>,
+    index: PathParam,
     req: Request,
 ) -> Response {
-    admitted_or_forward(st.0, meta, index, req, COUNT).await
-}
-
-async fn template_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
-    admitted_or_forward(st.0, meta, "_all".into(), req, SEARCH).await
-}
-
-async fn template(
-    st: State<Arc<AppState>>,
-    meta: RequestMeta,
-    Path(index): Path<String>,
-    req: Request,
-) -> Response {
-    admitted_or_forward(st.0, meta, index, req, SEARCH).await
-}
-
-async fn msearch_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
-    msearch_or_forward(st.0, meta, None, req, false).await
+    admitted_or_forward(st.0, meta, all_or(index), req, COUNT).await
 }
 
 async fn msearch(
     st: State<Arc<AppState>>,
     meta: RequestMeta,
-    Path(index): Path<String>,
+    index: PathParam,
     req: Request,
 ) -> Response {
-    msearch_or_forward(st.0, meta, Some(index), req, false).await
-}
-
-async fn msearch_template_all(
-    st: State<Arc<AppState>>,
-    meta: RequestMeta,
-    req: Request,
-) -> Response {
-    msearch_or_forward(st.0, meta, None, req, true).await
+    msearch_or_forward(st.0, meta, index.map(|p| p.0), req, false).await
 }
 
 async fn msearch_template(
     st: State<Arc<AppState>>,
     meta: RequestMeta,
-    Path(index): Path<String>,
+    index: PathParam,
     req: Request,
 ) -> Response {
-    msearch_or_forward(st.0, meta, Some(index), req, true).await
-}
-
-async fn bulk_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
-    super::doc_items::bulk(st.0, meta, None, req).await
+    msearch_or_forward(st.0, meta, index.map(|p| p.0), req, true).await
 }
 
 async fn bulk(
     st: State<Arc<AppState>>,
     meta: RequestMeta,
-    Path(index): Path<String>,
+    index: PathParam,
     req: Request,
 ) -> Response {
-    super::doc_items::bulk(st.0, meta, Some(index), req).await
-}
-
-async fn mget_all(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
-    super::doc_items::mget(st.0, meta, None, req).await
+    super::doc_items::bulk(st.0, meta, index.map(|p| p.0), req).await
 }
 
 async fn mget(
     st: State<Arc<AppState>>,
     meta: RequestMeta,
-    Path(index): Path<String>,
+    index: PathParam,
     req: Request,
 ) -> Response {
-    super::doc_items::mget(st.0, meta, Some(index), req).await
+    super::doc_items::mget(st.0, meta, index.map(|p| p.0), req).await
 }
 
-async fn scroll(st: State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
-    scroll_or_forward(st.0, meta, None, req).await
-}
-
-async fn scroll_of(
+async fn scroll(
     st: State<Arc<AppState>>,
     meta: RequestMeta,
-    Path(id): Path<String>,
+    id: PathParam,
     req: Request,
 ) -> Response {
-    scroll_or_forward(st.0, meta, Some(id), req).await
+    scroll_or_forward(st.0, meta, id.map(|p| p.0), req).await
+}
+
+/// The route's index expression, `_all` when the path names none.
+fn all_or(index: PathParam) -> String {
+    index.map_or_else(|| "_all".to_string(), |p| p.0)
 }
 
 /// Whether a method is one a search-class route admits (others pass through unchanged).
