@@ -47,12 +47,19 @@ struct Item {
     params: Params,
 }
 
-fn parse_items(
-    body: &[u8],
-    default_index: Option<&str>,
-    params: &Params,
-    max_buckets: u32,
-) -> Result<Vec<Item>, EngineError> {
+/// One `_msearch` item as sent: its header object and its search body.
+pub(crate) struct RawItem {
+    /// The header line, a JSON object.
+    pub header: serde_json::Map<String, Value>,
+    /// The body line.
+    pub body: Value,
+}
+
+/// Splits an `_msearch` NDJSON body into header and body pairs, with OpenSearch's errors for a
+/// line that is not JSON, a header that is not an object, a header without a body, and no
+/// item at all. Shared by the embedded handler and a gateway's, which read the pairs
+/// differently.
+pub(crate) fn split_items(body: &[u8]) -> Result<Vec<RawItem>, EngineError> {
     let text = std::str::from_utf8(body)
         .map_err(|_| EngineError::parsing("msearch body is not valid UTF-8"))?;
     let mut lines = text
@@ -68,12 +75,43 @@ fn parse_items(
                 format!("[{}:1] msearch header line is not JSON: {e}", n + 1),
             )
         })?;
-        let header = header
-            .as_object()
-            .ok_or_else(|| EngineError::parsing("msearch header must be a JSON object"))?;
+        let Value::Object(header) = header else {
+            return Err(EngineError::parsing("msearch header must be a JSON object"));
+        };
+        let (_, body_line) = lines.next().ok_or_else(|| {
+            EngineError::parsing(format!(
+                "msearch header on line [{}] has no search body line after it",
+                n + 1
+            ))
+        })?;
+        let body: Value = serde_json::from_str(body_line).map_err(|e| {
+            EngineError::new(
+                ErrorCode::XContentParse,
+                format!("[{}:1] msearch body line is not JSON: {e}", n + 2),
+            )
+        })?;
+        items.push(RawItem { header, body });
+    }
+    if items.is_empty() {
+        return Err(EngineError::new(
+            ErrorCode::ActionRequestValidation,
+            "Validation Failed: 1: no requests added;",
+        ));
+    }
+    Ok(items)
+}
+
+fn parse_items(
+    body: &[u8],
+    default_index: Option<&str>,
+    params: &Params,
+    max_buckets: u32,
+) -> Result<Vec<Item>, EngineError> {
+    let mut items = Vec::new();
+    for RawItem { header, body } in split_items(body)? {
         let mut index = default_index.map(str::to_string);
         let mut item_params = params.clone();
-        for (k, v) in header {
+        for (k, v) in &header {
             if !HEADER_KEYS.contains(&k.as_str()) {
                 return Err(EngineError::illegal_argument(format!(
                     "key [{k}] is not supported in the metadata section"
@@ -103,18 +141,6 @@ fn parse_items(
                 _ => {}
             }
         }
-        let (_, body_line) = lines.next().ok_or_else(|| {
-            EngineError::parsing(format!(
-                "msearch header on line [{}] has no search body line after it",
-                n + 1
-            ))
-        })?;
-        let body: Value = serde_json::from_str(body_line).map_err(|e| {
-            EngineError::new(
-                ErrorCode::XContentParse,
-                format!("[{}:1] msearch body line is not JSON: {e}", n + 2),
-            )
-        })?;
         // The item's body alone, but `rest_total_hits_as_int` holds for every item.
         let mut item_url = Params::new();
         if let Some(v) = params.get(sluice_engine::search::REST_TOTAL_HITS_AS_INT) {
@@ -127,7 +153,7 @@ fn parse_items(
         req.max_buckets = Some(max_buckets);
         // The URL's options are every item's defaults; a header's own override them.
         let url_options = IndicesOptions::from_params(params, IndicesOptions::default())?;
-        req.indices_options = IndicesOptions::from_json(header, url_options)?;
+        req.indices_options = IndicesOptions::from_json(&header, url_options)?;
         let index = index.unwrap_or_else(|| "_all".to_string());
         let description = search_description(&index, Some(&body));
         items.push(Item {
@@ -136,12 +162,6 @@ fn parse_items(
             description,
             params: item_params,
         });
-    }
-    if items.is_empty() {
-        return Err(EngineError::new(
-            ErrorCode::ActionRequestValidation,
-            "Validation Failed: 1: no requests added;",
-        ));
     }
     Ok(items)
 }

@@ -33,65 +33,35 @@ struct Item {
     params: Params,
 }
 
-/// Splits an NDJSON msearch body into items; the upstream validates their content.
+/// Splits an NDJSON msearch body into items ([`crate::api::msearch::split_items`]); the
+/// upstream validates their content.
 fn split(body: &[u8], default_index: Option<&str>) -> Result<Vec<Item>, EngineError> {
-    let text = std::str::from_utf8(body)
-        .map_err(|_| EngineError::parsing("msearch body is not valid UTF-8"))?;
-    let mut lines = text
-        .split('\n')
-        .map(str::trim)
-        .enumerate()
-        .filter(|(_, l)| !l.is_empty());
-    let mut items = Vec::new();
-    while let Some((n, header_line)) = lines.next() {
-        let header: Value = serde_json::from_str(header_line).map_err(|e| {
-            EngineError::new(
-                ErrorCode::XContentParse,
-                format!("[{}:1] msearch header line is not JSON: {e}", n + 1),
-            )
-        })?;
-        let Value::Object(header) = header else {
-            return Err(EngineError::parsing("msearch header must be a JSON object"));
-        };
-        let (_, body_line) = lines.next().ok_or_else(|| {
-            EngineError::parsing(format!(
-                "msearch header on line [{}] has no search body line after it",
-                n + 1
-            ))
-        })?;
-        let body: Value = serde_json::from_str(body_line).map_err(|e| {
-            EngineError::new(
-                ErrorCode::XContentParse,
-                format!("[{}:1] msearch body line is not JSON: {e}", n + 2),
-            )
-        })?;
-        let index = match header.get("index").or_else(|| header.get("indices")) {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Array(a)) => a
-                .iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(","),
-            _ => default_index.unwrap_or("_all").to_string(),
-        };
-        let mut params = Params::new();
-        if let Some(Value::String(s)) = header.get("cancel_after_time_interval") {
-            params.insert("cancel_after_time_interval".to_string(), s.clone());
-        }
-        items.push(Item {
-            header,
-            body,
-            index,
-            params,
-        });
-    }
-    if items.is_empty() {
-        return Err(EngineError::new(
-            ErrorCode::ActionRequestValidation,
-            "Validation Failed: 1: no requests added;",
-        ));
-    }
-    Ok(items)
+    let items = crate::api::msearch::split_items(body)?;
+    Ok(items
+        .into_iter()
+        .map(|raw| {
+            let header = raw.header;
+            let index = match header.get("index").or_else(|| header.get("indices")) {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Array(a)) => a
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                _ => default_index.unwrap_or("_all").to_string(),
+            };
+            let mut params = Params::new();
+            if let Some(Value::String(s)) = header.get("cancel_after_time_interval") {
+                params.insert("cancel_after_time_interval".to_string(), s.clone());
+            }
+            Item {
+                header,
+                body: raw.body,
+                index,
+                params,
+            }
+        })
+        .collect())
 }
 
 /// An item once admission decided.
