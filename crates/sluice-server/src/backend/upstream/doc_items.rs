@@ -35,8 +35,8 @@ use serde_json::{Map, Value, json};
 use sluice_core::authz::Action;
 use sluice_engine::{EngineError, ErrorCode};
 
-use super::routes::{Read, client_ip, read, with_params};
-use super::{Call, stream_back};
+use super::routes::{Read, call_as, read};
+use super::stream_back;
 use crate::api::docs::{bulk_action, bulk_error_item, malformed, mget_error_item};
 use crate::error::ApiResult;
 use crate::http::{RequestMeta, reply};
@@ -202,39 +202,12 @@ async fn send(
     body: Bytes,
 ) -> ApiResult<Result<Value, Response>> {
     let up = super::routes_upstream(st)?;
-    let mut headers = parts.headers.clone();
-    up.identity()
-        .outbound(&mut headers, meta.principal.as_deref(), client_ip(parts));
-    let resp = up
-        .send_call(Call {
-            method: parts.method.clone(),
-            path_and_query: with_params(parts, &[]),
-            headers,
-            body,
-        })
-        .await?;
+    let resp = up.send_call(call_as(&up, meta, parts, &[], body)).await?;
     if !resp.status().is_success() {
         return Ok(Err(stream_back(resp)));
     }
-    let bytes = http_body_util::BodyExt::collect(resp.into_body())
-        .await
-        .map_err(|e| {
-            EngineError::new(
-                ErrorCode::UpstreamFailed,
-                format!(
-                    "the upstream's answer broke off: {}",
-                    super::client::causes(&e)
-                ),
-            )
-        })?
-        .to_bytes();
-    let v = serde_json::from_slice(&bytes).map_err(|e| {
-        EngineError::new(
-            ErrorCode::UpstreamFailed,
-            format!("the upstream's answer is not JSON: {e}"),
-        )
-    })?;
-    Ok(Ok(v))
+    let what = parts.uri.path().rsplit('/').next().unwrap_or_default();
+    Ok(Ok(super::json_answer(resp, what).await?))
 }
 
 /// An answer item for one the upstream did not answer.

@@ -569,6 +569,29 @@ pub fn stream_back(resp: Response<Incoming>) -> axum::response::Response {
     axum::response::Response::from_parts(parts, Body::new(body))
 }
 
+/// The upstream's answer read whole as JSON; `what` names it in the errors (`_msearch`,
+/// `_cluster/settings`): the answer breaking off or not being JSON is an `upstream_exception`.
+pub async fn json_answer(resp: Response<Incoming>, what: &str) -> Result<Value, EngineError> {
+    let bytes = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .map_err(|e| {
+            EngineError::new(
+                ErrorCode::UpstreamFailed,
+                format!(
+                    "the upstream's {what} answer broke off: {}",
+                    client::causes(&e)
+                ),
+            )
+        })?
+        .to_bytes();
+    serde_json::from_slice(&bytes).map_err(|e| {
+        EngineError::new(
+            ErrorCode::UpstreamFailed,
+            format!("the upstream's {what} answer is not JSON: {e}"),
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,8 +17,8 @@ use serde_json::{Value, json};
 use sluice_core::authz::Action;
 use sluice_engine::{EngineError, ErrorCode};
 
-use super::routes::{Read, client_ip, read, time_param, with_params};
-use super::{Call, stream_back};
+use super::routes::{Read, call_as, read, time_param};
+use super::stream_back;
 use crate::admission::{Admitted, TaskSpec, admit};
 use crate::error::{ApiError, ApiResult, render_error, status_of};
 use crate::http::{Params, RequestMeta, reply};
@@ -208,44 +208,16 @@ pub async fn run(
     let mut upstream_items: Vec<Value> = Vec::new();
     let mut passthrough = None;
     if !deadlines.is_empty() {
-        let mut headers = parts.headers.clone();
-        up.identity()
-            .outbound(&mut headers, meta.principal.as_deref(), client_ip(&parts));
-        let call = Call {
-            method: parts.method.clone(),
-            path_and_query: with_params(&parts, &[]),
-            headers,
-            body: ndjson.into(),
-        };
+        let call = call_as(&up, &meta, &parts, &[], ndjson.into());
         let result = up
             .run_started(parent.task().clone(), batch_deadline, keep, call)
             .await;
         match result {
             Ok(resp) if resp.status().is_success() => {
-                let bytes = http_body_util::BodyExt::collect(resp.into_body())
-                    .await
-                    .map_err(|e| {
-                        EngineError::new(
-                            ErrorCode::UpstreamFailed,
-                            format!(
-                                "the upstream's _msearch answer broke off: {}",
-                                super::client::causes(&e)
-                            ),
-                        )
-                    });
-                match bytes.map(|b| serde_json::from_slice::<Value>(&b.to_bytes())) {
-                    Ok(Ok(v)) => {
-                        upstream_items = v["responses"].as_array().cloned().unwrap_or_default();
-                    }
-                    Ok(Err(e)) => {
-                        let e = EngineError::new(
-                            ErrorCode::UpstreamFailed,
-                            format!("the upstream's _msearch answer is not JSON: {e}"),
-                        );
-                        upstream_items = vec![error_item(&ApiError::Engine(e))];
-                    }
-                    Err(e) => upstream_items = vec![error_item(&ApiError::Engine(e))],
-                }
+                upstream_items = match super::json_answer(resp, "_msearch").await {
+                    Ok(v) => v["responses"].as_array().cloned().unwrap_or_default(),
+                    Err(e) => vec![error_item(&ApiError::Engine(e))],
+                };
             }
             // A whole-request error of the upstream passes through unchanged.
             Ok(resp) => passthrough = Some(resp),

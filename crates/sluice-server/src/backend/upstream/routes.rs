@@ -242,6 +242,27 @@ pub(super) fn client_ip(parts: &Parts) -> Option<std::net::IpAddr> {
         .map(|c| c.0.ip())
 }
 
+/// What is forwarded of a request read whole (`parts`, `body`): its method, its path and
+/// query with `set` parameters replacing any of the same name, and its headers as the upstream
+/// identity rewrites them for `meta`'s principal ([`super::headers::Identity::outbound`]).
+pub(super) fn call_as(
+    up: &super::Upstream,
+    meta: &RequestMeta,
+    parts: &Parts,
+    set: &[(&str, String)],
+    body: bytes::Bytes,
+) -> Call {
+    let mut headers = parts.headers.clone();
+    up.identity()
+        .outbound(&mut headers, meta.principal.as_deref(), client_ip(parts));
+    Call {
+        method: parts.method.clone(),
+        path_and_query: with_params(parts, set),
+        headers,
+        body,
+    }
+}
+
 /// The request's path and query with `set` parameters replacing any of the same name.
 pub(super) fn with_params(parts: &Parts, set: &[(&str, String)]) -> String {
     let path = parts.uri.path();
@@ -340,15 +361,7 @@ async fn run_admitted(
     } else {
         Vec::new()
     };
-    let mut headers = parts.headers.clone();
-    up.identity()
-        .outbound(&mut headers, meta.principal.as_deref(), client_ip(&parts));
-    let call = Call {
-        method: parts.method.clone(),
-        path_and_query: with_params(&parts, &set),
-        headers,
-        body,
-    };
+    let call = call_as(&up, &meta, &parts, &set, body);
     let executed = up.execute(admitted.execution(), call).await;
     let resp = settle(&mut admitted, executed)?;
     let resp = match keep_alive {
@@ -469,15 +482,7 @@ async fn run_scroll(
         inherited,
     };
     let mut admitted = admit(&st, &meta, spec).await?;
-    let mut headers = parts.headers.clone();
-    up.identity()
-        .outbound(&mut headers, meta.principal.as_deref(), client_ip(&parts));
-    let call = Call {
-        method: parts.method.clone(),
-        path_and_query: with_params(&parts, &[]),
-        headers,
-        body,
-    };
+    let call = call_as(&up, &meta, &parts, &[], body);
     let executed = up.execute(admitted.execution(), call).await;
     let resp = settle(&mut admitted, executed)?;
     let resp = match sreq.keep_alive {
@@ -531,17 +536,7 @@ async fn clear_scrolls(
         }
         up.scrolls.forget(&ids);
     }
-    let mut headers = parts.headers.clone();
-    up.identity()
-        .outbound(&mut headers, meta.principal.as_deref(), client_ip(&parts));
-    let resp = up
-        .send_call(Call {
-            method: parts.method.clone(),
-            path_and_query: with_params(&parts, &[]),
-            headers,
-            body,
-        })
-        .await?;
+    let resp = up.send_call(call_as(&up, &meta, &parts, &[], body)).await?;
     Ok(stream_back(resp))
 }
 

@@ -10,10 +10,10 @@ use axum::extract::{Query, Request, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
-use sluice_engine::{EngineError, ErrorCode};
+use sluice_engine::EngineError;
 
-use super::routes::{Read, client_ip, read, with_params};
-use super::{Call, stream_back};
+use super::routes::{Read, call_as, read};
+use super::stream_back;
 use crate::api::cluster_settings::{bool_param, get_settings, put_settings};
 use crate::error::{ApiError, ApiResult};
 use crate::http::{Body, Params, RequestMeta, reply};
@@ -78,17 +78,7 @@ async fn update_settings(
         // Authorized as a settings change by the authorization layer, before this handler.
         return put_settings(State(st), Query(params), Body(body)).await;
     }
-    let mut headers = parts.headers.clone();
-    up.identity()
-        .outbound(&mut headers, meta.principal.as_deref(), client_ip(&parts));
-    let resp = up
-        .send_call(Call {
-            method: parts.method.clone(),
-            path_and_query: with_params(&parts, &[]),
-            headers,
-            body,
-        })
-        .await?;
+    let resp = up.send_call(call_as(&up, &meta, &parts, &[], body)).await?;
     Ok(stream_back(resp))
 }
 
@@ -109,38 +99,11 @@ async fn read_settings(st: Arc<AppState>, meta: RequestMeta, req: Request) -> Ap
         body,
     } = read(req).await?;
     let flat = bool_param(&params, "flat_settings")?;
-    let mut headers = parts.headers.clone();
-    up.identity()
-        .outbound(&mut headers, meta.principal.as_deref(), client_ip(&parts));
-    let resp = up
-        .send_call(Call {
-            method: parts.method.clone(),
-            path_and_query: with_params(&parts, &[]),
-            headers,
-            body,
-        })
-        .await?;
+    let resp = up.send_call(call_as(&up, &meta, &parts, &[], body)).await?;
     if !resp.status().is_success() {
         return Ok(stream_back(resp));
     }
-    let bytes = http_body_util::BodyExt::collect(resp.into_body())
-        .await
-        .map_err(|e| {
-            EngineError::new(
-                ErrorCode::UpstreamFailed,
-                format!(
-                    "the upstream's _cluster/settings answer broke off: {}",
-                    super::client::causes(&e)
-                ),
-            )
-        })?
-        .to_bytes();
-    let mut theirs: Value = serde_json::from_slice(&bytes).map_err(|e| {
-        EngineError::new(
-            ErrorCode::UpstreamFailed,
-            format!("the upstream's _cluster/settings answer is not JSON: {e}"),
-        )
-    })?;
+    let mut theirs = super::json_answer(resp, "_cluster/settings").await?;
     // sluice's own settings, flat, filtered to its keys.
     let mut own_params: Params = params.clone();
     own_params.insert("flat_settings".into(), "true".into());
