@@ -47,6 +47,32 @@ async fn everywhere(c: &TestCluster, n: usize, id: &str) {
     }
 }
 
+/// A cheap search of the group on node `i` (`header` tags it).
+async fn small_search(c: &TestCluster, i: usize, header: &[(&str, &str)]) -> (u16, Value) {
+    c.req_with(
+        i,
+        "POST",
+        "/heavy/_search",
+        Some(json!({"size": 0})),
+        header,
+    )
+    .await
+}
+
+/// Cancels the searches running on node `i` and waits for `search` (one of them) to end.
+async fn end_searches(c: &TestCluster, i: usize, search: tokio::task::JoinHandle<(u16, Value)>) {
+    let (s, b) = c
+        .req(
+            i,
+            "POST",
+            "/_tasks/_cancel?actions=*search*&nodes=_local",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let _ = tokio::time::timeout(Duration::from_secs(60), search).await;
+}
+
 /// How many searches of the group run on node `i` now.
 async fn running(c: &TestCluster, i: usize) -> usize {
     let (_, t) = c
@@ -92,15 +118,7 @@ async fn test_a_shared_only_ceiling_holds_across_coordinators_and_frees_on_relea
         .await;
     }
     // A third coordinator is refused by the shared tier, which the 429 names.
-    let (status, refused) = c
-        .req_with(
-            2,
-            "POST",
-            "/heavy/_search",
-            Some(json!({"size": 0})),
-            &header,
-        )
-        .await;
+    let (status, refused) = small_search(&c, 2, &header).await;
     assert_eq!(status, 429, "{refused}");
     let reason = refused["error"]["reason"].as_str().unwrap();
     assert!(
@@ -108,30 +126,13 @@ async fn test_a_shared_only_ceiling_holds_across_coordinators_and_frees_on_relea
         "{reason}"
     );
     // One ends: its lease goes back, and the third coordinator is admitted.
-    let (s, _) = c
-        .req(
-            0,
-            "POST",
-            "/_tasks/_cancel?actions=*search*&nodes=_local",
-            None,
-        )
-        .await;
-    assert_eq!(s, 200);
-    let _ = tokio::time::timeout(Duration::from_secs(60), a).await;
+    end_searches(&c, 0, a).await;
     let (status, body) = c
         .eventually(
             Duration::from_secs(10),
             "a freed lease admits node 2",
             || async {
-                let r = c
-                    .req_with(
-                        2,
-                        "POST",
-                        "/heavy/_search",
-                        Some(json!({"size": 0})),
-                        &header,
-                    )
-                    .await;
+                let r = small_search(&c, 2, &header).await;
                 (r.0 != 429).then_some(r)
             },
         )
@@ -197,16 +198,7 @@ async fn test_a_parked_request_of_a_shared_only_group_is_drained_by_the_owner_pu
     )
     .await;
     // The heavy search ends on node 0: the owner pushes the freed lease to node 2.
-    let (s, _) = c
-        .req(
-            0,
-            "POST",
-            "/_tasks/_cancel?actions=*search*&nodes=_local",
-            None,
-        )
-        .await;
-    assert_eq!(s, 200);
-    let _ = tokio::time::timeout(Duration::from_secs(60), heavy).await;
+    end_searches(&c, 0, heavy).await;
     let (status, body) = tokio::time::timeout(Duration::from_secs(15), parked)
         .await
         .expect("the parked request is drained, not stranded")
@@ -284,16 +276,7 @@ async fn hold_on_a_non_owner(
             return (coordinator, owner, search);
         }
         // This node owns the bucket: hold the lease from another one.
-        let (s, _) = c
-            .req(
-                coordinator,
-                "POST",
-                "/_tasks/_cancel?actions=*search*&nodes=_local",
-                None,
-            )
-            .await;
-        assert_eq!(s, 200);
-        let _ = tokio::time::timeout(Duration::from_secs(60), search).await;
+        end_searches(c, coordinator, search).await;
         c.eventually(Duration::from_secs(10), "the lease is released", || async {
             (figures(c, owner, id).await["shared_leases_owned"] == 0).then_some(())
         })
@@ -321,30 +304,14 @@ async fn test_owner_killed_fails_open_counted_then_the_ceiling_returns() {
     let (holder, owner, held) = hold_on_a_non_owner(&c, &id).await;
     let third = 3 - holder - owner;
     // With the owner up, the third node is refused: the one cluster-wide slot is taken.
-    let (s, b) = c
-        .req_with(
-            third,
-            "POST",
-            "/heavy/_search",
-            Some(json!({"size": 0})),
-            &header,
-        )
-        .await;
+    let (s, b) = small_search(&c, third, &header).await;
     assert_eq!(s, 429, "{b}");
 
     c.kill9(owner).await;
     // The owner is gone: the third node admits (fail open, within its allowance of one
     // shared_limit at a time, K1), counts it, and never answers 429 or 5xx for it.
     for _ in 0..3 {
-        let (s, b) = c
-            .req_with(
-                third,
-                "POST",
-                "/heavy/_search",
-                Some(json!({"size": 0})),
-                &header,
-            )
-            .await;
+        let (s, b) = small_search(&c, third, &header).await;
         assert_eq!(s, 200, "{b}");
     }
     let g = figures(&c, third, &id).await;
@@ -355,16 +322,7 @@ async fn test_owner_killed_fails_open_counted_then_the_ceiling_returns() {
     for i in [holder, third] {
         c.wait_members(i, 2, Duration::from_secs(20)).await;
     }
-    let (s, _) = c
-        .req(
-            holder,
-            "POST",
-            "/_tasks/_cancel?actions=*search*&nodes=_local",
-            None,
-        )
-        .await;
-    assert_eq!(s, 200);
-    let _ = tokio::time::timeout(Duration::from_secs(60), held).await;
+    end_searches(&c, holder, held).await;
     let again = c.start_search(third, "/heavy/_search", heavy_query(), &header);
     c.eventually(
         Duration::from_secs(30),
@@ -378,15 +336,7 @@ async fn test_owner_killed_fails_open_counted_then_the_ceiling_returns() {
             Duration::from_secs(10),
             "the surviving owner refuses above the ceiling",
             || async {
-                let r = c
-                    .req_with(
-                        holder,
-                        "POST",
-                        "/heavy/_search",
-                        Some(json!({"size": 0})),
-                        &header,
-                    )
-                    .await;
+                let r = small_search(&c, holder, &header).await;
                 (r.0 == 429).then_some(r)
             },
         )
@@ -432,15 +382,7 @@ async fn test_leases_of_a_killed_coordinator_are_reclaimed() {
     let header = [("workloadGroupId", id.as_str())];
     let (holder, owner, held) = hold_on_a_non_owner(&c, &id).await;
     let third = 3 - holder - owner;
-    let (s, b) = c
-        .req_with(
-            third,
-            "POST",
-            "/heavy/_search",
-            Some(json!({"size": 0})),
-            &header,
-        )
-        .await;
+    let (s, b) = small_search(&c, third, &header).await;
     assert_eq!(s, 429, "{b}");
 
     // The coordinator dies holding the lease; nobody releases it. The owner reclaims it when
@@ -454,15 +396,7 @@ async fn test_leases_of_a_killed_coordinator_are_reclaimed() {
         || async { (figures(&c, owner, &id).await["shared_leases_owned"] == 0).then_some(()) },
     )
     .await;
-    let (s, b) = c
-        .req_with(
-            third,
-            "POST",
-            "/heavy/_search",
-            Some(json!({"size": 0})),
-            &header,
-        )
-        .await;
+    let (s, b) = small_search(&c, third, &header).await;
     assert_eq!(s, 200, "{b}");
     let g = figures(&c, third, &id).await;
     assert_eq!(g["total_shared_fail_open"], 0, "{g}");
@@ -498,15 +432,7 @@ async fn test_a_hung_owner_is_waited_for_the_configured_timeout_then_fails_open(
     let header = [("workloadGroupId", id.as_str())];
     let asked = std::time::Instant::now();
     let request = async {
-        let r = c
-            .req_with(
-                holder,
-                "POST",
-                "/heavy/_search",
-                Some(json!({"size": 0})),
-                &header,
-            )
-            .await;
+        let r = small_search(&c, holder, &header).await;
         (r, asked.elapsed())
     };
     // Meanwhile `_tasks` shows the request as being admitted.
@@ -543,16 +469,7 @@ async fn test_a_hung_owner_is_waited_for_the_configured_timeout_then_fails_open(
     );
     let g = figures(&c, holder, &id).await;
     assert_eq!(g["total_shared_fail_open"], 1, "{g}");
-    let (s, _) = c
-        .req(
-            holder,
-            "POST",
-            "/_tasks/_cancel?actions=*search*&nodes=_local",
-            None,
-        )
-        .await;
-    assert_eq!(s, 200);
-    let _ = tokio::time::timeout(Duration::from_secs(60), held).await;
+    end_searches(&c, holder, held).await;
 }
 
 /// A task of the group seen holding its slots on a node: from the first to the last listing
