@@ -1553,6 +1553,35 @@ async fn test_host_that_does_not_accept_connections_fails_within_the_connect_tim
     drop(listener);
 }
 
+/// The proxy headers of `alice`, who holds the role `tenant_a`.
+const ALICE: [(&str, &str); 2] = [("x-proxy-user", "alice"), ("x-proxy-roles", "tenant_a")];
+
+/// A gateway in front of `upstream` with proxy authentication and a roles file of one role,
+/// `tenant_a`, granting `actions` (an action group) on `a-*`; the folder holding the file
+/// must outlive the gateway.
+async fn gateway_for_tenant_a(upstream: &str, actions: &str) -> (TestNode, tempfile::TempDir) {
+    let tmp = tempfile::tempdir().unwrap();
+    let roles = tmp.path().join("roles.yml");
+    std::fs::write(
+        &roles,
+        format!(
+            "tenant_a:\n  index_permissions:\n    - index_patterns: [\"a-*\"]\n      allowed_actions: [{actions}]\n"
+        ),
+    )
+    .unwrap();
+    let roles_setting = format!("auth.roles_file={}", roles.display());
+    let gw = gateway(
+        upstream,
+        &[
+            "auth.type=proxy",
+            "auth.proxy.trusted_addresses=127.0.0.1",
+            &roles_setting,
+        ],
+    )
+    .await;
+    (gw, tmp)
+}
+
 /// Answers a `_bulk` or `_mget` as OpenSearch would, one item per item received.
 fn echo_items(r: Received) -> Response {
     let text = String::from_utf8_lossy(&r.body).to_string();
@@ -1585,24 +1614,8 @@ fn echo_items(r: Received) -> Response {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_bulk_and_mget_forward_only_authorized_items() {
     let up = fake(answer_with(echo_items)).await;
-    let tmp = tempfile::tempdir().unwrap();
-    let roles = tmp.path().join("roles.yml");
-    std::fs::write(
-        &roles,
-        "tenant_a:\n  index_permissions:\n    - index_patterns: [\"a-*\"]\n      allowed_actions: [crud]\n",
-    )
-    .unwrap();
-    let roles_setting = format!("auth.roles_file={}", roles.display());
-    let gw = gateway(
-        &up.base,
-        &[
-            "auth.type=proxy",
-            "auth.proxy.trusted_addresses=127.0.0.1",
-            &roles_setting,
-        ],
-    )
-    .await;
-    let alice = [("x-proxy-user", "alice"), ("x-proxy-roles", "tenant_a")];
+    let (gw, _roles_dir) = gateway_for_tenant_a(&up.base, "crud").await;
+    let alice = ALICE;
     let ndjson = |lines: &[Value]| common::ndjson(lines);
     let post = |path: &str, body: String, ct: &str| {
         let mut rb = gw
@@ -1714,24 +1727,8 @@ async fn test_lookups_and_unreadable_bodies_of_a_restricted_user_are_not_forward
         axum::Json(json!({"took": 1, "hits": {"hits": []}})).into_response()
     }))
     .await;
-    let tmp = tempfile::tempdir().unwrap();
-    let roles = tmp.path().join("roles.yml");
-    std::fs::write(
-        &roles,
-        "tenant_a:\n  index_permissions:\n    - index_patterns: [\"a-*\"]\n      allowed_actions: [read]\n",
-    )
-    .unwrap();
-    let roles_setting = format!("auth.roles_file={}", roles.display());
-    let gw = gateway(
-        &up.base,
-        &[
-            "auth.type=proxy",
-            "auth.proxy.trusted_addresses=127.0.0.1",
-            &roles_setting,
-        ],
-    )
-    .await;
-    let alice = [("x-proxy-user", "alice"), ("x-proxy-roles", "tenant_a")];
+    let (gw, _roles_dir) = gateway_for_tenant_a(&up.base, "read").await;
+    let alice = ALICE;
     let lookup =
         |index: &str| json!({"query": {"terms": {"f": {"index": index, "id": "1", "path": "x"}}}});
     let send = |method: &str, path: String, body: Option<String>| {
