@@ -18,6 +18,9 @@
 //!   bucket under a live limit, RAII permits released exactly once, and bounded per-bucket FIFO
 //!   queues of parked [`Waiter`](permits::Waiter)s handed freed slots in order.
 //! - [`mode`]: [`WlmMode`], `wlm.workload_group.mode`.
+//! - [`repoll`]: [`Repoll`](repoll::Repoll), a future polled again at once when it wakes
+//!   itself during its poll (the server's connections: no trip through the scheduler per
+//!   request).
 //! - [`resources`]: resource enforcement — per-group usage views, node duress tracking, the
 //!   admission rejection check and the selection of tasks to cancel (facts §6).
 //! - [`authz`]: authorization — actions, action groups, index patterns, roles and the
@@ -36,6 +39,7 @@ pub mod error;
 pub mod group;
 pub mod mode;
 pub mod permits;
+pub mod repoll;
 pub mod resources;
 pub mod rules;
 pub mod search_settings;

@@ -1,5 +1,5 @@
 //! The synchronization primitives of the admission structures (the permit table, the
-//! unmeasured-task reservations), swapped for loom's under the `loom` feature so the loom
+//! unmeasured-task reservations, [`crate::repoll`]'s wake state), swapped for loom's under the `loom` feature so the loom
 //! models in `tests/loom_*.rs` explore every interleaving of their operations.
 //!
 //! Only what they need: a mutex whose `lock` returns the guard directly (parking_lot has no
@@ -11,12 +11,12 @@ pub(crate) use parking_lot::Mutex;
 #[cfg(not(feature = "loom"))]
 pub(crate) use std::sync::Arc;
 #[cfg(not(feature = "loom"))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64};
 
 #[cfg(feature = "loom")]
 pub(crate) use loom::sync::Arc;
 #[cfg(feature = "loom")]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicU64};
 #[cfg(feature = "loom")]
 pub(crate) use loom_mutex::Mutex;
 

@@ -218,11 +218,7 @@ impl Node {
             self.state.clone(),
             self.applied_changes,
         ));
-        let app =
-            axum::ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(app);
-        axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await?;
+        crate::http::serve::serve(self.listener, app, shutdown).await?;
         refresher.abort();
         enforcement.abort();
         sweep.abort();

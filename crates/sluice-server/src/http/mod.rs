@@ -1,11 +1,13 @@
 //! The HTTP layer, free of domain logic: request metadata and its middleware ([`meta`]), body
 //! extraction ([`body`]), response rendering ([`reply`]) and OpenSearch's answers for unknown
-//! routes and methods ([`fallback`]). The routes themselves are in [`crate::api`].
+//! routes and methods ([`fallback`]) and the accept loop that serves connections ([`serve`]).
+//! The routes themselves are in [`crate::api`].
 
 pub mod body;
 pub mod fallback;
 pub mod meta;
 pub mod reply;
+pub mod serve;
 
 use std::collections::HashMap;
 

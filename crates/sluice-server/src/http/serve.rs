@@ -1,0 +1,88 @@
+//! The node's accept loop: each connection is served by hyper (HTTP/1.1, and HTTP/2 with prior
+//! knowledge) in a task of its own, the peer's address in every request's extensions as
+//! axum's `ConnectInfo`, and the connection's future wrapped in [`Repoll`] so that hyper's
+//! handing of a request body between its dispatcher and the handler, both in that task, does
+//! not send the task through the scheduler and wake another worker for every request (see
+//! `sluice_core::repoll`). This is what `axum::serve` does, but for that wrapper.
+//!
+//! Shutdown is graceful: once `shutdown` completes the listener closes, idle keep-alive
+//! connections close, and the loop returns when the requests in flight have been answered.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use sluice_core::repoll::Repoll;
+use tokio::net::TcpListener;
+use tower::ServiceExt;
+
+use crate::server::HttpService;
+
+/// How long the loop waits after an accept error that is not about one connection (out of
+/// file descriptors, out of memory) before accepting again: retrying at once would spin on
+/// the same error; a second lets connections close. `axum::serve` waits the same.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_secs(1);
+
+/// Serves `app` on `listener` until `shutdown` completes, then drains (see the module
+/// documentation).
+pub async fn serve(
+    listener: TcpListener,
+    app: HttpService,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let graceful = GracefulShutdown::new();
+    let builder = auto::Builder::new(TokioExecutor::new());
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) if is_connection_error(&e) => continue,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot accept a connection");
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        // Answers go out as soon as they are written, as nginx's `tcp_nodelay on` does: a
+        // response's last segment must not wait for the client's delayed ACK.
+        let _ = stream.set_nodelay(true);
+        let service = app
+            .clone()
+            .map_request(move |req: http::Request<hyper::body::Incoming>| {
+                let mut req = req.map(axum::body::Body::new);
+                req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+                req
+            });
+        let conn = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service))
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(Repoll::new(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        }));
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// Whether an accept error concerns only the connection being accepted (the next accept may
+/// well succeed at once).
+fn is_connection_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+    )
+}
