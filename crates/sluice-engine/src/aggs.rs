@@ -29,6 +29,7 @@
 //! [`finish`] with partial results.
 
 mod decimal;
+mod include_exclude;
 mod render;
 mod request;
 mod sources;
@@ -65,6 +66,18 @@ pub struct PreparedAggs {
     plans: Vec<request::AggPlan>,
     /// The most buckets [`finish`] may return (`search.max_buckets`).
     max_buckets: u32,
+    /// The top-level aggregations and their tantivy parts, for profiling.
+    groups: Vec<request::AggGroup>,
+}
+
+/// One top-level aggregation collected on its own, so that a profile can time it.
+pub struct ProfiledAgg {
+    /// The aggregation's name (OpenSearch's profile `description`).
+    pub name: String,
+    /// OpenSearch's aggregator class for it (the profile `type`).
+    pub class: &'static str,
+    /// Its collector; its fruit merges with the others' into the search's [`AggFruit`].
+    pub collector: AggCollector,
 }
 
 impl PreparedAggs {
@@ -72,6 +85,31 @@ impl PreparedAggs {
     /// (see the module docs on cancellation).
     pub fn collector(&self) -> AggCollector {
         DistributedAggregationCollector::from_aggs(self.request.clone(), self.context.clone())
+    }
+
+    /// One collector per top-level aggregation, in request order, for a profiled search: the
+    /// merged fruits of all of them are the fruit of [`Self::collector`]. Sub-aggregations are
+    /// collected (and timed) with their parent.
+    pub fn profiled_collectors(&self) -> Vec<ProfiledAgg> {
+        self.groups
+            .iter()
+            .map(|g| {
+                let mut request = Aggregations::default();
+                for name in &g.entries {
+                    if let Some(agg) = self.request.get(name) {
+                        request.insert(name.clone(), agg.clone());
+                    }
+                }
+                ProfiledAgg {
+                    name: g.name.clone(),
+                    class: g.class,
+                    collector: DistributedAggregationCollector::from_aggs(
+                        request,
+                        self.context.clone(),
+                    ),
+                }
+            })
+            .collect()
     }
 
     /// The bucket limit [`finish`] enforces.
@@ -92,7 +130,8 @@ impl PreparedAggs {
 /// [`build_query`](crate::query::build_query) reports them.
 pub fn prepare(aggs: &Value, ctx: &QueryContext, max_buckets: Option<u32>) -> Result<PreparedAggs> {
     let mut builder = request::Builder::new(ctx);
-    let (request, plans) = builder.aggs(aggs)?;
+    let (request, plans, groups) = builder.top_level(aggs)?;
+    builder.finish();
     let max_buckets = max_buckets.unwrap_or(DEFAULT_MAX_BUCKETS);
     // The bucket limit is checked by `finish`; the limits here guard memory during collection.
     let limits = AggregationLimitsGuard::new(None, Some(max_buckets));
@@ -103,6 +142,7 @@ pub fn prepare(aggs: &Value, ctx: &QueryContext, max_buckets: Option<u32>) -> Re
         context,
         plans,
         max_buckets,
+        groups,
     })
 }
 
