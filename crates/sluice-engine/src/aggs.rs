@@ -17,7 +17,12 @@
 //! `value_count`, `stats` and `cardinality`, with sub-aggregations under bucket aggregations.
 //! A numeric `histogram` with `format` renders `key_as_string` with the `DecimalFormat` pattern
 //! (`decimal`); `terms` with `show_term_doc_count_error` gives each bucket its (single-shard, so
-//! zero) `doc_count_error_upper_bound`.
+//! zero) `doc_count_error_upper_bound`. A `terms` aggregation's `include`/`exclude` (regular
+//! expressions, value lists, partitions) is read and applied by field type in `include_exclude`.
+//!
+//! A profiled search collects each top-level aggregation with its own collector
+//! ([`PreparedAggs::profiled_collectors`]) so that each can be timed; their fruits merge into
+//! the same result.
 //!
 //! # Cancellation
 //!

@@ -681,8 +681,8 @@ impl<'a, 'c> Builder<'a, 'c> {
         subs: &Aggregations,
         sub_plans: &[AggPlan],
     ) -> Result<(Vec<(String, Aggregation)>, PlanKind)> {
-        let FieldRef { column, values, .. } = self.field(body)?;
-        let raw_column = column.clone();
+        let field = self.field(body)?;
+        let (column, values) = (field.column.clone(), field.values);
         let column = match values {
             ValueKind::Date => self.derived(&column, Derivation::Millis),
             ValueKind::Float => self.derived(&column, Derivation::OrderedFloat),
@@ -746,7 +746,7 @@ impl<'a, 'c> Builder<'a, 'c> {
             }
         }
         let filter = include_exclude::merge(include, exclude)?;
-        self.terms_filter(body, &raw_column, values, &filter, missing_raw, &mut params)?;
+        self.terms_filter(body, &field, &filter, missing_raw, &mut params)?;
         let agg = Self::tantivy_agg(body, "terms", params, subs.clone())?;
         Ok((
             vec![(body.name.to_string(), agg)],
@@ -762,13 +762,13 @@ impl<'a, 'c> Builder<'a, 'c> {
     fn terms_filter(
         &mut self,
         body: &Body,
-        raw_column: &str,
-        values: ValueKind,
+        field: &FieldRef,
         filter: &include_exclude::IncludeExclude,
         missing: Option<Value>,
         params: &mut Map<String, Value>,
     ) -> Result<()> {
         use include_exclude::{Clause, KeyKind, TermsValuesProvider, ValueFilter};
+        let (raw_column, type_name, values) = (&field.column, field.type_name, field.values);
         /// The largest integer an f64 holds exactly: tantivy reads a `missing` through an f64.
         const MAX_EXACT_F64_INT: i64 = 1 << 53;
         let big_missing = values == ValueKind::Integer
@@ -793,6 +793,12 @@ impl<'a, 'c> Builder<'a, 'c> {
         let strings = matches!(keys, KeyKind::Keyword | KeyKind::Ip);
         if filter.is_regex() && keys != KeyKind::Keyword {
             return Err(include_exclude::regex_refused(body.name, !strings));
+        }
+        if !strings && params.get("min_doc_count").and_then(Value::as_u64) == Some(0) {
+            return Err(EngineError::illegal_argument(format!(
+                "[terms] aggregation [{}]: [min_doc_count] 0 together with [include], [exclude] or a [missing] beyond 2^53 is not supported by sluice on a [{}] field",
+                body.name, type_name
+            )));
         }
         if let Some((partition, num)) = filter.partition() {
             if strings {

@@ -934,3 +934,38 @@ async fn test_terms_partitions_split_terms_as_opensearch_hashes_them() {
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_terms_filters_sluice_cannot_apply_are_refused_naming_them() {
+    let node = typed_node().await;
+    let resp = try_aggs(
+        &node,
+        json!({"x": {"terms": {"field": "l", "include": [3], "min_doc_count": 0}}}),
+    )
+    .await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    let reason = resp.1["error"]["root_cause"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("[min_doc_count] 0") && reason.contains("[long]"),
+        "{reason}"
+    );
+    let resp = try_aggs(
+        &node,
+        json!({"x": {"terms": {"field": "k", "include": {"partition": 0, "num_partitions": 2}, "missing": "z"}}}),
+    )
+    .await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    let reason = resp.1["error"]["root_cause"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("[missing]") && reason.contains("partition"),
+        "{reason}"
+    );
+    // An unmapped field has no values to filter: no error, no buckets.
+    let resp = try_aggs(
+        &node,
+        json!({"x": {"terms": {"field": "none", "include": "a.*"}}}),
+    )
+    .await;
+    assert_eq!(resp.0, 200, "{}", resp.1);
+    assert_eq!(resp.1["aggregations"]["x"]["buckets"], json!([]));
+}
