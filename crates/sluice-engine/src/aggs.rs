@@ -21,7 +21,7 @@
 //! expressions, value lists, partitions) is read and applied by field type in `include_exclude`.
 //!
 //! A profiled search collects each top-level aggregation with its own collector
-//! ([`PreparedAggs::profiled_collectors`]) so that each can be timed; their fruits merge into
+//! ([`PreparedAggs::profiled_parts`]) so that each can be timed; their fruits merge into
 //! the same result.
 //!
 //! # Cancellation
@@ -81,8 +81,8 @@ pub struct ProfiledAgg {
     pub name: String,
     /// OpenSearch's aggregator class for it (the profile `type`).
     pub class: &'static str,
-    /// Its collector; its fruit merges with the others' into the search's [`AggFruit`].
-    pub collector: AggCollector,
+    /// Its part of the tantivy request.
+    request: Aggregations,
 }
 
 impl PreparedAggs {
@@ -92,10 +92,16 @@ impl PreparedAggs {
         DistributedAggregationCollector::from_aggs(self.request.clone(), self.context.clone())
     }
 
-    /// One collector per top-level aggregation, in request order, for a profiled search: the
-    /// merged fruits of all of them are the fruit of [`Self::collector`]. Sub-aggregations are
-    /// collected (and timed) with their parent.
-    pub fn profiled_collectors(&self) -> Vec<ProfiledAgg> {
+    /// The collector of one top-level aggregation of [`Self::profiled_parts`].
+    pub fn collector_of(&self, part: &ProfiledAgg) -> AggCollector {
+        DistributedAggregationCollector::from_aggs(part.request.clone(), self.context.clone())
+    }
+
+    /// The top-level aggregations, in request order, each to be collected on its own
+    /// ([`Self::collector_of`]) in a profiled search: the merged fruits of all of them are the
+    /// fruit of [`Self::collector`]. Sub-aggregations are collected (and timed) with their
+    /// parent.
+    pub fn profiled_parts(&self) -> Vec<ProfiledAgg> {
         self.groups
             .iter()
             .map(|g| {
@@ -108,10 +114,7 @@ impl PreparedAggs {
                 ProfiledAgg {
                     name: g.name.clone(),
                     class: g.class,
-                    collector: DistributedAggregationCollector::from_aggs(
-                        request,
-                        self.context.clone(),
-                    ),
+                    request,
                 }
             })
             .collect()

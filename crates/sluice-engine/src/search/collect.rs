@@ -292,24 +292,21 @@ pub(super) fn collect(
         let agg_collectors: Vec<crate::aggs::AggCollector> = match (&p.aggs, prof.as_mut()) {
             (None, _) => Vec::new(),
             (Some(a), None) => vec![a.collector()],
-            (Some(a), Some(pr)) => {
-                let t = Instant::now();
-                let profiled = a.profiled_collectors();
-                // Building them is one step; each gets its share.
-                let each = nanos_since(t) / profiled.len().max(1) as u64;
-                profiled
-                    .into_iter()
-                    .map(|pa| {
-                        pr.aggs.push(AggTimes {
-                            name: pa.name,
-                            class: pa.class,
-                            initialize: each,
-                            ..AggTimes::default()
-                        });
-                        pa.collector
-                    })
-                    .collect()
-            }
+            (Some(a), Some(pr)) => a
+                .profiled_parts()
+                .into_iter()
+                .map(|part| {
+                    let t = Instant::now();
+                    let collector = a.collector_of(&part);
+                    pr.aggs.push(AggTimes {
+                        name: part.name,
+                        class: part.class,
+                        initialize: nanos_since(t),
+                        ..AggTimes::default()
+                    });
+                    collector
+                })
+                .collect(),
         };
         let mut seg_fruits: Vec<Vec<_>> = agg_collectors.iter().map(|_| Vec::new()).collect();
         // The index-wide doc id of a segment's first document, as OpenSearch's `_doc` sort

@@ -13,7 +13,7 @@
 //! - collectors: the top-hits collector (counting, sort values, the priority queue) and the
 //!   aggregation collector (the sum of the aggregations' collection);
 //! - each top-level aggregation, collected by its own tantivy collector: `initialize` (building
-//!   the collector), `build_leaf_collector` (per segment), `collect` (per document),
+//!   its collector), `build_leaf_collector` (per segment), `collect` (per document),
 //!   `post_collection` (harvesting each segment), `build_aggregation` (merging the segments);
 //!   `reduce` is 0, as on an OpenSearch shard. Sub-aggregations are collected with their parent
 //!   and not listed on their own.
