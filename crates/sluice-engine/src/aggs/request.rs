@@ -858,8 +858,18 @@ impl<'a, 'c> Builder<'a, 'c> {
             }
             return Ok(());
         }
-        let encode =
-            |this: &Self, text: &str| -> Result<u64> { this.encode_term(body, keys, values, text) };
+        // Dates are read in the field's format, as OpenSearch's `DocValueFormat` reads them.
+        let date_format = match values {
+            ValueKind::Date => self
+                .ctx
+                .mapping
+                .resolve(&field.name)
+                .map(|f| f.date_format.clone()),
+            _ => None,
+        };
+        let encode = |this: &Self, text: &str| -> Result<u64> {
+            this.encode_term(keys, date_format.as_ref(), text)
+        };
         let set = |this: &Self, clause: &Option<Clause>| -> Result<Option<HashSet<u64>>> {
             match clause {
                 Some(Clause::Values(v)) => v
@@ -897,24 +907,18 @@ impl<'a, 'c> Builder<'a, 'c> {
     /// `DocValueFormat.parseLong` (or `Double.parseDouble`) reads it.
     fn encode_term(
         &self,
-        body: &Body,
         keys: include_exclude::KeyKind,
-        values: ValueKind,
+        date_format: Option<&crate::date::DateFormat>,
         text: &str,
     ) -> Result<u64> {
         use include_exclude::KeyKind;
         let number_error =
             || EngineError::illegal_argument(format!("For input string: \"{text}\""));
-        match (keys, values) {
-            (KeyKind::Long, ValueKind::Date) => {
-                // A number is epoch milliseconds (the default format's second form), anything
-                // else a date or date math.
-                let value = match text.trim().parse::<i64>() {
-                    Ok(n) => Value::from(n),
-                    Err(_) => Value::from(text),
-                };
-                let ms = self.date_millis(body, "include", &value)?;
-                Ok((ms as i64).to_u64())
+        match (keys, date_format) {
+            (KeyKind::Long, Some(format)) => {
+                crate::date::parse_date_math_in(text, self.ctx.now_millis, false, format)
+                    .map(|ms| ms.to_u64())
+                    .map_err(EngineError::illegal_argument)
             }
             (KeyKind::Long, _) => match text.trim().parse::<i64>() {
                 Ok(n) => Ok(n.to_u64()),
@@ -969,7 +973,7 @@ impl<'a, 'c> Builder<'a, 'c> {
                     Value::String(s) => s.clone(),
                     other => other.to_string(),
                 };
-                self.encode_term(body, keys, ValueKind::Integer, &text)?
+                self.encode_term(keys, None, &text)?
             }
             _ => {
                 return Err(body.bad_value("missing", &m, "a value of the field's type"));

@@ -969,3 +969,37 @@ async fn test_terms_filters_sluice_cannot_apply_are_refused_naming_them() {
     assert_eq!(resp.0, 200, "{}", resp.1);
     assert_eq!(resp.1["aggregations"]["x"]["buckets"], json!([]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_terms_include_reads_dates_in_the_fields_format() {
+    let node = TestNode::start().await;
+    let (status, body) = node
+        .req(
+            "PUT",
+            "/secs",
+            Some(json!({"mappings": {"properties": {"t": {"type": "date", "format": "epoch_second"}}}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    node.bulk(
+        "/_bulk?refresh=true",
+        &[
+            json!({"index": {"_index": "secs"}}),
+            json!({"t": 1_577_836_800}),
+            json!({"index": {"_index": "secs"}}),
+            json!({"t": 1_577_923_200}),
+        ],
+    )
+    .await;
+    let resp = node
+        .search(
+            "secs",
+            json!({"size": 0, "aggs": {"x": {"terms": {"field": "t", "include": ["1577923200"]}}}}),
+        )
+        .await;
+    // Seconds, as the field's format reads them; keys are epoch milliseconds.
+    assert_eq!(
+        keys_and_counts(&resp["aggregations"]["x"]),
+        vec![(json!(1_577_923_200_000i64), 1)]
+    );
+}
