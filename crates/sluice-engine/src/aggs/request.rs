@@ -413,7 +413,8 @@ impl<'a, 'c> Builder<'a, 'c> {
         }
     }
 
-    /// Registers the `terms` columns built while parsing; call once, after [`Builder::aggs`].
+    /// Registers the `terms` columns built while parsing (kept until then because a column's
+    /// `missing` is set after it is named); call once, after [`Builder::top_level`].
     pub(super) fn finish(&mut self) {
         for (name, provider) in self.pending_terms_sources.drain(..) {
             self.sources
@@ -423,26 +424,12 @@ impl<'a, 'c> Builder<'a, 'c> {
 
     /// Parses an `aggs` object: `{"<name>": {"<type>": {...}, "aggs": {...}, "meta": {...}}}`.
     pub(super) fn aggs(&mut self, aggs: &Value) -> Result<(Aggregations, Vec<AggPlan>)> {
-        let obj = aggs.as_object().ok_or_else(|| {
-            EngineError::parsing(format!(
-                "Expected [START_OBJECT] under [aggregations], but got a [{}]",
-                query::json_kind(aggs)
-            ))
-        })?;
-        let mut request = Aggregations::default();
-        let mut plans = Vec::with_capacity(obj.len());
-        for (name, def) in obj {
-            let (entries, plan) = self.agg(name, def)?;
-            for (tantivy_name, agg) in entries {
-                request.insert(tantivy_name, agg);
-            }
-            plans.push(plan);
-        }
+        let (request, plans, _) = self.top_level(aggs)?;
         Ok((request, plans))
     }
 
-    /// [`Builder::aggs`] for the top level of a request, also naming which tantivy aggregations
-    /// make up each of its aggregations (a profile times each on its own).
+    /// [`Builder::aggs`], also naming which tantivy aggregations make up each aggregation (a
+    /// profile times each top-level one on its own).
     pub(super) fn top_level(
         &mut self,
         aggs: &Value,
