@@ -17,7 +17,12 @@
 //! `value_count`, `stats` and `cardinality`, with sub-aggregations under bucket aggregations.
 //! A numeric `histogram` with `format` renders `key_as_string` with the `DecimalFormat` pattern
 //! (`decimal`); `terms` with `show_term_doc_count_error` gives each bucket its (single-shard, so
-//! zero) `doc_count_error_upper_bound`.
+//! zero) `doc_count_error_upper_bound`. A `terms` aggregation's `include`/`exclude` (regular
+//! expressions, value lists, partitions) is read and applied by field type in `include_exclude`.
+//!
+//! A profiled search collects each top-level aggregation with its own collector
+//! ([`PreparedAggs::profiled_parts`]) so that each can be timed; their fruits merge into
+//! the same result.
 //!
 //! # Cancellation
 //!
@@ -29,6 +34,7 @@
 //! [`finish`] with partial results.
 
 mod decimal;
+mod include_exclude;
 mod render;
 mod request;
 mod sources;
@@ -65,6 +71,18 @@ pub struct PreparedAggs {
     plans: Vec<request::AggPlan>,
     /// The most buckets [`finish`] may return (`search.max_buckets`).
     max_buckets: u32,
+    /// The top-level aggregations and their tantivy parts, for profiling.
+    groups: Vec<request::AggGroup>,
+}
+
+/// One top-level aggregation collected on its own, so that a profile can time it.
+pub struct ProfiledAgg {
+    /// The aggregation's name (OpenSearch's profile `description`).
+    pub name: String,
+    /// OpenSearch's aggregator class for it (the profile `type`).
+    pub class: &'static str,
+    /// Its part of the tantivy request.
+    request: Aggregations,
 }
 
 impl PreparedAggs {
@@ -72,6 +90,34 @@ impl PreparedAggs {
     /// (see the module docs on cancellation).
     pub fn collector(&self) -> AggCollector {
         DistributedAggregationCollector::from_aggs(self.request.clone(), self.context.clone())
+    }
+
+    /// The collector of one top-level aggregation of [`Self::profiled_parts`].
+    pub fn collector_of(&self, part: &ProfiledAgg) -> AggCollector {
+        DistributedAggregationCollector::from_aggs(part.request.clone(), self.context.clone())
+    }
+
+    /// The top-level aggregations, in request order, each to be collected on its own
+    /// ([`Self::collector_of`]) in a profiled search: the merged fruits of all of them are the
+    /// fruit of [`Self::collector`]. Sub-aggregations are collected (and timed) with their
+    /// parent.
+    pub fn profiled_parts(&self) -> Vec<ProfiledAgg> {
+        self.groups
+            .iter()
+            .map(|g| {
+                let mut request = Aggregations::default();
+                for name in &g.entries {
+                    if let Some(agg) = self.request.get(name) {
+                        request.insert(name.clone(), agg.clone());
+                    }
+                }
+                ProfiledAgg {
+                    name: g.name.clone(),
+                    class: g.class,
+                    request,
+                }
+            })
+            .collect()
     }
 
     /// The bucket limit [`finish`] enforces.
@@ -92,7 +138,8 @@ impl PreparedAggs {
 /// [`build_query`](crate::query::build_query) reports them.
 pub fn prepare(aggs: &Value, ctx: &QueryContext, max_buckets: Option<u32>) -> Result<PreparedAggs> {
     let mut builder = request::Builder::new(ctx);
-    let (request, plans) = builder.aggs(aggs)?;
+    let (request, plans, groups) = builder.top_level(aggs)?;
+    builder.finish();
     let max_buckets = max_buckets.unwrap_or(DEFAULT_MAX_BUCKETS);
     // The bucket limit is checked by `finish`; the limits here guard memory during collection.
     let limits = AggregationLimitsGuard::new(None, Some(max_buckets));
@@ -103,6 +150,7 @@ pub fn prepare(aggs: &Value, ctx: &QueryContext, max_buckets: Option<u32>) -> Re
         context,
         plans,
         max_buckets,
+        groups,
     })
 }
 

@@ -78,6 +78,10 @@ pub enum ErrorCode {
     /// 500 `illegal_state_exception`, as OpenSearch answers a change that would break an
     /// invariant of its metadata (two write indices for one alias).
     IllegalState,
+    /// 500 `aggregation_execution_exception`: an aggregation OpenSearch refuses while building
+    /// it on a shard (a regular expression `include` on a numeric field); OpenSearch's exception
+    /// keeps the default status.
+    AggregationExecution,
     /// 500 `timeout_exception`: a wait the request bounded (`GET _tasks/{id}` with
     /// `wait_for_completion`) ran out; OpenSearch's `OpenSearchTimeoutException` keeps the
     /// default status.
@@ -123,6 +127,7 @@ impl ErrorCode {
             ErrorCode::IndexClosed => "index_closed_exception",
             ErrorCode::UnsupportedOperation => "unsupported_operation_exception",
             ErrorCode::IllegalState => "illegal_state_exception",
+            ErrorCode::AggregationExecution => "aggregation_execution_exception",
             ErrorCode::Timeout => "timeout_exception",
             ErrorCode::UpstreamFailed => "upstream_exception",
             ErrorCode::UpstreamTimeout => "upstream_timeout_exception",
@@ -144,6 +149,7 @@ impl ErrorCode {
             | ErrorCode::TaskCancelled
             | ErrorCode::NodeNotConnected
             | ErrorCode::IllegalState
+            | ErrorCode::AggregationExecution
             | ErrorCode::Timeout => 500,
             ErrorCode::Unauthenticated => 401,
             ErrorCode::Forbidden | ErrorCode::ClusterBlock => 403,
@@ -256,7 +262,9 @@ impl OpenSearchError {
     /// `search_phase_execution_exception` ("all shards failed") around the shard's error.
     pub fn into_search_phase_failure(self) -> Self {
         match self.code {
-            ErrorCode::QueryShard | ErrorCode::IllegalArgument => {
+            ErrorCode::QueryShard
+            | ErrorCode::IllegalArgument
+            | ErrorCode::AggregationExecution => {
                 let mut outer =
                     OpenSearchError::new(ErrorCode::SearchPhaseExecution, "all shards failed")
                         .with_extra("phase", Value::from("query"))

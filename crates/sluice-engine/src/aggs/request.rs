@@ -16,11 +16,13 @@ use serde_json::{Map, Value, json};
 use tantivy::aggregation::ValueSourceRegistry;
 use tantivy::aggregation::agg_req::{Aggregation, AggregationVariants, Aggregations};
 use tantivy::aggregation::bucket::{FilterAggregation, QueryBuilder};
+use tantivy::columnar::MonotonicallyMappableToU64;
 use tantivy::query::Query;
 use tantivy::schema::Schema;
 use tantivy::tokenizer::TokenizerManager;
 
 use super::decimal::DecimalPattern;
+use super::include_exclude;
 use super::sources::{self, CalendarUnit, Derivation, DerivedProvider};
 use crate::error::{EngineError, ErrorCode, Result};
 use crate::mapping::FieldType;
@@ -196,6 +198,43 @@ pub(super) struct AggPlan {
     pub(super) subs: Vec<AggPlan>,
 }
 
+/// One top-level aggregation of a request and the tantivy aggregations it is made of.
+#[derive(Debug, Clone)]
+pub(super) struct AggGroup {
+    /// The aggregation's name.
+    pub(super) name: String,
+    /// The class of OpenSearch's aggregator for it, as a profile names it.
+    pub(super) class: &'static str,
+    /// The names of its tantivy aggregations.
+    pub(super) entries: Vec<String>,
+}
+
+/// The class name OpenSearch's profile gives the aggregator of an aggregation of type `ty`.
+fn aggregator_class(ty: &str, kind: &PlanKind) -> &'static str {
+    match ty {
+        "terms" => match kind {
+            PlanKind::Terms {
+                values: ValueKind::Keyword | ValueKind::Ip,
+                ..
+            } => "GlobalOrdinalsStringTermsAggregator",
+            _ => "NumericTermsAggregator",
+        },
+        "histogram" => "NumericHistogramAggregator",
+        "date_histogram" => "DateHistogramAggregator",
+        "range" | "date_range" => "RangeAggregator",
+        "filter" => "FilterAggregator",
+        "avg" => "AvgAggregator",
+        "min" => "MinAggregator",
+        "max" => "MaxAggregator",
+        "sum" => "SumAggregator",
+        "value_count" => "ValueCountAggregator",
+        "stats" => "StatsAggregator",
+        "cardinality" => "CardinalityAggregator",
+        "percentiles" => "TDigestPercentilesAggregator",
+        _ => "Aggregator",
+    }
+}
+
 /// A filter aggregation's query, built from the DSL before the search.
 ///
 /// tantivy takes custom filter queries as a typetag-serialisable [`QueryBuilder`]; the query is
@@ -284,6 +323,8 @@ pub(super) struct Builder<'a, 'c> {
     /// The computed columns the request names.
     pub(super) sources: ValueSourceRegistry,
     registered: HashSet<String>,
+    /// `terms` columns with `include`/`exclude` applied, registered by [`Builder::finish`].
+    pending_terms_sources: Vec<(String, include_exclude::TermsValuesProvider)>,
 }
 
 /// An aggregation's field, resolved in the index's mapping.
@@ -368,11 +409,31 @@ impl<'a, 'c> Builder<'a, 'c> {
             ctx,
             sources: ValueSourceRegistry::default(),
             registered: HashSet::new(),
+            pending_terms_sources: Vec::new(),
+        }
+    }
+
+    /// Registers the `terms` columns built while parsing (kept until then because a column's
+    /// `missing` is set after it is named); call once, after [`Builder::top_level`].
+    pub(super) fn finish(&mut self) {
+        for (name, provider) in self.pending_terms_sources.drain(..) {
+            self.sources
+                .register(&name, include_exclude::provider(provider));
         }
     }
 
     /// Parses an `aggs` object: `{"<name>": {"<type>": {...}, "aggs": {...}, "meta": {...}}}`.
     pub(super) fn aggs(&mut self, aggs: &Value) -> Result<(Aggregations, Vec<AggPlan>)> {
+        let (request, plans, _) = self.top_level(aggs)?;
+        Ok((request, plans))
+    }
+
+    /// [`Builder::aggs`], also naming which tantivy aggregations make up each aggregation (a
+    /// profile times each top-level one on its own).
+    pub(super) fn top_level(
+        &mut self,
+        aggs: &Value,
+    ) -> Result<(Aggregations, Vec<AggPlan>, Vec<AggGroup>)> {
         let obj = aggs.as_object().ok_or_else(|| {
             EngineError::parsing(format!(
                 "Expected [START_OBJECT] under [aggregations], but got a [{}]",
@@ -381,14 +442,27 @@ impl<'a, 'c> Builder<'a, 'c> {
         })?;
         let mut request = Aggregations::default();
         let mut plans = Vec::with_capacity(obj.len());
+        let mut groups = Vec::with_capacity(obj.len());
         for (name, def) in obj {
             let (entries, plan) = self.agg(name, def)?;
+            let ty = def
+                .as_object()
+                .and_then(|o| {
+                    o.keys()
+                        .find(|k| !matches!(k.as_str(), "aggs" | "aggregations" | "meta"))
+                })
+                .map_or("", String::as_str);
+            groups.push(AggGroup {
+                name: name.clone(),
+                class: aggregator_class(ty, &plan.kind),
+                entries: entries.iter().map(|(n, _)| n.clone()).collect(),
+            });
             for (tantivy_name, agg) in entries {
                 request.insert(tantivy_name, agg);
             }
             plans.push(plan);
         }
-        Ok((request, plans))
+        Ok((request, plans, groups))
     }
 
     /// Parses one named aggregation; a `range` with overlapping ranges yields one tantivy
@@ -594,7 +668,8 @@ impl<'a, 'c> Builder<'a, 'c> {
         subs: &Aggregations,
         sub_plans: &[AggPlan],
     ) -> Result<(Vec<(String, Aggregation)>, PlanKind)> {
-        let FieldRef { column, values, .. } = self.field(body)?;
+        let field = self.field(body)?;
+        let (column, values) = (field.column.clone(), field.values);
         let column = match values {
             ValueKind::Date => self.derived(&column, Derivation::Millis),
             ValueKind::Float => self.derived(&column, Derivation::OrderedFloat),
@@ -603,6 +678,9 @@ impl<'a, 'c> Builder<'a, 'c> {
         let mut params = Map::new();
         params.insert("field".into(), Value::from(column));
         let mut show_error = false;
+        let mut include = None;
+        let mut exclude = None;
+        let mut missing_raw = None;
         for (key, v) in body.obj {
             match key.as_str() {
                 "field"
@@ -645,28 +723,272 @@ impl<'a, 'c> Builder<'a, 'c> {
                         }
                         _ => v.clone(),
                     };
+                    missing_raw = Some(missing.clone());
                     params.insert("missing".into(), missing);
                 }
-                "include" | "exclude" => match v {
-                    Value::String(_) | Value::Array(_) => {
-                        params.insert(key.clone(), v.clone());
-                    }
-                    _ => {
-                        return Err(EngineError::illegal_argument(format!(
-                            "[terms] aggregation [{}]: [{key}] must be a regular expression or an array of values; partitions are not supported",
-                            body.name
-                        )));
-                    }
-                },
+                "include" => include = Some(include_exclude::parse_include(v)?),
+                "exclude" => exclude = Some(include_exclude::parse_exclude(v)?),
                 "script" => {}
                 other => return Err(body.unknown(other)),
             }
         }
+        let filter = include_exclude::merge(include, exclude)?;
+        self.terms_filter(body, &field, &filter, missing_raw, &mut params)?;
         let agg = Self::tantivy_agg(body, "terms", params, subs.clone())?;
         Ok((
             vec![(body.name.to_string(), agg)],
             PlanKind::Terms { values, show_error },
         ))
+    }
+
+    /// Applies a `terms` aggregation's `include`/`exclude` (see [`include_exclude`]): string
+    /// expressions and lists go to tantivy as `include`/`exclude`; anything else makes the
+    /// aggregation read a [`include_exclude::TermsValuesProvider`] column, which then also
+    /// applies `missing` (taken out of `params`). A long `missing` beyond 2^53 takes that column
+    /// too, as tantivy would round it.
+    fn terms_filter(
+        &mut self,
+        body: &Body,
+        field: &FieldRef,
+        filter: &include_exclude::IncludeExclude,
+        missing: Option<Value>,
+        params: &mut Map<String, Value>,
+    ) -> Result<()> {
+        use include_exclude::{Clause, KeyKind, TermsValuesProvider, ValueFilter};
+        let (raw_column, type_name, values) = (&field.column, field.type_name, field.values);
+        /// The largest integer an f64 holds exactly: tantivy reads a `missing` through an f64.
+        const MAX_EXACT_F64_INT: i64 = 1 << 53;
+        let big_missing = values == ValueKind::Integer
+            && missing
+                .as_ref()
+                .and_then(Value::as_i64)
+                .is_some_and(|m| m.unsigned_abs() > MAX_EXACT_F64_INT as u64);
+        if filter.is_empty() && !big_missing {
+            return Ok(());
+        }
+        let (keys, derivation) = match values {
+            // A field no index maps has no values: nothing to filter (OpenSearch's unmapped
+            // terms aggregation checks nothing either).
+            ValueKind::Unmapped => return Ok(()),
+            ValueKind::Keyword => (KeyKind::Keyword, None),
+            ValueKind::Ip => (KeyKind::Ip, None),
+            ValueKind::Integer => (KeyKind::Long, None),
+            ValueKind::Date => (KeyKind::Long, Some(Derivation::Millis)),
+            ValueKind::Float => (KeyKind::OrderedFloat, Some(Derivation::OrderedFloat)),
+            ValueKind::Boolean => (KeyKind::Boolean, None),
+        };
+        let strings = matches!(keys, KeyKind::Keyword | KeyKind::Ip);
+        if filter.is_regex() && keys != KeyKind::Keyword {
+            return Err(include_exclude::regex_refused(body.name, !strings));
+        }
+        if !strings && params.get("min_doc_count").and_then(Value::as_u64) == Some(0) {
+            return Err(EngineError::illegal_argument(format!(
+                "[terms] aggregation [{}]: [min_doc_count] 0 together with [include], [exclude] or a [missing] beyond 2^53 is not supported by sluice on a [{}] field",
+                body.name, type_name
+            )));
+        }
+        if let Some((partition, num)) = filter.partition() {
+            if strings {
+                if missing.is_some() {
+                    return Err(EngineError::illegal_argument(format!(
+                        "[terms] aggregation [{}]: a partition-based [include] with [missing] is not supported by sluice on a [{}] field",
+                        body.name,
+                        if keys == KeyKind::Ip { "ip" } else { "keyword" }
+                    )));
+                }
+                if params.get("min_doc_count").and_then(Value::as_u64) == Some(0) {
+                    return Err(EngineError::illegal_argument(format!(
+                        "[terms] aggregation [{}]: a partition-based [include] with [min_doc_count] 0 is not supported by sluice",
+                        body.name
+                    )));
+                }
+                // An empty exclude makes tantivy build its allowed-ordinals set, which keeps it
+                // off its fast path that reads the physical column directly.
+                params.insert("exclude".into(), Value::Array(Vec::new()));
+            }
+            let name = self.terms_source(TermsValuesProvider {
+                column: raw_column.to_string(),
+                derivation,
+                keys,
+                filter: Some(ValueFilter::Partition { partition, num }),
+                missing: None,
+            });
+            if !strings && let Some(m) = self.take_missing(body, keys, params)? {
+                self.set_missing(&name, m);
+            }
+            params.insert("field".into(), Value::from(name));
+            return Ok(());
+        }
+        if keys == KeyKind::Keyword {
+            for (key, clause) in [("include", &filter.include), ("exclude", &filter.exclude)] {
+                match clause {
+                    Some(Clause::Regex(r)) => {
+                        params.insert(key.into(), Value::from(r.clone()));
+                    }
+                    Some(Clause::Values(v)) => {
+                        params.insert(key.into(), Value::from(v.clone()));
+                    }
+                    _ => {}
+                }
+            }
+            return Ok(());
+        }
+        if keys == KeyKind::Ip {
+            for (key, clause) in [("include", &filter.include), ("exclude", &filter.exclude)] {
+                if let Some(Clause::Values(v)) = clause {
+                    let encoded = v
+                        .iter()
+                        .map(|t| crate::ip::encode_text(t).map_err(EngineError::illegal_argument))
+                        .collect::<Result<Vec<_>>>()?;
+                    params.insert(key.into(), Value::from(encoded));
+                }
+            }
+            return Ok(());
+        }
+        // Dates are read in the field's format, as OpenSearch's `DocValueFormat` reads them.
+        let date_format = match values {
+            ValueKind::Date => self
+                .ctx
+                .mapping
+                .resolve(&field.name)
+                .map(|f| f.date_format.clone()),
+            _ => None,
+        };
+        let encode = |this: &Self, text: &str| -> Result<u64> {
+            this.encode_term(keys, date_format.as_ref(), text)
+        };
+        let set = |this: &Self, clause: &Option<Clause>| -> Result<Option<HashSet<u64>>> {
+            match clause {
+                Some(Clause::Values(v)) => v
+                    .iter()
+                    .map(|t| encode(this, t))
+                    .collect::<Result<HashSet<u64>>>()
+                    .map(Some),
+                _ => Ok(None),
+            }
+        };
+        let value_filter = if filter.is_empty() {
+            None
+        } else {
+            Some(ValueFilter::Set {
+                include: set(self, &filter.include)?,
+                exclude: set(self, &filter.exclude)?.unwrap_or_default(),
+            })
+        };
+        let name = self.terms_source(TermsValuesProvider {
+            column: raw_column.to_string(),
+            derivation,
+            keys,
+            filter: value_filter,
+            missing: None,
+        });
+        if let Some(m) = self.take_missing(body, keys, params)? {
+            self.set_missing(&name, m);
+        }
+        params.insert("field".into(), Value::from(name));
+        Ok(())
+    }
+
+    /// Reads one include/exclude value in a numeric, date or boolean field's terms, in the
+    /// encoding of the [`include_exclude::TermsValuesProvider`] column, as OpenSearch's
+    /// `DocValueFormat.parseLong` (or `Double.parseDouble`) reads it.
+    fn encode_term(
+        &self,
+        keys: include_exclude::KeyKind,
+        date_format: Option<&crate::date::DateFormat>,
+        text: &str,
+    ) -> Result<u64> {
+        use include_exclude::KeyKind;
+        let number_error =
+            || EngineError::illegal_argument(format!("For input string: \"{text}\""));
+        match (keys, date_format) {
+            (KeyKind::Long, Some(format)) => {
+                crate::date::parse_date_math_in(text, self.ctx.now_millis, false, format)
+                    .map(|ms| ms.to_u64())
+                    .map_err(EngineError::illegal_argument)
+            }
+            (KeyKind::Long, _) => match text.trim().parse::<i64>() {
+                Ok(n) => Ok(n.to_u64()),
+                // Not a long: read as a double and rounded down, as OpenSearch's RAW format.
+                Err(_) => text
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|f| f.is_finite())
+                    .map(|f| (f.floor() as i64).to_u64())
+                    .ok_or_else(number_error),
+            },
+            (KeyKind::OrderedFloat, _) => text
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .map(|f| sources::encode_ordered_float(f).to_u64())
+                .ok_or_else(number_error),
+            _ => match text {
+                "true" => Ok(1),
+                "false" => Ok(0),
+                _ => Err(EngineError::illegal_argument(format!(
+                    "Cannot parse boolean [{text}], expected either [true] or [false]"
+                ))),
+            },
+        }
+    }
+
+    /// Removes `missing` from a terms request whose column applies it, in that column's
+    /// encoding.
+    fn take_missing(
+        &self,
+        body: &Body,
+        keys: include_exclude::KeyKind,
+        params: &mut Map<String, Value>,
+    ) -> Result<Option<u64>> {
+        use include_exclude::KeyKind;
+        let Some(m) = params.remove("missing") else {
+            return Ok(None);
+        };
+        let encoded = match (keys, &m) {
+            (KeyKind::Boolean, Value::Bool(b)) => u64::from(*b),
+            (KeyKind::Boolean, Value::String(s)) if s == "true" || s == "false" => {
+                u64::from(s == "true")
+            }
+            // Dates and floats were encoded as i64 when read.
+            (KeyKind::Long | KeyKind::OrderedFloat, Value::Number(n)) if n.is_i64() => {
+                n.as_i64().unwrap_or_default().to_u64()
+            }
+            (KeyKind::Long, v) => {
+                let text = match v {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                self.encode_term(keys, None, &text)?
+            }
+            _ => {
+                return Err(body.bad_value("missing", &m, "a value of the field's type"));
+            }
+        };
+        Ok(Some(encoded))
+    }
+
+    /// Registers a terms column under a name of its own and returns the name.
+    fn terms_source(&mut self, provider: include_exclude::TermsValuesProvider) -> String {
+        let name = format!(
+            "{}#terms@{}",
+            provider.column,
+            self.pending_terms_sources.len()
+        );
+        self.pending_terms_sources.push((name.clone(), provider));
+        name
+    }
+
+    /// Sets the `missing` of a terms column registered by [`Self::terms_source`].
+    fn set_missing(&mut self, name: &str, missing: u64) {
+        if let Some((_, p)) = self
+            .pending_terms_sources
+            .iter_mut()
+            .find(|(n, _)| n == name)
+        {
+            p.missing = Some(missing);
+        }
     }
 
     fn histogram(

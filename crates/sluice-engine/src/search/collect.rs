@@ -9,6 +9,7 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde_json::Value;
 use tantivy::collector::Collector;
@@ -16,6 +17,7 @@ use tantivy::query::{EnableScoring, Query};
 use tantivy::{DocSet, Score, Searcher, TERMINATED};
 
 use super::context::{SearchContext, cancelled};
+use super::profile::{AggTimes, ShardProfile, nanos_since};
 use super::request::{SearchRequest, TrackTotalHits};
 use super::sort::{
     self, Candidate, FieldReader, HeapEntry, SortField, SortSpec, SortValue, cmp_candidates,
@@ -38,6 +40,8 @@ pub(super) struct Collected {
     pub(super) total: u64,
     pub(super) max_score: Option<Score>,
     pub(super) timed_out: bool,
+    /// Each index's timings, when the request asked for a profile.
+    pub(super) profiles: Vec<ShardProfile>,
 }
 
 /// Per-index state prepared before collection; a scroll keeps it (searcher snapshot included)
@@ -50,6 +54,8 @@ pub(crate) struct Prepared {
     pub(super) sort_columns: Vec<Option<(String, FieldType)>>,
     /// The aggregations to compute; a scroll clears them after its first page.
     pub(crate) aggs: Option<crate::aggs::PreparedAggs>,
+    /// How long building the query from the DSL took (a profile's `rewrite_time`).
+    rewrite_nanos: u64,
 }
 
 impl Prepared {
@@ -112,7 +118,9 @@ pub(crate) fn prepare(
             }
             None => &req.query,
         };
+        let built = Instant::now();
         let query = build_query(query_json, &qctx).map_err(failed)?;
+        let rewrite_nanos = nanos_since(built);
         let mut sort_columns = Vec::new();
         for spec in &req.sort {
             if let SortField::Field(name) = &spec.field {
@@ -157,6 +165,7 @@ pub(crate) fn prepare(
             query,
             sort_columns,
             aggs,
+            rewrite_nanos,
         });
     }
     Ok(prepared)
@@ -194,8 +203,10 @@ pub(super) fn search_after_cursor(
 
 fn shard_failure(e: EngineError, h: &IndexHandle) -> EngineError {
     let e = if e.index.is_none()
-        && matches!(e.code, ErrorCode::QueryShard | ErrorCode::IllegalArgument)
-    {
+        && matches!(
+            e.code,
+            ErrorCode::QueryShard | ErrorCode::IllegalArgument | ErrorCode::AggregationExecution
+        ) {
         e.with_index(h.name())
     } else {
         e
@@ -239,6 +250,10 @@ pub(super) fn collect(
     let mut fruits = Vec::with_capacity(prepared.len());
     let mut since_check = 0u32;
     let mut buf = String::new();
+    let profiling = req.profile;
+    // A clock read only when profiling.
+    let now = || profiling.then(Instant::now);
+    let mut profiles = Vec::new();
     let doc_order = specs[0].field == SortField::Doc
         && !specs[0].desc
         && req.track_total_hits == TrackTotalHits::Off
@@ -251,19 +266,49 @@ pub(super) fn collect(
             _ => 0,
         };
         let mut index_done = false;
+        let mut prof = profiling.then(|| ShardProfile {
+            index: p.handle.name().to_string(),
+            query_debug: format!("{:?}", p.query),
+            rewrite: p.rewrite_nanos,
+            ..ShardProfile::default()
+        });
         let enable = if needs_scores {
             EnableScoring::enabled_from_searcher(&p.searcher)
         } else {
             EnableScoring::disabled_from_searcher(&p.searcher)
         };
+        let t = now();
         let weight = p.query.weight(enable).map_err(|e| {
             shard_failure(
                 EngineError::query_shard(format!("failed to create query: {e}")),
                 &p.handle,
             )
         })?;
-        let agg_collector = p.aggs.as_ref().map(|a| a.collector());
-        let mut seg_fruits = Vec::new();
+        if let (Some(pr), Some(t)) = (prof.as_mut(), t) {
+            pr.query.create_weight = nanos_since(t);
+        }
+        // One collector for all aggregations, or one per top-level aggregation when profiling
+        // (so each can be timed); their fruits merge into one.
+        let agg_collectors: Vec<crate::aggs::AggCollector> = match (&p.aggs, prof.as_mut()) {
+            (None, _) => Vec::new(),
+            (Some(a), None) => vec![a.collector()],
+            (Some(a), Some(pr)) => a
+                .profiled_parts()
+                .into_iter()
+                .map(|part| {
+                    let t = Instant::now();
+                    let collector = a.collector_of(&part);
+                    pr.aggs.push(AggTimes {
+                        name: part.name,
+                        class: part.class,
+                        initialize: nanos_since(t),
+                        ..AggTimes::default()
+                    });
+                    collector
+                })
+                .collect(),
+        };
+        let mut seg_fruits: Vec<Vec<_>> = agg_collectors.iter().map(|_| Vec::new()).collect();
         // The index-wide doc id of a segment's first document, as OpenSearch's `_doc` sort
         // values are index-wide.
         let mut seg_base = 0u32;
@@ -290,22 +335,37 @@ pub(super) fn collect(
                     _ => Ok(FieldReader::Missing),
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let mut seg_agg = match &agg_collector {
-                Some(c) => Some(
+            let mut seg_aggs = Vec::with_capacity(agg_collectors.len());
+            for (i, c) in agg_collectors.iter().enumerate() {
+                let t = now();
+                seg_aggs.push(
                     c.for_segment(seg_ord as u32, seg)
                         .map_err(crate::aggs::classify_error)?,
-                ),
-                None => None,
-            };
+                );
+                if let (Some(pr), Some(t)) = (prof.as_mut(), t) {
+                    pr.aggs[i].build_leaf_collector += nanos_since(t);
+                    pr.aggs[i].build_leaf_collector_count += 1;
+                }
+            }
             let seq_nos = seg.fast_fields().u64(crate::schema::SEQ_NO_FIELD).ok();
+            let t = now();
             let mut scorer = weight
                 .scorer(seg, 1.0)
                 .map_err(crate::error::tantivy_error)?;
+            if let (Some(pr), Some(t)) = (prof.as_mut(), t) {
+                pr.query.build_scorer += nanos_since(t);
+                pr.query.build_scorer_count += 1;
+            }
             let alive = seg.alive_bitset();
             let mut doc = scorer.doc();
             let target = first_doc.saturating_sub(base);
             if doc != TERMINATED && target > doc {
+                let t = now();
                 doc = scorer.seek(target);
+                if let (Some(pr), Some(t)) = (prof.as_mut(), t) {
+                    pr.query.advance += nanos_since(t);
+                    pr.query.advance_count += 1;
+                }
             }
             while doc != TERMINATED {
                 since_check += 1;
@@ -316,22 +376,35 @@ pub(super) fn collect(
                     }
                     if ctx.is_past_deadline() {
                         timed_out = true;
-                        if let Some(a) = seg_agg.take() {
-                            seg_fruits.push(tantivy::collector::SegmentCollector::harvest(a));
-                        }
                         break;
                     }
                 }
                 if alive.is_none_or(|b| b.is_alive(doc)) {
-                    let score = if needs_scores { scorer.score() } else { 0.0 };
+                    let score = if needs_scores {
+                        let t = now();
+                        let score = scorer.score();
+                        if let (Some(pr), Some(t)) = (prof.as_mut(), t) {
+                            pr.query.score += nanos_since(t);
+                            pr.query.score_count += 1;
+                        }
+                        score
+                    } else {
+                        0.0
+                    };
                     if req.min_score.is_none_or(|m| score >= m) {
                         total += 1;
                         if needs_scores {
                             max_score = Some(max_score.map_or(score, |m: Score| m.max(score)));
                         }
-                        if let Some(a) = seg_agg.as_mut() {
+                        for (i, a) in seg_aggs.iter_mut().enumerate() {
+                            let t = now();
                             tantivy::collector::SegmentCollector::collect(a, doc, score);
+                            if let (Some(pr), Some(t)) = (prof.as_mut(), t) {
+                                pr.aggs[i].collect += nanos_since(t);
+                                pr.aggs[i].collect_count += 1;
+                            }
                         }
+                        let hits_started = now();
                         if k > 0 || may_stop {
                             let keys = specs
                                 .iter()
@@ -368,17 +441,33 @@ pub(super) fn collect(
                                 heap.pop();
                                 heap.push(HeapEntry { c, specs: &specs });
                             } else if may_stop {
-                                // Every later document of this index sorts after this one.
+                                // Every later document of this index sorts after this one
+                                // (the loop stops below, once the collector time is counted).
                                 index_done = true;
-                                break;
                             }
+                        }
+                        if let (Some(pr), Some(t)) = (prof.as_mut(), hits_started) {
+                            pr.hits_collector += nanos_since(t);
+                        }
+                        if index_done {
+                            break;
                         }
                     }
                 }
+                let t = now();
                 doc = scorer.advance();
+                if let (Some(pr), Some(t)) = (prof.as_mut(), t) {
+                    pr.query.next_doc += nanos_since(t);
+                    pr.query.next_doc_count += 1;
+                }
             }
-            if let Some(a) = seg_agg.take() {
-                seg_fruits.push(tantivy::collector::SegmentCollector::harvest(a));
+            for (i, a) in seg_aggs.into_iter().enumerate() {
+                let t = now();
+                seg_fruits[i].push(tantivy::collector::SegmentCollector::harvest(a));
+                if let (Some(pr), Some(t)) = (prof.as_mut(), t) {
+                    pr.aggs[i].post_collection += nanos_since(t);
+                    pr.aggs[i].post_collection_count += 1;
+                }
             }
             if timed_out || index_done {
                 break;
@@ -389,14 +478,20 @@ pub(super) fn collect(
         if ctx.is_cancelled() {
             return Err(cancelled());
         }
-        let fruit = match &agg_collector {
-            Some(c) => Some(
-                c.merge_fruits(seg_fruits)
-                    .map_err(crate::aggs::classify_error)?,
-            ),
-            None => None,
-        };
+        let mut fruit: Option<crate::aggs::AggFruit> = None;
+        for (i, (c, segs)) in agg_collectors.iter().zip(seg_fruits).enumerate() {
+            let t = now();
+            let merged = c.merge_fruits(segs).map_err(crate::aggs::classify_error)?;
+            if let (Some(pr), Some(t)) = (prof.as_mut(), t) {
+                pr.aggs[i].build_aggregation += nanos_since(t);
+            }
+            fruit = Some(match fruit {
+                None => merged,
+                Some(f) => crate::aggs::merge(f, merged)?,
+            });
+        }
         fruits.push(fruit);
+        profiles.extend(prof);
         if timed_out {
             break;
         }
@@ -410,6 +505,7 @@ pub(super) fn collect(
             total,
             max_score,
             timed_out,
+            profiles,
         },
     ))
 }

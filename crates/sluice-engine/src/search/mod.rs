@@ -11,6 +11,7 @@
 //! - `context.rs`: [`SearchContext`] (cancellation, deadlines) and the [`NestedSearchHook`];
 //! - `sort.rs`: sort specs, the values hits sort by, the tie-break, the `search_after` cursor;
 //! - `request.rs`: [`SearchRequest::parse`] and its helpers;
+//! - `profile.rs`: the timings of a `profile: true` search and their rendering;
 //! - `collect.rs`: per-index preparation and the collection loop over segments;
 //! - `render.rs`: the fetch phase, hits, totals and `rest_total_hits_as_int`.
 //!
@@ -19,6 +20,7 @@
 mod collect;
 mod context;
 pub mod fields;
+mod profile;
 mod render;
 mod request;
 mod sort;

@@ -8,6 +8,7 @@ use tantivy::{DocAddress, Score};
 
 use super::collect::{Collected, Prepared};
 use super::context::{SearchContext, cancelled};
+use super::profile::HitsCollector;
 use super::request::{SearchRequest, SourceFilter, TrackTotalHits};
 use super::sort::{SortField, SortSpec, SortValue};
 use crate::error::Result;
@@ -260,6 +261,22 @@ pub(super) fn render_response(
     out.insert("hits".into(), Value::Object(hits));
     if let Some(a) = aggregations {
         out.insert("aggregations".into(), a);
+    }
+    if req.profile {
+        let node = req.node_id.as_deref().unwrap_or("local");
+        let hits_collector = if req.size == 0 {
+            HitsCollector::Count
+        } else if req.sort.is_empty() {
+            HitsCollector::Score
+        } else {
+            HitsCollector::Fields
+        };
+        let shards: Vec<Value> = collected
+            .profiles
+            .iter()
+            .map(|p| p.render(node, hits_collector))
+            .collect();
+        out.insert("profile".into(), json!({ "shards": shards }));
     }
     Ok(Value::Object(out))
 }

@@ -85,6 +85,12 @@ pub struct SearchRequest {
     pub seq_no_primary_term: bool,
     /// `version`: each hit carries its `_version`.
     pub version: bool,
+    /// `profile`: the response carries a `profile` section with the timings of each index's
+    /// query, collectors and aggregations ([`super::profile`]).
+    pub profile: bool,
+    /// The node id a profile names its shards by (`[node][index][0]`); never parsed from the
+    /// request, set by the server. `None` renders `local`.
+    pub node_id: Option<Arc<str>>,
     /// An opaque label the caller attaches; never parsed from the request. A scroll keeps it
     /// for its continuations ([`crate::ScrollStore::owner`]) — the server stores the workload
     /// group the scroll was opened in.
@@ -118,6 +124,8 @@ impl Default for SearchRequest {
             search_after: None,
             seq_no_primary_term: false,
             version: false,
+            profile: false,
+            node_id: None,
             owner: None,
             opened_by: None,
         }
@@ -375,7 +383,8 @@ impl SearchRequest {
                     "search_after" if v.is_array() => req.search_after = parse_search_after(v)?,
                     "seq_no_primary_term" => req.seq_no_primary_term = expect_bool(key, v)?,
                     "version" => req.version = expect_bool(key, v)?,
-                    "explain" | "profile" => {
+                    "profile" => req.profile = expect_bool(key, v)?,
+                    "explain" => {
                         expect_bool(key, v)?;
                     }
                     "terminate_after" => {

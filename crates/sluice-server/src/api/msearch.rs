@@ -273,6 +273,8 @@ async fn run_item(
     spec.parent = Some(parent);
     let mut admitted = admit(st, meta, spec).await?;
     admitted.apply_to_search(&mut req);
+    // A profile names its shards by this node.
+    req.node_id = Some(Arc::from(st.identity.node_id.as_str()));
     let executed = st
         .backend
         .search(admitted.execution(), index, req, None)

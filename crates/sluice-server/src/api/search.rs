@@ -51,6 +51,8 @@ async fn run_search(
     let mut req =
         SearchRequest::parse(body.as_ref(), &params).map_err(|e| located(ApiError::Engine(e)))?;
     req.max_buckets = Some(st.cluster_settings.max_buckets());
+    // A profile names its shards by this node.
+    req.node_id = Some(Arc::from(st.identity.node_id.as_str()));
     // `?scroll=` keeps the search open for `_search/scroll` to continue.
     let keep_alive = params
         .get("scroll")

@@ -627,3 +627,379 @@ async fn test_percentiles_render_keyed_and_listed_like_opensearch() {
     assert_error(&resp, 400, "x_content_parse_exception");
     node.stop().await;
 }
+
+/// An index `v` with a keyword, an ip, a date, a long (values around 2^53), a double and a
+/// boolean field, and a fifth document with none of them.
+async fn typed_node() -> TestNode {
+    let node = TestNode::start().await;
+    let (status, body) = node
+        .req(
+            "PUT",
+            "/v",
+            Some(json!({"mappings": {"properties": {
+                "k": {"type": "keyword"}, "ip": {"type": "ip"}, "d": {"type": "date"},
+                "l": {"type": "long"}, "f": {"type": "double"}, "b": {"type": "boolean"}
+            }}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    node.bulk(
+        "/_bulk?refresh=true",
+        &[
+            json!({"index": {"_index": "v", "_id": "1"}}),
+            json!({"k": "a", "ip": "10.0.0.1", "d": "2020-01-01", "l": 9_007_199_254_740_993i64, "f": 1.5, "b": true}),
+            json!({"index": {"_index": "v", "_id": "2"}}),
+            json!({"k": "b", "ip": "10.0.0.2", "d": "2020-01-02", "l": 9_007_199_254_740_995i64, "f": 2.5, "b": false}),
+            json!({"index": {"_index": "v", "_id": "3"}}),
+            json!({"k": "c", "ip": "10.0.0.2", "d": "2020-01-02", "l": 3, "f": 2.5, "b": false}),
+            json!({"index": {"_index": "v", "_id": "4"}}),
+            json!({"k": "d", "ip": "::1", "d": "2020-01-03", "l": 9_007_199_254_740_992i64, "f": 4.0, "b": true}),
+            json!({"index": {"_index": "v", "_id": "5"}}),
+            json!({"other": 1}),
+        ],
+    )
+    .await;
+    node
+}
+
+/// The `(key, doc_count)` pairs of a terms result, in bucket order.
+fn keys_and_counts(agg: &Value) -> Vec<(Value, u64)> {
+    agg["buckets"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no buckets in {agg}"))
+        .iter()
+        .map(|b| (b["key"].clone(), b["doc_count"].as_u64().unwrap_or(0)))
+        .collect()
+}
+
+/// Runs `aggs` with `size: 0` on `v`, returning the status and body.
+async fn try_aggs(node: &TestNode, aggs: Value) -> (u16, Value) {
+    node.req("POST", "/v/_search", Some(json!({"size": 0, "aggs": aggs})))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_terms_agg_keeps_long_keys_above_2_pow_53_exact() {
+    let node = typed_node().await;
+    let resp = node
+        .search(
+            "v",
+            json!({"size": 0, "aggs": {
+                "by_key": {"terms": {"field": "l", "order": {"_key": "asc"}}},
+                "missing_big": {"terms": {"field": "l", "missing": 9_007_199_254_740_997i64, "order": {"_key": "desc"}, "size": 1}},
+                "nested": {"terms": {"field": "k", "include": ["a"]}, "aggs": {"inner": {"terms": {"field": "l"}}}}
+            }}),
+        )
+        .await;
+    let a = &resp["aggregations"];
+    // Neighbours above 2^53 stay apart and ordered, each its own exact key.
+    assert_eq!(
+        keys_and_counts(&a["by_key"]),
+        vec![
+            (json!(3), 1),
+            (json!(9_007_199_254_740_992i64), 1),
+            (json!(9_007_199_254_740_993i64), 1),
+            (json!(9_007_199_254_740_995i64), 1),
+        ]
+    );
+    // A `missing` above 2^53 is not rounded (to ...996) on its way through an f64.
+    assert_eq!(
+        keys_and_counts(&a["missing_big"]),
+        vec![(json!(9_007_199_254_740_997i64), 1)]
+    );
+    assert_eq!(
+        keys_and_counts(&a["nested"]["buckets"][0]["inner"]),
+        vec![(json!(9_007_199_254_740_993i64), 1)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_terms_include_exclude_lists_on_ip_date_and_numeric_fields() {
+    let node = typed_node().await;
+    let resp = node
+        .search(
+            "v",
+            json!({"size": 0, "aggs": {
+                "ip": {"terms": {"field": "ip", "include": ["10.0.0.2", "0:0::1"]}},
+                "ip_ex": {"terms": {"field": "ip", "exclude": ["10.0.0.2"]}},
+                "date": {"terms": {"field": "d", "exclude": ["2020-01-01", 1_577_923_200_000i64]}},
+                "long": {"terms": {"field": "l", "include": ["9007199254740993", 3, "9007199254740992.7"]}},
+                "double": {"terms": {"field": "f", "include": [2.5, "4"]}},
+                "bool": {"terms": {"field": "b", "include": ["true"]}},
+                "kw": {"terms": {"field": "k", "include": "[a-c]", "exclude": "b"}},
+                "kw_list": {"terms": {"field": "k", "exclude": ["a", "d"]}}
+            }}),
+        )
+        .await;
+    let a = &resp["aggregations"];
+    // Addresses are read as addresses: `0:0::1` is `::1`.
+    assert_eq!(
+        keys_and_counts(&a["ip"]),
+        vec![(json!("10.0.0.2"), 2), (json!("::1"), 1)]
+    );
+    assert_eq!(
+        keys_and_counts(&a["ip_ex"]),
+        // Ties in address order: `::1` before `::ffff:10.0.0.1`.
+        vec![(json!("::1"), 1), (json!("10.0.0.1"), 1)]
+    );
+    // Dates by the field's format or as epoch milliseconds.
+    assert_eq!(
+        keys_and_counts(&a["date"]),
+        vec![(json!(1_578_009_600_000i64), 1)]
+    );
+    assert_eq!(
+        a["date"]["buckets"][0]["key_as_string"],
+        "2020-01-03T00:00:00.000Z"
+    );
+    // Longs exactly; a decimal is rounded down, as OpenSearch reads it.
+    assert_eq!(
+        keys_and_counts(&a["long"]),
+        vec![
+            (json!(3), 1),
+            (json!(9_007_199_254_740_992i64), 1),
+            (json!(9_007_199_254_740_993i64), 1)
+        ]
+    );
+    assert_eq!(
+        keys_and_counts(&a["double"]),
+        vec![(json!(2.5), 2), (json!(4.0), 1)]
+    );
+    assert_eq!(keys_and_counts(&a["bool"]), vec![(json!(1), 2)]);
+    assert_eq!(a["bool"]["buckets"][0]["key_as_string"], "true");
+    assert_eq!(
+        keys_and_counts(&a["kw"]),
+        vec![(json!("a"), 1), (json!("c"), 1)]
+    );
+    assert_eq!(
+        keys_and_counts(&a["kw_list"]),
+        vec![(json!("b"), 1), (json!("c"), 1)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_terms_exclude_counts_missing_only_for_documents_without_values() {
+    let node = typed_node().await;
+    let resp = node
+        .search(
+            "v",
+            json!({"size": 0, "aggs": {
+                "long": {"terms": {"field": "l", "exclude": [9_007_199_254_740_993i64], "missing": 7}},
+                "date": {"terms": {"field": "d", "include": ["2020-01-01", "1999-01-01"], "missing": "1999-01-01"}}
+            }}),
+        )
+        .await;
+    let a = &resp["aggregations"];
+    // Document 1's only value is excluded: it is not counted under `missing` (only document 5).
+    assert_eq!(
+        keys_and_counts(&a["long"]),
+        vec![
+            (json!(3), 1),
+            (json!(7), 1),
+            (json!(9_007_199_254_740_992i64), 1),
+            (json!(9_007_199_254_740_995i64), 1)
+        ]
+    );
+    // The missing value is filtered like any other: included here.
+    assert_eq!(
+        keys_and_counts(&a["date"]),
+        vec![
+            (json!(915_148_800_000i64), 1),
+            (json!(1_577_836_800_000i64), 1)
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_terms_regex_include_on_non_string_fields_is_refused_like_opensearch() {
+    let node = typed_node().await;
+    for field in ["l", "d", "f", "b"] {
+        let resp = try_aggs(
+            &node,
+            json!({"x": {"terms": {"field": field, "include": "9.*"}}}),
+        )
+        .await;
+        assert_error(&resp, 500, "aggregation_execution_exception");
+        assert_eq!(resp.1["error"]["type"], "search_phase_execution_exception");
+        assert_eq!(
+            resp.1["error"]["root_cause"][0]["reason"],
+            "Aggregation [x] cannot support regular expression style include/exclude settings as they can only be applied to string fields. Use an array of numeric values for include/exclude clauses used to filter numeric fields",
+            "{field}"
+        );
+    }
+    let resp = try_aggs(
+        &node,
+        json!({"x": {"terms": {"field": "ip", "exclude": "10.*"}}}),
+    )
+    .await;
+    assert_error(&resp, 500, "aggregation_execution_exception");
+    assert_eq!(
+        resp.1["error"]["root_cause"][0]["reason"],
+        "Aggregation [x] cannot support regular expression style include/exclude settings as they can only be applied to string fields. Use an array of values for include/exclude clauses"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_terms_include_exclude_bad_clauses_answer_opensearch_errors() {
+    let node = typed_node().await;
+    let cases = [
+        (
+            json!({"include": {"partition": 0, "num_partitions": 2}, "exclude": ["a"]}),
+            "Cannot specify any excludes when using a partition-based include",
+        ),
+        (
+            json!({"include": "a.*", "exclude": ["b"]}),
+            "Cannot mix a regex-based include with a set-based method",
+        ),
+        (
+            json!({"include": {"partition": 2, "num_partitions": 2}}),
+            "Partition must be >=0 and < numPartition which is 2",
+        ),
+        (
+            json!({"include": {"num_partitions": 2}}),
+            "Missing [partition] parameter for partition-based include",
+        ),
+        (
+            json!({"exclude": {"partition": 0, "num_partitions": 2}}),
+            "Unrecognized token for an exclude [START_OBJECT]",
+        ),
+    ];
+    for (clause, reason) in cases {
+        let mut terms = json!({"field": "k"});
+        for (k, v) in clause.as_object().unwrap() {
+            terms[k] = v.clone();
+        }
+        let resp = try_aggs(&node, json!({"x": {"terms": terms}})).await;
+        assert_error(&resp, 400, "illegal_argument_exception");
+        assert_eq!(
+            resp.1["error"]["root_cause"][0]["reason"], reason,
+            "{clause}"
+        );
+    }
+    let resp = try_aggs(
+        &node,
+        json!({"x": {"terms": {"field": "ip", "include": ["nope"]}}}),
+    )
+    .await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    assert_eq!(
+        resp.1["error"]["root_cause"][0]["reason"],
+        "'nope' is not an IP string literal."
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_terms_partitions_split_terms_as_opensearch_hashes_them() {
+    let node = typed_node().await;
+    let mut seen: BTreeMap<&str, Vec<Vec<Value>>> = BTreeMap::new();
+    for partition in 0..2 {
+        let resp = node
+            .search(
+                "v",
+                json!({"size": 0, "aggs": {
+                    "k": {"terms": {"field": "k", "include": {"partition": partition, "num_partitions": 2}, "order": {"_key": "asc"}}},
+                    "l": {"terms": {"field": "l", "include": {"partition": partition, "num_partitions": 2}, "order": {"_key": "asc"}}},
+                    "ip": {"terms": {"field": "ip", "include": {"partition": partition, "num_partitions": 2}, "order": {"_key": "asc"}}}
+                }}),
+            )
+            .await;
+        for field in ["k", "l", "ip"] {
+            let keys = keys_and_counts(&resp["aggregations"][field])
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            seen.entry(field).or_default().push(keys);
+        }
+    }
+    // OpenSearch's hashes: murmur3 (seed 31) of the term or of the address's 16 bytes,
+    // BitMixer.mix64 of the long; floorMod 2.
+    assert_eq!(
+        seen["k"],
+        vec![vec![], vec![json!("a"), json!("b"), json!("c"), json!("d")]]
+    );
+    assert_eq!(
+        seen["l"],
+        vec![
+            vec![json!(3), json!(9_007_199_254_740_992i64)],
+            vec![
+                json!(9_007_199_254_740_993i64),
+                json!(9_007_199_254_740_995i64)
+            ]
+        ]
+    );
+    assert_eq!(
+        seen["ip"],
+        vec![
+            vec![json!("10.0.0.2")],
+            vec![json!("::1"), json!("10.0.0.1")]
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_terms_filters_sluice_cannot_apply_are_refused_naming_them() {
+    let node = typed_node().await;
+    let resp = try_aggs(
+        &node,
+        json!({"x": {"terms": {"field": "l", "include": [3], "min_doc_count": 0}}}),
+    )
+    .await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    let reason = resp.1["error"]["root_cause"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("[min_doc_count] 0") && reason.contains("[long]"),
+        "{reason}"
+    );
+    let resp = try_aggs(
+        &node,
+        json!({"x": {"terms": {"field": "k", "include": {"partition": 0, "num_partitions": 2}, "missing": "z"}}}),
+    )
+    .await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    let reason = resp.1["error"]["root_cause"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("[missing]") && reason.contains("partition"),
+        "{reason}"
+    );
+    // An unmapped field has no values to filter: no error, no buckets.
+    let resp = try_aggs(
+        &node,
+        json!({"x": {"terms": {"field": "none", "include": "a.*"}}}),
+    )
+    .await;
+    assert_eq!(resp.0, 200, "{}", resp.1);
+    assert_eq!(resp.1["aggregations"]["x"]["buckets"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_terms_include_reads_dates_in_the_fields_format() {
+    let node = TestNode::start().await;
+    let (status, body) = node
+        .req(
+            "PUT",
+            "/secs",
+            Some(json!({"mappings": {"properties": {"t": {"type": "date", "format": "epoch_second"}}}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    node.bulk(
+        "/_bulk?refresh=true",
+        &[
+            json!({"index": {"_index": "secs"}}),
+            json!({"t": 1_577_836_800}),
+            json!({"index": {"_index": "secs"}}),
+            json!({"t": 1_577_923_200}),
+        ],
+    )
+    .await;
+    let resp = node
+        .search(
+            "secs",
+            json!({"size": 0, "aggs": {"x": {"terms": {"field": "t", "include": ["1577923200"]}}}}),
+        )
+        .await;
+    // Seconds, as the field's format reads them; keys are epoch milliseconds.
+    assert_eq!(
+        keys_and_counts(&resp["aggregations"]["x"]),
+        vec![(json!(1_577_923_200_000i64), 1)]
+    );
+}

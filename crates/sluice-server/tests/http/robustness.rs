@@ -4,7 +4,8 @@
 //! a 2xx or a 4xx with OpenSearch's error JSON — never a panic (the catch-panic layer would
 //! turn one into a 500), a 5xx or a hang. The only 5xx allowed are OpenSearch's own for the
 //! input (503 `too_many_buckets_exception`, 500 `illegal_state_exception`, the 500 of a search
-//! cancelled by its own `cancel_after_time_interval`).
+//! cancelled by its own `cancel_after_time_interval`, the 500 `aggregation_execution_exception`
+//! of a regular expression `include` on a field that is not a string).
 //!
 //! CI runs a few dozen cases per target; `PROPTEST_CASES=1000000 cargo test --release -p
 //! sluice-server --test http -- robustness --test-threads 1` runs a million (docs/robustness.md
@@ -96,6 +97,7 @@ const VOCAB: &[&str] = &[
     "exclude",
     "_source",
     "track_total_hits",
+    "profile",
     "timeout",
     "search_after",
     "time_zone",
@@ -286,10 +288,15 @@ fn aggs_body() -> impl Strategy<Value = Value> {
         select(FIELDS),
         object_of(AGG_KEYS),
         prop::option::of((select(AGG_TYPES), object_of(AGG_KEYS))),
+        // A partition-based include, whose object a generated value rarely spells.
+        prop::option::of((json_value(), json_value())),
     )
-        .prop_map(|(ty, field, mut body, sub)| {
+        .prop_map(|(ty, field, mut body, sub, partition)| {
             if body.is_object() && !body.as_object().is_some_and(|o| o.contains_key("field")) {
                 body["field"] = json!(field);
+            }
+            if let (Some((p, n)), true) = (partition, body.is_object()) {
+                body["include"] = json!({"partition": p, "num_partitions": n});
             }
             let mut agg = json!({ ty: body });
             if let Some((sub_ty, sub_body)) = sub {
@@ -530,6 +537,9 @@ impl Harness {
                 // A search cancelled by its own `cancel_after_time_interval` (`0` cancels at
                 // once): OpenSearch's 500 too.
                 | (500, "search_phase_execution_exception", "task_cancelled_exception")
+                // A regular expression `include`/`exclude` on a numeric, date, boolean or ip
+                // field: OpenSearch's 500 `aggregation_execution_exception` too.
+                | (500, "search_phase_execution_exception", "aggregation_execution_exception")
         );
         if status >= 500 && !allowed_5xx {
             return Err(format!("server error: {}", what()));

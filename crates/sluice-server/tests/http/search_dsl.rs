@@ -1625,3 +1625,159 @@ async fn test_epoch_second_date_format_in_mapping_and_range() {
     assert_error(&resp, 400, "mapper_parsing_exception");
     node.stop().await;
 }
+
+/// The sum of a profile breakdown's timings (the keys without `_count`).
+fn breakdown_time(breakdown: &Value) -> u64 {
+    breakdown
+        .as_object()
+        .unwrap_or_else(|| panic!("no breakdown: {breakdown}"))
+        .iter()
+        .filter(|(k, _)| !k.ends_with("_count"))
+        .map(|(_, v)| v.as_u64().unwrap_or_else(|| panic!("{v} is not a count")))
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_profile_reports_query_collector_and_aggregation_timings() {
+    let (node, books) = books_node().await;
+    let query = json!({"term": {"category": "fiction"}});
+    let aggs = json!({
+        "by_rating": {"terms": {"field": "rating"}, "aggs": {"top": {"max": {"field": "price"}}}},
+        "avg_price": {"avg": {"field": "price"}}
+    });
+    let plain = node
+        .search(BOOKS, json!({"query": query, "aggs": aggs, "size": 3}))
+        .await;
+    assert!(
+        plain.get("profile").is_none(),
+        "no profile unless asked: {plain}"
+    );
+    let resp = node
+        .search(
+            BOOKS,
+            json!({"query": query, "aggs": aggs, "size": 3, "profile": true}),
+        )
+        .await;
+    // Profiling collects each aggregation on its own: the answers are the same.
+    assert_eq!(resp["aggregations"], plain["aggregations"]);
+    assert_eq!(resp["hits"]["hits"], plain["hits"]["hits"]);
+    let fiction = ids_where(&books, |b| b.category == "fiction").len() as u64;
+    let (_, info) = node.req("GET", "/_nodes/_local", None).await;
+    let node_id = info["nodes"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+
+    let shards = resp["profile"]["shards"]
+        .as_array()
+        .expect("profile.shards");
+    assert_eq!(shards.len(), 1, "{resp}");
+    let shard = &shards[0];
+    assert_eq!(shard["id"], format!("[{node_id}][{BOOKS}][0]"));
+    let search = &shard["searches"][0];
+    let q = &search["query"][0];
+    assert_eq!(q["type"], "TermQuery");
+    assert!(
+        q["description"].as_str().unwrap().contains("fiction"),
+        "{q}"
+    );
+    let breakdown = &q["breakdown"];
+    assert_eq!(q["time_in_nanos"].as_u64(), Some(breakdown_time(breakdown)));
+    assert_eq!(breakdown["create_weight_count"], 1);
+    assert!(
+        breakdown["build_scorer_count"].as_u64().unwrap() >= 1,
+        "{breakdown}"
+    );
+    // One score per match (hits sort by score), one next_doc per match.
+    assert_eq!(breakdown["score_count"].as_u64(), Some(fiction));
+    assert_eq!(breakdown["next_doc_count"].as_u64(), Some(fiction));
+    for step in [
+        "match",
+        "shallow_advance",
+        "compute_max_score",
+        "set_min_competitive_score",
+    ] {
+        assert_eq!(breakdown[step], 0, "tantivy has no {step}");
+    }
+    assert!(search["rewrite_time"].is_u64(), "{search}");
+    let collector = &search["collector"][0];
+    assert_eq!(collector["name"], "MultiCollector");
+    assert_eq!(
+        collector["children"][0]["name"],
+        "SimpleTopScoreDocCollector"
+    );
+    assert_eq!(collector["children"][1]["reason"], "aggregation");
+    assert_eq!(
+        collector["time_in_nanos"].as_u64(),
+        Some(
+            collector["children"][0]["time_in_nanos"].as_u64().unwrap()
+                + collector["children"][1]["time_in_nanos"].as_u64().unwrap()
+        )
+    );
+
+    let aggs = shard["aggregations"].as_array().expect("aggregations");
+    let described: Vec<(&str, &str)> = aggs
+        .iter()
+        .map(|a| {
+            (
+                a["description"].as_str().unwrap(),
+                a["type"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        described,
+        vec![
+            ("by_rating", "NumericTermsAggregator"),
+            ("avg_price", "AvgAggregator")
+        ]
+    );
+    for a in aggs {
+        let b = &a["breakdown"];
+        assert_eq!(a["time_in_nanos"].as_u64(), Some(breakdown_time(b)), "{a}");
+        assert_eq!(b["collect_count"].as_u64(), Some(fiction), "{a}");
+        assert_eq!(b["reduce"], 0);
+        assert_eq!(
+            b["build_leaf_collector_count"], b["post_collection_count"],
+            "one leaf collector per segment, harvested once: {a}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_profile_without_aggregations_names_the_hits_collector() {
+    let (node, _) = books_node().await;
+    let sorted = node
+        .search(
+            BOOKS,
+            json!({"profile": true, "sort": [{"year": "asc"}], "size": 2}),
+        )
+        .await;
+    let shard = &sorted["profile"]["shards"][0];
+    assert_eq!(shard["aggregations"], json!([]));
+    let collector = &shard["searches"][0]["collector"][0];
+    assert_eq!(collector["name"], "SimpleFieldCollector");
+    assert_eq!(collector["reason"], "search_top_hits");
+    // Sorting on a field computes no scores.
+    assert_eq!(
+        shard["searches"][0]["query"][0]["breakdown"]["score_count"],
+        0
+    );
+    let counted = node
+        .search(BOOKS, json!({"profile": true, "size": 0}))
+        .await;
+    let collector = &counted["profile"]["shards"][0]["searches"][0]["collector"][0];
+    assert_eq!(collector["name"], "TotalHitCountCollector");
+    assert_eq!(collector["reason"], "search_count");
+    let resp = node
+        .req(
+            "POST",
+            &format!("/{BOOKS}/_search"),
+            Some(json!({"profile": "yes"})),
+        )
+        .await;
+    assert_eq!(resp.0, 400, "{}", resp.1);
+}
