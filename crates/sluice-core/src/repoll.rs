@@ -7,8 +7,9 @@
 //! runs as a task that yields: it puts it at the back of the run queue and unparks another
 //! worker to steal it. Every request with a body then costs a futex wake, a context switch on
 //! the other core and a poll there that finds nothing to do (measured on a gateway at one
-//! client: 2.1 futex calls and 4.8 context switches per request, 0.0 and 2.6 for nginx doing
-//! the same proxying; BENCHMARKS.md, "Gateway overhead"). [`Repoll`] keeps such wakes inside
+//! client: 2.09 futex calls and 4.75 context switches per request, 0.00 and 2.89 for nginx
+//! doing the same proxying; 0.13 and 3.12 with this wrapper; BENCHMARKS.md, "Gateway
+//! overhead"). [`Repoll`] keeps such wakes inside
 //! the poll: the inner future is polled with a waker of its own, and a wake that arrives while
 //! it is being polled makes [`Repoll`] poll it again before returning, up to [`REPOLLS`] times.
 //! A wake that arrives after the poll reaches the task's waker as usual.

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# What one proxied search costs the proxy itself, counted rather than timed (a shared machine's
+# noise moves latencies, hardly these counts): runs `sluice-bench gateway-overhead` at one
+# steady client against `direct` and one proxy (`gateway`, sluice's gateway, or `nginx`), and
+# while the proxy is measured, `perf stat` counts on the proxy's process(es) for 8 s its futex
+# calls, epoll waits, context switches and CPU time. Prints them per request (requests =
+# writev calls / 2: one to the upstream, one to the client per proxied request).
+#
+# Usage: scripts/gateway_cost.sh gateway|nginx [sluice binary] [clients]
+#   e.g. scripts/gateway_cost.sh gateway target/release/sluice
+# Needs perf (linux-perf), nginx for `nginx`, and the release sluice-bench.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target="${CARGO_TARGET_DIR:-target}"
+via="${1:?gateway or nginx}"
+bin="$(realpath "${2:-$target/release/sluice}")"
+clients="${3:-1}"
+out="$(mktemp -d -t sluice-cost-XXXXXX)"
+trap 'rm -rf "$out"' EXIT
+
+"$target/release/sluice-bench" gateway-overhead --sluice-bin "$bin" --via "direct,$via" \
+    --clients "$clients" --loads steady --rounds 1 --duration-secs 14 --warmup-secs 1 \
+    --docs 5000 --nginx-bin "$(command -v nginx || echo /usr/sbin/nginx)" > "$out/bench" 2>&1 &
+bench=$!
+# `direct` is measured first in the first round; the proxy's window starts once it is reported.
+for _ in $(seq 1 600); do grep -q "direct " "$out/bench" 2>/dev/null && break; sleep 0.2; done
+case "$via" in
+    gateway) pids="$(pgrep -f "$bin serve.*backend.type=upstream" | paste -sd,)" ;;
+    nginx) pids="$(pgrep -f 'nginx: worker' | paste -sd,)" ;;
+    *) echo "via must be gateway or nginx" >&2; exit 2 ;;
+esac
+sleep 4 # past the proxy's warm-up second, inside its 14 s window
+perf stat -x, -e 'syscalls:sys_enter_futex,syscalls:sys_enter_writev,syscalls:sys_enter_epoll_wait,context-switches,task-clock' \
+    -p "$pids" -- sleep 8 2> "$out/stat"
+wait "$bench"
+grep -E "^round .* ($via|direct) " "$out/bench"
+awk -F, -v via="$via" '
+    $3 ~ /futex/ {f=$1} $3 ~ /writev/ {w=$1} $3 ~ /epoll/ {e=$1} $3 ~ /context-switches/ {c=$1}
+    $3 ~ /task-clock/ {t=$1}
+    END { r = w / 2; printf "%s: %d requests counted; per request: futex %.2f, epoll_wait %.2f, context switches %.2f, CPU %.3f ms\n", via, r, f / r, e / r, c / r, t / r }' "$out/stat"
