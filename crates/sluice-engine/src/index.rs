@@ -1652,7 +1652,12 @@ mod force_merge_tests {
     fn test_plan_merges_the_smallest_segments_down_to_the_maximum() {
         let (_dir, _engine, h) = segmented(4);
         let ids = committed_ids(&h);
-        let segs = vec![(ids[0], 50, 0), (ids[1], 5, 0), (ids[2], 7, 3), (ids[3], 1, 0)];
+        let segs = vec![
+            (ids[0], 50, 0),
+            (ids[1], 5, 0),
+            (ids[2], 7, 3),
+            (ids[3], 1, 0),
+        ];
         assert_eq!(
             plan_force_merge(segs.clone(), 2, false),
             vec![vec![ids[3], ids[1], ids[2]]]

@@ -212,6 +212,9 @@ mod tests {
         s.record_get(Duration::from_millis(1), false);
         assert_eq!(s.get_json()["missing_total"], 1);
         s.record_flush(Duration::from_millis(4));
-        assert_eq!(s.flush_json(), json!({"total": 1, "total_time_in_millis": 4}));
+        assert_eq!(
+            s.flush_json(),
+            json!({"total": 1, "total_time_in_millis": 4})
+        );
     }
 }

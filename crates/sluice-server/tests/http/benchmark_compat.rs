@@ -195,7 +195,11 @@ async fn test_osb_telemetry_finds_every_figure_it_reads() {
     let none = json!({"collection_count": 0, "collection_time_in_millis": 0});
     assert_eq!(at(n, "jvm.gc.collectors.young"), &none, "{n}");
     assert_eq!(at(n, "jvm.gc.collectors.old"), &none, "{n}");
-    assert_eq!(at(n, "jvm.mem"), &json!({"pools": {}}), "no heap figures: {n}");
+    assert_eq!(
+        at(n, "jvm.mem"),
+        &json!({"pools": {}}),
+        "no heap figures: {n}"
+    );
     let (_, b) = node.req("GET", "/_nodes/stats/indices", None).await;
     let n = b["nodes"].as_object().unwrap().values().next().unwrap();
     assert!(n["jvm"].is_null(), "only when asked for: {n}");
