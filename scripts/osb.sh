@@ -4,14 +4,17 @@
 # binary, starts `sluice serve` on a temporary data folder and port, copies the workload next
 # to a corpus written by `sluice gen-logs`, and runs OSB's `benchmark-only` pipeline against the
 # node (no shim: OSB talks to sluice's HTTP API as to an OpenSearch cluster). Prints OSB's
-# summary; the node's log stays in the temporary folder with --keep-data.
+# summary table (also kept as results.md with --keep-data) and any warning or error in the
+# node's log, so that a task failing inside the node (OSB reads only a background task's
+# `completed`) does not go unnoticed; the node's log stays in the temporary folder with
+# --keep-data. OSB's own log is ~/.osb/logs/benchmark.log (~/.benchmark on older versions).
 #
 # Usage: scripts/osb.sh [--docs N] [--keep-data] [extra opensearch-benchmark options]
 #   e.g. scripts/osb.sh --docs 1000000 --workload-params="iterations:100"
 # Needs `opensearch-benchmark` on PATH (`pip install opensearch-benchmark`, or set OSB to its
-# path). OSB runs offline: the workload and the corpus are local. OSB's always-on telemetry
-# reads `GET _nodes/_all`, which the cluster work provides: run it on a build that has both.
-# Not yet run end to end (docs/compatibility.md, "opensearch-benchmark").
+# path). OSB runs offline: the workload and the corpus are local. Run end to end with
+# opensearch-benchmark 2.4.0 on Python 3.11: every task, error rate 0, always-on telemetry
+# without failures (BENCHMARKS.md, "opensearch-benchmark (issue 17 point 9)").
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -59,4 +62,10 @@ done
     --workload-path="$work/workload" \
     --workload-params="docs:$docs" \
     --kill-running-processes \
+    --results-file="$work/results.md" \
     "${args[@]}"
+
+cat "$work/results.md"
+if grep -E "^\S+ +(WARN|ERROR) " "$work/server.log" >&2; then
+    echo "the node logged the warnings or errors above during the run" >&2
+fi

@@ -396,6 +396,12 @@ impl IndexHandle {
         &self.dir
     }
 
+    /// Bytes in the translog now: the writes since the last commit (the log is emptied at
+    /// each commit), 0 if the file cannot be read.
+    pub fn translog_size_in_bytes(&self) -> u64 {
+        std::fs::metadata(self.dir.join(TRANSLOG_FILE)).map_or(0, |m| m.len())
+    }
+
     /// The tantivy index.
     pub fn tantivy(&self) -> &Index {
         &self.index
@@ -1037,47 +1043,112 @@ impl IndexHandle {
     /// Merges the index's segments down to at most `max_num_segments` (tantivy's merge), or,
     /// with `only_expunge_deletes`, rewrites each segment that holds deleted documents.
     /// Commits pending writes first; returns when the merge is committed and searchable.
+    ///
+    /// tantivy's own background merges run meanwhile and may replace the segments a round chose
+    /// before (or while) the round merges them; tantivy then refuses the round
+    /// ([`MergeRound::SegmentsChanged`]), and the next round plans again from the segments
+    /// committed now. Rounds go on until the plan is empty, at most [`FORCE_MERGE_ROUNDS`].
     pub fn force_merge(&self, max_num_segments: usize, only_expunge_deletes: bool) -> Result<()> {
         self.refresh()?;
         let _running = self.stats.merge_started();
         let started = Instant::now();
-        let searcher = self.searcher();
-        let mut segments: Vec<(tantivy::index::SegmentId, u32, u32)> = searcher
-            .segment_readers()
-            .iter()
-            .map(|s| (s.segment_id(), s.num_docs(), s.num_deleted_docs()))
-            .collect();
-        let groups: Vec<Vec<tantivy::index::SegmentId>> = if only_expunge_deletes {
-            segments
+        let mut merged_docs = None;
+        let mut refused = false;
+        for _ in 0..FORCE_MERGE_ROUNDS {
+            refused = false;
+            let segments: Vec<(tantivy::index::SegmentId, u32, u32)> = self
+                .index
+                .searchable_segment_metas()
+                .map_err(tantivy_error)?
                 .iter()
-                .filter(|(_, _, deleted)| *deleted > 0)
-                .map(|(id, _, _)| vec![*id])
-                .collect()
-        } else if segments.len() > max_num_segments.max(1) {
-            // The smallest segments go together, leaving max_num_segments in all.
-            segments.sort_by_key(|(_, docs, deleted)| docs + deleted);
-            let take = segments.len() - max_num_segments.max(1) + 1;
-            vec![segments.iter().take(take).map(|(id, _, _)| *id).collect()]
-        } else {
-            Vec::new()
-        };
-        if groups.is_empty() {
-            return Ok(());
+                .map(|m| (m.id(), m.num_docs(), m.num_deleted_docs()))
+                .collect();
+            let docs: u64 = segments.iter().map(|(_, d, _)| u64::from(*d)).sum();
+            let groups = plan_force_merge(segments, max_num_segments, only_expunge_deletes);
+            if groups.is_empty() {
+                break;
+            }
+            for group in groups {
+                if self.merge_segments(&group)? == MergeRound::SegmentsChanged {
+                    refused = true;
+                    break;
+                }
+            }
+            if !refused {
+                merged_docs = Some(docs);
+            }
         }
-        let docs: u64 = segments.iter().map(|(_, d, _)| u64::from(*d)).sum();
-        for group in groups {
-            // Started under the write lock, awaited outside it: writes go on meanwhile.
-            let merge = self.state.lock().writer.merge(&group);
-            merge.wait().map_err(tantivy_error)?;
+        // Only a refusal in the last round is a failure: rounds that merged did the work asked
+        // for, even if concurrent writes committed new segments since.
+        if refused {
+            return Err(EngineError::internal(format!(
+                "force merge of [{}] gave up after {FORCE_MERGE_ROUNDS} rounds: background merges kept replacing its segments",
+                self.name
+            )));
         }
         self.reader.reload().map_err(tantivy_error)?;
-        self.stats.record_merge(started.elapsed(), docs);
+        if let Some(docs) = merged_docs {
+            self.stats.record_merge(started.elapsed(), docs);
+        }
         Ok(())
+    }
+
+    /// Merges one group of segments into one and waits for it: `SegmentsChanged` when tantivy
+    /// refuses because a segment of the group is no longer committed (a background merge took
+    /// it first) — nothing was lost, the caller plans again.
+    fn merge_segments(&self, group: &[tantivy::index::SegmentId]) -> Result<MergeRound> {
+        // Started under the write lock, awaited outside it: writes go on meanwhile.
+        let merge = self.state.lock().writer.merge(group);
+        match merge.wait() {
+            Ok(_) => Ok(MergeRound::Merged),
+            Err(tantivy::TantivyError::InvalidArgument(_)) => Ok(MergeRound::SegmentsChanged),
+            Err(e) => Err(tantivy_error(e)),
+        }
     }
 
     /// The number of segments searches see.
     pub fn num_segments(&self) -> usize {
         self.searcher().segment_readers().len()
+    }
+}
+
+/// How many plan-and-merge rounds a force merge runs at most. A round is only refused when a
+/// background merge replaced one of its segments, and background merges stop once few
+/// segments are left, so two or three rounds suffice in practice; eight leaves room for a
+/// burst of commits from concurrent writes without looping for ever.
+const FORCE_MERGE_ROUNDS: usize = 8;
+
+/// What one merge of a group of segments came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MergeRound {
+    /// The group is one segment now.
+    Merged,
+    /// A segment of the group was no longer committed when the merge started or ended.
+    SegmentsChanged,
+}
+
+/// The groups of segments a force merge merges, each into one, from the committed segments
+/// `(id, live docs, deleted docs)`: with `only_expunge_deletes` each segment holding deletions
+/// alone; otherwise, when there are more than `max_num_segments` (at least 1), the smallest
+/// segments together so that `max_num_segments` are left; nothing when there is nothing to do.
+fn plan_force_merge(
+    mut segments: Vec<(tantivy::index::SegmentId, u32, u32)>,
+    max_num_segments: usize,
+    only_expunge_deletes: bool,
+) -> Vec<Vec<tantivy::index::SegmentId>> {
+    let max = max_num_segments.max(1);
+    if only_expunge_deletes {
+        segments
+            .iter()
+            .filter(|(_, _, deleted)| *deleted > 0)
+            .map(|(id, _, _)| vec![*id])
+            .collect()
+    } else if segments.len() > max {
+        segments.sort_by_key(|(_, docs, deleted)| docs + deleted);
+        let take = segments.len() - max + 1;
+        vec![segments.iter().take(take).map(|(id, _, _)| *id).collect()]
+    } else {
+        Vec::new()
     }
 }
 
@@ -1533,4 +1604,66 @@ pub fn unset_defaults(settings: &BTreeMap<String, String>) -> BTreeMap<String, S
         .filter(|(k, _)| !settings.contains_key(*k))
         .map(|(k, v)| (k.to_string(), v))
         .collect()
+}
+
+#[cfg(test)]
+mod force_merge_tests {
+    use super::*;
+    use crate::Engine;
+    use crate::index::{DocOp, OpType};
+
+    /// An engine with index `logs` holding `n` one-document segments (a refresh after each).
+    fn segmented(n: usize) -> (tempfile::TempDir, Engine, Arc<IndexHandle>) {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(dir.path()).unwrap();
+        for i in 0..n {
+            let op = DocOp::index(Some(i.to_string()), json!({"n": i}), OpType::Index);
+            let results = engine.bulk(vec![("logs".into(), op)]);
+            assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+            engine.index("logs").unwrap().refresh().unwrap();
+        }
+        let h = engine.index("logs").unwrap();
+        (dir, engine, h)
+    }
+
+    fn committed_ids(h: &IndexHandle) -> Vec<tantivy::index::SegmentId> {
+        let metas = h.tantivy().searchable_segment_metas().unwrap();
+        metas.iter().map(|m| m.id()).collect()
+    }
+
+    #[test]
+    fn test_merge_of_segments_merged_meanwhile_is_a_changed_round_not_an_error() {
+        let (_dir, _engine, h) = segmented(3);
+        let stale = committed_ids(&h);
+        assert_eq!(stale.len(), 3);
+        // What a background merge does between a round's plan and its merge.
+        assert_eq!(h.merge_segments(&stale[..2]).unwrap(), MergeRound::Merged);
+        assert_eq!(
+            h.merge_segments(&stale).unwrap(),
+            MergeRound::SegmentsChanged
+        );
+        // The next force merge plans from what is committed now and finishes.
+        h.force_merge(1, false).unwrap();
+        assert_eq!(h.num_segments(), 1);
+        assert_eq!(h.num_docs(), 3);
+    }
+
+    #[test]
+    fn test_plan_merges_the_smallest_segments_down_to_the_maximum() {
+        let (_dir, _engine, h) = segmented(4);
+        let ids = committed_ids(&h);
+        let segs = vec![
+            (ids[0], 50, 0),
+            (ids[1], 5, 0),
+            (ids[2], 7, 3),
+            (ids[3], 1, 0),
+        ];
+        assert_eq!(
+            plan_force_merge(segs.clone(), 2, false),
+            vec![vec![ids[3], ids[1], ids[2]]]
+        );
+        assert_eq!(plan_force_merge(segs.clone(), 0, false).len(), 1);
+        assert!(plan_force_merge(segs.clone(), 4, false).is_empty());
+        assert_eq!(plan_force_merge(segs, 1, true), vec![vec![ids[2]]]);
+    }
 }

@@ -29,6 +29,7 @@ pub struct IndexStats {
     refresh_total: AtomicU64,
     refresh_time_nanos: AtomicU64,
     flush_total: AtomicU64,
+    flush_time_nanos: AtomicU64,
     merge_total: AtomicU64,
     merge_time_nanos: AtomicU64,
     merge_docs: AtomicU64,
@@ -106,9 +107,10 @@ impl IndexStats {
         self.refresh_time_nanos.fetch_add(nanos(took), Relaxed);
     }
 
-    /// Records a flush request.
-    pub fn record_flush(&self) {
+    /// Records a flush request that took `took`.
+    pub fn record_flush(&self, took: Duration) {
         self.flush_total.fetch_add(1, Relaxed);
+        self.flush_time_nanos.fetch_add(nanos(took), Relaxed);
     }
 
     /// Marks a merge running until the guard drops.
@@ -173,17 +175,22 @@ impl IndexStats {
 
     /// The `flush` section of `_stats`.
     pub fn flush_json(&self) -> Value {
-        json!({ "total": self.flush_total.load(Relaxed) })
+        json!({
+            "total": self.flush_total.load(Relaxed),
+            "total_time_in_millis": millis(&self.flush_time_nanos),
+        })
     }
 
     /// The `merges` section of `_stats` (force merges: tantivy's own background merges are
-    /// not observable from outside its writer).
+    /// not observable from outside its writer). Merges are never throttled in sluice (tantivy
+    /// runs them at full speed on its merge threads), so the throttled time is 0.
     pub fn merges_json(&self) -> Value {
         json!({
             "current": self.merge_current.load(Relaxed),
             "total": self.merge_total.load(Relaxed),
             "total_time_in_millis": millis(&self.merge_time_nanos),
             "total_docs": self.merge_docs.load(Relaxed),
+            "total_throttled_time_in_millis": 0,
         })
     }
 }
@@ -204,5 +211,10 @@ mod tests {
         assert_eq!(s.merges_json()["total_docs"], 10);
         s.record_get(Duration::from_millis(1), false);
         assert_eq!(s.get_json()["missing_total"], 1);
+        s.record_flush(Duration::from_millis(4));
+        assert_eq!(
+            s.flush_json(),
+            json!({"total": 1, "total_time_in_millis": 4})
+        );
     }
 }

@@ -1,8 +1,9 @@
 //! `GET /_stats[/{metric}]` and `GET /{index}/_stats[/{metric}]`: the documents, store,
-//! indexing, get, search, merge, refresh, flush and segment figures each index keeps
+//! indexing, get, search, merge, refresh, flush, segment and translog figures each index keeps
 //! (`sluice_engine::index_stats`), per index and summed under `_all`, at `level=cluster`,
 //! `indices` (the default) or `shards`. Every index is one shard with only its primary
-//! assigned, so `primaries` and `total` hold the same figures.
+//! assigned, so `primaries` and `total` hold the same figures. `translog` is the size of the
+//! index's write-ahead log, which is emptied at each commit, so all of it is uncommitted.
 
 use std::sync::Arc;
 
@@ -39,6 +40,20 @@ const KNOWN_METRICS: &[&str] = &[
     "suggest",
     "request_cache",
     "recovery",
+];
+
+/// The heap figures of `segments` that OpenSearch 3.x still names and always reports as 0
+/// (Lucene has kept terms, norms, points and doc values off the heap since 9.0); tantivy reads
+/// them through mmap likewise, so sluice reports the same 0. opensearch-benchmark's index-stats
+/// telemetry reads these keys and logs a warning for each one missing.
+const SEGMENT_MEMORY_KEYS: &[&str] = &[
+    "memory_in_bytes",
+    "terms_memory_in_bytes",
+    "stored_fields_memory_in_bytes",
+    "term_vectors_memory_in_bytes",
+    "norms_memory_in_bytes",
+    "points_memory_in_bytes",
+    "doc_values_memory_in_bytes",
 ];
 
 /// `GET /_stats` and `/_stats/{metric}`.
@@ -118,9 +133,17 @@ pub(crate) fn index_figures(h: &IndexHandle, wants: &dyn Fn(&str) -> bool) -> Ma
         out.insert("flush".into(), stats.flush_json());
     }
     if wants("segments") {
+        let mut segments = json!({"count": searcher.segment_readers().len()});
+        for key in SEGMENT_MEMORY_KEYS {
+            segments[*key] = json!(0);
+        }
+        out.insert("segments".into(), segments);
+    }
+    if wants("translog") {
+        let size = h.translog_size_in_bytes();
         out.insert(
-            "segments".into(),
-            json!({"count": searcher.segment_readers().len()}),
+            "translog".into(),
+            json!({"size_in_bytes": size, "uncommitted_size_in_bytes": size}),
         );
     }
     out

@@ -278,10 +278,13 @@ pub async fn flush(
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let expr = index.map_or_else(|| "_all".to_string(), |Path(i)| i);
-    for h in st.engine.resolve(&expr)? {
-        h.stats().record_flush();
+    let handles = st.engine.resolve(&expr)?;
+    let started = std::time::Instant::now();
+    let reply = do_refresh(st, expr, params).await?;
+    for h in &handles {
+        h.stats().record_flush(started.elapsed());
     }
-    do_refresh(st, expr, params).await
+    Ok(reply)
 }
 
 /// `PUT /{index}/_block/{block}`: sets `index.blocks.{block}` to true on every index named,

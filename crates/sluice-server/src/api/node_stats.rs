@@ -1,7 +1,11 @@
 //! `GET /_nodes/stats[/{metric}]` and `/_nodes/{node_id}/stats[/{metric}]` for this node: the
 //! figures sluice really has — the indices' counters summed (`indices`), the process's CPU
 //! time, file descriptors and virtual memory (`process`, read from the OS) and the search
-//! pool (`thread_pool.search`); no JVM numbers, as there is no JVM.
+//! pool (`thread_pool.search`). There is no JVM, so no heap or pool figure is reported; the
+//! `jvm` section holds only what is true of a process without a garbage collector (zero
+//! collections, no memory pools), in the shape opensearch-benchmark's always-on
+//! `JvmStatsSummary` reads (`jvm.gc.collectors.{young,old}`, `jvm.mem.pools`) — without it, every
+//! OSB run aborts at its start.
 //!
 //! [`NodeFigures`] is what one node reports about itself and [`render`] shapes any number of
 //! them, so a cluster can gather each node's figures and answer with the same function.
@@ -18,8 +22,8 @@ use crate::error::ApiResult;
 use crate::http::{Params, reply};
 use crate::state::AppState;
 
-/// The metrics OpenSearch's node stats accept; sluice answers `indices`, `process` and
-/// `thread_pool` (the others name things sluice does not have and answer nothing).
+/// The metrics OpenSearch's node stats accept; sluice answers `indices`, `process`,
+/// `thread_pool` and `jvm` (the others name things sluice does not have and answer nothing).
 const KNOWN_METRICS: &[&str] = &[
     "_all",
     "indices",
@@ -186,12 +190,27 @@ pub fn render_node(node: &NodeFigures, wants: &dyn Fn(&str) -> bool) -> Value {
         }
         v["process"] = process;
     }
+    if wants("jvm") {
+        v["jvm"] = no_jvm(node.timestamp);
+    }
     if wants("thread_pool") {
         let s = node.search_pool;
         v["thread_pool"] =
             json!({"search": {"threads": s.threads, "queue": s.queue, "active": s.active}});
     }
     v
+}
+
+/// The `jvm` section of a process that has no JVM: the two collectors OpenSearch's G1 reports
+/// (`young`, `old`) with the collections that really happened — none, as Rust has no garbage
+/// collector — and no memory pools. No heap figure is made up.
+fn no_jvm(timestamp: i64) -> Value {
+    let none = json!({"collection_count": 0, "collection_time_in_millis": 0});
+    json!({
+        "timestamp": timestamp,
+        "gc": {"collectors": {"young": none, "old": none}},
+        "mem": {"pools": {}},
+    })
 }
 
 /// The whole `_nodes/stats` answer over the given nodes' figures.

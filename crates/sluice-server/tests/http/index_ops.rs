@@ -91,7 +91,9 @@ async fn test_nodes_stats_show_this_nodes_figures() {
     assert_eq!(n["indices"]["docs"]["count"], 4);
     assert!(n["thread_pool"]["search"]["threads"].as_u64().unwrap() >= 1);
     assert!(n["process"]["open_file_descriptors"].as_u64().unwrap() > 0);
-    assert!(n["jvm"].is_null(), "no JVM figures: {n}");
+    // No JVM: zero collections, no memory pools, no heap figure.
+    assert_eq!(n["jvm"]["gc"]["collectors"]["old"]["collection_count"], 0);
+    assert_eq!(n["jvm"]["mem"], json!({"pools": {}}), "{n}");
     let (_, b) = node.req("GET", "/_nodes/stats/indices", None).await;
     let n = b["nodes"].as_object().unwrap().values().next().unwrap();
     assert!(n["process"].is_null() && n["indices"].is_object(), "{n}");
