@@ -144,15 +144,7 @@ async fn test_polling_force_merge_finishes_while_background_merges_run() {
             .await;
         assert_eq!(s, 200, "{b}");
         let id = b["task"].as_str().expect("task id").to_string();
-        let (s, done) = node
-            .req(
-                "GET",
-                &format!("/_tasks/{id}?wait_for_completion=true"),
-                None,
-            )
-            .await;
-        assert_eq!(s, 200, "{done}");
-        assert_eq!(done["completed"], true, "{done}");
+        let done = node.task_result(&id).await;
         assert!(done["error"].is_null(), "round {round}: {done}");
         assert_eq!(
             done["response"]["_shards"],

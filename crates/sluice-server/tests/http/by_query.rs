@@ -229,13 +229,7 @@ async fn test_wait_for_completion_false_answers_a_task_and_stores_its_result() {
         &[],
     )
     .await;
-    let (_, done) = node
-        .req(
-            "GET",
-            &format!("/_tasks/{id}?wait_for_completion=true"),
-            None,
-        )
-        .await;
+    let done = node.task_result(&id).await;
     assert_eq!(done["response"]["updated"], 5, "{done}");
     assert_eq!(done["task"]["status"]["updated"], 5, "{done}");
     // A task id that never ran, and a bad timeout, are refused as OpenSearch refuses them.
@@ -285,15 +279,7 @@ async fn test_a_running_action_shows_its_counts_and_stops_when_cancelled() {
         .req("POST", &format!("/_tasks/{id}/_cancel"), None)
         .await;
     assert_eq!(s, 200, "{c}");
-    let (s, done) = node
-        .req(
-            "GET",
-            &format!("/_tasks/{id}?wait_for_completion=true"),
-            None,
-        )
-        .await;
-    assert_eq!(s, 200, "{done}");
-    assert_eq!(done["completed"], true, "{done}");
+    let done = node.task_result(&id).await;
     let resp = &done["response"];
     assert_eq!(resp["canceled"], "by user request", "{done}");
     let deleted = resp["deleted"].as_u64().unwrap();

@@ -312,15 +312,7 @@ async fn test_forcemerge_in_the_background_answers_a_task_with_its_result() {
         .await;
     assert_eq!(s, 200, "{b}");
     let id = b["task"].as_str().expect("task id").to_string();
-    let (s, done) = node
-        .req(
-            "GET",
-            &format!("/_tasks/{id}?wait_for_completion=true"),
-            None,
-        )
-        .await;
-    assert_eq!(s, 200, "{done}");
-    assert_eq!(done["completed"], true, "{done}");
+    let done = node.task_result(&id).await;
     assert_eq!(done["task"]["action"], "indices:admin/forcemerge", "{done}");
     assert_eq!(
         done["response"]["_shards"],

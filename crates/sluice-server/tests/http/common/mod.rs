@@ -160,6 +160,21 @@ impl TestNode {
         format!("{}{}", self.base, path)
     }
 
+    /// Waits for background task `id` (`GET _tasks/{id}?wait_for_completion=true`) and
+    /// answers its completed record, after checking the 200 and `completed: true`.
+    pub async fn task_result(&self, id: &str) -> Value {
+        let (s, done) = self
+            .req(
+                "GET",
+                &format!("/_tasks/{id}?wait_for_completion=true"),
+                None,
+            )
+            .await;
+        assert_eq!(s, 200, "{done}");
+        assert_eq!(done["completed"], true, "{done}");
+        done
+    }
+
     /// Sends a request with an optional JSON body; returns status and parsed JSON (or Null).
     pub async fn req(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
