@@ -125,7 +125,7 @@ fn parse_common(v: &Value, what: &str) -> Result<Clause> {
             .map(Clause::Values),
         other => Err(EngineError::illegal_argument(format!(
             "Unrecognized token for an {what} [{}]",
-            token_name(other)
+            sluice_wire::json::token_name(other)
         ))),
     }
 }
@@ -142,18 +142,6 @@ fn int_value(key: &str, v: &Value) -> Result<i64> {
             "[{key}] of a partition-based include must be an integer, got [{v}]"
         ))
     })
-}
-
-/// The name of the token OpenSearch reports for a JSON value.
-fn token_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "VALUE_NULL",
-        Value::Bool(_) => "VALUE_BOOLEAN",
-        Value::Number(_) => "VALUE_NUMBER",
-        Value::String(_) => "VALUE_STRING",
-        Value::Array(_) => "START_ARRAY",
-        Value::Object(_) => "START_OBJECT",
-    }
 }
 
 /// Combines the two clauses as OpenSearch's `IncludeExclude.merge` does.
