@@ -4,9 +4,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use sluice_engine::Engine;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
@@ -235,61 +235,93 @@ impl Node {
     }
 }
 
-/// The node's HTTP service: the API router under its layers (panics caught, body limit,
-/// authentication, authorization, request metadata, gzip both ways) and, outside the router so it sees the
-/// `Allow` header the router sets on a 405, the method-name fallback; outermost, the echo of
-/// `X-Opaque-Id`. `serve` runs it on the
-/// listener; tests may drive it in-process.
+/// The node's HTTP service: the API router under its layers (panics caught, gzip both ways,
+/// the body limit, then [`request_layers`]: metrics, authentication, authorization, request
+/// metadata, the release of the admission ticket), and, outside the router so it sees the
+/// `Allow` header the router sets on a 405, [`outer_layer`]: the method-name fallback and the
+/// echo of `X-Opaque-Id`. `serve` runs it on the listener; tests may drive it in-process.
+///
+/// The request's own steps run in one middleware function, not one layer each: every
+/// `from_fn` layer clones the whole service stack inside it and boxes a future per request,
+/// which with six such layers was a fifth of a proxied search's instructions in gateway mode
+/// (ARCHITECTURE.md "Serving connections").
 pub fn app(state: Arc<AppState>) -> HttpService {
     let limit = state.config.max_content_length;
-    let auth = state.auth.clone();
     // A gateway answers its own routes and forwards the rest (DESIGN D15).
     let router = match state.upstream {
         Some(_) => crate::backend::upstream::routes::router(state.clone()),
         None => api::router(state.clone()),
     };
-    let app = router
-        .layer(axum::extract::DefaultBodyLimit::max(
-            usize::try_from(limit).unwrap_or(usize::MAX),
-        ))
-        .layer(middleware::from_fn(crate::http::meta::scope_request))
-        .layer(middleware::from_fn(
-            crate::admission::ticket::release_with_response,
-        ))
-        // Inside authentication, outside the router: every request, routed or not (a
-        // gateway's pass-through included), is authorized before its handler.
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            crate::auth::authorize,
-        ))
-        .layer(middleware::from_fn_with_state(
-            auth,
-            crate::auth::authenticate,
-        ))
-        .layer(middleware::from_fn(
-            move |mut req: Request, next: Next| async move {
-                req.extensions_mut().insert(BodyLimit(limit));
-                let resp: Response = next.run(req).await;
-                resp
-            },
-        ))
-        .layer(middleware::from_fn_with_state(
-            state,
-            crate::metrics::route::track_http,
-        ))
+    // One `layer` call for the whole stack: axum boxes a route's service at each `layer`,
+    // and a request clones every box below the one it enters (ServiceBuilder: first is
+    // outermost).
+    let layers = tower::ServiceBuilder::new()
+        .layer(CatchPanicLayer::custom(panic_response))
+        // Responses are gzipped when the client sends `Accept-Encoding: gzip`.
+        .layer(CompressionLayer::new())
         // The official clients' `compression` option: a gzip request body is inflated
         // before the body limit counts it (so a small bomb still stops at the limit); an
         // encoding it cannot read passes through and fails as the JSON it is not.
         .layer(RequestDecompressionLayer::new().pass_through_unaccepted(true))
-        // Responses are gzipped when the client sends `Accept-Encoding: gzip`.
-        .layer(CompressionLayer::new())
-        .layer(CatchPanicLayer::custom(panic_response));
-    let app = tower::Layer::layer(
-        &middleware::from_fn(crate::http::fallback::name_allowed_methods),
-        app,
-    );
-    let app = tower::Layer::layer(&middleware::from_fn(crate::http::meta::echo_opaque_id), app);
+        .map_request(|req: axum::http::Request<_>| req.map(axum::body::Body::new))
+        .layer(middleware::from_fn_with_state(state, request_layers))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            usize::try_from(limit).unwrap_or(usize::MAX),
+        ));
+    let app = router.layer(layers);
+    let app = tower::Layer::layer(&middleware::from_fn(outer_layer), app);
     tower::util::BoxCloneSyncService::new(app)
+}
+
+/// The steps every routed request goes through before its handler, in order, and the ones
+/// its response goes through after it, in reverse:
+/// 1. metrics: the request counted and timed once answered, whatever answered it;
+/// 2. the body limit put where the handlers' body readers find it;
+/// 3. authentication: a 401 ends the request here;
+/// 4. authorization (inside authentication, outside the handlers: every request, routed or
+///    not, a gateway's pass-through included): a 403 ends it here; an admin action is
+///    audited once answered;
+/// 5. the request's metadata gathered; the warnings raised while handling it added to the
+///    response;
+/// 6. the admission ticket that rode with the response released once it is built.
+///
+/// # Cancel safety
+/// Dropping the future drops the request, as for any handler; a request whose connection
+/// closed before its response is not counted.
+async fn request_layers(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
+    let timer = crate::metrics::route::HttpTimer::start(&req);
+    req.extensions_mut()
+        .insert(BodyLimit(st.config.max_content_length));
+    let resp = match crate::auth::authenticate(&st.auth, &mut req).await {
+        Err(refused) => refused,
+        Ok(()) => match crate::auth::authorize(&st, &mut req) {
+            Err(refused) => crate::error::ApiError::Engine(refused).into_response(),
+            Ok(audited) => {
+                let warnings = crate::http::meta::scope_request(&mut req);
+                let mut resp = next.run(req).await;
+                crate::admission::ticket::release_with_response(&mut resp);
+                crate::http::meta::add_warnings(&warnings, &mut resp);
+                if let Some(audited) = audited {
+                    audited.record(&st, resp.status());
+                }
+                resp
+            }
+        },
+    };
+    timer.record(&st, resp.status());
+    resp
+}
+
+/// Outside the router: a 405 completed the way OpenSearch words it (it needs the `Allow`
+/// header the router sets), and the request's `X-Opaque-Id` echoed on every response
+/// (outermost, so errors, rejections and caught panics carry it too).
+async fn outer_layer(req: Request, next: Next) -> Response {
+    let opaque = crate::http::meta::opaque_ids(&req);
+    let (method, uri) = (req.method().clone(), req.uri().clone());
+    let resp = next.run(req).await;
+    let mut resp = crate::http::fallback::name_allowed_methods(&method, &uri, resp);
+    crate::http::meta::echo_opaque_id(opaque, &mut resp);
+    resp
 }
 
 /// The type of [`app`]'s service.

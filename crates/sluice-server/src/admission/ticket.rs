@@ -259,18 +259,13 @@ impl ResponseTicket {
     }
 }
 
-/// Middleware (the outermost of the request's own layers): once the response is built and
-/// about to be handed to the HTTP layer, the admission ticket that rode with it is released
-/// (DESIGN D9): its permit frees, its task is unregistered.
-pub async fn release_with_response(
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let mut resp = next.run(req).await;
+/// Once the response is built and about to be handed to the HTTP layer (in the node's request
+/// layers, [`crate::server::app`]), the admission ticket that rode with it is released (DESIGN
+/// D9): its permit frees, its task is unregistered.
+pub fn release_with_response(resp: &mut Response) {
     if let Some(ticket) = resp.extensions_mut().remove::<ResponseTicket>() {
         ticket.release();
     }
-    resp
 }
 
 impl ExecutionHooks for Run {

@@ -21,10 +21,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use argon2::{Argon2, PasswordHash, PasswordHasher, PasswordVerifier};
-use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
+use axum::extract::{ConnectInfo, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use parking_lot::Mutex;
@@ -709,29 +708,25 @@ fn missing_credentials(path: &str) -> EngineError {
     ))
 }
 
-/// The middleware that authenticates every request: it sets [`Authenticated`] (which
-/// [`crate::http::meta::scope_request`] puts into the request's metadata), or answers 401 `security_exception` (with
+/// Authenticates a request, first of the node's request layers ([`crate::server::app`]): sets
+/// [`Authenticated`] (which [`crate::http::meta::scope_request`] puts into the request's
+/// metadata), or `Err` is the 401 `security_exception` to answer (with
 /// `WWW-Authenticate: Basic realm="sluice"` in `basic` mode).
 ///
 /// # Cancel safety
 /// Dropping the future drops the request, as for any handler.
-pub async fn authenticate(
-    State(auth): State<Arc<Authenticator>>,
-    mut req: Request,
-    next: Next,
-) -> Response {
+pub async fn authenticate(auth: &Authenticator, req: &mut Request) -> Result<(), Response> {
     let peer = req
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip());
-    let path = req.uri().path().to_string();
-    match auth
-        .authenticate_request(req.headers(), peer, &path, Instant::now())
-        .await
-    {
+    let checked = auth
+        .authenticate_request(req.headers(), peer, req.uri().path(), Instant::now())
+        .await;
+    match checked {
         Ok(principal) => {
             req.extensions_mut().insert(Authenticated(principal, None));
-            next.run(req).await
+            Ok(())
         }
         Err(e) => {
             let basic = auth.config.mode == AuthMode::Basic;
@@ -750,7 +745,7 @@ pub async fn authenticate(
                     HeaderValue::from_static(BASIC_CHALLENGE),
                 );
             }
-            resp
+            Err(resp)
         }
     }
 }

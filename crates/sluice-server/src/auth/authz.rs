@@ -19,16 +19,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::extract::Request;
 use sluice_core::authz::{Action, Authorizer, RoleSet};
 use sluice_engine::{Engine, EngineError, ErrorCode};
 
 use super::audit::{Audit, Outcome};
 use super::route::{RouteAction, classify};
 use super::{AuthConfig, AuthMode, Authenticated, Principal, roles_file};
-use crate::error::ApiError;
 use crate::http::RequestMeta;
 use crate::state::AppState;
 
@@ -295,15 +292,14 @@ fn is_audited(action: Action) -> bool {
     )
 }
 
-/// The middleware that authorizes every request (inside authentication, outside the router,
-/// so a request no route serves — and, in gateway mode, one forwarded upstream — is
-/// authorized too): 403 `security_exception` when the principal's roles do not grant the
-/// request's action on what it names; otherwise the principal's permissions ride in the
-/// request's [`Authenticated`] for per-item checks. Admin actions and refusals are written to the audit log.
-///
-/// # Cancel safety
-/// Dropping the future drops the request, as for any handler.
-pub async fn authorize(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
+/// Authorizes every request, after authentication in the node's request layers
+/// ([`crate::server::app`]), outside the router's handlers, so a request no route serves — and,
+/// in gateway mode, one forwarded upstream — is authorized too. `Err` is the 403
+/// `security_exception` to answer when the principal's roles do not grant the request's
+/// action on what it names; otherwise the principal's permissions ride in the request's
+/// [`Authenticated`] for per-item checks. Refusals are written to the audit log here; an
+/// admin action is written once answered, by the returned [`Audited`].
+pub fn authorize(st: &AppState, req: &mut Request) -> Result<Option<Audited>, EngineError> {
     let principal = req
         .extensions()
         .get::<Authenticated>()
@@ -326,29 +322,43 @@ pub async fn authorize(State(st): State<Arc<AppState>>, mut req: Request, next: 
             RouteAction::Cluster(a) => {
                 (!perms.allows_cluster(*a)).then(|| (a.name(), String::new()))
             }
-            RouteAction::Index(a, expr) => (!allows_expression(&perms, *a, expr, Catalog::of(&st)))
+            RouteAction::Index(a, expr) => (!allows_expression(&perms, *a, expr, Catalog::of(st)))
                 .then(|| (a.name(), expr.to_string())),
             RouteAction::PerItem(_) => None,
         };
         if let Some((action, target)) = denied {
-            let e = st.authz.refuse(principal, action, &target);
-            return ApiError::Engine(e).into_response();
+            return Err(st.authz.refuse(principal, action, &target));
         }
         if let Some(a) = req.extensions_mut().get_mut::<Authenticated>() {
             a.1 = Some(perms);
         }
     }
-    let resp = next.run(req).await;
-    if let Some((action, target)) = audited {
+    Ok(audited.map(|(action, target)| Audited {
+        principal,
+        action,
+        target,
+    }))
+}
+
+/// An admin action authorized by [`authorize`], written to the audit log with its outcome
+/// once the request is answered.
+pub struct Audited {
+    principal: Option<Arc<Principal>>,
+    action: Action,
+    target: String,
+}
+
+impl Audited {
+    /// Writes the action with the status it was answered.
+    pub fn record(self, st: &AppState, status: axum::http::StatusCode) {
         st.authz.audit.record(
             Instant::now(),
-            principal.as_deref(),
-            action.name(),
-            &target,
-            Outcome::Done(resp.status().as_u16()),
+            self.principal.as_deref(),
+            self.action.name(),
+            &self.target,
+            Outcome::Done(status.as_u16()),
         );
     }
-    resp
 }
 
 /// Authorizes index `action` on `expr` for work the node does on behalf of `who` outside a

@@ -41,9 +41,7 @@ pub async fn forward(State(st): State<Arc<AppState>>, meta: RequestMeta, req: Re
 
 /// Completes a 405 the way OpenSearch words it, naming the allowed methods from the `Allow`
 /// header the router sets (HEAD, which axum adds beside GET, is not listed).
-pub async fn name_allowed_methods(req: Request, next: axum::middleware::Next) -> Response {
-    let (method, uri) = (req.method().clone(), req.uri().clone());
-    let resp = next.run(req).await;
+pub fn name_allowed_methods(method: &Method, uri: &Uri, resp: Response) -> Response {
     if resp.status() != StatusCode::METHOD_NOT_ALLOWED {
         return resp;
     }

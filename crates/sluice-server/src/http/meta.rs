@@ -10,7 +10,6 @@ use std::sync::Arc;
 use axum::extract::{FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue};
-use axum::middleware::Next;
 use axum::response::Response;
 use parking_lot::Mutex;
 use sluice_engine::EngineError;
@@ -103,22 +102,19 @@ fn read_group_header(req: &Request) -> Result<Option<Arc<str>>, Arc<str>> {
     }
 }
 
-/// Middleware (inside authentication): gathers the request's [`RequestMeta`], and adds the
-/// warnings raised while handling it to the response, as OpenSearch formats them
-/// (`299 OpenSearch-<version> "<text>"`).
-pub async fn scope_request(mut req: Request, next: Next) -> Response {
-    let principal = req
+/// Gathers the request's [`RequestMeta`] (after authentication and authorization, last of the
+/// node's request layers before the handler: [`crate::server::app`]) into its extensions.
+/// Returns the sink of the warnings raised while handling it, for [`add_warnings`].
+pub fn scope_request(req: &mut Request) -> Warnings {
+    let (principal, permissions) = req
         .extensions()
         .get::<Authenticated>()
-        .and_then(|a| a.0.clone());
-    let permissions = req
-        .extensions()
-        .get::<Authenticated>()
-        .and_then(|a| a.1.clone());
+        .map(|a| (a.0.clone(), a.1.clone()))
+        .unwrap_or_default();
     let meta = RequestMeta {
         principal,
         permissions,
-        group_header: read_group_header(&req),
+        group_header: read_group_header(req),
         warnings: Warnings::default(),
         opaque_id: req
             .headers()
@@ -130,7 +126,12 @@ pub async fn scope_request(mut req: Request, next: Next) -> Response {
     };
     let warnings = meta.warnings.clone();
     req.extensions_mut().insert(meta);
-    let mut resp = next.run(req).await;
+    warnings
+}
+
+/// Adds the warnings raised while handling a request to its response, as OpenSearch formats
+/// them (`299 OpenSearch-<version> "<text>"`).
+pub fn add_warnings(warnings: &Warnings, resp: &mut Response) {
     for w in warnings.take() {
         let escaped = w.replace('\\', "\\\\").replace('"', "\\\"");
         let value = format!(
@@ -142,27 +143,29 @@ pub async fn scope_request(mut req: Request, next: Next) -> Response {
                 .append(HeaderName::from_static("warning"), v);
         }
     }
-    resp
 }
 
-/// Middleware (outermost, so errors, rejections and caught panics carry it too): echoes the
-/// request's `X-Opaque-Id` on the response, as OpenSearch's REST channel does, so a client can
-/// match answers to the requests it labelled. Every value the client sent is echoed, in order.
-pub async fn echo_opaque_id(req: Request, next: Next) -> Response {
-    let opaque: Vec<HeaderValue> = req
-        .headers()
+/// The request's `X-Opaque-Id` values, which [`echo_opaque_id`] puts on its response.
+pub fn opaque_ids(req: &Request) -> Vec<HeaderValue> {
+    req.headers()
         .get_all(sluice_wire::OPAQUE_ID_HEADER)
         .iter()
         .cloned()
-        .collect();
-    let mut resp = next.run(req).await;
-    if !opaque.is_empty() {
-        let name = HeaderName::from_static("x-opaque-id");
-        let headers = resp.headers_mut();
-        headers.remove(&name);
-        for v in opaque {
-            headers.append(name.clone(), v);
-        }
+        .collect()
+}
+
+/// Echoes the request's `X-Opaque-Id` on its response, as OpenSearch's REST channel does, so a
+/// client can match answers to the requests it labelled: every value the client sent, in
+/// order, replacing any the handler set. Applied outermost, so errors, rejections and caught
+/// panics carry it too.
+pub fn echo_opaque_id(opaque: Vec<HeaderValue>, resp: &mut Response) {
+    if opaque.is_empty() {
+        return;
     }
-    resp
+    let name = HeaderName::from_static("x-opaque-id");
+    let headers = resp.headers_mut();
+    headers.remove(&name);
+    for v in opaque {
+        headers.append(name.clone(), v);
+    }
 }

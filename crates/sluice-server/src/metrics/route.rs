@@ -1,13 +1,12 @@
 //! `GET /_prometheus/metrics` (the path of OpenSearch's prometheus-exporter plugin) and the
-//! middleware that counts HTTP requests into the node's [`super::NodeMetrics`].
+//! timer that counts HTTP requests into the node's [`super::NodeMetrics`].
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{StatusCode, header};
-use axum::middleware::Next;
+use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
@@ -36,24 +35,40 @@ async fn scrape(State(st): State<Arc<AppState>>, who: Authenticated) -> ApiResul
     Ok((StatusCode::OK, [(header::CONTENT_TYPE, TEXT_FORMAT)], text).into_response())
 }
 
-/// Counts the request in `sluice_http_requests_total` and its time to response headers in
-/// `sluice_http_request_duration_seconds`, labelled with the route pattern it matched.
+/// Counts a request in `sluice_http_requests_total` and its time to response headers in
+/// `sluice_http_request_duration_seconds`, labelled with the route pattern it matched: started
+/// when the request enters the node's request layers ([`crate::server::app`]), recorded once
+/// its response is built.
 ///
-/// # Cancel safety
-/// A request whose connection closes before the response is not counted.
-pub async fn track_http(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let method = req.method().clone();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| UNMATCHED_ROUTE.to_string(), |p| p.as_str().to_string());
-    let resp = next.run(req).await;
-    st.metrics.record_http(
-        method.as_str(),
-        &route,
-        resp.status().as_u16(),
-        started.elapsed(),
-    );
-    resp
+/// A request whose connection closes before the response is not counted (the timer is
+/// dropped unrecorded).
+pub struct HttpTimer {
+    started: Instant,
+    method: Method,
+    route: Option<MatchedPath>,
+}
+
+impl HttpTimer {
+    /// Starts timing `req`.
+    pub fn start(req: &Request) -> Self {
+        Self {
+            started: Instant::now(),
+            method: req.method().clone(),
+            route: req.extensions().get::<MatchedPath>().cloned(),
+        }
+    }
+
+    /// Counts the request with the status it was answered.
+    pub fn record(self, st: &AppState, status: StatusCode) {
+        let route = self
+            .route
+            .as_ref()
+            .map_or(UNMATCHED_ROUTE, MatchedPath::as_str);
+        st.metrics.record_http(
+            self.method.as_str(),
+            route,
+            status.as_u16(),
+            self.started.elapsed(),
+        );
+    }
 }

@@ -616,12 +616,14 @@ async fn test_reported_upstream_usage_is_recorded_on_the_gateways_task() {
 async fn test_in_flight_measure_bounds_a_groups_share_of_upstream_search_threads() {
     let release = Arc::new(tokio::sync::Notify::new());
     let up = msearch_upstream(release.clone()).await;
-    // Two search threads upstream: one search in flight is half of the capacity.
+    // Two search threads upstream: one search in flight is half of the capacity. The held
+    // search waits upstream as long as the loop below takes on a loaded machine.
     let gw = gateway(
         &up.base,
         &[
             "backend.upstream.search_threads=2",
             "node.memory_budget=1tb",
+            "backend.upstream.request_timeout=60s",
         ],
     )
     .await;
@@ -678,7 +680,9 @@ async fn test_in_flight_measure_bounds_a_groups_share_of_upstream_search_threads
         );
         tokio::task::yield_now().await;
     }
-    release.notify_waiters();
+    // A stored permit: the 429 can come (the search counted in flight) before the held
+    // search reaches the upstream and waits there.
+    release.notify_one();
     assert_eq!(held.await.unwrap().unwrap(), 200);
     gw.stop().await;
 }

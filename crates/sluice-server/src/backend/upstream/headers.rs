@@ -12,17 +12,22 @@ use crate::auth::Principal;
 
 /// Hop-by-hop headers: meaningful for one connection only, never forwarded (RFC 9110 §7.6.1,
 /// plus `keep-alive`, `proxy-connection` and `upgrade` that proxies conventionally drop).
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+/// Names, not strings: a `&str` is parsed and hashed on every lookup.
+const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
 ];
+
+/// sluice's `workloadGroupId` header as a header name (names are lowercase on the wire
+/// model; `test_group_header_name_is_sluice_wire_s` checks it is the same header).
+const GROUP_HEADER_LOWERCASE: &str = "workloadgroupid";
 
 /// Elasticsearch's run-as header: the request runs as this user when the authenticated user
 /// may run as others.
@@ -34,6 +39,15 @@ pub const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for")
 
 /// Removes the hop-by-hop headers, and those the `Connection` header names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    strip(headers, &[]);
+}
+
+/// Removes the hop-by-hop headers, those the `Connection` header names, and `also`.
+///
+/// One pass over the headers present (a request has a handful) comparing names, then a
+/// removal for each match (usually none), instead of a hashed lookup per name that might be
+/// there: on a proxied search this was most of the gateway's header work.
+fn strip(headers: &mut HeaderMap, also: &[HeaderName]) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -41,10 +55,12 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         .flat_map(|v| v.split(','))
         .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
         .collect();
-    for name in HOP_BY_HOP {
-        headers.remove(name);
-    }
-    for name in &named {
+    let doomed: Vec<HeaderName> = headers
+        .keys()
+        .filter(|k| HOP_BY_HOP.contains(k) || named.contains(k) || also.contains(k))
+        .cloned()
+        .collect();
+    for name in &doomed {
         headers.remove(name);
     }
 }
@@ -56,9 +72,11 @@ pub struct Identity {
     service_authorization: Option<HeaderValue>,
     proxy_user_header: HeaderName,
     proxy_roles_header: HeaderName,
-    /// Headers a client may not set because some upstream trusts them from a proxy: the
-    /// upstream's proxy headers, sluice's own `auth.proxy.*` headers, run-as.
-    trust_headers: Vec<HeaderName>,
+    /// Headers of the client's never forwarded besides the hop-by-hop ones: `Host`,
+    /// sluice's `workloadGroupId`, the headers through which some upstream trusts a proxy
+    /// (the upstream's proxy headers, sluice's own `auth.proxy.*` headers, run-as), and
+    /// `Authorization` unless in `passthrough`.
+    dropped: Vec<HeaderName>,
 }
 
 impl Identity {
@@ -75,13 +93,19 @@ impl Identity {
             service_authorization,
             proxy_user_header: config.proxy_user_header.clone(),
             proxy_roles_header: config.proxy_roles_header.clone(),
-            trust_headers: vec![
-                config.proxy_user_header.clone(),
-                config.proxy_roles_header.clone(),
-                auth.proxy_user_header.clone(),
-                auth.proxy_roles_header.clone(),
-                RUN_AS_HEADER,
-            ],
+            dropped: [
+                Some(header::HOST),
+                Some(HeaderName::from_static(GROUP_HEADER_LOWERCASE)),
+                Some(config.proxy_user_header.clone()),
+                Some(config.proxy_roles_header.clone()),
+                Some(auth.proxy_user_header.clone()),
+                Some(auth.proxy_roles_header.clone()),
+                Some(RUN_AS_HEADER),
+                (config.identity != IdentityMode::Passthrough).then_some(header::AUTHORIZATION),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
         }
     }
 
@@ -102,17 +126,11 @@ impl Identity {
         principal: Option<&Principal>,
         client: Option<IpAddr>,
     ) {
-        strip_hop_by_hop(headers);
-        headers.remove(header::HOST);
-        headers.remove(sluice_wire::WORKLOAD_GROUP_ID_HEADER);
-        for h in &self.trust_headers {
-            headers.remove(h);
-        }
-        if self.mode != IdentityMode::Passthrough {
-            headers.remove(header::AUTHORIZATION);
-            if let Some(auth) = &self.service_authorization {
-                headers.insert(header::AUTHORIZATION, auth.clone());
-            }
+        strip(headers, &self.dropped);
+        if self.mode != IdentityMode::Passthrough
+            && let Some(auth) = &self.service_authorization
+        {
+            headers.insert(header::AUTHORIZATION, auth.clone());
         }
         match (self.mode, principal) {
             (IdentityMode::Proxy, Some(p)) => {
@@ -186,6 +204,14 @@ mod tests {
             username: Arc::from("alice"),
             roles: vec![Arc::from("analyst"), Arc::from("ops")],
         }
+    }
+
+    #[test]
+    fn test_group_header_name_is_sluice_wire_s() {
+        assert_eq!(
+            HeaderName::from_bytes(sluice_wire::WORKLOAD_GROUP_ID_HEADER.as_bytes()).unwrap(),
+            HeaderName::from_static(GROUP_HEADER_LOWERCASE)
+        );
     }
 
     #[test]
