@@ -77,6 +77,9 @@ pub struct SettingsSnapshot {
     /// The node's defaults from its configuration, validated at start.
     node: Arc<BTreeMap<String, String>>,
     effective: Vec<SettingValue>,
+    /// `wlm.workload_group.mode`, read by every request: parsed once here rather than looked
+    /// up by name and parsed per request.
+    wlm_mode: sluice_core::WlmMode,
 }
 
 impl Default for SettingsSnapshot {
@@ -118,12 +121,18 @@ impl SettingsSnapshot {
                 }
             })
             .collect();
-        SettingsSnapshot {
+        let mut snapshot = SettingsSnapshot {
             persistent,
             transient,
             node,
             effective,
-        }
+            wlm_mode: sluice_core::WlmMode::MonitorOnly,
+        };
+        // The table only admits the three values, so the fallback is unreachable in practice;
+        // it picks the default rather than panicking.
+        snapshot.wlm_mode = sluice_core::WlmMode::parse(snapshot.enum_value(keys::WLM_MODE))
+            .unwrap_or(sluice_core::WlmMode::MonitorOnly);
+        snapshot
     }
 
     /// A snapshot with only node defaults set (to check them at start).
@@ -272,10 +281,7 @@ impl SettingsSnapshot {
 
     /// `wlm.workload_group.mode`.
     pub fn wlm_mode(&self) -> sluice_core::WlmMode {
-        // The table only admits the three values, so the fallback is unreachable in practice;
-        // it picks the default rather than panicking.
-        sluice_core::WlmMode::parse(self.enum_value(keys::WLM_MODE))
-            .unwrap_or(sluice_core::WlmMode::MonitorOnly)
+        self.wlm_mode
     }
 }
 
