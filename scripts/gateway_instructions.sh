@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# What one proxied search costs the proxy in instructions, under valgrind's callgrind: the same
+# count for the same binary and requests whatever else the machine is doing, so two builds (or
+# sluice's gateway and nginx) compare exactly on a busy machine, where times do not.
+#
+# Starts an embedded upstream (release `sluice`) with 2,000 small documents on a free port,
+# then the proxy under callgrind in front of it (`gateway`: `sluice serve -E
+# backend.type=upstream`; `nginx`: one nginx process, proxy_pass with upstream keep-alive, as
+# `sluice-bench gateway-overhead` configures it), sends 200 warm-up `term` searches on one
+# keep-alive connection, zeroes the counters, sends N more and prints the proxy's instructions
+# per request. Background work of the proxy during the window (the gateway's 1 s usage refresh)
+# is included: it is small next to N requests at callgrind's pace, and the same for two builds.
+#
+# Usage: scripts/gateway_instructions.sh gateway|nginx [sluice binary] [requests]
+#   e.g. scripts/gateway_instructions.sh gateway target/release/sluice 1000
+# Needs valgrind, python3, and nginx for `nginx`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target="${CARGO_TARGET_DIR:-target}"
+via="${1:?gateway or nginx}"
+bin="$(realpath "${2:-$target/release/sluice}")"
+requests="${3:-1000}"
+out="$(mktemp -d -t sluice-instr-XXXXXX)"
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$out"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() {
+    for _ in $(seq 1 600); do
+        curl -sf "http://127.0.0.1:$1/" >/dev/null 2>&1 && return 0
+        sleep 0.2
+    done
+    echo "nothing answered on port $1" >&2
+    exit 1
+}
+
+up_port="$(free_port)"
+"$bin" serve -E "http.port=$up_port" -E transport.port=0 -E "path.data=$out/upstream" \
+    -E node.name=upstream > "$out/upstream.log" 2>&1 &
+pids+=($!)
+wait_http "$up_port"
+python3 - "$up_port" <<'EOF'
+import json, sys, urllib.request
+base = f"http://127.0.0.1:{sys.argv[1]}"
+def call(method, path, body, ctype="application/json"):
+    req = urllib.request.Request(base + path, data=body.encode(), method=method,
+                                 headers={"content-type": ctype})
+    return json.loads(urllib.request.urlopen(req).read())
+call("PUT", "/logs", json.dumps({"mappings": {"properties": {
+    "msg": {"type": "text"}, "status": {"type": "integer"}}}}))
+lines = []
+for i in range(2000):
+    lines.append(json.dumps({"index": {}}))
+    lines.append(json.dumps({"msg": f"hello world {i % 50}", "status": 200 + i % 5}))
+r = call("POST", "/logs/_bulk?refresh=true", "\n".join(lines) + "\n", "application/x-ndjson")
+assert not r["errors"], r
+EOF
+
+proxy_port="$(free_port)"
+case "$via" in
+    gateway)
+        valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p" "$bin" serve \
+            -E "http.port=$proxy_port" -E transport.port=0 -E "path.data=$out/gateway" \
+            -E node.name=gateway -E backend.type=upstream \
+            -E "backend.upstream.hosts=http://127.0.0.1:$up_port" > "$out/proxy.log" 2>&1 &
+        ;;
+    nginx)
+        nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
+        d="$out/nginx"
+        mkdir -p "$d"
+        cat > "$d/nginx.conf" <<EOF
+user root root;
+worker_processes 1;
+master_process off;
+pid $d/nginx.pid;
+error_log $d/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $d/body; proxy_temp_path $d/proxy; fastcgi_temp_path $d/fastcgi;
+  uwsgi_temp_path $d/uwsgi; scgi_temp_path $d/scgi;
+  limit_conn_zone \$server_name zone=perserver:1m;
+  upstream search { server 127.0.0.1:$up_port; keepalive 64; }
+  server {
+    listen 127.0.0.1:$proxy_port;
+    limit_conn perserver 60000;
+    location / { proxy_pass http://search; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+EOF
+        valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p" "$nginx_bin" -c "$d/nginx.conf" \
+            -g "daemon off;" > "$out/proxy.log" 2>&1 &
+        ;;
+    *) echo "via must be gateway or nginx" >&2; exit 2 ;;
+esac
+proxy=$!
+pids+=($proxy)
+wait_http "$proxy_port"
+
+drive() {
+    python3 - "$proxy_port" "$1" <<'EOF'
+import http.client, json, sys
+port, n = int(sys.argv[1]), int(sys.argv[2])
+c = http.client.HTTPConnection("127.0.0.1", port)
+body = json.dumps({"query": {"term": {"status": 201}}, "size": 10})
+for _ in range(n):
+    c.request("POST", "/logs/_search", body=body, headers={"content-type": "application/json"})
+    r = c.getresponse()
+    d = r.read()
+    assert r.status == 200, (r.status, d)
+EOF
+}
+drive 200
+callgrind_control -z "$proxy" >/dev/null 2>&1
+drive "$requests"
+callgrind_control -d "$proxy" >/dev/null 2>&1
+dump="$(ls "$out"/cg."$proxy".* | grep -v "cg.$proxy\$" | head -1)"
+total="$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')"
+echo "$via: $requests requests; $((total / requests)) instructions per request"
