@@ -1455,6 +1455,20 @@ mod tests {
         assert_eq!(p.a.held_for(g), 0);
         assert_eq!(p.a.stats.idle_released.load(Ordering::Relaxed), 2);
         assert_idle_adds_up(&p.a);
+        // The window counts from the grant, not from when the lease went idle: a lease whose
+        // request ran 30 ms and then idled 30 ms is past it.
+        let ran = lease(&p, g, 64).await;
+        let id = p.a.lease_of(ran.token());
+        tokio::time::advance(Duration::from_millis(30)).await;
+        drop(ran);
+        assert_eq!(p.a.num_idle(), 1);
+        tokio::time::advance(Duration::from_millis(30)).await;
+        let after = lease(&p, g, 64).await;
+        assert!(!after.is_reused());
+        assert_ne!(p.a.lease_of(after.token()), id);
+        drop(after);
+        eventually(|| p.b.owner.in_use(g) == 0).await;
+        assert_idle_adds_up(&p.a);
     }
 
     #[tokio::test(start_paused = true)]
