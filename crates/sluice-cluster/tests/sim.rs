@@ -1002,7 +1002,10 @@ fn idle_at(incs: &[(usize, Arc<Inc>, bool)], owner: &Owner, owner_id: &str, buck
         for (b, o, lease) in inc.tier.coordinator.idle_leases() {
             if *b == *bucket
                 && *o == *owner_id
-                && owner.inspect(|p| p.lease(sluice_cluster::shared::pool::LeaseId(lease)).is_some())
+                && owner.inspect(|p| {
+                    p.lease(sluice_cluster::shared::pool::LeaseId(lease))
+                        .is_some()
+                })
             {
                 n += 1;
             }
@@ -1647,7 +1650,10 @@ fn test_the_workload_exercises_every_path() {
         offers += u64::from(out.scenario.queue_cap > 0);
     }
     assert!(fail_open > 0, "no fail-open admission in 200 seeds");
-    assert!(reused > 0, "no lease reused from an idle cache in 200 seeds");
+    assert!(
+        reused > 0,
+        "no lease reused from an idle cache in 200 seeds"
+    );
     assert!(killed > 0, "no request killed by a crash in 200 seeds");
     assert!(refused > 0, "no refusal in 200 seeds");
     assert!(cancelled > 0, "no cancellation in 200 seeds");

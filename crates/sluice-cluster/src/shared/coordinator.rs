@@ -852,7 +852,9 @@ impl Coordinator {
         }
         for (owner, mut leases) in batch {
             leases.sort_unstable();
-            let _ = self.call_owner(&owner, SharedCall::Release { leases }).await;
+            let _ = self
+                .call_owner(&owner, SharedCall::Release { leases })
+                .await;
         }
     }
 
@@ -938,7 +940,10 @@ impl Coordinator {
         let buckets: Vec<Arc<str>> = st
             .idle
             .iter()
-            .filter(|(_, list)| list.iter().any(|i| *i.owner == *owner && lost.contains(&i.lease)))
+            .filter(|(_, list)| {
+                list.iter()
+                    .any(|i| *i.owner == *owner && lost.contains(&i.lease))
+            })
             .map(|(b, _)| b.clone())
             .collect();
         for b in buckets {
@@ -1491,7 +1496,10 @@ mod tests {
         // A pool below IDLE_SHARE caches nothing; one of IDLE_SHARE keeps one idle lease.
         drop(lease(&p, g, IDLE_SHARE - 1).await);
         assert_eq!(p.a.num_idle(), 0);
-        let (x, y) = (lease(&p, g, IDLE_SHARE).await, lease(&p, g, IDLE_SHARE).await);
+        let (x, y) = (
+            lease(&p, g, IDLE_SHARE).await,
+            lease(&p, g, IDLE_SHARE).await,
+        );
         drop(x);
         drop(y);
         assert_eq!(p.a.num_idle(), 1);
@@ -1553,7 +1561,10 @@ mod tests {
         assert_eq!(p.a.stats.idle_released.load(Ordering::Relaxed), 1);
         let moved = lease(&p, g, 64).await;
         assert!(!moved.is_reused());
-        assert_eq!(p.a.lease_of(moved.token()).map(|(o, _)| o), Some(Arc::from("a")));
+        assert_eq!(
+            p.a.lease_of(moved.token()).map(|(o, _)| o),
+            Some(Arc::from("a"))
+        );
         assert_idle_adds_up(&p.a);
     }
 }
