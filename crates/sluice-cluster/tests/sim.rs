@@ -1677,7 +1677,7 @@ fn test_the_workload_exercises_every_path() {
 #[cfg(feature = "sim-mutation-late-waiter")]
 #[test]
 fn test_the_simulation_catches_the_late_waiter_mutation() {
-    // Seed by seed until one strands (seed 1256 does, at the time of writing).
+    // Seed by seed until one strands (seed 2039 does, at the time of writing).
     let caught = (0..5_000).find_map(|seed| {
         let out = run_seed(seed);
         out.failure
