@@ -138,6 +138,9 @@ pub struct GroupCounters {
     /// Requests admitted with a lease of the cluster-wide shared tier.
     #[serde(default)]
     pub total_shared_acquired: u64,
+    /// Shared leases a node took from its idle cache instead of asking the owner.
+    #[serde(default)]
+    pub total_shared_reused: u64,
     /// Requests the shared tier refused.
     #[serde(default)]
     pub total_shared_throttled: u64,
@@ -166,6 +169,9 @@ impl GroupCounters {
             total_shared_acquired: self
                 .total_shared_acquired
                 .saturating_sub(before.total_shared_acquired),
+            total_shared_reused: self
+                .total_shared_reused
+                .saturating_sub(before.total_shared_reused),
             total_shared_throttled: self
                 .total_shared_throttled
                 .saturating_sub(before.total_shared_throttled),
@@ -240,6 +246,7 @@ fn counters_of(stats: &Value, ids: &[&str]) -> Result<BTreeMap<String, GroupCoun
             sum.total_rejections += on_node.total_rejections;
             sum.total_cancellations += on_node.total_cancellations;
             sum.total_shared_acquired += on_node.total_shared_acquired;
+            sum.total_shared_reused += on_node.total_shared_reused;
             sum.total_shared_throttled += on_node.total_shared_throttled;
             sum.total_shared_fail_open += on_node.total_shared_fail_open;
             seen = true;

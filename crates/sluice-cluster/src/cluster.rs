@@ -29,6 +29,11 @@ pub struct ClusterConfig {
     pub gossip_interval: Duration,
 }
 
+/// How long a stopping node waits for its owners to take back its idle shared leases: a
+/// release is one round trip (well under a millisecond); beyond a second the owner is slow or
+/// gone, and its purge (once this node leaves) or TTL reclaims them.
+const SHUTDOWN_RELEASE_DEADLINE: Duration = Duration::from_secs(1);
+
 /// Membership, RPC server and client of one node.
 pub struct Cluster {
     membership: Membership,
@@ -211,6 +216,13 @@ impl Cluster {
     /// Stops the RPC server (in-flight calls finish, connections close) and gossip; later
     /// calls do nothing.
     pub async fn shutdown(&self) {
+        // Idle shared leases back to their owners first (K8 of the coordinator); an owner that
+        // does not answer in time reclaims them by its purge or TTL.
+        let _ = tokio::time::timeout(
+            SHUTDOWN_RELEASE_DEADLINE,
+            self.shared.coordinator.release_idle(),
+        )
+        .await;
         self.stop.cancel();
         let server = self.server.lock().take();
         if let Some(server) = server {

@@ -30,7 +30,10 @@
 //!   `wants_queue`; a grant goes to the bucket's oldest parked request; an owner's offer goes
 //!   to it through [`Coordinator::take_handed`]; fail-open runs the request; a request that
 //!   finds the queue full acquires without `wants_queue` and is refused when denied. Some
-//!   clients cancel while parked. In scenarios with faults the server's backstop sweep runs
+//!   clients cancel while parked. One scenario in five is *hot*: pools of 8 to 24 (so the
+//!   coordinators keep idle leases, `REUSE_WINDOW`), arrivals 1 to 6 ms apart on average,
+//!   requests of 1 to 25 ms (5 % up to 3 s), a load phase of 0.3 to 1.5 s.
+//!   In scenarios with faults the server's backstop sweep runs
 //!   every [`QUEUE_SWEEP`] (it re-asks for every bucket with parked requests); in clean
 //!   scenarios it is off, so the protocol alone must drain every queue.
 //!
@@ -45,21 +48,32 @@
 //!   are lost or moving, a bucket's cluster-wide in-flight stays within
 //!   `shared_limit × live nodes` (coordinator.rs, K1). Checked at every admission and
 //!   observation.
+//! - **K6 (always)** — no lease runs two requests at once (a lease handed out of a
+//!   coordinator's idle cache is held by one request only). Checked at every admission.
+//! - **K7 (always)** — a lease runs a request only within `REUSE_WINDOW` of its first run (the
+//!   coordinator got it no later than that, and reuses it only within the window of getting
+//!   it), and a lease handed out before comes back from `acquire` flagged `is_reused`.
+//!   Checked at every admission.
 //! - **Reclaim** — a lease whose holder incarnation died is gone from every live owner's pool
 //!   within `LEASE_TTL + SWEEP_EVERY` (+ one observation period, [`OBSERVE_EVERY`]) after the
 //!   holder died, or after the lease was created if later (an offer to a dead holder).
 //! - **No stranding** — a node's parked requests of a bucket make progress (one of them is
 //!   admitted) or the bucket's room goes (its owner counts `shared_limit` leases, or the node
-//!   holds `shared_limit` slots) within [`strand_bound`] of the bucket having room: 4 × the maximum one-way delay + 2 × [`OBSERVE_EVERY`] in clean
+//!   holds `shared_limit` slots, idle leases of any coordinator not counted: they are room)
+//!   within [`strand_bound`] of the bucket having room: 4 × the maximum one-way delay + 2 ×
+//!   [`OBSERVE_EVERY`] + `REUSE_WINDOW` in clean
 //!   scenarios (no backstop: the owner's registration and offers alone), plus
 //!   [`QUEUE_SWEEP`] + `ACQUIRE_DEADLINE` in scenarios with faults, from the moment the
 //!   network heals (the end of the load phase) plus `RENEW_EVERY` (the longest call deadline,
 //!   so every call of the faulty phase has ended). And at the end every request has been
 //!   admitted, refused, cancelled or killed by a crash: none is left parked.
 //! - **Stats** — at the end, per live node: `CoordinatorStats` equal what the sink saw
-//!   (acquired, denied, fail-open, offers used; offers received ≥ used), the coordinator holds
-//!   nothing, every owner's `sizes()` is `(0, 0)` and agrees with its lease list; and
-//!   arrivals = admitted + refused + cancelled + killed.
+//!   (acquired, reused, denied, fail-open, offers used; offers received ≥ used), the
+//!   coordinator holds nothing (no idle lease either), its idle-cache counters add up (K8:
+//!   cached = reused + released + lost), every owner's `sizes()` is `(0, 0)` and agrees with
+//!   its lease list, in clean scenarios no owner reclaimed a lease by its TTL (every lease,
+//!   idle ones included, went back by a release); and arrivals = admitted + refused +
+//!   cancelled + killed.
 //!
 //! # Replay and scale
 //!
@@ -74,7 +88,7 @@
 //! the test-only feature `sim-mutation-late-waiter`:
 //! `cargo test -p sluice-cluster --features sim-mutation-late-waiter --test sim -- mutation`.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -88,7 +102,7 @@ use sluice_cluster::rpc::{
     BoxFuture, LocalAnswer, LocalApi, RpcError, SharedCall, SharedHandler, SharedReply, Transport,
 };
 use sluice_cluster::shared::coordinator::{
-    Acquired, Coordinator, OfferAnswer, OfferSink, SharedLease,
+    Acquired, Coordinator, IDLE_SHARE, OfferAnswer, OfferSink, REUSE_WINDOW, SharedLease,
 };
 use sluice_cluster::shared::owner::Owner;
 use sluice_cluster::shared::{
@@ -184,6 +198,9 @@ struct Scenario {
     load_until: Duration,
     /// Mean time between arrivals.
     mean_gap_ms: u64,
+    /// A hot bucket: pools of at least [`IDLE_SHARE`], arrivals milliseconds apart and short
+    /// requests, so the coordinators' idle caches (the reuse window) are on the path.
+    hot: bool,
 }
 
 impl Scenario {
@@ -219,7 +236,7 @@ impl Scenario {
             }
             faults.sort_by_key(|f| f.at);
         }
-        Scenario {
+        let mut sc = Scenario {
             nodes,
             limits,
             queue_cap,
@@ -230,6 +247,30 @@ impl Scenario {
             faults,
             load_until,
             mean_gap_ms,
+            hot: false,
+        };
+        if rng.chance(0.2) {
+            // Shorter, with a few hundred requests at most: as cheap to check as the others.
+            sc.hot = true;
+            sc.limits = (0..rng.range(1, 2))
+                .map(|_| rng.range(IDLE_SHARE, 3 * IDLE_SHARE))
+                .collect();
+            sc.queue_cap = rng.range(0, 8) as usize;
+            sc.mean_gap_ms = rng.range(1, 6);
+            sc.load_until = rng.millis(300, 1_500);
+            sc.faults.retain(|f| f.at < sc.load_until);
+        }
+        sc
+    }
+
+    /// A request's running time: short in hot scenarios (a few long ones), up to 2 s
+    /// otherwise (5 % up to 45 s, across lease renewals).
+    fn duration(&self, rng: &mut Rng) -> Duration {
+        match (self.hot, rng.chance(0.05)) {
+            (true, false) => rng.millis(1, 25),
+            (true, true) => rng.millis(100, 3_000),
+            (false, false) => rng.millis(10, 2_000),
+            (false, true) => rng.millis(2_000, 45_000),
         }
     }
 
@@ -241,7 +282,8 @@ impl Scenario {
 
 /// How long a request may stay parked while its bucket has room (see the module docs).
 fn strand_bound(sc: &Scenario) -> Duration {
-    let base = sc.max_delay * 4 + OBSERVE_EVERY * 2;
+    // Room held by another node's idle lease comes back within the reuse window.
+    let base = sc.max_delay * 4 + OBSERVE_EVERY * 2 + REUSE_WINDOW;
     if sc.faulty {
         base + QUEUE_SWEEP + ACQUIRE_DEADLINE
     } else {
@@ -297,10 +339,12 @@ enum Kind {
     FailOpen,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Running {
     node: usize,
     bucket: usize,
+    /// The owner's lease it runs on (`None`: fail-open, or reported lost).
+    lease: Option<(Arc<str>, u64)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -322,6 +366,8 @@ struct Tally {
     /// Running when their node crashed (already counted as admitted).
     killed_running: u64,
     fail_open: u64,
+    /// Acquires answered from a coordinator's idle cache.
+    reused: u64,
     max_in_flight: Vec<u64>,
 }
 
@@ -342,6 +388,10 @@ struct World {
     orphans: Mutex<BTreeMap<(usize, u64, u64), Duration>>,
     /// (node, bucket) → since when its parked requests have had room.
     strand_since: Mutex<BTreeMap<(usize, usize), Duration>>,
+    /// When each lease first ran a request, for K7 (a reuse within [`REUSE_WINDOW`]).
+    first_run: Mutex<BTreeMap<(Arc<str>, u64), Duration>>,
+    /// Every lease a coordinator handed out (acquire or offer), to tell reuses apart.
+    leases_seen: Mutex<BTreeSet<(Arc<str>, u64)>>,
     /// A digest of what happened, to show replays are identical.
     trace: Mutex<u64>,
     next_req: Mutex<u64>,
@@ -536,13 +586,38 @@ impl World {
             return;
         }
         let limit = self.sc.limits[req.bucket];
+        let lease_id = self
+            .inc(node)
+            .and_then(|inc| inc.tier.coordinator.lease_of(lease.token()));
+        if let Some(id) = &lease_id {
+            let now = self.now();
+            let first = *self.first_run.lock().entry(id.clone()).or_insert(now);
+            if now - first >= REUSE_WINDOW {
+                self.fail(format!(
+                    "K7: node n{node} runs request {} on lease {id:?}, first run at {first:?}: reused after its window of {REUSE_WINDOW:?}",
+                    req.id
+                ));
+            }
+        }
         let (total, here) = {
             let mut running = self.running.lock();
+            if let Some(id) = &lease_id
+                && let Some((other, _)) = running.iter().find(|(_, r)| r.lease.as_ref() == Some(id))
+            {
+                let other = *other;
+                drop(running);
+                self.fail(format!(
+                    "K6: lease {id:?} runs requests {other} and {} at once",
+                    req.id
+                ));
+                running = self.running.lock();
+            }
             running.insert(
                 req.id,
                 Running {
                     node,
                     bucket: req.bucket,
+                    lease: lease_id,
                 },
             );
             let of_bucket = running.values().filter(|r| r.bucket == req.bucket);
@@ -658,6 +733,7 @@ impl World {
             for (b, &limit) in self.sc.limits.iter().enumerate() {
                 let bucket = &self.buckets[b];
                 let held = c.held_for(bucket);
+                let idle_here = c.idle_for(bucket);
                 if held > limit {
                     self.fail(format!(
                         "K1: coordinator n{n} holds {held} slots of bucket {b}, above its shared_limit {limit}"
@@ -669,15 +745,19 @@ impl World {
                     .lock()
                     .get(&b)
                     .is_some_and(|q| !q.is_empty());
+                // Idle leases (of any node) are room: they go back within REUSE_WINDOW.
                 let room = parked
-                    && held < limit
+                    && held - idle_here < limit
                     && c.owner_of(bucket).is_some_and(|m| {
                         let owner_node: usize = m.node_id[1..].parse().expect("n<i>");
                         incs.iter()
                             .find(|(o, i, in_view)| {
                                 *o == owner_node && *in_view && i.generation == m.generation
                             })
-                            .is_some_and(|(_, o, _)| o.tier.owner.in_use(bucket) < limit)
+                            .is_some_and(|(_, o, _)| {
+                                let idle = idle_at(&incs, &o.tier.owner, &m.node_id, bucket);
+                                o.tier.owner.in_use(bucket) - idle < limit
+                            })
                     });
                 let mut since = self.strand_since.lock();
                 if room && check_strand {
@@ -769,6 +849,32 @@ impl World {
                     ));
                 }
             }
+            // K8: every lease that went idle was reused, released or lost; none is left.
+            let cached = st.cached.load(Ordering::Relaxed);
+            let out = st.reused.load(Ordering::Relaxed)
+                + st.idle_released.load(Ordering::Relaxed)
+                + st.idle_lost.load(Ordering::Relaxed);
+            if cached != out || c.num_idle() != 0 {
+                self.fail(format!(
+                    "stats: coordinator n{n} cached {cached} idle leases, reused, released or lost {out}, {} still idle",
+                    c.num_idle()
+                ));
+            }
+            let reused = st.reused.load(Ordering::Relaxed);
+            if reused != seen.reused {
+                self.fail(format!(
+                    "stats: coordinator n{n} counts {reused} reused leases, the sink saw {}",
+                    seen.reused
+                ));
+            }
+            // Without faults every lease goes back by a release: none expires at an owner
+            // (an idle lease dropped without its release would).
+            let expired = inc.tier.owner.inspect(|p| p.num_expired());
+            if self.sc.is_clean() && expired > 0 {
+                self.fail(format!(
+                    "stats: owner n{n} reclaimed {expired} expired leases in a run without faults"
+                ));
+            }
             let received = st.offers_received.load(Ordering::Relaxed);
             if received < seen.offers_used || received < seen.offers_offered {
                 self.fail(format!(
@@ -786,6 +892,8 @@ impl World {
 #[derive(Default)]
 struct Seen {
     acquired: u64,
+    /// Acquires answered with a lease handed out before (the idle cache).
+    reused: u64,
     denied: u64,
     fail_open: u64,
     offers_offered: u64,
@@ -837,6 +945,24 @@ impl Sink {
         let a = c
             .acquire(&bucket_name(bucket), limit, wants_queue, ACQUIRE_DEADLINE)
             .await;
+        if let Acquired::Lease(l) = &a
+            && let Some(w) = self.world.upgrade()
+        {
+            let again = c
+                .lease_of(l.token())
+                .is_some_and(|id| !w.leases_seen.lock().insert(id));
+            if again != l.is_reused() {
+                w.fail(format!(
+                    "n{}: a lease handed out before came back with is_reused() = {}",
+                    self.node,
+                    l.is_reused()
+                ));
+            }
+            if again {
+                self.seen.lock().reused += 1;
+                w.tally.lock().reused += 1;
+            }
+        }
         let mut seen = self.seen.lock();
         match &a {
             Acquired::Lease(_) => seen.acquired += 1,
@@ -861,6 +987,9 @@ impl OfferSink for Sink {
             return none;
         }
         self.seen.lock().offers_offered += 1;
+        if let Some(id) = self.coordinator.upgrade().and_then(|c| c.lease_of(token)) {
+            w.leases_seen.lock().insert(id);
+        }
         w.log(|| format!("n{} offered token {token} of {bucket}", self.node));
         let b: usize = bucket[1..].parse().expect("g<i>");
         if !self.grant_oldest(&w, b, token) {
@@ -872,6 +1001,31 @@ impl OfferSink for Sink {
             more_waiting: self.parked.lock().get(&b).is_some_and(|q| !q.is_empty()),
         }
     }
+
+    fn num_parked(&self, bucket: &str) -> u64 {
+        let b: usize = bucket[1..].parse().expect("g<i>");
+        self.parked.lock().get(&b).map_or(0, |q| q.len() as u64)
+    }
+}
+
+/// The idle leases of `bucket` that live coordinators keep and `owner` (node `owner_id`)
+/// still counts.
+fn idle_at(incs: &[(usize, Arc<Inc>, bool)], owner: &Owner, owner_id: &str, bucket: &str) -> u64 {
+    let mut n = 0;
+    for (_, inc, _) in incs {
+        for (b, o, lease) in inc.tier.coordinator.idle_leases() {
+            if *b == *bucket
+                && *o == *owner_id
+                && owner.inspect(|p| {
+                    p.lease(sluice_cluster::shared::pool::LeaseId(lease))
+                        .is_some()
+                })
+            {
+                n += 1;
+            }
+        }
+    }
+    n
 }
 
 /// One request arriving at `node` (the server's admission, enqueue-first).
@@ -1208,6 +1362,8 @@ async fn simulate(seed: u64) -> Outcome {
         }),
         orphans: Mutex::new(BTreeMap::new()),
         strand_since: Mutex::new(BTreeMap::new()),
+        first_run: Mutex::new(BTreeMap::new()),
+        leases_seen: Mutex::new(BTreeSet::new()),
         trace: Mutex::new(seed),
         next_req: Mutex::new(1),
     });
@@ -1235,11 +1391,7 @@ async fn simulate(seed: u64) -> Outcome {
             let mut rng = w.rng.lock();
             let node = rng.below(sc.nodes as u64) as usize;
             let bucket = rng.below(sc.limits.len() as u64) as usize;
-            let duration = if rng.chance(0.05) {
-                rng.millis(2_000, 45_000)
-            } else {
-                rng.millis(10, 2_000)
-            };
+            let duration = sc.duration(&mut rng);
             let cancel_after = rng.chance(0.3).then(|| rng.millis(100, 10_000));
             let mut next = w.next_req.lock();
             let id = *next;
@@ -1287,10 +1439,11 @@ async fn simulate(seed: u64) -> Outcome {
     }
     let t = w.tally.lock();
     let summary = format!(
-        "arrived {} admitted {} (fail-open {}) refused {} cancelled {} killed {}; max in flight per bucket {:?}; ended at {:?}",
+        "arrived {} admitted {} (fail-open {}, reused {}) refused {} cancelled {} killed {}; max in flight per bucket {:?}; ended at {:?}",
         t.arrived,
         t.admitted,
         t.fail_open,
+        t.reused,
         t.refused,
         t.cancelled,
         t.killed,
@@ -1488,8 +1641,10 @@ fn test_a_seed_replays_identically() {
 #[test]
 fn test_the_workload_exercises_every_path() {
     // The seeds CI checks must reach the paths the checks are about: grants, denials,
-    // offers, fail-open, crashes with leases out, and refusals.
+    // offers, fail-open, crashes with leases out, refusals, and leases reused from the idle
+    // cache.
     let (mut fail_open, mut offers, mut killed, mut refused, mut cancelled) = (0, 0, 0, 0, 0);
+    let mut reused = 0;
     for seed in 0..200 {
         let out = run_seed(seed);
         assert!(out.failure.is_none(), "seed {seed}: {:?}", out.failure);
@@ -1502,12 +1657,17 @@ fn test_the_workload_exercises_every_path() {
                 .unwrap_or(0)
         };
         fail_open += field("fail-open ");
+        reused += field("reused ");
         killed += field("killed ");
         refused += field("refused ");
         cancelled += field("cancelled ");
         offers += u64::from(out.scenario.queue_cap > 0);
     }
     assert!(fail_open > 0, "no fail-open admission in 200 seeds");
+    assert!(
+        reused > 0,
+        "no lease reused from an idle cache in 200 seeds"
+    );
     assert!(killed > 0, "no request killed by a crash in 200 seeds");
     assert!(refused > 0, "no refusal in 200 seeds");
     assert!(cancelled > 0, "no cancellation in 200 seeds");
@@ -1517,7 +1677,7 @@ fn test_the_workload_exercises_every_path() {
 #[cfg(feature = "sim-mutation-late-waiter")]
 #[test]
 fn test_the_simulation_catches_the_late_waiter_mutation() {
-    // Seed by seed until one strands (seed 1256 does, at the time of writing).
+    // Seed by seed until one strands (seed 2039 does, at the time of writing).
     let caught = (0..5_000).find_map(|seed| {
         let out = run_seed(seed);
         out.failure

@@ -3,6 +3,25 @@
 //! released without blocking), taking the owner's offers (pushes) to parked requests, and
 //! failing open — within a bound — when no owner answers.
 //!
+//! # The reuse window (issue 14 point 10)
+//!
+//! A request of a shared-only bucket would otherwise cost an acquire and a release round trip
+//! to the bucket's owner. When a request that ran on a lease of a remote owner ends, the lease
+//! is not released at once if it is younger than [`REUSE_WINDOW`] (counted from when this
+//! coordinator got it from the owner: a grant's answer or an offer) and no request of the
+//! bucket is parked here: it becomes *idle* in a small per-bucket cache, and the next request
+//! of the bucket on this node takes it before asking the owner (no call; counted as acquired,
+//! and in `reused`). An idle lease whose window ends is released by a background task through
+//! the releaser (batched, as any release). The owner is unchanged: an idle lease is a lease it
+//! counts, so C1 (the owner's P1) and K1 hold as before. Since every lease goes back to its
+//! owner within [`REUSE_WINDOW`] + the longest request that ran on it, a coordinator denied and
+//! registered as a waiter gets the owner's round-robin offer within that plus the network:
+//! no coordinator keeps a bucket's slots. A bucket with requests parked here (its owner denied
+//! us: contended) releases at once, so the owner's round robin decides who runs next. Leases
+//! of buckets this node owns are never cached (an in-process acquire and release cost about a
+//! microsecond: nothing to save), nor are leases of buckets whose `shared_limit` is below
+//! [`IDLE_SHARE`] (a small pool, where an idle slot here would refuse a request elsewhere).
+//!
 //! # Invariants
 //! - **K1 (fail-open bound)** — per bucket, the leases this coordinator holds plus the requests
 //!   it admitted failing open never exceed the bucket's `shared_limit` as last asked: a fail-open
@@ -28,13 +47,37 @@
 //!   same answer. Found by the simulation (`tests/sim.rs`): a duplicate used by one parked
 //!   request while the original was answered unused let the owner offer the lease again.
 //!   Tested by `test_a_duplicate_offer_gets_the_first_answer_and_runs_nothing`.
+//! - **K6 (an idle lease runs one request at a time)** — an idle lease is in the cache or
+//!   held by exactly one request, never both: taking it removes it from the cache under the
+//!   state lock and gives it a fresh token; caching it removes its holder's entry in the same
+//!   critical section. Tested by `test_an_idle_lease_is_reused_by_one_request_at_a_time` and
+//!   the simulation (no lease runs two requests at once).
+//! - **K7 (reuse window)** — a lease is taken from the cache only while it is younger than
+//!   [`REUSE_WINDOW`] and only for the bucket's current owner (a lease of an owner that left or
+//!   of a bucket the ring moved is released, never reused); a request that ends on a lease
+//!   older than the window releases it. So every lease goes back to its owner at most
+//!   [`REUSE_WINDOW`] + the longest request that ran on it after this coordinator got it.
+//!   Tested by `test_an_idle_lease_is_released_when_its_window_ends_and_never_reused_after`
+//!   and the simulation (every reuse within [`REUSE_WINDOW`] of the lease's first admission).
+//! - **K8 (no idle lease leaks)** — an idle lease leaves the cache exactly once: reused, released
+//!   (its window ended, its owner or bucket moved, its bucket's limit was lowered, shutdown:
+//!   [`Coordinator::release_idle`]) or dropped when its owner reported it lost on renewal, so
+//!   `cached = reused + idle_released + idle_lost + num_idle()` always. Tested by the unit
+//!   tests of the cache and the simulation (the counters at the end of every seed, nothing
+//!   idle once settled, and in clean scenarios no lease reclaimed by an owner's TTL sweep).
+//! - **K9 (contended buckets go back to the owner)** — a lease whose bucket has a request
+//!   parked here when it ends is released, not cached ([`OfferSink::num_parked`]); the idle
+//!   leases of a bucket are at most `min(`[`MAX_IDLE_PER_BUCKET`]`, limit / `[`IDLE_SHARE`]`)`
+//!   and [`MAX_IDLE`] in all. Tested by
+//!   `test_a_lease_whose_bucket_has_parked_requests_is_released_not_cached`.
 
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::owner::Owner;
@@ -49,11 +92,38 @@ use crate::rpc::{SharedCall, SharedReply, Transport};
 /// freed while it waits); 1,024 entries are about 40 KB.
 pub const ANSWERED_OFFERS: usize = 1_024;
 
+/// How long after this coordinator got a lease (a grant's answer, an offer) another request of
+/// its bucket on this node may reuse it without asking the owner (K7). 50 ms bounds what the
+/// cache adds to the wait of a waiter on another coordinator far below the 200 ms acquire
+/// deadline ([`super::ACQUIRE_DEADLINE`]), while at 100 requests a second per slot or more it
+/// turns several requests into one acquire and release pair.
+pub const REUSE_WINDOW: Duration = Duration::from_millis(50);
+
+/// The most idle leases one bucket keeps on a coordinator (K9). Idle leases are those between
+/// one request's end and the next one's start: in a closed loop that is a small fraction of
+/// a node's in-flight requests of the bucket, so 32 covers dozens of concurrent clients per
+/// node, while capping what one node keeps idle of a large pool for at most [`REUSE_WINDOW`].
+pub const MAX_IDLE_PER_BUCKET: u64 = 32;
+
+/// A bucket keeps at most `shared_limit / IDLE_SHARE` idle leases per coordinator (K9): at
+/// most an eighth of its pool idles on one node, and a pool smaller than 8 caches nothing —
+/// there, every slot counts and requests meet the limit, where a slot idling here would make
+/// another node refuse or park a request.
+pub const IDLE_SHARE: u64 = 8;
+
+/// The most idle leases a coordinator keeps in all buckets (K9): bounds the cache's memory
+/// (about 100 bytes a lease) and the expiry task's scan, whatever the number of user buckets.
+pub const MAX_IDLE: u64 = 4_096;
+
 /// What the server does with an owner's offer: hand the lease (named by `token`, to be taken
 /// with [`Coordinator::take_handed`]) to the oldest parked request of `bucket`.
 pub trait OfferSink: Send + Sync + 'static {
     /// Returns whether a parked request took it, and whether more are parked.
     fn offer(&self, bucket: &str, token: u64) -> OfferAnswer;
+
+    /// How many requests of `bucket` are parked on this node: a lease whose bucket has any is
+    /// released when its request ends, not cached (K9).
+    fn num_parked(&self, bucket: &str) -> u64;
 }
 
 /// The sink's answer to an offer.
@@ -99,6 +169,8 @@ pub enum Acquired {
 #[derive(Debug)]
 pub struct SharedLease {
     token: u64,
+    /// Taken from the idle cache rather than granted by a call to the owner.
+    reused: bool,
     coordinator: Weak<Coordinator>,
 }
 
@@ -107,6 +179,12 @@ impl SharedLease {
     /// carries).
     pub fn token(&self) -> u64 {
         self.token
+    }
+
+    /// Whether this lease came from the idle cache (see the module docs) rather than from a
+    /// call to the owner.
+    pub fn is_reused(&self) -> bool {
+        self.reused
     }
 }
 
@@ -124,15 +202,36 @@ struct Held {
     bucket: Arc<str>,
     /// The owner and the lease id, `None` for a fail-open slot.
     lease: Option<(Arc<str>, u64)>,
+    /// When this coordinator got the lease (a grant's answer, an offer): its reuse window
+    /// starts there (K7).
+    got_at: Instant,
+}
+
+/// A lease no request holds, kept for the next request of its bucket (K6–K9).
+#[derive(Debug, Clone)]
+struct Idle {
+    owner: Arc<str>,
+    lease: u64,
+    /// When this coordinator got it: reusable until `got_at + REUSE_WINDOW`.
+    got_at: Instant,
 }
 
 /// A bucket's slots on this node (K1).
 #[derive(Debug, Clone, Copy)]
 struct Allowance {
-    /// Slots held: leases and fail-open slots.
+    /// Slots held: leases (idle ones included) and fail-open slots.
     held: u64,
+    /// Of which idle leases in the cache.
+    idle: u64,
     /// The bucket's `shared_limit` as last asked (an offer carries none).
     limit: u64,
+}
+
+impl Allowance {
+    /// How many idle leases the bucket may keep (K9).
+    fn max_idle(&self) -> u64 {
+        MAX_IDLE_PER_BUCKET.min(self.limit / IDLE_SHARE)
+    }
 }
 
 #[derive(Default)]
@@ -146,12 +245,58 @@ struct State {
     /// The last [`ANSWERED_OFFERS`] offers answered, `(owner, lease, used)`, oldest first
     /// (K5).
     answered: VecDeque<(Arc<str>, u64, bool)>,
+    /// Idle leases per bucket, in the order they went idle (K6–K9).
+    idle: HashMap<Arc<str>, Vec<Idle>>,
+    /// Idle leases in all.
+    num_idle: u64,
+    /// Set by [`Coordinator::release_idle`]: the node is stopping, nothing is cached any more.
+    closing: bool,
+    /// When the expiry task wakes next (`None`: when a lease goes idle); a lease going idle
+    /// with an earlier end of window wakes it (K7).
+    wake_at: Option<Instant>,
+}
+
+impl State {
+    /// Removes the idle leases of `bucket` that `drop_it` selects, fixing the counts; returns
+    /// them as `(owner, lease)` in the cache's order.
+    fn take_idle_where(
+        &mut self,
+        bucket: &str,
+        mut drop_it: impl FnMut(&Idle) -> bool,
+    ) -> Vec<(Arc<str>, u64)> {
+        let mut out = Vec::new();
+        let Some(list) = self.idle.get_mut(bucket) else {
+            return out;
+        };
+        list.retain(|i| {
+            if drop_it(i) {
+                out.push((i.owner.clone(), i.lease));
+                false
+            } else {
+                true
+            }
+        });
+        if list.is_empty() {
+            self.idle.remove(bucket);
+        }
+        let n = out.len() as u64;
+        self.num_idle -= n;
+        if let Some(a) = self.per_bucket.get_mut(bucket) {
+            a.idle -= n;
+            a.held -= n;
+            if a.held == 0 {
+                self.per_bucket.remove(bucket);
+            }
+        }
+        out
+    }
 }
 
 /// Counters of this node's shared-tier traffic (shown per group by the server).
 #[derive(Debug, Default)]
 pub struct CoordinatorStats {
-    /// Leases granted by an owner on acquire.
+    /// Leases [`Coordinator::acquire`] returned: granted by an owner, or reused from the idle
+    /// cache (`reused`).
     pub acquired: AtomicU64,
     /// Acquires denied by an owner.
     pub denied: AtomicU64,
@@ -161,8 +306,17 @@ pub struct CoordinatorStats {
     pub offers_received: AtomicU64,
     /// Offers a parked request took.
     pub offers_used: AtomicU64,
-    /// Leases an owner reported lost on renewal (expired or purged while held).
+    /// Leases an owner reported lost on renewal (expired or purged while held or idle).
     pub leases_lost: AtomicU64,
+    /// Leases that went idle in the cache when their request ended (K8).
+    pub cached: AtomicU64,
+    /// Acquires answered with an idle lease, without a call (also counted in `acquired`).
+    pub reused: AtomicU64,
+    /// Idle leases released to their owner: window ended, owner or bucket moved, limit
+    /// lowered, shutdown (K8).
+    pub idle_released: AtomicU64,
+    /// Idle leases dropped because their owner reported them lost on renewal (K8).
+    pub idle_lost: AtomicU64,
 }
 
 /// One node's coordinator (see the module docs).
@@ -176,6 +330,8 @@ pub struct Coordinator {
     next_token: AtomicU64,
     releases: mpsc::UnboundedSender<(Arc<str>, u64)>,
     sink: OnceLock<Arc<dyn OfferSink>>,
+    /// Wakes the expiry task when a lease goes idle.
+    went_idle: Arc<Notify>,
     /// The counters.
     pub stats: CoordinatorStats,
 }
@@ -202,9 +358,15 @@ impl Coordinator {
             next_token: AtomicU64::new(1),
             releases: tx,
             sink: OnceLock::new(),
+            went_idle: Arc::new(Notify::new()),
             stats: CoordinatorStats::default(),
         });
         tokio::spawn(releaser(Arc::downgrade(&c), rx, stop.clone()));
+        tokio::spawn(expirer(
+            Arc::downgrade(&c),
+            c.went_idle.clone(),
+            stop.clone(),
+        ));
         tokio::spawn(renewer(Arc::downgrade(&c), stop.clone()));
         tokio::spawn(follow_ring(Arc::downgrade(&c), c.members.clone(), stop));
         c
@@ -222,7 +384,12 @@ impl Coordinator {
 
     /// Asks `bucket`'s owner for a lease under `limit` (in process when this node owns it),
     /// waiting at most `deadline` for its answer ([`super::ACQUIRE_DEADLINE`] unless
-    /// configured); fails open within the allowance (K1).
+    /// configured); fails open within the allowance (K1). An idle lease of the bucket's owner
+    /// younger than [`REUSE_WINDOW`] is taken first, without a call (K7).
+    ///
+    /// # Cancel safety
+    /// Dropping the future before the owner answers loses nothing here: a grant whose answer
+    /// nobody reads is reclaimed by the owner's TTL sweep, as a lost answer is.
     pub async fn acquire(
         self: &Arc<Self>,
         bucket: &str,
@@ -231,6 +398,11 @@ impl Coordinator {
         deadline: Duration,
     ) -> Acquired {
         let owner = self.owner_of(bucket);
+        if let Some(m) = &owner
+            && let Some(slot) = self.reuse(bucket, &m.node_id, limit)
+        {
+            return Acquired::Lease(slot);
+        }
         let reply = match &owner {
             None => Err("no live node serves the shared tier (empty ring)".to_string()),
             Some(m) if *m.node_id == *self.me => {
@@ -278,6 +450,13 @@ impl Coordinator {
                 limit,
                 waiter_registered,
             }) => {
+                // A lease of the bucket may have gone idle here while the owner answered (the
+                // owner counted it): take it rather than refuse or park the request.
+                if let Some(m) = &owner
+                    && let Some(slot) = self.reuse(&bucket, &m.node_id, limit)
+                {
+                    return Acquired::Lease(slot);
+                }
                 self.stats.denied.fetch_add(1, Ordering::Relaxed);
                 Acquired::Denied {
                     in_use,
@@ -315,6 +494,7 @@ impl Coordinator {
         let mut st = self.state.lock();
         let allowance = st.per_bucket.entry(bucket.clone()).or_insert(Allowance {
             held: 0,
+            idle: 0,
             limit: limit.unwrap_or(u64::MAX),
         });
         if let Some(limit) = limit {
@@ -329,20 +509,146 @@ impl Coordinator {
         }
         allowance.held += 1;
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
-        st.held.insert(token, Held { bucket, lease });
+        st.held.insert(
+            token,
+            Held {
+                bucket,
+                lease,
+                got_at: Instant::now(),
+            },
+        );
         Ok(SharedLease {
             token,
+            reused: false,
             coordinator: Arc::downgrade(self),
         })
     }
 
-    /// Ends a slot: forgets it and, for a lease, queues its release (K2, K3).
+    /// Takes an idle lease of `bucket` granted by `owner` (its current owner) for a new
+    /// request under `limit`, if one is younger than [`REUSE_WINDOW`] (K6, K7). Idle leases of
+    /// the bucket that are too old, of another owner, or beyond `limit` are released.
+    fn reuse(self: &Arc<Self>, bucket: &str, owner: &str, limit: u64) -> Option<SharedLease> {
+        let now = Instant::now();
+        let mut st = self.state.lock();
+        if !st.idle.contains_key(bucket) {
+            return None;
+        }
+        let mut release = st.take_idle_where(bucket, |i| {
+            *i.owner != *owner || now >= i.got_at + REUSE_WINDOW
+        });
+        // The limit as asked now: a lowered one sheds idle leases first (K1).
+        let excess = st.per_bucket.get_mut(bucket).map_or(0, |a| {
+            a.limit = limit;
+            a.held.saturating_sub(limit)
+        });
+        let mut shed = excess;
+        release.extend(st.take_idle_where(bucket, |_| {
+            let go = shed > 0;
+            shed = shed.saturating_sub(1);
+            go
+        }));
+        // The youngest: the oldest ones expire first, so the cache shrinks to what the load
+        // needs.
+        let taken = st.idle.get_mut(bucket).and_then(Vec::pop);
+        let slot = taken.map(|i| {
+            if st.idle.get(bucket).is_some_and(Vec::is_empty) {
+                st.idle.remove(bucket);
+            }
+            st.num_idle -= 1;
+            let bucket: Arc<str> = st
+                .per_bucket
+                .get_key_value(bucket)
+                .map_or_else(|| Arc::from(bucket), |(k, _)| k.clone());
+            if let Some(a) = st.per_bucket.get_mut(&bucket) {
+                a.idle -= 1;
+            }
+            let token = self.next_token.fetch_add(1, Ordering::Relaxed);
+            st.held.insert(
+                token,
+                Held {
+                    bucket,
+                    lease: Some((i.owner, i.lease)),
+                    got_at: i.got_at,
+                },
+            );
+            SharedLease {
+                token,
+                reused: true,
+                coordinator: Arc::downgrade(self),
+            }
+        });
+        drop(st);
+        self.release_many(release);
+        if slot.is_some() {
+            self.stats.acquired.fetch_add(1, Ordering::Relaxed);
+            self.stats.reused.fetch_add(1, Ordering::Relaxed);
+        }
+        slot
+    }
+
+    /// Queues the release of idle leases taken out of the cache (K8).
+    fn release_many(&self, leases: Vec<(Arc<str>, u64)>) {
+        for (owner, lease) in leases {
+            self.stats.idle_released.fetch_add(1, Ordering::Relaxed);
+            let _ = self.releases.send((owner, lease));
+        }
+    }
+
+    /// Ends a slot: forgets it and, for a lease, keeps it idle for the next request of its
+    /// bucket (see the module docs) or queues its release (K2, K3, K7, K9).
     fn end(&self, token: u64) {
+        let now = Instant::now();
+        // A lease of a remote owner still in its window may go idle, unless requests of its
+        // bucket are parked here (asked outside the lock: the sink has locks of its own).
+        let candidate: Option<Arc<str>> = {
+            let st = self.state.lock();
+            let Some(h) = st.held.get(&token) else {
+                return;
+            };
+            let remote = h.lease.as_ref().is_some_and(|(o, _)| **o != *self.me);
+            let cacheable = st
+                .per_bucket
+                .get(&h.bucket)
+                .is_some_and(|a| a.idle < a.max_idle() && a.held <= a.limit);
+            (remote
+                && cacheable
+                && !st.closing
+                && st.num_idle < MAX_IDLE
+                && now < h.got_at + REUSE_WINDOW)
+                .then(|| h.bucket.clone())
+        };
+        let parked = candidate
+            .as_ref()
+            .is_some_and(|b| self.sink.get().is_some_and(|s| s.num_parked(b) > 0));
         let held = {
             let mut st = self.state.lock();
             let Some(h) = st.held.remove(&token) else {
                 return;
             };
+            let cache = candidate.is_some() && !parked && !st.closing && h.lease.is_some();
+            if cache && let Some((owner, lease)) = &h.lease {
+                // K6: the holder's entry is gone in this same critical section.
+                if let Some(a) = st.per_bucket.get_mut(&h.bucket) {
+                    a.idle += 1;
+                }
+                st.num_idle += 1;
+                st.idle.entry(h.bucket.clone()).or_default().push(Idle {
+                    owner: owner.clone(),
+                    lease: *lease,
+                    got_at: h.got_at,
+                });
+                let ends = h.got_at + REUSE_WINDOW;
+                let wake = st.wake_at.is_none_or(|at| ends < at);
+                if wake {
+                    st.wake_at = Some(ends);
+                }
+                drop(st);
+                self.stats.cached.fetch_add(1, Ordering::Relaxed);
+                if wake {
+                    self.went_idle.notify_one();
+                }
+                return;
+            }
             if let Some(a) = st.per_bucket.get_mut(&h.bucket) {
                 a.held = a.held.saturating_sub(1);
                 if a.held == 0 {
@@ -410,7 +716,12 @@ impl Coordinator {
                 .as_ref()
                 .is_some_and(|(o, l)| **o == *from && *l == lease)
         });
-        if held {
+        let idle = st
+            .idle
+            .values()
+            .flatten()
+            .any(|i| *i.owner == *from && i.lease == lease);
+        if held || idle {
             return Some(true);
         }
         st.answered
@@ -475,9 +786,122 @@ impl Coordinator {
             .map_or(0, |a| a.held)
     }
 
-    /// Slots held in all.
+    /// Slots held in all, idle leases included.
     pub fn num_held(&self) -> usize {
-        self.state.lock().held.len()
+        let st = self.state.lock();
+        st.held.len() + st.num_idle as usize
+    }
+
+    /// Idle leases in the cache, in all.
+    pub fn num_idle(&self) -> u64 {
+        self.state.lock().num_idle
+    }
+
+    /// Idle leases of `bucket` in the cache.
+    pub fn idle_for(&self, bucket: &str) -> u64 {
+        self.state
+            .lock()
+            .per_bucket
+            .get(bucket)
+            .map_or(0, |a| a.idle)
+    }
+
+    /// Every idle lease as `(bucket, owner, lease)`, sorted (for tests and the simulation).
+    pub fn idle_leases(&self) -> Vec<(Arc<str>, Arc<str>, u64)> {
+        let st = self.state.lock();
+        let mut out: Vec<(Arc<str>, Arc<str>, u64)> = st
+            .idle
+            .iter()
+            .flat_map(|(b, list)| list.iter().map(|i| (b.clone(), i.owner.clone(), i.lease)))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The owner and id of the lease held under `token`, `None` for a fail-open slot, a lease
+    /// reported lost, or an unknown token (for tests and the simulation).
+    pub fn lease_of(&self, token: u64) -> Option<(Arc<str>, u64)> {
+        self.state
+            .lock()
+            .held
+            .get(&token)
+            .and_then(|h| h.lease.clone())
+    }
+
+    /// Releases every idle lease now and caches no more (the node is stopping), waiting for
+    /// the owners' answers (K8). Leases of requests still running are released as they end.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops the waiting; releases not yet delivered are reclaimed by the
+    /// owners (TTL, or the purge once this node leaves the membership).
+    pub async fn release_idle(&self) {
+        let leases = {
+            let mut st = self.state.lock();
+            st.closing = true;
+            let buckets: Vec<Arc<str>> = st.idle.keys().cloned().collect();
+            let mut all = Vec::new();
+            for b in buckets {
+                all.extend(st.take_idle_where(&b, |_| true));
+            }
+            all
+        };
+        let mut batch: BTreeMap<Arc<str>, Vec<u64>> = BTreeMap::new();
+        for (owner, lease) in leases {
+            self.stats.idle_released.fetch_add(1, Ordering::Relaxed);
+            batch.entry(owner).or_default().push(lease);
+        }
+        for (owner, mut leases) in batch {
+            leases.sort_unstable();
+            let _ = self
+                .call_owner(&owner, SharedCall::Release { leases })
+                .await;
+        }
+    }
+
+    /// Releases the idle leases whose window has ended at `now`; returns when the next one
+    /// ends (K7, K8).
+    fn release_expired(&self, now: Instant) -> Option<Instant> {
+        self.release_idle_where(|_, i| now >= i.got_at + REUSE_WINDOW);
+        let mut st = self.state.lock();
+        let next = st
+            .idle
+            .values()
+            .flatten()
+            .map(|i| i.got_at + REUSE_WINDOW)
+            .min();
+        st.wake_at = next;
+        next
+    }
+
+    /// Releases the idle leases `select` picks, in a stable order (the simulation replays).
+    fn release_idle_where(&self, mut select: impl FnMut(&str, &Idle) -> bool) {
+        let mut release = {
+            let mut st = self.state.lock();
+            let mut buckets: Vec<Arc<str>> = st
+                .idle
+                .iter()
+                .filter(|(b, list)| list.iter().any(|i| select(b, i)))
+                .map(|(b, _)| b.clone())
+                .collect();
+            buckets.sort();
+            let mut out = Vec::new();
+            for b in buckets {
+                out.extend(st.take_idle_where(&b, |i| select(&b, i)));
+            }
+            out
+        };
+        release.sort();
+        self.release_many(release);
+    }
+
+    /// Releases idle leases whose bucket no longer belongs to their owner on the current ring
+    /// (a member joined or left, K7).
+    fn release_moved(&self) {
+        let ring = self.ring.read().clone();
+        self.release_idle_where(|b, i| {
+            ring.owner(b.as_bytes())
+                .is_none_or(|m| *m.node_id != *i.owner)
+        });
     }
 
     /// The leases held per owner (for renewal), owners in id order and each owner's leases in
@@ -490,6 +914,9 @@ impl Coordinator {
             if let Some((owner, lease)) = &h.lease {
                 out.entry(owner.clone()).or_default().push(*lease);
             }
+        }
+        for i in st.idle.values().flatten() {
+            out.entry(i.owner.clone()).or_default().push(i.lease);
         }
         for leases in out.values_mut() {
             leases.sort_unstable();
@@ -509,6 +936,23 @@ impl Coordinator {
                 h.lease = None;
                 self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
             }
+        }
+        let buckets: Vec<Arc<str>> = st
+            .idle
+            .iter()
+            .filter(|(_, list)| {
+                list.iter()
+                    .any(|i| *i.owner == *owner && lost.contains(&i.lease))
+            })
+            .map(|(b, _)| b.clone())
+            .collect();
+        for b in buckets {
+            // K8: dropped without a release, the owner no longer holds them.
+            let n = st
+                .take_idle_where(&b, |i| *i.owner == *owner && lost.contains(&i.lease))
+                .len() as u64;
+            self.stats.leases_lost.fetch_add(n, Ordering::Relaxed);
+            self.stats.idle_lost.fetch_add(n, Ordering::Relaxed);
         }
     }
 
@@ -586,6 +1030,29 @@ async fn follow_ring(
         let ring = Ring::new(&rx.borrow_and_update().live, MIN_SHARED_PROTOCOL);
         let Some(c) = c.upgrade() else { return };
         *c.ring.write() = Arc::new(ring);
+        c.release_moved();
+    }
+}
+
+/// Releases idle leases as their reuse window ends (K7, K8): sleeps until the next one ends,
+/// or until a lease goes idle while the cache was empty.
+async fn expirer(c: Weak<Coordinator>, went_idle: Arc<Notify>, stop: CancellationToken) {
+    loop {
+        let next = {
+            let Some(c) = c.upgrade() else { return };
+            c.release_expired(Instant::now())
+        };
+        match next {
+            Some(at) => tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep_until(at) => {}
+                () = went_idle.notified() => {}
+            },
+            None => tokio::select! {
+                () = stop.cancelled() => return,
+                () = went_idle.notified() => {}
+            },
+        }
     }
 }
 
@@ -849,6 +1316,10 @@ mod tests {
                 more_waiting: *parked > 0,
             }
         }
+
+        fn num_parked(&self, _bucket: &str) -> u64 {
+            *self.parked.lock()
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -893,5 +1364,207 @@ mod tests {
         assert_eq!(p.a.handle_offer("b", g, 9, 1), used);
         assert_eq!(p.a.handle_offer("b", g, 10, 1), unused);
         assert_eq!(sink.offered.load(Ordering::SeqCst), 3);
+    }
+
+    /// A lease of `bucket` under `limit`, granted or reused.
+    async fn lease(p: &Pair, bucket: &str, limit: u64) -> SharedLease {
+        match p.a.acquire(bucket, limit, false, ACQUIRE_DEADLINE).await {
+            Acquired::Lease(l) => l,
+            other => panic!("expected a lease, got {other:?}"),
+        }
+    }
+
+    /// K8: every lease that went idle is reused, released, lost or still idle.
+    fn assert_idle_adds_up(c: &Coordinator) {
+        let s = &c.stats;
+        let cached = s.cached.load(Ordering::Relaxed);
+        let out = s.reused.load(Ordering::Relaxed)
+            + s.idle_released.load(Ordering::Relaxed)
+            + s.idle_lost.load(Ordering::Relaxed)
+            + c.num_idle();
+        assert_eq!(cached, out, "cached {cached}, accounted for {out}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn test_an_idle_lease_is_reused_by_one_request_at_a_time() {
+        let p = pair();
+        let g = &p.buckets[0];
+        p.switch.up.store(true, Ordering::SeqCst);
+        let first = lease(&p, g, 64).await;
+        assert!(!first.is_reused());
+        let id = p.a.lease_of(first.token()).expect("a lease");
+        drop(first);
+        // Idle here, still counted by the owner and in this node's allowance (K1).
+        assert_eq!(p.a.num_idle(), 1);
+        assert_eq!(p.a.held_for(g), 1);
+        assert_eq!(p.b.owner.in_use(g), 1);
+        // The next request takes it without a call; the one after it gets a new lease.
+        let second = lease(&p, g, 64).await;
+        assert!(second.is_reused());
+        assert_eq!(p.a.lease_of(second.token()), Some(id.clone()));
+        assert_eq!(p.a.num_idle(), 0);
+        let third = lease(&p, g, 64).await;
+        assert!(!third.is_reused());
+        assert_ne!(p.a.lease_of(third.token()), Some(id.clone()));
+        assert_eq!(p.b.owner.in_use(g), 2);
+        assert_eq!(p.a.held_for(g), 2);
+        // A duplicate of the offer of an idle lease is answered "used" (K5).
+        drop(second);
+        assert_eq!(
+            p.a.handle_offer(&id.0, g, id.1, 64),
+            SharedReply::OfferAnswer {
+                used: true,
+                more_waiting: false
+            }
+        );
+        drop(third);
+        assert_eq!(p.a.num_idle(), 2);
+        let s = &p.a.stats;
+        assert_eq!(s.acquired.load(Ordering::Relaxed), 3);
+        assert_eq!(s.reused.load(Ordering::Relaxed), 1);
+        assert_eq!(s.cached.load(Ordering::Relaxed), 3);
+        assert_idle_adds_up(&p.a);
+        // Both go back to the owner once their window ends.
+        eventually(|| p.b.owner.in_use(g) == 0).await;
+        assert_eq!((p.a.num_idle(), p.a.held_for(g)), (0, 0));
+        assert_idle_adds_up(&p.a);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn test_an_idle_lease_is_released_when_its_window_ends_and_never_reused_after() {
+        let p = pair();
+        let g = &p.buckets[0];
+        p.switch.up.store(true, Ordering::SeqCst);
+        let first = lease(&p, g, 64).await;
+        let id = p.a.lease_of(first.token());
+        drop(first);
+        assert_eq!(p.a.num_idle(), 1);
+        // At the end of its window it is not handed out, even before the expiry task ran.
+        tokio::time::advance(REUSE_WINDOW).await;
+        let next = lease(&p, g, 64).await;
+        assert!(!next.is_reused());
+        assert_ne!(p.a.lease_of(next.token()), id);
+        eventually(|| p.a.num_idle() == 0 && p.b.owner.in_use(g) == 1).await;
+        // A lease whose request outlived the window is released at its end, not cached.
+        tokio::time::advance(REUSE_WINDOW).await;
+        drop(next);
+        assert_eq!(p.a.num_idle(), 0);
+        eventually(|| p.b.owner.in_use(g) == 0).await;
+        // An idle lease nobody takes is released by the expiry task within its window.
+        let idle = lease(&p, g, 64).await;
+        drop(idle);
+        assert_eq!(p.a.num_idle(), 1);
+        let went_idle = tokio::time::Instant::now();
+        eventually(|| p.b.owner.in_use(g) == 0).await;
+        assert!(tokio::time::Instant::now() <= went_idle + REUSE_WINDOW + Duration::from_millis(2));
+        assert_eq!(p.a.held_for(g), 0);
+        assert_eq!(p.a.stats.idle_released.load(Ordering::Relaxed), 2);
+        assert_idle_adds_up(&p.a);
+        // The window counts from the grant, not from when the lease went idle: a lease whose
+        // request ran 30 ms and then idled 30 ms is past it.
+        let ran = lease(&p, g, 64).await;
+        let id = p.a.lease_of(ran.token());
+        tokio::time::advance(Duration::from_millis(30)).await;
+        drop(ran);
+        assert_eq!(p.a.num_idle(), 1);
+        tokio::time::advance(Duration::from_millis(30)).await;
+        let after = lease(&p, g, 64).await;
+        assert!(!after.is_reused());
+        assert_ne!(p.a.lease_of(after.token()), id);
+        drop(after);
+        eventually(|| p.b.owner.in_use(g) == 0).await;
+        assert_idle_adds_up(&p.a);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn test_a_lease_whose_bucket_has_parked_requests_is_released_not_cached() {
+        let p = pair();
+        let g = &p.buckets[0];
+        p.switch.up.store(true, Ordering::SeqCst);
+        let sink = Arc::new(Parked {
+            parked: Mutex::new(1),
+            offered: AtomicU64::new(0),
+            coordinator: OnceLock::new(),
+            taken: Mutex::new(Vec::new()),
+        });
+        p.a.set_sink(sink.clone());
+        // Contended (a request parked here): back to the owner, whose round robin decides.
+        drop(lease(&p, g, 64).await);
+        assert_eq!(p.a.num_idle(), 0);
+        eventually(|| p.b.owner.in_use(g) == 0).await;
+        *sink.parked.lock() = 0;
+        // A pool below IDLE_SHARE caches nothing; one of IDLE_SHARE keeps one idle lease.
+        drop(lease(&p, g, IDLE_SHARE - 1).await);
+        assert_eq!(p.a.num_idle(), 0);
+        let (x, y) = (
+            lease(&p, g, IDLE_SHARE).await,
+            lease(&p, g, IDLE_SHARE).await,
+        );
+        drop(x);
+        drop(y);
+        assert_eq!(p.a.num_idle(), 1);
+        eventually(|| p.b.owner.in_use(g) == 0).await;
+        // A lowered limit sheds idle leases before one is reused (K1).
+        let held: Vec<SharedLease> = futures_held(&p, g, 3 * IDLE_SHARE, 3).await;
+        drop(held);
+        assert_eq!(p.a.num_idle(), 3);
+        let again = lease(&p, g, 2).await;
+        assert!(again.is_reused());
+        assert_eq!(p.a.held_for(g), 2, "one running, one idle: the limit of 2");
+        assert_eq!(p.a.num_idle(), 1);
+        drop(again);
+        eventually(|| p.b.owner.in_use(g) == 0).await;
+        assert_idle_adds_up(&p.a);
+    }
+
+    /// `n` leases of `bucket` held at once.
+    async fn futures_held(p: &Pair, bucket: &str, limit: u64, n: usize) -> Vec<SharedLease> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            out.push(lease(p, bucket, limit).await);
+        }
+        out
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn test_idle_leases_of_a_moved_bucket_are_released_and_shutdown_releases_the_rest() {
+        let p = pair();
+        let (g, h) = (&p.buckets[0], &p.buckets[1]);
+        p.switch.up.store(true, Ordering::SeqCst);
+        drop(lease(&p, g, 64).await);
+        drop(lease(&p, h, 64).await);
+        assert_eq!(p.a.num_idle(), 2);
+        // The node stops: its idle leases go back to the owner before it answers, and a
+        // request that ends afterwards releases its lease.
+        let running = lease(&p, g, 64).await;
+        assert!(running.is_reused());
+        p.a.release_idle().await;
+        assert_eq!(p.a.num_idle(), 0);
+        assert_eq!((p.b.owner.in_use(g), p.b.owner.in_use(h)), (1, 0));
+        drop(running);
+        assert_eq!(p.a.num_idle(), 0);
+        eventually(|| p.b.owner.in_use(g) == 0).await;
+        assert_idle_adds_up(&p.a);
+
+        // On another pair: b leaves the ring, its buckets move to a. The idle lease of b is
+        // released (K7), and the next request asks the bucket's new owner.
+        let p = pair();
+        let g = &p.buckets[0];
+        p.switch.up.store(true, Ordering::SeqCst);
+        drop(lease(&p, g, 64).await);
+        assert_eq!(p.a.num_idle(), 1);
+        p._members.send_replace(Members {
+            live: Arc::new(vec![member("a")]),
+            strangers: Arc::default(),
+        });
+        eventually(|| p.a.num_idle() == 0).await;
+        assert_eq!(p.a.stats.idle_released.load(Ordering::Relaxed), 1);
+        let moved = lease(&p, g, 64).await;
+        assert!(!moved.is_reused());
+        assert_eq!(
+            p.a.lease_of(moved.token()).map(|(o, _)| o),
+            Some(Arc::from("a"))
+        );
+        assert_idle_adds_up(&p.a);
     }
 }

@@ -11,11 +11,13 @@
 //! ```text
 //! coordinator C                          owner O (ring: bucket → O)
 //!   park request (enqueue-first)
+//!   idle lease of O < REUSE_WINDOW old? take it, no call (coordinator.rs, K6–K9)
 //!   Acquire(bucket, limit, wants_queue) ─▶ pool.acquire: grant, or deny + register C
 //!   ◀──────────────── Granted(lease) / Denied
 //!   grant → oldest parked request runs
 //!   every RENEW_EVERY: Renew(leases) ────▶ pool.renew (expiry = now + TTL)
-//!   request ends: Release(leases) ───────▶ pool.release → slot free, waiters? offer
+//!   request ends: lease < REUSE_WINDOW old, nothing of the bucket parked here? keep it idle
+//!   else, or at the window's end: Release(leases) ─▶ pool.release → slot free, waiters? offer
 //!   ◀──────────────── Offer(bucket, lease)  (round-robin over waiting coordinators)
 //!   parked request takes it: used
 //!   OfferAnswer(used, more_waiting) ─────▶ pool.offer_result (unused → next waiter)
@@ -48,8 +50,12 @@
 //! - **reclaim** — a dead holder's leases leave every live owner within
 //!   [`LEASE_TTL`] + [`SWEEP_EVERY`] of its death (or of the lease's creation, for an offer
 //!   made to it after);
-//! - **no stranding** — a node's parked requests of a bucket with room make progress within
-//!   4 × the largest one-way delay + 0.4 s without faults (the owner's registration and
+//! - **K6–K8 (reuse window)** — no lease runs two requests at once, a lease runs requests only
+//!   within [`coordinator::REUSE_WINDOW`] of its first run, the idle caches' counters add up
+//!   and, without faults, no owner reclaims a lease by its TTL;
+//! - **no stranding** — a node's parked requests of a bucket with room (idle leases count as
+//!   room) make progress within
+//!   4 × the largest one-way delay + 0.4 s + [`coordinator::REUSE_WINDOW`] without faults (the owner's registration and
 //!   offers alone, no backstop), plus the backstop's 1 s and [`ACQUIRE_DEADLINE`] once a
 //!   faulty network has healed; at the end nothing is left parked;
 //! - **stats** — `CoordinatorStats` equal what the sink saw, owners and coordinators end

@@ -221,6 +221,8 @@ pub struct SharedPool {
     num_waiters: usize,
     /// Calls that named a lease or offer the pool does not know as such (P2).
     num_violations: u64,
+    /// Leases the sweep reclaimed after their expiry (P6).
+    num_expired: u64,
     /// The expiry of offers, if set; otherwise the TTL of the bucket's latest acquire.
     offer_ttl: Option<Duration>,
 }
@@ -265,6 +267,7 @@ impl SharedPool {
             next_lease: 1,
             num_waiters: 0,
             num_violations: 0,
+            num_expired: 0,
             offer_ttl: None,
         }
     }
@@ -496,6 +499,7 @@ impl SharedPool {
                 break;
             }
             let bucket = self.end_lease(id);
+            self.num_expired += 1;
             offers.extend(self.offer_one(&bucket, now));
             self.remove_if_idle(&bucket);
         }
@@ -623,6 +627,12 @@ impl SharedPool {
     /// outstanding offer (counted, no effect; P2).
     pub fn num_violations(&self) -> u64 {
         self.num_violations
+    }
+
+    /// Leases the sweep reclaimed after their expiry (a lost release, a dead holder, an
+    /// unanswered offer): the simulation checks that none is, in runs without faults.
+    pub fn num_expired(&self) -> u64 {
+        self.num_expired
     }
 
     /// The mutation `sim-mutation-late-waiter` (test only, see Cargo.toml): registers `holder`

@@ -74,12 +74,15 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
             bucket: Some(key.clone()),
         })
     };
-    match (
-        coordinator
-            .acquire(&bucket, limit, waiter.is_some(), acquire_timeout(st))
-            .await,
-        waiter,
-    ) {
+    let acquired = coordinator
+        .acquire(&bucket, limit, waiter.is_some(), acquire_timeout(st))
+        .await;
+    if let Acquired::Lease(lease) = &acquired
+        && lease.is_reused()
+    {
+        stats.total_shared_reused.inc();
+    }
+    match (acquired, waiter) {
         (Acquired::Lease(lease), None) => {
             stats.total_shared_acquired.inc();
             Ok(granted(Some(lease)))
@@ -194,6 +197,13 @@ impl OfferSink for OfferToQueue {
             },
             Err(_) => none,
         }
+    }
+
+    fn num_parked(&self, bucket: &str) -> u64 {
+        let (Some(st), Some(key)) = (self.state.upgrade(), BucketKey::from_wire(bucket)) else {
+            return 0;
+        };
+        st.workload.permits.num_parked(&key)
     }
 }
 

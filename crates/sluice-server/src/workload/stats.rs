@@ -118,8 +118,14 @@ pub struct GroupStats {
     pub unmeasured: Arc<sluice_core::resources::UnmeasuredTasks>,
     /// Monitored breaches that `enabled` would have parked (seed 002).
     pub total_would_queue: Counter,
-    /// Requests admitted with a shared-tier lease granted by the bucket's owner on acquire.
+    /// Requests admitted with a shared-tier lease granted by the bucket's owner on acquire
+    /// (or reused from this node's idle cache: `total_shared_reused`).
     pub total_shared_acquired: Counter,
+    /// Shared leases this node took from its idle cache for a request of the group rather than
+    /// asking the owner (a lease of an ended request, reused within its window of
+    /// `sluice_cluster`'s `REUSE_WINDOW`); each also counts in `total_shared_acquired` or, handed
+    /// to a parked request, `total_shared_pushed`.
+    pub total_shared_reused: Counter,
     /// Parked requests admitted with a shared lease handed to their bucket's oldest waiter (an
     /// owner's offer, or a lease another request of the bucket acquired: enqueue-first).
     pub total_shared_pushed: Counter,
@@ -327,6 +333,7 @@ impl GroupStats {
             "max_queue_wait_millis": self.max_queue_wait_millis.get(),
             "total_would_queue": self.total_would_queue.get(),
             "total_shared_acquired": self.total_shared_acquired.get(),
+            "total_shared_reused": self.total_shared_reused.get(),
             "total_shared_pushed": self.total_shared_pushed.get(),
             "total_shared_throttled": self.total_shared_throttled.get(),
             "total_shared_fail_open": self.total_shared_fail_open.get(),

@@ -637,3 +637,87 @@ async fn test_a_shared_only_ceiling_holds_under_load_on_three_coordinators() {
     );
     assert_eq!(fail_open, 0, "stable membership never fails open");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_busy_coordinator_reuses_idle_leases_and_gives_them_back() {
+    let c = std::sync::Arc::new(TestCluster::start(3, "shared_reuse").await);
+    for i in 0..3 {
+        c.heavy_index(i).await;
+    }
+    enable(&c).await;
+    // A pool large enough to keep idle leases (shared_limit / IDLE_SHARE per coordinator).
+    let id = group(
+        &c,
+        json!({"name": "tenant", "resiliency_mode": "enforced",
+        "resource_limits": {"memory": 0.5},
+        "throttling": {"attribute": "group", "shared_limit": 64}}),
+    )
+    .await;
+    everywhere(&c, 3, &id).await;
+    // Closed-loop clients on every node, round after round, until a node has taken a lease
+    // from its idle cache: two of the three nodes do not own the bucket, and a request that
+    // starts within REUSE_WINDOW of a lease's grant there reuses it.
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    c.eventually(
+        Duration::from_secs(60),
+        "a lease reused from an idle cache",
+        || {
+            let (c, id, sent) = (c.clone(), id.clone(), sent.clone());
+            async move {
+                let mut clients = Vec::new();
+                for node in 0..3 {
+                    for _ in 0..3 {
+                        let (c, id, sent) = (c.clone(), id.clone(), sent.clone());
+                        clients.push(tokio::spawn(async move {
+                            for _ in 0..5 {
+                                let header = [("workloadGroupId", id.as_str())];
+                                let (s, b) = small_search(&c, node, &header).await;
+                                assert_eq!(s, 200, "{b}");
+                                sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }));
+                    }
+                }
+                for h in clients {
+                    h.await.unwrap();
+                }
+                let mut reused = 0;
+                for i in 0..3 {
+                    reused += figures(&c, i, &id).await["total_shared_reused"]
+                        .as_u64()
+                        .unwrap();
+                }
+                (reused > 0).then_some(())
+            }
+        },
+    )
+    .await;
+    // Every request ran on a lease (a reused one counts as acquired), none failed open or
+    // was refused.
+    let (mut acquired, mut reused) = (0, 0);
+    for i in 0..3 {
+        let g = figures(&c, i, &id).await;
+        acquired += g["total_shared_acquired"].as_u64().unwrap();
+        reused += g["total_shared_reused"].as_u64().unwrap();
+        assert_eq!(g["total_shared_fail_open"], 0, "{g}");
+        assert_eq!(g["total_shared_throttled"], 0, "{g}");
+    }
+    let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(acquired, sent, "every request on a lease ({reused} reused)");
+    assert!(reused <= acquired);
+    // Once the load stops, the idle leases go back to the owner within their window.
+    c.eventually(
+        Duration::from_secs(10),
+        "every idle lease released",
+        || async {
+            let mut owned = 0;
+            for i in 0..3 {
+                owned += figures(&c, i, &id).await["shared_leases_owned"]
+                    .as_u64()
+                    .unwrap_or(0);
+            }
+            (owned == 0).then_some(())
+        },
+    )
+    .await;
+}

@@ -215,6 +215,8 @@ async fn test_list_table_pages_with_tokens_and_ends_with_a_footer() {
             "|",
             "TOTAL_SHARED_ACQUIRED",
             "|",
+            "TOTAL_SHARED_REUSED",
+            "|",
             "TOTAL_SHARED_PUSHED",
             "|",
             "TOTAL_SHARED_THROTTLED",

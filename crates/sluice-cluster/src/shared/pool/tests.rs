@@ -302,6 +302,7 @@ fn test_sweep_reclaims_exactly_the_expired_leases_and_offers_their_slots() {
     assert!(pool.lease(short).is_none());
     assert!(pool.lease(long).is_some());
     assert_eq!(pool.in_use("b"), 2);
+    assert_eq!(pool.num_expired(), 1);
     // The holder's late release of the reclaimed lease is counted, with no effect.
     assert_eq!(pool.release(&x, short, Duration::from_secs(11)), None);
     assert_eq!(pool.num_violations(), 1);
@@ -310,6 +311,7 @@ fn test_sweep_reclaims_exactly_the_expired_leases_and_offers_their_slots() {
     let offers = pool.sweep(Duration::from_secs(10) + TTL);
     assert!(offers.is_empty());
     assert_eq!(snapshot(&pool), (0, 0, 0));
+    assert_eq!(pool.num_expired(), 3);
 }
 
 #[test]

@@ -94,7 +94,7 @@ pub const ROW_COLUMNS: [&str; 5] = [
 ];
 
 /// sluice's extra columns, after OpenSearch's: the throttle's and the queue's figures.
-pub const SLUICE_COLUMNS: [(&str, Figure); 16] = [
+pub const SLUICE_COLUMNS: [(&str, Figure); 17] = [
     ("TOTAL_THROTTLED", |s| s.total_throttled.get()),
     ("TOTAL_QUEUED", |s| s.total_queued.get()),
     ("TOTAL_QUEUE_REJECTIONS", |s| s.total_queue_rejections.get()),
@@ -107,6 +107,7 @@ pub const SLUICE_COLUMNS: [(&str, Figure); 16] = [
     ("MAX_QUEUE_WAIT_MILLIS", |s| s.max_queue_wait_millis.get()),
     ("TOTAL_WOULD_QUEUE", |s| s.total_would_queue.get()),
     ("TOTAL_SHARED_ACQUIRED", |s| s.total_shared_acquired.get()),
+    ("TOTAL_SHARED_REUSED", |s| s.total_shared_reused.get()),
     ("TOTAL_SHARED_PUSHED", |s| s.total_shared_pushed.get()),
     ("TOTAL_SHARED_THROTTLED", |s| s.total_shared_throttled.get()),
     ("TOTAL_SHARED_FAIL_OPEN", |s| s.total_shared_fail_open.get()),
