@@ -1,0 +1,509 @@
+//! The coordinator's unit tests (K1-K9).
+
+use std::sync::atomic::AtomicBool;
+
+use super::*;
+use crate::Member;
+use crate::clock::SystemClock;
+use crate::rpc::{BoxFuture, LocalAnswer, LocalApi, RpcError, SharedHandler};
+use crate::shared::{ACQUIRE_DEADLINE, OWNER_LIMITS, SharedTier};
+
+/// Carries node `from`'s shared calls to node b's tier while `up`; fails them as
+/// unreachable otherwise (the owner is lost).
+struct Switch {
+    from: String,
+    up: AtomicBool,
+    b: OnceLock<Arc<SharedTier>>,
+}
+
+impl Transport for Switch {
+    fn ping(&self, to: &Member, _: Duration) -> BoxFuture<'_, Result<String, RpcError>> {
+        let node = to.node_id.clone();
+        Box::pin(async move {
+            Err(RpcError::Remote {
+                node,
+                reason: "not in this test".into(),
+            })
+        })
+    }
+
+    fn local(
+        &self,
+        to: &Member,
+        _: LocalApi,
+        _: serde_json::Value,
+        _: Duration,
+    ) -> BoxFuture<'_, Result<LocalAnswer, RpcError>> {
+        let node = to.node_id.clone();
+        Box::pin(async move {
+            Err(RpcError::Remote {
+                node,
+                reason: "not in this test".into(),
+            })
+        })
+    }
+
+    fn shared(
+        &self,
+        to: &Member,
+        call: SharedCall,
+        _: Duration,
+    ) -> BoxFuture<'_, Result<SharedReply, RpcError>> {
+        let node = to.node_id.clone();
+        Box::pin(async move {
+            match self.b.get() {
+                Some(b) if self.up.load(Ordering::SeqCst) => Ok(b.shared(&self.from, call).await),
+                _ => Err(RpcError::Unreachable {
+                    node,
+                    addr: "test".into(),
+                    reason: "the owner is down".into(),
+                }),
+            }
+        })
+    }
+}
+
+fn member(id: &str) -> Member {
+    Member {
+        node_id: id.into(),
+        generation: 1,
+        name: id.into(),
+        http_addr: "127.0.0.1:9200".parse().expect("an address"),
+        transport_addr: "127.0.0.1:9300".parse().expect("an address"),
+        protocol_version: crate::PROTOCOL_VERSION,
+        backend: "embedded".into(),
+        version: "0.1.0".into(),
+        cluster_uuid: "u".into(),
+    }
+}
+
+/// Node a's coordinator, node b's tier, the switch between them and buckets b owns.
+struct Pair {
+    a: Arc<Coordinator>,
+    b: Arc<SharedTier>,
+    switch: Arc<Switch>,
+    buckets: Vec<String>,
+    _stop: CancellationToken,
+    _members: watch::Sender<Members>,
+}
+
+fn pair() -> Pair {
+    let (tx, rx) = watch::channel(Members {
+        live: Arc::new(vec![member("a"), member("b")]),
+        strangers: Arc::default(),
+    });
+    let stop = CancellationToken::new();
+    let clock: Arc<dyn crate::clock::Clock> = Arc::new(SystemClock::new());
+    let switch = Arc::new(Switch {
+        from: "a".into(),
+        up: AtomicBool::new(false),
+        b: OnceLock::new(),
+    });
+    let to_a = Arc::new(Switch {
+        from: "b".into(),
+        up: AtomicBool::new(false),
+        b: OnceLock::new(),
+    });
+    let start = |me: &str, t: Arc<Switch>| {
+        let owner = Owner::start(
+            Arc::from(me),
+            OWNER_LIMITS,
+            clock.clone(),
+            t.clone(),
+            rx.clone(),
+            stop.clone(),
+        );
+        let c = Coordinator::start(Arc::from(me), t, owner.clone(), rx.clone(), stop.clone());
+        owner.set_local(&c);
+        Arc::new(SharedTier {
+            owner,
+            coordinator: c,
+        })
+    };
+    let a = start("a", switch.clone());
+    let b = start("b", to_a);
+    let _ = switch.b.set(b.clone());
+    let buckets: Vec<String> = (0..100)
+        .map(|i| format!("g\0user-{i}"))
+        .filter(|k| a.coordinator.owner_of(k).is_some_and(|m| m.node_id == "b"))
+        .take(2)
+        .collect();
+    assert_eq!(buckets.len(), 2, "b owns some of 100 buckets");
+    Pair {
+        a: a.coordinator.clone(),
+        b,
+        switch,
+        buckets,
+        _stop: stop,
+        _members: tx,
+    }
+}
+
+/// Polls `f` until it holds, for at most 10 s of (paused) time.
+async fn eventually(mut f: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not met in 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_fail_open_is_bounded_by_the_shared_limit() {
+    let p = pair();
+    let (g, h) = (&p.buckets[0], &p.buckets[1]);
+    // The owner is lost: fail-open admissions up to shared_limit per bucket, then
+    // Unavailable.
+    let mut slots = Vec::new();
+    for _ in 0..2 {
+        match p.a.acquire(g, 2, false, ACQUIRE_DEADLINE).await {
+            Acquired::FailOpen { lease, reason } => {
+                assert!(reason.contains("the owner is down"), "{reason}");
+                slots.push(lease);
+            }
+            other => panic!("expected a fail-open admission, got {other:?}"),
+        }
+    }
+    assert!(matches!(
+        p.a.acquire(g, 2, false, ACQUIRE_DEADLINE).await,
+        Acquired::Unavailable { .. }
+    ));
+    assert!(matches!(
+        p.a.acquire(g, 2, true, ACQUIRE_DEADLINE).await,
+        Acquired::Unavailable { .. }
+    ));
+    assert_eq!(p.a.held_for(g), 2);
+    // Another bucket has its own allowance.
+    let other = p.a.acquire(h, 1, false, ACQUIRE_DEADLINE).await;
+    assert!(matches!(other, Acquired::FailOpen { .. }), "{other:?}");
+    assert!(matches!(
+        p.a.acquire(h, 1, false, ACQUIRE_DEADLINE).await,
+        Acquired::Unavailable { .. }
+    ));
+    // Freeing a slot allows another.
+    drop(slots.pop());
+    assert_eq!(p.a.held_for(g), 1);
+    match p.a.acquire(g, 2, false, ACQUIRE_DEADLINE).await {
+        Acquired::FailOpen { lease, .. } => slots.push(lease),
+        other => panic!("expected a fail-open admission, got {other:?}"),
+    }
+    assert!(matches!(
+        p.a.acquire(g, 2, false, ACQUIRE_DEADLINE).await,
+        Acquired::Unavailable { .. }
+    ));
+    assert_eq!(p.a.stats.fail_open.load(Ordering::Relaxed), 4);
+    // The owner is back with an empty pool: it would grant, but this node already runs
+    // shared_limit requests of the bucket without leases (K1), so the lease goes back.
+    p.switch.up.store(true, Ordering::SeqCst);
+    let denied = p.a.acquire(g, 2, false, ACQUIRE_DEADLINE).await;
+    assert!(
+        matches!(
+            denied,
+            Acquired::Denied {
+                in_use: 2,
+                limit: 2,
+                registered: false
+            }
+        ),
+        "{denied:?}"
+    );
+    eventually(|| p.b.owner.in_use(g) == 0).await;
+    assert_eq!(p.a.held_for(g), 2);
+    // Once a fail-open request ends, the owner's lease is taken.
+    drop(slots.pop());
+    let granted = p.a.acquire(g, 2, false, ACQUIRE_DEADLINE).await;
+    assert!(matches!(granted, Acquired::Lease(_)), "{granted:?}");
+    assert_eq!(p.a.held_for(g), 2);
+    assert_eq!(p.b.owner.in_use(g), 1);
+    drop(granted);
+    drop(slots);
+    eventually(|| p.b.owner.in_use(g) == 0).await;
+    assert_eq!(p.a.held_for(g), 0);
+}
+
+/// Takes offers for up to `parked` requests; counts what it was offered.
+struct Parked {
+    parked: Mutex<u64>,
+    offered: AtomicU64,
+    coordinator: OnceLock<Weak<Coordinator>>,
+    taken: Mutex<Vec<SharedLease>>,
+}
+
+impl OfferSink for Parked {
+    fn offer(&self, _bucket: &str, token: u64) -> OfferAnswer {
+        self.offered.fetch_add(1, Ordering::SeqCst);
+        let mut parked = self.parked.lock();
+        if *parked == 0 {
+            return OfferAnswer {
+                used: false,
+                more_waiting: false,
+            };
+        }
+        *parked -= 1;
+        let c = self
+            .coordinator
+            .get()
+            .and_then(Weak::upgrade)
+            .expect("alive");
+        self.taken
+            .lock()
+            .push(c.take_handed(token).expect("handed"));
+        OfferAnswer {
+            used: true,
+            more_waiting: *parked > 0,
+        }
+    }
+
+    fn num_parked(&self, _bucket: &str) -> u64 {
+        *self.parked.lock()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_a_duplicate_offer_gets_the_first_answer_and_runs_nothing() {
+    let p = pair();
+    let g = &p.buckets[0];
+    let sink = Arc::new(Parked {
+        parked: Mutex::new(1),
+        offered: AtomicU64::new(0),
+        coordinator: OnceLock::new(),
+        taken: Mutex::new(Vec::new()),
+    });
+    let _ = sink.coordinator.set(Arc::downgrade(&p.a));
+    p.a.set_sink(sink.clone());
+    let used = SharedReply::OfferAnswer {
+        used: true,
+        more_waiting: false,
+    };
+    let unused = SharedReply::OfferAnswer {
+        used: false,
+        more_waiting: false,
+    };
+    // Lease 7 runs the parked request; its duplicate runs nothing and says "used", so
+    // the owner never frees a lease in use.
+    assert_eq!(p.a.handle_offer("b", g, 7, 2), used);
+    assert_eq!(p.a.handle_offer("b", g, 7, 2), used);
+    assert_eq!(sink.offered.load(Ordering::SeqCst), 1);
+    assert_eq!(p.a.held_for(g), 1);
+    // Lease 8 finds nothing parked; a request parked since does not take its duplicate,
+    // whose lease the owner has freed on the first answer.
+    assert_eq!(p.a.handle_offer("b", g, 8, 2), unused);
+    *sink.parked.lock() = 1;
+    assert_eq!(p.a.handle_offer("b", g, 8, 2), unused);
+    assert_eq!(sink.offered.load(Ordering::SeqCst), 2);
+    assert_eq!(p.a.held_for(g), 1);
+    // Still true once lease 7's request ended.
+    sink.taken.lock().clear();
+    assert_eq!(p.a.held_for(g), 0);
+    assert_eq!(p.a.handle_offer("b", g, 7, 2), used);
+    assert_eq!(sink.offered.load(Ordering::SeqCst), 2);
+    // K1 on offers: with the limit held, an offer is refused without reaching the sink.
+    assert_eq!(p.a.handle_offer("b", g, 9, 1), used);
+    assert_eq!(p.a.handle_offer("b", g, 10, 1), unused);
+    assert_eq!(sink.offered.load(Ordering::SeqCst), 3);
+}
+
+/// A lease of `bucket` under `limit`, granted or reused.
+async fn lease(p: &Pair, bucket: &str, limit: u64) -> SharedLease {
+    match p.a.acquire(bucket, limit, false, ACQUIRE_DEADLINE).await {
+        Acquired::Lease(l) => l,
+        other => panic!("expected a lease, got {other:?}"),
+    }
+}
+
+/// K8: every lease that went idle is reused, released, lost or still idle.
+fn assert_idle_adds_up(c: &Coordinator) {
+    let s = &c.stats;
+    let cached = s.cached.load(Ordering::Relaxed);
+    let out = s.reused.load(Ordering::Relaxed)
+        + s.idle_released.load(Ordering::Relaxed)
+        + s.idle_lost.load(Ordering::Relaxed)
+        + c.num_idle();
+    assert_eq!(cached, out, "cached {cached}, accounted for {out}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_an_idle_lease_is_reused_by_one_request_at_a_time() {
+    let p = pair();
+    let g = &p.buckets[0];
+    p.switch.up.store(true, Ordering::SeqCst);
+    let first = lease(&p, g, 64).await;
+    assert!(!first.is_reused());
+    let id = p.a.lease_of(first.token()).expect("a lease");
+    drop(first);
+    // Idle here, still counted by the owner and in this node's allowance (K1).
+    assert_eq!(p.a.num_idle(), 1);
+    assert_eq!(p.a.held_for(g), 1);
+    assert_eq!(p.b.owner.in_use(g), 1);
+    // The next request takes it without a call; the one after it gets a new lease.
+    let second = lease(&p, g, 64).await;
+    assert!(second.is_reused());
+    assert_eq!(p.a.lease_of(second.token()), Some(id.clone()));
+    assert_eq!(p.a.num_idle(), 0);
+    let third = lease(&p, g, 64).await;
+    assert!(!third.is_reused());
+    assert_ne!(p.a.lease_of(third.token()), Some(id.clone()));
+    assert_eq!(p.b.owner.in_use(g), 2);
+    assert_eq!(p.a.held_for(g), 2);
+    // A duplicate of the offer of an idle lease is answered "used" (K5).
+    drop(second);
+    assert_eq!(
+        p.a.handle_offer(&id.0, g, id.1, 64),
+        SharedReply::OfferAnswer {
+            used: true,
+            more_waiting: false
+        }
+    );
+    drop(third);
+    assert_eq!(p.a.num_idle(), 2);
+    let s = &p.a.stats;
+    assert_eq!(s.acquired.load(Ordering::Relaxed), 3);
+    assert_eq!(s.reused.load(Ordering::Relaxed), 1);
+    assert_eq!(s.cached.load(Ordering::Relaxed), 3);
+    assert_idle_adds_up(&p.a);
+    // Both go back to the owner once their window ends.
+    eventually(|| p.b.owner.in_use(g) == 0).await;
+    assert_eq!((p.a.num_idle(), p.a.held_for(g)), (0, 0));
+    assert_idle_adds_up(&p.a);
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_an_idle_lease_is_released_when_its_window_ends_and_never_reused_after() {
+    let p = pair();
+    let g = &p.buckets[0];
+    p.switch.up.store(true, Ordering::SeqCst);
+    let first = lease(&p, g, 64).await;
+    let id = p.a.lease_of(first.token());
+    drop(first);
+    assert_eq!(p.a.num_idle(), 1);
+    // At the end of its window it is not handed out, even before the expiry task ran.
+    tokio::time::advance(REUSE_WINDOW).await;
+    let next = lease(&p, g, 64).await;
+    assert!(!next.is_reused());
+    assert_ne!(p.a.lease_of(next.token()), id);
+    eventually(|| p.a.num_idle() == 0 && p.b.owner.in_use(g) == 1).await;
+    // A lease whose request outlived the window is released at its end, not cached.
+    tokio::time::advance(REUSE_WINDOW).await;
+    drop(next);
+    assert_eq!(p.a.num_idle(), 0);
+    eventually(|| p.b.owner.in_use(g) == 0).await;
+    // An idle lease nobody takes is released by the expiry task within its window.
+    let idle = lease(&p, g, 64).await;
+    drop(idle);
+    assert_eq!(p.a.num_idle(), 1);
+    let went_idle = tokio::time::Instant::now();
+    eventually(|| p.b.owner.in_use(g) == 0).await;
+    assert!(tokio::time::Instant::now() <= went_idle + REUSE_WINDOW + Duration::from_millis(2));
+    assert_eq!(p.a.held_for(g), 0);
+    assert_eq!(p.a.stats.idle_released.load(Ordering::Relaxed), 2);
+    assert_idle_adds_up(&p.a);
+    // The window counts from the grant, not from when the lease went idle: a lease whose
+    // request ran 30 ms and then idled 30 ms is past it.
+    let ran = lease(&p, g, 64).await;
+    let id = p.a.lease_of(ran.token());
+    tokio::time::advance(Duration::from_millis(30)).await;
+    drop(ran);
+    assert_eq!(p.a.num_idle(), 1);
+    tokio::time::advance(Duration::from_millis(30)).await;
+    let after = lease(&p, g, 64).await;
+    assert!(!after.is_reused());
+    assert_ne!(p.a.lease_of(after.token()), id);
+    drop(after);
+    eventually(|| p.b.owner.in_use(g) == 0).await;
+    assert_idle_adds_up(&p.a);
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_a_lease_whose_bucket_has_parked_requests_is_released_not_cached() {
+    let p = pair();
+    let g = &p.buckets[0];
+    p.switch.up.store(true, Ordering::SeqCst);
+    let sink = Arc::new(Parked {
+        parked: Mutex::new(1),
+        offered: AtomicU64::new(0),
+        coordinator: OnceLock::new(),
+        taken: Mutex::new(Vec::new()),
+    });
+    p.a.set_sink(sink.clone());
+    // Contended (a request parked here): back to the owner, whose round robin decides.
+    drop(lease(&p, g, 64).await);
+    assert_eq!(p.a.num_idle(), 0);
+    eventually(|| p.b.owner.in_use(g) == 0).await;
+    *sink.parked.lock() = 0;
+    // A pool below IDLE_SHARE caches nothing; one of IDLE_SHARE keeps one idle lease.
+    drop(lease(&p, g, IDLE_SHARE - 1).await);
+    assert_eq!(p.a.num_idle(), 0);
+    let (x, y) = (
+        lease(&p, g, IDLE_SHARE).await,
+        lease(&p, g, IDLE_SHARE).await,
+    );
+    drop(x);
+    drop(y);
+    assert_eq!(p.a.num_idle(), 1);
+    eventually(|| p.b.owner.in_use(g) == 0).await;
+    // A lowered limit sheds idle leases before one is reused (K1).
+    let held: Vec<SharedLease> = futures_held(&p, g, 3 * IDLE_SHARE, 3).await;
+    drop(held);
+    assert_eq!(p.a.num_idle(), 3);
+    let again = lease(&p, g, 2).await;
+    assert!(again.is_reused());
+    assert_eq!(p.a.held_for(g), 2, "one running, one idle: the limit of 2");
+    assert_eq!(p.a.num_idle(), 1);
+    drop(again);
+    eventually(|| p.b.owner.in_use(g) == 0).await;
+    assert_idle_adds_up(&p.a);
+}
+
+/// `n` leases of `bucket` held at once.
+async fn futures_held(p: &Pair, bucket: &str, limit: u64, n: usize) -> Vec<SharedLease> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(lease(p, bucket, limit).await);
+    }
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_idle_leases_of_a_moved_bucket_are_released_and_shutdown_releases_the_rest() {
+    let p = pair();
+    let (g, h) = (&p.buckets[0], &p.buckets[1]);
+    p.switch.up.store(true, Ordering::SeqCst);
+    drop(lease(&p, g, 64).await);
+    drop(lease(&p, h, 64).await);
+    assert_eq!(p.a.num_idle(), 2);
+    // The node stops: its idle leases go back to the owner before it answers, and a
+    // request that ends afterwards releases its lease.
+    let running = lease(&p, g, 64).await;
+    assert!(running.is_reused());
+    p.a.release_idle().await;
+    assert_eq!(p.a.num_idle(), 0);
+    assert_eq!((p.b.owner.in_use(g), p.b.owner.in_use(h)), (1, 0));
+    drop(running);
+    assert_eq!(p.a.num_idle(), 0);
+    eventually(|| p.b.owner.in_use(g) == 0).await;
+    assert_idle_adds_up(&p.a);
+
+    // On another pair: b leaves the ring, its buckets move to a. The idle lease of b is
+    // released (K7), and the next request asks the bucket's new owner.
+    let p = pair();
+    let g = &p.buckets[0];
+    p.switch.up.store(true, Ordering::SeqCst);
+    drop(lease(&p, g, 64).await);
+    assert_eq!(p.a.num_idle(), 1);
+    p._members.send_replace(Members {
+        live: Arc::new(vec![member("a")]),
+        strangers: Arc::default(),
+    });
+    eventually(|| p.a.num_idle() == 0).await;
+    assert_eq!(p.a.stats.idle_released.load(Ordering::Relaxed), 1);
+    let moved = lease(&p, g, 64).await;
+    assert!(!moved.is_reused());
+    assert_eq!(
+        p.a.lease_of(moved.token()).map(|(o, _)| o),
+        Some(Arc::from("a"))
+    );
+    assert_idle_adds_up(&p.a);
+}
