@@ -76,14 +76,14 @@ struct MethodHandles {
 }
 
 impl HttpHandles {
-    fn get(&self, method: &str, route: &str, status: u16) -> Option<(Counter, Histogram)> {
+    fn get(&self, method: &str, route: &str, status: u16) -> Option<(&Counter, &Histogram)> {
         let m = self
             .by_route
             .get(route)?
             .iter()
             .find(|m| &*m.method == method)?;
         let (_, counter) = m.by_status.iter().find(|(s, _)| *s == status)?;
-        Some((counter.clone(), m.duration.clone()))
+        Some((counter, &m.duration))
     }
 
     fn insert(
@@ -149,19 +149,19 @@ impl NodeMetrics {
 
     /// Records one answered HTTP request.
     pub fn record_http(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
-        let cached = self.http.read().get(method, route, status);
-        let (counter, duration) = match cached {
-            Some(handles) => handles,
-            None => {
-                let (counter, duration) = self.register_http(method, route, status);
-                self.http
-                    .write()
-                    .insert(method, route, status, &counter, &duration);
-                (counter, duration)
-            }
-        };
+        let seconds = elapsed.as_secs_f64();
+        if let Some((counter, duration)) = self.http.read().get(method, route, status) {
+            // The handles are atomics: recorded under the read lock, without cloning them.
+            counter.increment(1);
+            duration.record(seconds);
+            return;
+        }
+        let (counter, duration) = self.register_http(method, route, status);
         counter.increment(1);
-        duration.record(elapsed.as_secs_f64());
+        duration.record(seconds);
+        self.http
+            .write()
+            .insert(method, route, status, &counter, &duration);
     }
 
     /// The registry's handles of the HTTP metrics for one method, route and status.
