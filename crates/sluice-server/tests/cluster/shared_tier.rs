@@ -47,6 +47,26 @@ async fn everywhere(c: &TestCluster, n: usize, id: &str) {
     }
 }
 
+/// Three nodes with the heavy index, workload management enabled, and a group `tenant` whose
+/// only limit is `shared_limit` (memory 0.5, enforced), in every node's view: how most tests here
+/// start. Returns the cluster and the group's id.
+async fn shared_cluster(name: &str, shared_limit: usize) -> (TestCluster, String) {
+    let c = TestCluster::start(3, name).await;
+    for i in 0..3 {
+        c.heavy_index(i).await;
+    }
+    enable(&c).await;
+    let id = group(
+        &c,
+        json!({"name": "tenant", "resiliency_mode": "enforced",
+        "resource_limits": {"memory": 0.5},
+        "throttling": {"attribute": "group", "shared_limit": shared_limit}}),
+    )
+    .await;
+    everywhere(&c, 3, &id).await;
+    (c, id)
+}
+
 /// A cheap search of the group on node `i` (`header` tags it).
 async fn small_search(c: &TestCluster, i: usize, header: &[(&str, &str)]) -> (u16, Value) {
     c.req_with(
@@ -94,19 +114,7 @@ async fn running(c: &TestCluster, i: usize) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_shared_only_ceiling_holds_across_coordinators_and_frees_on_release() {
-    let c = TestCluster::start(3, "shared_ceiling").await;
-    for i in 0..3 {
-        c.heavy_index(i).await;
-    }
-    enable(&c).await;
-    let id = group(
-        &c,
-        json!({"name": "tenant", "resiliency_mode": "enforced",
-        "resource_limits": {"memory": 0.5},
-        "throttling": {"attribute": "group", "shared_limit": 2}}),
-    )
-    .await;
-    everywhere(&c, 3, &id).await;
+    let (c, id) = shared_cluster("shared_ceiling", 2).await;
     let header = [("workloadGroupId", id.as_str())];
     // Two heavy searches on two coordinators take the two cluster-wide slots.
     let a = c.start_search(0, "/heavy/_search", heavy_query(), &header);
@@ -287,19 +295,7 @@ async fn hold_on_a_non_owner(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_owner_killed_fails_open_counted_then_the_ceiling_returns() {
-    let mut c = TestCluster::start(3, "shared_owner_kill").await;
-    for i in 0..3 {
-        c.heavy_index(i).await;
-    }
-    enable(&c).await;
-    let id = group(
-        &c,
-        json!({"name": "tenant", "resiliency_mode": "enforced",
-        "resource_limits": {"memory": 0.5},
-        "throttling": {"attribute": "group", "shared_limit": 1}}),
-    )
-    .await;
-    everywhere(&c, 3, &id).await;
+    let (mut c, id) = shared_cluster("shared_owner_kill", 1).await;
     let header = [("workloadGroupId", id.as_str())];
     let (holder, owner, held) = hold_on_a_non_owner(&c, &id).await;
     let third = 3 - holder - owner;
@@ -366,19 +362,7 @@ async fn test_owner_killed_fails_open_counted_then_the_ceiling_returns() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_leases_of_a_killed_coordinator_are_reclaimed() {
-    let mut c = TestCluster::start(3, "shared_reclaim").await;
-    for i in 0..3 {
-        c.heavy_index(i).await;
-    }
-    enable(&c).await;
-    let id = group(
-        &c,
-        json!({"name": "tenant", "resiliency_mode": "enforced",
-        "resource_limits": {"memory": 0.5},
-        "throttling": {"attribute": "group", "shared_limit": 1}}),
-    )
-    .await;
-    everywhere(&c, 3, &id).await;
+    let (mut c, id) = shared_cluster("shared_reclaim", 1).await;
     let header = [("workloadGroupId", id.as_str())];
     let (holder, owner, held) = hold_on_a_non_owner(&c, &id).await;
     let third = 3 - holder - owner;
@@ -407,19 +391,7 @@ async fn test_a_hung_owner_is_waited_for_the_configured_timeout_then_fails_open(
     /// Longer than the default 200 ms by far, and shorter than the membership takes to drop a
     /// stopped node (seconds), so the call waits on the hung owner for the whole timeout.
     const TIMEOUT: Duration = Duration::from_secs(2);
-    let c = TestCluster::start(3, "shared_hung_owner").await;
-    for i in 0..3 {
-        c.heavy_index(i).await;
-    }
-    enable(&c).await;
-    let id = group(
-        &c,
-        json!({"name": "tenant", "resiliency_mode": "enforced",
-        "resource_limits": {"memory": 0.5},
-        "throttling": {"attribute": "group", "shared_limit": 2}}),
-    )
-    .await;
-    everywhere(&c, 3, &id).await;
+    let (c, id) = shared_cluster("shared_hung_owner", 2).await;
     // The holder's lease lives on `owner`, the node the holder's ring names for the bucket.
     let (holder, owner, held) = hold_on_a_non_owner(&c, &id).await;
     set_everywhere(&c, 3, "wlm.workload_group.shared_acquire_timeout", "2s").await;
@@ -530,19 +502,8 @@ async fn test_a_shared_only_ceiling_holds_under_load_on_three_coordinators() {
     const CLIENTS_PER_NODE: usize = 3;
     /// How long the clients keep sending.
     const LOAD_FOR: Duration = Duration::from_secs(12);
-    let c = std::sync::Arc::new(TestCluster::start(3, "shared_load").await);
-    for i in 0..3 {
-        c.heavy_index(i).await;
-    }
-    enable(&c).await;
-    let id = group(
-        &c,
-        json!({"name": "tenant", "resiliency_mode": "enforced",
-        "resource_limits": {"memory": 0.5},
-        "throttling": {"attribute": "group", "shared_limit": CEILING}}),
-    )
-    .await;
-    everywhere(&c, 3, &id).await;
+    let (c, id) = shared_cluster("shared_load", CEILING).await;
+    let c = std::sync::Arc::new(c);
     // This test is about the ceiling while owners answer: on a machine as loaded as this test
     // makes it (nine clients, three debug-build nodes on two cores), an owner's answer can take
     // longer than the default 200 ms, and a request would fail open (admitted without a
@@ -640,20 +601,9 @@ async fn test_a_shared_only_ceiling_holds_under_load_on_three_coordinators() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_busy_coordinator_reuses_idle_leases_and_gives_them_back() {
-    let c = std::sync::Arc::new(TestCluster::start(3, "shared_reuse").await);
-    for i in 0..3 {
-        c.heavy_index(i).await;
-    }
-    enable(&c).await;
     // A pool large enough to keep idle leases (shared_limit / IDLE_SHARE per coordinator).
-    let id = group(
-        &c,
-        json!({"name": "tenant", "resiliency_mode": "enforced",
-        "resource_limits": {"memory": 0.5},
-        "throttling": {"attribute": "group", "shared_limit": 64}}),
-    )
-    .await;
-    everywhere(&c, 3, &id).await;
+    let (c, id) = shared_cluster("shared_reuse", 64).await;
+    let c = std::sync::Arc::new(c);
     // Closed-loop clients on every node, round after round, until a node has taken a lease
     // from its idle cache: two of the three nodes do not own the bucket, and a request that
     // starts within REUSE_WINDOW of a lease's grant there reuses it.
