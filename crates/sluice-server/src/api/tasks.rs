@@ -114,6 +114,9 @@ pub async fn list(
         None,
         meta.principal.clone(),
     );
+    if let Some(id) = &meta.opaque_id {
+        _listing.task().set_opaque_id(id.clone());
+    }
     let group_by = params.get("group_by").map_or("nodes", String::as_str);
     if !matches!(group_by, "nodes" | "none" | "parents") {
         return Err(EngineError::illegal_argument(format!(
