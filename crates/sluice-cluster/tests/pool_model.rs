@@ -1,6 +1,7 @@
 //! The shared pool against a reference model: random sequences of acquire, renew, release,
 //! offer results (stale and duplicated ones included), sweeps, purges and clock advances over
-//! a few buckets and holders. After every step the pool's answers must equal the model's, P1–P6
+//! a few buckets and holders, and batches of extra leases. After every step the pool's answers
+//! must equal the model's, P1–P7
 //! of `src/shared/pool.rs` are checked on the pool itself, and a twin pool fed the same calls
 //! must answer the same (determinism: its hash maps have other random keys).
 //!
@@ -43,6 +44,13 @@ enum Op {
         more_waiting: bool,
         ttl: u64,
     },
+    /// A batch of up to `n` more leases right after an acquire (P7).
+    GrantMore {
+        bucket: usize,
+        holder: usize,
+        n: u64,
+        ttl: u64,
+    },
     Sweep,
     Purge {
         holder: usize,
@@ -63,6 +71,9 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(pick, as_holder)| Op::Release { pick, as_holder }),
         3 => (0usize..40, any::<bool>(), any::<bool>(), 1u64..8).prop_map(
             |(pick, used, more_waiting, ttl)| Op::OfferResult { pick, used, more_waiting, ttl }
+        ),
+        2 => (0..BUCKETS.len(), 0..HOLDERS.len(), 0u64..4, 1u64..8).prop_map(
+            |(bucket, holder, n, ttl)| Op::GrantMore { bucket, holder, n, ttl }
         ),
         1 => Just(Op::Sweep),
         1 => (0..HOLDERS.len()).prop_map(|holder| Op::Purge { holder }),
@@ -170,6 +181,29 @@ impl Model {
         let live: BTreeSet<String> = self.leases.values().map(|l| l.bucket.clone()).collect();
         self.buckets
             .retain(|b, e| live.contains(b) || !e.waiters.is_empty());
+    }
+
+    /// P7: extra leases only from room no waiter is owed, within the limit and the lease cap.
+    fn grant_more(
+        &mut self,
+        bucket: &str,
+        holder: &str,
+        n: u64,
+        ttl: Duration,
+        now: Duration,
+    ) -> Vec<LeaseId> {
+        let in_use = self.in_use(bucket);
+        let Some(entry) = self.buckets.get(bucket) else {
+            return Vec::new();
+        };
+        if !entry.waiters.is_empty() {
+            return Vec::new();
+        }
+        let room = entry.limit.saturating_sub(in_use);
+        let caps = (self.limits.max_leases - self.leases.len()) as u64;
+        (0..n.min(room).min(caps))
+            .map(|_| LeaseId(self.new_lease(bucket, holder, now + ttl, false)))
+            .collect()
     }
 
     fn acquire(
@@ -362,6 +396,7 @@ impl Model {
 #[derive(Debug, Clone, PartialEq)]
 enum Answer {
     Acquire(AcquireOutcome),
+    More(Vec<LeaseId>),
     Lost(Vec<LeaseId>),
     Offer(Option<Offer>),
     Offers(Vec<Offer>),
@@ -534,6 +569,35 @@ impl Harness {
                     Answer::Offer(got)
                 }
             }
+            Op::GrantMore {
+                bucket,
+                holder,
+                n,
+                ttl,
+            } => {
+                let (b, h) = (BUCKETS[*bucket], HOLDERS[*holder]);
+                let had_waiters = self.pool.waiters(b).count() > 0;
+                let call = |p: &mut SharedPool| p.grant_more(&arc(b), &arc(h), *n, secs(*ttl), now);
+                let (got, twin) = (call(&mut self.pool), call(&mut self.twin));
+                assert_eq!(got, twin, "determinism");
+                assert_eq!(got, self.model.grant_more(b, h, *n, secs(*ttl), now));
+                assert!(got.len() as u64 <= *n);
+                if had_waiters {
+                    assert!(got.is_empty(), "P7: a batch while {b} has waiters");
+                }
+                for lease in &got {
+                    assert_eq!(
+                        self.pool.lease(*lease).map(|l| l.expires),
+                        Some(now + secs(*ttl)),
+                        "P6"
+                    );
+                    self.issued.push(*lease);
+                }
+                if !got.is_empty() {
+                    self.check_p1(b);
+                }
+                Answer::More(got)
+            }
             Op::Sweep => {
                 let got = self.pool.sweep(now);
                 assert_eq!(got, self.twin.sweep(now));
@@ -687,7 +751,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
-    fn pool_matches_model_and_keeps_p1_to_p6(
+    fn pool_matches_model_and_keeps_p1_to_p7(
         limits in limits(),
         ops in prop::collection::vec(op(), 1..120),
     ) {

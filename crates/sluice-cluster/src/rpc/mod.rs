@@ -84,11 +84,13 @@ pub trait LocalHandler: Send + Sync + 'static {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SharedCall {
     /// One lease of `bucket` under `limit`; with `wants_queue`, a denial registers the caller
-    /// as a waiter (it has parked the request first).
+    /// as a waiter (it has parked the request first). With a grant, up to `extra` more leases
+    /// from room no waiter is owed (a batch for the caller's idle cache; the pool's P7).
     Acquire {
         bucket: String,
         limit: u64,
         wants_queue: bool,
+        extra: u64,
     },
     /// Extends the caller's leases.
     Renew { leases: Vec<u64> },
@@ -107,8 +109,12 @@ pub enum SharedCall {
 /// The answer to a [`SharedCall`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SharedReply {
-    /// Acquire: granted.
-    Granted { lease: u64, ttl: Duration },
+    /// Acquire: granted, with the `extra` leases of a batch (maybe none).
+    Granted {
+        lease: u64,
+        ttl: Duration,
+        extra: Vec<u64>,
+    },
     /// Acquire: the pool is full.
     Denied {
         in_use: u64,

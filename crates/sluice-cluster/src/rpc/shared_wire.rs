@@ -21,10 +21,12 @@ pub fn request(header: Option<Header>, call: SharedCall) -> SharedRequest {
             bucket,
             limit,
             wants_queue,
+            extra,
         } => Call::Acquire(SharedAcquire {
             bucket,
             limit,
             wants_queue,
+            extra,
         }),
         SharedCall::Renew { leases } => Call::Renew(SharedLeases { leases }),
         SharedCall::Release { leases } => Call::Release(SharedLeases { leases }),
@@ -54,6 +56,7 @@ pub fn call_of(req: SharedRequest) -> Option<SharedCall> {
             bucket: a.bucket,
             limit: a.limit,
             wants_queue: a.wants_queue,
+            extra: a.extra,
         },
         Call::Renew(l) => SharedCall::Renew { leases: l.leases },
         Call::Release(l) => SharedCall::Release { leases: l.leases },
@@ -69,9 +72,10 @@ pub fn call_of(req: SharedRequest) -> Option<SharedCall> {
 /// The response message of `reply`.
 pub fn response(reply: SharedReply) -> SharedResponse {
     let reply = match reply {
-        SharedReply::Granted { lease, ttl } => Reply::Granted(SharedGranted {
+        SharedReply::Granted { lease, ttl, extra } => Reply::Granted(SharedGranted {
             lease,
             ttl_ms: millis(ttl),
+            extra,
         }),
         SharedReply::Denied {
             in_use,
@@ -98,6 +102,7 @@ pub fn reply_of(resp: SharedResponse) -> Option<SharedReply> {
         Reply::Granted(g) => SharedReply::Granted {
             lease: g.lease,
             ttl: Duration::from_millis(g.ttl_ms),
+            extra: g.extra,
         },
         Reply::Denied(d) => SharedReply::Denied {
             in_use: d.in_use,
@@ -125,6 +130,7 @@ mod tests {
                 bucket: "b".into(),
                 limit: 3,
                 wants_queue: true,
+                extra: 5,
             },
             SharedCall::Renew { leases: vec![1, 2] },
             SharedCall::Release { leases: vec![3] },
@@ -142,6 +148,7 @@ mod tests {
             SharedReply::Granted {
                 lease: 4,
                 ttl: Duration::from_millis(1500),
+                extra: vec![5, 6],
             },
             SharedReply::Denied {
                 in_use: 2,

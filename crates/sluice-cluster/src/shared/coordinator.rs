@@ -22,6 +22,17 @@
 //! microsecond: nothing to save), nor are leases of buckets whose `shared_limit` is below
 //! [`IDLE_SHARE`] (a small pool, where an idle slot here would refuse a request elsewhere).
 //!
+//! # Batches (issue 14 point 10)
+//!
+//! The window saves calls only once a node holds as many leases as it runs requests: a node
+//! whose load ramps up, or whose leases' windows just ended, would still pay one acquire per
+//! request it adds. So an acquire sent to a remote owner asks for `extra` leases besides its
+//! own — as many as the bucket's requests running here, within the idle cache's caps
+//! (K9) and the allowance (K1), none while requests of the bucket are parked here — and the
+//! owner grants them from room no waiter is owed (the pool's P7). They go into the idle cache
+//! at once, their window starting at the grant (K10): one call brings a node's leases up to
+//! twice what it runs, and a window's worth of requests then runs without calling the owner.
+//!
 //! # Invariants
 //! - **K1 (fail-open bound)** — per bucket, the leases this coordinator holds plus the requests
 //!   it admitted failing open never exceed the bucket's `shared_limit` as last asked: a fail-open
@@ -62,7 +73,8 @@
 //! - **K8 (no idle lease leaks)** — an idle lease leaves the cache exactly once: reused, released
 //!   (its window ended, its owner or bucket moved, its bucket's limit was lowered, shutdown:
 //!   [`Coordinator::release_idle`]) or dropped when its owner reported it lost on renewal, so
-//!   `cached = reused + idle_released + idle_lost + num_idle()` always. Tested by the unit
+//!   `cached + prefetched = reused + idle_released + idle_lost + num_idle()` always. Tested by
+//!   the unit
 //!   tests of the cache and the simulation (the counters at the end of every seed, nothing
 //!   idle once settled, and in clean scenarios no lease reclaimed by an owner's TTL sweep).
 //! - **K9 (contended buckets go back to the owner)** — a lease whose bucket has a request
@@ -70,6 +82,12 @@
 //!   leases of a bucket are at most `min(`[`MAX_IDLE_PER_BUCKET`]`, limit / `[`IDLE_SHARE`]`)`
 //!   and [`MAX_IDLE`] in all. Tested by
 //!   `test_a_lease_whose_bucket_has_parked_requests_is_released_not_cached`.
+//! - **K10 (batches)** — the extra leases of a batch are idle leases from their grant: they
+//!   count in the bucket's allowance (K1) and caps (K9) — those that do not fit are released at
+//!   once — and are reusable only within [`REUSE_WINDOW`] of the grant (K7); a batch is asked
+//!   only of a remote owner, and only while no request of the bucket is parked here. Tested by
+//!   `test_a_batch_fills_the_idle_cache_and_runs_the_next_requests_without_a_call`,
+//!   `test_a_batch_beyond_the_caches_room_is_released` and the simulation (K1, K6–K8).
 
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -312,6 +330,9 @@ pub struct CoordinatorStats {
     pub cached: AtomicU64,
     /// Acquires answered with an idle lease, without a call (also counted in `acquired`).
     pub reused: AtomicU64,
+    /// Extra leases of batches put in the idle cache (K10), unused yet: a request that takes
+    /// one counts in `reused` (K8).
+    pub prefetched: AtomicU64,
     /// Idle leases released to their owner: window ended, owner or bucket moved, limit
     /// lowered, shutdown (K8).
     pub idle_released: AtomicU64,
@@ -406,35 +427,42 @@ impl Coordinator {
         let reply = match &owner {
             None => Err("no live node serves the shared tier (empty ring)".to_string()),
             Some(m) if *m.node_id == *self.me => {
-                Ok(self.owner.acquire(&self.me, bucket, limit, wants_queue))
+                Ok(self.owner.acquire(&self.me, bucket, limit, wants_queue, 0))
             }
-            Some(m) => self
-                .transport
-                .shared(
-                    m,
-                    SharedCall::Acquire {
-                        bucket: bucket.to_string(),
-                        limit,
-                        wants_queue,
-                    },
-                    deadline,
-                )
-                .await
-                .map_err(|e| e.to_string()),
+            Some(m) => {
+                let extra = self.extra_wanted(bucket, limit, wants_queue);
+                self.transport
+                    .shared(
+                        m,
+                        SharedCall::Acquire {
+                            bucket: bucket.to_string(),
+                            limit,
+                            wants_queue,
+                            extra,
+                        },
+                        deadline,
+                    )
+                    .await
+                    .map_err(|e| e.to_string())
+            }
         };
         let bucket: Arc<str> = Arc::from(bucket);
         match reply {
-            Ok(SharedReply::Granted { lease, .. }) => {
+            Ok(SharedReply::Granted { lease, extra, .. }) => {
                 let owner_id: Arc<str> = Arc::from(owner.map_or_else(String::new, |m| m.node_id));
-                match self.hold(bucket, Some((owner_id.clone(), lease)), Some(limit)) {
+                match self.hold(bucket.clone(), Some((owner_id.clone(), lease)), Some(limit)) {
                     Ok(slot) => {
                         self.stats.acquired.fetch_add(1, Ordering::Relaxed);
+                        self.stash(&bucket, &owner_id, extra);
                         Acquired::Lease(slot)
                     }
                     Err(held) => {
                         // K1: this node already runs `limit` requests of the bucket on slots
                         // this owner does not count (fail-open slots, leases lost or of an
                         // earlier owner): give the lease back rather than exceed it.
+                        for l in extra {
+                            let _ = self.releases.send((owner_id.clone(), l));
+                        }
                         let _ = self.releases.send((owner_id, lease));
                         self.stats.denied.fetch_add(1, Ordering::Relaxed);
                         Acquired::Denied {
@@ -584,6 +612,87 @@ impl Coordinator {
             self.stats.reused.fetch_add(1, Ordering::Relaxed);
         }
         slot
+    }
+
+    /// How many leases beyond the one asked for to ask `bucket`'s remote owner for (K10): as
+    /// many as the bucket's requests running here — so a node's leases double with each call
+    /// as a load ramps up, and a lone request asks for its own only — within what its idle cache may keep (K9) and its allowance (K1). None
+    /// while other requests of the bucket are parked here (contended: K9), or when stopping.
+    fn extra_wanted(&self, bucket: &str, limit: u64, wants_queue: bool) -> u64 {
+        let room = {
+            let st = self.state.lock();
+            if st.closing {
+                return 0;
+            }
+            let (held, idle) = st
+                .per_bucket
+                .get(bucket)
+                .map_or((0, 0), |a| (a.held, a.idle));
+            let max_idle = MAX_IDLE_PER_BUCKET.min(limit / IDLE_SHARE);
+            (held - idle)
+                .min(max_idle.saturating_sub(idle))
+                .min(limit.saturating_sub(held + 1))
+                .min(MAX_IDLE.saturating_sub(st.num_idle))
+        };
+        if room == 0 {
+            return 0;
+        }
+        // The request asking may itself be parked (enqueue-first): others make it contended.
+        let parked = self.sink.get().map_or(0, |s| s.num_parked(bucket));
+        if parked > u64::from(wants_queue) {
+            0
+        } else {
+            room
+        }
+    }
+
+    /// Puts the extra leases of a batch `owner` granted with a lease of `bucket` in the idle
+    /// cache, their window starting now (K10); those the cache or the allowance cannot take
+    /// (K1, K9: the limit, other requests' leases went idle meanwhile, shutdown) are released.
+    fn stash(&self, bucket: &Arc<str>, owner: &Arc<str>, leases: Vec<u64>) {
+        if leases.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut release = Vec::new();
+        let mut kept = 0;
+        let mut st = self.state.lock();
+        for lease in leases {
+            let fits = !st.closing
+                && st.num_idle < MAX_IDLE
+                && st
+                    .per_bucket
+                    .get(bucket)
+                    .is_some_and(|a| a.held < a.limit && a.idle < a.max_idle());
+            if !fits {
+                release.push(lease);
+                continue;
+            }
+            if let Some(a) = st.per_bucket.get_mut(bucket) {
+                a.held += 1;
+                a.idle += 1;
+            }
+            st.num_idle += 1;
+            st.idle.entry(bucket.clone()).or_default().push(Idle {
+                owner: owner.clone(),
+                lease,
+                got_at: now,
+            });
+            kept += 1;
+        }
+        let ends = now + REUSE_WINDOW;
+        let wake = kept > 0 && st.wake_at.is_none_or(|at| ends < at);
+        if wake {
+            st.wake_at = Some(ends);
+        }
+        drop(st);
+        self.stats.prefetched.fetch_add(kept, Ordering::Relaxed);
+        if wake {
+            self.went_idle.notify_one();
+        }
+        for lease in release {
+            let _ = self.releases.send((owner.clone(), lease));
+        }
     }
 
     /// Queues the release of idle leases taken out of the cache (K8).

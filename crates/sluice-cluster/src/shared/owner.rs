@@ -96,19 +96,32 @@ impl Owner {
             .collect()
     }
 
-    /// Answers an acquire from `from`.
-    pub fn acquire(&self, from: &str, bucket: &str, limit: u64, wants_queue: bool) -> SharedReply {
+    /// Answers an acquire from `from`; a grant comes with up to `extra` more leases of the
+    /// bucket's free room when no waiter is owed it (the pool's P7), granted under the same
+    /// lock.
+    pub fn acquire(
+        &self,
+        from: &str,
+        bucket: &str,
+        limit: u64,
+        wants_queue: bool,
+        extra: u64,
+    ) -> SharedReply {
         let now = self.clock.now();
         #[cfg(feature = "sim-mutation-late-waiter")]
         let (wants_queue, late) = (false, wants_queue);
-        let outcome = self.pool.lock().acquire(
-            &Arc::from(bucket),
-            limit,
-            &Arc::from(from),
-            wants_queue,
-            LEASE_TTL,
-            now,
-        );
+        let (bucket_id, holder): (Arc<str>, Arc<str>) = (Arc::from(bucket), Arc::from(from));
+        let (outcome, more) = {
+            let mut pool = self.pool.lock();
+            let outcome = pool.acquire(&bucket_id, limit, &holder, wants_queue, LEASE_TTL, now);
+            let more = match outcome {
+                AcquireOutcome::Granted { .. } if extra > 0 => {
+                    pool.grant_more(&bucket_id, &holder, extra, LEASE_TTL, now)
+                }
+                _ => Vec::new(),
+            };
+            (outcome, more)
+        };
         #[cfg(feature = "sim-mutation-late-waiter")]
         let outcome = match outcome {
             AcquireOutcome::Denied { in_use, limit, .. } if late => {
@@ -125,6 +138,7 @@ impl Owner {
             AcquireOutcome::Granted { lease, .. } => SharedReply::Granted {
                 lease: lease.0,
                 ttl: LEASE_TTL,
+                extra: more.into_iter().map(|l| l.0).collect(),
             },
             AcquireOutcome::Denied {
                 in_use,
@@ -169,7 +183,8 @@ impl Owner {
                 bucket,
                 limit,
                 wants_queue,
-            } => self.acquire(from, &bucket, limit, wants_queue),
+                extra,
+            } => self.acquire(from, &bucket, limit, wants_queue, extra),
             SharedCall::Renew { leases } => {
                 let ids: Vec<LeaseId> = leases.into_iter().map(LeaseId).collect();
                 let lost = self.pool.lock().renew(&holder, &ids, LEASE_TTL, now);
@@ -421,6 +436,7 @@ mod tests {
             bucket: "b".into(),
             limit: 2,
             wants_queue: false,
+            extra: 0,
         };
         match o.handle("x", call) {
             SharedReply::Granted { lease, .. } => lease,

@@ -100,6 +100,14 @@
 //!   `test_renew_extends_live_leases_and_reports_the_rest_lost` and the model test (`p6`
 //!   after every step).
 //!
+//! - **P7 (batches take only free room)** — [`grant_more`](SharedPool::grant_more) grants
+//!   extra leases only to a bucket with no registered waiter, only while fewer than its limit
+//!   are out (P1) and within the lease cap (P4); its leases are ordinary leases (P2, P6). So a
+//!   coordinator's batch never takes a slot a waiting coordinator is owed, and a bucket with
+//!   waiters is served one lease per acquire, round-robin (P5). Tested by
+//!   `test_grant_more_takes_only_free_room_and_never_when_someone_waits` and the model test
+//!   (`GrantMore` steps, P1 after each).
+//!
 //! # Memory
 //!
 //! Per lease: an entry of the lease map (id 8 bytes + bucket and holder `Arc<str>` 16 each +
@@ -200,7 +208,7 @@ pub struct LeaseInfo<'a> {
 /// The owner's table of shared-tier leases and waiters.
 ///
 /// # Invariants
-/// P1–P6 of the [module documentation](self).
+/// P1–P7 of the [module documentation](self).
 #[derive(Debug)]
 pub struct SharedPool {
     /// The hard caps (P4).
@@ -355,6 +363,42 @@ impl SharedPool {
         let expires = now.saturating_add(ttl);
         let lease = self.insert_lease(bucket.clone(), holder.clone(), expires, false);
         AcquireOutcome::Granted { lease, expires }
+    }
+
+    /// Grants `holder` up to `n` more leases of `bucket`, each alive until `now + ttl`, as a
+    /// batch right after one of its acquires was granted (P7): only while the bucket has no
+    /// waiter and fewer than its limit are out, and within the lease cap. Returns the leases
+    /// granted, oldest first: none for a bucket without an entry or with waiters.
+    pub fn grant_more(
+        &mut self,
+        bucket: &Arc<str>,
+        holder: &Arc<str>,
+        n: u64,
+        ttl: Duration,
+        now: Duration,
+    ) -> Vec<LeaseId> {
+        let cap_room = self.limits.max_leases.saturating_sub(self.leases.len()) as u64;
+        let Some(entry) = self.buckets.get_mut(bucket) else {
+            return Vec::new();
+        };
+        if !entry.waiters.is_empty() {
+            return Vec::new();
+        }
+        let count = entry
+            .limit
+            .saturating_sub(entry.in_use)
+            .min(n)
+            .min(cap_room);
+        if count == 0 {
+            // Also a limit lowered below the leases out: nothing (P1).
+            return Vec::new();
+        }
+        entry.in_use += count;
+        debug_assert!(entry.in_use <= entry.limit, "P1: a batch above the limit");
+        let expires = now.saturating_add(ttl);
+        (0..count)
+            .map(|_| self.insert_lease(bucket.clone(), holder.clone(), expires, false))
+            .collect()
     }
 
     /// Extends the holder's leases; returns the ids it does not hold (expired/unknown: the

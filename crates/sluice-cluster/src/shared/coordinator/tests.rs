@@ -1,4 +1,4 @@
-//! The coordinator's unit tests (K1-K9).
+//! The coordinator's unit tests (K1-K10).
 
 use std::sync::atomic::AtomicBool;
 
@@ -14,6 +14,8 @@ struct Switch {
     from: String,
     up: AtomicBool,
     b: OnceLock<Arc<SharedTier>>,
+    /// Acquire calls carried.
+    acquires: AtomicU64,
 }
 
 impl Transport for Switch {
@@ -50,6 +52,9 @@ impl Transport for Switch {
         _: Duration,
     ) -> BoxFuture<'_, Result<SharedReply, RpcError>> {
         let node = to.node_id.clone();
+        if matches!(call, SharedCall::Acquire { .. }) {
+            self.acquires.fetch_add(1, Ordering::SeqCst);
+        }
         Box::pin(async move {
             match self.b.get() {
                 Some(b) if self.up.load(Ordering::SeqCst) => Ok(b.shared(&self.from, call).await),
@@ -98,11 +103,13 @@ fn pair() -> Pair {
         from: "a".into(),
         up: AtomicBool::new(false),
         b: OnceLock::new(),
+        acquires: AtomicU64::new(0),
     });
     let to_a = Arc::new(Switch {
         from: "b".into(),
         up: AtomicBool::new(false),
         b: OnceLock::new(),
+        acquires: AtomicU64::new(0),
     });
     let start = |me: &str, t: Arc<Switch>| {
         let owner = Owner::start(
@@ -314,10 +321,11 @@ async fn lease(p: &Pair, bucket: &str, limit: u64) -> SharedLease {
     }
 }
 
-/// K8: every lease that went idle is reused, released, lost or still idle.
+/// K8: every lease that went idle (a request ended on it, or it came in a batch) is reused,
+/// released, lost or still idle.
 fn assert_idle_adds_up(c: &Coordinator) {
     let s = &c.stats;
-    let cached = s.cached.load(Ordering::Relaxed);
+    let cached = s.cached.load(Ordering::Relaxed) + s.prefetched.load(Ordering::Relaxed);
     let out = s.reused.load(Ordering::Relaxed)
         + s.idle_released.load(Ordering::Relaxed)
         + s.idle_lost.load(Ordering::Relaxed)
@@ -346,8 +354,10 @@ async fn test_an_idle_lease_is_reused_by_one_request_at_a_time() {
     let third = lease(&p, g, 64).await;
     assert!(!third.is_reused());
     assert_ne!(p.a.lease_of(third.token()), Some(id.clone()));
-    assert_eq!(p.b.owner.in_use(g), 2);
-    assert_eq!(p.a.held_for(g), 2);
+    // With one request running, the call asked for a batch of one more (K10), now idle.
+    assert_eq!(p.b.owner.in_use(g), 3);
+    assert_eq!(p.a.held_for(g), 3);
+    assert_eq!(p.a.num_idle(), 1);
     // A duplicate of the offer of an idle lease is answered "used" (K5).
     drop(second);
     assert_eq!(
@@ -358,11 +368,12 @@ async fn test_an_idle_lease_is_reused_by_one_request_at_a_time() {
         }
     );
     drop(third);
-    assert_eq!(p.a.num_idle(), 2);
+    assert_eq!(p.a.num_idle(), 3);
     let s = &p.a.stats;
     assert_eq!(s.acquired.load(Ordering::Relaxed), 3);
     assert_eq!(s.reused.load(Ordering::Relaxed), 1);
     assert_eq!(s.cached.load(Ordering::Relaxed), 3);
+    assert_eq!(s.prefetched.load(Ordering::Relaxed), 1);
     assert_idle_adds_up(&p.a);
     // Both go back to the owner once their window ends.
     eventually(|| p.b.owner.in_use(g) == 0).await;
@@ -505,5 +516,72 @@ async fn test_idle_leases_of_a_moved_bucket_are_released_and_shutdown_releases_t
         p.a.lease_of(moved.token()).map(|(o, _)| o),
         Some(Arc::from("a"))
     );
+    assert_idle_adds_up(&p.a);
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_a_batch_fills_the_idle_cache_and_runs_the_next_requests_without_a_call() {
+    let p = pair();
+    let g = &p.buckets[0];
+    p.switch.up.store(true, Ordering::SeqCst);
+    // Eight requests arrive one after another and keep running: each call asks for as many
+    // extra leases as requests run here (K10), so calls double the leases: 1, 1 + 1, 3 + 3,
+    // 7 + 7: four calls for eight requests, the rest from the idle cache.
+    let running = futures_held(&p, g, 1_000, 8).await;
+    let s = &p.a.stats;
+    assert_eq!(p.switch.acquires.load(Ordering::SeqCst), 4);
+    assert_eq!(s.prefetched.load(Ordering::Relaxed), 1 + 3 + 7);
+    assert_eq!(s.reused.load(Ordering::Relaxed), 4);
+    assert_eq!(running.iter().filter(|l| l.is_reused()).count(), 4);
+    assert_eq!(p.a.num_idle(), 7);
+    // Every one is a lease the owner counts, within the node's allowance (K1).
+    assert_eq!(p.b.owner.in_use(g), 15);
+    assert_eq!(p.a.held_for(g), 15);
+    // They end: fifteen idle leases serve the next fifteen requests without a call.
+    drop(running);
+    assert_eq!(p.a.num_idle(), 15);
+    let again = futures_held(&p, g, 1_000, 15).await;
+    assert_eq!(p.switch.acquires.load(Ordering::SeqCst), 4);
+    assert!(again.iter().all(SharedLease::is_reused));
+    drop(again);
+    assert_idle_adds_up(&p.a);
+    // A lone request asks for its own lease only.
+    eventually(|| p.b.owner.in_use(g) == 0).await;
+    drop(lease(&p, g, 1_000).await);
+    assert_eq!(p.b.owner.in_use(g), 1);
+    assert_eq!(s.prefetched.load(Ordering::Relaxed), 11);
+    // Nothing is left with the owner once the windows end (K7, K8).
+    eventually(|| p.b.owner.in_use(g) == 0).await;
+    assert_eq!((p.a.num_idle(), p.a.held_for(g)), (0, 0));
+    assert_idle_adds_up(&p.a);
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_a_batch_beyond_the_caches_room_is_released() {
+    let p = pair();
+    let g = &p.buckets[0];
+    p.switch.up.store(true, Ordering::SeqCst);
+    let limit = 2 * IDLE_SHARE;
+    let running = lease(&p, g, limit).await;
+    // Five leases for node a's cache, which keeps two of this bucket (K9): as when other
+    // requests' leases went idle while the call was out.
+    let SharedReply::Granted { lease, extra, .. } = p.b.owner.acquire("a", g, limit, false, 4)
+    else {
+        panic!("room for a grant");
+    };
+    assert_eq!(extra.len(), 4);
+    assert_eq!(p.b.owner.in_use(g), 6);
+    let mut batch = extra;
+    batch.push(lease);
+    p.a.stash(&Arc::from(g.as_str()), &Arc::from("b"), batch);
+    assert_eq!(p.a.num_idle(), 2);
+    assert_eq!(p.a.held_for(g), 3);
+    assert_eq!(p.a.stats.prefetched.load(Ordering::Relaxed), 2);
+    // The three it could not keep go back to the owner at once; the two kept, at the end of
+    // their window.
+    eventually(|| p.b.owner.in_use(g) == 3).await;
+    drop(running);
+    eventually(|| p.b.owner.in_use(g) == 0).await;
+    assert_eq!((p.a.num_idle(), p.a.held_for(g)), (0, 0));
     assert_idle_adds_up(&p.a);
 }

@@ -1,5 +1,5 @@
 //! Unit tests of the shared pool, one behaviour each; the model test in `tests/pool_model.rs`
-//! checks P1–P6 over random sequences.
+//! checks P1–P7 over random sequences.
 
 use super::*;
 
@@ -437,4 +437,48 @@ fn test_a_holder_whose_release_overtook_its_used_answer_rejoins_and_gets_the_roo
     assert_eq!(tiny.num_waiters(), 0);
     assert_eq!(pool.rejoin(&id("c"), 0, &y, TTL, T0), None);
     assert_eq!(pool.waiters("c").count(), 0);
+}
+
+#[test]
+fn test_grant_more_takes_only_free_room_and_never_when_someone_waits() {
+    let (mut pool, b, a, c) = (pool(), id("b"), id("a"), id("c"));
+    // No entry (no grant before): nothing.
+    assert!(pool.grant_more(&b, &a, 3, TTL, T0).is_empty());
+    granted(pool.acquire(&b, 4, &a, false, TTL, T0));
+    // Asks for 5 more, gets the 3 left under the limit of 4 (P1), ordinary live leases.
+    let more = pool.grant_more(&b, &a, 5, TTL, T0);
+    assert_eq!(more.len(), 3);
+    assert_eq!(pool.in_use("b"), 4);
+    for l in &more {
+        let info = pool.lease(*l).expect("a live lease");
+        assert_eq!(
+            (&**info.holder, info.expires, info.offered),
+            ("a", TTL, false)
+        );
+    }
+    assert!(pool.grant_more(&b, &a, 1, TTL, T0).is_empty(), "full");
+    // c waits; then an acquire raises the limit to 8: room, but c is owed it (P5 offers it at
+    // the next sweep), so a batch takes none of it.
+    assert!(matches!(
+        pool.acquire(&b, 4, &c, true, TTL, T0),
+        AcquireOutcome::Denied {
+            waiter_registered: true,
+            ..
+        }
+    ));
+    granted(pool.acquire(&b, 8, &a, false, TTL, T0));
+    assert!(pool.waiters("b").any(|w| &**w == "c"));
+    assert!(
+        pool.grant_more(&b, &a, 3, TTL, T0).is_empty(),
+        "P7: a waiter is owed the room"
+    );
+    assert_eq!(pool.in_use("b"), 5);
+}
+
+#[test]
+fn test_grant_more_stays_within_the_lease_cap() {
+    let (mut pool, b, a) = (SharedPool::new(caps(10, 3)), id("b"), id("a"));
+    granted(pool.acquire(&b, 100, &a, false, TTL, T0));
+    assert_eq!(pool.grant_more(&b, &a, 10, TTL, T0).len(), 2, "P4");
+    assert_eq!(pool.num_leases(), 3);
 }
