@@ -50,9 +50,10 @@
 //!   observation.
 //! - **K6 (always)** — no lease runs two requests at once (a lease handed out of a
 //!   coordinator's idle cache is held by one request only). Checked at every admission.
-//! - **K7 (always)** — a lease runs a request only within `REUSE_WINDOW` of its first run (the
-//!   coordinator got it no later than that, and reuses it only within the window of getting
-//!   it), and a lease handed out before comes back from `acquire` flagged `is_reused` (an
+//! - **K7 (always)** — a lease runs a request only within `REUSE_WINDOW` of its first run or
+//!   of the latest batch its coordinator got for the bucket from the lease's owner, whichever
+//!   is later (the coordinator got it no later than its first run, reuses it only within the
+//!   window of getting it, and a batch restarts the window: K10), and a lease handed out before comes back from `acquire` flagged `is_reused` (an
 //!   extra lease of a batch, K10, is flagged too: it also comes from the idle cache).
 //!   Checked at every admission.
 //! - **Reclaim** — a lease whose holder incarnation died is gone from every live owner's pool
@@ -393,6 +394,10 @@ struct World {
     strand_since: Mutex<BTreeMap<(usize, usize), Duration>>,
     /// When each lease first ran a request, for K7 (a reuse within [`REUSE_WINDOW`]).
     first_run: Mutex<BTreeMap<(Arc<str>, u64), Duration>>,
+    /// When each coordinator last got a batch of extra leases from an owner for a bucket,
+    /// `(node, owner, bucket) → time`: it restarts the windows of the node's leases of the
+    /// bucket from that owner (K10), for K7.
+    batch_at: Mutex<BTreeMap<(usize, Arc<str>, String), Duration>>,
     /// Every lease a coordinator handed out (acquire or offer), to tell reuses apart.
     leases_seen: Mutex<BTreeSet<(Arc<str>, u64)>>,
     /// A digest of what happened, to show replays are identical.
@@ -595,9 +600,17 @@ impl World {
         if let Some(id) = &lease_id {
             let now = self.now();
             let first = *self.first_run.lock().entry(id.clone()).or_insert(now);
-            if now - first >= REUSE_WINDOW {
+            // A batch of the bucket from the lease's owner restarted its window (K10).
+            let batch = self
+                .batch_at
+                .lock()
+                .get(&(node, id.0.clone(), bucket_name(req.bucket)))
+                .copied()
+                .unwrap_or_default();
+            let since = first.max(batch);
+            if now - since >= REUSE_WINDOW {
                 self.fail(format!(
-                    "K7: node n{node} runs request {} on lease {id:?}, first run at {first:?}: reused after its window of {REUSE_WINDOW:?}",
+                    "K7: node n{node} runs request {} on lease {id:?}, first run at {first:?}, last batch at {batch:?}: reused after its window of {REUSE_WINDOW:?}",
                     req.id
                 ));
             }
@@ -1287,6 +1300,10 @@ impl Transport for SimTransport {
             }
             let start = Instant::now();
             let to: usize = to_id[1..].parse().expect("n<i>");
+            let asked = match &call {
+                SharedCall::Acquire { bucket, .. } => Some(bucket.clone()),
+                _ => None,
+            };
             let plan = w.plan();
             let (tx, rx) = oneshot::channel();
             let weak = Arc::downgrade(&w);
@@ -1315,7 +1332,20 @@ impl Transport for SimTransport {
                 ));
             }
             match tokio::time::timeout(deadline, rx).await {
-                Ok(Ok(reply)) => reply,
+                Ok(Ok(reply)) => {
+                    // The coordinator acts on the answer in this same poll: K10's restart of
+                    // the bucket's windows happens now.
+                    if let (Some(bucket), Ok(SharedReply::Granted { extra, .. })) = (asked, &reply)
+                        && !extra.is_empty()
+                        && let Some(w) = self.world.upgrade()
+                    {
+                        let now = w.now();
+                        w.batch_at
+                            .lock()
+                            .insert((self.from, Arc::from(to_id.as_str()), bucket), now);
+                    }
+                    reply
+                }
                 _ => {
                     tokio::time::sleep_until(start + deadline).await;
                     Err(RpcError::DeadlineExceeded {
@@ -1370,6 +1400,7 @@ async fn simulate(seed: u64) -> Outcome {
         orphans: Mutex::new(BTreeMap::new()),
         strand_since: Mutex::new(BTreeMap::new()),
         first_run: Mutex::new(BTreeMap::new()),
+        batch_at: Mutex::new(BTreeMap::new()),
         leases_seen: Mutex::new(BTreeSet::new()),
         trace: Mutex::new(seed),
         next_req: Mutex::new(1),

@@ -32,6 +32,9 @@
 //! owner grants them from room no waiter is owed (the pool's P7). They go into the idle cache
 //! at once, their window starting at the grant (K10): one call brings a node's leases up to
 //! twice what it runs, and a window's worth of requests then runs without calling the owner.
+//! A batch also restarts the windows of the node's other leases of the bucket (the owner had
+//! room and no waiter as it answered), so under a steady load the requests that outlive a
+//! window keep their lease for the next request rather than releasing it.
 //!
 //! # Invariants
 //! - **K1 (fail-open bound)** — per bucket, the leases this coordinator holds plus the requests
@@ -85,9 +88,17 @@
 //! - **K10 (batches)** — the extra leases of a batch are idle leases from their grant: they
 //!   count in the bucket's allowance (K1) and caps (K9) — those that do not fit are released at
 //!   once — and are reusable only within [`REUSE_WINDOW`] of the grant (K7); a batch is asked
-//!   only of a remote owner, and only while no request of the bucket is parked here. Tested by
+//!   only of a remote owner, and only while no request of the bucket is parked here. A batch
+//!   of at least one lease also restarts the window of this node's other leases of the bucket
+//!   from that owner: the owner granted it only because no waiter was owed room (P7), which is
+//!   what a fresh grant of each would have shown. So K7 reads "within [`REUSE_WINDOW`] of the
+//!   latest grant of the lease or of a batch of its bucket and owner", and a lease still goes
+//!   back within [`REUSE_WINDOW`] + the longest request once its owner has a waiter (no batch
+//!   is granted then). Tested by
 //!   `test_a_batch_fills_the_idle_cache_and_runs_the_next_requests_without_a_call`,
-//!   `test_a_batch_beyond_the_caches_room_is_released` and the simulation (K1, K6–K8).
+//!   `test_a_batch_beyond_the_caches_room_is_released`,
+//!   `test_a_batch_restarts_the_window_of_the_buckets_other_leases` and the simulation (K1,
+//!   K6–K8, and K7 counted from the latest batch).
 
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -649,6 +660,10 @@ impl Coordinator {
     /// Puts the extra leases of a batch `owner` granted with a lease of `bucket` in the idle
     /// cache, their window starting now (K10); those the cache or the allowance cannot take
     /// (K1, K9: the limit, other requests' leases went idle meanwhile, shutdown) are released.
+    ///
+    /// A batch with at least one lease is the owner's word that, as it answered, no waiter was
+    /// owed room in the bucket (P7): the windows of this node's other leases of the bucket from
+    /// that owner, running or idle, start again now (K10), as if granted with it.
     fn stash(&self, bucket: &Arc<str>, owner: &Arc<str>, leases: Vec<u64>) {
         if leases.is_empty() {
             return;
@@ -657,6 +672,16 @@ impl Coordinator {
         let mut release = Vec::new();
         let mut kept = 0;
         let mut st = self.state.lock();
+        for h in st.held.values_mut() {
+            if h.bucket == *bucket && h.lease.as_ref().is_some_and(|(o, _)| o == owner) {
+                h.got_at = now;
+            }
+        }
+        if let Some(list) = st.idle.get_mut(bucket) {
+            for i in list.iter_mut().filter(|i| i.owner == *owner) {
+                i.got_at = now;
+            }
+        }
         for lease in leases {
             let fits = !st.closing
                 && st.num_idle < MAX_IDLE

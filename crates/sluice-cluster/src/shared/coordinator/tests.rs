@@ -585,3 +585,35 @@ async fn test_a_batch_beyond_the_caches_room_is_released() {
     assert_eq!((p.a.num_idle(), p.a.held_for(g)), (0, 0));
     assert_idle_adds_up(&p.a);
 }
+
+#[tokio::test(start_paused = true)]
+async fn test_a_batch_restarts_the_window_of_the_buckets_other_leases() {
+    let p = pair();
+    let g = &p.buckets[0];
+    p.switch.up.store(true, Ordering::SeqCst);
+    let long = lease(&p, g, 1_000).await;
+    let long_id = p.a.lease_of(long.token());
+    tokio::time::advance(Duration::from_millis(40)).await;
+    // A second request: one running, so the call brings a batch of one, and with it the word
+    // that no waiter was owed room: the running lease's window starts again (K10).
+    let second = lease(&p, g, 1_000).await;
+    assert_eq!(p.a.stats.prefetched.load(Ordering::Relaxed), 1);
+    tokio::time::advance(Duration::from_millis(20)).await;
+    // 60 ms after its grant, 20 ms after the batch: the long request's lease is kept.
+    drop(long);
+    assert_eq!(p.a.num_idle(), 2);
+    let next = lease(&p, g, 1_000).await;
+    assert!(next.is_reused());
+    let ids = [p.a.lease_of(next.token())];
+    drop(next);
+    drop(second);
+    // Without a batch nothing restarts: 50 ms after the batch every idle lease goes back.
+    tokio::time::advance(Duration::from_millis(30)).await;
+    let after = lease(&p, g, 1_000).await;
+    assert!(!after.is_reused());
+    assert_ne!([p.a.lease_of(after.token())], ids);
+    assert_ne!(p.a.lease_of(after.token()), long_id);
+    drop(after);
+    eventually(|| p.b.owner.in_use(g) == 0).await;
+    assert_idle_adds_up(&p.a);
+}
