@@ -357,6 +357,9 @@ struct Req {
     cancel_after: Option<Duration>,
 }
 
+/// `(coordinator node, owner id, bucket)`.
+type BatchKey = (usize, Arc<str>, String);
+
 #[derive(Default)]
 struct Tally {
     arrived: u64,
@@ -397,7 +400,7 @@ struct World {
     /// When each coordinator last got a batch of extra leases from an owner for a bucket,
     /// `(node, owner, bucket) → time`: it restarts the windows of the node's leases of the
     /// bucket from that owner (K10), for K7.
-    batch_at: Mutex<BTreeMap<(usize, Arc<str>, String), Duration>>,
+    batch_at: Mutex<BTreeMap<BatchKey, Duration>>,
     /// Every lease a coordinator handed out (acquire or offer), to tell reuses apart.
     leases_seen: Mutex<BTreeSet<(Arc<str>, u64)>>,
     /// A digest of what happened, to show replays are identical.
