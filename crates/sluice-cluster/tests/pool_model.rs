@@ -705,6 +705,12 @@ impl Harness {
                 .map(|e| e.waiters.iter().map(String::as_str).collect())
                 .unwrap_or_default();
             assert_eq!(list, want);
+            // P7: room no waiter is owed, as the model sees it.
+            let unowed = model
+                .buckets
+                .get(b)
+                .is_some_and(|e| e.waiters.is_empty() && model.in_use(b) < e.limit);
+            assert_eq!(pool.has_unowed_room(b), unowed, "P7 {b}");
             // P4: one registration per (bucket, holder).
             let distinct: BTreeSet<&str> = list.iter().copied().collect();
             assert_eq!(distinct.len(), list.len(), "P4: a holder registered twice");

@@ -51,9 +51,10 @@
 //! - **K6 (always)** — no lease runs two requests at once (a lease handed out of a
 //!   coordinator's idle cache is held by one request only). Checked at every admission.
 //! - **K7 (always)** — a lease runs a request only within `REUSE_WINDOW` of its first run or
-//!   of the latest batch its coordinator got for the bucket from the lease's owner, whichever
-//!   is later (the coordinator got it no later than its first run, reuses it only within the
-//!   window of getting it, and a batch restarts the window: K10), and a lease handed out before comes back from `acquire` flagged `is_reused` (an
+//!   of the latest batch or room answer its coordinator got for the bucket from the lease's
+//!   owner, whichever is later (the coordinator got it no later than its first run, reuses it
+//!   only within the window of getting it, and a batch or a room answer restarts the window:
+//!   K10, K11), and a lease handed out before comes back from `acquire` flagged `is_reused` (an
 //!   extra lease of a batch, K10, is flagged too: it also comes from the idle cache).
 //!   Checked at every admission.
 //! - **Reclaim** — a lease whose holder incarnation died is gone from every live owner's pool
@@ -375,6 +376,8 @@ struct Tally {
     reused: u64,
     /// Of which with an extra lease of a batch, running its first request (K10).
     batched: u64,
+    /// Windows restarted by an owner's room answer, over the nodes live at the end (K11).
+    extended: u64,
     max_in_flight: Vec<u64>,
 }
 
@@ -397,9 +400,9 @@ struct World {
     strand_since: Mutex<BTreeMap<(usize, usize), Duration>>,
     /// When each lease first ran a request, for K7 (a reuse within [`REUSE_WINDOW`]).
     first_run: Mutex<BTreeMap<(Arc<str>, u64), Duration>>,
-    /// When each coordinator last got a batch of extra leases from an owner for a bucket,
-    /// `(node, owner, bucket) → time`: it restarts the windows of the node's leases of the
-    /// bucket from that owner (K10), for K7.
+    /// When each coordinator last got a batch of extra leases (K10) or a room answer (K11)
+    /// from an owner for a bucket, `(node, owner, bucket) → time`: it restarts the windows of
+    /// the node's leases of the bucket from that owner, for K7.
     batch_at: Mutex<BTreeMap<BatchKey, Duration>>,
     /// Every lease a coordinator handed out (acquire or offer), to tell reuses apart.
     leases_seen: Mutex<BTreeSet<(Arc<str>, u64)>>,
@@ -828,6 +831,7 @@ impl World {
                 ));
             }
             let c = &inc.tier.coordinator;
+            self.tally.lock().extended += c.stats.extended.load(Ordering::Relaxed);
             if c.num_held() != 0 {
                 self.fail(format!(
                     "stats: coordinator n{n} still holds {} slots at the end",
@@ -1303,9 +1307,10 @@ impl Transport for SimTransport {
             }
             let start = Instant::now();
             let to: usize = to_id[1..].parse().expect("n<i>");
-            let asked = match &call {
-                SharedCall::Acquire { bucket, .. } => Some(bucket.clone()),
-                _ => None,
+            let asked: Vec<String> = match &call {
+                SharedCall::Acquire { bucket, .. } => vec![bucket.clone()],
+                SharedCall::Room { buckets } => buckets.clone(),
+                _ => Vec::new(),
             };
             let plan = w.plan();
             let (tx, rx) = oneshot::channel();
@@ -1336,16 +1341,22 @@ impl Transport for SimTransport {
             }
             match tokio::time::timeout(deadline, rx).await {
                 Ok(Ok(reply)) => {
-                    // The coordinator acts on the answer in this same poll: K10's restart of
-                    // the bucket's windows happens now.
-                    if let (Some(bucket), Ok(SharedReply::Granted { extra, .. })) = (asked, &reply)
-                        && !extra.is_empty()
-                        && let Some(w) = self.world.upgrade()
-                    {
+                    // The coordinator acts on the answer in this same poll: the restart of
+                    // the windows of a batch's bucket (K10) or of a bucket with room (K11)
+                    // happens now.
+                    let restarted: Vec<bool> = match &reply {
+                        Ok(SharedReply::Granted { extra, .. }) => vec![!extra.is_empty()],
+                        Ok(SharedReply::Room { free }) => free.clone(),
+                        _ => Vec::new(),
+                    };
+                    if let Some(w) = self.world.upgrade() {
                         let now = w.now();
-                        w.batch_at
-                            .lock()
-                            .insert((self.from, Arc::from(to_id.as_str()), bucket), now);
+                        let mut at = w.batch_at.lock();
+                        for (bucket, yes) in asked.into_iter().zip(restarted) {
+                            if yes {
+                                at.insert((self.from, Arc::from(to_id.as_str()), bucket), now);
+                            }
+                        }
                     }
                     reply
                 }
@@ -1480,12 +1491,13 @@ async fn simulate(seed: u64) -> Outcome {
     }
     let t = w.tally.lock();
     let summary = format!(
-        "arrived {} admitted {} (fail-open {}, reused {}, batched {}) refused {} cancelled {} killed {}; max in flight per bucket {:?}; ended at {:?}",
+        "arrived {} admitted {} (fail-open {}, reused {}, batched {}, extended {}) refused {} cancelled {} killed {}; max in flight per bucket {:?}; ended at {:?}",
         t.arrived,
         t.admitted,
         t.fail_open,
         t.reused,
         t.batched,
+        t.extended,
         t.refused,
         t.cancelled,
         t.killed,
@@ -1684,9 +1696,9 @@ fn test_a_seed_replays_identically() {
 fn test_the_workload_exercises_every_path() {
     // The seeds CI checks must reach the paths the checks are about: grants, denials,
     // offers, fail-open, crashes with leases out, refusals, leases reused from the idle
-    // cache, and extra leases of batches running requests.
+    // cache, extra leases of batches running requests, and windows extended.
     let (mut fail_open, mut offers, mut killed, mut refused, mut cancelled) = (0, 0, 0, 0, 0);
-    let (mut reused, mut batched) = (0, 0);
+    let (mut reused, mut batched, mut extended) = (0, 0, 0);
     for seed in 0..200 {
         let out = run_seed(seed);
         assert!(out.failure.is_none(), "seed {seed}: {:?}", out.failure);
@@ -1701,6 +1713,7 @@ fn test_the_workload_exercises_every_path() {
         fail_open += field("fail-open ");
         reused += field("reused ");
         batched += field("batched ");
+        extended += field("extended ");
         killed += field("killed ");
         refused += field("refused ");
         cancelled += field("cancelled ");
@@ -1714,6 +1727,10 @@ fn test_the_workload_exercises_every_path() {
     assert!(
         batched > 0,
         "no extra lease of a batch ran a request in 200 seeds"
+    );
+    assert!(
+        extended > 0,
+        "no window extended by a room answer in 200 seeds"
     );
     assert!(killed > 0, "no request killed by a crash in 200 seeds");
     assert!(refused > 0, "no refusal in 200 seeds");

@@ -104,6 +104,9 @@ pub enum SharedCall {
         ttl: Duration,
         limit: u64,
     },
+    /// Per bucket, whether the owner has room no waiter is owed (the pool's P7): the caller
+    /// keeps its idle leases of those buckets for another reuse window.
+    Room { buckets: Vec<String> },
 }
 
 /// The answer to a [`SharedCall`].
@@ -129,6 +132,8 @@ pub enum SharedReply {
     Released,
     /// Offer: whether the lease now runs a request, and whether more wait.
     OfferAnswer { used: bool, more_waiting: bool },
+    /// Room: per asked bucket, in order, whether it has room no waiter is owed.
+    Room { free: Vec<bool> },
 }
 
 /// What a node runs when another node makes a shared-tier call to it.

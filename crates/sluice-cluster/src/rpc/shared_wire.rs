@@ -5,8 +5,8 @@ use std::time::Duration;
 use super::proto::shared_request::Call;
 use super::proto::shared_response::Reply;
 use super::proto::{
-    Header, SharedAcquire, SharedDenied, SharedGranted, SharedLeases, SharedOffer,
-    SharedOfferAnswer, SharedRequest, SharedResponse,
+    Header, SharedAcquire, SharedBuckets, SharedDenied, SharedGranted, SharedLeases, SharedOffer,
+    SharedOfferAnswer, SharedRequest, SharedResponse, SharedRoom,
 };
 use super::{SharedCall, SharedReply};
 
@@ -41,6 +41,7 @@ pub fn request(header: Option<Header>, call: SharedCall) -> SharedRequest {
             ttl_ms: millis(ttl),
             limit,
         }),
+        SharedCall::Room { buckets } => Call::Room(SharedBuckets { buckets }),
     };
     SharedRequest {
         header,
@@ -66,6 +67,7 @@ pub fn call_of(req: SharedRequest) -> Option<SharedCall> {
             ttl: Duration::from_millis(o.ttl_ms),
             limit: o.limit,
         },
+        Call::Room(b) => SharedCall::Room { buckets: b.buckets },
     })
 }
 
@@ -92,6 +94,7 @@ pub fn response(reply: SharedReply) -> SharedResponse {
         SharedReply::OfferAnswer { used, more_waiting } => {
             Reply::Offer(SharedOfferAnswer { used, more_waiting })
         }
+        SharedReply::Room { free } => Reply::Room(SharedRoom { free }),
     };
     SharedResponse { reply: Some(reply) }
 }
@@ -116,6 +119,7 @@ pub fn reply_of(resp: SharedResponse) -> Option<SharedReply> {
             used: o.used,
             more_waiting: o.more_waiting,
         },
+        Reply::Room(r) => SharedReply::Room { free: r.free },
     })
 }
 
@@ -140,6 +144,9 @@ mod tests {
                 ttl: Duration::from_secs(30),
                 limit: 4,
             },
+            SharedCall::Room {
+                buckets: vec!["b".into(), "c".into()],
+            },
         ];
         for c in calls {
             assert_eq!(call_of(request(None, c.clone())), Some(c));
@@ -161,6 +168,9 @@ mod tests {
             SharedReply::OfferAnswer {
                 used: true,
                 more_waiting: false,
+            },
+            SharedReply::Room {
+                free: vec![true, false],
             },
         ];
         for r in replies {

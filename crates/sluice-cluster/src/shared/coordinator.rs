@@ -36,6 +36,19 @@
 //! room and no waiter as it answered), so under a steady load the requests that outlive a
 //! window keep their lease for the next request rather than releasing it.
 //!
+//! # Extending hot windows (issue 14 point 10)
+//!
+//! Windows still end every [`REUSE_WINDOW`], and with them a node's idle leases, after which
+//! the next requests of a busy bucket ask the owner again, on their way. So shortly before the
+//! idle leases of a bucket reach the end of their window ([`EXTEND_AHEAD`]), if requests took
+//! leases from the cache during it, the expiry task asks the owner — one call for all such
+//! buckets of that owner, off every request's path — whether it has room no waiter is owed
+//! ([`SharedCall::Room`]); for the buckets that have, the windows of the node's leases start
+//! again (K11), exactly as a batch restarts them (K10). A bucket whose owner has a waiter, or
+//! is full, or does not answer, lets its windows end as before, and one that nobody reused
+//! gives its idle leases back: under a steady load a node calls each owner about once per
+//! window, whatever the number of requests.
+//!
 //! # Invariants
 //! - **K1 (fail-open bound)** — per bucket, the leases this coordinator holds plus the requests
 //!   it admitted failing open never exceed the bucket's `shared_limit` as last asked: a fail-open
@@ -99,6 +112,15 @@
 //!   `test_a_batch_beyond_the_caches_room_is_released`,
 //!   `test_a_batch_restarts_the_window_of_the_buckets_other_leases` and the simulation (K1,
 //!   K6–K8, and K7 counted from the latest batch).
+//! - **K11 (extended windows)** — a window restarts only on the owner's word that the bucket
+//!   has room no waiter is owed: a batch (K10) or a `Room` answer, asked for a bucket only if
+//!   one of its leases was taken from the cache since the windows last started, once per
+//!   window. So K7's "latest grant" includes these answers, and once the owner has a waiter
+//!   (it answers no, and grants no batch) every lease of the bucket goes back within
+//!   [`REUSE_WINDOW`] + the longest request, as before; a bucket nobody reused lets its idle
+//!   leases go at the end of their window. Tested by
+//!   `test_a_reused_buckets_windows_are_extended_while_its_owner_has_unowed_room` and the
+//!   simulation (K7 counted from the latest batch or room answer).
 
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -110,7 +132,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::owner::Owner;
-use super::{MIN_SHARED_PROTOCOL, RENEW_EVERY};
+use super::{ACQUIRE_DEADLINE, MIN_SHARED_PROTOCOL, RENEW_EVERY};
 use crate::membership::Members;
 use crate::ring::Ring;
 use crate::rpc::{SharedCall, SharedReply, Transport};
@@ -127,6 +149,13 @@ pub const ANSWERED_OFFERS: usize = 1_024;
 /// deadline ([`super::ACQUIRE_DEADLINE`]), while at 100 requests a second per slot or more it
 /// turns several requests into one acquire and release pair.
 pub const REUSE_WINDOW: Duration = Duration::from_millis(50);
+
+/// How long before a bucket's idle leases reach the end of their window the expiry task asks
+/// their owner whether it has room no waiter is owed, for buckets whose idle leases were reused
+/// since their window last started (K11). 10 ms is a fifth of [`REUSE_WINDOW`]: far more than
+/// a call between nodes takes on a LAN, so the answer usually arrives before the window ends;
+/// a late answer still restarts the windows of the leases left.
+pub const EXTEND_AHEAD: Duration = Duration::from_millis(10);
 
 /// The most idle leases one bucket keeps on a coordinator (K9). Idle leases are those between
 /// one request's end and the next one's start: in a closed loop that is a small fraction of
@@ -254,6 +283,8 @@ struct Allowance {
     idle: u64,
     /// The bucket's `shared_limit` as last asked (an offer carries none).
     limit: u64,
+    /// Leases taken from the idle cache since the windows last started (K11).
+    reused: u64,
 }
 
 impl Allowance {
@@ -286,6 +317,24 @@ struct State {
 }
 
 impl State {
+    /// Starts the reuse window of this node's leases of `bucket` from `owner`, running or
+    /// idle, again at `now`: the owner has just shown room no waiter is owed (K10, K11).
+    fn restart_windows(&mut self, bucket: &Arc<str>, owner: &Arc<str>, now: Instant) {
+        for h in self.held.values_mut() {
+            if h.bucket == *bucket && h.lease.as_ref().is_some_and(|(o, _)| o == owner) {
+                h.got_at = now;
+            }
+        }
+        if let Some(list) = self.idle.get_mut(bucket) {
+            for i in list.iter_mut().filter(|i| i.owner == *owner) {
+                i.got_at = now;
+            }
+        }
+        if let Some(a) = self.per_bucket.get_mut(bucket) {
+            a.reused = 0;
+        }
+    }
+
     /// Removes the idle leases of `bucket` that `drop_it` selects, fixing the counts; returns
     /// them as `(owner, lease)` in the cache's order.
     fn take_idle_where(
@@ -344,6 +393,8 @@ pub struct CoordinatorStats {
     /// Extra leases of batches put in the idle cache (K10), unused yet: a request that takes
     /// one counts in `reused` (K8).
     pub prefetched: AtomicU64,
+    /// Buckets whose windows an owner's room answer restarted before they ended (K11).
+    pub extended: AtomicU64,
     /// Idle leases released to their owner: window ended, owner or bucket moved, limit
     /// lowered, shutdown (K8).
     pub idle_released: AtomicU64,
@@ -535,6 +586,7 @@ impl Coordinator {
             held: 0,
             idle: 0,
             limit: limit.unwrap_or(u64::MAX),
+            reused: 0,
         });
         if let Some(limit) = limit {
             allowance.limit = limit;
@@ -600,6 +652,7 @@ impl Coordinator {
                 .map_or_else(|| Arc::from(bucket), |(k, _)| k.clone());
             if let Some(a) = st.per_bucket.get_mut(&bucket) {
                 a.idle -= 1;
+                a.reused += 1;
             }
             let token = self.next_token.fetch_add(1, Ordering::Relaxed);
             st.held.insert(
@@ -672,16 +725,7 @@ impl Coordinator {
         let mut release = Vec::new();
         let mut kept = 0;
         let mut st = self.state.lock();
-        for h in st.held.values_mut() {
-            if h.bucket == *bucket && h.lease.as_ref().is_some_and(|(o, _)| o == owner) {
-                h.got_at = now;
-            }
-        }
-        if let Some(list) = st.idle.get_mut(bucket) {
-            for i in list.iter_mut().filter(|i| i.owner == *owner) {
-                i.got_at = now;
-            }
-        }
+        st.restart_windows(bucket, owner, now);
         for lease in leases {
             let fits = !st.closing
                 && st.num_idle < MAX_IDLE
@@ -992,6 +1036,63 @@ impl Coordinator {
         }
     }
 
+    /// Asks the owners of buckets whose idle leases' windows end within [`EXTEND_AHEAD`] of
+    /// `now` and were reused since the windows started whether they have room no waiter is
+    /// owed, one call per owner, each in a task of its own (a slow owner delays no release);
+    /// restarts the windows of the buckets that have (K11).
+    fn extend_hot(self: &Arc<Self>, now: Instant) {
+        let asks: BTreeMap<Arc<str>, Vec<Arc<str>>> = {
+            let mut st = self.state.lock();
+            if st.closing {
+                return;
+            }
+            let ending = now + EXTEND_AHEAD;
+            let mut hot: Vec<(Arc<str>, Arc<str>)> = Vec::new();
+            for (b, list) in &st.idle {
+                for i in list.iter().filter(|i| i.got_at + REUSE_WINDOW <= ending) {
+                    if !hot.iter().any(|(hb, ho)| hb == b && *ho == i.owner) {
+                        hot.push((b.clone(), i.owner.clone()));
+                    }
+                }
+            }
+            hot.retain(|(b, o)| {
+                **o != *self.me && st.per_bucket.get(b).is_some_and(|a| a.reused > 0)
+            });
+            let mut asks: BTreeMap<Arc<str>, Vec<Arc<str>>> = BTreeMap::new();
+            for (b, o) in hot {
+                if let Some(a) = st.per_bucket.get_mut(&b) {
+                    // Asked once per window: reuses from now on count toward the next one.
+                    a.reused = 0;
+                }
+                asks.entry(o).or_default().push(b);
+            }
+            for buckets in asks.values_mut() {
+                buckets.sort();
+            }
+            asks
+        };
+        for (owner, buckets) in asks {
+            let c = Arc::downgrade(self);
+            tokio::spawn(async move {
+                let names = buckets.iter().map(|b| b.to_string()).collect();
+                let Some(this) = c.upgrade() else { return };
+                let call = SharedCall::Room { buckets: names };
+                let reply = this.call_owner_within(&owner, call, ACQUIRE_DEADLINE).await;
+                let Some(SharedReply::Room { free }) = reply else {
+                    return;
+                };
+                let now = Instant::now();
+                let mut st = this.state.lock();
+                for (b, free) in buckets.iter().zip(free) {
+                    if free && !st.closing {
+                        st.restart_windows(b, &owner, now);
+                        this.stats.extended.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    }
+
     /// Releases the idle leases whose window has ended at `now`; returns when the next one
     /// ends (K7, K8).
     fn release_expired(&self, now: Instant) -> Option<Instant> {
@@ -1091,14 +1192,21 @@ impl Coordinator {
     }
 
     async fn call_owner(&self, owner: &str, call: SharedCall) -> Option<SharedReply> {
+        self.call_owner_within(owner, call, RENEW_EVERY / 2).await
+    }
+
+    /// `call` to `owner` (in process when it is this node), answered within `deadline`.
+    async fn call_owner_within(
+        &self,
+        owner: &str,
+        call: SharedCall,
+        deadline: Duration,
+    ) -> Option<SharedReply> {
         if *owner == *self.me {
             return Some(self.owner.handle_local(&self.me, call));
         }
         let member = self.members.borrow().get(owner).cloned()?;
-        self.transport
-            .shared(&member, call, RENEW_EVERY / 2)
-            .await
-            .ok()
+        self.transport.shared(&member, call, deadline).await.ok()
     }
 }
 
@@ -1168,14 +1276,23 @@ async fn follow_ring(
     }
 }
 
-/// Releases idle leases as their reuse window ends (K7, K8): sleeps until the next one ends,
-/// or until a lease goes idle while the cache was empty.
+/// Releases idle leases as their reuse window ends (K7, K8), after asking the owners of the
+/// buckets whose leases were reused whether their windows may start again (K11): sleeps until
+/// [`EXTEND_AHEAD`] before the next one ends (then until it ends), or until a lease goes idle
+/// while the cache was empty.
 async fn expirer(c: Weak<Coordinator>, went_idle: Arc<Notify>, stop: CancellationToken) {
     loop {
         let next = {
             let Some(c) = c.upgrade() else { return };
+            c.extend_hot(Instant::now());
             c.release_expired(Instant::now())
         };
+        // Ask ahead of the end, unless that time has passed (asked already: then the end).
+        let next = next.map(|at| {
+            at.checked_sub(EXTEND_AHEAD)
+                .filter(|ask| *ask > Instant::now())
+                .unwrap_or(at)
+        });
         match next {
             Some(at) => tokio::select! {
                 () = stop.cancelled() => return,

@@ -203,6 +203,12 @@ impl Owner {
                 self.dispatch(offers);
                 SharedReply::Released
             }
+            SharedCall::Room { buckets } => {
+                let pool = self.pool.lock();
+                SharedReply::Room {
+                    free: buckets.iter().map(|b| pool.has_unowed_room(b)).collect(),
+                }
+            }
             // Offers go to coordinators, not owners.
             SharedCall::Offer { .. } => SharedReply::OfferAnswer {
                 used: false,

@@ -104,9 +104,11 @@
 //!   extra leases only to a bucket with no registered waiter, only while fewer than its limit
 //!   are out (P1) and within the lease cap (P4); its leases are ordinary leases (P2, P6). So a
 //!   coordinator's batch never takes a slot a waiting coordinator is owed, and a bucket with
-//!   waiters is served one lease per acquire, round-robin (P5). Tested by
+//!   waiters is served one lease per acquire, round-robin (P5).
+//!   [`has_unowed_room`](SharedPool::has_unowed_room) answers the same condition (a coordinator
+//!   keeps its idle leases of such a bucket for another window). Tested by
 //!   `test_grant_more_takes_only_free_room_and_never_when_someone_waits` and the model test
-//!   (`GrantMore` steps, P1 after each).
+//!   (`GrantMore` steps, P1 after each; `has_unowed_room` against the model after every step).
 //!
 //! # Memory
 //!
@@ -399,6 +401,14 @@ impl SharedPool {
         (0..count)
             .map(|_| self.insert_lease(bucket.clone(), holder.clone(), expires, false))
             .collect()
+    }
+
+    /// Whether `bucket` has room no waiter is owed: fewer leases out than its limit and no
+    /// registered waiter (P7's condition). A bucket without an entry has none to say: `false`.
+    pub fn has_unowed_room(&self, bucket: &str) -> bool {
+        self.buckets
+            .get(bucket)
+            .is_some_and(|b| b.waiters.is_empty() && b.in_use < b.limit)
     }
 
     /// Extends the holder's leases; returns the ids it does not hold (expired/unknown: the

@@ -617,3 +617,51 @@ async fn test_a_batch_restarts_the_window_of_the_buckets_other_leases() {
     eventually(|| p.b.owner.in_use(g) == 0).await;
     assert_idle_adds_up(&p.a);
 }
+
+#[tokio::test(start_paused = true)]
+async fn test_a_reused_buckets_windows_are_extended_while_its_owner_has_unowed_room() {
+    let p = pair();
+    let g = &p.buckets[0];
+    p.switch.up.store(true, Ordering::SeqCst);
+    let limit = IDLE_SHARE;
+    // One lease, idle after its request, then reused: the bucket is hot.
+    drop(lease(&p, g, limit).await);
+    let reused = lease(&p, g, limit).await;
+    assert!(reused.is_reused());
+    let id = p.a.lease_of(reused.token());
+    drop(reused);
+    // Past the end of its first window: the owner had room nobody was owed, so the window
+    // started again shortly before it ended (K11), and the lease still serves.
+    tokio::time::advance(REUSE_WINDOW - EXTEND_AHEAD / 2).await;
+    eventually(|| p.a.stats.extended.load(Ordering::Relaxed) == 1).await;
+    tokio::time::advance(EXTEND_AHEAD).await;
+    let again = lease(&p, g, limit).await;
+    assert!(again.is_reused());
+    assert_eq!(p.a.lease_of(again.token()), id);
+    drop(again);
+    // Another node takes the rest of the pool and waits for more: the owner now owes room, so
+    // the window ends and the lease goes back (to the waiter, by the owner's offer).
+    for _ in 1..limit {
+        let SharedReply::Granted { .. } = p.b.owner.acquire("c", g, limit, false, 0) else {
+            panic!("room for c");
+        };
+    }
+    let SharedReply::Denied {
+        waiter_registered: true,
+        ..
+    } = p.b.owner.acquire("c", g, limit, true, 0)
+    else {
+        panic!("c waits");
+    };
+    eventually(|| p.a.num_idle() == 0).await;
+    assert_eq!(p.a.stats.extended.load(Ordering::Relaxed), 1);
+    assert_eq!(p.a.held_for(g), 0);
+    assert_idle_adds_up(&p.a);
+    // Not reused: its lease goes at the end of the window, no question asked.
+    let q = pair();
+    let h = &q.buckets[0];
+    q.switch.up.store(true, Ordering::SeqCst);
+    drop(lease(&q, h, limit).await);
+    eventually(|| q.b.owner.in_use(h) == 0).await;
+    assert_eq!(q.a.stats.extended.load(Ordering::Relaxed), 0);
+}

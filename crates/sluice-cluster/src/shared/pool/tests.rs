@@ -457,6 +457,8 @@ fn test_grant_more_takes_only_free_room_and_never_when_someone_waits() {
         );
     }
     assert!(pool.grant_more(&b, &a, 1, TTL, T0).is_empty(), "full");
+    assert!(!pool.has_unowed_room("b"), "full: no room");
+    assert!(!pool.has_unowed_room("nothing"), "no entry: nothing to say");
     // c waits; then an acquire raises the limit to 8: room, but c is owed it (P5 offers it at
     // the next sweep), so a batch takes none of it.
     assert!(matches!(
@@ -473,6 +475,10 @@ fn test_grant_more_takes_only_free_room_and_never_when_someone_waits() {
         "P7: a waiter is owed the room"
     );
     assert_eq!(pool.in_use("b"), 5);
+    assert!(!pool.has_unowed_room("b"), "room, but owed to c");
+    let other = id("other");
+    granted(pool.acquire(&other, 2, &a, false, TTL, T0));
+    assert!(pool.has_unowed_room("other"));
 }
 
 #[test]
