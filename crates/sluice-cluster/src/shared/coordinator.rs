@@ -38,10 +38,11 @@
 //!
 //! # Extending hot windows (issue 14 point 10)
 //!
-//! Windows still end every [`REUSE_WINDOW`], and with them a node's idle leases, after which
-//! the next requests of a busy bucket ask the owner again, on their way. So shortly before the
-//! idle leases of a bucket reach the end of their window ([`EXTEND_AHEAD`]), if requests took
-//! leases from the cache during it, the expiry task asks the owner — one call for all such
+//! Windows still end every [`REUSE_WINDOW`], and with them a node's idle leases (and the
+//! leases of requests running past it, released when they end), after which the next requests
+//! of a busy bucket ask the owner again, on their way. So shortly before the leases of a bucket,
+//! idle or running, reach the end of their window ([`EXTEND_AHEAD`]), if requests took leases
+//! of it from the cache during it, the expiry task asks the owner — one call for all such
 //! buckets of that owner, off every request's path — whether it has room no waiter is owed
 //! ([`SharedCall::Room`]); for the buckets that have, the windows of the node's leases start
 //! again (K11), exactly as a batch restarts them (K10). A bucket whose owner has a waiter, or
@@ -119,11 +120,12 @@
 //!   (it answers no, and grants no batch) every lease of the bucket goes back within
 //!   [`REUSE_WINDOW`] + the longest request, as before; a bucket nobody reused lets its idle
 //!   leases go at the end of their window. Tested by
-//!   `test_a_reused_buckets_windows_are_extended_while_its_owner_has_unowed_room` and the
+//!   `test_a_reused_buckets_windows_are_extended_while_its_owner_has_unowed_room`,
+//!   `test_a_running_lease_of_a_reused_bucket_has_its_window_extended_too` and the
 //!   simulation (K7 counted from the latest batch or room answer).
 
 use parking_lot::{Mutex, RwLock};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
@@ -1047,12 +1049,18 @@ impl Coordinator {
                 return;
             }
             let ending = now + EXTEND_AHEAD;
-            let mut hot: Vec<(Arc<str>, Arc<str>)> = Vec::new();
+            // (bucket, owner) of leases, running or idle, whose window ends soon.
+            let mut hot: BTreeSet<(Arc<str>, Arc<str>)> = BTreeSet::new();
             for (b, list) in &st.idle {
                 for i in list.iter().filter(|i| i.got_at + REUSE_WINDOW <= ending) {
-                    if !hot.iter().any(|(hb, ho)| hb == b && *ho == i.owner) {
-                        hot.push((b.clone(), i.owner.clone()));
-                    }
+                    hot.insert((b.clone(), i.owner.clone()));
+                }
+            }
+            for h in st.held.values() {
+                if let Some((o, _)) = &h.lease
+                    && h.got_at + REUSE_WINDOW <= ending
+                {
+                    hot.insert((h.bucket.clone(), o.clone()));
                 }
             }
             hot.retain(|(b, o)| {
@@ -1093,17 +1101,33 @@ impl Coordinator {
         }
     }
 
-    /// Releases the idle leases whose window has ended at `now`; returns when the next one
-    /// ends (K7, K8).
+    /// Releases the idle leases whose window has ended at `now`; returns when the next window
+    /// ends: of an idle lease, or of a running lease of a reused bucket (K7, K8, K11).
     fn release_expired(&self, now: Instant) -> Option<Instant> {
         self.release_idle_where(|_, i| now >= i.got_at + REUSE_WINDOW);
         let mut st = self.state.lock();
-        let next = st
+        let idle = st
             .idle
             .values()
             .flatten()
             .map(|i| i.got_at + REUSE_WINDOW)
             .min();
+        // The windows of running leases of reused buckets end too: their owners are asked
+        // ahead (K11). Only ends still to come: one already past was asked about.
+        let running = st
+            .held
+            .values()
+            .filter(|h| {
+                h.lease.as_ref().is_some_and(|(o, _)| **o != *self.me)
+                    && st.per_bucket.get(&h.bucket).is_some_and(|a| a.reused > 0)
+            })
+            .map(|h| h.got_at + REUSE_WINDOW)
+            .filter(|end| *end > now)
+            .min();
+        let next = match (idle, running) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         st.wake_at = next;
         next
     }

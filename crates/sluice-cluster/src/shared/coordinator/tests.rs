@@ -665,3 +665,24 @@ async fn test_a_reused_buckets_windows_are_extended_while_its_owner_has_unowed_r
     eventually(|| q.b.owner.in_use(h) == 0).await;
     assert_eq!(q.a.stats.extended.load(Ordering::Relaxed), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn test_a_running_lease_of_a_reused_bucket_has_its_window_extended_too() {
+    let p = pair();
+    let g = &p.buckets[0];
+    p.switch.up.store(true, Ordering::SeqCst);
+    drop(lease(&p, g, IDLE_SHARE).await);
+    // Taken from the cache and still running when its window ends: nothing is idle, but the
+    // owner is asked for the running lease's bucket all the same (K11).
+    let running = lease(&p, g, IDLE_SHARE).await;
+    assert!(running.is_reused());
+    tokio::time::advance(REUSE_WINDOW - EXTEND_AHEAD / 2).await;
+    eventually(|| p.a.stats.extended.load(Ordering::Relaxed) == 1).await;
+    tokio::time::advance(EXTEND_AHEAD).await;
+    // Past its first window: it goes idle for the next request instead of back to the owner.
+    drop(running);
+    assert_eq!(p.a.num_idle(), 1);
+    assert_eq!(p.b.owner.in_use(g), 1);
+    eventually(|| p.b.owner.in_use(g) == 0).await;
+    assert_idle_adds_up(&p.a);
+}
