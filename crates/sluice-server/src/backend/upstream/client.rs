@@ -123,11 +123,12 @@ impl UpstreamClient {
         &self,
         method: &Method,
         path_and_query: &str,
-        headers: &HeaderMap,
+        headers: HeaderMap,
         body: OutBody,
     ) -> Result<Response<Incoming>, EngineError> {
         let order = self.hosts.order(Instant::now());
         let mut body = Some(body);
+        let mut headers = Some(headers);
         let mut last_error = None;
         for (attempt, &i) in order.iter().enumerate() {
             let host = self.hosts.get(i);
@@ -136,27 +137,41 @@ impl UpstreamClient {
                 OutBody::Bytes(b) => (Body::from(b.clone()), Some(OutBody::Bytes(b))),
                 OutBody::Stream(s) => (s, None),
             };
+            // The headers are copied only for a request another host may still be sent.
+            let last_try = replay.is_none() || attempt + 1 == order.len();
+            let mut h = match (last_try, headers.take()) {
+                (true, Some(h)) => h,
+                (false, Some(h)) => {
+                    let copy = h.clone();
+                    headers = Some(h);
+                    copy
+                }
+                (_, None) => break,
+            };
             body = replay;
             let uri = join(&host.base, path_and_query)?;
-            let mut req = Request::builder().method(method.clone()).uri(uri);
-            if let Some(h) = req.headers_mut() {
-                *h = headers.clone();
-                // A body the gateway holds may differ from the client's (an msearch of the
-                // admitted items only): its length is the gateway's to say.
-                if let Some(OutBody::Bytes(b)) = &body {
-                    if b.is_empty() {
-                        h.remove(http::header::CONTENT_LENGTH);
-                    } else {
-                        h.insert(
-                            http::header::CONTENT_LENGTH,
-                            http::HeaderValue::from(b.len()),
-                        );
-                    }
+            // A body the gateway holds may differ from the client's (an msearch of the
+            // admitted items only): its length is the gateway's to say.
+            if let Some(OutBody::Bytes(b)) = &body {
+                if b.is_empty() {
+                    h.remove(http::header::CONTENT_LENGTH);
+                } else {
+                    h.insert(
+                        http::header::CONTENT_LENGTH,
+                        http::HeaderValue::from(b.len()),
+                    );
                 }
             }
-            let req = req.body(out).map_err(|e| {
-                EngineError::internal(format!("cannot build the upstream request: {e}"))
-            })?;
+            // The `Host` hyper-util would write for an HTTP/1.1 host, made once per host
+            // instead of formatted per request (`https://` hosts may speak HTTP/2, which
+            // names the host in `:authority`: hyper-util's to decide).
+            if let Some(v) = &host.http1_host {
+                h.insert(http::header::HOST, v.clone());
+            }
+            let mut req = Request::new(out);
+            *req.method_mut() = method.clone();
+            *req.uri_mut() = uri;
+            *req.headers_mut() = h;
             match tokio::time::timeout(self.request_timeout, self.client.request(req)).await {
                 Ok(Ok(resp)) => {
                     self.hosts.succeeded(i);
@@ -218,7 +233,7 @@ impl UpstreamClient {
             .send(
                 &method,
                 path_and_query,
-                headers,
+                headers.clone(),
                 OutBody::Bytes(Bytes::new()),
             )
             .await?;

@@ -13,7 +13,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use http::Uri;
+use http::{HeaderValue, Uri};
 use parking_lot::Mutex;
 
 /// The back-off after a host's first failure: short, because a refused connection is often a
@@ -31,6 +31,9 @@ pub struct Host {
     pub base: Uri,
     /// `scheme://authority`, as errors and logs name it.
     pub name: String,
+    /// The `Host` header of a plain `http://` host (it speaks HTTP/1.1): host, and port
+    /// unless 80, as hyper-util writes it when a request has none. `None` for `https://`.
+    pub http1_host: Option<HeaderValue>,
     health: Mutex<Health>,
 }
 
@@ -58,6 +61,7 @@ impl Hosts {
                 .map(|b| Host {
                     base: b.clone(),
                     name: b.to_string().trim_end_matches('/').to_string(),
+                    http1_host: http1_host(b),
                     health: Mutex::new(Health::default()),
                 })
                 .collect(),
@@ -109,6 +113,20 @@ impl Hosts {
             *h = Health::default();
         }
     }
+}
+
+/// The `Host` header hyper-util's client writes for `base` on an HTTP/1.1 connection: the
+/// host, with the port unless it is the scheme's default; `None` unless `base` is `http://`.
+fn http1_host(base: &Uri) -> Option<HeaderValue> {
+    if base.scheme_str() != Some("http") {
+        return None;
+    }
+    let host = base.host()?;
+    let value = match base.port() {
+        Some(p) if p.as_u16() != 80 => format!("{host}:{}", p.as_str()),
+        _ => host.to_string(),
+    };
+    HeaderValue::from_str(&value).ok()
 }
 
 #[cfg(test)]
@@ -168,6 +186,16 @@ mod tests {
         assert_eq!(h.failed(0, now), MAX_BACKOFF);
         h.succeeded(0);
         assert_eq!(h.failed(0, now), BASE_BACKOFF);
+    }
+
+    #[test]
+    fn test_http1_host_is_what_hyper_util_writes() {
+        let h = |u: &str| http1_host(&u.parse().unwrap()).map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(h("http://es1:9200/").as_deref(), Some("es1:9200"));
+        assert_eq!(h("http://es1:80/").as_deref(), Some("es1"));
+        assert_eq!(h("http://es1/").as_deref(), Some("es1"));
+        assert_eq!(h("http://[::1]:9200/").as_deref(), Some("[::1]:9200"));
+        assert_eq!(h("https://es1:9200/"), None);
     }
 
     #[test]

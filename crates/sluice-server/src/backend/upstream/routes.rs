@@ -332,7 +332,17 @@ fn description(index: &str, body: &[u8]) -> String {
     let source = String::from_utf8_lossy(body);
     let source = source.trim();
     let source = if source.is_empty() { "{}" } else { source };
-    format!("indices[{index}], search_type[QUERY_THEN_FETCH], source[{source}]")
+    // Pushed into one allocation of the right size rather than `format!`ted (once per search).
+    const SEARCH_TYPE: &str = "], search_type[QUERY_THEN_FETCH], source[";
+    let mut d = String::with_capacity(
+        "indices[".len() + index.len() + SEARCH_TYPE.len() + source.len() + 1,
+    );
+    d.push_str("indices[");
+    d.push_str(index);
+    d.push_str(SEARCH_TYPE);
+    d.push_str(source);
+    d.push(']');
+    d
 }
 
 /// Admits a `_search`, `_count` or `_search/template` and forwards it.
@@ -572,6 +582,10 @@ mod tests {
         assert_eq!(
             description("i", b"  "),
             "indices[i], search_type[QUERY_THEN_FETCH], source[{}]"
+        );
+        assert_eq!(
+            description("a,b", b" {\"size\":1}\n"),
+            "indices[a,b], search_type[QUERY_THEN_FETCH], source[{\"size\":1}]"
         );
     }
 }
