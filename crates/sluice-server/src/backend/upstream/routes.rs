@@ -252,7 +252,31 @@ pub(super) fn call_as(
     set: &[(&str, String)],
     body: bytes::Bytes,
 ) -> Call {
-    let mut headers = parts.headers.clone();
+    call_with_headers(up, meta, parts, parts.headers.clone(), set, body)
+}
+
+/// [`call_as`] for a request whose parts are not needed afterwards: its headers are moved
+/// into the call, not copied (once per proxied search).
+pub(super) fn into_call_as(
+    up: &super::Upstream,
+    meta: &RequestMeta,
+    mut parts: Parts,
+    set: &[(&str, String)],
+    body: bytes::Bytes,
+) -> Call {
+    let headers = std::mem::take(&mut parts.headers);
+    call_with_headers(up, meta, &parts, headers, set, body)
+}
+
+/// The call of `parts` with `headers` (the request's own) rewritten for the upstream.
+fn call_with_headers(
+    up: &super::Upstream,
+    meta: &RequestMeta,
+    parts: &Parts,
+    mut headers: http::HeaderMap,
+    set: &[(&str, String)],
+    body: bytes::Bytes,
+) -> Call {
     up.identity()
         .outbound(&mut headers, meta.principal.as_deref(), client_ip(parts));
     Call {
@@ -371,7 +395,7 @@ async fn run_admitted(
     } else {
         Vec::new()
     };
-    let call = call_as(&up, &meta, &parts, &set, body);
+    let call = into_call_as(&up, &meta, parts, &set, body);
     let executed = up.execute(admitted.execution(), call).await;
     let resp = settle(&mut admitted, executed)?;
     let resp = match keep_alive {
@@ -492,7 +516,7 @@ async fn run_scroll(
         inherited,
     };
     let mut admitted = admit(&st, &meta, spec).await?;
-    let call = call_as(&up, &meta, &parts, &[], body);
+    let call = into_call_as(&up, &meta, parts, &[], body);
     let executed = up.execute(admitted.execution(), call).await;
     let resp = settle(&mut admitted, executed)?;
     let resp = match sreq.keep_alive {
@@ -546,7 +570,9 @@ async fn clear_scrolls(
         }
         up.scrolls.forget(&ids);
     }
-    let resp = up.send_call(call_as(&up, &meta, &parts, &[], body)).await?;
+    let resp = up
+        .send_call(into_call_as(&up, &meta, parts, &[], body))
+        .await?;
     Ok(stream_back(resp))
 }
 
