@@ -31,9 +31,9 @@ pub struct Host {
     pub base: Uri,
     /// `scheme://authority`, as errors and logs name it.
     pub name: String,
-    /// The `Host` header of a plain `http://` host (it speaks HTTP/1.1): host, and port
-    /// unless 80, as hyper-util writes it when a request has none. `None` for `https://`.
-    pub http1_host: Option<HeaderValue>,
+    /// The `Host` header of a request to this host over HTTP/1.1: host, and port unless the
+    /// scheme's default, as hyper-util writes it (made once, not formatted per request).
+    pub host_header: Option<HeaderValue>,
     health: Mutex<Health>,
 }
 
@@ -61,7 +61,7 @@ impl Hosts {
                 .map(|b| Host {
                     base: b.clone(),
                     name: b.to_string().trim_end_matches('/').to_string(),
-                    http1_host: http1_host(b),
+                    host_header: host_header(b),
                     health: Mutex::new(Health::default()),
                 })
                 .collect(),
@@ -116,14 +116,16 @@ impl Hosts {
 }
 
 /// The `Host` header hyper-util's client writes for `base` on an HTTP/1.1 connection: the
-/// host, with the port unless it is the scheme's default; `None` unless `base` is `http://`.
-fn http1_host(base: &Uri) -> Option<HeaderValue> {
-    if base.scheme_str() != Some("http") {
-        return None;
-    }
+/// host, with the port unless it is the scheme's default (80, or 443 for `https`).
+fn host_header(base: &Uri) -> Option<HeaderValue> {
     let host = base.host()?;
+    let default_port = if base.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    };
     let value = match base.port() {
-        Some(p) if p.as_u16() != 80 => format!("{host}:{}", p.as_str()),
+        Some(p) if p.as_u16() != default_port => format!("{host}:{}", p.as_str()),
         _ => host.to_string(),
     };
     HeaderValue::from_str(&value).ok()
@@ -189,13 +191,14 @@ mod tests {
     }
 
     #[test]
-    fn test_http1_host_is_what_hyper_util_writes() {
-        let h = |u: &str| http1_host(&u.parse().unwrap()).map(|v| v.to_str().unwrap().to_string());
+    fn test_host_header_is_what_hyper_util_writes() {
+        let h = |u: &str| host_header(&u.parse().unwrap()).map(|v| v.to_str().unwrap().to_string());
         assert_eq!(h("http://es1:9200/").as_deref(), Some("es1:9200"));
         assert_eq!(h("http://es1:80/").as_deref(), Some("es1"));
         assert_eq!(h("http://es1/").as_deref(), Some("es1"));
         assert_eq!(h("http://[::1]:9200/").as_deref(), Some("[::1]:9200"));
-        assert_eq!(h("https://es1:9200/"), None);
+        assert_eq!(h("https://es1:9200/").as_deref(), Some("es1:9200"));
+        assert_eq!(h("https://es1:443/").as_deref(), Some("es1"));
     }
 
     #[test]
