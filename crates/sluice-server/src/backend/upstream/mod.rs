@@ -331,7 +331,8 @@ impl Upstream {
         let _keep = keep;
         let opaque = self.opaque_id(&task);
         if let Ok(v) = HeaderValue::from_str(&opaque) {
-            call.headers.insert(OPAQUE_ID_HEADER, v);
+            call.headers
+                .insert(crate::http::meta::OPAQUE_ID_NAME.clone(), v);
         }
         let mut guard = CancelUpstream {
             upstream: self.clone(),

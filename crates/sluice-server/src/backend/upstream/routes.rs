@@ -353,7 +353,11 @@ fn search_params(admitted: &Admitted, params: &Params, body: &[u8]) -> Vec<(&'st
 /// The task description OpenSearch gives a search, with the body as the client sent it (the
 /// gateway does not parse what it only forwards).
 fn description(index: &str, body: &[u8]) -> String {
-    let source = String::from_utf8_lossy(body);
+    // The usual body is valid UTF-8: checked by the fast validator, replaced only when not.
+    let source = match std::str::from_utf8(body) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(body),
+    };
     let source = source.trim();
     let source = if source.is_empty() { "{}" } else { source };
     // Pushed into one allocation of the right size rather than `format!`ted (once per search).
@@ -608,6 +612,10 @@ mod tests {
         assert_eq!(
             description("i", b"  "),
             "indices[i], search_type[QUERY_THEN_FETCH], source[{}]"
+        );
+        assert_eq!(
+            description("i", b"{\"q\":\"\xff\"}"),
+            "indices[i], search_type[QUERY_THEN_FETCH], source[{\"q\":\"\u{fffd}\"}]"
         );
         assert_eq!(
             description("a,b", b" {\"size\":1}\n"),
