@@ -1557,6 +1557,100 @@ async fn test_host_that_does_not_accept_connections_fails_within_the_connect_tim
     drop(listener);
 }
 
+/// A raw HTTP/1.1 upstream answering every request `{"count":1}` on connections it keeps open
+/// (`close` false) or closes after each answer, saying so (`Connection: close`); it counts the
+/// connections it accepted and the requests it answered.
+async fn counting_upstream(
+    close: bool,
+) -> (
+    String,
+    Arc<std::sync::atomic::AtomicUsize>,
+    Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (conns, answered) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (c, a) = (conns.clone(), answered.clone());
+    let task = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            c.fetch_add(1, Ordering::SeqCst);
+            let a = a.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut seen = Vec::new();
+                loop {
+                    // Requests without a body: a head ends each.
+                    let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => seen.extend_from_slice(&buf[..n]),
+                        }
+                        continue;
+                    };
+                    seen.drain(..end + 4);
+                    let connection = if close { "close" } else { "keep-alive" };
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                         connection: {connection}\r\ncontent-length: 11\r\n\r\n{{\"count\":1}}"
+                    );
+                    if stream.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    a.fetch_add(1, Ordering::SeqCst);
+                    if close {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (base, conns, answered, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_upstream_connections_are_reused_and_closed_ones_replaced() {
+    use std::sync::atomic::Ordering;
+    // Kept open: one request after another reuses a pooled connection (C1 of the client: it is
+    // taken again once its answer was read), instead of connecting per request.
+    let (base, conns, answered, task) = counting_upstream(false).await;
+    let gw = gateway(&base, &[]).await;
+    // What start-up sent (the probe's `GET /`) is not counted.
+    let (answered_before, conns_before) = (
+        answered.load(Ordering::SeqCst),
+        conns.load(Ordering::SeqCst),
+    );
+    for path in ["/logs/_count", "/logs/_doc/1"].repeat(10) {
+        let (s, b) = gw.req("GET", path, None).await;
+        assert_eq!(s, 200, "{b}");
+        assert_eq!(b["count"], 1, "{b}");
+    }
+    assert_eq!(answered.load(Ordering::SeqCst) - answered_before, 20);
+    // A connection may open while another's readiness is on its way, but not one per request.
+    let opened = conns.load(Ordering::SeqCst) - conns_before;
+    assert!(opened <= 2, "{opened} connections for 20 requests");
+    gw.stop().await;
+    task.abort();
+
+    // Closed after each answer: no request is sent on a closed connection, every one gets
+    // its answer on a new one.
+    let (base, conns, answered, task) = counting_upstream(true).await;
+    let gw = gateway(&base, &[]).await;
+    let (answered_before, conns_before) = (
+        answered.load(Ordering::SeqCst),
+        conns.load(Ordering::SeqCst),
+    );
+    for path in ["/logs/_count", "/logs/_doc/1"].repeat(5) {
+        let (s, b) = gw.req("GET", path, None).await;
+        assert_eq!(s, 200, "{b}");
+    }
+    assert_eq!(answered.load(Ordering::SeqCst) - answered_before, 10);
+    assert_eq!(conns.load(Ordering::SeqCst) - conns_before, 10);
+    gw.stop().await;
+    task.abort();
+}
+
 /// The proxy headers of `alice`, who holds the role `tenant_a`.
 const ALICE: [(&str, &str); 2] = [("x-proxy-user", "alice"), ("x-proxy-roles", "tenant_a")];
 

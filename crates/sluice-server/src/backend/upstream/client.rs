@@ -1,25 +1,54 @@
-//! The pooled HTTP client to the upstream: hyper-util's client over rustls (HTTP/1.1, and
-//! HTTP/2 where TLS negotiates it), one attempt per host in [`Hosts::order`], failures
-//! classified into OpenSearch-shaped 502s and 504s that name the host and the cause.
+//! The pooled HTTP client to the upstream: hyper's client connections over rustls (HTTP/1.1,
+//! and HTTP/2 where TLS negotiates it) in a small pool of its own per host, one attempt per
+//! host in [`Hosts::order`], failures classified into OpenSearch-shaped 502s and 504s that
+//! name the host and the cause.
+//!
+//! The pool is hyper-util's legacy client's minus what a gateway does not need per request:
+//! no pool key hashed (a host is an index), no `Uri` re-parsed, no response extensions, no
+//! task to return a connection. Each host keeps the HTTP/1.1 connections it opened; a
+//! request takes one that is ready (its previous answer fully read: hyper says so without a
+//! wake), opens one when none is, and puts it back once its answer's headers arrived (it
+//! becomes ready again when that answer's body has been read to its end). An HTTP/2
+//! connection is shared by every request while it stays open.
+//!
+//! # Invariants
+//! - C1 — a connection carries one request at a time: an HTTP/1.1 connection is out of the
+//!   pool from the moment a request takes it until that request's headers arrived, and is
+//!   taken again only once hyper reports it ready (the previous body read to its end); one
+//!   request after another reuses it rather than connecting anew. Tested by
+//!   `test_upstream_connections_are_reused_and_closed_ones_replaced` and, for a body still
+//!   streaming, `test_bodies_much_larger_than_a_memory_bound_stream_through`.
+//! - C2 — no request is sent on a connection the upstream closed: a closed connection leaves
+//!   the pool at the next checkout, and a request a pooled connection could not even start
+//!   (closed as it was taken) is sent once more on a new connection, as hyper-util does; a
+//!   request that started is never sent twice. Tested by
+//!   `test_upstream_connections_are_reused_and_closed_ones_replaced` (an upstream closing
+//!   each connection after its answer); the start-then-close race has no deterministic test.
+//! - C3 — dropping a request's future drops its connection (HTTP/1.1: closed) or stream
+//!   (HTTP/2: reset): the upstream sees the client leave. Tested by
+//!   `test_cancellation_reaches_the_upstream`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use bytes::Bytes;
+use http::uri::PathAndQuery;
 use http::{HeaderMap, Method, Request, Response, Uri};
 use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper::client::conn::{http1, http2};
+use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
+use hyper_util::client::legacy::connect::{Connection, HttpConnector};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use parking_lot::Mutex;
 use sluice_engine::{EngineError, ErrorCode};
 
 use super::config::UpstreamConfig;
 use super::hosts::Hosts;
 
-/// How long an idle pooled connection is kept: under the 60 s+ idle timeouts of common load
-/// balancers in front of clusters, so the pool does not hand out connections they closed.
+/// How long an idle pooled connection is kept (dropped at the next checkout after that): under
+/// the 60 s+ idle timeouts of common load balancers in front of clusters, so the pool does not
+/// hand out connections they closed.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(50);
 
 /// A request body to forward: bytes the gateway holds (a request that can be tried on the
@@ -31,9 +60,89 @@ pub enum OutBody {
     Stream(Body),
 }
 
+/// A connection to an upstream host, as the connector opens it.
+type Io = MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>;
+
+/// A connection's request side.
+enum Sender {
+    H1(http1::SendRequest<Body>),
+    H2(http2::SendRequest<Body>),
+}
+
+impl Sender {
+    fn is_ready(&self) -> bool {
+        match self {
+            Sender::H1(s) => s.is_ready(),
+            Sender::H2(s) => s.is_ready(),
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        match self {
+            Sender::H1(s) => s.is_closed(),
+            Sender::H2(s) => s.is_closed(),
+        }
+    }
+}
+
+/// A pooled connection and when it was last handed a request.
+struct Pooled {
+    sender: Sender,
+    used: Instant,
+}
+
+/// A host's connections (see the module documentation).
+#[derive(Default)]
+struct Pool {
+    conns: Mutex<Vec<Pooled>>,
+}
+
+impl Pool {
+    /// A ready connection, if the pool has one: an HTTP/1.1 connection that is ready (taken
+    /// out, C1), or an HTTP/2 connection (shared). Drops connections that closed and ready
+    /// ones idle longer than [`POOL_IDLE_TIMEOUT`].
+    fn checkout(&self, now: Instant) -> Option<Sender> {
+        let mut conns = self.conns.lock();
+        conns.retain(|c| {
+            let idle_too_long =
+                c.sender.is_ready() && now.duration_since(c.used) > POOL_IDLE_TIMEOUT;
+            !c.sender.is_closed() && !idle_too_long
+        });
+        let i = conns.iter().rposition(|c| c.sender.is_ready())?;
+        match &mut conns[i] {
+            Pooled {
+                sender: Sender::H2(s),
+                used,
+            } => {
+                *used = now;
+                Some(Sender::H2(s.clone()))
+            }
+            Pooled {
+                sender: Sender::H1(_),
+                ..
+            } => Some(conns.swap_remove(i).sender),
+        }
+    }
+
+    /// Puts a connection (back) in the pool.
+    fn put(&self, sender: Sender, now: Instant) {
+        self.conns.lock().push(Pooled { sender, used: now });
+    }
+}
+
+/// Why an attempt on a host failed.
+enum Failure {
+    /// No connection could be opened (refused, unreachable, TLS): the host rests.
+    Connect(Box<dyn std::error::Error + Send + Sync>),
+    /// A connection was open but the exchange failed (reset, closed, not HTTP).
+    Exchange(hyper::Error),
+}
+
 /// The client and the hosts it spreads requests over.
 pub struct UpstreamClient {
-    client: Client<HttpsConnector<HttpConnector>, Body>,
+    connector: HttpsConnector<HttpConnector>,
+    /// One pool per host, by the host's index in `hosts`.
+    pools: Vec<Pool>,
     hosts: Hosts,
     connect_timeout: Duration,
     request_timeout: Duration,
@@ -92,11 +201,9 @@ impl UpstreamClient {
             .enable_http1()
             .enable_http2()
             .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .build(connector);
         Ok(UpstreamClient {
-            client,
+            connector,
+            pools: config.hosts.iter().map(|_| Pool::default()).collect(),
             hosts: Hosts::new(&config.hosts),
             connect_timeout: config.connect_timeout,
             request_timeout: config.request_timeout,
@@ -123,11 +230,15 @@ impl UpstreamClient {
         &self,
         method: &Method,
         path_and_query: &str,
-        headers: &HeaderMap,
+        headers: HeaderMap,
         body: OutBody,
     ) -> Result<Response<Incoming>, EngineError> {
+        let pq: PathAndQuery = path_and_query.parse().map_err(|e| {
+            EngineError::illegal_argument(format!("invalid request path [{path_and_query}]: {e}"))
+        })?;
         let order = self.hosts.order(Instant::now());
         let mut body = Some(body);
+        let mut headers = Some(headers);
         let mut last_error = None;
         for (attempt, &i) in order.iter().enumerate() {
             let host = self.hosts.get(i);
@@ -136,42 +247,48 @@ impl UpstreamClient {
                 OutBody::Bytes(b) => (Body::from(b.clone()), Some(OutBody::Bytes(b))),
                 OutBody::Stream(s) => (s, None),
             };
+            // The headers are copied only for a request another host may still be sent.
+            let last_try = replay.is_none() || attempt + 1 == order.len();
+            let mut h = match (last_try, headers.take()) {
+                (true, Some(h)) => h,
+                (false, Some(h)) => {
+                    let copy = h.clone();
+                    headers = Some(h);
+                    copy
+                }
+                (_, None) => break,
+            };
             body = replay;
-            let uri = join(&host.base, path_and_query)?;
-            let mut req = Request::builder().method(method.clone()).uri(uri);
-            if let Some(h) = req.headers_mut() {
-                *h = headers.clone();
-                // A body the gateway holds may differ from the client's (an msearch of the
-                // admitted items only): its length is the gateway's to say.
-                if let Some(OutBody::Bytes(b)) = &body {
-                    if b.is_empty() {
-                        h.remove(http::header::CONTENT_LENGTH);
-                    } else {
-                        h.insert(
-                            http::header::CONTENT_LENGTH,
-                            http::HeaderValue::from(b.len()),
-                        );
-                    }
+            // A body the gateway holds may differ from the client's (an msearch of the
+            // admitted items only): its length is the gateway's to say.
+            if let Some(OutBody::Bytes(b)) = &body {
+                if b.is_empty() {
+                    h.remove(http::header::CONTENT_LENGTH);
+                } else {
+                    h.insert(
+                        http::header::CONTENT_LENGTH,
+                        http::HeaderValue::from(b.len()),
+                    );
                 }
             }
-            let req = req.body(out).map_err(|e| {
-                EngineError::internal(format!("cannot build the upstream request: {e}"))
-            })?;
-            match tokio::time::timeout(self.request_timeout, self.client.request(req)).await {
+            let mut req = Request::new(out);
+            *req.method_mut() = method.clone();
+            *req.headers_mut() = h;
+            match tokio::time::timeout(self.request_timeout, self.exchange(i, &pq, req)).await {
                 Ok(Ok(resp)) => {
                     self.hosts.succeeded(i);
                     return Ok(resp);
                 }
-                Ok(Err(e)) if e.is_connect() => {
+                Ok(Err(Failure::Connect(e))) => {
                     let backoff = self.hosts.failed(i, Instant::now());
-                    let cause = if timed_out(&e) {
+                    let cause = if timed_out(&*e) {
                         format!(
                             "not connected within backend.upstream.connect_timeout [{}] ({})",
                             sluice_wire::format_time_value(self.connect_timeout),
-                            causes(&e)
+                            causes(&*e)
                         )
                     } else {
-                        causes(&e)
+                        causes(&*e)
                     };
                     tracing::warn!(host = %host.name, %cause, backoff_ms = backoff.as_millis() as u64,
                         attempt, "upstream host unreachable; skipped until its back-off ends");
@@ -180,7 +297,7 @@ impl UpstreamClient {
                         format!("cannot connect to upstream [{}]: {cause}", host.name),
                     ));
                 }
-                Ok(Err(e)) => {
+                Ok(Err(Failure::Exchange(e))) => {
                     return Err(EngineError::new(
                         ErrorCode::UpstreamFailed,
                         format!("upstream [{}] failed to answer: {}", host.name, causes(&e)),
@@ -206,6 +323,115 @@ impl UpstreamClient {
         }))
     }
 
+    /// One attempt on host `i`: a pooled connection that is ready, or a new one; `req` sent
+    /// on it (C1, C2). The response once its headers arrived.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the connection it holds (C3).
+    async fn exchange(
+        &self,
+        i: usize,
+        pq: &PathAndQuery,
+        mut req: Request<Body>,
+    ) -> Result<Response<Incoming>, Failure> {
+        let pool = &self.pools[i];
+        let (mut sender, mut reused) = match pool.checkout(Instant::now()) {
+            Some(s) => (s, true),
+            None => (self.connect_boxed(i).await?, false),
+        };
+        loop {
+            self.shape(i, pq, &sender, &mut req);
+            let sent = match &mut sender {
+                Sender::H1(s) => s.try_send_request(req).await,
+                Sender::H2(s) => s.try_send_request(req).await,
+            };
+            match sent {
+                Ok(resp) => {
+                    // HTTP/1.1: back in the pool, ready again once this body is read (C1);
+                    // an HTTP/2 connection never left it.
+                    if let Sender::H1(_) = sender {
+                        pool.put(sender, Instant::now());
+                    }
+                    return Ok(resp);
+                }
+                Err(mut e) => match e.take_message() {
+                    // Not started on a connection the upstream closed while idle: once more
+                    // on a new one (C2).
+                    Some(unsent) if reused => {
+                        req = unsent;
+                        reused = false;
+                        sender = self.connect_boxed(i).await?;
+                    }
+                    _ => return Err(Failure::Exchange(e.into_error())),
+                },
+            }
+        }
+    }
+
+    /// [`Self::connect`] in a box of its own: the connector's and the handshakes' futures are
+    /// kilobytes, and unboxed they would make every request's future (moved and copied on
+    /// its way through the handler, the select and axum's boxes) that large, connecting or not.
+    async fn connect_boxed(&self, i: usize) -> Result<Sender, Failure> {
+        Box::pin(self.connect(i)).await
+    }
+
+    /// Opens a connection to host `i` (TCP within `connect_timeout`, TLS, HTTP/2 when ALPN
+    /// chose it), its I/O driven by a task of its own. An HTTP/2 connection joins the pool at
+    /// once (it is shared); an HTTP/1.1 one when its first answer's headers arrived.
+    async fn connect(&self, i: usize) -> Result<Sender, Failure> {
+        let host = self.hosts.get(i);
+        let io: Io = tower::ServiceExt::oneshot(self.connector.clone(), host.base.clone())
+            .await
+            .map_err(Failure::Connect)?;
+        let name = host.name.clone();
+        if io.connected().is_negotiated_h2() {
+            let (mut sender, conn) = http2::handshake(TokioExecutor::new(), io)
+                .await
+                .map_err(Failure::Exchange)?;
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(host = %name, error = %e, "upstream connection ended with an error");
+                }
+            });
+            sender.ready().await.map_err(Failure::Exchange)?;
+            self.pools[i].put(Sender::H2(sender.clone()), Instant::now());
+            Ok(Sender::H2(sender))
+        } else {
+            let (mut sender, conn) = http1::handshake(io).await.map_err(Failure::Exchange)?;
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(host = %name, error = %e, "upstream connection ended with an error");
+                }
+            });
+            sender.ready().await.map_err(Failure::Exchange)?;
+            Ok(Sender::H1(sender))
+        }
+    }
+
+    /// Gives `req` the form `sender`'s protocol wants, as hyper-util does: HTTP/1.1 the path
+    /// and query (origin form) and host `i`'s `Host`; HTTP/2 the absolute URI, from which
+    /// hyper writes `:scheme` and `:authority`, and no `Host`.
+    fn shape(&self, i: usize, pq: &PathAndQuery, sender: &Sender, req: &mut Request<Body>) {
+        let host = self.hosts.get(i);
+        match sender {
+            Sender::H1(_) => {
+                *req.uri_mut() = Uri::from(pq.clone());
+                if let Some(v) = &host.host_header {
+                    req.headers_mut().insert(http::header::HOST, v.clone());
+                }
+            }
+            Sender::H2(_) => {
+                let mut parts = host.base.clone().into_parts();
+                parts.path_and_query = Some(pq.clone());
+                // A base URI with scheme and authority and a path and query always make one.
+                if let Ok(uri) = Uri::from_parts(parts) {
+                    *req.uri_mut() = uri;
+                }
+                req.headers_mut().remove(http::header::HOST);
+            }
+        }
+    }
+
     /// Sends a bodiless request and reads the whole (small) answer: for the gateway's own calls
     /// (`GET /` at start, listing and cancelling upstream tasks).
     pub async fn call(
@@ -218,7 +444,7 @@ impl UpstreamClient {
             .send(
                 &method,
                 path_and_query,
-                headers,
+                headers.clone(),
                 OutBody::Bytes(Bytes::new()),
             )
             .await?;
@@ -237,17 +463,6 @@ impl UpstreamClient {
             .to_bytes();
         Ok((status, body))
     }
-}
-
-/// `base` (scheme and authority) with `path_and_query`.
-fn join(base: &Uri, path_and_query: &str) -> Result<Uri, EngineError> {
-    let mut parts = base.clone().into_parts();
-    parts.path_and_query = Some(path_and_query.parse().map_err(|e| {
-        EngineError::illegal_argument(format!("invalid request path [{path_and_query}]: {e}"))
-    })?);
-    Uri::from_parts(parts).map_err(|e| {
-        EngineError::illegal_argument(format!("invalid request path [{path_and_query}]: {e}"))
-    })
 }
 
 /// Whether an error was caused by a timeout (the connector's `connect_timeout` gives an I/O

@@ -13,7 +13,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use http::Uri;
+use http::{HeaderValue, Uri};
 use parking_lot::Mutex;
 
 /// The back-off after a host's first failure: short, because a refused connection is often a
@@ -31,6 +31,9 @@ pub struct Host {
     pub base: Uri,
     /// `scheme://authority`, as errors and logs name it.
     pub name: String,
+    /// The `Host` header of a request to this host over HTTP/1.1: host, and port unless the
+    /// scheme's default, as hyper-util writes it (made once, not formatted per request).
+    pub host_header: Option<HeaderValue>,
     health: Mutex<Health>,
 }
 
@@ -58,6 +61,7 @@ impl Hosts {
                 .map(|b| Host {
                     base: b.clone(),
                     name: b.to_string().trim_end_matches('/').to_string(),
+                    host_header: host_header(b),
                     health: Mutex::new(Health::default()),
                 })
                 .collect(),
@@ -109,6 +113,22 @@ impl Hosts {
             *h = Health::default();
         }
     }
+}
+
+/// The `Host` header hyper-util's client writes for `base` on an HTTP/1.1 connection: the
+/// host, with the port unless it is the scheme's default (80, or 443 for `https`).
+fn host_header(base: &Uri) -> Option<HeaderValue> {
+    let host = base.host()?;
+    let default_port = if base.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    };
+    let value = match base.port() {
+        Some(p) if p.as_u16() != default_port => format!("{host}:{}", p.as_str()),
+        _ => host.to_string(),
+    };
+    HeaderValue::from_str(&value).ok()
 }
 
 #[cfg(test)]
@@ -168,6 +188,17 @@ mod tests {
         assert_eq!(h.failed(0, now), MAX_BACKOFF);
         h.succeeded(0);
         assert_eq!(h.failed(0, now), BASE_BACKOFF);
+    }
+
+    #[test]
+    fn test_host_header_is_what_hyper_util_writes() {
+        let h = |u: &str| host_header(&u.parse().unwrap()).map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(h("http://es1:9200/").as_deref(), Some("es1:9200"));
+        assert_eq!(h("http://es1:80/").as_deref(), Some("es1"));
+        assert_eq!(h("http://es1/").as_deref(), Some("es1"));
+        assert_eq!(h("http://[::1]:9200/").as_deref(), Some("[::1]:9200"));
+        assert_eq!(h("https://es1:9200/").as_deref(), Some("es1:9200"));
+        assert_eq!(h("https://es1:443/").as_deref(), Some("es1"));
     }
 
     #[test]

@@ -252,7 +252,31 @@ pub(super) fn call_as(
     set: &[(&str, String)],
     body: bytes::Bytes,
 ) -> Call {
-    let mut headers = parts.headers.clone();
+    call_with_headers(up, meta, parts, parts.headers.clone(), set, body)
+}
+
+/// [`call_as`] for a request whose parts are not needed afterwards: its headers are moved
+/// into the call, not copied (once per proxied search).
+pub(super) fn into_call_as(
+    up: &super::Upstream,
+    meta: &RequestMeta,
+    mut parts: Parts,
+    set: &[(&str, String)],
+    body: bytes::Bytes,
+) -> Call {
+    let headers = std::mem::take(&mut parts.headers);
+    call_with_headers(up, meta, &parts, headers, set, body)
+}
+
+/// The call of `parts` with `headers` (the request's own) rewritten for the upstream.
+fn call_with_headers(
+    up: &super::Upstream,
+    meta: &RequestMeta,
+    parts: &Parts,
+    mut headers: http::HeaderMap,
+    set: &[(&str, String)],
+    body: bytes::Bytes,
+) -> Call {
     up.identity()
         .outbound(&mut headers, meta.principal.as_deref(), client_ip(parts));
     Call {
@@ -329,10 +353,24 @@ fn search_params(admitted: &Admitted, params: &Params, body: &[u8]) -> Vec<(&'st
 /// The task description OpenSearch gives a search, with the body as the client sent it (the
 /// gateway does not parse what it only forwards).
 fn description(index: &str, body: &[u8]) -> String {
-    let source = String::from_utf8_lossy(body);
+    // The usual body is valid UTF-8: checked by the fast validator, replaced only when not.
+    let source = match std::str::from_utf8(body) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(body),
+    };
     let source = source.trim();
     let source = if source.is_empty() { "{}" } else { source };
-    format!("indices[{index}], search_type[QUERY_THEN_FETCH], source[{source}]")
+    // Pushed into one allocation of the right size rather than `format!`ted (once per search).
+    const SEARCH_TYPE: &str = "], search_type[QUERY_THEN_FETCH], source[";
+    let mut d = String::with_capacity(
+        "indices[".len() + index.len() + SEARCH_TYPE.len() + source.len() + 1,
+    );
+    d.push_str("indices[");
+    d.push_str(index);
+    d.push_str(SEARCH_TYPE);
+    d.push_str(source);
+    d.push(']');
+    d
 }
 
 /// Admits a `_search`, `_count` or `_search/template` and forwards it.
@@ -361,7 +399,7 @@ async fn run_admitted(
     } else {
         Vec::new()
     };
-    let call = call_as(&up, &meta, &parts, &set, body);
+    let call = into_call_as(&up, &meta, parts, &set, body);
     let executed = up.execute(admitted.execution(), call).await;
     let resp = settle(&mut admitted, executed)?;
     let resp = match keep_alive {
@@ -482,7 +520,7 @@ async fn run_scroll(
         inherited,
     };
     let mut admitted = admit(&st, &meta, spec).await?;
-    let call = call_as(&up, &meta, &parts, &[], body);
+    let call = into_call_as(&up, &meta, parts, &[], body);
     let executed = up.execute(admitted.execution(), call).await;
     let resp = settle(&mut admitted, executed)?;
     let resp = match sreq.keep_alive {
@@ -536,7 +574,9 @@ async fn clear_scrolls(
         }
         up.scrolls.forget(&ids);
     }
-    let resp = up.send_call(call_as(&up, &meta, &parts, &[], body)).await?;
+    let resp = up
+        .send_call(into_call_as(&up, &meta, parts, &[], body))
+        .await?;
     Ok(stream_back(resp))
 }
 
@@ -572,6 +612,14 @@ mod tests {
         assert_eq!(
             description("i", b"  "),
             "indices[i], search_type[QUERY_THEN_FETCH], source[{}]"
+        );
+        assert_eq!(
+            description("i", b"{\"q\":\"\xff\"}"),
+            "indices[i], search_type[QUERY_THEN_FETCH], source[{\"q\":\"\u{fffd}\"}]"
+        );
+        assert_eq!(
+            description("a,b", b" {\"size\":1}\n"),
+            "indices[a,b], search_type[QUERY_THEN_FETCH], source[{\"size\":1}]"
         );
     }
 }
