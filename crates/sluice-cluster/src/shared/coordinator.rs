@@ -50,6 +50,15 @@
 //! gives its idle leases back: under a steady load a node calls each owner about once per
 //! window, whatever the number of requests.
 //!
+//! # One call for requests that miss together (issue 14 point 10)
+//!
+//! Requests of a bucket that find no idle lease at the same moment (a burst's start, a node
+//! whose concurrency jumps) would each call the owner. A request that will not park instead
+//! waits for a call already out for its bucket and then looks in the idle cache, where that
+//! call's batch went; the call asks for a batch as large as the requests running plus those
+//! on their way to the owner (K12). A burst from nothing takes two calls: the first asks for
+//! what it saw, the second for everything that arrived meanwhile.
+//!
 //! # Invariants
 //! - **K1 (fail-open bound)** — per bucket, the leases this coordinator holds plus the requests
 //!   it admitted failing open never exceed the bucket's `shared_limit` as last asked: a fail-open
@@ -123,9 +132,18 @@
 //!   `test_a_reused_buckets_windows_are_extended_while_its_owner_has_unowed_room`,
 //!   `test_a_running_lease_of_a_reused_bucket_has_its_window_extended_too` and the
 //!   simulation (K7 counted from the latest batch or room answer).
+//! - **K12 (one call out per bucket for requests that do not park)** — at most one request
+//!   per bucket is the caller others wait for ([`State::asking`]); its guard is dropped when
+//!   its call ends or its request goes away, which wakes the waiters. A waiter waits at most
+//!   [`BATCH_WAITS`] times, all within its acquire deadline, then calls itself: a denial or a
+//!   lost call delays it by at most two round trips and never past the deadline, and nobody
+//!   waits for a call that is not out. Requests that park (`wants_queue`) always call: their
+//!   call registers the node as a waiter. Tested by
+//!   `test_requests_that_miss_together_share_calls_and_their_batches`,
+//!   `test_a_request_waiting_for_a_call_whose_request_is_gone_asks_itself` and the simulation.
 
 use parking_lot::{Mutex, RwLock};
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
@@ -158,6 +176,12 @@ pub const REUSE_WINDOW: Duration = Duration::from_millis(50);
 /// a call between nodes takes on a LAN, so the answer usually arrives before the window ends;
 /// a late answer still restarts the windows of the leases left.
 pub const EXTEND_AHEAD: Duration = Duration::from_millis(10);
+
+/// How many times a request waits for another request's call to an owner before sending its
+/// own (K12): the first call of a burst asks only for the requests it saw, the second for all
+/// that arrived while the first was out; a third would only delay a request whose bucket the
+/// owner refuses (each wait is a round trip).
+pub const BATCH_WAITS: usize = 2;
 
 /// The most idle leases one bucket keeps on a coordinator (K9). Idle leases are those between
 /// one request's end and the next one's start: in a closed loop that is a small fraction of
@@ -256,6 +280,47 @@ impl Drop for SharedLease {
     }
 }
 
+/// The one call out for a bucket that others wait for (K12): dropping it (the call answered,
+/// failed, or its request gone) lets the next miss call and wakes the waiters, which look in
+/// the idle cache, where the call's batch is.
+struct Asking<'a> {
+    c: &'a Coordinator,
+    bucket: Arc<str>,
+}
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        self.c.state.lock().asking.remove(&self.bucket);
+        self.c.batch_done.notify_waiters();
+    }
+}
+
+/// A request on its way to a remote owner, counted in [`State::wanting`] until dropped (K12).
+struct Wanting<'a> {
+    c: &'a Coordinator,
+    bucket: Arc<str>,
+}
+
+impl<'a> Wanting<'a> {
+    fn new(c: &'a Coordinator, bucket: &str) -> Wanting<'a> {
+        let bucket: Arc<str> = Arc::from(bucket);
+        *c.state.lock().wanting.entry(bucket.clone()).or_insert(0) += 1;
+        Wanting { c, bucket }
+    }
+}
+
+impl Drop for Wanting<'_> {
+    fn drop(&mut self) {
+        let mut st = self.c.state.lock();
+        if let Some(n) = st.wanting.get_mut(&self.bucket) {
+            *n -= 1;
+            if *n == 0 {
+                st.wanting.remove(&self.bucket);
+            }
+        }
+    }
+}
+
 /// A slot this node holds.
 #[derive(Debug, Clone)]
 struct Held {
@@ -313,6 +378,11 @@ struct State {
     num_idle: u64,
     /// Set by [`Coordinator::release_idle`]: the node is stopping, nothing is cached any more.
     closing: bool,
+    /// Buckets with a call to their owner out that others wait for (K12).
+    asking: HashSet<Arc<str>>,
+    /// Per bucket, the requests inside [`Coordinator::acquire`] on the way to a remote owner
+    /// (K12): a call asks for a batch that runs them too.
+    wanting: HashMap<Arc<str>, u64>,
     /// When the expiry task wakes next (`None`: when a lease goes idle); a lease going idle
     /// with an earlier end of window wakes it (K7).
     wake_at: Option<Instant>,
@@ -417,6 +487,8 @@ pub struct Coordinator {
     sink: OnceLock<Arc<dyn OfferSink>>,
     /// Wakes the expiry task when a lease goes idle.
     went_idle: Arc<Notify>,
+    /// Wakes the requests waiting for a call to an owner to bring a batch (K12).
+    batch_done: Notify,
     /// The counters.
     pub stats: CoordinatorStats,
 }
@@ -444,6 +516,7 @@ impl Coordinator {
             releases: tx,
             sink: OnceLock::new(),
             went_idle: Arc::new(Notify::new()),
+            batch_done: Notify::new(),
             stats: CoordinatorStats::default(),
         });
         tokio::spawn(releaser(Arc::downgrade(&c), rx, stop.clone()));
@@ -488,6 +561,31 @@ impl Coordinator {
         {
             return Acquired::Lease(slot);
         }
+        // K12: a request that will not park waits for a call already out for the bucket, whose
+        // batch may run it, rather than sending its own — twice at most, all within `deadline`.
+        let until = Instant::now() + deadline;
+        let mut _wanting = None;
+        let mut _asking = None;
+        if let Some(m) = &owner
+            && *m.node_id != *self.me
+            && !wants_queue
+        {
+            _wanting = Some(Wanting::new(self, bucket));
+            for _ in 0..BATCH_WAITS {
+                match self.wait_for_batch(bucket, until).await {
+                    Ok(asking) => {
+                        _asking = Some(asking);
+                        break;
+                    }
+                    Err(()) => {
+                        if let Some(slot) = self.reuse(bucket, &m.node_id, limit) {
+                            return Acquired::Lease(slot);
+                        }
+                    }
+                }
+            }
+        }
+        let deadline = until.saturating_duration_since(Instant::now());
         let reply = match &owner {
             None => Err("no live node serves the shared tier (empty ring)".to_string()),
             Some(m) if *m.node_id == *self.me => {
@@ -680,6 +778,27 @@ impl Coordinator {
         slot
     }
 
+    /// Becomes the request that asks `bucket`'s owner (`Ok`: the returned guard ends that
+    /// when dropped, waking the waiters), or, if another request's call is out, waits for it
+    /// to end, at most until `until` (`Err`: try the idle cache) (K12).
+    async fn wait_for_batch(&self, bucket: &str, until: Instant) -> Result<Asking<'_>, ()> {
+        let done = self.batch_done.notified();
+        tokio::pin!(done);
+        done.as_mut().enable();
+        {
+            let mut st = self.state.lock();
+            if !st.asking.contains(bucket) {
+                st.asking.insert(Arc::from(bucket));
+                return Ok(Asking {
+                    c: self,
+                    bucket: Arc::from(bucket),
+                });
+            }
+        }
+        let _ = tokio::time::timeout_at(until, done).await;
+        Err(())
+    }
+
     /// How many leases beyond the one asked for to ask `bucket`'s remote owner for (K10): as
     /// many as the bucket's requests running here — so a node's leases double with each call
     /// as a load ramps up, and a lone request asks for its own only — within what its idle cache may keep (K9) and its allowance (K1). None
@@ -695,7 +814,9 @@ impl Coordinator {
                 .get(bucket)
                 .map_or((0, 0), |a| (a.held, a.idle));
             let max_idle = MAX_IDLE_PER_BUCKET.min(limit / IDLE_SHARE);
-            (held - idle)
+            // The other requests on their way to the owner, beside this one.
+            let others = st.wanting.get(bucket).map_or(0, |n| n.saturating_sub(1));
+            (held - idle + others)
                 .min(max_idle.saturating_sub(idle))
                 .min(limit.saturating_sub(held + 1))
                 .min(MAX_IDLE.saturating_sub(st.num_idle))

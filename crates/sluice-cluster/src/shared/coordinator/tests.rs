@@ -16,6 +16,8 @@ struct Switch {
     b: OnceLock<Arc<SharedTier>>,
     /// Acquire calls carried.
     acquires: AtomicU64,
+    /// How long a call takes, in microseconds (0: answered at once).
+    delay_us: AtomicU64,
 }
 
 impl Transport for Switch {
@@ -55,7 +57,11 @@ impl Transport for Switch {
         if matches!(call, SharedCall::Acquire { .. }) {
             self.acquires.fetch_add(1, Ordering::SeqCst);
         }
+        let delay = Duration::from_micros(self.delay_us.load(Ordering::SeqCst));
         Box::pin(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
             match self.b.get() {
                 Some(b) if self.up.load(Ordering::SeqCst) => Ok(b.shared(&self.from, call).await),
                 _ => Err(RpcError::Unreachable {
@@ -104,12 +110,14 @@ fn pair() -> Pair {
         up: AtomicBool::new(false),
         b: OnceLock::new(),
         acquires: AtomicU64::new(0),
+        delay_us: AtomicU64::new(0),
     });
     let to_a = Arc::new(Switch {
         from: "b".into(),
         up: AtomicBool::new(false),
         b: OnceLock::new(),
         acquires: AtomicU64::new(0),
+        delay_us: AtomicU64::new(0),
     });
     let start = |me: &str, t: Arc<Switch>| {
         let owner = Owner::start(
@@ -685,4 +693,46 @@ async fn test_a_running_lease_of_a_reused_bucket_has_its_window_extended_too() {
     assert_eq!(p.b.owner.in_use(g), 1);
     eventually(|| p.b.owner.in_use(g) == 0).await;
     assert_idle_adds_up(&p.a);
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_requests_that_miss_together_share_calls_and_their_batches() {
+    let p = pair();
+    let g = &p.buckets[0];
+    p.switch.up.store(true, Ordering::SeqCst);
+    p.switch.delay_us.store(1_000, Ordering::SeqCst);
+    // Twenty requests of an idle bucket at once: the first asks for its own lease (it saw no
+    // other); the rest wait for its call, then one asks for all of them (K12): two calls.
+    let all = futures::future::join_all((0..20).map(|_| lease(&p, g, 1_000))).await;
+    assert_eq!(p.switch.acquires.load(Ordering::SeqCst), 2);
+    assert_eq!(all.iter().filter(|l| l.is_reused()).count(), 18);
+    // The second call asked for the one running as well (a batch doubles what runs): one
+    // lease is left idle.
+    assert_eq!(p.b.owner.in_use(g), 21);
+    assert_eq!(p.a.num_idle(), 1);
+    drop(all);
+    eventually(|| p.b.owner.in_use(g) == 0).await;
+    assert_idle_adds_up(&p.a);
+    let st = p.a.state.lock();
+    assert!(st.asking.is_empty() && st.wanting.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_a_request_waiting_for_a_call_whose_request_is_gone_asks_itself() {
+    let p = Arc::new(pair());
+    let g = p.buckets[0].clone();
+    p.switch.up.store(true, Ordering::SeqCst);
+    p.switch.delay_us.store(1_000, Ordering::SeqCst);
+    let (pa, ga) = (p.clone(), g.clone());
+    let first = tokio::spawn(async move { drop(lease(&pa, &ga, 1_000).await) });
+    tokio::time::advance(Duration::from_micros(100)).await;
+    let (pb, gb) = (p.clone(), g.clone());
+    let second = tokio::spawn(async move { lease(&pb, &gb, 1_000).await.is_reused() });
+    tokio::time::advance(Duration::from_micros(100)).await;
+    // The request whose call the second waits for goes away before the owner answers: the
+    // second is woken and asks the owner itself (K12), well within its deadline.
+    first.abort();
+    assert!(!second.await.expect("the second request gets a lease"));
+    assert_eq!(p.switch.acquires.load(Ordering::SeqCst), 2);
+    assert_eq!(p.b.owner.in_use(&g), 1);
 }
