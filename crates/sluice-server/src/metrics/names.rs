@@ -145,6 +145,36 @@ pub const POOL_REJECTED: Described = (
     "sluice_search_pool_rejected_total",
     "Jobs refused because the search pool and its queue were full.",
 );
+/// Shared-tier leases this node's requests got, from an owner or from the idle cache.
+pub const SHARED_ACQUIRED: Described = (
+    "sluice_shared_leases_acquired_total",
+    "Shared-tier leases this node's requests got, from a bucket's owner or from the idle cache.",
+);
+/// Of which taken from the idle cache without a call to the owner.
+pub const SHARED_REUSED: Described = (
+    "sluice_shared_leases_reused_total",
+    "Shared-tier leases taken from this node's idle cache without a call to the owner.",
+);
+/// Extra leases that calls to owners brought for the idle cache.
+pub const SHARED_BATCHED: Described = (
+    "sluice_shared_leases_batched_total",
+    "Extra shared-tier leases that calls to owners brought for this node's idle cache.",
+);
+/// Idle leases given back to their owner.
+pub const SHARED_IDLE_RELEASED: Described = (
+    "sluice_shared_idle_leases_released_total",
+    "Idle shared-tier leases given back to their owner: window ended, ring moved, limit lowered, shutdown.",
+);
+/// Buckets whose reuse windows an owner's room answer restarted.
+pub const SHARED_EXTENDED: Described = (
+    "sluice_shared_windows_extended_total",
+    "Times an owner's answer that a bucket had room nobody waited for let this node keep its leases of the bucket for another window.",
+);
+/// Idle leases in the cache now.
+pub const SHARED_IDLE: Described = (
+    "sluice_shared_idle_leases",
+    "Shared-tier leases idle in this node's cache now.",
+);
 /// Running tasks.
 pub const TASKS_RUNNING: Described = ("sluice_tasks_running", "Tasks running on the node now.");
 /// HTTP requests.

@@ -1,6 +1,7 @@
 //! The figures the node already keeps, written into a fresh recorder at every scrape (see the
 //! [module docs](super)): per group its counters, queue, in-flight tasks, usage and limits,
-//! and the dry-run figures; per node duress, usage, the search pool and the running tasks.
+//! and the dry-run figures; per node duress, usage, the search pool, the running tasks and the
+//! shared tier's lease cache.
 
 use metrics::Label;
 use metrics_exporter_prometheus::PrometheusBuilder;
@@ -67,6 +68,16 @@ fn describe(sink: &Sink<'_>) {
         sink.describe_counter(name);
     }
     sink.describe_counter(names::POOL_REJECTED);
+    for name in [
+        names::SHARED_ACQUIRED,
+        names::SHARED_REUSED,
+        names::SHARED_BATCHED,
+        names::SHARED_IDLE_RELEASED,
+        names::SHARED_EXTENDED,
+    ] {
+        sink.describe_counter(name);
+    }
+    sink.describe_gauge(names::SHARED_IDLE);
     for name in [
         names::GROUP_QUEUE_DEPTH,
         names::GROUP_WOULD_QUEUE_WAIT,
@@ -156,4 +167,23 @@ fn node(sink: &Sink<'_>, st: &AppState) {
     sink.gauge(names::POOL_QUEUED, &[], queued as f64);
     sink.counter(names::POOL_REJECTED, &[], pool.num_rejected());
     sink.gauge(names::TASKS_RUNNING, &[], st.tasks.list().len() as f64);
+    let coordinator = &st.cluster.shared().coordinator;
+    for (name, value) in shared_counters(&coordinator.stats) {
+        sink.counter(name, &[], value);
+    }
+    sink.gauge(names::SHARED_IDLE, &[], coordinator.num_idle() as f64);
+}
+
+/// The node's shared-tier counters (its coordinator's), by metric.
+fn shared_counters(
+    s: &sluice_cluster::shared::coordinator::CoordinatorStats,
+) -> [(Described, u64); 5] {
+    use std::sync::atomic::Ordering::Relaxed;
+    [
+        (names::SHARED_ACQUIRED, s.acquired.load(Relaxed)),
+        (names::SHARED_REUSED, s.reused.load(Relaxed)),
+        (names::SHARED_BATCHED, s.prefetched.load(Relaxed)),
+        (names::SHARED_IDLE_RELEASED, s.idle_released.load(Relaxed)),
+        (names::SHARED_EXTENDED, s.extended.load(Relaxed)),
+    ]
 }

@@ -670,4 +670,23 @@ async fn test_a_busy_coordinator_reuses_idle_leases_and_gives_them_back() {
         },
     )
     .await;
+    // The node's metrics show the same cache: the reuses the groups counted, and nothing idle.
+    let mut metric_reused = 0;
+    for i in 0..3 {
+        let (s, text) = c.get(i, "/_prometheus/metrics").await;
+        assert_eq!(s, 200);
+        let text = text.as_str().expect("the text format").to_string();
+        let sample = |name: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+                .unwrap_or_else(|| panic!("{name} on node {i}: {text}"))
+        };
+        metric_reused += sample("sluice_shared_leases_reused_total") as u64;
+        assert!(
+            sample("sluice_shared_leases_acquired_total")
+                >= sample("sluice_shared_leases_reused_total")
+        );
+        assert_eq!(sample("sluice_shared_idle_leases"), 0.0);
+    }
+    assert_eq!(metric_reused, reused);
 }
