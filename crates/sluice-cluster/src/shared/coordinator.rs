@@ -389,6 +389,33 @@ struct State {
 }
 
 impl State {
+    /// Puts `lease` of `bucket` from `owner`, got at `got_at`, in the idle cache (its slot is
+    /// already counted in `held`); returns whether its window ends before the expiry task
+    /// wakes, which must then be woken (K7, K8).
+    fn put_idle(
+        &mut self,
+        bucket: &Arc<str>,
+        owner: Arc<str>,
+        lease: u64,
+        got_at: Instant,
+    ) -> bool {
+        if let Some(a) = self.per_bucket.get_mut(bucket) {
+            a.idle += 1;
+        }
+        self.num_idle += 1;
+        self.idle.entry(bucket.clone()).or_default().push(Idle {
+            owner,
+            lease,
+            got_at,
+        });
+        let ends = got_at + REUSE_WINDOW;
+        let wake = self.wake_at.is_none_or(|at| ends < at);
+        if wake {
+            self.wake_at = Some(ends);
+        }
+        wake
+    }
+
     /// Starts the reuse window of this node's leases of `bucket` from `owner`, running or
     /// idle, again at `now`: the owner has just shown room no waiter is owed (K10, K11).
     fn restart_windows(&mut self, bucket: &Arc<str>, owner: &Arc<str>, now: Instant) {
@@ -788,11 +815,9 @@ impl Coordinator {
         {
             let mut st = self.state.lock();
             if !st.asking.contains(bucket) {
-                st.asking.insert(Arc::from(bucket));
-                return Ok(Asking {
-                    c: self,
-                    bucket: Arc::from(bucket),
-                });
+                let bucket: Arc<str> = Arc::from(bucket);
+                st.asking.insert(bucket.clone());
+                return Ok(Asking { c: self, bucket });
             }
         }
         let _ = tokio::time::timeout_at(until, done).await;
@@ -845,8 +870,7 @@ impl Coordinator {
             return;
         }
         let now = Instant::now();
-        let mut release = Vec::new();
-        let mut kept = 0;
+        let (mut release, mut kept, mut wake) = (Vec::new(), 0, false);
         let mut st = self.state.lock();
         st.restart_windows(bucket, owner, now);
         for lease in leases {
@@ -862,20 +886,9 @@ impl Coordinator {
             }
             if let Some(a) = st.per_bucket.get_mut(bucket) {
                 a.held += 1;
-                a.idle += 1;
             }
-            st.num_idle += 1;
-            st.idle.entry(bucket.clone()).or_default().push(Idle {
-                owner: owner.clone(),
-                lease,
-                got_at: now,
-            });
+            wake |= st.put_idle(bucket, owner.clone(), lease, now);
             kept += 1;
-        }
-        let ends = now + REUSE_WINDOW;
-        let wake = kept > 0 && st.wake_at.is_none_or(|at| ends < at);
-        if wake {
-            st.wake_at = Some(ends);
         }
         drop(st);
         self.stats.prefetched.fetch_add(kept, Ordering::Relaxed);
@@ -929,20 +942,7 @@ impl Coordinator {
             let cache = candidate.is_some() && !parked && !st.closing && h.lease.is_some();
             if cache && let Some((owner, lease)) = &h.lease {
                 // K6: the holder's entry is gone in this same critical section.
-                if let Some(a) = st.per_bucket.get_mut(&h.bucket) {
-                    a.idle += 1;
-                }
-                st.num_idle += 1;
-                st.idle.entry(h.bucket.clone()).or_default().push(Idle {
-                    owner: owner.clone(),
-                    lease: *lease,
-                    got_at: h.got_at,
-                });
-                let ends = h.got_at + REUSE_WINDOW;
-                let wake = st.wake_at.is_none_or(|at| ends < at);
-                if wake {
-                    st.wake_at = Some(ends);
-                }
+                let wake = st.put_idle(&h.bucket, owner.clone(), *lease, h.got_at);
                 drop(st);
                 self.stats.cached.fetch_add(1, Ordering::Relaxed);
                 if wake {

@@ -16,7 +16,9 @@ struct Switch {
     b: OnceLock<Arc<SharedTier>>,
     /// Acquire calls carried.
     acquires: AtomicU64,
-    /// How long a call takes, in microseconds (0: answered at once).
+    /// How long a call takes, in microseconds (0: answered at once): the network's latency,
+    /// on the tests' paused clock, so that calls are out while other requests arrive. Tests
+    /// never sleep to wait for a condition; they poll with [`eventually`].
     delay_us: AtomicU64,
 }
 
