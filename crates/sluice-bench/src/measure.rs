@@ -355,6 +355,20 @@ pub fn run_in_process<F>(
 where
     F: Fn(&Value) -> std::result::Result<Value, String> + Sync,
 {
+    run_in_process_on(search, bodies, concurrency, window, &Instant::now)
+}
+
+/// [`run_in_process`] with the time read from `now` (the tests' clock, which the calls move).
+fn run_in_process_on<F>(
+    search: F,
+    bodies: &[Value],
+    concurrency: usize,
+    window: Window,
+    now: &(dyn Fn() -> Instant + Sync),
+) -> Result<Summary>
+where
+    F: Fn(&Value) -> std::result::Result<Value, String> + Sync,
+{
     let tallies = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..concurrency)
             .map(|worker| {
@@ -364,7 +378,7 @@ where
                     .spawn_scoped(scope, move || {
                         let mut tally = WorkerTally::new();
                         for i in worker.. {
-                            let started = Instant::now();
+                            let started = now();
                             if started >= window.deadline {
                                 break;
                             }
@@ -372,7 +386,7 @@ where
                                 .map(drop)
                                 .map_err(|e| excerpt(&e));
                             if started >= window.measure_from {
-                                tally.record(outcome, started.elapsed());
+                                tally.record(outcome, now().saturating_duration_since(started));
                             }
                         }
                         tally
@@ -389,7 +403,10 @@ where
             })
             .collect::<Result<Vec<_>>>()
     })?;
-    Ok(summarize(tallies, window.measure_from.elapsed()))
+    Ok(summarize(
+        tallies,
+        now().saturating_duration_since(window.measure_from),
+    ))
 }
 
 #[cfg(test)]
@@ -485,39 +502,80 @@ mod tests {
         assert!(summary.max_ms >= 59_000.0, "max {}", summary.max_ms);
     }
 
+    /// A clock for the in-process driver that moves only when a search says so: a search
+    /// "takes" exactly as long as it advances it.
+    struct StepClock {
+        base: Instant,
+        micros: std::sync::atomic::AtomicU64,
+    }
+
+    impl StepClock {
+        fn new() -> StepClock {
+            StepClock {
+                base: Instant::now(),
+                micros: std::sync::atomic::AtomicU64::new(0),
+            }
+        }
+
+        fn now(&self) -> Instant {
+            self.base + Duration::from_micros(self.micros.load(std::sync::atomic::Ordering::SeqCst))
+        }
+
+        fn advance(&self, by: Duration) {
+            self.micros
+                .fetch_add(by.as_micros() as u64, std::sync::atomic::Ordering::SeqCst);
+        }
+
+        /// The window from `warmup` to `warmup + duration` after the clock's start.
+        fn window(&self, warmup: Duration, duration: Duration) -> Window {
+            Window {
+                measure_from: self.base + warmup,
+                deadline: self.base + warmup + duration,
+            }
+        }
+    }
+
     #[test]
     fn test_in_process_driver_records_only_after_warmup_and_stops_at_deadline() {
+        let clock = StepClock::new();
         let calls = std::sync::atomic::AtomicU64::new(0);
         let search = |_: &Value| {
-            calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            std::thread::sleep(Duration::from_millis(1));
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            clock.advance(Duration::from_millis(1));
             Ok(Value::Null)
         };
-        let started = Instant::now();
-        let window = Window::starting_now(Duration::from_millis(50), Duration::from_millis(100));
-        let summary = run_in_process(search, &[Value::Null], 2, window).unwrap();
-        let total_calls = calls.load(std::sync::atomic::Ordering::Relaxed);
+        // Searches start at 0, 1, ... 14 ms: those before 5 ms are warm-up, none starts at 15.
+        let window = clock.window(Duration::from_millis(5), Duration::from_millis(10));
+        let summary =
+            run_in_process_on(search, &[Value::Null], 1, window, &|| clock.now()).unwrap();
 
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "the driver overran its deadline"
-        );
-        assert!(summary.num_requests > 0);
-        assert!(
-            summary.num_requests < total_calls,
-            "warm-up requests were recorded"
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 15);
+        assert_eq!(
+            summary.num_requests, 10,
+            "warm-up recorded, or a search past the deadline"
         );
         assert_eq!(summary.num_errors, 0);
-        assert!(summary.p50_ms >= 1.0, "p50 {}", summary.p50_ms);
+        assert!(
+            (summary.p50_ms - 1.0).abs() < 0.01,
+            "p50 {}",
+            summary.p50_ms
+        );
+        assert!((summary.elapsed_secs - 0.010).abs() < 1e-9, "{summary:?}");
+        assert!((summary.qps - 1000.0).abs() < 1e-6, "{summary:?}");
     }
 
     #[test]
     fn test_in_process_driver_counts_errors_with_the_first_message() {
-        let search = |_: &Value| Err::<Value, _>("index_not_found_exception".to_owned());
-        let window = Window::starting_now(Duration::ZERO, Duration::from_millis(20));
-        let summary = run_in_process(search, &[Value::Null], 1, window).unwrap();
+        let clock = StepClock::new();
+        let search = |_: &Value| {
+            clock.advance(Duration::from_millis(1));
+            Err::<Value, _>("index_not_found_exception".to_owned())
+        };
+        let window = clock.window(Duration::ZERO, Duration::from_millis(3));
+        let summary =
+            run_in_process_on(search, &[Value::Null], 1, window, &|| clock.now()).unwrap();
         assert_eq!(summary.num_requests, 0);
-        assert!(summary.num_errors > 0);
+        assert_eq!(summary.num_errors, 3);
         assert_eq!(
             summary.first_error.as_deref(),
             Some("index_not_found_exception")
