@@ -73,8 +73,10 @@
 //! - **K2** — a lease ends exactly once: its [`SharedLease`] is the only handle, not `Clone`;
 //!   dropping it queues one release (fail-open slots release locally). A lease the owner
 //!   reported lost on renewal is not released again.
-//! - **K3** — dropping a [`SharedLease`] never blocks: the release goes to a background task
-//!   through an unbounded channel (a send never waits), which batches releases per owner.
+//! - **K3** — dropping a [`SharedLease`] never blocks: the release of a remote owner's lease
+//!   goes to a background task through an unbounded channel (a send never waits), which
+//!   batches releases per owner; a lease this node owns is released in place, under the
+//!   owner's pool lock (no I/O: an offer the release frees is sent by a task of its own).
 //! - **K4** — an offer is answered only after the sink has either handed the lease to a parked
 //!   request (which now holds it) or refused it (then it is forgotten here without a release:
 //!   the owner frees it on the `used = false` answer).
@@ -125,19 +127,24 @@
 //! - **K11 (extended windows)** — a window restarts only on the owner's word that the bucket
 //!   has room no waiter is owed: a batch (K10) or a `Room` answer, asked for a bucket only if
 //!   one of its leases was taken from the cache since the windows last started, once per
-//!   window. So K7's "latest grant" includes these answers, and once the owner has a waiter
-//!   (it answers no, and grants no batch) every lease of the bucket goes back within
-//!   [`REUSE_WINDOW`] + the longest request, as before; a bucket nobody reused lets its idle
-//!   leases go at the end of their window. Tested by
+//!   window. So K7's "latest grant" includes these answers. An idle lease whose window ends
+//!   while its owner's answer is out is neither reused nor released until the answer (or its
+//!   [`ACQUIRE_DEADLINE`]): so once the owner has a waiter (it answers no, and grants no
+//!   batch) every lease of the bucket goes back within [`REUSE_WINDOW`] + the longer of the
+//!   longest request and [`ACQUIRE_DEADLINE`]; a bucket nobody reused lets its idle leases go
+//!   at the end of their window. Tested by
 //!   `test_a_reused_buckets_windows_are_extended_while_its_owner_has_unowed_room`,
-//!   `test_a_running_lease_of_a_reused_bucket_has_its_window_extended_too` and the
-//!   simulation (K7 counted from the latest batch or room answer).
+//!   `test_a_running_lease_of_a_reused_bucket_has_its_window_extended_too`,
+//!   `test_an_idle_lease_whose_window_ends_while_its_owner_is_asked_waits_for_the_answer` and
+//!   the simulation (K7 counted from the latest batch or room answer).
 //! - **K12 (one call out per bucket for requests that do not park)** — at most one request
 //!   per bucket is the caller others wait for ([`State::asking`]); its guard is dropped when
 //!   its call ends or its request goes away, which wakes the waiters. A waiter waits at most
-//!   [`BATCH_WAITS`] times, all within its acquire deadline, then calls itself: a denial or a
-//!   lost call delays it by at most two round trips and never past the deadline, and nobody
-//!   waits for a call that is not out. Requests that park (`wants_queue`) always call: their
+//!   [`BATCH_WAITS`] times, all within the first half of its acquire deadline, then calls
+//!   itself with the half left at least: a denial or a lost call delays it by at most two
+//!   round trips and never past the deadline, a call of its own is not cut short by the waits
+//!   (found by the simulation: two waits for calls answered late left a third call too little
+//!   time, and the request failed open), and nobody waits for a call that is not out. Requests that park (`wants_queue`) always call: their
 //!   call registers the node as a waiter. Tested by
 //!   `test_requests_that_miss_together_share_calls_and_their_batches`,
 //!   `test_a_request_waiting_for_a_call_whose_request_is_gone_asks_itself` and the simulation.
@@ -172,10 +179,13 @@ pub const REUSE_WINDOW: Duration = Duration::from_millis(50);
 
 /// How long before a bucket's idle leases reach the end of their window the expiry task asks
 /// their owner whether it has room no waiter is owed, for buckets whose idle leases were reused
-/// since their window last started (K11). 10 ms is a fifth of [`REUSE_WINDOW`]: far more than
-/// a call between nodes takes on a LAN, so the answer usually arrives before the window ends;
-/// a late answer still restarts the windows of the leases left.
-pub const EXTEND_AHEAD: Duration = Duration::from_millis(10);
+/// since their window last started (K11). Half of [`REUSE_WINDOW`]: a call between idle nodes
+/// takes well under a millisecond, but an owner whose cores are busy with its own searches
+/// answers in tens of milliseconds — with 10 ms, three nodes under bursts on two cores lost
+/// about one window in eight to a late answer, and each lost window made the next burst's
+/// requests on that node wait for a call to the owner. Leases whose window ends while the
+/// answer is out wait for it, unused (K11).
+pub const EXTEND_AHEAD: Duration = Duration::from_millis(25);
 
 /// How many times a request waits for another request's call to an owner before sending its
 /// own (K12): the first call of a burst asks only for the requests it saw, the second for all
@@ -380,6 +390,9 @@ struct State {
     closing: bool,
     /// Buckets with a call to their owner out that others wait for (K12).
     asking: HashSet<Arc<str>>,
+    /// `(bucket, owner)` pairs with a `Room` call out (K11): their idle leases whose window
+    /// ended stay (not reused) until its answer.
+    rooming: HashSet<(Arc<str>, Arc<str>)>,
     /// Per bucket, the requests inside [`Coordinator::acquire`] on the way to a remote owner
     /// (K12): a call asks for a batch that runs them too.
     wanting: HashMap<Arc<str>, u64>,
@@ -589,8 +602,10 @@ impl Coordinator {
             return Acquired::Lease(slot);
         }
         // K12: a request that will not park waits for a call already out for the bucket, whose
-        // batch may run it, rather than sending its own — twice at most, all within `deadline`.
+        // batch may run it, rather than sending its own — twice at most, all within the first
+        // half of `deadline`, so that a call of its own still has the other half.
         let until = Instant::now() + deadline;
+        let waits_until = Instant::now() + deadline / 2;
         let mut _wanting = None;
         let mut _asking = None;
         if let Some(m) = &owner
@@ -599,7 +614,7 @@ impl Coordinator {
         {
             _wanting = Some(Wanting::new(self, bucket));
             for _ in 0..BATCH_WAITS {
-                match self.wait_for_batch(bucket, until).await {
+                match self.wait_for_batch(bucket, waits_until).await {
                     Ok(asking) => {
                         _asking = Some(asking);
                         break;
@@ -751,8 +766,14 @@ impl Coordinator {
         if !st.idle.contains_key(bucket) {
             return None;
         }
+        // Leases past their window go back, but for those whose owner is being asked for room
+        // (K11): they wait for its answer, unused.
+        let asked = st
+            .rooming
+            .iter()
+            .any(|(b, o)| **b == *bucket && **o == *owner);
         let mut release = st.take_idle_where(bucket, |i| {
-            *i.owner != *owner || now >= i.got_at + REUSE_WINDOW
+            *i.owner != *owner || (now >= i.got_at + REUSE_WINDOW && !asked)
         });
         // The limit as asked now: a lowered one sheds idle leases first (K1).
         let excess = st.per_bucket.get_mut(bucket).map_or(0, |a| {
@@ -765,9 +786,12 @@ impl Coordinator {
             shed = shed.saturating_sub(1);
             go
         }));
-        // The youngest: the oldest ones expire first, so the cache shrinks to what the load
-        // needs.
-        let taken = st.idle.get_mut(bucket).and_then(Vec::pop);
+        // The youngest in its window: the oldest ones expire first, so the cache shrinks to
+        // what the load needs.
+        let taken = st.idle.get_mut(bucket).and_then(|list| {
+            let at = list.iter().rposition(|i| now < i.got_at + REUSE_WINDOW)?;
+            Some(list.remove(at))
+        });
         let slot = taken.map(|i| {
             if st.idle.get(bucket).is_some_and(Vec::is_empty) {
                 st.idle.remove(bucket);
@@ -959,10 +983,28 @@ impl Coordinator {
             h
         };
         if let Some((owner, lease)) = held.lease {
-            // Unbounded: a send never waits; it fails only once the releaser stopped (the node
-            // is shutting down, and the owner's TTL reclaims the lease).
-            let _ = self.releases.send((owner, lease));
+            self.release(owner, lease);
         }
+    }
+
+    /// Gives `lease` back to `owner` without waiting (K3): in process when this node owns it
+    /// (the owner's pool lock, no I/O: the offers it frees are sent by tasks of their own), else
+    /// through the releaser. Releasing a local lease in place saves a wake of the releaser task
+    /// for each request of a bucket this node owns, which the idle cache does not serve.
+    fn release(&self, owner: Arc<str>, lease: u64) {
+        // Outside a runtime (a lease dropped as the node stops) no offer task could start.
+        if *owner == *self.me && tokio::runtime::Handle::try_current().is_ok() {
+            self.owner.handle_local(
+                &self.me,
+                SharedCall::Release {
+                    leases: vec![lease],
+                },
+            );
+            return;
+        }
+        // Unbounded: a send never waits; it fails only once the releaser stopped (the node is
+        // shutting down, and the owner's TTL reclaims the lease).
+        let _ = self.releases.send((owner, lease));
     }
 
     /// Keeps `lease` until the parked request it was handed to takes it
@@ -1119,6 +1161,11 @@ impl Coordinator {
         out
     }
 
+    /// `Room` calls out, one per bucket and owner (for tests).
+    pub fn num_room_calls(&self) -> usize {
+        self.state.lock().rooming.len()
+    }
+
     /// The owner and id of the lease held under `token`, `None` for a fail-open slot, a lease
     /// reported lost, or an unknown token (for tests and the simulation).
     pub fn lease_of(&self, token: u64) -> Option<(Arc<str>, u64)> {
@@ -1185,7 +1232,9 @@ impl Coordinator {
                 }
             }
             hot.retain(|(b, o)| {
-                **o != *self.me && st.per_bucket.get(b).is_some_and(|a| a.reused > 0)
+                **o != *self.me
+                    && st.per_bucket.get(b).is_some_and(|a| a.reused > 0)
+                    && !st.rooming.contains(&(b.clone(), o.clone()))
             });
             let mut asks: BTreeMap<Arc<str>, Vec<Arc<str>>> = BTreeMap::new();
             for (b, o) in hot {
@@ -1193,6 +1242,7 @@ impl Coordinator {
                     // Asked once per window: reuses from now on count toward the next one.
                     a.reused = 0;
                 }
+                st.rooming.insert((b.clone(), o.clone()));
                 asks.entry(o).or_default().push(b);
             }
             for buckets in asks.values_mut() {
@@ -1207,31 +1257,43 @@ impl Coordinator {
                 let Some(this) = c.upgrade() else { return };
                 let call = SharedCall::Room { buckets: names };
                 let reply = this.call_owner_within(&owner, call, ACQUIRE_DEADLINE).await;
-                let Some(SharedReply::Room { free }) = reply else {
-                    return;
+                let free = match reply {
+                    Some(SharedReply::Room { free }) => free,
+                    _ => Vec::new(),
                 };
                 let now = Instant::now();
                 let mut st = this.state.lock();
-                for (b, free) in buckets.iter().zip(free) {
-                    if free && !st.closing {
+                for (i, b) in buckets.iter().enumerate() {
+                    st.rooming.remove(&(b.clone(), owner.clone()));
+                    if free.get(i) == Some(&true) && !st.closing {
                         st.restart_windows(b, &owner, now);
                         this.stats.extended.fetch_add(1, Ordering::Relaxed);
                     }
                 }
+                drop(st);
+                // Leases kept past their window for this answer go now, unless it restarted
+                // them.
+                this.went_idle.notify_one();
             });
         }
     }
 
-    /// Releases the idle leases whose window has ended at `now`; returns when the next window
-    /// ends: of an idle lease, or of a running lease of a reused bucket (K7, K8, K11).
+    /// Releases the idle leases whose window has ended at `now`, but for those whose owner is
+    /// being asked for room (their `Room` task wakes this one when answered); returns when the
+    /// next window ends: of an idle lease, or of a running lease of a reused bucket (K7, K8,
+    /// K11).
     fn release_expired(&self, now: Instant) -> Option<Instant> {
-        self.release_idle_where(|_, i| now >= i.got_at + REUSE_WINDOW);
+        let rooming: Vec<(Arc<str>, Arc<str>)> =
+            self.state.lock().rooming.iter().cloned().collect();
+        let asked = |b: &str, i: &Idle| rooming.iter().any(|(rb, ro)| **rb == *b && *ro == i.owner);
+        self.release_idle_where(|b, i| now >= i.got_at + REUSE_WINDOW && !asked(b, i));
         let mut st = self.state.lock();
         let idle = st
             .idle
-            .values()
-            .flatten()
-            .map(|i| i.got_at + REUSE_WINDOW)
+            .iter()
+            .flat_map(|(b, list)| list.iter().map(move |i| (b, i)))
+            .filter(|(b, i)| !asked(b, i))
+            .map(|(_, i)| i.got_at + REUSE_WINDOW)
             .min();
         // The windows of running leases of reused buckets end too: their owners are asked
         // ahead (K11). Only ends still to come: one already past was asked about.

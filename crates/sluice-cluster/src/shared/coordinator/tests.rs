@@ -1,4 +1,4 @@
-//! The coordinator's unit tests (K1-K10).
+//! The coordinator's unit tests (K1-K12).
 
 use std::sync::atomic::AtomicBool;
 
@@ -695,6 +695,78 @@ async fn test_a_running_lease_of_a_reused_bucket_has_its_window_extended_too() {
     assert_eq!(p.b.owner.in_use(g), 1);
     eventually(|| p.b.owner.in_use(g) == 0).await;
     assert_idle_adds_up(&p.a);
+}
+
+/// The ids of `bucket`'s idle leases on `c`.
+fn idle_of(c: &Coordinator, bucket: &str) -> Vec<u64> {
+    c.idle_leases()
+        .into_iter()
+        .filter(|(b, _, _)| **b == *bucket)
+        .map(|(_, _, l)| l)
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_an_idle_lease_whose_window_ends_while_its_owner_is_asked_waits_for_the_answer() {
+    // `free`: whether the owner has room nobody is owed when asked.
+    for free in [true, false] {
+        let p = pair();
+        let g = &p.buckets[0];
+        p.switch.up.store(true, Ordering::SeqCst);
+        let limit = IDLE_SHARE;
+        drop(lease(&p, g, limit).await);
+        let reused = lease(&p, g, limit).await;
+        assert!(reused.is_reused());
+        let (_, id) = p.a.lease_of(reused.token()).expect("a lease");
+        drop(reused);
+        if !free {
+            // Another node takes the rest of the pool and waits for more.
+            for _ in 1..limit {
+                let SharedReply::Granted { .. } = p.b.owner.acquire("c", g, limit, false, 0) else {
+                    panic!("room for c");
+                };
+            }
+            let SharedReply::Denied { .. } = p.b.owner.acquire("c", g, limit, true, 0) else {
+                panic!("c waits");
+            };
+        }
+        // The owner answers the room call, sent EXTEND_AHEAD before the window ends, only a
+        // REUSE_WINDOW later: after the end.
+        p.switch
+            .delay_us
+            .store(REUSE_WINDOW.as_micros() as u64, Ordering::SeqCst);
+        eventually(|| p.a.num_room_calls() == 1).await;
+        p.switch.delay_us.store(0, Ordering::SeqCst);
+        // On the paused clock: every task runs at its time meanwhile (the expiry task at the
+        // window's end).
+        tokio::time::sleep(EXTEND_AHEAD + REUSE_WINDOW / 5).await;
+        // Past its window and the answer still out: kept, not released (K11) ...
+        assert_eq!(p.a.num_room_calls(), 1);
+        assert_eq!(idle_of(&p.a, g), vec![id]);
+        // ... and not reused either (K7): a request asks the owner.
+        if free {
+            let acquires = p.switch.acquires.load(Ordering::SeqCst);
+            let fresh = lease(&p, g, limit).await;
+            assert!(!fresh.is_reused());
+            assert_eq!(p.switch.acquires.load(Ordering::SeqCst), acquires + 1);
+            assert!(idle_of(&p.a, g).contains(&id));
+            drop(fresh);
+        }
+        eventually(|| p.a.num_room_calls() == 0).await;
+        if free {
+            // The answer restarted its window: it serves again.
+            assert_eq!(p.a.stats.extended.load(Ordering::Relaxed), 1);
+            assert!(idle_of(&p.a, g).contains(&id));
+            let again = lease(&p, g, limit).await;
+            assert!(again.is_reused());
+        } else {
+            // No room: it goes back once the answer says so.
+            eventually(|| p.a.num_idle() == 0).await;
+            assert_eq!(p.a.stats.extended.load(Ordering::Relaxed), 0);
+            assert_eq!(p.a.held_for(g), 0);
+        }
+        assert_idle_adds_up(&p.a);
+    }
 }
 
 #[tokio::test(start_paused = true)]
