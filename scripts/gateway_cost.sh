@@ -18,9 +18,15 @@ clients="${3:-1}"
 out="$(mktemp -d -t sluice-cost-XXXXXX)"
 trap 'rm -rf "$out"' EXIT
 
+nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
+if [[ "$via" == nginx && ! -x "$nginx_bin" ]]; then
+    echo "nginx is not installed: apt-get install nginx-light (scripts/gateway_bench.sh installs it)" >&2
+    exit 1
+fi
+
 "$target/release/sluice-bench" gateway-overhead --sluice-bin "$bin" --via "direct,$via" \
     --clients "$clients" --loads steady --rounds 1 --duration-secs 14 --warmup-secs 1 \
-    --docs 5000 --nginx-bin "$(command -v nginx || echo /usr/sbin/nginx)" > "$out/bench" 2>&1 &
+    --docs 5000 --nginx-bin "$nginx_bin" > "$out/bench" 2>&1 &
 bench=$!
 # `direct` is measured first in the first round; the proxy's window starts once it is reported.
 for _ in $(seq 1 600); do grep -q "direct " "$out/bench" 2>/dev/null && break; sleep 0.2; done
@@ -29,6 +35,11 @@ case "$via" in
     nginx) pids="$(pgrep -f 'nginx: worker' | paste -sd,)" ;;
     *) echo "via must be gateway or nginx" >&2; exit 2 ;;
 esac
+if [[ -z "$pids" ]]; then
+    echo "no $via process found to count; the benchmark said:" >&2
+    cat "$out/bench" >&2
+    exit 1
+fi
 sleep 4 # past the proxy's warm-up second, inside its 14 s window
 perf stat -x, -e 'syscalls:sys_enter_futex,syscalls:sys_enter_writev,syscalls:sys_enter_epoll_wait,context-switches,task-clock' \
     -p "$pids" -- sleep 8 2> "$out/stat"
