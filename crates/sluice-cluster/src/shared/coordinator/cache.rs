@@ -522,6 +522,12 @@ impl Coordinator {
         out
     }
 
+    /// When the expiry task is next due (the end of a window it waits for), if at all (for
+    /// tests: a due time not after now means it has work it has not done yet).
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.state.lock().wake_at
+    }
+
     /// `Room` calls out, one per bucket and owner (for tests).
     pub fn num_room_calls(&self) -> usize {
         self.state.lock().rooming.len()
