@@ -628,6 +628,34 @@ async fn test_a_batch_restarts_the_window_of_the_buckets_other_leases() {
     assert_idle_adds_up(&p.a);
 }
 
+/// Makes `bucket` hot on node a: a lease idle after its request, then reused (K11 asks the
+/// owner about such buckets); returns that lease, idle again.
+async fn hot_idle_lease(p: &Pair, bucket: &str, limit: u64) -> Option<(Arc<str>, u64)> {
+    drop(lease(p, bucket, limit).await);
+    let reused = lease(p, bucket, limit).await;
+    assert!(reused.is_reused());
+    let id = p.a.lease_of(reused.token());
+    drop(reused);
+    id
+}
+
+/// Another node takes the rest of `bucket`'s pool (node a holds one lease) and waits for
+/// more: the owner now owes room.
+fn another_node_waits(p: &Pair, bucket: &str, limit: u64) {
+    for _ in 1..limit {
+        let SharedReply::Granted { .. } = p.b.owner.acquire("c", bucket, limit, false, 0) else {
+            panic!("room for c");
+        };
+    }
+    let SharedReply::Denied {
+        waiter_registered: true,
+        ..
+    } = p.b.owner.acquire("c", bucket, limit, true, 0)
+    else {
+        panic!("c waits");
+    };
+}
+
 #[tokio::test(start_paused = true)]
 async fn test_a_reused_buckets_windows_are_extended_while_its_owner_has_unowed_room() {
     let p = pair();
@@ -635,11 +663,7 @@ async fn test_a_reused_buckets_windows_are_extended_while_its_owner_has_unowed_r
     p.switch.up.store(true, Ordering::SeqCst);
     let limit = IDLE_SHARE;
     // One lease, idle after its request, then reused: the bucket is hot.
-    drop(lease(&p, g, limit).await);
-    let reused = lease(&p, g, limit).await;
-    assert!(reused.is_reused());
-    let id = p.a.lease_of(reused.token());
-    drop(reused);
+    let id = hot_idle_lease(&p, g, limit).await;
     // Past the end of its first window: the owner had room nobody was owed, so the window
     // started again shortly before it ended (K11), and the lease still serves.
     tokio::time::advance(REUSE_WINDOW - EXTEND_AHEAD / 2).await;
@@ -651,18 +675,7 @@ async fn test_a_reused_buckets_windows_are_extended_while_its_owner_has_unowed_r
     drop(again);
     // Another node takes the rest of the pool and waits for more: the owner now owes room, so
     // the window ends and the lease goes back (to the waiter, by the owner's offer).
-    for _ in 1..limit {
-        let SharedReply::Granted { .. } = p.b.owner.acquire("c", g, limit, false, 0) else {
-            panic!("room for c");
-        };
-    }
-    let SharedReply::Denied {
-        waiter_registered: true,
-        ..
-    } = p.b.owner.acquire("c", g, limit, true, 0)
-    else {
-        panic!("c waits");
-    };
+    another_node_waits(&p, g, limit);
     eventually(|| p.a.num_idle() == 0).await;
     assert_eq!(p.a.stats.extended.load(Ordering::Relaxed), 1);
     assert_eq!(p.a.held_for(g), 0);
@@ -714,21 +727,9 @@ async fn test_an_idle_lease_whose_window_ends_while_its_owner_is_asked_waits_for
         let g = &p.buckets[0];
         p.switch.up.store(true, Ordering::SeqCst);
         let limit = IDLE_SHARE;
-        drop(lease(&p, g, limit).await);
-        let reused = lease(&p, g, limit).await;
-        assert!(reused.is_reused());
-        let (_, id) = p.a.lease_of(reused.token()).expect("a lease");
-        drop(reused);
+        let (_, id) = hot_idle_lease(&p, g, limit).await.expect("a lease");
         if !free {
-            // Another node takes the rest of the pool and waits for more.
-            for _ in 1..limit {
-                let SharedReply::Granted { .. } = p.b.owner.acquire("c", g, limit, false, 0) else {
-                    panic!("room for c");
-                };
-            }
-            let SharedReply::Denied { .. } = p.b.owner.acquire("c", g, limit, true, 0) else {
-                panic!("c waits");
-            };
+            another_node_waits(&p, g, limit);
         }
         // The owner answers the room call, sent EXTEND_AHEAD before the window ends, only a
         // REUSE_WINDOW later: after the end.
