@@ -467,20 +467,24 @@ impl Coordinator {
             return Err(held);
         }
         allowance.held += 1;
+        let held = Held {
+            bucket,
+            lease,
+            got_at: Instant::now(),
+        };
+        Ok(self.slot(&mut st, held, false))
+    }
+
+    /// Enters `held` under a fresh token (the caller has counted it in its bucket's
+    /// allowance) and returns its handle; `reused`: taken from the idle cache.
+    fn slot(self: &Arc<Self>, st: &mut State, held: Held, reused: bool) -> SharedLease {
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
-        st.held.insert(
+        st.held.insert(token, held);
+        SharedLease {
             token,
-            Held {
-                bucket,
-                lease,
-                got_at: Instant::now(),
-            },
-        );
-        Ok(SharedLease {
-            token,
-            reused: false,
+            reused,
             coordinator: Arc::downgrade(self),
-        })
+        }
     }
 
     /// Ends a slot: forgets it and, for a lease, keeps it idle for the next request of its

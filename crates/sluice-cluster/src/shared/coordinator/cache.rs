@@ -365,20 +365,12 @@ impl Coordinator {
                 a.idle -= 1;
                 a.reused += 1;
             }
-            let token = self.next_token.fetch_add(1, Ordering::Relaxed);
-            st.held.insert(
-                token,
-                Held {
-                    bucket,
-                    lease: Some((i.owner, i.lease)),
-                    got_at: i.got_at,
-                },
-            );
-            SharedLease {
-                token,
-                reused: true,
-                coordinator: Arc::downgrade(self),
-            }
+            let held = Held {
+                bucket,
+                lease: Some((i.owner, i.lease)),
+                got_at: i.got_at,
+            };
+            self.slot(&mut st, held, true)
         });
         drop(st);
         self.release_many(release);
