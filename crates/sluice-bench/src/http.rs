@@ -196,6 +196,28 @@ impl HttpTarget {
             .with_context(|| format!("POST {url} did not answer JSON"))
     }
 
+    /// Returns the CPU time the server's process has used since it started, in milliseconds,
+    /// from `GET _nodes/_local/stats/process` (`process.cpu.total_in_millis`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future abandons the request; nothing else is affected.
+    pub async fn process_cpu_millis(&self) -> Result<u64> {
+        let url = self.url("_nodes/_local/stats/process");
+        let answer: Value = self
+            .client
+            .get(url.clone())
+            .send()
+            .await
+            .with_context(|| format!("GET {url} failed"))?
+            .error_for_status()
+            .with_context(|| format!("GET {url} failed"))?
+            .json()
+            .await
+            .with_context(|| format!("GET {url} did not answer JSON"))?;
+        cpu_millis_of(&answer).with_context(|| format!("GET {url} answered {answer}"))
+    }
+
     /// Returns how many documents the index holds, from `GET <index>/_count`.
     ///
     /// # Cancel safety
@@ -257,9 +279,46 @@ fn item_error(item: &Value) -> Option<&Value> {
     item.as_object()?.values().next()?.get("error")
 }
 
+/// Reads `process.cpu.total_in_millis` of the one node of a `_nodes/_local/stats/process`
+/// answer.
+fn cpu_millis_of(answer: &Value) -> Result<u64> {
+    let nodes = answer["nodes"]
+        .as_object()
+        .context("the answer has no `nodes` object")?;
+    let [(_, node)] = nodes.iter().collect::<Vec<_>>()[..] else {
+        bail!("the answer lists {} nodes, not the local one", nodes.len());
+    };
+    node["process"]["cpu"]["total_in_millis"]
+        .as_u64()
+        .context("the node has no `process.cpu.total_in_millis`")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_cpu_millis_is_read_from_the_one_local_node() {
+        let answer = json!({
+            "_nodes": {"total": 1},
+            "nodes": {"abc": {"name": "n1", "process": {"cpu": {"percent": 3, "total_in_millis": 56990}}}}
+        });
+        assert_eq!(cpu_millis_of(&answer).unwrap(), 56990);
+        let two = json!({"nodes": {"a": {}, "b": {}}});
+        assert!(
+            cpu_millis_of(&two)
+                .unwrap_err()
+                .to_string()
+                .contains("2 nodes")
+        );
+        let bare = json!({"nodes": {"a": {"process": {}}}});
+        assert!(
+            cpu_millis_of(&bare)
+                .unwrap_err()
+                .to_string()
+                .contains("total_in_millis")
+        );
+    }
 
     #[test]
     fn test_check_bulk_answer_reports_the_first_failed_item() {

@@ -198,6 +198,13 @@ struct Args {
     #[arg(long, value_delimiter = ',', conflicts_with = "spawn")]
     also_url: Vec<Url>,
 
+    /// throttle-overhead: mix the configs request by request in one window per load and round
+    /// (each client sends them in turn), instead of one window per config: the configs share
+    /// every moment of the machine, so the run shows the latency a config adds with far less
+    /// noise, but not the throughput it costs.
+    #[arg(long)]
+    mixed: bool,
+
     /// throttle-overhead: configs to compare, comma-separated; ratios are taken to `none`.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = Config::ALL)]
     configs: Vec<Config>,
@@ -320,6 +327,7 @@ impl Args {
             rounds: self.rounds,
             warmup: Duration::from_secs(self.warmup_secs),
             window: Duration::from_secs(self.duration_secs),
+            mixed: self.mixed,
         }
     }
 }
@@ -434,9 +442,11 @@ fn run_throttle_overhead(args: &Args) -> Result<OverheadReport> {
         rounds: plan.rounds,
         warmup_secs: plan.warmup.as_secs_f64(),
         window_secs: plan.window.as_secs_f64(),
+        mixed: plan.mixed,
         node_limit: overhead::NODE_LIMIT,
         http_load,
         rows: Vec::new(),
+        by_node: Vec::new(),
         groups: Vec::new(),
     };
     let report = runtime.block_on(overhead::run(&targets, &pool, &plan, empty));

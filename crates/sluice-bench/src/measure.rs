@@ -174,6 +174,14 @@ impl Sample {
         self.elapsed += other.elapsed;
     }
 
+    /// Adds the requests and failures of a run measured at the same time as this one (another
+    /// node's, another set of tags'), so the measured time is the longer of the two.
+    pub fn merge_concurrent(&mut self, other: &Sample) {
+        let elapsed = self.elapsed.max(other.elapsed);
+        self.merge(other);
+        self.elapsed = elapsed;
+    }
+
     /// Returns the throughput and the latency mean and quantiles, in milliseconds.
     pub fn summary(&self) -> Summary {
         let millis = |micros: u64| micros as f64 / 1000.0;
@@ -233,17 +241,69 @@ pub async fn run_http(
     concurrency: usize,
     window: Window,
 ) -> Sample {
+    let cells = run_http_interleaved(
+        client,
+        search_urls,
+        bodies,
+        std::slice::from_ref(headers),
+        concurrency,
+        window,
+    )
+    .await;
+    let mut merged = Sample::default();
+    for cell in cells.iter().flatten() {
+        merged.merge_concurrent(cell);
+    }
+    merged
+}
+
+/// Which node and which tags a worker's `i`-th request uses: `(url index, tags index)`.
+///
+/// Nodes go round-robin with every request; the tags change after each full turn over the
+/// nodes, and each worker starts at another one. So any `num_urls × num_tags` consecutive
+/// requests of one worker send each set of tags to each node exactly once: the sets of tags see
+/// the same nodes at the same moments, and a difference between them is theirs, not the
+/// machine's.
+fn interleaved_cell(worker: usize, i: usize, num_urls: usize, num_tags: usize) -> (usize, usize) {
+    (i % num_urls, (worker + i / num_urls) % num_tags)
+}
+
+/// [`run_http`] with several sets of tag headers sent in turn by every worker
+/// ([`interleaved_cell`]) within the one window, each request recorded under its tags and node.
+///
+/// Returns one [`Sample`] per set of tags and node, `[tags][url]`, each over the whole window:
+/// the cells ran at the same time, so merge them with [`Sample::merge_concurrent`].
+///
+/// # Cancel safety
+///
+/// As [`run_http`].
+pub async fn run_http_interleaved(
+    client: &reqwest::Client,
+    search_urls: &[reqwest::Url],
+    bodies: &[Bytes],
+    tags: &[HeaderMap],
+    concurrency: usize,
+    window: Window,
+) -> Vec<Vec<Sample>> {
+    let (num_urls, num_tags) = (search_urls.len(), tags.len());
+    assert!(
+        num_urls > 0 && num_tags > 0,
+        "the driver needs a node and a set of tags"
+    );
     let bodies: Arc<[Bytes]> = bodies.into();
+    let tags: Arc<[HeaderMap]> = tags.into();
     let mut workers = tokio::task::JoinSet::new();
     for worker in 0..concurrency {
-        let (client, urls, bodies, headers) = (
+        let (client, urls, bodies, tags) = (
             client.clone(),
             search_urls.to_vec(),
             bodies.clone(),
-            headers.clone(),
+            tags.clone(),
         );
         workers.spawn(async move {
-            let mut tally = WorkerTally::new();
+            let mut tallies: Vec<WorkerTally> = (0..num_tags * num_urls)
+                .map(|_| WorkerTally::new())
+                .collect();
             // Start each worker at a different body so concurrent requests differ.
             for i in worker.. {
                 let started = Instant::now();
@@ -251,18 +311,35 @@ pub async fn run_http(
                     break;
                 }
                 let body = bodies[i % bodies.len()].clone();
-                // Round-robin over the nodes, each worker starting at another one.
-                let url = &urls[i % urls.len()];
-                let outcome = send_search(&client, url, &headers, body).await;
+                let (url, tag) = interleaved_cell(worker, i, num_urls, num_tags);
+                let outcome = send_search(&client, &urls[url], &tags[tag], body).await;
                 if started >= window.measure_from {
-                    tally.record(outcome, started.elapsed());
+                    tallies[tag * num_urls + url].record(outcome, started.elapsed());
                 }
             }
-            tally
+            tallies
         });
     }
-    let tallies = workers.join_all().await;
-    Sample::from_tallies(tallies, window.measure_from.elapsed())
+    let mut per_worker: Vec<Vec<Option<WorkerTally>>> = workers
+        .join_all()
+        .await
+        .into_iter()
+        .map(|tallies| tallies.into_iter().map(Some).collect())
+        .collect();
+    let elapsed = window.measure_from.elapsed();
+    (0..num_tags)
+        .map(|tag| {
+            (0..num_urls)
+                .map(|url| {
+                    let cell: Vec<WorkerTally> = per_worker
+                        .iter_mut()
+                        .filter_map(|tallies| tallies[tag * num_urls + url].take())
+                        .collect();
+                    Sample::from_tallies(cell, elapsed)
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// Drives `POST <search_url>` in bursts: `size` requests released at one instant, each from its
@@ -580,6 +657,131 @@ mod tests {
             summary.first_error.as_deref(),
             Some("index_not_found_exception")
         );
+    }
+
+    #[test]
+    fn test_interleaved_cells_send_each_tag_to_each_node_once_per_turn() {
+        for (num_urls, num_tags) in [(1, 1), (3, 1), (1, 3), (3, 2), (3, 3), (2, 4)] {
+            let turn = num_urls * num_tags;
+            for worker in 0..5 {
+                for start in [0, 1, 7, 100] {
+                    let mut seen: Vec<(usize, usize)> = (start..start + turn)
+                        .map(|i| interleaved_cell(worker, worker + i, num_urls, num_tags))
+                        .collect();
+                    seen.sort_unstable();
+                    seen.dedup();
+                    assert_eq!(
+                        seen.len(),
+                        turn,
+                        "{num_urls} nodes × {num_tags} tags, worker {worker}, from {start}: {seen:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn test_concurrent_merge_keeps_the_longer_time() {
+        let run = |requests: u32, secs: u64| {
+            let mut tally = WorkerTally::new();
+            for _ in 0..requests {
+                tally.record(Ok(()), Duration::from_millis(1));
+            }
+            Sample::from_tallies(vec![tally], Duration::from_secs(secs))
+        };
+        let mut merged = run(10, 2);
+        merged.merge_concurrent(&run(30, 1));
+        let summary = merged.summary();
+        assert_eq!(summary.num_requests, 40);
+        assert_eq!(summary.elapsed_secs, 2.0);
+        assert_eq!(summary.qps, 20.0);
+    }
+
+    /// Two local HTTP servers stand for two nodes; each counts the searches it got by the
+    /// value of their `x-tag` header and answers 429 to tag `b` on the second server.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn test_interleaved_driver_records_each_request_under_its_tags_and_node() {
+        use std::collections::HashMap;
+        use std::sync::Mutex;
+
+        type Counts = Arc<Mutex<HashMap<(usize, String), u64>>>;
+        let counts: Counts = Arc::default();
+        let mut urls = Vec::new();
+        for node in 0..2 {
+            let counts = counts.clone();
+            let app = axum::Router::new().route(
+                "/bench/_search",
+                axum::routing::post(move |headers: axum::http::HeaderMap| async move {
+                    let tag = headers["x-tag"].to_str().unwrap().to_owned();
+                    let refused = node == 1 && tag == "b";
+                    *counts.lock().unwrap().entry((node, tag)).or_default() += 1;
+                    if refused {
+                        (axum::http::StatusCode::TOO_MANY_REQUESTS, "{}")
+                    } else {
+                        (axum::http::StatusCode::OK, "{}")
+                    }
+                }),
+            );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("http://{}/bench/_search", listener.local_addr().unwrap());
+            urls.push(reqwest::Url::parse(&url).unwrap());
+            tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        }
+        let tags: Vec<HeaderMap> = ["a", "b"]
+            .iter()
+            .map(|tag| {
+                let mut headers = HeaderMap::new();
+                headers.insert("x-tag", tag.parse().unwrap());
+                headers
+            })
+            .collect();
+        let concurrency = 4;
+        // No warm-up: every request sent is recorded, so the counts must match exactly.
+        let window = Window::starting_now(Duration::ZERO, Duration::from_millis(200));
+        let cells = run_http_interleaved(
+            &reqwest::Client::new(),
+            &urls,
+            &[Bytes::from_static(b"{}")],
+            &tags,
+            concurrency,
+            window,
+        )
+        .await;
+
+        let counts = counts.lock().unwrap();
+        assert_eq!(cells.len(), 2, "one row of cells per set of tags");
+        assert!(
+            cells.iter().all(|per_node| per_node.len() == 2),
+            "a cell per node"
+        );
+        let mut sent = Vec::new();
+        for (per_node, tag) in cells.iter().zip(["a", "b"]) {
+            for (node, cell) in per_node.iter().enumerate() {
+                let summary = cell.summary();
+                let got = counts.get(&(node, (*tag).to_owned())).copied().unwrap_or(0);
+                assert_eq!(
+                    summary.num_requests + summary.num_errors,
+                    got,
+                    "tag {tag} on node {node}: the driver recorded what the server did not get"
+                );
+                let refused = node == 1 && tag == "b";
+                assert_eq!(summary.num_errors > 0, refused, "{tag} {node}: {summary:?}");
+                assert_eq!(
+                    summary.num_requests > 0,
+                    !refused,
+                    "{tag} {node}: {summary:?}"
+                );
+                sent.push(got);
+            }
+        }
+        // Each worker sends the four cells in turn, so no cell trails another by more than
+        // one request per worker.
+        let (least, most) = (sent.iter().min().unwrap(), sent.iter().max().unwrap());
+        assert!(
+            most - least <= concurrency as u64,
+            "cells unbalanced: {sent:?}"
+        );
+        assert!(*least > 0, "{sent:?}");
     }
 
     #[test]

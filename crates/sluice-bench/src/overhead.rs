@@ -14,6 +14,24 @@
 //! ([`RATIO_PAIRS`]) are taken within the run, and the spread of the per-round ratios shows how
 //! large the noise is next to the difference being measured.
 //!
+//! Noise that moves within seconds still lands on one configuration's window and not another's.
+//! With [`Plan::mixed`], each round runs one window per load in which every client sends the
+//! configurations in turn, request by request ([`measure::run_http_interleaved`]): the
+//! configurations then share every moment of the machine, and what differs between their
+//! latencies is what their own path adds to a request. Their throughputs are equal by
+//! construction then, so a mixed run measures added latency, not lost throughput (the separate
+//! windows, or the server's CPU per request, measure that).
+//!
+//! Each row is also split by node ([`NodeRow`]), to tell a cost of one node (a bucket's owner,
+//! say) from a cost of all.
+//!
+//! Latency under a saturating load follows throughput, and throughput follows what each request
+//! costs the servers. A window of one configuration also reads the nodes' process CPU time
+//! (`_nodes/_local/stats/process`) when its measured part starts and after its last answer;
+//! [`OverheadRow::cpu_ms_per_request`] divides it by the requests measured. CPU time hardly
+//! moves with the machine's other load, so it shows a configuration's throughput cost more
+//! steadily than its QPS does.
+//!
 //! Before and after the measurements, `GET /_wlm/stats` is read; the [`OverheadReport`] carries
 //! each group's counter deltas and [`OverheadReport::problems`] lists what would make the numbers
 //! meaningless: failed requests, throttled or rejected requests, tags that did not take.
@@ -153,6 +171,9 @@ pub struct Plan {
     pub warmup: Duration,
     /// Length of each measured window.
     pub window: Duration,
+    /// Whether each window mixes every configuration, request by request, instead of measuring
+    /// one configuration.
+    pub mixed: bool,
 }
 
 /// One measured window: a configuration at a load in a round.
@@ -170,6 +191,9 @@ impl Plan {
     /// Returns the windows in the order they run: round by round, each load in turn, and the
     /// configurations rotated left by the round number, so that each configuration runs in each
     /// position (first after a load change, last before the next) equally often.
+    ///
+    /// A [`Plan::mixed`] plan runs every configuration in one window; its steps are one per
+    /// round and load, with the first configuration of that round's order.
     pub fn schedule(&self) -> Vec<Step> {
         let mut steps = Vec::with_capacity(self.rounds * self.loads.len() * self.configs.len());
         for round in 0..self.rounds {
@@ -177,6 +201,9 @@ impl Plan {
             let num_configs = order.len();
             if num_configs > 0 {
                 order.rotate_left(round % num_configs);
+            }
+            if self.mixed {
+                order.truncate(1);
             }
             for load in 0..self.loads.len() {
                 steps.extend(order.iter().map(|&config| Step {
@@ -201,6 +228,25 @@ pub struct OverheadRow {
     pub summary: Summary,
     /// Each round on its own, in round order.
     pub rounds: Vec<Summary>,
+    /// The nodes' CPU time per measured request, in milliseconds, summed over the nodes; not
+    /// measured in a mixed run, where the configurations share the windows.
+    pub cpu_ms_per_request: Option<f64>,
+}
+
+/// One configuration at one load on one node, over all rounds.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct NodeRow {
+    /// The load pattern.
+    pub load: LoadLevel,
+    /// The configuration.
+    pub config: Config,
+    /// The node's search URL.
+    pub node: String,
+    /// All rounds merged.
+    pub summary: Summary,
+    /// The node's CPU time per request measured on any node, in milliseconds (so the nodes'
+    /// figures add up to the row's); not measured in a mixed run.
+    pub cpu_ms_per_request: Option<f64>,
 }
 
 /// The ratios a report shows, as (configuration, baseline): each tagged configuration against
@@ -233,6 +279,8 @@ pub struct Ratio {
     pub p99: f64,
     /// Ratio of the throughputs.
     pub qps: f64,
+    /// Ratio of the nodes' CPU time per request; NaN when it was not measured.
+    pub cpu: f64,
     /// Smallest ratio of the mean latencies within one round.
     pub round_mean_min: f64,
     /// Largest ratio of the mean latencies within one round.
@@ -269,6 +317,8 @@ pub struct OverheadReport {
     pub warmup_secs: f64,
     /// Measured seconds per window.
     pub window_secs: f64,
+    /// Whether each window mixed every configuration request by request ([`Plan::mixed`]).
+    pub mixed: bool,
     /// `node_limit` of the throttled group.
     pub node_limit: u64,
     /// Loading through `POST /_bulk`, if the run loaded.
@@ -276,6 +326,8 @@ pub struct OverheadReport {
     /// One row per load and configuration, loads in plan order, configurations in
     /// [`Config::ALL`] order.
     pub rows: Vec<OverheadRow>,
+    /// The rows split by node, in the same order, nodes in `--url` order; empty for one node.
+    pub by_node: Vec<NodeRow>,
     /// The groups' counters.
     pub groups: Vec<GroupRow>,
 }
@@ -321,51 +373,96 @@ pub async fn run(
     }
     let before = wlm::group_counters(target, &ids).await?;
 
-    let num_windows = plan.rounds * plan.loads.len();
-    // samples[load][config][round]
+    // samples[load][config][round], and by_node[load][config][node] over all rounds
     let mut samples: Vec<Vec<Vec<Sample>>> =
         vec![vec![Vec::with_capacity(plan.rounds); plan.configs.len()]; plan.loads.len()];
+    let mut by_node: Vec<Vec<Vec<Sample>>> =
+        vec![vec![vec![Sample::default(); targets.len()]; plan.configs.len()]; plan.loads.len()];
+    // cpu[load][config]: each node's CPU milliseconds, and the requests the nodes served
+    let mut cpu: Vec<Vec<(Vec<u64>, u64)>> =
+        vec![vec![(vec![0; targets.len()], 0); plan.configs.len()]; plan.loads.len()];
     let search_urls: Vec<reqwest::Url> = targets.iter().map(HttpTarget::search_url).collect();
     for step in plan.schedule() {
         let level = plan.loads[step.load];
-        let index = plan
-            .configs
-            .iter()
-            .position(|&c| c == step.config)
-            .expect("the schedule holds only the plan's configurations");
+        // The configurations this window sends, by their index in the plan.
+        let measured: Vec<usize> = if plan.mixed {
+            (0..plan.configs.len()).collect()
+        } else {
+            vec![
+                plan.configs
+                    .iter()
+                    .position(|&c| c == step.config)
+                    .expect("the schedule holds only the plan's configurations"),
+            ]
+        };
+        let headers: Vec<HeaderMap> = measured.iter().map(|&i| tags[i].3.clone()).collect();
         let window = Window::starting_now(plan.warmup, plan.window);
-        let sample = measure::run_http(
+        let driver = measure::run_http_interleaved(
             &target.client,
             &search_urls,
             &pool.encoded,
-            &tags[index].3,
+            &headers,
             level.clients,
             window,
-        )
-        .await;
-        let summary = sample.summary();
-        eprintln!(
-            "round {}/{} {:<6} c={:<3} {:<6} {:>6.0} qps  mean {:>6.2}  p50 {:>6.2}  p90 {:>6.2}  p99 {:>6.2} ms  errors {}",
-            step.round + 1,
-            plan.rounds,
-            level.load.name(),
-            level.clients,
-            step.config.name(),
-            summary.qps,
-            summary.mean_ms,
-            summary.p50_ms,
-            summary.p90_ms,
-            summary.p99_ms,
-            summary.num_errors
         );
-        if let Some(error) = &summary.first_error {
-            eprintln!("  first error: {error}");
+        let (cells, cpu_at_start) = if plan.mixed {
+            (driver.await, None)
+        } else {
+            let cpu_at_start = async {
+                tokio::time::sleep_until(window.measure_from.into()).await;
+                nodes_cpu_millis(targets).await
+            };
+            let (cells, cpu_at_start) = tokio::join!(driver, cpu_at_start);
+            (cells, Some(cpu_at_start?))
+        };
+        if let Some(cpu_at_start) = cpu_at_start {
+            let cpu_at_end = nodes_cpu_millis(targets).await?;
+            let served: u64 = cells
+                .iter()
+                .flatten()
+                .map(|cell| {
+                    let summary = cell.summary();
+                    summary.num_requests + summary.num_errors
+                })
+                .sum();
+            let (used, total_served) = &mut cpu[step.load][measured[0]];
+            for ((used, end), start) in used.iter_mut().zip(cpu_at_end).zip(cpu_at_start) {
+                *used += end.saturating_sub(start);
+            }
+            *total_served += served;
         }
-        samples[step.load][index].push(sample);
+        for (&index, per_node) in measured.iter().zip(cells) {
+            let mut sample = Sample::default();
+            for (node, cell) in per_node.iter().enumerate() {
+                sample.merge_concurrent(cell);
+                by_node[step.load][index][node].merge(cell);
+            }
+            let summary = sample.summary();
+            eprintln!(
+                "round {}/{} {:<6} c={:<3} {:<6} {:>6.0} qps  mean {:>6.2}  p50 {:>6.2}  p90 {:>6.2}  p99 {:>6.2} ms  errors {}",
+                step.round + 1,
+                plan.rounds,
+                level.load.name(),
+                level.clients,
+                plan.configs[index].name(),
+                summary.qps,
+                summary.mean_ms,
+                summary.p50_ms,
+                summary.p90_ms,
+                summary.p99_ms,
+                summary.num_errors
+            );
+            if let Some(error) = &summary.first_error {
+                eprintln!("  first error: {error}");
+            }
+            samples[step.load][index].push(sample);
+        }
     }
-    debug_assert_eq!(
-        samples.iter().flatten().map(Vec::len).sum::<usize>(),
-        num_windows * plan.configs.len()
+    debug_assert!(
+        samples
+            .iter()
+            .flatten()
+            .all(|rounds| rounds.len() == plan.rounds)
     );
 
     let after = wlm::group_counters(target, &ids).await?;
@@ -373,7 +470,8 @@ pub async fn run(
         let mut rows: Vec<OverheadRow> = per_config
             .into_iter()
             .zip(&plan.configs)
-            .map(|(rounds, &config)| {
+            .zip(&cpu[load_index])
+            .map(|((rounds, &config), (cpu_ms, served))| {
                 let mut merged = Sample::default();
                 for sample in &rounds {
                     merged.merge(sample);
@@ -383,11 +481,35 @@ pub async fn run(
                     config,
                     summary: merged.summary(),
                     rounds: rounds.iter().map(Sample::summary).collect(),
+                    cpu_ms_per_request: per_request(cpu_ms.iter().sum(), *served),
                 }
             })
             .collect();
         rows.sort_by_key(|row| Config::ORDER.iter().position(|&c| c == row.config));
         report.rows.extend(rows);
+    }
+    if targets.len() > 1 {
+        for (load_index, per_config) in by_node.into_iter().enumerate() {
+            let cpu = &cpu[load_index];
+            let mut rows: Vec<NodeRow> = per_config
+                .into_iter()
+                .zip(&plan.configs)
+                .zip(cpu)
+                .flat_map(|((nodes, &config), (cpu_ms, served))| {
+                    nodes.into_iter().zip(&search_urls).zip(cpu_ms).map(
+                        move |((sample, url), &cpu_ms)| NodeRow {
+                            load: plan.loads[load_index],
+                            config,
+                            node: url.to_string(),
+                            summary: sample.summary(),
+                            cpu_ms_per_request: per_request(cpu_ms, *served),
+                        },
+                    )
+                })
+                .collect();
+            rows.sort_by_key(|row| Config::ORDER.iter().position(|&c| c == row.config));
+            report.by_node.extend(rows);
+        }
     }
     let mut groups: Vec<GroupRow> = tags
         .into_iter()
@@ -401,6 +523,21 @@ pub async fn run(
     groups.sort_by_key(|row| Config::ORDER.iter().position(|&c| c == row.config));
     report.groups = groups;
     Ok(report)
+}
+
+/// Returns the CPU milliseconds each server behind `targets` has used, in `targets` order.
+async fn nodes_cpu_millis(targets: &[HttpTarget]) -> Result<Vec<u64>> {
+    let mut used = Vec::with_capacity(targets.len());
+    for target in targets {
+        used.push(target.process_cpu_millis().await?);
+    }
+    Ok(used)
+}
+
+/// Returns `cpu_ms / served`, or `None` when no request was measured (or no CPU read: a
+/// mixed run).
+fn per_request(cpu_ms: u64, served: u64) -> Option<f64> {
+    (served > 0).then(|| cpu_ms as f64 / served as f64)
 }
 
 impl OverheadReport {
@@ -433,6 +570,10 @@ impl OverheadReport {
                     p90: divide(a.p90_ms, b.p90_ms),
                     p99: divide(a.p99_ms, b.p99_ms),
                     qps: divide(a.qps, b.qps),
+                    cpu: match (row.cpu_ms_per_request, baseline.cpu_ms_per_request) {
+                        (Some(a), Some(b)) => divide(a, b),
+                        _ => f64::NAN,
+                    },
                     round_mean_min: per_round.iter().copied().fold(f64::NAN, f64::min),
                     round_mean_max: per_round.iter().copied().fold(f64::NAN, f64::max),
                 });
@@ -514,13 +655,23 @@ impl OverheadReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "Throttle overhead: `{}` query (size 10) on {} documents (seed {}); {} rounds of {:.0} s per config and load after {:.0} s of warm-up, configs interleaved; node_limit {}",
+            "Throttle overhead: `{}` query (size 10) on {} documents (seed {}); {} rounds of {:.0} s per {} after {:.0} s of warm-up, {}; node_limit {}",
             self.shape.name(),
             self.num_docs,
             self.seed,
             self.rounds,
             self.window_secs,
+            if self.mixed {
+                "load"
+            } else {
+                "config and load"
+            },
             self.warmup_secs,
+            if self.mixed {
+                "configs mixed request by request in each window (their QPS are equal by construction)"
+            } else {
+                "configs interleaved"
+            },
             self.node_limit
         );
         if let Some(load) = &self.http_load {
@@ -533,14 +684,17 @@ impl OverheadReport {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "| load | clients | config | requests | errors | QPS | mean ms | p50 ms | p90 ms | p99 ms |"
+            "| load | clients | config | requests | errors | QPS | mean ms | p50 ms | p90 ms | p99 ms | node CPU ms / request |"
         );
-        let _ = writeln!(out, "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(
+            out,
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
         for row in &self.rows {
             let s = &row.summary;
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                "| {} | {} | {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
                 row.load.load.name(),
                 row.load.clients,
                 row.config.name(),
@@ -550,7 +704,8 @@ impl OverheadReport {
                 s.mean_ms,
                 s.p50_ms,
                 s.p90_ms,
-                s.p99_ms
+                s.p99_ms,
+                cpu_cell(row.cpu_ms_per_request)
             );
         }
         let ratios = self.ratios();
@@ -558,13 +713,13 @@ impl OverheadReport {
             let _ = writeln!(out);
             let _ = writeln!(
                 out,
-                "| load | ratio | mean | p50 | p90 | p99 | QPS | mean, per round (min–max) |"
+                "| load | ratio | mean | p50 | p90 | p99 | QPS | CPU / request | mean, per round (min–max) |"
             );
-            let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|");
+            let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
             for r in &ratios {
                 let _ = writeln!(
                     out,
-                    "| {} | {}/{} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3}–{:.3} |",
+                    "| {} | {}/{} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {:.3}–{:.3} |",
                     r.load.load.name(),
                     r.config.name(),
                     r.baseline.name(),
@@ -573,8 +728,37 @@ impl OverheadReport {
                     r.p90,
                     r.p99,
                     r.qps,
+                    if r.cpu.is_nan() {
+                        "–".to_owned()
+                    } else {
+                        format!("{:.3}", r.cpu)
+                    },
                     r.round_mean_min,
                     r.round_mean_max
+                );
+            }
+        }
+        if !self.by_node.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "| load | config | node | requests | mean ms | p50 ms | p90 ms | p99 ms | node CPU ms / request |"
+            );
+            let _ = writeln!(out, "|---|---|---|---:|---:|---:|---:|---:|---:|");
+            for row in &self.by_node {
+                let s = &row.summary;
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
+                    row.load.load.name(),
+                    row.config.name(),
+                    row.node,
+                    s.num_requests,
+                    s.mean_ms,
+                    s.p50_ms,
+                    s.p90_ms,
+                    s.p99_ms,
+                    cpu_cell(row.cpu_ms_per_request)
                 );
             }
         }
@@ -628,6 +812,11 @@ impl OverheadReport {
     }
 }
 
+/// Renders a CPU time per request for a table: `–` when it was not measured.
+fn cpu_cell(ms: Option<f64>) -> String {
+    ms.map_or_else(|| "–".to_owned(), |ms| format!("{ms:.3}"))
+}
+
 /// Returns `a / b`, or NaN when `b` is not positive.
 fn divide(a: f64, b: f64) -> f64 {
     if b > 0.0 { a / b } else { f64::NAN }
@@ -653,6 +842,7 @@ mod tests {
             rounds,
             warmup: Duration::from_secs(1),
             window: Duration::from_secs(3),
+            mixed: false,
         }
     }
 
@@ -682,6 +872,40 @@ mod tests {
             steps
                 .windows(2)
                 .all(|w| (w[0].round, w[0].load) <= (w[1].round, w[1].load))
+        );
+    }
+
+    #[test]
+    fn test_mixed_schedule_runs_one_window_per_round_and_load() {
+        let mut plan = plan(&[Config::None, Config::Group, Config::Shared], 3);
+        plan.mixed = true;
+        let steps = plan.schedule();
+        let windows: Vec<(usize, usize)> = steps.iter().map(|s| (s.round, s.load)).collect();
+        assert_eq!(windows, [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]);
+    }
+
+    #[test]
+    fn test_markdown_splits_rows_by_node_and_says_when_configs_were_mixed() {
+        let mut report = report();
+        assert!(report.to_markdown().contains("configs interleaved"));
+        assert!(!report.to_markdown().contains("| node |"));
+        report.mixed = true;
+        report.by_node = vec![NodeRow {
+            load: report.rows[0].load,
+            config: Config::Group,
+            node: "http://127.0.0.1:9201/bench/_search".into(),
+            summary: summary(1.25, 800.0),
+            cpu_ms_per_request: Some(0.125),
+        }];
+        let markdown = report.to_markdown();
+        assert!(
+            markdown.contains("configs mixed request by request"),
+            "{markdown}"
+        );
+        assert!(
+            markdown.contains("| steady | group | http://127.0.0.1:9201/bench/_search | ")
+                && markdown.contains("| 0.125 |"),
+            "{markdown}"
         );
     }
 
@@ -733,6 +957,7 @@ mod tests {
                 ..summary(mean, 1000.0 / mean)
             },
             rounds: rounds.iter().map(|&m| summary(m, 1000.0 / m)).collect(),
+            cpu_ms_per_request: Some(mean / 10.0),
         }
     }
 
@@ -761,6 +986,7 @@ mod tests {
             rounds: 2,
             warmup_secs: 1.0,
             window_secs: 3.0,
+            mixed: false,
             node_limit: NODE_LIMIT,
             http_load: None,
             rows: vec![
@@ -769,6 +995,7 @@ mod tests {
                 row(64, Config::None, &[8.0, 8.0]),
                 row(64, Config::Group, &[7.6, 8.4]),
             ],
+            by_node: Vec::new(),
             groups: vec![group(Config::None, 4100, 0), group(Config::Group, 4100, 0)],
         }
     }
@@ -786,11 +1013,20 @@ mod tests {
         assert!((steady.p99 - 1.15 / 1.1).abs() < 1e-9, "{steady:?}");
         assert!((steady.round_mean_min - 1.0).abs() < 1e-9, "{steady:?}");
         assert!((steady.round_mean_max - 1.1).abs() < 1e-9, "{steady:?}");
+        assert!((steady.cpu - 1.15 / 1.1).abs() < 1e-9, "{steady:?}");
         let burst = &ratios[1];
         assert_eq!(burst.load.clients, 64);
         assert!((burst.mean - 1.0).abs() < 1e-9, "{burst:?}");
         assert!((burst.round_mean_min - 0.95).abs() < 1e-9, "{burst:?}");
         assert!((burst.round_mean_max - 1.05).abs() < 1e-9, "{burst:?}");
+
+        // A mixed run measures no CPU per configuration: its ratio is not a number.
+        let mut mixed = report();
+        for row in &mut mixed.rows {
+            row.cpu_ms_per_request = None;
+        }
+        assert!(mixed.ratios().iter().all(|r| r.cpu.is_nan()));
+        assert!(mixed.to_markdown().contains("| – |"));
     }
 
     #[test]
