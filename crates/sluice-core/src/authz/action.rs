@@ -134,6 +134,9 @@ actions! {
     AliasesGet = "indices:admin/aliases/get", Index;
     /// Changing aliases.
     Aliases = "indices:admin/aliases", Index;
+    /// `_search/template`, each `_msearch/template` item (a gateway forwards them; the
+    /// embedded engine has no templates).
+    SearchTemplate = "indices:data/read/search/template", Index;
 }
 
 /// A set of [`Action`]s, one bit each.

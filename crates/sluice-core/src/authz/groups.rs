@@ -168,6 +168,13 @@ mod tests {
         let read = expand("read", ActionKind::Index).unwrap();
         assert!(read.contains(Action::Search) && read.contains(Action::Mget));
         assert!(!read.contains(Action::WriteIndex));
+        // Templates are searches: `read` and `search` grant them, as in OpenSearch, but the
+        // bare `indices:data/read/search` does not (`…/search/template` is another action).
+        assert!(read.contains(Action::SearchTemplate));
+        let search = expand("search", ActionKind::Index).unwrap();
+        assert!(search.contains(Action::SearchTemplate) && !search.contains(Action::Get));
+        let bare = expand("indices:data/read/search", ActionKind::Index).unwrap();
+        assert!(!bare.contains(Action::SearchTemplate));
         let crud = expand("crud", ActionKind::Index).unwrap();
         assert!(crud.contains(Action::WriteDelete) && crud.contains(Action::Get));
         assert!(!crud.contains(Action::IndexCreate) && !crud.contains(Action::IndexDelete));

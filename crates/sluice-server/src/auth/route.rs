@@ -117,6 +117,8 @@ pub fn classify<'a>(method: &Method, path: &'a str, query: Option<&str>) -> Rout
         ["_refresh"] => Index(Action::Refresh, all()),
         ["_flush"] => Index(Action::Flush, all()),
         ["_search"] | ["_count"] => Index(Action::Search, all()),
+        ["_search", "template"] => Index(Action::SearchTemplate, all()),
+        ["_msearch", "template"] => PerItem(MSEARCH),
         ["_search", "scroll"] | ["_search", "scroll", _] if m == Method::DELETE => {
             PerItem(SCROLL_CLEAR)
         }
@@ -177,6 +179,8 @@ pub fn classify<'a>(method: &Method, path: &'a str, query: Option<&str>) -> Rout
                 (["_delete_by_query"], &Method::POST) => Action::DeleteByQuery,
                 (["_update_by_query"], &Method::POST) => Action::UpdateByQuery,
                 (["_search"] | ["_count"], _) => Action::Search,
+                (["_search", "template"], _) => Action::SearchTemplate,
+                (["_msearch", "template"], _) => return PerItem(MSEARCH),
                 (["_doc"], &Method::POST) => Action::WriteIndex,
                 (["_doc", _], _) if read => Action::Get,
                 (["_doc", _] | ["_create", _], &Method::PUT | &Method::POST) => Action::WriteIndex,
@@ -234,6 +238,16 @@ mod tests {
         );
         assert_eq!(c(Method::POST, "/a/_bulk"), PerItem(BULK));
         assert_eq!(c(Method::POST, "/_msearch"), PerItem(MSEARCH));
+        assert_eq!(
+            c(Method::POST, "/_search/template"),
+            Index(Action::SearchTemplate, "_all".into())
+        );
+        assert_eq!(
+            c(Method::GET, "/a,b/_search/template"),
+            Index(Action::SearchTemplate, "a,b".into())
+        );
+        assert_eq!(c(Method::POST, "/_msearch/template"), PerItem(MSEARCH));
+        assert_eq!(c(Method::POST, "/a/_msearch/template"), PerItem(MSEARCH));
         assert_eq!(
             c(Method::DELETE, "/_search/scroll/_all"),
             PerItem(SCROLL_CLEAR)

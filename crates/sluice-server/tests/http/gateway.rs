@@ -1885,3 +1885,70 @@ async fn test_lookups_and_unreadable_bodies_of_a_restricted_user_are_not_forward
     assert!(up.received_on("scroll").is_empty());
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_search_templates_are_authorized_on_their_indices() {
+    let up = msearch_upstream(Arc::new(tokio::sync::Notify::new())).await;
+    let (gw, _roles_dir) = gateway_for_tenant_a(&up.base, "search").await;
+    let template = json!({"source": {"query": {"match_all": {}}}, "params": {}});
+    let send = |path: &str, body: String, content_type: &str| {
+        let mut rb = gw
+            .client
+            .post(gw.url(path))
+            .header("content-type", content_type.to_string())
+            .body(body);
+        for (k, v) in ALICE {
+            rb = rb.header(k, v);
+        }
+        rb.send()
+    };
+    // A template search on an index of the role's pattern is forwarded.
+    let r = send(
+        "/a-1/_search/template",
+        template.to_string(),
+        "application/json",
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(up.received_on("_search/template").len(), 1);
+    // On another index, or on all of them: 403 in OpenSearch's words, nothing forwarded.
+    for path in ["/b-1/_search/template", "/_search/template"] {
+        let r = send(path, template.to_string(), "application/json")
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{path}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["type"], "security_exception", "{body}");
+        assert!(
+            body["error"]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("indices:data/read/search/template"),
+            "{body}"
+        );
+    }
+    assert_eq!(up.received_on("_search/template").len(), 1);
+    // _msearch/template: each item on its own index; only the allowed one is forwarded and
+    // the refused one is a 403 item in its place.
+    let body = common::ndjson(&[
+        json!({"index": "b-1"}),
+        template.clone(),
+        json!({"index": "a-2"}),
+        template.clone(),
+    ]);
+    let r = send("/_msearch/template", body, "application/x-ndjson")
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let answer: Value = r.json().await.unwrap();
+    let items = answer["responses"].as_array().unwrap();
+    assert_eq!(items.len(), 2, "{answer}");
+    assert_eq!(items[0]["status"], 403, "{answer}");
+    assert_eq!(items[0]["error"]["type"], "security_exception", "{answer}");
+    assert_eq!(items[1]["from_index"], "a-2", "{answer}");
+    let sent = up.received_on("_msearch/template");
+    assert_eq!(sent.len(), 1);
+    assert!(!String::from_utf8_lossy(&sent[0].body).contains("b-1"));
+    gw.stop().await;
+}

@@ -120,7 +120,12 @@ pub async fn run(
             };
             // Authorized before admission, as on an embedded node: the item's indices, and
             // the `terms` lookups the upstream would read for it.
-            let allowed = crate::auth::authorize_item(&st, &meta, Action::Search, &item.index)
+            let action = if template {
+                Action::SearchTemplate
+            } else {
+                Action::Search
+            };
+            let allowed = crate::auth::authorize_item(&st, &meta, action, &item.index)
                 .and_then(|()| crate::auth::authz::authorize_lookups(&st, &meta, &item.body));
             if let Err(e) = allowed {
                 return Decided::Refused(ApiError::Engine(e));
