@@ -11,13 +11,15 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Map, Value, json};
+use sluice_core::authz::Action;
+use sluice_engine::EngineError;
 use sluice_engine::aliases::{AliasAction, AliasMeta, parse_actions, validate_alias_name};
 use sluice_engine::mapping::wildcard_match;
 use sluice_engine::resolve::IndicesOptions;
 
 use crate::backend::embedded::blocking;
 use crate::error::ApiResult;
-use crate::http::{Body, Params, reply};
+use crate::http::{Body, Params, RequestMeta, reply};
 use crate::state::AppState;
 
 /// The alias routes.
@@ -55,14 +57,37 @@ async fn apply(st: &AppState, actions: Vec<AliasAction>) -> ApiResult<()> {
     blocking(move || engine.update_aliases(&actions)).await
 }
 
+/// Authorizes each action of a `POST /_aliases` on the indices it names: `indices:admin/aliases`
+/// to add or remove an alias, `indices:admin/delete` for `remove_index`, as the path routes
+/// check them. The request is atomic, so the first refused action refuses it (403, counted
+/// and audited); nothing applies. Used by the embedded handler and the gateway's.
+pub fn authorize_actions(
+    st: &AppState,
+    meta: &RequestMeta,
+    actions: &[AliasAction],
+) -> Result<(), EngineError> {
+    for action in actions {
+        let (action, indices) = match action {
+            AliasAction::Add { indices, .. } | AliasAction::Remove { indices, .. } => {
+                (Action::Aliases, indices)
+            }
+            AliasAction::RemoveIndex { indices } => (Action::IndexDelete, indices),
+        };
+        crate::auth::authorize_item(st, meta, action, &indices.join(","))?;
+    }
+    Ok(())
+}
+
 /// `POST /_aliases`: every action applies, or none.
 async fn update_aliases(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
     let body = body.json()?.unwrap_or(Value::Null);
     let actions = parse_actions(&body)?;
+    authorize_actions(&st, &meta, &actions)?;
     apply(&st, actions).await?;
     Ok(acknowledged(&params))
 }

@@ -35,6 +35,9 @@ pub const SCROLL: &str = "indices:data/read/scroll";
 pub const SCROLL_CLEAR: &str = "indices:data/read/scroll/clear";
 /// `_tasks` (each task is shown or cancelled by its owner or a cluster permission).
 pub const TASKS: &str = "cluster:monitor/tasks/lists";
+/// `POST _aliases` (each action is authorized on its indices; the request is atomic, so one
+/// refused action refuses it).
+pub const ALIASES: &str = "indices:admin/aliases";
 
 /// Segments of the longest path classified (`/_list/wlm_stats/{nodes}/stats/{groups}` has 5).
 const MAX_SEGMENTS: usize = 8;
@@ -114,6 +117,7 @@ pub fn classify<'a>(method: &Method, path: &'a str, query: Option<&str>) -> Rout
         ["_settings"] | ["_settings", _] if read => Index(Action::SettingsGet, all()),
         ["_mapping"] if read => Index(Action::MappingGet, all()),
         ["_alias"] | ["_alias", _] | ["_aliases"] if read => Index(Action::AliasesGet, all()),
+        ["_aliases"] if m == Method::POST => PerItem(ALIASES),
         ["_refresh"] => Index(Action::Refresh, all()),
         ["_flush"] => Index(Action::Flush, all()),
         ["_search"] | ["_count"] => Index(Action::Search, all()),
@@ -247,6 +251,11 @@ mod tests {
             Index(Action::SearchTemplate, "a,b".into())
         );
         assert_eq!(c(Method::POST, "/_msearch/template"), PerItem(MSEARCH));
+        assert_eq!(c(Method::POST, "/_aliases"), PerItem(ALIASES));
+        assert_eq!(
+            c(Method::GET, "/_aliases"),
+            Index(Action::AliasesGet, "_all".into())
+        );
         assert_eq!(c(Method::POST, "/a/_msearch/template"), PerItem(MSEARCH));
         assert_eq!(
             c(Method::DELETE, "/_search/scroll/_all"),

@@ -703,3 +703,80 @@ async fn test_terms_lookup_reads_only_what_the_user_may_read() {
     );
     assert_eq!(body["responses"][1]["status"], 200, "{body}");
 }
+
+#[tokio::test]
+async fn test_alias_actions_are_authorized_on_their_indices_all_or_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = node_with_roles(&tmp).await;
+    seed(&node).await;
+    let bob = who("bob", "tenant_b");
+    let add = |index: &str, alias: &str| json!({"add": {"index": index, "alias": alias}});
+    let aliases_of = |index: &'static str| {
+        let node = &node;
+        async move {
+            let (s, b) = send(node, &ROOT, "GET", &format!("/{index}/_alias"), None).await;
+            assert_eq!(s, 200, "{b}");
+            b[index]["aliases"].as_object().unwrap().clone()
+        }
+    };
+    // `manage` on b-*: bob changes the aliases of his indices.
+    let (s, b) = send(
+        &node,
+        &bob,
+        "POST",
+        "/_aliases",
+        Some(json!({"actions": [add("b-1", "b-view")]})),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    assert!(aliases_of("b-1").await.contains_key("b-view"));
+    // One action on another tenant's index refuses the whole request: nothing applies.
+    let r = send(
+        &node,
+        &bob,
+        "POST",
+        "/_aliases",
+        Some(json!({"actions": [add("b-1", "b-second"), add("a-1", "a-stolen")]})),
+    )
+    .await;
+    assert_error(&r, 403, "security_exception");
+    assert!(
+        r.1["error"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("indices:admin/aliases"),
+        "{}",
+        r.1
+    );
+    assert!(!aliases_of("b-1").await.contains_key("b-second"));
+    assert!(aliases_of("a-1").await.is_empty());
+    // `remove_index` needs the delete permission on the index: alice (crud) lacks it, and
+    // lacks the alias permission on her own indices too.
+    let alice = who("alice", "tenant_a");
+    for action in [
+        json!({"remove_index": {"index": "a-2"}}),
+        add("a-1", "mine"),
+    ] {
+        let r = send(
+            &node,
+            &alice,
+            "POST",
+            "/_aliases",
+            Some(json!({ "actions": [action] })),
+        )
+        .await;
+        assert_error(&r, 403, "security_exception");
+    }
+    let (s, _) = send(&node, &ROOT, "GET", "/a-2", None).await;
+    assert_eq!(s, 200, "a refused remove_index removed the index");
+    // A body that is not a valid list of actions is a 400, as without authorization.
+    let r = send(
+        &node,
+        &bob,
+        "POST",
+        "/_aliases",
+        Some(json!({"actions": "b-1"})),
+    )
+    .await;
+    assert_eq!(r.0, 400, "{}", r.1);
+}

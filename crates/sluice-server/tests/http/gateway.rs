@@ -1952,3 +1952,49 @@ async fn test_search_templates_are_authorized_on_their_indices() {
     assert!(!String::from_utf8_lossy(&sent[0].body).contains("b-1"));
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_alias_changes_are_authorized_before_they_are_forwarded() {
+    let up = fake(answer_with(|_| {
+        axum::Json(json!({"acknowledged": true})).into_response()
+    }))
+    .await;
+    let (gw, _roles_dir) = gateway_for_tenant_a(&up.base, "manage_aliases").await;
+    let send = |body: String| {
+        let mut rb = gw
+            .client
+            .post(gw.url("/_aliases"))
+            .header("content-type", "application/json")
+            .body(body);
+        for (k, v) in ALICE {
+            rb = rb.header(k, v);
+        }
+        rb.send()
+    };
+    let add = |index: &str| json!({"add": {"index": index, "alias": "view"}});
+    // On the role's indices: forwarded with its body as sent.
+    let body = json!({"actions": [add("a-1"), add("a-2")]}).to_string();
+    let r = send(body.clone()).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let sent = up.received_on("_aliases");
+    assert_eq!(sent.len(), 1);
+    assert_eq!(String::from_utf8_lossy(&sent[0].body), body);
+    // One action elsewhere, or a remove_index without the delete permission: 403 for the whole
+    // (atomic) request, nothing forwarded.
+    for actions in [
+        json!([add("a-1"), add("b-1")]),
+        json!([{"remove_index": {"index": "a-1"}}]),
+    ] {
+        let r = send(json!({ "actions": actions }).to_string())
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{actions}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["type"], "security_exception", "{body}");
+    }
+    // A body whose actions cannot be read is refused, not forwarded.
+    let r = send("{\"actions\": [".into()).await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(up.received_on("_aliases").len(), 1);
+    gw.stop().await;
+}

@@ -47,7 +47,7 @@ const BULK_ACTIONS: [Action; 3] = [Action::WriteIndex, Action::WriteUpdate, Acti
 
 /// Whether the request must be authorized item by item: its user lacks one of `actions` on
 /// some index. Otherwise every item is allowed whatever it names, and the body streams through.
-fn needs_items(meta: &RequestMeta, actions: &[Action]) -> bool {
+pub(super) fn needs_items(meta: &RequestMeta, actions: &[Action]) -> bool {
     meta.permissions
         .as_ref()
         .is_some_and(|p| !actions.iter().all(|a| p.allows_index_pattern(*a, "*")))

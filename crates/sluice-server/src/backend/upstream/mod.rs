@@ -19,6 +19,7 @@
 //! - [`routes`]: the gateway's router and its search-class handlers; [`msearch`]: the split of
 //!   an `_msearch` into admitted items and the merge of the answers.
 
+pub mod aliases;
 pub mod client;
 pub mod config;
 pub mod doc_items;

@@ -1,6 +1,7 @@
 //! The gateway's router: sluice's own routes ([`crate::api::owned_routes`]), the search-class
 //! routes admitted here and forwarded by [`Upstream::execute`], `_bulk` and `_mget`
-//! authorized item by item ([`super::doc_items`]), and every other request forwarded
+//! authorized item by item ([`super::doc_items`]), `POST _aliases` action by action
+//! ([`super::aliases`]), and every other request forwarded
 //! unchanged ([`crate::http::fallback::forward`]).
 //!
 //! Each search-class handler reads the request (its body bounded by `http.max_content_length`:
@@ -52,6 +53,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/{index}/_bulk", any(bulk))
         .route("/_mget", any(mget))
         .route("/{index}/_mget", any(mget))
+        .route("/_aliases", any(super::aliases::aliases))
         .route("/_search/scroll", any(scroll))
         .route("/_search/scroll/{scroll_id}", any(scroll))
         .fallback(crate::http::fallback::forward)
