@@ -1559,7 +1559,12 @@ async fn test_host_that_does_not_accept_connections_fails_within_the_connect_tim
 
 /// A raw HTTP/1.1 upstream answering every request `{"count":1}` on connections it keeps open
 /// (`close` false) or closes after each answer, saying so (`Connection: close`); it counts the
-/// connections it accepted and the requests it answered.
+/// connections that carried a request and the requests it answered.
+///
+/// A connection is counted when its first request arrives, not when it is accepted: under a
+/// loaded CI machine the gateway's 500 ms connect timeout can expire after the TCP connection
+/// was made but before the request was written, and the attempt is retried on a new one. That
+/// connection carried nothing, so it says nothing of how the pool reuses connections.
 async fn counting_upstream(
     close: bool,
 ) -> (
@@ -1575,11 +1580,11 @@ async fn counting_upstream(
     let (c, a) = (conns.clone(), answered.clone());
     let task = tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
-            c.fetch_add(1, Ordering::SeqCst);
-            let a = a.clone();
+            let (c, a) = (c.clone(), a.clone());
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 8192];
                 let mut seen = Vec::new();
+                let mut first = true;
                 loop {
                     // Requests without a body: a head ends each.
                     let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") else {
@@ -1590,6 +1595,9 @@ async fn counting_upstream(
                         continue;
                     };
                     seen.drain(..end + 4);
+                    if std::mem::take(&mut first) {
+                        c.fetch_add(1, Ordering::SeqCst);
+                    }
                     let connection = if close { "close" } else { "keep-alive" };
                     let answer = format!(
                         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
