@@ -271,6 +271,8 @@ impl Args {
         }
         if self.scenario == Scenario::ThrottleOverhead {
             self.validate_throttle_overhead()?;
+        } else if self.mixed {
+            bail!("--mixed applies to --scenario throttle-overhead; add it or drop --mixed");
         }
         Ok(())
     }
@@ -849,6 +851,20 @@ mod tests {
         args(&["--scenario", "throttle-overhead", "--skip-load"])
             .validate()
             .unwrap();
+        // --mixed is the throttle-overhead scenario's, and makes a mixed plan.
+        let mixed = args(&["--scenario", "throttle-overhead", "--mixed"]);
+        mixed.validate().unwrap();
+        assert!(mixed.overhead_plan().mixed);
+        assert!(
+            !args(&["--scenario", "throttle-overhead"])
+                .overhead_plan()
+                .mixed
+        );
+        let error = args(&["--mixed"]).validate().unwrap_err().to_string();
+        assert!(
+            error.starts_with("--mixed applies to --scenario throttle-overhead"),
+            "{error}"
+        );
     }
 
     #[test]
