@@ -40,10 +40,10 @@ async fn node_in_mode(mode: &str) -> TestNode {
 }
 
 async fn create_group(node: &TestNode, name: &str, mode: &str, cpu: f64) -> String {
-    let body = json!({"name": name, "resiliency_mode": mode, "resource_limits": {"cpu": cpu}});
-    let (s, b) = node.req("PUT", "/_wlm/workload_group", Some(body)).await;
-    assert_eq!(s, 200, "{b}");
-    b["_id"].as_str().expect("_id").to_string()
+    node.create_group(
+        json!({"name": name, "resiliency_mode": mode, "resource_limits": {"cpu": cpu}}),
+    )
+    .await
 }
 
 async fn stats_of(node: &TestNode, id: &str) -> Value {

@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::{self, Reply, TestNode};
 
-const ADMIN: [(&str, &str); 2] = [("x-proxy-user", "root"), ("x-proxy-roles", "admin")];
+use crate::common::ADMIN;
 
 /// A request a fake upstream received.
 #[derive(Debug, Clone)]
@@ -367,18 +367,11 @@ async fn test_msearch_forwards_only_admitted_items_and_merges_in_order() {
         )
         .await;
     assert_eq!(r.status, 200, "{}", r.body);
-    let r = gw
-        .req_with(
-            "PUT",
-            "/_wlm/workload_group",
-            Some(json!({"name": "one", "resiliency_mode": "enforced",
+    let group = gw
+        .create_group(json!({"name": "one", "resiliency_mode": "enforced",
                 "resource_limits": {"memory": 0.5},
-                "throttling": {"attribute": "group", "node_limit": 1}})),
-            &ADMIN,
-        )
+                "throttling": {"attribute": "group", "node_limit": 1}}))
         .await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    let group = r.body["_id"].as_str().unwrap().to_string();
     let r = gw
         .req_with(
             "PUT",
@@ -636,17 +629,10 @@ async fn test_in_flight_measure_bounds_a_groups_share_of_upstream_search_threads
         )
         .await;
     assert_eq!(r.status, 200, "{}", r.body);
-    let r = gw
-        .req_with(
-            "PUT",
-            "/_wlm/workload_group",
-            Some(json!({"name": "small", "resiliency_mode": "enforced",
-                "resource_limits": {"cpu": 0.2}})),
-            &ADMIN,
-        )
+    let group = gw
+        .create_group(json!({"name": "small", "resiliency_mode": "enforced",
+                "resource_limits": {"cpu": 0.2}}))
         .await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    let group = r.body["_id"].as_str().unwrap().to_string();
     let client = gw.client.clone();
     let url = gw.url("/hang/_search");
     let g = group.clone();
@@ -1009,19 +995,12 @@ async fn test_group_search_settings_are_forwarded_as_parameters() {
     let release = Arc::new(tokio::sync::Notify::new());
     let up = msearch_upstream(release).await;
     let gw = gateway(&up.base, &[]).await;
-    let r = gw
-        .req_with(
-            "PUT",
-            "/_wlm/workload_group",
-            Some(json!({"name": "timed", "resiliency_mode": "soft",
+    let group = gw
+        .create_group(json!({"name": "timed", "resiliency_mode": "soft",
                 "resource_limits": {"memory": 0.5},
                 "settings": {"search.default_search_timeout": "2s",
-                             "search.cancel_after_time_interval": "30s"}})),
-            &ADMIN,
-        )
+                             "search.cancel_after_time_interval": "30s"}}))
         .await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    let group = r.body["_id"].as_str().unwrap().to_string();
     let header = [("workloadGroupId", group.as_str())];
     let r = gw.req_with("GET", "/logs/_search?q=a", None, &header).await;
     assert_eq!(r.status, 200, "{}", r.body);
@@ -1091,17 +1070,10 @@ async fn test_scroll_continuations_are_charged_to_the_group_the_scroll_opened_in
         ],
     )
     .await;
-    let r = gw
-        .req_with(
-            "PUT",
-            "/_wlm/workload_group",
-            Some(json!({"name": "scrolls", "resiliency_mode": "soft",
-                "resource_limits": {"memory": 0.5}})),
-            &ADMIN,
-        )
+    let group = gw
+        .create_group(json!({"name": "scrolls", "resiliency_mode": "soft",
+                "resource_limits": {"memory": 0.5}}))
         .await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    let group = r.body["_id"].as_str().unwrap().to_string();
     let r = gw
         .req_with(
             "POST",

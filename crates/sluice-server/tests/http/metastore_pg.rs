@@ -45,9 +45,7 @@ fn throttled_group(name: &str) -> Value {
 }
 
 async fn create_group(node: &TestNode, body: Value) -> String {
-    let (status, resp) = node.req("PUT", "/_wlm/workload_group", Some(body)).await;
-    assert_eq!(status, 200, "{resp}");
-    resp["_id"].as_str().expect("_id").to_string()
+    node.create_group(body).await
 }
 
 /// Whether `node` tags a request naming group `id` with it (an unknown id runs in DEFAULT with

@@ -12,7 +12,7 @@ use sluice_core::permits::{Acquire, QueuePolicy};
 use sluice_core::{BucketKey, ThrottleAttribute};
 
 use crate::common::TestNode;
-use crate::throttling::{ADMIN, stats_of};
+use crate::throttling::stats_of;
 use crate::throttling_stress::setup;
 
 const REQUESTS: usize = 3_000;
@@ -31,19 +31,12 @@ async fn wait_stats(node: &TestNode, id: &str, what: &str, check: impl Fn(&Value
 #[tokio::test]
 async fn test_burst_of_3000_parks_drains_in_fifo_order_and_leaves_nothing_behind() {
     let node = setup(&[]).await;
-    let r = node
-        .req_with(
-            "PUT",
-            "/_wlm/workload_group",
-            Some(json!({"name": "burst", "resiliency_mode": "enforced",
+    let id = node
+        .create_group(json!({"name": "burst", "resiliency_mode": "enforced",
                         "resource_limits": {"memory": 0.1},
                         "throttling": {"attribute": "group", "node_limit": 1},
-                        "queue": {"size_per_bucket": REQUESTS}})),
-            &ADMIN,
-        )
+                        "queue": {"size_per_bucket": REQUESTS}}))
         .await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    let id = r.body["_id"].as_str().expect("_id").to_string();
 
     // The test itself holds the bucket's only slot, through the node's permit table, until it
     // lets go: the burst parks however long it takes to arrive.

@@ -13,10 +13,10 @@ fn rule_path(id: &str) -> String {
 
 /// Creates a workload group and returns its id.
 async fn create_group(node: &TestNode, name: &str) -> String {
-    let body = json!({"name": name, "resiliency_mode": "soft", "resource_limits": {"cpu": 0.1}});
-    let (status, g) = node.req("PUT", "/_wlm/workload_group", Some(body)).await;
-    assert_eq!(status, 200, "{g}");
-    g["_id"].as_str().expect("_id").to_string()
+    node.create_group(
+        json!({"name": name, "resiliency_mode": "soft", "resource_limits": {"cpu": 0.1}}),
+    )
+    .await
 }
 
 /// Creates a rule and returns the created rule object.

@@ -10,7 +10,7 @@ use crate::common;
 use crate::common::{Reply, TestNode};
 use serde_json::{Value, json};
 
-pub(crate) const ADMIN: [(&str, &str); 2] = [("x-proxy-user", "root"), ("x-proxy-roles", "admin")];
+pub(crate) use crate::common::ADMIN;
 
 /// A node with the heavy index (and a small one), in `mode`, with `extra` settings.
 pub(crate) async fn node_in_mode(mode: &str, extra: &[&str]) -> TestNode {
@@ -50,11 +50,7 @@ pub(crate) async fn set_mode(node: &TestNode, mode: &str) {
 }
 
 pub(crate) async fn create_group(node: &TestNode, body: Value) -> String {
-    let r = node
-        .req_with("PUT", "/_wlm/workload_group", Some(body), &ADMIN)
-        .await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    r.body["_id"].as_str().expect("_id").to_string()
+    node.create_group(body).await
 }
 
 fn throttled_group(name: &str, attribute: &str, limit: u64, mode: &str) -> Value {

@@ -16,7 +16,7 @@ use crate::common;
 use crate::common::TestNode;
 use serde_json::{Value, json};
 
-const ADMIN: [(&str, &str); 2] = [("x-proxy-user", "root"), ("x-proxy-roles", "admin")];
+use crate::common::ADMIN;
 const CLIENTS: usize = 64;
 const REQUESTS_PER_CLIENT: usize = 40;
 
@@ -56,18 +56,10 @@ pub(crate) async fn setup(extra: &[&str]) -> TestNode {
 }
 
 async fn create_group(node: &TestNode, name: &str, attribute: &str, limit: u64) -> String {
-    let r = node
-        .req_with(
-            "PUT",
-            "/_wlm/workload_group",
-            Some(json!({"name": name, "resiliency_mode": "enforced",
-                        "resource_limits": {"memory": 0.1},
-                        "throttling": {"attribute": attribute, "node_limit": limit}})),
-            &ADMIN,
-        )
-        .await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    r.body["_id"].as_str().expect("_id").to_string()
+    node.create_group(json!({"name": name, "resiliency_mode": "enforced",
+                             "resource_limits": {"memory": 0.1},
+                             "throttling": {"attribute": attribute, "node_limit": limit}}))
+        .await
 }
 
 /// What one request of the mix does.

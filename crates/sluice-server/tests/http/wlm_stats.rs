@@ -6,16 +6,9 @@ use crate::common::{TestNode, assert_error};
 use serde_json::{Value, json};
 
 async fn create_group(node: &TestNode, name: &str) -> String {
-    let (s, g) = node
-        .req(
-            "PUT",
-            "/_wlm/workload_group",
-            Some(json!({"name": name, "resiliency_mode": "enforced",
-                        "resource_limits": {"cpu": 0.1}})),
-        )
-        .await;
-    assert_eq!(s, 200, "{g}");
-    g["_id"].as_str().expect("_id").to_string()
+    node.create_group(json!({"name": name, "resiliency_mode": "enforced",
+                             "resource_limits": {"cpu": 0.1}}))
+        .await
 }
 
 fn node_id(body: &Value) -> String {

@@ -447,8 +447,26 @@ impl Reply {
     }
 }
 
+/// The proxy headers of `root`, who holds the admin role, on nodes with `auth.type=proxy`
+/// (ignored by nodes without authentication).
+#[allow(dead_code)]
+pub const ADMIN: [(&str, &str); 2] = [("x-proxy-user", "root"), ("x-proxy-roles", "admin")];
+
 #[allow(dead_code)]
 impl TestNode {
+    /// Creates a workload group from `body` as [`ADMIN`], asserts it was created, and returns
+    /// its `_id`.
+    pub async fn create_group(&self, body: Value) -> String {
+        let r = self
+            .req_with("PUT", "/_wlm/workload_group", Some(body), &ADMIN)
+            .await;
+        assert_eq!(r.status, 200, "creating a workload group: {}", r.body);
+        r.body["_id"]
+            .as_str()
+            .expect("a created group has an _id")
+            .to_string()
+    }
+
     /// Sends a request with extra headers; returns status, headers and body (JSON or text).
     pub async fn req_with(
         &self,
