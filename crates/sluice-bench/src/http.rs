@@ -203,18 +203,7 @@ impl HttpTarget {
     ///
     /// Dropping the future abandons the request; nothing else is affected.
     pub async fn process_cpu_millis(&self) -> Result<u64> {
-        let url = self.url("_nodes/_local/stats/process");
-        let answer: Value = self
-            .client
-            .get(url.clone())
-            .send()
-            .await
-            .with_context(|| format!("GET {url} failed"))?
-            .error_for_status()
-            .with_context(|| format!("GET {url} failed"))?
-            .json()
-            .await
-            .with_context(|| format!("GET {url} did not answer JSON"))?;
+        let (url, answer) = self.get_json("_nodes/_local/stats/process").await?;
         cpu_millis_of(&answer).with_context(|| format!("GET {url} answered {answer}"))
     }
 
@@ -224,8 +213,16 @@ impl HttpTarget {
     ///
     /// Dropping the future abandons the request; nothing else is affected.
     pub async fn count(&self) -> Result<u64> {
-        let url = self.url(&format!("{}/_count", self.index));
-        let answer: Value = self
+        let (url, answer) = self.get_json(&format!("{}/_count", self.index)).await?;
+        answer["count"]
+            .as_u64()
+            .with_context(|| format!("GET {url} answered no count: {answer}"))
+    }
+
+    /// `GET <path>`: its URL, for messages, and its JSON answer; fails unless it is 2xx JSON.
+    async fn get_json(&self, path: &str) -> Result<(Url, Value)> {
+        let url = self.url(path);
+        let answer = self
             .client
             .get(url.clone())
             .send()
@@ -236,9 +233,7 @@ impl HttpTarget {
             .json()
             .await
             .with_context(|| format!("GET {url} did not answer JSON"))?;
-        answer["count"]
-            .as_u64()
-            .with_context(|| format!("GET {url} answered no count: {answer}"))
+        Ok((url, answer))
     }
 }
 
