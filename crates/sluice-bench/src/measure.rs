@@ -320,25 +320,19 @@ pub async fn run_http_interleaved(
             tallies
         });
     }
-    let mut per_worker: Vec<Vec<Option<WorkerTally>>> = workers
-        .join_all()
-        .await
-        .into_iter()
-        .map(|tallies| tallies.into_iter().map(Some).collect())
-        .collect();
+    // Each worker's tallies are in cell order: gather them by cell across the workers.
+    let mut cells: Vec<Vec<WorkerTally>> = (0..num_tags * num_urls).map(|_| Vec::new()).collect();
+    for tallies in workers.join_all().await {
+        for (cell, tally) in cells.iter_mut().zip(tallies) {
+            cell.push(tally);
+        }
+    }
     let elapsed = window.measure_from.elapsed();
+    let mut samples = cells
+        .into_iter()
+        .map(|cell| Sample::from_tallies(cell, elapsed));
     (0..num_tags)
-        .map(|tag| {
-            (0..num_urls)
-                .map(|url| {
-                    let cell: Vec<WorkerTally> = per_worker
-                        .iter_mut()
-                        .filter_map(|tallies| tallies[tag * num_urls + url].take())
-                        .collect();
-                    Sample::from_tallies(cell, elapsed)
-                })
-                .collect()
-        })
+        .map(|_| samples.by_ref().take(num_urls).collect())
         .collect()
 }
 
