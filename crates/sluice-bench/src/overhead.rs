@@ -405,7 +405,9 @@ pub async fn run(
             level.clients,
             window,
         );
-        let (cells, cpu_at_start) = if plan.mixed {
+        // Each node's CPU milliseconds over the measured part (not in a mixed window, whose
+        // configurations share it).
+        let (cells, cpu_used) = if plan.mixed {
             (driver.await, None)
         } else {
             let cpu_at_start = async {
@@ -413,24 +415,14 @@ pub async fn run(
                 nodes_cpu_millis(targets).await
             };
             let (cells, cpu_at_start) = tokio::join!(driver, cpu_at_start);
-            (cells, Some(cpu_at_start?))
-        };
-        if let Some(cpu_at_start) = cpu_at_start {
-            let cpu_at_end = nodes_cpu_millis(targets).await?;
-            let served: u64 = cells
+            let (start, end) = (cpu_at_start?, nodes_cpu_millis(targets).await?);
+            let used: Vec<u64> = end
                 .iter()
-                .flatten()
-                .map(|cell| {
-                    let summary = cell.summary();
-                    summary.num_requests + summary.num_errors
-                })
-                .sum();
-            let (used, total_served) = &mut cpu[step.load][measured[0]];
-            for ((used, end), start) in used.iter_mut().zip(cpu_at_end).zip(cpu_at_start) {
-                *used += end.saturating_sub(start);
-            }
-            *total_served += served;
-        }
+                .zip(&start)
+                .map(|(e, s)| e.saturating_sub(*s))
+                .collect();
+            (cells, Some(used))
+        };
         for (&index, per_node) in measured.iter().zip(cells) {
             let mut sample = Sample::default();
             for (node, cell) in per_node.iter().enumerate() {
@@ -438,6 +430,13 @@ pub async fn run(
                 by_node[step.load][index][node].merge(cell);
             }
             let summary = sample.summary();
+            if let Some(used) = &cpu_used {
+                let (total, served) = &mut cpu[step.load][index];
+                for (total, used) in total.iter_mut().zip(used) {
+                    *total += used;
+                }
+                *served += summary.num_requests + summary.num_errors;
+            }
             eprintln!(
                 "round {}/{} {:<6} c={:<3} {:<6} {:>6.0} qps  mean {:>6.2}  p50 {:>6.2}  p90 {:>6.2}  p99 {:>6.2} ms  errors {}",
                 step.round + 1,
@@ -728,11 +727,7 @@ impl OverheadReport {
                     r.p90,
                     r.p99,
                     r.qps,
-                    if r.cpu.is_nan() {
-                        "–".to_owned()
-                    } else {
-                        format!("{:.3}", r.cpu)
-                    },
+                    cpu_cell((!r.cpu.is_nan()).then_some(r.cpu)),
                     r.round_mean_min,
                     r.round_mean_max
                 );
@@ -812,7 +807,8 @@ impl OverheadReport {
     }
 }
 
-/// Renders a CPU time per request for a table: `–` when it was not measured.
+/// Renders a CPU figure for a table (a time per request, or a ratio): `–` when it was not
+/// measured.
 fn cpu_cell(ms: Option<f64>) -> String {
     ms.map_or_else(|| "–".to_owned(), |ms| format!("{ms:.3}"))
 }
