@@ -1634,6 +1634,23 @@ async fn test_upstream_connections_are_reused_and_closed_ones_replaced() {
 /// The proxy headers of `alice`, who holds the role `tenant_a`.
 const ALICE: [(&str, &str); 2] = [("x-proxy-user", "alice"), ("x-proxy-roles", "tenant_a")];
 
+/// A request to the gateway `gw` as `alice`, with `content_type`.
+fn as_alice(
+    gw: &TestNode,
+    method: &str,
+    path: &str,
+    content_type: &str,
+) -> reqwest::RequestBuilder {
+    let mut rb = gw
+        .client
+        .request(method.parse().unwrap(), gw.url(path))
+        .header("content-type", content_type);
+    for (k, v) in ALICE {
+        rb = rb.header(k, v);
+    }
+    rb
+}
+
 /// A gateway in front of `upstream` with proxy authentication and a roles file of one role,
 /// `tenant_a`, granting `actions` (an action group) on `a-*`; the folder holding the file
 /// must outlive the gateway.
@@ -1693,19 +1710,9 @@ fn echo_items(r: Received) -> Response {
 async fn test_bulk_and_mget_forward_only_authorized_items() {
     let up = fake(answer_with(echo_items)).await;
     let (gw, _roles_dir) = gateway_for_tenant_a(&up.base, "crud").await;
-    let alice = ALICE;
     let ndjson = |lines: &[Value]| common::ndjson(lines);
-    let post = |path: &str, body: String, ct: &str| {
-        let mut rb = gw
-            .client
-            .post(gw.url(path))
-            .header("content-type", ct.to_string())
-            .body(body);
-        for (k, v) in alice {
-            rb = rb.header(k, v);
-        }
-        rb.send()
-    };
+    let post =
+        |path: &str, body: String, ct: &str| as_alice(&gw, "POST", path, ct).body(body).send();
 
     // A mixed _bulk: only the allowed operations reach the upstream, answers in request order.
     let body = ndjson(&[
@@ -1806,21 +1813,14 @@ async fn test_lookups_and_unreadable_bodies_of_a_restricted_user_are_not_forward
     }))
     .await;
     let (gw, _roles_dir) = gateway_for_tenant_a(&up.base, "read").await;
-    let alice = ALICE;
     let lookup =
         |index: &str| json!({"query": {"terms": {"f": {"index": index, "id": "1", "path": "x"}}}});
     let send = |method: &str, path: String, body: Option<String>| {
-        let mut rb = gw
-            .client
-            .request(method.parse().unwrap(), gw.url(&path))
-            .header("content-type", "application/json");
-        if let Some(b) = body {
-            rb = rb.body(b);
+        let rb = as_alice(&gw, method, &path, "application/json");
+        match body {
+            Some(b) => rb.body(b).send(),
+            None => rb.send(),
         }
-        for (k, v) in alice {
-            rb = rb.header(k, v);
-        }
-        rb.send()
     };
     // A forbidden lookup in the body or in the `source` parameter: 403, nothing forwarded.
     let r = send(
@@ -1872,15 +1872,7 @@ async fn test_search_templates_are_authorized_on_their_indices() {
     let (gw, _roles_dir) = gateway_for_tenant_a(&up.base, "search").await;
     let template = json!({"source": {"query": {"match_all": {}}}, "params": {}});
     let send = |path: &str, body: String, content_type: &str| {
-        let mut rb = gw
-            .client
-            .post(gw.url(path))
-            .header("content-type", content_type.to_string())
-            .body(body);
-        for (k, v) in ALICE {
-            rb = rb.header(k, v);
-        }
-        rb.send()
+        as_alice(&gw, "POST", path, content_type).body(body).send()
     };
     // A template search on an index of the role's pattern is forwarded.
     let r = send(
@@ -1941,15 +1933,9 @@ async fn test_alias_changes_are_authorized_before_they_are_forwarded() {
     .await;
     let (gw, _roles_dir) = gateway_for_tenant_a(&up.base, "manage_aliases").await;
     let send = |body: String| {
-        let mut rb = gw
-            .client
-            .post(gw.url("/_aliases"))
-            .header("content-type", "application/json")
-            .body(body);
-        for (k, v) in ALICE {
-            rb = rb.header(k, v);
-        }
-        rb.send()
+        as_alice(&gw, "POST", "/_aliases", "application/json")
+            .body(body)
+            .send()
     };
     let add = |index: &str| json!({"add": {"index": index, "alias": "view"}});
     // On the role's indices: forwarded with its body as sent.
