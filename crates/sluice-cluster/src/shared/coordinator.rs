@@ -212,8 +212,6 @@ struct State {
     wake_at: Option<Instant>,
 }
 
-impl State {}
-
 /// Counters of this node's shared-tier traffic (shown per group by the server).
 #[derive(Debug, Default)]
 pub struct CoordinatorStats {
