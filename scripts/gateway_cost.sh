@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # What one proxied search costs the proxy itself, counted rather than timed (a shared machine's
 # noise moves latencies, hardly these counts): runs `sluice-bench gateway-overhead` at one
-# steady client against `direct` and one proxy (`gateway`, sluice's gateway, or `nginx`), and
+# client (steady, or in bursts with `burst` as the fourth argument) against `direct` and one proxy (`gateway`, sluice's gateway, or `nginx`), and
 # while the proxy is measured, `perf stat` counts on the proxy's process(es) for 8 s its futex
 # calls, epoll waits, context switches and CPU time. Prints them per request (requests =
 # writev calls / 2: one to the upstream, one to the client per proxied request).
 #
-# Usage: scripts/gateway_cost.sh gateway|nginx [sluice binary] [clients]
+# Usage: scripts/gateway_cost.sh gateway|nginx [sluice binary] [clients] [steady|burst]
 #   e.g. scripts/gateway_cost.sh gateway target/release/sluice
+#        scripts/gateway_cost.sh nginx "" 1 burst
 # Needs perf (linux-perf), nginx for `nginx`, and the release sluice-bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,7 @@ target="${CARGO_TARGET_DIR:-target}"
 via="${1:?gateway or nginx}"
 bin="$(realpath "${2:-$target/release/sluice}")"
 clients="${3:-1}"
+load="${4:-steady}"
 out="$(mktemp -d -t sluice-cost-XXXXXX)"
 trap 'rm -rf "$out"' EXIT
 
@@ -25,7 +27,7 @@ if [[ "$via" == nginx && ! -x "$nginx_bin" ]]; then
 fi
 
 "$target/release/sluice-bench" gateway-overhead --sluice-bin "$bin" --via "direct,$via" \
-    --clients "$clients" --loads steady --rounds 1 --duration-secs 14 --warmup-secs 1 \
+    --clients "$clients" --loads "$load" --rounds 1 --duration-secs 14 --warmup-secs 1 \
     --docs 5000 --nginx-bin "$nginx_bin" > "$out/bench" 2>&1 &
 bench=$!
 # `direct` is measured first in the first round; the proxy's window starts once it is reported.

@@ -14,6 +14,8 @@
 #
 # Usage: scripts/gateway_instructions.sh gateway|nginx [sluice binary] [requests]
 #   e.g. scripts/gateway_instructions.sh gateway target/release/sluice 1000
+# With KEEP_PROFILE=<file> the callgrind profile of the measured requests is copied there, for
+# `callgrind_annotate --inclusive=yes <file>`.
 # Needs valgrind, python3, and nginx for `nginx`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -121,6 +123,7 @@ callgrind_control -z "$proxy" >/dev/null 2>&1
 drive "$requests"
 callgrind_control -d "$proxy" >/dev/null 2>&1
 dump="$(ls "$out"/cg."$proxy".* | grep -v "cg.$proxy\$" | head -1)"
+[ -n "${KEEP_PROFILE:-}" ] && cp "$dump" "$KEEP_PROFILE"
 total="$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')"
 refresh="$(callgrind_annotate --inclusive=yes "$dump" 2>/dev/null |
     awk '/enforcement::run_once \[/ && !seen {gsub(",", "", $1); print $1; seen = 1}')"
