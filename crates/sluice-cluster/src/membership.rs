@@ -36,7 +36,7 @@ pub const PHI_THRESHOLD: f64 = 8.0;
 
 /// The bound M4 states and the cluster tests check: a stopped node is out of the live set
 /// within this. It is the phi threshold times the longest mean heartbeat interval the
-/// detector accepts before a node counts as dead anyway ([`MAX_HEARTBEAT_INTERVAL`] is its
+/// detector accepts before a node counts as dead anyway (`MAX_HEARTBEAT_INTERVAL`, 1.2 s, is its
 /// sample cap, chitchat drops longer samples), plus a gossip round to publish the change —
 /// in practice detection takes about 4 s on loopback.
 pub const DEAD_AFTER: Duration = Duration::from_secs(10);

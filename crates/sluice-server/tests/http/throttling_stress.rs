@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common;
-use crate::common::TestNode;
+use crate::common::{TestNode, wait_until};
 use serde_json::{Value, json};
 
 use crate::common::ADMIN;
@@ -159,17 +159,19 @@ async fn run_clients(
 /// on their own a little after their client gave up).
 async fn wait_idle(node: &TestNode) {
     let probe = node.state.workload.probe.get().expect("probe");
-    for _ in 0..100_000 {
-        if probe.executing() == 0 && node.state.workload.permits.num_buckets() == 0 {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!(
-        "still busy: executing {}, buckets {:?}",
-        probe.executing(),
-        node.state.workload.permits.buckets()
-    );
+    let permits = &node.state.workload.permits;
+    wait_until(
+        "requests end and their permits go back",
+        || probe.executing() == 0 && permits.num_buckets() == 0,
+        || {
+            format!(
+                "executing {}, buckets {:?}",
+                probe.executing(),
+                permits.buckets()
+            )
+        },
+    )
+    .await;
 }
 
 async fn group_stats(node: &TestNode, id: &str) -> Value {
@@ -356,13 +358,12 @@ async fn test_unmeasured_estimate_runs_one_task_at_a_time_under_mixed_load() {
     })
     .await;
     // Disconnected requests end on their own a little after their client gave up.
-    for _ in 0..100_000 {
-        if node.state.tasks.list().is_empty() {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    assert!(node.state.tasks.list().is_empty(), "tasks still running");
+    wait_until(
+        "disconnected requests end",
+        || node.state.tasks.list().is_empty(),
+        || format!("{} tasks still running", node.state.tasks.list().len()),
+    )
+    .await;
 
     let sent = CLIENTS * REQUESTS_PER_CLIENT;
     assert_eq!(statuses.values().sum::<usize>(), sent);

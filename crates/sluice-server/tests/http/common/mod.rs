@@ -226,6 +226,25 @@ impl Drop for TestNode {
     }
 }
 
+/// How long [`wait_until`] waits for work that ends on its own (a disconnected request's
+/// search finishing): generous, since a loaded CI machine runs the search threads slowly.
+pub const SETTLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Yields until `done` holds, or panics after [`SETTLE_WITHIN`] with `what` and `state()`.
+/// The bound is wall-clock time, not a number of yields: how many yields a search takes
+/// depends on how busy the machine is.
+pub async fn wait_until(what: &str, mut done: impl FnMut() -> bool, state: impl Fn() -> String) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < SETTLE_WITHIN,
+            "{what}: not within {SETTLE_WITHIN:?}; {}",
+            state()
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
 /// Asserts an OpenSearch error body: status, `error.type` and root cause type.
 pub fn assert_error(resp: &(u16, Value), status: u16, ty: &str) {
     assert_eq!(resp.0, status, "status of {}", resp.1);
