@@ -682,7 +682,7 @@ impl Engine {
 }
 
 /// Parses a positive time value with the one parser, [`sluice_wire::parse_time_value`], for
-/// callers that wrap the failure in their own "failed to parse setting [x] with value [v] as a
+/// callers that wrap the failure in their own "failed to parse setting \[x\] with value \[v\] as a
 /// time value: …" message: the error is that message's last clause. `-1` (of any unit) is
 /// refused here, as callers that accept it test for it first.
 ///

@@ -2,7 +2,7 @@
 //!
 //! An [`Engine`] owns the indices under a data directory. Each index keeps its OpenSearch
 //! [`Mapping`](mapping::Mapping) and settings next to a tantivy index whose fixed
-//! [schema](schema) stores every user field as a path inside two JSON fields. Documents come in
+//! [schema] stores every user field as a path inside two JSON fields. Documents come in
 //! through [`Engine::bulk`] and friends, are written to a per-index translog before they are
 //! acknowledged, and become searchable at the next refresh. [`Engine::search`] runs a
 //! [`SearchRequest`] through [`search`]: the request parsed (`search/request.rs`), the query DSL

@@ -1,7 +1,7 @@
 //! The OpenSearch query DSL translated to tantivy queries.
 //!
 //! [`build_query`] takes the JSON of a `query` clause and returns a tantivy [`Query`] over the
-//! sluice [schema](crate::schema): user fields are paths inside the `_txt` and `_kw` JSON fields,
+//! sluice [schema]: user fields are paths inside the `_txt` and `_kw` JSON fields,
 //! resolved through the index's [`Mapping`]. The translation is split by query family:
 //!
 //! - full-text queries (`match`, `match_phrase`, `match_phrase_prefix`, `multi_match`) analyse

@@ -26,7 +26,7 @@
 //! the receiver, and polls `changes` as the backstop for what a notification cannot carry (a
 //! write by another process to a SQLite file, notifications lost while reconnecting).
 //!
-//! Every backend must pass the same behavioural suite, [`test_suite`] (cargo feature
+//! Every backend must pass the same behavioural suite, `test_suite` (cargo feature
 //! `test-suite`), which this crate's own tests run against each backend, next to a property
 //! test that compares random operation sequences with a plain `BTreeMap` model.
 

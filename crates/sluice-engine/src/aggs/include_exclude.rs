@@ -2,7 +2,7 @@
 //!
 //! OpenSearch accepts a regular expression (a string), a list of exact values (an array) or, for
 //! `include` only, a partition (`{"partition": p, "num_partitions": n}`), and applies them by
-//! field type ([`resolve`]):
+//! field type (`Builder::terms_filter` in `aggs/request.rs`):
 //!
 //! - `keyword`: expressions and lists go to tantivy, which matches them against the term
 //!   dictionary; a partition is a [`TermsValuesProvider`] over the term ordinals.

@@ -47,7 +47,7 @@ pub struct Granted {
 pub enum Decided {
     /// It may run now.
     Granted(Granted),
-    /// It waits in its bucket's queue ([`super::queue::park`]).
+    /// It waits in its bucket's queue ([`super::queue::wait`]).
     Parked {
         /// The bucket.
         key: BucketKey,

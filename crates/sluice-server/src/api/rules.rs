@@ -3,16 +3,16 @@
 //!
 //! Each handler parses the request, runs sluice-core's rule logic ([`validate_rule_create`],
 //! [`apply_rule_update`]) against the rules stored *now* and the current workload groups
-//! ([`wlm::load_groups`]), and writes the result back with compare-and-set. Responses are
+//! ([`crate::catalog::load_groups`]), and writes the result back with compare-and-set. Responses are
 //! OpenSearch's: create and update answer the rule object, GET answers
 //! `{"rules":[…]}` (plus `"search_after":["<last id>"]` when a full page was returned),
 //! DELETE answers `{"acknowledged":true}`, and an unknown id is 404
-//! `resource_not_found_exception` "Rule with ID <id> not found.".
+//! `resource_not_found_exception` `"Rule with ID <id> not found."`.
 //!
 //! # Storage: one metastore document for all rules
 //!
-//! As for groups (see [`wlm`]), every rule lives in one document, [`RULES_DOC`] in
-//! [`Collection::Rules`]: `{"rules":[rule, …]}` in creation order, each rule in its API shape
+//! As for groups (see [`super::wlm`]), every rule lives in one document, [`crate::catalog::RULES_DOC`] in
+//! [`sluice_meta::Collection::Rules`]: `{"rules":[rule, …]}` in creation order, each rule in its API shape
 //! except `updated_at`, stored as epoch millis. Duplicate detection and the rule-count limit
 //! read every rule, so one `Expect::Version` guards the whole set; a conflict re-reads,
 //! re-validates and retries. That compare-and-set is the only serialization, on this node and
@@ -186,7 +186,7 @@ pub async fn delete(
 
 /// Lets `change` compute the next rules from the stored ones and the current groups (or
 /// refuse) and writes them with compare-and-set, retrying on a concurrent change with fresh
-/// rules and groups ([`ListDoc::try_write`]).
+/// rules and groups ([`crate::catalog::list_doc::ListDoc::try_write`]).
 ///
 /// # Cancel safety
 ///

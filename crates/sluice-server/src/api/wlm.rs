@@ -12,7 +12,7 @@
 //!
 //! # Storage: one metastore document for all groups
 //!
-//! Every group lives in a single document, [`GROUPS_DOC`] in [`Collection::WorkloadGroups`],
+//! Every group lives in a single document, [`crate::catalog::GROUPS_DOC`] in [`sluice_meta::Collection::WorkloadGroups`],
 //! shaped like the GET response: `{"workload_groups":[group, …]}` in creation order.
 //!
 //! Why not one document per group: the cross-group rules (unique name, per-resource sum ≤ 1.0,
@@ -183,7 +183,7 @@ pub async fn delete(
 
 /// Lets `change` compute the next groups from the stored ones (or refuse) and writes them
 /// with compare-and-set, starting over with fresh groups on a concurrent change
-/// ([`ListDoc::try_write`]).
+/// ([`crate::catalog::list_doc::ListDoc::try_write`]).
 ///
 /// # Cancel safety
 ///

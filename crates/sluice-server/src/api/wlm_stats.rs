@@ -8,8 +8,8 @@
 //! - The node selector accepts `_all`, `_local`, `*`, node ids and names and wildcards over
 //!   them; a selector matching nothing answers an empty nodes response (`_nodes.total: 0`).
 //! - A group id this node does not know is a per-node failure (`_nodes.failed: 1` and a
-//!   `failures` entry caused by `resource_not_found_exception` "WorkloadGroup with id <id> does
-//!   not exist"), which is how OpenSearch's nodes framework surfaces it.
+//!   `failures` entry caused by `resource_not_found_exception` `"WorkloadGroup with id <id> does
+//!   not exist"`), which is how OpenSearch's nodes framework surfaces it.
 //! - `breach=true|false` works (OpenSearch's parser reads the wrong parameter): it keeps the
 //!   groups whose last usage of some limited resource is (or is not) above limit × the node
 //!   rejection threshold. DEFAULT has no limits, so it is never breached.

@@ -10,7 +10,7 @@
 //! persistent cluster settings ([`ClusterSettings::reload`]) for settings.
 //!
 //! The same read is the liveness probe: when it fails with
-//! [`MetaError::Unavailable`](sluice_meta::MetaError::Unavailable) the node records the outage
+//! [`MetaError::Unavailable`] the node records the outage
 //! in its [`MetastoreStatus`] (shown by `_cluster/health`), logs it once, and keeps serving
 //! from its last view; writes of groups, rules and settings fail with 503 until the store is
 //! back ([`super::meta_error`]). The first successful read after the outage logs the recovery

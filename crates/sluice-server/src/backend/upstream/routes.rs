@@ -1,5 +1,5 @@
 //! The gateway's router: sluice's own routes ([`crate::api::owned_routes`]), the search-class
-//! routes admitted here and forwarded by [`Upstream::execute`], `_bulk` and `_mget`
+//! routes admitted here and forwarded by [`super::Upstream::execute`], `_bulk` and `_mget`
 //! authorized item by item ([`super::doc_items`]), `POST _aliases` action by action
 //! ([`super::aliases`]), and every other request forwarded
 //! unchanged ([`crate::http::fallback::forward`]).
