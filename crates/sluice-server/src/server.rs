@@ -28,6 +28,28 @@ const REFRESH_TICK: Duration = Duration::from_millis(100);
 /// once, so this bounds only what nothing else would drive).
 const QUEUE_SWEEP: Duration = Duration::from_secs(1);
 
+/// How many connections the kernel holds for the HTTP listener before the accept loop takes
+/// them (the kernel caps it at `net.core.somaxconn`, 4096 by default). A burst of new
+/// connections — clients without keep-alive, a load balancer reconnecting — otherwise
+/// overflows tokio's default of 1,024: the kernel drops the handshakes past it and each
+/// client waits a SYN retransmission (1 s, then 3, 7 …). A burst of 3,000 connections
+/// overflowed it 8,700 times (`nstat TcpExtListenOverflows` around
+/// `queue_stress::test_burst_of_3000_parks_drains_in_fifo_order_and_leaves_nothing_behind`).
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds the HTTP listener on `addr` with [`LISTEN_BACKLOG`] (address reuse on, as
+/// `TcpListener::bind` sets it, so a restarted node binds its port at once).
+fn bind_http(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// A started node, before it serves.
 pub struct Node {
     /// The bound listener.
@@ -81,8 +103,7 @@ impl Node {
         let data = config.data_path.clone();
         let engine = Arc::new(tokio::task::spawn_blocking(move || Engine::open(&data)).await??);
         let addr = SocketAddr::new(config.http_host, config.http_port);
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
+        let listener = bind_http(addr)
             .map_err(|e| anyhow::anyhow!("cannot bind http.host:http.port [{addr}]: {e}"))?;
         let cluster = crate::cluster::join(
             &config,
