@@ -644,7 +644,16 @@ async fn test_in_flight_measure_bounds_a_groups_share_of_upstream_search_threads
             .await
             .map(|r| r.status().as_u16())
     });
+    // The held search is admitted first: a search of the loop below in flight at the same
+    // moment would count against the group and turn the held one away instead.
     let deadline = Instant::now() + Duration::from_secs(20);
+    while up.received_on("hang").is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the held search never reached the upstream"
+        );
+        tokio::task::yield_now().await;
+    }
     loop {
         let r = gw
             .req_with(
@@ -666,8 +675,6 @@ async fn test_in_flight_measure_bounds_a_groups_share_of_upstream_search_threads
         );
         tokio::task::yield_now().await;
     }
-    // A stored permit: the 429 can come (the search counted in flight) before the held
-    // search reaches the upstream and waits there.
     release.notify_one();
     assert_eq!(held.await.unwrap().unwrap(), 200);
     gw.stop().await;
