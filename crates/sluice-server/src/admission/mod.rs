@@ -2,7 +2,8 @@
 //! (DESIGN section 2, "The request path").
 //!
 //! [`admit`] takes the request's [`RequestMeta`] and a [`TaskSpec`] and either refuses (an
-//! [`ApiError`](crate::error::ApiError), a 429 for a workload-management limit) or returns an [`Admitted`] ticket:
+//! [`ApiError`](crate::error::ApiError), a 429 for a workload-management limit) or returns
+//! an [`Admitted`] ticket:
 //!
 //! 1. **register** the task ([`crate::tasks`]), so work that waits is listed by `_tasks` and
 //!    can be cancelled;

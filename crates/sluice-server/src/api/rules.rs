@@ -3,20 +3,20 @@
 //!
 //! Each handler parses the request, runs sluice-core's rule logic ([`validate_rule_create`],
 //! [`apply_rule_update`]) against the rules stored *now* and the current workload groups
-//! ([`crate::catalog::load_groups`]), and writes the result back with compare-and-set. Responses are
-//! OpenSearch's: create and update answer the rule object, GET answers
+//! ([`crate::catalog::load_groups`]), and writes the result back with compare-and-set.
+//! Responses are OpenSearch's: create and update answer the rule object, GET answers
 //! `{"rules":[…]}` (plus `"search_after":["<last id>"]` when a full page was returned),
 //! DELETE answers `{"acknowledged":true}`, and an unknown id is 404
 //! `resource_not_found_exception` `"Rule with ID <id> not found."`.
 //!
 //! # Storage: one metastore document for all rules
 //!
-//! As for groups (see [`super::wlm`]), every rule lives in one document, [`crate::catalog::RULES_DOC`] in
-//! [`sluice_meta::Collection::Rules`]: `{"rules":[rule, …]}` in creation order, each rule in its API shape
-//! except `updated_at`, stored as epoch millis. Duplicate detection and the rule-count limit
-//! read every rule, so one `Expect::Version` guards the whole set; a conflict re-reads,
-//! re-validates and retries. That compare-and-set is the only serialization, on this node and
-//! across nodes sharing the metastore.
+//! As for groups (see [`super::wlm`]), every rule lives in one document,
+//! [`crate::catalog::RULES_DOC`] in [`sluice_meta::Collection::Rules`]: `{"rules":[rule, …]}`
+//! in creation order, each rule in its API shape except `updated_at`, stored as epoch millis.
+//! Duplicate detection and the rule-count limit read every rule, so one `Expect::Version`
+//! guards the whole set; a conflict re-reads, re-validates and retries. That compare-and-set
+//! is the only serialization, on this node and across nodes sharing the metastore.
 //!
 //! Known differences from OpenSearch: rule ids are random v4 UUIDs rather than name-based
 //! v3 UUIDs, and the rule limit is the default of `wlm.autotagging.max_rules` (200).

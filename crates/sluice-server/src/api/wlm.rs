@@ -12,8 +12,9 @@
 //!
 //! # Storage: one metastore document for all groups
 //!
-//! Every group lives in a single document, [`crate::catalog::GROUPS_DOC`] in [`sluice_meta::Collection::WorkloadGroups`],
-//! shaped like the GET response: `{"workload_groups":[group, …]}` in creation order.
+//! Every group lives in a single document, [`crate::catalog::GROUPS_DOC`] in
+//! [`sluice_meta::Collection::WorkloadGroups`], shaped like the GET response:
+//! `{"workload_groups":[group, …]}` in creation order.
 //!
 //! Why not one document per group: the cross-group rules (unique name, per-resource sum ≤ 1.0,
 //! `node.workload_group.max_count`) read *every* group, so a write is safe only if the whole

@@ -1,6 +1,7 @@
 //! The HTTP layer, free of domain logic: request metadata and its middleware ([`meta`]), body
-//! extraction ([`body`]), response rendering ([`reply`](mod@reply)) and OpenSearch's answers for unknown
-//! routes and methods ([`fallback`]) and the accept loop that serves connections ([`serve`]).
+//! extraction ([`body`]), response rendering ([`reply`](mod@reply)) and OpenSearch's answers
+//! for unknown routes and methods ([`fallback`]) and the accept loop that serves connections
+//! ([`serve`]).
 //! The routes themselves are in [`crate::api`].
 
 pub mod body;
