@@ -55,6 +55,26 @@ impl Fake {
             .cloned()
             .collect()
     }
+
+    /// Waits until a request on a path containing `part` arrived (a held search reached the
+    /// upstream).
+    async fn wait_received(&self, part: &str) {
+        common::wait_until(
+            &format!("a request on [{part}] reaching the upstream"),
+            || !self.received_on(part).is_empty(),
+            || {
+                format!(
+                    "received {:?}",
+                    self.received
+                        .lock()
+                        .iter()
+                        .map(|r| r.uri.clone())
+                        .collect::<Vec<_>>()
+                )
+            },
+        )
+        .await;
+    }
 }
 
 /// What an OpenSearch-like upstream answers to `GET /`.
@@ -388,14 +408,7 @@ async fn test_msearch_forwards_only_admitted_items_and_merges_in_order() {
     let url = gw.url("/blocked-hang/_search");
     let held =
         tokio::spawn(async move { client.post(url).send().await.map(|r| r.status().as_u16()) });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while up.received_on("blocked-hang").is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the held search never reached the upstream"
-        );
-        tokio::task::yield_now().await;
-    }
+    up.wait_received("blocked-hang").await;
     let body = common::ndjson(&[
         json!({"index": "a"}),
         json!({"query": {"match_all": {}}}),
@@ -646,14 +659,8 @@ async fn test_in_flight_measure_bounds_a_groups_share_of_upstream_search_threads
     });
     // The held search is admitted first: a search of the loop below in flight at the same
     // moment would count against the group and turn the held one away instead.
+    up.wait_received("hang").await;
     let deadline = Instant::now() + Duration::from_secs(20);
-    while up.received_on("hang").is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the held search never reached the upstream"
-        );
-        tokio::task::yield_now().await;
-    }
     loop {
         let r = gw
             .req_with(
@@ -1357,14 +1364,7 @@ async fn test_every_search_class_route_is_admitted_and_other_requests_pass_throu
             .await
             .map(|r| r.status().as_u16())
     });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while up.received_on("held-hang").is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the held search never reached the upstream"
-        );
-        tokio::task::yield_now().await;
-    }
+    up.wait_received("held-hang").await;
     let forwarded_before = up.received.lock().len();
     // Every search-class route is throttled in the group: 429, nothing forwarded.
     let search = json!({"query": {"match_all": {}}});
