@@ -14,6 +14,10 @@
 #
 # Usage: scripts/gateway_instructions.sh gateway|nginx [sluice binary] [requests]
 #   e.g. scripts/gateway_instructions.sh gateway target/release/sluice 1000
+# DRIVE_HEADERS (a JSON object) adds headers to the measured searches, e.g.
+# DRIVE_HEADERS='{"x-opaque-id": "job-1"}'.
+# GATEWAY_FLAGS adds settings to the gateway's command line, e.g.
+# GATEWAY_FLAGS="-E backend.upstream.fast_lane=false" to count the general path.
 # With KEEP_PROFILE=<file> the callgrind profile of the measured requests is copied there, for
 # `callgrind_annotate --inclusive=yes <file>`.
 # Needs valgrind, python3, and nginx for `nginx`.
@@ -70,7 +74,8 @@ case "$via" in
         valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p" "$bin" serve \
             -E "http.port=$proxy_port" -E transport.port=0 -E "path.data=$out/gateway" \
             -E node.name=gateway -E backend.type=upstream \
-            -E "backend.upstream.hosts=http://127.0.0.1:$up_port" > "$out/proxy.log" 2>&1 &
+            -E "backend.upstream.hosts=http://127.0.0.1:$up_port" ${GATEWAY_FLAGS:-} \
+            > "$out/proxy.log" 2>&1 &
         ;;
     nginx)
         nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
@@ -107,12 +112,14 @@ wait_http "$proxy_port"
 
 drive() {
     python3 - "$proxy_port" "$1" <<'EOF'
-import http.client, json, sys
+import http.client, json, os, sys
 port, n = int(sys.argv[1]), int(sys.argv[2])
 c = http.client.HTTPConnection("127.0.0.1", port)
 body = json.dumps({"query": {"term": {"status": 201}}, "size": 10})
+headers = {"content-type": "application/json"}
+headers.update(json.loads(os.environ.get("DRIVE_HEADERS") or "{}"))
 for _ in range(n):
-    c.request("POST", "/logs/_search", body=body, headers={"content-type": "application/json"})
+    c.request("POST", "/logs/_search", body=body, headers=headers)
     r = c.getresponse()
     d = r.read()
     assert r.status == 200, (r.status, d)

@@ -72,6 +72,8 @@ pub mod keys {
     pub const BACKEND_UPSTREAM_PROXY_USER_HEADER: &str = "backend.upstream.proxy.user_header";
     /// The header `identity: proxy` lists the user's roles in.
     pub const BACKEND_UPSTREAM_PROXY_ROLES_HEADER: &str = "backend.upstream.proxy.roles_header";
+    /// Whether searches and counts to a plain-`http://` upstream take the gateway's fast lane.
+    pub const BACKEND_UPSTREAM_FAST_LANE: &str = "backend.upstream.fast_lane";
     /// The log line format: `text` (the default) or `json` (one object per line).
     pub const LOGGER_FORMAT: &str = "logger.format";
 }
@@ -109,6 +111,7 @@ const KNOWN_KEYS: &[&str] = &[
     keys::BACKEND_UPSTREAM_SEARCH_THREADS,
     keys::BACKEND_UPSTREAM_PROXY_USER_HEADER,
     keys::BACKEND_UPSTREAM_PROXY_ROLES_HEADER,
+    keys::BACKEND_UPSTREAM_FAST_LANE,
     keys::LOGGER_FORMAT,
 ];
 

@@ -239,7 +239,14 @@ impl Node {
             self.state.clone(),
             self.applied_changes,
         ));
-        crate::http::serve::serve(self.listener, app, shutdown).await?;
+        // A gateway with a fast lane reads its connections there first.
+        let lane = self
+            .state
+            .upstream
+            .as_ref()
+            .is_some_and(|up| up.lane.is_some())
+            .then(|| self.state.clone());
+        crate::http::serve::serve(self.listener, app, lane, shutdown).await?;
         refresher.abort();
         enforcement.abort();
         sweep.abort();
@@ -349,7 +356,7 @@ async fn outer_layer(req: Request, next: Next) -> Response {
 pub type HttpService =
     tower::util::BoxCloneSyncService<Request, Response, std::convert::Infallible>;
 
-fn panic_response(err: Box<dyn std::any::Any + Send + 'static>) -> Response {
+pub(crate) fn panic_response(err: Box<dyn std::any::Any + Send + 'static>) -> Response {
     let msg = err
         .downcast_ref::<String>()
         .cloned()

@@ -140,17 +140,27 @@ pub fn scope_request(req: &mut Request) -> Warnings {
 /// Adds the warnings raised while handling a request to its response, as OpenSearch formats
 /// them (`299 OpenSearch-<version> "<text>"`).
 pub fn add_warnings(warnings: &Warnings, resp: &mut Response) {
-    for w in warnings.take() {
-        let escaped = w.replace('\\', "\\\\").replace('"', "\\\"");
-        let value = format!(
-            "299 OpenSearch-{} \"{escaped}\"",
-            sluice_wire::OPENSEARCH_COMPAT_VERSION
-        );
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            resp.headers_mut()
-                .append(HeaderName::from_static("warning"), v);
-        }
+    for v in warning_values(warnings) {
+        resp.headers_mut()
+            .append(HeaderName::from_static("warning"), v);
     }
+}
+
+/// The `Warning` header values of the warnings raised while handling a request (taken: a
+/// second call gives none), as [`add_warnings`] adds them.
+pub fn warning_values(warnings: &Warnings) -> Vec<HeaderValue> {
+    warnings
+        .take()
+        .into_iter()
+        .filter_map(|w| {
+            let escaped = w.replace('\\', "\\\\").replace('"', "\\\"");
+            let value = format!(
+                "299 OpenSearch-{} \"{escaped}\"",
+                sluice_wire::OPENSEARCH_COMPAT_VERSION
+            );
+            HeaderValue::from_str(&value).ok()
+        })
+        .collect()
 }
 
 /// The request's `X-Opaque-Id` values, which [`echo_opaque_id`] puts on its response.
@@ -164,12 +174,10 @@ pub fn opaque_ids(req: &Request) -> Vec<HeaderValue> {
 
 /// Echoes the request's `X-Opaque-Id` on its response, as OpenSearch's REST channel does, so a
 /// client can match answers to the requests it labelled: every value the client sent, in
-/// order, replacing any the handler set. Applied outermost, so errors, rejections and caught
-/// panics carry it too.
+/// order, replacing any the handler set — none when the client sent none (a gateway's upstream
+/// echoes the id the gateway gave its request, which is not the client's). Applied outermost,
+/// so errors, rejections and caught panics carry it too.
 pub fn echo_opaque_id(opaque: Vec<HeaderValue>, resp: &mut Response) {
-    if opaque.is_empty() {
-        return;
-    }
     let headers = resp.headers_mut();
     headers.remove(&OPAQUE_ID_NAME);
     for v in opaque {

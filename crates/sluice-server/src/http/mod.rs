@@ -6,6 +6,7 @@
 
 pub mod body;
 pub mod fallback;
+pub mod lane;
 pub mod meta;
 pub mod reply;
 pub mod serve;

@@ -5,11 +5,15 @@
 //! not send the task through the scheduler and wake another worker for every request (see
 //! `sluice_core::repoll`). This is what `axum::serve` does, but for that wrapper.
 //!
+//! A gateway with a fast lane (`lane`) reads each connection in [`crate::http::lane`] first,
+//! which hands it to hyper as above unless the request is one it takes.
+//!
 //! Shutdown is graceful: once `shutdown` completes the listener closes, idle keep-alive
 //! connections close, and the loop returns when the requests in flight have been answered.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
@@ -22,6 +26,7 @@ use tokio::net::TcpListener;
 use tower::ServiceExt;
 
 use crate::server::HttpService;
+use crate::state::AppState;
 
 /// How long the loop waits after an accept error that is not about one connection (out of
 /// file descriptors, out of memory) before accepting again: retrying at once would spin on
@@ -33,9 +38,12 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_secs(1);
 pub async fn serve(
     listener: TcpListener,
     app: HttpService,
+    lane: Option<Arc<AppState>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let graceful = GracefulShutdown::new();
+    // Tells the lane's connections the node is shutting down; closed once all have ended.
+    let (lane_shutdown, lane_watch) = tokio::sync::watch::channel(());
     let builder = auto::Builder::new(TokioExecutor::new());
     tokio::pin!(shutdown);
     loop {
@@ -54,6 +62,18 @@ pub async fn serve(
         // Answers go out as soon as they are written, as nginx's `tcp_nodelay on` does: a
         // response's last segment must not wait for the client's delayed ACK.
         let _ = stream.set_nodelay(true);
+        if let Some(st) = &lane {
+            let conn = crate::http::lane::Conn {
+                st: st.clone(),
+                app: app.clone(),
+                watcher: graceful.watcher(),
+                shutdown: lane_watch.clone(),
+            };
+            tokio::spawn(Repoll::new(crate::http::lane::serve_connection(
+                stream, peer, conn,
+            )));
+            continue;
+        }
         let service = app
             .clone()
             .map_request(move |req: http::Request<hyper::body::Incoming>| {
@@ -72,7 +92,9 @@ pub async fn serve(
         }));
     }
     drop(listener);
-    graceful.shutdown().await;
+    drop(lane_watch);
+    let _ = lane_shutdown.send(());
+    tokio::join!(lane_shutdown.closed(), graceful.shutdown());
     Ok(())
 }
 

@@ -45,7 +45,17 @@ async fn scrape(State(st): State<Arc<AppState>>, who: Authenticated) -> ApiResul
 pub struct HttpTimer {
     started: Instant,
     method: Method,
-    route: Option<MatchedPath>,
+    route: Route,
+}
+
+/// The route a timed request matched.
+enum Route {
+    /// Matched by the router.
+    Matched(MatchedPath),
+    /// Matched outside the router (the gateway's fast lane), by this pattern.
+    Pattern(&'static str),
+    /// No route matched.
+    None,
 }
 
 impl HttpTimer {
@@ -54,16 +64,32 @@ impl HttpTimer {
         Self {
             started: Instant::now(),
             method: req.method().clone(),
-            route: req.extensions().get::<MatchedPath>().cloned(),
+            route: req
+                .extensions()
+                .get::<MatchedPath>()
+                .cloned()
+                .map_or(Route::None, Route::Matched),
+        }
+    }
+
+    /// Starts timing a `method` request that matched `pattern` outside the router (the
+    /// gateway's fast lane, `crate::http::lane`): counted under the same label as the router's
+    /// route of that pattern.
+    pub fn with_route(method: &Method, pattern: &'static str) -> Self {
+        Self {
+            started: Instant::now(),
+            method: method.clone(),
+            route: Route::Pattern(pattern),
         }
     }
 
     /// Counts the request with the status it was answered.
     pub fn record(self, st: &AppState, status: StatusCode) {
-        let route = self
-            .route
-            .as_ref()
-            .map_or(UNMATCHED_ROUTE, MatchedPath::as_str);
+        let route = match &self.route {
+            Route::Matched(m) => m.as_str(),
+            Route::Pattern(p) => p,
+            Route::None => UNMATCHED_ROUTE,
+        };
         st.metrics.record_http(
             self.method.as_str(),
             route,

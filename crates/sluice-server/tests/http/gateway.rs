@@ -838,20 +838,20 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
     let counted = received.clone();
     let bulk_received = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let bulk_counted = bulk_received.clone();
+    let big = move || {
+        let chunk = chunk.clone();
+        async move {
+            let n = (STREAMED >> 20) as usize;
+            let s = futures::stream::iter(std::iter::repeat_n(chunk, n))
+                .map(Ok::<_, std::convert::Infallible>);
+            axum::body::Body::from_stream(s)
+        }
+    };
     let app = axum::Router::new()
         .route("/", axum::routing::get(|| async { root_answer() }))
-        .route(
-            "/big",
-            axum::routing::get(move || {
-                let chunk = chunk.clone();
-                async move {
-                    let n = (STREAMED >> 20) as usize;
-                    let s = futures::stream::iter(std::iter::repeat_n(chunk, n))
-                        .map(Ok::<_, std::convert::Infallible>);
-                    axum::body::Body::from_stream(s)
-                }
-            }),
-        )
+        .route("/big", axum::routing::get(big.clone()))
+        // A search: the gateway's fast lane relays the upstream's chunks as they come.
+        .route("/big/_search", axum::routing::get(big))
         .route(
             "/upload",
             axum::routing::post(move |body: axum::body::Body| {
@@ -939,19 +939,22 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
     let gw = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
     let before = peak_rss(pid);
-    // Down: a response of STREAMED bytes, read and dropped chunk by chunk.
-    let mut resp = client
-        .get(format!("{gw}/big"))
-        .headers(as_user("root", "admin"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let mut got = 0u64;
-    while let Some(c) = resp.chunk().await.unwrap() {
-        got += c.len() as u64;
+    // Down: a response of STREAMED bytes, read and dropped chunk by chunk, on the general
+    // path and on the fast lane (a search).
+    for path in ["/big", "/big/_search"] {
+        let mut resp = client
+            .get(format!("{gw}{path}"))
+            .headers(as_user("root", "admin"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        let mut got = 0u64;
+        while let Some(c) = resp.chunk().await.unwrap() {
+            got += c.len() as u64;
+        }
+        assert_eq!(got, STREAMED, "{path}");
     }
-    assert_eq!(got, STREAMED);
     // Up: a request body of STREAMED bytes.
     let up_chunk = Bytes::from(vec![b'y'; 1 << 20]);
     let body = futures::stream::iter(std::iter::repeat_n(up_chunk, (STREAMED >> 20) as usize))
@@ -988,7 +991,7 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
     );
     let after = peak_rss(pid);
     eprintln!(
-        "gateway peak RSS {} MiB before, {} MiB after {} MiB down, {} MiB up twice",
+        "gateway peak RSS {} MiB before, {} MiB after {} MiB down twice, {} MiB up twice",
         before >> 20,
         after >> 20,
         STREAMED >> 20,
@@ -1970,4 +1973,237 @@ async fn test_alias_changes_are_authorized_before_they_are_forwarded() {
     assert_eq!(r.status(), 400);
     assert_eq!(up.received_on("_aliases").len(), 1);
     gw.stop().await;
+}
+
+/// Reads one HTTP/1.1 response from `stream` (after what `buf` holds): status, headers with
+/// lowercase names, and the body (framed by a length or chunks); what was read past it stays in
+/// `buf`.
+async fn read_response(
+    stream: &mut tokio::net::TcpStream,
+    buf: &mut Vec<u8>,
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    async fn fill(stream: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) {
+        let mut chunk = [0u8; 8192];
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
+            .await
+            .expect("an answer within 10 s")
+            .expect("the connection stays up");
+        assert!(
+            n > 0,
+            "the connection closed mid-answer: {:?}",
+            String::from_utf8_lossy(buf)
+        );
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        fill(stream, buf).await;
+    };
+    let head = String::from_utf8(buf[..head_end].to_vec()).unwrap();
+    buf.drain(..head_end + 4);
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines.next().unwrap()[9..12].parse().unwrap();
+    let headers: Vec<(String, String)> = lines
+        .map(|l| {
+            let (k, v) = l.split_once(':').unwrap();
+            (k.trim().to_ascii_lowercase(), v.trim().to_string())
+        })
+        .collect();
+    let get = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let mut body = Vec::new();
+    if let Some(len) = get("content-length") {
+        let len: usize = len.parse().unwrap();
+        while buf.len() < len {
+            fill(stream, buf).await;
+        }
+        body = buf.drain(..len).collect();
+    } else if get("transfer-encoding").as_deref() == Some("chunked") {
+        loop {
+            let line_end = loop {
+                if let Some(i) = buf.windows(2).position(|w| w == b"\r\n") {
+                    break i;
+                }
+                fill(stream, buf).await;
+            };
+            let size =
+                usize::from_str_radix(std::str::from_utf8(&buf[..line_end]).unwrap(), 16).unwrap();
+            while buf.len() < line_end + 2 + size + 2 {
+                fill(stream, buf).await;
+            }
+            body.extend_from_slice(&buf[line_end + 2..line_end + 2 + size]);
+            buf.drain(..line_end + 2 + size + 2);
+            if size == 0 {
+                break;
+            }
+        }
+    }
+    (status, headers, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_lane_hands_other_requests_to_the_general_path() {
+    // On one keep-alive connection, searches (the fast lane) and other requests (hyper, one at
+    // a time, then back to the lane) alternate and are pipelined; every answer comes back in
+    // order and whole, the same with the lane off.
+    let upstream = fake(answer_with(|r| {
+        let mut resp = axum::Json(json!({"method": r.method, "uri": r.uri, "len": r.body.len()}))
+            .into_response();
+        if r.uri.contains("chunky") {
+            // No length: a chunked answer.
+            let body = format!("{{\"uri\":\"{}\"}}", r.uri);
+            let s = futures::stream::iter([Ok::<_, std::convert::Infallible>(Bytes::from(body))]);
+            resp = Response::new(axum::body::Body::from_stream(s));
+        }
+        resp
+    }))
+    .await;
+    for lane in ["true", "false"] {
+        let setting = format!("backend.upstream.fast_lane={lane}");
+        let gw = gateway(&upstream.base, &[&setting]).await;
+        let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+        let search = |path: &str, body: &str| {
+            format!(
+                "POST {path} HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n\
+                 content-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+        };
+        let steps: Vec<(String, Vec<&str>)> = vec![
+            (
+                search("/logs/_search", "{\"size\":1}"),
+                vec!["/logs/_search"],
+            ),
+            (
+                "GET /logs/_doc/1 HTTP/1.1\r\nhost: gw\r\n\r\n".into(),
+                vec!["/logs/_doc/1"],
+            ),
+            (search("/logs/_count", "{}"), vec!["/logs/_count"]),
+            (search("/chunky/_search", ""), vec!["/chunky/_search"]),
+            // Pipelined in one write: lane, hyper, lane, sluice's own route.
+            (
+                format!(
+                    "{}GET /logs/_doc/2 HTTP/1.1\r\nhost: gw\r\n\r\n{}\
+                     GET /_wlm/workload_group HTTP/1.1\r\nhost: gw\r\n\r\n",
+                    search("/a/_search", "{}"),
+                    search("/b/_search?q=x", "{\"query\":{}}")
+                ),
+                vec![
+                    "/a/_search",
+                    "/logs/_doc/2",
+                    "/b/_search?q=x",
+                    "workload_groups",
+                ],
+            ),
+        ];
+        let mut buf = Vec::new();
+        for (request, expect) in steps {
+            stream.write_all(request.as_bytes()).await.unwrap();
+            for want in expect {
+                let (status, headers, body) = read_response(&mut stream, &mut buf).await;
+                let text = String::from_utf8_lossy(&body).to_string();
+                assert_eq!(status, 200, "lane {lane}, {want}: {text}");
+                assert!(
+                    text.contains(want),
+                    "lane {lane}: expected {want} in {text}"
+                );
+                assert!(
+                    !headers
+                        .iter()
+                        .any(|(k, v)| k == "connection" && v == "close"),
+                    "lane {lane}, {want}: {headers:?}"
+                );
+            }
+        }
+        // HTTP/1.0 hands the connection to hyper for good: still answered.
+        stream
+            .write_all(b"GET /logs/_search HTTP/1.0\r\nconnection: keep-alive\r\n\r\n")
+            .await
+            .unwrap();
+        let (status, _, body) = read_response(&mut stream, &mut buf).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        assert!(buf.is_empty());
+        // Every search was admitted and completed: stats are exact.
+        let stats = default_stats(&gw).await;
+        assert_eq!(stats["total_completions"], 6, "lane {lane}: {stats}");
+        assert_eq!(stats["failures"], 0, "{stats}");
+        assert!(gw.state.tasks.list().is_empty());
+        gw.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_an_answer_ending_early_fails_that_request_only() {
+    // An upstream that announces more bytes than it sends, then closes: the client's
+    // connection closes (its answer cannot be completed), nothing is left behind, and the
+    // next search gets a new upstream connection and its whole answer.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = served.clone();
+    let task = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let count = count.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut seen = Vec::new();
+                loop {
+                    let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => seen.extend_from_slice(&buf[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&seen[..end]).to_string();
+                    seen.drain(..end + 4);
+                    let answer = if !head.contains("/_search") {
+                        "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}".to_string()
+                    } else if count
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                        .is_multiple_of(2)
+                    {
+                        "HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{\"short\"".to_string()
+                    } else {
+                        "HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\n{\"count\":1}".to_string()
+                    };
+                    if stream.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    if answer.contains("short") {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let gw = gateway(&base, &[]).await;
+    for round in 0..3 {
+        // The upstream's searches are answered short and whole, alternately.
+        let short = gw
+            .client
+            .get(format!("{}/logs/_search", gw.base))
+            .send()
+            .await;
+        // The headers came whole: the body breaks off (or reqwest saw the close first).
+        if let Ok(resp) = short {
+            assert!(resp.bytes().await.is_err(), "round {round}: a short body");
+        }
+        let (s, b) = gw.req("GET", "/logs/_search", None).await;
+        assert_eq!(s, 200, "round {round}: {b}");
+        assert_eq!(b["count"], 1, "{b}");
+    }
+    let stats = default_stats(&gw).await;
+    assert_eq!(stats["total_completions"], 6, "{stats}");
+    assert_eq!(stats["executing"], 0, "{stats}");
+    assert_eq!(gw.state.workload.permits.num_buckets(), 0);
+    assert!(gw.state.tasks.list().is_empty());
+    gw.stop().await;
+    task.abort();
 }

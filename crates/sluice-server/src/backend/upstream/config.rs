@@ -60,6 +60,10 @@ pub struct UpstreamConfig {
     pub proxy_user_header: HeaderName,
     /// `backend.upstream.proxy.roles_header`: where `identity: proxy` lists the user's roles.
     pub proxy_roles_header: HeaderName,
+    /// `backend.upstream.fast_lane` (default `true`): searches and counts to plain-`http://`
+    /// hosts take the gateway's fast lane (ARCHITECTURE.md "The fast lane"); `false` sends
+    /// every request through the general path.
+    pub fast_lane: bool,
 }
 
 /// How the upstream learns who the user is (`backend.upstream.identity`).
@@ -115,6 +119,7 @@ const UPSTREAM_KEYS: &[&str] = &[
     keys::BACKEND_UPSTREAM_SEARCH_THREADS,
     keys::BACKEND_UPSTREAM_PROXY_USER_HEADER,
     keys::BACKEND_UPSTREAM_PROXY_ROLES_HEADER,
+    keys::BACKEND_UPSTREAM_FAST_LANE,
 ];
 
 /// Validates the `backend.*` settings; `auth` is the validated `auth.*` (identity modes depend
@@ -316,7 +321,23 @@ pub fn backend_config<'a>(
             }),
         }
     };
+    let fast_lane = match get(keys::BACKEND_UPSTREAM_FAST_LANE) {
+        None => true,
+        Some((v, s)) => match v.trim() {
+            "true" => true,
+            "false" => false,
+            _ => {
+                return Err(invalid(
+                    keys::BACKEND_UPSTREAM_FAST_LANE,
+                    v,
+                    s,
+                    "expected true or false",
+                ));
+            }
+        },
+    };
     Ok(BackendConfig::Upstream(Box::new(UpstreamConfig {
+        fast_lane,
         hosts,
         credentials,
         ca_file,
@@ -398,6 +419,7 @@ mod tests {
         assert_eq!(u.hosts.len(), 2);
         assert_eq!(u.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
         assert_eq!(u.request_timeout, DEFAULT_REQUEST_TIMEOUT);
+        assert!(u.fast_lane);
         assert_eq!(u.identity, IdentityMode::Service);
         assert!(u.credentials.is_none());
         let u = upstream(&[
@@ -440,6 +462,11 @@ mod tests {
         assert!(e.contains("[backend.upstream.connect_timeout]"), "{e}");
         let e = with("backend.upstream.request_timeout=soon");
         assert!(e.contains("[backend.upstream.request_timeout]"), "{e}");
+        let e = with("backend.upstream.fast_lane=maybe");
+        assert!(
+            e.contains("[backend.upstream.fast_lane]") && e.contains("true or false"),
+            "{e}"
+        );
         let e = with("backend.upstream.ca_file=/nonexistent/ca.pem");
         assert!(e.contains("[backend.upstream.ca_file]"), "{e}");
         let e = with("backend.upstream.username=gw");

@@ -179,6 +179,7 @@ mod tests {
             search_threads: None,
             proxy_user_header: HeaderName::from_static("x-proxy-user"),
             proxy_roles_header: HeaderName::from_static("x-proxy-roles"),
+            fast_lane: true,
         }
     }
 

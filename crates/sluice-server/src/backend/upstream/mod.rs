@@ -23,6 +23,7 @@ pub mod aliases;
 pub mod client;
 pub mod config;
 pub mod doc_items;
+pub mod h1;
 pub mod headers;
 pub mod hosts;
 pub mod limits;
@@ -33,6 +34,7 @@ pub mod settings;
 pub mod sniff;
 
 use std::any::Any;
+use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -70,6 +72,9 @@ pub struct Upstream {
     node_id: String,
     /// How a forwarded search's usage is measured ([`limits`]).
     pub measure: Measure,
+    /// The fast lane's exchange ([`h1`]): `None` when `backend.upstream.fast_lane` is off or
+    /// a host is `https://` (the lane speaks plain HTTP/1.1 only).
+    pub lane: Option<h1::H1>,
 }
 
 /// A request to forward, with its headers already rewritten for the upstream.
@@ -93,7 +98,16 @@ impl Upstream {
         node_id: &str,
         measure: Measure,
     ) -> anyhow::Result<Upstream> {
+        let plain = config.hosts.iter().all(|h| h.scheme_str() == Some("http"));
+        let lane = (config.fast_lane && plain).then(|| {
+            h1::H1::new(
+                config.hosts.len(),
+                config.connect_timeout,
+                config.request_timeout,
+            )
+        });
         Ok(Upstream {
+            lane,
             client: UpstreamClient::new(config)?,
             identity: Identity::new(config, auth),
             scrolls: ScrollGroups::default(),
@@ -231,14 +245,65 @@ impl Upstream {
         exec: Execution,
         call: Call,
     ) -> Result<Response<Incoming>, ApiError> {
+        self.execute_with(exec, call, |c| self.send_admitted(c))
+            .await
+    }
+
+    /// [`Self::execute`] on the fast lane's own HTTP/1.1 exchange ([`h1`]): answers once the
+    /// answer's head arrived, its body still to relay.
+    ///
+    /// # Cancel safety
+    /// As [`Self::execute`].
+    pub async fn execute_h1(
+        self: &Arc<Self>,
+        exec: Execution,
+        call: Call,
+        lane: &h1::H1,
+    ) -> Result<h1::Answer, ApiError> {
+        self.execute_with(exec, call, |c| async move {
+            lane.send(
+                self.client.hosts(),
+                &c.method,
+                &c.path_and_query,
+                &c.headers,
+                &c.body,
+            )
+            .await
+        })
+        .await
+    }
+
+    /// [`Self::execute`] with `send` forwarding the call.
+    async fn execute_with<T, F>(
+        self: &Arc<Self>,
+        exec: Execution,
+        call: Call,
+        send: impl FnOnce(Call) -> F,
+    ) -> Result<T, ApiError>
+    where
+        F: Future<Output = Result<T, EngineError>>,
+    {
         let executing = exec.hooks.start().map_err(ApiError::Engine)?;
         exec.task.usage.mark_executing();
         let keep: Vec<Box<dyn Any + Send>> = vec![Box::new(exec.hold), executing];
         let out = self
-            .run_started(exec.task.clone(), exec.cancel_at, keep, call)
+            .guarded(exec.task.clone(), exec.cancel_at, keep, call, send)
             .await;
         self.finished(&exec.task, exec.hooks.as_ref());
         out
+    }
+
+    /// Sends an admitted call on the hyper client.
+    async fn send_admitted(&self, call: Call) -> Result<Response<Incoming>, EngineError> {
+        let Call {
+            method,
+            path_and_query,
+            headers,
+            body,
+        } = call;
+        self.client
+            .send(&method, &path_and_query, headers, OutBody::Bytes(body))
+            .await
     }
 
     /// Records a forwarded task's in-flight usage at its end and reports it to admission
@@ -327,8 +392,24 @@ impl Upstream {
         task: Arc<Task>,
         cancel_at: Option<Instant>,
         keep: Vec<Box<dyn Any + Send>>,
-        mut call: Call,
+        call: Call,
     ) -> Result<Response<Incoming>, ApiError> {
+        self.guarded(task, cancel_at, keep, call, |c| self.send_admitted(c))
+            .await
+    }
+
+    /// [`Self::run_started`] with `send` forwarding the call.
+    async fn guarded<T, F>(
+        self: &Arc<Self>,
+        task: Arc<Task>,
+        cancel_at: Option<Instant>,
+        keep: Vec<Box<dyn Any + Send>>,
+        mut call: Call,
+        send: impl FnOnce(Call) -> F,
+    ) -> Result<T, ApiError>
+    where
+        F: Future<Output = Result<T, EngineError>>,
+    {
         let _keep = keep;
         let opaque = self.opaque_id(&task);
         if let Ok(v) = HeaderValue::from_str(&opaque) {
@@ -339,12 +420,7 @@ impl Upstream {
             upstream: self.clone(),
             opaque: Some(opaque),
         };
-        let send = self.client.send(
-            &call.method,
-            &call.path_and_query,
-            call.headers,
-            OutBody::Bytes(call.body),
-        );
+        let send = send(call);
         let deadline = async {
             match cancel_at {
                 Some(at) => tokio::time::sleep_until(at.into()).await,

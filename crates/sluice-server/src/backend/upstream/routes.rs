@@ -214,7 +214,20 @@ pub(super) async fn read(req: Request) -> ApiResult<Read> {
         .extensions
         .get::<BodyLimit>()
         .map_or(u64::MAX, |l| l.0);
-    let params: Params = parts
+    let params = params_of(&parts)?;
+    let body = axum::body::to_bytes(body, usize::try_from(limit).unwrap_or(usize::MAX))
+        .await
+        .map_err(|_| ApiError::TooLarge { limit })?;
+    Ok(Read {
+        parts,
+        params,
+        body,
+    })
+}
+
+/// The request's query parameters.
+fn params_of(parts: &Parts) -> ApiResult<Params> {
+    Ok(parts
         .uri
         .query()
         .map(|q| {
@@ -225,15 +238,7 @@ pub(super) async fn read(req: Request) -> ApiResult<Read> {
                 })
         })
         .transpose()?
-        .unwrap_or_default();
-    let body = axum::body::to_bytes(body, usize::try_from(limit).unwrap_or(usize::MAX))
-        .await
-        .map_err(|_| ApiError::TooLarge { limit })?;
-    Ok(Read {
-        parts,
-        params,
-        body,
-    })
+        .unwrap_or_default())
 }
 
 /// The client's address, for identity forwarding.
@@ -375,6 +380,48 @@ fn description(index: &str, body: &[u8]) -> String {
     d
 }
 
+/// A search-class request admitted and ready to forward.
+struct Prepared {
+    admitted: Admitted,
+    call: Call,
+    /// The scroll's keep-alive, when the search opens a scroll.
+    keep_alive: Option<Duration>,
+}
+
+/// Admits a `_search`, `_count` or `_search/template` read whole and builds what is forwarded.
+async fn prepare(
+    st: &Arc<AppState>,
+    up: &super::Upstream,
+    meta: &RequestMeta,
+    index: &str,
+    read: Read,
+    kind: Kind,
+) -> ApiResult<Prepared> {
+    let Read {
+        parts,
+        params,
+        body,
+    } = read;
+    let keep_alive = match params.get("scroll") {
+        Some(s) if kind.search_params => Some(sluice_engine::scroll::parse_keep_alive(s)?),
+        _ => None,
+    };
+    authorize_lookups(st, meta, &body, &params)?;
+    let spec = TaskSpec::new(kind.action, description(index, &body), index, &params)?;
+    let admitted = admit(st, meta, spec).await?;
+    let set = if kind.search_params {
+        search_params(&admitted, &params, &body)
+    } else {
+        Vec::new()
+    };
+    let call = into_call_as(up, meta, parts, &set, body);
+    Ok(Prepared {
+        admitted,
+        call,
+        keep_alive,
+    })
+}
+
 /// Admits a `_search`, `_count` or `_search/template` and forwards it.
 async fn run_admitted(
     st: Arc<AppState>,
@@ -384,24 +431,11 @@ async fn run_admitted(
     kind: Kind,
 ) -> ApiResult<Response> {
     let up = super::routes_upstream(&st)?;
-    let Read {
-        parts,
-        params,
-        body,
-    } = read(req).await?;
-    let keep_alive = match params.get("scroll") {
-        Some(s) if kind.search_params => Some(sluice_engine::scroll::parse_keep_alive(s)?),
-        _ => None,
-    };
-    authorize_lookups(&st, &meta, &body, &params)?;
-    let spec = TaskSpec::new(kind.action, description(&index, &body), &index, &params)?;
-    let mut admitted = admit(&st, &meta, spec).await?;
-    let set = if kind.search_params {
-        search_params(&admitted, &params, &body)
-    } else {
-        Vec::new()
-    };
-    let call = into_call_as(&up, &meta, parts, &set, body);
+    let Prepared {
+        mut admitted,
+        call,
+        keep_alive,
+    } = prepare(&st, &up, &meta, &index, read(req).await?, kind).await?;
     let executed = up.execute(admitted.execution(), call).await;
     let resp = settle(&mut admitted, executed)?;
     let resp = match keep_alive {
@@ -423,6 +457,85 @@ async fn run_admitted(
         _ => stream_back(resp),
     };
     Ok(admitted.ride_with(resp))
+}
+
+/// A request the fast lane takes ([`crate::http::lane`]): a search or a count without a scroll,
+/// on a route of this router.
+#[derive(Clone, Copy)]
+pub struct LaneRoute {
+    kind: Kind,
+    /// The route's pattern, as the HTTP metrics label it.
+    pub pattern: &'static str,
+}
+
+/// The fast lane's route for `method path?query`, when it is one the lane takes: `GET` or
+/// `POST` on `/_search`, `/_count`, `/{index}/_search` or `/{index}/_count` with an index
+/// expression that needs no decoding and names no sluice route (no leading `_`), and no
+/// `scroll` parameter (a scroll's id is read from its answer, which the general path does).
+/// Everything else takes the general path, which answers it exactly as before.
+pub fn lane_route(method: &Method, path: &str, query: Option<&str>) -> Option<LaneRoute> {
+    if !is_search_method(method) {
+        return None;
+    }
+    if query.is_some_and(|q| q.split('&').any(|p| p.split('=').next() == Some("scroll"))) {
+        return None;
+    }
+    let rest = path.strip_prefix('/')?;
+    let (index, action) = match rest.split_once('/') {
+        None => (None, rest),
+        Some((index, action)) => (Some(index), action),
+    };
+    let (kind, pattern) = match (index, action) {
+        (None, "_search") => (SEARCH, "/_search"),
+        (None, "_count") => (COUNT, "/_count"),
+        (Some(_), "_search") => (SEARCH, "/{index}/_search"),
+        (Some(_), "_count") => (COUNT, "/{index}/_count"),
+        _ => return None,
+    };
+    let plain = |i: &str| {
+        !i.is_empty()
+            && !i.starts_with('_')
+            && i.bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'%' && b != b'+')
+    };
+    if index.is_some_and(|i| !plain(i)) {
+        return None;
+    }
+    Some(LaneRoute { kind, pattern })
+}
+
+/// The fast lane's search or count: admitted as [`run_admitted`] admits it, forwarded on the
+/// lane's own exchange; answers the admission ticket, settled, and the upstream's answer with
+/// its body still to relay. The ticket is released when dropped.
+pub async fn lane_search(
+    st: &Arc<AppState>,
+    meta: RequestMeta,
+    route: LaneRoute,
+    parts: Parts,
+    body: Bytes,
+) -> ApiResult<(Admitted, super::h1::Answer)> {
+    let up = super::routes_upstream(st)?;
+    let Some(lane) = up.lane.as_ref() else {
+        return Err(ApiError::Engine(EngineError::internal(
+            "fast lane request on a gateway without one",
+        )));
+    };
+    let index = match parts.uri.path()[1..].split_once('/') {
+        Some((index, _)) => index.to_string(),
+        None => "_all".to_string(),
+    };
+    let params = params_of(&parts)?;
+    let read = Read {
+        parts,
+        params,
+        body,
+    };
+    let Prepared {
+        mut admitted, call, ..
+    } = prepare(st, &up, &meta, &index, read, route.kind).await?;
+    let executed = up.execute_h1(admitted.execution(), call, lane).await;
+    let answer = settle_status(&mut admitted, executed, |a| a.status)?;
+    Ok((admitted, answer))
 }
 
 /// Authorizes the `terms` lookups of a search-class request before it is forwarded, as the
@@ -453,17 +566,26 @@ pub(super) fn settle<T>(
     admitted: &mut Admitted,
     executed: Result<http::Response<T>, ApiError>,
 ) -> ApiResult<http::Response<T>> {
+    settle_status(admitted, executed, http::Response::status)
+}
+
+/// [`settle`] for any answer whose status `status_of` reads.
+fn settle_status<A>(
+    admitted: &mut Admitted,
+    executed: Result<A, ApiError>,
+    status_of: impl Fn(&A) -> http::StatusCode,
+) -> ApiResult<A> {
     match executed {
-        Ok(resp) if resp.status().is_success() => {
+        Ok(answer) if status_of(&answer).is_success() => {
             admitted.finish(Ok(()))?;
-            Ok(resp)
+            Ok(answer)
         }
-        Ok(resp) => {
+        Ok(answer) => {
             // The upstream's error passes through unchanged; it counts as a failure.
             let _ = admitted.finish::<()>(Err(ApiError::Engine(EngineError::internal(
                 "the upstream answered an error",
             ))));
-            Ok(resp)
+            Ok(answer)
         }
         Err(e) => Err(admitted
             .finish::<()>(Err(e))

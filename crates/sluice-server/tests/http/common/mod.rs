@@ -32,6 +32,10 @@ pub struct TestNode {
 /// upstream`) in front of an embedded node started with it, and the test talks to the gateway.
 pub const BACKEND_ENV: &str = "SLUICE_TEST_BACKEND";
 
+/// With `SLUICE_TEST_FAST_LANE=false` next to [`BACKEND_ENV`], the gateways the suites start
+/// send every request through the general path (`backend.upstream.fast_lane=false`).
+pub const FAST_LANE_ENV: &str = "SLUICE_TEST_FAST_LANE";
+
 /// Whether the suites run through a gateway ([`BACKEND_ENV`]).
 pub fn gateway_mode() -> bool {
     std::env::var(BACKEND_ENV).is_ok_and(|v| v == "upstream")
@@ -111,6 +115,9 @@ impl TestNode {
         let upstream = TestNode::start_embedded_on(data, &upstream_extra).await;
         let hosts = format!("backend.upstream.hosts={}", upstream.base);
         let mut gw_extra = vec!["backend.type=upstream", hosts.as_str()];
+        if std::env::var(FAST_LANE_ENV).is_ok_and(|v| v == "false") {
+            gw_extra.push("backend.upstream.fast_lane=false");
+        }
         gw_extra.extend_from_slice(extra);
         let mut gw = TestNode::start_embedded_on(&data.join("gateway"), &gw_extra).await;
         gw.data = data.to_path_buf();

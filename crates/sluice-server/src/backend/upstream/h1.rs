@@ -1,0 +1,872 @@
+//! The fast lane's HTTP/1.1 exchange with a plain-`http://` upstream (ARCHITECTURE.md
+//! "Gateway", "The fast lane"): the request written by hand on a pooled TCP connection and
+//! the answer's head parsed with `httparse`, both in the request's own task — no connection
+//! task, no channel between the two, no `Request`/`Response` built on the way.
+//!
+//! Only the fast lane uses it (searches, counts: small bodies the gateway holds whole); every
+//! other request goes through [`super::client`]'s hyper client.
+//!
+//! # Invariants
+//! - R1 — a connection carries one exchange at a time: it is out of the pool from checkout
+//!   until its answer's body has been read to its end, and goes back only then, and only when
+//!   both sides keep it open (no `Connection: close`, the body framed by a length or chunks
+//!   and nothing after it). Tested by `test_lane_reuses_one_upstream_connection` and
+//!   `test_an_answer_ending_early_leaves_the_pool`.
+//! - R2 — no request is sent on a connection the upstream closed while idle: checkout reads
+//!   each pooled connection once without waiting, and one that answers end of stream, bytes
+//!   or an error is dropped. A request on a reused connection that failed before the answer's
+//!   first byte (closed under it) is sent once more on a new connection: the lane carries only
+//!   searches and counts, which change nothing upstream. Tested by
+//!   `test_lane_replaces_connections_the_upstream_closed`.
+//! - R3 — dropping an exchange, or failing it half way, closes its connection: the upstream
+//!   sees the client leave (its search is cancelled as with hyper's client), and no
+//!   connection with unread bytes goes back to the pool. Tested by
+//!   `test_cancellation_reaches_the_upstream` through the lane.
+//! - R4 — the body is relayed as the upstream framed it, byte for byte: a length, chunks
+//!   (passed through, their end found by [`ChunkedEnd`]), or the connection's end (then the
+//!   client's connection closes after it too). Tested by `test_chunked_end_*` and the
+//!   streaming tests through the lane.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use parking_lot::Mutex;
+use sluice_engine::{EngineError, ErrorCode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::hosts::Hosts;
+
+/// How long an idle connection is kept: as [`super::client`]'s pool, under the 60 s+ idle
+/// timeouts of load balancers in front of clusters.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(50);
+
+/// The most an answer's head may take. OpenSearch's own limit on a response head it sends is
+/// far below (its `http.max_header_size` is 16 KiB for requests); a larger head is not an
+/// answer this gateway can trust, and it is refused as a 502.
+const MAX_HEAD: usize = 64 * 1024;
+
+/// The most headers an answer's head may have (OpenSearch sends under ten).
+const MAX_HEADERS: usize = 64;
+
+/// What a relay reads from the upstream at a time: a search answer of a few kilobytes arrives
+/// in one read, a large one streams through in pieces of this size (the gateway's memory per
+/// request stays at this, whatever the answer's size).
+const READ_CHUNK: usize = 16 * 1024;
+
+/// One host's idle connections.
+#[derive(Default)]
+pub struct Pool {
+    idle: Mutex<Vec<(TcpStream, Instant)>>,
+}
+
+impl Pool {
+    /// An idle connection the upstream has not closed (R2), dropping closed and stale ones.
+    fn checkout(&self, now: Instant) -> Option<TcpStream> {
+        loop {
+            let (conn, used) = self.idle.lock().pop()?;
+            if now.duration_since(used) > IDLE_TIMEOUT {
+                continue;
+            }
+            let mut probe = [0u8; 1];
+            match conn.try_read(&mut probe) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(conn),
+                // End of stream, bytes nobody asked for, or an error: not reusable.
+                _ => continue,
+            }
+        }
+    }
+
+    fn put(&self, conn: TcpStream) {
+        self.idle.lock().push((conn, Instant::now()));
+    }
+}
+
+/// How an answer's body is delimited (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// No body (`204`, `304`, a `1xx`).
+    Empty,
+    /// `Content-Length`.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// Read to the connection's end.
+    Close,
+}
+
+/// An answer whose head has arrived; its body is still to be relayed ([`Answer::relay`]).
+pub struct Answer {
+    /// The status.
+    pub status: StatusCode,
+    /// The header lines as the upstream sent them (hop-by-hop ones included).
+    lines: Bytes,
+    /// The header names the `Connection` header lists.
+    connection_named: Vec<String>,
+    conn: TcpStream,
+    /// Bytes read past the head: the body's start.
+    buf: BytesMut,
+    framing: Framing,
+    /// Whether the upstream keeps the connection open after this answer.
+    keep_alive: bool,
+    pool: Arc<Pool>,
+}
+
+/// How a relay ended for the client's connection.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Relayed {
+    /// The body went out whole and framed: the client's connection may carry its next request.
+    Whole,
+    /// The body ended with the upstream's connection: the client's connection must close too.
+    CloseAfter,
+}
+
+/// Why a relay stopped before the end (R3: the upstream connection is closed either way).
+#[derive(Debug)]
+pub enum RelayError {
+    /// The client's connection failed (the client left).
+    Client(std::io::Error),
+    /// The upstream's answer broke off or was not HTTP.
+    Upstream(String),
+}
+
+/// The fast lane's side of the upstream client: one pool per host.
+pub struct H1 {
+    pools: Vec<Arc<Pool>>,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+}
+
+impl H1 {
+    /// Pools for `hosts` (all `http://`: the lane is off for TLS upstreams).
+    pub fn new(hosts: usize, connect_timeout: Duration, request_timeout: Duration) -> H1 {
+        H1 {
+            pools: (0..hosts).map(|_| Arc::new(Pool::default())).collect(),
+            connect_timeout,
+            request_timeout,
+        }
+    }
+
+    /// Sends `method path_and_query` with `headers` (as forwarded: `Host` and the length are
+    /// written here) and `body`, and answers once the answer's head arrived; hosts tried as
+    /// [`super::client::UpstreamClient::send`] tries them, failures worded as it words them
+    /// (502 naming the host and the cause, 504 past `request_timeout`).
+    ///
+    /// # Cancel safety
+    /// Dropping the future closes the connection it holds (R3).
+    pub async fn send(
+        &self,
+        hosts: &Hosts,
+        method: &Method,
+        path_and_query: &str,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<Answer, EngineError> {
+        let order = hosts.order(Instant::now());
+        let mut last_error = None;
+        for (attempt, &i) in order.iter().enumerate() {
+            let host = hosts.get(i);
+            let request = write_request(
+                method,
+                path_and_query,
+                host.host_header.as_ref(),
+                headers,
+                body,
+            );
+            let exchange = self.exchange(hosts, i, &request, method == Method::HEAD);
+            match tokio::time::timeout(self.request_timeout, exchange).await {
+                Ok(Ok(answer)) => {
+                    hosts.succeeded(i);
+                    return Ok(answer);
+                }
+                Ok(Err(Failed::Connect(e))) => {
+                    let backoff = hosts.failed(i, Instant::now());
+                    let cause = if e.kind() == std::io::ErrorKind::TimedOut {
+                        format!(
+                            "not connected within backend.upstream.connect_timeout [{}] ({e})",
+                            sluice_wire::format_time_value(self.connect_timeout),
+                        )
+                    } else {
+                        e.to_string()
+                    };
+                    tracing::warn!(host = %host.name, %cause, backoff_ms = backoff.as_millis() as u64,
+                        attempt, "upstream host unreachable; skipped until its back-off ends");
+                    last_error = Some(EngineError::new(
+                        ErrorCode::UpstreamFailed,
+                        format!("cannot connect to upstream [{}]: {cause}", host.name),
+                    ));
+                }
+                Ok(Err(Failed::Exchange(cause))) => {
+                    return Err(EngineError::new(
+                        ErrorCode::UpstreamFailed,
+                        format!("upstream [{}] failed to answer: {cause}", host.name),
+                    ));
+                }
+                Err(_) => {
+                    return Err(EngineError::new(
+                        ErrorCode::UpstreamTimeout,
+                        format!(
+                            "upstream [{}] did not answer within backend.upstream.request_timeout [{}]",
+                            host.name,
+                            sluice_wire::format_time_value(self.request_timeout)
+                        ),
+                    ));
+                }
+            }
+        }
+        Err(last_error.unwrap_or_else(|| {
+            EngineError::new(
+                ErrorCode::UpstreamFailed,
+                "no upstream host to send the request to",
+            )
+        }))
+    }
+
+    /// One attempt on host `i`: a pooled connection or a new one (R2), the request written,
+    /// the answer's head read.
+    async fn exchange(
+        &self,
+        hosts: &Hosts,
+        i: usize,
+        request: &[u8],
+        head_only: bool,
+    ) -> Result<Answer, Failed> {
+        let pool = &self.pools[i];
+        let mut reused = true;
+        let mut conn = match pool.checkout(Instant::now()) {
+            Some(c) => c,
+            None => {
+                reused = false;
+                self.connect(hosts, i).await?
+            }
+        };
+        loop {
+            match round_trip(&mut conn, request).await {
+                Ok((head, buf)) => return finish_head(head, conn, buf, head_only, pool.clone()),
+                // Closed under the request before any answer: once more on a new one (R2).
+                Err(RoundTrip::BeforeAnswer(_)) if reused => {
+                    reused = false;
+                    conn = self.connect(hosts, i).await?;
+                }
+                Err(RoundTrip::BeforeAnswer(e)) => return Err(Failed::Exchange(e.to_string())),
+                Err(RoundTrip::Answer(cause)) => return Err(Failed::Exchange(cause)),
+            }
+        }
+    }
+
+    /// Opens a connection to host `i` within `connect_timeout`.
+    async fn connect(&self, hosts: &Hosts, i: usize) -> Result<TcpStream, Failed> {
+        let base = &hosts.get(i).base;
+        let host = base.host().unwrap_or("localhost");
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let port = base.port_u16().unwrap_or(80);
+        let conn = tokio::time::timeout(self.connect_timeout, TcpStream::connect((host, port)))
+            .await
+            .map_err(|_| {
+                Failed::Connect(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connect timed out",
+                ))
+            })?
+            .map_err(Failed::Connect)?;
+        // Requests and answers go out at once, as `tcp_nodelay` (see `crate::http::serve`).
+        let _ = conn.set_nodelay(true);
+        Ok(conn)
+    }
+}
+
+/// Why an attempt failed.
+enum Failed {
+    /// No connection could be opened: the host rests.
+    Connect(std::io::Error),
+    /// The exchange failed on an open connection.
+    Exchange(String),
+}
+
+/// Why a round trip failed.
+enum RoundTrip {
+    /// Before the answer's first byte: the request may not have reached the upstream.
+    BeforeAnswer(std::io::Error),
+    /// The answer broke off or is not HTTP.
+    Answer(String),
+}
+
+/// A parsed answer head: what the gateway needs of it, and its header lines as they came.
+struct Head {
+    status: StatusCode,
+    /// The header lines, each ending with CRLF, as the upstream sent them.
+    lines: Bytes,
+    /// Where the header lines start in the head.
+    lines_start: usize,
+    /// How the body is delimited (for an answer to anything but `HEAD`).
+    framing: Framing,
+    /// Whether the upstream keeps the connection open after this answer.
+    keep_alive: bool,
+    /// The header names the `Connection` header lists (lowercase): hop-by-hop too.
+    connection_named: Vec<String>,
+}
+
+/// Writes `request` and reads until an answer's head (a final one: `1xx` heads are skipped).
+async fn round_trip(conn: &mut TcpStream, request: &[u8]) -> Result<(Head, BytesMut), RoundTrip> {
+    conn.write_all(request)
+        .await
+        .map_err(RoundTrip::BeforeAnswer)?;
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let mut answered = false;
+    loop {
+        let n = conn.read_buf(&mut buf).await.map_err(|e| {
+            if answered {
+                RoundTrip::Answer(e.to_string())
+            } else {
+                RoundTrip::BeforeAnswer(e)
+            }
+        })?;
+        if n == 0 {
+            return Err(if answered {
+                RoundTrip::Answer("the connection closed in the answer's head".to_string())
+            } else {
+                RoundTrip::BeforeAnswer(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "connection closed before message completed",
+                ))
+            });
+        }
+        answered = true;
+        while let Some((mut head, len)) = parse_head(&buf).map_err(RoundTrip::Answer)? {
+            let raw = buf.split_to(len).freeze();
+            head.lines = raw.slice(head.lines_start..len - 2);
+            if head.status.is_informational() {
+                continue;
+            }
+            return Ok((head, buf));
+        }
+        if buf.len() > MAX_HEAD {
+            return Err(RoundTrip::Answer(format!(
+                "the answer's head is longer than {MAX_HEAD} bytes"
+            )));
+        }
+    }
+}
+
+/// Parses the answer head at the start of `buf`: `None` while it is incomplete, else what the
+/// gateway needs of it — status, framing (RFC 9112 §6.3: chunked wins over a length; two
+/// different lengths are refused), whether the connection stays open, where the header lines
+/// start — and the head's length. `lines` is left empty for the caller to cut from the buffer.
+fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut slots);
+    let len = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(format!("the answer is not HTTP/1.1 ({e})")),
+    };
+    let status = resp
+        .code
+        .and_then(|c| StatusCode::from_u16(c).ok())
+        .ok_or_else(|| "the answer's status is not valid".to_string())?;
+    let mut chunked = None;
+    let mut length: Option<u64> = None;
+    let (mut closes, mut keeps) = (false, false);
+    let mut connection_named = Vec::new();
+    for h in resp.headers.iter() {
+        let value = std::str::from_utf8(h.value).unwrap_or("");
+        if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            // The last coding decides; anything but chunked last runs to the connection's end.
+            chunked = Some(
+                value
+                    .rsplit(',')
+                    .next()
+                    .is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked")),
+            );
+        } else if h.name.eq_ignore_ascii_case("content-length") {
+            let n: u64 = value
+                .trim()
+                .parse()
+                .map_err(|_| "the answer's content-length is not a number".to_string())?;
+            if length.is_some_and(|l| l != n) {
+                return Err("the answer has two different content-lengths".to_string());
+            }
+            length = Some(n);
+        } else if h.name.eq_ignore_ascii_case("connection") {
+            for token in value.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+                if token.eq_ignore_ascii_case("close") {
+                    closes = true;
+                } else if token.eq_ignore_ascii_case("keep-alive") {
+                    keeps = true;
+                } else {
+                    connection_named.push(token.to_ascii_lowercase());
+                }
+            }
+        }
+    }
+    let framing = if status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        Framing::Empty
+    } else {
+        match (chunked, length) {
+            (Some(true), _) => Framing::Chunked,
+            (Some(false), _) | (None, None) => Framing::Close,
+            (None, Some(n)) => Framing::Length(n),
+        }
+    };
+    let version_1_0 = resp.version == Some(0);
+    let keep_alive = framing != Framing::Close && !closes && (!version_1_0 || keeps);
+    // The header lines: after the status line, before the empty line that ends the head.
+    let lines_start = buf[..len]
+        .windows(2)
+        .position(|w| w == b"\r\n")
+        .map_or(len, |i| i + 2)
+        .min(len - 2);
+    Ok(Some((
+        Head {
+            status,
+            lines: Bytes::new(),
+            lines_start,
+            framing,
+            keep_alive,
+            connection_named,
+        },
+        len,
+    )))
+}
+
+/// The answer of `head` on `conn`, `buf` holding what was read past the head.
+fn finish_head(
+    head: Head,
+    conn: TcpStream,
+    buf: BytesMut,
+    head_only: bool,
+    pool: Arc<Pool>,
+) -> Result<Answer, Failed> {
+    let framing = if head_only {
+        Framing::Empty
+    } else {
+        head.framing
+    };
+    Ok(Answer {
+        status: head.status,
+        lines: head.lines,
+        connection_named: head.connection_named,
+        conn,
+        buf,
+        framing,
+        keep_alive: head.keep_alive,
+        pool,
+    })
+}
+
+/// Appends the header `lines` to `out` but hop-by-hop ones ([`HOP_BY_HOP`] and the
+/// `connection_named`) and those `drop` refuses, by case-insensitive name.
+fn relayed_lines(
+    lines: &[u8],
+    connection_named: &[String],
+    out: &mut Vec<u8>,
+    drop: impl Fn(&str) -> bool,
+) {
+    let mut rest = lines;
+    while let Some(end) = rest.windows(2).position(|w| w == b"\r\n") {
+        let line = &rest[..end + 2];
+        rest = &rest[end + 2..];
+        let name = line
+            .iter()
+            .position(|&b| b == b':')
+            .and_then(|i| std::str::from_utf8(&line[..i]).ok())
+            .unwrap_or("");
+        let hop = HOP_BY_HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+            || connection_named
+                .iter()
+                .any(|n| n.eq_ignore_ascii_case(name));
+        if !hop && !drop(name) {
+            out.extend_from_slice(line);
+        }
+    }
+}
+
+/// Hop-by-hop headers (as [`super::headers`]' list): never relayed.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// The request's bytes: request line, `Host`, the forwarded headers, the length, the body.
+fn write_request(
+    method: &Method,
+    path_and_query: &str,
+    host: Option<&HeaderValue>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256 + path_and_query.len() + headers.len() * 48 + body.len());
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(path_and_query.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    if let Some(host) = host {
+        out.extend_from_slice(b"host: ");
+        out.extend_from_slice(host.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    for (name, value) in headers {
+        if name == http::header::HOST || name == http::header::CONTENT_LENGTH {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !body.is_empty() || (method != Method::GET && method != Method::HEAD) {
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(body.len().to_string().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+    out
+}
+
+impl Answer {
+    /// Appends the answer's header lines to `out` but hop-by-hop ones (RFC 9110 §7.6.1, and
+    /// those the `Connection` header names) and those `drop` refuses (by lowercase-insensitive
+    /// name), each as the upstream wrote it.
+    pub fn write_headers(&self, out: &mut Vec<u8>, drop: impl Fn(&str) -> bool) {
+        relayed_lines(&self.lines, &self.connection_named, out, drop);
+    }
+
+    /// Relays the body to `client` after `head` (the gateway's response head, written with the
+    /// body's first bytes in one write), as the upstream framed it (R4); the connection goes
+    /// back to the pool when the body ended cleanly and both sides keep it (R1).
+    ///
+    /// # Cancel safety
+    /// Dropping the future closes the upstream connection (R3); the client's connection may
+    /// then hold part of the answer and must be closed by the caller.
+    pub async fn relay(self, head: Vec<u8>, client: &mut TcpStream) -> Result<Relayed, RelayError> {
+        let Answer {
+            mut conn,
+            mut buf,
+            framing,
+            keep_alive,
+            pool,
+            ..
+        } = self;
+        let mut out = head;
+        let clean = match framing {
+            Framing::Empty => {
+                client.write_all(&out).await.map_err(RelayError::Client)?;
+                buf.is_empty()
+            }
+            Framing::Length(total) => {
+                let mut left = total;
+                loop {
+                    let take = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+                    out.extend_from_slice(&buf[..take]);
+                    buf.advance(take);
+                    left -= take as u64;
+                    client.write_all(&out).await.map_err(RelayError::Client)?;
+                    out.clear();
+                    if left == 0 {
+                        break buf.is_empty();
+                    }
+                    read_more(&mut conn, &mut buf).await?;
+                }
+            }
+            Framing::Chunked => {
+                let mut end = ChunkedEnd::default();
+                loop {
+                    let done = end.feed(&buf).map_err(RelayError::Upstream)?;
+                    let take = done.unwrap_or(buf.len());
+                    out.extend_from_slice(&buf[..take]);
+                    buf.advance(take);
+                    client.write_all(&out).await.map_err(RelayError::Client)?;
+                    out.clear();
+                    if done.is_some() {
+                        break buf.is_empty();
+                    }
+                    read_more(&mut conn, &mut buf).await?;
+                }
+            }
+            Framing::Close => {
+                loop {
+                    out.extend_from_slice(&buf);
+                    buf.clear();
+                    client.write_all(&out).await.map_err(RelayError::Client)?;
+                    out.clear();
+                    buf.reserve(READ_CHUNK);
+                    let n = conn
+                        .read_buf(&mut buf)
+                        .await
+                        .map_err(|e| RelayError::Upstream(e.to_string()))?;
+                    if n == 0 {
+                        break;
+                    }
+                }
+                return Ok(Relayed::CloseAfter);
+            }
+        };
+        if clean && keep_alive {
+            pool.put(conn);
+        }
+        Ok(Relayed::Whole)
+    }
+
+    /// Whether the body is framed by chunks (the client's head must then say so too).
+    pub fn is_chunked(&self) -> bool {
+        self.framing == Framing::Chunked
+    }
+
+    /// Whether the body runs to the connection's end (the client's connection closes after it).
+    pub fn closes(&self) -> bool {
+        self.framing == Framing::Close
+    }
+}
+
+/// Reads more of a body that is not complete yet; the connection ending is the answer
+/// breaking off.
+async fn read_more(conn: &mut TcpStream, buf: &mut BytesMut) -> Result<(), RelayError> {
+    buf.reserve(READ_CHUNK);
+    match conn.read_buf(buf).await {
+        Ok(0) => Err(RelayError::Upstream(
+            "the connection closed before the answer's end".to_string(),
+        )),
+        Ok(_) => Ok(()),
+        Err(e) => Err(RelayError::Upstream(e.to_string())),
+    }
+}
+
+/// Finds where a chunked body ends (RFC 9112 §7.1), fed the body's bytes as they arrive; the
+/// bytes themselves are relayed unchanged.
+#[derive(Debug, Default)]
+pub struct ChunkedEnd {
+    state: Chunk,
+    /// The size of the chunk whose size line is being read.
+    size: u64,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    /// In the size's hex digits.
+    #[default]
+    Size,
+    /// After the size: extensions or whitespace up to the line's end.
+    SizeRest,
+    /// After the size line's `\r`.
+    SizeLf,
+    /// In the data, this many bytes left.
+    Data(u64),
+    /// After the data: `\r` expected.
+    DataCr,
+    /// After the data's `\r`: `\n` expected.
+    DataLf,
+    /// At the start of a trailer line (or of the final empty line).
+    TrailerStart,
+    /// In a trailer line.
+    Trailer,
+    /// After the final line's `\r`.
+    EndLf,
+    /// The body ended.
+    Done,
+}
+
+impl ChunkedEnd {
+    /// Feeds the next bytes: `Some(n)` when the body ends after the first `n` of them.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Option<usize>, String> {
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            self.state = match self.state {
+                Chunk::Size => match (b as char).to_digit(16) {
+                    Some(d) => {
+                        self.size = self
+                            .size
+                            .checked_mul(16)
+                            .and_then(|s| s.checked_add(u64::from(d)))
+                            .ok_or("a chunk's size is too large")?;
+                        Chunk::Size
+                    }
+                    None if b == b'\r' => Chunk::SizeLf,
+                    None if b == b';' || b == b' ' || b == b'\t' => Chunk::SizeRest,
+                    None => return Err("a chunk's size is not hexadecimal".to_string()),
+                },
+                Chunk::SizeRest => match b {
+                    b'\r' => Chunk::SizeLf,
+                    b'\n' => return Err("a chunk's size line ends without CR".to_string()),
+                    _ => Chunk::SizeRest,
+                },
+                Chunk::SizeLf if b == b'\n' => {
+                    let size = std::mem::take(&mut self.size);
+                    if size == 0 {
+                        Chunk::TrailerStart
+                    } else {
+                        Chunk::Data(size)
+                    }
+                }
+                Chunk::Data(left) => {
+                    let avail = (bytes.len() - i) as u64;
+                    let take = avail.min(left);
+                    // `take` is at most what is left of `bytes`, so it fits in a usize.
+                    i += take as usize;
+                    self.state = if take == left {
+                        Chunk::DataCr
+                    } else {
+                        Chunk::Data(left - take)
+                    };
+                    continue;
+                }
+                Chunk::DataCr if b == b'\r' => Chunk::DataLf,
+                Chunk::DataLf if b == b'\n' => Chunk::Size,
+                Chunk::TrailerStart if b == b'\r' => Chunk::EndLf,
+                Chunk::TrailerStart | Chunk::Trailer => {
+                    if b == b'\n' {
+                        Chunk::TrailerStart
+                    } else {
+                        Chunk::Trailer
+                    }
+                }
+                Chunk::EndLf if b == b'\n' => {
+                    self.state = Chunk::Done;
+                    return Ok(Some(i + 1));
+                }
+                Chunk::Done => return Ok(Some(i)),
+                _ => return Err("the chunked body is malformed".to_string()),
+            };
+            i += 1;
+        }
+        Ok((self.state == Chunk::Done).then_some(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BODY: &[u8] = b"4\r\nWiki\r\n7;ext=1\r\npedia i\r\n0\r\nx-t: 1\r\n\r\nNEXT";
+
+    #[test]
+    fn test_chunked_end_is_found_whatever_the_pieces() {
+        let end = BODY.len() - 4;
+        // Every split into two pieces finds the same end.
+        for cut in 0..=BODY.len() {
+            let mut c = ChunkedEnd::default();
+            let first = c.feed(&BODY[..cut]).unwrap();
+            let found = match first {
+                Some(n) => n,
+                None => cut + c.feed(&BODY[cut..]).unwrap().expect("ends"),
+            };
+            assert_eq!(found, end, "cut at {cut}");
+        }
+        // Byte by byte.
+        let mut c = ChunkedEnd::default();
+        let mut at = None;
+        for (i, b) in BODY.iter().enumerate() {
+            if let Some(n) = c.feed(std::slice::from_ref(b)).unwrap() {
+                at = Some(i + n);
+                break;
+            }
+        }
+        assert_eq!(at, Some(end));
+    }
+
+    #[test]
+    fn test_chunked_end_refuses_malformed_bodies() {
+        for bad in [
+            &b"zz\r\n"[..],
+            b"3\r\nabcX",
+            b"3\n",
+            b"fffffffffffffffff\r\n",
+        ] {
+            assert!(ChunkedEnd::default().feed(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(ChunkedEnd::default().feed(b"0\r\n\r\n").unwrap(), Some(5));
+    }
+
+    fn head(raw: &str) -> Result<Head, String> {
+        let (mut head, len) = parse_head(raw.as_bytes())?.expect("a whole head");
+        head.lines = Bytes::copy_from_slice(&raw.as_bytes()[head.lines_start..len - 2]);
+        Ok(head)
+    }
+
+    #[test]
+    fn test_framing_follows_rfc_9112() {
+        let f = |raw: &str| head(raw).map(|h| h.framing);
+        assert_eq!(
+            f("HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n"),
+            Ok(Framing::Length(5))
+        );
+        assert_eq!(
+            f("HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n"),
+            Ok(Framing::Chunked)
+        );
+        assert_eq!(
+            f("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n"),
+            Ok(Framing::Close)
+        );
+        assert_eq!(f("HTTP/1.1 200 OK\r\n\r\n"), Ok(Framing::Close));
+        assert_eq!(f("HTTP/1.1 204 No Content\r\n\r\n"), Ok(Framing::Empty));
+        assert!(f("HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\n").is_err());
+        assert!(f("HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n").is_err());
+        assert!(
+            parse_head(b"HTTP/1.1 200 OK\r\ncontent-le")
+                .unwrap()
+                .is_none()
+        );
+        assert!(parse_head(b"SSH-2.0-OpenSSH\r\n\r\n").is_err());
+        let keep = |raw: &str| head(raw).unwrap().keep_alive;
+        assert!(keep("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"));
+        assert!(!keep(
+            "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+        ));
+        assert!(!keep("HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n"));
+        assert!(keep(
+            "HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 0\r\n\r\n"
+        ));
+    }
+
+    #[test]
+    fn test_relayed_headers_keep_their_lines_but_hop_by_hop_ones() {
+        let h = head(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: x-secret\r\n\
+             X-Secret: 1\r\nKeep-Alive: timeout=5\r\nX-Opaque-Id: sluice:n:1\r\n\
+             content-length: 2\r\n\r\n",
+        )
+        .unwrap();
+        let answer_lines = |drop: &dyn Fn(&str) -> bool| {
+            let mut out = Vec::new();
+            relayed_lines(&h.lines, &h.connection_named, &mut out, drop);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(
+            answer_lines(&|n| n.eq_ignore_ascii_case("x-opaque-id")),
+            "Content-Type: application/json\r\ncontent-length: 2\r\n"
+        );
+    }
+
+    #[test]
+    fn test_request_bytes() {
+        let mut h = HeaderMap::new();
+        h.insert("x-opaque-id", HeaderValue::from_static("a"));
+        h.insert("host", HeaderValue::from_static("client"));
+        h.insert("content-length", HeaderValue::from_static("99"));
+        let host = HeaderValue::from_static("up:9200");
+        let out = write_request(&Method::POST, "/i/_search?x=1", Some(&host), &h, b"{}");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "POST /i/_search?x=1 HTTP/1.1\r\nhost: up:9200\r\nx-opaque-id: a\r\ncontent-length: 2\r\n\r\n{}"
+        );
+        let out = write_request(&Method::GET, "/_count", None, &HeaderMap::new(), b"");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "GET /_count HTTP/1.1\r\n\r\n"
+        );
+    }
+}

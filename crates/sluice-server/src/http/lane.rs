@@ -1,0 +1,803 @@
+//! The gateway's fast lane (ARCHITECTURE.md "The fast lane"): a gateway's connections are read
+//! here first, and a plain search or count — the request a gateway exists to manage, and the
+//! bulk of its traffic — is parsed, authenticated, authorized, admitted and forwarded without
+//! hyper's server, axum's router and layers, or hyper's client. Any other request is lent to
+//! hyper and the node's whole HTTP service ([`crate::server::app`]) for that one request
+//! ([`one_by_hyper`]), and the connection comes back to the lane after its answer; a connection
+//! hyper must keep (HTTP/1.0 or 2, an upgrade, `100-continue`, a chunked upload, its last
+//! request, a run of [`MAX_LENT_IN_A_ROW`] other requests) is handed to hyper for good.
+//!
+//! A request takes the lane when all of this holds, and the general path otherwise:
+//! - HTTP/1.1;
+//! - a route of [`crate::backend::upstream::routes::lane_route`] (`GET`/`POST` on `_search` or
+//!   `_count`, no `scroll`);
+//! - a body framed by `Content-Length` within `http.max_content_length`, or none;
+//! - no `Transfer-Encoding`, `Expect`, `Content-Encoding` or `Upgrade` header and no
+//!   `Accept-Encoding` but `identity` (chunked uploads, `100-continue`, gzip either way and
+//!   upgrades are the general path's), and a `Connection` header naming at most `keep-alive`.
+//!
+//! # Invariants
+//! - L1 — the lane answers a request as the general path would: the same steps in the same
+//!   order ([`crate::server::app`]'s request layers: metrics, authentication, authorization,
+//!   request metadata, warnings, the ticket released once the answer's head is built, the
+//!   `X-Opaque-Id` echo), the same handler steps ([`crate::backend::upstream::routes`]), the
+//!   upstream's answer relayed as it came (hop-by-hop headers and the upstream's
+//!   `X-Opaque-Id` aside). Tested by `test_lane_hands_other_requests_to_the_general_path`
+//!   (the same answers with the lane off) and the gateway suites, where every search and count
+//!   takes the lane.
+//! - L2 — a request lent to hyper reaches it with every byte of it the lane read, in order, and
+//!   no byte past it; what the client sent after it is the lane's again once it is answered.
+//!   Tested by `test_lane_hands_other_requests_to_the_general_path` (pipelined requests of
+//!   both kinds in one write).
+//! - L3 — a client that closes its connection while its request waits (for admission, in a
+//!   queue, for the upstream) drops the request: its task is cancelled, its permit or queue
+//!   place freed, the upstream's search cancelled. Tested by
+//!   `test_cancellation_reaches_the_upstream` and the queue tests through the gateway.
+//! - L4 — shutdown is graceful: an idle connection closes, a request in flight is answered
+//!   first. [`crate::http::serve`] waits for every lane connection.
+
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request};
+use axum::response::{IntoResponse, Response};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use futures::FutureExt;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::Watcher;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio_util::io::poll_read_buf;
+use tower::ServiceExt;
+
+use crate::backend::upstream::h1::{Answer, RelayError, Relayed};
+use crate::backend::upstream::routes::{LaneRoute, lane_route, lane_search};
+use crate::http::meta::{self, RequestMeta};
+use crate::metrics::route::HttpTimer;
+use crate::server::HttpService;
+use crate::state::AppState;
+
+/// The most a request head may take on the lane; a longer one hands off (hyper's limit is
+/// larger and its error the general path's).
+const MAX_HEAD: usize = 16 * 1024;
+
+/// The most request headers the lane parses; a request with more hands off.
+const MAX_HEADERS: usize = 64;
+
+/// How much of the client's next requests (pipelined) the lane reads while one is in flight,
+/// watching for the client to leave (L3); past it the lane stops reading until the answer.
+const MAX_READ_AHEAD: usize = 64 * 1024;
+
+/// How many requests in a row the lane lends hyper on one connection before it leaves the
+/// connection to hyper for good. Lending a request costs about 12,500 instructions more than
+/// hyper serving it on a connection it keeps (hyper sets a connection up per lent request,
+/// BENCHMARKS.md "The fast lane"); a connection that alternates searches with other requests
+/// never reaches this, one that only loads data pays the extra cost this many times and no
+/// more. Four: a client that creates an index and loads a few bulks before it searches on the
+/// same connection still gets its searches on the lane.
+const MAX_LENT_IN_A_ROW: u32 = 4;
+
+/// What the accept loop gives each lane connection.
+pub struct Conn {
+    /// The node.
+    pub st: Arc<AppState>,
+    /// The node's HTTP service, for a connection the lane hands off.
+    pub app: HttpService,
+    /// Watches a handed-off connection for graceful shutdown.
+    pub watcher: Watcher,
+    /// Changes once when the node shuts down (L4); held until the connection ends.
+    pub shutdown: watch::Receiver<()>,
+}
+
+/// A request head the lane takes.
+struct Taken {
+    route: LaneRoute,
+    parts: http::request::Parts,
+    head_len: usize,
+    body_len: usize,
+}
+
+/// What parsing the buffer's start gave.
+enum Parsed {
+    /// More bytes are needed.
+    Partial,
+    /// A request hyper serves, after which the lane reads the connection again (L2): its
+    /// length in bytes (head and body).
+    Once(usize),
+    /// A request after which the connection stays hyper's (HTTP/1.0 or 2, an upgrade,
+    /// `100-continue`, `Connection: close`, a head that is not HTTP).
+    Hyper,
+    /// A request for the lane.
+    Take(Box<Taken>),
+}
+
+/// Serves one connection (see the module documentation).
+pub async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, mut conn: Conn) {
+    let limit = conn.st.config.max_content_length;
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    // Requests lent to hyper since the lane's last one.
+    let mut others = 0;
+    loop {
+        // An idle connection closes at shutdown (L4).
+        if buf.is_empty() && conn.shutdown.has_changed().unwrap_or(true) {
+            return;
+        }
+        let taken = match parse(&buf, limit) {
+            Parsed::Take(t) => t,
+            Parsed::Hyper => return hand_off(stream, buf, peer, conn).await,
+            // A connection that carries only other requests (a bulk load) is hyper's for
+            // good after a few: lending it costs more than serving it there outright.
+            Parsed::Once(_) if others >= MAX_LENT_IN_A_ROW => {
+                return hand_off(stream, buf, peer, conn).await;
+            }
+            Parsed::Once(len) => match one_by_hyper(stream, buf, len, peer, &conn.app).await {
+                Some((s, b)) => {
+                    (stream, buf) = (s, b);
+                    others += 1;
+                    continue;
+                }
+                None => return,
+            },
+            Parsed::Partial if buf.len() > MAX_HEAD => {
+                return hand_off(stream, buf, peer, conn).await;
+            }
+            Parsed::Partial => {
+                let idle = buf.is_empty();
+                tokio::select! {
+                    read = stream.read_buf(&mut buf) => match read {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => continue,
+                    },
+                    _ = conn.shutdown.changed(), if idle => return,
+                }
+            }
+        };
+        let total = taken.head_len + taken.body_len;
+        while buf.len() < total {
+            buf.reserve(total - buf.len());
+            match stream.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+        let request = buf.split_to(total).freeze();
+        let body = request.slice(taken.head_len..);
+        let Taken { route, parts, .. } = *taken;
+        others = 0;
+        let handled = tokio::select! {
+            h = AssertUnwindSafe(handle(&conn.st, peer, route, parts, body)).catch_unwind() => {
+                h.unwrap_or_else(|panic| Handled::Sluice(crate::server::panic_response(panic)))
+            }
+            // L3: the client left; dropping the request cancels what it started.
+            () = client_gone(&mut stream, &mut buf) => return,
+        };
+        let kept = match handled {
+            Handled::Sluice(resp) => write_response(&mut stream, resp).await.is_ok(),
+            Handled::Upstream(head, answer) => match answer.relay(head, &mut stream).await {
+                Ok(Relayed::Whole) => true,
+                Ok(Relayed::CloseAfter) => false,
+                Err(RelayError::Client(_)) => false,
+                Err(RelayError::Upstream(cause)) => {
+                    tracing::debug!(%peer, %cause, "the upstream's answer broke off");
+                    false
+                }
+            },
+        };
+        if !kept {
+            let _ = stream.shutdown().await;
+            return;
+        }
+    }
+}
+
+/// Reads (and keeps) what the client sends while its request is in flight, returning when it
+/// closes the connection or the connection fails.
+async fn client_gone(stream: &mut TcpStream, buf: &mut BytesMut) {
+    loop {
+        if buf.len() >= MAX_READ_AHEAD {
+            return std::future::pending().await;
+        }
+        buf.reserve(4096);
+        match stream.read_buf(buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Parses the request head at the start of `buf`: whether the lane takes it (see the module
+/// documentation), with `limit` the body's largest length.
+fn parse(buf: &[u8], limit: u64) -> Parsed {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut slots);
+    let head_len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Parsed::Partial,
+        Err(_) => return Parsed::Hyper,
+    };
+    if req.version != Some(1) {
+        return Parsed::Hyper;
+    }
+    // What only hyper does, for the rest of the connection: upgrades, `100-continue`, and
+    // the connection's last request.
+    let mut close = false;
+    let mut lane_headers = true;
+    let mut content_length: Option<u64> = None;
+    for h in req.headers.iter() {
+        let name = h.name;
+        if name.eq_ignore_ascii_case("upgrade") || name.eq_ignore_ascii_case("expect") {
+            return Parsed::Hyper;
+        }
+        if name.eq_ignore_ascii_case("connection") {
+            for token in std::str::from_utf8(h.value).unwrap_or("?").split(',') {
+                match token.trim().to_ascii_lowercase().as_str() {
+                    "close" => close = true,
+                    "keep-alive" | "" => {}
+                    _ => return Parsed::Hyper,
+                }
+            }
+        }
+        if name.eq_ignore_ascii_case("transfer-encoding") {
+            // A chunked body's end is not known before it is read: hyper keeps the connection.
+            return Parsed::Hyper;
+        }
+        // The general path gzips answers for clients that accept it (`identity` alone, which
+        // Python's `http.client` sends, asks for none).
+        let identity_only = || {
+            std::str::from_utf8(h.value).is_ok_and(|v| {
+                v.split(',').all(|t| {
+                    let coding = t.split(';').next().unwrap_or("").trim();
+                    coding.is_empty() || coding.eq_ignore_ascii_case("identity")
+                })
+            })
+        };
+        if name.eq_ignore_ascii_case("content-encoding")
+            || (name.eq_ignore_ascii_case("accept-encoding") && !identity_only())
+        {
+            lane_headers = false;
+        }
+        if name.eq_ignore_ascii_case("content-length") {
+            let n = std::str::from_utf8(h.value)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok());
+            match (n, content_length) {
+                (Some(n), None) => content_length = Some(n),
+                // hyper answers a length it cannot read, and closes.
+                _ => return Parsed::Hyper,
+            }
+        }
+    }
+    if close {
+        return Parsed::Hyper;
+    }
+    let Some(once) = usize::try_from(content_length.unwrap_or(0))
+        .ok()
+        .and_then(|n| n.checked_add(head_len))
+    else {
+        return Parsed::Hyper;
+    };
+    let once = Parsed::Once(once);
+    if content_length.is_some_and(|n| n > limit) {
+        return once;
+    }
+    let (Some(method), Some(target)) = (req.method, req.path) else {
+        return Parsed::Hyper;
+    };
+    let method = match method {
+        "GET" => Method::GET,
+        "POST" => Method::POST,
+        _ => return once,
+    };
+    let (path, query) = match target.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (target, None),
+    };
+    let route = match lane_route(&method, path, query) {
+        Some(route) if lane_headers => route,
+        _ => return once,
+    };
+    let mut headers = HeaderMap::with_capacity(req.headers.len());
+    for h in req.headers.iter() {
+        let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(h.name.as_bytes()),
+            HeaderValue::from_bytes(h.value),
+        ) else {
+            return once;
+        };
+        headers.append(name, value);
+    }
+    let Ok(uri) = target.parse::<http::Uri>() else {
+        return once;
+    };
+    let Ok(body_len) = usize::try_from(content_length.unwrap_or(0)) else {
+        return once;
+    };
+    let mut parts = Request::new(()).into_parts().0;
+    parts.method = method;
+    parts.uri = uri;
+    parts.headers = headers;
+    Parsed::Take(Box::new(Taken {
+        route,
+        parts,
+        head_len,
+        body_len,
+    }))
+}
+
+/// A lane request's answer.
+enum Handled {
+    /// Answered by sluice (an error, a rejection): written whole.
+    Sluice(Response),
+    /// The upstream's answer: the head to send and the body to relay.
+    Upstream(Vec<u8>, Answer),
+}
+
+/// Runs a lane request through the steps of [`crate::server::app`]'s request layers and the
+/// gateway's search handler (L1).
+async fn handle(
+    st: &Arc<AppState>,
+    peer: SocketAddr,
+    route: LaneRoute,
+    parts: http::request::Parts,
+    body: Bytes,
+) -> Handled {
+    let timer = HttpTimer::with_route(&parts.method, route.pattern);
+    let mut req = Request::from_parts(parts, Body::empty());
+    req.extensions_mut().insert(ConnectInfo(peer));
+    let opaque = meta::opaque_ids(&req);
+    let mut warnings = None;
+    let mut audited = None;
+    let result = async {
+        crate::auth::authenticate(&st.auth, &mut req).await?;
+        audited = crate::auth::authorize(st, &mut req)
+            .map_err(|refused| crate::error::ApiError::Engine(refused).into_response())?;
+        warnings = Some(meta::scope_request(&mut req));
+        let meta = req
+            .extensions()
+            .get::<RequestMeta>()
+            .cloned()
+            .unwrap_or_else(|| RequestMeta::internal(None));
+        let (parts, _) = req.into_parts();
+        lane_search(st, meta, route, parts, body)
+            .await
+            .map_err(IntoResponse::into_response)
+    }
+    .await;
+    match result {
+        Err(mut resp) => {
+            if let Some(w) = &warnings {
+                meta::add_warnings(w, &mut resp);
+            }
+            if let Some(audited) = audited {
+                audited.record(st, resp.status());
+            }
+            timer.record(st, resp.status());
+            meta::echo_opaque_id(opaque, &mut resp);
+            Handled::Sluice(resp)
+        }
+        Ok((admitted, answer)) => {
+            // The ticket is released once the answer's head is built, as on the general path.
+            drop(admitted);
+            let status = answer.status;
+            if let Some(audited) = audited {
+                audited.record(st, status);
+            }
+            timer.record(st, status);
+            // The upstream's header lines as they came, but hop-by-hop ones and its
+            // `X-Opaque-Id` (the gateway's id for it: the client gets its own back, below).
+            let mut head = status_line(status);
+            answer.write_headers(&mut head, |name| name.eq_ignore_ascii_case("x-opaque-id"));
+            for v in warnings
+                .as_ref()
+                .map(meta::warning_values)
+                .unwrap_or_default()
+            {
+                push_header(&mut head, "warning", &v);
+            }
+            for v in &opaque {
+                push_header(&mut head, "x-opaque-id", v);
+            }
+            if answer.is_chunked() {
+                head.extend_from_slice(b"transfer-encoding: chunked\r\n");
+            }
+            if answer.closes() {
+                head.extend_from_slice(b"connection: close\r\n");
+            }
+            head.extend_from_slice(b"\r\n");
+            Handled::Upstream(head, answer)
+        }
+    }
+}
+
+/// A response's status line.
+fn status_line(status: StatusCode) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// Appends a header line.
+fn push_header(out: &mut Vec<u8>, name: &str, value: &HeaderValue) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The head of a response sluice built: status line, `headers`, the end of the head.
+fn head_bytes(status: StatusCode, headers: &HeaderMap) -> Vec<u8> {
+    let mut out = status_line(status);
+    for (name, value) in headers {
+        push_header(&mut out, name.as_str(), value);
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// Writes a response sluice built (small and whole: errors, rejections) with its length.
+async fn write_response(stream: &mut TcpStream, resp: Response) -> std::io::Result<()> {
+    let (mut parts, body) = resp.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .unwrap_or_default();
+    parts.headers.remove(header::TRANSFER_ENCODING);
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    let mut out = head_bytes(parts.status, &parts.headers);
+    out.extend_from_slice(&body);
+    stream.write_all(&out).await
+}
+
+/// Hands the connection to hyper and the node's HTTP service with the bytes read so far (L2),
+/// watched for graceful shutdown as the accept loop watches its own.
+async fn hand_off(stream: TcpStream, read: BytesMut, peer: SocketAddr, conn: Conn) {
+    let Conn {
+        app,
+        watcher,
+        shutdown,
+        ..
+    } = conn;
+    let service = app.map_request(move |req: http::Request<hyper::body::Incoming>| {
+        let mut req = req.map(Body::new);
+        req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+        req
+    });
+    let io = Rewind {
+        read: read.freeze(),
+        io: stream,
+    };
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let served = builder
+        .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service))
+        .into_owned();
+    // The hyper watcher takes over: the lane's own shutdown receiver is no longer needed.
+    drop(shutdown);
+    if let Err(e) = watcher.watch(served).await {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// Serves one request, `len` bytes long (head and body), with hyper and the node's HTTP
+/// service over `stream`, whose first bytes (`read`) the lane already read, and gives the
+/// connection back once its answer went out (L2): the connection and every byte read past that
+/// request, in order. `None` when the connection ended with that request (the client left, a
+/// protocol error, an answer given before the body was read).
+///
+/// hyper serves a connection until it ends, so the lane lends it one that holds exactly one
+/// request ([`Lent`]: the request's `len` bytes, then nothing) and reads as end of stream once
+/// the answer's body has been dropped by hyper (written whole, [`DoneOnDrop`]) and hyper has
+/// flushed it; hyper then ends the connection without shutting it down
+/// ([`http1::Connection::without_shutdown`]).
+async fn one_by_hyper(
+    stream: TcpStream,
+    read: BytesMut,
+    len: usize,
+    peer: SocketAddr,
+    app: &HttpService,
+) -> Option<(TcpStream, BytesMut)> {
+    let done = Arc::new(AtomicBool::new(false));
+    let signal = done.clone();
+    let service = app
+        .clone()
+        .map_request(move |req: http::Request<hyper::body::Incoming>| {
+            let mut req = req.map(Body::new);
+            req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+            req
+        })
+        .map_response(move |resp: Response| {
+            let done = signal.clone();
+            resp.map(|body| Body::new(DoneOnDrop { body, done }))
+        });
+    let io = Lent {
+        read: read.freeze(),
+        io: stream,
+        left: len,
+        done,
+        flushed: false,
+        after: BytesMut::new(),
+        stage: BytesMut::new(),
+    };
+    let parts = http1::Builder::new()
+        .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
+        .without_shutdown()
+        .await
+        .ok()?;
+    let lent = parts.io.into_inner();
+    if !lent.done.load(Ordering::Acquire) {
+        return None;
+    }
+    // hyper's unparsed bytes came first, then what it was never given, then what came after.
+    let mut buf =
+        BytesMut::with_capacity(parts.read_buf.len() + lent.read.len() + lent.after.len());
+    buf.extend_from_slice(&parts.read_buf);
+    buf.extend_from_slice(&lent.read);
+    buf.extend_from_slice(&lent.after);
+    Some((lent.io, buf))
+}
+
+/// A response body that marks its answer done when hyper drops it (written whole, or
+/// abandoned with the connection).
+struct DoneOnDrop {
+    body: Body,
+    done: Arc<AtomicBool>,
+}
+
+impl Drop for DoneOnDrop {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Release);
+    }
+}
+
+impl hyper::body::Body for DoneOnDrop {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A connection lent to hyper for one request ([`one_by_hyper`]): the request's bytes (the
+/// lane's first, then the socket's) and no more; then end of stream once the answer is done
+/// and flushed. What the client sends past the request is kept in `after`, not given to hyper;
+/// the client closing its connection reads as end of stream at once.
+struct Lent {
+    read: Bytes,
+    io: TcpStream,
+    /// What is left of the request for hyper to read.
+    left: usize,
+    done: Arc<AtomicBool>,
+    /// Whether hyper flushed after the answer was done (its write buffer is then empty).
+    flushed: bool,
+    after: BytesMut,
+    /// Where the socket's bytes of the request are read before hyper gets them.
+    stage: BytesMut,
+}
+
+impl AsyncRead for Lent {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        if this.flushed && this.done.load(Ordering::Acquire) {
+            return Poll::Ready(Ok(()));
+        }
+        if this.left == 0 {
+            // The request is hyper's: watch for the client leaving, keep what it sends next.
+            if this.after.len() >= MAX_READ_AHEAD {
+                return Poll::Pending;
+            }
+            this.after.reserve(4096);
+            return match poll_read_buf(Pin::new(&mut this.io), cx, &mut this.after) {
+                Poll::Ready(Ok(0)) => Poll::Ready(Ok(())),
+                Poll::Ready(Ok(_)) => {
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+        if !this.read.is_empty() {
+            let n = this.read.len().min(buf.remaining()).min(this.left);
+            buf.put_slice(&this.read[..n]);
+            this.read.advance(n);
+            this.left -= n;
+            return Poll::Ready(Ok(()));
+        }
+        // Read through a buffer of its own, bounded by what is left of the request: the
+        // socket may hold the next one. (A `BytesMut`, not an array: an array is zeroed on
+        // every read.)
+        let n = buf.remaining().min(this.left);
+        this.stage.clear();
+        this.stage.reserve(n);
+        let polled = poll_read_buf(Pin::new(&mut this.io), cx, &mut (&mut this.stage).limit(n));
+        match polled {
+            Poll::Ready(Ok(read)) => {
+                buf.put_slice(&this.stage[..read]);
+                this.left -= read;
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl AsyncWrite for Lent {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.flushed = false;
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        self.flushed = false;
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        let flushed = Pin::new(&mut this.io).poll_flush(cx);
+        if matches!(flushed, Poll::Ready(Ok(())))
+            && this.done.load(Ordering::Acquire)
+            && !this.flushed
+        {
+            this.flushed = true;
+            // hyper may have polled the read side before this flush: it reads again and sees
+            // the end now, rather than when the client next sends (or never, for an idle one).
+            cx.waker().wake_by_ref();
+        }
+        flushed
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// A connection whose first bytes were already read: they are read again first.
+struct Rewind {
+    read: Bytes,
+    io: TcpStream,
+}
+
+impl AsyncRead for Rewind {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if !self.read.is_empty() {
+            let n = self.read.len().min(buf.remaining());
+            buf.put_slice(&self.read[..n]);
+            self.read.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Rewind {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(raw: &str) -> Option<Taken> {
+        match parse(raw.as_bytes(), 1000) {
+            Parsed::Take(t) => Some(*t),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn test_lane_takes_plain_searches_only() {
+        let t =
+            parsed("POST /logs/_search?size=1 HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}")
+                .expect("taken");
+        assert_eq!((t.head_len, t.body_len), (66, 2));
+        assert_eq!(t.route.pattern, "/{index}/_search");
+        assert!(parsed("GET /_count HTTP/1.1\r\naccept-encoding: identity\r\n\r\n").is_some());
+        let hyper = |raw: &str| matches!(parse(raw.as_bytes(), 1000), Parsed::Hyper);
+        for forever in [
+            "GET /logs/_search HTTP/1.0\r\n\r\n",
+            "GET /_count HTTP/1.1\r\nconnection: close\r\n\r\n",
+            "POST /_search HTTP/1.1\r\nexpect: 100-continue\r\n\r\n",
+            "POST /_search HTTP/1.1\r\nconnection: upgrade\r\n\r\n",
+            "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+            "NOT HTTP\r\n\r\n",
+            "POST /_search HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n",
+            "POST /_search HTTP/1.1\r\ncontent-length: 2\r\ncontent-length: 2\r\n\r\n",
+        ] {
+            assert!(hyper(forever), "{forever}");
+        }
+        let once = |raw: &str| matches!(parse(raw.as_bytes(), 1000), Parsed::Once(_));
+        for other in [
+            "PUT /logs/_search HTTP/1.1\r\n\r\n",
+            "GET /logs/_doc/1 HTTP/1.1\r\n\r\n",
+            "GET /_wlm/workload_group HTTP/1.1\r\n\r\n",
+            "GET /_tasks/_search HTTP/1.1\r\n\r\n",
+            "GET /logs/_search?scroll=1m HTTP/1.1\r\n\r\n",
+            "GET /lo%67s/_search HTTP/1.1\r\n\r\n",
+            "POST /_search HTTP/1.1\r\naccept-encoding: gzip\r\n\r\n",
+            "POST /_search HTTP/1.1\r\naccept-encoding: identity, gzip;q=0.5\r\n\r\n",
+            "POST /_search HTTP/1.1\r\naccept-encoding: *\r\n\r\n",
+            "POST /_search HTTP/1.1\r\ncontent-encoding: gzip\r\n\r\n",
+            "POST /_search HTTP/1.1\r\ncontent-length: 2000\r\n\r\n",
+        ] {
+            assert!(once(other), "{other}");
+        }
+        assert!(matches!(
+            parse(b"GET /_search HTTP/1.1\r\nhost", 10),
+            Parsed::Partial
+        ));
+    }
+}
