@@ -28,7 +28,9 @@
 //! - L2 — a request lent to hyper reaches it with every byte of it the lane read, in order, and
 //!   no byte past it; what the client sent after it is the lane's again once it is answered.
 //!   Tested by `test_lane_hands_other_requests_to_the_general_path` (pipelined requests of
-//!   both kinds in one write).
+//!   both kinds in one write) and
+//!   `test_lent_request_answered_before_its_body_was_read_ends_cleanly` (hyper answers 413
+//!   before the body is read; the next pipelined request is still answered).
 //! - L3 — a client that closes its connection while its request waits (for admission, in a
 //!   queue, for the upstream) drops the request: its task is cancelled, its permit or queue
 //!   place freed, the upstream's search cancelled. Tested by

@@ -2207,3 +2207,45 @@ async fn test_an_answer_ending_early_fails_that_request_only() {
     gw.stop().await;
     task.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_lent_request_answered_before_its_body_was_read_ends_cleanly() {
+    // A search whose body is over `http.max_content_length` is lent to hyper, which answers
+    // 413 before its handler read the whole body: the client gets that answer, then the
+    // answer to what it sent next, and the gateway keeps serving.
+    let upstream = fake(answer_with(|r| {
+        axum::Json(json!({"uri": r.uri})).into_response()
+    }))
+    .await;
+    for lane in ["true", "false"] {
+        let setting = format!("backend.upstream.fast_lane={lane}");
+        let gw = gateway(&upstream.base, &["http.max_content_length=1kb", &setting]).await;
+        let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+        let body = format!(
+            "{{\"query\":{{\"match_all\":{{}}}},\"pad\":\"{}\"}}",
+            "x".repeat(4096)
+        );
+        let request = format!(
+            "POST /logs/_search HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{body}GET /logs/_search HTTP/1.1\r\nhost: gw\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut buf = Vec::new();
+        let (status, _, answer) = read_response(&mut stream, &mut buf).await;
+        assert_eq!(status, 413, "{}", String::from_utf8_lossy(&answer));
+        // Then the pipelined search's own answer (hyper read the rest of the first body
+        // and dropped it), never an answer to bytes of that body; the same with the lane off.
+        let (status, _, answer) = read_response(&mut stream, &mut buf).await;
+        let answer = String::from_utf8_lossy(&answer).to_string();
+        assert_eq!(status, 200, "lane {lane}: {answer}");
+        assert!(answer.contains("/logs/_search"), "lane {lane}: {answer}");
+        assert!(buf.is_empty(), "lane {lane}");
+        let (s, b) = gw.req("GET", "/logs/_search", None).await;
+        assert_eq!(s, 200, "{b}");
+        let stats = default_stats(&gw).await;
+        assert_eq!(stats["executing"], 0, "{stats}");
+        assert!(gw.state.tasks.list().is_empty());
+        gw.stop().await;
+    }
+}
