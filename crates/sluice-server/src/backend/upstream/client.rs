@@ -44,7 +44,7 @@ use parking_lot::Mutex;
 use sluice_engine::{EngineError, ErrorCode};
 
 use super::config::UpstreamConfig;
-use super::hosts::Hosts;
+use super::hosts::{Host, Hosts};
 
 /// How long an idle pooled connection is kept (dropped at the next checkout after that): under
 /// the 60 s+ idle timeouts of common load balancers in front of clusters, so the pool does not
@@ -280,47 +280,22 @@ impl UpstreamClient {
                     return Ok(resp);
                 }
                 Ok(Err(Failure::Connect(e))) => {
-                    let backoff = self.hosts.failed(i, Instant::now());
-                    let cause = if timed_out(&*e) {
-                        format!(
-                            "not connected within backend.upstream.connect_timeout [{}] ({})",
-                            sluice_wire::format_time_value(self.connect_timeout),
-                            causes(&*e)
-                        )
-                    } else {
-                        causes(&*e)
-                    };
-                    tracing::warn!(host = %host.name, %cause, backoff_ms = backoff.as_millis() as u64,
-                        attempt, "upstream host unreachable; skipped until its back-off ends");
-                    last_error = Some(EngineError::new(
-                        ErrorCode::UpstreamFailed,
-                        format!("cannot connect to upstream [{}]: {cause}", host.name),
+                    let (cause, timed_out) = (causes(&*e), timed_out(&*e));
+                    last_error = Some(unreachable(
+                        &self.hosts,
+                        i,
+                        attempt,
+                        cause,
+                        timed_out.then_some(self.connect_timeout),
                     ));
                 }
                 Ok(Err(Failure::Exchange(e))) => {
-                    return Err(EngineError::new(
-                        ErrorCode::UpstreamFailed,
-                        format!("upstream [{}] failed to answer: {}", host.name, causes(&e)),
-                    ));
+                    return Err(failed_to_answer(host, &causes(&e)));
                 }
-                Err(_) => {
-                    return Err(EngineError::new(
-                        ErrorCode::UpstreamTimeout,
-                        format!(
-                            "upstream [{}] did not answer within backend.upstream.request_timeout [{}]",
-                            host.name,
-                            sluice_wire::format_time_value(self.request_timeout)
-                        ),
-                    ));
-                }
+                Err(_) => return Err(no_answer_within(host, self.request_timeout)),
             }
         }
-        Err(last_error.unwrap_or_else(|| {
-            EngineError::new(
-                ErrorCode::UpstreamFailed,
-                "no upstream host to send the request to",
-            )
-        }))
+        Err(last_error.unwrap_or_else(no_host))
     }
 
     /// One attempt on host `i`: a pooled connection that is ready, or a new one; `req` sent
@@ -463,6 +438,62 @@ impl UpstreamClient {
             .to_bytes();
         Ok((status, body))
     }
+}
+
+/// A host a request could not connect to (`cause`; `connect_timeout` when that is what ran
+/// out): put in back-off and logged; answers the 502 the request gets if no other host
+/// answers. Both of the gateway's clients (this one and the fast lane's, [`super::h1`]) word
+/// their failures with these functions.
+pub(super) fn unreachable(
+    hosts: &Hosts,
+    i: usize,
+    attempt: usize,
+    cause: String,
+    connect_timeout: Option<Duration>,
+) -> EngineError {
+    let host = hosts.get(i);
+    let backoff = hosts.failed(i, Instant::now());
+    let cause = match connect_timeout {
+        Some(t) => format!(
+            "not connected within backend.upstream.connect_timeout [{}] ({cause})",
+            sluice_wire::format_time_value(t),
+        ),
+        None => cause,
+    };
+    tracing::warn!(host = %host.name, %cause, backoff_ms = backoff.as_millis() as u64,
+        attempt, "upstream host unreachable; skipped until its back-off ends");
+    EngineError::new(
+        ErrorCode::UpstreamFailed,
+        format!("cannot connect to upstream [{}]: {cause}", host.name),
+    )
+}
+
+/// The 502 of an exchange that failed on an open connection (reset, closed, not HTTP).
+pub(super) fn failed_to_answer(host: &Host, cause: &str) -> EngineError {
+    EngineError::new(
+        ErrorCode::UpstreamFailed,
+        format!("upstream [{}] failed to answer: {cause}", host.name),
+    )
+}
+
+/// The 504 of an upstream that did not start answering within `request_timeout`.
+pub(super) fn no_answer_within(host: &Host, request_timeout: Duration) -> EngineError {
+    EngineError::new(
+        ErrorCode::UpstreamTimeout,
+        format!(
+            "upstream [{}] did not answer within backend.upstream.request_timeout [{}]",
+            host.name,
+            sluice_wire::format_time_value(request_timeout)
+        ),
+    )
+}
+
+/// The 502 of a request no host was tried for.
+pub(super) fn no_host() -> EngineError {
+    EngineError::new(
+        ErrorCode::UpstreamFailed,
+        "no upstream host to send the request to",
+    )
 }
 
 /// Whether an error was caused by a timeout (the connector's `connect_timeout` gives an I/O

@@ -33,10 +33,11 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use parking_lot::Mutex;
-use sluice_engine::{EngineError, ErrorCode};
+use sluice_engine::EngineError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::client::{failed_to_answer, no_answer_within, no_host, unreachable};
 use super::hosts::Hosts;
 
 /// How long an idle connection is kept: as [`super::client`]'s pool, under the 60 s+ idle
@@ -182,46 +183,20 @@ impl H1 {
                     return Ok(answer);
                 }
                 Ok(Err(Failed::Connect(e))) => {
-                    let backoff = hosts.failed(i, Instant::now());
-                    let cause = if e.kind() == std::io::ErrorKind::TimedOut {
-                        format!(
-                            "not connected within backend.upstream.connect_timeout [{}] ({e})",
-                            sluice_wire::format_time_value(self.connect_timeout),
-                        )
-                    } else {
-                        e.to_string()
-                    };
-                    tracing::warn!(host = %host.name, %cause, backoff_ms = backoff.as_millis() as u64,
-                        attempt, "upstream host unreachable; skipped until its back-off ends");
-                    last_error = Some(EngineError::new(
-                        ErrorCode::UpstreamFailed,
-                        format!("cannot connect to upstream [{}]: {cause}", host.name),
+                    let timed_out = e.kind() == std::io::ErrorKind::TimedOut;
+                    last_error = Some(unreachable(
+                        hosts,
+                        i,
+                        attempt,
+                        e.to_string(),
+                        timed_out.then_some(self.connect_timeout),
                     ));
                 }
-                Ok(Err(Failed::Exchange(cause))) => {
-                    return Err(EngineError::new(
-                        ErrorCode::UpstreamFailed,
-                        format!("upstream [{}] failed to answer: {cause}", host.name),
-                    ));
-                }
-                Err(_) => {
-                    return Err(EngineError::new(
-                        ErrorCode::UpstreamTimeout,
-                        format!(
-                            "upstream [{}] did not answer within backend.upstream.request_timeout [{}]",
-                            host.name,
-                            sluice_wire::format_time_value(self.request_timeout)
-                        ),
-                    ));
-                }
+                Ok(Err(Failed::Exchange(cause))) => return Err(failed_to_answer(host, &cause)),
+                Err(_) => return Err(no_answer_within(host, self.request_timeout)),
             }
         }
-        Err(last_error.unwrap_or_else(|| {
-            EngineError::new(
-                ErrorCode::UpstreamFailed,
-                "no upstream host to send the request to",
-            )
-        }))
+        Err(last_error.unwrap_or_else(no_host))
     }
 
     /// One attempt on host `i`: a pooled connection or a new one (R2), the request written,
