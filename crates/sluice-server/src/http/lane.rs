@@ -479,10 +479,7 @@ async fn hand_off(stream: TcpStream, read: BytesMut, peer: SocketAddr, conn: Con
         req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
         req
     });
-    let io = Rewind {
-        read: read.freeze(),
-        io: stream,
-    };
+    let io = Lent::new(stream, read, None, Arc::default());
     let builder = auto::Builder::new(TokioExecutor::new());
     let served = builder
         .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service))
@@ -525,15 +522,7 @@ async fn one_by_hyper(
             let done = signal.clone();
             resp.map(|body| Body::new(DoneOnDrop { body, done }))
         });
-    let io = Lent {
-        read: read.freeze(),
-        io: stream,
-        left: len,
-        done,
-        flushed: false,
-        after: BytesMut::new(),
-        stage: BytesMut::new(),
-    };
+    let io = Lent::new(stream, read, Some(len), done);
     let parts = http1::Builder::new()
         .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
         .without_shutdown()
@@ -585,21 +574,38 @@ impl hyper::body::Body for DoneOnDrop {
     }
 }
 
-/// A connection lent to hyper for one request ([`one_by_hyper`]): the request's bytes (the
-/// lane's first, then the socket's) and no more; then end of stream once the answer is done
-/// and flushed. What the client sends past the request is kept in `after`, not given to hyper;
-/// the client closing its connection reads as end of stream at once.
+/// A connection the lane gives hyper, whose first bytes the lane already read: they are read
+/// again first. Lent for one request ([`one_by_hyper`]), it holds that request's bytes (the
+/// lane's first, then the socket's) and no more, then reads as end of stream once the answer
+/// is done and flushed; what the client sends past the request is kept in `after`, not given
+/// to hyper, and the client closing its connection reads as end of stream at once. Handed off
+/// for good ([`hand_off`]), it is the socket after the lane's bytes.
 struct Lent {
     read: Bytes,
     io: TcpStream,
-    /// What is left of the request for hyper to read.
-    left: usize,
+    /// What is left of the request for hyper to read; `None` when the connection is hyper's
+    /// for good.
+    left: Option<usize>,
     done: Arc<AtomicBool>,
     /// Whether hyper flushed after the answer was done (its write buffer is then empty).
     flushed: bool,
     after: BytesMut,
     /// Where the socket's bytes of the request are read before hyper gets them.
     stage: BytesMut,
+}
+
+impl Lent {
+    fn new(io: TcpStream, read: BytesMut, left: Option<usize>, done: Arc<AtomicBool>) -> Lent {
+        Lent {
+            read: read.freeze(),
+            io,
+            left,
+            done,
+            flushed: false,
+            after: BytesMut::new(),
+            stage: BytesMut::new(),
+        }
+    }
 }
 
 impl AsyncRead for Lent {
@@ -612,7 +618,7 @@ impl AsyncRead for Lent {
         if this.flushed && this.done.load(Ordering::Acquire) {
             return Poll::Ready(Ok(()));
         }
-        if this.left == 0 {
+        if this.left == Some(0) {
             // The request is hyper's: watch for the client leaving, keep what it sends next.
             if this.after.len() >= MAX_READ_AHEAD {
                 return Poll::Pending;
@@ -628,24 +634,28 @@ impl AsyncRead for Lent {
                 Poll::Pending => Poll::Pending,
             };
         }
+        let left = this.left.unwrap_or(usize::MAX);
         if !this.read.is_empty() {
-            let n = this.read.len().min(buf.remaining()).min(this.left);
+            let n = this.read.len().min(buf.remaining()).min(left);
             buf.put_slice(&this.read[..n]);
             this.read.advance(n);
-            this.left -= n;
+            this.left = this.left.map(|l| l - n);
             return Poll::Ready(Ok(()));
         }
+        let Some(left) = this.left else {
+            return Pin::new(&mut this.io).poll_read(cx, buf);
+        };
         // Read through a buffer of its own, bounded by what is left of the request: the
         // socket may hold the next one. (A `BytesMut`, not an array: an array is zeroed on
         // every read.)
-        let n = buf.remaining().min(this.left);
+        let n = buf.remaining().min(left);
         this.stage.clear();
         this.stage.reserve(n);
         let polled = poll_read_buf(Pin::new(&mut this.io), cx, &mut (&mut this.stage).limit(n));
         match polled {
             Poll::Ready(Ok(read)) => {
                 buf.put_slice(&this.stage[..read]);
-                this.left -= read;
+                this.left = Some(left - read);
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
@@ -690,58 +700,6 @@ impl AsyncWrite for Lent {
             cx.waker().wake_by_ref();
         }
         flushed
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-}
-
-/// A connection whose first bytes were already read: they are read again first.
-struct Rewind {
-    read: Bytes,
-    io: TcpStream,
-}
-
-impl AsyncRead for Rewind {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        if !self.read.is_empty() {
-            let n = self.read.len().min(buf.remaining());
-            buf.put_slice(&self.read[..n]);
-            self.read.advance(n);
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Rewind {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {

@@ -2249,3 +2249,26 @@ async fn test_lent_request_answered_before_its_body_was_read_ends_cleanly() {
         gw.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_http2_clients_are_served_by_the_general_path() {
+    // HTTP/2 with prior knowledge: the lane sees the preface and leaves the connection to
+    // hyper, which serves searches and sluice's own routes on it.
+    let upstream = fake(answer_with(|r| {
+        axum::Json(json!({"uri": r.uri})).into_response()
+    }))
+    .await;
+    let gw = gateway(&upstream.base, &[]).await;
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    for path in ["/logs/_search", "/_wlm/workload_group", "/logs/_count"] {
+        let resp = h2.get(format!("{}{path}", gw.base)).send().await.unwrap();
+        assert_eq!(resp.version(), reqwest::Version::HTTP_2, "{path}");
+        assert_eq!(resp.status(), 200, "{path}");
+    }
+    let stats = default_stats(&gw).await;
+    assert_eq!(stats["total_completions"], 2, "{stats}");
+    gw.stop().await;
+}
