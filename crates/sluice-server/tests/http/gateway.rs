@@ -2272,3 +2272,61 @@ async fn test_http2_clients_are_served_by_the_general_path() {
     assert_eq!(stats["total_completions"], 2, "{stats}");
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_lane_replaces_connections_the_upstream_closed_without_saying() {
+    // The upstream closes each connection right after its answer without a `Connection:
+    // close`: the lane's pool must notice (at checkout, or when the request finds the
+    // connection gone before any answer) and send every search on a new connection.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (opened, closed) = (
+        Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+    );
+    let (opens, closes) = (opened.clone(), closed.clone());
+    let task = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            opens.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let closes = closes.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\n{\"count\":1}")
+                    .await;
+                // Closed without a word: the gateway may have pooled this connection.
+                drop(stream);
+                closes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+    });
+    let gw = gateway(&base, &[]).await;
+    for round in 0..10 {
+        let (s, b) = gw.req("GET", "/logs/_count", None).await;
+        assert_eq!(s, 200, "round {round}: {b}");
+        assert_eq!(b["count"], 1, "round {round}: {b}");
+        if round % 2 == 0 {
+            // Half of the time the close has happened before the next checkout (the probe
+            // finds it); otherwise the next search may find the connection gone on its way.
+            let count =
+                |c: &std::sync::atomic::AtomicUsize| c.load(std::sync::atomic::Ordering::SeqCst);
+            common::wait_until(
+                "the upstream closing every connection it answered on",
+                || count(&closed) >= count(&opened),
+                || format!("{} opened, {} closed", count(&opened), count(&closed)),
+            )
+            .await;
+        }
+    }
+    let stats = default_stats(&gw).await;
+    assert_eq!(stats["failures"], 0, "{stats}");
+    gw.stop().await;
+    task.abort();
+}

@@ -10,14 +10,16 @@
 //! - R1 — a connection carries one exchange at a time: it is out of the pool from checkout
 //!   until its answer's body has been read to its end, and goes back only then, and only when
 //!   both sides keep it open (no `Connection: close`, the body framed by a length or chunks
-//!   and nothing after it). Tested by `test_lane_reuses_one_upstream_connection` and
-//!   `test_an_answer_ending_early_leaves_the_pool`.
+//!   and nothing after it). Tested by
+//!   `test_upstream_connections_are_reused_and_closed_ones_replaced` (its counts go through
+//!   the lane) and `test_an_answer_ending_early_fails_that_request_only`.
 //! - R2 — no request is sent on a connection the upstream closed while idle: checkout reads
 //!   each pooled connection once without waiting, and one that answers end of stream, bytes
 //!   or an error is dropped. A request on a reused connection that failed before the answer's
 //!   first byte (closed under it) is sent once more on a new connection: the lane carries only
 //!   searches and counts, which change nothing upstream. Tested by
-//!   `test_lane_replaces_connections_the_upstream_closed`.
+//!   `test_lane_replaces_connections_the_upstream_closed_without_saying` (it fails with both
+//!   the checkout read and the second sending taken out).
 //! - R3 — dropping an exchange, or failing it half way, closes its connection: the upstream
 //!   sees the client leave (its search is cancelled as with hyper's client), and no
 //!   connection with unread bytes goes back to the pool. Tested by
