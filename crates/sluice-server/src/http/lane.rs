@@ -65,6 +65,7 @@ use tower::ServiceExt;
 use crate::backend::upstream::h1::{Answer, RelayError, Relayed};
 use crate::backend::upstream::routes::{LaneRoute, lane_route, lane_search};
 use crate::http::meta::{self, RequestMeta};
+use crate::metrics::LaneEvent;
 use crate::metrics::route::HttpTimer;
 use crate::server::HttpService;
 use crate::state::AppState;
@@ -142,7 +143,7 @@ pub async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, mut conn:
             Parsed::Once(_) if others >= MAX_LENT_IN_A_ROW => {
                 return hand_off(stream, buf, peer, conn).await;
             }
-            Parsed::Once(len) => match one_by_hyper(stream, buf, len, peer, &conn.app).await {
+            Parsed::Once(len) => match one_by_hyper(stream, buf, len, peer, &conn).await {
                 Some((s, b)) => {
                     (stream, buf) = (s, b);
                     others += 1;
@@ -176,6 +177,7 @@ pub async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, mut conn:
         let body = request.slice(taken.head_len..);
         let Taken { route, parts, .. } = *taken;
         others = 0;
+        conn.st.metrics.count_lane(LaneEvent::FastLane);
         let handled = tokio::select! {
             h = AssertUnwindSafe(handle(&conn.st, peer, route, parts, body)).catch_unwind() => {
                 h.unwrap_or_else(|panic| Handled::Sluice(crate::server::panic_response(panic)))
@@ -468,6 +470,7 @@ async fn write_response(stream: &mut TcpStream, resp: Response) -> std::io::Resu
 /// Hands the connection to hyper and the node's HTTP service with the bytes read so far (L2),
 /// watched for graceful shutdown as the accept loop watches its own.
 async fn hand_off(stream: TcpStream, read: BytesMut, peer: SocketAddr, conn: Conn) {
+    conn.st.metrics.count_lane(LaneEvent::HandedOff);
     let Conn {
         app,
         watcher,
@@ -507,11 +510,13 @@ async fn one_by_hyper(
     read: BytesMut,
     len: usize,
     peer: SocketAddr,
-    app: &HttpService,
+    conn: &Conn,
 ) -> Option<(TcpStream, BytesMut)> {
+    conn.st.metrics.count_lane(LaneEvent::Lent);
     let done = Arc::new(AtomicBool::new(false));
     let signal = done.clone();
-    let service = app
+    let service = conn
+        .app
         .clone()
         .map_request(move |req: http::Request<hyper::body::Incoming>| {
             let mut req = req.map(Body::new);

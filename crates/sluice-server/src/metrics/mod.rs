@@ -60,6 +60,27 @@ pub struct NodeMetrics {
     /// two atomic adds instead of building and hashing its labels into the registry (five
     /// strings and two lookups; a few percent of a proxied search's instructions).
     http: parking_lot::RwLock<HttpHandles>,
+    /// The gateway's fast-lane counters, registered at their first use (a node that is no
+    /// gateway shows none).
+    lane: std::sync::OnceLock<LaneCounters>,
+}
+
+/// How a gateway's connections carried requests (`crate::http::lane`).
+struct LaneCounters {
+    fast_lane: Counter,
+    lent: Counter,
+    handed_off: Counter,
+}
+
+/// What the fast lane did with a request or a connection, for [`NodeMetrics::count_lane`].
+#[derive(Debug, Clone, Copy)]
+pub enum LaneEvent {
+    /// A request served by the fast lane.
+    FastLane,
+    /// A request lent to the general path.
+    Lent,
+    /// A connection left to the general path for good.
+    HandedOff,
 }
 
 #[derive(Default)]
@@ -144,6 +165,37 @@ impl NodeMetrics {
         NodeMetrics {
             events,
             http: parking_lot::RwLock::default(),
+            lane: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Counts what the gateway's fast lane did (one atomic add once registered).
+    pub fn count_lane(&self, event: LaneEvent) {
+        let c = self.lane.get_or_init(|| {
+            let sink = Sink(&self.events);
+            sink.describe_counter(names::GATEWAY_LANE_REQUESTS);
+            sink.describe_counter(names::GATEWAY_HANDED_OFF);
+            let requests = |path: &'static str| {
+                self.events.register_counter(
+                    &Key::from_parts(
+                        names::GATEWAY_LANE_REQUESTS.0,
+                        vec![Label::new(names::LANE_PATH, path)],
+                    ),
+                    &METADATA,
+                )
+            };
+            LaneCounters {
+                fast_lane: requests("fast_lane"),
+                lent: requests("lent"),
+                handed_off: self
+                    .events
+                    .register_counter(&Key::from_name(names::GATEWAY_HANDED_OFF.0), &METADATA),
+            }
+        });
+        match event {
+            LaneEvent::FastLane => c.fast_lane.increment(1),
+            LaneEvent::Lent => c.lent.increment(1),
+            LaneEvent::HandedOff => c.handed_off.increment(1),
         }
     }
 

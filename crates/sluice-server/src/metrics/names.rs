@@ -17,6 +17,9 @@ pub const ROUTE: &str = "route";
 /// The label naming an HTTP status code.
 pub const STATUS: &str = "status";
 
+/// The label naming how a gateway's connection carried a request (`fast_lane`, `lent`).
+pub const LANE_PATH: &str = "path";
+
 /// A per-group counter: its name and help text.
 pub type Described = (&'static str, &'static str);
 
@@ -186,4 +189,14 @@ pub const HTTP_REQUESTS: Described = (
 pub const HTTP_REQUEST_DURATION: Described = (
     "sluice_http_request_duration_seconds",
     "Time from receiving an HTTP request to its response headers, by method and route.",
+);
+/// Requests a gateway's connections carried, by path.
+pub const GATEWAY_LANE_REQUESTS: Described = (
+    "sluice_gateway_lane_requests_total",
+    "Requests on a gateway's connections, by path: fast_lane (served by the gateway's fast lane) or lent (lent to the general path one at a time).",
+);
+/// Connections a gateway's fast lane left to the general path.
+pub const GATEWAY_HANDED_OFF: Described = (
+    "sluice_gateway_handed_off_connections_total",
+    "Connections a gateway's fast lane left to the general path for good (HTTP/1.0 or HTTP/2, an upgrade, 100-continue, a chunked upload, Connection: close, or a run of other requests).",
 );

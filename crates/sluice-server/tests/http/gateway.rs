@@ -2132,6 +2132,12 @@ async fn test_lane_hands_other_requests_to_the_general_path() {
         // Every search was admitted and completed: stats are exact.
         let stats = default_stats(&gw).await;
         assert_eq!(stats["total_completions"], 6, "lane {lane}: {stats}");
+        // The lane counted what it did: five searches and counts, five requests lent (two
+        // documents, the groups, `_wlm/stats` just above, and the scrape itself), the
+        // HTTP/1.0 connection left to hyper.
+        if lane == "true" {
+            assert_eq!(lane_counts(&gw).await, (5, 5, 1), "lane counts");
+        }
         assert_eq!(stats["failures"], 0, "{stats}");
         assert!(gw.state.tasks.list().is_empty());
         gw.stop().await;
@@ -2329,4 +2335,67 @@ async fn test_lane_replaces_connections_the_upstream_closed_without_saying() {
     assert_eq!(stats["failures"], 0, "{stats}");
     gw.stop().await;
     task.abort();
+}
+
+/// The gateway's fast-lane counters (`sluice_gateway_*` in `_prometheus/metrics`): requests
+/// served by the lane, requests lent (this scrape, on a connection of its own, is one) and
+/// connections handed off.
+async fn lane_counts(gw: &TestNode) -> (u64, u64, u64) {
+    let text = reqwest::Client::new()
+        .get(format!("{}/_prometheus/metrics", gw.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |series: &str| {
+        text.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next())
+            .map_or(0, |v| v.parse::<u64>().unwrap())
+    };
+    (
+        value("sluice_gateway_lane_requests_total{path=\"fast_lane\"}"),
+        value("sluice_gateway_lane_requests_total{path=\"lent\"}"),
+        value("sluice_gateway_handed_off_connections_total "),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_connection_that_only_carries_other_requests_is_left_to_hyper() {
+    // Four requests in a row are lent to hyper one at a time; at the fifth the connection is
+    // hyper's for good, and a search after it is served there, with the same answer.
+    let upstream = fake(answer_with(|r| {
+        axum::Json(json!({"uri": r.uri})).into_response()
+    }))
+    .await;
+    let gw = gateway(&upstream.base, &[]).await;
+    let before = lane_counts(&gw).await;
+    let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let mut buf = Vec::new();
+    for i in 1..=5 {
+        let request = format!("GET /logs/_doc/{i} HTTP/1.1\r\nhost: gw\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let (status, _, body) = read_response(&mut stream, &mut buf).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    }
+    stream
+        .write_all(b"GET /logs/_search HTTP/1.1\r\nhost: gw\r\n\r\n")
+        .await
+        .unwrap();
+    let (status, _, body) = read_response(&mut stream, &mut buf).await;
+    let body = String::from_utf8_lossy(&body).to_string();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("/logs/_search"), "{body}");
+    let after = lane_counts(&gw).await;
+    // Four lent (and the second scrape), one connection handed off, no search on the lane.
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1, after.2 - before.2),
+        (0, 5, 1),
+        "before {before:?}, after {after:?}"
+    );
+    let stats = default_stats(&gw).await;
+    assert_eq!(stats["total_completions"], 1, "{stats}");
+    gw.stop().await;
 }
