@@ -90,6 +90,10 @@ const MAX_READ_AHEAD: usize = 64 * 1024;
 /// same connection still gets its searches on the lane.
 const MAX_LENT_IN_A_ROW: u32 = 4;
 
+/// What hyper answers a request it cannot parse, before it closes the connection.
+const BAD_REQUEST: &[u8] =
+    b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+
 /// What the accept loop gives each lane connection.
 pub struct Conn {
     /// The node.
@@ -102,12 +106,37 @@ pub struct Conn {
     pub shutdown: watch::Receiver<()>,
 }
 
-/// A request head the lane takes.
+/// A request head the lane takes: where its parts are in the connection's buffer, so they are
+/// built from the request's own bytes once it has been read whole (no copy of each value).
 struct Taken {
     route: LaneRoute,
-    parts: http::request::Parts,
+    method: Method,
+    /// The request target (path and query).
+    target: std::ops::Range<usize>,
+    /// Each header's name and value.
+    headers: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
     head_len: usize,
     body_len: usize,
+}
+
+impl Taken {
+    /// The request's parts, made of `request` (the head and body [`parse`] measured): header
+    /// values and the target share its bytes. `None` when a name, value or the target is not
+    /// valid HTTP (hyper answers such a request 400 and closes; so does the lane).
+    fn parts(&self, request: &Bytes) -> Option<http::request::Parts> {
+        let mut headers = HeaderMap::with_capacity(self.headers.len());
+        for (name, value) in &self.headers {
+            let name = HeaderName::from_bytes(&request[name.clone()]).ok()?;
+            let value = HeaderValue::from_maybe_shared(request.slice(value.clone())).ok()?;
+            headers.append(name, value);
+        }
+        let uri = http::Uri::from_maybe_shared(request.slice(self.target.clone())).ok()?;
+        let mut parts = Request::new(()).into_parts().0;
+        parts.method = self.method.clone();
+        parts.uri = uri;
+        parts.headers = headers;
+        Some(parts)
+    }
 }
 
 /// What parsing the buffer's start gave.
@@ -175,7 +204,11 @@ pub async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, mut conn:
         }
         let request = buf.split_to(total).freeze();
         let body = request.slice(taken.head_len..);
-        let Taken { route, parts, .. } = *taken;
+        let Some(parts) = taken.parts(&request) else {
+            let _ = stream.write_all(BAD_REQUEST).await;
+            return;
+        };
+        let route = taken.route;
         others = 0;
         conn.st.metrics.count_lane(LaneEvent::FastLane);
         let handled = tokio::select! {
@@ -310,29 +343,24 @@ fn parse(buf: &[u8], limit: u64) -> Parsed {
         Some(route) if lane_headers => route,
         _ => return once,
     };
-    let mut headers = HeaderMap::with_capacity(req.headers.len());
-    for h in req.headers.iter() {
-        let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(h.name.as_bytes()),
-            HeaderValue::from_bytes(h.value),
-        ) else {
-            return once;
-        };
-        headers.append(name, value);
-    }
-    let Ok(uri) = target.parse::<http::Uri>() else {
-        return once;
+    // Offsets in `buf` of what httparse found there.
+    let at = |part: &[u8]| {
+        let start = part.as_ptr() as usize - buf.as_ptr() as usize;
+        start..start + part.len()
     };
+    let headers = req
+        .headers
+        .iter()
+        .map(|h| (at(h.name.as_bytes()), at(h.value)))
+        .collect();
     let Ok(body_len) = usize::try_from(content_length.unwrap_or(0)) else {
         return once;
     };
-    let mut parts = Request::new(()).into_parts().0;
-    parts.method = method;
-    parts.uri = uri;
-    parts.headers = headers;
     Parsed::Take(Box::new(Taken {
         route,
-        parts,
+        method,
+        target: at(target.as_bytes()),
+        headers,
         head_len,
         body_len,
     }))
@@ -399,7 +427,8 @@ async fn handle(
             timer.record(st, status);
             // The upstream's header lines as they came, but hop-by-hop ones and its
             // `X-Opaque-Id` (the gateway's id for it: the client gets its own back, below).
-            let mut head = status_line(status);
+            // Room for the body's first bytes too: the relay sends them with the head.
+            let mut head = status_line(status, answer.buffered());
             answer.write_headers(&mut head, |name| name.eq_ignore_ascii_case("x-opaque-id"));
             for v in warnings
                 .as_ref()
@@ -423,9 +452,9 @@ async fn handle(
     }
 }
 
-/// A response's status line.
-fn status_line(status: StatusCode) -> Vec<u8> {
-    let mut out = Vec::with_capacity(512);
+/// A response's status line, in a buffer with room for the head and `more` bytes.
+fn status_line(status: StatusCode, more: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512 + more);
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');
@@ -444,7 +473,7 @@ fn push_header(out: &mut Vec<u8>, name: &str, value: &HeaderValue) {
 
 /// The head of a response sluice built: status line, `headers`, the end of the head.
 fn head_bytes(status: StatusCode, headers: &HeaderMap) -> Vec<u8> {
-    let mut out = status_line(status);
+    let mut out = status_line(status, 0);
     for (name, value) in headers {
         push_header(&mut out, name.as_str(), value);
     }
@@ -730,6 +759,17 @@ mod tests {
                 .expect("taken");
         assert_eq!((t.head_len, t.body_len), (66, 2));
         assert_eq!(t.route.pattern, "/{index}/_search");
+        let raw = Bytes::from_static(
+            b"POST /logs/_search?size=1 HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}",
+        );
+        let parts = parsed(std::str::from_utf8(&raw).unwrap())
+            .unwrap()
+            .parts(&raw)
+            .unwrap();
+        assert_eq!(parts.method, Method::POST);
+        assert_eq!(parts.uri, "/logs/_search?size=1");
+        assert_eq!(parts.headers["host"], "x");
+        assert_eq!(parts.headers["content-length"], "2");
         assert!(parsed("GET /_count HTTP/1.1\r\naccept-encoding: identity\r\n\r\n").is_some());
         let hyper = |raw: &str| matches!(parse(raw.as_bytes(), 1000), Parsed::Hyper);
         for forever in [

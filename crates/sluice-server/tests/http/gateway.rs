@@ -1585,10 +1585,12 @@ async fn counting_upstream(
                         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
                          connection: {connection}\r\ncontent-length: 11\r\n\r\n{{\"count\":1}}"
                     );
+                    // Counted before it is sent: the gateway may act on an answer (finish
+                    // starting, say) before this task runs again.
+                    a.fetch_add(1, Ordering::SeqCst);
                     if stream.write_all(answer.as_bytes()).await.is_err() {
                         return;
                     }
-                    a.fetch_add(1, Ordering::SeqCst);
                     if close {
                         return;
                     }

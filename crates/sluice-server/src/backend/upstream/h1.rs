@@ -597,6 +597,11 @@ impl Answer {
         Ok(Relayed::Whole)
     }
 
+    /// How many bytes of the body were read with the head.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
     /// Whether the body is framed by chunks (the client's head must then say so too).
     pub fn is_chunked(&self) -> bool {
         self.framing == Framing::Chunked
