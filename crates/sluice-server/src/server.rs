@@ -320,24 +320,34 @@ async fn request_layers(State(st): State<Arc<AppState>>, mut req: Request, next:
     let timer = crate::metrics::route::HttpTimer::start(&req);
     req.extensions_mut()
         .insert(BodyLimit(st.config.max_content_length));
-    let resp = match crate::auth::authenticate(&st.auth, &mut req).await {
+    let resp = match check_request(&st, &mut req).await {
         Err(refused) => refused,
-        Ok(()) => match crate::auth::authorize(&st, &mut req) {
-            Err(refused) => crate::error::ApiError::Engine(refused).into_response(),
-            Ok(audited) => {
-                let warnings = crate::http::meta::scope_request(&mut req);
-                let mut resp = next.run(req).await;
-                crate::admission::ticket::release_with_response(&mut resp);
-                crate::http::meta::add_warnings(&warnings, &mut resp);
-                if let Some(audited) = audited {
-                    audited.record(&st, resp.status());
-                }
-                resp
+        Ok((warnings, audited)) => {
+            let mut resp = next.run(req).await;
+            crate::admission::ticket::release_with_response(&mut resp);
+            crate::http::meta::add_warnings(&warnings, &mut resp);
+            if let Some(audited) = audited {
+                audited.record(&st, resp.status());
             }
-        },
+            resp
+        }
     };
     timer.record(&st, resp.status());
     resp
+}
+
+/// Steps 3 to 5 of [`request_layers`], which the gateway's fast lane (`crate::http::lane`)
+/// takes too: authentication (a 401 ends the request), authorization (a 403 ends it), the
+/// request's metadata gathered. Answers the sink of the warnings raised while handling it and
+/// the audit to record once it is answered, or the refusal to answer.
+pub(crate) async fn check_request(
+    st: &AppState,
+    req: &mut Request,
+) -> Result<(crate::http::meta::Warnings, Option<crate::auth::Audited>), Response> {
+    crate::auth::authenticate(&st.auth, req).await?;
+    let audited = crate::auth::authorize(st, req)
+        .map_err(|refused| crate::error::ApiError::Engine(refused).into_response())?;
+    Ok((crate::http::meta::scope_request(req), audited))
 }
 
 /// Outside the router: a 405 completed the way OpenSearch words it (it needs the `Allow`

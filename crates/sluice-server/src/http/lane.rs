@@ -387,29 +387,24 @@ async fn handle(
     let mut req = Request::from_parts(parts, Body::empty());
     req.extensions_mut().insert(ConnectInfo(peer));
     let opaque = meta::opaque_ids(&req);
-    let mut warnings = None;
-    let mut audited = None;
-    let result = async {
-        crate::auth::authenticate(&st.auth, &mut req).await?;
-        audited = crate::auth::authorize(st, &mut req)
-            .map_err(|refused| crate::error::ApiError::Engine(refused).into_response())?;
-        warnings = Some(meta::scope_request(&mut req));
-        let meta = req
-            .extensions()
-            .get::<RequestMeta>()
-            .cloned()
-            .unwrap_or_else(|| RequestMeta::internal(None));
-        let (parts, _) = req.into_parts();
-        lane_search(st, meta, route, parts, body)
-            .await
-            .map_err(IntoResponse::into_response)
-    }
-    .await;
-    match result {
-        Err(mut resp) => {
-            if let Some(w) = &warnings {
-                meta::add_warnings(w, &mut resp);
-            }
+    let (warnings, audited) = match crate::server::check_request(st, &mut req).await {
+        Ok(checked) => checked,
+        Err(mut refused) => {
+            timer.record(st, refused.status());
+            meta::echo_opaque_id(opaque, &mut refused);
+            return Handled::Sluice(refused);
+        }
+    };
+    let request_meta = req
+        .extensions()
+        .get::<RequestMeta>()
+        .cloned()
+        .unwrap_or_else(|| RequestMeta::internal(None));
+    let (parts, _) = req.into_parts();
+    match lane_search(st, request_meta, route, parts, body).await {
+        Err(e) => {
+            let mut resp = e.into_response();
+            meta::add_warnings(&warnings, &mut resp);
             if let Some(audited) = audited {
                 audited.record(st, resp.status());
             }
@@ -430,11 +425,7 @@ async fn handle(
             // Room for the body's first bytes too: the relay sends them with the head.
             let mut head = status_line(status, answer.buffered());
             answer.write_headers(&mut head, |name| name.eq_ignore_ascii_case("x-opaque-id"));
-            for v in warnings
-                .as_ref()
-                .map(meta::warning_values)
-                .unwrap_or_default()
-            {
+            for v in meta::warning_values(&warnings) {
                 push_header(&mut head, "warning", &v);
             }
             for v in &opaque {
