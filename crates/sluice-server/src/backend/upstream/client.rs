@@ -49,7 +49,7 @@ use super::hosts::{Host, Hosts};
 /// How long an idle pooled connection is kept (dropped at the next checkout after that): under
 /// the 60 s+ idle timeouts of common load balancers in front of clusters, so the pool does not
 /// hand out connections they closed.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(50);
+pub(super) const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(50);
 
 /// A request body to forward: bytes the gateway holds (a request that can be tried on the
 /// next host when a host refuses) or the client's stream (sent once, never buffered).

@@ -39,12 +39,9 @@ use sluice_engine::EngineError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::client::{failed_to_answer, no_answer_within, no_host, unreachable};
+use super::client::{POOL_IDLE_TIMEOUT, failed_to_answer, no_answer_within, no_host, unreachable};
+use super::headers::HOP_BY_HOP;
 use super::hosts::Hosts;
-
-/// How long an idle connection is kept: as [`super::client`]'s pool, under the 60 s+ idle
-/// timeouts of load balancers in front of clusters.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(50);
 
 /// The most an answer's head may take. OpenSearch's own limit on a response head it sends is
 /// far below (its `http.max_header_size` is 16 KiB for requests); a larger head is not an
@@ -66,11 +63,12 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// An idle connection the upstream has not closed (R2), dropping closed and stale ones.
+    /// An idle connection the upstream has not closed (R2), dropping closed ones and those idle
+    /// longer than the hyper client's pool keeps them ([`POOL_IDLE_TIMEOUT`]).
     fn checkout(&self, now: Instant) -> Option<TcpStream> {
         loop {
             let (conn, used) = self.idle.lock().pop()?;
-            if now.duration_since(used) > IDLE_TIMEOUT {
+            if now.duration_since(used) > POOL_IDLE_TIMEOUT {
                 continue;
             }
             let mut probe = [0u8; 1];
@@ -436,8 +434,8 @@ fn finish_head(
     })
 }
 
-/// Appends the header `lines` to `out` but hop-by-hop ones ([`HOP_BY_HOP`] and the
-/// `connection_named`) and those `drop` refuses, by case-insensitive name.
+/// Appends the header `lines` to `out` but hop-by-hop ones (the gateway's [`HOP_BY_HOP`] and
+/// the `connection_named`) and those `drop` refuses, by case-insensitive name.
 fn relayed_lines(
     lines: &[u8],
     connection_named: &[String],
@@ -453,7 +451,9 @@ fn relayed_lines(
             .position(|&b| b == b':')
             .and_then(|i| std::str::from_utf8(&line[..i]).ok())
             .unwrap_or("");
-        let hop = HOP_BY_HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+        let hop = HOP_BY_HOP
+            .iter()
+            .any(|h| h.as_str().eq_ignore_ascii_case(name))
             || connection_named
                 .iter()
                 .any(|n| n.eq_ignore_ascii_case(name));
@@ -462,19 +462,6 @@ fn relayed_lines(
         }
     }
 }
-
-/// Hop-by-hop headers (as [`super::headers`]' list): never relayed.
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
 
 /// The request's bytes: request line, `Host`, the forwarded headers, the length, the body.
 fn write_request(

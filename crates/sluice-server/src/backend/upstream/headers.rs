@@ -14,7 +14,7 @@ use crate::auth::Principal;
 /// plus `keep-alive`, `proxy-connection` and `upgrade` that proxies conventionally drop).
 /// Names, not strings: a `&str` is parsed and hashed on every lookup. A `static`, not a
 /// `const`: a `const` array is built and dropped again at each use, once per header looked at.
-static HOP_BY_HOP: [HeaderName; 9] = [
+pub(super) static HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
