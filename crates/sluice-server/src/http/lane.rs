@@ -497,11 +497,7 @@ async fn hand_off(stream: TcpStream, read: BytesMut, peer: SocketAddr, conn: Con
         shutdown,
         ..
     } = conn;
-    let service = app.map_request(move |req: http::Request<hyper::body::Incoming>| {
-        let mut req = req.map(Body::new);
-        req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
-        req
-    });
+    let service = crate::http::serve::for_peer(app, peer);
     let io = Lent::new(stream, read, None, Arc::default());
     let builder = auto::Builder::new(TokioExecutor::new());
     let served = builder
@@ -535,15 +531,8 @@ async fn one_by_hyper(
     conn.st.metrics.count_lane(LaneEvent::Lent);
     let done = Arc::new(AtomicBool::new(false));
     let signal = done.clone();
-    let service = conn
-        .app
-        .clone()
-        .map_request(move |req: http::Request<hyper::body::Incoming>| {
-            let mut req = req.map(Body::new);
-            req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
-            req
-        })
-        .map_response(move |resp: Response| {
+    let service =
+        crate::http::serve::for_peer(conn.app.clone(), peer).map_response(move |resp: Response| {
             let done = signal.clone();
             resp.map(|body| Body::new(DoneOnDrop { body, done }))
         });

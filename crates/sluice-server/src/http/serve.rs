@@ -74,13 +74,7 @@ pub async fn serve(
             )));
             continue;
         }
-        let service = app
-            .clone()
-            .map_request(move |req: http::Request<hyper::body::Incoming>| {
-                let mut req = req.map(axum::body::Body::new);
-                req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
-                req
-            });
+        let service = for_peer(app.clone(), peer);
         let conn = builder
             .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service))
             .into_owned();
@@ -96,6 +90,22 @@ pub async fn serve(
     let _ = lane_shutdown.send(());
     tokio::join!(lane_shutdown.closed(), graceful.shutdown());
     Ok(())
+}
+
+/// The node's service for one connection from `peer`: hyper's requests with the peer's address
+/// in their extensions, as axum's `ConnectInfo`.
+pub(crate) fn for_peer(
+    app: HttpService,
+    peer: SocketAddr,
+) -> tower::util::MapRequest<
+    HttpService,
+    impl FnMut(http::Request<hyper::body::Incoming>) -> axum::extract::Request + Clone,
+> {
+    app.map_request(move |req: http::Request<hyper::body::Incoming>| {
+        let mut req = req.map(axum::body::Body::new);
+        req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+        req
+    })
 }
 
 /// Whether an accept error concerns only the connection being accepted (the next accept may
