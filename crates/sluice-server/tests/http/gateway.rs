@@ -193,6 +193,12 @@ async fn gateway(hosts: &str, extra: &[&str]) -> TestNode {
     TestNode::start_plain(&settings).await
 }
 
+/// No permit and no task left on the gateway: every request settled its ticket.
+fn assert_nothing_held(gw: &TestNode) {
+    assert_eq!(gw.state.workload.permits.num_buckets(), 0);
+    assert!(gw.state.tasks.list().is_empty());
+}
+
 /// `_wlm/stats` of DEFAULT on the only node.
 async fn default_stats(node: &TestNode) -> Value {
     let (s, b) = node.req("GET", "/_wlm/stats", None).await;
@@ -309,8 +315,7 @@ async fn test_garbage_reset_half_close_and_hang_fail_that_request_only_with_502_
         assert_eq!(stats["total_completions"], 1, "{stats}");
         assert_eq!(stats["failures"], 1, "{stats}");
         assert_eq!(stats["executing"], 0, "{stats}");
-        assert_eq!(gw.state.workload.permits.num_buckets(), 0);
-        assert!(gw.state.tasks.list().is_empty());
+        assert_nothing_held(&gw);
         let (s, _) = gw.req("GET", "/_wlm/workload_group", None).await;
         assert_eq!(s, 200);
         gw.stop().await;
@@ -1490,8 +1495,7 @@ async fn test_failing_upstream_loses_no_permit_and_no_queued_request() {
     assert_eq!(stats["queued_current"], 0, "{stats}");
     assert_eq!(stats["executing"], 0, "{stats}");
     assert_eq!(stats["total_throttled"], 0, "{stats}");
-    assert_eq!(gw.state.workload.permits.num_buckets(), 0);
-    assert!(gw.state.tasks.list().is_empty());
+    assert_nothing_held(&gw);
     gw.stop().await;
     task.abort();
 }
@@ -2210,8 +2214,7 @@ async fn test_an_answer_ending_early_fails_that_request_only() {
     let stats = default_stats(&gw).await;
     assert_eq!(stats["total_completions"], 6, "{stats}");
     assert_eq!(stats["executing"], 0, "{stats}");
-    assert_eq!(gw.state.workload.permits.num_buckets(), 0);
-    assert!(gw.state.tasks.list().is_empty());
+    assert_nothing_held(&gw);
     gw.stop().await;
     task.abort();
 }
