@@ -258,8 +258,12 @@ impl Upstream {
         self: &Arc<Self>,
         exec: Execution,
         call: Call,
-        lane: &h1::H1,
     ) -> Result<h1::Answer, ApiError> {
+        let Some(lane) = self.lane.as_ref() else {
+            return Err(ApiError::Engine(EngineError::internal(
+                "fast lane request on a gateway without one",
+            )));
+        };
         self.execute_with(exec, call, |c| async move {
             lane.send(
                 self.client.hosts(),

@@ -515,11 +515,6 @@ pub async fn lane_search(
     body: Bytes,
 ) -> ApiResult<(Admitted, super::h1::Answer)> {
     let up = super::routes_upstream(st)?;
-    let Some(lane) = up.lane.as_ref() else {
-        return Err(ApiError::Engine(EngineError::internal(
-            "fast lane request on a gateway without one",
-        )));
-    };
     let index = match parts.uri.path()[1..].split_once('/') {
         Some((index, _)) => index.to_string(),
         None => "_all".to_string(),
@@ -533,7 +528,7 @@ pub async fn lane_search(
     let Prepared {
         mut admitted, call, ..
     } = prepare(st, &up, &meta, &index, read, route.kind).await?;
-    let executed = up.execute_h1(admitted.execution(), call, lane).await;
+    let executed = up.execute_h1(admitted.execution(), call).await;
     let answer = settle_status(&mut admitted, executed, |a| a.status)?;
     Ok((admitted, answer))
 }
