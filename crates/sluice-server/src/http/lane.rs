@@ -36,7 +36,8 @@
 //!   place freed, the upstream's search cancelled. Tested by
 //!   `test_cancellation_reaches_the_upstream` and the queue tests through the gateway.
 //! - L4 — shutdown is graceful: an idle connection closes, a request in flight is answered
-//!   first. [`crate::http::serve`] waits for every lane connection.
+//!   first. [`crate::http::serve`] waits for every lane connection. Tested by
+//!   `test_shutdown_answers_a_lane_search_in_flight_then_ends`.
 
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
@@ -153,8 +154,14 @@ enum Parsed {
     Take(Box<Taken>),
 }
 
-/// Serves one connection (see the module documentation).
-pub async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, mut conn: Conn) {
+/// Serves one connection (see the module documentation) on lane thread `thread`
+/// ([`crate::http::threads`]): the thread this runs on.
+pub async fn serve_connection(
+    thread: usize,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    mut conn: Conn,
+) {
     let limit = conn.st.config.max_content_length;
     let mut buf = BytesMut::with_capacity(8 * 1024);
     // Requests lent to hyper since the lane's last one.
@@ -212,7 +219,7 @@ pub async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, mut conn:
         others = 0;
         conn.st.metrics.count_lane(LaneEvent::FastLane);
         let handled = tokio::select! {
-            h = AssertUnwindSafe(handle(&conn.st, peer, route, parts, body)).catch_unwind() => {
+            h = AssertUnwindSafe(handle(&conn.st, peer, route, parts, body, thread)).catch_unwind() => {
                 h.unwrap_or_else(|panic| Handled::Sluice(crate::server::panic_response(panic)))
             }
             // L3: the client left; dropping the request cancels what it started.
@@ -375,13 +382,14 @@ enum Handled {
 }
 
 /// Runs a lane request through the steps of [`crate::server::app`]'s request layers and the
-/// gateway's search handler (L1).
+/// gateway's search handler (L1), on lane thread `thread`.
 async fn handle(
     st: &Arc<AppState>,
     peer: SocketAddr,
     route: LaneRoute,
     parts: http::request::Parts,
     body: Bytes,
+    thread: usize,
 ) -> Handled {
     let timer = HttpTimer::with_route(&parts.method, route.pattern);
     let mut req = Request::from_parts(parts, Body::empty());
@@ -401,7 +409,7 @@ async fn handle(
         .cloned()
         .unwrap_or_else(|| RequestMeta::internal(None));
     let (parts, _) = req.into_parts();
-    match lane_search(st, request_meta, route, parts, body).await {
+    match lane_search(st, request_meta, route, parts, body, thread).await {
         Err(e) => {
             let mut resp = e.into_response();
             meta::add_warnings(&warnings, &mut resp);

@@ -1,7 +1,7 @@
 //! The HTTP layer, free of domain logic: request metadata and its middleware ([`meta`]), body
 //! extraction ([`body`]), response rendering ([`reply`](mod@reply)) and OpenSearch's answers
-//! for unknown routes and methods ([`fallback`]) and the accept loop that serves connections
-//! ([`serve`]).
+//! for unknown routes and methods ([`fallback`]), the accept loop that serves connections
+//! ([`serve`]), and a gateway's fast lane ([`lane`]) with its threads ([`threads`]).
 //! The routes themselves are in [`crate::api`].
 
 pub mod body;
@@ -10,6 +10,7 @@ pub mod lane;
 pub mod meta;
 pub mod reply;
 pub mod serve;
+pub mod threads;
 
 use std::collections::HashMap;
 

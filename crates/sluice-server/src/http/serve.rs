@@ -6,7 +6,9 @@
 //! `sluice_core::repoll`). This is what `axum::serve` does, but for that wrapper.
 //!
 //! A gateway with a fast lane (`lane`) reads each connection in [`crate::http::lane`] first,
-//! which hands it to hyper as above unless the request is one it takes.
+//! which hands it to hyper as above unless the request is one it takes; those connections are
+//! served on the lane's own threads ([`crate::http::threads`]), one per worker of the node's
+//! runtime.
 //!
 //! Shutdown is graceful: once `shutdown` completes the listener closes, idle keep-alive
 //! connections close, and the loop returns when the requests in flight have been answered.
@@ -25,6 +27,7 @@ use sluice_core::repoll::Repoll;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
+use crate::http::threads::{Job, Threads};
 use crate::server::HttpService;
 use crate::state::AppState;
 
@@ -45,6 +48,17 @@ pub async fn serve(
     // Tells the lane's connections the node is shutting down; closed once all have ended.
     let (lane_shutdown, lane_watch) = tokio::sync::watch::channel(());
     let builder = auto::Builder::new(TokioExecutor::new());
+    let threads = lane.as_ref().and_then(|_| {
+        let count = tokio::runtime::Handle::current().metrics().num_workers();
+        match Threads::start(count, "sluice-lane", crate::http::lane::serve_connection) {
+            Ok(threads) => Some(threads),
+            Err(e) => {
+                // The lane still works on the node's runtime, at a higher cost a request.
+                tracing::error!(error = %e, "cannot start the fast lane's threads");
+                None
+            }
+        }
+    });
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -69,9 +83,17 @@ pub async fn serve(
                 watcher: graceful.watcher(),
                 shutdown: lane_watch.clone(),
             };
-            tokio::spawn(Repoll::new(crate::http::lane::serve_connection(
-                stream, peer, conn,
-            )));
+            match &threads {
+                Some(threads) => match stream.into_std() {
+                    Ok(stream) => threads.serve(Job { stream, peer, conn }),
+                    Err(e) => tracing::debug!(%peer, error = %e, "connection lost at accept"),
+                },
+                None => {
+                    tokio::spawn(Repoll::new(crate::http::lane::serve_connection(
+                        0, stream, peer, conn,
+                    )));
+                }
+            }
             continue;
         }
         let service = for_peer(app.clone(), peer);
@@ -89,6 +111,10 @@ pub async fn serve(
     drop(lane_watch);
     let _ = lane_shutdown.send(());
     tokio::join!(lane_shutdown.closed(), graceful.shutdown());
+    // Every lane connection has ended: the threads can (T3).
+    if let Some(threads) = threads {
+        let _ = tokio::task::spawn_blocking(move || threads.join()).await;
+    }
     Ok(())
 }
 

@@ -2404,3 +2404,56 @@ async fn test_a_connection_that_only_carries_other_requests_is_left_to_hyper() {
     assert_eq!(stats["total_completions"], 1, "{stats}");
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_shutdown_answers_a_lane_search_in_flight_then_ends() {
+    // L4, T3: a search held by the upstream when the gateway is told to stop is still
+    // answered on its lane thread; the gateway stops accepting at once and finishes once the
+    // answer went out.
+    let release = Arc::new(tokio::sync::Notify::new());
+    let gate = release.clone();
+    let upstream = fake(Arc::new(move |r: Received| {
+        let gate = gate.clone();
+        Box::pin(async move {
+            if r.uri.contains("_search") {
+                gate.notified().await;
+            }
+            axum::Json(json!({"hits": {"hits": []}})).into_response()
+        })
+    }))
+    .await;
+    let gw = gateway(&upstream.base, &[]).await;
+    let (addr, url) = (gw.addr, gw.url("/logs/_search"));
+    let search = tokio::spawn(async move {
+        let resp = reqwest::Client::new()
+            .post(url)
+            .header("content-type", "application/json")
+            .body("{}")
+            .send()
+            .await
+            .expect("answered");
+        (
+            resp.status().as_u16(),
+            resp.text().await.expect("whole body"),
+        )
+    });
+    upstream.wait_received("_search").await;
+    assert_eq!(lane_counts(&gw).await.0, 1, "the search took the lane");
+    let stopping = tokio::spawn(gw.stop());
+    // The listener closes first: new connections are refused while the search is held.
+    common::wait_until(
+        "the gateway refusing new connections",
+        || std::net::TcpStream::connect(addr).is_err(),
+        String::new,
+    )
+    .await;
+    assert!(
+        !stopping.is_finished(),
+        "stopped before its search was answered"
+    );
+    release.notify_one();
+    let (status, body) = search.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("hits"), "{body}");
+    stopping.await.unwrap();
+}

@@ -28,6 +28,10 @@
 //!   (passed through, their end found by [`ChunkedEnd`]), or the connection's end (then the
 //!   client's connection closes after it too). Tested by `test_chunked_end_*` and the
 //!   streaming tests through the lane.
+//! - R5 — a pooled connection is reused only on the lane thread that opened it
+//!   ([`crate::http::threads`] T1): it is registered with that thread's runtime, whose I/O
+//!   driver alone sees its answers, so another thread using it would take two wake-ups across
+//!   threads a read. Tested by `test_pooled_connections_stay_with_their_thread`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,18 +60,19 @@ const MAX_HEADERS: usize = 64;
 /// request stays at this, whatever the answer's size).
 const READ_CHUNK: usize = 16 * 1024;
 
-/// One host's idle connections.
+/// One host's idle connections, by lane thread (R5).
 #[derive(Default)]
 pub struct Pool {
-    idle: Mutex<Vec<(TcpStream, Instant)>>,
+    idle: Mutex<Vec<Vec<(TcpStream, Instant)>>>,
 }
 
 impl Pool {
-    /// An idle connection the upstream has not closed (R2), dropping closed ones and those idle
-    /// longer than the hyper client's pool keeps them ([`POOL_IDLE_TIMEOUT`]).
-    fn checkout(&self, now: Instant) -> Option<TcpStream> {
+    /// An idle connection of lane thread `thread` the upstream has not closed (R2, R5),
+    /// dropping closed ones and those idle longer than the hyper client's pool keeps them
+    /// ([`POOL_IDLE_TIMEOUT`]).
+    fn checkout(&self, thread: usize, now: Instant) -> Option<TcpStream> {
         loop {
-            let (conn, used) = self.idle.lock().pop()?;
+            let (conn, used) = self.idle.lock().get_mut(thread)?.pop()?;
             if now.duration_since(used) > POOL_IDLE_TIMEOUT {
                 continue;
             }
@@ -80,8 +85,13 @@ impl Pool {
         }
     }
 
-    fn put(&self, conn: TcpStream) {
-        self.idle.lock().push((conn, Instant::now()));
+    /// Keeps `conn`, opened on lane thread `thread`, for that thread's next exchange.
+    fn put(&self, thread: usize, conn: TcpStream) {
+        let mut idle = self.idle.lock();
+        if idle.len() <= thread {
+            idle.resize_with(thread + 1, Vec::new);
+        }
+        idle[thread].push((conn, Instant::now()));
     }
 }
 
@@ -113,6 +123,8 @@ pub struct Answer {
     /// Whether the upstream keeps the connection open after this answer.
     keep_alive: bool,
     pool: Arc<Pool>,
+    /// The lane thread the connection is pooled for (R5).
+    thread: usize,
 }
 
 /// How a relay ended for the client's connection.
@@ -153,12 +165,14 @@ impl H1 {
     /// Sends `method path_and_query` with `headers` (as forwarded: `Host` and the length are
     /// written here) and `body`, and answers once the answer's head arrived; hosts tried as
     /// [`super::client::UpstreamClient::send`] tries them, failures worded as it words them
-    /// (502 naming the host and the cause, 504 past `request_timeout`).
+    /// (502 naming the host and the cause, 504 past `request_timeout`), on connections of lane
+    /// thread `thread` (R5): the thread this runs on.
     ///
     /// # Cancel safety
     /// Dropping the future closes the connection it holds (R3).
     pub async fn send(
         &self,
+        thread: usize,
         hosts: &Hosts,
         method: &Method,
         path_and_query: &str,
@@ -176,7 +190,7 @@ impl H1 {
                 headers,
                 body,
             );
-            let exchange = self.exchange(hosts, i, &request, method == Method::HEAD);
+            let exchange = self.exchange(thread, hosts, i, &request, method == Method::HEAD);
             match tokio::time::timeout(self.request_timeout, exchange).await {
                 Ok(Ok(answer)) => {
                     hosts.succeeded(i);
@@ -203,6 +217,7 @@ impl H1 {
     /// the answer's head read.
     async fn exchange(
         &self,
+        thread: usize,
         hosts: &Hosts,
         i: usize,
         request: &[u8],
@@ -210,7 +225,7 @@ impl H1 {
     ) -> Result<Answer, Failed> {
         let pool = &self.pools[i];
         let mut reused = true;
-        let mut conn = match pool.checkout(Instant::now()) {
+        let mut conn = match pool.checkout(thread, Instant::now()) {
             Some(c) => c,
             None => {
                 reused = false;
@@ -219,7 +234,9 @@ impl H1 {
         };
         loop {
             match round_trip(&mut conn, request).await {
-                Ok((head, buf)) => return finish_head(head, conn, buf, head_only, pool.clone()),
+                Ok((head, buf)) => {
+                    return finish_head(head, conn, buf, head_only, pool.clone(), thread);
+                }
                 // Closed under the request before any answer: once more on a new one (R2).
                 Err(RoundTrip::BeforeAnswer(_)) if reused => {
                     reused = false;
@@ -409,13 +426,15 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
     )))
 }
 
-/// The answer of `head` on `conn`, `buf` holding what was read past the head.
+/// The answer of `head` on `conn` (pooled for lane thread `thread`), `buf` holding what was
+/// read past the head.
 fn finish_head(
     head: Head,
     conn: TcpStream,
     buf: BytesMut,
     head_only: bool,
     pool: Arc<Pool>,
+    thread: usize,
 ) -> Result<Answer, Failed> {
     let framing = if head_only {
         Framing::Empty
@@ -431,6 +450,7 @@ fn finish_head(
         framing,
         keep_alive: head.keep_alive,
         pool,
+        thread,
     })
 }
 
@@ -522,6 +542,7 @@ impl Answer {
             framing,
             keep_alive,
             pool,
+            thread,
             ..
         } = self;
         let mut out = head;
@@ -579,7 +600,7 @@ impl Answer {
             }
         };
         if clean && keep_alive {
-            pool.put(conn);
+            pool.put(thread, conn);
         }
         Ok(Relayed::Whole)
     }
@@ -718,6 +739,28 @@ impl ChunkedEnd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn test_pooled_connections_stay_with_their_thread() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let pool = Pool::default();
+        let mut accepted = Vec::new();
+        for thread in [1, 0, 1] {
+            let conn = TcpStream::connect(addr).await.unwrap();
+            accepted.push(listener.accept().await.unwrap().0);
+            pool.put(thread, conn);
+        }
+        let now = Instant::now();
+        // Thread 2 never pooled one: it opens its own rather than take another thread's.
+        assert!(pool.checkout(2, now).is_none());
+        assert!(pool.checkout(0, now).is_some());
+        assert!(pool.checkout(0, now).is_none());
+        assert!(pool.checkout(1, now).is_some());
+        assert!(pool.checkout(1, now).is_some());
+        assert!(pool.checkout(1, now).is_none());
+        drop(accepted);
+    }
 
     const BODY: &[u8] = b"4\r\nWiki\r\n7;ext=1\r\npedia i\r\n0\r\nx-t: 1\r\n\r\nNEXT";
 

@@ -249,8 +249,9 @@ impl Upstream {
             .await
     }
 
-    /// [`Self::execute`] on the fast lane's own HTTP/1.1 exchange ([`h1`]): answers once the
-    /// answer's head arrived, its body still to relay.
+    /// [`Self::execute`] on the fast lane's own HTTP/1.1 exchange ([`h1`]), on upstream
+    /// connections of lane thread `thread` (the one this runs on): answers once the answer's
+    /// head arrived, its body still to relay.
     ///
     /// # Cancel safety
     /// As [`Self::execute`].
@@ -258,6 +259,7 @@ impl Upstream {
         self: &Arc<Self>,
         exec: Execution,
         call: Call,
+        thread: usize,
     ) -> Result<h1::Answer, ApiError> {
         let Some(lane) = self.lane.as_ref() else {
             return Err(ApiError::Engine(EngineError::internal(
@@ -266,6 +268,7 @@ impl Upstream {
         };
         self.execute_with(exec, call, |c| async move {
             lane.send(
+                thread,
                 self.client.hosts(),
                 &c.method,
                 &c.path_and_query,

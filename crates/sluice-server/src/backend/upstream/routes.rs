@@ -505,14 +505,16 @@ pub fn lane_route(method: &Method, path: &str, query: Option<&str>) -> Option<La
 }
 
 /// The fast lane's search or count: admitted as [`run_admitted`] admits it, forwarded on the
-/// lane's own exchange; answers the admission ticket, settled, and the upstream's answer with
-/// its body still to relay. The ticket is released when dropped.
+/// lane's own exchange on lane thread `thread`'s connections (the thread this runs on);
+/// answers the admission ticket, settled, and the upstream's answer with its body still to
+/// relay. The ticket is released when dropped.
 pub async fn lane_search(
     st: &Arc<AppState>,
     meta: RequestMeta,
     route: LaneRoute,
     parts: Parts,
     body: Bytes,
+    thread: usize,
 ) -> ApiResult<(Admitted, super::h1::Answer)> {
     let up = super::routes_upstream(st)?;
     let index = match parts.uri.path()[1..].split_once('/') {
@@ -528,7 +530,7 @@ pub async fn lane_search(
     let Prepared {
         mut admitted, call, ..
     } = prepare(st, &up, &meta, &index, read, route.kind).await?;
-    let executed = up.execute_h1(admitted.execution(), call).await;
+    let executed = up.execute_h1(admitted.execution(), call, thread).await;
     let answer = settle_status(&mut admitted, executed, |a| a.status)?;
     Ok((admitted, answer))
 }

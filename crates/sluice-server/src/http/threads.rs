@@ -1,0 +1,207 @@
+//! The fast lane's threads (ARCHITECTURE.md "The fast lane"): a gateway serves its lane
+//! connections on threads of their own, as many as the node's runtime has workers, each
+//! running a single-threaded tokio runtime, and each connection stays on one thread for its
+//! whole life — nginx's model of one event loop per core. On the node's work-stealing runtime
+//! every upstream answer woke a second, idle worker (0.53 `futex` calls and 0.3 more context
+//! switches a search at 8 clients), and the lane spent a third more CPU a search than on one
+//! thread (BENCHMARKS.md "The fast lane's threads").
+//!
+//! # Invariants
+//! - T1 — a connection runs on one thread from its first byte to its close: the thread whose
+//!   runtime's I/O driver it is registered with, so its reads and the upstream's answers wake
+//!   that thread only. The upstream connections it opens are that thread's too, and pooled for
+//!   that thread alone ([`crate::backend::upstream::h1`] R5). Tested by
+//!   `test_lane_threads_take_connections_by_load` (which thread serves which connection) and
+//!   h1's `test_pooled_connections_stay_with_their_thread`.
+//! - T2 — a new connection goes to the thread serving the fewest: a connection ends its
+//!   count when it closes. Tested by `test_lane_threads_take_connections_by_load`.
+//! - T3 — the threads outlive every connection they serve: they end only once [`Threads`] is
+//!   dropped, which [`crate::http::serve`] does after every lane connection has ended (L4);
+//!   what a connection left running then (a cancellation on its way to the upstream) ends
+//!   with its thread's runtime, as the node's own tasks end with the node's. Tested by
+//!   `test_shutdown_answers_a_lane_search_in_flight_then_ends` (it fails with the threads
+//!   ended before the connections).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use sluice_core::repoll::Repoll;
+use tokio::sync::mpsc;
+
+/// A connection for a thread to serve: the socket, taken off the accepting runtime, and the
+/// rest of what serving it needs.
+pub struct Job<C> {
+    /// The accepted socket (non-blocking), registered with the serving thread's runtime there.
+    pub stream: std::net::TcpStream,
+    /// The peer's address.
+    pub peer: SocketAddr,
+    /// What the connection is served with.
+    pub conn: C,
+}
+
+/// One thread: where its connections are sent, and how many it serves.
+struct Thread<C> {
+    jobs: mpsc::UnboundedSender<(Job<C>, Live)>,
+    live: Arc<AtomicUsize>,
+}
+
+/// Counts a connection on its thread until dropped (T2).
+struct Live(Arc<AtomicUsize>);
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The lane's threads; dropping it ends them once their queues are empty (T3).
+pub struct Threads<C> {
+    threads: Vec<Thread<C>>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl<C: Send + 'static> Threads<C> {
+    /// Starts `count` threads (at least one), each serving the connections it is given with
+    /// `serve(thread index, stream, peer, conn)`.
+    ///
+    /// # Errors
+    /// A thread or its runtime could not be started (out of threads or file descriptors).
+    pub fn start<F, Fut>(count: usize, name: &str, serve: F) -> std::io::Result<Threads<C>>
+    where
+        F: Fn(usize, tokio::net::TcpStream, SocketAddr, C) -> Fut + Send + Clone + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let mut threads = Vec::new();
+        let mut handles = Vec::new();
+        for index in 0..count.max(1) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let (jobs, mut rx) = mpsc::unbounded_channel::<(Job<C>, Live)>();
+            let serve = serve.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("{name}-{index}"))
+                .spawn(move || {
+                    runtime.block_on(async move {
+                        while let Some((job, live)) = rx.recv().await {
+                            let Job { stream, peer, conn } = job;
+                            // Registered with this thread's runtime: its I/O wakes this
+                            // thread (T1).
+                            let Ok(stream) = tokio::net::TcpStream::from_std(stream) else {
+                                continue;
+                            };
+                            let served = serve(index, stream, peer, conn);
+                            tokio::spawn(Repoll::new(async move {
+                                served.await;
+                                drop(live);
+                            }));
+                        }
+                    });
+                })?;
+            threads.push(Thread {
+                jobs,
+                live: Arc::default(),
+            });
+            handles.push(handle);
+        }
+        Ok(Threads { threads, handles })
+    }
+
+    /// Gives `job` to the thread serving the fewest connections (T2).
+    pub fn serve(&self, job: Job<C>) {
+        let Some(thread) = self
+            .threads
+            .iter()
+            .min_by_key(|t| t.live.load(Ordering::Relaxed))
+        else {
+            return;
+        };
+        thread.live.fetch_add(1, Ordering::Relaxed);
+        let live = Live(thread.live.clone());
+        // The thread ends only when `Threads` is dropped (T3): the send cannot fail before.
+        let _ = thread.jobs.send((job, live));
+    }
+
+    /// How many connections each thread serves.
+    pub fn loads(&self) -> Vec<usize> {
+        self.threads
+            .iter()
+            .map(|t| t.live.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Ends the threads (their queues closed; each ends once its runtime stops) and waits
+    /// for them.
+    pub fn join(self) {
+        let Threads { threads, handles } = self;
+        drop(threads);
+        for h in handles {
+            let _ = h.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_lane_threads_take_connections_by_load() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+        // Each connection reports the thread serving it and which thread name ran it, then
+        // holds until its client closes.
+        let threads = Threads::start(2, "lane-test", move |index, mut stream, _peer, n: usize| {
+            let seen = seen_tx.clone();
+            async move {
+                let name = std::thread::current().name().unwrap_or("").to_string();
+                seen.send((n, index, name)).unwrap();
+                let mut byte = [0u8; 1];
+                let _ = tokio::io::AsyncReadExt::read(&mut stream, &mut byte).await;
+            }
+        })
+        .unwrap();
+        let mut clients = Vec::new();
+        let mut served = Vec::new();
+        for n in 0..4 {
+            clients.push(std::net::TcpStream::connect(addr).unwrap());
+            let (stream, peer) = listener.accept().unwrap();
+            stream.set_nonblocking(true).unwrap();
+            threads.serve(Job {
+                stream,
+                peer,
+                conn: n,
+            });
+            served.push(seen_rx.recv().unwrap());
+        }
+        // The fewest-served thread takes each: they alternate, and each ran on its own thread.
+        let indexes: Vec<usize> = served.iter().map(|s| s.1).collect();
+        assert_eq!(indexes, [0, 1, 0, 1]);
+        for (_, index, name) in &served {
+            assert_eq!(name, &format!("lane-test-{index}"));
+        }
+        assert_eq!(threads.loads(), [2, 2]);
+        // Two connections of thread 0 close: the next two both go there.
+        drop(clients.remove(2));
+        drop(clients.remove(0));
+        while threads.loads() != [0, 2] {
+            std::thread::yield_now();
+        }
+        for n in 4..6 {
+            clients.push(std::net::TcpStream::connect(addr).unwrap());
+            let (stream, peer) = listener.accept().unwrap();
+            stream.set_nonblocking(true).unwrap();
+            threads.serve(Job {
+                stream,
+                peer,
+                conn: n,
+            });
+            assert_eq!(seen_rx.recv().unwrap().1, 0);
+        }
+        drop(clients);
+        threads.join();
+    }
+}
