@@ -80,6 +80,8 @@ pub struct SettingsSnapshot {
     /// `wlm.workload_group.mode`, read by every request: parsed once here rather than looked
     /// up by name and parsed per request.
     wlm_mode: sluice_core::WlmMode,
+    /// `search.cancel_after_time_interval`, read by every search: the same.
+    cancel_after: Option<Duration>,
 }
 
 impl Default for SettingsSnapshot {
@@ -127,11 +129,13 @@ impl SettingsSnapshot {
             node,
             effective,
             wlm_mode: sluice_core::WlmMode::MonitorOnly,
+            cancel_after: None,
         };
         // The table only admits the three values, so the fallback is unreachable in practice;
         // it picks the default rather than panicking.
         snapshot.wlm_mode = sluice_core::WlmMode::parse(snapshot.enum_value(keys::WLM_MODE))
             .unwrap_or(sluice_core::WlmMode::MonitorOnly);
+        snapshot.cancel_after = snapshot.time_opt(keys::SEARCH_CANCEL_AFTER_TIME_INTERVAL);
         snapshot
     }
 
@@ -256,7 +260,7 @@ impl SettingsSnapshot {
 
     /// `search.cancel_after_time_interval`; `None` when disabled (`-1`).
     pub fn cancel_after_time_interval(&self) -> Option<Duration> {
-        self.time_opt(keys::SEARCH_CANCEL_AFTER_TIME_INTERVAL)
+        self.cancel_after
     }
 
     /// `search.max_open_scroll_context`.

@@ -347,9 +347,12 @@ async fn round_trip(conn: &mut TcpStream, request: &[u8]) -> Result<(Head, Bytes
 /// different lengths are refused), whether the connection stays open, where the header lines
 /// start — and the head's length. `lines` is left empty for the caller to cut from the buffer.
 fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut slots);
-    let len = match resp.parse(buf) {
+    // Slots left uninitialized, as the lane's request parse leaves its own.
+    let mut slots = [const { std::mem::MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut resp, buf, &mut slots)
+    {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(e) => return Err(format!("the answer is not HTTP/1.1 ({e})")),
@@ -363,17 +366,18 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
     let (mut closes, mut keeps) = (false, false);
     let mut connection_named = Vec::new();
     for h in resp.headers.iter() {
-        let value = std::str::from_utf8(h.value).unwrap_or("");
+        // Only the three framing headers' values are read (as text; checked only for them).
+        let value = || std::str::from_utf8(h.value).unwrap_or("");
         if h.name.eq_ignore_ascii_case("transfer-encoding") {
             // The last coding decides; anything but chunked last runs to the connection's end.
             chunked = Some(
-                value
+                value()
                     .rsplit(',')
                     .next()
                     .is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked")),
             );
         } else if h.name.eq_ignore_ascii_case("content-length") {
-            let n: u64 = value
+            let n: u64 = value()
                 .trim()
                 .parse()
                 .map_err(|_| "the answer's content-length is not a number".to_string())?;
@@ -382,7 +386,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
             }
             length = Some(n);
         } else if h.name.eq_ignore_ascii_case("connection") {
-            for token in value.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            for token in value().split(',').map(str::trim).filter(|t| !t.is_empty()) {
                 if token.eq_ignore_ascii_case("close") {
                     closes = true;
                 } else if token.eq_ignore_ascii_case("keep-alive") {
