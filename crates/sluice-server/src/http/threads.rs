@@ -167,10 +167,9 @@ mod tests {
             }
         })
         .unwrap();
-        let mut clients = Vec::new();
-        let mut served = Vec::new();
-        for n in 0..4 {
-            clients.push(std::net::TcpStream::connect(addr).unwrap());
+        // A client connects; its connection is given to the threads; what served it reports.
+        let serve_one = |n: usize| {
+            let client = std::net::TcpStream::connect(addr).unwrap();
             let (stream, peer) = listener.accept().unwrap();
             stream.set_nonblocking(true).unwrap();
             threads.serve(Job {
@@ -178,8 +177,9 @@ mod tests {
                 peer,
                 conn: n,
             });
-            served.push(seen_rx.recv().unwrap());
-        }
+            (client, seen_rx.recv().unwrap())
+        };
+        let (mut clients, served): (Vec<_>, Vec<_>) = (0..4).map(serve_one).unzip();
         // The fewest-served thread takes each: they alternate, and each ran on its own thread.
         let indexes: Vec<usize> = served.iter().map(|s| s.1).collect();
         assert_eq!(indexes, [0, 1, 0, 1]);
@@ -194,15 +194,9 @@ mod tests {
             std::thread::yield_now();
         }
         for n in 4..6 {
-            clients.push(std::net::TcpStream::connect(addr).unwrap());
-            let (stream, peer) = listener.accept().unwrap();
-            stream.set_nonblocking(true).unwrap();
-            threads.serve(Job {
-                stream,
-                peer,
-                conn: n,
-            });
-            assert_eq!(seen_rx.recv().unwrap().1, 0);
+            let (client, (_, index, _)) = serve_one(n);
+            assert_eq!(index, 0);
+            clients.push(client);
         }
         drop(clients);
         threads.join();
