@@ -223,12 +223,17 @@ pub struct NewTask {
     pub admitting: bool,
 }
 
+/// Running tasks by sequence number.
+type TaskMap = HashMap<u64, Arc<Task>, foldhash::fast::RandomState>;
+
 /// The node's registry of running tasks.
 #[derive(Debug)]
 pub struct TaskManager {
     node_id: String,
     next_id: AtomicU64,
-    tasks: Mutex<HashMap<u64, Arc<Task>>>,
+    /// Every request registers and removes itself here: foldhash, not std's SipHash (a few
+    /// hundred instructions a search on the gateway's fast lane, BENCHMARKS.md).
+    tasks: Mutex<TaskMap>,
     /// Results of background tasks that ended, oldest first, at most [`MAX_STORED_RESULTS`].
     results: Mutex<std::collections::VecDeque<(u64, Value)>>,
     /// Background tasks whose result is not stored yet (R1).
@@ -322,7 +327,7 @@ impl TaskManager {
         TaskManager {
             node_id: node_id.to_string(),
             next_id: AtomicU64::new(1),
-            tasks: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(TaskMap::default()),
             results: Mutex::new(std::collections::VecDeque::new()),
             pending: Mutex::new(HashMap::new()),
         }

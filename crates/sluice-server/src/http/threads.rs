@@ -76,11 +76,8 @@ impl<C: Send + 'static> Threads<C> {
         let mut threads = Vec::new();
         let mut handles = Vec::new();
         for index in 0..count.max(1) {
-            // Sockets and timers only: a connection waits on no signal and no child process,
-            // and those drivers would be polled at every turn of the loop.
             let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_io()
-                .enable_time()
+                .enable_all()
                 .build()?;
             let (jobs, mut rx) = mpsc::unbounded_channel::<(Job<C>, Live)>();
             let serve = serve.clone();

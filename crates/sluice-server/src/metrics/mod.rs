@@ -85,7 +85,8 @@ pub enum LaneEvent {
 
 #[derive(Default)]
 struct HttpHandles {
-    by_route: std::collections::HashMap<Box<str>, Vec<MethodHandles>>,
+    /// Looked up on every request: foldhash, not std's SipHash (the same as the task registry).
+    by_route: std::collections::HashMap<Box<str>, Vec<MethodHandles>, foldhash::fast::RandomState>,
     len: usize,
 }
 
