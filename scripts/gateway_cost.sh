@@ -3,7 +3,8 @@
 # noise moves latencies, hardly these counts): runs `sluice-bench gateway-overhead` at one
 # client (steady, or in bursts with `burst` as the fourth argument) against `direct` and one proxy (`gateway`, sluice's gateway, or `nginx`), and
 # while the proxy is measured, `perf stat` counts on the proxy's process(es) for 8 s its futex
-# calls, epoll waits, context switches and CPU time. Prints them per request (requests =
+# calls, epoll waits, context switches, `write` calls (a tokio runtime waking its own driver
+# writes its eventfd; the proxies send with sendto and writev) and CPU time. Prints them per request (requests =
 # writev and sendto calls / 2: one to the upstream, one to the client per proxied request;
 # hyper and nginx write with writev, the gateway's fast lane with send).
 #
@@ -44,11 +45,11 @@ if [[ -z "$pids" ]]; then
     exit 1
 fi
 sleep 4 # past the proxy's warm-up second, inside its 14 s window
-perf stat -x, -e 'syscalls:sys_enter_futex,syscalls:sys_enter_writev,syscalls:sys_enter_sendto,syscalls:sys_enter_epoll_wait,raw_syscalls:sys_enter,context-switches,task-clock' \
+perf stat -x, -e 'syscalls:sys_enter_futex,syscalls:sys_enter_writev,syscalls:sys_enter_sendto,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_write,raw_syscalls:sys_enter,context-switches,task-clock' \
     -p "$pids" -- sleep 8 2> "$out/stat"
 wait "$bench"
 grep -E "^round .* ($via|direct) " "$out/bench"
 awk -F, -v via="$via" '
-    $3 ~ /futex/ {f=$1} $3 ~ /writev/ {w=$1} $3 ~ /sendto/ {s=$1} $3 ~ /epoll/ {e=$1}
+    $3 ~ /futex/ {f=$1} $3 ~ /enter_write$/ {ww=$1} $3 ~ /writev/ {w=$1} $3 ~ /sendto/ {s=$1} $3 ~ /epoll/ {e=$1}
     $3 ~ /raw_syscalls/ {a=$1} $3 ~ /context-switches/ {c=$1} $3 ~ /task-clock/ {t=$1}
-    END { r = (w + s) / 2; printf "%s: %d requests counted; per request: syscalls %.2f, futex %.2f, epoll_wait %.2f, context switches %.2f, CPU %.3f ms\n", via, r, a / r, f / r, e / r, c / r, t / r }' "$out/stat"
+    END { r = (w + s) / 2; printf "%s: %d requests counted; per request: syscalls %.2f, futex %.2f, epoll_wait %.2f, context switches %.2f, write %.2f, CPU %.3f ms\n", via, r, a / r, f / r, e / r, c / r, ww / r, t / r }' "$out/stat"
