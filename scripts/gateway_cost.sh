@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # What one proxied search costs the proxy itself, counted rather than timed (a shared machine's
 # noise moves latencies, hardly these counts): runs `sluice-bench gateway-overhead` at one
-# client (steady, or in bursts with `burst` as the fourth argument) against `direct` and one proxy (`gateway`, sluice's gateway, or `nginx`), and
-# while the proxy is measured, `perf stat` counts on the proxy's process(es) for 8 s its futex
-# calls, epoll waits, context switches, `write` calls (a tokio runtime waking its own driver
-# writes its eventfd; the proxies send with sendto and writev) and CPU time. Prints them per request (requests =
-# writev and sendto calls / 2: one to the upstream, one to the client per proxied request;
-# hyper and nginx write with writev, the gateway's fast lane with send).
+# client (steady, or in bursts with `burst` as the fourth argument) against `direct` and one
+# proxy (`gateway`, sluice's gateway, or `nginx`), and while the proxy is measured, `perf stat`
+# counts on the proxy's process(es) for 8 s its futex calls, epoll waits, context switches,
+# `write` calls (a tokio runtime waking its own driver writes its eventfd; the proxies send with
+# sendto and writev) and CPU time. Prints them per request (requests = writev and sendto calls
+# / 2: one to the upstream, one to the client per proxied request; hyper and nginx write with
+# writev, the gateway's fast lane with send).
 #
 # Usage: scripts/gateway_cost.sh gateway|nginx [sluice binary] [clients] [steady|burst]
 #   e.g. scripts/gateway_cost.sh gateway target/release/sluice

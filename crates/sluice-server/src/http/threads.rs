@@ -35,7 +35,7 @@ use tokio::sync::mpsc;
 /// returns at once) whenever a timer is set to fire before the driver's next wake-up, even when
 /// the driver is the thread setting it and is not asleep; a request's upstream timeout set on
 /// an otherwise idle thread did that on every search at one client (1.00 `write` and one extra
-/// `epoll_wait` a search, 0.26 at 8 clients; BENCHMARKS.md "The fast lane's threads"). With
+/// `epoll_wait` a search, 0.26 at 8 clients; BENCHMARKS.md "The lane threads' timer floor"). With
 /// this floor a request's timers (seconds away) never come first. One second: far below the
 /// request timeouts, and a wake-up a second costs a thread nothing measurable.
 const TIMER_FLOOR: std::time::Duration = std::time::Duration::from_secs(1);
@@ -95,18 +95,14 @@ impl<C: Send + 'static> Threads<C> {
                 .name(format!("{name}-{index}"))
                 .spawn(move || {
                     runtime.block_on(async move {
-                        // A timer always pending (see `TIMER_FLOOR`); a late tick waits.
-                        let mut floor = tokio::time::interval(TIMER_FLOOR);
-                        floor.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                        loop {
-                            let (job, live) = tokio::select! {
-                                biased;
-                                job = rx.recv() => match job {
-                                    Some(job) => job,
-                                    None => break,
-                                },
-                                _ = floor.tick() => continue,
-                            };
+                        // A timer always pending (see `TIMER_FLOOR`); it ends with the runtime.
+                        tokio::spawn(async {
+                            let mut floor = tokio::time::interval(TIMER_FLOOR);
+                            loop {
+                                floor.tick().await;
+                            }
+                        });
+                        while let Some((job, live)) = rx.recv().await {
                             let Job { stream, peer, conn } = job;
                             // Registered with this thread's runtime: its I/O wakes this
                             // thread (T1).
