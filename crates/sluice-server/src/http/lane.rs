@@ -440,7 +440,7 @@ async fn handle(
             // `X-Opaque-Id` (the gateway's id for it: the client gets its own back, below).
             // Room for the body's first bytes too: the relay sends them with the head.
             let mut head = status_line(status, answer.buffered());
-            answer.write_headers(&mut head, |name| name.eq_ignore_ascii_case("x-opaque-id"));
+            answer.write_headers(&mut head, |name| name.eq_ignore_ascii_case(b"x-opaque-id"));
             for v in meta::warning_values(&warnings) {
                 push_header(&mut head, "warning", &v);
             }
