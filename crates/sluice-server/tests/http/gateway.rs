@@ -454,6 +454,180 @@ async fn test_msearch_forwards_only_admitted_items_and_merges_in_order() {
     gw.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_msearch_answer_with_other_than_one_item_per_item_sent_fails_every_item() {
+    // The upstream answers one item fewer, then one more, than it was sent.
+    let extra = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let more = extra.clone();
+    let up = fake(answer_with(move |r| {
+        let sent = String::from_utf8_lossy(&r.body)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .count()
+            / 2;
+        let n = if more.load(std::sync::atomic::Ordering::SeqCst) {
+            sent + 1
+        } else {
+            sent.saturating_sub(1)
+        };
+        let items: Vec<Value> = (0..n).map(|i| json!({"status": 200, "id": i})).collect();
+        axum::Json(json!({"took": 1, "responses": items})).into_response()
+    }))
+    .await;
+    let gw = gateway(&up.base, &[]).await;
+    let body = || {
+        common::ndjson(&[
+            json!({"index": "a"}),
+            json!({}),
+            json!({"index": "b"}),
+            json!({}),
+            json!({"index": "c"}),
+            json!({}),
+        ])
+    };
+    for (more, answered) in [(false, 2), (true, 4)] {
+        extra.store(more, std::sync::atomic::Ordering::SeqCst);
+        let (s, b) = gw.raw("POST", "/_msearch", body()).await;
+        assert_eq!(s, 200, "{b}");
+        let responses = b["responses"].as_array().unwrap();
+        assert_eq!(responses.len(), 3, "{b}");
+        // No answer is passed on as another item's.
+        for item in responses {
+            assert_eq!(item["status"], 502, "{b}");
+            assert_eq!(item["error"]["type"], "upstream_exception", "{b}");
+            let reason = item["error"]["reason"].as_str().unwrap();
+            assert!(
+                reason.contains(&format!("has {answered} items for the 3 sent")),
+                "{b}"
+            );
+        }
+    }
+    assert_nothing_held(&gw);
+    gw.stop().await;
+}
+
+/// Sends a request as a client that accepts gzip (opensearch-py with `http_compress`, browsers)
+/// and reads its answer, decompressed when it came compressed: status, whether it did, body.
+async fn gzip_client_req(
+    node: &TestNode,
+    method: &str,
+    path: &str,
+    body: Option<(&str, String)>,
+    headers: &[(&str, &str)],
+) -> (u16, bool, Value) {
+    let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let mut rb = node
+        .client
+        .request(m, node.url(path))
+        .header("accept-encoding", "gzip");
+    for (k, v) in headers {
+        rb = rb.header(*k, *v);
+    }
+    if let Some((ctype, b)) = body {
+        rb = rb.header("content-type", ctype).body(b);
+    }
+    let resp = rb.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let gzipped = resp
+        .headers()
+        .get("content-encoding")
+        .is_some_and(|v| v == "gzip");
+    let bytes = resp.bytes().await.unwrap();
+    let text = if gzipped {
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut out)
+            .unwrap();
+        out
+    } else {
+        String::from_utf8_lossy(&bytes).to_string()
+    };
+    (
+        status,
+        gzipped,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_answers_the_gateway_reads_are_right_for_clients_that_accept_gzip() {
+    // The upstream (an embedded node) gzips its answers for clients that accept it; the
+    // gateway must still read the answers it merges, filters or finds a scroll id in.
+    let tmp = tempfile::tempdir().unwrap();
+    let gw = TestNode::start_gateway_on(tmp.path(), &[]).await;
+    gw.bulk(
+        "/z/_bulk?refresh=true",
+        &[
+            json!({"index": {"_id": "1"}}),
+            json!({"n": 1}),
+            json!({"index": {"_id": "2"}}),
+            json!({"n": 2}),
+        ],
+    )
+    .await;
+    let ndjson = common::ndjson(&[
+        json!({"index": "z"}),
+        json!({"query": {"match_all": {}}}),
+        json!({"index": "z"}),
+        json!({"query": {"term": {"n": 2}}}),
+    ]);
+    let (s, gzipped, b) = gzip_client_req(
+        &gw,
+        "POST",
+        "/_msearch",
+        Some(("application/x-ndjson", ndjson)),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    // The client still gets its answer compressed.
+    assert!(gzipped, "{b}");
+    assert_eq!(b["responses"][0]["status"], 200, "{b}");
+    assert_eq!(b["responses"][0]["hits"]["total"]["value"], 2, "{b}");
+    assert_eq!(b["responses"][1]["hits"]["total"]["value"], 1, "{b}");
+    let (s, _, b) = gzip_client_req(&gw, "GET", "/_cluster/settings", None, &[]).await;
+    assert_eq!(s, 200, "{b}");
+    assert!(b["persistent"].is_object(), "{b}");
+    // A scroll opened and continued by such a client stays in its group.
+    let default_before = default_stats(&gw).await["total_completions"].clone();
+    let group = gw
+        .create_group(json!({"name": "zipped", "resiliency_mode": "soft",
+                "resource_limits": {"memory": 0.5}}))
+        .await;
+    let (s, _, b) = gzip_client_req(
+        &gw,
+        "POST",
+        "/z/_search?scroll=1m&size=1",
+        Some(("application/json", json!({"sort": ["_doc"]}).to_string())),
+        &[("workloadGroupId", &group)],
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    let id = b["_scroll_id"].as_str().unwrap().to_string();
+    let (s, _, b) = gzip_client_req(
+        &gw,
+        "POST",
+        "/_search/scroll",
+        Some((
+            "application/json",
+            json!({"scroll": "1m", "scroll_id": id}).to_string(),
+        )),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["hits"]["hits"].as_array().unwrap().len(), 1, "{b}");
+    assert_eq!(
+        group_stats(&gw, &group).await["total_completions"],
+        2,
+        "the continuation was charged elsewhere"
+    );
+    assert_eq!(
+        default_stats(&gw).await["total_completions"],
+        default_before
+    );
+    gw.stop().await;
+}
+
 /// The upstream's search tasks whose `X-Opaque-Id` contains `part`.
 async fn upstream_searches(upstream: &TestNode, part: &str) -> Vec<Value> {
     let (s, b) = upstream

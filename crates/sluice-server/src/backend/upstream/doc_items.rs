@@ -202,7 +202,8 @@ async fn send(
     body: Bytes,
 ) -> ApiResult<Result<Value, Response>> {
     let up = super::routes_upstream(st)?;
-    let resp = up.send_call(call_as(&up, meta, parts, &[], body)).await?;
+    let call = call_as(&up, meta, parts, &[], body).answer_uncompressed();
+    let resp = up.send_call(call).await?;
     if !resp.status().is_success() {
         return Ok(Err(stream_back(resp)));
     }

@@ -90,6 +90,21 @@ pub struct Call {
     pub body: Bytes,
 }
 
+impl Call {
+    /// The call asking for its answer uncompressed (`Accept-Encoding: identity` in place of
+    /// the client's): for a request whose answer the gateway reads (merges, filters, finds a
+    /// scroll id in), which it could not in a compressed answer. The client still gets its
+    /// answer compressed when it asked: the node's compression layer compresses what the
+    /// gateway answers, as it does every answer of sluice's.
+    pub fn answer_uncompressed(mut self) -> Call {
+        self.headers.insert(
+            http::header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+        self
+    }
+}
+
 impl Upstream {
     /// The upstream of `config`; `auth` is sluice's own authentication.
     /// `measure` is how forwarded searches are measured.
@@ -673,6 +688,22 @@ pub fn stream_back(resp: Response<Incoming>) -> axum::response::Response {
 /// The upstream's answer read whole as JSON; `what` names it in the errors (`_msearch`,
 /// `_cluster/settings`): the answer breaking off or not being JSON is an `upstream_exception`.
 pub async fn json_answer(resp: Response<Incoming>, what: &str) -> Result<Value, EngineError> {
+    // Asked for uncompressed ([`Call::answer_uncompressed`]); an upstream that encodes it
+    // anyway is named for it, not reported as sending something other than JSON.
+    if let Some(coding) = resp
+        .headers()
+        .get(http::header::CONTENT_ENCODING)
+        .filter(|c| !c.as_bytes().eq_ignore_ascii_case(b"identity"))
+    {
+        return Err(EngineError::new(
+            ErrorCode::UpstreamFailed,
+            format!(
+                "the upstream's {what} answer is encoded [{}] although the gateway asked for \
+                 it uncompressed",
+                String::from_utf8_lossy(coding.as_bytes())
+            ),
+        ));
+    }
     let bytes = http_body_util::BodyExt::collect(resp.into_body())
         .await
         .map_err(|e| {

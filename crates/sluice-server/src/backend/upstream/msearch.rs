@@ -213,14 +213,14 @@ pub async fn run(
     let mut upstream_items: Vec<Value> = Vec::new();
     let mut passthrough = None;
     if !deadlines.is_empty() {
-        let call = call_as(&up, &meta, &parts, &[], ndjson.into());
+        let call = call_as(&up, &meta, &parts, &[], ndjson.into()).answer_uncompressed();
         let result = up
             .run_started(parent.task().clone(), batch_deadline, keep, call)
             .await;
         match result {
             Ok(resp) if resp.status().is_success() => {
                 upstream_items = match super::json_answer(resp, "_msearch").await {
-                    Ok(v) => v["responses"].as_array().cloned().unwrap_or_default(),
+                    Ok(v) => answered_items(&v, deadlines.len()),
                     Err(e) => vec![error_item(&ApiError::Engine(e))],
                 };
             }
@@ -229,8 +229,8 @@ pub async fn run(
             Err(e) => upstream_items = vec![error_item(&e)],
         }
     }
-    // Merge back in request order; an upstream answer shorter than the admitted items (an
-    // error for all) repeats its last entry.
+    // Merge back in request order; a single error for the whole batch (the upstream failed,
+    // or answered a number of items other than those sent) repeats for every item.
     let mut answers = upstream_items.into_iter();
     let mut last: Option<Value> = None;
     let mut responses = Vec::with_capacity(decided.len());
@@ -276,6 +276,25 @@ pub async fn run(
     }
     let body = json!({"took": started.elapsed().as_millis() as u64, "responses": responses});
     Ok(reply(StatusCode::OK, body, &params))
+}
+
+/// The items of the upstream's `_msearch` answer `v` to `sent` items, one per item in order;
+/// a single error item for all when the answer does not have exactly one per item sent (which
+/// item an answer belongs to is then unknown: none is passed on as another's).
+fn answered_items(v: &Value, sent: usize) -> Vec<Value> {
+    match v["responses"].as_array() {
+        Some(items) if items.len() == sent => items.clone(),
+        items => {
+            let e = EngineError::new(
+                ErrorCode::UpstreamFailed,
+                format!(
+                    "the upstream's _msearch answer has {} items for the {sent} sent",
+                    items.map_or(0, Vec::len)
+                ),
+            );
+            vec![error_item(&ApiError::Engine(e))]
+        }
+    }
 }
 
 /// An error as an msearch item: its OpenSearch error and status.

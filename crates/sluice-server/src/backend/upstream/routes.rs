@@ -415,6 +415,11 @@ async fn prepare(
         Vec::new()
     };
     let call = into_call_as(up, meta, parts, &set, body);
+    // A scroll's id is read from its answer.
+    let call = match keep_alive {
+        Some(_) => call.answer_uncompressed(),
+        None => call,
+    };
     Ok(Prepared {
         admitted,
         call,
@@ -641,7 +646,8 @@ async fn run_scroll(
         inherited,
     };
     let mut admitted = admit(&st, &meta, spec).await?;
-    let call = into_call_as(&up, &meta, parts, &[], body);
+    // The scroll's next id is read from its answer.
+    let call = into_call_as(&up, &meta, parts, &[], body).answer_uncompressed();
     let executed = up.execute(admitted.execution(), call).await;
     let resp = settle(&mut admitted, executed)?;
     let resp = match sreq.keep_alive {

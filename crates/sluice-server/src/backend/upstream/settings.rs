@@ -99,7 +99,8 @@ async fn read_settings(st: Arc<AppState>, meta: RequestMeta, req: Request) -> Ap
         body,
     } = read(req).await?;
     let flat = bool_param(&params, "flat_settings")?;
-    let resp = up.send_call(call_as(&up, &meta, &parts, &[], body)).await?;
+    let call = call_as(&up, &meta, &parts, &[], body).answer_uncompressed();
+    let resp = up.send_call(call).await?;
     if !resp.status().is_success() {
         return Ok(stream_back(resp));
     }
