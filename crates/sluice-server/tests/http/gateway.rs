@@ -84,6 +84,12 @@ fn root_answer() -> Response {
 }
 
 async fn fake(answer: Answer) -> Fake {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    fake_on(listener, answer)
+}
+
+/// [`fake`] on `listener`.
+fn fake_on(listener: tokio::net::TcpListener, answer: Answer) -> Fake {
     let received: Arc<Mutex<Vec<Received>>> = Arc::default();
     let rec = received.clone();
     let app = axum::Router::new().fallback(move |req: Request| {
@@ -106,7 +112,6 @@ async fn fake(answer: Answer) -> Fake {
             answer(r).await
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
@@ -347,6 +352,56 @@ async fn test_refused_host_answers_502_naming_it_and_is_skipped_for_the_others()
         assert_eq!(s, 200, "{b}");
     }
     assert_eq!(up.received_on("_count").len(), 6);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_gateway_starts_while_its_upstream_is_down_and_serves_it_once_back() {
+    // A port nothing listens on, for now.
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    // No backend.upstream.search_threads: how limits measure searches depends on what the
+    // upstream is, which it cannot say while down.
+    let gw = TestNode::start_plain(&[
+        "backend.type=upstream",
+        &format!("backend.upstream.hosts=http://{addr}"),
+        "backend.upstream.connect_timeout=500ms",
+    ])
+    .await;
+    let upstream = gw.state.upstream.clone().unwrap();
+    assert!(upstream.measure().is_none());
+    let resp = gw.req("GET", "/logs/_search", None).await;
+    common::assert_error(&resp, 502, "upstream_exception");
+    // The upstream (OpenSearch, which reports its tasks' usage) comes back on that port.
+    let up = fake_on(
+        tokio::net::TcpListener::bind(addr).await.unwrap(),
+        answer_with(|_| axum::Json(json!({"count": 1})).into_response()),
+    );
+    common::wait_until(
+        "the gateway deciding how it measures searches",
+        || {
+            matches!(
+                upstream.measure(),
+                Some(sluice_server::backend::upstream::limits::Measure::Reported)
+            )
+        },
+        || format!("measure {:?}", upstream.measure()),
+    )
+    .await;
+    // Served once the host's back-off from the failure has passed.
+    let started = Instant::now();
+    loop {
+        let (s, b) = gw.req("GET", "/logs/_count", None).await;
+        if s == 200 {
+            assert_eq!(b["count"], 1, "{b}");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{s} {b}");
+        tokio::task::yield_now().await;
+    }
+    assert!(!up.received_on("_count").is_empty());
     gw.stop().await;
 }
 

@@ -37,8 +37,8 @@ use std::any::Any;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -63,6 +63,19 @@ use crate::tasks::{OPAQUE_ID_HEADER, Task};
 /// upstream's tasks. A search registers its task within a few milliseconds of arriving.
 const SECOND_CANCEL_PASS: Duration = Duration::from_millis(300);
 
+/// How often a gateway whose upstream was down at start asks it again, to decide how resource
+/// limits measure forwarded searches: the upstream's searches run unmeasured for at most this
+/// long after it is back. One `GET /` a second is nothing to a cluster.
+const MEASURE_RETRY: Duration = Duration::from_secs(1);
+
+/// How often it asks again while the upstream answers but gives no measure (a configuration
+/// error, logged each time): often enough to notice a fix, seldom enough not to flood the log.
+const MEASURE_RETRY_FAILED: Duration = Duration::from_secs(30);
+
+/// The upstream did not answer.
+#[derive(Debug)]
+pub struct Unreachable;
+
 /// The upstream cluster and what the gateway keeps about it.
 pub struct Upstream {
     client: UpstreamClient,
@@ -71,8 +84,12 @@ pub struct Upstream {
     pub scrolls: ScrollGroups,
     /// The node id the gateway's task ids carry, part of every forwarded `X-Opaque-Id`.
     node_id: String,
-    /// How a forwarded search's usage is measured ([`limits`]).
-    pub measure: Measure,
+    /// How a forwarded search's usage is measured ([`limits`]): decided once the upstream
+    /// first answers (at start, or later when it was down then: [`Self::settled_measure`]).
+    measure: OnceLock<Measure>,
+    /// What the measure is decided from: `backend.upstream.search_threads` and the node's
+    /// capacity.
+    measure_from: (Option<u32>, sluice_core::resources::NodeCapacity),
     /// The fast lane's exchange ([`h1`]): `None` when `backend.upstream.fast_lane` is off or
     /// a host is `https://` (the lane speaks plain HTTP/1.1 only).
     pub lane: Option<h1::H1>,
@@ -106,13 +123,13 @@ impl Call {
 }
 
 impl Upstream {
-    /// The upstream of `config`; `auth` is sluice's own authentication.
-    /// `measure` is how forwarded searches are measured.
+    /// The upstream of `config`; `auth` is sluice's own authentication, `capacity` the node's
+    /// (what the enforcement divides CPU time and memory by). Its measure is not decided yet.
     pub fn new(
         config: &UpstreamConfig,
         auth: &crate::auth::AuthConfig,
         node_id: &str,
-        measure: Measure,
+        capacity: sluice_core::resources::NodeCapacity,
     ) -> anyhow::Result<Upstream> {
         let plain = config.hosts.iter().all(|h| h.scheme_str() == Some("http"));
         let lane = (config.fast_lane && plain).then(|| {
@@ -128,7 +145,8 @@ impl Upstream {
             identity: Identity::new(config, auth),
             scrolls: ScrollGroups::default(),
             node_id: node_id.to_string(),
-            measure,
+            measure: OnceLock::new(),
+            measure_from: (config.search_threads, capacity),
         })
     }
 
@@ -161,9 +179,9 @@ impl Upstream {
 
     /// Calls the upstream's `GET /` and logs what answered; answers its distribution
     /// (`opensearch`, `elasticsearch` when it names none, as Elasticsearch does), `None` when it
-    /// did not answer. A failure is logged, not fatal (a cluster restarting while its gateway
-    /// starts is served once it is back).
-    pub async fn probe(&self) -> Option<String> {
+    /// answered an error, `Err` when it did not answer (a cluster restarting while its gateway
+    /// starts is served once it is back): logged as a warning when `first`, else quietly.
+    pub async fn probe(&self, first: bool) -> Result<Option<String>, Unreachable> {
         let mut headers = HeaderMap::new();
         self.identity.outbound(&mut headers, None, None);
         match self.client.call(Method::GET, "/", &headers).await {
@@ -179,7 +197,7 @@ impl Upstream {
                     version = %v["version"]["number"].as_str().unwrap_or("?"),
                     "gateway mode: forwarding to the upstream cluster"
                 );
-                Some(distribution)
+                Ok(Some(distribution))
             }
             Ok((status, body)) => {
                 tracing::warn!(
@@ -187,12 +205,92 @@ impl Upstream {
                     body = %String::from_utf8_lossy(&body[..body.len().min(512)]),
                     "gateway mode: the upstream's GET / did not succeed; check backend.upstream.username/password and identity"
                 );
-                None
+                Ok(None)
             }
             Err(e) => {
-                tracing::warn!(error = %e.reason, "gateway mode: the upstream is not reachable yet; requests get 502 until it is");
-                None
+                if first {
+                    tracing::warn!(error = %e.reason, "gateway mode: the upstream is not reachable yet; requests get 502 until it is");
+                } else {
+                    tracing::debug!(error = %e.reason, "gateway mode: the upstream is still not reachable");
+                }
+                Err(Unreachable)
             }
+        }
+    }
+
+    /// Decides how forwarded searches are measured from what the upstream answers (see
+    /// [`limits`]): what it reports itself when it is OpenSearch and
+    /// `backend.upstream.search_threads` is not set, else searches in flight over its search
+    /// threads (the setting, or what its `_nodes/thread_pool` says). `Ok(None)` when the
+    /// upstream did not answer (decided later); `Err` when it answered but neither applies.
+    /// `first`: the first time it is asked (see [`Self::probe`]).
+    async fn decide_measure(&self, first: bool) -> anyhow::Result<Option<Measure>> {
+        let (configured, capacity) = self.measure_from;
+        let Ok(distribution) = self.probe(first).await else {
+            return Ok(None);
+        };
+        // OpenSearch reports each task's resource usage; Elasticsearch does not.
+        if distribution.as_deref() == Some("opensearch") && configured.is_none() {
+            tracing::info!(
+                "gateway mode: a group's cpu and memory usage is what the upstream reports for its searches (_tasks resource_stats), as fractions of this node's cores and node.memory_budget"
+            );
+            return Ok(Some(Measure::Reported));
+        }
+        let reported = self.read_search_threads().await;
+        let search_threads = match (configured, reported) {
+            (Some(set), Some(seen)) if set != seen => {
+                tracing::warn!(
+                    configured = set,
+                    reported = seen,
+                    "backend.upstream.search_threads differs from the search threads the upstream reports; limits are shares of the configured figure"
+                );
+                set
+            }
+            (Some(set), _) => set,
+            (None, Some(seen)) => seen,
+            (None, None) => anyhow::bail!(
+                "the upstream does not report per-task resource usage and its search threads could not be read from GET /_nodes/thread_pool: set backend.upstream.search_threads (the sum of thread_pool.search.size over the upstream's data nodes), which a gateway's resource limits are shares of"
+            ),
+        };
+        tracing::warn!(
+            search_threads,
+            "gateway mode: a group's cpu and memory usage is its searches in flight over the upstream's search threads (the upstream reports no per-task usage, or backend.upstream.search_threads is set): limits bound a group's share of the upstream's search capacity, not how heavy each search is"
+        );
+        Ok(Some(Measure::InFlight(InFlight {
+            cores: capacity.cores,
+            search_threads,
+            memory_budget_bytes: capacity.memory_budget_bytes,
+        })))
+    }
+
+    /// How forwarded searches are measured; `None` until the upstream first answered.
+    pub fn measure(&self) -> Option<Measure> {
+        self.measure.get().copied()
+    }
+
+    /// The measure, once decided: when the upstream was down at start, asks it again every
+    /// [`MEASURE_RETRY`] until it answers (every [`MEASURE_RETRY_FAILED`] while it answers but
+    /// the measure cannot be decided, logged as an error each time).
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops asking; a later call starts again.
+    pub async fn settled_measure(&self) -> Measure {
+        loop {
+            if let Some(m) = self.measure.get() {
+                return *m;
+            }
+            let wait = match self.decide_measure(false).await {
+                Ok(Some(m)) => {
+                    let _ = self.measure.set(m);
+                    continue;
+                }
+                Ok(None) => MEASURE_RETRY,
+                Err(e) => {
+                    tracing::error!(error = %e, "gateway mode: the upstream answers, but resource limits have no measure until this is fixed");
+                    MEASURE_RETRY_FAILED
+                }
+            };
+            tokio::time::sleep(wait).await;
         }
     }
 
@@ -335,7 +433,7 @@ impl Upstream {
     /// (the group's per-task estimate learns from it).
     pub fn finished(&self, task: &Task, hooks: &dyn super::ExecutionHooks) {
         if let Some(since) = task.usage.executing_since() {
-            if let Measure::InFlight(m) = self.measure {
+            if let Some(Measure::InFlight(m)) = self.measure.get() {
                 task.usage
                     .record(m.cpu_nanos(since, Instant::now()), m.memory_bytes());
             }
@@ -346,7 +444,7 @@ impl Upstream {
     /// Records the in-flight measure on the forwarded tasks in flight (nothing when the
     /// upstream reports usage: [`Self::poll_usage`] records it).
     pub fn record_in_flight(&self, tasks: &[Arc<Task>]) {
-        if let Measure::InFlight(m) = self.measure {
+        if let Some(Measure::InFlight(m)) = self.measure.get() {
             m.record(tasks, Instant::now());
         }
     }
@@ -358,7 +456,7 @@ impl Upstream {
     /// # Cancel safety
     /// Dropping the future (aborting its task at shutdown) stops the polling.
     pub async fn poll_usage(self: Arc<Self>, st: Arc<crate::state::AppState>) {
-        if !matches!(self.measure, Measure::Reported) {
+        if !matches!(self.settled_measure().await, Measure::Reported) {
             return;
         }
         let mut headers = HeaderMap::new();
@@ -577,7 +675,10 @@ fn matching_tasks(body: &[u8], opaque: &str) -> Vec<String> {
 }
 
 /// Starts gateway mode: builds the upstream client (TLS set up from `config`), warns when every
-/// user would reach the upstream under one identity, and calls the upstream's `GET /`.
+/// user would reach the upstream under one identity, calls the upstream's `GET /` and decides
+/// how forwarded searches are measured. An upstream that answers but gives no measure stops
+/// start-up; one that does not answer is asked again later ([`Upstream::settled_measure`]):
+/// the gateway starts, and its requests get 502 until the upstream is back.
 /// `capacity` is the node's (what the enforcement divides CPU time and memory by).
 pub async fn start(
     config: &UpstreamConfig,
@@ -585,7 +686,7 @@ pub async fn start(
     node_id: &str,
     capacity: sluice_core::resources::NodeCapacity,
 ) -> anyhow::Result<Upstream> {
-    let mut upstream = Upstream::new(config, auth, node_id, Measure::Reported)?;
+    let upstream = Upstream::new(config, auth, node_id, capacity)?;
     if upstream.identity().is_single_identity()
         && (config.credentials.is_some() || auth.mode != crate::auth::AuthMode::None)
     {
@@ -597,43 +698,14 @@ pub async fn start(
             "backend.upstream.identity is service: every user's requests reach the upstream under this one identity, so the upstream's own security cannot tell users apart or restrict what each may read; use proxy (OpenSearch security), run_as (Elasticsearch) or passthrough to forward the user"
         );
     }
-    let distribution = upstream.probe().await;
-    // OpenSearch reports each task's resource usage; Elasticsearch does not. A distribution
-    // unknown at start (upstream down) is taken at its word: the configured search threads
-    // decide.
-    let reports_usage =
-        distribution.as_deref() == Some("opensearch") && config.search_threads.is_none();
-    if reports_usage {
-        tracing::info!(
-            "gateway mode: a group's cpu and memory usage is what the upstream reports for its searches (_tasks resource_stats), as fractions of this node's cores and node.memory_budget"
-        );
-        return Ok(upstream);
-    }
-    let reported = upstream.read_search_threads().await;
-    let search_threads = match (config.search_threads, reported) {
-        (Some(set), Some(seen)) if set != seen => {
-            tracing::warn!(
-                configured = set,
-                reported = seen,
-                "backend.upstream.search_threads differs from the search threads the upstream reports; limits are shares of the configured figure"
-            );
-            set
+    match upstream.decide_measure(true).await? {
+        Some(m) => {
+            let _ = upstream.measure.set(m);
         }
-        (Some(set), _) => set,
-        (None, Some(seen)) => seen,
-        (None, None) => anyhow::bail!(
-            "the upstream does not report per-task resource usage and its search threads could not be read from GET /_nodes/thread_pool: set backend.upstream.search_threads (the sum of thread_pool.search.size over the upstream's data nodes), which a gateway's resource limits are shares of"
+        None => tracing::warn!(
+            "gateway mode: how resource limits measure forwarded searches is decided once the upstream answers"
         ),
-    };
-    upstream.measure = Measure::InFlight(InFlight {
-        cores: capacity.cores,
-        search_threads,
-        memory_budget_bytes: capacity.memory_budget_bytes,
-    });
-    tracing::warn!(
-        search_threads,
-        "gateway mode: a group's cpu and memory usage is its searches in flight over the upstream's search threads (the upstream reports no per-task usage, or backend.upstream.search_threads is set): limits bound a group's share of the upstream's search capacity, not how heavy each search is"
-    );
+    }
     Ok(upstream)
 }
 
