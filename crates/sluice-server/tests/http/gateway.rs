@@ -405,6 +405,37 @@ async fn test_gateway_starts_while_its_upstream_is_down_and_serves_it_once_back(
     gw.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_malformed_chunked_body_is_the_clients_error_on_every_route() {
+    let up = fake(answer_with(|_| {
+        axum::Json(json!({"count": 1})).into_response()
+    }))
+    .await;
+    let gw = gateway(&up.base, &[]).await;
+    let addr = gw.base.trim_start_matches("http://").to_string();
+    // A search the gateway admits and reads whole, and a request it streams to the upstream.
+    for path in ["/logs/_count", "/_bulk"] {
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             transfer-encoding: chunked\r\n\r\nzz\r\n{{}}\r\n0\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut buf = Vec::new();
+        let (status, _, body) = read_response(&mut stream, &mut buf).await;
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(status, 400, "{path}: {body}");
+        assert_eq!(body["error"]["type"], "parsing_exception", "{path}: {body}");
+        let reason = body["error"]["reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with("failed to read request body"),
+            "{path}: {body}"
+        );
+    }
+    assert_nothing_held(&gw);
+    gw.stop().await;
+}
+
 /// A fake upstream whose searches on `*hang*` wait for `release`, and whose `_msearch` answers
 /// one item per item received, naming its index.
 async fn msearch_upstream(release: Arc<tokio::sync::Notify>) -> Fake {

@@ -289,6 +289,14 @@ impl UpstreamClient {
                         timed_out.then_some(self.connect_timeout),
                     ));
                 }
+                // The client's body broke off or was malformed (a bad chunk) while it was
+                // streamed up: the client's fault, answered as reading a body fails elsewhere.
+                Ok(Err(Failure::Exchange(e))) if e.is_user() => {
+                    return Err(EngineError::parsing(format!(
+                        "failed to read request body: {}",
+                        causes(&e)
+                    )));
+                }
                 Ok(Err(Failure::Exchange(e))) => {
                     return Err(failed_to_answer(host, &causes(&e)));
                 }

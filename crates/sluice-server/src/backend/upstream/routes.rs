@@ -217,7 +217,18 @@ pub(super) async fn read(req: Request) -> ApiResult<Read> {
     let params = params_of(&parts)?;
     let body = axum::body::to_bytes(body, usize::try_from(limit).unwrap_or(usize::MAX))
         .await
-        .map_err(|_| ApiError::TooLarge { limit })?;
+        .map_err(|e| {
+            // Over the limit, or the body itself broke off or was malformed (a bad chunk).
+            let e = e.into_inner();
+            if e.is::<http_body_util::LengthLimitError>() {
+                ApiError::TooLarge { limit }
+            } else {
+                ApiError::Engine(EngineError::parsing(format!(
+                    "failed to read request body: {}",
+                    super::client::causes(&*e)
+                )))
+            }
+        })?;
     Ok(Read {
         parts,
         params,
