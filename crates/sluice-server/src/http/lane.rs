@@ -22,9 +22,14 @@
 //!   request metadata, warnings, the ticket released once the answer's head is built, the
 //!   `X-Opaque-Id` echo), the same handler steps ([`crate::backend::upstream::routes`]), the
 //!   upstream's answer relayed as it came (hop-by-hop headers and the upstream's
-//!   `X-Opaque-Id` aside). Tested by `test_lane_hands_other_requests_to_the_general_path`
-//!   (the same answers with the lane off) and the gateway suites, where every search and count
-//!   takes the lane.
+//!   `X-Opaque-Id` aside), with what the general path's layers add to an answer, relayed or
+//!   sluice's own: hyper's `Date` when there is none, the compression layer's
+//!   `Vary: accept-encoding` by its rule ([`crate::backend::upstream::h1::Added`]). Tested by
+//!   `test_lane_hands_other_requests_to_the_general_path` (the same answers with the lane
+//!   off), `test_lane_answers_carry_the_headers_the_general_path_adds` (the same header names,
+//!   from an upstream that sends no `Date`), `test_added_headers_are_the_general_paths` (the
+//!   rule against the layer, over generated heads) and the gateway suites, where every search
+//!   and count takes the lane.
 //! - L2 — a request lent to hyper reaches it with every byte of it the lane read, in order, and
 //!   no byte past it; what the client sent after it is the lane's again once it is answered.
 //!   Tested by `test_lane_hands_other_requests_to_the_general_path` (pipelined requests of
@@ -447,6 +452,14 @@ async fn handle(
             for v in &opaque {
                 push_header(&mut head, "x-opaque-id", v);
             }
+            // What the general path's layers add (L1).
+            let added = answer.added();
+            if added.vary {
+                head.extend_from_slice(b"vary: accept-encoding\r\n");
+            }
+            if added.date {
+                push_date(&mut head);
+            }
             if answer.is_chunked() {
                 head.extend_from_slice(b"transfer-encoding: chunked\r\n");
             }
@@ -488,8 +501,34 @@ fn head_bytes(status: StatusCode, headers: &HeaderMap) -> Vec<u8> {
     out
 }
 
-/// Writes a response sluice built (small and whole: errors, rejections) with its length.
+/// Appends a `Date` header of now, as hyper's server adds one to an answer without (the HTTP
+/// date formatted once a second per lane thread, as hyper caches its own).
+fn push_date(out: &mut Vec<u8>) {
+    thread_local! {
+        static DATE: std::cell::RefCell<(u64, String)> = const {
+            std::cell::RefCell::new((u64::MAX, String::new()))
+        };
+    }
+    let now = std::time::SystemTime::now();
+    let second = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    DATE.with_borrow_mut(|(at, text)| {
+        if *at != second {
+            *at = second;
+            *text = httpdate::fmt_http_date(now);
+        }
+        out.extend_from_slice(b"date: ");
+        out.extend_from_slice(text.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    });
+}
+
+/// Writes a response sluice built (small and whole: errors, rejections) with its length, and
+/// what the general path's layers add to it (L1): tower-http's compression layer a
+/// `Vary: accept-encoding` by its own rule, hyper a `Date`.
 async fn write_response(stream: &mut TcpStream, resp: Response) -> std::io::Result<()> {
+    use tower_http::compression::predicate::{DefaultPredicate, Predicate};
     let (mut parts, body) = resp.into_parts();
     let body = axum::body::to_bytes(body, usize::MAX)
         .await
@@ -498,7 +537,26 @@ async fn write_response(stream: &mut TcpStream, resp: Response) -> std::io::Resu
     parts
         .headers
         .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    let whole = http::Response::from_parts(parts, http_body_util::Full::new(body.clone()));
+    let varies = !whole.headers().contains_key(header::CONTENT_ENCODING)
+        && !whole.headers().contains_key(header::CONTENT_RANGE)
+        && DefaultPredicate::new().should_compress(&whole)
+        && !whole.headers().get_all(header::VARY).iter().any(|v| {
+            v.as_bytes()
+                .windows(b"accept-encoding".len())
+                .any(|w| w.eq_ignore_ascii_case(b"accept-encoding"))
+        });
+    let parts = whole.into_parts().0;
     let mut out = head_bytes(parts.status, &parts.headers);
+    // Before the head's end, which `head_bytes` wrote.
+    out.truncate(out.len() - 2);
+    if varies {
+        out.extend_from_slice(b"vary: accept-encoding\r\n");
+    }
+    if !parts.headers.contains_key(header::DATE) {
+        push_date(&mut out);
+    }
+    out.extend_from_slice(b"\r\n");
     out.extend_from_slice(&body);
     stream.write_all(&out).await
 }

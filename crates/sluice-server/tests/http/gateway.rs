@@ -436,6 +436,134 @@ async fn test_malformed_chunked_body_is_the_clients_error_on_every_route() {
     gw.stop().await;
 }
 
+/// An upstream that answers every request, on keep-alive connections, with a JSON body and
+/// nothing else: no `Date`, no `Vary` (as OpenSearch's own HTTP server answers).
+async fn bare_upstream() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                loop {
+                    let (_, _, _) = match read_request(&mut stream, &mut buf).await {
+                        Some(r) => r,
+                        None => return,
+                    };
+                    let body = br#"{"took":1,"hits":{"total":{"value":1},"hits":[]}}"#;
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json; charset=UTF-8\r\n\
+                         content-length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    let mut out = head.into_bytes();
+                    out.extend_from_slice(body);
+                    if stream.write_all(&out).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (base, task)
+}
+
+/// Reads one request (head and a body framed by its length) from `stream` after what `buf`
+/// holds: its head's first line, lowercase header names, body; `None` once the peer closed.
+async fn read_request(
+    stream: &mut tokio::net::TcpStream,
+    buf: &mut Vec<u8>,
+) -> Option<(String, Vec<String>, Vec<u8>)> {
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    buf.drain(..head_end + 4);
+    let mut lines = head.split("\r\n");
+    let first = lines.next().unwrap_or_default().to_string();
+    let mut names = Vec::new();
+    let mut len = 0;
+    for line in lines {
+        let (k, v) = line.split_once(':').unwrap_or((line, ""));
+        let k = k.trim().to_ascii_lowercase();
+        if k == "content-length" {
+            len = v.trim().parse().unwrap_or(0);
+        }
+        names.push(k);
+    }
+    while buf.len() < len {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let body = buf.drain(..len).collect();
+    Some((first, names, body))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_lane_answers_carry_the_headers_the_general_path_adds() {
+    // The general path adds `Date` (hyper) and `Vary: accept-encoding` (the compression
+    // layer) to what it relays and to sluice's own answers; the lane adds the same.
+    let (base, _upstream) = bare_upstream().await;
+    let requests = [
+        // Relayed from the upstream, which sent neither.
+        "POST /logs/_search HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n\
+         content-length: 2\r\n\r\n{}",
+        // sluice's own answer: a bad parameter.
+        "GET /logs/_search?cancel_after_time_interval=xyz HTTP/1.1\r\nhost: gw\r\n\r\n",
+    ];
+    let mut seen: Vec<Vec<Vec<String>>> = Vec::new();
+    for lane in ["true", "false"] {
+        let setting = format!("backend.upstream.fast_lane={lane}");
+        let gw = gateway(&base, &[&setting]).await;
+        let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+        let mut buf = Vec::new();
+        let mut names_of_each = Vec::new();
+        for request in requests {
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let (status, headers, body) = read_response(&mut stream, &mut buf).await;
+            let text = String::from_utf8_lossy(&body);
+            assert!(
+                status == 200 || status == 400,
+                "lane {lane}: {status} {text}"
+            );
+            let get = |name: &str| {
+                headers
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.clone())
+            };
+            let date = get("date").unwrap_or_else(|| panic!("lane {lane}: no date {headers:?}"));
+            assert!(httpdate::parse_http_date(&date).is_ok(), "{date}");
+            assert_eq!(
+                get("vary").as_deref(),
+                Some("accept-encoding"),
+                "lane {lane}: {headers:?}"
+            );
+            let mut names: Vec<String> = headers.into_iter().map(|(k, _)| k).collect();
+            names.sort();
+            names_of_each.push(names);
+        }
+        seen.push(names_of_each);
+        gw.stop().await;
+    }
+    assert_eq!(
+        seen[0], seen[1],
+        "the lane's headers, then the general path's"
+    );
+}
+
 /// A fake upstream whose searches on `*hang*` wait for `release`, and whose `_msearch` answers
 /// one item per item received, naming its index.
 async fn msearch_upstream(release: Arc<tokio::sync::Notify>) -> Fake {

@@ -116,6 +116,8 @@ pub struct Answer {
     lines: Bytes,
     /// The header names the `Connection` header lists.
     connection_named: Vec<String>,
+    /// What the general path would add to the head.
+    added: Added,
     conn: TcpStream,
     /// Bytes read past the head: the body's start.
     buf: BytesMut,
@@ -125,6 +127,85 @@ pub struct Answer {
     pool: Arc<Pool>,
     /// The lane thread the connection is pooled for (R5).
     thread: usize,
+}
+
+/// What the node's general path adds to the head of an answer it relays, which the lane adds
+/// too (L1): hyper's `Date` when the upstream sent none (a proxy must, RFC 9110 §6.6.1), and
+/// the `Vary: accept-encoding` of tower-http's compression layer, which it appends when the
+/// answer is one it would compress (not encoded, not a range, its default predicate: 32 bytes
+/// or more or of unknown length, not gRPC, an image or an event stream) and no `Vary` names
+/// `accept-encoding` yet. `test_added_headers_are_the_general_paths` checks the rule against
+/// the layer itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Added {
+    /// `Date`.
+    pub date: bool,
+    /// `Vary: accept-encoding`.
+    pub vary: bool,
+}
+
+/// What of an answer's head decides its [`Added`], but for its length.
+#[derive(Debug, Clone, Copy, Default)]
+struct AddedBut {
+    /// It has a `Date`.
+    dated: bool,
+    /// The compression layer would vary it if its length allows.
+    varies_if_long: bool,
+}
+
+/// The fewest body bytes tower-http's default predicate compresses (`SizeAbove`'s default).
+const COMPRESS_MIN_SIZE: u64 = 32;
+
+impl AddedBut {
+    /// What `headers` (name and value of each, as the upstream sent them) decide.
+    fn of<'h>(headers: impl Iterator<Item = (&'h str, &'h [u8])>) -> AddedBut {
+        let (mut dated, mut encoded, mut ranged, mut varied) = (false, false, false, false);
+        let mut content_type = None;
+        for (name, value) in headers {
+            match name.len() {
+                4 if name.eq_ignore_ascii_case("date") => dated = true,
+                4 if name.eq_ignore_ascii_case("vary") => {
+                    varied |= value
+                        .windows(b"accept-encoding".len())
+                        .any(|w| w.eq_ignore_ascii_case(b"accept-encoding"));
+                }
+                12 if name.eq_ignore_ascii_case("content-type") => {
+                    content_type.get_or_insert(value);
+                }
+                13 if name.eq_ignore_ascii_case("content-range") => ranged = true,
+                16 if name.eq_ignore_ascii_case("content-encoding") => encoded = true,
+                _ => {}
+            }
+        }
+        // As `HeaderValue::to_str` reads it: a value that is not visible ASCII is "".
+        let content_type = content_type
+            .filter(|v| v.iter().all(|&b| b == b'\t' || (32..127).contains(&b)))
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .unwrap_or("");
+        let not_for = |prefix: &str, except: Option<&str>| {
+            except.is_some_and(|e| content_type.starts_with(e)) || !content_type.starts_with(prefix)
+        };
+        let type_compressed = not_for("application/grpc", Some("application/grpc-web"))
+            && not_for("image/", Some("image/svg+xml"))
+            && not_for("text/event-stream", None);
+        AddedBut {
+            dated,
+            varies_if_long: !encoded && !ranged && type_compressed && !varied,
+        }
+    }
+
+    /// The [`Added`] of an answer framed by `framing`.
+    fn added(self, framing: Framing) -> Added {
+        let long = match framing {
+            Framing::Length(n) => n >= COMPRESS_MIN_SIZE,
+            Framing::Empty => false,
+            Framing::Chunked | Framing::Close => true,
+        };
+        Added {
+            date: !self.dated,
+            vary: self.varies_if_long && long,
+        }
+    }
 }
 
 /// How a relay ended for the client's connection.
@@ -298,6 +379,8 @@ struct Head {
     keep_alive: bool,
     /// The header names the `Connection` header lists (lowercase): hop-by-hop too.
     connection_named: Vec<String>,
+    /// What decides the general path's additions.
+    added: AddedBut,
 }
 
 /// Writes `request` and reads until an answer's head (a final one: `1xx` heads are skipped).
@@ -409,6 +492,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
             (None, Some(n)) => Framing::Length(n),
         }
     };
+    let added = AddedBut::of(resp.headers.iter().map(|h| (h.name, h.value)));
     let version_1_0 = resp.version == Some(0);
     let keep_alive = framing != Framing::Close && !closes && (!version_1_0 || keeps);
     // The header lines: after the status line, before the empty line that ends the head.
@@ -421,6 +505,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
             framing,
             keep_alive,
             connection_named,
+            added,
         },
         len,
     )))
@@ -445,6 +530,7 @@ fn finish_head(
         status: head.status,
         lines: head.lines,
         connection_named: head.connection_named,
+        added: head.added.added(framing),
         conn,
         buf,
         framing,
@@ -615,6 +701,11 @@ impl Answer {
             pool.put(thread, conn);
         }
         Ok(Relayed::Whole)
+    }
+
+    /// What the general path would add to the answer's head.
+    pub fn added(&self) -> Added {
+        self.added
     }
 
     /// How many bytes of the body were read with the head.
@@ -818,6 +909,98 @@ mod tests {
         let (mut head, len) = parse_head(raw.as_bytes())?.expect("a whole head");
         head.lines = Bytes::copy_from_slice(&raw.as_bytes()[head.lines_start..len - 2]);
         Ok(head)
+    }
+
+    /// What tower-http's compression layer, in front of a service answering `headers` with a
+    /// body of `framing`'s length, does to the `Vary` header: whether it appends one.
+    fn layer_appends_vary(status: u16, headers: &[(&str, Vec<u8>)], framing: Framing) -> bool {
+        use http_body_util::{BodyExt, Full, StreamBody};
+        use tower::ServiceExt;
+        type Out = http_body_util::combinators::UnsyncBoxBody<Bytes, std::convert::Infallible>;
+        let mut resp = http::Response::new(match framing {
+            Framing::Length(n) => Full::new(Bytes::from(vec![b'x'; n as usize])).boxed_unsync(),
+            Framing::Empty => Full::new(Bytes::new()).boxed_unsync(),
+            // A length the layer cannot know.
+            Framing::Chunked | Framing::Close => StreamBody::new(futures::stream::empty::<
+                Result<hyper::body::Frame<Bytes>, std::convert::Infallible>,
+            >())
+            .boxed_unsync(),
+        });
+        *resp.status_mut() = StatusCode::from_u16(status).unwrap();
+        for (name, value) in headers {
+            resp.headers_mut().append(
+                http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_bytes(value).unwrap(),
+            );
+        }
+        let before = resp.headers().get_all(http::header::VARY).iter().count();
+        let resp = std::sync::Mutex::new(Some(resp));
+        let service = tower::service_fn(move |_: http::Request<Out>| {
+            let resp: http::Response<Out> = resp.lock().unwrap().take().unwrap();
+            async move { Ok::<_, std::convert::Infallible>(resp) }
+        });
+        let layered = tower_http::compression::Compression::new(service);
+        // A lane client: it accepts no encoding but identity.
+        let req = http::Request::new(Full::new(Bytes::new()).boxed_unsync());
+        let out = futures::executor::block_on(layered.oneshot(req)).unwrap();
+        out.headers().get_all(http::header::VARY).iter().count() > before
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn test_added_headers_are_the_general_paths(
+            status in proptest::sample::select(vec![200u16, 204, 404]),
+            content_type in proptest::sample::select(vec![
+                None, Some(&b"application/json"[..]), Some(b"Application/JSON"),
+                Some(b"application/grpc"), Some(b"application/grpc-web+proto"),
+                Some(b"image/png"), Some(b"image/svg+xml"),
+                Some(b"text/event-stream; charset=utf-8"), Some(b"text/\x80plain"),
+            ]),
+            encoding in proptest::sample::select(vec![None, Some("gzip"), Some("identity")]),
+            ranged in proptest::bool::ANY,
+            vary in proptest::sample::select(vec![
+                vec![], vec!["accept-encoding"], vec!["Origin"],
+                vec!["origin, Accept-Encoding"], vec!["origin", "ACCEPT-ENCODING"],
+            ]),
+            dated in proptest::bool::ANY,
+            length in proptest::sample::select(vec![Some(0u64), Some(31), Some(32), Some(500), None]),
+        ) {
+            let mut headers: Vec<(&str, Vec<u8>)> = Vec::new();
+            if let Some(t) = content_type {
+                headers.push(("content-type", t.to_vec()));
+            }
+            if let Some(e) = encoding {
+                headers.push(("content-encoding", e.as_bytes().to_vec()));
+            }
+            if ranged {
+                headers.push(("content-range", b"bytes 0-1/2".to_vec()));
+            }
+            for v in &vary {
+                headers.push(("vary", v.as_bytes().to_vec()));
+            }
+            if dated {
+                headers.push(("date", b"Thu, 03 Dec 2026 07:40:00 GMT".to_vec()));
+            }
+            let mut raw = format!("HTTP/1.1 {status} X\r\n").into_bytes();
+            for (name, value) in &headers {
+                raw.extend_from_slice(name.as_bytes());
+                raw.extend_from_slice(b": ");
+                raw.extend_from_slice(value);
+                raw.extend_from_slice(b"\r\n");
+            }
+            match length {
+                Some(n) => raw.extend_from_slice(format!("content-length: {n}\r\n").as_bytes()),
+                None => raw.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+            }
+            raw.extend_from_slice(b"\r\n");
+            let (parsed, _) = parse_head(&raw).unwrap().unwrap();
+            let added = parsed.added.added(parsed.framing);
+            proptest::prop_assert_eq!(added.date, !dated);
+            proptest::prop_assert_eq!(
+                added.vary,
+                layer_appends_vary(status, &headers, parsed.framing)
+            );
+        }
     }
 
     #[test]
