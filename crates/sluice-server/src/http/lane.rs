@@ -444,7 +444,7 @@ async fn handle(
             // The upstream's header lines as they came, but hop-by-hop ones and its
             // `X-Opaque-Id` (the gateway's id for it: the client gets its own back, below).
             // Room for the body's first bytes too: the relay sends them with the head.
-            let mut head = status_line(status, answer.buffered());
+            let mut head = status_line(status, answer.reason(), answer.buffered());
             answer.write_headers(&mut head, |name| name.eq_ignore_ascii_case(b"x-opaque-id"));
             for v in meta::warning_values(&warnings) {
                 push_header(&mut head, "warning", &v);
@@ -472,13 +472,14 @@ async fn handle(
     }
 }
 
-/// A response's status line, in a buffer with room for the head and `more` bytes.
-fn status_line(status: StatusCode, more: usize) -> Vec<u8> {
+/// A response's status line with `reason`, in a buffer with room for the head and `more`
+/// bytes.
+fn status_line(status: StatusCode, reason: &[u8], more: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(512 + more);
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');
-    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(reason);
     out.extend_from_slice(b"\r\n");
     out
 }
@@ -493,7 +494,9 @@ fn push_header(out: &mut Vec<u8>, name: &str, value: &HeaderValue) {
 
 /// The head of a response sluice built: status line, `headers`, the end of the head.
 fn head_bytes(status: StatusCode, headers: &HeaderMap) -> Vec<u8> {
-    let mut out = status_line(status, 0);
+    // hyper's words for a status without a usual reason.
+    let reason = status.canonical_reason().unwrap_or("<none>");
+    let mut out = status_line(status, reason.as_bytes(), 0);
     for (name, value) in headers {
         push_header(&mut out, name.as_str(), value);
     }

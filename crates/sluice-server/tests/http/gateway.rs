@@ -134,6 +134,10 @@ enum Raw {
     HalfClose,
     /// Never answers.
     Hang,
+    /// Answers 200 with the reason phrase `Fine`, keeping the connection.
+    Reason,
+    /// Answers 200 with a header of this many bytes, keeping the connection.
+    LongHeader(usize),
 }
 
 async fn raw_upstream(how: Raw) -> (String, tokio::task::JoinHandle<()>) {
@@ -154,6 +158,29 @@ async fn raw_upstream(how: Raw) -> (String, tokio::task::JoinHandle<()>) {
                     }
                 }
                 match how {
+                    Raw::Reason | Raw::LongHeader(_) => {
+                        let head = match how {
+                            Raw::LongHeader(n) => {
+                                format!("HTTP/1.1 200 OK\r\nx-long: {}\r\n", "a".repeat(n))
+                            }
+                            _ => "HTTP/1.1 200 Fine\r\n".to_string(),
+                        };
+                        let answer = format!("{head}content-length: 2\r\n\r\n{{}}");
+                        // Every request on the connection (bodiless ones: the gateway's
+                        // `GET /` and the test's searches) gets the answer.
+                        loop {
+                            if stream.write_all(answer.as_bytes()).await.is_err() {
+                                return;
+                            }
+                            seen.clear();
+                            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                                match stream.read(&mut buf).await {
+                                    Ok(0) | Err(_) => return,
+                                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                                }
+                            }
+                        }
+                    }
                     Raw::Garbage => {
                         let _ = stream
                             .write_all(b"SSH-2.0-not-http\r\n\r\n\x00\x01\x02")
@@ -562,6 +589,62 @@ async fn test_lane_answers_carry_the_headers_the_general_path_adds() {
         seen[0], seen[1],
         "the lane's headers, then the general path's"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_lane_and_general_path_word_upstream_failures_alike() {
+    // A search on the lane and the same search on the general path (the lane off) get the same
+    // status line, and the same 502 with the same reason, from each kind of upstream.
+    let mut upstreams = vec![(
+        "refused".to_string(),
+        "http://127.0.0.1:1".to_string(),
+        None,
+    )];
+    for (name, how) in [
+        ("garbage", Raw::Garbage),
+        ("reason", Raw::Reason),
+        ("long header", Raw::LongHeader(200 * 1024)),
+        ("too long header", Raw::LongHeader(500 * 1024)),
+    ] {
+        let (base, task) = raw_upstream(how).await;
+        upstreams.push((name.to_string(), base, Some(task)));
+    }
+    for (name, base, _task) in &upstreams {
+        let mut seen = Vec::new();
+        for lane in ["true", "false"] {
+            let setting = format!("backend.upstream.fast_lane={lane}");
+            let gw = gateway(base, &[&setting]).await;
+            let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+            stream
+                .write_all(b"GET /logs/_search HTTP/1.1\r\nhost: gw\r\n\r\n")
+                .await
+                .unwrap();
+            let mut buf = Vec::new();
+            // The status line, before `read_response` takes the head apart.
+            while !buf.windows(2).any(|w| w == b"\r\n") {
+                let mut chunk = [0u8; 4096];
+                let n = stream.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "{name}, lane {lane}: closed");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let line_end = buf.windows(2).position(|w| w == b"\r\n").unwrap();
+            let status_line = String::from_utf8_lossy(&buf[..line_end]).to_string();
+            let (status, _, body) = read_response(&mut stream, &mut buf).await;
+            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            seen.push((status_line, status, body["error"]["reason"].clone()));
+            gw.stop().await;
+        }
+        assert_eq!(
+            seen[0], seen[1],
+            "{name}: the lane's, then the general path's"
+        );
+        let (line, status, _) = &seen[0];
+        match name.as_str() {
+            "reason" => assert_eq!(line, "HTTP/1.1 200 Fine"),
+            "long header" => assert_eq!(*status, 200, "{line}"),
+            _ => assert_eq!(*status, 502, "{name}: {line}"),
+        }
+    }
 }
 
 /// A fake upstream whose searches on `*hang*` wait for `release`, and whose `_msearch` answers

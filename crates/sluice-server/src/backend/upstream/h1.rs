@@ -47,13 +47,53 @@ use super::client::{POOL_IDLE_TIMEOUT, failed_to_answer, no_answer_within, no_ho
 use super::headers::HOP_BY_HOP;
 use super::hosts::Hosts;
 
-/// The most an answer's head may take. OpenSearch's own limit on a response head it sends is
-/// far below (its `http.max_header_size` is 16 KiB for requests); a larger head is not an
-/// answer this gateway can trust, and it is refused as a 502.
-const MAX_HEAD: usize = 64 * 1024;
+/// The most an answer's head may take: the hyper client's (its default read buffer's largest,
+/// 8 KiB + 100 × 4 KiB), so the lane refuses with a 502 exactly the heads the general path
+/// does. OpenSearch's own heads are far below.
+const MAX_HEAD: usize = 8192 + 4096 * 100;
 
-/// The most headers an answer's head may have (OpenSearch sends under ten).
-const MAX_HEADERS: usize = 64;
+/// The most headers an answer's head may have: the hyper client's (OpenSearch sends under
+/// ten).
+const MAX_HEADERS: usize = 100;
+
+/// The failures of an exchange, worded as the hyper client words them (the general path's
+/// 502 says the same): its parse errors, an answer's head too large, a connection that closed
+/// in the head or failed.
+mod worded {
+    pub const HEADER: &str = "invalid HTTP header parsed";
+    pub const STATUS: &str = "invalid HTTP status-code parsed";
+    pub const VERSION: &str = "invalid HTTP version parsed";
+    pub const TOO_LARGE: &str = "message head is too large";
+    pub const CONTENT_LENGTH: &str = "invalid content-length parsed";
+    pub const INCOMPLETE: &str = "connection closed before message completed";
+
+    /// An `httparse` error as hyper words it.
+    pub fn parse(e: httparse::Error) -> &'static str {
+        match e {
+            httparse::Error::HeaderName
+            | httparse::Error::HeaderValue
+            | httparse::Error::NewLine
+            | httparse::Error::Token => HEADER,
+            httparse::Error::Status => STATUS,
+            httparse::Error::TooManyHeaders => TOO_LARGE,
+            httparse::Error::Version => VERSION,
+        }
+    }
+
+    /// A failed read or write on the connection.
+    pub fn io(e: &std::io::Error) -> String {
+        format!("connection error: {e}")
+    }
+
+    /// A connection that could not be opened (`None`: not within the connect timeout), as
+    /// hyper-util's connector words it.
+    pub fn connect(e: Option<&std::io::Error>) -> String {
+        match e {
+            Some(e) => format!("tcp connect error: {e}"),
+            None => "tcp connect error: deadline has elapsed".to_string(),
+        }
+    }
+}
 
 /// What a relay reads from the upstream at a time: a search answer of a few kilobytes arrives
 /// in one read, a large one streams through in pieces of this size (the gateway's memory per
@@ -114,6 +154,8 @@ pub struct Answer {
     pub status: StatusCode,
     /// The header lines as the upstream sent them (hop-by-hop ones included).
     lines: Bytes,
+    /// The status line's reason phrase as the upstream sent it.
+    reason: Bytes,
     /// The header names the `Connection` header lists.
     connection_named: Vec<String>,
     /// What the general path would add to the head.
@@ -278,12 +320,12 @@ impl H1 {
                     return Ok(answer);
                 }
                 Ok(Err(Failed::Connect(e))) => {
-                    let timed_out = e.kind() == std::io::ErrorKind::TimedOut;
+                    let timed_out = e.is_none();
                     last_error = Some(unreachable(
                         hosts,
                         i,
                         attempt,
-                        e.to_string(),
+                        worded::connect(e.as_ref()),
                         timed_out.then_some(self.connect_timeout),
                     ));
                 }
@@ -323,7 +365,12 @@ impl H1 {
                     reused = false;
                     conn = self.connect(hosts, i).await?;
                 }
-                Err(RoundTrip::BeforeAnswer(e)) => return Err(Failed::Exchange(e.to_string())),
+                Err(RoundTrip::BeforeAnswer(e))
+                    if e.kind() == std::io::ErrorKind::UnexpectedEof =>
+                {
+                    return Err(Failed::Exchange(worded::INCOMPLETE.to_string()));
+                }
+                Err(RoundTrip::BeforeAnswer(e)) => return Err(Failed::Exchange(worded::io(&e))),
                 Err(RoundTrip::Answer(cause)) => return Err(Failed::Exchange(cause)),
             }
         }
@@ -337,13 +384,8 @@ impl H1 {
         let port = base.port_u16().unwrap_or(80);
         let conn = tokio::time::timeout(self.connect_timeout, TcpStream::connect((host, port)))
             .await
-            .map_err(|_| {
-                Failed::Connect(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "connect timed out",
-                ))
-            })?
-            .map_err(Failed::Connect)?;
+            .map_err(|_| Failed::Connect(None))?
+            .map_err(|e| Failed::Connect(Some(e)))?;
         // Requests and answers go out at once, as `tcp_nodelay` (see `crate::http::serve`).
         let _ = conn.set_nodelay(true);
         Ok(conn)
@@ -352,8 +394,9 @@ impl H1 {
 
 /// Why an attempt failed.
 enum Failed {
-    /// No connection could be opened: the host rests.
-    Connect(std::io::Error),
+    /// No connection could be opened (`None`: not within the connect timeout): the host
+    /// rests.
+    Connect(Option<std::io::Error>),
     /// The exchange failed on an open connection.
     Exchange(String),
 }
@@ -373,6 +416,10 @@ struct Head {
     lines: Bytes,
     /// Where the header lines start in the head.
     lines_start: usize,
+    /// The status line's reason phrase, as the upstream sent it.
+    reason: Bytes,
+    /// Where the reason phrase is in the head.
+    reason_at: std::ops::Range<usize>,
     /// How the body is delimited (for an answer to anything but `HEAD`).
     framing: Framing,
     /// Whether the upstream keeps the connection open after this answer.
@@ -393,14 +440,14 @@ async fn round_trip(conn: &mut TcpStream, request: &[u8]) -> Result<(Head, Bytes
     loop {
         let n = conn.read_buf(&mut buf).await.map_err(|e| {
             if answered {
-                RoundTrip::Answer(e.to_string())
+                RoundTrip::Answer(worded::io(&e))
             } else {
                 RoundTrip::BeforeAnswer(e)
             }
         })?;
         if n == 0 {
             return Err(if answered {
-                RoundTrip::Answer("the connection closed in the answer's head".to_string())
+                RoundTrip::Answer(worded::INCOMPLETE.to_string())
             } else {
                 RoundTrip::BeforeAnswer(std::io::Error::new(
                     std::io::ErrorKind::UnexpectedEof,
@@ -412,15 +459,14 @@ async fn round_trip(conn: &mut TcpStream, request: &[u8]) -> Result<(Head, Bytes
         while let Some((mut head, len)) = parse_head(&buf).map_err(RoundTrip::Answer)? {
             let raw = buf.split_to(len).freeze();
             head.lines = raw.slice(head.lines_start..len - 2);
+            head.reason = raw.slice(head.reason_at.clone());
             if head.status.is_informational() {
                 continue;
             }
             return Ok((head, buf));
         }
-        if buf.len() > MAX_HEAD {
-            return Err(RoundTrip::Answer(format!(
-                "the answer's head is longer than {MAX_HEAD} bytes"
-            )));
+        if buf.len() >= MAX_HEAD {
+            return Err(RoundTrip::Answer(worded::TOO_LARGE.to_string()));
         }
     }
 }
@@ -436,14 +482,18 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
     let len = match httparse::ParserConfig::default()
         .parse_response_with_uninit_headers(&mut resp, buf, &mut slots)
     {
+        // hyper's buffer never holds a head this long, whole or not.
+        Ok(httparse::Status::Complete(len)) if len >= MAX_HEAD => {
+            return Err(worded::TOO_LARGE.to_string());
+        }
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Ok(None),
-        Err(e) => return Err(format!("the answer is not HTTP/1.1 ({e})")),
+        Err(e) => return Err(worded::parse(e).to_string()),
     };
     let status = resp
         .code
         .and_then(|c| StatusCode::from_u16(c).ok())
-        .ok_or_else(|| "the answer's status is not valid".to_string())?;
+        .ok_or_else(|| worded::STATUS.to_string())?;
     let mut chunked = None;
     let mut length: Option<u64> = None;
     let (mut closes, mut keeps) = (false, false);
@@ -463,9 +513,9 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
             let n: u64 = value()
                 .trim()
                 .parse()
-                .map_err(|_| "the answer's content-length is not a number".to_string())?;
+                .map_err(|_| worded::CONTENT_LENGTH.to_string())?;
             if length.is_some_and(|l| l != n) {
-                return Err("the answer has two different content-lengths".to_string());
+                return Err(worded::CONTENT_LENGTH.to_string());
             }
             length = Some(n);
         } else if h.name.eq_ignore_ascii_case("connection") {
@@ -497,11 +547,17 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
     let keep_alive = framing != Framing::Close && !closes && (!version_1_0 || keeps);
     // The header lines: after the status line, before the empty line that ends the head.
     let lines_start = line_end(&buf[..len]).unwrap_or(len).min(len - 2);
+    let reason_at = resp.reason.map_or(0..0, |r| {
+        let start = r.as_ptr() as usize - buf.as_ptr() as usize;
+        start..start + r.len()
+    });
     Ok(Some((
         Head {
             status,
             lines: Bytes::new(),
             lines_start,
+            reason: Bytes::new(),
+            reason_at,
             framing,
             keep_alive,
             connection_named,
@@ -529,6 +585,7 @@ fn finish_head(
     Ok(Answer {
         status: head.status,
         lines: head.lines,
+        reason: head.reason,
         connection_named: head.connection_named,
         added: head.added.added(framing),
         conn,
@@ -701,6 +758,12 @@ impl Answer {
             pool.put(thread, conn);
         }
         Ok(Relayed::Whole)
+    }
+
+    /// The status line's reason phrase as the upstream sent it, which the general path relays
+    /// too (hyper keeps one other than the status's usual one, and writes it back).
+    pub fn reason(&self) -> &[u8] {
+        &self.reason
     }
 
     /// What the general path would add to the answer's head.
@@ -908,6 +971,7 @@ mod tests {
     fn head(raw: &str) -> Result<Head, String> {
         let (mut head, len) = parse_head(raw.as_bytes())?.expect("a whole head");
         head.lines = Bytes::copy_from_slice(&raw.as_bytes()[head.lines_start..len - 2]);
+        head.reason = Bytes::copy_from_slice(&raw.as_bytes()[head.reason_at.clone()]);
         Ok(head)
     }
 
