@@ -186,6 +186,33 @@ pub struct Added {
     pub vary: bool,
 }
 
+/// What [`AddedBut::see`] gathers from an answer's headers.
+#[derive(Debug, Default)]
+struct Seen {
+    encoded: bool,
+    ranged: bool,
+    varied: bool,
+    /// Whether the (first) `Content-Type` is one the layer compresses.
+    content_type: Option<bool>,
+}
+
+/// Whether tower-http's default predicate compresses an answer of `content_type` (read as
+/// `HeaderValue::to_str` reads it: a value that is not visible ASCII is "", which it
+/// compresses): not gRPC (but gRPC-web), not an image (but SVG), not an event stream.
+fn type_compressed(content_type: &[u8]) -> bool {
+    let excluded = |prefix: &[u8], except: Option<&[u8]>| {
+        content_type.starts_with(prefix) && !except.is_some_and(|e| content_type.starts_with(e))
+    };
+    let matched = excluded(b"application/grpc", Some(b"application/grpc-web"))
+        || excluded(b"image/", Some(b"image/svg+xml"))
+        || excluded(b"text/event-stream", None);
+    // Checked only when a prefix matched: most answers are JSON.
+    !(matched
+        && content_type
+            .iter()
+            .all(|&b| b == b'\t' || (32..127).contains(&b)))
+}
+
 /// What of an answer's head decides its [`Added`], but for its length.
 #[derive(Debug, Clone, Copy, Default)]
 struct AddedBut {
@@ -199,41 +226,32 @@ struct AddedBut {
 const COMPRESS_MIN_SIZE: u64 = 32;
 
 impl AddedBut {
-    /// What `headers` (name and value of each, as the upstream sent them) decide.
-    fn of<'h>(headers: impl Iterator<Item = (&'h str, &'h [u8])>) -> AddedBut {
-        let (mut dated, mut encoded, mut ranged, mut varied) = (false, false, false, false);
-        let mut content_type = None;
-        for (name, value) in headers {
-            match name.len() {
-                4 if name.eq_ignore_ascii_case("date") => dated = true,
-                4 if name.eq_ignore_ascii_case("vary") => {
-                    varied |= value
-                        .windows(b"accept-encoding".len())
-                        .any(|w| w.eq_ignore_ascii_case(b"accept-encoding"));
-                }
-                12 if name.eq_ignore_ascii_case("content-type") => {
-                    content_type.get_or_insert(value);
-                }
-                13 if name.eq_ignore_ascii_case("content-range") => ranged = true,
-                16 if name.eq_ignore_ascii_case("content-encoding") => encoded = true,
-                _ => {}
+    /// What the headers seen so far decide, and a header `name` (its length `len`, which
+    /// the caller dispatched on) with `value`.
+    fn see(&mut self, seen: &mut Seen, len: usize, name: &str, value: &[u8]) {
+        match len {
+            4 if name.eq_ignore_ascii_case("date") => self.dated = true,
+            4 if name.eq_ignore_ascii_case("vary") => {
+                const NEEDLE: &[u8] = b"accept-encoding";
+                seen.varied |= value.eq_ignore_ascii_case(NEEDLE)
+                    || value
+                        .windows(NEEDLE.len())
+                        .any(|w| w.eq_ignore_ascii_case(NEEDLE));
             }
+            12 if name.eq_ignore_ascii_case("content-type") && seen.content_type.is_none() => {
+                seen.content_type = Some(type_compressed(value));
+            }
+            13 if name.eq_ignore_ascii_case("content-range") => seen.ranged = true,
+            16 if name.eq_ignore_ascii_case("content-encoding") => seen.encoded = true,
+            _ => {}
         }
-        // As `HeaderValue::to_str` reads it: a value that is not visible ASCII is "".
-        let content_type = content_type
-            .filter(|v| v.iter().all(|&b| b == b'\t' || (32..127).contains(&b)))
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .unwrap_or("");
-        let not_for = |prefix: &str, except: Option<&str>| {
-            except.is_some_and(|e| content_type.starts_with(e)) || !content_type.starts_with(prefix)
-        };
-        let type_compressed = not_for("application/grpc", Some("application/grpc-web"))
-            && not_for("image/", Some("image/svg+xml"))
-            && not_for("text/event-stream", None);
-        AddedBut {
-            dated,
-            varies_if_long: !encoded && !ranged && type_compressed && !varied,
-        }
+    }
+
+    /// Done with the headers.
+    fn seen(mut self, seen: Seen) -> AddedBut {
+        self.varies_if_long =
+            !seen.encoded && !seen.ranged && seen.content_type.unwrap_or(true) && !seen.varied;
+        self
     }
 
     /// The [`Added`] of an answer framed by `framing`.
@@ -498,10 +516,15 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
     let mut length: Option<u64> = None;
     let (mut closes, mut keeps) = (false, false);
     let mut connection_named = Vec::new();
+    let (mut added, mut seen) = (AddedBut::default(), Seen::default());
     for h in resp.headers.iter() {
         // Only the three framing headers' values are read (as text; checked only for them).
         let value = || std::str::from_utf8(h.value).unwrap_or("");
-        if h.name.eq_ignore_ascii_case("transfer-encoding") {
+        // Names compared only with the names of their length.
+        let len = h.name.len();
+        if !matches!(len, 10 | 14 | 17) {
+            added.see(&mut seen, len, h.name, h.value);
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
             // The last coding decides; anything but chunked last runs to the connection's end.
             chunked = Some(
                 value()
@@ -542,7 +565,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
             (None, Some(n)) => Framing::Length(n),
         }
     };
-    let added = AddedBut::of(resp.headers.iter().map(|h| (h.name, h.value)));
+    let added = added.seen(seen);
     let version_1_0 = resp.version == Some(0);
     let keep_alive = framing != Framing::Close && !closes && (!version_1_0 || keeps);
     // The header lines: after the status line, before the empty line that ends the head.
