@@ -9,7 +9,7 @@ use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use serde_json::{Map, Value, json};
 use sluice_core::authz::Action;
 use sluice_engine::EngineError;
@@ -25,7 +25,7 @@ use crate::state::AppState;
 /// The alias routes.
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
-        .route("/_aliases", post(update_aliases))
+        .route("/_aliases", get(get_all).post(update_aliases))
         .route("/_alias", get(get_all))
         .route("/_alias/{name}", get(get_named))
         .route("/_cat/aliases", get(cat_aliases))

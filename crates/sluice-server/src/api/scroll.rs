@@ -58,7 +58,9 @@ pub async fn clear(
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    run_clear(st, meta, params, None, body).await
+    // The ids may come as a parameter too (`?scroll_id=a,b`), as OpenSearch reads them.
+    let from_query = params.get("scroll_id").cloned();
+    run_clear(st, meta, params, from_query, body).await
 }
 
 /// `DELETE /_search/scroll/{scroll_id}` (ids comma-separated, or `_all`).
@@ -207,8 +209,9 @@ pub(crate) fn parse_scroll_request(
     })
 }
 
-/// The scroll ids of a clear request: the path's, then the body's `scroll_id` (a string or an
-/// array of strings), as OpenSearch's `RestClearScrollAction` reads them.
+/// The scroll ids of a clear request: the path's (or the `scroll_id` parameter's), then the
+/// body's `scroll_id` (a string or an array of strings), as OpenSearch's
+/// `RestClearScrollAction` reads them.
 pub(crate) fn parse_clear_request(
     path_ids: Option<&str>,
     body: Option<&Value>,

@@ -68,6 +68,10 @@ async fn test_aliases_at_creation_are_listed_by_every_get_form() {
     assert_eq!(s, 404);
     let (s, b) = node.req("GET", "/_alias/pl*", None).await;
     assert_eq!((s, &b["idx"]["aliases"]["plain"]), (200, &json!({})));
+    // `GET /_aliases` is `GET /_alias`, as OpenSearch routes both to one action.
+    let all = node.req("GET", "/_alias", None).await;
+    assert_eq!(all.0, 200, "{}", all.1);
+    assert_eq!(node.req("GET", "/_aliases", None).await, all);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -206,10 +206,10 @@ async fn test_clear_by_id_list_and_all_counts_freed_contexts() {
     let node = TestNode::start().await;
     load(&node, "c", 20).await;
     let mut ids = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..6 {
         ids.push(scroll_id(&open(&node, "c", json!({"size": 2})).await));
     }
-    let (a, b, c, d, e) = (&ids[0], &ids[1], &ids[2], &ids[3], &ids[4]);
+    let (a, b, c, d, e, f) = (&ids[0], &ids[1], &ids[2], &ids[3], &ids[4], &ids[5]);
 
     let resp = node
         .req("DELETE", "/_search/scroll", Some(json!({"scroll_id": a})))
@@ -231,6 +231,11 @@ async fn test_clear_by_id_list_and_all_counts_freed_contexts() {
         .req("DELETE", &format!("/_search/scroll/{c}"), None)
         .await;
     assert_eq!(resp, (404, json!({"succeeded": true, "num_freed": 0})));
+    // The ids as a parameter, as OpenSearch reads them too (URL-safe base64: no escaping).
+    let resp = node
+        .req("DELETE", &format!("/_search/scroll?scroll_id={f}"), None)
+        .await;
+    assert_eq!(resp, (200, json!({"succeeded": true, "num_freed": 1})));
 
     // The cleared ones are gone; the last one still pages.
     let (s, page) = next(&node, a).await;

@@ -685,7 +685,13 @@ async fn clear_scrolls(
     req: Request,
 ) -> ApiResult<Response> {
     let up = super::routes_upstream(&st)?;
-    let Read { parts, body, .. } = read(req).await?;
+    let Read {
+        parts,
+        params,
+        body,
+    } = read(req).await?;
+    // The ids may come as a parameter too (`?scroll_id=a,b`), as OpenSearch reads them.
+    let path_id = path_id.or_else(|| params.get("scroll_id").cloned());
     let parsed = crate::http::parse_json(&body).and_then(|json| {
         Ok(crate::api::scroll::parse_clear_request(
             path_id.as_deref(),
