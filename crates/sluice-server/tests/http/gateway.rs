@@ -430,6 +430,18 @@ async fn test_gateway_starts_while_its_upstream_is_down_and_serves_it_once_back(
     }
     assert!(!up.received_on("_count").is_empty());
     gw.stop().await;
+    // With the search threads set, the measure does not wait for the upstream.
+    let gw = gateway("http://127.0.0.1:1", &[]).await;
+    assert!(
+        matches!(
+            gw.state.upstream.as_ref().unwrap().measure(),
+            Some(sluice_server::backend::upstream::limits::Measure::InFlight(m))
+                if m.search_threads == 4
+        ),
+        "{:?}",
+        gw.state.upstream.as_ref().unwrap().measure()
+    );
+    gw.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

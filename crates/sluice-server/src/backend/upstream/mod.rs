@@ -226,8 +226,13 @@ impl Upstream {
     /// `first`: the first time it is asked (see [`Self::probe`]).
     async fn decide_measure(&self, first: bool) -> anyhow::Result<Option<Measure>> {
         let (configured, capacity) = self.measure_from;
-        let Ok(distribution) = self.probe(first).await else {
-            return Ok(None);
+        let probed = self.probe(first).await;
+        let answered = probed.is_ok();
+        let distribution = match probed {
+            Ok(d) => d,
+            // With `search_threads` set, the measure does not depend on the upstream.
+            Err(Unreachable) if configured.is_some() => None,
+            Err(Unreachable) => return Ok(None),
         };
         // OpenSearch reports each task's resource usage; Elasticsearch does not.
         if distribution.as_deref() == Some("opensearch") && configured.is_none() {
@@ -236,7 +241,11 @@ impl Upstream {
             );
             return Ok(Some(Measure::Reported));
         }
-        let reported = self.read_search_threads().await;
+        let reported = if answered {
+            self.read_search_threads().await
+        } else {
+            None
+        };
         let search_threads = match (configured, reported) {
             (Some(set), Some(seen)) if set != seen => {
                 tracing::warn!(
