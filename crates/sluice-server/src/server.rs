@@ -317,7 +317,7 @@ pub fn app(state: Arc<AppState>) -> HttpService {
 /// Dropping the future drops the request, as for any handler; a request whose connection
 /// closed before its response is not counted.
 async fn request_layers(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
-    let timer = crate::metrics::route::HttpTimer::start(&req);
+    let timer = crate::metrics::route::HttpTimer::start(&req, st.upstream.is_some());
     req.extensions_mut()
         .insert(BodyLimit(st.config.max_content_length));
     let resp = match check_request(&st, &mut req).await {

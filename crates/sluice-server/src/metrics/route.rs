@@ -24,6 +24,10 @@ const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The route label of a request that matched no route (bounded, unlike its path).
 const UNMATCHED_ROUTE: &str = "unmatched";
 
+/// The route label of a request a gateway matched to no route of its own and forwarded
+/// whole to its upstream (any API sluice does not answer itself).
+const FORWARDED_ROUTE: &str = "forwarded";
+
 /// The routes of this module.
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new().route("/_prometheus/metrics", get(scrape))
@@ -59,8 +63,13 @@ enum Route {
 }
 
 impl HttpTimer {
-    /// Starts timing `req`.
-    pub fn start(req: &Request) -> Self {
+    /// Starts timing `req`; `gateway`: the node forwards what matches none of its routes.
+    pub fn start(req: &Request, gateway: bool) -> Self {
+        let unmatched = if gateway {
+            Route::Pattern(FORWARDED_ROUTE)
+        } else {
+            Route::None
+        };
         Self {
             started: Instant::now(),
             method: req.method().clone(),
@@ -68,7 +77,7 @@ impl HttpTimer {
                 .extensions()
                 .get::<MatchedPath>()
                 .cloned()
-                .map_or(Route::None, Route::Matched),
+                .map_or(unmatched, Route::Matched),
         }
     }
 

@@ -298,6 +298,19 @@ async fn test_pass_through_keeps_method_path_query_headers_and_body() {
     let (s, b) = gw.req("GET", "/_wlm/workload_group", None).await;
     assert_eq!(s, 200, "{b}");
     assert!(up.received_on("_wlm").is_empty());
+    // The metrics name what passed through as forwarded, sluice's own routes by pattern.
+    let text = gw.req("GET", "/_prometheus/metrics", None).await.1;
+    let text = text.as_str().unwrap_or_default();
+    let series = |method: &str, route: &str| {
+        text.lines().any(|l| {
+            l.starts_with("sluice_http_requests_total{")
+                && l.contains(&format!("method=\"{method}\""))
+                && l.contains(&format!("route=\"{route}\""))
+        })
+    };
+    assert!(series("PATCH", "forwarded"), "{text}");
+    assert!(series("GET", "/_wlm/workload_group"), "{text}");
+    assert!(!text.contains("route=\"unmatched\""), "{text}");
     gw.stop().await;
 }
 
