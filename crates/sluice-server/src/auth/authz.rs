@@ -456,6 +456,31 @@ pub fn authorize_scroll(
     }
 }
 
+/// A gateway's check of a scroll it did not open: opened through another gateway, directly on
+/// the upstream, before this gateway started, or an id of one it did open spelled otherwise
+/// (an upstream may read `<id>=` as `<id>`). Whose it is cannot be known, so with
+/// authorization on only a user allowed others' scrolls may continue or clear it: fails
+/// closed, where a guessed or respelled id would otherwise reach another user's scroll.
+pub fn authorize_unknown_scroll(
+    st: &AppState,
+    meta: &RequestMeta,
+    action: &str,
+) -> Result<(), EngineError> {
+    let (Some(perms), Some(who)) = (&meta.permissions, &meta.principal) else {
+        return Ok(());
+    };
+    if perms.allows_cluster(Action::ScrollsOfOthers) {
+        return Ok(());
+    }
+    st.authz.refuse(who, action, "scroll");
+    Err(EngineError::new(
+        ErrorCode::Forbidden,
+        "this gateway did not open the scroll (or opened it before it last started), so whose \
+         it is cannot be checked: continue or clear a scroll through the gateway that opened \
+         it, with its id as that gateway returned it",
+    ))
+}
+
 /// The `opened_by` of a request clearing every scroll: no user's name (names hold no `:`).
 pub const ALL_SCROLLS: &str = ":all";
 

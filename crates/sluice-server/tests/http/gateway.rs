@@ -2953,3 +2953,72 @@ async fn test_shutdown_answers_a_lane_search_in_flight_then_ends() {
     assert!(body.contains("hits"), "{body}");
     stopping.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_scroll_the_gateway_did_not_open_is_refused_to_a_user_not_allowed_others() {
+    // An upstream whose every scroll answer carries the same id.
+    let up = fake(answer_with(|_| {
+        axum::Json(json!({"_scroll_id": "c2Nyb2xsLTE", "hits": {"hits": []}})).into_response()
+    }))
+    .await;
+    let (gw, _roles_dir) = gateway_for_tenant_a(&up.base, "read").await;
+    let send = |who: &'static str, method: &str, path: &str, body: Value| {
+        gw.client
+            .request(method.parse().unwrap(), gw.url(path))
+            .header("content-type", "application/json")
+            .header("x-proxy-user", who)
+            .header("x-proxy-roles", "tenant_a")
+            .body(body.to_string())
+            .send()
+    };
+    let status = |r: reqwest::Response| r.status().as_u16();
+    let r = send("alice", "POST", "/a-1/_search?scroll=1m", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(status(r), 200);
+    let continuing = |id: &str| json!({"scroll": "1m", "scroll_id": id});
+    let forwarded = || up.received_on("_search/scroll").len();
+    // Another user: refused for the id as issued, and for it spelled otherwise (which an
+    // upstream may read as the same scroll), continuing or clearing.
+    for id in ["c2Nyb2xsLTE", "c2Nyb2xsLTE=", " c2Nyb2xsLTE"] {
+        let r = send("bob", "POST", "/_search/scroll", continuing(id))
+            .await
+            .unwrap();
+        assert_eq!(status(r), 403, "{id:?}");
+        let r = send("bob", "DELETE", "/_search/scroll", json!({"scroll_id": id}))
+            .await
+            .unwrap();
+        assert_eq!(status(r), 403, "{id:?}");
+    }
+    assert_eq!(forwarded(), 0, "nothing reached the upstream");
+    // Its owner continues it.
+    let r = send(
+        "alice",
+        "POST",
+        "/_search/scroll",
+        continuing("c2Nyb2xsLTE"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status(r), 200);
+    assert_eq!(forwarded(), 1);
+    gw.stop().await;
+    // A gateway that did not open it (another one, or this one restarted) cannot tell whose
+    // it is: refused even to its owner.
+    let (gw, _roles_dir) = gateway_for_tenant_a(&up.base, "read").await;
+    let r = gw
+        .client
+        .post(gw.url("/_search/scroll"))
+        .header("content-type", "application/json")
+        .header("x-proxy-user", "alice")
+        .header("x-proxy-roles", "tenant_a")
+        .body(continuing("c2Nyb2xsLTE").to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "security_exception", "{body}");
+    assert_eq!(forwarded(), 1);
+    gw.stop().await;
+}

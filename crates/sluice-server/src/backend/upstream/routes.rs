@@ -633,14 +633,12 @@ async fn run_scroll(
         sreq.keep_alive.as_ref().map_or("null", |(s, _)| s.as_str())
     );
     let known = up.scrolls.entry_of(&sreq.scroll_id, Instant::now());
-    // Only the user who opened the scroll continues it (a scroll the gateway did not open is
-    // the upstream's to check).
-    authorize_scroll(
-        &st,
-        &meta,
-        route::SCROLL,
-        known.as_ref().and_then(|e| e.opened_by.as_deref()),
-    )?;
+    // Only the user who opened the scroll continues it; one the gateway did not open, only a
+    // user allowed others' scrolls.
+    match &known {
+        Some(e) => authorize_scroll(&st, &meta, route::SCROLL, e.opened_by.as_deref())?,
+        None => crate::auth::authz::authorize_unknown_scroll(&st, &meta, route::SCROLL)?,
+    }
     let inherited = known.map(|e| Inherited {
         group: st
             .workload
@@ -712,7 +710,17 @@ async fn clear_scrolls(
             let opened_by = if id == "_all" {
                 Some(Arc::from(crate::auth::authz::ALL_SCROLLS))
             } else {
-                up.scrolls.entry_of(id, now).and_then(|e| e.opened_by)
+                match up.scrolls.entry_of(id, now) {
+                    Some(e) => e.opened_by,
+                    None => {
+                        crate::auth::authz::authorize_unknown_scroll(
+                            &st,
+                            &meta,
+                            route::SCROLL_CLEAR,
+                        )?;
+                        continue;
+                    }
+                }
             };
             authorize_scroll(&st, &meta, route::SCROLL_CLEAR, opened_by.as_deref())?;
         }
