@@ -1263,6 +1263,28 @@ async fn test_identity_is_forwarded_as_configured_and_client_trust_headers_are_s
         got.last().unwrap().headers["authorization"],
         "Basic Z3c6c2VjcmV0"
     );
+    // Neither the client's forwarding chain nor its other credentials, on the lane (a search)
+    // or the general path (a document).
+    let forged = [
+        ("x-forwarded-for", "10.9.9.9"),
+        ("forwarded", "for=10.9.9.9"),
+        ("x-real-ip", "10.9.9.9"),
+        ("x-proxy-ext-department", "tenant-b"),
+        ("cookie", "security_authentication=x"),
+        ("es-secondary-authorization", "Basic YWxpY2U6cHc="),
+    ];
+    for path in ["/logs/_search", "/logs/_doc/2"] {
+        let r = gw.req_with("GET", path, None, &forged).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let got = up.received.lock().last().unwrap().clone();
+        assert!(got.uri.starts_with(path), "{}", got.uri);
+        for (name, _) in forged {
+            assert!(
+                got.headers.get(name).is_none(),
+                "{path}: {name} reached the upstream"
+            );
+        }
+    }
     gw.stop().await;
 }
 

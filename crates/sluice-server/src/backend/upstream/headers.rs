@@ -40,25 +40,51 @@ pub const RUN_AS_HEADER: HeaderName = HeaderName::from_static("es-security-runas
 pub const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// A set of header names, looked up by hash (`HeaderMap`'s own: a standard name hashes as its
-/// index, a custom one as its bytes).
-pub(super) struct Names(HeaderMap<()>);
+/// index, a custom one as its bytes), and name prefixes.
+pub(super) struct Names {
+    set: HeaderMap<()>,
+    prefixes: &'static [&'static str],
+}
 
 impl Names {
-    fn of(names: impl IntoIterator<Item = HeaderName>) -> Names {
+    fn of(names: impl IntoIterator<Item = HeaderName>, prefixes: &'static [&'static str]) -> Names {
         let mut set = HeaderMap::default();
         for name in names {
             set.insert(name, ());
         }
-        Names(set)
+        Names { set, prefixes }
     }
 
     fn contains(&self, name: &HeaderName) -> bool {
-        self.0.contains_key(name)
+        self.set.contains_key(name) || self.prefixes.iter().any(|p| name.as_str().starts_with(p))
     }
 }
 
+/// The prefix of OpenSearch security's extended proxy attributes (`x-proxy-ext-<attribute>`,
+/// its `attr_header_prefix` default), which its proxy authentication believes from a trusted
+/// proxy: never a client's to send.
+const PROXY_EXT_PREFIX: &str = "x-proxy-ext-";
+
+/// Where a request's path through proxies is told, which an upstream that trusts the gateway
+/// as a proxy believes: never a client's to send (in `proxy` mode the gateway writes
+/// `X-Forwarded-For` itself).
+const FORWARDING: [HeaderName; 3] = [
+    FORWARDED_FOR,
+    HeaderName::from_static("forwarded"),
+    HeaderName::from_static("x-real-ip"),
+];
+
+/// Credentials a client may send besides `Authorization`: OpenSearch security's session
+/// cookie, Elasticsearch's secondary authorization, API keys. Forwarded in `passthrough`
+/// only, like `Authorization`.
+const CREDENTIALS: [HeaderName; 3] = [
+    header::COOKIE,
+    HeaderName::from_static("es-secondary-authorization"),
+    HeaderName::from_static("x-api-key"),
+];
+
 /// [`HOP_BY_HOP`] as a [`Names`].
-static HOP_BY_HOP_NAMES: LazyLock<Names> = LazyLock::new(|| Names::of(HOP_BY_HOP.clone()));
+static HOP_BY_HOP_NAMES: LazyLock<Names> = LazyLock::new(|| Names::of(HOP_BY_HOP.clone(), &[]));
 
 /// Removes the hop-by-hop headers, and those the `Connection` header names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
@@ -99,14 +125,16 @@ pub struct Identity {
     proxy_roles_header: HeaderName,
     /// Headers of the client's never forwarded: the hop-by-hop ones, `Host`, sluice's
     /// `workloadGroupId`, the headers through which some upstream trusts a proxy (the
-    /// upstream's proxy headers, sluice's own `auth.proxy.*` headers, run-as), and
-    /// `Authorization` unless in `passthrough`.
+    /// upstream's proxy headers and extended attributes, sluice's own `auth.proxy.*` headers,
+    /// run-as, the forwarding chain), and `Authorization` and the other credentials unless in
+    /// `passthrough`.
     dropped: Names,
 }
 
 impl Identity {
     /// The identity forwarding of `config`; `auth` names sluice's own proxy headers.
     pub fn new(config: &UpstreamConfig, auth: &crate::auth::AuthConfig) -> Identity {
+        let passthrough = config.identity == IdentityMode::Passthrough;
         let service_authorization = config.credentials.as_ref().and_then(|(u, p)| {
             let token = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"));
             let mut v = HeaderValue::from_str(&format!("Basic {token}")).ok()?;
@@ -119,21 +147,26 @@ impl Identity {
             proxy_user_header: config.proxy_user_header.clone(),
             proxy_roles_header: config.proxy_roles_header.clone(),
             dropped: Names::of(
-                HOP_BY_HOP.iter().cloned().chain(
-                    [
-                        Some(header::HOST),
-                        Some(HeaderName::from_static(GROUP_HEADER_LOWERCASE)),
-                        Some(config.proxy_user_header.clone()),
-                        Some(config.proxy_roles_header.clone()),
-                        Some(auth.proxy_user_header.clone()),
-                        Some(auth.proxy_roles_header.clone()),
-                        Some(RUN_AS_HEADER),
-                        (config.identity != IdentityMode::Passthrough)
-                            .then_some(header::AUTHORIZATION),
-                    ]
-                    .into_iter()
-                    .flatten(),
-                ),
+                HOP_BY_HOP
+                    .iter()
+                    .cloned()
+                    .chain(FORWARDING)
+                    .chain(
+                        [
+                            Some(header::HOST),
+                            Some(HeaderName::from_static(GROUP_HEADER_LOWERCASE)),
+                            Some(config.proxy_user_header.clone()),
+                            Some(config.proxy_roles_header.clone()),
+                            Some(auth.proxy_user_header.clone()),
+                            Some(auth.proxy_roles_header.clone()),
+                            Some(RUN_AS_HEADER),
+                            (!passthrough).then_some(header::AUTHORIZATION),
+                        ]
+                        .into_iter()
+                        .flatten(),
+                    )
+                    .chain(CREDENTIALS.into_iter().filter(|_| !passthrough)),
+                &[PROXY_EXT_PREFIX],
             ),
         }
     }
@@ -171,8 +204,8 @@ impl Identity {
                     headers.insert(self.proxy_roles_header.clone(), v);
                 }
                 // The security plugin checks the proxy against the forwarded chain: the
-                // client's address is the only entry, the gateway being the last proxy.
-                headers.remove(FORWARDED_FOR);
+                // client's address is the only entry (the client's own chain was stripped),
+                // the gateway being the last proxy.
                 if let Some(ip) = client
                     && let Ok(v) = HeaderValue::from_str(&ip.to_string())
                 {
@@ -226,6 +259,23 @@ mod tests {
         h.insert("workloadGroupId", HeaderValue::from_static("g"));
         h.insert("x-opaque-id", HeaderValue::from_static("mine"));
         h.insert("content-type", HeaderValue::from_static("application/json"));
+        h.insert("X-Forwarded-For", HeaderValue::from_static("10.9.9.9"));
+        h.append("x-forwarded-for", HeaderValue::from_static("1.1.1.1"));
+        h.insert("forwarded", HeaderValue::from_static("for=10.9.9.9"));
+        h.insert("x-real-ip", HeaderValue::from_static("10.9.9.9"));
+        h.insert(
+            "x-proxy-ext-department",
+            HeaderValue::from_static("tenant-b"),
+        );
+        h.insert(
+            "cookie",
+            HeaderValue::from_static("security_authentication=x"),
+        );
+        h.insert(
+            "es-secondary-authorization",
+            HeaderValue::from_static("Basic YWxpY2U6cHc="),
+        );
+        h.insert("x-api-key", HeaderValue::from_static("k"));
         h
     }
 
@@ -261,8 +311,20 @@ mod tests {
                 "x-hop",
                 "te",
                 "workloadgroupid",
+                "x-forwarded-for",
+                "forwarded",
+                "x-real-ip",
+                "x-proxy-ext-department",
             ] {
                 assert!(h.get(gone).is_none(), "{mode:?} kept {gone}");
+            }
+            // The client's other credentials go with its `Authorization`: only in passthrough.
+            for credential in ["cookie", "es-secondary-authorization", "x-api-key"] {
+                assert_eq!(
+                    h.get(credential).is_some(),
+                    mode == IdentityMode::Passthrough,
+                    "{mode:?}: {credential}"
+                );
             }
             assert!(h.get("es-security-runas-user").is_none(), "{mode:?}");
             assert_eq!(h["x-opaque-id"], "mine");
@@ -297,7 +359,12 @@ mod tests {
         );
         assert_eq!(h["x-proxy-user"], "alice");
         assert_eq!(h["x-proxy-roles"], "analyst,ops");
-        assert_eq!(h["x-forwarded-for"], "10.1.2.3");
+        // The client's address alone, not the chain it sent.
+        assert_eq!(
+            h.get_all("x-forwarded-for").iter().collect::<Vec<_>>(),
+            ["10.1.2.3"]
+        );
+        assert!(h.get("x-proxy-ext-department").is_none());
         assert!(h.get("authorization").is_none());
         let mut h = client_headers();
         Identity::new(&config(IdentityMode::RunAs, true), &auth).outbound(

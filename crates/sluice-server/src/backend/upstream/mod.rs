@@ -706,6 +706,15 @@ pub async fn start(
                 .map_or("(none)", |(u, _)| u.as_str()),
             "backend.upstream.identity is service: every user's requests reach the upstream under this one identity, so the upstream's own security cannot tell users apart or restrict what each may read; use proxy (OpenSearch security), run_as (Elasticsearch) or passthrough to forward the user"
         );
+    } else if upstream.identity().is_single_identity() {
+        tracing::warn!(
+            "backend.upstream.identity is service without backend.upstream.username: requests reach the upstream with no credentials, and clients' Authorization headers are not forwarded; set the gateway's own credentials, or backend.upstream.identity=passthrough to forward the client's"
+        );
+    }
+    if config.identity == config::IdentityMode::Passthrough {
+        tracing::warn!(
+            "backend.upstream.identity is passthrough, with auth.type none: the upstream authenticates each client, but sluice's own APIs (_wlm, _rules, the wlm.* cluster settings, _tasks, metrics) answer anyone who can reach this node; keep it on a network only trusted clients reach"
+        );
     }
     match upstream.decide_measure(true).await? {
         Some(m) => {
