@@ -2296,7 +2296,20 @@ async fn test_bulk_and_mget_forward_only_authorized_items() {
     assert_eq!(resp.status(), 200);
     let answer: Value = resp.json().await.unwrap();
     assert_eq!(answer["items"][0]["delete"]["status"], 403, "{answer}");
+    assert_eq!(answer["errors"], true, "{answer}");
     assert_eq!(up.received_on("_bulk").len(), 1);
+
+    // Every operation allowed and done: no errors.
+    let body = ndjson(&[
+        json!({"index": {"_index": "a-1", "_id": "5"}}),
+        json!({"x": 5}),
+    ]);
+    let resp = post("/_bulk", body, "application/x-ndjson").await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(answer["items"][0]["index"]["status"], 200, "{answer}");
+    assert_eq!(answer["errors"], false, "{answer}");
+    assert_eq!(up.received_on("_bulk").len(), 2);
 
     // A body that does not split into operations is refused, not forwarded.
     let resp = post(
@@ -2307,7 +2320,7 @@ async fn test_bulk_and_mget_forward_only_authorized_items() {
     .await
     .unwrap();
     assert_eq!(resp.status(), 400);
-    assert_eq!(up.received_on("_bulk").len(), 1);
+    assert_eq!(up.received_on("_bulk").len(), 2);
 
     // _mget: the same, one document each.
     let body = json!({"docs": [{"_index": "b-1", "_id": "1"}, {"_index": "a-1", "_id": "2"}]});

@@ -284,7 +284,13 @@ async fn run_bulk(
     answer
         .entry("took")
         .or_insert_with(|| json!(started.elapsed().as_millis() as u64));
-    answer.insert("errors".into(), json!(true));
+    // As OpenSearch sets it: whether any item failed (refused here, failed upstream or lost).
+    let errors = items.iter().any(|item| {
+        item.as_object()
+            .and_then(|op| op.values().next())
+            .is_some_and(|result| result.get("error").is_some())
+    });
+    answer.insert("errors".into(), json!(errors));
     answer.insert("items".into(), Value::Array(items));
     Ok(reply(StatusCode::OK, Value::Object(answer), &params))
 }
