@@ -158,7 +158,9 @@ pub fn classify<'a>(method: &Method, path: &'a str, query: Option<&str>) -> Rout
             Cluster(Action::RuleUpdate)
         }
         ["_rules", "workload_group", _] if m == Method::DELETE => Cluster(Action::RuleDelete),
-        [idx, rest @ ..] if !idx.starts_with('_') => {
+        // An index expression: no API's name (those start with `_`), or `_all` (alone or
+        // first of a list).
+        [idx, rest @ ..] if !idx.starts_with('_') || *idx == "_all" || idx.starts_with("_all,") => {
             let idx = decode(idx);
             let action = match (rest, &m) {
                 ([], _) if read => Action::IndexGet,
@@ -252,6 +254,14 @@ mod tests {
         );
         assert_eq!(c(Method::POST, "/_msearch/template"), PerItem(MSEARCH));
         assert_eq!(c(Method::POST, "/_aliases"), PerItem(ALIASES));
+        assert_eq!(
+            c(Method::GET, "/_all/_search"),
+            Index(Action::Search, "_all".into())
+        );
+        assert_eq!(
+            c(Method::POST, "/_all,-x/_count"),
+            Index(Action::Search, "_all,-x".into())
+        );
         assert_eq!(
             c(Method::GET, "/_aliases"),
             Index(Action::AliasesGet, "_all".into())

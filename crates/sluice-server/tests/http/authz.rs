@@ -273,19 +273,16 @@ async fn test_refusal_names_action_and_user_as_opensearch_does() {
     let tmp = tempfile::tempdir().unwrap();
     let node = node_with_roles(&tmp).await;
     seed(&node).await;
-    let r = send(
-        &node,
-        &who("alice", "tenant_a"),
-        "GET",
-        "/b-1/_search",
-        None,
-    )
-    .await;
-    assert_error(&r, 403, "security_exception");
-    assert_eq!(
-        r.1["error"]["reason"],
-        "no permissions for [indices:data/read/search] and User [name=alice, backend_roles=[tenant_a], requestedTenant=null]"
-    );
+    // Another tenant's index, and every index by `_all`.
+    for path in ["/b-1/_search", "/_all/_search", "/_all/_count"] {
+        let r = send(&node, &who("alice", "tenant_a"), "GET", path, None).await;
+        assert_error(&r, 403, "security_exception");
+        assert_eq!(
+            r.1["error"]["reason"],
+            "no permissions for [indices:data/read/search] and User [name=alice, backend_roles=[tenant_a], requestedTenant=null]",
+            "{path}"
+        );
+    }
 }
 
 #[tokio::test]
