@@ -82,6 +82,9 @@ actions! {
     /// Continuing or clearing scrolls another user opened, and clearing `_all` scrolls;
     /// without it, a user's own scrolls only.
     ScrollsOfOthers = "cluster:admin/sluice/scroll/others", Cluster;
+    /// Choosing a request's workload group with the `workloadGroupId` header; without it,
+    /// the header is ignored (with a warning) and the rules tag the request.
+    WlmGroupChoose = "cluster:admin/sluice/workload_group/choose", Cluster;
     /// `_prometheus/metrics`.
     Metrics = "cluster:monitor/prometheus/metrics", Cluster;
     /// A request sluice does not classify: only a grant of every cluster action allows it.

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use sluice_core::RequestAttributes;
+use sluice_core::authz::Action;
 use sluice_core::tagging::{self, Tag};
+use sluice_wire::WORKLOAD_GROUP_ID_HEADER as GROUP_HEADER;
 
 use crate::error::ApiResult;
 use crate::http::RequestMeta;
@@ -14,8 +16,25 @@ use crate::workload::{DEFAULT_GROUP_ID, GroupEntry};
 
 /// The group a request over `indices` runs in: its `workloadGroupId` header, else the tagging
 /// rules over its indices and principal, else DEFAULT. A repeated or empty header is a 400.
+///
+/// With authorization on, the header is the user's to send only with the permission to choose
+/// a group ([`Action::WlmGroupChoose`]; admin roles and `cluster_all` have it): without it the
+/// header is ignored, with a `Warning`, and the rules decide. Otherwise a tenant could run
+/// outside the group its rules give it (escaping a per-user limit) or fill another tenant's
+/// group, whose id every 429 names.
 pub fn tag(st: &AppState, meta: &RequestMeta, indices: &[String]) -> ApiResult<Arc<GroupEntry>> {
-    let header = meta.group_header()?;
+    let mut header = meta.group_header()?;
+    if let (Some(_), Some(perms), Some(who)) = (header, &meta.permissions, &meta.principal)
+        && !perms.allows_cluster(Action::WlmGroupChoose)
+    {
+        header = None;
+        meta.warnings.add(format!(
+            "the [{GROUP_HEADER}] header was ignored: user [{}] may not choose a workload group \
+             ([{}]); the request was tagged by the rules",
+            who.username,
+            Action::WlmGroupChoose.name()
+        ));
+    }
     let principal = meta.principal.as_deref();
     let attrs = RequestAttributes {
         indices,

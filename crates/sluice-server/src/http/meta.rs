@@ -72,9 +72,13 @@ impl RequestMeta {
 pub struct Warnings(Arc<Mutex<Vec<String>>>);
 
 impl Warnings {
-    /// Adds a warning to the response.
+    /// Adds a warning to the response, once (as OpenSearch's thread context keeps each
+    /// distinct warning once: an `_msearch` whose items raise the same one answers it once).
     pub fn add(&self, text: String) {
-        self.0.lock().push(text);
+        let mut warnings = self.0.lock();
+        if !warnings.contains(&text) {
+            warnings.push(text);
+        }
     }
 
     fn take(&self) -> Vec<String> {

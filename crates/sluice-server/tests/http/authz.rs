@@ -777,3 +777,67 @@ async fn test_alias_actions_are_authorized_on_their_indices_all_or_nothing() {
     .await;
     assert_eq!(r.0, 400, "{}", r.1);
 }
+
+#[tokio::test]
+async fn test_workload_group_header_is_a_choice_only_users_allowed_it_make() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = node_with_roles(&tmp).await;
+    seed(&node).await;
+    let (s, b) = send(
+        &node,
+        &ROOT,
+        "PUT",
+        "/_cluster/settings",
+        Some(json!({"persistent": {"wlm.workload_group.mode": "enabled"}})),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    let limits = |name: &str| json!({"name": name, "resiliency_mode": "soft", "resource_limits": {"memory": 0.3}});
+    let tenants = node.create_group(limits("tenants")).await;
+    let other = node.create_group(limits("other")).await;
+    let (s, b) = send(
+        &node,
+        &ROOT,
+        "PUT",
+        "/_rules/workload_group",
+        Some(json!({"description": "a", "index_pattern": ["a-*"], "workload_group": tenants})),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    let completions = |id: String| {
+        let node = &node;
+        async move {
+            let (s, b) = send(node, &ROOT, "GET", &format!("/_wlm/stats/{id}"), None).await;
+            assert_eq!(s, 200, "{b}");
+            b.as_object()
+                .unwrap()
+                .iter()
+                .find(|(k, _)| !k.starts_with('_') && *k != "cluster_name")
+                .map(|(_, n)| n["workload_groups"][&id]["total_completions"].as_u64())
+                .unwrap()
+                .unwrap_or(0)
+        }
+    };
+    // A tenant naming another group: the header is ignored (with a warning), the rule tags.
+    let alice = who("alice", "tenant_a");
+    let mut headers = alice.to_vec();
+    headers.push(("workloadGroupId", &other));
+    let r = node.req_with("GET", "/a-1/_search", None, &headers).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let warnings = r.header_values("warning");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("header was ignored: user [alice] may not choose a workload group"),
+        "{warnings:?}"
+    );
+    assert_eq!(completions(tenants.clone()).await, 1);
+    assert_eq!(completions(other.clone()).await, 0);
+    // An admin chooses.
+    let mut headers = ROOT.to_vec();
+    headers.push(("workloadGroupId", &other));
+    let r = node.req_with("GET", "/a-1/_search", None, &headers).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.header_values("warning").is_empty());
+    assert_eq!(completions(other.clone()).await, 1);
+    assert_eq!(completions(tenants).await, 1);
+}
