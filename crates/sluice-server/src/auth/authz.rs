@@ -438,22 +438,13 @@ pub fn authorize_scroll(
     action: &str,
     opened_by: Option<&str>,
 ) -> Result<(), EngineError> {
-    let (Some(perms), Some(who)) = (&meta.permissions, &meta.principal) else {
-        return Ok(());
-    };
-    if perms.allows_cluster(Action::ScrollsOfOthers) {
-        return Ok(());
-    }
-    match opened_by {
-        Some(owner) if owner != &*who.username => {
-            st.authz.refuse(who, action, "scroll");
-            Err(EngineError::new(
-                ErrorCode::Forbidden,
-                "Wrong user in reader context",
-            ))
-        }
-        _ => Ok(()),
-    }
+    check_scroll(
+        st,
+        meta,
+        action,
+        |who| opened_by.is_some_and(|owner| owner != &*who.username),
+        "Wrong user in reader context",
+    )
 }
 
 /// A gateway's check of a scroll it did not open: opened through another gateway, directly on
@@ -466,19 +457,34 @@ pub fn authorize_unknown_scroll(
     meta: &RequestMeta,
     action: &str,
 ) -> Result<(), EngineError> {
-    let (Some(perms), Some(who)) = (&meta.permissions, &meta.principal) else {
-        return Ok(());
-    };
-    if perms.allows_cluster(Action::ScrollsOfOthers) {
-        return Ok(());
-    }
-    st.authz.refuse(who, action, "scroll");
-    Err(EngineError::new(
-        ErrorCode::Forbidden,
+    check_scroll(
+        st,
+        meta,
+        action,
+        |_| true,
         "this gateway did not open the scroll (or opened it before it last started), so whose \
          it is cannot be checked: continue or clear a scroll through the gateway that opened \
          it, with its id as that gateway returned it",
-    ))
+    )
+}
+
+/// Refuses (`reason`, audited) a scroll `not_theirs` says is not the user's, unless nothing is
+/// authorized or the user may use others' scrolls.
+fn check_scroll(
+    st: &AppState,
+    meta: &RequestMeta,
+    action: &str,
+    not_theirs: impl FnOnce(&Principal) -> bool,
+    reason: &str,
+) -> Result<(), EngineError> {
+    let (Some(perms), Some(who)) = (&meta.permissions, &meta.principal) else {
+        return Ok(());
+    };
+    if perms.allows_cluster(Action::ScrollsOfOthers) || !not_theirs(who) {
+        return Ok(());
+    }
+    st.authz.refuse(who, action, "scroll");
+    Err(EngineError::new(ErrorCode::Forbidden, reason))
 }
 
 /// The `opened_by` of a request clearing every scroll: no user's name (names hold no `:`).

@@ -544,11 +544,11 @@ async fn write_response(stream: &mut TcpStream, resp: Response) -> std::io::Resu
     let varies = !whole.headers().contains_key(header::CONTENT_ENCODING)
         && !whole.headers().contains_key(header::CONTENT_RANGE)
         && DefaultPredicate::new().should_compress(&whole)
-        && !whole.headers().get_all(header::VARY).iter().any(|v| {
-            v.as_bytes()
-                .windows(b"accept-encoding".len())
-                .any(|w| w.eq_ignore_ascii_case(b"accept-encoding"))
-        });
+        && !whole
+            .headers()
+            .get_all(header::VARY)
+            .iter()
+            .any(|v| crate::backend::upstream::h1::varies_on_encoding(v.as_bytes()));
     let parts = whole.into_parts().0;
     let mut out = head_bytes(parts.status, &parts.headers);
     // Before the head's end, which `head_bytes` wrote.

@@ -186,14 +186,12 @@ pub struct Added {
     pub vary: bool,
 }
 
-/// What [`AddedBut::see`] gathers from an answer's headers.
-#[derive(Debug, Default)]
-struct Seen {
-    encoded: bool,
-    ranged: bool,
-    varied: bool,
-    /// Whether the (first) `Content-Type` is one the layer compresses.
-    content_type: Option<bool>,
+/// Whether a `Vary` value names `accept-encoding` (anywhere, any case: tower-http's test
+/// before it appends its own).
+pub fn varies_on_encoding(vary: &[u8]) -> bool {
+    const NEEDLE: &[u8] = b"accept-encoding";
+    vary.windows(NEEDLE.len())
+        .any(|w| w.eq_ignore_ascii_case(NEEDLE))
 }
 
 /// Whether tower-http's default predicate compresses an answer of `content_type` (read as
@@ -213,6 +211,44 @@ fn type_compressed(content_type: &[u8]) -> bool {
             .all(|&b| b == b'\t' || (32..127).contains(&b)))
 }
 
+/// What an answer's headers say of its [`Added`], gathered one header at a time.
+#[derive(Debug, Default)]
+struct Seen {
+    dated: bool,
+    encoded: bool,
+    ranged: bool,
+    varied: bool,
+    /// Whether the (first) `Content-Type` is one the layer compresses.
+    content_type: Option<bool>,
+}
+
+impl Seen {
+    /// A header `name` (its length `len`, which the caller dispatched on) with `value`.
+    fn see(&mut self, len: usize, name: &str, value: &[u8]) {
+        match len {
+            4 if name.eq_ignore_ascii_case("date") => self.dated = true,
+            4 if name.eq_ignore_ascii_case("vary") => self.varied |= varies_on_encoding(value),
+            12 if name.eq_ignore_ascii_case("content-type") && self.content_type.is_none() => {
+                self.content_type = Some(type_compressed(value));
+            }
+            13 if name.eq_ignore_ascii_case("content-range") => self.ranged = true,
+            16 if name.eq_ignore_ascii_case("content-encoding") => self.encoded = true,
+            _ => {}
+        }
+    }
+
+    /// Done with the headers.
+    fn finish(self) -> AddedBut {
+        AddedBut {
+            dated: self.dated,
+            varies_if_long: !self.encoded
+                && !self.ranged
+                && self.content_type.unwrap_or(true)
+                && !self.varied,
+        }
+    }
+}
+
 /// What of an answer's head decides its [`Added`], but for its length.
 #[derive(Debug, Clone, Copy, Default)]
 struct AddedBut {
@@ -226,34 +262,6 @@ struct AddedBut {
 const COMPRESS_MIN_SIZE: u64 = 32;
 
 impl AddedBut {
-    /// What the headers seen so far decide, and a header `name` (its length `len`, which
-    /// the caller dispatched on) with `value`.
-    fn see(&mut self, seen: &mut Seen, len: usize, name: &str, value: &[u8]) {
-        match len {
-            4 if name.eq_ignore_ascii_case("date") => self.dated = true,
-            4 if name.eq_ignore_ascii_case("vary") => {
-                const NEEDLE: &[u8] = b"accept-encoding";
-                seen.varied |= value.eq_ignore_ascii_case(NEEDLE)
-                    || value
-                        .windows(NEEDLE.len())
-                        .any(|w| w.eq_ignore_ascii_case(NEEDLE));
-            }
-            12 if name.eq_ignore_ascii_case("content-type") && seen.content_type.is_none() => {
-                seen.content_type = Some(type_compressed(value));
-            }
-            13 if name.eq_ignore_ascii_case("content-range") => seen.ranged = true,
-            16 if name.eq_ignore_ascii_case("content-encoding") => seen.encoded = true,
-            _ => {}
-        }
-    }
-
-    /// Done with the headers.
-    fn seen(mut self, seen: Seen) -> AddedBut {
-        self.varies_if_long =
-            !seen.encoded && !seen.ranged && seen.content_type.unwrap_or(true) && !seen.varied;
-        self
-    }
-
     /// The [`Added`] of an answer framed by `framing`.
     fn added(self, framing: Framing) -> Added {
         let long = match framing {
@@ -516,14 +524,14 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
     let mut length: Option<u64> = None;
     let (mut closes, mut keeps) = (false, false);
     let mut connection_named = Vec::new();
-    let (mut added, mut seen) = (AddedBut::default(), Seen::default());
+    let mut seen = Seen::default();
     for h in resp.headers.iter() {
         // Only the three framing headers' values are read (as text; checked only for them).
         let value = || std::str::from_utf8(h.value).unwrap_or("");
         // Names compared only with the names of their length.
         let len = h.name.len();
         if !matches!(len, 10 | 14 | 17) {
-            added.see(&mut seen, len, h.name, h.value);
+            seen.see(len, h.name, h.value);
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
             // The last coding decides; anything but chunked last runs to the connection's end.
             chunked = Some(
@@ -565,7 +573,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
             (None, Some(n)) => Framing::Length(n),
         }
     };
-    let added = added.seen(seen);
+    let added = seen.finish();
     let version_1_0 = resp.version == Some(0);
     let keep_alive = framing != Framing::Close && !closes && (!version_1_0 || keeps);
     // The header lines: after the status line, before the empty line that ends the head.

@@ -696,20 +696,20 @@ pub async fn start(
     capacity: sluice_core::resources::NodeCapacity,
 ) -> anyhow::Result<Upstream> {
     let upstream = Upstream::new(config, auth, node_id, capacity)?;
-    if upstream.identity().is_single_identity()
-        && (config.credentials.is_some() || auth.mode != crate::auth::AuthMode::None)
-    {
-        tracing::warn!(
-            user = config
-                .credentials
-                .as_ref()
-                .map_or("(none)", |(u, _)| u.as_str()),
-            "backend.upstream.identity is service: every user's requests reach the upstream under this one identity, so the upstream's own security cannot tell users apart or restrict what each may read; use proxy (OpenSearch security), run_as (Elasticsearch) or passthrough to forward the user"
-        );
-    } else if upstream.identity().is_single_identity() {
-        tracing::warn!(
-            "backend.upstream.identity is service without backend.upstream.username: requests reach the upstream with no credentials, and clients' Authorization headers are not forwarded; set the gateway's own credentials, or backend.upstream.identity=passthrough to forward the client's"
-        );
+    if upstream.identity().is_single_identity() {
+        if config.credentials.is_none() && auth.mode == crate::auth::AuthMode::None {
+            tracing::warn!(
+                "backend.upstream.identity is service without backend.upstream.username: requests reach the upstream with no credentials, and clients' Authorization headers are not forwarded; set the gateway's own credentials, or backend.upstream.identity=passthrough to forward the client's"
+            );
+        } else {
+            tracing::warn!(
+                user = config
+                    .credentials
+                    .as_ref()
+                    .map_or("(none)", |(u, _)| u.as_str()),
+                "backend.upstream.identity is service: every user's requests reach the upstream under this one identity, so the upstream's own security cannot tell users apart or restrict what each may read; use proxy (OpenSearch security), run_as (Elasticsearch) or passthrough to forward the user"
+            );
+        }
     }
     if config.identity == config::IdentityMode::Passthrough {
         tracing::warn!(
