@@ -324,6 +324,93 @@ async fn test_msearch_items_park_one_by_one_and_the_parents_cancellation_evicts_
     wait_drained(&node, &id).await;
 }
 
+/// How long a test waits for an answer that must come: a guard against a hang, not a measure.
+const ANSWER_GUARD: std::time::Duration = std::time::Duration::from_secs(60);
+
+#[tokio::test]
+async fn test_msearch_with_more_items_than_the_node_limit_runs_them_one_after_another() {
+    // The items past the group's node_limit park, and run as the request's own earlier items
+    // finish: a gateway once held the admitted items' slots until every item was admitted,
+    // and the msearch never answered.
+    let node = node_in_mode("enabled", &[]).await;
+    let id = create_group(&node, queued_group("ms_more", 1, 5, "enforced")).await;
+    for path in ["/_msearch", "/_msearch?max_concurrent_searches=3"] {
+        let body = crate::common::ndjson(&[
+            json!({"index": "small"}),
+            json!({"size": 0}),
+            json!({"index": "small"}),
+            json!({}),
+            json!({"index": "small"}),
+            json!({"size": 1}),
+        ]);
+        let resp = node
+            .client
+            .post(node.url(path))
+            .header("content-type", "application/x-ndjson")
+            .header("workloadGroupId", id.as_str())
+            .body(body)
+            .timeout(ANSWER_GUARD)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{path}: the msearch never answered: {e}"));
+        assert_eq!(resp.status(), 200, "{path}");
+        let body: Value = resp.json().await.expect("json");
+        let items = body["responses"].as_array().expect("responses");
+        assert_eq!(items.len(), 3, "{body}");
+        for item in items {
+            assert_eq!(item["status"], 200, "{path}: {item}");
+        }
+        assert_eq!(items[0]["hits"]["hits"].as_array().map(Vec::len), Some(0));
+        assert_eq!(items[2]["hits"]["hits"].as_array().map(Vec::len), Some(1));
+    }
+    let s = stats_of(&node, &id).await;
+    assert_eq!(
+        (s["total_completions"].clone(), s["queued_current"].clone()),
+        (json!(6), json!(0)),
+        "{s}"
+    );
+    assert!(s["total_queued"].as_u64().unwrap_or(0) >= 2, "{s}");
+    wait_drained(&node, &id).await;
+}
+
+#[tokio::test]
+async fn test_msearch_url_cancel_after_ends_an_item_waiting_in_the_queue() {
+    // `?cancel_after_time_interval` of the msearch is each item's, its time in the queue
+    // included, as for a search.
+    let node = node_in_mode("enabled", &[]).await;
+    let id = create_group(&node, queued_group("ms_late", 1, 5, "enforced")).await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let heavy = start_heavy(&node, &tag);
+    wait_tasks(&node, &id, 1, 0).await;
+    let body = crate::common::ndjson(&[json!({"index": "small"}), json!({})]);
+    let resp = node
+        .client
+        .post(node.url("/_msearch?cancel_after_time_interval=300ms"))
+        .header("content-type", "application/x-ndjson")
+        .header("workloadGroupId", id.as_str())
+        .body(body)
+        .timeout(ANSWER_GUARD)
+        .send()
+        .await
+        .expect("the msearch answered while its item waited in the queue");
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.expect("json");
+    let item = &body["responses"][0];
+    assert_eq!(item["status"], 500, "{body}");
+    assert_eq!(
+        item["error"]["caused_by"]["type"], "task_cancelled_exception",
+        "{item}"
+    );
+    assert!(
+        item["error"]["caused_by"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("300ms")),
+        "{item}"
+    );
+    cancel_all(&node, vec![heavy]).await;
+    wait_drained(&node, &id).await;
+}
+
 #[tokio::test]
 async fn test_deleting_the_group_or_switching_it_to_monitor_releases_its_backlog() {
     let node = node_in_mode("enabled", &[]).await;
