@@ -9,6 +9,8 @@
 #
 # Usage: scripts/gateway_bench.sh [sluice-bench gateway-overhead options]
 #   e.g. scripts/gateway_bench.sh --rounds 5 --clients 1,8,32
+# PROXY_CPUS=1 runs the gateway and nginx on CPU 1 alone and the bench (clients and upstream)
+# on the other CPUs, as a proxy on hosts of its own runs (`--proxy-cpus`).
 # See `sluice-bench gateway-overhead --help` for every option.
 set -euo pipefail
 
@@ -25,4 +27,22 @@ echo "building release binaries (CARGO_TARGET_DIR=$target)…" >&2
 cargo build --release --quiet -p sluice-server -p sluice-bench
 
 echo "$(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) before the run" >&2
-"$target/release/sluice-bench" gateway-overhead --nginx-bin "$(command -v nginx || echo /usr/sbin/nginx)" "$@"
+pin=()
+if [[ -n "${PROXY_CPUS:-}" ]]; then
+    # The CPUs this script may use, less the proxy's (lists such as 1 or 0,2-3).
+    others="$(python3 -c '
+import os, sys
+proxy = set()
+for part in sys.argv[1].split(","):
+    lo, _, hi = part.partition("-")
+    proxy.update(range(int(lo), int(hi or lo) + 1))
+rest = sorted(os.sched_getaffinity(0) - proxy)
+if not rest:
+    sys.exit("PROXY_CPUS leaves no CPU for the clients and the upstream")
+print(",".join(map(str, rest)))
+' "$PROXY_CPUS")"
+    pin=(taskset -c "$others")
+    set -- --proxy-cpus "$PROXY_CPUS" "$@"
+    echo "proxies on CPUs $PROXY_CPUS; clients and upstream on $others" >&2
+fi
+"${pin[@]}" "$target/release/sluice-bench" gateway-overhead --nginx-bin "$(command -v nginx || echo /usr/sbin/nginx)" "$@"

@@ -169,6 +169,14 @@ pub struct GatewayArgs {
     /// Also write the results as JSON here.
     #[arg(long)]
     out: Option<PathBuf>,
+
+    /// Run the gateway and nginx on these CPUs alone (a `taskset` list: `1`, `2-3`), apart from
+    /// the upstream and the clients, as a proxy on hosts of its own runs. The bench itself
+    /// must then run on other CPUs (`taskset -c 0 sluice-bench gateway-overhead
+    /// --proxy-cpus 1`); the upstream inherits its CPUs. Without it every process shares every
+    /// CPU, and what a proxy adds at 8 and 32 clients is mostly the CPU it takes from them.
+    #[arg(long)]
+    proxy_cpus: Option<String>,
 }
 
 impl GatewayArgs {
@@ -217,8 +225,46 @@ impl GatewayArgs {
         if self.via.is_empty() || !self.via.contains(&Via::Direct) {
             bail!("--via must include direct, the baseline");
         }
+        if let Some(proxy) = &self.proxy_cpus {
+            let proxy = cpu_list(proxy).with_context(|| {
+                format!("--proxy-cpus must be a CPU list such as 1 or 2-3, got {proxy:?}")
+            })?;
+            let own = own_cpus()?;
+            if own.iter().any(|c| proxy.contains(c)) {
+                bail!(
+                    "--proxy-cpus {proxy:?} overlaps the CPUs this bench runs on ({own:?}), which \
+                     the upstream and the clients use: run the bench on the others, e.g. \
+                     `taskset -c 0 sluice-bench gateway-overhead --proxy-cpus 1`"
+                );
+            }
+        }
         Ok(())
     }
+}
+
+/// The CPUs of a `taskset`/cpuset list (`0`, `0-1`, `0,2-3`).
+fn cpu_list(list: &str) -> Result<Vec<u32>> {
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',') {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let (lo, hi): (u32, u32) = (lo.trim().parse()?, hi.trim().parse()?);
+        if lo > hi || hi >= 1024 {
+            bail!("{part:?} is not a CPU range");
+        }
+        cpus.extend(lo..=hi);
+    }
+    Ok(cpus)
+}
+
+/// The CPUs this process may run on (`Cpus_allowed_list` of `/proc/self/status`).
+fn own_cpus() -> Result<Vec<u32>> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("could not read /proc/self/status")?;
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .context("/proc/self/status has no Cpus_allowed_list")?;
+    cpu_list(list)
 }
 
 /// One target at one load and client count, over all rounds.
@@ -313,6 +359,7 @@ async fn run(args: &GatewayArgs, root: &Path) -> Result<Vec<Row>> {
             "backend.type=upstream".to_string(),
             format!("backend.upstream.hosts={upstream_host}"),
         ],
+        args.proxy_cpus.as_deref(),
     )
     .await?;
     crate::target::wait_until_ready(&client, &gateway_server.base_url).await?;
@@ -324,7 +371,16 @@ async fn run(args: &GatewayArgs, root: &Path) -> Result<Vec<Row>> {
     wlm::set_mode(&gateway, wlm::MODE_ENABLED).await?;
     let group_id = wlm::recreate_group(&gateway, &GROUP).await?;
     let _nginx = if args.via.contains(&Via::Nginx) {
-        Some(Nginx::start(&args.nginx_bin, &dir("nginx")?, &upstream_host, &client).await?)
+        Some(
+            Nginx::start(
+                &args.nginx_bin,
+                &dir("nginx")?,
+                &upstream_host,
+                &client,
+                args.proxy_cpus.as_deref(),
+            )
+            .await?,
+        )
     } else {
         None
     };
@@ -527,6 +583,7 @@ impl Nginx {
         dir: &Path,
         upstream_host: &str,
         client: &reqwest::Client,
+        cpus: Option<&str>,
     ) -> Result<Nginx> {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -534,8 +591,13 @@ impl Nginx {
         };
         let upstream = upstream_host.trim_start_matches("http://");
         let d = dir.display();
+        // One worker a CPU nginx may use (`auto` counts the machine's, whatever its mask).
+        let workers = match cpus {
+            Some(cpus) => cpu_list(cpus)?.len().to_string(),
+            None => "auto".to_string(),
+        };
         let conf = format!(
-            "user root root;\nworker_processes auto;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+            "user root root;\nworker_processes {workers};\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
              events {{ worker_connections 4096; }}\n\
              http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
                fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
@@ -548,7 +610,15 @@ impl Nginx {
         let path = dir.join("nginx.conf");
         std::fs::write(&path, conf)
             .with_context(|| format!("could not write {}", path.display()))?;
-        let child = Command::new(bin)
+        let mut command = match cpus {
+            Some(cpus) => {
+                let mut c = Command::new("taskset");
+                c.args(["-c", cpus]).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let child = command
             .arg("-c")
             .arg(&path)
             .args(["-g", "daemon off;"])
@@ -580,5 +650,25 @@ impl Nginx {
             bin: bin.to_owned(),
             conf: path,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_cpu_lists_read_as_taskset_writes_them() {
+        assert_eq!(cpu_list("1").unwrap(), vec![1]);
+        assert_eq!(cpu_list("0-1").unwrap(), vec![0, 1]);
+        assert_eq!(cpu_list("0,2-3\n").unwrap(), vec![0, 2, 3]);
+        for bad in ["", "x", "3-1", "1-", "-1", "0,,1"] {
+            assert!(cpu_list(bad).is_err(), "{bad:?} was read as a CPU list");
+        }
+    }
+
+    #[test]
+    fn test_this_process_has_cpus() {
+        assert!(!own_cpus().unwrap().is_empty());
     }
 }

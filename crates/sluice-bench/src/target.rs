@@ -147,10 +147,11 @@ impl SpawnedServer {
     ///
     /// Dropping the future kills the process (it is spawned with `kill_on_drop`).
     pub async fn start(bin: &Path, data_dir: &Path, log_path: &Path) -> Result<Self> {
-        Self::start_with(bin, data_dir, log_path, &[]).await
+        Self::start_with(bin, data_dir, log_path, &[], None).await
     }
 
-    /// [`SpawnedServer::start`] with more `-E` settings (`key=value` each).
+    /// [`SpawnedServer::start`] with more `-E` settings (`key=value` each), on the CPUs of
+    /// `cpus` (a `taskset` list such as `1` or `2-3`) when given, else on this process's.
     ///
     /// # Cancel safety
     ///
@@ -160,10 +161,20 @@ impl SpawnedServer {
         data_dir: &Path,
         log_path: &Path,
         settings: &[String],
+        cpus: Option<&str>,
     ) -> Result<Self> {
         let mut path_data = std::ffi::OsString::from("path.data=");
         path_data.push(data_dir);
-        let mut child = Command::new(bin)
+        let mut command = match cpus {
+            // `taskset` sets the mask, then execs the server in the same process.
+            Some(cpus) => {
+                let mut c = Command::new("taskset");
+                c.args(["-c", cpus]).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let mut child = command
             .arg("serve")
             .args(["-E", "http.port=0", "-E"])
             .arg(path_data)
