@@ -1816,6 +1816,16 @@ async fn test_cluster_settings_are_split_between_sluice_and_the_upstream() {
         )
         .await;
     common::assert_error(&resp, 400, "illegal_argument_exception");
+    // The upstream's own values of sluice's keys (an OpenSearch 3 cluster has the mode too)
+    // are not the gateway's: a read never shows them.
+    let (s, b) = upstream
+        .req(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"transient": {"wlm.workload_group.mode": "enabled"}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
     // A read merges the two.
     let (s, b) = gw
         .req("GET", "/_cluster/settings?flat_settings=true", None)
@@ -1826,6 +1836,7 @@ async fn test_cluster_settings_are_split_between_sluice_and_the_upstream() {
         b["persistent"]["wlm.workload_group.mode"], "monitor_only",
         "{b}"
     );
+    assert_eq!(b["transient"], json!({}), "{b}");
     let (s, b) = gw.req("GET", "/_cluster/settings", None).await;
     assert_eq!(s, 200, "{b}");
     assert_eq!(b["persistent"]["search"]["max_buckets"], "1234", "{b}");
@@ -1833,6 +1844,22 @@ async fn test_cluster_settings_are_split_between_sluice_and_the_upstream() {
         b["persistent"]["wlm"]["workload_group"]["mode"], "monitor_only",
         "{b}"
     );
+    assert_eq!(b["transient"], json!({}), "{b}");
+    let (s, b) = gw
+        .req(
+            "GET",
+            "/_cluster/settings?include_defaults=true&flat_settings=true",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["transient"], json!({}), "{b}");
+    // Set on the gateway, so not among its defaults.
+    assert!(
+        b["defaults"].get("wlm.workload_group.mode").is_none(),
+        "{b}"
+    );
+    assert_eq!(b["defaults"]["node.workload_group.max_count"], "100", "{b}");
     gw.stop().await;
 }
 

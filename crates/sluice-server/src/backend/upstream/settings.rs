@@ -116,6 +116,11 @@ async fn read_settings(st: Arc<AppState>, meta: RequestMeta, req: Request) -> Ap
     let own: Value = serde_json::from_slice(&own_bytes)
         .map_err(|e| ApiError::Engine(EngineError::internal(e.to_string())))?;
     for section in ["persistent", "transient", "defaults"] {
+        // The upstream's own values of sluice's keys (an OpenSearch 3 cluster has
+        // `wlm.workload_group.mode` too) are not what this gateway does: never shown.
+        if let Some(Value::Object(settings)) = theirs.get_mut(section) {
+            drop_sluice_keys(settings);
+        }
         let Some(Value::Object(settings)) = own.get(section) else {
             continue;
         };
@@ -136,6 +141,23 @@ async fn read_settings(st: Arc<AppState>, meta: RequestMeta, req: Request) -> Ap
         }
     }
     Ok(reply(StatusCode::OK, theirs, &params))
+}
+
+/// Removes sluice's keys from a settings section, flat (`wlm.workload_group.mode`) or nested
+/// (`{"wlm": {…}}`, `{"node": {"workload_group": {…}}}`), and what is left empty of them.
+fn drop_sluice_keys(section: &mut Map<String, Value>) {
+    section.retain(|key, _| !is_sluice_key(key) && key != "wlm");
+    let node_is_empty = match section.get_mut("node") {
+        Some(Value::Object(node)) => {
+            node.remove("workload_group");
+            node.retain(|key, _| !is_sluice_key(&format!("node.{key}")));
+            node.is_empty()
+        }
+        _ => false,
+    };
+    if node_is_empty {
+        section.remove("node");
+    }
 }
 
 /// Inserts `value` at the dotted `key` of a nested settings object.
@@ -174,5 +196,25 @@ mod tests {
             v,
             json!({"wlm": {"x": 1, "workload_group": {"mode": "enabled"}}})
         );
+    }
+
+    #[test]
+    fn test_the_upstreams_values_of_sluice_keys_are_dropped_flat_or_nested() {
+        let mut flat = json!({"wlm.workload_group.mode": "enabled",
+            "node.workload_group.max_count": "5", "search.max_buckets": "10",
+            "node.attr.zone": "a"});
+        drop_sluice_keys(flat.as_object_mut().unwrap());
+        assert_eq!(
+            flat,
+            json!({"search.max_buckets": "10", "node.attr.zone": "a"})
+        );
+        let mut nested = json!({"wlm": {"workload_group": {"mode": "enabled"}},
+            "node": {"workload_group": {"max_count": "5"}}, "search": {"max_buckets": "10"}});
+        drop_sluice_keys(nested.as_object_mut().unwrap());
+        assert_eq!(nested, json!({"search": {"max_buckets": "10"}}));
+        let mut kept =
+            json!({"node": {"workload_group": {"max_count": "5"}, "attr": {"zone": "a"}}});
+        drop_sluice_keys(kept.as_object_mut().unwrap());
+        assert_eq!(kept, json!({"node": {"attr": {"zone": "a"}}}));
     }
 }
