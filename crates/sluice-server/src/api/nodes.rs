@@ -31,7 +31,7 @@ use crate::state::AppState;
 
 /// The `_nodes` info metrics OpenSearch knows; sluice fills `http` and `transport` and
 /// answers the others with nothing (it has no JVM, plugins or ingest pipelines).
-const METRICS: [&str; 12] = [
+pub(crate) const METRICS: [&str; 12] = [
     "settings",
     "os",
     "process",
@@ -77,7 +77,9 @@ pub async fn info_nodes_metrics(
     info(&st, Some(&nodes), Some(&metrics), &params)
 }
 
-fn info(
+/// The info of the nodes `nodes` selects (every node when `None`), with the sections of
+/// `metrics` (every one when `None`).
+pub(crate) fn info(
     st: &AppState,
     nodes: Option<&str>,
     metrics: Option<&str>,

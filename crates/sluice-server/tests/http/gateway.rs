@@ -1863,6 +1863,56 @@ async fn test_cluster_settings_are_split_between_sluice_and_the_upstream() {
     gw.stop().await;
 }
 
+/// The `http.publish_address` of every node a `_nodes` answer lists.
+fn publish_addresses(b: &Value) -> Vec<String> {
+    b["nodes"]
+        .as_object()
+        .into_iter()
+        .flat_map(|n| n.values())
+        .filter_map(|n| n["http"]["publish_address"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_sniffing_through_a_gateway_finds_the_gateway_not_the_upstream() {
+    // A sniffing client replaces its hosts with the nodes `_nodes/…/http` lists: forwarded,
+    // that was the upstream, and every later request went around the gateway.
+    let tmp = tempfile::tempdir().unwrap();
+    let gw = TestNode::start_gateway_on(tmp.path(), &[]).await;
+    let upstream = gw.upstream.as_ref().unwrap();
+    let gw_addr = gw.addr.to_string();
+    let up_addr = upstream.addr.to_string();
+    // opensearch-py's, the Java and Go clients', and info of every metric or of nodes.
+    for path in [
+        "/_nodes/_all/http",
+        "/_nodes/http",
+        "/_nodes",
+        "/_nodes/_local",
+        "/_nodes/_all/jvm,http",
+    ] {
+        let (s, b) = gw.req("GET", path, None).await;
+        assert_eq!(s, 200, "{path}: {b}");
+        assert_eq!(publish_addresses(&b), vec![gw_addr.clone()], "{path}: {b}");
+    }
+    // Every other `_nodes` API is the upstream's.
+    let (_, up) = upstream.req("GET", "/", None).await;
+    let up_name = up["name"].as_str().expect("name").to_string();
+    let (s, b) = gw.req("GET", "/_nodes/stats", None).await;
+    assert_eq!(s, 200, "{b}");
+    let names: Vec<&str> = b["nodes"]
+        .as_object()
+        .into_iter()
+        .flat_map(|n| n.values())
+        .filter_map(|n| n["name"].as_str())
+        .collect();
+    assert_eq!(names, vec![up_name.as_str()], "{b}");
+    let (s, b) = gw.req("GET", "/_nodes/_all/jvm", None).await;
+    assert_eq!(s, 200, "{b}");
+    assert!(!publish_addresses(&b).contains(&gw_addr), "{b}");
+    assert_ne!(gw_addr, up_addr);
+    gw.stop().await;
+}
+
 /// `_wlm/stats` of group `id` on the only node.
 async fn group_stats(node: &TestNode, id: &str) -> Value {
     let (s, b) = node.req("GET", &format!("/_wlm/stats/{id}"), None).await;

@@ -28,6 +28,7 @@ pub mod headers;
 pub mod hosts;
 pub mod limits;
 pub mod msearch;
+pub mod nodes;
 pub mod routes;
 pub mod scrolls;
 pub mod settings;

@@ -1,4 +1,5 @@
-//! The gateway's router: sluice's own routes ([`crate::api::owned_routes`]), the search-class
+//! The gateway's router: sluice's own routes ([`crate::api::owned_routes`]), `_nodes` info
+//! that lists addresses to connect to ([`super::nodes`]), the search-class
 //! routes admitted here and forwarded by [`super::Upstream::execute`], `_bulk` and `_mget`
 //! authorized item by item ([`super::doc_items`]), `POST _aliases` action by action
 //! ([`super::aliases`]), and every other request forwarded
@@ -39,6 +40,9 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .merge(crate::api::owned_routes())
         .route("/_cluster/settings", any(super::settings::cluster_settings))
+        .route("/_nodes", any(super::nodes::nodes))
+        .route("/_nodes/{a}", any(super::nodes::nodes))
+        .route("/_nodes/{a}/{b}", any(super::nodes::nodes))
         .route("/_search", any(search))
         .route("/{index}/_search", any(search))
         .route("/_count", any(count))
