@@ -3087,7 +3087,11 @@ async fn test_scroll_the_gateway_did_not_open_is_refused_to_a_user_not_allowed_o
     let r = send("alice", "POST", "/a-1/_search?scroll=1m", json!({}))
         .await
         .unwrap();
-    assert_eq!(status(r), 200);
+    assert_eq!(r.status(), 200);
+    // Read whole: the gateway learns the scroll's id from its answer as it passes, so an
+    // answer dropped unread (before its body went by) leaves the scroll unknown.
+    let opened: Value = r.json().await.unwrap();
+    assert_eq!(opened["_scroll_id"], "c2Nyb2xsLTE", "{opened}");
     let continuing = |id: &str| json!({"scroll": "1m", "scroll_id": id});
     let forwarded = || up.received_on("_search/scroll").len();
     // Another user: refused for the id as issued, and for it spelled otherwise (which an

@@ -417,6 +417,11 @@ impl UpstreamClient {
 
     /// Sends a bodiless request and reads the whole (small) answer: for the gateway's own calls
     /// (`GET /` at start, listing and cancelling upstream tasks).
+    /// `backend.upstream.request_timeout`.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
     pub async fn call(
         &self,
         method: Method,

@@ -20,6 +20,7 @@
 //!   an `_msearch` into admitted items and the merge of the answers.
 
 pub mod aliases;
+pub mod by_query;
 pub mod client;
 pub mod config;
 pub mod doc_items;
@@ -171,6 +172,22 @@ impl Upstream {
             .filter_map(|n| n["thread_pool"]["search"]["size"].as_u64())
             .sum();
         u32::try_from(total).ok().filter(|n| *n > 0)
+    }
+
+    /// `backend.upstream.request_timeout`.
+    pub fn request_timeout(&self) -> Duration {
+        self.client.request_timeout()
+    }
+
+    /// A bodiless call of the gateway's own to the upstream, sent with `headers` (already
+    /// rewritten for the upstream): its status and its whole answer.
+    pub async fn call_upstream(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        headers: &HeaderMap,
+    ) -> Result<(http::StatusCode, Bytes), EngineError> {
+        self.client.call(method, path_and_query, headers).await
     }
 
     /// The identity forwarding.
@@ -490,7 +507,7 @@ impl Upstream {
                 .client
                 .call(
                     Method::GET,
-                    "/_tasks?actions=*search*&detailed=true",
+                    "/_tasks?actions=*search*,*byquery*&detailed=true",
                     &headers,
                 )
                 .await;
@@ -622,7 +639,7 @@ impl Upstream {
                 .client
                 .call(
                     Method::GET,
-                    "/_tasks?actions=*search*&detailed=false",
+                    "/_tasks?actions=*search*,*byquery*&detailed=false",
                     &headers,
                 )
                 .await;

@@ -55,6 +55,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/{index}/_msearch/template", any(msearch_template))
         .route("/_bulk", any(bulk))
         .route("/{index}/_bulk", any(bulk))
+        .route("/{index}/_delete_by_query", any(delete_by_query))
+        .route("/{index}/_update_by_query", any(update_by_query))
         .route("/_mget", any(mget))
         .route("/{index}/_mget", any(mget))
         .route("/_aliases", any(super::aliases::aliases))
@@ -128,6 +130,40 @@ async fn bulk(
     req: Request,
 ) -> Response {
     super::doc_items::bulk(st.0, meta, index.map(|p| p.0), req).await
+}
+
+async fn delete_by_query(
+    st: State<Arc<AppState>>,
+    meta: RequestMeta,
+    Path(index): Path<String>,
+    req: Request,
+) -> Response {
+    by_query_or_forward(st.0, meta, index, req, false).await
+}
+
+async fn update_by_query(
+    st: State<Arc<AppState>>,
+    meta: RequestMeta,
+    Path(index): Path<String>,
+    req: Request,
+) -> Response {
+    by_query_or_forward(st.0, meta, index, req, true).await
+}
+
+/// A by-query action admitted ([`super::by_query`]); other methods pass through.
+async fn by_query_or_forward(
+    st: Arc<AppState>,
+    meta: RequestMeta,
+    index: String,
+    req: Request,
+    update: bool,
+) -> Response {
+    if *req.method() != Method::POST {
+        return crate::http::fallback::forward(State(st), meta, req).await;
+    }
+    super::by_query::run(st, meta, index, req, update)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn mget(
@@ -559,7 +595,7 @@ pub async fn lane_search(
 /// embedded engine authorizes them while it runs (the upstream reads them): those of the body
 /// and of a `source` parameter. With authorization on, a body that is not JSON is refused
 /// here (its lookups could not be checked), not forwarded.
-fn authorize_lookups(
+pub(super) fn authorize_lookups(
     st: &AppState,
     meta: &RequestMeta,
     body: &[u8],

@@ -1,0 +1,314 @@
+//! `POST /{index}/_delete_by_query` and `_update_by_query` through a gateway: admitted as on
+//! an embedded node (a task in the caller's workload group, throttled and queued, holding its
+//! slot while the work runs), then forwarded.
+//!
+//! - Waiting for completion (the default): the request is forwarded as it came and holds its
+//!   slot until the upstream answers; cancelling the gateway's task cancels the upstream's
+//!   (by `X-Opaque-Id`, as for a search).
+//! - `wait_for_completion=false`: as on an embedded node, the answer is the **gateway's** task
+//!   id at once, and admission (which may wait in the group's queue, or refuse) and the work
+//!   follow in the background. Once admitted, the request is forwarded with
+//!   `wait_for_completion=false`, and the gateway follows the upstream's task (`GET
+//!   _tasks/{id}?wait_for_completion=true`, one short wait after another, and its status
+//!   after each) until it ends:
+//!   the slot is held all along, the upstream task's status is shown as the gateway task's,
+//!   cancelling the gateway task cancels the upstream's by id, and the upstream's final
+//!   `response` or `error` is stored for `GET _tasks/{id}` on the gateway. The upstream's own
+//!   `request_timeout` no longer cuts a long action, as forwarding it waiting would.
+//!
+//! Before, both were forwarded unadmitted: a tenant could run any amount of by-query work on
+//! the upstream past its group's `node_limit`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::http::{Method, StatusCode, header};
+use axum::response::Response;
+use http::HeaderMap;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use sluice_engine::{EngineError, ErrorCode};
+
+use super::routes::{Read, authorize_lookups, call_as, read, settle};
+use super::{Upstream, stream_back};
+use crate::admission::{self, Admitted, TaskSpec};
+use crate::api::cluster_settings::bool_param;
+use crate::error::{ApiError, ApiResult};
+use crate::http::{RequestMeta, reply};
+use crate::state::AppState;
+use crate::tasks::{TaskStatus, actions};
+
+/// The longest one wait for the upstream task's end (`wait_for_completion=true&timeout=`):
+/// its end is seen at once, but a wait that runs out answers no status, so the status the
+/// gateway task shows (read by a look without a wait after each) is at most this old. Two
+/// small calls a second for an action that runs for minutes. A shorter `request_timeout`
+/// shortens it ([`follow_wait`]).
+const FOLLOW_WAIT: Duration = Duration::from_secs(1);
+
+/// Failed looks at the upstream task in a row (the upstream unreachable, or refusing) after
+/// which the gateway stops following it: its slot is given back and the task's result is the
+/// last error. At one look a second, about 10 s of the upstream gone.
+const MAX_FOLLOW_FAILURES: u32 = 10;
+
+/// The pause after a failed look at the upstream task before the next one.
+const FOLLOW_RETRY: Duration = Duration::from_secs(1);
+
+/// Runs a by-query action through the gateway (see the module docs).
+pub async fn run(
+    st: Arc<AppState>,
+    meta: RequestMeta,
+    index: String,
+    req: Request,
+    update: bool,
+) -> ApiResult<Response> {
+    let up = super::routes_upstream(&st)?;
+    let read = read(req).await?;
+    authorize_lookups(&st, &meta, &read.body, &read.params)?;
+    // OpenSearch's default: the request answers when the work is done.
+    let wait = !read.params.contains_key("wait_for_completion")
+        || bool_param(&read.params, "wait_for_completion")?;
+    let (action, verb) = if update {
+        (actions::UPDATE_BY_QUERY, "update-by-query")
+    } else {
+        (actions::DELETE_BY_QUERY, "delete-by-query")
+    };
+    let spec = TaskSpec::new(action, format!("{verb} [{index}]"), &index, &read.params)?;
+    let guard = admission::register(&st, &meta, &spec);
+    if wait {
+        let mut admitted = admission::admit_registered(&st, &meta, spec, guard).await?;
+        let call = call_as(&up, &meta, &read.parts, &[], read.body);
+        let executed = up.execute(admitted.execution(), call).await;
+        let resp = settle(&mut admitted, executed)?;
+        return Ok(admitted.ride_with(stream_back(resp)));
+    }
+    let id = guard.id().to_string();
+    let task = guard.task().clone();
+    st.tasks.expect_result(&task);
+    let status = Arc::new(UpstreamStatus(Mutex::new(not_started())));
+    task.set_status(status.clone());
+    let params = read.params.clone();
+    let bg = st.clone();
+    tokio::spawn(async move {
+        let st = bg;
+        let outcome = async {
+            let admitted = admission::admit_registered(&st, &meta, spec, guard).await?;
+            follow(&up, &meta, admitted, read, &status).await
+        }
+        .await;
+        // The ticket is released after the result is stored.
+        match outcome {
+            Ok((response, admitted)) => {
+                st.tasks.store_outcome(&task, Ok(response));
+                drop(admitted);
+            }
+            Err(e) => st.tasks.store_outcome(&task, Err(&e)),
+        }
+    });
+    Ok(reply(StatusCode::OK, json!({"task": id}), &params))
+}
+
+/// A by-query task's status before it started (OpenSearch's `BulkByScrollTask.Status` with
+/// nothing done), what the gateway task shows while it waits in the queue.
+fn not_started() -> Value {
+    json!({"total": 0, "updated": 0, "created": 0, "deleted": 0, "batches": 0,
+           "version_conflicts": 0, "noops": 0, "retries": {"bulk": 0, "search": 0},
+           "throttled_millis": 0, "requests_per_second": -1.0, "throttled_until_millis": 0})
+}
+
+/// The upstream task's `status` as its last look showed it, shown as the gateway task's.
+#[derive(Debug)]
+struct UpstreamStatus(Mutex<Value>);
+
+impl TaskStatus for UpstreamStatus {
+    fn status(&self) -> Value {
+        self.0.lock().clone()
+    }
+}
+
+/// Forwards an admitted background action with `wait_for_completion=false` and follows the
+/// upstream's task until it ends (see the module docs): answers its `response` and the ticket,
+/// or its `error`.
+async fn follow(
+    up: &Arc<Upstream>,
+    meta: &RequestMeta,
+    mut admitted: Admitted,
+    read: Read,
+    status: &UpstreamStatus,
+) -> ApiResult<(Value, Admitted)> {
+    let call = call_as(up, meta, &read.parts, &[], read.body).answer_uncompressed();
+    // What the looks at the upstream task send: the request's own headers as forwarded (its
+    // identity), without its body's.
+    let mut headers: HeaderMap = call.headers.clone();
+    headers.remove(header::CONTENT_TYPE);
+    headers.remove(header::CONTENT_LENGTH);
+    let task = admitted.task().clone();
+    let executed = up.execute(admitted.execution(), call).await;
+    let submitted = match executed {
+        Ok(resp) if resp.status().is_success() => super::json_answer(resp, "by-query")
+            .await
+            .map_err(ApiError::Engine),
+        Ok(resp) => Err(forwarded_error(resp).await),
+        Err(e) => Err(e),
+    };
+    let upstream_task = match submitted.map(|v| v["task"].as_str().map(str::to_string)) {
+        Ok(Some(id)) => id,
+        Ok(None) => {
+            return Err(settle_err(
+                &mut admitted,
+                ApiError::Engine(EngineError::new(
+                    ErrorCode::UpstreamFailed,
+                    "the upstream's answer to a by-query action with wait_for_completion=false \
+                     names no task",
+                )),
+            ));
+        }
+        Err(e) => return Err(settle_err(&mut admitted, e)),
+    };
+    let wait = follow_wait(up.request_timeout());
+    let look = format!(
+        "/_tasks/{upstream_task}?wait_for_completion=true&timeout={}ms",
+        wait.as_millis()
+    );
+    let peek = format!("/_tasks/{upstream_task}");
+    let mut failures = 0u32;
+    let mut cancel_sent = false;
+    loop {
+        let answer = tokio::select! {
+            // The gateway task cancelled: the upstream's is cancelled by id, then followed to
+            // its end (it answers what it did before it stopped).
+            () = task.cancelled(), if !cancel_sent => {
+                cancel_sent = true;
+                cancel_upstream(up, &upstream_task, &headers).await;
+                continue;
+            }
+            answer = up.call_upstream(Method::GET, &look, &headers) => answer,
+        };
+        match answer {
+            Ok((s, body)) if s.is_success() => {
+                failures = 0;
+                let doc: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                if !doc["task"]["status"].is_null() {
+                    *status.0.lock() = doc["task"]["status"].clone();
+                }
+                if doc["completed"] != true {
+                    continue;
+                }
+                if let Some(error) = doc.get("error") {
+                    let e = ApiError::Forwarded {
+                        status: StatusCode::INTERNAL_SERVER_ERROR.as_u16(),
+                        body: json!({"error": error}),
+                    };
+                    return Err(settle_err(&mut admitted, e));
+                }
+                let response = doc.get("response").cloned().unwrap_or(Value::Null);
+                admitted.finish(Ok(()))?;
+                return Ok((response, admitted));
+            }
+            // A wait that ran out while the task still runs: its status, then look again.
+            Ok((s, body)) if s == StatusCode::REQUEST_TIMEOUT || timed_out(&body) => {
+                failures = 0;
+                if let Ok((s, body)) = up.call_upstream(Method::GET, &peek, &headers).await
+                    && s.is_success()
+                {
+                    let doc: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    if !doc["task"]["status"].is_null() {
+                        *status.0.lock() = doc["task"]["status"].clone();
+                    }
+                }
+            }
+            other => {
+                failures += 1;
+                let e = match other {
+                    Ok((s, body)) => ApiError::Forwarded {
+                        status: s.as_u16(),
+                        body: serde_json::from_slice(&body)
+                            .unwrap_or_else(|_| json!({"error": String::from_utf8_lossy(&body)})),
+                    },
+                    Err(e) => ApiError::Engine(e),
+                };
+                if failures >= MAX_FOLLOW_FAILURES {
+                    tracing::warn!(task = %upstream_task, "stopped following the upstream's by-query task: {e:?}");
+                    return Err(settle_err(&mut admitted, e));
+                }
+                tokio::time::sleep(FOLLOW_RETRY).await;
+            }
+        }
+    }
+}
+
+/// One wait for the upstream task's end: [`FOLLOW_WAIT`], or half the gateway's
+/// `request_timeout` when that is shorter (the wait must end before the request's timeout).
+fn follow_wait(request_timeout: Duration) -> Duration {
+    FOLLOW_WAIT
+        .min(request_timeout / 2)
+        .max(Duration::from_millis(1))
+}
+
+/// Whether an upstream error body is OpenSearch's "timed out waiting for completion" of a
+/// task (a 500 in some versions, a 408 in others).
+fn timed_out(body: &[u8]) -> bool {
+    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let reason = v["error"]["reason"].as_str().unwrap_or("");
+    reason.contains("Timed out waiting for completion")
+}
+
+/// Cancels the upstream task `id` (it may have ended: then nothing is left to cancel).
+async fn cancel_upstream(up: &Upstream, id: &str, headers: &HeaderMap) {
+    let path = format!("/_tasks/{id}/_cancel");
+    match up.call_upstream(Method::POST, &path, headers).await {
+        Ok((s, _)) if s.is_success() => {
+            tracing::debug!(task = %id, "cancelled the upstream's by-query task")
+        }
+        Ok((s, _)) => {
+            tracing::debug!(task = %id, status = %s, "upstream by-query task not cancelled (ended?)")
+        }
+        Err(e) => {
+            tracing::warn!(task = %id, error = %e.reason, "cannot cancel the upstream's by-query task")
+        }
+    }
+}
+
+/// Settles the ticket with a failure and answers the error (as the ticket words it when the
+/// task was cancelled).
+fn settle_err(admitted: &mut Admitted, e: ApiError) -> ApiError {
+    match admitted.finish::<()>(Err(e)) {
+        Err(e) => e,
+        Ok(()) => ApiError::Engine(EngineError::internal("by-query action failed")),
+    }
+}
+
+/// An upstream error answer as the error it is.
+async fn forwarded_error(resp: http::Response<hyper::body::Incoming>) -> ApiError {
+    let status = resp.status().as_u16();
+    match super::json_answer(resp, "by-query").await {
+        Ok(body) => ApiError::Forwarded { status, body },
+        Err(e) => ApiError::Engine(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_one_wait_ends_before_the_requests_timeout() {
+        assert_eq!(follow_wait(Duration::from_secs(60)), FOLLOW_WAIT);
+        assert_eq!(
+            follow_wait(Duration::from_secs(1)),
+            Duration::from_millis(500)
+        );
+        assert_eq!(follow_wait(Duration::ZERO), Duration::from_millis(1));
+    }
+
+    #[test]
+    fn test_a_wait_that_ran_out_is_told_from_a_failure() {
+        assert!(timed_out(
+            br#"{"error":{"type":"timeout_exception","reason":"Timed out waiting for completion of [n:1]"}}"#
+        ));
+        assert!(!timed_out(
+            br#"{"error":{"type":"resource_not_found_exception"}}"#
+        ));
+        assert!(!timed_out(b"not json"));
+    }
+}
