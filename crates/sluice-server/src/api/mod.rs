@@ -146,6 +146,8 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .delete(scroll::clear_ids),
         )
         .merge(owned_routes())
+        .route("/_tasks/{task_id}", get(tasks::get_task))
+        .route("/_tasks/{task_id}/_cancel", post(tasks::cancel_one))
         .merge(cluster_settings::routes())
         .merge(aliases::routes())
         .fallback(no_handler)
@@ -153,14 +155,13 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 /// The routes sluice answers itself whatever its backend: workload groups, rules, stats, its
-/// metrics and dashboard, and its `_tasks` (a gateway answers the `wlm.*` cluster settings itself too, and forwards every
-/// other route, DESIGN D15).
+/// metrics and dashboard, and its `_tasks` listing and cancelling (a gateway answers the
+/// `wlm.*` cluster settings itself too, a task by id its own way, and forwards every other
+/// route, DESIGN D15).
 pub fn owned_routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/_tasks", get(tasks::list))
         .route("/_tasks/_cancel", post(tasks::cancel_matching))
-        .route("/_tasks/{task_id}", get(tasks::get_task))
-        .route("/_tasks/{task_id}/_cancel", post(tasks::cancel_one))
         .merge(wlm::routes())
         .merge(wlm_stats::routes())
         .merge(rules::routes())

@@ -1863,6 +1863,104 @@ async fn test_cluster_settings_are_split_between_sluice_and_the_upstream() {
     gw.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_upstream_task_ids_are_followed_and_cancelled_through_the_gateway() {
+    // A forwarded API with wait_for_completion=false answers the upstream's task id: the
+    // client follows it through the gateway as it would directly.
+    let tmp = tempfile::tempdir().unwrap();
+    let gw = TestNode::start_gateway_on(tmp.path(), &[]).await;
+    let upstream = gw.upstream.as_ref().unwrap();
+    let (s, b) = gw.req("PUT", "/fm", None).await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = gw
+        .req("POST", "/fm/_forcemerge?wait_for_completion=false", None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let id = b["task"].as_str().expect("a task id").to_string();
+    let (up_node, _) = id.rsplit_once(':').unwrap();
+    let (s, done) = gw
+        .req(
+            "GET",
+            &format!("/_tasks/{id}?wait_for_completion=true&timeout=30s"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{done}");
+    assert_eq!(done["completed"], true, "{done}");
+    let (_, direct) = upstream.req("GET", &format!("/_tasks/{id}"), None).await;
+    assert_eq!(done, direct);
+    // Cancelling and a task that never was: the upstream's answers, unchanged.
+    for (method, path) in [
+        ("POST", format!("/_tasks/{id}/_cancel")),
+        ("GET", format!("/_tasks/{up_node}:999999")),
+        ("POST", format!("/_tasks/{up_node}:999999/_cancel")),
+    ] {
+        let via = gw.req(method, &path, None).await;
+        let direct = upstream.req(method, &path, None).await;
+        assert_eq!(via, direct, "{method} {path}");
+    }
+    // The gateway's own task ids are still its own, malformed ones refused as before.
+    let (_, me) = gw.req("GET", "/_nodes/_local", None).await;
+    let gw_node = me["nodes"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let resp = gw
+        .req("GET", &format!("/_tasks/{gw_node}:999999"), None)
+        .await;
+    common::assert_error(&resp, 404, "resource_not_found_exception");
+    let resp = gw.req("GET", "/_tasks/not-a-task-id", None).await;
+    common::assert_error(&resp, 400, "illegal_argument_exception");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_upstream_tasks_need_the_cluster_permission_with_authorization_on() {
+    // The gateway cannot tell whose an upstream task is: with a roles file, following or
+    // cancelling one takes the permission others' tasks take.
+    let up = fake(answer_with(|_| {
+        axum::Json(json!({"completed": true, "task": {}})).into_response()
+    }))
+    .await;
+    let (gw, _roles_dir) = gateway_for_tenant_a(&up.base, "read").await;
+    let as_user = |user: &'static str, roles: &'static str, method: &str, path: &str| {
+        gw.client
+            .request(method.parse().unwrap(), gw.url(path))
+            .header("x-proxy-user", user)
+            .header("x-proxy-roles", roles)
+            .send()
+    };
+    for (method, path, action) in [
+        ("GET", "/_tasks/upstreamnode:7", "cluster:monitor/task/get"),
+        (
+            "POST",
+            "/_tasks/upstreamnode:7/_cancel",
+            "cluster:admin/tasks/cancel",
+        ),
+    ] {
+        let r = as_user("alice", "tenant_a", method, path).await.unwrap();
+        assert_eq!(r.status().as_u16(), 403, "{method} {path}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["type"], "security_exception", "{body}");
+        assert!(
+            body["error"]["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains(action)),
+            "{body}"
+        );
+        assert!(up.received_on("upstreamnode").is_empty(), "{method} {path}");
+    }
+    let r = as_user("root", "admin", "GET", "/_tasks/upstreamnode:7")
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(up.received_on("/_tasks/upstreamnode:7").len(), 1);
+    gw.stop().await;
+}
+
 /// The `http.publish_address` of every node a `_nodes` answer lists.
 fn publish_addresses(b: &Value) -> Vec<String> {
     b["nodes"]

@@ -34,6 +34,7 @@ pub mod routes;
 pub mod scrolls;
 pub mod settings;
 pub mod sniff;
+pub mod tasks;
 
 use std::any::Any;
 use std::fmt::Write as _;

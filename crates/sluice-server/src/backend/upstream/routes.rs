@@ -19,7 +19,7 @@ use axum::Router;
 use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
-use axum::routing::any;
+use axum::routing::{any, get, post};
 use bytes::Bytes;
 use http::request::Parts;
 use serde_json::Value;
@@ -40,6 +40,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .merge(crate::api::owned_routes())
         .route("/_cluster/settings", any(super::settings::cluster_settings))
+        .route("/_tasks/{task_id}", get(super::tasks::get_task))
+        .route("/_tasks/{task_id}/_cancel", post(super::tasks::cancel_one))
         .route("/_nodes", any(super::nodes::nodes))
         .route("/_nodes/{a}", any(super::nodes::nodes))
         .route("/_nodes/{a}/{b}", any(super::nodes::nodes))

@@ -1,0 +1,108 @@
+//! `GET _tasks/{id}` and `POST _tasks/{id}/_cancel` on a gateway. A task of a sluice node is
+//! the gateway's own ([`crate::api::tasks`]); a task id of any other node is the upstream's —
+//! forwarded APIs answer them (`_reindex`, `_forcemerge` or `_snapshot` with
+//! `wait_for_completion=false`, and any task id a client read off the upstream) — and is
+//! forwarded, so that a client can follow or cancel it through the gateway as it could
+//! directly. Before, those ids answered 404 "isn't running and hasn't stored its results".
+//!
+//! With authorization on, the gateway cannot tell whose an upstream task is (it did not
+//! start it under a task of its own), so following or cancelling one takes the cluster
+//! permission for it (`cluster:monitor/task/get`, `cluster:admin/tasks/cancel`), as another
+//! user's task does on a sluice node. The gateway's own tasks go on being shown to and
+//! cancelled by their owners.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, Request, State};
+use axum::response::{IntoResponse, Response};
+use sluice_core::authz::Action;
+
+use crate::auth::authz::{forbidden, may_touch_task};
+use crate::error::ApiError;
+use crate::http::{Params, RequestMeta};
+use crate::state::AppState;
+use crate::tasks::TaskId;
+
+/// `GET /_tasks/{task_id}` on a gateway.
+pub async fn get_task(
+    State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
+    req: Request,
+) -> Response {
+    match upstream_task(&st, &req) {
+        None => own(st, meta, req, false).await,
+        Some(()) => forward(st, meta, req, Action::TaskGet).await,
+    }
+}
+
+/// `POST /_tasks/{task_id}/_cancel` on a gateway.
+pub async fn cancel_one(
+    State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
+    req: Request,
+) -> Response {
+    match upstream_task(&st, &req) {
+        None => own(st, meta, req, true).await,
+        Some(()) => forward(st, meta, req, Action::TasksCancel).await,
+    }
+}
+
+/// `Some` when the path's task id names a node that is not one of sluice's (a malformed id
+/// is the gateway's to refuse, as a sluice node refuses it).
+fn upstream_task(st: &AppState, req: &Request) -> Option<()> {
+    let raw = task_id_of(req.uri().path())?;
+    let id = TaskId::parse(raw)?;
+    st.cluster.members().get(&id.node).is_none().then_some(())
+}
+
+/// The `{task_id}` of `/_tasks/{task_id}[/_cancel]`.
+fn task_id_of(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/_tasks/")?;
+    let raw = rest.strip_suffix("/_cancel").unwrap_or(rest);
+    (!raw.is_empty() && !raw.contains('/')).then_some(raw)
+}
+
+/// The gateway's own task: answered as a sluice node answers it.
+async fn own(st: Arc<AppState>, meta: RequestMeta, req: Request, cancel: bool) -> Response {
+    let raw = task_id_of(req.uri().path()).unwrap_or("").to_string();
+    let params = match Query::<Params>::try_from_uri(req.uri()) {
+        Ok(p) => p,
+        Err(e) => {
+            let q = req.uri().query().unwrap_or("");
+            return ApiError::Engine(sluice_engine::EngineError::illegal_argument(format!(
+                "invalid query string [{q}]: {e}"
+            )))
+            .into_response();
+        }
+    };
+    let answer = if cancel {
+        crate::api::tasks::cancel_one(State(st), meta, Path(raw), params).await
+    } else {
+        crate::api::tasks::get_task(State(st), meta, Path(raw), params).await
+    };
+    answer.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// An upstream task: forwarded when the user may touch any task (see the module docs).
+async fn forward(st: Arc<AppState>, meta: RequestMeta, req: Request, action: Action) -> Response {
+    if !may_touch_task(&meta, action, None)
+        && let Some(who) = &meta.principal
+    {
+        return ApiError::Engine(forbidden(action.name(), who)).into_response();
+    }
+    crate::http::fallback::forward(State(st), meta, req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_the_task_id_is_read_off_both_paths() {
+        assert_eq!(task_id_of("/_tasks/abc:12"), Some("abc:12"));
+        assert_eq!(task_id_of("/_tasks/abc:12/_cancel"), Some("abc:12"));
+        assert_eq!(task_id_of("/_tasks/"), None);
+        assert_eq!(task_id_of("/_tasks/a/b"), None);
+        assert_eq!(task_id_of("/_cat/tasks"), None);
+    }
+}
