@@ -42,6 +42,7 @@ async fn run_search(
     params: Params,
     body: Body,
 ) -> ApiResult<Response> {
+    let body = body.or_source_param(&params)?;
     let raw = body.0.clone();
     let located = |e: ApiError| match e {
         ApiError::Engine(e) => ApiError::Engine(e.with_location_in(&raw)),
@@ -113,6 +114,7 @@ async fn run_count(
     params: Params,
     body: Body,
 ) -> ApiResult<Response> {
+    let body = body.or_source_param(&params)?;
     let raw = body.0.clone();
     let mut query = json!({"match_all": {}});
     if let Some(b) = body.json()? {

@@ -41,6 +41,33 @@ impl Body {
     pub fn json(&self) -> ApiResult<Option<Value>> {
         parse_json(&self.0)
     }
+
+    /// The body, or when it is empty the `source` query parameter, as OpenSearch reads the
+    /// requests that take either (`RestRequest.contentOrSourceParam`: `_search`, `_count`):
+    /// the parameter needs `source_content_type` beside it (a 500 `illegal_state_exception`
+    /// without, as OpenSearch answers), and sluice reads JSON only.
+    pub fn or_source_param(self, params: &crate::http::Params) -> ApiResult<Body> {
+        let Some(source) = params.get("source") else {
+            return Ok(self);
+        };
+        if !self.0.iter().all(u8::is_ascii_whitespace) {
+            return Ok(self);
+        }
+        let Some(kind) = params.get("source_content_type") else {
+            return Err(ApiError::Engine(EngineError::new(
+                ErrorCode::IllegalState,
+                "source and source_content_type parameters are required",
+            )));
+        };
+        let essence = kind.split(';').next().unwrap_or("").trim();
+        if !essence.eq_ignore_ascii_case("application/json") {
+            return Err(ApiError::Engine(EngineError::illegal_argument(format!(
+                "source_content_type [{kind}] is not supported: sluice reads the source \
+                 parameter as application/json only"
+            ))));
+        }
+        Ok(Body(Bytes::from(source.clone())))
+    }
 }
 
 /// Parses a JSON request body; empty or whitespace is `None`; malformed JSON is a 400
@@ -59,4 +86,46 @@ pub fn parse_json(bytes: &[u8]) -> ApiResult<Option<Value>> {
             ),
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::Params;
+
+    fn params(pairs: &[(&str, &str)]) -> Params {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn test_the_source_parameter_stands_for_an_empty_body_only() {
+        let q = r#"{"query":{"term":{"a":1}}}"#;
+        let with_type = params(&[("source", q), ("source_content_type", "application/json")]);
+        let read = Body(Bytes::new()).or_source_param(&with_type).unwrap();
+        assert_eq!(read.0, q.as_bytes());
+        // A body wins over the parameter; no parameter leaves the body as it is.
+        let read = Body(Bytes::from_static(b"{}"))
+            .or_source_param(&with_type)
+            .unwrap();
+        assert_eq!(read.0, &b"{}"[..]);
+        let read = Body(Bytes::new()).or_source_param(&params(&[])).unwrap();
+        assert!(read.0.is_empty());
+        // OpenSearch's refusals.
+        let Err(ApiError::Engine(e)) =
+            Body(Bytes::new()).or_source_param(&params(&[("source", q)]))
+        else {
+            panic!("a source without its content type was read");
+        };
+        assert_eq!(e.code, ErrorCode::IllegalState);
+        let yaml = params(&[("source", q), ("source_content_type", "application/yaml")]);
+        assert!(Body(Bytes::new()).or_source_param(&yaml).is_err());
+        let charset = params(&[
+            ("source", q),
+            ("source_content_type", "application/json; charset=UTF-8"),
+        ]);
+        assert!(Body(Bytes::new()).or_source_param(&charset).is_ok());
+    }
 }

@@ -561,6 +561,59 @@ async fn test_query_string_and_q_parameter() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_source_parameter_is_the_body_of_a_search_or_count_without_one() {
+    // OpenSearch reads `?source=` (with `source_content_type`) as the body of a request that
+    // has none; sluice once ignored it and matched every document.
+    let (node, books) = books_node().await;
+    let science = ids_where(&books, |b| b.category == "science");
+    assert!(!science.is_empty() && science.len() < books.len());
+    let query = json!({"query": {"term": {"category": "science"}}, "size": 100}).to_string();
+    let with_type = format!(
+        "source={}&source_content_type=application/json",
+        enc(&query)
+    );
+    let (s, resp) = node
+        .req("GET", &format!("/books/_search?{with_type}"), None)
+        .await;
+    assert_eq!(s, 200, "{resp}");
+    assert_eq!(sorted_ids(hit_ids(&resp)), science);
+    let count_query = json!({"query": {"term": {"category": "science"}}}).to_string();
+    let count_source = format!(
+        "source={}&source_content_type=application/json",
+        enc(&count_query)
+    );
+    let (s, resp) = node
+        .req("GET", &format!("/books/_count?{count_source}"), None)
+        .await;
+    assert_eq!(s, 200, "{resp}");
+    assert_eq!(resp["count"], science.len(), "{resp}");
+    // Without its content type, OpenSearch's 500.
+    let resp = node
+        .req(
+            "GET",
+            &format!("/books/_search?source={}", enc(&query)),
+            None,
+        )
+        .await;
+    assert_error(&resp, 500, "illegal_state_exception");
+    assert_eq!(
+        resp.1["error"]["reason"],
+        "source and source_content_type parameters are required"
+    );
+    // A body wins over the parameter.
+    let (s, resp) = node
+        .req(
+            "POST",
+            &format!("/books/_count?{count_source}"),
+            Some(json!({"query": {"match_all": {}}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{resp}");
+    assert_eq!(resp["count"], books.len(), "{resp}");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_from_size_pages_without_duplicates() {
     let (node, books) = books_node().await;
     // Sorted by a unique field: pages concatenate to the model order.
