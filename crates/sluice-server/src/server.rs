@@ -285,6 +285,16 @@ pub fn app(state: Arc<AppState>) -> HttpService {
     // outermost).
     let layers = tower::ServiceBuilder::new()
         .layer(CatchPanicLayer::custom(panic_response))
+        // A HEAD answer has no body to compress: compressed, it lost the GET's length (a
+        // gateway's then said `content-length: 0`). Without the client's `Accept-Encoding`
+        // the compression layer leaves it alone, and the answer is the GET's head.
+        .map_request(|mut req: axum::http::Request<axum::body::Body>| {
+            if req.method() == axum::http::Method::HEAD {
+                req.headers_mut()
+                    .remove(axum::http::header::ACCEPT_ENCODING);
+            }
+            req
+        })
         // Responses are gzipped when the client sends `Accept-Encoding: gzip`.
         .layer(CompressionLayer::new())
         // The official clients' `compression` option: a gzip request body is inflated
