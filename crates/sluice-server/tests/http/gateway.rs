@@ -458,6 +458,35 @@ async fn test_gateway_starts_while_its_upstream_is_down_and_serves_it_once_back(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_host_that_answers_late_or_not_in_http_rests_while_the_others_serve() {
+    // A host that accepts connections but never answers (or answers something that is not
+    // HTTP) once kept its turn, and with the gateway's own calls moving the cursor it got
+    // most requests, each failing only after the whole request_timeout.
+    let up = fake(answer_with(|_| {
+        axum::Json(json!({"count": 1, "status": "green"})).into_response()
+    }))
+    .await;
+    for (how, name) in [(Raw::Hang, "hang"), (Raw::Garbage, "garbage")] {
+        let (bad, _task) = raw_upstream(how).await;
+        let gw = gateway(&format!("{},{bad}", up.base), &[]).await;
+        // The lane's search, then the general path's forwarding.
+        for path in ["/logs/_count", "/_cluster/health"] {
+            let mut failed = Vec::new();
+            for _ in 0..10 {
+                let (s, b) = gw.req("GET", path, None).await;
+                if s != 200 {
+                    failed.push((s, b));
+                }
+            }
+            // The first time the bad host's turn comes, it fails and rests for longer than
+            // ten quick requests take (twice on a slow machine: the rest doubles).
+            assert!(failed.len() <= 2, "{name} {path}: {failed:?}");
+        }
+        gw.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_malformed_chunked_body_is_the_clients_error_on_every_route() {
     let up = fake(answer_with(|_| {
         axum::Json(json!({"count": 1})).into_response()

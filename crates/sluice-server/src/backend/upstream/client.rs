@@ -298,9 +298,20 @@ impl UpstreamClient {
                     )));
                 }
                 Ok(Err(Failure::Exchange(e))) => {
-                    return Err(failed_to_answer(host, &causes(&e)));
+                    let failed = failed_to_answer(host, &causes(&e));
+                    // An answer that is not HTTP: the host rests (a reset or a close does
+                    // not: that may be the upstream ending one request, or an idle
+                    // connection's race).
+                    if e.is_parse() || e.is_parse_too_large() {
+                        host_at_fault(&self.hosts, i, &failed);
+                    }
+                    return Err(failed);
                 }
-                Err(_) => return Err(no_answer_within(host, self.request_timeout)),
+                Err(_) => {
+                    let e = no_answer_within(host, self.request_timeout);
+                    host_at_fault(&self.hosts, i, &e);
+                    return Err(e);
+                }
             }
         }
         Err(last_error.unwrap_or_else(no_host))
@@ -465,7 +476,7 @@ pub(super) fn unreachable(
     connect_timeout: Option<Duration>,
 ) -> EngineError {
     let host = hosts.get(i);
-    let backoff = hosts.failed(i, Instant::now());
+    let (backoff, failures) = hosts.failed(i, Instant::now());
     let cause = match connect_timeout {
         Some(t) => format!(
             "not connected within backend.upstream.connect_timeout [{}] ({cause})",
@@ -474,11 +485,23 @@ pub(super) fn unreachable(
         None => cause,
     };
     tracing::warn!(host = %host.name, %cause, backoff_ms = backoff.as_millis() as u64,
-        attempt, "upstream host unreachable; skipped until its back-off ends");
+        failures, attempt, "upstream host unreachable; others tried first until its back-off ends");
     EngineError::new(
         ErrorCode::UpstreamFailed,
         format!("cannot connect to upstream [{}]: {cause}", host.name),
     )
+}
+
+/// Host `i` did not answer within `request_timeout`, or answered something that is not HTTP
+/// (`e` says which): it rests for a back-off as one that cannot be reached, as nginx marks a
+/// server failed on a timeout or an invalid answer (`max_fails=1` by default) and Envoy ejects
+/// a host for gateway failures. Otherwise, a host that accepts connections but never answers
+/// kept its turn and failed each request given it only after the whole `request_timeout`.
+pub(super) fn host_at_fault(hosts: &Hosts, i: usize, e: &EngineError) {
+    let (backoff, failures) = hosts.failed(i, Instant::now());
+    tracing::warn!(host = %hosts.get(i).name, cause = %e.reason,
+        backoff_ms = backoff.as_millis() as u64, failures,
+        "upstream host failed; others tried first until its back-off ends");
 }
 
 /// The 502 of an exchange that failed on an open connection (reset, closed, not HTTP).

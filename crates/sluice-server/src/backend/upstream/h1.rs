@@ -43,7 +43,9 @@ use sluice_engine::EngineError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::client::{POOL_IDLE_TIMEOUT, failed_to_answer, no_answer_within, no_host, unreachable};
+use super::client::{
+    POOL_IDLE_TIMEOUT, failed_to_answer, host_at_fault, no_answer_within, no_host, unreachable,
+};
 use super::headers::HOP_BY_HOP;
 use super::hosts::Hosts;
 
@@ -356,7 +358,16 @@ impl H1 {
                     ));
                 }
                 Ok(Err(Failed::Exchange(cause))) => return Err(failed_to_answer(host, &cause)),
-                Err(_) => return Err(no_answer_within(host, self.request_timeout)),
+                Ok(Err(Failed::NotHttp(cause))) => {
+                    let e = failed_to_answer(host, &cause);
+                    host_at_fault(hosts, i, &e);
+                    return Err(e);
+                }
+                Err(_) => {
+                    let e = no_answer_within(host, self.request_timeout);
+                    host_at_fault(hosts, i, &e);
+                    return Err(e);
+                }
             }
         }
         Err(last_error.unwrap_or_else(no_host))
@@ -398,6 +409,7 @@ impl H1 {
                 }
                 Err(RoundTrip::BeforeAnswer(e)) => return Err(Failed::Exchange(worded::io(&e))),
                 Err(RoundTrip::Answer(cause)) => return Err(Failed::Exchange(cause)),
+                Err(RoundTrip::NotHttp(cause)) => return Err(Failed::NotHttp(cause)),
             }
         }
     }
@@ -425,14 +437,19 @@ enum Failed {
     Connect(Option<std::io::Error>),
     /// The exchange failed on an open connection.
     Exchange(String),
+    /// The host answered something that is not an HTTP answer head (or one too large): the
+    /// host rests, as one that cannot be reached.
+    NotHttp(String),
 }
 
 /// Why a round trip failed.
 enum RoundTrip {
     /// Before the answer's first byte: the request may not have reached the upstream.
     BeforeAnswer(std::io::Error),
-    /// The answer broke off or is not HTTP.
+    /// The answer broke off.
     Answer(String),
+    /// The answer is not HTTP, or its head is too large.
+    NotHttp(String),
 }
 
 /// A parsed answer head: what the gateway needs of it, and its header lines as they came.
@@ -482,7 +499,7 @@ async fn round_trip(conn: &mut TcpStream, request: &[u8]) -> Result<(Head, Bytes
             });
         }
         answered = true;
-        while let Some((mut head, len)) = parse_head(&buf).map_err(RoundTrip::Answer)? {
+        while let Some((mut head, len)) = parse_head(&buf).map_err(RoundTrip::NotHttp)? {
             let raw = buf.split_to(len).freeze();
             head.lines = raw.slice(head.lines_start..len - 2);
             head.reason = raw.slice(head.reason_at.clone());
@@ -492,7 +509,7 @@ async fn round_trip(conn: &mut TcpStream, request: &[u8]) -> Result<(Head, Bytes
             return Ok((head, buf));
         }
         if buf.len() >= MAX_HEAD {
-            return Err(RoundTrip::Answer(worded::TOO_LARGE.to_string()));
+            return Err(RoundTrip::NotHttp(worded::TOO_LARGE.to_string()));
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The upstream's hosts: round-robin over the healthy ones, a host that refused a connection
-//! skipped with exponential back-off and tried again when its back-off ends.
+//! (or did not answer in time, or not in HTTP) skipped with exponential back-off and tried
+//! again when its back-off ends.
 //!
 //! Time is a parameter (`now`), so the rotation and the back-off are tested without a clock.
 //!
@@ -9,6 +10,9 @@
 //!   ends first leads). Tested by `test_order_lists_every_host_once`.
 //! - H2 — a host in back-off is never listed before a healthy host. Tested by
 //!   `test_failed_host_is_skipped_until_its_back_off_ends`.
+//! - H3 — the healthy hosts lead in turn: over `k × m` orders with `k` hosts healthy, each
+//!   leads `m` times, however many others rest (a resting host's turns are spread, not given
+//!   to its neighbour). Tested by `test_healthy_hosts_share_the_turns_of_a_resting_one`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -74,36 +78,43 @@ impl Hosts {
         &self.hosts[i]
     }
 
-    /// The order in which a request tries the hosts (see H1, H2): healthy hosts from the
-    /// round-robin cursor on, then those in back-off by the end of their back-off.
+    /// The order in which a request tries the hosts (see H1, H2, H3): the healthy hosts, from
+    /// the round-robin cursor's place among them on, then those in back-off by the end of
+    /// their back-off.
     pub fn order(&self, now: Instant) -> Vec<usize> {
         let n = self.hosts.len();
         // Relaxed: the cursor only spreads load; no other memory depends on it.
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         let mut healthy = Vec::with_capacity(n);
         let mut resting = Vec::new();
-        for k in 0..n {
-            let i = (start + k) % n;
-            match self.hosts[i].health.lock().retry_at {
+        for (i, host) in self.hosts.iter().enumerate() {
+            match host.health.lock().retry_at {
                 Some(at) if at > now => resting.push((at, i)),
                 _ => healthy.push(i),
             }
+        }
+        // The cursor turns over the healthy hosts alone (H3): turned over all of them and
+        // skipping the resting ones, it gave a resting host's turns to the next healthy one.
+        if !healthy.is_empty() {
+            let k = start % healthy.len();
+            healthy.rotate_left(k);
         }
         resting.sort();
         healthy.extend(resting.into_iter().map(|(_, i)| i));
         healthy
     }
 
-    /// Records that host `i` refused or could not be reached: it rests for a back-off that
-    /// doubles with each failure in a row, up to [`MAX_BACKOFF`].
-    pub fn failed(&self, i: usize, now: Instant) -> Duration {
+    /// Records that host `i` refused, could not be reached, did not answer in time or did not
+    /// answer HTTP: it rests for a back-off that doubles with each failure in a row, up to
+    /// [`MAX_BACKOFF`]. Answers the back-off and the failures in a row.
+    pub fn failed(&self, i: usize, now: Instant) -> (Duration, u32) {
         let mut h = self.hosts[i].health.lock();
         let backoff = BASE_BACKOFF
             .saturating_mul(1u32 << h.failures.min(16))
             .min(MAX_BACKOFF);
         h.failures = h.failures.saturating_add(1);
         h.retry_at = Some(now + backoff);
-        backoff
+        (backoff, h.failures)
     }
 
     /// Records that host `i` answered: it is healthy again.
@@ -172,7 +183,7 @@ mod tests {
     fn test_failed_host_is_skipped_until_its_back_off_ends() {
         let h = hosts(2);
         let now = Instant::now();
-        assert_eq!(h.failed(0, now), BASE_BACKOFF);
+        assert_eq!(h.failed(0, now), (BASE_BACKOFF, 1));
         for _ in 0..4 {
             assert_eq!(h.order(now), vec![1, 0]);
         }
@@ -181,13 +192,45 @@ mod tests {
         let firsts: Vec<usize> = (0..2).map(|_| hosts_first(&h, later)).collect();
         assert!(firsts.contains(&0));
         // Doubling, capped.
-        assert_eq!(h.failed(0, now), BASE_BACKOFF * 2);
+        assert_eq!(h.failed(0, now), (BASE_BACKOFF * 2, 2));
         for _ in 0..20 {
             h.failed(0, now);
         }
-        assert_eq!(h.failed(0, now), MAX_BACKOFF);
+        assert_eq!(h.failed(0, now), (MAX_BACKOFF, 23));
         h.succeeded(0);
-        assert_eq!(h.failed(0, now), BASE_BACKOFF);
+        assert_eq!(h.failed(0, now), (BASE_BACKOFF, 1));
+    }
+
+    #[test]
+    fn test_healthy_hosts_share_the_turns_of_a_resting_one() {
+        // Three hosts, the middle one resting: the other two lead alternately, not the one
+        // after it twice as often.
+        let h = hosts(3);
+        let now = Instant::now();
+        h.failed(1, now);
+        let mut led = [0usize; 3];
+        for _ in 0..600 {
+            let o = h.order(now);
+            assert_eq!(*o.last().unwrap(), 1, "{o:?}");
+            led[o[0]] += 1;
+        }
+        assert_eq!(led, [300, 0, 300]);
+        // Any one host of five resting, and any two: the healthy ones lead equally.
+        for resting in [vec![0], vec![4], vec![1, 3], vec![0, 4]] {
+            let h = hosts(5);
+            for &r in &resting {
+                h.failed(r, now);
+            }
+            let healthy = 5 - resting.len();
+            let mut led = [0usize; 5];
+            for _ in 0..healthy * 100 {
+                led[h.order(now)[0]] += 1;
+            }
+            for i in 0..5 {
+                let want = if resting.contains(&i) { 0 } else { 100 };
+                assert_eq!(led[i], want, "resting {resting:?}: {led:?}");
+            }
+        }
     }
 
     #[test]
