@@ -138,6 +138,9 @@ enum Raw {
     Reason,
     /// Answers 200 with a header of this many bytes, keeping the connection.
     LongHeader(usize),
+    /// Answers 503 "OpenSearch Security not initialized." to everything, `GET /` included,
+    /// keeping the connection (a cluster still starting).
+    Unavailable,
 }
 
 async fn raw_upstream(how: Raw) -> (String, tokio::task::JoinHandle<()>) {
@@ -158,14 +161,21 @@ async fn raw_upstream(how: Raw) -> (String, tokio::task::JoinHandle<()>) {
                     }
                 }
                 match how {
-                    Raw::Reason | Raw::LongHeader(_) => {
-                        let head = match how {
-                            Raw::LongHeader(n) => {
-                                format!("HTTP/1.1 200 OK\r\nx-long: {}\r\n", "a".repeat(n))
+                    Raw::Reason | Raw::LongHeader(_) | Raw::Unavailable => {
+                        let answer = match how {
+                            Raw::LongHeader(n) => format!(
+                                "HTTP/1.1 200 OK\r\nx-long: {}\r\ncontent-length: 2\r\n\r\n{{}}",
+                                "a".repeat(n)
+                            ),
+                            Raw::Unavailable => {
+                                let body = "OpenSearch Security not initialized.";
+                                format!(
+                                    "HTTP/1.1 503 Service Unavailable\r\ncontent-length: {}\r\n\r\n{body}",
+                                    body.len()
+                                )
                             }
-                            _ => "HTTP/1.1 200 Fine\r\n".to_string(),
+                            _ => "HTTP/1.1 200 Fine\r\ncontent-length: 2\r\n\r\n{}".to_string(),
                         };
-                        let answer = format!("{head}content-length: 2\r\n\r\n{{}}");
                         // Every request on the connection (bodiless ones: the gateway's
                         // `GET /` and the test's searches) gets the answer.
                         loop {
@@ -481,6 +491,46 @@ async fn test_a_host_that_answers_late_or_not_in_http_rests_while_the_others_ser
             // The first time the bad host's turn comes, it fails and rests for longer than
             // ten quick requests take (twice on a slow machine: the rest doubles).
             assert!(failed.len() <= 2, "{name} {path}: {failed:?}");
+        }
+        gw.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_host_answering_an_error_at_start_does_not_stop_the_gateway() {
+    // A cluster still starting answers 503 to GET /: once that stopped start-up (the gateway
+    // took it for an upstream that says nothing), a restart loop under a supervisor.
+    let (sick, _task) = raw_upstream(Raw::Unavailable).await;
+    let up = fake(answer_with(|_| {
+        axum::Json(json!({"count": 1})).into_response()
+    }))
+    .await;
+    for hosts in [format!("{sick},{}", up.base), sick.clone()] {
+        let gw = TestNode::start_plain(&[
+            "backend.type=upstream",
+            &format!("backend.upstream.hosts={hosts}"),
+            "backend.upstream.connect_timeout=500ms",
+        ])
+        .await;
+        let upstream = gw.state.upstream.clone().unwrap();
+        if hosts == sick {
+            // Started: requests get the upstream's answer, the measure waits for a GET / that
+            // succeeds.
+            let (s, b) = gw.req("GET", "/logs/_count", None).await;
+            assert_eq!(s, 503, "{b}");
+            assert!(upstream.measure().is_none());
+        } else {
+            common::wait_until(
+                "the gateway deciding how it measures searches from the healthy host",
+                || {
+                    matches!(
+                        upstream.measure(),
+                        Some(sluice_server::backend::upstream::limits::Measure::Reported)
+                    )
+                },
+                || format!("measure {:?}", upstream.measure()),
+            )
+            .await;
         }
         gw.stop().await;
     }
@@ -1801,6 +1851,8 @@ async fn test_tls_upstream_is_verified_against_ca_file() {
     common::assert_error(&resp, 502, "upstream_exception");
     let reason = resp.1["error"]["reason"].as_str().unwrap();
     assert!(reason.contains("certificate"), "{reason}");
+    // And what fixes it.
+    assert!(reason.contains("backend.upstream.ca_file"), "{reason}");
     gw.stop().await;
     drop(server);
 }
@@ -2009,19 +2061,19 @@ async fn test_sniffing_through_a_gateway_finds_the_gateway_not_the_upstream() {
     let upstream = gw.upstream.as_ref().unwrap();
     let gw_addr = gw.addr.to_string();
     let up_addr = upstream.addr.to_string();
-    // opensearch-py's, the Java and Go clients', and info of every metric or of nodes.
-    for path in [
-        "/_nodes/_all/http",
-        "/_nodes/http",
-        "/_nodes",
-        "/_nodes/_local",
-        "/_nodes/_all/jvm,http",
-    ] {
+    // opensearch-py's, the Java and Go clients', and any info naming the metric.
+    for path in ["/_nodes/_all/http", "/_nodes/http", "/_nodes/_all/jvm,http"] {
         let (s, b) = gw.req("GET", path, None).await;
         assert_eq!(s, 200, "{path}: {b}");
         assert_eq!(publish_addresses(&b), vec![gw_addr.clone()], "{path}: {b}");
     }
-    // Every other `_nodes` API is the upstream's.
+    // Every other `_nodes` request is the upstream's: info not naming the metric too (what a
+    // search profile's node ids refer to).
+    for path in ["/_nodes", "/_nodes/_local"] {
+        let (s, b) = gw.req("GET", path, None).await;
+        assert_eq!(s, 200, "{path}: {b}");
+        assert_eq!(publish_addresses(&b), vec![up_addr.clone()], "{path}: {b}");
+    }
     let (_, up) = upstream.req("GET", "/", None).await;
     let up_name = up["name"].as_str().expect("name").to_string();
     let (s, b) = gw.req("GET", "/_nodes/stats", None).await;

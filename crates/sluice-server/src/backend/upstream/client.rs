@@ -482,10 +482,18 @@ pub(super) fn unreachable(
             "not connected within backend.upstream.connect_timeout [{}] ({cause})",
             sluice_wire::format_time_value(t),
         ),
-        None => cause,
+        None => match tls_hint(&cause) {
+            Some(hint) => format!("{cause}; {hint}"),
+            None => cause,
+        },
     };
-    tracing::warn!(host = %host.name, %cause, backoff_ms = backoff.as_millis() as u64,
-        failures, attempt, "upstream host unreachable; others tried first until its back-off ends");
+    if loud(failures) {
+        tracing::warn!(host = %host.name, %cause, backoff_ms = backoff.as_millis() as u64,
+            failures, attempt, "upstream host unreachable; others tried first until its back-off ends");
+    } else {
+        tracing::debug!(host = %host.name, %cause, backoff_ms = backoff.as_millis() as u64,
+            failures, attempt, "upstream host unreachable; others tried first until its back-off ends");
+    }
     EngineError::new(
         ErrorCode::UpstreamFailed,
         format!("cannot connect to upstream [{}]: {cause}", host.name),
@@ -499,9 +507,42 @@ pub(super) fn unreachable(
 /// kept its turn and failed each request given it only after the whole `request_timeout`.
 pub(super) fn host_at_fault(hosts: &Hosts, i: usize, e: &EngineError) {
     let (backoff, failures) = hosts.failed(i, Instant::now());
-    tracing::warn!(host = %hosts.get(i).name, cause = %e.reason,
-        backoff_ms = backoff.as_millis() as u64, failures,
-        "upstream host failed; others tried first until its back-off ends");
+    if loud(failures) {
+        tracing::warn!(host = %hosts.get(i).name, cause = %e.reason,
+            backoff_ms = backoff.as_millis() as u64, failures,
+            "upstream host failed; others tried first until its back-off ends");
+    } else {
+        tracing::debug!(host = %hosts.get(i).name, cause = %e.reason,
+            backoff_ms = backoff.as_millis() as u64, failures,
+            "upstream host failed; others tried first until its back-off ends");
+    }
+}
+
+/// What to do about a TLS handshake the gateway refused, named by rustls's cause: a
+/// certificate of a private CA (set `ca_file`), or a CA certificate served as the host's own
+/// (which no `ca_file` fixes).
+fn tls_hint(cause: &str) -> Option<&'static str> {
+    if cause.contains("CaUsedAsEndEntity") {
+        Some(
+            "the upstream presents a CA certificate as its own: give it a certificate signed by \
+             that CA, and name the CA in backend.upstream.ca_file",
+        )
+    } else if cause.contains("UnknownIssuer") {
+        Some(
+            "the upstream's certificate is not signed by a CA this gateway trusts: if a private \
+             CA signed it, set backend.upstream.ca_file to that CA's PEM file",
+        )
+    } else {
+        None
+    }
+}
+
+/// Whether a host's `failures` in a row are logged at WARN: the first, then the 2nd, 4th,
+/// 8th… (the others at DEBUG). A host down for long is still tried at least once a second by
+/// the gateway's own calls (the measure's probe, usage polls), and a WARN line for each
+/// buried the log (15 lines in 10 s with no client traffic).
+fn loud(failures: u32) -> bool {
+    failures.is_power_of_two()
 }
 
 /// The 502 of an exchange that failed on an open connection (reset, closed, not HTTP).
@@ -561,4 +602,24 @@ pub fn causes(e: &(dyn std::error::Error + 'static)) -> String {
         source = s.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_refused_certificates_say_what_fixes_them() {
+        let unknown = "invalid peer certificate: UnknownIssuer";
+        assert!(tls_hint(unknown).is_some_and(|h| h.contains("backend.upstream.ca_file")));
+        let ca = "invalid peer certificate: Other(OtherError(CaUsedAsEndEntity))";
+        assert!(tls_hint(ca).is_some_and(|h| h.contains("signed by that CA")));
+        assert_eq!(tls_hint("Connection refused (os error 111)"), None);
+    }
+
+    #[test]
+    fn test_a_hosts_failures_in_a_row_are_loud_ever_more_rarely() {
+        let loud: Vec<u32> = (1..=40).filter(|f| loud(*f)).collect();
+        assert_eq!(loud, vec![1, 2, 4, 8, 16, 32]);
+    }
 }

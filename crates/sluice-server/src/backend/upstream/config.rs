@@ -175,7 +175,7 @@ pub fn backend_config<'a>(
                 keys::BACKEND_UPSTREAM_HOSTS,
                 v,
                 s,
-                "expected comma-separated http:// or https:// URLs with a host and no path, e.g. https://es1:9200,https://es2:9200",
+                "expected comma-separated http:// or https:// URLs with a host, a port from 1 to 65535 if any, and no path, e.g. https://es1:9200,https://es2:9200",
             )
         })?,
     };
@@ -373,6 +373,14 @@ fn parse_hosts(v: &str) -> Option<Vec<Uri>> {
         if authority.host().is_empty() || authority.as_str().contains('@') {
             return None;
         }
+        // A port written must be one (`http::Uri` takes any digits, and `:99999` reached
+        // the connector as something else).
+        let after_host = &authority.as_str()[authority.as_str().rfind(']').unwrap_or(0)..];
+        if let Some((_, port)) = after_host.rsplit_once(':')
+            && port.parse::<u16>().ok().filter(|p| *p > 0).is_none()
+        {
+            return None;
+        }
         hosts.push(
             Uri::builder()
                 .scheme(scheme)
@@ -513,5 +521,17 @@ mod tests {
         assert!(parse_hosts("ftp://a").is_none());
         assert!(parse_hosts("http://a/x").is_none());
         assert!(parse_hosts("http://u:p@a").is_none());
+        // Ports that are none.
+        for bad in [
+            "http://a:99999",
+            "http://a:0",
+            "http://a:",
+            "http://[::1]:70000",
+        ] {
+            assert!(parse_hosts(bad).is_none(), "{bad}");
+        }
+        assert!(parse_hosts("http://[::1]:9200").is_some());
+        assert!(parse_hosts("http://[::1]").is_some());
+        assert!(parse_hosts("http://a:65535").is_some());
     }
 }

@@ -218,13 +218,19 @@ impl Upstream {
                 );
                 Ok(Some(distribution))
             }
+            // Not an answer to decide from: a cluster still starting (503 "not initialized"),
+            // or credentials it refuses. Asked again later, as when it is down, rather than
+            // taken as an upstream that says nothing (which stopped start-up when
+            // `search_threads` was not set: a restart loop under a supervisor).
             Ok((status, body)) => {
-                tracing::warn!(
-                    %status,
-                    body = %String::from_utf8_lossy(&body[..body.len().min(512)]),
-                    "gateway mode: the upstream's GET / did not succeed; check backend.upstream.username/password and identity"
-                );
-                Ok(None)
+                let body = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
+                if first {
+                    tracing::warn!(%status, %body,
+                        "gateway mode: the upstream's GET / did not succeed; asked again every second (a 401 or 403: check backend.upstream.username/password and identity)");
+                } else {
+                    tracing::debug!(%status, %body, "gateway mode: the upstream's GET / still does not succeed");
+                }
+                Err(Unreachable)
             }
             Err(e) => {
                 if first {

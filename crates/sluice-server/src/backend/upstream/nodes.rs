@@ -1,13 +1,15 @@
-//! `GET _nodes` info on a gateway: a request that can tell a client where to connect (the
-//! `http` metric, asked for by name or as part of every metric) is answered with the sluice
-//! nodes themselves, as on an embedded node ([`crate::api::nodes`]); every other `_nodes`
-//! request (stats, usage, hot threads, info without `http`) is the upstream's, forwarded.
+//! `GET _nodes` info on a gateway: a request for the `http` metric by name — what client
+//! sniffing asks (`_nodes/_all/http` in opensearch-py and the JavaScript client, `_nodes/http`
+//! in the Java, Go and Ruby ones) — is answered with the sluice nodes themselves, as on an
+//! embedded node ([`crate::api::nodes`]); every other `_nodes` request (info without the
+//! metric named, stats, usage, hot threads) is the upstream's, forwarded.
 //!
-//! Client sniffing (`GET _nodes/_all/http` in opensearch-py, `_nodes/http` in the Java and Go
-//! clients) replaces the hosts a client was given with the `http.publish_address` of the
-//! nodes listed. Forwarded, that listed the upstream's nodes: a sniffing client then sent
-//! every request straight to the upstream, past the gateway's tagging, throttling and
-//! authentication.
+//! A sniffing client replaces the hosts it was given with the `http.publish_address` of the
+//! nodes listed. Forwarded, that listed the upstream's nodes: the client then sent every
+//! request straight to the upstream, past the gateway's tagging, throttling and
+//! authentication. Info that does not name the metric stays the upstream's: it is what a
+//! profile's or an allocation's node ids refer to (`_nodes/_local` through a gateway is the
+//! upstream's node, whose id a search profile's shards carry).
 
 use std::sync::Arc;
 
@@ -44,37 +46,20 @@ pub async fn nodes(State(st): State<Arc<AppState>>, meta: RequestMeta, req: Requ
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-/// The first path segments under `_nodes` that are other APIs than node info.
-const OTHER_APIS: [&str; 6] = [
-    "stats",
-    "usage",
-    "hot_threads",
-    "hotthreads",
-    "_hot_threads",
-    "reload_secure_settings",
-];
-
-/// For a `_nodes` path whose answer lists the `http` section: the nodes and metrics asked
-/// for (`None` each when the path names none); `None` for a path that is another API, or
-/// info without `http`.
+/// For a `_nodes` path that names the `http` metric: the nodes and metrics asked for
+/// (`None` for the nodes when the path names none); `None` for any other path.
 fn owned_info(path: &str) -> Option<(Option<String>, Option<String>)> {
     let parts: Vec<&str> = path
         .trim_start_matches('/')
         .split('/')
         .filter(|p| !p.is_empty())
         .collect();
-    let is_metrics = |s: &str| {
-        s.split(',')
-            .all(|m| METRICS.contains(&m.trim()) || m.trim() == "_all")
-    };
-    let with_http = |s: &str| s.split(',').any(|m| matches!(m.trim(), "http" | "_all"));
+    let is_metrics = |s: &str| s.split(',').all(|m| METRICS.contains(&m.trim()));
+    let with_http = |s: &str| is_metrics(s) && s.split(',').any(|m| m.trim() == "http");
     match parts.as_slice() {
-        ["_nodes"] => Some((None, None)),
-        ["_nodes", one] if is_metrics(one) => with_http(one).then(|| (None, Some(one.to_string()))),
-        ["_nodes", one] if OTHER_APIS.contains(one) => None,
-        ["_nodes", nodes] => Some((Some(nodes.to_string()), None)),
-        ["_nodes", nodes, metrics] if is_metrics(metrics) => {
-            with_http(metrics).then(|| (Some(nodes.to_string()), Some(metrics.to_string())))
+        ["_nodes", metrics] if with_http(metrics) => Some((None, Some(metrics.to_string()))),
+        ["_nodes", nodes, metrics] if with_http(metrics) => {
+            Some((Some(nodes.to_string()), Some(metrics.to_string())))
         }
         _ => None,
     }
@@ -94,16 +79,13 @@ mod tests {
     }
 
     #[test]
-    fn test_info_that_lists_http_addresses_is_the_gateways_own() {
+    fn test_info_that_names_the_http_metric_is_the_gateways_own() {
         // What the clients' sniffers ask.
         assert_eq!(
             owned("/_nodes/_all/http"),
             Some((Some("_all"), Some("http")))
         );
         assert_eq!(owned("/_nodes/http"), Some((None, Some("http"))));
-        assert_eq!(owned("/_nodes"), Some((None, None)));
-        assert_eq!(owned("/_nodes/_local"), Some((Some("_local"), None)));
-        assert_eq!(owned("/_nodes/_all"), Some((None, Some("_all"))));
         assert_eq!(
             owned("/_nodes/n1,n2/jvm,http"),
             Some((Some("n1,n2"), Some("jvm,http")))
@@ -112,8 +94,11 @@ mod tests {
     }
 
     #[test]
-    fn test_other_nodes_apis_and_info_without_http_are_the_upstreams() {
+    fn test_other_nodes_requests_are_the_upstreams() {
         for path in [
+            "/_nodes",
+            "/_nodes/_local",
+            "/_nodes/_all",
             "/_nodes/stats",
             "/_nodes/stats/jvm",
             "/_nodes/n1/stats",
@@ -123,6 +108,7 @@ mod tests {
             "/_nodes/jvm",
             "/_nodes/_all/jvm,os",
             "/_nodes/reload_secure_settings",
+            "/_nodes/http/stats",
             "/_cluster/health",
         ] {
             assert_eq!(owned(path), None, "{path}");
