@@ -288,10 +288,17 @@ fn item_response(r: ApiResult<Value>) -> Value {
             v["status"] = json!(200);
             v
         }
-        Err(ApiError::Engine(e) | ApiError::Rejected { error: e, .. }) => {
-            json!({"error": render_error(&e), "status": status_of(&e).as_u16()})
+        Err(e) => error_item(&e),
+    }
+}
+
+/// An error as an msearch item: its OpenSearch error and status (also a gateway's items).
+pub(crate) fn error_item(e: &ApiError) -> Value {
+    match e {
+        ApiError::Engine(e) | ApiError::Rejected { error: e, .. } => {
+            json!({"error": render_error(e), "status": status_of(e).as_u16()})
         }
-        Err(other) => {
+        other => {
             let e = EngineError::internal(format!("msearch item failed: {other:?}"));
             json!({"error": render_error(&e), "status": 500})
         }

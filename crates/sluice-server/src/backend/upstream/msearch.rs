@@ -22,7 +22,8 @@ use sluice_engine::{EngineError, ErrorCode};
 use super::routes::{Read, call_as, read, time_param};
 use super::stream_back;
 use crate::admission::{Admitted, TaskSpec, admit};
-use crate::error::{ApiError, ApiResult, render_error, status_of};
+use crate::api::msearch::error_item;
+use crate::error::{ApiError, ApiResult, render_error};
 use crate::http::{Params, RequestMeta, reply};
 use crate::state::AppState;
 use crate::tasks::{CancelOnDrop, actions};
@@ -402,19 +403,6 @@ fn answered_items(v: &Value, sent: usize) -> Vec<Value> {
                 ),
             );
             vec![error_item(&ApiError::Engine(e))]
-        }
-    }
-}
-
-/// An error as an msearch item: its OpenSearch error and status.
-fn error_item(e: &ApiError) -> Value {
-    match e {
-        ApiError::Engine(e) | ApiError::Rejected { error: e, .. } => {
-            json!({"error": render_error(e), "status": status_of(e).as_u16()})
-        }
-        other => {
-            let e = EngineError::internal(format!("msearch item failed: {other:?}"));
-            json!({"error": render_error(&e), "status": 500})
         }
     }
 }
