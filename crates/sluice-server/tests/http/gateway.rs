@@ -2042,6 +2042,69 @@ async fn test_upstream_tasks_need_the_cluster_permission_with_authorization_on()
     gw.stop().await;
 }
 
+/// The by-query tasks `node` lists as running.
+async fn byquery_tasks(node: &TestNode) -> usize {
+    let (_, b) = node.req("GET", "/_tasks?actions=*byquery", None).await;
+    b["nodes"]
+        .as_object()
+        .into_iter()
+        .flat_map(|n| n.values())
+        .map(|n| n["tasks"].as_object().map_or(0, |t| t.len()))
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_cancelling_a_waiting_by_query_on_the_gateway_cancels_the_upstreams() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gw = TestNode::start_gateway_on(tmp.path(), &[]).await;
+    let upstream = gw.upstream.as_ref().unwrap();
+    common::heavy_index(&gw).await;
+    // Small batches: thousands of bulk writes, long enough to be cancelled while it runs.
+    let rb = gw
+        .client
+        .post(gw.url("/heavy/_delete_by_query?scroll_size=10"))
+        .header("content-type", "application/json")
+        .body(json!({"query": {"match_all": {}}}).to_string());
+    let running = tokio::spawn(async move {
+        let r = rb.send().await.expect("answered");
+        (r.status().as_u16(), r.json::<Value>().await.expect("json"))
+    });
+    for _ in 0..20_000 {
+        if byquery_tasks(upstream).await == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(byquery_tasks(&gw).await, 1, "the gateway's task");
+    assert_eq!(byquery_tasks(upstream).await, 1, "the upstream's task");
+    let (s, b) = gw
+        .req("POST", "/_tasks/_cancel?actions=*byquery", None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    // Answered as a cancelled forwarded request (the upstream's own answer, a 200 saying
+    // `canceled`, is not waited for).
+    let (status, body) = running.await.unwrap();
+    assert_eq!(status, 500, "{body}");
+    assert_eq!(
+        body["error"]["caused_by"]["type"], "task_cancelled_exception",
+        "{body}"
+    );
+    // The upstream's task is cancelled too, not left to delete everything.
+    for _ in 0..20_000 {
+        if byquery_tasks(upstream).await == 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(byquery_tasks(upstream).await, 0);
+    upstream.refresh("heavy").await;
+    assert!(
+        upstream.count("heavy", None).await > 0,
+        "the work stopped midway"
+    );
+    gw.stop().await;
+}
+
 /// The `http.publish_address` of every node a `_nodes` answer lists.
 fn publish_addresses(b: &Value) -> Vec<String> {
     b["nodes"]
