@@ -9,12 +9,12 @@
 //!   id at once, and admission (which may wait in the group's queue, or refuse) and the work
 //!   follow in the background. Once admitted, the request is forwarded with
 //!   `wait_for_completion=false`, and the gateway follows the upstream's task (`GET
-//!   _tasks/{id}?wait_for_completion=true`, one short wait after another, and its status
-//!   after each) until it ends:
-//!   the slot is held all along, the upstream task's status is shown as the gateway task's,
-//!   cancelling the gateway task cancels the upstream's by id, and the upstream's final
-//!   `response` or `error` is stored for `GET _tasks/{id}` on the gateway. The upstream's own
-//!   `request_timeout` no longer cuts a long action, as forwarding it waiting would.
+//!   _tasks/{id}?wait_for_completion=true`, one short wait after another, and its status after
+//!   each) until it ends: the slot is held all along, the upstream task's status is shown as
+//!   the gateway task's, cancelling the gateway task cancels the upstream's by id, and the
+//!   upstream's final `response` or `error` is stored for `GET _tasks/{id}` on the gateway. A
+//!   long background action is not cut by `backend.upstream.request_timeout`: only each short
+//!   look at it is bounded by it.
 //!
 //! Before, both were forwarded unadmitted: a tenant could run any amount of by-query work on
 //! the upstream past its group's `node_limit`.

@@ -1,8 +1,8 @@
 //! `_msearch` (and `_msearch/template`) through the gateway: the items are authorized and
 //! admitted one by one as children of one msearch task, exactly as on an embedded node; only
-//! the admitted items are forwarded, in one `_msearch` to the upstream; the answers are merged
-//! back in request order, an item refused becoming its error item (a 403 or a 429 inside the
-//! 200).
+//! the admitted items are forwarded, in `_msearch` batches to the upstream as admission lets
+//! them through (usually one, see [`run`]); the answers are merged back in request order, an
+//! item refused becoming its error item (a 403 or a 429 inside the 200).
 //!
 //! The upstream's answer is read whole to merge it (bounded by what the admitted items
 //! return), unlike `_search`, whose answer streams through.
@@ -72,6 +72,7 @@ fn split(body: &[u8], default_index: Option<&str>, url: &Params) -> Result<Vec<I
         .collect())
 }
 
+/// The parameter (and item header key) of an item's cancel-after.
 const CANCEL_AFTER: &str = "cancel_after_time_interval";
 
 /// An item once admission decided.
