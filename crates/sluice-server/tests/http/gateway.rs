@@ -1971,28 +1971,36 @@ async fn test_upstream_task_ids_are_followed_and_cancelled_through_the_gateway()
     let (_, direct) = upstream.req("GET", &format!("/_tasks/{id}"), None).await;
     assert_eq!(done, direct);
     // Cancelling and a task that never was: the upstream's answers, unchanged.
+    let encoded = id.replace(':', "%3A");
     for (method, path) in [
         ("POST", format!("/_tasks/{id}/_cancel")),
         ("GET", format!("/_tasks/{up_node}:999999")),
         ("POST", format!("/_tasks/{up_node}:999999/_cancel")),
+        // The colon percent-encoded, as some clients write a path's parts.
+        ("GET", format!("/_tasks/{encoded}")),
     ] {
         let via = gw.req(method, &path, None).await;
         let direct = upstream.req(method, &path, None).await;
         assert_eq!(via, direct, "{method} {path}");
     }
     // The gateway's own task ids are still its own, malformed ones refused as before.
-    let (_, me) = gw.req("GET", "/_nodes/_local", None).await;
-    let gw_node = me["nodes"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
-    let resp = gw
-        .req("GET", &format!("/_tasks/{gw_node}:999999"), None)
-        .await;
-    common::assert_error(&resp, 404, "resource_not_found_exception");
+    let gw_node = gw.state.identity.node_id.clone();
+    assert_ne!(gw_node, up_node);
+    for path in [
+        format!("/_tasks/{gw_node}:999999"),
+        format!("/_tasks/{gw_node}%3A999999"),
+    ] {
+        let resp = gw.req("GET", &path, None).await;
+        common::assert_error(&resp, 404, "resource_not_found_exception");
+        // Answered by the gateway, not forwarded.
+        assert!(
+            resp.1["error"]["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains(&gw_node)),
+            "{path}: {}",
+            resp.1
+        );
+    }
     let resp = gw.req("GET", "/_tasks/not-a-task-id", None).await;
     common::assert_error(&resp, 400, "illegal_argument_exception");
     gw.stop().await;
@@ -2039,6 +2047,113 @@ async fn test_upstream_tasks_need_the_cluster_permission_with_authorization_on()
         .unwrap();
     assert_eq!(r.status().as_u16(), 200);
     assert_eq!(up.received_on("/_tasks/upstreamnode:7").len(), 1);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_followed_upstream_task_is_checked_as_ours_before_it_is_shown_or_cancelled() {
+    // An upstream's task ids start again at 1 when it restarts: the id a background by-query
+    // follows may then be another caller's task, whose status, result and cancellation are
+    // not the gateway task's.
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let release = Arc::new(tokio::sync::Notify::new());
+    let restarted = Arc::new(AtomicBool::new(false));
+    let opaque: Arc<Mutex<String>> = Arc::default();
+    let (gate, after, seen) = (release.clone(), restarted.clone(), opaque.clone());
+    let up = fake(Arc::new(move |r: Received| {
+        let (gate, after, seen) = (gate.clone(), after.clone(), seen.clone());
+        Box::pin(async move {
+            if r.uri.contains("_update_by_query") {
+                let id = r.headers.get("x-opaque-id").unwrap().to_str().unwrap();
+                *seen.lock() = id.to_string();
+                return axum::Json(json!({"task": "upnode:5"})).into_response();
+            }
+            if r.uri.starts_with("/_tasks/upnode:5") {
+                if r.uri.contains("wait_for_completion=true") && !after.load(Ordering::SeqCst) {
+                    gate.notified().await;
+                }
+                let id = if after.load(Ordering::SeqCst) {
+                    "another-caller".to_string()
+                } else {
+                    seen.lock().clone()
+                };
+                return axum::Json(json!({"completed": false, "task": {
+                    "headers": {"X-Opaque-Id": id}, "status": {"total": 10, "updated": 3}}}))
+                .into_response();
+            }
+            axum::Json(json!({})).into_response()
+        })
+    }))
+    .await;
+    let gw = gateway(&up.base, &["node.memory_budget=1tb"]).await;
+    let group = enabled_group(
+        &gw,
+        json!({"name": "bq", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
+               "throttling": {"attribute": "group", "node_limit": 1}}),
+    )
+    .await;
+    let r = gw
+        .req_with(
+            "POST",
+            "/logs/_update_by_query?wait_for_completion=false",
+            Some(json!({"query": {"match_all": {}}})),
+            &[("workloadGroupId", group.as_str())],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = r.body["task"].as_str().unwrap().to_string();
+    up.wait_received("wait_for_completion=true").await;
+    // Followed: its slot held and counted as executing.
+    assert_eq!(group_stats(&gw, &group).await["executing"], 1);
+    // The upstream restarts; the id is now another caller's task.
+    restarted.store(true, Ordering::SeqCst);
+    release.notify_waiters();
+    let done = gw.task_result(&id).await;
+    let reason = done["error"]["reason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("no longer the one this gateway started"),
+        "{done}"
+    );
+    assert!(
+        up.received_on("_cancel").is_empty(),
+        "a stranger's task was cancelled"
+    );
+    let stats = group_stats(&gw, &group).await;
+    assert_eq!(stats["executing"], 0, "{stats}");
+    // Cancelled after the restart: the stranger's task is left alone.
+    restarted.store(false, Ordering::SeqCst);
+    let looks = up.received_on("wait_for_completion=true").len();
+    let r = gw
+        .req_with(
+            "POST",
+            "/logs/_update_by_query?wait_for_completion=false",
+            Some(json!({"query": {"match_all": {}}})),
+            &[("workloadGroupId", group.as_str())],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = r.body["task"].as_str().unwrap().to_string();
+    common::wait_until(
+        "the second action followed",
+        || up.received_on("wait_for_completion=true").len() > looks,
+        String::new,
+    )
+    .await;
+    restarted.store(true, Ordering::SeqCst);
+    let (s, b) = gw.req("POST", &format!("/_tasks/{id}/_cancel"), None).await;
+    assert_eq!(s, 200, "{b}");
+    let done = gw.task_result(&id).await;
+    assert!(
+        done["error"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("no longer the one")),
+        "{done}"
+    );
+    assert!(
+        up.received_on("_cancel").is_empty(),
+        "a stranger's task was cancelled"
+    );
+    release.notify_waiters();
     gw.stop().await;
 }
 

@@ -37,7 +37,7 @@ use crate::api::cluster_settings::bool_param;
 use crate::error::{ApiError, ApiResult};
 use crate::http::{RequestMeta, reply};
 use crate::state::AppState;
-use crate::tasks::{TaskStatus, actions};
+use crate::tasks::{OPAQUE_ID_HEADER, Task, TaskStatus, actions};
 
 /// The longest one wait for the upstream task's end (`wait_for_completion=true&timeout=`):
 /// its end is seen at once, but a wait that runs out answers no status, so the status the
@@ -128,7 +128,7 @@ impl TaskStatus for UpstreamStatus {
 
 /// Forwards an admitted background action with `wait_for_completion=false` and follows the
 /// upstream's task until it ends (see the module docs): answers its `response` and the ticket,
-/// or its `error`.
+/// or its `error`. The task counts as executing in its group from the forwarding to the end.
 async fn follow(
     up: &Arc<Upstream>,
     meta: &RequestMeta,
@@ -142,28 +142,64 @@ async fn follow(
     let mut headers: HeaderMap = call.headers.clone();
     headers.remove(header::CONTENT_TYPE);
     headers.remove(header::CONTENT_LENGTH);
-    let task = admitted.task().clone();
-    let executed = up.execute(admitted.execution(), call).await;
-    let submitted = match executed {
-        Ok(resp) if resp.status().is_success() => super::json_answer(resp, "by-query")
-            .await
-            .map_err(ApiError::Engine),
-        Ok(resp) => Err(forwarded_error(resp).await),
+    let exec = admitted.execution();
+    let (task, hooks) = (exec.task.clone(), exec.hooks.clone());
+    // Executing from here to the upstream task's end, not only while the submission is in
+    // flight (as `Upstream::execute` would count it): the group's `executing` shows the slot
+    // held.
+    let executing = match hooks.start() {
+        Ok(executing) => executing,
+        Err(e) => return Err(settle_err(&mut admitted, ApiError::Engine(e))),
+    };
+    task.usage.mark_executing();
+    // The `X-Opaque-Id` the submission carries ([`Upstream::run_started`]): how the upstream
+    // task is told apart from another that has its id after an upstream restart.
+    let ours = up.opaque_id(&task);
+    let submitted = up
+        .run_started(
+            task.clone(),
+            exec.cancel_at,
+            vec![Box::new(exec.hold)],
+            call,
+        )
+        .await;
+    let outcome = match submitted {
+        Ok(resp) => follow_task(up, resp, &task, &ours, &headers, status).await,
         Err(e) => Err(e),
     };
-    let upstream_task = match submitted.map(|v| v["task"].as_str().map(str::to_string)) {
-        Ok(Some(id)) => id,
-        Ok(None) => {
-            return Err(settle_err(
-                &mut admitted,
-                ApiError::Engine(EngineError::new(
-                    ErrorCode::UpstreamFailed,
-                    "the upstream's answer to a by-query action with wait_for_completion=false \
-                     names no task",
-                )),
-            ));
+    up.finished(&task, hooks.as_ref());
+    drop(executing);
+    match outcome {
+        Ok(response) => {
+            admitted.finish(Ok(()))?;
+            Ok((response, admitted))
         }
-        Err(e) => return Err(settle_err(&mut admitted, e)),
+        Err(e) => Err(settle_err(&mut admitted, e)),
+    }
+}
+
+/// Follows the upstream task the submission's answer `resp` names until it ends: its
+/// `response`, or its `error` (or why it could not be followed).
+async fn follow_task(
+    up: &Upstream,
+    resp: http::Response<hyper::body::Incoming>,
+    task: &Task,
+    ours: &str,
+    headers: &HeaderMap,
+    status: &UpstreamStatus,
+) -> ApiResult<Value> {
+    let submitted = if resp.status().is_success() {
+        super::json_answer(resp, "by-query")
+            .await
+            .map_err(ApiError::Engine)?
+    } else {
+        return Err(forwarded_error(resp).await);
+    };
+    let Some(upstream_task) = submitted["task"].as_str().map(str::to_string) else {
+        return Err(upstream_failed(
+            "the upstream's answer to a by-query action with wait_for_completion=false names no task"
+                .to_string(),
+        ));
     };
     let wait = follow_wait(up.request_timeout());
     let look = format!(
@@ -171,52 +207,78 @@ async fn follow(
         wait.as_millis()
     );
     let peek = format!("/_tasks/{upstream_task}");
+    let gone = || {
+        upstream_failed(format!(
+            "the upstream's task [{upstream_task}] is no longer the one this gateway started (the \
+             upstream restarted, and the id is gone or another task's): what it did is unknown"
+        ))
+    };
     let mut failures = 0u32;
     let mut cancel_sent = false;
     loop {
         let answer = tokio::select! {
-            // The gateway task cancelled: the upstream's is cancelled by id, then followed to
-            // its end (it answers what it did before it stopped).
+            // The gateway task cancelled: the upstream's is cancelled by id once it is seen
+            // to be still ours, then followed to its end (it answers what it did before it
+            // stopped).
             () = task.cancelled(), if !cancel_sent => {
                 cancel_sent = true;
-                cancel_upstream(up, &upstream_task, &headers).await;
+                match up.call_upstream(Method::GET, &peek, headers).await {
+                    Ok((s, body)) if s.is_success() => {
+                        if !is_ours(&body, ours) {
+                            return Err(gone());
+                        }
+                        cancel_upstream(up, &upstream_task, headers).await;
+                    }
+                    Ok((s, _)) if s == StatusCode::NOT_FOUND => return Err(gone()),
+                    // Unreachable now: cancelled by the looks' end (or the upstream's own).
+                    _ => {}
+                }
                 continue;
             }
-            answer = up.call_upstream(Method::GET, &look, &headers) => answer,
+            answer = up.call_upstream(Method::GET, &look, headers) => answer,
         };
         match answer {
             Ok((s, body)) if s.is_success() => {
                 failures = 0;
+                if !is_ours(&body, ours) {
+                    return Err(gone());
+                }
                 let doc: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                 if !doc["task"]["status"].is_null() {
                     *status.0.lock() = doc["task"]["status"].clone();
                 }
                 if doc["completed"] != true {
+                    // A wait answered before its end with the task still running: not what
+                    // OpenSearch does (a wait that runs out is an error), so looked at again
+                    // after a wait's length rather than at once, over and over.
+                    tokio::time::sleep(wait).await;
                     continue;
                 }
                 if let Some(error) = doc.get("error") {
-                    let e = ApiError::Forwarded {
+                    return Err(ApiError::Forwarded {
                         status: StatusCode::INTERNAL_SERVER_ERROR.as_u16(),
                         body: json!({"error": error}),
-                    };
-                    return Err(settle_err(&mut admitted, e));
+                    });
                 }
-                let response = doc.get("response").cloned().unwrap_or(Value::Null);
-                admitted.finish(Ok(()))?;
-                return Ok((response, admitted));
+                return Ok(doc.get("response").cloned().unwrap_or(Value::Null));
             }
             // A wait that ran out while the task still runs: its status, then look again.
             Ok((s, body)) if s == StatusCode::REQUEST_TIMEOUT || timed_out(&body) => {
                 failures = 0;
-                if let Ok((s, body)) = up.call_upstream(Method::GET, &peek, &headers).await
+                if let Ok((s, body)) = up.call_upstream(Method::GET, &peek, headers).await
                     && s.is_success()
                 {
+                    if !is_ours(&body, ours) {
+                        return Err(gone());
+                    }
                     let doc: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                     if !doc["task"]["status"].is_null() {
                         *status.0.lock() = doc["task"]["status"].clone();
                     }
                 }
             }
+            // No such task any more: the upstream restarted before storing its result.
+            Ok((s, _)) if s == StatusCode::NOT_FOUND => return Err(gone()),
             other => {
                 failures += 1;
                 let e = match other {
@@ -229,12 +291,28 @@ async fn follow(
                 };
                 if failures >= MAX_FOLLOW_FAILURES {
                     tracing::warn!(task = %upstream_task, "stopped following the upstream's by-query task: {e:?}");
-                    return Err(settle_err(&mut admitted, e));
+                    return Err(e);
                 }
                 tokio::time::sleep(FOLLOW_RETRY).await;
             }
         }
     }
+}
+
+/// Whether a `GET _tasks/{id}` answer is of the task this gateway started: its `X-Opaque-Id`
+/// is `ours`. An upstream's task ids start again at 1 when it restarts (its node id does not
+/// change), so after a restart the id may name another caller's task.
+fn is_ours(body: &[u8], ours: &str) -> bool {
+    let doc: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    doc["task"]["headers"].as_object().is_some_and(|h| {
+        h.iter()
+            .any(|(k, v)| k.eq_ignore_ascii_case(OPAQUE_ID_HEADER) && v.as_str() == Some(ours))
+    })
+}
+
+/// A 502 `upstream_exception` saying `why`.
+fn upstream_failed(why: String) -> ApiError {
+    ApiError::Engine(EngineError::new(ErrorCode::UpstreamFailed, why))
 }
 
 /// One wait for the upstream task's end: [`FOLLOW_WAIT`], or half the gateway's
@@ -299,6 +377,24 @@ mod tests {
             Duration::from_millis(500)
         );
         assert_eq!(follow_wait(Duration::ZERO), Duration::from_millis(1));
+    }
+
+    #[test]
+    fn test_a_followed_task_is_known_by_its_opaque_id() {
+        let doc = |id: &str| {
+            json!({"completed": false, "task": {"headers": {"X-Opaque-Id": id}}})
+                .to_string()
+                .into_bytes()
+        };
+        assert!(is_ours(&doc("sluice:n:7"), "sluice:n:7"));
+        assert!(is_ours(&doc("app;sluice:n:7"), "app;sluice:n:7"));
+        // Another caller's task with the same id, after an upstream restart.
+        assert!(!is_ours(&doc("sluice:n:8"), "sluice:n:7"));
+        assert!(!is_ours(
+            br#"{"completed":false,"task":{"headers":{}}}"#,
+            "sluice:n:7"
+        ));
+        assert!(!is_ours(b"not json", "sluice:n:7"));
     }
 
     #[test]

@@ -27,11 +27,13 @@ use crate::tasks::TaskId;
 pub async fn get_task(
     State(st): State<Arc<AppState>>,
     meta: RequestMeta,
+    Path(raw): Path<String>,
     req: Request,
 ) -> Response {
-    match upstream_task(&st, &req) {
-        None => own(st, meta, req, false).await,
-        Some(()) => forward(st, meta, req, Action::TaskGet).await,
+    if is_upstreams(&st, &raw) {
+        forward(st, meta, req, Action::TaskGet).await
+    } else {
+        own(st, meta, raw, req, false).await
     }
 }
 
@@ -39,32 +41,30 @@ pub async fn get_task(
 pub async fn cancel_one(
     State(st): State<Arc<AppState>>,
     meta: RequestMeta,
+    Path(raw): Path<String>,
     req: Request,
 ) -> Response {
-    match upstream_task(&st, &req) {
-        None => own(st, meta, req, true).await,
-        Some(()) => forward(st, meta, req, Action::TasksCancel).await,
+    if is_upstreams(&st, &raw) {
+        forward(st, meta, req, Action::TasksCancel).await
+    } else {
+        own(st, meta, raw, req, true).await
     }
 }
 
-/// `Some` when the path's task id names a node that is not one of sluice's (a malformed id
-/// is the gateway's to refuse, as a sluice node refuses it).
-fn upstream_task(st: &AppState, req: &Request) -> Option<()> {
-    let raw = task_id_of(req.uri().path())?;
-    let id = TaskId::parse(raw)?;
-    st.cluster.members().get(&id.node).is_none().then_some(())
+/// Whether the task id `raw` (as the path gives it, percent-decoded) names a node that is not
+/// one of sluice's. A malformed id is the gateway's to refuse, as a sluice node refuses it.
+fn is_upstreams(st: &AppState, raw: &str) -> bool {
+    TaskId::parse(raw).is_some_and(|id| st.cluster.members().get(&id.node).is_none())
 }
 
-/// The `{task_id}` of `/_tasks/{task_id}[/_cancel]`.
-fn task_id_of(path: &str) -> Option<&str> {
-    let rest = path.strip_prefix("/_tasks/")?;
-    let raw = rest.strip_suffix("/_cancel").unwrap_or(rest);
-    (!raw.is_empty() && !raw.contains('/')).then_some(raw)
-}
-
-/// The gateway's own task: answered as a sluice node answers it.
-async fn own(st: Arc<AppState>, meta: RequestMeta, req: Request, cancel: bool) -> Response {
-    let raw = task_id_of(req.uri().path()).unwrap_or("").to_string();
+/// The gateway's own task `raw`: answered as a sluice node answers it.
+async fn own(
+    st: Arc<AppState>,
+    meta: RequestMeta,
+    raw: String,
+    req: Request,
+    cancel: bool,
+) -> Response {
     let params = match Query::<Params>::try_from_uri(req.uri()) {
         Ok(p) => p,
         Err(e) => {
@@ -91,18 +91,4 @@ async fn forward(st: Arc<AppState>, meta: RequestMeta, req: Request, action: Act
         return ApiError::Engine(forbidden(action.name(), who)).into_response();
     }
     crate::http::fallback::forward(State(st), meta, req).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn test_the_task_id_is_read_off_both_paths() {
-        assert_eq!(task_id_of("/_tasks/abc:12"), Some("abc:12"));
-        assert_eq!(task_id_of("/_tasks/abc:12/_cancel"), Some("abc:12"));
-        assert_eq!(task_id_of("/_tasks/"), None);
-        assert_eq!(task_id_of("/_tasks/a/b"), None);
-        assert_eq!(task_id_of("/_cat/tasks"), None);
-    }
 }
