@@ -2239,8 +2239,14 @@ async fn test_sniffing_through_a_gateway_finds_the_gateway_not_the_upstream() {
     let upstream = gw.upstream.as_ref().unwrap();
     let gw_addr = gw.addr.to_string();
     let up_addr = upstream.addr.to_string();
-    // opensearch-py's, the Java and Go clients', and any info naming the metric.
-    for path in ["/_nodes/_all/http", "/_nodes/http", "/_nodes/_all/jvm,http"] {
+    // opensearch-py's, the Java and Go clients', and any info naming the metric (the comma
+    // percent-encoded too).
+    for path in [
+        "/_nodes/_all/http",
+        "/_nodes/http",
+        "/_nodes/_all/jvm,http",
+        "/_nodes/http%2Cos",
+    ] {
         let (s, b) = gw.req("GET", path, None).await;
         assert_eq!(s, 200, "{path}: {b}");
         assert_eq!(publish_addresses(&b), vec![gw_addr.clone()], "{path}: {b}");

@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use axum::extract::{Path, Request, State};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 
@@ -24,10 +24,17 @@ use crate::error::ApiError;
 use crate::http::{Params, RequestMeta};
 use crate::state::AppState;
 
-/// `_nodes` info of the gateway's own nodes when it includes `http`, else forwarded.
-pub async fn nodes(State(st): State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
+/// `_nodes/{a}[/{b}]` info of the gateway's own nodes when it names `http`, else forwarded.
+/// The path's parts are read decoded (`http%2Cos` names `http` too).
+pub async fn nodes(
+    State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
+    Path(parts): Path<Vec<String>>,
+    req: Request,
+) -> Response {
+    let decoded = format!("/_nodes/{}", parts.join("/"));
     let owned = (*req.method() == Method::GET)
-        .then(|| owned_info(req.uri().path()))
+        .then(|| owned_info(&decoded))
         .flatten();
     let Some((nodes, metrics)) = owned else {
         return crate::http::fallback::forward(State(st), meta, req).await;

@@ -42,7 +42,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_cluster/settings", any(super::settings::cluster_settings))
         .route("/_tasks/{task_id}", get(super::tasks::get_task))
         .route("/_tasks/{task_id}/_cancel", post(super::tasks::cancel_one))
-        .route("/_nodes", any(super::nodes::nodes))
         .route("/_nodes/{a}", any(super::nodes::nodes))
         .route("/_nodes/{a}/{b}", any(super::nodes::nodes))
         .route("/_search", any(search))
