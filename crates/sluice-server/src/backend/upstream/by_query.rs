@@ -4,7 +4,8 @@
 //!
 //! - Waiting for completion (the default): the request is forwarded as it came and holds its
 //!   slot until the upstream answers; cancelling the gateway's task cancels the upstream's
-//!   (by `X-Opaque-Id`, as for a search).
+//!   (by `X-Opaque-Id`, as for a search), whose answer — a 200 saying `canceled`, with what it
+//!   did — is still the client's ([`Upstream::execute_to_the_end`]).
 //! - `wait_for_completion=false`: as on an embedded node, the answer is the **gateway's** task
 //!   id at once, and admission (which may wait in the group's queue, or refuse) and the work
 //!   follow in the background. Once admitted, the request is forwarded with
@@ -78,7 +79,9 @@ pub async fn run(
     if wait {
         let mut admitted = admission::admit_registered(&st, &meta, spec, guard).await?;
         let call = call_as(&up, &meta, &read.parts, &[], read.body);
-        let executed = up.execute(admitted.execution(), call).await;
+        // Cancelled, the upstream's action stops and answers what it did (a 200 saying
+        // `canceled`), which is the client's answer, as on an embedded node.
+        let executed = up.execute_to_the_end(admitted.execution(), call).await;
         let resp = settle(&mut admitted, executed)?;
         return Ok(admitted.ride_with(stream_back(resp)));
     }

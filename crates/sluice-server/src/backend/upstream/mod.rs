@@ -428,6 +428,62 @@ impl Upstream {
         .await
     }
 
+    /// [`Self::execute`] for work the upstream answers for even when cancelled (a by-query
+    /// action: a 200 saying `canceled`, with what it did): the gateway task's cancellation
+    /// cancels the upstream's tasks carrying its `X-Opaque-Id`, and the answer is still waited
+    /// for and returned, rather than the request dropped. The client leaving (this future
+    /// dropped) still cancels them.
+    ///
+    /// # Cancel safety
+    /// As [`Self::execute`].
+    pub async fn execute_to_the_end(
+        self: &Arc<Self>,
+        exec: Execution,
+        mut call: Call,
+    ) -> Result<Response<Incoming>, ApiError> {
+        let executing = exec.hooks.start().map_err(ApiError::Engine)?;
+        exec.task.usage.mark_executing();
+        let _keep = (exec.hold, executing);
+        let opaque = self.opaque_id(&exec.task);
+        if let Ok(v) = HeaderValue::from_str(&opaque) {
+            call.headers
+                .insert(crate::http::meta::OPAQUE_ID_NAME.clone(), v);
+        }
+        let mut guard = CancelUpstream {
+            upstream: self.clone(),
+            opaque: Some(opaque.clone()),
+        };
+        let send = self.send_admitted(call);
+        tokio::pin!(send);
+        // `cancel_after_time_interval` passing cancels the task (the ticket words the reason).
+        let deadline = async {
+            match exec.cancel_at {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(deadline);
+        let (mut cancel_sent, mut deadline_passed) = (false, false);
+        let out = loop {
+            tokio::select! {
+                r = &mut send => break r,
+                () = exec.task.cancelled(), if !cancel_sent => {
+                    cancel_sent = true;
+                    let (up, opaque) = (self.clone(), opaque.clone());
+                    tokio::spawn(async move { up.cancel_tasks(&opaque).await });
+                }
+                () = &mut deadline, if !deadline_passed => {
+                    deadline_passed = true;
+                    exec.task.cancelled.store(true, Ordering::Release);
+                    exec.task.cancel_notify.notify_waiters();
+                }
+            }
+        };
+        guard.disarm();
+        self.finished(&exec.task, exec.hooks.as_ref());
+        out.map_err(ApiError::Engine)
+    }
+
     /// [`Self::execute`] with `send` forwarding the call.
     async fn execute_with<T, F>(
         self: &Arc<Self>,
