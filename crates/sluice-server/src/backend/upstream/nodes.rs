@@ -18,10 +18,8 @@ use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 
 use crate::api::nodes::{METRICS, info};
-use sluice_engine::EngineError;
 
-use crate::error::ApiError;
-use crate::http::{Params, RequestMeta};
+use crate::http::RequestMeta;
 use crate::state::AppState;
 
 /// `_nodes/{a}[/{b}]` info of the gateway's own nodes when it names `http`, else forwarded.
@@ -39,15 +37,9 @@ pub async fn nodes(
     let Some((nodes, metrics)) = owned else {
         return crate::http::fallback::forward(State(st), meta, req).await;
     };
-    let params = match axum::extract::Query::<Params>::try_from_uri(req.uri()) {
-        Ok(p) => p.0,
-        Err(e) => {
-            let q = req.uri().query().unwrap_or("");
-            return ApiError::Engine(EngineError::illegal_argument(format!(
-                "invalid query string [{q}]: {e}"
-            )))
-            .into_response();
-        }
+    let params = match super::routes::params_of_uri(req.uri()) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
     };
     info(&st, nodes.as_deref(), metrics.as_deref(), &params)
         .unwrap_or_else(IntoResponse::into_response)

@@ -279,11 +279,15 @@ pub(super) async fn read(req: Request) -> ApiResult<Read> {
 
 /// The request's query parameters.
 fn params_of(parts: &Parts) -> ApiResult<Params> {
-    Ok(parts
-        .uri
+    params_of_uri(&parts.uri)
+}
+
+/// The query parameters of `uri`; a query that does not parse is a 400 naming it.
+pub(super) fn params_of_uri(uri: &http::Uri) -> ApiResult<Params> {
+    Ok(uri
         .query()
         .map(|q| {
-            axum::extract::Query::<Params>::try_from_uri(&parts.uri)
+            axum::extract::Query::<Params>::try_from_uri(uri)
                 .map(|p| p.0)
                 .map_err(|e| {
                     EngineError::illegal_argument(format!("invalid query string [{q}]: {e}"))

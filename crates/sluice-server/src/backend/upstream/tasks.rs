@@ -19,7 +19,7 @@ use sluice_core::authz::Action;
 
 use crate::auth::authz::{forbidden, may_touch_task};
 use crate::error::ApiError;
-use crate::http::{Params, RequestMeta};
+use crate::http::RequestMeta;
 use crate::state::AppState;
 use crate::tasks::TaskId;
 
@@ -30,11 +30,7 @@ pub async fn get_task(
     Path(raw): Path<String>,
     req: Request,
 ) -> Response {
-    if is_upstreams(&st, &raw) {
-        forward(st, meta, req, Action::TaskGet).await
-    } else {
-        own(st, meta, raw, req, false).await
-    }
+    by_id(st, meta, raw, req, false).await
 }
 
 /// `POST /_tasks/{task_id}/_cancel` on a gateway.
@@ -44,11 +40,7 @@ pub async fn cancel_one(
     Path(raw): Path<String>,
     req: Request,
 ) -> Response {
-    if is_upstreams(&st, &raw) {
-        forward(st, meta, req, Action::TasksCancel).await
-    } else {
-        own(st, meta, raw, req, true).await
-    }
+    by_id(st, meta, raw, req, true).await
 }
 
 /// Whether the task id `raw` (as the path gives it, percent-decoded) names a node that is not
@@ -57,23 +49,31 @@ fn is_upstreams(st: &AppState, raw: &str) -> bool {
     TaskId::parse(raw).is_some_and(|id| st.cluster.members().get(&id.node).is_none())
 }
 
-/// The gateway's own task `raw`: answered as a sluice node answers it.
-async fn own(
+/// Task `raw` got (or, `cancel`, cancelled): the upstream's forwarded when the user may touch
+/// any task (see the module docs), the gateway's own answered as a sluice node answers it.
+async fn by_id(
     st: Arc<AppState>,
     meta: RequestMeta,
     raw: String,
     req: Request,
     cancel: bool,
 ) -> Response {
-    let params = match Query::<Params>::try_from_uri(req.uri()) {
-        Ok(p) => p,
-        Err(e) => {
-            let q = req.uri().query().unwrap_or("");
-            return ApiError::Engine(sluice_engine::EngineError::illegal_argument(format!(
-                "invalid query string [{q}]: {e}"
-            )))
-            .into_response();
+    if is_upstreams(&st, &raw) {
+        let action = if cancel {
+            Action::TasksCancel
+        } else {
+            Action::TaskGet
+        };
+        if !may_touch_task(&meta, action, None)
+            && let Some(who) = &meta.principal
+        {
+            return ApiError::Engine(forbidden(action.name(), who)).into_response();
         }
+        return crate::http::fallback::forward(State(st), meta, req).await;
+    }
+    let params = match super::routes::params_of_uri(req.uri()) {
+        Ok(p) => Query(p),
+        Err(e) => return e.into_response(),
     };
     let answer = if cancel {
         crate::api::tasks::cancel_one(State(st), meta, Path(raw), params).await
@@ -81,14 +81,4 @@ async fn own(
         crate::api::tasks::get_task(State(st), meta, Path(raw), params).await
     };
     answer.unwrap_or_else(IntoResponse::into_response)
-}
-
-/// An upstream task: forwarded when the user may touch any task (see the module docs).
-async fn forward(st: Arc<AppState>, meta: RequestMeta, req: Request, action: Action) -> Response {
-    if !may_touch_task(&meta, action, None)
-        && let Some(who) = &meta.principal
-    {
-        return ApiError::Engine(forbidden(action.name(), who)).into_response();
-    }
-    crate::http::fallback::forward(State(st), meta, req).await
 }
