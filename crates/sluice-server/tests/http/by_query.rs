@@ -105,6 +105,18 @@ async fn test_refusals_and_the_task_it_runs_as() {
             resp.1
         );
     }
+    // In the background too: a request refused for what it says is refused at once, not a
+    // task whose result is the refusal (through a gateway: the upstream's refusal, forwarded
+    // before the task id is answered).
+    for path in [
+        "/q/_delete_by_query?wait_for_completion=false&conflicts=maybe",
+        "/q/_update_by_query?wait_for_completion=false&slices=4",
+    ] {
+        let resp = node.req("POST", path, Some(json!({}))).await;
+        assert_error(&resp, 400, "illegal_argument_exception");
+    }
+    let (_, listed) = node.req("GET", "/_tasks?actions=*byquery", None).await;
+    assert_eq!(listed["nodes"], json!({}), "{listed}");
     let missing = node
         .req("POST", "/nope/_delete_by_query", Some(json!({})))
         .await;

@@ -7,9 +7,12 @@
 //!   (by `X-Opaque-Id`, as for a search), whose answer — a 200 saying `canceled`, with what it
 //!   did — is still the client's ([`Upstream::execute_to_the_end`]).
 //! - `wait_for_completion=false`: as on an embedded node, the answer is the **gateway's** task
-//!   id at once, and admission (which may wait in the group's queue, or refuse) and the work
-//!   follow in the background. Once admitted, the request is forwarded with
-//!   `wait_for_completion=false`, and the gateway follows the upstream's task (`GET
+//!   id, and the work follows in the background. Admitted at once (the usual case), the
+//!   request is forwarded with `wait_for_completion=false` before the id is answered, so that
+//!   the upstream's refusal of it (a bad parameter, a query it cannot parse) is the client's
+//!   answer, as without the gateway; one that waits in the group's queue, or that admission
+//!   refuses, is answered its id at once and forwarded once admitted (its refusal, and the
+//!   upstream's, is then the task's result). The gateway follows the upstream's task (`GET
 //!   _tasks/{id}?wait_for_completion=true`, one short wait after another, and its status after
 //!   each) until it ends: the slot is held all along, the upstream task's status is shown as
 //!   the gateway task's, cancelling the gateway task cancels the upstream's by id, and the
@@ -20,7 +23,10 @@
 //! Before, both were forwarded unadmitted: a tenant could run any amount of by-query work on
 //! the upstream past its group's `node_limit`.
 
+use std::any::Any;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use axum::extract::Request;
@@ -35,6 +41,7 @@ use super::routes::{Read, authorize_lookups, call_as, read, settle};
 use super::{Upstream, stream_back};
 use crate::admission::{self, Admitted, TaskSpec};
 use crate::api::cluster_settings::bool_param;
+use crate::backend::ExecutionHooks;
 use crate::error::{ApiError, ApiResult};
 use crate::http::{RequestMeta, reply};
 use crate::state::AppState;
@@ -87,16 +94,35 @@ pub async fn run(
     }
     let id = guard.id().to_string();
     let task = guard.task().clone();
-    st.tasks.expect_result(&task);
     let status = Arc::new(UpstreamStatus(Mutex::new(not_started())));
     task.set_status(status.clone());
     let params = read.params.clone();
+    let mut admitting = Box::pin({
+        let (st, meta) = (st.clone(), meta.clone());
+        async move { admission::admit_registered(&st, &meta, spec, guard).await }
+    });
+    // Admitted at once (the usual case), the request is forwarded before the task id is
+    // answered: a request the upstream refuses (a bad parameter, a query it cannot parse) gets
+    // the upstream's refusal as its answer, as without the gateway. One waiting in the queue,
+    // or refused by admission, is answered its task id now, as on an embedded node.
+    let stage = match futures::poll!(admitting.as_mut()) {
+        Poll::Ready(Ok(admitted)) => Stage::Submitted(submit(&up, &meta, admitted, read).await?),
+        Poll::Ready(Err(refused)) => Stage::Refused(refused),
+        Poll::Pending => Stage::Admitting(admitting, read),
+    };
+    st.tasks.expect_result(&task);
     let bg = st.clone();
     tokio::spawn(async move {
         let st = bg;
         let outcome = async {
-            let admitted = admission::admit_registered(&st, &meta, spec, guard).await?;
-            follow(&up, &meta, admitted, read, &status).await
+            let submitted = match stage {
+                Stage::Submitted(submitted) => submitted,
+                Stage::Admitting(admitting, read) => {
+                    submit(&up, &meta, admitting.await?, read).await?
+                }
+                Stage::Refused(refused) => return Err(refused),
+            };
+            submitted.follow(&up, &status).await
         }
         .await;
         // The ticket is released after the result is stored.
@@ -129,16 +155,43 @@ impl TaskStatus for UpstreamStatus {
     }
 }
 
-/// Forwards an admitted background action with `wait_for_completion=false` and follows the
-/// upstream's task until it ends (see the module docs): answers its `response` and the ticket,
-/// or its `error`. The task counts as executing in its group from the forwarding to the end.
-async fn follow(
+/// Where a background action is when its task id is answered.
+enum Stage {
+    /// Waiting for admission (in the group's queue, say), its request not yet forwarded.
+    Admitting(
+        Pin<Box<dyn Future<Output = ApiResult<Admitted>> + Send>>,
+        Read,
+    ),
+    /// Refused by admission: the task's result.
+    Refused(ApiError),
+    /// Forwarded, and started on the upstream.
+    Submitted(Submitted),
+}
+
+/// A background action the upstream started: what following it to its end needs.
+struct Submitted {
+    admitted: Admitted,
+    /// Marks the task as executing in its group until the upstream task ends.
+    executing: Box<dyn Any + Send>,
+    hooks: Arc<dyn ExecutionHooks>,
+    task: Arc<Task>,
+    /// The `X-Opaque-Id` the submission carried.
+    ours: String,
+    /// What the looks at the upstream task send.
+    headers: HeaderMap,
+    /// The upstream's task id.
+    upstream_task: String,
+}
+
+/// Forwards an admitted background action with `wait_for_completion=false`: the upstream's
+/// task, to [`Submitted::follow`], or the upstream's refusal (its error answer, passed
+/// through). The task counts as executing in its group from the forwarding to its end.
+async fn submit(
     up: &Arc<Upstream>,
     meta: &RequestMeta,
     mut admitted: Admitted,
     read: Read,
-    status: &UpstreamStatus,
-) -> ApiResult<(Value, Admitted)> {
+) -> ApiResult<Submitted> {
     let call = call_as(up, meta, &read.parts, &[], read.body).answer_uncompressed();
     // What the looks at the upstream task send: the request's own headers as forwarded (its
     // identity), without its body's.
@@ -166,44 +219,80 @@ async fn follow(
             call,
         )
         .await;
-    let outcome = match submitted {
-        Ok(resp) => follow_task(up, resp, &task, &ours, &headers, status).await,
+    let started = match submitted {
+        Ok(resp) => started_task(resp).await,
         Err(e) => Err(e),
     };
-    up.finished(&task, hooks.as_ref());
-    drop(executing);
-    match outcome {
-        Ok(response) => {
-            admitted.finish(Ok(()))?;
-            Ok((response, admitted))
+    match started {
+        Ok(upstream_task) => Ok(Submitted {
+            admitted,
+            executing,
+            hooks,
+            task,
+            ours,
+            headers,
+            upstream_task,
+        }),
+        Err(e) => {
+            up.finished(&task, hooks.as_ref());
+            drop(executing);
+            Err(settle_err(&mut admitted, e))
         }
-        Err(e) => Err(settle_err(&mut admitted, e)),
     }
 }
 
-/// Follows the upstream task the submission's answer `resp` names until it ends: its
-/// `response`, or its `error` (or why it could not be followed).
+/// The upstream task a submission's answer `resp` names, or the upstream's refusal.
+async fn started_task(resp: http::Response<hyper::body::Incoming>) -> ApiResult<String> {
+    if !resp.status().is_success() {
+        return Err(forwarded_error(resp).await);
+    }
+    let submitted = super::json_answer(resp, "by-query")
+        .await
+        .map_err(ApiError::Engine)?;
+    submitted["task"].as_str().map(str::to_string).ok_or_else(|| {
+        upstream_failed(
+            "the upstream's answer to a by-query action with wait_for_completion=false names no task"
+                .to_string(),
+        )
+    })
+}
+
+impl Submitted {
+    /// Follows the upstream task until it ends (see the module docs): answers its `response`
+    /// and the ticket, or its `error` (or why it could not be followed).
+    async fn follow(self, up: &Upstream, status: &UpstreamStatus) -> ApiResult<(Value, Admitted)> {
+        let Self {
+            mut admitted,
+            executing,
+            hooks,
+            task,
+            ours,
+            headers,
+            upstream_task,
+        } = self;
+        let outcome = follow_task(up, &task, &upstream_task, &ours, &headers, status).await;
+        up.finished(&task, hooks.as_ref());
+        drop(executing);
+        match outcome {
+            Ok(response) => {
+                admitted.finish(Ok(()))?;
+                Ok((response, admitted))
+            }
+            Err(e) => Err(settle_err(&mut admitted, e)),
+        }
+    }
+}
+
+/// Follows the upstream task `upstream_task` until it ends: its `response`, or its `error`
+/// (or why it could not be followed).
 async fn follow_task(
     up: &Upstream,
-    resp: http::Response<hyper::body::Incoming>,
     task: &Task,
+    upstream_task: &str,
     ours: &str,
     headers: &HeaderMap,
     status: &UpstreamStatus,
 ) -> ApiResult<Value> {
-    let submitted = if resp.status().is_success() {
-        super::json_answer(resp, "by-query")
-            .await
-            .map_err(ApiError::Engine)?
-    } else {
-        return Err(forwarded_error(resp).await);
-    };
-    let Some(upstream_task) = submitted["task"].as_str().map(str::to_string) else {
-        return Err(upstream_failed(
-            "the upstream's answer to a by-query action with wait_for_completion=false names no task"
-                .to_string(),
-        ));
-    };
     let wait = follow_wait(up.request_timeout());
     let look = format!(
         "/_tasks/{upstream_task}?wait_for_completion=true&timeout={}ms",
@@ -230,7 +319,7 @@ async fn follow_task(
                         if !is_ours(&body, ours) {
                             return Err(gone());
                         }
-                        cancel_upstream(up, &upstream_task, headers).await;
+                        cancel_upstream(up, upstream_task, headers).await;
                     }
                     Ok((s, _)) if s == StatusCode::NOT_FOUND => return Err(gone()),
                     // Unreachable now: cancelled by the looks' end (or the upstream's own).
