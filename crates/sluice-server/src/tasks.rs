@@ -221,6 +221,8 @@ pub struct NewTask {
     pub principal: Option<Arc<crate::auth::Principal>>,
     /// Whether admission has yet to decide it (a task registered by admission).
     pub admitting: bool,
+    /// The request's `X-Opaque-Id`, shown from the task's first listing on.
+    pub opaque_id: Option<Arc<str>>,
 }
 
 /// Running tasks by sequence number.
@@ -354,6 +356,7 @@ impl TaskManager {
             start_time_millis: sluice_engine::now_millis(),
             principal,
             admitting: false,
+            opaque_id: None,
         })
     }
 
@@ -366,6 +369,7 @@ impl TaskManager {
             start_time_millis,
             principal,
             admitting,
+            opaque_id,
         } = new;
         let seq = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut tasks = self.tasks.lock();
@@ -393,7 +397,7 @@ impl TaskManager {
             held_buckets: std::sync::OnceLock::new(),
             usage: crate::accounting::TaskUsage::default(),
             reservation: std::sync::OnceLock::new(),
-            opaque_id: std::sync::OnceLock::new(),
+            opaque_id: opaque_id.map_or_else(std::sync::OnceLock::new, std::sync::OnceLock::from),
         });
         tasks.insert(seq, task.clone());
         TaskGuard {
@@ -602,6 +606,12 @@ impl TaskManager {
         }
         Value::Object(m)
     }
+}
+
+/// An instant no wait reaches (tokio's own "far future": about 30 years on), for a wait
+/// without a bound.
+pub fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + std::time::Duration::from_secs(86400 * 365 * 30)
 }
 
 #[cfg(test)]

@@ -148,6 +148,8 @@ pub fn register(st: &AppState, meta: &RequestMeta, spec: &TaskSpec) -> TaskGuard
         start_time_millis: sluice_engine::now_millis(),
         principal: meta.principal.clone(),
         admitting: true,
+        // Set at registration: a listing never shows the task without it.
+        opaque_id: meta.opaque_id.clone(),
     })
 }
 
@@ -168,9 +170,6 @@ pub async fn admit_registered(
         ..
     } = spec;
     let task = guard.task().clone();
-    if let Some(id) = &meta.opaque_id {
-        task.set_opaque_id(id.clone());
-    }
     let top_level = inherited.is_none();
     let (entry, mut held) = match inherited {
         Some(i) => (i.group, i.held),

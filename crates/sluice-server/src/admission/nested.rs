@@ -81,6 +81,7 @@ impl NestedSearchHook for NestedSearches {
             start_time_millis: sluice_engine::now_millis(),
             principal,
             admitting: false,
+            opaque_id: None,
         });
         let child = guard.task().clone();
         child.set_group(self.group.clone());

@@ -22,7 +22,7 @@ use crate::cluster::{DEFAULT_FANOUT_TIMEOUT, select};
 use crate::error::ApiResult;
 use crate::http::{Params, RequestMeta, reply};
 use crate::state::AppState;
-use crate::tasks::{Lookup, TaskId};
+use crate::tasks::TaskId;
 
 /// Whose tasks the caller may `action`: `None` for everyone's (no authorization, or the
 /// cluster permission for it), else only the caller's own. Sent with the call, so the node
@@ -187,12 +187,11 @@ fn owner_of(st: &AppState, raw: &str) -> ApiResult<sluice_cluster::Member> {
 async fn routed(
     st: &AppState,
     raw: &str,
-    params: &Params,
+    deadline: Duration,
     api: LocalApi,
     call: Value,
 ) -> ApiResult<(sluice_cluster::Member, Value)> {
     let owner = owner_of(st, raw)?;
-    let deadline = fanout_timeout(params)?;
     let answer = st
         .cluster
         .call(&owner, api, call, deadline)
@@ -228,48 +227,30 @@ pub async fn get_task(
     Path(raw): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    let wait = bool_param(&params, "wait_for_completion")?;
-    let id = TaskId::parse(&raw)
-        .ok_or_else(|| EngineError::illegal_argument(format!("malformed task id {raw}")))?;
-    // The wait happens where the task runs; a task of another node is answered as it is now.
-    if wait && id.node == st.identity.node_id {
-        let timeout = match params.get("timeout") {
+    // The wait happens on the node that runs the task, whichever node is asked.
+    let wait = if bool_param(&params, "wait_for_completion")? {
+        Some(match params.get("timeout") {
             None => DEFAULT_WAIT_TIMEOUT,
             Some(v) => sluice_wire::parse_time_value(v, "timeout")
                 .map_err(sluice_wire::OpenSearchError::from)?
                 .duration_opt()
                 .unwrap_or(Duration::MAX),
-        };
-        if matches!(st.tasks.lookup(id.seq), Lookup::Running(_)) {
-            let deadline = tokio::time::Instant::now()
-                .checked_add(timeout)
-                .unwrap_or_else(far_future);
-            if !st.tasks.wait_until_ended(id.seq, deadline).await {
-                return Err(EngineError::new(
-                    sluice_engine::ErrorCode::Timeout,
-                    format!("Timed out waiting for completion of [{raw}]"),
-                )
-                .into());
-            }
-        }
-    }
-    let (_, body) = routed(
-        &st,
-        &raw,
-        &params,
-        LocalApi::GetTask,
-        json!(OneTask {
-            id: raw.clone(),
-            only_user: only_user(&meta, Action::TaskGet),
-        }),
-    )
-    .await?;
+        })
+    } else {
+        None
+    };
+    let call = json!(OneTask {
+        id: raw.clone(),
+        only_user: only_user(&meta, Action::TaskGet),
+        wait_millis: wait.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX)),
+    });
+    // A waiting call is given its wait and the usual deadline on top to answer.
+    let deadline = match wait {
+        Some(w) => w.saturating_add(DEFAULT_FANOUT_TIMEOUT),
+        None => fanout_timeout(&params)?,
+    };
+    let (_, body) = routed(&st, &raw, deadline, LocalApi::GetTask, call).await?;
     Ok(reply(StatusCode::OK, body, &params))
-}
-
-/// An instant no wait reaches (tokio's own "far future": about 30 years on).
-fn far_future() -> tokio::time::Instant {
-    tokio::time::Instant::now() + Duration::from_secs(86400 * 365 * 30)
 }
 
 /// `POST /_tasks/{task_id}/_cancel`: cancels the task and its descendants, on its node.
@@ -286,7 +267,8 @@ pub async fn cancel_one(
             ..TaskFilter::default()
         },
     };
-    let (owner, body) = routed(&st, &raw, &params, LocalApi::CancelTasks, json!(call)).await?;
+    let deadline = fanout_timeout(&params)?;
+    let (owner, body) = routed(&st, &raw, deadline, LocalApi::CancelTasks, json!(call)).await?;
     let entry = task_entry_of(&owner, body["tasks"].clone());
     Ok(reply(
         StatusCode::OK,

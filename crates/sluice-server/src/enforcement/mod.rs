@@ -501,6 +501,7 @@ mod tests {
                 start_time_millis: 0,
                 principal: None,
                 admitting: false,
+                opaque_id: None,
             });
             if let Some(g) = g {
                 guard.task().set_group(g);

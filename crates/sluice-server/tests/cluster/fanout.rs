@@ -103,6 +103,33 @@ async fn test_tasks_are_listed_fetched_and_cancelled_from_any_node() {
         "{one}"
     );
 
+    // Waited for through node 2: the wait happens on node 1, up to `timeout`, whichever node
+    // is asked (a wait that runs out is OpenSearch's `timeout_exception`).
+    let waiting = {
+        let (client, url) = (
+            c.client.clone(),
+            format!(
+                "http://{}/_tasks/{task_id}?wait_for_completion=true&timeout=1m",
+                c.node(2).http
+            ),
+        );
+        tokio::spawn(async move {
+            let resp = client.get(url).send().await.expect("sent");
+            (
+                resp.status().as_u16(),
+                resp.json::<Value>().await.expect("json"),
+            )
+        })
+    };
+    let (status, ran_out) = c
+        .get(
+            2,
+            &format!("/_tasks/{task_id}?wait_for_completion=true&timeout=1s"),
+        )
+        .await;
+    assert_eq!(status, 500, "{ran_out}");
+    assert_eq!(ran_out["error"]["type"], "timeout_exception", "{ran_out}");
+
     // Cancelled through node 0: the search on node 1 ends cancelled.
     let (status, cancel) = c
         .req(0, "POST", &format!("/_tasks/{task_id}/_cancel"), None)
@@ -120,6 +147,22 @@ async fn test_tasks_are_listed_fetched_and_cancelled_from_any_node() {
     assert!(
         body.to_string().contains("task_cancelled_exception"),
         "{body}"
+    );
+    // The wait ends with the task's end: a search keeps no result, so the answer is the task
+    // as it was when the wait began, completed (OpenSearch's answer), not a 404.
+    let (status, waited) = tokio::time::timeout(Duration::from_secs(60), waiting)
+        .await
+        .expect("the wait ends with the task")
+        .expect("waiting task");
+    assert_eq!(status, 200, "{waited}");
+    assert_eq!(waited["completed"], true, "{waited}");
+    assert_eq!(waited["task"]["node"], node1.as_str(), "{waited}");
+    assert!(
+        waited["task"]["action"]
+            .as_str()
+            .unwrap()
+            .contains("search"),
+        "{waited}"
     );
     c.eventually(Duration::from_secs(10), "the task is gone", || async {
         let (s, _) = c.get(0, &format!("/_tasks/{task_id}")).await;

@@ -113,7 +113,7 @@ pub struct TestCluster {
     /// `cluster.name`.
     pub cluster_name: String,
     tmp: tempfile::TempDir,
-    client: reqwest::Client,
+    pub client: reqwest::Client,
 }
 
 impl TestCluster {

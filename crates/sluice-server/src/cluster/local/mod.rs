@@ -45,7 +45,10 @@ impl LocalHandler for NodeRpc {
                 LocalApi::WlmStats => decode(params).and_then(|p| wlm_stats::stats(&st, &p)),
                 LocalApi::WlmStatsRows => decode(params).and_then(|p| wlm_stats::rows(&st, &p)),
                 LocalApi::ListTasks => decode(params).and_then(|p| tasks::list(&st, &p)),
-                LocalApi::GetTask => decode(params).and_then(|p| tasks::get(&st, &p)),
+                LocalApi::GetTask => match decode(params) {
+                    Ok(p) => tasks::get(&st, &p).await,
+                    Err(e) => Err(e),
+                },
                 LocalApi::CancelTasks => decode(params).and_then(|p| tasks::cancel(&st, &p)),
                 LocalApi::Unspecified => Err(EngineError::illegal_argument("no local api named")),
             };

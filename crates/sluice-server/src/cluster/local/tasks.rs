@@ -2,6 +2,8 @@
 //! cancelling them. The coordinator routes `GET _tasks/{node}:{n}` and `_cancel` of one task
 //! to the node in the id, and fans list and filtered cancel out to every selected member.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sluice_cluster::Member;
@@ -37,6 +39,10 @@ pub struct OneTask {
     /// not the caller's to learn); `None` for anyone's.
     #[serde(default)]
     pub only_user: Option<String>,
+    /// `wait_for_completion=true`: how long to wait for a running task's end, in
+    /// milliseconds (`u64::MAX`: no bound); `None` answers the task as it is now.
+    #[serde(default)]
+    pub wait_millis: Option<u64>,
 }
 
 /// A cancel: one task (and its descendants) or every task the filter matches.
@@ -100,12 +106,31 @@ pub(super) fn list(st: &AppState, f: &TaskFilter) -> Result<Value, EngineError> 
     Ok(json!({ "tasks": tasks }))
 }
 
-/// `{"completed": false, "task": …}` of one running task.
-pub(super) fn get(st: &AppState, p: &OneTask) -> Result<Value, EngineError> {
+/// `{"completed": false, "task": …}` of one running task, or with `wait_millis` what it is
+/// when it ends: its stored result (a background task), else `{"completed": true, "task": …}`
+/// of it as it was when the wait began (OpenSearch's answer for a task that keeps no result).
+pub(super) async fn get(st: &AppState, p: &OneTask) -> Result<Value, EngineError> {
     let seq = local_seq(st, &p.id)?;
     match st.tasks.lookup(seq) {
         crate::tasks::Lookup::Running(t) if visible_to(p.only_user.as_deref(), &t) => {
-            Ok(json!({"completed": false, "task": st.tasks.render(&t, true)}))
+            let snapshot = st.tasks.render(&t, true);
+            let Some(wait) = p.wait_millis else {
+                return Ok(json!({"completed": false, "task": snapshot}));
+            };
+            let deadline = tokio::time::Instant::now()
+                .checked_add(Duration::from_millis(wait))
+                .unwrap_or_else(crate::tasks::far_future);
+            drop(t);
+            if !st.tasks.wait_until_ended(seq, deadline).await {
+                return Err(EngineError::new(
+                    ErrorCode::Timeout,
+                    format!("Timed out waiting for completion of [{}]", p.id),
+                ));
+            }
+            match st.tasks.lookup(seq) {
+                crate::tasks::Lookup::Done(result) => Ok(result),
+                _ => Ok(json!({"completed": true, "task": snapshot})),
+            }
         }
         crate::tasks::Lookup::Running(_) => Err(task_missing(&p.id)),
         // A background task that ended: its stored result.
