@@ -2270,15 +2270,19 @@ async fn test_sniffing_through_a_gateway_finds_the_gateway_not_the_upstream() {
     }
     let (_, up) = upstream.req("GET", "/", None).await;
     let up_name = up["name"].as_str().expect("name").to_string();
-    let (s, b) = gw.req("GET", "/_nodes/stats", None).await;
-    assert_eq!(s, 200, "{b}");
-    let names: Vec<&str> = b["nodes"]
-        .as_object()
-        .into_iter()
-        .flat_map(|n| n.values())
-        .filter_map(|n| n["name"].as_str())
-        .collect();
-    assert_eq!(names, vec![up_name.as_str()], "{b}");
+    // Node stats, the `http` metric's too (`_nodes/stats/http` is stats, not info of a node
+    // named `stats`).
+    for path in ["/_nodes/stats", "/_nodes/stats/http"] {
+        let (s, b) = gw.req("GET", path, None).await;
+        assert_eq!(s, 200, "{path}: {b}");
+        let names: Vec<&str> = b["nodes"]
+            .as_object()
+            .into_iter()
+            .flat_map(|n| n.values())
+            .filter_map(|n| n["name"].as_str())
+            .collect();
+        assert_eq!(names, vec![up_name.as_str()], "{path}: {b}");
+    }
     let (s, b) = gw.req("GET", "/_nodes/_all/jvm", None).await;
     assert_eq!(s, 200, "{b}");
     assert!(!publish_addresses(&b).contains(&gw_addr), "{b}");

@@ -45,6 +45,17 @@ pub async fn nodes(
         .unwrap_or_else(IntoResponse::into_response)
 }
 
+/// The `_nodes` APIs other than info whose routes OpenSearch matches before
+/// `_nodes/{node_id}/{metric}`: `_nodes/stats/http` is the HTTP stats of every node, not info
+/// of a node named `stats`.
+const OTHER_APIS: [&str; 5] = [
+    "stats",
+    "usage",
+    "hot_threads",
+    "hotthreads",
+    "reload_secure_settings",
+];
+
 /// For a `_nodes` path that names the `http` metric: the nodes and metrics asked for
 /// (`None` for the nodes when the path names none); `None` for any other path.
 fn owned_info(path: &str) -> Option<(Option<String>, Option<String>)> {
@@ -57,7 +68,7 @@ fn owned_info(path: &str) -> Option<(Option<String>, Option<String>)> {
     let with_http = |s: &str| is_metrics(s) && s.split(',').any(|m| m.trim() == "http");
     match parts.as_slice() {
         ["_nodes", metrics] if with_http(metrics) => Some((None, Some(metrics.to_string()))),
-        ["_nodes", nodes, metrics] if with_http(metrics) => {
+        ["_nodes", nodes, metrics] if with_http(metrics) && !OTHER_APIS.contains(nodes) => {
             Some((Some(nodes.to_string()), Some(metrics.to_string())))
         }
         _ => None,
@@ -108,6 +119,10 @@ mod tests {
             "/_nodes/_all/jvm,os",
             "/_nodes/reload_secure_settings",
             "/_nodes/http/stats",
+            // Stats and usage of the `http` metric, not info of nodes named so.
+            "/_nodes/stats/http",
+            "/_nodes/stats/http,jvm",
+            "/_nodes/usage/http",
             "/_cluster/health",
         ] {
             assert_eq!(owned(path), None, "{path}");
