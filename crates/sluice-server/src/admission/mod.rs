@@ -103,6 +103,28 @@ impl TaskSpec {
     }
 }
 
+/// Counts the end of a request dropped while admission waited for it (its client left while it
+/// was in a queue, or waited for an owner's answer or its group's share): one completion and
+/// one failure in its group, as a request dropped after admission counts in its ticket's
+/// `Drop`, and one cancelled while it waits counts in [`queue`]. Disarmed by
+/// [`Abandoned::decided`] once admission has an outcome, which counts (or not) on its own.
+struct Abandoned<'a>(Option<&'a GroupEntry>);
+
+impl Abandoned<'_> {
+    fn decided(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if let Some(entry) = self.0 {
+            entry.stats.total_completions.inc();
+            entry.stats.failures.inc();
+        }
+    }
+}
+
 /// Splits a comma-separated index expression into its parts.
 pub fn split_indices(index: &str) -> Vec<String> {
     index
@@ -199,20 +221,28 @@ pub async fn admit_registered(
         tag: task.seq,
     };
     let decided = throttle::throttle(st, &entry, request)?;
-    let (granted, reservation) = match decided {
-        throttle::Decided::Granted(g) if !queued => (g, door),
-        throttle::Decided::Granted(g) => {
-            queue::wait(st, &entry, &task, queue::Wait::Granted(g), cancel_after).await?
-        }
-        throttle::Decided::Parked { key, waiter } => {
-            let wait = queue::Wait::Slot { key, waiter };
-            queue::wait(st, &entry, &task, wait, cancel_after).await?
-        }
-        throttle::Decided::Shared(ask) => match shared::ask(st, &entry, ask).await? {
-            queue::Wait::Granted(g) if !queued => (g, door),
-            wait => queue::wait(st, &entry, &task, wait, cancel_after).await?,
-        },
-    };
+    // From here admission may wait (an owner's answer, a queue, the group's share): a request
+    // dropped meanwhile (its client left) ends there, and its end is counted then.
+    let abandoned = Abandoned(Some(&entry));
+    let decision = async {
+        ApiResult::Ok(match decided {
+            throttle::Decided::Granted(g) if !queued => (g, door),
+            throttle::Decided::Granted(g) => {
+                queue::wait(st, &entry, &task, queue::Wait::Granted(g), cancel_after).await?
+            }
+            throttle::Decided::Parked { key, waiter } => {
+                let wait = queue::Wait::Slot { key, waiter };
+                queue::wait(st, &entry, &task, wait, cancel_after).await?
+            }
+            throttle::Decided::Shared(ask) => match shared::ask(st, &entry, ask).await? {
+                queue::Wait::Granted(g) if !queued => (g, door),
+                wait => queue::wait(st, &entry, &task, wait, cancel_after).await?,
+            },
+        })
+    }
+    .await;
+    abandoned.decided();
+    let (granted, reservation) = decision?;
     if let Some(r) = reservation {
         // Set once, on the task registered above.
         let _ = task.reservation.set(r);

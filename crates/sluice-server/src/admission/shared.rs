@@ -88,7 +88,9 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
             Ok(granted(Some(lease)))
         }
         (Acquired::Lease(lease), Some(waiter)) => {
-            // FIFO: the bucket's oldest parked request gets it; this one keeps waiting.
+            stats.total_shared_acquired.inc();
+            // FIFO: the bucket's oldest parked request gets it (this one when it is the only
+            // one parked); this one keeps waiting.
             let token = coordinator.hand(lease);
             if let Err(token) = st.workload.permits.grant_external(&key, token) {
                 drop(coordinator.take_handed(token));

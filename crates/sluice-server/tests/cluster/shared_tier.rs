@@ -225,6 +225,19 @@ async fn test_a_parked_request_of_a_shared_only_group_is_drained_by_the_owner_pu
     assert_eq!(g["total_shared_pushed"], 1, "{g}");
     assert_eq!(g["total_queued"], 1, "{g}");
     assert!(g["total_shared_pushes_received"].as_u64() >= Some(1), "{g}");
+    // Node 0's request was parked before it asked (enqueue-first), and the lease its ask
+    // acquired was handed to the bucket's oldest parked request: itself. It did not wait, so
+    // it counts as acquired, neither queued nor pushed.
+    let g0 = figures(&c, 0, &id).await;
+    let counts = |g: &Value| {
+        [
+            "total_shared_acquired",
+            "total_queued",
+            "total_shared_pushed",
+        ]
+        .map(|k| g[k].clone())
+    };
+    assert_eq!(counts(&g0), [json!(1), json!(0), json!(0)], "{g0}");
     // The owner (whichever node it is) counted the push it sent.
     let mut sent = 0;
     for i in 0..3 {

@@ -273,6 +273,13 @@ async fn test_client_disconnect_evicts_a_parked_request_at_once() {
         (json!(0), json!(1)),
         "{s}"
     );
+    // Its end counts, as any task's does, whatever ends it: one completion, a failure (the
+    // heavy search still runs).
+    assert_eq!(
+        (s["total_completions"].clone(), s["failures"].clone()),
+        (json!(1), json!(1)),
+        "{s}"
+    );
     assert_eq!(node.state.workload.permits.num_waiter_nodes(), 0);
     cancel_all(&node, vec![heavy]).await;
     wait_drained(&node, &id).await;
