@@ -29,8 +29,9 @@ use sluice_core::permits::{Throttled, Waiter};
 use sluice_engine::{EngineError, ErrorCode};
 
 use super::queue::Wait;
-use super::throttle::{Granted, describe_bucket};
+use super::throttle::{Granted, OverLimit, describe_bucket, log_decision};
 use crate::error::ApiError;
+use crate::logging::{DecisionKind, Tier};
 use crate::state::AppState;
 use crate::workload::GroupEntry;
 
@@ -121,26 +122,16 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
             Ok(granted(Some(lease)))
         }
         (Acquired::Denied { in_use, limit, .. }, None) => {
-            stats.total_shared_throttled.inc();
-            if monitored {
-                stats.total_would_throttle.inc();
-                return Ok(granted(None));
-            }
             let why = format!(
                 "and {in_use} of its cluster-wide limit of {limit} (shared_limit) are in use"
             );
-            Err(refused(entry, &key, &node, &why))
+            denied(st, entry, &key, &node, &why, monitored).map(|()| granted(None))
         }
         (Acquired::Unavailable { reason }, None) => {
-            stats.total_shared_throttled.inc();
-            if monitored {
-                stats.total_would_throttle.inc();
-                return Ok(granted(None));
-            }
             let why = format!(
                 "and its cluster-wide limit of {limit} could not be checked (cluster-wide throttle unavailable: {reason}) while this node already runs {limit} of the bucket's requests without it"
             );
-            Err(refused(entry, &key, &node, &why))
+            denied(st, entry, &key, &node, &why, monitored).map(|()| granted(None))
         }
     }
 }
@@ -150,6 +141,39 @@ fn acquire_timeout(st: &AppState) -> std::time::Duration {
     st.cluster_settings
         .snapshot()
         .time(crate::settings::keys::WLM_SHARED_ACQUIRE_TIMEOUT)
+}
+
+/// A request the shared tier denied (`why`, after what the node tier saw): counted and logged
+/// as a decision of the `shared` tier; refused with its 429, or let run when only `monitored`.
+fn denied(
+    st: &AppState,
+    entry: &GroupEntry,
+    key: &BucketKey,
+    node: &Throttled,
+    why: &str,
+    monitored: bool,
+) -> Result<(), ApiError> {
+    entry.stats.total_shared_throttled.inc();
+    let more = format!(", {why}");
+    let reason = OverLimit {
+        in_flight: node.in_flight,
+        limit: node.limit,
+        more: &more,
+    };
+    log_decision(
+        st,
+        entry,
+        key,
+        DecisionKind::Throttle,
+        !monitored,
+        &reason,
+        Tier::Shared,
+    );
+    if monitored {
+        entry.stats.total_would_throttle.inc();
+        return Ok(());
+    }
+    Err(refused(entry, key, node, why))
 }
 
 /// Counts a shared-tier refusal and words its 429, naming the tier.

@@ -145,7 +145,15 @@ pub fn throttle(
                     ""
                 },
             };
-            log_decision(st, entry, &key, DecisionKind::Throttle, false, &reason);
+            log_decision(
+                st,
+                entry,
+                &key,
+                DecisionKind::Throttle,
+                false,
+                &reason,
+                Tier::Node,
+            );
             Ok(Decided::Granted(Granted {
                 permit: None,
                 lease: None,
@@ -165,7 +173,7 @@ pub fn throttle(
                 limit: refused.limit,
                 more: &more,
             };
-            log_decision(st, entry, &key, kind, true, &reason);
+            log_decision(st, entry, &key, kind, true, &reason, Tier::Node);
             Err(rejected(entry, &key, &refused, buckets))
         }
     }
@@ -173,13 +181,14 @@ pub fn throttle(
 
 /// Writes the decision's structured line: the bucket's kind, never its value (a username or
 /// role stays out of INFO lines).
-fn log_decision(
+pub(super) fn log_decision(
     st: &AppState,
     entry: &GroupEntry,
     key: &BucketKey,
     kind: DecisionKind,
     enforced: bool,
     reason: &dyn std::fmt::Display,
+    tier: Tier,
 ) {
     st.decisions.log(Decision {
         kind,
@@ -187,16 +196,16 @@ fn log_decision(
         group_id: &entry.id,
         group_name: entry.name(),
         bucket_kind: Some(key.attribute),
-        tier: Tier::Node,
+        tier,
         reason,
     });
 }
 
 /// A decision line's reason: the bucket's requests in flight against its limit, then `more`.
-struct OverLimit<'a> {
-    in_flight: u64,
-    limit: u64,
-    more: &'a str,
+pub(super) struct OverLimit<'a> {
+    pub(super) in_flight: u64,
+    pub(super) limit: u64,
+    pub(super) more: &'a str,
 }
 
 impl std::fmt::Display for OverLimit<'_> {

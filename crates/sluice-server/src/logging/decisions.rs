@@ -8,7 +8,7 @@
 //! | `enforced` | `false` for the dry run (`monitor_only`, a `monitor` group) |
 //! | `group`, `group_name` | the workload group |
 //! | `bucket_kind` | `group`, `username`, `role` (the throttle's attribute), or `none` |
-//! | `tier` | `node` (node-tier throttle), `share` (resource check at the door), `enforcement` (the pass) |
+//! | `tier` | `node` (node-tier throttle), `shared` (cluster-wide shared tier), `share` (resource check at the door), `enforcement` (the pass) |
 //! | `reason` | what was over what, without any principal's name |
 //! | `suppressed` | lines of this kind left out just before this one (the rate limit) |
 //!
@@ -84,6 +84,8 @@ impl DecisionKind {
 pub enum Tier {
     /// The node-tier throttle (`throttling.node_limit`).
     Node,
+    /// The cluster-wide shared tier (`throttling.shared_limit`).
+    Shared,
     /// The resource-share check at the door.
     Share,
     /// The enforcement pass.
@@ -95,6 +97,7 @@ impl Tier {
     pub fn as_str(self) -> &'static str {
         match self {
             Tier::Node => "node",
+            Tier::Shared => "shared",
             Tier::Share => "share",
             Tier::Enforcement => "enforcement",
         }

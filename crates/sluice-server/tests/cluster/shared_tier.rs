@@ -133,6 +133,22 @@ async fn test_a_shared_only_ceiling_holds_across_coordinators_and_frees_on_relea
         reason.contains("cluster-wide limit of 2") && reason.contains("tier: shared"),
         "{reason}"
     );
+    // Its decision line names the tier, as a node-tier 429's does.
+    let line = c
+        .eventually(
+            Duration::from_secs(10),
+            "node 2 logs the decision",
+            || async {
+                let log = c.node(2).log();
+                let line = log.lines().find(|l| l.contains("sluice::decision"))?;
+                Some(line.to_string())
+            },
+        )
+        .await;
+    assert!(
+        line.contains("decision=\"throttle\"") && line.contains("tier=\"shared\""),
+        "{line}"
+    );
     // One ends: its lease goes back, and the third coordinator is admitted.
     end_searches(&c, 0, a).await;
     let (status, body) = c
