@@ -29,10 +29,9 @@ pub enum MetaError {
     )]
     Unavailable(String),
     /// The backend failed (I/O, lock timeout, a refused statement); the operation may be
-    /// retried.
-    #[error(
-        "metastore backend failed: {0}; check that the data folder is writable and has free space, then retry"
-    )]
+    /// retried. The message says what to check, which depends on the backend (a data folder
+    /// for SQLite, credentials or a database for PostgreSQL).
+    #[error("metastore backend failed: {0}")]
     Backend(String),
     /// Stored data cannot be decoded; it was written by something other than this code.
     #[error(

@@ -270,11 +270,38 @@ fn classify(what: &str, e: sqlx::Error) -> MetaError {
             .is_some_and(|c| c.starts_with("08") || c.starts_with("57P") || c == "53300"),
         _ => false,
     };
+    // The server's own words and SQLSTATE: sqlx's rendering of a database error adds the line
+    // of PostgreSQL's source that raised it ("at line 334"), which tells an operator nothing.
+    let said = match &e {
+        sqlx::Error::Database(db) => match db.code() {
+            Some(code) => format!("{} (SQLSTATE {code})", db.message()),
+            None => db.message().to_string(),
+        },
+        other => other.to_string(),
+    };
     if unreachable {
-        MetaError::Unavailable(format!("postgres: {what}: {e}"))
-    } else {
-        MetaError::Backend(format!("postgres: {what}: {e}"))
+        return MetaError::Unavailable(format!("postgres: {what}: {said}"));
     }
+    let code = match &e {
+        sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
+        _ => None,
+    };
+    let hint = match code.as_deref() {
+        // invalid_password, invalid_authorization_specification
+        Some("28P01" | "28000") => {
+            "check the user and password in metastore.uri (and the server's pg_hba.conf)"
+        }
+        // invalid_catalog_name
+        Some("3D000") => {
+            "create the database (CREATE DATABASE ...) or name an existing one in metastore.uri"
+        }
+        // insufficient_privilege
+        Some("42501") => {
+            "grant the metastore.uri user the rights to create and use tables in that database"
+        }
+        _ => "see the PostgreSQL server's log for the cause, then retry",
+    };
+    MetaError::Backend(format!("postgres: {what}: {said}; {hint}"))
 }
 
 /// Decodes one `sluice_documents` row (`key, value, version, updated_at_millis`).
@@ -591,8 +618,9 @@ impl MetaStore for PostgresMetaStore {
             Ok(outcomes)
         });
         Box::pin(bounded("cannot apply a batch", async move {
-            task.await
-                .map_err(|e| MetaError::Backend(format!("the metastore write task failed: {e}")))?
+            task.await.map_err(|e| {
+                MetaError::Backend(format!("the metastore write task failed: {e}; retry"))
+            })?
         }))
     }
 }

@@ -185,7 +185,9 @@ impl SqliteMetaStore {
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION);
 
 fn backend(what: &str, e: sqlx::Error) -> MetaError {
-    MetaError::Backend(format!("sqlite: {what}: {e}"))
+    MetaError::Backend(format!(
+        "sqlite: {what}: {e}; check that the data folder is writable and has free space, then retry"
+    ))
 }
 
 /// Decodes one `documents` row (`key, value, version, updated_at_millis`).
@@ -415,9 +417,9 @@ impl MetaStore for SqliteMetaStore {
         // cancel-safety note).
         let store = self.clone();
         Box::pin(async move {
-            tokio::spawn(apply_batch(store, batch))
-                .await
-                .map_err(|e| MetaError::Backend(format!("the metastore write task failed: {e}")))?
+            tokio::spawn(apply_batch(store, batch)).await.map_err(|e| {
+                MetaError::Backend(format!("the metastore write task failed: {e}; retry"))
+            })?
         })
     }
 }

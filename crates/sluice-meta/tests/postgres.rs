@@ -437,3 +437,36 @@ async fn test_metastore_uri_opens_postgres_and_a_wrong_password_stays_secret() {
         .expect("wrong password");
     assert!(!err.to_string().contains("wrongsecret"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_refused_connection_says_what_to_fix() {
+    let url = fresh_postgres_url("refused").await;
+    // postgres://user:password@host:port/database
+    let (credentials, address) = url.rsplit_once('@').expect("the test URL names a password");
+    let (user, password) = credentials.rsplit_once(':').expect("user:password");
+    let (server, _) = address.rsplit_once('/').expect("a database");
+    let cases = [
+        (
+            format!("{user}:not-the-password@{address}"),
+            "password authentication failed",
+            "check the user and password in metastore.uri",
+        ),
+        (
+            format!("{user}:{password}@{server}/no_such_database"),
+            "does not exist",
+            "create the database",
+        ),
+    ];
+    for (bad, said, hint) in cases {
+        let msg = match PostgresMetaStore::open(&bad).await {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("opened {bad}"),
+        };
+        assert!(msg.contains(said) && msg.contains(hint), "{msg}");
+        // Not the SQLite store's advice, nor PostgreSQL's source line of the error.
+        assert!(
+            !msg.contains("data folder") && !msg.contains(" at line "),
+            "{msg}"
+        );
+    }
+}

@@ -285,6 +285,12 @@ pub fn gather(
         let Some(rest) = name.strip_prefix("SLUICE_") else {
             continue;
         };
+        // The project's test tools' own variables (`scripts/postgres.sh` exports
+        // SLUICE_TEST_POSTGRES_URL), which a shell that ran them still carries: no setting's
+        // key begins with `test.`.
+        if rest.starts_with("TEST_") {
+            continue;
+        }
         let wanted = rest.to_ascii_lowercase();
         let key = KNOWN_KEYS
             .iter()
@@ -784,6 +790,29 @@ mod tests {
         .unwrap();
         assert_eq!(c.http_port, 9500);
         assert_eq!(c.data_path, PathBuf::from("data/n1"));
+    }
+
+    #[test]
+    fn test_unknown_environment_settings_are_refused_but_the_test_tools_own_are_not_settings() {
+        let e = load(None, &[("SLUICE_HTTP_PROT", "9400")], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SLUICE_HTTP_PROT"), "{e}");
+        // What `eval "$(scripts/postgres.sh start)"` leaves in the shell.
+        let c = load(
+            None,
+            &[
+                (
+                    "SLUICE_TEST_POSTGRES_URL",
+                    "postgres://u:p@127.0.0.1:5432/x",
+                ),
+                ("SLUICE_TEST_POSTGRES_DIR", "/tmp/pg"),
+                ("SLUICE_HTTP_PORT", "9400"),
+            ],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.http_port, 9400);
     }
 
     #[test]
