@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 use sluice_engine::EngineError;
-use sluice_meta::{Collection, Expect, MetaError, MetaStore};
+use sluice_meta::{Collection, Expect, MetaError, MetaStore, Op, Outcome};
 use tokio::sync::watch;
 
 use super::keys::ARCHIVED_PREFIX;
@@ -23,12 +23,19 @@ use super::values::parse_value;
 /// covers a whole update and the merged result stays valid.
 pub const PERSISTENT_DOC: &str = "persistent";
 
+/// The metastore document holding the transient settings of a cluster that shares its
+/// metastore (PostgreSQL), in the same shape: every node applies them, as OpenSearch's cluster
+/// state carries transient settings to every node. A node with its own metastore (the
+/// embedded SQLite file) keeps them in memory only, so they end with its process.
+pub const TRANSIENT_DOC: &str = "transient";
+
 /// Which of the two update scopes a value belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
     /// Saved in the metastore; survives restarts.
     Persistent,
-    /// Memory only; gone after a restart.
+    /// Shared by the nodes of a cluster through its metastore; memory only on a node with
+    /// a metastore of its own, gone after its restart.
     Transient,
 }
 
@@ -56,7 +63,7 @@ pub enum SettingsError {
     #[error("{0}")]
     Invalid(String),
     /// The metastore failed; nothing was changed.
-    #[error("cannot save the persistent cluster settings: {0}")]
+    #[error("cannot save the cluster settings: {0}")]
     Store(#[from] MetaError),
 }
 
@@ -66,7 +73,7 @@ impl From<SettingsError> for EngineError {
             SettingsError::Invalid(reason) => EngineError::illegal_argument(reason),
             // 503 when the metastore is unreachable, else 500 (see `catalog::meta_error`).
             SettingsError::Store(e) => {
-                crate::catalog::meta_error("save the persistent cluster settings", e)
+                crate::catalog::meta_error("save the cluster settings", e)
             }
         }
     }
@@ -113,9 +120,19 @@ const MAX_UPDATE_ATTEMPTS: usize = 100;
 pub struct ClusterSettings {
     current: watch::Sender<Arc<SettingsSnapshot>>,
     store: Arc<dyn MetaStore>,
-    /// Held by an update from validation to publication; holds the version of the
-    /// persistent document the current snapshot was built from (`None`: no document).
-    update: tokio::sync::Mutex<Option<u64>>,
+    /// Whether the transient values live in the metastore too ([`TRANSIENT_DOC`]): a
+    /// metastore other nodes share.
+    shared_transient: bool,
+    /// Held by an update from validation to publication; holds the versions of the
+    /// documents the current snapshot was built from (`None`: no document).
+    update: tokio::sync::Mutex<Versions>,
+}
+
+/// The versions of the persistent and transient documents a snapshot was built from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Versions {
+    persistent: Option<u64>,
+    transient: Option<u64>,
 }
 
 impl fmt::Debug for ClusterSettings {
@@ -127,7 +144,8 @@ impl fmt::Debug for ClusterSettings {
 }
 
 impl ClusterSettings {
-    /// Loads the persistent settings from `store`; transient ones start empty.
+    /// Loads the persistent settings from `store`, and the transient ones when the store is
+    /// shared by a cluster (else they start empty).
     ///
     /// A stored key that is no longer registered, or a value that no longer validates, is
     /// dropped with a warning (and disappears from the store at the next update), so a
@@ -150,9 +168,10 @@ impl ClusterSettings {
         store: Arc<dyn MetaStore>,
         node_defaults: BTreeMap<String, String>,
     ) -> Result<ClusterSettings, MetaError> {
-        let (persistent, version) = read_persistent(store.as_ref()).await?;
-        let snapshot =
-            SettingsSnapshot::build_on(Arc::new(node_defaults), persistent, BTreeMap::new());
+        let shared_transient = store.kind() != sluice_meta::MetaKind::Sqlite;
+        let (persistent, transient, versions) =
+            read_stored(store.as_ref(), shared_transient).await?;
+        let snapshot = SettingsSnapshot::build_on(Arc::new(node_defaults), persistent, transient);
         for rule in CROSS_CHECKS {
             if let Err(reason) = rule(&snapshot) {
                 tracing::warn!(%reason, "persistent cluster settings break a rule; fix them with PUT _cluster/settings");
@@ -162,13 +181,15 @@ impl ClusterSettings {
         Ok(ClusterSettings {
             current,
             store,
-            update: tokio::sync::Mutex::new(version),
+            shared_transient,
+            update: tokio::sync::Mutex::new(versions),
         })
     }
 
-    /// Re-reads the persistent settings from the metastore and, when another node changed
-    /// them since this node last read or wrote them, publishes a snapshot of them next to
-    /// this node's transient values. Answers whether a new snapshot was published.
+    /// Re-reads the stored settings from the metastore and, when another node changed them
+    /// since this node last read or wrote them, publishes a snapshot of them (next to this
+    /// node's own transient values when those are not shared). Answers whether a new
+    /// snapshot was published.
     ///
     /// Values that no longer validate are dropped with a warning, as at [`ClusterSettings::load`].
     ///
@@ -176,17 +197,23 @@ impl ClusterSettings {
     ///
     /// Only reads the store; dropping the future before it publishes changes nothing.
     pub async fn reload(&self) -> Result<bool, MetaError> {
-        let mut stored_version = self.update.lock().await;
-        let (persistent, version) = read_persistent(self.store.as_ref()).await?;
-        if version == *stored_version {
+        let mut stored_versions = self.update.lock().await;
+        let (persistent, transient, versions) =
+            read_stored(self.store.as_ref(), self.shared_transient).await?;
+        if versions == *stored_versions {
             return Ok(false);
         }
-        *stored_version = version;
+        *stored_versions = versions;
         let current = self.snapshot();
-        if persistent == *current.persistent() {
+        let transient = if self.shared_transient {
+            transient
+        } else {
+            current.transient().clone()
+        };
+        if persistent == *current.persistent() && transient == *current.transient() {
             return Ok(false);
         }
-        let next = SettingsSnapshot::build(persistent, current.transient().clone());
+        let next = SettingsSnapshot::build_on(current.node_defaults(), persistent, transient);
         for rule in CROSS_CHECKS {
             if let Err(reason) = rule(&next) {
                 tracing::warn!(%reason, "persistent cluster settings changed by another node break a rule; fix them with PUT _cluster/settings");
@@ -247,7 +274,7 @@ impl ClusterSettings {
     /// it, the write may land while the in-memory snapshot stays old until the next update or
     /// restart reads it back.
     pub async fn apply(&self, update: SettingsUpdate) -> Result<AppliedUpdate, SettingsError> {
-        let mut stored_version = self.update.lock().await;
+        let mut stored_versions = self.update.lock().await;
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -260,34 +287,62 @@ impl ClusterSettings {
             for rule in CROSS_CHECKS {
                 rule(&next).map_err(SettingsError::Invalid)?;
             }
+            // Both documents in one batch: an update of both scopes lands whole or not at all.
+            let mut writes = Vec::new();
             if next.persistent() != current.persistent() {
-                let doc: Map<String, Value> = next
-                    .persistent()
+                writes.push((
+                    PERSISTENT_DOC,
+                    next.persistent(),
+                    stored_versions.persistent,
+                ));
+            }
+            if self.shared_transient && next.transient() != current.transient() {
+                writes.push((TRANSIENT_DOC, next.transient(), stored_versions.transient));
+            }
+            if !writes.is_empty() {
+                let batch = writes
                     .iter()
-                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                    .map(|(key, values, version)| {
+                        let doc: Map<String, Value> = values
+                            .iter()
+                            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                            .collect();
+                        let expected = version.map_or(Expect::Absent, Expect::Version);
+                        Op::put(
+                            Collection::ClusterSettings,
+                            *key,
+                            Value::Object(doc),
+                            expected,
+                        )
+                    })
                     .collect();
-                let expected = stored_version.map_or(Expect::Absent, Expect::Version);
-                let written = self
-                    .store
-                    .put(
-                        Collection::ClusterSettings,
-                        PERSISTENT_DOC,
-                        Value::Object(doc),
-                        expected,
-                    )
-                    .await;
-                match written {
-                    Ok(doc) => *stored_version = Some(doc.version),
+                match self.store.apply(batch).await {
+                    Ok(outcomes) => {
+                        for ((key, _, _), outcome) in writes.iter().zip(outcomes) {
+                            let Outcome::Put(doc) = outcome else { continue };
+                            if *key == PERSISTENT_DOC {
+                                stored_versions.persistent = Some(doc.version);
+                            } else {
+                                stored_versions.transient = Some(doc.version);
+                            }
+                        }
+                    }
                     Err(MetaError::Conflict { .. }) if attempt < MAX_UPDATE_ATTEMPTS => {
-                        // Another writer changed the persistent settings: start over from
-                        // what it wrote, keeping our transient values.
-                        let (persistent, version) = read_persistent(self.store.as_ref()).await?;
-                        *stored_version = version;
+                        // Another node changed the stored settings: start over from what it
+                        // wrote (keeping our own transient values when they are not shared).
+                        let (persistent, transient, versions) =
+                            read_stored(self.store.as_ref(), self.shared_transient).await?;
+                        *stored_versions = versions;
+                        let transient = if self.shared_transient {
+                            transient
+                        } else {
+                            current.transient().clone()
+                        };
                         self.current
                             .send_replace(Arc::new(SettingsSnapshot::build_on(
                                 current.node_defaults(),
                                 persistent,
-                                current.transient().clone(),
+                                transient,
                             )));
                         continue;
                     }
@@ -303,39 +358,60 @@ impl ClusterSettings {
     }
 }
 
-/// Reads and validates the persistent document; returns the valid values and its version.
-async fn read_persistent(
+/// Reads the stored settings: the persistent values, the transient ones when `transient`
+/// (they are shared), and the documents' versions.
+async fn read_stored(
     store: &dyn MetaStore,
-) -> Result<(BTreeMap<String, String>, Option<u64>), MetaError> {
-    let Some(doc) = store
-        .get(Collection::ClusterSettings, PERSISTENT_DOC)
-        .await?
-    else {
+    transient: bool,
+) -> Result<(SettingsMap, SettingsMap, Versions), MetaError> {
+    let (persistent, persistent_version) = read_scope(store, Scope::Persistent).await?;
+    let (transient, transient_version) = if transient {
+        read_scope(store, Scope::Transient).await?
+    } else {
+        (BTreeMap::new(), None)
+    };
+    let versions = Versions {
+        persistent: persistent_version,
+        transient: transient_version,
+    };
+    Ok((persistent, transient, versions))
+}
+
+/// Reads and validates one scope's document; returns the valid values and its version.
+async fn read_scope(
+    store: &dyn MetaStore,
+    scope: Scope,
+) -> Result<(SettingsMap, Option<u64>), MetaError> {
+    let key = match scope {
+        Scope::Persistent => PERSISTENT_DOC,
+        Scope::Transient => TRANSIENT_DOC,
+    };
+    let Some(doc) = store.get(Collection::ClusterSettings, key).await? else {
         return Ok((BTreeMap::new(), None));
     };
     let Value::Object(map) = doc.value else {
         return Err(MetaError::Corrupt {
-            location: format!("{}/{PERSISTENT_DOC}", Collection::ClusterSettings),
+            location: format!("{}/{key}", Collection::ClusterSettings),
             reason: format!("expected an object of settings, found {}", doc.value),
         });
     };
-    let mut persistent = BTreeMap::new();
+    let mut values = BTreeMap::new();
     for (key, value) in map {
         let Value::String(raw) = value else {
-            tracing::warn!(%key, %value, "dropping a stored persistent setting whose value is not a string");
+            tracing::warn!(%key, %value, "dropping a stored {scope} setting whose value is not a string");
             continue;
         };
         let Some(def) = definition(&key) else {
-            tracing::warn!(%key, value = %raw, "dropping a stored persistent setting this node does not recognize");
+            tracing::warn!(%key, value = %raw, "dropping a stored {scope} setting this node does not recognize");
             continue;
         };
         if let Err(reason) = parse_value(def, &raw) {
-            tracing::warn!(%key, value = %raw, %reason, "dropping a stored persistent setting that no longer validates");
+            tracing::warn!(%key, value = %raw, %reason, "dropping a stored {scope} setting that no longer validates");
             continue;
         }
-        persistent.insert(key, raw);
+        values.insert(key, raw);
     }
-    Ok((persistent, Some(doc.version)))
+    Ok((values, Some(doc.version)))
 }
 
 /// Setting values by key, as set (not parsed).
@@ -543,7 +619,14 @@ mod tests {
 
     #[tokio::test]
     async fn test_persistent_values_reload_and_transient_do_not() {
-        let store: Arc<dyn MetaStore> = Arc::new(MemoryMetaStore::new());
+        // A node on a metastore of its own (the embedded SQLite file) restarts: its transient
+        // values end with it (on a shared one they are the cluster's, see below).
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store: Arc<dyn MetaStore> = Arc::new(
+            sluice_meta::SqliteMetaStore::open(dir.path().join("meta.sqlite"))
+                .await
+                .expect("open"),
+        );
         let cs = ClusterSettings::load(store.clone()).await.expect("load");
         let applied = cs
             .apply(SettingsUpdate {
@@ -665,6 +748,52 @@ mod tests {
         .await
         .expect("persistent here");
         assert!(!here.reload().await.expect("reload"));
+    }
+
+    #[tokio::test]
+    async fn test_transient_values_are_the_clusters_on_a_shared_metastore() {
+        let store: Arc<dyn MetaStore> = Arc::new(MemoryMetaStore::new());
+        let here = ClusterSettings::load(store.clone()).await.expect("load");
+        let there = ClusterSettings::load(store.clone()).await.expect("load");
+        here.apply(update(
+            Scope::Transient,
+            &[(keys::WLM_MODE, Some("disabled"))],
+        ))
+        .await
+        .expect("transient here");
+        assert!(
+            there.reload().await.expect("reload"),
+            "the other node hears of it"
+        );
+        assert_eq!(there.wlm_mode(), sluice_core::WlmMode::Disabled);
+        assert_eq!(
+            there.snapshot().transient().get(keys::WLM_MODE),
+            Some(&"disabled".to_string())
+        );
+        // A node that joins later starts with them; a reset on any node reaches every node.
+        let later = ClusterSettings::load(store.clone()).await.expect("load");
+        assert_eq!(later.wlm_mode(), sluice_core::WlmMode::Disabled);
+        later
+            .apply(update(Scope::Transient, &[(keys::WLM_MODE, None)]))
+            .await
+            .expect("reset there");
+        assert!(here.reload().await.expect("reload"));
+        assert!(here.snapshot().transient().is_empty());
+        // An update from a node whose view of them is stale is not lost: it retries on what
+        // the other wrote.
+        there
+            .apply(update(
+                Scope::Transient,
+                &[(keys::SEARCH_MAX_BUCKETS, Some("77"))],
+            ))
+            .await
+            .expect("from a stale view");
+        assert!(here.reload().await.expect("reload"));
+        assert_eq!(here.max_buckets(), 77);
+        assert_eq!(
+            here.wlm_mode(),
+            ClusterSettings::load(store).await.expect("load").wlm_mode()
+        );
     }
 
     #[tokio::test]

@@ -110,6 +110,42 @@ async fn test_changes_made_on_one_node_take_effect_on_the_other() {
     );
     cancel_all(&n2, running).await;
 
+    // A transient setting is the cluster's too, as in OpenSearch's cluster state: switched
+    // off on node 1, node 2 stops throttling.
+    let (status, body) = n1
+        .req(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"transient": {"wlm.workload_group.mode": "disabled"}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    eventually("node 2 applies node 1's transient mode", async || {
+        (n2.state.cluster_settings.wlm_mode() == sluice_core::WlmMode::Disabled).then_some(())
+    })
+    .await;
+    let (_, s) = n2
+        .req("GET", "/_cluster/settings?flat_settings=true", None)
+        .await;
+    assert_eq!(s["transient"]["wlm.workload_group.mode"], "disabled", "{s}");
+    let running = vec![start_heavy(&n2, &tag)];
+    wait_running(&n2, &id, 1).await;
+    let r = cheap(&n2, &tag).await;
+    assert_eq!(r.status, 200, "throttling is off cluster-wide: {}", r.body);
+    cancel_all(&n2, running).await;
+    let (status, body) = n2
+        .req(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"transient": {"wlm.workload_group.mode": null}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    eventually("node 1 applies node 2's reset", async || {
+        (n1.state.cluster_settings.wlm_mode() == sluice_core::WlmMode::Enabled).then_some(())
+    })
+    .await;
+
     // A delete on node 2 reaches node 1.
     let (status, body) = n2.req("DELETE", "/_wlm/workload_group/shared", None).await;
     assert_eq!(status, 200, "{body}");
@@ -236,21 +272,14 @@ async fn test_a_node_that_loses_the_metastore_keeps_serving_and_catches_up() {
     let reason = during["metastore"]["reason"].as_str().expect("reason");
     assert!(!reason.contains("sluice-"), "the password leaked: {reason}");
 
-    // Serving goes on: searches, stats, transient settings.
+    // Serving goes on: searches, stats.
     let hits = n2.search("docs", json!({"query": {"match_all": {}}})).await;
     assert_eq!(hits["hits"]["total"]["value"], 1, "{hits}");
     let (status, stats) = n2.req("GET", "/_wlm/stats", None).await;
     assert_eq!(status, 200, "{stats}");
-    let (status, body) = n2
-        .req(
-            "PUT",
-            "/_cluster/settings",
-            Some(json!({"transient": {"search.max_buckets": 100}})),
-        )
-        .await;
-    assert_eq!(status, 200, "transient settings need no metastore: {body}");
 
-    // Metadata writes are refused, clearly.
+    // Metadata writes are refused, clearly: transient settings too, which are the cluster's
+    // (OpenSearch refuses any cluster-state update without a cluster manager).
     let refused = [
         n2.req(
             "PUT",
@@ -268,6 +297,12 @@ async fn test_a_node_that_loses_the_metastore_keeps_serving_and_catches_up() {
             "PUT",
             "/_cluster/settings",
             Some(json!({"persistent": {"search.max_buckets": 100}})),
+        )
+        .await,
+        n2.req(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"transient": {"search.max_buckets": 100}})),
         )
         .await,
     ];
