@@ -72,9 +72,7 @@ impl From<SettingsError> for EngineError {
         match e {
             SettingsError::Invalid(reason) => EngineError::illegal_argument(reason),
             // 503 when the metastore is unreachable, else 500 (see `catalog::meta_error`).
-            SettingsError::Store(e) => {
-                crate::catalog::meta_error("save the cluster settings", e)
-            }
+            SettingsError::Store(e) => crate::catalog::meta_error("save the cluster settings", e),
         }
     }
 }
@@ -794,6 +792,27 @@ mod tests {
             here.wlm_mode(),
             ClusterSettings::load(store).await.expect("load").wlm_mode()
         );
+    }
+
+    #[tokio::test]
+    async fn test_a_reload_keeps_the_nodes_configured_defaults() {
+        let store: Arc<dyn MetaStore> = Arc::new(MemoryMetaStore::new());
+        let defaults = BTreeMap::from([(keys::SEARCH_MAX_BUCKETS.to_string(), "500".to_string())]);
+        let here = ClusterSettings::load_on(store.clone(), defaults)
+            .await
+            .expect("load");
+        assert_eq!(here.max_buckets(), 500);
+        let there = ClusterSettings::load(store).await.expect("load");
+        there
+            .apply(update(
+                Scope::Persistent,
+                &[(keys::SEARCH_MAX_OPEN_SCROLL_CONTEXT, Some("9"))],
+            ))
+            .await
+            .expect("persistent there");
+        assert!(here.reload().await.expect("reload"));
+        assert_eq!(here.max_open_scroll_context(), 9);
+        assert_eq!(here.max_buckets(), 500, "the node's own default is kept");
     }
 
     #[tokio::test]
