@@ -345,3 +345,55 @@ async fn test_a_node_that_loses_the_metastore_keeps_serving_and_catches_up() {
         "the refused write left nothing"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_gateways_health_is_the_upstreams_with_its_own_metastore() {
+    let url = fresh_postgres_url("pg_gateway_health").await;
+    let proxy = CutProxy::start(&url).await;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let upstream = TestNode::start_embedded_on(&tmp.path().join("upstream"), &[]).await;
+    let hosts = format!("backend.upstream.hosts={}", upstream.base);
+    let metastore = format!("metastore.uri={}", proxy.url());
+    let gw = TestNode::start_embedded_on(
+        &tmp.path().join("gateway"),
+        &[
+            "backend.type=upstream",
+            &hosts,
+            &metastore,
+            "cluster.name=gateways",
+        ],
+    )
+    .await;
+    // The data's health is the upstream's (its cluster name, its shards); the metastore is
+    // the gateway's.
+    let before = health(&gw).await;
+    let upstream_health = health(&upstream).await;
+    assert_eq!(
+        before["cluster_name"], upstream_health["cluster_name"],
+        "{before}"
+    );
+    assert_eq!(
+        before["metastore"],
+        json!({"type": "postgres", "status": "available"}),
+        "{before}"
+    );
+    assert_eq!(before["discovered_cluster_manager"], true, "{before}");
+
+    // The gateway loses its metastore: its health says so, as an embedded node's does.
+    proxy.cut();
+    let during = eventually("the gateway notices its metastore is gone", async || {
+        let h = health(&gw).await;
+        (h["metastore"]["status"] == "unavailable").then_some(h)
+    })
+    .await;
+    assert_eq!(during["discovered_cluster_manager"], false, "{during}");
+    assert_eq!(during["discovered_master"], false, "{during}");
+    assert_eq!(during["status"], before["status"], "the data is as healthy");
+    proxy.restore();
+    eventually("the gateway sees its metastore again", async || {
+        let h = health(&gw).await;
+        (h["metastore"]["status"] == "available" && h["discovered_cluster_manager"] == true)
+            .then_some(())
+    })
+    .await;
+}

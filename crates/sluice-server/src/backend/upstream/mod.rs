@@ -26,6 +26,7 @@ pub mod config;
 pub mod doc_items;
 pub mod h1;
 pub mod headers;
+pub mod health;
 pub mod hosts;
 pub mod limits;
 pub mod msearch;

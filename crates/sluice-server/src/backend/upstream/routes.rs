@@ -40,6 +40,11 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .merge(crate::api::owned_routes())
         .route("/_cluster/settings", any(super::settings::cluster_settings))
+        .route("/_cluster/health", any(super::health::cluster_health))
+        .route(
+            "/_cluster/health/{index}",
+            any(super::health::cluster_health),
+        )
         .route("/_tasks/{task_id}", get(super::tasks::get_task))
         .route("/_tasks/{task_id}/_cancel", post(super::tasks::cancel_one))
         .route("/_nodes/{a}", any(super::nodes::nodes))
