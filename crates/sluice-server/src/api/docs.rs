@@ -158,7 +158,7 @@ fn parse_bulk(
     let mut items = Vec::new();
     while let Some((n, line)) = lines.next() {
         let line_no = n + 1;
-        let action: Value = serde_json::from_str(line)
+        let action: Value = sluice_wire::json::from_str_strict(line)
             .map_err(|e| malformed(line_no, &format!("expected a JSON object: {e}")))?;
         let obj = action
             .as_object()
@@ -275,8 +275,8 @@ fn parse_bulk(
                     "The bulk request must be terminated by a newline [\\n]; the [{action_name}] action on line [{line_no}] has no document line"
                 ))
             })?;
-            let parsed: Result<Value, EngineError> = serde_json::from_str::<Value>(source_line)
-                .map_err(|e| {
+            let parsed: Result<Value, EngineError> =
+                sluice_wire::json::from_str_strict(source_line).map_err(|e| {
                     EngineError::mapper_parsing(format!("failed to parse: {e}")).with_index(&index)
                 });
             match parsed {

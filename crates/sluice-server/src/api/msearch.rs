@@ -69,7 +69,7 @@ pub(crate) fn split_items(body: &[u8]) -> Result<Vec<RawItem>, EngineError> {
         .filter(|(_, l)| !l.is_empty());
     let mut items = Vec::new();
     while let Some((n, header_line)) = lines.next() {
-        let header: Value = serde_json::from_str(header_line).map_err(|e| {
+        let header: Value = sluice_wire::json::from_str_strict(header_line).map_err(|e| {
             EngineError::new(
                 ErrorCode::XContentParse,
                 format!("[{}:1] msearch header line is not JSON: {e}", n + 1),
@@ -84,7 +84,7 @@ pub(crate) fn split_items(body: &[u8]) -> Result<Vec<RawItem>, EngineError> {
                 n + 1
             ))
         })?;
-        let body: Value = serde_json::from_str(body_line).map_err(|e| {
+        let body: Value = sluice_wire::json::from_str_strict(body_line).map_err(|e| {
             EngineError::new(
                 ErrorCode::XContentParse,
                 format!("[{}:1] msearch body line is not JSON: {e}", n + 2),

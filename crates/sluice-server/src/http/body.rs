@@ -76,16 +76,18 @@ pub fn parse_json(bytes: &[u8]) -> ApiResult<Option<Value>> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    serde_json::from_slice(bytes).map(Some).map_err(|e| {
-        ApiError::Engine(EngineError::new(
-            ErrorCode::XContentParse,
-            format!(
-                "[{}:{}] failed to parse request body as JSON: {e}",
-                e.line(),
-                e.column()
-            ),
-        ))
-    })
+    sluice_wire::json::from_slice_strict(bytes)
+        .map(Some)
+        .map_err(|e| {
+            ApiError::Engine(EngineError::new(
+                ErrorCode::XContentParse,
+                format!(
+                    "[{}:{}] failed to parse request body as JSON: {e}",
+                    e.line(),
+                    e.column()
+                ),
+            ))
+        })
 }
 
 #[cfg(test)]

@@ -100,6 +100,47 @@ async fn test_malformed_json_body_is_400_parse_error() {
         assert!(resp["error"]["reason"].is_string(), "{resp}");
         assert!(resp["error"]["root_cause"][0]["type"].is_string(), "{resp}");
     }
+    // A member named twice is refused as OpenSearch's strict duplicate detection refuses it,
+    // not read as its last value: in a search, a workload group, a document, a bulk item and
+    // an msearch line.
+    for (method, path, body) in [
+        ("POST", "/e/_search", r#"{"size": 1, "size": 2}"#),
+        (
+            "PUT",
+            "/_wlm/workload_group",
+            r#"{"name": "n1", "name": "n2", "resiliency_mode": "soft", "resource_limits": {"cpu": 0.1}}"#,
+        ),
+        ("PUT", "/e/_doc/3", r#"{"n": 1, "n": 2}"#),
+    ] {
+        let (s, resp) = node.raw_json(method, path, body).await;
+        assert_eq!(s, 400, "{path}: {resp}");
+        let reason = resp["error"]["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("Duplicate field"), "{path}: {resp}");
+    }
+    let (_, groups) = node.req("GET", "/_wlm/workload_group", None).await;
+    assert_eq!(
+        groups["workload_groups"],
+        json!([]),
+        "nothing created: {groups}"
+    );
+    let bulk = node
+        .raw(
+            "POST",
+            "/_bulk",
+            "{\"index\": {\"_index\": \"e\", \"_id\": \"4\"}}\n{\"n\": 1, \"n\": 2}\n",
+        )
+        .await;
+    assert_eq!(bulk.0, 200, "{}", bulk.1);
+    let item = &bulk.1["items"][0]["index"];
+    assert_eq!(item["status"], 400, "{}", bulk.1);
+    assert!(
+        item["error"]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Duplicate field"),
+        "{}",
+        bulk.1
+    );
     // The same for a document and for index creation.
     let (s, resp) = node.raw_json("PUT", "/e/_doc/2", "{\"n\": ").await;
     assert_eq!(s, 400, "{resp}");
