@@ -103,6 +103,36 @@ impl TaskSpec {
     }
 }
 
+/// The throttle's answer `decided` for a request that may have to wait (see
+/// [`admit_registered`]): the slot or lease it runs on and its reservation, once it may run.
+async fn wait_for_decision(
+    st: &Arc<AppState>,
+    entry: &Arc<GroupEntry>,
+    task: &Arc<crate::tasks::Task>,
+    decided: throttle::Decided,
+    queued: bool,
+    door: Option<sluice_core::resources::Reservation>,
+    cancel_after: Option<Duration>,
+) -> ApiResult<(
+    throttle::Granted,
+    Option<sluice_core::resources::Reservation>,
+)> {
+    Ok(match decided {
+        throttle::Decided::Granted(g) if !queued => (g, door),
+        throttle::Decided::Granted(g) => {
+            queue::wait(st, entry, task, queue::Wait::Granted(g), cancel_after).await?
+        }
+        throttle::Decided::Parked { key, waiter } => {
+            let wait = queue::Wait::Slot { key, waiter };
+            queue::wait(st, entry, task, wait, cancel_after).await?
+        }
+        throttle::Decided::Shared(ask) => match shared::ask(st, entry, ask).await? {
+            queue::Wait::Granted(g) if !queued => (g, door),
+            wait => queue::wait(st, entry, task, wait, cancel_after).await?,
+        },
+    })
+}
+
 /// Counts the end of a request dropped while admission waited for it (its client left while it
 /// was in a queue, or waited for an owner's answer or its group's share): one completion and
 /// one failure in its group, as a request dropped after admission counts in its ticket's
@@ -221,28 +251,18 @@ pub async fn admit_registered(
         tag: task.seq,
     };
     let decided = throttle::throttle(st, &entry, request)?;
-    // From here admission may wait (an owner's answer, a queue, the group's share): a request
-    // dropped meanwhile (its client left) ends there, and its end is counted then.
-    let abandoned = Abandoned(Some(&entry));
-    let decision = async {
-        ApiResult::Ok(match decided {
-            throttle::Decided::Granted(g) if !queued => (g, door),
-            throttle::Decided::Granted(g) => {
-                queue::wait(st, &entry, &task, queue::Wait::Granted(g), cancel_after).await?
-            }
-            throttle::Decided::Parked { key, waiter } => {
-                let wait = queue::Wait::Slot { key, waiter };
-                queue::wait(st, &entry, &task, wait, cancel_after).await?
-            }
-            throttle::Decided::Shared(ask) => match shared::ask(st, &entry, ask).await? {
-                queue::Wait::Granted(g) if !queued => (g, door),
-                wait => queue::wait(st, &entry, &task, wait, cancel_after).await?,
-            },
-        })
-    }
-    .await;
-    abandoned.decided();
-    let (granted, reservation) = decision?;
+    let (granted, reservation) = match decided {
+        throttle::Decided::Granted(g) if !queued => (g, door),
+        // From here admission may wait (an owner's answer, a queue, the group's share): a
+        // request dropped meanwhile (its client left) ends there, and its end is counted then.
+        undecided => {
+            let abandoned = Abandoned(Some(&entry));
+            let decision =
+                wait_for_decision(st, &entry, &task, undecided, queued, door, cancel_after).await;
+            abandoned.decided();
+            decision?
+        }
+    };
     if let Some(r) = reservation {
         // Set once, on the task registered above.
         let _ = task.reservation.set(r);
