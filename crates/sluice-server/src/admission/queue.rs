@@ -62,20 +62,11 @@ pub async fn wait(
     let mut parked: Option<Parked> = None;
     let granted = match wait {
         Wait::Granted(g) => g,
-        Wait::Slot { key, mut waiter } => {
-            // A grant already there is no wait: a shared-tier lease this request's own ask
-            // acquired and handed to the bucket's oldest parked request (FIFO), which was this
-            // one, or a slot freed since it parked.
-            let (grant, waited) = match futures::poll!(&mut waiter) {
-                std::task::Poll::Ready(grant) => (grant, false),
-                std::task::Poll::Pending => {
-                    parked = Some(Parked::enter(entry.clone(), task.clone()));
-                    let grant = tokio::select! {
-                        grant = waiter => grant,
-                        e = stopped(st, task, deadline, cancel_after) => return Err(e),
-                    };
-                    (grant, true)
-                }
+        Wait::Slot { key, waiter } => {
+            parked = Some(Parked::enter(entry.clone(), task.clone()));
+            let grant = tokio::select! {
+                grant = waiter => grant,
+                e = stopped(st, task, deadline, cancel_after) => return Err(e),
             };
             match grant {
                 Grant::Permit(permit) => Granted {
@@ -86,7 +77,7 @@ pub async fn wait(
                 // A shared-tier lease an owner granted or pushed for this bucket.
                 Grant::External(token) => {
                     let lease = st.cluster.shared().coordinator.take_handed(token);
-                    if lease.is_some() && waited {
+                    if lease.is_some() {
                         entry.stats.total_shared_pushed.inc();
                     }
                     Granted {

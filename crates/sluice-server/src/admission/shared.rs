@@ -22,10 +22,11 @@
 
 use std::sync::atomic::Ordering;
 
+use futures::FutureExt;
 use sluice_cluster::shared::coordinator::{Acquired, OfferAnswer, OfferSink};
 use sluice_cluster::shared::owner::OwnerEvents;
 use sluice_core::BucketKey;
-use sluice_core::permits::{Throttled, Waiter};
+use sluice_core::permits::{Grant, Throttled, Waiter};
 use sluice_engine::{EngineError, ErrorCode};
 
 use super::queue::Wait;
@@ -88,15 +89,29 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
             stats.total_shared_acquired.inc();
             Ok(granted(Some(lease)))
         }
-        (Acquired::Lease(lease), Some(waiter)) => {
+        (Acquired::Lease(lease), Some(mut waiter)) => {
             stats.total_shared_acquired.inc();
-            // FIFO: the bucket's oldest parked request gets it (this one when it is the only
-            // one parked); this one keeps waiting.
+            // FIFO: the bucket's oldest parked request gets it, and this one keeps waiting;
+            // unless the oldest is this one (the only one parked, as on an idle cluster): it
+            // runs on its own lease now, and did not wait (neither queued nor pushed).
             let token = coordinator.hand(lease);
-            if let Err(token) = st.workload.permits.grant_external(&key, token) {
-                drop(coordinator.take_handed(token));
+            match st.workload.permits.grant_external(&key, token) {
+                Ok(tag) if tag == waiter.tag() => match (&mut waiter).now_or_never() {
+                    Some(Grant::External(token)) => Ok(granted(coordinator.take_handed(token))),
+                    Some(Grant::Permit(permit)) => Ok(Wait::Granted(Granted {
+                        permit: Some(permit),
+                        lease: None,
+                        bucket: Some(key),
+                    })),
+                    Some(Grant::Unthrottled) => Ok(granted(None)),
+                    None => Ok(Wait::Slot { key, waiter }),
+                },
+                Ok(_) => Ok(Wait::Slot { key, waiter }),
+                Err(token) => {
+                    drop(coordinator.take_handed(token));
+                    Ok(Wait::Slot { key, waiter })
+                }
             }
-            Ok(Wait::Slot { key, waiter })
         }
         (Acquired::Denied { .. } | Acquired::Unavailable { .. }, Some(waiter)) => {
             // Parked and registered (or to be retried by the backstop sweep).
