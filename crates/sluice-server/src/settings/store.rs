@@ -286,15 +286,23 @@ impl ClusterSettings {
                 rule(&next).map_err(SettingsError::Invalid)?;
             }
             // Both documents in one batch: an update of both scopes lands whole or not at all.
+            // On a shared metastore a change of either writes both, the unchanged one as it
+            // was read: its compare-and-set is what proves the cross-setting checks above ran
+            // against the other scope's current values (a transient update on one node and a
+            // persistent one on another, each valid alone, could otherwise break a rule
+            // together).
+            let persistent_changed = next.persistent() != current.persistent();
+            let transient_changed =
+                self.shared_transient && next.transient() != current.transient();
             let mut writes = Vec::new();
-            if next.persistent() != current.persistent() {
+            if persistent_changed || transient_changed {
                 writes.push((
                     PERSISTENT_DOC,
                     next.persistent(),
                     stored_versions.persistent,
                 ));
             }
-            if self.shared_transient && next.transient() != current.transient() {
+            if transient_changed || persistent_changed && self.shared_transient {
                 writes.push((TRANSIENT_DOC, next.transient(), stored_versions.transient));
             }
             if !writes.is_empty() {
@@ -792,6 +800,34 @@ mod tests {
             here.wlm_mode(),
             ClusterSettings::load(store).await.expect("load").wlm_mode()
         );
+    }
+
+    #[tokio::test]
+    async fn test_updates_of_two_scopes_on_two_nodes_cannot_break_a_rule_together() {
+        // Each valid against what its node saw; together the cancellation threshold would
+        // fall below the rejection threshold.
+        let store: Arc<dyn MetaStore> = Arc::new(MemoryMetaStore::new());
+        let here = ClusterSettings::load(store.clone()).await.expect("load");
+        let there = ClusterSettings::load(store.clone()).await.expect("load");
+        here.apply(update(
+            Scope::Transient,
+            &[(keys::WLM_CPU_REJECTION_THRESHOLD, Some("0.85"))],
+        ))
+        .await
+        .expect("transient here");
+        // `there` has not reloaded: its view still has the default rejection threshold.
+        let refused = there
+            .apply(update(
+                Scope::Persistent,
+                &[(keys::WLM_CPU_CANCELLATION_THRESHOLD, Some("0.8"))],
+            ))
+            .await
+            .expect_err("checked against the transient value written meanwhile");
+        assert!(
+            refused.to_string().contains("should not be less than"),
+            "{refused}"
+        );
+        assert!(there.snapshot().persistent().is_empty());
     }
 
     #[tokio::test]
