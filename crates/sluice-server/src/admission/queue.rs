@@ -62,11 +62,25 @@ pub async fn wait(
     let mut parked: Option<Parked> = None;
     let granted = match wait {
         Wait::Granted(g) => g,
-        Wait::Slot { key, waiter } => {
-            parked = Some(Parked::enter(entry.clone(), task.clone()));
-            let grant = tokio::select! {
-                grant = waiter => grant,
-                e = stopped(st, task, deadline, cancel_after) => return Err(e),
+        Wait::Slot { key, mut waiter } => {
+            // A shared-tier lease already handed to it when it comes to wait is no wait: a
+            // request of a shared group parks before it asks the owner, and a lease that a
+            // request of the bucket asking at the same time acquired went to it (the oldest
+            // parked) while it was still asking. Anything else, a node slot freed since it
+            // parked included, waited in the queue and counts as queued.
+            let (grant, waited) = match futures::poll!(&mut waiter) {
+                std::task::Poll::Ready(grant @ Grant::External(_)) => (grant, false),
+                ready_or_not => {
+                    parked = Some(Parked::enter(entry.clone(), task.clone()));
+                    let grant = match ready_or_not {
+                        std::task::Poll::Ready(grant) => grant,
+                        std::task::Poll::Pending => tokio::select! {
+                            grant = &mut waiter => grant,
+                            e = stopped(st, task, deadline, cancel_after) => return Err(e),
+                        },
+                    };
+                    (grant, true)
+                }
             };
             match grant {
                 Grant::Permit(permit) => Granted {
@@ -77,7 +91,7 @@ pub async fn wait(
                 // A shared-tier lease an owner granted or pushed for this bucket.
                 Grant::External(token) => {
                     let lease = st.cluster.shared().coordinator.take_handed(token);
-                    if lease.is_some() {
+                    if lease.is_some() && waited {
                         entry.stats.total_shared_pushed.inc();
                     }
                     Granted {

@@ -254,6 +254,38 @@ async fn test_a_parked_request_of_a_shared_only_group_is_drained_by_the_owner_pu
         .map(|k| g[k].clone())
     };
     assert_eq!(counts(&g0), [json!(1), json!(0), json!(0)], "{g0}");
+    // Requests of a shared-only group with a queue asking at the same time, within its limit:
+    // each is parked before it asks, and the lease an ask acquires goes to the bucket's oldest
+    // parked request. A request that finds its lease there when it comes to wait did not
+    // wait; one that waited for the other's ask to return counts as queued and pushed. So at
+    // most one of each pair counts, where every request used to (its own lease reached it
+    // through the queue), and no owner pushed anything.
+    let pair = group(
+        &c,
+        json!({"name": "pair", "resiliency_mode": "enforced",
+        "resource_limits": {"memory": 0.2},
+        "throttling": {"attribute": "group", "shared_limit": 6},
+        "queue": {"size_per_bucket": 10}}),
+    )
+    .await;
+    everywhere(&c, 3, &pair).await;
+    let pair_header = [("workloadGroupId", pair.as_str())];
+    for _ in 0..10 {
+        let both = [
+            c.start_search(1, "/heavy/_search", json!({"size": 0}), &pair_header),
+            c.start_search(1, "/heavy/_search", json!({"size": 0}), &pair_header),
+        ];
+        for h in both {
+            let (status, body) = h.await.unwrap();
+            assert_eq!(status, 200, "{body}");
+        }
+    }
+    let g1 = figures(&c, 1, &pair).await;
+    let queued = g1["total_queued"].as_u64().unwrap();
+    assert_eq!(g1["total_shared_acquired"], 20, "{g1}");
+    assert!(queued <= 10, "at most one of each pair waited: {g1}");
+    assert_eq!(g1["total_shared_pushed"], queued, "{g1}");
+    assert_eq!(g1["total_shared_pushes_received"], 0, "{g1}");
     // The owner (whichever node it is) counted the push it sent.
     let mut sent = 0;
     for i in 0..3 {
