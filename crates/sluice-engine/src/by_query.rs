@@ -154,6 +154,38 @@ fn is_cancellation(e: &crate::error::EngineError) -> bool {
 }
 
 impl Engine {
+    /// Reads `query` against every index `index_expr` names without running it, for a
+    /// by-query action answered with its task id before it runs: a query whose own words are
+    /// wrong (an unknown query type, a malformed clause: a `parsing_exception`) is refused
+    /// now, as OpenSearch refuses it when the request arrives. Anything else (no such index,
+    /// a field the mapping refuses, a terms lookup) is the running action's to find and
+    /// report, as it would be without this check.
+    pub fn check_by_query(&self, index_expr: &str, req: &ByQueryRequest) -> Result<()> {
+        let Ok(targets) = self.resolve_targets(index_expr, &req.indices_options) else {
+            return Ok(());
+        };
+        let now = crate::now_millis();
+        for target in &targets {
+            let h = &target.handle;
+            let mapping = h.mapping();
+            let qctx = crate::query::QueryContext {
+                mapping: &mapping,
+                fields: h.fields(),
+                index: h.tantivy(),
+                now_millis: now,
+                index_name: h.name(),
+                max_terms_count: h.max_terms_count(),
+                lookups: None,
+            };
+            if let Err(e) = crate::query::build_query(&req.query, &qctx)
+                && e.root_cause().code == ErrorCode::Parsing
+            {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     /// Runs a by-query action over `index_expr`, checking `ctx` for cancellation between
     /// batches; a cancelled action answers what it did, marked cancelled.
     pub fn by_query(

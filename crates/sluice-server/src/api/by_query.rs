@@ -184,7 +184,9 @@ async fn run(
     }
     // In the background, as OpenSearch's `wait_for_completion=false`: the answer names the
     // task; admission (it may wait in the group's queue, or refuse) and the work follow, and
-    // the outcome is stored for `GET _tasks/{id}`.
+    // the outcome is stored for `GET _tasks/{id}`. A query that cannot be read is refused
+    // first, as OpenSearch parses the body when the request arrives.
+    st.engine.check_by_query(&index, &req)?;
     let id = guard.id().to_string();
     let task = guard.task().clone();
     st.tasks.expect_result(&task);

@@ -115,6 +115,16 @@ async fn test_refusals_and_the_task_it_runs_as() {
         let resp = node.req("POST", path, Some(json!({}))).await;
         assert_error(&resp, 400, "illegal_argument_exception");
     }
+    // A query that cannot be read too, as OpenSearch parses the body when the request
+    // arrives (a missing index is the task's to report, as there).
+    let unreadable = node
+        .req(
+            "POST",
+            "/q/_delete_by_query?wait_for_completion=false",
+            Some(json!({"query": {"no_such_query": {}}})),
+        )
+        .await;
+    assert_error(&unreadable, 400, "parsing_exception");
     let (_, listed) = node.req("GET", "/_tasks?actions=*byquery", None).await;
     assert_eq!(listed["nodes"], json!({}), "{listed}");
     let missing = node
