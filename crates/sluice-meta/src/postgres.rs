@@ -256,9 +256,17 @@ async fn bounded<T>(what: &str, fut: impl Future<Output = MetaResult<T>>) -> Met
 /// Sorts a sqlx error into "the server cannot be reached" ([`MetaError::Unavailable`]) and
 /// everything else ([`MetaError::Backend`]).
 fn classify(what: &str, e: sqlx::Error) -> MetaError {
+    // sluice's PostgreSQL client has no TLS: a URL that asks for it (`sslmode=require` and
+    // up) can never connect, whatever the server does.
+    if matches!(&e, sqlx::Error::Tls(_)) {
+        return MetaError::Backend(format!(
+            "postgres: {what}: {e}; sluice connects to PostgreSQL without TLS: drop sslmode \
+             from metastore.uri (or set sslmode=disable or prefer), and keep the connection \
+             on a trusted network"
+        ));
+    }
     let unreachable = match &e {
         sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
         | sqlx::Error::Protocol(_)
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed

@@ -470,3 +470,17 @@ async fn test_a_refused_connection_says_what_to_fix() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_url_asking_for_tls_says_the_client_has_none() {
+    let url = fresh_postgres_url("tls").await;
+    let msg = match PostgresMetaStore::open(&format!("{url}?sslmode=require")).await {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("opened with sslmode=require"),
+    };
+    assert!(
+        msg.contains("without TLS") && msg.contains("sslmode"),
+        "{msg}"
+    );
+    assert!(!msg.contains("check that it runs"), "{msg}");
+}

@@ -54,12 +54,37 @@ pub async fn info_all(
     info(&st, None, None, &params)
 }
 
+/// The `_nodes` APIs other than info whose routes OpenSearch matches before
+/// `_nodes/{node_id}/{metric}`: `_nodes/stats/http` is the HTTP stats of every node, not info
+/// of a node named `stats`. sluice answers stats (routes of their own); the others it does not
+/// implement, so they get the answer of a route with no handler rather than an empty info.
+pub const OTHER_APIS: [&str; 5] = [
+    "stats",
+    "usage",
+    "hot_threads",
+    "hotthreads",
+    "reload_secure_settings",
+];
+
+/// The answer to an API of [`OTHER_APIS`] sluice does not implement: a route with no handler.
+fn not_info(uri: &axum::http::Uri) -> crate::error::ApiError {
+    crate::error::ApiError::NoHandler {
+        status: axum::http::StatusCode::BAD_REQUEST,
+        message: format!("no handler found for uri [{uri}] and method [GET]"),
+        allow: None,
+    }
+}
+
 /// `GET /_nodes/{nodes_or_metrics}`: metrics when every part is a metric name, else nodes.
 pub async fn info_one(
     State(st): State<Arc<AppState>>,
     Path(arg): Path<String>,
     Query(params): Query<Params>,
+    uri: axum::http::Uri,
 ) -> ApiResult<Response> {
+    if OTHER_APIS.contains(&arg.as_str()) {
+        return Err(not_info(&uri));
+    }
     let is_metrics = arg.split(',').all(|p| METRICS.contains(&p.trim()));
     if is_metrics {
         info(&st, None, Some(&arg), &params)
@@ -73,7 +98,11 @@ pub async fn info_nodes_metrics(
     State(st): State<Arc<AppState>>,
     Path((nodes, metrics)): Path<(String, String)>,
     Query(params): Query<Params>,
+    uri: axum::http::Uri,
 ) -> ApiResult<Response> {
+    if OTHER_APIS.contains(&nodes.as_str()) || OTHER_APIS[1..].contains(&metrics.as_str()) {
+        return Err(not_info(&uri));
+    }
     info(&st, Some(&nodes), Some(&metrics), &params)
 }
 

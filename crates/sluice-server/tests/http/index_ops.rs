@@ -94,6 +94,25 @@ async fn test_nodes_stats_show_this_nodes_figures() {
     // No JVM: zero collections, no memory pools, no heap figure.
     assert_eq!(n["jvm"]["gc"]["collectors"]["old"]["collection_count"], 0);
     assert_eq!(n["jvm"]["mem"], json!({"pools": {}}), "{n}");
+    // The `_nodes` APIs sluice does not implement are routes with no handler, not the info
+    // of nodes named `usage` (an empty node list).
+    for path in [
+        "/_nodes/usage",
+        "/_nodes/usage/http",
+        "/_nodes/hot_threads",
+        "/_nodes/_local/hot_threads",
+    ] {
+        let (s, b) = node.req("GET", path, None).await;
+        assert_eq!(s, 400, "{path}: {b}");
+        // OpenSearch's words for it: the error is a string.
+        assert!(
+            b["error"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("no handler found for uri"),
+            "{path}: {b}"
+        );
+    }
     let (_, b) = node.req("GET", "/_nodes/stats/indices", None).await;
     let n = b["nodes"].as_object().unwrap().values().next().unwrap();
     assert!(n["process"].is_null() && n["indices"].is_object(), "{n}");

@@ -17,7 +17,7 @@ use axum::extract::{Path, Request, State};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 
-use crate::api::nodes::{METRICS, info};
+use crate::api::nodes::{METRICS, OTHER_APIS, info};
 
 use crate::http::RequestMeta;
 use crate::state::AppState;
@@ -44,17 +44,6 @@ pub async fn nodes(
     info(&st, nodes.as_deref(), metrics.as_deref(), &params)
         .unwrap_or_else(IntoResponse::into_response)
 }
-
-/// The `_nodes` APIs other than info whose routes OpenSearch matches before
-/// `_nodes/{node_id}/{metric}`: `_nodes/stats/http` is the HTTP stats of every node, not info
-/// of a node named `stats`.
-const OTHER_APIS: [&str; 5] = [
-    "stats",
-    "usage",
-    "hot_threads",
-    "hotthreads",
-    "reload_secure_settings",
-];
 
 /// For a `_nodes` path that names the `http` metric: the nodes and metrics asked for
 /// (`None` for the nodes when the path names none); `None` for any other path.
