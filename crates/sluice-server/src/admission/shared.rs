@@ -30,7 +30,7 @@ use sluice_core::permits::{Grant, Throttled, Waiter};
 use sluice_engine::{EngineError, ErrorCode};
 
 use super::queue::Wait;
-use super::throttle::{Granted, OverLimit, describe_bucket, log_decision};
+use super::throttle::{Granted, describe_bucket, log_decision};
 use crate::error::ApiError;
 use crate::logging::{DecisionKind, Tier};
 use crate::state::AppState;
@@ -169,12 +169,7 @@ fn denied(
     monitored: bool,
 ) -> Result<(), ApiError> {
     entry.stats.total_shared_throttled.inc();
-    let more = format!(", {why}");
-    let reason = OverLimit {
-        in_flight: node.in_flight,
-        limit: node.limit,
-        more: &more,
-    };
+    let reason = format!("{} {why}", node_part(node));
     log_decision(
         st,
         entry,
@@ -191,6 +186,19 @@ fn denied(
     Err(refused(entry, key, node, why))
 }
 
+/// What the node tier saw, in a refusal's words: its requests in flight against the bucket's
+/// `node_limit`, or, for a group with a `shared_limit` only, that it has none.
+fn node_part(node: &Throttled) -> String {
+    if node.limit == 0 {
+        "has no node_limit (its group has a shared_limit only),".to_string()
+    } else {
+        format!(
+            "already has {} requests in flight on this node (node_limit is {})",
+            node.in_flight, node.limit
+        )
+    }
+}
+
 /// Counts a shared-tier refusal and words its 429, naming the tier.
 fn refused(entry: &GroupEntry, key: &BucketKey, node: &Throttled, why: &str) -> ApiError {
     let stats = &entry.stats;
@@ -200,12 +208,11 @@ fn refused(entry: &GroupEntry, key: &BucketKey, node: &Throttled, why: &str) -> 
         error: EngineError::new(
             ErrorCode::RejectedExecution,
             format!(
-                "rejected by workload group [{}] ({}): bucket [{}] already has {} requests in flight on this node (node_limit is {}) {why}; it reached its cluster-wide limit (tier: shared); retry after {retry_after_secs}s",
+                "rejected by workload group [{}] ({}): bucket [{}] {} {why}; it reached its cluster-wide limit (tier: shared); retry after {retry_after_secs}s",
                 entry.name(),
                 entry.id,
                 describe_bucket(key),
-                node.in_flight,
-                node.limit,
+                node_part(node),
             ),
         ),
         retry_after_secs,

@@ -202,10 +202,10 @@ pub(super) fn log_decision(
 }
 
 /// A decision line's reason: the bucket's requests in flight against its limit, then `more`.
-pub(super) struct OverLimit<'a> {
-    pub(super) in_flight: u64,
-    pub(super) limit: u64,
-    pub(super) more: &'a str,
+struct OverLimit<'a> {
+    in_flight: u64,
+    limit: u64,
+    more: &'a str,
 }
 
 impl std::fmt::Display for OverLimit<'_> {

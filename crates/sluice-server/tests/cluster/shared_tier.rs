@@ -133,6 +133,11 @@ async fn test_a_shared_only_ceiling_holds_across_coordinators_and_frees_on_relea
         reason.contains("cluster-wide limit of 2") && reason.contains("tier: shared"),
         "{reason}"
     );
+    // A group with a shared_limit only is not said to have a node_limit of 0.
+    assert!(
+        reason.contains("has no node_limit") && !reason.contains("node_limit is 0"),
+        "{reason}"
+    );
     // Its decision line names the tier, as a node-tier 429's does.
     let line = c
         .eventually(
