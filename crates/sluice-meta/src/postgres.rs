@@ -142,7 +142,21 @@ impl PostgresMetaStore {
             .max_connections(MAX_CONNECTIONS)
             .acquire_timeout(CONNECT_TIMEOUT)
             .connect_with(options.clone());
-        let pool = within(&format!("cannot connect to [{redacted}]"), pool).await?;
+        let what = format!("cannot connect to [{redacted}]");
+        let pool = match within(&what, pool).await {
+            Ok(pool) => pool,
+            // The pool retries a failing connection until its timeout and then says only
+            // "pool timed out": one connection of its own names the cause (connection
+            // refused, no route to host, a name that does not resolve).
+            Err(MetaError::Unavailable(timed_out)) => {
+                let direct = options.connect();
+                return Err(match tokio::time::timeout(CONNECT_TIMEOUT, direct).await {
+                    Ok(Err(e)) => classify(&what, e),
+                    _ => MetaError::Unavailable(timed_out),
+                });
+            }
+            Err(e) => return Err(e),
+        };
         migrate(&pool, &redacted).await?;
         let changes = {
             let mut conn = within("cannot get a connection", pool.acquire()).await?;

@@ -484,3 +484,22 @@ async fn test_a_url_asking_for_tls_says_the_client_has_none() {
     );
     assert!(!msg.contains("check that it runs"), "{msg}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_server_that_refuses_connections_is_named_so_at_open() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let url = format!("postgres://sluice:secret-pw@127.0.0.1:{port}/sluice");
+    match PostgresMetaStore::open(&url).await {
+        Err(MetaError::Unavailable(msg)) => {
+            assert!(msg.to_lowercase().contains("refused"), "{msg}");
+            assert!(!msg.contains("secret-pw"), "the password leaked: {msg}");
+        }
+        Err(other) => panic!("expected Unavailable, got {other}"),
+        Ok(_) => panic!("opened a store where nothing listens"),
+    }
+}
