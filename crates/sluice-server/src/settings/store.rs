@@ -203,11 +203,7 @@ impl ClusterSettings {
         }
         *stored_versions = versions;
         let current = self.snapshot();
-        let transient = if self.shared_transient {
-            transient
-        } else {
-            current.transient().clone()
-        };
+        let transient = self.transient_of(transient, &current);
         if persistent == *current.persistent() && transient == *current.transient() {
             return Ok(false);
         }
@@ -219,6 +215,16 @@ impl ClusterSettings {
         }
         self.current.send_replace(Arc::new(next));
         Ok(true)
+    }
+
+    /// The transient values a snapshot built from the store holds: the `stored` ones when they
+    /// are shared, else this node's own, as in `current`.
+    fn transient_of(&self, stored: SettingsMap, current: &SettingsSnapshot) -> SettingsMap {
+        if self.shared_transient {
+            stored
+        } else {
+            current.transient().clone()
+        }
     }
 
     /// The current settings; cheap (an `Arc` clone), and consistent across several reads.
@@ -339,11 +345,7 @@ impl ClusterSettings {
                         let (persistent, transient, versions) =
                             read_stored(self.store.as_ref(), self.shared_transient).await?;
                         *stored_versions = versions;
-                        let transient = if self.shared_transient {
-                            transient
-                        } else {
-                            current.transient().clone()
-                        };
+                        let transient = self.transient_of(transient, &current);
                         self.current
                             .send_replace(Arc::new(SettingsSnapshot::build_on(
                                 current.node_defaults(),
