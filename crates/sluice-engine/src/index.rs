@@ -313,6 +313,10 @@ impl IndexHandle {
                     writer
                         .add_document(to_tantivy(&fields, id, source, *version, *seq, &parsed))
                         .map_err(tantivy_error)?;
+                    // A document indexed again after its delete is live: the delete's
+                    // tombstone would otherwise answer its version checks, as `put` ensures
+                    // it does not while the node runs.
+                    tombstones.remove(id);
                 }
                 Record::Delete { id, seq, version } => {
                     writer.delete_term(Term::from_field_text(fields.id, id));

@@ -70,6 +70,56 @@ fn test_unrefreshed_writes_are_replayed_after_crash() {
     );
 }
 
+/// A document deleted and indexed again with no commit between, then a crash: after replay
+/// it is live for every write check, not shadowed by the delete's tombstone (which made
+/// `_update_by_query`, whose writes carry `if_seq_no`, conflict on it, and a plain index
+/// answer `created` with a repeated version).
+#[test]
+fn test_a_document_deleted_then_indexed_again_is_live_after_a_crash() {
+    use sluice_engine::versioning::Versioning;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let engine = Engine::open(dir.path()).unwrap();
+        let first = engine.bulk(vec![("t".into(), put("a", json!({"n": 1})))]);
+        assert!(first.iter().all(Result::is_ok), "{first:?}");
+        engine.refresh("t").unwrap();
+        let results = engine.bulk(vec![
+            (
+                "t".into(),
+                DocOp::Delete {
+                    id: "a".into(),
+                    versioning: Default::default(),
+                },
+            ),
+            ("t".into(), put("a", json!({"n": 2}))),
+        ]);
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        // Dropped without a refresh: the delete and the new version are only in the translog.
+    }
+    let engine = Engine::open(dir.path()).unwrap();
+    let h = engine.index("t").expect("index survives");
+    let doc = h.get("a").unwrap().expect("live after replay");
+    assert_eq!((doc.version, doc.seq_no), (3, 2));
+    assert_eq!(doc.source["n"], 2);
+    // A write conditioned on the document's sequence number, as `_update_by_query` sends.
+    let conditional = DocOp::Index {
+        id: Some("a".into()),
+        source: json!({"n": 3}),
+        op_type: OpType::Index,
+        versioning: Versioning {
+            if_seq_no: Some(2),
+            if_primary_term: Some(1),
+            ..Versioning::default()
+        },
+    };
+    let written = engine.bulk(vec![("t".into(), conditional)]);
+    let written = written[0].as_ref().expect("no version conflict");
+    assert_eq!((written.result, written.version), ("updated", 4));
+    let plain = engine.bulk(vec![("t".into(), put("a", json!({"n": 4})))]);
+    let plain = plain[0].as_ref().expect("indexed");
+    assert_eq!((plain.result, plain.version), ("updated", 5));
+}
+
 #[test]
 fn test_failed_bulk_item_leaves_others_intact() {
     let dir = tempfile::tempdir().unwrap();
