@@ -12,6 +12,7 @@
 //! - [`bytes`]: byte-size values (`100mb`, [`parse_byte_size`]).
 //! - [`number`]: Java's `Double.toString` ([`java_double`]) and `Long.parseLong`.
 //! - [`pattern`]: wildcard matching, OpenSearch's `Regex.simpleMatch` ([`simple_match`]).
+//! - [`filter_path`]: response filtering by the `filter_path` parameter ([`filter_path::FilterPath`]).
 //! - [`json`]: Jackson's token names for "found `[X]`" messages.
 //! - [`keys`]: the `workloadGroupId` header, the DEFAULT group id, the OpenSearch version
 //!   sluice reports and the setting keys.
@@ -31,6 +32,7 @@
 
 pub mod bytes;
 pub mod error;
+pub mod filter_path;
 pub mod json;
 pub mod keys;
 pub mod number;

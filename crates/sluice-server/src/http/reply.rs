@@ -1,8 +1,9 @@
-//! Responses: JSON honouring `?pretty`, and `_cat`-style text tables.
+//! Responses: JSON honouring `?filter_path` and `?pretty`, and `_cat`-style text tables.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
+use sluice_wire::filter_path::FilterPath;
 
 use super::Params;
 
@@ -22,11 +23,16 @@ pub fn json_response(status: StatusCode, body: &Value, pretty: bool) -> Response
     resp
 }
 
-/// A JSON response honouring `?pretty`.
+/// A JSON response honouring `?filter_path` and `?pretty`. Errors are built elsewhere
+/// ([`crate::error`]) and never filtered, as OpenSearch builds them.
 pub fn reply(status: StatusCode, body: Value, params: &Params) -> Response {
     let pretty = params
         .get("pretty")
         .is_some_and(|v| v.is_empty() || v == "true");
+    let body = match params.get("filter_path").and_then(|f| FilterPath::parse(f)) {
+        Some(filter) => filter.apply(body),
+        None => body,
+    };
     json_response(status, &body, pretty)
 }
 

@@ -252,3 +252,117 @@ async fn test_x_opaque_id_is_echoed_on_every_answer() {
     let r = node.req_with("GET", "/o/_search", None, &[]).await;
     assert!(r.header_values("x-opaque-id").is_empty());
 }
+
+/// `filter_path` shapes sluice's own answers as OpenSearch's REST layer does: named paths kept
+/// (wildcards, `**`, arrays passed through), `-` paths dropped, `{}` when nothing matches,
+/// errors whole. Through a gateway the search is filtered by the upstream, the rest by sluice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_filter_path_shapes_answers() {
+    let node = TestNode::start().await;
+    node.bulk(
+        "/_bulk?refresh=true",
+        &[
+            json!({"index": {"_index": "fp", "_id": "1"}}),
+            json!({"title": "one", "n": 1}),
+            json!({"index": {"_index": "fp", "_id": "2"}}),
+            json!({"n": 2}),
+        ],
+    )
+    .await;
+    let query = json!({"query": {"match_all": {}}, "sort": [{"n": "asc"}]});
+    let (s, b) = node
+        .req(
+            "POST",
+            "/fp/_search?filter_path=took,hits.hits._id",
+            Some(query.clone()),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let keys: Vec<&str> = b.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, ["took", "hits"], "{b}");
+    assert_eq!(b["hits"], json!({"hits": [{"_id": "1"}, {"_id": "2"}]}));
+    // An element with nothing named under it leaves the array.
+    let (_, b) = node
+        .req(
+            "POST",
+            "/fp/_search?filter_path=hits.hits._source.title",
+            Some(query.clone()),
+        )
+        .await;
+    assert_eq!(
+        b,
+        json!({"hits": {"hits": [{"_source": {"title": "one"}}]}})
+    );
+    // Exclusions, and both kinds at once.
+    let (_, b) = node
+        .req(
+            "POST",
+            "/fp/_search?filter_path=-took,-timed_out,-_shards,-hits.total,-hits.max_score,-hits.hits._source,-hits.hits._index,-hits.hits._score,-hits.hits.sort",
+            Some(query.clone()),
+        )
+        .await;
+    assert_eq!(b, json!({"hits": {"hits": [{"_id": "1"}, {"_id": "2"}]}}));
+    let (_, b) = node
+        .req(
+            "POST",
+            "/fp/_search?filter_path=hits.hits,-hits.hits._source,-hits.hits.sort,-hits.hits._score",
+            Some(query),
+        )
+        .await;
+    assert_eq!(
+        b,
+        json!({"hits": {"hits": [{"_index": "fp", "_id": "1"}, {"_index": "fp", "_id": "2"}]}})
+    );
+    // A filter that matches nothing gives an empty object.
+    let (s, b) = node
+        .req("GET", "/_cluster/health?filter_path=nothing", None)
+        .await;
+    assert_eq!((s, b), (200, json!({})));
+    // Wildcards within a name and across levels, on sluice's own APIs.
+    let (_, b) = node
+        .req(
+            "GET",
+            "/_cluster/health?filter_path=status,*_shards,-unassigned_shards",
+            None,
+        )
+        .await;
+    let mut keys: Vec<&str> = b.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "active_primary_shards",
+            "active_shards",
+            "delayed_unassigned_shards",
+            "initializing_shards",
+            "relocating_shards",
+            "status"
+        ],
+        "{b}"
+    );
+    let (_, b) = node
+        .req("GET", "/_wlm/stats?filter_path=**.total_completions", None)
+        .await;
+    let nodes = b.as_object().unwrap();
+    assert!(!nodes.is_empty(), "{b}");
+    for (_, node_stats) in nodes {
+        for (_, group) in node_stats["workload_groups"].as_object().unwrap() {
+            assert_eq!(group.as_object().unwrap().len(), 1, "{b}");
+            assert!(group["total_completions"].is_u64(), "{b}");
+        }
+    }
+    // `_cat`'s JSON rows, a top-level array.
+    let (_, b) = node
+        .req(
+            "GET",
+            "/_cat/indices/fp?format=json&filter_path=index",
+            None,
+        )
+        .await;
+    assert_eq!(b, json!([{"index": "fp"}]));
+    // Errors are never filtered.
+    let resp = node
+        .req("GET", "/missing/_search?filter_path=took", None)
+        .await;
+    assert_error(&resp, 404, "index_not_found_exception");
+}
