@@ -34,6 +34,7 @@ mod error;
 mod memory;
 pub mod model;
 mod postgres;
+mod presence;
 mod sqlite;
 #[cfg(feature = "test-suite")]
 pub mod test_suite;
@@ -85,6 +86,14 @@ pub type MetaFuture<'a, T> = Pin<Box<dyn Future<Output = MetaResult<T>> + Send +
 pub trait MetaStore: Send + Sync {
     /// Which backend this is.
     fn kind(&self) -> MetaKind;
+
+    /// Whether the backend knows that no other process had this store open when this one
+    /// opened it: on a store a cluster shares, that the whole cluster had stopped. PostgreSQL
+    /// knows (an advisory lock every open store holds shared); the other backends answer
+    /// `false`, as they cannot tell (and keep no transient settings of a cluster).
+    fn opened_alone(&self) -> bool {
+        false
+    }
 
     /// Reads the store's change counters as committed now (whoever committed); fails with
     /// [`MetaError::Unavailable`] when the store cannot be reached, which makes it the

@@ -111,6 +111,11 @@ pub struct PostgresMetaStore {
     watch: Arc<watch::Sender<Changes>>,
     /// Stops the notification listener when the last clone is dropped.
     _listener: Arc<AbortOnDrop>,
+    /// Whether no other store was open on the database when this one opened
+    /// ([`crate::presence`]).
+    alone: bool,
+    /// Keeps this store's presence session (and its lock) until the last clone is dropped.
+    _presence: Arc<AbortOnDrop>,
 }
 
 /// Aborts a task when dropped.
@@ -158,6 +163,8 @@ impl PostgresMetaStore {
             Err(e) => return Err(e),
         };
         migrate(&pool, &redacted).await?;
+        let (presence, alone) = crate::presence::open(&options).await?;
+        let presence = tokio::spawn(crate::presence::keep(options.clone(), presence));
         let changes = {
             let mut conn = within("cannot get a connection", pool.acquire()).await?;
             read_changes(&mut conn).await?
@@ -173,6 +180,8 @@ impl PostgresMetaStore {
             redacted,
             watch,
             _listener: Arc::new(AbortOnDrop(listener.abort_handle())),
+            alone,
+            _presence: Arc::new(AbortOnDrop(presence.abort_handle())),
         })
     }
 
@@ -248,7 +257,10 @@ async fn migrate(pool: &PgPool, redacted: &str) -> MetaResult<()> {
 }
 
 /// Runs `fut` (a sqlx call) within [`OPERATION_TIMEOUT`], classifying its error.
-async fn within<T>(what: &str, fut: impl Future<Output = Result<T, sqlx::Error>>) -> MetaResult<T> {
+pub(crate) async fn within<T>(
+    what: &str,
+    fut: impl Future<Output = Result<T, sqlx::Error>>,
+) -> MetaResult<T> {
     match tokio::time::timeout(OPERATION_TIMEOUT, fut).await {
         Ok(result) => result.map_err(|e| classify(what, e)),
         Err(_) => Err(MetaError::Unavailable(format!(
@@ -574,6 +586,10 @@ async fn listen(pool: PgPool, mut listener: PgListener, watch: Weak<watch::Sende
 impl MetaStore for PostgresMetaStore {
     fn kind(&self) -> MetaKind {
         MetaKind::Postgres
+    }
+
+    fn opened_alone(&self) -> bool {
+        self.alone
     }
 
     fn changes(&self) -> MetaFuture<'_, Changes> {

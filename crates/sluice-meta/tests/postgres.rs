@@ -503,3 +503,38 @@ async fn test_a_server_that_refuses_connections_is_named_so_at_open() {
         Ok(_) => panic!("opened a store where nothing listens"),
     }
 }
+
+/// Presence (P1, P2): a store opened while another is open on the database is not alone;
+/// once every store is gone, the next one is (probed: the server ends a dropped store's
+/// session a moment after its connection closes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_presence_tells_whether_another_store_is_open() {
+    let url = fresh_postgres_url("presence").await;
+    let first = open(&url).await;
+    assert!(first.opened_alone(), "the first store on a new database");
+    let second = open(&url).await;
+    assert!(!second.opened_alone(), "opened beside the first");
+    drop(first);
+    let third = open(&url).await;
+    assert!(!third.opened_alone(), "opened beside the second");
+    drop(second);
+    drop(third);
+    let deadline = std::time::Instant::now() + DEADLINE;
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    loop {
+        tick.tick().await;
+        if open(&url).await.opened_alone() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no store was alone after every other was dropped"
+        );
+    }
+    // Another database of the same server is another cluster.
+    let other = open(&fresh_postgres_url("presence_other").await).await;
+    let here = open(&url).await;
+    assert!(other.opened_alone());
+    assert!(!open(&url).await.opened_alone(), "beside `here`");
+    drop(here);
+}

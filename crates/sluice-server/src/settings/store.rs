@@ -167,6 +167,9 @@ impl ClusterSettings {
         node_defaults: BTreeMap<String, String>,
     ) -> Result<ClusterSettings, MetaError> {
         let shared_transient = store.kind() != sluice_meta::MetaKind::Sqlite;
+        if shared_transient && store.opened_alone() {
+            forget_transient(store.as_ref()).await?;
+        }
         let (persistent, transient, versions) =
             read_stored(store.as_ref(), shared_transient).await?;
         let snapshot = SettingsSnapshot::build_on(Arc::new(node_defaults), persistent, transient);
@@ -363,6 +366,42 @@ impl ClusterSettings {
                 transient: set_transient,
             });
         }
+    }
+}
+
+/// Forgets the transient settings a stopped cluster left in its shared store, as OpenSearch
+/// forgets them in a full cluster restart: called by a node that found no other node running
+/// when it opened the store. A write by another node that started meanwhile wins (its values
+/// are the running cluster's).
+async fn forget_transient(store: &dyn MetaStore) -> Result<(), MetaError> {
+    let Some(doc) = store
+        .get(Collection::ClusterSettings, TRANSIENT_DOC)
+        .await?
+    else {
+        return Ok(());
+    };
+    let keys: Vec<&String> = doc
+        .value
+        .as_object()
+        .map(|m| m.keys().collect())
+        .unwrap_or_default();
+    match store
+        .delete(
+            Collection::ClusterSettings,
+            TRANSIENT_DOC,
+            Expect::Version(doc.version),
+        )
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(
+                ?keys,
+                "no other node had the metastore open: the transient cluster settings of the last run end here, as in a full cluster restart"
+            );
+            Ok(())
+        }
+        Err(MetaError::Conflict { .. }) => Ok(()),
+        Err(e) => Err(e),
     }
 }
 

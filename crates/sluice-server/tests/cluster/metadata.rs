@@ -186,3 +186,53 @@ async fn test_nodes_serve_through_a_metastore_outage_and_catch_up() {
     )
     .await;
 }
+
+/// Transient cluster settings are the running cluster's, as in OpenSearch: they survive a
+/// node's restart while another node runs, and end with a full cluster restart (the first
+/// node to open the metastore with no other node on it forgets them); persistent ones stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_transient_settings_end_with_a_full_cluster_restart() {
+    let mut c = TestCluster::start(2, "transient_restart").await;
+    let (status, body) = c
+        .req(
+            0,
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({
+                "persistent": {"search.max_buckets": 1234},
+                "transient": {"search.max_open_scroll_context": 77}
+            })),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // Node 1 restarts while node 0 runs: the cluster did not stop, its transient value stays.
+    c.kill9(1).await;
+    c.restart(1).await;
+    let s = settings(&c, 1).await;
+    assert_eq!(
+        s["transient"]["search.max_open_scroll_context"], "77",
+        "{s}"
+    );
+    assert_eq!(s["persistent"]["search.max_buckets"], "1234", "{s}");
+
+    // Every node stops; the first to start again finds no other and forgets the transient
+    // value.
+    c.kill9(0).await;
+    c.kill9(1).await;
+    c.restart(0).await;
+    let s = settings(&c, 0).await;
+    assert_eq!(s["transient"], json!({}), "{s}");
+    assert_eq!(s["persistent"]["search.max_buckets"], "1234", "{s}");
+    let log = c.node(0).log();
+    assert!(
+        log.contains("transient cluster settings of the last run end here"),
+        "{log}"
+    );
+}
+
+/// Node `i`'s `GET _cluster/settings?flat_settings=true`, checked to be a 200.
+async fn settings(c: &TestCluster, i: usize) -> serde_json::Value {
+    let (status, body) = c.get(i, "/_cluster/settings?flat_settings=true").await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
