@@ -1,12 +1,14 @@
 //! `GET /` and `GET /_cluster/health`.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Value, json};
 
+use super::health_wait::HealthWait;
 use crate::error::ApiResult;
 
 use crate::http::{Params, reply};
@@ -52,11 +54,36 @@ pub async fn health(
     index: Option<Path<String>>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
+    let wait = HealthWait::from_params(&params)?;
+    super::health::check_level(&params)?;
     let mut body = health_body(&st);
+    if let Some(wait) = wait {
+        let deadline = Instant::now() + wait.timeout;
+        while !wait.met(&body) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                body["timed_out"] = Value::Bool(true);
+                break;
+            }
+            tokio::time::sleep(left.min(HEALTH_RECHECK)).await;
+            body = health_body(&st);
+        }
+    }
+    let status = if body["timed_out"] == true {
+        StatusCode::REQUEST_TIMEOUT
+    } else {
+        StatusCode::OK
+    };
     let index = index.map(|Path(i)| i);
     super::health::add_indices_level(&st, index.as_deref(), &params, &mut body)?;
-    Ok(reply(StatusCode::OK, body, &params))
+    Ok(reply(status, body, &params))
 }
+
+/// How often a `_cluster/health` that waits (`wait_for_*`) looks at the health again: the
+/// figures (members, indices) have no one change feed to watch, and a waiting health request
+/// is an operator's or a start-up script's, rare and cheap to re-evaluate; 50 ms answers within
+/// a blink of the condition becoming true.
+const HEALTH_RECHECK: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The cluster-level figures of `_cluster/health` (also `_cat/health`'s).
 pub(crate) fn health_body(st: &AppState) -> Value {

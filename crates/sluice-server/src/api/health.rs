@@ -69,6 +69,11 @@ fn parse_level(params: &Params) -> Result<Level, EngineError> {
     }
 }
 
+/// Checks the `level` parameter of `_cluster/health`, before the request waits.
+pub(crate) fn check_level(params: &Params) -> Result<(), EngineError> {
+    parse_level(params).map(|_| ())
+}
+
 fn index_json(health: &IndexHealth, level: Level) -> Value {
     let mut v = json!({
         "status": health.status,

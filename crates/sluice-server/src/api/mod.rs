@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod cluster_settings;
 pub mod docs;
 pub mod health;
+pub mod health_wait;
 pub mod index_ops;
 pub mod index_stats;
 pub mod indices;

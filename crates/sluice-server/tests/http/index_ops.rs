@@ -348,3 +348,110 @@ async fn test_forcemerge_in_the_background_answers_a_task_with_its_result() {
         .await;
     assert_error(&bad, 400, "illegal_argument_exception");
 }
+
+/// `_cluster/health` waits for its `wait_for_*` conditions up to `timeout`, as OpenSearch's
+/// does: at once when they hold, until they do (here: an index turned green by dropping its
+/// replicas while the request waits), and 408 with `timed_out: true` when the timeout runs
+/// out first. Bad values are refused before any wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_cluster_health_waits_for_its_conditions() {
+    let node = TestNode::start().await;
+    let (s, b) = node.req("PUT", "/w", None).await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = node
+        .req(
+            "GET",
+            "/_cluster/health?wait_for_status=yellow&wait_for_nodes=>=1&wait_for_active_shards=1",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        (b["status"].as_str(), b["timed_out"].as_bool()),
+        (Some("yellow"), Some(false))
+    );
+
+    // The replica can never be assigned on one node: the wait runs out.
+    let (s, b) = node
+        .req(
+            "GET",
+            "/_cluster/health?wait_for_status=green&timeout=200ms",
+            None,
+        )
+        .await;
+    assert_eq!(s, 408, "{b}");
+    assert_eq!(
+        (b["status"].as_str(), b["timed_out"].as_bool()),
+        (Some("yellow"), Some(true))
+    );
+    let (s, b) = node
+        .req(
+            "GET",
+            "/_cluster/health?wait_for_nodes=>=2&timeout=100ms",
+            None,
+        )
+        .await;
+    assert_eq!((s, b["timed_out"].as_bool()), (408, Some(true)), "{b}");
+
+    // A wait that the cluster comes to meet: answered when it does.
+    let waiting = {
+        let client = node.client.clone();
+        let url = node.url("/_cluster/health?wait_for_status=green&timeout=60s");
+        tokio::spawn(async move {
+            let resp = client.get(url).send().await.expect("sent");
+            (
+                resp.status().as_u16(),
+                resp.json::<Value>().await.expect("json"),
+            )
+        })
+    };
+    // Two round trips on other connections give the spawned request time to arrive (the
+    // node has no gauge of requests in flight to wait on). Had it arrived late, it would
+    // still be answered green: the test cannot fail falsely, and catches a handler that does
+    // not wait whenever the request is first (as good as always).
+    for _ in 0..2 {
+        let (s, b) = node.req("GET", "/_cluster/health", None).await;
+        assert_eq!((s, b["status"].as_str()), (200, Some("yellow")), "{b}");
+    }
+    assert!(
+        !waiting.is_finished(),
+        "answered before the index turned green"
+    );
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/w/_settings",
+            Some(json!({"index": {"number_of_replicas": 0}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = waiting.await.expect("joined");
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        (b["status"].as_str(), b["timed_out"].as_bool()),
+        (Some("green"), Some(false))
+    );
+
+    for (query, reason) in [
+        (
+            "wait_for_status=blue",
+            "unknown cluster health status [blue]",
+        ),
+        ("wait_for_nodes=>=x", "cannot parse wait_for_nodes [>=x]"),
+        (
+            "wait_for_active_shards=most",
+            "cannot parse ActiveShardCount[most]",
+        ),
+        (
+            "wait_for_events=soon",
+            "No enum constant org.opensearch.common.Priority.SOON",
+        ),
+    ] {
+        let resp = node
+            .req("GET", &format!("/_cluster/health?{query}"), None)
+            .await;
+        assert_error(&resp, 400, "illegal_argument_exception");
+        let got = resp.1["error"]["reason"].as_str().unwrap_or_default();
+        assert!(got.contains(reason), "{query}: {}", resp.1);
+    }
+}
