@@ -8,6 +8,10 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Value, json};
 
+use sluice_engine::index::IndexHandle;
+use sluice_engine::resolve::IndicesOptions;
+use sluice_wire::ErrorCode;
+
 use super::health_wait::HealthWait;
 use crate::error::ApiResult;
 
@@ -56,7 +60,24 @@ pub async fn health(
 ) -> ApiResult<Response> {
     let wait = HealthWait::from_params(&params)?;
     super::health::check_level(&params)?;
-    let mut body = health_body(&st);
+    let index = index.map(|Path(i)| i);
+    let opts = IndicesOptions::from_params(&params, IndicesOptions::for_index_apis(true))?;
+    let scoped = |st: &AppState| -> ApiResult<(Value, bool)> {
+        let Some(expr) = index.as_deref() else {
+            return Ok((health_body(st), true));
+        };
+        // OpenSearch's health of indices one of which does not exist: red, with none of
+        // their figures (and a wait for a better status waits for it to be created).
+        match st.engine.resolve_targets(expr, &opts) {
+            Ok(targets) => {
+                let handles: Vec<_> = targets.into_iter().map(|t| t.handle).collect();
+                Ok((health_of(st, &handles, false), true))
+            }
+            Err(e) if e.code == ErrorCode::IndexNotFound => Ok((health_of(st, &[], true), false)),
+            Err(e) => Err(e.into()),
+        }
+    };
+    let (mut body, mut found) = scoped(&st)?;
     if let Some(wait) = wait {
         let deadline = Instant::now() + wait.timeout;
         while !wait.met(&body) {
@@ -66,7 +87,7 @@ pub async fn health(
                 break;
             }
             tokio::time::sleep(left.min(HEALTH_RECHECK)).await;
-            body = health_body(&st);
+            (body, found) = scoped(&st)?;
         }
     }
     let status = if body["timed_out"] == true {
@@ -74,8 +95,11 @@ pub async fn health(
     } else {
         StatusCode::OK
     };
-    let index = index.map(|Path(i)| i);
-    super::health::add_indices_level(&st, index.as_deref(), &params, &mut body)?;
+    if found {
+        super::health::add_indices_level(&st, index.as_deref(), &params, &mut body)?;
+    } else if super::health::wants_indices(&params) {
+        body["indices"] = Value::Object(Default::default());
+    }
     Ok(reply(status, body, &params))
 }
 
@@ -87,13 +111,24 @@ const HEALTH_RECHECK: std::time::Duration = std::time::Duration::from_millis(50)
 
 /// The cluster-level figures of `_cluster/health` (also `_cat/health`'s).
 pub(crate) fn health_body(st: &AppState) -> Value {
-    let indices = st.engine.all_indices();
+    health_of(st, &st.engine.all_indices(), false)
+}
+
+/// `_cluster/health`'s figures over `indices`; `red` when `missing` (a named index does not
+/// exist), else `yellow` while a replica is unassigned, else `green`.
+fn health_of(st: &AppState, indices: &[Arc<IndexHandle>], missing: bool) -> Value {
     let primaries: u64 = indices.iter().map(|h| h.number_of_shards()).sum();
     let unassigned: u64 = indices
         .iter()
         .map(|h| h.number_of_shards() * h.setting_u64("index.number_of_replicas", 1))
         .sum();
-    let status = if unassigned > 0 { "yellow" } else { "green" };
+    let status = if missing {
+        "red"
+    } else if unassigned > 0 {
+        "yellow"
+    } else {
+        "green"
+    };
     // The live members of the cluster (each holds its own embedded indices, counted above
     // for this node only: a cluster of embedded nodes has one data set per node).
     let nodes = st.cluster.members().live.len();

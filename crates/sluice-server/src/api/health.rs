@@ -74,6 +74,11 @@ pub(crate) fn check_level(params: &Params) -> Result<(), EngineError> {
     parse_level(params).map(|_| ())
 }
 
+/// Whether `level` asks for the `indices` section (`indices` or `shards`).
+pub(crate) fn wants_indices(params: &Params) -> bool {
+    parse_level(params).is_ok_and(|l| l != Level::Cluster)
+}
+
 fn index_json(health: &IndexHealth, level: Level) -> Value {
     let mut v = json!({
         "status": health.status,

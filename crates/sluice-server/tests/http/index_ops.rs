@@ -432,6 +432,53 @@ async fn test_cluster_health_waits_for_its_conditions() {
         (Some("green"), Some(false))
     );
 
+    // The health of named indices is theirs: green `w` beside a yellow `y`; a missing index
+    // is red, and a wait for it to be created ends when it is.
+    let (s, b) = node.req("PUT", "/y", None).await;
+    assert_eq!(s, 200, "{b}");
+    let (_, b) = node
+        .req("GET", "/_cluster/health/w?wait_for_status=green", None)
+        .await;
+    assert_eq!(
+        (b["status"].as_str(), b["active_primary_shards"].as_u64()),
+        (Some("green"), Some(1)),
+        "{b}"
+    );
+    let (_, b) = node.req("GET", "/_cluster/health", None).await;
+    assert_eq!(b["status"], "yellow", "{b}");
+    let (s, b) = node
+        .req("GET", "/_cluster/health/nope?level=indices", None)
+        .await;
+    assert_eq!((s, b["status"].as_str()), (200, Some("red")), "{b}");
+    assert_eq!(
+        (b["active_shards"].as_u64(), &b["indices"]),
+        (Some(0), &json!({})),
+        "{b}"
+    );
+    let waiting = {
+        let client = node.client.clone();
+        let url = node.url("/_cluster/health/later?wait_for_status=yellow&timeout=60s");
+        tokio::spawn(async move {
+            let resp = client.get(url).send().await.expect("sent");
+            (
+                resp.status().as_u16(),
+                resp.json::<Value>().await.expect("json"),
+            )
+        })
+    };
+    for _ in 0..2 {
+        let (s, _) = node.req("GET", "/_cluster/health", None).await;
+        assert_eq!(s, 200);
+    }
+    assert!(
+        !waiting.is_finished(),
+        "answered before the index was created"
+    );
+    let (s, b) = node.req("PUT", "/later", None).await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = waiting.await.expect("joined");
+    assert_eq!((s, b["status"].as_str()), (200, Some("yellow")), "{b}");
+
     for (query, reason) in [
         (
             "wait_for_status=blue",
