@@ -25,6 +25,75 @@ const FORBIDDEN_INDEX_CHARS: &[char] =
 /// Longest index name OpenSearch accepts, in bytes.
 const MAX_INDEX_NAME_BYTES: usize = 255;
 
+/// What a deleted index's directory is renamed with before its files are removed (an index's
+/// own directory is `{name}-{uuid}`, ending in hex digits, so never in this).
+const DELETED_SUFFIX: &str = ".deleted";
+
+/// How many times, and how far apart, removing a deleted index's directory is tried again in
+/// the background when it fails: tantivy's background merges, not waited for by a delete, may
+/// go on writing into it for a while; a few seconds covers a merge of a test-sized or
+/// moderately large index, and a directory still there is removed at the next start.
+const REMOVE_RETRIES: u32 = 30;
+const REMOVE_RETRY: Duration = Duration::from_secs(1);
+
+/// The record of an alias change being written ([`Engine::update_aliases`]), in the indices
+/// directory.
+const PENDING_ALIASES: &str = "aliases.pending.json";
+
+/// An alias change as recorded before any index is written: the aliases each changed index is
+/// to have, and the indices it removes.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct PendingAliases {
+    aliases: BTreeMap<String, IndexAliases>,
+    remove: Vec<String>,
+}
+
+/// Removes a file and syncs its directory, so the removal survives a crash.
+fn remove_durably(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    match path.parent() {
+        Some(dir) => std::fs::File::open(dir)?.sync_all(),
+        None => Ok(()),
+    }
+}
+
+/// `dir` renamed as deleted.
+fn deleted_name(dir: &Path) -> PathBuf {
+    let mut name = dir.file_name().unwrap_or_default().to_os_string();
+    name.push(DELETED_SUFFIX);
+    dir.with_file_name(name)
+}
+
+/// Removes a deleted (or never finished) index's directory, retrying in the background while
+/// something still writes into it.
+fn remove_deleted_dir(dir: PathBuf) {
+    let removed = |dir: &Path| match std::fs::remove_dir_all(dir) {
+        Ok(()) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    };
+    if removed(&dir) {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("sluice-rm-index".into())
+        .spawn(move || {
+            for _ in 0..REMOVE_RETRIES {
+                std::thread::sleep(REMOVE_RETRY);
+                if removed(&dir) {
+                    return;
+                }
+            }
+            tracing::warn!(dir = %dir.display(), "could not remove a deleted index's directory; it is removed at the next start");
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "could not start removing a deleted index's directory; it is removed at the next start");
+    }
+}
+
 /// The embedded search engine: every index of the node.
 pub struct Engine {
     dir: PathBuf,
@@ -95,19 +164,42 @@ impl Engine {
             if !entry.file_type()?.is_dir() {
                 continue;
             }
-            let handle = IndexHandle::open(&entry.path())?;
+            let path = entry.path();
+            // An index deleted before a crash, or whose removal a merge held up.
+            if path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().ends_with(DELETED_SUFFIX))
+            {
+                tracing::info!(dir = %path.display(), "removing the directory of a deleted index");
+                remove_deleted_dir(path);
+                continue;
+            }
+            // Its description is written last when an index is created: without it, the
+            // creation did not finish (a crash) and was never acknowledged.
+            if !index::is_complete(&path) {
+                tracing::warn!(dir = %path.display(), "removing the directory of an index whose creation did not finish");
+                remove_deleted_dir(path);
+                continue;
+            }
+            let handle = IndexHandle::open(&path).map_err(|e| {
+                let mut e = e;
+                e.reason = format!("cannot open the index in {}: {}", path.display(), e.reason);
+                e
+            })?;
             indices.insert(handle.name().to_string(), Arc::new(handle));
         }
         tracing::info!(indices = indices.len(), dir = %dir.display(), "engine opened");
         let aliases = alias_table(&indices);
-        Ok(Engine {
+        let engine = Engine {
             dir,
             indices: RwLock::new(indices),
             aliases: RwLock::new(Arc::new(aliases)),
             admin: Mutex::new(()),
             last_refresh: Mutex::new(BTreeMap::new()),
             scrolls: ScrollStore::default(),
-        })
+        };
+        engine.finish_pending_aliases()?;
+        Ok(engine)
     }
 
     /// The index named `name`, if it exists.
@@ -270,6 +362,30 @@ impl Engine {
         }
         let table = AliasTable::build(next.iter().map(|(k, v)| (k.as_str(), v)));
         table.check_write_indices()?;
+        // The whole change is recorded first, so a crash part-way through the per-index writes
+        // is finished at the next start ([`Engine::finish_pending_aliases`]): an alias moved
+        // from one index to another is never on both, or on neither.
+        let pending = PendingAliases {
+            aliases: indices
+                .iter()
+                .filter_map(|(name, h)| {
+                    let wanted = next.get(name)?;
+                    (*h.aliases() != *wanted).then(|| (name.clone(), wanted.clone()))
+                })
+                .collect(),
+            remove: remove_indices.clone(),
+        };
+        let recorded = !pending.aliases.is_empty() || !pending.remove.is_empty();
+        if recorded {
+            let bytes = serde_json::to_vec(&pending).unwrap_or_default();
+            index::write_atomically(&self.dir.join(PENDING_ALIASES), &bytes)?;
+        }
+        let done = |result: Result<()>| -> Result<()> {
+            if recorded && let Err(e) = remove_durably(&self.dir.join(PENDING_ALIASES)) {
+                tracing::warn!(error = %e, "could not remove the record of an alias change");
+            }
+            result
+        };
         // The indices already written, with their aliases before, to put back on failure.
         let mut written: Vec<(&Arc<IndexHandle>, Arc<IndexAliases>)> = Vec::new();
         for (name, h) in &indices {
@@ -284,14 +400,48 @@ impl Engine {
                 for (h, old) in written {
                     let _ = h.set_aliases((*old).clone());
                 }
-                return Err(e);
+                return done(Err(e));
             }
             written.push((h, before));
         }
         for name in &remove_indices {
-            self.remove_index_dir(name);
+            if let Err(e) = self.remove_index_dir(name) {
+                self.rebuild_aliases();
+                return done(Err(e));
+            }
         }
         self.rebuild_aliases();
+        done(Ok(()))
+    }
+
+    /// Finishes an alias change a crash cut short (its record is still there): every index it
+    /// names gets the aliases it was to have, the indices it removes are deleted, then the
+    /// record goes. Idempotent, so a crash during it is finished at the next start too.
+    fn finish_pending_aliases(&self) -> Result<()> {
+        let path = self.dir.join(PENDING_ALIASES);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        // A record cut short was never acted on (it is written whole before any index).
+        if let Ok(pending) = serde_json::from_slice::<PendingAliases>(&bytes) {
+            tracing::info!(
+                indices = pending.aliases.len(),
+                removed = pending.remove.len(),
+                "finishing an alias change a restart interrupted"
+            );
+            for (name, aliases) in pending.aliases {
+                if let Some(h) = self.index(&name) {
+                    h.set_aliases(aliases)?;
+                }
+            }
+            for name in &pending.remove {
+                self.remove_index_dir(name)?;
+            }
+            self.rebuild_aliases();
+        }
+        remove_durably(&path)?;
         Ok(())
     }
 
@@ -317,17 +467,31 @@ impl Engine {
         })
     }
 
-    /// Removes an index from the node and deletes its directory.
-    fn remove_index_dir(&self, name: &str) {
-        let Some(h) = self.indices.write().remove(name) else {
-            return;
+    /// Removes an index from the node and deletes its directory: first renamed (atomic) to a
+    /// name [`Engine::open`] recognizes as deleted, so a crash while its files are removed (or
+    /// tantivy's background merges still writing into it, which makes the removal fail) can
+    /// never bring the index back half there; then removed, retried in the background while
+    /// merges finish, and at the next start if it still is there.
+    fn remove_index_dir(&self, name: &str) -> Result<()> {
+        let Some(h) = self.index(name) else {
+            return Ok(());
         };
         let dir = h.dir().to_path_buf();
-        drop(h);
-        if let Err(e) = std::fs::remove_dir_all(&dir) {
-            tracing::warn!(dir = %dir.display(), error = %e, "could not remove index directory");
+        let doomed = deleted_name(&dir);
+        std::fs::rename(&dir, &doomed).map_err(|e| {
+            EngineError::internal(format!(
+                "cannot delete index [{name}]: renaming {} failed: {e}",
+                dir.display()
+            ))
+        })?;
+        if let Err(e) = std::fs::File::open(&self.dir).and_then(|d| d.sync_all()) {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "could not sync the indices directory after a delete");
         }
+        self.indices.write().remove(name);
+        drop(h);
+        remove_deleted_dir(doomed);
         tracing::info!(index = name, "deleted index");
+        Ok(())
     }
 
     /// Creates an index from a create-index body (`settings`, `mappings`, `aliases`).
@@ -459,7 +623,7 @@ impl Engine {
         for t in targets {
             let name = t.handle.name().to_string();
             drop(t);
-            self.remove_index_dir(&name);
+            self.remove_index_dir(&name)?;
         }
         self.rebuild_aliases();
         Ok(())

@@ -232,7 +232,7 @@ impl std::fmt::Debug for IndexHandle {
     }
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
     {
         let mut f = std::fs::File::create(&tmp)?;
@@ -244,6 +244,12 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
         std::fs::File::open(parent)?.sync_all()?;
     }
     Ok(())
+}
+
+/// Whether `dir` holds a whole index: its description ([`META_FILE`]) is written last when an
+/// index is created, so a directory without it is a creation a crash cut short.
+pub(crate) fn is_complete(dir: &Path) -> bool {
+    dir.join(META_FILE).is_file()
 }
 
 impl IndexHandle {
@@ -635,6 +641,11 @@ impl IndexHandle {
         let mut st = self.state.lock();
         let mut next = st.mapping.clone();
         next.merge(update)?;
+        // The writes so far are committed first, under the same lock: the translog never holds
+        // a document written under the old mapping once the new one is stored, so a replay
+        // after a crash never parses one with a mapping it may not fit (a field that was
+        // unmapped, or a multi-field added to it, whose type its value does not have).
+        self.refresh_locked(&mut st)?;
         self.persist_meta(&next)?;
         st.mapping = next.clone();
         *self.mapping.write() = Arc::new(next);
@@ -976,8 +987,13 @@ impl IndexHandle {
 
     /// Makes all writes so far searchable: commit, reload the reader, empty the live map.
     pub fn refresh(&self) -> Result<()> {
-        let started = Instant::now();
         let mut st = self.state.lock();
+        self.refresh_locked(&mut st)
+    }
+
+    /// [`IndexHandle::refresh`] with the write state already locked.
+    fn refresh_locked(&self, st: &mut WriteState) -> Result<()> {
+        let started = Instant::now();
         if !st.dirty {
             return Ok(());
         }
