@@ -419,6 +419,8 @@ impl Engine {
     /// record goes. Idempotent, so a crash during it is finished at the next start too.
     fn finish_pending_aliases(&self) -> Result<()> {
         let path = self.dir.join(PENDING_ALIASES);
+        // A record a crash cut short while it was written, before its rename: never acted on.
+        remove_durably(&path.with_extension("tmp"))?;
         let bytes = match std::fs::read(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
