@@ -34,6 +34,8 @@
 //! );
 //! ```
 
+use std::collections::HashSet;
+
 use serde_json::{Map, Value};
 
 use crate::pattern::simple_match;
@@ -57,7 +59,7 @@ impl Segment {
 }
 
 /// Where a filter stands while it walks the answer: expression `path`, at segment `at`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Position {
     path: usize,
     at: usize,
@@ -95,6 +97,9 @@ impl Expressions {
     /// segment, and a `**` that matched also stays where it is (it may stand for more levels).
     fn evaluate(&self, name: &str, positions: &[Position]) -> Evaluated {
         let mut under = Vec::new();
+        // What `under` holds, so a long list of `**` expressions stays linear (a scan of
+        // `under` for each made thousands of them quadratic per property).
+        let mut seen = HashSet::new();
         for &pos in positions {
             let segments = &self.paths[pos.path];
             let segment = &segments[pos.at];
@@ -108,10 +113,10 @@ impl Expressions {
                 path: pos.path,
                 at: pos.at + 1,
             };
-            if *segment == Segment::Deep && !under.contains(&pos) {
+            if *segment == Segment::Deep && seen.insert(pos) {
                 under.push(pos);
             }
-            if !under.contains(&next) {
+            if seen.insert(next) {
                 under.push(next);
             }
         }

@@ -9,7 +9,7 @@ use axum::response::Response;
 use serde_json::{Value, json};
 
 use sluice_engine::index::IndexHandle;
-use sluice_engine::resolve::IndicesOptions;
+use sluice_engine::resolve::{ExpandWildcards, IndicesOptions};
 use sluice_wire::ErrorCode;
 
 use super::health_wait::HealthWait;
@@ -58,36 +58,59 @@ pub async fn health(
     index: Option<Path<String>>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    let wait = HealthWait::from_params(&params)?;
-    super::health::check_level(&params)?;
     let index = index.map(|Path(i)| i);
-    let opts = IndicesOptions::from_params(&params, IndicesOptions::for_index_apis(true))?;
-    let scoped = |st: &AppState| -> ApiResult<(Value, bool)> {
-        let Some(expr) = index.as_deref() else {
-            return Ok((health_body(st), true));
-        };
-        // OpenSearch's health of indices one of which does not exist: red, with none of
-        // their figures (and a wait for a better status waits for it to be created).
-        match st.engine.resolve_targets(expr, &opts) {
-            Ok(targets) => {
-                let handles: Vec<_> = targets.into_iter().map(|t| t.handle).collect();
-                Ok((health_of(st, &handles, false), true))
-            }
-            Err(e) if e.code == ErrorCode::IndexNotFound => Ok((health_of(st, &[], true), false)),
-            Err(e) => Err(e.into()),
-        }
+    let wait = HealthWait::from_params(&params, index.is_some())?;
+    super::health::check_level(&params)?;
+    // The figures are those of the named indices that exist (OpenSearch's lenient default,
+    // which the request's `ignore_unavailable`… may change); whether every one named exists
+    // is checked strictly, as OpenSearch does, and makes the status red when one does not.
+    let lenient = IndicesOptions {
+        ignore_unavailable: true,
+        expand_wildcards: ExpandWildcards {
+            open: true,
+            closed: true,
+            hidden: true,
+        },
+        forbid_closed: false,
+        ..IndicesOptions::default()
     };
-    let (mut body, mut found) = scoped(&st)?;
+    let figures_opts = IndicesOptions::from_params(&params, lenient)?;
+    let strict = IndicesOptions {
+        ignore_unavailable: false,
+        ..lenient
+    };
+    let scoped = |st: &AppState| -> ApiResult<(Value, Vec<Arc<IndexHandle>>, bool)> {
+        let Some(expr) = index.as_deref() else {
+            let all = st.engine.all_indices();
+            return Ok((health_of(st, &all, false), all, true));
+        };
+        let handles: Vec<_> = st
+            .engine
+            .resolve_targets(expr, &figures_opts)?
+            .into_iter()
+            .map(|t| t.handle)
+            .collect();
+        let exist = match st.engine.resolve_targets(expr, &strict) {
+            Ok(_) => true,
+            Err(e) if e.code == ErrorCode::IndexNotFound => false,
+            Err(e) => return Err(e.into()),
+        };
+        Ok((health_of(st, &handles, !exist), handles, exist))
+    };
+    let (mut body, mut handles, mut exist) = scoped(&st)?;
     if let Some(wait) = wait {
-        let deadline = Instant::now() + wait.timeout;
-        while !wait.met(&body) {
-            let left = deadline.saturating_duration_since(Instant::now());
+        // A timeout too large to add to now waits with no deadline.
+        let deadline = Instant::now().checked_add(wait.timeout);
+        while !wait.met(&body, exist) {
+            let left = deadline.map_or(HEALTH_RECHECK, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
             if left.is_zero() {
                 body["timed_out"] = Value::Bool(true);
                 break;
             }
             tokio::time::sleep(left.min(HEALTH_RECHECK)).await;
-            (body, found) = scoped(&st)?;
+            (body, handles, exist) = scoped(&st)?;
         }
     }
     let status = if body["timed_out"] == true {
@@ -95,11 +118,7 @@ pub async fn health(
     } else {
         StatusCode::OK
     };
-    if found {
-        super::health::add_indices_level(&st, index.as_deref(), &params, &mut body)?;
-    } else if super::health::wants_indices(&params) {
-        body["indices"] = Value::Object(Default::default());
-    }
+    super::health::add_indices_level(&handles, &params, &mut body)?;
     Ok(reply(status, body, &params))
 }
 

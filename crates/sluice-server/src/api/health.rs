@@ -9,7 +9,6 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 use sluice_engine::EngineError;
 use sluice_engine::index::IndexHandle;
-use sluice_engine::resolve::IndicesOptions;
 
 use super::cat::{Cell, Column, Table};
 use crate::error::ApiResult;
@@ -74,11 +73,6 @@ pub(crate) fn check_level(params: &Params) -> Result<(), EngineError> {
     parse_level(params).map(|_| ())
 }
 
-/// Whether `level` asks for the `indices` section (`indices` or `shards`).
-pub(crate) fn wants_indices(params: &Params) -> bool {
-    parse_level(params).is_ok_and(|l| l != Level::Cluster)
-}
-
 fn index_json(health: &IndexHealth, level: Level) -> Value {
     let mut v = json!({
         "status": health.status,
@@ -112,10 +106,9 @@ fn index_json(health: &IndexHealth, level: Level) -> Value {
 }
 
 /// Adds the `indices` section `level=indices|shards` asks for to a `_cluster/health` body,
-/// over the indices `index` names (all without it); validates `level` either way.
+/// over `indices` (those the request named that exist, or all); validates `level` either way.
 pub fn add_indices_level(
-    st: &AppState,
-    index: Option<&str>,
+    indices: &[Arc<IndexHandle>],
     params: &Params,
     body: &mut Value,
 ) -> ApiResult<()> {
@@ -123,18 +116,11 @@ pub fn add_indices_level(
     if level == Level::Cluster {
         return Ok(());
     }
-    let opts = IndicesOptions::from_params(params, IndicesOptions::for_index_apis(true))?;
-    let targets = st.engine.resolve_targets(index.unwrap_or("_all"), &opts)?;
-    let indices: Map<String, Value> = targets
+    let section: Map<String, Value> = indices
         .iter()
-        .map(|t| {
-            (
-                t.handle.name().to_string(),
-                index_json(&index_health(&t.handle), level),
-            )
-        })
+        .map(|h| (h.name().to_string(), index_json(&index_health(h), level)))
         .collect();
-    body["indices"] = Value::Object(indices);
+    body["indices"] = Value::Object(section);
     Ok(())
 }
 

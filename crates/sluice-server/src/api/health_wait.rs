@@ -68,6 +68,8 @@ enum ActiveShards {
 /// What a health request waits for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthWait {
+    /// The request names indices (`_cluster/health/{index}`): they must all exist.
+    indices: bool,
     status: Option<Status>,
     nodes: Option<(Compare, u64)>,
     active_shards: Option<ActiveShards>,
@@ -76,9 +78,10 @@ pub struct HealthWait {
 }
 
 impl HealthWait {
-    /// Reads the parameters; `None` when the request waits for nothing (no `wait_for_*`
-    /// condition that can be unmet), so it is answered at once.
-    pub fn from_params(params: &Params) -> Result<Option<HealthWait>, EngineError> {
+    /// Reads the parameters of a request that names indices or not (`indices`: as in
+    /// OpenSearch, the indices named existing is one more condition); `None` when the request
+    /// waits for nothing (no condition that can be unmet), so it is answered at once.
+    pub fn from_params(params: &Params, indices: bool) -> Result<Option<HealthWait>, EngineError> {
         let status = match params.get("wait_for_status") {
             None => None,
             Some(s) => Some(Status::parse(s).ok_or_else(|| {
@@ -91,10 +94,15 @@ impl HealthWait {
         };
         let active_shards = match params.get("wait_for_active_shards").map(String::as_str) {
             None => None,
-            Some(v) if v.eq_ignore_ascii_case("all") => Some(ActiveShards::All),
-            Some(v) => match v.parse::<u64>() {
+            Some("all") => Some(ActiveShards::All),
+            Some(v) => match v.parse::<i64>() {
                 Ok(0) => None,
-                Ok(n) => Some(ActiveShards::AtLeast(n)),
+                Ok(n) if n < 0 => {
+                    return Err(EngineError::illegal_argument(
+                        "shard count cannot be a negative value",
+                    ));
+                }
+                Ok(n) => Some(ActiveShards::AtLeast(n.unsigned_abs())),
                 Err(_) => {
                     return Err(EngineError::illegal_argument(format!(
                         "cannot parse ActiveShardCount[{v}]"
@@ -115,17 +123,19 @@ impl HealthWait {
                 )));
             }
         }
+        // `-1` (no timeout in OpenSearch's words) times out at once there, as here.
         let timeout = match params.get("timeout") {
             None => DEFAULT_TIMEOUT,
             Some(v) => sluice_wire::parse_time_value(v, "timeout")
                 .map_err(sluice_wire::OpenSearchError::from)?
                 .duration_opt()
-                .unwrap_or(DEFAULT_TIMEOUT),
+                .unwrap_or(Duration::ZERO),
         };
-        if status.is_none() && nodes.is_none() && active_shards.is_none() {
+        if !indices && status.is_none() && nodes.is_none() && active_shards.is_none() {
             return Ok(None);
         }
         Ok(Some(HealthWait {
+            indices,
             status,
             nodes,
             active_shards,
@@ -133,8 +143,9 @@ impl HealthWait {
         }))
     }
 
-    /// Whether `health` (a `_cluster/health` document) meets every condition.
-    pub fn met(&self, health: &Value) -> bool {
+    /// Whether `health` (a `_cluster/health` document), with `exist` whether every index the
+    /// request named exists, meets every condition.
+    pub fn met(&self, health: &Value, exist: bool) -> bool {
         let int = |key: &str| health[key].as_u64().unwrap_or(0);
         let status_met = self.status.is_none_or(|wanted| {
             health["status"]
@@ -156,7 +167,7 @@ impl HealthWait {
             ActiveShards::All => int("unassigned_shards") == 0 && int("initializing_shards") == 0,
             ActiveShards::AtLeast(n) => int("active_shards") >= n,
         });
-        status_met && nodes_met && shards_met
+        (!self.indices || exist) && status_met && nodes_met && shards_met
     }
 }
 
@@ -210,7 +221,7 @@ mod tests {
     }
 
     fn wait(pairs: &[(&str, &str)]) -> HealthWait {
-        HealthWait::from_params(&params(pairs))
+        HealthWait::from_params(&params(pairs), false)
             .expect("valid")
             .expect("waits")
     }
@@ -230,18 +241,22 @@ mod tests {
             vec![("wait_for_active_shards", "0")],
             vec![("wait_for_nodes", "")],
         ] {
-            assert_eq!(HealthWait::from_params(&params(&p)).unwrap(), None, "{p:?}");
+            assert_eq!(
+                HealthWait::from_params(&params(&p), false).unwrap(),
+                None,
+                "{p:?}"
+            );
         }
     }
 
     #[test]
     fn test_status_is_met_by_that_status_or_better() {
         let yellow = wait(&[("wait_for_status", "yellow")]);
-        assert!(yellow.met(&health("green", 1, 1, 0)));
-        assert!(yellow.met(&health("yellow", 1, 1, 1)));
-        assert!(!yellow.met(&health("red", 1, 0, 1)));
+        assert!(yellow.met(&health("green", 1, 1, 0), true));
+        assert!(yellow.met(&health("yellow", 1, 1, 1), true));
+        assert!(!yellow.met(&health("red", 1, 0, 1), true));
         let green = wait(&[("wait_for_status", "GREEN")]);
-        assert!(!green.met(&health("yellow", 1, 1, 1)));
+        assert!(!green.met(&health("yellow", 1, 1, 1), true));
     }
 
     #[test]
@@ -259,7 +274,9 @@ mod tests {
         ];
         for (form, expected) in cases {
             let w = wait(&[("wait_for_nodes", form)]);
-            let got: Vec<bool> = (1..=3).map(|n| w.met(&health("green", n, 0, 0))).collect();
+            let got: Vec<bool> = (1..=3)
+                .map(|n| w.met(&health("green", n, 0, 0), true))
+                .collect();
             assert_eq!(got, expected, "{form}");
         }
     }
@@ -267,11 +284,28 @@ mod tests {
     #[test]
     fn test_active_shards() {
         let two = wait(&[("wait_for_active_shards", "2")]);
-        assert!(!two.met(&health("yellow", 1, 1, 1)));
-        assert!(two.met(&health("yellow", 1, 2, 2)));
+        assert!(!two.met(&health("yellow", 1, 1, 1), true));
+        assert!(two.met(&health("yellow", 1, 2, 2), true));
         let all = wait(&[("wait_for_active_shards", "all")]);
-        assert!(!all.met(&health("yellow", 1, 2, 2)));
-        assert!(all.met(&health("green", 1, 2, 0)));
+        assert!(!all.met(&health("yellow", 1, 2, 2), true));
+        assert!(all.met(&health("green", 1, 2, 0), true));
+    }
+
+    #[test]
+    fn test_named_indices_must_exist() {
+        let w = HealthWait::from_params(&params(&[]), true)
+            .unwrap()
+            .expect("naming indices is a condition");
+        assert!(w.met(&health("green", 1, 1, 0), true));
+        assert!(!w.met(&health("red", 1, 0, 0), false));
+    }
+
+    #[test]
+    fn test_minus_one_timeout_times_out_at_once() {
+        assert_eq!(
+            wait(&[("wait_for_status", "green"), ("timeout", "-1")]).timeout,
+            Duration::ZERO
+        );
     }
 
     #[test]
@@ -306,6 +340,14 @@ mod tests {
                 "cannot parse ActiveShardCount[most]",
             ),
             (
+                ("wait_for_active_shards", "ALL"),
+                "cannot parse ActiveShardCount[ALL]",
+            ),
+            (
+                ("wait_for_active_shards", "-1"),
+                "shard count cannot be a negative value",
+            ),
+            (
                 ("wait_for_no_relocating_shards", "yes"),
                 "Failed to parse value [yes] as only [true] or [false] are allowed.",
             ),
@@ -318,7 +360,7 @@ mod tests {
                 "fractional time values are not supported",
             ),
         ] {
-            let err = HealthWait::from_params(&params(&[p])).unwrap_err();
+            let err = HealthWait::from_params(&params(&[p]), false).unwrap_err();
             assert!(err.reason.contains(reason), "{p:?}: {}", err.reason);
         }
     }

@@ -446,15 +446,62 @@ async fn test_cluster_health_waits_for_its_conditions() {
     );
     let (_, b) = node.req("GET", "/_cluster/health", None).await;
     assert_eq!(b["status"], "yellow", "{b}");
+    // Naming an index is a condition, as in OpenSearch: one missing is red, and the request
+    // waits for it until its timeout; the figures are those of the named indices that exist.
     let (s, b) = node
-        .req("GET", "/_cluster/health/nope?level=indices", None)
+        .req(
+            "GET",
+            "/_cluster/health/nope?level=indices&timeout=100ms",
+            None,
+        )
         .await;
-    assert_eq!((s, b["status"].as_str()), (200, Some("red")), "{b}");
+    assert_eq!(
+        (s, b["status"].as_str(), b["timed_out"].as_bool()),
+        (408, Some("red"), Some(true)),
+        "{b}"
+    );
     assert_eq!(
         (b["active_shards"].as_u64(), &b["indices"]),
         (Some(0), &json!({})),
         "{b}"
     );
+    let (s, b) = node
+        .req(
+            "GET",
+            "/_cluster/health/nope,w?level=indices&timeout=0s",
+            None,
+        )
+        .await;
+    assert_eq!((s, b["status"].as_str()), (408, Some("red")), "{b}");
+    let listed: Vec<&str> = b["indices"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        (b["active_shards"].as_u64(), listed),
+        (Some(1), vec!["w"]),
+        "{b}"
+    );
+    // A timeout too large to add to the clock waits with no deadline (here: met at once).
+    let (s, b) = node
+        .req(
+            "GET",
+            "/_cluster/health?wait_for_status=yellow&timeout=9223372036854775807d",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    // `-1` times out at once.
+    let (s, _) = node
+        .req(
+            "GET",
+            "/_cluster/health?wait_for_status=green&timeout=-1",
+            None,
+        )
+        .await;
+    assert_eq!(s, 408);
     let waiting = {
         let client = node.client.clone();
         let url = node.url("/_cluster/health/later?wait_for_status=yellow&timeout=60s");
