@@ -56,7 +56,7 @@ fn remove_durably(path: &Path) -> std::io::Result<()> {
         Err(e) => return Err(e),
     }
     match path.parent() {
-        Some(dir) => std::fs::File::open(dir)?.sync_all(),
+        Some(dir) => index::sync_dir(dir),
         None => Ok(()),
     }
 }
@@ -486,7 +486,7 @@ impl Engine {
                 dir.display()
             ))
         })?;
-        if let Err(e) = std::fs::File::open(&self.dir).and_then(|d| d.sync_all()) {
+        if let Err(e) = index::sync_dir(&self.dir) {
             tracing::warn!(dir = %self.dir.display(), error = %e, "could not sync the indices directory after a delete");
         }
         self.indices.write().remove(name);

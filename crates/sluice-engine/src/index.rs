@@ -241,9 +241,14 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     }
     std::fs::rename(&tmp, path)?;
     if let Some(parent) = path.parent() {
-        std::fs::File::open(parent)?.sync_all()?;
+        sync_dir(parent)?;
     }
     Ok(())
+}
+
+/// Syncs directory `dir`, so the renames and removals in it survive a crash.
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// Whether `dir` holds a whole index: its description ([`META_FILE`]) is written last when an

@@ -209,16 +209,10 @@ fn function<'a>(v: &'a str, name: &str) -> Option<&'a str> {
 
 #[cfg(test)]
 mod tests {
+    use crate::http::params_of as params;
     use serde_json::json;
 
     use super::*;
-
-    fn params(pairs: &[(&str, &str)]) -> Params {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     fn wait(pairs: &[(&str, &str)]) -> HealthWait {
         HealthWait::from_params(&params(pairs), false)

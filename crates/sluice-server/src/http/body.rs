@@ -93,14 +93,7 @@ pub fn parse_json(bytes: &[u8]) -> ApiResult<Option<Value>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::Params;
-
-    fn params(pairs: &[(&str, &str)]) -> Params {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::http::params_of as params;
 
     #[test]
     fn test_the_source_parameter_stands_for_an_empty_body_only() {

@@ -20,3 +20,12 @@ pub use reply::{json_response, render_table, reply};
 
 /// Query-string parameters of a request.
 pub type Params = HashMap<String, String>;
+
+/// Request parameters made of `pairs`, for tests.
+#[cfg(test)]
+pub(crate) fn params_of(pairs: &[(&str, &str)]) -> Params {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}

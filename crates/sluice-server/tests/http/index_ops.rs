@@ -394,17 +394,7 @@ async fn test_cluster_health_waits_for_its_conditions() {
     assert_eq!((s, b["timed_out"].as_bool()), (408, Some(true)), "{b}");
 
     // A wait that the cluster comes to meet: answered when it does.
-    let waiting = {
-        let client = node.client.clone();
-        let url = node.url("/_cluster/health?wait_for_status=green&timeout=60s");
-        tokio::spawn(async move {
-            let resp = client.get(url).send().await.expect("sent");
-            (
-                resp.status().as_u16(),
-                resp.json::<Value>().await.expect("json"),
-            )
-        })
-    };
+    let waiting = spawn_get(&node, "/_cluster/health?wait_for_status=green&timeout=60s");
     // Two round trips on other connections give the spawned request time to arrive (the
     // node has no gauge of requests in flight to wait on). Had it arrived late, it would
     // still be answered green: the test cannot fail falsely, and catches a handler that does
@@ -502,17 +492,10 @@ async fn test_cluster_health_waits_for_its_conditions() {
         )
         .await;
     assert_eq!(s, 408);
-    let waiting = {
-        let client = node.client.clone();
-        let url = node.url("/_cluster/health/later?wait_for_status=yellow&timeout=60s");
-        tokio::spawn(async move {
-            let resp = client.get(url).send().await.expect("sent");
-            (
-                resp.status().as_u16(),
-                resp.json::<Value>().await.expect("json"),
-            )
-        })
-    };
+    let waiting = spawn_get(
+        &node,
+        "/_cluster/health/later?wait_for_status=yellow&timeout=60s",
+    );
     for _ in 0..2 {
         let (s, _) = node.req("GET", "/_cluster/health", None).await;
         assert_eq!(s, 200);
@@ -548,4 +531,18 @@ async fn test_cluster_health_waits_for_its_conditions() {
         let got = resp.1["error"]["reason"].as_str().unwrap_or_default();
         assert!(got.contains(reason), "{query}: {}", resp.1);
     }
+}
+
+/// `GET path` on `node` in a task of its own, for a request that waits while the test goes on:
+/// its status and JSON body.
+fn spawn_get(node: &TestNode, path: &str) -> tokio::task::JoinHandle<(u16, Value)> {
+    let client = node.client.clone();
+    let url = node.url(path);
+    tokio::spawn(async move {
+        let resp = client.get(url).send().await.expect("sent");
+        (
+            resp.status().as_u16(),
+            resp.json::<Value>().await.expect("json"),
+        )
+    })
 }
