@@ -62,8 +62,7 @@ async fn test_stats_gather_every_node_and_name_a_hung_or_dead_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_tasks_are_listed_fetched_and_cancelled_from_any_node() {
-    let c = TestCluster::start(3, "tasks").await;
-    c.heavy_index(1).await;
+    let c = TestCluster::start_heavy(3, "tasks").await;
     let search = c.start_search(1, "/heavy/_search", heavy_query(), &[]);
     let (_, local) = c.get(1, "/_nodes/_local").await;
     let node1 = local["nodes"]

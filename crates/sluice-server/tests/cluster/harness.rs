@@ -125,6 +125,22 @@ impl TestCluster {
 
     /// Starts `n` nodes on the metastore at `metastore_uri`.
     pub async fn start_on(n: usize, test: &str, metastore_uri: String) -> TestCluster {
+        TestCluster::launch(n, test, metastore_uri, false).await
+    }
+
+    /// Starts `n` nodes on one fresh PostgreSQL database, each holding its own copy of the
+    /// heavy index (`crate::heavy::seed_heavy`), and waits until each sees all `n`.
+    pub async fn start_heavy(n: usize, test: &str) -> TestCluster {
+        let url = sluice_meta::test_suite::fresh_postgres_url(test).await;
+        TestCluster::start_heavy_on(n, test, url).await
+    }
+
+    /// [`TestCluster::start_heavy`] on the metastore at `metastore_uri`.
+    pub async fn start_heavy_on(n: usize, test: &str, metastore_uri: String) -> TestCluster {
+        TestCluster::launch(n, test, metastore_uri, true).await
+    }
+
+    async fn launch(n: usize, test: &str, metastore_uri: String, heavy: bool) -> TestCluster {
         let mut c = TestCluster {
             nodes: Vec::new(),
             metastore_uri,
@@ -132,6 +148,11 @@ impl TestCluster {
             tmp: tempfile::tempdir().expect("tempdir"),
             client: reqwest::Client::new(),
         };
+        if heavy {
+            for i in 0..n {
+                crate::heavy::seed_heavy(&c.data(i)).await;
+            }
+        }
         for i in 0..n {
             let node = c.spawn(i).await;
             c.nodes.push(Some(node));
@@ -332,48 +353,9 @@ fn addr_after(line: &str, marker: &str) -> Option<SocketAddr> {
     rest.split(|c: char| c.is_whitespace()).next()?.parse().ok()
 }
 
-/// Docs in the heavy index: enough that [`heavy_query`] runs for seconds in a test build.
-const HEAVY_DOCS: usize = 60_000;
-
-/// A query that visits every document, sorts on a unique keyword and builds a bucket per
-/// document: seconds of work on the heavy index, so there is a running task to see and
-/// cancel.
-pub fn heavy_query() -> Value {
-    serde_json::json!({
-        "size": 10000,
-        "track_total_hits": true,
-        "sort": [{"k": "desc"}],
-        "aggs": {"each": {"terms": {"field": "k", "size": 60000}}}
-    })
-}
+pub use crate::heavy::heavy_query;
 
 impl TestCluster {
-    /// Creates the `heavy` index on node `i` (each node of an embedded cluster holds its own
-    /// indices).
-    pub async fn heavy_index(&self, i: usize) {
-        let mapping = serde_json::json!({"mappings": {"properties": {
-            "k": {"type": "keyword"}, "n": {"type": "long"}}}});
-        let (status, body) = self.req(i, "PUT", "/heavy", Some(mapping)).await;
-        assert_eq!(status, 200, "{body}");
-        let mut bulk = String::new();
-        for n in 0..HEAVY_DOCS {
-            bulk.push_str("{\"index\":{}}\n");
-            bulk.push_str(&format!("{{\"k\":\"key-{n:08}\",\"n\":{n}}}\n"));
-        }
-        let resp = self
-            .client
-            .post(format!(
-                "http://{}/heavy/_bulk?refresh=true",
-                self.node(i).http
-            ))
-            .header("content-type", "application/x-ndjson")
-            .body(bulk)
-            .send()
-            .await
-            .expect("bulk sent");
-        assert_eq!(resp.status().as_u16(), 200);
-    }
-
     /// Starts `POST path` with `body` and `headers` on node `i` in the background; the task
     /// answers (status, body).
     pub fn start_search(

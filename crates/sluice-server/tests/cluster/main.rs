@@ -3,6 +3,8 @@
 
 mod fanout;
 mod harness;
+#[path = "../http/common/heavy.rs"]
+mod heavy;
 mod membership;
 mod metadata;
 mod shared_tier;

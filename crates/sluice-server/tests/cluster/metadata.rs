@@ -13,8 +13,7 @@ const PROPAGATION: Duration = Duration::from_secs(1);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_group_made_on_one_node_is_enforced_on_another_within_a_second() {
-    let c = TestCluster::start(3, "propagate").await;
-    c.heavy_index(2).await;
+    let c = TestCluster::start_heavy(3, "propagate").await;
     let (status, body) = c
         .req(
             0,
@@ -129,8 +128,7 @@ async fn test_concurrent_creations_on_two_nodes_never_both_pass_the_sum_check() 
 async fn test_nodes_serve_through_a_metastore_outage_and_catch_up() {
     // A PostgreSQL server of this test's own, really stopped and started again.
     let pg = sluice_meta::test_suite::ScratchPostgres::start().await;
-    let c = TestCluster::start_on(2, "outage", pg.url().to_string()).await;
-    c.heavy_index(1).await;
+    let c = TestCluster::start_heavy_on(2, "outage", pg.url().to_string()).await;
     pg.down().await;
     c.eventually(
         Duration::from_secs(10),

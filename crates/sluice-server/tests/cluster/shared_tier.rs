@@ -51,10 +51,7 @@ async fn everywhere(c: &TestCluster, n: usize, id: &str) {
 /// only limit is `shared_limit` (memory 0.5, enforced), in every node's view: how most tests here
 /// start. Returns the cluster and the group's id.
 async fn shared_cluster(name: &str, shared_limit: usize) -> (TestCluster, String) {
-    let c = TestCluster::start(3, name).await;
-    for i in 0..3 {
-        c.heavy_index(i).await;
-    }
+    let c = TestCluster::start_heavy(3, name).await;
     enable(&c).await;
     let id = group(
         &c,
@@ -188,10 +185,7 @@ async fn test_a_shared_only_ceiling_holds_across_coordinators_and_frees_on_relea
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_parked_request_of_a_shared_only_group_is_drained_by_the_owner_push() {
-    let c = TestCluster::start(3, "shared_push").await;
-    for i in 0..3 {
-        c.heavy_index(i).await;
-    }
+    let c = TestCluster::start_heavy(3, "shared_push").await;
     enable(&c).await;
     let id = group(
         &c,

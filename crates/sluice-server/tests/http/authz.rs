@@ -448,8 +448,8 @@ async fn running_search(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_users_see_and_cancel_only_their_own_tasks() {
     let tmp = tempfile::tempdir().unwrap();
+    crate::common::seed_heavy(&tmp.path().join("data")).await;
     let node = node_with_roles(&tmp).await;
-    crate::common::heavy_index_as(&node, &ROOT).await;
     let alice = who("alice", "tenant_a");
     let rita = who("rita", "a_reader");
     let (task, running) = running_search(&node, rita).await;

@@ -272,8 +272,7 @@ async fn test_wait_for_completion_false_answers_a_task_and_stores_its_result() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_running_action_shows_its_counts_and_stops_when_cancelled() {
-    let node = TestNode::start().await;
-    crate::common::heavy_index(&node).await;
+    let node = TestNode::start_heavy(&[]).await;
     let docs = crate::common::HEAVY_DOCS as u64;
     // Small batches: thousands of them, each a bulk write, so the action runs long enough
     // to be seen at work.

@@ -21,9 +21,14 @@ use serde_json::{Value, json};
 /// intervals and heavy searches, even on a slow, shared machine.
 const PATIENCE: Duration = Duration::from_secs(120);
 
+/// Start settings that keep the enforcement loop's passes and usage refreshes out of a test
+/// that drives them itself. They are given at start: a change through `_cluster/settings`
+/// applies from the loop's next wait, after the one already under way (default 1 s).
+const HOUR_ENFORCEMENT: &str = "wlm.workload_group.enforcement_interval=3600000";
+const HOUR_REFRESH: &str = "wlm.workload_group.usage_refresh_interval=3600000";
+
 async fn node_in_mode(mode: &str) -> TestNode {
-    let node = TestNode::start().await;
-    common::heavy_index(&node).await;
+    let node = TestNode::start_heavy(&[]).await;
     let (s, b) = node
         .req("PUT", "/small/_doc/1?refresh=true", Some(json!({"k": "a"})))
         .await;
@@ -475,9 +480,15 @@ async fn test_usage_is_refreshed_between_enforcement_runs() {
 #[tokio::test]
 async fn test_request_waiting_for_a_thread_is_rejected_when_its_group_went_over() {
     let tmp = tempfile::tempdir().expect("tempdir");
+    common::seed_heavy(tmp.path()).await;
     let node = TestNode::start_on(
         tmp.path(),
-        &["thread_pool.search.size=2", "node.memory_budget=1tb"],
+        &[
+            "thread_pool.search.size=2",
+            "node.memory_budget=1tb",
+            HOUR_ENFORCEMENT,
+            HOUR_REFRESH,
+        ],
     )
     .await;
     // Neither enforcement runs nor usage refreshes on their own during the test: the test
@@ -486,14 +497,11 @@ async fn test_request_waiting_for_a_thread_is_rejected_when_its_group_went_over(
         &node,
         json!({
             "wlm.workload_group.mode": "enabled",
-            "wlm.workload_group.enforcement_interval": 3_600_000,
-            "wlm.workload_group.usage_refresh_interval": 3_600_000,
             // Any measured CPU is over the rejection threshold, however busy the machine.
             "wlm.workload_group.node.cpu_rejection_threshold": 0.0,
         }),
     )
     .await;
-    common::heavy_index(&node).await;
     let analytics = create_group(&node, "analytics", "enforced", 0.01).await;
 
     // The two search threads: one runs an analytics search, the other a DEFAULT one.
@@ -556,9 +564,9 @@ async fn test_enforced_group_over_its_memory_share_loses_its_tasks_for_memory() 
     // A 64 MB budget: a heavy search (60,000 hits and buckets) allocates far more than the
     // group's 5% of it.
     let tmp = tempfile::tempdir().expect("tempdir");
+    common::seed_heavy(tmp.path()).await;
     let node = TestNode::start_on(tmp.path(), &["node.memory_budget=64mb"]).await;
     put_settings(&node, json!({"wlm.workload_group.mode": "enabled"})).await;
-    common::heavy_index(&node).await;
     let body = json!({"name": "hog", "resiliency_mode": "enforced",
                       "resource_limits": {"memory": 0.05}});
     let (s, b) = node.req("PUT", "/_wlm/workload_group", Some(body)).await;
@@ -613,22 +621,25 @@ async fn queued_behind_a_blocker(
     tokio::task::JoinHandle<Reply>,
     tokio::task::JoinHandle<Reply>,
 ) {
+    common::seed_heavy(tmp).await;
     let node = TestNode::start_on(
         tmp,
-        &["thread_pool.search.size=1", "node.memory_budget=1tb"],
+        &[
+            "thread_pool.search.size=1",
+            "node.memory_budget=1tb",
+            HOUR_ENFORCEMENT,
+            HOUR_REFRESH,
+        ],
     )
     .await;
     put_settings(
         &node,
         json!({
             "wlm.workload_group.mode": "enabled",
-            "wlm.workload_group.enforcement_interval": 3_600_000,
-            "wlm.workload_group.usage_refresh_interval": 3_600_000,
             "wlm.workload_group.estimate_unmeasured_tasks": estimate,
         }),
     )
     .await;
-    common::heavy_index(&node).await;
     let analytics = create_group(&node, "analytics", "enforced", 0.01).await;
     let learnt = spawn_search(&node, Some(&analytics)).await.expect("joined");
     assert_eq!(learnt.status, 200, "{:.300}", learnt.body.to_string());
@@ -709,17 +720,19 @@ async fn test_without_the_estimate_a_burst_is_admitted_whole_as_in_opensearch() 
 #[tokio::test]
 async fn test_a_refresh_that_measures_a_task_gives_its_reservation_back() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let node = TestNode::start_on(tmp.path(), &["node.memory_budget=1tb"]).await;
+    common::seed_heavy(tmp.path()).await;
+    let node = TestNode::start_on(
+        tmp.path(),
+        &["node.memory_budget=1tb", HOUR_ENFORCEMENT, HOUR_REFRESH],
+    )
+    .await;
     put_settings(
         &node,
         json!({
             "wlm.workload_group.mode": "enabled",
-            "wlm.workload_group.enforcement_interval": 3_600_000,
-            "wlm.workload_group.usage_refresh_interval": 3_600_000,
         }),
     )
     .await;
-    common::heavy_index(&node).await;
     let reports = create_group(&node, "reports", "monitor", 0.05).await;
     let entry = node.state.workload.entry(&reports).expect("entry");
     let unmeasured = entry.stats.unmeasured.clone();

@@ -1091,9 +1091,9 @@ fn spawn_heavy(gw: &TestNode, path: &str, opaque: &str) -> tokio::task::JoinHand
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_cancellation_reaches_the_upstream() {
     let tmp = tempfile::tempdir().unwrap();
+    common::seed_heavy(tmp.path()).await;
     let gw = TestNode::start_gateway_on(tmp.path(), &[]).await;
     let upstream = gw.upstream.as_ref().unwrap();
-    common::heavy_index(&gw).await;
 
     // 1. `_tasks/{id}/_cancel` on the gateway; the client's X-Opaque-Id is kept and recorded.
     let search = spawn_heavy(&gw, "/heavy/_search", "client-1");
@@ -1163,9 +1163,9 @@ async fn test_cancellation_reaches_the_upstream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_reported_upstream_usage_is_recorded_on_the_gateways_task() {
     let tmp = tempfile::tempdir().unwrap();
+    common::seed_heavy(tmp.path()).await;
     let gw = TestNode::start_gateway_on(tmp.path(), &[]).await;
     let upstream = gw.upstream.as_ref().unwrap();
-    common::heavy_index(&gw).await;
     let search = spawn_heavy(&gw, "/heavy/_search", "usage");
     wait_upstream_search(upstream, "usage;sluice:").await;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -2171,9 +2171,9 @@ async fn byquery_tasks(node: &TestNode) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_cancelling_a_waiting_by_query_on_the_gateway_answers_what_the_upstream_did() {
     let tmp = tempfile::tempdir().unwrap();
+    common::seed_heavy(tmp.path()).await;
     let gw = TestNode::start_gateway_on(tmp.path(), &[]).await;
     let upstream = gw.upstream.as_ref().unwrap();
-    common::heavy_index(&gw).await;
     // Small batches: thousands of bulk writes, long enough to be cancelled while it runs.
     let rb = gw
         .client

@@ -114,8 +114,7 @@ async fn test_malformed_requests_fail_whole() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_items_are_children_and_cancelling_the_parent_cancels_them() {
-    let node = TestNode::start().await;
-    common::heavy_index(&node).await;
+    let node = TestNode::start_heavy(&[]).await;
     let body = ndjson(&[
         json!({"index": "heavy"}),
         common::heavy_query(),

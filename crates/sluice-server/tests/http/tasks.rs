@@ -70,8 +70,7 @@ fn assert_cancelled(resp: &(u16, Value), reason_part: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_search_is_a_task_and_cancel_api_stops_it() {
-    let node = TestNode::start().await;
-    common::heavy_index(&node).await;
+    let node = TestNode::start_heavy(&[]).await;
     let search = spawn_heavy(&node, "");
     let (id, task) = wait_for_search_task(&node).await;
     assert_eq!(task["action"], "indices:data/read/search");
@@ -111,8 +110,7 @@ async fn test_search_is_a_task_and_cancel_api_stops_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_cancel_matching_actions_cancels_all_of_them() {
-    let node = TestNode::start().await;
-    common::heavy_index(&node).await;
+    let node = TestNode::start_heavy(&[]).await;
     let a = spawn_heavy(&node, "");
     wait_for_search_task(&node).await;
     let (s, b) = node
@@ -126,8 +124,7 @@ async fn test_cancel_matching_actions_cancels_all_of_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_cancel_after_time_interval_cancels_the_search() {
-    let node = TestNode::start().await;
-    common::heavy_index(&node).await;
+    let node = TestNode::start_heavy(&[]).await;
     let resp = spawn_heavy(&node, "?cancel_after_time_interval=50ms")
         .await
         .unwrap();
@@ -145,8 +142,7 @@ async fn test_cancel_after_time_interval_cancels_the_search() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_client_disconnect_cancels_the_search() {
-    let node = TestNode::start().await;
-    common::heavy_index(&node).await;
+    let node = TestNode::start_heavy(&[]).await;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_millis(300))
         .build()
@@ -203,6 +199,7 @@ async fn test_unknown_and_malformed_task_ids() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_full_search_pool_rejects_with_429() {
     let tmp = tempfile::tempdir().unwrap();
+    common::seed_heavy(tmp.path()).await;
     let node = TestNode::start_on(
         tmp.path(),
         &[
@@ -211,7 +208,6 @@ async fn test_full_search_pool_rejects_with_429() {
         ],
     )
     .await;
-    common::heavy_index(&node).await;
     let running = spawn_heavy(&node, "");
     wait_for_search_task(&node).await;
     let queued = spawn_heavy(&node, "");
@@ -248,8 +244,7 @@ async fn test_full_search_pool_rejects_with_429() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_body_timeout_returns_partial_results_marked_timed_out() {
-    let node = TestNode::start().await;
-    common::heavy_index(&node).await;
+    let node = TestNode::start_heavy(&[]).await;
     let mut q = common::heavy_query();
     q["timeout"] = json!("1ms");
     let (s, b) = node.req("POST", "/heavy/_search", Some(q)).await;
@@ -276,8 +271,7 @@ async fn test_body_timeout_returns_partial_results_marked_timed_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_cluster_settings_bound_searches() {
-    let node = TestNode::start().await;
-    common::heavy_index(&node).await;
+    let node = TestNode::start_heavy(&[]).await;
     let (s, b) = node
         .req("PUT", "/_cluster/settings", Some(json!({"transient": {"search.cancel_after_time_interval": "50ms", "search.max_buckets": 5}})))
         .await;
@@ -318,8 +312,7 @@ async fn test_cluster_settings_bound_searches() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_tasks_show_the_requests_x_opaque_id_under_headers() {
-    let node = TestNode::start().await;
-    common::heavy_index(&node).await;
+    let node = TestNode::start_heavy(&[]).await;
     let client = node.client.clone();
     let url = node.url("/heavy/_search");
     let search = tokio::spawn(async move {

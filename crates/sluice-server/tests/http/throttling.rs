@@ -18,14 +18,13 @@ pub(crate) async fn node_in_mode(mode: &str, extra: &[&str]) -> TestNode {
     // against a budget no search comes near, so the enforcement loop never acts on them.
     let mut settings = vec!["node.memory_budget=1tb"];
     settings.extend_from_slice(extra);
-    let node = TestNode::start_with(&settings).await;
+    let node = TestNode::start_heavy(&settings).await;
     load(&node).await;
     set_mode(&node, mode).await;
     node
 }
 
 async fn load(node: &TestNode) {
-    common::heavy_index_as(node, &ADMIN).await;
     let r = node
         .req_with(
             "PUT",

@@ -27,8 +27,7 @@ pub(crate) async fn setup(extra: &[&str]) -> TestNode {
     // memory, which no search comes near against 1tb.
     let mut settings = vec!["thread_pool.search.size=32", "node.memory_budget=1tb"];
     settings.extend_from_slice(extra);
-    let node = TestNode::start_with(&settings).await;
-    common::heavy_index_as(&node, &ADMIN).await;
+    let node = TestNode::start_heavy(&settings).await;
     let r = node
         .req_with(
             "PUT",

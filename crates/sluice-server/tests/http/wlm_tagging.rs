@@ -370,8 +370,7 @@ async fn test_group_max_buckets_limits_aggregations_of_its_requests_only() {
 
 #[tokio::test]
 async fn test_group_timeout_and_cancel_after_follow_override_request_values() {
-    let node = TestNode::start().await;
-    common::heavy_index(&node).await;
+    let node = TestNode::start_heavy(&[]).await;
     let mut body = group("slow", 0.2);
     body["settings"] = json!({"search.default_search_timeout": "1ms"});
     let slow = create_group(&node, body, &[]).await;
@@ -434,8 +433,7 @@ async fn test_group_timeout_and_cancel_after_follow_override_request_values() {
 
 #[tokio::test]
 async fn test_running_task_shows_its_group() {
-    let node = TestNode::start().await;
-    common::heavy_index(&node).await;
+    let node = TestNode::start_heavy(&[]).await;
     let id = create_group(&node, group("seen", 0.2), &[]).await;
     let client = node.client.clone();
     let url = node.url("/heavy/_search");

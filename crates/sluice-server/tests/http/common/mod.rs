@@ -6,10 +6,12 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use sluice_server::config::{Config, gather};
 use sluice_server::server::Node;
 use tokio::sync::oneshot;
+
+mod heavy;
 
 /// A running node; dropping it without [`TestNode::stop`] aborts it.
 pub struct TestNode {
@@ -69,6 +71,16 @@ impl TestNode {
         let tmp = tempfile::tempdir().expect("tempdir");
         let data = tmp.path().to_path_buf();
         let mut node = TestNode::start_on(&data, extra).await;
+        node._tmp = Some(tmp);
+        node
+    }
+
+    /// Starts a node on a fresh temporary data folder holding the heavy index
+    /// ([`seed_heavy`]), with extra settings.
+    pub async fn start_heavy(extra: &[&str]) -> TestNode {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        seed_heavy(tmp.path()).await;
+        let mut node = TestNode::start_on(tmp.path(), extra).await;
         node._tmp = Some(tmp);
         node
     }
@@ -385,20 +397,7 @@ impl TestNode {
     }
 }
 
-/// Docs in the heavy index: enough that the heavy query below runs for a long while in a test
-/// build, so cancellation has something to stop.
-pub const HEAVY_DOCS: usize = 60_000;
-
-/// A query that visits every document, sorts on a unique keyword and builds a bucket per
-/// document: seconds of work on the heavy index.
-pub fn heavy_query() -> Value {
-    json!({
-        "size": 10000,
-        "track_total_hits": true,
-        "sort": [{"k": "desc"}],
-        "aggs": {"each": {"terms": {"field": "k", "size": 60000}}}
-    })
-}
+pub use heavy::{HEAVY_DOCS, heavy_index_at, heavy_query, seed_heavy};
 
 pub async fn heavy_index(node: &TestNode) {
     heavy_index_as(node, &[]).await;
@@ -407,38 +406,6 @@ pub async fn heavy_index(node: &TestNode) {
 /// Builds the heavy index sending `headers` (credentials on nodes that authenticate).
 pub async fn heavy_index_as(node: &TestNode, headers: &[(&str, &str)]) {
     heavy_index_at(&node.client, &node.base, headers).await;
-}
-
-/// Builds the heavy index on the node at `base` (`http://host:port`), e.g. a `sluice serve`
-/// process, sending `headers`.
-pub async fn heavy_index_at(client: &reqwest::Client, base: &str, headers: &[(&str, &str)]) {
-    let mapping =
-        json!({"mappings": {"properties": {"k": {"type": "keyword"}, "n": {"type": "long"}}}});
-    let mut rb = client
-        .put(format!("{base}/heavy"))
-        .header("content-type", "application/json")
-        .body(mapping.to_string());
-    for (k, v) in headers {
-        rb = rb.header(*k, *v);
-    }
-    let resp = rb.send().await.expect("sent");
-    assert_eq!(resp.status().as_u16(), 200, "create heavy");
-    let mut body = String::new();
-    for i in 0..HEAVY_DOCS {
-        body.push_str("{\"index\":{}}\n");
-        body.push_str(&format!("{{\"k\":\"key-{i:08}\",\"n\":{i}}}\n"));
-    }
-    let mut rb = client
-        .post(format!("{base}/heavy/_bulk?refresh=true"))
-        .header("content-type", "application/x-ndjson")
-        .body(body);
-    for (k, v) in headers {
-        rb = rb.header(*k, *v);
-    }
-    let resp = rb.send().await.expect("sent");
-    assert_eq!(resp.status().as_u16(), 200, "bulk into heavy");
-    let b: Value = resp.json().await.expect("json");
-    assert_eq!(b["errors"], false);
 }
 
 /// A response with its headers.
