@@ -171,12 +171,13 @@ pub fn merge(mut a: AggFruit, b: AggFruit) -> Result<AggFruit> {
 ///
 /// `too_many_buckets_exception` when the result holds more than `max_buckets` buckets.
 pub fn finish(merged: AggFruit, prepared: &PreparedAggs) -> Result<Value> {
-    finish_all(merged, &[prepared])
+    finish_all(merged, &[prepared], false)
 }
 
 /// [`finish`] with the [`PreparedAggs`] of every index of the search (at least one); the first
-/// one's limit applies.
-pub fn finish_all(merged: AggFruit, prepared: &[&PreparedAggs]) -> Result<Value> {
+/// one's limit applies. With `typed_keys`, each aggregation is named `type#name`, as
+/// OpenSearch names it for that parameter.
+pub fn finish_all(merged: AggFruit, prepared: &[&PreparedAggs], typed_keys: bool) -> Result<Value> {
     let (first, rest) = prepared
         .split_first()
         .ok_or_else(|| EngineError::internal("no prepared aggregations to finish"))?;
@@ -185,19 +186,23 @@ pub fn finish_all(merged: AggFruit, prepared: &[&PreparedAggs]) -> Result<Value>
         .into_final_result(first.request.clone(), limits)
         .map_err(classify_error)?;
     if rest.is_empty() {
-        return Ok(Value::Object(render::render(&results, &first.plans)));
+        return Ok(Value::Object(render::render(
+            &results,
+            &first.plans,
+            typed_keys,
+        )));
     }
     let mut plans = first.plans.clone();
     for other in rest {
         request::adopt_value_kinds(&mut plans, &other.plans);
     }
-    Ok(Value::Object(render::render(&results, &plans)))
+    Ok(Value::Object(render::render(&results, &plans, typed_keys)))
 }
 
 /// Renders the `aggregations` object of a search that collected nothing (every aggregation
-/// empty, as OpenSearch renders it).
-pub fn finish_empty(prepared: &PreparedAggs) -> Result<Value> {
-    finish(AggFruit::default(), prepared)
+/// empty, as OpenSearch renders it), typed as [`finish_all`] types it.
+pub fn finish_empty(prepared: &PreparedAggs, typed_keys: bool) -> Result<Value> {
+    finish_all(AggFruit::default(), &[prepared], typed_keys)
 }
 
 /// Classifies a tantivy error raised while collecting or finishing aggregations: the bucket

@@ -858,7 +858,7 @@ fn run_aggs_on(
         prepared.push(p);
     }
     let prepared: Vec<&aggs::PreparedAggs> = prepared.iter().collect();
-    aggs::finish_all(merged.expect("one index"), &prepared)
+    aggs::finish_all(merged.expect("one index"), &prepared, false)
 }
 
 fn run_aggs(t: &TestIndex, aggs_json: Value) -> Value {
@@ -1460,7 +1460,7 @@ fn test_empty_search_renders_empty_aggregations() {
     )
     .unwrap();
     assert_eq!(
-        aggs::finish_empty(&p).unwrap(),
+        aggs::finish_empty(&p, false).unwrap(),
         json!({"l": {"doc_count_error_upper_bound": 0, "sum_other_doc_count": 0, "buckets": []}, "a": {"value": null}})
     );
     // A query matching nothing goes through the same path.

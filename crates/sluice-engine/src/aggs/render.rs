@@ -16,16 +16,31 @@ use super::request::{AggPlan, BucketOrder, MetricKind, PlanKind, ValueKind};
 use super::sources;
 use crate::date::format_millis;
 
-/// Renders the results of the aggregations in `plans`, in request order.
-pub(super) fn render(results: &AggregationResults, plans: &[AggPlan]) -> Map<String, Value> {
+/// Renders the results of the aggregations in `plans`, in request order; with `typed`
+/// (`typed_keys`), each named `type#name` ([`AggPlan::typed_name`]).
+pub(super) fn render(
+    results: &AggregationResults,
+    plans: &[AggPlan],
+    typed: bool,
+) -> Map<String, Value> {
     let mut out = Map::new();
-    render_into(&mut out, results, plans);
+    render_into(&mut out, results, plans, typed);
     out
 }
 
-fn render_into(out: &mut Map<String, Value>, results: &AggregationResults, plans: &[AggPlan]) {
+fn render_into(
+    out: &mut Map<String, Value>,
+    results: &AggregationResults,
+    plans: &[AggPlan],
+    typed: bool,
+) {
     for plan in plans {
-        out.insert(plan.name.clone(), Value::Object(render_agg(results, plan)));
+        let name = if typed {
+            plan.typed_name()
+        } else {
+            plan.name.clone()
+        };
+        out.insert(name, Value::Object(render_agg(results, plan, typed)));
     }
 }
 
@@ -44,7 +59,7 @@ fn bucket_result<'r>(results: &'r AggregationResults, name: &str) -> Option<&'r 
     }
 }
 
-fn render_agg(results: &AggregationResults, plan: &AggPlan) -> Map<String, Value> {
+fn render_agg(results: &AggregationResults, plan: &AggPlan, typed: bool) -> Map<String, Value> {
     let mut obj = Map::new();
     if let Some(meta) = &plan.meta {
         obj.insert("meta".into(), meta.clone());
@@ -67,7 +82,7 @@ fn render_agg(results: &AggregationResults, plan: &AggPlan) -> Map<String, Value
             obj.insert("sum_other_doc_count".into(), Value::from(other));
             let rendered = buckets
                 .iter()
-                .map(|b| Value::Object(terms_bucket(b, *values, *show_error, &plan.subs)))
+                .map(|b| Value::Object(terms_bucket(b, *values, *show_error, &plan.subs, typed)))
                 .collect();
             obj.insert("buckets".into(), Value::Array(rendered));
         }
@@ -93,7 +108,7 @@ fn render_agg(results: &AggregationResults, plan: &AggPlan) -> Map<String, Value
                         }
                         m.insert("key".into(), float(key));
                         m.insert("doc_count".into(), Value::from(b.doc_count));
-                        render_into(&mut m, &b.sub_aggregation, &plan.subs);
+                        render_into(&mut m, &b.sub_aggregation, &plan.subs, typed);
                         (key, m)
                     })
                     .collect();
@@ -119,7 +134,7 @@ fn render_agg(results: &AggregationResults, plan: &AggPlan) -> Map<String, Value
                         m.insert("key_as_string".into(), Value::from(format_millis(millis)));
                         m.insert("key".into(), Value::from(millis));
                         m.insert("doc_count".into(), Value::from(b.doc_count));
-                        render_into(&mut m, &b.sub_aggregation, &plan.subs);
+                        render_into(&mut m, &b.sub_aggregation, &plan.subs, typed);
                         (millis as f64, m)
                     })
                     .collect();
@@ -170,8 +185,8 @@ fn render_agg(results: &AggregationResults, plan: &AggPlan) -> Map<String, Value
                     Value::from(entry.map_or(0, |e| e.doc_count)),
                 );
                 match entry {
-                    Some(e) => render_into(&mut m, &e.sub_aggregation, &plan.subs),
-                    None => render_into(&mut m, &AggregationResults::default(), &plan.subs),
+                    Some(e) => render_into(&mut m, &e.sub_aggregation, &plan.subs, typed),
+                    None => render_into(&mut m, &AggregationResults::default(), &plan.subs, typed),
                 }
                 out.push((key, m));
             }
@@ -207,6 +222,7 @@ fn render_agg(results: &AggregationResults, plan: &AggPlan) -> Map<String, Value
                 &mut obj,
                 subs.unwrap_or(&AggregationResults::default()),
                 &plan.subs,
+                typed,
             );
         }
     }
@@ -278,6 +294,7 @@ fn terms_bucket(
     values: ValueKind,
     show_error: bool,
     subs: &[AggPlan],
+    typed: bool,
 ) -> Map<String, Value> {
     let mut m = Map::new();
     let (key, key_as_string) = match (values, &bucket.key) {
@@ -317,7 +334,7 @@ fn terms_bucket(
         // OpenSearch reports 0 for the buckets of a single-shard search.
         m.insert("doc_count_error_upper_bound".into(), Value::from(0));
     }
-    render_into(&mut m, &bucket.sub_aggregation, subs);
+    render_into(&mut m, &bucket.sub_aggregation, subs, typed);
     m
 }
 

@@ -193,9 +193,32 @@ pub(super) fn adopt_value_kinds(plans: &mut [AggPlan], other: &[AggPlan]) {
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct AggPlan {
     pub(super) name: String,
+    /// The aggregation's type as the request names it (`terms`, `date_range`, `avg`…), for
+    /// `typed_keys` ([`AggPlan::typed_name`]).
+    pub(super) ty: &'static str,
     pub(super) meta: Option<Value>,
     pub(super) kind: PlanKind,
     pub(super) subs: Vec<AggPlan>,
+}
+
+impl AggPlan {
+    /// The name of its result with `typed_keys`: `type#name`, typed as OpenSearch types the
+    /// result (a `terms` aggregation by its values: `sterms`, `lterms`, `dterms`, or `umterms`
+    /// when no index maps the field; `percentiles` as `tdigest_percentiles`), so a client can
+    /// tell which class to read it with.
+    pub(super) fn typed_name(&self) -> String {
+        let ty = match (&self.kind, self.ty) {
+            (PlanKind::Terms { values, .. }, _) => match values {
+                ValueKind::Keyword | ValueKind::Ip => "sterms",
+                ValueKind::Integer | ValueKind::Date | ValueKind::Boolean => "lterms",
+                ValueKind::Float => "dterms",
+                ValueKind::Unmapped => "umterms",
+            },
+            (_, "percentiles") => "tdigest_percentiles",
+            (_, ty) => ty,
+        };
+        format!("{ty}#{}", self.name)
+    }
 }
 
 /// One top-level aggregation of a request and the tantivy aggregations it is made of.
@@ -268,6 +291,33 @@ impl QueryBuilder for PrebuiltFilter {
 }
 
 /// Aggregation types OpenSearch knows that sluice does not run.
+/// The aggregation types sluice runs (the checks before a plan is built refuse the others).
+const SUPPORTED_TYPES: &[&str] = &[
+    "terms",
+    "histogram",
+    "date_histogram",
+    "range",
+    "date_range",
+    "filter",
+    "avg",
+    "min",
+    "max",
+    "sum",
+    "value_count",
+    "stats",
+    "cardinality",
+    "percentiles",
+];
+
+/// `ty`, one of [`SUPPORTED_TYPES`], as a `&'static str` for its plan.
+fn static_type(ty: &str) -> &'static str {
+    SUPPORTED_TYPES
+        .iter()
+        .copied()
+        .find(|t| *t == ty)
+        .unwrap_or("unsupported")
+}
+
 const UNSUPPORTED_TYPES: &[&str] = &[
     "adjacency_matrix",
     "auto_date_histogram",
@@ -555,6 +605,7 @@ impl<'a, 'c> Builder<'a, 'c> {
             };
             let plan = AggPlan {
                 name: name.to_string(),
+                ty: "filter",
                 meta,
                 kind: PlanKind::Filter,
                 subs: sub_plans,
@@ -588,6 +639,7 @@ impl<'a, 'c> Builder<'a, 'c> {
             entries,
             AggPlan {
                 name: name.to_string(),
+                ty: static_type(ty),
                 meta,
                 kind,
                 subs: sub_plans,

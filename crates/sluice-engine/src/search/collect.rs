@@ -512,11 +512,12 @@ pub(super) fn collect(
 
 /// Merges the indices' aggregation results and renders them; checks for cancellation before
 /// each merge and before the final stage (bucket finishing), the parts of a heavy aggregation
-/// that run after the last document.
+/// that run after the last document. `typed_keys` names them `type#name`.
 pub(super) fn finish_aggs(
     prepared: &[Prepared],
     collected: &(AggFruits, Collected),
     ctx: &SearchContext,
+    typed_keys: bool,
 ) -> Result<Value> {
     let mut merged: Option<crate::aggs::AggFruit> = None;
     for f in collected.0.iter().flatten() {
@@ -537,7 +538,7 @@ pub(super) fn finish_aggs(
         return Err(cancelled());
     }
     match merged {
-        Some(m) => crate::aggs::finish_all(m, &all),
-        None => crate::aggs::finish_empty(first),
+        Some(m) => crate::aggs::finish_all(m, &all, typed_keys),
+        None => crate::aggs::finish_empty(first, typed_keys),
     }
 }

@@ -42,7 +42,7 @@ use render::render_response;
 pub use render::{PRIMARY_TERM, filter_source, render_total_hits_as_int, score_json};
 pub use request::{
     DEFAULT_SIZE, DEFAULT_TRACK_TOTAL_HITS, REST_TOTAL_HITS_AS_INT, SearchRequest, SourceFilter,
-    TrackTotalHits, parse_source, rest_total_hits_as_int,
+    TYPED_KEYS, TrackTotalHits, parse_source, rest_total_hits_as_int, typed_keys,
 };
 pub(crate) use sort::Candidate;
 pub use sort::{SortField, SortSpec};
@@ -82,7 +82,7 @@ pub(crate) fn run_prepared(
     }
     let collected = collect(prepared, req, &ctx, after)?;
     let aggregations = match (&req.aggs, prepared.first()) {
-        (Some(_), Some(_)) => Some(finish_aggs(prepared, &collected, &ctx)?),
+        (Some(_), Some(_)) => Some(finish_aggs(prepared, &collected, &ctx, req.typed_keys)?),
         (Some(_), None) => Some(json!({})),
         _ => None,
     };

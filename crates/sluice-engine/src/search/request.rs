@@ -71,6 +71,8 @@ pub struct SearchRequest {
     pub timeout: Option<Duration>,
     /// The `aggs`/`aggregations` object.
     pub aggs: Option<Value>,
+    /// `typed_keys`: each aggregation is named `type#name` in the response.
+    pub typed_keys: bool,
     /// Compute scores even when sorting on fields.
     pub track_scores: bool,
     /// Only hits with at least this score.
@@ -118,6 +120,7 @@ impl Default for SearchRequest {
             source_set: false,
             timeout: None,
             aggs: None,
+            typed_keys: false,
             track_scores: false,
             min_score: None,
             max_buckets: None,
@@ -130,6 +133,15 @@ impl Default for SearchRequest {
             opened_by: None,
         }
     }
+}
+
+/// The URL parameter that names each aggregation of the response `type#name`, so a client can
+/// tell which class to parse it with (the Java clients always send it).
+pub const TYPED_KEYS: &str = "typed_keys";
+
+/// Reads the `typed_keys` URL parameter as OpenSearch reads a boolean parameter.
+pub fn typed_keys(params: &HashMap<String, String>) -> Result<bool> {
+    crate::settings::bool_param(params, TYPED_KEYS)
 }
 
 /// The URL parameter that renders `hits.total` as a plain number.
@@ -496,6 +508,7 @@ impl SearchRequest {
             }
         }
         req.track_total_hits_set = track_total_hits_set;
+        req.typed_keys = typed_keys(params)?;
         if rest_total_hits_as_int(params)? {
             match req.track_total_hits {
                 TrackTotalHits::UpTo(n) if track_total_hits_set => {

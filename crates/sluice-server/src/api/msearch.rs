@@ -141,13 +141,16 @@ fn parse_items(
                 _ => {}
             }
         }
-        // The item's body alone, but `rest_total_hits_as_int` holds for every item.
+        // The item's body alone, but `rest_total_hits_as_int` and `typed_keys` hold for every
+        // item.
         let mut item_url = Params::new();
-        if let Some(v) = params.get(sluice_engine::search::REST_TOTAL_HITS_AS_INT) {
-            item_url.insert(
-                sluice_engine::search::REST_TOTAL_HITS_AS_INT.into(),
-                v.clone(),
-            );
+        for key in [
+            sluice_engine::search::REST_TOTAL_HITS_AS_INT,
+            sluice_engine::search::TYPED_KEYS,
+        ] {
+            if let Some(v) = params.get(key) {
+                item_url.insert(key.into(), v.clone());
+            }
         }
         let mut req = SearchRequest::parse(Some(&body), &item_url)?;
         req.max_buckets = Some(max_buckets);
@@ -207,6 +210,8 @@ async fn run_msearch(
         })?,
     };
     let total_as_int = sluice_engine::search::rest_total_hits_as_int(&params)?;
+    // Read by each item; a bad value fails the whole request, as OpenSearch's does.
+    sluice_engine::search::typed_keys(&params)?;
     let items = parse_items(
         &body.0,
         index.as_deref(),

@@ -1003,3 +1003,198 @@ async fn test_terms_include_reads_dates_in_the_fields_format() {
         vec![(json!(1_577_923_200_000i64), 1)]
     );
 }
+
+/// The name of every key of `obj`, sorted.
+fn key_names(obj: &Value) -> Vec<String> {
+    let mut names: Vec<String> = obj
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {obj}"))
+        .keys()
+        .cloned()
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn test_typed_keys_names_each_aggregation_by_the_type_of_its_result() {
+    let (node, books) = books_node().await;
+    let body = json!({"size": 0, "aggs": {
+        "cats": {"terms": {"field": "category"},
+                 "aggs": {"cheapest": {"min": {"field": "price"}}}},
+        "years": {"terms": {"field": "year"}},
+        "prices": {"terms": {"field": "price"}},
+        "nowhere": {"terms": {"field": "no_such_field"}},
+        "stock": {"terms": {"field": "in_stock"}},
+        "fiction": {"filter": {"term": {"category": "fiction"}},
+                    "aggs": {"mean": {"avg": {"field": "price"}}}},
+        "by_year": {"date_histogram": {"field": "published", "calendar_interval": "year"}},
+        "spans": {"date_range": {"field": "published", "ranges": [{"to": "2030-01-01"}]}},
+        "cheap": {"range": {"field": "price", "ranges": [{"to": 10.0}]}},
+        "ratings": {"histogram": {"field": "rating", "interval": 1}},
+        "n": {"value_count": {"field": "price"}},
+        "p": {"percentiles": {"field": "price", "percents": [50]}},
+        "s": {"stats": {"field": "price"}},
+        "authors": {"cardinality": {"field": "author"}},
+        "top": {"max": {"field": "price"}},
+        "total": {"sum": {"field": "price"}}
+    }});
+    let plain = node.search(BOOKS, body.clone()).await;
+    let (s, typed) = node
+        .req(
+            "POST",
+            &format!("/{BOOKS}/_search?typed_keys=true"),
+            Some(body.clone()),
+        )
+        .await;
+    assert_eq!(s, 200, "{typed}");
+    let aggs = &typed["aggregations"];
+    assert_eq!(
+        key_names(aggs),
+        [
+            "cardinality#authors",
+            "date_histogram#by_year",
+            "date_range#spans",
+            "dterms#prices",
+            "filter#fiction",
+            "histogram#ratings",
+            "lterms#stock",
+            "lterms#years",
+            "max#top",
+            "range#cheap",
+            "stats#s",
+            "sterms#cats",
+            "sum#total",
+            "tdigest_percentiles#p",
+            "umterms#nowhere",
+            "value_count#n",
+        ],
+        "{aggs}"
+    );
+    // Sub-aggregations are typed too, inside buckets and inside a single-bucket aggregation.
+    let cats = &aggs["sterms#cats"]["buckets"];
+    assert!(cats.as_array().is_some_and(|b| !b.is_empty()), "{aggs}");
+    for bucket in cats.as_array().unwrap() {
+        assert!(bucket["min#cheapest"]["value"].is_number(), "{bucket}");
+        assert!(bucket.get("cheapest").is_none(), "{bucket}");
+    }
+    let fiction_mean = books
+        .iter()
+        .filter(|b| b.category == "fiction")
+        .map(|b| b.price)
+        .sum::<f64>()
+        / books.iter().filter(|b| b.category == "fiction").count() as f64;
+    assert_eq!(
+        aggs["filter#fiction"]["avg#mean"]["value"],
+        json!(fiction_mean)
+    );
+    // Only the names change: each result is the untyped one.
+    let untyped = &plain["aggregations"];
+    assert_eq!(aggs["sterms#cats"]["buckets"].as_array().unwrap().len(), 3);
+    for (name, value) in aggs.as_object().unwrap() {
+        let bare = name.split_once('#').map(|(_, n)| n).unwrap();
+        let mut value = value.clone();
+        let mut expected = untyped[bare].clone();
+        // The sub-aggregations' names differ; compare the rest.
+        for v in [&mut value, &mut expected] {
+            strip_subs(v);
+        }
+        assert_eq!(value, expected, "{name}");
+    }
+    // `typed_keys=false` and no parameter are the same; a value that is not a boolean is an
+    // error naming it.
+    let (s, off) = node
+        .req(
+            "POST",
+            &format!("/{BOOKS}/_search?typed_keys=false"),
+            Some(body.clone()),
+        )
+        .await;
+    assert_eq!(s, 200, "{off}");
+    assert_eq!(key_names(&off["aggregations"]), key_names(untyped));
+    let bad = node
+        .req(
+            "POST",
+            &format!("/{BOOKS}/_search?typed_keys=yes"),
+            Some(body.clone()),
+        )
+        .await;
+    assert_error(&bad, 400, "illegal_argument_exception");
+    assert!(
+        bad.1["error"]["reason"].as_str().unwrap().contains("[yes]"),
+        "{}",
+        bad.1
+    );
+
+    // `_msearch?typed_keys` types every item's aggregations.
+    let lines = format!(
+        "{{\"index\":\"{BOOKS}\"}}\n{}\n{{\"index\":\"{BOOKS}\"}}\n{}\n",
+        json!({"size": 0, "aggs": {"cats": {"terms": {"field": "category"}}}}),
+        json!({"size": 0, "aggs": {"top": {"max": {"field": "price"}}}})
+    );
+    let resp = node
+        .client
+        .post(node.url("/_msearch?typed_keys=true"))
+        .header("content-type", "application/x-ndjson")
+        .body(lines.clone())
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(resp.status().as_u16(), 200);
+    let m: Value = resp.json().await.expect("json");
+    assert_eq!(
+        key_names(&m["responses"][0]["aggregations"]),
+        ["sterms#cats"],
+        "{m}"
+    );
+    assert_eq!(
+        key_names(&m["responses"][1]["aggregations"]),
+        ["max#top"],
+        "{m}"
+    );
+    let resp = node
+        .client
+        .post(node.url("/_msearch?typed_keys=maybe"))
+        .header("content-type", "application/x-ndjson")
+        .body(lines)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(resp.status().as_u16(), 400);
+}
+
+/// Removes the sub-aggregations (every key but the result's own fields) from a rendered
+/// aggregation and its buckets, so typed and untyped results compare.
+fn strip_subs(v: &mut Value) {
+    const OWN: &[&str] = &[
+        "value",
+        "values",
+        "doc_count",
+        "buckets",
+        "key",
+        "key_as_string",
+        "from",
+        "to",
+        "from_as_string",
+        "to_as_string",
+        "count",
+        "min",
+        "max",
+        "avg",
+        "sum",
+        "doc_count_error_upper_bound",
+        "sum_other_doc_count",
+        "value_as_string",
+        "meta",
+    ];
+    if let Some(obj) = v.as_object_mut() {
+        obj.retain(|k, _| OWN.contains(&k.as_str()));
+        if let Some(buckets) = obj.get_mut("buckets") {
+            match buckets {
+                Value::Array(list) => list.iter_mut().for_each(strip_subs),
+                Value::Object(map) => map.values_mut().for_each(strip_subs),
+                _ => {}
+            }
+        }
+    }
+}
