@@ -83,6 +83,13 @@ fn check_resources(
 /// group is over its soft limits. `waiting` is called once, when the first check fails (the
 /// request counts as queued from then on).
 ///
+/// Each check is against the group as it is then, and every change of the groups or the mode
+/// wakes the waiters ([`crate::workload::Workload::changed`]): a group relaxed (made `soft`,
+/// its limit raised) or the mode leaving `enabled` lets its waiters through at once, as it
+/// releases the requests parked at its throttle, and a deleted group's waiters run unchecked,
+/// as its parked requests do (usage is not refreshed outside `enabled`, so waiting for a
+/// refresh alone left them waiting for ever).
+///
 /// # Cancel safety
 /// Dropping the future stops waiting; a reservation taken is given back by its own `Drop`.
 pub async fn wait_for_share(
@@ -95,11 +102,17 @@ pub async fn wait_for_share(
     let mut first = true;
     loop {
         let refreshed = st.enforcement.usage_recorded.notified();
-        tokio::pin!(refreshed);
-        // Registered before the check: a refresh between the check and the wait still wakes.
+        let changed = st.workload.changed.notified();
+        tokio::pin!(refreshed, changed);
+        // Registered before the check: a refresh or a change between the check and the wait
+        // still wakes.
         refreshed.as_mut().enable();
-        if quota_allows(st, entry)
-            && let Ok(r) = check_resources(st, entry, false)
+        changed.as_mut().enable();
+        let Some(current) = st.workload.entry(&entry.id) else {
+            return Ok(None);
+        };
+        if quota_allows(st, &current)
+            && let Ok(r) = check_resources(st, &current, false)
         {
             return Ok(r);
         }
@@ -109,6 +122,7 @@ pub async fn wait_for_share(
         }
         tokio::select! {
             () = &mut refreshed => {}
+            () = &mut changed => {}
             e = &mut stop => return Err(e),
         }
     }

@@ -62,6 +62,11 @@ pub struct Workload {
     /// view's [`GroupEntry::queue`] shares it), and released — its backlog admitted — when the
     /// group stops acting or the mode leaves `enabled`.
     queues: Mutex<HashMap<String, Arc<GroupQueue>>>,
+    /// Notified each time a view is installed (a group created, changed or deleted here or on
+    /// another node, the mode leaving `enabled`): requests waiting for their group's share
+    /// ([`crate::admission::share::wait_for_share`]) check again, against the group as it is
+    /// now.
+    pub changed: tokio::sync::Notify,
 }
 
 impl Workload {
@@ -86,6 +91,7 @@ impl Workload {
             reload: tokio::sync::Mutex::new(()),
             permits: PermitTable::new(),
             probe: std::sync::OnceLock::new(),
+            changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -173,6 +179,7 @@ impl Workload {
         *self.view.write() = Arc::new(View { groups, rules });
         drop(queues);
         drop(stats);
+        self.changed.notify_waiters();
         for q in released.into_values() {
             self.permits.release_group(&q);
         }

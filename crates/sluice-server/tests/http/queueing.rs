@@ -624,6 +624,59 @@ async fn test_a_queued_group_over_its_share_waits_for_it_instead_of_being_reject
 }
 
 #[tokio::test]
+async fn test_requests_waiting_for_a_paced_share_follow_their_group_and_the_mode_at_once() {
+    // Usage is never refreshed on its own here: what wakes a waiting request is the change
+    // itself. Each request owes an hour of CPU, so only the change can let it through.
+    let node = node_in_mode(
+        "enabled",
+        &[
+            "wlm.workload_group.enforcement_interval=3600000",
+            "wlm.workload_group.usage_refresh_interval=3600000",
+        ],
+    )
+    .await;
+    for action in ["soft", "delete", "disabled"] {
+        let name = format!("paced_{action}");
+        let body = json!({"name": name, "resiliency_mode": "enforced",
+            "resource_limits": {"cpu": 0.1},
+            "throttling": {"attribute": "group", "node_limit": 1},
+            "queue": {"size_per_bucket": 5}});
+        let id = create_group(&node, body).await;
+        let tag = [("workloadGroupId", id.as_str())];
+        let entry = node.state.workload.entry(&id).expect("group");
+        {
+            let mut debt = sluice_core::resources::CpuQuota::new(0, 1e9);
+            debt.charge(3_600 * 1_000_000_000);
+            *entry.stats.quota.lock() = Some(debt);
+        }
+        let waiting = start_cheap(&node, &tag);
+        wait_tasks(&node, &id, 0, 1).await;
+        let path = format!("/_wlm/workload_group/{name}");
+        let r = match action {
+            // No longer paced: a soft group's share is not kept by a quota.
+            "soft" => {
+                let body = json!({"resiliency_mode": "soft"});
+                node.req_with("PUT", &path, Some(body), &ADMIN).await
+            }
+            // A deleted group's waiting requests run, as its parked ones do.
+            "delete" => node.req_with("DELETE", &path, None, &ADMIN).await,
+            // Out of `enabled`, nothing waits (and usage is no longer refreshed).
+            _ => {
+                let body = json!({"persistent": {"wlm.workload_group.mode": "disabled"}});
+                node.req_with("PUT", "/_cluster/settings", Some(body), &ADMIN)
+                    .await
+            }
+        };
+        assert_eq!(r.status, 200, "{action}: {}", r.body);
+        let status = tokio::time::timeout(ANSWER_GUARD, waiting)
+            .await
+            .unwrap_or_else(|_| panic!("{action}: the waiting request was never answered"))
+            .expect("joined");
+        assert_eq!(status, 200, "{action}");
+    }
+}
+
+#[tokio::test]
 async fn test_a_paced_group_waits_for_its_cpu_quota_without_429_or_cancellation() {
     // A queued `enforced` group with a cpu limit is paced: its requests wait while its CPU
     // quota (earned at its share, spent by its tasks) is in debt.
