@@ -48,6 +48,10 @@
 //!   are lost or moving, a bucket's cluster-wide in-flight stays within
 //!   `shared_limit × live nodes` (coordinator.rs, K1). Checked at every admission and
 //!   observation.
+//! - **P8 (after the heal)** — once the view is final and the answers of calls made before
+//!   have arrived ([`OFFER_DEADLINE`] + 4 × the largest delay), a lease runs its first request
+//!   only if it came from its bucket's owner on that view: an owner that lost a bucket to
+//!   the ring hands out no more of its slots (`pool.rs`, P8). Checked at every admission.
 //! - **K6 (always)** — no lease runs two requests at once (a lease handed out of a
 //!   coordinator's idle cache is held by one request only). Checked at every admission.
 //! - **K7 (always)** — a lease runs a request only within `REUSE_WINDOW` of its first run or
@@ -101,6 +105,7 @@ use serde_json::Value;
 use sluice_cluster::Member;
 use sluice_cluster::clock::{Clock, SystemClock};
 use sluice_cluster::membership::Members;
+use sluice_cluster::ring::Ring;
 use sluice_cluster::rpc::{
     BoxFuture, LocalAnswer, LocalApi, RpcError, SharedCall, SharedHandler, SharedReply, Transport,
 };
@@ -109,7 +114,8 @@ use sluice_cluster::shared::coordinator::{
 };
 use sluice_cluster::shared::owner::Owner;
 use sluice_cluster::shared::{
-    ACQUIRE_DEADLINE, LEASE_TTL, OWNER_LIMITS, RENEW_EVERY, SWEEP_EVERY, SharedTier,
+    ACQUIRE_DEADLINE, LEASE_TTL, MIN_SHARED_PROTOCOL, OFFER_DEADLINE, OWNER_LIMITS, RENEW_EVERY,
+    SWEEP_EVERY, SharedTier,
 };
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
@@ -392,6 +398,8 @@ struct World {
     slots: Mutex<Vec<Slot>>,
     running: Mutex<BTreeMap<u64, Running>>,
     healed: Mutex<bool>,
+    /// When the run healed: the view is final from then on (P8).
+    healed_at: Mutex<Option<Duration>>,
     failure: Mutex<Option<String>>,
     tally: Mutex<Tally>,
     /// Leases of dead holders: (owner node, owner generation, lease id) → deadline.
@@ -614,6 +622,9 @@ impl World {
                 .copied()
                 .unwrap_or_default();
             let since = first.max(batch);
+            if first == now {
+                self.check_owner_of_new_lease(node, &req, &id.0);
+            }
             if now - since >= REUSE_WINDOW {
                 self.fail(format!(
                     "K7: node n{node} runs request {} on lease {id:?}, first run at {first:?}, last batch at {batch:?}: reused after its window of {REUSE_WINDOW:?}",
@@ -694,6 +705,31 @@ impl World {
             }
             drop(lease);
         });
+    }
+
+    /// P8: once the view is final (the run healed) and the answers of calls made before have
+    /// arrived, a lease runs its first request only if it came from the bucket's owner on
+    /// that view: an interim owner stops handing out a bucket's slots once the ring moves it
+    /// back (an outside trial saw one keep offering them to its waiters, at twice the
+    /// `shared_limit`, for as long as load lasted).
+    fn check_owner_of_new_lease(&self, node: usize, req: &Req, owner: &str) {
+        let Some(healed_at) = *self.healed_at.lock() else {
+            return;
+        };
+        let now = self.now();
+        if now < healed_at + OFFER_DEADLINE + self.sc.max_delay * 4 {
+            return;
+        }
+        let bucket = bucket_name(req.bucket);
+        let ring = Ring::new(&self.members.borrow().live, MIN_SHARED_PROTOCOL);
+        let expected = ring.owner(bucket.as_bytes()).map(|m| m.node_id.clone());
+        if expected.as_deref() != Some(owner) {
+            self.fail(format!(
+                "P8: n{node} runs request {} on a new lease of bucket {bucket} from {owner}, {:?} after the heal, but the ring places the bucket on {expected:?}",
+                req.id,
+                now - healed_at
+            ));
+        }
     }
 
     /// Reclaim, K1 on the coordinators and stranding, every [`OBSERVE_EVERY`].
@@ -1406,6 +1442,7 @@ async fn simulate(seed: u64) -> Outcome {
         slots: Mutex::new((0..sc.nodes).map(|_| Slot::default()).collect()),
         running: Mutex::new(BTreeMap::new()),
         healed: Mutex::new(false),
+        healed_at: Mutex::new(None),
         failure: Mutex::new(None),
         tally: Mutex::new(Tally {
             max_in_flight: vec![0; sc.limits.len()],
@@ -1462,6 +1499,7 @@ async fn simulate(seed: u64) -> Outcome {
     }
     // Heal: every node up and in the view, the network clean.
     *w.healed.lock() = true;
+    *w.healed_at.lock() = Some(w.now());
     for n in 0..sc.nodes {
         if w.inc(n).is_none() {
             w.start_node(n);

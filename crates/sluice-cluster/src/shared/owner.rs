@@ -18,9 +18,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::coordinator::Coordinator;
 use super::pool::{AcquireOutcome, LeaseId, Offer, PoolLimits, SharedPool};
-use super::{LEASE_TTL, OFFER_DEADLINE, SWEEP_EVERY};
+use super::{LEASE_TTL, MIN_SHARED_PROTOCOL, OFFER_DEADLINE, SWEEP_EVERY};
 use crate::clock::Clock;
 use crate::membership::Members;
+use crate::ring::Ring;
 use crate::rpc::{SharedCall, SharedReply, Transport};
 
 /// What the server learns of an owner's work, to show it per group.
@@ -36,6 +37,8 @@ pub struct Owner {
     clock: Arc<dyn Clock>,
     transport: Arc<dyn Transport>,
     members: watch::Receiver<Members>,
+    /// The ring of the members this owner last saw: the buckets it owns (P8 of `pool.rs`).
+    ring: parking_lot::RwLock<Arc<Ring>>,
     local: OnceLock<Weak<Coordinator>>,
     events: OnceLock<Arc<dyn OwnerEvents>>,
     /// This owner, for the test-only mutation's late registration.
@@ -61,12 +64,14 @@ impl Owner {
     ) -> Arc<Owner> {
         let mut pool = SharedPool::new(limits);
         pool.set_first_lease(first_lease_id());
+        let ring = Ring::new(&members.borrow().live, MIN_SHARED_PROTOCOL);
         let o = Arc::new_cyclic(|_this| Owner {
             me,
             pool: Mutex::new(pool),
             clock,
             transport,
             members,
+            ring: parking_lot::RwLock::new(Arc::new(ring)),
             local: OnceLock::new(),
             events: OnceLock::new(),
             #[cfg(feature = "sim-mutation-late-waiter")]
@@ -75,6 +80,14 @@ impl Owner {
         tokio::spawn(sweeper(Arc::downgrade(&o), stop.clone()));
         tokio::spawn(purger(Arc::downgrade(&o), o.members.clone(), stop));
         o
+    }
+
+    /// Whether the ring of the members this owner last saw places `bucket` on it.
+    fn owns(&self, bucket: &str) -> bool {
+        self.ring
+            .read()
+            .owner(bucket.as_bytes())
+            .is_some_and(|m| *m.node_id == *self.me)
     }
 
     /// Wires the node's own coordinator, which offers to this node go to in process.
@@ -281,6 +294,9 @@ impl Owner {
             };
             let now = self.clock.now();
             let alive = *offer.to == *self.me || self.members.borrow().get(&offer.to).is_some();
+            // A bucket the ring moved away is not served here (P8): its holder is not
+            // registered again; its other parked requests ask the bucket's owner.
+            let more_waiting = more_waiting && self.owns(&offer.bucket);
             let next = {
                 let mut pool = self.pool.lock();
                 let stale = pool.num_violations();
@@ -342,7 +358,9 @@ async fn sweeper(o: Weak<Owner>, stop: CancellationToken) {
     }
 }
 
-/// Purges the leases and waiter registrations of coordinators that leave the membership.
+/// Follows the membership: purges the leases and waiter registrations of coordinators that
+/// leave it, and forgets the waiters of the buckets the new ring places on another owner (P8
+/// of `pool.rs`).
 async fn purger(o: Weak<Owner>, mut rx: watch::Receiver<Members>, stop: CancellationToken) {
     let mut known: Vec<Arc<str>> = rx
         .borrow_and_update()
@@ -355,13 +373,18 @@ async fn purger(o: Weak<Owner>, mut rx: watch::Receiver<Members>, stop: Cancella
             () = stop.cancelled() => return,
             changed = rx.changed() => if changed.is_err() { return },
         }
-        let now_live: Vec<Arc<str>> = rx
-            .borrow_and_update()
-            .live
-            .iter()
-            .map(|m| Arc::from(m.node_id.as_str()))
-            .collect();
+        let (now_live, ring): (Vec<Arc<str>>, Ring) = {
+            let members = rx.borrow_and_update();
+            let ids = members
+                .live
+                .iter()
+                .map(|m| Arc::from(m.node_id.as_str()))
+                .collect();
+            (ids, Ring::new(&members.live, MIN_SHARED_PROTOCOL))
+        };
         let Some(o) = o.upgrade() else { return };
+        *o.ring.write() = Arc::new(ring);
+        o.pool.lock().forget_waiters(|bucket| !o.owns(bucket));
         for gone in known.iter().filter(|k| !now_live.contains(k)) {
             let now = o.clock.now();
             let offers = o.pool.lock().purge(gone, now);

@@ -109,6 +109,15 @@
 //!   keeps its idle leases of such a bucket for another window). Tested by
 //!   `test_grant_more_takes_only_free_room_and_never_when_someone_waits` and the model test
 //!   (`GrantMore` steps, P1 after each; `has_unowed_room` against the model after every step).
+//! - **P8 (a moved bucket is not served here)** — once the ring places a bucket on another
+//!   owner, [`forget_waiters`](SharedPool::forget_waiters) drops its registrations, so the
+//!   slots its leases free here go to nobody: an interim owner (one that took a bucket while
+//!   its owner was unreachable) stops handing out the bucket's slots when the owner is back,
+//!   and the over-admission of the move lasts only as long as the leases it already gave.
+//!   The owner ([`super::owner`]) also stops re-registering a moved bucket's holders from
+//!   their offer answers. Tested by
+//!   `test_forgotten_waiters_get_no_offers_and_an_idle_bucket_goes` and, end to end, by the
+//!   simulation's convergence check (`tests/sim.rs`).
 //!
 //! # Memory
 //!
@@ -606,6 +615,21 @@ impl SharedPool {
         self.buckets
             .retain(|_, entry| entry.in_use > 0 || !entry.waiters.is_empty());
         offers
+    }
+
+    /// Forgets every waiter registration of the buckets `moved` names: the ring placed them
+    /// on another owner, whose registrations serve their coordinators now (they ask it), so
+    /// no slot of theirs freed here is offered again (P8). Their leases stay until released,
+    /// swept or purged; a bucket left with neither goes (P3).
+    pub fn forget_waiters(&mut self, moved: impl Fn(&str) -> bool) {
+        for (bucket, entry) in &mut self.buckets {
+            if moved(bucket) {
+                self.num_waiters -= entry.waiters.len();
+                entry.waiters.clear();
+            }
+        }
+        self.buckets
+            .retain(|_, entry| entry.in_use > 0 || !entry.waiters.is_empty());
     }
 
     /// The leases out for `bucket`, offered ones included.

@@ -488,3 +488,36 @@ fn test_grant_more_stays_within_the_lease_cap() {
     assert_eq!(pool.grant_more(&b, &a, 10, TTL, T0).len(), 2, "P4");
     assert_eq!(pool.num_leases(), 3);
 }
+
+#[test]
+fn test_forgotten_waiters_get_no_offers_and_an_idle_bucket_goes() {
+    let mut pool = pool();
+    let (moved, kept) = (id("moved"), id("kept"));
+    let (a, w) = (id("a"), id("w"));
+    let held = granted(pool.acquire(&moved, 1, &a, false, TTL, T0));
+    let other = granted(pool.acquire(&kept, 1, &a, false, TTL, T0));
+    for bucket in [&moved, &kept] {
+        assert!(matches!(
+            pool.acquire(bucket, 1, &w, true, TTL, T0),
+            AcquireOutcome::Denied {
+                waiter_registered: true,
+                ..
+            }
+        ));
+    }
+    assert_eq!(pool.num_waiters(), 2);
+
+    pool.forget_waiters(|b| b != "kept");
+    assert_eq!(pool.num_waiters(), 1);
+    assert_eq!(pool.waiters("moved").count(), 0);
+    // The moved bucket's lease is still out; its end is offered to nobody here.
+    assert_eq!(pool.in_use("moved"), 1);
+    assert_eq!(pool.release(&a, held, T0), None);
+    assert_eq!(pool.limit("moved"), None, "an idle moved bucket goes");
+    // The bucket this owner keeps is served as before.
+    let offer = pool
+        .release(&a, other, T0)
+        .expect("the kept bucket's waiter is offered");
+    assert_eq!(&*offer.to, "w");
+    assert_eq!(pool.num_violations(), 0);
+}
