@@ -25,6 +25,15 @@
 //!   goes to a background task through an unbounded channel (a send never waits), which
 //!   batches releases per owner; a lease this node owns is released in place, under the
 //!   owner's pool lock (no I/O: an offer the release frees is sent by a task of its own).
+//! - **K13 (releases reach a returning owner)** — a release the owner did not answer (it was
+//!   out of the membership, unreachable or paused) is sent again every [`RELEASE_RETRY`] and
+//!   at every membership change, until the owner answers or [`super::LEASE_TTL`] has passed
+//!   since the release (the owner's sweep has reclaimed the lease by then). So an owner that
+//!   comes back from a pause gets its slots back as soon as it answers, not a TTL later (an
+//!   outside trial saw a group blocked for 30 s after its owner's 6 s pause, every slot held
+//!   by a request that had ended). A release that arrives twice is counted by the owner and
+//!   changes nothing (P2 of `pool.rs`). Tested by
+//!   `test_a_release_the_owner_missed_reaches_it_when_it_answers_again`.
 //! - **K4** — an offer is answered only after the sink has either handed the lease to a parked
 //!   request (which now holds it) or refused it (then it is forgotten here without a release:
 //!   the owner frees it on the `used = false` answer).
@@ -57,6 +66,11 @@ use super::{MIN_SHARED_PROTOCOL, RENEW_EVERY};
 use crate::membership::Members;
 use crate::ring::Ring;
 use crate::rpc::{SharedCall, SharedReply, Transport};
+
+/// How often releases an owner did not answer are sent again (K13): a returning owner gets
+/// its slots back within this of answering again; half a second is two calls a second to an
+/// owner that is down, only while releases of its leases are pending.
+pub const RELEASE_RETRY: Duration = Duration::from_millis(500);
 
 /// How many answered offers a coordinator remembers to answer duplicates alike (K5): a
 /// duplicate arrives within a call's deadline ([`super::OFFER_DEADLINE`], 1 s) of the
@@ -289,7 +303,12 @@ impl Coordinator {
             batch_done: Notify::new(),
             stats: CoordinatorStats::default(),
         });
-        tokio::spawn(releaser(Arc::downgrade(&c), rx, stop.clone()));
+        tokio::spawn(releaser(
+            Arc::downgrade(&c),
+            rx,
+            c.members.clone(),
+            stop.clone(),
+        ));
         tokio::spawn(expirer(
             Arc::downgrade(&c),
             c.went_idle.clone(),
@@ -775,27 +794,61 @@ impl Coordinator {
     }
 }
 
-/// Sends queued releases, batched per owner. A release that cannot be delivered is dropped:
-/// the owner's TTL sweep reclaims the lease.
+/// Sends queued releases, batched per owner. A release the owner does not answer is sent
+/// again every [`RELEASE_RETRY`] and at every membership change, for at most
+/// [`super::LEASE_TTL`] (K13): after that the owner's sweep has reclaimed the lease.
 async fn releaser(
     c: Weak<Coordinator>,
     mut rx: mpsc::UnboundedReceiver<(Arc<str>, u64)>,
+    mut members: watch::Receiver<Members>,
     stop: CancellationToken,
 ) {
+    // Per owner, the releases it has not answered, with when each was first sent. Owners in
+    // id order: the same calls in the same order in every run (tests/sim.rs).
+    let mut unanswered: BTreeMap<Arc<str>, Vec<(u64, Instant)>> = BTreeMap::new();
     loop {
-        let first = tokio::select! {
-            () = stop.cancelled() => return,
-            m = rx.recv() => match m { Some(m) => m, None => return },
+        let retry = async {
+            if unanswered.is_empty() {
+                std::future::pending().await
+            } else {
+                tokio::time::sleep(RELEASE_RETRY).await;
+            }
         };
-        // Owners in id order: the same calls in the same order in every run (tests/sim.rs).
-        let mut batch: BTreeMap<Arc<str>, Vec<u64>> = BTreeMap::new();
-        batch.entry(first.0).or_default().push(first.1);
+        let mut batch: BTreeMap<Arc<str>, Vec<(u64, Instant)>> = BTreeMap::new();
+        tokio::select! {
+            () = stop.cancelled() => return,
+            m = rx.recv() => match m {
+                Some((owner, lease)) => batch.entry(owner).or_default().push((lease, Instant::now())),
+                None => return,
+            },
+            () = retry => {}
+            changed = members.changed() => if changed.is_err() { return },
+        }
         while let Ok((owner, lease)) = rx.try_recv() {
-            batch.entry(owner).or_default().push(lease);
+            batch
+                .entry(owner)
+                .or_default()
+                .push((lease, Instant::now()));
+        }
+        let now = Instant::now();
+        for (owner, pending) in std::mem::take(&mut unanswered) {
+            let live = pending
+                .into_iter()
+                .filter(|(_, since)| now.duration_since(*since) < super::LEASE_TTL);
+            batch.entry(owner).or_default().extend(live);
         }
         let Some(c) = c.upgrade() else { return };
-        for (owner, leases) in batch {
-            let _ = c.call_owner(&owner, SharedCall::Release { leases }).await;
+        for (owner, pending) in batch {
+            if pending.is_empty() {
+                continue;
+            }
+            let leases = pending.iter().map(|(lease, _)| *lease).collect();
+            if c.call_owner(&owner, SharedCall::Release { leases })
+                .await
+                .is_none()
+            {
+                unanswered.insert(owner, pending);
+            }
         }
     }
 }

@@ -16,6 +16,8 @@ struct Switch {
     b: OnceLock<Arc<SharedTier>>,
     /// Acquire calls carried.
     acquires: AtomicU64,
+    /// Release calls tried, carried or not.
+    releases: AtomicU64,
     /// How long a call takes, in microseconds (0: answered at once): the network's latency,
     /// on the tests' paused clock, so that calls are out while other requests arrive. Tests
     /// never sleep to wait for a condition; they poll with [`eventually`].
@@ -58,6 +60,9 @@ impl Transport for Switch {
         let node = to.node_id.clone();
         if matches!(call, SharedCall::Acquire { .. }) {
             self.acquires.fetch_add(1, Ordering::SeqCst);
+        }
+        if matches!(call, SharedCall::Release { .. }) {
+            self.releases.fetch_add(1, Ordering::SeqCst);
         }
         let delay = Duration::from_micros(self.delay_us.load(Ordering::SeqCst));
         Box::pin(async move {
@@ -112,6 +117,7 @@ fn pair() -> Pair {
         up: AtomicBool::new(false),
         b: OnceLock::new(),
         acquires: AtomicU64::new(0),
+        releases: AtomicU64::new(0),
         delay_us: AtomicU64::new(0),
     });
     let to_a = Arc::new(Switch {
@@ -119,6 +125,7 @@ fn pair() -> Pair {
         up: AtomicBool::new(false),
         b: OnceLock::new(),
         acquires: AtomicU64::new(0),
+        releases: AtomicU64::new(0),
         delay_us: AtomicU64::new(0),
     });
     let start = |me: &str, t: Arc<Switch>| {
@@ -811,4 +818,30 @@ async fn test_a_request_waiting_for_a_call_whose_request_is_gone_asks_itself() {
     assert!(!second.await.expect("the second request gets a lease"));
     assert_eq!(p.switch.acquires.load(Ordering::SeqCst), 2);
     assert_eq!(p.b.owner.in_use(&g), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_a_release_the_owner_missed_reaches_it_when_it_answers_again() {
+    let p = pair();
+    let g = &p.buckets[0];
+    p.switch.up.store(true, Ordering::SeqCst);
+    let held = lease(&p, g, 2).await;
+    // Past its window: its end releases it rather than keeping it idle.
+    tokio::time::advance(REUSE_WINDOW).await;
+    assert_eq!(p.b.owner.in_use(g), 1);
+    // The owner stops answering; the request ends; the release does not reach it.
+    p.switch.up.store(false, Ordering::SeqCst);
+    drop(held);
+    eventually(|| p.switch.releases.load(Ordering::SeqCst) >= 1).await;
+    assert_eq!(p.b.owner.in_use(g), 1);
+    // The owner answers again: it gets its slot back within a retry, long before its sweep
+    // would have reclaimed it (LEASE_TTL), and a second release of it is never sent.
+    p.switch.up.store(true, Ordering::SeqCst);
+    let back = tokio::time::Instant::now();
+    eventually(|| p.b.owner.in_use(g) == 0).await;
+    assert!(tokio::time::Instant::now() <= back + RELEASE_RETRY + Duration::from_millis(2));
+    let tried = p.switch.releases.load(Ordering::SeqCst);
+    tokio::time::advance(RELEASE_RETRY * 4).await;
+    assert_eq!(p.switch.releases.load(Ordering::SeqCst), tried);
+    assert_eq!(p.b.owner.inspect(|pool| pool.num_violations()), 0);
 }
