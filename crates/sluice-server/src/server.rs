@@ -354,10 +354,34 @@ pub(crate) async fn check_request(
     st: &AppState,
     req: &mut Request,
 ) -> Result<(crate::http::meta::Warnings, Option<crate::auth::Audited>), Response> {
+    check_header_size(req).map_err(IntoResponse::into_response)?;
     crate::auth::authenticate(&st.auth, req).await?;
     let audited = crate::auth::authorize(st, req)
         .map_err(|refused| crate::error::ApiError::Engine(refused).into_response())?;
     Ok((crate::http::meta::scope_request(req), audited))
+}
+
+/// The most a request's headers may weigh, names and values: OpenSearch's default
+/// `http.max_header_size`. Past it, a header value is no credential or tag but a way to make
+/// every echo and log line of it huge (an outside trial sent a 200 KB group id).
+pub const MAX_HEADER_SIZE: usize = 16 * 1024;
+
+/// Refuses a request whose headers are over [`MAX_HEADER_SIZE`], as OpenSearch's HTTP layer
+/// does: 400 `too_long_http_header_exception`.
+fn check_header_size(req: &Request) -> Result<(), crate::error::ApiError> {
+    let size: usize = req
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if size <= MAX_HEADER_SIZE {
+        return Ok(());
+    }
+    let e = sluice_engine::EngineError::new(
+        sluice_engine::ErrorCode::TooLongHttpHeader,
+        format!("HTTP header is larger than {MAX_HEADER_SIZE} bytes."),
+    );
+    Err(crate::error::ApiError::Engine(e))
 }
 
 /// Outside the router: a 405 completed the way OpenSearch words it (it needs the `Allow`

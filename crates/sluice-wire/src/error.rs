@@ -92,6 +92,9 @@ pub enum ErrorCode {
     /// 504 `upstream_timeout_exception`: the upstream cluster did not answer within
     /// `backend.upstream.request_timeout`. sluice's own, like [`ErrorCode::UpstreamFailed`].
     UpstreamTimeout,
+    /// 400 `too_long_http_header_exception`: the request's headers are over OpenSearch's
+    /// `http.max_header_size` (16 KB).
+    TooLongHttpHeader,
 }
 
 impl ErrorCode {
@@ -131,6 +134,7 @@ impl ErrorCode {
             ErrorCode::Timeout => "timeout_exception",
             ErrorCode::UpstreamFailed => "upstream_exception",
             ErrorCode::UpstreamTimeout => "upstream_timeout_exception",
+            ErrorCode::TooLongHttpHeader => "too_long_http_header_exception",
         }
     }
 

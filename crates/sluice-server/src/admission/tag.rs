@@ -55,12 +55,10 @@ pub fn tag(st: &AppState, meta: &RequestMeta, indices: &[String]) -> ApiResult<A
             .stats
             .total_unknown_group_tags
             .inc();
-        tracing::warn!(
-            workload_group_id = %id,
-            "request tagged with an unknown workload group id; running it in DEFAULT_WORKLOAD_GROUP"
-        );
+        st.decisions.unknown_group(id);
         meta.warnings.add(format!(
-            "workload group [{id}] does not exist; the request ran in [{DEFAULT_GROUP_ID}]"
+            "workload group [{}] does not exist; the request ran in [{DEFAULT_GROUP_ID}]",
+            crate::logging::shown_id(id)
         ));
     }
     Ok(view

@@ -129,6 +129,24 @@ pub struct Decision<'a> {
 pub struct DecisionLog {
     epoch: Instant,
     budgets: [Mutex<LineBudget>; DecisionKind::ALL.len()],
+    /// The WARN lines of requests tagged with a group id that does not exist: any client can
+    /// send one per request, so they are rate-limited as decisions are.
+    unknown_group: Mutex<LineBudget>,
+}
+
+/// How much of a client's group id a log line or a warning shows: ids are 22 characters; the
+/// rest of a longer one is only its length.
+pub const SHOWN_ID_CHARS: usize = 64;
+
+/// `id` as a log line or a warning shows it: whole when short, else its first
+/// [`SHOWN_ID_CHARS`] characters and its length.
+pub fn shown_id(id: &str) -> std::borrow::Cow<'_, str> {
+    match id.char_indices().nth(SHOWN_ID_CHARS) {
+        None => std::borrow::Cow::Borrowed(id),
+        Some((cut, _)) => {
+            std::borrow::Cow::Owned(format!("{}... ({} bytes)", &id[..cut], id.len()))
+        }
+    }
 }
 
 impl Default for DecisionLog {
@@ -143,7 +161,23 @@ impl DecisionLog {
         DecisionLog {
             epoch: Instant::now(),
             budgets: std::array::from_fn(|_| Mutex::new(LineBudget::new())),
+            unknown_group: Mutex::new(LineBudget::new()),
         }
+    }
+
+    /// Writes the WARN line of a request tagged with the group id `id`, which does not exist
+    /// (it runs in DEFAULT_WORKLOAD_GROUP), within the same budget as a kind of decision: a
+    /// burst, then one a second carrying how many it stands for ([`LineBudget`]).
+    pub fn unknown_group(&self, id: &str) {
+        let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let Some(suppressed) = self.unknown_group.lock().take(now) else {
+            return;
+        };
+        tracing::warn!(
+            workload_group_id = %shown_id(id),
+            suppressed,
+            "request tagged with an unknown workload group id; running it in DEFAULT_WORKLOAD_GROUP"
+        );
     }
 
     /// Writes `d`'s line, unless its kind's budget is spent (then it is counted in the next).

@@ -6,7 +6,7 @@
 
 pub mod decisions;
 
-pub use decisions::{Decision, DecisionKind, DecisionLog, Tier};
+pub use decisions::{Decision, DecisionKind, DecisionLog, Tier, shown_id};
 
 /// How log lines are written to stderr: `logger.format`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

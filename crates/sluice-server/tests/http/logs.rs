@@ -368,3 +368,100 @@ async fn test_a_gateway_logs_the_upstream_it_found_and_warns_of_a_single_identit
         "the upstream password was logged"
     );
 }
+
+#[tokio::test]
+async fn test_unknown_group_ids_are_logged_rate_limited_and_cut_short() {
+    // Any client can tag every request with a group id that does not exist: the WARN line is
+    // rate-limited as decision lines are, and neither it nor the response's warning carries a
+    // long id whole.
+    let node = LoggedNode::spawn(&["logger.format=json"]).await;
+    let client = reqwest::Client::new();
+    let long = "x".repeat(8_000);
+    let (s, _) = node
+        .req(
+            &client,
+            reqwest::Method::PUT,
+            "/t/_doc/1?refresh=true",
+            Some(json!({"a": 1})),
+            &[],
+        )
+        .await;
+    assert_eq!(s, 201);
+    const SENT: usize = 60;
+    let mut warnings = Vec::new();
+    for i in 0..SENT {
+        let id = format!("{long}{i}");
+        let resp = client
+            .post(format!("{}/t/_search", node.base))
+            .header("workloadGroupId", id.as_str())
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(resp.status().as_u16(), 200);
+        warnings.extend(
+            resp.headers()
+                .get_all("warning")
+                .iter()
+                .map(|v| v.to_str().expect("ascii").to_string()),
+        );
+    }
+    assert_eq!(warnings.len(), SENT, "{warnings:?}");
+    for w in &warnings {
+        assert!(w.contains("does not exist"), "{w}");
+        assert!(
+            w.contains("(8001 bytes)") || w.contains("(8002 bytes)"),
+            "{w}"
+        );
+        assert!(w.len() < 400, "{w}");
+    }
+    // The WARN lines: a burst, then one a second, each short, saying how many it stands for.
+    let lines: Vec<Value> = node
+        .lines()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("unknown workload group id"))
+        })
+        .collect();
+    assert!(
+        !lines.is_empty() && lines.len() < SENT,
+        "{} lines",
+        lines.len()
+    );
+    for line in &lines {
+        let text = line.to_string();
+        assert!(text.len() < 1_000, "{text}");
+    }
+}
+
+#[tokio::test]
+async fn test_headers_over_16kb_are_refused_as_opensearch_refuses_them() {
+    let node = LoggedNode::spawn(&["logger.format=json"]).await;
+    let client = reqwest::Client::new();
+    // Under the limit, whatever their number.
+    let mut rb = client.get(format!("{}/", node.base));
+    for i in 0..15 {
+        rb = rb.header(format!("x-pad-{i}"), "p".repeat(1_000));
+    }
+    assert_eq!(rb.send().await.expect("sent").status().as_u16(), 200);
+    // Over it: 400 with OpenSearch's error.
+    let resp = client
+        .get(format!("{}/", node.base))
+        .header("x-big", "b".repeat(17_000))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(resp.status().as_u16(), 400);
+    let body: Value = resp.json().await.expect("json");
+    assert_eq!(
+        body["error"]["type"], "too_long_http_header_exception",
+        "{body}"
+    );
+    assert_eq!(
+        body["error"]["reason"], "HTTP header is larger than 16384 bytes.",
+        "{body}"
+    );
+    assert_eq!(body["status"], 400);
+}
