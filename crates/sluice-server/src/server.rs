@@ -167,6 +167,7 @@ impl Node {
             cluster_settings,
             metrics: crate::metrics::NodeMetrics::new(),
             decisions: crate::logging::DecisionLog::new(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         });
         let sink = Arc::new(crate::admission::shared::OfferToQueue {
             state: Arc::downgrade(&state),
@@ -246,6 +247,19 @@ impl Node {
             .as_ref()
             .is_some_and(|up| up.lane.is_some())
             .then(|| self.state.clone());
+        // Once asked to stop, every request waiting for admission runs at once: the parked
+        // ones without a permit (their queues released), those waiting for their group's share
+        // without the check (they see `stopping` when the release wakes them). The drain then
+        // waits only for work, never for a queue (an outside trial's node, asked to stop with
+        // requests queued in a paced group, was still draining a minute later).
+        let state = self.state.clone();
+        let shutdown = async move {
+            shutdown.await;
+            state
+                .stopping
+                .store(true, std::sync::atomic::Ordering::Release);
+            state.workload.release_all_queues().await;
+        };
         crate::http::serve::serve(self.listener, app, lane, shutdown).await?;
         refresher.abort();
         enforcement.abort();

@@ -79,4 +79,8 @@ pub struct AppState {
     pub metrics: crate::metrics::NodeMetrics,
     /// The rate-limited log lines of throttle, queue, rejection and cancellation decisions.
     pub decisions: crate::logging::DecisionLog,
+    /// Set once the node begins to stop: nothing waits for admission any more (the drain
+    /// waits for every request in flight, and a queue could hold one for as long as its
+    /// group's slots or share allow).
+    pub stopping: std::sync::atomic::AtomicBool,
 }

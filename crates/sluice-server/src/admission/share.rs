@@ -108,6 +108,11 @@ pub async fn wait_for_share(
         // still wakes.
         refreshed.as_mut().enable();
         changed.as_mut().enable();
+        // A stopping node runs what waits (see `Node::serve`); a deleted group's waiters run
+        // as its parked requests do.
+        if st.stopping.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(None);
+        }
         let Some(current) = st.workload.entry(&entry.id) else {
             return Ok(None);
         };

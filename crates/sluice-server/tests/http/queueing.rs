@@ -677,6 +677,41 @@ async fn test_requests_waiting_for_a_paced_share_follow_their_group_and_the_mode
 }
 
 #[tokio::test]
+async fn test_a_stopping_node_runs_what_waits_for_admission_instead_of_draining_for_ever() {
+    // One request holds the group's only slot while it waits for its share (an hour of CPU
+    // owed), another is parked behind it for the slot: asked to stop, the node runs both and
+    // stops, rather than wait for a queue that only time would drain.
+    let node = node_in_mode(
+        "enabled",
+        &[
+            "wlm.workload_group.enforcement_interval=3600000",
+            "wlm.workload_group.usage_refresh_interval=3600000",
+        ],
+    )
+    .await;
+    let body = json!({"name": "paced_stop", "resiliency_mode": "enforced",
+        "resource_limits": {"cpu": 0.1},
+        "throttling": {"attribute": "group", "node_limit": 1},
+        "queue": {"size_per_bucket": 5}});
+    let id = create_group(&node, body).await;
+    let tag = [("workloadGroupId", id.as_str())];
+    {
+        let entry = node.state.workload.entry(&id).expect("group");
+        let mut debt = sluice_core::resources::CpuQuota::new(0, 1e9);
+        debt.charge(3_600 * 1_000_000_000);
+        *entry.stats.quota.lock() = Some(debt);
+    }
+    let waiting = vec![start_cheap(&node, &tag), start_cheap(&node, &tag)];
+    wait_tasks(&node, &id, 0, 2).await;
+    tokio::time::timeout(ANSWER_GUARD, node.stop())
+        .await
+        .expect("the node stops while requests wait for admission");
+    for w in waiting {
+        assert_eq!(w.await.expect("joined"), 200);
+    }
+}
+
+#[tokio::test]
 async fn test_a_paced_group_waits_for_its_cpu_quota_without_429_or_cancellation() {
     // A queued `enforced` group with a cpu limit is paced: its requests wait while its CPU
     // quota (earned at its share, spent by its tasks) is in debt.
