@@ -623,32 +623,37 @@ async fn test_a_queued_group_over_its_share_waits_for_it_instead_of_being_reject
     assert_eq!(r.status, 429, "{}", r.body);
 }
 
+/// Start settings that keep the enforcement loop's passes and refreshes out of a test: only
+/// the test's own actions wake a request waiting for its share.
+const NO_REFRESH: [&str; 2] = [
+    "wlm.workload_group.enforcement_interval=3600000",
+    "wlm.workload_group.usage_refresh_interval=3600000",
+];
+
+/// Creates a paced group `name` (enforced, cpu 0.1, node_limit 1, a queue of 5) that owes an
+/// hour of CPU, so its requests wait for their share until something changes; returns its id.
+async fn paced_group_in_debt(node: &TestNode, name: &str) -> String {
+    let body = json!({"name": name, "resiliency_mode": "enforced",
+        "resource_limits": {"cpu": 0.1},
+        "throttling": {"attribute": "group", "node_limit": 1},
+        "queue": {"size_per_bucket": 5}});
+    let id = create_group(node, body).await;
+    let entry = node.state.workload.entry(&id).expect("group");
+    let mut debt = sluice_core::resources::CpuQuota::new(0, 1e9);
+    debt.charge(3_600 * 1_000_000_000);
+    *entry.stats.quota.lock() = Some(debt);
+    id
+}
+
 #[tokio::test]
 async fn test_requests_waiting_for_a_paced_share_follow_their_group_and_the_mode_at_once() {
     // Usage is never refreshed on its own here: what wakes a waiting request is the change
     // itself. Each request owes an hour of CPU, so only the change can let it through.
-    let node = node_in_mode(
-        "enabled",
-        &[
-            "wlm.workload_group.enforcement_interval=3600000",
-            "wlm.workload_group.usage_refresh_interval=3600000",
-        ],
-    )
-    .await;
+    let node = node_in_mode("enabled", &NO_REFRESH).await;
     for action in ["soft", "delete", "disabled"] {
         let name = format!("paced_{action}");
-        let body = json!({"name": name, "resiliency_mode": "enforced",
-            "resource_limits": {"cpu": 0.1},
-            "throttling": {"attribute": "group", "node_limit": 1},
-            "queue": {"size_per_bucket": 5}});
-        let id = create_group(&node, body).await;
+        let id = paced_group_in_debt(&node, &name).await;
         let tag = [("workloadGroupId", id.as_str())];
-        let entry = node.state.workload.entry(&id).expect("group");
-        {
-            let mut debt = sluice_core::resources::CpuQuota::new(0, 1e9);
-            debt.charge(3_600 * 1_000_000_000);
-            *entry.stats.quota.lock() = Some(debt);
-        }
         let waiting = start_cheap(&node, &tag);
         wait_tasks(&node, &id, 0, 1).await;
         let path = format!("/_wlm/workload_group/{name}");
@@ -681,26 +686,9 @@ async fn test_a_stopping_node_runs_what_waits_for_admission_instead_of_draining_
     // One request holds the group's only slot while it waits for its share (an hour of CPU
     // owed), another is parked behind it for the slot: asked to stop, the node runs both and
     // stops, rather than wait for a queue that only time would drain.
-    let node = node_in_mode(
-        "enabled",
-        &[
-            "wlm.workload_group.enforcement_interval=3600000",
-            "wlm.workload_group.usage_refresh_interval=3600000",
-        ],
-    )
-    .await;
-    let body = json!({"name": "paced_stop", "resiliency_mode": "enforced",
-        "resource_limits": {"cpu": 0.1},
-        "throttling": {"attribute": "group", "node_limit": 1},
-        "queue": {"size_per_bucket": 5}});
-    let id = create_group(&node, body).await;
+    let node = node_in_mode("enabled", &NO_REFRESH).await;
+    let id = paced_group_in_debt(&node, "paced_stop").await;
     let tag = [("workloadGroupId", id.as_str())];
-    {
-        let entry = node.state.workload.entry(&id).expect("group");
-        let mut debt = sluice_core::resources::CpuQuota::new(0, 1e9);
-        debt.charge(3_600 * 1_000_000_000);
-        *entry.stats.quota.lock() = Some(debt);
-    }
     let waiting = vec![start_cheap(&node, &tag), start_cheap(&node, &tag)];
     wait_tasks(&node, &id, 0, 2).await;
     tokio::time::timeout(ANSWER_GUARD, node.stop())
