@@ -34,6 +34,13 @@
 //!   by a request that had ended). A release that arrives twice is counted by the owner and
 //!   changes nothing (P2 of `pool.rs`). Tested by
 //!   `test_a_release_the_owner_missed_reaches_it_when_it_answers_again`.
+//! - **K14 (late grants go back)** — an acquire's call runs in a task of its own, for up to
+//!   [`super::LEASE_TTL`]; the request waits for it at most its deadline and then fails open.
+//!   A grant that arrives after the request stopped waiting (or went away) is released as it
+//!   arrives: an owner that resumes from a pause and answers its backlog of acquires keeps no
+//!   slot for requests that never ran on it (an outside trial saw a group's every slot held
+//!   that way for 30 s, the TTL, after a 0.6 s pause of its owner under load). Tested by
+//!   `test_a_grant_that_comes_after_the_deadline_is_released`.
 //! - **K4** — an offer is answered only after the sink has either handed the lease to a parked
 //!   request (which now holds it) or refused it (then it is forgotten here without a release:
 //!   the owner frees it on the `used = false` answer).
@@ -57,7 +64,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -335,8 +342,9 @@ impl Coordinator {
     /// younger than [`REUSE_WINDOW`] is taken first, without a call (K7).
     ///
     /// # Cancel safety
-    /// Dropping the future before the owner answers loses nothing here: a grant whose answer
-    /// nobody reads is reclaimed by the owner's TTL sweep, as a lost answer is.
+    /// Dropping the future before the owner answers loses nothing: a grant whose answer
+    /// nobody reads is released as it arrives (K14); one lost on the way is reclaimed by the
+    /// owner's TTL sweep.
     pub async fn acquire(
         self: &Arc<Self>,
         bucket: &str,
@@ -384,19 +392,13 @@ impl Coordinator {
             }
             Some(m) => {
                 let extra = self.extra_wanted(bucket, limit, wants_queue);
-                self.transport
-                    .shared(
-                        m,
-                        SharedCall::Acquire {
-                            bucket: bucket.to_string(),
-                            limit,
-                            wants_queue,
-                            extra,
-                        },
-                        deadline,
-                    )
-                    .await
-                    .map_err(|e| e.to_string())
+                let call = SharedCall::Acquire {
+                    bucket: bucket.to_string(),
+                    limit,
+                    wants_queue,
+                    extra,
+                };
+                self.call_acquire(m.clone(), call, deadline).await
             }
         };
         let bucket: Arc<str> = Arc::from(bucket);
@@ -450,6 +452,44 @@ impl Coordinator {
             }
             Ok(other) => self.fail_open(bucket, limit, format!("unexpected answer {other:?}")),
             Err(reason) => self.fail_open(bucket, limit, reason),
+        }
+    }
+
+    /// Sends the acquire `call` to `owner` from a task of its own and waits at most `deadline`
+    /// for the answer (K14). The call itself may take up to [`super::LEASE_TTL`]: a grant
+    /// that comes after the caller stopped waiting (the deadline passed, or the request went
+    /// away) is released at once, so an owner that answers late keeps no slot for a request
+    /// that never ran on it.
+    async fn call_acquire(
+        &self,
+        owner: crate::Member,
+        call: SharedCall,
+        deadline: Duration,
+    ) -> Result<SharedReply, String> {
+        let (tx, mut rx) = oneshot::channel();
+        let transport = self.transport.clone();
+        let releases = self.releases.clone();
+        let node = owner.node_id.clone();
+        tokio::spawn(async move {
+            let reply = transport.shared(&owner, call, super::LEASE_TTL).await;
+            if let Err(Ok(SharedReply::Granted { lease, extra, .. })) = tx.send(reply) {
+                let owner_id: Arc<str> = Arc::from(owner.node_id.as_str());
+                for l in std::iter::once(lease).chain(extra) {
+                    let _ = releases.send((owner_id.clone(), l));
+                }
+            }
+        });
+        let answer = match tokio::time::timeout(deadline, &mut rx).await {
+            Ok(answer) => answer.ok(),
+            Err(_) => {
+                // From here on a grant goes back (above); one sent just before is taken.
+                rx.close();
+                rx.try_recv().ok()
+            }
+        };
+        match answer {
+            Some(reply) => reply.map_err(|e| e.to_string()),
+            None => Err(crate::rpc::RpcError::DeadlineExceeded { node, deadline }.to_string()),
         }
     }
 

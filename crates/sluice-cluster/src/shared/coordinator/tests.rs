@@ -817,7 +817,9 @@ async fn test_a_request_waiting_for_a_call_whose_request_is_gone_asks_itself() {
     first.abort();
     assert!(!second.await.expect("the second request gets a lease"));
     assert_eq!(p.switch.acquires.load(Ordering::SeqCst), 2);
-    assert_eq!(p.b.owner.in_use(&g), 1);
+    // The first's call was out: the owner granted it too, and that grant, which nobody took,
+    // goes back as its answer arrives (K14). The second's lease is the one left.
+    eventually(|| p.b.owner.in_use(&g) == 1).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -844,4 +846,34 @@ async fn test_a_release_the_owner_missed_reaches_it_when_it_answers_again() {
     tokio::time::advance(RELEASE_RETRY * 4).await;
     assert_eq!(p.switch.releases.load(Ordering::SeqCst), tried);
     assert_eq!(p.b.owner.inspect(|pool| pool.num_violations()), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_a_grant_that_comes_after_the_deadline_is_released() {
+    let p = pair();
+    let g = &p.buckets[0];
+    p.switch.up.store(true, Ordering::SeqCst);
+    // The owner answers late (paused, or working through a backlog): the request fails open
+    // at its deadline.
+    let late = ACQUIRE_DEADLINE * 5;
+    p.switch
+        .delay_us
+        .store(late.as_micros() as u64, Ordering::SeqCst);
+    let slot = match p.a.acquire(g, 2, false, ACQUIRE_DEADLINE).await {
+        Acquired::FailOpen { lease, .. } => lease,
+        other => panic!("expected to fail open, got {other:?}"),
+    };
+    // The owner grants when the call reaches it; nobody runs on that lease, and it goes back
+    // as soon as its answer arrives, not at the owner's TTL sweep.
+    eventually(|| p.b.owner.in_use(g) == 1).await;
+    let granted = tokio::time::Instant::now();
+    eventually(|| p.b.owner.in_use(g) == 0).await;
+    assert!(tokio::time::Instant::now() <= granted + late * 2 + Duration::from_millis(5));
+    assert_eq!(
+        p.a.held_for(g),
+        1,
+        "the fail-open slot is still the request's"
+    );
+    drop(slot);
+    assert_eq!(p.a.held_for(g), 0);
 }
