@@ -62,10 +62,14 @@ impl IntoResponse for ApiError {
             ApiError::Engine(e) => {
                 let status = status_of(&e);
                 // A cancelled task is an expected outcome, not a node failure; an unreachable
-                // metastore is logged once per outage by its watcher, not per request.
+                // metastore is logged once per outage by its watcher, not per request; an
+                // aggregation over `search.max_buckets` is the request's own doing (OpenSearch
+                // answers it 503 too, and it is no failure of the node).
                 let logged_elsewhere = matches!(
                     e.root_cause().code,
-                    ErrorCode::TaskCancelled | ErrorCode::ClusterManagerNotDiscovered
+                    ErrorCode::TaskCancelled
+                        | ErrorCode::ClusterManagerNotDiscovered
+                        | ErrorCode::TooManyBuckets
                 );
                 if status.is_server_error() && !logged_elsewhere {
                     tracing::error!(error = %e, "request failed");

@@ -465,3 +465,46 @@ async fn test_headers_over_16kb_are_refused_as_opensearch_refuses_them() {
     );
     assert_eq!(body["status"], 400);
 }
+
+#[tokio::test]
+async fn test_an_aggregation_over_max_buckets_is_no_error_of_the_node() {
+    // The request's own doing: answered 503 `too_many_buckets_exception`, as OpenSearch
+    // answers it, but not logged at ERROR as a failure of the node.
+    let node = LoggedNode::spawn(&["logger.format=json", "search.max_buckets=2"]).await;
+    let client = reqwest::Client::new();
+    for i in 0..3 {
+        let (s, _) = node
+            .req(
+                &client,
+                reqwest::Method::PUT,
+                &format!("/b/_doc/{i}?refresh=true"),
+                Some(json!({"k": format!("v{i}")})),
+                &[],
+            )
+            .await;
+        assert_eq!(s, 201);
+    }
+    let body = json!({"size": 0, "aggs": {"k": {"terms": {"field": "k.keyword"}}}});
+    let (s, b) = node
+        .req(
+            &client,
+            reqwest::Method::POST,
+            "/b/_search",
+            Some(body),
+            &[],
+        )
+        .await;
+    assert_eq!(s, 503, "{b}");
+    assert_eq!(b["error"]["type"], "too_many_buckets_exception", "{b}");
+    // The node is asked something else afterwards, so every line of the search was written.
+    let (s, _) = node
+        .req(&client, reqwest::Method::GET, "/_cluster/health", None, &[])
+        .await;
+    assert_eq!(s, 200);
+    let errors: Vec<String> = node
+        .lines()
+        .into_iter()
+        .filter(|l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["level"] == "ERROR"))
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+}
