@@ -22,6 +22,7 @@ mod cluster;
 pub mod fanout;
 pub mod member;
 pub mod membership;
+pub mod pause;
 pub mod ring;
 pub mod rpc;
 pub mod shared;

@@ -7,21 +7,28 @@
 //!   [`Members::strangers`] so the node can say why it is ignored.
 //! - M3 One entry per node id: a restarted node (same id, higher generation) replaces its
 //!   earlier incarnation at once.
-//! - M4 A node that stops gossiping leaves the live set within [`DEAD_AFTER`].
+//! - M4 A node that stops gossiping leaves the live set within [`DEAD_AFTER`] (of a node that
+//!   itself kept running; M5).
+//! - M5 A node that was itself paused (its membership task did not run for over
+//!   [`crate::pause::STALL`]) drops no peer for [`crate::pause::TRUST_AFTER`] after it runs
+//!   again: its failure detector measured its own silence. A peer still dead then is dropped
+//!   then ([`crate::pause`]).
 //!
-//! Tested in `tests/membership.rs` (M1–M4 over real UDP on loopback) and in the server's
-//! multi-process cluster tests.
+//! Tested in `tests/membership.rs` (M1–M4 over real UDP on loopback), `pause.rs` (M5's
+//! decisions) and in the server's multi-process cluster tests (M5 end to end:
+//! `test_a_node_resuming_from_a_pause_keeps_its_peers`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chitchat::transport::UdpTransport;
 use chitchat::{ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, NodeState};
 use tokio::sync::watch;
 
 use crate::member::Member;
+use crate::pause::{self, PauseGuard};
 
 /// How often a node gossips with a random peer. Every round bumps the node's heartbeat, so
 /// peers see a heartbeat about this often; 500 ms keeps gossip traffic to a few small
@@ -51,7 +58,7 @@ const MAX_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(1_200);
 const DEAD_NODE_GRACE: Duration = Duration::from_secs(3_600);
 
 /// The members this node currently counts, and the live peers it refuses (M2).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Members {
     /// Live members of this cluster, this node included, ordered by node id.
     pub live: Arc<Vec<Member>>,
@@ -117,13 +124,39 @@ impl Membership {
             .map_err(|e| StartError(format!("{e:#}")))?;
         let mut live_rx = handle.chitchat().lock().await.live_nodes_watcher();
         let first = members_of(&me, &live_rx.borrow_and_update());
-        let (tx, rx) = watch::channel(first);
+        let (tx, rx) = watch::channel(first.clone());
         let me_for_task = me.clone();
         tokio::spawn(async move {
-            while live_rx.changed().await.is_ok() {
-                let next = members_of(&me_for_task, &live_rx.borrow_and_update());
-                if tx.send(next).is_err() {
+            // M5: the task watches its own gaps; after a pause it holds back removals.
+            let mut guard = PauseGuard::new(Instant::now());
+            let mut tick = tokio::time::interval(pause::TICK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut published = first;
+            loop {
+                tokio::select! {
+                    changed = live_rx.changed() => if changed.is_err() { break },
+                    _ = tick.tick() => {}
+                }
+                let held = guard.observe(Instant::now()).is_some();
+                let fresh = members_of(&me_for_task, &live_rx.borrow_and_update());
+                let next = if held {
+                    let kept = pause::held_view(&published, fresh.clone());
+                    if kept.live.len() > fresh.live.len() {
+                        tracing::debug!(
+                            unheard = kept.live.len() - fresh.live.len(),
+                            "this node was paused: peers unheard since are kept for now"
+                        );
+                    }
+                    kept
+                } else {
+                    fresh
+                };
+                if tx.is_closed() {
                     break;
+                }
+                if next != published {
+                    published = next.clone();
+                    tx.send_replace(next);
                 }
             }
         });

@@ -109,3 +109,25 @@ async fn test_a_killed_node_is_dead_within_the_bound_and_its_restart_rejoins() {
         .clone();
     assert_eq!(id_before, id_after, "same path.data, same node id");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_node_resuming_from_a_pause_keeps_its_peers() {
+    let c = TestCluster::start(3, "pause").await;
+    // Node 2 is paused (SIGSTOP, as a long GC pause, a frozen VM or a debugger would) until
+    // both other nodes have dropped it: it was silent for longer than their failure detectors
+    // allow, and so were they, seen from it.
+    c.node(2).signal("STOP");
+    c.wait_members(0, 2, DEAD_AFTER).await;
+    c.wait_members(1, 2, DEAD_AFTER).await;
+    c.node(2).signal("CONT");
+    for i in 0..3 {
+        c.wait_members(i, 3, JOIN_WITHIN).await;
+    }
+    // Its own silence is not theirs: the resumed node never dropped them (M5), so it never
+    // took their buckets of the shared tier as its own.
+    let log = c.node(2).log();
+    assert!(
+        !log.contains("node left or stopped answering gossip"),
+        "the resumed node dropped its peers; its log:\n{log}"
+    );
+}
