@@ -9,6 +9,10 @@
 //!   earlier incarnation at once.
 //! - M4 A node that stops gossiping leaves the live set within [`DEAD_AFTER`] (of a node that
 //!   itself kept running; M5).
+//! - M6 Another live incarnation of this node's id (a copy of its data folder started
+//!   elsewhere) is never this node's member; it is listed in [`Members::twins`] so the node
+//!   can find out which of the two must stop (the server's `cluster/twins.rs`). Peers keep
+//!   the incarnation with the highest generation (M3).
 //! - M5 A node that was itself paused (its membership task did not run for over
 //!   [`crate::pause::STALL`]) drops no peer for [`crate::pause::TRUST_AFTER`] after it runs
 //!   again: its failure detector measured its own silence. A peer still dead then is dropped
@@ -64,6 +68,10 @@ pub struct Members {
     pub live: Arc<Vec<Member>>,
     /// Live peers with this `cluster.name` but another cluster uuid (another metastore).
     pub strangers: Arc<Vec<Member>>,
+    /// Live incarnations of this node's own id other than this one (M6): a node started on a
+    /// copy of this node's data folder, or this node's previous incarnation while its peers'
+    /// gossip still carries its heartbeats. Never members.
+    pub twins: Arc<Vec<Member>>,
 }
 
 impl Members {
@@ -195,11 +203,18 @@ impl Membership {
 /// The live members seen in chitchat's live-node map (M2, M3).
 fn members_of(me: &Member, live: &BTreeMap<ChitchatId, NodeState>) -> Members {
     let mut by_id: BTreeMap<String, Member> = BTreeMap::new();
+    let mut twins = Vec::new();
     for (id, state) in live {
         let Some(m) = Member::from_key_values(&id.node_id, id.generation_id, |k| state.get(k))
         else {
             continue;
         };
+        if m.node_id == me.node_id {
+            if m.generation != me.generation {
+                twins.push(m);
+            }
+            continue;
+        }
         match by_id.get(&m.node_id) {
             Some(seen) if seen.generation >= m.generation => {}
             _ => {
@@ -214,6 +229,7 @@ fn members_of(me: &Member, live: &BTreeMap<ChitchatId, NodeState>) -> Members {
     Members {
         live: Arc::new(live),
         strangers: Arc::new(strangers),
+        twins: Arc::new(twins),
     }
 }
 

@@ -94,7 +94,7 @@ pub fn held_view(published: &Members, fresh: Members) -> Members {
     live.sort_by(|a, b| a.node_id.cmp(&b.node_id));
     Members {
         live: std::sync::Arc::new(live),
-        strangers: fresh.strangers,
+        ..fresh
     }
 }
 
@@ -123,6 +123,7 @@ mod tests {
         Members {
             live: Arc::new(members.to_vec()),
             strangers: Arc::new(Vec::new()),
+            twins: Arc::new(Vec::new()),
         }
     }
 
@@ -172,6 +173,7 @@ mod tests {
         let fresh = Members {
             live: Arc::new(vec![member("a", 1), member("c", 2), member("d", 1)]),
             strangers: Arc::new(vec![member("s", 1)]),
+            twins: Arc::new(Vec::new()),
         };
         let held = held_view(&published, fresh.clone());
         let ids: Vec<_> = held

@@ -481,6 +481,7 @@ impl World {
         self.members.send_replace(Members {
             live: Arc::new(live),
             strangers: Arc::default(),
+            twins: Arc::default(),
         });
     }
 

@@ -57,6 +57,36 @@ pub struct Node {
     state: Arc<AppState>,
     /// The metastore change counters the loaded view reflects; the watcher starts from them.
     applied_changes: sluice_meta::Changes,
+    /// Asked by the node itself when it must not go on (`cluster/twins.rs`).
+    stop: Arc<StopRequest>,
+}
+
+/// A node's own request to stop, for a conflict it cannot serve through (another running node
+/// with its id): [`Node::serve`] then ends as on a shutdown signal and answers the reason as
+/// its error, so the process exits with a failure status and the reason.
+#[derive(Debug, Default)]
+pub struct StopRequest {
+    reason: parking_lot::Mutex<Option<String>>,
+    asked: tokio::sync::Notify,
+}
+
+impl StopRequest {
+    /// Asks the node to stop for `reason` (the first reason asked is kept).
+    pub fn request(&self, reason: String) {
+        self.reason.lock().get_or_insert(reason);
+        // A stored permit: `asked` completes even when nobody waits yet.
+        self.asked.notify_one();
+    }
+
+    /// Completes once a stop is asked.
+    async fn asked(&self) {
+        self.asked.notified().await;
+    }
+
+    /// Why the node was asked to stop, if it was.
+    fn reason(&self) -> Option<String> {
+        self.reason.lock().clone()
+    }
 }
 
 impl Node {
@@ -105,6 +135,7 @@ impl Node {
         let addr = SocketAddr::new(config.http_host, config.http_port);
         let listener = bind_http(addr)
             .map_err(|e| anyhow::anyhow!("cannot bind http.host:http.port [{addr}]: {e}"))?;
+        let stop = Arc::new(StopRequest::default());
         let cluster = crate::cluster::join(
             &config,
             crate::cluster::NodeFacts {
@@ -113,6 +144,7 @@ impl Node {
                 http_addr: listener.local_addr()?,
                 backend: "embedded",
             },
+            stop.clone(),
         )
         .await?;
         let search_pool = Arc::new(SearchPool::new(
@@ -181,6 +213,7 @@ impl Node {
             listener,
             state,
             applied_changes,
+            stop,
         })
     }
 
@@ -253,8 +286,12 @@ impl Node {
         // waits only for work, never for a queue (an outside trial's node, asked to stop with
         // requests queued in a paced group, was still draining a minute later).
         let state = self.state.clone();
+        let stop = self.stop.clone();
         let shutdown = async move {
-            shutdown.await;
+            tokio::select! {
+                () = shutdown => {}
+                () = stop.asked() => {}
+            }
             state
                 .stopping
                 .store(true, std::sync::atomic::Ordering::Release);
@@ -273,7 +310,10 @@ impl Node {
         let engine = self.state.engine.clone();
         tokio::task::spawn_blocking(move || engine.flush_all()).await??;
         tracing::info!("stopped; all indices committed");
-        Ok(())
+        match self.stop.reason() {
+            Some(reason) => Err(anyhow::anyhow!(reason)),
+            None => Ok(()),
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 
 pub mod local;
 pub mod select;
+pub mod twins;
 pub mod uuid;
 
 use std::net::SocketAddr;
@@ -43,7 +44,11 @@ pub struct NodeFacts<'a> {
 /// Binds the transport (`transport.host`/`transport.port`), starts gossip with
 /// `discovery.seed_hosts` and logs the address; the RPC server starts answering once the
 /// node calls [`Cluster::serve`].
-pub async fn join(config: &Config, facts: NodeFacts<'_>) -> anyhow::Result<Arc<Cluster>> {
+pub async fn join(
+    config: &Config,
+    facts: NodeFacts<'_>,
+    stop: Arc<crate::server::StopRequest>,
+) -> anyhow::Result<Arc<Cluster>> {
     let t = &config.transport;
     let listener = sluice_cluster::bind::bind_transport(t.host, t.port)
         .await
@@ -92,6 +97,7 @@ pub async fn join(config: &Config, facts: NodeFacts<'_>) -> anyhow::Result<Arc<C
     );
     let cluster = Arc::new(cluster);
     log_membership(&cluster);
+    twins::watch(&cluster, stop);
     Ok(cluster)
 }
 

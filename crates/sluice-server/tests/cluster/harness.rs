@@ -78,6 +78,18 @@ impl Proc {
         }
     }
 
+    /// Waits until the process exits, within `within`; its exit status.
+    pub async fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        match tokio::time::timeout(within, self.child.wait()).await {
+            Ok(status) => status.expect("wait for the node"),
+            Err(_) => panic!(
+                "{} did not exit within {within:?}; its log:\n{}",
+                self.name,
+                self.log()
+            ),
+        }
+    }
+
     /// Whether every thread of the process is stopped (`Some(true)`), none is
     /// (`Some(false)`), or some are (`None`), as `/proc/<pid>/task/*/stat` shows it.
     fn threads_stopped(&self) -> Option<bool> {
@@ -187,6 +199,30 @@ impl TestCluster {
             flags.push(format!("discovery.seed_hosts={}", seeds.join(",")));
         }
         spawn_node(&format!("node-{i}"), &self.data(i), &flags).await
+    }
+
+    /// Starts another node on a new data folder holding a copy of node `i`'s `node.json`
+    /// (its node id), joined to the cluster as any node: the cloned-data-folder mistake.
+    pub async fn spawn_copy_of(&self, i: usize) -> Proc {
+        let data = self.tmp.path().join(format!("copy-of-node-{i}"));
+        std::fs::create_dir_all(&data).expect("data folder");
+        std::fs::copy(self.data(i).join("node.json"), data.join("node.json")).expect("node.json");
+        let seeds: Vec<String> = self
+            .nodes
+            .iter()
+            .flatten()
+            .map(|p| p.transport.to_string())
+            .collect();
+        let flags = vec![
+            "http.port=0".to_string(),
+            "transport.port=0".to_string(),
+            format!("path.data={}", data.display()),
+            format!("node.name=copy-of-node-{i}"),
+            format!("cluster.name={}", self.cluster_name),
+            format!("metastore.uri={}", self.metastore_uri),
+            format!("discovery.seed_hosts={}", seeds.join(",")),
+        ];
+        spawn_node(&format!("copy-of-node-{i}"), &data, &flags).await
     }
 
     /// Node `i` (panics if it is stopped).

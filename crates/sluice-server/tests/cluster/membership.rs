@@ -131,3 +131,35 @@ async fn test_a_node_resuming_from_a_pause_keeps_its_peers() {
         "the resumed node dropped its peers; its log:\n{log}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_copy_of_a_nodes_data_folder_stops_and_the_original_stays() {
+    let c = TestCluster::start(2, "twin").await;
+    let (_, local) = c.get(1, "/_nodes/_local").await;
+    let id = local["nodes"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    // A node started on a copy of node 1's node.json: the later of the two stops, with an
+    // error naming the id, the node it collides with and the fix (M6).
+    let mut copy = c.spawn_copy_of(1).await;
+    let status = copy.wait_exit(JOIN_WITHIN).await;
+    assert!(!status.success(), "the copy exited with {status}");
+    let log = copy.log();
+    assert!(
+        log.contains(&format!("node id [{id}] is already used by node [node-1]"))
+            && log.contains("Remove node.json"),
+        "{log}"
+    );
+    // Peers counted the copy in its place (gossip keeps the incarnation started last) until
+    // it fell silent; then the original again.
+    for i in 0..2 {
+        c.eventually(DEAD_AFTER, "the original back in the view", || async {
+            (c.member_names(i).await == ["node-0", "node-1"]).then_some(())
+        })
+        .await;
+    }
+}

@@ -109,6 +109,7 @@ fn pair() -> Pair {
     let (tx, rx) = watch::channel(Members {
         live: Arc::new(vec![member("a"), member("b")]),
         strangers: Arc::default(),
+        twins: Arc::default(),
     });
     let stop = CancellationToken::new();
     let clock: Arc<dyn crate::clock::Clock> = Arc::new(SystemClock::new());
@@ -524,6 +525,7 @@ async fn test_idle_leases_of_a_moved_bucket_are_released_and_shutdown_releases_t
     p._members.send_replace(Members {
         live: Arc::new(vec![member("a")]),
         strangers: Arc::default(),
+        twins: Arc::default(),
     });
     eventually(|| p.a.num_idle() == 0).await;
     assert_eq!(p.a.stats.idle_released.load(Ordering::Relaxed), 1);
