@@ -22,6 +22,7 @@
 //! to the response ([`Admitted::ride_with`]) so the slot covers the response too (DESIGN D9).
 //! Nested searches the engine issues while it runs a request are admitted by [`nested`].
 
+pub mod dry_queue;
 pub mod nested;
 pub mod queue;
 pub mod share;

@@ -97,7 +97,7 @@ impl NestedSearchHook for NestedSearches {
         };
         Ok(NestedScope {
             ctx,
-            guard: Box::new((guard, granted.permit)),
+            guard: Box::new((guard, granted.permit, granted.dry_place)),
         })
     }
 }

@@ -86,7 +86,7 @@ pub async fn wait(
                 Grant::Permit(permit) => Granted {
                     bucket: Some(key),
                     permit: Some(permit),
-                    lease: None,
+                    ..Granted::default()
                 },
                 // A shared-tier lease an owner granted or pushed for this bucket.
                 Grant::External(token) => {
@@ -98,6 +98,7 @@ pub async fn wait(
                         bucket: Some(key),
                         permit: None,
                         lease,
+                        dry_place: None,
                     }
                 }
                 Grant::Unthrottled if task.is_cancelled() => {
@@ -110,8 +111,7 @@ pub async fn wait(
                     let reservation = super::share::admit_resources(st, entry)?;
                     let granted = Granted {
                         bucket: Some(key),
-                        permit: None,
-                        lease: None,
+                        ..Granted::default()
                     };
                     return Ok((granted, reservation));
                 }

@@ -74,6 +74,7 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
             permit: None,
             lease,
             bucket: Some(key.clone()),
+            dry_place: None,
         })
     };
     let acquired = coordinator
@@ -102,6 +103,7 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
                         permit: Some(permit),
                         lease: None,
                         bucket: Some(key),
+                        dry_place: None,
                     })),
                     Some(Grant::Unthrottled) => Ok(granted(None)),
                     None => Ok(Wait::Slot { key, waiter }),

@@ -11,8 +11,10 @@
 //!   logged at DEBUG (naming the bucket) and as a dry-run decision line, and counted in
 //!   `total_would_throttle`; the request still holds its bucket
 //!   for its nested searches (D8). One that `enabled` would have parked also counts in
-//!   `total_would_queue`, with the wait it would have had (the requests over the limit ahead of
-//!   it at the group's drain rate) in `total_would_queue_wait_millis` (issue #16's dry run).
+//!   `total_would_queue`, with the wait it would have had (the breaches in flight ahead of it,
+//!   [`super::dry_queue`], at the group's drain rate) in `total_would_queue_wait_millis`
+//!   (issue #16's dry run); one that would have found its queue full (as many breaches ahead
+//!   as `queue.size_per_bucket`) does not.
 //! - The decision runs under `catch_unwind`: a failure while deciding admits (fail open, logged
 //!   at ERROR), but once the verdict is a rejection nothing fallible runs before the 429, so no
 //!   error can turn a rejection into an admit (seed 001's first review comment).
@@ -40,6 +42,8 @@ pub struct Granted {
     /// The bucket the request now holds for its nested searches (D8): its permit's, or a
     /// monitored breach's.
     pub bucket: Option<BucketKey>,
+    /// A monitored breach's place in its bucket's would-be queue, held while it runs.
+    pub dry_place: Option<super::dry_queue::DryPlace>,
 }
 
 /// What the throttle decided for a request that was not refused.
@@ -92,7 +96,7 @@ pub fn throttle(
         Throttle::Admitted(permit) => Ok(Decided::Granted(Granted {
             bucket: Some(permit.key().clone()),
             permit: Some(permit),
-            lease: None,
+            ..Granted::default()
         })),
         Throttle::Parked { key, waiter } => Ok(Decided::Parked { key, waiter }),
         Throttle::Shared {
@@ -114,10 +118,16 @@ pub fn throttle(
             would_queue,
         } => {
             entry.stats.total_would_throttle.inc();
+            // The breaches in flight before it are the requests `enabled` would have parked
+            // ahead of it; with the queue full, `enabled` would have refused it instead.
+            let (ahead, dry_place) = entry.stats.dry_queues.enter(&key);
+            let size_per_bucket = entry
+                .group
+                .as_ref()
+                .map_or(0, |g| u64::from(g.queue.num_size_per_bucket()));
+            let would_queue = would_queue && ahead < size_per_bucket;
             if would_queue {
                 entry.stats.total_would_queue.inc();
-                // The requests over the limit are the ones `enabled` would have parked ahead.
-                let ahead = refused.in_flight.saturating_sub(refused.limit);
                 if let Some(ms) =
                     entry
                         .stats
@@ -141,6 +151,8 @@ pub fn throttle(
                 limit: refused.limit,
                 more: if would_queue {
                     "; enabled would have queued it"
+                } else if size_per_bucket > 0 {
+                    "; enabled would have refused it, its queue full"
                 } else {
                     ""
                 },
@@ -158,6 +170,7 @@ pub fn throttle(
                 permit: None,
                 lease: None,
                 bucket: Some(key),
+                dry_place: Some(dry_place),
             }))
         }
         Throttle::Rejected { key, refused } => {

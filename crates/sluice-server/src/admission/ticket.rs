@@ -48,6 +48,8 @@ pub struct Held {
     _permit: Option<Permit>,
     /// The shared-tier slot; its drop hands the release to a background task (never blocks).
     _lease: Option<sluice_cluster::shared::coordinator::SharedLease>,
+    /// A monitored breach's place in the would-be queue (`super::dry_queue`).
+    _dry_place: Option<super::dry_queue::DryPlace>,
 }
 
 /// How a ticket's task ended, for its group's stats.
@@ -111,6 +113,7 @@ impl Admitted {
                 _task: guard,
                 _permit: granted.permit,
                 _lease: granted.lease,
+                _dry_place: granted.dry_place,
             }),
             run: Arc::new(Run {
                 st,

@@ -162,6 +162,9 @@ pub struct GroupStats {
     /// The CPU-time quota of a paced group (a queued `enforced` group with a cpu limit; see
     /// [`sluice_core::resources::quota`]), created at its first paced admission.
     pub quota: parking_lot::Mutex<Option<sluice_core::resources::CpuQuota>>,
+    /// The monitored breaches in flight per bucket: the queue `enabled` would have had
+    /// ([`crate::admission::dry_queue`]).
+    pub dry_queues: Arc<crate::admission::dry_queue::DryQueues>,
 }
 
 /// Completions per second of a group over the last [`DrainRate::WINDOW_SECS`] seconds, in

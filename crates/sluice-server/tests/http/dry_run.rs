@@ -207,3 +207,45 @@ async fn test_monitor_group_in_enabled_mode_counts_what_enforced_would_cancel() 
     assert_eq!(s["total_cancellations"], 0, "{s}");
     assert_eq!(heavy.await.expect("joined"), 200);
 }
+
+#[tokio::test]
+async fn test_a_breach_would_queue_only_while_the_queue_would_have_room() {
+    let node = node_in_mode("monitor_only", &[]).await;
+    let id = create_group(
+        &node,
+        json!({"name": "q", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.1},
+               "throttling": {"attribute": "group", "node_limit": 1},
+               "queue": {"size_per_bucket": 2}}),
+    )
+    .await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let mut running = vec![start_heavy(&node, &tag)];
+    wait_running(&node, &id, 1).await;
+    // Four breaches, each decided before the next arrives, all still running: `enabled` would
+    // have parked the first two (the queue holds two) and refused the other two.
+    for n in 1..=4u64 {
+        running.push(start_heavy(&node, &tag));
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let s = stats_of(&node, &id).await;
+            if s["total_would_throttle"] == n {
+                break;
+            }
+            assert!(Instant::now() < deadline, "breach {n} not decided: {s}");
+        }
+    }
+    let s = stats_of(&node, &id).await;
+    assert_eq!(s["total_would_queue"], 2, "{s}");
+    assert_eq!(s["total_throttled"], 0, "{s}");
+    cancel_all(&node, running).await;
+    // The breaches that ended left the would-be queue: the next one would queue again.
+    assert_eq!(cheap(&node, &tag).await.status, 200);
+    let s = stats_of(&node, &id).await;
+    assert_eq!(s["total_would_queue"], 2, "{s}");
+    running = vec![start_heavy(&node, &tag)];
+    wait_running(&node, &id, 1).await;
+    assert_eq!(cheap(&node, &tag).await.status, 200);
+    let s = stats_of(&node, &id).await;
+    assert_eq!(s["total_would_queue"], 3, "{s}");
+    cancel_all(&node, running).await;
+}
