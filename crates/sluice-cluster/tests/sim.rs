@@ -52,6 +52,18 @@
 //!   have arrived ([`OFFER_DEADLINE`] + 4 × the largest delay), a lease runs its first request
 //!   only if it came from its bucket's owner on that view: an owner that lost a bucket to
 //!   the ring hands out no more of its slots (`pool.rs`, P8). Checked at every admission.
+//! - **K13/K14 (after the heal)** — no owner counts a lease that no request holds (a
+//!   *phantom*: its request ended or gave up, and the bucket's room is short until the TTL).
+//!   From [`CALLS_END`] after the heal (every release call made before has ended), every
+//!   lease a live owner counts is held by a running request of a live incarnation of its
+//!   holder, or idle in that holder's cache, or on its way for at most [`phantom_bound`]:
+//!   [`RELEASE_RETRY`] + 4 × N × the largest one-way delay (a grant's answer or an offer and
+//!   its answer, then the holder's releaser: a missed release is sent again within
+//!   `RELEASE_RETRY`, K13, and a late grant is released as it arrives, K14). Not checked,
+//!   the owner keeping them by design until their TTL: leases of dead holder incarnations
+//!   (see *reclaim*), grants whose answer the network lost (or a duplicate's), offers made
+//!   before the heal (the owner never frees a lease it cannot prove unused) and leases past
+//!   their expiry (the sweep's, P6). Checked at every observation.
 //! - **K6 (always)** — no lease runs two requests at once (a lease handed out of a
 //!   coordinator's idle cache is held by one request only). Checked at every admission.
 //! - **K7 (always)** — a lease runs a request only within `REUSE_WINDOW` of its first run or
@@ -110,7 +122,8 @@ use sluice_cluster::rpc::{
     BoxFuture, LocalAnswer, LocalApi, RpcError, SharedCall, SharedHandler, SharedReply, Transport,
 };
 use sluice_cluster::shared::coordinator::{
-    Acquired, Coordinator, IDLE_SHARE, OfferAnswer, OfferSink, REUSE_WINDOW, SharedLease,
+    Acquired, Coordinator, IDLE_SHARE, OfferAnswer, OfferSink, RELEASE_RETRY, REUSE_WINDOW,
+    SharedLease,
 };
 use sluice_cluster::shared::owner::Owner;
 use sluice_cluster::shared::{
@@ -128,6 +141,15 @@ const QUEUE_SWEEP: Duration = Duration::from_secs(1);
 /// stranding bound of clean scenarios under 0.6 s (well under the backstop's period, so the
 /// owner's offers alone must do it) at five checks per simulated second.
 const OBSERVE_EVERY: Duration = Duration::from_millis(200);
+
+/// How long after the heal the phantom check (K13/K14) starts: a coordinator's release and
+/// renewal calls wait at most `RENEW_EVERY / 2` for their answer (`call_owner` in
+/// `coordinator.rs`), so by then every such call made before the heal — to an owner that was
+/// down, or with its request or answer dropped — has ended, and the releaser sends what it
+/// holds to owners that answer. (An acquire's call runs up to `LEASE_TTL`, K14, but its grant
+/// arrives within two one-way delays of the call or is lost on the way: neither waits for
+/// its deadline.)
+const CALLS_END: Duration = Duration::from_millis(RENEW_EVERY.as_millis() as u64 / 2);
 
 /// The seeds CI checks.
 const DEFAULT_SEEDS: u64 = 10_000;
@@ -300,6 +322,22 @@ fn strand_bound(sc: &Scenario) -> Duration {
     }
 }
 
+/// How long, once [`CALLS_END`] has passed after the heal, a lease an owner counts may be
+/// held by no running request and no idle cache (see the module docs, K13/K14).
+///
+/// After the heal nothing is dropped and every node answers within two one-way delays. A
+/// lease is on its way while a grant's answer or an offer travels (one delay; an unused
+/// offer's answer one more), and then, if no request takes it (it ended, the grant came
+/// late, K14, or exceeded K1), while the holder's releaser sends it. The releaser calls the
+/// owners with releases one after another, each a round trip (≤ 2 delays), at most N − 1
+/// remote owners a round: a release queued during a round waits for it (≤ (N − 1) × 2
+/// delays), then reaches its owner in the next after at most N − 2 round trips and a leg.
+/// That is (4N − 4) delays with the grant's leg. A release the owner missed before the heal
+/// (K13) is sent again at the latest [`RELEASE_RETRY`] after the releaser's round in course.
+fn phantom_bound(sc: &Scenario) -> Duration {
+    RELEASE_RETRY + sc.max_delay * (4 * sc.nodes as u32)
+}
+
 fn bucket_name(b: usize) -> String {
     format!("g{b}")
 }
@@ -404,6 +442,17 @@ struct World {
     tally: Mutex<Tally>,
     /// Leases of dead holders: (owner node, owner generation, lease id) → deadline.
     orphans: Mutex<BTreeMap<(usize, u64, u64), Duration>>,
+    /// The holder incarnation (its generation) of each lease an owner gave a remote node,
+    /// `(owner node, lease id) → generation`: recorded as the grant or the offer reaches its
+    /// node (K13/K14). Lease ids are unique in the process (`owner.rs`, `first_lease_id`).
+    lease_holders: Mutex<BTreeMap<(usize, u64), u64>>,
+    /// Grants whose answer the network lost (dropped, or the answer to a duplicate),
+    /// `(owner node, lease id)`: nobody learns of them, and their owner keeps them until their
+    /// TTL by design (the failure table of ARCHITECTURE.md).
+    lost_grants: Mutex<BTreeSet<(usize, u64)>>,
+    /// (owner node, owner generation, lease id) → since when the owner has counted a lease
+    /// that no running request and no idle cache holds (K13/K14).
+    phantom_since: Mutex<BTreeMap<(usize, u64, u64), Duration>>,
     /// (node, bucket) → since when its parked requests have had room.
     strand_since: Mutex<BTreeMap<(usize, usize), Duration>>,
     /// When each lease first ran a request, for K7 (a reuse within [`REUSE_WINDOW`]).
@@ -782,6 +831,7 @@ impl World {
                 self.fail(msg);
             }
         }
+        self.check_phantoms(now, &incs);
         // K1 on the coordinators, and stranding.
         let healed = *self.healed.lock();
         let check_strand = !self.sc.faulty || (healed && now >= self.sc.load_until + RENEW_EVERY);
@@ -830,6 +880,123 @@ impl World {
                     since.remove(&(*n, b));
                 }
             }
+        }
+    }
+
+    /// K13/K14 (after the heal): from [`CALLS_END`] after the heal, no live owner counts a
+    /// lease for longer than [`phantom_bound`] that neither a running request of a live
+    /// incarnation of its holder nor that holder's idle cache holds (see the module docs for
+    /// the leases not checked, and why).
+    fn check_phantoms(&self, now: Duration, incs: &[(usize, Arc<Inc>, bool)]) {
+        let Some(healed_at) = *self.healed_at.lock() else {
+            return;
+        };
+        if now < healed_at + CALLS_END {
+            return;
+        }
+        // (holder node, owner, lease) of every lease a request runs on or a cache keeps.
+        let mut held: BTreeSet<(usize, String, u64)> = self
+            .running
+            .lock()
+            .values()
+            .filter_map(|r| r.lease.as_ref().map(|(o, l)| (r.node, o.to_string(), *l)))
+            .collect();
+        for (n, inc, _) in incs {
+            for (_, o, l) in inc.tier.coordinator.idle_leases() {
+                held.insert((*n, o.to_string(), l));
+            }
+        }
+        let live = |node: usize, generation: u64| {
+            incs.iter()
+                .any(|(n, i, _)| *n == node && i.generation == generation)
+        };
+        let holders = self.lease_holders.lock();
+        let lost = self.lost_grants.lock();
+        // The owners' clock and the world's share their origin (both taken as the world was
+        // made, in paused time).
+        let clock_now = self.clock.now();
+        let mut phantoms: BTreeMap<(usize, u64, u64), String> = BTreeMap::new();
+        for (o, inc, _) in incs {
+            let owner = node_id(*o);
+            inc.tier.owner.inspect(|pool| {
+                for (id, info) in pool.leases() {
+                    let made = info.expires.saturating_sub(LEASE_TTL);
+                    if info.expires <= clock_now
+                        || (info.offered && made < healed_at)
+                        || lost.contains(&(*o, id.0))
+                    {
+                        continue;
+                    }
+                    let h: usize = info.holder[1..].parse().expect("n<i>");
+                    // None: an offer on its way to its holder.
+                    let generation = if h == *o {
+                        Some(inc.generation)
+                    } else {
+                        holders.get(&(*o, id.0)).copied()
+                    };
+                    if generation.is_some_and(|g| !live(h, g))
+                        || held.contains(&(h, owner.clone(), id.0))
+                    {
+                        continue;
+                    }
+                    phantoms.insert(
+                        (*o, inc.generation, id.0),
+                        format!(
+                            "owner n{o} counts lease {} of bucket {} for n{h} (offered {}, expires {:?}), which no running request nor idle cache holds",
+                            id.0, info.bucket, info.offered, info.expires
+                        ),
+                    );
+                }
+            });
+        }
+        drop((holders, lost));
+        let bound = phantom_bound(&self.sc);
+        let mut since = self.phantom_since.lock();
+        since.retain(|k, _| phantoms.contains_key(k));
+        let mut late = None;
+        for (k, what) in phantoms {
+            let from = *since.entry(k).or_insert(now);
+            if now - from > bound && late.is_none() {
+                late = Some(format!(
+                    "K13/K14 (after the heal): {what}, since {from:?} (healed at {healed_at:?}, bound {bound:?})"
+                ));
+            }
+        }
+        drop(since);
+        if let Some(msg) = late {
+            self.fail(msg);
+        }
+    }
+
+    /// Records who a lease an owner gave reached, and whether its grant's answer was lost
+    /// (K13/K14): `call` went from `from` (generation `generation`) to `to` (generation
+    /// `to_generation`), was answered `reply`, and the answer reaches its caller if
+    /// `answered`.
+    fn note_leases(
+        &self,
+        (from, generation): (usize, u64),
+        (to, to_generation): (usize, u64),
+        call: &SharedCall,
+        reply: &SharedReply,
+        answered: bool,
+    ) {
+        match (call, reply) {
+            (SharedCall::Acquire { .. }, SharedReply::Granted { lease, extra, .. }) => {
+                let mut holders = self.lease_holders.lock();
+                let mut lost = self.lost_grants.lock();
+                for &l in std::iter::once(lease).chain(extra) {
+                    holders.insert((to, l), generation);
+                    if !answered {
+                        lost.insert((to, l));
+                    }
+                }
+            }
+            (SharedCall::Offer { lease, .. }, _) => {
+                self.lease_holders
+                    .lock()
+                    .insert((from, *lease), to_generation);
+            }
+            _ => {}
         }
     }
 
@@ -1280,7 +1447,15 @@ async fn deliver(
             world.note(0xdead_0000 + ((from as u64) << 4 | to as u64));
             world.log(|| format!("n{from} -> n{to}: {call:?}"));
             let tier: Arc<dyn SharedHandler> = inc.tier.clone();
-            Ok(tier.shared(&node_id(from), call).await)
+            let reply = tier.shared(&node_id(from), call.clone()).await;
+            world.note_leases(
+                (from, generation),
+                (to, inc.generation),
+                &call,
+                &reply,
+                answer.is_some(),
+            );
+            Ok(reply)
         }
         None => Err(RpcError::Unreachable {
             node: node_id(to),
@@ -1449,6 +1624,9 @@ async fn simulate(seed: u64) -> Outcome {
             ..Tally::default()
         }),
         orphans: Mutex::new(BTreeMap::new()),
+        lease_holders: Mutex::new(BTreeMap::new()),
+        lost_grants: Mutex::new(BTreeSet::new()),
+        phantom_since: Mutex::new(BTreeMap::new()),
         strand_since: Mutex::new(BTreeMap::new()),
         first_run: Mutex::new(BTreeMap::new()),
         batch_at: Mutex::new(BTreeMap::new()),
@@ -1456,6 +1634,12 @@ async fn simulate(seed: u64) -> Outcome {
         trace: Mutex::new(seed),
         next_req: Mutex::new(1),
     });
+    // The phantom check (K13/K14) reads the owners' lease expiries on the world's time.
+    assert_eq!(
+        w.clock.now(),
+        w.now(),
+        "the owners' clock starts with the world"
+    );
     for n in 0..sc.nodes {
         w.slots.lock()[n].in_view = true;
     }
