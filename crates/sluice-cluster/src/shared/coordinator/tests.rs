@@ -1,4 +1,4 @@
-//! The coordinator's unit tests (K1-K12).
+//! The coordinator's unit tests (K1-K15).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::AtomicBool;
