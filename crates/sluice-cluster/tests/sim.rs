@@ -17,6 +17,14 @@
 //!   probabilities a request or an answer is dropped (the caller sees its deadline pass) or a
 //!   request is delivered twice. A call to a crashed node fails (`Unreachable`) after the
 //!   delays; the messages of a crashed incarnation still in flight are lost.
+//! - **Pauses** (SIGSTOP, a long GC or I/O stall): a paused node stays in the membership
+//!   until its detection delay (1 to 10 s) passes, then leaves until it resumes. What reaches
+//!   it waits until it resumes (its socket's buffer), and so do its own calls and the answers
+//!   to them and the requests its clients send it; its timers and running requests go on (a
+//!   simplification: their calls wait too). One seed in ten pauses nodes (50 ms to 8 s, ended
+//!   by the heal) and has no other fault; one faulty scenario in three of the rest pauses
+//!   one or two nodes besides. Pauses are drawn from a stream of their own: a seed without
+//!   them runs as it did before they existed.
 //! - **Membership**: one `watch` channel of [`Members`] that every node follows. A crashed
 //!   node leaves it after a detection delay of 1 to 10 s (`DEAD_AFTER`), a restarted node
 //!   rejoins with a higher generation, and a "flap" removes a live node for 1 to 8 s (a false
@@ -52,6 +60,22 @@
 //!   have arrived ([`OFFER_DEADLINE`] + 4 × the largest delay), a lease runs its first request
 //!   only if it came from its bucket's owner on that view: an owner that lost a bucket to
 //!   the ring hands out no more of its slots (`pool.rs`, P8). Checked at every admission.
+//! - **K13/K14 (after the heal; always in lossless scenarios)** — no owner counts a lease that
+//!   no request holds (a *phantom*: its request ended or gave up, and the bucket's room is
+//!   short until the TTL). From [`CALLS_END`] after the heal (every release call made before
+//!   has ended) — and from the start in scenarios that lose nothing (no drops, duplicates,
+//!   crashes or flaps: clean ones and those that only pause nodes), for the leases whose owner
+//!   and holder are in the view and not paused — every lease a live owner counts is held by
+//!   a running request of a live incarnation of its holder, or idle in that holder's cache,
+//!   or on its way for at most [`phantom_bound`]: [`RELEASE_RETRY`] + 4 × the largest one-way
+//!   delay (a grant's answer or an offer and its answer, then the holder's releaser, one call
+//!   out per owner, K15: a missed release is sent again within `RELEASE_RETRY`, K13, and a
+//!   late grant is released as it arrives, K14). Not checked, the owner keeping them by
+//!   design until their TTL: leases of dead holder incarnations (see *reclaim*), grants whose
+//!   answer the network lost (or a duplicate's), offers whose answer their owner did not get
+//!   (lost, or later than `OFFER_DEADLINE`: a paused holder), in scenarios that lose messages
+//!   every offer made before the heal (one to a node out of the view is not even sent), and
+//!   leases past their expiry (the sweep's, P6). Checked at every observation.
 //! - **K6 (always)** — no lease runs two requests at once (a lease handed out of a
 //!   coordinator's idle cache is held by one request only). Checked at every admission.
 //! - **K7 (always)** — a lease runs a request only within `REUSE_WINDOW` of its first run or
@@ -94,6 +118,12 @@
 //! The mutation test (`test_the_simulation_catches_the_late_waiter_mutation`) runs only with
 //! the test-only feature `sim-mutation-late-waiter`:
 //! `cargo test -p sluice-cluster --features sim-mutation-late-waiter --test sim -- mutation`.
+//!
+//! The K13/K14 check fails, of seeds 0 to 9,999 (checked by hand, not in CI): a releaser that
+//! never sends a release again (K13 off: 1,365 seeds, the first seed 3), late grants kept
+//! (K14 off: 748, the first seed 10, a paused owner) and the releaser that waited for each
+//! owner's answer before calling the next (K15 undone: 53, the first seed 116, where an
+//! interim owner kept ended requests' slots while the releases waited for a paused owner).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::Ordering;
@@ -110,7 +140,8 @@ use sluice_cluster::rpc::{
     BoxFuture, LocalAnswer, LocalApi, RpcError, SharedCall, SharedHandler, SharedReply, Transport,
 };
 use sluice_cluster::shared::coordinator::{
-    Acquired, Coordinator, IDLE_SHARE, OfferAnswer, OfferSink, REUSE_WINDOW, SharedLease,
+    Acquired, Coordinator, IDLE_SHARE, OfferAnswer, OfferSink, RELEASE_RETRY, REUSE_WINDOW,
+    SharedLease,
 };
 use sluice_cluster::shared::owner::Owner;
 use sluice_cluster::shared::{
@@ -128,6 +159,15 @@ const QUEUE_SWEEP: Duration = Duration::from_secs(1);
 /// stranding bound of clean scenarios under 0.6 s (well under the backstop's period, so the
 /// owner's offers alone must do it) at five checks per simulated second.
 const OBSERVE_EVERY: Duration = Duration::from_millis(200);
+
+/// How long after the heal the phantom check (K13/K14) starts: a coordinator's release and
+/// renewal calls wait at most `RENEW_EVERY / 2` for their answer (`call_owner` in
+/// `coordinator.rs`), so by then every such call made before the heal — to an owner that was
+/// down, or with its request or answer dropped — has ended, and the releaser sends what it
+/// holds to owners that answer. (An acquire's call runs up to `LEASE_TTL`, K14, but its grant
+/// arrives within two one-way delays of the call or is lost on the way: neither waits for
+/// its deadline.)
+const CALLS_END: Duration = Duration::from_millis(RENEW_EVERY.as_millis() as u64 / 2);
 
 /// The seeds CI checks.
 const DEFAULT_SEEDS: u64 = 10_000;
@@ -180,6 +220,11 @@ enum FaultKind {
     Crash { restart_after: Option<Duration> },
     /// Remove the node from the membership for a while, though it keeps running.
     Flap { for_: Duration },
+    /// Stop the node answering for a while (SIGSTOP, a long GC or I/O stall): calls to it
+    /// and from it wait until it resumes, and so do requests arriving at it. It stays in the
+    /// membership unless the pause outlasts the detection delay `detect` (`DEAD_AFTER`):
+    /// then it leaves until it resumes.
+    Pause { for_: Duration, detect: Duration },
 }
 
 #[derive(Debug, Clone)]
@@ -200,7 +245,8 @@ struct Scenario {
     max_delay: Duration,
     drop_p: f64,
     dup_p: f64,
-    /// Faults of any kind: drops, duplicates, crashes or flaps (then the backstop runs).
+    /// Faults of any kind: drops, duplicates, crashes, flaps or pauses (then the backstop
+    /// runs).
     faulty: bool,
     faults: Vec<Fault>,
     /// Arrivals stop, faults end and the network heals at this time.
@@ -283,9 +329,56 @@ impl Scenario {
         }
     }
 
+    /// Adds pauses, drawn from a stream of their own so that the scenarios of seeds without
+    /// pauses are those drawn before pauses existed: one seed in ten pauses nodes and has no
+    /// other fault (its network loses nothing); one faulty scenario in three of the others
+    /// pauses one or two nodes besides its other faults. A pause lasts 50 ms to 8 s (the
+    /// trials paused owners for 0.6 s and 5–6 s) and ends by the heal.
+    fn add_pauses(&mut self, seed: u64) {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x9a05e);
+        let count = if rng.chance(0.1) {
+            self.faulty = true;
+            (self.drop_p, self.dup_p) = (0.0, 0.0);
+            self.faults.clear();
+            rng.range(1, 3)
+        } else if self.faulty && rng.chance(0.3) {
+            rng.range(1, 2)
+        } else {
+            return;
+        };
+        let until = self.load_until.as_millis() as u64;
+        for _ in 0..count {
+            let at = rng.range(0, until - 1);
+            let for_ = if rng.chance(0.5) {
+                rng.millis(50, 1_000)
+            } else {
+                rng.millis(1_000, 8_000)
+            };
+            let for_ = for_.min(Duration::from_millis(until - at));
+            let detect = rng.millis(1_000, 10_000);
+            self.faults.push(Fault {
+                at: Duration::from_millis(at),
+                node: rng.below(self.nodes as u64) as usize,
+                kind: FaultKind::Pause { for_, detect },
+            });
+        }
+        self.faults.sort_by_key(|f| f.at);
+    }
+
     /// C1 applies: nothing but delays and reordering.
     fn is_clean(&self) -> bool {
         !self.faulty
+    }
+
+    /// Nothing is lost: no drops, duplicates, crashes or flaps (pauses only delay), so the
+    /// phantom check (K13/K14) applies from the start, not only after the heal.
+    fn is_lossless(&self) -> bool {
+        self.drop_p == 0.0
+            && self.dup_p == 0.0
+            && self
+                .faults
+                .iter()
+                .all(|f| matches!(f.kind, FaultKind::Pause { .. }))
     }
 }
 
@@ -298,6 +391,21 @@ fn strand_bound(sc: &Scenario) -> Duration {
     } else {
         base
     }
+}
+
+/// How long a lease an owner counts may be held by no running request and no idle cache
+/// once [`CALLS_END`] has passed after the heal, or in a lossless scenario while its owner
+/// and its holder answer (see the module docs, K13/K14).
+///
+/// Then nothing is dropped and both nodes answer within a one-way delay each way. A lease is
+/// on its way while a grant's answer or an offer travels (one delay; an unused offer's answer
+/// one more), and then, if no request takes it (it ended, the grant came late, K14, or
+/// exceeded K1), while the holder's releaser sends it: it has one call out per owner (K15),
+/// so a release waits at most for the round trip of its owner's call in course (two delays)
+/// and reaches it a delay later. That is 4 delays with the grant's leg. A release the owner
+/// missed (K13) is sent again within [`RELEASE_RETRY`].
+fn phantom_bound(sc: &Scenario) -> Duration {
+    RELEASE_RETRY + sc.max_delay * 4
 }
 
 fn bucket_name(b: usize) -> String {
@@ -340,6 +448,8 @@ struct Slot {
     in_view: bool,
     /// When the current death began (crashed, not restarted).
     died_at: Option<Duration>,
+    /// When the current pause ends, while paused.
+    paused_until: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -404,6 +514,18 @@ struct World {
     tally: Mutex<Tally>,
     /// Leases of dead holders: (owner node, owner generation, lease id) → deadline.
     orphans: Mutex<BTreeMap<(usize, u64, u64), Duration>>,
+    /// The holder incarnation (its generation) of each lease an owner gave a remote node,
+    /// `(owner node, lease id) → generation`: recorded as the grant or the offer reaches its
+    /// node (K13/K14). Lease ids are unique in the process (`owner.rs`, `first_lease_id`).
+    lease_holders: Mutex<BTreeMap<(usize, u64), u64>>,
+    /// Grants whose answer the network lost (dropped, or the answer to a duplicate) and
+    /// offers whose answer the owner did not get (dropped, unreachable, or late), `(owner
+    /// node, lease id)`: their owner keeps them until their TTL by design (the failure table
+    /// of ARCHITECTURE.md).
+    lost_leases: Mutex<BTreeSet<(usize, u64)>>,
+    /// (owner node, owner generation, lease id) → since when the owner has counted a lease
+    /// that no running request and no idle cache holds (K13/K14).
+    phantom_since: Mutex<BTreeMap<(usize, u64, u64), Duration>>,
     /// (node, bucket) → since when its parked requests have had room.
     strand_since: Mutex<BTreeMap<(usize, usize), Duration>>,
     /// When each lease first ran a request, for K7 (a reuse within [`REUSE_WINDOW`]).
@@ -452,6 +574,14 @@ impl World {
 
     fn inc(&self, node: usize) -> Option<Arc<Inc>> {
         self.slots.lock()[node].inc.clone()
+    }
+
+    /// When `node`'s pause ends, while it is paused.
+    fn paused_until(&self, node: usize) -> Option<Duration> {
+        let now = self.now();
+        self.slots.lock()[node]
+            .paused_until
+            .filter(|until| *until > now)
     }
 
     fn alive(&self, node: usize, generation: u64) -> bool {
@@ -546,6 +676,7 @@ impl World {
             return;
         };
         self.slots.lock()[node].died_at = Some(now);
+        self.slots.lock()[node].paused_until = None;
         inc.stop.cancel();
         let parked: u64 = inc
             .sink
@@ -783,6 +914,7 @@ impl World {
                 self.fail(msg);
             }
         }
+        self.check_phantoms(now, &incs);
         // K1 on the coordinators, and stranding.
         let healed = *self.healed.lock();
         let check_strand = !self.sc.faulty || (healed && now >= self.sc.load_until + RENEW_EVERY);
@@ -831,6 +963,138 @@ impl World {
                     since.remove(&(*n, b));
                 }
             }
+        }
+    }
+
+    /// K13/K14 (after the heal): from [`CALLS_END`] after the heal, no live owner counts a
+    /// lease for longer than [`phantom_bound`] that neither a running request of a live
+    /// incarnation of its holder nor that holder's idle cache holds (see the module docs for
+    /// the leases not checked, and why).
+    fn check_phantoms(&self, now: Duration, incs: &[(usize, Arc<Inc>, bool)]) {
+        let healed_at = *self.healed_at.lock();
+        let lossless = self.sc.is_lossless();
+        if !lossless && healed_at.is_none_or(|h| now < h + CALLS_END) {
+            return;
+        }
+        // Offers made before the heal may have been lost on the way (an offer to a node out
+        // of the view is not even sent): their owner keeps them until the TTL. Not in a
+        // lossless scenario, where those whose answer the owner did not get are `lost_leases`.
+        let offers_lost_before = if lossless {
+            Duration::ZERO
+        } else {
+            healed_at.unwrap_or_default()
+        };
+        // Nodes that answer: live, in the view, not paused (a lossless scenario checks leases
+        // while the faults last, those of two such nodes).
+        let answering = |node: usize| {
+            self.paused_until(node).is_none()
+                && incs.iter().any(|(n, _, in_view)| *n == node && *in_view)
+        };
+        // (holder node, owner, lease) of every lease a request runs on or a cache keeps.
+        let mut held: BTreeSet<(usize, String, u64)> = self
+            .running
+            .lock()
+            .values()
+            .filter_map(|r| r.lease.as_ref().map(|(o, l)| (r.node, o.to_string(), *l)))
+            .collect();
+        for (n, inc, _) in incs {
+            for (_, o, l) in inc.tier.coordinator.idle_leases() {
+                held.insert((*n, o.to_string(), l));
+            }
+        }
+        let live = |node: usize, generation: u64| {
+            incs.iter()
+                .any(|(n, i, _)| *n == node && i.generation == generation)
+        };
+        let holders = self.lease_holders.lock();
+        let lost = self.lost_leases.lock();
+        // The owners' clock and the world's share their origin (both taken as the world was
+        // made, in paused time).
+        let clock_now = self.clock.now();
+        let mut phantoms: BTreeMap<(usize, u64, u64), String> = BTreeMap::new();
+        for (o, inc, _) in incs {
+            let owner = node_id(*o);
+            inc.tier.owner.inspect(|pool| {
+                for (id, info) in pool.leases() {
+                    let made = info.expires.saturating_sub(LEASE_TTL);
+                    let h: usize = info.holder[1..].parse().expect("n<i>");
+                    if info.expires <= clock_now
+                        || (info.offered && made < offers_lost_before)
+                        || lost.contains(&(*o, id.0))
+                        || !answering(*o)
+                        || !answering(h)
+                    {
+                        continue;
+                    }
+                    // None: an offer on its way to its holder.
+                    let generation = if h == *o {
+                        Some(inc.generation)
+                    } else {
+                        holders.get(&(*o, id.0)).copied()
+                    };
+                    if generation.is_some_and(|g| !live(h, g))
+                        || held.contains(&(h, owner.clone(), id.0))
+                    {
+                        continue;
+                    }
+                    phantoms.insert(
+                        (*o, inc.generation, id.0),
+                        format!(
+                            "owner n{o} counts lease {} of bucket {} for n{h} (offered {}, expires {:?}), which no running request nor idle cache holds",
+                            id.0, info.bucket, info.offered, info.expires
+                        ),
+                    );
+                }
+            });
+        }
+        drop((holders, lost));
+        let bound = phantom_bound(&self.sc);
+        let mut since = self.phantom_since.lock();
+        since.retain(|k, _| phantoms.contains_key(k));
+        let mut late = None;
+        for (k, what) in phantoms {
+            let from = *since.entry(k).or_insert(now);
+            if now - from > bound && late.is_none() {
+                late = Some(format!(
+                    "K13/K14 (after the heal, or always without loss): {what}, since {from:?} (healed at {healed_at:?}, bound {bound:?})"
+                ));
+            }
+        }
+        drop(since);
+        if let Some(msg) = late {
+            self.fail(msg);
+        }
+    }
+
+    /// Records who a lease an owner gave reached, and whether its grant's answer was lost
+    /// (K13/K14): `call` went from `from` (generation `generation`) to `to` (generation
+    /// `to_generation`), was answered `reply`, and the answer reaches its caller if
+    /// `answered`.
+    fn note_leases(
+        &self,
+        (from, generation): (usize, u64),
+        (to, to_generation): (usize, u64),
+        call: &SharedCall,
+        reply: &SharedReply,
+        answered: bool,
+    ) {
+        match (call, reply) {
+            (SharedCall::Acquire { .. }, SharedReply::Granted { lease, extra, .. }) => {
+                let mut holders = self.lease_holders.lock();
+                let mut lost = self.lost_leases.lock();
+                for &l in std::iter::once(lease).chain(extra) {
+                    holders.insert((to, l), generation);
+                    if !answered {
+                        lost.insert((to, l));
+                    }
+                }
+            }
+            (SharedCall::Offer { lease, .. }, _) => {
+                self.lease_holders
+                    .lock()
+                    .insert((from, *lease), to_generation);
+            }
+            _ => {}
         }
     }
 
@@ -1094,6 +1358,8 @@ fn idle_at(incs: &[(usize, Arc<Inc>, bool)], owner: &Owner, owner_id: &str, buck
 
 /// One request arriving at `node` (the server's admission, enqueue-first).
 async fn arrive(w: Arc<World>, node: usize, req: Req) {
+    // A paused node reads its clients' requests when it resumes.
+    wait_resumed(&Arc::downgrade(&w), node).await;
     let Some(inc) = w.inc(node) else { return };
     w.tally.lock().arrived += 1;
     let generation = inc.generation;
@@ -1272,6 +1538,8 @@ async fn deliver(
     answer: Option<(oneshot::Sender<Result<SharedReply, RpcError>>, Duration)>,
 ) {
     tokio::time::sleep(delay).await;
+    // A paused node reads what reached it when it resumes.
+    wait_resumed(&w, to).await;
     let Some(world) = w.upgrade() else { return };
     if !world.alive(from, generation) {
         return; // a dead incarnation's messages are lost
@@ -1281,7 +1549,15 @@ async fn deliver(
             world.note(0xdead_0000 + ((from as u64) << 4 | to as u64));
             world.log(|| format!("n{from} -> n{to}: {call:?}"));
             let tier: Arc<dyn SharedHandler> = inc.tier.clone();
-            Ok(tier.shared(&node_id(from), call).await)
+            let reply = tier.shared(&node_id(from), call.clone()).await;
+            world.note_leases(
+                (from, generation),
+                (to, inc.generation),
+                &call,
+                &reply,
+                answer.is_some(),
+            );
+            Ok(reply)
         }
         None => Err(RpcError::Unreachable {
             node: node_id(to),
@@ -1292,7 +1568,22 @@ async fn deliver(
     drop(world);
     if let Some((tx, back)) = answer {
         tokio::time::sleep(back).await;
+        wait_resumed(&w, from).await;
         let _ = tx.send(reply);
+    }
+}
+
+/// Returns once `node` is not paused (at once if it is not).
+async fn wait_resumed(w: &Weak<World>, node: usize) {
+    loop {
+        let until = {
+            let Some(world) = w.upgrade() else { return };
+            world.paused_until(node).map(|u| world.start + u)
+        };
+        match until {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => return,
+        }
     }
 }
 
@@ -1336,6 +1627,8 @@ impl Transport for SimTransport {
                 addr: "sim".into(),
                 reason: reason.into(),
             };
+            // A paused node sends nothing until it resumes.
+            wait_resumed(&self.world, self.from).await;
             let Some(w) = self.world.upgrade() else {
                 return Err(unreachable("the simulation ended"));
             };
@@ -1343,6 +1636,10 @@ impl Transport for SimTransport {
                 return Err(unreachable("this node is down"));
             }
             let start = Instant::now();
+            let offered = match &call {
+                SharedCall::Offer { lease, .. } => Some(*lease),
+                _ => None,
+            };
             let to: usize = to_id[1..].parse().expect("n<i>");
             let asked: Vec<String> = match &call {
                 SharedCall::Acquire { bucket, .. } => vec![bucket.clone()],
@@ -1376,7 +1673,16 @@ impl Transport for SimTransport {
                     answer,
                 ));
             }
-            match tokio::time::timeout(deadline, rx).await {
+            let answer = tokio::time::timeout(deadline, rx).await;
+            // An offer whose answer the owner does not get keeps its lease until the TTL (the
+            // owner never frees a lease it cannot prove unused): K13/K14 leaves it alone.
+            if let Some(lease) = offered
+                && !matches!(answer, Ok(Ok(Ok(_))))
+                && let Some(w) = self.world.upgrade()
+            {
+                w.lost_leases.lock().insert((self.from, lease));
+            }
+            match answer {
                 Ok(Ok(reply)) => {
                     // The coordinator acts on the answer in this same poll: the restart of
                     // the windows of a batch's bucket (K10) or of a bucket with room (K11)
@@ -1431,7 +1737,8 @@ fn run_seed(seed: u64) -> Outcome {
 
 async fn simulate(seed: u64) -> Outcome {
     let mut rng = Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x5eed);
-    let sc = Scenario::draw(&mut rng);
+    let mut sc = Scenario::draw(&mut rng);
+    sc.add_pauses(seed);
     let (members, _) = watch::channel(Members::default());
     let w = Arc::new(World {
         sc: sc.clone(),
@@ -1450,6 +1757,9 @@ async fn simulate(seed: u64) -> Outcome {
             ..Tally::default()
         }),
         orphans: Mutex::new(BTreeMap::new()),
+        lease_holders: Mutex::new(BTreeMap::new()),
+        lost_leases: Mutex::new(BTreeSet::new()),
+        phantom_since: Mutex::new(BTreeMap::new()),
         strand_since: Mutex::new(BTreeMap::new()),
         first_run: Mutex::new(BTreeMap::new()),
         batch_at: Mutex::new(BTreeMap::new()),
@@ -1457,6 +1767,12 @@ async fn simulate(seed: u64) -> Outcome {
         trace: Mutex::new(seed),
         next_req: Mutex::new(1),
     });
+    // The phantom check (K13/K14) reads the owners' lease expiries on the world's time.
+    assert_eq!(
+        w.clock.now(),
+        w.now(),
+        "the owners' clock starts with the world"
+    );
     for n in 0..sc.nodes {
         w.slots.lock()[n].in_view = true;
     }
@@ -1506,6 +1822,7 @@ async fn simulate(seed: u64) -> Outcome {
             w.start_node(n);
         }
         w.slots.lock()[n].in_view = true;
+        w.slots.lock()[n].paused_until = None;
     }
     w.publish_view();
     // Settle: backlogs drain, leaked leases expire (the run ends once nothing is left).
@@ -1618,6 +1935,51 @@ async fn faults(w: Arc<World>) {
                         w.publish_view();
                     });
                 }
+            }
+            FaultKind::Pause { for_, detect } => {
+                let until = w.now() + for_;
+                {
+                    let mut slots = w.slots.lock();
+                    let slot = &mut slots[f.node];
+                    if slot.inc.is_none() || slot.paused_until.is_some_and(|u| u > now) {
+                        continue;
+                    }
+                    slot.paused_until = Some(until);
+                }
+                w.note(0x9a05 + f.node as u64);
+                w.log(|| format!("n{} pauses for {for_:?}", f.node));
+                let weak = Arc::downgrade(&w);
+                let node = f.node;
+                tokio::spawn(async move {
+                    let paused = |w: &World| w.slots.lock()[node].paused_until == Some(until);
+                    let mut removed = false;
+                    if detect < for_ {
+                        tokio::time::sleep(detect).await;
+                        let Some(w) = weak.upgrade() else { return };
+                        if *w.healed.lock() {
+                            return;
+                        }
+                        if paused(&w) && w.slots.lock()[node].in_view {
+                            w.slots.lock()[node].in_view = false;
+                            w.publish_view();
+                            removed = true;
+                        }
+                        drop(w);
+                        tokio::time::sleep(for_ - detect).await;
+                    } else {
+                        tokio::time::sleep(for_).await;
+                    }
+                    let Some(w) = weak.upgrade() else { return };
+                    if *w.healed.lock() || !paused(&w) {
+                        return;
+                    }
+                    w.slots.lock()[node].paused_until = None;
+                    w.log(|| format!("n{node} resumes"));
+                    if removed && w.inc(node).is_some() {
+                        w.slots.lock()[node].in_view = true;
+                        w.publish_view();
+                    }
+                });
             }
             FaultKind::Flap { for_ } => {
                 if !w.slots.lock()[f.node].in_view {
@@ -1735,9 +2097,9 @@ fn test_a_seed_replays_identically() {
 fn test_the_workload_exercises_every_path() {
     // The seeds CI checks must reach the paths the checks are about: grants, denials,
     // offers, fail-open, crashes with leases out, refusals, leases reused from the idle
-    // cache, extra leases of batches running requests, and windows extended.
+    // cache, extra leases of batches running requests, windows extended, and pauses.
     let (mut fail_open, mut offers, mut killed, mut refused, mut cancelled) = (0, 0, 0, 0, 0);
-    let (mut reused, mut batched, mut extended) = (0, 0, 0);
+    let (mut reused, mut batched, mut extended, mut paused) = (0, 0, 0, 0);
     for seed in 0..200 {
         let out = run_seed(seed);
         assert!(out.failure.is_none(), "seed {seed}: {:?}", out.failure);
@@ -1757,6 +2119,12 @@ fn test_the_workload_exercises_every_path() {
         refused += field("refused ");
         cancelled += field("cancelled ");
         offers += u64::from(out.scenario.queue_cap > 0);
+        paused += out
+            .scenario
+            .faults
+            .iter()
+            .filter(|f| matches!(f.kind, FaultKind::Pause { .. }))
+            .count();
     }
     assert!(fail_open > 0, "no fail-open admission in 200 seeds");
     assert!(
@@ -1775,6 +2143,7 @@ fn test_the_workload_exercises_every_path() {
     assert!(refused > 0, "no refusal in 200 seeds");
     assert!(cancelled > 0, "no cancellation in 200 seeds");
     assert!(offers > 0, "no scenario with queues in 200 seeds");
+    assert!(paused > 0, "no node paused in 200 seeds");
 }
 
 #[cfg(feature = "sim-mutation-late-waiter")]

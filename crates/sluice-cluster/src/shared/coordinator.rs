@@ -41,6 +41,20 @@
 //!   slot for requests that never ran on it (an outside trial saw a group's every slot held
 //!   that way for 30 s, the TTL, after a 0.6 s pause of its owner under load). Tested by
 //!   `test_a_grant_that_comes_after_the_deadline_is_released`.
+//! - **K15 (one owner holds back no other's releases)** — the releaser has at most one call
+//!   out per owner and never waits for one owner's answer before calling another: an owner
+//!   that does not answer (paused, or its call lost) delays only the releases of its own
+//!   leases, by at most its call's deadline (`RENEW_EVERY / 2`); releases queued for an owner
+//!   while its call is out go in its next call. Before, the releaser called the owners one
+//!   after another, so one call to a paused owner — still in the membership until
+//!   `DEAD_AFTER` — held back every release to every other owner, this node's own pool
+//!   included, for up to 5 s: the interim owner that took the paused owner's buckets kept
+//!   the slots of requests that had ended, with nothing running on them, and refused every
+//!   request until the paused owner resumed. Found by the simulation's pauses (`tests/sim.rs`,
+//!   seed 116); most likely what an outside trial saw: an interim owner holding a group's 2
+//!   slots (`shared_leases_owned` 2, `shared_limit` 2) with nothing executing, every request
+//!   429, for the last 2.6 s of an owner's 5 s SIGSTOP, cleared at SIGCONT. Tested by
+//!   `test_an_owner_that_does_not_answer_holds_back_no_release_to_another`.
 //! - **K4** — an offer is answered only after the sink has either handed the lease to a parked
 //!   request (which now holds it) or refused it (then it is forgotten here without a release:
 //!   the owner frees it on the `used = false` answer).
@@ -59,8 +73,9 @@ pub use cache::{
 };
 use cache::{Idle, Wanting, expirer};
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use parking_lot::{Mutex, RwLock};
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
@@ -72,7 +87,7 @@ use super::owner::Owner;
 use super::{MIN_SHARED_PROTOCOL, RENEW_EVERY};
 use crate::membership::Members;
 use crate::ring::Ring;
-use crate::rpc::{SharedCall, SharedReply, Transport};
+use crate::rpc::{BoxFuture, SharedCall, SharedReply, Transport};
 
 /// How often releases an owner did not answer are sent again (K13): a returning owner gets
 /// its slots back within this of answering again; half a second is two calls a second to an
@@ -834,61 +849,94 @@ impl Coordinator {
     }
 }
 
-/// Sends queued releases, batched per owner. A release the owner does not answer is sent
-/// again every [`RELEASE_RETRY`] and at every membership change, for at most
-/// [`super::LEASE_TTL`] (K13): after that the owner's sweep has reclaimed the lease.
+/// A release call's end: its owner, its releases with when each was first queued, and
+/// whether the owner answered.
+type ReleaseCall = (Arc<str>, Vec<(u64, Instant)>, bool);
+
+/// Sends queued releases, batched per owner, at most one call out per owner and each owner's
+/// calls independent of the others' (K15). A release the owner does not answer is sent again
+/// every [`RELEASE_RETRY`] and at every membership change, for at most [`super::LEASE_TTL`]
+/// (K13): after that the owner's sweep has reclaimed the lease.
 async fn releaser(
     c: Weak<Coordinator>,
     mut rx: mpsc::UnboundedReceiver<(Arc<str>, u64)>,
     mut members: watch::Receiver<Members>,
     stop: CancellationToken,
 ) {
-    // Per owner, the releases it has not answered, with when each was first sent. Owners in
-    // id order: the same calls in the same order in every run (tests/sim.rs).
+    // Per owner, the releases it has not answered, and those to send, with when each was first
+    // queued. Owners in id order: the same calls in the same order in every run (tests/sim.rs).
     let mut unanswered: BTreeMap<Arc<str>, Vec<(u64, Instant)>> = BTreeMap::new();
+    let mut to_send: BTreeMap<Arc<str>, Vec<(u64, Instant)>> = BTreeMap::new();
+    // The owners with a call out, and the calls, each ending with its owner, its releases and
+    // whether the owner answered (K15).
+    let mut out: BTreeSet<Arc<str>> = BTreeSet::new();
+    let mut calls: FuturesUnordered<BoxFuture<'static, ReleaseCall>> = FuturesUnordered::new();
     loop {
-        let retry = async {
-            if unanswered.is_empty() {
-                std::future::pending().await
-            } else {
+        let retry_due = !unanswered.is_empty();
+        let retry = async move {
+            if retry_due {
                 tokio::time::sleep(RELEASE_RETRY).await;
+            } else {
+                std::future::pending().await
             }
         };
-        let mut batch: BTreeMap<Arc<str>, Vec<(u64, Instant)>> = BTreeMap::new();
+        // Whether to send the unanswered releases again: not when a call just ended, or a call
+        // an owner fails at once (one out of the membership) would be sent again at once.
+        let mut again = true;
         tokio::select! {
+            biased;
             () = stop.cancelled() => return,
+            Some((owner, pending, answered)) = calls.next(), if !calls.is_empty() => {
+                out.remove(&owner);
+                if !answered {
+                    unanswered.entry(owner).or_default().extend(pending);
+                }
+                again = false;
+            }
             m = rx.recv() => match m {
-                Some((owner, lease)) => batch.entry(owner).or_default().push((lease, Instant::now())),
+                Some((owner, lease)) => to_send.entry(owner).or_default().push((lease, Instant::now())),
                 None => return,
             },
             () = retry => {}
             changed = members.changed() => if changed.is_err() { return },
         }
         while let Ok((owner, lease)) = rx.try_recv() {
-            batch
+            to_send
                 .entry(owner)
                 .or_default()
                 .push((lease, Instant::now()));
         }
-        let now = Instant::now();
-        for (owner, pending) in std::mem::take(&mut unanswered) {
-            let live = pending
-                .into_iter()
-                .filter(|(_, since)| now.duration_since(*since) < super::LEASE_TTL);
-            batch.entry(owner).or_default().extend(live);
+        if again {
+            let now = Instant::now();
+            for (owner, pending) in std::mem::take(&mut unanswered) {
+                let live = pending
+                    .into_iter()
+                    .filter(|(_, since)| now.duration_since(*since) < super::LEASE_TTL);
+                to_send.entry(owner).or_default().extend(live);
+            }
         }
         let Some(c) = c.upgrade() else { return };
-        for (owner, pending) in batch {
+        // K15: an owner with a call out gets the releases queued meanwhile once it ends.
+        let ready: Vec<Arc<str>> = to_send
+            .keys()
+            .filter(|owner| !out.contains(*owner))
+            .cloned()
+            .collect();
+        for owner in ready {
+            let pending = to_send.remove(&owner).unwrap_or_default();
             if pending.is_empty() {
                 continue;
             }
             let leases = pending.iter().map(|(lease, _)| *lease).collect();
-            if c.call_owner(&owner, SharedCall::Release { leases })
-                .await
-                .is_none()
-            {
-                unanswered.insert(owner, pending);
-            }
+            out.insert(owner.clone());
+            let c = c.clone();
+            calls.push(Box::pin(async move {
+                let answered = c
+                    .call_owner(&owner, SharedCall::Release { leases })
+                    .await
+                    .is_some();
+                (owner, pending, answered)
+            }));
         }
     }
 }

@@ -33,9 +33,10 @@
 //! tokio runtime with paused time, so every run is virtual time and a seed replays exactly.
 //! The clock is tokio's ([`crate::clock::SystemClock`]); the network is a simulated
 //! [`crate::rpc::Transport`] that delays (1 to 40 ms each way, so messages reorder), drops
-//! and duplicates calls and fails calls to crashed nodes; membership is a `watch` channel
-//! the harness changes (a crashed node leaves after 1 to 10 s, a restarted one rejoins, a live
-//! one is briefly removed); a crash kills a node's requests and a restart brings a fresh
+//! and duplicates calls, fails calls to crashed nodes and holds calls to and from paused
+//! nodes until they resume; membership is a `watch` channel the harness changes (a crashed
+//! or paused node leaves after 1 to 10 s, a restarted or resumed one rejoins, a live one is
+//! briefly removed); a crash kills a node's requests and a restart brings a fresh
 //! owner and coordinator. A small sink stands in for the server: enqueue-first parking per
 //! bucket, grants and offers to the oldest parked request, client cancellations, and (in
 //! scenarios with faults) the server's one-second backstop sweep. Each seed draws its
@@ -58,6 +59,10 @@
 //!   4 × the largest one-way delay + 0.4 s + [`coordinator::REUSE_WINDOW`] without faults (the owner's registration and
 //!   offers alone, no backstop), plus the backstop's 1 s and [`ACQUIRE_DEADLINE`] once a
 //!   faulty network has healed; at the end nothing is left parked;
+//! - **K13–K15 (no phantom lease)** — from 5 s after the heal, and throughout in scenarios
+//!   that lose no message (for owners and holders that answer), every lease an owner counts
+//!   is held by a running request, idle in its holder's cache, or on its way within
+//!   [`coordinator::RELEASE_RETRY`] + 4 × the largest one-way delay;
 //! - **stats** — `CoordinatorStats` equal what the sink saw, owners and coordinators end
 //!   empty, and every request is admitted, refused, cancelled or killed by a crash.
 //!

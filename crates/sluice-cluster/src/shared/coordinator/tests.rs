@@ -1,5 +1,6 @@
-//! The coordinator's unit tests (K1-K12).
+//! The coordinator's unit tests (K1-K15).
 
+use std::collections::BTreeSet;
 use std::sync::atomic::AtomicBool;
 
 use super::*;
@@ -878,4 +879,154 @@ async fn test_a_grant_that_comes_after_the_deadline_is_released() {
     );
     drop(slot);
     assert_eq!(p.a.held_for(g), 0);
+}
+
+/// Carries node a's shared calls to the tiers of b and c; a call to a paused node waits until
+/// it resumes (SIGSTOP: the bytes wait in its socket), or fails at its deadline.
+struct Net {
+    tiers: OnceLock<BTreeMap<String, Arc<SharedTier>>>,
+    paused: Mutex<BTreeSet<String>>,
+    resumed: Notify,
+    /// Release calls sent, per node.
+    releases: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Transport for Net {
+    fn ping(&self, to: &Member, _: Duration) -> BoxFuture<'_, Result<String, RpcError>> {
+        let node = to.node_id.clone();
+        Box::pin(async move {
+            Err(RpcError::Remote {
+                node,
+                reason: "not in this test".into(),
+            })
+        })
+    }
+
+    fn local(
+        &self,
+        to: &Member,
+        _: LocalApi,
+        _: serde_json::Value,
+        _: Duration,
+    ) -> BoxFuture<'_, Result<LocalAnswer, RpcError>> {
+        let node = to.node_id.clone();
+        Box::pin(async move {
+            Err(RpcError::Remote {
+                node,
+                reason: "not in this test".into(),
+            })
+        })
+    }
+
+    fn shared(
+        &self,
+        to: &Member,
+        call: SharedCall,
+        deadline: Duration,
+    ) -> BoxFuture<'_, Result<SharedReply, RpcError>> {
+        let node = to.node_id.clone();
+        if matches!(call, SharedCall::Release { .. }) {
+            *self.releases.lock().entry(node.clone()).or_default() += 1;
+        }
+        Box::pin(async move {
+            let until = tokio::time::Instant::now() + deadline;
+            loop {
+                let resumed = self.resumed.notified();
+                if !self.paused.lock().contains(&node) {
+                    break;
+                }
+                if tokio::time::timeout_at(until, resumed).await.is_err() {
+                    return Err(RpcError::DeadlineExceeded { node, deadline });
+                }
+            }
+            match self.tiers.get().and_then(|t| t.get(&node)) {
+                Some(tier) => Ok(tier.shared("a", call).await),
+                None => Err(RpcError::Unreachable {
+                    node,
+                    addr: "test".into(),
+                    reason: "not in this test".into(),
+                }),
+            }
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_an_owner_that_does_not_answer_holds_back_no_release_to_another() {
+    let (_members, rx) = watch::channel(Members {
+        live: Arc::new(vec![member("a"), member("b"), member("c")]),
+        strangers: Arc::default(),
+        twins: Arc::default(),
+    });
+    let stop = CancellationToken::new();
+    let clock: Arc<dyn crate::clock::Clock> = Arc::new(SystemClock::new());
+    let net = Arc::new(Net {
+        tiers: OnceLock::new(),
+        paused: Mutex::new(BTreeSet::new()),
+        resumed: Notify::new(),
+        releases: Mutex::new(BTreeMap::new()),
+    });
+    let start = |me: &str| {
+        let owner = Owner::start(
+            Arc::from(me),
+            OWNER_LIMITS,
+            clock.clone(),
+            net.clone(),
+            rx.clone(),
+            stop.clone(),
+        );
+        let c = Coordinator::start(
+            Arc::from(me),
+            net.clone(),
+            owner.clone(),
+            rx.clone(),
+            stop.clone(),
+        );
+        owner.set_local(&c);
+        Arc::new(SharedTier {
+            owner,
+            coordinator: c,
+        })
+    };
+    let (a, b, c) = (start("a"), start("b"), start("c"));
+    let tiers = BTreeMap::from([("b".to_string(), b.clone()), ("c".to_string(), c.clone())]);
+    let _ = net.tiers.set(tiers);
+    let owned_by = |node: &str| {
+        (0..100)
+            .map(|i| format!("g\0user-{i}"))
+            .find(|k| a.coordinator.owner_of(k).is_some_and(|m| m.node_id == node))
+            .expect("each node owns some of 100 buckets")
+    };
+    let (gb, gc) = (owned_by("b"), owned_by("c"));
+    let mut leases = Vec::new();
+    for g in [&gb, &gc] {
+        // A pool of 2 keeps no idle lease (IDLE_SHARE): a request's end releases its lease.
+        match a.coordinator.acquire(g, 2, false, ACQUIRE_DEADLINE).await {
+            Acquired::Lease(l) => leases.push(l),
+            other => panic!("expected a lease, got {other:?}"),
+        }
+    }
+    let on_c = leases.pop().expect("c's lease");
+    let on_b = leases.pop().expect("b's lease");
+    // c stops answering but stays in the membership (SIGSTOP, until DEAD_AFTER): the release
+    // of its lease waits in a call to it.
+    net.paused.lock().insert("c".into());
+    drop(on_c);
+    eventually(|| net.releases.lock().get("c").is_some_and(|n| *n >= 1)).await;
+    // b's lease is released at once, not after c's call gives up (RENEW_EVERY / 2).
+    let ended = tokio::time::Instant::now();
+    drop(on_b);
+    eventually(|| b.owner.in_use(&gb) == 0).await;
+    assert!(
+        tokio::time::Instant::now() <= ended + Duration::from_millis(2),
+        "b got its slot back {:?} after the request ended",
+        tokio::time::Instant::now() - ended
+    );
+    assert_eq!(c.owner.in_use(&gc), 1);
+    // c resumes and reads the release that waited for it.
+    net.paused.lock().remove("c");
+    net.resumed.notify_waiters();
+    eventually(|| c.owner.in_use(&gc) == 0).await;
+    assert_eq!(net.releases.lock().get("c"), Some(&1));
+    stop.cancel();
 }
