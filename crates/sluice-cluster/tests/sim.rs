@@ -57,7 +57,7 @@
 //!   `shared_limit × live nodes` (coordinator.rs, K1). Checked at every admission and
 //!   observation.
 //! - **P8 (after the heal)** — once the view is final and the answers of calls made before
-//!   have arrived ([`OFFER_DEADLINE`] + 4 × the largest delay), a lease runs its first request
+//!   have arrived ([`OFFERS_SETTLED`] + 4 × the largest delay), a lease runs its first request
 //!   only if it came from its bucket's owner on that view: an owner that lost a bucket to
 //!   the ring hands out no more of its slots (`pool.rs`, P8). Checked at every admission.
 //! - **K13/K14 (after the heal; always in lossless scenarios)** — no owner counts a lease that
@@ -73,7 +73,7 @@
 //!   late grant is released as it arrives, K14). Not checked, the owner keeping them by
 //!   design until their TTL: leases of dead holder incarnations (see *reclaim*), grants whose
 //!   answer the network lost (or a duplicate's), offers whose answer their owner did not get
-//!   (lost, or later than `OFFER_DEADLINE`: a paused holder), in scenarios that lose messages
+//!   (lost, or the holder gone), in scenarios that lose messages
 //!   every offer made before the heal (one to a node out of the view is not even sent), and
 //!   leases past their expiry (the sweep's, P6). Checked at every observation.
 //! - **K6 (always)** — no lease runs two requests at once (a lease handed out of a
@@ -145,8 +145,8 @@ use sluice_cluster::shared::coordinator::{
 };
 use sluice_cluster::shared::owner::Owner;
 use sluice_cluster::shared::{
-    ACQUIRE_DEADLINE, LEASE_TTL, MIN_SHARED_PROTOCOL, OFFER_DEADLINE, OWNER_LIMITS, RENEW_EVERY,
-    SWEEP_EVERY, SharedTier,
+    ACQUIRE_DEADLINE, LEASE_TTL, MIN_SHARED_PROTOCOL, OWNER_LIMITS, RENEW_EVERY, SWEEP_EVERY,
+    SharedTier,
 };
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
@@ -171,6 +171,13 @@ const CALLS_END: Duration = Duration::from_millis(RENEW_EVERY.as_millis() as u64
 
 /// The seeds CI checks.
 const DEFAULT_SEEDS: u64 = 10_000;
+
+/// How long after the heal P8 waits, beyond four delays, before it holds: the answers to
+/// offers sent before the heal have come back by then (the owners' chains of offers end
+/// there). An owner waits longer than this for an answer (`OFFER_DEADLINE`, the lease's TTL),
+/// but a late answer of a bucket the ring moved starts no new offer: its owner forgot the
+/// bucket's waiters at the membership change (P8 of `pool.rs`).
+const OFFERS_SETTLED: Duration = Duration::from_secs(1);
 
 /// A run stops if it has not settled this long after its load phase: far beyond any bound
 /// (a backlog of 4 × 4 × 3 parked requests of up to 45 s each drains in well under it), so
@@ -849,7 +856,7 @@ impl World {
             return;
         };
         let now = self.now();
-        if now < healed_at + OFFER_DEADLINE + self.sc.max_delay * 4 {
+        if now < healed_at + OFFERS_SETTLED + self.sc.max_delay * 4 {
             return;
         }
         let bucket = bucket_name(req.bucket);
@@ -1673,11 +1680,20 @@ impl Transport for SimTransport {
                     answer,
                 ));
             }
+            let dropped = plan.drop_request || plan.drop_answer;
             let answer = tokio::time::timeout(deadline, rx).await;
             // An offer whose answer the owner does not get keeps its lease until the TTL (the
-            // owner never frees a lease it cannot prove unused): K13/K14 leaves it alone.
+            // owner never frees a lease it cannot prove unused): K13/K14 leaves it alone. A
+            // late answer is no reason: the owner waits for it as long as the lease lives
+            // (`OFFER_DEADLINE`), so an unused slot offered to a paused holder comes back
+            // when the holder resumes.
+            let lost = match &answer {
+                Ok(Ok(Ok(_))) => false,
+                Err(_) => dropped,
+                _ => true,
+            };
             if let Some(lease) = offered
-                && !matches!(answer, Ok(Ok(Ok(_))))
+                && lost
                 && let Some(w) = self.world.upgrade()
             {
                 w.lost_leases.lock().insert((self.from, lease));

@@ -107,9 +107,13 @@ pub const RENEW_EVERY: Duration = Duration::from_secs(10);
 /// its expiry by at most this.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-/// How long an owner waits for a coordinator's answer to an offer. An unanswered offer keeps
-/// its lease reserved until renewed or expired, so a generous deadline costs nothing.
-pub const OFFER_DEADLINE: Duration = Duration::from_secs(1);
+/// How long an owner waits for a coordinator's answer to an offer: as long as the offered lease
+/// lives. An unanswered offer keeps its lease reserved until renewed or expired anyway, so
+/// waiting costs nothing, and an answer that comes late — a coordinator paused while the offer
+/// was on its way answers when it runs again — still gives an unused slot back at once. With
+/// a 1 s deadline such slots stayed reserved, held by nothing, until their TTL (the
+/// simulation's pauses found it: `tests/sim.rs`, K13/K14 after the heal).
+pub const OFFER_DEADLINE: Duration = LEASE_TTL;
 
 /// The oldest protocol version that serves the shared tier; the ring never places a bucket on
 /// an older node.

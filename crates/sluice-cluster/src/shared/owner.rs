@@ -3,10 +3,11 @@
 //! pushing offers of freed leases to waiting coordinators, the TTL sweep and the purge of
 //! coordinators that leave the membership.
 //!
-//! An offer whose answer never arrives (the coordinator did not answer in time) leaves the
-//! lease reserved: if the coordinator did use it, it renews it; if not, the TTL sweep reclaims
-//! it. The owner never frees a lease it cannot prove unused, so an unknown outcome cannot
-//! over-admit (C1), and costs at most one TTL of one slot.
+//! An offer whose answer never arrives leaves the lease reserved: if the coordinator did use
+//! it, it renews it; if not, the TTL sweep reclaims it. The owner never frees a lease it cannot
+//! prove unused, so an unknown outcome cannot over-admit (C1), and costs at most one TTL of
+//! one slot. It waits for the answer as long as the lease lives ([`OFFER_DEADLINE`]), so a
+//! late answer (a paused coordinator) still frees an unused slot when it comes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
