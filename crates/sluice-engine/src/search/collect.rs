@@ -63,6 +63,11 @@ impl Prepared {
     pub(crate) fn handle(&self) -> &Arc<IndexHandle> {
         &self.handle
     }
+
+    /// The index's query.
+    pub(super) fn query(&self) -> &dyn Query {
+        self.query.as_ref()
+    }
 }
 
 /// Checks the result window, takes a searcher snapshot of each index and builds its query,

@@ -62,7 +62,7 @@ pub fn parse_specs(key: &str, v: &Value) -> Result<Vec<FieldSpec>> {
 }
 
 /// The values at `path` in `source` (dotted keys and nested objects alike; arrays flattened).
-fn values_at<'a>(source: &'a Value, path: &str, out: &mut Vec<&'a Value>) {
+pub(super) fn values_at<'a>(source: &'a Value, path: &str, out: &mut Vec<&'a Value>) {
     match source {
         Value::Array(items) => {
             for item in items {

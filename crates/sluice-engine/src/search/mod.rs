@@ -20,6 +20,7 @@
 mod collect;
 mod context;
 pub mod fields;
+mod highlight;
 mod profile;
 mod render;
 mod request;

@@ -151,6 +151,13 @@ pub(super) fn render_response(
         || req.track_scores
         || req.sort.iter().any(|s| s.field == SortField::Score);
     let mut hits_json = Vec::new();
+    // One highlighter per index, made at its first hit (the query's terms read once).
+    let mappings: Vec<_> = match req.highlight {
+        Some(_) => prepared.iter().map(|p| p.handle.mapping()).collect(),
+        None => Vec::new(),
+    };
+    let mut highlighters: Vec<Option<super::highlight::Highlighter<'_>>> =
+        prepared.iter().map(|_| None).collect();
     for (i, c) in collected.hits.iter().skip(req.from as usize).enumerate() {
         // Loading documents is work too: stop it as promptly as collection.
         if i % FETCH_CHECK_EVERY_HITS == FETCH_CHECK_EVERY_HITS - 1 && ctx.is_cancelled() {
@@ -199,6 +206,20 @@ pub(super) fn render_response(
             fields.extend(doc_values);
             if !fields.is_empty() {
                 hit.insert("fields".into(), Value::Object(fields));
+            }
+        }
+        if let Some(spec) = &req.highlight {
+            let h = highlighters[c.at.0].get_or_insert_with(|| {
+                super::highlight::Highlighter::new(
+                    spec,
+                    &mappings[c.at.0],
+                    p.handle.fields(),
+                    p.searcher.index(),
+                    p.query(),
+                )
+            });
+            if let Some(marked) = h.hit(&stored.source) {
+                hit.insert("highlight".into(), marked);
             }
         }
         if !req.sort.is_empty() {

@@ -73,6 +73,8 @@ pub struct SearchRequest {
     pub aggs: Option<Value>,
     /// `typed_keys`: each aggregation is named `type#name` in the response.
     pub typed_keys: bool,
+    /// `highlight`: the query's terms marked in the hits' fields.
+    pub highlight: Option<super::highlight::HighlightSpec>,
     /// Compute scores even when sorting on fields.
     pub track_scores: bool,
     /// Only hits with at least this score.
@@ -121,6 +123,7 @@ impl Default for SearchRequest {
             timeout: None,
             aggs: None,
             typed_keys: false,
+            highlight: None,
             track_scores: false,
             min_score: None,
             max_buckets: None,
@@ -426,6 +429,7 @@ impl SearchRequest {
                                 sluice_wire::json::token_name(v)
                             )));
                         }
+                        req.highlight = Some(super::highlight::parse(v)?);
                     }
                     _ => {
                         return Err(parse_err(format!(

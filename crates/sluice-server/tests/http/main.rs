@@ -19,6 +19,7 @@ mod dry_run;
 mod enforcement;
 mod errors;
 mod gateway;
+mod highlight;
 mod index_ops;
 mod indices;
 mod logs;
