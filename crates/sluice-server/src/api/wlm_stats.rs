@@ -15,10 +15,27 @@
 //!   rejection threshold. DEFAULT has no limits, so it is never breached.
 //! - Each group object carries OpenSearch's fields and then sluice's (DESIGN D10): `failures`,
 //!   the throttle and queue figures; DEFAULT adds `total_unknown_group_tags`.
-//! - `include=buckets` adds each group's in-flight buckets (attribute, value, `in_flight`,
-//!   `node_limit`) — the operator's view of the node-tier throttle. It names usernames and
-//!   roles, so it needs the cluster permission `cluster:admin/opensearch/wlm/stats/buckets`
-//!   (roles in `auth.admin_roles` have it) when authentication is on.
+//! - `include=buckets` adds each group's buckets this node knows of (`buckets`, in key order)
+//!   — the operator's view of the throttle. Every bucket has `attribute`, `value`, `in_flight`
+//!   (requests holding a node-tier slot) and `node_limit`. A group with a `shared_limit` also
+//!   lists the buckets this node holds shared slots of or owns leases of, each with this
+//!   node's view of the shared tier:
+//!   - `shared_limit`: the group's cluster-wide pool per bucket;
+//!   - `shared_leases_held`: owners' leases this node holds for the bucket's requests (running,
+//!     or handed to a parked request about to run);
+//!   - `shared_leases_idle`: leases of the bucket idle in this node's cache, kept for its next
+//!     requests (only for pools of 8 or more; the owner counts them);
+//!   - `shared_fail_open_in_flight`: requests of the bucket running without a lease because no
+//!     owner answered (fail open; with the leases, at most `shared_limit` per node);
+//!   - `shared_parked`: requests of the bucket parked on this node, waiting for a slot (a freed
+//!     node slot or a shared lease, whichever comes first);
+//!   - `shared_owner`: whether this node owns the bucket's pool on its current ring;
+//!   - `shared_leases_owned`: leases of the bucket this node's owner table counts, for every
+//!     node's requests (0 on a node that is not, and was not, its owner).
+//!
+//!   It names usernames and roles, so it needs the cluster permission
+//!   `cluster:admin/opensearch/wlm/stats/buckets` (roles in `auth.admin_roles` have it) when
+//!   authentication is on.
 //! - `_list/wlm_stats` tokens are base64 of the last (node, group) pair, the row count, the sort
 //!   field and order — not encrypted: they carry nothing secret. The text output ends with a
 //!   `next_token <token>` line when there is a next page, and with OpenSearch's "No more pages

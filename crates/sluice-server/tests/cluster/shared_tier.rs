@@ -750,3 +750,39 @@ async fn test_a_busy_coordinator_reuses_idle_leases_and_gives_them_back() {
     }
     assert_eq!(metric_reused, reused);
 }
+
+/// Node `i`'s `include=buckets` listing of group `id`.
+async fn buckets_of(c: &TestCluster, i: usize, id: &str) -> Value {
+    let (s, stats) = c
+        .get(i, &format!("/_wlm/_local/stats/{id}?include=buckets"))
+        .await;
+    assert_eq!(s, 200, "{stats}");
+    stats
+        .as_object()
+        .and_then(|o| {
+            o.iter()
+                .find(|(k, _)| !k.starts_with('_') && *k != "cluster_name")
+        })
+        .map(|(_, n)| n["workload_groups"][id]["buckets"].clone())
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_shared_bucket_is_listed_by_the_node_holding_its_lease_and_by_its_owner() {
+    let (c, id) = shared_cluster("shared_buckets", 1).await;
+    let (holder, owner, held) = hold_on_a_non_owner(&c, &id).await;
+    let third = 3 - holder - owner;
+    // Each node's view of the bucket: the holder holds the one lease, its owner counts it.
+    let bucket = |held: u64, owner: bool, owned: u64| {
+        json!([{
+            "attribute": "group", "value": null, "in_flight": 0, "node_limit": null,
+            "shared_limit": 1, "shared_leases_held": held, "shared_leases_idle": 0,
+            "shared_fail_open_in_flight": 0, "shared_parked": 0, "shared_owner": owner,
+            "shared_leases_owned": owned
+        }])
+    };
+    assert_eq!(buckets_of(&c, holder, &id).await, bucket(1, false, 0));
+    assert_eq!(buckets_of(&c, owner, &id).await, bucket(0, true, 1));
+    assert_eq!(buckets_of(&c, third, &id).await, json!([]));
+    end_searches(&c, holder, held).await;
+}
