@@ -181,6 +181,19 @@ impl Drop for SharedLease {
     }
 }
 
+/// A bucket's slots on this node, by kind ([`Coordinator::slots_by_bucket`]); together they
+/// are the slots K1 counts for the bucket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BucketSlots {
+    /// Leases of owners held for requests (running, or handed to a parked request that has
+    /// not taken it yet).
+    pub leases: u64,
+    /// Idle leases in the cache (K6–K9).
+    pub idle: u64,
+    /// Requests admitted without a lease (fail open) and still running.
+    pub fail_open: u64,
+}
+
 /// A slot this node holds.
 #[derive(Debug, Clone)]
 struct Held {
@@ -760,6 +773,27 @@ impl Coordinator {
             .per_bucket
             .get(bucket)
             .map_or(0, |a| a.held)
+    }
+
+    /// Every bucket this node holds slots of, by bucket, with what kind of slots (for stats:
+    /// `_wlm/stats?include=buckets`). Read only; one lock, one pass over the slots held.
+    pub fn slots_by_bucket(&self) -> Vec<(Arc<str>, BucketSlots)> {
+        let st = self.state.lock();
+        let mut out: BTreeMap<Arc<str>, BucketSlots> = BTreeMap::new();
+        for h in st.held.values() {
+            let slots = out.entry(h.bucket.clone()).or_default();
+            if h.lease.is_some() {
+                slots.leases += 1;
+            } else {
+                slots.fail_open += 1;
+            }
+        }
+        for (bucket, a) in &st.per_bucket {
+            if a.idle > 0 {
+                out.entry(bucket.clone()).or_default().idle = a.idle;
+            }
+        }
+        out.into_iter().collect()
     }
 
     /// Slots held in all, idle leases included.

@@ -1,7 +1,9 @@
 //! The `_cat` table: typed cells and the parameters every `_cat` API takes, as OpenSearch's
 //! `RestTable` reads them — `format=json`, `v` (header line), `h` (columns by name or alias,
 //! wildcards allowed, unknown names skipped), `help` (the column list), `s` (sort by columns,
-//! `:asc`/`:desc`, an unknown key refused) and `bytes` (byte sizes in one unit).
+//! `:asc`/`:desc`, an unknown key refused) and `bytes` (byte sizes in one unit). The
+//! parameter readers ([`displayed`], [`wants_help`], [`wants_header`], [`wants_json`],
+//! [`help`]) also serve tables that lay out their own rows (`_list/wlm_stats`).
 
 use std::cmp::Ordering;
 
@@ -138,36 +140,6 @@ impl Table {
         self.rows.push(row);
     }
 
-    /// The columns to show and the names to show them under (`h=`, else the defaults).
-    fn display(&self, params: &Params) -> Vec<(usize, String)> {
-        let Some(h) = params.get("h") else {
-            return self
-                .columns
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| c.default)
-                .map(|(i, c)| (i, c.name.to_string()))
-                .collect();
-        };
-        let mut out: Vec<(usize, String)> = Vec::new();
-        for wanted in h.split(',').map(str::trim).filter(|w| !w.is_empty()) {
-            if wanted.contains('*') {
-                for (i, c) in self.columns.iter().enumerate() {
-                    let hit = simple_match(wanted, c.name)
-                        || c.aliases.split(',').any(|a| simple_match(wanted, a));
-                    if hit && !out.iter().any(|(j, _)| *j == i) {
-                        out.push((i, c.name.to_string()));
-                    }
-                }
-            } else if let Some(i) = self.columns.iter().position(|c| c.answers_to(wanted))
-                && !out.iter().any(|(j, _)| *j == i)
-            {
-                out.push((i, wanted.to_string()));
-            }
-        }
-        out
-    }
-
     /// The row order `s=` asks for (stable: equal rows keep their order).
     fn order(&self, params: &Params) -> ApiResult<Vec<usize>> {
         let mut order: Vec<usize> = (0..self.rows.len()).collect();
@@ -206,16 +178,13 @@ impl Table {
 
     /// Answers the table as the request's parameters ask.
     pub fn respond(&self, params: &Params) -> ApiResult<Response> {
-        if params
-            .get("help")
-            .is_some_and(|v| v.is_empty() || v == "true")
-        {
-            return Ok(text(self.help()));
+        if wants_help(params) {
+            return Ok(text(help(self.columns)));
         }
-        let display = self.display(params);
+        let display = displayed(self.columns, params);
         let order = self.order(params)?;
         let bytes = params.get("bytes").map(String::as_str);
-        if params.get("format").map(String::as_str) == Some("json") {
+        if wants_json(params) {
             let rows: Vec<Value> = order
                 .iter()
                 .map(|&r| {
@@ -233,9 +202,8 @@ impl Table {
                 .collect();
             return Ok(reply(StatusCode::OK, Value::Array(rows), params));
         }
-        let verbose = params.get("v").is_some_and(|v| v.is_empty() || v == "true");
         let mut lines: Vec<Vec<String>> = Vec::new();
-        if verbose {
+        if wants_header(params) {
             lines.push(display.iter().map(|(_, shown)| shown.clone()).collect());
         }
         for &r in &order {
@@ -248,33 +216,84 @@ impl Table {
         }
         Ok(text(crate::http::render_table(&lines)))
     }
-
-    /// The `help` text: `name | aliases | description`, each padded to its column's width.
-    fn help(&self) -> String {
-        let width = |f: &dyn Fn(&Column) -> &str| {
-            self.columns
-                .iter()
-                .map(|c| f(c).chars().count())
-                .max()
-                .unwrap_or(0)
-        };
-        let (w0, w1, w2) = (
-            width(&|c| c.name),
-            width(&|c| c.aliases),
-            width(&|c| c.desc),
-        );
-        let mut out = String::new();
-        for c in self.columns {
-            out.push_str(&format!(
-                "{:w0$} | {:w1$} | {:w2$}\n",
-                c.name, c.aliases, c.desc
-            ));
-        }
-        out
-    }
 }
 
-fn text(body: String) -> Response {
+/// The columns of `columns` that `h=` names (by name or alias, wildcards allowed, unknown
+/// names skipped, each column once, in the order asked), else those shown by default; each
+/// with the name to show it under (an alias asked for keeps its name).
+pub fn displayed(columns: &[Column], params: &Params) -> Vec<(usize, String)> {
+    let Some(h) = params.get("h") else {
+        return columns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.default)
+            .map(|(i, c)| (i, c.name.to_string()))
+            .collect();
+    };
+    let mut out: Vec<(usize, String)> = Vec::new();
+    for wanted in h.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        if wanted.contains('*') {
+            for (i, c) in columns.iter().enumerate() {
+                let hit = simple_match(wanted, c.name)
+                    || c.aliases.split(',').any(|a| simple_match(wanted, a));
+                if hit && !out.iter().any(|(j, _)| *j == i) {
+                    out.push((i, c.name.to_string()));
+                }
+            }
+        } else if let Some(i) = columns.iter().position(|c| c.answers_to(wanted))
+            && !out.iter().any(|(j, _)| *j == i)
+        {
+            out.push((i, wanted.to_string()));
+        }
+    }
+    out
+}
+
+/// Whether the request asks for the column list (`help`, `help=true`).
+pub fn wants_help(params: &Params) -> bool {
+    params
+        .get("help")
+        .is_some_and(|v| v.is_empty() || v == "true")
+}
+
+/// Whether the request asks for a header line (`v`, `v=true`).
+pub fn wants_header(params: &Params) -> bool {
+    params.get("v").is_some_and(|v| v.is_empty() || v == "true")
+}
+
+/// Whether the request asks for JSON rows (`format=json`); any other format is answered as
+/// the text table, as OpenSearch's `RestTable` answers a format it does not know.
+pub fn wants_json(params: &Params) -> bool {
+    params.get("format").map(String::as_str) == Some("json")
+}
+
+/// The `help` text of `columns`: `name | aliases | description`, each padded to its column's
+/// width.
+pub fn help(columns: &[Column]) -> String {
+    let width = |f: &dyn Fn(&Column) -> &str| {
+        columns
+            .iter()
+            .map(|c| f(c).chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let (w0, w1, w2) = (
+        width(&|c| c.name),
+        width(&|c| c.aliases),
+        width(&|c| c.desc),
+    );
+    let mut out = String::new();
+    for c in columns {
+        out.push_str(&format!(
+            "{:w0$} | {:w1$} | {:w2$}\n",
+            c.name, c.aliases, c.desc
+        ));
+    }
+    out
+}
+
+/// A `text/plain` answer.
+pub fn text(body: String) -> Response {
     let mut resp = (StatusCode::OK, body).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

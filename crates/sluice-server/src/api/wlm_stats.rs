@@ -15,14 +15,40 @@
 //!   rejection threshold. DEFAULT has no limits, so it is never breached.
 //! - Each group object carries OpenSearch's fields and then sluice's (DESIGN D10): `failures`,
 //!   the throttle and queue figures; DEFAULT adds `total_unknown_group_tags`.
-//! - `include=buckets` adds each group's in-flight buckets (attribute, value, `in_flight`,
-//!   `node_limit`) — the operator's view of the node-tier throttle. It names usernames and
-//!   roles, so it needs the cluster permission `cluster:admin/opensearch/wlm/stats/buckets`
-//!   (roles in `auth.admin_roles` have it) when authentication is on.
+//! - `include=buckets` adds each group's buckets this node knows of (`buckets`, in key order)
+//!   — the operator's view of the throttle. Every bucket has `attribute`, `value`, `in_flight`
+//!   (requests holding a node-tier slot) and `node_limit`. A group with a `shared_limit` also
+//!   lists the buckets this node holds shared slots of or owns leases of, each with this
+//!   node's view of the shared tier:
+//!   - `shared_limit`: the group's cluster-wide pool per bucket;
+//!   - `shared_leases_held`: owners' leases this node holds for the bucket's requests (running,
+//!     or handed to a parked request about to run);
+//!   - `shared_leases_idle`: leases of the bucket idle in this node's cache, kept for its next
+//!     requests (only for pools of 8 or more; the owner counts them);
+//!   - `shared_fail_open_in_flight`: requests of the bucket running without a lease because no
+//!     owner answered (fail open; with the leases, at most `shared_limit` per node);
+//!   - `shared_parked`: requests of the bucket parked on this node, waiting for a slot (a freed
+//!     node slot or a shared lease, whichever comes first);
+//!   - `shared_owner`: whether this node owns the bucket's pool on its current ring;
+//!   - `shared_leases_owned`: leases of the bucket this node's owner table counts, for every
+//!     node's requests (0 on a node that is not, and was not, its owner).
+//!
+//!   It names usernames and roles, so it needs the cluster permission
+//!   `cluster:admin/opensearch/wlm/stats/buckets` (roles in `auth.admin_roles` have it) when
+//!   authentication is on.
 //! - `_list/wlm_stats` tokens are base64 of the last (node, group) pair, the row count, the sort
 //!   field and order — not encrypted: they carry nothing secret. The text output ends with a
 //!   `next_token <token>` line when there is a next page, and with OpenSearch's "No more pages
-//!   available" row when there is not; `format=json` answers `{"next_token", "wlm_stats"}`.
+//!   available" row when there is not.
+//! - `_list/wlm_stats` reads the `_cat` parameters with the `_cat` tables' own readers
+//!   (`api/cat.rs`): `h=` picks columns by name (`TOTAL_THROTTLED`) or lower-case alias
+//!   (`total_throttled`), wildcards allowed, unknown names skipped, as the `_cat` APIs and
+//!   OpenSearch's `RestTable` do; `help` lists the columns; `v` adds the header line. The text
+//!   table keeps a `|` cell between two shown columns and the footer row as wide as the rows.
+//!   `format=json` answers OpenSearch's paginated `_list` shape, `{"next_token", "wlm_stats":
+//!   [rows]}`, each row an object keyed by the shown columns' lower-case names; any other
+//!   `format` is answered as text, as the `_cat` APIs answer it. `s=` is not read: the table
+//!   sorts with `sort` and `order`, which its pages depend on.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,15 +56,16 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::get;
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
 use sluice_cluster::rpc::LocalApi;
 use sluice_engine::EngineError;
 
+use crate::api::cat::{self, Column, wants_header, wants_help, wants_json};
 use crate::cluster::DEFAULT_FANOUT_TIMEOUT;
-use crate::cluster::local::{ROW_COLUMNS, RowsParams, SLUICE_COLUMNS, StatsParams};
+use crate::cluster::local::{RowsParams, StatsParams};
 use crate::cluster::select;
 use crate::error::ApiResult;
 use crate::http::{Params, reply};
@@ -258,9 +285,125 @@ async fn stats(
     Ok(reply(StatusCode::OK, Value::Object(body), params))
 }
 
-/// The table's first columns, `|` cells included, as OpenSearch prints them; the figure
-/// columns follow ([`ROW_COLUMNS`], then sluice's [`SLUICE_COLUMNS`]).
-const KEY_COLUMNS: [&str; 3] = ["NODE_ID", "|", "WORKLOAD_GROUP_ID"];
+/// The table's columns in order: the node and the group, OpenSearch's figures
+/// ([`crate::cluster::local::ROW_COLUMNS`]) and sluice's
+/// ([`crate::cluster::local::SLUICE_COLUMNS`]). `h=` picks among them by name or by
+/// the lower-case alias (the JSON rows' keys), `help` lists them; the text table puts a `|`
+/// cell between two columns, as OpenSearch prints it.
+const COLUMNS: [Column; 24] = [
+    Column::new("NODE_ID", "node_id", "the node's id"),
+    Column::new(
+        "WORKLOAD_GROUP_ID",
+        "workload_group_id",
+        "the workload group's id",
+    ),
+    Column::new(
+        "TOTAL_COMPLETIONS",
+        "total_completions",
+        "tasks of the group that ended, successfully or not",
+    ),
+    Column::new(
+        "TOTAL_REJECTIONS",
+        "total_rejections",
+        "requests rejected for the group's resource share",
+    ),
+    Column::new(
+        "TOTAL_CANCELLATIONS",
+        "total_cancellations",
+        "tasks cancelled by the enforcement pass",
+    ),
+    Column::new(
+        "CPU_USAGE",
+        "cpu_usage",
+        "last measured cpu usage, a fraction of the node (NA without a cpu limit)",
+    ),
+    Column::new(
+        "MEMORY_USAGE",
+        "memory_usage",
+        "last measured memory usage, a fraction of the node (NA without a memory limit)",
+    ),
+    Column::new(
+        "TOTAL_THROTTLED",
+        "total_throttled",
+        "requests refused by a throttle (429), node or shared tier",
+    ),
+    Column::new(
+        "TOTAL_QUEUED",
+        "total_queued",
+        "requests parked in the throttle queue",
+    ),
+    Column::new(
+        "TOTAL_QUEUE_REJECTIONS",
+        "total_queue_rejections",
+        "requests refused because the queue was full",
+    ),
+    Column::new("QUEUED_CURRENT", "queued_current", "requests parked now"),
+    Column::new(
+        "QUEUE_PEAK",
+        "queue_peak",
+        "the most requests parked at once",
+    ),
+    Column::new(
+        "QUEUE_WAIT_COUNT",
+        "queue_wait_count",
+        "parked requests that left the queue",
+    ),
+    Column::new(
+        "TOTAL_QUEUE_WAIT_MILLIS",
+        "total_queue_wait_millis",
+        "their total wait",
+    ),
+    Column::new(
+        "MAX_QUEUE_WAIT_MILLIS",
+        "max_queue_wait_millis",
+        "the longest wait",
+    ),
+    Column::new(
+        "TOTAL_WOULD_QUEUE",
+        "total_would_queue",
+        "monitored breaches mode enabled would have parked",
+    ),
+    Column::new(
+        "TOTAL_SHARED_ACQUIRED",
+        "total_shared_acquired",
+        "shared leases the node's requests got, from an owner or the idle cache",
+    ),
+    Column::new(
+        "TOTAL_SHARED_REUSED",
+        "total_shared_reused",
+        "shared leases taken from the idle cache",
+    ),
+    Column::new(
+        "TOTAL_SHARED_PUSHED",
+        "total_shared_pushed",
+        "parked requests admitted by a shared lease handed to them",
+    ),
+    Column::new(
+        "TOTAL_SHARED_THROTTLED",
+        "total_shared_throttled",
+        "requests the shared tier refused (monitored: would have refused)",
+    ),
+    Column::new(
+        "TOTAL_SHARED_FAIL_OPEN",
+        "total_shared_fail_open",
+        "requests admitted without a shared lease: no owner answered",
+    ),
+    Column::new(
+        "TOTAL_SHARED_PUSHES_RECEIVED",
+        "total_shared_pushes_received",
+        "owners' offers of freed shared leases received",
+    ),
+    Column::new(
+        "TOTAL_SHARED_PUSHES_SENT",
+        "total_shared_pushes_sent",
+        "offers of freed shared leases sent as owner",
+    ),
+    Column::new(
+        "SHARED_LEASES_OWNED",
+        "shared_leases_owned",
+        "shared leases this node counts as their buckets' owner",
+    ),
+];
 
 /// A page token: where the previous page ended and how the rows were sorted.
 #[derive(Debug, PartialEq)]
@@ -327,6 +470,9 @@ async fn list(
     groups: Option<&str>,
     params: &Params,
 ) -> ApiResult<Response> {
+    if wants_help(params) {
+        return Ok(cat::text(cat::help(&COLUMNS)));
+    }
     let p = parse_params(params)?;
     let deadline = fanout_timeout(params)?;
     let call = RowsParams {
@@ -417,36 +563,29 @@ async fn list(
         }
         .encode()
     });
-    let cells: Vec<Vec<String>> = page
-        .iter()
-        .map(|(node, group, figures)| {
-            let mut row = vec![node.clone(), "|".into(), group.clone()];
-            for f in figures {
-                row.push("|".into());
-                row.push(f.clone());
-            }
-            row
-        })
+    let shown: Vec<usize> = cat::displayed(&COLUMNS, params)
+        .into_iter()
+        .map(|(i, _)| i)
         .collect();
-    let mut columns: Vec<&str> = KEY_COLUMNS.to_vec();
-    for name in ROW_COLUMNS
-        .iter()
-        .copied()
-        .chain(SLUICE_COLUMNS.iter().map(|(n, _)| *n))
-    {
-        columns.push("|");
-        columns.push(name);
-    }
-    if params.get("format").map(String::as_str) == Some("json") {
-        let items: Vec<Value> = cells
+    // Every column's cell of a row, in [`COLUMNS`] order.
+    let full = |(node, group, figures): &(String, String, Vec<String>)| -> Vec<String> {
+        [node.clone(), group.clone()]
+            .into_iter()
+            .chain(figures.iter().cloned())
+            .collect()
+    };
+    if wants_json(params) {
+        let items: Vec<Value> = page
             .iter()
             .map(|row| {
+                let cells = full(row);
                 Value::Object(
-                    columns
+                    shown
                         .iter()
-                        .zip(row)
-                        .filter(|(c, _)| **c != "|")
-                        .map(|(c, v)| (c.to_ascii_lowercase(), json!(v)))
+                        .map(|&i| {
+                            let v = cells.get(i).cloned().unwrap_or_default();
+                            (COLUMNS[i].aliases.to_string(), json!(v))
+                        })
                         .collect(),
                 )
             })
@@ -457,36 +596,65 @@ async fn list(
         }
         return Ok(reply(StatusCode::OK, body, params));
     }
+    // The shown cells with a `|` cell between two of them.
+    let separated = |cells: Vec<String>| -> Vec<String> {
+        let mut out = Vec::with_capacity(cells.len() * 2);
+        for (n, c) in cells.into_iter().enumerate() {
+            if n > 0 {
+                out.push("|".to_string());
+            }
+            out.push(c);
+        }
+        out
+    };
     let mut table: Vec<Vec<String>> = Vec::new();
-    let verbose = params.get("v").is_some_and(|v| v.is_empty() || v == "true");
-    if verbose {
-        table.push(columns.iter().map(|c| (*c).to_string()).collect());
+    if wants_header(params) {
+        table.push(separated(
+            shown.iter().map(|&i| COLUMNS[i].name.to_string()).collect(),
+        ));
     }
-    table.extend(cells);
+    for row in page {
+        let cells = full(row);
+        table.push(separated(
+            shown
+                .iter()
+                .map(|&i| cells.get(i).cloned().unwrap_or_default())
+                .collect(),
+        ));
+    }
     if next_token.is_none() {
+        let width = (shown.len() * 2).saturating_sub(1).max(1);
         let mut footer = vec!["No more pages available".to_string()];
-        footer.extend(std::iter::repeat_n("-".to_string(), columns.len() - 1));
+        footer.extend(std::iter::repeat_n("-".to_string(), width - 1));
         table.push(footer);
     }
     let mut text = crate::http::render_table(&table);
     if let Some(t) = next_token {
         text.push_str(&format!("next_token {t}\n"));
     }
-    Ok((
-        StatusCode::OK,
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; charset=UTF-8",
-        )],
-        text,
-    )
-        .into_response())
+    Ok(cat::text(text))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::local::{ROW_COLUMNS, SLUICE_COLUMNS};
     use crate::workload::DEFAULT_GROUP_ID;
+
+    #[test]
+    fn test_the_columns_are_the_rows_cells_with_lower_case_aliases() {
+        let names: Vec<&str> = COLUMNS.iter().map(|c| c.name).collect();
+        let cells: Vec<&str> = ["NODE_ID", "WORKLOAD_GROUP_ID"]
+            .into_iter()
+            .chain(ROW_COLUMNS)
+            .chain(SLUICE_COLUMNS.iter().map(|(n, _)| *n))
+            .collect();
+        assert_eq!(names, cells);
+        for c in COLUMNS {
+            assert_eq!(c.aliases, c.name.to_ascii_lowercase());
+            assert!(c.default, "{} is shown without h=", c.name);
+        }
+    }
 
     #[test]
     fn test_page_tokens_round_trip_and_reject_garbage() {

@@ -48,6 +48,21 @@ pub const GROUP_THROTTLED: Described = (
     "sluice_wlm_group_throttled_total",
     "Requests of the workload group rejected by its throttle (429).",
 );
+/// Requests the shared tier refused (429: the bucket's cluster-wide limit was used up).
+pub const GROUP_SHARED_THROTTLED: Described = (
+    "sluice_wlm_group_shared_throttled_total",
+    "Requests of the workload group refused by the shared tier (429: its bucket's cluster-wide shared_limit was in use, or could not be checked with this node's fail-open allowance used up); monitored, those it would have refused.",
+);
+/// Requests admitted without a shared lease because no owner answered (fail open).
+pub const GROUP_SHARED_FAIL_OPEN: Described = (
+    "sluice_wlm_group_shared_fail_open_total",
+    "Requests of the workload group admitted without a cluster-wide lease because the bucket's owner could not be reached in time (fail open).",
+);
+/// Shared leases this node counts as their buckets' owner.
+pub const GROUP_SHARED_LEASES_OWNED: Described = (
+    "sluice_wlm_group_shared_leases_owned",
+    "Shared-tier leases of the workload group's buckets this node counts as their owner, for every node's requests.",
+);
 /// Requests parked in a queue.
 pub const GROUP_QUEUED: Described = (
     "sluice_wlm_group_queued_total",

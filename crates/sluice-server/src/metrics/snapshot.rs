@@ -1,6 +1,7 @@
 //! The figures the node already keeps, written into a fresh recorder at every scrape (see the
-//! [module docs](super)): per group its counters, queue, in-flight tasks, usage and limits,
-//! and the dry-run figures; per node duress, usage, the search pool, the running tasks and the
+//! [module docs](super)): per group its counters (the shared tier's refusals and fail-opens
+//! among them), queue, in-flight tasks, usage and limits, the shared leases it owns, and the
+//! dry-run figures; per node duress, usage, the search pool, the running tasks and the
 //! shared tier's lease cache.
 
 use metrics::Label;
@@ -20,12 +21,18 @@ const MILLIS_PER_SEC: f64 = 1000.0;
 type ReadCounter = fn(&crate::workload::GroupStats) -> u64;
 
 /// The per-group counters and the stats field each reads.
-const GROUP_COUNTERS: [(Described, ReadCounter); 12] = [
+const GROUP_COUNTERS: [(Described, ReadCounter); 14] = [
     (names::GROUP_COMPLETIONS, |s| s.total_completions.get()),
     (names::GROUP_FAILURES, |s| s.failures.get()),
     (names::GROUP_REJECTIONS, |s| s.total_rejections.get()),
     (names::GROUP_CANCELLATIONS, |s| s.total_cancellations.get()),
     (names::GROUP_THROTTLED, |s| s.total_throttled.get()),
+    (names::GROUP_SHARED_THROTTLED, |s| {
+        s.total_shared_throttled.get()
+    }),
+    (names::GROUP_SHARED_FAIL_OPEN, |s| {
+        s.total_shared_fail_open.get()
+    }),
     (names::GROUP_QUEUED, |s| s.total_queued.get()),
     (names::GROUP_QUEUE_REJECTIONS, |s| {
         s.total_queue_rejections.get()
@@ -51,6 +58,7 @@ pub fn render(st: &AppState) -> String {
         with_buckets(PrometheusBuilder::new(), names::GROUP_QUEUE_WAIT.0, &bounds).build_recorder();
     let sink = Sink(&recorder);
     describe(&sink);
+    crate::admission::shared::refresh_owned(st);
     let view = st.workload.view();
     let mut groups: Vec<&std::sync::Arc<GroupEntry>> = view.groups.values().collect();
     groups.push(st.workload.default_entry());
@@ -83,6 +91,7 @@ fn describe(sink: &Sink<'_>) {
         names::GROUP_WOULD_QUEUE_WAIT,
         names::GROUP_IN_FLIGHT,
         names::GROUP_NODE_LIMIT,
+        names::GROUP_SHARED_LEASES_OWNED,
         names::GROUP_USAGE,
         names::GROUP_LIMIT,
         names::NODE_DURESS,
@@ -130,6 +139,12 @@ fn group(sink: &Sink<'_>, entry: &GroupEntry) {
     let group = entry.group.as_ref();
     if let Some(limit) = group.and_then(|g| g.throttling.node_limit) {
         sink.gauge(names::GROUP_NODE_LIMIT, &labels, limit as f64);
+    }
+    // Shown for a group with a shared pool, and for one whose pool went while this node
+    // still counts leases of it.
+    let owned = s.shared_leases_owned.get();
+    if owned > 0 || group.is_some_and(|g| g.throttling.shared_pool().is_some()) {
+        sink.gauge(names::GROUP_SHARED_LEASES_OWNED, &labels, owned as f64);
     }
     for r in ResourceType::ALL {
         let with_resource = |labels: &[Label]| {

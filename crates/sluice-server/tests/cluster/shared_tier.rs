@@ -750,3 +750,141 @@ async fn test_a_busy_coordinator_reuses_idle_leases_and_gives_them_back() {
     }
     assert_eq!(metric_reused, reused);
 }
+
+/// Node `i`'s `include=buckets` listing of group `id`.
+async fn buckets_of(c: &TestCluster, i: usize, id: &str) -> Value {
+    let (s, stats) = c
+        .get(i, &format!("/_wlm/_local/stats/{id}?include=buckets"))
+        .await;
+    assert_eq!(s, 200, "{stats}");
+    stats
+        .as_object()
+        .and_then(|o| {
+            o.iter()
+                .find(|(k, _)| !k.starts_with('_') && *k != "cluster_name")
+        })
+        .map(|(_, n)| n["workload_groups"][id]["buckets"].clone())
+        .unwrap_or(Value::Null)
+}
+
+/// The sample of the per-group metric `name` for group `id` in node `i`'s Prometheus text, if
+/// the node shows one.
+async fn group_metric(c: &TestCluster, i: usize, name: &str, id: &str) -> Option<f64> {
+    let (s, text) = c.get(i, "/_prometheus/metrics").await;
+    assert_eq!(s, 200);
+    let text = text.as_str().expect("the text format").to_string();
+    let label = format!("group_id=\"{id}\"");
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(name)?.strip_prefix('{')?;
+        let (labels, value) = rest.split_once("} ")?;
+        labels.contains(&label).then(|| value.parse().ok())?
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_shared_bucket_is_listed_by_the_node_holding_its_lease_and_by_its_owner() {
+    let (c, id) = shared_cluster("shared_buckets", 1).await;
+    let (holder, owner, held) = hold_on_a_non_owner(&c, &id).await;
+    let third = 3 - holder - owner;
+    // Each node's view of the bucket: the holder holds the one lease, its owner counts it.
+    let bucket = |held: u64, owner: bool, owned: u64| {
+        json!([{
+            "attribute": "group", "value": null, "in_flight": 0, "node_limit": null,
+            "shared_limit": 1, "shared_leases_held": held, "shared_leases_idle": 0,
+            "shared_fail_open_in_flight": 0, "shared_parked": 0, "shared_owner": owner,
+            "shared_leases_owned": owned
+        }])
+    };
+    assert_eq!(buckets_of(&c, holder, &id).await, bucket(1, false, 0));
+    assert_eq!(buckets_of(&c, owner, &id).await, bucket(0, true, 1));
+    assert_eq!(buckets_of(&c, third, &id).await, json!([]));
+    end_searches(&c, holder, held).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_shared_refusals_and_fail_opens_are_counted_once_in_stats_and_metrics() {
+    let (c, id) = shared_cluster("shared_counted", 1).await;
+    let header = [("workloadGroupId", id.as_str())];
+    let (holder, owner, held) = hold_on_a_non_owner(&c, &id).await;
+    let third = 3 - holder - owner;
+
+    // The owner's gauge counts the holder's lease.
+    assert_eq!(
+        group_metric(&c, owner, "sluice_wlm_group_shared_leases_owned", &id).await,
+        Some(1.0)
+    );
+    assert_eq!(
+        group_metric(&c, holder, "sluice_wlm_group_shared_leases_owned", &id).await,
+        Some(0.0)
+    );
+    // The cluster-wide slot is taken: each of the third node's requests is one shared 429.
+    for _ in 0..2 {
+        let (s, b) = small_search(&c, third, &header).await;
+        assert_eq!(s, 429, "{b}");
+        assert!(
+            b["error"]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("tier: shared"),
+            "{b}"
+        );
+    }
+    let g = figures(&c, third, &id).await;
+    assert_eq!(
+        [
+            &g["total_shared_throttled"],
+            &g["total_throttled"],
+            &g["total_shared_fail_open"]
+        ],
+        [&json!(2), &json!(2), &json!(0)],
+        "{g}"
+    );
+    assert_eq!(
+        group_metric(&c, third, "sluice_wlm_group_shared_throttled_total", &id).await,
+        Some(2.0)
+    );
+    assert_eq!(
+        group_metric(&c, third, "sluice_wlm_group_shared_fail_open_total", &id).await,
+        Some(0.0)
+    );
+
+    // The owner hangs (SIGSTOP: nothing answers). The third node holds no slot of the bucket:
+    // its request waits out the acquire timeout (200 ms) and is admitted without a lease,
+    // counted once as a fail-open. The holder already runs its allowance (one shared_limit)
+    // of the bucket: its request is a shared 429, counted once, and no fail-open.
+    c.node(owner).signal("STOP");
+    let (s, b) = small_search(&c, third, &header).await;
+    let (s_holder, b_holder) = small_search(&c, holder, &header).await;
+    c.node(owner).signal("CONT");
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(s_holder, 429, "{b_holder}");
+    let g = figures(&c, third, &id).await;
+    assert_eq!(g["total_shared_fail_open"], 1, "{g}");
+    assert_eq!(g["total_shared_throttled"], 2, "{g}");
+    assert_eq!(
+        group_metric(&c, third, "sluice_wlm_group_shared_fail_open_total", &id).await,
+        Some(1.0)
+    );
+    let g = figures(&c, holder, &id).await;
+    assert_eq!(g["total_shared_throttled"], 1, "{g}");
+    assert_eq!(g["total_shared_fail_open"], 0, "{g}");
+    assert_eq!(
+        group_metric(&c, holder, "sluice_wlm_group_shared_throttled_total", &id).await,
+        Some(1.0)
+    );
+    assert_eq!(
+        group_metric(&c, holder, "sluice_wlm_group_shared_fail_open_total", &id).await,
+        Some(0.0)
+    );
+    // The metrics carry their help and type.
+    let (_, text) = c.get(third, "/_prometheus/metrics").await;
+    let text = text.as_str().unwrap();
+    for line in [
+        "# TYPE sluice_wlm_group_shared_throttled_total counter",
+        "# TYPE sluice_wlm_group_shared_fail_open_total counter",
+        "# TYPE sluice_wlm_group_shared_leases_owned gauge",
+    ] {
+        assert!(text.contains(line), "{line} missing: {text}");
+    }
+    end_searches(&c, holder, held).await;
+}

@@ -529,3 +529,55 @@ async fn test_monitored_breach_holds_its_bucket_so_a_lookup_counts_would_throttl
     cancel_all(&node, running).await;
     wait_drained(&node, &id).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_bucket_listing_shows_the_shared_tier_of_a_group_with_a_shared_limit() {
+    // One node is a cluster of one: it owns every bucket's shared pool.
+    let node = node_in_mode("enabled", &[]).await;
+    let id = create_group(
+        &node,
+        json!({"name": "spill", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.1},
+               "throttling": {"attribute": "group", "node_limit": 1, "shared_limit": 1},
+               "queue": {"size_per_bucket": 10}}),
+    )
+    .await;
+    let tag = [("workloadGroupId", id.as_str())];
+    // The first runs on the node slot, the second on the one shared lease, the third parks.
+    let mut running = vec![start_heavy(&node, &tag)];
+    wait_running(&node, &id, 1).await;
+    running.push(start_heavy(&node, &tag));
+    wait_running(&node, &id, 2).await;
+    running.push(start_search(
+        &node,
+        "/small/_search",
+        json!({"query": {"match_all": {}}}),
+        &tag,
+    ));
+    let mut seen = Value::Null;
+    for _ in 0..20_000 {
+        seen = stats_of(&node, &id).await;
+        if seen["buckets"][0]["shared_parked"] == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        seen["buckets"],
+        json!([{
+            "attribute": "group",
+            "value": null,
+            "in_flight": 1,
+            "node_limit": 1,
+            "shared_limit": 1,
+            "shared_leases_held": 1,
+            "shared_leases_idle": 0,
+            "shared_fail_open_in_flight": 0,
+            "shared_parked": 1,
+            "shared_owner": true,
+            "shared_leases_owned": 1
+        }]),
+        "{seen}"
+    );
+    cancel_all(&node, running).await;
+    wait_drained(&node, &id).await;
+}

@@ -311,3 +311,114 @@ async fn test_list_table_pages_with_tokens_and_ends_with_a_footer() {
     let rows = body["wlm_stats"].as_array().expect("rows");
     assert!(rows[0]["workload_group_id"].is_string(), "{body}");
 }
+
+#[tokio::test]
+async fn test_list_table_takes_the_cat_parameters_h_help_and_format() {
+    let node = TestNode::start().await;
+    let a = create_group(&node, "a").await;
+    let mut ids = vec!["DEFAULT_WORKLOAD_GROUP".to_string(), a.clone()];
+    ids.sort();
+
+    // h= picks columns by name or lower-case alias, in the order asked, unknown ones skipped;
+    // the text keeps a `|` cell between two columns and a footer as wide as the rows.
+    let (s, t) = text(
+        &node,
+        "/_list/wlm_stats?v&h=workload_group_id,TOTAL_THROTTLED,bogus,cpu_usage",
+    )
+    .await;
+    assert_eq!(s, 200, "{t}");
+    let lines: Vec<Vec<&str>> = t.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(lines.len(), 1 + 2 + 1, "{t}");
+    assert_eq!(
+        lines[0],
+        [
+            "WORKLOAD_GROUP_ID",
+            "|",
+            "TOTAL_THROTTLED",
+            "|",
+            "CPU_USAGE"
+        ],
+        "{t}"
+    );
+    for (line, id) in lines[1..3].iter().zip(&ids) {
+        assert_eq!(line.len(), 5, "{t}");
+        assert_eq!(line[0], id, "{t}");
+        assert_eq!([line[1], line[2], line[3]], ["|", "0", "|"], "{t}");
+    }
+    // The footer: OpenSearch's first cell (four words here) and a `-` for every other cell.
+    assert_eq!(
+        lines[3],
+        ["No", "more", "pages", "available", "-", "-", "-", "-"],
+        "{t}"
+    );
+
+    // Wildcards, over names and aliases.
+    let (s, t) = text(&node, "/_list/wlm_stats?v&h=node_id,total_shared_*").await;
+    assert_eq!(s, 200, "{t}");
+    let header: Vec<&str> = t.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NODE_ID",
+            "|",
+            "TOTAL_SHARED_ACQUIRED",
+            "|",
+            "TOTAL_SHARED_REUSED",
+            "|",
+            "TOTAL_SHARED_PUSHED",
+            "|",
+            "TOTAL_SHARED_THROTTLED",
+            "|",
+            "TOTAL_SHARED_FAIL_OPEN",
+            "|",
+            "TOTAL_SHARED_PUSHES_RECEIVED",
+            "|",
+            "TOTAL_SHARED_PUSHES_SENT"
+        ],
+        "{t}"
+    );
+
+    // format=json: OpenSearch's paginated shape, rows keyed by the shown columns in lower case.
+    let (s, body) = node
+        .req(
+            "GET",
+            "/_list/wlm_stats?format=json&h=WORKLOAD_GROUP_ID,total_completions",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(
+        body,
+        json!({"next_token": null, "wlm_stats": [
+            {"workload_group_id": ids[0], "total_completions": "0"},
+            {"workload_group_id": ids[1], "total_completions": "0"},
+        ]})
+    );
+    // Without h=, every column, as before.
+    let (_, body) = node.req("GET", "/_list/wlm_stats?format=json", None).await;
+    assert_eq!(
+        body["wlm_stats"][0].as_object().map(|o| o.len()),
+        Some(24),
+        "{body}"
+    );
+    // A format the table does not know is answered as text, as the _cat APIs answer it.
+    let (s, t) = text(&node, "/_list/wlm_stats?format=yaml&h=workload_group_id").await;
+    assert_eq!(s, 200, "{t}");
+    assert_eq!(
+        t.lines().next().map(str::trim),
+        Some(ids[0].as_str()),
+        "{t}"
+    );
+
+    // help: the columns with their aliases and what they show, as a _cat API's.
+    let (s, t) = text(&node, "/_list/wlm_stats?help").await;
+    assert_eq!(s, 200, "{t}");
+    assert_eq!(t.lines().count(), 24, "{t}");
+    let throttled = t
+        .lines()
+        .find(|l| l.starts_with("TOTAL_SHARED_THROTTLED "))
+        .unwrap_or_else(|| panic!("{t}"));
+    let cells: Vec<&str> = throttled.split('|').map(str::trim).collect();
+    assert_eq!(cells[1], "total_shared_throttled", "{t}");
+    assert!(cells[2].contains("shared tier refused"), "{t}");
+}

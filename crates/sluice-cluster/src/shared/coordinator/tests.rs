@@ -1030,3 +1030,49 @@ async fn test_an_owner_that_does_not_answer_holds_back_no_release_to_another() {
     assert_eq!(net.releases.lock().get("c"), Some(&1));
     stop.cancel();
 }
+
+#[tokio::test(start_paused = true)]
+async fn test_slots_by_bucket_tells_leases_idle_leases_and_fail_open_slots_apart() {
+    let p = pair();
+    let (g, h) = (&p.buckets[0], &p.buckets[1]);
+    assert!(p.a.slots_by_bucket().is_empty());
+    // The owner is lost: a fail-open slot of g.
+    let open = match p.a.acquire(g, 2, false, ACQUIRE_DEADLINE).await {
+        Acquired::FailOpen { lease, .. } => lease,
+        other => panic!("expected a fail-open admission, got {other:?}"),
+    };
+    // The owner is back: two leases of h, one of them ended within its window (idle).
+    p.switch.up.store(true, Ordering::SeqCst);
+    let running = lease(&p, h, 64).await;
+    let ended = lease(&p, h, 64).await;
+    drop(ended);
+    let idle = p.a.idle_for(h);
+    assert!(idle >= 1, "the ended lease went idle");
+    let slots: HashMap<String, BucketSlots> =
+        p.a.slots_by_bucket()
+            .into_iter()
+            .map(|(b, s)| (b.to_string(), s))
+            .collect();
+    assert_eq!(
+        slots[g.as_str()],
+        BucketSlots {
+            leases: 0,
+            idle: 0,
+            fail_open: 1
+        }
+    );
+    assert_eq!(
+        slots[h.as_str()],
+        BucketSlots {
+            leases: 1,
+            idle,
+            fail_open: 0
+        }
+    );
+    // Together they are what K1 counts.
+    for (b, s) in &slots {
+        assert_eq!(p.a.held_for(b), s.leases + s.idle + s.fail_open, "{b}");
+    }
+    drop((open, running));
+    assert!(!p.a.slots_by_bucket().iter().any(|(b, _)| **b == **g));
+}

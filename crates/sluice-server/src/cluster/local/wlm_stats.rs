@@ -1,11 +1,13 @@
 //! This node's part of `_wlm/stats` (its groups' figures, optionally their buckets) and of
 //! `_list/wlm_stats` (its table rows), answered to the coordinator of the request.
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use sluice_core::ResourceType;
+use sluice_cluster::shared::coordinator::BucketSlots;
+use sluice_core::{BucketKey, ResourceType};
 use sluice_engine::{EngineError, ErrorCode};
 
 use crate::settings::keys;
@@ -172,28 +174,76 @@ fn is_breached(st: &AppState, e: &GroupEntry) -> bool {
     })
 }
 
-/// The in-flight buckets of `entry`'s group on this node, with their live limit.
+/// The buckets of `entry`'s group this node knows of, in key order: those with requests in
+/// flight or parked in its node tier and, for a group with a `shared_limit`, those it holds
+/// shared slots of or counts leases of as their owner. Each with its node-tier figures and,
+/// for a group with a `shared_limit`, this node's view of the shared tier (the module docs of
+/// `api/wlm_stats.rs` name the fields).
 fn buckets_json(st: &AppState, entry: &GroupEntry) -> Value {
-    let limit = entry.group.as_ref().and_then(|g| g.throttling.node_limit);
-    let mut buckets: Vec<(sluice_core::BucketKey, u64)> = st
+    let throttling = entry.group.as_ref().map(|g| g.throttling);
+    let limit = throttling.and_then(|t| t.node_limit);
+    let mut buckets: BTreeMap<BucketKey, u64> = st
         .workload
         .permits
         .buckets()
         .into_iter()
         .filter(|(k, _)| *k.group_id == *entry.id)
         .collect();
-    buckets.sort();
+    let Some(shared_limit) = throttling.and_then(|t| t.shared_pool()) else {
+        return Value::Array(
+            buckets
+                .into_iter()
+                .map(|(k, n)| node_bucket_json(&k, n, limit))
+                .collect(),
+        );
+    };
+    let shared = st.cluster.shared();
+    let of_group = |wire: &str| BucketKey::from_wire(wire).filter(|k| *k.group_id == *entry.id);
+    let slots: HashMap<BucketKey, BucketSlots> = shared
+        .coordinator
+        .slots_by_bucket()
+        .into_iter()
+        .filter_map(|(b, s)| Some((of_group(&b)?, s)))
+        .collect();
+    let owned: HashMap<BucketKey, u64> = shared
+        .owner
+        .leases_by_bucket()
+        .into_iter()
+        .filter_map(|(b, n)| Some((of_group(&b)?, n)))
+        .collect();
+    for k in slots.keys().chain(owned.keys()) {
+        buckets.entry(k.clone()).or_default();
+    }
     Value::Array(
         buckets
             .into_iter()
             .map(|(k, n)| {
-                json!({
-                    "attribute": k.attribute.as_str(),
-                    "value": k.value.as_deref(),
-                    "in_flight": n,
-                    "node_limit": limit,
-                })
+                let mut v = node_bucket_json(&k, n, limit);
+                let wire = k.to_wire();
+                let s = slots.get(&k).copied().unwrap_or_default();
+                let is_owner = shared
+                    .coordinator
+                    .owner_of(&wire)
+                    .is_some_and(|m| m.node_id == st.cluster.me().node_id);
+                v["shared_limit"] = json!(shared_limit);
+                v["shared_leases_held"] = json!(s.leases);
+                v["shared_leases_idle"] = json!(s.idle);
+                v["shared_fail_open_in_flight"] = json!(s.fail_open);
+                v["shared_parked"] = json!(st.workload.permits.num_parked(&k));
+                v["shared_owner"] = json!(is_owner);
+                v["shared_leases_owned"] = json!(owned.get(&k).copied().unwrap_or(0));
+                v
             })
             .collect(),
     )
+}
+
+/// A bucket's node-tier figures: its key, requests in flight and `node_limit`.
+fn node_bucket_json(k: &BucketKey, in_flight: u64, node_limit: Option<u32>) -> Value {
+    json!({
+        "attribute": k.attribute.as_str(),
+        "value": k.value.as_deref(),
+        "in_flight": in_flight,
+        "node_limit": node_limit,
+    })
 }
