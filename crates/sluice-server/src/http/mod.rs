@@ -1,10 +1,12 @@
 //! The HTTP layer, free of domain logic: request metadata and its middleware ([`meta`]), body
-//! extraction ([`body`]), response rendering ([`reply`](mod@reply)) and OpenSearch's answers
-//! for unknown routes and methods ([`fallback`]), the accept loop that serves connections
-//! ([`serve`]), and a gateway's fast lane ([`lane`]) with its threads ([`threads`]).
+//! extraction ([`body`]), path and query extraction ([`extract`]), response rendering
+//! ([`reply`](mod@reply)) and OpenSearch's answers for unknown routes and methods
+//! ([`fallback`]), the accept loop that serves connections ([`serve`]), and a gateway's fast
+//! lane ([`lane`]) with its threads ([`threads`]).
 //! The routes themselves are in [`crate::api`].
 
 pub mod body;
+pub mod extract;
 pub mod fallback;
 pub mod lane;
 pub mod meta;
@@ -15,6 +17,7 @@ pub mod threads;
 use std::collections::HashMap;
 
 pub use body::{Body, BodyLimit, parse_json};
+pub use extract::{Path, Query};
 pub use meta::{RequestMeta, Warnings};
 pub use reply::{json_response, render_table, reply};
 

@@ -1,0 +1,132 @@
+//! What a node answers a request it cannot take as sent, in OpenSearch's words and JSON: a path
+//! parameter with a malformed escape. Through a gateway (`SLUICE_TEST_BACKEND=upstream`) the
+//! same answers come back, from the gateway or relayed from the node behind it.
+
+use serde_json::{Value, json};
+
+use crate::common::TestNode;
+
+/// A raw answer: status, `Content-Type` and body text.
+struct Raw {
+    status: u16,
+    content_type: String,
+    text: String,
+}
+
+impl Raw {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.text)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", self.content_type, self.text))
+    }
+}
+
+async fn send(
+    node: &TestNode,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Raw {
+    let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let mut rb = node.client.request(m, node.url(path));
+    for (k, v) in headers {
+        rb = rb.header(*k, *v);
+    }
+    if let Some(b) = body {
+        rb = rb.body(b.to_string());
+    }
+    let resp = rb.send().await.expect("request sent");
+    let status = resp.status().as_u16();
+    let content_type = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let text = resp.text().await.expect("body");
+    Raw {
+        status,
+        content_type,
+        text,
+    }
+}
+
+async fn get(node: &TestNode, path: &str) -> Raw {
+    send(node, "GET", path, &[], None).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_path_with_a_malformed_escape_is_a_400_illegal_argument_exception() {
+    let node = TestNode::start().await;
+    let (s, b) = node.req("PUT", "/logs", Some(json!({}))).await;
+    assert_eq!(s, 200, "{b}");
+    for (path, reason) in [
+        (
+            "/logs/_doc/x%G1",
+            "invalid escape sequence `%G1' at index 1 of: x%G1",
+        ),
+        (
+            "/logs/_doc/ab%",
+            "unterminated escape sequence at end of string: ab%",
+        ),
+        (
+            "/logs/_doc/ab%F",
+            "partial escape sequence at end of string: ab%F",
+        ),
+        (
+            "/lo%zzgs/_search",
+            "invalid escape sequence `%zz' at index 2 of: lo%zzgs",
+        ),
+        (
+            "/_wlm/workload_group/%XY",
+            "invalid escape sequence `%XY' at index 0 of: %XY",
+        ),
+    ] {
+        let r = get(&node, path).await;
+        assert_eq!(r.status, 400, "{path}: {}", r.text);
+        assert!(
+            r.content_type.starts_with("application/json"),
+            "{path}: {}",
+            r.content_type
+        );
+        let v = r.json();
+        assert_eq!(v["status"], 400, "{path}: {v}");
+        assert_eq!(
+            v["error"]["type"], "illegal_argument_exception",
+            "{path}: {v}"
+        );
+        assert_eq!(v["error"]["reason"], reason, "{path}: {v}");
+        assert_eq!(
+            v["error"]["root_cause"][0]["type"], "illegal_argument_exception",
+            "{path}: {v}"
+        );
+    }
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_escapes_of_bytes_that_are_not_utf8_read_as_replacement_characters() {
+    let node = TestNode::start().await;
+    let (s, b) = node.req("PUT", "/logs", Some(json!({}))).await;
+    assert_eq!(s, 200, "{b}");
+    // OpenSearch reads `%FF` as U+FFFD and goes on: no such index, no such document.
+    let r = get(&node, "/%FF/_search").await;
+    assert_eq!(r.status, 404, "{}", r.text);
+    let v = r.json();
+    assert_eq!(v["error"]["type"], "index_not_found_exception", "{v}");
+    assert_eq!(v["error"]["reason"], "no such index [\u{FFFD}]", "{v}");
+    let r = get(&node, "/logs/_doc/%FF").await;
+    assert_eq!(r.status, 404, "{}", r.text);
+    let v = r.json();
+    assert_eq!(
+        (&v["_id"], &v["found"]),
+        (&json!("\u{FFFD}"), &json!(false)),
+        "{v}"
+    );
+    // `%%` is a `%`, as OpenSearch decodes it.
+    let (s, b) = node
+        .req("PUT", "/logs/_doc/a%%b?refresh=true", Some(json!({"a": 1})))
+        .await;
+    assert_eq!(s, 201, "{b}");
+    assert_eq!(b["_id"], "a%b", "{b}");
+    node.stop().await;
+}
