@@ -1,8 +1,9 @@
 //! The HTTP layer, free of domain logic: request metadata and its middleware ([`meta`]), body
 //! extraction ([`body`]), path and query extraction ([`extract`]), response rendering
-//! ([`reply`](mod@reply)) and OpenSearch's answers for unknown routes and methods
-//! ([`fallback`]), the accept loop that serves connections ([`serve`]), and a gateway's fast
-//! lane ([`lane`]) with its threads ([`threads`]).
+//! ([`reply`](mod@reply)) and the `?pretty` rendering of error answers ([`pretty`]),
+//! OpenSearch's answers for unknown routes and methods ([`fallback`]), the accept loop that
+//! serves connections ([`serve`]), and a gateway's fast lane ([`lane`]) with its threads
+//! ([`threads`]).
 //! The routes themselves are in [`crate::api`].
 
 pub mod body;
@@ -10,6 +11,7 @@ pub mod extract;
 pub mod fallback;
 pub mod lane;
 pub mod meta;
+pub mod pretty;
 pub mod reply;
 pub mod serve;
 pub mod threads;

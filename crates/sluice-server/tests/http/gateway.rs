@@ -348,6 +348,76 @@ async fn test_upstream_errors_pass_through_unchanged_and_count_as_failures() {
     gw.stop().await;
 }
 
+/// An upstream's answers pass through as it wrote them, whatever `?pretty` asks (the gateway
+/// renders only its own errors pretty), and a body the gateway forwards reaches the upstream
+/// whatever its `Content-Type` (the upstream judges it): on the lane, on the general path, and
+/// for routes the gateway only forwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_relayed_answers_and_forwarded_bodies_pass_through_whatever_pretty_and_type() {
+    const COMPACT: &str = r#"{"error":{"type":"upstream_own","reason":"x"},"status":400}"#;
+    let up = fake(answer_with(|_| {
+        (
+            axum::http::StatusCode::BAD_REQUEST,
+            [("content-type", "application/json; charset=UTF-8")],
+            COMPACT,
+        )
+            .into_response()
+    }))
+    .await;
+    for lane in ["true", "false"] {
+        let fast_lane = format!("backend.upstream.fast_lane={lane}");
+        let gw = gateway(&up.base, &[&fast_lane]).await;
+        for (method, path) in [
+            ("GET", "/logs/_search?pretty"),
+            ("POST", "/logs/_count?pretty=true"),
+            ("GET", "/some/_thing?pretty"),
+            ("PUT", "/logs?pretty"),
+        ] {
+            let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+            let resp = gw
+                .client
+                .request(m, gw.url(path))
+                .header("content-type", "text/plain")
+                .body("not json at all")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 400, "lane {lane}: {method} {path}");
+            let text = resp.text().await.unwrap();
+            assert_eq!(text, COMPACT, "lane {lane}: {method} {path}");
+            let received = up.received_on(path.split('?').next().unwrap());
+            let last = received.last().expect("forwarded");
+            assert_eq!(
+                last.headers["content-type"], "text/plain",
+                "lane {lane}: {path}"
+            );
+            assert_eq!(&last.body[..], b"not json at all", "lane {lane}: {path}");
+        }
+        // The gateway's own error, on the same request path, is pretty.
+        let r = gw
+            .client
+            .get(gw.url("/logs/_search?pretty"))
+            .header("workloadGroupId", "a")
+            .header("workloadGroupId", "b")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "lane {lane}");
+        let text = r.text().await.unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            text,
+            serde_json::to_string_pretty(&v).unwrap(),
+            "lane {lane}"
+        );
+        assert_eq!(
+            v["error"]["type"], "illegal_argument_exception",
+            "lane {lane}: {v}"
+        );
+        gw.stop().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_garbage_reset_half_close_and_hang_fail_that_request_only_with_502_or_504() {
     for (how, status, ty) in [

@@ -1,6 +1,7 @@
 //! What a node answers a request it cannot take as sent, in OpenSearch's words and JSON: a path
-//! parameter with a malformed escape. Through a gateway (`SLUICE_TEST_BACKEND=upstream`) the
-//! same answers come back, from the gateway or relayed from the node behind it.
+//! parameter with a malformed escape; and every error answer rendered pretty when the request
+//! asks `?pretty`. Through a gateway (`SLUICE_TEST_BACKEND=upstream`) the same answers come
+//! back, from the gateway or relayed from the node behind it.
 
 use serde_json::{Value, json};
 
@@ -128,5 +129,66 @@ async fn test_escapes_of_bytes_that_are_not_utf8_read_as_replacement_characters(
         .await;
     assert_eq!(s, 201, "{b}");
     assert_eq!(b["_id"], "a%b", "{b}");
+    node.stop().await;
+}
+
+/// Asserts `r` is `expected` rendered pretty, as the node renders a pretty answer.
+fn assert_pretty(r: &Raw, what: &str) -> Value {
+    let v = r.json();
+    assert_eq!(
+        r.text,
+        serde_json::to_string_pretty(&v).unwrap(),
+        "{what}: not pretty"
+    );
+    assert!(r.text.contains("\n  \""), "{what}: {}", r.text);
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_error_answers_are_pretty_when_the_request_asks() {
+    let node = TestNode::start().await;
+    let (s, b) = node.req("PUT", "/logs", Some(json!({}))).await;
+    assert_eq!(s, 200, "{b}");
+    // A handler's error, a malformed path, an unknown route, a method the route does not take.
+    for (method, path, status) in [
+        ("GET", "/nope/_search?pretty", 404),
+        ("GET", "/nope/_search?size=1&pretty=true", 404),
+        ("GET", "/logs/_doc/x%G1?pretty", 400),
+        ("GET", "/_no/_such/_route/_here?pretty", 400),
+        ("DELETE", "/_cat/indices?pretty", 405),
+    ] {
+        let r = send(&node, method, path, &[], None).await;
+        assert_eq!(r.status, status, "{method} {path}: {}", r.text);
+        let v = assert_pretty(&r, path);
+        assert_eq!(v["status"], status, "{path}: {v}");
+    }
+    // A refusal before any handler: headers over the limit, and a repeated group header.
+    let long = "x".repeat(17 * 1024);
+    let r = send(
+        &node,
+        "GET",
+        "/logs/_search?pretty",
+        &[("x-long", &long)],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert_pretty(&r, "long header");
+    let r = send(
+        &node,
+        "GET",
+        "/logs/_search?pretty",
+        &[("workloadGroupId", "a"), ("workloadGroupId", "b")],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert_pretty(&r, "repeated group header");
+    // Not asked, or `pretty=false`: compact.
+    for path in ["/nope/_search", "/nope/_search?pretty=false"] {
+        let r = get(&node, path).await;
+        assert_eq!(r.status, 404);
+        assert!(!r.text.contains('\n'), "{path}: {}", r.text);
+    }
     node.stop().await;
 }
