@@ -1,12 +1,13 @@
 //! The HTTP layer, free of domain logic: request metadata and its middleware ([`meta`]), body
-//! extraction ([`body`]), path and query extraction ([`extract`]), response rendering
-//! ([`reply`](mod@reply)) and the `?pretty` rendering of error answers ([`pretty`]),
-//! OpenSearch's answers for unknown routes and methods ([`fallback`]), the accept loop that
-//! serves connections ([`serve`]), and a gateway's fast lane ([`lane`]) with its threads
-//! ([`threads`]).
+//! extraction ([`body`]), path and query extraction ([`extract`]), the check of a body's
+//! `Content-Type` ([`content_type`]), response rendering ([`reply`](mod@reply)) and the
+//! `?pretty` rendering of error answers ([`pretty`]), OpenSearch's answers for unknown routes
+//! and methods ([`fallback`]), the accept loop that serves connections ([`serve`]), and a
+//! gateway's fast lane ([`lane`]) with its threads ([`threads`]).
 //! The routes themselves are in [`crate::api`].
 
 pub mod body;
+pub mod content_type;
 pub mod extract;
 pub mod fallback;
 pub mod lane;

@@ -3585,3 +3585,44 @@ async fn test_scroll_the_gateway_did_not_open_is_refused_to_a_user_not_allowed_o
     assert_eq!(forwarded(), 1);
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_body_refused_for_its_type_leaves_the_connection_serving() {
+    // The gateway refuses a body of its own routes for its `Content-Type` (406) after reading
+    // it: the connection serves the next request, on the lane or with the lane off (an answer
+    // given before the body was read made hyper close the connection, and the lane read the
+    // body as the next request).
+    let upstream = fake(answer_with(|r| {
+        axum::Json(json!({"uri": r.uri})).into_response()
+    }))
+    .await;
+    for lane in ["true", "false"] {
+        let setting = format!("backend.upstream.fast_lane={lane}");
+        let gw = gateway(&upstream.base, &[&setting]).await;
+        let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+        let mut buf = Vec::new();
+        let body = r#"{"name": "g", "resource_limits": {"cpu": 0.1}}"#;
+        for round in 0..4 {
+            // The head, then the body in a write of its own.
+            let head = format!(
+                "PUT /_wlm/workload_group HTTP/1.1\r\nhost: gw\r\ncontent-type: text/plain\r\n\
+                 content-length: {}\r\n\r\n",
+                body.len()
+            );
+            stream.write_all(head.as_bytes()).await.unwrap();
+            stream.write_all(body.as_bytes()).await.unwrap();
+            let (status, _, answer) = read_response(&mut stream, &mut buf).await;
+            let answer = String::from_utf8_lossy(&answer).to_string();
+            assert_eq!(status, 406, "lane {lane}, round {round}: {answer}");
+            stream
+                .write_all(b"GET /logs/_search HTTP/1.1\r\nhost: gw\r\n\r\n")
+                .await
+                .unwrap();
+            let (status, _, answer) = read_response(&mut stream, &mut buf).await;
+            let answer = String::from_utf8_lossy(&answer).to_string();
+            assert_eq!(status, 200, "lane {lane}, round {round}: {answer}");
+            assert!(answer.contains("/logs/_search"), "lane {lane}: {answer}");
+        }
+        gw.stop().await;
+    }
+}

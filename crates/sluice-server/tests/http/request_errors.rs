@@ -1,7 +1,8 @@
 //! What a node answers a request it cannot take as sent, in OpenSearch's words and JSON: a path
-//! parameter with a malformed escape; and every error answer rendered pretty when the request
-//! asks `?pretty`. Through a gateway (`SLUICE_TEST_BACKEND=upstream`) the same answers come
-//! back, from the gateway or relayed from the node behind it.
+//! parameter with a malformed escape, a body in a type OpenSearch does not read; and every
+//! error answer rendered pretty when the request asks `?pretty`. Through a gateway
+//! (`SLUICE_TEST_BACKEND=upstream`) the same answers come back, from the gateway or relayed
+//! from the node behind it.
 
 use serde_json::{Value, json};
 
@@ -184,11 +185,104 @@ async fn test_error_answers_are_pretty_when_the_request_asks() {
     .await;
     assert_eq!(r.status, 400, "{}", r.text);
     assert_pretty(&r, "repeated group header");
+    // A body in a type OpenSearch does not read.
+    let r = send(
+        &node,
+        "PUT",
+        "/other?pretty",
+        &[("content-type", "text/plain")],
+        Some("{}"),
+    )
+    .await;
+    assert_eq!(r.status, 406, "{}", r.text);
+    assert_pretty(&r, "406");
     // Not asked, or `pretty=false`: compact.
     for path in ["/nope/_search", "/nope/_search?pretty=false"] {
         let r = get(&node, path).await;
         assert_eq!(r.status, 404);
         assert!(!r.text.contains('\n'), "{path}: {}", r.text);
     }
+    node.stop().await;
+}
+
+/// OpenSearch's 406 body for a body in an unsupported type, exactly.
+fn unsupported(named: &str) -> String {
+    format!(r#"{{"error":"Content-Type header [{named}] is not supported","status":406}}"#)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_body_in_a_type_opensearch_does_not_read_is_a_406() {
+    let node = TestNode::start().await;
+    let group = r#"{"name": "g", "resource_limits": {"cpu": 0.1}}"#;
+    for (method, path, body) in [
+        ("PUT", "/logs", "{}"),
+        ("POST", "/_bulk", "{\"index\":{\"_index\":\"logs\"}}\n{}\n"),
+        ("PUT", "/_wlm/workload_group", group),
+        ("POST", "/_search", "{}"),
+    ] {
+        let r = send(
+            &node,
+            method,
+            path,
+            &[("content-type", "text/plain")],
+            Some(body),
+        )
+        .await;
+        assert_eq!(r.status, 406, "{method} {path}: {}", r.text);
+        assert_eq!(r.text, unsupported("text/plain"), "{method} {path}");
+        assert!(
+            r.content_type.starts_with("application/json"),
+            "{}",
+            r.content_type
+        );
+        let r = send(&node, method, path, &[], Some(body)).await;
+        assert_eq!(r.status, 406, "{method} {path}: {}", r.text);
+        assert_eq!(
+            r.text, r#"{"error":"Content-Type header is missing","status":406}"#,
+            "{method} {path}"
+        );
+        let r = send(
+            &node,
+            method,
+            path,
+            &[("content-type", "application/x-www-form-urlencoded")],
+            Some(body),
+        )
+        .await;
+        assert_eq!(r.text, unsupported("application/x-www-form-urlencoded"));
+    }
+    // Nothing was done: the index is not there.
+    assert_eq!(get(&node, "/logs").await.status, 404);
+    // The types OpenSearch reads, with parameters and in any case; no body needs no type.
+    for (path, ct, body) in [
+        ("/logs", "application/json; charset=UTF-8", "{}"),
+        (
+            "/logs/_bulk",
+            "application/x-ndjson",
+            "{\"index\":{}}\n{\"a\":1}\n",
+        ),
+        ("/logs/_search", "Application/JSON", "{}"),
+    ] {
+        let method = if path == "/logs" { "PUT" } else { "POST" };
+        let r = send(&node, method, path, &[("content-type", ct)], Some(body)).await;
+        assert_eq!(r.status, 200, "{path} {ct}: {}", r.text);
+    }
+    assert_eq!(get(&node, "/logs/_search").await.status, 200);
+    assert_eq!(
+        send(&node, "POST", "/logs/_refresh", &[], None)
+            .await
+            .status,
+        200
+    );
+    // A route with no handler answers as without a body.
+    let r = send(
+        &node,
+        "POST",
+        "/_no/_such/_route",
+        &[("content-type", "text/plain")],
+        Some("x"),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text);
     node.stop().await;
 }
