@@ -15,8 +15,10 @@ use sluice_engine::{EngineError, ErrorCode};
 pub enum ApiError {
     /// An engine or request error with an OpenSearch type.
     Engine(EngineError),
-    /// OpenSearch's answer to a route it has no handler for: `{"error": "...", "status": N}`.
-    NoHandler {
+    /// OpenSearch's simple error answer (`BytesRestResponse.createSimpleErrorResponse`):
+    /// `{"error": "...", "status": N}`, for a route it has no handler for, a method the route
+    /// does not allow, a body whose `Content-Type` it does not read.
+    Simple {
         status: StatusCode,
         message: String,
         allow: Option<String>,
@@ -77,7 +79,7 @@ impl IntoResponse for ApiError {
                 let body = json!({"error": render_error(&e), "status": status.as_u16()});
                 crate::http::json_response(status, &body, false)
             }
-            ApiError::NoHandler {
+            ApiError::Simple {
                 status,
                 message,
                 allow,
@@ -133,7 +135,7 @@ pub fn error_object(e: &ApiError) -> serde_json::Value {
             return v;
         }
         ApiError::Engine(e) | ApiError::Rejected { error: e, .. } => e.clone(),
-        ApiError::NoHandler { message, .. } => EngineError::illegal_argument(message.clone()),
+        ApiError::Simple { message, .. } => EngineError::illegal_argument(message.clone()),
         ApiError::TooLarge { limit } => EngineError::illegal_argument(format!(
             "request body is larger than http.max_content_length [{limit}] bytes"
         )),

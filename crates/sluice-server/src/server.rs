@@ -317,11 +317,13 @@ impl Node {
     }
 }
 
-/// The node's HTTP service: the API router under its layers (panics caught, gzip both ways,
-/// the body limit, then [`request_layers`]: metrics, authentication, authorization, request
-/// metadata, the release of the admission ticket), and, outside the router so it sees the
-/// `Allow` header the router sets on a 405, [`outer_layer`]: the method-name fallback and the
-/// echo of `X-Opaque-Id`. `serve` runs it on the listener; tests may drive it in-process.
+/// The node's HTTP service: the API router under its layers (gzip of request bodies, the body
+/// limit, then [`request_layers`]: metrics, authentication, authorization, request metadata,
+/// the release of the admission ticket; panics caught outside them), and, outside the router
+/// so it sees the `Allow` header the router sets on a 405, [`outer_layer`]: the method-name
+/// fallback, `?pretty` for error answers and the echo of `X-Opaque-Id`; outermost, the gzip
+/// of answers, so that an error made pretty is compressed as any answer is. `serve` runs it
+/// on the listener; tests may drive it in-process.
 ///
 /// The request's own steps run in one middleware function, not one layer each: every
 /// `from_fn` layer clones the whole service stack inside it and boxes a future per request,
@@ -339,18 +341,6 @@ pub fn app(state: Arc<AppState>) -> HttpService {
     // outermost).
     let layers = tower::ServiceBuilder::new()
         .layer(CatchPanicLayer::custom(panic_response))
-        // A HEAD answer has no body to compress: compressed, it lost the GET's length (a
-        // gateway's then said `content-length: 0`). Without the client's `Accept-Encoding`
-        // the compression layer leaves it alone, and the answer is the GET's head.
-        .map_request(|mut req: axum::http::Request<axum::body::Body>| {
-            if req.method() == axum::http::Method::HEAD {
-                req.headers_mut()
-                    .remove(axum::http::header::ACCEPT_ENCODING);
-            }
-            req
-        })
-        // Responses are gzipped when the client sends `Accept-Encoding: gzip`.
-        .layer(CompressionLayer::new())
         // The official clients' `compression` option: a gzip request body is inflated
         // before the body limit counts it (so a small bomb still stops at the limit); an
         // encoding it cannot read passes through and fails as the JSON it is not.
@@ -361,8 +351,23 @@ pub fn app(state: Arc<AppState>) -> HttpService {
             usize::try_from(limit).unwrap_or(usize::MAX),
         ));
     let app = router.layer(layers);
-    let app = tower::Layer::layer(&middleware::from_fn(outer_layer), app);
-    tower::util::BoxCloneSyncService::new(app)
+    let outer = tower::ServiceBuilder::new()
+        // A HEAD answer has no body to compress: compressed, it lost the GET's length (a
+        // gateway's then said `content-length: 0`). Without the client's `Accept-Encoding`
+        // the compression layer leaves it alone, and the answer is the GET's head.
+        .map_request(|mut req: Request| {
+            if req.method() == axum::http::Method::HEAD {
+                req.headers_mut()
+                    .remove(axum::http::header::ACCEPT_ENCODING);
+            }
+            req
+        })
+        .map_response(|resp: axum::http::Response<_>| resp.map(axum::body::Body::new))
+        // Responses are gzipped when the client sends `Accept-Encoding: gzip`.
+        .layer(CompressionLayer::new())
+        .layer(middleware::from_fn(outer_layer))
+        .service(app);
+    tower::util::BoxCloneSyncService::new(outer)
 }
 
 /// The steps every routed request goes through before its handler, in order, and the ones
@@ -446,13 +451,20 @@ fn check_header_size(req: &Request) -> Result<(), crate::error::ApiError> {
 }
 
 /// Outside the router: a 405 completed the way OpenSearch words it (it needs the `Allow`
-/// header the router sets), and the request's `X-Opaque-Id` echoed on every response
-/// (outermost, so errors, rejections and caught panics carry it too).
+/// header the router sets), every error answer sluice built made pretty when the request asks
+/// `?pretty` ([`crate::http::pretty`]; one place for all of them: handlers' errors,
+/// rejections, 401/403/429, unknown routes, 405s and caught panics), and the request's
+/// `X-Opaque-Id` echoed on every response (so errors, rejections and caught panics carry it
+/// too).
 async fn outer_layer(req: Request, next: Next) -> Response {
     let opaque = crate::http::meta::opaque_ids(&req);
     let (method, uri) = (req.method().clone(), req.uri().clone());
+    let pretty = crate::http::pretty::wants_pretty(uri.query());
     let resp = next.run(req).await;
     let mut resp = crate::http::fallback::name_allowed_methods(&method, &uri, resp);
+    if pretty {
+        resp = crate::http::pretty::pretty_error(resp).await;
+    }
     crate::http::meta::echo_opaque_id(opaque, &mut resp);
     resp
 }

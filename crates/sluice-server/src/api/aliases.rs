@@ -5,8 +5,9 @@
 
 use std::sync::Arc;
 
+use crate::http::{Path, Query};
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;

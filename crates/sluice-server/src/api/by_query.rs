@@ -7,7 +7,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use crate::http::{Path, Query};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Value, json};

@@ -13,8 +13,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::http::Query;
 use axum::Router;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{Path, Query, State};
+use crate::http::{Path, Query};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value, json};

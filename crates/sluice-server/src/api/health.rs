@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use crate::http::Query;
+use axum::extract::State;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
 use sluice_engine::EngineError;

@@ -27,8 +27,10 @@ pub mod wlm_stats;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::middleware;
 use axum::routing::{get, post, put};
 
+use crate::http::content_type;
 use crate::http::fallback::no_handler;
 use crate::state::AppState;
 
@@ -146,11 +148,14 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .post(scroll::next_page_of)
                 .delete(scroll::clear_ids),
         )
-        .merge(owned_routes())
         .route("/_tasks/{task_id}", get(tasks::get_task))
         .route("/_tasks/{task_id}/_cancel", post(tasks::cancel_one))
         .merge(cluster_settings::routes())
         .merge(aliases::routes())
+        // A body must be in a type OpenSearch reads, once a route has a handler for it (the
+        // owned routes carry the same check).
+        .route_layer(middleware::from_fn(content_type::require_supported))
+        .merge(owned_routes())
         .fallback(no_handler)
         .with_state(state)
 }
@@ -159,6 +164,9 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// metrics and dashboard, and its `_tasks` listing and cancelling (a gateway answers the
 /// `wlm.*` cluster settings itself too, a task by id its own way, and forwards every other
 /// route, DESIGN D15).
+///
+/// A body of theirs must be in a type OpenSearch reads ([`content_type`]), on a gateway too:
+/// sluice answers them, no upstream judges them.
 pub fn owned_routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/_tasks", get(tasks::list))
@@ -168,4 +176,5 @@ pub fn owned_routes() -> Router<Arc<AppState>> {
         .merge(rules::routes())
         .merge(crate::metrics::route::routes())
         .merge(crate::dashboard::routes())
+        .route_layer(middleware::from_fn(content_type::require_supported))
 }

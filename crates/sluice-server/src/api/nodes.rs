@@ -16,7 +16,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use crate::http::{Path, Query};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
@@ -68,7 +69,7 @@ pub const OTHER_APIS: [&str; 5] = [
 
 /// The answer to an API of [`OTHER_APIS`] sluice does not implement: a route with no handler.
 fn not_info(uri: &axum::http::Uri) -> crate::error::ApiError {
-    crate::error::ApiError::NoHandler {
+    crate::error::ApiError::Simple {
         status: axum::http::StatusCode::BAD_REQUEST,
         message: format!("no handler found for uri [{uri}] and method [GET]"),
         allow: None,

@@ -13,7 +13,7 @@ use crate::http::RequestMeta;
 use crate::state::AppState;
 
 pub async fn no_handler(method: Method, uri: Uri) -> ApiError {
-    ApiError::NoHandler {
+    ApiError::Simple {
         status: StatusCode::BAD_REQUEST,
         message: format!("no handler found for uri [{uri}] and method [{method}]"),
         allow: None,
@@ -56,7 +56,7 @@ pub fn name_allowed_methods(method: &Method, uri: &Uri, resp: Response) -> Respo
                 .collect()
         })
         .unwrap_or_default();
-    ApiError::NoHandler {
+    ApiError::Simple {
         status: StatusCode::METHOD_NOT_ALLOWED,
         message: format!(
             "Incorrect HTTP method for uri [{uri}] and method [{method}], allowed: [{}]",

@@ -228,6 +228,7 @@ pub async fn serve_connection(
             return;
         };
         let route = taken.route;
+        let target = taken.target.clone();
         others = 0;
         conn.st.metrics.count_lane(LaneEvent::FastLane);
         let handled = tokio::select! {
@@ -238,7 +239,16 @@ pub async fn serve_connection(
             () = client_gone(&mut stream, &mut buf) => return,
         };
         let kept = match handled {
-            Handled::Sluice(resp) => write_response(&mut stream, resp).await.is_ok(),
+            Handled::Sluice(resp) => {
+                // Asked only of sluice's own answers (errors, rejections): a relayed answer
+                // is the upstream's, and the common path pays nothing for `?pretty`.
+                let query = std::str::from_utf8(&request[target])
+                    .ok()
+                    .and_then(|t| t.split_once('?'))
+                    .map(|(_, q)| q);
+                let pretty = crate::http::pretty::wants_pretty(query);
+                write_response(&mut stream, resp, pretty).await.is_ok()
+            }
             Handled::Upstream(head, answer) => match answer.relay(head, &mut stream).await {
                 Ok(Relayed::Whole) => true,
                 Ok(Relayed::CloseAfter) => false,
@@ -528,14 +538,25 @@ fn push_date(out: &mut Vec<u8>) {
 }
 
 /// Writes a response sluice built (small and whole: errors, rejections) with its length, and
-/// what the general path's layers add to it (L1): tower-http's compression layer a
+/// what the general path's layers add to it (L1): an error's body pretty when the request
+/// asked `?pretty` (`pretty`, [`crate::http::pretty`]), tower-http's compression layer a
 /// `Vary: accept-encoding` by its own rule, hyper a `Date`.
-async fn write_response(stream: &mut TcpStream, resp: Response) -> std::io::Result<()> {
+async fn write_response(
+    stream: &mut TcpStream,
+    resp: Response,
+    pretty: bool,
+) -> std::io::Result<()> {
     use tower_http::compression::predicate::{DefaultPredicate, Predicate};
     let (mut parts, body) = resp.into_parts();
-    let body = axum::body::to_bytes(body, usize::MAX)
+    let mut body = axum::body::to_bytes(body, usize::MAX)
         .await
         .unwrap_or_default();
+    if pretty
+        && parts.status.as_u16() >= 400
+        && let Some(rendered) = crate::http::pretty::pretty_json(&body)
+    {
+        body = Bytes::from(rendered);
+    }
     parts.headers.remove(header::TRANSFER_ENCODING);
     parts
         .headers

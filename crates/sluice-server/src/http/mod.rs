@@ -1,13 +1,18 @@
 //! The HTTP layer, free of domain logic: request metadata and its middleware ([`meta`]), body
-//! extraction ([`body`]), response rendering ([`reply`](mod@reply)) and OpenSearch's answers
-//! for unknown routes and methods ([`fallback`]), the accept loop that serves connections
-//! ([`serve`]), and a gateway's fast lane ([`lane`]) with its threads ([`threads`]).
+//! extraction ([`body`]), path and query extraction ([`extract`]), the check of a body's
+//! `Content-Type` ([`content_type`]), response rendering ([`reply`](mod@reply)) and the
+//! `?pretty` rendering of error answers ([`pretty`]), OpenSearch's answers for unknown routes
+//! and methods ([`fallback`]), the accept loop that serves connections ([`serve`]), and a
+//! gateway's fast lane ([`lane`]) with its threads ([`threads`]).
 //! The routes themselves are in [`crate::api`].
 
 pub mod body;
+pub mod content_type;
+pub mod extract;
 pub mod fallback;
 pub mod lane;
 pub mod meta;
+pub mod pretty;
 pub mod reply;
 pub mod serve;
 pub mod threads;
@@ -15,6 +20,7 @@ pub mod threads;
 use std::collections::HashMap;
 
 pub use body::{Body, BodyLimit, parse_json};
+pub use extract::{Path, Query};
 pub use meta::{RequestMeta, Warnings};
 pub use reply::{json_response, render_table, reply};
 

@@ -348,6 +348,76 @@ async fn test_upstream_errors_pass_through_unchanged_and_count_as_failures() {
     gw.stop().await;
 }
 
+/// An upstream's answers pass through as it wrote them, whatever `?pretty` asks (the gateway
+/// renders only its own errors pretty), and a body the gateway forwards reaches the upstream
+/// whatever its `Content-Type` (the upstream judges it): on the lane, on the general path, and
+/// for routes the gateway only forwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_relayed_answers_and_forwarded_bodies_pass_through_whatever_pretty_and_type() {
+    const COMPACT: &str = r#"{"error":{"type":"upstream_own","reason":"x"},"status":400}"#;
+    let up = fake(answer_with(|_| {
+        (
+            axum::http::StatusCode::BAD_REQUEST,
+            [("content-type", "application/json; charset=UTF-8")],
+            COMPACT,
+        )
+            .into_response()
+    }))
+    .await;
+    for lane in ["true", "false"] {
+        let fast_lane = format!("backend.upstream.fast_lane={lane}");
+        let gw = gateway(&up.base, &[&fast_lane]).await;
+        for (method, path) in [
+            ("GET", "/logs/_search?pretty"),
+            ("POST", "/logs/_count?pretty=true"),
+            ("GET", "/some/_thing?pretty"),
+            ("PUT", "/logs?pretty"),
+        ] {
+            let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+            let resp = gw
+                .client
+                .request(m, gw.url(path))
+                .header("content-type", "text/plain")
+                .body("not json at all")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 400, "lane {lane}: {method} {path}");
+            let text = resp.text().await.unwrap();
+            assert_eq!(text, COMPACT, "lane {lane}: {method} {path}");
+            let received = up.received_on(path.split('?').next().unwrap());
+            let last = received.last().expect("forwarded");
+            assert_eq!(
+                last.headers["content-type"], "text/plain",
+                "lane {lane}: {path}"
+            );
+            assert_eq!(&last.body[..], b"not json at all", "lane {lane}: {path}");
+        }
+        // The gateway's own error, on the same request path, is pretty.
+        let r = gw
+            .client
+            .get(gw.url("/logs/_search?pretty"))
+            .header("workloadGroupId", "a")
+            .header("workloadGroupId", "b")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "lane {lane}");
+        let text = r.text().await.unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            text,
+            serde_json::to_string_pretty(&v).unwrap(),
+            "lane {lane}"
+        );
+        assert_eq!(
+            v["error"]["type"], "illegal_argument_exception",
+            "lane {lane}: {v}"
+        );
+        gw.stop().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_garbage_reset_half_close_and_hang_fail_that_request_only_with_502_or_504() {
     for (how, status, ty) in [
@@ -3514,4 +3584,45 @@ async fn test_scroll_the_gateway_did_not_open_is_refused_to_a_user_not_allowed_o
     assert_eq!(body["error"]["type"], "security_exception", "{body}");
     assert_eq!(forwarded(), 1);
     gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_body_refused_for_its_type_leaves_the_connection_serving() {
+    // The gateway refuses a body of its own routes for its `Content-Type` (406) after reading
+    // it: the connection serves the next request, on the lane or with the lane off (an answer
+    // given before the body was read made hyper close the connection, and the lane read the
+    // body as the next request).
+    let upstream = fake(answer_with(|r| {
+        axum::Json(json!({"uri": r.uri})).into_response()
+    }))
+    .await;
+    for lane in ["true", "false"] {
+        let setting = format!("backend.upstream.fast_lane={lane}");
+        let gw = gateway(&upstream.base, &[&setting]).await;
+        let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+        let mut buf = Vec::new();
+        let body = r#"{"name": "g", "resource_limits": {"cpu": 0.1}}"#;
+        for round in 0..4 {
+            // The head, then the body in a write of its own.
+            let head = format!(
+                "PUT /_wlm/workload_group HTTP/1.1\r\nhost: gw\r\ncontent-type: text/plain\r\n\
+                 content-length: {}\r\n\r\n",
+                body.len()
+            );
+            stream.write_all(head.as_bytes()).await.unwrap();
+            stream.write_all(body.as_bytes()).await.unwrap();
+            let (status, _, answer) = read_response(&mut stream, &mut buf).await;
+            let answer = String::from_utf8_lossy(&answer).to_string();
+            assert_eq!(status, 406, "lane {lane}, round {round}: {answer}");
+            stream
+                .write_all(b"GET /logs/_search HTTP/1.1\r\nhost: gw\r\n\r\n")
+                .await
+                .unwrap();
+            let (status, _, answer) = read_response(&mut stream, &mut buf).await;
+            let answer = String::from_utf8_lossy(&answer).to_string();
+            assert_eq!(status, 200, "lane {lane}, round {round}: {answer}");
+            assert!(answer.contains("/logs/_search"), "lane {lane}: {answer}");
+        }
+        gw.stop().await;
+    }
 }

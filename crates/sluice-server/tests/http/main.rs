@@ -28,6 +28,7 @@ mod metrics;
 mod msearch;
 mod queue_stress;
 mod queueing;
+mod request_errors;
 mod robustness;
 mod rules;
 mod scroll;

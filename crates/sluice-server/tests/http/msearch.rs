@@ -124,7 +124,13 @@ async fn test_items_are_children_and_cancelling_the_parent_cancels_them() {
     let client = node.client.clone();
     let url = node.url("/_msearch?max_concurrent_searches=2");
     let call = tokio::spawn(async move {
-        let resp = client.post(url).body(body).send().await.expect("sent");
+        let resp = client
+            .post(url)
+            .header("content-type", "application/x-ndjson")
+            .body(body)
+            .send()
+            .await
+            .expect("sent");
         (
             resp.status().as_u16(),
             resp.json::<Value>().await.expect("json"),

@@ -850,10 +850,12 @@ impl Drop for CancelUpstream {
 }
 
 /// The upstream's response as the gateway's: status and headers unchanged but hop-by-hop
-/// ones, the body streamed.
+/// ones, the body streamed; marked [`Relayed`](crate::http::pretty::Relayed) so the node's
+/// layers leave its body as the upstream wrote it (no `?pretty` rendering of an error).
 pub fn stream_back(resp: Response<Incoming>) -> axum::response::Response {
     let (mut parts, body) = resp.into_parts();
     headers::strip_hop_by_hop(&mut parts.headers);
+    parts.extensions.insert(crate::http::pretty::Relayed);
     axum::response::Response::from_parts(parts, Body::new(body))
 }
 

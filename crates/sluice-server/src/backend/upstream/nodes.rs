@@ -13,7 +13,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Request, State};
+use crate::http::Path;
+use axum::extract::{Request, State};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 

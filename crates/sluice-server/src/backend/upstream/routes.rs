@@ -15,8 +15,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::http::Path;
 use axum::Router;
-use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
@@ -288,6 +289,8 @@ fn params_of(parts: &Parts) -> ApiResult<Params> {
 }
 
 /// The query parameters of `uri`; a query that does not parse is a 400 naming it.
+// axum's `Query` as a parser, not an extractor: its refusal is mapped to OpenSearch's here.
+#[allow(clippy::disallowed_types)]
 pub(super) fn params_of_uri(uri: &http::Uri) -> ApiResult<Params> {
     Ok(uri
         .query()

@@ -6,7 +6,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Query, Request, State};
+use crate::http::Query;
+use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};

@@ -13,7 +13,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, Request, State};
+use crate::http::{Path, Query};
+use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use sluice_core::authz::Action;
 
