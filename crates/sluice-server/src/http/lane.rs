@@ -71,6 +71,7 @@ use tower::ServiceExt;
 
 use crate::backend::upstream::h1::{Answer, RelayError, Relayed};
 use crate::backend::upstream::routes::{LaneRoute, lane_route, lane_search};
+use crate::http::leaving::{StopOnLeave, Watched};
 use crate::http::meta::{self, RequestMeta};
 use crate::metrics::LaneEvent;
 use crate::metrics::route::HttpTimer;
@@ -85,8 +86,9 @@ const MAX_HEAD: usize = 16 * 1024;
 const MAX_HEADERS: usize = 64;
 
 /// How much of the client's next requests (pipelined) the lane reads while one is in flight,
-/// watching for the client to leave (L3); past it the lane stops reading until the answer.
-const MAX_READ_AHEAD: usize = 64 * 1024;
+/// watching for the client to leave (L3); past it the lane stops reading until the answer. The
+/// general path's watch has the same bound.
+use crate::http::leaving::MAX_READ_AHEAD;
 
 /// How many requests in a row the lane lends hyper on one connection before it leaves the
 /// connection to hyper for good. Lending a request costs about 12,500 instructions more than
@@ -595,8 +597,9 @@ async fn hand_off(stream: TcpStream, read: BytesMut, peer: SocketAddr, conn: Con
         shutdown,
         ..
     } = conn;
-    let service = crate::http::serve::for_peer(app, peer);
-    let io = Lent::new(stream, read, None, Arc::default());
+    // Watched as the accept loop's connections are ([`crate::http::leaving`]).
+    let io = Watched::new(Lent::new(stream, read, None, Arc::default()));
+    let service = StopOnLeave::new(crate::http::serve::for_peer(app, peer), io.leaving());
     let builder = auto::Builder::new(TokioExecutor::new());
     let served = builder
         .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service))

@@ -2,8 +2,9 @@
 //! extraction ([`body`]), path and query extraction ([`extract`]), the check of a body's
 //! `Content-Type` ([`content_type`]), response rendering ([`reply`](mod@reply)) and the
 //! `?pretty` rendering of error answers ([`pretty`]), OpenSearch's answers for unknown routes
-//! and methods ([`fallback`]), the accept loop that serves connections ([`serve`]), and a
-//! gateway's fast lane ([`lane`]) with its threads ([`threads`]).
+//! and methods ([`fallback`]), the accept loop that serves connections ([`serve`]) and the watch
+//! of its clients leaving ([`leaving`]), and a gateway's fast lane ([`lane`]) with its threads
+//! ([`threads`]).
 //! The routes themselves are in [`crate::api`].
 
 pub mod body;
@@ -11,6 +12,7 @@ pub mod content_type;
 pub mod extract;
 pub mod fallback;
 pub mod lane;
+pub mod leaving;
 pub mod meta;
 pub mod pretty;
 pub mod reply;

@@ -1,5 +1,5 @@
 //! `?pretty` for the error answers sluice builds itself. Successful answers are rendered pretty
-//! by their handlers ([`crate::http::reply`]); an error is built where the request is out of
+//! by their handlers ([`crate::http::reply()`]); an error is built where the request is out of
 //! reach ([`crate::error::ApiError`]), so it is made pretty afterwards, in one place: the
 //! node's outermost layer ([`crate::server::app`]) for the general path, and the fast lane's
 //! writer for the lane's own answers ([`crate::http::lane`]). Answers relayed from an upstream

@@ -3,7 +3,9 @@
 //! axum's `ConnectInfo`, and the connection's future wrapped in [`Repoll`] so that hyper's
 //! handing of a request body between its dispatcher and the handler, both in that task, does
 //! not send the task through the scheduler and wake another worker for every request (see
-//! `sluice_core::repoll`). This is what `axum::serve` does, but for that wrapper.
+//! `sluice_core::repoll`). This is what `axum::serve` does, but for that wrapper, and for
+//! [`crate::http::leaving`]: a client that leaves ends its request at once, even with requests
+//! pipelined behind it.
 //!
 //! A gateway with a fast lane (`lane`) reads each connection in [`crate::http::lane`] first,
 //! which hands it to hyper as above unless the request is one it takes; those connections are
@@ -27,6 +29,7 @@ use sluice_core::repoll::Repoll;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
+use crate::http::leaving::{StopOnLeave, Watched};
 use crate::http::threads::{Job, Threads};
 use crate::server::HttpService;
 use crate::state::AppState;
@@ -96,9 +99,11 @@ pub async fn serve(
             }
             continue;
         }
-        let service = for_peer(app.clone(), peer);
+        // A client that leaves ends its request even with requests pipelined behind it.
+        let io = Watched::new(stream);
+        let service = StopOnLeave::new(for_peer(app.clone(), peer), io.leaving());
         let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service))
+            .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service))
             .into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(Repoll::new(async move {

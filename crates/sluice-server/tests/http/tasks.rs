@@ -172,6 +172,100 @@ async fn test_client_disconnect_cancels_the_search() {
     node.stop().await;
 }
 
+/// Sends two heavy searches pipelined in one write on a connection of its own, waits for the
+/// first to run, then leaves: with a reset (`reset`) or a plain close.
+async fn leave_with_a_search_pipelined(node: &TestNode, reset: bool) {
+    use tokio::io::AsyncWriteExt;
+    let body = common::heavy_query().to_string();
+    let one = format!(
+        "POST /heavy/_search HTTP/1.1\r\nhost: sluice\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    stream.write_all(one.repeat(2).as_bytes()).await.unwrap();
+    wait_for_search_task(node).await;
+    if reset {
+        stream.set_zero_linger().unwrap();
+    }
+    drop(stream);
+    let gone_by = Instant::now() + Duration::from_secs(1);
+    while search_tasks(node).await > 0 {
+        assert!(
+            Instant::now() < gone_by,
+            "the abandoned search is still running after 1 s (reset: {reset})"
+        );
+        tokio::task::yield_now().await;
+    }
+    // The search pipelined behind it never starts.
+    let watched_until = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < watched_until {
+        assert_eq!(
+            search_tasks(node).await,
+            0,
+            "a pipelined search started (reset: {reset})"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_client_leaving_ends_a_search_with_requests_pipelined_behind_it() {
+    let node = TestNode::start_heavy(&[]).await;
+    leave_with_a_search_pipelined(&node, true).await;
+    leave_with_a_search_pipelined(&node, false).await;
+    node.assert_alive().await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_requests_pipelined_behind_a_running_search_are_answered_in_order() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = TestNode::start_heavy(&[]).await;
+    let heavy = common::heavy_query().to_string();
+    let count = r#"{"query":{"term":{"k":"key-00000007"}}}"#;
+    let search = format!(
+        "POST /heavy/_search HTTP/1.1\r\nhost: sluice\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{heavy}",
+        heavy.len()
+    );
+    // Sent while the heavy search runs: the node reads them ahead (one has a body); each must
+    // reach its handler whole and in order.
+    let behind = format!(
+        "POST /heavy/_count HTTP/1.1\r\nhost: sluice\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{count}\
+         GET /heavy/_count HTTP/1.1\r\nhost: sluice\r\nconnection: close\r\n\r\n",
+        count.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    stream.write_all(search.as_bytes()).await.unwrap();
+    wait_for_search_task(&node).await;
+    stream.write_all(behind.as_bytes()).await.unwrap();
+    let mut answers = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut answers))
+        .await
+        .expect("the three answers within 60 s")
+        .unwrap();
+    let answers = String::from_utf8_lossy(&answers);
+    let heads: Vec<usize> = answers.match_indices("HTTP/1.1 ").map(|(i, _)| i).collect();
+    assert_eq!(heads.len(), 3, "{:.2000}", answers);
+    let third = &answers[heads[2]..];
+    let second = &answers[heads[1]..heads[2]];
+    let first = &answers[heads[0]..heads[1]];
+    assert!(first.starts_with("HTTP/1.1 200") && first.contains("\"aggregations\""));
+    // One document has that key.
+    let expected = "\"count\":1,";
+    assert!(
+        second.starts_with("HTTP/1.1 200") && second.contains(expected),
+        "{second}"
+    );
+    let all = format!("\"count\":{}", common::HEAVY_DOCS);
+    assert!(
+        third.starts_with("HTTP/1.1 200") && third.contains(&all),
+        "{third}"
+    );
+    node.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_unknown_and_malformed_task_ids() {
     let node = TestNode::start().await;

@@ -1,0 +1,324 @@
+//! A client's leaving, seen while its request runs, however many requests it pipelined behind
+//! it.
+//!
+//! hyper's HTTP/1 server notices a client that closed its connection (and so drops the request
+//! in flight: its task is cancelled, its permit or queue place freed) only when the bytes it
+//! has read are all consumed: it does not read the socket while requests the client pipelined
+//! wait in its buffer. A search with another request pipelined behind it then ran to its end
+//! for nobody, and the requests behind it after it (each answer written to a closed
+//! connection). OpenSearch's server reads its connections eagerly and cancels a closed
+//! channel's requests at once.
+//!
+//! Here the connection's IO is [`Watched`]: while an HTTP/1 request is in flight,
+//! [`StopOnLeave`] reads what the client sends next into a read-ahead buffer (at most
+//! [`MAX_READ_AHEAD`] bytes; hyper gets them first, in order, before it reads the socket
+//! again), and ends the request when the read finds the end of the stream or an error. The
+//! request's future is dropped as if the connection had ended, and the request answers an
+//! empty `Connection: close` answer, so hyper serves nothing more on the connection.
+//!
+//! # Invariants
+//! - G1 — hyper reads the connection's bytes in the order the client sent them, each once:
+//!   whatever the watch read ahead is handed to hyper before the socket is read again, and the
+//!   end of the stream after it. Tested by `test_read_ahead_is_handed_over_first_and_in_order`,
+//!   `test_the_read_ahead_stops_at_its_bound` and, end to end, by
+//!   `test_requests_pipelined_behind_a_running_search_are_answered_in_order` (two requests,
+//!   one with a body, sent while a search runs) and the suites: every request of an embedded
+//!   node and of a gateway's general path goes through it.
+//! - G2 — a client that closes or resets its connection while a request runs ends that request
+//!   at once, and no request it pipelined behind it starts. Tested by
+//!   `test_client_leaving_ends_a_search_with_requests_pipelined_behind_it`.
+//! - G3 — HTTP/2 requests are not watched: hyper's HTTP/2 connection reads its socket all the
+//!   time (and sees the end itself), and its requests run in tasks of their own, which must not
+//!   read the connection's socket.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::response::Response;
+use bytes::{Buf, BytesMut};
+use http::{HeaderValue, StatusCode, header};
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The most bytes read ahead of hyper while a request runs: the client's next requests
+/// (pipelined) or the rest of this one's body. Past it the watch stops reading until hyper has
+/// taken them (the request then runs to its end, as before the watch): a client cannot make the
+/// node buffer more than this. The lane reads ahead as far.
+pub const MAX_READ_AHEAD: usize = 64 * 1024;
+
+/// How much room a read ahead asks for at a time: a request head's usual size.
+const READ_CHUNK: usize = 4096;
+
+/// A connection's IO, shared between hyper and the watch of its requests.
+pub struct Watched<I> {
+    shared: Arc<Mutex<Inner<I>>>,
+}
+
+/// What the watch of a connection's requests reads from; see [`Watched::leaving`].
+pub struct Leaving<I> {
+    shared: Arc<Mutex<Inner<I>>>,
+}
+
+impl<I> Clone for Leaving<I> {
+    fn clone(&self) -> Self {
+        Leaving {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+struct Inner<I> {
+    io: I,
+    /// Read by the watch, not yet by hyper.
+    ahead: BytesMut,
+    /// How the stream ended, as the watch read it: handed to hyper after `ahead`.
+    end: Option<End>,
+}
+
+#[derive(Clone, Copy)]
+enum End {
+    Closed,
+    Failed(io::ErrorKind),
+}
+
+impl<I> Watched<I> {
+    /// Wraps a connection's IO.
+    pub fn new(io: I) -> Self {
+        Watched {
+            shared: Arc::new(Mutex::new(Inner {
+                io,
+                ahead: BytesMut::new(),
+                end: None,
+            })),
+        }
+    }
+
+    /// The handle [`StopOnLeave`] watches the connection with.
+    pub fn leaving(&self) -> Leaving<I> {
+        Leaving {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let mut inner = self.shared.lock();
+        // G1: what was read ahead comes first.
+        if !inner.ahead.is_empty() {
+            let n = inner.ahead.len().min(buf.remaining());
+            buf.put_slice(&inner.ahead[..n]);
+            inner.ahead.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        match inner.end {
+            Some(End::Closed) => Poll::Ready(Ok(())),
+            Some(End::Failed(kind)) => Poll::Ready(Err(kind.into())),
+            None => Pin::new(&mut inner.io).poll_read(cx, buf),
+        }
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.shared.lock().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.shared.lock().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.shared.lock().io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.shared.lock().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.shared.lock().io).poll_shutdown(cx)
+    }
+}
+
+impl<I: AsyncRead + Unpin> Leaving<I> {
+    /// Reads ahead what the client sent; ready once the stream has ended (closed or failed),
+    /// pending while it is open or the read-ahead buffer is full.
+    fn poll_left(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut inner = self.shared.lock();
+        let inner = &mut *inner;
+        loop {
+            if inner.end.is_some() {
+                return Poll::Ready(());
+            }
+            if inner.ahead.len() >= MAX_READ_AHEAD {
+                return Poll::Pending;
+            }
+            inner.ahead.reserve(READ_CHUNK);
+            match tokio_util::io::poll_read_buf(Pin::new(&mut inner.io), cx, &mut inner.ahead) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(0)) => inner.end = Some(End::Closed),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => inner.end = Some(End::Failed(e.kind())),
+            }
+        }
+    }
+}
+
+/// A connection's service: each HTTP/1 request runs until it answers or its client leaves
+/// (see the module documentation).
+pub struct StopOnLeave<S, I> {
+    inner: S,
+    leaving: Leaving<I>,
+}
+
+impl<S: Clone, I> Clone for StopOnLeave<S, I> {
+    fn clone(&self) -> Self {
+        StopOnLeave {
+            inner: self.inner.clone(),
+            leaving: self.leaving.clone(),
+        }
+    }
+}
+
+impl<S, I> StopOnLeave<S, I> {
+    /// `inner` for the requests of the connection `leaving` watches.
+    pub fn new(inner: S, leaving: Leaving<I>) -> Self {
+        StopOnLeave { inner, leaving }
+    }
+}
+
+impl<S, I, B> tower::Service<http::Request<B>> for StopOnLeave<S, I>
+where
+    S: tower::Service<http::Request<B>, Response = Response, Error = Infallible>,
+    S::Future: Unpin,
+    I: AsyncRead + Unpin,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Stoppable<S::Future, I>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        // G3: an HTTP/2 request runs in a task of its own; its connection reads for itself.
+        let watch = (req.version() < http::Version::HTTP_2).then(|| self.leaving.clone());
+        Stoppable {
+            request: Some(self.inner.call(req)),
+            watch,
+        }
+    }
+}
+
+/// A request's future that ends when its client leaves.
+pub struct Stoppable<F, I> {
+    /// `None` once the client has left (the request dropped).
+    request: Option<F>,
+    watch: Option<Leaving<I>>,
+}
+
+impl<F, I> Future for Stoppable<F, I>
+where
+    F: Future<Output = Result<Response, Infallible>> + Unpin,
+    I: AsyncRead + Unpin,
+{
+    type Output = Result<Response, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        if let Some(request) = &mut this.request
+            && let Poll::Ready(answer) = Pin::new(request).poll(cx)
+        {
+            return Poll::Ready(answer);
+        }
+        if let Some(watch) = &this.watch
+            && watch.poll_left(cx).is_ready()
+        {
+            // G2: dropping the request cancels what it started, as when hyper drops it.
+            this.request = None;
+            return Poll::Ready(Ok(closing()));
+        }
+        Poll::Pending
+    }
+}
+
+/// What a request whose client left answers (no one reads it): nothing, and the connection
+/// closes after it.
+fn closing() -> Response {
+    let mut resp = Response::new(axum::body::Body::empty());
+    *resp.status_mut() = StatusCode::BAD_REQUEST;
+    resp.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn test_read_ahead_is_handed_over_first_and_in_order() {
+        let (client, server) = tokio::io::duplex(1024);
+        let mut watched = Watched::new(server);
+        let leaving = watched.leaving();
+        let (mut client_read, mut client_write) = tokio::io::split(client);
+        client_write.write_all(b"first second ").await.unwrap();
+        // hyper reads a part, then the watch reads the rest ahead.
+        let mut part = [0u8; 6];
+        watched.read_exact(&mut part).await.unwrap();
+        assert_eq!(&part, b"first ");
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(leaving.poll_left(&mut cx).is_pending());
+        client_write.write_all(b"third").await.unwrap();
+        client_write.shutdown().await.unwrap();
+        // The watch reads "third" and the end; hyper still gets every byte, in order, then
+        // the end.
+        futures::future::poll_fn(|cx| leaving.poll_left(cx)).await;
+        let mut rest = Vec::new();
+        watched.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, b"second third");
+        watched.write_all(b"answer").await.unwrap();
+        let mut answer = [0u8; 6];
+        client_read.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"answer");
+    }
+
+    #[tokio::test]
+    async fn test_the_read_ahead_stops_at_its_bound() {
+        let (mut client, server) = tokio::io::duplex(4 * MAX_READ_AHEAD);
+        let watched = Watched::new(server);
+        let leaving = watched.leaving();
+        client
+            .write_all(&vec![b'x'; 2 * MAX_READ_AHEAD])
+            .await
+            .unwrap();
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(leaving.poll_left(&mut cx).is_pending());
+        let held = watched.shared.lock().ahead.len();
+        assert!(
+            (MAX_READ_AHEAD..MAX_READ_AHEAD + READ_CHUNK).contains(&held),
+            "{held} bytes read ahead"
+        );
+    }
+}
