@@ -599,7 +599,8 @@ async fn hand_off(stream: TcpStream, read: BytesMut, peer: SocketAddr, conn: Con
     } = conn;
     // Watched as the accept loop's connections are ([`crate::http::leaving`]).
     let io = Watched::new(Lent::new(stream, read, None, Arc::default()));
-    let service = StopOnLeave::new(crate::http::serve::for_peer(app, peer), io.leaving());
+    let leaving = io.leaving();
+    let service = StopOnLeave::new(crate::http::serve::for_peer(app, peer), leaving.clone());
     let builder = auto::Builder::new(TokioExecutor::new());
     let served = builder
         .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service))
@@ -609,6 +610,8 @@ async fn hand_off(stream: TcpStream, read: BytesMut, peer: SocketAddr, conn: Con
     if let Err(e) = watcher.watch(served).await {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
     }
+    // As the accept loop's connections close ([`crate::http::leaving`], G4).
+    leaving.linger().await;
 }
 
 /// Serves one request, `len` bytes long (head and body), with hyper and the node's HTTP

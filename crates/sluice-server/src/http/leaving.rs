@@ -30,13 +30,24 @@
 //! - G3 — HTTP/2 requests are not watched: hyper's HTTP/2 connection reads its socket all the
 //!   time (and sees the end itself), and its requests run in tasks of their own, which must not
 //!   read the connection's socket.
+//! - G4 — an answer given before its request's body was read (a 401, a 403, a 413…) reaches a
+//!   client that sends its whole body before it reads, as Python's `http.client` does. hyper
+//!   then closes the connection, and a socket closed with unread bytes sends a reset, which
+//!   can reach the client before it has read the answer (it saw a broken pipe instead). Once
+//!   hyper is done with a connection, [`Leaving::linger`] closes its sending side and reads
+//!   and drops what the client still sends until it closes too, as nginx's `lingering_close`
+//!   does ([`LINGER_TIMEOUT`], [`LINGER_TIME`]). Tested by
+//!   `test_linger_closes_the_sending_side_then_reads_until_the_client_closes` and, end to
+//!   end, `test_a_large_body_refused_before_it_was_read_gets_its_answer` (the old code: a
+//!   broken pipe every time).
 
 use std::convert::Infallible;
-use std::future::Future;
+use std::future::{Future, poll_fn};
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use axum::response::Response;
 use bytes::{Buf, BytesMut};
@@ -52,6 +63,15 @@ pub const MAX_READ_AHEAD: usize = 64 * 1024;
 
 /// How much room a read ahead asks for at a time: a request head's usual size.
 const READ_CHUNK: usize = 4096;
+
+/// How long a closing connection waits for more of what its client still sends before it
+/// closes (G4): nginx's `lingering_timeout` default. A client that sends nothing for this long
+/// is not sending a body.
+pub const LINGER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The longest a closing connection reads what its client still sends (G4): nginx's
+/// `lingering_time` default. Bounds what a client can make the node read after its answer.
+pub const LINGER_TIME: Duration = Duration::from_secs(30);
 
 /// A connection's IO, shared between hyper and the watch of its requests.
 pub struct Watched<I> {
@@ -181,6 +201,45 @@ impl<I: AsyncRead + Unpin> Leaving<I> {
     }
 }
 
+impl<I: AsyncRead + AsyncWrite + Unpin> Leaving<I> {
+    /// Closes a connection hyper is done with (G4): its sending side first, so the client
+    /// sees the answer end, then reads and drops what the client still sends, until it closes
+    /// its side, fails, sends nothing for [`LINGER_TIMEOUT`] or [`LINGER_TIME`] has passed.
+    /// The socket closes when the last handle is dropped.
+    pub async fn linger(&self) {
+        let until = Instant::now() + LINGER_TIME;
+        // hyper has shut the sending side when it ended the connection itself; again is
+        // harmless, and an error means the client is gone.
+        if poll_fn(|cx| Pin::new(&mut self.shared.lock().io).poll_shutdown(cx))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let mut scratch = [0u8; READ_CHUNK];
+        loop {
+            let read = poll_fn(|cx| {
+                let mut inner = self.shared.lock();
+                if inner.end.is_some() {
+                    return Poll::Ready(Ok(0));
+                }
+                inner.ahead.clear();
+                let mut buf = ReadBuf::new(&mut scratch);
+                match Pin::new(&mut inner.io).poll_read(cx, &mut buf) {
+                    Poll::Ready(Ok(())) => Poll::Ready(Ok(buf.filled().len())),
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                    Poll::Pending => Poll::Pending,
+                }
+            });
+            let by = until.min(Instant::now() + LINGER_TIMEOUT);
+            match tokio::time::timeout_at(by.into(), read).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return,
+            }
+        }
+    }
+}
+
 /// A connection's service: each HTTP/1 request runs until it answers or its client leaves
 /// (see the module documentation).
 pub struct StopOnLeave<S, I> {
@@ -301,6 +360,22 @@ mod tests {
         let mut answer = [0u8; 6];
         client_read.read_exact(&mut answer).await.unwrap();
         assert_eq!(&answer, b"answer");
+    }
+
+    #[tokio::test]
+    async fn test_linger_closes_the_sending_side_then_reads_until_the_client_closes() {
+        let (mut client, server) = tokio::io::duplex(8 * 1024);
+        let watched = Watched::new(server);
+        let leaving = watched.leaving();
+        drop(watched);
+        let lingering = tokio::spawn(async move { leaving.linger().await });
+        // The client sees the end of the answers, while it still sends far more than the
+        // pipe holds: all of it is read.
+        let mut end = [0u8; 1];
+        assert_eq!(client.read(&mut end).await.unwrap(), 0);
+        client.write_all(&vec![b'x'; 256 * 1024]).await.unwrap();
+        client.shutdown().await.unwrap();
+        lingering.await.unwrap();
     }
 
     #[tokio::test]

@@ -101,7 +101,8 @@ pub async fn serve(
         }
         // A client that leaves ends its request even with requests pipelined behind it.
         let io = Watched::new(stream);
-        let service = StopOnLeave::new(for_peer(app.clone(), peer), io.leaving());
+        let leaving = io.leaving();
+        let service = StopOnLeave::new(for_peer(app.clone(), peer), leaving.clone());
         let conn = builder
             .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service))
             .into_owned();
@@ -110,6 +111,9 @@ pub async fn serve(
             if let Err(e) = conn.await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
+            // An answer given before its body was read still reaches the client (G4); the
+            // node's shutdown does not wait for this.
+            leaving.linger().await;
         }));
     }
     drop(listener);

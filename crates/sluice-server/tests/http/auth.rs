@@ -525,3 +525,58 @@ async fn test_username_throttle_without_authentication_after_restart_is_shown_no
     );
     node.stop().await;
 }
+
+/// A refused request's answer reaches its client even when the client sends its whole large
+/// body before it reads (as Python's `http.client` does): the node reads the rest and closes
+/// only after the client has had the answer (`http/leaving.rs`, G4), as OpenSearch has the
+/// whole request before it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_large_body_refused_before_it_was_read_gets_its_answer() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tmp = tempfile::tempdir().unwrap();
+    let node = basic_node(&tmp).await;
+    // 8 MB of bulk lines: far more than the socket buffers hold, so most of it is still on its
+    // way when the 401 is answered.
+    let line =
+        "{\"index\":{\"_index\":\"big\"}}\n{\"f\":\"0123456789012345678901234567890123456789\"}\n";
+    let body = line.repeat(8 * 1024 * 1024 / line.len());
+    for credentials in ["authorization: Basic YWxpY2U6d3Jvbmc=\r\n", ""] {
+        for round in 0..3 {
+            let request = format!(
+                "POST /_bulk HTTP/1.1\r\nhost: sluice\r\n{credentials}\
+                 content-type: application/x-ndjson\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let mut stream = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+            stream
+                .write_all(request.as_bytes())
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: the body could not be sent: {e}"));
+            let mut answer = Vec::new();
+            let read = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+                let mut chunk = [0u8; 4096];
+                loop {
+                    match stream.read(&mut chunk).await {
+                        Ok(0) => return Ok(()),
+                        Ok(n) => {
+                            answer.extend_from_slice(&chunk[..n]);
+                            if String::from_utf8_lossy(&answer).contains("\"status\":401}") {
+                                return Ok(());
+                            }
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            })
+            .await
+            .expect("an answer within 30 s");
+            let answer = String::from_utf8_lossy(&answer);
+            assert!(read.is_ok(), "round {round}: {read:?} after {answer:?}");
+            assert!(
+                answer.starts_with("HTTP/1.1 401"),
+                "round {round}: {answer}"
+            );
+        }
+    }
+    node.stop().await;
+}
