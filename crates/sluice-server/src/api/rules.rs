@@ -26,7 +26,7 @@ use std::sync::Arc;
 use crate::http::{Path, Query};
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 use axum::routing::get;
 use serde_json::{Map, Value, json};
@@ -34,6 +34,7 @@ use sluice_core::{CoreError, DEFAULT_MAX_RULES, Rule, apply_rule_update, validat
 
 use crate::catalog::{self, RULES, RULES_FIELD};
 use crate::error::{ApiResult, core_error};
+use crate::http::unrecognized::refuse_unrecognized;
 use crate::http::{Body, Params, reply};
 use crate::state::AppState;
 
@@ -56,6 +57,16 @@ pub mod actions {
     pub const DELETE: &str = "cluster:admin/opensearch/rule/workload_group/_delete";
 }
 
+/// The URL parameters a listing reads besides those of every route: the page's start and the
+/// attribute filters.
+const GET_PARAMS: [&str; 5] = [
+    "index_pattern",
+    "principal",
+    "principal.role",
+    "principal.username",
+    "search_after",
+];
+
 /// The routes of this module.
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
@@ -72,10 +83,12 @@ pub fn routes() -> Router<Arc<AppState>> {
 /// `PUT|POST /_rules/workload_group`: creates a rule from the body; answers it.
 pub async fn create(
     State(st): State<Arc<AppState>>,
+    uri: Uri,
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
     let body = body.json()?.unwrap_or(Value::Null);
+    refuse_unrecognized(uri.path(), &params, &[])?;
     let id = uuid::Uuid::new_v4().to_string();
     let now = sluice_engine::now_millis();
     let created = modify(&st, |rules, groups| {
@@ -93,9 +106,11 @@ pub async fn create(
 /// `search_after` id.
 pub async fn get_all(
     State(st): State<Arc<AppState>>,
+    uri: Uri,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let filters = parse_filters(&params)?;
+    refuse_unrecognized(uri.path(), &params, &GET_PARAMS)?;
     let mut rules = catalog::load_rules(st.metastore.as_ref()).await?.items;
     rules.sort_by(|a, b| a.id.cmp(&b.id));
     let after = params.get("search_after").filter(|s| !s.is_empty());
@@ -122,8 +137,10 @@ pub async fn get_all(
 pub async fn get_one(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
+    uri: Uri,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
+    refuse_unrecognized(uri.path(), &params, &[])?;
     let rule = catalog::load_rules(st.metastore.as_ref())
         .await?
         .items
@@ -141,10 +158,12 @@ pub async fn get_one(
 pub async fn update(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
+    uri: Uri,
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
     let body = body.json()?.unwrap_or(Value::Null);
+    refuse_unrecognized(uri.path(), &params, &[])?;
     let now = sluice_engine::now_millis();
     let updated = modify(&st, |rules, groups| {
         let merged = apply_rule_update(rules, groups, &id, &body, now)?;
@@ -168,8 +187,10 @@ pub async fn update(
 pub async fn delete(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
+    uri: Uri,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
+    refuse_unrecognized(uri.path(), &params, &[])?;
     modify(&st, |rules, _| {
         if !rules.iter().any(|r| r.id == id) {
             return Err(not_found(&id));

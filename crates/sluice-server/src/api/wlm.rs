@@ -35,7 +35,7 @@ use std::sync::Arc;
 use crate::http::{Path, Query};
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 use axum::routing::get;
 use serde_json::{Value, json};
@@ -44,6 +44,7 @@ use sluice_core::{CoreError, GroupLimits, WorkloadGroup, apply_update, validate_
 use crate::auth::AuthMode;
 use crate::catalog::{self, GROUPS};
 use crate::error::{ApiResult, core_error};
+use crate::http::unrecognized::refuse_unrecognized;
 use crate::http::{Body, Params, reply};
 use crate::settings::keys;
 use crate::state::AppState;
@@ -58,6 +59,10 @@ pub mod actions {
     /// Deleting a group.
     pub const DELETE: &str = "cluster:admin/opensearch/wlm/workload_group/_delete";
 }
+
+/// The URL parameters a delete reads besides those of every route: OpenSearch's timeouts of
+/// its cluster-state update (accepted; a metastore write has no such wait).
+const DELETE_PARAMS: [&str; 3] = ["cluster_manager_timeout", "master_timeout", "timeout"];
 
 /// The routes of this module.
 pub fn routes() -> Router<Arc<AppState>> {
@@ -75,10 +80,12 @@ pub fn routes() -> Router<Arc<AppState>> {
 /// `PUT|POST /_wlm/workload_group`: creates a group from the body; answers it.
 pub async fn create(
     State(st): State<Arc<AppState>>,
+    uri: Uri,
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
     let body = body.json()?.unwrap_or(Value::Null);
+    refuse_unrecognized(uri.path(), &params, &[])?;
     let limits = group_limits(&st);
     let id = new_group_id();
     let now = sluice_engine::now_millis();
@@ -95,8 +102,10 @@ pub async fn create(
 /// `GET /_wlm/workload_group`: every group, `{"workload_groups":[…]}`.
 pub async fn get_all(
     State(st): State<Arc<AppState>>,
+    uri: Uri,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
+    refuse_unrecognized(uri.path(), &params, &[])?;
     let stored = catalog::load_groups(st.metastore.as_ref()).await?;
     Ok(reply(StatusCode::OK, GROUPS.render(&stored.items), &params))
 }
@@ -105,8 +114,10 @@ pub async fn get_all(
 pub async fn get_one(
     State(st): State<Arc<AppState>>,
     Path(name): Path<String>,
+    uri: Uri,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
+    refuse_unrecognized(uri.path(), &params, &[])?;
     let stored = catalog::load_groups(st.metastore.as_ref()).await?;
     let group = stored
         .items
@@ -121,10 +132,12 @@ pub async fn get_one(
 pub async fn update(
     State(st): State<Arc<AppState>>,
     Path(name): Path<String>,
+    uri: Uri,
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
     let body = body.json()?.unwrap_or(Value::Null);
+    refuse_unrecognized(uri.path(), &params, &[])?;
     let limits = group_limits(&st);
     let now = sluice_engine::now_millis();
     let updated = modify(&st, |groups| {
@@ -150,8 +163,10 @@ pub async fn delete(
     State(st): State<Arc<AppState>>,
     meta: crate::http::RequestMeta,
     Path(name): Path<String>,
+    uri: Uri,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
+    refuse_unrecognized(uri.path(), &params, &DELETE_PARAMS)?;
     let deleted = modify(&st, |groups| {
         let Some(group) = groups.iter().find(|g| g.name == name) else {
             return Err(not_found(&name));

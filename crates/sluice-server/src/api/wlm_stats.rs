@@ -56,7 +56,7 @@ use std::time::Duration;
 use crate::http::{Path, Query};
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 use axum::routing::get;
 use base64::Engine as _;
@@ -69,8 +69,41 @@ use crate::cluster::DEFAULT_FANOUT_TIMEOUT;
 use crate::cluster::local::{RowsParams, StatsParams};
 use crate::cluster::select;
 use crate::error::ApiResult;
+use crate::http::unrecognized::refuse_unrecognized;
 use crate::http::{Params, reply};
 use crate::state::AppState;
+
+/// The URL parameters of the JSON routes besides those of every route: the table's, which
+/// OpenSearch parses for them too, `breach`, sluice's `include` and the fan-out's `timeout`.
+const STATS_PARAMS: [&str; 8] = [
+    "breach",
+    "include",
+    "next_token",
+    "order",
+    "size",
+    "sort",
+    "timeout",
+    "v",
+];
+
+/// The URL parameters of the `_list` table besides those of every route: the JSON routes'
+/// but `include`, and the `_cat` response parameters OpenSearch accepts on every table.
+const LIST_PARAMS: [&str; 14] = [
+    "breach",
+    "bytes",
+    "h",
+    "help",
+    "next_token",
+    "order",
+    "pri",
+    "s",
+    "size",
+    "sort",
+    "time",
+    "timeout",
+    "ts",
+    "v",
+];
 
 /// The routes of this module.
 pub fn routes() -> Router<Arc<AppState>> {
@@ -90,33 +123,37 @@ pub fn routes() -> Router<Arc<AppState>> {
 
 async fn stats_all(
     State(st): State<Arc<AppState>>,
+    uri: Uri,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    stats(&st, None, None, &params).await
+    stats(&st, None, None, &params, uri.path()).await
 }
 
 async fn stats_groups(
     State(st): State<Arc<AppState>>,
     Path(groups): Path<String>,
+    uri: Uri,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    stats(&st, None, Some(&groups), &params).await
+    stats(&st, None, Some(&groups), &params, uri.path()).await
 }
 
 async fn stats_nodes(
     State(st): State<Arc<AppState>>,
     Path(nodes): Path<String>,
+    uri: Uri,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    stats(&st, Some(&nodes), None, &params).await
+    stats(&st, Some(&nodes), None, &params, uri.path()).await
 }
 
 async fn stats_nodes_groups(
     State(st): State<Arc<AppState>>,
     Path((nodes, groups)): Path<(String, String)>,
+    uri: Uri,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    stats(&st, Some(&nodes), Some(&groups), &params).await
+    stats(&st, Some(&nodes), Some(&groups), &params, uri.path()).await
 }
 
 /// Whether the request asks for the per-bucket listing (`include=buckets`).
@@ -132,33 +169,37 @@ fn include_buckets(params: &Params) -> Result<bool, EngineError> {
 
 async fn list_all(
     State(st): State<Arc<AppState>>,
+    uri: Uri,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    list(&st, None, None, &params).await
+    list(&st, None, None, &params, uri.path()).await
 }
 
 async fn list_groups(
     State(st): State<Arc<AppState>>,
     Path(groups): Path<String>,
+    uri: Uri,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    list(&st, None, Some(&groups), &params).await
+    list(&st, None, Some(&groups), &params, uri.path()).await
 }
 
 async fn list_nodes(
     State(st): State<Arc<AppState>>,
     Path(nodes): Path<String>,
+    uri: Uri,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    list(&st, Some(&nodes), None, &params).await
+    list(&st, Some(&nodes), None, &params, uri.path()).await
 }
 
 async fn list_nodes_groups(
     State(st): State<Arc<AppState>>,
     Path((nodes, groups)): Path<(String, String)>,
+    uri: Uri,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    list(&st, Some(&nodes), Some(&groups), &params).await
+    list(&st, Some(&nodes), Some(&groups), &params, uri.path()).await
 }
 
 /// The table's sort key.
@@ -258,10 +299,12 @@ async fn stats(
     nodes: Option<&str>,
     groups: Option<&str>,
     params: &Params,
+    path: &str,
 ) -> ApiResult<Response> {
     let p = parse_params(params)?;
     let with_buckets = include_buckets(params)?;
     let deadline = fanout_timeout(params)?;
+    refuse_unrecognized(path, params, &STATS_PARAMS)?;
     let call = StatsParams {
         groups: groups.map(str::to_string),
         breach: p.breach,
@@ -470,7 +513,9 @@ async fn list(
     nodes: Option<&str>,
     groups: Option<&str>,
     params: &Params,
+    path: &str,
 ) -> ApiResult<Response> {
+    refuse_unrecognized(path, params, &LIST_PARAMS)?;
     if wants_help(params) {
         return Ok(cat::text(cat::help(&COLUMNS)));
     }

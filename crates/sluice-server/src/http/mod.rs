@@ -1,7 +1,8 @@
 //! The HTTP layer, free of domain logic: request metadata and its middleware ([`meta`]), body
 //! extraction ([`body`]), path and query extraction ([`extract`]), the check of a body's
 //! `Content-Type` ([`content_type`]), response rendering ([`reply`](mod@reply)) and the
-//! `?pretty` rendering of error answers ([`pretty`]), OpenSearch's answers for unknown routes
+//! `?pretty` rendering of error answers ([`pretty`]), the check of unknown URL parameters
+//! ([`unrecognized`]), OpenSearch's answers for unknown routes
 //! and methods ([`fallback`]), the accept loop that serves connections ([`serve`]) and the watch
 //! of its clients leaving ([`leaving`]), and a gateway's fast lane ([`lane`]) with its threads
 //! ([`threads`]).
@@ -18,6 +19,7 @@ pub mod pretty;
 pub mod reply;
 pub mod serve;
 pub mod threads;
+pub mod unrecognized;
 
 use std::collections::HashMap;
 

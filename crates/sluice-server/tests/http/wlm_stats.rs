@@ -157,6 +157,65 @@ async fn test_breach_filters_and_bad_parameters_are_400s() {
     }
 }
 
+/// A parameter a route does not read is refused as OpenSearch refuses it, naming what it looks
+/// like, on every route workload management owns; the parameters each reads still pass.
+#[tokio::test]
+async fn test_unknown_parameters_are_refused_with_what_they_look_like() {
+    let node = TestNode::start().await;
+    let a = create_group(&node, "a").await;
+    for (method, path, reason) in [
+        (
+            "GET",
+            "/_wlm/stats?incude=buckets",
+            "request [/_wlm/stats] contains unrecognized parameter: [incude] -> did you mean [include]?",
+        ),
+        (
+            "GET",
+            "/_list/wlm_stats?v&sortt=node_id&zz=1",
+            "request [/_list/wlm_stats] contains unrecognized parameters: [sortt] -> did you mean [sort]?, [zz]",
+        ),
+        (
+            "GET",
+            "/_wlm/workload_group/a?prety",
+            "request [/_wlm/workload_group/a] contains unrecognized parameter: [prety] -> did you mean [pretty]?",
+        ),
+        (
+            "DELETE",
+            "/_wlm/workload_group/a?timout=1s",
+            "request [/_wlm/workload_group/a] contains unrecognized parameter: [timout] -> did you mean [timeout]?",
+        ),
+        (
+            "GET",
+            "/_rules/workload_group?index_patern=logs",
+            "request [/_rules/workload_group] contains unrecognized parameter: [index_patern] -> did you mean [index_pattern]?",
+        ),
+    ] {
+        let resp = node.req(method, path, None).await;
+        assert_error(&resp, 400, "illegal_argument_exception");
+        assert_eq!(resp.1["error"]["reason"], reason, "{method} {path}");
+    }
+    // The group is still there (the refused delete did nothing), and what each route reads
+    // passes.
+    for path in [
+        format!("/_wlm/stats/{a}?include=buckets&size=5&sort=node_id&order=asc&timeout=5s&pretty"),
+        "/_list/wlm_stats?v&h=NODE_ID&s=NODE_ID&size=5&format=json".to_string(),
+        "/_wlm/workload_group/a?filter_path=workload_groups.name&human".to_string(),
+        "/_rules/workload_group?index_pattern=logs&principal.username=alice&search_after=x"
+            .to_string(),
+    ] {
+        let (status, body) = node.req("GET", &path, None).await;
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+    let (status, body) = node
+        .req(
+            "DELETE",
+            "/_wlm/workload_group/a?timeout=1s&cluster_manager_timeout=1s",
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+}
+
 #[tokio::test]
 async fn test_list_table_pages_with_tokens_and_ends_with_a_footer() {
     let node = TestNode::start().await;
