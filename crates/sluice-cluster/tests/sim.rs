@@ -145,8 +145,8 @@ use sluice_cluster::shared::coordinator::{
 };
 use sluice_cluster::shared::owner::Owner;
 use sluice_cluster::shared::{
-    ACQUIRE_DEADLINE, LEASE_TTL, MIN_SHARED_PROTOCOL, OWNER_LIMITS, RENEW_EVERY, SWEEP_EVERY,
-    SharedTier,
+    ACQUIRE_DEADLINE, CALL_DEADLINE, LEASE_TTL, MIN_SHARED_PROTOCOL, OWNER_LIMITS, RENEW_EVERY,
+    SWEEP_EVERY, SharedTier,
 };
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
@@ -161,13 +161,12 @@ const QUEUE_SWEEP: Duration = Duration::from_secs(1);
 const OBSERVE_EVERY: Duration = Duration::from_millis(200);
 
 /// How long after the heal the phantom check (K13/K14) starts: a coordinator's release and
-/// renewal calls wait at most `RENEW_EVERY / 2` for their answer (`call_owner` in
-/// `coordinator.rs`), so by then every such call made before the heal — to an owner that was
+/// renewal calls wait at most `CALL_DEADLINE` for their answer, so by then every such call made before the heal — to an owner that was
 /// down, or with its request or answer dropped — has ended, and the releaser sends what it
 /// holds to owners that answer. (An acquire's call runs up to `LEASE_TTL`, K14, but its grant
 /// arrives within two one-way delays of the call or is lost on the way: neither waits for
 /// its deadline.)
-const CALLS_END: Duration = Duration::from_millis(RENEW_EVERY.as_millis() as u64 / 2);
+const CALLS_END: Duration = CALL_DEADLINE;
 
 /// The seeds CI checks.
 const DEFAULT_SEEDS: u64 = 10_000;

@@ -44,7 +44,7 @@
 //! - **K15 (one owner holds back no other's releases)** — the releaser has at most one call
 //!   out per owner and never waits for one owner's answer before calling another: an owner
 //!   that does not answer (paused, or its call lost) delays only the releases of its own
-//!   leases, by at most its call's deadline (`RENEW_EVERY / 2`); releases queued for an owner
+//!   leases, by at most its call's deadline ([`CALL_DEADLINE`]); releases queued for an owner
 //!   while its call is out go in its next call. Before, the releaser called the owners one
 //!   after another, so one call to a paused owner — still in the membership until
 //!   `DEAD_AFTER` — held back every release to every other owner, this node's own pool
@@ -84,7 +84,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::owner::Owner;
-use super::{MIN_SHARED_PROTOCOL, RENEW_EVERY};
+use super::{CALL_DEADLINE, MIN_SHARED_PROTOCOL, RENEW_EVERY};
 use crate::membership::Members;
 use crate::ring::Ring;
 use crate::rpc::{BoxFuture, SharedCall, SharedReply, Transport};
@@ -865,7 +865,7 @@ impl Coordinator {
     }
 
     async fn call_owner(&self, owner: &str, call: SharedCall) -> Option<SharedReply> {
-        self.call_owner_within(owner, call, RENEW_EVERY / 2).await
+        self.call_owner_within(owner, call, CALL_DEADLINE).await
     }
 
     /// `call` to `owner` (in process when it is this node), answered within `deadline`.

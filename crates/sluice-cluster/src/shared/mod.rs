@@ -103,6 +103,11 @@ pub const LEASE_TTL: Duration = Duration::from_secs(30);
 /// a row may be lost before a running request's lease expires.
 pub const RENEW_EVERY: Duration = Duration::from_secs(10);
 
+/// How long a coordinator waits for an owner's answer to a release or a renewal: half the
+/// renewal period, so a call to an owner that does not answer has ended before the next
+/// renewal is due, and the calls of one renewal round never pile onto the next.
+pub const CALL_DEADLINE: Duration = Duration::from_secs(RENEW_EVERY.as_secs() / 2);
+
 /// How often an owner reclaims expired leases (and offers what they free): a lease outlives
 /// its expiry by at most this.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(1);

@@ -1013,7 +1013,7 @@ async fn test_an_owner_that_does_not_answer_holds_back_no_release_to_another() {
     net.paused.lock().insert("c".into());
     drop(on_c);
     eventually(|| net.releases.lock().get("c").is_some_and(|n| *n >= 1)).await;
-    // b's lease is released at once, not after c's call gives up (RENEW_EVERY / 2).
+    // b's lease is released at once, not after c's call gives up (CALL_DEADLINE).
     let ended = tokio::time::Instant::now();
     drop(on_b);
     eventually(|| b.owner.in_use(&gb) == 0).await;
