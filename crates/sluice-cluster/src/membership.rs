@@ -5,14 +5,17 @@
 //!   cluster id differs (the cluster id is `cluster.name`).
 //! - M2 A node of another metastore (another cluster uuid) is never a member; it is listed in
 //!   [`Members::strangers`] so the node can say why it is ignored.
-//! - M3 One entry per node id: a restarted node (same id, higher generation) replaces its
-//!   earlier incarnation at once.
+//! - M3 One entry per node id: a restarted node (same id and transport address, higher
+//!   generation) replaces its earlier incarnation at once.
 //! - M4 A node that stops gossiping leaves the live set within [`DEAD_AFTER`] (of a node that
 //!   itself kept running; M5).
 //! - M6 Another live incarnation of this node's id (a copy of its data folder started
 //!   elsewhere) is never this node's member; it is listed in [`Members::twins`] so the node
 //!   can find out which of the two must stop (the server's `cluster/twins.rs`). Peers keep
-//!   the incarnation with the highest generation (M3).
+//!   the incarnation at the address the id has had longest while it lives ([`incarnation`]):
+//!   a copy started elsewhere never takes the original's place in their views, so they do not
+//!   send the original's RPCs and shared-tier calls to the copy, which stops. (A node
+//!   restarted at a new address shows once its old incarnation is declared dead, M4.)
 //! - M5 A node that was itself paused (its membership task did not run for over
 //!   [`crate::pause::STALL`]) drops no peer for [`crate::pause::TRUST_AFTER`] after it runs
 //!   again: its failure detector measured its own silence. A peer still dead then is dropped
@@ -202,7 +205,7 @@ impl Membership {
 
 /// The live members seen in chitchat's live-node map (M2, M3).
 fn members_of(me: &Member, live: &BTreeMap<ChitchatId, NodeState>) -> Members {
-    let mut by_id: BTreeMap<String, Member> = BTreeMap::new();
+    let mut incarnations: BTreeMap<String, Vec<Member>> = BTreeMap::new();
     let mut twins = Vec::new();
     for (id, state) in live {
         let Some(m) = Member::from_key_values(&id.node_id, id.generation_id, |k| state.get(k))
@@ -215,13 +218,12 @@ fn members_of(me: &Member, live: &BTreeMap<ChitchatId, NodeState>) -> Members {
             }
             continue;
         }
-        match by_id.get(&m.node_id) {
-            Some(seen) if seen.generation >= m.generation => {}
-            _ => {
-                by_id.insert(m.node_id.clone(), m);
-            }
-        }
+        incarnations.entry(m.node_id.clone()).or_default().push(m);
     }
+    let mut by_id: BTreeMap<String, Member> = incarnations
+        .into_iter()
+        .filter_map(|(id, seen)| Some((id, incarnation(seen)?)))
+        .collect();
     by_id.insert(me.node_id.clone(), me.clone());
     let (live, strangers): (Vec<Member>, Vec<Member>) = by_id
         .into_values()
@@ -233,7 +235,92 @@ fn members_of(me: &Member, live: &BTreeMap<ChitchatId, NodeState>) -> Members {
     }
 }
 
+/// The incarnation of one node id that counts among the live ones (M3, M6): at each transport
+/// address the latest (a restart there replaces its predecessor at once); of several
+/// addresses, the one where the id was seen first, by its earliest generation there (ties by
+/// address), so a copy of a node's data folder started elsewhere, later, never displaces the
+/// original while the original lives.
+fn incarnation(seen: Vec<Member>) -> Option<Member> {
+    // Per address: its earliest generation, and its latest incarnation.
+    let mut by_addr: BTreeMap<SocketAddr, (u64, Member)> = BTreeMap::new();
+    for m in seen {
+        match by_addr.get_mut(&m.transport_addr) {
+            Some((first, latest)) => {
+                *first = (*first).min(m.generation);
+                if m.generation > latest.generation {
+                    *latest = m;
+                }
+            }
+            None => {
+                by_addr.insert(m.transport_addr, (m.generation, m));
+            }
+        }
+    }
+    by_addr
+        .into_iter()
+        .min_by_key(|(addr, (first, _))| (*first, *addr))
+        .map(|(_, (_, latest))| latest)
+}
+
 /// Why membership could not start (the gossip socket did not bind, say).
 #[derive(Debug, thiserror::Error)]
 #[error("gossip could not start: {0}")]
 pub struct StartError(String);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(generation: u64, transport: &str) -> Member {
+        Member {
+            node_id: "n".to_string(),
+            generation,
+            name: "n".to_string(),
+            http_addr: "127.0.0.1:9200".parse().unwrap(),
+            transport_addr: transport.parse().unwrap(),
+            protocol_version: 1,
+            backend: "embedded".to_string(),
+            version: "0".to_string(),
+            cluster_uuid: "u".to_string(),
+        }
+    }
+
+    fn kept(seen: &[Member]) -> (u64, String) {
+        let m = incarnation(seen.to_vec()).unwrap();
+        (m.generation, m.transport_addr.to_string())
+    }
+
+    #[test]
+    fn test_a_restart_at_the_same_address_replaces_its_predecessor() {
+        let (old, new) = (at(1, "127.0.0.1:9300"), at(2, "127.0.0.1:9300"));
+        assert_eq!(
+            kept(&[old.clone(), new.clone()]),
+            (2, "127.0.0.1:9300".into())
+        );
+        assert_eq!(kept(&[new, old]), (2, "127.0.0.1:9300".into()));
+    }
+
+    #[test]
+    fn test_a_copy_started_elsewhere_does_not_displace_the_original() {
+        let (original, copy) = (at(1, "127.0.0.1:9300"), at(2, "127.0.0.1:9301"));
+        assert_eq!(
+            kept(&[original.clone(), copy.clone()]),
+            (1, "127.0.0.1:9300".into())
+        );
+        assert_eq!(
+            kept(&[copy.clone(), original.clone()]),
+            (1, "127.0.0.1:9300".into())
+        );
+        // The original restarted at its address while the copy runs: still its address.
+        let restarted = at(3, "127.0.0.1:9300");
+        for order in [
+            vec![original.clone(), copy.clone(), restarted.clone()],
+            vec![restarted.clone(), copy.clone(), original.clone()],
+            vec![copy.clone(), restarted.clone(), original.clone()],
+        ] {
+            assert_eq!(kept(&order), (3, "127.0.0.1:9300".into()));
+        }
+        // Once the original is gone from the live set, the other incarnation counts.
+        assert_eq!(kept(&[copy]), (2, "127.0.0.1:9301".into()));
+    }
+}
