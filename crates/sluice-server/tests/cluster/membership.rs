@@ -169,7 +169,7 @@ async fn test_a_copy_of_a_nodes_data_folder_stops_and_the_original_stays() {
     );
     // Nor while the copy's last gossip still counts as live (its failure detection, about
     // 4 s on loopback: before the fix, the copy stood in the original's place until then).
-    let until = std::time::Instant::now() + Duration::from_secs(6);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(6);
     while std::time::Instant::now() < until {
         for i in 0..2 {
             assert_eq!(
