@@ -14,6 +14,7 @@ pub mod health_wait;
 pub mod index_ops;
 pub mod index_stats;
 pub mod indices;
+pub mod known_params;
 pub mod msearch;
 pub mod node_stats;
 pub mod nodes;
@@ -30,8 +31,8 @@ use axum::Router;
 use axum::middleware;
 use axum::routing::{get, post, put};
 
-use crate::http::content_type;
 use crate::http::fallback::no_handler;
+use crate::http::{content_type, unrecognized};
 use crate::state::AppState;
 
 /// Renders a duration the way OpenSearch prints time values (`1.5m`, `500ms`, `2s`).
@@ -152,8 +153,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_tasks/{task_id}/_cancel", post(tasks::cancel_one))
         .merge(cluster_settings::routes())
         .merge(aliases::routes())
-        // A body must be in a type OpenSearch reads, once a route has a handler for it (the
-        // owned routes carry the same check).
+        // A URL parameter the route does not know is refused, after the body's type (the
+        // owned routes carry both checks).
+        .route_layer(middleware::from_fn(unrecognized::check_route))
+        // A body must be in a type OpenSearch reads, once a route has a handler for it.
         .route_layer(middleware::from_fn(content_type::require_supported))
         .merge(owned_routes())
         .fallback(no_handler)
@@ -176,5 +179,6 @@ pub fn owned_routes() -> Router<Arc<AppState>> {
         .merge(rules::routes())
         .merge(crate::metrics::route::routes())
         .merge(crate::dashboard::routes())
+        .route_layer(middleware::from_fn(unrecognized::check_route))
         .route_layer(middleware::from_fn(content_type::require_supported))
 }

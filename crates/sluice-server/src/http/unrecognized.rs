@@ -4,13 +4,22 @@
 //! `request [/_wlm/stats] contains unrecognized parameter: [incude] -> did you mean [include]?`
 //! — so that a misspelt parameter is an error, not silently ignored.
 //!
-//! The routes sluice owns in both modes check it (workload groups, their stats and rules: a
-//! gateway answers them itself); each names the parameters it reads. The parameters every
-//! route reads ([`EVERY_ROUTE`]) are always known.
+//! The routes of workload management check it in their handlers (a gateway answers them
+//! itself), each naming the parameters it reads. The embedded node's other routes are checked
+//! by a route layer ([`check_route`]) against what OpenSearch's REST specification lists for
+//! each API ([`crate::api::known_params`]), so that no parameter OpenSearch accepts is
+//! refused, whether or not sluice acts on it; a route the table does not list is not checked.
+//! The parameters every route reads ([`EVERY_ROUTE`]) are always known.
 
+use axum::extract::FromRequestParts;
+use axum::extract::{MatchedPath, Request};
+use axum::http::Method;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use sluice_engine::EngineError;
 
-use crate::http::Params;
+use crate::error::ApiError;
+use crate::http::{Params, Query};
 
 /// What every route reads, as OpenSearch's REST layer consumes them before the handler runs:
 /// the rendering parameters, and the body given as a parameter.
@@ -47,6 +56,33 @@ pub fn refuse_unrecognized(path: &str, params: &Params, known: &[&str]) -> Resul
         &unknown,
         &candidates,
     )))
+}
+
+/// The route layer of the embedded node's routes: refuses a request with a URL parameter its
+/// route does not know ([`crate::api::known_params::known`]); lets every other request through
+/// (a query string that cannot be read is the handler's to refuse).
+///
+/// # Cancel safety
+/// Dropping the future drops the request, as for any handler.
+pub async fn check_route(req: Request, next: Next) -> Response {
+    let known = req.extensions().get::<MatchedPath>().and_then(|route| {
+        // A HEAD is served by the route's GET unless it has its own.
+        crate::api::known_params::known(req.method(), route.as_str()).or_else(|| {
+            (req.method() == Method::HEAD)
+                .then(|| crate::api::known_params::known(&Method::GET, route.as_str()))
+                .flatten()
+        })
+    });
+    let (Some(known), Some(_)) = (known, req.uri().query()) else {
+        return next.run(req).await;
+    };
+    let (mut parts, body) = req.into_parts();
+    if let Ok(Query(params)) = Query::<Params>::from_request_parts(&mut parts, &()).await
+        && let Err(refused) = refuse_unrecognized(parts.uri.path(), &params, known)
+    {
+        return ApiError::Engine(refused).into_response();
+    }
+    next.run(Request::from_parts(parts, body)).await
 }
 
 /// OpenSearch's words (`BaseRestHandler.unrecognized`): each unknown parameter (sorted), with

@@ -286,3 +286,62 @@ async fn test_a_body_in_a_type_opensearch_does_not_read_is_a_406() {
     assert_eq!(r.status, 400, "{}", r.text);
     node.stop().await;
 }
+
+/// A URL parameter the route does not read is refused as OpenSearch refuses it, naming the
+/// known ones it looks like; every parameter OpenSearch's specification lists for the API is
+/// known, whether or not sluice acts on it. Through a gateway the upstream refuses what it
+/// forwards (the same words).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_an_unknown_url_parameter_is_refused_with_what_it_looks_like() {
+    let node = TestNode::start().await;
+    let created = send(&node, "PUT", "/logs", &[], None).await;
+    assert_eq!(created.status, 200, "{}", created.text);
+    for (method, path, reason) in [
+        (
+            "GET",
+            "/logs/_search?sise=10",
+            "request [/logs/_search] contains unrecognized parameter: [sise] -> did you mean [size]?",
+        ),
+        (
+            "GET",
+            "/_cat/indices?hlp&bogus=1",
+            "request [/_cat/indices] contains unrecognized parameters: [bogus], [hlp] -> did you mean [help]?",
+        ),
+        (
+            "GET",
+            "/_cluster/health?wait_for_statu=green",
+            "request [/_cluster/health] contains unrecognized parameter: [wait_for_statu] -> did you mean any of [wait_for_status, wait_for_events, wait_for_nodes]?",
+        ),
+    ] {
+        let answer = send(&node, method, path, &[], None).await;
+        assert_eq!(answer.status, 400, "{path}: {}", answer.text);
+        let body = answer.json();
+        assert_eq!(
+            body["error"]["type"], "illegal_argument_exception",
+            "{body}"
+        );
+        assert_eq!(body["error"]["reason"], reason, "{path}");
+    }
+    // What the specification lists passes, acted on or not.
+    for path in [
+        "/logs/_search?preference=_local&request_cache=true&typed_keys=true&size=0&pretty",
+        "/_cat/indices?v&s=index&bytes=kb&format=json",
+        "/_cluster/health?wait_for_status=yellow&timeout=1s&local=true",
+        "/logs/_doc/1?routing=a&realtime=false&_source_includes=x",
+        "/?human",
+    ] {
+        let answer = get(&node, path).await;
+        assert!(
+            matches!(answer.status, 200 | 404),
+            "{path}: {} {}",
+            answer.status,
+            answer.text
+        );
+        assert!(
+            !answer.text.contains("unrecognized"),
+            "{path}: {}",
+            answer.text
+        );
+    }
+    node.stop().await;
+}
