@@ -13,8 +13,10 @@
 //! [`StopOnLeave`] reads what the client sends next into a read-ahead buffer (at most
 //! [`MAX_READ_AHEAD`] bytes; hyper gets them first, in order, before it reads the socket
 //! again), and ends the request when the read finds the end of the stream or an error. The
-//! request's future is dropped as if the connection had ended, and the request answers an
-//! empty `Connection: close` answer, so hyper serves nothing more on the connection.
+//! request's future is dropped as if the connection had ended, and nothing more is written
+//! to the connection: hyper's attempt to write the dropped request's answer fails, and it
+//! ends the connection — as OpenSearch's server closes a channel whose client closed its side
+//! (a client that only shut its sending side gets no answer, not a made-up one).
 //!
 //! # Invariants
 //! - G1 — hyper reads the connection's bytes in the order the client sent them, each once:
@@ -25,8 +27,9 @@
 //!   one with a body, sent while a search runs) and the suites: every request of an embedded
 //!   node and of a gateway's general path goes through it.
 //! - G2 — a client that closes or resets its connection while a request runs ends that request
-//!   at once, and no request it pipelined behind it starts. Tested by
-//!   `test_client_leaving_ends_a_search_with_requests_pipelined_behind_it`.
+//!   at once, no request it pipelined behind it starts, and nothing more is written to it.
+//!   Tested by `test_client_leaving_ends_a_search_with_requests_pipelined_behind_it` and
+//!   `test_a_client_that_shuts_its_sending_side_gets_no_made_up_answer`.
 //! - G3 — HTTP/2 requests are not watched: hyper's HTTP/2 connection reads its socket all the
 //!   time (and sees the end itself), and its requests run in tasks of their own, which must not
 //!   read the connection's socket.
@@ -93,6 +96,8 @@ impl<I> Clone for Leaving<I> {
 
 struct Inner<I> {
     io: I,
+    /// Set once a request was dropped because its client left: nothing more is written.
+    left: bool,
     /// Read by the watch, not yet by hyper.
     ahead: BytesMut,
     /// How the stream ended, as the watch read it: handed to hyper after `ahead`.
@@ -111,6 +116,7 @@ impl<I> Watched<I> {
         Watched {
             shared: Arc::new(Mutex::new(Inner {
                 io,
+                left: false,
                 ahead: BytesMut::new(),
                 end: None,
             })),
@@ -153,7 +159,11 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.shared.lock().io).poll_write(cx, buf)
+        let mut inner = self.shared.lock();
+        if inner.left {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        Pin::new(&mut inner.io).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -161,7 +171,11 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.shared.lock().io).poll_write_vectored(cx, bufs)
+        let mut inner = self.shared.lock();
+        if inner.left {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        Pin::new(&mut inner.io).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -185,6 +199,8 @@ impl<I: AsyncRead + Unpin> Leaving<I> {
         let inner = &mut *inner;
         loop {
             if inner.end.is_some() {
+                // Its request is dropped: nothing more goes to the client.
+                inner.left = true;
                 return Poll::Ready(());
             }
             if inner.ahead.len() >= MAX_READ_AHEAD {
@@ -311,7 +327,8 @@ where
         if let Some(watch) = &this.watch
             && watch.poll_left(cx).is_ready()
         {
-            // G2: dropping the request cancels what it started, as when hyper drops it.
+            // G2: dropping the request cancels what it started, as when hyper drops it. The
+            // answer is never written (the connection refuses writes from now on).
             this.request = None;
             return Poll::Ready(Ok(closing()));
         }
@@ -319,8 +336,8 @@ where
     }
 }
 
-/// What a request whose client left answers (no one reads it): nothing, and the connection
-/// closes after it.
+/// What hyper is given for a request whose client left: never written (the connection
+/// refuses writes once its client left), and it would close the connection.
 fn closing() -> Response {
     let mut resp = Response::new(axum::body::Body::empty());
     *resp.status_mut() = StatusCode::BAD_REQUEST;

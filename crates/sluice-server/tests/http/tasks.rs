@@ -217,6 +217,37 @@ async fn test_client_leaving_ends_a_search_with_requests_pipelined_behind_it() {
     node.stop().await;
 }
 
+/// A client that shuts its sending side after two pipelined searches (`nc -N`, `shutdown(SHUT_WR)`)
+/// has left, as OpenSearch's server takes it: the running search ends, the next never starts,
+/// and the client reads the end of the stream, not an answer made up for the dropped request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_client_that_shuts_its_sending_side_gets_no_made_up_answer() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = TestNode::start_heavy(&[]).await;
+    let body = common::heavy_query().to_string();
+    let one = format!(
+        "POST /heavy/_search HTTP/1.1\r\nhost: sluice\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    stream.write_all(one.repeat(2).as_bytes()).await.unwrap();
+    wait_for_search_task(&node).await;
+    stream.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+        .await
+        .expect("the connection ends")
+        .expect("read");
+    assert_eq!(String::from_utf8_lossy(&answer), "", "nothing is answered");
+    let gone_by = Instant::now() + Duration::from_secs(1);
+    while search_tasks(&node).await > 0 {
+        assert!(Instant::now() < gone_by, "the search still runs after 1 s");
+        tokio::task::yield_now().await;
+    }
+    node.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_requests_pipelined_behind_a_running_search_are_answered_in_order() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
