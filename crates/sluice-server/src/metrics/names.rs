@@ -58,6 +58,21 @@ pub const GROUP_SHARED_FAIL_OPEN: Described = (
     "sluice_wlm_group_shared_fail_open_total",
     "Requests of the workload group admitted without a cluster-wide lease because the bucket's owner could not be reached in time (fail open).",
 );
+/// Requests admitted with a shared lease granted on acquire (or reused from the idle cache).
+pub const GROUP_SHARED_ACQUIRED: Described = (
+    "sluice_wlm_group_shared_acquired_total",
+    "Requests of the workload group admitted with a cluster-wide lease its bucket's owner granted when asked (or reused from this node's idle cache: sluice_wlm_group_shared_reused_total).",
+);
+/// Shared leases reused from this node's idle cache for the group's requests.
+pub const GROUP_SHARED_REUSED: Described = (
+    "sluice_wlm_group_shared_reused_total",
+    "Cluster-wide leases this node took from its idle cache for requests of the workload group instead of asking the owner (each also counts as acquired or pushed).",
+);
+/// Parked requests admitted with a shared lease handed to their bucket.
+pub const GROUP_SHARED_PUSHED: Described = (
+    "sluice_wlm_group_shared_pushed_total",
+    "Parked requests of the workload group admitted with a cluster-wide lease handed to their bucket's oldest waiter (an owner's offer, or a lease another request of the bucket acquired).",
+);
 /// Shared leases this node counts as their buckets' owner.
 pub const GROUP_SHARED_LEASES_OWNED: Described = (
     "sluice_wlm_group_shared_leases_owned",

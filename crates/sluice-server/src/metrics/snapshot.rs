@@ -21,7 +21,7 @@ const MILLIS_PER_SEC: f64 = 1000.0;
 type ReadCounter = fn(&crate::workload::GroupStats) -> u64;
 
 /// The per-group counters and the stats field each reads.
-const GROUP_COUNTERS: [(Described, ReadCounter); 14] = [
+const GROUP_COUNTERS: [(Described, ReadCounter); 17] = [
     (names::GROUP_COMPLETIONS, |s| s.total_completions.get()),
     (names::GROUP_FAILURES, |s| s.failures.get()),
     (names::GROUP_REJECTIONS, |s| s.total_rejections.get()),
@@ -33,6 +33,11 @@ const GROUP_COUNTERS: [(Described, ReadCounter); 14] = [
     (names::GROUP_SHARED_FAIL_OPEN, |s| {
         s.total_shared_fail_open.get()
     }),
+    (names::GROUP_SHARED_ACQUIRED, |s| {
+        s.total_shared_acquired.get()
+    }),
+    (names::GROUP_SHARED_REUSED, |s| s.total_shared_reused.get()),
+    (names::GROUP_SHARED_PUSHED, |s| s.total_shared_pushed.get()),
     (names::GROUP_QUEUED, |s| s.total_queued.get()),
     (names::GROUP_QUEUE_REJECTIONS, |s| {
         s.total_queue_rejections.get()

@@ -900,12 +900,38 @@ async fn test_shared_refusals_and_fail_opens_are_counted_once_in_stats_and_metri
         group_metric(&c, holder, "sluice_wlm_group_shared_fail_open_total", &id).await,
         Some(0.0)
     );
+    // The lease counters read the group's stats (the holder acquired its lease).
+    let g = figures(&c, holder, &id).await;
+    assert!(g["total_shared_acquired"].as_u64() >= Some(1), "{g}");
+    for (metric, field) in [
+        (
+            "sluice_wlm_group_shared_acquired_total",
+            "total_shared_acquired",
+        ),
+        (
+            "sluice_wlm_group_shared_reused_total",
+            "total_shared_reused",
+        ),
+        (
+            "sluice_wlm_group_shared_pushed_total",
+            "total_shared_pushed",
+        ),
+    ] {
+        assert_eq!(
+            group_metric(&c, holder, metric, &id).await,
+            g[field].as_u64().map(|n| n as f64),
+            "{metric}: {g}"
+        );
+    }
     // The metrics carry their help and type.
     let (_, text) = c.get(third, "/_prometheus/metrics").await;
     let text = text.as_str().unwrap();
     for line in [
         "# TYPE sluice_wlm_group_shared_throttled_total counter",
         "# TYPE sluice_wlm_group_shared_fail_open_total counter",
+        "# TYPE sluice_wlm_group_shared_acquired_total counter",
+        "# TYPE sluice_wlm_group_shared_reused_total counter",
+        "# TYPE sluice_wlm_group_shared_pushed_total counter",
         "# TYPE sluice_wlm_group_shared_leases_owned gauge",
     ] {
         assert!(text.contains(line), "{line} missing: {text}");
