@@ -199,8 +199,6 @@ impl<I: AsyncRead + Unpin> Leaving<I> {
         let inner = &mut *inner;
         loop {
             if inner.end.is_some() {
-                // Its request is dropped: nothing more goes to the client.
-                inner.left = true;
                 return Poll::Ready(());
             }
             if inner.ahead.len() >= MAX_READ_AHEAD {
@@ -214,6 +212,14 @@ impl<I: AsyncRead + Unpin> Leaving<I> {
                 Poll::Ready(Err(e)) => inner.end = Some(End::Failed(e.kind())),
             }
         }
+    }
+}
+
+impl<I> Leaving<I> {
+    /// Marks the connection's client as gone for good: its request is dropped, and nothing
+    /// more is written to it.
+    fn refuse_writes(&self) {
+        self.shared.lock().left = true;
     }
 }
 
@@ -329,6 +335,7 @@ where
         {
             // G2: dropping the request cancels what it started, as when hyper drops it. The
             // answer is never written (the connection refuses writes from now on).
+            watch.refuse_writes();
             this.request = None;
             return Poll::Ready(Ok(closing()));
         }
@@ -373,10 +380,15 @@ mod tests {
         let mut rest = Vec::new();
         watched.read_to_end(&mut rest).await.unwrap();
         assert_eq!(rest, b"second third");
+        // Seeing the end alone does not stop answers already due (pipelined ones)...
         watched.write_all(b"answer").await.unwrap();
         let mut answer = [0u8; 6];
         client_read.read_exact(&mut answer).await.unwrap();
         assert_eq!(&answer, b"answer");
+        // ...dropping a request for it does.
+        leaving.refuse_writes();
+        let refused = watched.write_all(b"late").await.unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::BrokenPipe);
     }
 
     #[tokio::test]
