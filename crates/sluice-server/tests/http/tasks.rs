@@ -172,19 +172,32 @@ async fn test_client_disconnect_cancels_the_search() {
     node.stop().await;
 }
 
-/// Sends two heavy searches pipelined in one write on a connection of its own, waits for the
-/// first to run, then leaves: with a reset (`reset`) or a plain close.
-async fn leave_with_a_search_pipelined(node: &TestNode, reset: bool) {
-    use tokio::io::AsyncWriteExt;
+/// The heavy search as the bytes of an HTTP/1.1 request.
+fn raw_heavy_search() -> String {
     let body = common::heavy_query().to_string();
-    let one = format!(
+    format!(
         "POST /heavy/_search HTTP/1.1\r\nhost: sluice\r\ncontent-type: application/json\r\n\
          content-length: {}\r\n\r\n{body}",
         body.len()
-    );
+    )
+}
+
+/// Sends two heavy searches pipelined in one write on a connection of its own and waits for
+/// the first to run; answers the connection.
+async fn two_pipelined_searches(node: &TestNode) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
     let mut stream = tokio::net::TcpStream::connect(node.addr).await.unwrap();
-    stream.write_all(one.repeat(2).as_bytes()).await.unwrap();
+    stream
+        .write_all(raw_heavy_search().repeat(2).as_bytes())
+        .await
+        .unwrap();
     wait_for_search_task(node).await;
+    stream
+}
+
+/// Runs [`two_pipelined_searches`], then leaves: with a reset (`reset`) or a plain close.
+async fn leave_with_a_search_pipelined(node: &TestNode, reset: bool) {
+    let stream = two_pipelined_searches(node).await;
     if reset {
         stream.set_zero_linger().unwrap();
     }
@@ -224,15 +237,7 @@ async fn test_client_leaving_ends_a_search_with_requests_pipelined_behind_it() {
 async fn test_a_client_that_shuts_its_sending_side_gets_no_made_up_answer() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let node = TestNode::start_heavy(&[]).await;
-    let body = common::heavy_query().to_string();
-    let one = format!(
-        "POST /heavy/_search HTTP/1.1\r\nhost: sluice\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    let mut stream = tokio::net::TcpStream::connect(node.addr).await.unwrap();
-    stream.write_all(one.repeat(2).as_bytes()).await.unwrap();
-    wait_for_search_task(&node).await;
+    let mut stream = two_pipelined_searches(&node).await;
     stream.shutdown().await.unwrap();
     let mut answer = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
@@ -252,13 +257,8 @@ async fn test_a_client_that_shuts_its_sending_side_gets_no_made_up_answer() {
 async fn test_requests_pipelined_behind_a_running_search_are_answered_in_order() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let node = TestNode::start_heavy(&[]).await;
-    let heavy = common::heavy_query().to_string();
     let count = r#"{"query":{"term":{"k":"key-00000007"}}}"#;
-    let search = format!(
-        "POST /heavy/_search HTTP/1.1\r\nhost: sluice\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\n\r\n{heavy}",
-        heavy.len()
-    );
+    let search = raw_heavy_search();
     // Sent while the heavy search runs: the node reads them ahead (one has a body); each must
     // reach its handler whole and in order.
     let behind = format!(
