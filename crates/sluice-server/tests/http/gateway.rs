@@ -2665,9 +2665,11 @@ async fn test_upstream_connections_are_reused_and_closed_ones_replaced() {
         assert_eq!(b["count"], 1, "{b}");
     }
     assert_eq!(answered.load(Ordering::SeqCst) - answered_before, 20);
-    // A connection may open while another's readiness is on its way, but not one per request.
+    // Not one per request. Each path that forwards keeps its own pool: the fast lane one per
+    // lane thread (a count may be served on either of the node's two), the general path one
+    // (`_doc`); and a connection may open while another's readiness is on its way.
     let opened = conns.load(Ordering::SeqCst) - conns_before;
-    assert!(opened <= 2, "{opened} connections for 20 requests");
+    assert!(opened <= 4, "{opened} connections for 20 requests");
     gw.stop().await;
     task.abort();
 
