@@ -87,6 +87,14 @@
 //!   so it is exact single-threaded and approximate under races (N5 is not). Tested by
 //!   `test_flood_from_one_user_cannot_lock_out_another`,
 //!   `test_fair_share_never_applies_to_a_bucket_alone` and the queue proptest.
+//! - **N5b (parked counts)** — a waiter stops counting as parked when it is handed its slot
+//!   (or a shared-tier grant, or released), under the shard lock, not when its task next
+//!   runs; and each waiter carries the group's parked count its place was taken at
+//!   ([`Waiter::group_parked`]), itself included. So the largest of those is the most the
+//!   group ever had parked at once, never more: a count read by the parked request itself
+//!   could still hold a waiter handed its slot whose task had not run (the server's
+//!   `queue_peak` read `size_per_bucket + 1` so). Tested by
+//!   `test_a_waiter_handed_its_slot_no_longer_counts_as_parked` and the queue proptest.
 //! - **N6** — a backlog release strands nobody: [`release_group`](PermitTable::release_group)
 //!   marks the handle before walking the shards and `acquire` reads the mark under the shard
 //!   lock, so a racing arrival is either released with the backlog or answered `Unthrottled`.
@@ -379,7 +387,9 @@ impl PermitTable {
                 shard: Arc::clone(shard),
                 key,
             }),
-            Some(Ok(Some(slot))) => Acquire::Parked(Waiter::new(Arc::clone(shard), key, slot, tag)),
+            Some(Ok(Some((slot, group_parked)))) => {
+                Acquire::Parked(Waiter::new(Arc::clone(shard), key, slot, tag, group_parked))
+            }
             Some(Err(refused)) => Acquire::Refused(refused),
         }
     }
@@ -743,7 +753,8 @@ impl BucketState {
     }
 
     /// Admits a request if nobody waits and the limit allows, else parks it if `policy` leaves
-    /// room (N5, D13); `Ok(None)` is admitted, `Ok(Some(node))` parked.
+    /// room (N5, D13); `Ok(None)` is admitted, `Ok(Some((node, group_parked)))` parked, with
+    /// the group's parked count its place was taken at.
     fn admit_or_park(
         &mut self,
         slab: &mut Slab,
@@ -751,7 +762,7 @@ impl BucketState {
         policy: QueuePolicy,
         limit: u64,
         tag: u64,
-    ) -> Result<Option<u32>, Refused> {
+    ) -> Result<Option<(u32, u64)>, Refused> {
         if self.queue.is_empty() && self.try_admit(limit).is_ok() {
             return Ok(None);
         }
@@ -787,9 +798,9 @@ impl BucketState {
             return Err(refuse(RefusalReason::OverFairShare { share }));
         }
         // The exact bound: one compare-exchange against the ceiling (N5).
-        if owner.try_take_place(ceiling).is_err() {
+        let Ok(group_parked) = owner.try_take_place(ceiling) else {
             return Err(group_full(owner));
-        }
+        };
         let node = self.queue.push_back(slab, tag);
         if queued == 0 {
             debug_assert!(
@@ -799,7 +810,7 @@ impl BucketState {
             group.bucket_started_waiting();
             self.group = Some(Arc::clone(group));
         }
-        Ok(Some(node))
+        Ok(Some((node, group_parked)))
     }
 
     /// Drops the group handle once the last waiter has left.

@@ -220,6 +220,8 @@ proptest! {
                         (Acquire::Admitted(p), Expect::Admitted) => held.push((key, p)),
                         (Acquire::Parked(w), Expect::Parked) => {
                             prop_assert_eq!(w.tag(), tag);
+                            // N5b: the count its place was taken at, handed waiters left out.
+                            prop_assert_eq!(w.group_parked(), model.parked);
                             waiters.push(w);
                         }
                         (Acquire::Refused(r), Expect::Refused(reason)) => {

@@ -120,8 +120,9 @@ impl GroupQueue {
     }
 
     /// Takes one parked place if fewer than `ceiling` are taken (exact: one compare-exchange
-    /// loop on one atomic); returns the count seen when refused.
-    pub(super) fn try_take_place(&self, ceiling: u64) -> Result<(), u64> {
+    /// loop on one atomic); returns the count it made (its own place included), or the count
+    /// seen when refused.
+    pub(super) fn try_take_place(&self, ceiling: u64) -> Result<u64, u64> {
         let mut current = self.num_parked.load(Ordering::Relaxed);
         loop {
             if current >= ceiling {
@@ -133,7 +134,7 @@ impl GroupQueue {
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return Ok(()),
+                Ok(_) => return Ok(current + 1),
                 Err(seen) => current = seen,
             }
         }
@@ -602,6 +603,8 @@ pub struct Waiter {
     inner: Option<ParkedAt>,
     /// The caller's value.
     tag: u64,
+    /// Its group's parked count right after it parked, itself included.
+    group_parked: u64,
 }
 
 /// Where a waiter's node is.
@@ -616,16 +619,30 @@ struct ParkedAt {
 
 impl Waiter {
     /// Wraps a node just parked.
-    pub(super) fn new(shard: Arc<Shard>, key: HashedKey, slot: u32, tag: u64) -> Waiter {
+    pub(super) fn new(
+        shard: Arc<Shard>,
+        key: HashedKey,
+        slot: u32,
+        tag: u64,
+        group_parked: u64,
+    ) -> Waiter {
         Waiter {
             inner: Some(ParkedAt { shard, key, slot }),
             tag,
+            group_parked,
         }
     }
 
     /// Returns the caller's value given to `acquire`.
     pub fn tag(&self) -> u64 {
         self.tag
+    }
+
+    /// Returns how many of its group's requests were parked on this node right after it
+    /// parked, itself included: the count its place was taken at (N5), exact, where a count
+    /// read later may still hold a waiter already handed its slot but not yet run (N5b).
+    pub fn group_parked(&self) -> u64 {
+        self.group_parked
     }
 
     /// Returns the bucket it waits in (`None` once completed).

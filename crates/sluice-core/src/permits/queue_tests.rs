@@ -122,6 +122,25 @@ fn test_hand_off_goes_to_oldest_waiter_in_fifo_order() {
 }
 
 #[test]
+fn test_a_waiter_handed_its_slot_no_longer_counts_as_parked() {
+    let table = PermitTable::new();
+    let g = GroupQueue::new(1);
+    let k = group_key("g");
+    let running = admitted(table.acquire(&k, &g, policy(1), 0));
+    let first = parked(table.acquire(&k, &g, policy(1), 1));
+    assert_eq!(first.group_parked(), 1);
+    // The slot goes to the parked request; its task has not run yet, and a new arrival parks
+    // in the place it left: one parked at a time, never two (N5b).
+    drop(running);
+    assert_eq!(g.num_parked(), 0);
+    let second = parked(table.acquire(&k, &g, policy(1), 2));
+    assert_eq!(second.group_parked(), 1);
+    assert_eq!(g.num_parked(), 1);
+    drop((first, second));
+    assert_empty(&table);
+}
+
+#[test]
 fn test_release_wakes_the_waiter_once() {
     let table = PermitTable::new();
     let g = GroupQueue::new(1);

@@ -63,6 +63,8 @@ pub async fn wait(
     let granted = match wait {
         Wait::Granted(g) => g,
         Wait::Slot { key, mut waiter } => {
+            // Read now: the waiter is consumed below.
+            let group_parked = waiter.group_parked();
             // A shared-tier lease already handed to it when it comes to wait is no wait: a
             // request of a shared group parks before it asks the owner, and a lease that a
             // request of the bucket asking at the same time acquired went to it (the oldest
@@ -71,7 +73,9 @@ pub async fn wait(
             let (grant, waited) = match futures::poll!(&mut waiter) {
                 std::task::Poll::Ready(grant @ Grant::External(_)) => (grant, false),
                 ready_or_not => {
-                    parked = Some(Parked::enter(entry.clone(), task.clone()));
+                    // It counts itself even when a slot reached it before this first poll.
+                    let depth = group_parked.max(1) + entry.stats.share_waiting.get();
+                    parked = Some(Parked::enter(entry.clone(), task.clone(), depth));
                     let grant = match ready_or_not {
                         std::task::Poll::Ready(grant) => grant,
                         std::task::Poll::Pending => tokio::select! {
@@ -118,17 +122,22 @@ pub async fn wait(
             }
         }
     };
+    let mut share_wait: Option<ShareWaiting> = None;
     let reservation = super::share::wait_for_share(
         st,
         entry,
         || {
-            if parked.is_none() {
-                parked = Some(Parked::enter(entry.clone(), task.clone()));
+            let (waiting, depth) = ShareWaiting::enter(entry.clone());
+            share_wait = Some(waiting);
+            match &parked {
+                None => parked = Some(Parked::enter(entry.clone(), task.clone(), depth)),
+                Some(_) => entry.stats.queue_peak.raise_to(depth),
             }
         },
         stopped(st, task, deadline, cancel_after),
     )
     .await?;
+    drop(share_wait);
     drop(parked);
     Ok((granted, reservation))
 }
@@ -171,6 +180,15 @@ fn cancelled(task: &Task, reason: Option<String>) -> ApiError {
 
 /// The accounting of one wait, on every path out of it: `queued_current`, `queue_peak`,
 /// `total_queued`, the wait figures and the task's queued state.
+///
+/// `queue_peak` is raised to a depth the waiting request reads when it starts waiting, not to
+/// `queued_current`: that one drops only when a request handed its slot next runs, so a
+/// request parking in the place it left would count it too (`size_per_bucket + 1`). The
+/// depth is the permit table's parked count its place was taken at (exact, N5b) plus the
+/// requests waiting for the group's share; a request waiting for its share reads those and
+/// the table's count now. Exact without share waits (no share is paced or over its limit);
+/// with them, a reading can be off by the requests that passed from a slot to their share
+/// wait between its two reads.
 struct Parked {
     entry: Arc<GroupEntry>,
     task: Arc<Task>,
@@ -178,16 +196,35 @@ struct Parked {
 }
 
 impl Parked {
-    fn enter(entry: Arc<GroupEntry>, task: Arc<Task>) -> Parked {
+    fn enter(entry: Arc<GroupEntry>, task: Arc<Task>, depth: u64) -> Parked {
         let stats = &entry.stats;
         stats.total_queued.inc();
-        stats.queue_peak.raise_to(stats.queued_current.inc_get());
+        stats.queued_current.inc();
+        stats.queue_peak.raise_to(depth);
         task.queued.store(true, Ordering::Release);
         Parked {
             entry,
             task,
             since: Instant::now(),
         }
+    }
+}
+
+/// A request waiting for its group's share, counted in `share_waiting` while it waits.
+struct ShareWaiting(Arc<GroupEntry>);
+
+impl ShareWaiting {
+    /// Counts the request in; answers the group's queue depth it makes (see [`Parked`]).
+    fn enter(entry: Arc<GroupEntry>) -> (ShareWaiting, u64) {
+        let waiting = entry.stats.share_waiting.inc_get();
+        let parked = entry.queue.as_ref().map_or(0, |q| q.num_parked());
+        (ShareWaiting(entry), waiting + parked)
+    }
+}
+
+impl Drop for ShareWaiting {
+    fn drop(&mut self) {
+        self.0.stats.share_waiting.dec();
     }
 }
 

@@ -94,8 +94,12 @@ pub struct GroupStats {
     pub total_queue_rejections: Counter,
     /// Requests parked right now.
     pub queued_current: Counter,
-    /// The most requests ever parked at once.
+    /// The most requests ever parked at once: the most parked at a slot (the permit table's
+    /// exact count when each parked, N5b) plus those waiting for the group's share then.
     pub queue_peak: Counter,
+    /// Requests waiting for the group's resource share right now (part of `queued_current`;
+    /// not shown on its own), for `queue_peak`.
+    pub share_waiting: Counter,
     /// Parked requests that left the queue (admitted or gone).
     pub queue_wait_count: Counter,
     /// Their total wait.
