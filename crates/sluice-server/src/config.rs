@@ -13,6 +13,8 @@ pub mod keys {
     pub const HTTP_PORT: &str = "http.port";
     /// Largest request body accepted.
     pub const HTTP_MAX_CONTENT_LENGTH: &str = "http.max_content_length";
+    /// How long a connection may read nothing before it is closed; `0` (the default) never.
+    pub const HTTP_READ_TIMEOUT: &str = "http.read_timeout";
     /// Folder holding indices and node state.
     pub const PATH_DATA: &str = "path.data";
     /// This node's name.
@@ -83,6 +85,7 @@ const KNOWN_KEYS: &[&str] = &[
     keys::HTTP_HOST,
     keys::HTTP_PORT,
     keys::HTTP_MAX_CONTENT_LENGTH,
+    keys::HTTP_READ_TIMEOUT,
     keys::PATH_DATA,
     keys::NODE_NAME,
     keys::CLUSTER_NAME,
@@ -129,6 +132,8 @@ pub struct Config {
     pub http_port: u16,
     /// `http.max_content_length`, bytes.
     pub max_content_length: u64,
+    /// `http.read_timeout`; `None` for OpenSearch's default, `0`: never.
+    pub read_timeout: Option<std::time::Duration>,
     /// `path.data`.
     pub data_path: PathBuf,
     /// `node.name`.
@@ -396,6 +401,21 @@ impl Config {
                 )
             })?,
         };
+        // OpenSearch's `timeSetting("http.read_timeout", 0, min 0)`: `-1` is below the minimum.
+        let read_timeout = match get(keys::HTTP_READ_TIMEOUT) {
+            None => None,
+            Some((v, s)) => match sluice_wire::parse_time_value(v, keys::HTTP_READ_TIMEOUT) {
+                Ok(sluice_wire::TimeValue::After(d)) => Some(d).filter(|d| !d.is_zero()),
+                _ => {
+                    return Err(invalid(
+                        keys::HTTP_READ_TIMEOUT,
+                        v,
+                        s,
+                        "expected a time value of at least 0ms such as 30s or 5m (0: never)",
+                    ));
+                }
+            },
+        };
         let data_path = match get(keys::PATH_DATA) {
             None => PathBuf::from("data"),
             Some((v, s)) if v.trim().is_empty() => {
@@ -520,6 +540,7 @@ impl Config {
             http_host,
             http_port,
             max_content_length,
+            read_timeout,
             data_path,
             node_name: name_setting(keys::NODE_NAME, default_node_name())?,
             cluster_name: name_setting(keys::CLUSTER_NAME, "sluice".to_string())?,
@@ -943,6 +964,23 @@ mod tests {
                 "{e}"
             );
             assert!(!e.contains("hunter2"), "the error shows the password: {e}");
+        }
+    }
+
+    #[test]
+    fn test_read_timeout_is_a_time_value_zero_meaning_never() {
+        let c = load(None, &[], &[]).unwrap();
+        assert_eq!(c.read_timeout, None);
+        let c = load(None, &[], &["http.read_timeout=0"]).unwrap();
+        assert_eq!(c.read_timeout, None);
+        let c = load(None, &[], &["http.read_timeout=30s"]).unwrap();
+        assert_eq!(c.read_timeout, Some(std::time::Duration::from_secs(30)));
+        for bad in ["-1", "30", "soon", "-5s"] {
+            let e = load(None, &[], &[&format!("http.read_timeout={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("http.read_timeout"), "{e}");
+            assert!(e.contains("at least 0ms"), "{e}");
         }
     }
 

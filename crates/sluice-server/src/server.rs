@@ -297,7 +297,8 @@ impl Node {
                 .store(true, std::sync::atomic::Ordering::Release);
             state.workload.release_all_queues().await;
         };
-        crate::http::serve::serve(self.listener, app, lane, shutdown).await?;
+        let read_timeout = self.state.config.read_timeout;
+        crate::http::serve::serve(self.listener, app, lane, read_timeout, shutdown).await?;
         refresher.abort();
         enforcement.abort();
         sweep.abort();

@@ -73,6 +73,7 @@ use crate::backend::upstream::h1::{Answer, RelayError, Relayed};
 use crate::backend::upstream::routes::{LaneRoute, lane_route, lane_search};
 use crate::http::leaving::{StopOnLeave, Watched};
 use crate::http::meta::{self, RequestMeta};
+use crate::http::read_timeout::{self, ReadClock};
 use crate::metrics::LaneEvent;
 use crate::metrics::route::HttpTimer;
 use crate::server::HttpService;
@@ -113,6 +114,8 @@ pub struct Conn {
     pub watcher: Watcher,
     /// Changes once when the node shuts down (L4); held until the connection ends.
     pub shutdown: watch::Receiver<()>,
+    /// The connection's `http.read_timeout` clock, if it has one; every read tells it.
+    pub clock: Option<Arc<ReadClock>>,
 }
 
 /// A request head the lane takes: where its parts are in the connection's buffer, so they are
@@ -163,14 +166,19 @@ enum Parsed {
 }
 
 /// Serves one connection (see the module documentation) on lane thread `thread`
-/// ([`crate::http::threads`]): the thread this runs on.
-pub async fn serve_connection(
-    thread: usize,
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    mut conn: Conn,
-) {
+/// ([`crate::http::threads`]): the thread this runs on. A connection that reads nothing for
+/// `http.read_timeout` is closed, whatever it is doing ([`crate::http::read_timeout`]).
+pub async fn serve_connection(thread: usize, stream: TcpStream, peer: SocketAddr, conn: Conn) {
+    let clock = conn.clock.clone();
+    if read_timeout::run(clock.as_deref(), serve_reads(thread, stream, peer, conn)).await {
+        tracing::debug!(%peer, "the connection read nothing for http.read_timeout; closing");
+    }
+}
+
+/// [`serve_connection`] but for the read timeout.
+async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut conn: Conn) {
     let limit = conn.st.config.max_content_length;
+    let clock = conn.clock.clone();
     let mut buf = BytesMut::with_capacity(8 * 1024);
     // Requests lent to hyper since the lane's last one.
     let mut others = 0;
@@ -209,7 +217,10 @@ pub async fn serve_connection(
                 tokio::select! {
                     read = stream.read_buf(&mut buf) => match read {
                         Ok(0) | Err(_) => return,
-                        Ok(_) => continue,
+                        Ok(_) => {
+                            read_timeout::read(clock.as_deref());
+                            continue;
+                        }
                     },
                     _ = conn.shutdown.changed(), if idle => return,
                 }
@@ -220,7 +231,7 @@ pub async fn serve_connection(
             buf.reserve(total - buf.len());
             match stream.read_buf(&mut buf).await {
                 Ok(0) | Err(_) => return,
-                Ok(_) => {}
+                Ok(_) => read_timeout::read(clock.as_deref()),
             }
         }
         let request = buf.split_to(total).freeze();
@@ -238,7 +249,7 @@ pub async fn serve_connection(
                 h.unwrap_or_else(|panic| Handled::Sluice(crate::server::panic_response(panic)))
             }
             // L3: the client left; dropping the request cancels what it started.
-            () = client_gone(&mut stream, &mut buf) => return,
+            () = client_gone(&mut stream, &mut buf, clock.as_deref()) => return,
         };
         let kept = match handled {
             Handled::Sluice(resp) => {
@@ -270,7 +281,7 @@ pub async fn serve_connection(
 
 /// Reads (and keeps) what the client sends while its request is in flight, returning when it
 /// closes the connection or the connection fails.
-async fn client_gone(stream: &mut TcpStream, buf: &mut BytesMut) {
+async fn client_gone(stream: &mut TcpStream, buf: &mut BytesMut, clock: Option<&ReadClock>) {
     loop {
         if buf.len() >= MAX_READ_AHEAD {
             return std::future::pending().await;
@@ -278,7 +289,7 @@ async fn client_gone(stream: &mut TcpStream, buf: &mut BytesMut) {
         buf.reserve(4096);
         match stream.read_buf(buf).await {
             Ok(0) | Err(_) => return,
-            Ok(_) => {}
+            Ok(_) => read_timeout::read(clock),
         }
     }
 }
@@ -595,10 +606,12 @@ async fn hand_off(stream: TcpStream, read: BytesMut, peer: SocketAddr, conn: Con
         app,
         watcher,
         shutdown,
+        clock,
         ..
     } = conn;
     // Watched as the accept loop's connections are ([`crate::http::leaving`]).
-    let io = Watched::new(Lent::new(stream, read, None, Arc::default()));
+    let lent = Lent::new(stream, read, None, Arc::default(), clock.clone());
+    let io = Watched::new(lent, clock);
     let leaving = io.leaving();
     let service = StopOnLeave::new(crate::http::serve::for_peer(app, peer), leaving.clone());
     let builder = auto::Builder::new(TokioExecutor::new());
@@ -640,7 +653,7 @@ async fn one_by_hyper(
             let done = signal.clone();
             resp.map(|body| Body::new(DoneOnDrop { body, done }))
         });
-    let io = Lent::new(stream, read, Some(len), done);
+    let io = Lent::new(stream, read, Some(len), done, conn.clock.clone());
     let parts = http1::Builder::new()
         .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
         .without_shutdown()
@@ -710,10 +723,18 @@ struct Lent {
     after: BytesMut,
     /// Where the socket's bytes of the request are read before hyper gets them.
     stage: BytesMut,
+    /// The connection's `http.read_timeout` clock, told of every byte read from the socket.
+    clock: Option<Arc<ReadClock>>,
 }
 
 impl Lent {
-    fn new(io: TcpStream, read: BytesMut, left: Option<usize>, done: Arc<AtomicBool>) -> Lent {
+    fn new(
+        io: TcpStream,
+        read: BytesMut,
+        left: Option<usize>,
+        done: Arc<AtomicBool>,
+        clock: Option<Arc<ReadClock>>,
+    ) -> Lent {
         Lent {
             read: read.freeze(),
             io,
@@ -722,6 +743,7 @@ impl Lent {
             flushed: false,
             after: BytesMut::new(),
             stage: BytesMut::new(),
+            clock,
         }
     }
 }
@@ -745,6 +767,7 @@ impl AsyncRead for Lent {
             return match poll_read_buf(Pin::new(&mut this.io), cx, &mut this.after) {
                 Poll::Ready(Ok(0)) => Poll::Ready(Ok(())),
                 Poll::Ready(Ok(_)) => {
+                    read_timeout::read(this.clock.as_deref());
                     cx.waker().wake_by_ref();
                     Poll::Pending
                 }
@@ -761,7 +784,12 @@ impl AsyncRead for Lent {
             return Poll::Ready(Ok(()));
         }
         let Some(left) = this.left else {
-            return Pin::new(&mut this.io).poll_read(cx, buf);
+            let before = buf.filled().len();
+            let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+            if buf.filled().len() > before {
+                read_timeout::read(this.clock.as_deref());
+            }
+            return polled;
         };
         // Read through a buffer of its own, bounded by what is left of the request: the
         // socket may hold the next one. (A `BytesMut`, not an array: an array is zeroed on
@@ -772,6 +800,9 @@ impl AsyncRead for Lent {
         let polled = poll_read_buf(Pin::new(&mut this.io), cx, &mut (&mut this.stage).limit(n));
         match polled {
             Poll::Ready(Ok(read)) => {
+                if read > 0 {
+                    read_timeout::read(this.clock.as_deref());
+                }
                 buf.put_slice(&this.stage[..read]);
                 this.left = Some(left - read);
                 Poll::Ready(Ok(()))

@@ -58,6 +58,8 @@ use http::{HeaderValue, StatusCode, header};
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::http::read_timeout::{self, ReadClock};
+
 /// The most bytes read ahead of hyper while a request runs: the client's next requests
 /// (pipelined) or the rest of this one's body. Past it the watch stops reading until hyper has
 /// taken them (the request then runs to its end, as before the watch): a client cannot make the
@@ -96,6 +98,8 @@ impl<I> Clone for Leaving<I> {
 
 struct Inner<I> {
     io: I,
+    /// The connection's `http.read_timeout` clock, told of every byte read.
+    clock: Option<Arc<ReadClock>>,
     /// Set once a request was dropped because its client left: nothing more is written.
     left: bool,
     /// Read by the watch, not yet by hyper.
@@ -111,11 +115,13 @@ enum End {
 }
 
 impl<I> Watched<I> {
-    /// Wraps a connection's IO.
-    pub fn new(io: I) -> Self {
+    /// Wraps a connection's IO; `clock` (the connection's `http.read_timeout`) is told of
+    /// every read that gets bytes.
+    pub fn new(io: I, clock: Option<Arc<ReadClock>>) -> Self {
         Watched {
             shared: Arc::new(Mutex::new(Inner {
                 io,
+                clock,
                 left: false,
                 ahead: BytesMut::new(),
                 end: None,
@@ -148,7 +154,14 @@ impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
         match inner.end {
             Some(End::Closed) => Poll::Ready(Ok(())),
             Some(End::Failed(kind)) => Poll::Ready(Err(kind.into())),
-            None => Pin::new(&mut inner.io).poll_read(cx, buf),
+            None => {
+                let before = buf.filled().len();
+                let polled = Pin::new(&mut inner.io).poll_read(cx, buf);
+                if buf.filled().len() > before {
+                    read_timeout::read(inner.clock.as_deref());
+                }
+                polled
+            }
         }
     }
 }
@@ -208,7 +221,7 @@ impl<I: AsyncRead + Unpin> Leaving<I> {
             match tokio_util::io::poll_read_buf(Pin::new(&mut inner.io), cx, &mut inner.ahead) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(0)) => inner.end = Some(End::Closed),
-                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Ok(_)) => read_timeout::read(inner.clock.as_deref()),
                 Poll::Ready(Err(e)) => inner.end = Some(End::Failed(e.kind())),
             }
         }
@@ -361,7 +374,7 @@ mod tests {
     #[tokio::test]
     async fn test_read_ahead_is_handed_over_first_and_in_order() {
         let (client, server) = tokio::io::duplex(1024);
-        let mut watched = Watched::new(server);
+        let mut watched = Watched::new(server, None);
         let leaving = watched.leaving();
         let (mut client_read, mut client_write) = tokio::io::split(client);
         client_write.write_all(b"first second ").await.unwrap();
@@ -394,7 +407,7 @@ mod tests {
     #[tokio::test]
     async fn test_linger_closes_the_sending_side_then_reads_until_the_client_closes() {
         let (mut client, server) = tokio::io::duplex(8 * 1024);
-        let watched = Watched::new(server);
+        let watched = Watched::new(server, None);
         let leaving = watched.leaving();
         drop(watched);
         let lingering = tokio::spawn(async move { leaving.linger().await });
@@ -410,7 +423,7 @@ mod tests {
     #[tokio::test]
     async fn test_the_read_ahead_stops_at_its_bound() {
         let (mut client, server) = tokio::io::duplex(4 * MAX_READ_AHEAD);
-        let watched = Watched::new(server);
+        let watched = Watched::new(server, None);
         let leaving = watched.leaving();
         client
             .write_all(&vec![b'x'; 2 * MAX_READ_AHEAD])

@@ -3,9 +3,9 @@
 //! `Content-Type` ([`content_type`]), response rendering ([`reply`](mod@reply)) and the
 //! `?pretty` rendering of error answers ([`pretty`]), the check of unknown URL parameters
 //! ([`unrecognized`]), OpenSearch's answers for unknown routes
-//! and methods ([`fallback`]), the accept loop that serves connections ([`serve`]) and the watch
-//! of its clients leaving ([`leaving`]), and a gateway's fast lane ([`lane`]) with its threads
-//! ([`threads`]).
+//! and methods ([`fallback`]), the accept loop that serves connections ([`serve`]), the watch
+//! of its clients leaving ([`leaving`]) and of quiet ones ([`read_timeout`]), and a gateway's
+//! fast lane ([`lane`]) with its threads ([`threads`]).
 //! The routes themselves are in [`crate::api`].
 
 pub mod body;
@@ -16,6 +16,7 @@ pub mod lane;
 pub mod leaving;
 pub mod meta;
 pub mod pretty;
+pub mod read_timeout;
 pub mod reply;
 pub mod serve;
 pub mod threads;

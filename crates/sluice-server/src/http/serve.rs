@@ -30,6 +30,7 @@ use tokio::net::TcpListener;
 use tower::ServiceExt;
 
 use crate::http::leaving::{StopOnLeave, Watched};
+use crate::http::read_timeout::{self, ReadClock};
 use crate::http::threads::{Job, Threads};
 use crate::server::HttpService;
 use crate::state::AppState;
@@ -40,11 +41,13 @@ use crate::state::AppState;
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_secs(1);
 
 /// Serves `app` on `listener` until `shutdown` completes, then drains (see the module
-/// documentation).
+/// documentation); a connection that reads nothing for `read_timeout` is closed
+/// ([`crate::http::read_timeout`]).
 pub async fn serve(
     listener: TcpListener,
     app: HttpService,
     lane: Option<Arc<AppState>>,
+    read_timeout: Option<Duration>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let graceful = GracefulShutdown::new();
@@ -79,12 +82,14 @@ pub async fn serve(
         // Answers go out as soon as they are written, as nginx's `tcp_nodelay on` does: a
         // response's last segment must not wait for the client's delayed ACK.
         let _ = stream.set_nodelay(true);
+        let clock = ReadClock::start(read_timeout);
         if let Some(st) = &lane {
             let conn = crate::http::lane::Conn {
                 st: st.clone(),
                 app: app.clone(),
                 watcher: graceful.watcher(),
                 shutdown: lane_watch.clone(),
+                clock,
             };
             match &threads {
                 Some(threads) => match stream.into_std() {
@@ -100,7 +105,7 @@ pub async fn serve(
             continue;
         }
         // A client that leaves ends its request even with requests pipelined behind it.
-        let io = Watched::new(stream);
+        let io = Watched::new(stream, clock.clone());
         let leaving = io.leaving();
         let service = StopOnLeave::new(for_peer(app.clone(), peer), leaving.clone());
         let conn = builder
@@ -108,8 +113,15 @@ pub async fn serve(
             .into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(Repoll::new(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            let served = async {
+                if let Err(e) = conn.await {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+            };
+            // Dropping the connection's future cancels its request in flight, as its client
+            // leaving does.
+            if read_timeout::run(clock.as_deref(), served).await {
+                tracing::debug!(%peer, "the connection read nothing for http.read_timeout; closing");
             }
             // An answer given before its body was read still reaches the client (G4); the
             // node's shutdown does not wait for this.

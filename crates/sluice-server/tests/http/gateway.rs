@@ -3628,3 +3628,61 @@ async fn test_a_body_refused_for_its_type_leaves_the_connection_serving() {
         gw.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_read_timeout_closes_quiet_gateway_connections() {
+    use tokio::net::TcpStream;
+    let tmp = tempfile::tempdir().unwrap();
+    common::seed_heavy(tmp.path()).await;
+    // The upstream keeps its connections: what closes is the gateway's clients'.
+    let up = TestNode::start_embedded_on(tmp.path(), &[]).await;
+    let gw = gateway(
+        &up.base,
+        &[
+            "http.read_timeout=300ms",
+            "backend.upstream.request_timeout=30s",
+        ],
+    )
+    .await;
+    // Quiet from the start (the lane reads it first).
+    let mut quiet = TcpStream::connect(gw.addr).await.unwrap();
+    assert!(common::read_until_closed(&mut quiet).await.is_empty());
+    // After a search the lane took, one it lent hyper, and on a connection hyper keeps for
+    // good (HTTP/1.0 keep-alive): the answer, then the end.
+    for (request, answer) in [
+        (
+            "POST /heavy/_count HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n\
+             content-length: 2\r\n\r\n{}",
+            "HTTP/1.1 200 OK",
+        ),
+        ("GET / HTTP/1.1\r\nhost: gw\r\n\r\n", "HTTP/1.1 200 OK"),
+        (
+            "GET / HTTP/1.0\r\nconnection: keep-alive\r\n\r\n",
+            "HTTP/1.0 200 OK",
+        ),
+    ] {
+        let mut conn = TcpStream::connect(gw.addr).await.unwrap();
+        conn.write_all(request.as_bytes()).await.unwrap();
+        let got = String::from_utf8(common::read_until_closed(&mut conn).await).unwrap();
+        assert!(got.starts_with(answer), "{request}: {got}");
+    }
+    // Waiting for the answer of a search in flight: the connection closes, and the search
+    // is cancelled on the gateway and upstream.
+    let mut waiting = TcpStream::connect(gw.addr).await.unwrap();
+    let search = crate::tasks::raw_heavy_search().replace(
+        "host: sluice\r\n",
+        "host: gw\r\nx-opaque-id: quiet-client\r\n",
+    );
+    waiting.write_all(search.as_bytes()).await.unwrap();
+    wait_upstream_search(&up, "quiet-client;sluice:").await;
+    assert!(common::read_until_closed(&mut waiting).await.is_empty());
+    wait_upstream_gone(&up, "quiet-client;sluice:").await;
+    let gone_by = Instant::now() + Duration::from_secs(5);
+    while !gw.state.tasks.list().is_empty() {
+        assert!(
+            Instant::now() < gone_by,
+            "the gateway still holds a task 5 s later"
+        );
+        tokio::task::yield_now().await;
+    }
+}

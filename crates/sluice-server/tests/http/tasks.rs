@@ -173,7 +173,7 @@ async fn test_client_disconnect_cancels_the_search() {
 }
 
 /// The heavy search as the bytes of an HTTP/1.1 request.
-fn raw_heavy_search() -> String {
+pub(crate) fn raw_heavy_search() -> String {
     let body = common::heavy_query().to_string();
     format!(
         "POST /heavy/_search HTTP/1.1\r\nhost: sluice\r\ncontent-type: application/json\r\n\
@@ -475,4 +475,42 @@ async fn test_tasks_show_the_requests_x_opaque_id_under_headers() {
         .await;
     search.await.unwrap();
     node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_read_timeout_closes_quiet_connections() {
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpStream;
+    let timeout = Duration::from_millis(300);
+    let node = TestNode::start_heavy(&["http.read_timeout=300ms"]).await;
+    // Quiet from the start: closed, and not before the timeout.
+    let started = Instant::now();
+    let mut quiet = TcpStream::connect(node.addr).await.unwrap();
+    assert!(common::read_until_closed(&mut quiet).await.is_empty());
+    assert!(started.elapsed() >= timeout);
+    // Quiet after an answer (keep-alive): the answer, then the end.
+    let mut kept = TcpStream::connect(node.addr).await.unwrap();
+    kept.write_all(b"GET / HTTP/1.1\r\nhost: sluice\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = String::from_utf8(common::read_until_closed(&mut kept).await).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    // A head begun and never finished: no answer, the end.
+    let mut slow = TcpStream::connect(node.addr).await.unwrap();
+    slow.write_all(b"GET / HTTP/1.1\r\nhost:").await.unwrap();
+    assert!(common::read_until_closed(&mut slow).await.is_empty());
+    // Waiting for a search's answer reads nothing either (OpenSearch's read timeout): the
+    // connection closes and the search is cancelled, as when its client leaves.
+    let mut waiting = TcpStream::connect(node.addr).await.unwrap();
+    waiting
+        .write_all(raw_heavy_search().as_bytes())
+        .await
+        .unwrap();
+    wait_for_search_task(&node).await;
+    assert!(common::read_until_closed(&mut waiting).await.is_empty());
+    let gone_by = Instant::now() + Duration::from_secs(5);
+    while search_tasks(&node).await > 0 {
+        assert!(Instant::now() < gone_by, "the search still runs 5 s later");
+        tokio::task::yield_now().await;
+    }
 }

@@ -481,3 +481,26 @@ impl TestNode {
         Reply::of(rb.send().await.expect("request sent")).await
     }
 }
+
+/// Reads `stream` until the server closes it (end of stream or an error); answers what was
+/// read. Panics when it is still open after 10 s.
+pub async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(
+        read.is_ok(),
+        "the connection is still open after 10 s; read: {}",
+        String::from_utf8_lossy(&got)
+    );
+    got
+}
