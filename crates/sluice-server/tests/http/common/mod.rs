@@ -122,7 +122,9 @@ impl TestNode {
         let upstream_extra: Vec<&str> = extra
             .iter()
             .copied()
-            .filter(|s| !s.starts_with("auth."))
+            // Authentication and the clients' read timeout are the gateway's: the upstream's
+            // clients are the gateway's pooled connections.
+            .filter(|s| !s.starts_with("auth.") && !s.starts_with("http.read_timeout"))
             .collect();
         let upstream = TestNode::start_embedded_on(data, &upstream_extra).await;
         let hosts = format!("backend.upstream.hosts={}", upstream.base);
