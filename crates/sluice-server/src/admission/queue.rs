@@ -178,13 +178,13 @@ fn cancelled(task: &Task, reason: Option<String>) -> ApiError {
     ApiError::Engine(super::ticket::cancelled_error(&reason))
 }
 
-/// The accounting of one wait, on every path out of it: `queued_current`, `queue_peak`,
-/// `total_queued`, the wait figures and the task's queued state.
+/// The accounting of one wait, on every path out of it: `queue_peak`, `total_queued`, the
+/// wait figures and the task's queued state (`queued_current` is the permit table's parked
+/// count plus [`ShareWaiting`]'s, [`crate::workload::GroupStats::queued_current`]).
 ///
-/// `queue_peak` is raised to a depth the waiting request reads when it starts waiting, not to
-/// `queued_current`: that one drops only when a request handed its slot next runs, so a
-/// request parking in the place it left would count it too (`size_per_bucket + 1`). The
-/// depth is the permit table's parked count its place was taken at (exact, N5b) plus the
+/// `queue_peak` is raised to a depth the waiting request reads when it starts waiting (it was
+/// once raised to a counter that dropped only when a request handed its slot next ran, so a
+/// request parking in the place it left counted it too: `size_per_bucket + 1`). The depth is the permit table's parked count its place was taken at (exact, N5b) plus the
 /// requests waiting for the group's share; a request waiting for its share reads those and
 /// the table's count now. Exact without share waits (no share is paced or over its limit);
 /// with them, a reading can be off by the requests that passed from a slot to their share
@@ -199,7 +199,6 @@ impl Parked {
     fn enter(entry: Arc<GroupEntry>, task: Arc<Task>, depth: u64) -> Parked {
         let stats = &entry.stats;
         stats.total_queued.inc();
-        stats.queued_current.inc();
         stats.queue_peak.raise_to(depth);
         task.queued.store(true, Ordering::Release);
         Parked {
@@ -232,7 +231,6 @@ impl Drop for Parked {
     fn drop(&mut self) {
         self.task.queued.store(false, Ordering::Release);
         let stats = &self.entry.stats;
-        stats.queued_current.dec();
         let waited = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
         stats.queue_wait_count.inc();
         stats.total_queue_wait_millis.add(waited);

@@ -129,11 +129,7 @@ fn group(sink: &Sink<'_>, entry: &GroupEntry) {
         &labels,
         s.total_would_queue_wait_millis.get() as f64 / MILLIS_PER_SEC,
     );
-    sink.gauge(
-        names::GROUP_QUEUE_DEPTH,
-        &labels,
-        s.queued_current.get() as f64,
-    );
+    sink.gauge(names::GROUP_QUEUE_DEPTH, &labels, s.queued_current() as f64);
     sink.gauge(names::GROUP_IN_FLIGHT, &labels, s.executing() as f64);
     for (count, sum_millis) in s.queue_wait.buckets() {
         if count > 0 {

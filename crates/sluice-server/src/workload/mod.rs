@@ -161,6 +161,7 @@ impl Workload {
                     kept.insert(g.id.clone(), q.clone());
                     q
                 });
+                s.set_queue(queue.clone());
                 if queue.is_none() {
                     // Not throttled now: paced again later, it starts from a fresh quota.
                     *s.quota.lock() = None;

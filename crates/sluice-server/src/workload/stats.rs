@@ -92,13 +92,14 @@ pub struct GroupStats {
     pub total_queued: Counter,
     /// Requests rejected because the queue was full.
     pub total_queue_rejections: Counter,
-    /// Requests parked right now.
-    pub queued_current: Counter,
+    /// The group's queue handle while its throttle acts (set by each view installed): the
+    /// permit table's exact count of the group's parked requests, for `queued_current`.
+    queue: parking_lot::Mutex<Option<Arc<sluice_core::permits::GroupQueue>>>,
     /// The most requests ever parked at once: the most parked at a slot (the permit table's
     /// exact count when each parked, N5b) plus those waiting for the group's share then.
     pub queue_peak: Counter,
     /// Requests waiting for the group's resource share right now (part of `queued_current`;
-    /// not shown on its own), for `queue_peak`.
+    /// not shown on its own).
     pub share_waiting: Counter,
     /// Parked requests that left the queue (admitted or gone).
     pub queue_wait_count: Counter,
@@ -278,6 +279,19 @@ impl WaitHistogram {
 }
 
 impl GroupStats {
+    /// Requests parked right now: those the permit table holds parked for the group (exact:
+    /// a request handed its slot has left the count even before its task runs, N5b) and those
+    /// waiting for the group's share.
+    pub fn queued_current(&self) -> u64 {
+        let parked = self.queue.lock().as_ref().map_or(0, |q| q.num_parked());
+        parked + self.share_waiting.get()
+    }
+
+    /// Records the group's queue handle of the view being installed (`None`: its throttle
+    /// does not act).
+    pub fn set_queue(&self, queue: Option<Arc<sluice_core::permits::GroupQueue>>) {
+        *self.queue.lock() = queue;
+    }
     /// The figures of `resource`.
     pub fn resource(&self, resource: ResourceType) -> &ResourceStats {
         match resource {
@@ -333,7 +347,7 @@ impl GroupStats {
             "total_would_throttle": self.total_would_throttle.get(),
             "total_queued": self.total_queued.get(),
             "total_queue_rejections": self.total_queue_rejections.get(),
-            "queued_current": self.queued_current.get(),
+            "queued_current": self.queued_current(),
             "queue_peak": self.queue_peak.get(),
             "queue_wait_count": self.queue_wait_count.get(),
             "total_queue_wait_millis": self.total_queue_wait_millis.get(),

@@ -6,6 +6,9 @@
 //!
 //! Requests are held in flight by the heavy query and released by cancelling them. No sleeps.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use serde_json::{Value, json};
 
 use crate::common::TestNode;
@@ -750,6 +753,32 @@ async fn test_queue_peak_never_exceeds_the_queue_under_a_stream_of_hand_offs() {
     // requests parked at once, which the queue bounds: never two.
     let node = node_in_mode("enabled", &[]).await;
     let id = create_group(&node, queued_group("p", 1, 1, "soft")).await;
+    // `queued_current`, read all along, never shows more either.
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (client, url, done) = (
+            node.client.clone(),
+            node.url(&format!("/_wlm/stats/{id}")),
+            done.clone(),
+        );
+        let id = id.clone();
+        tokio::spawn(async move {
+            let mut most = 0;
+            while !done.load(Ordering::Acquire) {
+                let mut rb = client.get(&url);
+                for (k, v) in ADMIN {
+                    rb = rb.header(k, v);
+                }
+                let stats: Value = rb.send().await.expect("sent").json().await.expect("json");
+                for n in stats.as_object().into_iter().flat_map(|o| o.values()) {
+                    if let Some(q) = n["workload_groups"][&id]["queued_current"].as_u64() {
+                        most = most.max(q);
+                    }
+                }
+            }
+            most
+        })
+    };
     let clients: Vec<_> = (0..16)
         .map(|_| {
             let (client, url, id) = (node.client.clone(), node.url("/small/_search"), id.clone());
@@ -777,6 +806,9 @@ async fn test_queue_peak_never_exceeds_the_queue_under_a_stream_of_hand_offs() {
             parked_and_ran += usize::from(status == 200);
         }
     }
+    done.store(true, Ordering::Release);
+    let most = sampler.await.expect("joined");
+    assert!(most <= 1, "queued_current read {most} with one queue place");
     wait_drained(&node, &id).await;
     let s = stats_of(&node, &id).await;
     assert!(

@@ -100,7 +100,7 @@ pub const SLUICE_COLUMNS: [(&str, Figure); 17] = [
     ("TOTAL_THROTTLED", |s| s.total_throttled.get()),
     ("TOTAL_QUEUED", |s| s.total_queued.get()),
     ("TOTAL_QUEUE_REJECTIONS", |s| s.total_queue_rejections.get()),
-    ("QUEUED_CURRENT", |s| s.queued_current.get()),
+    ("QUEUED_CURRENT", |s| s.queued_current()),
     ("QUEUE_PEAK", |s| s.queue_peak.get()),
     ("QUEUE_WAIT_COUNT", |s| s.queue_wait_count.get()),
     ("TOTAL_QUEUE_WAIT_MILLIS", |s| {
