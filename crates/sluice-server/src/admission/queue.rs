@@ -184,9 +184,9 @@ fn cancelled(task: &Task, reason: Option<String>) -> ApiError {
 ///
 /// `queue_peak` is raised to a depth the waiting request reads when it starts waiting (it was
 /// once raised to a counter that dropped only when a request handed its slot next ran, so a
-/// request parking in the place it left counted it too: `size_per_bucket + 1`). The depth is the permit table's parked count its place was taken at (exact, N5b) plus the
-/// requests waiting for the group's share; a request waiting for its share reads those and
-/// the table's count now. Exact without share waits (no share is paced or over its limit);
+/// request parking in the place it left counted it too: `size_per_bucket + 1`). The depth is
+/// the permit table's parked count its place was taken at (exact, N5b) plus the requests
+/// waiting for the group's share; a request waiting for its share reads `queued_current`. Exact without share waits (no share is paced or over its limit);
 /// with them, a reading can be off by the requests that passed from a slot to their share
 /// wait between its two reads.
 struct Parked {
@@ -215,9 +215,9 @@ struct ShareWaiting(Arc<GroupEntry>);
 impl ShareWaiting {
     /// Counts the request in; answers the group's queue depth it makes (see [`Parked`]).
     fn enter(entry: Arc<GroupEntry>) -> (ShareWaiting, u64) {
-        let waiting = entry.stats.share_waiting.inc_get();
-        let parked = entry.queue.as_ref().map_or(0, |q| q.num_parked());
-        (ShareWaiting(entry), waiting + parked)
+        entry.stats.share_waiting.inc();
+        let depth = entry.stats.queued_current();
+        (ShareWaiting(entry), depth)
     }
 }
 

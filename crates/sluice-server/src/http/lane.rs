@@ -170,9 +170,12 @@ enum Parsed {
 /// `http.read_timeout` is closed, whatever it is doing ([`crate::http::read_timeout`]).
 pub async fn serve_connection(thread: usize, stream: TcpStream, peer: SocketAddr, conn: Conn) {
     let clock = conn.clock.clone();
-    if read_timeout::run(clock.as_deref(), serve_reads(thread, stream, peer, conn)).await {
-        tracing::debug!(%peer, "the connection read nothing for http.read_timeout; closing");
-    }
+    read_timeout::run(
+        clock.as_deref(),
+        peer,
+        serve_reads(thread, stream, peer, conn),
+    )
+    .await;
 }
 
 /// [`serve_connection`] but for the read timeout.
@@ -609,8 +612,9 @@ async fn hand_off(stream: TcpStream, read: BytesMut, peer: SocketAddr, conn: Con
         clock,
         ..
     } = conn;
-    // Watched as the accept loop's connections are ([`crate::http::leaving`]).
-    let lent = Lent::new(stream, read, None, Arc::default(), clock.clone());
+    // Watched as the accept loop's connections are ([`crate::http::leaving`]); the watch
+    // records every read on the clock, so the lent IO under it does not again.
+    let lent = Lent::new(stream, read, None, Arc::default(), None);
     let io = Watched::new(lent, clock);
     let leaving = io.leaving();
     let service = StopOnLeave::new(crate::http::serve::for_peer(app, peer), leaving.clone());

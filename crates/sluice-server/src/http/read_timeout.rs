@@ -17,6 +17,7 @@
 //!   (node) and `test_read_timeout_closes_quiet_gateway_connections` (every path of a gateway).
 //! - R2 — with no `http.read_timeout` nothing is timed: no clock exists, no read pays for one.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -77,17 +78,18 @@ pub fn read(clock: Option<&ReadClock>) {
 }
 
 /// Runs `conn` (a connection's future) until it ends or, with a clock, until the connection
-/// has read nothing for the timeout; answers whether it timed out.
-pub async fn run<F: std::future::Future>(clock: Option<&ReadClock>, conn: F) -> bool {
+/// has read nothing for the timeout (logged for `peer`).
+pub async fn run<F: std::future::Future>(clock: Option<&ReadClock>, peer: SocketAddr, conn: F) {
     match clock {
         None => {
             conn.await;
-            false
         }
         Some(clock) => {
             tokio::select! {
-                _ = conn => false,
-                () = clock.expired() => true,
+                _ = conn => {}
+                () = clock.expired() => {
+                    tracing::debug!(%peer, "the connection read nothing for http.read_timeout; closing");
+                }
             }
         }
     }

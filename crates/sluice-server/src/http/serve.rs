@@ -120,9 +120,7 @@ pub async fn serve(
             };
             // Dropping the connection's future cancels its request in flight, as its client
             // leaving does.
-            if read_timeout::run(clock.as_deref(), served).await {
-                tracing::debug!(%peer, "the connection read nothing for http.read_timeout; closing");
-            }
+            read_timeout::run(clock.as_deref(), peer, served).await;
             // An answer given before its body was read still reaches the client (G4); the
             // node's shutdown does not wait for this.
             leaving.linger().await;
