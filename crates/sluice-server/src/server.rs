@@ -322,8 +322,8 @@ impl Node {
 /// limit, then [`request_layers`]: metrics, authentication, authorization, request metadata,
 /// the release of the admission ticket; panics caught outside them), and, outside the router
 /// so it sees the `Allow` header the router sets on a 405, [`outer_layer`]: the method-name
-/// fallback, `?pretty` for error answers and the echo of `X-Opaque-Id`; outermost, the gzip
-/// of answers, so that an error made pretty is compressed as any answer is. `serve` runs it
+/// fallback, `?pretty` for error answers, `?format=yaml` and the echo of `X-Opaque-Id`;
+/// outermost, the gzip of answers, so that an answer rendered there is compressed as any is. `serve` runs it
 /// on the listener; tests may drive it in-process.
 ///
 /// The request's own steps run in one middleware function, not one layer each: every
@@ -454,16 +454,21 @@ fn check_header_size(req: &Request) -> Result<(), crate::error::ApiError> {
 /// Outside the router: a 405 completed the way OpenSearch words it (it needs the `Allow`
 /// header the router sets), every error answer sluice built made pretty when the request asks
 /// `?pretty` ([`crate::http::pretty`]; one place for all of them: handlers' errors,
-/// rejections, 401/403/429, unknown routes, 405s and caught panics), and the request's
-/// `X-Opaque-Id` echoed on every response (so errors, rejections and caught panics carry it
-/// too).
+/// rejections, 401/403/429, unknown routes, 405s and caught panics), every JSON answer sluice
+/// built rendered as YAML when the request asks for it ([`crate::http::format`]), and the
+/// request's `X-Opaque-Id` echoed on every response (so errors, rejections and caught panics
+/// carry it too).
 async fn outer_layer(req: Request, next: Next) -> Response {
     let opaque = crate::http::meta::opaque_ids(&req);
     let (method, uri) = (req.method().clone(), req.uri().clone());
     let pretty = crate::http::pretty::wants_pretty(uri.query());
+    let yaml =
+        crate::http::format::wants_yaml(uri.query(), crate::http::format::accept(req.headers()));
     let resp = next.run(req).await;
     let mut resp = crate::http::fallback::name_allowed_methods(&method, &uri, resp);
-    if pretty {
+    if yaml {
+        resp = crate::http::format::yaml_answer(resp).await;
+    } else if pretty {
         resp = crate::http::pretty::pretty_error(resp).await;
     }
     crate::http::meta::echo_opaque_id(opaque, &mut resp);

@@ -279,7 +279,7 @@ async fn cat_aliases(
         "routing.search",
         "is_write_index",
     ];
-    if params.get("format").map(String::as_str) == Some("json") {
+    if crate::api::cat::wants_json(&params) {
         let list: Vec<Value> = rows
             .iter()
             .map(|r| {

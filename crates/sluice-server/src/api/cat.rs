@@ -261,10 +261,13 @@ pub fn wants_header(params: &Params) -> bool {
     params.get("v").is_some_and(|v| v.is_empty() || v == "true")
 }
 
-/// Whether the request asks for JSON rows (`format=json`); any other format is answered as
-/// the text table, as OpenSearch's `RestTable` answers a format it does not know.
+/// Whether the request asks for the rows as a document (`format=json`, or `format=yaml`, which
+/// the node's outer layer renders from the JSON, [`crate::http::format`]); any other format is
+/// answered as the text table, as OpenSearch's `RestTable` answers a format it does not know.
 pub fn wants_json(params: &Params) -> bool {
-    params.get("format").map(String::as_str) == Some("json")
+    params
+        .get("format")
+        .is_some_and(|f| f == "json" || f.eq_ignore_ascii_case("yaml"))
 }
 
 /// The `help` text of `columns`: `name | aliases | description`, each padded to its column's

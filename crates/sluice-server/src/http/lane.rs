@@ -245,6 +245,7 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
         };
         let route = taken.route;
         let target = taken.target.clone();
+        let head_len = taken.head_len;
         others = 0;
         conn.st.metrics.count_lane(LaneEvent::FastLane);
         let handled = tokio::select! {
@@ -257,13 +258,21 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
         let kept = match handled {
             Handled::Sluice(resp) => {
                 // Asked only of sluice's own answers (errors, rejections): a relayed answer
-                // is the upstream's, and the common path pays nothing for `?pretty`.
+                // is the upstream's, and the common path pays nothing for `?pretty` or
+                // `?format=yaml`.
                 let query = std::str::from_utf8(&request[target])
                     .ok()
                     .and_then(|t| t.split_once('?'))
                     .map(|(_, q)| q);
-                let pretty = crate::http::pretty::wants_pretty(query);
-                write_response(&mut stream, resp, pretty).await.is_ok()
+                let accept = accept_of(&request[..head_len]);
+                let rendering = if crate::http::format::wants_yaml(query, accept) {
+                    Rendering::Yaml
+                } else if crate::http::pretty::wants_pretty(query) {
+                    Rendering::PrettyError
+                } else {
+                    Rendering::AsBuilt
+                };
+                write_response(&mut stream, resp, rendering).await.is_ok()
             }
             Handled::Upstream(head, answer) => match answer.relay(head, &mut stream).await {
                 Ok(Relayed::Whole) => true,
@@ -553,25 +562,62 @@ fn push_date(out: &mut Vec<u8>) {
     });
 }
 
+/// How the lane renders an answer of its own, as the general path's outer layer does.
+enum Rendering {
+    /// As the handler built it.
+    AsBuilt,
+    /// An error's JSON made pretty (`?pretty`, [`crate::http::pretty`]).
+    PrettyError,
+    /// Its JSON rendered as YAML (`?format=yaml`, [`crate::http::format`]).
+    Yaml,
+}
+
+/// The value of the `Accept` header in a request's head (`head`, as read: request line and
+/// header lines), found only when an answer of the lane's own needs it.
+fn accept_of(head: &[u8]) -> Option<&str> {
+    head.split(|&b| b == b'\n').skip(1).find_map(|line| {
+        let (name, value) = line.split_at(line.iter().position(|&b| b == b':')?);
+        name.eq_ignore_ascii_case(b"accept")
+            .then(|| std::str::from_utf8(&value[1..]).ok())
+            .flatten()
+            .map(str::trim)
+    })
+}
+
 /// Writes a response sluice built (small and whole: errors, rejections) with its length, and
-/// what the general path's layers add to it (L1): an error's body pretty when the request
-/// asked `?pretty` (`pretty`, [`crate::http::pretty`]), tower-http's compression layer a
-/// `Vary: accept-encoding` by its own rule, hyper a `Date`.
+/// what the general path's layers add to it (L1): the body rendered as the request asked
+/// (`rendering`), tower-http's compression layer a `Vary: accept-encoding` by its own rule,
+/// hyper a `Date`.
 async fn write_response(
     stream: &mut TcpStream,
     resp: Response,
-    pretty: bool,
+    rendering: Rendering,
 ) -> std::io::Result<()> {
     use tower_http::compression::predicate::{DefaultPredicate, Predicate};
     let (mut parts, body) = resp.into_parts();
     let mut body = axum::body::to_bytes(body, usize::MAX)
         .await
         .unwrap_or_default();
-    if pretty
-        && parts.status.as_u16() >= 400
-        && let Some(rendered) = crate::http::pretty::pretty_json(&body)
-    {
-        body = Bytes::from(rendered);
+    let json = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    match rendering {
+        Rendering::Yaml if json => {
+            if let Some(yaml) = crate::http::format::yaml_body(&body) {
+                body = Bytes::from(yaml);
+                parts.headers.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(crate::http::format::YAML),
+                );
+            }
+        }
+        Rendering::PrettyError if json && parts.status.as_u16() >= 400 => {
+            if let Some(rendered) = crate::http::pretty::pretty_json(&body) {
+                body = Bytes::from(rendered);
+            }
+        }
+        _ => {}
     }
     parts.headers.remove(header::TRANSFER_ENCODING);
     parts
@@ -869,6 +915,14 @@ mod tests {
             Parsed::Take(t) => Some(*t),
             _ => None,
         }
+    }
+
+    #[test]
+    fn test_the_accept_header_is_found_in_the_head_as_read() {
+        let head = b"GET /logs/_search HTTP/1.1\r\nHost: x\r\nACCEPT:  application/yaml \r\n\r\n";
+        assert_eq!(accept_of(head), Some("application/yaml"));
+        let head = b"GET /accept:x HTTP/1.1\r\nx-accept: a\r\nacceptance: b\r\n\r\n";
+        assert_eq!(accept_of(head), None);
     }
 
     #[test]

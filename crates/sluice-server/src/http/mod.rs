@@ -1,8 +1,8 @@
 //! The HTTP layer, free of domain logic: request metadata and its middleware ([`meta`]), body
 //! extraction ([`body`]), path and query extraction ([`extract`]), the check of a body's
-//! `Content-Type` ([`content_type`]), response rendering ([`reply`](mod@reply)) and the
-//! `?pretty` rendering of error answers ([`pretty`]), the check of unknown URL parameters
-//! ([`unrecognized`]), OpenSearch's answers for unknown routes
+//! `Content-Type` ([`content_type`]), response rendering ([`reply`](mod@reply)), the `?pretty`
+//! rendering of error answers ([`pretty`]) and YAML answers ([`format`]), the check of unknown
+//! URL parameters ([`unrecognized`]), OpenSearch's answers for unknown routes
 //! and methods ([`fallback`]), the accept loop that serves connections ([`serve`]), the watch
 //! of its clients leaving ([`leaving`]) and of quiet ones ([`read_timeout`]), and a gateway's
 //! fast lane ([`lane`]) with its threads ([`threads`]).
@@ -12,6 +12,7 @@ pub mod body;
 pub mod content_type;
 pub mod extract;
 pub mod fallback;
+pub mod format;
 pub mod lane;
 pub mod leaving;
 pub mod meta;

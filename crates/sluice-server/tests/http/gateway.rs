@@ -766,6 +766,69 @@ async fn test_lane_answers_carry_the_headers_the_general_path_adds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_lane_renders_its_own_answers_as_yaml_when_asked() {
+    // sluice's own answer to a search (a bad parameter) as the request names it: YAML by
+    // `format` or `Accept`, JSON when `format` says so, on the lane as on the general path.
+    let (base, _upstream) = bare_upstream().await;
+    let bad = "/logs/_search?cancel_after_time_interval=xyz";
+    let requests = [
+        (format!("{bad}&format=yaml"), ""),
+        (bad.to_string(), "accept: application/yaml\r\n"),
+        (format!("{bad}&format=json"), "accept: application/yaml\r\n"),
+        (format!("{bad}&pretty"), ""),
+    ];
+    let mut seen = Vec::new();
+    for lane in ["true", "false"] {
+        let setting = format!("backend.upstream.fast_lane={lane}");
+        let gw = gateway(&base, &[&setting]).await;
+        let before = lane_counts(&gw).await.0;
+        let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+        let mut buf = Vec::new();
+        let mut bodies = Vec::new();
+        for (target, header) in &requests {
+            let request = format!("GET {target} HTTP/1.1\r\nhost: gw\r\n{header}\r\n");
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let (status, headers, body) = read_response(&mut stream, &mut buf).await;
+            let text = String::from_utf8(body).unwrap();
+            assert_eq!(status, 400, "lane {lane}: {target}: {text}");
+            let ty = headers
+                .iter()
+                .find(|(k, _)| k == "content-type")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            let yaml = target.contains("format=yaml") || !target.contains("format");
+            let pretty = target.ends_with("&pretty");
+            let v: Value = if yaml && !pretty {
+                assert_eq!(ty, "application/yaml", "lane {lane}: {target}: {text}");
+                assert!(text.starts_with("---\n"), "lane {lane}: {target}: {text}");
+                serde_yaml_ng::from_str(&text).unwrap()
+            } else {
+                assert!(
+                    ty.starts_with("application/json"),
+                    "lane {lane}: {target}: {ty}"
+                );
+                assert_eq!(
+                    text.contains("\n  \""),
+                    pretty,
+                    "lane {lane}: {target}: {text}"
+                );
+                serde_json::from_str(&text).unwrap()
+            };
+            assert_eq!(v["error"]["type"], "illegal_argument_exception", "{v}");
+            bodies.push(text);
+        }
+        let served = lane_counts(&gw).await.0 - before;
+        assert_eq!(served, if lane == "true" { 4 } else { 0 }, "lane {lane}");
+        seen.push(bodies);
+        gw.stop().await;
+    }
+    assert_eq!(
+        seen[0], seen[1],
+        "the lane's answers, then the general path's"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_lane_and_general_path_word_upstream_failures_alike() {
     // A search on the lane and the same search on the general path (the lane off) get the same
     // status line, and the same 502 with the same reason, from each kind of upstream.

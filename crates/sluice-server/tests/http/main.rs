@@ -18,6 +18,7 @@ mod documents;
 mod dry_run;
 mod enforcement;
 mod errors;
+mod formats;
 mod gateway;
 mod highlight;
 mod index_ops;

@@ -461,11 +461,20 @@ async fn test_list_table_takes_the_cat_parameters_h_help_and_format() {
         "{body}"
     );
     // A format the table does not know is answered as text, as the _cat APIs answer it.
-    let (s, t) = text(&node, "/_list/wlm_stats?format=yaml&h=workload_group_id").await;
+    let (s, t) = text(&node, "/_list/wlm_stats?format=txt&h=workload_group_id").await;
     assert_eq!(s, 200, "{t}");
     assert_eq!(
         t.lines().next().map(str::trim),
         Some(ids[0].as_str()),
+        "{t}"
+    );
+    // format=yaml: the rows of format=json, rendered as YAML.
+    let (s, t) = text(&node, "/_list/wlm_stats?format=yaml&h=workload_group_id").await;
+    assert_eq!(s, 200, "{t}");
+    let rows: serde_json::Value = serde_yaml_ng::from_str(&t).expect("YAML");
+    assert_eq!(
+        rows["wlm_stats"][0]["workload_group_id"],
+        ids[0].as_str(),
         "{t}"
     );
 

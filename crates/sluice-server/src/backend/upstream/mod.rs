@@ -859,7 +859,9 @@ pub fn stream_back(resp: Response<Incoming>) -> axum::response::Response {
     axum::response::Response::from_parts(parts, Body::new(body))
 }
 
-/// The upstream's answer read whole as JSON; `what` names it in the errors (`_msearch`,
+/// The upstream's answer read whole as a document: JSON, or YAML when it answered the client's
+/// `format=yaml` so ([`crate::http::format::parse_answer`]; the gateway renders what it builds
+/// of it by the same `format`). `what` names it in the errors (`_msearch`,
 /// `_cluster/settings`): the answer breaking off or not being JSON is an `upstream_exception`.
 pub async fn json_answer(resp: Response<Incoming>, what: &str) -> Result<Value, EngineError> {
     // Asked for uncompressed ([`Call::answer_uncompressed`]); an upstream that encodes it
@@ -878,6 +880,7 @@ pub async fn json_answer(resp: Response<Incoming>, what: &str) -> Result<Value, 
             ),
         ));
     }
+    let content_type = resp.headers().get(http::header::CONTENT_TYPE).cloned();
     let bytes = http_body_util::BodyExt::collect(resp.into_body())
         .await
         .map_err(|e| {
@@ -890,7 +893,7 @@ pub async fn json_answer(resp: Response<Incoming>, what: &str) -> Result<Value, 
             )
         })?
         .to_bytes();
-    serde_json::from_slice(&bytes).map_err(|e| {
+    crate::http::format::parse_answer(content_type.as_ref(), &bytes).map_err(|e| {
         EngineError::new(
             ErrorCode::UpstreamFailed,
             format!("the upstream's {what} answer is not JSON: {e}"),
