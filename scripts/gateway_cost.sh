@@ -5,9 +5,11 @@
 # proxy (`gateway`, sluice's gateway, or `nginx`), and while the proxy is measured, `perf stat`
 # counts on the proxy's process(es) for 8 s its futex calls, epoll waits, context switches,
 # `write` calls (a tokio runtime waking its own driver writes its eventfd; the proxies send with
-# sendto and writev) and CPU time. Prints them per request (requests = writev and sendto calls
-# / 2: one to the upstream, one to the client per proxied request; hyper and nginx write with
-# writev, the gateway's fast lane with send).
+# sendto and writev) and CPU time, and in the same window the CPU time and context switches of
+# the upstream and of the bench's clients (what the proxy makes its neighbours do, charged to
+# the latency on shared cores as much as its own work). Prints them per request (requests =
+# writev and sendto calls / 2: one to the upstream, one to the client per proxied request;
+# hyper and nginx write with writev, the gateway's fast lane with send).
 #
 # Usage: scripts/gateway_cost.sh gateway|nginx [sluice binary] [clients] [steady|burst]
 #   e.g. scripts/gateway_cost.sh gateway target/release/sluice
@@ -45,12 +47,25 @@ if [[ -z "$pids" ]]; then
     cat "$out/bench" >&2
     exit 1
 fi
+upstream="$(pgrep -f "$bin serve.*path.data=[^ ]*/upstream( |$)" | paste -sd,)"
+client="$(pgrep -f "sluice-bench gateway-overhead" | paste -sd,)"
 sleep 4 # past the proxy's warm-up second, inside its 14 s window
+# The upstream's and the clients' CPU in the same window: on shared cores what a proxy makes
+# the others do is charged to the latency as much as its own CPU.
+for who in upstream client; do
+    perf stat -x, -e 'context-switches,task-clock' -p "${!who}" -- sleep 8 2> "$out/$who" &
+done
 perf stat -x, -e 'syscalls:sys_enter_futex,syscalls:sys_enter_writev,syscalls:sys_enter_sendto,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_write,raw_syscalls:sys_enter,context-switches,task-clock' \
     -p "$pids" -- sleep 8 2> "$out/stat"
 wait "$bench"
 grep -E "^round .* ($via|direct) " "$out/bench"
 awk -F, -v via="$via" '
-    $3 ~ /futex/ {f=$1} $3 ~ /enter_write$/ {ww=$1} $3 ~ /writev/ {w=$1} $3 ~ /sendto/ {s=$1} $3 ~ /epoll/ {e=$1}
-    $3 ~ /raw_syscalls/ {a=$1} $3 ~ /context-switches/ {c=$1} $3 ~ /task-clock/ {t=$1}
-    END { r = (w + s) / 2; printf "%s: %d requests counted; per request: syscalls %.2f, futex %.2f, epoll_wait %.2f, context switches %.2f, write %.2f, CPU %.3f ms\n", via, r, a / r, f / r, e / r, c / r, ww / r, t / r }' "$out/stat"
+    FILENAME ~ /stat$/ && $3 ~ /futex/ {f=$1} FILENAME ~ /stat$/ && $3 ~ /enter_write$/ {ww=$1}
+    FILENAME ~ /stat$/ && $3 ~ /writev/ {w=$1} FILENAME ~ /stat$/ && $3 ~ /sendto/ {s=$1}
+    FILENAME ~ /stat$/ && $3 ~ /epoll/ {e=$1} FILENAME ~ /stat$/ && $3 ~ /raw_syscalls/ {a=$1}
+    FILENAME ~ /stat$/ && $3 ~ /context-switches/ {c=$1} FILENAME ~ /stat$/ && $3 ~ /task-clock/ {t=$1}
+    FILENAME ~ /upstream$/ && $3 ~ /context-switches/ {uc=$1} FILENAME ~ /upstream$/ && $3 ~ /task-clock/ {ut=$1}
+    FILENAME ~ /client$/ && $3 ~ /context-switches/ {cc=$1} FILENAME ~ /client$/ && $3 ~ /task-clock/ {ct=$1}
+    END { r = (w + s) / 2
+          printf "%s: %d requests counted; per request: syscalls %.2f, futex %.2f, epoll_wait %.2f, context switches %.2f, write %.2f, CPU %.3f ms\n", via, r, a / r, f / r, e / r, c / r, ww / r, t / r
+          printf "  in the same window, per request: upstream CPU %.3f ms, %.2f context switches; clients CPU %.3f ms, %.2f context switches\n", ut / r, uc / r, ct / r, cc / r }' "$out/stat" "$out/upstream" "$out/client"
