@@ -248,3 +248,37 @@ async fn test_msearch_answers_are_yaml_when_the_request_asks() {
     );
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_background_action_answers_yaml_when_the_request_asks() {
+    let node = TestNode::start().await;
+    logs(&node).await;
+    let body = json!({"query": {"match": {"msg": "world"}}}).to_string();
+    let r = send(
+        &node,
+        "POST",
+        "/logs/_delete_by_query?refresh=true",
+        Some("application/yaml"),
+        Some(body),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.yaml("_delete_by_query")["deleted"], 1, "{}", r.text);
+    // In the background: through a gateway the action runs as an upstream task the gateway
+    // follows, reading the upstream's answers about it as JSON whatever the client accepts.
+    let body = json!({"query": {"match_all": {}}}).to_string();
+    let r = send(
+        &node,
+        "POST",
+        "/logs/_update_by_query?wait_for_completion=false",
+        Some("application/yaml"),
+        Some(body),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let v = r.yaml("_update_by_query");
+    let task = v["task"].as_str().unwrap_or_else(|| panic!("{v}"));
+    let done = node.task_result(task).await;
+    assert_eq!(done["response"]["updated"], 1, "{done}");
+    node.stop().await;
+}

@@ -194,10 +194,12 @@ async fn submit(
 ) -> ApiResult<Submitted> {
     let call = call_as(up, meta, &read.parts, &[], read.body).answer_uncompressed();
     // What the looks at the upstream task send: the request's own headers as forwarded (its
-    // identity), without its body's.
+    // identity), without its body's, nor the type it accepts (the gateway reads the looks'
+    // answers as JSON, whatever the client asked: `Accept: application/yaml`).
     let mut headers: HeaderMap = call.headers.clone();
     headers.remove(header::CONTENT_TYPE);
     headers.remove(header::CONTENT_LENGTH);
+    headers.remove(header::ACCEPT);
     let exec = admitted.execution();
     let (task, hooks) = (exec.task.clone(), exec.hooks.clone());
     // Executing from here to the upstream task's end, not only while the submission is in
