@@ -1,7 +1,7 @@
 //! The HTTP layer, free of domain logic: request metadata and its middleware ([`meta`]), body
 //! extraction ([`body`]), path and query extraction ([`extract`]), the check of a body's
 //! `Content-Type` ([`content_type`]), response rendering ([`reply`](mod@reply)), the `?pretty`
-//! rendering of error answers ([`pretty`]) and YAML answers ([`format`]), the check of unknown
+//! rendering of error answers ([`pretty`]) and YAML answers ([`format`](mod@format)), the check of unknown
 //! URL parameters ([`unrecognized`]), OpenSearch's answers for unknown routes
 //! and methods ([`fallback`]), the accept loop that serves connections ([`serve`]), the watch
 //! of its clients leaving ([`leaving`]) and of quiet ones ([`read_timeout`]), and a gateway's
