@@ -15,11 +15,15 @@
 //!   the lane) and `test_an_answer_ending_early_fails_that_request_only`.
 //! - R2 — no request is sent on a connection the upstream closed while idle: checkout reads
 //!   each pooled connection once without waiting, and one that answers end of stream, bytes
-//!   or an error is dropped. A request on a reused connection that failed before the answer's
-//!   first byte (closed under it) is sent once more on a new connection: the lane carries only
-//!   searches and counts, which change nothing upstream. Tested by
+//!   or an error is dropped. A request is sent a second time (on a new connection) only when
+//!   the upstream never read it: its reused connection refused the writing, or was reset
+//!   before the answer's first byte (a socket closed with data unread, or closed before the
+//!   data came, answers with a reset). One the upstream read and then closed the connection on
+//!   without an answer (a clean end of stream) is not sent again: it is the 502 the general
+//!   path's client gives, not a second search on an upstream already failing. Tested by
 //!   `test_lane_replaces_connections_the_upstream_closed_without_saying` (it fails with both
-//!   the checkout read and the second sending taken out).
+//!   the checkout read and the second sending taken out) and
+//!   `test_a_search_the_upstream_read_is_not_sent_again`.
 //! - R3 — dropping an exchange, or failing it half way, closes its connection: the upstream
 //!   sees the client leave (its search is cancelled as with hyper's client), and no
 //!   connection with unread bytes goes back to the pool. Tested by
@@ -397,17 +401,20 @@ impl H1 {
                 Ok((head, buf)) => {
                     return finish_head(head, conn, buf, head_only, pool.clone(), thread);
                 }
-                // Closed under the request before any answer: once more on a new one (R2).
-                Err(RoundTrip::BeforeAnswer(_)) if reused => {
+                // The reused connection was gone before the upstream read the request: once
+                // more on a new one (R2).
+                Err(RoundTrip::Unread(_)) if reused => {
                     reused = false;
                     conn = self.connect(hosts, i).await?;
                 }
-                Err(RoundTrip::BeforeAnswer(e))
+                Err(RoundTrip::Unread(e) | RoundTrip::BeforeAnswer(e))
                     if e.kind() == std::io::ErrorKind::UnexpectedEof =>
                 {
                     return Err(Failed::Exchange(worded::INCOMPLETE.to_string()));
                 }
-                Err(RoundTrip::BeforeAnswer(e)) => return Err(Failed::Exchange(worded::io(&e))),
+                Err(RoundTrip::Unread(e) | RoundTrip::BeforeAnswer(e)) => {
+                    return Err(Failed::Exchange(worded::io(&e)));
+                }
                 Err(RoundTrip::Answer(cause)) => return Err(Failed::Exchange(cause)),
                 Err(RoundTrip::NotHttp(cause)) => return Err(Failed::NotHttp(cause)),
             }
@@ -444,7 +451,11 @@ enum Failed {
 
 /// Why a round trip failed.
 enum RoundTrip {
-    /// Before the answer's first byte: the request may not have reached the upstream.
+    /// The upstream never read the request: the connection refused the writing, or was reset
+    /// before the answer's first byte (R2).
+    Unread(std::io::Error),
+    /// Before the answer's first byte, otherwise (the upstream ended the connection): it may
+    /// have read the request.
     BeforeAnswer(std::io::Error),
     /// The answer broke off.
     Answer(String),
@@ -475,15 +486,18 @@ struct Head {
 
 /// Writes `request` and reads until an answer's head (a final one: `1xx` heads are skipped).
 async fn round_trip(conn: &mut TcpStream, request: &[u8]) -> Result<(Head, BytesMut), RoundTrip> {
-    conn.write_all(request)
-        .await
-        .map_err(RoundTrip::BeforeAnswer)?;
+    conn.write_all(request).await.map_err(RoundTrip::Unread)?;
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut answered = false;
     loop {
         let n = conn.read_buf(&mut buf).await.map_err(|e| {
             if answered {
                 RoundTrip::Answer(worded::io(&e))
+            } else if matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+            ) {
+                RoundTrip::Unread(e)
             } else {
                 RoundTrip::BeforeAnswer(e)
             }
