@@ -1498,6 +1498,38 @@ async fn test_identity_is_forwarded_as_configured_and_client_trust_headers_are_s
         }
     }
     gw.stop().await;
+
+    // Passthrough: a client's request carries the client's credentials, the gateway's own
+    // calls (its probe of `GET /` at start, its cancellations) the gateway's, without which a
+    // secured upstream refuses them.
+    let before = up.received.lock().len();
+    let gw = gateway(
+        &up.base,
+        &[
+            "backend.upstream.identity=passthrough",
+            "backend.upstream.username=gw",
+            "backend.upstream.password=secret",
+        ],
+    )
+    .await;
+    let r = gw
+        .req_with(
+            "GET",
+            "/logs/_search",
+            None,
+            &[("authorization", "Basic YWxpY2U6cHc=")],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let received: Vec<Received> = up.received.lock()[before..].to_vec();
+    let probe = received.iter().find(|r| r.uri == "/").expect("the probe");
+    assert_eq!(probe.headers["authorization"], "Basic Z3c6c2VjcmV0");
+    let search = received.iter().find(|r| r.uri.starts_with("/logs/_search"));
+    assert_eq!(
+        search.expect("the search").headers["authorization"],
+        "Basic YWxpY2U6cHc="
+    );
+    gw.stop().await;
 }
 
 /// The peak resident memory of process `pid` (`VmHWM`), bytes.

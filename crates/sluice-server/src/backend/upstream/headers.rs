@@ -177,6 +177,23 @@ impl Identity {
         self.mode == IdentityMode::Service
     }
 
+    /// The headers of a call of the gateway's own (its probe of `GET /`, the listing and
+    /// cancelling of upstream tasks, the polling of their usage): the gateway's credentials
+    /// whatever the identity mode — in `passthrough` too, where a client's call carries the
+    /// client's: without them a secured upstream refuses the gateway's cancellations.
+    pub fn own_call(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(auth) = &self.service_authorization {
+            headers.insert(header::AUTHORIZATION, auth.clone());
+        }
+        headers
+    }
+
+    /// Whether the gateway's own calls carry no credentials ([`Identity::own_call`]).
+    pub fn own_calls_anonymous(&self) -> bool {
+        self.service_authorization.is_none()
+    }
+
     /// Rewrites a client's request headers for the upstream: hop-by-hop and `Host` removed,
     /// the `workloadGroupId` header (sluice's, not the upstream's) removed, proxy-trust
     /// headers removed, then the identity set: the client's `Authorization` is kept only in
@@ -375,5 +392,18 @@ mod tests {
         assert_eq!(h["es-security-runas-user"], "alice");
         assert_eq!(h["authorization"], "Basic Z3c6c2VjcmV0");
         assert!(h.get("x-proxy-user").is_none());
+    }
+
+    #[test]
+    fn own_calls_carry_the_gateways_credentials_in_every_mode() {
+        let auth = crate::auth::AuthConfig::default();
+        for mode in [IdentityMode::Service, IdentityMode::Passthrough] {
+            let with = Identity::new(&config(mode, true), &auth);
+            assert_eq!(with.own_call()[header::AUTHORIZATION], "Basic Z3c6c2VjcmV0");
+            assert!(!with.own_calls_anonymous());
+            let without = Identity::new(&config(mode, false), &auth);
+            assert!(without.own_call().get(header::AUTHORIZATION).is_none());
+            assert!(without.own_calls_anonymous());
+        }
     }
 }

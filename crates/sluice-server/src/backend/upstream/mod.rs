@@ -157,8 +157,7 @@ impl Upstream {
     /// The upstream's search threads in all: the sum of `thread_pool.search.size` over the
     /// nodes its `_nodes/thread_pool` lists; `None` when it does not say.
     async fn read_search_threads(&self) -> Option<u32> {
-        let mut headers = HeaderMap::new();
-        self.identity.outbound(&mut headers, None, None);
+        let headers = self.identity.own_call();
         let (status, body) = self
             .client
             .call(Method::GET, "/_nodes/thread_pool", &headers)
@@ -202,8 +201,7 @@ impl Upstream {
     /// answered an error, `Err` when it did not answer (a cluster restarting while its gateway
     /// starts is served once it is back): logged as a warning when `first`, else quietly.
     pub async fn probe(&self, first: bool) -> Result<Option<String>, Unreachable> {
-        let mut headers = HeaderMap::new();
-        self.identity.outbound(&mut headers, None, None);
+        let headers = self.identity.own_call();
         match self.client.call(Method::GET, "/", &headers).await {
             Ok((status, body)) if status.is_success() => {
                 let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
@@ -550,8 +548,7 @@ impl Upstream {
         if !matches!(self.settled_measure().await, Measure::Reported) {
             return;
         }
-        let mut headers = HeaderMap::new();
-        self.identity.outbound(&mut headers, None, None);
+        let headers = self.identity.own_call();
         loop {
             let settings = st.cluster_settings.snapshot();
             tokio::time::sleep(crate::enforcement::node::usage_refresh_interval(&settings)).await;
@@ -697,8 +694,7 @@ impl Upstream {
             if pass == 1 {
                 tokio::time::sleep(SECOND_CANCEL_PASS).await;
             }
-            let mut headers = HeaderMap::new();
-            self.identity.outbound(&mut headers, None, None);
+            let headers = self.identity.own_call();
             let listed = self
                 .client
                 .call(
@@ -797,6 +793,11 @@ pub async fn start(
         tracing::warn!(
             "backend.upstream.identity is passthrough, with auth.type none: the upstream authenticates each client, but sluice's own APIs (_wlm, _rules, the wlm.* cluster settings, _tasks, metrics) answer anyone who can reach this node; keep it on a network only trusted clients reach"
         );
+        if upstream.identity().own_calls_anonymous() {
+            tracing::warn!(
+                "backend.upstream.identity is passthrough without backend.upstream.username: the gateway's own calls to the upstream (its probe of GET /, the cancelling of upstream searches whose client left or was cancelled, the polling of their usage) carry no credentials, and a secured upstream refuses them; set backend.upstream.username and backend.upstream.password for them"
+            );
+        }
     }
     match upstream.decide_measure(true).await? {
         Some(m) => {
