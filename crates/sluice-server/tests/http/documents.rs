@@ -553,6 +553,27 @@ async fn test_bulk_on_index_path_uses_it_as_default_index() {
     assert_eq!(s, 200, "{resp}");
     assert_eq!(resp["items"][0]["delete"]["result"], "deleted");
     assert_eq!(node.count("dflt", None).await, 0);
+    // Without an index in the path, the URL's `index` parameter is the default, for `_bulk`
+    // and `_mget` alike, as OpenSearch's handlers read it.
+    let resp = node
+        .bulk(
+            "/_bulk?index=byparam&refresh=true",
+            &[
+                json!({"index": {"_id": "7"}}),
+                json!({"where": "parameter"}),
+            ],
+        )
+        .await;
+    assert_eq!(resp["items"][0]["index"]["_index"], "byparam", "{resp}");
+    let (s, got) = node
+        .req("POST", "/_mget?index=byparam", Some(json!({"ids": ["7"]})))
+        .await;
+    assert_eq!(s, 200, "{got}");
+    assert_eq!(
+        got["docs"][0]["_source"],
+        json!({"where": "parameter"}),
+        "{got}"
+    );
     node.stop().await;
 }
 

@@ -2971,6 +2971,38 @@ async fn test_bulk_and_mget_forward_only_authorized_items() {
     assert_eq!(answer["docs"].as_array().map(Vec::len), Some(2), "{answer}");
     assert_eq!(answer["docs"][1]["error"]["type"], "security_exception");
     assert_eq!(up.received_on("_mget").len(), 1);
+
+    // The URL's `index` parameter is the default index OpenSearch gives items that name none
+    // when the path names none: checked as that index, not forwarded unchecked.
+    let resp = post(
+        "/_mget?index=b-1",
+        json!({"ids": ["1"]}).to_string(),
+        "application/json",
+    )
+    .await
+    .unwrap();
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(
+        answer["docs"][0]["error"]["type"], "security_exception",
+        "{answer}"
+    );
+    assert_eq!(up.received_on("_mget").len(), 1, "{answer}");
+    let body = ndjson(&[json!({"index": {"_id": "9"}}), json!({"x": 9})]);
+    let resp = post("/_bulk?index=b-1", body, "application/x-ndjson")
+        .await
+        .unwrap();
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(answer["items"][0]["index"]["status"], 403, "{answer}");
+    assert_eq!(answer["items"][0]["index"]["_index"], "b-1", "{answer}");
+    assert_eq!(up.received_on("_bulk").len(), 2, "{answer}");
+    // Allowed there: forwarded.
+    let body = ndjson(&[json!({"index": {"_id": "9"}}), json!({"x": 9})]);
+    let resp = post("/_bulk?index=a-9", body, "application/x-ndjson")
+        .await
+        .unwrap();
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(answer["items"][0]["index"]["status"], 200, "{answer}");
+    assert_eq!(up.received_on("_bulk").len(), 3, "{answer}");
     gw.stop().await;
 }
 

@@ -13,8 +13,9 @@
 //! # Invariants
 //! - D1 — the upstream receives only items that were authorized: the forwarded `_bulk` is
 //!   rebuilt from the action lines as parsed (not the raw text), so the upstream pairs actions
-//!   and documents exactly as they were checked, and a body that does not split into items is
-//!   refused here rather than forwarded. Tested by
+//!   and documents exactly as they were checked, a body that does not split into items is
+//!   refused here rather than forwarded, and an item that names no index is checked on the
+//!   one the upstream gives it (the path's, else the URL's `index` parameter). Tested by
 //!   `test_bulk_and_mget_forward_only_authorized_items`,
 //!   `test_msearch_bulk_and_mget_are_authorized_per_item` (in gateway mode) and
 //!   `test_bulk_split_pairs_actions_and_documents`.
@@ -44,6 +45,14 @@ use crate::state::AppState;
 
 /// The write actions a `_bulk` may need.
 const BULK_ACTIONS: [Action; 3] = [Action::WriteIndex, Action::WriteUpdate, Action::WriteDelete];
+
+/// The index an item that names none goes to, as OpenSearch's handlers read it
+/// (`request.param("index")`): the path's, else the URL's `index` parameter (which OpenSearch
+/// reads the same way when the path names none), so that an item is authorized on the index
+/// the upstream will use (D1).
+fn default_index(path: Option<String>, params: &crate::http::Params) -> Option<String> {
+    path.or_else(|| params.get("index").cloned())
+}
 
 /// Whether the request must be authorized item by item: its user lacks one of `actions` on
 /// some index. Otherwise every item is allowed whatever it names, and the body streams through.
@@ -240,6 +249,7 @@ async fn run_bulk(
         )
         .into());
     }
+    let index = default_index(index, &params);
     let ops = split_bulk(&body, index.as_deref())?;
     let mut forwarded = String::new();
     let refused: Vec<Option<Value>> = ops
@@ -371,6 +381,7 @@ async fn run_mget(
         )
         .into());
     };
+    let index = default_index(index, &params);
     let (entries, mut forwarded) = split_mget(top, index.as_deref())?;
     let mut any = false;
     let mut refused = Vec::with_capacity(entries.len());
