@@ -24,6 +24,16 @@ pub fn known(method: &Method, route: &str) -> Option<&'static [&'static str]> {
         .map(|(_, _, params)| *params)
 }
 
+/// The methods OpenSearch answers on `route` (an axum route pattern), in the table's order;
+/// empty when the route is not listed.
+pub fn methods_of(route: &str) -> Vec<Method> {
+    ROUTES
+        .iter()
+        .filter(|(_, r, _)| *r == route)
+        .map(|(m, _, _)| m.clone())
+        .collect()
+}
+
 /// `bulk`.
 const BULK: &[&str] = &[
     "_source",
@@ -848,6 +858,7 @@ static ROUTES: &[(Method, &str, &[&str])] = &[
     (Method::GET, "/_cat/aliases", CAT_ALIASES),
     (Method::GET, "/_cat/aliases/{name}", CAT_ALIASES),
     (Method::GET, "/{index}/_alias", INDICES_GET_ALIAS),
+    (Method::HEAD, "/{index}/_alias", INDICES_EXISTS_ALIAS),
     (Method::GET, "/{index}/_aliases", INDICES_GET_ALIAS),
     (Method::GET, "/{index}/_alias/{name}", INDICES_GET_ALIAS),
     (Method::HEAD, "/{index}/_alias/{name}", INDICES_EXISTS_ALIAS),

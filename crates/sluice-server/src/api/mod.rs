@@ -31,7 +31,7 @@ use axum::Router;
 use axum::middleware;
 use axum::routing::{get, post, put};
 
-use crate::http::fallback::no_handler;
+use crate::http::fallback::{self, no_handler};
 use crate::http::{content_type, unrecognized};
 use crate::state::AppState;
 
@@ -41,8 +41,10 @@ pub use sluice_wire::format_time_value;
 /// Builds the router of every API route.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        // HEAD of a GET route answers the GET's status and headers without its body, as OpenSearch
-        // does (`content-type` and `content-length` included).
+        // HEAD of a GET route OpenSearch answers HEAD on (`/`, an index, a document, its
+        // source, an alias) answers the GET's status and headers without its body, as
+        // OpenSearch does (`content-type` and `content-length` included); elsewhere a 405
+        // ([`fallback::refuse_head`]).
         .route("/", get(cluster::root))
         .route("/_cluster/health", get(cluster::health))
         .route("/_cluster/health/{index}", get(cluster::health))
@@ -158,6 +160,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route_layer(middleware::from_fn(unrecognized::check_route))
         // A body must be in a type OpenSearch reads, once a route has a handler for it.
         .route_layer(middleware::from_fn(content_type::require_supported))
+        // A HEAD only where OpenSearch answers one, before anything else is checked.
+        .route_layer(middleware::from_fn(fallback::refuse_head))
         .merge(owned_routes())
         .fallback(no_handler)
         .with_state(state)
@@ -181,4 +185,5 @@ pub fn owned_routes() -> Router<Arc<AppState>> {
         .merge(crate::dashboard::routes())
         .route_layer(middleware::from_fn(unrecognized::check_route))
         .route_layer(middleware::from_fn(content_type::require_supported))
+        .route_layer(middleware::from_fn(fallback::refuse_head))
 }

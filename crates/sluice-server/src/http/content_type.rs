@@ -50,7 +50,7 @@ pub async fn require_supported(req: Request, next: Next) -> Response {
 /// was read, a request leaves hyper unable to keep the connection for the next one (it closes
 /// it), and a gateway's fast lane, which lent the request to hyper, would read the unread body
 /// as the next request.
-async fn discard_body(req: Request) {
+pub(crate) async fn discard_body(req: Request) {
     use http_body_util::BodyExt;
     let mut left = req
         .extensions()

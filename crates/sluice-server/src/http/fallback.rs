@@ -1,5 +1,6 @@
 //! OpenSearch's answers for a route with no handler (400) and a method the route does not
-//! allow (405); on a gateway, the forwarding of every route sluice does not answer.
+//! allow (405), `HEAD` included where OpenSearch registers none ([`refuse_head`]); on a
+//! gateway, the forwarding of every route sluice does not answer.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,6 +38,38 @@ pub async fn forward(State(st): State<Arc<AppState>>, meta: RequestMeta, req: Re
         Ok(resp) => resp,
         Err(e) => e.into_response(),
     }
+}
+
+/// Refuses a `HEAD` on a route OpenSearch answers only other methods of (a search, a count, a
+/// stats or settings read …): 405, the `Allow` header naming the route's methods in
+/// OpenSearch ([`crate::api::known_params::methods_of`]), worded by [`name_allowed_methods`].
+/// axum serves a `HEAD` with the route's `GET` handler, which would run the work of a
+/// `GET` — a whole search — for an answer without a body, and on a gateway's upstream outside
+/// the gateway's admission (OpenSearch has no such fallback: its `MethodHandlers` answer the
+/// methods registered). `HEAD` stays where OpenSearch registers it (`/`, an index, a
+/// document, its source, an alias) and on routes the table does not list.
+///
+/// # Cancel safety
+/// Dropping the future drops the request, as for any handler.
+pub async fn refuse_head(req: Request, next: axum::middleware::Next) -> Response {
+    if req.method() != Method::HEAD {
+        return next.run(req).await;
+    }
+    let allowed = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|route| crate::api::known_params::methods_of(route.as_str()))
+        .unwrap_or_default();
+    if allowed.is_empty() || allowed.contains(&Method::HEAD) {
+        return next.run(req).await;
+    }
+    crate::http::content_type::discard_body(req).await;
+    let allow: Vec<&str> = allowed.iter().map(Method::as_str).collect();
+    let mut resp = StatusCode::METHOD_NOT_ALLOWED.into_response();
+    if let Ok(v) = header::HeaderValue::from_str(&allow.join(",")) {
+        resp.headers_mut().insert(header::ALLOW, v);
+    }
+    resp
 }
 
 /// Completes a 405 the way OpenSearch words it, naming the allowed methods from the `Allow`

@@ -179,6 +179,53 @@ async fn test_head_answers_the_get_headers_without_a_body() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_head_is_refused_where_opensearch_answers_no_head() {
+    // A search, a count, a stats read: OpenSearch registers no HEAD there (405, naming the
+    // methods it does take); served by the GET handler, a HEAD would run a whole search for
+    // an answer without a body (through a gateway, past its admission). Nothing runs.
+    let node = TestNode::start().await;
+    node.req("PUT", "/g/_doc/1?refresh=true", Some(json!({"a": 1})))
+        .await;
+    for (path, allow) in [
+        ("/g/_search", "GET,POST"),
+        ("/_search?q=a:1", "GET,POST"),
+        ("/g/_count", "GET,POST"),
+        ("/_msearch", "GET,POST"),
+        ("/_cluster/health", "GET"),
+        ("/_cat/indices", "GET"),
+        ("/_tasks", "GET"),
+    ] {
+        let head = node.req_with("HEAD", path, None, &[]).await;
+        assert_eq!(head.status, 405, "{path}");
+        assert_eq!(head.header_values("allow"), [allow], "{path}");
+    }
+    // With a body, as a search would send one: refused before anything reads it.
+    let m = reqwest::Method::HEAD;
+    let resp = node
+        .client
+        .request(m, node.url("/g/_search"))
+        .header("content-type", "application/json")
+        .body(json!({"query": {"match_all": {}}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 405);
+    let (_, tasks) = node.req("GET", "/_tasks?actions=*search*", None).await;
+    let running: usize = tasks["nodes"].as_object().map_or(0, |n| {
+        n.values()
+            .map(|n| n["tasks"].as_object().map_or(0, |t| t.len()))
+            .sum()
+    });
+    assert_eq!(running, 0, "{tasks}");
+    // The same request as a GET runs; HEAD stays where OpenSearch has it.
+    assert_eq!(node.req("GET", "/g/_search", None).await.0, 200);
+    for path in ["/", "/g", "/g/_doc/1"] {
+        assert_eq!(node.req("HEAD", path, None).await.0, 200, "{path}");
+    }
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_get_source_returns_the_source_alone() {
     let node = TestNode::start().await;
     let doc = json!({"title": "Beauty and the Beast", "year": 1991, "tags": {"a": 1, "b": 2}});
