@@ -177,7 +177,10 @@ pub async fn msearch(
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    run_msearch(st, meta, None, params, body).await
+    // The URL's `index` parameter is the items' default when the path names none, as
+    // OpenSearch's handler reads `request.param("index")`.
+    let index = params.get("index").filter(|i| !i.is_empty()).cloned();
+    run_msearch(st, meta, index, params, body).await
 }
 
 /// `POST /{index}/_msearch`: the path index is the default of items whose header names none.

@@ -33,7 +33,17 @@ pub async fn search_all(
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    run_search(st, meta, "_all".to_string(), params, body).await
+    let index = url_index(&params);
+    run_search(st, meta, index, params, body).await
+}
+
+/// The indices of a route whose path names none: the URL's `index` parameter, as OpenSearch's
+/// handlers read `request.param("index")`, else `_all` (an empty one names all too).
+fn url_index(params: &Params) -> String {
+    match params.get("index") {
+        Some(i) if !i.is_empty() => i.clone(),
+        _ => "_all".to_string(),
+    }
 }
 
 async fn run_search(
@@ -105,7 +115,8 @@ pub async fn count_all(
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    run_count(st, meta, "_all".to_string(), params, body).await
+    let index = url_index(&params);
+    run_count(st, meta, index, params, body).await
 }
 
 async fn run_count(

@@ -77,6 +77,19 @@ fn wants_buckets(query: Option<&str>) -> bool {
     })
 }
 
+/// The URL's `index` parameter (the last one), decoded as a query's values are (`+` a space):
+/// the indices of a search, count or search template whose path names none, as OpenSearch's
+/// handlers read them (`request.param("index")`). An empty one names all (`None`).
+fn url_index<'a>(query: Option<&str>) -> Option<Cow<'a, str>> {
+    let value = query?
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, _)| *k == "index")
+        .map(|(_, v)| v)
+        .next_back()?;
+    (!value.is_empty()).then(|| Cow::Owned(decode(&value.replace('+', " ")).into_owned()))
+}
+
 /// The action of a request to `path` (without the query) with `method`.
 pub fn classify<'a>(method: &Method, path: &'a str, query: Option<&str>) -> RouteAction<'a> {
     use RouteAction::{Cluster, Index, PerItem};
@@ -120,8 +133,10 @@ pub fn classify<'a>(method: &Method, path: &'a str, query: Option<&str>) -> Rout
         ["_aliases"] if m == Method::POST => PerItem(ALIASES),
         ["_refresh"] => Index(Action::Refresh, all()),
         ["_flush"] => Index(Action::Flush, all()),
-        ["_search"] | ["_count"] => Index(Action::Search, all()),
-        ["_search", "template"] => Index(Action::SearchTemplate, all()),
+        ["_search"] | ["_count"] => Index(Action::Search, url_index(query).unwrap_or_else(all)),
+        ["_search", "template"] => {
+            Index(Action::SearchTemplate, url_index(query).unwrap_or_else(all))
+        }
         ["_msearch", "template"] => PerItem(MSEARCH),
         ["_search", "scroll"] | ["_search", "scroll", _] if m == Method::DELETE => {
             PerItem(SCROLL_CLEAR)
@@ -227,6 +242,28 @@ mod tests {
         assert_eq!(
             c(Method::GET, "/_search"),
             Index(Action::Search, "_all".into())
+        );
+        // The URL's `index` when the path names none (the last; empty: all).
+        let q = |path, query| classify(&Method::GET, path, Some(query));
+        assert_eq!(
+            q("/_search", "size=1&index=a%2Cb"),
+            Index(Action::Search, "a,b".into())
+        );
+        assert_eq!(
+            q("/_count", "index=x&index=y"),
+            Index(Action::Search, "y".into())
+        );
+        assert_eq!(
+            q("/_search", "index="),
+            Index(Action::Search, "_all".into())
+        );
+        assert_eq!(
+            q("/_search/template", "index=t"),
+            Index(Action::SearchTemplate, "t".into())
+        );
+        assert_eq!(
+            q("/p/_search", "index=x"),
+            Index(Action::Search, "p".into())
         );
         assert_eq!(c(Method::PUT, "/a"), Index(Action::IndexCreate, "a".into()));
         assert_eq!(

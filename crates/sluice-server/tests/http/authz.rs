@@ -143,6 +143,12 @@ async fn test_users_by_actions_by_index_expressions() {
         (&alice, "GET", "/_all/_search", None, 403),
         (&alice, "GET", "/_search", None, 403),
         (&alice, "GET", "/_count", None, 403),
+        // The URL's `index` names the indices when the path names none, as in OpenSearch.
+        (&alice, "GET", "/_search?index=a-1", None, 200),
+        (&alice, "GET", "/_count?index=a-1,a-2", None, 200),
+        (&alice, "GET", "/_search?index=b-1", None, 403),
+        (&alice, "GET", "/_search?index=", None, 403),
+        (&bob, "GET", "/_count?index=b-1", None, 200),
         (&alice, "GET", "/a-nope/_search", None, 404),
         (&alice, "GET", "/b-*/_count", None, 403),
         (&alice, "GET", "/c-*/_search", None, resolved_wildcard),

@@ -1834,3 +1834,34 @@ async fn test_profile_without_aggregations_names_the_hits_collector() {
         .await;
     assert_eq!(resp.0, 400, "{}", resp.1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_the_url_index_parameter_names_the_indices_when_the_path_names_none() {
+    // OpenSearch's search, count and msearch handlers read `request.param("index")`: the
+    // URL's `index` when the path has none. Through a gateway, forwarded as it came.
+    let node = TestNode::start().await;
+    for (index, n) in [("ix-a", 2), ("ix-b", 3)] {
+        for i in 0..n {
+            let path = format!("/{index}/_doc/{i}");
+            let (s, b) = node.req("PUT", &path, Some(json!({"n": i}))).await;
+            assert!(s == 200 || s == 201, "{b}");
+        }
+        node.refresh(index).await;
+    }
+    let total = |v: &Value| v["hits"]["total"]["value"].as_u64();
+    let (s, v) = node.req("GET", "/_search?index=ix-a", None).await;
+    assert_eq!((s, total(&v)), (200, Some(2)), "{v}");
+    let (s, v) = node.req("GET", "/_search?index=ix-a,ix-b", None).await;
+    assert_eq!((s, total(&v)), (200, Some(5)), "{v}");
+    let (s, v) = node.req("GET", "/_count?index=ix-b", None).await;
+    assert_eq!((s, v["count"].as_u64()), (200, Some(3)), "{v}");
+    // The path's index wins over the parameter.
+    let (s, v) = node.req("GET", "/ix-a/_count?index=ix-b", None).await;
+    assert_eq!((s, v["count"].as_u64()), (200, Some(2)), "{v}");
+    // An item that names no index takes the URL's.
+    let body = crate::common::ndjson(&[json!({}), json!({"query": {"match_all": {}}})]);
+    let (s, v) = node.raw("POST", "/_msearch?index=ix-b", body).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(total(&v["responses"][0]), Some(3), "{v}");
+    node.stop().await;
+}

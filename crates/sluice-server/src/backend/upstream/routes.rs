@@ -100,7 +100,8 @@ async fn search(
     index: PathParam,
     req: Request,
 ) -> Response {
-    admitted_or_forward(st.0, meta, all_or(index), req, SEARCH).await
+    let index = index_of(index, req.uri());
+    admitted_or_forward(st.0, meta, index, req, SEARCH).await
 }
 
 async fn count(
@@ -109,7 +110,8 @@ async fn count(
     index: PathParam,
     req: Request,
 ) -> Response {
-    admitted_or_forward(st.0, meta, all_or(index), req, COUNT).await
+    let index = index_of(index, req.uri());
+    admitted_or_forward(st.0, meta, index, req, COUNT).await
 }
 
 async fn msearch(
@@ -118,7 +120,8 @@ async fn msearch(
     index: PathParam,
     req: Request,
 ) -> Response {
-    msearch_or_forward(st.0, meta, index.map(|p| p.0), req, false).await
+    let index = index.map(|p| p.0).or_else(|| url_index(req.uri()));
+    msearch_or_forward(st.0, meta, index, req, false).await
 }
 
 async fn msearch_template(
@@ -127,7 +130,8 @@ async fn msearch_template(
     index: PathParam,
     req: Request,
 ) -> Response {
-    msearch_or_forward(st.0, meta, index.map(|p| p.0), req, true).await
+    let index = index.map(|p| p.0).or_else(|| url_index(req.uri()));
+    msearch_or_forward(st.0, meta, index, req, true).await
 }
 
 async fn bulk(
@@ -191,9 +195,23 @@ async fn scroll(
     scroll_or_forward(st.0, meta, id.map(|p| p.0), req).await
 }
 
-/// The route's index expression, `_all` when the path names none.
-fn all_or(index: PathParam) -> String {
-    index.map_or_else(|| "_all".to_string(), |p| p.0)
+/// The route's index expression: the path's, else the URL's `index` parameter, else `_all`,
+/// as OpenSearch's handlers read it (`request.param("index")` is the query's when the path
+/// names none): tagged, authorized and admitted on the indices the upstream will search.
+fn index_of(index: PathParam, uri: &http::Uri) -> String {
+    index
+        .map(|p| p.0)
+        .or_else(|| url_index(uri))
+        .unwrap_or_else(|| "_all".to_string())
+}
+
+/// The URL's `index` parameter, when it names one (an empty one names all, as `_all`). A
+/// query that does not parse names none here; reading the request refuses it.
+pub(super) fn url_index(uri: &http::Uri) -> Option<String> {
+    params_of_uri(uri)
+        .ok()?
+        .remove("index")
+        .filter(|i| !i.is_empty())
 }
 
 /// Whether a method is one a search-class route admits (others pass through unchanged).
@@ -586,11 +604,15 @@ pub async fn lane_search(
     thread: usize,
 ) -> ApiResult<(Admitted, super::h1::Answer)> {
     let up = super::routes_upstream(st)?;
+    let params = params_of(&parts)?;
+    // As [`index_of`]: the path's, else the URL's `index` parameter.
     let index = match parts.uri.path()[1..].split_once('/') {
         Some((index, _)) => index.to_string(),
-        None => "_all".to_string(),
+        None => match params.get("index") {
+            Some(i) if !i.is_empty() => i.clone(),
+            _ => "_all".to_string(),
+        },
     };
-    let params = params_of(&parts)?;
     let read = Read {
         parts,
         params,
