@@ -503,6 +503,29 @@ impl SearchRequest {
                     req.seq_no_primary_term = expect_bool(key, &Value::from(v.as_str()))?
                 }
                 "version" => req.version = expect_bool(key, &Value::from(v.as_str()))?,
+                // Read and not acted on (one shard, no remote clusters, no request cache), but
+                // refused when malformed, as OpenSearch refuses them.
+                "search_type" if v != "query_then_fetch" && v != "dfs_query_then_fetch" => {
+                    return Err(EngineError::illegal_argument(format!(
+                        "No search type for [{v}]"
+                    )));
+                }
+                "allow_partial_search_results"
+                | "ccs_minimize_roundtrips"
+                | "request_cache"
+                | "ignore_throttled"
+                | "track_scores"
+                | "explain"
+                | "lenient"
+                | "analyze_wildcard"
+                | "phase_took"
+                | "include_named_queries_score"
+                    if !matches!(v.as_str(), "" | "true" | "false") =>
+                {
+                    return Err(EngineError::illegal_argument(format!(
+                        "Failed to parse value [{v}] as only [true] or [false] are allowed."
+                    )));
+                }
                 "timeout" => req.timeout = Some(crate::parse_time_value(v).map_err(|e| {
                     EngineError::illegal_argument(format!(
                         "failed to parse setting [timeout] with value [{v}] as a time value: {e}"

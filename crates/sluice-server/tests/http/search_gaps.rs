@@ -421,3 +421,36 @@ async fn test_multi_match_cross_fields_needs_each_term_in_some_field() {
         .await;
     assert_error(&bad, 400, "parsing_exception");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_malformed_search_options_are_refused_as_opensearch_refuses_them() {
+    // Read and not acted on here (one shard, no remote clusters, no request cache), but a
+    // malformed value in the URL is a 400, not silently taken.
+    let node = TestNode::start().await;
+    node.req("PUT", "/logs/_doc/1?refresh=true", Some(json!({"a": 1})))
+        .await;
+    for (path, reason) in [
+        ("/logs/_search?search_type=foo", "No search type for [foo]"),
+        (
+            "/logs/_search?allow_partial_search_results=maybe",
+            "Failed to parse value [maybe] as only [true] or [false] are allowed.",
+        ),
+        (
+            "/logs/_search?request_cache=yes",
+            "Failed to parse value [yes] as only [true] or [false] are allowed.",
+        ),
+    ] {
+        let r = node.req("GET", path, None).await;
+        assert_error(&r, 400, "illegal_argument_exception");
+        assert_eq!(r.1["error"]["reason"], reason, "{path}: {}", r.1);
+    }
+    for path in [
+        "/logs/_search?search_type=query_then_fetch",
+        "/logs/_search?search_type=dfs_query_then_fetch&allow_partial_search_results=false",
+        "/logs/_search?request_cache=true&ccs_minimize_roundtrips",
+    ] {
+        let (s, b) = node.req("GET", path, None).await;
+        assert_eq!(s, 200, "{path}: {b}");
+    }
+    node.stop().await;
+}
