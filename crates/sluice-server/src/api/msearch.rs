@@ -102,6 +102,39 @@ pub(crate) fn split_items(body: &[u8]) -> Result<Vec<RawItem>, EngineError> {
     Ok(items)
 }
 
+/// Refuses a malformed value of a header key sluice reads and does not act on (one shard, no
+/// remote clusters, no request cache), as OpenSearch's `MultiSearchRequest` refuses it while it
+/// reads the body: the whole request is a 400.
+fn check_header_value(key: &str, v: &Value) -> Result<(), EngineError> {
+    let text = || v.as_str().map_or_else(|| v.to_string(), str::to_string);
+    match key {
+        "search_type"
+            if !matches!(
+                v.as_str(),
+                Some("query_then_fetch" | "dfs_query_then_fetch")
+            ) =>
+        {
+            Err(EngineError::illegal_argument(format!(
+                "No search type for [{}]",
+                text()
+            )))
+        }
+        "request_cache"
+        | "allow_partial_search_results"
+        | "ccs_minimize_roundtrips"
+        | "ignore_throttled"
+        | "phase_took"
+            if !matches!(v, Value::Bool(_)) && !matches!(v.as_str(), Some("true" | "false")) =>
+        {
+            Err(EngineError::illegal_argument(format!(
+                "Failed to parse value [{}] as only [true] or [false] are allowed.",
+                text()
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn parse_items(
     body: &[u8],
     default_index: Option<&str>,
@@ -118,6 +151,7 @@ fn parse_items(
                     "key [{k}] is not supported in the metadata section"
                 )));
             }
+            check_header_value(k, v)?;
             match k.as_str() {
                 "index" | "indices" => {
                     index = Some(match v {

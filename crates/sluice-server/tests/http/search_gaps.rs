@@ -425,7 +425,8 @@ async fn test_multi_match_cross_fields_needs_each_term_in_some_field() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_malformed_search_options_are_refused_as_opensearch_refuses_them() {
     // Read and not acted on here (one shard, no remote clusters, no request cache), but a
-    // malformed value in the URL is a 400, not silently taken.
+    // malformed value is a 400, not silently taken: in the URL, and in an `_msearch` header
+    // (the whole request, as OpenSearch refuses it while reading the body).
     let node = TestNode::start().await;
     node.req("PUT", "/logs/_doc/1?refresh=true", Some(json!({"a": 1})))
         .await;
@@ -452,5 +453,26 @@ async fn test_malformed_search_options_are_refused_as_opensearch_refuses_them() 
         let (s, b) = node.req("GET", path, None).await;
         assert_eq!(s, 200, "{path}: {b}");
     }
+    for (header, reason) in [
+        (
+            json!({"index": "logs", "search_type": "nope"}),
+            "No search type for [nope]",
+        ),
+        (
+            json!({"index": "logs", "request_cache": "maybe"}),
+            "Failed to parse value [maybe] as only [true] or [false] are allowed.",
+        ),
+    ] {
+        let body = crate::common::ndjson(&[header, json!({"query": {"match_all": {}}})]);
+        let r = node.raw("POST", "/_msearch", body).await;
+        assert_error(&r, 400, "illegal_argument_exception");
+        assert_eq!(r.1["error"]["reason"], reason, "{}", r.1);
+    }
+    let body = crate::common::ndjson(&[
+        json!({"index": "logs", "search_type": "dfs_query_then_fetch", "request_cache": true}),
+        json!({"query": {"match_all": {}}}),
+    ]);
+    let (s, v) = node.raw("POST", "/_msearch", body).await;
+    assert_eq!((s, &v["responses"][0]["status"]), (200, &json!(200)), "{v}");
     node.stop().await;
 }
