@@ -43,7 +43,8 @@ use render::render_response;
 pub use render::{PRIMARY_TERM, filter_source, render_total_hits_as_int, score_json};
 pub use request::{
     DEFAULT_SIZE, DEFAULT_TRACK_TOTAL_HITS, REST_TOTAL_HITS_AS_INT, SearchRequest, SourceFilter,
-    TYPED_KEYS, TrackTotalHits, parse_source, rest_total_hits_as_int, typed_keys,
+    TYPED_KEYS, TrackTotalHits, check_unused_options, parse_source, rest_total_hits_as_int,
+    typed_keys,
 };
 pub(crate) use sort::Candidate;
 pub use sort::{SortField, SortSpec};

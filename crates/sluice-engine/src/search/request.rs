@@ -274,6 +274,40 @@ fn parse_order(o: &str) -> Result<bool> {
 
 /// Parses a `_source` value of a request body: `true`/`false`, a pattern or list of patterns,
 /// or `{"includes": …, "excludes": …}`.
+/// The search options sluice reads and does not act on (one shard, no remote clusters, no
+/// request cache), refused when malformed as OpenSearch refuses them, in a fixed order (the
+/// booleans, `allow_partial_search_results` first, then `search_type`), so that a request with
+/// two bad ones always gets the same error.
+pub fn check_unused_options(params: &HashMap<String, String>) -> Result<()> {
+    const BOOLEANS: [&str; 10] = [
+        "allow_partial_search_results",
+        "ccs_minimize_roundtrips",
+        "request_cache",
+        "ignore_throttled",
+        "track_scores",
+        "explain",
+        "lenient",
+        "analyze_wildcard",
+        "phase_took",
+        "include_named_queries_score",
+    ];
+    for key in BOOLEANS {
+        if let Some(v) = params.get(key)
+            && !matches!(v.as_str(), "" | "true" | "false")
+        {
+            return Err(EngineError::illegal_argument(format!(
+                "Failed to parse value [{v}] as only [true] or [false] are allowed."
+            )));
+        }
+    }
+    match params.get("search_type").map(String::as_str) {
+        None | Some("query_then_fetch" | "dfs_query_then_fetch") => Ok(()),
+        Some(v) => Err(EngineError::illegal_argument(format!(
+            "No search type for [{v}]"
+        ))),
+    }
+}
+
 pub fn parse_source(v: &Value) -> Result<SourceFilter> {
     let list = |v: &Value| -> Result<Vec<String>> {
         match v {
@@ -444,6 +478,7 @@ impl SearchRequest {
             params,
             crate::resolve::IndicesOptions::default(),
         )?;
+        check_unused_options(params)?;
         for (key, v) in params {
             match key.as_str() {
                 "q" => {
@@ -503,29 +538,6 @@ impl SearchRequest {
                     req.seq_no_primary_term = expect_bool(key, &Value::from(v.as_str()))?
                 }
                 "version" => req.version = expect_bool(key, &Value::from(v.as_str()))?,
-                // Read and not acted on (one shard, no remote clusters, no request cache), but
-                // refused when malformed, as OpenSearch refuses them.
-                "search_type" if v != "query_then_fetch" && v != "dfs_query_then_fetch" => {
-                    return Err(EngineError::illegal_argument(format!(
-                        "No search type for [{v}]"
-                    )));
-                }
-                "allow_partial_search_results"
-                | "ccs_minimize_roundtrips"
-                | "request_cache"
-                | "ignore_throttled"
-                | "track_scores"
-                | "explain"
-                | "lenient"
-                | "analyze_wildcard"
-                | "phase_took"
-                | "include_named_queries_score"
-                    if !matches!(v.as_str(), "" | "true" | "false") =>
-                {
-                    return Err(EngineError::illegal_argument(format!(
-                        "Failed to parse value [{v}] as only [true] or [false] are allowed."
-                    )));
-                }
                 "timeout" => req.timeout = Some(crate::parse_time_value(v).map_err(|e| {
                     EngineError::illegal_argument(format!(
                         "failed to parse setting [timeout] with value [{v}] as a time value: {e}"

@@ -239,6 +239,8 @@ async fn run_msearch(
     if body.0.is_empty() {
         return Err(EngineError::new(ErrorCode::Parse, "request body is required").into());
     }
+    // The URL's options are every item's defaults: a malformed one refuses the request.
+    sluice_engine::search::check_unused_options(&params)?;
     let max_concurrent = match params.get("max_concurrent_searches") {
         None => st.search_pool.num_threads().max(1),
         Some(v) => v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {

@@ -453,6 +453,33 @@ async fn test_malformed_search_options_are_refused_as_opensearch_refuses_them() 
         let (s, b) = node.req("GET", path, None).await;
         assert_eq!(s, 200, "{path}: {b}");
     }
+    // Two malformed: always the same one named, as OpenSearch names it.
+    for _ in 0..8 {
+        let r = node
+            .req(
+                "GET",
+                "/logs/_search?search_type=foo&allow_partial_search_results=maybe",
+                None,
+            )
+            .await;
+        assert_error(&r, 400, "illegal_argument_exception");
+        assert_eq!(
+            r.1["error"]["reason"],
+            "Failed to parse value [maybe] as only [true] or [false] are allowed.",
+            "{}",
+            r.1
+        );
+    }
+    let body = crate::common::ndjson(&[json!({}), json!({"query": {"match_all": {}}})]);
+    let r = node
+        .raw("POST", "/logs/_msearch?search_type=foo", body)
+        .await;
+    assert_error(&r, 400, "illegal_argument_exception");
+    assert_eq!(
+        r.1["error"]["reason"], "No search type for [foo]",
+        "{}",
+        r.1
+    );
     for (header, reason) in [
         (
             json!({"index": "logs", "search_type": "nope"}),

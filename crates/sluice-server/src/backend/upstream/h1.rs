@@ -17,10 +17,11 @@
 //!   each pooled connection once without waiting, and one that answers end of stream, bytes
 //!   or an error is dropped. A request is sent a second time (on a new connection) only when
 //!   the upstream never read it: its reused connection refused the writing, or was reset
-//!   before the answer's first byte (a socket closed with data unread, or closed before the
-//!   data came, answers with a reset). One the upstream read and then closed the connection on
-//!   without an answer (a clean end of stream) is not sent again: it is the 502 the general
-//!   path's client gives, not a second search on an upstream already failing. Tested by
+//!   before the answer's first byte within [`STALE_RESET_WITHIN`] of the sending (a socket
+//!   closed before the data came answers with a reset at once). One the upstream read and then
+//!   closed the connection on without an answer (a clean end of stream, or a reset later) is
+//!   not sent again: it is the 502 the general path's client gives, not a second search on an
+//!   upstream already failing. Tested by
 //!   `test_lane_replaces_connections_the_upstream_closed_without_saying` (it fails with both
 //!   the checkout read and the second sending taken out) and
 //!   `test_a_search_the_upstream_read_is_not_sent_again`.
@@ -484,9 +485,17 @@ struct Head {
     added: AddedBut,
 }
 
+/// How soon after the request was sent a reset still means the upstream never read it (R2):
+/// a connection that was gone before the request came is reset within one round trip, far
+/// below this on any network a gateway sits on; an upstream that read the request and reset
+/// the connection later (closing it with `SO_LINGER` 0, or a proxy before it aborting) had the
+/// search, and gets no second one.
+const STALE_RESET_WITHIN: Duration = Duration::from_millis(250);
+
 /// Writes `request` and reads until an answer's head (a final one: `1xx` heads are skipped).
 async fn round_trip(conn: &mut TcpStream, request: &[u8]) -> Result<(Head, BytesMut), RoundTrip> {
     conn.write_all(request).await.map_err(RoundTrip::Unread)?;
+    let sent = Instant::now();
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut answered = false;
     loop {
@@ -496,7 +505,8 @@ async fn round_trip(conn: &mut TcpStream, request: &[u8]) -> Result<(Head, Bytes
             } else if matches!(
                 e.kind(),
                 std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
-            ) {
+            ) && sent.elapsed() < STALE_RESET_WITHIN
+            {
                 RoundTrip::Unread(e)
             } else {
                 RoundTrip::BeforeAnswer(e)
