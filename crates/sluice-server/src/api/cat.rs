@@ -1,9 +1,10 @@
 //! The `_cat` table: typed cells and the parameters every `_cat` API takes, as OpenSearch's
 //! `RestTable` reads them — `format=json`, `v` (header line), `h` (columns by name or alias,
 //! wildcards allowed, unknown names skipped), `help` (the column list), `s` (sort by columns,
-//! `:asc`/`:desc`, an unknown key refused) and `bytes` (byte sizes in one unit). The
-//! parameter readers ([`displayed`], [`wants_help`], [`wants_header`], [`wants_json`],
-//! [`help`]) also serve tables that lay out their own rows (`_list/wlm_stats`).
+//! `:asc`/`:desc`, an unknown key refused) and `bytes` (byte sizes in one unit), the
+//! `Accept` header standing for a missing `format` ([`accept_as_format`]). The parameter
+//! readers ([`displayed`], [`wants_help`], [`wants_header`], [`wants_json`], [`help`]) also
+//! serve tables that lay out their own rows (`_list/wlm_stats`).
 
 use std::cmp::Ordering;
 
@@ -15,6 +16,51 @@ use sluice_wire::simple_match;
 
 use crate::error::ApiResult;
 use crate::http::{Params, reply};
+
+/// A `_cat` or `_list` table's request with no `format` parameter answers in the type its
+/// `Accept` header names (`application/json`, `application/yaml`; one media type, parameters
+/// allowed), as OpenSearch's `RestTable` reads `request.param("format",
+/// request.header("Accept"))`: the header becomes the `format` the handlers read (YAML is then
+/// rendered by [`crate::http::format`], which reads the header itself). Any other header (a
+/// browser's list, `text/plain`, `*/*`) leaves the text table.
+///
+/// # Cancel safety
+/// Dropping the future drops the request, as for any handler.
+pub async fn accept_as_format(
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let table = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .is_some_and(|p| p.as_str().starts_with("/_cat/") || p.as_str().starts_with("/_list/"));
+    let has_format = req.uri().query().is_some_and(|q| {
+        q.split('&')
+            .any(|kv| kv.split('=').next() == Some("format"))
+    });
+    let named = crate::http::format::accept(req.headers()).and_then(|a| {
+        let essence = a.split(';').next().unwrap_or("").trim();
+        if essence.eq_ignore_ascii_case("application/json") {
+            Some("json")
+        } else if essence.eq_ignore_ascii_case(crate::http::format::YAML) {
+            Some("yaml")
+        } else {
+            None
+        }
+    });
+    if let (true, false, Some(format)) = (table, has_format, named) {
+        let uri = req.uri();
+        let path = uri.path();
+        let rewritten = match uri.query() {
+            Some(q) if !q.is_empty() => format!("{path}?{q}&format={format}"),
+            _ => format!("{path}?format={format}"),
+        };
+        if let Ok(new) = rewritten.parse() {
+            *req.uri_mut() = new;
+        }
+    }
+    next.run(req).await
+}
 
 /// One column of a `_cat` table.
 #[derive(Debug, Clone, Copy)]

@@ -160,6 +160,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route_layer(middleware::from_fn(unrecognized::check_route))
         // A body must be in a type OpenSearch reads, once a route has a handler for it.
         .route_layer(middleware::from_fn(content_type::require_supported))
+        // A table's `Accept` stands for its missing `format`.
+        .route_layer(middleware::from_fn(cat::accept_as_format))
         // A HEAD only where OpenSearch answers one, before anything else is checked.
         .route_layer(middleware::from_fn(fallback::refuse_head))
         .merge(owned_routes())
@@ -185,5 +187,6 @@ pub fn owned_routes() -> Router<Arc<AppState>> {
         .merge(crate::dashboard::routes())
         .route_layer(middleware::from_fn(unrecognized::check_route))
         .route_layer(middleware::from_fn(content_type::require_supported))
+        .route_layer(middleware::from_fn(cat::accept_as_format))
         .route_layer(middleware::from_fn(fallback::refuse_head))
 }

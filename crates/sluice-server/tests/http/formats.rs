@@ -200,8 +200,63 @@ async fn test_errors_and_cat_rows_are_yaml_when_the_request_asks() {
     assert_eq!(r.status, 200, "{}", r.text);
     let v = r.yaml("_list/wlm_stats");
     assert!(v.is_object() || v.is_array(), "{v}");
-    // Without `format`, a table stays text.
+    // Without `format`, a table stays text; or answers in the type `Accept` names, as
+    // OpenSearch's `RestTable` reads the header for a missing `format`.
     let r = send(&node, "GET", "/_cat/indices", None, None).await;
+    assert!(
+        r.content_type.starts_with("text/plain"),
+        "{}",
+        r.content_type
+    );
+    let r = send(
+        &node,
+        "GET",
+        "/_cat/indices",
+        Some("application/yaml"),
+        None,
+    )
+    .await;
+    assert!(r.yaml("_cat/indices by Accept").is_array(), "{}", r.text);
+    let r = send(
+        &node,
+        "GET",
+        "/_cat/indices?v",
+        Some("application/json"),
+        None,
+    )
+    .await;
+    assert!(
+        r.content_type.starts_with("application/json"),
+        "{}",
+        r.content_type
+    );
+    let rows: Value = serde_json::from_str(&r.text).unwrap();
+    assert!(rows.as_array().is_some_and(|a| !a.is_empty()), "{rows}");
+    let r = send(
+        &node,
+        "GET",
+        "/_list/wlm_stats",
+        Some("application/yaml"),
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    r.yaml("_list/wlm_stats by Accept");
+    // `format` wins over the header; a header naming no document type leaves the text table.
+    let r = send(
+        &node,
+        "GET",
+        "/_cat/indices?format=txt",
+        Some("application/json"),
+        None,
+    )
+    .await;
+    assert!(
+        r.content_type.starts_with("text/plain"),
+        "{}",
+        r.content_type
+    );
+    let r = send(&node, "GET", "/_cat/indices", Some("text/plain, */*"), None).await;
     assert!(
         r.content_type.starts_with("text/plain"),
         "{}",
