@@ -3527,6 +3527,38 @@ async fn test_lane_replaces_connections_the_upstream_closed_without_saying() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_head_search_is_refused_by_the_gateway_not_forwarded() {
+    // An upstream that would answer it (this fake answers everything): a HEAD search with a
+    // body never reaches it past admission; a HEAD OpenSearch answers is still forwarded.
+    let up = fake(answer_with(|_| {
+        axum::Json(json!({"ok": true})).into_response()
+    }))
+    .await;
+    let gw = gateway(&up.base, &[]).await;
+    for path in ["/logs/_search", "/_search", "/logs/_count", "/_msearch"] {
+        let resp = reqwest::Client::new()
+            .request(reqwest::Method::HEAD, format!("{}{path}", gw.base))
+            .header("content-type", "application/json")
+            .body(json!({"query": {"match_all": {}}}).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 405, "{path}");
+        assert_eq!(resp.headers()["allow"], "GET,POST", "{path}");
+    }
+    assert!(up.received_on("_search").is_empty() && up.received_on("_count").is_empty());
+    assert!(up.received_on("_msearch").is_empty());
+    let resp = reqwest::Client::new()
+        .head(format!("{}/logs/_doc/1", gw.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(up.received_on("/logs/_doc/1").len(), 1);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_search_the_upstream_read_is_not_sent_again() {
     // The upstream reads the second count in full, then ends the connection without an
     // answer: closing it (as an upstream whose read timeout cut a long search), or resetting

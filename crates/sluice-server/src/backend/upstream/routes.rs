@@ -69,6 +69,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_aliases", any(super::aliases::aliases))
         .route("/_search/scroll", any(scroll))
         .route("/_search/scroll/{scroll_id}", any(scroll))
+        // A HEAD where OpenSearch answers none (a search, a count …) is refused here, not
+        // forwarded past admission to an upstream that might run it.
+        .route_layer(axum::middleware::from_fn(
+            crate::http::fallback::refuse_head,
+        ))
         .fallback(crate::http::fallback::forward)
         .with_state(state)
 }
