@@ -3571,9 +3571,13 @@ async fn test_a_search_the_upstream_read_is_not_sent_again() {
             let base = format!("http://{}", listener.local_addr().unwrap());
             let received = Arc::new(std::sync::atomic::AtomicUsize::new(0));
             let seen = received.clone();
+            // The gateway's address, for the reset to wait on its task.
+            let gateway_base = Arc::new(std::sync::OnceLock::<String>::new());
+            let gw_base = gateway_base.clone();
             let task = tokio::spawn(async move {
                 while let Ok((mut stream, _)) = listener.accept().await {
                     let seen = seen.clone();
+                    let gw_base = gw_base.clone();
                     tokio::spawn(async move {
                         let mut buf = vec![0u8; 8192];
                         let mut pending = Vec::new();
@@ -3611,7 +3615,8 @@ async fn test_a_search_the_upstream_read_is_not_sent_again() {
                             if n == 2 {
                                 // Read whole; then closed cleanly, or reset later.
                                 if ending == "reset" {
-                                    tokio::time::sleep(Duration::from_millis(300)).await;
+                                    let base = gw_base.get().expect("the gateway started");
+                                    running_past(base, STALE_RESET_WITHIN).await;
                                     // A zero linger resets at the drop, at once: it never
                                     // blocks, which is what the deprecation warns of.
                                     #[allow(deprecated)]
@@ -3630,6 +3635,7 @@ async fn test_a_search_the_upstream_read_is_not_sent_again() {
             });
             let setting = format!("backend.upstream.fast_lane={lane}");
             let gw = gateway(&base, &[&setting]).await;
+            gateway_base.set(gw.base.clone()).unwrap();
             let count = || gw.req("POST", "/logs/_count", Some(json!({})));
             let (s, b) = count().await;
             assert_eq!(s, 200, "{ending}, lane {lane}: {b}");
@@ -3659,6 +3665,39 @@ async fn test_a_search_the_upstream_read_is_not_sent_again() {
             gw.stop().await;
             task.abort();
         }
+    }
+}
+
+/// The lane's window for a reset that means "never read" (`h1.rs`, `STALE_RESET_WITHIN`).
+const STALE_RESET_WITHIN: Duration = Duration::from_millis(250);
+
+/// Waits until the gateway at `base` shows a search-class task running for longer than `past`
+/// (its `_tasks`, polled): the moment a reset of that task's upstream connection comes late.
+async fn running_past(base: &str, past: Duration) {
+    let client = reqwest::Client::new();
+    let url = format!("{base}/_tasks?actions=*search*&detailed=true");
+    let longest = |v: &Value| {
+        v["nodes"]
+            .as_object()
+            .into_iter()
+            .flat_map(|nodes| nodes.values())
+            .filter_map(|n| n["tasks"].as_object())
+            .flat_map(|tasks| tasks.values())
+            .filter_map(|t| t["running_time_in_nanos"].as_u64())
+            .max()
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + common::SETTLE_WITHIN;
+    loop {
+        let v: Value = client.get(&url).send().await.unwrap().json().await.unwrap();
+        if u128::from(longest(&v)) > past.as_nanos() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no task ran past {past:?}: {v}"
+        );
+        tokio::task::yield_now().await;
     }
 }
 

@@ -346,8 +346,11 @@ impl H1 {
                 headers,
                 body,
             );
-            let exchange = self.exchange(thread, hosts, i, &request, method == Method::HEAD);
-            match tokio::time::timeout(self.request_timeout, exchange).await {
+            // The attempt's start, read once: its deadline, and what a reset is timed from (R2).
+            let started = tokio::time::Instant::now();
+            let exchange =
+                self.exchange(thread, hosts, i, &request, method == Method::HEAD, started);
+            match tokio::time::timeout_at(started + self.request_timeout, exchange).await {
                 Ok(Ok(answer)) => {
                     hosts.succeeded(i);
                     return Ok(answer);
@@ -387,6 +390,7 @@ impl H1 {
         i: usize,
         request: &[u8],
         head_only: bool,
+        started: tokio::time::Instant,
     ) -> Result<Answer, Failed> {
         let pool = &self.pools[i];
         let mut reused = true;
@@ -398,7 +402,7 @@ impl H1 {
             }
         };
         loop {
-            match round_trip(&mut conn, request).await {
+            match round_trip(&mut conn, request, started).await {
                 Ok((head, buf)) => {
                     return finish_head(head, conn, buf, head_only, pool.clone(), thread);
                 }
@@ -493,9 +497,14 @@ struct Head {
 const STALE_RESET_WITHIN: Duration = Duration::from_millis(250);
 
 /// Writes `request` and reads until an answer's head (a final one: `1xx` heads are skipped).
-async fn round_trip(conn: &mut TcpStream, request: &[u8]) -> Result<(Head, BytesMut), RoundTrip> {
+/// `started` is the attempt's start (its checkout and writing take microseconds): a reset is
+/// timed from it, so that the common path reads no clock of its own.
+async fn round_trip(
+    conn: &mut TcpStream,
+    request: &[u8],
+    started: tokio::time::Instant,
+) -> Result<(Head, BytesMut), RoundTrip> {
     conn.write_all(request).await.map_err(RoundTrip::Unread)?;
-    let sent = Instant::now();
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut answered = false;
     loop {
@@ -505,7 +514,7 @@ async fn round_trip(conn: &mut TcpStream, request: &[u8]) -> Result<(Head, Bytes
             } else if matches!(
                 e.kind(),
                 std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
-            ) && sent.elapsed() < STALE_RESET_WITHIN
+            ) && started.elapsed() < STALE_RESET_WITHIN
             {
                 RoundTrip::Unread(e)
             } else {
