@@ -7,19 +7,17 @@
 //!
 //! One place for the general path: the node's outermost layer ([`crate::server`]); the fast
 //! lane renders its own answers (errors, rejections) by the same rule (L1). Answers relayed
-//! from a gateway's upstream ([`Relayed`]) are left as the upstream wrote them: it was sent the
-//! same `format` and renders them itself; an upstream answer the gateway reads to build its
-//! own (an `_msearch` merged, settings joined) it reads in either type ([`parse_answer`]).
+//! from a gateway's upstream ([`Relayed`](crate::http::pretty::Relayed)) are left as the
+//! upstream wrote them: it was sent the same `format` and renders them itself; an upstream
+//! answer the gateway reads to build its own (an `_msearch` merged, settings joined) it reads
+//! in either type ([`parse_answer`]).
 //!
 //! The binary types OpenSearch also writes (`cbor`, `smile`) are not: such a request is
 //! answered JSON, as one naming a format OpenSearch does not know (docs/compatibility.md).
 
-use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
 use serde_json::Value;
-
-use crate::http::pretty::Relayed;
 
 /// The `Content-Type` of a YAML answer, as OpenSearch's `XContentType.YAML` names it.
 pub const YAML: &str = "application/yaml";
@@ -226,36 +224,14 @@ fn write_quoted(s: &str, out: &mut String) {
     out.push('"');
 }
 
-/// Whether `resp` is an answer sluice built as JSON: not [`Relayed`], `Content-Type` JSON.
-fn is_own_json(resp: &Response) -> bool {
-    resp.extensions().get::<Relayed>().is_none()
-        && resp
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .is_some_and(|t| t.as_bytes().starts_with(b"application/json"))
-}
-
-/// `resp` rendered as YAML when it is an answer sluice built as JSON ([`is_own_json`]); any
-/// other answer (text, relayed, empty) as it is. Such an answer was built whole in memory.
+/// `resp` rendered as YAML when it is an answer sluice built as JSON
+/// ([`crate::http::pretty::is_own_json`]); any other answer (text, relayed, empty) as it is.
+/// Such an answer was built whole in memory.
 pub async fn yaml_answer(resp: Response) -> Response {
-    if !is_own_json(&resp) {
+    if !crate::http::pretty::is_own_json(&resp) {
         return resp;
     }
-    let (mut parts, body) = resp.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
-        // A body built in memory does not fail to read; if one did, it is gone.
-        return Response::from_parts(parts, Body::empty());
-    };
-    match yaml_body(&bytes) {
-        Some(yaml) => {
-            parts.headers.remove(header::CONTENT_LENGTH);
-            parts
-                .headers
-                .insert(header::CONTENT_TYPE, HeaderValue::from_static(YAML));
-            Response::from_parts(parts, Body::from(yaml))
-        }
-        None => Response::from_parts(parts, Body::from(bytes)),
-    }
+    crate::http::pretty::rerender(resp, Some(HeaderValue::from_static(YAML)), yaml_body).await
 }
 
 /// `body` (JSON) rendered as YAML; `None` when it is not JSON (a `HEAD` answer's empty body).

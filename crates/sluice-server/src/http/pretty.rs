@@ -6,7 +6,7 @@
 //! (a gateway's, marked [`Relayed`]) are left as the upstream wrote them.
 
 use axum::body::Body;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 
 /// Marks a response relayed from a gateway's upstream (status, headers and body as it sent
@@ -42,36 +42,48 @@ pub fn pretty_json(body: &[u8]) -> Option<Vec<u8>> {
     serde_json::to_vec_pretty(&value).ok()
 }
 
-/// Whether `resp` is an error answer sluice built as JSON: a 4xx or 5xx with a JSON body that
-/// is not [`Relayed`].
-fn is_own_json_error(resp: &Response) -> bool {
-    resp.status() >= StatusCode::BAD_REQUEST
-        && resp.extensions().get::<Relayed>().is_none()
+/// Whether `resp` is an answer sluice built as JSON: not [`Relayed`], `Content-Type` JSON.
+pub(crate) fn is_own_json(resp: &Response) -> bool {
+    resp.extensions().get::<Relayed>().is_none()
         && resp
             .headers()
             .get(header::CONTENT_TYPE)
             .is_some_and(|t| t.as_bytes().starts_with(b"application/json"))
 }
 
-/// `resp` with its body rendered pretty when it is an error sluice built as JSON; any other
-/// answer as it is. The body of such an error is small and whole in memory.
-pub async fn pretty_error(resp: Response) -> Response {
-    if !is_own_json_error(&resp) {
-        return resp;
-    }
+/// `resp` with its body (built whole in memory) replaced by `render`'s rendering of it, its
+/// length dropped and its `Content-Type` set to `content_type` when given; as it is when
+/// `render` renders nothing (a body that is not JSON).
+pub(crate) async fn rerender(
+    resp: Response,
+    content_type: Option<HeaderValue>,
+    render: impl FnOnce(&[u8]) -> Option<Vec<u8>>,
+) -> Response {
     let (mut parts, body) = resp.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
-        // An error body built in memory does not fail to read; if one did, it is gone.
+        // A body built in memory does not fail to read; if one did, it is gone.
         return Response::from_parts(parts, Body::empty());
     };
-    let body = match pretty_json(&bytes) {
-        Some(pretty) => {
+    let body = match render(&bytes) {
+        Some(rendered) => {
             parts.headers.remove(header::CONTENT_LENGTH);
-            Body::from(pretty)
+            if let Some(t) = content_type {
+                parts.headers.insert(header::CONTENT_TYPE, t);
+            }
+            Body::from(rendered)
         }
         None => Body::from(bytes),
     };
     Response::from_parts(parts, body)
+}
+
+/// `resp` with its body rendered pretty when it is an error sluice built as JSON (a 4xx or
+/// 5xx, [`is_own_json`]); any other answer as it is. The body of such an error is small.
+pub async fn pretty_error(resp: Response) -> Response {
+    if resp.status() < StatusCode::BAD_REQUEST || !is_own_json(&resp) {
+        return resp;
+    }
+    rerender(resp, None, pretty_json).await
 }
 
 #[cfg(test)]
