@@ -7,30 +7,22 @@
 
 use serde_json::{Value, json};
 
-use crate::common::{TestNode, ndjson};
+use crate::common::{Raw, TestNode, ndjson, send_raw};
 
-/// A raw answer: status, `Content-Type` and body text.
-struct Raw {
-    status: u16,
-    content_type: String,
-    text: String,
+/// The body of `r` read as YAML, after checking it is one: the content type and the document
+/// start OpenSearch writes.
+fn yaml(r: &Raw, what: &str) -> Value {
+    assert_eq!(
+        r.content_type, "application/yaml",
+        "{what}: {} {}",
+        r.status, r.text
+    );
+    assert!(r.text.starts_with("---\n"), "{what}: {}", r.text);
+    serde_yaml_ng::from_str(&r.text)
+        .unwrap_or_else(|e| panic!("{what}: not YAML ({e}): {}", r.text))
 }
 
-impl Raw {
-    /// The body read as YAML, after checking it is one: the content type and the document
-    /// start OpenSearch writes.
-    fn yaml(&self, what: &str) -> Value {
-        assert_eq!(
-            self.content_type, "application/yaml",
-            "{what}: {} {}",
-            self.status, self.text
-        );
-        assert!(self.text.starts_with("---\n"), "{what}: {}", self.text);
-        serde_yaml_ng::from_str(&self.text)
-            .unwrap_or_else(|e| panic!("{what}: not YAML ({e}): {}", self.text))
-    }
-}
-
+/// `method path` with an optional `Accept` and body (NDJSON for `_msearch`, else JSON).
 async fn send(
     node: &TestNode,
     method: &str,
@@ -38,32 +30,19 @@ async fn send(
     accept: Option<&str>,
     body: Option<String>,
 ) -> Raw {
-    let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let mut rb = node.client.request(m, node.url(path));
+    let mut headers = Vec::new();
     if let Some(a) = accept {
-        rb = rb.header("accept", a);
+        headers.push(("accept", a));
     }
-    if let Some(b) = body {
+    if body.is_some() {
         let ty = if path.contains("_msearch") {
             "application/x-ndjson"
         } else {
             "application/json"
         };
-        rb = rb.header("content-type", ty).body(b);
+        headers.push(("content-type", ty));
     }
-    let resp = rb.send().await.expect("request sent");
-    let status = resp.status().as_u16();
-    let content_type = resp
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_string())
-        .unwrap_or_default();
-    let text = resp.text().await.expect("body");
-    Raw {
-        status,
-        content_type,
-        text,
-    }
+    send_raw(node, method, path, &headers, body.as_deref()).await
 }
 
 async fn logs(node: &TestNode) {
@@ -102,7 +81,7 @@ async fn test_answers_are_yaml_when_the_request_asks() {
     ] {
         let r = send(&node, "POST", path, accept, Some(body.clone())).await;
         assert_eq!(r.status, 200, "{path}: {}", r.text);
-        let v = r.yaml(path);
+        let v = yaml(&r, path);
         assert_eq!(v["hits"], as_json["hits"], "{path}: {}", r.text);
         assert!(r.text.contains("\n  hits:\n"), "{path}: {}", r.text);
     }
@@ -114,11 +93,11 @@ async fn test_answers_are_yaml_when_the_request_asks() {
     ] {
         let r = send(&node, "GET", path, None, None).await;
         assert_eq!(r.status, 200, "{path}: {}", r.text);
-        let v = r.yaml(path);
+        let v = yaml(&r, path);
         assert!(v.is_object(), "{path}: {v}");
     }
     let r = send(&node, "GET", "/_cluster/health?format=yaml", None, None).await;
-    let v = r.yaml("health");
+    let v = yaml(&r, "health");
     assert!(
         v["status"].is_string() && v["number_of_nodes"].is_u64(),
         "{v}"
@@ -181,14 +160,14 @@ async fn test_errors_and_cat_rows_are_yaml_when_the_request_asks() {
     ] {
         let r = send(&node, method, path, None, body).await;
         assert_eq!(r.status, status, "{path}: {}", r.text);
-        let v = r.yaml(path);
+        let v = yaml(&r, path);
         assert_eq!(v["status"], status, "{path}: {v}");
         assert_eq!(v["error"]["type"], ty, "{path}: {v}");
     }
     // `_cat` rows as a YAML list, as for `format=json`.
     let r = send(&node, "GET", "/_cat/indices?format=yaml", None, None).await;
     assert_eq!(r.status, 200, "{}", r.text);
-    let rows = r.yaml("_cat/indices");
+    let rows = yaml(&r, "_cat/indices");
     let names: Vec<&str> = rows
         .as_array()
         .unwrap_or_else(|| panic!("{rows}"))
@@ -198,7 +177,7 @@ async fn test_errors_and_cat_rows_are_yaml_when_the_request_asks() {
     assert!(names.contains(&"logs"), "{rows}");
     let r = send(&node, "GET", "/_list/wlm_stats?format=yaml", None, None).await;
     assert_eq!(r.status, 200, "{}", r.text);
-    let v = r.yaml("_list/wlm_stats");
+    let v = yaml(&r, "_list/wlm_stats");
     assert!(v.is_object() || v.is_array(), "{v}");
     // Without `format`, a table stays text; or answers in the type `Accept` names, as
     // OpenSearch's `RestTable` reads the header for a missing `format`.
@@ -216,7 +195,7 @@ async fn test_errors_and_cat_rows_are_yaml_when_the_request_asks() {
         None,
     )
     .await;
-    assert!(r.yaml("_cat/indices by Accept").is_array(), "{}", r.text);
+    assert!(yaml(&r, "_cat/indices by Accept").is_array(), "{}", r.text);
     let r = send(
         &node,
         "GET",
@@ -241,7 +220,7 @@ async fn test_errors_and_cat_rows_are_yaml_when_the_request_asks() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.text);
-    r.yaml("_list/wlm_stats by Accept");
+    yaml(&r, "_list/wlm_stats by Accept");
     // `format` wins over the header; a header naming no document type leaves the text table.
     let r = send(
         &node,
@@ -285,7 +264,7 @@ async fn test_msearch_answers_are_yaml_when_the_request_asks() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.text);
-    let v = r.yaml("_msearch");
+    let v = yaml(&r, "_msearch");
     let items = v["responses"].as_array().unwrap_or_else(|| panic!("{v}"));
     assert_eq!(items.len(), 2, "{v}");
     assert_eq!(items[0]["hits"]["total"]["value"], 1, "{v}");
@@ -318,7 +297,7 @@ async fn test_a_background_action_answers_yaml_when_the_request_asks() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.text);
-    assert_eq!(r.yaml("_delete_by_query")["deleted"], 1, "{}", r.text);
+    assert_eq!(yaml(&r, "_delete_by_query")["deleted"], 1, "{}", r.text);
     // In the background: through a gateway the action runs as an upstream task the gateway
     // follows, reading the upstream's answers about it as JSON whatever the client accepts.
     let body = json!({"query": {"match_all": {}}}).to_string();
@@ -331,7 +310,7 @@ async fn test_a_background_action_answers_yaml_when_the_request_asks() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.text);
-    let v = r.yaml("_update_by_query");
+    let v = yaml(&r, "_update_by_query");
     let task = v["task"].as_str().unwrap_or_else(|| panic!("{v}"));
     let done = node.task_result(task).await;
     assert_eq!(done["response"]["updated"], 1, "{done}");

@@ -6,51 +6,7 @@
 
 use serde_json::{Value, json};
 
-use crate::common::TestNode;
-
-/// A raw answer: status, `Content-Type` and body text.
-struct Raw {
-    status: u16,
-    content_type: String,
-    text: String,
-}
-
-impl Raw {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.text)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", self.content_type, self.text))
-    }
-}
-
-async fn send(
-    node: &TestNode,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: Option<&str>,
-) -> Raw {
-    let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let mut rb = node.client.request(m, node.url(path));
-    for (k, v) in headers {
-        rb = rb.header(*k, *v);
-    }
-    if let Some(b) = body {
-        rb = rb.body(b.to_string());
-    }
-    let resp = rb.send().await.expect("request sent");
-    let status = resp.status().as_u16();
-    let content_type = resp
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_string())
-        .unwrap_or_default();
-    let text = resp.text().await.expect("body");
-    Raw {
-        status,
-        content_type,
-        text,
-    }
-}
+use crate::common::{Raw, TestNode, send_raw as send};
 
 async fn get(node: &TestNode, path: &str) -> Raw {
     send(node, "GET", path, &[], None).await

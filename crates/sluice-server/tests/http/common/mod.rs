@@ -506,3 +506,52 @@ pub async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
     );
     got
 }
+
+/// A raw answer: status, `Content-Type` and body text.
+#[allow(dead_code)]
+pub struct Raw {
+    pub status: u16,
+    pub content_type: String,
+    pub text: String,
+}
+
+#[allow(dead_code)]
+impl Raw {
+    /// The body as JSON, or a panic naming what came.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.text)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", self.content_type, self.text))
+    }
+}
+
+/// Sends `method path` to `node` with `headers` and a text `body`; answers it raw.
+#[allow(dead_code)]
+pub async fn send_raw(
+    node: &TestNode,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Raw {
+    let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let mut rb = node.client.request(m, node.url(path));
+    for (k, v) in headers {
+        rb = rb.header(*k, *v);
+    }
+    if let Some(b) = body {
+        rb = rb.body(b.to_string());
+    }
+    let resp = rb.send().await.expect("request sent");
+    let status = resp.status().as_u16();
+    let content_type = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let text = resp.text().await.expect("body");
+    Raw {
+        status,
+        content_type,
+        text,
+    }
+}
