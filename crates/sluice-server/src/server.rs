@@ -113,12 +113,14 @@ impl Node {
         ));
         // Every node of a cluster reports the metastore's uuid; the one in node.json is only
         // this node's proposal for a metastore that has none yet.
-        identity.cluster_uuid =
-            crate::cluster::uuid::load_or_init(metastore.as_ref(), &identity.cluster_uuid)
-                .await
-                .map_err(|e| {
-                    anyhow::anyhow!("cannot read the cluster uuid from the metastore: {e}")
-                })?;
+        identity.cluster_uuid = crate::cluster::uuid::load_or_init(
+            metastore.as_ref(),
+            &identity.cluster_uuid,
+            &config.cluster_name,
+            crate::cluster::uuid::is_shared(metastore.as_ref()),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!(e.describe(&config.cluster_name, &config.metastore)))?;
         // Read before the view is loaded, so a change landing meanwhile is reloaded later.
         let applied_changes = metastore.changes().await.map_err(|e| {
             anyhow::anyhow!("cannot read the metastore [{}]: {e}", config.metastore)

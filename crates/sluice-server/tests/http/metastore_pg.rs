@@ -397,3 +397,40 @@ async fn test_a_gateways_health_is_the_upstreams_with_its_own_metastore() {
     })
     .await;
 }
+
+/// A shared metastore serves one `cluster.name` (`cluster/uuid.rs` U2): a node of another
+/// name refuses to start, saying which name the metastore has and how to fix it, and leaves
+/// the cluster's identity as it was; a node of the cluster's name still joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_node_of_another_cluster_name_refuses_a_shared_metastore() {
+    let url = fresh_postgres_url("pg_cluster_name").await;
+    let n1 = TestNode::start_on_metastore(&url, &["cluster.name=alpha"]).await;
+    let (_, root) = n1.req("GET", "/", None).await;
+    let uuid = root["cluster_uuid"].as_str().expect("a uuid").to_string();
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let metastore = format!("metastore.uri={url}");
+    let refused = sluice_server::server::Node::start(crate::common::config(
+        tmp.path(),
+        &[&metastore, "cluster.name=beta"],
+    ))
+    .await;
+    let message = match refused {
+        Ok(_) => panic!("a node named beta started on alpha's metastore"),
+        Err(e) => e.to_string(),
+    };
+    for part in [
+        "belongs to cluster [alpha]",
+        &format!("uuid [{uuid}]"),
+        "cluster.name is [beta]",
+        "Set cluster.name to [alpha]",
+        "metastore.uri",
+    ] {
+        assert!(message.contains(part), "[{part}] missing from: {message}");
+    }
+
+    let n2 = TestNode::start_on_metastore(&url, &["cluster.name=alpha"]).await;
+    let (_, root2) = n2.req("GET", "/", None).await;
+    assert_eq!(root2["cluster_uuid"], uuid.as_str());
+    assert_eq!(root2["cluster_name"], "alpha");
+}
