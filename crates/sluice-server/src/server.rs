@@ -453,14 +453,20 @@ fn check_header_size(req: &Request) -> Result<(), crate::error::ApiError> {
     Err(crate::error::ApiError::Engine(e))
 }
 
-/// Outside the router: a 405 completed the way OpenSearch words it (it needs the `Allow`
+/// Outside the router: the URL's `index` parameter moved into the path where OpenSearch
+/// reads it as the path's ([`crate::http::url_index`]), a 405 completed the way OpenSearch words it (it needs the `Allow`
 /// header the router sets), every error answer sluice built made pretty when the request asks
 /// `?pretty` ([`crate::http::pretty`]; one place for all of them: handlers' errors,
 /// rejections, 401/403/429, unknown routes, 405s and caught panics), every JSON answer sluice
 /// built rendered as YAML when the request asks for it ([`crate::http::format`]), and the
 /// request's `X-Opaque-Id` echoed on every response (so errors, rejections and caught panics
 /// carry it too).
-async fn outer_layer(req: Request, next: Next) -> Response {
+async fn outer_layer(mut req: Request, next: Next) -> Response {
+    // Before anything reads the path: authorization, routing and a gateway's forwarding act
+    // on the indices OpenSearch would.
+    if let Some(uri) = crate::http::url_index::rewrite(req.method(), req.uri()) {
+        *req.uri_mut() = uri;
+    }
     let opaque = crate::http::meta::opaque_ids(&req);
     let (method, uri) = (req.method().clone(), req.uri().clone());
     let pretty = crate::http::pretty::wants_pretty(uri.query());

@@ -34,6 +34,11 @@ pub fn methods_of(route: &str) -> Vec<Method> {
         .collect()
 }
 
+/// Every listed route: its method and axum route pattern.
+pub fn routes() -> impl Iterator<Item = (&'static Method, &'static str)> {
+    ROUTES.iter().map(|(m, r, _)| (m, *r))
+}
+
 /// `bulk`.
 const BULK: &[&str] = &[
     "_source",
@@ -801,6 +806,11 @@ static ROUTES: &[(Method, &str, &[&str])] = &[
     (Method::POST, "/{index}/_mapping", INDICES_PUT_MAPPING),
     (Method::GET, "/{index}/_settings", INDICES_GET_SETTINGS),
     (Method::PUT, "/{index}/_settings", INDICES_PUT_SETTINGS),
+    (
+        Method::GET,
+        "/{index}/_settings/{name}",
+        INDICES_GET_SETTINGS,
+    ),
     (
         Method::GET,
         "/{index}/_settings/{name}",

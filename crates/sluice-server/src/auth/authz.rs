@@ -21,6 +21,7 @@ use std::time::Instant;
 
 use axum::extract::Request;
 use sluice_core::authz::{Action, Authorizer, RoleSet};
+use sluice_engine::resolve::{ExpandWildcards, IndicesOptions};
 use sluice_engine::{Engine, EngineError, ErrorCode};
 
 use super::audit::{Audit, Outcome};
@@ -172,6 +173,24 @@ impl<'a> Catalog<'a> {
     }
 }
 
+/// How the authorizer resolves an expression: to every index it could reach under any
+/// request's options, closed and hidden ones included (a request's `expand_wildcards=all`
+/// reaches them, and the handler, not the authorizer, reads the request's options), and
+/// skipping names that do not exist (the handler answers their 404). A wildcard is allowed
+/// only when every index it could expand to is: never more permissive than OpenSearch, and
+/// stricter only for a wildcard that reaches a forbidden index that the request's own
+/// options would have left out.
+const EVERY_INDEX: IndicesOptions = IndicesOptions {
+    ignore_unavailable: true,
+    allow_no_indices: true,
+    expand_wildcards: ExpandWildcards {
+        open: true,
+        closed: true,
+        hidden: true,
+    },
+    forbid_closed: false,
+};
+
 /// Whether `perms` allow index `action` on every index `expr` names (see the module docs).
 pub fn allows_expression(
     perms: &RoleSet,
@@ -182,6 +201,11 @@ pub fn allows_expression(
     let engine = match catalog {
         Catalog::Local(engine) => engine,
         Catalog::Remote => return allows_unresolved(perms, action, expr),
+    };
+    let resolve = |expr: &str| {
+        engine
+            .resolve_targets(expr, &EVERY_INDEX)
+            .map(|ts| ts.into_iter().map(|t| t.handle).collect::<Vec<_>>())
     };
     let is_wildcard = |p: &str| p == "_all" || p.contains('*');
     let mut wildcard = false;
@@ -204,7 +228,7 @@ pub fn allows_expression(
             continue;
         }
         // An alias is allowed when every index it stands for is.
-        let alias_ok = engine.resolve(part).is_ok_and(|hs| {
+        let alias_ok = resolve(part).is_ok_and(|hs| {
             !hs.is_empty()
                 && hs.iter().all(|h| h.name() != part)
                 && hs.iter().all(|h| perms.allows_index(action, h.name()))
@@ -217,21 +241,12 @@ pub fn allows_expression(
         if !perms.allows_index_somewhere(action) {
             return false;
         }
+        // A named index that is missing is skipped (`EVERY_INDEX`; the handler answers
+        // its 404): what the wildcards include is checked.
         let resolved = if named_any {
-            engine.resolve(expr).or_else(|_| {
-                // A named index is missing (the handler answers its 404): check what the
-                // wildcards alone include.
-                let rest: Vec<&str> = expr
-                    .split(',')
-                    .map(str::trim)
-                    .enumerate()
-                    .filter(|(i, p)| is_wildcard(p) || (*i > 0 && p.starts_with('-')))
-                    .map(|(_, p)| p)
-                    .collect();
-                engine.resolve(&rest.join(","))
-            })
+            resolve(expr)
         } else {
-            engine.resolve("_all")
+            resolve("_all")
         };
         let Ok(resolved) = resolved else {
             return false;

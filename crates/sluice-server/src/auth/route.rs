@@ -77,17 +77,14 @@ fn wants_buckets(query: Option<&str>) -> bool {
     })
 }
 
-/// The URL's `index` parameter (the last one), decoded as a query's values are (`+` a space):
-/// the indices of a search, count or search template whose path names none, as OpenSearch's
-/// handlers read them (`request.param("index")`). An empty one names all (`None`).
+/// The URL's `index` parameter as the handlers read it
+/// ([`crate::http::url_index::query_index`]): the indices of a search, count or search
+/// template whose path names none, as OpenSearch's handlers read them
+/// (`request.param("index")`). An empty one names all (`None`).
 fn url_index<'a>(query: Option<&str>) -> Option<Cow<'a, str>> {
-    let value = query?
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .filter(|(k, _)| *k == "index")
-        .map(|(_, v)| v)
-        .next_back()?;
-    (!value.is_empty()).then(|| Cow::Owned(decode(&value.replace('+', " ")).into_owned()))
+    crate::http::url_index::query_index(query)
+        .filter(|v| !v.is_empty())
+        .map(|v| Cow::Owned(v.into_owned()))
 }
 
 /// The action of a request to `path` (without the query) with `method`.

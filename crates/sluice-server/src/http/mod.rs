@@ -22,6 +22,7 @@ pub mod reply;
 pub mod serve;
 pub mod threads;
 pub mod unrecognized;
+pub mod url_index;
 
 use std::collections::HashMap;
 

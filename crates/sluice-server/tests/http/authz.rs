@@ -148,6 +148,11 @@ async fn test_users_by_actions_by_index_expressions() {
         (&alice, "GET", "/_count?index=a-1,a-2", None, 200),
         (&alice, "GET", "/_search?index=b-1", None, 403),
         (&alice, "GET", "/_search?index=", None, 403),
+        // ... read as the handler reads it: the last one, its name decoded, a bare one empty.
+        (&alice, "GET", "/_search?index=a-1&%69ndex=b-1", None, 403),
+        (&alice, "GET", "/_count?index=a-1&%69ndex=b-1", None, 403),
+        (&alice, "GET", "/_search?index=a-1&index", None, 403),
+        (&alice, "GET", "/_search?%69ndex=b-1&index=a-1", None, 200),
         (&bob, "GET", "/_count?index=b-1", None, 200),
         (&alice, "GET", "/a-nope/_search", None, 404),
         (&alice, "GET", "/b-*/_count", None, 403),
@@ -197,6 +202,12 @@ async fn test_users_by_actions_by_index_expressions() {
         (&alice, "GET", "/_cat/indices/a-*", None, 403),
         (&bob, "GET", "/_cat/indices/b-*", None, 200),
         (&bob, "GET", "/_cat/indices", None, 403),
+        // The URL's `index` is the path's on every index API that has both forms.
+        (&bob, "GET", "/_cat/indices?index=b-*", None, 200),
+        (&bob, "GET", "/_cat/indices?index=a-1", None, 403),
+        (&bob, "GET", "/_mapping?index=b-1", None, 200),
+        (&bob, "GET", "/_mapping?index=b-1,a-1", None, 403),
+        (&alice, "GET", "/_mapping?index=a-1", None, 403),
         // cluster: monitor for tenant_a, nothing for the others; admin actions for admins only
         (&alice, "GET", "/_cluster/health", None, 200),
         (&rita, "GET", "/_cluster/health", None, 403),
@@ -316,6 +327,53 @@ async fn test_forbidden_user_cannot_learn_that_an_index_exists() {
     // The index is still there for its tenant.
     let r = send(&node, &who("bob", "tenant_b"), "GET", "/b-1/_count", None).await;
     assert_eq!(r.1["count"], 1, "{}", r.1);
+}
+
+/// A wildcard is authorized on every index it could reach, hidden and closed ones included:
+/// the request's `expand_wildcards` decides what the handler expands it to, so a tenant's
+/// `expand_wildcards=all` must not reach another tenant's hidden index (outside trial D3), on
+/// a search, an `_msearch` item or a by-query request.
+#[tokio::test]
+async fn test_a_wildcard_is_authorized_on_every_index_it_could_reach() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = node_with_roles(&tmp).await;
+    seed(&node).await;
+    let body = json!({"settings": {"index.hidden": true}});
+    let (s, b) = send(&node, &ROOT, "PUT", "/b-hid", Some(body)).await;
+    assert_eq!(s, 200, "{b}");
+    let doc = Some(json!({"secret": "b"}));
+    let (s, b) = send(&node, &ROOT, "PUT", "/b-hid/_doc/1?refresh=true", doc).await;
+    assert_eq!(s, 201, "{b}");
+    let alice = who("alice", "tenant_a");
+    for (method, path) in [
+        ("GET", "/b-h*/_search?expand_wildcards=all"),
+        ("GET", "/b-h*/_search"),
+        ("GET", "/b-h*/_count?expand_wildcards=hidden"),
+        ("POST", "/b-h*/_delete_by_query?expand_wildcards=all"),
+        ("POST", "/b-h*/_update_by_query?expand_wildcards=all"),
+    ] {
+        let body = (method == "POST").then(|| json!({"query": {"match_all": {}}}));
+        let (s, b) = send(&node, &alice, method, path, body).await;
+        assert_eq!(s, 403, "{method} {path}: {b}");
+    }
+    let (status, body) = send_ndjson(
+        &node,
+        &alice,
+        "/_msearch",
+        &[
+            json!({"index": "b-h*", "expand_wildcards": "all"}),
+            json!({}),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["responses"][0]["status"], 403, "{body}");
+    // The tenant's own hidden index is theirs to reach.
+    let bob = who("bob", "tenant_b");
+    let (s, b) = send(&node, &bob, "GET", "/b-*/_count?expand_wildcards=all", None).await;
+    assert_eq!((s, &b["count"]), (200, &json!(2)), "{b}");
+    let (s, b) = send(&node, &ROOT, "GET", "/b-hid/_count", None).await;
+    assert_eq!((s, &b["count"]), (200, &json!(1)), "nothing deleted: {b}");
 }
 
 #[tokio::test]

@@ -1107,3 +1107,76 @@ async fn test_block_api_sets_the_block_and_flush_commits() {
     assert_error(&r, 404, "index_not_found_exception");
     node.stop().await;
 }
+
+/// OpenSearch's handlers read `request.param("index")`, which is the URL's `index` when the
+/// path names none: every index API with both forms acts on the parameter's indices
+/// (`http/url_index.rs`). Through a gateway, the upstream is asked for the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_the_url_index_parameter_is_the_path_index_of_every_index_api() {
+    let node = TestNode::start().await;
+    for (index, field) in [("movies", "title"), ("books", "author")] {
+        let (s, b) = node
+            .req(
+                "PUT",
+                &format!("/{index}/_doc/1?refresh=true"),
+                Some(json!({ field: "x" })),
+            )
+            .await;
+        assert_eq!(s, 201, "{b}");
+    }
+    let keys = |v: &Value| -> Vec<String> {
+        let mut k: Vec<String> = v.as_object().expect("object").keys().cloned().collect();
+        k.sort();
+        k
+    };
+    for path in [
+        "/_mapping?index=movies",
+        "/_settings?index=movies",
+        "/_settings/index.provided_name?index=movies",
+        "/_alias?index=movies",
+    ] {
+        let (s, b) = node.req("GET", path, None).await;
+        assert_eq!(
+            (s, keys(&b)),
+            (200, vec!["movies".to_string()]),
+            "{path}: {b}"
+        );
+    }
+    let (s, b) = node
+        .req("GET", "/_mapping?index=books,movies&pretty", None)
+        .await;
+    assert_eq!(
+        (s, keys(&b)),
+        (200, vec!["books".into(), "movies".into()]),
+        "{b}"
+    );
+    let (s, b) = node.req("GET", "/_stats?index=books", None).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(keys(&b["indices"]), vec!["books".to_string()], "{b}");
+    let (s, b) = node
+        .req("GET", "/_cat/indices?index=books&format=json", None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let names: Vec<&str> = b
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter_map(|r| r["index"].as_str())
+        .collect();
+    assert_eq!(names, ["books"], "{b}");
+    let (s, b) = node
+        .req("GET", "/_cat/count?index=movies&format=json", None)
+        .await;
+    assert_eq!((s, &b[0]["count"]), (200, &json!("1")), "{b}");
+    // The path's index wins; an index that does not exist is not found, as by path.
+    let (s, b) = node.req("GET", "/books/_mapping?index=movies", None).await;
+    assert_eq!((s, keys(&b)), (200, vec!["books".to_string()]), "{b}");
+    let (s, b) = node.req("GET", "/_mapping?index=nope", None).await;
+    assert_error(&(s, b), 404, "index_not_found_exception");
+    // A value cannot reach another route: it is one path segment.
+    let (s, b) = node
+        .req("GET", "/_mapping?index=..%2F_cluster%2Fsettings", None)
+        .await;
+    assert!(s == 400 || s == 404, "{s} {b}");
+    node.stop().await;
+}

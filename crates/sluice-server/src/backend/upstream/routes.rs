@@ -210,13 +210,13 @@ fn index_of(index: PathParam, uri: &http::Uri) -> String {
         .unwrap_or_else(|| "_all".to_string())
 }
 
-/// The URL's `index` parameter, when it names one (an empty one names all, as `_all`). A
-/// query that does not parse names none here; reading the request refuses it.
+/// The URL's `index` parameter as the handlers read it
+/// ([`crate::http::url_index::query_index`]), when it names one (an empty one names all, as
+/// `_all`).
 pub(super) fn url_index(uri: &http::Uri) -> Option<String> {
-    params_of_uri(uri)
-        .ok()?
-        .remove("index")
+    crate::http::url_index::query_index(uri.query())
         .filter(|i| !i.is_empty())
+        .map(|i| i.into_owned())
 }
 
 /// Whether a method is one a search-class route admits (others pass through unchanged).
