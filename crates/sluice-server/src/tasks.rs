@@ -237,9 +237,19 @@ pub struct TaskManager {
     /// hundred instructions a search on the gateway's fast lane, BENCHMARKS.md).
     tasks: Mutex<TaskMap>,
     /// Results of background tasks that ended, oldest first, at most [`MAX_STORED_RESULTS`].
-    results: Mutex<std::collections::VecDeque<(u64, Value)>>,
+    results: Mutex<std::collections::VecDeque<(u64, StoredResult)>>,
     /// Background tasks whose result is not stored yet (R1).
     pending: Mutex<HashMap<u64, Arc<Task>>>,
+}
+
+/// The stored result of a background task that ended, with who ran it: a result is read
+/// only by whom the task was visible to (its owner, or anyone when `auth.type` is `none`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredResult {
+    /// Who ran the task ([`Task::principal`]).
+    pub owner: Option<Arc<crate::auth::Principal>>,
+    /// `{"completed": true, "task": …, "response"|"error": …}`.
+    pub doc: Value,
 }
 
 /// Where a task is, for `GET _tasks/{id}`.
@@ -247,8 +257,8 @@ pub struct TaskManager {
 pub enum Lookup {
     /// Running (or a background task whose result is being stored).
     Running(Arc<Task>),
-    /// A background task that ended: its stored result document.
-    Done(Value),
+    /// A background task that ended: its stored result.
+    Done(StoredResult),
     /// Not running, and no result stored.
     Missing,
 }
@@ -425,9 +435,9 @@ impl TaskManager {
         self.pending.lock().insert(task.seq, task.clone());
     }
 
-    /// Stores the result document of the background task `seq` (`{"completed": true, "task":
-    /// …, "response"|"error": …}`), dropping the oldest beyond [`MAX_STORED_RESULTS`].
-    pub fn store_result(&self, seq: u64, result: Value) {
+    /// Stores the result of the background task `seq`, dropping the oldest beyond
+    /// [`MAX_STORED_RESULTS`].
+    pub fn store_result(&self, seq: u64, result: StoredResult) {
         {
             let mut results = self.results.lock();
             results.push_back((seq, result));
@@ -450,11 +460,12 @@ impl TaskManager {
             Ok(response) => doc["response"] = response,
             Err(e) => doc["error"] = crate::error::error_object(e),
         }
-        self.store_result(task.seq, doc);
+        let owner = task.principal.clone();
+        self.store_result(task.seq, StoredResult { owner, doc });
     }
 
     /// The stored result of the task `seq`, if it ran in the background and ended.
-    pub fn result(&self, seq: u64) -> Option<Value> {
+    pub fn result(&self, seq: u64) -> Option<StoredResult> {
         self.results
             .lock()
             .iter()
@@ -686,9 +697,9 @@ mod tests {
         drop(g);
         assert!(m.get(seq).is_none());
         assert!(matches!(m.lookup(seq), Lookup::Running(_)));
-        m.store_result(seq, json!({"completed": true}));
+        m.store_result(seq, stored(json!({"completed": true})));
         assert!(waiter.await.unwrap());
-        assert!(matches!(m.lookup(seq), Lookup::Done(r) if r == json!({"completed": true})));
+        assert!(matches!(m.lookup(seq), Lookup::Done(r) if r.doc == json!({"completed": true})));
         assert!(matches!(m.lookup(seq + 1), Lookup::Missing));
     }
 
@@ -701,18 +712,23 @@ mod tests {
         assert!(m.wait_until_ended(g.task().seq + 1, now).await);
     }
 
+    /// A result of nobody's task.
+    fn stored(doc: Value) -> StoredResult {
+        StoredResult { owner: None, doc }
+    }
+
     #[test]
     fn test_stored_results_are_bounded_oldest_first() {
         let m = TaskManager::new("n");
         for seq in 0..(MAX_STORED_RESULTS as u64 + 2) {
-            m.store_result(seq, json!(seq));
+            m.store_result(seq, stored(json!(seq)));
         }
         assert_eq!(m.result(0), None);
         assert_eq!(m.result(1), None);
-        assert_eq!(m.result(2), Some(json!(2)));
+        assert_eq!(m.result(2), Some(stored(json!(2))));
         assert_eq!(
             m.result(MAX_STORED_RESULTS as u64 + 1),
-            Some(json!(MAX_STORED_RESULTS + 1))
+            Some(stored(json!(MAX_STORED_RESULTS + 1)))
         );
     }
 }

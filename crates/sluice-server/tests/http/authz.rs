@@ -569,6 +569,41 @@ async fn test_users_see_and_cancel_only_their_own_tasks() {
     );
 }
 
+/// A background task's stored result is its owner's as the task was (outside trial D5): a
+/// user who may not see another's tasks gets the running task's 404 for its result too.
+#[tokio::test]
+async fn test_a_finished_background_task_is_read_only_by_who_could_see_it_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = node_with_roles(&tmp).await;
+    seed(&node).await;
+    let bob = who("bob", "tenant_b");
+    let rita = who("rita", "a_reader");
+    let alice = who("alice", "tenant_a");
+    let body = Some(json!({"query": {"match_all": {}}}));
+    let (s, b) = send(
+        &node,
+        &bob,
+        "POST",
+        "/b-1/_update_by_query?wait_for_completion=false",
+        body,
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    let task = b["task"].as_str().expect("a task id").to_string();
+    let path = format!("/_tasks/{task}?wait_for_completion=true&timeout=30s");
+    let (s, done) = send(&node, &bob, "GET", &path, None).await;
+    assert_eq!((s, &done["completed"]), (200, &json!(true)), "{done}");
+    let path = format!("/_tasks/{task}");
+    let (s, b) = send(&node, &rita, "GET", &path, None).await;
+    assert_eq!(s, 404, "another user's result answers as missing: {b}");
+    assert_eq!(b["error"]["type"], "resource_not_found_exception", "{b}");
+    // Who may list every task (cluster_monitor) reads it, as they saw it run.
+    let (s, b) = send(&node, &alice, "GET", &path, None).await;
+    assert_eq!((s, &b["completed"]), (200, &json!(true)), "{b}");
+    let (s, b) = send(&node, &bob, "GET", &path, None).await;
+    assert_eq!((s, &b["response"]["updated"]), (200, &json!(1)), "{b}");
+}
+
 #[tokio::test]
 async fn test_scroll_continues_only_for_the_user_who_opened_it() {
     let tmp = tempfile::tempdir().unwrap();

@@ -78,7 +78,13 @@ impl TaskFilter {
 
 /// Whether task `t` is one `only_user` may touch (`None`: anyone's).
 fn visible_to(only_user: Option<&str>, t: &Task) -> bool {
-    only_user.is_none_or(|u| t.principal.as_ref().is_some_and(|p| *p.username == *u))
+    owned_by(only_user, t.principal.as_deref())
+}
+
+/// Whether a task run by `owner` is one `only_user` may touch (`None`: anyone's): its stored
+/// result as much as the task while it runs.
+fn owned_by(only_user: Option<&str>, owner: Option<&crate::auth::Principal>) -> bool {
+    only_user.is_none_or(|u| owner.is_some_and(|p| *p.username == *u))
 }
 
 fn malformed_id(id: &str) -> EngineError {
@@ -128,13 +134,18 @@ pub(super) async fn get(st: &AppState, p: &OneTask) -> Result<Value, EngineError
                 ));
             }
             match st.tasks.lookup(seq) {
-                crate::tasks::Lookup::Done(result) => Ok(result),
+                crate::tasks::Lookup::Done(result) => Ok(result.doc),
                 _ => Ok(json!({"completed": true, "task": snapshot})),
             }
         }
         crate::tasks::Lookup::Running(_) => Err(task_missing(&p.id)),
-        // A background task that ended: its stored result.
-        crate::tasks::Lookup::Done(result) => Ok(result),
+        // A background task that ended: its stored result, for whom the task was visible to.
+        crate::tasks::Lookup::Done(result)
+            if owned_by(p.only_user.as_deref(), result.owner.as_deref()) =>
+        {
+            Ok(result.doc)
+        }
+        crate::tasks::Lookup::Done(_) => Err(task_missing(&p.id)),
         crate::tasks::Lookup::Missing => Err(task_missing(&p.id)),
     }
 }
