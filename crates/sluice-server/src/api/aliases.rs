@@ -59,8 +59,9 @@ async fn apply(st: &AppState, actions: Vec<AliasAction>) -> ApiResult<()> {
 }
 
 /// Authorizes each action of a `POST /_aliases` on the indices it names: `indices:admin/aliases`
-/// to add or remove an alias, `indices:admin/delete` for `remove_index`, as the path routes
-/// check them. The request is atomic, so the first refused action refuses it (403, counted
+/// to add or remove an alias — on its indices and on the alias names as names
+/// ([`crate::auth::authz::allows_names`]) — `indices:admin/delete` for `remove_index`, as the
+/// path routes check them. The request is atomic, so the first refused action refuses it (403, counted
 /// and audited); nothing applies. Used by the embedded handler and the gateway's.
 pub fn authorize_actions(
     st: &AppState,
@@ -68,13 +69,20 @@ pub fn authorize_actions(
     actions: &[AliasAction],
 ) -> Result<(), EngineError> {
     for action in actions {
-        let (action, indices) = match action {
-            AliasAction::Add { indices, .. } | AliasAction::Remove { indices, .. } => {
-                (Action::Aliases, indices)
+        match action {
+            AliasAction::Add {
+                indices, aliases, ..
             }
-            AliasAction::RemoveIndex { indices } => (Action::IndexDelete, indices),
-        };
-        crate::auth::authorize_item(st, meta, action, &indices.join(","))?;
+            | AliasAction::Remove {
+                indices, aliases, ..
+            } => {
+                crate::auth::authorize_item(st, meta, Action::Aliases, &indices.join(","))?;
+                crate::auth::authorize_names(st, meta, Action::Aliases, &aliases.join(","))?;
+            }
+            AliasAction::RemoveIndex { indices } => {
+                crate::auth::authorize_item(st, meta, Action::IndexDelete, &indices.join(","))?;
+            }
+        }
     }
     Ok(())
 }

@@ -25,7 +25,7 @@ use sluice_engine::resolve::{ExpandWildcards, IndicesOptions};
 use sluice_engine::{Engine, EngineError, ErrorCode};
 
 use super::audit::{Audit, Outcome};
-use super::route::{RouteAction, classify};
+use super::route::{RouteAction, alias_names, classify};
 use super::{AuthConfig, AuthMode, Authenticated, Principal, roles_file};
 use crate::http::RequestMeta;
 use crate::state::AppState;
@@ -341,6 +341,13 @@ pub fn authorize(st: &AppState, req: &mut Request) -> Result<Option<Audited>, En
                 .then(|| (a.name(), expr.to_string())),
             RouteAction::PerItem(_) => None,
         };
+        // An alias added or removed through the path: its names too (as `POST _aliases`'s
+        // actions are, `api/aliases.rs`).
+        let denied = denied.or_else(|| {
+            let names = alias_names(req.method(), req.uri().path())?;
+            (!allows_names(&perms, Action::Aliases, &names))
+                .then(|| (Action::Aliases.name(), names.to_string()))
+        });
         if let Some((action, target)) = denied {
             return Err(st.authz.refuse(principal, action, &target));
         }
@@ -440,6 +447,32 @@ pub fn authorize_item(
         return Ok(());
     }
     Err(st.authz.refuse(who, action.name(), expr))
+}
+
+/// Whether `perms` allow `action` on the names `names` lists as names, whatever they stand
+/// for now: every name granted as named, every wildcard covered by a granted pattern. An
+/// alias's own name is checked so (an alias added to a tenant's index under another tenant's
+/// name would capture that tenant's reads and writes), as Elasticsearch's security checks the
+/// alias privilege on the alias name.
+pub fn allows_names(perms: &RoleSet, action: Action, names: &str) -> bool {
+    allows_unresolved(perms, action, names)
+}
+
+/// Authorizes the alias names of one action of a request of items (`POST _aliases`):
+/// [`allows_names`]; `Err` is its 403, counted and audited.
+pub fn authorize_names(
+    st: &AppState,
+    meta: &RequestMeta,
+    action: Action,
+    names: &str,
+) -> Result<(), EngineError> {
+    let (Some(perms), Some(who)) = (&meta.permissions, &meta.principal) else {
+        return Ok(());
+    };
+    if allows_names(perms, action, names) {
+        return Ok(());
+    }
+    Err(st.authz.refuse(who, action.name(), names))
 }
 
 /// Authorizes a scroll continuation or clear: only the user who opened the scroll may use it

@@ -17,4 +17,6 @@ pub mod roles_file;
 pub mod route;
 
 pub use authn::*;
-pub use authz::{Audited, Authz, authorize, authorize_item, authorize_scroll, may_touch_task};
+pub use authz::{
+    Audited, Authz, authorize, authorize_item, authorize_names, authorize_scroll, may_touch_task,
+};

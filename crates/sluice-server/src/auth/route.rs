@@ -87,6 +87,22 @@ fn url_index<'a>(query: Option<&str>) -> Option<Cow<'a, str>> {
         .map(|v| Cow::Owned(v.into_owned()))
 }
 
+/// The alias names a request adding or removing aliases through its path names
+/// (`PUT|POST|DELETE /{index}/_alias/{name}`, also `_aliases`), decoded: authorized as names
+/// on top of the indices [`classify`] gives, so a tenant cannot plant an alias in another's
+/// namespace (see [`super::authz::authorize`]).
+pub fn alias_names<'a>(method: &Method, path: &'a str) -> Option<Cow<'a, str>> {
+    let writes = *method == Method::PUT || *method == Method::POST || *method == Method::DELETE;
+    let mut segs = path.split('/').filter(|s| !s.is_empty());
+    let (Some(idx), Some(api), Some(name), None) =
+        (segs.next(), segs.next(), segs.next(), segs.next())
+    else {
+        return None;
+    };
+    let is_index = !idx.starts_with('_') || idx == "_all" || idx.starts_with("_all,");
+    (writes && is_index && (api == "_alias" || api == "_aliases")).then(|| decode(name))
+}
+
 /// The action of a request to `path` (without the query) with `method`.
 pub fn classify<'a>(method: &Method, path: &'a str, query: Option<&str>) -> RouteAction<'a> {
     use RouteAction::{Cluster, Index, PerItem};
@@ -288,6 +304,17 @@ mod tests {
         );
         assert_eq!(c(Method::POST, "/_msearch/template"), PerItem(MSEARCH));
         assert_eq!(c(Method::POST, "/_aliases"), PerItem(ALIASES));
+        assert_eq!(
+            alias_names(&Method::PUT, "/logs/_alias/a%2Cb").as_deref(),
+            Some("a,b")
+        );
+        assert_eq!(
+            alias_names(&Method::DELETE, "/logs/_aliases/x").as_deref(),
+            Some("x")
+        );
+        assert_eq!(alias_names(&Method::GET, "/logs/_alias/x"), None);
+        assert_eq!(alias_names(&Method::PUT, "/_alias/x"), None);
+        assert_eq!(alias_names(&Method::PUT, "/logs/_alias"), None);
         assert_eq!(
             c(Method::GET, "/_all/_search"),
             Index(Action::Search, "_all".into())

@@ -846,6 +846,41 @@ async fn test_alias_actions_are_authorized_on_their_indices_all_or_nothing() {
     );
     assert!(!aliases_of("b-1").await.contains_key("b-second"));
     assert!(aliases_of("a-1").await.is_empty());
+    // An alias's name is authorized as a name: bob cannot put his index under a name of
+    // tenant a's (it would capture their reads and writes), by `_aliases` or by path.
+    let r = send(
+        &node,
+        &bob,
+        "POST",
+        "/_aliases",
+        Some(json!({"actions": [add("b-1", "a-inbox")]})),
+    )
+    .await;
+    assert_error(&r, 403, "security_exception");
+    for method in ["PUT", "POST"] {
+        let r = send(&node, &bob, method, "/b-1/_alias/a-inbox", None).await;
+        assert_error(&r, 403, "security_exception");
+        let r = send(&node, &bob, method, "/b-1/_aliases/b-ok,a-inbox", None).await;
+        assert_error(&r, 403, "security_exception");
+    }
+    assert_eq!(
+        aliases_of("b-1").await.keys().collect::<Vec<_>>(),
+        ["b-view"],
+        "nothing applied"
+    );
+    let (s, b) = send(&node, &bob, "PUT", "/b-1/_alias/b-other", None).await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = send(&node, &bob, "DELETE", "/b-1/_alias/b-other", None).await;
+    assert_eq!(s, 200, "{b}");
+    let r = send(
+        &node,
+        &bob,
+        "POST",
+        "/_aliases",
+        Some(json!({"actions": [{"remove": {"index": "b-1", "alias": "a-*"}}]})),
+    )
+    .await;
+    assert_error(&r, 403, "security_exception");
     // `remove_index` needs the delete permission on the index: alice (crud) lacks it, and
     // lacks the alias permission on her own indices too.
     let alice = who("alice", "tenant_a");
