@@ -276,6 +276,34 @@ async fn test_two_nodes_of_one_process_keep_their_own_metrics() {
     );
 }
 
+/// A method HTTP does not define is counted under one label, `_OTHER`: any token is a method
+/// on the wire, and a series each would let any client grow the scrape without end.
+#[tokio::test]
+async fn test_made_up_methods_share_one_label() {
+    let node = TestNode::start().await;
+    for i in 0..20 {
+        let method = reqwest::Method::from_bytes(format!("MADEUP{i}").as_bytes()).unwrap();
+        let resp = node
+            .client
+            .request(method, node.url("/_search"))
+            .send()
+            .await
+            .expect("sent");
+        assert!(resp.status().is_client_error(), "{}", resp.status());
+    }
+    let scrape = scrape(&node).await;
+    assert!(!scrape.text.contains("MADEUP"), "{}", scrape.text);
+    let other: f64 = scrape
+        .samples
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with("sluice_http_requests_total{") && k.contains("method=\"_OTHER\"")
+        })
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(other, 20.0, "{}", scrape.text);
+}
+
 #[tokio::test]
 async fn test_queue_wait_histogram_counts_parked_requests() {
     let node = node_in_mode("enabled", &[]).await;
