@@ -811,11 +811,6 @@ static ROUTES: &[(Method, &str, &[&str])] = &[
         "/{index}/_settings/{name}",
         INDICES_GET_SETTINGS,
     ),
-    (
-        Method::GET,
-        "/{index}/_settings/{name}",
-        INDICES_GET_SETTINGS,
-    ),
     (Method::POST, "/_flush", INDICES_FLUSH),
     (Method::GET, "/_flush", INDICES_FLUSH),
     (Method::POST, "/{index}/_flush", INDICES_FLUSH),
