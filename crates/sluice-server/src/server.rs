@@ -260,12 +260,20 @@ impl Node {
         // The queues' backstop: a release already hands its slot to the bucket's oldest
         // waiter, so this only catches what nothing else drives (seed 002).
         // The shared tier's backstop too: orphaned leases back, parked buckets asked again.
+        // It runs at once when the ring changes too: requests parked here had registered
+        // with their buckets' owners, and a bucket the ring moved has an owner that knows no
+        // waiter of this node's (an outside trial's backlog, parked when its owner died,
+        // otherwise drained at one request a sweep).
         let state = self.state.clone();
         let sweep = tokio::spawn(async move {
             let mut tick = tokio::time::interval(QUEUE_SWEEP);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let coordinator = state.cluster.shared().coordinator.clone();
             loop {
-                tick.tick().await;
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    () = coordinator.ring_moved() => {}
+                }
                 state.workload.permits.drain_all();
                 crate::admission::shared::sweep(&state).await;
             }

@@ -308,6 +308,8 @@ pub struct Coordinator {
     went_idle: Arc<Notify>,
     /// Wakes the requests waiting for a call to an owner to bring a batch (K12).
     batch_done: Notify,
+    /// Signalled (one stored permit) each time the ring changes ([`Coordinator::ring_moved`]).
+    ring_moved: Notify,
     /// The counters.
     pub stats: CoordinatorStats,
 }
@@ -336,6 +338,7 @@ impl Coordinator {
             sink: OnceLock::new(),
             went_idle: Arc::new(Notify::new()),
             batch_done: Notify::new(),
+            ring_moved: Notify::new(),
             stats: CoordinatorStats::default(),
         });
         tokio::spawn(releaser(
@@ -352,6 +355,15 @@ impl Coordinator {
         tokio::spawn(renewer(Arc::downgrade(&c), stop.clone()));
         tokio::spawn(follow_ring(Arc::downgrade(&c), c.members.clone(), stop));
         c
+    }
+
+    /// Resolves once the ring has changed since the last call resolved (or since the start):
+    /// for the one task that re-asks the new owners for the requests parked here, which had
+    /// registered as waiters with owners the ring may have moved their buckets from (a dead
+    /// owner pushes nothing; the new one knows no waiter). One stored signal, so a change
+    /// while that task is busy is not lost.
+    pub async fn ring_moved(&self) {
+        self.ring_moved.notified().await;
     }
 
     /// Sets what offers go to (once; later calls do nothing).
@@ -1013,6 +1025,7 @@ async fn follow_ring(
         let Some(c) = c.upgrade() else { return };
         *c.ring.write() = Arc::new(ring);
         c.release_moved();
+        c.ring_moved.notify_one();
     }
 }
 

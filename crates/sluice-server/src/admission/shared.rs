@@ -285,38 +285,67 @@ pub fn refresh_owned(st: &AppState) {
     }
 }
 
-/// The backstop for the shared tier, run by the queue sweep: gives back leases whose parked
-/// request was cancelled with nobody to pass them to, and asks again for every bucket with
-/// parked requests of a group with a shared pool (a lost offer, an owner that was unreachable
-/// or at its cap when the request parked), so no parked request is stranded.
+/// The backstop for the shared tier, run by the queue sweep (each second, and at once when
+/// the ring changes): gives back leases whose parked request was cancelled with nobody to pass
+/// them to, and asks again for every bucket with parked requests of a group with a shared pool
+/// (a lost offer, an owner that was unreachable or at its cap when the request parked, an
+/// owner the ring moved the bucket from), so no parked request is stranded.
+///
+/// A bucket is asked until its owner says no or none of its requests is parked: each lease
+/// granted goes to its oldest parked request, and the denial registers this node as the
+/// owner's waiter, so what frees later is pushed (asking once a sweep admitted one parked
+/// request a second while the owner had room for all). An owner that cannot be reached
+/// admits as [`ask`] does (fail open, within the coordinator's allowance), one request of the
+/// bucket a sweep.
 pub async fn sweep(st: &AppState) {
     let coordinator = &st.cluster.shared().coordinator;
     for (_, token) in st.workload.permits.take_orphaned_grants() {
         drop(coordinator.take_handed(token));
     }
     let view = st.workload.view();
-    let mut asked: Vec<BucketKey> = Vec::new();
+    let mut parked: Vec<(BucketKey, usize)> = Vec::new();
     for (key, _) in st.workload.permits.parked_all() {
-        if asked.contains(&key) {
-            continue;
+        match parked.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, n)) => *n += 1,
+            None => parked.push((key, 1)),
         }
-        let Some(shared_limit) = view
-            .groups
-            .get(&*key.group_id)
-            .and_then(|e| e.group.as_ref())
+    }
+    for (key, n) in parked {
+        let Some(entry) = view.groups.get(&*key.group_id) else {
+            continue;
+        };
+        let Some(shared_limit) = entry
+            .group
+            .as_ref()
             .and_then(|g| g.throttling.shared_pool())
         else {
             continue;
         };
-        asked.push(key.clone());
         let bucket = key.to_wire();
-        if let Acquired::Lease(lease) = coordinator
-            .acquire(&bucket, u64::from(shared_limit), true, acquire_timeout(st))
-            .await
-        {
+        // At most one lease for each request parked when the sweep began: requests parked
+        // since asked with their own acquire.
+        for _ in 0..n {
+            let (lease, again) = match coordinator
+                .acquire(&bucket, u64::from(shared_limit), true, acquire_timeout(st))
+                .await
+            {
+                Acquired::Lease(lease) => (lease, true),
+                // One a sweep: each ask of an owner that does not answer may wait out the
+                // acquire timeout, and the sweep must get to the other buckets.
+                Acquired::FailOpen { lease, .. } => {
+                    entry.stats.total_shared_fail_open.inc();
+                    (lease, false)
+                }
+                Acquired::Denied { .. } | Acquired::Unavailable { .. } => break,
+            };
             let token = coordinator.hand(lease);
             if let Err(token) = st.workload.permits.grant_external(&key, token) {
+                // Nobody parked any more: the lease goes back, and so does the loop.
                 drop(coordinator.take_handed(token));
+                break;
+            }
+            if !again {
+                break;
             }
         }
     }

@@ -938,3 +938,64 @@ async fn test_shared_refusals_and_fail_opens_are_counted_once_in_stats_and_metri
     }
     end_searches(&c, holder, held).await;
 }
+
+/// Requests parked when their bucket's owner dies drain at the limit on the new owner (outside
+/// trial: they had registered as waiters with the dead owner, the new one knew none, and the
+/// 1 s backstop admitted one a second with every slot free — eight parked requests took eight
+/// seconds). The ring's change now re-asks at once, and a sweep asks until the owner says no,
+/// which registers the node with it. Eight parked requests need at least seven sweeps (seven
+/// seconds) the old way; the deadline below is five, counted once the ring has settled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_requests_parked_when_their_owner_dies_drain_on_the_new_owner() {
+    let mut c = TestCluster::start_heavy(3, "shared_owner_backlog").await;
+    enable(&c).await;
+    let id = group(
+        &c,
+        json!({"name": "backlog", "resiliency_mode": "enforced",
+        "resource_limits": {"memory": 0.5},
+        "throttling": {"attribute": "group", "shared_limit": 2},
+        "queue": {"size_per_bucket": 20}}),
+    )
+    .await;
+    everywhere(&c, 3, &id).await;
+    let header = [("workloadGroupId", id.as_str())];
+    // Both cluster-wide slots are held by heavy searches on a node that does not own the
+    // bucket; eight cheap searches park on the third node.
+    let (holder, owner, first) = hold_on_a_non_owner(&c, &id).await;
+    let second = c.start_search(holder, "/heavy/_search", heavy_query(), &header);
+    c.eventually(
+        Duration::from_secs(30),
+        "two heavy searches run",
+        || async { (running(&c, holder).await == 2).then_some(()) },
+    )
+    .await;
+    let third = 3 - holder - owner;
+    let parked: Vec<_> = (0..8)
+        .map(|_| c.start_search(third, "/heavy/_search", json!({"size": 0}), &header))
+        .collect();
+    c.eventually(Duration::from_secs(10), "eight requests park", || async {
+        let (_, t) = c.get(third, "/_tasks?actions=*search*&nodes=_local").await;
+        let queued = t["nodes"]
+            .as_object()?
+            .values()
+            .flat_map(|e| e["tasks"].as_object().cloned().unwrap_or_default())
+            .filter(|(_, t)| t["status"]["state"] == "queued")
+            .count();
+        (queued == 8).then_some(())
+    })
+    .await;
+
+    c.kill9(owner).await;
+    for i in [holder, third] {
+        c.wait_members(i, 2, Duration::from_secs(20)).await;
+    }
+    let drained = tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(parked))
+        .await
+        .expect("the parked requests drain on the new owner, not one a sweep");
+    for r in drained {
+        let (status, body) = r.unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    end_searches(&c, holder, first).await;
+    let _ = tokio::time::timeout(Duration::from_secs(60), second).await;
+}
