@@ -561,7 +561,7 @@ pub fn parse_throttle_patch(v: &Value) -> Result<BagPatch<ThrottlePatch>> {
                     Some(v) => KeyPatch::Set(parse_count(
                         "throttling.node_limit",
                         v,
-                        u64::from(u32::MAX),
+                        u64::from(MAX_LIMIT),
                         "must be at most",
                     )?),
                 }
@@ -572,7 +572,7 @@ pub fn parse_throttle_patch(v: &Value) -> Result<BagPatch<ThrottlePatch>> {
                     Some(v) => KeyPatch::Set(parse_count(
                         "throttling.shared_limit",
                         v,
-                        u64::from(u32::MAX),
+                        u64::from(MAX_LIMIT),
                         "must be at most",
                     )?),
                 }
@@ -597,6 +597,11 @@ pub fn parse_throttle_patch(v: &Value) -> Result<BagPatch<ThrottlePatch>> {
 /// Largest `queue.size_per_bucket`: the seeds' per-bucket ceiling, equal to the per-group ceiling,
 /// so one bucket can never hold more than its group may.
 pub const MAX_QUEUE_SIZE_PER_BUCKET: u32 = 10_000;
+
+/// The largest `node_limit` or `shared_limit`: Java's `Integer.MAX_VALUE`. OpenSearch reads
+/// both as an `int`, and its validation refuses "a negative or int-overflowing limit" (seed
+/// 000); a larger value would be a group OpenSearch cannot hold.
+pub const MAX_LIMIT: u32 = 2_147_483_647;
 
 /// Queueing of throttled requests of a group (seed 002).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -731,26 +736,29 @@ mod tests {
     }
 
     #[test]
-    fn test_node_limit_rejects_values_beyond_u32_without_wrapping() {
+    fn test_node_limit_rejects_values_beyond_a_java_int_without_wrapping() {
         for bad in [
+            json!(2_147_483_648u64),
+            json!("2147483648"),
+            json!(4_294_967_295u64),
             json!(4_294_967_296u64),
             json!("4294967296"),
             json!("99999999999999999999999"),
             json!(1e20),
         ] {
-            let expected = format!("throttling.node_limit must be at most 4294967295, got {bad}");
+            let expected = format!("throttling.node_limit must be at most 2147483647, got {bad}");
             assert_err(
                 throttle(json!({"node_limit": bad})),
                 "throttling.node_limit",
                 &expected,
             );
         }
-        let ok = throttle(json!({"node_limit": "4294967295"})).unwrap();
+        let ok = throttle(json!({"node_limit": "2147483647"})).unwrap();
         assert_eq!(
             ok,
             BagPatch::Overlay(ThrottlePatch {
                 attribute: KeyPatch::Keep,
-                node_limit: KeyPatch::Set(u32::MAX),
+                node_limit: KeyPatch::Set(MAX_LIMIT),
                 shared_limit: KeyPatch::Keep,
             })
         );
@@ -1097,7 +1105,7 @@ mod tests {
                     json!(1),
                     json!("2"),
                     json!(30),
-                    json!("4294967295"),
+                    json!("2147483647"),
                 ],
             )
             .boxed(),
@@ -1175,15 +1183,15 @@ mod tests {
 
     proptest! {
         #[test]
-        fn test_node_limit_accepts_exactly_the_u32_range_as_number_or_string(n in any::<u64>()) {
+        fn test_node_limit_accepts_exactly_the_java_int_range_as_number_or_string(n in any::<u64>()) {
             for v in [json!(n), json!(n.to_string())] {
                 match node_limit_of(v.clone()) {
                     Ok(got) => prop_assert_eq!(u64::from(got), n),
                     Err(e) => {
-                        prop_assert!(n > u64::from(u32::MAX));
+                        prop_assert!(n > u64::from(MAX_LIMIT));
                         prop_assert_eq!(
                             e.to_string(),
-                            format!("throttling.node_limit must be at most 4294967295, got {v}")
+                            format!("throttling.node_limit must be at most 2147483647, got {v}")
                         );
                     }
                 }
