@@ -412,6 +412,24 @@ pub struct ThrottleConfig {
     pub shared_limit: Option<u32>,
 }
 
+impl ThrottleConfig {
+    /// Refuses a limit a request may not write (beyond [`MAX_LIMIT`]), naming it.
+    pub fn check_writable(&self) -> Result<()> {
+        for (field, value) in [
+            ("throttling.node_limit", self.node_limit),
+            ("throttling.shared_limit", self.shared_limit),
+        ] {
+            if let Some(v) = value.filter(|v| *v > MAX_LIMIT) {
+                return Err(CoreError::validation(
+                    field,
+                    format!("{field} must be at most {MAX_LIMIT}, got {v}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A validated overlay of the throttling bag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ThrottlePatch {
@@ -561,7 +579,7 @@ pub fn parse_throttle_patch(v: &Value) -> Result<BagPatch<ThrottlePatch>> {
                     Some(v) => KeyPatch::Set(parse_count(
                         "throttling.node_limit",
                         v,
-                        u64::from(MAX_LIMIT),
+                        u64::from(u32::MAX),
                         "must be at most",
                     )?),
                 }
@@ -572,7 +590,7 @@ pub fn parse_throttle_patch(v: &Value) -> Result<BagPatch<ThrottlePatch>> {
                     Some(v) => KeyPatch::Set(parse_count(
                         "throttling.shared_limit",
                         v,
-                        u64::from(MAX_LIMIT),
+                        u64::from(u32::MAX),
                         "must be at most",
                     )?),
                 }
@@ -598,9 +616,11 @@ pub fn parse_throttle_patch(v: &Value) -> Result<BagPatch<ThrottlePatch>> {
 /// so one bucket can never hold more than its group may.
 pub const MAX_QUEUE_SIZE_PER_BUCKET: u32 = 10_000;
 
-/// The largest `node_limit` or `shared_limit`: Java's `Integer.MAX_VALUE`. OpenSearch reads
-/// both as an `int`, and its validation refuses "a negative or int-overflowing limit" (seed
-/// 000); a larger value would be a group OpenSearch cannot hold.
+/// The largest `node_limit` or `shared_limit` a request may write: Java's `Integer.MAX_VALUE`.
+/// OpenSearch reads both as an `int`, and its validation refuses "a negative or
+/// int-overflowing limit" (seed 000). Checked on what a create or update writes
+/// ([`ThrottleConfig::check_writable`]), not when a stored group is read back: a group
+/// stored before the bound (up to `u32::MAX`) still loads, and an update must bring it down.
 pub const MAX_LIMIT: u32 = 2_147_483_647;
 
 /// Queueing of throttled requests of a group (seed 002).
@@ -736,29 +756,26 @@ mod tests {
     }
 
     #[test]
-    fn test_node_limit_rejects_values_beyond_a_java_int_without_wrapping() {
+    fn test_node_limit_rejects_values_beyond_u32_without_wrapping() {
         for bad in [
-            json!(2_147_483_648u64),
-            json!("2147483648"),
-            json!(4_294_967_295u64),
             json!(4_294_967_296u64),
             json!("4294967296"),
             json!("99999999999999999999999"),
             json!(1e20),
         ] {
-            let expected = format!("throttling.node_limit must be at most 2147483647, got {bad}");
+            let expected = format!("throttling.node_limit must be at most 4294967295, got {bad}");
             assert_err(
                 throttle(json!({"node_limit": bad})),
                 "throttling.node_limit",
                 &expected,
             );
         }
-        let ok = throttle(json!({"node_limit": "2147483647"})).unwrap();
+        let ok = throttle(json!({"node_limit": "4294967295"})).unwrap();
         assert_eq!(
             ok,
             BagPatch::Overlay(ThrottlePatch {
                 attribute: KeyPatch::Keep,
-                node_limit: KeyPatch::Set(MAX_LIMIT),
+                node_limit: KeyPatch::Set(u32::MAX),
                 shared_limit: KeyPatch::Keep,
             })
         );
@@ -1183,15 +1200,15 @@ mod tests {
 
     proptest! {
         #[test]
-        fn test_node_limit_accepts_exactly_the_java_int_range_as_number_or_string(n in any::<u64>()) {
+        fn test_node_limit_accepts_exactly_the_u32_range_as_number_or_string(n in any::<u64>()) {
             for v in [json!(n), json!(n.to_string())] {
                 match node_limit_of(v.clone()) {
                     Ok(got) => prop_assert_eq!(u64::from(got), n),
                     Err(e) => {
-                        prop_assert!(n > u64::from(MAX_LIMIT));
+                        prop_assert!(n > u64::from(u32::MAX));
                         prop_assert_eq!(
                             e.to_string(),
-                            format!("throttling.node_limit must be at most 2147483647, got {v}")
+                            format!("throttling.node_limit must be at most 4294967295, got {v}")
                         );
                     }
                 }

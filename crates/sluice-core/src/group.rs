@@ -568,6 +568,7 @@ pub fn validate_create(
 ) -> Result<WorkloadGroup> {
     let group = parse_create_request(body)?.into_group(id, now_millis)?;
     check_group_alone(&group, Some(limits.auth_enabled))?;
+    group.throttling.check_writable()?;
     if existing.len() >= limits.max_count {
         return Err(CoreError::TooMany {
             message: format!(
@@ -627,6 +628,7 @@ pub fn apply_update(
     check_epoch(now_millis)?;
     let merged = req.apply_to(stored, now_millis);
     check_group_alone(&merged, Some(limits.auth_enabled))?;
+    merged.throttling.check_writable()?;
     check_resource_sums(existing, &merged)?;
     Ok(merged)
 }
@@ -645,6 +647,55 @@ mod tests {
         GroupLimits {
             max_count: DEFAULT_MAX_WORKLOAD_GROUPS,
             auth_enabled: true,
+        }
+    }
+
+    #[test]
+    fn test_limits_beyond_a_java_int_are_refused_when_written_and_read_when_stored() {
+        for (key, field) in [
+            ("node_limit", "throttling.node_limit"),
+            ("shared_limit", "throttling.shared_limit"),
+        ] {
+            let body = |v: u64| {
+                json!({"name": "g", "resiliency_mode": "soft", "resource_limits": {"cpu": 0.1},
+                       "throttling": {"attribute": "group", key: v}})
+            };
+            assert!(create_in(&[], body(2_147_483_647)).is_ok());
+            match create_in(&[], body(2_147_483_648)) {
+                Err(CoreError::Validation { field: f, message }) => {
+                    assert_eq!(f, field);
+                    assert_eq!(
+                        message,
+                        format!("{field} must be at most 2147483647, got 2147483648")
+                    );
+                }
+                other => panic!("expected a refusal, got {other:?}"),
+            }
+            // A group stored with a larger value before the bound still loads; an update must
+            // bring it down.
+            let mut stored = create_in(&[], body(5)).unwrap();
+            let mut doc = stored.to_json();
+            doc["throttling"][key] = json!("4294967295");
+            stored = WorkloadGroup::from_json(&doc).expect("a stored group loads");
+            let name = stored.name.clone();
+            let err = apply_update(
+                std::slice::from_ref(&stored),
+                &name,
+                &json!({"resiliency_mode": "enforced"}),
+                NOW,
+                &auth(),
+            )
+            .unwrap_err();
+            assert!(err.to_string().contains("at most 2147483647"), "{err}");
+            let fixed = apply_update(
+                &[stored],
+                &name,
+                &json!({"throttling": {key: 10}}),
+                NOW,
+                &auth(),
+            )
+            .unwrap();
+            assert_eq!(fixed.throttling.check_writable().ok(), Some(()));
         }
     }
 

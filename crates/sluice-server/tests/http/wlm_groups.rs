@@ -260,6 +260,20 @@ async fn test_create_rejects_each_class_of_invalid_group() {
             ),
             "needs an authenticated caller",
         ),
+        (
+            with(
+                "throttling",
+                json!({"attribute": "group", "node_limit": 2_147_483_648u64}),
+            ),
+            "throttling.node_limit must be at most 2147483647, got 2147483648",
+        ),
+        (
+            with(
+                "throttling",
+                json!({"attribute": "group", "shared_limit": "4294967295"}),
+            ),
+            "throttling.shared_limit must be at most 2147483647, got 4294967295",
+        ),
     ];
     for (body, needle) in cases {
         let resp = node.req("PUT", GROUPS, Some(body.clone())).await;
