@@ -258,6 +258,24 @@ pub fn allows_expression(
     true
 }
 
+/// Whether `action` on `expr` would create an index `perms` may not create: a document
+/// written (`WriteIndex`, `WriteUpdate`: an upsert) to one name that is no index or alias
+/// creates the index, and OpenSearch authorizes that as `indices:admin/create` on the name,
+/// as an explicit create. Only where names resolve (an embedded node); a gateway cannot know
+/// whether the upstream has the index, and the upstream's own authorization decides.
+pub fn lacks_create_for(perms: &RoleSet, action: Action, expr: &str, catalog: Catalog<'_>) -> bool {
+    let Catalog::Local(engine) = catalog else {
+        return false;
+    };
+    matches!(action, Action::WriteIndex | Action::WriteUpdate)
+        && !expr.contains(',')
+        && !expr.contains('*')
+        && !perms.allows_index(Action::IndexCreate, expr)
+        && engine
+            .resolve_targets(expr, &EVERY_INDEX)
+            .is_ok_and(|ts| ts.is_empty())
+}
+
 /// [`allows_expression`] where nothing resolves (a gateway): every name must be granted as
 /// named and every wildcard covered by a granted pattern (`_all` and an empty expression are
 /// `*`); exclusions only narrow what the rest names, so they are not checked.
@@ -337,8 +355,15 @@ pub fn authorize(st: &AppState, req: &mut Request) -> Result<Option<Audited>, En
             RouteAction::Cluster(a) => {
                 (!perms.allows_cluster(*a)).then(|| (a.name(), String::new()))
             }
-            RouteAction::Index(a, expr) => (!allows_expression(&perms, *a, expr, Catalog::of(st)))
-                .then(|| (a.name(), expr.to_string())),
+            RouteAction::Index(a, expr) => {
+                if !allows_expression(&perms, *a, expr, Catalog::of(st)) {
+                    Some((a.name(), expr.to_string()))
+                } else if lacks_create_for(&perms, *a, expr, Catalog::of(st)) {
+                    Some((Action::IndexCreate.name(), expr.to_string()))
+                } else {
+                    None
+                }
+            }
             RouteAction::PerItem(_) => None,
         };
         // An alias added or removed through the path: its names too (as `POST _aliases`'s
@@ -443,10 +468,13 @@ pub fn authorize_item(
     let (Some(perms), Some(who)) = (&meta.permissions, &meta.principal) else {
         return Ok(());
     };
-    if allows_expression(perms, action, expr, Catalog::of(st)) {
-        return Ok(());
+    if !allows_expression(perms, action, expr, Catalog::of(st)) {
+        return Err(st.authz.refuse(who, action.name(), expr));
     }
-    Err(st.authz.refuse(who, action.name(), expr))
+    if lacks_create_for(perms, action, expr, Catalog::of(st)) {
+        return Err(st.authz.refuse(who, Action::IndexCreate.name(), expr));
+    }
+    Ok(())
 }
 
 /// Whether `perms` allow `action` on the names `names` lists as names, whatever they stand

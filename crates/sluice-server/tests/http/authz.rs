@@ -27,6 +27,10 @@ tenant_b:
   index_permissions:
     - index_patterns: ["b-*"]
       allowed_actions: [crud, manage]
+a_writer:
+  index_permissions:
+    - index_patterns: ["a-*"]
+      allowed_actions: [crud]
 "#;
 
 /// Writes the roles file into `dir`.
@@ -374,6 +378,70 @@ async fn test_a_wildcard_is_authorized_on_every_index_it_could_reach() {
     assert_eq!((s, &b["count"]), (200, &json!(2)), "{b}");
     let (s, b) = send(&node, &ROOT, "GET", "/b-hid/_count", None).await;
     assert_eq!((s, &b["count"]), (200, &json!(1)), "nothing deleted: {b}");
+}
+
+/// Writing a document to a name that is no index creates the index, which OpenSearch
+/// authorizes as `indices:admin/create` (outside trial D6): `crud` alone writes to existing
+/// indices only, by `_doc`, `_bulk` items and `_update` upserts. A gateway cannot know what
+/// the upstream holds and leaves the decision to the upstream's own authorization.
+#[tokio::test]
+async fn test_writing_to_a_missing_index_needs_the_create_permission() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = node_with_roles(&tmp).await;
+    seed(&node).await;
+    let carl = who("carl", "a_writer");
+    let (s, b) = send(&node, &carl, "PUT", "/a-1/_doc/5", Some(json!({"x": 1}))).await;
+    assert_eq!(s, 201, "an existing index: {b}");
+    let embedded = !crate::common::gateway_mode();
+    let r = send(&node, &carl, "PUT", "/a-new/_doc/1", Some(json!({"x": 1}))).await;
+    if embedded {
+        assert_error(&r, 403, "security_exception");
+        let reason = r.1["error"]["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("indices:admin/create"), "{}", r.1);
+    } else {
+        assert_eq!(r.0, 201, "{}", r.1);
+    }
+    let upsert = json!({"doc": {"x": 1}, "doc_as_upsert": true});
+    let (s, b) = send(&node, &carl, "POST", "/a-up/_update/1", Some(upsert)).await;
+    assert_eq!(s, if embedded { 403 } else { 201 }, "{b}");
+    let (status, body) = send_ndjson(
+        &node,
+        &carl,
+        "/_bulk",
+        &[
+            json!({"index": {"_index": "a-1", "_id": "6"}}),
+            json!({"x": 1}),
+            json!({"index": {"_index": "a-bulk", "_id": "1"}}),
+            json!({"x": 1}),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let statuses: Vec<&Value> = body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| &i["index"]["status"])
+        .collect();
+    let created = if embedded { 403 } else { 201 };
+    assert_eq!(statuses, [&json!(201), &json!(created)], "{body}");
+    if embedded {
+        for index in ["a-new", "a-up", "a-bulk"] {
+            let (s, _) = send(&node, &ROOT, "HEAD", &format!("/{index}"), None).await;
+            assert_eq!(s, 404, "{index} was not created");
+        }
+    }
+    // With create_index, the same write creates the index.
+    let alice = who("alice", "tenant_a");
+    let (s, b) = send(
+        &node,
+        &alice,
+        "PUT",
+        "/a-alice/_doc/1",
+        Some(json!({"x": 1})),
+    )
+    .await;
+    assert_eq!(s, 201, "{b}");
 }
 
 #[tokio::test]
