@@ -3137,8 +3137,8 @@ async fn test_alias_changes_are_authorized_before_they_are_forwarded() {
             .body(body)
             .send()
     };
-    let add = |index: &str| json!({"add": {"index": index, "alias": "view"}});
-    // On the role's indices: forwarded with its body as sent.
+    let add = |index: &str| json!({"add": {"index": index, "alias": "a-view"}});
+    // On the role's indices, under a name of the role's: forwarded with its body as sent.
     let body = json!({"actions": [add("a-1"), add("a-2")]}).to_string();
     let r = send(body.clone()).await.unwrap();
     assert_eq!(r.status(), 200);
@@ -3150,6 +3150,8 @@ async fn test_alias_changes_are_authorized_before_they_are_forwarded() {
     for actions in [
         json!([add("a-1"), add("b-1")]),
         json!([{"remove_index": {"index": "a-1"}}]),
+        // An alias name the role does not hold: another tenant's name is not theirs to take.
+        json!([{"add": {"index": "a-1", "alias": "b-view"}}]),
     ] {
         let r = send(json!({ "actions": actions }).to_string())
             .await
