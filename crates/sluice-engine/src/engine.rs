@@ -526,9 +526,10 @@ impl Engine {
                     }
                 },
                 _ => {
-                    return Err(EngineError::parsing(format!(
-                        "unknown key [{key}] for create index"
-                    )));
+                    return Err(EngineError::new(
+                        ErrorCode::Parse,
+                        format!("unknown key [{key}] for create index"),
+                    ));
                 }
             }
         }
@@ -536,6 +537,7 @@ impl Engine {
             settings = index::normalize_settings(&json!({}))?;
         }
         index::check_index_sort(&settings, &mapping)?;
+        mapping.check_limits(&index::mapping_limits_of(&settings))?;
         let _guard = self.admin.lock();
         if self.aliases.read().contains(name) {
             return Err(EngineError::new(

@@ -21,7 +21,7 @@ use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, Searche
 
 use crate::aliases::AliasMeta;
 use crate::error::{EngineError, ErrorCode, Result, tantivy_error};
-use crate::mapping::{Mapping, ParsedDocument, TypedValue};
+use crate::mapping::{Mapping, MappingLimits, ParsedDocument, TypedValue};
 use crate::schema::{self, Fields};
 use crate::translog::{Record, Translog};
 use crate::versioning::{Current, Versioning};
@@ -455,6 +455,12 @@ impl IndexHandle {
         self.setting_u64("index.max_result_window", DEFAULT_MAX_RESULT_WINDOW)
     }
 
+    /// `index.mapping.total_fields.limit` and `index.mapping.depth.limit`: how far writes may
+    /// grow the mapping.
+    pub fn mapping_limits(&self) -> MappingLimits {
+        mapping_limits_of(&self.settings())
+    }
+
     /// `index.max_terms_count`: the most terms a `terms` query on this index may hold.
     pub fn max_terms_count(&self) -> u64 {
         self.setting_u64("index.max_terms_count", DEFAULT_MAX_TERMS_COUNT)
@@ -646,6 +652,9 @@ impl IndexHandle {
         let mut st = self.state.lock();
         let mut next = st.mapping.clone();
         next.merge(update)?;
+        if next != st.mapping {
+            next.check_limits(&self.mapping_limits())?;
+        }
         // The writes so far are committed first, under the same lock: the translog never holds
         // a document written under the old mapping once the new one is stored, so a replay
         // after a crash never parses one with a mapping it may not fit (a field that was
@@ -877,8 +886,10 @@ impl IndexHandle {
         generated_id: bool,
         return_source: bool,
     ) -> Result<DocWriteResult> {
-        // parse_document leaves the mapping as it was when it fails.
-        let parsed = st.mapping.parse_document(&source, &id)?;
+        // parse_document_within leaves the mapping as it was when it fails.
+        let parsed = st
+            .mapping
+            .parse_document_within(&source, &id, &|| self.mapping_limits())?;
         let seq_no = st.next_seq_no;
         let doc = to_tantivy(&self.fields, &id, &source, version, seq_no, &parsed);
         st.translog.append_index(seq_no, &id, version, &source)?;
@@ -1360,6 +1371,26 @@ fn lists_joined(
         .collect()
 }
 
+/// `index.mapping.total_fields.limit`: most fields of the mapping ([`MappingLimits`]).
+pub const TOTAL_FIELDS_LIMIT: &str = "index.mapping.total_fields.limit";
+/// `index.mapping.depth.limit`: most depth of an object of the mapping ([`MappingLimits`]).
+pub const DEPTH_LIMIT: &str = "index.mapping.depth.limit";
+
+/// The mapping limits `settings` set, OpenSearch's defaults for the others.
+pub fn mapping_limits_of(settings: &BTreeMap<String, String>) -> MappingLimits {
+    let defaults = MappingLimits::default();
+    let read = |key: &str, default: u64| {
+        settings
+            .get(key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    MappingLimits {
+        total_fields: read(TOTAL_FIELDS_LIMIT, defaults.total_fields),
+        depth: read(DEPTH_LIMIT, defaults.depth),
+    }
+}
+
 /// Whether an index setting may be changed on an open index (OpenSearch's dynamic settings).
 /// `index.routing.*` (shard allocation filters) are kept and echoed; on one node they change
 /// nothing.
@@ -1372,6 +1403,8 @@ fn is_dynamic(key: &str) -> bool {
             | "index.refresh_interval"
             | "index.auto_expand_replicas"
             | "index.hidden"
+            | TOTAL_FIELDS_LIMIT
+            | DEPTH_LIMIT
             | GC_DELETES
             | BLOCKS_WRITE
             | BLOCKS_READ_ONLY
@@ -1563,6 +1596,8 @@ fn check_setting(key: &str, v: &str) -> Result<()> {
         "index.number_of_shards" => check_int(1, 1024),
         "index.number_of_replicas" => check_int(0, 1024),
         "index.max_result_window" | "index.max_terms_count" => check_int(1, i32::MAX as u64),
+        TOTAL_FIELDS_LIMIT => check_int(0, i64::MAX as u64),
+        DEPTH_LIMIT => check_int(1, i64::MAX as u64),
         "index.refresh_interval" | GC_DELETES => {
             sluice_wire::parse_time_value(v, key)?;
             Ok(())
@@ -1621,6 +1656,11 @@ pub fn unset_defaults(settings: &BTreeMap<String, String>) -> BTreeMap<String, S
             DEFAULT_MAX_RESULT_WINDOW.to_string(),
         ),
         ("index.max_terms_count", DEFAULT_MAX_TERMS_COUNT.to_string()),
+        (
+            TOTAL_FIELDS_LIMIT,
+            MappingLimits::default().total_fields.to_string(),
+        ),
+        (DEPTH_LIMIT, MappingLimits::default().depth.to_string()),
         ("index.refresh_interval", "1s".to_string()),
         ("index.store.type", String::new()),
     ];

@@ -192,6 +192,30 @@ pub struct Mapping {
     pub dynamic: Dynamic,
 }
 
+/// How far a mapping may grow: OpenSearch's `index.mapping.total_fields.limit` and
+/// `index.mapping.depth.limit` (dynamic index settings). A tenant's documents could otherwise
+/// add fields without end — each one a tantivy field and a mapping entry every search of the
+/// index pays for — or nest objects until walking a document is the cost. Checked on what a
+/// write adds (a document's new fields, a mapping update, a create with mappings), never on
+/// what is already stored: a lowered limit refuses new fields, and the fields kept load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MappingLimits {
+    /// Most fields: objects, fields and multi-fields, as OpenSearch counts its mappers.
+    pub total_fields: u64,
+    /// Most depth of an object: the root counts 1, a top-level object 2.
+    pub depth: u64,
+}
+
+impl Default for MappingLimits {
+    /// OpenSearch's defaults.
+    fn default() -> Self {
+        MappingLimits {
+            total_fields: 1000,
+            depth: 20,
+        }
+    }
+}
+
 impl Default for Mapping {
     fn default() -> Self {
         Mapping {
@@ -648,11 +672,85 @@ impl Mapping {
             .collect()
     }
 
+    /// How many fields the mapping counts against `index.mapping.total_fields.limit`: every
+    /// object, field and multi-field ([`MappingLimits`]).
+    pub fn total_fields(&self) -> u64 {
+        fn count(props: &BTreeMap<String, Property>) -> u64 {
+            props
+                .values()
+                .map(|p| match p {
+                    Property::Object(inner) => 1 + count(inner),
+                    Property::Field(f) => 1 + f.fields.len() as u64,
+                })
+                .sum()
+        }
+        count(&self.properties)
+    }
+
+    /// Refuses a mapping beyond `limits`, in OpenSearch's words (400
+    /// `illegal_argument_exception`).
+    pub fn check_limits(&self, limits: &MappingLimits) -> Result<()> {
+        if self.total_fields() > limits.total_fields {
+            return Err(EngineError::illegal_argument(format!(
+                "Limit of total fields [{}] has been exceeded",
+                limits.total_fields
+            )));
+        }
+        fn deepest(props: &BTreeMap<String, Property>, prefix: &str, limit: u64) -> Option<String> {
+            props.iter().find_map(|(name, p)| {
+                let Property::Object(inner) = p else {
+                    return None;
+                };
+                let path = if prefix.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{prefix}.{name}")
+                };
+                // OpenSearch's depth of an object: its path's dots plus two (the root is 1).
+                let depth = path.matches('.').count() as u64 + 2;
+                if depth > limit {
+                    return Some(path);
+                }
+                deepest(inner, &path, limit)
+            })
+        }
+        if let Some(path) = deepest(&self.properties, "", limits.depth) {
+            return Err(EngineError::illegal_argument(format!(
+                "Limit of mapping depth [{}] has been exceeded due to object field [{path}]",
+                limits.depth
+            )));
+        }
+        Ok(())
+    }
+
     /// Walks a document, maps each value to its typed form and grows the mapping with new
-    /// fields when dynamic mapping allows. `doc_id` is only used in error messages.
+    /// fields when dynamic mapping allows. `doc_id` is only used in error messages. Nothing
+    /// bounds the growth: for replaying what was written; a write goes through
+    /// [`Mapping::parse_document_within`].
     ///
     /// On error the mapping is left unchanged.
     pub fn parse_document(&mut self, source: &Value, doc_id: &str) -> Result<ParsedDocument> {
+        self.parse_with(source, doc_id, None)
+    }
+
+    /// [`Mapping::parse_document`] for a write: a document whose new fields would take the
+    /// mapping beyond `limits` (read only when it adds fields) is refused, and the mapping
+    /// left unchanged.
+    pub fn parse_document_within(
+        &mut self,
+        source: &Value,
+        doc_id: &str,
+        limits: &dyn Fn() -> MappingLimits,
+    ) -> Result<ParsedDocument> {
+        self.parse_with(source, doc_id, Some(limits))
+    }
+
+    fn parse_with(
+        &mut self,
+        source: &Value,
+        doc_id: &str,
+        limits: Option<&dyn Fn() -> MappingLimits>,
+    ) -> Result<ParsedDocument> {
         let obj = source.as_object().ok_or_else(|| {
             mapper_err("failed to parse, document is empty or not an object".to_string())
         })?;
@@ -674,6 +772,9 @@ impl Mapping {
             &mut parsed,
         )?;
         if parsed.mapping_changed {
+            if let Some(limits) = limits {
+                working.check_limits(&limits())?;
+            }
             *self = working;
         }
         Ok(parsed)
@@ -1089,6 +1190,63 @@ mod tests {
         assert_eq!(m.resolve("title.raw").unwrap().ty, FieldType::Keyword);
         assert_eq!(m.resolve("user.name").unwrap().storage, Storage::Kw);
         assert!(m.resolve("user").is_none());
+    }
+
+    #[test]
+    fn test_fields_are_counted_as_opensearch_counts_its_mappers() {
+        let m = Mapping::parse(&json!({"properties": {
+            "title": {"type": "text", "fields": {"raw": {"type": "keyword"}}},
+            "user": {"properties": {"name": {"type": "keyword"}, "age": {"type": "integer"}}}
+        }}))
+        .unwrap();
+        // title, title.raw, user, user.name, user.age
+        assert_eq!(m.total_fields(), 5);
+        let at = |total_fields, depth| {
+            m.check_limits(&MappingLimits {
+                total_fields,
+                depth,
+            })
+        };
+        assert!(at(5, 20).is_ok());
+        let e = at(4, 20).unwrap_err();
+        assert_eq!(e.reason, "Limit of total fields [4] has been exceeded");
+        // `user` is at depth 2 (the root is 1).
+        assert!(at(5, 2).is_ok());
+        let e = at(5, 1).unwrap_err();
+        assert_eq!(
+            e.reason,
+            "Limit of mapping depth [1] has been exceeded due to object field [user]"
+        );
+    }
+
+    #[test]
+    fn test_a_write_beyond_the_limits_is_refused_and_changes_nothing() {
+        let limits = || MappingLimits {
+            total_fields: 3,
+            depth: 3,
+        };
+        let mut m = Mapping::default();
+        m.parse_document_within(&json!({"a": 1, "b": {"c": 1}}), "1", &limits)
+            .unwrap();
+        let before = m.clone();
+        let e = m
+            .parse_document_within(&json!({"d": 1}), "2", &limits)
+            .unwrap_err();
+        assert_eq!(e.reason, "Limit of total fields [3] has been exceeded");
+        assert_eq!(m, before);
+        let deep = json!({"b": {"x": {"y": 1}}});
+        let e = m.parse_document_within(&deep, "3", &limits).unwrap_err();
+        assert!(e.reason.starts_with("Limit of"), "{}", e.reason);
+        assert_eq!(m, before);
+        // Known fields only: no check, nothing read.
+        m.parse_document_within(&json!({"a": 2, "b": {"c": 3}}), "4", &|| unreachable!())
+            .unwrap();
+        // A replay is not bounded: what was written loads whatever the limits are now.
+        let mut replayed = Mapping::default();
+        replayed
+            .parse_document(&json!({"a": 1, "d": 1, "e": {"f": {"g": 1}}}), "5")
+            .unwrap();
+        assert_eq!(replayed.total_fields(), 5);
     }
 
     #[test]

@@ -1180,3 +1180,113 @@ async fn test_the_url_index_parameter_is_the_path_index_of_every_index_api() {
     assert!(s == 400 || s == 404, "{s} {b}");
     node.stop().await;
 }
+
+/// OpenSearch's mapping-explosion limits (`index.mapping.total_fields.limit`, default 1000;
+/// `index.mapping.depth.limit`, default 20): dynamic index settings, enforced on what a write
+/// adds — a document's new fields, a mapping update, a create with mappings — and a refused
+/// write leaves the mapping as it was. Tools that set them create their indices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_mapping_limits_bound_what_writes_add() {
+    let node = TestNode::start().await;
+    let settings = json!({"settings": {"index.mapping.total_fields.limit": 3}});
+    let (s, b) = node.req("PUT", "/narrow", Some(settings)).await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/narrow/_doc/1",
+            Some(json!({"a": 1, "b": 2, "c": 3})),
+        )
+        .await;
+    assert_eq!(s, 201, "{b}");
+    let r = node
+        .req("PUT", "/narrow/_doc/2", Some(json!({"d": 1})))
+        .await;
+    assert_error(&r, 400, "illegal_argument_exception");
+    assert_eq!(
+        r.1["error"]["reason"], "Limit of total fields [3] has been exceeded",
+        "{}",
+        r.1
+    );
+    let r = node
+        .req(
+            "PUT",
+            "/narrow/_mapping",
+            Some(json!({"properties": {"e": {"type": "keyword"}}})),
+        )
+        .await;
+    assert_error(&r, 400, "illegal_argument_exception");
+    let (_, m) = node.req("GET", "/narrow/_mapping", None).await;
+    let fields = m["narrow"]["mappings"]["properties"].as_object().unwrap();
+    assert_eq!(fields.len(), 3, "nothing added: {m}");
+    // Raised (a dynamic setting), the same document goes in.
+    let raise = json!({"index.mapping.total_fields.limit": 10});
+    let (s, b) = node.req("PUT", "/narrow/_settings", Some(raise)).await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = node
+        .req("PUT", "/narrow/_doc/2", Some(json!({"d": 1})))
+        .await;
+    assert_eq!(s, 201, "{b}");
+
+    // Depth, by default 20: a document fifty objects deep is refused.
+    let mut deep = json!(1);
+    for _ in 0..50 {
+        deep = json!({ "a": deep });
+    }
+    let r = node.req("PUT", "/deep/_doc/1", Some(deep)).await;
+    assert_error(&r, 400, "illegal_argument_exception");
+    let reason = r.1["error"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason
+            .starts_with("Limit of mapping depth [20] has been exceeded due to object field [a.a."),
+        "{}",
+        r.1
+    );
+    // A create whose mappings are beyond its own limits is refused.
+    let body = json!({"settings": {"index.mapping.total_fields.limit": 1},
+                      "mappings": {"properties": {"x": {"type": "keyword"}, "y": {"type": "long"}}}});
+    let r = node.req("PUT", "/too-wide", Some(body)).await;
+    assert_error(&r, 400, "illegal_argument_exception");
+    let (s, _) = node.req("HEAD", "/too-wide", None).await;
+    assert_eq!(s, 404);
+    // The settings are shown, with their defaults when unset.
+    let (_, b) = node
+        .req(
+            "GET",
+            "/narrow/_settings?flat_settings=true&include_defaults=true",
+            None,
+        )
+        .await;
+    assert_eq!(
+        b["narrow"]["settings"]["index.mapping.total_fields.limit"], "10",
+        "{b}"
+    );
+    assert_eq!(
+        b["narrow"]["defaults"]["index.mapping.depth.limit"], "20",
+        "{b}"
+    );
+    // Bad values are refused naming the setting.
+    let r = node
+        .req(
+            "PUT",
+            "/narrow/_settings",
+            Some(json!({"index.mapping.depth.limit": 0})),
+        )
+        .await;
+    assert_error(&r, 400, "illegal_argument_exception");
+    node.stop().await;
+}
+
+/// An unknown top-level key of a create-index body: OpenSearch's `parse_exception`
+/// (`CreateIndexRequest.source`), not `parsing_exception`.
+#[tokio::test]
+async fn test_an_unknown_key_of_a_create_body_is_a_parse_exception() {
+    let node = TestNode::start().await;
+    let r = node.req("PUT", "/k", Some(json!({"mapings": {}}))).await;
+    assert_error(&r, 400, "parse_exception");
+    assert_eq!(
+        r.1["error"]["reason"],
+        "unknown key [mapings] for create index"
+    );
+    node.stop().await;
+}
