@@ -253,11 +253,16 @@ pub async fn nodes_stats(
     let all = metrics.contains(&"_all");
     let wants = |m: &str| all || metrics.contains(&m);
     let node = local_figures(&st);
-    let selected = selector.split(',').any(|s| {
-        matches!(s, "_all" | "_local" | "*")
-            || s == node.node_id
-            || sluice_wire::simple_match(s, &node.name)
-    });
+    // This node's figures only (other members' are not gathered): it answers when the
+    // selector, resolved over the members (this node among them), names it.
+    let me = &st.identity.node_id;
+    let mut live = st.cluster.members().live.to_vec();
+    if !live.iter().any(|m| m.node_id == *me) {
+        live.push(st.cluster.me().clone());
+    }
+    let selected = crate::cluster::select::select(&live, me, Some(&selector))
+        .iter()
+        .any(|m| m.node_id == *me);
     let nodes = if selected { vec![node] } else { Vec::new() };
     Ok(reply(
         StatusCode::OK,

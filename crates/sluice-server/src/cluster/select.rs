@@ -6,28 +6,75 @@ use sluice_cluster::Member;
 use sluice_cluster::fanout::Outcome;
 use sluice_cluster::rpc::RpcError;
 
-/// The members a node selector names, in node-id order. `None` (no selector), `_all`, `*` and
-/// an empty entry name every member; `_local` this node; otherwise node ids, node names, and
-/// wildcards over either (OpenSearch's node-id resolution).
+/// The members a node selector names, in node-id order, resolved as OpenSearch's
+/// `DiscoveryNodes.resolveNodes` resolves one: `None` (no selector), `_all`, `*` and an empty
+/// entry name every member; `_local` this node; `_cluster_manager` (or its old name
+/// `_master`) the member wearing the cluster manager's `*` (the lowest node id, see
+/// `api/nodes.rs`); `role:true` every member with that role (every sluice node has
+/// [`super::ROLES`]; `master` is `cluster_manager`'s old name) and `role:false` removes them
+/// from what the entries before it named; otherwise node ids, node names, and the IP
+/// addresses and `ip:port` transport addresses members listen on, each matched with `*`
+/// wildcards. Entries apply in order.
 pub fn select(members: &[Member], me: &str, selector: Option<&str>) -> Vec<Member> {
     let Some(selector) = selector else {
         return members.to_vec();
     };
-    let parts: Vec<&str> = selector.split(',').map(str::trim).collect();
-    members
-        .iter()
-        .filter(|m| {
-            parts.iter().any(|p| match *p {
+    let manager = members.iter().map(|m| m.node_id.as_str()).min();
+    let mut chosen = vec![false; members.len()];
+    for part in selector.split(',').map(str::trim) {
+        if let Some(keep) = role_entry(part) {
+            // Every member has every role sluice nodes have: the entry adds all, or removes all.
+            chosen.iter_mut().for_each(|c| *c = keep);
+            continue;
+        }
+        for (m, c) in members.iter().zip(chosen.iter_mut()) {
+            *c |= match part {
                 "" | "_all" | "*" => true,
                 "_local" => m.node_id == me,
-                p => {
-                    sluice_wire::simple_match(p, &m.node_id)
-                        || sluice_wire::simple_match(p, &m.name)
-                }
-            })
-        })
-        .cloned()
+                "_cluster_manager" | "_master" => manager == Some(m.node_id.as_str()),
+                p => names_member(p, m),
+            };
+        }
+    }
+    members
+        .iter()
+        .zip(chosen)
+        .filter(|(_, c)| *c)
+        .map(|(m, _)| m.clone())
         .collect()
+}
+
+/// A `role:true` / `role:false` entry naming a role sluice nodes have ([`super::ROLES`];
+/// `master` is `cluster_manager`'s old name): `Some(true)` adds every member, `Some(false)`
+/// removes every member. Any other `attr:value` (a role no sluice node has, a custom
+/// attribute) names no member, as it names no node in OpenSearch: it is matched as a name
+/// and finds none.
+fn role_entry(part: &str) -> Option<bool> {
+    let (attr, value) = part.split_once(':')?;
+    let role = if attr == "master" {
+        "cluster_manager"
+    } else {
+        attr
+    };
+    if !super::ROLES.contains(&role) {
+        return None;
+    }
+    match value {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    }
+}
+
+/// Whether `pattern` (with `*` wildcards) is member `m`'s node id, name, IP address or
+/// transport address.
+fn names_member(pattern: &str, m: &Member) -> bool {
+    let matches = |text: &str| sluice_wire::simple_match(pattern, text);
+    matches(&m.node_id)
+        || matches(&m.name)
+        || matches(&m.transport_addr.ip().to_string())
+        || matches(&m.http_addr.ip().to_string())
+        || matches(&m.transport_addr.to_string())
 }
 
 /// One member's failure as OpenSearch's nodes framework reports it.
@@ -122,5 +169,44 @@ mod tests {
         assert_eq!(ids(Some("node-*")), ["a1", "b2"]);
         assert_eq!(ids(Some("c3,node-1")), ["a1", "c3"]);
         assert!(ids(Some("nope")).is_empty());
+    }
+
+    #[test]
+    fn test_selectors_resolve_as_opensearchs_discovery_nodes() {
+        let mut ms = vec![
+            member("b2", "node-2"),
+            member("a1", "node-1"),
+            member("c3", "other"),
+        ];
+        ms[2].transport_addr = "10.0.0.3:9300".parse().unwrap();
+        ms[2].http_addr = "10.0.0.3:9200".parse().unwrap();
+        ms.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+        let ids = |sel: &str| -> Vec<String> {
+            select(&ms, "b2", Some(sel))
+                .into_iter()
+                .map(|m| m.node_id)
+                .collect()
+        };
+        // The member wearing the cluster manager's `*`: the lowest node id.
+        assert_eq!(ids("_cluster_manager"), ["a1"]);
+        assert_eq!(ids("_master"), ["a1"]);
+        for every in [
+            "cluster_manager:true",
+            "master:true",
+            "data:true",
+            "ingest:true",
+        ] {
+            assert_eq!(ids(every), ["a1", "b2", "c3"], "{every}");
+        }
+        assert!(ids("data:false").is_empty());
+        assert!(ids("ml:true").is_empty());
+        assert!(ids("zone:a").is_empty());
+        // In order: all, then the data nodes removed, then one added back.
+        assert_eq!(ids("_all,data:false,node-2"), ["b2"]);
+        // Addresses: an IP, an ip:port, a wildcard over them.
+        assert_eq!(ids("10.0.0.3"), ["c3"]);
+        assert_eq!(ids("10.0.0.3:9300"), ["c3"]);
+        assert_eq!(ids("10.0.*"), ["c3"]);
+        assert_eq!(ids("127.0.0.1"), ["a1", "b2"]);
     }
 }

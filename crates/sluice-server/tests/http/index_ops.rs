@@ -546,3 +546,32 @@ fn spawn_get(node: &TestNode, path: &str) -> tokio::task::JoinHandle<(u16, Value
         )
     })
 }
+
+/// Node selectors resolve as OpenSearch's `DiscoveryNodes.resolveNodes` (`cluster/select.rs`):
+/// the cluster manager, role filters, addresses — on `_nodes` and on `_nodes/{sel}/stats`
+/// (an outside trial found them selecting nothing).
+#[tokio::test]
+async fn test_node_selectors_resolve_as_opensearch_resolves_them() {
+    let node = TestNode::start().await;
+    for (selector, total) in [
+        ("_cluster_manager", 1),
+        ("_master", 1),
+        ("cluster_manager:true", 1),
+        ("data:true", 1),
+        ("ingest:true", 1),
+        ("127.0.0.1", 1),
+        ("_all,data:false", 0),
+        ("ml:true", 0),
+        ("nope", 0),
+    ] {
+        for path in [
+            format!("/_nodes/{selector}"),
+            format!("/_nodes/{selector}/stats"),
+        ] {
+            let (s, b) = node.req("GET", &path, None).await;
+            assert_eq!(s, 200, "{path}: {b}");
+            assert_eq!(b["_nodes"]["total"], total, "{path}: {b}");
+        }
+    }
+    node.stop().await;
+}
