@@ -512,7 +512,7 @@ fn check_group_alone(g: &WorkloadGroup, auth_enabled: Option<bool>) -> Result<()
         return Err(CoreError::validation(
             "queue.size_per_bucket",
             format!(
-                "queue.size_per_bucket [{}] needs a throttle limit to queue behind: set throttling.attribute and throttling.node_limit, or set queue to null",
+                "queue.size_per_bucket [{}] needs a throttle limit to queue behind: set throttling.attribute and throttling.node_limit or throttling.shared_limit, or set queue to null",
                 g.queue.num_size_per_bucket()
             ),
         ));
