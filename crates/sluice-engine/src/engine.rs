@@ -707,9 +707,15 @@ impl Engine {
 
     /// Refreshes the indices an expression names.
     pub fn refresh(&self, expr: &str) -> Result<usize> {
-        let targets = self.resolve(expr)?;
-        for h in &targets {
-            h.refresh()?;
+        self.refresh_with(expr, &IndicesOptions::default())
+    }
+
+    /// [`Engine::refresh`] of the indices `expr` resolves to under `opts`: what a request that
+    /// resolved its indices with those options wrote to (a by-query's `expand_wildcards`).
+    pub fn refresh_with(&self, expr: &str, opts: &IndicesOptions) -> Result<usize> {
+        let targets = self.resolve_targets(expr, opts)?;
+        for t in &targets {
+            t.handle.refresh()?;
         }
         Ok(targets.len())
     }

@@ -222,6 +222,7 @@ async fn execute(
     refresh: bool,
 ) -> ApiResult<Answer> {
     let update = req.update;
+    let options = req.indices_options;
     let task = guard.task().clone();
     let mut admitted = admission::admit_registered(st, meta, spec, guard).await?;
     let executed = st
@@ -231,7 +232,12 @@ async fn execute(
     let outcome = admitted.finish(executed)?;
     if refresh {
         let engine = st.engine.clone();
-        crate::backend::embedded::blocking(move || engine.refresh(&index).map(|_| ())).await?;
+        // The indices the action resolved, with its options (a hidden one it reached through
+        // `expand_wildcards` included).
+        crate::backend::embedded::blocking(move || {
+            engine.refresh_with(&index, &options).map(|_| ())
+        })
+        .await?;
     }
     let reason = outcome
         .cancelled

@@ -380,3 +380,30 @@ async fn test_background_action_waits_in_its_groups_queue_and_can_be_cancelled_t
     assert_eq!(done.body["response"]["deleted"], 1, "{}", done.body);
     assert_eq!(node.count("small", None).await, 0);
 }
+
+/// `refresh=true` refreshes what the action changed: the indices it resolved with the request's
+/// `expand_wildcards`, a hidden one included (an outside trial's count still saw the deleted
+/// document). The hidden index refreshes on no timer here, so only the request's refresh can
+/// make the delete visible.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_refresh_covers_the_hidden_indices_the_action_reached() {
+    let node = TestNode::start().await;
+    let settings = json!({"settings": {"index.hidden": true, "index.refresh_interval": "-1"}});
+    let (s, b) = node.req("PUT", "/hid-1", Some(settings)).await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = node
+        .req("PUT", "/hid-1/_doc/1?refresh=true", Some(json!({"n": 1})))
+        .await;
+    assert_eq!(s, 201, "{b}");
+    let (s, b) = node
+        .req(
+            "POST",
+            "/hid-*/_delete_by_query?expand_wildcards=all&refresh=true",
+            Some(json!({"query": {"match_all": {}}})),
+        )
+        .await;
+    assert_eq!((s, &b["deleted"]), (200, &json!(1)), "{b}");
+    let (s, b) = node.req("GET", "/hid-1/_count", None).await;
+    assert_eq!((s, &b["count"]), (200, &json!(0)), "{b}");
+    node.stop().await;
+}
