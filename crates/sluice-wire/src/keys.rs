@@ -64,6 +64,8 @@ pub const WLM_DURESS_STREAK: &str = "wlm.workload_group.duress_streak";
 pub const WLM_SHARED_ACQUIRE_TIMEOUT: &str = "wlm.workload_group.shared_acquire_timeout";
 /// Most workload groups the node holds.
 pub const WLM_MAX_GROUP_COUNT: &str = "node.workload_group.max_count";
+/// Most auto-tagging rules the cluster holds.
+pub const WLM_AUTOTAGGING_MAX_RULES: &str = "wlm.autotagging.max_rules";
 
 /// Group settings bag: whether group values overwrite explicit request values.
 pub const OVERRIDE_REQUEST_VALUES: &str = "override_request_values";

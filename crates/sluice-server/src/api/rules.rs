@@ -19,7 +19,8 @@
 //! is the only serialization, on this node and across nodes sharing the metastore.
 //!
 //! Known differences from OpenSearch: rule ids are random v4 UUIDs rather than name-based
-//! v3 UUIDs, and the rule limit is the default of `wlm.autotagging.max_rules` (200).
+//! v3 UUIDs, and the rule limit is `wlm.autotagging.max_rules` (default 200; the 429 names the
+//! limit in force, where OpenSearch's message always says 200).
 
 use std::sync::Arc;
 
@@ -31,6 +32,8 @@ use axum::response::Response;
 use axum::routing::get;
 use serde_json::{Map, Value, json};
 use sluice_core::{CoreError, DEFAULT_MAX_RULES, Rule, apply_rule_update, validate_rule_create};
+
+use crate::settings::keys;
 
 use crate::catalog::{self, RULES, RULES_FIELD};
 use crate::error::{ApiResult, core_error};
@@ -91,8 +94,13 @@ pub async fn create(
     refuse_unrecognized(uri.path(), &params, &[])?;
     let id = uuid::Uuid::new_v4().to_string();
     let now = sluice_engine::now_millis();
+    let max_rules = st
+        .cluster_settings
+        .snapshot()
+        .integer(keys::WLM_AUTOTAGGING_MAX_RULES);
+    let max_rules = usize::try_from(max_rules).unwrap_or(DEFAULT_MAX_RULES);
     let created = modify(&st, |rules, groups| {
-        let rule = validate_rule_create(rules, groups, &body, &id, now, DEFAULT_MAX_RULES)?;
+        let rule = validate_rule_create(rules, groups, &body, &id, now, max_rules)?;
         let mut next = rules.to_vec();
         next.push(rule.clone());
         Ok((next, rule))

@@ -181,6 +181,14 @@ pub static SETTINGS: &[SettingDef] = &[
         doc: "The most workload groups the node holds (1 to 100); creating one more fails with \
               429 rejected_execution_exception.",
     },
+    SettingDef {
+        key: keys::WLM_AUTOTAGGING_MAX_RULES,
+        kind: Kind::Integer { min: 10, max: 500 },
+        default: "200",
+        check: None,
+        doc: "The most auto-tagging rules the cluster holds (10 to 500); creating one more fails \
+              with 429, naming the limit.",
+    },
 ];
 
 /// The largest accepted rejection threshold; OpenSearch keeps headroom so rejection starts

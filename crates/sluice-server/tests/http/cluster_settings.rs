@@ -65,6 +65,7 @@ async fn test_include_defaults_lists_every_setting_with_its_default() {
                 "search.max_buckets": "65535",
                 "search.max_keep_alive": "24h",
                 "search.max_open_scroll_context": "500",
+                "wlm.autotagging.max_rules": "200",
                 "wlm.workload_group.duress_streak": "3",
                 "wlm.workload_group.enforcement_interval": "1000",
                 "wlm.workload_group.estimate_unmeasured_tasks": "true",

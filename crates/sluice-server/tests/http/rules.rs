@@ -242,3 +242,45 @@ async fn test_rules_survive_a_restart() {
     assert_eq!(got, json!({"rules": [rule]}));
     node.stop().await;
 }
+
+/// `wlm.autotagging.max_rules` (default 200, 10 to 500) bounds the rules: one more is a 429
+/// naming the limit; a value out of range is refused naming the setting.
+#[tokio::test]
+async fn test_max_rules_is_a_cluster_setting_that_bounds_the_rules() {
+    let node = TestNode::start().await;
+    let group = create_group(&node, "analytics").await;
+    let set = |v: Value| json!({"persistent": {"wlm.autotagging.max_rules": v}});
+    for bad in [json!(9), json!(501), json!("x")] {
+        let (s, b) = node
+            .req("PUT", "/_cluster/settings", Some(set(bad.clone())))
+            .await;
+        assert_eq!(s, 400, "{bad}: {b}");
+        let reason = b["error"]["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("wlm.autotagging.max_rules"), "{b}");
+    }
+    let (s, b) = node
+        .req("PUT", "/_cluster/settings", Some(set(json!(10))))
+        .await;
+    assert_eq!(s, 200, "{b}");
+    for i in 0..10 {
+        create_rule(
+            &node,
+            json!({"description": format!("r{i}"), "index_pattern": [format!("logs-{i}*")],
+                   "workload_group": group}),
+        )
+        .await;
+    }
+    let one_more = json!({"description": "r10", "index_pattern": ["logs-10*"],
+                          "workload_group": group});
+    let r = node.req("PUT", RULES, Some(one_more.clone())).await;
+    assert_eq!(r.0, 429, "{}", r.1);
+    let reason = r.1["error"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("cardinality limit of 10"), "{}", r.1);
+    // Raised, the same rule goes in.
+    let (s, b) = node
+        .req("PUT", "/_cluster/settings", Some(set(json!(11))))
+        .await;
+    assert_eq!(s, 200, "{b}");
+    create_rule(&node, one_more).await;
+    node.stop().await;
+}
