@@ -474,6 +474,7 @@ async fn run_bulk(
     body: Body,
 ) -> ApiResult<Response> {
     let started = Instant::now();
+    check_write_params(&params)?;
     let refresh = parse_refresh(&params)?;
     if body.0.is_empty() {
         return Err(EngineError::new(ErrorCode::Parse, "request body is required").into());
@@ -578,6 +579,42 @@ pub async fn bulk_index(
     run_bulk(st, meta, Some(index), params, body).await
 }
 
+/// Refuses, before anything is written, the values of a write's parameters that OpenSearch
+/// refuses and sluice reads no further: `timeout` must be a time value, `wait_for_active_shards`
+/// `all` or a count (one node holds every copy there is, so any count is met), and `pipeline`
+/// may only be `_none` — sluice has no ingest pipelines, and a document written without the
+/// pipeline its client named would be silently untransformed.
+fn check_write_params(params: &Params) -> Result<(), EngineError> {
+    if let Some(v) = params.get("timeout") {
+        sluice_wire::parse_time_value(v, "timeout")?;
+    }
+    if let Some(v) = params.get("wait_for_active_shards")
+        && v != "all"
+    {
+        match v.parse::<i32>() {
+            Ok(n) if n < 0 => {
+                return Err(EngineError::illegal_argument(
+                    "shard count cannot be a negative value",
+                ));
+            }
+            Ok(_) => {}
+            Err(_) => {
+                return Err(EngineError::illegal_argument(format!(
+                    "cannot parse ActiveShardCount[{v}]"
+                )));
+            }
+        }
+    }
+    if let Some(v) = params.get("pipeline")
+        && v != "_none"
+    {
+        return Err(EngineError::illegal_argument(format!(
+            "pipeline with id [{v}] does not exist"
+        )));
+    }
+    Ok(())
+}
+
 async fn write_one(
     st: Arc<AppState>,
     index: String,
@@ -585,6 +622,7 @@ async fn write_one(
     params: Params,
     source_filter: Option<SourceFilter>,
 ) -> ApiResult<Response> {
+    check_write_params(&params)?;
     let refresh = parse_refresh(&params)?;
     let require_alias = bool_param(&params, "require_alias")?;
     let engine = st.engine.clone();

@@ -916,3 +916,55 @@ async fn test_mget_answers_each_document_on_its_own() {
     assert_error(&r, 400, "parsing_exception");
     node.stop().await;
 }
+
+/// A write's parameters that OpenSearch refuses are refused before anything is written: a
+/// `timeout` that is no time value, a `wait_for_active_shards` that is no count, and any
+/// `pipeline` but `_none` (sluice has no ingest pipelines; a client relying on one would
+/// otherwise get its documents untransformed). Through a gateway, the upstream refuses them.
+#[tokio::test]
+async fn test_bad_write_parameters_are_refused_and_nothing_is_written() {
+    let node = TestNode::start().await;
+    let doc = || Some(json!({"a": 1}));
+    for (path, ty, reason) in [
+        (
+            "/w/_doc/1?timeout=5x",
+            // As every time parameter sluice reads (its one time-value parser).
+            "illegal_argument_exception",
+            "failed to parse setting [timeout] with value [5x] as a time value: unit is missing or unrecognized",
+        ),
+        (
+            "/w/_doc/1?wait_for_active_shards=abc",
+            "illegal_argument_exception",
+            "cannot parse ActiveShardCount[abc]",
+        ),
+        (
+            "/w/_doc/1?pipeline=nosuch",
+            "illegal_argument_exception",
+            "pipeline with id [nosuch] does not exist",
+        ),
+    ] {
+        let r = node.req("PUT", path, doc()).await;
+        assert_error(&r, 400, ty);
+        assert_eq!(r.1["error"]["reason"], reason, "{path}: {}", r.1);
+    }
+    let (s, _) = node.req("HEAD", "/w", None).await;
+    assert_eq!(s, 404, "nothing was written");
+    let r = node
+        .raw(
+            "POST",
+            "/_bulk?timeout=zz",
+            "{\"index\":{\"_index\":\"w\"}}\n{\"a\":1}\n".to_string(),
+        )
+        .await;
+    assert_eq!(r.0, 400, "{}", r.1);
+    for ok in [
+        "/w/_doc/1?timeout=5s&wait_for_active_shards=all&pipeline=_none",
+        "/w/_doc/2?wait_for_active_shards=1",
+    ] {
+        let (s, b) = node.req("PUT", ok, doc()).await;
+        assert_eq!(s, 201, "{ok}: {b}");
+    }
+    let r = node.req("DELETE", "/w/_doc/1?timeout=zz", None).await;
+    assert_eq!(r.0, 400, "{}", r.1);
+    node.stop().await;
+}
