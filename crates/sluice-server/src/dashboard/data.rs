@@ -71,6 +71,7 @@ fn group(e: &GroupEntry) -> Value {
         "name": e.name(),
         "resiliency_mode": g.map(|g| g.resiliency_mode.as_str()),
         "node_limit": g.and_then(|g| g.throttling.node_limit),
+        "shared_limit": g.and_then(|g| g.throttling.shared_limit),
         "in_flight": s.executing(),
         "queue_depth": s.queued_current(),
         "usage": {"cpu": s.cpu.current_usage(), "memory": s.memory.current_usage()},

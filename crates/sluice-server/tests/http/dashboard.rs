@@ -433,6 +433,13 @@ async fn test_dashboard_is_served_from_the_binary_and_its_data_needs_an_admin_ro
                "throttling": {"attribute": "group", "node_limit": 2}}),
     )
     .await;
+    create_group(
+        &node,
+        json!({"name": "shared", "resiliency_mode": "soft",
+               "resource_limits": {"cpu": 0.1},
+               "throttling": {"attribute": "group", "shared_limit": 4}}),
+    )
+    .await;
     let r = node
         .req_with(
             "GET",
@@ -443,13 +450,20 @@ async fn test_dashboard_is_served_from_the_binary_and_its_data_needs_an_admin_ro
         .await;
     assert_eq!(r.status, 200, "{}", r.body);
     let groups = r.body["groups"].as_array().expect("groups");
-    assert_eq!(groups.len(), 2, "DEFAULT and analytics: {}", r.body);
+    assert_eq!(groups.len(), 3, "DEFAULT, analytics, shared: {}", r.body);
     let g = groups
         .iter()
         .find(|g| g["id"] == json!(id))
         .expect("analytics");
     assert_eq!(g["name"], "analytics");
     assert_eq!(g["node_limit"], 2);
+    assert_eq!(g["shared_limit"], Value::Null);
+    let shared = groups
+        .iter()
+        .find(|g| g["name"] == "shared")
+        .expect("the shared-only group");
+    assert_eq!(shared["node_limit"], Value::Null);
+    assert_eq!(shared["shared_limit"], 4);
     assert_eq!(g["limits"]["cpu"], 0.3);
     assert_eq!(g["in_flight"], 0);
     assert_eq!(g["counters"]["completions"], 0);

@@ -77,13 +77,20 @@ function renderGroups(groups, at) {
     if (key === "in_flight" || key === "queue_depth") return b.g[key] - a.g[key];
     return b.r[key] - a.r[key] || a.g.name.localeCompare(b.g.name);
   });
+  // A group's request limit: its node_limit, and the cluster-wide shared_limit beyond it.
+  const limitText = (g) => g.shared_limit == null
+    ? `${g.node_limit ?? "–"}`
+    : `${g.node_limit ?? 0} + ${g.shared_limit} shared`;
+  const inFlightTitle = (g) => g.shared_limit == null
+    ? "requests running on this node / its node_limit"
+    : `requests running on this node / its node_limit, then up to ${g.shared_limit} more across the cluster (shared_limit)`;
   const cell = (g, r, k, cls) =>
     `<td class="${cls} ${k}${r[k] > 0 && k !== "completions" ? " hot" : ""}" title="${fmtRate(r[k])} per second over the last ${RATE_WINDOW_MS / 1000} s, ${g.counters[k]} since the node started" data-total="${g.counters[k]}">${fmtRate(r[k])}<small>${g.counters[k]}</small></td>`;
   document.querySelector("#groups tbody").innerHTML = rows.map(({ g, r }) => `
     <tr data-group-id="${esc(g.id)}">
       <td class="name" title="${esc(g.id)}">${esc(g.name)}${g.warning ? ` <span class="muted" title="${esc(g.warning)}">⚠</span>` : ""}</td>
       <td>${esc(g.resiliency_mode || "–")}</td>
-      <td class="in_flight">${bar(g.in_flight, g.node_limit)}${g.in_flight} / ${g.node_limit ?? "–"}</td>
+      <td class="in_flight" title="${inFlightTitle(g)}">${bar(g.in_flight, (g.node_limit ?? 0) + (g.shared_limit ?? 0) || null)}${g.in_flight} / ${limitText(g)}</td>
       <td class="queue_depth">${g.queue_depth}</td>
       <td>${bar(g.usage.cpu, g.limits.cpu)}${pct(g.usage.cpu)} / ${pct(g.limits.cpu)}</td>
       <td>${bar(g.usage.memory, g.limits.memory)}${pct(g.usage.memory)} / ${pct(g.limits.memory)}</td>
