@@ -334,7 +334,7 @@ async fn stats(
 /// ([`crate::cluster::local::SLUICE_COLUMNS`]). `h=` picks among them by name or by
 /// the lower-case alias (the JSON rows' keys), `help` lists them; the text table puts a `|`
 /// cell between two columns, as OpenSearch prints it.
-const COLUMNS: [Column; 24] = [
+const COLUMNS: [Column; 25] = [
     Column::new("NODE_ID", "node_id", "the node's id"),
     Column::new(
         "WORKLOAD_GROUP_ID",
@@ -370,6 +370,11 @@ const COLUMNS: [Column; 24] = [
         "TOTAL_THROTTLED",
         "total_throttled",
         "requests refused by a throttle (429), node or shared tier",
+    ),
+    Column::new(
+        "TOTAL_WOULD_THROTTLE",
+        "total_would_throttle",
+        "requests a throttle would have refused or parked, counted in monitor_only or a monitor group",
     ),
     Column::new(
         "TOTAL_QUEUED",

@@ -249,6 +249,8 @@ async fn test_list_table_pages_with_tokens_and_ends_with_a_footer() {
             "|",
             "TOTAL_THROTTLED",
             "|",
+            "TOTAL_WOULD_THROTTLE",
+            "|",
             "TOTAL_QUEUED",
             "|",
             "TOTAL_QUEUE_REJECTIONS",
@@ -457,7 +459,7 @@ async fn test_list_table_takes_the_cat_parameters_h_help_and_format() {
     let (_, body) = node.req("GET", "/_list/wlm_stats?format=json", None).await;
     assert_eq!(
         body["wlm_stats"][0].as_object().map(|o| o.len()),
-        Some(24),
+        Some(25),
         "{body}"
     );
     // A format the table does not know is answered as text, as the _cat APIs answer it.
@@ -481,7 +483,7 @@ async fn test_list_table_takes_the_cat_parameters_h_help_and_format() {
     // help: the columns with their aliases and what they show, as a _cat API's.
     let (s, t) = text(&node, "/_list/wlm_stats?help").await;
     assert_eq!(s, 200, "{t}");
-    assert_eq!(t.lines().count(), 24, "{t}");
+    assert_eq!(t.lines().count(), 25, "{t}");
     let throttled = t
         .lines()
         .find(|l| l.starts_with("TOTAL_SHARED_THROTTLED "))

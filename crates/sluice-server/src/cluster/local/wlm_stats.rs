@@ -96,8 +96,9 @@ pub const ROW_COLUMNS: [&str; 5] = [
 ];
 
 /// sluice's extra columns, after OpenSearch's: the throttle's and the queue's figures.
-pub const SLUICE_COLUMNS: [(&str, Figure); 17] = [
+pub const SLUICE_COLUMNS: [(&str, Figure); 18] = [
     ("TOTAL_THROTTLED", |s| s.total_throttled.get()),
+    ("TOTAL_WOULD_THROTTLE", |s| s.total_would_throttle.get()),
     ("TOTAL_QUEUED", |s| s.total_queued.get()),
     ("TOTAL_QUEUE_REJECTIONS", |s| s.total_queue_rejections.get()),
     ("QUEUED_CURRENT", |s| s.queued_current()),
