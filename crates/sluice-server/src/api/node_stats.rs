@@ -1,4 +1,6 @@
-//! `GET /_nodes/stats[/{metric}]` and `/_nodes/{node_id}/stats[/{metric}]` for this node: the
+//! `GET /_nodes/stats[/{metric}]` and `/_nodes/{node_id}/stats[/{metric}]`, every member the
+//! selector names asked for its entry over RPC ([`local_entry`]), as `_wlm/stats` gathers its
+//! own; each node reports the
 //! figures sluice really has — the indices' counters summed (`indices`), the process's CPU
 //! time, file descriptors and virtual memory (`process`, read from the OS) and the search
 //! pool (`thread_pool.search`). There is no JVM, so no heap or pool figure is reported; the
@@ -7,8 +9,7 @@
 //! `JvmStatsSummary` reads (`jvm.gc.collectors.{young,old}`, `jvm.mem.pools`) — without it, every
 //! OSB run aborts at its start.
 //!
-//! [`NodeFigures`] is what one node reports about itself and [`render`] shapes any number of
-//! them, so a cluster can gather each node's figures and answer with the same function.
+//! [`NodeFigures`] is what one node reports about itself and [`render_node`] its entry.
 
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
+use sluice_cluster::rpc::LocalApi;
 use sluice_engine::EngineError;
 
 use crate::error::ApiResult;
@@ -87,7 +89,7 @@ pub struct NodeFigures {
     pub node_id: String,
     /// The node name.
     pub name: String,
-    /// The HTTP address it answers on (`host:port`).
+    /// Its bound transport address (`ip:port`), as OpenSearch reports `transport_address` and `ip`.
     pub address: String,
     /// Its host (IP) alone.
     pub host: String,
@@ -111,12 +113,13 @@ pub fn local_figures(st: &AppState) -> NodeFigures {
         super::index_stats::sum_into(&mut indices, &super::index_stats::index_figures(h, &all));
     }
     let (queue, active) = st.search_pool.num_queued_and_active();
-    let host = st.config.http_host.to_string();
+    // The bound transport address, as `_nodes` shows it (the configured port may be 0).
+    let transport = st.cluster.me().transport_addr;
     NodeFigures {
         node_id: st.identity.node_id.clone(),
         name: st.config.node_name.clone(),
-        address: format!("{host}:{}", st.config.http_port),
-        host,
+        address: transport.to_string(),
+        host: transport.ip().to_string(),
         roles: vec!["data".into(), "ingest".into(), "cluster_manager".into()],
         timestamp: sluice_engine::now_millis(),
         indices,
@@ -214,20 +217,24 @@ fn no_jvm(timestamp: i64) -> Value {
     })
 }
 
-/// The whole `_nodes/stats` answer over the given nodes' figures.
-pub fn render(cluster_name: &str, nodes: &[NodeFigures], wants: &dyn Fn(&str) -> bool) -> Value {
-    let entries: Map<String, Value> = nodes
-        .iter()
-        .map(|n| (n.node_id.clone(), render_node(n, wants)))
-        .collect();
-    json!({
-        "_nodes": {"total": nodes.len(), "successful": nodes.len(), "failed": 0},
-        "cluster_name": cluster_name,
-        "nodes": entries,
-    })
+/// What a `_nodes/stats` fan-out asks each member for: the metrics to render.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct NodeStatsParams {
+    /// The metrics asked for (`_all` among them: every one).
+    pub metrics: Vec<String>,
 }
 
-/// `GET /_nodes/stats`, `/_nodes/stats/{metric}`, `/_nodes/{node_id}/stats[/{metric}]`.
+/// This node's entry of `_nodes/stats`, as a member answers a coordinator's fan-out.
+pub fn local_entry(st: &AppState, p: &NodeStatsParams) -> Value {
+    let all = p.metrics.iter().any(|m| m == "_all");
+    let wants = |m: &str| all || p.metrics.iter().any(|x| x == m);
+    render_node(&local_figures(st), &wants)
+}
+
+/// `GET /_nodes/stats`, `/_nodes/stats/{metric}`, `/_nodes/{node_id}/stats[/{metric}]`: the
+/// entries of the members the selector names (`crate::cluster::select`), each asked over RPC
+/// as `_wlm/stats` asks them; a member that does not answer within `timeout` is a failure
+/// in `_nodes`, as in OpenSearch.
 pub async fn nodes_stats(
     State(st): State<Arc<AppState>>,
     Path(parts): Path<Vec<(String, String)>>,
@@ -250,23 +257,29 @@ pub async fn nodes_stats(
         ))
         .into());
     }
-    let all = metrics.contains(&"_all");
-    let wants = |m: &str| all || metrics.contains(&m);
-    let node = local_figures(&st);
-    // This node's figures only (other members' are not gathered): it answers when the
-    // selector, resolved over the members (this node among them), names it.
-    let me = &st.identity.node_id;
-    let mut live = st.cluster.members().live.to_vec();
-    if !live.iter().any(|m| m.node_id == *me) {
-        live.push(st.cluster.me().clone());
-    }
-    let selected = crate::cluster::select::select(&live, me, Some(&selector))
-        .iter()
-        .any(|m| m.node_id == *me);
-    let nodes = if selected { vec![node] } else { Vec::new() };
+    let deadline = crate::api::wlm_stats::fanout_timeout(&params)?;
+    let members = st.cluster.members();
+    let targets =
+        crate::cluster::select::select(&members.live, &st.identity.node_id, Some(&selector));
+    let call = NodeStatsParams {
+        metrics: metrics.iter().map(|m| m.to_string()).collect(),
+    };
+    let outcomes = st
+        .cluster
+        .fan_out(&targets, LocalApi::NodeStats, &json!(call), deadline)
+        .await;
+    let (answers, envelope) = crate::cluster::select::envelope(outcomes);
+    let nodes: Map<String, Value> = answers
+        .into_iter()
+        .map(|(member, entry)| (member.node_id, entry))
+        .collect();
     Ok(reply(
         StatusCode::OK,
-        render(&st.config.cluster_name, &nodes, &wants),
+        json!({
+            "_nodes": envelope,
+            "cluster_name": st.config.cluster_name,
+            "nodes": nodes,
+        }),
         &params,
     ))
 }

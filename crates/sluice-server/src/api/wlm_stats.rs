@@ -284,7 +284,7 @@ fn targets(st: &AppState, nodes: Option<&str>) -> Vec<sluice_cluster::Member> {
 }
 
 /// The fan-out deadline: the request's `timeout`, else [`DEFAULT_FANOUT_TIMEOUT`].
-fn fanout_timeout(params: &Params) -> Result<Duration, EngineError> {
+pub(crate) fn fanout_timeout(params: &Params) -> Result<Duration, EngineError> {
     match params.get("timeout") {
         None => Ok(DEFAULT_FANOUT_TIMEOUT),
         Some(v) => Ok(sluice_wire::parse_time_value(v, "timeout")

@@ -1,5 +1,6 @@
-//! Cluster-wide answers gathered over RPC: `_wlm/stats`, `_list/wlm_stats` and `_tasks`, with
-//! a member that died or hangs reported as a failure within the timeout — never a hang.
+//! Cluster-wide answers gathered over RPC: `_wlm/stats`, `_list/wlm_stats`, `_nodes/stats` and
+//! `_tasks`, with a member that died or hangs reported as a failure within the timeout — never
+//! a hang.
 
 use std::time::Duration;
 
@@ -32,6 +33,25 @@ async fn test_stats_gather_every_node_and_name_a_hung_or_dead_one() {
     assert_eq!(table["wlm_stats"].as_array().unwrap().len(), 3, "{table}");
     let (_, one) = c.get(1, "/_wlm/node-2/stats").await;
     assert_eq!(one["_nodes"]["total"], 1, "{one}");
+    // `_nodes/stats` gathers every member's entry too, and a selector narrows it.
+    let (status, ns) = c.get(1, "/_nodes/stats/process").await;
+    assert_eq!(status, 200, "{ns}");
+    assert_eq!(ns["_nodes"]["successful"], 3, "{ns}");
+    let entries = ns["nodes"].as_object().unwrap();
+    assert_eq!(entries.len(), 3, "{ns}");
+    assert!(entries.values().all(|e| e["process"].is_object()), "{ns}");
+    // Each entry names its node's bound transport address, as `_nodes` does.
+    let (_, info) = c.get(1, "/_nodes").await;
+    for (id, e) in entries {
+        let bound = &info["nodes"][id]["transport_address"];
+        assert!(bound.as_str().is_some_and(|a| !a.ends_with(":0")), "{info}");
+        assert_eq!(&e["transport_address"], bound, "{ns}");
+        assert_eq!(&e["ip"], bound, "{ns}");
+    }
+    let (_, ns) = c.get(1, "/_nodes/node-2/stats").await;
+    let entries = ns["nodes"].as_object().unwrap();
+    assert_eq!(entries.len(), 1, "{ns}");
+    assert_eq!(entries.values().next().unwrap()["name"], "node-2", "{ns}");
     // An unknown group is each node's failure, as OpenSearch reports it.
     let (_, missing) = c.get(0, "/_wlm/stats/nope").await;
     assert_eq!(missing["_nodes"]["failed"], 3, "{missing}");
@@ -39,7 +59,14 @@ async fn test_stats_gather_every_node_and_name_a_hung_or_dead_one() {
     // A hung node (stopped, not dead yet) is a failure once the timeout passes.
     c.node(2).signal("STOP");
     let (status, hung) = c.get(0, "/_wlm/stats?timeout=1s").await;
+    let (_, hung_nodes) = c.get(0, "/_nodes/stats?timeout=1s").await;
     c.node(2).signal("CONT");
+    assert_eq!(hung_nodes["_nodes"]["failed"], 1, "{hung_nodes}");
+    assert_eq!(
+        hung_nodes["nodes"].as_object().unwrap().len(),
+        2,
+        "{hung_nodes}"
+    );
     assert_eq!(status, 200, "{hung}");
     assert_eq!(hung["_nodes"]["successful"], 2, "{hung}");
     assert_eq!(hung["_nodes"]["failed"], 1, "{hung}");

@@ -1,5 +1,5 @@
 //! What this node answers when another node (or this one, in a fan-out) calls one of its
-//! local APIs: its part of `_wlm/stats`, `_list/wlm_stats` and `_tasks`. Parameters and
+//! local APIs: its part of `_wlm/stats`, `_list/wlm_stats`, `_tasks` and `_nodes/stats`. Parameters and
 //! answers are JSON documents; an error answer is OpenSearch's error body with its status.
 
 mod tasks;
@@ -50,6 +50,9 @@ impl LocalHandler for NodeRpc {
                     Err(e) => Err(e),
                 },
                 LocalApi::CancelTasks => decode(params).and_then(|p| tasks::cancel(&st, &p)),
+                LocalApi::NodeStats => {
+                    decode(params).map(|p| crate::api::node_stats::local_entry(&st, &p))
+                }
                 LocalApi::Unspecified => Err(EngineError::illegal_argument("no local api named")),
             };
             match answer {
