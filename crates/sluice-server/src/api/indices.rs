@@ -345,13 +345,26 @@ pub async fn refresh_all(
     do_refresh(st, "_all".to_string(), params).await
 }
 
+/// Refreshes the indices `index` names with the request's options (a hidden one through
+/// `expand_wildcards`); `_shards` counts every copy as a write's does (`total`: primaries and
+/// replicas, the unassigned ones included; `successful`: the copies refreshed, this node's).
 async fn do_refresh(st: Arc<AppState>, index: String, params: Params) -> ApiResult<Response> {
+    let opts = IndicesOptions::from_params(&params, IndicesOptions::default())?;
     let engine = st.engine.clone();
-    let n = blocking(move || engine.refresh(&index)).await?;
-    let shards: u64 = n as u64;
+    let (total, done) = blocking(move || {
+        let targets = engine.resolve_targets(&index, &opts)?;
+        let mut total = 0;
+        for t in &targets {
+            t.handle.refresh()?;
+            let health = super::health::index_health(&t.handle);
+            total += health.active + health.unassigned;
+        }
+        Ok::<_, EngineError>((total, targets.len() as u64))
+    })
+    .await?;
     Ok(reply(
         StatusCode::OK,
-        json!({"_shards": {"total": shards, "successful": shards, "failed": 0}}),
+        json!({"_shards": {"total": total, "successful": done, "failed": 0}}),
         &params,
     ))
 }

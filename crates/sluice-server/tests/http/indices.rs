@@ -1290,3 +1290,47 @@ async fn test_an_unknown_key_of_a_create_body_is_a_parse_exception() {
     );
     node.stop().await;
 }
+
+/// `_refresh` counts shard copies as a write does (OpenSearch on one node: a primary and its
+/// unassigned replica are 2 in `total`, 1 `successful`), and reads the request's index options
+/// (a hidden index through `expand_wildcards`).
+#[tokio::test]
+async fn test_refresh_counts_copies_and_reads_the_index_options() {
+    let node = TestNode::start().await;
+    let (s, w) = node.req("PUT", "/r1/_doc/1", Some(json!({"a": 1}))).await;
+    assert_eq!(s, 201, "{w}");
+    let (s, b) = node.req("POST", "/r1/_refresh", None).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        b["_shards"],
+        json!({"total": 2, "successful": 1, "failed": 0})
+    );
+    assert_eq!(
+        b["_shards"]["total"], w["_shards"]["total"],
+        "as the write's"
+    );
+    let body = json!({"settings": {"index.number_of_replicas": 0, "index.hidden": true,
+                                   "index.refresh_interval": "-1"}});
+    let (s, b) = node.req("PUT", "/r-hidden", Some(body)).await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = node
+        .req("PUT", "/r-hidden/_doc/1", Some(json!({"a": 1})))
+        .await;
+    assert_eq!(s, 201, "{b}");
+    let (_, b) = node.req("POST", "/r-*/_refresh", None).await;
+    assert_eq!(
+        b["_shards"]["successful"], 0,
+        "a hidden index is skipped by default: {b}"
+    );
+    let (_, b) = node
+        .req("POST", "/r-*/_refresh?expand_wildcards=all", None)
+        .await;
+    assert_eq!(
+        b["_shards"],
+        json!({"total": 1, "successful": 1, "failed": 0}),
+        "{b}"
+    );
+    let (_, c) = node.req("GET", "/r-hidden/_count", None).await;
+    assert_eq!(c["count"], 1, "refreshed: {c}");
+    node.stop().await;
+}
