@@ -2306,7 +2306,13 @@ async fn test_a_followed_upstream_task_is_checked_as_ours_before_it_is_shown_or_
     .await;
     restarted.store(true, Ordering::SeqCst);
     let (s, b) = gw.req("POST", &format!("/_tasks/{id}/_cancel"), None).await;
-    assert_eq!(s, 200, "{b}");
+    // The gateway's own next look may see the restart first and end the task (its looks run
+    // once a second): then the cancel finds it ended (404). Either way the stranger's task
+    // must not be cancelled, and the result must say why it ended.
+    assert!(
+        s == 200 || (s == 404 && b["error"]["type"] == "resource_not_found_exception"),
+        "{s} {b}"
+    );
     let done = gw.task_result(&id).await;
     assert!(
         done["error"]["reason"]
