@@ -87,6 +87,27 @@ pub fn authorize_actions(
     Ok(())
 }
 
+/// Authorizes the aliases a create-index body names (`{"aliases": {"name": {…}}}`) as
+/// `indices:admin/aliases` on their names ([`crate::auth::authz::allows_names`]), as an add
+/// through `_aliases` is: creating an index under one's own name must not plant an alias
+/// under another tenant's (an outside trial's write alias captured that tenant's writes).
+/// A body without aliases, or one that is not an object, needs nothing here (the engine
+/// refuses what it cannot read). Used by the embedded handler and the gateway's.
+pub fn authorize_create_aliases(
+    st: &AppState,
+    meta: &RequestMeta,
+    body: &Value,
+) -> Result<(), EngineError> {
+    let Some(Value::Object(aliases)) = body.get("aliases") else {
+        return Ok(());
+    };
+    if aliases.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = aliases.keys().map(String::as_str).collect();
+    crate::auth::authorize_names(st, meta, Action::Aliases, &names.join(","))
+}
+
 /// `POST /_aliases`: every action applies, or none.
 async fn update_aliases(
     State(st): State<Arc<AppState>>,

@@ -21,6 +21,8 @@ use sluice_engine::mapping::wildcard_match;
 use sluice_engine::{EngineError, ErrorCode};
 use std::collections::BTreeMap;
 
+use crate::http::RequestMeta;
+
 /// Resolves an index expression for an index API: the request's `ignore_unavailable`,
 /// `allow_no_indices` and `expand_wildcards` over the index APIs' defaults (closed indices may
 /// be named; wildcards reach them when `closed`).
@@ -42,11 +44,13 @@ pub(crate) fn resolve_for(
 /// `PUT /{index}`.
 pub async fn create_index(
     State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
     Path(index): Path<String>,
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
     let body = body.json()?.unwrap_or(Value::Null);
+    super::aliases::authorize_create_aliases(&st, &meta, &body)?;
     let engine = st.engine.clone();
     let name = index.clone();
     blocking(move || engine.create_index(&name, &body).map(|_| ())).await?;

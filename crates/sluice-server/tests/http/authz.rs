@@ -949,6 +949,23 @@ async fn test_alias_actions_are_authorized_on_their_indices_all_or_nothing() {
     )
     .await;
     assert_error(&r, 403, "security_exception");
+    // Nor by creating an index whose body names the alias (outside re-check N1); under a
+    // name of his own it is his to make.
+    let trap = json!({"aliases": {"a-inbox": {"is_write_index": true}}});
+    let r = send(&node, &bob, "PUT", "/b-trap", Some(trap)).await;
+    assert_error(&r, 403, "security_exception");
+    let (s, _) = send(&node, &ROOT, "HEAD", "/b-trap", None).await;
+    assert_eq!(s, 404, "nothing was created");
+    let own = json!({"aliases": {"b-inbox": {}}});
+    let (s, b) = send(&node, &bob, "PUT", "/b-own", Some(own)).await;
+    assert_eq!(s, 200, "{b}");
+    // Creating an index needs no alias permission; naming an alias in its body does.
+    let alice = who("alice", "tenant_a");
+    let (s, b) = send(&node, &alice, "PUT", "/a-plain", Some(json!({}))).await;
+    assert_eq!(s, 200, "{b}");
+    let with_alias = json!({"aliases": {"a-view": {}}});
+    let r = send(&node, &alice, "PUT", "/a-aliased", Some(with_alias)).await;
+    assert_error(&r, 403, "security_exception");
     // `remove_index` needs the delete permission on the index: alice (crud) lacks it, and
     // lacks the alias permission on her own indices too.
     let alice = who("alice", "tenant_a");

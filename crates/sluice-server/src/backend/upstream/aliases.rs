@@ -1,4 +1,6 @@
-//! `POST /_aliases` through the gateway, authorized action by action as on an embedded node
+//! `POST /_aliases` and the aliases of a create-index body (`PUT /{index}`) through the gateway.
+//!
+//! `POST /_aliases` is authorized action by action as on an embedded node
 //! ([`crate::api::aliases::authorize_actions`]): adding or removing an alias needs
 //! `indices:admin/aliases` on the indices it names, `remove_index` needs `indices:admin/delete`.
 //! The request is atomic upstream, so one refused action refuses all of it here (403) and
@@ -37,6 +39,39 @@ pub async fn aliases(State(st): State<Arc<AppState>>, meta: RequestMeta, req: Re
     run(st, meta, req)
         .await
         .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `/{index}`, any method: a create (`PUT`) whose body may name aliases has them authorized
+/// as names before it is forwarded ([`crate::api::aliases::authorize_create_aliases`]);
+/// every other request — another method, an API's name (`/_refresh`), a user allowed
+/// aliases everywhere — is forwarded untouched.
+pub async fn index_root(
+    State(st): State<Arc<AppState>>,
+    meta: RequestMeta,
+    req: Request,
+) -> Response {
+    let is_create = *req.method() == Method::PUT && !req.uri().path()[1..].starts_with('_');
+    if !is_create || !needs_items(&meta, &[Action::Aliases]) {
+        return crate::http::fallback::forward(State(st), meta, req).await;
+    }
+    run_create(st, meta, req)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn run_create(st: Arc<AppState>, meta: RequestMeta, req: Request) -> ApiResult<Response> {
+    let Read { parts, body, .. } = read(req).await?;
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let value: Value = serde_json::from_slice(&body).map_err(|e| {
+            EngineError::parsing(format!(
+                "the create-index body must be JSON to be authorized: {e}"
+            ))
+        })?;
+        crate::api::aliases::authorize_create_aliases(&st, &meta, &value)?;
+    }
+    let up = super::routes_upstream(&st)?;
+    let resp = up.send_call(call_as(&up, &meta, &parts, &[], body)).await?;
+    Ok(stream_back(resp))
 }
 
 async fn run(st: Arc<AppState>, meta: RequestMeta, req: Request) -> ApiResult<Response> {

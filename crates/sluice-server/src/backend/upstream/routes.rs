@@ -67,6 +67,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_mget", any(mget))
         .route("/{index}/_mget", any(mget))
         .route("/_aliases", any(super::aliases::aliases))
+        .route("/{index}", any(super::aliases::index_root))
         .route("/_search/scroll", any(scroll))
         .route("/_search/scroll/{scroll_id}", any(scroll))
         // A HEAD where OpenSearch answers none (a search, a count …) is refused here, not
