@@ -1134,6 +1134,8 @@ async fn test_the_url_index_parameter_is_the_path_index_of_every_index_api() {
         "/_settings?index=movies",
         "/_settings/index.provided_name?index=movies",
         "/_alias?index=movies",
+        // The name read as the handlers read it: escaped, it is still `index`.
+        "/_mapping?%69ndex=movies",
     ] {
         let (s, b) = node.req("GET", path, None).await;
         assert_eq!(
