@@ -93,8 +93,10 @@ fn scalar_text(v: &Value) -> Option<String> {
     }
 }
 
-/// Parses a non-negative integer given as a JSON number or a numeric string, bounded by `max`.
-fn parse_count(field: &str, v: &Value, max: u64, max_msg: &str) -> Result<u32> {
+/// Parses a non-negative integer given as a JSON number or a numeric string, bounded by `max`;
+/// a refusal names `shown` as the bound (a request's bound, where the parser also reads
+/// stored values up to a larger `max`).
+fn parse_count(field: &str, v: &Value, max: u64, shown: u64, max_msg: &str) -> Result<u32> {
     let bad = || {
         CoreError::validation(
             field,
@@ -102,7 +104,7 @@ fn parse_count(field: &str, v: &Value, max: u64, max_msg: &str) -> Result<u32> {
         )
     };
     let too_big =
-        || CoreError::validation(field, format!("{field} {max_msg} {max}, got {}", show(v)));
+        || CoreError::validation(field, format!("{field} {max_msg} {shown}, got {}", show(v)));
     match v {
         Value::Number(n) => {
             if let Some(u) = n.as_u64() {
@@ -580,6 +582,7 @@ pub fn parse_throttle_patch(v: &Value) -> Result<BagPatch<ThrottlePatch>> {
                         "throttling.node_limit",
                         v,
                         u64::from(u32::MAX),
+                        u64::from(MAX_LIMIT),
                         "must be at most",
                     )?),
                 }
@@ -591,6 +594,7 @@ pub fn parse_throttle_patch(v: &Value) -> Result<BagPatch<ThrottlePatch>> {
                         "throttling.shared_limit",
                         v,
                         u64::from(u32::MAX),
+                        u64::from(MAX_LIMIT),
                         "must be at most",
                     )?),
                 }
@@ -687,6 +691,7 @@ pub fn parse_queue_patch(v: &Value) -> Result<BagPatch<QueuePatch>> {
                 "queue.size_per_bucket",
                 v,
                 u64::from(MAX_QUEUE_SIZE_PER_BUCKET),
+                u64::from(MAX_QUEUE_SIZE_PER_BUCKET),
                 "must not exceed",
             )?),
         };
@@ -763,7 +768,7 @@ mod tests {
             json!("99999999999999999999999"),
             json!(1e20),
         ] {
-            let expected = format!("throttling.node_limit must be at most 4294967295, got {bad}");
+            let expected = format!("throttling.node_limit must be at most 2147483647, got {bad}");
             assert_err(
                 throttle(json!({"node_limit": bad})),
                 "throttling.node_limit",
@@ -1208,7 +1213,7 @@ mod tests {
                         prop_assert!(n > u64::from(u32::MAX));
                         prop_assert_eq!(
                             e.to_string(),
-                            format!("throttling.node_limit must be at most 4294967295, got {v}")
+                            format!("throttling.node_limit must be at most 2147483647, got {v}")
                         );
                     }
                 }

@@ -260,7 +260,7 @@ pub async fn nodes_stats(
     let deadline = crate::api::wlm_stats::fanout_timeout(&params)?;
     let members = st.cluster.members();
     let targets =
-        crate::cluster::select::select(&members.live, &st.identity.node_id, Some(&selector));
+        crate::cluster::select::select(&members.live, &st.identity.node_id, Some(&selector))?;
     let call = NodeStatsParams {
         metrics: metrics.iter().map(|m| m.to_string()).collect(),
     };

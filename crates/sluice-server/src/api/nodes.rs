@@ -134,7 +134,7 @@ pub(crate) fn info(
         }
     };
     let members = st.cluster.members();
-    let selected = select::select(&members.live, &st.identity.node_id, nodes);
+    let selected = select::select(&members.live, &st.identity.node_id, nodes)?;
     let entries: Map<String, Value> = selected
         .iter()
         .map(|m| (m.node_id.clone(), node_info(st, m, &wanted)))

@@ -86,7 +86,7 @@ async fn gather(
     let deadline = fanout_timeout(params)?;
     let nodes = params.get("nodes").map(String::as_str);
     let members = st.cluster.members();
-    let targets = select::select(&members.live, &st.identity.node_id, nodes);
+    let targets = select::select(&members.live, &st.identity.node_id, nodes)?;
     let outcomes = st.cluster.fan_out(&targets, api, &call, deadline).await;
     let (answers, envelope) = select::envelope(outcomes);
     let failures = envelope["failures"].as_array().cloned().unwrap_or_default();

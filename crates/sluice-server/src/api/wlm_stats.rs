@@ -278,9 +278,9 @@ fn parse_params(params: &Params) -> Result<TableParams, EngineError> {
 }
 
 /// The members a request's node selector names.
-fn targets(st: &AppState, nodes: Option<&str>) -> Vec<sluice_cluster::Member> {
+fn targets(st: &AppState, nodes: Option<&str>) -> ApiResult<Vec<sluice_cluster::Member>> {
     let members = st.cluster.members();
-    select::select(&members.live, &st.identity.node_id, nodes)
+    Ok(select::select(&members.live, &st.identity.node_id, nodes)?)
 }
 
 /// The fan-out deadline: the request's `timeout`, else [`DEFAULT_FANOUT_TIMEOUT`].
@@ -313,7 +313,7 @@ async fn stats(
     let outcomes = st
         .cluster
         .fan_out(
-            &targets(st, nodes),
+            &targets(st, nodes)?,
             LocalApi::WlmStats,
             &json!(call),
             deadline,
@@ -533,7 +533,7 @@ async fn list(
     let outcomes = st
         .cluster
         .fan_out(
-            &targets(st, nodes),
+            &targets(st, nodes)?,
             LocalApi::WlmStatsRows,
             &json!(call),
             deadline,

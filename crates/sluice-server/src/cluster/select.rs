@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 use sluice_cluster::Member;
 use sluice_cluster::fanout::Outcome;
 use sluice_cluster::rpc::RpcError;
+use sluice_engine::EngineError;
 
 /// The members a node selector names, in node-id order, resolved as OpenSearch's
 /// `DiscoveryNodes.resolveNodes` resolves one: `None` (no selector), `_all`, `*` and an empty
@@ -15,14 +16,18 @@ use sluice_cluster::rpc::RpcError;
 /// from what the entries before it named; otherwise node ids, node names, and the IP
 /// addresses and `ip:port` transport addresses members listen on, each matched with `*`
 /// wildcards. Entries apply in order.
-pub fn select(members: &[Member], me: &str, selector: Option<&str>) -> Vec<Member> {
+pub fn select(
+    members: &[Member],
+    me: &str,
+    selector: Option<&str>,
+) -> Result<Vec<Member>, EngineError> {
     let Some(selector) = selector else {
-        return members.to_vec();
+        return Ok(members.to_vec());
     };
     let manager = members.iter().map(|m| m.node_id.as_str()).min();
     let mut chosen = vec![false; members.len()];
     for part in selector.split(',').map(str::trim) {
-        if let Some(keep) = role_entry(part) {
+        if let Some(keep) = role_entry(part)? {
             // Every member has every role sluice nodes have: the entry adds all, or removes all.
             chosen.iter_mut().for_each(|c| *c = keep);
             continue;
@@ -36,12 +41,12 @@ pub fn select(members: &[Member], me: &str, selector: Option<&str>) -> Vec<Membe
             };
         }
     }
-    members
+    Ok(members
         .iter()
         .zip(chosen)
         .filter(|(_, c)| *c)
         .map(|(m, _)| m.clone())
-        .collect()
+        .collect())
 }
 
 /// A `role:true` / `role:false` entry naming a role sluice nodes have ([`super::ROLES`];
@@ -49,20 +54,25 @@ pub fn select(members: &[Member], me: &str, selector: Option<&str>) -> Vec<Membe
 /// removes every member. Any other `attr:value` (a role no sluice node has, a custom
 /// attribute) names no member, as it names no node in OpenSearch: it is matched as a name
 /// and finds none.
-fn role_entry(part: &str) -> Option<bool> {
-    let (attr, value) = part.split_once(':')?;
+/// A value that is not a boolean is refused as OpenSearch's `Booleans.parseBoolean` refuses it.
+fn role_entry(part: &str) -> Result<Option<bool>, EngineError> {
+    let Some((attr, value)) = part.split_once(':') else {
+        return Ok(None);
+    };
     let role = if attr == "master" {
         "cluster_manager"
     } else {
         attr
     };
     if !super::ROLES.contains(&role) {
-        return None;
+        return Ok(None);
     }
     match value {
-        "true" => Some(true),
-        "false" => Some(false),
-        _ => None,
+        "true" => Ok(Some(true)),
+        "false" => Ok(Some(false)),
+        other => Err(EngineError::illegal_argument(format!(
+            "Failed to parse value [{other}] as only [true] or [false] are allowed."
+        ))),
     }
 }
 
@@ -159,6 +169,7 @@ mod tests {
         ];
         let ids = |sel: Option<&str>| -> Vec<String> {
             select(&ms, "b2", sel)
+                .unwrap()
                 .into_iter()
                 .map(|m| m.node_id)
                 .collect()
@@ -183,6 +194,7 @@ mod tests {
         ms.sort_by(|a, b| a.node_id.cmp(&b.node_id));
         let ids = |sel: &str| -> Vec<String> {
             select(&ms, "b2", Some(sel))
+                .unwrap()
                 .into_iter()
                 .map(|m| m.node_id)
                 .collect()
@@ -208,5 +220,14 @@ mod tests {
         assert_eq!(ids("10.0.0.3:9300"), ["c3"]);
         assert_eq!(ids("10.0.*"), ["c3"]);
         assert_eq!(ids("127.0.0.1"), ["a1", "b2"]);
+        // A role's value is a boolean, as OpenSearch parses it.
+        for bad in ["data:*", "cluster_manager:TRUE", "ingest:"] {
+            let e = select(&ms, "b2", Some(bad)).unwrap_err();
+            assert!(
+                e.reason.contains("only [true] or [false]"),
+                "{bad}: {}",
+                e.reason
+            );
+        }
     }
 }

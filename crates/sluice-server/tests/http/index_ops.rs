@@ -573,5 +573,10 @@ async fn test_node_selectors_resolve_as_opensearch_resolves_them() {
             assert_eq!(b["_nodes"]["total"], total, "{path}: {b}");
         }
     }
+    // A role's value is a boolean, as OpenSearch parses it.
+    for path in ["/_nodes/data:*", "/_nodes/cluster_manager:TRUE/stats"] {
+        let r = node.req("GET", path, None).await;
+        assert_error(&r, 400, "illegal_argument_exception");
+    }
     node.stop().await;
 }
