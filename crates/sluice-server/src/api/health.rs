@@ -31,6 +31,13 @@ pub struct IndexHealth {
     pub unassigned: u64,
 }
 
+impl IndexHealth {
+    /// Every copy, assigned or not: what an operation's `_shards.total` counts.
+    pub fn copies(&self) -> u64 {
+        self.active + self.unassigned
+    }
+}
+
 /// The health of `h`: its primaries are active on this node, its replicas cannot be assigned.
 pub fn index_health(h: &IndexHandle) -> IndexHealth {
     let shards = h.number_of_shards();

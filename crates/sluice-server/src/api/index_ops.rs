@@ -97,10 +97,7 @@ pub async fn forcemerge(
     let targets = resolve_for(&st, &index, &params, false)?;
     let shards: u64 = targets
         .iter()
-        .map(|h| {
-            let health = super::health::index_health(h);
-            health.active + health.unassigned
-        })
+        .map(|h| super::health::index_health(h).copies())
         .sum();
     let done = targets.len() as u64;
     let answer = json!({"_shards": {"total": shards, "successful": done, "failed": 0}});

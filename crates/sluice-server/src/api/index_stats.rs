@@ -209,7 +209,7 @@ fn render(
     let (mut shards_total, mut shards_ok) = (0u64, 0u64);
     for h in handles.iter().filter(|h| !h.is_closed()) {
         let health = super::health::index_health(h);
-        shards_total += health.active + health.unassigned;
+        shards_total += health.copies();
         shards_ok += health.active;
         let figures = index_figures(h, &wants);
         sum_into(&mut totals, &figures);

@@ -360,8 +360,7 @@ async fn do_refresh(st: Arc<AppState>, index: String, params: Params) -> ApiResu
         let mut total = 0;
         for t in &targets {
             t.handle.refresh()?;
-            let health = super::health::index_health(&t.handle);
-            total += health.active + health.unassigned;
+            total += super::health::index_health(&t.handle).copies();
         }
         Ok::<_, EngineError>((total, targets.len() as u64))
     })
