@@ -562,10 +562,8 @@ pub async fn bulk(
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    // The URL's `index` parameter is the default index when the path names none, as
-    // OpenSearch's handler reads it (`request.param("index")`).
-    let index = params.get("index").cloned();
-    run_bulk(st, meta, index, params, body).await
+    // A URL `index` parameter was made the path's before routing (`http/url_index.rs`).
+    run_bulk(st, meta, None, params, body).await
 }
 
 /// `POST /{index}/_bulk`.
@@ -862,10 +860,8 @@ pub async fn mget(
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    // The path's index, else the URL's `index` parameter, as OpenSearch's handler reads it.
-    let default_index = index
-        .map(|Path(i)| i)
-        .or_else(|| params.get("index").cloned());
+    // A URL `index` parameter was made the path's before routing (`http/url_index.rs`).
+    let default_index = index.map(|Path(i)| i);
     let default_filter = source_param_filter(&params)?;
     let items = parse_mget(body.json()?, default_index.as_deref(), &default_filter)?;
     // Each document is authorized on its own index: a forbidden one answers an error item.

@@ -211,10 +211,8 @@ pub async fn msearch(
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    // The URL's `index` parameter is the items' default when the path names none, as
-    // OpenSearch's handler reads `request.param("index")`.
-    let index = params.get("index").filter(|i| !i.is_empty()).cloned();
-    run_msearch(st, meta, index, params, body).await
+    // A URL `index` parameter was made the path's before routing (`http/url_index.rs`).
+    run_msearch(st, meta, None, params, body).await
 }
 
 /// `POST /{index}/_msearch`: the path index is the default of items whose header names none.

@@ -33,17 +33,8 @@ pub async fn search_all(
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    let index = url_index(&params);
-    run_search(st, meta, index, params, body).await
-}
-
-/// The indices of a route whose path names none: the URL's `index` parameter, as OpenSearch's
-/// handlers read `request.param("index")`, else `_all` (an empty one names all too).
-fn url_index(params: &Params) -> String {
-    match params.get("index") {
-        Some(i) if !i.is_empty() => i.clone(),
-        _ => "_all".to_string(),
-    }
+    // A URL `index` parameter was made the path's before routing (`http/url_index.rs`).
+    run_search(st, meta, "_all".to_string(), params, body).await
 }
 
 async fn run_search(
@@ -115,8 +106,7 @@ pub async fn count_all(
     Query(params): Query<Params>,
     body: Body,
 ) -> ApiResult<Response> {
-    let index = url_index(&params);
-    run_count(st, meta, index, params, body).await
+    run_count(st, meta, "_all".to_string(), params, body).await
 }
 
 async fn run_count(
