@@ -69,7 +69,7 @@ use tokio::sync::watch;
 use tokio_util::io::poll_read_buf;
 use tower::ServiceExt;
 
-use crate::backend::upstream::h1::{Answer, RelayError, Relayed};
+use crate::backend::upstream::h1::{Answer, RawHeaders, RelayError, Relayed};
 use crate::backend::upstream::routes::{LaneRoute, lane_route, lane_search};
 use crate::http::leaving::{StopOnLeave, Watched};
 use crate::http::meta::{self, RequestMeta};
@@ -246,10 +246,12 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
         let route = taken.route;
         let target = taken.target.clone();
         let head_len = taken.head_len;
+        // The header lines are forwarded from the request's own bytes.
+        let raw = RawHeaders::new(request.clone(), taken.headers);
         others = 0;
         conn.st.metrics.count_lane(LaneEvent::FastLane);
         let handled = tokio::select! {
-            h = AssertUnwindSafe(handle(&conn.st, peer, route, parts, body, thread)).catch_unwind() => {
+            h = AssertUnwindSafe(handle(&conn.st, peer, route, parts, raw, body, thread)).catch_unwind() => {
                 h.unwrap_or_else(|panic| Handled::Sluice(crate::server::panic_response(panic)))
             }
             // L3: the client left; dropping the request cancels what it started.
@@ -327,46 +329,36 @@ fn parse(buf: &[u8], limit: u64) -> Parsed {
     let mut content_length: Option<u64> = None;
     for h in req.headers.iter() {
         let name = h.name;
-        if name.eq_ignore_ascii_case("upgrade") || name.eq_ignore_ascii_case("expect") {
-            return Parsed::Hyper;
-        }
-        if name.eq_ignore_ascii_case("connection") {
-            for token in std::str::from_utf8(h.value).unwrap_or("?").split(',') {
-                match token.trim().to_ascii_lowercase().as_str() {
-                    "close" => close = true,
-                    "keep-alive" | "" => {}
+        // Names compared only with the names of their length.
+        match name.len() {
+            6 if name.eq_ignore_ascii_case("expect") => return Parsed::Hyper,
+            7 if name.eq_ignore_ascii_case("upgrade") => return Parsed::Hyper,
+            10 if name.eq_ignore_ascii_case("connection") => {
+                for token in std::str::from_utf8(h.value).unwrap_or("?").split(',') {
+                    match token.trim().to_ascii_lowercase().as_str() {
+                        "close" => close = true,
+                        "keep-alive" | "" => {}
+                        _ => return Parsed::Hyper,
+                    }
+                }
+            }
+            // A chunked body's end is not known before it is read: hyper keeps the
+            // connection.
+            17 if name.eq_ignore_ascii_case("transfer-encoding") => return Parsed::Hyper,
+            16 if name.eq_ignore_ascii_case("content-encoding") => lane_headers = false,
+            // The general path gzips answers for clients that accept it (`identity` alone,
+            // which Python's `http.client` sends, asks for none).
+            15 if name.eq_ignore_ascii_case("accept-encoding") && !identity_only(h.value) => {
+                lane_headers = false;
+            }
+            14 if name.eq_ignore_ascii_case("content-length") => {
+                match (decimal(h.value), content_length) {
+                    (Some(n), None) => content_length = Some(n),
+                    // hyper answers a length it cannot read, and closes.
                     _ => return Parsed::Hyper,
                 }
             }
-        }
-        if name.eq_ignore_ascii_case("transfer-encoding") {
-            // A chunked body's end is not known before it is read: hyper keeps the connection.
-            return Parsed::Hyper;
-        }
-        // The general path gzips answers for clients that accept it (`identity` alone, which
-        // Python's `http.client` sends, asks for none).
-        let identity_only = || {
-            std::str::from_utf8(h.value).is_ok_and(|v| {
-                v.split(',').all(|t| {
-                    let coding = t.split(';').next().unwrap_or("").trim();
-                    coding.is_empty() || coding.eq_ignore_ascii_case("identity")
-                })
-            })
-        };
-        if name.eq_ignore_ascii_case("content-encoding")
-            || (name.eq_ignore_ascii_case("accept-encoding") && !identity_only())
-        {
-            lane_headers = false;
-        }
-        if name.eq_ignore_ascii_case("content-length") {
-            let n = std::str::from_utf8(h.value)
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok());
-            match (n, content_length) {
-                (Some(n), None) => content_length = Some(n),
-                // hyper answers a length it cannot read, and closes.
-                _ => return Parsed::Hyper,
-            }
+            _ => {}
         }
     }
     if close {
@@ -421,6 +413,29 @@ fn parse(buf: &[u8], limit: u64) -> Parsed {
     }))
 }
 
+/// Whether an `Accept-Encoding` value asks for no encoding but `identity` (or none).
+fn identity_only(value: &[u8]) -> bool {
+    value.eq_ignore_ascii_case(b"identity")
+        || std::str::from_utf8(value).is_ok_and(|v| {
+            v.split(',').all(|t| {
+                let coding = t.split(';').next().unwrap_or("").trim();
+                coding.is_empty() || coding.eq_ignore_ascii_case("identity")
+            })
+        })
+}
+
+/// A `Content-Length` value's number: ASCII digits alone (as hyper reads one), at most 19 so
+/// that it fits; `None` for anything else, which the lane leaves to hyper.
+fn decimal(value: &[u8]) -> Option<u64> {
+    let value = value.trim_ascii();
+    if value.is_empty() || value.len() > 19 {
+        return None;
+    }
+    value.iter().try_fold(0u64, |n, &b| {
+        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+    })
+}
+
 /// A lane request's answer.
 enum Handled {
     /// Answered by sluice (an error, a rejection): written whole.
@@ -436,6 +451,7 @@ async fn handle(
     peer: SocketAddr,
     route: LaneRoute,
     parts: http::request::Parts,
+    raw: RawHeaders,
     body: Bytes,
     thread: usize,
 ) -> Handled {
@@ -457,7 +473,7 @@ async fn handle(
         .cloned()
         .unwrap_or_else(|| RequestMeta::internal(None));
     let (parts, _) = req.into_parts();
-    match lane_search(st, request_meta, route, parts, body, thread).await {
+    match lane_search(st, request_meta, route, parts, raw, body, thread).await {
         Err(e) => {
             let mut resp = e.into_response();
             meta::add_warnings(&warnings, &mut resp);
@@ -480,7 +496,7 @@ async fn handle(
             // `X-Opaque-Id` (the gateway's id for it: the client gets its own back, below).
             // Room for the body's first bytes too: the relay sends them with the head.
             let mut head = status_line(status, answer.reason(), answer.buffered());
-            answer.write_headers(&mut head, |name| name.eq_ignore_ascii_case(b"x-opaque-id"));
+            answer.write_headers(&mut head);
             for v in meta::warning_values(&warnings) {
                 push_header(&mut head, "warning", &v);
             }
@@ -915,6 +931,30 @@ mod tests {
             Parsed::Take(t) => Some(*t),
             _ => None,
         }
+    }
+
+    #[test]
+    fn test_content_lengths_are_digits_alone() {
+        assert_eq!(decimal(b"0"), Some(0));
+        assert_eq!(decimal(b" 42 "), Some(42));
+        assert_eq!(
+            decimal(b"9999999999999999999"),
+            Some(9_999_999_999_999_999_999)
+        );
+        for bad in [
+            &b""[..],
+            b"+5",
+            b"-1",
+            b"1 2",
+            b"0x10",
+            b"12a",
+            b"99999999999999999999",
+        ] {
+            assert_eq!(decimal(bad), None, "{bad:?}");
+        }
+        assert!(identity_only(b"Identity"));
+        assert!(identity_only(b"identity;q=1, "));
+        assert!(!identity_only(b"identity, gzip"));
     }
 
     #[test]

@@ -51,7 +51,6 @@ use tokio::net::TcpStream;
 use super::client::{
     POOL_IDLE_TIMEOUT, failed_to_answer, host_at_fault, no_answer_within, no_host, unreachable,
 };
-use super::headers::HOP_BY_HOP;
 use super::hosts::Hosts;
 
 /// The most an answer's head may take: the hyper client's (its default read buffer's largest,
@@ -107,38 +106,49 @@ mod worded {
 /// request stays at this, whatever the answer's size).
 const READ_CHUNK: usize = 16 * 1024;
 
-/// One host's idle connections, by lane thread (R5).
+/// The largest read buffer an idle connection keeps for its next answer ([`Pool::put`]): one
+/// that grew past it (a large head) is let go rather than held while idle.
+const KEPT_BUFFER: usize = 2 * READ_CHUNK;
+
+/// One host's idle connections, by lane thread (R5), each with the buffer its answers were
+/// read into: the next answer on it is read into the same memory (a new 16 KiB buffer per
+/// search cost about 700 instructions in the allocator, BENCHMARKS.md "Leaner heads").
 #[derive(Default)]
 pub struct Pool {
-    idle: Mutex<Vec<Vec<(TcpStream, Instant)>>>,
+    idle: Mutex<Vec<Vec<(TcpStream, BytesMut, Instant)>>>,
 }
 
 impl Pool {
     /// An idle connection of lane thread `thread` the upstream has not closed (R2, R5),
     /// dropping closed ones and those idle longer than the hyper client's pool keeps them
     /// ([`POOL_IDLE_TIMEOUT`]).
-    fn checkout(&self, thread: usize, now: Instant) -> Option<TcpStream> {
+    fn checkout(&self, thread: usize, now: Instant) -> Option<(TcpStream, BytesMut)> {
         loop {
-            let (conn, used) = self.idle.lock().get_mut(thread)?.pop()?;
+            let (conn, buf, used) = self.idle.lock().get_mut(thread)?.pop()?;
             if now.duration_since(used) > POOL_IDLE_TIMEOUT {
                 continue;
             }
             let mut probe = [0u8; 1];
             match conn.try_read(&mut probe) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(conn),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some((conn, buf)),
                 // End of stream, bytes nobody asked for, or an error: not reusable.
                 _ => continue,
             }
         }
     }
 
-    /// Keeps `conn`, opened on lane thread `thread`, for that thread's next exchange.
-    fn put(&self, thread: usize, conn: TcpStream) {
+    /// Keeps `conn`, opened on lane thread `thread`, for that thread's next exchange, with
+    /// `buf` (emptied) to read its next answer into, unless it grew past [`KEPT_BUFFER`].
+    fn put(&self, thread: usize, conn: TcpStream, mut buf: BytesMut) {
+        buf.clear();
+        if buf.capacity() > KEPT_BUFFER {
+            buf = BytesMut::new();
+        }
         let mut idle = self.idle.lock();
         if idle.len() <= thread {
             idle.resize_with(thread + 1, Vec::new);
         }
-        idle[thread].push((conn, Instant::now()));
+        idle[thread].push((conn, buf, Instant::now()));
     }
 }
 
@@ -163,8 +173,8 @@ pub struct Answer {
     lines: Bytes,
     /// The status line's reason phrase as the upstream sent it.
     reason: Bytes,
-    /// The header names the `Connection` header lists.
-    connection_named: Vec<String>,
+    /// The parts of `lines` relayed to the client ([`relayed_runs`]).
+    relayed: Runs,
     /// What the general path would add to the head.
     added: Added,
     conn: TcpStream,
@@ -318,8 +328,8 @@ impl H1 {
         }
     }
 
-    /// Sends `method path_and_query` with `headers` (as forwarded: `Host` and the length are
-    /// written here) and `body`, and answers once the answer's head arrived; hosts tried as
+    /// Sends `call` (its headers as forwarded: `Host` and the length are written here) and
+    /// answers once the answer's head arrived; hosts tried as
     /// [`super::client::UpstreamClient::send`] tries them, failures worded as it words them
     /// (502 naming the host and the cause, 504 past `request_timeout`), on connections of lane
     /// thread `thread` (R5): the thread this runs on.
@@ -330,26 +340,25 @@ impl H1 {
         &self,
         thread: usize,
         hosts: &Hosts,
-        method: &Method,
-        path_and_query: &str,
-        headers: &HeaderMap,
-        body: &[u8],
+        call: &super::Call,
     ) -> Result<Answer, EngineError> {
+        let method = &call.method;
         let order = hosts.order(Instant::now());
         let mut last_error = None;
         for (attempt, &i) in order.iter().enumerate() {
             let host = hosts.get(i);
             let request = write_request(
                 method,
-                path_and_query,
+                &call.path_and_query,
                 host.host_header.as_ref(),
-                headers,
-                body,
+                call.raw.as_ref(),
+                &call.headers,
+                &call.body,
             );
             // The attempt's start, read once: its deadline, and what a reset is timed from (R2).
             let started = tokio::time::Instant::now();
             let exchange =
-                self.exchange(thread, hosts, i, &request, method == Method::HEAD, started);
+                self.exchange(thread, hosts, i, &request, *method == Method::HEAD, started);
             match tokio::time::timeout_at(started + self.request_timeout, exchange).await {
                 Ok(Ok(answer)) => {
                     hosts.succeeded(i);
@@ -394,16 +403,16 @@ impl H1 {
     ) -> Result<Answer, Failed> {
         let pool = &self.pools[i];
         let mut reused = true;
-        let mut conn = match pool.checkout(thread, Instant::now()) {
+        let (mut conn, mut buf) = match pool.checkout(thread, Instant::now()) {
             Some(c) => c,
             None => {
                 reused = false;
-                self.connect(hosts, i).await?
+                (self.connect(hosts, i).await?, BytesMut::new())
             }
         };
         loop {
-            match round_trip(&mut conn, request, started).await {
-                Ok((head, buf)) => {
+            match round_trip(&mut conn, &mut buf, request, started).await {
+                Ok(head) => {
                     return finish_head(head, conn, buf, head_only, pool.clone(), thread);
                 }
                 // The reused connection was gone before the upstream read the request: once
@@ -483,8 +492,8 @@ struct Head {
     framing: Framing,
     /// Whether the upstream keeps the connection open after this answer.
     keep_alive: bool,
-    /// The header names the `Connection` header lists (lowercase): hop-by-hop too.
-    connection_named: Vec<String>,
+    /// The parts of `lines` relayed to the client ([`relayed_runs`]).
+    relayed: Runs,
     /// What decides the general path's additions.
     added: AddedBut,
 }
@@ -496,19 +505,22 @@ struct Head {
 /// search, and gets no second one.
 const STALE_RESET_WITHIN: Duration = Duration::from_millis(250);
 
-/// Writes `request` and reads until an answer's head (a final one: `1xx` heads are skipped).
+/// Writes `request` and reads until an answer's head (a final one: `1xx` heads are skipped)
+/// into `buf` (the connection's, empty), which holds what was read past the head after.
 /// `started` is the attempt's start (its checkout and writing take microseconds): a reset is
 /// timed from it, so that the common path reads no clock of its own.
 async fn round_trip(
     conn: &mut TcpStream,
+    buf: &mut BytesMut,
     request: &[u8],
     started: tokio::time::Instant,
-) -> Result<(Head, BytesMut), RoundTrip> {
+) -> Result<Head, RoundTrip> {
     conn.write_all(request).await.map_err(RoundTrip::Unread)?;
-    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    buf.clear();
+    buf.reserve(READ_CHUNK);
     let mut answered = false;
     loop {
-        let n = conn.read_buf(&mut buf).await.map_err(|e| {
+        let n = conn.read_buf(buf).await.map_err(|e| {
             if answered {
                 RoundTrip::Answer(worded::io(&e))
             } else if matches!(
@@ -532,14 +544,14 @@ async fn round_trip(
             });
         }
         answered = true;
-        while let Some((mut head, len)) = parse_head(&buf).map_err(RoundTrip::NotHttp)? {
+        while let Some((mut head, len)) = parse_head(buf).map_err(RoundTrip::NotHttp)? {
             let raw = buf.split_to(len).freeze();
             head.lines = raw.slice(head.lines_start..len - 2);
             head.reason = raw.slice(head.reason_at.clone());
             if head.status.is_informational() {
                 continue;
             }
-            return Ok((head, buf));
+            return Ok(head);
         }
         if buf.len() >= MAX_HEAD {
             return Err(RoundTrip::NotHttp(worded::TOO_LARGE.to_string()));
@@ -628,6 +640,12 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
     let keep_alive = framing != Framing::Close && !closes && (!version_1_0 || keeps);
     // The header lines: after the status line, before the empty line that ends the head.
     let lines_start = line_end(&buf[..len]).unwrap_or(len).min(len - 2);
+    let relayed = relayed_runs(
+        resp.headers,
+        buf.as_ptr() as usize + lines_start,
+        len - 2 - lines_start,
+        &connection_named,
+    );
     let reason_at = resp.reason.map_or(0..0, |r| {
         let start = r.as_ptr() as usize - buf.as_ptr() as usize;
         start..start + r.len()
@@ -641,7 +659,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
             reason_at,
             framing,
             keep_alive,
-            connection_named,
+            relayed,
             added,
         },
         len,
@@ -667,7 +685,7 @@ fn finish_head(
         status: head.status,
         lines: head.lines,
         reason: head.reason,
-        connection_named: head.connection_named,
+        relayed: head.relayed,
         added: head.added.added(framing),
         conn,
         buf,
@@ -678,32 +696,68 @@ fn finish_head(
     })
 }
 
-/// Appends the header `lines` to `out` but hop-by-hop ones (the gateway's [`HOP_BY_HOP`] and
-/// the `connection_named`) and those `drop` refuses, by case-insensitive name. Names are
-/// compared as bytes (a name that is not ASCII matches none) and lines found with `memchr`:
-/// once per proxied answer, a byte-at-a-time scan and a UTF-8 check of each name cost about
-/// 500 instructions more.
-fn relayed_lines(
-    lines: &[u8],
+/// Where an answer's relayed header lines are, as runs of adjacent lines: `(start, end)` byte
+/// offsets in its header lines. Most answers are one run (all their lines) or two (all but the
+/// upstream's `X-Opaque-Id`), kept inline.
+type Runs = smallvec::SmallVec<[(u32, u32); 4]>;
+
+/// The header names the lane never relays, lowercase: [`super::headers::HOP_BY_HOP`]'s (compared as text,
+/// since a standard `HeaderName`'s text is a table lookup; `test_hop_by_hop_names_agree`
+/// checks the two lists agree), and the upstream's `X-Opaque-Id`, which is the gateway's id for
+/// its call (the client gets its own back from the lane).
+const NOT_RELAYED: [&str; 10] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "x-opaque-id",
+];
+
+/// Which of an answer's header lines (`headers`, as httparse found them in the head; their
+/// lines start at address `base` and end `end` bytes after it) are relayed: all but those
+/// [`NOT_RELAYED`] and `connection_named` name, by case-insensitive name, as [`Runs`].
+///
+/// Found where httparse left the names rather than by scanning the lines again: a header's
+/// line runs from its name to the next header's name (httparse refuses folded lines in an
+/// answer), the last one to `end`. Comparing names with the names of their length only, this
+/// cost about 1,300 instructions less a proxied search than finding each line and comparing
+/// its name with every hop-by-hop header's (BENCHMARKS.md "Leaner heads").
+fn relayed_runs(
+    headers: &[httparse::Header<'_>],
+    base: usize,
+    end: usize,
     connection_named: &[String],
-    out: &mut Vec<u8>,
-    drop: impl Fn(&[u8]) -> bool,
-) {
-    let mut rest = lines;
-    while let Some(end) = line_end(rest) {
-        let (line, after) = rest.split_at(end);
-        rest = after;
-        let name = memchr::memchr(b':', line).map_or(&b""[..], |i| &line[..i]);
-        let hop = HOP_BY_HOP
+) -> Runs {
+    let mut runs = Runs::new();
+    let mut open: Option<u32> = None;
+    for h in headers {
+        // Within the head, which is shorter than `MAX_HEAD`.
+        let at = (h.name.as_ptr() as usize - base) as u32;
+        let name = h.name;
+        let dropped = NOT_RELAYED
             .iter()
-            .any(|h| h.as_str().as_bytes().eq_ignore_ascii_case(name))
+            .any(|n| n.len() == name.len() && n.eq_ignore_ascii_case(name))
             || connection_named
                 .iter()
-                .any(|n| n.as_bytes().eq_ignore_ascii_case(name));
-        if !hop && !drop(name) {
-            out.extend_from_slice(line);
+                .any(|n| n.eq_ignore_ascii_case(name));
+        match (dropped, open) {
+            (true, Some(start)) => {
+                runs.push((start, at));
+                open = None;
+            }
+            (false, None) => open = Some(at),
+            _ => {}
         }
     }
+    if let Some(start) = open {
+        runs.push((start, end as u32));
+    }
+    runs
 }
 
 /// Where the first line of `bytes` ends: just past its `\r\n`, or `None` when there is none.
@@ -719,15 +773,73 @@ fn line_end(bytes: &[u8]) -> Option<usize> {
     None
 }
 
+/// A lane request's header lines as the client sent them, forwarded from its own bytes rather
+/// than from a header map (the lane's [`super::Call::raw`]): where each line's name and value
+/// are in `request`, the request's bytes as the lane read them. Those the identity drops are
+/// removed before sending ([`super::headers::Identity::outbound_raw`]).
+///
+/// Only for a request the lane took: one whose `Connection` header names nothing but
+/// `keep-alive` (a hop-by-hop header the identity drops anyway), so no other header is
+/// hop-by-hop by being named there, and whose names and values are valid HTTP (the lane built
+/// its header map from them first).
+pub struct RawHeaders {
+    request: Bytes,
+    lines: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
+}
+
+impl RawHeaders {
+    /// The lines of `request` at `lines` (each a name's and its value's byte ranges).
+    pub fn new(
+        request: Bytes,
+        lines: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
+    ) -> RawHeaders {
+        RawHeaders { request, lines }
+    }
+
+    /// Keeps the lines whose name (as sent) `keep` accepts.
+    pub fn retain(&mut self, keep: impl Fn(&[u8]) -> bool) {
+        let request = &self.request;
+        self.lines.retain(|(name, _)| keep(&request[name.clone()]));
+    }
+
+    /// Appends the lines to `out` as a header map would write them (names lowercase), but
+    /// those whose name `replaced` holds (the gateway's own, written after) and `Host` and
+    /// `Content-Length` (written by [`write_request`]).
+    fn write(&self, replaced: &HeaderMap, out: &mut Vec<u8>) {
+        // The names replaced, as text once (a standard name's text is a table lookup).
+        let replaced: smallvec::SmallVec<[&[u8]; 4]> =
+            replaced.keys().map(|k| k.as_str().as_bytes()).collect();
+        for (name, value) in &self.lines {
+            let name = &self.request[name.clone()];
+            let skip = (name.len() == 4 && name.eq_ignore_ascii_case(b"host"))
+                || (name.len() == 14 && name.eq_ignore_ascii_case(b"content-length"))
+                || replaced
+                    .iter()
+                    .any(|k| k.len() == name.len() && k.eq_ignore_ascii_case(name));
+            if skip {
+                continue;
+            }
+            let at = out.len();
+            out.extend_from_slice(name);
+            out[at..].make_ascii_lowercase();
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(&self.request[value.clone()]);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
 /// The request's bytes: request line, `Host`, the forwarded headers, the length, the body.
-fn write_request(
+pub(super) fn write_request(
     method: &Method,
     path_and_query: &str,
     host: Option<&HeaderValue>,
+    raw: Option<&RawHeaders>,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256 + path_and_query.len() + headers.len() * 48 + body.len());
+    let lines = raw.map_or(0, |r| r.lines.len()) + headers.len();
+    let mut out = Vec::with_capacity(256 + path_and_query.len() + lines * 48 + body.len());
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(path_and_query.as_bytes());
@@ -736,6 +848,9 @@ fn write_request(
         out.extend_from_slice(b"host: ");
         out.extend_from_slice(host.as_bytes());
         out.extend_from_slice(b"\r\n");
+    }
+    if let Some(raw) = raw {
+        raw.write(headers, &mut out);
     }
     for (name, value) in headers {
         if name == http::header::HOST || name == http::header::CONTENT_LENGTH {
@@ -748,7 +863,7 @@ fn write_request(
     }
     if !body.is_empty() || (method != Method::GET && method != Method::HEAD) {
         out.extend_from_slice(b"content-length: ");
-        out.extend_from_slice(body.len().to_string().as_bytes());
+        out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
@@ -758,10 +873,12 @@ fn write_request(
 
 impl Answer {
     /// Appends the answer's header lines to `out` but hop-by-hop ones (RFC 9110 §7.6.1, and
-    /// those the `Connection` header names) and those `drop` refuses (by lowercase-insensitive
-    /// name), each as the upstream wrote it.
-    pub fn write_headers(&self, out: &mut Vec<u8>, drop: impl Fn(&[u8]) -> bool) {
-        relayed_lines(&self.lines, &self.connection_named, out, drop);
+    /// those the `Connection` header names) and the upstream's `X-Opaque-Id` (the gateway's
+    /// id for its call), each as the upstream wrote it.
+    pub fn write_headers(&self, out: &mut Vec<u8>) {
+        for &(start, end) in &self.relayed {
+            out.extend_from_slice(&self.lines[start as usize..end as usize]);
+        }
     }
 
     /// Relays the body to `client` after `head` (the gateway's response head, written with the
@@ -779,8 +896,12 @@ impl Answer {
             keep_alive,
             pool,
             thread,
+            lines,
+            reason,
             ..
         } = self;
+        // They share `buf`'s memory, which the connection keeps once they are gone (no copy).
+        drop((lines, reason));
         let mut out = head;
         let clean = match framing {
             Framing::Empty => {
@@ -836,7 +957,7 @@ impl Answer {
             }
         };
         if clean && keep_alive {
-            pool.put(thread, conn);
+            pool.put(thread, conn, buf);
         }
         Ok(Relayed::Whole)
     }
@@ -996,7 +1117,7 @@ mod tests {
         for thread in [1, 0, 1] {
             let conn = TcpStream::connect(addr).await.unwrap();
             accepted.push(listener.accept().await.unwrap().0);
-            pool.put(thread, conn);
+            pool.put(thread, conn, BytesMut::new());
         }
         let now = Instant::now();
         // Thread 2 never pooled one: it opens its own rather than take another thread's.
@@ -1006,6 +1127,29 @@ mod tests {
         assert!(pool.checkout(1, now).is_some());
         assert!(pool.checkout(1, now).is_some());
         assert!(pool.checkout(1, now).is_none());
+        drop(accepted);
+    }
+
+    #[tokio::test]
+    async fn test_an_idle_connection_keeps_its_buffer_unless_it_grew() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let pool = Pool::default();
+        let mut accepted = Vec::new();
+        for capacity in [READ_CHUNK, KEPT_BUFFER + 1] {
+            let conn = TcpStream::connect(addr).await.unwrap();
+            accepted.push(listener.accept().await.unwrap().0);
+            let mut buf = BytesMut::with_capacity(capacity);
+            buf.extend_from_slice(b"left over");
+            pool.put(0, conn, buf);
+        }
+        let now = Instant::now();
+        // The last one put is taken first: the one that grew comes back without its buffer.
+        let (_, grown) = pool.checkout(0, now).unwrap();
+        assert_eq!(grown.capacity(), 0);
+        let (_, kept) = pool.checkout(0, now).unwrap();
+        assert!(kept.is_empty());
+        assert!(kept.capacity() >= READ_CHUNK);
         drop(accepted);
     }
 
@@ -1184,23 +1328,51 @@ mod tests {
         ));
     }
 
+    /// The lines of `raw`'s head the lane relays.
+    fn relayed(raw: &str) -> String {
+        let (mut head, len) = parse_head(raw.as_bytes()).unwrap().expect("a whole head");
+        head.lines = Bytes::copy_from_slice(&raw.as_bytes()[head.lines_start..len - 2]);
+        let mut out = Vec::new();
+        for &(start, end) in &head.relayed {
+            out.extend_from_slice(&head.lines[start as usize..end as usize]);
+        }
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
     fn test_relayed_headers_keep_their_lines_but_hop_by_hop_ones() {
-        let h = head(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: x-secret\r\n\
-             X-Secret: 1\r\nKeep-Alive: timeout=5\r\nX-Opaque-Id: sluice:n:1\r\n\
-             content-length: 2\r\n\r\n",
-        )
-        .unwrap();
-        let answer_lines = |drop: &dyn Fn(&[u8]) -> bool| {
-            let mut out = Vec::new();
-            relayed_lines(&h.lines, &h.connection_named, &mut out, drop);
-            String::from_utf8(out).unwrap()
-        };
         assert_eq!(
-            answer_lines(&|n| n.eq_ignore_ascii_case(b"x-opaque-id")),
+            relayed(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: x-secret\r\n\
+                 X-Secret: 1\r\nKeep-Alive: timeout=5\r\nX-Opaque-Id: sluice:n:1\r\n\
+                 content-length: 2\r\n\r\n",
+            ),
             "Content-Type: application/json\r\ncontent-length: 2\r\n"
         );
+        // Every line kept, values with colons and odd spacing as they came.
+        let kept = "date: Thu, 03 Dec 2026 07:40:00 GMT\r\nx-a:b:c\r\nX-B:   v  \r\n";
+        assert_eq!(relayed(&format!("HTTP/1.1 200 OK\r\n{kept}\r\n")), kept);
+        // None kept; the first and last dropped; a name that only starts like a dropped one.
+        assert_eq!(
+            relayed("HTTP/1.1 200 OK\r\nTE: x\r\nUpgrade: y\r\n\r\n"),
+            ""
+        );
+        assert_eq!(
+            relayed(
+                "HTTP/1.1 200 OK\r\ntrailer: x\r\nte-x: 1\r\nx-opaque-idx: 2\r\n\
+                 Proxy-Authorization: z\r\n\r\n"
+            ),
+            "te-x: 1\r\nx-opaque-idx: 2\r\n"
+        );
+        assert_eq!(relayed("HTTP/1.1 204 No Content\r\n\r\n"), "");
+    }
+
+    #[test]
+    fn test_hop_by_hop_names_agree() {
+        use super::super::headers::HOP_BY_HOP;
+        let hop: Vec<&str> = HOP_BY_HOP.iter().map(|h| h.as_str()).collect();
+        assert_eq!(hop, NOT_RELAYED[..HOP_BY_HOP.len()]);
+        assert_eq!(NOT_RELAYED[HOP_BY_HOP.len()..], ["x-opaque-id"]);
     }
 
     #[test]
@@ -1210,12 +1382,19 @@ mod tests {
         h.insert("host", HeaderValue::from_static("client"));
         h.insert("content-length", HeaderValue::from_static("99"));
         let host = HeaderValue::from_static("up:9200");
-        let out = write_request(&Method::POST, "/i/_search?x=1", Some(&host), &h, b"{}");
+        let out = write_request(
+            &Method::POST,
+            "/i/_search?x=1",
+            Some(&host),
+            None,
+            &h,
+            b"{}",
+        );
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "POST /i/_search?x=1 HTTP/1.1\r\nhost: up:9200\r\nx-opaque-id: a\r\ncontent-length: 2\r\n\r\n{}"
         );
-        let out = write_request(&Method::GET, "/_count", None, &HeaderMap::new(), b"");
+        let out = write_request(&Method::GET, "/_count", None, None, &HeaderMap::new(), b"");
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "GET /_count HTTP/1.1\r\n\r\n"

@@ -43,20 +43,45 @@ pub const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for")
 /// index, a custom one as its bytes), and name prefixes.
 pub(super) struct Names {
     set: HeaderMap<()>,
+    /// The names again as text, by length, for names as sent ([`Names::contains_raw`]).
+    by_len: Vec<Vec<Box<[u8]>>>,
     prefixes: &'static [&'static str],
 }
 
 impl Names {
     fn of(names: impl IntoIterator<Item = HeaderName>, prefixes: &'static [&'static str]) -> Names {
         let mut set = HeaderMap::default();
+        let mut by_len: Vec<Vec<Box<[u8]>>> = Vec::new();
         for name in names {
+            let text = name.as_str().as_bytes();
+            if by_len.len() <= text.len() {
+                by_len.resize(text.len() + 1, Vec::new());
+            }
+            if !by_len[text.len()].iter().any(|n| **n == *text) {
+                by_len[text.len()].push(text.into());
+            }
             set.insert(name, ());
         }
-        Names { set, prefixes }
+        Names {
+            set,
+            by_len,
+            prefixes,
+        }
     }
 
     fn contains(&self, name: &HeaderName) -> bool {
         self.set.contains_key(name) || self.prefixes.iter().any(|p| name.as_str().starts_with(p))
+    }
+
+    /// [`Names::contains`] for a name as a client sent it (any case), compared only with the
+    /// names of its length: no `HeaderName` parsed or hashed.
+    fn contains_raw(&self, name: &[u8]) -> bool {
+        self.by_len
+            .get(name.len())
+            .is_some_and(|names| names.iter().any(|n| n.eq_ignore_ascii_case(name)))
+            || self.prefixes.iter().any(|p| {
+                name.len() >= p.len() && name[..p.len()].eq_ignore_ascii_case(p.as_bytes())
+            })
     }
 }
 
@@ -206,6 +231,27 @@ impl Identity {
         client: Option<IpAddr>,
     ) {
         strip(headers, &self.dropped);
+        self.add(headers, principal, client);
+    }
+
+    /// [`Identity::outbound`] for a request of the fast lane, whose header lines are forwarded
+    /// as the client sent them (`raw`): the lines the identity drops are removed, and what it
+    /// adds goes into `headers`, written after them. The same headers reach the upstream as
+    /// through [`Identity::outbound`] (`test_raw_lines_are_rewritten_as_a_header_map_is`).
+    pub fn outbound_raw(
+        &self,
+        raw: &mut super::h1::RawHeaders,
+        headers: &mut HeaderMap,
+        principal: Option<&Principal>,
+        client: Option<IpAddr>,
+    ) {
+        raw.retain(|name| !self.dropped.contains_raw(name));
+        self.add(headers, principal, client);
+    }
+
+    /// The identity's own headers, set in `headers`: the gateway's credentials, and the user
+    /// in `proxy` and `run_as` modes.
+    fn add(&self, headers: &mut HeaderMap, principal: Option<&Principal>, client: Option<IpAddr>) {
         if self.mode != IdentityMode::Passthrough
             && let Some(auth) = &self.service_authorization
         {
@@ -404,6 +450,87 @@ mod tests {
             let without = Identity::new(&config(mode, false), &auth);
             assert!(without.own_call().get(header::AUTHORIZATION).is_none());
             assert!(without.own_calls_anonymous());
+        }
+    }
+
+    /// A forwarded request's bytes with its header lines in a canonical order: by name, the
+    /// lines of one name in the order they came (a header map groups a name's values; the
+    /// raw lines keep the client's order).
+    fn canonical(request: &[u8]) -> (String, Vec<String>, String) {
+        let text = String::from_utf8(request.to_vec()).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let mut lines = head.split("\r\n");
+        let first = lines.next().unwrap().to_string();
+        let mut lines: Vec<String> = lines.map(str::to_string).collect();
+        lines.sort_by_key(|l| l.split(':').next().unwrap_or("").to_string());
+        (first, lines, body.to_string())
+    }
+
+    proptest::proptest! {
+        /// The fast lane forwards a request's header lines from its bytes
+        /// ([`Identity::outbound_raw`]); the general path from its header map
+        /// ([`Identity::outbound`]). Over generated requests of the lane's kind (a
+        /// `Connection` header naming `keep-alive` only), every identity mode, with and without
+        /// credentials and a user: the same headers reach the upstream.
+        #[test]
+        fn test_raw_lines_are_rewritten_as_a_header_map_is(
+            lines in proptest::collection::vec((
+                proptest::sample::select(vec![
+                    "host", "content-type", "content-length", "accept", "x-custom",
+                    "authorization", "proxy-authorization", "x-proxy-user", "x-proxy-roles",
+                    "es-security-runas-user", "connection", "keep-alive", "te", "trailer",
+                    "workloadgroupid", "x-opaque-id", "x-forwarded-for", "forwarded",
+                    "x-real-ip", "x-proxy-ext-dept", "x-proxy-ext", "x-proxy-exp", "cookie",
+                    "es-secondary-authorization", "x-api-key", "accept-encoding",
+                ]),
+                proptest::sample::select(vec!["a", "Basic YWxpY2U6cHc=", "1, 2", "x;y=z"]),
+                proptest::bool::ANY,
+            ), 0..12),
+            mode in proptest::sample::select(vec![
+                IdentityMode::Service, IdentityMode::Passthrough, IdentityMode::Proxy,
+                IdentityMode::RunAs,
+            ]),
+            creds in proptest::bool::ANY,
+            user in proptest::bool::ANY,
+        ) {
+            let id = Identity::new(&config(mode, creds), &crate::auth::AuthConfig::default());
+            let mut request = b"POST /i/_search HTTP/1.1\r\n".to_vec();
+            let mut ranges = Vec::new();
+            let mut map = HeaderMap::new();
+            for (name, value, upper) in &lines {
+                let name = if *upper { name.to_ascii_uppercase() } else { name.to_string() };
+                let value = if name.eq_ignore_ascii_case("connection") { "keep-alive" } else { value };
+                let start = request.len();
+                request.extend_from_slice(name.as_bytes());
+                let name_at = start..request.len();
+                request.extend_from_slice(b": ");
+                let value_start = request.len();
+                request.extend_from_slice(value.as_bytes());
+                ranges.push((name_at, value_start..request.len()));
+                request.extend_from_slice(b"\r\n");
+                map.append(
+                    HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                    HeaderValue::from_str(value).unwrap(),
+                );
+            }
+            let principal = user.then(alice);
+            let client = Some("10.1.2.3".parse().unwrap());
+            let host = HeaderValue::from_static("up:9200");
+            let opaque = HeaderValue::from_static("mine;sluice:n:1");
+            let mut general = map;
+            id.outbound(&mut general, principal.as_ref(), client);
+            general.insert("x-opaque-id", opaque.clone());
+            let general = super::super::h1::write_request(
+                &http::Method::POST, "/i/_search", Some(&host), None, &general, b"{}",
+            );
+            let mut raw = super::super::h1::RawHeaders::new(bytes::Bytes::from(request), ranges);
+            let mut added = HeaderMap::new();
+            id.outbound_raw(&mut raw, &mut added, principal.as_ref(), client);
+            added.insert("x-opaque-id", opaque);
+            let lane = super::super::h1::write_request(
+                &http::Method::POST, "/i/_search", Some(&host), Some(&raw), &added, b"{}",
+            );
+            proptest::prop_assert_eq!(canonical(&lane), canonical(&general));
         }
     }
 }

@@ -105,10 +105,14 @@ pub struct Call {
     pub method: Method,
     /// Path and query as forwarded.
     pub path_and_query: String,
-    /// Headers as forwarded.
+    /// Headers as forwarded (on a lane call, after `raw`: only those the gateway adds).
     pub headers: HeaderMap,
     /// The body.
     pub body: Bytes,
+    /// On a call of the fast lane, the client's header lines forwarded from the request's own
+    /// bytes ([`h1::RawHeaders`]), a header of `headers` replacing any line of its name;
+    /// `None` on the general path, whose `headers` are the request's own, rewritten.
+    pub raw: Option<h1::RawHeaders>,
 }
 
 impl Call {
@@ -366,6 +370,7 @@ impl Upstream {
     /// # Cancel safety
     /// Dropping the future drops the upstream request.
     pub async fn send_call(&self, call: Call) -> Result<Response<Incoming>, ApiError> {
+        debug_assert!(call.raw.is_none(), "a lane call sent on the general path");
         Ok(self
             .client
             .send(
@@ -414,15 +419,7 @@ impl Upstream {
             )));
         };
         self.execute_with(exec, call, |c| async move {
-            lane.send(
-                thread,
-                self.client.hosts(),
-                &c.method,
-                &c.path_and_query,
-                &c.headers,
-                &c.body,
-            )
-            .await
+            lane.send(thread, self.client.hosts(), &c).await
         })
         .await
     }
@@ -507,11 +504,13 @@ impl Upstream {
 
     /// Sends an admitted call on the hyper client.
     async fn send_admitted(&self, call: Call) -> Result<Response<Incoming>, EngineError> {
+        debug_assert!(call.raw.is_none(), "a lane call sent on the general path");
         let Call {
             method,
             path_and_query,
             headers,
             body,
+            ..
         } = call;
         self.client
             .send(&method, &path_and_query, headers, OutBody::Bytes(body))
