@@ -69,7 +69,9 @@ use tokio::sync::watch;
 use tokio_util::io::poll_read_buf;
 use tower::ServiceExt;
 
-use crate::backend::upstream::h1::{Answer, RawHeaders, RelayError, Relayed};
+use crate::backend::upstream::h1::{
+    Answer, RawHeaders, RelayError, Relayed, content_length as content_length_value,
+};
 use crate::backend::upstream::routes::{LaneRoute, lane_route, lane_search};
 use crate::http::leaving::{StopOnLeave, Watched};
 use crate::http::meta::{self, RequestMeta};
@@ -352,7 +354,7 @@ fn parse(buf: &[u8], limit: u64) -> Parsed {
                 lane_headers = false;
             }
             14 if name.eq_ignore_ascii_case("content-length") => {
-                match (decimal(h.value), content_length) {
+                match (content_length_value(h.value), content_length) {
                     (Some(n), None) => content_length = Some(n),
                     // hyper answers a length it cannot read, and closes.
                     _ => return Parsed::Hyper,
@@ -422,18 +424,6 @@ fn identity_only(value: &[u8]) -> bool {
                 coding.is_empty() || coding.eq_ignore_ascii_case("identity")
             })
         })
-}
-
-/// A `Content-Length` value's number: ASCII digits alone (as hyper reads one), at most 19 so
-/// that it fits; `None` for anything else, which the lane leaves to hyper.
-fn decimal(value: &[u8]) -> Option<u64> {
-    let value = value.trim_ascii();
-    if value.is_empty() || value.len() > 19 {
-        return None;
-    }
-    value.iter().try_fold(0u64, |n, &b| {
-        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
-    })
 }
 
 /// A lane request's answer.
@@ -935,10 +925,10 @@ mod tests {
 
     #[test]
     fn test_content_lengths_are_digits_alone() {
-        assert_eq!(decimal(b"0"), Some(0));
-        assert_eq!(decimal(b" 42 "), Some(42));
+        assert_eq!(content_length_value(b"0"), Some(0));
+        assert_eq!(content_length_value(b" 42 "), Some(42));
         assert_eq!(
-            decimal(b"9999999999999999999"),
+            content_length_value(b"9999999999999999999"),
             Some(9_999_999_999_999_999_999)
         );
         for bad in [
@@ -950,7 +940,7 @@ mod tests {
             b"12a",
             b"99999999999999999999",
         ] {
-            assert_eq!(decimal(bad), None, "{bad:?}");
+            assert_eq!(content_length_value(bad), None, "{bad:?}");
         }
         assert!(identity_only(b"Identity"));
         assert!(identity_only(b"identity;q=1, "));
