@@ -552,6 +552,7 @@ async fn test_a_host_that_answers_late_or_not_in_http_rests_while_the_others_ser
         // The lane's search, then the general path's forwarding.
         for path in ["/logs/_count", "/_cluster/health"] {
             let mut failed = Vec::new();
+            let started = std::time::Instant::now();
             for _ in 0..10 {
                 let (s, b) = gw.req("GET", path, None).await;
                 if s != 200 {
@@ -559,8 +560,16 @@ async fn test_a_host_that_answers_late_or_not_in_http_rests_while_the_others_ser
                 }
             }
             // The first time the bad host's turn comes, it fails and rests for longer than
-            // ten quick requests take (twice on a slow machine: the rest doubles).
-            assert!(failed.len() <= 2, "{name} {path}: {failed:?}");
+            // ten quick requests take; on a loaded machine they may take longer, and the host
+            // may have its turn again once each rest (250 ms, doubling) has passed.
+            let elapsed = started.elapsed();
+            let rests_over = (1..8u32)
+                .filter(|k| Duration::from_millis(250) * (2u32.pow(*k) - 1) <= elapsed)
+                .count();
+            assert!(
+                failed.len() <= 2.max(1 + rests_over),
+                "{name} {path}: {failed:?} in {elapsed:?}"
+            );
         }
         gw.stop().await;
     }
