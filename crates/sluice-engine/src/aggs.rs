@@ -10,7 +10,8 @@
 //!    mergeable intermediate result; [`merge`] folds the fruits of all indices.
 //! 3. [`finish`] turns the merged fruit into the `aggregations` object of the response, shaped as
 //!    OpenSearch shapes it (request order, integer keys and counts, `key_as_string`, `meta`), and
-//!    enforces `search.max_buckets`.
+//!    enforces `search.max_buckets`: first on the empty buckets histograms are about to fill in
+//!    (`bucket_limit`, before tantivy's memory check can trip on them), then on the result.
 //!
 //! Supported: `terms`, `histogram`, `date_histogram` (fixed intervals; calendar minutes to years,
 //! weeks starting on Monday; UTC only), `range`, `filter`, `avg`, `min`, `max`, `sum`,
@@ -33,6 +34,7 @@
 //! midway is safe, and the fruits harvested so far stay mergeable, so a timed-out search can still
 //! [`finish`] with partial results.
 
+mod bucket_limit;
 mod decimal;
 mod include_exclude;
 mod render;
@@ -169,7 +171,8 @@ pub fn merge(mut a: AggFruit, b: AggFruit) -> Result<AggFruit> {
 ///
 /// # Errors
 ///
-/// `too_many_buckets_exception` when the result holds more than `max_buckets` buckets.
+/// `too_many_buckets_exception` when the result holds more than `max_buckets` buckets, or a
+/// histogram would fill in more than that many.
 pub fn finish(merged: AggFruit, prepared: &PreparedAggs) -> Result<Value> {
     finish_all(merged, &[prepared], false)
 }
@@ -181,6 +184,7 @@ pub fn finish_all(merged: AggFruit, prepared: &[&PreparedAggs], typed_keys: bool
     let (first, rest) = prepared
         .split_first()
         .ok_or_else(|| EngineError::internal("no prepared aggregations to finish"))?;
+    bucket_limit::check_filled_histograms(&merged, &first.request, first.max_buckets)?;
     let limits = AggregationLimitsGuard::new(None, Some(first.max_buckets));
     let results = merged
         .into_final_result(first.request.clone(), limits)
@@ -210,14 +214,10 @@ pub fn finish_empty(prepared: &PreparedAggs, typed_keys: bool) -> Result<Value> 
 /// `illegal_argument_exception`, anything else is internal.
 pub fn classify_error(e: TantivyError) -> EngineError {
     match e {
-        TantivyError::AggregationError(AggregationError::BucketLimitExceeded { limit, current }) => EngineError::new(
-            ErrorCode::TooManyBuckets,
-            format!(
-                "Trying to create too many buckets. Must be less than or equal to: [{limit}] but was \
-                 [{current}]. This limit can be set by changing the [search.max_buckets] cluster level setting."
-            ),
-        )
-        .with_extra("max_buckets", Value::from(limit)),
+        TantivyError::AggregationError(AggregationError::BucketLimitExceeded {
+            limit,
+            current,
+        }) => too_many_buckets(limit, u64::from(current)),
         TantivyError::AggregationError(AggregationError::MemoryExceeded { limit, current }) => {
             EngineError::illegal_argument(format!(
                 "aggregations need more memory than allowed: [{current:?}] > [{limit:?}]; narrow the query \
@@ -232,4 +232,17 @@ pub fn classify_error(e: TantivyError) -> EngineError {
         }
         other => crate::error::tantivy_error(other),
     }
+}
+
+/// OpenSearch's `too_many_buckets_exception` for a result of `current` buckets over the
+/// `limit` of `search.max_buckets`.
+fn too_many_buckets(limit: u32, current: u64) -> EngineError {
+    EngineError::new(
+        ErrorCode::TooManyBuckets,
+        format!(
+            "Trying to create too many buckets. Must be less than or equal to: [{limit}] but was \
+             [{current}]. This limit can be set by changing the [search.max_buckets] cluster level setting."
+        ),
+    )
+    .with_extra("max_buckets", Value::from(limit))
 }

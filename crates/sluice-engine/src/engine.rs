@@ -25,6 +25,10 @@ const FORBIDDEN_INDEX_CHARS: &[char] =
 /// Longest index name OpenSearch accepts, in bytes.
 const MAX_INDEX_NAME_BYTES: usize = 255;
 
+/// The top-level keys of a create-index body: OpenSearch's `CreateIndexRequest.source` knows
+/// these three and refuses any other.
+const CREATE_INDEX_KEYS: &[&str] = &["settings", "mappings", "aliases"];
+
 /// What a deleted index's directory is renamed with before its files are removed (an index's
 /// own directory is `{name}-{uuid}`, ending in hex digits, so never in this).
 const DELETED_SUFFIX: &str = ".deleted";
@@ -497,13 +501,26 @@ impl Engine {
     }
 
     /// Creates an index from a create-index body (`settings`, `mappings`, `aliases`).
+    ///
+    /// As OpenSearch's `CreateIndexRequest.source`, every top-level key is read before the
+    /// index name or any value is validated: an unknown key is the error (`parse_exception`)
+    /// wherever it stands in the body.
     pub fn create_index(&self, name: &str, body: &Value) -> Result<Arc<IndexHandle>> {
-        validate_index_name(name)?;
         let obj = match body {
             Value::Null => serde_json::Map::new(),
             Value::Object(m) => m.clone(),
             _ => return Err(EngineError::parsing("request body must be a JSON object")),
         };
+        if let Some(key) = obj
+            .keys()
+            .find(|k| !CREATE_INDEX_KEYS.contains(&k.as_str()))
+        {
+            return Err(EngineError::new(
+                ErrorCode::Parse,
+                format!("unknown key [{key}] for create index"),
+            ));
+        }
+        validate_index_name(name)?;
         let mut mapping = Mapping::default();
         let mut settings = BTreeMap::new();
         let mut aliases = BTreeMap::new();
@@ -525,12 +542,8 @@ impl Engine {
                         )));
                     }
                 },
-                _ => {
-                    return Err(EngineError::new(
-                        ErrorCode::Parse,
-                        format!("unknown key [{key}] for create index"),
-                    ));
-                }
+                // Refused before the loop.
+                _ => {}
             }
         }
         if settings.is_empty() {

@@ -1363,6 +1363,72 @@ fn test_too_many_buckets_is_reported_with_the_limit() {
 }
 
 #[test]
+fn test_histogram_gaps_over_max_buckets_are_too_many_buckets_not_memory() {
+    // Prices run from 5 to 100: a tiny interval fills in about a billion empty buckets, which
+    // OpenSearch counts against `search.max_buckets`; tantivy would fail its memory check first.
+    let t = logs();
+    let all = json!({"match_all": {}});
+    let too_many = |aggs_json: Value| {
+        let e =
+            run_aggs_on(&[&t], all.clone(), aggs_json.clone(), None).expect_err("too many buckets");
+        assert_eq!(e.code, ErrorCode::TooManyBuckets, "{aggs_json}: {e}");
+        assert!(
+            e.reason.starts_with(
+                "Trying to create too many buckets. Must be less than or equal to: [65535] but was ["
+            ),
+            "{aggs_json}: {}",
+            e.reason
+        );
+        e
+    };
+    let e = too_many(json!({"a": {"histogram": {"field": "price", "interval": 0.0000001}}}));
+    assert!(e.reason.contains("but was [950000001]"), "{}", e.reason);
+    // Widened by `extended_bounds`, under a parent's buckets, and over dates.
+    too_many(json!({"a": {"histogram": {"field": "price", "interval": 1,
+        "extended_bounds": {"min": 0, "max": 1000000000}}}}));
+    too_many(json!({"l": {"terms": {"field": "level"},
+        "aggs": {"a": {"histogram": {"field": "price", "interval": 0.0000001}}}}}));
+    too_many(json!({"d": {"date_histogram": {"field": "ts", "fixed_interval": "1ms"}}}));
+    too_many(
+        json!({"d": {"date_histogram": {"field": "ts", "calendar_interval": "1d",
+        "extended_bounds": {"min": "1000-01-01", "max": "2024-01-01"}}}}),
+    );
+    // Only the filled range counts: one matching value, no gaps to fill, no empty buckets kept,
+    // or `hard_bounds` narrowing the range to what fits.
+    let one = run_aggs_on(
+        &[&t],
+        json!({"term": {"price": 10.5}}),
+        json!({"a": {"histogram": {"field": "price", "interval": 0.0000001}}}),
+        None,
+    )
+    .expect("one bucket");
+    assert_eq!(
+        one["a"]["buckets"].as_array().map(Vec::len),
+        Some(1),
+        "{one}"
+    );
+    let sparse = run_aggs(
+        &t,
+        json!({"a": {"histogram": {"field": "price", "interval": 0.0000001, "min_doc_count": 1}}}),
+    );
+    assert_eq!(
+        sparse["a"]["buckets"].as_array().map(Vec::len),
+        Some(6),
+        "{sparse}"
+    );
+    let narrowed = run_aggs(
+        &t,
+        json!({"a": {"histogram": {"field": "price", "interval": 0.001,
+            "hard_bounds": {"min": 5, "max": 20}}}}),
+    );
+    assert_eq!(
+        narrowed["a"]["buckets"].as_array().map(Vec::len),
+        Some(15001),
+        "{narrowed}"
+    );
+}
+
+#[test]
 fn test_aggregation_errors_use_opensearch_codes_and_reasons() {
     let t = logs();
     let cases = [

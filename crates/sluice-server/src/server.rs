@@ -111,6 +111,10 @@ impl Node {
             metastore.kind(),
             config.metastore.to_string(),
         ));
+        // Every read and write reports to the status, so `_cluster/health` follows them.
+        let metastore: Arc<dyn sluice_meta::MetaStore> = Arc::new(
+            crate::catalog::sync::ObservedStore::new(metastore, metastore_status.clone()),
+        );
         // Every node of a cluster reports the metastore's uuid; the one in node.json is only
         // this node's proposal for a metastore that has none yet.
         identity.cluster_uuid = crate::cluster::uuid::load_or_init(

@@ -16,18 +16,29 @@
 //! back ([`super::meta_error`]). The first successful read after the outage logs the recovery
 //! and reloads whatever changed meanwhile.
 //!
+//! The node reaches its store through an [`ObservedStore`], which reports every operation's
+//! outcome to the same [`MetastoreStatus`]: a write (or read) that finds the store unreachable
+//! records the outage at once, before its 503 is answered, so `_cluster/health` never says
+//! `available` to a client that was just refused; the next operation or probe that succeeds
+//! records the return.
+//!
 //! # Invariants
 //! - `applied` (the counters the node's view reflects) only moves to counters read *before*
 //!   the reloads that succeeded after them, so a change committed during a reload is seen by
 //!   the next wake-up, never skipped.
 //! - An outage is logged once when it starts and once when it ends, not per request or poll.
+//! - Once an operation on the [`ObservedStore`] has returned [`MetaError::Unavailable`], the
+//!   status is unavailable until an operation or probe succeeds.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use sluice_meta::{Changes, Collection, MetaError, MetaKind, MetaStore};
+use sluice_meta::{
+    Changes, Collection, Document, Expect, MetaError, MetaFuture, MetaKind, MetaResult, MetaStore,
+    Op, Outcome,
+};
 
 use crate::settings::ClusterSettings;
 use crate::state::AppState;
@@ -118,6 +129,39 @@ impl MetastoreStatus {
         was_down
     }
 
+    /// Records the outcome of an operation on the store: a success ends an outage, an
+    /// [`MetaError::Unavailable`] starts (or continues) one, any other error (a conflict, a
+    /// document that does not decode) says nothing about reachability. Logs an outage once
+    /// when it starts and once when it ends.
+    pub fn observe<T>(&self, outcome: &MetaResult<T>) {
+        match outcome {
+            Ok(_) => self.note_reachable(),
+            Err(e @ MetaError::Unavailable(_)) => self.note_unreachable(e),
+            Err(_) => {}
+        }
+    }
+
+    /// [`Self::mark_unreachable`] now, logging the start of an outage.
+    fn note_unreachable(&self, e: &MetaError) {
+        if self.mark_unreachable(e.to_string(), sluice_engine::now_millis()) {
+            tracing::warn!(
+                metastore = self.location(),
+                error = %e,
+                "the metastore is unreachable: this node keeps serving with its last view of workload groups, rules and settings; changes to them fail until it returns"
+            );
+        }
+    }
+
+    /// [`Self::mark_reachable`], logging the end of an outage.
+    fn note_reachable(&self) {
+        if self.mark_reachable() {
+            tracing::info!(
+                metastore = self.location(),
+                "the metastore is reachable again; reloading what changed meanwhile"
+            );
+        }
+    }
+
     /// The `metastore` object of `_cluster/health`: `type`, `status` (`available` or
     /// `unavailable`), and during an outage `unavailable_since_millis` and `reason`.
     pub fn to_json(&self) -> Value {
@@ -136,6 +180,82 @@ impl MetastoreStatus {
                 "reason": reason,
             }),
         }
+    }
+}
+
+/// The node's metastore, reporting the outcome of every operation to its
+/// [`MetastoreStatus`] ([`MetastoreStatus::observe`]), so that the status follows what the
+/// node's own reads and writes find, not only its watcher's probes.
+///
+/// Everything else is the wrapped store's: its kind, its change receiver, its semantics and
+/// its cancel safety (a dropped operation reports nothing).
+pub struct ObservedStore {
+    inner: Arc<dyn MetaStore>,
+    status: Arc<MetastoreStatus>,
+}
+
+impl ObservedStore {
+    /// Wraps `inner`, reporting to `status`.
+    pub fn new(inner: Arc<dyn MetaStore>, status: Arc<MetastoreStatus>) -> ObservedStore {
+        ObservedStore { inner, status }
+    }
+
+    /// `op`, its outcome reported to the status once it completes.
+    fn observed<'a, T: Send + 'a>(&'a self, op: MetaFuture<'a, T>) -> MetaFuture<'a, T> {
+        Box::pin(async move {
+            let outcome = op.await;
+            self.status.observe(&outcome);
+            outcome
+        })
+    }
+}
+
+impl MetaStore for ObservedStore {
+    fn kind(&self) -> MetaKind {
+        self.inner.kind()
+    }
+
+    fn opened_alone(&self) -> bool {
+        self.inner.opened_alone()
+    }
+
+    fn changes(&self) -> MetaFuture<'_, Changes> {
+        self.observed(self.inner.changes())
+    }
+
+    fn subscribe(&self) -> tokio::sync::watch::Receiver<Changes> {
+        self.inner.subscribe()
+    }
+
+    fn get<'a>(&'a self, collection: Collection, key: &'a str) -> MetaFuture<'a, Option<Document>> {
+        self.observed(self.inner.get(collection, key))
+    }
+
+    fn list(&self, collection: Collection) -> MetaFuture<'_, Vec<Document>> {
+        self.observed(self.inner.list(collection))
+    }
+
+    fn apply(&self, batch: Vec<Op>) -> MetaFuture<'_, Vec<Outcome>> {
+        self.observed(self.inner.apply(batch))
+    }
+
+    fn put<'a>(
+        &'a self,
+        collection: Collection,
+        key: &'a str,
+        value: Value,
+        expected: Expect,
+    ) -> MetaFuture<'a, Document> {
+        self.observed(self.inner.put(collection, key, value, expected))
+    }
+
+    fn delete<'a>(
+        &'a self,
+        collection: Collection,
+        key: &'a str,
+        expected: Expect,
+    ) -> MetaFuture<'a, Option<u64>> {
+        self.observed(self.inner.delete(collection, key, expected))
     }
 }
 
@@ -189,19 +309,11 @@ struct Watcher {
 impl Watcher {
     /// Reads the change counters and reloads what moved; records reachability.
     async fn sync_once(&mut self) {
-        let now = match self.store.changes().await {
-            Ok(now) => now,
-            Err(e) => {
-                self.unreachable(&e);
-                return;
-            }
+        let probe = self.store.changes().await;
+        self.status.observe(&probe);
+        let Ok(now) = probe else {
+            return;
         };
-        if self.status.mark_reachable() {
-            tracing::info!(
-                metastore = self.status.location(),
-                "the metastore is reachable again; reloading what changed meanwhile"
-            );
-        }
         let moved = now.changed_since(&self.applied);
         let catalog = moved
             .iter()
@@ -221,8 +333,8 @@ impl Watcher {
                     }
                 }
                 Ok(false) => {}
-                Err(MetaError::Unavailable(reason)) => {
-                    self.unreachable(&MetaError::Unavailable(reason));
+                Err(e @ MetaError::Unavailable(_)) => {
+                    self.status.observe::<()>(&Err(e));
                     return;
                 }
                 Err(e) => failure = Some(format!("cannot reload the cluster settings: {e}")),
@@ -242,25 +354,12 @@ impl Watcher {
             }
         }
     }
-
-    fn unreachable(&self, e: &MetaError) {
-        if self
-            .status
-            .mark_unreachable(e.to_string(), sluice_engine::now_millis())
-        {
-            tracing::warn!(
-                metastore = self.status.location(),
-                error = %e,
-                "the metastore is unreachable: this node keeps serving with its last view of workload groups, rules and settings; changes to them fail until it returns"
-            );
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_meta::{Document, Expect, MemoryMetaStore, MetaFuture, Op, Outcome};
+    use sluice_meta::MemoryMetaStore;
     use std::sync::atomic::{AtomicBool, Ordering};
 
     /// A memory store that can be made unreachable, and whose change receiver never fires (a
@@ -392,6 +491,54 @@ mod tests {
             workload.entry("gid").is_none(),
             "the change made meanwhile was missed"
         );
+    }
+
+    #[tokio::test]
+    async fn test_an_operation_that_finds_the_store_gone_marks_the_outage_at_once() {
+        let flaky = Arc::new(Flaky {
+            inner: MemoryMetaStore::new(),
+            down: AtomicBool::new(false),
+            quiet: tokio::sync::watch::channel(Changes::default()).0,
+        });
+        let status = Arc::new(MetastoreStatus::new(MetaKind::Postgres, "pg".into()));
+        let store = ObservedStore::new(flaky.clone(), status.clone());
+        assert_eq!(store.kind(), MetaKind::Postgres);
+        store
+            .put(Collection::Rules, "k", json!({}), Expect::Absent)
+            .await
+            .expect("put");
+        assert!(status.is_reachable());
+
+        // A write that finds the store gone marks the outage, with its reason, before it
+        // returns; so does a read.
+        flaky.down.store(true, Ordering::SeqCst);
+        let e = store
+            .put(Collection::Rules, "k", json!({}), Expect::Any)
+            .await
+            .expect_err("the store is down");
+        assert!(matches!(e, MetaError::Unavailable(_)), "{e}");
+        assert!(
+            matches!(status.reachability(), Reachability::Unreachable { reason, .. } if reason == e.to_string()),
+            "{:?}",
+            status.reachability()
+        );
+        assert!(status.mark_reachable(), "the outage was marked");
+        store.list(Collection::Rules).await.expect_err("down");
+        assert!(!status.is_reachable(), "a failed read marks it too");
+
+        // The next success ends it; an error the store answers (a conflict) is no outage.
+        flaky.down.store(false, Ordering::SeqCst);
+        store
+            .delete(Collection::Rules, "k", Expect::Any)
+            .await
+            .expect("delete");
+        assert!(status.is_reachable());
+        let e = store
+            .apply(vec![Op::delete(Collection::Rules, "k", Expect::Version(1))])
+            .await
+            .expect_err("a conflict");
+        assert!(matches!(e, MetaError::Conflict { .. }), "{e}");
+        assert!(status.is_reachable());
     }
 
     #[test]

@@ -1293,6 +1293,40 @@ async fn test_an_unknown_key_of_a_create_body_is_a_parse_exception() {
     node.stop().await;
 }
 
+/// OpenSearch reads every top-level key of a create-index body before validating the values
+/// (or the index name): an unknown key is the error wherever it stands.
+#[tokio::test]
+async fn test_an_unknown_key_of_a_create_body_wins_over_bad_values() {
+    let node = TestNode::start().await;
+    let bad_settings = json!({"index.number_of_shards": "bad"});
+    let bodies = [
+        json!({"settings": bad_settings, "unknown_top": 1}),
+        json!({"unknown_top": 1, "settings": bad_settings}),
+        json!({"mappings": {"properties": {"f": {"type": "nope"}}}, "unknown_top": 1}),
+    ];
+    for (path, body) in [
+        ("/x", &bodies[0]),
+        ("/x", &bodies[1]),
+        ("/x", &bodies[2]),
+        ("/Bad", &bodies[0]),
+    ] {
+        let r = node.req("PUT", path, Some(body.clone())).await;
+        assert_error(&r, 400, "parse_exception");
+        assert_eq!(
+            r.1["error"]["reason"], "unknown key [unknown_top] for create index",
+            "PUT {path} {body}"
+        );
+    }
+    // Without the unknown key, the settings are what is wrong.
+    let r = node
+        .req("PUT", "/x", Some(json!({"settings": bad_settings})))
+        .await;
+    assert_error(&r, 400, "illegal_argument_exception");
+    let (s, b) = node.req("HEAD", "/x", None).await;
+    assert_eq!(s, 404, "no index was created: {b}");
+    node.stop().await;
+}
+
 /// `_refresh` counts shard copies as a write does (OpenSearch on one node: a primary and its
 /// unassigned replica are 2 in `total`, 1 `successful`), and reads the request's index options
 /// (a hidden index through `expand_wildcards`).

@@ -346,6 +346,51 @@ async fn test_a_node_that_loses_the_metastore_keeps_serving_and_catches_up() {
     );
 }
 
+/// A write refused because the metastore is unreachable shows in `_cluster/health` as soon as
+/// it is answered, and a read or write that reaches the store again shows its return as soon:
+/// nothing here waits for the watcher's probe (every second). Several outages, each checked
+/// at once, so that a watcher's probe landing by chance between a request and the health
+/// read cannot make the test pass without the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_health_follows_a_write_that_finds_the_metastore_gone() {
+    let url = fresh_postgres_url("pg_write_health").await;
+    let proxy = CutProxy::start(&url).await;
+    let node = TestNode::start_on_metastore(proxy.url(), &[]).await;
+    assert_eq!(health(&node).await["metastore"]["status"], "available");
+    for round in 0..4 {
+        proxy.cut();
+        let refused = node
+            .req(
+                "PUT",
+                "/_wlm/workload_group",
+                Some(throttled_group(&format!("during{round}"))),
+            )
+            .await;
+        assert_error(&refused, 503, "cluster_manager_not_discovered_exception");
+        let during = health(&node).await;
+        assert_eq!(
+            during["metastore"]["status"], "unavailable",
+            "round {round}: health says available right after a write was refused for the metastore: {during}"
+        );
+        assert_eq!(during["discovered_cluster_manager"], false, "{during}");
+
+        proxy.restore();
+        // A read that reaches the store again in the first rounds, a write in the last.
+        if round < 3 {
+            let (s, b) = node.req("GET", "/_wlm/workload_group", None).await;
+            assert_eq!(s, 200, "{b}");
+        } else {
+            create_group(&node, throttled_group("after")).await;
+        }
+        let after = health(&node).await;
+        assert_eq!(
+            after["metastore"],
+            json!({"type": "postgres", "status": "available"}),
+            "round {round}: health says unavailable right after the metastore answered: {after}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_gateways_health_is_the_upstreams_with_its_own_metastore() {
     let url = fresh_postgres_url("pg_gateway_health").await;

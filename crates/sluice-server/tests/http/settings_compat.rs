@@ -66,6 +66,34 @@ async fn test_config_gives_the_node_default_of_a_dynamic_setting() {
     assert_eq!(again.0, 503, "{}", again.1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_histogram_with_a_tiny_interval_is_too_many_buckets() {
+    // Two values 100 apart at an interval of 1e-7 fill in a billion empty buckets: OpenSearch's
+    // 503 `too_many_buckets_exception`, not a memory error.
+    let node = TestNode::start().await;
+    for (id, n) in [(1, 0), (2, 100)] {
+        let (s, b) = node
+            .req(
+                "PUT",
+                &format!("/h/_doc/{id}?refresh=true"),
+                Some(json!({"n": n})),
+            )
+            .await;
+        assert_eq!(s, 201, "{b}");
+    }
+    let tiny =
+        json!({"size": 0, "aggs": {"a": {"histogram": {"field": "n", "interval": 0.0000001}}}});
+    let resp = node.req("POST", "/h/_search", Some(tiny)).await;
+    assert_error(&resp, 503, "too_many_buckets_exception");
+    assert_eq!(
+        resp.1["error"]["root_cause"][0]["reason"],
+        "Trying to create too many buckets. Must be less than or equal to: [65535] but was \
+         [1000000001]. This limit can be set by changing the [search.max_buckets] cluster level setting.",
+        "{}",
+        resp.1
+    );
+}
+
 #[test]
 fn test_config_refuses_a_bad_value_of_a_dynamic_setting_and_reads_the_environment() {
     let raw = gather(
