@@ -15,9 +15,17 @@ pub struct GroupSearchSettings {
     pub cancel_after: Option<Option<Duration>>,
     /// `search.max_buckets`.
     pub max_buckets: Option<u32>,
+    /// `search.max_concurrent_shard_requests`.
+    pub max_concurrent_shard_requests: Option<u32>,
+    /// `search.batched_reduce_size`.
+    pub batched_reduce_size: Option<u32>,
     /// `override_request_values`.
     pub override_request: bool,
 }
+
+/// The `batched_reduce_size` a search request has when it sets none: OpenSearch reads a request
+/// with this value as one that set nothing (an explicit 512 is indistinguishable, facts §3).
+pub const DEFAULT_BATCHED_REDUCE_SIZE: u32 = 512;
 
 impl GroupSearchSettings {
     /// The settings of a group's bag; `None` (DEFAULT) imposes nothing.
@@ -29,7 +37,33 @@ impl GroupSearchSettings {
             timeout: s.default_search_timeout().map(time_setting),
             cancel_after: s.cancel_after_time_interval().map(time_setting),
             max_buckets: s.max_buckets(),
+            max_concurrent_shard_requests: s.max_concurrent_shard_requests(),
+            batched_reduce_size: s.batched_reduce_size(),
             override_request: s.override_request_values(),
+        }
+    }
+
+    /// The `max_concurrent_shard_requests` of a request that set `request` (`None`: it set
+    /// none), by the precedence of [`Self::timeout`]; `None` when neither sets one.
+    pub fn max_concurrent_shard_requests(&self, request: Option<u32>) -> Option<u32> {
+        match self.max_concurrent_shard_requests {
+            Some(group) if request.is_none() || self.override_request => Some(group),
+            _ => request,
+        }
+    }
+
+    /// The `batched_reduce_size` of a request that set `request`, as
+    /// [`Self::max_concurrent_shard_requests`], but that a request's
+    /// [`DEFAULT_BATCHED_REDUCE_SIZE`] counts as none set, as OpenSearch counts it.
+    pub fn batched_reduce_size(&self, request: Option<u32>) -> Option<u32> {
+        match self.batched_reduce_size {
+            Some(group)
+                if request.is_none_or(|r| r == DEFAULT_BATCHED_REDUCE_SIZE)
+                    || self.override_request =>
+            {
+                Some(group)
+            }
+            _ => request,
         }
     }
 
@@ -83,6 +117,8 @@ mod tests {
             timeout,
             cancel_after: timeout,
             max_buckets: Some(10),
+            max_concurrent_shard_requests: Some(3),
+            batched_reduce_size: Some(100),
             override_request,
         }
     }
@@ -97,6 +133,26 @@ mod tests {
         let o = group(Some(Some(S1)), true);
         assert_eq!(o.timeout(Some(S2)), Some(S1));
         assert_eq!(o.cancel_after(Some(Some(S2)), Some(S3)), Some(S1));
+    }
+
+    #[test]
+    fn test_shard_request_settings_follow_the_same_precedence() {
+        let g = group(None, false);
+        assert_eq!(g.max_concurrent_shard_requests(None), Some(3));
+        assert_eq!(g.max_concurrent_shard_requests(Some(7)), Some(7));
+        assert_eq!(g.batched_reduce_size(None), Some(100));
+        assert_eq!(g.batched_reduce_size(Some(64)), Some(64));
+        // The request's default is no request value.
+        assert_eq!(
+            g.batched_reduce_size(Some(DEFAULT_BATCHED_REDUCE_SIZE)),
+            Some(100)
+        );
+        let o = group(None, true);
+        assert_eq!(o.max_concurrent_shard_requests(Some(7)), Some(3));
+        assert_eq!(o.batched_reduce_size(Some(64)), Some(100));
+        let none = GroupSearchSettings::of(None);
+        assert_eq!(none.max_concurrent_shard_requests(Some(7)), Some(7));
+        assert_eq!(none.batched_reduce_size(None), None);
     }
 
     #[test]

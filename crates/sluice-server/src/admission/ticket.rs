@@ -156,6 +156,11 @@ impl Admitted {
         self.settings.timeout(requested)
     }
 
+    /// The group's search settings, resolved ([`GroupSearchSettings`]).
+    pub fn search_settings(&self) -> &GroupSearchSettings {
+        &self.settings
+    }
+
     /// What a backend needs to run the request.
     pub fn execution(&self) -> Execution {
         let hold: Arc<dyn std::any::Any + Send + Sync> = self.held.clone();

@@ -80,6 +80,7 @@ pub fn routes() -> Router<Arc<AppState>> {
 /// `PUT|POST /_wlm/workload_group`: creates a group from the body; answers it.
 pub async fn create(
     State(st): State<Arc<AppState>>,
+    meta: crate::http::RequestMeta,
     uri: Uri,
     Query(params): Query<Params>,
     body: Body,
@@ -96,7 +97,21 @@ pub async fn create(
         Ok((next, group))
     })
     .await?;
+    warn_unapplied(&st, &meta, &created);
     Ok(reply(StatusCode::OK, created.to_json(), &params))
+}
+
+/// On a gateway, warns (a `Warning` header) that a group's `search.max_buckets` is stored but
+/// not applied: OpenSearch's search request has no parameter for it, so the upstream's own
+/// cluster setting bounds the group's aggregations (docs/compatibility.md). The group's other
+/// search settings are forwarded as request parameters.
+fn warn_unapplied(st: &AppState, meta: &crate::http::RequestMeta, group: &WorkloadGroup) {
+    if st.upstream.is_some() && group.settings.max_buckets().is_some() {
+        meta.warnings.add(format!(
+            "[search.max_buckets] of workload group [{}] has no effect on a gateway: the upstream cluster's own [search.max_buckets] bounds its aggregations",
+            group.name
+        ));
+    }
 }
 
 /// `GET /_wlm/workload_group`: every group, `{"workload_groups":[…]}`.
@@ -131,6 +146,7 @@ pub async fn get_one(
 /// updated group.
 pub async fn update(
     State(st): State<Arc<AppState>>,
+    meta: crate::http::RequestMeta,
     Path(name): Path<String>,
     uri: Uri,
     Query(params): Query<Params>,
@@ -155,6 +171,7 @@ pub async fn update(
         Ok((next, merged))
     })
     .await?;
+    warn_unapplied(&st, &meta, &updated);
     Ok(reply(StatusCode::OK, updated.to_json(), &params))
 }
 

@@ -1792,7 +1792,9 @@ async fn test_group_search_settings_are_forwarded_as_parameters() {
         .create_group(json!({"name": "timed", "resiliency_mode": "soft",
                 "resource_limits": {"memory": 0.5},
                 "settings": {"search.default_search_timeout": "2s",
-                             "search.cancel_after_time_interval": "30s"}}))
+                             "search.cancel_after_time_interval": "30s",
+                             "search.max_concurrent_shard_requests": 3,
+                             "search.batched_reduce_size": 100}}))
         .await;
     let header = [("workloadGroupId", group.as_str())];
     let r = gw.req_with("GET", "/logs/_search?q=a", None, &header).await;
@@ -1800,6 +1802,8 @@ async fn test_group_search_settings_are_forwarded_as_parameters() {
     let uri = up.received_on("/logs/_search").pop().unwrap().uri;
     assert!(uri.contains("q=a"), "{uri}");
     assert!(uri.contains("timeout=2000ms"), "{uri}");
+    assert!(uri.contains("max_concurrent_shard_requests=3"), "{uri}");
+    assert!(uri.contains("batched_reduce_size=100"), "{uri}");
     let left: u64 = uri
         .split("cancel_after_time_interval=")
         .nth(1)
@@ -1808,10 +1812,12 @@ async fn test_group_search_settings_are_forwarded_as_parameters() {
         .unwrap_or_else(|| panic!("no cancel_after_time_interval in {uri}"));
     assert!(left > 0 && left <= 30_000, "{uri}");
     // A request's own timeout beats the group's default (no override_request_values).
+    // So does its own max_concurrent_shard_requests; its batched_reduce_size of 512 is
+    // OpenSearch's default, which counts as none set.
     let r = gw
         .req_with(
             "POST",
-            "/logs/_search",
+            "/logs/_search?max_concurrent_shard_requests=7&batched_reduce_size=512",
             Some(json!({"timeout": "5s"})),
             &header,
         )
@@ -1819,6 +1825,40 @@ async fn test_group_search_settings_are_forwarded_as_parameters() {
     assert_eq!(r.status, 200, "{}", r.body);
     let uri = up.received_on("/logs/_search").pop().unwrap().uri;
     assert!(!uri.contains("timeout=2000ms"), "{uri}");
+    assert!(uri.contains("max_concurrent_shard_requests=7"), "{uri}");
+    assert!(!uri.contains("max_concurrent_shard_requests=3"), "{uri}");
+    assert!(uri.contains("batched_reduce_size=100"), "{uri}");
+    assert!(!uri.contains("batched_reduce_size=512"), "{uri}");
+    // A group's max_buckets has no request parameter: stored, and the gateway says it does
+    // not apply it; a group without one gets no such warning.
+    for (settings, warned) in [
+        (json!({"search.max_buckets": 10}), true),
+        (json!({"search.max_buckets": null}), false),
+    ] {
+        let r = gw
+            .req_with(
+                "PUT",
+                "/_wlm/workload_group/timed",
+                Some(json!({"settings": settings})),
+                &[],
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let warning = r
+            .headers
+            .get_all("warning")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+            .join(" | ");
+        assert_eq!(
+            warning.contains(
+                "[search.max_buckets] of workload group [timed] has no effect on a gateway"
+            ),
+            warned,
+            "{warning}"
+        );
+    }
     // _count takes neither parameter.
     let r = gw.req_with("GET", "/logs/_count", None, &header).await;
     assert_eq!(r.status, 200, "{}", r.body);

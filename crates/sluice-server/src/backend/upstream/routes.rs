@@ -24,6 +24,7 @@ use axum::routing::{any, get, post};
 use bytes::Bytes;
 use http::request::Parts;
 use serde_json::Value;
+use sluice_core::search_settings::GroupSearchSettings;
 use sluice_engine::EngineError;
 
 use super::scrolls::ScrollEntry;
@@ -442,11 +443,39 @@ pub(super) fn time_param(d: Option<Duration>) -> String {
     }
 }
 
-/// The search parameters the gateway forwards for an admitted request: the `timeout` the
-/// group's settings give when it differs from the request's own, and what is left of the
-/// task's `cancel_after_time_interval` (queue time counts, as on an embedded node).
+/// How a group's integer search setting gives a request's value from the request's own.
+type ShardSetting = fn(&GroupSearchSettings, Option<u32>) -> Option<u32>;
+
+/// The search parameters the gateway forwards for an admitted request: the `timeout`,
+/// `max_concurrent_shard_requests` and `batched_reduce_size` the group's settings give when they
+/// differ from the request's own, and what is left of the task's `cancel_after_time_interval`
+/// (queue time counts, as on an embedded node). (A group's `search.max_buckets` has no request
+/// parameter: the upstream's own setting applies, docs/compatibility.md.)
 fn search_params(admitted: &Admitted, params: &Params, body: &[u8]) -> Vec<(&'static str, String)> {
     let mut set = Vec::new();
+    let group = admitted.search_settings();
+    let shard_settings: [(&str, ShardSetting); 2] = [
+        (
+            "max_concurrent_shard_requests",
+            GroupSearchSettings::max_concurrent_shard_requests,
+        ),
+        (
+            "batched_reduce_size",
+            GroupSearchSettings::batched_reduce_size,
+        ),
+    ];
+    for (key, effective_of) in shard_settings {
+        // A request value that is not a number is the upstream's to refuse, as it is.
+        let raw = params.get(key);
+        if raw.is_some_and(|v| v.parse::<u32>().is_err()) {
+            continue;
+        }
+        let requested = raw.and_then(|v| v.parse().ok());
+        let effective = effective_of(group, requested);
+        if let Some(n) = effective.filter(|_| effective != requested) {
+            set.push((key, n.to_string()));
+        }
+    }
     // Only a group with a timeout setting changes the request's: the body is parsed for its
     // own `timeout` only then (the gateway does not parse what it only forwards).
     let probe = Some(Duration::MAX);
