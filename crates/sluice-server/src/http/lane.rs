@@ -72,6 +72,7 @@ use tower::ServiceExt;
 use crate::backend::upstream::h1::{
     Answer, RawHeaders, RelayError, Relayed, content_length as content_length_value,
 };
+use crate::backend::upstream::headers::connection_tokens;
 use crate::backend::upstream::routes::{LaneRoute, lane_route, lane_search};
 use crate::http::leaving::{StopOnLeave, Watched};
 use crate::http::meta::{self, RequestMeta};
@@ -336,11 +337,16 @@ fn parse(buf: &[u8], limit: u64) -> Parsed {
             6 if name.eq_ignore_ascii_case("expect") => return Parsed::Hyper,
             7 if name.eq_ignore_ascii_case("upgrade") => return Parsed::Hyper,
             10 if name.eq_ignore_ascii_case("connection") => {
-                for token in std::str::from_utf8(h.value).unwrap_or("?").split(',') {
-                    match token.trim().to_ascii_lowercase().as_str() {
-                        "close" => close = true,
-                        "keep-alive" | "" => {}
-                        _ => return Parsed::Hyper,
+                for token in connection_tokens(h.value) {
+                    if token.eq_ignore_ascii_case(b"close") {
+                        close = true;
+                    } else if token.eq_ignore_ascii_case(b"upgrade") {
+                        return Parsed::Hyper;
+                    } else if !token.eq_ignore_ascii_case(b"keep-alive") {
+                        // A header it names is the general path's to drop, for this request
+                        // only (`Connection: TE`, which curl sends, once kept the connection
+                        // off the lane for good).
+                        lane_headers = false;
                     }
                 }
             }
@@ -1000,6 +1006,8 @@ mod tests {
             "POST /_search HTTP/1.1\r\naccept-encoding: *\r\n\r\n",
             "POST /_search HTTP/1.1\r\ncontent-encoding: gzip\r\n\r\n",
             "POST /_search HTTP/1.1\r\ncontent-length: 2000\r\n\r\n",
+            "GET /_search HTTP/1.1\r\nconnection: TE\r\nte: trailers\r\n\r\n",
+            "GET /_search HTTP/1.1\r\nconnection: keep-alive, x-foo, café\r\n\r\n",
         ] {
             assert!(once(other), "{other}");
         }

@@ -622,13 +622,13 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
             }
             length = Some(n);
         } else if h.name.eq_ignore_ascii_case("connection") {
-            for token in value().split(',').map(str::trim).filter(|t| !t.is_empty()) {
-                if token.eq_ignore_ascii_case("close") {
+            for token in super::headers::connection_tokens(h.value) {
+                if token.eq_ignore_ascii_case(b"close") {
                     closes = true;
-                } else if token.eq_ignore_ascii_case("keep-alive") {
+                } else if token.eq_ignore_ascii_case(b"keep-alive") {
                     keeps = true;
                 } else {
-                    connection_named.push(token.to_ascii_lowercase());
+                    connection_named.push(String::from_utf8_lossy(token).to_ascii_lowercase());
                 }
             }
         }
@@ -1380,6 +1380,13 @@ mod tests {
             "te-x: 1\r\nx-opaque-idx: 2\r\n"
         );
         assert_eq!(relayed("HTTP/1.1 204 No Content\r\n\r\n"), "");
+        // A name the `Connection` header lists beside a token that is not ASCII.
+        assert_eq!(
+            relayed(
+                "HTTP/1.1 200 OK\r\nConnection: x-secret, café\r\nX-Secret: 1\r\nX-Kept: 2\r\n\r\n"
+            ),
+            "X-Kept: 2\r\n"
+        );
     }
 
     #[test]

@@ -111,6 +111,18 @@ const CREDENTIALS: [HeaderName; 3] = [
 /// [`HOP_BY_HOP`] as a [`Names`].
 static HOP_BY_HOP_NAMES: LazyLock<Names> = LazyLock::new(|| Names::of(HOP_BY_HOP.clone(), &[]));
 
+/// The tokens of a `Connection` header's value: split at commas, ASCII whitespace trimmed,
+/// empty ones skipped. Read as bytes, not as text, so a value with a byte that is not visible
+/// ASCII still names its other tokens (RFC 9110 §7.6.1), and the lane's parse, its exchange and
+/// the general path's [`strip`] all read one value alike (an outside trial found
+/// `Connection: keep-alive, x-foo, café` let `X-Foo` through on the general path).
+pub fn connection_tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|t| !t.is_empty())
+}
+
 /// Removes the hop-by-hop headers, and those the `Connection` header names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     strip(headers, &HOP_BY_HOP_NAMES);
@@ -127,9 +139,8 @@ fn strip(headers: &mut HeaderMap, dropped: &Names) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .flat_map(|v| connection_tokens(v.as_bytes()))
+        .filter_map(|n| HeaderName::from_bytes(n).ok())
         .collect();
     let doomed: Vec<HeaderName> = headers
         .keys()
@@ -392,6 +403,27 @@ mod tests {
             assert!(h.get("es-security-runas-user").is_none(), "{mode:?}");
             assert_eq!(h["x-opaque-id"], "mine");
             assert_eq!(h["content-type"], "application/json");
+        }
+    }
+
+    #[test]
+    fn test_connection_names_are_read_as_bytes() {
+        let id = Identity::new(
+            &config(IdentityMode::Service, false),
+            &crate::auth::AuthConfig::default(),
+        );
+        for value in [
+            &b"keep-alive, x-foo, caf\xc3\xa9"[..],
+            b"x-foo, caf\xe9",
+            b"\tx-foo\t",
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert("connection", HeaderValue::from_bytes(value).unwrap());
+            h.insert("x-foo", HeaderValue::from_static("1"));
+            h.insert("x-bar", HeaderValue::from_static("2"));
+            id.outbound(&mut h, None, None);
+            assert!(h.get("x-foo").is_none(), "{value:?}");
+            assert_eq!(h["x-bar"], "2");
         }
     }
 
