@@ -159,7 +159,7 @@ pub struct Identity {
     service_authorization: Option<HeaderValue>,
     proxy_user_header: HeaderName,
     proxy_roles_header: HeaderName,
-    /// Headers of the client's never forwarded: the hop-by-hop ones, `Host`, sluice's
+    /// Headers of the client's never forwarded: the hop-by-hop ones, `Host`, `Expect`, sluice's
     /// `workloadGroupId`, the headers through which some upstream trusts a proxy (the
     /// upstream's proxy headers and extended attributes, sluice's own `auth.proxy.*` headers,
     /// run-as, the forwarding chain), and `Authorization` and the other credentials unless in
@@ -190,6 +190,10 @@ impl Identity {
                     .chain(
                         [
                             Some(header::HOST),
+                            // hyper answers a client's `100-continue` itself, and the gateway's
+                            // client sends the body without waiting: an upstream's `100
+                            // Continue` would be for nobody.
+                            Some(header::EXPECT),
                             Some(HeaderName::from_static(GROUP_HEADER_LOWERCASE)),
                             Some(config.proxy_user_header.clone()),
                             Some(config.proxy_roles_header.clone()),
@@ -350,6 +354,7 @@ mod tests {
             HeaderValue::from_static("Basic YWxpY2U6cHc="),
         );
         h.insert("x-api-key", HeaderValue::from_static("k"));
+        h.insert("expect", HeaderValue::from_static("100-continue"));
         h
     }
 
@@ -379,6 +384,7 @@ mod tests {
             let mut h = client_headers();
             id.outbound(&mut h, None, None);
             for gone in [
+                "expect",
                 "x-proxy-user",
                 "x-proxy-roles",
                 "connection",
@@ -513,7 +519,7 @@ mod tests {
                     "es-security-runas-user", "connection", "keep-alive", "te", "trailer",
                     "workloadgroupid", "x-opaque-id", "x-forwarded-for", "forwarded",
                     "x-real-ip", "x-proxy-ext-dept", "x-proxy-ext", "x-proxy-exp", "cookie",
-                    "es-secondary-authorization", "x-api-key", "accept-encoding",
+                    "es-secondary-authorization", "x-api-key", "accept-encoding", "expect",
                 ]),
                 proptest::sample::select(vec!["a", "Basic YWxpY2U6cHc=", "1, 2", "x;y=z"]),
                 proptest::bool::ANY,
