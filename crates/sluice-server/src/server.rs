@@ -429,13 +429,15 @@ async fn request_layers(State(st): State<Arc<AppState>>, mut req: Request, next:
 }
 
 /// Steps 3 to 5 of [`request_layers`], which the gateway's fast lane (`crate::http::lane`)
-/// takes too: authentication (a 401 ends the request), authorization (a 403 ends it), the
+/// takes too: different `X-Opaque-Id` values refused (a 400, as OpenSearch's REST layer
+/// refuses them before its handlers), authentication (a 401 ends the request), authorization (a 403 ends it), the
 /// request's metadata gathered. Answers the sink of the warnings raised while handling it and
 /// the audit to record once it is answered, or the refusal to answer.
 pub(crate) async fn check_request(
     st: &AppState,
     req: &mut Request,
 ) -> Result<(crate::http::meta::Warnings, Option<crate::auth::Audited>), Response> {
+    crate::http::meta::check_single_valued(req).map_err(IntoResponse::into_response)?;
     crate::auth::authenticate(&st.auth, req).await?;
     let audited = crate::auth::authorize(st, req)
         .map_err(|refused| crate::error::ApiError::Engine(refused).into_response())?;

@@ -167,6 +167,24 @@ pub fn warning_values(warnings: &Warnings) -> Vec<HeaderValue> {
         .collect()
 }
 
+/// Refuses a request that sends different `X-Opaque-Id` values, as OpenSearch's REST layer
+/// refuses a single-valued header repeated with different values, before any handler and its
+/// security: 400 with its simple error (the same value repeated is one value).
+pub fn check_single_valued(req: &Request) -> Result<(), crate::error::ApiError> {
+    let mut values = req.headers().get_all(&OPAQUE_ID_NAME).iter();
+    let Some(first) = values.next() else {
+        return Ok(());
+    };
+    if values.all(|v| v == first) {
+        return Ok(());
+    }
+    Err(crate::error::ApiError::Simple {
+        status: axum::http::StatusCode::BAD_REQUEST,
+        message: "multiple values for single-valued header [X-Opaque-Id].".to_string(),
+        allow: None,
+    })
+}
+
 /// The request's `X-Opaque-Id` values, which [`echo_opaque_id`] puts on its response.
 pub fn opaque_ids(req: &Request) -> Vec<HeaderValue> {
     req.headers()

@@ -336,9 +336,12 @@ async fn test_full_search_pool_rejects_with_429() {
     let running = spawn_heavy(&node, "");
     wait_for_search_task(&node).await;
     let queued = spawn_heavy(&node, "");
-    // The queued search is registered too once its job waits in the pool.
+    // The queued search is registered too once its job waits in the pool: the node's own, or
+    // through a gateway the upstream's (the gateway registers its tasks before it forwards
+    // them, so its own count says nothing of the upstream's queue).
+    let pool_node = node.upstream.as_deref().unwrap_or(&node);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while search_tasks(&node).await < 2 {
+    while search_tasks(pool_node).await < 2 {
         assert!(Instant::now() < deadline, "second search never queued");
         tokio::task::yield_now().await;
     }
@@ -529,4 +532,38 @@ async fn test_read_timeout_closes_quiet_connections() {
         assert!(Instant::now() < gone_by, "the search still runs 5 s later");
         tokio::task::yield_now().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_different_opaque_ids_are_refused_as_opensearch_refuses_them() {
+    let node = TestNode::start().await;
+    node.req("PUT", "/ids", Some(json!({}))).await;
+    // A search (a gateway's fast lane) and another request (its general path).
+    for (method, path) in [("POST", "/ids/_search"), ("GET", "/_cluster/health")] {
+        let r = node
+            .req_with(
+                method,
+                path,
+                None,
+                &[("X-Opaque-Id", "a"), ("x-opaque-id", "b")],
+            )
+            .await;
+        assert_eq!(r.status, 400, "{path}: {}", r.body);
+        assert_eq!(
+            r.body,
+            json!({"error": "multiple values for single-valued header [X-Opaque-Id].", "status": 400}),
+            "{path}"
+        );
+        // The same value twice is one value.
+        let r = node
+            .req_with(
+                method,
+                path,
+                None,
+                &[("X-Opaque-Id", "a"), ("x-opaque-id", "a")],
+            )
+            .await;
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+    }
+    node.stop().await;
 }
