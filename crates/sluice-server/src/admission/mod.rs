@@ -185,8 +185,14 @@ pub fn requested_cancel_after(params: &Params) -> ApiResult<Option<Option<Durati
 /// # Cancel safety
 /// Dropping the future at any await point leaves nothing behind: the task is unregistered,
 /// and the reservation and the permit are given back, by their own `Drop`.
-pub async fn admit(st: &Arc<AppState>, meta: &RequestMeta, spec: TaskSpec) -> ApiResult<Admitted> {
-    let guard = register(st, meta, &spec);
+pub async fn admit(
+    st: &Arc<AppState>,
+    meta: &RequestMeta,
+    mut spec: TaskSpec,
+) -> ApiResult<Admitted> {
+    // Moved to the task, not copied: a search's description holds its whole body.
+    let description = std::mem::take(&mut spec.description);
+    let guard = register_described(st, meta, &spec, description);
     admit_registered(st, meta, spec, guard).await
 }
 
@@ -194,9 +200,19 @@ pub async fn admit(st: &Arc<AppState>, meta: &RequestMeta, spec: TaskSpec) -> Ap
 /// task id at once and is admitted in the background (a by-query action with
 /// `wait_for_completion=false`): the task is listed, and can be cancelled, from now on.
 pub fn register(st: &AppState, meta: &RequestMeta, spec: &TaskSpec) -> TaskGuard {
+    register_described(st, meta, spec, spec.description.clone())
+}
+
+/// [`register`] with the task's `description` given (the spec's, moved or copied).
+fn register_described(
+    st: &AppState,
+    meta: &RequestMeta,
+    spec: &TaskSpec,
+    description: String,
+) -> TaskGuard {
     st.tasks.register_task(NewTask {
         action: spec.action,
-        description: spec.description.clone(),
+        description,
         parent: spec.parent,
         start_time_millis: sluice_engine::now_millis(),
         principal: meta.principal.clone(),

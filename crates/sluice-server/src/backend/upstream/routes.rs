@@ -464,7 +464,10 @@ fn search_params(admitted: &Admitted, params: &Params, body: &[u8]) -> Vec<(&'st
             GroupSearchSettings::batched_reduce_size,
         ),
     ];
-    for (key, effective_of) in shard_settings {
+    // Most groups set neither: their requests' parameters are not looked up.
+    let group_sets_shards =
+        group.max_concurrent_shard_requests.is_some() || group.batched_reduce_size.is_some();
+    for (key, effective_of) in shard_settings.into_iter().filter(|_| group_sets_shards) {
         // A request value that is not a number is the upstream's to refuse, as it is.
         let raw = params.get(key);
         if raw.is_some_and(|v| v.parse::<u32>().is_err()) {
