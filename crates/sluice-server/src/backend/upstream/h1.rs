@@ -628,7 +628,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
                 } else if token.eq_ignore_ascii_case(b"keep-alive") {
                     keeps = true;
                 } else {
-                    connection_named.push(String::from_utf8_lossy(token).to_ascii_lowercase());
+                    connection_named.push(token);
                 }
             }
         }
@@ -711,9 +711,9 @@ fn finish_head(
 /// upstream's `X-Opaque-Id`), kept inline.
 type Runs = smallvec::SmallVec<[(u32, u32); 4]>;
 
-/// The header names the lane never relays, lowercase: [`super::headers::HOP_BY_HOP`]'s (compared as text,
-/// since a standard `HeaderName`'s text is a table lookup; `test_hop_by_hop_names_agree`
-/// checks the two lists agree), and the upstream's `X-Opaque-Id`, which is the gateway's id for
+/// The header names the lane never relays, lowercase: [`super::headers::HOP_BY_HOP`]'s
+/// (compared as text, since a standard `HeaderName`'s text is a table lookup;
+/// `test_hop_by_hop_names_agree` checks the two lists agree), and the upstream's `X-Opaque-Id`, which is the gateway's id for
 /// its call (the client gets its own back from the lane).
 const NOT_RELAYED: [&str; 10] = [
     "connection",
@@ -741,7 +741,7 @@ fn relayed_runs(
     headers: &[httparse::Header<'_>],
     base: usize,
     end: usize,
-    connection_named: &[String],
+    connection_named: &[&[u8]],
 ) -> Runs {
     let mut runs = Runs::new();
     let mut open: Option<u32> = None;
@@ -749,12 +749,10 @@ fn relayed_runs(
         // Within the head, which is shorter than `MAX_HEAD`.
         let at = (h.name.as_ptr() as usize - base) as u32;
         let name = h.name;
-        let dropped = NOT_RELAYED
-            .iter()
-            .any(|n| n.len() == name.len() && n.eq_ignore_ascii_case(name))
+        let dropped = NOT_RELAYED.iter().any(|n| n.eq_ignore_ascii_case(name))
             || connection_named
                 .iter()
-                .any(|n| n.eq_ignore_ascii_case(name));
+                .any(|n| n.eq_ignore_ascii_case(name.as_bytes()));
         match (dropped, open) {
             (true, Some(start)) => {
                 runs.push((start, at));
@@ -821,11 +819,9 @@ impl RawHeaders {
             replaced.keys().map(|k| k.as_str().as_bytes()).collect();
         for (name, value) in &self.lines {
             let name = &self.request[name.clone()];
-            let skip = (name.len() == 4 && name.eq_ignore_ascii_case(b"host"))
-                || (name.len() == 14 && name.eq_ignore_ascii_case(b"content-length"))
-                || replaced
-                    .iter()
-                    .any(|k| k.len() == name.len() && k.eq_ignore_ascii_case(name));
+            let skip = name.eq_ignore_ascii_case(b"host")
+                || name.eq_ignore_ascii_case(b"content-length")
+                || replaced.iter().any(|k| k.eq_ignore_ascii_case(name));
             if skip {
                 continue;
             }
@@ -1299,6 +1295,27 @@ mod tests {
                 added.vary,
                 layer_appends_vary(status, &headers, parsed.framing)
             );
+        }
+    }
+
+    #[test]
+    fn test_content_lengths_are_digits_alone() {
+        assert_eq!(content_length(b"0"), Some(0));
+        assert_eq!(content_length(b" 42 "), Some(42));
+        assert_eq!(
+            content_length(b"9999999999999999999"),
+            Some(9_999_999_999_999_999_999)
+        );
+        for bad in [
+            &b""[..],
+            b"+5",
+            b"-1",
+            b"1 2",
+            b"0x10",
+            b"12a",
+            b"99999999999999999999",
+        ] {
+            assert_eq!(content_length(bad), None, "{bad:?}");
         }
     }
 

@@ -39,49 +39,44 @@ pub const RUN_AS_HEADER: HeaderName = HeaderName::from_static("es-security-runas
 /// authentication reads (`remoteIpHeader`) to check its trusted proxies.
 pub const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
-/// A set of header names, looked up by hash (`HeaderMap`'s own: a standard name hashes as its
-/// index, a custom one as its bytes), and name prefixes.
+/// A set of header names (lowercase, by length) and name prefixes. A name is compared only
+/// with the names of its length, as text: no `HeaderName` parsed or hashed for a name as a
+/// client sent it, and a lookup of a `HeaderName` costs its text's (a table lookup for a
+/// standard one).
 pub(super) struct Names {
-    set: HeaderMap<()>,
-    /// The names again as text, by length, for names as sent ([`Names::contains_raw`]).
-    by_len: Vec<Vec<Box<[u8]>>>,
+    by_len: Vec<Vec<Box<str>>>,
     prefixes: &'static [&'static str],
 }
 
 impl Names {
     fn of(names: impl IntoIterator<Item = HeaderName>, prefixes: &'static [&'static str]) -> Names {
-        let mut set = HeaderMap::default();
-        let mut by_len: Vec<Vec<Box<[u8]>>> = Vec::new();
+        let mut by_len: Vec<Vec<Box<str>>> = Vec::new();
         for name in names {
-            let text = name.as_str().as_bytes();
+            let text = name.as_str();
             if by_len.len() <= text.len() {
                 by_len.resize(text.len() + 1, Vec::new());
             }
-            if !by_len[text.len()].iter().any(|n| **n == *text) {
+            if !by_len[text.len()].iter().any(|n| &**n == text) {
                 by_len[text.len()].push(text.into());
             }
-            set.insert(name, ());
         }
-        Names {
-            set,
-            by_len,
-            prefixes,
-        }
+        Names { by_len, prefixes }
     }
 
     fn contains(&self, name: &HeaderName) -> bool {
-        self.set.contains_key(name) || self.prefixes.iter().any(|p| name.as_str().starts_with(p))
+        self.contains_raw(name.as_str().as_bytes())
     }
 
-    /// [`Names::contains`] for a name as a client sent it (any case), compared only with the
-    /// names of its length: no `HeaderName` parsed or hashed.
+    /// [`Names::contains`] for a name as a client sent it (any case).
     fn contains_raw(&self, name: &[u8]) -> bool {
-        self.by_len
-            .get(name.len())
-            .is_some_and(|names| names.iter().any(|n| n.eq_ignore_ascii_case(name)))
-            || self.prefixes.iter().any(|p| {
-                name.len() >= p.len() && name[..p.len()].eq_ignore_ascii_case(p.as_bytes())
-            })
+        self.by_len.get(name.len()).is_some_and(|names| {
+            names
+                .iter()
+                .any(|n| n.as_bytes().eq_ignore_ascii_case(name))
+        }) || self
+            .prefixes
+            .iter()
+            .any(|p| name.len() >= p.len() && name[..p.len()].eq_ignore_ascii_case(p.as_bytes()))
     }
 }
 

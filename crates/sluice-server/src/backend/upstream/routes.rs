@@ -468,14 +468,16 @@ fn search_params(admitted: &Admitted, params: &Params, body: &[u8]) -> Vec<(&'st
     let group_sets_shards =
         group.max_concurrent_shard_requests.is_some() || group.batched_reduce_size.is_some();
     for (key, effective_of) in shard_settings.into_iter().filter(|_| group_sets_shards) {
-        // A request value that is not a number is the upstream's to refuse, as it is.
-        let raw = params.get(key);
-        if raw.is_some_and(|v| v.parse::<u32>().is_err()) {
-            continue;
-        }
-        let requested = raw.and_then(|v| v.parse().ok());
+        let requested = match params.get(key).map(|v| v.parse::<u32>()) {
+            // A request value that is not a number is the upstream's to refuse, as it is.
+            Some(Err(_)) => continue,
+            Some(Ok(n)) => Some(n),
+            None => None,
+        };
         let effective = effective_of(group, requested);
-        if let Some(n) = effective.filter(|_| effective != requested) {
+        if effective != requested
+            && let Some(n) = effective
+        {
             set.push((key, n.to_string()));
         }
     }
