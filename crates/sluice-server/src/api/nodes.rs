@@ -236,7 +236,7 @@ pub async fn cat_nodes(
         .get("full_id")
         .is_some_and(|v| v.is_empty() || v == "true");
     let members = st.cluster.members();
-    let manager = members.live.first().map(|m| m.node_id.clone());
+    let manager = crate::cluster::shown_manager(&members.live).map(|m| m.node_id.clone());
     let mut table = Table::new(CAT_NODES);
     for m in members.live.iter() {
         let is_manager = manager.as_deref() == Some(m.node_id.as_str());

@@ -276,6 +276,25 @@ pub fn lacks_create_for(perms: &RoleSet, action: Action, expr: &str, catalog: Ca
             .is_ok_and(|ts| ts.is_empty())
 }
 
+/// The action `perms` are refused for index `action` on `expr`: `action` itself
+/// ([`allows_expression`]), or the create a write to a missing index needs
+/// ([`lacks_create_for`]); `None` when the request may go on. One rule for a request's path
+/// and for each item of a request of items.
+fn refused_action(
+    perms: &RoleSet,
+    action: Action,
+    expr: &str,
+    catalog: Catalog<'_>,
+) -> Option<Action> {
+    if !allows_expression(perms, action, expr, catalog) {
+        Some(action)
+    } else if lacks_create_for(perms, action, expr, catalog) {
+        Some(Action::IndexCreate)
+    } else {
+        None
+    }
+}
+
 /// [`allows_expression`] where nothing resolves (a gateway): every name must be granted as
 /// named and every wildcard covered by a granted pattern (`_all` and an empty expression are
 /// `*`); exclusions only narrow what the rest names, so they are not checked.
@@ -355,15 +374,8 @@ pub fn authorize(st: &AppState, req: &mut Request) -> Result<Option<Audited>, En
             RouteAction::Cluster(a) => {
                 (!perms.allows_cluster(*a)).then(|| (a.name(), String::new()))
             }
-            RouteAction::Index(a, expr) => {
-                if !allows_expression(&perms, *a, expr, Catalog::of(st)) {
-                    Some((a.name(), expr.to_string()))
-                } else if lacks_create_for(&perms, *a, expr, Catalog::of(st)) {
-                    Some((Action::IndexCreate.name(), expr.to_string()))
-                } else {
-                    None
-                }
-            }
+            RouteAction::Index(a, expr) => refused_action(&perms, *a, expr, Catalog::of(st))
+                .map(|refused| (refused.name(), expr.to_string())),
             RouteAction::PerItem(_) => None,
         };
         // An alias added or removed through the path: its names too (as `POST _aliases`'s
@@ -468,13 +480,10 @@ pub fn authorize_item(
     let (Some(perms), Some(who)) = (&meta.permissions, &meta.principal) else {
         return Ok(());
     };
-    if !allows_expression(perms, action, expr, Catalog::of(st)) {
-        return Err(st.authz.refuse(who, action.name(), expr));
+    match refused_action(perms, action, expr, Catalog::of(st)) {
+        Some(refused) => Err(st.authz.refuse(who, refused.name(), expr)),
+        None => Ok(()),
     }
-    if lacks_create_for(perms, action, expr, Catalog::of(st)) {
-        return Err(st.authz.refuse(who, Action::IndexCreate.name(), expr));
-    }
-    Ok(())
 }
 
 /// Whether `perms` allow `action` on the names `names` lists as names, whatever they stand

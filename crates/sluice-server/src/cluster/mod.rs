@@ -29,6 +29,13 @@ pub const DEFAULT_FANOUT_TIMEOUT: Duration = Duration::from_secs(10);
 /// `cluster_manager` says only that any node can answer cluster-level requests.
 pub const ROLES: [&str; 3] = ["cluster_manager", "data", "ingest"];
 
+/// The member shown as the cluster manager (`*` in `_cat/nodes`, `_cluster_manager` in a node
+/// selector): sluice has no elected manager, and any node answers cluster-level requests, so
+/// the member with the lowest node id wears it, the same on every node.
+pub fn shown_manager(members: &[sluice_cluster::Member]) -> Option<&sluice_cluster::Member> {
+    members.iter().min_by(|a, b| a.node_id.cmp(&b.node_id))
+}
+
 /// What [`join`] needs to know about the node.
 pub struct NodeFacts<'a> {
     /// The persisted node id.

@@ -10,8 +10,7 @@ use sluice_engine::EngineError;
 /// The members a node selector names, in node-id order, resolved as OpenSearch's
 /// `DiscoveryNodes.resolveNodes` resolves one: `None` (no selector), `_all`, `*` and an empty
 /// entry name every member; `_local` this node; `_cluster_manager` (or its old name
-/// `_master`) the member wearing the cluster manager's `*` (the lowest node id, see
-/// `api/nodes.rs`); `role:true` every member with that role (every sluice node has
+/// `_master`) the member wearing the cluster manager's `*` ([`super::shown_manager`]); `role:true` every member with that role (every sluice node has
 /// [`super::ROLES`]; `master` is `cluster_manager`'s old name) and `role:false` removes them
 /// from what the entries before it named; otherwise node ids, node names, and the IP
 /// addresses and `ip:port` transport addresses members listen on, each matched with `*`
@@ -24,7 +23,7 @@ pub fn select(
     let Some(selector) = selector else {
         return Ok(members.to_vec());
     };
-    let manager = members.iter().map(|m| m.node_id.as_str()).min();
+    let manager = super::shown_manager(members).map(|m| m.node_id.as_str());
     let mut chosen = vec![false; members.len()];
     for part in selector.split(',').map(str::trim) {
         if let Some(keep) = role_entry(part)? {
