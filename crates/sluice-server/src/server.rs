@@ -405,7 +405,7 @@ async fn request_layers(State(st): State<Arc<AppState>>, mut req: Request, next:
     let timer = crate::metrics::route::HttpTimer::start(&req, st.upstream.is_some());
     req.extensions_mut()
         .insert(BodyLimit(st.config.max_content_length));
-    // Not in `check_request`, which the gateway's lane runs too: the lane takes heads of at
+    // Not in `check_lines`, which the gateway's lane runs too: the lane takes heads of at
     // most 16 KB (its `MAX_HEAD`), so its requests never reach the limit, and a longer head
     // comes here.
     let checked = match check_header_size(&req) {
@@ -428,20 +428,59 @@ async fn request_layers(State(st): State<Arc<AppState>>, mut req: Request, next:
     resp
 }
 
-/// Steps 3 to 5 of [`request_layers`], which the gateway's fast lane (`crate::http::lane`)
-/// takes too: different `X-Opaque-Id` values refused (a 400, as OpenSearch's REST layer
-/// refuses them before its handlers), authentication (a 401 ends the request), authorization (a 403 ends it), the
-/// request's metadata gathered. Answers the sink of the warnings raised while handling it and
-/// the audit to record once it is answered, or the refusal to answer.
-pub(crate) async fn check_request(
+/// Steps 3 to 5 of [`request_layers`] ([`check_lines`]) for a request of the general path,
+/// whose principal and metadata then ride in its extensions for the handlers' extractors.
+/// Answers the sink of the warnings raised while handling it and the audit to record once it
+/// is answered, or the refusal to answer.
+async fn check_request(
     st: &AppState,
     req: &mut Request,
 ) -> Result<(crate::http::meta::Warnings, Option<crate::auth::Audited>), Response> {
-    crate::http::meta::check_single_valued(req).map_err(IntoResponse::into_response)?;
-    crate::auth::authenticate(&st.auth, req).await?;
-    let audited = crate::auth::authorize(st, req)
-        .map_err(|refused| crate::error::ApiError::Engine(refused).into_response())?;
-    Ok((crate::http::meta::scope_request(req), audited))
+    let peer = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let uri = req.uri();
+    let route = crate::auth::route::classify(req.method(), uri.path(), uri.query());
+    let Checked { meta, audited } =
+        check_lines(st, req.headers(), peer, req.method(), uri.path(), route).await?;
+    let warnings = meta.warnings.clone();
+    let authenticated =
+        crate::auth::Authenticated(meta.principal.clone(), meta.permissions.clone());
+    req.extensions_mut().insert(authenticated);
+    req.extensions_mut().insert(meta);
+    Ok((warnings, audited))
+}
+
+/// What [`check_lines`] found of a request it let through.
+pub(crate) struct Checked {
+    /// The request's metadata, its principal and permissions among it.
+    pub meta: crate::http::RequestMeta,
+    /// The admin action to write to the audit log once the request is answered.
+    pub audited: Option<crate::auth::Audited>,
+}
+
+/// Steps 3 to 5 of [`request_layers`], which the gateway's fast lane (`crate::http::lane`)
+/// takes too, on a request from `peer` with header lines `headers`, `method` and `path`, and
+/// `route` its action: different `X-Opaque-Id` values refused (a 400, as OpenSearch's REST
+/// layer refuses them before its handlers), authentication (a 401 ends the request),
+/// authorization (a 403 ends it), the request's metadata gathered. Answers what they found, or
+/// the refusal to answer.
+pub(crate) async fn check_lines(
+    st: &AppState,
+    headers: &impl crate::http::header_lines::HeaderLines,
+    peer: Option<std::net::IpAddr>,
+    method: &axum::http::Method,
+    path: &str,
+    route: crate::auth::route::RouteAction<'_>,
+) -> Result<Checked, Response> {
+    crate::http::meta::check_single_valued(headers).map_err(IntoResponse::into_response)?;
+    let principal = crate::auth::authenticate(&st.auth, headers, peer, path).await?;
+    let (permissions, audited) =
+        crate::auth::authorize(st, principal.as_ref(), method, path, route)
+            .map_err(|refused| crate::error::ApiError::Engine(refused).into_response())?;
+    let meta = crate::http::meta::gather(headers, principal, permissions);
+    Ok(Checked { meta, audited })
 }
 
 /// The most a request's headers may weigh, names and values: OpenSearch's default
@@ -481,7 +520,7 @@ async fn outer_layer(mut req: Request, next: Next) -> Response {
     if let Some(uri) = crate::http::url_index::rewrite(req.method(), req.uri()) {
         *req.uri_mut() = uri;
     }
-    let opaque = crate::http::meta::opaque_ids(&req);
+    let opaque = crate::http::meta::opaque_ids(req.headers());
     let (method, uri) = (req.method().clone(), req.uri().clone());
     let pretty = crate::http::pretty::wants_pretty(uri.query());
     let yaml =

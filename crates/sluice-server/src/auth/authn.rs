@@ -15,15 +15,15 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use argon2::{Argon2, PasswordHash, PasswordHasher, PasswordVerifier};
-use axum::extract::{ConnectInfo, FromRequestParts, Request};
+use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+use axum::http::{HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use parking_lot::Mutex;
@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use sluice_engine::{EngineError, ErrorCode};
 
 use crate::error::ApiError;
+use crate::http::header_lines::{HeaderLines, visible};
 
 /// The `WWW-Authenticate` challenge of a 401 in `basic` mode.
 pub const BASIC_CHALLENGE: &str = "Basic realm=\"sluice\"";
@@ -622,7 +623,7 @@ impl Authenticator {
     /// As [`Authenticator::verify_basic`].
     pub async fn authenticate_request(
         &self,
-        headers: &HeaderMap,
+        headers: &impl HeaderLines,
         peer: Option<IpAddr>,
         path: &str,
         now: Instant,
@@ -647,8 +648,8 @@ impl Authenticator {
                 let trusted = peer
                     .is_some_and(|ip| self.config.trusted_addresses.iter().any(|n| n.contains(ip)));
                 if !trusted {
-                    if headers.contains_key(&self.config.proxy_user_header)
-                        || headers.contains_key(&self.config.proxy_roles_header)
+                    if headers.contains(&self.config.proxy_user_header)
+                        || headers.contains(&self.config.proxy_roles_header)
                     {
                         tracing::debug!(
                             peer = ?peer,
@@ -658,17 +659,16 @@ impl Authenticator {
                     return Err(missing_credentials(path));
                 }
                 let user = headers
-                    .get(&self.config.proxy_user_header)
-                    .and_then(|v| v.to_str().ok())
+                    .first(&self.config.proxy_user_header)
+                    .and_then(visible)
                     .map(str::trim)
                     .filter(|u| check_username(u).is_ok());
                 let Some(user) = user else {
                     return Err(missing_credentials(path));
                 };
                 let roles = headers
-                    .get_all(&self.config.proxy_roles_header)
-                    .iter()
-                    .filter_map(|v| v.to_str().ok())
+                    .values(&self.config.proxy_roles_header)
+                    .filter_map(visible)
                     .flat_map(|v| v.split(','))
                     .map(str::trim)
                     .filter(|r| !r.is_empty())
@@ -684,8 +684,8 @@ impl Authenticator {
 }
 
 /// The user and password of an `Authorization: Basic` header, if well formed.
-fn basic_credentials(headers: &HeaderMap) -> Option<(String, String)> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+fn basic_credentials(headers: &impl HeaderLines) -> Option<(String, String)> {
+    let value = visible(headers.first(&header::AUTHORIZATION)?)?;
     let (scheme, encoded) = value.trim().split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("basic") {
         return None;
@@ -708,46 +708,41 @@ fn missing_credentials(path: &str) -> EngineError {
     ))
 }
 
-/// Authenticates a request, first of the node's request layers ([`crate::server::app`]): sets
-/// [`Authenticated`] (which [`crate::http::meta::scope_request`] puts into the request's
-/// metadata), or `Err` is the 401 `security_exception` to answer (with
+/// Authenticates a request from `peer` to `path` with header lines `headers`, first of the
+/// request steps after the `X-Opaque-Id` check ([`crate::server::check_lines`]): its principal
+/// (none when `auth.type` is `none`), or `Err` is the 401 `security_exception` to answer (with
 /// `WWW-Authenticate: Basic realm="sluice"` in `basic` mode).
 ///
 /// # Cancel safety
 /// Dropping the future drops the request, as for any handler.
-pub async fn authenticate(auth: &Authenticator, req: &mut Request) -> Result<(), Response> {
-    let peer = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip());
+pub async fn authenticate(
+    auth: &Authenticator,
+    headers: &impl HeaderLines,
+    peer: Option<IpAddr>,
+    path: &str,
+) -> Result<Option<Arc<Principal>>, Response> {
     let checked = auth
-        .authenticate_request(req.headers(), peer, req.uri().path(), Instant::now())
+        .authenticate_request(headers, peer, path, Instant::now())
         .await;
-    match checked {
-        Ok(principal) => {
-            req.extensions_mut().insert(Authenticated(principal, None));
-            Ok(())
+    checked.map_err(|e| {
+        let basic = auth.config.mode == AuthMode::Basic;
+        let e = if basic {
+            e.with_extra(
+                "header",
+                serde_json::json!({"WWW-Authenticate": BASIC_CHALLENGE}),
+            )
+        } else {
+            e
+        };
+        let mut resp = ApiError::Engine(e).into_response();
+        if basic {
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(BASIC_CHALLENGE),
+            );
         }
-        Err(e) => {
-            let basic = auth.config.mode == AuthMode::Basic;
-            let e = if basic {
-                e.with_extra(
-                    "header",
-                    serde_json::json!({"WWW-Authenticate": BASIC_CHALLENGE}),
-                )
-            } else {
-                e
-            };
-            let mut resp = ApiError::Engine(e).into_response();
-            if basic {
-                resp.headers_mut().insert(
-                    header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static(BASIC_CHALLENGE),
-                );
-            }
-            Err(resp)
-        }
-    }
+        resp
+    })
 }
 
 #[cfg(test)]

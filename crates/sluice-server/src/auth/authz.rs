@@ -19,14 +19,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use axum::extract::Request;
+use axum::http::Method;
 use sluice_core::authz::{Action, Authorizer, RoleSet};
 use sluice_engine::resolve::{ExpandWildcards, IndicesOptions};
 use sluice_engine::{Engine, EngineError, ErrorCode};
 
 use super::audit::{Audit, Outcome};
-use super::route::{RouteAction, alias_names, classify};
-use super::{AuthConfig, AuthMode, Authenticated, Principal, roles_file};
+use super::route::{RouteAction, alias_names};
+use super::{AuthConfig, AuthMode, Principal, roles_file};
 use crate::http::RequestMeta;
 use crate::state::AppState;
 
@@ -344,30 +344,33 @@ fn is_audited(action: Action) -> bool {
     )
 }
 
-/// Authorizes every request, after authentication in the node's request layers
-/// ([`crate::server::app`]), outside the router's handlers, so a request no route serves — and,
-/// in gateway mode, one forwarded upstream — is authorized too. `Err` is the 403
+/// Authorizes every request, after authentication in the request steps
+/// ([`crate::server::check_lines`]), outside the router's handlers, so a request no route
+/// serves — and, in gateway mode, one forwarded upstream — is authorized too: `route` is what
+/// [`super::route::classify`] makes of the request's `method` and `path`. `Err` is the 403
 /// `security_exception` to answer when the principal's roles do not grant the request's
-/// action on what it names; otherwise the principal's permissions ride in the request's
-/// [`Authenticated`] for per-item checks. Refusals are written to the audit log here; an
-/// admin action is written once answered, by the returned [`Audited`].
-pub fn authorize(st: &AppState, req: &mut Request) -> Result<Option<Audited>, EngineError> {
-    let principal = req
-        .extensions()
-        .get::<Authenticated>()
-        .and_then(|a| a.0.clone());
-    let route = classify(req.method(), req.uri().path(), req.uri().query());
+/// action on what it names; otherwise the principal's permissions, which ride in the request's
+/// metadata for per-item checks. Refusals are written to the audit log here; an admin action is
+/// written once answered, by the returned [`Audited`].
+pub fn authorize(
+    st: &AppState,
+    principal: Option<&Arc<Principal>>,
+    method: &Method,
+    path: &str,
+    route: RouteAction<'_>,
+) -> Result<(Option<Arc<RoleSet>>, Option<Audited>), EngineError> {
     let audited = match &route {
         RouteAction::Cluster(a) | RouteAction::Index(a, _) if is_audited(*a) => {
             let target = match &route {
                 RouteAction::Index(_, expr) => expr.to_string(),
-                _ => req.uri().path().to_string(),
+                _ => path.to_string(),
             };
             Some((*a, target))
         }
         _ => None,
     };
-    if let Some(principal) = &principal
+    let mut permissions = None;
+    if let Some(principal) = principal
         && let Some(perms) = st.authz.permissions(principal)
     {
         let denied = match &route {
@@ -381,22 +384,21 @@ pub fn authorize(st: &AppState, req: &mut Request) -> Result<Option<Audited>, En
         // An alias added or removed through the path: its names too (as `POST _aliases`'s
         // actions are, `api/aliases.rs`).
         let denied = denied.or_else(|| {
-            let names = alias_names(req.method(), req.uri().path())?;
+            let names = alias_names(method, path)?;
             (!allows_names(&perms, Action::Aliases, &names))
                 .then(|| (Action::Aliases.name(), names.to_string()))
         });
         if let Some((action, target)) = denied {
             return Err(st.authz.refuse(principal, action, &target));
         }
-        if let Some(a) = req.extensions_mut().get_mut::<Authenticated>() {
-            a.1 = Some(perms);
-        }
+        permissions = Some(perms);
     }
-    Ok(audited.map(|(action, target)| Audited {
-        principal,
+    let audited = audited.map(|(action, target)| Audited {
+        principal: principal.cloned(),
         action,
         target,
-    }))
+    });
+    Ok((permissions, audited))
 }
 
 /// An admin action authorized by [`authorize`], written to the audit log with its outcome

@@ -53,11 +53,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request};
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures::FutureExt;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -71,12 +71,13 @@ use tower::ServiceExt;
 
 use crate::backend::upstream::h1::{Answer, RawHeaders, RelayError, Relayed, content_length};
 use crate::backend::upstream::headers::connection_tokens;
-use crate::backend::upstream::routes::{LaneRoute, lane_route, lane_search};
+use crate::backend::upstream::routes::{Lane, LaneRoute, lane_route, lane_search};
 use crate::http::leaving::{StopOnLeave, Watched};
-use crate::http::meta::{self, RequestMeta};
+use crate::http::meta;
 use crate::http::read_timeout::{self, ReadClock};
 use crate::metrics::LaneEvent;
 use crate::metrics::route::HttpTimer;
+use crate::server::Checked;
 use crate::server::HttpService;
 use crate::state::AppState;
 
@@ -133,21 +134,17 @@ struct Taken {
 }
 
 impl Taken {
-    /// The request's parts, made of `request` (the head and body [`parse`] measured): header
-    /// values and the target share its bytes. `None` when a name, value or the target is not
-    /// valid HTTP (hyper answers such a request 400 and closes; so does the lane).
+    /// The request's method and target, its target sharing `request`'s bytes (the head and
+    /// body [`parse`] measured); no header map: the request's steps read its header lines
+    /// where they are ([`crate::http::header_lines`]). `None` when the target is not a valid
+    /// URI (hyper answers such a request 400 and closes; so does the lane). The names and
+    /// values httparse accepted are valid HTTP: hyper builds its own header map from the same
+    /// parse without checking them again.
     fn parts(&self, request: &Bytes) -> Option<http::request::Parts> {
-        let mut headers = HeaderMap::with_capacity(self.headers.len());
-        for (name, value) in &self.headers {
-            let name = HeaderName::from_bytes(&request[name.clone()]).ok()?;
-            let value = HeaderValue::from_maybe_shared(request.slice(value.clone())).ok()?;
-            headers.append(name, value);
-        }
         let uri = http::Uri::from_maybe_shared(request.slice(self.target.clone())).ok()?;
         let mut parts = Request::new(()).into_parts().0;
         parts.method = self.method.clone();
         parts.uri = uri;
-        parts.headers = headers;
         Some(parts)
     }
 }
@@ -450,10 +447,15 @@ async fn handle(
     thread: usize,
 ) -> Handled {
     let timer = HttpTimer::with_route(&parts.method, route.pattern);
-    let mut req = Request::from_parts(parts, Body::empty());
-    req.extensions_mut().insert(ConnectInfo(peer));
-    let opaque = meta::opaque_ids(&req);
-    let (warnings, audited) = match crate::server::check_request(st, &mut req).await {
+    let opaque = meta::opaque_ids(&raw);
+    let (method, uri) = (&parts.method, &parts.uri);
+    let action = route.action(method, uri.path(), uri.query());
+    let checked =
+        crate::server::check_lines(st, &raw, Some(peer.ip()), method, uri.path(), action).await;
+    let Checked {
+        meta: request_meta,
+        audited,
+    } = match checked {
         Ok(checked) => checked,
         Err(mut refused) => {
             timer.record(st, refused.status());
@@ -461,13 +463,12 @@ async fn handle(
             return Handled::Sluice(refused);
         }
     };
-    let request_meta = req
-        .extensions()
-        .get::<RequestMeta>()
-        .cloned()
-        .unwrap_or_else(|| RequestMeta::internal(None));
-    let (parts, _) = req.into_parts();
-    match lane_search(st, request_meta, route, parts, raw, body, thread).await {
+    let warnings = request_meta.warnings.clone();
+    let lane = Lane {
+        raw,
+        client: peer.ip(),
+    };
+    match lane_search(st, request_meta, route, parts, lane, body, thread).await {
         Err(e) => {
             let mut resp = e.into_response();
             meta::add_warnings(&warnings, &mut resp);
@@ -942,6 +943,34 @@ mod tests {
         assert_eq!(accept_of(head), None);
     }
 
+    proptest::proptest! {
+        /// What authorization reads of a lane request is what it reads of the same request on
+        /// the general path, which classifies its path.
+        #[test]
+        fn test_a_lane_routes_action_is_classifys(
+            get in proptest::bool::ANY,
+            index in proptest::option::of("[a-z_*,.%+-]{0,6}"),
+            action in proptest::prop_oneof![
+                proptest::strategy::Just("_search"),
+                proptest::strategy::Just("_count"),
+            ],
+            query in proptest::option::of("(index=[a-z*,%_]{0,5}&?)?(size=1)?"),
+        ) {
+            let method = if get { Method::GET } else { Method::POST };
+            let path = match &index {
+                Some(i) => format!("/{i}/{action}"),
+                None => format!("/{action}"),
+            };
+            let query = query.as_deref();
+            if let Some(route) = lane_route(&method, &path, query) {
+                proptest::prop_assert_eq!(
+                    route.action(&method, &path, query),
+                    crate::auth::route::classify(&method, &path, query)
+                );
+            }
+        }
+    }
+
     #[test]
     fn test_lane_takes_plain_searches_only() {
         let t =
@@ -958,8 +987,8 @@ mod tests {
             .unwrap();
         assert_eq!(parts.method, Method::POST);
         assert_eq!(parts.uri, "/logs/_search?size=1");
-        assert_eq!(parts.headers["host"], "x");
-        assert_eq!(parts.headers["content-length"], "2");
+        // No header map: the steps read the lines where they were read.
+        assert!(parts.headers.is_empty());
         assert!(parsed("GET /_count HTTP/1.1\r\naccept-encoding: identity\r\n\r\n").is_some());
         let hyper = |raw: &str| matches!(parse(raw.as_bytes(), 1000), Parsed::Hyper);
         for forever in [

@@ -1,4 +1,4 @@
-//! What the node knows of a request before any handler runs, gathered once by [`scope_request`]
+//! What the node knows of a request before any handler runs, gathered once by [`gather`]
 //! into a [`RequestMeta`] that handlers take as an extractor and pass down as a parameter: the
 //! principal, the `workloadGroupId` header and the sink of the response's `Warning` headers.
 //!
@@ -7,14 +7,15 @@
 
 use std::sync::Arc;
 
-use axum::extract::{FromRequestParts, Request};
+use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::Response;
 use parking_lot::Mutex;
 use sluice_engine::EngineError;
 
-use crate::auth::{Authenticated, Principal};
+use crate::auth::Principal;
+use crate::http::header_lines::{HeaderLines, visible};
 use sluice_core::authz::RoleSet;
 use sluice_wire::WORKLOAD_GROUP_ID_HEADER as GROUP_HEADER;
 
@@ -89,7 +90,7 @@ impl Warnings {
 impl<S: Send + Sync> FromRequestParts<S> for RequestMeta {
     type Rejection = std::convert::Infallible;
 
-    /// The metadata [`scope_request`] gathered; an empty one when it did not run (then the
+    /// The metadata [`gather`] gathered; an empty one when it did not run (then the
     /// request has no principal, and admin authorization still fails closed).
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         Ok(parts
@@ -101,44 +102,38 @@ impl<S: Send + Sync> FromRequestParts<S> for RequestMeta {
 }
 
 /// Reads the `workloadGroupId` header: absent, one usable value, or why it cannot be used.
-fn read_group_header(req: &Request) -> Result<Option<Arc<str>>, Arc<str>> {
-    let values: Vec<&HeaderValue> = req.headers().get_all(&GROUP_HEADER_NAME).iter().collect();
-    match values.as_slice() {
-        [] => Ok(None),
-        [one] => match one.to_str() {
-            Ok(s) if !s.trim().is_empty() => Ok(Some(Arc::from(s.trim()))),
-            Ok(_) => Err(format!("the [{GROUP_HEADER}] header must not be empty").into()),
-            Err(_) => Err(format!("the [{GROUP_HEADER}] header must be visible ASCII text").into()),
+fn read_group_header(headers: &impl HeaderLines) -> Result<Option<Arc<str>>, Arc<str>> {
+    let mut values = headers.values(&GROUP_HEADER_NAME);
+    match (values.next(), values.next()) {
+        (None, _) => Ok(None),
+        (Some(one), None) => match visible(one) {
+            Some(s) if !s.trim().is_empty() => Ok(Some(Arc::from(s.trim()))),
+            Some(_) => Err(format!("the [{GROUP_HEADER}] header must not be empty").into()),
+            None => Err(format!("the [{GROUP_HEADER}] header must be visible ASCII text").into()),
         },
         _ => Err(format!("multiple values for single-valued header [{GROUP_HEADER}]").into()),
     }
 }
 
-/// Gathers the request's [`RequestMeta`] (after authentication and authorization, last of the
-/// node's request layers before the handler: [`crate::server::app`]) into its extensions.
-/// Returns the sink of the warnings raised while handling it, for [`add_warnings`].
-pub fn scope_request(req: &mut Request) -> Warnings {
-    let (principal, permissions) = req
-        .extensions()
-        .get::<Authenticated>()
-        .map(|a| (a.0.clone(), a.1.clone()))
-        .unwrap_or_default();
-    let meta = RequestMeta {
+/// Gathers a request's [`RequestMeta`] from its header lines and what authentication and
+/// authorization found (after them, last of the request steps before the handler:
+/// [`crate::server::check_lines`]).
+pub fn gather(
+    headers: &impl HeaderLines,
+    principal: Option<Arc<Principal>>,
+    permissions: Option<Arc<RoleSet>>,
+) -> RequestMeta {
+    RequestMeta {
         principal,
         permissions,
-        group_header: read_group_header(req),
+        group_header: read_group_header(headers),
         warnings: Warnings::default(),
-        opaque_id: req
-            .headers()
-            .get_all(&OPAQUE_ID_NAME)
-            .iter()
-            .next_back()
-            .and_then(|v| v.to_str().ok())
+        opaque_id: headers
+            .values(&OPAQUE_ID_NAME)
+            .last()
+            .and_then(visible)
             .map(Arc::from),
-    };
-    let warnings = meta.warnings.clone();
-    req.extensions_mut().insert(meta);
-    warnings
+    }
 }
 
 /// Adds the warnings raised while handling a request to its response, as OpenSearch formats
@@ -170,8 +165,8 @@ pub fn warning_values(warnings: &Warnings) -> Vec<HeaderValue> {
 /// Refuses a request that sends different `X-Opaque-Id` values, as OpenSearch's REST layer
 /// refuses a single-valued header repeated with different values, before any handler and its
 /// security: 400 with its simple error (the same value repeated is one value).
-pub fn check_single_valued(req: &Request) -> Result<(), crate::error::ApiError> {
-    let mut values = req.headers().get_all(&OPAQUE_ID_NAME).iter();
+pub fn check_single_valued(headers: &impl HeaderLines) -> Result<(), crate::error::ApiError> {
+    let mut values = headers.values(&OPAQUE_ID_NAME);
     let Some(first) = values.next() else {
         return Ok(());
     };
@@ -186,12 +181,8 @@ pub fn check_single_valued(req: &Request) -> Result<(), crate::error::ApiError> 
 }
 
 /// The request's `X-Opaque-Id` values, which [`echo_opaque_id`] puts on its response.
-pub fn opaque_ids(req: &Request) -> Vec<HeaderValue> {
-    req.headers()
-        .get_all(&OPAQUE_ID_NAME)
-        .iter()
-        .cloned()
-        .collect()
+pub fn opaque_ids(headers: &impl HeaderLines) -> Vec<HeaderValue> {
+    headers.header_values(&OPAQUE_ID_NAME)
 }
 
 /// Echoes the request's `X-Opaque-Id` on its response, as OpenSearch's REST channel does, so a

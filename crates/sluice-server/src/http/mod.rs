@@ -1,4 +1,5 @@
-//! The HTTP layer, free of domain logic: request metadata and its middleware ([`meta`]), body
+//! The HTTP layer, free of domain logic: request metadata and its middleware ([`meta`]), a
+//! request's header lines wherever they are kept ([`header_lines`]), body
 //! extraction ([`body`]), path and query extraction ([`extract`]), the check of a body's
 //! `Content-Type` ([`content_type`]), response rendering ([`reply`](mod@reply)), the `?pretty`
 //! rendering of error answers ([`pretty`]) and YAML answers ([`format`](mod@format)), the check of unknown
@@ -13,6 +14,7 @@ pub mod content_type;
 pub mod extract;
 pub mod fallback;
 pub mod format;
+pub mod header_lines;
 pub mod lane;
 pub mod leaving;
 pub mod meta;

@@ -784,12 +784,13 @@ fn line_end(bytes: &[u8]) -> Option<usize> {
 /// A lane request's header lines as the client sent them, forwarded from its own bytes rather
 /// than from a header map (the lane's [`super::Call::raw`]): where each line's name and value
 /// are in `request`, the request's bytes as the lane read them. Those the identity drops are
-/// removed before sending ([`super::headers::Identity::outbound_raw`]).
+/// removed before sending ([`super::headers::Identity::outbound_raw`]). The request's steps
+/// read them too, through [`crate::http::header_lines::HeaderLines`].
 ///
 /// Only for a request the lane took: one whose `Connection` header names nothing but
 /// `keep-alive` (a hop-by-hop header the identity drops anyway), so no other header is
-/// hop-by-hop by being named there, and whose names and values are valid HTTP (the lane built
-/// its header map from them first).
+/// hop-by-hop by being named there, and whose names and values are valid HTTP (httparse
+/// parsed them, whose parse hyper trusts as valid names and values).
 pub struct RawHeaders {
     request: Bytes,
     lines: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
@@ -802,6 +803,22 @@ impl RawHeaders {
         lines: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
     ) -> RawHeaders {
         RawHeaders { request, lines }
+    }
+
+    /// Each line's name (as sent) and value, in order.
+    pub fn lines(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.lines
+            .iter()
+            .map(|(name, value)| (&self.request[name.clone()], &self.request[value.clone()]))
+    }
+
+    /// The values of the lines named `name` (compared without case), sharing the request's
+    /// bytes.
+    pub fn shared_values<'a>(&'a self, name: &'a [u8]) -> impl Iterator<Item = Bytes> + 'a {
+        self.lines
+            .iter()
+            .filter(move |(n, _)| self.request[n.clone()].eq_ignore_ascii_case(name))
+            .map(|(_, value)| self.request.slice(value.clone()))
     }
 
     /// Keeps the lines whose name (as sent) `keep` accepts.

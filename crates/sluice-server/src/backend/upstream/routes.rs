@@ -384,7 +384,7 @@ fn call_with_headers(
     }
 }
 
-/// The call of a fast-lane request (`parts`, its header lines as sent `raw`): [`into_call_as`]
+/// The call of a fast-lane request (`parts`, and `lane`'s header lines as sent): [`into_call_as`]
 /// with the client's headers forwarded from its own bytes ([`super::h1::RawHeaders`]) rather
 /// than moved out of its header map and rewritten there, which cost about 2,000 instructions
 /// more a proxied search (BENCHMARKS.md "Leaner heads").
@@ -392,16 +392,17 @@ fn lane_call(
     up: &super::Upstream,
     meta: &RequestMeta,
     parts: &Parts,
-    mut raw: super::h1::RawHeaders,
+    lane: Lane,
     set: &[(&str, String)],
     body: bytes::Bytes,
 ) -> Call {
+    let Lane { mut raw, client } = lane;
     let mut headers = http::HeaderMap::new();
     up.identity().outbound_raw(
         &mut raw,
         &mut headers,
         meta.principal.as_deref(),
-        client_ip(parts),
+        Some(client),
     );
     Call {
         method: parts.method.clone(),
@@ -415,6 +416,14 @@ fn lane_call(
 /// The request's path and query with `set` parameters replacing any of the same name.
 pub(super) fn with_params(parts: &Parts, set: &[(&str, String)]) -> String {
     let path = parts.uri.path();
+    if set.is_empty() {
+        // The usual search: its target forwarded as sent.
+        return parts
+            .uri
+            .path_and_query()
+            .map_or(path, |pq| pq.as_str())
+            .to_string();
+    }
     let mut pairs: Vec<String> = parts
         .uri
         .query()
@@ -539,8 +548,16 @@ struct Prepared {
     keep_alive: Option<Duration>,
 }
 
+/// What the fast lane knows of a request that its parts do not hold.
+pub struct Lane {
+    /// The request's header lines as sent (its parts have no header map).
+    pub raw: super::h1::RawHeaders,
+    /// The client's address (its parts have no extensions).
+    pub client: std::net::IpAddr,
+}
+
 /// Admits a `_search`, `_count` or `_search/template` read whole and builds what is forwarded:
-/// with its header lines as sent (`raw`) on the fast lane, else from its header map.
+/// with its header lines as sent on the fast lane (`lane`), else from its header map.
 async fn prepare(
     st: &Arc<AppState>,
     up: &super::Upstream,
@@ -548,7 +565,7 @@ async fn prepare(
     index: &str,
     read: Read,
     kind: Kind,
-    raw: Option<super::h1::RawHeaders>,
+    lane: Option<Lane>,
 ) -> ApiResult<Prepared> {
     let Read {
         parts,
@@ -567,8 +584,8 @@ async fn prepare(
     } else {
         Vec::new()
     };
-    let call = match raw {
-        Some(raw) => lane_call(up, meta, &parts, raw, &set, body),
+    let call = match lane {
+        Some(lane) => lane_call(up, meta, &parts, lane, &set, body),
         None => into_call_as(up, meta, parts, &set, body),
     };
     // A scroll's id is read from its answer.
@@ -629,6 +646,27 @@ pub struct LaneRoute {
     pub pattern: &'static str,
 }
 
+impl LaneRoute {
+    /// What authorization makes of the route's request (`method`, `path` and `query` those
+    /// [`lane_route`] took), as [`route::classify`] makes of it: a search on the path's index
+    /// expression (which needs no decoding on the lane) read without classifying the path again,
+    /// else on the `index` parameter's, as `classify` reads it.
+    pub fn action<'a>(
+        &self,
+        method: &Method,
+        path: &'a str,
+        query: Option<&str>,
+    ) -> route::RouteAction<'a> {
+        match path[1..].split_once('/') {
+            Some((index, _)) => route::RouteAction::Index(
+                sluice_core::authz::Action::Search,
+                std::borrow::Cow::Borrowed(index),
+            ),
+            None => route::classify(method, path, query),
+        }
+    }
+}
+
 /// The fast lane's route for `method path?query`, when it is one the lane takes: `GET` or
 /// `POST` on `/_search`, `/_count`, `/{index}/_search` or `/{index}/_count` with an index
 /// expression that needs no decoding and names no sluice route (no leading `_`), and no
@@ -674,7 +712,7 @@ pub async fn lane_search(
     meta: RequestMeta,
     route: LaneRoute,
     parts: Parts,
-    raw: super::h1::RawHeaders,
+    lane: Lane,
     body: Bytes,
     thread: usize,
 ) -> ApiResult<(Admitted, super::h1::Answer)> {
@@ -695,7 +733,7 @@ pub async fn lane_search(
     };
     let Prepared {
         mut admitted, call, ..
-    } = prepare(st, &up, &meta, &index, read, route.kind, Some(raw)).await?;
+    } = prepare(st, &up, &meta, &index, read, route.kind, Some(lane)).await?;
     let executed = up.execute_h1(admitted.execution(), call, thread).await;
     let answer = settle_status(&mut admitted, executed, |a| a.status)?;
     Ok((admitted, answer))
@@ -903,6 +941,7 @@ mod tests {
             "/logs/_search?q=a&pretty&timeout=2000ms"
         );
         assert_eq!(with_params(&parts("/x"), &[]), "/x");
+        assert_eq!(with_params(&parts("/x?a=1&&b"), &[]), "/x?a=1&&b");
         assert_eq!(
             with_params(
                 &parts("/x"),
