@@ -274,8 +274,19 @@ pub async fn admit_registered(
         // request dropped meanwhile (its client left) ends there, and its end is counted then.
         undecided => {
             let abandoned = Abandoned(Some(&entry));
-            let decision =
-                wait_for_decision(st, &entry, &task, undecided, queued, door, cancel_after).await;
+            // Boxed: waiting (a queue, an owner's answer) is the rare path, and its future
+            // inline would make every admission's future, and every future holding one,
+            // 2.6 KB larger, moved on each search.
+            let decision = Box::pin(wait_for_decision(
+                st,
+                &entry,
+                &task,
+                undecided,
+                queued,
+                door,
+                cancel_after,
+            ))
+            .await;
             abandoned.decided();
             decision?
         }

@@ -196,11 +196,13 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
         };
         let taken = match parsed {
             Parsed::Take(t) => t,
-            Parsed::Hyper => return hand_off(stream, buf, peer, conn).await,
+            // Boxed: a hand-off's future is large (hyper's connection), and once a connection
+            // at most; inline, it would weigh in every connection's future.
+            Parsed::Hyper => return Box::pin(hand_off(stream, buf, peer, conn)).await,
             // A connection that carries only other requests (a bulk load) is hyper's for
             // good after a few: lending it costs more than serving it there outright.
             Parsed::Once(_) if others >= MAX_LENT_IN_A_ROW => {
-                return hand_off(stream, buf, peer, conn).await;
+                return Box::pin(hand_off(stream, buf, peer, conn)).await;
             }
             Parsed::Once(len) => match one_by_hyper(stream, buf, len, peer, &conn).await {
                 Some((s, b)) => {
@@ -211,11 +213,12 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
                 None => return,
             },
             Parsed::Partial if buf.len() > MAX_HEAD => {
-                return hand_off(stream, buf, peer, conn).await;
+                return Box::pin(hand_off(stream, buf, peer, conn)).await;
             }
             Parsed::Partial => {
                 let idle = buf.is_empty();
                 tokio::select! {
+                    biased;
                     read = stream.read_buf(&mut buf) => match read {
                         Ok(0) | Err(_) => return,
                         Ok(_) => {
@@ -249,6 +252,8 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
         others = 0;
         conn.st.metrics.count_lane(LaneEvent::FastLane);
         let handled = tokio::select! {
+            // In order: no random pick a request.
+            biased;
             h = AssertUnwindSafe(handle(&conn.st, peer, route, parts, raw, body, thread)).catch_unwind() => {
                 h.unwrap_or_else(|panic| Handled::Sluice(crate::server::panic_response(panic)))
             }

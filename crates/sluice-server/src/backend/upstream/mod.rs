@@ -637,6 +637,8 @@ impl Upstream {
             }
         };
         tokio::select! {
+            // The answer first: no random pick a search.
+            biased;
             r = send => match r {
                 Ok(resp) => {
                     guard.disarm();
