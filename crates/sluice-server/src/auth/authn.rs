@@ -173,13 +173,14 @@ impl Default for AuthConfig {
 /// core's type, so tagging and the throttle's buckets share its strings instead of copying them.
 pub use sluice_core::Principal;
 
-/// The request extension the [`authenticate`] middleware sets: the principal, `None` only when
-/// `auth.type` is `none`. Handlers take it as an extractor.
+/// The request extension the general path's request steps set once [`authenticate`] and
+/// [`super::authorize`] let the request through (`crate::server`'s `check_request`): the
+/// principal, `None` only when `auth.type` is `none`. Handlers take it as an extractor.
 #[derive(Debug, Clone, Default)]
 pub struct Authenticated(
     pub Option<Arc<Principal>>,
-    /// The principal's compiled permissions, set in place by [`super::authorize`] (no
-    /// allocation per request); `None` when nothing is authorized.
+    /// The principal's compiled permissions, as [`super::authorize`] found them; `None` when
+    /// nothing is authorized.
     pub Option<Arc<sluice_core::authz::RoleSet>>,
 );
 

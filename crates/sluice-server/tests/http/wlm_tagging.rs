@@ -354,11 +354,24 @@ async fn test_group_max_buckets_limits_aggregations_of_its_requests_only() {
             &[("workloadGroupId", &id)],
         )
         .await;
-    assert_error(
-        &(r.status, r.body.clone()),
-        503,
-        "too_many_buckets_exception",
-    );
+    if common::gateway_mode() {
+        // A search request has no parameter for it: a gateway cannot apply the setting, and
+        // says so when the group is created (docs/compatibility.md; the gateway suite checks
+        // the warning). Its requests are forwarded as they are.
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(
+            r.body["aggregations"]["t"]["buckets"]
+                .as_array()
+                .map(Vec::len),
+            Some(5)
+        );
+    } else {
+        assert_error(
+            &(r.status, r.body.clone()),
+            503,
+            "too_many_buckets_exception",
+        );
+    }
     let resp = node.search("logs-1", agg).await;
     assert_eq!(
         resp["aggregations"]["t"]["buckets"]

@@ -884,7 +884,10 @@ pub(super) fn write_request(
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    if !body.is_empty() || (method != Method::GET && method != Method::HEAD) {
+    // None for an empty body, whatever the method: hyper's client, which sends the general
+    // path's searches, writes none for a body that ends at once (an outside trial found the
+    // lane's empty `POST`s framed with `content-length: 0` where the general path's were not).
+    if !body.is_empty() {
         out.extend_from_slice(b"content-length: ");
         out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
         out.extend_from_slice(b"\r\n");
@@ -1450,10 +1453,12 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "POST /i/_search?x=1 HTTP/1.1\r\nhost: up:9200\r\nx-opaque-id: a\r\ncontent-length: 2\r\n\r\n{}"
         );
-        let out = write_request(&Method::GET, "/_count", None, None, &HeaderMap::new(), b"");
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "GET /_count HTTP/1.1\r\n\r\n"
-        );
+        for method in [Method::GET, Method::POST] {
+            let out = write_request(&method, "/_count", None, None, &HeaderMap::new(), b"");
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                format!("{method} /_count HTTP/1.1\r\n\r\n")
+            );
+        }
     }
 }
