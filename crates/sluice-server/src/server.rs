@@ -429,7 +429,8 @@ async fn request_layers(State(st): State<Arc<AppState>>, mut req: Request, next:
 }
 
 /// Steps 3 to 5 of [`request_layers`] ([`check_lines`]) for a request of the general path,
-/// whose principal and metadata then ride in its extensions for the handlers' extractors.
+/// whose metadata (its principal among it) then rides in its extensions for the handlers'
+/// extractors.
 /// Answers the sink of the warnings raised while handling it and the audit to record once it
 /// is answered, or the refusal to answer.
 async fn check_request(
@@ -445,9 +446,6 @@ async fn check_request(
     let Checked { meta, audited } =
         check_lines(st, req.headers(), peer, req.method(), uri.path(), route).await?;
     let warnings = meta.warnings.clone();
-    let authenticated =
-        crate::auth::Authenticated(meta.principal.clone(), meta.permissions.clone());
-    req.extensions_mut().insert(authenticated);
     req.extensions_mut().insert(meta);
     Ok((warnings, audited))
 }

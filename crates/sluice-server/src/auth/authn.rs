@@ -4,10 +4,10 @@
 //! a users file of argon2 hashes, [`UsersFile`]) or `proxy` (user and roles read from configured
 //! headers, only when the peer address is in `auth.proxy.trusted_addresses`).
 //!
-//! The [`authenticate`] middleware turns a request into an [`Authenticated`] request extension
-//! (which [`crate::http::meta`] puts into the request's metadata, so admission registers every
-//! task the request starts with its principal) or answers 401 `security_exception` with
-//! `WWW-Authenticate`. What an authenticated principal may do is [`super::authz`]'s.
+//! [`authenticate`], a step of every request (`crate::server`'s `check_lines`), finds a request's
+//! principal (which [`crate::http::meta`] puts into the request's metadata, so admission
+//! registers every task the request starts with its principal) or answers 401
+//! `security_exception` with `WWW-Authenticate`. What an authenticated principal may do is [`super::authz`]'s.
 //!
 //! The principal is never read from a client-chosen header (proxy headers count only from
 //! trusted peers), never forwarded, and never logged above DEBUG; passwords and the
@@ -21,8 +21,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use argon2::{Argon2, PasswordHash, PasswordHasher, PasswordVerifier};
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
@@ -172,30 +170,6 @@ impl Default for AuthConfig {
 /// An authenticated user: a name and roles, established by sluice's own authentication. The
 /// core's type, so tagging and the throttle's buckets share its strings instead of copying them.
 pub use sluice_core::Principal;
-
-/// The request extension the general path's request steps set once [`authenticate`] and
-/// [`super::authorize`] let the request through (`crate::server`'s `check_request`): the
-/// principal, `None` only when `auth.type` is `none`. Handlers take it as an extractor.
-#[derive(Debug, Clone, Default)]
-pub struct Authenticated(
-    pub Option<Arc<Principal>>,
-    /// The principal's compiled permissions, as [`super::authorize`] found them; `None` when
-    /// nothing is authorized.
-    pub Option<Arc<sluice_core::authz::RoleSet>>,
-);
-
-impl<S: Send + Sync> FromRequestParts<S> for Authenticated {
-    type Rejection = std::convert::Infallible;
-
-    /// The extension, or no principal when the middleware did not run.
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        Ok(parts
-            .extensions
-            .get::<Authenticated>()
-            .cloned()
-            .unwrap_or_default())
-    }
-}
 
 /// One entry of the users file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -480,15 +454,15 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
-    /// Refuses `who` unless it has a role of `auth.admin_roles` (anyone passes with
+    /// Refuses `who` (a request's principal) unless it has a role of `auth.admin_roles` (anyone passes with
     /// `auth.type: none`): for sluice's own operator endpoints (metrics, the dashboard's data),
     /// which name every group and the node's load whatever a roles file grants. 401 without
     /// credentials, 403 `security_exception` naming `action` otherwise.
-    pub fn authorize_admin(&self, who: &Authenticated, action: &str) -> Result<(), ApiError> {
+    pub fn authorize_admin(&self, who: Option<&Principal>, action: &str) -> Result<(), ApiError> {
         if self.config.mode == AuthMode::None {
             return Ok(());
         }
-        let Some(p) = &who.0 else {
+        let Some(p) = who else {
             return Err(ApiError::Engine(unauthenticated(format!(
                 "missing authentication credentials for action [{action}]"
             ))));

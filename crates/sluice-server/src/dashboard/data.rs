@@ -8,8 +8,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use sluice_core::ResourceType;
 
-use crate::auth::Authenticated;
 use crate::error::ApiResult;
+use crate::http::RequestMeta;
 use crate::state::AppState;
 use crate::workload::GroupEntry;
 
@@ -21,9 +21,10 @@ const LONGEST_TASKS: usize = 10;
 
 pub(super) async fn data(
     State(st): State<Arc<AppState>>,
-    who: Authenticated,
+    meta: RequestMeta,
 ) -> ApiResult<Response> {
-    st.auth.authorize_admin(&who, DASHBOARD_ACTION)?;
+    st.auth
+        .authorize_admin(meta.principal.as_deref(), DASHBOARD_ACTION)?;
     Ok(axum::Json(snapshot(&st)).into_response())
 }
 

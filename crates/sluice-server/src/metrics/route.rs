@@ -10,8 +10,8 @@ use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::auth::Authenticated;
 use crate::error::ApiResult;
+use crate::http::RequestMeta;
 use crate::state::AppState;
 
 /// The action the endpoint needs an admin role for when authentication is on: the figures name
@@ -33,8 +33,9 @@ pub fn routes() -> Router<Arc<AppState>> {
     Router::new().route("/_prometheus/metrics", get(scrape))
 }
 
-async fn scrape(State(st): State<Arc<AppState>>, who: Authenticated) -> ApiResult<Response> {
-    st.auth.authorize_admin(&who, METRICS_ACTION)?;
+async fn scrape(State(st): State<Arc<AppState>>, meta: RequestMeta) -> ApiResult<Response> {
+    st.auth
+        .authorize_admin(meta.principal.as_deref(), METRICS_ACTION)?;
     let text = st.metrics.render(&st);
     Ok((StatusCode::OK, [(header::CONTENT_TYPE, TEXT_FORMAT)], text).into_response())
 }
