@@ -443,8 +443,17 @@ async fn check_request(
         .map(|c| c.0.ip());
     let uri = req.uri();
     let route = crate::auth::route::classify(req.method(), uri.path(), uri.query());
-    let Checked { meta, audited } =
-        check_lines(st, req.headers(), peer, req.method(), uri.path(), route).await?;
+    let opaque = crate::http::meta::opaque_ids(req.headers());
+    let Checked { meta, audited } = check_lines(
+        st,
+        req.headers(),
+        &opaque,
+        peer,
+        req.method(),
+        uri.path(),
+        route,
+    )
+    .await?;
     let warnings = meta.warnings.clone();
     req.extensions_mut().insert(meta);
     Ok((warnings, audited))
@@ -459,25 +468,27 @@ pub(crate) struct Checked {
 }
 
 /// Steps 3 to 5 of [`request_layers`], which the gateway's fast lane (`crate::http::lane`)
-/// takes too, on a request from `peer` with header lines `headers`, `method` and `path`, and
-/// `route` its action: different `X-Opaque-Id` values refused (a 400, as OpenSearch's REST
+/// takes too, on a request from `peer` with header lines `headers`, `X-Opaque-Id` values
+/// `opaque` (read once, by [`crate::http::meta::opaque_ids`]), `method` and `path`, and `route`
+/// its action: different `X-Opaque-Id` values refused (a 400, as OpenSearch's REST
 /// layer refuses them before its handlers), authentication (a 401 ends the request),
 /// authorization (a 403 ends it), the request's metadata gathered. Answers what they found, or
 /// the refusal to answer.
 pub(crate) async fn check_lines(
     st: &AppState,
     headers: &impl crate::http::header_lines::HeaderLines,
+    opaque: &[axum::http::HeaderValue],
     peer: Option<std::net::IpAddr>,
     method: &axum::http::Method,
     path: &str,
     route: crate::auth::route::RouteAction<'_>,
 ) -> Result<Checked, Response> {
-    crate::http::meta::check_single_valued(headers).map_err(IntoResponse::into_response)?;
+    crate::http::meta::check_single_valued(opaque).map_err(IntoResponse::into_response)?;
     let principal = crate::auth::authenticate(&st.auth, headers, peer, path).await?;
     let (permissions, audited) =
         crate::auth::authorize(st, principal.as_ref(), method, path, route)
             .map_err(|refused| crate::error::ApiError::Engine(refused).into_response())?;
-    let meta = crate::http::meta::gather(headers, principal, permissions);
+    let meta = crate::http::meta::gather(headers, opaque, principal, permissions);
     Ok(Checked { meta, audited })
 }
 

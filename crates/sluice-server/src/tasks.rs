@@ -33,6 +33,54 @@ use serde_json::{Map, Value, json};
 /// response), so this bounds them near a megabyte, and a client polls within minutes.
 pub const MAX_STORED_RESULTS: usize = 1000;
 
+/// What a task does, as `_tasks?detailed` shows it: text, or a forwarded search's index and
+/// body, put into words only when a listing asks (a gateway forwards a search's body
+/// unparsed; copying it into a description for every search, to be read by the rare listing,
+/// cost a pass over the body, an allocation and a copy of it a search).
+#[derive(Debug, Clone)]
+pub enum Description {
+    /// The description itself.
+    Text(String),
+    /// A search the gateway forwards with `body` as the client sent it, on `index`.
+    Forwarded {
+        /// The request's index expression.
+        index: Box<str>,
+        /// The body as sent (shared with the forwarded request, not copied).
+        body: bytes::Bytes,
+    },
+}
+
+impl Description {
+    /// The description's text. A forwarded search is worded as OpenSearch words a search (its
+    /// indices, type and source), with the body trimmed, `{}` for none, and bytes that are not
+    /// UTF-8 replaced.
+    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Description::Text(t) => std::borrow::Cow::Borrowed(t),
+            Description::Forwarded { index, body } => {
+                let source = String::from_utf8_lossy(body);
+                let source = source.trim();
+                let source = if source.is_empty() { "{}" } else { source };
+                std::borrow::Cow::Owned(format!(
+                    "indices[{index}], search_type[QUERY_THEN_FETCH], source[{source}]"
+                ))
+            }
+        }
+    }
+}
+
+impl Default for Description {
+    fn default() -> Description {
+        Description::Text(String::new())
+    }
+}
+
+impl From<String> for Description {
+    fn from(text: String) -> Description {
+        Description::Text(text)
+    }
+}
+
 /// What a long-running task shows as its `status` while it runs (a by-query action's counts),
 /// read by `_tasks` and `GET _tasks/{id}`.
 pub trait TaskStatus: Send + Sync + std::fmt::Debug {
@@ -98,7 +146,7 @@ pub struct Task {
     /// The action name.
     pub action: &'static str,
     /// What the task does, for `_tasks?detailed`.
-    pub description: String,
+    pub description: Description,
     /// The parent task's sequence number on this node.
     pub parent: Option<u64>,
     /// Wall-clock start, epoch millis.
@@ -212,7 +260,7 @@ pub struct NewTask {
     /// The action name.
     pub action: &'static str,
     /// What the task does, for `_tasks?detailed`.
-    pub description: String,
+    pub description: Description,
     /// The parent task's sequence number on this node.
     pub parent: Option<u64>,
     /// Wall-clock start, epoch millis.
@@ -361,7 +409,7 @@ impl TaskManager {
     ) -> TaskGuard {
         self.register_task(NewTask {
             action,
-            description,
+            description: Description::Text(description),
             parent,
             start_time_millis: sluice_engine::now_millis(),
             principal,
@@ -552,7 +600,7 @@ impl TaskManager {
         m.insert("type".into(), json!("transport"));
         m.insert("action".into(), json!(t.action));
         if detailed {
-            m.insert("description".into(), json!(t.description));
+            m.insert("description".into(), json!(t.description.text()));
         }
         // Admission's state is read before the running time, so a listing that shows a task
         // admitted shows a moment after its admission.
@@ -628,6 +676,31 @@ pub fn far_future() -> tokio::time::Instant {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_a_forwarded_search_is_worded_as_opensearch_words_a_search() {
+        let worded = |index: &str, body: &'static [u8]| {
+            Description::Forwarded {
+                index: index.into(),
+                body: bytes::Bytes::from_static(body),
+            }
+            .text()
+            .into_owned()
+        };
+        assert_eq!(
+            worded("i", b"  "),
+            "indices[i], search_type[QUERY_THEN_FETCH], source[{}]"
+        );
+        assert_eq!(
+            worded("i", b"{\"q\":\"\xff\"}"),
+            "indices[i], search_type[QUERY_THEN_FETCH], source[{\"q\":\"\u{fffd}\"}]"
+        );
+        assert_eq!(
+            worded("a,b", b" {\"size\":1}\n"),
+            "indices[a,b], search_type[QUERY_THEN_FETCH], source[{\"size\":1}]"
+        );
+        assert_eq!(Description::from("d".to_string()).text(), "d");
+    }
 
     #[test]
     fn test_guard_drop_unregisters() {

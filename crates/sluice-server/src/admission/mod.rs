@@ -43,7 +43,7 @@ pub use ticket::{Admitted, ResponseTicket};
 use crate::error::ApiResult;
 use crate::http::{Params, RequestMeta};
 use crate::state::AppState;
-use crate::tasks::{NewTask, TaskGuard};
+use crate::tasks::{Description, NewTask, TaskGuard};
 use crate::workload::GroupEntry;
 
 /// Seconds a client turned away by its group's resource share is told to wait: usage is
@@ -63,7 +63,7 @@ pub struct TaskSpec {
     /// The action name ([`crate::tasks::actions`]).
     pub action: &'static str,
     /// What the task does, for `_tasks?detailed`.
-    pub description: String,
+    pub description: Description,
     /// The parent task on this node.
     pub parent: Option<u64>,
     /// The request's index expressions (comma lists split), for the tagging rules.
@@ -89,13 +89,13 @@ impl TaskSpec {
     /// `cancel_after_time_interval` of `params` (a 400 when it is not a time value).
     pub fn new(
         action: &'static str,
-        description: String,
+        description: impl Into<Description>,
         index: &str,
         params: &Params,
     ) -> ApiResult<TaskSpec> {
         Ok(TaskSpec {
             action,
-            description,
+            description: description.into(),
             parent: None,
             indices: split_indices(index),
             cancel_after: requested_cancel_after(params)?,
@@ -208,7 +208,7 @@ fn register_described(
     st: &AppState,
     meta: &RequestMeta,
     spec: &TaskSpec,
-    description: String,
+    description: Description,
 ) -> TaskGuard {
     st.tasks.register_task(NewTask {
         action: spec.action,

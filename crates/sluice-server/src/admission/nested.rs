@@ -76,7 +76,7 @@ impl NestedSearchHook for NestedSearches {
         }
         let guard = self.st.tasks.register_task(NewTask {
             action: actions::SEARCH,
-            description: description.to_string(),
+            description: description.to_string().into(),
             parent: Some(self.parent.seq),
             start_time_millis: sluice_engine::now_millis(),
             principal,

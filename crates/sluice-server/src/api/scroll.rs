@@ -118,7 +118,7 @@ async fn run_scroll(
     authorize_scroll(&st, &meta, route::SCROLL, opened_by.as_deref())?;
     let spec = TaskSpec {
         action: actions::SCROLL,
-        description,
+        description: description.into(),
         parent: None,
         indices: Vec::new(),
         cancel_after: requested_cancel_after(&params)?,

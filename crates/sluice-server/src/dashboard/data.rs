@@ -105,7 +105,7 @@ fn longest_tasks(st: &AppState) -> Vec<Value> {
             json!({
                 "id": format!("{}:{}", st.tasks.node_id(), t.seq),
                 "action": t.action,
-                "description": t.description,
+                "description": t.description.text(),
                 "group": t.group().map(|g| g.id.to_string()),
                 "running_millis": u64::try_from(t.started.elapsed().as_millis()).unwrap_or(u64::MAX),
                 "cancelled": t.is_cancelled(),

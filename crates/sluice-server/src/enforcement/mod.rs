@@ -496,7 +496,7 @@ mod tests {
         let register = |g: Option<Arc<GroupEntry>>| {
             let guard = manager.register_task(NewTask {
                 action: actions::SEARCH,
-                description: String::new(),
+                description: Default::default(),
                 parent: None,
                 start_time_millis: 0,
                 principal: None,

@@ -455,8 +455,16 @@ async fn handle(
     let opaque = meta::opaque_ids(&raw);
     let (method, uri) = (&parts.method, &parts.uri);
     let action = route.action(method, uri.path(), uri.query());
-    let checked =
-        crate::server::check_lines(st, &raw, Some(peer.ip()), method, uri.path(), action).await;
+    let checked = crate::server::check_lines(
+        st,
+        &raw,
+        &opaque,
+        Some(peer.ip()),
+        method,
+        uri.path(),
+        action,
+    )
+    .await;
     let Checked {
         meta: request_meta,
         audited,

@@ -115,11 +115,12 @@ fn read_group_header(headers: &impl HeaderLines) -> Result<Option<Arc<str>>, Arc
     }
 }
 
-/// Gathers a request's [`RequestMeta`] from its header lines and what authentication and
-/// authorization found (after them, last of the request steps before the handler:
-/// [`crate::server::check_lines`]).
+/// Gathers a request's [`RequestMeta`] from its header lines, its `X-Opaque-Id` values
+/// (`opaque`, as [`opaque_ids`] read them) and what authentication and authorization found
+/// (after them, last of the request steps before the handler: [`crate::server::check_lines`]).
 pub fn gather(
     headers: &impl HeaderLines,
+    opaque: &[HeaderValue],
     principal: Option<Arc<Principal>>,
     permissions: Option<Arc<RoleSet>>,
 ) -> RequestMeta {
@@ -128,11 +129,7 @@ pub fn gather(
         permissions,
         group_header: read_group_header(headers),
         warnings: Warnings::default(),
-        opaque_id: headers
-            .values(&OPAQUE_ID_NAME)
-            .last()
-            .and_then(visible)
-            .map(Arc::from),
+        opaque_id: opaque.last().and_then(|v| v.to_str().ok()).map(Arc::from),
     }
 }
 
@@ -162,15 +159,15 @@ pub fn warning_values(warnings: &Warnings) -> Vec<HeaderValue> {
         .collect()
 }
 
-/// Refuses a request that sends different `X-Opaque-Id` values, as OpenSearch's REST layer
-/// refuses a single-valued header repeated with different values, before any handler and its
-/// security: 400 with its simple error (the same value repeated is one value).
-pub fn check_single_valued(headers: &impl HeaderLines) -> Result<(), crate::error::ApiError> {
-    let mut values = headers.values(&OPAQUE_ID_NAME);
-    let Some(first) = values.next() else {
+/// Refuses a request that sends different `X-Opaque-Id` values (`opaque`, as [`opaque_ids`]
+/// read them), as OpenSearch's REST layer refuses a single-valued header repeated with
+/// different values, before any handler and its security: 400 with its simple error (the same
+/// value repeated is one value).
+pub fn check_single_valued(opaque: &[HeaderValue]) -> Result<(), crate::error::ApiError> {
+    let Some((first, rest)) = opaque.split_first() else {
         return Ok(());
     };
-    if values.all(|v| v == first) {
+    if rest.iter().all(|v| v == first) {
         return Ok(());
     }
     Err(crate::error::ApiError::Simple {
@@ -180,7 +177,8 @@ pub fn check_single_valued(headers: &impl HeaderLines) -> Result<(), crate::erro
     })
 }
 
-/// The request's `X-Opaque-Id` values, which [`echo_opaque_id`] puts on its response.
+/// The request's `X-Opaque-Id` values, in the order sent: read once, for [`check_single_valued`],
+/// [`gather`] and [`echo_opaque_id`], which puts them on its response.
 pub fn opaque_ids(headers: &impl HeaderLines) -> Vec<HeaderValue> {
     headers.header_values(&OPAQUE_ID_NAME)
 }

@@ -35,7 +35,7 @@ use crate::auth::{authorize_scroll, route};
 use crate::error::{ApiError, ApiResult};
 use crate::http::{BodyLimit, Params, RequestMeta};
 use crate::state::AppState;
-use crate::tasks::actions;
+use crate::tasks::{Description, actions};
 
 /// The gateway's router (`backend.type: upstream`).
 pub fn router(state: Arc<AppState>) -> Router {
@@ -517,29 +517,6 @@ fn search_params(admitted: &Admitted, params: &Params, body: &[u8]) -> Vec<(&'st
     set
 }
 
-/// The task description OpenSearch gives a search, with the body as the client sent it (the
-/// gateway does not parse what it only forwards).
-fn description(index: &str, body: &[u8]) -> String {
-    // The usual body is valid UTF-8: checked by the fast validator, replaced only when not.
-    let source = match std::str::from_utf8(body) {
-        Ok(s) => std::borrow::Cow::Borrowed(s),
-        Err(_) => String::from_utf8_lossy(body),
-    };
-    let source = source.trim();
-    let source = if source.is_empty() { "{}" } else { source };
-    // Pushed into one allocation of the right size rather than `format!`ted (once per search).
-    const SEARCH_TYPE: &str = "], search_type[QUERY_THEN_FETCH], source[";
-    let mut d = String::with_capacity(
-        "indices[".len() + index.len() + SEARCH_TYPE.len() + source.len() + 1,
-    );
-    d.push_str("indices[");
-    d.push_str(index);
-    d.push_str(SEARCH_TYPE);
-    d.push_str(source);
-    d.push(']');
-    d
-}
-
 /// A search-class request admitted and ready to forward.
 struct Prepared {
     admitted: Admitted,
@@ -577,7 +554,13 @@ async fn prepare(
         _ => None,
     };
     authorize_lookups(st, meta, &body, &params)?;
-    let spec = TaskSpec::new(kind.action, description(index, &body), index, &params)?;
+    // The body as the client sent it (the gateway does not parse what it only forwards),
+    // put into words when a listing asks.
+    let description = Description::Forwarded {
+        index: index.into(),
+        body: body.clone(),
+    };
+    let spec = TaskSpec::new(kind.action, description, index, &params)?;
     let admitted = admit(st, meta, spec).await?;
     let set = if kind.search_params {
         search_params(&admitted, &params, &body)
@@ -836,7 +819,7 @@ async fn run_scroll(
     });
     let spec = TaskSpec {
         action: actions::SCROLL,
-        description,
+        description: description.into(),
         parent: None,
         indices: Vec::new(),
         cancel_after: requested_cancel_after(&params)?,
@@ -950,17 +933,5 @@ mod tests {
             "/x?cancel_after_time_interval=5ms"
         );
         assert_eq!(time_param(None), "-1");
-        assert_eq!(
-            description("i", b"  "),
-            "indices[i], search_type[QUERY_THEN_FETCH], source[{}]"
-        );
-        assert_eq!(
-            description("i", b"{\"q\":\"\xff\"}"),
-            "indices[i], search_type[QUERY_THEN_FETCH], source[{\"q\":\"\u{fffd}\"}]"
-        );
-        assert_eq!(
-            description("a,b", b" {\"size\":1}\n"),
-            "indices[a,b], search_type[QUERY_THEN_FETCH], source[{\"size\":1}]"
-        );
     }
 }
