@@ -8,6 +8,12 @@
 //! The background loop runs at its shortest interval (1 s, the setting's minimum), but tests
 //! do not wait for its timer: they run enforcement passes (or usage refreshes) themselves
 //! ([`after_passes`]) and poll for the effect with a deadline.
+//!
+//! Through a gateway (`SLUICE_TEST_BACKEND=upstream`) the node a test talks to measures its
+//! searches by polling the upstream's `_tasks` every usage refresh interval (ARCHITECTURE.md,
+//! "Gateway", resource limits), so tests that turn the loop's refreshes off keep them on
+//! there; and where a test's point is a search thread of the node's own, which a gateway does
+//! not have, it checks what the gateway does instead.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -479,6 +485,13 @@ async fn test_usage_is_refreshed_between_enforcement_runs() {
 
 #[tokio::test]
 async fn test_request_waiting_for_a_thread_is_rejected_when_its_group_went_over() {
+    if common::gateway_mode() {
+        // A gateway has no search thread for a request to wait for: it makes its second check
+        // when it forwards the search, right after the door, and the search then waits for a
+        // thread in the upstream's pool, which the gateway does not hold. There is no later
+        // moment to turn it away; through a gateway, a group's share is kept at the door.
+        return through_a_gateway_a_search_waiting_upstream_runs_and_the_next_is_rejected().await;
+    }
     let tmp = tempfile::tempdir().expect("tempdir");
     common::seed_heavy(tmp.path()).await;
     let node = TestNode::start_on(
@@ -559,6 +572,102 @@ async fn test_request_waiting_for_a_thread_is_rejected_when_its_group_went_over(
     assert_eq!(s["total_completions"], 1, "{s}");
 }
 
+/// [`test_request_waiting_for_a_thread_is_rejected_when_its_group_went_over`] through a
+/// gateway: two searches admitted while their group was within its share wait for a thread
+/// upstream; once one runs and the gateway's polls measure it, the group's next request is
+/// rejected at the door, and the other search, already forwarded, runs to its end.
+async fn through_a_gateway_a_search_waiting_upstream_runs_and_the_next_is_rejected() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    common::seed_heavy(tmp.path()).await;
+    // The usage refresh keeps its default: it is also how often the gateway polls the
+    // upstream for its searches' usage, without which it measures nothing.
+    let node = TestNode::start_on(
+        tmp.path(),
+        &[
+            "thread_pool.search.size=2",
+            "node.memory_budget=1tb",
+            HOUR_ENFORCEMENT,
+        ],
+    )
+    .await;
+    put_settings(
+        &node,
+        json!({
+            "wlm.workload_group.mode": "enabled",
+            // Any measured CPU is over the rejection threshold, however busy the machine.
+            "wlm.workload_group.node.cpu_rejection_threshold": 0.0,
+        }),
+    )
+    .await;
+    let analytics = create_group(&node, "analytics", "enforced", 0.01).await;
+
+    // The upstream's two search threads run DEFAULT searches.
+    let blockers = [spawn_search(&node, None), spawn_search(&node, None)];
+    let blocker_ids = eventually("two DEFAULT searches run upstream", || async {
+        let ran: Vec<String> = tasks_of(&node, "DEFAULT_WORKLOAD_GROUP")
+            .await
+            .into_iter()
+            .filter_map(|(id, ran)| ran.then_some(id))
+            .collect();
+        (ran.len() == 2).then_some(ran)
+    })
+    .await;
+    // Nothing of analytics runs, so nothing of it is measured: both of its searches pass the
+    // door and the gateway's start, and are forwarded to wait for a thread upstream.
+    let waiting = [
+        spawn_search(&node, Some(&analytics)),
+        spawn_search(&node, Some(&analytics)),
+    ];
+    eventually("both analytics searches are forwarded", || async {
+        let s = stats_of(&node, &analytics).await;
+        (s["executing"] == 2).then_some(())
+    })
+    .await;
+    let s = stats_of(&node, &analytics).await;
+    assert_eq!(
+        s["cpu"]["current_usage"], 0.0,
+        "premise: nothing of analytics ran yet {s}"
+    );
+
+    // One thread frees: an analytics search runs, the polls measure it, and the group is over
+    // its share while its other search still waits upstream.
+    let (s, b) = node
+        .req("POST", &format!("/_tasks/{}/_cancel", blocker_ids[0]), None)
+        .await;
+    assert!(s == 200 || s == 404, "{s} {b}");
+    eventually("the gateway records analytics' running search", || async {
+        let s = stats_of(&node, &analytics).await;
+        (s["cpu"]["current_usage"].as_f64()? > 0.0).then_some(())
+    })
+    .await;
+    let tag = [("workloadGroupId", analytics.as_str())];
+    let rejected = node
+        .req_with("POST", "/heavy/_search", Some(json!({"size": 0})), &tag)
+        .await;
+    // Threshold 0.01 × 0 (the test's node rejection threshold).
+    assert_cpu_share_rejection(&rejected, &analytics, "0.0");
+
+    // The other thread frees: the search that waited upstream gets it and is not turned away;
+    // both analytics searches run to their end.
+    let (s, b) = node
+        .req("POST", &format!("/_tasks/{}/_cancel", blocker_ids[1]), None)
+        .await;
+    assert!(s == 200 || s == 404, "{s} {b}");
+    for search in blockers {
+        let status = search.await.expect("joined").status;
+        assert!(status == 500 || status == 200, "{status}");
+    }
+    for search in waiting {
+        let r = search.await.expect("joined");
+        assert_eq!(r.status, 200, "{:.300}", r.body.to_string());
+    }
+    // One rejection, the door's; both forwarded searches completed.
+    let s = stats_of(&node, &analytics).await;
+    assert_eq!(s["total_rejections"], 1, "{s}");
+    assert_eq!(s["cpu"]["rejections"], 1, "{s}");
+    assert_eq!(s["total_completions"], 2, "{s}");
+}
+
 #[tokio::test]
 async fn test_enforced_group_over_its_memory_share_loses_its_tasks_for_memory() {
     // A 64 MB budget: a heavy search (60,000 hits and buckets) allocates far more than the
@@ -606,11 +715,41 @@ async fn test_enforced_group_over_its_memory_share_loses_its_tasks_for_memory() 
     );
 }
 
+/// Waits until `group`'s recorded CPU usage is 0: on a gateway, whose refreshes run on their
+/// own, the first refresh after the group's last search ended.
+async fn usage_back_to_zero(node: &TestNode, group: &str) {
+    eventually("the group's recorded usage is back to 0", || async {
+        let s = stats_of(node, group).await;
+        (s["cpu"]["current_usage"] == 0.0).then_some(())
+    })
+    .await;
+}
+
+/// How many quick searches [`queued_behind_a_blocker`] runs after the heavy one: through a
+/// gateway, enough that each teaching the estimate 0 would wipe it (× 0.75 each).
+const QUICK_SEARCHES: u64 = 20;
+
+/// The quick searches [`queued_behind_a_blocker`] runs: none on a node, [`QUICK_SEARCHES`]
+/// through a gateway.
+fn quick_searches() -> u64 {
+    if common::gateway_mode() {
+        QUICK_SEARCHES
+    } else {
+        0
+    }
+}
+
 /// Starts a node with one search thread whose enforcement never runs on its own, and an
 /// `analytics` group (enforced, cpu 0.01) that has finished one heavy search, so its per-task
 /// estimate is that search's share; then holds the search thread with a DEFAULT search and
 /// queues a first analytics search behind it. Returns the node, the group id, the blocker's
 /// task id and the two searches.
+///
+/// Through a gateway the thread is the upstream's, and the usage refresh keeps its default:
+/// it is also how often the gateway polls the upstream for its searches' usage, without
+/// which the heavy search would teach nothing. The group then also runs
+/// [`QUICK_SEARCHES`] quick searches, most of which end between two polls: they have no
+/// figure, and must leave the estimate as the heavy search left it.
 async fn queued_behind_a_blocker(
     tmp: &std::path::Path,
     estimate: bool,
@@ -622,16 +761,15 @@ async fn queued_behind_a_blocker(
     tokio::task::JoinHandle<Reply>,
 ) {
     common::seed_heavy(tmp).await;
-    let node = TestNode::start_on(
-        tmp,
-        &[
-            "thread_pool.search.size=1",
-            "node.memory_budget=1tb",
-            HOUR_ENFORCEMENT,
-            HOUR_REFRESH,
-        ],
-    )
-    .await;
+    let mut settings = vec![
+        "thread_pool.search.size=1",
+        "node.memory_budget=1tb",
+        HOUR_ENFORCEMENT,
+    ];
+    if !common::gateway_mode() {
+        settings.push(HOUR_REFRESH);
+    }
+    let node = TestNode::start_on(tmp, &settings).await;
     put_settings(
         &node,
         json!({
@@ -643,6 +781,32 @@ async fn queued_behind_a_blocker(
     let analytics = create_group(&node, "analytics", "enforced", 0.01).await;
     let learnt = spawn_search(&node, Some(&analytics)).await.expect("joined");
     assert_eq!(learnt.status, 200, "{:.300}", learnt.body.to_string());
+    if common::gateway_mode() {
+        let unmeasured = &node
+            .state
+            .workload
+            .entry(&analytics)
+            .expect("entry")
+            .stats
+            .unmeasured;
+        let taught = unmeasured.per_task().cpu;
+        let tag = [("workloadGroupId", analytics.as_str())];
+        let quick = json!({"size": 1, "query": {"term": {"k": "key-00000001"}}});
+        for _ in 0..QUICK_SEARCHES {
+            // Until a refresh after the group's last search ended, the search is still part
+            // of its recorded usage, which would turn the next away.
+            usage_back_to_zero(&node, &analytics).await;
+            let r = node
+                .req_with("POST", "/heavy/_search", Some(quick.clone()), &tag)
+                .await;
+            assert_eq!(r.status, 200, "{:.300}", r.body.to_string());
+        }
+        let after = unmeasured.per_task().cpu;
+        assert!(
+            after > 0.01 * 0.8,
+            "quick searches wiped the estimate the heavy one taught: {taught} before, {after} after"
+        );
+    }
 
     let blocker = spawn_search(&node, None);
     let blocker_id = eventually("the DEFAULT search holds the search thread", || async {
@@ -656,6 +820,11 @@ async fn queued_behind_a_blocker(
         || async { (tasks_of(&node, &analytics).await.len() == 1).then_some(()) },
     )
     .await;
+    if common::gateway_mode() {
+        // The gateway's own refreshes run: the next one after the group's last search ended
+        // records 0 (the queued search has not run).
+        usage_back_to_zero(&node, &analytics).await;
+    }
     let s = stats_of(&node, &analytics).await;
     assert_eq!(
         s["cpu"]["current_usage"], 0.0,
@@ -675,7 +844,8 @@ async fn test_a_burst_is_admitted_one_heavy_task_at_a_time_once_the_group_has_an
     let second = spawn_search(&node, Some(&analytics)).await.expect("joined");
     assert_cpu_share_rejection(&second, &analytics, "0.008");
 
-    // The queued search is not a newcomer to itself: it runs when the thread frees.
+    // The queued search is not a newcomer to itself: it runs when the thread frees. (Through
+    // a gateway it was forwarded at once and waits upstream: nothing checks it again.)
     let (s, b) = node
         .req("POST", &format!("/_tasks/{blocker_id}/_cancel"), None)
         .await;
@@ -683,13 +853,18 @@ async fn test_a_burst_is_admitted_one_heavy_task_at_a_time_once_the_group_has_an
     blocker.await.expect("joined");
     let first = first.await.expect("joined");
     assert_eq!(first.status, 200, "{:.300}", first.body.to_string());
+    if common::gateway_mode() {
+        // The gateway's refreshes measured the first search while it ran; the next refresh
+        // after its end records 0.
+        usage_back_to_zero(&node, &analytics).await;
+    }
     // Its place is free once it ended: the next search is admitted.
     let third = spawn_search(&node, Some(&analytics)).await.expect("joined");
     assert_eq!(third.status, 200, "{:.300}", third.body.to_string());
     let s = stats_of(&node, &analytics).await;
     assert_eq!(s["total_rejections"], 1, "{s}");
     assert_eq!(s["cpu"]["rejections"], 1, "{s}");
-    assert_eq!(s["total_completions"], 3, "{s}");
+    assert_eq!(s["total_completions"], 3 + quick_searches(), "{s}");
 }
 
 #[tokio::test]
@@ -719,6 +894,10 @@ async fn test_without_the_estimate_a_burst_is_admitted_whole_as_in_opensearch() 
 
 #[tokio::test]
 async fn test_a_refresh_that_measures_a_task_gives_its_reservation_back() {
+    if common::gateway_mode() {
+        return through_a_gateway_a_refresh_that_measures_a_search_gives_its_reservation_back()
+            .await;
+    }
     let tmp = tempfile::tempdir().expect("tempdir");
     common::seed_heavy(tmp.path()).await;
     let node = TestNode::start_on(
@@ -771,6 +950,92 @@ async fn test_a_refresh_that_measures_a_task_gives_its_reservation_back() {
             assert_eq!(
                 count, 0,
                 "the refresh measured the task: no longer counted twice"
+            );
+            break;
+        }
+    }
+    assert_eq!(unmeasured.count(), 0);
+}
+
+/// [`test_a_refresh_that_measures_a_task_gives_its_reservation_back`] through a gateway, whose
+/// refreshes run on their own: the usage refresh interval is also how often it polls the
+/// upstream for its searches' usage, without which it measures nothing. So that the search is
+/// seen unmeasured first, it waits upstream behind a DEFAULT search on the upstream's only
+/// search thread, where no poll has a figure for it.
+async fn through_a_gateway_a_refresh_that_measures_a_search_gives_its_reservation_back() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    common::seed_heavy(tmp.path()).await;
+    let node = TestNode::start_on(
+        tmp.path(),
+        &[
+            "thread_pool.search.size=1",
+            "node.memory_budget=1tb",
+            HOUR_ENFORCEMENT,
+        ],
+    )
+    .await;
+    put_settings(&node, json!({"wlm.workload_group.mode": "enabled"})).await;
+    let reports = create_group(&node, "reports", "monitor", 0.05).await;
+    let entry = node.state.workload.entry(&reports).expect("entry");
+    let unmeasured = entry.stats.unmeasured.clone();
+    let refresh = || {
+        let state = node.state.clone();
+        async move {
+            tokio::task::spawn_blocking(move || sluice_server::enforcement::refresh_once(&state))
+                .await
+                .expect("refresh")
+        }
+    };
+    // A search that ends before the check proves nothing (its end gives the place back too):
+    // try again with a new one.
+    for attempt in 0.. {
+        assert!(attempt < 20, "no search outlived a refresh in 20 attempts");
+        let blocker = spawn_search(&node, None);
+        let blocker_id = eventually("the DEFAULT search holds the upstream's thread", || async {
+            let t = tasks_of(&node, "DEFAULT_WORKLOAD_GROUP").await;
+            t.into_iter().find(|(_, ran)| *ran).map(|(id, _)| id)
+        })
+        .await;
+        let running = spawn_search(&node, Some(&reports));
+        eventually("the reports search is admitted", || async {
+            (unmeasured.count() == 1).then_some(())
+        })
+        .await;
+        // While it waits upstream, a refresh has no figure for it and keeps its place.
+        let usage = refresh().await;
+        assert_eq!(usage.get(&reports).map_or(0.0, |u| u.cpu), 0.0, "{usage:?}");
+        assert_eq!(
+            unmeasured.count(),
+            1,
+            "not measured by any refresh: still counted at the estimate"
+        );
+        // It runs once the thread frees, and the gateway's polls record the upstream's figures.
+        let (s, b) = node
+            .req("POST", &format!("/_tasks/{blocker_id}/_cancel"), None)
+            .await;
+        assert!(s == 200 || s == 404, "{s} {b}");
+        blocker.await.expect("joined");
+        let id = eventually("the search has been measured", || async {
+            let t = tasks_of(&node, &reports).await;
+            t.into_iter().find(|(_, ran)| *ran).map(|(id, _)| id)
+        })
+        .await;
+        let usage = refresh().await;
+        let count = unmeasured.count();
+        let still_running = tasks_of(&node, &reports)
+            .await
+            .iter()
+            .any(|(t, _)| *t == id);
+        let (s, b) = node
+            .req("POST", &format!("/_tasks/{id}/_cancel"), None)
+            .await;
+        assert!(s == 200 || s == 404, "{s} {b}");
+        running.await.expect("joined");
+        if still_running {
+            assert!(usage[&reports].cpu > 0.0, "{usage:?}");
+            assert_eq!(
+                count, 0,
+                "a refresh measured the search: no longer counted twice"
             );
             break;
         }

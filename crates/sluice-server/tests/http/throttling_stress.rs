@@ -297,9 +297,24 @@ async fn test_username_and_role_buckets_are_enforced_independently_under_load() 
     assert_eq!(node.state.workload.permits.num_invariant_violations(), 0);
 }
 
+/// The search threads [`setup`] gives a node (`thread_pool.search.size=32`), as a gateway is
+/// told its upstream's.
+const UPSTREAM_SEARCH_THREADS: &str = "backend.upstream.search_threads=32";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn test_unmeasured_estimate_runs_one_task_at_a_time_under_mixed_load() {
-    let node = setup(&[]).await;
+    // Through a gateway the exact bound below needs the same premise as on a node: no task
+    // measured while it runs. A gateway in front of an upstream that reports its tasks' usage
+    // (the suite's embedded upstream) measures a search only by polling it, every usage
+    // refresh interval, so with the refreshes off it would learn no estimate at all. This one
+    // is told its upstream's search threads, and measures each search by its time in flight
+    // instead (ARCHITECTURE.md, "Gateway", resource limits): recorded when the search ends,
+    // without a refresh.
+    let node = if common::gateway_mode() {
+        setup(&[UPSTREAM_SEARCH_THREADS]).await
+    } else {
+        setup(&[]).await
+    };
     // No usage refresh during the test: a reservation is given back only when its task ends,
     // so with every task of the group over its share at the estimate, at most one may be
     // admitted at a time — exactly, whatever the interleaving.
@@ -346,6 +361,13 @@ async fn test_unmeasured_estimate_runs_one_task_at_a_time_under_mixed_load() {
         estimate > 0.01 * 0.8,
         "premise: a task is over the share at the estimate ({estimate})"
     );
+    if common::gateway_mode() {
+        // A search in flight is one of the upstream's 32 search threads, however heavy.
+        assert!(
+            (estimate - 1.0 / 32.0).abs() < 1e-3,
+            "a gateway's search in flight counts as 1/32 of the upstream: {estimate}"
+        );
+    }
 
     let header = id.clone();
     let statuses = run_clients(&node, move |_| {

@@ -14,7 +14,8 @@
 //!   of the gateway node's cores and `node.memory_budget` (set them to the upstream's search
 //!   capacity; the default is the gateway machine's). A search shorter than one poll is
 //!   measured at the per-task estimate only, as a task between two refreshes is on an
-//!   embedded node.
+//!   embedded node, and teaches the estimate nothing when it ends (it has no figure; see
+//!   [`super::Upstream::finished`]).
 //! - **[`Measure::InFlight`]** (Elasticsearch, which reports no per-task usage): each
 //!   forwarded search occupies one of the upstream's search threads from the moment it is sent
 //!   until its answer's headers arrive; a group's CPU and memory usage is its searches in

@@ -518,14 +518,26 @@ impl Upstream {
 
     /// Records a forwarded task's in-flight usage at its end and reports it to admission
     /// (the group's per-task estimate learns from it).
+    ///
+    /// A task that no poll of the upstream's usage measured (it ended between two polls, or
+    /// before the measure was decided) has no figure, and is not reported: a 0 would teach
+    /// the estimate that the search used nothing, and a few such quick searches (weight 1/4
+    /// each) wiped a group's estimate, so a burst of its heavy searches was admitted whole.
+    /// Such a search counted at the estimate while it ran ([`limits`]), and leaves it as it
+    /// was. (Nothing of its CPU is left to charge to a paced group's quota either.)
     pub fn finished(&self, task: &Task, hooks: &dyn super::ExecutionHooks) {
-        if let Some(since) = task.usage.executing_since() {
-            if let Some(Measure::InFlight(m)) = self.measure.get() {
-                task.usage
-                    .record(m.cpu_nanos(since, Instant::now()), m.memory_bytes());
-            }
-            hooks.finished(since, task.usage.cpu_nanos(), task.usage.memory_bytes());
+        let Some(since) = task.usage.executing_since() else {
+            return;
+        };
+        if let Some(Measure::InFlight(m)) = self.measure.get() {
+            task.usage
+                .record(m.cpu_nanos(since, Instant::now()), m.memory_bytes());
         }
+        let (cpu, memory) = (task.usage.cpu_nanos(), task.usage.memory_bytes());
+        if cpu == 0 && memory == 0 {
+            return;
+        }
+        hooks.finished(since, cpu, memory);
     }
 
     /// Records the in-flight measure on the forwarded tasks in flight (nothing when the

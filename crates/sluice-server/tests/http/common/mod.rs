@@ -116,15 +116,20 @@ impl TestNode {
     }
 
     /// Starts a gateway in front of a new embedded node on `data` (the gateway keeps its own
-    /// state in `data/gateway`). The upstream gets `extra` but the `auth.*` settings, which are
-    /// the gateway's; the gateway gets all of `extra`.
+    /// state in `data/gateway`). The upstream gets `extra` but the `auth.*` and
+    /// `backend.upstream.*` settings, which are the gateway's; the gateway gets all of `extra`.
     pub async fn start_gateway_on(data: &Path, extra: &[&str]) -> TestNode {
         let upstream_extra: Vec<&str> = extra
             .iter()
             .copied()
             // Authentication and the clients' read timeout are the gateway's: the upstream's
-            // clients are the gateway's pooled connections.
-            .filter(|s| !s.starts_with("auth.") && !s.starts_with("http.read_timeout"))
+            // clients are the gateway's pooled connections. So is how it reaches and measures
+            // its upstream (an embedded node refuses `backend.upstream.*`).
+            .filter(|s| {
+                !s.starts_with("auth.")
+                    && !s.starts_with("http.read_timeout")
+                    && !s.starts_with("backend.upstream.")
+            })
             .collect();
         let upstream = TestNode::start_embedded_on(data, &upstream_extra).await;
         let hosts = format!("backend.upstream.hosts={}", upstream.base);
