@@ -9,7 +9,14 @@
 //!   forwarded searches are in flight, the gateway polls the upstream's search tasks every
 //!   `wlm.workload_group.usage_refresh_interval`, sums the figures of the tasks whose
 //!   `X-Opaque-Id` names each of its own tasks (a search's shard tasks carry its header) and
-//!   records them on the gateway's task. From there the enforcement pass, the admission share
+//!   records them on the gateway's task. While every search in flight is younger than one
+//!   refresh interval, it polls once every `wlm.workload_group.enforcement_interval` instead
+//!   ([`poll_due`]): each poll is a listing of the upstream's searches with their sources
+//!   (`resource_stats` come only with `detailed`), over every node of its cluster, and ten a
+//!   second while only short searches run cost the upstream's searches their tail (the 32
+//!   clients' p99 through a gateway, BENCHMARKS.md "What the usage poll costs") and buy
+//!   figures of searches that end before any enforcement pass could act on them; sampled
+//!   once a pass, they still teach the estimate that counts them while they run. From there the enforcement pass, the admission share
 //!   check and the per-task estimate act exactly as on an embedded node, the fractions being
 //!   of the gateway node's cores and `node.memory_budget` (set them to the upstream's search
 //!   capacity; the default is the gateway machine's). A search shorter than one poll is
@@ -30,7 +37,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -120,6 +127,25 @@ pub fn reported_usage(body: &[u8], node_id: &str) -> HashMap<u64, (u64, u64)> {
     out
 }
 
+/// Whether the gateway polls the upstream's task usage now (see the module docs), with
+/// `oldest` the time in flight of its oldest forwarded search (`None`: none in flight),
+/// `since_last` the time since its last poll (`None`: none yet), `refresh` the usage refresh
+/// interval and `sample` the enforcement interval: at every refresh while a search has been in
+/// flight a whole refresh interval, else once every `sample`, and never with nothing in
+/// flight.
+pub fn poll_due(
+    oldest: Option<Duration>,
+    since_last: Option<Duration>,
+    refresh: Duration,
+    sample: Duration,
+) -> bool {
+    match oldest {
+        None => false,
+        Some(age) if age >= refresh => true,
+        Some(_) => since_last.is_none_or(|s| s >= sample),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -162,5 +188,24 @@ mod tests {
         assert_eq!(got.len(), 2);
         assert_eq!(got[&7], (15, 150));
         assert_eq!(got[&8], (3, 30));
+    }
+
+    #[test]
+    fn test_polls_follow_long_searches_and_sample_short_ones() {
+        let ms = Duration::from_millis;
+        let (refresh, sample) = (ms(100), ms(1000));
+        // Nothing in flight: no poll, however long ago the last one.
+        assert!(!poll_due(None, None, refresh, sample));
+        assert!(!poll_due(None, Some(ms(5000)), refresh, sample));
+        // A search in flight a whole refresh interval: every refresh.
+        assert!(poll_due(Some(ms(100)), Some(ms(100)), refresh, sample));
+        assert!(poll_due(Some(ms(250)), Some(ms(0)), refresh, sample));
+        // Only younger ones: the first poll, then one a sample interval.
+        assert!(poll_due(Some(ms(3)), None, refresh, sample));
+        assert!(!poll_due(Some(ms(99)), Some(ms(100)), refresh, sample));
+        assert!(!poll_due(Some(ms(3)), Some(ms(999)), refresh, sample));
+        assert!(poll_due(Some(ms(3)), Some(ms(1000)), refresh, sample));
+        // Equal intervals: every refresh, as before the sampling.
+        assert!(poll_due(Some(ms(3)), Some(ms(1000)), sample, sample));
     }
 }

@@ -548,9 +548,9 @@ impl Upstream {
         }
     }
 
-    /// Polls the upstream's search tasks every `wlm.workload_group.usage_refresh_interval`
-    /// while the gateway has searches in flight, recording each one's reported usage on its
-    /// task (see [`limits`]); returns at once for the in-flight measure.
+    /// Polls the upstream's search tasks while the gateway has searches in flight, when
+    /// [`limits::poll_due`] says, recording each one's reported usage on its task (see
+    /// [`limits`]); returns at once for the in-flight measure.
     ///
     /// # Cancel safety
     /// Dropping the future (aborting its task at shutdown) stops the polling.
@@ -559,9 +559,11 @@ impl Upstream {
             return;
         }
         let headers = self.identity.own_call();
+        let mut last_poll: Option<Instant> = None;
         loop {
             let settings = st.cluster_settings.snapshot();
-            tokio::time::sleep(crate::enforcement::node::usage_refresh_interval(&settings)).await;
+            let refresh = crate::enforcement::node::usage_refresh_interval(&settings);
+            tokio::time::sleep(refresh).await;
             if !settings.wlm_mode().runs_enforcement_loop() {
                 continue;
             }
@@ -571,9 +573,18 @@ impl Upstream {
                 .into_iter()
                 .filter(|t| t.usage.executing_since().is_some())
                 .collect();
-            if in_flight.is_empty() {
+            let now = Instant::now();
+            let oldest = in_flight
+                .iter()
+                .filter_map(|t| t.usage.executing_since())
+                .min()
+                .map(|since| now.saturating_duration_since(since));
+            let sample = crate::enforcement::node::enforcement_interval(&settings);
+            let since_last = last_poll.map(|at| now.saturating_duration_since(at));
+            if !limits::poll_due(oldest, since_last, refresh, sample) {
                 continue;
             }
+            last_poll = Some(now);
             let listed = self
                 .client
                 .call(
