@@ -33,6 +33,9 @@ pub struct TaskUsage {
     executing_since: std::sync::OnceLock<std::time::Instant>,
     /// The part of `cpu_nanos` already charged to the group's CPU quota.
     charged_cpu_nanos: AtomicU64,
+    /// When the figures were last taken elsewhere than on the task's own thread (a gateway's
+    /// poll of its upstream): what they are figures *at* ([`TaskUsage::record_at`]).
+    measured_at: parking_lot::Mutex<Option<std::time::Instant>>,
 }
 
 impl TaskUsage {
@@ -69,6 +72,18 @@ impl TaskUsage {
     pub fn record(&self, cpu_nanos: u64, memory_bytes: u64) {
         self.cpu_nanos.fetch_max(cpu_nanos, Ordering::Relaxed);
         self.memory_bytes.fetch_max(memory_bytes, Ordering::Relaxed);
+    }
+
+    /// Records a sample taken at `at` (never lowers a figure, nor moves the time back).
+    pub fn record_at(&self, cpu_nanos: u64, memory_bytes: u64, at: std::time::Instant) {
+        let mut measured_at = self.measured_at.lock();
+        self.record(cpu_nanos, memory_bytes);
+        *measured_at = Some(measured_at.map_or(at, |before| before.max(at)));
+    }
+
+    /// When the last sample [`TaskUsage::record_at`] recorded was taken; `None` when none was.
+    pub fn measured_at(&self) -> Option<std::time::Instant> {
+        *self.measured_at.lock()
     }
 }
 

@@ -252,13 +252,14 @@ fn log_decision(st: &AppState, entry: &GroupEntry, enforced: bool, reason: &str)
     });
 }
 
-/// Learns from a task of `entry` that ran on a search thread from `executing_since` until now,
-/// using `cpu_nanos` and allocating `memory_bytes`: its share of the node becomes part of the
-/// group's per-task estimate.
+/// Learns from a task of `entry` that ran on a search thread from `executing_since` and had
+/// used `cpu_nanos` and allocated `memory_bytes` at `measured_at`: its share of the node (the
+/// figures over the time they took) becomes part of the group's per-task estimate.
 pub fn observe_finished(
     st: &AppState,
     entry: &GroupEntry,
     executing_since: Instant,
+    measured_at: Instant,
     cpu_nanos: u64,
     memory_bytes: u64,
 ) {
@@ -276,7 +277,7 @@ pub fn observe_finished(
     };
     let share = sluice_core::resources::TaskUsage::of(
         &snapshot,
-        enforcement.nanos_since_epoch(Instant::now()),
+        enforcement.nanos_since_epoch(measured_at),
         enforcement.capacity(),
     );
     entry.stats.unmeasured.observe_finished(share.usage);

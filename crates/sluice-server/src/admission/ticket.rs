@@ -303,7 +303,13 @@ impl ExecutionHooks for Run {
         Ok(Box::new((executing, probe)))
     }
 
-    fn finished(&self, executing_since: Instant, cpu_nanos: u64, memory_bytes: u64) {
+    fn finished(
+        &self,
+        executing_since: Instant,
+        measured_at: Instant,
+        cpu_nanos: u64,
+        memory_bytes: u64,
+    ) {
         // What the task used since the last refresh charged it, for a paced group's quota.
         self.entry
             .charge_cpu(&self.task.usage, self.st.cluster_settings.wlm_mode());
@@ -312,6 +318,7 @@ impl ExecutionHooks for Run {
                 &self.st,
                 &self.entry,
                 executing_since,
+                measured_at,
                 cpu_nanos,
                 memory_bytes,
             );

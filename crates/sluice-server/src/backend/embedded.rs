@@ -2,7 +2,7 @@
 //! with CPU time and allocations measured on the thread that runs each task.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -63,7 +63,8 @@ impl EmbeddedBackend {
             let out = work(ctx);
             usage.record_into(&task.usage);
             if let Some(since) = task.usage.executing_since() {
-                hooks.finished(since, task.usage.cpu_nanos(), task.usage.memory_bytes());
+                let (cpu, memory) = (task.usage.cpu_nanos(), task.usage.memory_bytes());
+                hooks.finished(since, Instant::now(), cpu, memory);
             }
             out
         });

@@ -158,9 +158,16 @@ pub trait ExecutionHooks: Send + Sync {
     /// returned guard marks the task as executing until dropped.
     fn start(&self) -> Result<Box<dyn std::any::Any + Send>, EngineError>;
 
-    /// The work ended, having used `cpu_nanos` of CPU and allocated `memory_bytes` since
-    /// `executing_since` (a measuring backend only).
-    fn finished(&self, executing_since: Instant, cpu_nanos: u64, memory_bytes: u64);
+    /// The work ended, having used `cpu_nanos` of CPU and allocated `memory_bytes` between
+    /// `executing_since` and `measured_at`, when the figures were taken (its end on an
+    /// embedded node; a gateway's last poll of its upstream) (a measuring backend only).
+    fn finished(
+        &self,
+        executing_since: Instant,
+        measured_at: Instant,
+        cpu_nanos: u64,
+        memory_bytes: u64,
+    );
 
     /// How the engine registers the nested searches it runs for this request.
     fn nested(&self) -> Arc<dyn NestedSearchHook>;

@@ -127,6 +127,31 @@ pub fn reported_usage(body: &[u8], node_id: &str) -> HashMap<u64, (u64, u64)> {
     out
 }
 
+/// What a forwarded search that was executing since `since` and ends at `now` teaches the
+/// per-task estimate: the time its figures were taken, its CPU time and its allocated bytes.
+/// Under the in-flight measure, its time in flight until `now` (recorded on `usage`); under
+/// the reported one, the figures of its last poll at that poll's time; `None` when no poll
+/// measured it (a 0 would teach the estimate that it used nothing: see
+/// [`super::Upstream::finished`]).
+pub fn at_end(
+    measure: Option<Measure>,
+    usage: &crate::accounting::TaskUsage,
+    since: Instant,
+    now: Instant,
+) -> Option<(Instant, u64, u64)> {
+    match measure {
+        Some(Measure::InFlight(m)) => {
+            usage.record(m.cpu_nanos(since, now), m.memory_bytes());
+            Some((now, usage.cpu_nanos(), usage.memory_bytes()))
+        }
+        _ => usage
+            .measured_at()
+            .map(|at| (at, usage.cpu_nanos(), usage.memory_bytes()))
+            // Found, but not yet started upstream (waiting in its pool): nothing measured.
+            .filter(|&(_, cpu, memory)| cpu > 0 || memory > 0),
+    }
+}
+
 /// Whether the gateway polls the upstream's task usage now (see the module docs), with
 /// `oldest` the time in flight of its oldest forwarded search (`None`: none in flight),
 /// `since_last` the time since its last poll (`None`: none yet), `refresh` the usage refresh
@@ -207,5 +232,39 @@ mod tests {
         assert!(poll_due(Some(ms(3)), Some(ms(1000)), refresh, sample));
         // Equal intervals: every refresh, as before the sampling.
         assert!(poll_due(Some(ms(3)), Some(ms(1000)), sample, sample));
+    }
+
+    #[test]
+    fn test_a_polled_search_teaches_its_figures_at_its_last_poll() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let end = at(500);
+        // Never polled, or polled before it started upstream: nothing to teach.
+        let usage = crate::accounting::TaskUsage::default();
+        assert_eq!(at_end(Some(Measure::Reported), &usage, start, end), None);
+        assert_eq!(at_end(None, &usage, start, end), None);
+        usage.record_at(0, 0, at(100));
+        assert_eq!(at_end(Some(Measure::Reported), &usage, start, end), None);
+        // Polled twice: the figures of the later poll, at its time, not at the end.
+        usage.record_at(30_000_000, 1_000, at(200));
+        usage.record_at(60_000_000, 2_000, at(300));
+        assert_eq!(
+            at_end(Some(Measure::Reported), &usage, start, end),
+            Some((at(300), 60_000_000, 2_000))
+        );
+        // An answer that arrives late never moves the time back.
+        usage.record_at(50_000_000, 1_500, at(250));
+        assert_eq!(usage.measured_at(), Some(at(300)));
+        // In flight: its time in flight until its end.
+        let m = InFlight {
+            cores: 2,
+            search_threads: 8,
+            memory_budget_bytes: 800,
+        };
+        let usage = crate::accounting::TaskUsage::default();
+        assert_eq!(
+            at_end(Some(Measure::InFlight(m)), &usage, start, end),
+            Some((end, m.cpu_nanos(start, end), 100))
+        );
     }
 }

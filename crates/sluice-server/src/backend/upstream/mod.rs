@@ -525,19 +525,19 @@ impl Upstream {
     /// each) wiped a group's estimate, so a burst of its heavy searches was admitted whole.
     /// Such a search counted at the estimate while it ran ([`limits`]), and leaves it as it
     /// was. (Nothing of its CPU is left to charge to a paced group's quota either.)
+    ///
+    /// The figures are those of the time they were taken ([`limits::at_end`]): a polled
+    /// search's at its last poll, not at its end, so the estimate is not taught the CPU of
+    /// one span of time over a longer one.
     pub fn finished(&self, task: &Task, hooks: &dyn super::ExecutionHooks) {
         let Some(since) = task.usage.executing_since() else {
             return;
         };
-        if let Some(Measure::InFlight(m)) = self.measure.get() {
-            task.usage
-                .record(m.cpu_nanos(since, Instant::now()), m.memory_bytes());
+        let measure = self.measure.get().copied();
+        if let Some((at, cpu, memory)) = limits::at_end(measure, &task.usage, since, Instant::now())
+        {
+            hooks.finished(since, at, cpu, memory);
         }
-        let (cpu, memory) = (task.usage.cpu_nanos(), task.usage.memory_bytes());
-        if cpu == 0 && memory == 0 {
-            return;
-        }
-        hooks.finished(since, cpu, memory);
     }
 
     /// Records the in-flight measure on the forwarded tasks in flight (nothing when the
@@ -605,9 +605,11 @@ impl Upstream {
                 }
             };
             let usage = limits::reported_usage(&body, &self.node_id);
+            // The figures as of the answer (the upstream took them while it answered).
+            let at = Instant::now();
             for task in in_flight {
                 if let Some((cpu, mem)) = usage.get(&task.seq) {
-                    task.usage.record(*cpu, *mem);
+                    task.usage.record_at(*cpu, *mem, at);
                 }
             }
         }
