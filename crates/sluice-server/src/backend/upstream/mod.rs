@@ -691,23 +691,7 @@ impl Upstream {
     /// the client's own id when it sent one (`<client id>;sluice:<task>`), so the upstream's
     /// logs and `_tasks` keep the client's name and the gateway can find its tasks.
     pub fn opaque_id(&self, task: &Task) -> String {
-        // Pieces pushed into one allocation of the right size: cheaper than `format!`, which
-        // runs the formatting machinery and grows its string as it goes (once per search).
-        // `u64::MAX` has 20 digits.
-        let own = task.opaque_id();
-        let mut id = String::with_capacity(
-            own.map_or(0, |o| o.len() + 1) + "sluice::".len() + self.node_id.len() + 20,
-        );
-        if let Some(own) = own {
-            id.push_str(own);
-            id.push(';');
-        }
-        id.push_str("sluice:");
-        id.push_str(&self.node_id);
-        id.push(':');
-        // Without the formatting machinery (about 230 instructions a search).
-        id.push_str(itoa::Buffer::new().format(task.seq));
-        id
+        gateway_opaque_id(task.opaque_id().map(|o| &**o), &self.node_id, task.seq)
     }
 
     /// Cancels the upstream's search tasks whose `X-Opaque-Id` is `opaque`: lists the
@@ -927,9 +911,46 @@ pub async fn json_answer(resp: Response<Incoming>, what: &str) -> Result<Value, 
     })
 }
 
+/// The `X-Opaque-Id` of the gateway's task `seq` on node `node_id`: `sluice:<node>:<seq>`, after
+/// the client's own id `own` and a `;` when it sent one that is not empty (an empty one adds
+/// nothing a reader of the upstream's tasks could match).
+fn gateway_opaque_id(own: Option<&str>, node_id: &str, seq: u64) -> String {
+    let own = own.filter(|o| !o.is_empty());
+    // Pieces pushed into one allocation of the right size: cheaper than `format!`, which
+    // runs the formatting machinery and grows its string as it goes (once per search).
+    // `u64::MAX` has 20 digits.
+    let mut id = String::with_capacity(
+        own.map_or(0, |o| o.len() + 1) + "sluice::".len() + node_id.len() + 20,
+    );
+    if let Some(own) = own {
+        id.push_str(own);
+        id.push(';');
+    }
+    id.push_str("sluice:");
+    id.push_str(node_id);
+    id.push(':');
+    // Without the formatting machinery (about 230 instructions a search).
+    id.push_str(itoa::Buffer::new().format(seq));
+    id
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_the_gateways_opaque_id_follows_the_clients_own() {
+        assert_eq!(gateway_opaque_id(None, "gw", 7), "sluice:gw:7");
+        assert_eq!(
+            gateway_opaque_id(Some("job-1"), "gw", 7),
+            "job-1;sluice:gw:7"
+        );
+        assert_eq!(gateway_opaque_id(Some(""), "gw", 7), "sluice:gw:7");
+        assert_eq!(
+            gateway_opaque_id(None, "n", u64::MAX),
+            format!("sluice:n:{}", u64::MAX)
+        );
+    }
 
     #[test]
     fn test_matching_tasks_by_opaque_id() {
