@@ -37,6 +37,11 @@
 //!   ([`crate::http::threads`] T1): it is registered with that thread's runtime, whose I/O
 //!   driver alone sees its answers, so another thread using it would take two wake-ups across
 //!   threads a read. Tested by `test_pooled_connections_stay_with_their_thread`.
+//! - R6 — a lane thread keeps at most [`MAX_IDLE`] idle connections to a host, none idle past
+//!   [`POOL_IDLE_TIMEOUT`] once another is put back: a burst of many clients leaves the
+//!   newest `MAX_IDLE`, as nginx's `keepalive` keeps the most recently used, and the older ones
+//!   are closed rather than held (their file descriptors, their buffers, the upstream's end)
+//!   until a later burst reaches them. Tested by `test_idle_connections_are_capped_and_expire`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -110,12 +115,45 @@ const READ_CHUNK: usize = 16 * 1024;
 /// that grew past it (a large head) is let go rather than held while idle.
 const KEPT_BUFFER: usize = 2 * READ_CHUNK;
 
+/// The most idle connections to one host a lane thread keeps (R6): one for each of 64
+/// concurrent searches on the thread, twice the 32 clients the gateway benchmark measures
+/// and nginx's `keepalive` there; past it a new burst opens connections, about 0.1 ms each on
+/// a local network, rather than every past burst's staying open.
+const MAX_IDLE: usize = 64;
+
+/// An idle list of one lane thread (R6): the newest at the back.
+type Idle<T> = std::collections::VecDeque<(T, Instant)>;
+
+/// Puts `item` back at `now` on `idle` (R6), taking off those idle past `timeout` from the
+/// front, then the oldest while more than `cap` remain: answers what was taken off, for the
+/// caller to close once it let go of the list's lock.
+fn keep_idle<T>(
+    idle: &mut Idle<T>,
+    item: T,
+    now: Instant,
+    cap: usize,
+    timeout: Duration,
+) -> Vec<T> {
+    let mut closed = Vec::new();
+    while idle
+        .front()
+        .is_some_and(|(_, at)| now.saturating_duration_since(*at) > timeout)
+    {
+        closed.extend(idle.pop_front().map(|(item, _)| item));
+    }
+    idle.push_back((item, now));
+    while idle.len() > cap {
+        closed.extend(idle.pop_front().map(|(item, _)| item));
+    }
+    closed
+}
+
 /// One host's idle connections, by lane thread (R5), each with the buffer its answers were
 /// read into: the next answer on it is read into the same memory (a new 16 KiB buffer per
 /// search cost about 700 instructions in the allocator, BENCHMARKS.md "Leaner heads").
 #[derive(Default)]
 pub struct Pool {
-    idle: Mutex<Vec<Vec<(TcpStream, BytesMut, Instant)>>>,
+    idle: Mutex<Vec<Idle<(TcpStream, BytesMut)>>>,
 }
 
 impl Pool {
@@ -124,7 +162,7 @@ impl Pool {
     /// ([`POOL_IDLE_TIMEOUT`]).
     fn checkout(&self, thread: usize, now: Instant) -> Option<(TcpStream, BytesMut)> {
         loop {
-            let (conn, buf, used) = self.idle.lock().get_mut(thread)?.pop()?;
+            let ((conn, buf), used) = self.idle.lock().get_mut(thread)?.pop_back()?;
             if now.duration_since(used) > POOL_IDLE_TIMEOUT {
                 continue;
             }
@@ -138,17 +176,28 @@ impl Pool {
     }
 
     /// Keeps `conn`, opened on lane thread `thread`, for that thread's next exchange, with
-    /// `buf` (emptied) to read its next answer into, unless it grew past [`KEPT_BUFFER`].
+    /// `buf` (emptied) to read its next answer into, unless it grew past [`KEPT_BUFFER`]; the
+    /// thread's oldest idle connections beyond [`MAX_IDLE`] or [`POOL_IDLE_TIMEOUT`] are closed
+    /// (R6).
     fn put(&self, thread: usize, conn: TcpStream, mut buf: BytesMut) {
         buf.clear();
         if buf.capacity() > KEPT_BUFFER {
             buf = BytesMut::new();
         }
+        let now = Instant::now();
         let mut idle = self.idle.lock();
         if idle.len() <= thread {
-            idle.resize_with(thread + 1, Vec::new);
+            idle.resize_with(thread + 1, Idle::new);
         }
-        idle[thread].push((conn, buf, Instant::now()));
+        let closed = keep_idle(
+            &mut idle[thread],
+            (conn, buf),
+            now,
+            MAX_IDLE,
+            POOL_IDLE_TIMEOUT,
+        );
+        drop(idle);
+        drop(closed);
     }
 }
 
@@ -1133,6 +1182,35 @@ impl ChunkedEnd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_idle_connections_are_capped_and_expire() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let timeout = Duration::from_millis(1000);
+        let mut idle = Idle::new();
+        // A burst of five put back at once on a list of three: the newest three stay, the
+        // two oldest are closed.
+        let mut closed = Vec::new();
+        for i in 0..5 {
+            closed.extend(keep_idle(&mut idle, i, at(i), 3, timeout));
+        }
+        assert_eq!(closed, vec![0, 1]);
+        assert_eq!(
+            idle.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+            vec![2, 3, 4]
+        );
+        // The newest is taken first (the checkout pops the back).
+        assert_eq!(idle.pop_back().map(|(i, _)| i), Some(4));
+        // Put back after the others' timeout: they are closed, it alone stays.
+        let closed = keep_idle(&mut idle, 4, at(1004), 3, timeout);
+        assert_eq!(closed, vec![2, 3]);
+        assert_eq!(idle.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![4]);
+        // At the timeout itself, still kept.
+        let closed = keep_idle(&mut idle, 5, at(2004), 3, timeout);
+        assert!(closed.is_empty());
+        assert_eq!(idle.len(), 2);
+    }
 
     #[tokio::test]
     async fn test_pooled_connections_stay_with_their_thread() {
