@@ -61,12 +61,15 @@ impl Description {
                 let source = String::from_utf8_lossy(body);
                 let source = source.trim();
                 let source = if source.is_empty() { "{}" } else { source };
-                std::borrow::Cow::Owned(format!(
-                    "indices[{index}], search_type[QUERY_THEN_FETCH], source[{source}]"
-                ))
+                std::borrow::Cow::Owned(search_wording(index, source))
             }
         }
     }
+}
+
+/// A search's task description as OpenSearch words it: its indices, type and `source`.
+pub fn search_wording(index: &str, source: &str) -> String {
+    format!("indices[{index}], search_type[QUERY_THEN_FETCH], source[{source}]")
 }
 
 impl Default for Description {

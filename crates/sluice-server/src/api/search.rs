@@ -85,7 +85,7 @@ async fn run_search(
 /// The task description OpenSearch gives a search: its indices, type and source.
 pub fn search_description(index: &str, body: Option<&Value>) -> String {
     let source = body.map_or_else(|| "{}".to_string(), Value::to_string);
-    format!("indices[{index}], search_type[QUERY_THEN_FETCH], source[{source}]")
+    crate::tasks::search_wording(index, &source)
 }
 
 /// `GET|POST /{index}/_count`.
