@@ -2,10 +2,10 @@
 //! here first, and a plain search or count — the request a gateway exists to manage, and the
 //! bulk of its traffic — is parsed, authenticated, authorized, admitted and forwarded without
 //! hyper's server, axum's router and layers, or hyper's client. Any other request is lent to
-//! hyper and the node's whole HTTP service ([`crate::server::app`]) for that one request
-//! ([`one_by_hyper`]), and the connection comes back to the lane after its answer; a connection
-//! hyper must keep (HTTP/1.0 or 2, an upgrade, `100-continue`, a chunked upload, its last
-//! request, a run of [`MAX_LENT_IN_A_ROW`] other requests) is handed to hyper for good.
+//! hyper and the node's whole HTTP service ([`crate::server::app`]), with the other requests
+//! that follow it ([`lent_run`]), and the connection comes back to the lane once a request of
+//! its own comes; a connection hyper must keep (HTTP/1.0 or 2, an upgrade, `100-continue`, a
+//! chunked upload, its last request) is handed to hyper for good.
 //!
 //! A request takes the lane when all of this holds, and the general path otherwise:
 //! - HTTP/1.1;
@@ -30,19 +30,24 @@
 //!   from an upstream that sends no `Date`), `test_added_headers_are_the_general_paths` (the
 //!   rule against the layer, over generated heads) and the gateway suites, where every search
 //!   and count takes the lane.
-//! - L2 — a request lent to hyper reaches it with every byte of it the lane read, in order, and
-//!   no byte past it; what the client sent after it is the lane's again once it is answered.
-//!   Tested by `test_lane_hands_other_requests_to_the_general_path` (pipelined requests of
-//!   both kinds in one write) and
+//! - L2 — the requests lent to hyper reach it with every byte of them, in order, and no byte
+//!   past the last one lent: a request is lent only once the answer before it went out, and
+//!   only when it is not one the lane takes; what the client sent after the run is the lane's
+//!   again. Tested by `test_lane_hands_other_requests_to_the_general_path` (pipelined requests
+//!   of both kinds in one write),
 //!   `test_lent_request_answered_before_its_body_was_read_ends_cleanly` (hyper answers 413
-//!   before the body is read; the next pipelined request is still answered).
+//!   before the body is read; the next pipelined request is still answered) and
+//!   `test_a_connection_back_from_other_requests_searches_on_the_lane` (a run of other
+//!   requests, then searches on the lane).
 //! - L3 — a client that closes its connection while its request waits (for admission, in a
 //!   queue, for the upstream) drops the request: its task is cancelled, its permit or queue
 //!   place freed, the upstream's search cancelled. Tested by
 //!   `test_cancellation_reaches_the_upstream` and the queue tests through the gateway.
 //! - L4 — shutdown is graceful: an idle connection closes, a request in flight is answered
-//!   first. [`crate::http::serve`] waits for every lane connection. Tested by
-//!   `test_shutdown_answers_a_lane_search_in_flight_then_ends`.
+//!   first, on the lane and in a run lent to hyper. [`crate::http::serve`] waits for every lane
+//!   connection. Tested by `test_shutdown_answers_a_lane_search_in_flight_then_ends` and
+//!   `test_a_connection_back_from_other_requests_searches_on_the_lane` (a connection idle in a
+//!   run closes at shutdown).
 
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
@@ -92,15 +97,6 @@ const MAX_HEADERS: usize = 64;
 /// watching for the client to leave (L3); past it the lane stops reading until the answer. The
 /// general path's watch has the same bound.
 use crate::http::leaving::MAX_READ_AHEAD;
-
-/// How many requests in a row the lane lends hyper on one connection before it leaves the
-/// connection to hyper for good. Lending a request costs about 12,500 instructions more than
-/// hyper serving it on a connection it keeps (hyper sets a connection up per lent request,
-/// BENCHMARKS.md "The fast lane"); a connection that alternates searches with other requests
-/// never reaches this, one that only loads data pays the extra cost this many times and no
-/// more. Four: a client that creates an index and loads a few bulks before it searches on the
-/// same connection still gets its searches on the lane.
-const MAX_LENT_IN_A_ROW: u32 = 4;
 
 /// What hyper answers a request it cannot parse, before it closes the connection.
 const BAD_REQUEST: &[u8] =
@@ -181,8 +177,6 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
     let limit = conn.st.config.max_content_length;
     let clock = conn.clock.clone();
     let mut buf = BytesMut::with_capacity(8 * 1024);
-    // Requests lent to hyper since the lane's last one.
-    let mut others = 0;
     loop {
         // An idle connection closes at shutdown (L4).
         if buf.is_empty() && conn.shutdown.has_changed().unwrap_or(true) {
@@ -199,15 +193,11 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
             // Boxed: a hand-off's future is large (hyper's connection), and once a connection
             // at most; inline, it would weigh in every connection's future.
             Parsed::Hyper => return Box::pin(hand_off(stream, buf, peer, conn)).await,
-            // A connection that carries only other requests (a bulk load) is hyper's for
-            // good after a few: lending it costs more than serving it there outright.
-            Parsed::Once(_) if others >= MAX_LENT_IN_A_ROW => {
-                return Box::pin(hand_off(stream, buf, peer, conn)).await;
-            }
-            Parsed::Once(len) => match one_by_hyper(stream, buf, len, peer, &conn).await {
+            // Boxed as a hand-off is: hyper's connection, in the future of a connection that
+            // may never carry anything but searches.
+            Parsed::Once(len) => match Box::pin(lent_run(stream, buf, len, peer, &conn)).await {
                 Some((s, b)) => {
                     (stream, buf) = (s, b);
-                    others += 1;
                     continue;
                 }
                 None => return,
@@ -249,7 +239,6 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
         let head_len = taken.head_len;
         // The header lines are forwarded from the request's own bytes.
         let raw = RawHeaders::new(request.clone(), taken.headers);
-        others = 0;
         conn.st.metrics.count_lane(LaneEvent::FastLane);
         let handled = tokio::select! {
             // In order: no random pick a request.
@@ -684,7 +673,7 @@ async fn hand_off(stream: TcpStream, read: BytesMut, peer: SocketAddr, conn: Con
     } = conn;
     // Watched as the accept loop's connections are ([`crate::http::leaving`]); the watch
     // records every read on the clock, so the lent IO under it does not again.
-    let lent = Lent::new(stream, read, None, Arc::default(), None);
+    let lent = Lent::new(stream, read, None, Arc::default(), None, None);
     let io = Watched::new(lent, clock);
     let leaving = io.leaving();
     let service = StopOnLeave::new(crate::http::serve::for_peer(app, peer), leaving.clone());
@@ -701,18 +690,25 @@ async fn hand_off(stream: TcpStream, read: BytesMut, peer: SocketAddr, conn: Con
     leaving.linger().await;
 }
 
-/// Serves one request, `len` bytes long (head and body), with hyper and the node's HTTP
-/// service over `stream`, whose first bytes (`read`) the lane already read, and gives the
-/// connection back once its answer went out (L2): the connection and every byte read past that
-/// request, in order. `None` when the connection ended with that request (the client left, a
-/// protocol error, an answer given before the body was read).
+/// Serves a run of requests with hyper and the node's HTTP service over `stream`, whose first
+/// bytes (`read`) the lane already read: the first request, `len` bytes long (head and body),
+/// then each next one the client sends that is neither the lane's nor one that leaves the
+/// connection with hyper for good (L2). Gives the connection back at the first such request:
+/// the connection and every byte read past the run's last request, in order. `None` when the
+/// connection ended within the run (the client left, a protocol error, an answer given before
+/// its request's body was read).
 ///
-/// hyper serves a connection until it ends, so the lane lends it one that holds exactly one
-/// request ([`Lent`]: the request's `len` bytes, then nothing) and reads as end of stream once
-/// the answer's body has been dropped by hyper (written whole, [`DoneOnDrop`]) and hyper has
-/// flushed it; hyper then ends the connection without shutting it down
-/// ([`http1::Connection::without_shutdown`]).
-async fn one_by_hyper(
+/// hyper serves a connection until it ends, so the lane lends it one that holds exactly the
+/// run's requests ([`Lent`]) and reads as end of stream once the last one's answer has been
+/// dropped by hyper (written whole, [`DoneOnDrop`]) and hyper has flushed it; hyper then ends
+/// the connection without shutting it down ([`http1::Connection::poll_without_shutdown`]).
+/// A run costs hyper one connection's set-up, however many requests it holds: a connection
+/// that loads data is served as on a connection hyper keeps, and one that searches after it
+/// comes back to the lane (before, lent one request at a time, a connection was hyper's for
+/// good after four, and a client's pooled connection that had created an index and a group
+/// sent every later search down the general path). At shutdown, an idle run ends at once
+/// and a request in flight is answered first (L4).
+async fn lent_run(
     stream: TcpStream,
     read: BytesMut,
     len: usize,
@@ -727,12 +723,27 @@ async fn one_by_hyper(
             let done = signal.clone();
             resp.map(|body| Body::new(DoneOnDrop { body, done }))
         });
-    let io = Lent::new(stream, read, Some(len), done, conn.clock.clone());
-    let parts = http1::Builder::new()
-        .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
-        .without_shutdown()
-        .await
-        .ok()?;
+    let run = Run {
+        st: conn.st.clone(),
+    };
+    let io = Lent::new(stream, read, Some(len), done, conn.clock.clone(), Some(run));
+    let mut served =
+        http1::Builder::new().serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
+    let mut shutdown = conn.shutdown.clone();
+    let mut stopping = false;
+    let ended = loop {
+        tokio::select! {
+            biased;
+            ended = std::future::poll_fn(|cx| served.poll_without_shutdown(cx)) => break ended,
+            // hyper ends an idle connection at once, a busy one after its answer.
+            _ = shutdown.changed(), if !stopping => {
+                stopping = true;
+                Pin::new(&mut served).graceful_shutdown();
+            }
+        }
+    };
+    ended.ok()?;
+    let parts = served.into_parts();
     let lent = parts.io.into_inner();
     if !lent.done.load(Ordering::Acquire) {
         return None;
@@ -780,11 +791,12 @@ impl hyper::body::Body for DoneOnDrop {
 }
 
 /// A connection the lane gives hyper, whose first bytes the lane already read: they are read
-/// again first. Lent for one request ([`one_by_hyper`]), it holds that request's bytes (the
-/// lane's first, then the socket's) and no more, then reads as end of stream once the answer
-/// is done and flushed; what the client sends past the request is kept in `after`, not given
-/// to hyper, and the client closing its connection reads as end of stream at once. Handed off
-/// for good ([`hand_off`]), it is the socket after the lane's bytes.
+/// again first. Lent for a run ([`lent_run`]), it holds a request's bytes (the lane's first,
+/// then the socket's) and no more; what the client sends past the request is kept in `after`,
+/// not given to hyper, and the client closing its connection reads as end of stream at once.
+/// Once the answer is done and flushed, the next request in `after` is lent the same way
+/// when it is one for hyper ([`Run`]), and otherwise the connection reads as end of stream.
+/// Handed off for good ([`hand_off`]), it is the socket after the lane's bytes.
 struct Lent {
     read: Bytes,
     io: TcpStream,
@@ -799,6 +811,15 @@ struct Lent {
     stage: BytesMut,
     /// The connection's `http.read_timeout` clock, told of every byte read from the socket.
     clock: Option<Arc<ReadClock>>,
+    /// Lent for a run: the next requests may be lent too.
+    run: Option<Run>,
+}
+
+/// What a run lent to hyper needs to lend it the client's next request.
+struct Run {
+    /// The node: its `http.max_content_length` (a request's framing, as the lane reads it)
+    /// and the count of requests lent.
+    st: Arc<AppState>,
 }
 
 impl Lent {
@@ -808,6 +829,7 @@ impl Lent {
         left: Option<usize>,
         done: Arc<AtomicBool>,
         clock: Option<Arc<ReadClock>>,
+        run: Option<Run>,
     ) -> Lent {
         Lent {
             read: read.freeze(),
@@ -818,6 +840,44 @@ impl Lent {
             after: BytesMut::new(),
             stage: BytesMut::new(),
             clock,
+            run,
+        }
+    }
+
+    /// Once a lent request's answer went out: whether hyper reads on, the next request lent
+    /// (or more of its head awaited), rather than the end of the run. A request the lane
+    /// takes, or one that leaves the connection with hyper for good, ends the run: the lane
+    /// decides what comes of it. So does a request hyper answered before reading it whole:
+    /// the rest of it is where the lane finds it after a single lent request.
+    fn lend_next(&mut self) -> bool {
+        let Some(run) = &self.run else {
+            return false;
+        };
+        if self.left != Some(0) {
+            return false;
+        }
+        if !self.read.is_empty() {
+            // Read before the run began and not yet given to hyper: it comes first.
+            let mut pending = BytesMut::with_capacity(self.read.len() + self.after.len());
+            pending.extend_from_slice(&self.read);
+            pending.extend_from_slice(&self.after);
+            self.read = Bytes::new();
+            self.after = pending;
+        }
+        if self.after.is_empty() {
+            return true;
+        }
+        match parse(&self.after, run.st.config.max_content_length) {
+            Parsed::Once(len) => {
+                run.st.metrics.count_lane(LaneEvent::Lent);
+                self.read = self.after.split().freeze();
+                self.left = Some(len);
+                self.done.store(false, Ordering::Release);
+                self.flushed = false;
+                true
+            }
+            Parsed::Partial => self.after.len() <= MAX_HEAD,
+            Parsed::Take(_) | Parsed::Hyper => false,
         }
     }
 }
@@ -829,7 +889,7 @@ impl AsyncRead for Lent {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = &mut *self;
-        if this.flushed && this.done.load(Ordering::Acquire) {
+        if this.flushed && this.done.load(Ordering::Acquire) && !this.lend_next() {
             return Poll::Ready(Ok(()));
         }
         if this.left == Some(0) {

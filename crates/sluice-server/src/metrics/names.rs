@@ -223,10 +223,10 @@ pub const HTTP_REQUEST_DURATION: Described = (
 /// Requests a gateway's connections carried, by path.
 pub const GATEWAY_LANE_REQUESTS: Described = (
     "sluice_gateway_lane_requests_total",
-    "Requests on a gateway's connections, by path: fast_lane (served by the gateway's fast lane) or lent (lent to the general path one at a time).",
+    "Requests on a gateway's connections, by path: fast_lane (served by the gateway's fast lane) or lent (lent to the general path, in runs of other requests that end when a search comes).",
 );
 /// Connections a gateway's fast lane left to the general path.
 pub const GATEWAY_HANDED_OFF: Described = (
     "sluice_gateway_handed_off_connections_total",
-    "Connections a gateway's fast lane left to the general path for good (HTTP/1.0 or HTTP/2, an upgrade, 100-continue, a chunked upload, Connection: close, or a run of other requests).",
+    "Connections a gateway's fast lane left to the general path for good (HTTP/1.0 or HTTP/2, an upgrade, 100-continue, a chunked upload, or Connection: close).",
 );

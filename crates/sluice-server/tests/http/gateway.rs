@@ -3784,9 +3784,11 @@ async fn lane_counts(gw: &TestNode) -> (u64, u64, u64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn test_a_connection_that_only_carries_other_requests_is_left_to_hyper() {
-    // Four requests in a row are lent to hyper one at a time; at the fifth the connection is
-    // hyper's for good, and a search after it is served there, with the same answer.
+async fn test_a_connection_back_from_other_requests_searches_on_the_lane() {
+    // L2: other requests in a row are lent to hyper in one run, however many; the first
+    // search after them (as a client's pooled connection sends, once it has created its
+    // index) ends the run and takes the lane, with its answer, and so do the searches after
+    // it. L4: a connection idle in a run closes at shutdown.
     let upstream = fake(answer_with(|r| {
         axum::Json(json!({"uri": r.uri})).into_response()
     }))
@@ -3795,30 +3797,49 @@ async fn test_a_connection_that_only_carries_other_requests_is_left_to_hyper() {
     let before = lane_counts(&gw).await;
     let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
     let mut buf = Vec::new();
-    for i in 1..=5 {
+    for i in 1..=6 {
         let request = format!("GET /logs/_doc/{i} HTTP/1.1\r\nhost: gw\r\n\r\n");
         stream.write_all(request.as_bytes()).await.unwrap();
         let (status, _, body) = read_response(&mut stream, &mut buf).await;
-        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        let body = String::from_utf8_lossy(&body).to_string();
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains(&format!("/logs/_doc/{i}")), "{body}");
     }
-    stream
-        .write_all(b"GET /logs/_search HTTP/1.1\r\nhost: gw\r\n\r\n")
-        .await
-        .unwrap();
-    let (status, _, body) = read_response(&mut stream, &mut buf).await;
-    let body = String::from_utf8_lossy(&body).to_string();
-    assert_eq!(status, 200, "{body}");
-    assert!(body.contains("/logs/_search"), "{body}");
+    for _ in 0..2 {
+        stream
+            .write_all(b"GET /logs/_search HTTP/1.1\r\nhost: gw\r\n\r\n")
+            .await
+            .unwrap();
+        let (status, _, body) = read_response(&mut stream, &mut buf).await;
+        let body = String::from_utf8_lossy(&body).to_string();
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("/logs/_search"), "{body}");
+    }
     let after = lane_counts(&gw).await;
-    // Four lent (and the second scrape), one connection handed off, no search on the lane.
+    // Six lent (and the second scrape), both searches on the lane, no connection hyper's for
+    // good.
     assert_eq!(
         (after.0 - before.0, after.1 - before.1, after.2 - before.2),
-        (0, 5, 1),
+        (2, 7, 0),
         "before {before:?}, after {after:?}"
     );
     let stats = default_stats(&gw).await;
-    assert_eq!(stats["total_completions"], 1, "{stats}");
-    gw.stop().await;
+    assert_eq!(stats["total_completions"], 2, "{stats}");
+    // A new run, answered, then idle: shutdown ends it and the gateway stops.
+    stream
+        .write_all(b"GET /logs/_doc/7 HTTP/1.1\r\nhost: gw\r\n\r\n")
+        .await
+        .unwrap();
+    let (status, _, _) = read_response(&mut stream, &mut buf).await;
+    assert_eq!(status, 200);
+    tokio::time::timeout(Duration::from_secs(20), gw.stop())
+        .await
+        .expect("the gateway stopped with a connection idle in a lent run");
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest))
+        .await
+        .expect("the idle connection was closed");
+    assert!(read.is_ok_and(|n| n == 0), "{rest:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
