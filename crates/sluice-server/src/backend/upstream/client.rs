@@ -27,6 +27,13 @@
 //! - C3 — dropping a request's future drops its connection (HTTP/1.1: closed) or stream
 //!   (HTTP/2: reset): the upstream sees the client leave. Tested by
 //!   `test_cancellation_reaches_the_upstream`.
+//! - C4 — a host keeps at most [`MAX_IDLE`] idle HTTP/1.1 connections, none idle past
+//!   [`POOL_IDLE_TIMEOUT`] once another is put back: putting one back closes those closed or
+//!   ready and idle past the timeout (checkout's rule, HTTP/2 ones included), then the oldest
+//!   idle HTTP/1.1 connections beyond the newest `MAX_IDLE`, as nginx's `keepalive` keeps the
+//!   most recently used (the fast lane's R6, [`super::h1`]); one whose answer is still being
+//!   read, and an HTTP/2 connection (shared by the requests it carries), are never closed by
+//!   the cap. Tested by `test_idle_connections_beyond_the_cap_or_the_timeout_are_closed`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,9 +53,9 @@ use sluice_engine::{EngineError, ErrorCode};
 use super::config::UpstreamConfig;
 use super::hosts::{Host, Hosts};
 
-/// How long an idle pooled connection is kept (dropped at the next checkout after that): under
-/// the 60 s+ idle timeouts of common load balancers in front of clusters, so the pool does not
-/// hand out connections they closed.
+/// How long an idle pooled connection is kept (dropped at the next checkout or put after that,
+/// C4): under the 60 s+ idle timeouts of common load balancers in front of clusters, so the
+/// pool does not hand out connections they closed.
 pub(super) const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(50);
 
 /// A request body to forward: bytes the gateway holds (a request that can be tried on the
@@ -85,10 +92,60 @@ impl Sender {
     }
 }
 
+/// The most idle HTTP/1.1 connections to one host the pool keeps (C4). A lane thread keeps 64
+/// ([`super::h1`] R6); this pool is one per host shared by every thread, and carries what the
+/// lane does not take — on an `https://` host every request, searches included. 128, twice a
+/// lane thread's and four times the 32 clients the gateway benchmark measures, keeps one for
+/// each request of a burst that large; past it a new burst opens connections (on `https://`, a
+/// TLS handshake: a round trip more and the key exchange, hence more than a lane thread keeps)
+/// rather than every past burst's staying open. Not `64 ×` the lane's threads: one pool serves
+/// them all, and a cap growing with the cores would hold hundreds of idle sockets to a host on
+/// a large machine.
+const MAX_IDLE: usize = 128;
+
 /// A pooled connection and when it was last handed a request.
 struct Pooled {
     sender: Sender,
     used: Instant,
+}
+
+impl Pooled {
+    /// Whether the pool lets it go at `now`: closed, or ready (an HTTP/1.1 connection with no
+    /// request on it, any open HTTP/2 one) and last used more than [`POOL_IDLE_TIMEOUT`] ago.
+    fn expired(&self, now: Instant) -> bool {
+        let idle_too_long =
+            self.sender.is_ready() && now.duration_since(self.used) > POOL_IDLE_TIMEOUT;
+        self.sender.is_closed() || idle_too_long
+    }
+
+    /// When it was last used, if it is an idle HTTP/1.1 connection: one [`MAX_IDLE`] counts
+    /// (C4).
+    fn idle_h1_since(&self) -> Option<Instant> {
+        match &self.sender {
+            Sender::H1(s) if s.is_ready() => Some(self.used),
+            _ => None,
+        }
+    }
+}
+
+/// Which of a host's connections the cap keeps (C4): given for each when it was last used if
+/// it is an idle HTTP/1.1 connection (`None` for the others, which the cap never closes),
+/// answers for each whether it stays — all but the idle ones older than the newest `cap`.
+fn within_cap(idle_since: &[Option<Instant>], cap: usize) -> Vec<bool> {
+    let mut keep = vec![true; idle_since.len()];
+    let mut idle: Vec<(Instant, usize)> = idle_since
+        .iter()
+        .enumerate()
+        .filter_map(|(i, since)| since.map(|since| (since, i)))
+        .collect();
+    if idle.len() > cap {
+        // Newest first; of two used at the same instant, the one put back later.
+        idle.sort_unstable_by(|a, b| b.cmp(a));
+        for &(_, i) in &idle[cap..] {
+            keep[i] = false;
+        }
+    }
+    keep
 }
 
 /// A host's connections (see the module documentation).
@@ -103,11 +160,7 @@ impl Pool {
     /// ones idle longer than [`POOL_IDLE_TIMEOUT`].
     fn checkout(&self, now: Instant) -> Option<Sender> {
         let mut conns = self.conns.lock();
-        conns.retain(|c| {
-            let idle_too_long =
-                c.sender.is_ready() && now.duration_since(c.used) > POOL_IDLE_TIMEOUT;
-            !c.sender.is_closed() && !idle_too_long
-        });
+        conns.retain(|c| !c.expired(now));
         let i = conns.iter().rposition(|c| c.sender.is_ready())?;
         match &mut conns[i] {
             Pooled {
@@ -124,9 +177,20 @@ impl Pool {
         }
     }
 
-    /// Puts a connection (back) in the pool.
+    /// Puts a connection (back) in the pool, used at `now`; closes those expired at `now` and
+    /// the oldest idle HTTP/1.1 connections beyond [`MAX_IDLE`] (C4), once the pool's lock is
+    /// let go.
     fn put(&self, sender: Sender, now: Instant) {
-        self.conns.lock().push(Pooled { sender, used: now });
+        let mut conns = self.conns.lock();
+        conns.push(Pooled { sender, used: now });
+        let mut closed: Vec<Pooled> = conns.extract_if(.., |c| c.expired(now)).collect();
+        if conns.iter().filter(|c| c.idle_h1_since().is_some()).count() > MAX_IDLE {
+            let idle_since: Vec<_> = conns.iter().map(Pooled::idle_h1_since).collect();
+            let mut keep = within_cap(&idle_since, MAX_IDLE).into_iter();
+            closed.extend(conns.extract_if(.., |_| !keep.next().unwrap_or(true)));
+        }
+        drop(conns);
+        drop(closed);
     }
 }
 
@@ -607,6 +671,101 @@ pub fn causes(e: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use tokio::io::AsyncReadExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// A connection to `listener` (HTTP/2 when `h2`, to a hyper server answering an empty
+    /// 200), ready for a request, its I/O in a task of its own as [`UpstreamClient`] runs it;
+    /// and, for HTTP/1.1, the upstream's end of it.
+    async fn connection(listener: &TcpListener, h2: bool) -> (Sender, Option<TcpStream>) {
+        let (client, accepted) = tokio::join!(
+            TcpStream::connect(listener.local_addr().unwrap()),
+            listener.accept()
+        );
+        let (client, server) = (TokioIo::new(client.unwrap()), accepted.unwrap().0);
+        if h2 {
+            let service = hyper::service::service_fn(|_| async {
+                Ok::<_, std::convert::Infallible>(Response::new(Body::empty()))
+            });
+            tokio::spawn(
+                hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(server), service),
+            );
+            let (mut sender, conn) = http2::handshake(TokioExecutor::new(), client)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            sender.ready().await.unwrap();
+            (Sender::H2(sender), None)
+        } else {
+            let (mut sender, conn) = http1::handshake(client).await.unwrap();
+            tokio::spawn(conn);
+            sender.ready().await.unwrap();
+            (Sender::H1(sender), Some(server))
+        }
+    }
+
+    /// Whether the upstream's end of a connection sees it closed within a second.
+    async fn closed(server: &mut TcpStream) -> bool {
+        let mut buf = [0u8; 1024];
+        matches!(
+            tokio::time::timeout(Duration::from_secs(1), server.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }
+
+    #[tokio::test]
+    async fn test_idle_connections_beyond_the_cap_or_the_timeout_are_closed() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let pool = Pool::default();
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        // The oldest in the pool: an HTTP/2 connection (shared) and an HTTP/1.1 one whose
+        // request is still waiting for its answer.
+        let (h2, _) = connection(&listener, true).await;
+        pool.put(h2, at(0));
+        let (mut busy, busy_server) = connection(&listener, false).await;
+        let Sender::H1(s) = &mut busy else {
+            unreachable!()
+        };
+        let _answer = tokio::spawn(s.send_request(Request::new(Body::empty())));
+        let mut busy_server = busy_server.unwrap();
+        let mut buf = [0u8; 1024];
+        assert!(busy_server.read(&mut buf).await.unwrap() > 0);
+        assert!(!busy.is_ready());
+        pool.put(busy, at(0));
+        // A burst of MAX_IDLE + 2 put back: the newest MAX_IDLE stay, the two oldest are
+        // closed, the HTTP/2 and the busy connections stay.
+        let mut servers = Vec::new();
+        for i in 0..MAX_IDLE as u64 + 2 {
+            let (idle, server) = connection(&listener, false).await;
+            pool.put(idle, at(1 + i));
+            servers.push(server.unwrap());
+        }
+        {
+            let conns = pool.conns.lock();
+            assert_eq!(conns.len(), MAX_IDLE + 2);
+            let idle: Vec<Instant> = conns.iter().filter_map(Pooled::idle_h1_since).collect();
+            assert_eq!(idle.len(), MAX_IDLE);
+            assert!(idle.iter().all(|used| *used >= at(3)));
+            assert!(conns.iter().any(|c| matches!(c.sender, Sender::H2(_))));
+        }
+        assert!(closed(&mut servers[0]).await);
+        assert!(closed(&mut servers[1]).await);
+        assert!(!closed(&mut servers[2]).await);
+        // One put back past the others' idle timeout: they are closed, the HTTP/2 connection
+        // idle as long too (as a checkout would); the busy one stays.
+        let (last, _) = connection(&listener, false).await;
+        pool.put(last, at(1 + MAX_IDLE as u64 + 2) + POOL_IDLE_TIMEOUT);
+        {
+            let conns = pool.conns.lock();
+            assert_eq!(conns.len(), 2);
+            assert!(conns.iter().all(|c| matches!(c.sender, Sender::H1(_))));
+        }
+        assert!(closed(&mut servers[MAX_IDLE + 1]).await);
+        assert!(!closed(&mut busy_server).await);
+    }
 
     #[test]
     fn test_refused_certificates_say_what_fixes_them() {
