@@ -31,10 +31,14 @@
 //!   rule against the layer, over generated heads) and the gateway suites, where every search
 //!   and count takes the lane.
 //! - L2 — the requests lent to hyper reach it with every byte of them, in order, and no byte
-//!   past the last one lent: a request is lent only once the answer before it went out, and
-//!   only when it is not one the lane takes; what the client sent after the run is the lane's
-//!   again. Tested by `test_lane_hands_other_requests_to_the_general_path` (pipelined requests
-//!   of both kinds in one write),
+//!   past the last one lent: a request is lent only once the answer before it went out and
+//!   hyper was given the whole request before it, and only when it is not one the lane takes;
+//!   what the client sent after the run is the lane's again. A request hyper answered before
+//!   reading it whole and then closed on ends the connection, with a lingering close: the
+//!   rest of its body is never read as a request. Tested by
+//!   `test_lane_hands_other_requests_to_the_general_path` (pipelined requests of both kinds
+//!   in one write),
+//!   `test_a_body_that_comes_after_its_early_answer_is_not_taken_for_a_request`,
 //!   `test_lent_request_answered_before_its_body_was_read_ends_cleanly` (hyper answers 413
 //!   before the body is read; the next pipelined request is still answered) and
 //!   `test_a_connection_back_from_other_requests_searches_on_the_lane` (a run of other
@@ -695,12 +699,13 @@ async fn hand_off(stream: TcpStream, read: BytesMut, peer: SocketAddr, conn: Con
 /// then each next one the client sends that is neither the lane's nor one that leaves the
 /// connection with hyper for good (L2). Gives the connection back at the first such request:
 /// the connection and every byte read past the run's last request, in order. `None` when the
-/// connection ended within the run (the client left, a protocol error, an answer given before
-/// its request's body was read).
+/// connection ended within the run (the client left, a protocol error, hyper closing it after
+/// an answer given before it read its request's body).
 ///
 /// hyper serves a connection until it ends, so the lane lends it one that holds exactly the
 /// run's requests ([`Lent`]) and reads as end of stream once the last one's answer has been
-/// dropped by hyper (written whole, [`DoneOnDrop`]) and hyper has flushed it; hyper then ends
+/// dropped by hyper (written whole, [`DoneOnDrop`]), hyper has flushed it and has been given
+/// that request's last byte (it reads the rest of a body it answered early); hyper then ends
 /// the connection without shutting it down ([`http1::Connection::poll_without_shutdown`]).
 /// A run costs hyper one connection's set-up, however many requests it holds: a connection
 /// that loads data is served as on a connection hyper keeps, and one that searches after it
@@ -746,6 +751,17 @@ async fn lent_run(
     let parts = served.into_parts();
     let lent = parts.io.into_inner();
     if !lent.done.load(Ordering::Acquire) {
+        return None;
+    }
+    if lent.left != Some(0) {
+        // hyper answered a request before reading it whole and closed rather than read the
+        // rest of its body: what follows on the connection is no request's start. It closes
+        // as the general path closes such a connection (G4): the client gets the answer
+        // while it still sends, not a reset.
+        Watched::new(lent.io, conn.clock.clone())
+            .leaving()
+            .linger()
+            .await;
         return None;
     }
     // hyper's unparsed bytes came first, then what it was never given, then what came after.
@@ -844,11 +860,10 @@ impl Lent {
         }
     }
 
-    /// Once a lent request's answer went out: whether hyper reads on, the next request lent
-    /// (or more of its head awaited), rather than the end of the run. A request the lane
-    /// takes, or one that leaves the connection with hyper for good, ends the run: the lane
-    /// decides what comes of it. So does a request hyper answered before reading it whole:
-    /// the rest of it is where the lane finds it after a single lent request.
+    /// Once a lent request's answer went out and hyper was given the whole request: whether
+    /// hyper reads on, the next request lent (or more of its head awaited), rather than the
+    /// end of the run. A request the lane takes, or one that leaves the connection with hyper
+    /// for good, ends the run: the lane decides what comes of it.
     fn lend_next(&mut self) -> bool {
         let Some(run) = &self.run else {
             return false;
@@ -889,7 +904,14 @@ impl AsyncRead for Lent {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = &mut *self;
-        if this.flushed && this.done.load(Ordering::Acquire) && !this.lend_next() {
+        // Once the answer went out and hyper was given its whole request (it reads the rest
+        // of a body it answered before reading, and then goes on or closes): the next
+        // request, or the end of the run.
+        if this.flushed
+            && this.done.load(Ordering::Acquire)
+            && this.left == Some(0)
+            && !this.lend_next()
+        {
             return Poll::Ready(Ok(()));
         }
         if this.left == Some(0) {

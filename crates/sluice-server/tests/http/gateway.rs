@@ -3503,6 +3503,55 @@ async fn test_lent_request_answered_before_its_body_was_read_ends_cleanly() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_body_that_comes_after_its_early_answer_is_not_taken_for_a_request() {
+    // L2: hyper answers a request over `http.max_content_length` (413) before its whole body
+    // has come, and then the connection closes rather than wait for the rest, with the
+    // general path's lingering close (G4). The rest of the body, sent after the answer, is
+    // never answered as a
+    // request of its own: a run that ended at the early answer left it to the lane, which
+    // answered it 400, and a client took that for its next request's answer.
+    let upstream = fake(answer_with(|r| {
+        axum::Json(json!({"uri": r.uri})).into_response()
+    }))
+    .await;
+    let gw = gateway(&upstream.base, &["http.max_content_length=1kb"]).await;
+    let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let mut buf = Vec::new();
+    let body = format!("{{\"pad\":\"{}\"}}", "y".repeat(4096));
+    let head = format!(
+        "POST /logs/_search HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // Past the limit, so the search's handler stops reading and answers.
+    stream.write_all(&body.as_bytes()[..2000]).await.unwrap();
+    let (status, _, answer) = read_response(&mut stream, &mut buf).await;
+    assert_eq!(status, 413, "{}", String::from_utf8_lossy(&answer));
+    // The rest, and a request after it; the gateway may have closed already.
+    let rest = format!(
+        "{}GET /logs/_doc/1 HTTP/1.1\r\nhost: gw\r\n\r\n",
+        &body[2000..]
+    );
+    let _ = stream.write_all(rest.as_bytes()).await;
+    // Done sending: the gateway's lingering close ends at once.
+    let _ = stream.shutdown().await;
+    let mut after = buf;
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut after))
+        .await
+        .expect("the connection closed");
+    let after = String::from_utf8_lossy(&after).to_string();
+    assert!(
+        !after.contains("HTTP/1.1"),
+        "bytes of a body were answered as a request: {after} ({read:?})"
+    );
+    // The gateway serves on.
+    let (s, b) = gw.req("GET", "/logs/_search", None).await;
+    assert_eq!(s, 200, "{b}");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_http2_clients_are_served_by_the_general_path() {
     // HTTP/2 with prior knowledge: the lane sees the preface and leaves the connection to
     // hyper, which serves searches and sluice's own routes on it.
