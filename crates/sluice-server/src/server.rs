@@ -246,16 +246,33 @@ impl Node {
         );
         let app = app(self.state.clone());
         let engine = self.state.engine.clone();
-        let refresher = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(REFRESH_TICK);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let e = engine.clone();
-                let _ = tokio::task::spawn_blocking(move || e.refresh_due()).await;
-            }
+        // The loops that hand work to blocking threads stop when told, after that work, not by
+        // an abort: a refresh or enforcement pass left running held the node's state, and its
+        // engine's index locks, after `serve` returned (a node started again at once on the
+        // same data, as a test restarts one, failed to open its index).
+        let stop_loops = tokio_util::sync::CancellationToken::new();
+        // Not on a gateway: its embedded engine holds no index (every index API is the
+        // upstream's), and each tick handed a blocking thread nothing to do, ten times a
+        // second (BENCHMARKS.md "Runs of other requests").
+        let refresher = self.state.upstream.is_none().then(|| {
+            let stop = stop_loops.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(REFRESH_TICK);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        () = stop.cancelled() => return,
+                    }
+                    let e = engine.clone();
+                    let _ = tokio::task::spawn_blocking(move || e.refresh_due()).await;
+                }
+            })
         });
-        let enforcement = tokio::spawn(crate::enforcement::run_loop(self.state.clone()));
+        let enforcement = tokio::spawn(crate::enforcement::run_loop(
+            self.state.clone(),
+            stop_loops.clone(),
+        ));
         let usage_poll = self
             .state
             .upstream
@@ -313,14 +330,22 @@ impl Node {
         };
         let read_timeout = self.state.config.read_timeout;
         crate::http::serve::serve(self.listener, app, lane, read_timeout, shutdown).await?;
-        refresher.abort();
-        enforcement.abort();
+        // Every background task ended, not only told to: none holds the node's state once
+        // this returns.
+        stop_loops.cancel();
+        if let Some(refresher) = refresher {
+            let _ = refresher.await;
+        }
+        let _ = enforcement.await;
         sweep.abort();
+        let _ = sweep.await;
         // Leave the cluster: peers see the node silent and mark it dead.
         self.state.cluster.shutdown().await;
         watcher.abort();
+        let _ = watcher.await;
         if let Some(poll) = usage_poll {
             poll.abort();
+            let _ = poll.await;
         }
         let engine = self.state.engine.clone();
         tokio::task::spawn_blocking(move || engine.flush_all()).await??;

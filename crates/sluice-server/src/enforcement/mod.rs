@@ -370,18 +370,22 @@ pub(crate) fn log_cancel(
 
 /// Runs [`run_once`] every `wlm.workload_group.enforcement_interval`, and [`refresh_once`] every
 /// `wlm.workload_group.usage_refresh_interval` in between (both re-read before each wait, so a
-/// change applies from the next wait on), until the future is dropped.
+/// change applies from the next wait on), until `stop` is cancelled: it then returns once a
+/// pass already on the blocking pool has ended, so the node's state is let go when it returns.
 ///
 /// # Cancel safety
-/// Dropping the future (aborting its task at shutdown) stops the loop; a pass already on the
-/// blocking pool runs to its end, which is harmless.
-pub async fn run_loop(st: Arc<AppState>) {
+/// Dropping the future stops the loop too, but a pass already on the blocking pool then runs
+/// to its end with the node's state (and its engine's index locks) after the loop is gone.
+pub async fn run_loop(st: Arc<AppState>, stop: tokio_util::sync::CancellationToken) {
     let mut last_pass = tokio::time::Instant::now();
     loop {
         let settings = st.cluster_settings.snapshot();
         let next_pass = last_pass + enforcement_interval(&settings);
         let wake = (tokio::time::Instant::now() + usage_refresh_interval(&settings)).min(next_pass);
-        tokio::time::sleep_until(wake).await;
+        tokio::select! {
+            () = tokio::time::sleep_until(wake) => {}
+            () = stop.cancelled() => return,
+        }
         let st = st.clone();
         let done = if tokio::time::Instant::now() >= next_pass {
             last_pass = tokio::time::Instant::now();
