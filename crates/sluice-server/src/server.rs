@@ -247,9 +247,9 @@ impl Node {
         let app = app(self.state.clone());
         let engine = self.state.engine.clone();
         // The loops that hand work to blocking threads stop when told, after that work, not by
-        // an abort: a refresh or enforcement pass left running held the node's state, and its
-        // engine's index locks, after `serve` returned (a node started again at once on the
-        // same data, as a test restarts one, failed to open its index).
+        // an abort: a refresh or enforcement pass left running would hold the node's state,
+        // and its engine's index locks, after `serve` returned, and a node started again at
+        // once on the same data (as a test restarts one) could fail to open its index.
         let stop_loops = tokio_util::sync::CancellationToken::new();
         // Not on a gateway: its embedded engine holds no index (every index API is the
         // upstream's), and each tick handed a blocking thread nothing to do, ten times a

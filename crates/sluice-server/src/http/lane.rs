@@ -728,10 +728,14 @@ async fn lent_run(
             let done = signal.clone();
             resp.map(|body| Body::new(DoneOnDrop { body, done }))
         });
-    let run = Run {
-        st: conn.st.clone(),
-    };
-    let io = Lent::new(stream, read, Some(len), done, conn.clock.clone(), Some(run));
+    let io = Lent::new(
+        stream,
+        read,
+        Some(len),
+        done,
+        conn.clock.clone(),
+        Some(conn.st.clone()),
+    );
     let mut served =
         http1::Builder::new().serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
     let mut shutdown = conn.shutdown.clone();
@@ -811,7 +815,8 @@ impl hyper::body::Body for DoneOnDrop {
 /// then the socket's) and no more; what the client sends past the request is kept in `after`,
 /// not given to hyper, and the client closing its connection reads as end of stream at once.
 /// Once the answer is done and flushed, the next request in `after` is lent the same way
-/// when it is one for hyper ([`Run`]), and otherwise the connection reads as end of stream.
+/// when it is one for hyper ([`Lent::lend_next`]), and otherwise the connection reads as end
+/// of stream.
 /// Handed off for good ([`hand_off`]), it is the socket after the lane's bytes.
 struct Lent {
     read: Bytes,
@@ -827,15 +832,10 @@ struct Lent {
     stage: BytesMut,
     /// The connection's `http.read_timeout` clock, told of every byte read from the socket.
     clock: Option<Arc<ReadClock>>,
-    /// Lent for a run: the next requests may be lent too.
-    run: Option<Run>,
-}
-
-/// What a run lent to hyper needs to lend it the client's next request.
-struct Run {
-    /// The node: its `http.max_content_length` (a request's framing, as the lane reads it)
-    /// and the count of requests lent.
-    st: Arc<AppState>,
+    /// Lent for a run, the node, so the next requests may be lent too: its
+    /// `http.max_content_length` (a request's framing, as the lane reads it) and the count of
+    /// requests lent.
+    run: Option<Arc<AppState>>,
 }
 
 impl Lent {
@@ -845,7 +845,7 @@ impl Lent {
         left: Option<usize>,
         done: Arc<AtomicBool>,
         clock: Option<Arc<ReadClock>>,
-        run: Option<Run>,
+        run: Option<Arc<AppState>>,
     ) -> Lent {
         Lent {
             read: read.freeze(),
@@ -860,17 +860,14 @@ impl Lent {
         }
     }
 
-    /// Once a lent request's answer went out and hyper was given the whole request: whether
-    /// hyper reads on, the next request lent (or more of its head awaited), rather than the
-    /// end of the run. A request the lane takes, or one that leaves the connection with hyper
-    /// for good, ends the run: the lane decides what comes of it.
+    /// Once a lent request's answer went out and hyper was given the whole request (the
+    /// caller's check): whether hyper reads on, the next request lent (or more of its head
+    /// awaited), rather than the end of the run. A request the lane takes, or one that leaves
+    /// the connection with hyper for good, ends the run: the lane decides what comes of it.
     fn lend_next(&mut self) -> bool {
-        let Some(run) = &self.run else {
+        let Some(st) = &self.run else {
             return false;
         };
-        if self.left != Some(0) {
-            return false;
-        }
         if !self.read.is_empty() {
             // Read before the run began and not yet given to hyper: it comes first.
             let mut pending = BytesMut::with_capacity(self.read.len() + self.after.len());
@@ -882,9 +879,9 @@ impl Lent {
         if self.after.is_empty() {
             return true;
         }
-        match parse(&self.after, run.st.config.max_content_length) {
+        match parse(&self.after, st.config.max_content_length) {
             Parsed::Once(len) => {
-                run.st.metrics.count_lane(LaneEvent::Lent);
+                st.metrics.count_lane(LaneEvent::Lent);
                 self.read = self.after.split().freeze();
                 self.left = Some(len);
                 self.done.store(false, Ordering::Release);
