@@ -19,7 +19,9 @@
 //! [`DEFAULT_BURST_GAP_MS`] after the last answer. The targets are interleaved round by round in
 //! a rotating order as in `throttle-overhead`, so that the machine's drift falls on all of them
 //! alike; the rounds of a target are merged. The report gives each target's latencies, what it
-//! adds to `direct`'s p50 and p99, and its p50 and p99 as ratios of `direct`'s.
+//! adds to `direct`'s p50 and p99, and its p50 and p99 as ratios of `direct`'s; then, when nginx
+//! was measured, each gateway target against nginx round by round (`paired.rs`: the median
+//! difference and a sign test), which the machine's drift between rounds does not blur.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -35,6 +37,7 @@ use tokio::process::{Child, Command};
 use crate::http::HttpTarget;
 use crate::load::Batches;
 use crate::measure::{self, Sample, Summary, Window};
+use crate::paired::Paired;
 use crate::queries::{QueryPool, QueryShape, TimeSpan};
 use crate::target::SpawnedServer;
 use crate::wlm::{self, GroupSpec};
@@ -306,16 +309,19 @@ pub fn main(args: &GatewayArgs) -> Result<()> {
         }
     };
     let runtime = tokio::runtime::Runtime::new().context("could not start the tokio runtime")?;
-    let rows = runtime.block_on(run(args, &root))?;
-    print!("{}", to_markdown(&rows));
+    let report = runtime.block_on(run(args, &root))?;
+    print!("{}", to_markdown(&report.rows));
+    if !report.comparisons.is_empty() {
+        print!("\n{}", comparisons_markdown(&report.comparisons));
+    }
     if let Some(out) = &args.out {
-        std::fs::write(out, serde_json::to_vec_pretty(&rows)?)
+        std::fs::write(out, serde_json::to_vec_pretty(&report)?)
             .with_context(|| format!("could not write {}", out.display()))?;
     }
     Ok(())
 }
 
-async fn run(args: &GatewayArgs, root: &Path) -> Result<Vec<Row>> {
+async fn run(args: &GatewayArgs, root: &Path) -> Result<Report> {
     let bin = match &args.sluice_bin {
         Some(b) => b.clone(),
         None => crate::default_sluice_bin()?,
@@ -409,6 +415,12 @@ async fn run(args: &GatewayArgs, root: &Path) -> Result<Vec<Row>> {
     // samples[load][clients][target]
     let mut samples: Vec<Vec<Vec<Sample>>> =
         vec![vec![vec![Sample::default(); targets.len()]; args.clients.len()]; args.loads.len()];
+    // Each round's own p50 and p99, for the paired comparison: per_round[load][clients][target].
+    let mut per_round: Vec<Vec<Vec<RoundFigures>>> =
+        vec![
+            vec![vec![RoundFigures::default(); targets.len()]; args.clients.len()];
+            args.loads.len()
+        ];
     let gap = Duration::from_millis(args.burst_gap_ms);
     for round in 0..args.rounds {
         for (li, &load) in args.loads.iter().enumerate() {
@@ -455,6 +467,8 @@ async fn run(args: &GatewayArgs, root: &Path) -> Result<Vec<Row>> {
                     if let Some(e) = &s.first_error {
                         eprintln!("  first error: {e}");
                     }
+                    per_round[li][ci][ti].p50_ms.push(s.p50_ms);
+                    per_round[li][ci][ti].p99_ms.push(s.p99_ms);
                     samples[li][ci][ti].merge(&sample);
                 }
             }
@@ -484,6 +498,8 @@ async fn run(args: &GatewayArgs, root: &Path) -> Result<Vec<Row>> {
         );
     }
     let mut rows = Vec::new();
+    let mut comparisons = Vec::new();
+    let nginx = targets.iter().position(|(v, _, _)| *v == Via::Nginx);
     for (li, &load) in args.loads.iter().enumerate() {
         for (ci, &clients) in args.clients.iter().enumerate() {
             let direct = targets
@@ -504,9 +520,62 @@ async fn run(args: &GatewayArgs, root: &Path) -> Result<Vec<Row>> {
                 }
                 rows.push(row(*via, load, clients, summary, &direct));
             }
+            let Some(ni) = nginx else { continue };
+            let against = &per_round[li][ci][ni];
+            for (ti, (via, _, _)) in targets.iter().enumerate() {
+                if !matches!(via, Via::Gateway | Via::GatewayGroup) {
+                    continue;
+                }
+                let mine = &per_round[li][ci][ti];
+                if let (Some(p50), Some(p99)) = (
+                    Paired::of(&mine.p50_ms, &against.p50_ms),
+                    Paired::of(&mine.p99_ms, &against.p99_ms),
+                ) {
+                    comparisons.push(Comparison {
+                        via: *via,
+                        load,
+                        clients,
+                        p50,
+                        p99,
+                    });
+                }
+            }
         }
     }
-    Ok(rows)
+    Ok(Report { rows, comparisons })
+}
+
+/// One target's p50s and p99s, a value a round.
+#[derive(Debug, Clone, Default)]
+struct RoundFigures {
+    p50_ms: Vec<f64>,
+    p99_ms: Vec<f64>,
+}
+
+/// A gateway target against nginx at one load and client count, round by round (the two were
+/// measured seconds apart in each round, so the machine's drift between rounds cancels).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Comparison {
+    /// The gateway target.
+    pub via: Via,
+    /// How the clients sent.
+    pub load: Load,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// The gateway's p50 minus nginx's, round by round.
+    pub p50: Paired,
+    /// The gateway's p99 minus nginx's, round by round.
+    pub p99: Paired,
+}
+
+/// What a run found: every target's merged figures, and the gateway's paired comparison with
+/// nginx when both were measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    /// One row a target, load and client count, rounds merged.
+    pub rows: Vec<Row>,
+    /// One a gateway target, load and client count (none without nginx).
+    pub comparisons: Vec<Comparison>,
 }
 
 /// A target's row: its summary and how it compares with `direct`'s.
@@ -544,6 +613,35 @@ fn to_markdown(rows: &[Row]) -> String {
             r.added_p99_ms,
             r.p50_ratio,
             r.p99_ratio
+        );
+    }
+    out
+}
+
+/// The paired comparisons as Markdown: a difference's median over the rounds, how many rounds
+/// it went each way, and the sign test's p-value.
+fn comparisons_markdown(comparisons: &[Comparison]) -> String {
+    let mut out = String::from(
+        "Round by round against nginx (gateway minus nginx; rounds higher / lower; sign test p):\n\n\
+         | load | clients | via | rounds | p50 diff ms (median) | p50 higher / lower | p50 p | p99 diff ms (median) | p99 higher / lower | p99 p |\n\
+         |---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for c in comparisons {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {:+.3} | {} / {} | {:.3} | {:+.3} | {} / {} | {:.3} |",
+            c.load.name(),
+            c.clients,
+            c.via.name(),
+            c.p50.rounds,
+            c.p50.median_ms,
+            c.p50.higher,
+            c.p50.lower,
+            c.p50.sign_test_p,
+            c.p99.median_ms,
+            c.p99.higher,
+            c.p99.lower,
+            c.p99.sign_test_p
         );
     }
     out

@@ -34,6 +34,7 @@ mod load;
 mod measure;
 mod noisy;
 mod overhead;
+mod paired;
 mod queries;
 mod report;
 mod target;
