@@ -1541,6 +1541,136 @@ async fn test_identity_is_forwarded_as_configured_and_client_trust_headers_are_s
     gw.stop().await;
 }
 
+/// A header's name and value.
+type Header<'a> = (&'a str, &'a str);
+
+/// The requests of [`chains_received`]: a search on the fast lane, a count on the general
+/// path (the lane leaves a client that accepts gzip to it) and a document read forwarded
+/// unchanged, each with its own headers.
+const CHAIN_PATHS: [(&str, &str, Option<Header>); 3] = [
+    ("POST", "/logs/_search", None),
+    ("POST", "/logs/_count", Some(("accept-encoding", "gzip"))),
+    ("GET", "/logs/_doc/1", None),
+];
+
+/// Sends [`CHAIN_PATHS`] to `gw` with `who` and one `X-Forwarded-For` line per entry of
+/// `lines` (and a `Forwarded` and an `X-Real-IP` that never pass); answers the forwarded
+/// chain `up` received with each, the same on every path.
+async fn chains_received(gw: &TestNode, up: &Fake, who: &[(&str, &str)], lines: &[&str]) -> String {
+    let mut got = Vec::new();
+    for (method, path, extra) in CHAIN_PATHS {
+        let mut headers = who.to_vec();
+        headers.extend(lines.iter().map(|l| ("x-forwarded-for", *l)));
+        headers.extend([("forwarded", "for=192.0.2.66"), ("x-real-ip", "192.0.2.66")]);
+        headers.extend(extra);
+        let body = (method == "POST").then(|| json!({}));
+        let r = gw.req_with(method, path, body, &headers).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        let received = up.received.lock().last().unwrap().clone();
+        assert!(received.uri.starts_with(path), "{}", received.uri);
+        for gone in ["forwarded", "x-real-ip"] {
+            assert!(
+                received.headers.get(gone).is_none(),
+                "{path}: {gone} passed"
+            );
+        }
+        let values: Vec<&str> = received
+            .headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect();
+        got.push((path, values.join(" | ")));
+    }
+    assert!(
+        got.iter().all(|(_, chain)| *chain == got[0].1),
+        "every path forwards the same chain: {got:?}"
+    );
+    got[0].1.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_trusted_proxys_forwarded_chain_reaches_the_upstream_on_every_path() {
+    let up = fake(answer_with(|_| {
+        axum::Json(json!({"ok": true})).into_response()
+    }))
+    .await;
+    // sluice behind a trusted proxy (the test, at 127.0.0.1), telling the upstream the user
+    // through its proxy headers.
+    let gw = gateway(
+        &up.base,
+        &[
+            "auth.type=proxy",
+            "auth.proxy.trusted_addresses=127.0.0.1",
+            "backend.upstream.identity=proxy",
+        ],
+    )
+    .await;
+    let chain = |lines: &'static [&'static str]| chains_received(&gw, &up, &ADMIN, lines);
+    // The proxy's chain, its lines one list, then the proxy itself.
+    assert_eq!(
+        chain(&["203.0.113.7, 10.0.0.5", "198.51.100.2"]).await,
+        "203.0.113.7, 10.0.0.5, 198.51.100.2, 127.0.0.1"
+    );
+    assert_eq!(chain(&[]).await, "127.0.0.1");
+    // An entry that is not an address ends what is believed, from the right: what is left of
+    // it goes with it, and a port is not forwarded.
+    assert_eq!(
+        chain(&["198.51.100.9, unknown, 203.0.113.7:8080"]).await,
+        "203.0.113.7, 127.0.0.1"
+    );
+    assert_eq!(
+        chain(&["203.0.113.7", "proxy.example, [2001:db8::1]:443"]).await,
+        "2001:db8::1, 127.0.0.1"
+    );
+    assert_eq!(chain(&["203.0.113.7, not-an-ip"]).await, "127.0.0.1");
+    // A chain longer than 32 entries: its nearest 32.
+    let long: String = (0..40).map(|i| format!("10.0.1.{i}, ")).collect::<String>() + "10.0.2.1";
+    let nearest: Vec<String> = (9..40).map(|i| format!("10.0.1.{i}")).collect();
+    assert_eq!(
+        chains_received(&gw, &up, &ADMIN, &[&long]).await,
+        format!("{}, 10.0.2.1, 127.0.0.1", nearest.join(", "))
+    );
+    // Each case's search took the lane once; the others went the general path.
+    assert_eq!(lane_counts_as(&gw, &ADMIN).await.0, 6, "lane searches");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_forwarded_chain_is_not_believed_where_sluice_trusts_no_proxy() {
+    let up = fake(answer_with(|_| {
+        axum::Json(json!({"ok": true})).into_response()
+    }))
+    .await;
+    // Basic authentication: `auth.proxy.trusted_addresses` is set but means nothing, so the
+    // peer (the test, at 127.0.0.1) is not a proxy whose chain is believed.
+    let tmp = tempfile::tempdir().unwrap();
+    let users = tmp.path().join("users.yml");
+    sluice_server::auth::add_user(&users, "alice", "alice-pw", &["admin".into()], false)
+        .expect("add alice");
+    let users = format!("auth.users_file={}", users.display());
+    let gw = gateway(
+        &up.base,
+        &[
+            "auth.type=basic",
+            &users,
+            "auth.proxy.trusted_addresses=127.0.0.1",
+            "backend.upstream.identity=proxy",
+        ],
+    )
+    .await;
+    // alice:alice-pw
+    let alice = [("authorization", "Basic YWxpY2U6YWxpY2UtcHc=")];
+    for forged in [
+        &["203.0.113.7"][..],
+        &["203.0.113.7, 10.0.0.5", "198.51.100.2"],
+    ] {
+        assert_eq!(chains_received(&gw, &up, &alice, forged).await, "127.0.0.1");
+    }
+    assert_eq!(lane_counts_as(&gw, &alice).await.0, 2, "lane searches");
+    gw.stop().await;
+}
+
 /// The peak resident memory of process `pid` (`VmHWM`), bytes.
 fn peak_rss(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -3811,14 +3941,16 @@ async fn running_past(base: &str, past: Duration) {
 /// served by the lane, requests lent (this scrape, on a connection of its own, is one) and
 /// connections handed off.
 async fn lane_counts(gw: &TestNode) -> (u64, u64, u64) {
-    let text = reqwest::Client::new()
-        .get(format!("{}/_prometheus/metrics", gw.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    lane_counts_as(gw, &[]).await
+}
+
+/// [`lane_counts`] scraped with `who`'s headers, for a gateway that authenticates.
+async fn lane_counts_as(gw: &TestNode, who: &[(&str, &str)]) -> (u64, u64, u64) {
+    let mut scrape = reqwest::Client::new().get(format!("{}/_prometheus/metrics", gw.base));
+    for (name, value) in who {
+        scrape = scrape.header(*name, *value);
+    }
+    let text = scrape.send().await.unwrap().text().await.unwrap();
     let value = |series: &str| {
         text.lines()
             .find(|l| l.starts_with(series))

@@ -1,6 +1,7 @@
 //! Which headers cross the gateway: hop-by-hop headers never do (RFC 9110 §7.6.1), headers
 //! through which an upstream trusts a proxy are only ever the gateway's own, and the client's
-//! identity is forwarded as `backend.upstream.identity` says.
+//! identity is forwarded as `backend.upstream.identity` says — in `proxy` mode with the
+//! client's address chain, a trusted proxy's believed ([`super::forwarded`]).
 
 use std::net::IpAddr;
 use std::sync::LazyLock;
@@ -9,7 +10,9 @@ use base64::Engine as _;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 use super::config::{IdentityMode, UpstreamConfig};
-use crate::auth::Principal;
+use super::forwarded;
+use crate::auth::{AuthMode, IpCidr, Principal};
+use crate::http::header_lines::HeaderLines;
 
 /// Hop-by-hop headers: meaningful for one connection only, never forwarded (RFC 9110 §7.6.1,
 /// plus `keep-alive`, `proxy-connection` and `upgrade` that proxies conventionally drop).
@@ -87,7 +90,8 @@ const PROXY_EXT_PREFIX: &str = "x-proxy-ext-";
 
 /// Where a request's path through proxies is told, which an upstream that trusts the gateway
 /// as a proxy believes: never a client's to send (in `proxy` mode the gateway writes
-/// `X-Forwarded-For` itself).
+/// `X-Forwarded-For` itself, with the chain of a proxy sluice trusts; `Forwarded` and
+/// `X-Real-IP` are not converted: OpenSearch security reads one header, `remoteIpHeader`).
 const FORWARDING: [HeaderName; 3] = [
     FORWARDED_FOR,
     HeaderName::from_static("forwarded"),
@@ -154,6 +158,10 @@ pub struct Identity {
     service_authorization: Option<HeaderValue>,
     proxy_user_header: HeaderName,
     proxy_roles_header: HeaderName,
+    /// The peers whose `X-Forwarded-For` chain is believed in `proxy` mode: sluice's own
+    /// trusted proxies (`auth.proxy.trusted_addresses`), with `auth.type: proxy` only — the
+    /// peers whose word on the user sluice takes, and no others.
+    trusted_proxies: Vec<IpCidr>,
     /// Headers of the client's never forwarded: the hop-by-hop ones, `Host`, `Expect`, sluice's
     /// `workloadGroupId`, the headers through which some upstream trusts a proxy (the
     /// upstream's proxy headers and extended attributes, sluice's own `auth.proxy.*` headers,
@@ -177,6 +185,11 @@ impl Identity {
             service_authorization,
             proxy_user_header: config.proxy_user_header.clone(),
             proxy_roles_header: config.proxy_roles_header.clone(),
+            trusted_proxies: if auth.mode == AuthMode::Proxy {
+                auth.trusted_addresses.clone()
+            } else {
+                Vec::new()
+            },
             dropped: Names::of(
                 HOP_BY_HOP
                     .iter()
@@ -229,19 +242,21 @@ impl Identity {
         self.service_authorization.is_none()
     }
 
-    /// Rewrites a client's request headers for the upstream: hop-by-hop and `Host` removed,
-    /// the `workloadGroupId` header (sluice's, not the upstream's) removed, proxy-trust
-    /// headers removed, then the identity set: the client's `Authorization` is kept only in
-    /// `passthrough`; otherwise the gateway's credentials, plus the user and roles in `proxy`
-    /// or the user in `run_as`.
+    /// Rewrites the request headers of a client at `client` (the connection's peer) for the
+    /// upstream: hop-by-hop and `Host` removed, the `workloadGroupId` header (sluice's, not
+    /// the upstream's) removed, proxy-trust headers removed, then the identity set: the
+    /// client's `Authorization` is kept only in `passthrough`; otherwise the gateway's
+    /// credentials, plus the user, roles and address chain in `proxy`
+    /// ([`Identity::forwarded_for`]) or the user in `run_as`.
     pub fn outbound(
         &self,
         headers: &mut HeaderMap,
         principal: Option<&Principal>,
         client: Option<IpAddr>,
     ) {
+        let forwarded_for = self.forwarded_for(&*headers, principal, client);
         strip(headers, &self.dropped);
-        self.add(headers, principal, client);
+        self.add(headers, principal, forwarded_for);
     }
 
     /// [`Identity::outbound`] for a request of the fast lane, whose header lines are forwarded
@@ -255,13 +270,48 @@ impl Identity {
         principal: Option<&Principal>,
         client: Option<IpAddr>,
     ) {
+        let forwarded_for = self.forwarded_for(&*raw, principal, client);
         raw.retain(|name| !self.dropped.contains_raw(name));
-        self.add(headers, principal, client);
+        self.add(headers, principal, forwarded_for);
+    }
+
+    /// The `X-Forwarded-For` value of `principal`'s request from `client` with header lines
+    /// `lines`, in `proxy` mode (none in the others, or without a principal or a client).
+    ///
+    /// From one of sluice's trusted proxies ([`Identity::trusted_proxies`]) its chain is
+    /// believed, as far as it is well formed and no longer than the bound
+    /// ([`forwarded::believed_chain`]), and the proxy comes after it; from any other peer the
+    /// chain it sent is its own claim, and the peer is the only entry. Read before the
+    /// client's forwarding headers are stripped, from the lines either path keeps (a header
+    /// map, or the lane's raw lines: they answer alike, `header_lines` H1), so both forward
+    /// the same value.
+    fn forwarded_for(
+        &self,
+        lines: &impl HeaderLines,
+        principal: Option<&Principal>,
+        client: Option<IpAddr>,
+    ) -> Option<HeaderValue> {
+        if self.mode != IdentityMode::Proxy || principal.is_none() {
+            return None;
+        }
+        let client = client?;
+        let chain = if self.trusted_proxies.iter().any(|n| n.contains(client)) {
+            forwarded::believed_chain(lines.values(&FORWARDED_FOR))
+        } else {
+            Vec::new()
+        };
+        forwarded::header_value(&chain, client)
     }
 
     /// The identity's own headers, set in `headers`: the gateway's credentials, and the user
-    /// in `proxy` and `run_as` modes.
-    fn add(&self, headers: &mut HeaderMap, principal: Option<&Principal>, client: Option<IpAddr>) {
+    /// in `proxy` and `run_as` modes, with `forwarded_for` ([`Identity::forwarded_for`]) in
+    /// `proxy`.
+    fn add(
+        &self,
+        headers: &mut HeaderMap,
+        principal: Option<&Principal>,
+        forwarded_for: Option<HeaderValue>,
+    ) {
         if self.mode != IdentityMode::Passthrough
             && let Some(auth) = &self.service_authorization
         {
@@ -276,12 +326,10 @@ impl Identity {
                 if let Ok(v) = HeaderValue::from_str(&roles.join(",")) {
                     headers.insert(self.proxy_roles_header.clone(), v);
                 }
-                // The security plugin checks the proxy against the forwarded chain: the
-                // client's address is the only entry (the client's own chain was stripped),
-                // the gateway being the last proxy.
-                if let Some(ip) = client
-                    && let Ok(v) = HeaderValue::from_str(&ip.to_string())
-                {
+                // The security plugin checks the proxy against the forwarded chain, the
+                // gateway being the last proxy: it takes its proxy headers only once it read
+                // a client's address there.
+                if let Some(v) = forwarded_for {
                     headers.insert(FORWARDED_FOR, v);
                 }
             }
@@ -473,6 +521,56 @@ mod tests {
         assert!(h.get("x-proxy-user").is_none());
     }
 
+    /// `auth.type: proxy` trusting `10.0.0.0/8`, or `basic` with the same (unused) list.
+    fn trusting_ten(mode: AuthMode) -> crate::auth::AuthConfig {
+        crate::auth::AuthConfig {
+            mode,
+            trusted_addresses: vec![IpCidr::parse("10.0.0.0/8").unwrap()],
+            ..crate::auth::AuthConfig::default()
+        }
+    }
+
+    #[test]
+    fn test_forwarded_chain_is_believed_from_sluices_trusted_proxies_only() {
+        let forwarded = |auth: &crate::auth::AuthConfig, user: bool, client: &str| {
+            let mut h = client_headers();
+            Identity::new(&config(IdentityMode::Proxy, false), auth).outbound(
+                &mut h,
+                user.then(alice).as_ref(),
+                Some(client.parse().unwrap()),
+            );
+            let values: Vec<&str> = h
+                .get_all("x-forwarded-for")
+                .iter()
+                .map(|v| v.to_str().unwrap())
+                .collect();
+            values.join(" | ")
+        };
+        let proxy = trusting_ten(AuthMode::Proxy);
+        // From a trusted proxy: its two lines as one chain, then the proxy.
+        assert_eq!(
+            forwarded(&proxy, true, "10.1.2.3"),
+            "10.9.9.9, 1.1.1.1, 10.1.2.3"
+        );
+        // From another peer, or where sluice trusts no proxy (the list is unused in `basic`):
+        // the peer alone.
+        assert_eq!(forwarded(&proxy, true, "192.0.2.5"), "192.0.2.5");
+        assert_eq!(
+            forwarded(&trusting_ten(AuthMode::Basic), true, "10.1.2.3"),
+            "10.1.2.3"
+        );
+        // Nothing for a request without a user, as before.
+        assert_eq!(forwarded(&proxy, false, "10.1.2.3"), "");
+        // The other identity modes forward no chain at all.
+        let mut h = client_headers();
+        Identity::new(&config(IdentityMode::RunAs, true), &proxy).outbound(
+            &mut h,
+            Some(&alice()),
+            Some("10.1.2.3".parse().unwrap()),
+        );
+        assert!(h.get("x-forwarded-for").is_none());
+    }
+
     #[test]
     fn own_calls_carry_the_gateways_credentials_in_every_mode() {
         let auth = crate::auth::AuthConfig::default();
@@ -504,7 +602,8 @@ mod tests {
         /// ([`Identity::outbound_raw`]); the general path from its header map
         /// ([`Identity::outbound`]). Over generated requests of the lane's kind (a
         /// `Connection` header naming `keep-alive` only), every identity mode, with and without
-        /// credentials and a user: the same headers reach the upstream.
+        /// credentials, a user and a client sluice trusts as its proxy: the same headers reach
+        /// the upstream.
         #[test]
         fn test_raw_lines_are_rewritten_as_a_header_map_is(
             lines in proptest::collection::vec((
@@ -516,7 +615,10 @@ mod tests {
                     "x-real-ip", "x-proxy-ext-dept", "x-proxy-ext", "x-proxy-exp", "cookie",
                     "es-secondary-authorization", "x-api-key", "accept-encoding", "expect",
                 ]),
-                proptest::sample::select(vec!["a", "Basic YWxpY2U6cHc=", "1, 2", "x;y=z"]),
+                proptest::sample::select(vec![
+                    "a", "Basic YWxpY2U6cHc=", "1, 2", "x;y=z", "203.0.113.7",
+                    "198.51.100.2, [2001:db8::1]:443", "unknown, 192.0.2.1", "",
+                ]),
                 proptest::bool::ANY,
             ), 0..12),
             mode in proptest::sample::select(vec![
@@ -525,8 +627,10 @@ mod tests {
             ]),
             creds in proptest::bool::ANY,
             user in proptest::bool::ANY,
+            trusted in proptest::bool::ANY,
         ) {
-            let id = Identity::new(&config(mode, creds), &crate::auth::AuthConfig::default());
+            let auth = trusting_ten(if trusted { AuthMode::Proxy } else { AuthMode::None });
+            let id = Identity::new(&config(mode, creds), &auth);
             let mut request = b"POST /i/_search HTTP/1.1\r\n".to_vec();
             let mut ranges = Vec::new();
             let mut map = HeaderMap::new();

@@ -15,6 +15,7 @@
 //! - [`hosts`]: round-robin over healthy hosts with back-off;
 //! - [`client`]: the pooled hyper client over rustls and its failure mapping (502/504);
 //! - [`headers`]: hop-by-hop headers, proxy-trust headers, identity forwarding;
+//!   [`forwarded`]: the `X-Forwarded-For` chain of a trusted proxy, as far as it is believed;
 //! - [`scrolls`]: scroll id → group; [`sniff`] reads a response's scroll id as it streams;
 //! - [`routes`]: the gateway's router and its search-class handlers; [`msearch`]: the split of
 //!   an `_msearch` into admitted items and the merge of the answers.
@@ -24,6 +25,7 @@ pub mod by_query;
 pub mod client;
 pub mod config;
 pub mod doc_items;
+pub mod forwarded;
 pub mod h1;
 pub mod headers;
 pub mod health;
