@@ -413,8 +413,9 @@ pub fn app(state: Arc<AppState>) -> HttpService {
 /// The steps every routed request goes through before its handler, in order, and the ones
 /// its response goes through after it, in reverse:
 /// 1. metrics: the request counted and timed once answered, whatever answered it;
-/// 2. the body limit put where the handlers' body readers find it, and the headers' size
-///    checked ([`MAX_HEADER_SIZE`]): a 400 ends the request here;
+/// 2. the body limit put where the handlers' body readers find it, the headers' size checked
+///    ([`MAX_HEADER_SIZE`]) and the single-valued headers' values
+///    ([`crate::http::meta::read_single_valued`]): a 400 ends the request here;
 /// 3. authentication: a 401 ends the request here;
 /// 4. authorization (inside authentication, outside the handlers: every request, routed or
 ///    not, a gateway's pass-through included): a 403 ends it here; an admin action is
@@ -495,8 +496,9 @@ pub(crate) struct Checked {
 /// Steps 3 to 5 of [`request_layers`], which the gateway's fast lane (`crate::http::lane`)
 /// takes too, on a request from `peer` with header lines `headers`, `X-Opaque-Id` values
 /// `opaque` (read once, by [`crate::http::meta::opaque_ids`]), `method` and `path`, and `route`
-/// its action: different `X-Opaque-Id` values refused (a 400, as OpenSearch's REST
-/// layer refuses them before its handlers), authentication (a 401 ends the request),
+/// its action: a single-valued header (`X-Opaque-Id`, `workloadGroupId`) sent with different
+/// values refused (a 400, as OpenSearch's REST layer refuses it before its handlers, whatever
+/// the request: [`crate::http::meta::read_single_valued`]), authentication (a 401 ends the request),
 /// authorization (a 403 ends it), the request's metadata gathered. Answers what they found, or
 /// the refusal to answer.
 pub(crate) async fn check_lines(
@@ -508,12 +510,13 @@ pub(crate) async fn check_lines(
     path: &str,
     route: crate::auth::route::RouteAction<'_>,
 ) -> Result<Checked, Response> {
-    crate::http::meta::check_single_valued(opaque).map_err(IntoResponse::into_response)?;
+    let single = crate::http::meta::read_single_valued(headers, opaque)
+        .map_err(IntoResponse::into_response)?;
     let principal = crate::auth::authenticate(&st.auth, headers, peer, path).await?;
     let (permissions, audited) =
         crate::auth::authorize(st, principal.as_ref(), method, path, route)
             .map_err(|refused| crate::error::ApiError::Engine(refused).into_response())?;
-    let meta = crate::http::meta::gather(headers, opaque, principal, permissions);
+    let meta = crate::http::meta::gather(single, principal, permissions);
     Ok(Checked { meta, audited })
 }
 

@@ -192,8 +192,9 @@ pub struct Task {
     /// [`sluice_core::resources::unmeasured`]). Given back when a usage refresh first measures
     /// the task, or when it is unregistered.
     pub reservation: std::sync::OnceLock<sluice_core::resources::Reservation>,
-    /// The request's `X-Opaque-Id` header, shown under `headers` in `_tasks` as OpenSearch
-    /// shows it; set once, after registration.
+    /// The request's `X-Opaque-Id` header, as OpenSearch reads it (each byte one ISO-8859-1
+    /// character: `crate::http::meta::opaque_id_text`), shown under `headers` in `_tasks` as
+    /// OpenSearch shows it; set once, after registration.
     opaque_id: std::sync::OnceLock<Arc<str>>,
 }
 

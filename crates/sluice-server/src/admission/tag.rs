@@ -15,7 +15,9 @@ use crate::state::AppState;
 use crate::workload::{DEFAULT_GROUP_ID, GroupEntry};
 
 /// The group a request over `indices` runs in: its `workloadGroupId` header, else the tagging
-/// rules over its indices and principal, else DEFAULT. A repeated or empty header is a 400.
+/// rules over its indices and principal, else DEFAULT. An empty header, or one not visible
+/// ASCII, is a 400 (one repeated with different values never comes here: the request was
+/// refused whole, `crate::http::meta::read_single_valued`).
 ///
 /// With authorization on, the header is the user's to send only with the permission to choose
 /// a group ([`Action::WlmGroupChoose`]; admin roles and `cluster_all` have it): without it the

@@ -684,7 +684,7 @@ fn missing_credentials(path: &str) -> EngineError {
 }
 
 /// Authenticates a request from `peer` to `path` with header lines `headers`, first of the
-/// request steps after the `X-Opaque-Id` check ([`crate::server::check_lines`]): its principal
+/// request steps after the single-valued headers' check ([`crate::server::check_lines`]): its principal
 /// (none when `auth.type` is `none`), or `Err` is the 401 `security_exception` to answer (with
 /// `WWW-Authenticate: Basic realm="sluice"` in `basic` mode).
 ///

@@ -1,6 +1,6 @@
 //! A request's header lines looked up by name, wherever they are kept: in hyper's header map on
 //! the general path, or where the gateway's fast lane read them ([`RawHeaders`]). The request
-//! steps that read headers (the `X-Opaque-Id` check, authentication, the request's metadata:
+//! steps that read headers (the single-valued headers' check, authentication, the request's metadata:
 //! [`crate::server::check_lines`]) read them through [`HeaderLines`], so the lane runs the same
 //! steps without building a header map first (about 3,000 instructions a search, most of them
 //! hashing and copying names the steps never ask for; BENCHMARKS.md "Header lines where they

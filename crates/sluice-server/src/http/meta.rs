@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use sluice_engine::EngineError;
 
 use crate::auth::Principal;
-use crate::http::header_lines::{HeaderLines, visible};
+use crate::http::header_lines::HeaderLines;
 use sluice_core::authz::RoleSet;
 use sluice_wire::WORKLOAD_GROUP_ID_HEADER as GROUP_HEADER;
 
@@ -37,12 +37,12 @@ pub struct RequestMeta {
     /// `None` when nothing is authorized (`auth.type: none`, work the node starts itself).
     pub permissions: Option<Arc<RoleSet>>,
     /// The `workloadGroupId` header: `Ok(None)` when absent, `Err` with the reason when it
-    /// cannot be used (repeated, empty, not text).
+    /// cannot be used (empty, not visible ASCII text).
     group_header: Result<Option<Arc<str>>, Arc<str>>,
     /// `Warning` header values for the response.
     pub warnings: Warnings,
-    /// The request's `X-Opaque-Id` header (the last one, as OpenSearch keeps), recorded on
-    /// its tasks.
+    /// The request's `X-Opaque-Id` header (its one value: different ones are refused), as
+    /// OpenSearch reads it ([`opaque_id_text`]), recorded on its tasks.
     pub opaque_id: Option<Arc<str>>,
 }
 
@@ -59,7 +59,7 @@ impl RequestMeta {
         }
     }
 
-    /// The `workloadGroupId` header, or a 400 when it is repeated, empty or not text.
+    /// The `workloadGroupId` header, or a 400 when it is empty or not visible ASCII text.
     pub fn group_header(&self) -> Result<Option<&str>, EngineError> {
         match &self.group_header {
             Ok(h) => Ok(h.as_deref()),
@@ -101,35 +101,57 @@ impl<S: Send + Sync> FromRequestParts<S> for RequestMeta {
     }
 }
 
-/// Reads the `workloadGroupId` header: absent, one usable value, or why it cannot be used.
-fn read_group_header(headers: &impl HeaderLines) -> Result<Option<Arc<str>>, Arc<str>> {
-    let mut values = headers.values(&GROUP_HEADER_NAME);
-    match (values.next(), values.next()) {
-        (None, _) => Ok(None),
-        (Some(one), None) => match visible(one) {
-            Some(s) if !s.trim().is_empty() => Ok(Some(Arc::from(s.trim()))),
-            Some(_) => Err(format!("the [{GROUP_HEADER}] header must not be empty").into()),
-            None => Err(format!("the [{GROUP_HEADER}] header must be visible ASCII text").into()),
-        },
-        _ => Err(format!("multiple values for single-valued header [{GROUP_HEADER}]").into()),
+/// Reads the `workloadGroupId` header's value (its one value, [`read_single_valued`]): absent,
+/// usable, or why it cannot be used. Only visible ASCII is usable: a tab, which
+/// `HeaderValue::to_str` lets through, would name no group and then show inside the
+/// unknown-group `Warning` and log line.
+fn read_group_header(value: Option<&[u8]>) -> Result<Option<Arc<str>>, Arc<str>> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let text = value
+        .iter()
+        .all(|b| (b' '..=b'~').contains(b))
+        .then(|| std::str::from_utf8(value).ok())
+        .flatten();
+    match text {
+        Some(s) if !s.trim().is_empty() => Ok(Some(Arc::from(s.trim()))),
+        Some(_) => Err(format!("the [{GROUP_HEADER}] header must not be empty").into()),
+        None => Err(format!("the [{GROUP_HEADER}] header must be visible ASCII text").into()),
     }
 }
 
-/// Gathers a request's [`RequestMeta`] from its header lines, its `X-Opaque-Id` values
-/// (`opaque`, as [`opaque_ids`] read them) and what authentication and authorization found
-/// (after them, last of the request steps before the handler: [`crate::server::check_lines`]).
+/// An `X-Opaque-Id` value as OpenSearch reads it: Netty hands header values over as
+/// ISO-8859-1 text, each byte one character, so a value with bytes of 0x80 and above is still
+/// an id (`café` sent as Latin-1 bytes shows as `café`; sent as UTF-8, as `cafÃ©`, as
+/// OpenSearch shows it). The gateway writes it back byte for byte
+/// (`crate::backend::upstream::opaque_id_value`).
+pub fn opaque_id_text(value: &HeaderValue) -> Arc<str> {
+    match value.to_str() {
+        Ok(ascii) => Arc::from(ascii),
+        Err(_) => value
+            .as_bytes()
+            .iter()
+            .map(|&b| char::from(b))
+            .collect::<String>()
+            .into(),
+    }
+}
+
+/// Gathers a request's [`RequestMeta`] from its single-valued headers (`single`, as
+/// [`read_single_valued`] read them) and what authentication and authorization found (after
+/// them, last of the request steps before the handler: [`crate::server::check_lines`]).
 pub fn gather(
-    headers: &impl HeaderLines,
-    opaque: &[HeaderValue],
+    single: SingleValued<'_>,
     principal: Option<Arc<Principal>>,
     permissions: Option<Arc<RoleSet>>,
 ) -> RequestMeta {
     RequestMeta {
         principal,
         permissions,
-        group_header: read_group_header(headers),
+        group_header: read_group_header(single.group),
         warnings: Warnings::default(),
-        opaque_id: opaque.last().and_then(|v| v.to_str().ok()).map(Arc::from),
+        opaque_id: single.opaque_id.map(opaque_id_text),
     }
 }
 
@@ -159,26 +181,55 @@ pub fn warning_values(warnings: &Warnings) -> Vec<HeaderValue> {
         .collect()
 }
 
-/// Refuses a request that sends different `X-Opaque-Id` values (`opaque`, as [`opaque_ids`]
-/// read them), as OpenSearch's REST layer refuses a single-valued header repeated with
-/// different values, before any handler and its security: 400 with its simple error (the same
-/// value repeated is one value).
-pub fn check_single_valued(opaque: &[HeaderValue]) -> Result<(), crate::error::ApiError> {
-    let Some((first, rest)) = opaque.split_first() else {
-        return Ok(());
-    };
-    if rest.iter().all(|v| v == first) {
-        return Ok(());
-    }
-    Err(crate::error::ApiError::Simple {
-        status: axum::http::StatusCode::BAD_REQUEST,
-        message: "multiple values for single-valued header [X-Opaque-Id].".to_string(),
-        allow: None,
-    })
+/// The one value of each single-valued header OpenSearch registers that sluice reads, as
+/// [`read_single_valued`] found them.
+#[derive(Debug, Clone, Copy)]
+pub struct SingleValued<'a> {
+    /// The `X-Opaque-Id` value, if sent.
+    pub opaque_id: Option<&'a HeaderValue>,
+    /// The `workloadGroupId` value, if sent (not yet checked as a group id).
+    pub group: Option<&'a [u8]>,
 }
 
-/// The request's `X-Opaque-Id` values, in the order sent: read once, for [`check_single_valued`],
-/// [`gather`] and [`echo_opaque_id`], which puts them on its response.
+/// Reads the single-valued headers OpenSearch registers that sluice reads, `X-Opaque-Id`
+/// (`opaque`, as [`opaque_ids`] read them) and `workloadGroupId` (from `headers`), refusing a
+/// request that sends either with different values, as OpenSearch's REST layer copies its
+/// registered headers (`RestController`, before any handler and its security, so whatever the
+/// request is: a search, an `_msearch` as a whole, an index creation): 400 with its simple
+/// error naming the first such header (`X-Opaque-Id` first). The same value repeated is one
+/// value. Values are compared as the bytes sent, as OpenSearch compares them (Netty's
+/// ISO-8859-1 text, one character a byte).
+pub fn read_single_valued<'a>(
+    headers: &'a impl HeaderLines,
+    opaque: &'a [HeaderValue],
+) -> Result<SingleValued<'a>, crate::error::ApiError> {
+    let opaque_id =
+        one_value(opaque.iter()).ok_or_else(|| multiple_values(sluice_wire::OPAQUE_ID_HEADER))?;
+    let group = one_value(headers.values(&GROUP_HEADER_NAME))
+        .ok_or_else(|| multiple_values(GROUP_HEADER))?;
+    Ok(SingleValued { opaque_id, group })
+}
+
+/// The one distinct value among `values`: `Some(None)` when there is none, `None` when they
+/// differ.
+fn one_value<T: PartialEq>(mut values: impl Iterator<Item = T>) -> Option<Option<T>> {
+    let Some(first) = values.next() else {
+        return Some(None);
+    };
+    values.all(|v| v == first).then_some(Some(first))
+}
+
+/// OpenSearch's refusal of header `name` sent with different values (its simple error).
+fn multiple_values(name: &str) -> crate::error::ApiError {
+    crate::error::ApiError::Simple {
+        status: axum::http::StatusCode::BAD_REQUEST,
+        message: format!("multiple values for single-valued header [{name}]."),
+        allow: None,
+    }
+}
+
+/// The request's `X-Opaque-Id` values, in the order sent: read once, for [`read_single_valued`]
+/// (then [`gather`]) and [`echo_opaque_id`], which puts them on its response.
 pub fn opaque_ids(headers: &impl HeaderLines) -> Vec<HeaderValue> {
     headers.header_values(&OPAQUE_ID_NAME)
 }
@@ -210,5 +261,114 @@ mod tests {
             OPAQUE_ID_NAME,
             HeaderName::from_bytes(sluice_wire::OPAQUE_ID_HEADER.as_bytes()).unwrap()
         );
+    }
+
+    /// A header map of `lines`, values as bytes.
+    fn lines(lines: &[(&str, &[u8])]) -> axum::http::HeaderMap {
+        let mut map = axum::http::HeaderMap::new();
+        for (name, value) in lines {
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_bytes(value).unwrap(),
+            );
+        }
+        map
+    }
+
+    /// The `X-Opaque-Id` and `workloadGroupId` values [`read_single_valued`] found.
+    type Found = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+    /// What [`read_single_valued`] answers for `lines`: the two values, or the refusal's text.
+    fn single(lines_sent: &[(&str, &[u8])]) -> Result<Found, String> {
+        let map = lines(lines_sent);
+        let opaque = opaque_ids(&map);
+        match read_single_valued(&map, &opaque) {
+            Ok(s) => Ok((
+                s.opaque_id.map(|v| v.as_bytes().to_vec()),
+                s.group.map(<[u8]>::to_vec),
+            )),
+            Err(crate::error::ApiError::Simple {
+                status, message, ..
+            }) => {
+                assert_eq!(status, axum::http::StatusCode::BAD_REQUEST);
+                Err(message)
+            }
+            Err(other) => panic!("not the simple error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn test_single_valued_headers_refuse_different_values_only() {
+        assert_eq!(single(&[]), Ok((None, None)));
+        assert_eq!(
+            single(&[("X-Opaque-Id", b"a"), ("workloadGroupId", b"g")]),
+            Ok((Some(b"a".to_vec()), Some(b"g".to_vec())))
+        );
+        // The same value repeated, names in any case, is one value.
+        assert_eq!(
+            single(&[
+                ("workloadGroupId", b"g"),
+                ("x-opaque-id", b"a"),
+                ("WORKLOADGROUPID", b"g"),
+                ("X-Opaque-Id", b"a"),
+            ]),
+            Ok((Some(b"a".to_vec()), Some(b"g".to_vec())))
+        );
+        assert_eq!(
+            single(&[("workloadGroupId", b"a"), ("workloadgroupid", b"b")]),
+            Err("multiple values for single-valued header [workloadGroupId].".to_string())
+        );
+        assert_eq!(
+            single(&[("x-opaque-id", b"a"), ("X-Opaque-Id", b"b")]),
+            Err("multiple values for single-valued header [X-Opaque-Id].".to_string())
+        );
+        // Both repeated: `X-Opaque-Id` is named.
+        assert_eq!(
+            single(&[
+                ("workloadGroupId", b"a"),
+                ("workloadGroupId", b"b"),
+                ("X-Opaque-Id", b"a"),
+                ("X-Opaque-Id", b"b"),
+            ]),
+            Err("multiple values for single-valued header [X-Opaque-Id].".to_string())
+        );
+        // Bytes are compared as sent: Latin-1 `é` and UTF-8 `é` differ, and a case change too.
+        assert!(
+            single(&[
+                ("X-Opaque-Id", b"caf\xe9"),
+                ("X-Opaque-Id", "café".as_bytes())
+            ])
+            .is_err()
+        );
+        assert!(single(&[("workloadGroupId", b"g"), ("workloadGroupId", b"G")]).is_err());
+        assert_eq!(
+            single(&[("X-Opaque-Id", b"caf\xe9"), ("X-Opaque-Id", b"caf\xe9")]),
+            Ok((Some(b"caf\xe9".to_vec()), None))
+        );
+    }
+
+    #[test]
+    fn test_group_header_is_visible_ascii_without_tabs() {
+        let visible = "must be visible ASCII text";
+        let read = |v: &[u8]| read_group_header(Some(v)).map_err(|e| e.to_string());
+        assert_eq!(read_group_header(None), Ok(None));
+        assert_eq!(read(b"g-1").unwrap().as_deref(), Some("g-1"));
+        assert_eq!(read(b" g 1 ").unwrap().as_deref(), Some("g 1"));
+        assert!(read(b"a\tb").unwrap_err().contains(visible));
+        assert!(read(b"\tab").unwrap_err().contains(visible));
+        assert!(read(b"caf\xe9").unwrap_err().contains(visible));
+        assert!(read(b"   ").unwrap_err().contains("must not be empty"));
+        assert!(read(b"").unwrap_err().contains("must not be empty"));
+    }
+
+    #[test]
+    fn test_opaque_id_text_is_each_byte_one_latin_1_character() {
+        let text = |v: &[u8]| opaque_id_text(&HeaderValue::from_bytes(v).unwrap());
+        assert_eq!(&*text(b"job-1"), "job-1");
+        assert_eq!(&*text(b"a\tb"), "a\tb");
+        assert_eq!(&*text(b"caf\xe9"), "caf\u{e9}");
+        // UTF-8 bytes are two characters, as OpenSearch shows them.
+        assert_eq!(&*text("é".as_bytes()), "\u{c3}\u{a9}");
+        assert_eq!(&*text(b"\x80\xff"), "\u{80}\u{ff}");
     }
 }

@@ -490,6 +490,67 @@ async fn test_tasks_show_the_requests_x_opaque_id_under_headers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_tasks_show_an_opaque_id_that_is_not_ascii_as_opensearch_reads_it() {
+    use reqwest::header::HeaderValue;
+    let node = TestNode::start_heavy(&[]).await;
+    // `café` in ISO-8859-1: one byte past ASCII, the text OpenSearch reads (Netty hands
+    // header values over as ISO-8859-1, each byte one character).
+    let sent = HeaderValue::from_bytes(b"caf\xe9").unwrap();
+    let client = node.client.clone();
+    let url = node.url("/heavy/_search");
+    let header = sent.clone();
+    let search = tokio::spawn(async move {
+        client
+            .post(url)
+            .header("content-type", "application/json")
+            .header("X-Opaque-Id", header)
+            .body(common::heavy_query().to_string())
+            .send()
+            .await
+            .expect("sent")
+    });
+    let (id, task) = wait_for_search_task(&node).await;
+    assert_eq!(
+        task["headers"],
+        json!({"X-Opaque-Id": "caf\u{e9}"}),
+        "{task}"
+    );
+    let (s, b) = node.req("GET", &format!("/_tasks/{id}"), None).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["task"]["headers"]["X-Opaque-Id"], "caf\u{e9}", "{b}");
+    let (s, _) = node
+        .req("POST", &format!("/_tasks/{id}/_cancel"), None)
+        .await;
+    assert_eq!(s, 200);
+    let resp = search.await.unwrap();
+    assert_eq!(resp.status(), 500);
+    // The client's bytes come back as sent.
+    let echoed: Vec<_> = resp.headers().get_all("x-opaque-id").iter().collect();
+    assert_eq!(echoed, [&sent]);
+    // UTF-8 bytes are a character each too: `é` sent as UTF-8 reads `Ã©`, as in OpenSearch
+    // (the listing carries its own request's id).
+    let utf8 = HeaderValue::from_bytes("ID-é".as_bytes()).unwrap();
+    let resp = node
+        .client
+        .get(node.url("/_tasks?actions=cluster:monitor/tasks/lists"))
+        .header("X-Opaque-Id", utf8.clone())
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(resp.headers().get("x-opaque-id"), Some(&utf8));
+    let b: Value = resp.json().await.unwrap();
+    let listed: Vec<&Value> = b["nodes"]
+        .as_object()
+        .into_iter()
+        .flat_map(|n| n.values())
+        .flat_map(|n| n["tasks"].as_object().into_iter().flat_map(|t| t.values()))
+        .map(|t| &t["headers"]["X-Opaque-Id"])
+        .collect();
+    assert_eq!(listed, [&json!("ID-\u{c3}\u{a9}")], "{b}");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_read_timeout_closes_quiet_connections() {
     use tokio::io::AsyncWriteExt;
     use tokio::net::TcpStream;

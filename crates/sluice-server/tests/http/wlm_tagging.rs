@@ -129,27 +129,131 @@ async fn test_unknown_group_header_fails_open_with_a_warning_and_a_count() {
     let default = group_stats(&node, "DEFAULT_WORKLOAD_GROUP").await;
     assert_eq!(default["total_completions"], 1);
     assert_eq!(default["total_unknown_group_tags"], 1);
+}
 
-    // A repeated header is a client error, not a silent pick.
-    let (status, body) = {
-        let resp = node
-            .client
-            .post(node.url("/logs-1/_search"))
-            .header("workloadGroupId", "a")
-            .header("workloadGroupId", "b")
-            .send()
-            .await
-            .expect("sent");
-        let status = resp.status().as_u16();
-        (status, resp.json::<Value>().await.expect("json"))
-    };
-    assert_error(&(status, body.clone()), 400, "illegal_argument_exception");
-    assert!(
-        body["error"]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("workloadGroupId")
+/// Sends `method path` with `headers` and a text `body` (NDJSON for `_msearch`, else JSON).
+async fn send(
+    node: &TestNode,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<String>,
+) -> common::Reply {
+    let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let mut rb = node.client.request(m, node.url(path));
+    for (k, v) in headers {
+        rb = rb.header(*k, *v);
+    }
+    if let Some(body) = body {
+        let ty = if path.contains("_msearch") {
+            "application/x-ndjson"
+        } else {
+            "application/json"
+        };
+        rb = rb.header("content-type", ty).body(body);
+    }
+    common::Reply::of(rb.send().await.expect("sent")).await
+}
+
+/// Requests of every kind: a search (on a gateway, its fast lane), an `_msearch` (a whole
+/// request of items tagged one by one), one that tags nothing, one that writes.
+fn requests() -> [(&'static str, &'static str, Option<String>); 4] {
+    let msearch = common::ndjson(&[json!({"index": "logs-1"}), json!({})]);
+    [
+        ("POST", "/logs-1/_search", Some("{}".to_string())),
+        ("POST", "/_msearch", Some(msearch)),
+        ("GET", "/_cluster/health", None),
+        ("PUT", "/created", Some("{}".to_string())),
+    ]
+}
+
+#[tokio::test]
+async fn test_group_header_with_different_values_refuses_the_whole_request() {
+    let node = node_with_indices(&[]).await;
+    let id = create_group(&node, group("analytics", 0.3), &[]).await;
+    for (method, path, body) in requests() {
+        let r = send(
+            &node,
+            method,
+            path,
+            &[("workloadGroupId", &id), ("WorkloadGroupId", "other")],
+            body,
+        )
+        .await;
+        // OpenSearch's REST layer refuses it before any handler, with its simple error.
+        assert_eq!(r.status, 400, "{path}: {}", r.body);
+        assert_eq!(
+            r.body,
+            json!({"error": "multiple values for single-valued header [workloadGroupId].", "status": 400}),
+            "{path}"
+        );
+    }
+    // Nothing ran: no search in any group, no index created.
+    assert_eq!(completions(&node, &id).await, 0);
+    assert_eq!(completions(&node, "DEFAULT_WORKLOAD_GROUP").await, 0);
+    let (s, _) = node.req("HEAD", "/created", None).await;
+    assert_eq!(s, 404);
+}
+
+#[tokio::test]
+async fn test_group_header_repeated_with_one_value_is_that_value() {
+    let node = node_with_indices(&[]).await;
+    let id = create_group(&node, group("analytics", 0.3), &[]).await;
+    let mut searches = 0;
+    for (method, path, body) in requests() {
+        let r = send(
+            &node,
+            method,
+            path,
+            &[("workloadGroupId", &id), ("workloadgroupid", &id)],
+            body,
+        )
+        .await;
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        assert!(r.header_values("warning").is_empty(), "{path}");
+        match path {
+            "/logs-1/_search" => assert_eq!(r.body["hits"]["total"]["value"], 5, "{}", r.body),
+            "/_msearch" => assert_eq!(r.body["responses"][0]["status"], 200, "{}", r.body),
+            _ => {}
+        }
+        if path.contains("search") {
+            searches += 1;
+        }
+        assert_eq!(completions(&node, &id).await, searches, "{path}");
+    }
+    assert_eq!(searches, 2);
+    assert_eq!(completions(&node, "DEFAULT_WORKLOAD_GROUP").await, 0);
+}
+
+#[tokio::test]
+async fn test_group_header_with_a_tab_is_refused_as_not_visible_text() {
+    let node = node_with_indices(&[]).await;
+    let refused = "the [workloadGroupId] header must be visible ASCII text";
+    // A search (on a gateway, its fast lane) and the items of an `_msearch` (its general
+    // path), each refused as the request that uses the header.
+    let [(method, path, body), (m_method, m_path, m_body), ..] = requests();
+    let r = send(&node, method, path, &[("workloadGroupId", "a\tb")], body).await;
+    assert_error(
+        &(r.status, r.body.clone()),
+        400,
+        "illegal_argument_exception",
     );
+    assert_eq!(r.body["error"]["reason"], refused, "{}", r.body);
+    assert!(r.header_values("warning").is_empty());
+    let r = send(
+        &node,
+        m_method,
+        m_path,
+        &[("workloadGroupId", "a\tb")],
+        m_body,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let item = &r.body["responses"][0];
+    assert_eq!(item["status"], 400, "{}", r.body);
+    assert_eq!(item["error"]["reason"], refused, "{}", r.body);
+    assert!(r.header_values("warning").is_empty());
+    assert_eq!(completions(&node, "DEFAULT_WORKLOAD_GROUP").await, 0);
 }
 
 #[tokio::test]

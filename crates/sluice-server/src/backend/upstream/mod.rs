@@ -442,7 +442,7 @@ impl Upstream {
         exec.task.usage.mark_executing();
         let _keep = (exec.hold, executing);
         let opaque = self.opaque_id(&exec.task);
-        if let Ok(v) = HeaderValue::from_str(&opaque) {
+        if let Some(v) = opaque_id_value(&opaque) {
             call.headers
                 .insert(crate::http::meta::OPAQUE_ID_NAME.clone(), v);
         }
@@ -648,7 +648,7 @@ impl Upstream {
     {
         let _keep = keep;
         let opaque = self.opaque_id(&task);
-        if let Ok(v) = HeaderValue::from_str(&opaque) {
+        if let Some(v) = opaque_id_value(&opaque) {
             call.headers
                 .insert(crate::http::meta::OPAQUE_ID_NAME.clone(), v);
         }
@@ -936,9 +936,52 @@ fn gateway_opaque_id(own: Option<&str>, node_id: &str, seq: u64) -> String {
     id
 }
 
+/// The `X-Opaque-Id` header value of an id built by [`gateway_opaque_id`]: its text as
+/// ISO-8859-1 bytes, one byte a character, so a client's id that is not ASCII
+/// ([`crate::http::meta::opaque_id_text`] read its bytes one character each) reaches the
+/// upstream as the bytes the client sent, and the upstream, reading them as OpenSearch does,
+/// shows the same text the gateway matches its tasks by. `None` for a character past U+00FF
+/// or one a header value cannot hold, which no id read from a header has.
+fn opaque_id_value(id: &str) -> Option<HeaderValue> {
+    if id.is_ascii() {
+        return HeaderValue::from_str(id).ok();
+    }
+    let bytes = id
+        .chars()
+        .map(|c| u8::try_from(c).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    HeaderValue::from_bytes(&bytes).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_an_opaque_id_reaches_the_upstream_as_the_client_sent_it() {
+        // Every byte a header value may hold, alone and inside an ASCII id.
+        for b in 0..=u8::MAX {
+            let Ok(sent) = HeaderValue::from_bytes(&[b'x', b, b'y']) else {
+                continue;
+            };
+            let text = crate::http::meta::opaque_id_text(&sent);
+            assert_eq!(text.chars().count(), 3, "byte {b:#04x}");
+            let id = gateway_opaque_id(Some(&text), "gw", 7);
+            let mut expected = sent.as_bytes().to_vec();
+            expected.extend_from_slice(b";sluice:gw:7");
+            assert_eq!(
+                opaque_id_value(&id).map(|v| v.as_bytes().to_vec()),
+                Some(expected),
+                "byte {b:#04x}"
+            );
+        }
+        assert_eq!(
+            opaque_id_value("caf\u{e9}"),
+            Some(HeaderValue::from_bytes(b"caf\xe9").unwrap())
+        );
+        assert_eq!(opaque_id_value("\u{20ac}"), None);
+        assert_eq!(opaque_id_value("a\nb"), None);
+    }
 
     #[test]
     fn test_the_gateways_opaque_id_follows_the_clients_own() {
