@@ -8,7 +8,17 @@
 //! prove unused, so an unknown outcome cannot over-admit (C1), and costs at most one TTL of
 //! one slot. It waits for the answer as long as the lease lives ([`OFFER_DEADLINE`]), so a
 //! late answer (a paused coordinator) still frees an unused slot when it comes.
-
+//!
+//! A denied acquire registers its coordinator as a waiter only if that coordinator is a
+//! member and the ring this owner last saw places the bucket here (W1). An acquire can arrive
+//! late — sent before its coordinator was paused, or before the ring moved the bucket — and
+//! after the purge of the coordinator (it left the membership) or the bucket's waiters (P8 of
+//! `pool.rs`): registered then, it was offered the next freed slot, which the owner kept
+//! reserved for a coordinator it does not send offers to until the TTL (a slot lost for
+//! 30 s), or handed out a slot of a bucket the ring had moved away (P8). The simulation's
+//! backstop found both once it asked as often as the server's (`tests/sim.rs`, seeds 3324 and
+//! 8185). The coordinator's request stays parked unregistered; its node's backstop asks the
+//! bucket's owner again (every second, and at once when the ring moves).
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -91,6 +101,12 @@ impl Owner {
             .is_some_and(|m| *m.node_id == *self.me)
     }
 
+    /// Whether `from` may be registered as a waiter of `bucket` (W1): it is this node or a
+    /// member, and the ring this owner last saw places the bucket here.
+    fn may_wait(&self, from: &str, bucket: &str) -> bool {
+        (*from == *self.me || self.members.borrow().get(from).is_some()) && self.owns(bucket)
+    }
+
     /// Wires the node's own coordinator, which offers to this node go to in process.
     pub fn set_local(&self, c: &Arc<Coordinator>) {
         let _ = self.local.set(Arc::downgrade(c));
@@ -125,6 +141,10 @@ impl Owner {
         #[cfg(feature = "sim-mutation-late-waiter")]
         let (wants_queue, late) = (false, wants_queue);
         let (bucket_id, holder): (Arc<str>, Arc<str>) = (Arc::from(bucket), Arc::from(from));
+        // W1 (module docs): only a member may wait, and only for a bucket placed here. Read
+        // before the pool's lock: the purger updates the ring, then purges, so a registration
+        // that gets past this is purged (or its waiters forgotten) after it.
+        let wants_queue = wants_queue && self.may_wait(from, bucket);
         let (outcome, more) = {
             let mut pool = self.pool.lock();
             let outcome = pool.acquire(&bucket_id, limit, &holder, wants_queue, LEASE_TTL, now);
@@ -363,12 +383,22 @@ async fn sweeper(o: Weak<Owner>, stop: CancellationToken) {
 /// leave it, and forgets the waiters of the buckets the new ring places on another owner (P8
 /// of `pool.rs`).
 async fn purger(o: Weak<Owner>, mut rx: watch::Receiver<Members>, stop: CancellationToken) {
-    let mut known: Vec<Arc<str>> = rx
-        .borrow_and_update()
-        .live
-        .iter()
-        .map(|m| Arc::from(m.node_id.as_str()))
-        .collect();
+    let (mut known, ring): (Vec<Arc<str>>, Ring) = {
+        let members = rx.borrow_and_update();
+        let ids = members
+            .live
+            .iter()
+            .map(|m| Arc::from(m.node_id.as_str()))
+            .collect();
+        (ids, Ring::new(&members.live, MIN_SHARED_PROTOCOL))
+    };
+    // The ring of the view just marked seen: the one `start` built may be older (a change
+    // between the start and this task's first run would otherwise leave it stale until the
+    // next change, and the owner would take buckets it owns for moved ones, P8 and W1).
+    match o.upgrade() {
+        Some(o) => *o.ring.write() = Arc::new(ring),
+        None => return,
+    }
     loop {
         tokio::select! {
             () = stop.cancelled() => return,

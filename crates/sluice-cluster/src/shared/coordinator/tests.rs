@@ -107,8 +107,10 @@ struct Pair {
 }
 
 fn pair() -> Pair {
+    // c is a member too, so that it may wait at b's owner (W1 of `owner.rs`); it owns buckets
+    // but runs nothing: the tests use b's.
     let (tx, rx) = watch::channel(Members {
-        live: Arc::new(vec![member("a"), member("b")]),
+        live: Arc::new(vec![member("a"), member("b"), member("c")]),
         strangers: Arc::default(),
         twins: Arc::default(),
     });
