@@ -1242,9 +1242,9 @@ struct Sink {
 }
 
 impl Sink {
-    /// Gives the lease handed under `token` to the oldest parked request of `bucket`; false
-    /// if none is parked.
-    fn grant_oldest(&self, w: &Arc<World>, bucket: usize, token: u64) -> bool {
+    /// Gives the lease (or fail-open slot, `kind`) handed under `token` to the oldest parked
+    /// request of `bucket`; false if none is parked.
+    fn grant_oldest(&self, w: &Arc<World>, bucket: usize, token: u64, kind: Kind) -> bool {
         let Some(c) = self.coordinator.upgrade() else {
             return false;
         };
@@ -1255,7 +1255,7 @@ impl Sink {
             .and_then(VecDeque::pop_front);
         let Some(req) = req else { return false };
         match c.take_handed(token) {
-            Some(lease) => w.run(self.node, self.generation, req, lease, Kind::Lease),
+            Some(lease) => w.run(self.node, self.generation, req, lease, kind),
             None => w.fail(format!(
                 "handed lease {token} of node n{} is gone",
                 self.node
@@ -1326,7 +1326,7 @@ impl OfferSink for Sink {
         }
         w.log(|| format!("n{} offered token {token} of {bucket}", self.node));
         let b: usize = bucket[1..].parse().expect("g<i>");
-        if !self.grant_oldest(&w, b, token) {
+        if !self.grant_oldest(&w, b, token, Kind::Lease) {
             return none;
         }
         self.seen.lock().offers_used += 1;
@@ -1339,6 +1339,22 @@ impl OfferSink for Sink {
     fn num_parked(&self, bucket: &str) -> u64 {
         let b: usize = bucket[1..].parse().expect("g<i>");
         self.parked.lock().get(&b).map_or(0, |q| q.len() as u64)
+    }
+
+    fn fail_open(&self, bucket: &str, token: u64) -> bool {
+        let Some(w) = self.world.upgrade() else {
+            return false;
+        };
+        if !w.alive(self.node, self.generation) {
+            return false;
+        }
+        w.log(|| format!("n{} handed fail-open token {token} of {bucket}", self.node));
+        let b: usize = bucket[1..].parse().expect("g<i>");
+        if !self.grant_oldest(&w, b, token, Kind::FailOpen) {
+            return false;
+        }
+        self.seen.lock().fail_open += 1;
+        true
     }
 }
 
@@ -1422,7 +1438,7 @@ async fn arrive(w: Arc<World>, node: usize, req: Req) {
     match (outcome, parked) {
         (Acquired::Lease(lease), true) => {
             let token = c.hand(lease);
-            if !sink.grant_oldest(&w, req.bucket, token) {
+            if !sink.grant_oldest(&w, req.bucket, token, Kind::Lease) {
                 drop(c.take_handed(token));
             }
         }
@@ -1436,53 +1452,68 @@ async fn arrive(w: Arc<World>, node: usize, req: Req) {
             w.run(node, generation, req, lease, Kind::FailOpen)
         }
         (Acquired::FailOpen { lease, .. }, true) => {
-            // The server drops the waiter and runs this request; if a grant already took it
-            // (it runs on a lease), the fail-open slot is not needed.
-            let still = {
-                let mut p = sink.parked.lock();
-                let q = p.entry(req.bucket).or_default();
-                let before = q.len();
-                q.retain(|r| r.id != req.id);
-                before != q.len()
-            };
-            if still {
-                w.run(node, generation, req, lease, Kind::FailOpen);
+            // As a grant: the bucket's oldest parked request runs on it (the server's FIFO).
+            let token = c.hand(lease);
+            if !sink.grant_oldest(&w, req.bucket, token, Kind::FailOpen) {
+                drop(c.take_handed(token));
             }
         }
     }
 }
 
 /// The server's backstop sweep (`sluice-server/src/admission/shared.rs`, `sweep`): every
-/// [`QUEUE_SWEEP`], asks again for each bucket with parked requests.
+/// [`QUEUE_SWEEP`], and at once when the ring moves or a breaker opens or closes
+/// (`Coordinator::owners_changed`), asks again for each bucket with parked requests: at most
+/// once for each request parked when it began, until the owner says no, and fail-open slots
+/// only while the next ask would not wait (K16) — each slot to the bucket's oldest parked
+/// request.
 async fn backstop(w: Weak<World>, inc: Arc<Inc>) {
     let stop = inc.stop.clone();
     let mut tick = tokio::time::interval(QUEUE_SWEEP);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let c = inc.tier.coordinator.clone();
     loop {
         tokio::select! {
             biased;
             () = stop.cancelled() => return,
             _ = tick.tick() => {}
+            () = c.owners_changed() => {
+                // A ring change reaches every node's coordinator at one instant, through a
+                // watch whose receivers tokio wakes in a random order: each node asks a
+                // millisecond apart, in node order, so that a seed replays identically.
+                tokio::time::sleep(Duration::from_millis(1 + inc.sink.node as u64)).await;
+            }
         }
         let Some(world) = w.upgrade() else { return };
-        let buckets: Vec<usize> = inc
+        let buckets: Vec<(usize, usize)> = inc
             .sink
             .parked
             .lock()
             .iter()
             .filter(|(_, q)| !q.is_empty())
-            .map(|(&b, _)| b)
+            .map(|(&b, q)| (b, q.len()))
             .collect();
-        let c = inc.tier.coordinator.clone();
-        for b in buckets {
+        for (b, n) in buckets {
             let limit = world.sc.limits[b];
-            if let Acquired::Lease(lease) = inc.sink.acquire(&c, b, limit, true).await {
+            for _ in 0..n {
+                let (lease, kind, again) = match inc.sink.acquire(&c, b, limit, true).await {
+                    Acquired::Lease(lease) => (lease, Kind::Lease, true),
+                    Acquired::FailOpen { lease, .. } => {
+                        let again = c.fails_fast(&bucket_name(b)).is_some();
+                        (lease, Kind::FailOpen, again)
+                    }
+                    Acquired::Denied { .. } | Acquired::Unavailable { .. } => break,
+                };
                 if !world.alive(inc.sink.node, inc.generation) {
                     return;
                 }
                 let token = c.hand(lease);
-                if !inc.sink.grant_oldest(&world, b, token) {
+                if !inc.sink.grant_oldest(&world, b, token, kind) {
                     drop(c.take_handed(token));
+                    break;
+                }
+                if !again {
+                    break;
                 }
             }
         }

@@ -284,7 +284,9 @@ impl Node {
         // It runs at once when the ring changes too: requests parked here had registered
         // with their buckets' owners, and a bucket the ring moved has an owner that knows no
         // waiter of this node's (an outside trial's backlog, parked when its owner died,
-        // otherwise drained at one request a sweep).
+        // otherwise drained at one request a sweep); and when an owner stops answering or
+        // answers again (its breaker, K16 of the coordinator): its buckets' parked requests
+        // fail open at once, within the allowance, or register with it again.
         let state = self.state.clone();
         let sweep = tokio::spawn(async move {
             let mut tick = tokio::time::interval(QUEUE_SWEEP);
@@ -293,7 +295,7 @@ impl Node {
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
-                    () = coordinator.ring_moved() => {}
+                    () = coordinator.owners_changed() => {}
                 }
                 state.workload.permits.drain_all();
                 crate::admission::shared::sweep(&state).await;

@@ -64,6 +64,24 @@
 //!   same answer. Found by the simulation (`tests/sim.rs`): a duplicate used by one parked
 //!   request while the original was answered unused let the owner offer the lease again.
 //!   Tested by `test_a_duplicate_offer_gets_the_first_answer_and_runs_nothing`.
+//! - **K16 (an owner that fails is not waited for)** — once a call to an owner failed for want
+//!   of it (unreachable: refused or reset; or no answer within its deadline) with nothing
+//!   answered by it since the call was sent, its breaker is open (`breaker.rs`, B1–B3):
+//!   requests of its buckets are not sent to it and wait for nothing, each fails open at once
+//!   within K1 or is `Unavailable`, until the owner answers a call again — a probe every
+//!   [`PROBE_EVERY`] (one out at a time), or any call still out — or the ring moves its
+//!   buckets. A breaker opening or closing wakes the parked requests' backstop
+//!   ([`Coordinator::owners_changed`]). Tested by
+//!   `test_an_owner_that_failed_is_not_asked_until_it_answers_a_probe`.
+//! - **K17 (freed room goes to parked requests)** — while a bucket's owner cannot be asked (its
+//!   breaker is open, or the ring is empty), the room a slot of the bucket frees when its
+//!   request ends goes to the bucket's oldest parked request as a fail-open slot
+//!   ([`OfferSink::fail_open`]), as long as K1 allows and requests are parked. Before K16 and
+//!   K17, those requests, registered with an owner that would never push to them, waited for
+//!   the server's one-second backstop, which admitted one of them a bucket a second, while
+//!   newcomers took the room: an outside trial saw a dead owner's buckets stall 1 to 2.5 s
+//!   (once 4 s) after its kill -9 or SIGTERM, until the membership dropped it. Tested by
+//!   `test_room_freed_while_the_owner_cannot_be_asked_goes_to_parked_requests`.
 //! - **K6–K12** — the idle-lease cache's: see `cache.rs`.
 
 mod cache;
@@ -76,23 +94,38 @@ use cache::{Idle, Wanting, expirer};
 use futures::stream::{FuturesUnordered, StreamExt};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::breaker::{Breakers, Change, Ticket};
 use super::owner::Owner;
-use super::{CALL_DEADLINE, MIN_SHARED_PROTOCOL, RENEW_EVERY};
+use super::{ACQUIRE_DEADLINE, CALL_DEADLINE, MIN_SHARED_PROTOCOL, RENEW_EVERY};
 use crate::membership::Members;
 use crate::ring::Ring;
-use crate::rpc::{BoxFuture, SharedCall, SharedReply, Transport};
+use crate::rpc::{BoxFuture, RpcError, SharedCall, SharedReply, Transport};
 
 /// How often releases an owner did not answer are sent again (K13): a returning owner gets
 /// its slots back within this of answering again; half a second is two calls a second to an
 /// owner that is down, only while releases of its leases are pending.
 pub const RELEASE_RETRY: Duration = Duration::from_millis(500);
+
+/// How often an owner whose breaker is open is probed (K16): its breaker closes within this
+/// (plus a round trip) of the owner answering again, and meanwhile its buckets' requests fail
+/// open rather than ask it. A fifth of a second is [`ACQUIRE_DEADLINE`], what every such
+/// request waited for the owner before there were breakers, so no request is admitted without
+/// asking an owner that has answered again for longer than it used to wait for one that had
+/// not; and five calls a second to an owner that is down cost nothing.
+pub const PROBE_EVERY: Duration = ACQUIRE_DEADLINE;
+
+/// How long a probe waits for its answer: a call to a paused owner waits in its socket, and
+/// the owner answers it as soon as it runs again, so the longer the probe waits the sooner
+/// its breaker closes after a pause. [`CALL_DEADLINE`], as long as a release waits; one probe
+/// is out per owner at a time.
+pub const PROBE_DEADLINE: Duration = CALL_DEADLINE;
 
 /// How many answered offers a coordinator remembers to answer duplicates alike (K5): a
 /// duplicate arrives within a call's deadline ([`super::OFFER_DEADLINE`], 1 s) of the
@@ -109,6 +142,12 @@ pub trait OfferSink: Send + Sync + 'static {
     /// How many requests of `bucket` are parked on this node: a lease whose bucket has any is
     /// released when its request ends, not cached (K9).
     fn num_parked(&self, bucket: &str) -> u64;
+
+    /// Hands a fail-open slot (named by `token`, to be taken with
+    /// [`Coordinator::take_handed`]) to the oldest parked request of `bucket`, whose owner
+    /// cannot be asked (K17); returns whether a parked request took it. The server counts it
+    /// as a fail-open admission.
+    fn fail_open(&self, bucket: &str, token: u64) -> bool;
 }
 
 /// The sink's answer to an offer.
@@ -308,8 +347,19 @@ pub struct Coordinator {
     went_idle: Arc<Notify>,
     /// Wakes the requests waiting for a call to an owner to bring a batch (K12).
     batch_done: Notify,
-    /// Signalled (one stored permit) each time the ring changes ([`Coordinator::ring_moved`]).
-    ring_moved: Notify,
+    /// Signalled (one stored permit) each time the ring changes or a breaker opens or closes
+    /// ([`Coordinator::owners_changed`]).
+    owners_changed: Notify,
+    /// Per owner, whether this node's requests stop asking it (K16).
+    breakers: Mutex<Breakers>,
+    /// How many breakers are open: read first on the request path, which looks up no breaker
+    /// while none is.
+    num_open: AtomicUsize,
+    /// Wakes the prober when a breaker opens (K16).
+    probe_wake: Arc<Notify>,
+    /// Buckets whose fail-open room freed while requests of them are parked here and their
+    /// owner cannot be asked, with their limit (K17).
+    handoffs: mpsc::UnboundedSender<(Arc<str>, u64)>,
     /// The counters.
     pub stats: CoordinatorStats,
 }
@@ -325,7 +375,9 @@ impl Coordinator {
         stop: CancellationToken,
     ) -> Arc<Coordinator> {
         let ring = Ring::new(&members.borrow().live, MIN_SHARED_PROTOCOL);
+        let breakers = Breakers::new(&members.borrow().live);
         let (tx, rx) = mpsc::unbounded_channel();
+        let (handoffs, handoffs_rx) = mpsc::unbounded_channel();
         let c = Arc::new(Coordinator {
             me,
             transport,
@@ -338,7 +390,11 @@ impl Coordinator {
             sink: OnceLock::new(),
             went_idle: Arc::new(Notify::new()),
             batch_done: Notify::new(),
-            ring_moved: Notify::new(),
+            owners_changed: Notify::new(),
+            breakers: Mutex::new(breakers),
+            num_open: AtomicUsize::new(0),
+            probe_wake: Arc::new(Notify::new()),
+            handoffs,
             stats: CoordinatorStats::default(),
         });
         tokio::spawn(releaser(
@@ -353,17 +409,99 @@ impl Coordinator {
             stop.clone(),
         ));
         tokio::spawn(renewer(Arc::downgrade(&c), stop.clone()));
+        tokio::spawn(prober(
+            Arc::downgrade(&c),
+            c.probe_wake.clone(),
+            stop.clone(),
+        ));
+        tokio::spawn(hand_off(Arc::downgrade(&c), handoffs_rx, stop.clone()));
         tokio::spawn(follow_ring(Arc::downgrade(&c), c.members.clone(), stop));
         c
     }
 
-    /// Resolves once the ring has changed since the last call resolved (or since the start):
-    /// for the one task that re-asks the new owners for the requests parked here, which had
-    /// registered as waiters with owners the ring may have moved their buckets from (a dead
-    /// owner pushes nothing; the new one knows no waiter). One stored signal, so a change
-    /// while that task is busy is not lost.
-    pub async fn ring_moved(&self) {
-        self.ring_moved.notified().await;
+    /// Resolves once the ring has changed, or an owner's breaker opened or closed (K16), since
+    /// the last call resolved (or since the start): for the one task that re-asks the owners
+    /// for the requests parked here. Those had registered as waiters with owners the ring may
+    /// have moved their buckets from (a dead owner pushes nothing; the new one knows no
+    /// waiter), or with an owner that has stopped answering (its buckets' parked requests now
+    /// fail open, within K1), or could not register with one that answers again. One stored
+    /// signal, so a change while that task is busy is not lost.
+    pub async fn owners_changed(&self) {
+        self.owners_changed.notified().await;
+    }
+
+    /// Why an ask for `bucket` would not call its owner, if it would not: the ring is empty, or
+    /// the owner's breaker is open (K16). Such an ask fails open at once, within K1, or is
+    /// `Unavailable`; it never waits.
+    pub fn fails_fast(&self, bucket: &str) -> Option<String> {
+        match self.owner_of(bucket) {
+            None => Some(EMPTY_RING.to_string()),
+            Some(m) if *m.node_id == *self.me => None,
+            Some(m) => self.open_breaker(&m),
+        }
+    }
+
+    /// Why calls to `owner` stop, if its breaker is open (K16).
+    fn open_breaker(&self, owner: &crate::Member) -> Option<String> {
+        if self.num_open.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let breakers = self.breakers.lock();
+        breakers.open_reason(owner).map(|why| {
+            format!(
+                "node [{}] failed a call ({why}); its buckets are not asked until it answers again",
+                owner.node_id
+            )
+        })
+    }
+
+    /// What a call sent now carries to report its outcome (K16).
+    fn ticket(&self) -> Ticket {
+        self.breakers.lock().ticket()
+    }
+
+    /// Reports the outcome of a call to `owner` sent with `ticket` to its breaker (K16): an
+    /// answer closes it; a failure for want of the owner — unreachable, or no answer within
+    /// the call's deadline — opens it. Other errors (a protocol version the owner refuses, an
+    /// error it answered) say the owner runs, and change nothing.
+    fn record<T>(&self, owner: &crate::Member, ticket: Ticket, outcome: &Result<T, RpcError>) {
+        let failure = match outcome {
+            Err(e @ (RpcError::Unreachable { .. } | RpcError::DeadlineExceeded { .. })) => {
+                Some(e.to_string())
+            }
+            _ => None,
+        };
+        let change = {
+            let mut breakers = self.breakers.lock();
+            let change = match (outcome, &failure) {
+                (Ok(_), _) => breakers.answered(owner),
+                (Err(_), Some(why)) => breakers.failed(owner, ticket, why),
+                (Err(_), None) => Change::None,
+            };
+            self.num_open.store(breakers.num_open(), Ordering::Release);
+            change
+        };
+        self.breaker_changed(owner, change, failure.as_deref());
+    }
+
+    /// Tells the parked requests' backstop and the prober about a breaker that opened (for
+    /// `why`) or closed.
+    fn breaker_changed(&self, owner: &crate::Member, change: Change, why: Option<&str>) {
+        match change {
+            Change::None => return,
+            Change::Opened => {
+                tracing::info!(
+                    node = %owner.node_id,
+                    reason = why.unwrap_or_default(),
+                    "a shared-tier owner failed a call: its buckets' requests fail open without asking it until it answers a probe or leaves"
+                );
+                self.probe_wake.notify_one();
+            }
+            Change::Closed => {
+                tracing::info!(node = %owner.node_id, "a shared-tier owner answers again");
+            }
+        }
+        self.owners_changed.notify_one();
     }
 
     /// Sets what offers go to (once; later calls do nothing).
@@ -398,6 +536,13 @@ impl Coordinator {
         {
             return Acquired::Lease(slot);
         }
+        // K16: an owner whose breaker is open is not asked; nothing waits for it.
+        if let Some(m) = &owner
+            && *m.node_id != *self.me
+            && let Some(reason) = self.open_breaker(m)
+        {
+            return self.fail_open(Arc::from(bucket), limit, reason);
+        }
         // K12: a request that will not park waits for a call already out for the bucket, whose
         // batch may run it, rather than sending its own — twice at most, all within the first
         // half of `deadline`, so that a call of its own still has the other half.
@@ -426,7 +571,7 @@ impl Coordinator {
         }
         let deadline = until.saturating_duration_since(Instant::now());
         let reply = match &owner {
-            None => Err("no live node serves the shared tier (empty ring)".to_string()),
+            None => Err(EMPTY_RING.to_string()),
             Some(m) if *m.node_id == *self.me => {
                 Ok(self.owner.acquire(&self.me, bucket, limit, wants_queue, 0))
             }
@@ -501,7 +646,7 @@ impl Coordinator {
     /// away) is released at once, so an owner that answers late keeps no slot for a request
     /// that never ran on it.
     async fn call_acquire(
-        &self,
+        self: &Arc<Self>,
         owner: crate::Member,
         call: SharedCall,
         deadline: Duration,
@@ -510,8 +655,15 @@ impl Coordinator {
         let transport = self.transport.clone();
         let releases = self.releases.clone();
         let node = owner.node_id.clone();
+        let ticket = self.ticket();
+        let me = Arc::downgrade(self);
+        let to = owner.clone();
         tokio::spawn(async move {
             let reply = transport.shared(&owner, call, super::LEASE_TTL).await;
+            // K16: an answer, even one nobody waits for any more, says the owner runs.
+            if let Some(c) = me.upgrade() {
+                c.record(&owner, ticket, &reply);
+            }
             if let Err(Ok(SharedReply::Granted { lease, extra, .. })) = tx.send(reply) {
                 let owner_id: Arc<str> = Arc::from(owner.node_id.as_str());
                 for l in std::iter::once(lease).chain(extra) {
@@ -529,7 +681,12 @@ impl Coordinator {
         };
         match answer {
             Some(reply) => reply.map_err(|e| e.to_string()),
-            None => Err(crate::rpc::RpcError::DeadlineExceeded { node, deadline }.to_string()),
+            None => {
+                // K16: the owner did not answer within the request's deadline.
+                let e = RpcError::DeadlineExceeded { node, deadline };
+                self.record::<()>(&to, ticket, &Err(e.clone()));
+                Err(e.to_string())
+            }
         }
     }
 
@@ -616,7 +773,7 @@ impl Coordinator {
         let parked = candidate
             .as_ref()
             .is_some_and(|b| self.sink.get().is_some_and(|s| s.num_parked(b) > 0));
-        let held = {
+        let (held, limit) = {
             let mut st = self.state.lock();
             let Some(h) = st.held.remove(&token) else {
                 return;
@@ -632,14 +789,29 @@ impl Coordinator {
                 }
                 return;
             }
+            let mut limit = None;
             if let Some(a) = st.per_bucket.get_mut(&h.bucket) {
                 a.held = a.held.saturating_sub(1);
+                limit = Some(a.limit);
                 if a.held == 0 {
                     st.per_bucket.remove(&h.bucket);
                 }
             }
-            h
+            (h, limit)
         };
+        // K17: room freed for a bucket whose owner cannot be asked goes to its parked
+        // requests, if any (looked up only while a breaker is open or the ring is empty).
+        if let Some(limit) = limit
+            && (self.num_open.load(Ordering::Acquire) > 0 || self.ring.read().is_empty())
+            && self.fails_fast(&held.bucket).is_some()
+            && self
+                .sink
+                .get()
+                .is_some_and(|s| s.num_parked(&held.bucket) > 0)
+        {
+            // Unbounded: a send never waits (K3); it fails only once the node stops.
+            let _ = self.handoffs.send((held.bucket.clone(), limit));
+        }
         if let Some((owner, lease)) = held.lease {
             self.release(owner, lease);
         }
@@ -891,9 +1063,40 @@ impl Coordinator {
             return Some(self.owner.handle_local(&self.me, call));
         }
         let member = self.members.borrow().get(owner).cloned()?;
-        self.transport.shared(&member, call, deadline).await.ok()
+        let ticket = self.ticket();
+        let reply = self.transport.shared(&member, call, deadline).await;
+        self.record(&member, ticket, &reply);
+        reply.ok()
+    }
+
+    /// Hands fail-open slots of `bucket` (whose `shared_limit` was last asked as `limit`) to
+    /// its oldest parked requests while its owner cannot be asked, as long as K1 allows and
+    /// requests are parked (K17).
+    fn fail_open_to_parked(self: &Arc<Self>, bucket: &Arc<str>, limit: u64) {
+        let Some(sink) = self.sink.get() else {
+            return;
+        };
+        while self.fails_fast(bucket).is_some() && sink.num_parked(bucket) > 0 {
+            let Ok(slot) = self.hold(bucket.clone(), None, Some(limit)) else {
+                return;
+            };
+            let token = self.hand(slot);
+            if sink.fail_open(bucket, token) {
+                self.stats.fail_open.fetch_add(1, Ordering::Relaxed);
+            } else {
+                if let Some(slot) = self.take_handed(token) {
+                    // Forgotten first: its drop frees no room to hand off again.
+                    self.forget(&slot);
+                    drop(slot);
+                }
+                return;
+            }
+        }
     }
 }
+
+/// Why a request of a bucket is admitted without asking when no live member serves the tier.
+const EMPTY_RING: &str = "no live node serves the shared tier (empty ring)";
 
 /// A release call's end: its owner, its releases with when each was first queued, and
 /// whether the owner answered.
@@ -1021,11 +1224,88 @@ async fn follow_ring(
             () = stop.cancelled() => return,
             changed = rx.changed() => if changed.is_err() { return },
         }
-        let ring = Ring::new(&rx.borrow_and_update().live, MIN_SHARED_PROTOCOL);
+        let live = rx.borrow_and_update().live.clone();
+        let ring = Ring::new(&live, MIN_SHARED_PROTOCOL);
         let Some(c) = c.upgrade() else { return };
         *c.ring.write() = Arc::new(ring);
+        {
+            let mut breakers = c.breakers.lock();
+            breakers.retain(&live);
+            c.num_open.store(breakers.num_open(), Ordering::Release);
+        }
         c.release_moved();
-        c.ring_moved.notify_one();
+        c.owners_changed.notify_one();
+    }
+}
+
+/// Probes every owner whose breaker is open (K16), one probe out per owner at a time and at
+/// most one every [`PROBE_EVERY`]: an empty renewal, which every owner answers (`Renewed`,
+/// nothing lost) through the service its acquires go to. An answer closes the breaker.
+async fn prober(c: Weak<Coordinator>, wake: Arc<Notify>, stop: CancellationToken) {
+    // The owners with a probe out, and the probes, each ending with its owner's id.
+    let mut out: BTreeSet<String> = BTreeSet::new();
+    let mut probes: FuturesUnordered<BoxFuture<'static, String>> = FuturesUnordered::new();
+    loop {
+        let Some(coordinator) = c.upgrade() else {
+            return;
+        };
+        let open = coordinator.breakers.lock().open_owners();
+        drop(coordinator);
+        for owner in open {
+            if out.insert(owner.node_id.clone()) {
+                probes.push(Box::pin(probe(c.clone(), owner)));
+            }
+        }
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            Some(node) = probes.next(), if !probes.is_empty() => {
+                out.remove(&node);
+            }
+            () = wake.notified() => {}
+        }
+    }
+}
+
+/// One probe of `owner` (see [`prober`]); ends no sooner than [`PROBE_EVERY`] after it was
+/// sent, with the owner's id.
+async fn probe(c: Weak<Coordinator>, owner: crate::Member) -> String {
+    let sent = Instant::now();
+    let call = c.upgrade().map(|c| (c.transport.clone(), c.ticket()));
+    if let Some((transport, ticket)) = call {
+        let reply = transport
+            .shared(
+                &owner,
+                SharedCall::Renew { leases: Vec::new() },
+                PROBE_DEADLINE,
+            )
+            .await;
+        if let Some(c) = c.upgrade() {
+            c.record(&owner, ticket, &reply);
+        }
+    }
+    tokio::time::sleep_until(sent + PROBE_EVERY).await;
+    owner.node_id
+}
+
+/// Hands the fail-open room freed by requests that ended to the requests parked for the same
+/// buckets, while their owners cannot be asked (K17).
+async fn hand_off(
+    c: Weak<Coordinator>,
+    mut rx: mpsc::UnboundedReceiver<(Arc<str>, u64)>,
+    stop: CancellationToken,
+) {
+    loop {
+        let (bucket, limit) = tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            m = rx.recv() => match m {
+                Some(m) => m,
+                None => return,
+            },
+        };
+        let Some(c) = c.upgrade() else { return };
+        c.fail_open_to_parked(&bucket, limit);
     }
 }
 

@@ -78,6 +78,7 @@
 //! and stale offer answers in runs without faults — a release overtaking its offer's answer,
 //! which dropped the holder's re-registration — fixed by [`pool::SharedPool::rejoin`].
 
+pub mod breaker;
 pub mod coordinator;
 pub mod owner;
 pub mod pool;

@@ -85,42 +85,53 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
     {
         stats.total_shared_reused.inc();
     }
+    // FIFO: a slot a parked request asked for goes to the bucket's oldest parked request, and
+    // this one keeps waiting; unless the oldest is this one (the only one parked, as on an idle
+    // cluster): it runs on its own slot now, and did not wait (neither queued nor pushed).
+    let to_oldest = |lease, mut waiter: Waiter| {
+        let token = coordinator.hand(lease);
+        match st.workload.permits.grant_external(&key, token) {
+            Ok(tag) if tag == waiter.tag() => match (&mut waiter).now_or_never() {
+                Some(Grant::External(token)) => Ok(granted(coordinator.take_handed(token))),
+                Some(Grant::Permit(permit)) => Ok(Wait::Granted(Granted {
+                    permit: Some(permit),
+                    lease: None,
+                    bucket: Some(key.clone()),
+                    dry_place: None,
+                })),
+                Some(Grant::Unthrottled) => Ok(granted(None)),
+                None => Ok(Wait::Slot {
+                    key: key.clone(),
+                    waiter,
+                }),
+            },
+            Ok(_) => Ok(Wait::Slot {
+                key: key.clone(),
+                waiter,
+            }),
+            Err(token) => {
+                drop(coordinator.take_handed(token));
+                Ok(Wait::Slot {
+                    key: key.clone(),
+                    waiter,
+                })
+            }
+        }
+    };
     match (acquired, waiter) {
         (Acquired::Lease(lease), None) => {
             stats.total_shared_acquired.inc();
             Ok(granted(Some(lease)))
         }
-        (Acquired::Lease(lease), Some(mut waiter)) => {
+        (Acquired::Lease(lease), Some(waiter)) => {
             stats.total_shared_acquired.inc();
-            // FIFO: the bucket's oldest parked request gets it, and this one keeps waiting;
-            // unless the oldest is this one (the only one parked, as on an idle cluster): it
-            // runs on its own lease now, and did not wait (neither queued nor pushed).
-            let token = coordinator.hand(lease);
-            match st.workload.permits.grant_external(&key, token) {
-                Ok(tag) if tag == waiter.tag() => match (&mut waiter).now_or_never() {
-                    Some(Grant::External(token)) => Ok(granted(coordinator.take_handed(token))),
-                    Some(Grant::Permit(permit)) => Ok(Wait::Granted(Granted {
-                        permit: Some(permit),
-                        lease: None,
-                        bucket: Some(key),
-                        dry_place: None,
-                    })),
-                    Some(Grant::Unthrottled) => Ok(granted(None)),
-                    None => Ok(Wait::Slot { key, waiter }),
-                },
-                Ok(_) => Ok(Wait::Slot { key, waiter }),
-                Err(token) => {
-                    drop(coordinator.take_handed(token));
-                    Ok(Wait::Slot { key, waiter })
-                }
-            }
+            to_oldest(lease, waiter)
         }
         (Acquired::Denied { .. } | Acquired::Unavailable { .. }, Some(waiter)) => {
             // Parked and registered (or to be retried by the backstop sweep).
             Ok(Wait::Slot { key, waiter })
         }
         (Acquired::FailOpen { lease, reason }, waiter) => {
-            drop(waiter);
             stats.total_shared_fail_open.inc();
             let now = super::now_secs();
             let last = stats.fail_open_logged_at.load(Ordering::Relaxed);
@@ -136,7 +147,13 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
                     "shared tier unavailable ({reason}): admitting without a cluster-wide lease (fail open; at most {limit} such requests of the bucket on this node); logged at most once a minute, counted in total_shared_fail_open"
                 );
             }
-            Ok(granted(Some(lease)))
+            match waiter {
+                // Room the owner could not be asked about goes to the oldest parked request
+                // too: newcomers do not overtake those parked before the owner was lost (K17 of
+                // the coordinator).
+                Some(waiter) => to_oldest(lease, waiter),
+                None => Ok(granted(Some(lease))),
+            }
         }
         (Acquired::Denied { in_use, limit, .. }, None) => {
             let why = format!(
@@ -255,6 +272,19 @@ impl OfferSink for OfferToQueue {
         };
         st.workload.permits.num_parked(&key)
     }
+
+    fn fail_open(&self, bucket: &str, token: u64) -> bool {
+        let (Some(st), Some(key)) = (self.state.upgrade(), BucketKey::from_wire(bucket)) else {
+            return false;
+        };
+        if st.workload.permits.grant_external(&key, token).is_err() {
+            return false;
+        }
+        if let Some(e) = st.workload.view().groups.get(&*key.group_id) {
+            e.stats.total_shared_fail_open.inc();
+        }
+        true
+    }
 }
 
 impl OwnerEvents for OfferToQueue {
@@ -295,8 +325,10 @@ pub fn refresh_owned(st: &AppState) {
 /// granted goes to its oldest parked request, and the denial registers this node as the
 /// owner's waiter, so what frees later is pushed (asking once a sweep admitted one parked
 /// request a second while the owner had room for all). An owner that cannot be reached
-/// admits as [`ask`] does (fail open, within the coordinator's allowance), one request of the
-/// bucket a sweep.
+/// admits as [`ask`] does (fail open, within the coordinator's allowance): while its breaker
+/// is open an ask does not wait, and the sweep admits as many as the allowance takes (K16 of
+/// the coordinator); otherwise one request of the bucket a sweep, since an ask may wait out
+/// the acquire timeout and the sweep must get to the other buckets.
 pub async fn sweep(st: &AppState) {
     let coordinator = &st.cluster.shared().coordinator;
     for (_, token) in st.workload.permits.take_orphaned_grants() {
@@ -330,11 +362,10 @@ pub async fn sweep(st: &AppState) {
                 .await
             {
                 Acquired::Lease(lease) => (lease, true),
-                // One a sweep: each ask of an owner that does not answer may wait out the
-                // acquire timeout, and the sweep must get to the other buckets.
+                // Again only if the next ask does not wait (see above).
                 Acquired::FailOpen { lease, .. } => {
                     entry.stats.total_shared_fail_open.inc();
-                    (lease, false)
+                    (lease, coordinator.fails_fast(&bucket).is_some())
                 }
                 Acquired::Denied { .. } | Acquired::Unavailable { .. } => break,
             };

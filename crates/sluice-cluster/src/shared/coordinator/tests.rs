@@ -179,6 +179,13 @@ async fn eventually(mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Brings b back and waits until a's breaker for it has closed: a probe was answered (K16).
+async fn owner_back(p: &Pair) {
+    p.switch.up.store(true, Ordering::SeqCst);
+    let g = p.buckets[0].clone();
+    eventually(|| p.a.fails_fast(&g).is_none()).await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn test_fail_open_is_bounded_by_the_shared_limit() {
     let p = pair();
@@ -225,7 +232,7 @@ async fn test_fail_open_is_bounded_by_the_shared_limit() {
     assert_eq!(p.a.stats.fail_open.load(Ordering::Relaxed), 4);
     // The owner is back with an empty pool: it would grant, but this node already runs
     // shared_limit requests of the bucket without leases (K1), so the lease goes back.
-    p.switch.up.store(true, Ordering::SeqCst);
+    owner_back(&p).await;
     let denied = p.a.acquire(g, 2, false, ACQUIRE_DEADLINE).await;
     assert!(
         matches!(
@@ -252,10 +259,125 @@ async fn test_fail_open_is_bounded_by_the_shared_limit() {
     assert_eq!(p.a.held_for(g), 0);
 }
 
+#[tokio::test(start_paused = true)]
+async fn test_an_owner_that_failed_is_not_asked_until_it_answers_a_probe() {
+    let p = pair();
+    let (g, h) = (&p.buckets[0], &p.buckets[1]);
+    let acquires = || p.switch.acquires.load(Ordering::SeqCst);
+    // The owner is up but answers late (paused): the first request waits out its deadline,
+    // then fails open.
+    p.switch.up.store(true, Ordering::SeqCst);
+    let late = ACQUIRE_DEADLINE * 5;
+    p.switch
+        .delay_us
+        .store(late.as_micros() as u64, Ordering::SeqCst);
+    let asked = tokio::time::Instant::now();
+    let first = p.a.acquire(g, 4, false, ACQUIRE_DEADLINE).await;
+    assert!(matches!(first, Acquired::FailOpen { .. }), "{first:?}");
+    assert_eq!(tokio::time::Instant::now() - asked, ACQUIRE_DEADLINE);
+    assert_eq!(acquires(), 1);
+    // K16: its breaker is open. The next requests of its buckets (either bucket) are not sent
+    // to it and wait for nothing: they fail open at once, within K1, then are unavailable.
+    let reason = p.a.fails_fast(h).expect("the breaker is open");
+    assert!(reason.contains("node [b] failed a call"), "{reason}");
+    let asked = tokio::time::Instant::now();
+    let mut slots = vec![first];
+    for _ in 0..3 {
+        let a = p.a.acquire(g, 4, true, ACQUIRE_DEADLINE).await;
+        assert!(matches!(a, Acquired::FailOpen { .. }), "{a:?}");
+        slots.push(a);
+    }
+    let a = p.a.acquire(g, 4, true, ACQUIRE_DEADLINE).await;
+    assert!(matches!(a, Acquired::Unavailable { .. }), "{a:?}");
+    let a = p.a.acquire(h, 1, false, ACQUIRE_DEADLINE).await;
+    assert!(matches!(a, Acquired::FailOpen { .. }), "{a:?}");
+    slots.push(a);
+    assert_eq!(tokio::time::Instant::now(), asked, "no request waited");
+    assert_eq!(acquires(), 1, "no request was sent to the owner");
+    assert_eq!(p.a.stats.fail_open.load(Ordering::Relaxed), 5);
+    // The owner answers again: a probe (every PROBE_EVERY, one out at a time) closes the
+    // breaker within a probe period plus the probe's own round trip, and requests ask it again.
+    p.switch.delay_us.store(0, Ordering::SeqCst);
+    let back = tokio::time::Instant::now();
+    eventually(|| p.a.fails_fast(g).is_none()).await;
+    assert!(tokio::time::Instant::now() <= back + PROBE_EVERY + late);
+    drop(slots);
+    let granted = p.a.acquire(g, 4, false, ACQUIRE_DEADLINE).await;
+    assert!(matches!(granted, Acquired::Lease(_)), "{granted:?}");
+    assert_eq!(acquires(), 2);
+    // A refused call opens it at once too, and the ring moving the owner's buckets (the
+    // owner leaving) forgets it.
+    p.switch.up.store(false, Ordering::SeqCst);
+    let a = p.a.acquire(h, 1, false, ACQUIRE_DEADLINE).await;
+    assert!(matches!(a, Acquired::FailOpen { .. }), "{a:?}");
+    assert!(p.a.fails_fast(h).is_some());
+    p._members.send_replace(Members {
+        live: Arc::new(vec![member("a")]),
+        strangers: Arc::default(),
+        twins: Arc::default(),
+    });
+    eventually(|| p.a.owner_of(h).is_some_and(|m| m.node_id == "a")).await;
+    assert!(p.a.fails_fast(h).is_none());
+    drop((granted, a));
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_room_freed_while_the_owner_cannot_be_asked_goes_to_parked_requests() {
+    let p = pair();
+    let g = &p.buckets[0];
+    let sink = Arc::new(Parked {
+        parked: Mutex::new(0),
+        offered: AtomicU64::new(0),
+        failed_open: AtomicU64::new(0),
+        coordinator: OnceLock::new(),
+        taken: Mutex::new(Vec::new()),
+    });
+    let _ = sink.coordinator.set(Arc::downgrade(&p.a));
+    p.a.set_sink(sink.clone());
+    let handed = || sink.failed_open.load(Ordering::SeqCst);
+    // The owner is down: two requests fail open and take the allowance (shared_limit 2); three
+    // more park.
+    let mut running = Vec::new();
+    for _ in 0..2 {
+        match p.a.acquire(g, 2, false, ACQUIRE_DEADLINE).await {
+            Acquired::FailOpen { lease, .. } => running.push(lease),
+            other => panic!("expected a fail-open admission, got {other:?}"),
+        }
+    }
+    *sink.parked.lock() = 3;
+    // K17: each slot that ends hands its room to a parked request, at once (no backstop),
+    // within K1.
+    for n in 1..=2 {
+        drop(running.pop());
+        eventually(|| handed() == n).await;
+        assert_eq!(p.a.held_for(g), 2);
+    }
+    assert_eq!(*sink.parked.lock(), 1);
+    let first = sink.taken.lock().remove(0);
+    drop(first);
+    eventually(|| handed() == 3).await;
+    assert_eq!(*sink.parked.lock(), 0);
+    assert_eq!(p.a.stats.fail_open.load(Ordering::Relaxed), 5);
+    // With nothing parked, room freed goes nowhere.
+    let second = sink.taken.lock().remove(0);
+    drop(second);
+    assert_eq!(p.a.held_for(g), 1);
+    // Once the owner answers again, freed room is its to push: nothing is handed.
+    owner_back(&p).await;
+    *sink.parked.lock() = 1;
+    let last = sink.taken.lock().remove(0);
+    drop(last);
+    tokio::time::advance(PROBE_EVERY).await;
+    assert_eq!(handed(), 3);
+    assert_eq!(p.a.held_for(g), 0);
+}
+
 /// Takes offers for up to `parked` requests; counts what it was offered.
 struct Parked {
     parked: Mutex<u64>,
     offered: AtomicU64,
+    /// Fail-open slots handed to it (K17), also counted in `offered`.
+    failed_open: AtomicU64,
     coordinator: OnceLock<Weak<Coordinator>>,
     taken: Mutex<Vec<SharedLease>>,
 }
@@ -288,6 +410,11 @@ impl OfferSink for Parked {
     fn num_parked(&self, _bucket: &str) -> u64 {
         *self.parked.lock()
     }
+
+    fn fail_open(&self, bucket: &str, token: u64) -> bool {
+        self.failed_open.fetch_add(1, Ordering::SeqCst);
+        self.offer(bucket, token).used
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -297,6 +424,7 @@ async fn test_a_duplicate_offer_gets_the_first_answer_and_runs_nothing() {
     let sink = Arc::new(Parked {
         parked: Mutex::new(1),
         offered: AtomicU64::new(0),
+        failed_open: AtomicU64::new(0),
         coordinator: OnceLock::new(),
         taken: Mutex::new(Vec::new()),
     });
@@ -456,6 +584,7 @@ async fn test_a_lease_whose_bucket_has_parked_requests_is_released_not_cached() 
     let sink = Arc::new(Parked {
         parked: Mutex::new(1),
         offered: AtomicU64::new(0),
+        failed_open: AtomicU64::new(0),
         coordinator: OnceLock::new(),
         taken: Mutex::new(Vec::new()),
     });
@@ -1044,7 +1173,7 @@ async fn test_slots_by_bucket_tells_leases_idle_leases_and_fail_open_slots_apart
         other => panic!("expected a fail-open admission, got {other:?}"),
     };
     // The owner is back: two leases of h, one of them ended within its window (idle).
-    p.switch.up.store(true, Ordering::SeqCst);
+    owner_back(&p).await;
     let running = lease(&p, h, 64).await;
     let ended = lease(&p, h, 64).await;
     drop(ended);
