@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::{Clock, SystemClock};
 use crate::fanout::{self, Outcome};
 use crate::member::Member;
-use crate::membership::{Members, Membership, MembershipConfig, StartError};
+use crate::membership::{LEAVE_ANNOUNCE, Members, Membership, MembershipConfig, StartError};
 use crate::rpc::tonic_transport::TonicTransport;
 use crate::rpc::{LocalAnswer, LocalApi, LocalHandler, RpcError, Transport};
 use crate::shared::{OWNER_LIMITS, SharedTier, coordinator::Coordinator, owner::Owner};
@@ -213,7 +213,17 @@ impl Cluster {
             .unwrap_or_else(|| Arc::new(NotServing))
     }
 
-    /// Stops the RPC server (in-flight calls finish, connections close) and gossip; later
+    /// Announces that this node leaves (M7 of `membership.rs`): its peers drop it at their
+    /// next gossip round, and the shared tier's ring moves its buckets. The node goes on
+    /// serving and gossiping until [`Cluster::shutdown`]; returns whether a peer was told.
+    pub async fn announce_leave(&self) -> bool {
+        self.membership.announce_leave().await
+    }
+
+    /// Leaves the cluster: gives back idle shared leases, announces the leave (M7) and goes on
+    /// answering for [`LEAVE_ANNOUNCE`] while the peers take it in (calls still sent to this
+    /// node are answered: its buckets' requests get leases, not a refused connection), then
+    /// stops the RPC server (in-flight calls finish, connections close) and gossip; later
     /// calls do nothing.
     pub async fn shutdown(&self) {
         // Idle shared leases back to their owners first (K8 of the coordinator); an owner that
@@ -223,6 +233,9 @@ impl Cluster {
             self.shared.coordinator.release_idle(),
         )
         .await;
+        if self.membership.announce_leave().await {
+            tokio::time::sleep(LEAVE_ANNOUNCE).await;
+        }
         self.stop.cancel();
         let server = self.server.lock().take();
         if let Some(server) = server {

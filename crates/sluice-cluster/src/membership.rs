@@ -16,6 +16,14 @@
 //!   a copy started elsewhere never takes the original's place in their views, so they do not
 //!   send the original's RPCs and shared-tier calls to the copy, which stops. (A node
 //!   restarted at a new address shows once its old incarnation is declared dead, M4.)
+//! - M7 A node that stops announces it ([`Membership::announce_leave`], the first step of
+//!   `Cluster::shutdown`): it gossips a [`LEAVING`] key and calls every live peer at once, and
+//!   a peer drops an incarnation that gossips it from its live set at its next gossip round —
+//!   within about [`GOSSIP_INTERVAL`] instead of the failure detector's seconds (M4 still
+//!   bounds a node that dies, or whose announcement is lost). So a stopped owner's buckets move
+//!   to the survivors about as soon as it stops answering (`shared/coordinator.rs`, K16: until
+//!   then its buckets fail open at once). Tested by `tests/membership.rs`
+//!   (`test_a_node_that_announces_its_leave_is_dropped_while_it_still_gossips`).
 //! - M5 A node that was itself paused (its membership task did not run for over
 //!   [`crate::pause::STALL`]) drops no peer for [`crate::pause::TRUST_AFTER`] after it runs
 //!   again: its failure detector measured its own silence. A peer still dead then is dropped
@@ -59,6 +67,18 @@ pub const DEAD_AFTER: Duration = Duration::from_secs(10);
 /// exceed about 8 × this (~ 9.6 s) plus one gossip round, which is what bounds
 /// [`DEAD_AFTER`].
 const MAX_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(1_200);
+
+/// The gossip key a node sets when it stops (M7): an incarnation that gossips it is no member.
+/// On the wire: stable.
+pub const LEAVING: &str = "leaving";
+
+/// How long a stopping node keeps gossiping (and answering calls) after it announced its leave
+/// (M7): one gossip round. Its own calls to its peers take a round trip to reach them (well
+/// under a millisecond on a LAN), and in a round each peer gossips with it too (up to three
+/// peers a round, chitchat's fan-out), which carries the announcement again; a peer publishes
+/// the change at its next round. An announcement lost anyway leaves the failure detector to
+/// drop the node (M4).
+pub const LEAVE_ANNOUNCE: Duration = GOSSIP_INTERVAL;
 
 /// How long a dead node's state is kept before chitchat forgets it (a node back within this
 /// is recognised; one back later simply joins again).
@@ -193,8 +213,35 @@ impl Membership {
         &self.me
     }
 
-    /// Stops gossiping (peers see the node silent and mark it dead within [`DEAD_AFTER`]).
-    /// Later calls do nothing.
+    /// Announces that this node stops (M7): gossips [`LEAVING`] and calls every live peer at
+    /// once. The node goes on gossiping until [`Membership::shutdown`], which should come
+    /// [`LEAVE_ANNOUNCE`] later so that the calls' answers are read and the peers' own rounds
+    /// reach it. Returns whether there was a peer to tell; does nothing once shut down.
+    pub async fn announce_leave(&self) -> bool {
+        let chitchat = match self.handle.lock().as_ref() {
+            Some(h) => h.chitchat(),
+            None => return false,
+        };
+        chitchat.lock().await.self_node_state().set(LEAVING, "true");
+        let peers: Vec<SocketAddr> = self
+            .members()
+            .live
+            .iter()
+            .filter(|m| m.node_id != self.me.node_id)
+            .map(|m| m.transport_addr)
+            .collect();
+        if let Some(h) = self.handle.lock().as_ref() {
+            for peer in &peers {
+                // A handshake now rather than at the next round: the peer's answer carries
+                // the announcement back in this node's reply.
+                let _ = h.gossip(*peer);
+            }
+        }
+        !peers.is_empty()
+    }
+
+    /// Stops gossiping (peers see the node silent and mark it dead within [`DEAD_AFTER`],
+    /// or drop it at once if it announced its leave, M7). Later calls do nothing.
     pub async fn shutdown(&self) {
         let handle = self.handle.lock().take();
         if let Some(h) = handle {
@@ -208,6 +255,10 @@ fn members_of(me: &Member, live: &BTreeMap<ChitchatId, NodeState>) -> Members {
     let mut incarnations: BTreeMap<String, Vec<Member>> = BTreeMap::new();
     let mut twins = Vec::new();
     for (id, state) in live {
+        // M7: an incarnation that announced its leave is gone.
+        if state.get(LEAVING).is_some() {
+            continue;
+        }
         let Some(m) = Member::from_key_values(&id.node_id, id.generation_id, |k| state.get(k))
         else {
             continue;

@@ -1,6 +1,6 @@
 //! Membership over real UDP gossip on loopback: join, another cluster name, another
-//! metastore, a stopped node, a restarted node (the invariants M1–M4 of `membership.rs`),
-//! and RPC between members. Every wait is on the membership watch with a deadline.
+//! metastore, a stopped node, a restarted node, a node that announces its leave (the
+//! invariants M1–M4 and M7 of `membership.rs`), and RPC between members. Every wait is on the membership watch with a deadline.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -174,7 +174,9 @@ async fn test_nodes_join_strangers_are_refused_and_a_stopped_node_is_dead_within
         "{slow:?}"
     );
 
-    // M4: `c` stops; the others drop it within the stated bound; calls to it fail fast.
+    // M4: `c` stops; the others drop it within the stated bound; calls to it fail fast. (It
+    // announces its leave as it stops, M7; a node that dies without a word is dropped by the
+    // failure detector alone: the server's cluster tests kill -9 one.)
     let seen_c = a.members().get("c").cloned().unwrap();
     c.shutdown().await;
     let err = a
@@ -201,4 +203,28 @@ async fn test_nodes_join_strangers_are_refused_and_a_stopped_node_is_dead_within
     wait_members(&b2, JOIN_WITHIN, "b2 sees a", |m| ids(m) == ["a", "b"]).await;
     other_name.shutdown().await;
     other_store.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_node_that_announces_its_leave_is_dropped_while_it_still_gossips() {
+    let a = node("a", 1, "c1", "u1", vec![]).await;
+    let b = node("b", 1, "c1", "u1", seed(&a)).await;
+    for n in [&a, &b] {
+        wait_members(n, JOIN_WITHIN, "two members", |m| ids(m) == ["a", "b"]).await;
+    }
+    let seen_b = a.members().get("b").cloned().unwrap();
+    // M7: b announces its leave and goes on running: it still gossips (the failure detector
+    // has no reason to drop it) and still answers calls, yet a drops it.
+    assert!(b.announce_leave().await);
+    wait_members(&a, JOIN_WITHIN, "b dropped on its announcement", |m| {
+        ids(m) == ["a"]
+    })
+    .await;
+    assert_eq!(a.ping(&seen_b, Duration::from_secs(5)).await.unwrap(), "b");
+    // A node alone has nobody to tell.
+    a.shutdown().await;
+    b.shutdown().await;
+    let alone = node("z", 1, "c3", "u1", vec![]).await;
+    assert!(!alone.announce_leave().await);
+    alone.shutdown().await;
 }
