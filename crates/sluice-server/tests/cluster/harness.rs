@@ -237,6 +237,13 @@ impl TestCluster {
         let _ = p.child.wait().await;
     }
 
+    /// Asks node `i` to stop (SIGTERM) and waits until it has exited.
+    pub async fn terminate(&mut self, i: usize) {
+        let mut p = self.nodes[i].take().expect("node is running");
+        p.signal("TERM");
+        p.wait_exit(Duration::from_secs(60)).await;
+    }
+
     /// Starts node `i` again on the same data folder (same node id).
     pub async fn restart(&mut self, i: usize) {
         assert!(self.nodes[i].is_none(), "node {i} is still running");

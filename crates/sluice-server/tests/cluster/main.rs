@@ -7,4 +7,5 @@ mod harness;
 mod heavy;
 mod membership;
 mod metadata;
+mod owner_loss;
 mod shared_tier;

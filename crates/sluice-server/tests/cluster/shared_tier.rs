@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::harness::{TestCluster, heavy_query};
 
-async fn enable(c: &TestCluster) {
+pub(crate) async fn enable(c: &TestCluster) {
     let (s, b) = c
         .req(
             0,
@@ -21,14 +21,14 @@ async fn enable(c: &TestCluster) {
     assert_eq!(s, 200, "{b}");
 }
 
-async fn group(c: &TestCluster, body: Value) -> String {
+pub(crate) async fn group(c: &TestCluster, body: Value) -> String {
     let (s, b) = c.req(0, "PUT", "/_wlm/workload_group", Some(body)).await;
     assert_eq!(s, 200, "{b}");
     b["_id"].as_str().unwrap().to_string()
 }
 
 /// Waits until every node's view has the group and the mode (what admission reads).
-async fn everywhere(c: &TestCluster, n: usize, id: &str) {
+pub(crate) async fn everywhere(c: &TestCluster, n: usize, id: &str) {
     for i in 0..n {
         c.eventually(
             Duration::from_secs(5),
@@ -77,7 +77,11 @@ async fn small_search(c: &TestCluster, i: usize, header: &[(&str, &str)]) -> (u1
 }
 
 /// Cancels the searches running on node `i` and waits for `search` (one of them) to end.
-async fn end_searches(c: &TestCluster, i: usize, search: tokio::task::JoinHandle<(u16, Value)>) {
+pub(crate) async fn end_searches(
+    c: &TestCluster,
+    i: usize,
+    search: tokio::task::JoinHandle<(u16, Value)>,
+) {
     let (s, b) = c
         .req(
             i,
@@ -320,7 +324,7 @@ async fn test_a_parked_request_of_a_shared_only_group_is_drained_by_the_owner_pu
 }
 
 /// Node `i`'s figures for group `id` (`_wlm/_local/stats/{id}`).
-async fn figures(c: &TestCluster, i: usize, id: &str) -> Value {
+pub(crate) async fn figures(c: &TestCluster, i: usize, id: &str) -> Value {
     let (_, stats) = c.get(i, &format!("/_wlm/_local/stats/{id}")).await;
     stats
         .as_object()
@@ -351,7 +355,7 @@ async fn owner_of_leases(c: &TestCluster, alive: &[usize], id: &str) -> usize {
 
 /// Starts a heavy search of the group on a node other than the bucket's owner and returns
 /// (coordinator, owner, the search).
-async fn hold_on_a_non_owner(
+pub(crate) async fn hold_on_a_non_owner(
     c: &TestCluster,
     id: &str,
 ) -> (usize, usize, tokio::task::JoinHandle<(u16, Value)>) {
@@ -998,4 +1002,132 @@ async fn test_requests_parked_when_their_owner_dies_drain_on_the_new_owner() {
     }
     end_searches(&c, holder, first).await;
     let _ = tokio::time::timeout(Duration::from_secs(60), second).await;
+}
+
+/// The searches of the group on node `i` by state: (admitted and running, queued).
+async fn running_and_queued(c: &TestCluster, i: usize) -> (usize, usize) {
+    let (_, t) = c.get(i, "/_tasks?actions=*search*&nodes=_local").await;
+    let tasks: Vec<Value> = t["nodes"]
+        .as_object()
+        .map(|n| {
+            n.values()
+                .flat_map(|e| e["tasks"].as_object().cloned().unwrap_or_default())
+                .map(|(_, t)| t)
+                .collect()
+        })
+        .unwrap_or_default();
+    let running = tasks
+        .iter()
+        .filter(|t| t["status"]["state"].is_null())
+        .count();
+    let queued = tasks
+        .iter()
+        .filter(|t| t["status"]["state"] == "queued")
+        .count();
+    (running, queued)
+}
+
+/// Two heavy searches park on a node while both cluster-wide slots are held elsewhere; the
+/// bucket's owner then goes (`signal`: `KILL` or `TERM`), and a cheap search of the bucket
+/// arrives on that node. The parked searches run first, at once, and the newcomer waits its
+/// turn behind them: it is the oldest parked requests that get the room the node may now use
+/// (K16, K17 of the coordinator). Before, the newcomer failed open and ran at once while the
+/// parked searches waited for the server's one-second backstop, which admitted one of them a
+/// second until the membership dropped the owner (an outside trial: 1 to 2.5 s, once 4 s, of
+/// stalled requests after an owner's kill -9 or SIGTERM).
+///
+/// Checked on what ran, not on time: once both parked searches run, the newcomer has not
+/// finished. The old code fails it every time: the newcomer (a cheap search) had finished
+/// within milliseconds, long before a second backstop round could admit the second parked
+/// search.
+async fn parked_requests_run_before_newcomers_when_the_owner_goes(name: &str, signal: &str) {
+    let mut c = TestCluster::start_heavy(3, name).await;
+    enable(&c).await;
+    let id = group(
+        &c,
+        json!({"name": "owner_goes", "resiliency_mode": "enforced",
+        "resource_limits": {"memory": 0.5},
+        "throttling": {"attribute": "group", "shared_limit": 2},
+        "queue": {"size_per_bucket": 10}}),
+    )
+    .await;
+    everywhere(&c, 3, &id).await;
+    let header = [("workloadGroupId", id.as_str())];
+    let (holder, owner, first) = hold_on_a_non_owner(&c, &id).await;
+    let second = c.start_search(holder, "/heavy/_search", heavy_query(), &header);
+    c.eventually(
+        Duration::from_secs(30),
+        "two heavy searches run",
+        || async { (running(&c, holder).await == 2).then_some(()) },
+    )
+    .await;
+    let third = 3 - holder - owner;
+    let parked: Vec<_> = (0..2)
+        .map(|_| c.start_search(third, "/heavy/_search", heavy_query(), &header))
+        .collect();
+    c.eventually(Duration::from_secs(10), "two searches park", || async {
+        (running_and_queued(&c, third).await == (0, 2)).then_some(())
+    })
+    .await;
+
+    match signal {
+        "KILL" => c.kill9(owner).await,
+        _ => c.terminate(owner).await,
+    }
+    let newcomer = c.start_search(third, "/heavy/_search", json!({"size": 0}), &header);
+    c.eventually(
+        Duration::from_secs(20),
+        "both parked searches run",
+        || async { (running_and_queued(&c, third).await.0 == 2).then_some(()) },
+    )
+    .await;
+    assert!(
+        !newcomer.is_finished(),
+        "the newcomer ran before the searches parked ahead of it"
+    );
+    let g = figures(&c, third, &id).await;
+    assert_eq!(
+        g["total_shared_throttled"], 0,
+        "no request was refused: {g}"
+    );
+    // The parked searches end (cancelled one by one: the newcomer is not): the newcomer runs
+    // on the room they free.
+    let (_, t) = c.get(third, "/_tasks?actions=*search*&nodes=_local").await;
+    let admitted: Vec<String> = t["nodes"]
+        .as_object()
+        .into_iter()
+        .flat_map(|n| n.values())
+        .flat_map(|e| e["tasks"].as_object().cloned().unwrap_or_default())
+        .filter(|(_, t)| t["status"]["state"].is_null())
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(admitted.len(), 2, "{t}");
+    for task in admitted {
+        let (s, b) = c
+            .req(third, "POST", &format!("/_tasks/{task}/_cancel"), None)
+            .await;
+        assert_eq!(s, 200, "{b}");
+    }
+    for p in parked {
+        let _ = tokio::time::timeout(Duration::from_secs(60), p).await;
+    }
+    let (status, body) = tokio::time::timeout(Duration::from_secs(30), newcomer)
+        .await
+        .expect("the newcomer runs once a slot frees")
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    end_searches(&c, holder, first).await;
+    let _ = tokio::time::timeout(Duration::from_secs(60), second).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_requests_parked_when_their_owner_is_killed_run_before_newcomers() {
+    parked_requests_run_before_newcomers_when_the_owner_goes("shared_owner_kill9_fifo", "KILL")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_requests_parked_when_their_owner_stops_run_before_newcomers() {
+    parked_requests_run_before_newcomers_when_the_owner_goes("shared_owner_term_fifo", "TERM")
+        .await;
 }

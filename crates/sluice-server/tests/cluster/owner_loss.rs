@@ -1,0 +1,194 @@
+//! What a bucket's requests wait when its owner goes: a measurement run by hand, not a test of
+//! CI (`#[ignore]`; BENCHMARKS.md, "Shared tier: an owner dies"). Closed-loop clients on the
+//! two nodes that do not own a shared-only bucket (`shared_limit` 2, a queue) keep more
+//! requests in flight than the bucket's limit, so some park; four seconds in, the owner gets
+//! `SLUICE_MEASURE_SIGNAL` (`KILL`, `TERM`, or `NONE` for the baseline), and eight seconds
+//! later the clients stop. Printed: the latencies before, every request slower than twice the
+//! p99 before (its start and end relative to the signal), when the survivors dropped the
+//! owner, the fail-open admissions, and the survivors' log lines about the owner. It fails
+//! only if a request is not answered 200.
+//!
+//! ```sh
+//! SLUICE_MEASURE_SIGNAL=KILL cargo test -p sluice-server --test cluster -- --ignored \
+//!     --nocapture measure_a_bucket_whose_owner_goes
+//! ```
+//!
+//! `SLUICE_MEASURE_CLIENTS` sets the clients per node (default 4: twice the fail-open
+//! allowance a node has for the bucket, so that requests park while the owner is lost too).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::json;
+
+use crate::harness::TestCluster;
+use crate::shared_tier::{enable, end_searches, everywhere, figures, group, hold_on_a_non_owner};
+
+/// A search of a few tens of milliseconds in a test build: long enough that requests overlap
+/// and park, short enough that many run in the measured window.
+fn medium_query() -> serde_json::Value {
+    json!({"size": 0, "aggs": {"some": {"terms": {"field": "k", "size": 200}}}})
+}
+
+/// One request a client sent: its node, when it started and ended (seconds since the clients
+/// started) and its status (0: no answer).
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    node: usize,
+    start: f64,
+    end: f64,
+    status: u16,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand (module docs)"]
+async fn measure_a_bucket_whose_owner_goes() {
+    let signal = std::env::var("SLUICE_MEASURE_SIGNAL").unwrap_or_else(|_| "KILL".into());
+    let clients_per_node: usize = std::env::var("SLUICE_MEASURE_CLIENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    let mut c = TestCluster::start_heavy(3, "measure_owner_loss").await;
+    enable(&c).await;
+    let id = group(
+        &c,
+        json!({"name": "stall", "resiliency_mode": "enforced",
+        "resource_limits": {"memory": 0.5},
+        "throttling": {"attribute": "group", "shared_limit": 2},
+        "queue": {"size_per_bucket": 50}}),
+    )
+    .await;
+    everywhere(&c, 3, &id).await;
+    let (holder, owner, held) = hold_on_a_non_owner(&c, &id).await;
+    end_searches(&c, holder, held).await;
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != owner).collect();
+    println!("owner node-{owner}, clients on {survivors:?}, signal {signal}");
+
+    let t0 = Instant::now();
+    let sent: Arc<Mutex<Vec<Sent>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for &node in &survivors {
+        for _ in 0..clients_per_node {
+            let url = format!("http://{}/heavy/_search", c.node(node).http);
+            let (client, id) = (c.client.clone(), id.clone());
+            let (sent, stop) = (sent.clone(), stop.clone());
+            clients.push(tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let start = t0.elapsed().as_secs_f64();
+                    let answer = client
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .header("workloadGroupId", id.as_str())
+                        .body(medium_query().to_string())
+                        .timeout(Duration::from_secs(60))
+                        .send()
+                        .await;
+                    let status = match answer {
+                        Ok(r) => {
+                            let s = r.status().as_u16();
+                            let _ = r.bytes().await;
+                            s
+                        }
+                        Err(_) => 0,
+                    };
+                    let end = t0.elapsed().as_secs_f64();
+                    sent.lock().push(Sent {
+                        node,
+                        start,
+                        end,
+                        status,
+                    });
+                }
+            }));
+        }
+    }
+    // The load's pace, not a wait for an event: this measures what happens over time.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let signalled = t0.elapsed().as_secs_f64();
+    match signal.as_str() {
+        "KILL" => c.kill9(owner).await,
+        "TERM" => c.terminate(owner).await,
+        _ => {}
+    }
+    let exited = t0.elapsed().as_secs_f64() - signalled;
+    let dropped = if signal == "NONE" {
+        None
+    } else {
+        c.wait_members(survivors[0], 2, Duration::from_secs(20))
+            .await;
+        Some(t0.elapsed().as_secs_f64() - signalled)
+    };
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    stop.store(true, Ordering::Relaxed);
+    for h in clients {
+        let _ = h.await;
+    }
+
+    let sent = sent.lock().clone();
+    let mut before: Vec<f64> = sent
+        .iter()
+        .filter(|s| s.end < signalled)
+        .map(|s| s.end - s.start)
+        .collect();
+    before.sort_by(f64::total_cmp);
+    let pct = |p: f64| before[((before.len() - 1) as f64 * p) as usize];
+    let ms = |s: f64| (s * 1e3).round();
+    println!(
+        "before: {} requests, p50 {} ms, p99 {} ms, max {} ms",
+        before.len(),
+        ms(pct(0.5)),
+        ms(pct(0.99)),
+        ms(*before.last().expect("requests before the signal"))
+    );
+    println!(
+        "signal at {signalled:.3} s; exited +{} ms; node-{} dropped it +{}",
+        ms(exited),
+        survivors[0],
+        dropped.map_or("-".into(), |d| format!("{} ms", ms(d)))
+    );
+    let slow = pct(0.99) * 2.0;
+    let (mut after, mut longest, mut last_slow) = (0, 0.0f64, 0.0f64);
+    for s in sent.iter().filter(|s| s.end >= signalled) {
+        after += 1;
+        // What the request waited after the signal (one sent before counts from it).
+        longest = longest.max(s.end - s.start.max(signalled));
+        if s.end - s.start > slow {
+            last_slow = last_slow.max(s.end - signalled);
+            println!(
+                "  slow: node-{} start {:+} ms end {:+} ms took {} ms status {}",
+                s.node,
+                ms(s.start - signalled),
+                ms(s.end - signalled),
+                ms(s.end - s.start),
+                s.status
+            );
+        }
+    }
+    println!(
+        "after: {after} requests, longest wait since the signal {} ms, last slow request ended +{} ms",
+        ms(longest),
+        ms(last_slow)
+    );
+    let mut fail_open = 0;
+    for &i in &survivors {
+        fail_open += figures(&c, i, &id).await["total_shared_fail_open"]
+            .as_u64()
+            .unwrap_or(0);
+        let about: Vec<String> = c
+            .node(i)
+            .log()
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("shared-tier owner"))
+            .map(str::to_string)
+            .collect();
+        for line in about {
+            println!("  node-{i}: {line}");
+        }
+    }
+    println!("fail-open admissions on the survivors: {fail_open}");
+    let failed: Vec<&Sent> = sent.iter().filter(|s| s.status != 200).collect();
+    assert!(failed.is_empty(), "requests not answered 200: {failed:?}");
+}
