@@ -35,15 +35,18 @@
 //! - **Server side** ([`Sink`]): a shared-only group (no `node_limit`) per bucket with a queue
 //!   of `queue_cap` places per node. Enqueue-first as the server does it
 //!   (`sluice-server/src/admission/shared.rs`): a request parks, then acquires with
-//!   `wants_queue`; a grant goes to the bucket's oldest parked request; an owner's offer goes
-//!   to it through [`Coordinator::take_handed`]; fail-open runs the request; a request that
-//!   finds the queue full acquires without `wants_queue` and is refused when denied. Some
+//!   `wants_queue`; a grant or a fail-open slot goes to the bucket's oldest parked request; an
+//!   owner's offer goes to it through [`Coordinator::take_handed`], and so does a fail-open
+//!   slot the coordinator hands out while the owner cannot be asked (K17); a request that
+//!   finds the queue full acquires without `wants_queue` and runs when it fails open, or is
+//!   refused when denied. Some
 //!   clients cancel while parked. One scenario in five is *hot*: pools of 8 to 24 (so the
 //!   coordinators keep idle leases, `REUSE_WINDOW`), arrivals 1 to 6 ms apart on average,
 //!   requests of 1 to 25 ms (5 % up to 3 s), a load phase of 0.3 to 1.5 s.
 //!   In scenarios with faults the server's backstop sweep runs
-//!   every [`QUEUE_SWEEP`] (it re-asks for every bucket with parked requests); in clean
-//!   scenarios it is off, so the protocol alone must drain every queue.
+//!   every [`QUEUE_SWEEP`] and when the ring moves or a breaker opens or closes (it re-asks for
+//!   every bucket with parked requests until the owner says no, as the server's does); in
+//!   clean scenarios it is off, so the protocol alone must drain every queue.
 //!
 //! # What is checked (a failure names the check, the time and the state)
 //!

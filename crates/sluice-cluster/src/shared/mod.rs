@@ -6,7 +6,8 @@
 //! ([`coordinator::Coordinator::acquire`], in process when it owns the bucket). The owner's
 //! table is [`pool::SharedPool`]; [`owner::Owner`] wraps it with the I/O: acquires, renewals,
 //! releases, offers of freed leases to waiting coordinators, the TTL sweep and the purge of
-//! departed coordinators.
+//! departed coordinators. A coordinator stops asking an owner that failed a call until it
+//! answers again ([`breaker::Breakers`]): its buckets fail open at once, parked requests first.
 //!
 //! ```text
 //! coordinator C                          owner O (ring: bucket → O)
