@@ -135,7 +135,7 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
             stats.total_shared_fail_open.inc();
             let now = super::now_secs();
             let last = stats.fail_open_logged_at.load(Ordering::Relaxed);
-            if now >= last + FAIL_OPEN_LOG_EVERY_SECS
+            if log_due(last, now)
                 && stats
                     .fail_open_logged_at
                     .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
@@ -168,6 +168,14 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
             denied(st, entry, &key, &node, &why, monitored).map(|()| granted(None))
         }
     }
+}
+
+/// Whether a fail-open admission at `now` is logged, the group's last one logged at `last`
+/// (seconds of [`super::now_secs`], 0: none yet): the first always, then one a minute.
+/// Comparing `now` with `last + 60` alone skipped every fail-open of a node's first minute,
+/// whose clock starts at 0.
+fn log_due(last: u64, now: u64) -> bool {
+    last == 0 || now >= last + FAIL_OPEN_LOG_EVERY_SECS
 }
 
 /// How long to wait for an owner's answer: `wlm.workload_group.shared_acquire_timeout`.
@@ -379,5 +387,21 @@ pub async fn sweep(st: &AppState) {
                 break;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_the_first_fail_open_is_logged_then_one_a_minute() {
+        // In the node's first seconds too (its clock starts at 0).
+        assert!(log_due(0, 0));
+        assert!(log_due(0, 5));
+        // Logged at 5 (stored as 5): not again before 65.
+        assert!(!log_due(5, 6));
+        assert!(!log_due(5, 64));
+        assert!(log_due(5, 65));
     }
 }

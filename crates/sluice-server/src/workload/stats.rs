@@ -147,8 +147,8 @@ pub struct GroupStats {
     /// Shared leases of the group's buckets this node holds as their owner, for all
     /// coordinators (set from the owner's table when stats are read).
     pub shared_leases_owned: Counter,
-    /// When (seconds since the epoch) a fail-open admission of the group was last logged: the
-    /// WARN is rate-limited to once a minute per group.
+    /// When (seconds of `admission::now_secs`, at least 1; 0: never) a fail-open admission of
+    /// the group was last logged: the WARN is rate-limited to once a minute per group.
     pub fail_open_logged_at: std::sync::atomic::AtomicU64,
     /// The queue wait those parked requests would have had, estimated from the group's drain
     /// rate ([`DrainRate::estimated_wait_millis`]); breaches before any completion add nothing.
