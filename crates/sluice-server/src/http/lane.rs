@@ -19,8 +19,10 @@
 //! # Invariants
 //! - L1 — the lane answers a request as the general path would: the same steps in the same
 //!   order ([`crate::server::app`]'s request layers: metrics, authentication, authorization,
-//!   request metadata, warnings, the ticket released once the answer's head is built, the
-//!   `X-Opaque-Id` echo), the same handler steps ([`crate::backend::upstream::routes`]), the
+//!   request metadata — these from the head alone, before the body is read, so a refusal is
+//!   answered from the head and a body still coming ends the connection as on the general
+//!   path — warnings, the ticket released once the answer's head is built, the `X-Opaque-Id`
+//!   echo), the same handler steps ([`crate::backend::upstream::routes`]), the
 //!   upstream's answer relayed as it came (hop-by-hop headers and the upstream's
 //!   `X-Opaque-Id` aside), with what the general path's layers add to an answer, relayed or
 //!   sluice's own: hyper's `Date` when there is none, the compression layer's
@@ -28,8 +30,10 @@
 //!   `test_lane_hands_other_requests_to_the_general_path` (the same answers with the lane
 //!   off), `test_lane_answers_carry_the_headers_the_general_path_adds` (the same header names,
 //!   from an upstream that sends no `Date`), `test_added_headers_are_the_general_paths` (the
-//!   rule against the layer, over generated heads) and the gateway suites, where every search
-//!   and count takes the lane.
+//!   rule against the layer, over generated heads), the gateway suites, where every search
+//!   and count takes the lane, and
+//!   `test_a_lane_search_is_refused_from_its_head_before_its_body_is_read` (a 401 before a
+//!   90 MB body comes: the lane once read the whole body first).
 //! - L2 — the requests lent to hyper reach it with every byte of them, in order, and no byte
 //!   past the last one lent: a request is lent only once the answer before it went out and
 //!   hyper was given the whole request before it, and only when it is not one the lane takes;
@@ -149,6 +153,12 @@ impl Taken {
     }
 }
 
+/// The most the lane reserves at a time for a request body it reads: the buffer grows as the
+/// body's bytes come (doubling as a `Vec` does), not to the length a head announces, which an
+/// idle client could otherwise make it reserve for nothing (an outside trial's 200 heads took
+/// 23 GB of address space).
+const BODY_STEP: usize = 64 * 1024;
+
 /// What parsing the buffer's start gave.
 enum Parsed {
     /// More bytes are needed.
@@ -224,54 +234,81 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
                 }
             }
         };
-        let total = taken.head_len + taken.body_len;
-        while buf.len() < total {
-            buf.reserve(total - buf.len());
-            match stream.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => read_timeout::read(clock.as_deref()),
-            }
-        }
-        let request = buf.split_to(total).freeze();
-        let body = request.slice(taken.head_len..);
-        let Some(parts) = taken.parts(&request) else {
+        // The head's steps run before the body is read (L1): the general path answers a
+        // refusal (a 400, 401 or 403) from the head, and an anonymous client must not make the
+        // lane hold a body of up to `http.max_content_length` before it is refused.
+        let body_len = taken.body_len;
+        let head = buf.split_to(taken.head_len).freeze();
+        let Some(parts) = taken.parts(&head) else {
             let _ = stream.write_all(BAD_REQUEST).await;
             return;
         };
         let route = taken.route;
         let target = taken.target.clone();
-        let head_len = taken.head_len;
         // The header lines are forwarded from the request's own bytes.
-        let raw = RawHeaders::new(request.clone(), taken.headers);
+        let raw = RawHeaders::new(head.clone(), taken.headers);
         conn.st.metrics.count_lane(LaneEvent::FastLane);
+        let checked = tokio::select! {
+            biased;
+            c = AssertUnwindSafe(check(&conn.st, peer, route, &parts, &raw)).catch_unwind() => {
+                match c {
+                    Ok(checked) => checked,
+                    Err(panic) => Err(crate::server::panic_response(panic)),
+                }
+            }
+            // L3: the client left.
+            () = client_gone(&mut stream, &mut buf, clock.as_deref()) => return,
+        };
+        let passed = match checked {
+            Ok(passed) => passed,
+            Err(mut refused) => {
+                // As hyper does with a body its handler never read: dropped when it is all
+                // there, and otherwise the connection ends once the answer is out, with the
+                // general path's lingering close (G4) — what follows is no request's start.
+                let whole = buf.len() >= body_len;
+                if whole {
+                    buf.advance(body_len);
+                } else {
+                    refused
+                        .headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                let written = write_own(&mut stream, refused, &head, target).await.is_ok();
+                if !whole && written {
+                    Watched::new(stream, clock).leaving().linger().await;
+                    return;
+                }
+                if !written {
+                    return;
+                }
+                continue;
+            }
+        };
+        // The body, the buffer grown as its bytes come rather than by the length announced:
+        // a head alone does not make the lane reserve `http.max_content_length`.
+        while buf.len() < body_len {
+            buf.reserve((body_len - buf.len()).min(BODY_STEP));
+            match stream.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => read_timeout::read(clock.as_deref()),
+            }
+        }
+        let body = if body_len == 0 {
+            Bytes::new()
+        } else {
+            buf.split_to(body_len).freeze()
+        };
         let handled = tokio::select! {
             // In order: no random pick a request.
             biased;
-            h = AssertUnwindSafe(handle(&conn.st, peer, route, parts, raw, body, thread)).catch_unwind() => {
+            h = AssertUnwindSafe(forward(&conn.st, passed, peer, route, parts, raw, body, thread)).catch_unwind() => {
                 h.unwrap_or_else(|panic| Handled::Sluice(crate::server::panic_response(panic)))
             }
             // L3: the client left; dropping the request cancels what it started.
             () = client_gone(&mut stream, &mut buf, clock.as_deref()) => return,
         };
         let kept = match handled {
-            Handled::Sluice(resp) => {
-                // Asked only of sluice's own answers (errors, rejections): a relayed answer
-                // is the upstream's, and the common path pays nothing for `?pretty` or
-                // `?format=yaml`.
-                let query = std::str::from_utf8(&request[target])
-                    .ok()
-                    .and_then(|t| t.split_once('?'))
-                    .map(|(_, q)| q);
-                let accept = accept_of(&request[..head_len]);
-                let rendering = if crate::http::format::wants_yaml(query, accept) {
-                    Rendering::Yaml
-                } else if crate::http::pretty::wants_pretty(query) {
-                    Rendering::PrettyError
-                } else {
-                    Rendering::AsBuilt
-                };
-                write_response(&mut stream, resp, rendering).await.is_ok()
-            }
+            Handled::Sluice(resp) => write_own(&mut stream, resp, &head, target).await.is_ok(),
             Handled::Upstream(head, answer) => match answer.relay(head, &mut stream).await {
                 Ok(Relayed::Whole) => true,
                 Ok(Relayed::CloseAfter) => false,
@@ -433,24 +470,57 @@ enum Handled {
     Upstream(Vec<u8>, Answer),
 }
 
-/// Runs a lane request through the steps of [`crate::server::app`]'s request layers and the
-/// gateway's search handler (L1), on lane thread `thread`.
-async fn handle(
+/// Writes an answer of sluice's own (an error, a rejection) to the lane request whose head is
+/// `head`, its target at `target`, rendered as the general path's outer layer renders it.
+async fn write_own(
+    stream: &mut TcpStream,
+    resp: Response,
+    head: &[u8],
+    target: std::ops::Range<usize>,
+) -> std::io::Result<()> {
+    // Asked only of sluice's own answers (errors, rejections): a relayed answer is the
+    // upstream's, and the common path pays nothing for `?pretty` or `?format=yaml`.
+    let query = std::str::from_utf8(&head[target])
+        .ok()
+        .and_then(|t| t.split_once('?'))
+        .map(|(_, q)| q);
+    let rendering = if crate::http::format::wants_yaml(query, accept_of(head)) {
+        Rendering::Yaml
+    } else if crate::http::pretty::wants_pretty(query) {
+        Rendering::PrettyError
+    } else {
+        Rendering::AsBuilt
+    };
+    write_response(stream, resp, rendering).await
+}
+
+/// What a lane request's head let through: its timer, its `X-Opaque-Id` values and what
+/// [`crate::server::check_lines`] found.
+struct Passed {
+    timer: HttpTimer,
+    opaque: Vec<HeaderValue>,
+    checked: Checked,
+}
+
+/// The steps of [`crate::server::app`]'s request layers that need only a lane request's head
+/// (L1): its timer started, then [`crate::server::check_lines`] (single-valued headers,
+/// authentication, authorization, the request's metadata), before its body is read, as the
+/// general path runs them before its handler reads the body. A refusal comes back timed, with
+/// the `X-Opaque-Id` echoed.
+async fn check(
     st: &Arc<AppState>,
     peer: SocketAddr,
     route: LaneRoute,
-    parts: http::request::Parts,
-    raw: RawHeaders,
-    body: Bytes,
-    thread: usize,
-) -> Handled {
+    parts: &http::request::Parts,
+    raw: &RawHeaders,
+) -> Result<Passed, Response> {
     let timer = HttpTimer::with_route(&parts.method, route.pattern);
-    let opaque = meta::opaque_ids(&raw);
+    let opaque = meta::opaque_ids(raw);
     let (method, uri) = (&parts.method, &parts.uri);
     let action = route.action(method, uri.path(), uri.query());
     let checked = crate::server::check_lines(
         st,
-        &raw,
+        raw,
         &opaque,
         Some(peer.ip()),
         method,
@@ -458,17 +528,41 @@ async fn handle(
         action,
     )
     .await;
-    let Checked {
-        meta: request_meta,
-        audited,
-    } = match checked {
-        Ok(checked) => checked,
+    match checked {
+        Ok(checked) => Ok(Passed {
+            timer,
+            opaque,
+            checked,
+        }),
         Err(mut refused) => {
             timer.record(st, refused.status());
             meta::echo_opaque_id(opaque, &mut refused);
-            return Handled::Sluice(refused);
+            Err(refused)
         }
-    };
+    }
+}
+
+/// Runs a lane request that [`check`] let through, its body read, through the gateway's
+/// search handler and the rest of the request layers' steps (L1), on lane thread `thread`.
+#[allow(clippy::too_many_arguments)]
+async fn forward(
+    st: &Arc<AppState>,
+    passed: Passed,
+    peer: SocketAddr,
+    route: LaneRoute,
+    parts: http::request::Parts,
+    raw: RawHeaders,
+    body: Bytes,
+    thread: usize,
+) -> Handled {
+    let Passed {
+        timer,
+        opaque,
+        checked: Checked {
+            meta: request_meta,
+            audited,
+        },
+    } = passed;
     let warnings = request_meta.warnings.clone();
     let lane = Lane {
         raw,

@@ -4303,3 +4303,70 @@ async fn test_read_timeout_closes_quiet_gateway_connections() {
         tokio::task::yield_now().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_lane_search_is_refused_from_its_head_before_its_body_is_read() {
+    // L1: authentication runs before the body is read, as on the general path. The lane once
+    // read a whole body (up to `http.max_content_length`) before it answered 401, so each
+    // anonymous connection could make the gateway hold 100 MB.
+    let up = fake(answer_with(|_| {
+        axum::Json(json!({"hits": {"hits": []}})).into_response()
+    }))
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let users = tmp.path().join("users.yml");
+    sluice_server::auth::add_user(&users, "alice", "alice-pw", &["admin".into()], false)
+        .expect("add alice");
+    let users = format!("auth.users_file={}", users.display());
+    let gw = gateway(&up.base, &["auth.type=basic", &users]).await;
+    let alice = [("authorization", "Basic YWxpY2U6YWxpY2UtcHc=")];
+    for credentials in ["authorization: Basic YWxpY2U6d3Jvbmc=\r\n", ""] {
+        // 90 MB announced, 1 KB sent: the rest never comes.
+        let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+        let head = format!(
+            "POST /logs/_search HTTP/1.1\r\nhost: x\r\n{credentials}\
+             content-type: application/json\r\ncontent-length: 94371840\r\n\r\n{}",
+            " ".repeat(1024)
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut buf = Vec::new();
+        let (status, headers, body) = read_response(&mut stream, &mut buf).await;
+        let body = String::from_utf8_lossy(&body);
+        assert_eq!(status, 401, "{body}");
+        assert!(body.contains("security_exception"), "{body}");
+        assert!(
+            headers
+                .iter()
+                .any(|(k, v)| k == "connection" && v == "close"),
+            "{headers:?}"
+        );
+        // Then the connection ends: the rest of the body is no request.
+        let mut rest = [0u8; 64];
+        let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut rest))
+            .await
+            .expect("the connection ends");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    }
+    // A refused search whose body came whole keeps its connection, as on the general path,
+    // and one with credentials is served.
+    let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let search = |who: &str| {
+        format!(
+            "POST /logs/_search HTTP/1.1\r\nhost: x\r\n{who}content-type: application/json\r\n\
+             content-length: 2\r\n\r\n{{}}"
+        )
+    };
+    let mut buf = Vec::new();
+    stream.write_all(search("").as_bytes()).await.unwrap();
+    assert_eq!(read_response(&mut stream, &mut buf).await.0, 401);
+    stream
+        .write_all(search("authorization: Basic YWxpY2U6YWxpY2UtcHc=\r\n").as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(read_response(&mut stream, &mut buf).await.0, 200);
+    assert!(
+        lane_counts_as(&gw, &alice).await.0 >= 4,
+        "the searches took the lane"
+    );
+    gw.stop().await;
+}
