@@ -15,6 +15,9 @@ pub mod keys {
     pub const HTTP_MAX_CONTENT_LENGTH: &str = "http.max_content_length";
     /// How long a connection may read nothing before it is closed; `0` (the default) never.
     pub const HTTP_READ_TIMEOUT: &str = "http.read_timeout";
+    /// How long a stopping node waits for its requests in flight before it closes their
+    /// connections.
+    pub const HTTP_SHUTDOWN_GRACE: &str = "http.shutdown_grace";
     /// Folder holding indices and node state.
     pub const PATH_DATA: &str = "path.data";
     /// This node's name.
@@ -86,6 +89,7 @@ const KNOWN_KEYS: &[&str] = &[
     keys::HTTP_PORT,
     keys::HTTP_MAX_CONTENT_LENGTH,
     keys::HTTP_READ_TIMEOUT,
+    keys::HTTP_SHUTDOWN_GRACE,
     keys::PATH_DATA,
     keys::NODE_NAME,
     keys::CLUSTER_NAME,
@@ -134,6 +138,9 @@ pub struct Config {
     pub max_content_length: u64,
     /// `http.read_timeout`; `None` for OpenSearch's default, `0`: never.
     pub read_timeout: Option<std::time::Duration>,
+    /// `http.shutdown_grace`: how long a stopping node waits for the requests in flight on its
+    /// connections before it closes them (`crate::http::serve`).
+    pub shutdown_grace: std::time::Duration,
     /// `path.data`.
     pub data_path: PathBuf,
     /// `node.name`.
@@ -416,6 +423,22 @@ impl Config {
                 }
             },
         };
+        // Below Kubernetes' default 30 s between SIGTERM and SIGKILL, so the node closes its
+        // last connections itself and still commits its indices before it is killed.
+        let shutdown_grace = match get(keys::HTTP_SHUTDOWN_GRACE) {
+            None => std::time::Duration::from_secs(20),
+            Some((v, s)) => match sluice_wire::parse_time_value(v, keys::HTTP_SHUTDOWN_GRACE) {
+                Ok(sluice_wire::TimeValue::After(d)) => d,
+                _ => {
+                    return Err(invalid(
+                        keys::HTTP_SHUTDOWN_GRACE,
+                        v,
+                        s,
+                        "expected a time value of at least 0ms such as 20s",
+                    ));
+                }
+            },
+        };
         let data_path = match get(keys::PATH_DATA) {
             None => PathBuf::from("data"),
             Some((v, s)) if v.trim().is_empty() => {
@@ -541,6 +564,7 @@ impl Config {
             http_port,
             max_content_length,
             read_timeout,
+            shutdown_grace,
             data_path,
             node_name: name_setting(keys::NODE_NAME, default_node_name())?,
             cluster_name: name_setting(keys::CLUSTER_NAME, "sluice".to_string())?,
@@ -973,6 +997,9 @@ mod tests {
         assert_eq!(c.read_timeout, None);
         let c = load(None, &[], &["http.read_timeout=0"]).unwrap();
         assert_eq!(c.read_timeout, None);
+        let c = load(None, &[], &["http.shutdown_grace=1s"]).unwrap();
+        assert_eq!(c.shutdown_grace, std::time::Duration::from_secs(1));
+        assert!(load(None, &[], &["http.shutdown_grace=-1"]).is_err());
         let c = load(None, &[], &["http.read_timeout=30s"]).unwrap();
         assert_eq!(c.read_timeout, Some(std::time::Duration::from_secs(30)));
         for bad in ["-1", "30", "soon", "-5s"] {

@@ -331,7 +331,8 @@ impl Node {
             state.workload.release_all_queues().await;
         };
         let read_timeout = self.state.config.read_timeout;
-        crate::http::serve::serve(self.listener, app, lane, read_timeout, shutdown).await?;
+        let grace = self.state.config.shutdown_grace;
+        crate::http::serve::serve(self.listener, app, lane, read_timeout, grace, shutdown).await?;
         // Every background task ended, not only told to: none holds the node's state once
         // this returns.
         stop_loops.cancel();

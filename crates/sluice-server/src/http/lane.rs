@@ -51,9 +51,12 @@
 //!   queue, for the upstream) drops the request: its task is cancelled, its permit or queue
 //!   place freed, the upstream's search cancelled. Tested by
 //!   `test_cancellation_reaches_the_upstream` and the queue tests through the gateway.
-//! - L4 — shutdown is graceful: an idle connection closes, a request in flight is answered
-//!   first, on the lane and in a run lent to hyper. [`crate::http::serve`] waits for every lane
-//!   connection. Tested by `test_shutdown_answers_a_lane_search_in_flight_then_ends` and
+//! - L4 — shutdown is graceful, within `http.shutdown_grace`: a connection with no request in
+//!   flight (idle, or holding part of a head) closes, a request in flight is answered first,
+//!   on the lane and in a run lent to hyper, with `Connection: close`, and nothing the client
+//!   pipelined behind it is served (RFC 9112 §9.6); past the grace the connection is closed
+//!   whatever it does. [`crate::http::serve`] waits for every lane connection. Tested by
+//!   `test_stalled_clients_do_not_keep_a_stopping_gateway_running`, `test_shutdown_answers_a_lane_search_in_flight_then_ends` and
 //!   `test_a_connection_back_from_other_requests_searches_on_the_lane` (a connection idle in a
 //!   run closes at shutdown).
 
@@ -120,6 +123,8 @@ pub struct Conn {
     pub watcher: Watcher,
     /// Changes once when the node shuts down (L4); held until the connection ends.
     pub shutdown: watch::Receiver<()>,
+    /// Cancelled once the shutdown's grace is over: the connection ends, whatever it is doing.
+    pub closing: tokio_util::sync::CancellationToken,
     /// The connection's `http.read_timeout` clock, if it has one; every read tells it.
     pub clock: Option<Arc<ReadClock>>,
 }
@@ -178,12 +183,12 @@ enum Parsed {
 /// `http.read_timeout` is closed, whatever it is doing ([`crate::http::read_timeout`]).
 pub async fn serve_connection(thread: usize, stream: TcpStream, peer: SocketAddr, conn: Conn) {
     let clock = conn.clock.clone();
-    read_timeout::run(
-        clock.as_deref(),
-        peer,
-        serve_reads(thread, stream, peer, conn),
-    )
-    .await;
+    let closing = conn.closing.clone();
+    tokio::select! {
+        () = read_timeout::run(clock.as_deref(), peer, serve_reads(thread, stream, peer, conn)) => {}
+        // The shutdown's grace is over (L4).
+        () = closing.cancelled() => {}
+    }
 }
 
 /// [`serve_connection`] but for the read timeout.
@@ -192,8 +197,11 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
     let clock = conn.clock.clone();
     let mut buf = BytesMut::with_capacity(8 * 1024);
     loop {
-        // An idle connection closes at shutdown (L4).
-        if buf.is_empty() && conn.shutdown.has_changed().unwrap_or(true) {
+        // At shutdown a connection with no request in flight closes (L4): idle, holding part
+        // of a head, or requests pipelined behind an answer that said `Connection: close`,
+        // which are not served (RFC 9112 §9.6).
+        if conn.shutdown.has_changed().unwrap_or(true) {
+            let _ = stream.shutdown().await;
             return;
         }
         // An empty buffer (the usual state after an answer) needs no parse to be partial.
@@ -220,7 +228,6 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
                 return Box::pin(hand_off(stream, buf, peer, conn)).await;
             }
             Parsed::Partial => {
-                let idle = buf.is_empty();
                 tokio::select! {
                     biased;
                     read = stream.read_buf(&mut buf) => match read {
@@ -230,7 +237,10 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
                             continue;
                         }
                     },
-                    _ = conn.shutdown.changed(), if idle => return,
+                    _ = conn.shutdown.changed() => {
+                        let _ = stream.shutdown().await;
+                        return;
+                    }
                 }
             }
         };
@@ -266,6 +276,11 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
                 // there, and otherwise the connection ends once the answer is out, with the
                 // general path's lingering close (G4) — what follows is no request's start.
                 let whole = buf.len() >= body_len;
+                if stopping(&conn) {
+                    refused
+                        .headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
                 if whole {
                     buf.advance(body_len);
                 } else {
@@ -307,21 +322,47 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
             // L3: the client left; dropping the request cancels what it started.
             () = client_gone(&mut stream, &mut buf, clock.as_deref()) => return,
         };
+        // An answer written once the node is stopping is the connection's last, and says so
+        // (F3 of an outside trial: the socket closed after an answer that did not).
+        let last = stopping(&conn);
         let kept = match handled {
-            Handled::Sluice(resp) => write_own(&mut stream, resp, &head, target).await.is_ok(),
-            Handled::Upstream(head, answer) => match answer.relay(head, &mut stream).await {
-                Ok(Relayed::Whole) => true,
-                Ok(Relayed::CloseAfter) => false,
-                Err(RelayError::Client(_)) => false,
-                Err(RelayError::Upstream(cause)) => {
-                    tracing::debug!(%peer, %cause, "the upstream's answer broke off");
-                    false
+            Handled::Sluice(mut resp) => {
+                if last {
+                    resp.headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
                 }
-            },
+                write_own(&mut stream, resp, &head, target).await.is_ok()
+            }
+            Handled::Upstream(mut head, answer) => {
+                if last && !answer.closes() {
+                    // Before the head's end.
+                    head.truncate(head.len() - 2);
+                    head.extend_from_slice(b"connection: close\r\n\r\n");
+                }
+                relayed(answer.relay(head, &mut stream).await, peer)
+            }
         };
         if !kept {
             let _ = stream.shutdown().await;
             return;
+        }
+    }
+}
+
+/// Whether the node is stopping: the connection's next answer is its last (L4).
+fn stopping(conn: &Conn) -> bool {
+    conn.shutdown.has_changed().unwrap_or(true)
+}
+
+/// Whether the connection goes on after a relayed answer.
+fn relayed(relay: Result<Relayed, RelayError>, peer: SocketAddr) -> bool {
+    match relay {
+        Ok(Relayed::Whole) => true,
+        Ok(Relayed::CloseAfter) => false,
+        Err(RelayError::Client(_)) => false,
+        Err(RelayError::Upstream(cause)) => {
+            tracing::debug!(%peer, %cause, "the upstream's answer broke off");
+            false
         }
     }
 }
@@ -860,6 +901,13 @@ async fn lent_run(
             .leaving()
             .linger()
             .await;
+        return None;
+    }
+    if stopping {
+        // hyper's answer said `Connection: close`: nothing the client sent after it is served
+        // (RFC 9112 §9.6).
+        let mut io = lent.io;
+        let _ = io.shutdown().await;
         return None;
     }
     // hyper's unparsed bytes came first, then what it was never given, then what came after.

@@ -12,8 +12,12 @@
 //! served on the lane's own threads ([`crate::http::threads`]), one per worker of the node's
 //! runtime.
 //!
-//! Shutdown is graceful: once `shutdown` completes the listener closes, idle keep-alive
-//! connections close, and the loop returns when the requests in flight have been answered.
+//! Shutdown is graceful, within a bound: once `shutdown` completes the listener closes,
+//! connections with no request in flight close (idle, or holding part of a head), and the
+//! loop returns when the requests in flight have been answered — or once `http.shutdown_grace`
+//! has passed, when every connection still open is closed, its request dropped (and so
+//! cancelled, as when its client leaves). Without the bound, one client stalled in the middle
+//! of a body kept a stopping node running until it was killed, cutting every answer.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -27,6 +31,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use sluice_core::repoll::Repoll;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use crate::http::leaving::{StopOnLeave, Watched};
@@ -48,9 +53,12 @@ pub async fn serve(
     app: HttpService,
     lane: Option<Arc<AppState>>,
     read_timeout: Option<Duration>,
+    grace: Duration,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let graceful = GracefulShutdown::new();
+    // Cancelled once the grace after `shutdown` has passed: every connection still open ends.
+    let closing = CancellationToken::new();
     // Tells the lane's connections the node is shutting down; closed once all have ended.
     let (lane_shutdown, lane_watch) = tokio::sync::watch::channel(());
     let builder = auto::Builder::new(TokioExecutor::new());
@@ -89,6 +97,7 @@ pub async fn serve(
                 app: app.clone(),
                 watcher: graceful.watcher(),
                 shutdown: lane_watch.clone(),
+                closing: closing.clone(),
                 clock,
             };
             match &threads {
@@ -112,10 +121,15 @@ pub async fn serve(
             .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service))
             .into_owned();
         let conn = graceful.watch(conn);
+        let closing = closing.clone();
         tokio::spawn(Repoll::new(async move {
             let served = async {
-                if let Err(e) = conn.await {
-                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                tokio::select! {
+                    served = conn => if let Err(e) = served {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    },
+                    // The shutdown's grace is over.
+                    () = closing.cancelled() => {}
                 }
             };
             // Dropping the connection's future cancels its request in flight, as its client
@@ -129,7 +143,18 @@ pub async fn serve(
     drop(listener);
     drop(lane_watch);
     let _ = lane_shutdown.send(());
-    tokio::join!(lane_shutdown.closed(), graceful.shutdown());
+    let drained = async move {
+        tokio::join!(lane_shutdown.closed(), graceful.shutdown());
+    };
+    tokio::pin!(drained);
+    tokio::select! {
+        () = &mut drained => {}
+        () = tokio::time::sleep(grace) => {
+            tracing::warn!(?grace, "closing the connections whose requests are still in flight");
+            closing.cancel();
+            drained.await;
+        }
+    }
     // Every lane connection has ended: the threads can (T3).
     if let Some(threads) = threads {
         let _ = tokio::task::spawn_blocking(move || threads.join()).await;

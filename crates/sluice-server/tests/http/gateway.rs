@@ -4370,3 +4370,69 @@ async fn test_a_lane_search_is_refused_from_its_head_before_its_body_is_read() {
     );
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_stalled_clients_do_not_keep_a_stopping_gateway_running() {
+    // L4: a connection with no request in flight (part of a head, on a fresh connection or
+    // after a lane search) closes at shutdown, and a request whose body stalls (on the lane,
+    // or lent to hyper) is closed once `http.shutdown_grace` has passed. Each once kept a
+    // stopping gateway running until it was killed.
+    let up = fake(answer_with(|_| {
+        axum::Json(json!({"hits": {"hits": []}})).into_response()
+    }))
+    .await;
+    let gw = gateway(&up.base, &["http.shutdown_grace=1s"]).await;
+    let connect = || tokio::net::TcpStream::connect(gw.addr);
+    let mut after_search = connect().await.unwrap();
+    after_search
+        .write_all(b"POST /logs/_search HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    assert_eq!(read_response(&mut after_search, &mut buf).await.0, 200);
+    after_search.write_all(b"GET /logs/_co").await.unwrap();
+    let mut fresh = connect().await.unwrap();
+    fresh.write_all(b"GET /logs/_co").await.unwrap();
+    let mut lane_body = connect().await.unwrap();
+    lane_body
+        .write_all(b"POST /logs/_search HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"q")
+        .await
+        .unwrap();
+    let mut lent_body = connect().await.unwrap();
+    lent_body
+        .write_all(b"PUT /logs/_doc/1 HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"q")
+        .await
+        .unwrap();
+    // Every connection read by the gateway before it is told to stop.
+    common::wait_until(
+        "the gateway reading the stalled requests",
+        || lane_body_seen(&gw),
+        String::new,
+    )
+    .await;
+    tokio::time::timeout(Duration::from_secs(30), gw.stop())
+        .await
+        .expect("the gateway stops within its grace, not when its clients finish");
+    // Each connection is closed (the lent request's forwarding may have timed out first: the
+    // upstream never got its whole body).
+    for (i, mut stream) in [after_search, fresh, lane_body, lent_body]
+        .into_iter()
+        .enumerate()
+    {
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest))
+            .await
+            .unwrap_or_else(|_| panic!("connection {i} still open"));
+        let rest = String::from_utf8_lossy(&rest);
+        assert!(i == 3 || rest.is_empty(), "{i}: {read:?} {rest}");
+    }
+}
+
+/// Whether the gateway has counted the stalled lane search of
+/// `test_stalled_clients_do_not_keep_a_stopping_gateway_running` (two lane searches, one
+/// lent request).
+fn lane_body_seen(gw: &TestNode) -> bool {
+    let text = gw.state.metrics.render(&gw.state);
+    text.contains("sluice_gateway_lane_requests_total{path=\"fast_lane\"} 2")
+        && text.contains("sluice_gateway_lane_requests_total{path=\"lent\"} 1")
+}
