@@ -56,7 +56,9 @@
 //!   on the lane and in a run lent to hyper, with `Connection: close`, and nothing the client
 //!   pipelined behind it is served (RFC 9112 §9.6); past the grace the connection is closed
 //!   whatever it does. [`crate::http::serve`] waits for every lane connection. Tested by
-//!   `test_stalled_clients_do_not_keep_a_stopping_gateway_running`, `test_shutdown_answers_a_lane_search_in_flight_then_ends` and
+//!   `test_stalled_clients_do_not_keep_a_stopping_gateway_running`,
+//!   `test_shutdown_answers_a_lane_search_in_flight_then_ends`,
+//!   `test_a_lane_answer_at_shutdown_says_close_and_nothing_pipelined_behind_it_runs` and
 //!   `test_a_connection_back_from_other_requests_searches_on_the_lane` (a connection idle in a
 //!   run closes at shutdown).
 

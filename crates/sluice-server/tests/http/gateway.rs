@@ -4133,6 +4133,62 @@ async fn test_shutdown_answers_a_lane_search_in_flight_then_ends() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_lane_answer_at_shutdown_says_close_and_nothing_pipelined_behind_it_runs() {
+    // L4 (RFC 9112 §9.6): a lane search in flight when the gateway is told to stop is answered
+    // with `Connection: close`, and a request the client pipelined behind it is not served:
+    // the client, told the connection closes, sends it again elsewhere, so serving it too
+    // could run it twice.
+    let release = Arc::new(tokio::sync::Notify::new());
+    let gate = release.clone();
+    let upstream = fake(Arc::new(move |r: Received| {
+        let gate = gate.clone();
+        Box::pin(async move {
+            if r.uri.contains("_search") {
+                gate.notified().await;
+            }
+            axum::Json(json!({"hits": {"hits": []}})).into_response()
+        })
+    }))
+    .await;
+    let gw = gateway(&upstream.base, &[]).await;
+    let mut conn = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let search = "POST /logs/_search HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+    let pipelined = "PUT /logs/_doc/1 HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+    conn.write_all(format!("{search}{pipelined}").as_bytes())
+        .await
+        .unwrap();
+    upstream.wait_received("_search").await;
+    assert_eq!(lane_counts(&gw).await.0, 1, "the search took the lane");
+    let addr = gw.addr;
+    let stopping = tokio::spawn(gw.stop());
+    common::wait_until(
+        "the gateway refusing new connections",
+        || std::net::TcpStream::connect(addr).is_err(),
+        String::new,
+    )
+    .await;
+    release.notify_one();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), conn.read_to_end(&mut answer))
+        .await
+        .expect("the connection ends")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+    assert!(answer.starts_with("http/1.1 200"), "{answer}");
+    assert!(answer.contains("connection: close\r\n"), "{answer}");
+    assert_eq!(
+        answer.matches("http/1.1 ").count(),
+        1,
+        "only the search is answered: {answer}"
+    );
+    stopping.await.unwrap();
+    assert!(
+        upstream.received_on("_doc").is_empty(),
+        "the pipelined request reached the upstream"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_scroll_the_gateway_did_not_open_is_refused_to_a_user_not_allowed_others() {
     // An upstream whose every scroll answer carries the same id.
     let up = fake(answer_with(|_| {
