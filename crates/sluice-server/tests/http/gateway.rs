@@ -141,7 +141,17 @@ enum Raw {
     /// Answers 503 "OpenSearch Security not initialized." to everything, `GET /` included,
     /// keeping the connection (a cluster still starting).
     Unavailable,
+    /// Answers 200 [`RAW_BODY`] with its head's lines ending in a bare LF (which httparse,
+    /// and so hyper, accept), keeping the connection.
+    BareLf,
+    /// Answers 200 [`RAW_BODY`] in chunks with a wrong `Content-Length` beside its
+    /// `Transfer-Encoding: chunked` (RFC 9112 §6.3: the encoding wins), keeping the
+    /// connection.
+    LengthAndChunks,
 }
+
+/// The body of [`Raw::BareLf`]'s and [`Raw::LengthAndChunks`]'s answers.
+const RAW_BODY: &str = r#"{"took":1,"hits":{"total":{"value":0},"hits":[]}}"#;
 
 async fn raw_upstream(how: Raw) -> (String, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -161,8 +171,23 @@ async fn raw_upstream(how: Raw) -> (String, tokio::task::JoinHandle<()>) {
                     }
                 }
                 match how {
-                    Raw::Reason | Raw::LongHeader(_) | Raw::Unavailable => {
+                    Raw::Reason
+                    | Raw::LongHeader(_)
+                    | Raw::Unavailable
+                    | Raw::BareLf
+                    | Raw::LengthAndChunks => {
                         let answer = match how {
+                            Raw::BareLf => format!(
+                                "HTTP/1.1 200 OK\ncontent-type: application/json\n\
+                                 content-length: {}\n\n{RAW_BODY}",
+                                RAW_BODY.len()
+                            ),
+                            Raw::LengthAndChunks => format!(
+                                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                                 content-length: 3\r\ntransfer-encoding: chunked\r\n\r\n\
+                                 {:x}\r\n{RAW_BODY}\r\n0\r\n\r\n",
+                                RAW_BODY.len()
+                            ),
                             Raw::LongHeader(n) => format!(
                                 "HTTP/1.1 200 OK\r\nx-long: {}\r\ncontent-length: 2\r\n\r\n{{}}",
                                 "a".repeat(n)
@@ -890,6 +915,46 @@ async fn test_lane_and_general_path_word_upstream_failures_alike() {
             "reason" => assert_eq!(line, "HTTP/1.1 200 Fine"),
             "long header" => assert_eq!(*status, 200, "{line}"),
             _ => assert_eq!(*status, 502, "{name}: {line}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_odd_but_valid_upstream_heads_are_relayed_whole_and_framed_once() {
+    // An answer whose head's lines end with a bare LF, and one with a `Content-Length` beside
+    // its chunks: searches on the lane, and requests of the general path (a document read;
+    // every request with the lane off), get the whole body, framed one way only, and the
+    // client's connection carries the next request.
+    for (name, how) in [
+        ("bare LF", Raw::BareLf),
+        ("length and chunks", Raw::LengthAndChunks),
+    ] {
+        let (base, _task) = raw_upstream(how).await;
+        for lane in ["true", "false"] {
+            let setting = format!("backend.upstream.fast_lane={lane}");
+            let gw = gateway(&base, &[&setting]).await;
+            let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+            let mut buf = Vec::new();
+            for path in ["/logs/_search", "/logs/_doc/1", "/logs/_search"] {
+                let request = format!("GET {path} HTTP/1.1\r\nhost: gw\r\n\r\n");
+                stream.write_all(request.as_bytes()).await.unwrap();
+                let (status, headers, body) = read_response(&mut stream, &mut buf).await;
+                let what = format!("{name}, lane {lane}, {path}");
+                assert_eq!(status, 200, "{what}: {}", String::from_utf8_lossy(&body));
+                assert_eq!(String::from_utf8_lossy(&body), RAW_BODY, "{what}");
+                let framings = headers
+                    .iter()
+                    .filter(|(k, _)| k == "content-length" || k == "transfer-encoding")
+                    .count();
+                assert_eq!(framings, 1, "{what}: {headers:?}");
+                assert!(
+                    headers
+                        .iter()
+                        .any(|(k, v)| k == "content-type" && v == "application/json"),
+                    "{what}: {headers:?}"
+                );
+            }
+            gw.stop().await;
         }
     }
 }

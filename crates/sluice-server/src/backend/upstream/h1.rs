@@ -31,8 +31,10 @@
 //!   `test_cancellation_reaches_the_upstream` through the lane.
 //! - R4 — the body is relayed as the upstream framed it, byte for byte: a length, chunks
 //!   (passed through, their end found by [`ChunkedEnd`]), or the connection's end (then the
-//!   client's connection closes after it too). Tested by `test_chunked_end_*` and the
-//!   streaming tests through the lane.
+//!   client's connection closes after it too); the client's head frames it that way alone (a
+//!   `Content-Length` beside a `Transfer-Encoding` is not relayed, RFC 9112 §6.1). Tested by
+//!   `test_chunked_end_*`, the streaming tests through the lane and
+//!   `test_odd_but_valid_upstream_heads_are_relayed_whole_and_framed_once`.
 //! - R5 — a pooled connection is reused only on the lane thread that opened it
 //!   ([`crate::http::threads`] T1): it is registered with that thread's runtime, whose I/O
 //!   driver alone sees its answers, so another thread using it would take two wake-ups across
@@ -529,10 +531,15 @@ enum RoundTrip {
 /// A parsed answer head: what the gateway needs of it, and its header lines as they came.
 struct Head {
     status: StatusCode,
-    /// The header lines, each ending with CRLF, as the upstream sent them.
+    /// The header lines as the upstream sent them, or as [`Head::rebuilt`] holds them.
     lines: Bytes,
-    /// Where the header lines start in the head.
-    lines_start: usize,
+    /// Where the header lines are in the head: after the status line, before the empty line
+    /// that ends the head.
+    lines_at: std::ops::Range<usize>,
+    /// The relayed header lines written anew, each ending with CRLF, when one of the
+    /// upstream's ends with a bare LF (which httparse, and so hyper, accept): relayed as they
+    /// came, they would end the client's head there. `relayed` then covers them whole.
+    rebuilt: Option<Bytes>,
     /// The status line's reason phrase, as the upstream sent it.
     reason: Bytes,
     /// Where the reason phrase is in the head.
@@ -595,7 +602,10 @@ async fn round_trip(
         answered = true;
         while let Some((mut head, len)) = parse_head(buf).map_err(RoundTrip::NotHttp)? {
             let raw = buf.split_to(len).freeze();
-            head.lines = raw.slice(head.lines_start..len - 2);
+            head.lines = match head.rebuilt.take() {
+                Some(lines) => lines,
+                None => raw.slice(head.lines_at.clone()),
+            };
             head.reason = raw.slice(head.reason_at.clone());
             if head.status.is_informational() {
                 continue;
@@ -697,14 +707,37 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
     let added = seen.finish();
     let version_1_0 = resp.version == Some(0);
     let keep_alive = framing != Framing::Close && !closes && (!version_1_0 || keeps);
-    // The header lines: after the status line, before the empty line that ends the head.
-    let lines_start = line_end(&buf[..len]).unwrap_or(len).min(len - 2);
-    let relayed = relayed_runs(
-        resp.headers,
-        buf.as_ptr() as usize + lines_start,
-        len - 2 - lines_start,
-        &connection_named,
-    );
+    // The header lines: after the status line (which ends at the head's first LF, with or
+    // without a CR before it), before the empty line that ends the head (a CRLF or a bare LF).
+    let lines_start = memchr::memchr(b'\n', &buf[..len]).map_or(len, |i| i + 1);
+    let lines_end = if buf[len - 2] == b'\r' {
+        len - 2
+    } else {
+        len - 1
+    };
+    let lines_at = lines_start..lines_end.max(lines_start);
+    // RFC 9112 §6.3: with a `Transfer-Encoding`, a `Content-Length` means nothing, and an
+    // intermediary must not pass it on (§6.1): a client framing by it would read the body
+    // wrong and its next answer from the middle of this one.
+    let drop_length = chunked.is_some();
+    let dropped = |name: &str| {
+        NOT_RELAYED.iter().any(|n| n.eq_ignore_ascii_case(name))
+            || (drop_length && name.eq_ignore_ascii_case("content-length"))
+            || connection_named
+                .iter()
+                .any(|n| n.eq_ignore_ascii_case(name.as_bytes()))
+    };
+    let (relayed, rebuilt) = match relayed_runs(resp.headers, &buf[lines_at.clone()], dropped) {
+        Some(runs) => (runs, None),
+        None => {
+            let lines = rebuilt_lines(resp.headers, dropped);
+            let mut runs = Runs::new();
+            if !lines.is_empty() {
+                runs.push((0, lines.len() as u32));
+            }
+            (runs, Some(Bytes::from(lines)))
+        }
+    };
     let reason_at = resp.reason.map_or(0..0, |r| {
         let start = r.as_ptr() as usize - buf.as_ptr() as usize;
         start..start + r.len()
@@ -713,7 +746,8 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
         Head {
             status,
             lines: Bytes::new(),
-            lines_start,
+            lines_at,
+            rebuilt,
             reason: Bytes::new(),
             reason_at,
             framing,
@@ -777,57 +811,62 @@ const NOT_RELAYED: [&str; 10] = [
     "x-opaque-id",
 ];
 
-/// Which of an answer's header lines (`headers`, as httparse found them in the head; their
-/// lines start at address `base` and end `end` bytes after it) are relayed: all but those
-/// [`NOT_RELAYED`] and `connection_named` name, by case-insensitive name, as [`Runs`].
+/// Which of an answer's header lines (`headers`, as httparse found them in `lines`, the
+/// head's header lines) are relayed: all but those `dropped` names, as [`Runs`]; `None` when a
+/// line does not end with CRLF (a bare LF, which httparse accepts: the caller writes the lines
+/// anew, [`rebuilt_lines`]).
 ///
 /// Found where httparse left the names rather than by scanning the lines again: a header's
 /// line runs from its name to the next header's name (httparse refuses folded lines in an
-/// answer), the last one to `end`. Comparing names with the names of their length only, this
-/// cost about 1,300 instructions less a proxied search than finding each line and comparing
-/// its name with every hop-by-hop header's (BENCHMARKS.md "Leaner heads").
+/// answer), the last one to the end of `lines`. Comparing names with the names of their length
+/// only, this cost about 1,300 instructions less a proxied search than finding each line and
+/// comparing its name with every hop-by-hop header's (BENCHMARKS.md "Leaner heads").
 fn relayed_runs(
     headers: &[httparse::Header<'_>],
-    base: usize,
-    end: usize,
-    connection_named: &[&[u8]],
-) -> Runs {
+    lines: &[u8],
+    dropped: impl Fn(&str) -> bool,
+) -> Option<Runs> {
+    let base = lines.as_ptr() as usize;
+    // Whether the line ending just before `at` ends with CRLF.
+    let crlf = |at: usize| at >= 2 && lines[at - 2..at] == *b"\r\n";
     let mut runs = Runs::new();
     let mut open: Option<u32> = None;
-    for h in headers {
-        // Within the head, which is shorter than `MAX_HEAD`.
-        let at = (h.name.as_ptr() as usize - base) as u32;
-        let name = h.name;
-        let dropped = NOT_RELAYED.iter().any(|n| n.eq_ignore_ascii_case(name))
-            || connection_named
-                .iter()
-                .any(|n| n.eq_ignore_ascii_case(name.as_bytes()));
-        match (dropped, open) {
+    for (k, h) in headers.iter().enumerate() {
+        // Within `lines` (httparse's names point into them), shorter than `MAX_HEAD`.
+        let at = (h.name.as_ptr() as usize).checked_sub(base)?;
+        if k > 0 && !crlf(at) {
+            return None;
+        }
+        match (dropped(h.name), open) {
             (true, Some(start)) => {
-                runs.push((start, at));
+                runs.push((start, at as u32));
                 open = None;
             }
-            (false, None) => open = Some(at),
+            (false, None) => open = Some(at as u32),
             _ => {}
         }
     }
-    if let Some(start) = open {
-        runs.push((start, end as u32));
+    if !headers.is_empty() && !crlf(lines.len()) {
+        return None;
     }
-    runs
+    if let Some(start) = open {
+        runs.push((start, lines.len() as u32));
+    }
+    Some(runs)
 }
 
-/// Where the first line of `bytes` ends: just past its `\r\n`, or `None` when there is none.
-fn line_end(bytes: &[u8]) -> Option<usize> {
-    let mut from = 0;
-    while let Some(i) = memchr::memchr(b'\n', &bytes[from..]) {
-        let at = from + i;
-        if at > 0 && bytes[at - 1] == b'\r' {
-            return Some(at + 1);
-        }
-        from = at + 1;
+/// The relayed header lines of `headers` (all but those `dropped` names) written as
+/// `name: value` and CRLF, the name as sent: for a head whose lines do not all end with CRLF
+/// (hyper writes them so too, its names lowercase).
+fn rebuilt_lines(headers: &[httparse::Header<'_>], dropped: impl Fn(&str) -> bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    for h in headers.iter().filter(|h| !dropped(h.name)) {
+        out.extend_from_slice(h.name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(h.value);
+        out.extend_from_slice(b"\r\n");
     }
-    None
+    out
 }
 
 /// A lane request's header lines as the client sent them, forwarded from its own bytes rather
@@ -1297,11 +1336,19 @@ mod tests {
         assert_eq!(ChunkedEnd::default().feed(b"0\r\n\r\n").unwrap(), Some(5));
     }
 
-    fn head(raw: &str) -> Result<Head, String> {
-        let (mut head, len) = parse_head(raw.as_bytes())?.expect("a whole head");
-        head.lines = Bytes::copy_from_slice(&raw.as_bytes()[head.lines_start..len - 2]);
-        head.reason = Bytes::copy_from_slice(&raw.as_bytes()[head.reason_at.clone()]);
+    /// The head at the start of `raw`, its lines and reason cut as [`round_trip`] cuts them.
+    fn head_of(raw: &[u8]) -> Result<Head, String> {
+        let (mut head, _) = parse_head(raw)?.expect("a whole head");
+        head.lines = match head.rebuilt.take() {
+            Some(lines) => lines,
+            None => Bytes::copy_from_slice(&raw[head.lines_at.clone()]),
+        };
+        head.reason = Bytes::copy_from_slice(&raw[head.reason_at.clone()]);
         Ok(head)
+    }
+
+    fn head(raw: &str) -> Result<Head, String> {
+        head_of(raw.as_bytes())
     }
 
     /// What tower-http's compression layer, in front of a service answering `headers` with a
@@ -1460,8 +1507,7 @@ mod tests {
 
     /// The lines of `raw`'s head the lane relays.
     fn relayed(raw: &str) -> String {
-        let (mut head, len) = parse_head(raw.as_bytes()).unwrap().expect("a whole head");
-        head.lines = Bytes::copy_from_slice(&raw.as_bytes()[head.lines_start..len - 2]);
+        let head = head(raw).unwrap();
         let mut out = Vec::new();
         for &(start, end) in &head.relayed {
             out.extend_from_slice(&head.lines[start as usize..end as usize]);
@@ -1502,6 +1548,65 @@ mod tests {
             ),
             "X-Kept: 2\r\n"
         );
+    }
+
+    proptest::proptest! {
+        /// Any head httparse accepts, its lines ending with CRLF or a bare LF in any mix, is
+        /// parsed without a panic and relayed as its headers but the dropped ones, each line
+        /// ending with CRLF; a `Content-Length` beside a `Transfer-Encoding` is not relayed.
+        #[test]
+        fn test_heads_with_any_line_ends_relay_their_headers(
+            headers in proptest::collection::vec(
+                (
+                    proptest::sample::select(vec![
+                        "Content-Type", "x-a", "X-Opaque-Id", "content-length",
+                        "Transfer-Encoding", "keep-alive", "Date", "x-b",
+                    ]),
+                    "[a-z0-9]([a-z0-9=;/ ]{0,12}[a-z0-9])?",
+                ),
+                0..8,
+            ),
+            ends in proptest::collection::vec(proptest::bool::ANY, 10),
+            reason in proptest::sample::select(vec!["OK", "", "Fine Thanks"]),
+            body in proptest::sample::select(vec![&b""[..], b"5\r\nhello\r\n0\r\n\r\n", b"\n\r\nx"]),
+        ) {
+            let end = |i: usize| if ends[i % ends.len()] { "\r\n" } else { "\n" };
+            let mut raw = format!("HTTP/1.1 200 {reason}{}", end(0)).into_bytes();
+            let mut te = false;
+            for (i, (name, value)) in headers.iter().enumerate() {
+                let value = match *name {
+                    "content-length" => "5",
+                    "Transfer-Encoding" => {
+                        te = true;
+                        "chunked"
+                    }
+                    _ => value,
+                };
+                raw.extend_from_slice(format!("{name}: {value}{}", end(i + 1)).as_bytes());
+            }
+            raw.extend_from_slice(end(headers.len() + 1).as_bytes());
+            let head_len = raw.len();
+            raw.extend_from_slice(body);
+            let (_, len) = parse_head(&raw).unwrap().expect("a whole head");
+            proptest::prop_assert_eq!(len, head_len);
+            let parsed = head_of(&raw).unwrap();
+            let mut out = Vec::new();
+            for &(start, end) in &parsed.relayed {
+                out.extend_from_slice(&parsed.lines[start as usize..end as usize]);
+            }
+            let mut expected = String::new();
+            for (name, value) in &headers {
+                let value = match *name {
+                    "content-length" if te => continue,
+                    "content-length" => "5",
+                    "X-Opaque-Id" | "Transfer-Encoding" | "keep-alive" => continue,
+                    _ => value,
+                };
+                expected.push_str(&format!("{name}: {value}\r\n"));
+            }
+            proptest::prop_assert_eq!(String::from_utf8(out).unwrap(), expected);
+            proptest::prop_assert_eq!(&parsed.reason[..], reason.as_bytes());
+        }
     }
 
     #[test]
