@@ -4025,6 +4025,75 @@ async fn test_a_search_the_upstream_read_is_not_sent_again() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_safe_request_whose_connection_closed_as_it_went_out_is_sent_again() {
+    // The upstream answers a path's first request on a connection, then reads the next one
+    // whole and closes the connection without an answer: from the gateway, what an upstream
+    // closing a connection right after an answer (OpenSearch after a 413, a load balancer's
+    // idle close) looks like when the next request went out on it meanwhile. A `GET` on a
+    // reused connection is sent once more on a new one (R2, C2): every client request gets its
+    // 200, on the lane (a search) and on the general path (a document read with no body; a
+    // search with the lane off).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let received = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = received.clone();
+    let task = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut answered = Vec::new();
+                while let Some((first, _, _)) = read_request(&mut stream, &mut buf).await {
+                    let path = first.split(' ').nth(1).unwrap_or_default().to_string();
+                    if path.starts_with("/logs/") {
+                        seen.lock().push(path.clone());
+                        if answered.contains(&path) {
+                            // Read whole, then closed cleanly without an answer.
+                            return;
+                        }
+                        answered.push(path);
+                    }
+                    let body = r#"{"took":1,"hits":{"total":{"value":0},"hits":[]}}"#;
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                         content-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if stream.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    for lane in ["true", "false"] {
+        for path in ["/logs/_search", "/logs/_doc/1"] {
+            received.lock().clear();
+            let setting = format!("backend.upstream.fast_lane={lane}");
+            let gw = gateway(&base, &[&setting]).await;
+            let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+            let mut buf = Vec::new();
+            for round in 0..3 {
+                let request = format!("GET {path} HTTP/1.1\r\nhost: gw\r\n\r\n");
+                stream.write_all(request.as_bytes()).await.unwrap();
+                let (status, _, body) = read_response(&mut stream, &mut buf).await;
+                assert_eq!(
+                    status,
+                    200,
+                    "lane {lane}, {path}, round {round}: {}",
+                    String::from_utf8_lossy(&body)
+                );
+            }
+            // The second and third went out on a connection that then closed, and again on a
+            // new one.
+            assert_eq!(received.lock().len(), 5, "lane {lane}, {path}");
+            gw.stop().await;
+        }
+    }
+    task.abort();
+}
+
 /// The lane's window for a reset that means "never read" (`h1.rs`, `STALE_RESET_WITHIN`).
 const STALE_RESET_WITHIN: Duration = Duration::from_millis(250);
 

@@ -20,10 +20,20 @@
 //!   streaming, `test_bodies_much_larger_than_a_memory_bound_stream_through`.
 //! - C2 — no request is sent on a connection the upstream closed: a closed connection leaves
 //!   the pool at the next checkout, and a request a pooled connection could not even start
-//!   (closed as it was taken) is sent once more on a new connection, as hyper-util does; a
-//!   request that started is never sent twice. Tested by
+//!   (closed as it was taken) is sent once more on a new connection, as hyper-util does. A
+//!   request that started is sent a second time only when it is safe (`GET`, `HEAD`,
+//!   `OPTIONS`, `TRACE`: not `PUT` or `DELETE`, see [`safe`]), its body held whole or absent
+//!   (never a stream), it went out on a reused connection, and that connection ended (closed
+//!   or reset) before the answer within the lane's [`super::h1::STALE_RESET_WITHIN`] of the
+//!   sending: the upstream closed it as the request went out (after its previous answer, as
+//!   OpenSearch does after a 413, or a load balancer's idle close). The lane's R2 sends a
+//!   `GET` again on the same terms; it also sends a `POST` search again on a reset within
+//!   that time, which this client does not (that would copy every `POST`'s headers before
+//!   sending it, for a case the lane takes for its searches). Tested by
 //!   `test_upstream_connections_are_reused_and_closed_ones_replaced` (an upstream closing
-//!   each connection after its answer); the start-then-close race has no deterministic test.
+//!   each connection after its answer),
+//!   `test_a_safe_request_whose_connection_closed_as_it_went_out_is_sent_again` and
+//!   `test_a_search_the_upstream_read_is_not_sent_again` (a `POST` is not).
 //! - C3 — dropping a request's future drops its connection (HTTP/1.1: closed) or stream
 //!   (HTTP/2: reset): the upstream sees the client leave. Tested by
 //!   `test_cancellation_reaches_the_upstream`.
@@ -194,6 +204,47 @@ impl Pool {
     }
 }
 
+/// Whether a request of `method` may be sent once more after its connection ended without an
+/// answer (C2): the safe methods (RFC 9110 §9.2.1), whose second sending changes nothing on
+/// the upstream. Not `PUT` or `DELETE` (idempotent, and nginx's `proxy_next_upstream` sends them
+/// again): a document written or deleted by the first sending would make the second answer
+/// a version conflict or a 404 the client never caused; nor `POST` (a search's or a write's).
+fn safe(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+    )
+}
+
+/// A copy of `req` (method, URI, headers) with `body`, for a second sending (C2).
+fn copy_of(req: &Request<Body>, body: Bytes) -> Request<Body> {
+    let mut copy = Request::new(Body::from(body));
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.headers_mut() = req.headers().clone();
+    copy
+}
+
+/// Whether an exchange failed with its connection ending before the answer: closed (hyper's
+/// "connection closed before message completed", which it also says of a head cut short: it
+/// does not tell the two apart) or reset.
+fn ended_unanswered(e: &hyper::Error) -> bool {
+    if e.is_incomplete_message() {
+        return true;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+            );
+        }
+        source = s.source();
+    }
+    false
+}
+
 /// Why an attempt on a host failed.
 enum Failure {
     /// No connection could be opened (refused, unreachable, TLS): the host rests.
@@ -311,6 +362,12 @@ impl UpstreamClient {
                 OutBody::Bytes(b) => (Body::from(b.clone()), Some(OutBody::Bytes(b))),
                 OutBody::Stream(s) => (s, None),
             };
+            // The body a second sending on this host would carry (C2): one the gateway holds
+            // (or none at all), never a stream.
+            let held = match &replay {
+                Some(OutBody::Bytes(b)) => Some(b.clone()),
+                _ => None,
+            };
             // The headers are copied only for a request another host may still be sent.
             let last_try = replay.is_none() || attempt + 1 == order.len();
             let mut h = match (last_try, headers.take()) {
@@ -338,7 +395,8 @@ impl UpstreamClient {
             let mut req = Request::new(out);
             *req.method_mut() = method.clone();
             *req.headers_mut() = h;
-            match tokio::time::timeout(self.request_timeout, self.exchange(i, &pq, req)).await {
+            let exchange = self.exchange(i, &pq, req, held);
+            match tokio::time::timeout(self.request_timeout, exchange).await {
                 Ok(Ok(resp)) => {
                     self.hosts.succeeded(i);
                     return Ok(resp);
@@ -382,7 +440,8 @@ impl UpstreamClient {
     }
 
     /// One attempt on host `i`: a pooled connection that is ready, or a new one; `req` sent
-    /// on it (C1, C2). The response once its headers arrived.
+    /// on it (C1, C2), `held` its body if the gateway holds it whole (or it has none). The
+    /// response once its headers arrived.
     ///
     /// # Cancel safety
     /// Dropping the future drops the connection it holds (C3).
@@ -391,6 +450,7 @@ impl UpstreamClient {
         i: usize,
         pq: &PathAndQuery,
         mut req: Request<Body>,
+        held: Option<Bytes>,
     ) -> Result<Response<Incoming>, Failure> {
         let pool = &self.pools[i];
         let (mut sender, mut reused) = match pool.checkout(Instant::now()) {
@@ -399,6 +459,13 @@ impl UpstreamClient {
         };
         loop {
             self.shape(i, pq, &sender, &mut req);
+            // What sending it once more takes (C2): only for a safe request on a reused
+            // connection, so the common request copies nothing.
+            let again = match &held {
+                Some(body) if reused && safe(req.method()) => Some(copy_of(&req, body.clone())),
+                _ => None,
+            };
+            let started = Instant::now();
             let sent = match &mut sender {
                 Sender::H1(s) => s.try_send_request(req).await,
                 Sender::H2(s) => s.try_send_request(req).await,
@@ -420,7 +487,23 @@ impl UpstreamClient {
                         reused = false;
                         sender = self.connect_boxed(i).await?;
                     }
-                    _ => return Err(Failure::Exchange(e.into_error())),
+                    _ => {
+                        let e = e.into_error();
+                        match again {
+                            // A safe request whose reused connection ended (closed or reset)
+                            // before any answer, at once: the upstream closed it as the
+                            // request went out (C2), once more on a new one.
+                            Some(copy)
+                                if ended_unanswered(&e)
+                                    && started.elapsed() < super::h1::STALE_RESET_WITHIN =>
+                            {
+                                req = copy;
+                                reused = false;
+                                sender = self.connect_boxed(i).await?;
+                            }
+                            _ => return Err(Failure::Exchange(e)),
+                        }
+                    }
                 },
             }
         }

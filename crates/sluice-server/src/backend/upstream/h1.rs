@@ -18,13 +18,16 @@
 //!   or an error is dropped. A request is sent a second time (on a new connection) only when
 //!   the upstream never read it: its reused connection refused the writing, or was reset
 //!   before the answer's first byte within [`STALE_RESET_WITHIN`] of the sending (a socket
-//!   closed before the data came answers with a reset at once). One the upstream read and then
-//!   closed the connection on without an answer (a clean end of stream, or a reset later) is
-//!   not sent again: it is the 502 the general path's client gives, not a second search on an
-//!   upstream already failing. Tested by
+//!   closed before the data came answers with a reset at once); or, for a `GET` (a safe
+//!   method, as the general path's client, `client.rs` C2), closed before the answer's first
+//!   byte within that time (the upstream closed it as the request went out). One the upstream
+//!   read and then closed the connection on without an answer (a `POST`'s clean end of
+//!   stream, or a reset or end later) is not sent again: it is the 502 the general path's
+//!   client gives, not a second search on an upstream already failing. Tested by
 //!   `test_lane_replaces_connections_the_upstream_closed_without_saying` (it fails with both
-//!   the checkout read and the second sending taken out) and
-//!   `test_a_search_the_upstream_read_is_not_sent_again`.
+//!   the checkout read and the second sending taken out),
+//!   `test_a_search_the_upstream_read_is_not_sent_again` and
+//!   `test_a_safe_request_whose_connection_closed_as_it_went_out_is_sent_again`.
 //! - R3 — dropping an exchange, or failing it half way, closes its connection: the upstream
 //!   sees the client leave (its search is cancelled as with hyper's client), and no
 //!   connection with unread bytes goes back to the pool. Tested by
@@ -408,8 +411,7 @@ impl H1 {
             );
             // The attempt's start, read once: its deadline, and what a reset is timed from (R2).
             let started = tokio::time::Instant::now();
-            let exchange =
-                self.exchange(thread, hosts, i, &request, *method == Method::HEAD, started);
+            let exchange = self.exchange(thread, hosts, i, &request, method, started);
             match tokio::time::timeout_at(started + self.request_timeout, exchange).await {
                 Ok(Ok(answer)) => {
                     hosts.succeeded(i);
@@ -449,9 +451,10 @@ impl H1 {
         hosts: &Hosts,
         i: usize,
         request: &[u8],
-        head_only: bool,
+        method: &Method,
         started: tokio::time::Instant,
     ) -> Result<Answer, Failed> {
+        let head_only = *method == Method::HEAD;
         let pool = &self.pools[i];
         let mut reused = true;
         let (mut conn, mut buf) = match pool.checkout(thread, Instant::now()) {
@@ -469,6 +472,18 @@ impl H1 {
                 // The reused connection was gone before the upstream read the request: once
                 // more on a new one (R2).
                 Err(RoundTrip::Unread(_)) if reused => {
+                    reused = false;
+                    conn = self.connect(hosts, i).await?;
+                }
+                // A `GET` whose reused connection the upstream closed before any answer, at
+                // once: closed as the request went out, as the general path's client takes it
+                // (R2, `client.rs` C2).
+                Err(RoundTrip::BeforeAnswer(e))
+                    if reused
+                        && *method == Method::GET
+                        && e.kind() == std::io::ErrorKind::UnexpectedEof
+                        && started.elapsed() < STALE_RESET_WITHIN =>
+                {
                     reused = false;
                     conn = self.connect(hosts, i).await?;
                 }
@@ -554,12 +569,14 @@ struct Head {
     added: AddedBut,
 }
 
-/// How soon after the request was sent a reset still means the upstream never read it (R2):
+/// How soon after the request was sent a reset still means the upstream never read it, and a
+/// close that it closed the connection as the request went out (R2; the general path's
+/// client's window too, `client.rs` C2):
 /// a connection that was gone before the request came is reset within one round trip, far
 /// below this on any network a gateway sits on; an upstream that read the request and reset
 /// the connection later (closing it with `SO_LINGER` 0, or a proxy before it aborting) had the
 /// search, and gets no second one.
-const STALE_RESET_WITHIN: Duration = Duration::from_millis(250);
+pub(super) const STALE_RESET_WITHIN: Duration = Duration::from_millis(250);
 
 /// Writes `request` and reads until an answer's head (a final one: `1xx` heads are skipped)
 /// into `buf` (the connection's, empty), which holds what was read past the head after.

@@ -352,8 +352,12 @@ impl Upstream {
             .path_and_query()
             .map_or("/", |p| p.as_str())
             .to_string();
-        // A request without a body can be tried on the next host when one refuses.
-        let body = if hyper::body::Body::is_end_stream(&body) {
+        // A request without a body can be tried on the next host when one refuses, and sent
+        // again when its connection closed as it went out (`client.rs` C2). A body's end may
+        // be known only by its length (zero; a lent request's body says no more).
+        let bodiless = hyper::body::Body::is_end_stream(&body)
+            || hyper::body::Body::size_hint(&body).exact() == Some(0);
+        let body = if bodiless {
             OutBody::Bytes(Bytes::new())
         } else {
             OutBody::Stream(body)
