@@ -42,11 +42,14 @@
 //!   ([`crate::http::threads`] T1): it is registered with that thread's runtime, whose I/O
 //!   driver alone sees its answers, so another thread using it would take two wake-ups across
 //!   threads a read. Tested by `test_pooled_connections_stay_with_their_thread`.
-//! - R6 — a lane thread keeps at most [`MAX_IDLE`] idle connections to a host, none idle past
-//!   [`POOL_IDLE_TIMEOUT`] once another is put back: a burst of many clients leaves the
-//!   newest `MAX_IDLE`, as nginx's `keepalive` keeps the most recently used, and the older ones
-//!   are closed rather than held (their file descriptors, their buffers, the upstream's end)
-//!   until a later burst reaches them. Tested by `test_idle_connections_are_capped_and_expire`.
+//! - R6 — a lane thread keeps at most [`MAX_IDLE`] idle connections to a host, none idle much
+//!   past [`POOL_IDLE_TIMEOUT`], traffic or not: a burst of many clients leaves the newest
+//!   `MAX_IDLE`, as nginx's `keepalive` keeps the most recently used, and the older ones are
+//!   closed rather than held (their file descriptors, their buffers, the upstream's end) until
+//!   a later burst reaches them; a timer task of the thread's own runtime (R5), running while
+//!   its list holds a connection ([`Pool::start_timer`]), closes those that expire with no
+//!   exchange coming. Tested by `test_idle_connections_are_capped_and_expire` and
+//!   `test_idle_connections_expire_without_traffic`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -139,13 +142,7 @@ fn keep_idle<T>(
     cap: usize,
     timeout: Duration,
 ) -> Vec<T> {
-    let mut closed = Vec::new();
-    while idle
-        .front()
-        .is_some_and(|(_, at)| now.saturating_duration_since(*at) > timeout)
-    {
-        closed.extend(idle.pop_front().map(|(item, _)| item));
-    }
+    let mut closed = expire(idle, now, timeout);
     idle.push_back((item, now));
     while idle.len() > cap {
         closed.extend(idle.pop_front().map(|(item, _)| item));
@@ -153,22 +150,95 @@ fn keep_idle<T>(
     closed
 }
 
+/// Takes off `idle` those idle past `timeout` at `now` (the oldest, at the front), answering
+/// them for the caller to close once it let go of the list's lock.
+fn expire<T>(idle: &mut Idle<T>, now: Instant, timeout: Duration) -> Vec<T> {
+    let mut closed = Vec::new();
+    while idle
+        .front()
+        .is_some_and(|(_, at)| now.saturating_duration_since(*at) > timeout)
+    {
+        closed.extend(idle.pop_front().map(|(item, _)| item));
+    }
+    closed
+}
+
+/// How much later than a connection's expiry the timer wakes: tokio's timer counts whole
+/// milliseconds, and a wake at the expiry itself would find it not yet past.
+const EXPIRY_SLACK: Duration = Duration::from_millis(1);
+
 /// One host's idle connections, by lane thread (R5), each with the buffer its answers were
 /// read into: the next answer on it is read into the same memory (a new 16 KiB buffer per
 /// search cost about 700 instructions in the allocator, BENCHMARKS.md "Leaner heads").
-#[derive(Default)]
 pub struct Pool {
-    idle: Mutex<Vec<Idle<(TcpStream, BytesMut)>>>,
+    idle: Mutex<Vec<ThreadIdle>>,
+    /// How long a connection is kept idle: [`POOL_IDLE_TIMEOUT`] (shorter in tests).
+    timeout: Duration,
+}
+
+/// A lane thread's idle connections to a host, and whether its expiry timer runs (R6).
+#[derive(Default)]
+struct ThreadIdle {
+    list: Idle<(TcpStream, BytesMut)>,
+    timer: bool,
+}
+
+impl Default for Pool {
+    fn default() -> Pool {
+        Pool::with_timeout(POOL_IDLE_TIMEOUT)
+    }
 }
 
 impl Pool {
+    /// An empty pool whose connections go after `timeout` idle.
+    fn with_timeout(timeout: Duration) -> Pool {
+        Pool {
+            idle: Mutex::default(),
+            timeout,
+        }
+    }
+
+    /// Starts the expiry timer of lane thread `thread`'s list on the current runtime, the
+    /// thread's own (R5: its connections' I/O driver is there too), answering whether it runs:
+    /// a task that sleeps until the list's oldest connection would expire, closes those
+    /// expired then, and ends once the list is empty (a quiet gateway's lane threads wake for
+    /// nothing; the next put starts it again). Holds the pool weakly.
+    fn start_timer(self: &Arc<Self>, thread: usize) -> bool {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let pool = Arc::downgrade(self);
+        rt.spawn(async move {
+            loop {
+                let next = {
+                    let Some(pool) = pool.upgrade() else { return };
+                    let mut idle = pool.idle.lock();
+                    let Some(mine) = idle.get_mut(thread) else {
+                        return;
+                    };
+                    let closed = expire(&mut mine.list, Instant::now(), pool.timeout);
+                    let next = mine.list.front().map(|(_, at)| *at + pool.timeout);
+                    if next.is_none() {
+                        mine.timer = false;
+                    }
+                    drop(idle);
+                    drop(closed);
+                    next
+                };
+                let Some(next) = next else { return };
+                tokio::time::sleep_until((next + EXPIRY_SLACK).into()).await;
+            }
+        });
+        true
+    }
+
     /// An idle connection of lane thread `thread` the upstream has not closed (R2, R5),
     /// dropping closed ones and those idle longer than the hyper client's pool keeps them
     /// ([`POOL_IDLE_TIMEOUT`]).
     fn checkout(&self, thread: usize, now: Instant) -> Option<(TcpStream, BytesMut)> {
         loop {
-            let ((conn, buf), used) = self.idle.lock().get_mut(thread)?.pop_back()?;
-            if now.duration_since(used) > POOL_IDLE_TIMEOUT {
+            let ((conn, buf), used) = self.idle.lock().get_mut(thread)?.list.pop_back()?;
+            if now.duration_since(used) > self.timeout {
                 continue;
             }
             let mut probe = [0u8; 1];
@@ -184,7 +254,7 @@ impl Pool {
     /// `buf` (emptied) to read its next answer into, unless it grew past [`KEPT_BUFFER`]; the
     /// thread's oldest idle connections beyond [`MAX_IDLE`] or [`POOL_IDLE_TIMEOUT`] are closed
     /// (R6).
-    fn put(&self, thread: usize, conn: TcpStream, mut buf: BytesMut) {
+    fn put(self: &Arc<Self>, thread: usize, conn: TcpStream, mut buf: BytesMut) {
         buf.clear();
         if buf.capacity() > KEPT_BUFFER {
             buf = BytesMut::new();
@@ -192,15 +262,13 @@ impl Pool {
         let now = Instant::now();
         let mut idle = self.idle.lock();
         if idle.len() <= thread {
-            idle.resize_with(thread + 1, Idle::new);
+            idle.resize_with(thread + 1, ThreadIdle::default);
         }
-        let closed = keep_idle(
-            &mut idle[thread],
-            (conn, buf),
-            now,
-            MAX_IDLE,
-            POOL_IDLE_TIMEOUT,
-        );
+        let mine = &mut idle[thread];
+        let closed = keep_idle(&mut mine.list, (conn, buf), now, MAX_IDLE, self.timeout);
+        if !mine.timer {
+            mine.timer = self.start_timer(thread);
+        }
         drop(idle);
         drop(closed);
     }
@@ -1269,10 +1337,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn test_idle_connections_expire_without_traffic() {
+        // Connections put back on two threads' lists of a pool whose timeout is short, and no
+        // exchange after: each thread's timer closes its own once idle past it, then stops.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let pool = Arc::new(Pool::with_timeout(Duration::from_millis(100)));
+        let mut accepted = Vec::new();
+        for thread in [0, 1, 1] {
+            let conn = TcpStream::connect(addr).await.unwrap();
+            accepted.push(listener.accept().await.unwrap().0);
+            pool.put(thread, conn, BytesMut::new());
+        }
+        assert!(pool.idle.lock().iter().all(|t| t.timer));
+        for server in &mut accepted {
+            let mut buf = [0u8; 64];
+            let read = tokio::time::timeout(Duration::from_secs(10), server.read(&mut buf)).await;
+            assert!(matches!(read, Ok(Ok(0) | Err(_))), "still open: {read:?}");
+        }
+        // Each timer let go of its last connection (and stopped) before it closed it.
+        let idle = pool.idle.lock();
+        assert!(idle.iter().all(|t| t.list.is_empty() && !t.timer));
+    }
+
+    #[tokio::test]
     async fn test_pooled_connections_stay_with_their_thread() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let pool = Pool::default();
+        let pool = Arc::new(Pool::default());
         let mut accepted = Vec::new();
         for thread in [1, 0, 1] {
             let conn = TcpStream::connect(addr).await.unwrap();
@@ -1294,7 +1386,7 @@ mod tests {
     async fn test_an_idle_connection_keeps_its_buffer_unless_it_grew() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let pool = Pool::default();
+        let pool = Arc::new(Pool::default());
         let mut accepted = Vec::new();
         for capacity in [READ_CHUNK, KEPT_BUFFER + 1] {
             let conn = TcpStream::connect(addr).await.unwrap();
