@@ -186,11 +186,13 @@ enum Parsed {
 pub async fn serve_connection(thread: usize, stream: TcpStream, peer: SocketAddr, conn: Conn) {
     let clock = conn.clock.clone();
     let closing = conn.closing.clone();
-    tokio::select! {
-        () = read_timeout::run(clock.as_deref(), peer, serve_reads(thread, stream, peer, conn)) => {}
-        // The shutdown's grace is over (L4).
-        () = closing.cancelled() => {}
-    }
+    // Until the shutdown's grace is over (L4).
+    let serving = read_timeout::run(
+        clock.as_deref(),
+        peer,
+        serve_reads(thread, stream, peer, conn),
+    );
+    let _ = crate::http::closing::until_closed(serving, &closing).await;
 }
 
 /// [`serve_connection`] but for the read timeout.

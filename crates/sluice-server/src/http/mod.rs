@@ -10,6 +10,7 @@
 //! The routes themselves are in [`crate::api`].
 
 pub mod body;
+pub mod closing;
 pub mod content_type;
 pub mod extract;
 pub mod fallback;

@@ -124,12 +124,9 @@ pub async fn serve(
         let closing = closing.clone();
         tokio::spawn(Repoll::new(async move {
             let served = async {
-                tokio::select! {
-                    served = conn => if let Err(e) = served {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    },
-                    // The shutdown's grace is over.
-                    () = closing.cancelled() => {}
+                // Until the shutdown's grace is over.
+                if let Some(Err(e)) = crate::http::closing::until_closed(conn, &closing).await {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
                 }
             };
             // Dropping the connection's future cancels its request in flight, as its client
