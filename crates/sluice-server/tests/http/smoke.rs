@@ -77,3 +77,44 @@ async fn test_a_stopped_node_holds_nothing_of_its_state() {
     node.stop().await;
     drop(tmp);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_client_stalled_mid_body_does_not_keep_a_stopping_node_running() {
+    // `http.shutdown_grace`: a request whose body stops coming is closed once the grace after
+    // the stop has passed; without the bound the stop waited for it for ever.
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = TestNode::start_with(&["http.shutdown_grace=1s"]).await;
+    let mut conn = tokio::net::TcpStream::connect(node.addr).await.unwrap();
+    conn.write_all(
+        b"PUT /logs/_doc/1 HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+          content-length: 100\r\nexpect: 100-continue\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    // `100 Continue` comes once the handler reads the body: the request is in flight.
+    let mut got = Vec::new();
+    while !String::from_utf8_lossy(&got).contains("\r\n\r\n") {
+        let mut chunk = [0u8; 256];
+        let n = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut chunk))
+            .await
+            .expect("100 Continue")
+            .unwrap();
+        assert!(n > 0, "closed before 100 Continue");
+        got.extend_from_slice(&chunk[..n]);
+    }
+    assert!(
+        String::from_utf8_lossy(&got).starts_with("HTTP/1.1 100"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    conn.write_all(b"{\"msg\":").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), node.stop())
+        .await
+        .expect("the node stops within its grace, not when its client finishes");
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), conn.read_to_end(&mut rest))
+        .await
+        .expect("the connection is closed")
+        .ok();
+}
