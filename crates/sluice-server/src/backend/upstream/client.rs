@@ -193,6 +193,23 @@ impl std::ops::DerefMut for Conns {
 /// milliseconds, and a wake at the expiry itself would find it not yet past.
 const EXPIRY_SLACK: Duration = Duration::from_millis(1);
 
+/// Spawns a pool's expiry timer on the current runtime, answering whether it runs (no
+/// runtime: it does not): a task that calls `sweep` — which closes the connections expired
+/// now and answers when the next one expires, or `None` once there is none (the sweep then
+/// marks its timer stopped) — and sleeps until then. Both pools use it: this one (C4) and
+/// each lane thread's ([`super::h1`] R6), whose timer must run on that thread's runtime.
+pub(super) fn spawn_expiry(mut sweep: impl FnMut() -> Option<Instant> + Send + 'static) -> bool {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return false;
+    };
+    rt.spawn(async move {
+        while let Some(next) = sweep() {
+            tokio::time::sleep_until((next + EXPIRY_SLACK).into()).await;
+        }
+    });
+    true
+}
+
 impl Pool {
     /// An empty pool whose ready connections go after `timeout` unused.
     fn new(timeout: Duration) -> Arc<Pool> {
@@ -293,38 +310,27 @@ impl Pool {
     /// then, and ends once the pool is empty (an idle gateway's pool that emptied wakes nothing;
     /// the next put starts it again). Holds the pool weakly: a dropped client ends it.
     fn start_timer(self: &Arc<Self>) -> bool {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return false;
-        };
         let pool = Arc::downgrade(self);
-        rt.spawn(async move {
-            loop {
-                let next = {
-                    let Some(pool) = pool.upgrade() else { return };
-                    let now = Instant::now();
-                    let mut conns = pool.conns.lock();
-                    let timeout = pool.timeout;
-                    let closed: Vec<Pooled> =
-                        conns.extract_if(.., |c| c.expired(now, timeout)).collect();
-                    // A connection past its time but busy (its answer being read) is looked
-                    // at again a timeout later, or at the next put or checkout.
-                    let next = conns
-                        .iter()
-                        .map(|c| c.used + timeout)
-                        .map(|at| if at > now { at } else { now + timeout })
-                        .min();
-                    if next.is_none() {
-                        conns.timer = false;
-                    }
-                    drop(conns);
-                    drop(closed);
-                    next
-                };
-                let Some(next) = next else { return };
-                tokio::time::sleep_until((next + EXPIRY_SLACK).into()).await;
+        spawn_expiry(move || {
+            let pool = pool.upgrade()?;
+            let now = Instant::now();
+            let mut conns = pool.conns.lock();
+            let timeout = pool.timeout;
+            let closed: Vec<Pooled> = conns.extract_if(.., |c| c.expired(now, timeout)).collect();
+            // A connection past its time but busy (its answer being read) is looked at again
+            // a timeout later, or at the next put or checkout.
+            let next = conns
+                .iter()
+                .map(|c| c.used + timeout)
+                .map(|at| if at > now { at } else { now + timeout })
+                .min();
+            if next.is_none() {
+                conns.timer = false;
             }
-        });
-        true
+            drop(conns);
+            drop(closed);
+            next
+        })
     }
 }
 

@@ -163,10 +163,6 @@ fn expire<T>(idle: &mut Idle<T>, now: Instant, timeout: Duration) -> Vec<T> {
     closed
 }
 
-/// How much later than a connection's expiry the timer wakes: tokio's timer counts whole
-/// milliseconds, and a wake at the expiry itself would find it not yet past.
-const EXPIRY_SLACK: Duration = Duration::from_millis(1);
-
 /// One host's idle connections, by lane thread (R5), each with the buffer its answers were
 /// read into: the next answer on it is read into the same memory (a new 16 KiB buffer per
 /// search cost about 700 instructions in the allocator, BENCHMARKS.md "Leaner heads").
@@ -204,32 +200,20 @@ impl Pool {
     /// expired then, and ends once the list is empty (a quiet gateway's lane threads wake for
     /// nothing; the next put starts it again). Holds the pool weakly.
     fn start_timer(self: &Arc<Self>, thread: usize) -> bool {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return false;
-        };
         let pool = Arc::downgrade(self);
-        rt.spawn(async move {
-            loop {
-                let next = {
-                    let Some(pool) = pool.upgrade() else { return };
-                    let mut idle = pool.idle.lock();
-                    let Some(mine) = idle.get_mut(thread) else {
-                        return;
-                    };
-                    let closed = expire(&mut mine.list, Instant::now(), pool.timeout);
-                    let next = mine.list.front().map(|(_, at)| *at + pool.timeout);
-                    if next.is_none() {
-                        mine.timer = false;
-                    }
-                    drop(idle);
-                    drop(closed);
-                    next
-                };
-                let Some(next) = next else { return };
-                tokio::time::sleep_until((next + EXPIRY_SLACK).into()).await;
+        super::client::spawn_expiry(move || {
+            let pool = pool.upgrade()?;
+            let mut idle = pool.idle.lock();
+            let mine = idle.get_mut(thread)?;
+            let closed = expire(&mut mine.list, Instant::now(), pool.timeout);
+            let next = mine.list.front().map(|(_, at)| *at + pool.timeout);
+            if next.is_none() {
+                mine.timer = false;
             }
-        });
-        true
+            drop(idle);
+            drop(closed);
+            next
+        })
     }
 
     /// An idle connection of lane thread `thread` the upstream has not closed (R2, R5),
