@@ -379,19 +379,21 @@ async fn sweeper(o: Weak<Owner>, stop: CancellationToken) {
     }
 }
 
+/// The ids of `members`' live nodes, and the ring they make.
+fn live_and_ring(members: &Members) -> (Vec<Arc<str>>, Ring) {
+    let ids = members
+        .live
+        .iter()
+        .map(|m| Arc::from(m.node_id.as_str()))
+        .collect();
+    (ids, Ring::new(&members.live, MIN_SHARED_PROTOCOL))
+}
+
 /// Follows the membership: purges the leases and waiter registrations of coordinators that
 /// leave it, and forgets the waiters of the buckets the new ring places on another owner (P8
 /// of `pool.rs`).
 async fn purger(o: Weak<Owner>, mut rx: watch::Receiver<Members>, stop: CancellationToken) {
-    let (mut known, ring): (Vec<Arc<str>>, Ring) = {
-        let members = rx.borrow_and_update();
-        let ids = members
-            .live
-            .iter()
-            .map(|m| Arc::from(m.node_id.as_str()))
-            .collect();
-        (ids, Ring::new(&members.live, MIN_SHARED_PROTOCOL))
-    };
+    let (mut known, ring) = live_and_ring(&rx.borrow_and_update());
     // The ring of the view just marked seen: the one `start` built may be older (a change
     // between the start and this task's first run would otherwise leave it stale until the
     // next change, and the owner would take buckets it owns for moved ones, P8 and W1).
@@ -404,15 +406,7 @@ async fn purger(o: Weak<Owner>, mut rx: watch::Receiver<Members>, stop: Cancella
             () = stop.cancelled() => return,
             changed = rx.changed() => if changed.is_err() { return },
         }
-        let (now_live, ring): (Vec<Arc<str>>, Ring) = {
-            let members = rx.borrow_and_update();
-            let ids = members
-                .live
-                .iter()
-                .map(|m| Arc::from(m.node_id.as_str()))
-                .collect();
-            (ids, Ring::new(&members.live, MIN_SHARED_PROTOCOL))
-        };
+        let (now_live, ring) = live_and_ring(&rx.borrow_and_update());
         let Some(o) = o.upgrade() else { return };
         *o.ring.write() = Arc::new(ring);
         o.pool.lock().forget_waiters(|bucket| !o.owns(bucket));

@@ -4213,11 +4213,9 @@ async fn test_a_connection_back_from_other_requests_searches_on_the_lane() {
     assert!(read.is_ok_and(|n| n == 0), "{rest:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn test_shutdown_answers_a_lane_search_in_flight_then_ends() {
-    // L4, T3: a search held by the upstream when the gateway is told to stop is still
-    // answered on its lane thread; the gateway stops accepting at once and finishes once the
-    // answer went out.
+/// A test upstream that holds every search until the returned `Notify` is notified once a
+/// search (and answers everything else at once).
+async fn holding_searches() -> (Fake, Arc<tokio::sync::Notify>) {
     let release = Arc::new(tokio::sync::Notify::new());
     let gate = release.clone();
     let upstream = fake(Arc::new(move |r: Received| {
@@ -4230,6 +4228,15 @@ async fn test_shutdown_answers_a_lane_search_in_flight_then_ends() {
         })
     }))
     .await;
+    (upstream, release)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_shutdown_answers_a_lane_search_in_flight_then_ends() {
+    // L4, T3: a search held by the upstream when the gateway is told to stop is still
+    // answered on its lane thread; the gateway stops accepting at once and finishes once the
+    // answer went out.
+    let (upstream, release) = holding_searches().await;
     let gw = gateway(&upstream.base, &[]).await;
     let (addr, url) = (gw.addr, gw.url("/logs/_search"));
     let search = tokio::spawn(async move {
@@ -4272,18 +4279,7 @@ async fn test_a_lane_answer_at_shutdown_says_close_and_nothing_pipelined_behind_
     // with `Connection: close`, and a request the client pipelined behind it is not served:
     // the client, told the connection closes, sends it again elsewhere, so serving it too
     // could run it twice.
-    let release = Arc::new(tokio::sync::Notify::new());
-    let gate = release.clone();
-    let upstream = fake(Arc::new(move |r: Received| {
-        let gate = gate.clone();
-        Box::pin(async move {
-            if r.uri.contains("_search") {
-                gate.notified().await;
-            }
-            axum::Json(json!({"hits": {"hits": []}})).into_response()
-        })
-    }))
-    .await;
+    let (upstream, release) = holding_searches().await;
     let gw = gateway(&upstream.base, &[]).await;
     let mut conn = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
     let search = "POST /logs/_search HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
