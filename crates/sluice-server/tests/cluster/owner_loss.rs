@@ -1,9 +1,9 @@
 //! What a bucket's requests wait when its owner goes: a measurement run by hand, not a test of
 //! CI (`#[ignore]`; BENCHMARKS.md, "Shared tier: an owner dies"). Closed-loop clients on the
 //! two nodes that do not own a shared-only bucket (`shared_limit` 2, a queue) keep more
-//! requests in flight than the bucket's limit, so some park; four seconds in, the owner gets
-//! `SLUICE_MEASURE_SIGNAL` (`KILL`, `TERM`, or `NONE` for the baseline), and eight seconds
-//! later the clients stop. Printed: the latencies before, every request slower than twice the
+//! requests in flight than the bucket's limit, so some park; once [`MEASURED`] requests are
+//! answered, the owner gets `SLUICE_MEASURE_SIGNAL` (`KILL`, `TERM`, or `NONE` for the
+//! baseline), and the clients stop once as many more were sent after the survivors dropped it. Printed: the latencies before, every request slower than twice the
 //! p99 before (its start and end relative to the signal), when the survivors dropped the
 //! owner, the fail-open admissions, and the survivors' log lines about the owner. It fails
 //! only if a request is not answered 200.
@@ -25,6 +25,15 @@ use serde_json::json;
 
 use crate::harness::TestCluster;
 use crate::shared_tier::{enable, end_searches, everywhere, figures, group, hold_on_a_non_owner};
+
+/// Requests measured before the signal, and again after the survivors settled: a p99 of 200
+/// has its second-slowest request, and at a few tens of milliseconds each over 8 clients the
+/// windows last about a second or two each.
+const MEASURED: usize = 200;
+
+/// Longest either window may take: far beyond what `MEASURED` requests need, so reaching it
+/// means the bucket stalled for good (what the measurement is there to show).
+const WINDOW_WITHIN: Duration = Duration::from_secs(120);
 
 /// A search of a few tens of milliseconds in a test build: long enough that requests overlap
 /// and park, short enough that many run in the measured window.
@@ -105,8 +114,20 @@ async fn measure_a_bucket_whose_owner_goes() {
             }));
         }
     }
-    // The load's pace, not a wait for an event: this measures what happens over time.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The baseline: enough answered requests for its p99.
+    let answered = |from: f64| {
+        let sent = sent.clone();
+        move || {
+            let n = sent.lock().iter().filter(|s| s.start >= from).count();
+            std::future::ready((n >= MEASURED).then_some(()))
+        }
+    };
+    c.eventually(
+        WINDOW_WITHIN,
+        "the requests before the signal",
+        answered(0.0),
+    )
+    .await;
     let signalled = t0.elapsed().as_secs_f64();
     match signal.as_str() {
         "KILL" => c.kill9(owner).await,
@@ -121,7 +142,15 @@ async fn measure_a_bucket_whose_owner_goes() {
             .await;
         Some(t0.elapsed().as_secs_f64() - signalled)
     };
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // As many requests again sent once the survivors had settled (the owner dropped, or the
+    // signal for the baseline): every stall the loss caused has ended by then.
+    let settled = signalled + dropped.unwrap_or(0.0);
+    c.eventually(
+        WINDOW_WITHIN,
+        "the requests after the signal",
+        answered(settled),
+    )
+    .await;
     stop.store(true, Ordering::Relaxed);
     for h in clients {
         let _ = h.await;
