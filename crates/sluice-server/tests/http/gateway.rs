@@ -1296,6 +1296,23 @@ fn spawn_heavy(gw: &TestNode, path: &str, opaque: &str) -> tokio::task::JoinHand
     })
 }
 
+/// The id and record of the search task the gateway lists (`_tasks?detailed`), the first if
+/// several.
+async fn gateway_search_task(gw: &TestNode) -> (String, Value) {
+    let (s, b) = gw
+        .req("GET", "/_tasks?actions=*search&detailed=true", None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    b["nodes"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|n| n["tasks"].as_object().unwrap().iter())
+        .next()
+        .map(|(id, t)| (id.clone(), t.clone()))
+        .expect("the gateway lists its task")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_cancellation_reaches_the_upstream() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1312,18 +1329,7 @@ async fn test_cancellation_reaches_the_upstream() {
             .unwrap()
             .starts_with("client-1;sluice:")
     );
-    let (s, b) = gw
-        .req("GET", "/_tasks?actions=*search&detailed=true", None)
-        .await;
-    assert_eq!(s, 200, "{b}");
-    let (id, task) = b["nodes"]
-        .as_object()
-        .unwrap()
-        .values()
-        .flat_map(|n| n["tasks"].as_object().unwrap().iter())
-        .next()
-        .map(|(id, t)| (id.clone(), t.clone()))
-        .expect("the gateway lists its task");
+    let (id, task) = gateway_search_task(&gw).await;
     assert_eq!(
         task["headers"],
         json!({"X-Opaque-Id": "client-1"}),
@@ -1390,18 +1396,7 @@ async fn test_an_opaque_id_that_is_not_ascii_reaches_the_upstream_as_sent() {
             .body(common::heavy_query().to_string());
         let search = tokio::spawn(async move { rb.send().await.expect("sent") });
         let up_task = wait_upstream_search(upstream, "caf\u{e9};sluice:").await;
-        let (s, b) = gw
-            .req("GET", "/_tasks?actions=*search&detailed=true", None)
-            .await;
-        assert_eq!(s, 200, "{b}");
-        let (id, task) = b["nodes"]
-            .as_object()
-            .unwrap()
-            .values()
-            .flat_map(|n| n["tasks"].as_object().unwrap().iter())
-            .next()
-            .map(|(id, t)| (id.clone(), t.clone()))
-            .expect("the gateway lists its task");
+        let (id, task) = gateway_search_task(&gw).await;
         assert_eq!(
             task["headers"],
             json!({"X-Opaque-Id": "caf\u{e9}"}),
