@@ -4089,7 +4089,7 @@ async fn test_a_safe_request_whose_connection_closed_as_it_went_out_is_sent_agai
     task.abort();
 }
 
-/// The lane's window for a reset that means "never read" (`h1.rs`, `STALE_RESET_WITHIN`).
+/// The lane's window for a reset that means "never read" (`h1/mod.rs`, `STALE_RESET_WITHIN`).
 const STALE_RESET_WITHIN: Duration = Duration::from_millis(250);
 
 /// Waits until the gateway at `base` shows a search-class task running for longer than `past`

@@ -1,0 +1,155 @@
+//! A lane request as the fast lane writes it to the upstream ([`super`]): its request line,
+//! the client's header lines from their own bytes, the gateway's own headers, the body.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method};
+
+/// A lane request's header lines as the client sent them, forwarded from its own bytes rather
+/// than from a header map (the lane's [`crate::backend::upstream::Call::raw`]): where each
+/// line's name and value are in `request`, the request's bytes as the lane read them. Those
+/// the identity drops are removed before sending
+/// ([`crate::backend::upstream::headers::Identity::outbound_raw`]). The request's steps read
+/// them too, through [`crate::http::header_lines::HeaderLines`].
+///
+/// Only for a request the lane took: one whose `Connection` header names nothing but
+/// `keep-alive` (a hop-by-hop header the identity drops anyway), so no other header is
+/// hop-by-hop by being named there, and whose names and values are valid HTTP (httparse
+/// parsed them, whose parse hyper trusts as valid names and values).
+pub struct RawHeaders {
+    request: Bytes,
+    lines: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
+}
+
+impl RawHeaders {
+    /// The lines of `request` at `lines` (each a name's and its value's byte ranges).
+    pub fn new(
+        request: Bytes,
+        lines: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
+    ) -> RawHeaders {
+        RawHeaders { request, lines }
+    }
+
+    /// Each line's name (as sent) and value, in order.
+    pub fn lines(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.lines
+            .iter()
+            .map(|(name, value)| (&self.request[name.clone()], &self.request[value.clone()]))
+    }
+
+    /// The values of the lines named `name` (compared without case), sharing the request's
+    /// bytes.
+    pub fn shared_values<'a>(&'a self, name: &'a [u8]) -> impl Iterator<Item = Bytes> + 'a {
+        self.lines
+            .iter()
+            .filter(move |(n, _)| self.request[n.clone()].eq_ignore_ascii_case(name))
+            .map(|(_, value)| self.request.slice(value.clone()))
+    }
+
+    /// Keeps the lines whose name (as sent) `keep` accepts.
+    pub fn retain(&mut self, keep: impl Fn(&[u8]) -> bool) {
+        let request = &self.request;
+        self.lines.retain(|(name, _)| keep(&request[name.clone()]));
+    }
+
+    /// Appends the lines to `out` as a header map would write them (names lowercase), but
+    /// those whose name `replaced` holds (the gateway's own, written after) and `Host` and
+    /// `Content-Length` (written by [`write_request`]).
+    fn write(&self, replaced: &HeaderMap, out: &mut Vec<u8>) {
+        // The names replaced, as text once (a standard name's text is a table lookup).
+        let replaced: smallvec::SmallVec<[&[u8]; 4]> =
+            replaced.keys().map(|k| k.as_str().as_bytes()).collect();
+        for (name, value) in &self.lines {
+            let name = &self.request[name.clone()];
+            let skip = name.eq_ignore_ascii_case(b"host")
+                || name.eq_ignore_ascii_case(b"content-length")
+                || replaced.iter().any(|k| k.eq_ignore_ascii_case(name));
+            if skip {
+                continue;
+            }
+            let at = out.len();
+            out.extend_from_slice(name);
+            out[at..].make_ascii_lowercase();
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(&self.request[value.clone()]);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
+/// The request's bytes: request line, `Host`, the forwarded headers, the length, the body.
+pub fn write_request(
+    method: &Method,
+    path_and_query: &str,
+    host: Option<&HeaderValue>,
+    raw: Option<&RawHeaders>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Vec<u8> {
+    let lines = raw.map_or(0, |r| r.lines.len()) + headers.len();
+    let mut out = Vec::with_capacity(256 + path_and_query.len() + lines * 48 + body.len());
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(path_and_query.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    if let Some(host) = host {
+        out.extend_from_slice(b"host: ");
+        out.extend_from_slice(host.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if let Some(raw) = raw {
+        raw.write(headers, &mut out);
+    }
+    for (name, value) in headers {
+        if name == http::header::HOST || name == http::header::CONTENT_LENGTH {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    // None for an empty body, whatever the method: hyper's client, which sends the general
+    // path's searches, writes none for a body that ends at once (an outside trial found the
+    // lane's empty `POST`s framed with `content-length: 0` where the general path's were not).
+    if !body.is_empty() {
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_request_bytes() {
+        let mut h = HeaderMap::new();
+        h.insert("x-opaque-id", HeaderValue::from_static("a"));
+        h.insert("host", HeaderValue::from_static("client"));
+        h.insert("content-length", HeaderValue::from_static("99"));
+        let host = HeaderValue::from_static("up:9200");
+        let out = write_request(
+            &Method::POST,
+            "/i/_search?x=1",
+            Some(&host),
+            None,
+            &h,
+            b"{}",
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "POST /i/_search?x=1 HTTP/1.1\r\nhost: up:9200\r\nx-opaque-id: a\r\ncontent-length: 2\r\n\r\n{}"
+        );
+        for method in [Method::GET, Method::POST] {
+            let out = write_request(&method, "/_count", None, None, &HeaderMap::new(), b"");
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                format!("{method} /_count HTTP/1.1\r\n\r\n")
+            );
+        }
+    }
+}
