@@ -313,11 +313,13 @@ impl Node {
             .as_ref()
             .is_some_and(|up| up.lane.is_some())
             .then(|| self.state.clone());
-        // Once asked to stop, every request waiting for admission runs at once: the parked
-        // ones without a permit (their queues released), those waiting for their group's share
-        // without the check (they see `stopping` when the release wakes them). The drain then
-        // waits only for work, never for a queue (an outside trial's node, asked to stop with
-        // requests queued in a paced group, was still draining a minute later).
+        // Once asked to stop, every request waiting for admission is answered at once and never
+        // runs (`admission::queue` S1): the parked ones woken by the release of their queues,
+        // those waiting for their group's share by the change, each then reading `stopping`.
+        // The drain then waits only for work, never for a queue (an outside trial's node, asked
+        // to stop with requests queued in a paced group, was still draining a minute later),
+        // and keeps every limit (running them without a permit, as it once did, let a stopping
+        // node's backlog past the cluster-wide `shared_limit`).
         let state = self.state.clone();
         let stop = self.stop.clone();
         let shutdown = async move {

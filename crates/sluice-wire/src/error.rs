@@ -95,6 +95,12 @@ pub enum ErrorCode {
     /// 400 `too_long_http_header_exception`: the request's headers are over OpenSearch's
     /// `http.max_header_size` (16 KB).
     TooLongHttpHeader,
+    /// 503 `node_closed_exception`: the node began to stop while the request still waited for
+    /// admission (in a throttle queue, for a shared-tier lease or for its group's share), so it
+    /// never ran; retry it on another node. OpenSearch's `NodeClosedException` keeps the default
+    /// status (500); sluice answers 503, the status clients retry on another node, since the
+    /// request was never started (docs/compatibility.md).
+    NodeClosed,
 }
 
 impl ErrorCode {
@@ -135,6 +141,7 @@ impl ErrorCode {
             ErrorCode::UpstreamFailed => "upstream_exception",
             ErrorCode::UpstreamTimeout => "upstream_timeout_exception",
             ErrorCode::TooLongHttpHeader => "too_long_http_header_exception",
+            ErrorCode::NodeClosed => "node_closed_exception",
         }
     }
 
@@ -147,7 +154,9 @@ impl ErrorCode {
             | ErrorCode::SearchContextMissing
             | ErrorCode::AliasesNotFound => 404,
             ErrorCode::VersionConflict => 409,
-            ErrorCode::TooManyBuckets | ErrorCode::ClusterManagerNotDiscovered => 503,
+            ErrorCode::TooManyBuckets
+            | ErrorCode::ClusterManagerNotDiscovered
+            | ErrorCode::NodeClosed => 503,
             ErrorCode::RejectedExecution => 429,
             ErrorCode::Internal
             | ErrorCode::TaskCancelled
@@ -453,6 +462,7 @@ mod tests {
                 503,
                 "cluster_manager_not_discovered_exception",
             ),
+            (ErrorCode::NodeClosed, 503, "node_closed_exception"),
         ] {
             assert_eq!((code.status(), code.type_name()), (status, ty), "{code:?}");
         }

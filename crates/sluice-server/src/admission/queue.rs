@@ -12,9 +12,25 @@
 //!   `monitor`, mode left `enabled`) — it runs without a permit, unless already cancelled;
 //! - its task is cancelled (`_tasks/_cancel`, its parent), its `cancel_after_time_interval`
 //!   passes (queue time counts), or its client disconnects (the future is dropped) — the
-//!   waiter leaves the queue at once, and the client gets OpenSearch's cancellation error.
+//!   waiter leaves the queue at once, and the client gets OpenSearch's cancellation error;
+//! - its node begins to stop — it never runs: it is answered 503 `node_closed_exception` at
+//!   once, for its client to retry on another node (S1 below).
 //!
 //! There is no queue timeout of its own (seed 002).
+//!
+//! # Invariants
+//! - S1 — a stop never admits what waits: a request still waiting for admission when its node
+//!   begins to stop (`AppState::stopping`), or that would start waiting after, is answered
+//!   [`node_closed`] and never runs, so a stopping node keeps every limit — its node tier's,
+//!   the cluster-wide `shared_limit` whose lease it never got, its group's share. The stop
+//!   sets the flag, then releases every queue (`Node::serve`): a parked request wakes released
+//!   and reads the flag; one parked in a queue made after the release read the flag's store
+//!   before it (the release installs the new queues after it) and is refused before it waits;
+//!   one waiting for its group's share reads it at its next wake. (It once ran them all
+//!   without a permit, so that the drain never waited for a queue: an outside trial saw a
+//!   stopping node's backlog run at once, 13 searches against a cluster-wide limit of 3.)
+//!   Tested by `test_a_stopping_node_refuses_what_waits_for_admission_and_stops` and the
+//!   cluster test `test_a_stopping_node_runs_nothing_of_its_shared_backlog`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -59,6 +75,11 @@ pub async fn wait(
     cancel_after: Option<Duration>,
 ) -> ApiResult<(Granted, Option<Reservation>)> {
     let deadline = cancel_after.map(|d| task.started + d);
+    // S1: nothing starts waiting on a stopping node (what it holds, a slot or a lease, goes
+    // back as `wait` is dropped).
+    if stopping(st) {
+        return Err(node_closed(st, entry));
+    }
     let mut parked: Option<Parked> = None;
     let granted = match wait {
         Wait::Granted(g) => g,
@@ -108,6 +129,8 @@ pub async fn wait(
                 Grant::Unthrottled if task.is_cancelled() => {
                     return Err(cancelled(task, None));
                 }
+                // Released by the node's stop (S1).
+                Grant::Unthrottled if stopping(st) => return Err(node_closed(st, entry)),
                 // The group's backlog was released (throttling off, group deleted or switched to
                 // monitor, mode left enabled): it runs without a permit, checked by the share
                 // once, as any request of an unqueued group.
@@ -164,6 +187,27 @@ async fn stopped(
             cancelled(task, Some(reason))
         }
     }
+}
+
+/// Whether the node has begun to stop (S1).
+fn stopping(st: &AppState) -> bool {
+    st.stopping.load(Ordering::Acquire)
+}
+
+/// The error of a request of `entry` still waiting for admission when its node began to stop
+/// (S1): 503 `node_closed_exception`, OpenSearch's "node closed" with why; its end counts as a
+/// failure, as a cancelled wait's does.
+pub(super) fn node_closed(st: &AppState, entry: &GroupEntry) -> ApiError {
+    entry.stats.total_completions.inc();
+    entry.stats.failures.inc();
+    ApiError::Engine(sluice_engine::EngineError::new(
+        sluice_engine::ErrorCode::NodeClosed,
+        format!(
+            "node closed [{}]: the request was still waiting for admission in workload group [{}] when the node began to stop, and never ran; retry it on another node",
+            st.config.node_name,
+            entry.name()
+        ),
+    ))
 }
 
 /// OpenSearch's error for a task cancelled while it waited; its end counts as a failure.

@@ -88,7 +88,8 @@ fn check_resources(
 /// its limit raised) or the mode leaving `enabled` lets its waiters through at once, as it
 /// releases the requests parked at its throttle, and a deleted group's waiters run unchecked,
 /// as its parked requests do (usage is not refreshed outside `enabled`, so waiting for a
-/// refresh alone left them waiting for ever).
+/// refresh alone left them waiting for ever). On a stopping node they are refused, woken by the
+/// release of every queue (`queue` S1).
 ///
 /// # Cancel safety
 /// Dropping the future stops waiting; a reservation taken is given back by its own `Drop`.
@@ -108,10 +109,10 @@ pub async fn wait_for_share(
         // still wakes.
         refreshed.as_mut().enable();
         changed.as_mut().enable();
-        // A stopping node runs what waits (see `Node::serve`); a deleted group's waiters run
+        // A stopping node runs nothing that waits (`queue` S1); a deleted group's waiters run
         // as its parked requests do.
         if st.stopping.load(std::sync::atomic::Ordering::Acquire) {
-            return Ok(None);
+            return Err(super::queue::node_closed(st, entry));
         }
         let Some(current) = st.workload.entry(&entry.id) else {
             return Ok(None);

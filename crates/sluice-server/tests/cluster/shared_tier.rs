@@ -1131,3 +1131,45 @@ async fn test_requests_parked_when_their_owner_stops_run_before_newcomers() {
     parked_requests_run_before_newcomers_when_the_owner_goes("shared_owner_term_fifo", "TERM")
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_stopping_node_runs_nothing_of_its_shared_backlog() {
+    // One search holds the bucket's only cluster-wide slot on one node; three more park on
+    // another. Asked to stop (SIGTERM), that node answers its parked searches 503
+    // `node_closed_exception` and runs none of them, so the cluster-wide limit holds through
+    // the stop (`admission/queue.rs` S1). The stop once ran its whole backlog at once without
+    // a lease: an outside trial saw 13 searches against a `shared_limit` of 3.
+    let mut c = TestCluster::start_heavy(3, "shared_stop_backlog").await;
+    enable(&c).await;
+    let id = group(
+        &c,
+        json!({"name": "stop_backlog", "resiliency_mode": "enforced",
+        "resource_limits": {"memory": 0.5},
+        "throttling": {"attribute": "group", "shared_limit": 1},
+        "queue": {"size_per_bucket": 10}}),
+    )
+    .await;
+    everywhere(&c, 3, &id).await;
+    let header = [("workloadGroupId", id.as_str())];
+    let (holder, owner, first) = hold_on_a_non_owner(&c, &id).await;
+    let stopping = 3 - holder - owner;
+    let parked: Vec<_> = (0..3)
+        .map(|_| c.start_search(stopping, "/heavy/_search", heavy_query(), &header))
+        .collect();
+    c.eventually(Duration::from_secs(10), "three searches park", || async {
+        (running_and_queued(&c, stopping).await == (0, 3)).then_some(())
+    })
+    .await;
+    c.terminate(stopping).await;
+    for p in parked {
+        let (status, body) = tokio::time::timeout(Duration::from_secs(60), p)
+            .await
+            .expect("a parked search is answered as its node stops")
+            .unwrap();
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["error"]["type"], "node_closed_exception", "{body}");
+    }
+    // The holder's search was the bucket's only one all along, and still runs.
+    assert_eq!(running(&c, holder).await, 1);
+    end_searches(&c, holder, first).await;
+}

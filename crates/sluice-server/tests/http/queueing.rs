@@ -685,21 +685,51 @@ async fn test_requests_waiting_for_a_paced_share_follow_their_group_and_the_mode
 }
 
 #[tokio::test]
-async fn test_a_stopping_node_runs_what_waits_for_admission_instead_of_draining_for_ever() {
+async fn test_a_stopping_node_refuses_what_waits_for_admission_and_stops() {
     // One request holds the group's only slot while it waits for its share (an hour of CPU
-    // owed), another is parked behind it for the slot: asked to stop, the node runs both and
-    // stops, rather than wait for a queue that only time would drain.
+    // owed), another is parked behind it for the slot: asked to stop, the node answers both
+    // 503 `node_closed_exception` at once — neither runs past its limits — and stops, rather
+    // than wait for a queue that only time would drain (`admission/queue.rs` S1). It once ran
+    // both without a permit: an outside trial saw a stopping node's backlog run at once, past
+    // the cluster-wide limit.
     let node = node_in_mode("enabled", &NO_REFRESH).await;
     let id = paced_group_in_debt(&node, "paced_stop").await;
-    let tag = [("workloadGroupId", id.as_str())];
-    let waiting = vec![start_cheap(&node, &tag), start_cheap(&node, &tag)];
+    let waiting: Vec<_> = (0..2)
+        .map(|_| {
+            let rb = node
+                .client
+                .post(node.url("/small/_search"))
+                .header("content-type", "application/json")
+                .header("workloadGroupId", &id)
+                .body(json!({"query": {"match_all": {}}}).to_string());
+            tokio::spawn(async move {
+                let r = rb.send().await.expect("answered");
+                let status = r.status().as_u16();
+                (status, r.json::<Value>().await.expect("json"))
+            })
+        })
+        .collect();
     wait_tasks(&node, &id, 0, 2).await;
+    let entry = node.state.workload.entry(&id).expect("group");
     tokio::time::timeout(ANSWER_GUARD, node.stop())
         .await
         .expect("the node stops while requests wait for admission");
     for w in waiting {
-        assert_eq!(w.await.expect("joined"), 200);
+        let (status, body) = w.await.expect("joined");
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["error"]["type"], "node_closed_exception", "{body}");
+        let reason = body["error"]["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains("paced_stop") && reason.contains("retry it on another node"),
+            "{reason}"
+        );
     }
+    // Both ended, as failures; neither completed a search.
+    let stats = &entry.stats;
+    assert_eq!(
+        (stats.total_completions.get(), stats.failures.get()),
+        (2, 2)
+    );
 }
 
 #[tokio::test]
