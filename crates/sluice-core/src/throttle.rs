@@ -75,6 +75,10 @@ pub enum Throttle {
         shared_limit: u32,
         /// The parked request, when it may park (never when monitored).
         waiter: Option<Waiter>,
+        /// Why it could not park, when its group has a queue it may use: full (the bucket's
+        /// or the group's), or the bucket over its fair share. A denial by the owner then
+        /// refuses it for that bound too, as the node tier does (`queue_full`).
+        queue_refused: Option<Refused>,
         /// What the node tier saw.
         node: Throttled,
         /// `monitor_only` or a `monitor` group: a denial is counted, not enforced, and the owner
@@ -174,6 +178,7 @@ pub fn decide(
                 key,
                 shared_limit: shared.unwrap_or(0),
                 waiter: None,
+                queue_refused: None,
                 node,
                 monitored,
             },
@@ -207,6 +212,7 @@ pub fn decide(
             key,
             shared_limit,
             waiter: Some(waiter),
+            queue_refused: None,
             monitored: false,
         },
         // A full queue (or one the request may not use) does not rule out the shared pool: it
@@ -216,6 +222,8 @@ pub fn decide(
             key,
             shared_limit,
             waiter: None,
+            // A request that may not park (`NotQueued`) was refused by no bound of the queue.
+            queue_refused: (refused.reason != RefusalReason::NotQueued).then_some(refused),
             monitored: false,
         },
         (Acquire::Refused(refused), None) => Throttle::Rejected { key, refused },
@@ -547,5 +555,67 @@ mod tests {
         drop(w);
         assert_eq!(t.take_orphaned_grants(), vec![(key, 9)]);
         assert_eq!(t.num_buckets(), 0);
+    }
+
+    #[test]
+    fn test_a_shared_ask_that_found_its_queue_full_says_so() {
+        // A shared-only group with one queue place: the first request parks, the second asks
+        // the owner without parking and carries the bound that kept it out of the queue; a
+        // request that may not park carries none.
+        let t = PermitTable::new();
+        let g = group("enforced", json!({"attribute": "group", "shared_limit": 1}));
+        let g = WorkloadGroup {
+            queue: crate::bags::QueueConfig::default()
+                .merge(&crate::bags::parse_queue_patch(&json!({"size_per_bucket": 1})).unwrap()),
+            ..g
+        };
+        let q = GroupQueue::new(u64::from(g.throttling.node_allowance()));
+        let first = queued(&t, WlmMode::Enabled, &g, &q);
+        assert!(
+            matches!(
+                first,
+                Throttle::Shared {
+                    waiter: Some(_),
+                    queue_refused: None,
+                    ..
+                }
+            ),
+            "{first:?}"
+        );
+        let second = queued(&t, WlmMode::Enabled, &g, &q);
+        let Throttle::Shared {
+            waiter: None,
+            queue_refused: Some(refused),
+            ..
+        } = &second
+        else {
+            panic!("expected a shared ask refused a queue place, got {second:?}");
+        };
+        assert_eq!(
+            (refused.reason, refused.queued),
+            (RefusalReason::BucketQueueFull, 1)
+        );
+        let unparked = decide(
+            &t,
+            WlmMode::Enabled,
+            &id(),
+            Some(&g),
+            Some(&q),
+            Request {
+                may_park: false,
+                ..req(None, &[])
+            },
+        );
+        assert!(
+            matches!(
+                unparked,
+                Throttle::Shared {
+                    waiter: None,
+                    queue_refused: None,
+                    ..
+                }
+            ),
+            "{unparked:?}"
+        );
     }
 }

@@ -26,11 +26,11 @@ use futures::FutureExt;
 use sluice_cluster::shared::coordinator::{Acquired, OfferAnswer, OfferSink};
 use sluice_cluster::shared::owner::OwnerEvents;
 use sluice_core::BucketKey;
-use sluice_core::permits::{Grant, Throttled, Waiter};
+use sluice_core::permits::{Grant, Refused, Throttled, Waiter};
 use sluice_engine::{EngineError, ErrorCode};
 
 use super::queue::Wait;
-use super::throttle::{Granted, describe_bucket, log_decision};
+use super::throttle::{Granted, describe_bucket, log_decision, why as why_queue};
 use crate::error::ApiError;
 use crate::logging::{DecisionKind, Tier};
 use crate::state::AppState;
@@ -49,6 +49,9 @@ pub struct Ask {
     pub shared_limit: u32,
     /// The request, already parked, when it may park.
     pub waiter: Option<Waiter>,
+    /// The bound of its group's queue that kept it from parking, if one did: a denial then
+    /// refuses it for the queue too, counted and logged as a full queue.
+    pub queue_refused: Option<Refused>,
     /// What the node tier saw.
     pub node: Throttled,
     /// Only monitored: a denial is counted, not enforced.
@@ -62,6 +65,7 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
         key,
         shared_limit,
         waiter,
+        queue_refused,
         node,
         monitored,
     } = ask;
@@ -159,13 +163,23 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
             let why = format!(
                 "and {in_use} of its cluster-wide limit of {limit} (shared_limit) are in use"
             );
-            denied(st, entry, &key, &node, &why, monitored).map(|()| granted(None))
+            let refusal = Refusal {
+                node: &node,
+                queue: queue_refused.as_ref(),
+                monitored,
+            };
+            denied(st, entry, &key, &refusal, &why).map(|()| granted(None))
         }
         (Acquired::Unavailable { reason }, None) => {
             let why = format!(
                 "and its cluster-wide limit of {limit} could not be checked (cluster-wide throttle unavailable: {reason}) while this node already runs {limit} of the bucket's requests without it"
             );
-            denied(st, entry, &key, &node, &why, monitored).map(|()| granted(None))
+            let refusal = Refusal {
+                node: &node,
+                queue: queue_refused.as_ref(),
+                monitored,
+            };
+            denied(st, entry, &key, &refusal, &why).map(|()| granted(None))
         }
     }
 }
@@ -185,32 +199,51 @@ fn acquire_timeout(st: &AppState) -> std::time::Duration {
         .time(crate::settings::keys::WLM_SHARED_ACQUIRE_TIMEOUT)
 }
 
-/// A request the shared tier denied (`why`, after what the node tier saw): counted and logged
-/// as a decision of the `shared` tier; refused with its 429, or let run when only `monitored`.
+/// What a shared-tier denial refuses a request for, besides the owner's answer.
+struct Refusal<'a> {
+    /// What the node tier saw.
+    node: &'a Throttled,
+    /// The bound of the group's queue that kept the request from parking, if one did.
+    queue: Option<&'a Refused>,
+    /// Only monitored: counted, not enforced.
+    monitored: bool,
+}
+
+/// A request the shared tier denied (`why`, after what the node tier saw, and the queue's
+/// bound when a full queue kept it from waiting): counted and logged as a decision of the
+/// `shared` tier — a full queue's as the node tier counts and logs one (`queue_full`,
+/// `total_queue_rejections`); refused with its 429, or let run when only monitored.
 fn denied(
     st: &AppState,
     entry: &GroupEntry,
     key: &BucketKey,
-    node: &Throttled,
+    refusal: &Refusal<'_>,
     why: &str,
-    monitored: bool,
 ) -> Result<(), ApiError> {
     entry.stats.total_shared_throttled.inc();
-    let reason = format!("{} {why}", node_part(node));
+    let why = format!("{why}{}", refusal.queue.map_or_else(String::new, why_queue));
+    let reason = format!("{} {why}", node_part(refusal.node));
+    let kind = match refusal.queue {
+        Some(_) => DecisionKind::QueueFull,
+        None => DecisionKind::Throttle,
+    };
     log_decision(
         st,
         entry,
         key,
-        DecisionKind::Throttle,
-        !monitored,
+        kind,
+        !refusal.monitored,
         &reason,
         Tier::Shared,
     );
-    if monitored {
+    if refusal.monitored {
         entry.stats.total_would_throttle.inc();
         return Ok(());
     }
-    Err(refused(entry, key, node, why))
+    if refusal.queue.is_some() {
+        entry.stats.total_queue_rejections.inc();
+    }
+    Err(refused(entry, key, refusal.node, &why))
 }
 
 /// What the node tier saw, in a refusal's words: its requests in flight against the bucket's

@@ -103,12 +103,14 @@ pub fn throttle(
             key,
             shared_limit,
             waiter,
+            queue_refused,
             node,
             monitored,
         } => Ok(Decided::Shared(super::shared::Ask {
             key,
             shared_limit,
             waiter,
+            queue_refused,
             node,
             monitored,
         })),
@@ -233,7 +235,7 @@ impl std::fmt::Display for OverLimit<'_> {
 
 /// Which queue bound refused, worded for the 429 and the decision line (empty when the group
 /// does not queue).
-fn why(refused: &Refused) -> String {
+pub(super) fn why(refused: &Refused) -> String {
     match refused.reason {
         RefusalReason::NotQueued => String::new(),
         RefusalReason::BucketQueueFull => format!(

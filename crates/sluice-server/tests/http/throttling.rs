@@ -531,6 +531,66 @@ async fn test_monitored_breach_holds_its_bucket_so_a_lookup_counts_would_throttl
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_shared_refusal_with_the_queue_full_says_so_and_counts_as_one() {
+    // A shared-only group with one queue place: the first search holds the one cluster-wide
+    // lease, the second parks, the third finds the queue full and the pool in use. Its 429
+    // names the queue as the node tier's does, and counts as a queue rejection (an outside
+    // trial found it worded and counted as a plain limit refusal, so an operator would raise
+    // `shared_limit` where the queue was the bound).
+    let node = node_in_mode("enabled", &[]).await;
+    let id = create_group(
+        &node,
+        json!({"name": "shared_q", "resiliency_mode": "enforced",
+               "resource_limits": {"memory": 0.1},
+               "throttling": {"attribute": "group", "shared_limit": 1},
+               "queue": {"size_per_bucket": 1}}),
+    )
+    .await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let mut running = vec![start_heavy(&node, &tag)];
+    wait_running(&node, &id, 1).await;
+    running.push(start_search(
+        &node,
+        "/small/_search",
+        json!({"query": {"match_all": {}}}),
+        &tag,
+    ));
+    for _ in 0..20_000 {
+        if stats_of(&node, &id).await["buckets"][0]["shared_parked"] == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let r = node
+        .req_with(
+            "POST",
+            "/small/_search",
+            Some(json!({"query": {"match_all": {}}})),
+            &tag,
+        )
+        .await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    let reason = r.body["error"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("its queue is full (queue.size_per_bucket is 1)")
+            && reason.contains("(tier: shared)"),
+        "{reason}"
+    );
+    let s = stats_of(&node, &id).await;
+    assert_eq!(
+        (
+            &s["total_throttled"],
+            &s["total_shared_throttled"],
+            &s["total_queue_rejections"]
+        ),
+        (&json!(1), &json!(1), &json!(1)),
+        "{s}"
+    );
+    cancel_all(&node, running).await;
+    wait_drained(&node, &id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_bucket_listing_shows_the_shared_tier_of_a_group_with_a_shared_limit() {
     // One node is a cluster of one: it owns every bucket's shared pool.
     let node = node_in_mode("enabled", &[]).await;
