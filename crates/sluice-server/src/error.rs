@@ -116,7 +116,13 @@ impl IntoResponse for ApiError {
                 err["type"] = json!("content_too_long_http_exception");
                 err["root_cause"][0]["type"] = json!("content_too_long_http_exception");
                 let body = json!({"error": err, "status": 413});
-                crate::http::json_response(StatusCode::PAYLOAD_TOO_LARGE, &body, false)
+                let mut resp =
+                    crate::http::json_response(StatusCode::PAYLOAD_TOO_LARGE, &body, false);
+                // The rest of the body is not read: hyper closes the connection once the
+                // answer is out (on HTTP/2, which ends the stream alone, it drops the header).
+                resp.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                resp
             }
         }
     }

@@ -418,8 +418,9 @@ pub fn app(state: Arc<AppState>) -> HttpService {
 /// The steps every routed request goes through before its handler, in order, and the ones
 /// its response goes through after it, in reverse:
 /// 1. metrics: the request counted and timed once answered, whatever answered it;
-/// 2. the body limit put where the handlers' body readers find it, the headers' size checked
-///    ([`MAX_HEADER_SIZE`]) and the single-valued headers' values
+/// 2. the body limit put where the handlers' body readers find it, the head checked as
+///    OpenSearch's HTTP layer checks it ([`check_head`]: a 400 for a head too long, a 413 for
+///    a `Content-Length` over the limit) and the single-valued headers' values
 ///    ([`crate::http::meta::read_single_valued`]): a 400 ends the request here;
 /// 3. authentication: a 401 ends the request here;
 /// 4. authorization (inside authentication, outside the handlers: every request, routed or
@@ -437,11 +438,17 @@ async fn request_layers(State(st): State<Arc<AppState>>, mut req: Request, next:
     req.extensions_mut()
         .insert(BodyLimit(st.config.max_content_length));
     // Not in `check_lines`, which the gateway's lane runs too: the lane takes heads of at
-    // most 16 KB (its `MAX_HEAD`), so its requests never reach the limit, and a longer head
-    // comes here.
-    let checked = match check_header_size(&req) {
-        Err(refused) => Err(refused.into_response()),
-        Ok(()) => check_request(&st, &mut req).await,
+    // most 16 KB (its `MAX_HEAD`), so its requests never reach either limit, and a longer
+    // head or a longer body comes here.
+    // A gateway streams the bodies it forwards untouched: the upstream's own limit applies
+    // to them, and the gateway's readers refuse a body they read from its head.
+    let limit = match st.upstream {
+        Some(_) => None,
+        None => Some(st.config.max_content_length),
+    };
+    let checked = match check_head(&req, limit) {
+        Some(refused) => Err(refused),
+        None => check_request(&st, &mut req).await,
     };
     let resp = match checked {
         Err(refused) => refused,
@@ -530,22 +537,56 @@ pub(crate) async fn check_lines(
 /// every echo and log line of it huge (an outside trial sent a 200 KB group id).
 pub const MAX_HEADER_SIZE: usize = 16 * 1024;
 
-/// Refuses a request whose headers are over [`MAX_HEADER_SIZE`], as OpenSearch's HTTP layer
-/// does: 400 `too_long_http_header_exception`.
-fn check_header_size(req: &Request) -> Result<(), crate::error::ApiError> {
-    let size: usize = req
-        .headers()
+/// What OpenSearch's HTTP layer (Netty's decoder and aggregator) answers a request it refuses
+/// from its head, before anything reads the request, in its words; `None` when it takes it:
+/// - a head [`crate::http::heads`] refused: a line over its limit (400
+///   `too_long_http_line_exception`) or header lines over [`MAX_HEADER_SIZE`] (400
+///   `too_long_http_header_exception`), which an HTTP/1 request's headers never reach here;
+/// - headers over [`MAX_HEADER_SIZE`], names and values (an HTTP/2 request's);
+/// - a body announced over `limit` (`http.max_content_length`, on an embedded node, which
+///   reads every body it takes; [`crate::http::body::announced_over`]): 413
+///   `content_too_long_http_exception`, as the answer to a body over it.
+///
+/// The answer says `Connection: close`, and hyper closes the connection once it is out
+/// rather than read a body, or the rest of a head, it will not take.
+fn check_head(req: &Request, limit: Option<u64>) -> Option<Response> {
+    use crate::http::heads::{MAX_REQUEST_LINE, Refused};
+    use sluice_engine::{EngineError, ErrorCode};
+    let too_long_headers = || {
+        crate::error::ApiError::Engine(EngineError::new(
+            ErrorCode::TooLongHttpHeader,
+            format!("HTTP header is larger than {MAX_HEADER_SIZE} bytes."),
+        ))
+    };
+    let headers = req.headers();
+    let size: usize = headers
         .iter()
         .map(|(name, value)| name.as_str().len() + value.len())
         .sum();
-    if size <= MAX_HEADER_SIZE {
-        return Ok(());
+    let refused = match req.extensions().get::<Refused>() {
+        Some(Refused::LineTooLong) => crate::error::ApiError::Engine(EngineError::new(
+            ErrorCode::TooLongHttpLine,
+            format!("An HTTP line is larger than {MAX_REQUEST_LINE} bytes."),
+        )),
+        Some(Refused::HeadersTooLong) => too_long_headers(),
+        None if size > MAX_HEADER_SIZE => too_long_headers(),
+        None => match limit {
+            Some(limit) if crate::http::body::announced_over(headers, limit) => {
+                crate::error::ApiError::TooLarge { limit }
+            }
+            _ => return None,
+        },
+    };
+    let mut resp = refused.into_response();
+    // The rest of the request is not read: on HTTP/1 nothing after it is either (HTTP/2 ends
+    // the stream alone, and has no `Connection` header).
+    if req.version() < axum::http::Version::HTTP_2 {
+        resp.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
     }
-    let e = sluice_engine::EngineError::new(
-        sluice_engine::ErrorCode::TooLongHttpHeader,
-        format!("HTTP header is larger than {MAX_HEADER_SIZE} bytes."),
-    );
-    Err(crate::error::ApiError::Engine(e))
+    Some(resp)
 }
 
 /// Outside the router: the URL's `index` parameter moved into the path where OpenSearch

@@ -101,6 +101,9 @@ pub enum ErrorCode {
     /// status (500); sluice answers 503, the status clients retry on another node, since the
     /// request was never started (docs/compatibility.md).
     NodeClosed,
+    /// 400 `too_long_http_line_exception`: the request line is longer than the node reads
+    /// (Netty's `TooLongHttpLineException`, past `http.max_initial_line_length`).
+    TooLongHttpLine,
 }
 
 impl ErrorCode {
@@ -142,6 +145,7 @@ impl ErrorCode {
             ErrorCode::UpstreamTimeout => "upstream_timeout_exception",
             ErrorCode::TooLongHttpHeader => "too_long_http_header_exception",
             ErrorCode::NodeClosed => "node_closed_exception",
+            ErrorCode::TooLongHttpLine => "too_long_http_line_exception",
         }
     }
 

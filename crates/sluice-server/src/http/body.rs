@@ -3,7 +3,7 @@
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode, header};
 use serde_json::Value;
 use sluice_engine::{EngineError, ErrorCode};
 
@@ -20,6 +20,9 @@ impl<S: Send + Sync> FromRequest<S> for Body {
             .extensions()
             .get::<BodyLimit>()
             .map_or(u64::MAX, |l| l.0);
+        if announced_over(req.headers(), limit) {
+            return Err(ApiError::TooLarge { limit });
+        }
         match Bytes::from_request(req, state).await {
             Ok(b) => Ok(Body(b)),
             Err(rej) if rej.status() == StatusCode::PAYLOAD_TOO_LARGE => {
@@ -30,6 +33,19 @@ impl<S: Send + Sync> FromRequest<S> for Body {
             )))),
         }
     }
+}
+
+/// Whether a request's head announces a body over `limit` (`http.max_content_length`): a
+/// `Content-Length` past it, as Netty's aggregator refuses one before the body comes (a
+/// reader that waited for the bytes waited for ever on a 19-digit length). A body with a
+/// `Content-Encoding` is counted once inflated, as it is read.
+pub fn announced_over(headers: &HeaderMap, limit: u64) -> bool {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .is_some_and(|n| n > limit)
+        && !headers.contains_key(header::CONTENT_ENCODING)
 }
 
 /// The configured body limit, put in request extensions so errors can name it.

@@ -38,13 +38,17 @@
 //!   past the last one lent: a request is lent only once the answer before it went out and
 //!   hyper was given the whole request before it, and only when it is not one the lane takes;
 //!   what the client sent after the run is the lane's again. A request hyper answered before
-//!   reading it whole and then closed on ends the connection, with a lingering close: the
-//!   rest of its body is never read as a request. Tested by
+//!   reading it whole and then closed on, or whose answer said `Connection: close` (a
+//!   refusal from the head), ends the connection, with a lingering close: the rest of its
+//!   body is never read as a request. hyper reads the run through
+//!   [`crate::http::heads::Heads`], the lent connection below it counting the bytes as the
+//!   client sent them. Tested by
 //!   `test_lane_hands_other_requests_to_the_general_path` (pipelined requests of both kinds
 //!   in one write),
 //!   `test_a_body_that_comes_after_its_early_answer_is_not_taken_for_a_request`,
-//!   `test_lent_request_answered_before_its_body_was_read_ends_cleanly` (hyper answers 413
-//!   before the body is read; the next pipelined request is still answered) and
+//!   `test_lent_request_answered_before_its_body_was_read_ends_cleanly` (hyper answers
+//!   before the body is read; the next pipelined request is still answered, but after a
+//!   413 from the head, whose answer closes the connection) and
 //!   `test_a_connection_back_from_other_requests_searches_on_the_lane` (a run of other
 //!   requests, then searches on the lane).
 //! - L3 — a client that closes its connection while its request waits (for admission, in a
@@ -90,6 +94,7 @@ use tower::ServiceExt;
 use crate::backend::upstream::h1::{Answer, RawHeaders, RelayError, Relayed, content_length};
 use crate::backend::upstream::headers::connection_tokens;
 use crate::backend::upstream::routes::{Lane, LaneRoute, lane_route, lane_search};
+use crate::http::heads::{Heads, Refusals};
 use crate::http::leaving::{StopOnLeave, Watched};
 use crate::http::meta;
 use crate::http::read_timeout::{self, ReadClock};
@@ -110,10 +115,6 @@ const MAX_HEADERS: usize = 64;
 /// watching for the client to leave (L3); past it the lane stops reading until the answer. The
 /// general path's watch has the same bound.
 use crate::http::leaving::MAX_READ_AHEAD;
-
-/// What hyper answers a request it cannot parse, before it closes the connection.
-const BAD_REQUEST: &[u8] =
-    b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
 
 /// What the accept loop gives each lane connection.
 pub struct Conn {
@@ -148,7 +149,7 @@ impl Taken {
     /// The request's method and target, its target sharing `request`'s bytes (the head and
     /// body [`parse`] measured); no header map: the request's steps read its header lines
     /// where they are ([`crate::http::header_lines`]). `None` when the target is not a valid
-    /// URI (hyper answers such a request 400 and closes; so does the lane). The names and
+    /// URI, which [`parse`] does not let through. The names and
     /// values httparse accepted are valid HTTP: hyper builds its own header map from the same
     /// parse without checking them again.
     fn parts(&self, request: &Bytes) -> Option<http::request::Parts> {
@@ -254,7 +255,20 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
         let body_len = taken.body_len;
         let head = buf.split_to(taken.head_len).freeze();
         let Some(parts) = taken.parts(&head) else {
-            let _ = stream.write_all(BAD_REQUEST).await;
+            // Not met: `parse` leaves a target `http::Uri` refuses to the general path, which
+            // serves it encoded. Were it met, the answer is still OpenSearch's JSON.
+            let reason = format!(
+                "invalid request target [{}]",
+                String::from_utf8_lossy(&head[taken.target.clone()])
+            );
+            let mut refused = crate::error::ApiError::Engine(
+                sluice_engine::EngineError::illegal_argument(reason),
+            )
+            .into_response();
+            refused
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            let _ = write_own(&mut stream, refused, &head, taken.target.clone()).await;
             return;
         };
         let route = taken.route;
@@ -454,7 +468,10 @@ fn parse(buf: &[u8], limit: u64) -> Parsed {
         return Parsed::Hyper;
     };
     let once = Parsed::Once(once);
-    if length.is_some_and(|n| n > limit) {
+    // A body over `http.max_content_length` is refused from the head by the general path's
+    // steps, and the connection closed; so is a head over `http.max_header_size`, which
+    // only a head this long can be (hyper's reading of heads, `crate::http::heads`).
+    if length.is_some_and(|n| n > limit) || head_len > MAX_HEAD {
         return once;
     }
     let (Some(method), Some(target)) = (req.method, req.path) else {
@@ -473,6 +490,11 @@ fn parse(buf: &[u8], limit: u64) -> Parsed {
         Some(route) if lane_headers => route,
         _ => return once,
     };
+    // A target with bytes `http::Uri` refuses, as curl sends `?q=t:"x"`: the general path
+    // serves it encoded (`crate::http::target`). One table look-up a byte of the target.
+    if crate::http::target::has_odd(target.as_bytes()) {
+        return once;
+    }
     // Offsets in `buf` of what httparse found there.
     let at = |part: &[u8]| {
         let start = part.as_ptr() as usize - buf.as_ptr() as usize;
@@ -819,7 +841,13 @@ async fn hand_off(stream: TcpStream, read: BytesMut, peer: SocketAddr, conn: Con
     let lent = Lent::new(stream, read, None, Arc::default(), None, None);
     let io = Watched::new(lent, clock);
     let leaving = io.leaving();
-    let service = StopOnLeave::new(crate::http::serve::for_peer(app, peer), leaving.clone());
+    // hyper reads the heads as the accept loop's connections have them read.
+    let refusals = Arc::new(Refusals::default());
+    let io = Heads::new(io, refusals.clone());
+    let service = StopOnLeave::new(
+        crate::http::serve::for_peer(app, peer, refusals),
+        leaving.clone(),
+    );
     let builder = auto::Builder::new(TokioExecutor::new());
     let served = builder
         .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service))
@@ -862,8 +890,16 @@ async fn lent_run(
     conn.st.metrics.count_lane(LaneEvent::Lent);
     let done = Arc::new(AtomicBool::new(false));
     let signal = done.clone();
-    let service =
-        crate::http::serve::for_peer(conn.app.clone(), peer).map_response(move |resp: Response| {
+    // Set when an answer says `Connection: close` (a refusal from the head: a body over the
+    // limit, a head too long): hyper closes the connection once it is out.
+    let closes = Arc::new(AtomicBool::new(false));
+    let closing = closes.clone();
+    let refusals = Arc::new(Refusals::default());
+    let service = crate::http::serve::for_peer(conn.app.clone(), peer, refusals.clone())
+        .map_response(move |resp: Response| {
+            if says_close(resp.headers()) {
+                closing.store(true, Ordering::Release);
+            }
             let done = signal.clone();
             resp.map(|body| Body::new(DoneOnDrop { body, done }))
         });
@@ -875,6 +911,9 @@ async fn lent_run(
         conn.clock.clone(),
         Some(conn.st.clone()),
     );
+    // hyper reads the heads as the accept loop's connections have them read; the lent
+    // connection counts the bytes as the client sent them.
+    let io = Heads::new(io, refusals);
     let mut served =
         http1::Builder::new().serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
     let mut shutdown = conn.shutdown.clone();
@@ -892,15 +931,18 @@ async fn lent_run(
     };
     ended.ok()?;
     let parts = served.into_parts();
-    let lent = parts.io.into_inner();
+    // What the heads' reading held and hyper never read (nothing, when the run ended at the
+    // end of stream its connection gave) comes before what hyper left unparsed.
+    let (lent, unread) = parts.io.into_inner().into_inner();
     if !lent.done.load(Ordering::Acquire) {
         return None;
     }
-    if lent.left != Some(0) {
+    if lent.left != Some(0) || closes.load(Ordering::Acquire) {
         // hyper answered a request before reading it whole and closed rather than read the
-        // rest of its body: what follows on the connection is no request's start. It closes
-        // as the general path closes such a connection (G4): the client gets the answer
-        // while it still sends, not a reset.
+        // rest of its body, or its answer said `Connection: close` (whatever hyper read of
+        // the request): what follows on the connection is no request's start, or no
+        // request's to serve. It closes as the general path closes such a connection (G4):
+        // the client gets the answer while it still sends, not a reset.
         Watched::new(lent.io, conn.clock.clone())
             .leaving()
             .linger()
@@ -915,12 +957,22 @@ async fn lent_run(
         return None;
     }
     // hyper's unparsed bytes came first, then what it was never given, then what came after.
-    let mut buf =
-        BytesMut::with_capacity(parts.read_buf.len() + lent.read.len() + lent.after.len());
+    let mut buf = BytesMut::with_capacity(
+        parts.read_buf.len() + unread.len() + lent.read.len() + lent.after.len(),
+    );
     buf.extend_from_slice(&parts.read_buf);
+    buf.extend_from_slice(&unread);
     buf.extend_from_slice(&lent.read);
     buf.extend_from_slice(&lent.after);
     Some((lent.io, buf))
+}
+
+/// Whether an answer's `Connection` header says `close`.
+fn says_close(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .any(|v| connection_tokens(v.as_bytes()).any(|t| t.eq_ignore_ascii_case(b"close")))
 }
 
 /// A response body that marks its answer done when hyper drops it (written whole, or
@@ -1256,9 +1308,19 @@ mod tests {
             "POST /_search HTTP/1.1\r\ncontent-length: 2000\r\n\r\n",
             "GET /_search HTTP/1.1\r\nconnection: TE\r\nte: trailers\r\n\r\n",
             "GET /_search HTTP/1.1\r\nconnection: keep-alive, x-foo, café\r\n\r\n",
+            // A target `http::Uri` refuses: the general path serves it encoded.
+            "GET /logs/_search?q=t:\"x\" HTTP/1.1\r\n\r\n",
+            "GET /_count?q=`x` HTTP/1.1\r\n\r\n",
         ] {
             assert!(once(other), "{other}");
         }
+        // A head longer than the lane takes, whole in the buffer: the general path refuses
+        // its headers if they are over the limit.
+        let long = format!(
+            "GET /_search HTTP/1.1\r\nx: {}\r\n\r\n",
+            "y".repeat(MAX_HEAD)
+        );
+        assert!(once(&long));
         assert!(matches!(
             parse(b"GET /_search HTTP/1.1\r\nhost", 10),
             Parsed::Partial

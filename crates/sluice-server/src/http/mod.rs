@@ -5,8 +5,9 @@
 //! rendering of error answers ([`pretty`]) and YAML answers ([`format`](mod@format)), the check of unknown
 //! URL parameters ([`unrecognized`]), OpenSearch's answers for unknown routes
 //! and methods ([`fallback`]), the accept loop that serves connections ([`serve`]), the watch
-//! of its clients leaving ([`leaving`]) and of quiet ones ([`read_timeout`]), and a gateway's
-//! fast lane ([`lane`]) with its threads ([`threads`]).
+//! of its clients leaving ([`leaving`]) and of quiet ones ([`read_timeout`]), the reading of
+//! HTTP/1 request heads ahead of hyper ([`heads`]: unencoded targets, [`target`], and heads
+//! too long), and a gateway's fast lane ([`lane`]) with its threads ([`threads`]).
 //! The routes themselves are in [`crate::api`].
 
 pub mod body;
@@ -16,6 +17,7 @@ pub mod extract;
 pub mod fallback;
 pub mod format;
 pub mod header_lines;
+pub mod heads;
 pub mod lane;
 pub mod leaving;
 pub mod meta;
@@ -23,6 +25,7 @@ pub mod pretty;
 pub mod read_timeout;
 pub mod reply;
 pub mod serve;
+pub mod target;
 pub mod threads;
 pub mod unrecognized;
 pub mod url_index;

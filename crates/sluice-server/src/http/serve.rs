@@ -5,7 +5,9 @@
 //! not send the task through the scheduler and wake another worker for every request (see
 //! `sluice_core::repoll`). This is what `axum::serve` does, but for that wrapper, and for
 //! [`crate::http::leaving`]: a client that leaves ends its request at once, even with requests
-//! pipelined behind it.
+//! pipelined behind it; and for [`crate::http::heads`]: hyper reads an HTTP/1 connection's
+//! request heads as OpenSearch would have them read (a target sent unencoded served, a head
+//! too long refused in OpenSearch's words).
 //!
 //! A gateway with a fast lane (`lane`) reads each connection in [`crate::http::lane`] first,
 //! which hands it to hyper as above unless the request is one it takes; those connections are
@@ -34,6 +36,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use crate::http::heads::{Heads, Refusals};
 use crate::http::leaving::{StopOnLeave, Watched};
 use crate::http::read_timeout::{self, ReadClock};
 use crate::http::threads::{Job, Threads};
@@ -116,7 +119,10 @@ pub async fn serve(
         // A client that leaves ends its request even with requests pipelined behind it.
         let io = Watched::new(stream, clock.clone());
         let leaving = io.leaving();
-        let service = StopOnLeave::new(for_peer(app.clone(), peer), leaving.clone());
+        // hyper reads the heads as OpenSearch would have them read.
+        let refusals = Arc::new(Refusals::default());
+        let io = Heads::new(io, refusals.clone());
+        let service = StopOnLeave::new(for_peer(app.clone(), peer, refusals), leaving.clone());
         let conn = builder
             .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service))
             .into_owned();
@@ -159,11 +165,13 @@ pub async fn serve(
     Ok(())
 }
 
-/// The node's service for one connection from `peer`: hyper's requests with the peer's address
-/// in their extensions, as axum's `ConnectInfo`.
+/// The node's service for one connection from `peer`, whose heads `refusals` names the
+/// refused one of ([`crate::http::heads`]): hyper's requests with the peer's address in their
+/// extensions, as axum's `ConnectInfo`, and the request standing for a refused head with why.
 pub(crate) fn for_peer(
     app: HttpService,
     peer: SocketAddr,
+    refusals: Arc<Refusals>,
 ) -> tower::util::MapRequest<
     HttpService,
     impl FnMut(http::Request<hyper::body::Incoming>) -> axum::extract::Request + Clone,
@@ -171,6 +179,9 @@ pub(crate) fn for_peer(
     app.map_request(move |req: http::Request<hyper::body::Incoming>| {
         let mut req = req.map(axum::body::Body::new);
         req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+        if let Some(refused) = refusals.next() {
+            req.extensions_mut().insert(refused);
+        }
         req
     })
 }

@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::common::{self, Reply, TestNode};
+use crate::common::{self, Reply, TestNode, read_response};
 
 use crate::common::ADMIN;
 
@@ -3468,78 +3468,6 @@ async fn test_alias_changes_are_authorized_before_they_are_forwarded() {
     gw.stop().await;
 }
 
-/// Reads one HTTP/1.1 response from `stream` (after what `buf` holds): status, headers with
-/// lowercase names, and the body (framed by a length or chunks); what was read past it stays in
-/// `buf`.
-async fn read_response(
-    stream: &mut tokio::net::TcpStream,
-    buf: &mut Vec<u8>,
-) -> (u16, Vec<(String, String)>, Vec<u8>) {
-    async fn fill(stream: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) {
-        let mut chunk = [0u8; 8192];
-        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
-            .await
-            .expect("an answer within 10 s")
-            .expect("the connection stays up");
-        assert!(
-            n > 0,
-            "the connection closed mid-answer: {:?}",
-            String::from_utf8_lossy(buf)
-        );
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i;
-        }
-        fill(stream, buf).await;
-    };
-    let head = String::from_utf8(buf[..head_end].to_vec()).unwrap();
-    buf.drain(..head_end + 4);
-    let mut lines = head.split("\r\n");
-    let status: u16 = lines.next().unwrap()[9..12].parse().unwrap();
-    let headers: Vec<(String, String)> = lines
-        .map(|l| {
-            let (k, v) = l.split_once(':').unwrap();
-            (k.trim().to_ascii_lowercase(), v.trim().to_string())
-        })
-        .collect();
-    let get = |name: &str| {
-        headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-    };
-    let mut body = Vec::new();
-    if let Some(len) = get("content-length") {
-        let len: usize = len.parse().unwrap();
-        while buf.len() < len {
-            fill(stream, buf).await;
-        }
-        body = buf.drain(..len).collect();
-    } else if get("transfer-encoding").as_deref() == Some("chunked") {
-        loop {
-            let line_end = loop {
-                if let Some(i) = buf.windows(2).position(|w| w == b"\r\n") {
-                    break i;
-                }
-                fill(stream, buf).await;
-            };
-            let size =
-                usize::from_str_radix(std::str::from_utf8(&buf[..line_end]).unwrap(), 16).unwrap();
-            while buf.len() < line_end + 2 + size + 2 {
-                fill(stream, buf).await;
-            }
-            body.extend_from_slice(&buf[line_end + 2..line_end + 2 + size]);
-            buf.drain(..line_end + 2 + size + 2);
-            if size == 0 {
-                break;
-            }
-        }
-    }
-    (status, headers, body)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_lane_hands_other_requests_to_the_general_path() {
     // On one keep-alive connection, searches (the fast lane) and other requests (hyper, one at
@@ -3708,9 +3636,12 @@ async fn test_an_answer_ending_early_fails_that_request_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_lent_request_answered_before_its_body_was_read_ends_cleanly() {
-    // A search whose body is over `http.max_content_length` is lent to hyper, which answers
-    // 413 before its handler read the whole body: the client gets that answer, then the
-    // answer to what it sent next, and the gateway keeps serving.
+    // A request lent to hyper whose handler answers without reading its body (here a listing
+    // of groups, its body all sent): the client gets that answer, then the answer to what it
+    // sent next (hyper read the rest of the body and dropped it), never an answer to bytes of
+    // that body. A search whose length is over `http.max_content_length` is answered 413 from
+    // its head, and the connection closes once the answer is out, whatever the client sent
+    // behind it (OpenSearch does not read such a body). The same with the lane off.
     let upstream = fake(answer_with(|r| {
         axum::Json(json!({"uri": r.uri})).into_response()
     }))
@@ -3719,6 +3650,24 @@ async fn test_lent_request_answered_before_its_body_was_read_ends_cleanly() {
         let setting = format!("backend.upstream.fast_lane={lane}");
         let gw = gateway(&upstream.base, &["http.max_content_length=1kb", &setting]).await;
         let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+        let unread = format!("{{\"pad\":\"{}\"}}", "x".repeat(900));
+        let request = format!(
+            "GET /_wlm/workload_group HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n\r\n{unread}GET /logs/_search HTTP/1.1\r\nhost: gw\r\n\r\n",
+            unread.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut buf = Vec::new();
+        let (status, _, answer) = read_response(&mut stream, &mut buf).await;
+        let answer = String::from_utf8_lossy(&answer).to_string();
+        assert_eq!(status, 200, "lane {lane}: {answer}");
+        assert!(answer.contains("workload_groups"), "lane {lane}: {answer}");
+        let (status, _, answer) = read_response(&mut stream, &mut buf).await;
+        let answer = String::from_utf8_lossy(&answer).to_string();
+        assert_eq!(status, 200, "lane {lane}: {answer}");
+        assert!(answer.contains("/logs/_search"), "lane {lane}: {answer}");
+        assert!(buf.is_empty(), "lane {lane}");
+        // Over the limit, its whole body sent and a search behind it.
         let body = format!(
             "{{\"query\":{{\"match_all\":{{}}}},\"pad\":\"{}\"}}",
             "x".repeat(4096)
@@ -3729,21 +3678,66 @@ async fn test_lent_request_answered_before_its_body_was_read_ends_cleanly() {
             body.len()
         );
         stream.write_all(request.as_bytes()).await.unwrap();
-        let mut buf = Vec::new();
-        let (status, _, answer) = read_response(&mut stream, &mut buf).await;
+        let (status, headers, answer) = read_response(&mut stream, &mut buf).await;
         assert_eq!(status, 413, "{}", String::from_utf8_lossy(&answer));
-        // Then the pipelined search's own answer (hyper read the rest of the first body
-        // and dropped it), never an answer to bytes of that body; the same with the lane off.
-        let (status, _, answer) = read_response(&mut stream, &mut buf).await;
-        let answer = String::from_utf8_lossy(&answer).to_string();
-        assert_eq!(status, 200, "lane {lane}: {answer}");
-        assert!(answer.contains("/logs/_search"), "lane {lane}: {answer}");
-        assert!(buf.is_empty(), "lane {lane}");
+        assert!(
+            headers.contains(&("connection".to_string(), "close".to_string())),
+            "lane {lane}: {headers:?}"
+        );
+        let _ = stream.shutdown().await;
+        let rest = common::read_until_closed(&mut stream).await;
+        assert!(
+            buf.is_empty() && rest.is_empty(),
+            "lane {lane}: {}{}",
+            String::from_utf8_lossy(&buf),
+            String::from_utf8_lossy(&rest)
+        );
         let (s, b) = gw.req("GET", "/logs/_search", None).await;
         assert_eq!(s, 200, "{b}");
         let stats = default_stats(&gw).await;
         assert_eq!(stats["executing"], 0, "{stats}");
         assert!(gw.state.tasks.list().is_empty());
+        gw.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_an_unencoded_target_is_forwarded_percent_encoded() {
+    // A target sent unencoded (`?q=t:"x"` as curl sends it) reaches the upstream with its odd
+    // bytes percent-encoded and the rest as sent, whichever path takes it: a search, a
+    // count, a pass-through; and with the lane off. hyper (and the lane) once answered a bare
+    // 400; forwarded raw, the upstream's hyper would have.
+    let upstream = fake(answer_with(|r| {
+        axum::Json(json!({"uri": r.uri})).into_response()
+    }))
+    .await;
+    let cases = [
+        (
+            "GET /logs/_search?q=t:\"x\"&size=1",
+            "/logs/_search?q=t:%22x%22&size=1",
+        ),
+        (
+            "POST /_count?q=<a>|`b`&q2=%22",
+            "/_count?q=%3Ca%3E%7C%60b%60&q2=%22",
+        ),
+        ("GET /logs/_doc/a{b}^c", "/logs/_doc/a%7Bb%7D%5Ec"),
+    ];
+    for lane in ["true", "false"] {
+        let setting = format!("backend.upstream.fast_lane={lane}");
+        let gw = gateway(&upstream.base, &[&setting]).await;
+        let sent: String = cases
+            .iter()
+            .map(|(line, _)| format!("{line} HTTP/1.1\r\nhost: gw\r\ncontent-length: 0\r\n\r\n"))
+            .collect();
+        let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+        stream.write_all(sent.as_bytes()).await.unwrap();
+        let mut buf = Vec::new();
+        for (line, forwarded) in cases {
+            let (status, _, answer) = read_response(&mut stream, &mut buf).await;
+            let answer: Value = serde_json::from_slice(&answer).unwrap();
+            assert_eq!(status, 200, "lane {lane}, {line}: {answer}");
+            assert_eq!(answer["uri"], forwarded, "lane {lane}, {line}");
+        }
         gw.stop().await;
     }
 }

@@ -1,12 +1,16 @@
 //! What a node answers a request it cannot take as sent, in OpenSearch's words and JSON: a path
-//! parameter with a malformed escape, a body in a type OpenSearch does not read; and every
-//! error answer rendered pretty when the request asks `?pretty`. Through a gateway
+//! parameter with a malformed escape, a body in a type OpenSearch does not read, a head too
+//! long, a body announced over `http.max_content_length`; a target sent unencoded, served as
+//! OpenSearch serves it; and every error answer rendered pretty when the request asks
+//! `?pretty`. Through a gateway
 //! (`SLUICE_TEST_BACKEND=upstream`) the same answers come back, from the gateway or relayed
 //! from the node behind it.
 
 use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 
-use crate::common::{Raw, TestNode, send_raw as send};
+use crate::common::{Raw, TestNode, read_response, read_until_closed, send_raw as send};
 
 async fn get(node: &TestNode, path: &str) -> Raw {
     send(node, "GET", path, &[], None).await
@@ -299,5 +303,213 @@ async fn test_an_unknown_url_parameter_is_refused_with_what_it_looks_like() {
             answer.text
         );
     }
+    node.stop().await;
+}
+
+/// Writes `bytes` on a new connection to `node`.
+async fn connect_and_send(node: &TestNode, bytes: &[u8]) -> TcpStream {
+    let mut stream = TcpStream::connect(node.addr).await.expect("connected");
+    stream.write_all(bytes).await.expect("sent");
+    stream
+}
+
+/// The next answer on `stream` (after what `buf` holds): its status, whether it says
+/// `Connection: close`, and its body as JSON.
+async fn next_answer(stream: &mut TcpStream, buf: &mut Vec<u8>) -> (u16, bool, Value) {
+    let (status, headers, body) = read_response(stream, buf).await;
+    let closes = headers
+        .iter()
+        .any(|(k, v)| k == "connection" && v.eq_ignore_ascii_case("close"));
+    let body = serde_json::from_slice(&body).unwrap_or_else(|e| {
+        panic!(
+            "{status}: not JSON ({e}): {}",
+            String::from_utf8_lossy(&body)
+        )
+    });
+    (status, closes, body)
+}
+
+/// Asserts the connection is closed, nothing more answered on it.
+async fn assert_closed(mut stream: TcpStream, buf: Vec<u8>) {
+    let _ = stream.shutdown().await;
+    let rest = read_until_closed(&mut stream).await;
+    assert!(
+        buf.is_empty() && rest.is_empty(),
+        "more after the last answer: {}{}",
+        String::from_utf8_lossy(&buf),
+        String::from_utf8_lossy(&rest)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_unencoded_targets_are_served_as_opensearch_serves_them() {
+    // curl sends `?q=t:"a+b"` and `?source={…}` as typed; Netty serves them, and so does the
+    // node, with the target meaning what it says: hyper once answered a bare 400 and closed.
+    let node = TestNode::start().await;
+    for (id, t) in [("1", "a b"), ("2", "b a")] {
+        let (s, b) = node
+            .req("PUT", &format!("/logs/_doc/{id}"), Some(json!({"t": t})))
+            .await;
+        assert_eq!(s, 201, "{b}");
+    }
+    node.refresh("logs").await;
+    let odd_id = r#"q"<>`{}|\^"#;
+    let doc = r#"{"t":"c"}"#;
+    let requests = [
+        // `+` is a space in a query, as OpenSearch decodes one.
+        "GET /logs/_search?q=t:\"a+b\" HTTP/1.1\r\nhost: x\r\n\r\n".to_string(),
+        format!(
+            "PUT /logs/_doc/{odd_id}?refresh=true HTTP/1.1\r\nhost: x\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\n\r\n{doc}",
+            doc.len()
+        ),
+        format!("GET /logs/_doc/{odd_id} HTTP/1.1\r\nhost: x\r\n\r\n"),
+        "GET /logs/_count?source={\"query\":{\"match_phrase\":{\"t\":\"a+b\"}}}\
+         &source_content_type=application/json HTTP/1.1\r\nhost: x\r\n\r\n"
+            .to_string(),
+    ];
+    // Pipelined on one connection: each target is read where a request starts.
+    let mut sent = requests.concat().into_bytes();
+    // Bytes that are not UTF-8 read as replacement characters, as their escape does.
+    sent.extend_from_slice(b"GET /\xff/_search HTTP/1.1\r\nhost: x\r\n\r\n");
+    let mut stream = connect_and_send(&node, &sent).await;
+    let mut buf = Vec::new();
+    let (s, _, b) = next_answer(&mut stream, &mut buf).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        b["hits"]["total"]["value"], 1,
+        "the phrase, not two terms: {b}"
+    );
+    assert_eq!(b["hits"]["hits"][0]["_id"], "1", "{b}");
+    let (s, _, b) = next_answer(&mut stream, &mut buf).await;
+    assert_eq!(s, 201, "{b}");
+    assert_eq!(b["_id"], odd_id, "{b}");
+    let (s, _, b) = next_answer(&mut stream, &mut buf).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        (&b["_id"], &b["found"]),
+        (&json!(odd_id), &json!(true)),
+        "{b}"
+    );
+    let (s, _, b) = next_answer(&mut stream, &mut buf).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["count"], 1, "{b}");
+    let (s, closes, b) = next_answer(&mut stream, &mut buf).await;
+    assert_eq!(s, 404, "{b}");
+    assert_eq!(b["error"]["reason"], "no such index [\u{FFFD}]", "{b}");
+    assert!(!closes && buf.is_empty());
+    node.assert_alive().await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_headers_over_16kb_get_opensearchs_400_on_every_request() {
+    // OpenSearch refuses header lines over `http.max_header_size` with a 400 from its HTTP
+    // layer, however long the head and whatever came before it on the connection; hyper
+    // answered a head past its own buffer (about 400 KB) a bare 431. So is a request line
+    // longer than the node reads (hyper: a bare 414 or 431).
+    let node = TestNode::start().await;
+    let head = |pad: usize| {
+        format!(
+            "GET / HTTP/1.1\r\nhost: x\r\nx-big: {}\r\ncontent-length: 2\r\n\r\n{{}}",
+            "b".repeat(pad)
+        )
+    };
+    for (earlier, pad) in [(0, 17_000), (0, 500_000), (2, 20_000), (2, 500_000)] {
+        let mut sent = "GET / HTTP/1.1\r\nhost: x\r\n\r\n".repeat(earlier);
+        sent.push_str(&head(pad));
+        // Pipelined behind it: never answered.
+        sent.push_str("GET / HTTP/1.1\r\nhost: x\r\n\r\n");
+        let mut stream = connect_and_send(&node, sent.as_bytes()).await;
+        let mut buf = Vec::new();
+        for _ in 0..earlier {
+            let (s, _, b) = next_answer(&mut stream, &mut buf).await;
+            assert_eq!(s, 200, "{b}");
+        }
+        let (s, closes, b) = next_answer(&mut stream, &mut buf).await;
+        assert_eq!(s, 400, "{earlier} before, {pad}: {b}");
+        assert_eq!(b["error"]["type"], "too_long_http_header_exception", "{b}");
+        assert_eq!(
+            b["error"]["reason"], "HTTP header is larger than 16384 bytes.",
+            "{b}"
+        );
+        assert_eq!(b["status"], 400, "{b}");
+        assert!(closes, "{earlier} before, {pad}");
+        assert_closed(stream, buf).await;
+    }
+    let line = format!("GET /{} HTTP/1.1\r\nhost: x\r\n\r\n", "l".repeat(70_000));
+    let mut stream = connect_and_send(&node, line.as_bytes()).await;
+    let mut buf = Vec::new();
+    let (s, closes, b) = next_answer(&mut stream, &mut buf).await;
+    assert_eq!(s, 400, "{b}");
+    assert_eq!(b["error"]["type"], "too_long_http_line_exception", "{b}");
+    assert_eq!(
+        b["error"]["reason"], "An HTTP line is larger than 65534 bytes.",
+        "{b}"
+    );
+    assert!(closes);
+    assert_closed(stream, buf).await;
+    node.assert_alive().await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_content_length_over_the_limit_is_refused_from_the_head() {
+    // Netty's aggregator answers 413 from a head whose `Content-Length` is over
+    // `http.max_content_length`; the node waited for the body's bytes (for ever, for a
+    // 19-digit length). Now the answer comes from the head alone, the body is never read,
+    // and the connection closes once the answer is out, whatever the client sent after. A
+    // gateway refuses so the bodies it reads (a search's); one it streams to the upstream
+    // (a document's) gets the upstream's answer, relayed, and its connection closes as well.
+    let node = TestNode::start_with(&["http.max_content_length=1kb"]).await;
+    for (earlier, method, path, length, streamed) in [
+        (0, "POST", "/logs/_search", "1025", false),
+        (1, "PUT", "/logs/_doc/1", "1025", true),
+        (0, "GET", "/", "1000000000000000000", true),
+        (1, "POST", "/logs/_count", "9999999999999999999", false),
+        (0, "POST", "/_bulk", "2000", true),
+    ] {
+        let mut sent = "GET / HTTP/1.1\r\nhost: x\r\n\r\n".repeat(earlier);
+        sent.push_str(&format!(
+            "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             content-length: {length}\r\n\r\n{{"
+        ));
+        let mut stream = connect_and_send(&node, sent.as_bytes()).await;
+        let mut buf = Vec::new();
+        for _ in 0..earlier {
+            let (s, _, b) = next_answer(&mut stream, &mut buf).await;
+            assert_eq!(s, 200, "{b}");
+        }
+        let (s, closes, b) = next_answer(&mut stream, &mut buf).await;
+        assert_eq!(s, 413, "{method} {path} {length}: {b}");
+        assert_eq!(b["error"]["type"], "content_too_long_http_exception", "{b}");
+        assert_eq!(
+            b["error"]["root_cause"][0]["type"], "content_too_long_http_exception",
+            "{b}"
+        );
+        assert_eq!(b["status"], 413, "{b}");
+        // A relayed answer has no hop-by-hop header of the upstream's.
+        assert!(
+            closes || streamed && crate::common::gateway_mode(),
+            "{method} {path} {length}"
+        );
+        // The client goes on sending its body, and a request after it: no more answers.
+        let _ = stream
+            .write_all(b"\"a\":1}GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await;
+        assert_closed(stream, buf).await;
+    }
+    // At the limit, the body is read and taken.
+    let body = format!("{{\"t\":\"{}\"}}", "x".repeat(1024 - 8));
+    assert_eq!(body.len(), 1024);
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/logs/_doc/1?refresh=true",
+            Some(serde_json::from_str(&body).unwrap()),
+        )
+        .await;
+    assert_eq!(s, 201, "{b}");
+    node.assert_alive().await;
     node.stop().await;
 }

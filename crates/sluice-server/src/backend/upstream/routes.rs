@@ -279,13 +279,17 @@ pub(super) struct Read {
     pub body: Bytes,
 }
 
-/// Reads the request: its query parameters and its body, up to `http.max_content_length`.
+/// Reads the request: its query parameters and its body, up to `http.max_content_length`
+/// (a body announced over it refused from the head, [`crate::http::body::announced_over`]).
 pub(super) async fn read(req: Request) -> ApiResult<Read> {
     let (parts, body) = req.into_parts();
     let limit = parts
         .extensions
         .get::<BodyLimit>()
         .map_or(u64::MAX, |l| l.0);
+    if crate::http::body::announced_over(&parts.headers, limit) {
+        return Err(ApiError::TooLarge { limit });
+    }
     let params = params_of(&parts)?;
     let body = axum::body::to_bytes(body, usize::try_from(limit).unwrap_or(usize::MAX))
         .await

@@ -512,6 +512,79 @@ pub async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
     got
 }
 
+/// Reads one HTTP/1.1 response from `stream` (after what `buf` holds): status, headers with
+/// lowercase names, and the body (framed by a length or chunks); what was read past it stays in
+/// `buf`.
+pub async fn read_response(
+    stream: &mut tokio::net::TcpStream,
+    buf: &mut Vec<u8>,
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    async fn fill(stream: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) {
+        use tokio::io::AsyncReadExt;
+        let mut chunk = [0u8; 8192];
+        let n = tokio::time::timeout(std::time::Duration::from_secs(10), stream.read(&mut chunk))
+            .await
+            .expect("an answer within 10 s")
+            .expect("the connection stays up");
+        assert!(
+            n > 0,
+            "the connection closed mid-answer: {:?}",
+            String::from_utf8_lossy(buf)
+        );
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        fill(stream, buf).await;
+    };
+    let head = String::from_utf8(buf[..head_end].to_vec()).unwrap();
+    buf.drain(..head_end + 4);
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines.next().unwrap()[9..12].parse().unwrap();
+    let headers: Vec<(String, String)> = lines
+        .map(|l| {
+            let (k, v) = l.split_once(':').unwrap();
+            (k.trim().to_ascii_lowercase(), v.trim().to_string())
+        })
+        .collect();
+    let get = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let mut body = Vec::new();
+    if let Some(len) = get("content-length") {
+        let len: usize = len.parse().unwrap();
+        while buf.len() < len {
+            fill(stream, buf).await;
+        }
+        body = buf.drain(..len).collect();
+    } else if get("transfer-encoding").as_deref() == Some("chunked") {
+        loop {
+            let line_end = loop {
+                if let Some(i) = buf.windows(2).position(|w| w == b"\r\n") {
+                    break i;
+                }
+                fill(stream, buf).await;
+            };
+            let size =
+                usize::from_str_radix(std::str::from_utf8(&buf[..line_end]).unwrap(), 16).unwrap();
+            while buf.len() < line_end + 2 + size + 2 {
+                fill(stream, buf).await;
+            }
+            body.extend_from_slice(&buf[line_end + 2..line_end + 2 + size]);
+            buf.drain(..line_end + 2 + size + 2);
+            if size == 0 {
+                break;
+            }
+        }
+    }
+    (status, headers, body)
+}
+
 /// A raw answer: status, `Content-Type` and body text.
 #[allow(dead_code)]
 pub struct Raw {

@@ -1,0 +1,789 @@
+//! The request heads of an HTTP/1 connection, read ahead of hyper so that what hyper would
+//! answer with a bare status and a close is answered as OpenSearch answers it:
+//! - a request target with bytes `http::Uri` refuses (`GET /logs/_search?q=t:"x"` as curl
+//!   sends it) reaches hyper with those bytes percent-encoded ([`crate::http::target`]), and is
+//!   served, as Netty serves it; hyper answered it a bare `400`;
+//! - a head whose header lines are over `http.max_header_size` (16 KB, counted as Netty counts
+//!   them: every byte of the lines but their ends) is refused as soon as they are, however
+//!   long the head: 400 `too_long_http_header_exception`. hyper answered a head past its
+//!   buffer (about 400 KB) a bare `431`;
+//! - a request line over [`MAX_REQUEST_LINE`] is refused the same way: 400
+//!   `too_long_http_line_exception`, as Netty refuses a line over its own limit. hyper answered
+//!   it a bare `414` (or `431`).
+//!
+//! A refused head reaches hyper as a stand-in: its request line (or `GET /` for a line too
+//! long) with `Connection: close` and no other header. The connection's service learns from
+//! [`Refusals`] which of its requests stands for a refused head, and answers it with the
+//! refusal ([`crate::server`]'s request steps), after the answers to the requests before it;
+//! nothing the client sent after that head reaches hyper, and the connection closes once
+//! the answer is out.
+//!
+//! A request line appears only at a message's start, and taking body bytes for one would
+//! change a body: [`Heads`] follows the framing of each request as hyper reads it (RFC 9112
+//! §6: `Transfer-Encoding: chunked`, else `Content-Length`, else no body) and looks for a head
+//! only where one starts. A connection whose framing it does not follow (HTTP/2, an upgrade or
+//! `CONNECT`, a head or a chunk hyper refuses, which ends the connection) is passed through
+//! untouched from there on, as before.
+//!
+//! # Invariants
+//! - H1 — hyper reads the bytes the client sent, in order, each once, but for the targets
+//!   encoded and the heads refused: a body, chunked or not, is passed as it came, and nothing
+//!   is looked at as a head but at a message's start. Tested by
+//!   `test_heads_follow_the_framing_of_every_body` (bodies that hold request lines with odd
+//!   targets, framed both ways, read back whole, in pieces of every size) and
+//!   `test_what_heads_does_not_follow_passes_through_untouched`.
+//! - H2 — a target with an odd byte reaches hyper encoded, and one without unchanged. Tested
+//!   by `test_heads_follow_the_framing_of_every_body` and, end to end,
+//!   `test_unencoded_targets_are_served_as_opensearch_serves_them`.
+//! - H3 — a refused head is the last request hyper reads on the connection, and the only one
+//!   [`Refusals`] names. Tested by `test_a_head_too_long_is_refused_after_the_requests_before_it`
+//!   and, end to end, `test_headers_over_16kb_get_opensearchs_400_on_every_request`.
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::pin::Pin;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_util::io::poll_read_buf;
+
+use crate::http::target;
+use crate::server::MAX_HEADER_SIZE;
+
+/// The longest request line taken, its end aside: hyper refuses a target longer than
+/// `u16::MAX - 1` bytes (its `MAX_URI_LEN`, a bare `414`), and a line within this holds no
+/// such target, encoded or not.
+pub const MAX_REQUEST_LINE: usize = u16::MAX as usize - 1;
+
+/// The most header lines a head may have for [`Heads`] to follow its request: hyper's own
+/// default limit (past it hyper refuses the head, and the connection ends).
+const MAX_HEADERS: usize = 100;
+
+/// How much room a read asks for at a time: a request head's usual size.
+const READ_CHUNK: usize = 4096;
+
+/// Why a head was refused; in the extensions of the request standing for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Its header lines are over `http.max_header_size`.
+    HeadersTooLong,
+    /// Its request line is over [`MAX_REQUEST_LINE`].
+    LineTooLong,
+}
+
+/// Which request of a connection stands for a head [`Heads`] refused, shared by the
+/// connection's IO and its service.
+#[derive(Debug, Default)]
+pub struct Refusals {
+    /// The request's number on the connection (from 0), and why; set once at most (H3).
+    refused: OnceLock<(u64, Refused)>,
+    /// How many requests the service has been given.
+    seen: AtomicU64,
+}
+
+impl Refusals {
+    /// Called by the connection's service once for each request, in the order hyper gives
+    /// them (HTTP/1 gives them in the connection's order): the refusal the request stands
+    /// for, if it stands for one.
+    pub fn next(&self) -> Option<Refused> {
+        // Relaxed: the IO and the service run in the connection's one task.
+        let n = self.seen.fetch_add(1, Ordering::Relaxed);
+        self.refused
+            .get()
+            .and_then(|&(at, why)| (at == n).then_some(why))
+    }
+}
+
+/// What [`Heads`] is reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// A head, gathered in the buffer until it is whole.
+    Head,
+    /// A body framed by its length: the bytes left.
+    Body(u64),
+    /// A chunked body.
+    Chunked(Chunk),
+    /// Nothing more is looked at: everything goes to hyper as it comes.
+    Through,
+    /// A head was refused: nothing more goes to hyper.
+    Refused,
+}
+
+/// A connection's IO as hyper's HTTP/1 server reads it (see the module documentation).
+pub struct Heads<I> {
+    io: I,
+    state: State,
+    /// Read from `io`, not yet given to hyper: a head being gathered, or what came after the
+    /// end of a chunked body.
+    buf: BytesMut,
+    /// Where the request line ends in `buf` (past its `LF`), once it has been read whole and
+    /// its target encoded.
+    line: Option<usize>,
+    /// How much of `buf` has been looked at, for the request line's end and then the head's:
+    /// a head that comes in many reads is not searched from its start at each.
+    scanned: usize,
+    /// The size of the head's header lines read so far, as [`lines_size`] counts it.
+    size: usize,
+    /// To give hyper before anything else: a head, as hyper reads it.
+    out: Bytes,
+    /// The heads given to hyper so far.
+    heads: u64,
+    refusals: std::sync::Arc<Refusals>,
+}
+
+impl<I> Heads<I> {
+    /// Reads the connection `io`, telling `refusals` of a head it refuses.
+    pub fn new(io: I, refusals: std::sync::Arc<Refusals>) -> Self {
+        Heads {
+            io,
+            state: State::Head,
+            buf: BytesMut::new(),
+            line: None,
+            scanned: 0,
+            size: 0,
+            out: Bytes::new(),
+            heads: 0,
+            refusals,
+        }
+    }
+
+    /// The connection, and what was read of it and not yet given to hyper (as hyper would
+    /// have been given it).
+    pub fn into_inner(self) -> (I, Bytes) {
+        let mut rest = BytesMut::with_capacity(self.out.len() + self.buf.len());
+        rest.extend_from_slice(&self.out);
+        rest.extend_from_slice(&self.buf);
+        (self.io, rest.freeze())
+    }
+
+    /// Looks at the head gathered so far: whether it moved on (a head to give hyper, or a
+    /// state to read in) rather than needing more bytes.
+    fn gather(&mut self) -> bool {
+        let line = match self.line {
+            Some(line) => line,
+            None => match self.read_line() {
+                Some(line) => line,
+                None => return self.state != State::Head,
+            },
+        };
+        // Only what came since the last look: its size, and whether it may end the head (an
+        // empty line), before the head is parsed whole.
+        let from = self.scanned.max(line);
+        self.size += self.buf[from..]
+            .iter()
+            .filter(|&&b| b != b'\r' && b != b'\n')
+            .count();
+        let may_end = ends_head(&self.buf[(line - 1).max(self.scanned.saturating_sub(2))..]);
+        self.scanned = self.buf.len();
+        if !may_end {
+            if self.size > MAX_HEADER_SIZE {
+                self.refuse(Refused::HeadersTooLong);
+                return true;
+            }
+            return false;
+        }
+        // Slots left uninitialized, as the lane's request parse leaves its own.
+        let mut slots = [const { MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut []);
+        let end = match req.parse_with_uninit_headers(&self.buf, &mut slots) {
+            Ok(httparse::Status::Complete(end)) => end,
+            Ok(httparse::Status::Partial) => {
+                if self.size > MAX_HEADER_SIZE {
+                    self.refuse(Refused::HeadersTooLong);
+                    return true;
+                }
+                return false;
+            }
+            Err(_) => {
+                // hyper refuses it too, and ends the connection.
+                self.state = State::Through;
+                self.out = self.buf.split().freeze();
+                return true;
+            }
+        };
+        if lines_size(&self.buf[line..end]) > MAX_HEADER_SIZE {
+            self.refuse(Refused::HeadersTooLong);
+            return true;
+        }
+        let next = framing(&req);
+        self.out = self.buf.split_to(end).freeze();
+        self.line = None;
+        self.scanned = 0;
+        self.size = 0;
+        self.heads += 1;
+        self.state = next;
+        true
+    }
+
+    /// Reads the request line at the start of the buffer once it is whole, encoding its
+    /// target's odd bytes; where it ends. `None` while it is not whole, or when the state
+    /// moved on (refused, or passed through: not an HTTP/1 request line).
+    fn read_line(&mut self) -> Option<usize> {
+        let Some(lf) = memchr::memchr(b'\n', &self.buf[self.scanned..]).map(|i| self.scanned + i)
+        else {
+            if self.buf.len() > MAX_REQUEST_LINE {
+                self.refuse(Refused::LineTooLong);
+            }
+            self.scanned = self.buf.len();
+            return None;
+        };
+        let Some(target) = target_of(&self.buf[..lf]) else {
+            // HTTP/2's preface, or no request line hyper reads.
+            self.state = State::Through;
+            self.out = self.buf.split().freeze();
+            return None;
+        };
+        let mut end = lf + 1;
+        if target::has_odd(&self.buf[target.clone()]) {
+            let encoded = target::encode(&self.buf[target.clone()]);
+            let mut rebuilt = BytesMut::with_capacity(self.buf.len() + encoded.len());
+            rebuilt.extend_from_slice(&self.buf[..target.start]);
+            rebuilt.extend_from_slice(&encoded);
+            rebuilt.extend_from_slice(&self.buf[target.end..]);
+            end += encoded.len() - target.len();
+            self.buf = rebuilt;
+        }
+        // Its end (`CRLF` or `LF`) aside.
+        let len = end - 1 - usize::from(end >= 2 && self.buf[end - 2] == b'\r');
+        if len > MAX_REQUEST_LINE {
+            self.refuse(Refused::LineTooLong);
+            return None;
+        }
+        self.line = Some(end);
+        self.scanned = end;
+        Some(end)
+    }
+
+    /// Refuses the head being gathered (H3): hyper is given its stand-in, and nothing more.
+    fn refuse(&mut self, why: Refused) {
+        let mut stand_in = BytesMut::new();
+        match (why, self.line) {
+            (Refused::HeadersTooLong, Some(line)) => {
+                let request_line = self.buf[..line].trim_ascii_end();
+                stand_in.extend_from_slice(request_line);
+            }
+            _ => stand_in.extend_from_slice(b"GET / HTTP/1.1"),
+        }
+        stand_in.extend_from_slice(b"\r\nconnection: close\r\n\r\n");
+        let _ = self.refusals.refused.set((self.heads, why));
+        self.heads += 1;
+        self.out = stand_in.freeze();
+        self.buf = BytesMut::new();
+        self.line = None;
+        self.scanned = 0;
+        self.size = 0;
+        self.state = State::Refused;
+    }
+}
+
+impl<I: AsyncRead + Unpin> Heads<I> {
+    /// Reads more of the connection into the buffer: how many bytes came (0 at its end).
+    fn fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        self.buf.reserve(READ_CHUNK);
+        poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf)
+    }
+
+    /// Gives hyper up to `n` bytes of the buffer.
+    fn give(&mut self, dst: &mut ReadBuf<'_>, n: usize) -> usize {
+        let n = n.min(self.buf.len()).min(dst.remaining());
+        dst.put_slice(&self.buf[..n]);
+        self.buf.advance(n);
+        n
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Heads<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        dst: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        loop {
+            if !this.out.is_empty() {
+                let n = this.out.len().min(dst.remaining());
+                dst.put_slice(&this.out[..n]);
+                this.out.advance(n);
+                return Poll::Ready(Ok(()));
+            }
+            match this.state {
+                State::Head => {
+                    if !this.buf.is_empty() && this.gather() {
+                        continue;
+                    }
+                    if ready!(this.fill(cx))? == 0 {
+                        // The end, in the middle of a head or not: hyper sees it as it came
+                        // (the connection's end reads as its end again).
+                        this.state = State::Through;
+                        this.out = this.buf.split().freeze();
+                        if this.out.is_empty() {
+                            return Poll::Ready(Ok(()));
+                        }
+                    }
+                }
+                State::Body(left) => {
+                    let n = if this.buf.is_empty() && left >= dst.remaining() as u64 {
+                        // The socket's bytes straight to hyper: all of them are the body's.
+                        let before = dst.filled().len();
+                        ready!(Pin::new(&mut this.io).poll_read(cx, dst))?;
+                        let n = dst.filled().len() - before;
+                        if n == 0 {
+                            this.state = State::Through;
+                            return Poll::Ready(Ok(()));
+                        }
+                        n
+                    } else {
+                        if this.buf.is_empty() && ready!(this.fill(cx))? == 0 {
+                            this.state = State::Through;
+                            return Poll::Ready(Ok(()));
+                        }
+                        this.give(dst, usize::try_from(left).unwrap_or(usize::MAX))
+                    };
+                    let left = left - n as u64;
+                    this.state = if left == 0 {
+                        State::Head
+                    } else {
+                        State::Body(left)
+                    };
+                    return Poll::Ready(Ok(()));
+                }
+                State::Chunked(chunk) => {
+                    if this.buf.is_empty() && ready!(this.fill(cx))? == 0 {
+                        this.state = State::Through;
+                        return Poll::Ready(Ok(()));
+                    }
+                    let ahead = this.buf.len().min(dst.remaining());
+                    this.state = match chunk.scan(&this.buf[..ahead]) {
+                        Ok((n, next)) => {
+                            this.give(dst, n);
+                            match next {
+                                Some(chunk) => State::Chunked(chunk),
+                                None => State::Head,
+                            }
+                        }
+                        Err(()) => {
+                            // hyper refuses the chunk too, and ends the connection.
+                            this.give(dst, ahead);
+                            State::Through
+                        }
+                    };
+                    return Poll::Ready(Ok(()));
+                }
+                State::Through => {
+                    if !this.buf.is_empty() {
+                        this.give(dst, usize::MAX);
+                        return Poll::Ready(Ok(()));
+                    }
+                    return Pin::new(&mut this.io).poll_read(cx, dst);
+                }
+                State::Refused => {
+                    // hyper reads no more once it has the stand-in (it says `close`); should
+                    // it, what the client sends is dropped until it closes.
+                    this.buf.clear();
+                    if ready!(this.fill(cx))? == 0 {
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Heads<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// Where the target is in an HTTP/1 request line (`line`, its `LF` aside): between the first
+/// space and the last, the method before them and `HTTP/1.0` or `HTTP/1.1` after. `None` for
+/// any other line (HTTP/2's preface, no request line): hyper's to answer.
+fn target_of(line: &[u8]) -> Option<std::ops::Range<usize>> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let first = memchr::memchr(b' ', line)?;
+    let last = memchr::memrchr(b' ', line)?;
+    let version = &line[last + 1..];
+    (first > 0 && last > first + 1 && (version == b"HTTP/1.1" || version == b"HTTP/1.0"))
+        .then_some(first + 1..last)
+}
+
+/// Whether `bytes` hold the end of a head: a line end followed by an empty line.
+fn ends_head(bytes: &[u8]) -> bool {
+    memchr::memchr_iter(b'\n', bytes)
+        .any(|i| matches!(&bytes[i + 1..], [b'\n', ..] | [b'\r', b'\n', ..]))
+}
+
+/// The size of header lines as Netty counts it against `http.max_header_size`: every byte
+/// but the lines' ends.
+fn lines_size(lines: &[u8]) -> usize {
+    // A cheap bound first: most heads are far below the limit.
+    if lines.len() <= MAX_HEADER_SIZE {
+        return lines.len();
+    }
+    lines.iter().filter(|&&b| b != b'\r' && b != b'\n').count()
+}
+
+/// What follows a request head, by hyper's reading of its framing (its `role.rs`): a chunked
+/// body when the last `Transfer-Encoding` ends in `chunked`, else a body of its
+/// `Content-Length` (the first one; later ones must agree), else none. What hyper refuses (a
+/// length that is no number or disagrees, a `Transfer-Encoding` not ending in `chunked` or on
+/// HTTP/1.0) ends the connection, and an upgrade or `CONNECT` may leave HTTP/1: the rest is
+/// passed through.
+fn framing(req: &httparse::Request<'_, '_>) -> State {
+    let http11 = req.version == Some(1);
+    let mut chunked = None;
+    let mut length: Option<u64> = None;
+    let mut upgrade = req.method == Some("CONNECT");
+    for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            if !http11 {
+                return State::Through;
+            }
+            length = None;
+            chunked = Some(is_chunked(h.value));
+        } else if h.name.eq_ignore_ascii_case("content-length") {
+            if chunked.is_some() {
+                continue;
+            }
+            match (digits(h.value), length) {
+                (Some(n), None) => length = Some(n),
+                (Some(n), Some(m)) if n == m => {}
+                _ => return State::Through,
+            }
+        } else if h.name.eq_ignore_ascii_case("upgrade") {
+            upgrade |= http11;
+        }
+    }
+    match (upgrade, chunked, length) {
+        (true, _, _) | (_, Some(false), _) => State::Through,
+        (_, Some(true), _) => State::Chunked(Chunk::Start),
+        // hyper's largest length (its `DecodedLength::MAX_LEN`).
+        (_, None, Some(n)) if n > u64::MAX - 2 => State::Through,
+        (_, None, Some(n)) if n > 0 => State::Body(n),
+        _ => State::Head,
+    }
+}
+
+/// Whether a `Transfer-Encoding` value ends in `chunked`, as hyper reads it.
+fn is_chunked(value: &[u8]) -> bool {
+    std::str::from_utf8(value).is_ok_and(|v| {
+        v.rsplit(',')
+            .next()
+            .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"))
+    })
+}
+
+/// A `Content-Length` as hyper reads one: ASCII digits alone, fitting a `u64`.
+fn digits(value: &[u8]) -> Option<u64> {
+    if value.is_empty() {
+        return None;
+    }
+    value.iter().try_fold(0u64, |n, &b| {
+        let d = b.is_ascii_digit().then(|| u64::from(b - b'0'))?;
+        n.checked_mul(10)?.checked_add(d)
+    })
+}
+
+/// Where a chunked body is, byte by byte, as hyper's decoder reads it (its `ChunkedState`):
+/// a size line (hex digits, then spaces or tabs, or `;` and an extension, then `CRLF`), the
+/// chunk's bytes and `CRLF`, and after the last chunk (size 0) trailer lines up to an empty
+/// one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    Start,
+    Size(u64),
+    SizeLws(u64),
+    Extension(u64),
+    SizeLf(u64),
+    Data(u64),
+    DataCr,
+    DataLf,
+    Trailer,
+    TrailerLf,
+    EndCr,
+    EndLf,
+}
+
+impl Chunk {
+    /// Reads on through `bytes`: how many of them are the body's, and where it then is
+    /// (`None` at its end: the bytes after it are the next request's). `Err` for a byte
+    /// hyper's decoder refuses.
+    fn scan(self, bytes: &[u8]) -> Result<(usize, Option<Chunk>), ()> {
+        let mut at = self;
+        let mut i = 0;
+        while i < bytes.len() {
+            if let Chunk::Data(left) = at {
+                let n = usize::try_from(left)
+                    .unwrap_or(usize::MAX)
+                    .min(bytes.len() - i);
+                i += n;
+                let left = left - n as u64;
+                at = if left == 0 {
+                    Chunk::DataCr
+                } else {
+                    Chunk::Data(left)
+                };
+                continue;
+            }
+            let b = bytes[i];
+            i += 1;
+            at = match (at, b) {
+                (Chunk::Start, _) => Chunk::Size(hex(0, b)?),
+                (Chunk::Size(n), b' ' | b'\t') => Chunk::SizeLws(n),
+                (Chunk::Size(n) | Chunk::SizeLws(n), b';') => Chunk::Extension(n),
+                (Chunk::Size(n) | Chunk::SizeLws(n) | Chunk::Extension(n), b'\r') => {
+                    Chunk::SizeLf(n)
+                }
+                (Chunk::Size(n), _) => Chunk::Size(hex(n, b)?),
+                (Chunk::SizeLws(n), b' ' | b'\t') => Chunk::SizeLws(n),
+                (Chunk::Extension(_), b'\n') => return Err(()),
+                (Chunk::Extension(n), _) => Chunk::Extension(n),
+                (Chunk::SizeLf(0), b'\n') => Chunk::EndCr,
+                (Chunk::SizeLf(n), b'\n') => Chunk::Data(n),
+                (Chunk::DataCr, b'\r') => Chunk::DataLf,
+                (Chunk::DataLf, b'\n') => Chunk::Start,
+                (Chunk::EndCr, b'\r') => Chunk::EndLf,
+                (Chunk::Trailer, b'\r') => Chunk::TrailerLf,
+                (Chunk::EndCr | Chunk::Trailer, _) => Chunk::Trailer,
+                (Chunk::TrailerLf, b'\n') => Chunk::EndCr,
+                (Chunk::EndLf, b'\n') => return Ok((i, None)),
+                _ => return Err(()),
+            };
+        }
+        Ok((i, Some(at)))
+    }
+}
+
+/// `n` with the hex digit `b` appended, as hyper reads a chunk size (`Err` for no digit, or
+/// a size past `u64`).
+fn hex(n: u64, b: u8) -> Result<u64, ()> {
+    let d = match b {
+        b'0'..=b'9' => b - b'0',
+        b'a'..=b'f' => b - b'a' + 10,
+        b'A'..=b'F' => b - b'A' + 10,
+        _ => return Err(()),
+    };
+    n.checked_mul(16)
+        .and_then(|n| n.checked_add(u64::from(d)))
+        .ok_or(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A connection that gives its bytes at most `step` at a time.
+    struct Trickle {
+        bytes: Vec<u8>,
+        at: usize,
+        step: usize,
+    }
+
+    impl AsyncRead for Trickle {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let n = self
+                .step
+                .min(self.bytes.len() - self.at)
+                .min(buf.remaining());
+            let at = self.at;
+            buf.put_slice(&self.bytes[at..at + n]);
+            self.at += n;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// What hyper reads of `sent`, given `step` bytes at a time and reading `room` at a time,
+    /// and the refusals told.
+    fn read(sent: &[u8], step: usize, room: usize) -> (Vec<u8>, Arc<Refusals>) {
+        let refusals = Arc::new(Refusals::default());
+        let io = Trickle {
+            bytes: sent.to_vec(),
+            at: 0,
+            step,
+        };
+        let mut heads = Heads::new(io, refusals.clone());
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let mut got = Vec::new();
+        let mut chunk = vec![0u8; room];
+        loop {
+            let mut buf = ReadBuf::new(&mut chunk);
+            match Pin::new(&mut heads).poll_read(&mut cx, &mut buf) {
+                Poll::Ready(Ok(())) if buf.filled().is_empty() => return (got, refusals),
+                Poll::Ready(Ok(())) => got.extend_from_slice(buf.filled()),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    /// A request line with an odd target, as a request and inside bodies.
+    const ODD: &str = "GET /logs/_search?q=t:\"x\" HTTP/1.1\r\n";
+    const ENCODED: &str = "GET /logs/_search?q=t:%22x%22 HTTP/1.1\r\n";
+
+    #[test]
+    fn test_heads_follow_the_framing_of_every_body() {
+        let body = format!("{ODD}\r\n");
+        let sent = format!(
+            "{ODD}host: a\r\ncontent-length: {}\r\n\r\n{body}\
+             POST /{{x}} HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\ncontent-length: 3\r\n\r\n\
+             {:x};ext=\"y\"\r\n{body}\r\n1 \r\n{{\r\n0\r\ntrailer: {ODD}\r\n\
+             {ODD}\n\
+             GET /plain HTTP/1.0\r\n\r\n",
+            body.len(),
+            body.len(),
+        );
+        let expected = format!(
+            "{ENCODED}host: a\r\ncontent-length: {}\r\n\r\n{body}\
+             POST /%7Bx%7D HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\ncontent-length: 3\r\n\r\n\
+             {:x};ext=\"y\"\r\n{body}\r\n1 \r\n{{\r\n0\r\ntrailer: {ODD}\r\n\
+             {ENCODED}\n\
+             GET /plain HTTP/1.0\r\n\r\n",
+            body.len(),
+            body.len(),
+        );
+        for step in 1..=sent.len() {
+            for room in [1, 3, 7, 64, 4096] {
+                let (got, refusals) = read(sent.as_bytes(), step, room);
+                assert_eq!(
+                    String::from_utf8_lossy(&got),
+                    expected,
+                    "step {step}, room {room}"
+                );
+                assert!((0..4).all(|_| refusals.next().is_none()));
+            }
+        }
+    }
+
+    #[test]
+    fn test_what_heads_does_not_follow_passes_through_untouched() {
+        for sent in [
+            // HTTP/2's preface, then frames.
+            format!("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n{ODD}"),
+            // An upgrade may leave HTTP/1.
+            format!("GET / HTTP/1.1\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\n{ODD}"),
+            format!("CONNECT a:1 HTTP/1.1\r\n\r\n{ODD}"),
+            // Framings hyper refuses, ending the connection.
+            format!("POST / HTTP/1.1\r\ncontent-length: 1x\r\n\r\n{ODD}"),
+            format!("POST / HTTP/1.1\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n{ODD}"),
+            format!("POST / HTTP/1.1\r\ntransfer-encoding: gzip\r\n\r\n{ODD}"),
+            format!("POST / HTTP/1.0\r\ntransfer-encoding: chunked\r\n\r\n{ODD}"),
+            format!("POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\nz\r\n{ODD}"),
+            // A head hyper refuses.
+            format!("GET / HTTP/1.1\r\nbad header\r\n\r\n{ODD}"),
+            // A client that stops in the middle of a head.
+            "GET /a HTTP/1.1\r\nhost:".to_string(),
+        ] {
+            let (got, _) = read(sent.as_bytes(), 5, 64);
+            let got = String::from_utf8_lossy(&got);
+            assert_eq!(got, sent);
+        }
+    }
+
+    #[test]
+    fn test_a_head_too_long_is_refused_after_the_requests_before_it() {
+        let first = "GET /a HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}";
+        // Netty's count: 16,384 bytes of lines are within the limit, one more is not.
+        let pad = |n: usize| format!("x-pad: {}\r\n", "p".repeat(n - "x-pad: ".len()));
+        let within = format!("{first}GET /b HTTP/1.1\r\n{}\r\n", pad(MAX_HEADER_SIZE));
+        let (got, refusals) = read(within.as_bytes(), 4096, 4096);
+        assert_eq!(String::from_utf8_lossy(&got), within);
+        assert!((0..3).all(|_| refusals.next().is_none()));
+        for step in [1, 1000, 100_000] {
+            let over = format!(
+                "{first}PUT /{{b}} HTTP/1.1\r\n{}content-length: 5\r\n\r\nGET /c HTTP/1.1\r\n\r\n",
+                pad(MAX_HEADER_SIZE + 1)
+            );
+            let (got, refusals) = read(over.as_bytes(), step, 4096);
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                format!("{first}PUT /%7Bb%7D HTTP/1.1\r\nconnection: close\r\n\r\n"),
+                "step {step}"
+            );
+            assert_eq!(refusals.next(), None);
+            assert_eq!(refusals.next(), Some(Refused::HeadersTooLong));
+            assert_eq!(refusals.next(), None);
+        }
+        // A request line too long, ended or not.
+        for end in ["", " HTTP/1.1\r\n\r\n"] {
+            let over = format!("GET /{}{end}", "l".repeat(MAX_REQUEST_LINE));
+            let (got, refusals) = read(over.as_bytes(), 4096, 4096);
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                "GET / HTTP/1.1\r\nconnection: close\r\n\r\n"
+            );
+            assert_eq!(refusals.next(), Some(Refused::LineTooLong));
+        }
+        // Within it once encoded, it is hyper's.
+        let line = format!("GET /{} HTTP/1.1", "l".repeat(MAX_REQUEST_LINE - 15));
+        let (got, refusals) = read(format!("{line}\r\n\r\n").as_bytes(), 4096, 4096);
+        assert_eq!(got.len(), line.len() + 4);
+        assert_eq!(refusals.next(), None);
+        let odd = format!(
+            "GET /\"{} HTTP/1.1\r\n\r\n",
+            "l".repeat(MAX_REQUEST_LINE - 15)
+        );
+        let (_, refusals) = read(odd.as_bytes(), 4096, 4096);
+        assert_eq!(refusals.next(), Some(Refused::LineTooLong));
+    }
+
+    #[test]
+    fn test_chunks_are_read_as_hypers_decoder_reads_them() {
+        let whole = b"4\r\nabcd\r\n1;a=b\r\nx\r\n0\r\nt: 1\r\nu: 2\r\n\r\nNEXT";
+        assert_eq!(Chunk::Start.scan(whole), Ok((whole.len() - 4, None)));
+        assert_eq!(Chunk::Start.scan(b"0\r\n\r\n"), Ok((5, None)));
+        assert_eq!(
+            Chunk::Start.scan(b"a\t \r\n"),
+            Ok((5, Some(Chunk::Data(10))))
+        );
+        for refused in [
+            &b"\r\n"[..],
+            b"g\r\n",
+            b"1 2\r\n",
+            b"1\n",
+            b"1;a\n",
+            b"1\r\nxy",
+            b"0\r\n\r\r",
+            b"0\r\nt\r\r",
+            b"11111111111111111\r\n",
+        ] {
+            assert_eq!(
+                Chunk::Start.scan(refused),
+                Err(()),
+                "{}",
+                String::from_utf8_lossy(refused)
+            );
+        }
+    }
+}

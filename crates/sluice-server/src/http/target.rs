@@ -1,0 +1,119 @@
+//! A request target as OpenSearch takes it: Netty reads any byte of the request line but the
+//! separators into the target, so `GET /logs/_search?q=t:"x"` or `?source={"query":…}` as
+//! curl sends them, unencoded, are served. `http::Uri`, which hyper builds from the target,
+//! refuses some of those bytes, and hyper then answers a bare `400` and closes. Such a target
+//! is served here with its odd bytes percent-encoded ([`encode`]): sluice decodes the path and
+//! query before it reads them ([`crate::http::extract`]), so the request means what it meant.
+//!
+//! A byte is odd ([`is_odd`]) when RFC 3986 has no place for it in a request target and it is
+//! no separator of the request line: the C0 controls but `HT`, `LF`, `VT`, `FF` and `CR` (the
+//! whitespace Netty splits a request line on), `"`, `<`, `>`, `\`, `^`, `` ` ``, `{`, `|`, `}`,
+//! `DEL` and every byte from `0x80` (raw UTF-8, or bytes that are not UTF-8: encoded, the
+//! former decode to the same text and the latter read as replacement characters, as an escape
+//! of them does, where they were a bare `400` before). `%`, `#`, `[` and `]` are left as sent:
+//! they mean what they mean to both. `http::Uri` takes some odd bytes today (`{`, `}`, `|`,
+//! `\` and `^`); they are encoded all the same, so the answer does not hang on its version.
+
+/// Which bytes [`is_odd`] calls odd, one entry a byte.
+const ODD: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = match b as u8 {
+            b'\t' | b'\n' | 0x0B | 0x0C | b'\r' => false,
+            0x00..=0x1F => true,
+            b'"' | b'<' | b'>' | b'\\' | b'^' | b'`' | b'{' | b'|' | b'}' => true,
+            0x7F..=0xFF => true,
+            _ => false,
+        };
+        b += 1;
+    }
+    t
+};
+
+/// Whether `b` is encoded in a request target (see the module documentation).
+pub fn is_odd(b: u8) -> bool {
+    ODD[usize::from(b)]
+}
+
+/// Whether `target` holds an odd byte: one table look-up a byte, and all a target that needs
+/// nothing costs.
+pub fn has_odd(target: &[u8]) -> bool {
+    target.iter().any(|&b| is_odd(b))
+}
+
+/// `target` with each odd byte percent-encoded (`%XX`, upper-case hex, as RFC 3986 prefers),
+/// every other byte as it came.
+pub fn encode(target: &[u8]) -> Vec<u8> {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let odd = target.iter().filter(|&&b| is_odd(b)).count();
+    let mut out = Vec::with_capacity(target.len() + 2 * odd);
+    for &b in target {
+        if is_odd(b) {
+            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xF)]]);
+        } else {
+            out.push(b);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use percent_encoding::percent_decode;
+    use proptest::prelude::*;
+
+    #[test]
+    fn test_curls_unencoded_targets_are_encoded_to_what_they_mean() {
+        let target = br#"/logs/_search?q=t:"x"&source={"a":[1]}"#;
+        assert!(has_odd(target));
+        let encoded = encode(target);
+        assert_eq!(
+            encoded,
+            b"/logs/_search?q=t:%22x%22&source=%7B%22a%22:[1]%7D".to_vec()
+        );
+        http::Uri::try_from(encoded.as_slice()).expect("a URI");
+        for b in *br#""<>\^`{|}"# {
+            assert!(is_odd(b), "{}", b as char);
+        }
+        // Nothing to do for a target as clients usually send it, nor for what means the same
+        // encoded or not.
+        for plain in [
+            &b"/logs/_search?q=t%3A%22x%22&size=1"[..],
+            b"/a%zz/b#frag",
+            b"/[x]/_doc/1?op=a+b",
+        ] {
+            assert!(!has_odd(plain), "{}", String::from_utf8_lossy(plain));
+            assert_eq!(encode(plain), plain.to_vec());
+        }
+        // The separators of a request line are no part of a target.
+        for sep in [b' ', b'\t', b'\n', 0x0B, 0x0C, b'\r'] {
+            assert!(!is_odd(sep), "{sep:#x}");
+        }
+        assert_eq!(encode("/é\u{7f}\0".as_bytes()), b"/%C3%A9%7F%00".to_vec());
+    }
+
+    proptest! {
+        /// Whatever a client puts between the separators of its request line, the target
+        /// encoded is a URI, has nothing left to encode, and decodes to the bytes the client's
+        /// target decodes to.
+        #[test]
+        fn test_an_encoded_target_is_a_uri_that_decodes_to_the_same_bytes(
+            rest in proptest::collection::vec(
+                any::<u8>().prop_filter("no separator", |b| !b" \t\n\x0b\x0c\r".contains(b)),
+                0..64,
+            ),
+        ) {
+            let mut target = vec![b'/'];
+            target.extend_from_slice(&rest);
+            let encoded = encode(&target);
+            prop_assert!(http::Uri::try_from(encoded.as_slice()).is_ok(), "{:?}", encoded);
+            prop_assert!(!has_odd(&encoded));
+            prop_assert_eq!(encode(&encoded), encoded.clone());
+            let decoded: Vec<u8> = percent_decode(&encoded).collect();
+            let sent: Vec<u8> = percent_decode(&target).collect();
+            prop_assert_eq!(decoded, sent);
+        }
+    }
+}
