@@ -10,7 +10,8 @@
 //! A request takes the lane when all of this holds, and the general path otherwise:
 //! - HTTP/1.1;
 //! - a route of [`crate::backend::upstream::routes::lane_route`] (`GET`/`POST` on `_search` or
-//!   `_count`, no `scroll`);
+//!   `_count`, no `scroll`), its target with no byte [`crate::http::target`] encodes (such a
+//!   target is served encoded by the general path), its head at most [`MAX_HEAD`] long;
 //! - a body framed by `Content-Length` within `http.max_content_length`, or none;
 //! - no `Transfer-Encoding`, `Expect`, `Content-Encoding` or `Upgrade` header and no
 //!   `Accept-Encoding` but `identity` (chunked uploads, `100-continue`, gzip either way and
