@@ -61,7 +61,8 @@ pub mod actions {
 }
 
 /// The URL parameters a delete reads besides those of every route: OpenSearch's timeouts of
-/// its cluster-state update (accepted; a metastore write has no such wait).
+/// its cluster-state update (accepted; a metastore write has no such wait, but a value that is
+/// not a time value is refused, as OpenSearch refuses it).
 const DELETE_PARAMS: [&str; 3] = ["cluster_manager_timeout", "master_timeout", "timeout"];
 
 /// The routes of this module.
@@ -184,6 +185,10 @@ pub async fn delete(
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     refuse_unrecognized(uri.path(), &params, &DELETE_PARAMS)?;
+    crate::http::cluster_manager_timeout::refuse_unparsable(&params)?;
+    if let Some(v) = params.get("timeout") {
+        sluice_wire::parse_time_value(v, "timeout").map_err(sluice_wire::OpenSearchError::from)?;
+    }
     let deleted = modify(&st, |groups| {
         let Some(group) = groups.iter().find(|g| g.name == name) else {
             return Err(not_found(&name));

@@ -59,8 +59,10 @@ pub fn refuse_unrecognized(path: &str, params: &Params, known: &[&str]) -> Resul
 }
 
 /// The route layer of the embedded node's routes: refuses a request with a URL parameter its
-/// route does not know ([`crate::api::known_params::known`]); lets every other request through
-/// (a query string that cannot be read is the handler's to refuse).
+/// route does not know ([`crate::api::known_params::known`]), or with a cluster-manager timeout
+/// that is not a time value ([`cluster_manager_timeout`](crate::http::cluster_manager_timeout),
+/// which no handler reads); lets every other request through (a query string that cannot be
+/// read is the handler's to refuse).
 ///
 /// # Cancel safety
 /// Dropping the future drops the request, as for any handler.
@@ -79,6 +81,7 @@ pub async fn check_route(req: Request, next: Next) -> Response {
     let (mut parts, body) = req.into_parts();
     if let Ok(Query(params)) = Query::<Params>::from_request_parts(&mut parts, &()).await
         && let Err(refused) = refuse_unrecognized(parts.uri.path(), &params, known)
+            .and_then(|()| crate::http::cluster_manager_timeout::refuse_unparsable(&params))
     {
         return ApiError::Engine(refused).into_response();
     }

@@ -186,3 +186,86 @@ async fn test_index_refresh_interval_refuses_fractional_time_values() {
     assert_eq!(s, 200, "{b}");
     node.stop().await;
 }
+
+/// The cluster-manager timeouts (`cluster_manager_timeout`, deprecated `master_timeout`) are
+/// time values wherever a route takes them, as OpenSearch's handlers read them: a value that is
+/// not one is a 400 naming the parameter, and the request does nothing; a time value is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_cluster_manager_timeouts_are_time_values_on_every_route_that_takes_them() {
+    let node = TestNode::start().await;
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/_wlm/workload_group",
+            Some(json!({"name": "g", "resiliency_mode": "soft",
+                        "resource_limits": {"memory": 0.1}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let requests = |name: &str, value: &str| {
+        let q = format!("{name}={value}");
+        vec![
+            ("GET", format!("/_cluster/settings?{q}"), None),
+            (
+                "PUT",
+                format!("/_cluster/settings?{q}"),
+                Some(json!({"transient": {"wlm.workload_group.mode": "enabled"}})),
+            ),
+            (
+                "PUT",
+                format!("/_cluster/settings?{q}"),
+                Some(json!({"transient": {"search.max_buckets": 7}})),
+            ),
+            ("GET", format!("/_cluster/health?{q}"), None),
+            ("GET", format!("/_cat/indices?format=json&{q}"), None),
+            ("PUT", format!("/made?{q}"), None),
+            ("DELETE", format!("/_wlm/workload_group/g?{q}"), None),
+        ]
+    };
+    for name in ["master_timeout", "cluster_manager_timeout"] {
+        for (method, path, body) in requests(name, "abc") {
+            let resp = node.req(method, &path, body).await;
+            assert_error(&resp, 400, "illegal_argument_exception");
+            assert_eq!(
+                reason(&resp),
+                format!(
+                    "failed to parse setting [{name}] with value [abc] as a time value: unit is missing or unrecognized"
+                ),
+                "{method} {path}"
+            );
+        }
+    }
+    let (_, settings) = node
+        .req("GET", "/_cluster/settings?flat_settings=true", None)
+        .await;
+    assert_eq!(
+        settings,
+        json!({"persistent": {}, "transient": {}}),
+        "a refused update changed nothing"
+    );
+    let (s, _) = node.req("HEAD", "/made", None).await;
+    assert_eq!(s, 404, "a refused create made no index");
+    // The delete's own `timeout` (OpenSearch's acknowledgement wait) is read the same way.
+    let resp = node
+        .req("DELETE", "/_wlm/workload_group/g?timeout=abc", None)
+        .await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    assert!(reason(&resp).contains("[timeout]"), "{}", resp.1);
+    let (s, b) = node.req("GET", "/_wlm/workload_group/g", None).await;
+    assert_eq!(s, 200, "a refused delete kept the group: {b}");
+
+    let (name, value) = ("master_timeout", "30s");
+    for (method, path, body) in requests(name, value) {
+        let (s, b) = node.req(method, &path, body).await;
+        assert_eq!(s, 200, "{method} {path}: {b}");
+    }
+    let (s, b) = node
+        .req(
+            "GET",
+            "/_cluster/settings?cluster_manager_timeout=-1&timeout=1m",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    node.stop().await;
+}
