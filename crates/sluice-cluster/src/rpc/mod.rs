@@ -32,14 +32,23 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Why a call to another node did not produce its answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RpcError {
-    /// No connection could be made or it broke: the node is down or unreachable.
+    /// No connection could be made (refused, no route, connect timed out): the node is down
+    /// or unreachable. The call never reached it.
     #[error("node [{node}] at [{addr}] is unreachable: {reason}")]
     Unreachable {
         node: String,
         addr: String,
         reason: String,
     },
-    /// The node did not answer within the call's deadline.
+    /// The connection broke with the call on it (reset, closed, an HTTP/2 error): the node
+    /// went away or its network did, and the call may or may not have run there.
+    #[error("the connection to node [{node}] at [{addr}] broke during the call: {reason}")]
+    Disconnected {
+        node: String,
+        addr: String,
+        reason: String,
+    },
+    /// The node did not answer within the call's deadline (the connection stayed up).
     #[error("node [{node}] did not answer within [{}ms]", deadline.as_millis())]
     DeadlineExceeded { node: String, deadline: Duration },
     /// The node speaks another protocol version.

@@ -92,12 +92,32 @@ impl TonicTransport {
 }
 
 /// The [`RpcError`] a gRPC status stands for.
+///
+/// The code alone does not tell a broken connection from an answer: tonic reports a failure
+/// of the connection as a status it makes on this side, under whatever code the layer that
+/// saw it picked — `Unavailable` for a refused connect, `Unknown` for a reset or a closed
+/// stream, `Cancelled` for a connection that closed with the call queued on it, `Internal`
+/// for an HTTP/2 error — and keeps the failure as the status's `source`; a status the callee
+/// sent has none. So a status with a source is read by its source ([`transport_failure`]),
+/// and only one without is read by its code. `Cancelled` without a source is the callee's
+/// own `grpc-timeout` expiring (tonic's server answers that as `Cancelled`): a deadline.
 fn status_error(to: &Member, deadline: Duration, s: &tonic::Status) -> RpcError {
     let node = to.node_id.clone();
+    let addr = to.transport_addr.to_string();
+    match transport_failure(s) {
+        Some(TransportFailure::Connect(reason)) => {
+            return RpcError::Unreachable { node, addr, reason };
+        }
+        Some(TransportFailure::Broken(reason)) => {
+            return RpcError::Disconnected { node, addr, reason };
+        }
+        Some(TransportFailure::Timeout) => return RpcError::DeadlineExceeded { node, deadline },
+        None => {}
+    }
     match s.code() {
         tonic::Code::Unavailable => RpcError::Unreachable {
             node,
-            addr: to.transport_addr.to_string(),
+            addr,
             reason: s.message().to_string(),
         },
         tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
@@ -118,6 +138,33 @@ fn status_error(to: &Member, deadline: Duration, s: &tonic::Status) -> RpcError 
             node,
             reason: format!("{:?}: {}", s.code(), s.message()),
         },
+    }
+}
+
+/// What went wrong below gRPC, read from a status's source chain.
+#[derive(Debug, PartialEq, Eq)]
+enum TransportFailure {
+    /// No connection could be made; the cause, e.g. `Connection refused (os error 111)`.
+    Connect(String),
+    /// The connection broke with the call on it; the cause, e.g. `connection reset`.
+    Broken(String),
+    /// A timer of tonic's own expired (none is configured here; read as the deadline).
+    Timeout,
+}
+
+/// The failure of the connection a status was made from on this side, or `None` for a status
+/// the callee sent (which has no source). The cause named is the innermost error of the
+/// chain: the outer ones are tonic's and hyper's wrappers ("transport error").
+fn transport_failure(s: &tonic::Status) -> Option<TransportFailure> {
+    let first = std::error::Error::source(s)?;
+    let chain = || std::iter::successors(Some(first), |e| e.source());
+    let cause = chain().last().map_or_else(String::new, ToString::to_string);
+    if chain().any(|e| e.is::<tonic::ConnectError>()) {
+        Some(TransportFailure::Connect(cause))
+    } else if chain().any(|e| e.is::<tonic::TimeoutExpired>()) {
+        Some(TransportFailure::Timeout)
+    } else {
+        Some(TransportFailure::Broken(cause))
     }
 }
 
@@ -182,5 +229,215 @@ impl Transport for TonicTransport {
                 reason: "a shared-tier response without a reply".into(),
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::Notify;
+
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::rpc::{LocalHandler, SharedHandler};
+
+    fn member(addr: SocketAddr) -> Member {
+        Member {
+            node_id: "peer".into(),
+            generation: 1,
+            name: "peer".into(),
+            http_addr: addr,
+            transport_addr: addr,
+            protocol_version: PROTOCOL_VERSION,
+            backend: "embedded".into(),
+            version: "test".into(),
+            cluster_uuid: "u".into(),
+        }
+    }
+
+    fn map(s: &tonic::Status) -> RpcError {
+        let to = member("127.0.0.1:9300".parse().unwrap());
+        status_error(&to, Duration::from_secs(30), s)
+    }
+
+    #[test]
+    fn test_a_status_made_from_a_broken_connection_says_it_broke_whatever_its_code() {
+        // tonic's own reading of a reset: `Unknown`, the io error as the source.
+        let reset =
+            tonic::Status::from_error(Box::new(io::Error::from(io::ErrorKind::ConnectionReset)));
+        assert_eq!(reset.code(), tonic::Code::Unknown);
+        let e = map(&reset);
+        assert!(matches!(e, RpcError::Disconnected { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "the connection to node [peer] at [127.0.0.1:9300] broke during the call: connection reset"
+        );
+        // A connection closed with the call queued on it: `Cancelled`, with a source. It used
+        // to read as the deadline ("did not answer within [30000ms]").
+        let mut closed = tonic::Status::cancelled("operation was canceled");
+        closed.set_source(Arc::new(io::Error::new(
+            io::ErrorKind::BrokenPipe,
+            "connection closed",
+        )));
+        let e = map(&closed);
+        assert!(matches!(e, RpcError::Disconnected { .. }), "{e:?}");
+        assert!(e.to_string().ends_with("connection closed"), "{e}");
+    }
+
+    #[test]
+    fn test_a_refused_connect_names_the_cause() {
+        let refused = tonic::Status::from_error(Box::new(tonic::ConnectError(Box::new(
+            io::Error::from(io::ErrorKind::ConnectionRefused),
+        ))));
+        assert_eq!(refused.code(), tonic::Code::Unavailable);
+        assert_eq!(
+            map(&refused).to_string(),
+            "node [peer] at [127.0.0.1:9300] is unreachable: connection refused"
+        );
+    }
+
+    #[test]
+    fn test_only_a_deadline_reads_as_no_answer_within_the_deadline() {
+        // The callee's `grpc-timeout` expiring: tonic's server answers `Cancelled`.
+        for s in [
+            tonic::Status::cancelled("Timeout expired"),
+            tonic::Status::deadline_exceeded("deadline"),
+        ] {
+            assert_eq!(
+                map(&s).to_string(),
+                "node [peer] did not answer within [30000ms]",
+                "{s:?}"
+            );
+        }
+        // An error the callee answered is its own.
+        let e = map(&tonic::Status::internal("boom"));
+        assert!(matches!(e, RpcError::Remote { .. }), "{e:?}");
+        let e = map(&tonic::Status::unavailable("draining"));
+        assert!(matches!(e, RpcError::Unreachable { .. }), "{e:?}");
+    }
+
+    /// Hangs every call once it has arrived, after saying so.
+    struct Hang(Arc<Notify>);
+
+    impl LocalHandler for Hang {
+        fn local(&self, _: LocalApi, _: Value) -> BoxFuture<'static, LocalAnswer> {
+            let arrived = self.0.clone();
+            Box::pin(async move {
+                arrived.notify_one();
+                std::future::pending().await
+            })
+        }
+    }
+
+    impl SharedHandler for Hang {
+        fn shared(&self, _: &str, _: SharedCall) -> BoxFuture<'static, SharedReply> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    /// A node that hangs every call, behind a one-connection TCP relay that drops both sides
+    /// once a call has arrived — with a reset when `reset`, else closed — and the address to
+    /// call.
+    async fn node_whose_connection_breaks_mid_call(reset: bool) -> SocketAddr {
+        let server = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server_addr = server.local_addr().unwrap();
+        let arrived = Arc::new(Notify::new());
+        let hang = Arc::new(Hang(arrived.clone()));
+        tokio::spawn(super::super::service::serve(
+            server,
+            "peer".into(),
+            hang.clone(),
+            hang,
+            std::future::pending(),
+        ));
+        let relay = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let relay_addr = relay.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut client, _) = relay.accept().await.unwrap();
+            let mut node = TcpStream::connect(server_addr).await.unwrap();
+            tokio::select! {
+                _ = tokio::io::copy_bidirectional(&mut client, &mut node) => {}
+                () = arrived.notified() => {}
+            }
+            if reset {
+                // SO_LINGER 0: close sends RST, not FIN (and does not block, which is why
+                // tokio deprecates the call for other values).
+                #[allow(deprecated)]
+                client.set_linger(Some(Duration::ZERO)).unwrap();
+            }
+        });
+        relay_addr
+    }
+
+    #[tokio::test]
+    async fn test_a_connection_reset_or_closed_mid_call_is_reported_as_broken_not_as_a_timeout() {
+        let transport = TonicTransport::new("me".into(), Arc::new(SystemClock::new()));
+        for reset in [true, false] {
+            let addr = node_whose_connection_breaks_mid_call(reset).await;
+            let e = transport
+                .local(
+                    &member(addr),
+                    LocalApi::WlmStats,
+                    Value::Null,
+                    Duration::from_secs(30),
+                )
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(e, RpcError::Disconnected { .. }),
+                "reset {reset}: {e:?}"
+            );
+            let text = e.to_string();
+            assert!(
+                text.starts_with(&format!("the connection to node [peer] at [{addr}] broke")),
+                "{text}"
+            );
+            assert!(
+                !text.ends_with("transport error"),
+                "the cause is named: {text}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn test_a_refused_connection_is_unreachable_and_a_hung_node_a_deadline() {
+        let transport = TonicTransport::new("me".into(), Arc::new(SystemClock::new()));
+        let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = closed.local_addr().unwrap();
+        drop(closed);
+        let e = transport
+            .local(
+                &member(addr),
+                LocalApi::WlmStats,
+                Value::Null,
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(e, RpcError::Unreachable { .. }), "{e:?}");
+        assert!(e.to_string().to_lowercase().contains("refused"), "{e}");
+
+        let server = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = server.local_addr().unwrap();
+        let hang = Arc::new(Hang(Arc::new(Notify::new())));
+        tokio::spawn(super::super::service::serve(
+            server,
+            "peer".into(),
+            hang.clone(),
+            hang,
+            std::future::pending(),
+        ));
+        let e = transport
+            .local(
+                &member(addr),
+                LocalApi::WlmStats,
+                Value::Null,
+                Duration::from_millis(200),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e.to_string(), "node [peer] did not answer within [200ms]");
     }
 }

@@ -461,14 +461,16 @@ impl Coordinator {
     }
 
     /// Reports the outcome of a call to `owner` sent with `ticket` to its breaker (K16): an
-    /// answer closes it; a failure for want of the owner — unreachable, or no answer within
-    /// the call's deadline — opens it. Other errors (a protocol version the owner refuses, an
+    /// answer closes it; a failure for want of the owner — unreachable, its connection broken
+    /// mid-call, or no answer within the call's deadline — opens it. Other errors (a protocol version the owner refuses, an
     /// error it answered) say the owner runs, and change nothing.
     fn record<T>(&self, owner: &crate::Member, ticket: Ticket, outcome: &Result<T, RpcError>) {
         let failure = match outcome {
-            Err(e @ (RpcError::Unreachable { .. } | RpcError::DeadlineExceeded { .. })) => {
-                Some(e.to_string())
-            }
+            Err(
+                e @ (RpcError::Unreachable { .. }
+                | RpcError::Disconnected { .. }
+                | RpcError::DeadlineExceeded { .. }),
+            ) => Some(e.to_string()),
             _ => None,
         };
         let change = {

@@ -200,10 +200,7 @@ async fn routed(
         .map_err(|e| {
             EngineError::new(
                 sluice_engine::ErrorCode::NodeNotConnected,
-                format!(
-                    "node [{}] running task [{raw}] did not answer: {e}",
-                    owner.node_id
-                ),
+                format!("the call for task [{raw}] to the node running it failed: {e}"),
             )
         })?;
     if !(200..300).contains(&answer.status) {

@@ -96,10 +96,13 @@ pub fn failure(node_id: &str, cause: Value) -> Value {
     })
 }
 
-/// The `caused_by` of an RPC failure.
+/// The `caused_by` of an RPC failure, typed as OpenSearch's transport exceptions: a connection
+/// that could not be made, one that closed with the request on it (`NodeDisconnectedException`)
+/// and a request not answered in time.
 pub fn rpc_cause(e: &RpcError) -> Value {
     let ty = match e {
         RpcError::Unreachable { .. } => "connect_transport_exception",
+        RpcError::Disconnected { .. } => "node_disconnected_exception",
         RpcError::DeadlineExceeded { .. } => "receive_timeout_transport_exception",
         RpcError::VersionMismatch { .. } | RpcError::Remote { .. } => "transport_exception",
     };

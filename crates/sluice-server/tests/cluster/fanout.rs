@@ -77,14 +77,76 @@ async fn test_stats_gather_every_node_and_name_a_hung_or_dead_one() {
         "{hung}"
     );
 
-    // A killed node, before the failure detector drops it, is a failure at once.
+    // A node killed with a call on its connection: the failure says the connection broke
+    // and names the node, not that it did not answer within the timeout (tonic reports a
+    // reset under several codes; one of them used to read as the deadline). Node 2 is
+    // stopped so the call stays on the connection; the listing on node 0 is a task while it
+    // waits, which shows the call is out before the kill.
+    c.node(2).signal("STOP");
+    let stalled = {
+        let rb = c
+            .client
+            .get(format!("http://{}/_tasks?timeout=1m", c.node(0).http))
+            .header("X-Opaque-Id", "stalled-listing");
+        tokio::spawn(async move {
+            let resp = rb.send().await.expect("sent");
+            (
+                resp.status().as_u16(),
+                resp.json::<Value>().await.expect("json"),
+            )
+        })
+    };
+    c.eventually(
+        Duration::from_secs(30),
+        "the listing waits for node 2",
+        || async {
+            let (_, tasks) = c.get(0, "/_tasks?nodes=node-0&group_by=none").await;
+            tasks["tasks"]
+                .as_array()?
+                .iter()
+                .any(|t| t["headers"]["X-Opaque-Id"] == "stalled-listing")
+                .then_some(())
+        },
+    )
+    .await;
+    let (_, node2) = c.get(0, "/_nodes/node-2").await;
+    let node2_id = node2["nodes"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
     c.kill9(2).await;
+    let (status, listed) = tokio::time::timeout(Duration::from_secs(30), stalled)
+        .await
+        .expect("the listing ends when node 2 dies, not at its timeout")
+        .expect("listing task");
+    assert_eq!(status, 200, "{listed}");
+    let failure = &listed["node_failures"][0];
+    assert_eq!(failure["node_id"], node2_id.as_str(), "{listed}");
+    let cause = &failure["caused_by"];
+    assert_eq!(cause["type"], "node_disconnected_exception", "{listed}");
+    let reason = cause["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&format!("the connection to node [{node2_id}]"))
+            && reason.contains("broke during the call"),
+        "{listed}"
+    );
+
+    // A killed node, before the failure detector drops it, is a failure at once, and its
+    // failure says why (refused or broken), never a timeout.
     let (status, dead) = c.get(0, "/_wlm/stats").await;
     assert_eq!(status, 200, "{dead}");
     let nodes = &dead["_nodes"];
     let listed = nodes["total"].as_u64().unwrap();
     assert_eq!(nodes["successful"], 2, "{dead}");
     assert_eq!(nodes["failed"].as_u64().unwrap(), listed - 2, "{dead}");
+    for f in nodes["failures"].as_array().into_iter().flatten() {
+        let reason = f["caused_by"]["reason"].as_str().unwrap();
+        assert!(reason.contains(f["node_id"].as_str().unwrap()), "{dead}");
+        assert!(!reason.contains("did not answer"), "{dead}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
