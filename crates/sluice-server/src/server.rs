@@ -526,9 +526,9 @@ pub(crate) async fn check_lines(
         .map_err(IntoResponse::into_response)?;
     let principal = crate::auth::authenticate(&st.auth, headers, peer, path).await?;
     let (permissions, audited) =
-        crate::auth::authorize(st, principal.as_ref(), method, path, route)
+        crate::auth::authorize(st, principal.as_ref(), peer, method, path, route)
             .map_err(|refused| crate::error::ApiError::Engine(refused).into_response())?;
-    let meta = crate::http::meta::gather(single, principal, permissions);
+    let meta = crate::http::meta::gather(single, principal, permissions, peer);
     Ok(Checked { meta, audited })
 }
 

@@ -178,6 +178,10 @@ pub struct Task {
     /// Who runs it: the principal of the request that registered it; `None` when `auth.type`
     /// is `none`.
     pub principal: Option<Arc<crate::auth::Principal>>,
+    /// The peer address of the request that registered it, for the audit lines of what is
+    /// refused on its behalf while it runs (a nested search's lookup); `None` for work the
+    /// node starts itself.
+    pub remote_addr: Option<std::net::IpAddr>,
     /// The workload group the task runs in, set once when admission has tagged it; unset for
     /// tasks outside workload management (an `_msearch` parent, whose items are tagged one by
     /// one) and for a task not tagged yet.
@@ -271,6 +275,8 @@ pub struct NewTask {
     pub start_time_millis: i64,
     /// Who runs it.
     pub principal: Option<Arc<crate::auth::Principal>>,
+    /// The peer address of the request it runs for ([`Task::remote_addr`]).
+    pub remote_addr: Option<std::net::IpAddr>,
     /// Whether admission has yet to decide it (a task registered by admission).
     pub admitting: bool,
     /// The request's `X-Opaque-Id`, shown from the task's first listing on.
@@ -417,6 +423,7 @@ impl TaskManager {
             parent,
             start_time_millis: sluice_engine::now_millis(),
             principal,
+            remote_addr: None,
             admitting: false,
             opaque_id: None,
         })
@@ -430,6 +437,7 @@ impl TaskManager {
             parent,
             start_time_millis,
             principal,
+            remote_addr,
             admitting,
             opaque_id,
         } = new;
@@ -455,6 +463,7 @@ impl TaskManager {
             status: std::sync::OnceLock::new(),
             ended: tokio::sync::Notify::new(),
             principal,
+            remote_addr,
             group: std::sync::OnceLock::new(),
             held_buckets: std::sync::OnceLock::new(),
             usage: crate::accounting::TaskUsage::default(),

@@ -216,6 +216,7 @@ fn register_described(
         parent: spec.parent,
         start_time_millis: sluice_engine::now_millis(),
         principal: meta.principal.clone(),
+        remote_addr: meta.remote_addr,
         admitting: true,
         // Set at registration: a listing never shows the task without it.
         opaque_id: meta.opaque_id.clone(),

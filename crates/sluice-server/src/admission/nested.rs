@@ -33,6 +33,7 @@ impl NestedSearchHook for NestedSearches {
         crate::auth::authz::authorize_principal(
             &self.st,
             self.parent.principal.as_deref(),
+            self.parent.remote_addr,
             crate::auth::authz::lookup_action(by_query),
             index,
         )
@@ -80,6 +81,7 @@ impl NestedSearchHook for NestedSearches {
             parent: Some(self.parent.seq),
             start_time_millis: sluice_engine::now_millis(),
             principal,
+            remote_addr: self.parent.remote_addr,
             admitting: false,
             opaque_id: None,
         });

@@ -1,12 +1,20 @@
 //! The audit log: one structured line per admin action (workload group, rule and setting
 //! changes, index creation, deletion and settings) and per refused request, with time, user,
-//! roles, action, target and outcome — never a password or a token.
+//! roles, the client's address, action, target and outcome — never a password or a token.
+//!
+//! The address (`remote_address`, OpenSearch's `audit_request_remote_address`) is the peer of
+//! the request's connection, as the caller passes it. Behind a proxy that is the proxy: an
+//! `X-Forwarded-For` a client sends is not read here, as sluice resolves no client address
+//! from it (a gateway only forwards a trusted proxy's chain to its upstream,
+//! `backend/upstream/forwarded.rs`), and a line naming an address a client chose would be
+//! worse than one naming the proxy.
 //!
 //! Lines go to the `sluice::audit` tracing target at INFO (the only place a user name is
 //! logged at INFO). A token bucket bounds them, so a flood of refused requests cannot fill
 //! the disk: beyond the burst, lines are dropped and counted, and the next line written says
 //! how many were dropped.
 
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -82,10 +90,13 @@ impl Default for Audit {
 
 impl Audit {
     /// Writes one line, unless the rate limit drops it; answers whether it was written.
+    /// `remote` is the peer address of the request's connection (`None`: work the node does
+    /// itself, such as loading the roles file, written `-`).
     pub fn record(
         &self,
         now: Instant,
         who: Option<&Principal>,
+        remote: Option<IpAddr>,
         action: &str,
         target: &str,
         outcome: Outcome,
@@ -98,6 +109,7 @@ impl Audit {
             .unwrap_or_default();
         let user = who.map_or("-", |p| &*p.username);
         let roles = who.map(|p| p.roles.join(",")).unwrap_or_default();
+        let remote_address = Remote(remote);
         let (outcome, status) = match outcome {
             Outcome::Refused => ("refused", 403),
             Outcome::Done(s) if s < 400 => ("done", s),
@@ -108,6 +120,7 @@ impl Audit {
             time = %time,
             user,
             roles = %roles,
+            remote_address = %remote_address,
             action,
             target_indices = target,
             outcome,
@@ -119,9 +132,33 @@ impl Audit {
     }
 }
 
+/// An audit line's `remote_address`: the address, or `-` without one (as `user` is).
+struct Remote(Option<IpAddr>);
+
+impl std::fmt::Display for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            // An IPv4 client of a dual-stack listener shows as itself, not `::ffff:a.b.c.d`.
+            Some(ip) => write!(f, "{}", ip.to_canonical()),
+            None => f.write_str("-"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_the_remote_address_is_the_ip_or_a_dash() {
+        let v4: IpAddr = "192.0.2.7".parse().unwrap();
+        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        assert_eq!(Remote(Some(v4)).to_string(), "192.0.2.7");
+        assert_eq!(Remote(Some(mapped)).to_string(), "192.0.2.7");
+        assert_eq!(Remote(Some(v6)).to_string(), "2001:db8::1");
+        assert_eq!(Remote(None).to_string(), "-");
+    }
 
     #[test]
     fn test_rate_limit_bounds_lines_and_counts_the_rest() {

@@ -15,6 +15,7 @@
 //! or `_all` is resolved to the existing indices and refused when it includes one the user may
 //! not touch, or when the user holds the action on no index at all.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -80,6 +81,7 @@ impl Authz {
                 audit.record(
                     Instant::now(),
                     None,
+                    None,
                     ROLES_LOAD_ACTION,
                     &path.display().to_string(),
                     Outcome::Done(200),
@@ -127,12 +129,24 @@ impl Authz {
         self.refused.load(Ordering::Relaxed)
     }
 
-    /// Counts, logs and audits a refusal; answers the 403 to send.
-    fn refuse(&self, who: &Principal, action: &str, target: &str) -> EngineError {
+    /// Counts, logs and audits a refusal of a request from `remote`; answers the 403 to send.
+    fn refuse(
+        &self,
+        who: &Principal,
+        remote: Option<IpAddr>,
+        action: &str,
+        target: &str,
+    ) -> EngineError {
         self.refused.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(user = %who.username, action, target, "request refused by authorization");
-        self.audit
-            .record(Instant::now(), Some(who), action, target, Outcome::Refused);
+        self.audit.record(
+            Instant::now(),
+            Some(who),
+            remote,
+            action,
+            target,
+            Outcome::Refused,
+        );
         forbidden(action, who)
     }
 }
@@ -347,7 +361,8 @@ fn is_audited(action: Action) -> bool {
 /// Authorizes every request, after authentication in the request steps
 /// ([`crate::server::check_lines`]), outside the router's handlers, so a request no route
 /// serves — and, in gateway mode, one forwarded upstream — is authorized too: `route` is what
-/// [`super::route::classify`] makes of the request's `method` and `path`. `Err` is the 403
+/// [`super::route::classify`] makes of the request's `method` and `path`, and `remote` the
+/// peer address of its connection, for the audit log. `Err` is the 403
 /// `security_exception` to answer when the principal's roles do not grant the request's
 /// action on what it names; otherwise the principal's permissions, which ride in the request's
 /// metadata for per-item checks. Refusals are written to the audit log here; an admin action is
@@ -355,6 +370,7 @@ fn is_audited(action: Action) -> bool {
 pub fn authorize(
     st: &AppState,
     principal: Option<&Arc<Principal>>,
+    remote: Option<IpAddr>,
     method: &Method,
     path: &str,
     route: RouteAction<'_>,
@@ -389,12 +405,13 @@ pub fn authorize(
                 .then(|| (Action::Aliases.name(), names.to_string()))
         });
         if let Some((action, target)) = denied {
-            return Err(st.authz.refuse(principal, action, &target));
+            return Err(st.authz.refuse(principal, remote, action, &target));
         }
         permissions = Some(perms);
     }
     let audited = audited.map(|(action, target)| Audited {
         principal: principal.cloned(),
+        remote,
         action,
         target,
     });
@@ -405,6 +422,7 @@ pub fn authorize(
 /// once the request is answered.
 pub struct Audited {
     principal: Option<Arc<Principal>>,
+    remote: Option<IpAddr>,
     action: Action,
     target: String,
 }
@@ -415,6 +433,7 @@ impl Audited {
         st.authz.audit.record(
             Instant::now(),
             self.principal.as_deref(),
+            self.remote,
             self.action.name(),
             &self.target,
             Outcome::Done(status.as_u16()),
@@ -423,11 +442,12 @@ impl Audited {
 }
 
 /// Authorizes index `action` on `expr` for work the node does on behalf of `who` outside a
-/// request's own path (the documents and searches a `terms` lookup reads): `Err` is the 403,
-/// counted and audited.
+/// request's own path (the documents and searches a `terms` lookup reads) for a request from
+/// `remote`: `Err` is the 403, counted and audited.
 pub fn authorize_principal(
     st: &AppState,
     who: Option<&Principal>,
+    remote: Option<IpAddr>,
     action: Action,
     expr: &str,
 ) -> Result<(), EngineError> {
@@ -440,7 +460,7 @@ pub fn authorize_principal(
     if allows_expression(&perms, action, expr, Catalog::of(st)) {
         return Ok(());
     }
-    Err(st.authz.refuse(who, action.name(), expr))
+    Err(st.authz.refuse(who, remote, action.name(), expr))
 }
 
 /// The action a `terms` lookup needs on its index: a lookup by id reads one document
@@ -483,7 +503,7 @@ pub fn authorize_item(
         return Ok(());
     };
     match refused_action(perms, action, expr, Catalog::of(st)) {
-        Some(refused) => Err(st.authz.refuse(who, refused.name(), expr)),
+        Some(refused) => Err(st.authz.refuse(who, meta.remote_addr, refused.name(), expr)),
         None => Ok(()),
     }
 }
@@ -511,7 +531,7 @@ pub fn authorize_names(
     if allows_names(perms, action, names) {
         return Ok(());
     }
-    Err(st.authz.refuse(who, action.name(), names))
+    Err(st.authz.refuse(who, meta.remote_addr, action.name(), names))
 }
 
 /// Authorizes a scroll continuation or clear: only the user who opened the scroll may use it
@@ -570,7 +590,7 @@ fn check_scroll(
     if perms.allows_cluster(Action::ScrollsOfOthers) || !not_theirs(who) {
         return Ok(());
     }
-    st.authz.refuse(who, action, "scroll");
+    st.authz.refuse(who, meta.remote_addr, action, "scroll");
     Err(EngineError::new(ErrorCode::Forbidden, reason))
 }
 

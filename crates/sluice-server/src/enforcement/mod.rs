@@ -504,6 +504,7 @@ mod tests {
                 parent: None,
                 start_time_millis: 0,
                 principal: None,
+                remote_addr: None,
                 admitting: false,
                 opaque_id: None,
             });

@@ -5,6 +5,7 @@
 //! Nothing here lives in a task-local: work that moves to another task (a parked waiter, a
 //! proxied stream, a pool thread) carries what it needs with it.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
@@ -44,6 +45,9 @@ pub struct RequestMeta {
     /// The request's `X-Opaque-Id` header (its one value: different ones are refused), as
     /// OpenSearch reads it ([`opaque_id_text`]), recorded on its tasks.
     pub opaque_id: Option<Arc<str>>,
+    /// The peer address of the request's connection, for the audit log's lines of its
+    /// refusals (`crate::auth::audit`); `None` for work the node starts itself.
+    pub remote_addr: Option<IpAddr>,
 }
 
 impl RequestMeta {
@@ -56,6 +60,7 @@ impl RequestMeta {
             group_header: Ok(None),
             warnings: Warnings::default(),
             opaque_id: None,
+            remote_addr: None,
         }
     }
 
@@ -140,11 +145,13 @@ pub fn opaque_id_text(value: &HeaderValue) -> Arc<str> {
 
 /// Gathers a request's [`RequestMeta`] from its single-valued headers (`single`, as
 /// [`read_single_valued`] read them) and what authentication and authorization found (after
-/// them, last of the request steps before the handler: [`crate::server::check_lines`]).
+/// them, last of the request steps before the handler: [`crate::server::check_lines`]), on
+/// a request whose connection's peer is `remote`.
 pub fn gather(
     single: SingleValued<'_>,
     principal: Option<Arc<Principal>>,
     permissions: Option<Arc<RoleSet>>,
+    remote: Option<IpAddr>,
 ) -> RequestMeta {
     RequestMeta {
         principal,
@@ -152,6 +159,7 @@ pub fn gather(
         group_header: read_group_header(single.group),
         warnings: Warnings::default(),
         opaque_id: single.opaque_id.map(opaque_id_text),
+        remote_addr: remote,
     }
 }
 

@@ -315,6 +315,82 @@ async fn test_json_logs_carry_one_rate_limited_line_per_decision_without_the_pri
     assert!(suppressed > 0);
 }
 
+/// The audit lines of the node's log, parsed.
+fn audit_lines(lines: &[String]) -> Vec<Value> {
+    lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["target"] == "sluice::audit")
+        .collect()
+}
+
+#[tokio::test]
+async fn test_audit_lines_name_the_clients_address_not_one_it_claims() {
+    use reqwest::Method;
+    // Behind a trusted proxy (`auth.type: proxy`) the address is still the connection's peer:
+    // an `X-Forwarded-For` the client sends names an address of its choosing.
+    let node = LoggedNode::spawn(&[
+        "logger.format=json",
+        "auth.type=proxy",
+        "auth.proxy.trusted_addresses=127.0.0.0/8",
+    ])
+    .await;
+    let client = reqwest::Client::new();
+    let claimed = ("x-forwarded-for", "203.0.113.9");
+    let group = json!({"name": "audited", "resiliency_mode": "monitor",
+                       "resource_limits": {"memory": 0.1}});
+    let (s, b) = node
+        .req(
+            &client,
+            Method::PUT,
+            "/_wlm/workload_group",
+            Some(group.clone()),
+            &[
+                ("x-proxy-user", TENANT),
+                ("x-proxy-roles", "analyst"),
+                claimed,
+            ],
+        )
+        .await;
+    assert_eq!(s, 403, "{b}");
+    let (s, b) = node
+        .req(
+            &client,
+            Method::PUT,
+            "/_wlm/workload_group",
+            Some(group),
+            &[ADMIN[0], ADMIN[1], claimed],
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    // Both lines reach stderr (the admin action's once it is answered).
+    let deadline = Instant::now() + PATIENCE;
+    let (refused, done) = loop {
+        let lines = audit_lines(&node.lines());
+        let find = |outcome: &str| {
+            lines
+                .iter()
+                .find(|v| {
+                    v["outcome"] == outcome
+                        && v["action"] == "cluster:admin/opensearch/wlm/workload_group/_create"
+                })
+                .cloned()
+        };
+        if let (Some(r), Some(d)) = (find("refused"), find("done")) {
+            break (r, d);
+        }
+        assert!(Instant::now() < deadline, "no audit lines: {lines:#?}");
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(refused["user"], TENANT, "{refused}");
+    assert_eq!(refused["remote_address"], "127.0.0.1", "{refused}");
+    assert_eq!(done["user"], "root", "{done}");
+    assert_eq!(done["remote_address"], "127.0.0.1", "{done}");
+    for v in audit_lines(&node.lines()) {
+        assert_ne!(v["remote_address"], "203.0.113.9", "{v}");
+    }
+}
+
 /// A gateway logs at start what answered the upstream's `GET /` (cluster name, distribution,
 /// version), and warns when every user would reach the upstream under its one service
 /// identity.
