@@ -221,10 +221,10 @@ impl Cluster {
     }
 
     /// Leaves the cluster: gives back idle shared leases, announces the leave (M7) and goes on
-    /// answering for [`LEAVE_ANNOUNCE`] while the peers take it in (calls still sent to this
-    /// node are answered: its buckets' requests get leases, not a refused connection), then
-    /// stops the RPC server (in-flight calls finish, connections close) and gossip; later
-    /// calls do nothing.
+    /// answering until every peer told has dropped it (M8), at most [`LEAVE_ANNOUNCE`] (calls
+    /// still sent to this node meanwhile are answered: its buckets' requests get leases, not a
+    /// refused connection), then stops the RPC server (in-flight calls finish, connections
+    /// close) and gossip; later calls do nothing.
     pub async fn shutdown(&self) {
         // Idle shared leases back to their owners first (K8 of the coordinator); an owner that
         // does not answer in time reclaims them by its purge or TTL.
@@ -234,7 +234,13 @@ impl Cluster {
         )
         .await;
         if self.membership.announce_leave().await {
-            tokio::time::sleep(LEAVE_ANNOUNCE).await;
+            let unknowing = self.membership.await_leave_known(LEAVE_ANNOUNCE).await;
+            if !unknowing.is_empty() {
+                tracing::debug!(
+                    peers = ?unknowing,
+                    "peers did not acknowledge this node's leave in time: they drop it when they hear of it, or by their failure detectors"
+                );
+            }
         }
         self.stop.cancel();
         let server = self.server.lock().take();

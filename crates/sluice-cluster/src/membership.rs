@@ -18,12 +18,22 @@
 //!   restarted at a new address shows once its old incarnation is declared dead, M4.)
 //! - M7 A node that stops announces it ([`Membership::announce_leave`], the first step of
 //!   `Cluster::shutdown`): it gossips a [`LEAVING`] key and calls every live peer at once, and
-//!   a peer drops an incarnation that gossips it from its live set at its next gossip round —
-//!   within about [`GOSSIP_INTERVAL`] instead of the failure detector's seconds (M4 still
-//!   bounds a node that dies, or whose announcement is lost). So a stopped owner's buckets move
+//!   a peer drops an incarnation that gossips it from its live set at its membership task's
+//!   next tick ([`crate::pause::TICK`], 100 ms; the task reads the key from chitchat's states,
+//!   as chitchat publishes its live set only at its own rounds, [`GOSSIP_INTERVAL`]) — instead
+//!   of the failure detector's seconds (M4 still bounds a node that dies, or whose
+//!   announcement is lost). So a stopped owner's buckets move
 //!   to the survivors about as soon as it stops answering (`shared/coordinator.rs`, K16: until
 //!   then its buckets fail open at once). Tested by `tests/membership.rs`
 //!   (`test_a_node_that_announces_its_leave_is_dropped_while_it_still_gossips`).
+//! - M8 A peer that has published a view without a leaving incarnation says so: it gossips
+//!   [`LEFT_PREFIX`]`<node id>` = the incarnation's generation ([`leaves_to_acknowledge`]).
+//!   The stopping node goes on answering until every peer it told has said so, or
+//!   [`LEAVE_ANNOUNCE`] has passed ([`Membership::await_leave_known`]): so it stops as soon
+//!   as its peers know, and keeps answering until then (a peer of a version that does not
+//!   acknowledge costs the whole [`LEAVE_ANNOUNCE`], the wait before M8). Tested by
+//!   `tests/membership.rs`
+//!   (`test_a_stopping_node_stops_once_its_peers_dropped_it`) and the unit tests below.
 //! - M5 A node that was itself paused (its membership task did not run for over
 //!   [`crate::pause::STALL`]) drops no peer for [`crate::pause::TRUST_AFTER`] after it runs
 //!   again: its failure detector measured its own silence. A peer still dead then is dropped
@@ -72,13 +82,26 @@ const MAX_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(1_200);
 /// On the wire: stable.
 pub const LEAVING: &str = "leaving";
 
-/// How long a stopping node keeps gossiping (and answering calls) after it announced its leave
-/// (M7): one gossip round. Its own calls to its peers take a round trip to reach them (well
-/// under a millisecond on a LAN), and in a round each peer gossips with it too (up to three
-/// peers a round, chitchat's fan-out), which carries the announcement again; a peer publishes
-/// the change at its next round. An announcement lost anyway leaves the failure detector to
-/// drop the node (M4).
+/// The longest a stopping node keeps gossiping (and answering calls) after it announced its
+/// leave, waiting for its peers to acknowledge it (M7, M8): one gossip round. Its own calls to
+/// its peers take a round trip to reach them (well under a millisecond on a LAN), and in a
+/// round each peer gossips with it too (up to three peers a round, chitchat's fan-out), which
+/// carries the announcement again; a peer publishes the change at its next round, so within
+/// one round of the announcement unless a datagram was lost or the peer is slow. An
+/// announcement lost anyway leaves the failure detector to drop the node (M4).
 pub const LEAVE_ANNOUNCE: Duration = GOSSIP_INTERVAL;
+
+/// The prefix of the gossip key by which a node acknowledges another's leave (M8): the key is
+/// `left:<node id>`, the value the generation of the incarnation it dropped. One key per node
+/// id (a later leave of the same id overwrites it), set with chitchat's TTL so that it is
+/// forgotten after [`DEAD_NODE_GRACE`]. On the wire: stable.
+pub const LEFT_PREFIX: &str = "left:";
+
+/// How often a stopping node asks each peer that has not acknowledged its leave yet for its
+/// state (a gossip handshake: one datagram each way, and the peer's answer carries its
+/// acknowledgement once set). 10 ms puts the stop within 10 ms of the last acknowledgement,
+/// for at most 50 handshakes a peer within [`LEAVE_ANNOUNCE`].
+const ASK_ACK_EVERY: Duration = Duration::from_millis(10);
 
 /// How long a dead node's state is kept before chitchat forgets it (a node back within this
 /// is recognised; one back later simply joins again).
@@ -124,6 +147,9 @@ pub struct Membership {
     handle: parking_lot::Mutex<Option<ChitchatHandle>>,
     members: watch::Receiver<Members>,
     me: Member,
+    /// The peers [`Membership::announce_leave`] told, whose acknowledgement
+    /// [`Membership::await_leave_known`] waits for (M8).
+    told: parking_lot::Mutex<Vec<Member>>,
 }
 
 impl Membership {
@@ -153,8 +179,9 @@ impl Membership {
         let handle = chitchat::spawn_chitchat(chitchat_config, me.key_values(), &UdpTransport)
             .await
             .map_err(|e| StartError(format!("{e:#}")))?;
-        let mut live_rx = handle.chitchat().lock().await.live_nodes_watcher();
-        let first = members_of(&me, &live_rx.borrow_and_update());
+        let chitchat = handle.chitchat();
+        let mut live_rx = chitchat.lock().await.live_nodes_watcher();
+        let first = members_of(&me, &live_rx.borrow_and_update(), &[]);
         let (tx, rx) = watch::channel(first.clone());
         let me_for_task = me.clone();
         tokio::spawn(async move {
@@ -169,7 +196,10 @@ impl Membership {
                     _ = tick.tick() => {}
                 }
                 let held = guard.observe(Instant::now()).is_some();
-                let fresh = members_of(&me_for_task, &live_rx.borrow_and_update());
+                // M7: the leaving incarnations as gossip brought them, not as of chitchat's
+                // last round (its live set is published only at its own rounds).
+                let leaving = leaving_incarnations(chitchat.lock().await.node_states());
+                let fresh = members_of(&me_for_task, &live_rx.borrow_and_update(), &leaving);
                 let next = if held {
                     let kept = pause::held_view(&published, fresh.clone());
                     if kept.live.len() > fresh.live.len() {
@@ -189,12 +219,26 @@ impl Membership {
                     published = next.clone();
                     tx.send_replace(next);
                 }
+                // M8: after the view without them is published, never before.
+                let acks = leaves_to_acknowledge(&me_for_task, &leaving, &published);
+                if !acks.is_empty() {
+                    let mut chitchat = chitchat.lock().await;
+                    let state = chitchat.self_node_state();
+                    for (node_id, generation) in acks {
+                        let key = format!("{LEFT_PREFIX}{node_id}");
+                        let value = generation.to_string();
+                        if state.get(&key) != Some(value.as_str()) {
+                            state.set_with_ttl(key, value);
+                        }
+                    }
+                }
             }
         });
         Ok(Membership {
             handle: parking_lot::Mutex::new(Some(handle)),
             members: rx,
             me,
+            told: parking_lot::Mutex::new(Vec::new()),
         })
     }
 
@@ -214,30 +258,67 @@ impl Membership {
     }
 
     /// Announces that this node stops (M7): gossips [`LEAVING`] and calls every live peer at
-    /// once. The node goes on gossiping until [`Membership::shutdown`], which should come
-    /// [`LEAVE_ANNOUNCE`] later so that the calls' answers are read and the peers' own rounds
-    /// reach it. Returns whether there was a peer to tell; does nothing once shut down.
+    /// once. The node goes on gossiping until [`Membership::shutdown`], which should come once
+    /// the peers know ([`Membership::await_leave_known`]). Returns whether there was a peer to
+    /// tell; does nothing once shut down.
     pub async fn announce_leave(&self) -> bool {
         let chitchat = match self.handle.lock().as_ref() {
             Some(h) => h.chitchat(),
             None => return false,
         };
         chitchat.lock().await.self_node_state().set(LEAVING, "true");
-        let peers: Vec<SocketAddr> = self
+        let peers: Vec<Member> = self
             .members()
             .live
             .iter()
             .filter(|m| m.node_id != self.me.node_id)
-            .map(|m| m.transport_addr)
+            .cloned()
             .collect();
         if let Some(h) = self.handle.lock().as_ref() {
             for peer in &peers {
                 // A handshake now rather than at the next round: the peer's answer carries
                 // the announcement back in this node's reply.
-                let _ = h.gossip(*peer);
+                let _ = h.gossip(peer.transport_addr);
             }
         }
-        !peers.is_empty()
+        let told = !peers.is_empty();
+        *self.told.lock() = peers;
+        told
+    }
+
+    /// Waits until every peer [`Membership::announce_leave`] told has acknowledged the leave
+    /// (M8: it published a view without this node), or `within` has passed; answers the node
+    /// ids of the peers that had not. Meanwhile it asks each of those for its state every
+    /// [`ASK_ACK_EVERY`] (its answer carries the acknowledgement), since a peer's own rounds
+    /// reach this node only now and then.
+    ///
+    /// # Cancel safety
+    /// Dropping the future only stops the wait: the leave stays announced.
+    pub async fn await_leave_known(&self, within: Duration) -> Vec<String> {
+        let deadline = tokio::time::Instant::now() + within;
+        let told = self.told.lock().clone();
+        loop {
+            let Some(chitchat) = self.handle.lock().as_ref().map(ChitchatHandle::chitchat) else {
+                return Vec::new();
+            };
+            let waiting: Vec<&Member> = {
+                let chitchat = chitchat.lock().await;
+                let states = chitchat.node_states();
+                told.iter()
+                    .filter(|peer| !has_acknowledged(&self.me, peer, states))
+                    .collect()
+            };
+            if waiting.is_empty() || tokio::time::Instant::now() >= deadline {
+                return waiting.iter().map(|m| m.node_id.clone()).collect();
+            }
+            if let Some(h) = self.handle.lock().as_ref() {
+                for peer in &waiting {
+                    let _ = h.gossip(peer.transport_addr);
+                }
+            }
+            tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + ASK_ACK_EVERY))
+                .await;
+        }
     }
 
     /// Stops gossiping (peers see the node silent and mark it dead within [`DEAD_AFTER`],
@@ -250,13 +331,71 @@ impl Membership {
     }
 }
 
-/// The live members seen in chitchat's live-node map (M2, M3).
-fn members_of(me: &Member, live: &BTreeMap<ChitchatId, NodeState>) -> Members {
+/// The incarnations (node id, generation) that gossip [`LEAVING`] in `states` (chitchat's
+/// view of every node, live or not), the latest of each node id: one id's earlier incarnation
+/// that left too is superseded (M8 acknowledges one generation per id). Empty, without
+/// allocating, while nobody leaves.
+fn leaving_incarnations(states: &BTreeMap<ChitchatId, NodeState>) -> Vec<(Arc<str>, u64)> {
+    let mut leaving: Vec<(Arc<str>, u64)> = Vec::new();
+    for (id, _) in states.iter().filter(|(_, s)| s.get(LEAVING).is_some()) {
+        match leaving.iter_mut().find(|(n, _)| *n == id.node_id) {
+            Some((_, generation)) => *generation = (*generation).max(id.generation_id),
+            None => leaving.push((id.node_id.clone(), id.generation_id)),
+        }
+    }
+    leaving
+}
+
+/// Of the incarnations `leaving` ([`leaving_incarnations`]), those the view `published` leaves
+/// out, which this node acknowledges (M8). One it still counts (a view held after this
+/// node's pause, M5) is not acknowledged: the stopping node waits on.
+fn leaves_to_acknowledge(
+    me: &Member,
+    leaving: &[(Arc<str>, u64)],
+    published: &Members,
+) -> Vec<(Arc<str>, u64)> {
+    leaving
+        .iter()
+        .filter(|(node_id, _)| **node_id != *me.node_id)
+        .filter(|(node_id, generation)| {
+            !published
+                .live
+                .iter()
+                .any(|m| *m.node_id == **node_id && m.generation == *generation)
+        })
+        .cloned()
+        .collect()
+}
+
+/// Whether `peer`, as `states` (this node's chitchat's view of every node) show it, has
+/// acknowledged the leave of `me` (M8): the incarnation of `peer` told gossips
+/// [`LEFT_PREFIX`]`<me>` with `me`'s generation.
+fn has_acknowledged(me: &Member, peer: &Member, states: &BTreeMap<ChitchatId, NodeState>) -> bool {
+    let key = format!("{LEFT_PREFIX}{}", me.node_id);
+    let generation = me.generation.to_string();
+    states.iter().any(|(id, state)| {
+        *id.node_id == *peer.node_id
+            && id.generation_id == peer.generation
+            && state.get(&key) == Some(generation.as_str())
+    })
+}
+
+/// The live members seen in chitchat's live-node map (M2, M3), without the incarnations that
+/// gossip [`LEAVING`] there or are in `leaving` (M7).
+fn members_of(
+    me: &Member,
+    live: &BTreeMap<ChitchatId, NodeState>,
+    leaving: &[(Arc<str>, u64)],
+) -> Members {
     let mut incarnations: BTreeMap<String, Vec<Member>> = BTreeMap::new();
     let mut twins = Vec::new();
     for (id, state) in live {
         // M7: an incarnation that announced its leave is gone.
-        if state.get(LEAVING).is_some() {
+        if state.get(LEAVING).is_some()
+            || leaving
+                .iter()
+                .any(|(n, g)| *n == id.node_id && *g == id.generation_id)
+        {
             continue;
         }
         let Some(m) = Member::from_key_values(&id.node_id, id.generation_id, |k| state.get(k))
@@ -339,6 +478,87 @@ mod tests {
     fn kept(seen: &[Member]) -> (u64, String) {
         let m = incarnation(seen.to_vec()).unwrap();
         (m.generation, m.transport_addr.to_string())
+    }
+
+    fn state(keys: &[(&str, &str)]) -> NodeState {
+        let mut s = NodeState::for_test();
+        for (k, v) in keys {
+            s.set(*k, *v);
+        }
+        s
+    }
+
+    fn id_of(m: &Member) -> ChitchatId {
+        ChitchatId::new(m.node_id.clone(), m.generation, m.transport_addr)
+    }
+
+    fn named(id: &str, generation: u64) -> Member {
+        Member {
+            node_id: id.to_string(),
+            ..at(generation, "127.0.0.1:9300")
+        }
+    }
+
+    #[test]
+    fn test_a_leave_is_acknowledged_once_the_published_view_is_without_it() {
+        let (me, staying, leaving) = (named("a", 1), named("b", 1), named("c", 4));
+        let states: BTreeMap<ChitchatId, NodeState> = [
+            (id_of(&me), state(&[])),
+            (id_of(&staying), state(&[])),
+            (id_of(&leaving), state(&[(LEAVING, "true")])),
+            // An earlier incarnation of c that left too: superseded.
+            (id_of(&named("c", 2)), state(&[(LEAVING, "true")])),
+        ]
+        .into();
+        let gone = leaving_incarnations(&states);
+        assert_eq!(gone, [(Arc::from("c"), 4)]);
+        let view = |members: &[&Member]| Members {
+            live: Arc::new(members.iter().map(|m| (*m).clone()).collect()),
+            ..Members::default()
+        };
+        // The live set of chitchat's last round still carries c without its key: the fresh
+        // states leave it out all the same.
+        let record = |m: &Member| {
+            let kv = m.key_values();
+            let kv: Vec<(&str, &str)> = kv.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            state(&kv)
+        };
+        let stale: BTreeMap<ChitchatId, NodeState> = [
+            (id_of(&me), record(&me)),
+            (id_of(&staying), record(&staying)),
+            (id_of(&leaving), record(&leaving)),
+        ]
+        .into();
+        assert_eq!(members_of(&me, &stale, &[]).live.len(), 3);
+        let fresh = members_of(&me, &stale, &gone);
+        assert_eq!(
+            fresh.live.iter().map(|m| &*m.node_id).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        assert_eq!(
+            leaves_to_acknowledge(&me, &gone, &view(&[&me, &staying])),
+            [(Arc::from("c"), 4)]
+        );
+        // Still counted (a view held after this node's pause): not yet.
+        assert!(leaves_to_acknowledge(&me, &gone, &view(&[&me, &staying, &leaving])).is_empty());
+        // This node's own id leaving (a twin's announcement) is never acknowledged here.
+        assert!(leaves_to_acknowledge(&me, &[(Arc::from("a"), 9)], &view(&[&me])).is_empty());
+        assert!(leaving_incarnations(&BTreeMap::new()).is_empty());
+    }
+
+    #[test]
+    fn test_only_the_peer_told_acknowledging_this_incarnation_counts() {
+        let (me, peer) = (named("c", 4), named("a", 1));
+        let key = format!("{LEFT_PREFIX}c");
+        let states = |node: &Member, value: &str| -> BTreeMap<ChitchatId, NodeState> {
+            [(id_of(node), state(&[(key.as_str(), value)]))].into()
+        };
+        assert!(has_acknowledged(&me, &peer, &states(&peer, "4")));
+        // An acknowledgement of an earlier incarnation of this node.
+        assert!(!has_acknowledged(&me, &peer, &states(&peer, "3")));
+        // From another incarnation of the peer than the one told.
+        assert!(!has_acknowledged(&me, &peer, &states(&named("a", 2), "4")));
+        assert!(!has_acknowledged(&me, &peer, &BTreeMap::new()));
     }
 
     #[test]

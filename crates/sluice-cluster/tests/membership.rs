@@ -205,6 +205,47 @@ async fn test_nodes_join_strangers_are_refused_and_a_stopped_node_is_dead_within
     other_store.shutdown().await;
 }
 
+/// M8: a stopping node goes on until its peers have dropped it — when its shutdown returns,
+/// every peer's view is already without it (read at once, not waited for). A node that
+/// stopped before its peers knew fails this: they would still list it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_stopping_node_stops_once_its_peers_dropped_it() {
+    let a = node("a", 1, "c1", "u1", vec![]).await;
+    let b = node("b", 1, "c1", "u1", seed(&a)).await;
+    let c = node("c", 1, "c1", "u1", seed(&a)).await;
+    for n in [&a, &b, &c] {
+        wait_members(n, JOIN_WITHIN, "three members", |m| {
+            ids(m) == ["a", "b", "c"]
+        })
+        .await;
+    }
+    c.shutdown().await;
+    assert_eq!(ids(&a.members()), ["a", "b"], "a still counts c");
+    assert_eq!(ids(&b.members()), ["a", "b"], "b still counts c");
+    // The same id leaving again in a later incarnation waits for its own acknowledgement,
+    // not the earlier one's.
+    let c2 = node("c", 2, "c1", "u1", seed(&a)).await;
+    for n in [&a, &b, &c2] {
+        wait_members(n, JOIN_WITHIN, "c's new incarnation", |m| {
+            ids(m) == ["a", "b", "c"]
+        })
+        .await;
+    }
+    c2.shutdown().await;
+    assert_eq!(
+        ids(&a.members()),
+        ["a", "b"],
+        "a still counts c's new incarnation"
+    );
+    assert_eq!(
+        ids(&b.members()),
+        ["a", "b"],
+        "b still counts c's new incarnation"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_node_that_announces_its_leave_is_dropped_while_it_still_gossips() {
     let a = node("a", 1, "c1", "u1", vec![]).await;
