@@ -19,6 +19,21 @@
 //! backstop found both once it asked as often as the server's (`tests/sim.rs`, seeds 3324 and
 //! 8185). The coordinator's request stays parked unregistered; its node's backstop asks the
 //! bucket's owner again (every second, and at once when the ring moves).
+//!
+//! W2: a coordinator so denied (not a member, or the bucket placed elsewhere, as this owner
+//! last saw) is registered as soon as this owner's view lets it wait: the owner keeps each
+//! such denial ([`Owner::deferred`]) until its next membership view, and then registers the
+//! coordinator as a waiter and offers it the bucket's room at once ([`SharedPool::rejoin`]);
+//! a denial the new view does not let wait is dropped. That is the ring change the
+//! coordinator cannot see: its own ring moved first (the owner died, and its node dropped it
+//! before this one did), its backstop asked this owner at once and was refused unregistered,
+//! and its parked requests then waited for a newcomer's acquire or its next backstop sweep,
+//! up to a second. A registration made so is one an acquire arriving after the change would
+//! have made (W1 holds: the coordinator is a member and the bucket is placed here); a
+//! coordinator with nothing parked any more answers the offer unused, and the slot goes on.
+//! Tested by `test_a_coordinator_refused_before_the_ring_moved_here_is_offered_once_it_has`
+//! and the simulation.
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -35,6 +50,11 @@ use crate::membership::Members;
 use crate::ring::Ring;
 use crate::rpc::{SharedCall, SharedReply, Transport};
 
+/// W2's denials kept until the next view: the limit asked under, by (bucket, coordinator).
+/// A `BTreeMap`, so the registrations of one view change are made in the same order in every
+/// run (the simulation replays them).
+type Deferred = BTreeMap<(Arc<str>, Arc<str>), u64>;
+
 /// What the server learns of an owner's work, to show it per group.
 pub trait OwnerEvents: Send + Sync + 'static {
     /// An offer of a freed lease of `bucket` was sent to a waiting coordinator (a push).
@@ -50,6 +70,12 @@ pub struct Owner {
     members: watch::Receiver<Members>,
     /// The ring of the members this owner last saw: the buckets it owns (P8 of `pool.rs`).
     ring: parking_lot::RwLock<Arc<Ring>>,
+    /// W2 (module docs): the coordinators denied since the last view change without a
+    /// registration for want of one (not a member, or the bucket placed elsewhere), by
+    /// (bucket, coordinator), with the limit they asked under. Taken only with `pool` held
+    /// (lock order: `pool`, then this), so a denial and the purger's pass over them are
+    /// ordered. At most the pool's `max_buckets` entries; emptied at every view change.
+    deferred: Mutex<Deferred>,
     local: OnceLock<Weak<Coordinator>>,
     events: OnceLock<Arc<dyn OwnerEvents>>,
     /// This owner, for the test-only mutation's late registration.
@@ -83,6 +109,7 @@ impl Owner {
             transport,
             members,
             ring: parking_lot::RwLock::new(Arc::new(ring)),
+            deferred: Mutex::new(BTreeMap::new()),
             local: OnceLock::new(),
             events: OnceLock::new(),
             #[cfg(feature = "sim-mutation-late-waiter")]
@@ -141,19 +168,35 @@ impl Owner {
         #[cfg(feature = "sim-mutation-late-waiter")]
         let (wants_queue, late) = (false, wants_queue);
         let (bucket_id, holder): (Arc<str>, Arc<str>) = (Arc::from(bucket), Arc::from(from));
-        // W1 (module docs): only a member may wait, and only for a bucket placed here. Read
-        // before the pool's lock: the purger updates the ring, then purges, so a registration
-        // that gets past this is purged (or its waiters forgotten) after it.
-        let wants_queue = wants_queue && self.may_wait(from, bucket);
         let (outcome, more) = {
             let mut pool = self.pool.lock();
-            let outcome = pool.acquire(&bucket_id, limit, &holder, wants_queue, LEASE_TTL, now);
+            // W1 (module docs): only a member may wait, and only for a bucket placed here.
+            // The purger updates the ring, then takes the pool's lock to purge and forget, so
+            // a registration that gets past this is purged (or its waiters forgotten) after
+            // it; read under the lock, so that a denial W2 defers is one the purger's pass
+            // over the deferred denials, under the lock after the ring's update, finds.
+            let may_wait = self.may_wait(from, bucket);
+            let outcome = pool.acquire(
+                &bucket_id,
+                limit,
+                &holder,
+                wants_queue && may_wait,
+                LEASE_TTL,
+                now,
+            );
             let more = match outcome {
                 AcquireOutcome::Granted { .. } if extra > 0 => {
                     pool.grant_more(&bucket_id, &holder, extra, LEASE_TTL, now)
                 }
                 _ => Vec::new(),
             };
+            if wants_queue && !may_wait && matches!(outcome, AcquireOutcome::Denied { .. }) {
+                // W2: registered at the next view change if it may wait then.
+                let mut deferred = self.deferred.lock();
+                if deferred.len() < pool.limits().max_buckets {
+                    deferred.insert((bucket_id.clone(), holder.clone()), limit);
+                }
+            }
             (outcome, more)
         };
         #[cfg(feature = "sim-mutation-late-waiter")]
@@ -266,6 +309,25 @@ impl Owner {
     /// Leases of `bucket` in use.
     pub fn in_use(&self, bucket: &str) -> u64 {
         self.pool.lock().in_use(bucket)
+    }
+
+    /// W2 (module docs): registers the coordinators refused for want of the view just taken
+    /// if it lets them wait, offering each bucket's room at once; forgets the others (their
+    /// backstops ask again). Called by the purger after each ring update and purge.
+    fn register_deferred(self: &Arc<Self>) {
+        let offers = {
+            let now = self.clock.now();
+            let mut pool = self.pool.lock();
+            let deferred = std::mem::take(&mut *self.deferred.lock());
+            let mut offers = Vec::new();
+            for ((bucket, holder), limit) in deferred {
+                if self.may_wait(&holder, &bucket) {
+                    offers.extend(pool.rejoin(&bucket, limit, &holder, LEASE_TTL, now));
+                }
+            }
+            offers
+        };
+        self.dispatch(offers);
     }
 
     /// Sends each offer (in the background, one task per offer chain).
@@ -398,7 +460,10 @@ async fn purger(o: Weak<Owner>, mut rx: watch::Receiver<Members>, stop: Cancella
     // between the start and this task's first run would otherwise leave it stale until the
     // next change, and the owner would take buckets it owns for moved ones, P8 and W1).
     match o.upgrade() {
-        Some(o) => *o.ring.write() = Arc::new(ring),
+        Some(o) => {
+            *o.ring.write() = Arc::new(ring);
+            o.register_deferred();
+        }
         None => return,
     }
     loop {
@@ -416,6 +481,7 @@ async fn purger(o: Weak<Owner>, mut rx: watch::Receiver<Members>, stop: Cancella
             o.dispatch(offers);
         }
         known = now_live;
+        o.register_deferred();
     }
 }
 
@@ -496,6 +562,129 @@ mod tests {
             SharedReply::Granted { lease, .. } => lease,
             other => panic!("expected a grant, got {other:?}"),
         }
+    }
+
+    /// A transport that records the offers sent and answers each used, nothing more waiting.
+    struct Offers(tokio::sync::mpsc::UnboundedSender<(String, String)>);
+
+    impl Transport for Offers {
+        fn ping(&self, to: &crate::Member, d: Duration) -> BoxFuture<'_, Result<String, RpcError>> {
+            Nowhere.ping(to, d)
+        }
+
+        fn local(
+            &self,
+            to: &crate::Member,
+            api: LocalApi,
+            params: serde_json::Value,
+            d: Duration,
+        ) -> BoxFuture<'_, Result<LocalAnswer, RpcError>> {
+            Nowhere.local(to, api, params, d)
+        }
+
+        fn shared(
+            &self,
+            to: &crate::Member,
+            call: SharedCall,
+            _: Duration,
+        ) -> BoxFuture<'_, Result<SharedReply, RpcError>> {
+            if let SharedCall::Offer { bucket, .. } = call {
+                let _ = self.0.send((to.node_id.clone(), bucket));
+            }
+            Box::pin(async {
+                Ok(SharedReply::OfferAnswer {
+                    used: true,
+                    more_waiting: false,
+                })
+            })
+        }
+    }
+
+    fn member(id: &str, port: u16) -> crate::Member {
+        crate::Member {
+            node_id: id.into(),
+            generation: 1,
+            name: id.into(),
+            http_addr: ([127, 0, 0, 1], port).into(),
+            transport_addr: ([127, 0, 0, 1], port).into(),
+            protocol_version: MIN_SHARED_PROTOCOL,
+            backend: "embedded".into(),
+            version: "test".into(),
+            cluster_uuid: "u".into(),
+        }
+    }
+
+    fn view(members: &[&crate::Member]) -> Members {
+        Members {
+            live: Arc::new(members.iter().map(|m| (*m).clone()).collect()),
+            ..Members::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn test_a_coordinator_refused_before_the_ring_moved_here_is_offered_once_it_has() {
+        let (o, p, x) = (member("o", 1), member("p", 2), member("x", 3));
+        // A bucket on p while p lives, on o once it has gone.
+        let bucket = (0..)
+            .map(|i| format!("b{i}"))
+            .find(|b| {
+                let owner = |ms: &[crate::Member]| {
+                    let ring = Ring::new(ms, MIN_SHARED_PROTOCOL);
+                    ring.owner(b.as_bytes()).map(|m| m.node_id.clone())
+                };
+                owner(&[o.clone(), p.clone(), x.clone()]).as_deref() == Some("p")
+                    && owner(&[o.clone(), x.clone()]).as_deref() == Some("o")
+            })
+            .unwrap();
+        let (tx, mut offers) = tokio::sync::mpsc::unbounded_channel();
+        let (members, rx) = watch::channel(view(&[&o, &p, &x]));
+        let stop = CancellationToken::new();
+        let owner = Owner::start(
+            Arc::from("o"),
+            OWNER_LIMITS,
+            Arc::new(SystemClock::new()),
+            Arc::new(Offers(tx)),
+            rx,
+            stop.clone(),
+        );
+        // The purger's first pass (it runs at the runtime's next turn: one thread) sees the
+        // view with p, as the owner did when it was refused.
+        tokio::task::yield_now().await;
+        let acquire = |wants_queue| SharedCall::Acquire {
+            bucket: bucket.clone(),
+            limit: 1,
+            wants_queue,
+            extra: 0,
+        };
+        // x's ring dropped p before o's did: o is asked, full, and does not own the bucket.
+        let SharedReply::Granted { lease, .. } = owner.handle("y", acquire(false)) else {
+            panic!("an idle bucket grants");
+        };
+        assert_eq!(
+            owner.handle("x", acquire(true)),
+            SharedReply::Denied {
+                in_use: 1,
+                limit: 1,
+                waiter_registered: false
+            }
+        );
+        // The slot frees while x is registered nowhere: offered to nobody.
+        owner.handle(
+            "y",
+            SharedCall::Release {
+                leases: vec![lease],
+            },
+        );
+        assert_eq!(owner.in_use(&bucket), 0);
+        // o's ring drops p too: x is registered and offered the room at once.
+        members.send_replace(view(&[&o, &x]));
+        let offered = tokio::time::timeout(Duration::from_secs(10), offers.recv())
+            .await
+            .expect("an offer once the ring placed the bucket here")
+            .unwrap();
+        assert_eq!(offered, ("x".to_string(), bucket.clone()));
+        assert_eq!(owner.in_use(&bucket), 1);
+        stop.cancel();
     }
 
     #[tokio::test]
