@@ -168,6 +168,19 @@ fn transport_failure(s: &tonic::Status) -> Option<TransportFailure> {
     }
 }
 
+/// The longest deadline a call carries on the wire: a year. tonic writes a call's deadline
+/// into its `grpc-timeout` header, at most eight digits of a unit (99,999,999 hours), and
+/// panics past that ("duration is unrealistically large"); an outside trial's
+/// `_wlm/stats?timeout=10000000d` made every fan-out route answer 500 so. A year is past any
+/// wait an operator means, and far inside the header; the call itself is still bounded by the
+/// whole `deadline` on this node's clock ([`TonicTransport::bounded`]).
+const MAX_WIRE_DEADLINE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// `deadline` as a call's `grpc-timeout` carries it ([`MAX_WIRE_DEADLINE`]).
+fn wire_deadline(deadline: Duration) -> Duration {
+    deadline.min(MAX_WIRE_DEADLINE)
+}
+
 impl Transport for TonicTransport {
     fn ping(&self, to: &Member, deadline: Duration) -> BoxFuture<'_, Result<String, RpcError>> {
         let to = to.clone();
@@ -176,7 +189,7 @@ impl Transport for TonicTransport {
             let mut req = tonic::Request::new(PingRequest {
                 header: self.header(),
             });
-            req.set_timeout(deadline);
+            req.set_timeout(wire_deadline(deadline));
             let reply = self.bounded(&to, deadline, client.ping(req)).await?;
             Ok(reply.node_id)
         })
@@ -201,7 +214,7 @@ impl Transport for TonicTransport {
                 api: api as i32,
                 params_json,
             });
-            req.set_timeout(deadline);
+            req.set_timeout(wire_deadline(deadline));
             let reply = self.bounded(&to, deadline, client.local(req)).await?;
             let body = serde_json::from_slice(&reply.body_json).map_err(|e| RpcError::Remote {
                 node: to.node_id.clone(),
@@ -222,7 +235,7 @@ impl Transport for TonicTransport {
         Box::pin(async move {
             let mut client = self.client(&to)?;
             let mut req = tonic::Request::new(super::shared_wire::request(self.header(), call));
-            req.set_timeout(deadline);
+            req.set_timeout(wire_deadline(deadline));
             let resp = self.bounded(&to, deadline, client.shared(req)).await?;
             super::shared_wire::reply_of(resp).ok_or_else(|| RpcError::Remote {
                 node: to.node_id.clone(),
@@ -260,6 +273,27 @@ mod tests {
     fn map(s: &tonic::Status) -> RpcError {
         let to = member("127.0.0.1:9300".parse().unwrap());
         status_error(&to, Duration::from_secs(30), s)
+    }
+
+    #[test]
+    fn test_a_deadline_of_any_length_goes_on_the_wire_without_a_panic() {
+        // tonic encodes the deadline when it is set: what it refused panicked the handler.
+        for d in [
+            Duration::ZERO,
+            Duration::from_millis(200),
+            MAX_WIRE_DEADLINE,
+            Duration::from_secs(10_000_000 * 86_400),
+            Duration::from_secs(u64::MAX),
+            Duration::MAX,
+        ] {
+            let mut req = tonic::Request::new(());
+            req.set_timeout(wire_deadline(d));
+            assert!(req.metadata().get("grpc-timeout").is_some(), "{d:?}");
+        }
+        assert_eq!(
+            wire_deadline(Duration::from_secs(5)),
+            Duration::from_secs(5)
+        );
     }
 
     #[test]

@@ -52,6 +52,23 @@ async fn test_stats_gather_every_node_and_name_a_hung_or_dead_one() {
     let entries = ns["nodes"].as_object().unwrap();
     assert_eq!(entries.len(), 1, "{ns}");
     assert_eq!(entries.values().next().unwrap()["name"], "node-2", "{ns}");
+    // A timeout of any length is a wait, never a handler's panic: tonic writes a call's
+    // deadline into a header that holds at most 99,999,999 hours (an outside trial's
+    // `timeout=10000000d` answered 500 on every fan-out route).
+    for path in [
+        "/_wlm/stats?timeout=10000000d",
+        "/_nodes/stats?timeout=99999999999999d",
+        "/_tasks?timeout=10000000d",
+    ] {
+        let (status, body) = c.get(0, path).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        // `_tasks` names failures only when there are some.
+        let failed = body["_nodes"]["failed"].as_u64().unwrap_or(0)
+            + body["node_failures"]
+                .as_array()
+                .map_or(0, |f| f.len() as u64);
+        assert_eq!(failed, 0, "{path}: {body}");
+    }
     // An unknown group is each node's failure, as OpenSearch reports it.
     let (_, missing) = c.get(0, "/_wlm/stats/nope").await;
     assert_eq!(missing["_nodes"]["failed"], 3, "{missing}");
