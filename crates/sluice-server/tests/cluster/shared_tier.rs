@@ -51,15 +51,24 @@ pub(crate) async fn everywhere(c: &TestCluster, n: usize, id: &str) {
 /// only limit is `shared_limit` (memory 0.5, enforced), in every node's view: how most tests here
 /// start. Returns the cluster and the group's id.
 async fn shared_cluster(name: &str, shared_limit: usize) -> (TestCluster, String) {
+    shared_cluster_queued(name, shared_limit, None).await
+}
+
+/// [`shared_cluster`] with a queue of `size_per_bucket` places, when given.
+async fn shared_cluster_queued(
+    name: &str,
+    shared_limit: usize,
+    size_per_bucket: Option<usize>,
+) -> (TestCluster, String) {
     let c = TestCluster::start_heavy(3, name).await;
     enable(&c).await;
-    let id = group(
-        &c,
-        json!({"name": "tenant", "resiliency_mode": "enforced",
+    let mut body = json!({"name": "tenant", "resiliency_mode": "enforced",
         "resource_limits": {"memory": 0.5},
-        "throttling": {"attribute": "group", "shared_limit": shared_limit}}),
-    )
-    .await;
+        "throttling": {"attribute": "group", "shared_limit": shared_limit}});
+    if let Some(size) = size_per_bucket {
+        body["queue"] = json!({"size_per_bucket": size});
+    }
+    let id = group(&c, body).await;
     everywhere(&c, 3, &id).await;
     (c, id)
 }
@@ -213,17 +222,7 @@ async fn test_a_shared_only_ceiling_holds_across_coordinators_and_frees_on_relea
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_parked_request_of_a_shared_only_group_is_drained_by_the_owner_push() {
-    let c = TestCluster::start_heavy(3, "shared_push").await;
-    enable(&c).await;
-    let id = group(
-        &c,
-        json!({"name": "queued", "resiliency_mode": "enforced",
-        "resource_limits": {"memory": 0.5},
-        "throttling": {"attribute": "group", "shared_limit": 1},
-        "queue": {"size_per_bucket": 10}}),
-    )
-    .await;
-    everywhere(&c, 3, &id).await;
+    let (c, id) = shared_cluster_queued("shared_push", 1, Some(10)).await;
     let header = [("workloadGroupId", id.as_str())];
     let heavy = c.start_search(0, "/heavy/_search", heavy_query(), &header);
     c.eventually(
@@ -951,17 +950,7 @@ async fn test_shared_refusals_and_fail_opens_are_counted_once_in_stats_and_metri
 /// seconds) the old way; the deadline below is five, counted once the ring has settled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_requests_parked_when_their_owner_dies_drain_on_the_new_owner() {
-    let mut c = TestCluster::start_heavy(3, "shared_owner_backlog").await;
-    enable(&c).await;
-    let id = group(
-        &c,
-        json!({"name": "backlog", "resiliency_mode": "enforced",
-        "resource_limits": {"memory": 0.5},
-        "throttling": {"attribute": "group", "shared_limit": 2},
-        "queue": {"size_per_bucket": 20}}),
-    )
-    .await;
-    everywhere(&c, 3, &id).await;
+    let (mut c, id) = shared_cluster_queued("shared_owner_backlog", 2, Some(20)).await;
     let header = [("workloadGroupId", id.as_str())];
     // Both cluster-wide slots are held by heavy searches on a node that does not own the
     // bucket; eight cheap searches park on the third node.
@@ -1041,17 +1030,7 @@ async fn running_and_queued(c: &TestCluster, i: usize) -> (usize, usize) {
 /// within milliseconds, long before a second backstop round could admit the second parked
 /// search.
 async fn parked_requests_run_before_newcomers_when_the_owner_goes(name: &str, signal: &str) {
-    let mut c = TestCluster::start_heavy(3, name).await;
-    enable(&c).await;
-    let id = group(
-        &c,
-        json!({"name": "owner_goes", "resiliency_mode": "enforced",
-        "resource_limits": {"memory": 0.5},
-        "throttling": {"attribute": "group", "shared_limit": 2},
-        "queue": {"size_per_bucket": 10}}),
-    )
-    .await;
-    everywhere(&c, 3, &id).await;
+    let (mut c, id) = shared_cluster_queued(name, 2, Some(10)).await;
     let header = [("workloadGroupId", id.as_str())];
     let (holder, owner, first) = hold_on_a_non_owner(&c, &id).await;
     let second = c.start_search(holder, "/heavy/_search", heavy_query(), &header);
@@ -1139,17 +1118,7 @@ async fn test_a_stopping_node_runs_nothing_of_its_shared_backlog() {
     // `node_closed_exception` and runs none of them, so the cluster-wide limit holds through
     // the stop (`admission/queue.rs` S1). The stop once ran its whole backlog at once without
     // a lease: an outside trial saw 13 searches against a `shared_limit` of 3.
-    let mut c = TestCluster::start_heavy(3, "shared_stop_backlog").await;
-    enable(&c).await;
-    let id = group(
-        &c,
-        json!({"name": "stop_backlog", "resiliency_mode": "enforced",
-        "resource_limits": {"memory": 0.5},
-        "throttling": {"attribute": "group", "shared_limit": 1},
-        "queue": {"size_per_bucket": 10}}),
-    )
-    .await;
-    everywhere(&c, 3, &id).await;
+    let (mut c, id) = shared_cluster_queued("shared_stop_backlog", 1, Some(10)).await;
     let header = [("workloadGroupId", id.as_str())];
     let (holder, owner, first) = hold_on_a_non_owner(&c, &id).await;
     let stopping = 3 - holder - owner;
