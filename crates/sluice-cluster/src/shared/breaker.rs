@@ -34,6 +34,13 @@
 //!   new generation) starts closed, and the outcome of a call to an incarnation not in the
 //!   membership changes nothing. Tested by `test_only_live_incarnations_have_breakers` and the
 //!   model test.
+//! - **B4 (probed while open or awaited)** — the owners to probe are those whose breakers are
+//!   open (to close them, B2) and, among the owners the caller says its parked requests wait on,
+//!   the live incarnations whose breakers are closed (to open them should they be gone, B1),
+//!   each once, in node id order. A parked request waits for its owner's push, which no call of
+//!   its own makes, so without a probe a dead owner's death shows in no failure while every
+//!   request of its buckets on a node is parked (`coordinator.rs`, K18). Tested by
+//!   `test_open_and_awaited_owners_are_probed_once_each`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -168,6 +175,22 @@ impl Breakers {
             .collect()
     }
 
+    /// The owners to probe (B4): those whose breakers are open, and the live incarnations
+    /// among `awaited` (owners parked requests wait on) whose breakers are closed; each once,
+    /// in node id order.
+    pub fn to_probe(&self, awaited: &[Member]) -> Vec<Member> {
+        self.owners
+            .values()
+            .filter(|b| {
+                b.open.is_some()
+                    || awaited.iter().any(|m| {
+                        m.node_id == b.member.node_id && m.generation == b.member.generation
+                    })
+            })
+            .map(|b| b.member.clone())
+            .collect()
+    }
+
     /// How many breakers there are (B3).
     pub fn len(&self) -> usize {
         self.owners.len()
@@ -264,6 +287,28 @@ mod tests {
         let t = br.ticket();
         assert_eq!(br.failed(&c1, t, "refused"), Change::None);
         assert_eq!(br.num_open(), 0);
+    }
+
+    #[test]
+    fn test_open_and_awaited_owners_are_probed_once_each() {
+        let (a1, b1, c1, d1) = (node("a", 1), node("b", 1), node("c", 1), node("d", 1));
+        let mut br = Breakers::new(&[a1.clone(), b1.clone(), c1.clone(), d1.clone()]);
+        // Nothing open, nothing awaited: nobody.
+        assert!(br.to_probe(&[]).is_empty());
+        // c is open; d and c are awaited (c twice): c and d, once each, in node id order.
+        let t = br.ticket();
+        assert_eq!(br.failed(&c1, t, "refused"), Change::Opened);
+        assert_eq!(
+            br.to_probe(&[d1.clone(), c1.clone(), c1.clone()]),
+            vec![c1.clone(), d1.clone()]
+        );
+        // Awaited owners that are no live incarnation (b's earlier generation, a stranger) are
+        // not probed (B3).
+        assert_eq!(br.to_probe(&[node("b", 0), node("e", 1)]), vec![c1.clone()]);
+        // c answers: closed, and probed only while awaited.
+        assert_eq!(br.answered(&c1), Change::Closed);
+        assert!(br.to_probe(&[]).is_empty());
+        assert_eq!(br.to_probe(&[a1.clone(), b1.clone()]), vec![a1, b1]);
     }
 
     /// One step of the model test.

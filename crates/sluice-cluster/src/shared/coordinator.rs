@@ -82,6 +82,18 @@
 //!   newcomers took the room: an outside trial saw a dead owner's buckets stall 1 to 2.5 s
 //!   (once 4 s) after its kill -9 or SIGTERM, until the membership dropped it. Tested by
 //!   `test_room_freed_while_the_owner_cannot_be_asked_goes_to_parked_requests`.
+//! - **K18 (the owners parked requests wait on are watched)** — while requests of a bucket are
+//!   parked here, its remote owner is probed every [`PROBE_EVERY`] even while its breaker is
+//!   closed (B4 of `breaker.rs`), so a failed probe opens it (K16) and the requests fail open at
+//!   once (the backstop runs as it opens, then K17). A parked request waits for the owner's
+//!   push, which no call of this node's makes: a node whose every request of the bucket was
+//!   parked had no call out to the owner, so its death showed in no failure, its breaker stayed
+//!   closed, and the requests waited for the server's next one-second backstop sweep to ask (a
+//!   measurement saw a request wait 620 ms after a kill -9; BENCHMARKS.md, "Shared tier: an
+//!   owner dies"). A bucket is watched from its first parked request's ask
+//!   ([`Coordinator::acquire`] with `wants_queue`: enqueue-first, it parked before) until no
+//!   request of it is parked after its latest ask. Tested by
+//!   `test_the_owner_parked_requests_wait_on_is_watched_and_its_death_fails_them_open`.
 //! - **K6–K12** — the idle-lease cache's: see `cache.rs`.
 
 mod cache;
@@ -124,7 +136,10 @@ pub const PROBE_EVERY: Duration = ACQUIRE_DEADLINE;
 /// How long a probe waits for its answer: a call to a paused owner waits in its socket, and
 /// the owner answers it as soon as it runs again, so the longer the probe waits the sooner
 /// its breaker closes after a pause. [`CALL_DEADLINE`], as long as a release waits; one probe
-/// is out per owner at a time.
+/// is out per owner at a time. A probe of an owner parked requests wait on (K18) opens its
+/// closed breaker when the owner refuses or drops the connection, at once, or has not answered
+/// by then: a busy owner slower than an acquire's deadline is not taken for a lost one (a
+/// paused owner's buckets' parked requests fail open anyway at the backstop's next ask).
 pub const PROBE_DEADLINE: Duration = CALL_DEADLINE;
 
 /// How many answered offers a coordinator remembers to answer duplicates alike (K5): a
@@ -298,6 +313,11 @@ struct State {
     /// When the expiry task wakes next (`None`: when a lease goes idle); a lease going idle
     /// with an earlier end of window wakes it (K7).
     wake_at: Option<Instant>,
+    /// Buckets whose parked requests asked a remote owner, each with the number of its latest
+    /// such ask (K18): their owners are watched while requests of them are parked.
+    parked: BTreeMap<Arc<str>, u64>,
+    /// Asks of parked requests to remote owners so far (numbers the entries of `parked`).
+    parked_asks: u64,
 }
 
 /// Counters of this node's shared-tier traffic (shown per group by the server).
@@ -455,6 +475,75 @@ impl Coordinator {
         })
     }
 
+    /// Notes that a parked request of `bucket` asks its remote owner (K18); wakes the prober
+    /// when the bucket is new to the watch.
+    fn note_parked(&self, bucket: &str) {
+        let new = {
+            let mut st = self.state.lock();
+            st.parked_asks += 1;
+            let ask = st.parked_asks;
+            match st.parked.get_mut(bucket) {
+                Some(latest) => {
+                    *latest = ask;
+                    false
+                }
+                None => {
+                    st.parked.insert(Arc::from(bucket), ask);
+                    true
+                }
+            }
+        };
+        if new {
+            self.probe_wake.notify_one();
+        }
+    }
+
+    /// The remote owners of the buckets with requests parked here (K18), each once; forgets
+    /// the buckets none of whose requests is parked after its latest ask. The sink is asked
+    /// outside the lock (it has locks of its own); a bucket asked again meanwhile is kept
+    /// (enqueue-first: a request parks before it asks, so one the sink did not count has
+    /// asked since).
+    fn awaited_owners(&self) -> Vec<crate::Member> {
+        let asked: Vec<(Arc<str>, u64)> = {
+            let st = self.state.lock();
+            st.parked.iter().map(|(b, n)| (b.clone(), *n)).collect()
+        };
+        if asked.is_empty() {
+            return Vec::new();
+        }
+        let sink = self.sink.get();
+        let ring = self.ring.read().clone();
+        let mut owners: BTreeMap<String, crate::Member> = BTreeMap::new();
+        let mut drained = Vec::new();
+        for (bucket, ask) in asked {
+            if sink.is_none_or(|s| s.num_parked(&bucket) == 0) {
+                drained.push((bucket, ask));
+                continue;
+            }
+            if let Some(m) = ring.owner(bucket.as_bytes())
+                && *m.node_id != *self.me
+            {
+                owners.entry(m.node_id.clone()).or_insert_with(|| m.clone());
+            }
+        }
+        if !drained.is_empty() {
+            let mut st = self.state.lock();
+            for (bucket, ask) in drained {
+                if st.parked.get(&bucket) == Some(&ask) {
+                    st.parked.remove(&bucket);
+                }
+            }
+        }
+        owners.into_values().collect()
+    }
+
+    /// The owners to probe (K16, K18): those whose breakers are open, and those requests
+    /// parked here wait on (B4 of `breaker.rs`).
+    fn to_probe(&self) -> Vec<crate::Member> {
+        let awaited = self.awaited_owners();
+        self.breakers.lock().to_probe(&awaited)
+    }
+
     /// What a call sent now carries to report its outcome (K16).
     fn ticket(&self) -> Ticket {
         self.breakers.lock().ticket()
@@ -533,6 +622,13 @@ impl Coordinator {
         deadline: Duration,
     ) -> Acquired {
         let owner = self.owner_of(bucket);
+        // K18: a parked request's owner is watched while it waits.
+        if wants_queue
+            && let Some(m) = &owner
+            && *m.node_id != *self.me
+        {
+            self.note_parked(bucket);
+        }
         if let Some(m) = &owner
             && let Some(slot) = self.reuse(bucket, &m.node_id, limit)
         {
@@ -1237,12 +1333,15 @@ async fn follow_ring(
         }
         c.release_moved();
         c.owners_changed.notify_one();
+        // K18: a moved bucket's parked requests wait on its new owner.
+        c.probe_wake.notify_one();
     }
 }
 
-/// Probes every owner whose breaker is open (K16), one probe out per owner at a time and at
-/// most one every [`PROBE_EVERY`]: an empty renewal, which every owner answers (`Renewed`,
-/// nothing lost) through the service its acquires go to. An answer closes the breaker.
+/// Probes every owner whose breaker is open (K16) or that requests parked here wait on (K18),
+/// one probe out per owner at a time and at most one every [`PROBE_EVERY`]: an empty renewal,
+/// which every owner answers (`Renewed`, nothing lost) through the service its acquires go to.
+/// An answer closes the breaker; a failure opens it (B1).
 async fn prober(c: Weak<Coordinator>, wake: Arc<Notify>, stop: CancellationToken) {
     // The owners with a probe out, and the probes, each ending with its owner's id.
     let mut out: BTreeSet<String> = BTreeSet::new();
@@ -1251,9 +1350,9 @@ async fn prober(c: Weak<Coordinator>, wake: Arc<Notify>, stop: CancellationToken
         let Some(coordinator) = c.upgrade() else {
             return;
         };
-        let open = coordinator.breakers.lock().open_owners();
+        let targets = coordinator.to_probe();
         drop(coordinator);
-        for owner in open {
+        for owner in targets {
             if out.insert(owner.node_id.clone()) {
                 probes.push(Box::pin(probe(c.clone(), owner)));
             }

@@ -8,6 +8,7 @@
 //! releases, offers of freed leases to waiting coordinators, the TTL sweep and the purge of
 //! departed coordinators. A coordinator stops asking an owner that failed a call until it
 //! answers again ([`breaker::Breakers`]): its buckets fail open at once, parked requests first.
+//! It also probes the owners its parked requests wait on, whose death no call of theirs shows.
 //!
 //! ```text
 //! coordinator C                          owner O (ring: bucket → O)

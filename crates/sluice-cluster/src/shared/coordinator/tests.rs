@@ -1,4 +1,4 @@
-//! The coordinator's unit tests (K1-K15).
+//! The coordinator's unit tests (K1-K18).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::AtomicBool;
@@ -19,6 +19,8 @@ struct Switch {
     acquires: AtomicU64,
     /// Release calls tried, carried or not.
     releases: AtomicU64,
+    /// Probes tried (empty renewals), carried or not.
+    probes: AtomicU64,
     /// How long a call takes, in microseconds (0: answered at once): the network's latency,
     /// on the tests' paused clock, so that calls are out while other requests arrive. Tests
     /// never sleep to wait for a condition; they poll with [`eventually`].
@@ -64,6 +66,9 @@ impl Transport for Switch {
         }
         if matches!(call, SharedCall::Release { .. }) {
             self.releases.fetch_add(1, Ordering::SeqCst);
+        }
+        if matches!(&call, SharedCall::Renew { leases } if leases.is_empty()) {
+            self.probes.fetch_add(1, Ordering::SeqCst);
         }
         let delay = Duration::from_micros(self.delay_us.load(Ordering::SeqCst));
         Box::pin(async move {
@@ -122,6 +127,7 @@ fn pair() -> Pair {
         b: OnceLock::new(),
         acquires: AtomicU64::new(0),
         releases: AtomicU64::new(0),
+        probes: AtomicU64::new(0),
         delay_us: AtomicU64::new(0),
     });
     let to_a = Arc::new(Switch {
@@ -130,6 +136,7 @@ fn pair() -> Pair {
         b: OnceLock::new(),
         acquires: AtomicU64::new(0),
         releases: AtomicU64::new(0),
+        probes: AtomicU64::new(0),
         delay_us: AtomicU64::new(0),
     });
     let start = |me: &str, t: Arc<Switch>| {
@@ -370,6 +377,69 @@ async fn test_room_freed_while_the_owner_cannot_be_asked_goes_to_parked_requests
     tokio::time::advance(PROBE_EVERY).await;
     assert_eq!(handed(), 3);
     assert_eq!(p.a.held_for(g), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_the_owner_parked_requests_wait_on_is_watched_and_its_death_fails_them_open() {
+    use futures::FutureExt;
+    let p = pair();
+    let g = &p.buckets[0];
+    let sink = Arc::new(Parked {
+        parked: Mutex::new(0),
+        offered: AtomicU64::new(0),
+        failed_open: AtomicU64::new(0),
+        coordinator: OnceLock::new(),
+        taken: Mutex::new(Vec::new()),
+    });
+    let _ = sink.coordinator.set(Arc::downgrade(&p.a));
+    p.a.set_sink(sink.clone());
+    let probes = || p.switch.probes.load(Ordering::SeqCst);
+    let acquires = || p.switch.acquires.load(Ordering::SeqCst);
+    p.switch.up.store(true, Ordering::SeqCst);
+    // Node c holds the bucket's only slot: a's request parks (enqueue-first), and its ask
+    // registers a as the owner's waiter. Nothing of a's runs on the bucket: no call of a's
+    // is out to the owner, and none is due.
+    let SharedReply::Granted { .. } = p.b.owner.acquire("c", g, 1, false, 0) else {
+        panic!("room for c");
+    };
+    *sink.parked.lock() = 1;
+    let denied = p.a.acquire(g, 1, true, ACQUIRE_DEADLINE).await;
+    assert!(
+        matches!(
+            denied,
+            Acquired::Denied {
+                registered: true,
+                ..
+            }
+        ),
+        "{denied:?}"
+    );
+    assert!(p.a.owners_changed().now_or_never().is_none());
+    // K18: while the request is parked, its owner is probed every PROBE_EVERY (a second of
+    // the paused clock passes, every timer firing at its time).
+    tokio::time::sleep(PROBE_EVERY * 5).await;
+    assert!(probes() >= 5, "{} probes", probes());
+    assert_eq!(acquires(), 1);
+    assert!(p.a.fails_fast(g).is_none());
+    // The owner dies. No request asks it, yet within a probe period its breaker opens and the
+    // backstop is woken (K16), without waiting for the backstop's own period.
+    p.switch.up.store(false, Ordering::SeqCst);
+    let died = tokio::time::Instant::now();
+    eventually(|| p.a.fails_fast(g).is_some()).await;
+    assert!(tokio::time::Instant::now() <= died + PROBE_EVERY);
+    assert_eq!(acquires(), 1, "it was a probe that failed, not an ask");
+    assert!(p.a.owners_changed().now_or_never().is_some());
+    // The backstop's ask fails the parked request open at once, without a call.
+    let slot = p.a.acquire(g, 1, true, ACQUIRE_DEADLINE).await;
+    assert!(matches!(slot, Acquired::FailOpen { .. }), "{slot:?}");
+    assert_eq!(acquires(), 1);
+    *sink.parked.lock() = 0;
+    // Once the owner answers a probe again and nothing is parked, it is not probed any more.
+    owner_back(&p).await;
+    let before = probes();
+    tokio::time::sleep(PROBE_EVERY * 5).await;
+    assert_eq!(probes(), before);
+    drop(slot);
 }
 
 /// Takes offers for up to `parked` requests; counts what it was offered.
