@@ -994,7 +994,7 @@ async fn test_requests_parked_when_their_owner_dies_drain_on_the_new_owner() {
 }
 
 /// The searches of the group on node `i` by state: (admitted and running, queued).
-async fn running_and_queued(c: &TestCluster, i: usize) -> (usize, usize) {
+pub(crate) async fn running_and_queued(c: &TestCluster, i: usize) -> (usize, usize) {
     let (_, t) = c.get(i, "/_tasks?actions=*search*&nodes=_local").await;
     let tasks: Vec<Value> = t["nodes"]
         .as_object()
