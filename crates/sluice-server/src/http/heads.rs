@@ -21,9 +21,9 @@
 //! A request line appears only at a message's start, and taking body bytes for one would
 //! change a body: [`Heads`] follows the framing of each request as hyper reads it (RFC 9112
 //! §6: `Transfer-Encoding: chunked`, else `Content-Length`, else no body) and looks for a head
-//! only where one starts. A connection whose framing it does not follow (HTTP/2, an upgrade or
-//! `CONNECT`, a head or a chunk hyper refuses, which ends the connection) is passed through
-//! untouched from there on, as before.
+//! only where one starts. A connection whose framing it does not follow (HTTP/2, `CONNECT`, a
+//! head or a chunk hyper refuses, which ends the connection) is passed through untouched from
+//! there on, as before.
 //!
 //! # Invariants
 //! - H1 — hyper reads the bytes the client sent, in order, each once, but for the targets
@@ -38,6 +38,16 @@
 //! - H3 — a refused head is the last request hyper reads on the connection, and the only one
 //!   [`Refusals`] names. Tested by `test_a_head_too_long_is_refused_after_the_requests_before_it`
 //!   and, end to end, `test_headers_over_16kb_get_opensearchs_400_on_every_request`.
+//! - H4 — a head's memory is bounded: its header lines are counted as Netty counts them,
+//!   every byte but an `LF` and a `CR` just before one, so a head that never ends (a flood of
+//!   bare `CR`s, which once counted for nothing: an outside trial held 770 MB on one
+//!   unauthenticated connection) is refused past `http.max_header_size`, at most three bytes
+//!   held for each one counted. Tested by `test_a_head_of_bare_crs_is_refused_as_too_long` and,
+//!   end to end, `test_headers_over_16kb_get_opensearchs_400_on_every_request`.
+//! - H5 — empty lines before a request line are skipped, as Netty skips them, and a request
+//!   asking for an `Upgrade` (which sluice never grants) is followed as any other: neither
+//!   turns the layer off for the rest of the connection (an outside trial's odd target after a
+//!   stray `CRLF` got hyper's bare 400). Tested by `test_heads_follow_the_framing_of_every_body`.
 
 use std::io;
 use std::mem::MaybeUninit;
@@ -172,10 +182,7 @@ impl<I> Heads<I> {
         // Only what came since the last look: its size, and whether it may end the head (an
         // empty line), before the head is parsed whole.
         let from = self.scanned.max(line);
-        self.size += self.buf[from..]
-            .iter()
-            .filter(|&&b| b != b'\r' && b != b'\n')
-            .count();
+        self.size = counted(self.size, &self.buf[from - 1..]);
         let may_end = ends_head(&self.buf[(line - 1).max(self.scanned.saturating_sub(2))..]);
         self.scanned = self.buf.len();
         if !may_end {
@@ -222,6 +229,18 @@ impl<I> Heads<I> {
     /// target's odd bytes; where it ends. `None` while it is not whole, or when the state
     /// moved on (refused, or passed through: not an HTTP/1 request line).
     fn read_line(&mut self) -> Option<usize> {
+        // Empty lines before a request line are skipped (H5), as Netty skips them (and RFC 9112
+        // §2.2 asks a server to): a client's `CRLF` after a body once made this layer take
+        // the connection for one it does not follow.
+        let empty = self
+            .buf
+            .iter()
+            .take_while(|&&b| b == b'\r' || b == b'\n')
+            .count();
+        if empty > 0 {
+            self.buf.advance(empty);
+            self.scanned = self.scanned.saturating_sub(empty);
+        }
         let Some(lf) = memchr::memchr(b'\n', &self.buf[self.scanned..]).map(|i| self.scanned + i)
         else {
             if self.buf.len() > MAX_REQUEST_LINE {
@@ -441,26 +460,43 @@ fn ends_head(bytes: &[u8]) -> bool {
 }
 
 /// The size of header lines as Netty counts it against `http.max_header_size`: every byte
-/// but the lines' ends.
+/// but the lines' ends, an `LF` and a `CR` just before it (H4).
 fn lines_size(lines: &[u8]) -> usize {
     // A cheap bound first: most heads are far below the limit.
     if lines.len() <= MAX_HEADER_SIZE {
         return lines.len();
     }
-    lines.iter().filter(|&&b| b != b'\r' && b != b'\n').count()
+    let ends = memchr::memchr_iter(b'\n', lines).count();
+    let crs_before = memchr::memmem::find_iter(lines, b"\r\n").count();
+    lines.len() - ends - crs_before
+}
+
+/// [`lines_size`]'s count `size` of the lines up to `bytes[0]`, with the bytes after it: each
+/// byte but an `LF` counts, and an `LF` right after a `CR` takes back that `CR`, counted when
+/// it came (the two are the line's end). A bare `CR` counts, as Netty counts it: leaving every
+/// `CR` out let a head of `CR`s grow without end (H4).
+fn counted(size: usize, bytes: &[u8]) -> usize {
+    let rest = &bytes[1..];
+    let ends = memchr::memchr_iter(b'\n', rest).count();
+    let crs_before = memchr::memmem::find_iter(bytes, b"\r\n").count();
+    // Every `CR` taken back was counted: in `size`, or in `rest` before its `LF`.
+    size + (rest.len() - ends) - crs_before
 }
 
 /// What follows a request head, by hyper's reading of its framing (its `role.rs`): a chunked
 /// body when the last `Transfer-Encoding` ends in `chunked`, else a body of its
 /// `Content-Length` (the first one; later ones must agree), else none. What hyper refuses (a
 /// length that is no number or disagrees, a `Transfer-Encoding` not ending in `chunked` or on
-/// HTTP/1.0) ends the connection, and an upgrade or `CONNECT` may leave HTTP/1: the rest is
+/// HTTP/1.0) ends the connection, and a `CONNECT` may leave HTTP/1: the rest is
 /// passed through.
 fn framing(req: &httparse::Request<'_, '_>) -> State {
     let http11 = req.version == Some(1);
     let mut chunked = None;
     let mut length: Option<u64> = None;
-    let mut upgrade = req.method == Some("CONNECT");
+    // An `Upgrade` is never taken (sluice answers no request 101, and a gateway forwards no
+    // `Upgrade`): the connection stays HTTP/1, and this layer follows it (H5). A `CONNECT`
+    // answered 2xx would leave it.
+    let upgrade = req.method == Some("CONNECT");
     for h in req.headers.iter() {
         if h.name.eq_ignore_ascii_case("transfer-encoding") {
             if !http11 {
@@ -477,8 +513,6 @@ fn framing(req: &httparse::Request<'_, '_>) -> State {
                 (Some(n), Some(m)) if n == m => {}
                 _ => return State::Through,
             }
-        } else if h.name.eq_ignore_ascii_case("upgrade") {
-            upgrade |= http11;
         }
     }
     match (upgrade, chunked, length) {
@@ -660,15 +694,20 @@ mod tests {
              POST /{{x}} HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\ncontent-length: 3\r\n\r\n\
              {:x};ext=\"y\"\r\n{body}\r\n1 \r\n{{\r\n0\r\ntrailer: {ODD}\r\n\
              {ODD}\n\
+             \r\n\r\n{ODD}upgrade: websocket\r\nconnection: upgrade\r\n\r\n\
+             {ODD}\r\n\
              GET /plain HTTP/1.0\r\n\r\n",
             body.len(),
             body.len(),
         );
+        // Empty lines before a request line are dropped; an upgrade asked is followed.
         let expected = format!(
             "{ENCODED}host: a\r\ncontent-length: {}\r\n\r\n{body}\
              POST /%7Bx%7D HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\ncontent-length: 3\r\n\r\n\
              {:x};ext=\"y\"\r\n{body}\r\n1 \r\n{{\r\n0\r\ntrailer: {ODD}\r\n\
              {ENCODED}\n\
+             {ENCODED}upgrade: websocket\r\nconnection: upgrade\r\n\r\n\
+             {ENCODED}\r\n\
              GET /plain HTTP/1.0\r\n\r\n",
             body.len(),
             body.len(),
@@ -691,8 +730,7 @@ mod tests {
         for sent in [
             // HTTP/2's preface, then frames.
             format!("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n{ODD}"),
-            // An upgrade may leave HTTP/1.
-            format!("GET / HTTP/1.1\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\n{ODD}"),
+            // A `CONNECT` may leave HTTP/1.
             format!("CONNECT a:1 HTTP/1.1\r\n\r\n{ODD}"),
             // Framings hyper refuses, ending the connection.
             format!("POST / HTTP/1.1\r\ncontent-length: 1x\r\n\r\n{ODD}"),
@@ -708,6 +746,33 @@ mod tests {
             let (got, _) = read(sent.as_bytes(), 5, 64);
             let got = String::from_utf8_lossy(&got);
             assert_eq!(got, sent);
+        }
+    }
+
+    #[test]
+    fn test_a_head_of_bare_crs_is_refused_as_too_long() {
+        // Bare `CR`s count (H4); `CRLF` ends take back their `CR`, in one read or split.
+        let flood = format!(
+            "GET /a HTTP/1.1\r\nhost: x\r\nx-a: b{}",
+            "\r".repeat(40_000)
+        );
+        for step in [1, 7, 4096] {
+            let (got, refusals) = read(flood.as_bytes(), step, 4096);
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                "GET /a HTTP/1.1\r\nconnection: close\r\n\r\n",
+                "step {step}"
+            );
+            assert_eq!(refusals.next(), Some(Refused::HeadersTooLong));
+        }
+        // Within the count, a head of many `CRLF`-ended lines, split anywhere, is not refused.
+        let lines = "x-p: 1\r\n".repeat(MAX_HEADER_SIZE / 7);
+        let head = format!("GET /a HTTP/1.1\r\n{lines}\r\n");
+        assert!(lines.len() > MAX_HEADER_SIZE && lines_size(lines.as_bytes()) <= MAX_HEADER_SIZE);
+        for step in [1, 3, 5, 4096] {
+            let (got, refusals) = read(head.as_bytes(), step, 4096);
+            assert_eq!(String::from_utf8_lossy(&got), head, "step {step}");
+            assert!(refusals.next().is_none());
         }
     }
 

@@ -10,8 +10,11 @@
 //! whitespace Netty splits a request line on), `"`, `<`, `>`, `\`, `^`, `` ` ``, `{`, `|`, `}`,
 //! `DEL` and every byte from `0x80` (raw UTF-8, or bytes that are not UTF-8: encoded, the
 //! former decode to the same text and the latter read as replacement characters, as an escape
-//! of them does, where they were a bare `400` before). `%`, `#`, `[` and `]` are left as sent:
-//! they mean what they mean to both. `http::Uri` takes some odd bytes today (`{`, `}`, `|`,
+//! of them does, where they were a bare `400` before). So is a `#` in the path: OpenSearch's
+//! path runs to the first `?`, so `PUT /t/_doc/a#b` writes the document `a#b`, where
+//! `http::Uri` took `#b` for a fragment and the request wrote `a` (an outside trial's `DELETE
+//! /t/_doc/x#keep` deleted `x`). `%`, `[`, `]` and a `#` in the query are left as sent: they
+//! mean what they mean to both (OpenSearch's query, as `http::Uri`'s, ends at a `#`). `http::Uri` takes some odd bytes today (`{`, `}`, `|`,
 //! `\` and `^`); they are encoded all the same, so the answer does not hang on its version.
 
 /// Which bytes [`is_odd`] calls odd, one entry a byte.
@@ -36,20 +39,31 @@ pub fn is_odd(b: u8) -> bool {
     ODD[usize::from(b)]
 }
 
-/// Whether `target` holds an odd byte: one table look-up a byte, and all a target that needs
-/// nothing costs.
-pub fn has_odd(target: &[u8]) -> bool {
-    target.iter().any(|&b| is_odd(b))
+/// Where `target`'s path ends: at its first `?`, or its end.
+fn path_end(target: &[u8]) -> usize {
+    memchr::memchr(b'?', target).unwrap_or(target.len())
 }
 
-/// `target` with each odd byte percent-encoded (`%XX`, upper-case hex, as RFC 3986 prefers),
-/// every other byte as it came.
+/// Whether `target` holds an odd byte, or a `#` in its path: one table look-up a byte and a
+/// search for two bytes, all a target that needs nothing costs.
+pub fn has_odd(target: &[u8]) -> bool {
+    target.iter().any(|&b| is_odd(b)) || memchr::memchr(b'#', &target[..path_end(target)]).is_some()
+}
+
+/// `target` with each odd byte and each `#` of its path percent-encoded (`%XX`, upper-case
+/// hex, as RFC 3986 prefers), every other byte as it came.
 pub fn encode(target: &[u8]) -> Vec<u8> {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let odd = target.iter().filter(|&&b| is_odd(b)).count();
+    let path_end = path_end(target);
+    let encoded = |i: usize, b: u8| is_odd(b) || (b == b'#' && i < path_end);
+    let odd = target
+        .iter()
+        .enumerate()
+        .filter(|&(i, &b)| encoded(i, b))
+        .count();
     let mut out = Vec::with_capacity(target.len() + 2 * odd);
-    for &b in target {
-        if is_odd(b) {
+    for (i, &b) in target.iter().enumerate() {
+        if encoded(i, b) {
             out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xF)]]);
         } else {
             out.push(b);
@@ -81,7 +95,7 @@ mod tests {
         // encoded or not.
         for plain in [
             &b"/logs/_search?q=t%3A%22x%22&size=1"[..],
-            b"/a%zz/b#frag",
+            b"/a%zz/b?x=1#frag",
             b"/[x]/_doc/1?op=a+b",
         ] {
             assert!(!has_odd(plain), "{}", String::from_utf8_lossy(plain));
@@ -92,6 +106,11 @@ mod tests {
             assert!(!is_odd(sep), "{sep:#x}");
         }
         assert_eq!(encode("/é\u{7f}\0".as_bytes()), b"/%C3%A9%7F%00".to_vec());
+        // A `#` in the path is part of it, as OpenSearch reads it; in the query it ends it.
+        let target = b"/t/_doc/a#b?refresh=true#x";
+        assert!(has_odd(target));
+        assert_eq!(encode(target), b"/t/_doc/a%23b?refresh=true#x".to_vec());
+        assert!(has_odd(b"/t/_doc/a#b"));
     }
 
     proptest! {
