@@ -165,6 +165,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         // A HEAD only where OpenSearch answers one, before anything else is checked.
         .route_layer(middleware::from_fn(fallback::refuse_head))
         .merge(owned_routes())
+        .method_not_allowed_fallback(fallback::method_not_allowed)
         .fallback(no_handler)
         .with_state(state)
 }

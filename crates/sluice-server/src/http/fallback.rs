@@ -13,7 +13,10 @@ use crate::error::ApiError;
 use crate::http::RequestMeta;
 use crate::state::AppState;
 
-pub async fn no_handler(method: Method, uri: Uri) -> ApiError {
+/// No route takes the request: 400, its body read first and dropped ([`method_not_allowed`]).
+pub async fn no_handler(req: Request) -> ApiError {
+    let (method, uri) = (req.method().clone(), req.uri().clone());
+    crate::http::content_type::discard_body(req).await;
     ApiError::Simple {
         status: StatusCode::BAD_REQUEST,
         message: format!("no handler found for uri [{uri}] and method [{method}]"),
@@ -26,9 +29,7 @@ pub async fn no_handler(method: Method, uri: Uri) -> ApiError {
 /// ([`crate::backend::upstream::Upstream::forward`]); 502/504 when the upstream fails.
 pub async fn forward(State(st): State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
     let Some(up) = st.upstream.as_ref() else {
-        return no_handler(req.method().clone(), req.uri().clone())
-            .await
-            .into_response();
+        return no_handler(req).await.into_response();
     };
     let client = req
         .extensions()
@@ -38,6 +39,17 @@ pub async fn forward(State(st): State<Arc<AppState>>, meta: RequestMeta, req: Re
         Ok(resp) => resp,
         Err(e) => e.into_response(),
     }
+}
+
+/// The route does not take the request's method: 405 (the router adds the `Allow` header, and
+/// [`name_allowed_methods`] words it), its body read first and dropped, as OpenSearch's
+/// aggregator has read a whole request before it dispatches it. Answered before its body was
+/// read, a request of more than a few kilobytes left hyper closing the connection after the
+/// answer without saying so, and a request the client had pipelined behind it was lost (an
+/// outside trial's 70 KB `POST` to a `_cat` route).
+pub async fn method_not_allowed(req: Request) -> StatusCode {
+    crate::http::content_type::discard_body(req).await;
+    StatusCode::METHOD_NOT_ALLOWED
 }
 
 /// Refuses a `HEAD` on a route OpenSearch answers only other methods of (a search, a count, a

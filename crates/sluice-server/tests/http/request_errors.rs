@@ -548,3 +548,33 @@ async fn test_a_content_length_over_the_limit_is_refused_from_the_head() {
     node.assert_alive().await;
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_refused_method_or_route_reads_the_body_and_keeps_the_connection() {
+    // OpenSearch's aggregator reads a whole request before it dispatches it, so its 405 and
+    // its 400 for no handler leave the connection usable. Answered before a body of more than
+    // a few kilobytes was read, the node closed the connection after the answer without
+    // saying so, and the request pipelined behind it was lost (an outside trial).
+    let node = TestNode::start().await;
+    let body = format!("{{\"pad\": \"{}\"}}", "p".repeat(100_000));
+    for (path, status) in [
+        ("/_cat/count", 405),
+        ("/_list/wlm_stats", 405),
+        ("/nope/_nope", 400),
+    ] {
+        let sent = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n\r\n{body}GET / HTTP/1.1\r\nhost: x\r\n\r\n",
+            body.len()
+        );
+        let mut stream = connect_and_send(&node, sent.as_bytes()).await;
+        let mut buf = Vec::new();
+        let (s, closes, b) = next_answer(&mut stream, &mut buf).await;
+        assert_eq!(s, status, "{path}: {b}");
+        assert!(!closes, "{path}: the connection stays open");
+        let (s, _, b) = next_answer(&mut stream, &mut buf).await;
+        assert_eq!(s, 200, "{path}: the request behind it is answered: {b}");
+    }
+    node.assert_alive().await;
+    node.stop().await;
+}

@@ -76,6 +76,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route_layer(axum::middleware::from_fn(
             crate::http::fallback::refuse_head,
         ))
+        .method_not_allowed_fallback(crate::http::fallback::method_not_allowed)
         .fallback(crate::http::fallback::forward)
         .with_state(state)
 }
