@@ -166,15 +166,6 @@ impl Breakers {
         self.owners.values().filter(|b| b.open.is_some()).count()
     }
 
-    /// The owners whose breakers are open, in node id order (to probe).
-    pub fn open_owners(&self) -> Vec<Member> {
-        self.owners
-            .values()
-            .filter(|b| b.open.is_some())
-            .map(|b| b.member.clone())
-            .collect()
-    }
-
     /// The owners to probe (B4): those whose breakers are open, and the live incarnations
     /// among `awaited` (owners parked requests wait on) whose breakers are closed; each once,
     /// in node id order.
@@ -240,7 +231,7 @@ mod tests {
         assert_eq!(br.open_reason(&b1), Some("refused"));
         assert_eq!(br.num_open(), 1);
         assert_eq!(br.failed(&b1, t, "refused again"), Change::None);
-        assert_eq!(br.open_owners(), vec![b1]);
+        assert_eq!(br.to_probe(&[]), vec![b1], "the open breakers are probed");
     }
 
     #[test]
@@ -257,7 +248,7 @@ mod tests {
         // A call sent before that answer fails late: it stays closed.
         assert_eq!(br.failed(&b1, before, "no answer"), Change::None);
         assert_eq!(br.num_open(), 0);
-        assert!(br.open_owners().is_empty());
+        assert!(br.to_probe(&[]).is_empty());
     }
 
     #[test]
