@@ -37,6 +37,7 @@ pub mod routes;
 pub mod scrolls;
 pub mod settings;
 pub mod sniff;
+pub mod streamed;
 pub mod tasks;
 
 use std::any::Any;
@@ -357,16 +358,29 @@ impl Upstream {
         // be known only by its length (zero; a lent request's body says no more).
         let bodiless = hyper::body::Body::is_end_stream(&body)
             || hyper::body::Body::size_hint(&body).exact() == Some(0);
-        let body = if bodiless {
-            OutBody::Bytes(Bytes::new())
+        let (body, ended) = if bodiless {
+            (OutBody::Bytes(Bytes::new()), None)
         } else {
-            OutBody::Stream(body)
+            let length = headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| h1::content_length(v.as_bytes()));
+            let (body, ended) = streamed::EndWatched::watch(body, length);
+            (OutBody::Stream(body), Some(ended))
         };
         let resp = self
             .client
             .send(&parts.method, &path, headers, body)
             .await?;
-        Ok(stream_back(resp))
+        let mut resp = stream_back(resp);
+        if ended.is_some_and(|e| !streamed::EndWatched::ended(&e)) {
+            // Answered before the body was all read: the connection closes after this answer,
+            // and says so (`streamed.rs`).
+            resp.headers_mut().insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
+        }
+        Ok(resp)
     }
 
     /// Sends `call` as it is (no admission, no `X-Opaque-Id` of sluice's), answering once the
