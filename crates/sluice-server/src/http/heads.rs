@@ -466,21 +466,23 @@ fn lines_size(lines: &[u8]) -> usize {
     if lines.len() <= MAX_HEADER_SIZE {
         return lines.len();
     }
-    let ends = memchr::memchr_iter(b'\n', lines).count();
-    let crs_before = memchr::memmem::find_iter(lines, b"\r\n").count();
-    lines.len() - ends - crs_before
+    netty_count(lines)
 }
 
-/// [`lines_size`]'s count `size` of the lines up to `bytes[0]`, with the bytes after it: each
-/// byte but an `LF` counts, and an `LF` right after a `CR` takes back that `CR`, counted when
-/// it came (the two are the line's end). A bare `CR` counts, as Netty counts it: leaving every
-/// `CR` out let a head of `CR`s grow without end (H4).
-fn counted(size: usize, bytes: &[u8]) -> usize {
-    let rest = &bytes[1..];
-    let ends = memchr::memchr_iter(b'\n', rest).count();
+/// [`lines_size`] without its bound: the bytes, less each `LF` and each `CR` just before one.
+fn netty_count(bytes: &[u8]) -> usize {
+    let ends = memchr::memchr_iter(b'\n', bytes).count();
     let crs_before = memchr::memmem::find_iter(bytes, b"\r\n").count();
-    // Every `CR` taken back was counted: in `size`, or in `rest` before its `LF`.
-    size + (rest.len() - ends) - crs_before
+    bytes.len() - ends - crs_before
+}
+
+/// [`lines_size`]'s count `size` of the lines up to `bytes[0]`, with the bytes after it. A
+/// `CR` at `bytes[0]`, counted when it came, is taken back when an `LF` follows it here (the
+/// two are the line's end). A bare `CR` counts, as Netty counts it: leaving every `CR` out
+/// let a head of `CR`s grow without end (H4).
+fn counted(size: usize, bytes: &[u8]) -> usize {
+    let ends_a_line = bytes.starts_with(b"\r\n");
+    size + netty_count(&bytes[1..]) - usize::from(ends_a_line)
 }
 
 /// What follows a request head, by hyper's reading of its framing (its `role.rs`): a chunked
