@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde_json::json;
 
-use crate::harness::{TestCluster, heavy_query};
+use crate::harness::heavy_query;
 use crate::shared_tier::{
-    enable, end_searches, everywhere, figures, group, hold_on_a_non_owner, running_and_queued,
+    end_searches, figures, hold_on_a_non_owner, running_and_queued, shared_cluster_queued,
 };
 
 /// Requests measured before the signal, and again after the survivors settled: a p99 of 200
@@ -65,17 +65,7 @@ async fn measure_a_bucket_whose_owner_goes() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(4);
-    let mut c = TestCluster::start_heavy(3, "measure_owner_loss").await;
-    enable(&c).await;
-    let id = group(
-        &c,
-        json!({"name": "stall", "resiliency_mode": "enforced",
-        "resource_limits": {"memory": 0.5},
-        "throttling": {"attribute": "group", "shared_limit": 2},
-        "queue": {"size_per_bucket": 50}}),
-    )
-    .await;
-    everywhere(&c, 3, &id).await;
+    let (mut c, id) = shared_cluster_queued("measure_owner_loss", 2, Some(50)).await;
     let (holder, owner, held) = hold_on_a_non_owner(&c, &id).await;
     end_searches(&c, holder, held).await;
     let survivors: Vec<usize> = (0..3).filter(|&i| i != owner).collect();
@@ -248,17 +238,7 @@ const LOOK_EVERY: Duration = Duration::from_millis(5);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, run by hand (module docs)"]
 async fn measure_requests_parked_with_no_call_out_when_their_owner_is_killed() {
-    let mut c = TestCluster::start_heavy(3, "measure_parked_owner_loss").await;
-    enable(&c).await;
-    let id = group(
-        &c,
-        json!({"name": "parked", "resiliency_mode": "enforced",
-        "resource_limits": {"memory": 0.5},
-        "throttling": {"attribute": "group", "shared_limit": 2},
-        "queue": {"size_per_bucket": 10}}),
-    )
-    .await;
-    everywhere(&c, 3, &id).await;
+    let (mut c, id) = shared_cluster_queued("measure_parked_owner_loss", 2, Some(10)).await;
     let header = [("workloadGroupId", id.as_str())];
     let (holder, owner, first) = hold_on_a_non_owner(&c, &id).await;
     let second = c.start_search(holder, "/heavy/_search", heavy_query(), &header);

@@ -55,7 +55,7 @@ async fn shared_cluster(name: &str, shared_limit: usize) -> (TestCluster, String
 }
 
 /// [`shared_cluster`] with a queue of `size_per_bucket` places, when given.
-async fn shared_cluster_queued(
+pub(crate) async fn shared_cluster_queued(
     name: &str,
     shared_limit: usize,
     size_per_bucket: Option<usize>,

@@ -415,10 +415,15 @@ async fn test_the_owner_parked_requests_wait_on_is_watched_and_its_death_fails_t
         "{denied:?}"
     );
     assert!(p.a.owners_changed().now_or_never().is_none());
-    // K18: while the request is parked, its owner is probed every PROBE_EVERY (a second of
-    // the paused clock passes, every timer firing at its time).
-    tokio::time::sleep(PROBE_EVERY * 5).await;
-    assert!(probes() >= 5, "{} probes", probes());
+    // K18: while the request is parked, its owner is probed every PROBE_EVERY: five probes
+    // within five periods of the paused clock.
+    let watched = tokio::time::Instant::now();
+    eventually(|| probes() >= 5).await;
+    assert!(
+        tokio::time::Instant::now() <= watched + PROBE_EVERY * 5,
+        "{} probes",
+        probes()
+    );
     assert_eq!(acquires(), 1);
     assert!(p.a.fails_fast(g).is_none());
     // The owner dies. No request asks it, yet within a probe period its breaker opens and the
@@ -437,6 +442,8 @@ async fn test_the_owner_parked_requests_wait_on_is_watched_and_its_death_fails_t
     // Once the owner answers a probe again and nothing is parked, it is not probed any more.
     owner_back(&p).await;
     let before = probes();
+    // An absence, so a span of the paused clock rather than a condition to poll for: five
+    // probe periods, which cost no wall time.
     tokio::time::sleep(PROBE_EVERY * 5).await;
     assert_eq!(probes(), before);
     drop(slot);
