@@ -185,10 +185,7 @@ pub async fn delete(
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     refuse_unrecognized(uri.path(), &params, &DELETE_PARAMS)?;
-    crate::http::cluster_manager_timeout::refuse_unparsable(&params)?;
-    if let Some(v) = params.get("timeout") {
-        sluice_wire::parse_time_value(v, "timeout").map_err(sluice_wire::OpenSearchError::from)?;
-    }
+    crate::http::timeouts::refuse_unparsable(&params, true)?;
     let deleted = modify(&st, |groups| {
         let Some(group) = groups.iter().find(|g| g.name == name) else {
             return Err(not_found(&name));

@@ -3,8 +3,8 @@
 //! extraction ([`body`]), path and query extraction ([`extract`]), the check of a body's
 //! `Content-Type` ([`content_type`]), response rendering ([`reply`](mod@reply)), the `?pretty`
 //! rendering of error answers ([`pretty`]) and YAML answers ([`format`](mod@format)), the check of unknown
-//! URL parameters ([`unrecognized`]) and of the cluster-manager timeouts
-//! ([`cluster_manager_timeout`]), OpenSearch's answers for unknown routes
+//! URL parameters ([`unrecognized`]) and of the action timeouts
+//! ([`timeouts`]), OpenSearch's answers for unknown routes
 //! and methods ([`fallback`]), the accept loop that serves connections ([`serve`]), the watch
 //! of its clients leaving ([`leaving`]) and of quiet ones ([`read_timeout`]), the reading of
 //! HTTP/1 request heads ahead of hyper ([`heads`]: unencoded targets, [`target`], and heads
@@ -13,7 +13,6 @@
 
 pub mod body;
 pub mod closing;
-pub mod cluster_manager_timeout;
 pub mod content_type;
 pub mod extract;
 pub mod fallback;
@@ -29,6 +28,7 @@ pub mod reply;
 pub mod serve;
 pub mod target;
 pub mod threads;
+pub mod timeouts;
 pub mod unrecognized;
 pub mod url_index;
 

@@ -59,9 +59,9 @@ pub fn refuse_unrecognized(path: &str, params: &Params, known: &[&str]) -> Resul
 }
 
 /// The route layer of the embedded node's routes: refuses a request with a URL parameter its
-/// route does not know ([`crate::api::known_params::known`]), or with a cluster-manager timeout
-/// that is not a time value ([`cluster_manager_timeout`](crate::http::cluster_manager_timeout),
-/// which no handler reads); lets every other request through (a query string that cannot be
+/// route does not know ([`crate::api::known_params::known`]), or with a timeout it takes that
+/// is not a time value ([`timeouts`](crate::http::timeouts): a cluster-manager timeout, which no
+/// handler reads, or the action's `timeout`, which only some do); lets every other request through (a query string that cannot be
 /// read is the handler's to refuse).
 ///
 /// # Cancel safety
@@ -80,8 +80,10 @@ pub async fn check_route(req: Request, next: Next) -> Response {
     };
     let (mut parts, body) = req.into_parts();
     if let Ok(Query(params)) = Query::<Params>::from_request_parts(&mut parts, &()).await
-        && let Err(refused) = refuse_unrecognized(parts.uri.path(), &params, known)
-            .and_then(|()| crate::http::cluster_manager_timeout::refuse_unparsable(&params))
+        && let Err(refused) = refuse_unrecognized(parts.uri.path(), &params, known).and_then(|()| {
+            let takes_timeout = known.contains(&crate::http::timeouts::TIMEOUT);
+            crate::http::timeouts::refuse_unparsable(&params, takes_timeout)
+        })
     {
         return ApiError::Engine(refused).into_response();
     }

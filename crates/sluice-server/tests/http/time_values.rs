@@ -269,3 +269,78 @@ async fn test_cluster_manager_timeouts_are_time_values_on_every_route_that_takes
     assert_eq!(s, 200, "{b}");
     node.stop().await;
 }
+
+/// An action's own `timeout` is a time value wherever its route takes it, as OpenSearch's
+/// handlers read it, whether or not sluice waits on it: `timeout=30` (no unit) is a 400 naming
+/// the parameter, and the request does nothing. Where a route does not take it, it is an
+/// unknown parameter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_an_actions_timeout_is_a_time_value_wherever_its_route_takes_it() {
+    let node = TestNode::start().await;
+    with_index(&node).await;
+    let bulk = "{\"index\":{\"_index\":\"t\",\"_id\":\"b\"}}\n{\"n\":2}\n";
+    for value in ["abc", "30"] {
+        let refused = [
+            node.req("PUT", &format!("/made?timeout={value}"), None)
+                .await,
+            node.req("DELETE", &format!("/t?timeout={value}"), None)
+                .await,
+            node.req(
+                "PUT",
+                &format!("/t/_mapping?timeout={value}"),
+                Some(json!({"properties": {"m": {"type": "keyword"}}})),
+            )
+            .await,
+            node.req(
+                "PUT",
+                &format!("/_cluster/settings?timeout={value}"),
+                Some(json!({"transient": {"search.max_buckets": 7}})),
+            )
+            .await,
+            node.raw("POST", &format!("/_bulk?timeout={value}"), bulk)
+                .await,
+        ];
+        for resp in refused {
+            assert_error(&resp, 400, "illegal_argument_exception");
+            assert_eq!(
+                reason(&resp),
+                format!(
+                    "failed to parse setting [timeout] with value [{value}] as a time value: unit is missing or unrecognized"
+                )
+            );
+        }
+    }
+    let (s, _) = node.req("HEAD", "/made", None).await;
+    assert_eq!(s, 404, "a refused create made no index");
+    let (s, _) = node.req("HEAD", "/t", None).await;
+    assert_eq!(s, 200, "a refused delete kept the index");
+    let (s, b) = node.req("GET", "/t/_mapping", None).await;
+    assert_eq!(s, 200, "{b}");
+    assert!(
+        b["t"]["mappings"]["properties"].get("m").is_none(),
+        "a refused mapping update changed nothing: {b}"
+    );
+    let (_, settings) = node
+        .req("GET", "/_cluster/settings?flat_settings=true", None)
+        .await;
+    assert_eq!(settings["transient"], json!({}), "{settings}");
+    let (s, _) = node.req("GET", "/t/_doc/b", None).await;
+    assert_eq!(s, 404, "a refused bulk wrote nothing");
+
+    // Taken where the route takes it.
+    let (s, b) = node.req("PUT", "/made?timeout=30s", None).await;
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = node
+        .raw("POST", "/_bulk?timeout=1m&refresh=true", bulk)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    // A document read takes no `timeout`: an unknown parameter, as in OpenSearch.
+    let resp = node.req("GET", "/t/_doc/1?timeout=1s", None).await;
+    assert_error(&resp, 400, "illegal_argument_exception");
+    assert!(
+        reason(&resp).contains("contains unrecognized parameter: [timeout]"),
+        "{}",
+        resp.1
+    );
+    node.stop().await;
+}

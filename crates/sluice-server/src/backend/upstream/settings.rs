@@ -51,7 +51,7 @@ async fn update_settings(
         body,
     } = read(req).await?;
     // Refused before either owner sees it: sluice applies its keys itself, past the upstream.
-    crate::http::cluster_manager_timeout::refuse_unparsable(&params)?;
+    crate::http::timeouts::refuse_unparsable(&params, true)?;
     let mut ours = 0usize;
     let mut theirs = Vec::new();
     if let Ok(Some(Value::Object(top))) = crate::http::parse_json(&body) {
@@ -101,7 +101,7 @@ async fn read_settings(st: Arc<AppState>, meta: RequestMeta, req: Request) -> Ap
         params,
         body,
     } = read(req).await?;
-    crate::http::cluster_manager_timeout::refuse_unparsable(&params)?;
+    crate::http::timeouts::refuse_unparsable(&params, true)?;
     let flat = bool_param(&params, "flat_settings")?;
     let call = call_as(&up, &meta, &parts, &[], body).answer_uncompressed();
     let resp = up.send_call(call).await?;
