@@ -633,6 +633,20 @@ impl Authenticator {
                     }
                     return Err(missing_credentials(path));
                 }
+                // A proxy that adds its identity headers to the client's rather than replacing
+                // them would let the client pick the user (OpenSearch reads the first line) or
+                // add roles: a request naming either twice is not believed.
+                for name in [
+                    &self.config.proxy_user_header,
+                    &self.config.proxy_roles_header,
+                ] {
+                    if headers.values(name).nth(1).is_some() {
+                        return Err(unauthenticated(format!(
+                            "header [{name}] was sent more than once for REST request [{path}]: \
+                             a trusted proxy must replace the client's identity headers, not add to them"
+                        )));
+                    }
+                }
                 let user = headers
                     .first(&self.config.proxy_user_header)
                     .and_then(visible)
@@ -642,8 +656,9 @@ impl Authenticator {
                     return Err(missing_credentials(path));
                 };
                 let roles = headers
-                    .values(&self.config.proxy_roles_header)
-                    .filter_map(visible)
+                    .first(&self.config.proxy_roles_header)
+                    .and_then(visible)
+                    .into_iter()
                     .flat_map(|v| v.split(','))
                     .map(str::trim)
                     .filter(|r| !r.is_empty())

@@ -256,6 +256,75 @@ async fn test_proxy_headers_from_trusted_peer_authenticate() {
     node.stop().await;
 }
 
+/// A trusted proxy that adds its identity headers to the client's instead of replacing them
+/// would let the client choose the user or add roles: a request naming the user or the roles
+/// header twice is a 401, whatever the lines say, and nothing it asked for is done.
+#[tokio::test]
+async fn test_identity_headers_sent_twice_are_not_believed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = TestNode::start_on(
+        tmp.path(),
+        &[
+            "auth.type=proxy",
+            "auth.proxy.trusted_addresses=127.0.0.0/8",
+        ],
+    )
+    .await;
+    let twice: [&[(&str, &str)]; 4] = [
+        &[
+            ("x-proxy-user", "carol"),
+            ("x-proxy-roles", "analyst"),
+            ("x-proxy-roles", "admin"),
+        ],
+        &[
+            ("x-proxy-user", "carol"),
+            ("x-proxy-roles", "admin"),
+            ("x-proxy-roles", "analyst"),
+        ],
+        &[
+            ("x-proxy-user", "root"),
+            ("x-proxy-user", "carol"),
+            ("x-proxy-roles", "admin"),
+        ],
+        &[
+            ("x-proxy-user", "carol"),
+            ("X-Proxy-User", "carol"),
+            ("x-proxy-roles", "admin"),
+        ],
+    ];
+    for headers in twice {
+        let (status, body, _) = send(
+            &node,
+            "PUT",
+            "/_cluster/settings",
+            headers,
+            None,
+            Some(settings_update()),
+        )
+        .await;
+        assert_error(&(status, body.clone()), 401, "security_exception");
+        assert!(
+            body["error"]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("was sent more than once"),
+            "{headers:?}: {body}"
+        );
+    }
+    let (status, body, _) = send(
+        &node,
+        "GET",
+        "/_cluster/settings?flat_settings=true",
+        &[("x-proxy-user", "root"), ("x-proxy-roles", "admin")],
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["persistent"], json!({}), "nothing was changed: {body}");
+    node.stop().await;
+}
+
 #[tokio::test]
 async fn test_proxy_headers_from_untrusted_peer_are_ignored() {
     let tmp = tempfile::tempdir().unwrap();
