@@ -70,17 +70,28 @@ impl Names {
         self.contains_raw(name.as_str().as_bytes())
     }
 
-    /// [`Names::contains`] for a name as a client sent it (any case).
+    /// [`Names::contains`] for a name as a client sent it (any case, and `_` for `-`: see
+    /// [`same_name`]).
     fn contains_raw(&self, name: &[u8]) -> bool {
-        self.by_len.get(name.len()).is_some_and(|names| {
-            names
+        self.by_len
+            .get(name.len())
+            .is_some_and(|names| names.iter().any(|n| same_name(n.as_bytes(), name)))
+            || self
+                .prefixes
                 .iter()
-                .any(|n| n.as_bytes().eq_ignore_ascii_case(name))
-        }) || self
-            .prefixes
-            .iter()
-            .any(|p| name.len() >= p.len() && name[..p.len()].eq_ignore_ascii_case(p.as_bytes()))
+                .any(|p| name.len() >= p.len() && same_name(p.as_bytes(), &name[..p.len()]))
     }
+}
+
+/// Whether `ours` (lowercase) and a name as a client sent it are one header to some stack: in
+/// any case, and with `_` for `-`, which a stack that maps header names to variables (CGI's
+/// `HTTP_X_PROXY_USER`, some proxies and frameworks) does not tell apart. A client's
+/// `x_proxy_user` must not reach an upstream behind such a stack as the user.
+fn same_name(ours: &[u8], theirs: &[u8]) -> bool {
+    ours.len() == theirs.len()
+        && ours.iter().zip(theirs).all(|(&o, &t)| {
+            o == t.to_ascii_lowercase() || (o == b'-' && t == b'_') || (o == b'_' && t == b'-')
+        })
 }
 
 /// The prefix of OpenSearch security's extended proxy attributes (`x-proxy-ext-<attribute>`,
@@ -105,6 +116,18 @@ const CREDENTIALS: [HeaderName; 3] = [
     header::COOKIE,
     HeaderName::from_static("es-secondary-authorization"),
     HeaderName::from_static("x-api-key"),
+];
+
+/// Requests OpenSearch security honours from an authenticated user beyond who it is:
+/// impersonation of another user (`opendistro_security_impersonate_as`, when the user may
+/// impersonate: `rest_impersonation_user`) and the Dashboards tenant its saved objects are read
+/// in (`securitytenant`, and `security_tenant` as some clients spell it). Under the gateway's
+/// credentials they would be asked in the gateway's name: forwarded in `passthrough` only,
+/// where the upstream judges them as the client's.
+const SECURITY_REQUESTS: [HeaderName; 3] = [
+    HeaderName::from_static("opendistro_security_impersonate_as"),
+    HeaderName::from_static("securitytenant"),
+    HeaderName::from_static("security_tenant"),
 ];
 
 /// [`HOP_BY_HOP`] as a [`Names`].
@@ -172,8 +195,9 @@ pub struct Identity {
     /// Headers of the client's never forwarded: the hop-by-hop ones, `Host`, `Expect`, sluice's
     /// `workloadGroupId`, the headers through which some upstream trusts a proxy (the
     /// upstream's proxy headers and extended attributes, sluice's own `auth.proxy.*` headers,
-    /// run-as, the forwarding chain), and `Authorization` and the other credentials unless in
-    /// `passthrough`.
+    /// run-as, the forwarding chain), and unless in `passthrough`, `Authorization`, the other
+    /// credentials and the security requests ([`SECURITY_REQUESTS`]). Matched in any case and
+    /// with `_` for `-` ([`same_name`]).
     dropped: Names,
 }
 
@@ -220,7 +244,8 @@ impl Identity {
                         .into_iter()
                         .flatten(),
                     )
-                    .chain(CREDENTIALS.into_iter().filter(|_| !passthrough)),
+                    .chain(CREDENTIALS.into_iter().filter(|_| !passthrough))
+                    .chain(SECURITY_REQUESTS.into_iter().filter(|_| !passthrough)),
                 &[PROXY_EXT_PREFIX],
             ),
         }
@@ -395,6 +420,21 @@ mod tests {
             "x-proxy-ext-department",
             HeaderValue::from_static("tenant-b"),
         );
+        // The same headers as a stack that reads `_` for `-` sees them.
+        for (name, value) in [
+            ("x_proxy_user", "root"),
+            ("x_proxy_roles", "all_access"),
+            ("es_security_runas_user", "root"),
+            ("x_forwarded_for", "10.9.9.9"),
+            ("x_proxy_ext_team", "b"),
+            ("x_custom", "kept"),
+            ("opendistro_security_impersonate_as", "root"),
+            ("opendistro-security-impersonate-as", "root"),
+            ("securitytenant", "tenant-b"),
+            ("security_tenant", "tenant-b"),
+        ] {
+            h.insert(name, HeaderValue::from_static(value));
+        }
         h.insert(
             "cookie",
             HeaderValue::from_static("security_authentication=x"),
@@ -445,9 +485,28 @@ mod tests {
                 "forwarded",
                 "x-real-ip",
                 "x-proxy-ext-department",
+                "x_proxy_user",
+                "X_Proxy_Roles",
+                "es_security_runas_user",
+                "x_forwarded_for",
+                "x_proxy_ext_team",
             ] {
                 assert!(h.get(gone).is_none(), "{mode:?} kept {gone}");
             }
+            // What the user asks of OpenSearch security goes with its `Authorization`.
+            for request in [
+                "opendistro_security_impersonate_as",
+                "opendistro-security-impersonate-as",
+                "securitytenant",
+                "security_tenant",
+            ] {
+                assert_eq!(
+                    h.get(request).is_some(),
+                    mode == IdentityMode::Passthrough,
+                    "{mode:?}: {request}"
+                );
+            }
+            assert_eq!(h["x_custom"], "kept", "{mode:?}");
             // The client's other credentials go with its `Authorization`: only in passthrough.
             for credential in ["cookie", "es-secondary-authorization", "x-api-key"] {
                 assert_eq!(
