@@ -119,7 +119,9 @@ impl Audit {
             target: TARGET,
             time = %time,
             user,
-            roles = %roles,
+            // A string, quoted and escaped in the text format as `user` is: a role name comes
+            // from a trusted proxy's header and may hold spaces and `=`.
+            roles = roles.as_str(),
             remote_address = %remote_address,
             action,
             target_indices = target,
@@ -148,6 +150,57 @@ impl std::fmt::Display for Remote {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The text line of one audit record of `who`, as `sluice serve` writes it (no colours).
+    fn text_line(who: &Principal) -> String {
+        let buf = std::sync::Arc::new(Mutex::new(Vec::<u8>::new()));
+        let sink = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || Sink(sink.clone()))
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            Audit::default().record(
+                Instant::now(),
+                Some(who),
+                None,
+                "cluster:admin/settings/update",
+                "-",
+                Outcome::Refused,
+            );
+        });
+        String::from_utf8(buf.lock().clone()).unwrap()
+    }
+
+    struct Sink(std::sync::Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn test_roles_a_proxy_sends_cannot_write_fields_of_their_own() {
+        let who = Principal {
+            username: "mallory".into(),
+            roles: vec![
+                "tenant_a".into(),
+                "x status=200 outcome=done user=\"root\"".into(),
+            ],
+        };
+        let line = text_line(&who);
+        let quoted = r#" roles="tenant_a,x status=200 outcome=done user=\"root\"""#;
+        assert!(line.contains(quoted), "one quoted value: {line}");
+        // Outside the roles' quoted value, each field once.
+        let rest = line.replace(quoted, "");
+        assert_eq!(rest.matches(" outcome=").count(), 1, "{line}");
+        assert_eq!(rest.matches(" user=").count(), 1, "{line}");
+    }
 
     #[test]
     fn test_the_remote_address_is_the_ip_or_a_dash() {
