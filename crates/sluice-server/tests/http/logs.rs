@@ -584,3 +584,87 @@ async fn test_an_aggregation_over_max_buckets_is_no_error_of_the_node() {
         .collect();
     assert!(errors.is_empty(), "{errors:?}");
 }
+
+/// An identity mode the upstream cannot honour is a single identity by mistake: `run_as` in
+/// front of OpenSearch (which ignores Elasticsearch's run-as header) and `proxy` in front of
+/// Elasticsearch (which has no proxy-header authentication) run every user's requests as the
+/// gateway's own user. Start-up warns of it as it warns of `service`; a mode that fits its
+/// upstream gets no such warning.
+#[tokio::test]
+async fn test_a_gateway_warns_when_its_upstream_cannot_honour_the_identity_mode() {
+    let opensearch = LoggedNode::spawn(&["logger.format=json"]).await;
+    // An Elasticsearch `GET /`: no `version.distribution`.
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::get(|| async {
+            axum::Json(json!({"cluster_name": "es", "version": {"number": "8.12.0"}}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let elasticsearch = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    for (upstream, mode, warned) in [
+        (
+            &opensearch.base,
+            "run_as",
+            Some("ignores es-security-runas-user"),
+        ),
+        (
+            &elasticsearch,
+            "proxy",
+            Some("no proxy-header authentication"),
+        ),
+        (&opensearch.base, "proxy", None),
+        (&elasticsearch, "run_as", None),
+    ] {
+        let hosts = format!("backend.upstream.hosts={upstream}");
+        let identity = format!("backend.upstream.identity={mode}");
+        let gateway = LoggedNode::spawn(&[
+            "logger.format=json",
+            "backend.type=upstream",
+            hosts.as_str(),
+            identity.as_str(),
+            "backend.upstream.username=svc",
+            "backend.upstream.password=pw",
+            "backend.upstream.search_threads=4",
+            "auth.type=proxy",
+            "auth.proxy.trusted_addresses=127.0.0.1",
+        ])
+        .await;
+        let lines: Vec<Value> = gateway
+            .lines()
+            .iter()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        assert!(
+            lines
+                .iter()
+                .any(|v| v["message"] == "gateway mode: forwarding to the upstream cluster"),
+            "the upstream answered its GET /: {lines:#?}"
+        );
+        let warning = lines.iter().find(|v| {
+            v["message"].as_str().is_some_and(|m| {
+                m.starts_with(&format!("backend.upstream.identity is {mode}, but"))
+            })
+        });
+        match warned {
+            Some(why) => {
+                let w = warning.unwrap_or_else(|| panic!("{mode}: no warning: {lines:#?}"));
+                assert_eq!(w["level"], "WARN", "{w}");
+                let message = w["message"].as_str().unwrap();
+                assert!(message.contains(why), "{message}");
+                assert!(
+                    message.contains("every user's requests run as the gateway's own user"),
+                    "{message}"
+                );
+            }
+            None => assert!(
+                warning.is_none(),
+                "{mode} in front of {upstream}: {warning:?}"
+            ),
+        }
+    }
+    server.abort();
+}

@@ -257,6 +257,24 @@ impl Identity {
         self.mode == IdentityMode::Service
     }
 
+    /// Why an upstream of `distribution` (`opensearch`, `elasticsearch`, as its `GET /` says)
+    /// cannot honour this identity mode, so that every user's requests would run under the
+    /// gateway's one identity, as `service` does, without its warning: `run_as` sends
+    /// Elasticsearch's header, which OpenSearch ignores; `proxy` sends OpenSearch security's
+    /// proxy headers, for which Elasticsearch has no authenticator. `None` when the mode works
+    /// with it (or says nothing of who the user is: `service`, `passthrough`).
+    pub fn unhonoured_by(&self, distribution: &str) -> Option<&'static str> {
+        match (self.mode, distribution) {
+            (IdentityMode::RunAs, "opensearch") => Some(
+                "backend.upstream.identity is run_as, but the upstream is OpenSearch, which ignores es-security-runas-user: every user's requests run as the gateway's own user, and the upstream's security cannot tell users apart; use identity proxy (OpenSearch security's proxy authentication)",
+            ),
+            (IdentityMode::Proxy, "elasticsearch") => Some(
+                "backend.upstream.identity is proxy, but the upstream is Elasticsearch, which has no proxy-header authentication: every user's requests run as the gateway's own user, and the upstream's security cannot tell users apart; use identity run_as (Elasticsearch's run-as)",
+            ),
+            _ => None,
+        }
+    }
+
     /// The headers of a call of the gateway's own (its probe of `GET /`, the listing and
     /// cancelling of upstream tasks, the polling of their usage): the gateway's credentials
     /// whatever the identity mode — in `passthrough` too, where a client's call carries the
@@ -518,6 +536,29 @@ mod tests {
             assert!(h.get("es-security-runas-user").is_none(), "{mode:?}");
             assert_eq!(h["x-opaque-id"], "mine");
             assert_eq!(h["content-type"], "application/json");
+        }
+    }
+
+    #[test]
+    fn test_a_mode_the_upstream_cannot_honour_is_named() {
+        let auth = crate::auth::AuthConfig::default();
+        let of = |mode| Identity::new(&config(mode, true), &auth);
+        let run_as = of(IdentityMode::RunAs).unhonoured_by("opensearch").unwrap();
+        assert!(
+            run_as.contains("ignores es-security-runas-user"),
+            "{run_as}"
+        );
+        let proxy = of(IdentityMode::Proxy)
+            .unhonoured_by("elasticsearch")
+            .unwrap();
+        assert!(proxy.contains("no proxy-header authentication"), "{proxy}");
+        for (mode, distribution) in [
+            (IdentityMode::RunAs, "elasticsearch"),
+            (IdentityMode::Proxy, "opensearch"),
+            (IdentityMode::Service, "opensearch"),
+            (IdentityMode::Passthrough, "elasticsearch"),
+        ] {
+            assert_eq!(of(mode).unhonoured_by(distribution), None, "{mode:?}");
         }
     }
 

@@ -43,7 +43,7 @@ pub mod tasks;
 use std::any::Any;
 use std::future::Future;
 use std::net::IpAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -93,6 +93,9 @@ pub struct Upstream {
     /// How a forwarded search's usage is measured ([`limits`]): decided once the upstream
     /// first answers (at start, or later when it was down then: [`Self::settled_measure`]).
     measure: OnceLock<Measure>,
+    /// Whether start-up warned that the upstream cannot honour the identity mode
+    /// ([`Identity::unhonoured_by`]): once, whenever its `GET /` first answers.
+    identity_warned: AtomicBool,
     /// What the measure is decided from: `backend.upstream.search_threads` and the node's
     /// capacity.
     measure_from: (Option<u32>, sluice_core::resources::NodeCapacity),
@@ -156,6 +159,7 @@ impl Upstream {
             scrolls: ScrollGroups::default(),
             node_id: node_id.to_string(),
             measure: OnceLock::new(),
+            identity_warned: AtomicBool::new(false),
             measure_from: (config.search_threads, capacity),
         })
     }
@@ -221,6 +225,12 @@ impl Upstream {
                     version = %v["version"]["number"].as_str().unwrap_or("?"),
                     "gateway mode: forwarding to the upstream cluster"
                 );
+                // As the start-up warning of `service`: the same single identity, by mistake.
+                if let Some(risk) = self.identity.unhonoured_by(&distribution)
+                    && !self.identity_warned.swap(true, Ordering::Relaxed)
+                {
+                    tracing::warn!("{risk}");
+                }
                 Ok(Some(distribution))
             }
             // Not an answer to decide from: a cluster still starting (503 "not initialized"),
