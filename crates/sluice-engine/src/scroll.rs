@@ -47,8 +47,8 @@ use crate::search::{self, Candidate, Prepared, SearchContext, SearchRequest, Tra
 /// OpenSearch's default `search.max_open_scroll_context`: enough for many concurrent scrolls
 /// while bounding the searchers (and their segment files) a node keeps open for them.
 pub const DEFAULT_MAX_OPEN_SCROLL_CONTEXT: usize = 500;
-/// OpenSearch's default `search.default_keep_alive`. A scroll always names its keep-alive, so
-/// this only matters to settings that check `max_keep_alive` against it.
+/// OpenSearch's default `search.default_keep_alive`: what a continuation that names no
+/// keep-alive renews its scroll for (`SearchService.getScrollKeepAlive`).
 pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(5 * 60);
 /// OpenSearch's default `search.max_keep_alive`: one day, so a forgotten scroll does not pin
 /// old segments for longer.
@@ -78,6 +78,9 @@ pub struct ScrollLimits {
     pub max_open: usize,
     /// The longest keep-alive a scroll may ask for (`search.max_keep_alive`).
     pub max_keep_alive: Duration,
+    /// What a continuation without a keep-alive renews its scroll for
+    /// (`search.default_keep_alive`), as OpenSearch renews it.
+    pub default_keep_alive: Duration,
 }
 
 impl Default for ScrollLimits {
@@ -85,6 +88,7 @@ impl Default for ScrollLimits {
         ScrollLimits {
             max_open: DEFAULT_MAX_OPEN_SCROLL_CONTEXT,
             max_keep_alive: DEFAULT_MAX_KEEP_ALIVE,
+            default_keep_alive: DEFAULT_KEEP_ALIVE,
         }
     }
 }
@@ -163,13 +167,11 @@ struct Lease {
 }
 
 impl Lease {
-    /// Ends the lease, renewing the keep-alive (to `keep_alive` when given) from `now`.
-    fn release(mut self, keep_alive: Option<Duration>, now: Instant) {
+    /// Ends the lease, renewing the keep-alive to `keep_alive` from `now`.
+    fn release(mut self, keep_alive: Duration, now: Instant) {
         let mut l = self.ctx.lease.lock();
-        if let Some(k) = keep_alive {
-            l.keep_alive = k;
-        }
-        l.expires_at = now + l.keep_alive;
+        l.keep_alive = keep_alive;
+        l.expires_at = now + keep_alive;
         debug_assert!(l.in_use > 0, "lease released twice");
         l.in_use = l.in_use.saturating_sub(1);
         self.released = true;
@@ -296,8 +298,9 @@ impl ScrollStore {
         Ok(with_scroll_id(&self.encode_id(id), first))
     }
 
-    /// Returns the next page of the scroll `scroll_id`, renewing its keep-alive (to
-    /// `keep_alive` when given) from the end of the page.
+    /// Returns the next page of the scroll `scroll_id`, renewing its keep-alive from the end of
+    /// the page: to `keep_alive` when given, else to [`ScrollLimits::default_keep_alive`], as
+    /// OpenSearch renews a context a continuation names no keep-alive for.
     ///
     /// `is_current` tells whether an index the scroll searches still exists (is the same
     /// index): a scroll over a deleted index is gone, as in OpenSearch, where deleting an index
@@ -342,7 +345,8 @@ impl ScrollStore {
             })
         };
         let page = result.map(|resp| lease.ctx.render_page(resp));
-        lease.release(keep_alive, Instant::now());
+        let renewed = keep_alive.unwrap_or_else(|| self.limits.read().default_keep_alive);
+        lease.release(renewed, Instant::now());
         Ok(with_scroll_id(scroll_id, page?))
     }
 
@@ -881,6 +885,36 @@ mod tests {
         );
         assert_eq!(
             engine.reap_expired_scrolls(later + Duration::from_secs(301)),
+            1
+        );
+    }
+
+    #[test]
+    fn test_a_continuation_without_keep_alive_renews_to_the_default() {
+        let (_tmp, engine) = engine_with_segments(1, 5);
+        engine.scrolls().set_limits(ScrollLimits {
+            default_keep_alive: Duration::from_secs(120),
+            ..ScrollLimits::default()
+        });
+        let ctx = SearchContext::default();
+        let first = engine
+            .open_scroll(
+                "idx",
+                &request(json!({"size": 1})),
+                Duration::from_secs(2),
+                &ctx,
+            )
+            .expect("open");
+        let id = first["_scroll_id"].as_str().expect("id").to_string();
+        engine.continue_scroll(&id, None, &ctx).expect("page");
+        let later = Instant::now() + Duration::from_secs(60);
+        assert_eq!(
+            engine.reap_expired_scrolls(later),
+            0,
+            "renewed to search.default_keep_alive, not the opening 2s"
+        );
+        assert_eq!(
+            engine.reap_expired_scrolls(later + Duration::from_secs(61)),
             1
         );
     }

@@ -76,13 +76,15 @@ pub async fn clear_ids(
 }
 
 /// Brings the engine's scroll limits in line with the cluster settings in force
-/// (`search.max_open_scroll_context`, `search.max_keep_alive`); called before a scroll is
+/// (`search.max_open_scroll_context`, `search.max_keep_alive`, `search.default_keep_alive`);
+/// called before a scroll is
 /// opened or continued, so a settings update applies from the next scroll request on.
 pub fn sync_limits(st: &AppState) {
     let s = st.cluster_settings.snapshot();
     let limits = ScrollLimits {
         max_open: usize::try_from(s.max_open_scroll_context()).unwrap_or(usize::MAX),
         max_keep_alive: s.max_keep_alive(),
+        default_keep_alive: s.default_keep_alive(),
     };
     st.backend.sync_scroll_limits(limits);
 }

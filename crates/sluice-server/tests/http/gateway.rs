@@ -2196,6 +2196,71 @@ async fn test_scroll_continuations_are_charged_to_the_group_the_scroll_opened_in
     gw.stop().await;
 }
 
+/// A scroll opened with a YAML answer is remembered as one opened with JSON is (the id read
+/// from the YAML), and a continuation that names no keep-alive renews the scroll for
+/// `search.default_keep_alive`, as OpenSearch renews it: past the opening's keep-alive, its
+/// continuations are still charged to the scroll's group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_yaml_scroll_and_a_continuation_without_keep_alive_stay_in_their_group() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gw = TestNode::start_gateway_on(tmp.path(), &[]).await;
+    let docs: Vec<Value> = (0..4)
+        .flat_map(|i| [json!({"index": {"_id": i.to_string()}}), json!({"n": i})])
+        .collect();
+    gw.bulk("/s/_bulk?refresh=true", &docs).await;
+    let group = gw
+        .create_group(json!({"name": "scrolls", "resiliency_mode": "soft",
+                "resource_limits": {"memory": 0.5}}))
+        .await;
+    let r = gw
+        .req_with(
+            "POST",
+            "/s/_search?scroll=1s&size=1&format=yaml",
+            Some(json!({"sort": ["_doc"]})),
+            &[("workloadGroupId", &group)],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let yaml = r.body.as_str().expect("a YAML answer");
+    let id = yaml
+        .lines()
+        .find_map(|l| l.strip_prefix("_scroll_id: "))
+        .unwrap_or_else(|| panic!("no id in {yaml}"))
+        .trim_matches(|c| c == '"' || c == '\'')
+        .to_string();
+    let opened = std::time::Instant::now();
+    let completions = |stats: &Value| {
+        stats
+            .as_object()
+            .unwrap()
+            .iter()
+            .find(|(k, _)| !k.starts_with('_') && *k != "cluster_name")
+            .unwrap()
+            .1["workload_groups"][&group]["total_completions"]
+            .clone()
+    };
+    // No header, no keep-alive: the scroll's group, and renewed for the default 5m.
+    let (s, b) = gw
+        .req("POST", "/_search/scroll", Some(json!({"scroll_id": id})))
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let (_, stats) = gw.req("GET", &format!("/_wlm/stats/{group}"), None).await;
+    assert_eq!(completions(&stats), 2, "{stats}");
+    // Past the opening's keep-alive of 1s: the upstream keeps the scroll, and so does the
+    // gateway.
+    let past = Duration::from_millis(1_200).saturating_sub(opened.elapsed());
+    tokio::time::sleep(past).await;
+    let (s, b) = gw
+        .req("POST", "/_search/scroll", Some(json!({"scroll_id": id})))
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["hits"]["hits"].as_array().unwrap().len(), 1, "{b}");
+    let (_, stats) = gw.req("GET", &format!("/_wlm/stats/{group}"), None).await;
+    assert_eq!(completions(&stats), 3, "{stats}");
+    assert_eq!(default_stats(&gw).await["total_completions"], 0);
+    gw.stop().await;
+}
+
 /// Runs `openssl` with `args` in `dir`, asserting success.
 fn openssl(dir: &std::path::Path, args: &[&str]) {
     let out = std::process::Command::new("openssl")

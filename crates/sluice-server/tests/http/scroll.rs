@@ -314,11 +314,17 @@ async fn test_expired_scroll_answers_search_context_missing() {
         .await;
     assert_eq!(s, 200, "{first}");
     let id = scroll_id(&first);
-    // Continue without renewing until the keep-alive has passed: bounded, no fixed sleep.
+    // Continue, renewing for 1ms only (a continuation without `scroll` would renew it for
+    // `search.default_keep_alive`), until the keep-alive has passed between two: bounded, no
+    // fixed sleep.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let (s, body) = node
-            .req("POST", "/_search/scroll", Some(json!({"scroll_id": id})))
+            .req(
+                "POST",
+                "/_search/scroll",
+                Some(json!({"scroll_id": id, "scroll": "1ms"})),
+            )
             .await;
         if s == 404 {
             assert_error(&(s, body), 404, "search_context_missing_exception");

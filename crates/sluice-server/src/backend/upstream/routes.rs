@@ -28,7 +28,7 @@ use sluice_core::search_settings::GroupSearchSettings;
 use sluice_engine::EngineError;
 
 use super::scrolls::ScrollEntry;
-use super::sniff::ScrollIdSniffer;
+use super::sniff::{Format, ScrollIdSniffer};
 use super::{Call, stream_back};
 use crate::admission::{Admitted, Inherited, TaskSpec, admit, requested_cancel_after};
 use crate::auth::{authorize_scroll, route};
@@ -614,6 +614,7 @@ async fn run_admitted(
             let up2 = up.clone();
             let sniffer = ScrollIdSniffer::new(
                 body,
+                Format::of(&parts.headers),
                 Box::new(move |id| up2.scrolls.remember(id, entry, keep_alive, Instant::now())),
             );
             let mut p = parts;
@@ -835,18 +836,24 @@ async fn run_scroll(
     let call = into_call_as(&up, &meta, parts, &[], body).answer_uncompressed();
     let executed = up.execute(admitted.execution(), call).await;
     let resp = settle(&mut admitted, executed)?;
-    let resp = match sreq.keep_alive {
-        Some((_, keep_alive)) if resp.status().is_success() => {
-            let (mut p, body) = resp.into_parts();
-            super::headers::strip_hop_by_hop(&mut p.headers);
-            let (up2, old) = (up.clone(), sreq.scroll_id);
-            let sniffer = ScrollIdSniffer::new(
-                body,
-                Box::new(move |new| up2.scrolls.extend(&old, new, keep_alive, Instant::now())),
-            );
-            Response::from_parts(p, axum::body::Body::new(sniffer))
-        }
-        _ => stream_back(resp),
+    // A continuation that names no keep-alive renews the scroll for the upstream's
+    // `search.default_keep_alive` (OpenSearch's `SearchService.getScrollKeepAlive`), which the
+    // gateway takes at OpenSearch's default.
+    let keep_alive = sreq
+        .keep_alive
+        .map_or(sluice_engine::scroll::DEFAULT_KEEP_ALIVE, |(_, k)| k);
+    let resp = if resp.status().is_success() {
+        let (mut p, body) = resp.into_parts();
+        super::headers::strip_hop_by_hop(&mut p.headers);
+        let (up2, old) = (up.clone(), sreq.scroll_id);
+        let sniffer = ScrollIdSniffer::new(
+            body,
+            Format::of(&p.headers),
+            Box::new(move |new| up2.scrolls.extend(&old, new, keep_alive, Instant::now())),
+        );
+        Response::from_parts(p, axum::body::Body::new(sniffer))
+    } else {
+        stream_back(resp)
     };
     Ok(admitted.ride_with(resp))
 }
