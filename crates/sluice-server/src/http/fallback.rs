@@ -26,11 +26,17 @@ pub async fn no_handler(req: Request) -> ApiError {
 
 /// A gateway's answer to every route sluice does not answer itself: the request forwarded to
 /// the upstream with its body streamed, the upstream's answer streamed back unchanged
-/// ([`crate::backend::upstream::Upstream::forward`]); 502/504 when the upstream fails.
+/// ([`crate::backend::upstream::Upstream::forward`]); 502/504 when the upstream fails. A target
+/// with no path (the authority form, `GET host:9200`) is answered as an embedded node answers
+/// it, and as OpenSearch, whose path is the target as sent, does: no handler (it was once
+/// forwarded as `GET /`, a request the client never named).
 pub async fn forward(State(st): State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
     let Some(up) = st.upstream.as_ref() else {
         return no_handler(req).await.into_response();
     };
+    if req.uri().path_and_query().is_none() {
+        return no_handler(req).await.into_response();
+    }
     let client = req
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()

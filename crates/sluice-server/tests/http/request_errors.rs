@@ -1,8 +1,8 @@
 //! What a node answers a request it cannot take as sent, in OpenSearch's words and JSON: a path
 //! parameter with a malformed escape, a body in a type OpenSearch does not read, a head too
-//! long, a body announced over `http.max_content_length`; a target sent unencoded, served as
-//! OpenSearch serves it; and every error answer rendered pretty when the request asks
-//! `?pretty`. Through a gateway
+//! long, a body announced over `http.max_content_length`, a target with no path; a target
+//! sent unencoded, served as OpenSearch serves it; and every error answer rendered pretty when
+//! the request asks `?pretty`. Through a gateway
 //! (`SLUICE_TEST_BACKEND=upstream`) the same answers come back, from the gateway or relayed
 //! from the node behind it.
 
@@ -574,6 +574,41 @@ async fn test_a_refused_method_or_route_reads_the_body_and_keeps_the_connection(
         let (s, _, b) = next_answer(&mut stream, &mut buf).await;
         assert_eq!(s, 200, "{path}: the request behind it is answered: {b}");
     }
+    node.assert_alive().await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_target_is_read_at_the_path_the_client_named() {
+    // OpenSearch's path is the target as sent, up to its `?`: the authority form (`GET
+    // host:9200`) names no route, and is answered as a route with no handler. A gateway once
+    // forwarded it as `GET /` (200) and a `PUT` as `PUT /` (405), paths the client never
+    // named. The absolute form is served by its path on both (RFC 9112 §3.2.2).
+    let node = TestNode::start().await;
+    let (s, b) = node
+        .req("PUT", "/logs/_doc/1?refresh=true", Some(json!({"t": "a"})))
+        .await;
+    assert_eq!(s, 201, "{b}");
+    let sent = "GET 127.0.0.1:9200 HTTP/1.1\r\nhost: x\r\n\r\n\
+                PUT 127.0.0.1:9200 HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n\
+                GET http://elsewhere:1/logs/_doc/1 HTTP/1.1\r\nhost: x\r\n\r\n";
+    let mut stream = connect_and_send(&node, sent.as_bytes()).await;
+    let mut buf = Vec::new();
+    for method in ["GET", "PUT"] {
+        let (s, closes, b) = next_answer(&mut stream, &mut buf).await;
+        assert_eq!(s, 400, "{method}: {b}");
+        assert_eq!(
+            b,
+            json!({
+                "error": format!("no handler found for uri [127.0.0.1:9200] and method [{method}]"),
+                "status": 400
+            })
+        );
+        assert!(!closes, "{method}");
+    }
+    let (s, _, b) = next_answer(&mut stream, &mut buf).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!((&b["_id"], &b["found"]), (&json!("1"), &json!(true)), "{b}");
     node.assert_alive().await;
     node.stop().await;
 }

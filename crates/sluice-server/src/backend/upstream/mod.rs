@@ -358,11 +358,14 @@ impl Upstream {
         let (parts, body) = req.into_parts();
         let mut headers = parts.headers;
         self.identity.outbound(&mut headers, principal, client);
-        let path = parts
-            .uri
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_string();
+        // Never another path than the client's: a target without one is no route's
+        // (`crate::http::fallback::forward` answers it before this).
+        let Some(path) = parts.uri.path_and_query().map(|p| p.as_str().to_string()) else {
+            return Err(ApiError::Engine(EngineError::illegal_argument(format!(
+                "request target [{}] has no path",
+                parts.uri
+            ))));
+        };
         // A request without a body can be tried on the next host when one refuses, and sent
         // again when its connection closed as it went out (`client.rs` C2). A body's end may
         // be known only by its length (zero; a lent request's body says no more).
