@@ -540,8 +540,10 @@ pub const MAX_HEADER_SIZE: usize = 16 * 1024;
 /// What OpenSearch's HTTP layer (Netty's decoder and aggregator) answers a request it refuses
 /// from its head, before anything reads the request, in its words; `None` when it takes it:
 /// - a head [`crate::http::heads`] refused: a line over its limit (400
-///   `too_long_http_line_exception`) or header lines over [`MAX_HEADER_SIZE`] (400
-///   `too_long_http_header_exception`), which an HTTP/1 request's headers never reach here;
+///   `too_long_http_line_exception`), header lines over [`MAX_HEADER_SIZE`] (400
+///   `too_long_http_header_exception`), which an HTTP/1 request's headers never reach here,
+///   or a body framing that cannot be read (400 `illegal_argument_exception`, in Netty's
+///   words, as OpenSearch answers its decoder's failure);
 /// - headers over [`MAX_HEADER_SIZE`], names and values (an HTTP/2 request's);
 /// - a body announced over `limit` (`http.max_content_length`, on an embedded node, which
 ///   reads every body it takes; [`crate::http::body::announced_over`]): 413
@@ -569,6 +571,9 @@ fn check_head(req: &Request, limit: Option<u64>) -> Option<Response> {
             format!("An HTTP line is larger than {MAX_REQUEST_LINE} bytes."),
         )),
         Some(Refused::HeadersTooLong) => too_long_headers(),
+        Some(Refused::Framing(why)) => {
+            crate::error::ApiError::Engine(EngineError::illegal_argument(why.clone()))
+        }
         None if size > MAX_HEADER_SIZE => too_long_headers(),
         None => match limit {
             Some(limit) if crate::http::body::announced_over(headers, limit) => {

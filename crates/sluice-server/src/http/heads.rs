@@ -9,7 +9,15 @@
 //!   buffer (about 400 KB) a bare `431`;
 //! - a request line over [`MAX_REQUEST_LINE`] is refused the same way: 400
 //!   `too_long_http_line_exception`, as Netty refuses a line over its own limit. hyper answered
-//!   it a bare `414` (or `431`).
+//!   it a bare `414` (or `431`);
+//! - a body framing hyper cannot read (a `Content-Length` that is no number, or several that
+//!   disagree; a `Transfer-Encoding` not ending in `chunked`, or on HTTP/1.0) is refused: 400
+//!   `illegal_argument_exception`, in Netty's words where Netty refuses it too ("Multiple
+//!   Content-Length values found: [9, 8]"), as OpenSearch answers its decoder's failure.
+//!   hyper answered a bare `400`;
+//! - a head of more header lines than hyper reads (100) within the size limit, which Netty
+//!   takes, is served: hyper is given the lines it acts on, and the service the others
+//!   ([`Refusals`]). hyper answered a bare `431`.
 //!
 //! A refused head reaches hyper as a stand-in: its request line (or `GET /` for a line too
 //! long) with `Connection: close` and no other header. The connection's service learns from
@@ -22,12 +30,12 @@
 //! change a body: [`Heads`] follows the framing of each request as hyper reads it (RFC 9112
 //! §6: `Transfer-Encoding: chunked`, else `Content-Length`, else no body) and looks for a head
 //! only where one starts. A connection whose framing it does not follow (HTTP/2, `CONNECT`, a
-//! head or a chunk hyper refuses, which ends the connection) is passed through untouched from
-//! there on, as before.
+//! head that is no HTTP/1 head or a chunk hyper refuses, which ends the connection) is passed
+//! through untouched from there on, as before.
 //!
 //! # Invariants
 //! - H1 — hyper reads the bytes the client sent, in order, each once, but for the targets
-//!   encoded and the heads refused: a body, chunked or not, is passed as it came, and nothing
+//!   encoded, the heads refused and the lines of heads too many for it (H6): a body, chunked or not, is passed as it came, and nothing
 //!   is looked at as a head but at a message's start. Tested by
 //!   `test_heads_follow_the_framing_of_every_body` (bodies that hold request lines with odd
 //!   targets, framed both ways, read back whole, in pieces of every size) and
@@ -48,12 +56,27 @@
 //!   asking for an `Upgrade` (which sluice never grants) is followed as any other: neither
 //!   turns the layer off for the rest of the connection (an outside trial's odd target after a
 //!   stray `CRLF` got hyper's bare 400). Tested by `test_heads_follow_the_framing_of_every_body`.
+//! - H6 — a head of more than [`MAX_HEADERS`] lines within the size limit reaches hyper with
+//!   its request line and the lines hyper acts on ([`HYPERS_LINES`]), in order, and every
+//!   other line reaches the request's headers, in order ([`Refusals::next`]), so the request
+//!   has all its lines; a head of fewer lines, the usual one, costs nothing more. Tested by
+//!   `test_a_head_of_more_lines_than_hyper_reads_gives_it_the_lines_it_acts_on` and, end to
+//!   end, `test_more_than_100_header_lines_within_16kb_are_served`.
+//! - H7 — a head whose framing hyper refuses is refused as H3 says, with why: exactly the
+//!   heads hyper refuses for their framing, no other. Tested by
+//!   `test_a_framing_hyper_refuses_is_refused_in_netty_words` and, end to end,
+//!   `test_a_framing_that_cannot_be_read_gets_opensearchs_400_and_a_close`.
+//! - H8 — a chunk hyper refuses is known to [`Refusals::framing_lost`] before hyper reads it:
+//!   the answer to the request whose body it is says `Connection: close` (the connection then
+//!   ends; it did so without saying). Tested by
+//!   `test_a_framing_that_cannot_be_read_gets_opensearchs_400_and_a_close`.
 
+use std::collections::VecDeque;
 use std::io;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -68,42 +91,101 @@ use crate::server::MAX_HEADER_SIZE;
 /// such target, encoded or not.
 pub const MAX_REQUEST_LINE: usize = u16::MAX as usize - 1;
 
-/// The most header lines a head may have for [`Heads`] to follow its request: hyper's own
-/// default limit (past it hyper refuses the head, and the connection ends).
+/// The most header lines hyper reads in a head: its own default limit, past which it refuses
+/// the head with a bare `431` and ends the connection. A head with more (within
+/// `http.max_header_size`, as OpenSearch takes it) gives hyper only the lines it acts on, and
+/// the others beside it ([`Refusals`], H6). Raising hyper's limit instead would cost every
+/// request hyper reads two heap allocations of that many slots (hyper's own slots live on
+/// the stack only up to this number), for heads no usual client sends.
 const MAX_HEADERS: usize = 100;
+
+/// The header lines hyper acts on, framing and connection, which it must read itself even in a
+/// head of more than [`MAX_HEADERS`] lines (H6); every other line reaches the service beside
+/// the head.
+const HYPERS_LINES: [&str; 5] = [
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "expect",
+    "upgrade",
+];
 
 /// How much room a read asks for at a time: a request head's usual size.
 const READ_CHUNK: usize = 4096;
 
 /// Why a head was refused; in the extensions of the request standing for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refused {
     /// Its header lines are over `http.max_header_size`.
     HeadersTooLong,
     /// Its request line is over [`MAX_REQUEST_LINE`].
     LineTooLong,
+    /// Its body's framing cannot be read (a `Content-Length` that is no number, or several
+    /// that disagree; a `Transfer-Encoding` hyper does not take): why, in Netty's words where
+    /// Netty refuses it too (H7).
+    Framing(String),
 }
 
-/// Which request of a connection stands for a head [`Heads`] refused, shared by the
-/// connection's IO and its service.
+/// What [`Heads`] tells a connection's service of its requests, shared by the connection's IO
+/// and its service: which request stands for a head it refused, and the header lines of
+/// heads too many for hyper that it did not give hyper (H6).
 #[derive(Debug, Default)]
 pub struct Refusals {
     /// The request's number on the connection (from 0), and why; set once at most (H3).
     refused: OnceLock<(u64, Refused)>,
     /// How many requests the service has been given.
     seen: AtomicU64,
+    /// Whether `moved` was ever written to: the one load a request pays for it.
+    any_moved: AtomicBool,
+    /// The lines hyper was not given, by request number, in the connection's order.
+    moved: parking_lot::Mutex<VecDeque<(u64, http::HeaderMap)>>,
+    /// Whether a body's framing was lost (a chunk hyper refuses): the connection ends after
+    /// the answer being built (H8).
+    lost: AtomicBool,
+}
+
+/// What [`Refusals::next`] tells of a request.
+#[derive(Debug, Default)]
+pub struct Told {
+    /// The refusal the request stands for, if it stands for one.
+    pub refused: Option<Refused>,
+    /// The request's header lines hyper was not given (H6), to add to its headers.
+    pub lines: Option<http::HeaderMap>,
 }
 
 impl Refusals {
     /// Called by the connection's service once for each request, in the order hyper gives
-    /// them (HTTP/1 gives them in the connection's order): the refusal the request stands
-    /// for, if it stands for one.
-    pub fn next(&self) -> Option<Refused> {
+    /// them (HTTP/1 gives them in the connection's order): what [`Heads`] has to tell of it.
+    pub fn next(&self) -> Told {
         // Relaxed: the IO and the service run in the connection's one task.
         let n = self.seen.fetch_add(1, Ordering::Relaxed);
-        self.refused
+        let refused = self
+            .refused
             .get()
-            .and_then(|&(at, why)| (at == n).then_some(why))
+            .and_then(|(at, why)| (*at == n).then(|| why.clone()));
+        let lines = if self.any_moved.load(Ordering::Relaxed) {
+            let mut moved = self.moved.lock();
+            match moved.front() {
+                Some((at, _)) if *at == n => moved.pop_front().map(|(_, lines)| lines),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        Told { refused, lines }
+    }
+
+    /// Whether a body's framing was lost on the connection (H8): hyper ends it once the answer
+    /// being built is out, which must say `Connection: close` (RFC 9112 §9.6). Set before hyper
+    /// reads the chunk it refuses, so before the request reading that body is answered.
+    pub fn framing_lost(&self) -> bool {
+        self.lost.load(Ordering::Relaxed)
+    }
+
+    /// Keeps `lines` for request `n`, whose head hyper is given without them (H6).
+    fn keep_moved(&self, n: u64, lines: http::HeaderMap) {
+        self.moved.lock().push_back((n, lines));
+        self.any_moved.store(true, Ordering::Relaxed);
     }
 }
 
@@ -194,8 +276,21 @@ impl<I> Heads<I> {
         }
         // Slots left uninitialized, as the lane's request parse leaves its own.
         let mut slots = [const { MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS];
+        let mut many = Vec::new();
         let mut req = httparse::Request::new(&mut []);
-        let end = match req.parse_with_uninit_headers(&self.buf, &mut slots) {
+        let mut parsed = req.parse_with_uninit_headers(&self.buf, &mut slots);
+        if parsed == Err(httparse::Error::TooManyHeaders) {
+            // More lines than hyper reads (H6): parsed again with a slot a line (each ends in
+            // an `LF`), which only such a head pays for, up to the most lines a head within
+            // the size limit holds (`a:`, two bytes, is the shortest line).
+            let lines = memchr::memchr_iter(b'\n', &self.buf)
+                .count()
+                .min(MAX_HEADER_SIZE / 2 + 1);
+            many.resize_with(lines, MaybeUninit::uninit);
+            req = httparse::Request::new(&mut []);
+            parsed = req.parse_with_uninit_headers(&self.buf, &mut many);
+        }
+        let end = match parsed {
             Ok(httparse::Status::Complete(end)) => end,
             Ok(httparse::Status::Partial) => {
                 if self.size > MAX_HEADER_SIZE {
@@ -203,6 +298,10 @@ impl<I> Heads<I> {
                     return true;
                 }
                 return false;
+            }
+            Err(httparse::Error::TooManyHeaders) => {
+                self.refuse(Refused::HeadersTooLong);
+                return true;
             }
             Err(_) => {
                 // hyper refuses it too, and ends the connection.
@@ -215,8 +314,25 @@ impl<I> Heads<I> {
             self.refuse(Refused::HeadersTooLong);
             return true;
         }
-        let next = framing(&req);
-        self.out = self.buf.split_to(end).freeze();
+        let next = match framing(&req) {
+            Ok(next) => next,
+            Err(why) => {
+                self.refuse(Refused::Framing(why));
+                return true;
+            }
+        };
+        let fewer = (req.headers.len() > MAX_HEADERS)
+            .then(|| fewer_lines(&self.buf[..line], req.headers))
+            .flatten();
+        let head = self.buf.split_to(end).freeze();
+        self.out = match fewer {
+            Some((head, lines)) => {
+                self.refusals.keep_moved(self.heads, lines);
+                head
+            }
+            // hyper refuses it (too many of the lines it acts on), or takes it whole.
+            None => head,
+        };
         self.line = None;
         self.scanned = 0;
         self.size = 0;
@@ -279,8 +395,8 @@ impl<I> Heads<I> {
     /// Refuses the head being gathered (H3): hyper is given its stand-in, and nothing more.
     fn refuse(&mut self, why: Refused) {
         let mut stand_in = BytesMut::new();
-        match (why, self.line) {
-            (Refused::HeadersTooLong, Some(line)) => {
+        match (&why, self.line) {
+            (Refused::HeadersTooLong | Refused::Framing(_), Some(line)) => {
                 let request_line = self.buf[..line].trim_ascii_end();
                 stand_in.extend_from_slice(request_line);
             }
@@ -384,7 +500,9 @@ impl<I: AsyncRead + Unpin> AsyncRead for Heads<I> {
                             }
                         }
                         Err(()) => {
-                            // hyper refuses the chunk too, and ends the connection.
+                            // hyper refuses the chunk too, and ends the connection after the
+                            // answer the request gets, which says so (H8).
+                            this.refusals.lost.store(true, Ordering::Relaxed);
                             this.give(dst, ahead);
                             State::Through
                         }
@@ -487,11 +605,12 @@ fn counted(size: usize, bytes: &[u8]) -> usize {
 
 /// What follows a request head, by hyper's reading of its framing (its `role.rs`): a chunked
 /// body when the last `Transfer-Encoding` ends in `chunked`, else a body of its
-/// `Content-Length` (the first one; later ones must agree), else none. What hyper refuses (a
-/// length that is no number or disagrees, a `Transfer-Encoding` not ending in `chunked` or on
-/// HTTP/1.0) ends the connection, and a `CONNECT` may leave HTTP/1: the rest is
-/// passed through.
-fn framing(req: &httparse::Request<'_, '_>) -> State {
+/// `Content-Length` (the first one; later ones must agree), else none. A `CONNECT` may leave
+/// HTTP/1: the rest is passed through. `Err` for what hyper refuses, with a bare `400` and
+/// the connection's end: a length that is no number or disagrees, a `Transfer-Encoding` not
+/// ending in `chunked` or on HTTP/1.0 (RFC 9112 §6.1: the body's end cannot be known). The
+/// head is refused instead, in OpenSearch's words (H7).
+fn framing(req: &httparse::Request<'_, '_>) -> Result<State, String> {
     let http11 = req.version == Some(1);
     let mut chunked = None;
     let mut length: Option<u64> = None;
@@ -499,13 +618,15 @@ fn framing(req: &httparse::Request<'_, '_>) -> State {
     // `Upgrade`): the connection stays HTTP/1, and this layer follows it (H5). A `CONNECT`
     // answered 2xx would leave it.
     let upgrade = req.method == Some("CONNECT");
+    let mut last_te: &[u8] = b"";
     for h in req.headers.iter() {
         if h.name.eq_ignore_ascii_case("transfer-encoding") {
             if !http11 {
-                return State::Through;
+                return Err("Transfer-Encoding is not allowed on an HTTP/1.0 request".to_string());
             }
             length = None;
             chunked = Some(is_chunked(h.value));
+            last_te = h.value;
         } else if h.name.eq_ignore_ascii_case("content-length") {
             if chunked.is_some() {
                 continue;
@@ -513,18 +634,75 @@ fn framing(req: &httparse::Request<'_, '_>) -> State {
             match (digits(h.value), length) {
                 (Some(n), None) => length = Some(n),
                 (Some(n), Some(m)) if n == m => {}
-                _ => return State::Through,
+                _ => return Err(content_length_refusal(req)),
             }
         }
     }
     match (upgrade, chunked, length) {
-        (true, _, _) | (_, Some(false), _) => State::Through,
-        (_, Some(true), _) => State::Chunked(Chunk::Start),
-        // hyper's largest length (its `DecodedLength::MAX_LEN`).
-        (_, None, Some(n)) if n > u64::MAX - 2 => State::Through,
-        (_, None, Some(n)) if n > 0 => State::Body(n),
-        _ => State::Head,
+        (true, _, _) => Ok(State::Through),
+        (_, Some(false), _) => Err(format!(
+            "Transfer-Encoding [{}] is not supported: the last transfer coding of a request \
+             must be chunked",
+            String::from_utf8_lossy(last_te)
+        )),
+        (_, Some(true), _) => Ok(State::Chunked(Chunk::Start)),
+        // hyper's largest length (its `DecodedLength::MAX_LEN`); past Java's `long` for Netty.
+        (_, None, Some(n)) if n > u64::MAX - 2 => Err(content_length_refusal(req)),
+        (_, None, Some(n)) if n > 0 => Ok(State::Body(n)),
+        _ => Ok(State::Head),
     }
+}
+
+/// Why a head's `Content-Length` lines are refused, in Netty's words
+/// (`HttpUtil.normalizeAndGetContentLength`, whose `IllegalArgumentException` OpenSearch
+/// answers as a 400): several values (lines, or a list in one) are "Multiple Content-Length
+/// values found: [9, 8]", one that is no number "Content-Length value is not a number: 9x".
+fn content_length_refusal(req: &httparse::Request<'_, '_>) -> String {
+    let values: Vec<_> = req
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .map(|h| String::from_utf8_lossy(h.value))
+        .collect();
+    match values.as_slice() {
+        [one] if !one.contains(',') => format!("Content-Length value is not a number: {one}"),
+        _ => format!(
+            "Multiple Content-Length values found: [{}]",
+            values.join(", ")
+        ),
+    }
+}
+
+/// A head of more than [`MAX_HEADERS`] lines as hyper is given it (H6): `request_line` (with
+/// its end) and the lines of [`HYPERS_LINES`], in order; and every other line, in order, to
+/// reach the service beside it. `None` when hyper would still have too many lines (it refuses
+/// the head whole), or a line is no header value (hyper's to refuse).
+fn fewer_lines(
+    request_line: &[u8],
+    headers: &[httparse::Header<'_>],
+) -> Option<(Bytes, http::HeaderMap)> {
+    let mut head = BytesMut::with_capacity(request_line.len() + 256);
+    head.extend_from_slice(request_line);
+    let mut kept = 0;
+    let mut moved = http::HeaderMap::new();
+    for h in headers {
+        if HYPERS_LINES.iter().any(|n| h.name.eq_ignore_ascii_case(n)) {
+            kept += 1;
+            head.extend_from_slice(h.name.as_bytes());
+            head.extend_from_slice(b": ");
+            head.extend_from_slice(h.value);
+            head.extend_from_slice(b"\r\n");
+        } else {
+            let name = http::HeaderName::from_bytes(h.name.as_bytes()).ok()?;
+            let value = http::HeaderValue::from_bytes(h.value).ok()?;
+            moved.append(name, value);
+        }
+    }
+    if kept > MAX_HEADERS {
+        return None;
+    }
+    head.extend_from_slice(b"\r\n");
+    Some((head.freeze(), moved))
 }
 
 /// Whether a `Transfer-Encoding` value ends in `chunked`, as hyper reads it.
@@ -722,7 +900,7 @@ mod tests {
                     expected,
                     "step {step}, room {room}"
                 );
-                assert!((0..4).all(|_| refusals.next().is_none()));
+                assert!((0..4).all(|_| refusals.next().refused.is_none()));
             }
         }
     }
@@ -734,11 +912,7 @@ mod tests {
             format!("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n{ODD}"),
             // A `CONNECT` may leave HTTP/1.
             format!("CONNECT a:1 HTTP/1.1\r\n\r\n{ODD}"),
-            // Framings hyper refuses, ending the connection.
-            format!("POST / HTTP/1.1\r\ncontent-length: 1x\r\n\r\n{ODD}"),
-            format!("POST / HTTP/1.1\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n{ODD}"),
-            format!("POST / HTTP/1.1\r\ntransfer-encoding: gzip\r\n\r\n{ODD}"),
-            format!("POST / HTTP/1.0\r\ntransfer-encoding: chunked\r\n\r\n{ODD}"),
+            // A chunk hyper refuses, ending the connection.
             format!("POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\nz\r\n{ODD}"),
             // A head hyper refuses.
             format!("GET / HTTP/1.1\r\nbad header\r\n\r\n{ODD}"),
@@ -749,6 +923,105 @@ mod tests {
             let got = String::from_utf8_lossy(&got);
             assert_eq!(got, sent);
         }
+    }
+
+    #[test]
+    fn test_a_framing_hyper_refuses_is_refused_in_netty_words() {
+        // H7: refused where hyper would refuse it (a bare 400), nothing after it read.
+        for (head, why) in [
+            (
+                "POST /{x} HTTP/1.1\r\ncontent-length: 1x\r\n\r\n",
+                "Content-Length value is not a number: 1x",
+            ),
+            (
+                "POST /{x} HTTP/1.1\r\ncontent-length: 18446744073709551614\r\n\r\n",
+                "Content-Length value is not a number: 18446744073709551614",
+            ),
+            (
+                "POST /{x} HTTP/1.1\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n",
+                "Multiple Content-Length values found: [1, 2]",
+            ),
+            (
+                "POST /{x} HTTP/1.1\r\ncontent-length: 1,1\r\n\r\n",
+                "Multiple Content-Length values found: [1,1]",
+            ),
+            (
+                "POST /{x} HTTP/1.1\r\ntransfer-encoding: chunked, gzip\r\n\r\n",
+                "Transfer-Encoding [chunked, gzip] is not supported: the last transfer coding \
+                 of a request must be chunked",
+            ),
+            (
+                "POST /{x} HTTP/1.0\r\ntransfer-encoding: chunked\r\n\r\n",
+                "Transfer-Encoding is not allowed on an HTTP/1.0 request",
+            ),
+        ] {
+            let sent = format!("{head}{ODD}\r\n");
+            for step in [1, 7, 4096] {
+                let (got, refusals) = read(sent.as_bytes(), step, 4096);
+                let line = head.split("\r\n").next().unwrap().replace("{x}", "%7Bx%7D");
+                assert_eq!(
+                    String::from_utf8_lossy(&got),
+                    format!("{line}\r\nconnection: close\r\n\r\n"),
+                    "{head}"
+                );
+                assert_eq!(refusals.next().refused, Some(Refused::Framing(why.into())));
+            }
+        }
+        // What hyper takes is taken: equal lengths on two lines, a length beside chunks.
+        for head in [
+            "POST / HTTP/1.1\r\ncontent-length: 1\r\ncontent-length: 1\r\n\r\nx",
+            "POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\ncontent-length: x\r\n\r\n0\r\n\r\n",
+        ] {
+            let (got, refusals) = read(head.as_bytes(), 3, 4096);
+            assert_eq!(String::from_utf8_lossy(&got), head);
+            assert!(refusals.next().refused.is_none());
+        }
+    }
+
+    #[test]
+    fn test_a_head_of_more_lines_than_hyper_reads_gives_it_the_lines_it_acts_on() {
+        // H6: hyper reads the request line and its own lines, in order; every other line, in
+        // order, reaches the service beside it, and what follows is read as before.
+        let lines: String = (0..MAX_HEADERS).map(|i| format!("h{i}: {i}\r\n")).collect();
+        let first = format!(
+            "POST /a HTTP/1.1\r\nx-opaque-id: a\r\n{lines}content-length: 2\r\n\
+             connection: keep-alive\r\nx-opaque-id: b\r\n\r\n{{}}"
+        );
+        let sent = format!("{first}{ODD}\r\n");
+        for step in [1, 13, 100_000] {
+            let (got, refusals) = read(sent.as_bytes(), step, 4096);
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                format!(
+                    "POST /a HTTP/1.1\r\ncontent-length: 2\r\nconnection: keep-alive\r\n\r\n{{}}\
+                     {ENCODED}\r\n"
+                ),
+                "step {step}"
+            );
+            let told = refusals.next();
+            assert!(told.refused.is_none());
+            let moved = told.lines.expect("the lines hyper was not given");
+            assert_eq!(moved.len(), MAX_HEADERS + 2);
+            let ids: Vec<_> = moved.get_all("x-opaque-id").iter().collect();
+            assert_eq!(ids, ["a", "b"]);
+            assert_eq!(moved["h99"], "99");
+            // The next request had no such head.
+            let told = refusals.next();
+            assert!(told.refused.is_none() && told.lines.is_none());
+        }
+        // Within 16 KB, however short the lines; past it, refused as too long.
+        let short: String = (0..3_000).map(|i| format!("{i:x}:\r\n")).collect();
+        let head = format!("GET /a HTTP/1.1\r\n{short}\r\n");
+        let (got, refusals) = read(head.as_bytes(), 4096, 4096);
+        assert_eq!(String::from_utf8_lossy(&got), "GET /a HTTP/1.1\r\n\r\n");
+        assert_eq!(refusals.next().lines.map(|l| l.len()), Some(3_000));
+        let over: String = (0..9_000).map(|_| "a:\r\n").collect();
+        let (_, refusals) = read(
+            format!("GET /a HTTP/1.1\r\n{over}\r\n").as_bytes(),
+            4096,
+            4096,
+        );
+        assert_eq!(refusals.next().refused, Some(Refused::HeadersTooLong));
     }
 
     #[test]
@@ -765,16 +1038,23 @@ mod tests {
                 "GET /a HTTP/1.1\r\nconnection: close\r\n\r\n",
                 "step {step}"
             );
-            assert_eq!(refusals.next(), Some(Refused::HeadersTooLong));
+            assert_eq!(refusals.next().refused, Some(Refused::HeadersTooLong));
         }
-        // Within the count, a head of many `CRLF`-ended lines, split anywhere, is not refused.
+        // Within the count, a head of many `CRLF`-ended lines, split anywhere, is not refused
+        // (hyper is given the lines it acts on, none here, H6).
         let lines = "x-p: 1\r\n".repeat(MAX_HEADER_SIZE / 7);
         let head = format!("GET /a HTTP/1.1\r\n{lines}\r\n");
         assert!(lines.len() > MAX_HEADER_SIZE && lines_size(lines.as_bytes()) <= MAX_HEADER_SIZE);
         for step in [1, 3, 5, 4096] {
             let (got, refusals) = read(head.as_bytes(), step, 4096);
-            assert_eq!(String::from_utf8_lossy(&got), head, "step {step}");
-            assert!(refusals.next().is_none());
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                "GET /a HTTP/1.1\r\n\r\n",
+                "step {step}"
+            );
+            let told = refusals.next();
+            assert!(told.refused.is_none());
+            assert_eq!(told.lines.map(|l| l.len()), Some(MAX_HEADER_SIZE / 7));
         }
     }
 
@@ -786,7 +1066,7 @@ mod tests {
         let within = format!("{first}GET /b HTTP/1.1\r\n{}\r\n", pad(MAX_HEADER_SIZE));
         let (got, refusals) = read(within.as_bytes(), 4096, 4096);
         assert_eq!(String::from_utf8_lossy(&got), within);
-        assert!((0..3).all(|_| refusals.next().is_none()));
+        assert!((0..3).all(|_| refusals.next().refused.is_none()));
         for step in [1, 1000, 100_000] {
             let over = format!(
                 "{first}PUT /{{b}} HTTP/1.1\r\n{}content-length: 5\r\n\r\nGET /c HTTP/1.1\r\n\r\n",
@@ -798,9 +1078,9 @@ mod tests {
                 format!("{first}PUT /%7Bb%7D HTTP/1.1\r\nconnection: close\r\n\r\n"),
                 "step {step}"
             );
-            assert_eq!(refusals.next(), None);
-            assert_eq!(refusals.next(), Some(Refused::HeadersTooLong));
-            assert_eq!(refusals.next(), None);
+            assert_eq!(refusals.next().refused, None);
+            assert_eq!(refusals.next().refused, Some(Refused::HeadersTooLong));
+            assert_eq!(refusals.next().refused, None);
         }
         // A request line too long, ended or not.
         for end in ["", " HTTP/1.1\r\n\r\n"] {
@@ -810,19 +1090,19 @@ mod tests {
                 String::from_utf8_lossy(&got),
                 "GET / HTTP/1.1\r\nconnection: close\r\n\r\n"
             );
-            assert_eq!(refusals.next(), Some(Refused::LineTooLong));
+            assert_eq!(refusals.next().refused, Some(Refused::LineTooLong));
         }
         // Within it once encoded, it is hyper's.
         let line = format!("GET /{} HTTP/1.1", "l".repeat(MAX_REQUEST_LINE - 15));
         let (got, refusals) = read(format!("{line}\r\n\r\n").as_bytes(), 4096, 4096);
         assert_eq!(got.len(), line.len() + 4);
-        assert_eq!(refusals.next(), None);
+        assert_eq!(refusals.next().refused, None);
         let odd = format!(
             "GET /\"{} HTTP/1.1\r\n\r\n",
             "l".repeat(MAX_REQUEST_LINE - 15)
         );
         let (_, refusals) = read(odd.as_bytes(), 4096, 4096);
-        assert_eq!(refusals.next(), Some(Refused::LineTooLong));
+        assert_eq!(refusals.next().refused, Some(Refused::LineTooLong));
     }
 
     #[test]

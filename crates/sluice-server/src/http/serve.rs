@@ -165,24 +165,48 @@ pub async fn serve(
     Ok(())
 }
 
-/// The node's service for one connection from `peer`, whose heads `refusals` names the
-/// refused one of ([`crate::http::heads`]): hyper's requests with the peer's address in their
-/// extensions, as axum's `ConnectInfo`, and the request standing for a refused head with why.
+/// [`for_peer`]'s service: the node's, its requests mapped by `Req` and its answers by `Resp`.
+pub(crate) type ForPeer<Req, Resp> =
+    tower::util::MapResponse<tower::util::MapRequest<HttpService, Req>, Resp>;
+
+/// The node's service for one connection from `peer`, of whose heads `refusals` tells
+/// ([`crate::http::heads`]): hyper's requests with the peer's address in their extensions, as
+/// axum's `ConnectInfo`, the request standing for a refused head with why, and a request whose
+/// head had more lines than hyper reads with those hyper was not given; an answer given once a
+/// body's framing was lost says `Connection: close`, as hyper closes the connection after it.
 pub(crate) fn for_peer(
     app: HttpService,
     peer: SocketAddr,
     refusals: Arc<Refusals>,
-) -> tower::util::MapRequest<
-    HttpService,
+) -> ForPeer<
     impl FnMut(http::Request<hyper::body::Incoming>) -> axum::extract::Request + Clone,
+    impl FnOnce(axum::response::Response) -> axum::response::Response + Clone,
 > {
+    let lost = refusals.clone();
     app.map_request(move |req: http::Request<hyper::body::Incoming>| {
         let mut req = req.map(axum::body::Body::new);
         req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
-        if let Some(refused) = refusals.next() {
+        let told = refusals.next();
+        if let Some(refused) = told.refused {
             req.extensions_mut().insert(refused);
         }
+        if let Some(lines) = told.lines {
+            // hyper's lines were given it first, in order, and name none of these.
+            let headers = req.headers_mut();
+            for (name, value) in &lines {
+                headers.append(name.clone(), value.clone());
+            }
+        }
         req
+    })
+    .map_response(move |mut resp: axum::response::Response| {
+        if lost.framing_lost() {
+            resp.headers_mut().insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
+        }
+        resp
     })
 }
 

@@ -1,8 +1,8 @@
 //! What a node answers a request it cannot take as sent, in OpenSearch's words and JSON: a path
 //! parameter with a malformed escape, a body in a type OpenSearch does not read, a head too
-//! long, a body announced over `http.max_content_length`, a target with no path; a target
-//! sent unencoded, served as OpenSearch serves it; and every error answer rendered pretty when
-//! the request asks `?pretty`. Through a gateway
+//! long, a body announced over `http.max_content_length`, a body framing that cannot be read, a
+//! target with no path; a target sent unencoded and a head of many lines, served as OpenSearch
+//! serves them; and every error answer rendered pretty when the request asks `?pretty`. Through a gateway
 //! (`SLUICE_TEST_BACKEND=upstream`) the same answers come back, from the gateway or relayed
 //! from the node behind it.
 
@@ -609,6 +609,128 @@ async fn test_a_target_is_read_at_the_path_the_client_named() {
     let (s, _, b) = next_answer(&mut stream, &mut buf).await;
     assert_eq!(s, 200, "{b}");
     assert_eq!((&b["_id"], &b["found"]), (&json!("1"), &json!(true)), "{b}");
+    node.assert_alive().await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_framing_that_cannot_be_read_gets_opensearchs_400_and_a_close() {
+    // Netty refuses a `Content-Length` it cannot read with an `IllegalArgumentException`, which
+    // OpenSearch answers as a 400 in its JSON; hyper answered a bare 400 with no body. The
+    // body's end is unknown, so the connection closes, and the answer says so: the request
+    // pipelined behind it is never read. On a route the gateway's lane takes too.
+    let node = TestNode::start().await;
+    let not_a_number = |v: &str| format!("Content-Length value is not a number: {v}");
+    let cases = [
+        ("content-length: 9x\r\n", not_a_number("9x")),
+        ("content-length: +9\r\n", not_a_number("+9")),
+        (
+            "content-length: 99999999999999999999\r\n",
+            not_a_number("99999999999999999999"),
+        ),
+        (
+            "content-length: 9\r\ncontent-length: 8\r\n",
+            "Multiple Content-Length values found: [9, 8]".to_string(),
+        ),
+        (
+            "content-length: 2, 2\r\n",
+            "Multiple Content-Length values found: [2, 2]".to_string(),
+        ),
+        (
+            "transfer-encoding: gzip\r\n",
+            "Transfer-Encoding [gzip] is not supported: the last transfer coding of a request \
+             must be chunked"
+                .to_string(),
+        ),
+    ];
+    for path in ["/logs/_search", "/logs/_doc/1"] {
+        for (lines, reason) in &cases {
+            let sent = format!(
+                "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{lines}\
+                 \r\n{{}}GET / HTTP/1.1\r\nhost: x\r\n\r\n"
+            );
+            let mut stream = connect_and_send(&node, sent.as_bytes()).await;
+            let mut buf = Vec::new();
+            let (s, closes, b) = next_answer(&mut stream, &mut buf).await;
+            assert_eq!(s, 400, "{path} {lines}: {b}");
+            assert_eq!(b["error"]["type"], "illegal_argument_exception", "{b}");
+            assert_eq!(b["error"]["reason"], json!(reason), "{b}");
+            assert_eq!(b["status"], 400, "{b}");
+            assert!(closes, "{path} {lines}");
+            assert_closed(stream, buf).await;
+        }
+    }
+    // A chunk hyper cannot read is found once the body is read: the answer is the request's
+    // (400, the body cannot be read), and says the connection closes, as it then does.
+    for path in ["/logs/_search", "/logs/_doc/1"] {
+        let sent = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             transfer-encoding: chunked\r\n\r\n1\r\n{{\r\nzz\r\n}}\r\n0\r\n\r\n\
+             GET / HTTP/1.1\r\nhost: x\r\n\r\n"
+        );
+        let mut stream = connect_and_send(&node, sent.as_bytes()).await;
+        let mut buf = Vec::new();
+        let (s, closes, b) = next_answer(&mut stream, &mut buf).await;
+        assert_eq!(s, 400, "{path}: {b}");
+        assert_eq!(b["error"]["type"], "parsing_exception", "{b}");
+        assert!(closes, "{path}");
+        assert_closed(stream, buf).await;
+    }
+    // HTTP/1.0 has no transfer codings (RFC 9112 §6.1).
+    let sent = "POST /logs/_doc/1 HTTP/1.0\r\ncontent-type: application/json\r\n\
+                transfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n";
+    let mut stream = connect_and_send(&node, sent.as_bytes()).await;
+    let mut buf = Vec::new();
+    let (s, closes, b) = next_answer(&mut stream, &mut buf).await;
+    assert_eq!(s, 400, "{b}");
+    assert_eq!(
+        b["error"]["reason"], "Transfer-Encoding is not allowed on an HTTP/1.0 request",
+        "{b}"
+    );
+    assert!(closes);
+    assert_closed(stream, buf).await;
+    node.assert_alive().await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_more_than_100_header_lines_within_16kb_are_served() {
+    // OpenSearch has no limit on the number of header lines below its 16 KB; hyper refused a
+    // head of more than 100 with a bare 431 (and so did a gateway's upstream, for a head the
+    // gateway's `X-Opaque-Id` took to 101). Every line reaches the request: the id sent last
+    // is echoed.
+    let node = TestNode::start().await;
+    let (s, b) = node
+        .req("PUT", "/logs/_doc/1?refresh=true", Some(json!({"t": "a"})))
+        .await;
+    assert_eq!(s, 201, "{b}");
+    for (lines, request) in [
+        (101, "GET /logs/_count"),
+        (150, "GET /"),
+        // About 13 KB of lines, the most a usual client never sends.
+        (1_500, "GET /logs/_search"),
+        (150, "GET /logs/_doc/1"),
+    ] {
+        let pad: String = (0..lines).map(|i| format!("h{i}:v\r\n")).collect();
+        let sent = format!(
+            "{request} HTTP/1.1\r\nhost: x\r\n{pad}x-opaque-id: last-{lines}\r\n\r\n\
+             GET /_cat/count/logs HTTP/1.1\r\nhost: x\r\naccept: application/json\r\n\r\n"
+        );
+        let mut stream = connect_and_send(&node, sent.as_bytes()).await;
+        let mut buf = Vec::new();
+        let (status, headers, body) = read_response(&mut stream, &mut buf).await;
+        let text = String::from_utf8_lossy(&body);
+        assert_eq!(status, 200, "{request} with {lines} lines: {text}");
+        let echoed = headers
+            .iter()
+            .find(|(k, _)| k == "x-opaque-id")
+            .map(|(_, v)| v.as_str());
+        assert_eq!(echoed, Some(format!("last-{lines}").as_str()), "{request}");
+        // The connection goes on.
+        let (s, _, b) = next_answer(&mut stream, &mut buf).await;
+        assert_eq!(s, 200, "{b}");
+        assert_eq!(b[0]["count"], "1", "{b}");
+    }
     node.assert_alive().await;
     node.stop().await;
 }
