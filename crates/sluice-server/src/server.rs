@@ -537,6 +537,18 @@ pub(crate) async fn check_lines(
 /// every echo and log line of it huge (an outside trial sent a 200 KB group id).
 pub const MAX_HEADER_SIZE: usize = 16 * 1024;
 
+/// OpenSearch's refusal of header lines over [`MAX_HEADER_SIZE`], in Netty's words: 400
+/// `too_long_http_header_exception`. A gateway answers it too for a head its own lines (the
+/// upstream's `Host`, its `X-Opaque-Id`) would push over the limit on the way to its upstream,
+/// which would refuse it ([`crate::backend::upstream::client`], the lane's
+/// [`crate::backend::upstream::h1`]).
+pub(crate) fn headers_too_long() -> sluice_engine::EngineError {
+    sluice_engine::EngineError::new(
+        sluice_engine::ErrorCode::TooLongHttpHeader,
+        format!("HTTP header is larger than {MAX_HEADER_SIZE} bytes."),
+    )
+}
+
 /// What OpenSearch's HTTP layer (Netty's decoder and aggregator) answers a request it refuses
 /// from its head, before anything reads the request, in its words; `None` when it takes it:
 /// - a head [`crate::http::heads`] refused: a line over its limit (400
@@ -554,12 +566,7 @@ pub const MAX_HEADER_SIZE: usize = 16 * 1024;
 fn check_head(req: &Request, limit: Option<u64>) -> Option<Response> {
     use crate::http::heads::{MAX_REQUEST_LINE, Refused};
     use sluice_engine::{EngineError, ErrorCode};
-    let too_long_headers = || {
-        crate::error::ApiError::Engine(EngineError::new(
-            ErrorCode::TooLongHttpHeader,
-            format!("HTTP header is larger than {MAX_HEADER_SIZE} bytes."),
-        ))
-    };
+    let too_long_headers = || crate::error::ApiError::Engine(headers_too_long());
     let headers = req.headers();
     let size: usize = headers
         .iter()

@@ -672,6 +672,84 @@ async fn test_malformed_chunked_body_is_the_clients_error_on_every_route() {
     gw.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_head_the_gateways_lines_take_over_16kb_is_refused_by_the_gateway() {
+    // The gateway's `Host` for the upstream and its `X-Opaque-Id` lengthen a head; one the
+    // client kept within OpenSearch's 16 KB could reach the upstream over it, and the
+    // upstream's refusal was relayed. The gateway counts its own lines in the limit: what it
+    // forwards is within 16 KB, and what it would push over is its own 400, naming the
+    // limit, on a connection that goes on. On the lane, on the general path, and streamed.
+    let up = fake(answer_with(|_| {
+        axum::Json(json!({"count": 1})).into_response()
+    }))
+    .await;
+    let gw = gateway(&up.base, &[]).await;
+    // As the upstream counts a head's lines: every byte but each line's `CRLF`.
+    let size = |h: &axum::http::HeaderMap| -> usize {
+        h.iter().map(|(k, v)| k.as_str().len() + 2 + v.len()).sum()
+    };
+    for (i, (method, path, body)) in [
+        ("GET", "/logs/_count", ""),
+        ("POST", "/_snapshot/r", "{}"),
+        ("PUT", "/logs/_doc/1", "{}"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut refused = 0;
+        // `host: x` and `x-pad: …`, 7 + 7 bytes besides the pad: the client's lines are
+        // `total` bytes, within the limit.
+        for total in (16_384 - 300..=16_384).step_by(20).chain([16_384]) {
+            let id = format!("p{i}-{total}");
+            let sent = format!(
+                "{method} {path}?id={id} HTTP/1.1\r\nhost: x\r\nx-pad: {}\r\n\
+                 content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}\
+                 GET / HTTP/1.1\r\nhost: x\r\n\r\n",
+                "p".repeat(
+                    total
+                        - 14
+                        - "content-type: application/json".len()
+                        - "content-length: ".len()
+                        - body.len().to_string().len()
+                ),
+                body.len()
+            );
+            let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+            stream.write_all(sent.as_bytes()).await.unwrap();
+            let mut buf = Vec::new();
+            let (status, _, answer) = read_response(&mut stream, &mut buf).await;
+            let answer: Value = serde_json::from_slice(&answer).unwrap();
+            let got = up.received_on(&format!("id={id}"));
+            match status {
+                200 | 201 => {
+                    let got = got.first().unwrap_or_else(|| panic!("{id}: not forwarded"));
+                    assert!(size(&got.headers) <= 16_384, "{id}: {}", size(&got.headers));
+                }
+                400 => {
+                    refused += 1;
+                    assert!(got.is_empty(), "{id}: forwarded though refused");
+                    assert_eq!(
+                        answer["error"]["type"], "too_long_http_header_exception",
+                        "{id}: {answer}"
+                    );
+                    assert_eq!(
+                        answer["error"]["reason"], "HTTP header is larger than 16384 bytes.",
+                        "{answer}"
+                    );
+                }
+                other => panic!("{id}: {other} {answer}"),
+            }
+            // The connection goes on.
+            let (status, _, _) = read_response(&mut stream, &mut buf).await;
+            assert_eq!(status, 200, "{id}: the request behind it");
+        }
+        // At the limit, the gateway's own `Host` is longer than the client's.
+        assert!(refused > 0, "{path}: none refused");
+        assert!(refused < 16, "{path}: {refused} refused");
+    }
+    gw.stop().await;
+}
+
 /// An upstream that answers every request, on keep-alive connections, with a JSON body and
 /// nothing else: no `Date`, no `Vary` (as OpenSearch's own HTTP server answers).
 async fn bare_upstream() -> (String, tokio::task::JoinHandle<()>) {

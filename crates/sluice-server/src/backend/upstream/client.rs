@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use bytes::Bytes;
 use http::uri::PathAndQuery;
-use http::{HeaderMap, Method, Request, Response, Uri};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri};
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
@@ -261,6 +261,27 @@ impl Pool {
         drop(conns);
         drop(closed);
     }
+}
+
+/// The size of the header lines hyper writes for `headers` to a host whose `Host` is
+/// `host_header` (replacing the client's), as the upstream counts them against its
+/// `http.max_header_size`: each line's bytes but its `CRLF` (`name: value`), with the
+/// `transfer-encoding: chunked` hyper adds to a `streamed` body of no length. Counted as
+/// HTTP/1 writes them, whichever protocol the host speaks.
+fn head_size(headers: &HeaderMap, host_header: Option<&HeaderValue>, streamed: bool) -> usize {
+    let line = |name: &str, value: &HeaderValue| name.len() + ": ".len() + value.len();
+    let mut size: usize = headers
+        .iter()
+        .filter(|(name, _)| host_header.is_none() || *name != http::header::HOST)
+        .map(|(name, value)| line(name.as_str(), value))
+        .sum();
+    if let Some(host) = host_header {
+        size += line("host", host);
+    }
+    if streamed && !headers.contains_key(http::header::CONTENT_LENGTH) {
+        size += "transfer-encoding: chunked".len();
+    }
+    size
 }
 
 /// Whether a request of `method` may be sent once more after its connection ended without an
@@ -472,6 +493,7 @@ impl UpstreamClient {
                 }
                 (_, None) => break,
             };
+            let streamed = replay.is_none();
             body = replay;
             // A body the gateway holds may differ from the client's (an msearch of the
             // admitted items only): its length is the gateway's to say.
@@ -484,6 +506,12 @@ impl UpstreamClient {
                         http::HeaderValue::from(b.len()),
                     );
                 }
+            }
+            // Over the upstream's header limit only by the gateway's own lines (the host's
+            // `Host`, an `X-Opaque-Id`): the gateway's to refuse, naming the limit, as the lane
+            // refuses it (`h1/request.rs`), rather than relay the upstream's refusal.
+            if head_size(&h, host.host_header.as_ref(), streamed) > crate::server::MAX_HEADER_SIZE {
+                return Err(crate::server::headers_too_long());
             }
             let mut req = Request::new(out);
             *req.method_mut() = method.clone();

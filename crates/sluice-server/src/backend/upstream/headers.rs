@@ -766,14 +766,14 @@ mod tests {
             general.insert("x-opaque-id", opaque.clone());
             let general = super::super::h1::write_request(
                 &http::Method::POST, "/i/_search", Some(&host), None, &general, b"{}",
-            );
+            ).unwrap();
             let mut raw = super::super::h1::RawHeaders::new(bytes::Bytes::from(request), ranges);
             let mut added = HeaderMap::new();
             id.outbound_raw(&mut raw, &mut added, principal.as_ref(), client);
             added.insert("x-opaque-id", opaque);
             let lane = super::super::h1::write_request(
                 &http::Method::POST, "/i/_search", Some(&host), Some(&raw), &added, b"{}",
-            );
+            ).unwrap();
             proptest::prop_assert_eq!(canonical(&lane), canonical(&general));
         }
     }

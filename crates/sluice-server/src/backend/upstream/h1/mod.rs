@@ -204,7 +204,7 @@ impl H1 {
                 call.raw.as_ref(),
                 &call.headers,
                 &call.body,
-            );
+            )?;
             // The attempt's start, read once: its deadline, and what a reset is timed from (R2).
             let started = tokio::time::Instant::now();
             let exchange = self.exchange(thread, hosts, i, &request, method, started);
