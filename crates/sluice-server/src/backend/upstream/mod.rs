@@ -380,11 +380,12 @@ impl Upstream {
             let (body, ended) = streamed::EndWatched::watch(body, length);
             (OutBody::Stream(body), Some(ended))
         };
-        let resp = self
-            .client
-            .send(&parts.method, &path, headers, body)
-            .await?;
-        let mut resp = stream_back(resp);
+        let mut resp = match self.client.send(&parts.method, &path, headers, body).await {
+            Ok(resp) => stream_back(resp),
+            // The gateway's own answer (a head its lines take over the limit, a 502) is given
+            // before the body is read as well.
+            Err(e) => axum::response::IntoResponse::into_response(ApiError::Engine(e)),
+        };
         if ended.is_some_and(|e| !streamed::EndWatched::ended(&e)) {
             // Answered before the body was all read: the connection closes after this answer,
             // and says so (`streamed.rs`).
