@@ -24,6 +24,12 @@ fn reference_match(p: &[u8], t: &[u8]) -> bool {
     }
 }
 
+/// The reference of a role pattern matching a name: [`reference_match`], but a remote name
+/// (`cluster:index`) only against a remote pattern.
+fn reference_name_match(p: &[u8], t: &[u8]) -> bool {
+    (!t.contains(&b':') || p.contains(&b':')) && reference_match(p, t)
+}
+
 const CLUSTER_ENTRIES: &[&str] = &[
     "cluster_monitor",
     "cluster_all",
@@ -53,6 +59,7 @@ fn pattern() -> impl Strategy<Value = String> {
         "[ab-]{1,4}",
         "[ab-]{0,3}\\*",
         "[ab*?-]{1,5}",
+        "[ab*]{1,2}:[ab*-]{1,3}",
         Just("*".to_string()),
     ]
 }
@@ -101,7 +108,7 @@ fn reference_allows(
                     .any(|e| expand(e, ActionKind::Index).is_ok_and(|s| s.contains(action)))
                     && p.index_patterns
                         .iter()
-                        .any(|pat| reference_match(pat.as_bytes(), index.as_bytes()))
+                        .any(|pat| reference_name_match(pat.as_bytes(), index.as_bytes()))
             }),
         })
 }
@@ -117,7 +124,7 @@ proptest! {
             Just(ADMIN.to_string()),
         ], 0..4),
         checks in prop::collection::vec(
-            (prop::sample::select(Action::ALL), "[ab-]{0,5}"), 1..20),
+            (prop::sample::select(Action::ALL), "[ab-]{0,5}(:[ab-]{0,2})?"), 1..20),
     ) {
         let roles = Roles::compile(&defs).expect("generated roles are valid");
         let auth = Authorizer::new(roles, &[ADMIN.to_string()]);
@@ -136,14 +143,14 @@ proptest! {
     #[test]
     fn prop_pattern_set_matches_as_its_patterns_do(
         patterns in prop::collection::vec(pattern(), 0..12),
-        names in prop::collection::vec("[ab-]{0,6}", 1..20),
+        names in prop::collection::vec("[ab-]{0,6}(:[ab-]{0,2})?", 1..20),
     ) {
         let mut set = PatternSet::default();
         for p in &patterns {
             set.insert(p);
         }
         for n in names {
-            let expected = patterns.iter().any(|p| reference_match(p.as_bytes(), n.as_bytes()));
+            let expected = patterns.iter().any(|p| reference_name_match(p.as_bytes(), n.as_bytes()));
             prop_assert_eq!(set.matches(&n), expected, "[{}] against {:?}", n, patterns);
         }
     }

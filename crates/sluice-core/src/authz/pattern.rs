@@ -6,6 +6,11 @@
 //! (`orders`), a prefix (`tenant-a-*`), or the part before the first wildcard
 //! (`tenant-a-*-archive`) — so matching a name against many patterns is one walk of the name,
 //! trying only the patterns whose literal part the name starts with.
+//!
+//! A name with a `:` is another cluster's index (`cluster:index`, cross-cluster search): only a
+//! pattern with a `:` matches it (`eu-*:logs-*`), so a local pattern never reaches into a remote
+//! cluster because its wildcard happens to cover the text (`a-*` matches neither `a-x:b-1` nor
+//! `a-*:*`). A role grants remote indices only by naming them so.
 
 /// Characters OpenSearch forbids in index names (besides `*` and `?`, wildcards here).
 const FORBIDDEN: &[char] = &['\\', '/', '"', '<', '>', '|', ' ', ',', '#', ':'];
@@ -48,8 +53,22 @@ impl PatternError {
     }
 }
 
-/// Checks an index pattern of a role.
+/// Checks an index pattern of a role: a local one, or `cluster:index` for another cluster's
+/// indices, each side checked as a local pattern.
 pub fn validate(pattern: &str) -> Result<(), PatternError> {
+    match pattern.split_once(':') {
+        Some((cluster, index)) => validate_local(cluster).and_then(|()| validate_local(index)),
+        None => validate_local(pattern),
+    }
+}
+
+/// Whether `text` names another cluster's index (`cluster:index`).
+pub fn is_remote(text: &str) -> bool {
+    text.contains(':')
+}
+
+/// Checks a pattern of one cluster's indices.
+fn validate_local(pattern: &str) -> Result<(), PatternError> {
     if pattern.trim().is_empty() {
         return Err(PatternError::Empty);
     }
@@ -74,6 +93,12 @@ pub fn validate(pattern: &str) -> Result<(), PatternError> {
 /// Greedy with backtracking to the last `*`: `O(pattern × text)` at worst, no allocation.
 pub fn wildcard_match(pattern: &str, text: &str) -> bool {
     match_bytes(pattern.as_bytes(), text.as_bytes())
+}
+
+/// Whether the index name `name` matches the role pattern `pattern`: [`wildcard_match`], but a
+/// remote name (with a `:`) only a remote pattern (see the module docs).
+pub fn index_match(pattern: &str, name: &str) -> bool {
+    (!is_remote(name) || is_remote(pattern)) && wildcard_match(pattern, name)
 }
 
 fn match_bytes(p: &[u8], t: &[u8]) -> bool {
@@ -108,8 +133,12 @@ fn match_bytes(p: &[u8], t: &[u8]) -> bool {
 /// `?` or `*`, a letter by the same letter, `?` or `*`; so `true` means the names of
 /// `requested` are a subset of those of `granted` (`logs-2024-*` ⊆ `logs-*`), and a subset
 /// it cannot show (`a?` ⊆ `[ab]?` style reasoning) is refused, never allowed. `O(|granted| ×
-/// |requested|)`, allocates two rows.
+/// |requested|)`, allocates two rows. A remote `requested` (with a `:`) is covered only by a
+/// remote `granted` (see the module docs).
 pub fn pattern_covers(granted: &str, requested: &str) -> bool {
+    if is_remote(requested) && !is_remote(granted) {
+        return false;
+    }
     let (g, r) = (granted.as_bytes(), requested.as_bytes());
     // next[j]: g[i+1..] covers r[j..]; row[j]: g[i..] covers r[j..].
     let mut next = vec![false; r.len() + 1];
@@ -144,14 +173,18 @@ struct Node {
 ///
 /// # Invariants
 /// - Every pattern added is matched by [`PatternSet::matches`] exactly as
-///   [`wildcard_match`] would match it alone (`test_pattern_set_agrees_with_wildcard_match`,
+///   [`index_match`] would match it alone (`test_pattern_set_agrees_with_wildcard_match`,
 ///   and `prop_pattern_set_matches_as_its_patterns_do` in `tests/authz_props.rs`).
+/// - A remote name is matched only by a remote pattern, whatever local ones the set holds
+///   (`test_a_local_pattern_never_matches_or_covers_a_remote_name`).
 #[derive(Debug, Clone)]
 pub struct PatternSet {
-    /// `nodes[0]` is the root.
+    /// `nodes[0]` is the root; local patterns only.
     nodes: Vec<Node>,
-    /// Whether `*` is in the set.
+    /// Whether `*` is in the set (every local name).
     all: bool,
+    /// The remote patterns (`cluster:index`), matched one by one: a role names few.
+    remote: Vec<Box<str>>,
     /// The patterns as added, for [`PatternSet::covers`].
     patterns: Vec<Box<str>>,
 }
@@ -161,6 +194,7 @@ impl Default for PatternSet {
         PatternSet {
             nodes: vec![Node::default()],
             all: false,
+            remote: Vec::new(),
             patterns: Vec::new(),
         }
     }
@@ -169,6 +203,13 @@ impl Default for PatternSet {
 impl PatternSet {
     /// Adds a (validated) pattern.
     pub fn insert(&mut self, pattern: &str) {
+        if is_remote(pattern) {
+            if !self.remote.iter().any(|p| **p == *pattern) {
+                self.remote.push(pattern.into());
+                self.patterns.push(pattern.into());
+            }
+            return;
+        }
         if self.all {
             return;
         }
@@ -214,17 +255,26 @@ impl PatternSet {
     /// Whether no pattern was added.
     pub fn is_empty(&self) -> bool {
         let root = &self.nodes[0];
-        !self.all && self.nodes.len() == 1 && !root.exact && !root.prefix && root.rest.is_empty()
+        !self.all
+            && self.remote.is_empty()
+            && self.nodes.len() == 1
+            && !root.exact
+            && !root.prefix
+            && root.rest.is_empty()
     }
 
     /// Whether every name the pattern `requested` can match is matched by one pattern of the
     /// set ([`pattern_covers`]; a union of patterns covering it together is not seen).
     pub fn covers(&self, requested: &str) -> bool {
-        self.all || self.patterns.iter().any(|g| pattern_covers(g, requested))
+        (self.all && !is_remote(requested))
+            || self.patterns.iter().any(|g| pattern_covers(g, requested))
     }
 
     /// Whether `index` matches a pattern of the set. Allocates nothing.
     pub fn matches(&self, index: &str) -> bool {
+        if is_remote(index) {
+            return self.remote.iter().any(|p| index_match(p, index));
+        }
         if self.all {
             return true;
         }
@@ -264,6 +314,37 @@ mod tests {
         assert_eq!(validate("a b"), Err(PatternError::Forbidden(' ')));
         assert!(validate("tenant-a-*").is_ok() && validate("*").is_ok());
         assert!(validate("log?-*-x").is_ok());
+        assert!(validate("eu-*:logs-*").is_ok() && validate("*:*").is_ok());
+        assert_eq!(validate(":logs"), Err(PatternError::Empty));
+        assert_eq!(validate("eu:"), Err(PatternError::Empty));
+        assert_eq!(validate("a:b:c"), Err(PatternError::Forbidden(':')));
+    }
+
+    #[test]
+    fn test_a_local_pattern_never_matches_or_covers_a_remote_name() {
+        let mut set = PatternSet::default();
+        for p in ["a-*", "*", "a-x"] {
+            set.insert(p);
+        }
+        for name in ["a-x:b-1", "a-*:*", "x:a-1", ":a-1", "a-x:"] {
+            assert!(!set.matches(name), "{name}");
+            assert!(!set.covers(name), "{name}");
+            assert!(!index_match("a-*", name) && !pattern_covers("a-*", name));
+            assert!(
+                wildcard_match("*", name),
+                "the plain matcher knows no clusters"
+            );
+        }
+        assert!(set.matches("a-1") && set.covers("a-*"));
+        // A remote pattern grants what it names, and only remote names.
+        set.insert("eu-*:logs-*");
+        assert!(set.matches("eu-1:logs-1") && set.covers("eu-1:logs-*"));
+        assert!(!set.matches("us:logs-1") && !set.covers("eu-*:*") && !set.covers("*:*"));
+        assert!(!index_match("eu-*:logs-*", "logs-1"));
+        let mut all = PatternSet::default();
+        all.insert("*:*");
+        assert!(all.matches("any:thing") && all.covers("a-*:*") && !all.matches("local"));
+        assert!(!all.is_empty());
     }
 
     #[test]

@@ -149,13 +149,14 @@ impl Roles {
         &self.unmatched
     }
 
-    /// The role that grants every action on every index: what `auth.admin_roles` are.
+    /// The role that grants every action on every index, other clusters' too (`*:*`: `*` names
+    /// local indices only): what `auth.admin_roles` are.
     fn all_access() -> Role {
         Role {
             cluster: ActionSet::matching("*", ActionKind::Cluster),
             index: vec![(
                 ActionSet::matching("*", ActionKind::Index),
-                vec!["*".into()],
+                vec!["*".into(), "*:*".into()],
             )],
         }
     }
@@ -337,7 +338,9 @@ impl Authorizer {
 
     /// Authorization without a roles file, as sluice behaved before roles existed: every
     /// authenticated user may do everything except the admin actions (cluster settings, group
-    /// and rule changes, bucket detail), which need a role in `admin_roles`.
+    /// and rule changes, bucket detail), which need a role in `admin_roles`. Every index is
+    /// local and remote ones (`*` and `*:*`), so a gateway without roles forwards
+    /// cross-cluster searches as it always did.
     pub fn without_roles_file(admin_roles: &[String]) -> Authorizer {
         let admin_only = [
             Action::ClusterSettingsUpdate,
@@ -357,7 +360,7 @@ impl Authorizer {
             cluster,
             index: vec![(
                 ActionSet::matching("*", ActionKind::Index),
-                vec!["*".into()],
+                vec!["*".into(), "*:*".into()],
             )],
         };
         let mut roles = HashMap::new();

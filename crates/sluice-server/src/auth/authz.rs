@@ -234,6 +234,14 @@ pub fn allows_expression(
         if i > 0 && part.starts_with('-') {
             continue;
         }
+        // Another cluster's indices (`cluster:index`) resolve nowhere here: as on a gateway,
+        // only a remote pattern of the role covers them (`pattern.rs`).
+        if sluice_core::authz::pattern::is_remote(part) {
+            if allows_unresolved(perms, action, part) {
+                continue;
+            }
+            return false;
+        }
         if is_wildcard(part) {
             wildcard = true;
             continue;

@@ -1060,3 +1060,48 @@ async fn test_workload_group_header_is_a_choice_only_users_allowed_it_make() {
     assert_eq!(completions(other.clone()).await, 1);
     assert_eq!(completions(tenants).await, 1);
 }
+
+#[tokio::test]
+async fn test_a_local_pattern_does_not_reach_another_clusters_indices() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = node_with_roles(&tmp).await;
+    seed(&node).await;
+    let alice = who("alice", "tenant_a");
+    // `a-*` covers these as text, but they name indices of another cluster (cross-cluster
+    // search): a local pattern does not grant them, on the path, in the `index` parameter or
+    // in an `_msearch` header.
+    for expr in ["a-x:b-1", "a-*:*", "a-x:b-1,a-1", "a-*:b-*"] {
+        let r = send(&node, &alice, "GET", &format!("/{expr}/_search"), None).await;
+        assert_error(&r, 403, "security_exception");
+        let r = send(
+            &node,
+            &alice,
+            "GET",
+            &format!("/_search?index={expr}"),
+            None,
+        )
+        .await;
+        assert_error(&r, 403, "security_exception");
+        let (s, body) = send_ndjson(
+            &node,
+            &alice,
+            "/_msearch",
+            &[
+                json!({ "index": expr }),
+                json!({}),
+                json!({"index": "a-1"}),
+                json!({}),
+            ],
+        )
+        .await;
+        assert_eq!(s, 200, "{body}");
+        assert_eq!(body["responses"][0]["status"], 403, "{expr}: {body}");
+        assert_eq!(body["responses"][1]["status"], 200, "{expr}: {body}");
+    }
+    // Her own indices still answer, and an admin's role grants other clusters' indices too (the
+    // node has none: what answers is not authorization's 403).
+    let (s, body) = send(&node, &alice, "GET", "/a-*/_search", None).await;
+    assert_eq!(s, 200, "{body}");
+    let (s, body) = send(&node, &ROOT, "GET", "/a-x:b-1/_search", None).await;
+    assert_ne!(s, 403, "{body}");
+}
