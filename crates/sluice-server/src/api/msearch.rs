@@ -58,7 +58,7 @@ pub(crate) struct RawItem {
 
 /// Splits an `_msearch` NDJSON body into header and body pairs, with OpenSearch's errors for a
 /// line that is not JSON, a header that is not an object, a header without a body, and no
-/// item at all. Shared by the embedded handler and a gateway's, which read the pairs
+/// item at all, and sluice's for a header naming both `index` and `indices`. Shared by the embedded handler and a gateway's, which read the pairs
 /// differently.
 pub(crate) fn split_items(body: &[u8]) -> Result<Vec<RawItem>, EngineError> {
     let text = std::str::from_utf8(body)
@@ -79,6 +79,16 @@ pub(crate) fn split_items(body: &[u8]) -> Result<Vec<RawItem>, EngineError> {
         let Value::Object(header) = header else {
             return Err(EngineError::parsing("msearch header must be a JSON object"));
         };
+        // OpenSearch reads both keys into the item's indices, the one its hash map iterates
+        // last winning (which depends on how many keys the header has): an item naming both
+        // is ambiguous, and a gateway that authorized one key would forward an upstream that
+        // reads the other. Refused whole, as an unknown header key is.
+        if header.contains_key("index") && header.contains_key("indices") {
+            return Err(EngineError::illegal_argument(format!(
+                "msearch header on line [{}] names both [index] and [indices]; name the item's indices with one of them",
+                n + 1
+            )));
+        }
         let (_, body_line) = lines.next().ok_or_else(|| {
             EngineError::parsing(format!(
                 "msearch header on line [{}] has no search body line after it",

@@ -1105,3 +1105,33 @@ async fn test_a_local_pattern_does_not_reach_another_clusters_indices() {
     let (s, body) = send(&node, &ROOT, "GET", "/a-x:b-1/_search", None).await;
     assert_ne!(s, 403, "{body}");
 }
+
+#[tokio::test]
+async fn test_an_msearch_header_naming_both_index_and_indices_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let node = node_with_roles(&tmp).await;
+    seed(&node).await;
+    let alice = who("alice", "tenant_a");
+    // OpenSearch reads both keys into one list in an order its hash map decides; sluice
+    // refuses the ambiguous header, whichever key comes first, so no reader can search other
+    // indices than those authorized.
+    for header in [
+        json!({"index": "a-1", "indices": "b-1"}),
+        json!({"indices": "b-1", "index": "a-1"}),
+        json!({"index": ["a-1"], "indices": ["b-1"]}),
+        json!({"index": "a-1", "indices": "a-2"}),
+    ] {
+        for path in ["/_msearch", "/a-1/_msearch"] {
+            let r = send_ndjson(&node, &alice, path, &[header.clone(), json!({"size": 1})]).await;
+            assert_error(&r, 400, "illegal_argument_exception");
+            let reason = r.1["error"]["reason"].as_str().unwrap_or_default();
+            assert!(reason.contains("[index] and [indices]"), "{}", r.1);
+        }
+    }
+    // Either key alone is read as before.
+    for header in [json!({"index": "a-1"}), json!({"indices": ["a-1"]})] {
+        let (s, body) = send_ndjson(&node, &alice, "/_msearch", &[header, json!({})]).await;
+        assert_eq!(s, 200, "{body}");
+        assert_eq!(body["responses"][0]["hits"]["total"]["value"], 1, "{body}");
+    }
+}

@@ -422,5 +422,8 @@ mod tests {
         assert_eq!(items[1].body, json!({"size": 0}));
         assert!(split(b"{}\n", None, &Params::new()).is_err());
         assert!(split(b"\n", None, &Params::new()).is_err());
+        // A header naming both keys is refused, not authorized on one and forwarded with both.
+        let both = b"{\"index\":\"a\",\"indices\":\"b\"}\n{}\n";
+        assert!(split(both, None, &Params::new()).is_err());
     }
 }
