@@ -481,22 +481,27 @@ pub fn lookup_action(by_query: bool) -> Action {
     }
 }
 
-/// Authorizes the `terms` lookups a search body names, before it is forwarded (a gateway: the
-/// upstream reads them, so they cannot be checked as the embedded engine checks them, while it
-/// runs): `Err` is the first forbidden lookup's 403, counted and audited.
-pub fn authorize_lookups(
+/// Refuses, for `meta`'s user, a request of `action` on `target` whose reads the node cannot
+/// authorize (a gateway forwarding as one account what the upstream alone could resolve):
+/// OpenSearch's 403 followed by `why`, counted and audited as any refusal.
+pub fn refuse_unchecked(
     st: &AppState,
     meta: &RequestMeta,
-    body: &serde_json::Value,
-) -> Result<(), EngineError> {
-    if meta.permissions.is_none() {
-        return Ok(());
-    }
-    for lookup in sluice_engine::lookup::find_lookups(body) {
-        let by_query = matches!(lookup.source, sluice_engine::lookup::LookupSource::Query(_));
-        authorize_item(st, meta, lookup_action(by_query), &lookup.index)?;
-    }
-    Ok(())
+    action: Action,
+    target: &str,
+    why: &str,
+) -> EngineError {
+    let mut e = match &meta.principal {
+        Some(who) => st
+            .authz
+            .refuse(who, meta.remote_addr, action.name(), target),
+        None => EngineError::new(
+            ErrorCode::Forbidden,
+            format!("no permissions for [{}]", action.name()),
+        ),
+    };
+    e.reason = format!("{}: {why}", e.reason);
+    e
 }
 
 /// Authorizes one item of a request of items (an `_msearch` search, a `_bulk` operation, an

@@ -3267,6 +3267,15 @@ fn as_alice(
 /// `tenant_a`, granting `actions` (an action group) on `a-*`; the folder holding the file
 /// must outlive the gateway.
 async fn gateway_for_tenant_a(upstream: &str, actions: &str) -> (TestNode, tempfile::TempDir) {
+    gateway_for_tenant_a_with(upstream, actions, &[]).await
+}
+
+/// [`gateway_for_tenant_a`] with `extra` settings.
+async fn gateway_for_tenant_a_with(
+    upstream: &str,
+    actions: &str,
+    extra: &[&str],
+) -> (TestNode, tempfile::TempDir) {
     let tmp = tempfile::tempdir().unwrap();
     let roles = tmp.path().join("roles.yml");
     std::fs::write(
@@ -3277,15 +3286,13 @@ async fn gateway_for_tenant_a(upstream: &str, actions: &str) -> (TestNode, tempf
     )
     .unwrap();
     let roles_setting = format!("auth.roles_file={}", roles.display());
-    let gw = gateway(
-        upstream,
-        &[
-            "auth.type=proxy",
-            "auth.proxy.trusted_addresses=127.0.0.1",
-            &roles_setting,
-        ],
-    )
-    .await;
+    let mut settings = vec![
+        "auth.type=proxy",
+        "auth.proxy.trusted_addresses=127.0.0.1",
+        &roles_setting,
+    ];
+    settings.extend_from_slice(extra);
+    let gw = gateway(upstream, &settings).await;
     (gw, tmp)
 }
 
@@ -3579,6 +3586,157 @@ async fn test_search_templates_are_authorized_on_their_indices() {
     let sent = up.received_on("_msearch/template");
     assert_eq!(sent.len(), 1);
     assert!(!String::from_utf8_lossy(&sent[0].body).contains("b-1"));
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_documents_a_query_reads_elsewhere_are_authorized_before_it_is_forwarded() {
+    use base64::Engine as _;
+    let up = msearch_upstream(Arc::new(tokio::sync::Notify::new())).await;
+    // The default identity, `service`: the upstream would read these as the gateway's account.
+    let (gw, _roles_dir) = gateway_for_tenant_a(&up.base, "crud").await;
+    let send = |path: &str, body: String, content_type: &str| {
+        as_alice(&gw, "POST", path, content_type).body(body).send()
+    };
+    let mlt = |index: &str| json!({"more_like_this": {"fields": ["t"], "like": [{"_index": index, "_id": "0"}]}});
+    let lookup = json!({"terms": {"f": {"index": "b-1", "id": "0", "path": "p"}}});
+    let wrapped = base64::engine::general_purpose::STANDARD.encode(lookup.to_string());
+    // Each names another tenant's documents (or, with a template, cannot be checked): 403 in
+    // OpenSearch's words, nothing forwarded.
+    for (path, body, why) in [
+        ("/a-1/_search", json!({"query": mlt("b-1")}), ""),
+        (
+            "/a-1/_search",
+            json!({"query": {"percolate": {"field": "q", "index": "b-1", "id": "0"}}}),
+            "",
+        ),
+        (
+            "/a-1/_search",
+            json!({"query": {"geo_shape": {"l": {"indexed_shape": {"index": "b-1", "id": "0"}}}}}),
+            "",
+        ),
+        (
+            "/a-1/_search",
+            json!({"query": {"geo_shape": {"l": {"indexed_shape": {"id": "0"}}}}}),
+            "",
+        ),
+        (
+            "/a-1/_count",
+            json!({"query": {"wrapper": {"query": wrapped}}}),
+            "",
+        ),
+        ("/a-1/_delete_by_query", json!({"query": mlt("b-1")}), ""),
+        (
+            "/a-1/_search/template",
+            json!({"source": {"query": mlt("b-1")}}),
+            "",
+        ),
+        (
+            "/a-1/_search/template",
+            json!({"source": "{\"query\": {}}", "params": {}}),
+            "as a string",
+        ),
+        (
+            "/a-1/_search/template",
+            json!({"source": {"query": {"{{q}}": {}}}, "params": {"q": "terms"}}),
+            "key [{{q}}]",
+        ),
+        (
+            "/a-1/_search/template",
+            json!({"source": {"query": {"terms": {"f": {"index": "a-{{i}}", "id": "0", "path": "p"}}}}}),
+            "placeholder names the index",
+        ),
+        (
+            "/a-1/_search/template",
+            json!({"id": "stored", "params": {"i": "b-1"}}),
+            "stored template",
+        ),
+        (
+            "/a-1/_search",
+            json!({"query": {"wrapper": {"query": "not base64"}}}),
+            "wrapper",
+        ),
+    ] {
+        let r = send(path, body.to_string(), "application/json")
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{path} {body}");
+        let answer: Value = r.json().await.unwrap();
+        assert_eq!(answer["error"]["type"], "security_exception", "{answer}");
+        let reason = answer["error"]["reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with("no permissions for [indices:"),
+            "{answer}"
+        );
+        assert!(reason.contains(why), "{body}: {answer}");
+        if !why.is_empty() {
+            assert!(reason.contains("identity"), "says what to change: {answer}");
+        }
+    }
+    assert!(up.received_on("/a-1/").is_empty(), "nothing was forwarded");
+    // In _msearch and _msearch/template, the item is refused in place; the other goes.
+    for (path, refused) in [
+        ("/_msearch", json!({"query": mlt("b-1")})),
+        ("/_msearch/template", json!({"source": "{}"})),
+    ] {
+        let fine = if path.ends_with("template") {
+            json!({"source": {"query": {"match": {"t": "{{text}}"}}}, "params": {"text": "x"}})
+        } else {
+            json!({"query": mlt("a-2")})
+        };
+        let body = common::ndjson(&[
+            json!({"index": "a-1"}),
+            refused,
+            json!({"index": "a-2"}),
+            fine,
+        ]);
+        let r = send(path, body, "application/x-ndjson").await.unwrap();
+        assert_eq!(r.status(), 200);
+        let answer: Value = r.json().await.unwrap();
+        assert_eq!(answer["responses"][0]["status"], 403, "{answer}");
+        assert_eq!(answer["responses"][1]["from_index"], "a-2", "{answer}");
+        let sent = up.received_on(path);
+        assert_eq!(sent.len(), 1, "{path}");
+        assert!(
+            !String::from_utf8_lossy(&sent[0].body).contains("a-1"),
+            "{path}"
+        );
+    }
+    // What names only her own indices, or a template with plain placeholders, is forwarded.
+    for (path, body) in [
+        ("/a-1/_search", json!({"query": mlt("a-2")})),
+        (
+            "/a-1/_search/template",
+            json!({"source": {"query": {"match": {"t": "{{text}}"}}}, "params": {"text": "x"}}),
+        ),
+    ] {
+        let r = send(path, body.to_string(), "application/json")
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path} {body}");
+    }
+    assert_eq!(up.received_on("/a-1/_search").len(), 2);
+    gw.stop().await;
+
+    // With identity `proxy` the upstream checks a template's reads as the user: forwarded; the
+    // references the gateway can see are still its own to check, as `terms` lookups are.
+    let up = msearch_upstream(Arc::new(tokio::sync::Notify::new())).await;
+    let (gw, _roles_dir) =
+        gateway_for_tenant_a_with(&up.base, "crud", &["backend.upstream.identity=proxy"]).await;
+    let send = |path: &str, body: String| {
+        as_alice(&gw, "POST", path, "application/json")
+            .body(body)
+            .send()
+    };
+    let r = send("/a-1/_search/template", json!({"id": "stored"}).to_string())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = send("/a-1/_search", json!({"query": mlt("b-1")}).to_string())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(up.received_on("_search").len(), 1);
     gw.stop().await;
 }
 

@@ -35,9 +35,10 @@ use axum::response::Response;
 use http::HeaderMap;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
+use sluice_core::authz::Action;
 use sluice_engine::{EngineError, ErrorCode};
 
-use super::routes::{Read, authorize_lookups, call_as, read, settle};
+use super::routes::{Read, authorize_request_references, call_as, read, settle};
 use super::{Upstream, stream_back};
 use crate::admission::{self, Admitted, TaskSpec};
 use crate::api::cluster_settings::bool_param;
@@ -72,7 +73,20 @@ pub async fn run(
 ) -> ApiResult<Response> {
     let up = super::routes_upstream(&st)?;
     let read = read(req).await?;
-    authorize_lookups(&st, &meta, &read.body, &read.params)?;
+    let route_action = if update {
+        Action::UpdateByQuery
+    } else {
+        Action::DeleteByQuery
+    };
+    authorize_request_references(
+        &st,
+        &meta,
+        &read.body,
+        &read.params,
+        route_action,
+        &index,
+        false,
+    )?;
     // OpenSearch's default: the request answers when the work is done.
     let wait = !read.params.contains_key("wait_for_completion")
         || bool_param(&read.params, "wait_for_completion")?;

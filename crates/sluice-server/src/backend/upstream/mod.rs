@@ -18,7 +18,8 @@
 //!   [`forwarded`]: the `X-Forwarded-For` chain of a trusted proxy, as far as it is believed;
 //! - [`scrolls`]: scroll id → group; [`sniff`] reads a response's scroll id as it streams;
 //! - [`routes`]: the gateway's router and its search-class handlers; [`msearch`]: the split of
-//!   an `_msearch` into admitted items and the merge of the answers.
+//!   an `_msearch` into admitted items and the merge of the answers; [`references`]: what a
+//!   search body makes the upstream read besides its indices, authorized before it goes.
 
 pub mod aliases;
 pub mod by_query;
@@ -33,6 +34,7 @@ pub mod hosts;
 pub mod limits;
 pub mod msearch;
 pub mod nodes;
+pub mod references;
 pub mod routes;
 pub mod scrolls;
 pub mod settings;

@@ -230,15 +230,16 @@ async fn decide(
     } else {
         crate::api::search::search_description(&item.index, Some(&item.body))
     };
-    // Authorized before admission, as on an embedded node: the item's indices, and the
-    // `terms` lookups the upstream would read for it.
+    // Authorized before admission, as on an embedded node: the item's indices, and what else
+    // the upstream would read for it (its `terms` lookups and other references).
     let action = if template {
         Action::SearchTemplate
     } else {
         Action::Search
     };
-    let allowed = crate::auth::authorize_item(st, meta, action, &item.index)
-        .and_then(|()| crate::auth::authz::authorize_lookups(st, meta, &item.body));
+    let allowed = crate::auth::authorize_item(st, meta, action, &item.index).and_then(|()| {
+        super::routes::authorize_references(st, meta, &item.body, action, &item.index, template)
+    });
     if let Err(e) = allowed {
         return Decided::Refused(ApiError::Engine(e));
     }

@@ -24,6 +24,7 @@ use axum::routing::{any, get, post};
 use bytes::Bytes;
 use http::request::Parts;
 use serde_json::Value;
+use sluice_core::authz::Action;
 use sluice_core::search_settings::GroupSearchSettings;
 use sluice_engine::EngineError;
 
@@ -55,8 +56,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/{index}/_search", any(search))
         .route("/_count", any(count))
         .route("/{index}/_count", any(count))
-        .route("/_search/template", any(search))
-        .route("/{index}/_search/template", any(search))
+        .route("/_search/template", any(search_template))
+        .route("/{index}/_search/template", any(search_template))
         .route("/_msearch", any(msearch))
         .route("/{index}/_msearch", any(msearch))
         .route("/_msearch/template", any(msearch_template))
@@ -87,21 +88,29 @@ struct Kind {
     action: &'static str,
     /// The route takes OpenSearch's search parameters (`timeout`, `cancel_after_time_interval`).
     search_params: bool,
+    /// The body is a search template (its references are those of its source).
+    template: bool,
 }
 
 const SEARCH: Kind = Kind {
     action: actions::SEARCH,
     search_params: true,
+    template: false,
+};
+const SEARCH_TEMPLATE: Kind = Kind {
+    template: true,
+    ..SEARCH
 };
 const COUNT: Kind = Kind {
     action: actions::SEARCH,
     search_params: false,
+    template: false,
 };
 
 /// The path's one parameter (an index expression or a scroll id), when the route has one.
 type PathParam = Option<Path<String>>;
 
-/// Searches and search templates: `/_search`, `/{index}/_search`, and their `template`.
+/// Searches: `/_search`, `/{index}/_search`.
 async fn search(
     st: State<Arc<AppState>>,
     meta: RequestMeta,
@@ -110,6 +119,17 @@ async fn search(
 ) -> Response {
     let index = index_of(index, req.uri());
     admitted_or_forward(st.0, meta, index, req, SEARCH).await
+}
+
+/// Search templates: `/_search/template`, `/{index}/_search/template`.
+async fn search_template(
+    st: State<Arc<AppState>>,
+    meta: RequestMeta,
+    index: PathParam,
+    req: Request,
+) -> Response {
+    let index = index_of(index, req.uri());
+    admitted_or_forward(st.0, meta, index, req, SEARCH_TEMPLATE).await
 }
 
 async fn count(
@@ -558,7 +578,11 @@ async fn prepare(
         Some(s) if kind.search_params => Some(sluice_engine::scroll::parse_keep_alive(s)?),
         _ => None,
     };
-    authorize_lookups(st, meta, &body, &params)?;
+    let (action, template) = match kind.template {
+        true => (Action::SearchTemplate, true),
+        false => (Action::Search, false),
+    };
+    authorize_request_references(st, meta, &body, &params, action, index, template)?;
     // The body as the client sent it (the gateway does not parse what it only forwards),
     // put into words when a listing asks.
     let description = Description::Forwarded {
@@ -728,15 +752,20 @@ pub async fn lane_search(
     Ok((admitted, answer))
 }
 
-/// Authorizes the `terms` lookups of a search-class request before it is forwarded, as the
-/// embedded engine authorizes them while it runs (the upstream reads them): those of the body
-/// and of a `source` parameter. With authorization on, a body that is not JSON is refused
-/// here (its lookups could not be checked), not forwarded.
-pub(super) fn authorize_lookups(
+/// Authorizes what a search-class request of `action` on `index` makes the upstream read
+/// besides its indices ([`super::references`]) before it is forwarded, as the embedded engine
+/// authorizes its `terms` lookups while it runs: the references of the body and of a `source`
+/// parameter (read as a template when `template`). With authorization on, a body that is not
+/// JSON is refused (400) rather than forwarded; and with identity `service`, one whose reads
+/// cannot all be known is refused (403, [`authorize_references`]).
+pub(super) fn authorize_request_references(
     st: &AppState,
     meta: &RequestMeta,
     body: &[u8],
     params: &Params,
+    action: Action,
+    index: &str,
+    template: bool,
 ) -> ApiResult<()> {
     if meta.permissions.is_none() {
         return Ok(());
@@ -744,10 +773,55 @@ pub(super) fn authorize_lookups(
     let source = params.get("source").map(String::as_bytes);
     for part in std::iter::once(body).chain(source) {
         if let Some(json) = crate::http::parse_json(part)? {
-            crate::auth::authz::authorize_lookups(st, meta, &json)?;
+            authorize_references(st, meta, &json, action, index, template)?;
         }
     }
     Ok(())
+}
+
+/// Authorizes the references of one search body (`template`: a template body) for a request
+/// of `action` on `index`: each on its index with the action its read is (`Err` is the first
+/// forbidden one's 403, counted and audited). In a gateway whose identity is `service`, where
+/// the upstream reads whatever it is sent as one account for every user, a body whose reads
+/// cannot all be known from its JSON is refused with a 403 saying why; in the other modes
+/// the upstream checks those reads as the user.
+pub(super) fn authorize_references(
+    st: &AppState,
+    meta: &RequestMeta,
+    body: &Value,
+    action: Action,
+    index: &str,
+    template: bool,
+) -> Result<(), EngineError> {
+    if meta.permissions.is_none() {
+        return Ok(());
+    }
+    let found = if template {
+        super::references::of_template(body)
+    } else {
+        super::references::of_search(body)
+    };
+    for r in &found.references {
+        crate::auth::authorize_item(st, meta, r.action, &r.index)?;
+    }
+    let single_identity = st
+        .upstream
+        .as_ref()
+        .is_some_and(|up| up.identity().is_single_identity());
+    match found.unchecked {
+        Some(why) if single_identity => Err(crate::auth::authz::refuse_unchecked(
+            st,
+            meta,
+            action,
+            index,
+            &format!(
+                "this gateway cannot tell what the request reads ({why}), and with \
+                 backend.upstream.identity service the upstream would read it for every user \
+                 alike; send a query the gateway can check, or use identity proxy or run_as"
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Settles an admitted request's outcome: an upstream answer counts as a completion, a
