@@ -3741,6 +3741,43 @@ async fn test_documents_a_query_reads_elsewhere_are_authorized_before_it_is_forw
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_alias_bodies_with_a_duplicate_key_are_refused_not_forwarded() {
+    let up = fake(answer_with(|_| {
+        axum::Json(json!({"acknowledged": true})).into_response()
+    }))
+    .await;
+    let (gw, _roles_dir) = gateway_for_tenant_a(&up.base, "manage_aliases, create_index").await;
+    // A lenient parse checks the last `index` (hers); an upstream reading the first would
+    // alias another tenant's index. Refused as OpenSearch refuses a duplicate key.
+    for (path, method, body) in [
+        (
+            "/_aliases",
+            "POST",
+            r#"{"actions": [{"add": {"index": "b-1", "index": "a-1", "alias": "a-steal"}}]}"#,
+        ),
+        (
+            "/a-new",
+            "PUT",
+            r#"{"aliases": {"b-view": {}}, "aliases": {"a-view": {}}}"#,
+        ),
+    ] {
+        let r = as_alice(&gw, method, path, "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{body}");
+        let answer: Value = r.json().await.unwrap();
+        assert_eq!(
+            answer["error"]["type"], "x_content_parse_exception",
+            "{answer}"
+        );
+    }
+    assert!(up.received_on("_aliases").is_empty() && up.received_on("a-new").is_empty());
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_alias_changes_are_authorized_before_they_are_forwarded() {
     let up = fake(answer_with(|_| {
         axum::Json(json!({"acknowledged": true})).into_response()

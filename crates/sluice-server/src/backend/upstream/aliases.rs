@@ -8,16 +8,17 @@
 //!
 //! A user allowed both actions everywhere (`*`), or any request when nothing is authorized, is
 //! forwarded untouched. Otherwise the body is read (bounded by `http.max_content_length`) and
-//! parsed as the embedded engine parses it; one that cannot be read is refused (400) rather
-//! than forwarded, since its indices could not be checked. An allowed request is forwarded
-//! with its body as received, and the upstream's answer passes through unchanged.
+//! parsed as the embedded engine parses it, strictly (a duplicate key is refused as OpenSearch
+//! refuses it, so no upstream can read another value than the one checked); one that cannot be
+//! read is refused (400) rather than forwarded, since its indices could not be checked. An
+//! allowed request is forwarded with its body as received, and the upstream's answer passes
+//! through unchanged.
 
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
-use serde_json::Value;
 use sluice_core::authz::Action;
 use sluice_engine::EngineError;
 
@@ -61,12 +62,9 @@ pub async fn index_root(
 
 async fn run_create(st: Arc<AppState>, meta: RequestMeta, req: Request) -> ApiResult<Response> {
     let Read { parts, body, .. } = read(req).await?;
-    if !body.iter().all(u8::is_ascii_whitespace) {
-        let value: Value = serde_json::from_slice(&body).map_err(|e| {
-            EngineError::parsing(format!(
-                "the create-index body must be JSON to be authorized: {e}"
-            ))
-        })?;
+    // Read strictly (a duplicate key refused, as OpenSearch refuses it): the body goes on as
+    // received, so the upstream must read the same aliases as were checked.
+    if let Some(value) = crate::http::parse_json(&body)? {
         crate::api::aliases::authorize_create_aliases(&st, &meta, &value)?;
     }
     let up = super::routes_upstream(&st)?;
@@ -76,10 +74,11 @@ async fn run_create(st: Arc<AppState>, meta: RequestMeta, req: Request) -> ApiRe
 
 async fn run(st: Arc<AppState>, meta: RequestMeta, req: Request) -> ApiResult<Response> {
     let Read { parts, body, .. } = read(req).await?;
-    let value: Value = serde_json::from_slice(&body).map_err(|e| {
-        EngineError::parsing(format!(
-            "the [_aliases] body must be JSON to be authorized: {e}"
-        ))
+    // Read strictly, as on an embedded node: with a duplicate key (`"index"` twice in one
+    // action) a lenient parse would check one value while an upstream reading the other ran
+    // it, so it is refused (400), as OpenSearch refuses it.
+    let value = crate::http::parse_json(&body)?.ok_or_else(|| {
+        EngineError::parsing("the [_aliases] body must be JSON to be authorized: it is empty")
     })?;
     let actions = sluice_engine::aliases::parse_actions(&value)?;
     crate::api::aliases::authorize_actions(&st, &meta, &actions)?;
