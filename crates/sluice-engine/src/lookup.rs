@@ -149,48 +149,6 @@ impl TermsLookup {
     }
 }
 
-/// The terms lookups a request body names, found without building its queries (a gateway
-/// authorizes them before forwarding the body): every `terms` object, at any depth, whose
-/// field's value is a lookup object with an `index`. A lookup object that does not parse is
-/// still reported by its `index` (as a lookup by id unless it has a `query`): the upstream
-/// refuses it, and its index is authorized first either way.
-pub fn find_lookups(body: &Value) -> Vec<TermsLookup> {
-    let mut found = Vec::new();
-    let mut stack = vec![body];
-    while let Some(v) = stack.pop() {
-        match v {
-            Value::Object(map) => {
-                for (key, value) in map {
-                    if key == "terms"
-                        && let Value::Object(fields) = value
-                    {
-                        for spec in fields.values() {
-                            if let Value::Object(spec) = spec
-                                && let Some(Value::String(index)) = spec.get("index")
-                            {
-                                found.push(TermsLookup::parse(spec).unwrap_or_else(|_| {
-                                    TermsLookup {
-                                        index: index.clone(),
-                                        source: match spec.get("query") {
-                                            Some(q) => LookupSource::Query(q.clone()),
-                                            None => LookupSource::Id(String::new()),
-                                        },
-                                        path: String::new(),
-                                    }
-                                }));
-                            }
-                        }
-                    }
-                    stack.push(value);
-                }
-            }
-            Value::Array(items) => stack.extend(items),
-            _ => {}
-        }
-    }
-    found
-}
-
 /// A string field of the lookup object; with `numbers`, a number is taken as its text (an `id`
 /// is often written as one).
 fn string_value(key: &str, value: &Value, numbers: bool) -> Result<String> {
@@ -517,31 +475,5 @@ mod tests {
         assert_eq!(e.reason, "[terms_lookup] unknown field [typo]");
         let e = parse(json!({"index": "i", "path": "p", "query": "x"})).unwrap_err();
         assert_eq!(e.code, ErrorCode::XContentParse);
-    }
-
-    #[test]
-    fn test_find_lookups_walks_the_whole_body() {
-        let body = json!({
-            "query": {"bool": {"filter": [
-                {"terms": {"f": {"index": "a", "id": "1", "path": "x"}}},
-                {"terms": {"g": ["plain", "values"]}},
-                {"terms": {"h": {"index": "b", "path": "y", "query": {
-                    "terms": {"k": {"index": "c", "id": 2, "path": "z"}}
-                }}}}
-            ]}},
-            "aggs": {"t": {"terms": {"field": "f", "order": {"_count": "desc"}}}},
-            "post_filter": {"terms": {"f": {"index": "d", "path": "x", "typo": 1}}}
-        });
-        let mut found: Vec<(String, bool)> = find_lookups(&body)
-            .into_iter()
-            .map(|l| (l.index, matches!(l.source, LookupSource::Query(_))))
-            .collect();
-        found.sort();
-        let expected: Vec<(String, bool)> = [("a", false), ("b", true), ("c", false), ("d", false)]
-            .iter()
-            .map(|(i, q)| (i.to_string(), *q))
-            .collect();
-        assert_eq!(found, expected);
-        assert!(find_lookups(&json!({"query": {"match_all": {}}})).is_empty());
     }
 }

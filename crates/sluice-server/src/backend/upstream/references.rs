@@ -256,7 +256,9 @@ mod tests {
         let body = json!({
             "query": {"bool": {"should": [
                 {"terms": {"f": {"index": "l-id", "id": "1", "path": "p"}}},
-                {"terms": {"f": {"index": "l-q", "query": {"match_all": {}}, "path": "p"}}},
+                {"terms": {"f": {"index": "l-q", "path": "p", "query":
+                    {"terms": {"g": {"index": "l-nested", "id": 2, "path": "p"}}}}}},
+                {"terms": {"g": ["plain", "values"]}},
                 {"more_like_this": {"fields": ["t"], "like": [{"_index": "m-1", "_id": "0"}, "text"],
                     "unlike": {"_index": "m-2", "_id": "1"}}},
                 {"percolate": {"field": "q", "index": "p-1", "id": "0"}},
@@ -274,6 +276,7 @@ mod tests {
             [
                 ("g-1", Action::Get),
                 ("l-id", Action::Get),
+                ("l-nested", Action::Get),
                 ("l-q", Action::Search),
                 ("m-1", Action::Get),
                 ("m-2", Action::Get),
@@ -284,6 +287,7 @@ mod tests {
         );
         // Text items, a percolated document given inline, plain queries: nothing.
         let plain = json!({"query": {"more_like_this": {"like": "text"}},
+            "aggs": {"t": {"terms": {"field": "f", "order": {"_count": "desc"}}}},
             "post_filter": {"percolate": {"field": "q", "document": {"x": 1}}}});
         assert!(of_search(&plain).references.is_empty());
     }
