@@ -3738,6 +3738,22 @@ async fn test_documents_a_query_reads_elsewhere_are_authorized_before_it_is_forw
     assert_eq!(r.status(), 403);
     assert_eq!(up.received_on("_search").len(), 1);
     gw.stop().await;
+
+    // Without a roles file every user may read every index: nothing is left to check.
+    let up = msearch_upstream(Arc::new(tokio::sync::Notify::new())).await;
+    let gw = gateway(
+        &up.base,
+        &["auth.type=proxy", "auth.proxy.trusted_addresses=127.0.0.1"],
+    )
+    .await;
+    let r = as_alice(&gw, "POST", "/a-1/_search/template", "application/json")
+        .body(json!({"id": "stored"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(up.received_on("_search/template").len(), 1);
+    gw.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -783,8 +783,8 @@ pub(super) fn authorize_request_references(
 /// of `action` on `index`: each on its index with the action its read is (`Err` is the first
 /// forbidden one's 403, counted and audited). In a gateway whose identity is `service`, where
 /// the upstream reads whatever it is sent as one account for every user, a body whose reads
-/// cannot all be known from its JSON is refused with a 403 saying why; in the other modes
-/// the upstream checks those reads as the user.
+/// cannot all be known from its JSON is refused with a 403 saying why, unless the user may
+/// read every index anyway; in the other modes the upstream checks those reads as the user.
 pub(super) fn authorize_references(
     st: &AppState,
     meta: &RequestMeta,
@@ -793,9 +793,9 @@ pub(super) fn authorize_references(
     index: &str,
     template: bool,
 ) -> Result<(), EngineError> {
-    if meta.permissions.is_none() {
+    let Some(perms) = &meta.permissions else {
         return Ok(());
-    }
+    };
     let found = if template {
         super::references::of_template(body)
     } else {
@@ -809,19 +809,30 @@ pub(super) fn authorize_references(
         .as_ref()
         .is_some_and(|up| up.identity().is_single_identity());
     match found.unchecked {
-        Some(why) if single_identity => Err(crate::auth::authz::refuse_unchecked(
-            st,
-            meta,
-            action,
-            index,
-            &format!(
-                "this gateway cannot tell what the request reads ({why}), and with \
+        Some(why) if single_identity && !reads_everything(perms) => {
+            Err(crate::auth::authz::refuse_unchecked(
+                st,
+                meta,
+                action,
+                index,
+                &format!(
+                    "this gateway cannot tell what the request reads ({why}), and with \
                  backend.upstream.identity service the upstream would read it for every user \
                  alike; send a query the gateway can check, or use identity proxy or run_as"
-            ),
-        )),
+                ),
+            ))
+        }
         _ => Ok(()),
     }
+}
+
+/// Whether `perms` let their user read every index, local and remote (`*` and `*:*`: an admin
+/// role, every user without a roles file): then nothing a query could read elsewhere is
+/// forbidden to them, and what the gateway cannot check is forwarded.
+fn reads_everything(perms: &sluice_core::authz::RoleSet) -> bool {
+    [Action::Search, Action::Get]
+        .into_iter()
+        .all(|a| perms.allows_index_pattern(a, "*") && perms.allows_index_pattern(a, "*:*"))
 }
 
 /// Settles an admitted request's outcome: an upstream answer counts as a completion, a
