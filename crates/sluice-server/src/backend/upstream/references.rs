@@ -147,10 +147,10 @@ impl Walk {
         match key {
             "terms" => {
                 for lookup in spec.values().filter_map(Value::as_object) {
-                    if let Some(Value::String(index)) = lookup.get("index") {
+                    if let Some(index) = lookup.get("index").and_then(scalar_text) {
                         let action =
                             crate::auth::authz::lookup_action(lookup.contains_key("query"));
-                        self.reference(index, action, "terms lookup", rendered);
+                        self.reference(&index, action, "terms lookup", rendered);
                     }
                 }
             }
@@ -160,23 +160,21 @@ impl Walk {
                     items.flat_map(|v| v.as_array().map_or(std::slice::from_ref(v), Vec::as_slice))
                 {
                     let index = item.get("_index").or_else(|| item.get("index"));
-                    if let Some(Value::String(index)) = index {
-                        self.reference(index, Action::Get, "more_like_this", rendered);
+                    if let Some(index) = index.and_then(scalar_text) {
+                        self.reference(&index, Action::Get, "more_like_this", rendered);
                     }
                 }
             }
             "percolate" => {
-                if let Some(Value::String(index)) = spec.get("index") {
-                    self.reference(index, Action::Get, "percolate", rendered);
+                if let Some(index) = spec.get("index").and_then(scalar_text) {
+                    self.reference(&index, Action::Get, "percolate", rendered);
                 }
             }
             _ if SHAPE_QUERIES.contains(&key) => {
                 for field in spec.values() {
                     if let Some(Value::Object(shape)) = field.get("indexed_shape") {
-                        let index = match shape.get("index") {
-                            Some(Value::String(index)) => index.as_str(),
-                            _ => DEFAULT_SHAPE_INDEX,
-                        };
+                        let index = shape.get("index").and_then(scalar_text);
+                        let index = index.as_deref().unwrap_or(DEFAULT_SHAPE_INDEX);
                         self.reference(index, Action::Get, key, rendered);
                     }
                 }
@@ -198,6 +196,17 @@ impl Walk {
             }
             _ => {}
         }
+    }
+}
+
+/// The text OpenSearch's parser reads from a scalar where it wants a string (`5` is "5",
+/// `true` "true"); `None` for null, an array or an object, which it refuses there.
+fn scalar_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
     }
 }
 
@@ -264,6 +273,7 @@ mod tests {
                 {"percolate": {"field": "q", "index": "p-1", "id": "0"}},
                 {"geo_shape": {"loc": {"indexed_shape": {"index": "g-1", "id": "0"}}}},
                 {"shape": {"loc": {"indexed_shape": {"id": "0"}}}},
+                {"percolate": {"field": "q", "index": 7, "id": "0"}},
             ]}},
             "aggs": {"a": {"filter": {"percolate": {"field": "q", "index": "p-2", "id": "1"}}}},
         });
@@ -274,6 +284,7 @@ mod tests {
         assert_eq!(
             got,
             [
+                ("7", Action::Get),
                 ("g-1", Action::Get),
                 ("l-id", Action::Get),
                 ("l-nested", Action::Get),
