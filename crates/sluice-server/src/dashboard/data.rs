@@ -2,6 +2,7 @@
 //! this node with its limits and figures, and the longest-running tasks.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -108,6 +109,9 @@ fn longest_tasks(st: &AppState) -> Vec<Value> {
                 "description": t.description.text(),
                 "group": t.group().map(|g| g.id.to_string()),
                 "running_millis": u64::try_from(t.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                // A task parked in its bucket's queue has started, not run: told apart, as
+                // `_tasks` tells it (`status.state: queued`).
+                "state": if t.queued.load(Ordering::Acquire) { "queued" } else { "running" },
                 "cancelled": t.is_cancelled(),
             })
         })

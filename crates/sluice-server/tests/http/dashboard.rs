@@ -472,3 +472,54 @@ async fn test_dashboard_is_served_from_the_binary_and_its_data_needs_an_admin_ro
     assert!(r.body["node"]["search_pool"]["threads"].as_u64() >= Some(1));
     assert!(r.body["longest_tasks"].is_array());
 }
+
+/// A request parked in its bucket's queue is listed among the longest tasks as queued, not as
+/// running: the oldest tasks of a throttled group are its waiting ones.
+#[tokio::test]
+async fn test_dashboard_tells_queued_tasks_from_running_ones() {
+    use crate::throttling::{cancel_all, create_group, node_in_mode, start_heavy, start_search};
+    let node = node_in_mode("enabled", &[]).await;
+    let id = create_group(
+        &node,
+        json!({"name": "q", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.1},
+               "throttling": {"attribute": "group", "node_limit": 1},
+               "queue": {"size_per_bucket": 2}}),
+    )
+    .await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let heavy = start_heavy(&node, &tag);
+    let states = || async {
+        let r = node
+            .req_with(
+                "GET",
+                "/_sluice/dashboard/data",
+                None,
+                &crate::throttling::ADMIN,
+            )
+            .await;
+        let mut states: Vec<String> = r.body["longest_tasks"]
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .filter(|t| t["group"] == json!(id))
+            .map(|t| t["state"].as_str().expect("a state").to_string())
+            .collect();
+        states.sort();
+        states
+    };
+    let mut parked = None;
+    let mut seen = Vec::new();
+    for _ in 0..20_000 {
+        seen = states().await;
+        if parked.is_none() && seen == ["running"] {
+            let body = json!({"query": {"match_all": {}}});
+            parked = Some(start_search(&node, "/small/_search", body, &tag));
+        }
+        if seen == ["queued", "running"] {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(seen, ["queued", "running"]);
+    cancel_all(&node, vec![heavy, parked.expect("started")]).await;
+}

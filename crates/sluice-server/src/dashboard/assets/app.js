@@ -106,7 +106,7 @@ function renderTasks(tasks, groups) {
   const names = new Map(groups.map(g => [g.id, g.name]));
   document.querySelector("#tasks tbody").innerHTML = tasks.length === 0
     ? `<tr><td colspan="5" class="muted">no task running</td></tr>`
-    : tasks.map(t => `<tr><td>${esc(t.id)}${t.cancelled ? " (cancelled)" : ""}</td><td title="${esc(t.group || "")}">${esc(names.get(t.group) || t.group || "–")}</td>
+    : tasks.map(t => `<tr><td>${esc(t.id)}${t.state === "queued" ? " (queued)" : ""}${t.cancelled ? " (cancelled)" : ""}</td><td title="${esc(t.group || "")}">${esc(names.get(t.group) || t.group || "–")}</td>
       <td>${esc(t.action)}</td><td>${fmtMillis(t.running_millis)}</td><td>${esc(t.description).slice(0, 160)}</td></tr>`).join("");
 }
 
