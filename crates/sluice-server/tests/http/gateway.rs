@@ -4001,6 +4001,183 @@ async fn test_an_answer_ending_early_fails_that_request_only() {
     task.abort();
 }
 
+/// The first bytes of the answers [`silent_upstream`] leaves unfinished.
+const SILENT_START: &str = "{\"took\":1,";
+
+/// An upstream that answers a search on `silent-length` or `silent-chunked` with a 200 head
+/// and the first bytes of a body ([`SILENT_START`]), framed by a length of 1000 or in chunks,
+/// then sends nothing more, keeping the connection open (an outside trial's fake upstream
+/// did this); every other request gets a whole `{}`. Counts those connections the gateway
+/// closed.
+async fn silent_upstream() -> (
+    String,
+    Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let closed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let closes = closed.clone();
+    let task = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let closes = closes.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                while let Some((first, _, _)) = read_request(&mut stream, &mut buf).await {
+                    let answer = if first.contains("/silent-length/") {
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                             content-length: 1000\r\n\r\n{SILENT_START}"
+                        )
+                    } else if first.contains("/silent-chunked/") {
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                             transfer-encoding: chunked\r\n\r\n{:x}\r\n{SILENT_START}\r\n",
+                            SILENT_START.len()
+                        )
+                    } else {
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                         content-length: 2\r\n\r\n{}"
+                            .to_string()
+                    };
+                    if stream.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    if answer.contains(SILENT_START) {
+                        // Nothing more, until the gateway closes the connection.
+                        let mut chunk = [0u8; 1024];
+                        while let Ok(n) = stream.read(&mut chunk).await {
+                            if n == 0 {
+                                break;
+                            }
+                        }
+                        closes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (base, closed, task)
+}
+
+/// Sends `GET {path}` on a new connection to `gw` and reads until the answer's first body
+/// bytes ([`SILENT_START`]) came: the connection and what was read.
+async fn silent_search(gw: &TestNode, path: &str) -> (tokio::net::TcpStream, Vec<u8>) {
+    let mut stream = tokio::net::TcpStream::connect(gw.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let head = format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !got
+        .windows(SILENT_START.len())
+        .any(|w| w == SILENT_START.as_bytes())
+    {
+        let read = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut chunk)).await;
+        match read {
+            Ok(Ok(n)) if n > 0 => got.extend_from_slice(&chunk[..n]),
+            other => panic!(
+                "{path}: the answer's first bytes did not come ({other:?}): {}",
+                String::from_utf8_lossy(&got)
+            ),
+        }
+    }
+    (stream, got)
+}
+
+/// The count of an upstream's closed connections.
+fn count(c: &std::sync::atomic::AtomicUsize) -> usize {
+    c.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_an_upstream_silent_mid_answer_closes_the_clients_connection() {
+    // An upstream that sends a search answer's head and first bytes, then nothing, keeping
+    // its connection open: once nothing more came for `request_timeout` (500 ms here; nginx's
+    // `proxy_read_timeout`), the client's connection ends (its head is out: no error status
+    // can be given), the upstream's is closed, and the search counts as a failure. Its
+    // client once waited for good. On the lane and with the lane off, the body framed by a
+    // length or in chunks.
+    let (base, closed, task) = silent_upstream().await;
+    for lane in ["true", "false"] {
+        let fast_lane = format!("backend.upstream.fast_lane={lane}");
+        let gw = gateway(&base, &[&fast_lane]).await;
+        let before = count(&closed);
+        for (i, index) in ["silent-length", "silent-chunked"].into_iter().enumerate() {
+            let (mut stream, mut got) = silent_search(&gw, &format!("/{index}/_search")).await;
+            // The rest: none, then the end, well before this generous deadline.
+            let end =
+                tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut got)).await;
+            let got = String::from_utf8_lossy(&got);
+            assert!(
+                end.is_ok(),
+                "lane {lane}, {index}: still open after 20 s: {got}"
+            );
+            assert!(
+                got.starts_with("HTTP/1.1 200"),
+                "lane {lane}, {index}: {got}"
+            );
+            assert!(
+                got.ends_with(SILENT_START) || got.ends_with(&format!("{SILENT_START}\r\n")),
+                "lane {lane}, {index}: nothing but what the upstream sent: {got}"
+            );
+            common::wait_until(
+                "the gateway closing the silent upstream connection",
+                || count(&closed) == before + i + 1,
+                || format!("lane {lane}, {index}: {} closed", count(&closed) - before),
+            )
+            .await;
+        }
+        let stats = default_stats(&gw).await;
+        assert_eq!(stats["total_completions"], 2, "lane {lane}: {stats}");
+        assert_eq!(stats["failures"], 2, "lane {lane}: {stats}");
+        // The gateway goes on: the next search is answered, on a new upstream connection.
+        let (s, b) = gw.req("GET", "/logs/_search", None).await;
+        assert_eq!(s, 200, "lane {lane}: {b}");
+        assert_nothing_held(&gw);
+        gw.stop().await;
+    }
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_client_leaving_a_silent_answer_frees_the_upstream_connection() {
+    // A client that leaves while the upstream is silent mid-answer: its upstream connection
+    // is closed at once, as it leaving a search still waiting closes it, not when
+    // `request_timeout` (120 s here) passes. On the lane, a leaving client was once not
+    // noticed while its answer was relayed, and its socket and the upstream's stayed open.
+    // A client leaving is not the upstream failing: the search counted a success with its
+    // head, and stays one. The same with the lane off.
+    let (base, closed, task) = silent_upstream().await;
+    for lane in ["true", "false"] {
+        let fast_lane = format!("backend.upstream.fast_lane={lane}");
+        let gw = gateway(
+            &base,
+            &[&fast_lane, "backend.upstream.request_timeout=120s"],
+        )
+        .await;
+        let before = count(&closed);
+        for (i, index) in ["silent-length", "silent-chunked"].into_iter().enumerate() {
+            let (stream, _) = silent_search(&gw, &format!("/{index}/_search")).await;
+            drop(stream);
+            common::wait_until(
+                "the gateway closing the upstream connection of a client that left",
+                || count(&closed) == before + i + 1,
+                || format!("lane {lane}, {index}: {} closed", count(&closed) - before),
+            )
+            .await;
+        }
+        let stats = default_stats(&gw).await;
+        assert_eq!(stats["total_completions"], 2, "lane {lane}: {stats}");
+        assert_eq!(stats["failures"], 0, "lane {lane}: {stats}");
+        assert_nothing_held(&gw);
+        gw.stop().await;
+    }
+    task.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_lent_request_answered_before_its_body_was_read_ends_cleanly() {
     // A request lent to hyper whose handler answers without reading its body (here a listing

@@ -258,7 +258,7 @@ async fn submit(
 }
 
 /// The upstream task a submission's answer `resp` names, or the upstream's refusal.
-async fn started_task(resp: http::Response<hyper::body::Incoming>) -> ApiResult<String> {
+async fn started_task(resp: http::Response<super::streamed::AnswerBody>) -> ApiResult<String> {
     if !resp.status().is_success() {
         return Err(forwarded_error(resp).await);
     }
@@ -465,7 +465,7 @@ fn settle_err(admitted: &mut Admitted, e: ApiError) -> ApiError {
 }
 
 /// An upstream error answer as the error it is.
-async fn forwarded_error(resp: http::Response<hyper::body::Incoming>) -> ApiError {
+async fn forwarded_error(resp: http::Response<super::streamed::AnswerBody>) -> ApiError {
     let status = resp.status().as_u16();
     match super::json_answer(resp, "by-query").await {
         Ok(body) => ApiError::Forwarded { status, body },

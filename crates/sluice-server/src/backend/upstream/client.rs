@@ -48,6 +48,12 @@
 //!   (an outside trial found 116 sockets held for good after a burst). Tested by
 //!   `test_idle_connections_beyond_the_cap_or_the_timeout_are_closed` and
 //!   `test_idle_connections_expire_without_traffic`.
+//! - C5 — an answer's body is relayed only while its bytes keep coming: each wait for the
+//!   next ones is bounded by `request_timeout` ([`AnswerBody`], `streamed.rs` E2), as the
+//!   fast lane's relay bounds its reads (R7); past it the body fails, its connection is
+//!   dropped (hyper closes it: never ready, so never taken from the pool again) and the
+//!   client's connection closes. Tested by
+//!   `test_an_upstream_silent_mid_answer_closes_the_clients_connection` (lane off).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -66,6 +72,7 @@ use sluice_engine::{EngineError, ErrorCode};
 
 use super::config::UpstreamConfig;
 use super::hosts::{Host, Hosts};
+use super::streamed::AnswerBody;
 
 /// How long an idle pooled connection is kept (dropped by the pool's timer, or at the next
 /// checkout or put after that, C4): under the 60 s+ idle timeouts of common load balancers in front of clusters, so the
@@ -445,8 +452,9 @@ impl UpstreamClient {
     }
 
     /// Sends `method path_and_query` with `headers` and `body` to the upstream and answers its
-    /// response as soon as its headers arrived (the body streams). A host that cannot be
-    /// connected to is put in back-off; a replayable request then goes to the next host.
+    /// response as soon as its headers arrived (the body streams, each wait for its next bytes
+    /// bounded by `request_timeout`, C5). A host that cannot be connected to is put in
+    /// back-off; a replayable request then goes to the next host.
     ///
     /// Errors: 502 `upstream_exception` naming the host and the cause (refused, unreachable
     /// within `connect_timeout`, reset, not HTTP), 504 `upstream_timeout_exception` when the
@@ -461,7 +469,7 @@ impl UpstreamClient {
         path_and_query: &str,
         headers: HeaderMap,
         body: OutBody,
-    ) -> Result<Response<Incoming>, EngineError> {
+    ) -> Result<Response<AnswerBody>, EngineError> {
         let pq: PathAndQuery = path_and_query.parse().map_err(|e| {
             EngineError::illegal_argument(format!("invalid request path [{path_and_query}]: {e}"))
         })?;
@@ -520,7 +528,8 @@ impl UpstreamClient {
             match tokio::time::timeout(self.request_timeout, exchange).await {
                 Ok(Ok(resp)) => {
                     self.hosts.succeeded(i);
-                    return Ok(resp);
+                    let bound = self.request_timeout;
+                    return Ok(resp.map(|body| AnswerBody::new(body, bound)));
                 }
                 Ok(Err(Failure::Connect(e))) => {
                     let (cause, timed_out) = (causes(&*e), timed_out(&*e));
@@ -694,13 +703,13 @@ impl UpstreamClient {
         }
     }
 
-    /// Sends a bodiless request and reads the whole (small) answer: for the gateway's own calls
-    /// (`GET /` at start, listing and cancelling upstream tasks).
     /// `backend.upstream.request_timeout`.
     pub fn request_timeout(&self) -> Duration {
         self.request_timeout
     }
 
+    /// Sends a bodiless request and reads the whole (small) answer: for the gateway's own calls
+    /// (`GET /` at start, listing and cancelling upstream tasks).
     pub async fn call(
         &self,
         method: Method,

@@ -49,7 +49,8 @@ pub struct UpstreamConfig {
     pub ca_file: Option<PathBuf>,
     /// `backend.upstream.connect_timeout`.
     pub connect_timeout: Duration,
-    /// `backend.upstream.request_timeout`: until the upstream's response headers arrive.
+    /// `backend.upstream.request_timeout`: until the upstream's response headers arrive, and
+    /// then each wait for its body's next bytes (`streamed.rs` E2).
     pub request_timeout: Duration,
     /// `backend.upstream.identity`.
     pub identity: IdentityMode,

@@ -52,9 +52,9 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Response};
-use hyper::body::Incoming;
 use serde_json::Value;
 use sluice_engine::{EngineError, ErrorCode};
+use streamed::AnswerBody;
 
 use self::client::{OutBody, UpstreamClient};
 use self::config::UpstreamConfig;
@@ -404,7 +404,7 @@ impl Upstream {
     ///
     /// # Cancel safety
     /// Dropping the future drops the upstream request.
-    pub async fn send_call(&self, call: Call) -> Result<Response<Incoming>, ApiError> {
+    pub async fn send_call(&self, call: Call) -> Result<Response<AnswerBody>, ApiError> {
         debug_assert!(call.raw.is_none(), "a lane call sent on the general path");
         Ok(self
             .client
@@ -431,7 +431,7 @@ impl Upstream {
         self: &Arc<Self>,
         exec: Execution,
         call: Call,
-    ) -> Result<Response<Incoming>, ApiError> {
+    ) -> Result<Response<AnswerBody>, ApiError> {
         self.execute_with(exec, call, |c| self.send_admitted(c))
             .await
     }
@@ -471,7 +471,7 @@ impl Upstream {
         self: &Arc<Self>,
         exec: Execution,
         mut call: Call,
-    ) -> Result<Response<Incoming>, ApiError> {
+    ) -> Result<Response<AnswerBody>, ApiError> {
         let executing = exec.hooks.start().map_err(ApiError::Engine)?;
         exec.task.usage.mark_executing();
         let _keep = (exec.hold, executing);
@@ -538,7 +538,7 @@ impl Upstream {
     }
 
     /// Sends an admitted call on the hyper client.
-    async fn send_admitted(&self, call: Call) -> Result<Response<Incoming>, EngineError> {
+    async fn send_admitted(&self, call: Call) -> Result<Response<AnswerBody>, EngineError> {
         debug_assert!(call.raw.is_none(), "a lane call sent on the general path");
         let Call {
             method,
@@ -663,7 +663,7 @@ impl Upstream {
         cancel_at: Option<Instant>,
         keep: Vec<Box<dyn Any + Send>>,
         call: Call,
-    ) -> Result<Response<Incoming>, ApiError> {
+    ) -> Result<Response<AnswerBody>, ApiError> {
         self.guarded(task, cancel_at, keep, call, |c| self.send_admitted(c))
             .await
     }
@@ -898,7 +898,7 @@ impl Drop for CancelUpstream {
 /// The upstream's response as the gateway's: status and headers unchanged but hop-by-hop
 /// ones, the body streamed; marked [`Relayed`](crate::http::pretty::Relayed) so the node's
 /// layers leave its body as the upstream wrote it (no `?pretty` rendering of an error).
-pub fn stream_back(resp: Response<Incoming>) -> axum::response::Response {
+pub fn stream_back(resp: Response<AnswerBody>) -> axum::response::Response {
     let (mut parts, body) = resp.into_parts();
     headers::strip_hop_by_hop(&mut parts.headers);
     parts.extensions.insert(crate::http::pretty::Relayed);
@@ -909,7 +909,7 @@ pub fn stream_back(resp: Response<Incoming>) -> axum::response::Response {
 /// `format=yaml` so ([`crate::http::format::parse_answer`]; the gateway renders what it builds
 /// of it by the same `format`). `what` names it in the errors (`_msearch`,
 /// `_cluster/settings`): the answer breaking off or not being JSON is an `upstream_exception`.
-pub async fn json_answer(resp: Response<Incoming>, what: &str) -> Result<Value, EngineError> {
+pub async fn json_answer(resp: Response<AnswerBody>, what: &str) -> Result<Value, EngineError> {
     // Asked for uncompressed ([`Call::answer_uncompressed`]); an upstream that encodes it
     // anyway is named for it, not reported as sending something other than JSON.
     if let Some(coding) = resp

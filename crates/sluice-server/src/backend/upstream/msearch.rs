@@ -376,7 +376,7 @@ fn settle_batch(
 
 /// The upstream's error answer to one of several batches, as the error item of each of its
 /// items: its `error` and its status, as OpenSearch words an item that failed.
-async fn upstream_error_item(resp: http::Response<hyper::body::Incoming>) -> Value {
+async fn upstream_error_item(resp: http::Response<super::streamed::AnswerBody>) -> Value {
     let status = resp.status().as_u16();
     match super::json_answer(resp, "_msearch").await {
         Ok(v) if v.get("error").is_some() => json!({"error": v["error"], "status": status}),

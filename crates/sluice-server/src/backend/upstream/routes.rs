@@ -627,7 +627,11 @@ async fn run_admitted(
         keep_alive,
     } = prepare(&st, &up, &meta, &index, read(req).await?, kind, None).await?;
     let executed = up.execute(admitted.execution(), call).await;
-    let resp = settle(&mut admitted, executed)?;
+    let mut resp = settle(&mut admitted, executed)?;
+    // An answer whose body then breaks off or goes silent makes the task a failure.
+    let status = resp.status();
+    resp.body_mut()
+        .count_failure_in(status, &admitted.group().stats);
     let resp = match keep_alive {
         Some(keep_alive) if resp.status().is_success() => {
             let (parts, body) = resp.into_parts();
@@ -920,7 +924,11 @@ async fn run_scroll(
     // The scroll's next id is read from its answer.
     let call = into_call_as(&up, &meta, parts, &[], body).answer_uncompressed();
     let executed = up.execute(admitted.execution(), call).await;
-    let resp = settle(&mut admitted, executed)?;
+    let mut resp = settle(&mut admitted, executed)?;
+    // As in `run_admitted`.
+    let status = resp.status();
+    resp.body_mut()
+        .count_failure_in(status, &admitted.group().stats);
     // A continuation that names no keep-alive renews the scroll for the upstream's
     // `search.default_keep_alive` (OpenSearch's `SearchService.getScrollKeepAlive`), which the
     // gateway takes at OpenSearch's default.

@@ -54,8 +54,12 @@
 //!   requests, then searches on the lane).
 //! - L3 — a client that closes its connection while its request waits (for admission, in a
 //!   queue, for the upstream) drops the request: its task is cancelled, its permit or queue
-//!   place freed, the upstream's search cancelled. Tested by
-//!   `test_cancellation_reaches_the_upstream` and the queue tests through the gateway.
+//!   place freed, the upstream's search cancelled. One that closes it while its answer's body
+//!   is relayed ends the relay at once, closing the upstream connection (R3), as the general
+//!   path drops the body when its client leaves: a client that left an upstream silent
+//!   mid-answer once kept its socket and the upstream's for good. Tested by
+//!   `test_cancellation_reaches_the_upstream`, the queue tests through the gateway and
+//!   `test_a_client_leaving_a_silent_answer_frees_the_upstream_connection`.
 //! - L4 — shutdown is graceful, within `http.shutdown_grace`: a connection with no request in
 //!   flight (idle, or holding part of a head) closes, a request in flight is answered first,
 //!   on the lane and in a run lent to hyper, with `Connection: close`, and nothing the client
@@ -76,7 +80,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use futures::FutureExt;
 use http::{HeaderValue, header};
 use hyper_util::server::graceful::Watcher;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
@@ -90,6 +94,7 @@ use crate::metrics::route::HttpTimer;
 use crate::server::Checked;
 use crate::server::HttpService;
 use crate::state::AppState;
+use crate::workload::stats::GroupStats;
 
 /// How much of the client's next requests (pipelined) the lane reads while one is in flight,
 /// watching for the client to leave (L3); past it the lane stops reading until the answer. The
@@ -296,13 +301,23 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
                 }
                 write_own(&mut stream, resp, &head, target).await.is_ok()
             }
-            Handled::Upstream(mut head, answer) => {
+            Handled::Upstream(mut head, answer, group) => {
                 if last && !answer.closes() {
                     // Before the head's end.
                     head.truncate(head.len() - 2);
                     head.extend_from_slice(b"connection: close\r\n\r\n");
                 }
-                relayed(answer.relay(head, &mut stream).await, peer)
+                let (mut from, mut to) = stream.split();
+                let relay = tokio::select! {
+                    // The relay first: an answer that goes out at once never looks at the
+                    // client's side.
+                    biased;
+                    r = answer.relay(head, &mut to) => r,
+                    // L3: the client left mid-answer; dropping the relay closes the upstream
+                    // connection.
+                    () = client_gone(&mut from, &mut buf, clock.as_deref()) => return,
+                };
+                relayed(relay, peer, group.as_deref())
             }
         };
         if !kept {
@@ -317,22 +332,39 @@ fn stopping(conn: &Conn) -> bool {
     conn.shutdown.has_changed().unwrap_or(true)
 }
 
-/// Whether the connection goes on after a relayed answer.
-fn relayed(relay: Result<Relayed, RelayError>, peer: SocketAddr) -> bool {
+/// Whether the connection goes on after a relayed answer. An answer the upstream broke off or
+/// went silent in (R7) counts a failure in `group`, the stats of the task's group when its
+/// head counted a success, as the general path counts it (`streamed.rs` E2).
+fn relayed(
+    relay: Result<Relayed, RelayError>,
+    peer: SocketAddr,
+    group: Option<&GroupStats>,
+) -> bool {
     match relay {
-        Ok(Relayed::Whole) => true,
-        Ok(Relayed::CloseAfter) => false,
-        Err(RelayError::Client(_)) => false,
+        Ok(Relayed::Whole) => return true,
+        Ok(Relayed::CloseAfter) | Err(RelayError::Client(_)) => return false,
         Err(RelayError::Upstream(cause)) => {
             tracing::debug!(%peer, %cause, "the upstream's answer broke off");
-            false
+        }
+        Err(RelayError::Silent(bound)) => {
+            let cause = crate::backend::upstream::streamed::silent(bound);
+            tracing::warn!(%peer, %cause,
+                "an upstream answer stopped mid-body; its client's connection is closed");
         }
     }
+    if let Some(group) = group {
+        group.failures.inc();
+    }
+    false
 }
 
 /// Reads (and keeps) what the client sends while its request is in flight, returning when it
 /// closes the connection or the connection fails.
-async fn client_gone(stream: &mut TcpStream, buf: &mut BytesMut, clock: Option<&ReadClock>) {
+async fn client_gone(
+    stream: &mut (impl AsyncRead + Unpin),
+    buf: &mut BytesMut,
+    clock: Option<&ReadClock>,
+) {
     loop {
         if buf.len() >= MAX_READ_AHEAD {
             return std::future::pending().await;
@@ -349,8 +381,9 @@ async fn client_gone(stream: &mut TcpStream, buf: &mut BytesMut, clock: Option<&
 enum Handled {
     /// Answered by sluice (an error, a rejection): written whole.
     Sluice(Response),
-    /// The upstream's answer: the head to send and the body to relay.
-    Upstream(Vec<u8>, Answer),
+    /// The upstream's answer: the head to send, the body to relay, and the stats of the
+    /// task's group when its head counted a success (the body failing makes it a failure).
+    Upstream(Vec<u8>, Answer, Option<Arc<GroupStats>>),
 }
 
 /// What a lane request's head let through: its timer, its `X-Opaque-Id` values and what
@@ -439,9 +472,10 @@ async fn forward(
             Handled::Sluice(resp)
         }
         Ok((admitted, answer)) => {
+            let status = answer.status;
+            let group = status.is_success().then(|| admitted.group().stats.clone());
             // The ticket is released once the answer's head is built, as on the general path.
             drop(admitted);
-            let status = answer.status;
             if let Some(audited) = audited {
                 audited.record(st, status);
             }
@@ -472,7 +506,7 @@ async fn forward(
                 head.extend_from_slice(b"connection: close\r\n");
             }
             head.extend_from_slice(b"\r\n");
-            Handled::Upstream(head, answer)
+            Handled::Upstream(head, answer, group)
         }
     }
 }

@@ -51,6 +51,13 @@
 //!   connection ([`Pool::start_timer`]), closes those that expire with no exchange coming.
 //!   Tested by `test_idle_connections_are_capped_and_expire` and
 //!   `test_idle_connections_expire_without_traffic`.
+//! - R7 — a body is relayed only while its bytes keep coming: each wait for the upstream's
+//!   next bytes is bounded by `request_timeout` ([`IdleBound`], nginx's `proxy_read_timeout`;
+//!   `streamed.rs` E2 for the general path), one deadline per answer set by a read that
+//!   waits (an answer that came with its head sets none). Past it the relay fails
+//!   ([`RelayError::Silent`]): the connection is closed (R3), never pooled, and the lane closes
+//!   the client's (its head is out: no error status can be given). Tested by
+//!   `test_an_upstream_silent_mid_answer_closes_the_clients_connection`.
 
 mod chunked;
 mod head;
@@ -63,17 +70,20 @@ pub use pool::Pool;
 pub use request::RawHeaders;
 pub(super) use request::write_request;
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{Method, StatusCode};
 use sluice_engine::EngineError;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::client::{failed_to_answer, host_at_fault, no_answer_within, no_host, unreachable};
 use super::hosts::Hosts;
+use super::streamed::IdleBound;
 use head::{Framing, Head, MAX_HEAD, Runs, parse_head};
 
 /// The failures of an exchange, worded as the hyper client words them (the general path's
@@ -138,6 +148,8 @@ pub struct Answer {
     framing: Framing,
     /// Whether the upstream keeps the connection open after this answer.
     keep_alive: bool,
+    /// The bound on each wait for the body's next bytes (R7): `request_timeout`.
+    idle: Duration,
     pool: Arc<Pool>,
     /// The lane thread the connection is pooled for (R5).
     thread: usize,
@@ -159,6 +171,8 @@ pub enum RelayError {
     Client(std::io::Error),
     /// The upstream's answer broke off or was not HTTP.
     Upstream(String),
+    /// The upstream sent nothing more of the answer within this bound (R7).
+    Silent(Duration),
 }
 
 /// The fast lane's side of the upstream client: one pool per host.
@@ -263,7 +277,8 @@ impl H1 {
         loop {
             match round_trip(&mut conn, &mut buf, request, started).await {
                 Ok(head) => {
-                    return finish_head(head, conn, buf, head_only, pool.clone(), thread);
+                    let pooled = (pool.clone(), thread);
+                    return finish_head(head, conn, buf, head_only, self.request_timeout, pooled);
                 }
                 // The reused connection was gone before the upstream read the request: once
                 // more on a new one (R2).
@@ -405,15 +420,15 @@ async fn round_trip(
     }
 }
 
-/// The answer of `head` on `conn` (pooled for lane thread `thread`), `buf` holding what was
-/// read past the head.
+/// The answer of `head` on `conn` (pooled in `pool` for lane thread `thread`), `buf` holding
+/// what was read past the head, each wait for its body's next bytes bounded by `idle` (R7).
 fn finish_head(
     head: Head,
     conn: TcpStream,
     buf: BytesMut,
     head_only: bool,
-    pool: Arc<Pool>,
-    thread: usize,
+    idle: Duration,
+    (pool, thread): (Arc<Pool>, usize),
 ) -> Result<Answer, Failed> {
     let framing = if head_only {
         Framing::Empty
@@ -430,6 +445,7 @@ fn finish_head(
         buf,
         framing,
         keep_alive: head.keep_alive,
+        idle,
         pool,
         thread,
     })
@@ -446,18 +462,24 @@ impl Answer {
     }
 
     /// Relays the body to `client` after `head` (the gateway's response head, written with the
-    /// body's first bytes in one write), as the upstream framed it (R4); the connection goes
-    /// back to the pool when the body ended cleanly and both sides keep it (R1).
+    /// body's first bytes in one write), as the upstream framed it (R4), each wait for the
+    /// upstream's next bytes bounded (R7); the connection goes back to the pool when the body
+    /// ended cleanly and both sides keep it (R1).
     ///
     /// # Cancel safety
     /// Dropping the future closes the upstream connection (R3); the client's connection may
     /// then hold part of the answer and must be closed by the caller.
-    pub async fn relay(self, head: Vec<u8>, client: &mut TcpStream) -> Result<Relayed, RelayError> {
+    pub async fn relay(
+        self,
+        head: Vec<u8>,
+        client: &mut (impl AsyncWrite + Unpin),
+    ) -> Result<Relayed, RelayError> {
         let Answer {
             mut conn,
             mut buf,
             framing,
             keep_alive,
+            idle,
             pool,
             thread,
             lines,
@@ -466,6 +488,7 @@ impl Answer {
         } = self;
         // They share `buf`'s memory, which the connection keeps once they are gone (no copy).
         drop((lines, reason));
+        let mut idle = IdleBound::new(idle);
         let mut out = head;
         let clean = match framing {
             Framing::Empty => {
@@ -484,7 +507,7 @@ impl Answer {
                     if left == 0 {
                         break buf.is_empty();
                     }
-                    read_more(&mut conn, &mut buf).await?;
+                    read_more(&mut conn, &mut buf, &mut idle).await?;
                 }
             }
             Framing::Chunked => {
@@ -499,7 +522,7 @@ impl Answer {
                     if done.is_some() {
                         break buf.is_empty();
                     }
-                    read_more(&mut conn, &mut buf).await?;
+                    read_more(&mut conn, &mut buf, &mut idle).await?;
                 }
             }
             Framing::Close => {
@@ -508,12 +531,7 @@ impl Answer {
                     buf.clear();
                     client.write_all(&out).await.map_err(RelayError::Client)?;
                     out.clear();
-                    buf.reserve(READ_CHUNK);
-                    let n = conn
-                        .read_buf(&mut buf)
-                        .await
-                        .map_err(|e| RelayError::Upstream(e.to_string()))?;
-                    if n == 0 {
+                    if read_bounded(&mut conn, &mut buf, &mut idle).await? == 0 {
                         break;
                     }
                 }
@@ -555,13 +573,38 @@ impl Answer {
 
 /// Reads more of a body that is not complete yet; the connection ending is the answer
 /// breaking off.
-async fn read_more(conn: &mut TcpStream, buf: &mut BytesMut) -> Result<(), RelayError> {
-    buf.reserve(READ_CHUNK);
-    match conn.read_buf(buf).await {
-        Ok(0) => Err(RelayError::Upstream(
+async fn read_more(
+    conn: &mut TcpStream,
+    buf: &mut BytesMut,
+    idle: &mut IdleBound,
+) -> Result<(), RelayError> {
+    match read_bounded(conn, buf, idle).await? {
+        0 => Err(RelayError::Upstream(
             "the connection closed before the answer's end".to_string(),
         )),
-        Ok(_) => Ok(()),
-        Err(e) => Err(RelayError::Upstream(e.to_string())),
+        _ => Ok(()),
     }
+}
+
+/// Reads what the upstream sent next of a body into `buf` (0 at the connection's end), failing
+/// once it sent nothing for `idle`'s bound (R7). A read that finds bytes at once, as most do,
+/// costs what `read_buf` costs: the bound reads the clock only when a read waits.
+async fn read_bounded(
+    conn: &mut TcpStream,
+    buf: &mut BytesMut,
+    idle: &mut IdleBound,
+) -> Result<usize, RelayError> {
+    buf.reserve(READ_CHUNK);
+    std::future::poll_fn(
+        |cx| match tokio_util::io::poll_read_buf(Pin::new(&mut *conn), cx, buf) {
+            Poll::Ready(read) => {
+                idle.read();
+                Poll::Ready(read.map_err(|e| RelayError::Upstream(e.to_string())))
+            }
+            Poll::Pending => idle
+                .poll_expired(cx)
+                .map(|()| Err(RelayError::Silent(idle.bound()))),
+        },
+    )
+    .await
 }
