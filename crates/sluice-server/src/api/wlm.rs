@@ -102,14 +102,31 @@ pub async fn create(
     Ok(reply(StatusCode::OK, created.to_json(), &params))
 }
 
-/// On a gateway, warns (a `Warning` header) that a group's `search.max_buckets` is stored but
-/// not applied: OpenSearch's search request has no parameter for it, so the upstream's own
-/// cluster setting bounds the group's aggregations (docs/compatibility.md). The group's other
-/// search settings are forwarded as request parameters.
+/// On a gateway, warns (a `Warning` header) of what of a group does not act:
+///
+/// - its `search.max_buckets`, stored but not applied: OpenSearch's search request has no
+///   parameter for it, so the upstream's own cluster setting bounds the group's aggregations
+///   (docs/compatibility.md). The group's other search settings are forwarded as request
+///   parameters.
+/// - its `resource_limits`, while the gateway has no measure of the upstream's searches
+///   (`backend/upstream/limits.rs`, "Gaps"): accepted, since the cause is the upstream's or
+///   the gateway's configuration and may be fixed without touching the group, but never
+///   silently.
 fn warn_unapplied(st: &AppState, meta: &crate::http::RequestMeta, group: &WorkloadGroup) {
-    if st.upstream.is_some() && group.settings.max_buckets().is_some() {
+    let Some(up) = &st.upstream else {
+        return;
+    };
+    if group.settings.max_buckets().is_some() {
         meta.warnings.add(format!(
             "[search.max_buckets] of workload group [{}] has no effect on a gateway: the upstream cluster's own [search.max_buckets] bounds its aggregations",
+            group.name
+        ));
+    }
+    if !group.resource_limits.is_empty()
+        && let Some(why) = up.unmeasured()
+    {
+        meta.warnings.add(format!(
+            "[resource_limits] of workload group [{}] have no measure on this gateway yet, and neither reject nor cancel: {why}",
             group.name
         ));
     }

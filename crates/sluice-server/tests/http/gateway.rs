@@ -90,6 +90,17 @@ async fn fake(answer: Answer) -> Fake {
 
 /// [`fake`] on `listener`.
 fn fake_on(listener: tokio::net::TcpListener, answer: Answer) -> Fake {
+    serve_fake(listener, answer, true)
+}
+
+/// A fake upstream whose `answer` answers `GET /` too.
+async fn fake_answering_root(answer: Answer) -> Fake {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    serve_fake(listener, answer, false)
+}
+
+/// [`fake_on`], answering `GET /` as OpenSearch does when `root`, else by `answer`.
+fn serve_fake(listener: tokio::net::TcpListener, answer: Answer, root: bool) -> Fake {
     let received: Arc<Mutex<Vec<Received>>> = Arc::default();
     let rec = received.clone();
     let app = axum::Router::new().fallback(move |req: Request| {
@@ -106,7 +117,7 @@ fn fake_on(listener: tokio::net::TcpListener, answer: Answer) -> Fake {
                 body,
             };
             rec.lock().push(r.clone());
-            if r.uri == "/" {
+            if root && r.uri == "/" {
                 return root_answer();
             }
             answer(r).await
@@ -1614,6 +1625,243 @@ async fn test_in_flight_measure_bounds_a_groups_share_of_upstream_search_threads
     release.notify_one();
     assert_eq!(held.await.unwrap().unwrap(), 200);
     gw.stop().await;
+}
+
+/// How a fake OpenSearch upstream keeps the gateway from measuring its searches.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Unmeasured {
+    /// It lists the searches with `resource_stats` of zeros, as OpenSearch does with
+    /// `task_resource_tracking.enabled: false`.
+    NoStats,
+    /// It refuses the `_tasks` listing with a 403, as OpenSearch security does a user
+    /// without `cluster:monitor/tasks/lists`.
+    TasksRefused,
+    /// Its `GET /` answers 401 while searches succeed.
+    RootRefused,
+}
+
+/// A fake OpenSearch upstream that fails the gateway's measure as `how` says, whose
+/// `_nodes/thread_pool` says it has two search threads when `threads` (else 403), and whose
+/// searches on `*hang*` wait for `release`.
+async fn unmeasured_upstream(
+    how: Unmeasured,
+    threads: bool,
+    release: Arc<tokio::sync::Notify>,
+) -> Fake {
+    let forbidden = |what: &str| {
+        let reason = format!("no permissions for [{what}] and User [name=gw]");
+        (
+            axum::http::StatusCode::FORBIDDEN,
+            axum::Json(
+                json!({"error": {"type": "security_exception", "reason": reason}, "status": 403}),
+            ),
+        )
+            .into_response()
+    };
+    // The gateway's searches seen, by their X-Opaque-Id: what `_tasks` lists.
+    let searches: Arc<Mutex<Vec<String>>> = Arc::default();
+    fake_answering_root(Arc::new(move |r: Received| {
+        let (release, searches) = (release.clone(), searches.clone());
+        Box::pin(async move {
+            if r.uri == "/" {
+                if how == Unmeasured::RootRefused {
+                    return (
+                        axum::http::StatusCode::UNAUTHORIZED,
+                        axum::Json(json!({"error": {"type": "security_exception",
+                            "reason": "missing authentication credentials for REST request [/]"}, "status": 401})),
+                    )
+                        .into_response();
+                }
+                return root_answer();
+            }
+            if r.uri.starts_with("/_nodes/thread_pool") {
+                if !threads {
+                    return forbidden("cluster:monitor/nodes/info");
+                }
+                return axum::Json(json!({"nodes": {"n1": {"thread_pool": {"search": {"size": 2}}}}}))
+                    .into_response();
+            }
+            if r.uri.starts_with("/_tasks") {
+                if how == Unmeasured::TasksRefused {
+                    return forbidden("cluster:monitor/tasks/lists");
+                }
+                let zero = json!({"cpu_time_in_nanos": 0, "memory_in_bytes": 0});
+                let tasks: serde_json::Map<String, Value> = searches
+                    .lock()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, opaque)| {
+                        (format!("n1:{i}"), json!({"node": "n1", "id": i,
+                            "action": "indices:data/read/search",
+                            "running_time_in_nanos": 5_000_000_000u64,
+                            "headers": {"X-Opaque-Id": opaque},
+                            "resource_stats": {"total": zero, "average": zero, "min": zero, "max": zero,
+                                "thread_info": {"thread_executions": 0, "active_threads": 0}}}))
+                    })
+                    .collect();
+                return axum::Json(json!({"nodes": {"n1": {"tasks": tasks}}})).into_response();
+            }
+            if let Some(opaque) = r.headers.get("x-opaque-id") {
+                searches.lock().push(opaque.to_str().unwrap().to_string());
+            }
+            if r.uri.contains("hang") {
+                release.notified().await;
+            }
+            axum::Json(json!({"hits": {"hits": []}})).into_response()
+        })
+    }))
+    .await
+}
+
+/// The `warnings` of group `id` in `_wlm/stats`, joined.
+async fn group_warnings(node: &TestNode, id: &str) -> String {
+    let stats = group_stats(node, id).await;
+    stats["warnings"]
+        .as_array()
+        .map(|w| {
+            w.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" | ")
+        })
+        .unwrap_or_default()
+}
+
+/// A gateway whose upstream gives no measure of its searches as `how` says: with the
+/// upstream's search threads readable, they stand in (a search in flight is one of two, and
+/// turns the next search of a group limited to cpu 0.2 away); without, `_wlm/stats` and the
+/// `Warning` of a group written with limits say why the limits have no measure, naming
+/// `why`. Before, such limits read 0 forever and said nothing.
+async fn limits_act_or_say_why(how: Unmeasured, why: &[&str]) {
+    for threads in [true, false] {
+        let release = Arc::new(tokio::sync::Notify::new());
+        let up = unmeasured_upstream(how, threads, release.clone()).await;
+        // No `search_threads`: the gateway measures what the upstream reports.
+        let gw = TestNode::start_plain(&[
+            "backend.type=upstream",
+            &format!("backend.upstream.hosts={}", up.base),
+            "backend.upstream.request_timeout=60s",
+            "backend.upstream.connect_timeout=500ms",
+            "node.memory_budget=1tb",
+        ])
+        .await;
+        let group = enabled_group(
+            &gw,
+            json!({"name": "small", "resiliency_mode": "enforced", "resource_limits": {"cpu": 0.2}}),
+        )
+        .await;
+        let client = gw.client.clone();
+        let url = gw.url("/hang/_search");
+        let g = group.clone();
+        let held = tokio::spawn(async move {
+            client
+                .post(url)
+                .header("workloadGroupId", g)
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+        });
+        up.wait_received("hang").await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        if threads {
+            loop {
+                let r = gw
+                    .req_with(
+                        "GET",
+                        "/other/_search",
+                        None,
+                        &[("workloadGroupId", &group)],
+                    )
+                    .await;
+                if r.status == 429 {
+                    let reason = r.body["error"]["reason"].as_str().unwrap_or_default();
+                    assert!(reason.to_lowercase().contains("cpu"), "{}", r.body);
+                    break;
+                }
+                assert_eq!(r.status, 200, "{}", r.body);
+                assert!(
+                    Instant::now() < deadline,
+                    "{how:?}: a search in flight over half the upstream's search threads never turned the next away; group stats {}",
+                    group_stats(&gw, &group).await
+                );
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(
+                group_warnings(&gw, &group).await,
+                "",
+                "{how:?}: measured, by a stand-in"
+            );
+            let r = gw
+                .req_with(
+                    "PUT",
+                    "/_wlm/workload_group/small",
+                    Some(json!({"resource_limits": {"cpu": 0.3}})),
+                    &ADMIN,
+                )
+                .await;
+            assert_eq!(r.status, 200, "{}", r.body);
+            assert!(
+                r.header_values("warning").is_empty(),
+                "{how:?}: {:?}",
+                r.headers
+            );
+        } else {
+            loop {
+                let warnings = group_warnings(&gw, &group).await;
+                if !warnings.is_empty() {
+                    for w in why {
+                        assert!(warnings.contains(w), "{how:?}: [{w}] not in {warnings}");
+                    }
+                    assert!(warnings.contains("neither reject nor cancel"), "{warnings}");
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{how:?}: limits without a measure never said so in _wlm/stats"
+                );
+                tokio::task::yield_now().await;
+            }
+            let r = gw
+                .req_with(
+                    "PUT",
+                    "/_wlm/workload_group/small",
+                    Some(json!({"resource_limits": {"cpu": 0.3}})),
+                    &ADMIN,
+                )
+                .await;
+            assert_eq!(r.status, 200, "{}", r.body);
+            let warnings = r.header_values("warning").join(" | ");
+            assert!(
+                warnings.contains("[resource_limits] of workload group [small] have no measure"),
+                "{how:?}: {warnings}"
+            );
+            for w in why {
+                assert!(warnings.contains(w), "{how:?}: [{w}] not in {warnings}");
+            }
+        }
+        release.notify_one();
+        assert_eq!(held.await.unwrap().unwrap(), 200);
+        gw.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_limits_act_or_say_why_when_the_upstream_lists_searches_without_figures() {
+    limits_act_or_say_why(Unmeasured::NoStats, &["task_resource_tracking.enabled"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_limits_act_or_say_why_when_the_upstream_refuses_its_task_listing() {
+    limits_act_or_say_why(
+        Unmeasured::TasksRefused,
+        &["403", "cluster:monitor/tasks/lists"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_limits_act_or_say_why_when_the_upstreams_get_root_keeps_failing() {
+    limits_act_or_say_why(Unmeasured::RootRefused, &["GET /", "401"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

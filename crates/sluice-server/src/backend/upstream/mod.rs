@@ -59,7 +59,7 @@ use streamed::AnswerBody;
 use self::client::{OutBody, UpstreamClient};
 use self::config::UpstreamConfig;
 use self::headers::Identity;
-use self::limits::{InFlight, Measure};
+use self::limits::{Gap, GapLog, Gaps, InFlight, Measure, Polled};
 use self::scrolls::ScrollGroups;
 use super::Execution;
 use crate::auth::Principal;
@@ -77,12 +77,13 @@ const SECOND_CANCEL_PASS: Duration = Duration::from_millis(300);
 const MEASURE_RETRY: Duration = Duration::from_secs(1);
 
 /// How often it asks again while the upstream answers but gives no measure (a configuration
-/// error, logged each time): often enough to notice a fix, seldom enough not to flood the log.
-const MEASURE_RETRY_FAILED: Duration = Duration::from_secs(30);
+/// error, logged as often, [`limits::Gap::Unmeasurable`]): often enough to notice a fix,
+/// seldom enough not to flood the log.
+const MEASURE_RETRY_FAILED: Duration = limits::GAP_LOG_EVERY;
 
-/// The upstream did not answer.
+/// The upstream did not answer `GET /` with a success: what it answered, or why it did not.
 #[derive(Debug)]
-pub struct Unreachable;
+pub struct Unreachable(pub String);
 
 /// The upstream cluster and what the gateway keeps about it.
 pub struct Upstream {
@@ -101,6 +102,11 @@ pub struct Upstream {
     /// What the measure is decided from: `backend.upstream.search_threads` and the node's
     /// capacity.
     measure_from: (Option<u32>, sluice_core::resources::NodeCapacity),
+    /// Gaps in the measure: why limits have none now, what stands in ([`limits::Gaps`]).
+    gaps: parking_lot::Mutex<Gaps>,
+    /// Whether a gap stands or the measure is undecided: the one thing a forwarded search
+    /// reads of the gaps, without their lock, while there are none.
+    gapped: AtomicBool,
     /// The fast lane's exchange ([`h1`]): `None` when `backend.upstream.fast_lane` is off or
     /// a host is `https://` (the lane speaks plain HTTP/1.1 only).
     pub lane: Option<h1::H1>,
@@ -163,6 +169,8 @@ impl Upstream {
             measure: OnceLock::new(),
             identity_warned: AtomicBool::new(false),
             measure_from: (config.search_threads, capacity),
+            gaps: parking_lot::Mutex::new(Gaps::default()),
+            gapped: AtomicBool::new(true),
         })
     }
 
@@ -247,7 +255,10 @@ impl Upstream {
                 } else {
                     tracing::debug!(%status, %body, "gateway mode: the upstream's GET / still does not succeed");
                 }
-                Err(Unreachable)
+                Err(Unreachable(format!(
+                    "it answered {status}: {}",
+                    limits::excerpt(body.as_bytes())
+                )))
             }
             Err(e) => {
                 if first {
@@ -255,7 +266,10 @@ impl Upstream {
                 } else {
                     tracing::debug!(error = %e.reason, "gateway mode: the upstream is still not reachable");
                 }
-                Err(Unreachable)
+                Err(Unreachable(format!(
+                    "it is not reachable: {}",
+                    limits::excerpt(e.reason.as_bytes())
+                )))
             }
         }
     }
@@ -273,8 +287,11 @@ impl Upstream {
         let distribution = match probed {
             Ok(d) => d,
             // With `search_threads` set, the measure does not depend on the upstream.
-            Err(Unreachable) if configured.is_some() => None,
-            Err(Unreachable) => return Ok(None),
+            Err(Unreachable(_)) if configured.is_some() => None,
+            Err(Unreachable(what)) => {
+                self.gaps.lock().open(Gap::Undecided(what), Instant::now());
+                return Ok(None);
+            }
         };
         // OpenSearch reports each task's resource usage; Elasticsearch does not.
         if distribution.as_deref() == Some("opensearch") && configured.is_none() {
@@ -321,13 +338,16 @@ impl Upstream {
 
     /// The measure, once decided: when the upstream was down at start, asks it again every
     /// [`MEASURE_RETRY`] until it answers (every [`MEASURE_RETRY_FAILED`] while it answers but
-    /// the measure cannot be decided, logged as an error each time).
+    /// the measure cannot be decided). Meanwhile limits have no measure of their own: the
+    /// upstream's search threads stand in when its `_nodes/thread_pool` answers, and the gap
+    /// is logged as an ERROR every 30 s once it lasted that long ([`limits::log_due`]).
     ///
     /// # Cancel safety
     /// Dropping the future stops asking; a later call starts again.
     pub async fn settled_measure(&self) -> Measure {
         loop {
             if let Some(m) = self.measure.get() {
+                self.close_gap();
                 return *m;
             }
             let wait = match self.decide_measure(false).await {
@@ -337,11 +357,69 @@ impl Upstream {
                 }
                 Ok(None) => MEASURE_RETRY,
                 Err(e) => {
-                    tracing::error!(error = %e, "gateway mode: the upstream answers, but resource limits have no measure until this is fixed");
+                    self.gaps.lock().open(
+                        Gap::Unmeasurable(format!(
+                            "the upstream answers, but resource limits have no measure until this is fixed: {e}"
+                        )),
+                        Instant::now(),
+                    );
                     MEASURE_RETRY_FAILED
                 }
             };
+            self.tend_gap(true).await;
             tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// The measure in effect now ([`limits::effective`]): the decided one while no gap
+    /// stands, else the stand-in; `Err` with why limits have no measure.
+    pub fn effective_measure(&self) -> Result<Measure, String> {
+        if !self.gapped.load(Ordering::Acquire)
+            && let Some(m) = self.measure.get()
+        {
+            return Ok(*m);
+        }
+        limits::effective(self.measure.get().copied(), &self.gaps.lock())
+    }
+
+    /// Why resource limits have no measure on this gateway now; `None` when they have one
+    /// (for the `Warning` of a group written with limits, and `_wlm/stats`).
+    pub fn unmeasured(&self) -> Option<String> {
+        self.effective_measure().err()
+    }
+
+    /// Ends a gap (its end logged at INFO).
+    fn close_gap(&self) {
+        let mut gaps = self.gaps.lock();
+        if let Some(gap) = gaps.close() {
+            tracing::info!(was = %gap.why(), "gateway mode: resource limits have their measure again");
+        }
+        self.gapped.store(false, Ordering::Release);
+    }
+
+    /// Looks after a gap (or an undecided measure): reads the upstream's search threads for a
+    /// stand-in when none was read ([`Gaps::wants_stand_in`]) and logs the gap when due.
+    async fn tend_gap(&self, undecided: bool) {
+        let now = Instant::now();
+        let want = {
+            let gaps = &mut *self.gaps.lock();
+            self.gapped
+                .store(undecided || gaps.gap().is_some(), Ordering::Release);
+            gaps.wants_stand_in(undecided, now)
+        };
+        if want && let Some(search_threads) = self.read_search_threads().await {
+            let capacity = self.measure_from.1;
+            self.gaps.lock().set_stand_in(InFlight {
+                cores: capacity.cores,
+                search_threads,
+                memory_budget_bytes: capacity.memory_budget_bytes,
+            });
+        }
+        let logged = self.gaps.lock().log_now(Instant::now());
+        match logged {
+            Some((GapLog::Error, text)) => tracing::error!("gateway mode: {text}"),
+            Some((GapLog::Warn, text)) => tracing::warn!("gateway mode: {text}"),
+            _ => {}
         }
     }
 
@@ -569,24 +647,27 @@ impl Upstream {
         let Some(since) = task.usage.executing_since() else {
             return;
         };
-        let measure = self.measure.get().copied();
+        let measure = self.effective_measure().ok();
         if let Some((at, cpu, memory)) = limits::at_end(measure, &task.usage, since, Instant::now())
         {
             hooks.finished(since, at, cpu, memory);
         }
     }
 
-    /// Records the in-flight measure on the forwarded tasks in flight (nothing when the
-    /// upstream reports usage: [`Self::poll_usage`] records it).
+    /// Records the in-flight measure on the forwarded tasks in flight when it is the measure
+    /// in effect, decided or standing in for a gap (nothing when the upstream reports usage:
+    /// [`Self::poll_usage`] records it).
     pub fn record_in_flight(&self, tasks: &[Arc<Task>]) {
-        if let Some(Measure::InFlight(m)) = self.measure.get() {
+        if let Ok(Measure::InFlight(m)) = self.effective_measure() {
             m.record(tasks, Instant::now());
         }
     }
 
     /// Polls the upstream's search tasks while the gateway has searches in flight, when
     /// [`limits::poll_due`] says, recording each one's reported usage on its task (see
-    /// [`limits`]); returns at once for the in-flight measure.
+    /// [`limits`]), and watches for gaps: a listing that fails, or searches listed without
+    /// figures, open one ([`Gaps::polled`]), logged and stood in for by [`Self::tend_gap`];
+    /// returns once the measure is decided as the in-flight one.
     ///
     /// # Cancel safety
     /// Dropping the future (aborting its task at shutdown) stops the polling.
@@ -600,6 +681,7 @@ impl Upstream {
             let settings = st.cluster_settings.snapshot();
             let refresh = crate::enforcement::node::usage_refresh_interval(&settings);
             tokio::time::sleep(refresh).await;
+            self.tend_gap(false).await;
             if !settings.wlm_mode().runs_enforcement_loop() {
                 continue;
             }
@@ -617,7 +699,8 @@ impl Upstream {
                 .map(|since| now.saturating_duration_since(since));
             let sample = crate::enforcement::node::enforcement_interval(&settings);
             let since_last = last_poll.map(|at| now.saturating_duration_since(at));
-            if !limits::poll_due(oldest, since_last, refresh, sample) {
+            let gapped = self.gapped.load(Ordering::Acquire);
+            if !limits::poll_due(oldest, since_last, refresh, sample, gapped) {
                 continue;
             }
             last_poll = Some(now);
@@ -629,22 +712,32 @@ impl Upstream {
                     &headers,
                 )
                 .await;
-            let body = match listed {
-                Ok((s, body)) if s.is_success() => body,
-                Ok((s, _)) => {
-                    tracing::debug!(status = %s, "cannot read the upstream's task usage");
-                    continue;
+            let (polled, listed) = match listed {
+                Ok((s, body)) if s.is_success() => {
+                    let listed = limits::reported_usage(&body, &self.node_id);
+                    (Polled::Listed(listed.reports_usage), Some(listed))
                 }
-                Err(e) => {
-                    tracing::debug!(error = %e.reason, "cannot read the upstream's task usage");
-                    continue;
-                }
+                Ok((s, body)) => (
+                    Polled::Failed(format!("answered {s}: {}", limits::excerpt(&body))),
+                    None,
+                ),
+                Err(e) => (
+                    Polled::Failed(format!("failed: {}", limits::excerpt(e.reason.as_bytes()))),
+                    None,
+                ),
             };
-            let usage = limits::reported_usage(&body, &self.node_id);
+            let ended = self.gaps.lock().polled(polled, Instant::now());
+            if let Some(gap) = ended {
+                tracing::info!(was = %gap.why(), "gateway mode: the upstream's task usage is readable again");
+            }
+            self.tend_gap(false).await;
+            let Some(listed) = listed else {
+                continue;
+            };
             // The figures as of the answer (the upstream took them while it answered).
             let at = Instant::now();
             for task in in_flight {
-                if let Some((cpu, mem)) = usage.get(&task.seq) {
+                if let Some((cpu, mem)) = listed.usage.get(&task.seq) {
                     task.usage.record_at(*cpu, *mem, at);
                 }
             }
@@ -847,6 +940,7 @@ pub async fn start(
     match upstream.decide_measure(true).await? {
         Some(m) => {
             let _ = upstream.measure.set(m);
+            upstream.gapped.store(false, Ordering::Release);
         }
         None => tracing::warn!(
             "gateway mode: how resource limits measure forwarded searches is decided once the upstream answers"

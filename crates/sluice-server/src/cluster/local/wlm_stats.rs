@@ -43,9 +43,16 @@ pub(super) fn stats(st: &AppState, p: &StatsParams) -> Result<Value, EngineError
         .iter()
         .map(|e| {
             let mut v = e.stats.to_json(e.is_default());
-            if let Some(reason) = &e.inactive_throttle {
-                // A throttle that cannot apply on this node is never silent.
-                v["warnings"] = json!([reason]);
+            // A throttle that cannot apply on this node is never silent, nor a resource
+            // limit a gateway has no measure for.
+            let warnings: Vec<String> = e
+                .inactive_throttle
+                .iter()
+                .cloned()
+                .chain(unmeasured_limits(st, e))
+                .collect();
+            if !warnings.is_empty() {
+                v["warnings"] = json!(warnings);
             }
             if p.buckets {
                 v["buckets"] = buckets_json(st, e);
@@ -54,6 +61,19 @@ pub(super) fn stats(st: &AppState, p: &StatsParams) -> Result<Value, EngineError
         })
         .collect();
     Ok(json!({ "workload_groups": groups }))
+}
+
+/// On a gateway with no measure of its upstream's searches now, why a group's
+/// `resource_limits` neither reject nor cancel (`backend/upstream/limits.rs`, "Gaps"): its
+/// usage reads 0, which must not pass for a group under its limits.
+fn unmeasured_limits(st: &AppState, e: &GroupEntry) -> Option<String> {
+    if e.group.as_ref()?.resource_limits.is_empty() {
+        return None;
+    }
+    let why = st.upstream.as_ref()?.unmeasured()?;
+    Some(format!(
+        "resource_limits have no measure on this gateway, and neither reject nor cancel: {why}"
+    ))
 }
 
 /// `{"rows": [{"group": id, "cells": [...]}]}`: one row per group, its cells in
