@@ -1865,6 +1865,89 @@ async fn test_limits_act_or_say_why_when_the_upstreams_get_root_keeps_failing() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_refused_task_listing_is_logged_as_an_error_naming_the_permission() {
+    // Before, a refused usage poll was logged at DEBUG only: nothing in the default log said
+    // the limits read 0.
+    let release = Arc::new(tokio::sync::Notify::new());
+    let up = unmeasured_upstream(Unmeasured::TasksRefused, false, release.clone()).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.arg("serve");
+    for setting in [
+        format!("path.data={}", tmp.path().display()),
+        "http.port=0".to_string(),
+        "transport.port=0".to_string(),
+        "logger.format=json".to_string(),
+        "backend.type=upstream".to_string(),
+        format!("backend.upstream.hosts={}", up.base),
+        "backend.upstream.request_timeout=60s".to_string(),
+    ] {
+        cmd.arg("-E").arg(setting);
+    }
+    // The node reads SLUICE_* variables as settings, and RUST_LOG would change the filter.
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SLUICE_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = Child(cmd.spawn().expect("sluice starts"));
+    let lines: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let sink = lines.clone();
+    let stderr = child.0.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                sink.lock().push(v);
+            }
+        }
+    });
+    let message = |v: &Value| v["message"].as_str().unwrap_or_default().to_string();
+    let seen = |pred: &dyn Fn(&Value) -> bool| lines.lock().iter().find(|v| pred(v)).cloned();
+    let listening = |v: &Value| message(v).starts_with("listening on http://");
+    common::wait_until(
+        "the gateway serving",
+        || seen(&listening).is_some(),
+        || format!("{:?}", lines.lock()),
+    )
+    .await;
+    let base = message(&seen(&listening).unwrap())
+        .trim_start_matches("listening on ")
+        .to_string();
+    let client = reqwest::Client::new();
+    let r = client
+        .put(format!("{base}/_cluster/settings"))
+        .json(&json!({"persistent": {"wlm.workload_group.mode": "enabled"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // A search in flight: the gateway polls the upstream's tasks for its usage.
+    let held = tokio::spawn(client.post(format!("{base}/hang/_search")).send());
+    up.wait_received("hang").await;
+    let error = |v: &Value| {
+        v["level"] == "ERROR"
+            && message(v).contains("403")
+            && message(v).contains("cluster:monitor/tasks/lists")
+            && message(v).contains("neither reject nor cancel")
+    };
+    common::wait_until(
+        "an ERROR naming the refused listing and the permission it needs",
+        || seen(&error).is_some(),
+        || format!("{:#?}", lines.lock()),
+    )
+    .await;
+    release.notify_one();
+    assert_eq!(held.await.unwrap().unwrap().status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_identity_is_forwarded_as_configured_and_client_trust_headers_are_stripped() {
     let up = fake(answer_with(|_| {
         axum::Json(json!({"ok": true})).into_response()
