@@ -191,7 +191,7 @@ pub const NO_STATS_AFTER: Duration = Duration::from_secs(1);
 
 /// How many polls in a row must judge that the upstream does not measure before the gateway
 /// takes it so ([`Gap::NoStats`]): one poll could catch the gateway's only old search waiting
-/// in a busy upstream's queue; three (at least 200 ms apart, more while sampling) rarely do.
+/// in a busy upstream's queue; three in a row (a refresh interval apart at least) rarely do.
 pub const NO_STATS_POLLS: u32 = 3;
 
 /// How often a gap in the measure is logged again while it lasts ([`log_due`]): often enough
@@ -205,7 +205,8 @@ pub const GAP_LOG_EVERY: Duration = Duration::from_secs(30);
 pub enum Gap {
     /// No measure decided yet: the upstream's `GET /` has not succeeded (what it answered).
     Undecided(String),
-    /// The upstream lists the gateway's searches without `resource_stats`.
+    /// The upstream lists the gateway's searches without figures (`resource_stats` of zeros,
+    /// or none).
     NoStats,
     /// The upstream's `_tasks` listing failed (its status and answer, or why it did not
     /// answer).
