@@ -196,6 +196,10 @@ pub struct Task {
     /// [`sluice_core::resources::unmeasured`]). Given back when a usage refresh first measures
     /// the task, or when it is unregistered.
     pub reservation: std::sync::OnceLock<sluice_core::resources::Reservation>,
+    /// Whether a resource-share check has counted a would-be rejection of the task (the dry
+    /// run's `total_would_reject`): the share is checked at the door and again when a thread
+    /// takes the task, and the figure counts requests, once each.
+    pub would_rejected: AtomicBool,
     /// The request's `X-Opaque-Id` header, as OpenSearch reads it (each byte one ISO-8859-1
     /// character: `crate::http::meta::opaque_id_text`), shown under `headers` in `_tasks` as
     /// OpenSearch shows it; set once, after registration.
@@ -468,6 +472,7 @@ impl TaskManager {
             held_buckets: std::sync::OnceLock::new(),
             usage: crate::accounting::TaskUsage::default(),
             reservation: std::sync::OnceLock::new(),
+            would_rejected: AtomicBool::new(false),
             opaque_id: opaque_id.map_or_else(std::sync::OnceLock::new, std::sync::OnceLock::from),
         });
         tasks.insert(seq, task.clone());

@@ -260,7 +260,7 @@ pub async fn admit_registered(
     let door = if queued {
         None
     } else {
-        share::admit_resources(st, &entry)?
+        share::admit_resources(st, &entry, &task)?
     };
     let request = Request {
         principal: meta.principal.as_deref(),

@@ -133,9 +133,13 @@ pub async fn wait(
                 Grant::Unthrottled if stopping(st) => return Err(node_closed(st, entry)),
                 // The group's backlog was released (throttling off, group deleted or switched to
                 // monitor, mode left enabled): it runs without a permit, checked by the share
-                // once, as any request of an unqueued group.
+                // once, as any request of an unqueued group, against the group as it is now —
+                // a deleted group's requests run unchecked (`share` R1).
                 Grant::Unthrottled => {
-                    let reservation = super::share::admit_resources(st, entry)?;
+                    let reservation = match st.workload.entry(&entry.id) {
+                        Some(current) => super::share::admit_resources(st, &current, task)?,
+                        None => None,
+                    };
                     let granted = Granted {
                         bucket: Some(key),
                         ..Granted::default()

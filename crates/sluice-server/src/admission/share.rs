@@ -6,6 +6,18 @@
 //! task ([`recheck_resources`]); [`observe_finished`] teaches a group's per-task estimate what
 //! a finished task used. The decisions are [`sluice_core::resources`]'.
 //!
+//! # Invariants
+//! - R1 — a deleted group rejects nothing: a breach is judged against the group as it is when
+//!   the check runs, not as it was when the request was tagged, and a group no longer in the
+//!   view admits (facts §6.2 step 3: an unknown id is a no-op). A request its group's deletion
+//!   released from a queue therefore runs (it once got the deleted group's 429 from the share
+//!   check, counted nowhere). Tested by
+//!   `test_deleting_a_group_over_its_share_runs_every_parked_request`.
+//! - R2 — a would-be rejection counts once per request ([`Task::would_rejected`]), however
+//!   many checks find it (it once counted at the door and again when a thread took the task:
+//!   up to twice per request). Tested by
+//!   `test_would_reject_counts_each_request_once_while_over_the_share`.
+//!
 //! A queued `enforced` group with a cpu limit is *paced* ([`GroupEntry::paced_cpu_limit`]):
 //! its requests wait in [`wait_for_share`] for its CPU quota
 //! ([`sluice_core::resources::quota`]: earned at its share, spent by its tasks), and its cpu
@@ -25,6 +37,7 @@ use crate::error::ApiError;
 use crate::logging::{Decision, DecisionKind, Tier};
 use crate::settings::{SettingsSnapshot, keys};
 use crate::state::AppState;
+use crate::tasks::Task;
 use crate::workload::GroupEntry;
 
 /// The admission resource check at the door (facts §6.2): rejects a request of a group whose
@@ -38,16 +51,21 @@ use crate::workload::GroupEntry;
 /// admitted and not measured yet at the group's per-task estimate
 /// ([`sluice_core::resources::unmeasured`]); an admitted request then holds a reservation,
 /// which its task keeps until a refresh measures it or it ends.
-pub fn admit_resources(st: &AppState, entry: &GroupEntry) -> Result<Option<Reservation>, ApiError> {
-    check_resources(st, entry, true)
+pub fn admit_resources(
+    st: &AppState,
+    entry: &GroupEntry,
+    task: &Task,
+) -> Result<Option<Reservation>, ApiError> {
+    check_resources(st, entry, Some(task))
 }
 
-/// [`admit_resources`], counting a rejection in the group's stats only when `count` (a request
-/// that waits for its group's share is not rejected, it waits: [`wait_for_share`]).
+/// [`admit_resources`], counting a (would-be) rejection of `count`'s task in the group's stats
+/// only when there is one (a request that waits for its group's share is not rejected, it
+/// waits: [`wait_for_share`]).
 fn check_resources(
     st: &AppState,
     entry: &GroupEntry,
-    count: bool,
+    count: Option<&Task>,
 ) -> Result<Option<Reservation>, ApiError> {
     let Some(group) = &entry.group else {
         return Ok(None);
@@ -118,7 +136,7 @@ pub async fn wait_for_share(
             return Ok(None);
         };
         if quota_allows(st, &current)
-            && let Ok(r) = check_resources(st, &current, false)
+            && let Ok(r) = check_resources(st, &current, None)
         {
             return Ok(r);
         }
@@ -134,27 +152,30 @@ pub async fn wait_for_share(
     }
 }
 
-/// The same check when a search thread takes a task admitted at the door (usage is refreshed
-/// while requests wait for a thread): the task's own reservation, `own`, is not counted against
-/// it.
-pub fn recheck_resources(
-    st: &AppState,
-    entry: &GroupEntry,
-    own: Option<&Reservation>,
-) -> Result<(), ApiError> {
+/// The same check when a search thread takes `task`, admitted at the door (usage is refreshed
+/// while requests wait for a thread): the task's own reservation is not counted against it,
+/// nor a would-be rejection the door already counted (R2).
+pub fn recheck_resources(st: &AppState, entry: &GroupEntry, task: &Task) -> Result<(), ApiError> {
     let Some(group) = &entry.group else {
         return Ok(());
     };
     let settings = st.cluster_settings.snapshot();
     let last = last_usage(entry);
-    let usage = match own {
+    let usage = match task.reservation.get() {
         Some(own) if settings.bool(keys::WLM_ESTIMATE_UNMEASURED_TASKS) => {
             entry.stats.unmeasured.projected_for(last, own)
         }
         _ => last,
     };
     let paced = entry.paced_cpu_limit(settings.wlm_mode()).is_some();
-    decide(st, &settings, entry, group, unpaced(usage, paced), true)
+    decide(
+        st,
+        &settings,
+        entry,
+        group,
+        unpaced(usage, paced),
+        Some(task),
+    )
 }
 
 /// `usage` without its cpu part when the group is paced (its cpu share is its quota's).
@@ -191,31 +212,44 @@ fn last_usage(entry: &GroupEntry) -> ResourceUsage {
 }
 
 /// Decides on `usage` and carries the decision out: a debug line for a would-be rejection, the
-/// counters and the 429 for a rejection.
+/// counters (when `count` names the request's task) and the 429 for a rejection.
+///
+/// `group` is the group as the request was tagged with it; a breach is judged against the
+/// group as it is now (R1), looked up only then, so an admitted request costs no lookup.
 fn decide(
     st: &AppState,
     settings: &SettingsSnapshot,
     entry: &GroupEntry,
     group: &sluice_core::WorkloadGroup,
     usage: ResourceUsage,
-    count: bool,
+    count: Option<&Task>,
 ) -> Result<(), ApiError> {
     // No usage breaches no threshold (thresholds are >= 0 and the comparison is strict).
     if !(usage.cpu > 0.0 || usage.memory > 0.0) {
         return Ok(());
     }
-    let policy = GroupPolicy::of(group);
-    let decision = sluice_core::resources::check_rejection(
-        settings.wlm_mode(),
-        &policy,
-        usage,
-        &thresholds(settings),
-        st.enforcement.is_node_in_duress(),
-    );
+    let decision = judge(st, settings, group, usage);
+    if matches!(decision, Admission::Admit) {
+        return Ok(());
+    }
+    // R1: the request may have waited (in a queue, for a thread) since it was tagged. A group
+    // deleted meanwhile rejects nothing; one changed meanwhile is judged as it is now.
+    let Some(current) = st.workload.entry(&entry.id) else {
+        return Ok(());
+    };
+    let decision = match current.group.as_ref() {
+        Some(now) if now != group => judge(st, settings, now, usage),
+        _ => decision,
+    };
     match decision {
         Admission::Admit => Ok(()),
         Admission::WouldReject(r) => {
-            if count {
+            // R2: once per request, whichever check found it first.
+            if let Some(task) = count
+                && !task
+                    .would_rejected
+                    .swap(true, std::sync::atomic::Ordering::AcqRel)
+            {
                 entry.stats.total_would_reject.inc();
                 log_decision(st, entry, false, &r.message());
             }
@@ -227,7 +261,7 @@ fn decide(
             Ok(())
         }
         Admission::Reject(r) => {
-            if count {
+            if count.is_some() {
                 entry.stats.total_rejections.inc();
                 entry.stats.resource(r.resource).rejections.inc();
                 log_decision(st, entry, true, &r.message());
@@ -238,6 +272,23 @@ fn decide(
             })
         }
     }
+}
+
+/// [`sluice_core::resources::check_rejection`] of `group` at `usage`, in the node's mode,
+/// thresholds and duress.
+fn judge<'g>(
+    st: &AppState,
+    settings: &SettingsSnapshot,
+    group: &'g sluice_core::WorkloadGroup,
+    usage: ResourceUsage,
+) -> Admission<'g> {
+    sluice_core::resources::check_rejection(
+        settings.wlm_mode(),
+        &GroupPolicy::of(group),
+        usage,
+        &thresholds(settings),
+        st.enforcement.is_node_in_duress(),
+    )
 }
 
 /// Writes a share rejection's decision line (the share is the group's: no bucket).

@@ -283,8 +283,7 @@ impl ExecutionHooks for Run {
         // start more work (as Trino's resource groups check their limits when a query leaves
         // the queue). Scroll continuations are not checked again.
         if self.top_level
-            && let Err(e) =
-                super::share::recheck_resources(&self.st, &self.entry, self.task.reservation.get())
+            && let Err(e) = super::share::recheck_resources(&self.st, &self.entry, &self.task)
         {
             self.rejected_at_start.store(true, Ordering::Release);
             return Err(match e {

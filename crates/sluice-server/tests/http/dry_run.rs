@@ -187,6 +187,40 @@ async fn test_would_reject_is_counted_while_a_group_is_over_its_share() {
 }
 
 #[tokio::test]
+async fn test_would_reject_counts_each_request_once_while_over_the_share() {
+    // The share is checked at the door and again when the search starts (on the search thread,
+    // or when a gateway forwards it); a would-be rejection counts once per request
+    // (`admission/share.rs` R2). It once counted at both: up to twice per request.
+    const REQUESTS: u64 = 4;
+    for (mode, resiliency) in [("monitor_only", "enforced"), ("enabled", "monitor")] {
+        // No usage refresh during the test: the group's usage stays as set below.
+        let node = node_in_mode(
+            mode,
+            &[
+                "wlm.workload_group.enforcement_interval=3600000",
+                "wlm.workload_group.usage_refresh_interval=3600000",
+            ],
+        )
+        .await;
+        let id = create_group(
+            &node,
+            json!({"name": "watched", "resiliency_mode": resiliency,
+                   "resource_limits": {"cpu": 0.05}}),
+        )
+        .await;
+        let entry = node.state.workload.entry(&id).expect("group");
+        entry.stats.cpu.set_current_usage(0.9);
+        let tag = [("workloadGroupId", id.as_str())];
+        for _ in 0..REQUESTS {
+            assert_eq!(cheap(&node, &tag).await.status, 200, "{mode}");
+        }
+        let s = stats_of(&node, &id).await;
+        assert_eq!(s["total_would_reject"], REQUESTS, "{mode}: {s}");
+        assert_eq!(s["total_rejections"], 0, "{mode}: {s}");
+    }
+}
+
+#[tokio::test]
 async fn test_monitor_group_in_enabled_mode_counts_what_enforced_would_cancel() {
     let node = node_in_mode("enabled", &[]).await;
     let id = create_group(

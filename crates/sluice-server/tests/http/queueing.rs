@@ -485,6 +485,47 @@ async fn test_deleting_the_group_or_switching_it_to_monitor_releases_its_backlog
 }
 
 #[tokio::test]
+async fn test_deleting_a_group_over_its_share_runs_every_parked_request() {
+    // An enforced group over its memory share: one request runs, three are parked behind it.
+    // Deleting the group releases them, and a deleted group rejects nothing (facts §6.2 step
+    // 3), so each runs (`admission/share.rs` R1); switching it to `monitor` releases them too,
+    // and a monitor group rejects nothing either. They once got the group's 429 from the
+    // share check, judged against the group as it was when they were tagged.
+    let node = node_in_mode("enabled", &NO_REFRESH).await;
+    for change in ["delete", "monitor"] {
+        let name = format!("over_{change}");
+        let id = create_group(&node, queued_group(&name, 1, 5, "enforced")).await;
+        let tag = [("workloadGroupId", id.as_str())];
+        let heavy = start_heavy(&node, &tag);
+        wait_tasks(&node, &id, 1, 0).await;
+        // Over its share (0.5 of the node's memory against 0.1 × 0.8), as a refresh would
+        // record it; no refresh runs during the test to change it.
+        let entry = node.state.workload.entry(&id).expect("group");
+        entry.stats.memory.set_current_usage(0.5);
+        let parked: Vec<_> = (0..3).map(|_| start_cheap(&node, &tag)).collect();
+        wait_tasks(&node, &id, 1, 3).await;
+        let path = format!("/_wlm/workload_group/{name}");
+        let r = match change {
+            "delete" => node.req_with("DELETE", &path, None, &ADMIN).await,
+            _ => {
+                let body = json!({"resiliency_mode": "monitor"});
+                node.req_with("PUT", &path, Some(body), &ADMIN).await
+            }
+        };
+        assert_eq!(r.status, 200, "{change}: {}", r.body);
+        for p in parked {
+            let status = tokio::time::timeout(ANSWER_GUARD, p)
+                .await
+                .unwrap_or_else(|_| panic!("{change}: a released request was never answered"))
+                .expect("joined");
+            assert_eq!(status, 200, "{change}");
+        }
+        cancel_all(&node, vec![heavy]).await;
+    }
+    assert_eq!(node.state.workload.permits.num_buckets(), 0);
+}
+
+#[tokio::test]
 async fn test_scroll_continuations_never_park() {
     let node = node_in_mode("enabled", &[]).await;
     let id = create_group(&node, queued_group("sc", 1, 5, "enforced")).await;
