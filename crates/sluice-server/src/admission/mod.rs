@@ -139,7 +139,7 @@ async fn wait_for_decision(
 /// one failure in its group, as a request dropped after admission counts in its ticket's
 /// `Drop`, and one cancelled while it waits counts in [`queue`]. Disarmed by
 /// [`Abandoned::decided`] once admission has an outcome, which counts (or not) on its own.
-struct Abandoned<'a>(Option<&'a GroupEntry>);
+struct Abandoned<'a>(Option<(&'a AppState, &'a GroupEntry)>);
 
 impl Abandoned<'_> {
     fn decided(mut self) {
@@ -149,9 +149,10 @@ impl Abandoned<'_> {
 
 impl Drop for Abandoned<'_> {
     fn drop(&mut self) {
-        if let Some(entry) = self.0 {
-            entry.stats.total_completions.inc();
-            entry.stats.failures.inc();
+        if let Some((st, entry)) = self.0 {
+            let ended = st.workload.end_stats(entry);
+            ended.total_completions.inc();
+            ended.failures.inc();
         }
     }
 }
@@ -274,7 +275,7 @@ pub async fn admit_registered(
         // From here admission may wait (an owner's answer, a queue, the group's share): a
         // request dropped meanwhile (its client left) ends there, and its end is counted then.
         undecided => {
-            let abandoned = Abandoned(Some(&entry));
+            let abandoned = Abandoned(Some((st, &entry)));
             // Boxed: waiting (a queue, an owner's answer) is the rare path, and its future
             // inline would make every admission's future, and every future holding one,
             // 2.6 KB larger, moved on each search.

@@ -127,7 +127,7 @@ pub async fn wait(
                     }
                 }
                 Grant::Unthrottled if task.is_cancelled() => {
-                    return Err(cancelled(task, None));
+                    return Err(cancelled(st, task, None));
                 }
                 // Released by the node's stop (S1).
                 Grant::Unthrottled if stopping(st) => return Err(node_closed(st, entry)),
@@ -184,11 +184,11 @@ async fn stopped(
         }
     };
     tokio::select! {
-        () = task.cancelled() => cancelled(task, None),
+        () = task.cancelled() => cancelled(st, task, None),
         () = expired => {
             let reason = super::ticket::timeout_reason(cancel_after.unwrap_or_default());
             st.tasks.cancel_seq(task.seq, &reason);
-            cancelled(task, Some(reason))
+            cancelled(st, task, Some(reason))
         }
     }
 }
@@ -202,8 +202,9 @@ fn stopping(st: &AppState) -> bool {
 /// (S1): 503 `node_closed_exception`, OpenSearch's "node closed" with why; its end counts as a
 /// failure, as a cancelled wait's does.
 pub(super) fn node_closed(st: &AppState, entry: &GroupEntry) -> ApiError {
-    entry.stats.total_completions.inc();
-    entry.stats.failures.inc();
+    let ended = st.workload.end_stats(entry);
+    ended.total_completions.inc();
+    ended.failures.inc();
     ApiError::Engine(sluice_engine::EngineError::new(
         sluice_engine::ErrorCode::NodeClosed,
         format!(
@@ -215,13 +216,14 @@ pub(super) fn node_closed(st: &AppState, entry: &GroupEntry) -> ApiError {
 }
 
 /// OpenSearch's error for a task cancelled while it waited; its end counts as a failure.
-fn cancelled(task: &Task, reason: Option<String>) -> ApiError {
+fn cancelled(st: &AppState, task: &Task, reason: Option<String>) -> ApiError {
     let reason = reason
         .or_else(|| task.cancel_reason.lock().clone())
         .unwrap_or_else(|| "task cancelled".to_string());
     if let Some(entry) = task.group() {
-        entry.stats.total_completions.inc();
-        entry.stats.failures.inc();
+        let ended = st.workload.end_stats(entry);
+        ended.total_completions.inc();
+        ended.failures.inc();
     }
     ApiError::Engine(super::ticket::cancelled_error(&reason))
 }

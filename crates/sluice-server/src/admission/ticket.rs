@@ -191,7 +191,7 @@ impl Admitted {
                 Ok(_) => ApiError::Engine(EngineError::internal("rejected task returned a result")),
             });
         }
-        count_end(&self.run.entry, result.is_ok());
+        count_end(&self.run.st, &self.run.entry, result.is_ok());
         result.map_err(|e| match e {
             ApiError::Engine(e) if e.code == ErrorCode::TaskCancelled => {
                 ApiError::Engine(cancelled_error(&self.cancel_reason()))
@@ -232,19 +232,21 @@ impl Drop for Admitted {
             .st
             .tasks
             .cancel_seq(self.run.task.seq, "the client closed the connection");
-        count_end(&self.run.entry, false);
+        count_end(&self.run.st, &self.run.entry, false);
     }
 }
 
-/// Counts a task's end in its group's stats: `total_completions`, `failures` unless it ended
+/// Counts a task's end in its group's stats (DEFAULT's once the group is deleted:
+/// [`crate::workload::Workload::end_stats`]): `total_completions`, `failures` unless it ended
 /// well, and — for a group with a queue, acting (a `Retry-After` is computed from it) or only
 /// monitored (the dry run estimates its would-queue wait from it) — its drain rate.
-fn count_end(entry: &GroupEntry, ok: bool) {
-    let stats = &entry.stats;
-    stats.total_completions.inc();
+fn count_end(st: &AppState, entry: &GroupEntry, ok: bool) {
+    let ended = st.workload.end_stats(entry);
+    ended.total_completions.inc();
     if !ok {
-        stats.failures.inc();
+        ended.failures.inc();
     }
+    let stats = &entry.stats;
     let queue_configured = entry
         .group
         .as_ref()

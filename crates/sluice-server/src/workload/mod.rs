@@ -5,7 +5,9 @@
 //! keeps an in-memory [`View`] of them ([`view`]), swapped whole after every write on this node
 //! and at start, so the request path reads them without touching storage. Stats ([`stats`])
 //! live beside the view, keyed by group id: they survive view swaps, start at zero when a group
-//! appears, and vanish when it is deleted (as OpenSearch resets a deleted group's counters).
+//! appears, and vanish when it is deleted (as OpenSearch resets a deleted group's counters);
+//! the end of a task of a deleted group counts in DEFAULT ([`Workload::end_stats`]), as
+//! OpenSearch counts the completion of a task whose group is no longer active.
 //! Which group a request lands in is admission's step ([`crate::admission::tag`]).
 //!
 //! # Invariants
@@ -105,6 +107,18 @@ impl Workload {
         &self.default
     }
 
+    /// The stats a task of `entry` counts its end in (`total_completions`, `failures`): its
+    /// group's, or DEFAULT's once the group is deleted — OpenSearch's `onTaskCompleted` counts
+    /// a task of a group no longer active in DEFAULT (facts §6.1), so the groups' completions
+    /// still add up to what the clients were answered.
+    pub fn end_stats<'a>(&'a self, entry: &'a GroupEntry) -> &'a GroupStats {
+        if entry.stats.is_retired() {
+            &self.default.stats
+        } else {
+            &entry.stats
+        }
+    }
+
     /// The group with id `id`, DEFAULT included.
     pub fn entry(&self, id: &str) -> Option<Arc<GroupEntry>> {
         if id == DEFAULT_GROUP_ID {
@@ -139,7 +153,13 @@ impl Workload {
     pub fn install(&self, groups: Vec<WorkloadGroup>, rules: Vec<Rule>) {
         let mut stats = self.stats.lock();
         let mut queues = self.queues.lock();
-        stats.retain(|id, _| groups.iter().any(|g| &g.id == id));
+        stats.retain(|id, s| {
+            let kept = groups.iter().any(|g| &g.id == id);
+            if !kept {
+                s.retire();
+            }
+            kept
+        });
         let (mut kept, mut drained) = (HashMap::new(), Vec::new());
         let groups = groups
             .into_iter()

@@ -170,6 +170,10 @@ pub struct GroupStats {
     /// The monitored breaches in flight per bucket: the queue `enabled` would have had
     /// ([`crate::admission::dry_queue`]).
     pub dry_queues: Arc<crate::admission::dry_queue::DryQueues>,
+    /// Set when the group is deleted (its stats leave the node's map): the ends of its tasks
+    /// still running or released from its queue count in DEFAULT from then on
+    /// ([`super::Workload::end_stats`]).
+    retired: std::sync::atomic::AtomicBool,
 }
 
 /// Completions per second of a group over the last [`DrainRate::WINDOW_SECS`] seconds, in
@@ -279,6 +283,17 @@ impl WaitHistogram {
 }
 
 impl GroupStats {
+    /// Marks the stats of a deleted group.
+    pub fn retire(&self) {
+        self.retired
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether the group is deleted.
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Requests parked right now: those the permit table holds parked for the group (exact:
     /// a request handed its slot has left the count even before its task runs, N5b) and those
     /// waiting for the group's share.

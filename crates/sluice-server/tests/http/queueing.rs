@@ -490,20 +490,33 @@ async fn test_deleting_a_group_over_its_share_runs_every_parked_request() {
     // Deleting the group releases them, and a deleted group rejects nothing (facts §6.2 step
     // 3), so each runs (`admission/share.rs` R1); switching it to `monitor` releases them too,
     // and a monitor group rejects nothing either. They once got the group's 429 from the
-    // share check, judged against the group as it was when they were tagged.
+    // share check, judged against the group as it was when they were tagged. The ends of a
+    // deleted group's tasks count in DEFAULT, as OpenSearch counts a task of a group no longer
+    // active (facts §6.1).
     let node = node_in_mode("enabled", &NO_REFRESH).await;
+    let default = node.state.workload.default_entry().stats.clone();
     for change in ["delete", "monitor"] {
         let name = format!("over_{change}");
         let id = create_group(&node, queued_group(&name, 1, 5, "enforced")).await;
         let tag = [("workloadGroupId", id.as_str())];
         let heavy = start_heavy(&node, &tag);
-        wait_tasks(&node, &id, 1, 0).await;
+        // Its search has started, past the check when it starts: the usage set below cannot
+        // turn it away.
+        let entry = node.state.workload.entry(&id).expect("group");
+        let deadline = std::time::Instant::now() + ANSWER_GUARD;
+        while entry.stats.executing() == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{change}: never started"
+            );
+            tokio::task::yield_now().await;
+        }
         // Over its share (0.5 of the node's memory against 0.1 × 0.8), as a refresh would
         // record it; no refresh runs during the test to change it.
-        let entry = node.state.workload.entry(&id).expect("group");
         entry.stats.memory.set_current_usage(0.5);
         let parked: Vec<_> = (0..3).map(|_| start_cheap(&node, &tag)).collect();
         wait_tasks(&node, &id, 1, 3).await;
+        let completed_in_default = default.total_completions.get();
         let path = format!("/_wlm/workload_group/{name}");
         let r = match change {
             "delete" => node.req_with("DELETE", &path, None, &ADMIN).await,
@@ -521,6 +534,13 @@ async fn test_deleting_a_group_over_its_share_runs_every_parked_request() {
             assert_eq!(status, 200, "{change}");
         }
         cancel_all(&node, vec![heavy]).await;
+        // The released three and the running one, whichever way it ended.
+        let into_default = if change == "delete" { 4 } else { 0 };
+        assert_eq!(
+            default.total_completions.get(),
+            completed_in_default + into_default,
+            "{change}"
+        );
     }
     assert_eq!(node.state.workload.permits.num_buckets(), 0);
 }
