@@ -55,8 +55,17 @@
 //!   reservation back, after recording the usage that now includes it.
 //! - A would-be rejection (`monitor_only`, or a `monitor` group) is logged as a dry-run
 //!   decision line ([`crate::logging::decisions`]) and counted in `total_would_reject` (issue
-//!   #16's dry run), never in `total_would_throttle`, which is the
+//!   #16's dry run) once per request (`admission/share.rs` R2), never in
+//!   `total_would_throttle`, which is the
 //!   throttle's figure. Would-be cancellations are [`dry_run`]'s.
+//!
+//! - A cancellation counts when the pass sets the task's flag, as OpenSearch counts it when it
+//!   cancels (facts §6.3), not when the task ends: a task whose work has passed its last
+//!   cancellation check (its result is being written out) still answers 200, so
+//!   `total_cancellations` can exceed the cancellation errors clients saw (an outside trial on
+//!   a loaded 2-core machine: 45 counted, 37 seen). Counting only the cancellations that took
+//!   effect would move the count to the task's end, with the resource on the task; kept as
+//!   OpenSearch's figure instead.
 //!
 //! # Invariants
 //! - Passes are serialized (one lock over the pass state, held for the whole pass), so duress
