@@ -500,20 +500,7 @@ async fn test_deleting_a_group_over_its_share_runs_every_parked_request() {
         let id = create_group(&node, queued_group(&name, 1, 5, "enforced")).await;
         let tag = [("workloadGroupId", id.as_str())];
         let heavy = start_heavy(&node, &tag);
-        // Its search has started, past the check when it starts: the usage set below cannot
-        // turn it away.
-        let entry = node.state.workload.entry(&id).expect("group");
-        let deadline = std::time::Instant::now() + ANSWER_GUARD;
-        while entry.stats.executing() == 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{change}: never started"
-            );
-            tokio::task::yield_now().await;
-        }
-        // Over its share (0.5 of the node's memory against 0.1 × 0.8), as a refresh would
-        // record it; no refresh runs during the test to change it.
-        entry.stats.memory.set_current_usage(0.5);
+        over_its_share_once_started(&node, &id).await;
         let parked: Vec<_> = (0..3).map(|_| start_cheap(&node, &tag)).collect();
         wait_tasks(&node, &id, 1, 3).await;
         let completed_in_default = default.total_completions.get();
@@ -543,6 +530,69 @@ async fn test_deleting_a_group_over_its_share_runs_every_parked_request() {
         );
     }
     assert_eq!(node.state.workload.permits.num_buckets(), 0);
+}
+
+/// Waits until group `id`'s one search has started (past the check when a search starts: the
+/// usage set next cannot turn it away), then sets the group over its share (0.5 of the node's
+/// memory against 0.1 × 0.8), as a refresh would record it. The test's node runs no refresh
+/// to change it ([`NO_REFRESH`]).
+async fn over_its_share_once_started(node: &TestNode, id: &str) {
+    let entry = node.state.workload.entry(id).expect("group");
+    let deadline = std::time::Instant::now() + ANSWER_GUARD;
+    while entry.stats.executing() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the search never started"
+        );
+        tokio::task::yield_now().await;
+    }
+    entry.stats.memory.set_current_usage(0.5);
+}
+
+#[tokio::test]
+async fn test_deleting_a_group_over_its_share_runs_its_parked_msearch_items() {
+    // `_msearch` items park one by one and are admitted by the same pipeline: released by the
+    // deletion of their group over its share, every item runs (`admission/share.rs` R1). An
+    // outside trial saw two of six items get the deleted group's 429 through a gateway.
+    let node = node_in_mode("enabled", &NO_REFRESH).await;
+    let id = create_group(&node, queued_group("ms_gone", 1, 5, "enforced")).await;
+    let tag = [("workloadGroupId", id.as_str())];
+    let heavy = start_heavy(&node, &tag);
+    over_its_share_once_started(&node, &id).await;
+    let body = crate::common::ndjson(&[
+        json!({"index": "small"}),
+        json!({}),
+        json!({"index": "small"}),
+        json!({}),
+        json!({"index": "small"}),
+        json!({}),
+    ]);
+    let request = node
+        .client
+        .post(node.url("/_msearch?max_concurrent_searches=3"))
+        .header("content-type", "application/x-ndjson")
+        .header("workloadGroupId", id.as_str())
+        .body(body)
+        .timeout(ANSWER_GUARD)
+        .send();
+    let msearch = tokio::spawn(request);
+    wait_tasks(&node, &id, 1, 3).await;
+    let r = node
+        .req_with("DELETE", "/_wlm/workload_group/ms_gone", None, &ADMIN)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let resp = msearch
+        .await
+        .expect("joined")
+        .unwrap_or_else(|e| panic!("the msearch never answered: {e}"));
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.expect("json");
+    let items = body["responses"].as_array().expect("responses");
+    assert_eq!(items.len(), 3, "{body}");
+    for item in items {
+        assert_eq!(item["status"], 200, "{item}");
+    }
+    cancel_all(&node, vec![heavy]).await;
 }
 
 #[tokio::test]
