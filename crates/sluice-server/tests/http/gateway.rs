@@ -4938,7 +4938,8 @@ async fn test_a_safe_request_whose_connection_closed_as_it_went_out_is_sent_agai
             let gw = gateway(&base, &[&setting]).await;
             let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
             let mut buf = Vec::new();
-            for round in 0..3 {
+            const ROUNDS: usize = 4;
+            for round in 0..ROUNDS {
                 let request = format!("GET {path} HTTP/1.1\r\nhost: gw\r\n\r\n");
                 stream.write_all(request.as_bytes()).await.unwrap();
                 let (status, _, body) = read_response(&mut stream, &mut buf).await;
@@ -4949,9 +4950,16 @@ async fn test_a_safe_request_whose_connection_closed_as_it_went_out_is_sent_agai
                     String::from_utf8_lossy(&body)
                 );
             }
-            // The second and third went out on a connection that then closed, and again on a
-            // new one.
-            assert_eq!(received.lock().len(), 5, "lane {lane}, {path}");
+            // At least one went out on a connection that then closed, and again on a new one.
+            // Not an exact count: hyper's client puts a connection back in its pool from a task
+            // of its own once the answer's body is read, which may run after the answer reached
+            // the client and its next request came, and that request then takes a new
+            // connection (CI saw 4 of 5 resends so).
+            let received = received.lock().len();
+            assert!(
+                received > ROUNDS,
+                "lane {lane}, {path}: no request was sent again ({received} received)"
+            );
             gw.stop().await;
         }
     }
