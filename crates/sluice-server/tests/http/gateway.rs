@@ -1600,28 +1600,7 @@ async fn test_in_flight_measure_bounds_a_groups_share_of_upstream_search_threads
     // The held search is admitted first: a search of the loop below in flight at the same
     // moment would count against the group and turn the held one away instead.
     up.wait_received("hang").await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let r = gw
-            .req_with(
-                "GET",
-                "/other/_search",
-                None,
-                &[("workloadGroupId", &group)],
-            )
-            .await;
-        if r.status == 429 {
-            let reason = r.body["error"]["reason"].as_str().unwrap_or_default();
-            assert!(reason.to_lowercase().contains("cpu"), "{}", r.body);
-            break;
-        }
-        assert_eq!(r.status, 200, "{}", r.body);
-        assert!(
-            Instant::now() < deadline,
-            "a search in flight over half the upstream's search threads never turned the next away"
-        );
-        tokio::task::yield_now().await;
-    }
+    searches_until_one_is_turned_away_for_cpu(&gw, &group, "").await;
     release.notify_one();
     assert_eq!(held.await.unwrap().unwrap(), 200);
     gw.stop().await;
@@ -1714,6 +1693,30 @@ async fn unmeasured_upstream(
 }
 
 /// The `warnings` of group `id` in `_wlm/stats`, joined.
+/// Searches in `group` on `gw`, each answered 200, until one is turned away (429) for its cpu:
+/// a search held in flight over half the upstream's search threads counts as over the group's
+/// share. Panics, naming `what` and the group's stats, if none is turned away within 30 s.
+async fn searches_until_one_is_turned_away_for_cpu(gw: &TestNode, group: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = gw
+            .req_with("GET", "/other/_search", None, &[("workloadGroupId", group)])
+            .await;
+        if r.status == 429 {
+            let reason = r.body["error"]["reason"].as_str().unwrap_or_default();
+            assert!(reason.to_lowercase().contains("cpu"), "{}", r.body);
+            return;
+        }
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(
+            Instant::now() < deadline,
+            "{what}: a search in flight over half the upstream's search threads never turned the next away; group stats {}",
+            group_stats(gw, group).await
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
 async fn group_warnings(node: &TestNode, id: &str) -> String {
     let stats = group_stats(node, id).await;
     stats["warnings"]
@@ -1762,30 +1765,8 @@ async fn limits_act_or_say_why(how: Unmeasured, why: &[&str]) {
                 .map(|r| r.status().as_u16())
         });
         up.wait_received("hang").await;
-        let deadline = Instant::now() + Duration::from_secs(30);
         if threads {
-            loop {
-                let r = gw
-                    .req_with(
-                        "GET",
-                        "/other/_search",
-                        None,
-                        &[("workloadGroupId", &group)],
-                    )
-                    .await;
-                if r.status == 429 {
-                    let reason = r.body["error"]["reason"].as_str().unwrap_or_default();
-                    assert!(reason.to_lowercase().contains("cpu"), "{}", r.body);
-                    break;
-                }
-                assert_eq!(r.status, 200, "{}", r.body);
-                assert!(
-                    Instant::now() < deadline,
-                    "{how:?}: a search in flight over half the upstream's search threads never turned the next away; group stats {}",
-                    group_stats(&gw, &group).await
-                );
-                tokio::task::yield_now().await;
-            }
+            searches_until_one_is_turned_away_for_cpu(&gw, &group, &format!("{how:?}")).await;
             assert_eq!(
                 group_warnings(&gw, &group).await,
                 "",
@@ -1806,6 +1787,7 @@ async fn limits_act_or_say_why(how: Unmeasured, why: &[&str]) {
                 r.headers
             );
         } else {
+            let deadline = Instant::now() + Duration::from_secs(30);
             loop {
                 let warnings = group_warnings(&gw, &group).await;
                 if !warnings.is_empty() {
