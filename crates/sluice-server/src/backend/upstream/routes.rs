@@ -929,12 +929,7 @@ async fn run_scroll(
     let status = resp.status();
     resp.body_mut()
         .count_failure_in(status, &admitted.group().stats);
-    // A continuation that names no keep-alive renews the scroll for the upstream's
-    // `search.default_keep_alive` (OpenSearch's `SearchService.getScrollKeepAlive`), which the
-    // gateway takes at OpenSearch's default.
-    let keep_alive = sreq
-        .keep_alive
-        .map_or(sluice_engine::scroll::DEFAULT_KEEP_ALIVE, |(_, k)| k);
+    let keep_alive = super::scrolls::renewal(sreq.keep_alive.map(|(_, k)| k));
     let resp = if resp.status().is_success() {
         let (mut p, body) = resp.into_parts();
         super::headers::strip_hop_by_hop(&mut p.headers);

@@ -61,7 +61,7 @@ impl ScrollGroups {
             .map(|(e, _)| e.clone())
     }
 
-    /// Extends scroll `id`'s keep-alive (a continuation with `scroll=`), or remembers a new id
+    /// Extends scroll `id`'s keep-alive (by a continuation: [`renewal`]), or remembers a new id
     /// the upstream answered for it.
     pub fn extend(&self, old: &str, new: String, keep_alive: Duration, now: Instant) {
         let entry = self.map.lock().by_id.remove(old).map(|(e, _)| e);
@@ -81,6 +81,13 @@ impl ScrollGroups {
             }
         }
     }
+}
+
+/// What a continuation renews its scroll for: its own `scroll`, else the upstream's
+/// `search.default_keep_alive` (OpenSearch's `SearchService.getScrollKeepAlive`), which the
+/// gateway takes at OpenSearch's default since it does not read the upstream's settings.
+pub fn renewal(requested: Option<Duration>) -> Duration {
+    requested.unwrap_or(sluice_engine::scroll::DEFAULT_KEEP_ALIVE)
 }
 
 #[cfg(test)]
@@ -119,6 +126,24 @@ mod tests {
         );
         s.forget(&["b".to_string()]);
         assert_eq!(group_of(&s, "b", now), None);
+    }
+
+    #[test]
+    fn test_a_continuation_without_keep_alive_outlives_the_opening_one() {
+        let s = ScrollGroups::default();
+        let now = Instant::now();
+        s.remember("a".into(), entry("g1"), Duration::from_secs(1), now);
+        let at = now + Duration::from_millis(500);
+        s.extend("a", "a".into(), renewal(None), at);
+        assert_eq!(renewal(None), Duration::from_secs(5 * 60));
+        assert_eq!(
+            group_of(&s, "a", now + Duration::from_secs(2)).as_deref(),
+            Some("g1"),
+            "past the opening's 1s"
+        );
+        assert_eq!(group_of(&s, "a", at + renewal(None)), None);
+        s.extend("a", "a".into(), renewal(Some(Duration::from_secs(10))), at);
+        assert_eq!(group_of(&s, "a", at + Duration::from_secs(11)), None);
     }
 
     #[test]
