@@ -560,7 +560,7 @@ impl Upstream {
         }
         let mut guard = CancelUpstream {
             upstream: self.clone(),
-            opaque: Some(opaque.clone()),
+            task: Some(exec.task.clone()),
         };
         let send = self.send_admitted(call);
         tokio::pin!(send);
@@ -775,13 +775,18 @@ impl Upstream {
     {
         let _keep = keep;
         let opaque = self.opaque_id(&task);
-        if let Some(v) = opaque_id_value(&opaque) {
-            call.headers
-                .insert(crate::http::meta::OPAQUE_ID_NAME.clone(), v);
+        match call.raw.as_mut() {
+            Some(raw) => raw.set_opaque_id(opaque),
+            None => {
+                if let Some(v) = opaque_id_value(&opaque) {
+                    call.headers
+                        .insert(crate::http::meta::OPAQUE_ID_NAME.clone(), v);
+                }
+            }
         }
         let mut guard = CancelUpstream {
             upstream: self.clone(),
-            opaque: Some(opaque),
+            task: Some(task.clone()),
         };
         let send = send(call);
         let deadline = async {
@@ -966,21 +971,24 @@ fn cancelled() -> ApiError {
 
 /// Cancels the upstream's tasks of a forwarded request when dropped armed: the request ended
 /// without an answer (cancelled, timed out, or its client left).
+/// It holds the task, not its `X-Opaque-Id`, which it rebuilds in the rare case it cancels:
+/// the id itself went out with the request.
 struct CancelUpstream {
     upstream: Arc<Upstream>,
-    opaque: Option<String>,
+    task: Option<Arc<Task>>,
 }
 
 impl CancelUpstream {
     fn disarm(&mut self) {
-        self.opaque = None;
+        self.task = None;
     }
 }
 
 impl Drop for CancelUpstream {
     fn drop(&mut self) {
-        if let Some(opaque) = self.opaque.take() {
+        if let Some(task) = self.task.take() {
             let upstream = self.upstream.clone();
+            let opaque = upstream.opaque_id(&task);
             // Outside a runtime (a test dropping it) there is nothing to cancel with.
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 rt.spawn(async move { upstream.cancel_tasks(&opaque).await });
@@ -1071,14 +1079,27 @@ fn gateway_opaque_id(own: Option<&str>, node_id: &str, seq: u64) -> String {
 /// shows the same text the gateway matches its tasks by. `None` for a character past U+00FF
 /// or one a header value cannot hold, which no id read from a header has.
 fn opaque_id_value(id: &str) -> Option<HeaderValue> {
-    if id.is_ascii() {
-        return HeaderValue::from_str(id).ok();
-    }
-    let bytes = id
-        .chars()
-        .map(|c| u8::try_from(c).ok())
-        .collect::<Option<Vec<u8>>>()?;
-    HeaderValue::from_bytes(&bytes).ok()
+    opaque_id_bytes(id).and_then(|bytes| HeaderValue::from_bytes(&bytes).ok())
+}
+
+/// The bytes of [`opaque_id_value`], for a request written from its header lines
+/// ([`h1::RawHeaders::set_opaque_id`]): the id's text as ISO-8859-1, `None` for a character
+/// past U+00FF or a byte a header value cannot hold (a control character but tab, as
+/// [`HeaderValue::from_bytes`] refuses).
+pub(crate) fn opaque_id_bytes(id: &str) -> Option<std::borrow::Cow<'_, [u8]>> {
+    let bytes = if id.is_ascii() {
+        std::borrow::Cow::Borrowed(id.as_bytes())
+    } else {
+        std::borrow::Cow::Owned(
+            id.chars()
+                .map(|c| u8::try_from(c).ok())
+                .collect::<Option<Vec<u8>>>()?,
+        )
+    };
+    let valid = bytes
+        .iter()
+        .all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f));
+    valid.then_some(bytes)
 }
 
 #[cfg(test)]
@@ -1099,6 +1120,12 @@ mod tests {
             expected.extend_from_slice(b";sluice:gw:7");
             assert_eq!(
                 opaque_id_value(&id).map(|v| v.as_bytes().to_vec()),
+                Some(expected.clone()),
+                "byte {b:#04x}"
+            );
+            // The fast lane writes the same bytes.
+            assert_eq!(
+                opaque_id_bytes(&id).map(|v| v.to_vec()),
                 Some(expected),
                 "byte {b:#04x}"
             );
@@ -1107,8 +1134,19 @@ mod tests {
             opaque_id_value("caf\u{e9}"),
             Some(HeaderValue::from_bytes(b"caf\xe9").unwrap())
         );
-        assert_eq!(opaque_id_value("\u{20ac}"), None);
-        assert_eq!(opaque_id_value("a\nb"), None);
+        for refused in ["\u{20ac}", "a\nb", "a\u{7f}", "a\u{0}"] {
+            assert_eq!(opaque_id_value(refused), None, "{refused:?}");
+            assert_eq!(opaque_id_bytes(refused), None, "{refused:?}");
+        }
+        // Every byte value: the lane's check is `HeaderValue`'s.
+        for b in 0..=u8::MAX {
+            let text: String = [char::from(b)].into_iter().collect();
+            assert_eq!(
+                opaque_id_bytes(&text).is_some(),
+                HeaderValue::from_bytes(&[b]).is_ok(),
+                "byte {b:#04x}"
+            );
+        }
     }
 
     #[test]
