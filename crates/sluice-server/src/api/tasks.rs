@@ -14,7 +14,7 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 use sluice_cluster::rpc::LocalApi;
 use sluice_core::authz::Action;
-use sluice_engine::EngineError;
+use sluice_engine::{EngineError, ErrorCode};
 
 use super::cluster_settings::bool_param;
 use crate::auth::may_touch_task;
@@ -173,15 +173,30 @@ fn by_parents(all: Map<String, Value>) -> Map<String, Value> {
     top
 }
 
-/// The live member that runs task `raw` (`node:seq`), or the error OpenSearch gives.
-fn owner_of(st: &AppState, raw: &str) -> ApiResult<sluice_cluster::Member> {
+/// The live member that runs task `raw` (`node:seq`), or the error OpenSearch gives when
+/// `api`'s node is not a member (stopped, or never one): for `GET _tasks/{id}`, "belongs to the
+/// node … which isn't part of the cluster" (its `TransportGetTaskAction`, once the node is gone
+/// and no result is stored), which tells the caller the node left rather than that the task
+/// ended; for a cancel, the task not found.
+fn owner_of(st: &AppState, raw: &str, api: LocalApi) -> ApiResult<sluice_cluster::Member> {
     let id = TaskId::parse(raw)
         .ok_or_else(|| EngineError::illegal_argument(format!("malformed task id {raw}")))?;
+    let missing = || match api {
+        LocalApi::GetTask => EngineError::new(
+            ErrorCode::ResourceNotFound,
+            format!(
+                "task [{raw}] belongs to the node [{}] which isn't part of the cluster and there \
+                 is no record of the task",
+                id.node
+            ),
+        ),
+        _ => task_missing(raw),
+    };
     st.cluster
         .members()
         .get(&id.node)
         .cloned()
-        .ok_or_else(|| task_missing(raw).into())
+        .ok_or_else(|| missing().into())
 }
 
 /// Routes a one-task call to the task's node and answers what it answered.
@@ -192,7 +207,7 @@ async fn routed(
     api: LocalApi,
     call: Value,
 ) -> ApiResult<(sluice_cluster::Member, Value)> {
-    let owner = owner_of(st, raw)?;
+    let owner = owner_of(st, raw, api)?;
     let answer = st
         .cluster
         .call(&owner, api, call, deadline)

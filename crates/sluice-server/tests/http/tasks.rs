@@ -301,6 +301,13 @@ async fn test_requests_pipelined_behind_a_running_search_are_answered_in_order()
 async fn test_unknown_and_malformed_task_ids() {
     let node = TestNode::start().await;
     let (s, b) = node.req("GET", "/_tasks/nope:12345", None).await;
+    // OpenSearch's words for a node that is not in the cluster (a node that left, say).
+    assert_eq!(
+        b["error"]["reason"],
+        "task [nope:12345] belongs to the node [nope] which isn't part of the cluster and \
+         there is no record of the task",
+        "{b}"
+    );
     common::assert_error(&(s, b), 404, "resource_not_found_exception");
     let (s, b) = node.req("GET", "/_tasks/garbage", None).await;
     common::assert_error(&(s, b), 400, "illegal_argument_exception");

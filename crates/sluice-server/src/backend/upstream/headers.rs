@@ -88,14 +88,10 @@ impl Names {
 /// `HTTP_X_PROXY_USER`, some proxies and frameworks) does not tell apart. A client's
 /// `x_proxy_user` must not reach an upstream behind such a stack as the user.
 fn same_name(ours: &[u8], theirs: &[u8]) -> bool {
-    ours.len() == theirs.len() && ours.iter().zip(theirs).all(|(&o, &t)| fold(o) == fold(t))
-}
-
-/// A name's byte as [`same_name`] compares it: lowercase, `_` as `-`. Branch-free but for the
-/// one comparison, since every header line of every proxied request is looked up.
-fn fold(b: u8) -> u8 {
-    let b = b.to_ascii_lowercase();
-    if b == b'_' { b'-' } else { b }
+    ours.len() == theirs.len()
+        && ours.iter().zip(theirs).all(|(&o, &t)| {
+            o == t.to_ascii_lowercase() || (o == b'-' && t == b'_') || (o == b'_' && t == b'-')
+        })
 }
 
 /// The prefix of OpenSearch security's extended proxy attributes (`x-proxy-ext-<attribute>`,

@@ -34,6 +34,7 @@ use super::{Call, stream_back};
 use crate::admission::{Admitted, Inherited, TaskSpec, admit, requested_cancel_after};
 use crate::auth::{authorize_scroll, route};
 use crate::error::{ApiError, ApiResult};
+use crate::http::target::split_once_ascii;
 use crate::http::{BodyLimit, Params, RequestMeta};
 use crate::state::AppState;
 use crate::tasks::{Description, actions};
@@ -674,7 +675,7 @@ impl LaneRoute {
         path: &'a str,
         query: Option<&str>,
     ) -> route::RouteAction<'a> {
-        match path[1..].split_once('/') {
+        match split_once_ascii(&path[1..], b'/') {
             Some((index, _)) => route::RouteAction::Index(
                 sluice_core::authz::Action::Search,
                 std::borrow::Cow::Borrowed(index),
@@ -697,7 +698,7 @@ pub fn lane_route(method: &Method, path: &str, query: Option<&str>) -> Option<La
         return None;
     }
     let rest = path.strip_prefix('/')?;
-    let (index, action) = match rest.split_once('/') {
+    let (index, action) = match split_once_ascii(rest, b'/') {
         None => (None, rest),
         Some((index, action)) => (Some(index), action),
     };
@@ -736,7 +737,7 @@ pub async fn lane_search(
     let up = super::routes_upstream(st)?;
     let params = params_of(&parts)?;
     // As [`index_of`]: the path's, else the URL's `index` parameter.
-    let index = match parts.uri.path()[1..].split_once('/') {
+    let index = match split_once_ascii(&parts.uri.path()[1..], b'/') {
         Some((index, _)) => index.to_string(),
         None => match params.get("index") {
             Some(i) if !i.is_empty() => i.clone(),

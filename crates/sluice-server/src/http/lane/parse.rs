@@ -144,7 +144,7 @@ pub(super) fn parse(buf: &[u8], limit: u64) -> Parsed {
         "POST" => Method::POST,
         _ => return once,
     };
-    let (path, query) = match target.split_once('?') {
+    let (path, query) = match crate::http::target::split_once_ascii(target, b'?') {
         Some((p, q)) => (p, Some(q)),
         None => (target, None),
     };
