@@ -33,6 +33,8 @@ pub mod health;
 pub mod hosts;
 pub mod limits;
 pub mod msearch;
+pub mod msearch_merge;
+pub mod msearch_scan;
 pub mod nodes;
 pub mod references;
 pub mod routes;
@@ -1012,22 +1014,7 @@ pub fn stream_back(resp: Response<AnswerBody>) -> axum::response::Response {
 /// of it by the same `format`). `what` names it in the errors (`_msearch`,
 /// `_cluster/settings`): the answer breaking off or not being JSON is an `upstream_exception`.
 pub async fn json_answer(resp: Response<AnswerBody>, what: &str) -> Result<Value, EngineError> {
-    // Asked for uncompressed ([`Call::answer_uncompressed`]); an upstream that encodes it
-    // anyway is named for it, not reported as sending something other than JSON.
-    if let Some(coding) = resp
-        .headers()
-        .get(http::header::CONTENT_ENCODING)
-        .filter(|c| !c.as_bytes().eq_ignore_ascii_case(b"identity"))
-    {
-        return Err(EngineError::new(
-            ErrorCode::UpstreamFailed,
-            format!(
-                "the upstream's {what} answer is encoded [{}] although the gateway asked for \
-                 it uncompressed",
-                String::from_utf8_lossy(coding.as_bytes())
-            ),
-        ));
-    }
+    uncompressed(&resp, what)?;
     let content_type = resp.headers().get(http::header::CONTENT_TYPE).cloned();
     let bytes = http_body_util::BodyExt::collect(resp.into_body())
         .await
@@ -1047,6 +1034,27 @@ pub async fn json_answer(resp: Response<AnswerBody>, what: &str) -> Result<Value
             format!("the upstream's {what} answer is not JSON: {e}"),
         )
     })
+}
+
+/// An error unless the upstream's answer `resp` (`what`, in the error) came uncompressed, as
+/// the gateway asked ([`Call::answer_uncompressed`]): an upstream that encodes it anyway is
+/// named for it, not reported as sending something other than JSON.
+pub fn uncompressed(resp: &Response<AnswerBody>, what: &str) -> Result<(), EngineError> {
+    match resp
+        .headers()
+        .get(http::header::CONTENT_ENCODING)
+        .filter(|c| !c.as_bytes().eq_ignore_ascii_case(b"identity"))
+    {
+        Some(coding) => Err(EngineError::new(
+            ErrorCode::UpstreamFailed,
+            format!(
+                "the upstream's {what} answer is encoded [{}] although the gateway asked for \
+                 it uncompressed",
+                String::from_utf8_lossy(coding.as_bytes())
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The `X-Opaque-Id` of the gateway's task `seq` on node `node_id`: `sluice:<node>:<seq>`, after
