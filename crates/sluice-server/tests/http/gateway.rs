@@ -2241,6 +2241,64 @@ impl Drop for Child {
     }
 }
 
+/// A gateway in its own process (so its memory is its own), in front of `hosts`, with its
+/// data in `data` and `extra` settings; killed when dropped.
+struct GatewayProcess {
+    url: String,
+    pid: u32,
+    _child: Child,
+    _data: tempfile::TempDir,
+}
+
+async fn gateway_process(hosts: &str, data: tempfile::TempDir, extra: &[&str]) -> GatewayProcess {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.arg("serve");
+    let settings = [
+        format!("path.data={}", data.path().display()),
+        format!("http.port={port}"),
+        "backend.type=upstream".to_string(),
+        format!("backend.upstream.hosts={hosts}"),
+        "backend.upstream.search_threads=4".to_string(),
+        "transport.port=0".to_string(),
+    ];
+    for setting in settings
+        .iter()
+        .map(String::as_str)
+        .chain(extra.iter().copied())
+    {
+        cmd.arg("-E").arg(setting);
+    }
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    // The node reads SLUICE_* variables as settings and refuses unknown ones: the test
+    // runner's own (SLUICE_TEST_POSTGRES_URL, …) are not the child's.
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SLUICE_") {
+            cmd.env_remove(k);
+        }
+    }
+    let mut child = Child(cmd.spawn().expect("sluice starts"));
+    let pid = child.0.id();
+    let listening = line_seen(
+        child.0.stderr.take().expect("stderr"),
+        "listening on http://",
+    );
+    tokio::time::timeout(Duration::from_secs(30), listening)
+        .await
+        .expect("the gateway never served")
+        .expect("the gateway exited before it served");
+    GatewayProcess {
+        url: format!("http://127.0.0.1:{port}"),
+        pid,
+        _child: child,
+        _data: data,
+    }
+}
+
 /// The proxy-authentication headers of `user` with `roles`.
 fn as_user(user: &str, roles: &str) -> reqwest::header::HeaderMap {
     let mut h = reqwest::header::HeaderMap::new();
@@ -2310,10 +2368,6 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
         let _ = axum::serve(listener, app).await;
     });
     // The gateway in its own process, so its memory is its own.
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
     let tmp = tempfile::tempdir().unwrap();
     // Authorization on: a `_bulk` of a user allowed to write everywhere is not authorized item
     // by item, so it streams through like any other body.
@@ -2323,46 +2377,18 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
         "writer:\n  index_permissions:\n    - index_patterns: [\"*\"]\n      allowed_actions: [crud]\n",
     )
     .unwrap();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
-    cmd.arg("serve")
-        .arg("-E")
-        .arg(format!("path.data={}", tmp.path().display()))
-        .arg("-E")
-        .arg(format!("http.port={port}"))
-        .arg("-E")
-        .arg("backend.type=upstream")
-        .arg("-E")
-        .arg(format!("backend.upstream.hosts={base}"))
-        .arg("-E")
-        .arg("backend.upstream.search_threads=4")
-        .arg("-E")
-        .arg("transport.port=0")
-        .arg("-E")
-        .arg("auth.type=proxy")
-        .arg("-E")
-        .arg("auth.proxy.trusted_addresses=127.0.0.1")
-        .arg("-E")
-        .arg(format!("auth.roles_file={}", roles.display()))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
-    // The node reads SLUICE_* variables as settings and refuses unknown ones: the test
-    // runner's own (SLUICE_TEST_POSTGRES_URL, …) are not the child's.
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("SLUICE_") {
-            cmd.env_remove(k);
-        }
-    }
-    let mut child = Child(cmd.spawn().expect("sluice starts"));
-    let pid = child.0.id();
-    let listening = line_seen(
-        child.0.stderr.take().expect("stderr"),
-        "listening on http://",
-    );
-    tokio::time::timeout(Duration::from_secs(30), listening)
-        .await
-        .expect("the gateway never served")
-        .expect("the gateway exited before it served");
-    let gw = format!("http://127.0.0.1:{port}");
+    let roles = format!("auth.roles_file={}", roles.display());
+    let process = gateway_process(
+        &base,
+        tmp,
+        &[
+            "auth.type=proxy",
+            "auth.proxy.trusted_addresses=127.0.0.1",
+            &roles,
+        ],
+    )
+    .await;
+    let (pid, gw) = (process.pid, process.url.clone());
     let client = reqwest::Client::new();
     let before = peak_rss(pid);
     // Down: a response of STREAMED bytes, read and dropped chunk by chunk, on the general
@@ -2429,8 +2455,256 @@ async fn test_bodies_much_larger_than_a_memory_bound_stream_through() {
         (after - before) >> 20,
         STREAMED >> 20
     );
-    drop(child);
+    drop(process);
     server.abort();
+}
+
+/// Bytes of each of the two items of the `_msearch` answer in the msearch streaming test: with
+/// both, far more than [`MEMORY_BOUND`].
+const MSEARCH_ITEM: usize = 64 << 20;
+
+/// One hit of about 1 MiB: a string of `x` with, every 4 KiB, an escaped quote and brackets
+/// that a scan must see as the string's, not the answer's.
+fn big_hit() -> Bytes {
+    let mut s = String::from(r#"{"_source":{"s":""#);
+    while s.len() < (1 << 20) - 64 {
+        s.push_str(&"x".repeat(4096));
+        s.push_str(r#"\"]}[{,"#);
+    }
+    s.push_str(r#""}},"#);
+    Bytes::from(s)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_an_msearch_answer_much_larger_than_a_memory_bound_streams_through() {
+    use futures::StreamExt;
+    // The upstream answers an `_msearch` of two items with two items of MSEARCH_ITEM bytes,
+    // made as it sends them from one shared hit.
+    let hit = big_hit();
+    let hits = MSEARCH_ITEM / hit.len();
+    let item_head = Bytes::from_static(br#"{"took":1,"hits":{"hits":["#);
+    let item_tail = Bytes::from_static(br#"{"_source":{}}]},"status":200}"#);
+    let item_len = item_head.len() + hits * hit.len() + item_tail.len();
+    let answer = {
+        let (hit, item_head, item_tail) = (hit.clone(), item_head.clone(), item_tail.clone());
+        move || {
+            let item = {
+                let (hit, item_head, item_tail) =
+                    (hit.clone(), item_head.clone(), item_tail.clone());
+                move || {
+                    futures::stream::iter(
+                        std::iter::once(item_head.clone())
+                            .chain(std::iter::repeat_n(hit.clone(), hits))
+                            .chain(std::iter::once(item_tail.clone())),
+                    )
+                }
+            };
+            let s = futures::stream::iter([Bytes::from_static(br#"{"took":1,"responses":["#)])
+                .chain(item())
+                .chain(futures::stream::iter([Bytes::from_static(b",")]))
+                .chain(item())
+                .chain(futures::stream::iter([Bytes::from_static(b"]}")]))
+                .map(Ok::<_, std::convert::Infallible>);
+            async move {
+                let mut resp = Response::new(axum::body::Body::from_stream(s));
+                resp.headers_mut()
+                    .insert("content-type", "application/json".parse().unwrap());
+                resp
+            }
+        }
+    };
+    let app = axum::Router::new()
+        .route("/", axum::routing::get(|| async { root_answer() }))
+        .route("/_msearch", axum::routing::post(answer));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let process = gateway_process(&base, tempfile::tempdir().unwrap(), &[]).await;
+    let before = peak_rss(process.pid);
+    let body = common::ndjson(&[
+        json!({"index": "a"}),
+        json!({}),
+        json!({"index": "b"}),
+        json!({}),
+    ]);
+    let mut resp = reqwest::Client::new()
+        .post(format!("{}/_msearch", process.url))
+        .header("content-type", "application/x-ndjson")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    // Read and dropped chunk by chunk; its first and last bytes kept to check its shape.
+    let (mut got, mut first, mut last) = (0usize, Vec::new(), Vec::new());
+    while let Some(c) = resp.chunk().await.unwrap() {
+        got += c.len();
+        if first.len() < 256 {
+            first.extend_from_slice(&c[..c.len().min(256)]);
+        }
+        last.extend_from_slice(&c[c.len().saturating_sub(256)..]);
+        last.drain(..last.len().saturating_sub(256));
+    }
+    let first = String::from_utf8_lossy(&first).to_string();
+    let last = String::from_utf8_lossy(&last).to_string();
+    let head = first.find('[').expect("the gateway's opening") + 1;
+    assert!(first.starts_with(r#"{"took":"#), "{first}");
+    assert!(
+        first[head..].starts_with(r#"{"took":1,"hits":{"hits":[{"_source":{"s":"xxx"#),
+        "{first}"
+    );
+    assert!(
+        last.ends_with(r#"{"_source":{}}]},"status":200}]}"#),
+        "{last}"
+    );
+    // Both items whole, with one comma between them and the closing after.
+    assert_eq!(got, head + 2 * item_len + 1 + 2);
+    let after = peak_rss(process.pid);
+    eprintln!(
+        "gateway peak RSS {} MiB before, {} MiB after an _msearch answer of {} MiB",
+        before >> 20,
+        after >> 20,
+        got >> 20
+    );
+    assert!(
+        after.saturating_sub(before) < MEMORY_BOUND,
+        "the gateway's peak RSS grew by {} MiB while an _msearch answer of {} MiB passed",
+        (after - before) >> 20,
+        got >> 20
+    );
+    drop(process);
+    server.abort();
+}
+
+/// How the fake upstream of the malformed-answer test answers an `_msearch` of two items.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Malformed {
+    /// A short answer that ends mid-item.
+    ShortTruncated,
+    /// A short answer that is not JSON.
+    ShortNotJson,
+    /// An answer past what the gateway holds that ends mid-item (well framed).
+    LongTruncated,
+    /// An answer past what the gateway holds whose connection breaks mid-item.
+    LongBroken,
+    /// An answer past what the gateway holds with one item for the two sent.
+    LongOneItem,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_malformed_msearch_answer_is_an_error_never_a_truncated_answer() {
+    let mode = Arc::new(Mutex::new(Malformed::ShortTruncated));
+    let current = mode.clone();
+    // About 1 MiB of hits, past what the gateway holds of an answer before it streams.
+    let filler = || {
+        let hit = r#"{"_source":{"s":"\"]}"}},"#;
+        hit.repeat((1 << 20) / hit.len())
+    };
+    let up = fake(answer_with(move |_| {
+        let json = |text: String| {
+            let mut resp = Response::new(axum::body::Body::from(text));
+            resp.headers_mut()
+                .insert("content-type", "application/json".parse().unwrap());
+            resp
+        };
+        let item = r#"{"hits":{"hits":[]},"status":200}"#;
+        match *current.lock() {
+            Malformed::ShortTruncated => {
+                json(r#"{"took":1,"responses":[{"status":200,"hits":{"#.into())
+            }
+            Malformed::ShortNotJson => json("<html>busy</html>".into()),
+            Malformed::LongTruncated => json(format!(
+                r#"{{"took":1,"responses":[{item},{{"hits":{{"hits":[{}"#,
+                filler()
+            )),
+            Malformed::LongBroken => {
+                let parts: Vec<Result<Bytes, std::io::Error>> = vec![
+                    Ok(Bytes::from(format!(
+                        r#"{{"took":1,"responses":[{item},{{"hits":{{"hits":[{}"#,
+                        filler()
+                    ))),
+                    Err(std::io::Error::other("the upstream went away")),
+                ];
+                let mut resp =
+                    Response::new(axum::body::Body::from_stream(futures::stream::iter(parts)));
+                resp.headers_mut()
+                    .insert("content-type", "application/json".parse().unwrap());
+                resp
+            }
+            Malformed::LongOneItem => json(format!(
+                r#"{{"took":1,"responses":[{{"hits":{{"hits":[{}{{}}]}},"status":200}}]}}"#,
+                filler()
+            )),
+        }
+    }))
+    .await;
+    let gw = gateway(&up.base, &[]).await;
+    let body = common::ndjson(&[
+        json!({"index": "a"}),
+        json!({}),
+        json!({"index": "b"}),
+        json!({}),
+    ]);
+    // Short: held whole and checked, so each item is its error, in a well-formed answer.
+    for (short, reason) in [
+        (
+            Malformed::ShortTruncated,
+            "ends before its root object closes",
+        ),
+        (Malformed::ShortNotJson, "the answer is not a JSON object"),
+    ] {
+        *mode.lock() = short;
+        let (s, b) = gw.raw("POST", "/_msearch", body.clone()).await;
+        assert_eq!(s, 200, "{short:?}: {b}");
+        let responses = b["responses"].as_array().unwrap();
+        assert_eq!(responses.len(), 2, "{short:?}: {b}");
+        for item in responses {
+            assert_eq!(item["status"], 502, "{short:?}: {b}");
+            assert_eq!(
+                item["error"]["type"], "upstream_exception",
+                "{short:?}: {b}"
+            );
+            let text = item["error"]["reason"].as_str().unwrap();
+            assert!(
+                text.contains("the upstream's _msearch answer is not JSON"),
+                "{text}"
+            );
+            assert!(text.contains(reason), "{short:?}: {text}");
+        }
+    }
+    // Long: streaming when the failure shows, so the answer is cut, never complete-looking.
+    for long in [
+        Malformed::LongTruncated,
+        Malformed::LongBroken,
+        Malformed::LongOneItem,
+    ] {
+        *mode.lock() = long;
+        let resp = gw
+            .client
+            .post(gw.url("/_msearch"))
+            .header("content-type", "application/x-ndjson")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{long:?}");
+        let read = resp.bytes().await;
+        assert!(
+            read.is_err(),
+            "{long:?}: a cut answer was read whole: {:?}",
+            read.map(|b| String::from_utf8_lossy(&b[b.len().saturating_sub(200)..]).to_string())
+        );
+    }
+    // Every item's ticket settled, the cut ones too.
+    common::wait_until(
+        "every msearch ticket settled",
+        || gw.state.workload.permits.num_buckets() == 0 && gw.state.tasks.list().is_empty(),
+        || format!("tasks {:?}", gw.state.tasks.list().len()),
+    )
+    .await;
+    gw.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -164,12 +164,19 @@ async fn test_items_are_children_and_cancelling_the_parent_cancels_them() {
     assert_eq!(s, 200);
     let (s, b) = call.await.unwrap();
     assert_eq!(s, 200, "{b}");
+    // Worded as OpenSearch words a cancelled search, through a gateway too.
     for item in b["responses"].as_array().unwrap() {
         assert_eq!(item["status"], 500, "{item}");
+        assert_eq!(
+            item["error"]["type"], "search_phase_execution_exception",
+            "{item}"
+        );
         assert_eq!(
             item["error"]["root_cause"][0]["type"], "task_cancelled_exception",
             "{item}"
         );
+        let reason = item["error"]["caused_by"]["reason"].as_str().unwrap_or("");
+        assert!(reason.starts_with("cancelled task with reason"), "{item}");
     }
     node.stop().await;
 }
