@@ -1166,6 +1166,92 @@ async fn test_msearch_forwards_only_admitted_items_and_merges_in_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_streamed_msearch_items_keep_request_order_across_batches() {
+    // Every item is answered with about 1 MiB naming its index: past what the gateway holds of
+    // an answer, so the first batch's items stream, and the item after the parked one must
+    // wait for the second batch.
+    let pad = "x".repeat(1 << 20);
+    let up = fake(answer_with(move |r| {
+        let text = String::from_utf8_lossy(&r.body).to_string();
+        let items: Vec<Value> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .step_by(2)
+            .map(|h| {
+                let h: Value = serde_json::from_str(h).unwrap();
+                json!({"from_index": h["index"], "pad": pad, "status": 200})
+            })
+            .collect();
+        axum::Json(json!({"took": 1, "responses": items})).into_response()
+    }))
+    .await;
+    let gw = gateway(&up.base, &["node.memory_budget=1tb"]).await;
+    let r = gw
+        .req_with(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"persistent": {"wlm.workload_group.mode": "enabled"}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let group = gw
+        .create_group(json!({"name": "one", "resiliency_mode": "enforced",
+                "resource_limits": {"memory": 0.5},
+                "throttling": {"attribute": "group", "node_limit": 1},
+                "queue": {"size_per_bucket": 5}}))
+        .await;
+    let r = gw
+        .req_with(
+            "PUT",
+            "/_rules/workload_group",
+            Some(
+                json!({"description": "b", "index_pattern": ["blocked*"], "workload_group": group}),
+            ),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    // `blocked-c` parks behind `blocked-a` (the group's one slot) and goes out in a second
+    // batch once `blocked-a`'s answer streamed by; `free-d`, answered before it, waits.
+    let body = common::ndjson(&[
+        json!({"index": "blocked-a"}),
+        json!({}),
+        json!({"index": "free-b"}),
+        json!({}),
+        json!({"index": "blocked-c"}),
+        json!({}),
+        json!({"index": "free-d"}),
+        json!({}),
+    ]);
+    let (s, b) = gw.raw("POST", "/_msearch", body).await;
+    assert_eq!(s, 200);
+    let order: Vec<&Value> = b["responses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| &i["from_index"])
+        .collect();
+    assert_eq!(
+        order,
+        [
+            &json!("blocked-a"),
+            &json!("free-b"),
+            &json!("blocked-c"),
+            &json!("free-d")
+        ]
+    );
+    let sent: Vec<usize> = up
+        .received_on("_msearch")
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.body).lines().count() / 2)
+        .collect();
+    assert_eq!(sent, [3, 1], "two batches");
+    assert_nothing_held(&gw);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_msearch_answer_with_other_than_one_item_per_item_sent_fails_every_item() {
     // The upstream answers one item fewer, then one more, than it was sent.
     let extra = Arc::new(std::sync::atomic::AtomicBool::new(false));
