@@ -18,8 +18,10 @@
 //!   [`forwarded`]: the `X-Forwarded-For` chain of a trusted proxy, as far as it is believed;
 //! - [`scrolls`]: scroll id → group; [`sniff`] reads a response's scroll id as it streams;
 //! - [`routes`]: the gateway's router and its search-class handlers; [`msearch`]: the split of
-//!   an `_msearch` into admitted items and the merge of the answers; [`references`]: what a
-//!   search body makes the upstream read besides its indices, authorized before it goes.
+//!   an `_msearch` into admitted items and the merge of the answers, relayed unparsed
+//!   ([`msearch_scan`] finds the items of an answer as it streams, [`msearch_merge`] puts
+//!   them in request order); [`references`]: what a search body makes the upstream read
+//!   besides its indices, authorized before it goes.
 
 pub mod aliases;
 pub mod by_query;

@@ -147,16 +147,18 @@ enum Turn {
 /// Dropping it (the client left, with the answer's body) cancels the msearch task and so its
 /// items, as dropping the handler did; the upstream requests in flight are dropped.
 struct Merge {
+    // Dropped in this order (a field's place is its turn): the items' tickets, then the
+    // cancellation of the msearch task and its children, then the task itself.
+    forwards: FuturesUnordered<BoxFuture<'static, Answered>>,
+    admissions: FuturesUnordered<BoxFuture<'static, (usize, Decided)>>,
+    reads: Vec<Reading>,
+    /// Armed until the answer is complete.
+    on_drop: Option<CancelOnDrop>,
+    parent: crate::tasks::TaskGuard,
     up: Arc<super::Upstream>,
     meta: RequestMeta,
     parts: http::request::Parts,
     template: bool,
-    parent: crate::tasks::TaskGuard,
-    /// Armed until the answer is complete.
-    on_drop: Option<CancelOnDrop>,
-    admissions: FuturesUnordered<BoxFuture<'static, (usize, Decided)>>,
-    forwards: FuturesUnordered<BoxFuture<'static, Answered>>,
-    reads: Vec<Reading>,
     order: Order,
     batches: usize,
     /// How much of a batch's answer is held before it streams ([`HOLD`]).
