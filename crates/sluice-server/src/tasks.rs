@@ -105,6 +105,23 @@ pub mod actions {
     pub const DELETE_BY_QUERY: &str = "indices:data/write/delete/byquery";
     /// An `_update_by_query` request.
     pub const UPDATE_BY_QUERY: &str = "indices:data/write/update/byquery";
+    /// A `_reindex` request.
+    pub const REINDEX: &str = "indices:data/write/reindex";
+    /// A `_rank_eval` request (a gateway forwards it).
+    pub const RANK_EVAL: &str = "indices:data/read/rank_eval";
+    /// OpenSearch's `_plugins/_sql` query (the SQL plugin's `SqlQueryAction`).
+    pub const SQL: &str = "cluster:admin/opensearch/sql";
+    /// OpenSearch's `_plugins/_ppl` query (the SQL plugin's `PPLQueryAction`).
+    pub const PPL: &str = "cluster:admin/opensearch/ppl";
+    /// OpenSearch's `_plugins/_asynchronous_search` submission.
+    pub const ASYNCHRONOUS_SEARCH_SUBMIT: &str =
+        "cluster:admin/opendistro/asynchronous_search/submit";
+    /// Elasticsearch's `_async_search` submission.
+    pub const ASYNC_SEARCH_SUBMIT: &str = "indices:data/read/async_search/submit";
+    /// Elasticsearch's `_eql/search`.
+    pub const EQL: &str = "indices:data/read/eql";
+    /// Elasticsearch's `_sql`.
+    pub const ES_SQL: &str = "indices:data/read/sql";
     /// A `_forcemerge` request run in the background (`wait_for_completion=false`).
     pub const FORCEMERGE: &str = "indices:admin/forcemerge";
     /// A `_tasks` listing, itself a task while it runs (clients expect to find it).

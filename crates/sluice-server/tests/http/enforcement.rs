@@ -71,21 +71,7 @@ async fn stats_of(node: &TestNode, id: &str) -> Value {
 
 /// The running search tasks by id, as `_tasks?detailed` lists them.
 async fn search_task_entries(node: &TestNode) -> Vec<(String, Value)> {
-    let (s, b) = node
-        .req(
-            "GET",
-            "/_tasks?detailed&actions=indices:data/read/search",
-            None,
-        )
-        .await;
-    assert_eq!(s, 200, "{b}");
-    b["nodes"]
-        .as_object()
-        .into_iter()
-        .flat_map(|n| n.values())
-        .flat_map(|n| n["tasks"].as_object().into_iter().flatten())
-        .map(|(id, t)| (id.clone(), t.clone()))
-        .collect()
+    node.task_entries("indices:data/read/search").await
 }
 
 /// The running search tasks, as `_tasks?detailed` lists them.

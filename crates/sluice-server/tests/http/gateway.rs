@@ -21,6 +21,8 @@ use crate::common::{self, Reply, TestNode, read_response};
 
 use crate::common::ADMIN;
 
+mod search_apis;
+
 /// A request a fake upstream received.
 #[derive(Debug, Clone)]
 struct Received {

@@ -24,7 +24,6 @@
 //!   besides its indices, authorized before it goes.
 
 pub mod aliases;
-pub mod by_query;
 pub mod client;
 pub mod config;
 pub mod doc_items;
@@ -32,6 +31,7 @@ pub mod forwarded;
 pub mod h1;
 pub mod headers;
 pub mod health;
+pub mod held;
 pub mod hosts;
 pub mod limits;
 pub mod msearch;
@@ -41,6 +41,7 @@ pub mod nodes;
 pub mod references;
 pub mod routes;
 pub mod scrolls;
+pub mod search_apis;
 pub mod settings;
 pub mod sniff;
 pub mod streamed;
@@ -832,36 +833,24 @@ impl Upstream {
         gateway_opaque_id(task.opaque_id().map(|o| &**o), &self.node_id, task.seq)
     }
 
-    /// Cancels the upstream's search tasks whose `X-Opaque-Id` is `opaque`: lists the
-    /// upstream's `*search*` tasks and cancels each match by id (OpenSearch's
-    /// `_tasks/_cancel` filters by action and node, not by header). Two passes, the second
-    /// after [`SECOND_CANCEL_PASS`], for a request that was still on its way.
+    /// Cancels the upstream's tasks whose `X-Opaque-Id` is `opaque` ([`Self::tasks_of`]),
+    /// each by id (OpenSearch's `_tasks/_cancel` filters by action and node, not by header).
+    /// Two passes, the second after [`SECOND_CANCEL_PASS`], for a request that was still on
+    /// its way.
     pub async fn cancel_tasks(&self, opaque: &str) {
         for pass in 0..2 {
             if pass == 1 {
                 tokio::time::sleep(SECOND_CANCEL_PASS).await;
             }
-            let headers = self.identity.own_call();
-            let listed = self
-                .client
-                .call(
-                    Method::GET,
-                    "/_tasks?actions=*search*,*byquery*&detailed=false",
-                    &headers,
-                )
-                .await;
-            let body = match listed {
-                Ok((s, body)) if s.is_success() => body,
-                Ok((s, _)) => {
-                    tracing::warn!(status = %s, %opaque, "cannot list the upstream's tasks to cancel them");
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e.reason, %opaque, "cannot list the upstream's tasks to cancel them");
+            let ids = match self.tasks_of(opaque).await {
+                Ok(ids) => ids,
+                Err(why) => {
+                    tracing::warn!(%opaque, "cannot list the upstream's tasks to cancel them: {why}");
                     return;
                 }
             };
-            for id in matching_tasks(&body, opaque) {
+            let headers = self.identity.own_call();
+            for id in ids {
                 let path = format!("/_tasks/{id}/_cancel");
                 match self.client.call(Method::POST, &path, &headers).await {
                     Ok((s, _)) if s.is_success() => {
@@ -877,7 +866,27 @@ impl Upstream {
             }
         }
     }
+
+    /// The upstream's running tasks (`node:id`) whose `X-Opaque-Id` is `opaque`, among those
+    /// of the actions that run searches ([`WORK_ACTIONS`]), listed with the gateway's own
+    /// credentials; or why they could not be listed.
+    pub async fn tasks_of(&self, opaque: &str) -> Result<Vec<String>, String> {
+        let headers = self.identity.own_call();
+        let path = format!("/_tasks?actions={WORK_ACTIONS}&detailed=false");
+        match self.client.call(Method::GET, &path, &headers).await {
+            Ok((s, body)) if s.is_success() => Ok(matching_tasks(&body, opaque)),
+            Ok((s, _)) => Err(format!("answered {s}")),
+            Err(e) => Err(e.reason),
+        }
+    }
 }
+
+/// The upstream actions whose tasks the gateway cancels or follows by `X-Opaque-Id`: searches
+/// (an async search's, a rank evaluation's, a `_knn_search`'s), by-query actions, reindexing,
+/// rank evaluation, SQL and PPL (OpenSearch's `cluster:admin/opensearch/sql` and `…/ppl`,
+/// Elasticsearch's `indices:data/read/sql`) and EQL. Each runs under the thread context of
+/// the request that started it, so it carries that request's `X-Opaque-Id`.
+const WORK_ACTIONS: &str = "*search*,*byquery*,*reindex*,*rank_eval*,*sql*,*ppl*,*eql*";
 
 /// The upstream's task ids (`node:id`) in a `_tasks` answer whose `X-Opaque-Id` is `opaque`.
 fn matching_tasks(body: &[u8], opaque: &str) -> Vec<String> {
@@ -969,7 +978,7 @@ pub(crate) fn routes_upstream(st: &crate::state::AppState) -> Result<Arc<Upstrea
 
 /// The error a cancelled forwarded request settles with; the ticket words it as OpenSearch
 /// does (`search_phase_execution_exception` caused by `task_cancelled_exception`).
-fn cancelled() -> ApiError {
+pub(super) fn cancelled() -> ApiError {
     ApiError::Engine(EngineError::new(ErrorCode::TaskCancelled, "task cancelled"))
 }
 

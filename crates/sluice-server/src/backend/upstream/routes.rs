@@ -67,6 +67,31 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/{index}/_bulk", any(bulk))
         .route("/{index}/_delete_by_query", any(delete_by_query))
         .route("/{index}/_update_by_query", any(update_by_query))
+        .route("/_reindex", any(reindex))
+        .route("/_rank_eval", any(rank_eval))
+        .route("/{index}/_rank_eval", any(rank_eval))
+        .route("/_plugins/_sql", any(sql))
+        .route("/_opendistro/_sql", any(sql))
+        .route("/_plugins/_ppl", any(ppl))
+        .route("/_opendistro/_ppl", any(ppl))
+        .route("/_plugins/_asynchronous_search", any(asynchronous_search))
+        .route(
+            "/{index}/_plugins/_asynchronous_search",
+            any(asynchronous_search),
+        )
+        .route(
+            "/_opendistro/_asynchronous_search",
+            any(asynchronous_search),
+        )
+        .route(
+            "/{index}/_opendistro/_asynchronous_search",
+            any(asynchronous_search),
+        )
+        .route("/_async_search", any(async_search))
+        .route("/{index}/_async_search", any(async_search))
+        .route("/{index}/_eql/search", any(eql))
+        .route("/_sql", any(es_sql))
+        .route("/{index}/_knn_search", any(knn_search))
         .route("/_mget", any(mget))
         .route("/{index}/_mget", any(mget))
         .route("/_aliases", any(super::aliases::aliases))
@@ -190,7 +215,7 @@ async fn update_by_query(
     by_query_or_forward(st.0, meta, index, req, true).await
 }
 
-/// A by-query action admitted ([`super::by_query`]); other methods pass through.
+/// A by-query action: admitted ([`super::search_apis::by_query`]); other methods pass through.
 async fn by_query_or_forward(
     st: Arc<AppState>,
     meta: RequestMeta,
@@ -198,12 +223,34 @@ async fn by_query_or_forward(
     req: Request,
     update: bool,
 ) -> Response {
-    if *req.method() != Method::POST {
-        return crate::http::fallback::forward(State(st), meta, req).await;
-    }
-    super::by_query::run(st, meta, index, req, update)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+    super::search_apis::by_query(st, meta, index, req, update).await
+}
+
+/// Defines a handler per API of [`super::search_apis`] that runs searches upstream.
+macro_rules! search_api_routes {
+    ($($name:ident => $api:ident),* $(,)?) => {$(
+        async fn $name(
+            st: State<Arc<AppState>>,
+            meta: RequestMeta,
+            index: PathParam,
+            req: Request,
+        ) -> Response {
+            super::search_apis::admitted_or_forward(st, meta, index, req, &super::search_apis::$api)
+                .await
+        }
+    )*};
+}
+
+search_api_routes! {
+    reindex => REINDEX,
+    rank_eval => RANK_EVAL,
+    sql => SQL,
+    ppl => PPL,
+    asynchronous_search => ASYNCHRONOUS_SEARCH,
+    async_search => ASYNC_SEARCH,
+    eql => EQL,
+    es_sql => ES_SQL,
+    knn_search => KNN_SEARCH,
 }
 
 async fn mget(

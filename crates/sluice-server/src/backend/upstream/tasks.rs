@@ -1,6 +1,6 @@
 //! `GET _tasks/{id}` and `POST _tasks/{id}/_cancel` on a gateway. A task of a sluice node is
 //! the gateway's own ([`crate::api::tasks`]); a task id of any other node is the upstream's —
-//! forwarded APIs answer them (`_reindex`, `_forcemerge` or `_snapshot` with
+//! forwarded APIs answer them (`_forcemerge` or `_snapshot` with
 //! `wait_for_completion=false`, and any task id a client read off the upstream) — and is
 //! forwarded, so that a client can follow or cancel it through the gateway as it could
 //! directly. Before, those ids answered 404 "isn't running and hasn't stored its results".

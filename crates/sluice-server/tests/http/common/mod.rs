@@ -201,6 +201,22 @@ impl TestNode {
         done
     }
 
+    /// The running tasks of `actions` (a pattern `_tasks` takes) by id, as `_tasks?detailed`
+    /// lists them.
+    pub async fn task_entries(&self, actions: &str) -> Vec<(String, Value)> {
+        let (s, b) = self
+            .req("GET", &format!("/_tasks?detailed&actions={actions}"), None)
+            .await;
+        assert_eq!(s, 200, "{b}");
+        b["nodes"]
+            .as_object()
+            .into_iter()
+            .flat_map(|n| n.values())
+            .flat_map(|n| n["tasks"].as_object().into_iter().flatten())
+            .map(|(id, t)| (id.clone(), t.clone()))
+            .collect()
+    }
+
     /// Sends a request with an optional JSON body; returns status and parsed JSON (or Null).
     pub async fn req(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");

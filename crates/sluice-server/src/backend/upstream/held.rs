@@ -1,26 +1,39 @@
-//! `POST /{index}/_delete_by_query` and `_update_by_query` through a gateway: admitted as on
-//! an embedded node (a task in the caller's workload group, throttled and queued, holding its
-//! slot while the work runs), then forwarded.
+//! Work the gateway admits as one task in the caller's workload group that holds its slot
+//! while the upstream runs it: `_delete_by_query`, `_update_by_query` and `_reindex`, and the
+//! other APIs that run searches upstream ([`super::search_apis`]). Admitted as on an embedded
+//! node (tagged, throttled and queued), then forwarded in one of three [`Form`]s:
 //!
-//! - Waiting for completion (the default): the request is forwarded as it came and holds its
-//!   slot until the upstream answers; cancelling the gateway's task cancels the upstream's
-//!   (by `X-Opaque-Id`, as for a search), whose answer — a 200 saying `canceled`, with what it
-//!   did — is still the client's ([`Upstream::execute_to_the_end`]).
-//! - `wait_for_completion=false`: as on an embedded node, the answer is the **gateway's** task
-//!   id, and the work follows in the background. Admitted at once (the usual case), the
-//!   request is forwarded with `wait_for_completion=false` before the id is answered, so that
-//!   the upstream's refusal of it (a bad parameter, a query it cannot parse) is the client's
-//!   answer, as without the gateway; one that waits in the group's queue, or that admission
-//!   refuses, is answered its id at once and forwarded once admitted (its refusal, and the
-//!   upstream's, is then the task's result). The gateway follows the upstream's task (`GET
+//! - [`Form::Waiting`] (a by-query action or a reindex waiting for completion, the default; a
+//!   rank evaluation, an SQL or PPL query, a `_knn_search`): the request is forwarded as it
+//!   came and holds its slot until the upstream answers; cancelling the gateway's task cancels
+//!   the upstream's (by `X-Opaque-Id`, as for a search), whose answer — for a by-query action
+//!   a 200 saying `canceled`, with what it did — is still the client's
+//!   ([`Upstream::execute_to_the_end`]).
+//! - [`Form::Background`] (a by-query action or a reindex with `wait_for_completion=false`):
+//!   as on an embedded node, the answer is the **gateway's** task id, and the work follows in
+//!   the background. Admitted at once (the usual case), the request is forwarded with
+//!   `wait_for_completion=false` before the id is answered, so that the upstream's refusal of
+//!   it (a bad parameter, a query it cannot parse) is the client's answer, as without the
+//!   gateway; one that waits in the group's queue, or that admission refuses, is answered its
+//!   id at once and forwarded once admitted (its refusal, and the upstream's, is then the
+//!   task's result). The gateway follows the upstream's task (`GET
 //!   _tasks/{id}?wait_for_completion=true`, one short wait after another, and its status after
 //!   each) until it ends: the slot is held all along, the upstream task's status is shown as
 //!   the gateway task's, cancelling the gateway task cancels the upstream's by id, and the
 //!   upstream's final `response` or `error` is stored for `GET _tasks/{id}` on the gateway. A
 //!   long background action is not cut by `backend.upstream.request_timeout`: only each short
 //!   look at it is bounded by it.
+//! - [`Form::Submission`] (an asynchronous search's submission, OpenSearch's or
+//!   Elasticsearch's; EQL and Elasticsearch's `_sql`, which may go on in the background too):
+//!   forwarded as it came, its answer (the upstream's, naming the upstream's search id, which
+//!   the client polls through the gateway unadmitted: polling reads a stored result) is the
+//!   client's; the slot is held from the submission until the upstream lists no task carrying
+//!   the submission's `X-Opaque-Id` any more ([`follow_opaque`]): while the search goes on
+//!   after its `wait_for_completion_timeout`, it still counts in its group. Cancelling the
+//!   gateway task cancels those upstream tasks (the search then ends as cancelled, and the
+//!   client's next poll says so).
 //!
-//! Before, both were forwarded unadmitted: a tenant could run any amount of by-query work on
+//! Before, all of them were forwarded unadmitted: a tenant could run any amount of such work on
 //! the upstream past its group's `node_limit`.
 
 use std::any::Any;
@@ -29,24 +42,23 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use axum::extract::Request;
 use axum::http::{Method, StatusCode, header};
 use axum::response::Response;
 use http::HeaderMap;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use sluice_core::authz::Action;
 use sluice_engine::{EngineError, ErrorCode};
 
-use super::routes::{Read, authorize_request_references, call_as, read, settle};
-use super::{Upstream, stream_back};
+use super::routes::{Read, call_as, settle};
+use super::streamed::AnswerBody;
+use super::{Call, Upstream, stream_back};
 use crate::admission::{self, Admitted, TaskSpec};
 use crate::api::cluster_settings::bool_param;
 use crate::backend::ExecutionHooks;
 use crate::error::{ApiError, ApiResult};
 use crate::http::{RequestMeta, reply};
 use crate::state::AppState;
-use crate::tasks::{OPAQUE_ID_HEADER, Task, TaskStatus, actions};
+use crate::tasks::{OPAQUE_ID_HEADER, Task, TaskStatus};
 
 /// The longest one wait for the upstream task's end (`wait_for_completion=true&timeout=`):
 /// its end is seen at once, but a wait that runs out answers no status, so the status the
@@ -63,48 +75,53 @@ const MAX_FOLLOW_FAILURES: u32 = 10;
 /// The pause after a failed look at the upstream task before the next one.
 const FOLLOW_RETRY: Duration = Duration::from_secs(1);
 
-/// Runs a by-query action through the gateway (see the module docs).
-pub async fn run(
+/// How admitted work is forwarded and held (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// Forwarded and held until the upstream answers.
+    Waiting,
+    /// `wait_for_completion=false`: answered the gateway's task id, the upstream's task
+    /// followed by id.
+    Background,
+    /// Answered the upstream's answer; held while the upstream runs a task of it.
+    Submission,
+}
+
+/// Work to admit and forward: its task, how it is held, and what it is called in errors.
+pub struct Work {
+    /// The task it runs as (action, description, indices for the rules).
+    pub spec: TaskSpec,
+    /// How it is forwarded and held.
+    pub form: Form,
+    /// What it is, in errors and logs (`by-query`, `reindex`).
+    pub what: &'static str,
+}
+
+/// Admits `work` (the request `read`) and forwards it in its form (see the module docs).
+pub(super) async fn run(
     st: Arc<AppState>,
     meta: RequestMeta,
-    index: String,
-    req: Request,
-    update: bool,
+    read: Read,
+    work: Work,
 ) -> ApiResult<Response> {
     let up = super::routes_upstream(&st)?;
-    let read = read(req).await?;
-    let route_action = if update {
-        Action::UpdateByQuery
-    } else {
-        Action::DeleteByQuery
-    };
-    authorize_request_references(
-        &st,
-        &meta,
-        &read.body,
-        &read.params,
-        route_action,
-        &index,
-        false,
-    )?;
-    // OpenSearch's default: the request answers when the work is done.
-    let wait = !read.params.contains_key("wait_for_completion")
-        || bool_param(&read.params, "wait_for_completion")?;
-    let (action, verb) = if update {
-        (actions::UPDATE_BY_QUERY, "update-by-query")
-    } else {
-        (actions::DELETE_BY_QUERY, "delete-by-query")
-    };
-    let spec = TaskSpec::new(action, format!("{verb} [{index}]"), &index, &read.params)?;
+    let Work { spec, form, what } = work;
     let guard = admission::register(&st, &meta, &spec);
-    if wait {
-        let mut admitted = admission::admit_registered(&st, &meta, spec, guard).await?;
-        let call = call_as(&up, &meta, &read.parts, &[], read.body);
-        // Cancelled, the upstream's action stops and answers what it did (a 200 saying
-        // `canceled`), which is the client's answer, as on an embedded node.
-        let executed = up.execute_to_the_end(admitted.execution(), call).await;
-        let resp = settle(&mut admitted, executed)?;
-        return Ok(admitted.ride_with(stream_back(resp)));
+    match form {
+        Form::Waiting => {
+            let mut admitted = admission::admit_registered(&st, &meta, spec, guard).await?;
+            let call = call_as(&up, &meta, &read.parts, &[], read.body);
+            // Cancelled, the upstream's action stops and answers what it did (a 200 saying
+            // `canceled`), which is the client's answer, as on an embedded node.
+            let executed = up.execute_to_the_end(admitted.execution(), call).await;
+            let resp = settle(&mut admitted, executed)?;
+            return Ok(admitted.ride_with(stream_back(resp)));
+        }
+        Form::Submission => {
+            let admitted = admission::admit_registered(&st, &meta, spec, guard).await?;
+            return submission(&up, &meta, admitted, read, what).await;
+        }
+        Form::Background => {}
     }
     let id = guard.id().to_string();
     let task = guard.task().clone();
@@ -120,7 +137,9 @@ pub async fn run(
     // the upstream's refusal as its answer, as without the gateway. One waiting in the queue,
     // or refused by admission, is answered its task id now, as on an embedded node.
     let stage = match futures::poll!(admitting.as_mut()) {
-        Poll::Ready(Ok(admitted)) => Stage::Submitted(submit(&up, &meta, admitted, read).await?),
+        Poll::Ready(Ok(admitted)) => {
+            Stage::Submitted(submit(&up, &meta, admitted, read, what).await?)
+        }
         Poll::Ready(Err(refused)) => Stage::Refused(refused),
         Poll::Pending => Stage::Admitting(admitting, read),
     };
@@ -132,7 +151,7 @@ pub async fn run(
             let submitted = match stage {
                 Stage::Submitted(submitted) => submitted,
                 Stage::Admitting(admitting, read) => {
-                    submit(&up, &meta, admitting.await?, read).await?
+                    submit(&up, &meta, admitting.await?, read, what).await?
                 }
                 Stage::Refused(refused) => return Err(refused),
             };
@@ -151,8 +170,20 @@ pub async fn run(
     Ok(reply(StatusCode::OK, json!({"task": id}), &params))
 }
 
-/// A by-query task's status before it started (OpenSearch's `BulkByScrollTask.Status` with
-/// nothing done), what the gateway task shows while it waits in the queue.
+/// Whether a by-query action or a reindex waits for its end (OpenSearch's default), or runs
+/// in the background (`wait_for_completion=false`).
+pub fn waits(params: &crate::http::Params) -> ApiResult<Form> {
+    let wait =
+        !params.contains_key("wait_for_completion") || bool_param(params, "wait_for_completion")?;
+    Ok(if wait {
+        Form::Waiting
+    } else {
+        Form::Background
+    })
+}
+
+/// A by-query or reindex task's status before it started (OpenSearch's
+/// `BulkByScrollTask.Status` with nothing done), what the gateway task shows while it waits in the queue.
 fn not_started() -> Value {
     json!({"total": 0, "updated": 0, "created": 0, "deleted": 0, "batches": 0,
            "version_conflicts": 0, "noops": 0, "retries": {"bulk": 0, "search": 0},
@@ -182,52 +213,77 @@ enum Stage {
     Submitted(Submitted),
 }
 
-/// A background action the upstream started: what following it to its end needs.
-struct Submitted {
+/// Admitted work forwarded and started on the upstream: what holding its slot to its end
+/// needs.
+struct Running {
     admitted: Admitted,
-    /// Marks the task as executing in its group until the upstream task ends.
+    /// Marks the task as executing in its group until the upstream's work ends.
     executing: Box<dyn Any + Send>,
     hooks: Arc<dyn ExecutionHooks>,
     task: Arc<Task>,
-    /// The `X-Opaque-Id` the submission carried.
+    /// The `X-Opaque-Id` the request carried: how the upstream's tasks of it are found, and
+    /// told apart from another that has their id after an upstream restart.
     ours: String,
-    /// What the looks at the upstream task send.
+    /// What the looks at the upstream task send: the request's own headers as forwarded (its
+    /// identity), without its body's, nor the type it accepts (the gateway reads the looks'
+    /// answers as JSON, whatever the client asked: `Accept: application/yaml`).
     headers: HeaderMap,
-    /// The upstream's task id.
-    upstream_task: String,
 }
 
-/// Forwards an admitted background action with `wait_for_completion=false`: the upstream's
-/// task, to [`Submitted::follow`], or the upstream's refusal (its error answer, passed
-/// through). The task counts as executing in its group from the forwarding to its end.
-async fn submit(
+impl Running {
+    /// Ends the work with `outcome`: its usage reported, no longer executing in its group,
+    /// its ticket settled (and answered, to be dropped when the caller is done with it).
+    fn end(self, up: &Upstream, outcome: ApiResult<()>) -> ApiResult<Admitted> {
+        let Self {
+            mut admitted,
+            executing,
+            hooks,
+            task,
+            ..
+        } = self;
+        up.finished(&task, hooks.as_ref());
+        drop(executing);
+        match outcome {
+            Ok(()) => {
+                admitted.finish(Ok(()))?;
+                Ok(admitted)
+            }
+            Err(e) => Err(settle_err(&mut admitted, e)),
+        }
+    }
+
+    /// [`Self::end`] with the failure `e`, as the ticket words it.
+    fn fail(self, up: &Upstream, e: ApiError) -> ApiError {
+        match self.end(up, Err(e)) {
+            Err(e) => e,
+            Ok(_) => ApiError::Engine(EngineError::internal("the upstream's action failed")),
+        }
+    }
+}
+
+/// Forwards admitted work's `call`: its [`Running`] and the upstream's answer once its head
+/// arrived, or why it was not answered. The task counts as executing in its group from here
+/// to the end of the upstream's work, not only while the request is in flight (as
+/// `Upstream::execute` would count it): the group's `executing` shows the slot held.
+async fn forward(
     up: &Arc<Upstream>,
-    meta: &RequestMeta,
     mut admitted: Admitted,
-    read: Read,
-) -> ApiResult<Submitted> {
-    let call = call_as(up, meta, &read.parts, &[], read.body).answer_uncompressed();
-    // What the looks at the upstream task send: the request's own headers as forwarded (its
-    // identity), without its body's, nor the type it accepts (the gateway reads the looks'
-    // answers as JSON, whatever the client asked: `Accept: application/yaml`).
+    call: Call,
+) -> ApiResult<(Running, http::Response<AnswerBody>)> {
     let mut headers: HeaderMap = call.headers.clone();
     headers.remove(header::CONTENT_TYPE);
     headers.remove(header::CONTENT_LENGTH);
     headers.remove(header::ACCEPT);
     let exec = admitted.execution();
     let (task, hooks) = (exec.task.clone(), exec.hooks.clone());
-    // Executing from here to the upstream task's end, not only while the submission is in
-    // flight (as `Upstream::execute` would count it): the group's `executing` shows the slot
-    // held.
     let executing = match hooks.start() {
         Ok(executing) => executing,
         Err(e) => return Err(settle_err(&mut admitted, ApiError::Engine(e))),
     };
     task.usage.mark_executing();
-    // The `X-Opaque-Id` the submission carries ([`Upstream::run_started`]): how the upstream
-    // task is told apart from another that has its id after an upstream restart.
+    // The `X-Opaque-Id` the request carries ([`Upstream::run_started`]).
     let ours = up.opaque_id(&task);
-    let submitted = up
+    let answered = up
         .run_started(
             task.clone(),
             exec.cancel_at,
@@ -235,41 +291,60 @@ async fn submit(
             call,
         )
         .await;
-    let started = match submitted {
-        Ok(resp) => started_task(resp).await,
-        Err(e) => Err(e),
+    let running = Running {
+        admitted,
+        executing,
+        hooks,
+        task,
+        ours,
+        headers,
     };
-    match started {
+    match answered {
+        Ok(resp) => Ok((running, resp)),
+        Err(e) => Err(running.fail(up, e)),
+    }
+}
+
+/// A background action the upstream started: what following it to its end needs.
+struct Submitted {
+    running: Running,
+    /// The upstream's task id.
+    upstream_task: String,
+}
+
+/// Forwards an admitted background action with `wait_for_completion=false`: the upstream's
+/// task, to [`Submitted::follow`], or the upstream's refusal (its error answer, passed
+/// through).
+async fn submit(
+    up: &Arc<Upstream>,
+    meta: &RequestMeta,
+    admitted: Admitted,
+    read: Read,
+    what: &'static str,
+) -> ApiResult<Submitted> {
+    let call = call_as(up, meta, &read.parts, &[], read.body).answer_uncompressed();
+    let (running, resp) = forward(up, admitted, call).await?;
+    match started_task(resp, what).await {
         Ok(upstream_task) => Ok(Submitted {
-            admitted,
-            executing,
-            hooks,
-            task,
-            ours,
-            headers,
+            running,
             upstream_task,
         }),
-        Err(e) => {
-            up.finished(&task, hooks.as_ref());
-            drop(executing);
-            Err(settle_err(&mut admitted, e))
-        }
+        Err(e) => Err(running.fail(up, e)),
     }
 }
 
 /// The upstream task a submission's answer `resp` names, or the upstream's refusal.
-async fn started_task(resp: http::Response<super::streamed::AnswerBody>) -> ApiResult<String> {
+async fn started_task(resp: http::Response<AnswerBody>, what: &str) -> ApiResult<String> {
     if !resp.status().is_success() {
-        return Err(forwarded_error(resp).await);
+        return Err(forwarded_error(resp, what).await);
     }
-    let submitted = super::json_answer(resp, "by-query")
+    let submitted = super::json_answer(resp, what)
         .await
         .map_err(ApiError::Engine)?;
     submitted["task"].as_str().map(str::to_string).ok_or_else(|| {
-        upstream_failed(
-            "the upstream's answer to a by-query action with wait_for_completion=false names no task"
-                .to_string(),
-        )
+        upstream_failed(format!(
+            "the upstream's answer to a {what} action with wait_for_completion=false names no task"
+        ))
     })
 }
 
@@ -278,25 +353,79 @@ impl Submitted {
     /// and the ticket, or its `error` (or why it could not be followed).
     async fn follow(self, up: &Upstream, status: &UpstreamStatus) -> ApiResult<(Value, Admitted)> {
         let Self {
-            mut admitted,
-            executing,
-            hooks,
-            task,
-            ours,
-            headers,
+            running,
             upstream_task,
         } = self;
-        let outcome = follow_task(up, &task, &upstream_task, &ours, &headers, status).await;
-        up.finished(&task, hooks.as_ref());
-        drop(executing);
+        let r = &running;
+        let outcome = follow_task(up, &r.task, &upstream_task, &r.ours, &r.headers, status).await;
         match outcome {
-            Ok(response) => {
-                admitted.finish(Ok(()))?;
-                Ok((response, admitted))
-            }
-            Err(e) => Err(settle_err(&mut admitted, e)),
+            Ok(response) => Ok((response, running.end(up, Ok(()))?)),
+            Err(e) => Err(running.fail(up, e)),
         }
     }
+}
+
+/// Forwards an admitted [`Form::Submission`]: the upstream's answer is the client's at once;
+/// the slot stays held in the background while the upstream runs a task of it
+/// ([`follow_opaque`]). An upstream refusal passes through unchanged and counts as a failure.
+async fn submission(
+    up: &Arc<Upstream>,
+    meta: &RequestMeta,
+    admitted: Admitted,
+    read: Read,
+    what: &'static str,
+) -> ApiResult<Response> {
+    let call = call_as(up, meta, &read.parts, &[], read.body);
+    let (running, resp) = forward(up, admitted, call).await?;
+    if !resp.status().is_success() {
+        let refused = EngineError::internal("the upstream answered an error");
+        let _ = running.fail(up, ApiError::Engine(refused));
+        return Ok(stream_back(resp));
+    }
+    let up = up.clone();
+    tokio::spawn(async move {
+        let outcome = follow_opaque(&up, &running.task, &running.ours, what).await;
+        // Settled and released here: the client has its answer already.
+        let _ = running.end(&up, outcome);
+    });
+    Ok(stream_back(resp))
+}
+
+/// Waits until the upstream lists no task carrying `ours` (the `X-Opaque-Id` of the request
+/// that started them): at once when the work ended within the request, else one look per
+/// [`follow_wait`]. Cancelling `task` cancels those upstream tasks, and the wait goes on until
+/// they are gone. Answers why it stopped following when the upstream's tasks could not be
+/// listed [`MAX_FOLLOW_FAILURES`] times in a row (the slot is then given back: the gateway
+/// cannot tell whether the work runs).
+async fn follow_opaque(up: &Arc<Upstream>, task: &Task, ours: &str, what: &str) -> ApiResult<()> {
+    let wait = follow_wait(up.request_timeout());
+    let (mut failures, mut cancel_sent) = (0u32, false);
+    loop {
+        match up.tasks_of(ours).await {
+            Ok(ids) if ids.is_empty() => break,
+            Ok(_) => failures = 0,
+            Err(why) => {
+                failures += 1;
+                if failures >= MAX_FOLLOW_FAILURES {
+                    tracing::warn!(%ours, "stopped following the upstream's {what}: {why}");
+                    return Err(upstream_failed(format!(
+                        "cannot follow the upstream's {what}: its tasks cannot be listed ({why})"
+                    )));
+                }
+            }
+        }
+        tokio::select! {
+            () = task.cancelled(), if !cancel_sent => {
+                cancel_sent = true;
+                up.cancel_tasks(ours).await;
+            }
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+    if cancel_sent {
+        return Err(super::cancelled());
+    }
+    Ok(())
 }
 
 /// Follows the upstream task `upstream_task` until it ends: its `response`, or its `error`
@@ -398,7 +527,7 @@ async fn follow_task(
                     Err(e) => ApiError::Engine(e),
                 };
                 if failures >= MAX_FOLLOW_FAILURES {
-                    tracing::warn!(task = %upstream_task, "stopped following the upstream's by-query task: {e:?}");
+                    tracing::warn!(task = %upstream_task, "stopped following the upstream's task: {e:?}");
                     return Err(e);
                 }
                 tokio::time::sleep(FOLLOW_RETRY).await;
@@ -444,13 +573,13 @@ async fn cancel_upstream(up: &Upstream, id: &str, headers: &HeaderMap) {
     let path = format!("/_tasks/{id}/_cancel");
     match up.call_upstream(Method::POST, &path, headers).await {
         Ok((s, _)) if s.is_success() => {
-            tracing::debug!(task = %id, "cancelled the upstream's by-query task")
+            tracing::debug!(task = %id, "cancelled the upstream's task")
         }
         Ok((s, _)) => {
-            tracing::debug!(task = %id, status = %s, "upstream by-query task not cancelled (ended?)")
+            tracing::debug!(task = %id, status = %s, "upstream task not cancelled (ended?)")
         }
         Err(e) => {
-            tracing::warn!(task = %id, error = %e.reason, "cannot cancel the upstream's by-query task")
+            tracing::warn!(task = %id, error = %e.reason, "cannot cancel the upstream's task")
         }
     }
 }
@@ -460,14 +589,14 @@ async fn cancel_upstream(up: &Upstream, id: &str, headers: &HeaderMap) {
 fn settle_err(admitted: &mut Admitted, e: ApiError) -> ApiError {
     match admitted.finish::<()>(Err(e)) {
         Err(e) => e,
-        Ok(()) => ApiError::Engine(EngineError::internal("by-query action failed")),
+        Ok(()) => ApiError::Engine(EngineError::internal("the upstream's action failed")),
     }
 }
 
 /// An upstream error answer as the error it is.
-async fn forwarded_error(resp: http::Response<super::streamed::AnswerBody>) -> ApiError {
+async fn forwarded_error(resp: http::Response<AnswerBody>, what: &str) -> ApiError {
     let status = resp.status().as_u16();
-    match super::json_answer(resp, "by-query").await {
+    match super::json_answer(resp, what).await {
         Ok(body) => ApiError::Forwarded { status, body },
         Err(e) => ApiError::Engine(e),
     }
