@@ -234,13 +234,14 @@ const ASYNCHRONOUS_SEARCH: Case = Case {
     answers: Answers::UpstreamId,
 };
 
-/// Sends `case` in `group` in the background.
+/// Sends `case` in `group` (tagged by the rules when empty) in the background.
 fn send(gw: &TestNode, case: Case, group: &str) -> tokio::task::JoinHandle<(u16, Value)> {
     let m = reqwest::Method::from_bytes(case.method.as_bytes()).unwrap();
-    let rb = gw
-        .client
-        .request(m, gw.url(case.path))
-        .header("workloadGroupId", group)
+    let mut rb = gw.client.request(m, gw.url(case.path));
+    if !group.is_empty() {
+        rb = rb.header("workloadGroupId", group);
+    }
+    let rb = rb
         .header("content-type", "application/json")
         .body((case.body)().to_string());
     tokio::spawn(async move {
@@ -459,6 +460,52 @@ async fn test_cancelling_the_gateways_task_cancels_the_upstreams_work() {
             s["executing"] == 0 && s["total_completions"] == 1
         })
         .await;
+        gw.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_rules_tag_them_on_the_indices_they_read() {
+    // A reindex's source, an SQL query's FROM, a PPL query's source=, the path's index.
+    let other_sql = Case {
+        body: || json!({"query": "SELECT * FROM metrics"}),
+        ..SQL
+    };
+    for (case, tagged) in [
+        (REINDEX, true),
+        (SQL, true),
+        (PPL, true),
+        (RANK_EVAL, true),
+        (ASYNCHRONOUS_SEARCH, true),
+        (other_sql, false),
+    ] {
+        let (up, work) = working_upstream().await;
+        let (gw, group) = one_slot_gateway(&up).await;
+        let r = gw
+            .req_with(
+                "PUT",
+                "/_rules/workload_group",
+                Some(json!({"description": "logs", "index_pattern": ["logs*"],
+                            "workload_group": group})),
+                &crate::common::ADMIN,
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let _client = send(&gw, case, "");
+        the_work(&work).await;
+        let tasks = gw.task_entries(case.action).await;
+        assert_eq!(tasks.len(), 1, "{}: {tasks:?}", case.path);
+        let expected = if tagged {
+            group.as_str()
+        } else {
+            "DEFAULT_WORKLOAD_GROUP"
+        };
+        assert_eq!(
+            tasks[0].1["workload_group"]["id"], expected,
+            "{}: {tasks:?}",
+            case.path
+        );
+        work.release();
         gw.stop().await;
     }
 }
