@@ -709,14 +709,8 @@ impl Upstream {
                 continue;
             }
             last_poll = Some(now);
-            let listed = self
-                .client
-                .call(
-                    Method::GET,
-                    "/_tasks?actions=*search*,*byquery*&detailed=true",
-                    &headers,
-                )
-                .await;
+            let path = format!("/_tasks?actions={WORK_ACTIONS}&detailed=true");
+            let listed = self.client.call(Method::GET, &path, &headers).await;
             let (polled, listed) = match listed {
                 Ok((s, body)) if s.is_success() => {
                     let listed = limits::reported_usage(&body, &self.node_id);
@@ -881,7 +875,8 @@ impl Upstream {
     }
 }
 
-/// The upstream actions whose tasks the gateway cancels or follows by `X-Opaque-Id`: searches
+/// The upstream actions whose tasks the gateway cancels, follows and reads the usage of by
+/// `X-Opaque-Id`: searches
 /// (an async search's, a rank evaluation's, a `_knn_search`'s), by-query actions, reindexing,
 /// rank evaluation, SQL and PPL (OpenSearch's `cluster:admin/opensearch/sql` and `…/ppl`,
 /// Elasticsearch's `indices:data/read/sql`) and EQL. Each runs under the thread context of
