@@ -30,8 +30,8 @@
 //!   client's; the slot is held from the submission until the upstream lists no task carrying
 //!   the submission's `X-Opaque-Id` any more ([`follow_opaque`]): while the search goes on
 //!   after its `wait_for_completion_timeout`, it still counts in its group. Cancelling the
-//!   gateway task cancels those upstream tasks (the search then ends as cancelled, and the
-//!   client's next poll says so).
+//!   gateway task, or its `cancel_after_time_interval` passing, cancels those upstream tasks
+//!   (the search then ends as cancelled, and the client's next poll says so).
 //!
 //! Before, all of them were forwarded unadmitted: a tenant could run any amount of such work on
 //! the upstream past its group's `node_limit`.
@@ -39,8 +39,9 @@
 use std::any::Any;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::http::{Method, StatusCode, header};
 use axum::response::Response;
@@ -228,6 +229,8 @@ struct Running {
     /// identity), without its body's, nor the type it accepts (the gateway reads the looks'
     /// answers as JSON, whatever the client asked: `Accept: application/yaml`).
     headers: HeaderMap,
+    /// When the task's `cancel_after_time_interval` passes (queue time counted).
+    cancel_at: Option<Instant>,
 }
 
 impl Running {
@@ -283,6 +286,7 @@ async fn forward(
     task.usage.mark_executing();
     // The `X-Opaque-Id` the request carries ([`Upstream::run_started`]).
     let ours = up.opaque_id(&task);
+    let cancel_at = exec.cancel_at;
     let answered = up
         .run_started(
             task.clone(),
@@ -298,6 +302,7 @@ async fn forward(
         task,
         ours,
         headers,
+        cancel_at,
     };
     match answered {
         Ok(resp) => Ok((running, resp)),
@@ -384,7 +389,8 @@ async fn submission(
     }
     let up = up.clone();
     tokio::spawn(async move {
-        let outcome = follow_opaque(&up, &running.task, &running.ours, what).await;
+        let r = &running;
+        let outcome = follow_opaque(&up, &r.task, &r.ours, r.cancel_at, what).await;
         // Settled and released here: the client has its answer already.
         let _ = running.end(&up, outcome);
     });
@@ -393,11 +399,17 @@ async fn submission(
 
 /// Waits until the upstream lists no task carrying `ours` (the `X-Opaque-Id` of the request
 /// that started them): at once when the work ended within the request, else one look per
-/// [`follow_wait`]. Cancelling `task` cancels those upstream tasks, and the wait goes on until
-/// they are gone. Answers why it stopped following when the upstream's tasks could not be
+/// [`follow_wait`]. Cancelling `task` (or its `cancel_at` passing, which cancels it) cancels
+/// those upstream tasks, and the wait goes on until they are gone. Answers why it stopped following when the upstream's tasks could not be
 /// listed [`MAX_FOLLOW_FAILURES`] times in a row (the slot is then given back: the gateway
 /// cannot tell whether the work runs).
-async fn follow_opaque(up: &Arc<Upstream>, task: &Task, ours: &str, what: &str) -> ApiResult<()> {
+async fn follow_opaque(
+    up: &Arc<Upstream>,
+    task: &Task,
+    ours: &str,
+    cancel_at: Option<Instant>,
+    what: &str,
+) -> ApiResult<()> {
     let wait = follow_wait(up.request_timeout());
     let (mut failures, mut cancel_sent) = (0u32, false);
     loop {
@@ -414,10 +426,21 @@ async fn follow_opaque(up: &Arc<Upstream>, task: &Task, ours: &str, what: &str) 
                 }
             }
         }
+        let deadline = async {
+            match cancel_at {
+                Some(at) if !cancel_sent => tokio::time::sleep_until(at.into()).await,
+                _ => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = task.cancelled(), if !cancel_sent => {
                 cancel_sent = true;
                 up.cancel_tasks(ours).await;
+            }
+            // The ticket words the reason (the cancel-after that passed).
+            () = deadline => {
+                task.cancelled.store(true, Ordering::Release);
+                task.cancel_notify.notify_waiters();
             }
             () = tokio::time::sleep(wait) => {}
         }

@@ -509,3 +509,23 @@ async fn test_rules_tag_them_on_the_indices_they_read() {
         gw.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_followed_search_is_cancelled_upstream_when_its_cancel_after_passes() {
+    let (up, work) = working_upstream().await;
+    let (gw, group) = one_slot_gateway(&up).await;
+    let case = Case {
+        path: "/logs/_plugins/_asynchronous_search?cancel_after_time_interval=100ms",
+        ..ASYNCHRONOUS_SEARCH
+    };
+    let (s, b) = send(&gw, case, &group).await.unwrap();
+    assert_eq!(s, 200, "{b}");
+    let n = the_work(&work).await;
+    cancelled_upstream(&work, n).await;
+    let stats = stats_until(&gw, &group, "the slot given back", |s| {
+        s["executing"] == 0 && s["total_completions"] == 1
+    })
+    .await;
+    assert_eq!(stats["failures"], 1, "{stats}");
+    gw.stop().await;
+}
