@@ -1,7 +1,8 @@
 //! The `_cat` table: typed cells and the parameters every `_cat` API takes, as OpenSearch's
 //! `RestTable` reads them — `format=json`, `v` (header line), `h` (columns by name or alias,
 //! wildcards allowed, unknown names skipped), `help` (the column list), `s` (sort by columns,
-//! `:asc`/`:desc`, an unknown key refused) and `bytes` (byte sizes in one unit), the
+//! `:asc`/`:desc`, an unknown key refused), `bytes` (byte sizes in one unit) and `time`
+//! (durations in one unit), the
 //! `Accept` header standing for a missing `format` ([`accept_as_format`]). The parameter
 //! readers ([`displayed`], [`wants_help`], [`wants_header`], [`wants_json`], [`help`]) also
 //! serve tables that lay out their own rows (`_list/wlm_stats`).
@@ -110,16 +111,19 @@ pub enum Cell {
     Int(i64),
     /// A byte size, sorted as a number and rendered per `bytes=`.
     Bytes(u64),
+    /// A duration, sorted as one and rendered per `time=` ([`render_time`]).
+    Time(std::time::Duration),
     /// No value (sorts first).
     Null,
 }
 
 impl Cell {
-    fn render(&self, bytes: Option<&str>) -> Option<String> {
+    fn render(&self, units: Units<'_>) -> Option<String> {
         match self {
             Cell::Text(s) => Some(s.clone()),
             Cell::Int(n) => Some(n.to_string()),
-            Cell::Bytes(n) => Some(render_bytes(*n, bytes)),
+            Cell::Bytes(n) => Some(render_bytes(*n, units.bytes)),
+            Cell::Time(d) => Some(render_time(*d, units.time)),
             Cell::Null => None,
         }
     }
@@ -131,8 +135,43 @@ impl Cell {
             (_, Cell::Null) => Ordering::Greater,
             (Cell::Int(a), Cell::Int(b)) => a.cmp(b),
             (Cell::Bytes(a), Cell::Bytes(b)) => a.cmp(b),
-            (a, b) => a.render(None).cmp(&b.render(None)),
+            (Cell::Time(a), Cell::Time(b)) => a.cmp(b),
+            (a, b) => a.render(Units::default()).cmp(&b.render(Units::default())),
         }
+    }
+}
+
+/// The units a request asks cells in: `bytes=` and `time=`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Units<'a> {
+    bytes: Option<&'a str>,
+    time: Option<&'a str>,
+}
+
+impl<'a> Units<'a> {
+    fn of(params: &'a Params) -> Units<'a> {
+        Units {
+            bytes: params.get("bytes").map(String::as_str),
+            time: params.get("time").map(String::as_str),
+        }
+    }
+}
+
+/// Renders a duration as OpenSearch's `RestTable` renders a `TimeValue`: whole units of the
+/// one `time=` names (`nanos`, `micros`, `ms`, `s`, `m`, `h`, `d`; rounded down), else — no
+/// `time=`, or a unit it does not know — as `TimeValue` prints itself (`1.5s`, `250.3micros`).
+pub fn render_time(d: std::time::Duration, unit: Option<&str>) -> String {
+    let nanos = d.as_nanos();
+    let per = |unit_nanos: u128| (nanos / unit_nanos).to_string();
+    match unit {
+        Some("nanos") => per(1),
+        Some("micros") => per(1_000),
+        Some("ms") => per(1_000_000),
+        Some("s") => per(1_000_000_000),
+        Some("m") => per(60_000_000_000),
+        Some("h") => per(3_600_000_000_000),
+        Some("d") => per(86_400_000_000_000),
+        _ => sluice_wire::format_time_value(d),
     }
 }
 
@@ -229,7 +268,7 @@ impl Table {
         }
         let display = displayed(self.columns, params);
         let order = self.order(params)?;
-        let bytes = params.get("bytes").map(String::as_str);
+        let units = Units::of(params);
         if wants_json(params) {
             let rows: Vec<Value> = order
                 .iter()
@@ -238,7 +277,7 @@ impl Table {
                         .iter()
                         .map(|(c, shown)| {
                             let v = self.rows[r][*c]
-                                .render(bytes)
+                                .render(units)
                                 .map_or(Value::Null, Value::String);
                             (shown.clone(), v)
                         })
@@ -256,7 +295,7 @@ impl Table {
             lines.push(
                 display
                     .iter()
-                    .map(|(c, _)| self.rows[r][*c].render(bytes).unwrap_or_default())
+                    .map(|(c, _)| self.rows[r][*c].render(units).unwrap_or_default())
                     .collect(),
             );
         }
@@ -365,5 +404,16 @@ mod tests {
         assert_eq!(render_bytes(1597, Some("kb")), "1");
         assert_eq!(render_bytes(1597, Some("mb")), "0");
         assert_eq!(render_bytes(1597, Some("bogus")), "1.5kb");
+    }
+
+    #[test]
+    fn test_durations_render_as_opensearch_time_values() {
+        let d = std::time::Duration::from_micros(1_534_250);
+        assert_eq!(render_time(d, None), "1.5s");
+        assert_eq!(render_time(d, Some("ms")), "1534");
+        assert_eq!(render_time(d, Some("micros")), "1534250");
+        assert_eq!(render_time(d, Some("s")), "1");
+        assert_eq!(render_time(d, Some("m")), "0");
+        assert_eq!(render_time(d, Some("bogus")), "1.5s");
     }
 }

@@ -125,6 +125,27 @@ const CAT_NODES: &[&str] = &[
     "v",
 ];
 
+/// `cat.tasks`: the `_cat` response parameters and what OpenSearch's handler reads into its
+/// `_tasks` listing (`RestListTasksAction.generateListTasksRequest`).
+const CAT_TASKS: &[&str] = &[
+    "actions",
+    "bytes",
+    "detailed",
+    "format",
+    "h",
+    "help",
+    "nodes",
+    "parent_task_id",
+    "pri",
+    "s",
+    "size",
+    "time",
+    "timeout",
+    "ts",
+    "v",
+    "wait_for_completion",
+];
+
 /// `clear_scroll`.
 const CLEAR_SCROLL: &[&str] = &["scroll_id"];
 
@@ -852,6 +873,7 @@ static ROUTES: &[(Method, &str, &[&str])] = &[
     (Method::GET, "/_tasks/{task_id}", TASKS_GET),
     (Method::POST, "/_tasks/{task_id}/_cancel", TASKS_CANCEL),
     (Method::GET, "/_tasks", TASKS_LIST),
+    (Method::GET, "/_cat/tasks", CAT_TASKS),
     (Method::POST, "/_tasks/_cancel", TASKS_CANCEL),
     (Method::GET, "/_cluster/settings", CLUSTER_GET_SETTINGS),
     (Method::PUT, "/_cluster/settings", CLUSTER_PUT_SETTINGS),

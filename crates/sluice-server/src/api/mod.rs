@@ -6,6 +6,7 @@
 pub mod aliases;
 pub mod by_query;
 pub mod cat;
+pub mod cat_tasks;
 pub mod cluster;
 pub mod cluster_settings;
 pub mod docs;
@@ -171,7 +172,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 /// The routes sluice answers itself whatever its backend: workload groups, rules, stats, its
-/// metrics and dashboard, and its `_tasks` listing and cancelling (a gateway answers the
+/// metrics and dashboard, and its `_tasks` listing (`_cat/tasks` too) and cancelling (a gateway answers the
 /// `wlm.*` cluster settings itself too, a task by id its own way, and forwards every other
 /// route, DESIGN D15).
 ///
@@ -180,6 +181,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 pub fn owned_routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/_tasks", get(tasks::list))
+        .route("/_cat/tasks", get(cat_tasks::cat_tasks))
         .route("/_tasks/_cancel", post(tasks::cancel_matching))
         .merge(wlm::routes())
         .merge(wlm_stats::routes())

@@ -28,7 +28,7 @@ use crate::tasks::TaskId;
 /// Whose tasks the caller may `action`: `None` for everyone's (no authorization, or the
 /// cluster permission for it), else only the caller's own. Sent with the call, so the node
 /// that runs the tasks applies it.
-fn only_user(meta: &RequestMeta, action: Action) -> Option<String> {
+pub(super) fn only_user(meta: &RequestMeta, action: Action) -> Option<String> {
     if may_touch_task(meta, action, None) {
         return None;
     }
@@ -44,7 +44,7 @@ fn list_param(params: &Params, k: &str) -> Option<Vec<String>> {
     })
 }
 
-fn parse_filter(params: &Params) -> ApiResult<TaskFilter> {
+pub(super) fn parse_filter(params: &Params) -> ApiResult<TaskFilter> {
     if let Some(p) = params.get("parent_task_id") {
         TaskId::parse(p)
             .ok_or_else(|| EngineError::illegal_argument(format!("malformed task id {p}")))?;
@@ -74,7 +74,7 @@ fn fanout_timeout(params: &Params) -> ApiResult<Duration> {
 
 /// Calls `api` with `call` on the members `nodes=` selects; returns each answering member's
 /// `tasks` object and the failures.
-async fn gather(
+pub(super) async fn gather(
     st: &AppState,
     params: &Params,
     api: LocalApi,
@@ -100,6 +100,21 @@ async fn gather(
     Ok((answers, failures))
 }
 
+/// Registers a listing as the task it is, as OpenSearch does, so that it lists itself
+/// (`GET _tasks`, `GET _cat/tasks`); it is unregistered when the guard drops.
+pub(super) fn listing_task(st: &AppState, meta: &RequestMeta) -> crate::tasks::TaskGuard {
+    let listing = st.tasks.register(
+        crate::tasks::actions::LIST_TASKS,
+        String::new(),
+        None,
+        meta.principal.clone(),
+    );
+    if let Some(id) = &meta.opaque_id {
+        listing.task().set_opaque_id(id.clone());
+    }
+    listing
+}
+
 /// `GET /_tasks` with `actions`, `detailed`, `parent_task_id`, `nodes`, `group_by`, `timeout`.
 pub async fn list(
     State(st): State<Arc<AppState>>,
@@ -108,16 +123,7 @@ pub async fn list(
 ) -> ApiResult<Response> {
     let mut filter = parse_filter(&params)?;
     filter.only_user = only_user(&meta, Action::TasksList);
-    // The listing is a task too, as in OpenSearch, so it lists itself.
-    let _listing = st.tasks.register(
-        crate::tasks::actions::LIST_TASKS,
-        String::new(),
-        None,
-        meta.principal.clone(),
-    );
-    if let Some(id) = &meta.opaque_id {
-        _listing.task().set_opaque_id(id.clone());
-    }
+    let _listing = listing_task(&st, &meta);
     let group_by = params.get("group_by").map_or("nodes", String::as_str);
     if !matches!(group_by, "nodes" | "none" | "parents") {
         return Err(EngineError::illegal_argument(format!(

@@ -159,6 +159,9 @@ pub fn classify<'a>(method: &Method, path: &'a str, query: Option<&str>) -> Rout
         ["_mget"] => PerItem(MGET),
         ["_msearch"] => PerItem(MSEARCH),
         ["_tasks", ..] => PerItem(TASKS),
+        // The listing `GET _tasks` is, as a table: each task shown to its owner or a holder
+        // of `cluster:monitor/tasks/lists`.
+        ["_cat", "tasks"] if read => PerItem(TASKS),
         ["_wlm", "workload_group"] | ["_wlm", "workload_group", _] if read => {
             Cluster(Action::WlmGroupGet)
         }
@@ -333,6 +336,7 @@ mod tests {
             PerItem(SCROLL_CLEAR)
         );
         assert_eq!(c(Method::POST, "/_tasks/x:1/_cancel"), PerItem(TASKS));
+        assert_eq!(c(Method::GET, "/_cat/tasks"), PerItem(TASKS));
         assert_eq!(
             c(Method::PUT, "/_wlm/workload_group"),
             Cluster(Action::WlmGroupCreate)

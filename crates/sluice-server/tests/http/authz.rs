@@ -268,6 +268,7 @@ async fn test_users_by_actions_by_index_expressions() {
         // tasks: everyone reaches the API, and sees their own
         (&rita, "GET", "/_tasks", None, 200),
         (&rita, "POST", "/_tasks/_cancel", None, 200),
+        (&rita, "GET", "/_cat/tasks", None, 200),
         // a route sluice does not classify needs every cluster permission
         (&alice, "GET", "/_nope/x/y", None, 403),
         (&ROOT, "GET", "/_nope/x/y", None, 400),
@@ -602,6 +603,18 @@ async fn test_users_see_and_cancel_only_their_own_tasks() {
     assert!(!listed(&body), "{body}");
     let (s, _) = send(&node, &bob, "GET", &format!("/_tasks/{task}"), None).await;
     assert_eq!(s, 404, "another user's task answers as missing");
+    // `_cat/tasks` is the same listing as a table: the same tasks for the same users.
+    let in_table = |body: &Value| {
+        body.as_array()
+            .into_iter()
+            .flatten()
+            .any(|row| row["task_id"] == task.as_str())
+    };
+    for (user, shown) in [(&rita, true), (&alice, true), (&bob, false)] {
+        let (s, body) = send(&node, user, "GET", "/_cat/tasks?format=json", None).await;
+        assert_eq!(s, 200, "{body}");
+        assert_eq!(in_table(&body), shown, "{}: {body}", user[0].1);
+    }
 
     // Cancelling needs cluster:admin/tasks/cancel or ownership: alice and bob cannot.
     for user in [&alice, &bob] {
