@@ -41,6 +41,15 @@ use crate::state::AppState;
 use crate::tasks::{Task, TaskGuard};
 use crate::workload::GroupEntry;
 
+/// A deadline a task is cancelled at.
+#[derive(Debug, Clone, Copy)]
+enum Deadline {
+    /// Its `cancel_after_time_interval`, counted from its start.
+    CancelAfter(Duration),
+    /// A search timeout enforced here, counted from when it was set.
+    Timeout(Duration),
+}
+
 /// What admission granted, shared with work that may outlive the request.
 #[derive(Debug)]
 pub struct Held {
@@ -68,6 +77,9 @@ pub struct Admitted {
     run: Arc<Run>,
     settings: GroupSearchSettings,
     cancel_after: Option<Duration>,
+    /// The group's search timeout enforced as a deadline ([`Admitted::bound_by_timeout`]):
+    /// when it passes, and the timeout itself.
+    timeout_at: Option<(Instant, Duration)>,
     outcome: Outcome,
 }
 
@@ -125,6 +137,7 @@ impl Admitted {
             }),
             settings,
             cancel_after,
+            timeout_at: None,
             outcome: Outcome::Pending,
         }
     }
@@ -156,6 +169,16 @@ impl Admitted {
         self.settings.timeout(requested)
     }
 
+    /// Bounds the work by a search `timeout` from now, enforced by cancelling the task, for
+    /// a backend that cannot pass the timeout on with the request: a gateway's `_count`
+    /// (OpenSearch's count API takes no `timeout`) or a search template whose rendered source
+    /// it cannot reach (OpenSearch drops a template request's `timeout` parameter when the
+    /// rendered source replaces the search's). A timeout gives partial results where the
+    /// search runs; here the task is cancelled, the nearest a forwarder can do.
+    pub fn bound_by_timeout(&mut self, timeout: Duration) {
+        self.timeout_at = Instant::now().checked_add(timeout).map(|at| (at, timeout));
+    }
+
     /// The group's search settings, resolved ([`GroupSearchSettings`]).
     pub fn search_settings(&self) -> &GroupSearchSettings {
         &self.settings
@@ -166,7 +189,7 @@ impl Admitted {
         let hold: Arc<dyn std::any::Any + Send + Sync> = self.held.clone();
         Execution {
             task: self.run.task.clone(),
-            cancel_at: self.cancel_after.map(|d| self.run.task.started + d),
+            cancel_at: self.deadline().map(|(at, _)| at),
             hold,
             hooks: self.run.clone(),
         }
@@ -206,10 +229,23 @@ impl Admitted {
         task.cancel_reason
             .lock()
             .clone()
-            .unwrap_or_else(|| match self.cancel_after {
-                Some(d) => timeout_reason(d),
+            .unwrap_or_else(|| match self.deadline() {
+                Some((_, Deadline::CancelAfter(d))) => timeout_reason(d),
+                Some((_, Deadline::Timeout(d))) => search_timeout_reason(d),
                 None => "task cancelled".to_string(),
             })
+    }
+
+    /// The first of the deadlines the task is cancelled at, and which it is.
+    fn deadline(&self) -> Option<(Instant, Deadline)> {
+        let after = self
+            .cancel_after
+            .map(|d| (self.run.task.started + d, Deadline::CancelAfter(d)));
+        let bound = self.timeout_at.map(|(at, d)| (at, Deadline::Timeout(d)));
+        match (after, bound) {
+            (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Attaches the ticket to `resp`: it is released when the response has been handed to
@@ -350,6 +386,16 @@ impl Drop for Executing {
     fn drop(&mut self) {
         self.0.stats.executing_ended();
     }
+}
+
+/// The reason of a task cancelled by a search timeout enforced here
+/// ([`Admitted::bound_by_timeout`]): worded as OpenSearch words the cancellation timeout, and
+/// naming the setting, which is the group's.
+fn search_timeout_reason(timeout: Duration) -> String {
+    format!(
+        "Search timeout of {} is expired (the workload group's search.default_search_timeout, which the upstream does not apply to this request)",
+        sluice_wire::format_time_value(timeout)
+    )
 }
 
 /// OpenSearch's reason for a task cancelled by its `cancel_after_time_interval`.

@@ -2901,6 +2901,68 @@ async fn test_group_search_settings_are_forwarded_as_parameters() {
     gw.stop().await;
 }
 
+/// How long a request the upstream holds may wait for the gateway to end it before the
+/// test calls it hung: far beyond the group timeouts below, so only a gateway that never
+/// ends it fails.
+const HUNG_AFTER: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_group_timeout_reaches_counts_and_templates() {
+    let release = Arc::new(tokio::sync::Notify::new());
+    let up = msearch_upstream(release.clone()).await;
+    let gw = gateway(&up.base, &[]).await;
+    let group = gw
+        .create_group(json!({"name": "timed", "resiliency_mode": "soft",
+                "resource_limits": {"memory": 0.5},
+                "settings": {"search.default_search_timeout": "300ms"}}))
+        .await;
+    let header = [("workloadGroupId", group.as_str())];
+    // An inline template: the timeout goes into its source, where OpenSearch reads it (it
+    // drops a template request's `timeout` parameter); the source's own timeout stands.
+    for (source, expected) in [
+        (json!({"query": {"match_all": {}}}), "300ms"),
+        (json!({"query": {"match_all": {}}, "timeout": "5s"}), "5s"),
+    ] {
+        let body = json!({"source": source, "params": {}});
+        let r = gw
+            .req_with("POST", "/logs/_search/template", Some(body), &header)
+            .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let sent = up.received_on("/logs/_search/template").pop().unwrap();
+        let forwarded: Value = serde_json::from_slice(&sent.body).unwrap();
+        assert_eq!(forwarded["source"]["timeout"], expected, "{forwarded}");
+        assert_eq!(forwarded["params"], json!({}), "{forwarded}");
+        assert!(!sent.uri.contains("timeout="), "{}", sent.uri);
+    }
+    // A count (OpenSearch's takes no timeout) and a stored template (no source to carry it)
+    // that the upstream holds past the group's timeout: the gateway cancels them.
+    for (method, path, body) in [
+        ("GET", "/hang/_count", None),
+        (
+            "POST",
+            "/hang/_search/template",
+            Some(json!({"id": "stored", "params": {}})),
+        ),
+    ] {
+        let r = tokio::time::timeout(HUNG_AFTER, gw.req_with(method, path, body, &header))
+            .await
+            .unwrap_or_else(|_| panic!("{path} was never ended by the group's timeout"));
+        assert_eq!(r.status, 500, "{}", r.body);
+        assert_eq!(
+            r.body["error"]["root_cause"][0]["type"], "task_cancelled_exception",
+            "{}",
+            r.body
+        );
+        assert!(
+            r.body.to_string().contains("search.default_search_timeout"),
+            "{}",
+            r.body
+        );
+    }
+    release.notify_waiters();
+    gw.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_scroll_continuations_are_charged_to_the_group_the_scroll_opened_in() {
     let tmp = tempfile::tempdir().unwrap();

@@ -9,7 +9,11 @@
 //! a search body is small, and the gateway may rewrite it), builds the [`TaskSpec`] admission
 //! tags and throttles exactly as on an embedded node, applies the group's search settings to
 //! what it forwards (`default_search_timeout` → `timeout`, `cancel_after_time_interval` → the
-//! parameter, also enforced here), and streams the upstream's answer back.
+//! parameter, also enforced here), and streams the upstream's answer back. Where OpenSearch
+//! takes no `timeout` — `_count` refuses the parameter, and a search template drops it when
+//! the rendered source replaces the search's — the group's timeout goes into a template's
+//! inline `source` object, and is otherwise enforced here as a deadline that cancels the
+//! request ([`TimeoutWay`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -116,21 +120,42 @@ struct Kind {
     search_params: bool,
     /// The body is a search template (its references are those of its source).
     template: bool,
+    /// How the group's search timeout reaches the search.
+    timeout: TimeoutWay,
+}
+
+/// How a forwarded request carries the group's `default_search_timeout`, as the upstream's
+/// API allows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TimeoutWay {
+    /// The `timeout` parameter (`_search`).
+    Param,
+    /// The template's inline `source` object, where OpenSearch reads it; a template without
+    /// one (a stored `id`, a `source` string) is bounded by [`TimeoutWay::Enforced`]
+    /// (`_search/template`: OpenSearch parses its `timeout` parameter but drops it, as the
+    /// rendered source replaces the search's).
+    TemplateSource,
+    /// A deadline the gateway enforces by cancelling the request
+    /// ([`Admitted::bound_by_timeout`]): `_count`, whose API refuses a `timeout`.
+    Enforced,
 }
 
 const SEARCH: Kind = Kind {
     action: actions::SEARCH,
     search_params: true,
     template: false,
+    timeout: TimeoutWay::Param,
 };
 const SEARCH_TEMPLATE: Kind = Kind {
     template: true,
+    timeout: TimeoutWay::TemplateSource,
     ..SEARCH
 };
 const COUNT: Kind = Kind {
     action: actions::SEARCH,
     search_params: false,
     template: false,
+    timeout: TimeoutWay::Enforced,
 };
 
 /// The path's one parameter (an index expression or a scroll id), when the route has one.
@@ -533,7 +558,12 @@ type ShardSetting = fn(&GroupSearchSettings, Option<u32>) -> Option<u32>;
 /// differ from the request's own, and what is left of the task's `cancel_after_time_interval`
 /// (queue time counts, as on an embedded node). (A group's `search.max_buckets` has no request
 /// parameter: the upstream's own setting applies, docs/compatibility.md.)
-fn search_params(admitted: &Admitted, params: &Params, body: &[u8]) -> Vec<(&'static str, String)> {
+fn search_params(
+    admitted: &Admitted,
+    params: &Params,
+    body: &[u8],
+    kind: Kind,
+) -> Vec<(&'static str, String)> {
     let mut set = Vec::new();
     let group = admitted.search_settings();
     let shard_settings: [(&str, ShardSetting); 2] = [
@@ -565,17 +595,14 @@ fn search_params(admitted: &Admitted, params: &Params, body: &[u8]) -> Vec<(&'st
     }
     // Only a group with a timeout setting changes the request's: the body is parsed for its
     // own `timeout` only then (the gateway does not parse what it only forwards).
-    let probe = Some(Duration::MAX);
-    let group_sets_timeout =
-        admitted.search_timeout(None).is_some() || admitted.search_timeout(probe) != probe;
-    if group_sets_timeout {
+    if kind.timeout == TimeoutWay::Param && group_sets_timeout(admitted) {
         let body: Option<Value> = serde_json::from_slice(body).ok();
-        let requested = params
-            .get("timeout")
-            .map(String::as_str)
-            .or_else(|| body.as_ref().and_then(|b| b["timeout"].as_str()))
-            .and_then(|t| sluice_wire::parse_time_value(t, "timeout").ok())
-            .and_then(|t| t.duration_opt());
+        let requested = requested_time(
+            params
+                .get("timeout")
+                .map(String::as_str)
+                .or_else(|| body.as_ref().and_then(|b| b["timeout"].as_str())),
+        );
         let effective = admitted.search_timeout(requested);
         if effective != requested {
             set.push(("timeout", time_param(effective)));
@@ -588,6 +615,54 @@ fn search_params(admitted: &Admitted, params: &Params, body: &[u8]) -> Vec<(&'st
         set.push(("cancel_after_time_interval", time_param(Some(left))));
     }
     set
+}
+
+/// Whether the request's group sets a search timeout (else the request's own stands, and its
+/// body need not be read for it).
+fn group_sets_timeout(admitted: &Admitted) -> bool {
+    let probe = Some(Duration::MAX);
+    admitted.search_timeout(None).is_some() || admitted.search_timeout(probe) != probe
+}
+
+/// A time value as the request gave it, if it parses.
+fn requested_time(v: Option<&str>) -> Option<Duration> {
+    v.and_then(|t| sluice_wire::parse_time_value(t, "timeout").ok())
+        .and_then(|t| t.duration_opt())
+}
+
+/// Applies the group's timeout to a request whose API takes no `timeout` parameter the
+/// upstream honours ([`TimeoutWay`]): a template's inline `source` object gets the effective
+/// `timeout` (its own beside the group's, by OpenSearch's precedence), and the body is
+/// answered rewritten; any other request is bounded by the effective timeout as a deadline.
+fn apply_timeout(admitted: &mut Admitted, params: &Params, body: Bytes, kind: Kind) -> Bytes {
+    if kind.timeout == TimeoutWay::Param || !group_sets_timeout(admitted) {
+        return body;
+    }
+    if kind.timeout == TimeoutWay::TemplateSource
+        && let Ok(mut doc) = serde_json::from_slice::<Value>(&body)
+        && let Some(source) = doc.get_mut("source").and_then(Value::as_object_mut)
+    {
+        let requested = requested_time(source.get("timeout").and_then(Value::as_str));
+        let effective = admitted.search_timeout(requested);
+        if effective == requested {
+            return body;
+        }
+        source.insert("timeout".into(), Value::String(time_param(effective)));
+        return match serde_json::to_vec(&doc) {
+            Ok(v) => Bytes::from(v),
+            Err(_) => body,
+        };
+    }
+    // A count has no timeout of its own; a template's parameter counts as its own, as on an
+    // embedded node.
+    let requested = match kind.timeout {
+        TimeoutWay::TemplateSource => requested_time(params.get("timeout").map(String::as_str)),
+        _ => None,
+    };
+    if let Some(t) = admitted.search_timeout(requested) {
+        admitted.bound_by_timeout(t);
+    }
+    body
 }
 
 /// A search-class request admitted and ready to forward.
@@ -638,9 +713,10 @@ async fn prepare(
         body: body.clone(),
     };
     let spec = TaskSpec::new(kind.action, description, index, &params)?;
-    let admitted = admit(st, meta, spec).await?;
+    let mut admitted = admit(st, meta, spec).await?;
+    let body = apply_timeout(&mut admitted, &params, body, kind);
     let set = if kind.search_params {
-        search_params(&admitted, &params, &body)
+        search_params(&admitted, &params, &body, kind)
     } else {
         Vec::new()
     };
