@@ -14,7 +14,9 @@
 //!   disagree; a `Transfer-Encoding` not ending in `chunked`, or on HTTP/1.0) is refused: 400
 //!   `illegal_argument_exception`, in Netty's words where Netty refuses it too ("Multiple
 //!   Content-Length values found: [9, 8]"), as OpenSearch answers its decoder's failure.
-//!   hyper answered a bare `400`;
+//!   hyper answered a bare `400`. So is an HTTP/1.1 head of several `Content-Length` lines
+//!   that agree, which hyper reads but Netty refuses (its decoder allows no duplicate
+//!   lengths, as RFC 9112 §6.3 lets a recipient choose);
 //! - a head of more header lines than hyper reads (100) within the size limit, which Netty
 //!   takes, is served: hyper is given the lines it acts on, and the service the others
 //!   ([`Refusals`]). hyper answered a bare `431`.
@@ -63,7 +65,8 @@
 //!   `test_a_head_of_more_lines_than_hyper_reads_gives_it_the_lines_it_acts_on` and, end to
 //!   end, `test_more_than_100_header_lines_within_16kb_are_served`.
 //! - H7 — a head whose framing hyper refuses is refused as H3 says, with why: exactly the
-//!   heads hyper refuses for their framing, no other. Tested by
+//!   heads hyper refuses for their framing, and the HTTP/1.1 heads of several
+//!   `Content-Length` lines Netty refuses, no other. Tested by
 //!   `test_a_framing_hyper_refuses_is_refused_in_netty_words` and, end to end,
 //!   `test_a_framing_that_cannot_be_read_gets_opensearchs_400_and_a_close`.
 //! - H8 — a chunk hyper refuses is known to [`Refusals::framing_lost`] before hyper reads it:
@@ -609,11 +612,15 @@ fn counted(size: usize, bytes: &[u8]) -> usize {
 /// HTTP/1: the rest is passed through. `Err` for what hyper refuses, with a bare `400` and
 /// the connection's end: a length that is no number or disagrees, a `Transfer-Encoding` not
 /// ending in `chunked` or on HTTP/1.0 (RFC 9112 §6.1: the body's end cannot be known). The
-/// head is refused instead, in OpenSearch's words (H7).
+/// head is refused instead, in OpenSearch's words (H7); so is an HTTP/1.1 head of a second
+/// `Content-Length` line, even one that agrees and even beside a `Transfer-Encoding`, as
+/// Netty's decoder refuses it (`HttpUtil.normalizeAndGetContentLength` without
+/// `allowDuplicateContentLengths`, its default, reads every length line before the codings).
 fn framing(req: &httparse::Request<'_, '_>) -> Result<State, String> {
     let http11 = req.version == Some(1);
     let mut chunked = None;
     let mut length: Option<u64> = None;
+    let mut length_lines = 0usize;
     // An `Upgrade` is never taken (sluice answers no request 101, and a gateway forwards no
     // `Upgrade`): the connection stays HTTP/1, and this layer follows it (H5). A `CONNECT`
     // answered 2xx would leave it.
@@ -628,6 +635,10 @@ fn framing(req: &httparse::Request<'_, '_>) -> Result<State, String> {
             chunked = Some(is_chunked(h.value));
             last_te = h.value;
         } else if h.name.eq_ignore_ascii_case("content-length") {
+            length_lines += 1;
+            if http11 && length_lines > 1 {
+                return Err(content_length_refusal(req));
+            }
             if chunked.is_some() {
                 continue;
             }
@@ -945,6 +956,16 @@ mod tests {
                 "POST /{x} HTTP/1.1\r\ncontent-length: 1,1\r\n\r\n",
                 "Multiple Content-Length values found: [1,1]",
             ),
+            // Netty allows no duplicate length, even one that agrees (hyper takes it).
+            (
+                "POST /{x} HTTP/1.1\r\ncontent-length: 1\r\ncontent-length: 1\r\n\r\n",
+                "Multiple Content-Length values found: [1, 1]",
+            ),
+            (
+                "POST /{x} HTTP/1.1\r\ntransfer-encoding: chunked\r\ncontent-length: 1\r\n\
+                 content-length: 1\r\n\r\n",
+                "Multiple Content-Length values found: [1, 1]",
+            ),
             (
                 "POST /{x} HTTP/1.1\r\ntransfer-encoding: chunked, gzip\r\n\r\n",
                 "Transfer-Encoding [chunked, gzip] is not supported: the last transfer coding \
@@ -967,9 +988,10 @@ mod tests {
                 assert_eq!(refusals.next().refused, Some(Refused::Framing(why.into())));
             }
         }
-        // What hyper takes is taken: equal lengths on two lines, a length beside chunks.
+        // What hyper and Netty take is taken: equal lengths on two lines of HTTP/1.0 (Netty
+        // reads the first), a length beside chunks.
         for head in [
-            "POST / HTTP/1.1\r\ncontent-length: 1\r\ncontent-length: 1\r\n\r\nx",
+            "POST / HTTP/1.0\r\ncontent-length: 1\r\ncontent-length: 1\r\n\r\nx",
             "POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\ncontent-length: x\r\n\r\n0\r\n\r\n",
         ] {
             let (got, refusals) = read(head.as_bytes(), 3, 4096);
