@@ -562,7 +562,9 @@ pub(crate) fn headers_too_long() -> sluice_engine::EngineError {
 ///   `content_too_long_http_exception`, as the answer to a body over it.
 ///
 /// The answer says `Connection: close`, and hyper closes the connection once it is out
-/// rather than read a body, or the rest of a head, it will not take.
+/// rather than read a body, or the rest of a head, it will not take. An expectation Netty does
+/// not know ([`expectation_failed`]) is answered before the body limit is looked at, as
+/// Netty's aggregator answers it, and leaves the connection open.
 fn check_head(req: &Request, limit: Option<u64>) -> Option<Response> {
     use crate::http::heads::{MAX_REQUEST_LINE, Refused};
     use sluice_engine::{EngineError, ErrorCode};
@@ -582,6 +584,7 @@ fn check_head(req: &Request, limit: Option<u64>) -> Option<Response> {
             crate::error::ApiError::Engine(EngineError::illegal_argument(why.clone()))
         }
         None if size > MAX_HEADER_SIZE => too_long_headers(),
+        None if unsupported_expectation(req) => return Some(expectation_failed()),
         None => match limit {
             Some(limit) if crate::http::body::announced_over(headers, limit) => {
                 crate::error::ApiError::TooLarge { limit }
@@ -599,6 +602,32 @@ fn check_head(req: &Request, limit: Option<u64>) -> Option<Response> {
         );
     }
     Some(resp)
+}
+
+/// Whether the request names an expectation other than `100-continue` (RFC 9110 §10.1.1), as
+/// Netty's `HttpUtil.isUnsupportedExpectation` reads it: the first `Expect` value of an
+/// HTTP/1.1 request, compared without case; HTTP/1.0 has no expectations, and the header is
+/// ignored there. hyper answers `100-continue` itself and ignores any other expectation,
+/// running the request.
+fn unsupported_expectation(req: &Request) -> bool {
+    req.version() == axum::http::Version::HTTP_11
+        && req
+            .headers()
+            .get(axum::http::header::EXPECT)
+            .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+}
+
+/// Netty's answer to an expectation it does not know (`HttpObjectAggregator`'s
+/// `EXPECTATION_FAILED`, which OpenSearch's HTTP layer sends before any handler sees the
+/// request): `417 Expectation Failed` with an empty body; the request is not run, and its
+/// body, if the client sends one, is skipped as the connection goes on.
+fn expectation_failed() -> Response {
+    let mut resp = axum::http::StatusCode::EXPECTATION_FAILED.into_response();
+    resp.headers_mut().insert(
+        axum::http::header::CONTENT_LENGTH,
+        axum::http::HeaderValue::from_static("0"),
+    );
+    resp
 }
 
 /// Outside the router: the URL's `index` parameter moved into the path where OpenSearch

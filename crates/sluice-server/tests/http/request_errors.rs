@@ -739,3 +739,76 @@ async fn test_more_than_100_header_lines_within_16kb_are_served() {
     node.assert_alive().await;
     node.stop().await;
 }
+
+/// Reads an interim answer's head off `stream` (after what `buf` holds): its status line.
+async fn interim_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> String {
+    use tokio::io::AsyncReadExt;
+    let end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        let mut chunk = [0u8; 1024];
+        let n = tokio::time::timeout(std::time::Duration::from_secs(10), stream.read(&mut chunk))
+            .await
+            .expect("an interim answer within 10 s")
+            .expect("the connection stays up");
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(buf));
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).to_string();
+    buf.drain(..end + 4);
+    head
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_expectations_are_answered_as_netty_answers_them() {
+    let node = TestNode::start().await;
+    // `Expect: 100-continue`: a `100 Continue`, and once the body came, the request's answer
+    // (through a gateway, forwarded and answered without a stall).
+    for (method, path, body, status) in [
+        ("PUT", "/logs/_doc/1?refresh=true", r#"{"t":"a"}"#, 201),
+        (
+            "POST",
+            "/logs/_search",
+            r#"{"query":{"match_all":{}}}"#,
+            200,
+        ),
+        ("POST", "/logs/_count", r#"{"query":{"match_all":{}}}"#, 200),
+    ] {
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nexpect: 100-continue\r\n\r\n",
+            body.len()
+        );
+        let mut stream = connect_and_send(&node, head.as_bytes()).await;
+        let mut buf = Vec::new();
+        let interim = interim_head(&mut stream, &mut buf).await;
+        assert!(interim.starts_with("HTTP/1.1 100 "), "{path}: {interim}");
+        stream.write_all(body.as_bytes()).await.expect("sent");
+        let (s, _, b) = next_answer(&mut stream, &mut buf).await;
+        assert_eq!(s, status, "{path}: {b}");
+    }
+    // An expectation Netty does not know: 417 with no body, the request not run; the
+    // connection serves the next request.
+    let sent = "PUT /logs/_doc/2?refresh=true HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+                content-length: 2\r\nexpect: foo\r\n\r\n{}\
+                GET /logs/_doc/2 HTTP/1.1\r\nhost: x\r\n\r\n";
+    let mut stream = connect_and_send(&node, sent.as_bytes()).await;
+    let mut buf = Vec::new();
+    let (s, _, body) = read_response(&mut stream, &mut buf).await;
+    assert_eq!(s, 417, "{}", String::from_utf8_lossy(&body));
+    assert!(body.is_empty(), "{}", String::from_utf8_lossy(&body));
+    let (s, _, b) = next_answer(&mut stream, &mut buf).await;
+    assert_eq!(s, 404, "the document was not written: {b}");
+    // So is a search (a gateway's lane hands a request with an `Expect` to the general path).
+    let sent = "POST /logs/_search HTTP/1.1\r\nhost: x\r\nexpect: 100-Continue, foo\r\n\r\n";
+    let mut stream = connect_and_send(&node, sent.as_bytes()).await;
+    let (s, _, body) = read_response(&mut stream, &mut Vec::new()).await;
+    assert_eq!(s, 417, "{}", String::from_utf8_lossy(&body));
+    // HTTP/1.0 has no expectations (Netty ignores the header there).
+    let sent = "PUT /logs/_doc/3?refresh=true HTTP/1.0\r\ncontent-type: application/json\r\n\
+                content-length: 2\r\nexpect: foo\r\n\r\n{}";
+    let mut stream = connect_and_send(&node, sent.as_bytes()).await;
+    let (s, _, b) = next_answer(&mut stream, &mut Vec::new()).await;
+    assert_eq!(s, 201, "{b}");
+}
