@@ -79,6 +79,9 @@ pub mod keys {
     pub const BACKEND_UPSTREAM_PROXY_ROLES_HEADER: &str = "backend.upstream.proxy.roles_header";
     /// Whether searches and counts to a plain-`http://` upstream take the gateway's fast lane.
     pub const BACKEND_UPSTREAM_FAST_LANE: &str = "backend.upstream.fast_lane";
+    /// The longest a cancelled or abandoned search keeps its group's slot while the upstream
+    /// still lists it.
+    pub const BACKEND_UPSTREAM_CANCEL_WAIT_TIMEOUT: &str = "backend.upstream.cancel_wait_timeout";
     /// The log line format: `text` (the default) or `json` (one object per line).
     pub const LOGGER_FORMAT: &str = "logger.format";
 }
@@ -119,6 +122,7 @@ const KNOWN_KEYS: &[&str] = &[
     keys::BACKEND_UPSTREAM_PROXY_USER_HEADER,
     keys::BACKEND_UPSTREAM_PROXY_ROLES_HEADER,
     keys::BACKEND_UPSTREAM_FAST_LANE,
+    keys::BACKEND_UPSTREAM_CANCEL_WAIT_TIMEOUT,
     keys::LOGGER_FORMAT,
 ];
 

@@ -466,7 +466,9 @@ async fn test_garbage_reset_half_close_and_hang_fail_that_request_only_with_502_
         (Raw::Hang, 504, "upstream_timeout_exception"),
     ] {
         let (base, task) = raw_upstream(how).await;
-        let gw = gateway(&base, &[]).await;
+        // A search that timed out is cancelled upstream, and its slot held while the
+        // upstream may run it: a hung upstream cannot say, so until the bound.
+        let gw = gateway(&base, &["backend.upstream.cancel_wait_timeout=1s"]).await;
         let host = base.trim_start_matches("http://");
         for path in ["/logs/_search", "/logs/_doc/1"] {
             let resp = gw.req("GET", path, None).await;
@@ -475,11 +477,11 @@ async fn test_garbage_reset_half_close_and_hang_fail_that_request_only_with_502_
             assert!(reason.contains(host), "{reason}");
         }
         // Exact stats, no permit or task left behind, and the gateway still serves.
+        wait_nothing_held(&gw).await;
         let stats = default_stats(&gw).await;
         assert_eq!(stats["total_completions"], 1, "{stats}");
         assert_eq!(stats["failures"], 1, "{stats}");
         assert_eq!(stats["executing"], 0, "{stats}");
-        assert_nothing_held(&gw);
         let (s, _) = gw.req("GET", "/_wlm/workload_group", None).await;
         assert_eq!(s, 200);
         gw.stop().await;
@@ -1557,10 +1559,11 @@ async fn test_cancellation_reaches_the_upstream() {
     );
     wait_upstream_gone(upstream, "client-3;sluice:").await;
 
+    // Each slot and task is given back once the gateway saw the upstream's search end.
+    wait_nothing_held(&gw).await;
     let stats = default_stats(&gw).await;
     assert_eq!(stats["total_completions"], 3, "{stats}");
     assert_eq!(stats["executing"], 0, "{stats}");
-    assert!(gw.state.tasks.list().is_empty());
     gw.stop().await;
 }
 
@@ -3787,9 +3790,18 @@ async fn test_every_search_class_route_is_admitted_and_other_requests_pass_throu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_failing_upstream_loses_no_permit_and_no_queued_request() {
     // The upstream never answers: each request holds the group's one slot until the gateway's
-    // request timeout, the others wait in the queue, and every one ends in a 504.
+    // request timeout, and then until `cancel_wait_timeout` (a hung upstream cannot say
+    // whether it still runs the search), the others wait in the queue, and every one ends in
+    // a 504.
     let (base, task) = raw_upstream(Raw::Hang).await;
-    let gw = gateway(&base, &["node.memory_budget=1tb"]).await;
+    let gw = gateway(
+        &base,
+        &[
+            "node.memory_budget=1tb",
+            "backend.upstream.cancel_wait_timeout=500ms",
+        ],
+    )
+    .await;
     let group = enabled_group(
         &gw,
         json!({"name": "queued", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
@@ -3815,6 +3827,7 @@ async fn test_failing_upstream_loses_no_permit_and_no_queued_request() {
             reply.body
         );
     }
+    wait_nothing_held(&gw).await;
     let stats = group_stats(&gw, &group).await;
     assert_eq!(stats["total_completions"], 3, "{stats}");
     assert_eq!(stats["failures"], 3, "{stats}");
@@ -3822,7 +3835,6 @@ async fn test_failing_upstream_loses_no_permit_and_no_queued_request() {
     assert_eq!(stats["queued_current"], 0, "{stats}");
     assert_eq!(stats["executing"], 0, "{stats}");
     assert_eq!(stats["total_throttled"], 0, "{stats}");
-    assert_nothing_held(&gw);
     gw.stop().await;
     task.abort();
 }
@@ -5895,4 +5907,377 @@ fn lane_body_seen(gw: &TestNode) -> bool {
     let text = gw.state.metrics.render(&gw.state);
     text.contains("sluice_gateway_lane_requests_total{path=\"fast_lane\"} 2")
         && text.contains("sluice_gateway_lane_requests_total{path=\"lent\"} 1")
+}
+
+/// A fake upstream whose search on an index named `slow` (a `_search` or an `_msearch`) runs
+/// as its task `up:1` until [`Lingering::end`]: listed by `_tasks` with the search's
+/// `X-Opaque-Id`, still listed after its `_cancel` (as OpenSearch's cooperative cancellation
+/// leaves a search running), waited for by `GET _tasks/up:1?wait_for_completion=true` (a 408
+/// when the wait runs out, as OpenSearch answers). Its HTTP answer never comes: the gateway
+/// drops the request when it cancels it. Every other search is answered at once.
+struct Lingering {
+    fake: Fake,
+    ended: tokio::sync::watch::Sender<bool>,
+}
+
+impl Lingering {
+    /// The running search's task ends.
+    fn end(&self) {
+        self.ended.send_replace(true);
+    }
+
+    /// Whether the gateway cancelled the upstream's task.
+    fn cancelled(&self) -> bool {
+        !self.fake.received_on("/_tasks/up:1/_cancel").is_empty()
+    }
+}
+
+async fn lingering_upstream() -> Lingering {
+    let (ended, watch) = tokio::sync::watch::channel(false);
+    let running: Arc<Mutex<Option<String>>> = Arc::default();
+    let fake = fake(Arc::new(move |r: Received| {
+        let (running, mut watch) = (running.clone(), watch.clone());
+        Box::pin(async move {
+            let gone = *watch.borrow();
+            if r.uri.starts_with("/_tasks?") {
+                let tasks = match running.lock().clone() {
+                    Some(opaque) if !gone => json!({"up:1": {
+                        "node": "up", "id": 1, "action": "indices:data/read/search",
+                        "cancellable": true, "headers": {"X-Opaque-Id": opaque}}}),
+                    _ => json!({}),
+                };
+                return axum::Json(json!({"nodes": {"up": {"tasks": tasks}}})).into_response();
+            }
+            if r.uri.starts_with("/_tasks/up:1/_cancel") {
+                return axum::Json(json!({"nodes": {}})).into_response();
+            }
+            if let Some(query) = r.uri.strip_prefix("/_tasks/up:1?") {
+                let ms: u64 = query
+                    .split('&')
+                    .find_map(|p| p.strip_prefix("timeout="))
+                    .and_then(|t| t.strip_suffix("ms"))
+                    .and_then(|t| t.parse().ok())
+                    .unwrap_or(30_000);
+                let waited =
+                    tokio::time::timeout(Duration::from_millis(ms), watch.wait_for(|ended| *ended))
+                        .await;
+                return if waited.is_ok() {
+                    axum::Json(json!({"completed": true, "task": {"node": "up", "id": 1}}))
+                        .into_response()
+                } else {
+                    let error = json!({"error": {"type": "timeout_exception",
+                        "reason": "Timed out waiting for completion of [up:1]"}, "status": 408});
+                    (axum::http::StatusCode::REQUEST_TIMEOUT, axum::Json(error)).into_response()
+                };
+            }
+            if r.uri.contains("slow") {
+                let opaque = r.headers["x-opaque-id"].to_str().unwrap().to_string();
+                *running.lock() = Some(opaque);
+                std::future::pending::<()>().await;
+            }
+            if r.uri.contains("_msearch") {
+                let items = String::from_utf8_lossy(&r.body).lines().count() / 2;
+                let responses = vec![json!({"status": 200, "hits": {"hits": []}}); items];
+                return axum::Json(json!({"took": 1, "responses": responses})).into_response();
+            }
+            axum::Json(json!({"hits": {"hits": []}})).into_response()
+        })
+    }))
+    .await;
+    Lingering { fake, ended }
+}
+
+/// Waits until the gateway holds no permit, lease or task: every slot given back.
+async fn wait_nothing_held(gw: &TestNode) {
+    common::wait_until(
+        "the gateway giving back every slot and task",
+        || {
+            gw.state.workload.permits.num_buckets() == 0
+                && gw.state.tasks.list().is_empty()
+                && gw
+                    .state
+                    .cluster
+                    .shared()
+                    .coordinator
+                    .slots_by_bucket()
+                    .is_empty()
+                && gw
+                    .state
+                    .cluster
+                    .shared()
+                    .owner
+                    .leases_by_bucket()
+                    .is_empty()
+        },
+        || format!("tasks {:?}", gw.state.tasks.list().len()),
+    )
+    .await;
+}
+
+/// A search of `group` on `path`, spawned.
+fn spawn_search(gw: &TestNode, group: &str, path: &str) -> tokio::task::JoinHandle<Reply> {
+    let rb = gw
+        .client
+        .post(gw.url(path))
+        .header("workloadGroupId", group)
+        .header("content-type", "application/json")
+        .body("{}");
+    tokio::spawn(async move { Reply::of(rb.send().await.expect("sent")).await })
+}
+
+/// The gateway's task of action `action` (`_tasks?detailed`), with its id.
+async fn gateway_task(gw: &TestNode, action: &str) -> (String, Value) {
+    let (s, b) = gw
+        .req(
+            "GET",
+            &format!("/_tasks?actions={action}&detailed=true"),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    b["nodes"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|n| n["tasks"].as_object().unwrap().iter())
+        .find(|(_, t)| t["action"] == action)
+        .map(|(id, t)| (id.clone(), t.clone()))
+        .unwrap_or_else(|| panic!("the gateway lists no {action} task: {b}"))
+}
+
+/// A cancelled search of a group allowed one at a time (`throttling`) on the lane: the client
+/// is answered at once, but the slot and the task are held (the task shown cancelled, as an
+/// embedded node shows a cancelled search still running) until the upstream lists its task no
+/// more; the next search is refused until then, and admitted after. The old code gave the
+/// slot back at once: the second search got 200 while the upstream still ran the first.
+async fn cancelled_lane_search_keeps_its_slot(throttling: Value) {
+    let up = lingering_upstream().await;
+    let gw = gateway(&up.fake.base, &["node.memory_budget=1tb"]).await;
+    let group = enabled_group(
+        &gw,
+        json!({"name": "one", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
+               "throttling": throttling}),
+    )
+    .await;
+    let first = spawn_search(&gw, &group, "/slow/_search");
+    up.fake.wait_received("/slow/_search").await;
+    let (id, _) = gateway_task(&gw, "indices:data/read/search").await;
+    let (s, b) = gw.req("POST", &format!("/_tasks/{id}/_cancel"), None).await;
+    assert_eq!(s, 200, "{b}");
+    // The client's answer does not wait for the upstream (which still runs the search).
+    let first = first.await.unwrap();
+    assert_eq!(first.status, 500, "{}", first.body);
+    assert_eq!(
+        first.body["error"]["root_cause"][0]["type"], "task_cancelled_exception",
+        "{}",
+        first.body
+    );
+    common::wait_until(
+        "the gateway cancelling the upstream's task",
+        || up.cancelled(),
+        String::new,
+    )
+    .await;
+    // The task is still listed, cancelled, and holds the group's one slot.
+    let (_, task) = gateway_task(&gw, "indices:data/read/search").await;
+    assert_eq!(task["cancelled"], true, "{task}");
+    let second = spawn_search(&gw, &group, "/fast/_search").await.unwrap();
+    assert_eq!(second.status, 429, "{}", second.body);
+    assert_eq!(
+        second.body["error"]["type"], "rejected_execution_exception",
+        "{}",
+        second.body
+    );
+    let stats = group_stats(&gw, &group).await;
+    assert_eq!(stats["executing"], 1, "{stats}");
+    // The upstream's search ends: the slot comes back, and the next search runs.
+    up.end();
+    wait_nothing_held(&gw).await;
+    let third = spawn_search(&gw, &group, "/fast/_search").await.unwrap();
+    assert_eq!(third.status, 200, "{}", third.body);
+    assert_eq!(lane_counts(&gw).await.0, 3, "the searches took the lane");
+    let stats = group_stats(&gw, &group).await;
+    assert_eq!(stats["total_completions"], 2, "{stats}");
+    assert_eq!(stats["failures"], 1, "{stats}");
+    assert_eq!(stats["total_throttled"], 1, "{stats}");
+    assert_eq!(stats["executing"], 0, "{stats}");
+    // The upstream's task was cancelled once, and followed to its end.
+    assert_eq!(up.fake.received_on("/_tasks/up:1/_cancel").len(), 1);
+    assert!(!up.fake.received_on("wait_for_completion=true").is_empty());
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_cancelled_lane_search_keeps_its_slot_until_the_upstream_ends_it() {
+    cancelled_lane_search_keeps_its_slot(json!({"attribute": "group", "node_limit": 1})).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_cancelled_lane_search_keeps_its_shared_lease_until_the_upstream_ends_it() {
+    cancelled_lane_search_keeps_its_slot(json!({"attribute": "group", "shared_limit": 1})).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_cancelled_msearch_on_the_general_path_keeps_its_slot_until_the_upstream_ends_it() {
+    // An `_msearch` whose item the upstream runs is cancelled; the group queues, so the next
+    // request (a scroll, on the general path too) waits in the queue, not for a 429, until the
+    // upstream's task has ended. The old code admitted it at once.
+    let up = lingering_upstream().await;
+    let gw = gateway(&up.fake.base, &["node.memory_budget=1tb"]).await;
+    let group = enabled_group(
+        &gw,
+        json!({"name": "queued", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
+               "throttling": {"attribute": "group", "node_limit": 1},
+               "queue": {"size_per_bucket": 4}}),
+    )
+    .await;
+    let body = common::ndjson(&[json!({}), json!({"query": {"match_all": {}}})]);
+    let rb = gw
+        .client
+        .post(gw.url("/slow/_msearch"))
+        .header("workloadGroupId", &group)
+        .header("content-type", "application/x-ndjson")
+        .body(body);
+    let first = tokio::spawn(async move { Reply::of(rb.send().await.unwrap()).await });
+    up.fake.wait_received("/slow/_msearch").await;
+    let (s, b) = gw
+        .req(
+            "POST",
+            "/_tasks/_cancel?actions=indices:data/read/msearch",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let first = first.await.unwrap();
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(
+        first.body["responses"][0]["error"]["root_cause"][0]["type"], "task_cancelled_exception",
+        "{}",
+        first.body
+    );
+    common::wait_until(
+        "the gateway cancelling the upstream's task",
+        || up.cancelled(),
+        String::new,
+    )
+    .await;
+    let (_, item) = gateway_task(&gw, "indices:data/read/search").await;
+    assert_eq!(item["cancelled"], true, "{item}");
+    let second = spawn_search(&gw, &group, "/fast/_search?scroll=1m");
+    // Queued behind the held slot (the old code answered it at once).
+    let mut queued = false;
+    let start = Instant::now();
+    while !queued && !second.is_finished() {
+        assert!(start.elapsed() < common::SETTLE_WITHIN, "never queued");
+        queued = group_stats(&gw, &group).await["queued_current"] == 1;
+    }
+    assert!(
+        queued,
+        "admitted while the upstream still ran the cancelled item"
+    );
+    up.end();
+    let second = second.await.unwrap();
+    assert_eq!(second.status, 200, "{}", second.body);
+    wait_nothing_held(&gw).await;
+    let stats = group_stats(&gw, &group).await;
+    assert_eq!(stats["total_completions"], 2, "{stats}");
+    assert_eq!(stats["failures"], 1, "{stats}");
+    assert_eq!(stats["total_queued"], 1, "{stats}");
+    assert_eq!(stats["total_throttled"], 0, "{stats}");
+    assert_eq!(stats["executing"], 0, "{stats}");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_the_slot_of_a_client_that_left_is_held_until_the_upstream_ends_its_search() {
+    // The client disconnects while the upstream runs its search: the gateway cancels the
+    // upstream's task and keeps the slot (and the task, cancelled) until it has ended. The old
+    // code gave it back as the client left.
+    let up = lingering_upstream().await;
+    let gw = gateway(&up.fake.base, &["node.memory_budget=1tb"]).await;
+    let group = enabled_group(
+        &gw,
+        json!({"name": "one", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
+               "throttling": {"attribute": "group", "node_limit": 1}}),
+    )
+    .await;
+    let first = spawn_search(&gw, &group, "/slow/_search");
+    up.fake.wait_received("/slow/_search").await;
+    first.abort();
+    common::wait_until(
+        "the gateway cancelling the upstream's task",
+        || up.cancelled(),
+        String::new,
+    )
+    .await;
+    let (_, task) = gateway_task(&gw, "indices:data/read/search").await;
+    assert_eq!(task["cancelled"], true, "{task}");
+    let second = spawn_search(&gw, &group, "/fast/_search").await.unwrap();
+    assert_eq!(second.status, 429, "{}", second.body);
+    up.end();
+    wait_nothing_held(&gw).await;
+    let third = spawn_search(&gw, &group, "/fast/_search").await.unwrap();
+    assert_eq!(third.status, 200, "{}", third.body);
+    let stats = group_stats(&gw, &group).await;
+    assert_eq!(stats["total_completions"], 2, "{stats}");
+    assert_eq!(stats["failures"], 1, "{stats}");
+    assert_eq!(stats["total_throttled"], 1, "{stats}");
+    assert_eq!(stats["executing"], 0, "{stats}");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_cancelled_search_the_upstream_never_ends_frees_its_slot_after_the_bound() {
+    // F1's bound: the upstream lists the cancelled search for good; the slot is held, then
+    // given back once `backend.upstream.cancel_wait_timeout` passed. The old code gave it back
+    // at once (the second search got 200).
+    let up = lingering_upstream().await;
+    let gw = gateway(
+        &up.fake.base,
+        &[
+            "node.memory_budget=1tb",
+            "backend.upstream.cancel_wait_timeout=3s",
+        ],
+    )
+    .await;
+    let group = enabled_group(
+        &gw,
+        json!({"name": "one", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
+               "throttling": {"attribute": "group", "node_limit": 1}}),
+    )
+    .await;
+    let first = spawn_search(
+        &gw,
+        &group,
+        "/slow/_search?cancel_after_time_interval=100ms",
+    );
+    let first = first.await.unwrap();
+    assert_eq!(first.status, 500, "{}", first.body);
+    let cancelled_at = Instant::now();
+    common::wait_until(
+        "the gateway cancelling the upstream's task",
+        || up.cancelled(),
+        String::new,
+    )
+    .await;
+    let second = spawn_search(&gw, &group, "/fast/_search").await.unwrap();
+    // Decided well within the bound (the old code admitted it at once): refused.
+    if cancelled_at.elapsed() < Duration::from_secs(2) {
+        assert_eq!(second.status, 429, "{}", second.body);
+    }
+    wait_nothing_held(&gw).await;
+    // The follower started before the client's answer went out: the bound is counted from
+    // then, so the slot comes back a little less than 3 s after that answer at the earliest.
+    assert!(
+        cancelled_at.elapsed() >= Duration::from_millis(2500),
+        "given back after {:?}, before the bound",
+        cancelled_at.elapsed()
+    );
+    let third = spawn_search(&gw, &group, "/fast/_search").await.unwrap();
+    assert_eq!(third.status, 200, "{}", third.body);
+    let stats = group_stats(&gw, &group).await;
+    assert_eq!(stats["total_completions"], 2, "{stats}");
+    assert_eq!(stats["failures"], 1, "{stats}");
+    assert_eq!(stats["executing"], 0, "{stats}");
+    gw.stop().await;
 }

@@ -20,6 +20,13 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// default is the one of OpenSearch Dashboards' `opensearch.requestTimeout` (30 s) doubled.
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long a cancelled or abandoned search keeps its slot while the upstream still lists it
+/// when `cancel_wait_timeout` is not set (`super::cancelled`): cancellation is cooperative, and
+/// OpenSearch ends a cancelled search within seconds (an aggregation notices it late), so a
+/// task still listed after 30 s is taken as stuck, and its slot given back with a WARN. 30 s is
+/// also the shared tier's `LEASE_TTL`, how long a lost release already keeps a slot.
+const DEFAULT_CANCEL_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The header names OpenSearch's security plugin reads in proxy authentication
 /// (`proxy.http_authenticator.config.user_header` / `roles_header` in its examples).
 const DEFAULT_PROXY_USER_HEADER: &str = "x-proxy-user";
@@ -65,6 +72,10 @@ pub struct UpstreamConfig {
     /// hosts take the gateway's fast lane (ARCHITECTURE.md "The fast lane"); `false` sends
     /// every request through the general path.
     pub fast_lane: bool,
+    /// `backend.upstream.cancel_wait_timeout`: the longest a forwarded request that ended
+    /// without its answer (cancelled, timed out, its client gone) keeps its slot and its task
+    /// while the upstream still lists its tasks (`super::cancelled`).
+    pub cancel_wait_timeout: Duration,
 }
 
 /// How the upstream learns who the user is (`backend.upstream.identity`).
@@ -121,6 +132,7 @@ const UPSTREAM_KEYS: &[&str] = &[
     keys::BACKEND_UPSTREAM_PROXY_USER_HEADER,
     keys::BACKEND_UPSTREAM_PROXY_ROLES_HEADER,
     keys::BACKEND_UPSTREAM_FAST_LANE,
+    keys::BACKEND_UPSTREAM_CANCEL_WAIT_TIMEOUT,
 ];
 
 /// Validates the `backend.*` settings; `auth` is the validated `auth.*` (identity modes depend
@@ -250,6 +262,10 @@ pub fn backend_config<'a>(
         keys::BACKEND_UPSTREAM_REQUEST_TIMEOUT,
         DEFAULT_REQUEST_TIMEOUT,
     )?;
+    let cancel_wait_timeout = timeout(
+        keys::BACKEND_UPSTREAM_CANCEL_WAIT_TIMEOUT,
+        DEFAULT_CANCEL_WAIT_TIMEOUT,
+    )?;
     let (identity, identity_src) = match get(keys::BACKEND_UPSTREAM_IDENTITY) {
         None => (IdentityMode::Service, None),
         Some((v, s)) => (
@@ -344,6 +360,7 @@ pub fn backend_config<'a>(
         ca_file,
         connect_timeout,
         request_timeout,
+        cancel_wait_timeout,
         identity,
         search_threads,
         proxy_user_header: header(
@@ -428,6 +445,7 @@ mod tests {
         assert_eq!(u.hosts.len(), 2);
         assert_eq!(u.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
         assert_eq!(u.request_timeout, DEFAULT_REQUEST_TIMEOUT);
+        assert_eq!(u.cancel_wait_timeout, DEFAULT_CANCEL_WAIT_TIMEOUT);
         assert!(u.fast_lane);
         assert_eq!(u.identity, IdentityMode::Service);
         assert!(u.credentials.is_none());
@@ -436,12 +454,14 @@ mod tests {
             "backend.upstream.hosts=http://a:9200",
             "backend.upstream.connect_timeout=250ms",
             "backend.upstream.request_timeout=2m",
+            "backend.upstream.cancel_wait_timeout=5s",
             "backend.upstream.username=gw",
             "backend.upstream.password=pw",
             "backend.upstream.identity=passthrough",
         ]);
         assert_eq!(u.connect_timeout, Duration::from_millis(250));
         assert_eq!(u.request_timeout, Duration::from_secs(120));
+        assert_eq!(u.cancel_wait_timeout, Duration::from_secs(5));
         assert_eq!(u.credentials, Some(("gw".into(), "pw".into())));
         assert_eq!(u.identity, IdentityMode::Passthrough);
     }
@@ -471,6 +491,8 @@ mod tests {
         assert!(e.contains("[backend.upstream.connect_timeout]"), "{e}");
         let e = with("backend.upstream.request_timeout=soon");
         assert!(e.contains("[backend.upstream.request_timeout]"), "{e}");
+        let e = with("backend.upstream.cancel_wait_timeout=-1");
+        assert!(e.contains("[backend.upstream.cancel_wait_timeout]"), "{e}");
         let e = with("backend.upstream.fast_lane=maybe");
         assert!(
             e.contains("[backend.upstream.fast_lane]") && e.contains("true or false"),

@@ -407,6 +407,7 @@ mod tests {
             ca_file: None,
             connect_timeout: Duration::from_secs(1),
             request_timeout: Duration::from_secs(1),
+            cancel_wait_timeout: Duration::from_secs(1),
             identity: mode,
             search_threads: None,
             proxy_user_header: HeaderName::from_static("x-proxy-user"),

@@ -16,6 +16,8 @@
 //! - [`client`]: the pooled hyper client over rustls and its failure mapping (502/504);
 //! - [`headers`]: hop-by-hop headers, proxy-trust headers, identity forwarding;
 //!   [`forwarded`]: the `X-Forwarded-For` chain of a trusted proxy, as far as it is believed;
+//! - [`mod@cancelled`]: a forwarded request that ended without its answer: its upstream tasks
+//!   cancelled, and its slot held until they have ended;
 //! - [`scrolls`]: scroll id → group; [`sniff`] reads a response's scroll id as it streams;
 //! - [`routes`]: the gateway's router and its search-class handlers; [`msearch`]: the split of
 //!   an `_msearch` into admitted items and the merge of the answers, relayed unparsed
@@ -24,6 +26,7 @@
 //!   besides its indices, authorized before it goes.
 
 pub mod aliases;
+pub mod cancelled;
 pub mod client;
 pub mod config;
 pub mod doc_items;
@@ -61,6 +64,7 @@ use serde_json::Value;
 use sluice_engine::{EngineError, ErrorCode};
 use streamed::AnswerBody;
 
+use self::cancelled::{CancelUpstream, Until};
 use self::client::{OutBody, UpstreamClient};
 use self::config::UpstreamConfig;
 use self::headers::Identity;
@@ -69,12 +73,7 @@ use self::scrolls::ScrollGroups;
 use super::Execution;
 use crate::auth::Principal;
 use crate::error::ApiError;
-use crate::tasks::{OPAQUE_ID_HEADER, Task};
-
-/// How long after a first cancellation pass the gateway looks once more for upstream tasks of
-/// a cancelled request: the request may have been on its way when the first pass listed the
-/// upstream's tasks. A search registers its task within a few milliseconds of arriving.
-const SECOND_CANCEL_PASS: Duration = Duration::from_millis(300);
+use crate::tasks::Task;
 
 /// How often a gateway whose upstream was down at start asks it again, to decide how resource
 /// limits measure forwarded searches: the upstream's searches run unmeasured for at most this
@@ -115,6 +114,9 @@ pub struct Upstream {
     /// The fast lane's exchange ([`h1`]): `None` when `backend.upstream.fast_lane` is off or
     /// a host is `https://` (the lane speaks plain HTTP/1.1 only).
     pub lane: Option<h1::H1>,
+    /// `backend.upstream.cancel_wait_timeout`: the longest a request that ended without its
+    /// answer keeps its slot while the upstream still lists its tasks ([`mod@cancelled`]).
+    cancel_wait_timeout: Duration,
 }
 
 /// A request to forward, with its headers already rewritten for the upstream.
@@ -176,6 +178,7 @@ impl Upstream {
             measure_from: (config.search_threads, capacity),
             gaps: parking_lot::Mutex::new(Gaps::default()),
             gapped: AtomicBool::new(true),
+            cancel_wait_timeout: config.cancel_wait_timeout,
         })
     }
 
@@ -505,11 +508,12 @@ impl Upstream {
     /// the task, and answers the upstream's response once its headers arrived. When the task
     /// is cancelled (`_tasks/_cancel`, its `cancel_after_time_interval` passing, its client
     /// leaving) the upstream request is dropped and the upstream's tasks carrying that id are
-    /// cancelled.
+    /// cancelled; the request is answered at once, but its slot and its task are held until
+    /// those tasks have ended, within `backend.upstream.cancel_wait_timeout` ([`mod@cancelled`]).
     ///
     /// # Cancel safety
     /// Dropping the future (the client left) drops the upstream request and cancels the
-    /// upstream's tasks of it in the background.
+    /// upstream's tasks of it in the background, holding the slot until they have ended.
     pub async fn execute(
         self: &Arc<Self>,
         exec: Execution,
@@ -557,16 +561,15 @@ impl Upstream {
     ) -> Result<Response<AnswerBody>, ApiError> {
         let executing = exec.hooks.start().map_err(ApiError::Engine)?;
         exec.task.usage.mark_executing();
-        let _keep = (exec.hold, executing);
         let opaque = self.opaque_id(&exec.task);
         if let Some(v) = opaque_id_value(&opaque) {
             call.headers
                 .insert(crate::http::meta::OPAQUE_ID_NAME.clone(), v);
         }
-        let mut guard = CancelUpstream {
-            upstream: self.clone(),
-            task: Some(exec.task.clone()),
-        };
+        // The client leaving drops the guard armed: the slot is held until the upstream's
+        // tasks have ended (`cancelled.rs`). Otherwise the answer comes once they have.
+        let mut guard =
+            CancelUpstream::new(self.clone(), exec.task.clone(), (exec.hold, executing));
         let send = self.send_admitted(call);
         tokio::pin!(send);
         // `cancel_after_time_interval` passing cancels the task (the ticket words the reason).
@@ -584,7 +587,7 @@ impl Upstream {
                 () = exec.task.cancelled(), if !cancel_sent => {
                     cancel_sent = true;
                     let (up, opaque) = (self.clone(), opaque.clone());
-                    tokio::spawn(async move { up.cancel_tasks(&opaque).await });
+                    tokio::spawn(async move { up.end_tasks(&opaque, Until::Cancelled).await });
                 }
                 () = &mut deadline, if !deadline_passed => {
                     deadline_passed = true;
@@ -744,8 +747,10 @@ impl Upstream {
     }
 
     /// Forwards `call` for work admission already started (`keep` holds what it granted until
-    /// the answer's headers arrived): `task` names the request in its `X-Opaque-Id` and its
-    /// cancellation, or `cancel_at` passing, drops the upstream request (see [`Self::execute`]).
+    /// the answer's headers arrived, or, when the request ends without them, until the
+    /// upstream's tasks of it have ended): `task` names the request in its `X-Opaque-Id` and
+    /// its cancellation, or `cancel_at` passing, drops the upstream request (see
+    /// [`Self::execute`]).
     ///
     /// # Cancel safety
     /// As [`Self::execute`].
@@ -761,7 +766,7 @@ impl Upstream {
     }
 
     /// [`Self::run_started`] with `send` forwarding the call.
-    async fn guarded<T, F, K: Send>(
+    async fn guarded<T, F, K: Send + 'static>(
         self: &Arc<Self>,
         task: Arc<Task>,
         cancel_at: Option<Instant>,
@@ -772,7 +777,6 @@ impl Upstream {
     where
         F: Future<Output = Result<T, EngineError>>,
     {
-        let _keep = keep;
         let opaque = self.opaque_id(&task);
         match call.raw.as_mut() {
             Some(raw) => raw.set_opaque_id(opaque),
@@ -783,10 +787,9 @@ impl Upstream {
                 }
             }
         }
-        let mut guard = CancelUpstream {
-            upstream: self.clone(),
-            task: Some(task.clone()),
-        };
+        // Fired, it keeps what admission granted until the upstream's tasks of the request
+        // have ended (`cancelled.rs` F1); the client's answer does not wait for that (F2).
+        let mut guard = CancelUpstream::new(self.clone(), task.clone(), keep);
         let send = send(call);
         let deadline = async {
             match cancel_at {
@@ -829,12 +832,12 @@ impl Upstream {
 
     /// Cancels the upstream's tasks whose `X-Opaque-Id` is `opaque` ([`Self::tasks_of`]),
     /// each by id (OpenSearch's `_tasks/_cancel` filters by action and node, not by header).
-    /// Two passes, the second after [`SECOND_CANCEL_PASS`], for a request that was still on
+    /// Two passes, the second after [`cancelled::SECOND_CANCEL_PASS`], for a request that was still on
     /// its way.
     pub async fn cancel_tasks(&self, opaque: &str) {
         for pass in 0..2 {
             if pass == 1 {
-                tokio::time::sleep(SECOND_CANCEL_PASS).await;
+                tokio::time::sleep(cancelled::SECOND_CANCEL_PASS).await;
             }
             let ids = match self.tasks_of(opaque).await {
                 Ok(ids) => ids,
@@ -868,7 +871,10 @@ impl Upstream {
         let headers = self.identity.own_call();
         let path = format!("/_tasks?actions={WORK_ACTIONS}&detailed=false");
         match self.client.call(Method::GET, &path, &headers).await {
-            Ok((s, body)) if s.is_success() => Ok(matching_tasks(&body, opaque)),
+            Ok((s, body)) if s.is_success() => Ok(cancelled::matching_tasks(&body, opaque)
+                .into_iter()
+                .map(|t| t.id)
+                .collect()),
             Ok((s, _)) => Err(format!("answered {s}")),
             Err(e) => Err(e.reason),
         }
@@ -881,36 +887,7 @@ impl Upstream {
 /// rank evaluation, SQL and PPL (OpenSearch's `cluster:admin/opensearch/sql` and `…/ppl`,
 /// Elasticsearch's `indices:data/read/sql`) and EQL. Each runs under the thread context of
 /// the request that started it, so it carries that request's `X-Opaque-Id`.
-const WORK_ACTIONS: &str = "*search*,*byquery*,*reindex*,*rank_eval*,*sql*,*ppl*,*eql*";
-
-/// The upstream's task ids (`node:id`) in a `_tasks` answer whose `X-Opaque-Id` is `opaque`.
-fn matching_tasks(body: &[u8], opaque: &str) -> Vec<String> {
-    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-    let mut out = Vec::new();
-    if let Some(nodes) = v["nodes"].as_object() {
-        for (node, n) in nodes {
-            if let Some(tasks) = n["tasks"].as_object() {
-                for (id, t) in tasks {
-                    let header = t["headers"]
-                        .as_object()
-                        .and_then(|h| {
-                            h.iter()
-                                .find(|(k, _)| k.eq_ignore_ascii_case(OPAQUE_ID_HEADER))
-                        })
-                        .and_then(|(_, v)| v.as_str());
-                    if header == Some(opaque) {
-                        out.push(if id.contains(':') {
-                            id.clone()
-                        } else {
-                            format!("{node}:{id}")
-                        });
-                    }
-                }
-            }
-        }
-    }
-    out
-}
+pub(super) const WORK_ACTIONS: &str = "*search*,*byquery*,*reindex*,*rank_eval*,*sql*,*ppl*,*eql*";
 
 /// Starts gateway mode: builds the upstream client (TLS set up from `config`), warns when every
 /// user would reach the upstream under one identity, calls the upstream's `GET /` and decides
@@ -975,34 +952,6 @@ pub(crate) fn routes_upstream(st: &crate::state::AppState) -> Result<Arc<Upstrea
 /// does (`search_phase_execution_exception` caused by `task_cancelled_exception`).
 pub(super) fn cancelled() -> ApiError {
     ApiError::Engine(EngineError::new(ErrorCode::TaskCancelled, "task cancelled"))
-}
-
-/// Cancels the upstream's tasks of a forwarded request when dropped armed: the request ended
-/// without an answer (cancelled, timed out, or its client left).
-/// It holds the task, not its `X-Opaque-Id`, which it rebuilds in the rare case it cancels:
-/// the id itself went out with the request.
-struct CancelUpstream {
-    upstream: Arc<Upstream>,
-    task: Option<Arc<Task>>,
-}
-
-impl CancelUpstream {
-    fn disarm(&mut self) {
-        self.task = None;
-    }
-}
-
-impl Drop for CancelUpstream {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            let upstream = self.upstream.clone();
-            let opaque = upstream.opaque_id(&task);
-            // Outside a runtime (a test dropping it) there is nothing to cancel with.
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move { upstream.cancel_tasks(&opaque).await });
-            }
-        }
-    }
 }
 
 /// The upstream's response as the gateway's: status and headers unchanged but hop-by-hop
@@ -1179,16 +1128,5 @@ mod tests {
             gateway_opaque_id(None, "n", u64::MAX),
             format!("sluice:n:{}", u64::MAX)
         );
-    }
-
-    #[test]
-    fn test_matching_tasks_by_opaque_id() {
-        let body = serde_json::json!({"nodes": {"n1": {"tasks": {
-            "n1:5": {"headers": {"X-Opaque-Id": "sluice:g:1"}},
-            "n1:6": {"headers": {"X-Opaque-Id": "other"}},
-            "n1:7": {"headers": {}}
-        }}}});
-        let ids = matching_tasks(body.to_string().as_bytes(), "sluice:g:1");
-        assert_eq!(ids, vec!["n1:5".to_string()]);
     }
 }

@@ -1,0 +1,402 @@
+//! A forwarded request that ends without its answer, and the upstream's work for it.
+//!
+//! A request forwarded to the upstream ends without its answer when its task is cancelled
+//! (`_tasks/_cancel`, its `cancel_after_time_interval`), when the upstream does not answer in
+//! `request_timeout` (a 504), or when its client leaves. The gateway then drops the upstream
+//! request and cancels the upstream's tasks carrying the request's `X-Opaque-Id` (OpenSearch's
+//! `_tasks/_cancel` filters by action and node, not by header, so they are listed and
+//! cancelled one by one). Cancellation is cooperative upstream, though: an aggregation
+//! notices it late, and the search runs on for seconds. An embedded node keeps the request's
+//! slot and task until its work has ended (ARCHITECTURE.md "Tasks and cancellation"); a
+//! gateway that gave them back at once let clients that time out and retry run many times a
+//! group's limit on the upstream (an outside trial saw 27 searches of a group limited to 3).
+//!
+//! So [`CancelUpstream`], armed while the request is forwarded, hands what admission granted
+//! the request (its permit or lease, its task's registration, its `executing` mark) to a
+//! follower of its own when it fires, and [`Upstream::end_tasks`] gives it back only once the
+//! upstream's tasks of the request have ended:
+//!
+//! 1. list the upstream's search and by-query tasks (`GET
+//!    _tasks?actions=…&detailed=false` of [`super::WORK_ACTIONS`]), keep those carrying the request's
+//!    `X-Opaque-Id`;
+//! 2. none listed: the request may still have been on its way, so list once more after
+//!    [`SECOND_CANCEL_PASS`]; none again (it never started upstream, or ended): done;
+//! 3. cancel each task listed (`POST _tasks/{id}/_cancel`, once a task), wait for the end of
+//!    each root among them (`GET _tasks/{id}?wait_for_completion=true&timeout=`, one
+//!    [`look_wait`]), and list again: done once none is listed.
+//!
+//! # Invariants
+//! - F1 — the slot and the task are held until the upstream lists no task of the request
+//!   (after the second pass when the first found none), or until `cancel_wait_timeout` passed
+//!   since the request ended: the upstream unreachable, refusing `_tasks`, or a task that never
+//!   ends never keep a slot for good; that end is logged at WARN naming the tasks still listed
+//!   (or why none could be listed). Tested by
+//!   `gateway::test_a_cancelled_lane_search_keeps_its_slot_until_the_upstream_ends_it`,
+//!   `..._on_the_general_path_...`, `..._of_a_client_that_left_...` and
+//!   `gateway::test_a_cancelled_search_the_upstream_never_ends_frees_its_slot_after_the_bound`.
+//! - F2 — the client's answer never waits for the follower: it runs in a task of its own,
+//!   spawned by the guard's `Drop`, and the request's error (or its connection's end) is
+//!   given at once. The task's end counts once in its group's stats, when the request
+//!   settles its ticket, as before (the follower counts nothing).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Method, StatusCode};
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::Upstream;
+use crate::tasks::{OPAQUE_ID_HEADER, Task};
+
+/// How long after a listing that found no upstream task of a cancelled request the gateway
+/// looks once more: the request may have been on its way when the first listing was taken. A
+/// search registers its task within a few milliseconds of arriving.
+pub(super) const SECOND_CANCEL_PASS: Duration = Duration::from_millis(300);
+
+/// The longest one wait for an upstream task's end (`wait_for_completion=true&timeout=`): its
+/// end is seen at once, so a long wait costs nothing but one request held open on the
+/// upstream's generic pool; 5 s checks the gateway's own bound a few times within its
+/// default. A shorter `request_timeout` shortens it ([`look_wait`]).
+const LOOK_WAIT: Duration = Duration::from_secs(5);
+
+/// The pause after a listing that failed (the upstream unreachable or refusing) before the
+/// next: one call a second while a request's slot waits for its bound.
+const LIST_RETRY: Duration = Duration::from_secs(1);
+
+/// What [`Upstream::end_tasks`] does once it cancelled the upstream's tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Until {
+    /// Returns: the request itself waits for the upstream's answer (a by-query action,
+    /// [`Upstream::execute_to_the_end`]).
+    Cancelled,
+    /// Follows them until they have ended (F1).
+    Ended,
+}
+
+/// One upstream task carrying a request's `X-Opaque-Id`, as the upstream's `_tasks` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Listed {
+    /// Its id, `node:id`.
+    pub(super) id: String,
+    /// Its parent's id, when it has one.
+    parent: Option<String>,
+}
+
+/// What the gateway saw of a request's upstream tasks, for the WARN of a follower that ran
+/// out of time.
+#[derive(Debug, Default)]
+struct Seen {
+    /// The tasks the last listing showed.
+    tasks: Vec<String>,
+    /// Why the last listing failed, when it did.
+    failure: Option<String>,
+}
+
+/// What one wait for an upstream task's end answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Look {
+    /// It has ended (`completed: true`), or the upstream no longer knows it (404).
+    Ended,
+    /// Not known to have ended: the wait ran out (a 408, or a 500 in some versions), the
+    /// upstream answered something else, or did not answer.
+    NotYet,
+}
+
+/// Cancels the upstream's tasks of a forwarded request when dropped armed: the request ended
+/// without its answer (cancelled, timed out, or its client left). Holds the task, not its
+/// `X-Opaque-Id`, which it rebuilds in the rare case it fires (the id itself went out with the
+/// request), and `keep`, what admission granted the request: fired, it hands `keep` to the
+/// follower, which drops it once the upstream's tasks of the request have ended (F1); disarmed,
+/// `keep` goes with it.
+pub(super) struct CancelUpstream<K: Send + 'static> {
+    upstream: Arc<Upstream>,
+    task: Option<Arc<Task>>,
+    keep: Option<K>,
+}
+
+impl<K: Send + 'static> CancelUpstream<K> {
+    /// Armed for `task`, holding `keep`.
+    pub(super) fn new(upstream: Arc<Upstream>, task: Arc<Task>, keep: K) -> Self {
+        CancelUpstream {
+            upstream,
+            task: Some(task),
+            keep: Some(keep),
+        }
+    }
+
+    /// The request got its answer, or never reached the upstream: nothing to cancel.
+    pub(super) fn disarm(&mut self) {
+        self.task = None;
+    }
+}
+
+impl<K: Send + 'static> Drop for CancelUpstream<K> {
+    fn drop(&mut self) {
+        let Some(task) = self.task.take() else {
+            return;
+        };
+        let keep = self.keep.take();
+        let upstream = self.upstream.clone();
+        let opaque = upstream.opaque_id(&task);
+        // Outside a runtime (a test dropping it) there is nothing to cancel with, and `keep`
+        // goes now.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                upstream.end_tasks(&opaque, Until::Ended).await;
+                drop(keep);
+            });
+        }
+    }
+}
+
+impl Upstream {
+    /// Cancels the upstream's search and by-query tasks whose `X-Opaque-Id` is `opaque` and,
+    /// with [`Until::Ended`], follows them until they have ended, for at most
+    /// `backend.upstream.cancel_wait_timeout` (see the module docs).
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops cancelling and following; tasks already cancelled stay so.
+    pub(super) async fn end_tasks(&self, opaque: &str, until: Until) {
+        let mut seen = Seen::default();
+        let bound = self.cancel_wait_timeout;
+        let deadline = Instant::now() + bound;
+        if tokio::time::timeout_at(deadline, self.until_gone(opaque, until, &mut seen))
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        match seen.failure {
+            Some(why) => tracing::warn!(
+                %opaque, error = %why, ?bound,
+                "cannot tell whether the upstream still runs a cancelled request (its _tasks cannot be listed): its slot is given back after backend.upstream.cancel_wait_timeout"
+            ),
+            None => tracing::warn!(
+                %opaque, tasks = ?seen.tasks, ?bound,
+                "the upstream still runs tasks of a cancelled request after backend.upstream.cancel_wait_timeout: its slot is given back, the tasks run on outside their group's limit"
+            ),
+        }
+    }
+
+    /// [`Self::end_tasks`] without its bound: returns once the upstream lists no task of the
+    /// request (with [`Until::Cancelled`], once those listed were cancelled), writing what it
+    /// saw into `seen`.
+    async fn until_gone(&self, opaque: &str, until: Until, seen: &mut Seen) {
+        let headers = self.identity.own_call();
+        let wait = look_wait(self.request_timeout());
+        let mut cancelled: HashSet<String> = HashSet::new();
+        let mut empty_listings = 0;
+        loop {
+            let listed = self
+                .client
+                .call(
+                    Method::GET,
+                    &format!("/_tasks?actions={}&detailed=false", super::WORK_ACTIONS),
+                    &headers,
+                )
+                .await;
+            let body = match listed {
+                Ok((s, body)) if s.is_success() => Some(body),
+                Ok((s, body)) => {
+                    seen.failure = Some(format!("answered {s}: {}", super::limits::excerpt(&body)));
+                    None
+                }
+                Err(e) => {
+                    seen.failure = Some(e.reason);
+                    None
+                }
+            };
+            let Some(body) = body else {
+                if until == Until::Cancelled {
+                    tracing::warn!(%opaque, error = ?seen.failure, "cannot list the upstream's tasks to cancel them");
+                    return;
+                }
+                tracing::debug!(%opaque, error = ?seen.failure, "cannot list the upstream's tasks to follow them; trying again");
+                tokio::time::sleep(LIST_RETRY).await;
+                continue;
+            };
+            seen.failure = None;
+            let ours = matching_tasks(&body, opaque);
+            seen.tasks = ours.iter().map(|t| t.id.clone()).collect();
+            if ours.is_empty() {
+                // Found and gone, or not found twice: never started upstream, or ended.
+                if !cancelled.is_empty() || empty_listings > 0 {
+                    return;
+                }
+                empty_listings += 1;
+                tokio::time::sleep(SECOND_CANCEL_PASS).await;
+                continue;
+            }
+            for t in &ours {
+                if cancelled.insert(t.id.clone()) {
+                    self.cancel_one(&t.id, opaque, &headers).await;
+                }
+            }
+            if until == Until::Cancelled {
+                return;
+            }
+            // The roots' ends: their children end with them (or are listed by the next pass).
+            for root in roots(&ours) {
+                let begun = Instant::now();
+                let path = format!(
+                    "/_tasks/{}?wait_for_completion=true&timeout={}ms",
+                    root.id,
+                    wait.as_millis()
+                );
+                let answer = self.client.call(Method::GET, &path, &headers).await;
+                let look = match &answer {
+                    Ok((s, body)) => look(*s, body),
+                    Err(_) => Look::NotYet,
+                };
+                if look == Look::NotYet {
+                    // At most one look a wait, whatever the upstream answered how fast.
+                    tokio::time::sleep_until(begun + wait).await;
+                }
+            }
+        }
+    }
+
+    /// Cancels the upstream task `id` (it may have ended: nothing is left to cancel then).
+    async fn cancel_one(&self, id: &str, opaque: &str, headers: &http::HeaderMap) {
+        let path = format!("/_tasks/{id}/_cancel");
+        match self.client.call(Method::POST, &path, headers).await {
+            Ok((s, _)) if s.is_success() => {
+                tracing::debug!(task = %id, %opaque, "cancelled the upstream task");
+            }
+            Ok((s, _)) => {
+                tracing::debug!(task = %id, status = %s, "upstream task not cancelled (ended?)")
+            }
+            Err(e) => {
+                tracing::warn!(task = %id, error = %e.reason, "cannot cancel the upstream task")
+            }
+        }
+    }
+}
+
+/// One wait for an upstream task's end: [`LOOK_WAIT`], or half the gateway's
+/// `request_timeout` when that is shorter (the wait must end before the call's timeout).
+fn look_wait(request_timeout: Duration) -> Duration {
+    LOOK_WAIT
+        .min(request_timeout / 2)
+        .max(Duration::from_millis(1))
+}
+
+/// What an answer to `GET _tasks/{id}?wait_for_completion=true` says of the task's end.
+fn look(status: StatusCode, body: &[u8]) -> Look {
+    if status == StatusCode::NOT_FOUND {
+        return Look::Ended;
+    }
+    if status.is_success() {
+        let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        if v["completed"] == true {
+            return Look::Ended;
+        }
+    }
+    Look::NotYet
+}
+
+/// The tasks of `ours` whose parent is not among them: cancelling and waiting for them covers
+/// their children.
+fn roots(ours: &[Listed]) -> impl Iterator<Item = &Listed> {
+    ours.iter().filter(|t| {
+        t.parent
+            .as_ref()
+            .is_none_or(|p| !ours.iter().any(|o| &o.id == p))
+    })
+}
+
+/// The upstream's tasks (`node:id`, with their parents) in a `_tasks` answer whose
+/// `X-Opaque-Id` is `opaque`.
+pub(super) fn matching_tasks(body: &[u8], opaque: &str) -> Vec<Listed> {
+    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let mut out = Vec::new();
+    if let Some(nodes) = v["nodes"].as_object() {
+        for (node, n) in nodes {
+            if let Some(tasks) = n["tasks"].as_object() {
+                for (id, t) in tasks {
+                    let header = t["headers"]
+                        .as_object()
+                        .and_then(|h| {
+                            h.iter()
+                                .find(|(k, _)| k.eq_ignore_ascii_case(OPAQUE_ID_HEADER))
+                        })
+                        .and_then(|(_, v)| v.as_str());
+                    if header == Some(opaque) {
+                        out.push(Listed {
+                            id: if id.contains(':') {
+                                id.clone()
+                            } else {
+                                format!("{node}:{id}")
+                            },
+                            parent: t["parent_task_id"].as_str().map(str::to_string),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_matching_tasks_by_opaque_id() {
+        let body = serde_json::json!({"nodes": {"n1": {"tasks": {
+            "n1:5": {"headers": {"X-Opaque-Id": "sluice:g:1"}},
+            "n1:6": {"headers": {"X-Opaque-Id": "other"}},
+            "n1:7": {"headers": {}},
+            "n1:8": {"headers": {"x-opaque-id": "sluice:g:1"}, "parent_task_id": "n1:5"}
+        }}}});
+        let ids = matching_tasks(body.to_string().as_bytes(), "sluice:g:1");
+        assert_eq!(
+            ids,
+            vec![
+                Listed {
+                    id: "n1:5".into(),
+                    parent: None
+                },
+                Listed {
+                    id: "n1:8".into(),
+                    parent: Some("n1:5".into())
+                }
+            ]
+        );
+        let top: Vec<&str> = roots(&ids).map(|t| t.id.as_str()).collect();
+        assert_eq!(top, ["n1:5"]);
+        // A child whose parent ended (or is not ours) is a root of its own.
+        let top: Vec<&str> = roots(&ids[1..]).map(|t| t.id.as_str()).collect();
+        assert_eq!(top, ["n1:8"]);
+    }
+
+    #[test]
+    fn test_a_look_tells_an_ended_task_from_one_still_running() {
+        let ok = StatusCode::OK;
+        assert_eq!(look(ok, br#"{"completed":true,"task":{}}"#), Look::Ended);
+        assert_eq!(look(StatusCode::NOT_FOUND, br#"{"error":{}}"#), Look::Ended);
+        assert_eq!(look(ok, br#"{"completed":false,"task":{}}"#), Look::NotYet);
+        // The wait ran out: a 408, or a 500 in some versions.
+        let timed_out = br#"{"error":{"type":"timeout_exception","reason":"Timed out waiting for completion of [n:1]"}}"#;
+        assert_eq!(look(StatusCode::REQUEST_TIMEOUT, timed_out), Look::NotYet);
+        assert_eq!(
+            look(StatusCode::INTERNAL_SERVER_ERROR, timed_out),
+            Look::NotYet
+        );
+        assert_eq!(look(StatusCode::FORBIDDEN, b"{}"), Look::NotYet);
+        assert_eq!(look(ok, b"not json"), Look::NotYet);
+    }
+
+    #[test]
+    fn test_one_look_ends_before_the_calls_timeout() {
+        assert_eq!(look_wait(Duration::from_secs(60)), LOOK_WAIT);
+        assert_eq!(
+            look_wait(Duration::from_millis(500)),
+            Duration::from_millis(250)
+        );
+        assert_eq!(look_wait(Duration::ZERO), Duration::from_millis(1));
+    }
+}
