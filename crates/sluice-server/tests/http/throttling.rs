@@ -123,6 +123,14 @@ pub(crate) async fn cancel_all(node: &TestNode, running: Vec<tokio::task::JoinHa
             "cancelled search answered {status}"
         );
     }
+    // Their slots and tasks go once the cancelled work has ended: before the answers on an
+    // embedded node, after them through a gateway, whose upstream notices a cancellation late.
+    common::wait_until(
+        "the cancelled searches ending",
+        || node.state.tasks.list().iter().all(|t| !t.is_cancelled()),
+        || format!("{} tasks listed", node.state.tasks.list().len()),
+    )
+    .await;
 }
 
 /// An `_msearch` of two match-all items on the small index, tagged with group `id`.

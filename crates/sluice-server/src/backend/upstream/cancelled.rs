@@ -187,6 +187,8 @@ impl Upstream {
         let headers = self.identity.own_call();
         let wait = look_wait(self.request_timeout());
         let mut cancelled: HashSet<String> = HashSet::new();
+        // Roots a look said ended: one listed again is looked at no more than once a wait.
+        let mut said_ended: HashSet<String> = HashSet::new();
         let mut empty_listings = 0;
         loop {
             let listed = self
@@ -250,8 +252,9 @@ impl Upstream {
                     Ok((s, body)) => look(*s, body),
                     Err(_) => Look::NotYet,
                 };
-                if look == Look::NotYet {
-                    // At most one look a wait, whatever the upstream answered how fast.
+                // At most one look a wait, whatever the upstream answered how fast, but for
+                // the first that says the task ended (the listing then shows it gone).
+                if look == Look::NotYet || !said_ended.insert(root.id.clone()) {
                     tokio::time::sleep_until(begun + wait).await;
                 }
             }
