@@ -15,6 +15,7 @@ use crate::membership::{LEAVE_ANNOUNCE, Members, Membership, MembershipConfig, S
 use crate::rpc::tonic_transport::TonicTransport;
 use crate::rpc::{LocalAnswer, LocalApi, LocalHandler, RpcError, Transport};
 use crate::shared::{OWNER_LIMITS, SharedTier, coordinator::Coordinator, owner::Owner};
+use crate::split::{PresentNode, SplitDetector, SplitView};
 
 /// What [`Cluster::start`] needs.
 #[derive(Debug, Clone)]
@@ -43,6 +44,8 @@ pub struct Cluster {
     shared: Arc<SharedTier>,
     server: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
     stop: CancellationToken,
+    /// Live nodes of the metastore that gossip did not join ([`crate::split`]).
+    split: parking_lot::Mutex<(SplitDetector, SplitView)>,
 }
 
 impl Cluster {
@@ -110,6 +113,7 @@ impl Cluster {
             shared,
             server: parking_lot::Mutex::new(None),
             stop,
+            split: parking_lot::Mutex::new((SplitDetector::default(), SplitView::default())),
         })
     }
 
@@ -159,6 +163,47 @@ impl Cluster {
     /// A watch of the members.
     pub fn watch(&self) -> tokio::sync::watch::Receiver<Members> {
         self.membership.watch()
+    }
+
+    /// Takes an observation of the nodes the metastore records live (`None`: it could not be
+    /// read) against the membership now, gossips with every live node missing from it (S4 of
+    /// [`crate::split`]: a node whose seeds missed the others joins them so) and answers the
+    /// split as it stands, which [`Cluster::split`] answers until the next observation.
+    pub fn observe_presence(&self, present: Option<&[PresentNode]>) -> SplitView {
+        let live = self.members().live;
+        let me = self.me().node_id.clone();
+        let now = std::time::Instant::now();
+        let mut split = self.split.lock();
+        let view = match present {
+            Some(present) => split.0.observe(&me, &live, present, now),
+            None => split.0.observe_gossip(&me, &live, now),
+        };
+        for addr in split.0.to_reach() {
+            match addr.parse() {
+                Ok(addr) => self.membership.gossip_with(addr),
+                Err(_) => {
+                    tracing::debug!(%addr, "a node's recorded transport address does not parse")
+                }
+            }
+        }
+        split.1 = view.clone();
+        view
+    }
+
+    /// The split as last observed ([`Cluster::observe_presence`]): none on a node that never
+    /// observed one (a node on a metastore of its own).
+    pub fn split(&self) -> SplitView {
+        self.split.lock().1.clone()
+    }
+
+    /// Gossips `key` = `value` as this node's (see [`Membership::set_value`]).
+    pub async fn set_value(&self, key: &str, value: &str) {
+        self.membership.set_value(key, value).await;
+    }
+
+    /// The value of `key` each live member gossips, by node id.
+    pub async fn values_of(&self, key: &str) -> Vec<(String, String)> {
+        self.membership.values_of(key).await
     }
 
     /// The transport to other members (for protocols built on this crate).

@@ -10,6 +10,8 @@
 //!   shared-tier protocol can later run over a simulated network with a [`clock::ManualClock`].
 //! - [`fanout`]: one call to every selected member at once, every answer or failure
 //!   collected within a deadline — the shape of `_wlm/stats` and `_tasks` across the cluster.
+//! - [`split`]: live nodes on the same metastore that gossip did not join (a typo in
+//!   `discovery.seed_hosts`): reported, reached, and the smaller side stands aside.
 //! - [`bind`]: the transport port: TCP and UDP bound on one number, `0` or a range picking a
 //!   free one.
 //!
@@ -26,6 +28,7 @@ pub mod pause;
 pub mod ring;
 pub mod rpc;
 pub mod shared;
+pub mod split;
 
 pub use cluster::{Cluster, ClusterConfig};
 pub use member::Member;

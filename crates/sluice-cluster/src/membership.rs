@@ -321,6 +321,44 @@ impl Membership {
         }
     }
 
+    /// Gossips `key` = `value` as this node's (a key outside the [`Member`] record, such as
+    /// a gateway's upstream cluster, known only after start). Does nothing once shut down.
+    pub async fn set_value(&self, key: &str, value: &str) {
+        let Some(chitchat) = self.handle.lock().as_ref().map(ChitchatHandle::chitchat) else {
+            return;
+        };
+        chitchat.lock().await.self_node_state().set(key, value);
+    }
+
+    /// The value of `key` each live member gossips, by node id (members that gossip none are
+    /// left out; this node's own is included).
+    pub async fn values_of(&self, key: &str) -> Vec<(String, String)> {
+        let Some(chitchat) = self.handle.lock().as_ref().map(ChitchatHandle::chitchat) else {
+            return Vec::new();
+        };
+        let live = self.members().live;
+        let chitchat = chitchat.lock().await;
+        let states = chitchat.node_states();
+        states
+            .iter()
+            .filter(|(id, _)| {
+                live.iter()
+                    .any(|m| m.node_id == *id.node_id && m.generation == id.generation_id)
+            })
+            .filter_map(|(id, state)| Some((id.node_id.to_string(), state.get(key)?.to_string())))
+            .collect()
+    }
+
+    /// Gossips with `addr` now (a handshake: one datagram each way), whether or not it is a
+    /// seed or a known node: a node of this cluster there learns of this one and this one of
+    /// it and its members, which joins the two (chitchat keeps gossiping with the nodes it
+    /// knows). Does nothing once shut down.
+    pub fn gossip_with(&self, addr: SocketAddr) {
+        if let Some(h) = self.handle.lock().as_ref() {
+            let _ = h.gossip(addr);
+        }
+    }
+
     /// Stops gossiping (peers see the node silent and mark it dead within [`DEAD_AFTER`],
     /// or drop it at once if it announced its leave, M7). Later calls do nothing.
     pub async fn shutdown(&self) {

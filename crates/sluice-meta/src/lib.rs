@@ -47,7 +47,7 @@ use serde_json::Value;
 
 pub use error::{MetaError, MetaResult};
 pub use memory::MemoryMetaStore;
-pub use model::{Changes, Collection, Document, Expect, MetaKind, Op, Outcome};
+pub use model::{Changes, Collection, Document, Expect, MetaKind, NodePresence, Op, Outcome};
 pub use postgres::PostgresMetaStore;
 pub use sqlite::SqliteMetaStore;
 pub use uri::{MetastoreUri, redact as redact_url};
@@ -105,6 +105,19 @@ pub trait MetaStore: Send + Sync {
     /// (PostgreSQL: notifications; the others: never). Counters only grow. Poll
     /// [`MetaStore::changes`] too: a receiver alone can miss other processes' writes.
     fn subscribe(&self) -> tokio::sync::watch::Receiver<Changes>;
+
+    /// Records `me` as live now and answers every node recorded live within `live_within`
+    /// (this one included), ordered by node id, by the metastore's clock (nodes' clocks may
+    /// differ). Only a store a cluster shares (PostgreSQL) keeps these; the others answer no
+    /// node: a node on a store of its own has no other node to miss.
+    fn heartbeat<'a>(
+        &'a self,
+        me: &'a NodePresence,
+        live_within: std::time::Duration,
+    ) -> MetaFuture<'a, Vec<NodePresence>> {
+        let _ = (me, live_within);
+        Box::pin(async { Ok(Vec::new()) })
+    }
 
     /// Reads the document at `key`, `None` when there is none.
     fn get<'a>(&'a self, collection: Collection, key: &'a str) -> MetaFuture<'a, Option<Document>>;

@@ -285,3 +285,19 @@ impl fmt::Display for MetaKind {
         f.write_str(self.as_str())
     }
 }
+
+/// A node as it records itself in a shared metastore ([`crate::MetaStore::heartbeat`]): what
+/// another node needs to tell whether it is a member, and to reach it if it is not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePresence {
+    /// The node id.
+    pub node_id: String,
+    /// `node.name`.
+    pub name: String,
+    /// Its transport address (`host:port`: gossip over UDP, RPC over TCP).
+    pub transport: String,
+    /// `cluster.name`.
+    pub cluster_name: String,
+    /// Its incarnation (start time in milliseconds).
+    pub generation: u64,
+}

@@ -7,8 +7,9 @@
 //! database migrated by a newer sluice is refused.
 //!
 //! Tables: `sluice_documents` (every document, primary key `(collection, key)`, the value as
-//! JSON text) and `sluice_counters` (the store-wide `revision` and one `changes.<collection>`
-//! counter per collection).
+//! JSON text), `sluice_counters` (the store-wide `revision` and one `changes.<collection>`
+//! counter per collection) and `sluice_nodes` (one row per node, its last heartbeat by the
+//! server's clock: [`MetaStore::heartbeat`]).
 //!
 //! # Concurrency: one row lock serializes writers
 //!
@@ -47,17 +48,29 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow}
 use sqlx::{ConnectOptions, PgConnection, Postgres, Row, SqlSafeStr, Transaction};
 use tokio::sync::watch;
 
-use crate::model::{Changes, Collection, Document, MetaKind, Op, Outcome};
+use crate::model::{Changes, Collection, Document, MetaKind, NodePresence, Op, Outcome};
 use crate::uri::redact;
 use crate::{MetaError, MetaFuture, MetaResult, MetaStore, now_millis};
 
 /// The schema, version by version: `(version, description, SQL)`. Append only: sqlx refuses
 /// to start on a database where an applied migration's SQL changed.
-const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "documents and counters",
-    include_str!("../migrations/postgres/0001_documents.sql"),
-)];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "documents and counters",
+        include_str!("../migrations/postgres/0001_documents.sql"),
+    ),
+    (
+        2,
+        "nodes",
+        include_str!("../migrations/postgres/0002_nodes.sql"),
+    ),
+];
+
+/// How long a node's row is kept after its last heartbeat before a heartbeat of any node
+/// deletes it: a day, so the table holds the nodes of the last day and no more, while a row
+/// is never deleted while its node could still be seen live (liveness windows are seconds).
+const NODE_ROW_KEPT_SECS: f64 = 86_400.0;
 
 /// The table sqlx records applied migrations in (its default name, `_sqlx_migrations`, could
 /// collide with another application's in a shared database).
@@ -638,6 +651,75 @@ impl MetaStore for PostgresMetaStore {
             )
             .await?;
             rows.iter().map(|r| decode(collection, r)).collect()
+        })
+    }
+
+    fn heartbeat<'a>(
+        &'a self,
+        me: &'a NodePresence,
+        live_within: Duration,
+    ) -> MetaFuture<'a, Vec<NodePresence>> {
+        Box::pin(async move {
+            let generation = i64::try_from(me.generation).unwrap_or(i64::MAX);
+            within(
+                "cannot record this node's heartbeat",
+                sqlx::query(
+                    "INSERT INTO sluice_nodes
+                         (node_id, name, transport, cluster_name, generation, last_seen)
+                     VALUES ($1, $2, $3, $4, $5, clock_timestamp())
+                     ON CONFLICT (node_id) DO UPDATE SET
+                         name = EXCLUDED.name, transport = EXCLUDED.transport,
+                         cluster_name = EXCLUDED.cluster_name,
+                         generation = EXCLUDED.generation, last_seen = EXCLUDED.last_seen",
+                )
+                .bind(&me.node_id)
+                .bind(&me.name)
+                .bind(&me.transport)
+                .bind(&me.cluster_name)
+                .bind(generation)
+                .execute(&self.pool),
+            )
+            .await?;
+            within(
+                "cannot forget nodes gone for a day",
+                sqlx::query(
+                    "DELETE FROM sluice_nodes
+                     WHERE last_seen < clock_timestamp() - make_interval(secs => $1)",
+                )
+                .bind(NODE_ROW_KEPT_SECS)
+                .execute(&self.pool),
+            )
+            .await?;
+            let rows = within(
+                "cannot read the nodes' heartbeats",
+                sqlx::query(
+                    "SELECT node_id, name, transport, cluster_name, generation FROM sluice_nodes
+                     WHERE last_seen > clock_timestamp() - make_interval(secs => $1)
+                     ORDER BY node_id",
+                )
+                .bind(live_within.as_secs_f64())
+                .fetch_all(&self.pool),
+            )
+            .await?;
+            rows.iter()
+                .map(|r| {
+                    Ok(NodePresence {
+                        node_id: r.try_get("node_id").map_err(|e| classify("node row", e))?,
+                        name: r.try_get("name").map_err(|e| classify("node row", e))?,
+                        transport: r
+                            .try_get("transport")
+                            .map_err(|e| classify("node row", e))?,
+                        cluster_name: r
+                            .try_get("cluster_name")
+                            .map_err(|e| classify("node row", e))?,
+                        generation: u64::try_from(
+                            r.try_get::<i64, _>("generation")
+                                .map_err(|e| classify("node row", e))?,
+                        )
+                        .unwrap_or(0),
+                    })
+                })
+                .collect()
         })
     }
 

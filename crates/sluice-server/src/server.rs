@@ -148,8 +148,12 @@ impl Node {
                 node_id: &identity.node_id,
                 cluster_uuid: &identity.cluster_uuid,
                 http_addr: listener.local_addr()?,
-                backend: "embedded",
+                backend: match &config.backend {
+                    crate::backend::upstream::config::BackendConfig::Embedded => "embedded",
+                    crate::backend::upstream::config::BackendConfig::Upstream(_) => "upstream",
+                },
             },
+            &metastore,
             stop.clone(),
         )
         .await?;
@@ -215,6 +219,7 @@ impl Node {
         state
             .cluster
             .serve(Arc::new(crate::cluster::local::NodeRpc::new(&state)));
+        crate::cluster::upstream_identity::watch(&state);
         Ok(Node {
             listener,
             state,

@@ -69,6 +69,12 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
         node,
         monitored,
     } = ask;
+    // A node cut off from its cluster's other live nodes (S3 of `sluice-cluster`'s
+    // `split.rs`) would enforce the limit on a ring of its own, next to theirs: once more.
+    let split = st.cluster.split();
+    if split.cut_off && !monitored {
+        return Err(cut_off(entry, &key, &split));
+    }
     let coordinator = &st.cluster.shared().coordinator;
     let bucket = key.to_wire();
     let limit = u64::from(shared_limit);
@@ -182,6 +188,27 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
             denied(st, entry, &key, &refusal, &why).map(|()| granted(None))
         }
     }
+}
+
+/// The 503 of a request that needs the shared tier on a node cut off from its cluster: the
+/// cluster-wide limit cannot be enforced here without allowing it once more, and failing
+/// open would do just that (the bug this refusal replaces), so the node refuses, as
+/// OpenSearch's nodes refuse what needs a cluster manager they have not discovered.
+fn cut_off(
+    entry: &GroupEntry,
+    key: &BucketKey,
+    split: &sluice_cluster::split::SplitView,
+) -> ApiError {
+    ApiError::Engine(EngineError::new(
+        ErrorCode::ClusterManagerNotDiscovered,
+        format!(
+            "workload group [{}] ({}): bucket [{}] needs its cluster-wide limit (shared_limit), which this node cannot enforce: it has not joined the live nodes [{}] that share its metastore, and they are the larger side of the cluster; check discovery.seed_hosts and that transport ports are reachable (this node keeps trying to join them)",
+            entry.name(),
+            entry.id,
+            describe_bucket(key),
+            split.describe_unjoined(),
+        ),
+    ))
 }
 
 /// Whether a fail-open admission at `now` is logged, the group's last one logged at `last`
@@ -374,6 +401,11 @@ pub async fn sweep(st: &AppState) {
     let coordinator = &st.cluster.shared().coordinator;
     for (_, token) in st.workload.permits.take_orphaned_grants() {
         drop(coordinator.take_handed(token));
+    }
+    // Cut off (see `ask`): no lease from a ring of its own; parked requests wait for their
+    // queue timeout or the heal.
+    if st.cluster.split().cut_off {
+        return;
     }
     let view = st.workload.view();
     let mut parked: Vec<(BucketKey, usize)> = Vec::new();

@@ -159,7 +159,7 @@ fn health_of(st: &AppState, indices: &[Arc<IndexHandle>], missing: bool) -> Valu
     } else {
         primaries as f64 * 100.0 / total as f64
     };
-    json!({
+    let mut body = json!({
         "cluster_name": st.config.cluster_name,
         "status": status,
         "timed_out": false,
@@ -178,5 +178,7 @@ fn health_of(st: &AppState, indices: &[Arc<IndexHandle>], missing: bool) -> Valu
         "task_max_waiting_in_queue_millis": 0,
         "active_shards_percent_as_number": pct,
         "metastore": st.metastore_status.to_json()
-    })
+    });
+    crate::cluster::presence::add_to_health(&st.cluster.split(), &mut body);
+    body
 }

@@ -239,6 +239,14 @@ impl MetaStore for ObservedStore {
         self.observed(self.inner.apply(batch))
     }
 
+    fn heartbeat<'a>(
+        &'a self,
+        me: &'a sluice_meta::NodePresence,
+        live_within: std::time::Duration,
+    ) -> MetaFuture<'a, Vec<sluice_meta::NodePresence>> {
+        self.observed(self.inner.heartbeat(me, live_within))
+    }
+
     fn put<'a>(
         &'a self,
         collection: Collection,

@@ -4,8 +4,10 @@
 //! calls it (`local/`). Membership and RPC themselves are `sluice-cluster`'s.
 
 pub mod local;
+pub mod presence;
 pub mod select;
 pub mod twins;
+pub mod upstream_identity;
 pub mod uuid;
 
 use std::net::SocketAddr;
@@ -54,6 +56,7 @@ pub struct NodeFacts<'a> {
 pub async fn join(
     config: &Config,
     facts: NodeFacts<'_>,
+    metastore: &Arc<dyn sluice_meta::MetaStore>,
     stop: Arc<crate::server::StopRequest>,
 ) -> anyhow::Result<Arc<Cluster>> {
     let t = &config.transport;
@@ -85,11 +88,35 @@ pub async fn join(
         version: env!("CARGO_PKG_VERSION").to_string(),
         cluster_uuid: facts.cluster_uuid.to_string(),
     };
+    // The nodes live on a shared metastore are seeds too: a node whose discovery.seed_hosts
+    // misses them (a typo) joins them anyway, rather than forming a cluster of its own on the
+    // same groups and rules (`presence.rs`).
+    let mut seeds = t.seed_hosts.clone();
+    let shared = self::uuid::is_shared(metastore.as_ref());
+    if shared {
+        let row = sluice_meta::NodePresence {
+            node_id: me.node_id.clone(),
+            name: me.name.clone(),
+            transport: transport_addr.to_string(),
+            cluster_name: config.cluster_name.clone(),
+            generation,
+        };
+        match metastore.heartbeat(&row, presence::LIVE_WITHIN).await {
+            Ok(rows) => {
+                for p in presence::present(&rows, &config.cluster_name) {
+                    if p.node_id != me.node_id && !seeds.contains(&p.transport) {
+                        seeds.push(p.transport);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!("cannot read the nodes live on the metastore: {e}"),
+        }
+    }
     let cluster = Cluster::start(
         ClusterConfig {
             cluster_name: config.cluster_name.clone(),
             me,
-            seeds: t.seed_hosts.clone(),
+            seeds: seeds.clone(),
             gossip_interval: GOSSIP_INTERVAL,
         },
         listener,
@@ -100,11 +127,15 @@ pub async fn join(
     })?;
     tracing::info!(
         seeds = ?t.seed_hosts,
+        metastore_seeds = ?&seeds[t.seed_hosts.len()..],
         "transport on {transport_addr} (node-to-node RPC over TCP, gossip over UDP)"
     );
     let cluster = Arc::new(cluster);
     log_membership(&cluster);
     twins::watch(&cluster, stop);
+    if shared {
+        presence::watch(&cluster, metastore.clone(), config.cluster_name.clone());
+    }
     Ok(cluster)
 }
 

@@ -126,6 +126,9 @@ pub struct TestCluster {
     pub cluster_name: String,
     tmp: tempfile::TempDir,
     pub client: reqwest::Client,
+    /// Every node's `discovery.seed_hosts` names only an address where nothing listens:
+    /// the nodes find each other through the metastore or not at all.
+    unseeded: bool,
 }
 
 impl TestCluster {
@@ -152,13 +155,31 @@ impl TestCluster {
         TestCluster::launch(n, test, metastore_uri, true).await
     }
 
+    /// [`TestCluster::start_heavy`] with seeds that name no node (a typo in every node's
+    /// `discovery.seed_hosts`): the nodes must find each other through the metastore.
+    pub async fn start_heavy_unseeded(n: usize, test: &str) -> TestCluster {
+        let url = sluice_meta::test_suite::fresh_postgres_url(test).await;
+        TestCluster::launch_with(n, test, url, true, true).await
+    }
+
     async fn launch(n: usize, test: &str, metastore_uri: String, heavy: bool) -> TestCluster {
+        TestCluster::launch_with(n, test, metastore_uri, heavy, false).await
+    }
+
+    async fn launch_with(
+        n: usize,
+        test: &str,
+        metastore_uri: String,
+        heavy: bool,
+        unseeded: bool,
+    ) -> TestCluster {
         let mut c = TestCluster {
             nodes: Vec::new(),
             metastore_uri,
             cluster_name: format!("c-{test}"),
             tmp: tempfile::tempdir().expect("tempdir"),
             client: reqwest::Client::new(),
+            unseeded,
         };
         if heavy {
             for i in 0..n {
@@ -181,12 +202,16 @@ impl TestCluster {
 
     /// Starts node `i` on its data folder, seeded with node 0 (unless it is node 0).
     async fn spawn(&self, i: usize) -> Proc {
-        let seeds: Vec<String> = self
-            .nodes
-            .iter()
-            .flatten()
-            .map(|p| p.transport.to_string())
-            .collect();
+        let seeds: Vec<String> = if self.unseeded {
+            // Port 1 on loopback: nothing of the test listens there.
+            vec!["127.0.0.1:1".to_string()]
+        } else {
+            self.nodes
+                .iter()
+                .flatten()
+                .map(|p| p.transport.to_string())
+                .collect()
+        };
         let mut flags = vec![
             "http.port=0".to_string(),
             "transport.port=0".to_string(),
@@ -223,6 +248,57 @@ impl TestCluster {
             format!("discovery.seed_hosts={}", seeds.join(",")),
         ];
         spawn_node(&format!("copy-of-node-{i}"), &data, &flags).await
+    }
+
+    /// Starts a node that is not one of the cluster's numbered nodes: `name` on a data folder
+    /// of its own, on this cluster's metastore and `cluster.name`, with `seeds` as its
+    /// `discovery.seed_hosts` (none when empty) and `extra` flags. The caller owns it.
+    pub async fn spawn_other(&self, name: &str, seeds: &[String], extra: &[String]) -> Proc {
+        let data = self.tmp.path().join(name);
+        let mut flags = vec![
+            "http.port=0".to_string(),
+            "transport.port=0".to_string(),
+            format!("path.data={}", data.display()),
+            format!("node.name={name}"),
+            format!("cluster.name={}", self.cluster_name),
+            format!("metastore.uri={}", self.metastore_uri),
+        ];
+        if !seeds.is_empty() {
+            flags.push(format!("discovery.seed_hosts={}", seeds.join(",")));
+        }
+        flags.extend(extra.iter().cloned());
+        spawn_node(name, &data, &flags).await
+    }
+
+    /// Starts a one-node embedded cluster `name` of its own (its own SQLite metastore and
+    /// `cluster.name`): an upstream for gateway nodes. The caller owns it.
+    pub async fn spawn_standalone(&self, name: &str) -> Proc {
+        let data = self.tmp.path().join(name);
+        let flags = vec![
+            "http.port=0".to_string(),
+            "transport.port=0".to_string(),
+            format!("path.data={}", data.display()),
+            format!("node.name={name}"),
+            format!("cluster.name={name}"),
+        ];
+        spawn_node(name, &data, &flags).await
+    }
+
+    /// `GET path` on the node at `http`, wherever it runs; (status, JSON or text body).
+    pub async fn get_at(&self, http: SocketAddr, path: &str) -> (u16, Value) {
+        let resp = self
+            .client
+            .get(format!("http://{http}{path}"))
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path} on {http}: {e}"));
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("body");
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     /// Node `i` (panics if it is stopped).

@@ -9,3 +9,4 @@ mod membership;
 mod metadata;
 mod owner_loss;
 mod shared_tier;
+mod split;

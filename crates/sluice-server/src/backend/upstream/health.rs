@@ -58,6 +58,7 @@ async fn with_own_metastore(
     }
     let mut health = super::json_answer(resp, "_cluster/health").await?;
     add_own_metastore(&st, &mut health);
+    crate::cluster::upstream_identity::add_to_health(&st, &mut health).await;
     Ok(reply(status, health, &params))
 }
 
@@ -72,4 +73,5 @@ fn add_own_metastore(st: &AppState, health: &mut Value) {
         }
     }
     fields.insert("metastore".into(), st.metastore_status.to_json());
+    crate::cluster::presence::add_to_health(&st.cluster.split(), health);
 }

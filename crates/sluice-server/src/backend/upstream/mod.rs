@@ -117,6 +117,19 @@ pub struct Upstream {
     /// `backend.upstream.cancel_wait_timeout`: the longest a request that ended without its
     /// answer keeps its slot while the upstream still lists its tasks ([`mod@cancelled`]).
     cancel_wait_timeout: Duration,
+    /// The upstream cluster as its `GET /` names it (`cluster_name` and `cluster_uuid`),
+    /// once it answered: what a gateway gossips, so gateways in front of different clusters
+    /// are told apart (`cluster/upstream_identity.rs`).
+    cluster: OnceLock<UpstreamCluster>,
+}
+
+/// The cluster a gateway forwards to, as its `GET /` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamCluster {
+    /// `cluster_name`.
+    pub name: String,
+    /// `cluster_uuid` (empty when it names none).
+    pub uuid: String,
 }
 
 /// A request to forward, with its headers already rewritten for the upstream.
@@ -179,6 +192,7 @@ impl Upstream {
             gaps: parking_lot::Mutex::new(Gaps::default()),
             gapped: AtomicBool::new(true),
             cancel_wait_timeout: config.cancel_wait_timeout,
+            cluster: OnceLock::new(),
         })
     }
 
@@ -219,6 +233,11 @@ impl Upstream {
         self.client.call(method, path_and_query, headers).await
     }
 
+    /// The upstream cluster, once its `GET /` answered.
+    pub fn cluster(&self) -> Option<&UpstreamCluster> {
+        self.cluster.get()
+    }
+
     /// The identity forwarding.
     pub fn identity(&self) -> &Identity {
         &self.identity
@@ -233,6 +252,10 @@ impl Upstream {
         match self.client.call(Method::GET, "/", &headers).await {
             Ok((status, body)) if status.is_success() => {
                 let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let _ = self.cluster.set(UpstreamCluster {
+                    name: v["cluster_name"].as_str().unwrap_or("").to_string(),
+                    uuid: v["cluster_uuid"].as_str().unwrap_or("").to_string(),
+                });
                 let distribution = v["version"]["distribution"]
                     .as_str()
                     .unwrap_or("elasticsearch")

@@ -1,0 +1,151 @@
+//! Nodes that share a metastore but were not told of each other: a typo in
+//! `discovery.seed_hosts` heals through the metastore (the nodes live there are seeds too), so
+//! a `shared_limit` is enforced once, not once per side; and which backend, and which upstream
+//! cluster, each node serves from is gossiped and checked.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::harness::{JOIN_WITHIN, TestCluster, heavy_query};
+use crate::shared_tier::{enable, end_searches, everywhere, group};
+
+/// Before the fix, each node formed a cluster of its own on the shared metastore: the start
+/// (which waits until each node lists both) failed, and a second search of a group with
+/// `shared_limit` 1 ran on the other node beside the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_two_nodes_whose_seeds_name_neither_join_through_the_metastore() {
+    let c = TestCluster::start_heavy_unseeded(2, "split_seeds").await;
+    enable(&c).await;
+    let id = group(
+        &c,
+        json!({"name": "tenant", "resiliency_mode": "enforced",
+            "resource_limits": {"memory": 0.5},
+            "throttling": {"attribute": "group", "shared_limit": 1}}),
+    )
+    .await;
+    everywhere(&c, 2, &id).await;
+    let header = [("workloadGroupId", id.as_str())];
+    // One search of the group runs on node 0 and holds the one shared slot...
+    let held = c.start_search(0, "/heavy/_search", heavy_query(), &header);
+    c.eventually(
+        Duration::from_secs(30),
+        "node 0 runs the search",
+        || async {
+            let (_, t) = c
+                .get(0, "/_tasks?actions=*search*&nodes=_local&detailed")
+                .await;
+            // Neither queued nor still being admitted: holding its slot.
+            let holding = t["nodes"].as_object()?.values().any(|e| {
+                e["tasks"]
+                    .as_object()
+                    .is_some_and(|t| t.values().any(|x| x["status"]["state"].is_null()))
+            });
+            holding.then_some(())
+        },
+    )
+    .await;
+    // ...so node 1 refuses the next one: one cluster, one limit.
+    let (s, b) = c
+        .req_with(
+            1,
+            "POST",
+            "/heavy/_search",
+            Some(json!({"size": 0})),
+            &header,
+        )
+        .await;
+    assert_eq!(
+        s, 429,
+        "node 1 admitted a second search of a shared_limit 1 group: {b}"
+    );
+    assert!(b.to_string().contains("tier: shared"), "{b}");
+    for i in 0..2 {
+        let (_, h) = c.get(i, "/_cluster/health").await;
+        assert_eq!(h["membership"]["status"], "joined", "node {i}: {h}");
+    }
+    end_searches(&c, 0, held).await;
+}
+
+/// The `sluice.backend` attribute of `i`'s `_nodes/http` view, by node name.
+async fn backends(c: &TestCluster) -> Vec<(String, Value)> {
+    let (_, nodes) = c.get(0, "/_nodes/http").await;
+    let mut out: Vec<(String, Value)> = nodes["nodes"]
+        .as_object()
+        .expect("nodes")
+        .values()
+        .map(|n| {
+            (
+                n["name"].as_str().unwrap_or("?").to_string(),
+                n["attributes"]["sluice.backend"].clone(),
+            )
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Before the fix every node said `embedded`, and a gateway in front of another upstream
+/// cluster joined silently (no log line, nothing in its health).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_gateways_advertise_their_backend_and_one_in_front_of_another_upstream_is_reported() {
+    let c = TestCluster::start(1, "other_upstream").await;
+    let up1 = c.spawn_standalone("up-one").await;
+    let up2 = c.spawn_standalone("up-two").await;
+    let seeds = [c.node(0).transport.to_string()];
+    let gw = |up: &crate::harness::Proc| {
+        vec![
+            "backend.type=upstream".to_string(),
+            format!("backend.upstream.hosts=http://{}", up.http),
+        ]
+    };
+    let g1 = c.spawn_other("gw-one", &seeds, &gw(&up1)).await;
+    let g2 = c.spawn_other("gw-two", &seeds, &gw(&up2)).await;
+    c.wait_members(0, 3, JOIN_WITHIN).await;
+    assert_eq!(
+        backends(&c).await,
+        [
+            ("gw-one".to_string(), json!("upstream")),
+            ("gw-two".to_string(), json!("upstream")),
+            ("node-0".to_string(), json!("embedded")),
+        ]
+    );
+    // Each gateway names the other, and the other's upstream, in its health and its log.
+    for (me, other, other_up) in [(&g1, "gw-two", "up-two"), (&g2, "gw-one", "up-one")] {
+        let health = c
+            .eventually(JOIN_WITHIN, "the other upstream in the health", || async {
+                let (_, h) = c.get_at(me.http, "/_cluster/health").await;
+                let peers = h["upstream"]["peers_with_another_upstream"]
+                    .as_array()?
+                    .clone();
+                (!peers.is_empty()).then_some(h)
+            })
+            .await;
+        let peers = &health["upstream"]["peers_with_another_upstream"];
+        assert_eq!(peers[0]["node"], other, "{health}");
+        assert_eq!(peers[0]["cluster_name"], other_up, "{health}");
+        assert_ne!(health["status"], "green", "{health}");
+        c.eventually(JOIN_WITHIN, "the error in the log", || async {
+            let log = me.log();
+            (log.contains("ERROR")
+                && log.contains("check backend.upstream.hosts")
+                && log.contains(other_up))
+            .then_some(())
+        })
+        .await;
+    }
+    // Gateways in front of one upstream are not reported: a third one beside gw-one.
+    let g3 = c.spawn_other("gw-three", &seeds, &gw(&up1)).await;
+    c.wait_members(0, 4, JOIN_WITHIN).await;
+    let h = c
+        .eventually(JOIN_WITHIN, "gw-three's upstream in its health", || async {
+            let (_, h) = c.get_at(g3.http, "/_cluster/health").await;
+            let peers = h["upstream"]["peers_with_another_upstream"]
+                .as_array()?
+                .clone();
+            (!peers.is_empty()).then_some((h, peers))
+        })
+        .await;
+    let names: Vec<&str> = h.1.iter().filter_map(|p| p["node"].as_str()).collect();
+    assert_eq!(names, ["gw-two"], "{}", h.0);
+}
