@@ -149,3 +149,109 @@ async fn test_gateways_advertise_their_backend_and_one_in_front_of_another_upstr
     let names: Vec<&str> = h.1.iter().filter_map(|p| p["node"].as_str()).collect();
     assert_eq!(names, ["gw-two"], "{}", h.0);
 }
+
+/// A split that cannot heal: two nodes that the metastore records live (their heartbeats
+/// written by the test, every half second) at an address where nothing answers gossip. Node 0
+/// is the smaller side: after the grace it is cut off, refuses requests that need the shared
+/// tier with 503 (before the fix it admitted them on a ring of its own), shows it in its
+/// health and logs it; once their rows stop, it is whole again. (On the old code the test
+/// does not build: the metastore had no heartbeat.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_node_that_cannot_join_the_larger_side_refuses_the_shared_tier() {
+    let c = TestCluster::start_heavy(1, "split_cut_off").await;
+    enable(&c).await;
+    let id = group(
+        &c,
+        json!({"name": "tenant", "resiliency_mode": "enforced",
+            "resource_limits": {"memory": 0.5},
+            "throttling": {"attribute": "group", "shared_limit": 1}}),
+    )
+    .await;
+    everywhere(&c, 1, &id).await;
+    let header = [("workloadGroupId", id.as_str())];
+    let store = sluice_meta::PostgresMetaStore::open(&c.metastore_uri)
+        .await
+        .expect("the metastore opens");
+    let phantoms: Vec<sluice_meta::NodePresence> = ["phantom-a", "phantom-b"]
+        .iter()
+        .map(|name| sluice_meta::NodePresence {
+            node_id: format!("id-{name}"),
+            name: (*name).to_string(),
+            transport: "127.0.0.1:1".to_string(),
+            cluster_name: c.cluster_name.clone(),
+            generation: 1,
+        })
+        .collect();
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let beating = tokio::spawn(async move {
+        while !*stopped.borrow() {
+            for p in &phantoms {
+                let _ = sluice_meta::MetaStore::heartbeat(&store, p, Duration::from_secs(5)).await;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(500), stopped.changed()).await;
+        }
+    });
+    let health = c
+        .eventually(Duration::from_secs(60), "node 0 cut off", || async {
+            let (_, h) = c.get(0, "/_cluster/health").await;
+            (h["membership"]["status"] == "cut_off").then_some(h)
+        })
+        .await;
+    assert_eq!(health["status"], "red", "{health}");
+    assert_eq!(health["discovered_cluster_manager"], false, "{health}");
+    assert_eq!(health["membership"]["shared_tier"], "refused", "{health}");
+    let unjoined: Vec<&str> = health["membership"]["unjoined_nodes"]
+        .as_array()
+        .expect("unjoined_nodes")
+        .iter()
+        .filter_map(|n| n["name"].as_str())
+        .collect();
+    assert_eq!(unjoined, ["phantom-a", "phantom-b"], "{health}");
+    let (s, b) = c
+        .req_with(
+            0,
+            "POST",
+            "/heavy/_search",
+            Some(json!({"size": 0})),
+            &header,
+        )
+        .await;
+    assert_eq!(s, 503, "{b}");
+    assert_eq!(
+        b["error"]["type"], "cluster_manager_not_discovered_exception",
+        "{b}"
+    );
+    let reason = b["error"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("phantom-a") && reason.contains("discovery.seed_hosts"),
+        "{reason}"
+    );
+    // What needs no cluster-wide limit still runs.
+    let (s, b) = c
+        .req(0, "POST", "/heavy/_search", Some(json!({"size": 0})))
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let log = c.node(0).log();
+    assert!(
+        log.contains("ERROR") && log.contains("phantom-b") && log.contains("discovery.seed_hosts"),
+        "{log}"
+    );
+    // Their heartbeats stop: their rows age out and node 0 is whole again.
+    let _ = stop.send(true);
+    let _ = beating.await;
+    c.eventually(Duration::from_secs(60), "node 0 joined again", || async {
+        let (_, h) = c.get(0, "/_cluster/health").await;
+        (h["membership"]["status"] == "joined").then_some(())
+    })
+    .await;
+    let (s, b) = c
+        .req_with(
+            0,
+            "POST",
+            "/heavy/_search",
+            Some(json!({"size": 0})),
+            &header,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+}
