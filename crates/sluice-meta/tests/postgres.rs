@@ -538,3 +538,51 @@ async fn test_presence_tells_whether_another_store_is_open() {
     assert!(!open(&url).await.opened_alone(), "beside `here`");
     drop(here);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_heartbeats_are_shared_and_only_recent_ones_count() {
+    use sluice_meta::NodePresence;
+    let url = fresh_postgres_url("heartbeat").await;
+    let (a, b) = (open(&url).await, open(&url).await);
+    let row = |id: &str, transport: &str| NodePresence {
+        node_id: id.to_string(),
+        name: format!("node-{id}"),
+        transport: transport.to_string(),
+        cluster_name: "c".to_string(),
+        generation: 7,
+    };
+    let live = Duration::from_secs(60);
+    assert_eq!(
+        a.heartbeat(&row("n1", "127.0.0.1:9300"), live)
+            .await
+            .unwrap(),
+        [row("n1", "127.0.0.1:9300")]
+    );
+    // Another store (another node) sees both, ordered by node id; a restart at a new address
+    // replaces the row.
+    b.heartbeat(&row("n2", "127.0.0.1:9301"), live)
+        .await
+        .unwrap();
+    assert_eq!(
+        b.heartbeat(&row("n2", "127.0.0.1:9302"), live)
+            .await
+            .unwrap(),
+        [row("n1", "127.0.0.1:9300"), row("n2", "127.0.0.1:9302")]
+    );
+    // A row older than the window does not count: with a window of zero, none but those
+    // written at the same instant, so nobody's but perhaps the writer's own.
+    let recent = a
+        .heartbeat(&row("n1", "127.0.0.1:9300"), Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(recent.iter().all(|r| r.node_id == "n1"), "{recent:?}");
+    // The other backends keep none.
+    let memory = sluice_meta::MemoryMetaStore::new();
+    assert!(
+        memory
+            .heartbeat(&row("n1", "127.0.0.1:9300"), live)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
