@@ -402,8 +402,9 @@ pub async fn sweep(st: &AppState) {
     for (_, token) in st.workload.permits.take_orphaned_grants() {
         drop(coordinator.take_handed(token));
     }
-    // Cut off (see `ask`): no lease from a ring of its own; parked requests wait for their
-    // queue timeout or the heal.
+    // Cut off (see `ask`): no lease from a ring of its own. Parked requests still run as the
+    // node tier's permits free (its hand-off is local), or once the split heals; a client
+    // bounds its wait as ever (`cancel_after_time_interval`, or leaving).
     if st.cluster.split().cut_off {
         return;
     }
