@@ -567,11 +567,13 @@ pub fn authorize_scroll(
     )
 }
 
-/// A gateway's check of a scroll it did not open: opened through another gateway, directly on
-/// the upstream, before this gateway started, or an id of one it did open spelled otherwise
-/// (an upstream may read `<id>=` as `<id>`). Whose it is cannot be known, so with
-/// authorization on only a user allowed others' scrolls may continue or clear it: fails
-/// closed, where a guessed or respelled id would otherwise reach another user's scroll.
+/// A gateway's check of a scroll no gateway of its cluster knows
+/// ([`crate::backend::upstream::scroll_peers`]): opened directly on the upstream, before its
+/// gateway last started, through a gateway that did not answer in time, or an id of a known
+/// one spelled otherwise (an upstream may read `<id>=` as `<id>`). Whose it is cannot be
+/// known, so with authorization on only a user allowed others' scrolls may continue or clear
+/// it: fails closed, where a guessed or respelled id would otherwise reach another user's
+/// scroll.
 pub fn authorize_unknown_scroll(
     st: &AppState,
     meta: &RequestMeta,
@@ -582,9 +584,10 @@ pub fn authorize_unknown_scroll(
         meta,
         action,
         |_| true,
-        "this gateway did not open the scroll (or opened it before it last started), so whose \
-         it is cannot be checked: continue or clear a scroll through the gateway that opened \
-         it, with its id as that gateway returned it",
+        "no gateway of this cluster knows the scroll (it was opened directly on the upstream, \
+         before its gateway last started, or through a gateway that did not answer in time), \
+         so whose it is cannot be checked: continue or clear a scroll with its id as the \
+         gateway that opened it returned it",
     )
 }
 

@@ -2,7 +2,9 @@
 //! data folder, all sharing one fresh PostgreSQL database (from the throwaway server that
 //! `scripts/test.sh` starts), joined through `discovery.seed_hosts`. Ports are picked by the
 //! nodes (`http.port=0`, `transport.port=0`) and read from their start-up log. Every wait
-//! polls with a deadline; nothing sleeps a fixed time.
+//! polls with a deadline; nothing sleeps a fixed time. A cluster of gateways
+//! ([`TestCluster::start_gateways`]) has every node forward to one more process, an embedded
+//! node of its own (SQLite) metastore holding the heavy index: the upstream.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -129,6 +131,23 @@ pub struct TestCluster {
     /// Every node's `discovery.seed_hosts` names only an address where nothing listens:
     /// the nodes find each other through the metastore or not at all.
     unseeded: bool,
+    /// The upstream every node forwards to, in a cluster of gateways.
+    upstream: Option<Proc>,
+    /// Settings every node starts with besides the harness's own.
+    flags: Vec<String>,
+    /// The credentials of the harness's own requests (`user`, `password`), when the nodes
+    /// authenticate.
+    auth: Option<(String, String)>,
+}
+
+/// What a cluster of gateways starts with: settings for every gateway, and the credentials
+/// the harness's own requests send (an admin's, when the gateways authenticate).
+#[derive(Default)]
+pub struct GatewayOptions {
+    /// `-E` settings of every gateway.
+    pub flags: Vec<String>,
+    /// `(user, password)` of the harness's requests.
+    pub auth: Option<(String, String)>,
 }
 
 impl TestCluster {
@@ -162,6 +181,50 @@ impl TestCluster {
         TestCluster::launch_with(n, test, url, true, true).await
     }
 
+    /// Starts `n` gateways (`backend.type: upstream`) on one fresh PostgreSQL database, in front
+    /// of one embedded node holding the heavy index, and waits until each sees all `n`.
+    pub async fn start_gateways(n: usize, test: &str, options: GatewayOptions) -> TestCluster {
+        let url = sluice_meta::test_suite::fresh_postgres_url(test).await;
+        let mut c = TestCluster::empty(test, url);
+        let data = c.tmp.path().join("upstream");
+        crate::heavy::seed_heavy(&data).await;
+        let upstream = spawn_node(
+            "upstream",
+            &data,
+            &[
+                "http.port=0".to_string(),
+                "transport.port=0".to_string(),
+                format!("path.data={}", data.display()),
+                "node.name=upstream".to_string(),
+                format!("cluster.name=u-{test}"),
+            ],
+        )
+        .await;
+        c.flags = vec![
+            "backend.type=upstream".to_string(),
+            format!("backend.upstream.hosts=http://{}", upstream.http),
+        ];
+        c.flags.extend(options.flags);
+        c.auth = options.auth;
+        c.upstream = Some(upstream);
+        c.spawn_all(n).await;
+        c
+    }
+
+    fn empty(test: &str, metastore_uri: String) -> TestCluster {
+        TestCluster {
+            nodes: Vec::new(),
+            metastore_uri,
+            cluster_name: format!("c-{test}"),
+            tmp: tempfile::tempdir().expect("tempdir"),
+            client: reqwest::Client::new(),
+            unseeded: false,
+            upstream: None,
+            flags: Vec::new(),
+            auth: None,
+        }
+    }
+
     async fn launch(n: usize, test: &str, metastore_uri: String, heavy: bool) -> TestCluster {
         TestCluster::launch_with(n, test, metastore_uri, heavy, false).await
     }
@@ -173,27 +236,26 @@ impl TestCluster {
         heavy: bool,
         unseeded: bool,
     ) -> TestCluster {
-        let mut c = TestCluster {
-            nodes: Vec::new(),
-            metastore_uri,
-            cluster_name: format!("c-{test}"),
-            tmp: tempfile::tempdir().expect("tempdir"),
-            client: reqwest::Client::new(),
-            unseeded,
-        };
+        let mut c = TestCluster::empty(test, metastore_uri);
+        c.unseeded = unseeded;
         if heavy {
             for i in 0..n {
                 crate::heavy::seed_heavy(&c.data(i)).await;
             }
         }
-        for i in 0..n {
-            let node = c.spawn(i).await;
-            c.nodes.push(Some(node));
-        }
-        for i in 0..n {
-            c.wait_members(i, n, JOIN_WITHIN).await;
-        }
+        c.spawn_all(n).await;
         c
+    }
+
+    /// Starts nodes `0..n` and waits until each sees all `n`.
+    async fn spawn_all(&mut self, n: usize) {
+        for i in 0..n {
+            let node = self.spawn(i).await;
+            self.nodes.push(Some(node));
+        }
+        for i in 0..n {
+            self.wait_members(i, n, JOIN_WITHIN).await;
+        }
     }
 
     fn data(&self, i: usize) -> PathBuf {
@@ -223,6 +285,7 @@ impl TestCluster {
         if !seeds.is_empty() {
             flags.push(format!("discovery.seed_hosts={}", seeds.join(",")));
         }
+        flags.extend(self.flags.iter().cloned());
         spawn_node(&format!("node-{i}"), &self.data(i), &flags).await
     }
 
@@ -335,11 +398,27 @@ impl TestCluster {
         path: &str,
         body: Option<Value>,
     ) -> (u16, Value) {
+        let auth = self.auth.as_ref().map(|(u, p)| (u.as_str(), p.as_str()));
+        self.req_as(i, auth, method, path, body).await
+    }
+
+    /// [`TestCluster::req`] as user `auth` (`(user, password)`; `None`: no credentials).
+    pub async fn req_as(
+        &self,
+        i: usize,
+        auth: Option<(&str, &str)>,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let url = format!("http://{}{path}", self.node(i).http);
         let mut rb = self
             .client
             .request(method.parse().expect("method"), url)
             .timeout(Duration::from_secs(60));
+        if let Some((user, password)) = auth {
+            rb = rb.basic_auth(user, Some(password));
+        }
         if let Some(b) = body {
             rb = rb
                 .header("content-type", "application/json")
@@ -360,8 +439,21 @@ impl TestCluster {
         self.req(i, "GET", path, None).await
     }
 
-    /// The node ids node `i` lists in `_cat/nodes`.
+    /// The node names node `i` lists in `_cat/nodes` (a gateway's, which are the upstream's,
+    /// in `_nodes/http`).
     pub async fn member_names(&self, i: usize) -> Vec<String> {
+        if self.upstream.is_some() {
+            let (status, body) = self.get(i, "/_nodes/http").await;
+            assert_eq!(status, 200, "{body}");
+            let mut names: Vec<String> = body["nodes"]
+                .as_object()
+                .expect("nodes")
+                .values()
+                .map(|n| n["name"].as_str().expect("name").to_string())
+                .collect();
+            names.sort();
+            return names;
+        }
         let (status, body) = self.get(i, "/_cat/nodes?format=json&h=name").await;
         assert_eq!(status, 200, "{body}");
         let mut names: Vec<String> = body
@@ -490,6 +582,7 @@ impl TestCluster {
             .header("content-type", "application/json")
             .timeout(Duration::from_secs(120))
             .body(body.to_string());
+        rb = self.with_auth(rb);
         for (k, v) in headers {
             rb = rb.header(*k, *v);
         }
@@ -526,6 +619,7 @@ impl TestCluster {
                 .header("content-type", "application/json")
                 .body(b.to_string());
         }
+        rb = self.with_auth(rb);
         for (k, v) in headers {
             rb = rb.header(*k, *v);
         }
@@ -536,5 +630,15 @@ impl TestCluster {
             status,
             serde_json::from_str(&text).unwrap_or(Value::String(text)),
         )
+    }
+}
+
+impl TestCluster {
+    /// `rb` with the harness's credentials, when the nodes authenticate.
+    fn with_auth(&self, rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.auth {
+            Some((user, password)) => rb.basic_auth(user, Some(password)),
+            None => rb,
+        }
     }
 }

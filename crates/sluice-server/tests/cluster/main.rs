@@ -8,5 +8,6 @@ mod heavy;
 mod membership;
 mod metadata;
 mod owner_loss;
+mod scrolls;
 mod shared_tier;
 mod split;

@@ -18,7 +18,8 @@
 //!   [`forwarded`]: the `X-Forwarded-For` chain of a trusted proxy, as far as it is believed;
 //! - [`mod@cancelled`]: a forwarded request that ended without its answer: its upstream tasks
 //!   cancelled, and its slot held until they have ended;
-//! - [`scrolls`]: scroll id → group; [`sniff`] reads a response's scroll id as it streams;
+//! - [`scrolls`]: scroll id → group; [`scroll_peers`]: the other gateways' scrolls;
+//!   [`sniff`] reads a response's scroll id as it streams;
 //! - [`routes`]: the gateway's router and its search-class handlers; [`msearch`]: the split of
 //!   an `_msearch` into admitted items and the merge of the answers, relayed unparsed
 //!   ([`msearch_scan`] finds the items of an answer as it streams, [`msearch_merge`] puts
@@ -43,6 +44,7 @@ pub mod msearch_scan;
 pub mod nodes;
 pub mod references;
 pub mod routes;
+pub mod scroll_peers;
 pub mod scrolls;
 pub mod search_apis;
 pub mod settings;

@@ -997,9 +997,9 @@ fn settle_status<A>(
     }
 }
 
-/// A scroll continuation: admitted in the group the scroll was opened in (tagged anew when the
-/// gateway does not know the scroll: opened directly on the upstream, or before a restart),
-/// then forwarded.
+/// A scroll continuation: admitted in the group the scroll was opened in, through whichever
+/// gateway of the cluster (tagged anew when no gateway knows the scroll: opened directly on
+/// the upstream, or before its gateway restarted), then forwarded.
 async fn run_scroll(
     st: Arc<AppState>,
     meta: RequestMeta,
@@ -1022,9 +1022,13 @@ async fn run_scroll(
         sreq.scroll_id,
         sreq.keep_alive.as_ref().map_or("null", |(s, _)| s.as_str())
     );
-    let known = up.scrolls.entry_of(&sreq.scroll_id, Instant::now());
-    // Only the user who opened the scroll continues it; one the gateway did not open, only a
-    // user allowed others' scrolls.
+    // What this gateway knows of the scroll, else what another gateway of the cluster does.
+    let known = super::scroll_peers::resolve(&st, &up, std::slice::from_ref(&sreq.scroll_id))
+        .await
+        .pop()
+        .flatten();
+    // Only the user who opened the scroll continues it; one no gateway knows, only a user
+    // allowed others' scrolls.
     match &known {
         Some(e) => authorize_scroll(&st, &meta, route::SCROLL, e.opened_by.as_deref())?,
         None => crate::auth::authz::authorize_unknown_scroll(&st, &meta, route::SCROLL)?,
@@ -1070,7 +1074,8 @@ async fn run_scroll(
     Ok(admitted.ride_with(resp))
 }
 
-/// `DELETE _search/scroll`: forgets the scrolls and forwards the clear.
+/// `DELETE _search/scroll`: forgets the scrolls (here, and on the other gateways that may
+/// know them) and forwards the clear.
 async fn clear_scrolls(
     st: Arc<AppState>,
     meta: RequestMeta,
@@ -1097,15 +1102,16 @@ async fn clear_scrolls(
         Err(e) if meta.permissions.is_some() => return Err(e),
         other => other,
     };
+    let mut tell_peers = None;
     if let Ok(ids) = parsed {
         // Only the user who opened a scroll clears it; `_all` needs the permission for
         // others' (as on an embedded node).
-        let now = Instant::now();
-        for id in &ids {
+        let known = super::scroll_peers::resolve(&st, &up, &ids).await;
+        for (id, known) in ids.iter().zip(known) {
             let opened_by = if id == "_all" {
                 Some(Arc::from(crate::auth::authz::ALL_SCROLLS))
             } else {
-                match up.scrolls.entry_of(id, now) {
+                match known {
                     Some(e) => e.opened_by,
                     None => {
                         crate::auth::authz::authorize_unknown_scroll(
@@ -1119,12 +1125,17 @@ async fn clear_scrolls(
             };
             authorize_scroll(&st, &meta, route::SCROLL_CLEAR, opened_by.as_deref())?;
         }
-        up.scrolls.forget(&ids);
+        if up.scrolls.forget(&ids) {
+            tell_peers = Some(ids);
+        }
     }
-    let resp = up
-        .send_call(into_call_as(&up, &meta, parts, &[], body))
-        .await?;
-    Ok(stream_back(resp))
+    let call = into_call_as(&up, &meta, parts, &[], body);
+    let (resp, ()) = tokio::join!(up.send_call(call), async {
+        if let Some(ids) = &tell_peers {
+            super::scroll_peers::tell_forget(&st, ids).await;
+        }
+    });
+    Ok(stream_back(resp?))
 }
 
 #[cfg(test)]

@@ -2,12 +2,19 @@
 //! upstream keeps the scroll, the gateway remembers scroll id → (group, opener) until the
 //! scroll is cleared or its keep-alive passes, so continuations are charged to the group the
 //! scroll was opened in and only its opener may continue or clear it
-//! ([`crate::auth::authz::authorize_scroll`], as on an embedded node).
+//! ([`crate::auth::authz::authorize_scroll`], as on an embedded node). In a cluster of
+//! gateways the other gateways ask for an id they do not know and keep the answer
+//! ([`super::scroll_peers`]): such an entry is *shared*, and clearing it is told to them.
 //!
 //! # Invariants
 //! - S1 — an entry is never answered after its keep-alive passed (checked on read), and
 //!   expired entries are swept whenever the map doubles past [`SWEEP_FROM`], so the map holds
 //!   at most about twice the live scrolls. Tested by `test_entry_expires_with_its_keep_alive`.
+//! - S2 — an entry another gateway was told of ([`ScrollGroups::tell`]) or that was learned
+//!   from one ([`ScrollGroups::learn`]) stays shared under its next ids, and forgetting it
+//!   says so, so a clear of a scroll no other gateway knows calls none (the opener's own
+//!   continue and clear cost what they did before the cluster knew scrolls). Tested by
+//!   `test_forgetting_says_whether_other_gateways_may_know`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,7 +26,7 @@ use parking_lot::Mutex;
 /// stale ids cost less memory than the passes.
 const SWEEP_FROM: usize = 4096;
 
-/// Scroll id → (group id, opener, expiry).
+/// Scroll id → (group id, opener, expiry, shared).
 #[derive(Debug, Default)]
 pub struct ScrollGroups {
     map: Mutex<Entries>,
@@ -36,18 +43,43 @@ pub struct ScrollEntry {
 
 #[derive(Debug, Default)]
 struct Entries {
-    by_id: HashMap<String, (ScrollEntry, Instant)>,
+    by_id: HashMap<String, Known>,
     /// The size at which the next sweep runs.
     sweep_at: usize,
+}
+
+#[derive(Debug)]
+struct Known {
+    entry: ScrollEntry,
+    expires: Instant,
+    /// Another gateway may know it too (S2).
+    shared: bool,
 }
 
 impl ScrollGroups {
     /// Remembers that scroll `id` runs as `entry` says for `keep_alive` from `now`.
     pub fn remember(&self, id: String, entry: ScrollEntry, keep_alive: Duration, now: Instant) {
+        self.insert(id, entry, now + keep_alive, false, now);
+    }
+
+    /// Remembers scroll `id` as another gateway answered it: it runs as `entry` says until
+    /// `remaining` from `now`, and other gateways know it (S2).
+    pub fn learn(&self, id: String, entry: ScrollEntry, remaining: Duration, now: Instant) {
+        self.insert(id, entry, now + remaining, true, now);
+    }
+
+    fn insert(&self, id: String, entry: ScrollEntry, expires: Instant, shared: bool, now: Instant) {
         let mut m = self.map.lock();
-        m.by_id.insert(id, (entry, now + keep_alive));
+        m.by_id.insert(
+            id,
+            Known {
+                entry,
+                expires,
+                shared,
+            },
+        );
         if m.by_id.len() >= m.sweep_at.max(SWEEP_FROM) {
-            m.by_id.retain(|_, (_, exp)| *exp > now);
+            m.by_id.retain(|_, k| k.expires > now);
             m.sweep_at = m.by_id.len() * 2;
         }
     }
@@ -57,29 +89,41 @@ impl ScrollGroups {
         let m = self.map.lock();
         m.by_id
             .get(id)
-            .filter(|(_, exp)| *exp > now)
-            .map(|(e, _)| e.clone())
+            .filter(|k| k.expires > now)
+            .map(|k| k.entry.clone())
+    }
+
+    /// What is known of scroll `id` for another gateway that asks: the entry and how long it
+    /// still lives from `now`. The entry is shared from now on (S2).
+    pub fn tell(&self, id: &str, now: Instant) -> Option<(ScrollEntry, Duration)> {
+        let mut m = self.map.lock();
+        let k = m.by_id.get_mut(id).filter(|k| k.expires > now)?;
+        k.shared = true;
+        Some((k.entry.clone(), k.expires - now))
     }
 
     /// Extends scroll `id`'s keep-alive (by a continuation: [`renewal`]), or remembers a new id
     /// the upstream answered for it.
     pub fn extend(&self, old: &str, new: String, keep_alive: Duration, now: Instant) {
-        let entry = self.map.lock().by_id.remove(old).map(|(e, _)| e);
-        if let Some(e) = entry {
-            self.remember(new, e, keep_alive, now);
+        let known = self.map.lock().by_id.remove(old);
+        if let Some(k) = known {
+            self.insert(new, k.entry, now + keep_alive, k.shared, now);
         }
     }
 
-    /// Forgets the scrolls `ids` (cleared), every scroll for `_all`.
-    pub fn forget(&self, ids: &[String]) {
+    /// Forgets the scrolls `ids` (cleared), every scroll for `_all`. Answers whether another
+    /// gateway may know one of them (S2; always for `_all`), so that the clear is told to them.
+    pub fn forget(&self, ids: &[String]) -> bool {
         let mut m = self.map.lock();
         if ids.iter().any(|i| i == "_all") {
             m.by_id.clear();
-        } else {
-            for id in ids {
-                m.by_id.remove(id);
-            }
+            return true;
         }
+        let mut shared = false;
+        for id in ids {
+            shared |= m.by_id.remove(id).is_some_and(|k| k.shared);
+        }
+        shared
     }
 }
 
@@ -167,5 +211,33 @@ mod tests {
             "{}",
             s.map.lock().by_id.len()
         );
+    }
+
+    #[test]
+    fn test_forgetting_says_whether_other_gateways_may_know() {
+        let s = ScrollGroups::default();
+        let now = Instant::now();
+        let minute = Duration::from_secs(60);
+        s.remember("own".into(), entry("g1"), minute, now);
+        assert!(!s.forget(&["own".to_string()]), "nobody asked for it");
+        // Told to another gateway, then continued here under a new id: still shared.
+        s.remember("told".into(), entry("g1"), minute, now);
+        let later = now + Duration::from_secs(20);
+        assert_eq!(
+            s.tell("told", later),
+            Some((entry("g1"), Duration::from_secs(40)))
+        );
+        s.extend("told", "told2".into(), minute, later);
+        assert!(s.forget(&["told2".to_string()]));
+        // Learned from another gateway: shared, and it lives as long as it was told.
+        s.learn("learned".into(), entry("g2"), Duration::from_secs(5), now);
+        assert_eq!(group_of(&s, "learned", now).as_deref(), Some("g2"));
+        assert_eq!(group_of(&s, "learned", now + Duration::from_secs(6)), None);
+        assert!(s.forget(&["learned".to_string(), "unknown".to_string()]));
+        assert!(!s.forget(&["unknown".to_string()]));
+        assert!(s.forget(&["_all".to_string()]), "anyone may know some");
+        // An expired entry is not told.
+        s.remember("old".into(), entry("g1"), Duration::from_secs(1), now);
+        assert_eq!(s.tell("old", now + Duration::from_secs(2)), None);
     }
 }

@@ -1,7 +1,9 @@
 //! What this node answers when another node (or this one, in a fan-out) calls one of its
-//! local APIs: its part of `_wlm/stats`, `_list/wlm_stats`, `_tasks` and `_nodes/stats`. Parameters and
-//! answers are JSON documents; an error answer is OpenSearch's error body with its status.
+//! local APIs: its part of `_wlm/stats`, `_list/wlm_stats`, `_tasks` and `_nodes/stats`, and
+//! what it knows of scrolls opened through it. Parameters and answers are JSON documents; an
+//! error answer is OpenSearch's error body with its status.
 
+mod scrolls;
 mod tasks;
 mod wlm_stats;
 
@@ -13,6 +15,7 @@ use sluice_engine::EngineError;
 
 use crate::state::AppState;
 
+pub use scrolls::{KnownScroll, KnownScrolls, ScrollIds};
 pub use tasks::{CancelTasks, OneTask, TaskFilter, task_entry_of, task_missing};
 pub use wlm_stats::{ROW_COLUMNS, RowsParams, SLUICE_COLUMNS, StatsParams};
 
@@ -53,6 +56,8 @@ impl LocalHandler for NodeRpc {
                 LocalApi::NodeStats => {
                     decode(params).map(|p| crate::api::node_stats::local_entry(&st, &p))
                 }
+                LocalApi::ScrollsOf => decode(params).map(|q| scrolls::scrolls_of(&st, &q)),
+                LocalApi::ForgetScrolls => decode(params).map(|q| scrolls::forget(&st, &q)),
                 LocalApi::Unspecified => Err(EngineError::illegal_argument("no local api named")),
             };
             match answer {
