@@ -85,7 +85,9 @@ async fn small_search(c: &TestCluster, i: usize, header: &[(&str, &str)]) -> (u1
     .await
 }
 
-/// Cancels the searches running on node `i` and waits for `search` (one of them) to end.
+/// Cancels the searches running on node `i` and waits for `search` (one of them) to end, and
+/// for node `i` to hold none any more: a gateway keeps a cancelled search's slot (and lists
+/// its task) until the upstream has ended it, after its client was answered.
 pub(crate) async fn end_searches(
     c: &TestCluster,
     i: usize,
@@ -101,6 +103,12 @@ pub(crate) async fn end_searches(
         .await;
     assert_eq!(s, 200, "{b}");
     let _ = tokio::time::timeout(Duration::from_secs(60), search).await;
+    c.eventually(
+        Duration::from_secs(60),
+        "the cancelled searches have ended",
+        || async { (running(c, i).await == 0).then_some(()) },
+    )
+    .await;
 }
 
 /// How many searches of the group run on node `i` now.
