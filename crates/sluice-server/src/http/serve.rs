@@ -143,9 +143,13 @@ pub async fn serve(
             leaving.linger().await;
         }));
     }
-    drop(listener);
+    // The lane's connections are told before the listener closes, so that whoever sees new
+    // connections refused knows every lane connection's next answer is its last (L4): told
+    // after, an answer could go out between the two without `Connection: close`, and a
+    // request pipelined behind it be served (a test saw it once in eight runs).
     drop(lane_watch);
     let _ = lane_shutdown.send(());
+    drop(listener);
     let drained = async move {
         tokio::join!(lane_shutdown.closed(), graceful.shutdown());
     };
