@@ -69,7 +69,8 @@ const LIST_RETRY: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Until {
     /// Returns: the request itself waits for the upstream's answer (a by-query action,
-    /// [`Upstream::execute_to_the_end`]).
+    /// [`Upstream::execute_to_the_end`]), or follows the work on its own (background work
+    /// followed by `held.rs`).
     Cancelled,
     /// Follows them until they have ended (F1).
     Ended,

@@ -435,7 +435,7 @@ async fn follow_opaque(
         tokio::select! {
             () = task.cancelled(), if !cancel_sent => {
                 cancel_sent = true;
-                up.cancel_tasks(ours).await;
+                up.end_tasks(ours, super::cancelled::Until::Cancelled).await;
             }
             // The ticket words the reason (the cancel-after that passed).
             () = deadline => {

@@ -855,40 +855,6 @@ impl Upstream {
         gateway_opaque_id(task.opaque_id().map(|o| &**o), &self.node_id, task.seq)
     }
 
-    /// Cancels the upstream's tasks whose `X-Opaque-Id` is `opaque` ([`Self::tasks_of`]),
-    /// each by id (OpenSearch's `_tasks/_cancel` filters by action and node, not by header).
-    /// Two passes, the second after [`cancelled::SECOND_CANCEL_PASS`], for a request that was still on
-    /// its way.
-    pub async fn cancel_tasks(&self, opaque: &str) {
-        for pass in 0..2 {
-            if pass == 1 {
-                tokio::time::sleep(cancelled::SECOND_CANCEL_PASS).await;
-            }
-            let ids = match self.tasks_of(opaque).await {
-                Ok(ids) => ids,
-                Err(why) => {
-                    tracing::warn!(%opaque, "cannot list the upstream's tasks to cancel them: {why}");
-                    return;
-                }
-            };
-            let headers = self.identity.own_call();
-            for id in ids {
-                let path = format!("/_tasks/{id}/_cancel");
-                match self.client.call(Method::POST, &path, &headers).await {
-                    Ok((s, _)) if s.is_success() => {
-                        tracing::debug!(task = %id, %opaque, "cancelled the upstream task");
-                    }
-                    Ok((s, _)) => {
-                        tracing::debug!(task = %id, status = %s, "upstream task not cancelled (ended?)")
-                    }
-                    Err(e) => {
-                        tracing::warn!(task = %id, error = %e.reason, "cannot cancel the upstream task")
-                    }
-                }
-            }
-        }
-    }
-
     /// The upstream's running tasks (`node:id`) whose `X-Opaque-Id` is `opaque`, among those
     /// of the actions that run searches ([`WORK_ACTIONS`]), listed with the gateway's own
     /// credentials; or why they could not be listed.

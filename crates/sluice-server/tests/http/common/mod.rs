@@ -287,6 +287,27 @@ pub async fn wait_until(what: &str, mut done: impl FnMut() -> bool, state: impl 
     }
 }
 
+/// [`wait_until`] for a condition read by a request: polls `check` until it answers `Some`,
+/// yielding between polls, or panics after [`SETTLE_WITHIN`] with `what` and the last answer
+/// `state` gives.
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let start = std::time::Instant::now();
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(state) => assert!(
+                start.elapsed() < SETTLE_WITHIN,
+                "{what}: not within {SETTLE_WITHIN:?}; {state}"
+            ),
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
 /// Asserts an OpenSearch error body: status, `error.type` and root cause type.
 pub fn assert_error(resp: &(u16, Value), status: u16, ty: &str) {
     assert_eq!(resp.0, status, "status of {}", resp.1);

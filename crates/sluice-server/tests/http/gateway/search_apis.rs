@@ -8,7 +8,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 use axum::response::{IntoResponse, Response};
 use parking_lot::Mutex;
@@ -258,19 +257,15 @@ async fn stats_until(
     what: &str,
     done: impl Fn(&Value) -> bool,
 ) -> Value {
-    let start = Instant::now();
-    loop {
+    common::eventually(what, || async {
         let stats = group_stats(gw, group).await;
         if done(&stats) {
-            return stats;
+            Ok(stats)
+        } else {
+            Err(stats.to_string())
         }
-        assert!(
-            start.elapsed() < common::SETTLE_WITHIN,
-            "{what}: not within {:?}; {stats}",
-            common::SETTLE_WITHIN
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    })
+    .await
 }
 
 /// Waits until the fake runs `n` pieces of work.
