@@ -15,12 +15,19 @@
 //! - S2 A node that is in the gossip membership again, or no longer recorded live, is
 //!   forgotten at once, and its grace starts over if it goes missing again
 //!   (`test_a_node_that_joins_or_stops_is_forgotten_at_once`).
-//! - S3 This node is *cut off* — it must not enforce the shared tier on a ring of its own —
-//!   when its live members are fewer than half of all the nodes it knows live (members and
-//!   unjoined nodes), or exactly half and the lowest node id of them all is not a member:
-//!   of two groups of nodes that cannot see each other, exactly one goes on (both sides
-//!   compute the same answer from the same rows), and a lone node with a typo is the one
-//!   that stops (`test_the_smaller_side_is_cut_off_and_a_tie_goes_to_the_lowest_id`).
+//! - S3 This node is *cut off* (on the smaller side) when its live members are fewer than
+//!   half of all the nodes it knows live (members and unjoined nodes), or exactly half and
+//!   the lowest node id of them all is not a member: of two groups of nodes that cannot see
+//!   each other, exactly one is the larger (both sides compute the same answer from the same
+//!   rows), and a lone node with a typo is the smaller
+//!   (`test_the_smaller_side_is_cut_off_and_a_tie_goes_to_the_lowest_id`).
+//! - S5 While split, each side enforces only its share of a cluster-wide limit on its own
+//!   ring ([`SplitView::share_of`]): a side that is not cut off gets `limit` less the other
+//!   sides' rounded-down shares, a cut-off side `⌊limit × side / all⌋`. The shares of the
+//!   sides add up to at most `limit` (exactly `limit` for two sides), so a split never allows
+//!   a limit more than once, and no side gets less than its rounded-down proportion: the
+//!   anchors' answer (Doorman's safe capacity, `pool / live nodes`), taken per side
+//!   (`test_the_shares_of_a_split_add_up_to_at_most_the_limit`, a property test).
 //! - S4 Every node missing from gossip, reported yet or not, is one to reach
 //!   ([`SplitDetector::to_reach`]): gossiping with it once is enough for chitchat to join it,
 //!   so a typo heals itself rather than being only reported.
@@ -55,11 +62,42 @@ pub struct PresentNode {
 pub struct SplitView {
     /// Nodes live in the metastore, missing from the gossip membership past [`GRACE`] (S1).
     pub unjoined: Vec<PresentNode>,
-    /// This node is on the smaller side (S3): it must not admit by a shared tier of its own.
+    /// This node is on the smaller side (S3).
     pub cut_off: bool,
+    /// The live nodes on this node's side (its gossip members, itself included), as S3
+    /// counts them: with [`Self::unjoined`], every node known live.
+    pub side: usize,
 }
 
 impl SplitView {
+    /// S5: this side's share of a cluster-wide limit of `limit` (all of it when nothing is
+    /// unjoined).
+    pub fn share_of(&self, limit: u64) -> u64 {
+        let others = self.unjoined.len() as u64;
+        if others == 0 {
+            return limit;
+        }
+        let all = self.side as u64 + others;
+        // u128: `limit` is a `u32` setting widened, but the product is kept exact whatever
+        // the caller passes.
+        let part = |n: u64| (u128::from(limit) * u128::from(n) / u128::from(all)) as u64;
+        if self.cut_off {
+            part(self.side as u64)
+        } else {
+            limit - part(others)
+        }
+    }
+
+    /// The split in words, for a refusal: `this node's side has 1 of 3 live nodes`.
+    pub fn describe_side(&self) -> String {
+        format!(
+            "this node's side has {} of the {} nodes live on its metastore (unjoined: {})",
+            self.side,
+            self.side + self.unjoined.len(),
+            self.describe_unjoined()
+        )
+    }
+
     /// The unjoined nodes in words: `name (id) at transport, …`.
     pub fn describe_unjoined(&self) -> String {
         self.unjoined
@@ -125,21 +163,25 @@ impl SplitDetector {
             .filter(|(since, _)| now.saturating_duration_since(*since) >= GRACE)
             .map(|(_, p)| p.clone())
             .collect();
-        let cut_off = is_cut_off(me, live, &unjoined);
-        SplitView { unjoined, cut_off }
+        // A membership that does not list this node yet (the first view) counts it.
+        let mut ids: Vec<&str> = live.iter().map(|m| m.node_id.as_str()).collect();
+        if !ids.contains(&me) {
+            ids.push(me);
+        }
+        let cut_off = is_cut_off(me, &ids, &unjoined);
+        SplitView {
+            unjoined,
+            cut_off,
+            side: ids.len(),
+        }
     }
 }
 
-/// S3: whether the side of `live` (this node's members) is the smaller one against
-/// `unjoined`.
-fn is_cut_off(me: &str, live: &[Member], unjoined: &[PresentNode]) -> bool {
+/// S3: whether the side of `ids` (this node's members, itself included) is the smaller one
+/// against `unjoined`.
+fn is_cut_off(me: &str, ids: &[&str], unjoined: &[PresentNode]) -> bool {
     if unjoined.is_empty() {
         return false;
-    }
-    // A membership that does not list this node yet (the first view) counts it.
-    let mut ids: Vec<&str> = live.iter().map(|m| m.node_id.as_str()).collect();
-    if !ids.contains(&me) {
-        ids.push(me);
     }
     let ours = ids.len();
     let theirs = unjoined.len();
@@ -274,5 +316,66 @@ mod tests {
         // Nothing unjoined yet (within the grace): never cut off.
         let mut fresh = SplitDetector::default();
         assert!(!fresh.observe("2", &[member("2")], &pair, t0).cut_off);
+    }
+
+    /// Each side's view after the grace, `sides[i]` the side of node `i`.
+    fn views_of(sides: &[usize]) -> Vec<SplitView> {
+        let t0 = Instant::now();
+        let ids: Vec<String> = (0..sides.len()).map(|i| i.to_string()).collect();
+        let rows: Vec<PresentNode> = ids.iter().map(|id| present(id)).collect();
+        let mut seen: Vec<usize> = sides.to_vec();
+        seen.sort_unstable();
+        seen.dedup();
+        seen.iter()
+            .map(|side| {
+                let live: Vec<Member> = ids
+                    .iter()
+                    .zip(sides)
+                    .filter(|(_, s)| *s == side)
+                    .map(|(id, _)| member(id))
+                    .collect();
+                let me = live[0].node_id.clone();
+                let mut d = SplitDetector::default();
+                d.observe(&me, &live, &rows, t0);
+                d.observe(&me, &live, &rows, t0 + GRACE)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn test_a_side_shares_a_limit_in_proportion_and_a_whole_cluster_keeps_it() {
+        // One node of three: the smaller side gets a third, rounded down; the larger the rest.
+        let v = views_of(&[0, 1, 1]);
+        assert!(v[0].cut_off && !v[1].cut_off);
+        assert_eq!((v[0].side, v[1].side), (1, 2));
+        assert_eq!((v[0].share_of(3), v[1].share_of(3)), (1, 2));
+        assert_eq!((v[0].share_of(2), v[1].share_of(2)), (0, 2));
+        assert_eq!((v[0].share_of(10), v[1].share_of(10)), (3, 7));
+        // Nothing unjoined: the whole limit.
+        let whole = views_of(&[0, 0, 0]);
+        assert_eq!(whole.len(), 1);
+        assert_eq!(whole[0].share_of(3), 3);
+        assert_eq!(SplitView::default().share_of(7), 7);
+        assert_eq!(u64::MAX, v[1].share_of(u64::MAX) + v[0].share_of(u64::MAX));
+    }
+
+    proptest::proptest! {
+        /// S5 over any split of up to nine nodes into sides.
+        #[test]
+        fn test_the_shares_of_a_split_add_up_to_at_most_the_limit(
+            sides in proptest::collection::vec(0usize..4, 1..10),
+            limit in 0u64..100,
+        ) {
+            let views = views_of(&sides);
+            let all = sides.len() as u64;
+            let total: u64 = views.iter().map(|v| v.share_of(limit)).sum();
+            proptest::prop_assert!(total <= limit, "{total} > {limit}");
+            if views.len() == 2 {
+                proptest::prop_assert_eq!(total, limit);
+            }
+            for v in &views {
+                proptest::prop_assert!(v.share_of(limit) >= limit * v.side as u64 / all);
+            }
+        }
     }
 }

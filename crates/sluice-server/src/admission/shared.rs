@@ -69,15 +69,18 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
         node,
         monitored,
     } = ask;
-    // A node cut off from its cluster's other live nodes (S3 of `sluice-cluster`'s
-    // `split.rs`) would enforce the limit on a ring of its own, next to theirs: once more.
+    // While gossip is split from live nodes of the same metastore, each side enforces its
+    // share of the limit on a ring of its own (S5 of `sluice-cluster`'s `split.rs`): the
+    // whole limit on each would allow it once per side.
     let split = st.cluster.split();
-    if split.cut_off && !monitored {
-        return Err(cut_off(entry, &key, &split));
-    }
-    let coordinator = &st.cluster.shared().coordinator;
-    let bucket = key.to_wire();
-    let limit = u64::from(shared_limit);
+    let limit = split.share_of(u64::from(shared_limit));
+    let of_limit = match split.unjoined.is_empty() {
+        true => format!("its cluster-wide limit of {limit} (shared_limit)"),
+        false => format!(
+            "this side's share, {limit}, of its cluster-wide limit of {shared_limit} (shared_limit; the cluster is split: {})",
+            split.describe_side()
+        ),
+    };
     let stats = &entry.stats;
     let granted = |lease| {
         Wait::Granted(Granted {
@@ -87,6 +90,21 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
             dry_place: None,
         })
     };
+    if limit == 0 {
+        if !monitored {
+            return Err(no_share(entry, &key, shared_limit, &split));
+        }
+        // Only monitored: what a share of nothing would refuse is counted, and it runs.
+        let refusal = Refusal {
+            node: &node,
+            queue: queue_refused.as_ref(),
+            monitored,
+        };
+        let why = format!("and {of_limit} allows none here");
+        return denied(st, entry, &key, &refusal, &why).map(|()| granted(None));
+    }
+    let coordinator = &st.cluster.shared().coordinator;
+    let bucket = key.to_wire();
     let acquired = coordinator
         .acquire(&bucket, limit, waiter.is_some(), acquire_timeout(st))
         .await;
@@ -165,10 +183,8 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
                 None => Ok(granted(Some(lease))),
             }
         }
-        (Acquired::Denied { in_use, limit, .. }, None) => {
-            let why = format!(
-                "and {in_use} of its cluster-wide limit of {limit} (shared_limit) are in use"
-            );
+        (Acquired::Denied { in_use, .. }, None) => {
+            let why = format!("and {in_use} of {of_limit} are in use");
             let refusal = Refusal {
                 node: &node,
                 queue: queue_refused.as_ref(),
@@ -178,7 +194,7 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
         }
         (Acquired::Unavailable { reason }, None) => {
             let why = format!(
-                "and its cluster-wide limit of {limit} could not be checked (cluster-wide throttle unavailable: {reason}) while this node already runs {limit} of the bucket's requests without it"
+                "and {of_limit} could not be checked (cluster-wide throttle unavailable: {reason}) while this node already runs {limit} of the bucket's requests without it"
             );
             let refusal = Refusal {
                 node: &node,
@@ -190,23 +206,24 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
     }
 }
 
-/// The 503 of a request that needs the shared tier on a node cut off from its cluster: the
-/// cluster-wide limit cannot be enforced here without allowing it once more, and failing
-/// open would do just that (the bug this refusal replaces), so the node refuses, as
+/// The 503 of a request that needs the shared tier on the smaller side of a split whose
+/// share of the limit rounds down to nothing (S5): the side cannot allow any of it without
+/// allowing the limit more than once, and failing open would do just that, so it refuses, as
 /// OpenSearch's nodes refuse what needs a cluster manager they have not discovered.
-fn cut_off(
+fn no_share(
     entry: &GroupEntry,
     key: &BucketKey,
+    shared_limit: u32,
     split: &sluice_cluster::split::SplitView,
 ) -> ApiError {
     ApiError::Engine(EngineError::new(
         ErrorCode::ClusterManagerNotDiscovered,
         format!(
-            "workload group [{}] ({}): bucket [{}] needs its cluster-wide limit (shared_limit), which this node cannot enforce: it has not joined the live nodes [{}] that share its metastore, and they are the larger side of the cluster; check discovery.seed_hosts and that transport ports are reachable (this node keeps trying to join them)",
+            "workload group [{}] ({}): bucket [{}] needs its cluster-wide limit of {shared_limit} (shared_limit), of which this node's side of a split cluster has no share: {}; the other side is the larger and keeps the limit; check discovery.seed_hosts and that transport ports are reachable (this node keeps trying to join them)",
             entry.name(),
             entry.id,
             describe_bucket(key),
-            split.describe_unjoined(),
+            split.describe_side(),
         ),
     ))
 }
@@ -402,12 +419,11 @@ pub async fn sweep(st: &AppState) {
     for (_, token) in st.workload.permits.take_orphaned_grants() {
         drop(coordinator.take_handed(token));
     }
-    // Cut off (see `ask`): no lease from a ring of its own. Parked requests still run as the
-    // node tier's permits free (its hand-off is local), or once the split heals; a client
-    // bounds its wait as ever (`cancel_after_time_interval`, or leaving).
-    if st.cluster.split().cut_off {
-        return;
-    }
+    // Split (see `ask`): each side asks for leases of its share only; a side with no share
+    // leaves its parked requests to the node tier's permits as they free (its hand-off is
+    // local) or to the split's healing; a client bounds its wait as ever
+    // (`cancel_after_time_interval`, or leaving).
+    let split = st.cluster.split();
     let view = st.workload.view();
     let mut parked: Vec<(BucketKey, usize)> = Vec::new();
     for (key, _) in st.workload.permits.parked_all() {
@@ -427,12 +443,16 @@ pub async fn sweep(st: &AppState) {
         else {
             continue;
         };
+        let limit = split.share_of(u64::from(shared_limit));
+        if limit == 0 {
+            continue;
+        }
         let bucket = key.to_wire();
         // At most one lease for each request parked when the sweep began: requests parked
         // since asked with their own acquire.
         for _ in 0..n {
             let (lease, again) = match coordinator
-                .acquire(&bucket, u64::from(shared_limit), true, acquire_timeout(st))
+                .acquire(&bucket, limit, true, acquire_timeout(st))
                 .await
             {
                 Acquired::Lease(lease) => (lease, true),

@@ -4,9 +4,9 @@
 //! gossip membership. A live node missing from gossip is gossiped with at once (a typo in
 //! `discovery.seed_hosts` heals itself: the rows carry every node's transport address); one
 //! still missing after the grace is logged at ERROR, at most every [`SPLIT_LOG_EVERY`], and
-//! shown by `_cluster/health`; the smaller side refuses shared-tier admission
-//! (`admission/shared.rs`) rather than enforce every `shared_limit` once more on a ring of
-//! its own.
+//! shown by `_cluster/health`; each side then enforces only its share of every
+//! `shared_limit` (`admission/shared.rs`, S5 of `split.rs`) rather than the whole limit once
+//! more on a ring of its own.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -88,12 +88,10 @@ pub fn watch(cluster: &Arc<Cluster>, store: Arc<dyn MetaStore>, cluster_name: St
                 tracing::error!(
                     unjoined = %view.describe_unjoined(),
                     cut_off = view.cut_off,
-                    "nodes that use this node's metastore and cluster.name are live but not members of its cluster: gossip between them fails, most likely because discovery.seed_hosts names none of them (a typo), or a firewall drops transport traffic; this node keeps trying to gossip with them. {}; logged every {}s while it lasts",
-                    if view.cut_off {
-                        "This node is on the smaller side, so it refuses requests that need a cluster-wide limit (shared_limit) with 503 rather than allow each limit once more"
-                    } else {
-                        "This node's side is the larger one and goes on enforcing shared_limit; the other side refuses requests that need it"
-                    },
+                    "nodes that use this node's metastore and cluster.name are live but not members of its cluster: gossip between them fails, most likely because discovery.seed_hosts names none of them (a typo), or a firewall drops transport traffic; this node keeps trying to gossip with them. Meanwhile each side allows only its share of every cluster-wide limit (shared_limit × {} / {} on this side, rounded {}; a share of 0 refuses with 503) rather than each limit once per side; logged every {}s while it lasts",
+                    view.side,
+                    view.side + view.unjoined.len(),
+                    if view.cut_off { "down: it is the smaller side" } else { "up: it is the larger side" },
                     SPLIT_LOG_EVERY.as_secs()
                 );
             }
@@ -102,7 +100,8 @@ pub fn watch(cluster: &Arc<Cluster>, store: Arc<dyn MetaStore>, cluster_name: St
 }
 
 /// The `membership` object of `_cluster/health` (embedded and gateway): `joined`, or `split`
-/// with the unjoined nodes, or `cut_off` on the smaller side.
+/// (the larger side) or `cut_off` (the smaller) with the unjoined nodes and this side's
+/// count of the live nodes, by which every `shared_limit` is shared (S5 of `split.rs`).
 pub fn health_json(view: &SplitView) -> Value {
     if view.unjoined.is_empty() {
         return json!({"status": "joined"});
@@ -110,13 +109,16 @@ pub fn health_json(view: &SplitView) -> Value {
     json!({
         "status": if view.cut_off { "cut_off" } else { "split" },
         "unjoined_nodes": view.unjoined,
-        "shared_tier": if view.cut_off { "refused" } else { "enforced" },
+        "side_nodes": view.side,
+        "live_nodes": view.side + view.unjoined.len(),
+        "shared_tier": "divided",
         "reason": "nodes live on this node's metastore are not members of its cluster: check discovery.seed_hosts and that transport ports are reachable",
     })
 }
 
 /// Adds the split to a `_cluster/health` document: the `membership` object; `status` `red`
-/// on the smaller side (it refuses shared-tier admission) and at least `yellow` on the
+/// on the smaller side (not joined to the larger; it keeps a smaller share of each
+/// `shared_limit`, none when that rounds down to 0) and at least `yellow` on the
 /// larger; `discovered_cluster_manager` `false` on the smaller side, OpenSearch's word for a
 /// node that has not joined its cluster.
 pub fn add_to_health(view: &SplitView, health: &mut Value) {

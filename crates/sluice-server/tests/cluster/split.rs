@@ -150,29 +150,20 @@ async fn test_gateways_advertise_their_backend_and_one_in_front_of_another_upstr
     assert_eq!(names, ["gw-two"], "{}", h.0);
 }
 
-/// A split that cannot heal: two nodes that the metastore records live (their heartbeats
-/// written by the test, every half second) at an address where nothing answers gossip. Node 0
-/// is the smaller side: after the grace it is cut off, refuses requests that need the shared
-/// tier with 503 (before the fix it admitted them on a ring of its own), shows it in its
-/// health and logs it; once their rows stop, it is whole again. (On the old code the test
-/// does not build: the metastore had no heartbeat.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn test_a_node_that_cannot_join_the_larger_side_refuses_the_shared_tier() {
-    let c = TestCluster::start_heavy(1, "split_cut_off").await;
-    enable(&c).await;
-    let id = group(
-        &c,
-        json!({"name": "tenant", "resiliency_mode": "enforced",
-            "resource_limits": {"memory": 0.5},
-            "throttling": {"attribute": "group", "shared_limit": 1}}),
-    )
-    .await;
-    everywhere(&c, 1, &id).await;
-    let header = [("workloadGroupId", id.as_str())];
+/// Writes, every half second until stopped, the metastore rows of live nodes named `names`
+/// at an address where nothing answers gossip: a split that cannot heal, the named nodes on
+/// the other side.
+async fn phantoms(
+    c: &TestCluster,
+    names: &[&str],
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<()>,
+) {
     let store = sluice_meta::PostgresMetaStore::open(&c.metastore_uri)
         .await
         .expect("the metastore opens");
-    let phantoms: Vec<sluice_meta::NodePresence> = ["phantom-a", "phantom-b"]
+    let rows: Vec<sluice_meta::NodePresence> = names
         .iter()
         .map(|name| sluice_meta::NodePresence {
             node_id: format!("id-{name}"),
@@ -185,21 +176,77 @@ async fn test_a_node_that_cannot_join_the_larger_side_refuses_the_shared_tier() 
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let beating = tokio::spawn(async move {
         while !*stopped.borrow() {
-            for p in &phantoms {
+            for p in &rows {
                 let _ = sluice_meta::MetaStore::heartbeat(&store, p, Duration::from_secs(5)).await;
             }
             let _ = tokio::time::timeout(Duration::from_millis(500), stopped.changed()).await;
         }
     });
-    let health = c
-        .eventually(Duration::from_secs(60), "node 0 cut off", || async {
-            let (_, h) = c.get(0, "/_cluster/health").await;
-            (h["membership"]["status"] == "cut_off").then_some(h)
-        })
+    (stop, beating)
+}
+
+/// Node `i`'s health once its membership reads `status`.
+async fn health_once(c: &TestCluster, i: usize, status: &str) -> Value {
+    c.eventually(Duration::from_secs(60), status, || async {
+        let (_, h) = c.get(i, "/_cluster/health").await;
+        (h["membership"]["status"] == status).then_some(h)
+    })
+    .await
+}
+
+/// A cheap search of group `id` on node 0.
+async fn small(c: &TestCluster, id: &str) -> (u16, Value) {
+    c.req_with(
+        0,
+        "POST",
+        "/heavy/_search",
+        Some(json!({"size": 0})),
+        &[("workloadGroupId", id)],
+    )
+    .await
+}
+
+/// The searches node `i` runs now, holding their slots (neither queued nor being admitted).
+async fn running(c: &TestCluster, i: usize) -> usize {
+    let (_, t) = c
+        .get(i, "/_tasks?actions=*search*&nodes=_local&detailed")
         .await;
+    t["nodes"].as_object().map_or(0, |n| {
+        n.values()
+            .filter_map(|e| e["tasks"].as_object())
+            .flat_map(|t| t.values())
+            .filter(|x| x["status"]["state"].is_null())
+            .count()
+    })
+}
+
+/// A split that cannot heal: two nodes that the metastore records live (their heartbeats
+/// written by the test) at an address where nothing answers gossip. Node 0 is the smaller
+/// side, one of three live nodes: after the grace it is cut off and shows it in its health and
+/// logs, and of every `shared_limit` it keeps a third, rounded down (S5 of `split.rs`): a
+/// limit of 1 leaves it none (503), a limit of 3 one request. Once their rows stop, it is
+/// whole again. (On the old code the cut-off node refused every request of the limit of 3
+/// with 503; before that, it admitted all three on a ring of its own.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_the_smaller_side_of_a_split_keeps_its_share_of_a_shared_limit() {
+    let c = TestCluster::start_heavy(1, "split_cut_off").await;
+    enable(&c).await;
+    let shared_only = |name: &str, limit: u32| {
+        json!({"name": name, "resiliency_mode": "enforced",
+            "resource_limits": {"memory": 0.3},
+            "throttling": {"attribute": "group", "shared_limit": limit}})
+    };
+    let one = group(&c, shared_only("one", 1)).await;
+    let three = group(&c, shared_only("three", 3)).await;
+    everywhere(&c, 1, &one).await;
+    everywhere(&c, 1, &three).await;
+    let (stop, beating) = phantoms(&c, &["phantom-a", "phantom-b"]).await;
+    let health = health_once(&c, 0, "cut_off").await;
     assert_eq!(health["status"], "red", "{health}");
     assert_eq!(health["discovered_cluster_manager"], false, "{health}");
-    assert_eq!(health["membership"]["shared_tier"], "refused", "{health}");
+    assert_eq!(health["membership"]["shared_tier"], "divided", "{health}");
+    assert_eq!(health["membership"]["side_nodes"], 1, "{health}");
+    assert_eq!(health["membership"]["live_nodes"], 3, "{health}");
     let unjoined: Vec<&str> = health["membership"]["unjoined_nodes"]
         .as_array()
         .expect("unjoined_nodes")
@@ -207,15 +254,8 @@ async fn test_a_node_that_cannot_join_the_larger_side_refuses_the_shared_tier() 
         .filter_map(|n| n["name"].as_str())
         .collect();
     assert_eq!(unjoined, ["phantom-a", "phantom-b"], "{health}");
-    let (s, b) = c
-        .req_with(
-            0,
-            "POST",
-            "/heavy/_search",
-            Some(json!({"size": 0})),
-            &header,
-        )
-        .await;
+    // A third of 1 is none.
+    let (s, b) = small(&c, &one).await;
     assert_eq!(s, 503, "{b}");
     assert_eq!(
         b["error"]["type"], "cluster_manager_not_discovered_exception",
@@ -226,6 +266,28 @@ async fn test_a_node_that_cannot_join_the_larger_side_refuses_the_shared_tier() 
         reason.contains("phantom-a") && reason.contains("discovery.seed_hosts"),
         "{reason}"
     );
+    // A third of 3 is one: one search holds it, the next is refused naming the share.
+    let held = c.start_search(
+        0,
+        "/heavy/_search",
+        heavy_query(),
+        &[("workloadGroupId", three.as_str())],
+    );
+    c.eventually(Duration::from_secs(30), "the heavy search runs", || async {
+        (running(&c, 0).await == 1).then_some(())
+    })
+    .await;
+    let (s, b) = small(&c, &three).await;
+    assert_eq!(s, 429, "{b}");
+    let reason = b["error"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("share, 1, of its cluster-wide limit of 3")
+            && reason.contains("1 of the 3 nodes"),
+        "{reason}"
+    );
+    end_searches(&c, 0, held).await;
+    let (s, b) = small(&c, &three).await;
+    assert_eq!(s, 200, "{b}");
     // What needs no cluster-wide limit still runs.
     let (s, b) = c
         .req(0, "POST", "/heavy/_search", Some(json!({"size": 0})))
@@ -239,19 +301,64 @@ async fn test_a_node_that_cannot_join_the_larger_side_refuses_the_shared_tier() 
     // Their heartbeats stop: their rows age out and node 0 is whole again.
     let _ = stop.send(true);
     let _ = beating.await;
-    c.eventually(Duration::from_secs(60), "node 0 joined again", || async {
-        let (_, h) = c.get(0, "/_cluster/health").await;
-        (h["membership"]["status"] == "joined").then_some(())
-    })
-    .await;
-    let (s, b) = c
-        .req_with(
-            0,
-            "POST",
-            "/heavy/_search",
-            Some(json!({"size": 0})),
-            &header,
-        )
-        .await;
+    health_once(&c, 0, "joined").await;
+    let (s, b) = small(&c, &one).await;
     assert_eq!(s, 200, "{b}");
+}
+
+/// The larger side of the same split: two nodes of three live ones keep two thirds of a
+/// `shared_limit` of 3, rounded up (S5): two searches of the group run across them, a third
+/// is refused. (On the old code the larger side kept the whole limit: the third ran, and with
+/// the smaller side's own ring the limit was allowed more than once.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_the_larger_side_of_a_split_keeps_only_its_share_of_a_shared_limit() {
+    let c = TestCluster::start_heavy(2, "split_larger").await;
+    enable(&c).await;
+    let id = group(
+        &c,
+        json!({"name": "tenant", "resiliency_mode": "enforced",
+            "resource_limits": {"memory": 0.5},
+            "throttling": {"attribute": "group", "shared_limit": 3}}),
+    )
+    .await;
+    everywhere(&c, 2, &id).await;
+    let (stop, beating) = phantoms(&c, &["phantom-c"]).await;
+    for i in 0..2 {
+        let h = health_once(&c, i, "split").await;
+        assert_eq!(h["membership"]["side_nodes"], 2, "{h}");
+        assert_eq!(h["membership"]["live_nodes"], 3, "{h}");
+        assert_eq!(h["status"], "yellow", "{h}");
+    }
+    let header = [("workloadGroupId", id.as_str())];
+    let held: Vec<_> = (0..2)
+        .map(|i| c.start_search(i, "/heavy/_search", heavy_query(), &header))
+        .collect();
+    c.eventually(
+        Duration::from_secs(30),
+        "both heavy searches run",
+        || async { (running(&c, 0).await + running(&c, 1).await == 2).then_some(()) },
+    )
+    .await;
+    for i in 0..2 {
+        let (s, b) = c
+            .req_with(
+                i,
+                "POST",
+                "/heavy/_search",
+                Some(json!({"size": 0})),
+                &header,
+            )
+            .await;
+        assert_eq!(s, 429, "{b}");
+        let reason = b["error"]["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains("share, 2, of its cluster-wide limit of 3"),
+            "{reason}"
+        );
+    }
+    for (i, search) in held.into_iter().enumerate() {
+        end_searches(&c, i, search).await;
+    }
+    let _ = stop.send(true);
+    let _ = beating.await;
 }
