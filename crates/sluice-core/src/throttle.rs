@@ -20,7 +20,7 @@
 //!   checked (and counted) a second time, and in `monitor_only` could take a slot freed
 //!   meanwhile.
 //! - Only a request of a `soft` or `enforced` group in mode `enabled` parks, and only when the
-//!   caller says it may (scroll continuations and nested searches never do); a monitored
+//!   caller says it may (a nested search, on its parent's execution thread, never does); a monitored
 //!   breach of a group with a queue counts as `total_would_queue` too (seed 002).
 
 use std::sync::Arc;
@@ -116,7 +116,7 @@ pub struct Request<'a> {
     pub principal: Option<&'a Principal>,
     /// The buckets the request's ancestors hold.
     pub held: &'a [BucketKey],
-    /// Whether the request may park (not a scroll continuation, not a nested search).
+    /// Whether the request may park (not a nested search, which runs on its parent's thread).
     pub may_park: bool,
     /// The caller's value shown for a parked request (its task's sequence number).
     pub tag: u64,
@@ -432,12 +432,12 @@ mod tests {
         };
         assert_eq!(refused.reason, RefusalReason::BucketQueueFull);
         assert_eq!((refused.in_flight, refused.queued), (1, 1));
-        // A request that may not park (a scroll continuation) is refused, never parked.
-        let scroll = Request {
+        // A request that may not park (a nested search) is refused, never parked.
+        let nested = Request {
             may_park: false,
             ..req(None, &[])
         };
-        let fourth = decide(&t, WlmMode::Enabled, &id(), Some(&g), Some(&q), scroll);
+        let fourth = decide(&t, WlmMode::Enabled, &id(), Some(&g), Some(&q), nested);
         assert!(matches!(fourth, Throttle::Rejected { .. }), "{fourth:?}");
         drop(second);
         drop(first);

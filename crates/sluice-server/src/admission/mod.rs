@@ -252,9 +252,10 @@ pub async fn admit_registered(
         cancel_after,
         st.cluster_settings.cancel_after_time_interval(),
     );
-    // Scroll continuations never park (seed 002), nor does anything of a group without a queue.
-    let may_park = top_level;
-    let queued = may_park && entry.queues(st.cluster_settings.wlm_mode());
+    // A scroll continuation parks like the search that opened it (seed 002 queues every
+    // search its throttle denies; refusing a continuation ended a client's scan of a queued
+    // group after its first page); nothing of a group without a queue parks.
+    let queued = entry.queues(st.cluster_settings.wlm_mode());
     // A request of a queued group is checked against its group's share once it holds its slot,
     // and waits for the share rather than being turned away ([`queue::wait`]); any other is
     // checked at the door.
@@ -266,7 +267,7 @@ pub async fn admit_registered(
     let request = Request {
         principal: meta.principal.as_deref(),
         held: &held,
-        may_park,
+        may_park: true,
         tag: task.seq,
     };
     let decided = throttle::throttle(st, &entry, request)?;

@@ -2,7 +2,7 @@
 //! refused by its bucket's `node_limit` parks in the bucket's queue (`queue.size_per_bucket`)
 //! and runs when a slot frees; a full queue answers 429 with a computed `Retry-After`; a parked
 //! request is listed by `_tasks` as queued and leaves the queue when cancelled; disabling
-//! throttling releases the backlog; monitor groups and scroll continuations never park.
+//! throttling releases the backlog; monitor groups never park, scroll continuations do.
 //!
 //! Requests are held in flight by the heavy query and released by cancelling them. No sleeps.
 
@@ -595,8 +595,11 @@ async fn test_deleting_a_group_over_its_share_runs_its_parked_msearch_items() {
     cancel_all(&node, vec![heavy]).await;
 }
 
+/// A continuation of a scroll opened in a queued group parks like any search of the group,
+/// and gets its page once the slot frees: a client's scan survives the throttle (before, it
+/// was refused 429 and opensearch-py's `helpers.scan` ended after its first page).
 #[tokio::test]
-async fn test_scroll_continuations_never_park() {
+async fn test_a_scroll_continuation_parks_in_its_group_and_gets_its_page() {
     let node = node_in_mode("enabled", &[]).await;
     let id = create_group(&node, queued_group("sc", 1, 5, "enforced")).await;
     let tag = [("workloadGroupId", id.as_str())];
@@ -609,21 +612,48 @@ async fn test_scroll_continuations_never_park() {
         )
         .await;
     assert_eq!(opened.status, 200, "{}", opened.body);
+    let first = opened.body["hits"]["hits"][0]["_id"].clone();
     let scroll_id = opened.body["_scroll_id"].as_str().expect("id").to_string();
     let heavy = start_heavy(&node, &tag);
     wait_tasks(&node, &id, 1, 0).await;
-    let r = node
-        .req_with(
-            "POST",
-            "/_search/scroll",
-            Some(json!({"scroll": "1m", "scroll_id": scroll_id})),
-            &[],
-        )
-        .await;
-    assert_eq!(r.status, 429, "{}", r.body);
-    assert_eq!(stats_of(&node, &id).await["total_queued"], 0);
+    // No header: the continuation belongs to the scroll's group, and waits there.
+    let page = {
+        let rb = node
+            .client
+            .post(node.url("/_search/scroll"))
+            .header("content-type", "application/json")
+            .body(json!({"scroll": "1m", "scroll_id": scroll_id}).to_string());
+        tokio::spawn(async move {
+            let r = rb.send().await.expect("the continuation is answered");
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        })
+    };
+    crate::common::eventually("the continuation is parked", || async {
+        let s = stats_of(&node, &id).await;
+        match (s["total_queued"].as_u64(), s["queued_current"].as_u64()) {
+            (Some(1), Some(1)) => Ok(()),
+            _ => Err(s.to_string()),
+        }
+    })
+    .await;
+    assert!(
+        !page.is_finished(),
+        "answered while its group's slot was taken"
+    );
     cancel_all(&node, vec![heavy]).await;
+    let (status, body) = page.await.expect("the continuation's task");
+    assert_eq!(status, 200, "{body}");
+    // The next page of the scroll (`small` holds one document: the first page had it).
+    assert_eq!(
+        body["hits"]["total"], opened.body["hits"]["total"],
+        "{body}"
+    );
+    assert_eq!(body["hits"]["hits"], json!([]), "{body}");
+    assert!(first.is_string(), "{}", opened.body);
     wait_drained(&node, &id).await;
+    let s = stats_of(&node, &id).await;
+    assert_eq!(s["total_throttled"], 0, "{s}");
 }
 
 #[tokio::test]

@@ -382,7 +382,7 @@ async fn test_msearch_items_are_throttled_one_by_one_inside_a_200() {
 }
 
 #[tokio::test]
-async fn test_scroll_continuations_draw_on_the_bucket_and_are_rejected_not_parked() {
+async fn test_scroll_continuations_draw_on_the_bucket_and_without_a_queue_are_rejected() {
     let node = node_in_mode("enabled", &[]).await;
     let id = create_group(&node, throttled_group("sc", "group", 1, "enforced")).await;
     let tag = [("workloadGroupId", id.as_str())];
