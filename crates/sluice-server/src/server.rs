@@ -340,6 +340,12 @@ impl Node {
         let read_timeout = self.state.config.read_timeout;
         let grace = self.state.config.shutdown_grace;
         crate::http::serve::serve(self.listener, app, lane, read_timeout, grace, shutdown).await?;
+        // A gateway's followers of upstream work give their slots back now (their work
+        // dropped, not finished: no wait past the drain's bound), while the cluster is still
+        // there to take back a shared lease (`upstream/followers.rs` W1).
+        if let Some(up) = &self.state.upstream {
+            up.stop_following().await;
+        }
         // Every background task ended, not only told to: none holds the node's state once
         // this returns.
         stop_loops.cancel();

@@ -89,6 +89,12 @@ pub enum ErrorCode {
     /// 502 `upstream_exception`: a gateway could not get an answer from its upstream cluster
     /// (refused, unreachable, reset, or not HTTP). sluice's own: OpenSearch has no gateway.
     UpstreamFailed,
+    /// 502 `upstream_exception`, as [`ErrorCode::UpstreamFailed`]: no host of the upstream
+    /// could be connected to (refused, not reached within `backend.upstream.connect_timeout`),
+    /// so nothing of the request was sent. A code of its own, rendered the same, so that a
+    /// gateway tells a request that never reached the upstream (nothing of it can run there)
+    /// from one that failed on its way or after (which may).
+    UpstreamUnreachable,
     /// 504 `upstream_timeout_exception`: the upstream cluster did not answer within
     /// `backend.upstream.request_timeout`. sluice's own, like [`ErrorCode::UpstreamFailed`].
     UpstreamTimeout,
@@ -141,7 +147,7 @@ impl ErrorCode {
             ErrorCode::IllegalState => "illegal_state_exception",
             ErrorCode::AggregationExecution => "aggregation_execution_exception",
             ErrorCode::Timeout => "timeout_exception",
-            ErrorCode::UpstreamFailed => "upstream_exception",
+            ErrorCode::UpstreamFailed | ErrorCode::UpstreamUnreachable => "upstream_exception",
             ErrorCode::UpstreamTimeout => "upstream_timeout_exception",
             ErrorCode::TooLongHttpHeader => "too_long_http_header_exception",
             ErrorCode::NodeClosed => "node_closed_exception",
@@ -170,7 +176,7 @@ impl ErrorCode {
             | ErrorCode::Timeout => 500,
             ErrorCode::Unauthenticated => 401,
             ErrorCode::Forbidden | ErrorCode::ClusterBlock => 403,
-            ErrorCode::UpstreamFailed => 502,
+            ErrorCode::UpstreamFailed | ErrorCode::UpstreamUnreachable => 502,
             ErrorCode::UpstreamTimeout => 504,
             _ => 400,
         }
@@ -467,6 +473,8 @@ mod tests {
                 "cluster_manager_not_discovered_exception",
             ),
             (ErrorCode::NodeClosed, 503, "node_closed_exception"),
+            (ErrorCode::UpstreamFailed, 502, "upstream_exception"),
+            (ErrorCode::UpstreamUnreachable, 502, "upstream_exception"),
         ] {
             assert_eq!((code.status(), code.type_name()), (status, ty), "{code:?}");
         }

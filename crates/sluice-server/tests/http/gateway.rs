@@ -466,8 +466,9 @@ async fn test_garbage_reset_half_close_and_hang_fail_that_request_only_with_502_
         (Raw::Hang, 504, "upstream_timeout_exception"),
     ] {
         let (base, task) = raw_upstream(how).await;
-        // A search that timed out is cancelled upstream, and its slot held while the
-        // upstream may run it: a hung upstream cannot say, so until the bound.
+        // A search that timed out, or whose exchange broke off, is cancelled upstream, and
+        // its slot held while the upstream may run it: an upstream that hangs or answers
+        // garbage cannot say, so until the bound.
         let gw = gateway(&base, &["backend.upstream.cancel_wait_timeout=1s"]).await;
         let host = base.trim_start_matches("http://");
         for path in ["/logs/_search", "/logs/_doc/1"] {
@@ -5914,7 +5915,9 @@ fn lane_body_seen(gw: &TestNode) -> bool {
 /// `X-Opaque-Id`, still listed after its `_cancel` (as OpenSearch's cooperative cancellation
 /// leaves a search running), waited for by `GET _tasks/up:1?wait_for_completion=true` (a 408
 /// when the wait runs out, as OpenSearch answers). Its HTTP answer never comes: the gateway
-/// drops the request when it cancels it. Every other search is answered at once.
+/// drops the request when it cancels it. Every other search is answered at once. A search on an
+/// index named `broken` runs the same way, but its connection ends at once without an answer
+/// (an upstream, or a proxy before it, that cut the exchange after reading the request).
 struct Lingering {
     fake: Fake,
     ended: tokio::sync::watch::Sender<bool>,
@@ -5970,9 +5973,13 @@ async fn lingering_upstream() -> Lingering {
                     (axum::http::StatusCode::REQUEST_TIMEOUT, axum::Json(error)).into_response()
                 };
             }
-            if r.uri.contains("slow") {
+            if r.uri.contains("slow") || r.uri.contains("broken") {
                 let opaque = r.headers["x-opaque-id"].to_str().unwrap().to_string();
                 *running.lock() = Some(opaque);
+                if r.uri.contains("broken") {
+                    // The connection ends without an answer, the search read and running.
+                    panic!("the fake upstream drops the connection of a search it runs");
+                }
                 std::future::pending::<()>().await;
             }
             if r.uri.contains("_msearch") {
@@ -6280,4 +6287,218 @@ async fn test_a_cancelled_search_the_upstream_never_ends_frees_its_slot_after_th
     assert_eq!(stats["failures"], 1, "{stats}");
     assert_eq!(stats["executing"], 0, "{stats}");
     gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_request_the_gateway_refuses_itself_gives_its_slot_back_at_once() {
+    // A search whose head the gateway's own lines (its `Host`, the `X-Opaque-Id`) take over
+    // the upstream's 16 KB is the gateway's 400: nothing of it was sent, so nothing can run
+    // upstream, and its slot is given back at once (`cancelled.rs` F3). The old code followed
+    // it as a cancelled search: two `_tasks` listings 300 ms apart, the slot held meanwhile.
+    let up = fake(answer_with(|r| {
+        if r.uri.starts_with("/_tasks?") {
+            return axum::Json(json!({"nodes": {}})).into_response();
+        }
+        axum::Json(json!({"hits": {"hits": []}})).into_response()
+    }))
+    .await;
+    for lane in ["true", "false"] {
+        let setting = format!("backend.upstream.fast_lane={lane}");
+        let gw = gateway(&up.base, &[&setting]).await;
+        // The client's lines are 16,374 bytes as the upstream counts them (`host: x`,
+        // `x-pad: …`, the type and the length): within the limit the gateway reads, and
+        // over it with the gateway's `Host` and `X-Opaque-Id` lines.
+        let fixed = "host: x".len()
+            + "x-pad: ".len()
+            + "content-type: application/json".len()
+            + "content-length: 2".len();
+        let sent = format!(
+            "POST /logs/_search HTTP/1.1\r\nhost: x\r\nx-pad: {}\r\n\
+             content-type: application/json\r\ncontent-length: 2\r\n\r\n{{}}",
+            "p".repeat(16_374 - fixed)
+        );
+        let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+        stream.write_all(sent.as_bytes()).await.unwrap();
+        let mut buf = Vec::new();
+        let (status, _, answer) = read_response(&mut stream, &mut buf).await;
+        let answer: Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(status, 400, "lane {lane}: {answer}");
+        assert_eq!(
+            answer["error"]["type"], "too_long_http_header_exception",
+            "lane {lane}: {answer}"
+        );
+        wait_nothing_held(&gw).await;
+        // Given back without asking the upstream about it (the old code's follower listed
+        // twice before it gave the slot back).
+        assert!(
+            up.received_on("/_tasks").is_empty(),
+            "lane {lane}: the upstream was asked about a request never sent"
+        );
+        assert!(up.received_on("/logs/_search").is_empty(), "lane {lane}");
+        let stats = default_stats(&gw).await;
+        assert_eq!(stats["total_completions"], 1, "lane {lane}: {stats}");
+        assert_eq!(stats["failures"], 1, "lane {lane}: {stats}");
+        assert_eq!(stats["executing"], 0, "lane {lane}: {stats}");
+        gw.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_search_whose_exchange_broke_off_keeps_its_slot_until_the_upstream_lists_none() {
+    // The upstream reads the search, starts it, and its connection ends without an answer: a
+    // 502, but the search was sent and runs upstream. Its slot is held, and its task listed
+    // cancelled, until the upstream lists it no more, as a cancelled search's (`cancelled.rs`
+    // F3, F4). The old code gave the slot back with the 502 (every 502 was taken for a request
+    // that never reached the upstream), and the second search ran beside the first.
+    for lane in ["true", "false"] {
+        let up = lingering_upstream().await;
+        let setting = format!("backend.upstream.fast_lane={lane}");
+        let gw = gateway(&up.fake.base, &["node.memory_budget=1tb", &setting]).await;
+        let group = enabled_group(
+            &gw,
+            json!({"name": "one", "resiliency_mode": "enforced",
+                   "resource_limits": {"memory": 0.5},
+                   "throttling": {"attribute": "group", "node_limit": 1}}),
+        )
+        .await;
+        let first = spawn_search(&gw, &group, "/broken/_search").await.unwrap();
+        assert_eq!(first.status, 502, "lane {lane}: {}", first.body);
+        common::wait_until(
+            "the gateway cancelling the upstream's task",
+            || up.cancelled(),
+            String::new,
+        )
+        .await;
+        let (_, task) = gateway_task(&gw, "indices:data/read/search").await;
+        assert_eq!(task["cancelled"], true, "lane {lane}: {task}");
+        let second = spawn_search(&gw, &group, "/fast/_search").await.unwrap();
+        assert_eq!(second.status, 429, "lane {lane}: {}", second.body);
+        up.end();
+        wait_nothing_held(&gw).await;
+        let third = spawn_search(&gw, &group, "/fast/_search").await.unwrap();
+        assert_eq!(third.status, 200, "lane {lane}: {}", third.body);
+        let stats = group_stats(&gw, &group).await;
+        assert_eq!(stats["total_completions"], 2, "lane {lane}: {stats}");
+        assert_eq!(stats["failures"], 1, "lane {lane}: {stats}");
+        assert_eq!(stats["total_throttled"], 1, "lane {lane}: {stats}");
+        assert_eq!(stats["executing"], 0, "lane {lane}: {stats}");
+        gw.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_search_the_upstream_did_not_answer_in_time_is_listed_cancelled_while_held() {
+    // A 504 (no answer within `request_timeout`) cancels the upstream's search and holds the
+    // slot until it has ended; meanwhile the gateway lists the task `cancelled: true`, as it
+    // lists one cancelled by `_tasks/_cancel` or its client leaving (`cancelled.rs` F4): on
+    // the lane, on the general path, and an `_msearch` batch's item (not the msearch parent,
+    // which its batches share). The old code listed it `cancelled: false`.
+    for (lane, path) in [
+        ("true", "/slow/_search"),
+        ("false", "/slow/_search"),
+        ("true", "/slow/_msearch"),
+    ] {
+        let up = lingering_upstream().await;
+        let setting = format!("backend.upstream.fast_lane={lane}");
+        let gw = gateway(&up.fake.base, &["node.memory_budget=1tb", &setting]).await;
+        let group = enabled_group(
+            &gw,
+            json!({"name": "one", "resiliency_mode": "enforced",
+                   "resource_limits": {"memory": 0.5},
+                   "throttling": {"attribute": "group", "node_limit": 1}}),
+        )
+        .await;
+        let (content_type, body) = if path.ends_with("_msearch") {
+            let items = common::ndjson(&[json!({}), json!({"query": {"match_all": {}}})]);
+            ("application/x-ndjson", items)
+        } else {
+            ("application/json", "{}".to_string())
+        };
+        let rb = gw
+            .client
+            .post(gw.url(path))
+            .header("workloadGroupId", &group)
+            .header("content-type", content_type)
+            .body(body);
+        let first = Reply::of(rb.send().await.unwrap()).await;
+        let text = first.body.to_string();
+        assert!(
+            text.contains("upstream_timeout_exception"),
+            "{path}, lane {lane}: {} {text}",
+            first.status
+        );
+        common::wait_until(
+            "the gateway cancelling the upstream's task",
+            || up.cancelled(),
+            String::new,
+        )
+        .await;
+        let (_, task) = gateway_task(&gw, "indices:data/read/search").await;
+        assert_eq!(task["cancelled"], true, "{path}, lane {lane}: {task}");
+        let second = spawn_search(&gw, &group, "/fast/_search").await.unwrap();
+        assert_eq!(second.status, 429, "{path}, lane {lane}: {}", second.body);
+        up.end();
+        wait_nothing_held(&gw).await;
+        let stats = group_stats(&gw, &group).await;
+        assert_eq!(
+            stats["total_completions"], 1,
+            "{path}, lane {lane}: {stats}"
+        );
+        assert_eq!(stats["failures"], 1, "{path}, lane {lane}: {stats}");
+        assert_eq!(stats["executing"], 0, "{path}, lane {lane}: {stats}");
+        gw.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_stopping_gateway_stops_following_a_cancelled_search() {
+    // A cancelled `_msearch` whose search the upstream still runs: its follower holds the
+    // slot and the task. Stopping the gateway stops the follower and gives them back
+    // (`followers.rs` W1). The old code's follower outlived the stopped node, still listing
+    // the upstream's tasks, its slot and task held — when it ran on the node's runtime, as
+    // without the fast lane (off, or for an `https://` upstream); one spawned on a lane
+    // thread ended with that thread's runtime.
+    let up = lingering_upstream().await;
+    let gw = gateway(
+        &up.fake.base,
+        &["node.memory_budget=1tb", "backend.upstream.fast_lane=false"],
+    )
+    .await;
+    let body = common::ndjson(&[json!({}), json!({"query": {"match_all": {}}})]);
+    let rb = gw
+        .client
+        .post(gw.url("/slow/_msearch"))
+        .header("content-type", "application/x-ndjson")
+        .body(body);
+    let first = tokio::spawn(async move { Reply::of(rb.send().await.unwrap()).await });
+    up.fake.wait_received("/slow/_msearch").await;
+    let (s, b) = gw
+        .req(
+            "POST",
+            "/_tasks/_cancel?actions=indices:data/read/msearch",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(first.await.unwrap().status, 200);
+    common::wait_until(
+        "the gateway cancelling the upstream's task",
+        || up.cancelled(),
+        String::new,
+    )
+    .await;
+    let stats = default_stats(&gw).await;
+    assert_eq!(stats["executing"], 1, "the item's slot, held: {stats}");
+    assert_eq!(
+        stats["total_completions"], 1,
+        "counted once, when it settled: {stats}"
+    );
+    assert_eq!(stats["failures"], 1, "{stats}");
+    let state = gw.state.clone();
+    assert_eq!(state.tasks.list().len(), 1, "the item's task, held");
+    gw.stop().await;
+    assert!(
+        state.tasks.list().is_empty(),
+        "a follower outlived the stopped gateway"
+    );
 }

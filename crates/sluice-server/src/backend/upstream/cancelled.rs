@@ -38,6 +38,23 @@
 //!   spawned by the guard's `Drop`, and the request's error (or its connection's end) is
 //!   given at once. The task's end counts once in its group's stats, when the request
 //!   settles its ticket, as before (the follower counts nothing).
+//! - F3 — a request that never reached the upstream gives its slot back at once, with no
+//!   listing: the gateway refused it itself before writing a byte of it (a head its own lines
+//!   take over the upstream's 16 KB, a target it cannot send: `too_long_http_header_exception`,
+//!   `illegal_argument_exception`), or no host could be connected to
+//!   (`ErrorCode::UpstreamUnreachable`) — [`never_sent`]. One that failed after some of it went
+//!   out (a write or an exchange broken off: a 502; no answer in `request_timeout`: a 504) may
+//!   run upstream, and is followed (F1). Before, the gateway's own refusals were followed
+//!   (about 300 ms of slot for two empty listings), and every 502 was not, one broken off
+//!   after the upstream read it too. Tested by
+//!   `gateway::test_a_request_the_gateway_refuses_itself_gives_its_slot_back_at_once` and
+//!   `gateway::test_a_search_whose_exchange_broke_off_keeps_its_slot_until_the_upstream_lists_none`.
+//! - F4 — while a fired guard holds a slot, the tasks of that slot are listed
+//!   `cancelled: true`, as a cancelled search still running is on an embedded node and as
+//!   those cancelled by `_tasks/_cancel`, their cancel-after or their client leaving are:
+//!   after a 504 or a 502 of a sent request too ([`show_cancelled`]; an `_msearch` batch's
+//!   items, not their parent, which the batches share). Tested by
+//!   `gateway::test_a_search_the_upstream_did_not_answer_in_time_is_listed_cancelled_while_held`.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -46,6 +63,8 @@ use std::time::Duration;
 use http::{Method, StatusCode};
 use serde_json::Value;
 use tokio::time::Instant;
+
+use sluice_engine::{EngineError, ErrorCode};
 
 use super::Upstream;
 use crate::tasks::{OPAQUE_ID_HEADER, Task};
@@ -142,13 +161,35 @@ impl<K: Send + 'static> Drop for CancelUpstream<K> {
         let upstream = self.upstream.clone();
         let opaque = upstream.opaque_id(&task);
         // Outside a runtime (a test dropping it) there is nothing to cancel with, and `keep`
-        // goes now.
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                upstream.end_tasks(&opaque, Until::Ended).await;
-                drop(keep);
-            });
-        }
+        // goes now; so it does when the node stops (`followers.rs` W1).
+        self.upstream.followers.spawn(async move {
+            upstream.end_tasks(&opaque, Until::Ended).await;
+            drop(keep);
+        });
+    }
+}
+
+/// Whether a forwarded request whose sending failed with `e` never reached the upstream, so
+/// that nothing of it can run there (F3): the gateway refused it before writing a byte of it
+/// (its head over the upstream's limit with the gateway's lines, a target that is not one),
+/// or no host could be connected to. Any other failure came after some of it went out.
+pub(super) fn never_sent(e: &EngineError) -> bool {
+    matches!(
+        e.code,
+        ErrorCode::UpstreamUnreachable | ErrorCode::TooLongHttpHeader | ErrorCode::IllegalArgument
+    )
+}
+
+/// Marks `tasks` cancelled, as a request whose upstream work is being cancelled (F4): they
+/// hold their slots until that work has ended, and are listed so meanwhile. No reason is
+/// set: the request's answer is its own error (a 504, a 502), and a ticket settled with a
+/// cancellation words it from its deadline.
+pub(super) fn show_cancelled(tasks: &[Arc<Task>]) {
+    for t in tasks {
+        t.cancelled
+            .store(true, std::sync::atomic::Ordering::Release);
+        // After the flag: a waiter re-reads it when woken.
+        t.cancel_notify.notify_waiters();
     }
 }
 

@@ -457,8 +457,10 @@ impl UpstreamClient {
     /// back-off; a replayable request then goes to the next host.
     ///
     /// Errors: 502 `upstream_exception` naming the host and the cause (refused, unreachable
-    /// within `connect_timeout`, reset, not HTTP), 504 `upstream_timeout_exception` when the
-    /// response headers did not arrive within `request_timeout`.
+    /// within `connect_timeout` — `ErrorCode::UpstreamUnreachable`: nothing was sent —, reset,
+    /// not HTTP), 504 `upstream_timeout_exception` when the response headers did not arrive
+    /// within `request_timeout`; 400 `too_long_http_header_exception` for a head the
+    /// gateway's lines take over the upstream's limit, refused unsent.
     ///
     /// # Cancel safety
     /// Dropping the future drops the upstream request: its connection is closed (HTTP/1.1) or
@@ -771,8 +773,9 @@ pub(super) fn unreachable(
         tracing::debug!(host = %host.name, %cause, backoff_ms = backoff.as_millis() as u64,
             failures, attempt, "upstream host unreachable; others tried first until its back-off ends");
     }
+    // Nothing of the request was sent (`cancelled.rs` F3).
     EngineError::new(
-        ErrorCode::UpstreamFailed,
+        ErrorCode::UpstreamUnreachable,
         format!("cannot connect to upstream [{}]: {cause}", host.name),
     )
 }
@@ -842,10 +845,10 @@ pub(super) fn no_answer_within(host: &Host, request_timeout: Duration) -> Engine
     )
 }
 
-/// The 502 of a request no host was tried for.
+/// The 502 of a request no host was tried for (nothing of it was sent).
 pub(super) fn no_host() -> EngineError {
     EngineError::new(
-        ErrorCode::UpstreamFailed,
+        ErrorCode::UpstreamUnreachable,
         "no upstream host to send the request to",
     )
 }

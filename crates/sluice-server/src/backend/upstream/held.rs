@@ -19,10 +19,11 @@
 //!   task's result). The gateway follows the upstream's task (`GET
 //!   _tasks/{id}?wait_for_completion=true`, one short wait after another, and its status after
 //!   each) until it ends: the slot is held all along, the upstream task's status is shown as
-//!   the gateway task's, cancelling the gateway task cancels the upstream's by id, and the
-//!   upstream's final `response` or `error` is stored for `GET _tasks/{id}` on the gateway. A
-//!   long background action is not cut by `backend.upstream.request_timeout`: only each short
-//!   look at it is bounded by it.
+//!   the gateway task's, cancelling the gateway task (or its `cancel_after_time_interval`
+//!   passing, the request's or the group's, as for the waiting form) cancels the upstream's by
+//!   id, and the upstream's final `response` or `error` is stored for `GET _tasks/{id}` on the
+//!   gateway. A long background action is not cut by `backend.upstream.request_timeout`: only
+//!   each short look at it is bounded by it.
 //! - [`Form::Submission`] (an asynchronous search's submission, OpenSearch's or
 //!   Elasticsearch's; EQL and Elasticsearch's `_sql`, which may go on in the background too):
 //!   forwarded as it came, its answer (the upstream's, naming the upstream's search id, which
@@ -34,7 +35,8 @@
 //!   (the search then ends as cancelled, and the client's next poll says so).
 //!
 //! Before, all of them were forwarded unadmitted: a tenant could run any amount of such work on
-//! the upstream past its group's `node_limit`.
+//! the upstream past its group's `node_limit`. The background work of the last two forms runs
+//! as one of the gateway's followers ([`super::followers`]), stopped when the node stops.
 
 use std::any::Any;
 use std::pin::Pin;
@@ -146,7 +148,9 @@ pub(super) async fn run(
     };
     st.tasks.expect_result(&task);
     let bg = st.clone();
-    tokio::spawn(async move {
+    // A follower: stopped, and its slot given back, when the node stops (`followers.rs`).
+    let followers = up.clone();
+    followers.followers.spawn(async move {
         let st = bg;
         let outcome = async {
             let submitted = match stage {
@@ -292,6 +296,7 @@ async fn forward(
             task.clone(),
             exec.cancel_at,
             vec![Box::new(exec.hold)],
+            None,
             call,
         )
         .await;
@@ -362,7 +367,15 @@ impl Submitted {
             upstream_task,
         } = self;
         let r = &running;
-        let outcome = follow_task(up, &r.task, &upstream_task, &r.ours, &r.headers, status).await;
+        let outcome = follow_task(
+            up,
+            &r.task,
+            &upstream_task,
+            (&r.ours, &r.headers),
+            r.cancel_at,
+            status,
+        )
+        .await;
         match outcome {
             Ok(response) => Ok((response, running.end(up, Ok(()))?)),
             Err(e) => Err(running.fail(up, e)),
@@ -387,9 +400,9 @@ async fn submission(
         let _ = running.fail(up, ApiError::Engine(refused));
         return Ok(stream_back(resp));
     }
-    let up = up.clone();
-    tokio::spawn(async move {
-        let r = &running;
+    let follower = up.clone();
+    up.followers.spawn(async move {
+        let (up, r) = (follower, &running);
         let outcome = follow_opaque(&up, &r.task, &r.ours, r.cancel_at, what).await;
         // Settled and released here: the client has its answer already.
         let _ = running.end(&up, outcome);
@@ -451,14 +464,18 @@ async fn follow_opaque(
     Ok(())
 }
 
-/// Follows the upstream task `upstream_task` until it ends: its `response`, or its `error`
-/// (or why it could not be followed).
+/// Follows the upstream task `upstream_task` of the gateway task `task` (whose request
+/// carried the `X-Opaque-Id` `ours`, and the identity of `headers`) until it ends: its
+/// `response`, or its `error` (or why it could not be followed). Cancelling `task`, or its
+/// `cancel_after_time_interval` passing (the request's or the group's, queue time counted:
+/// a by-query action or a reindex is bound by it as a waiting one is, and as a by-query
+/// action on an embedded node is), cancels the upstream task.
 async fn follow_task(
     up: &Upstream,
     task: &Task,
     upstream_task: &str,
-    ours: &str,
-    headers: &HeaderMap,
+    (ours, headers): (&str, &HeaderMap),
+    cancel_at: Option<Instant>,
     status: &UpstreamStatus,
 ) -> ApiResult<Value> {
     let wait = follow_wait(up.request_timeout());
@@ -474,9 +491,23 @@ async fn follow_task(
         ))
     };
     let mut failures = 0u32;
-    let mut cancel_sent = false;
+    let (mut cancel_sent, mut deadline_passed) = (false, false);
     loop {
+        let deadline = async {
+            match cancel_at {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
         let answer = tokio::select! {
+            // The cancel-after passed: the gateway task is cancelled (the ticket words the
+            // reason), which cancels the upstream's below.
+            () = deadline, if !deadline_passed && !cancel_sent => {
+                deadline_passed = true;
+                task.cancelled.store(true, Ordering::Release);
+                task.cancel_notify.notify_waiters();
+                continue;
+            }
             // The gateway task cancelled: the upstream's is cancelled by id once it is seen
             // to be still ours, then followed to its end (it answers what it did before it
             // stopped).

@@ -17,7 +17,8 @@
 //! - [`headers`]: hop-by-hop headers, proxy-trust headers, identity forwarding;
 //!   [`forwarded`]: the `X-Forwarded-For` chain of a trusted proxy, as far as it is believed;
 //! - [`mod@cancelled`]: a forwarded request that ended without its answer: its upstream tasks
-//!   cancelled, and its slot held until they have ended;
+//!   cancelled, and its slot held until they have ended; [`followers`]: the tasks that hold
+//!   such slots, stopped when the node stops;
 //! - [`scrolls`]: scroll id → group; [`scroll_peers`]: the other gateways' scrolls;
 //!   [`sniff`] reads a response's scroll id as it streams;
 //! - [`routes`]: the gateway's router and its search-class handlers; [`msearch`]: the split of
@@ -31,6 +32,7 @@ pub mod cancelled;
 pub mod client;
 pub mod config;
 pub mod doc_items;
+pub mod followers;
 pub mod forwarded;
 pub mod h1;
 pub mod headers;
@@ -119,6 +121,8 @@ pub struct Upstream {
     /// `backend.upstream.cancel_wait_timeout`: the longest a request that ended without its
     /// answer keeps its slot while the upstream still lists its tasks ([`mod@cancelled`]).
     cancel_wait_timeout: Duration,
+    /// The tasks following upstream work that outlived its request ([`followers`]).
+    followers: followers::Followers,
     /// The upstream cluster as its `GET /` names it (`cluster_name` and `cluster_uuid`),
     /// once it answered: what a gateway gossips, so gateways in front of different clusters
     /// are told apart (`cluster/upstream_identity.rs`).
@@ -194,6 +198,7 @@ impl Upstream {
             gaps: parking_lot::Mutex::new(Gaps::default()),
             gapped: AtomicBool::new(true),
             cancel_wait_timeout: config.cancel_wait_timeout,
+            followers: followers::Followers::default(),
             cluster: OnceLock::new(),
         })
     }
@@ -233,6 +238,16 @@ impl Upstream {
         headers: &HeaderMap,
     ) -> Result<(http::StatusCode, Bytes), EngineError> {
         self.client.call(method, path_and_query, headers).await
+    }
+
+    /// Stops following the upstream's work (cancelled requests' tasks, background work) and
+    /// gives back the slots the followers hold, once the node stops serving: at once, their
+    /// work dropped rather than finished ([`followers`] W1).
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops waiting for the followers' end; they are stopped all the same.
+    pub async fn stop_following(&self) {
+        self.followers.stop().await;
     }
 
     /// The upstream cluster, once its `GET /` answered.
@@ -612,7 +627,8 @@ impl Upstream {
                 () = exec.task.cancelled(), if !cancel_sent => {
                     cancel_sent = true;
                     let (up, opaque) = (self.clone(), opaque.clone());
-                    tokio::spawn(async move { up.end_tasks(&opaque, Until::Cancelled).await });
+                    self.followers
+                        .spawn(async move { up.end_tasks(&opaque, Until::Cancelled).await });
                 }
                 () = &mut deadline, if !deadline_passed => {
                     deadline_passed = true;
@@ -642,7 +658,7 @@ impl Upstream {
         // allocations fewer per forwarded search.
         let keep = (exec.hold, executing);
         let out = self
-            .guarded(exec.task.clone(), exec.cancel_at, keep, call, send)
+            .guarded(exec.task.clone(), exec.cancel_at, keep, None, call, send)
             .await;
         self.finished(&exec.task, exec.hooks.as_ref());
         out
@@ -775,7 +791,9 @@ impl Upstream {
     /// the answer's headers arrived, or, when the request ends without them, until the
     /// upstream's tasks of it have ended): `task` names the request in its `X-Opaque-Id` and
     /// its cancellation, or `cancel_at` passing, drops the upstream request (see
-    /// [`Self::execute`]).
+    /// [`Self::execute`]). `items`: the tasks whose slots `keep` holds when they are not
+    /// `task` itself (an `_msearch` batch's items, `task` their parent), shown cancelled while
+    /// held after the request ended without its answer (`cancelled.rs` F4).
     ///
     /// # Cancel safety
     /// As [`Self::execute`].
@@ -784,10 +802,13 @@ impl Upstream {
         task: Arc<Task>,
         cancel_at: Option<Instant>,
         keep: Vec<Box<dyn Any + Send>>,
+        items: Option<&[Arc<Task>]>,
         call: Call,
     ) -> Result<Response<AnswerBody>, ApiError> {
-        self.guarded(task, cancel_at, keep, call, |c| self.send_admitted(c))
-            .await
+        self.guarded(task, cancel_at, keep, items, call, |c| {
+            self.send_admitted(c)
+        })
+        .await
     }
 
     /// [`Self::run_started`] with `send` forwarding the call.
@@ -796,6 +817,7 @@ impl Upstream {
         task: Arc<Task>,
         cancel_at: Option<Instant>,
         keep: K,
+        items: Option<&[Arc<Task>]>,
         mut call: Call,
         send: impl FnOnce(Call) -> F,
     ) -> Result<T, ApiError>
@@ -822,6 +844,8 @@ impl Upstream {
                 None => std::future::pending().await,
             }
         };
+        // The tasks whose slots a fired guard holds, shown cancelled (F4).
+        let held = items.unwrap_or(std::slice::from_ref(&task));
         tokio::select! {
             // The answer first: no random pick a search.
             biased;
@@ -831,9 +855,14 @@ impl Upstream {
                     Ok(resp)
                 }
                 Err(e) => {
-                    if e.code == ErrorCode::UpstreamFailed {
-                        // Nothing reached the upstream, or it is gone: nothing to cancel.
+                    if cancelled::never_sent(&e) {
+                        // Refused by the gateway, or no host reached: nothing of it can run
+                        // upstream, and its slot is given back at once (F3).
                         guard.disarm();
+                    } else {
+                        // Sent, then failed (no answer within `request_timeout`, an exchange
+                        // broken off): the upstream may run it.
+                        cancelled::show_cancelled(held);
                     }
                     Err(ApiError::Engine(e))
                 }
@@ -843,6 +872,9 @@ impl Upstream {
                 // `cancel_after_time_interval` passed: the ticket words the reason.
                 task.cancelled.store(true, Ordering::Release);
                 task.cancel_notify.notify_waiters();
+                if items.is_some() {
+                    cancelled::show_cancelled(held);
+                }
                 Err(cancelled())
             }
         }

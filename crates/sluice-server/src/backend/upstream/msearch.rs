@@ -389,7 +389,11 @@ impl Merge {
         let (up, task) = (self.up.clone(), self.parent.task().clone());
         self.forwards.push(
             async move {
-                let result = up.run_started(task, batch.deadline, batch.keep, call).await;
+                // The items hold the slots; the parent names the batch upstream.
+                let items: Vec<_> = batch.items.iter().map(|(_, a)| a.task().clone()).collect();
+                let result = up
+                    .run_started(task, batch.deadline, batch.keep, Some(&items), call)
+                    .await;
                 (batch.items, result)
             }
             .boxed(),

@@ -75,8 +75,8 @@ impl Work {
 /// A fake upstream that runs each request of a search API until [`Work::release`] or its
 /// cancellation: a waiting request answers then; an asynchronous search submission answers at
 /// once and its search is listed by `_tasks` until then; a reindex with
-/// `wait_for_completion=false` answers its task, which `GET _tasks/upnode:{n}` shows running
-/// until then.
+/// `wait_for_completion=false` (a by-query action's too) answers its task, which `GET
+/// _tasks/upnode:{n}` shows running until then.
 async fn working_upstream() -> (Fake, Arc<Work>) {
     let work = Arc::new(Work::default());
     let w = work.clone();
@@ -128,7 +128,13 @@ async fn answer(w: &Work, r: Received) -> Response {
         };
         return json(json!({"completed": true, "task": task, "response": response}));
     }
-    let api = ["_reindex", "_rank_eval", "_plugins/_", "_async"];
+    let api = [
+        "_reindex",
+        "_by_query",
+        "_rank_eval",
+        "_plugins/_",
+        "_async",
+    ];
     if !api.iter().any(|a| r.uri.contains(a)) {
         // The gateway's own calls (its settings, its nodes).
         return json(json!({}));
@@ -523,4 +529,112 @@ async fn test_a_followed_search_is_cancelled_upstream_when_its_cancel_after_pass
     .await;
     assert_eq!(stats["failures"], 1, "{stats}");
     gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_followed_background_work_is_cancelled_when_its_groups_cancel_after_passes() {
+    // The group's `search.cancel_after_time_interval` bounds a by-query action and a reindex
+    // followed in the background (`wait_for_completion=false`), as it bounds them waiting and
+    // bounds an asynchronous search while it is followed: the upstream's task is cancelled,
+    // what it did is the gateway task's result, and the slot is given back. The old code
+    // applied it only until the upstream's task id came back, and followed the work for good.
+    let delete_by_query = Case {
+        method: "POST",
+        path: "/logs/_delete_by_query?wait_for_completion=false",
+        body: || json!({"query": {"match_all": {}}}),
+        action: "indices:data/write/delete/byquery",
+        answers: Answers::GatewayTask,
+    };
+    for case in [REINDEX_BACKGROUND, delete_by_query] {
+        let (up, work) = working_upstream().await;
+        let gw = gateway(
+            &up.base,
+            &[
+                "node.memory_budget=1tb",
+                "backend.upstream.request_timeout=60s",
+            ],
+        )
+        .await;
+        let group = enabled_group(
+            &gw,
+            json!({"name": "bounded", "resiliency_mode": "enforced",
+                   "resource_limits": {"memory": 0.5},
+                   "throttling": {"attribute": "group", "node_limit": 1},
+                   "settings": {"search.cancel_after_time_interval": "200ms"}}),
+        )
+        .await;
+        let (s, b) = send(&gw, case, &group).await.unwrap();
+        assert_eq!(s, 200, "{}: {b}", case.path);
+        let id = b["task"].as_str().expect("the gateway's task").to_string();
+        // The fake's first piece of work.
+        cancelled_upstream(&work, 1).await;
+        let done = gw.task_result(&id).await;
+        assert_eq!(
+            done["response"]["canceled"], "by user request",
+            "{}: {done}",
+            case.path
+        );
+        let stats = stats_until(&gw, &group, "the slot given back", |s| {
+            s["executing"] == 0 && s["total_completions"] == 1
+        })
+        .await;
+        assert_eq!(stats["total_throttled"], 0, "{}: {stats}", case.path);
+        assert!(gw.task_entries(case.action).await.is_empty());
+        gw.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_stopping_gateway_stops_its_followers_and_gives_back_their_slots() {
+    // A background reindex and an asynchronous search, each followed while the upstream runs
+    // it. Stopping the gateway stops both followers and gives back their slots and tasks
+    // (`followers.rs` W1); the upstream's work goes on (it is the client's). The old code's
+    // followers outlived the stopped node, still looking at the upstream's tasks, their
+    // tasks registered and the group's slot held — when they ran on the node's runtime, as
+    // without the fast lane (off, or for an `https://` upstream); spawned on a lane thread,
+    // they ended with that thread's runtime.
+    let (up, work) = working_upstream().await;
+    let gw = gateway(
+        &up.base,
+        &[
+            "node.memory_budget=1tb",
+            "backend.upstream.request_timeout=60s",
+            "backend.upstream.fast_lane=false",
+        ],
+    )
+    .await;
+    let group = enabled_group(
+        &gw,
+        json!({"name": "one", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
+               "throttling": {"attribute": "group", "node_limit": 1}}),
+    )
+    .await;
+    let (s, b) = send(&gw, REINDEX_BACKGROUND, &group).await.unwrap();
+    assert_eq!(s, 200, "{b}");
+    running(&work, 1).await;
+    let (s, b) = send(&gw, ASYNCHRONOUS_SEARCH, "").await.unwrap();
+    assert_eq!(s, 200, "{b}");
+    running(&work, 2).await;
+    assert_eq!(gw.task_entries(REINDEX.action).await.len(), 1);
+    assert_eq!(gw.task_entries(ASYNCHRONOUS_SEARCH.action).await.len(), 1);
+    let stats = group_stats(&gw, &group).await;
+    assert_eq!(stats["executing"], 1, "{stats}");
+    let state = gw.state.clone();
+    gw.stop().await;
+    assert!(
+        state.tasks.list().is_empty(),
+        "a follower outlived the stopped gateway: {:?}",
+        state
+            .tasks
+            .list()
+            .iter()
+            .map(|t| t.action)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(state.workload.permits.num_buckets(), 0, "a slot still held");
+    assert!(
+        work.cancelled.lock().is_empty(),
+        "the upstream's work cancelled"
+    );
+    assert_eq!(work.running(), 2, "the upstream's work goes on");
 }
