@@ -590,7 +590,9 @@ impl Upstream {
     /// action: a 200 saying `canceled`, with what it did): the gateway task's cancellation
     /// cancels the upstream's tasks carrying its `X-Opaque-Id`, and the answer is still waited
     /// for and returned, rather than the request dropped. The client leaving (this future
-    /// dropped) still cancels them.
+    /// dropped) still cancels them, and so does a request sent that ends without its answer
+    /// (a 504 of `request_timeout`, an exchange broken off): its slot is held until they have
+    /// ended, as a search's (`cancelled.rs` F1, F3, F4).
     ///
     /// # Cancel safety
     /// As [`Self::execute`].
@@ -637,7 +639,14 @@ impl Upstream {
                 }
             }
         };
-        guard.disarm();
+        match &out {
+            // Sent, and no answer: the upstream may run the work on (the connection's end
+            // need not stop it), so it is cancelled and followed.
+            Err(e) if !cancelled::never_sent(e) => {
+                cancelled::show_cancelled(std::slice::from_ref(&exec.task));
+            }
+            _ => guard.disarm(),
+        }
         self.finished(&exec.task, exec.hooks.as_ref());
         out.map_err(ApiError::Engine)
     }

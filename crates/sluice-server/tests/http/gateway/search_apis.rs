@@ -638,3 +638,32 @@ async fn test_a_stopping_gateway_stops_its_followers_and_gives_back_their_slots(
     );
     assert_eq!(work.running(), 2, "the upstream's work goes on");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_waiting_work_the_upstream_did_not_answer_in_time_is_cancelled_and_followed() {
+    // A waiting reindex or rank evaluation whose answer does not come within
+    // `request_timeout` is a 504, as a search's; the upstream's work is cancelled and the slot
+    // held until the upstream lists it no more (`cancelled.rs` F1). The old code gave the slot
+    // back with the 504 and left the work running upstream, outside the group's limit.
+    for case in [REINDEX, RANK_EVAL] {
+        let (up, work) = working_upstream().await;
+        let gw = gateway(&up.base, &["node.memory_budget=1tb"]).await;
+        let group = enabled_group(
+            &gw,
+            json!({"name": "one", "resiliency_mode": "enforced",
+                   "resource_limits": {"memory": 0.5},
+                   "throttling": {"attribute": "group", "node_limit": 1}}),
+        )
+        .await;
+        let (s, b) = send(&gw, case, &group).await.unwrap();
+        assert_eq!(s, 504, "{}: {b}", case.path);
+        cancelled_upstream(&work, 1).await;
+        let stats = stats_until(&gw, &group, "the slot given back", |s| {
+            s["executing"] == 0 && s["total_completions"] == 1
+        })
+        .await;
+        assert_eq!(stats["failures"], 1, "{}: {stats}", case.path);
+        assert!(gw.task_entries(case.action).await.is_empty());
+        gw.stop().await;
+    }
+}
