@@ -38,7 +38,10 @@ impl InProcessTarget {
 
     /// Deletes the index if it exists and creates it with the generated documents' mapping.
     pub fn recreate_index(&self) -> Result<()> {
-        match self.engine.delete_indices(&self.index) {
+        match self.engine.delete_indices(
+            &self.index,
+            &sluice_engine::resolve::IndicesOptions::for_index_apis(true),
+        ) {
             Ok(()) => {}
             Err(e) if e.code == ErrorCode::IndexNotFound => {}
             Err(e) => bail!("could not delete the in-process index {}: {e}", self.index),

@@ -601,7 +601,7 @@ impl Engine {
             self.rebuild_aliases();
             if let Err(e) = self.aliases.read().check_write_indices() {
                 drop(_guard);
-                let _ = self.delete_indices(name);
+                let _ = self.delete_indices(name, &IndicesOptions::for_index_apis(true));
                 return Err(e);
             }
             for (alias, meta) in &aliases {
@@ -609,7 +609,7 @@ impl Engine {
                     && let Err(e) = self.check_alias_filter(&handle, alias, filter)
                 {
                     drop(_guard);
-                    let _ = self.delete_indices(name);
+                    let _ = self.delete_indices(name, &IndicesOptions::for_index_apis(true));
                     return Err(e);
                 }
             }
@@ -618,8 +618,11 @@ impl Engine {
         Ok(handle)
     }
 
-    /// Deletes the indices an expression names; a concrete missing name is a 404.
-    pub fn delete_indices(&self, expr: &str) -> Result<()> {
+    /// Deletes the indices an expression names, resolved with `opts` (OpenSearch's delete-index
+    /// resolves with the request's `IndicesOptions` over [`IndicesOptions::for_index_apis`]`(true)`):
+    /// a concrete missing name is a 404 unless `opts.ignore_unavailable`, which skips it and
+    /// deletes the rest.
+    pub fn delete_indices(&self, expr: &str, opts: &IndicesOptions) -> Result<()> {
         if expr
             .split(',')
             .any(|p| p.trim() == "_all" || p.trim() == "*")
@@ -635,8 +638,7 @@ impl Engine {
                 "The provided expression [{alias}] matches an alias, specify the corresponding concrete indices instead."
             )));
         }
-        let opts = IndicesOptions::for_index_apis(true);
-        let targets = self.resolve_targets(expr, &opts)?;
+        let targets = self.resolve_targets(expr, opts)?;
         for t in targets {
             let name = t.handle.name().to_string();
             drop(t);

@@ -1067,7 +1067,9 @@ mod tests {
                 &ctx,
             )
             .expect("open");
-        engine.delete_indices("idx").expect("deleted");
+        engine
+            .delete_indices("idx", &crate::resolve::IndicesOptions::for_index_apis(true))
+            .expect("deleted");
         let err = engine
             .continue_scroll(first["_scroll_id"].as_str().expect("id"), None, &ctx)
             .expect_err("gone");

@@ -265,7 +265,12 @@ fn test_leftovers_of_creates_and_deletes_are_cleared_at_start() {
         let r = engine.bulk(vec![("gone".into(), put("1", json!({"n": 1})))]);
         assert!(r.iter().all(Result::is_ok), "{r:?}");
         engine.refresh("gone").unwrap();
-        engine.delete_indices("gone").unwrap();
+        engine
+            .delete_indices(
+                "gone",
+                &sluice_engine::resolve::IndicesOptions::for_index_apis(true),
+            )
+            .unwrap();
     }
     let indices = dir.path().join("indices");
     // Creations a crash cut short: nothing yet, the engine's files only, and a description

@@ -61,14 +61,16 @@ pub async fn create_index(
     ))
 }
 
-/// `DELETE /{index}`.
+/// `DELETE /{index}`: with `ignore_unavailable`, missing concrete names are skipped and the
+/// rest deleted (OpenSearch's delete-index reads the request's `IndicesOptions`).
 pub async fn delete_index(
     State(st): State<Arc<AppState>>,
     Path(index): Path<String>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
+    let opts = IndicesOptions::from_params(&params, IndicesOptions::for_index_apis(true))?;
     let engine = st.engine.clone();
-    blocking(move || engine.delete_indices(&index)).await?;
+    blocking(move || engine.delete_indices(&index, &opts)).await?;
     Ok(reply(
         StatusCode::OK,
         json!({"acknowledged": true}),
@@ -283,11 +285,12 @@ pub async fn flush(
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let expr = index.map_or_else(|| "_all".to_string(), |Path(i)| i);
-    let handles = st.engine.resolve(&expr)?;
+    let opts = IndicesOptions::from_params(&params, IndicesOptions::default())?;
+    let handles: Vec<_> = st.engine.resolve_targets(&expr, &opts)?;
     let started = std::time::Instant::now();
     let reply = do_refresh(st, expr, params).await?;
-    for h in &handles {
-        h.stats().record_flush(started.elapsed());
+    for t in &handles {
+        t.handle.stats().record_flush(started.elapsed());
     }
     Ok(reply)
 }

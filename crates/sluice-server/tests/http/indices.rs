@@ -336,6 +336,45 @@ async fn test_delete_index_acknowledges_then_index_is_gone() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_delete_and_flush_with_ignore_unavailable_skip_missing_indices() {
+    let node = TestNode::start().await;
+    assert_eq!(node.req("PUT", "/kept", None).await.0, 200);
+    assert_eq!(node.req("PUT", "/doomed", None).await.0, 200);
+    // opensearch-py's `indices.delete(index=..., ignore_unavailable=True)` cleanup idiom.
+    let (s, b) = node
+        .req("DELETE", "/never-was?ignore_unavailable=true", None)
+        .await;
+    assert_eq!((s, b), (200, json!({"acknowledged": true})));
+    // The missing name is skipped; the existing one is deleted.
+    let (s, b) = node
+        .req("DELETE", "/doomed,never-was?ignore_unavailable=true", None)
+        .await;
+    assert_eq!((s, b), (200, json!({"acknowledged": true})));
+    assert_eq!(node.req("HEAD", "/doomed", None).await.0, 404);
+    assert_eq!(node.req("HEAD", "/kept", None).await.0, 200);
+    // Without the flag a missing name still fails the whole call, and nothing is deleted.
+    let resp = node.req("DELETE", "/kept,never-was", None).await;
+    assert_error(&resp, 404, "index_not_found_exception");
+    assert_eq!(node.req("HEAD", "/kept", None).await.0, 200);
+    // A wildcard matching nothing is allowed by default, refused with allow_no_indices=false.
+    let (s, b) = node.req("DELETE", "/nomatch-*", None).await;
+    assert_eq!((s, b), (200, json!({"acknowledged": true})));
+    let resp = node
+        .req("DELETE", "/nomatch-*?allow_no_indices=false", None)
+        .await;
+    assert_error(&resp, 404, "index_not_found_exception");
+    // Flush reads the same options: the missing index is skipped, so no shard is flushed.
+    let (s, b) = node
+        .req("POST", "/never-was/_flush?ignore_unavailable=true", None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["_shards"]["total"], 0, "{b}");
+    let resp = node.req("POST", "/never-was/_flush", None).await;
+    assert_error(&resp, 404, "index_not_found_exception");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_cat_indices_lists_indices_as_text_and_json() {
     let node = TestNode::start().await;
     let (s, b) = node
