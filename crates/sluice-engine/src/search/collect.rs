@@ -337,6 +337,7 @@ pub(super) fn collect(
                     SortField::Field(_) => {
                         FieldReader::open(seg, col.as_ref().map(|(c, _)| c.as_str()))
                     }
+                    SortField::Id => FieldReader::open_id(seg, p.handle.fields().id),
                     _ => Ok(FieldReader::Missing),
                 })
                 .collect::<Result<Vec<_>>>()?;
@@ -417,7 +418,9 @@ pub(super) fn collect(
                                 .map(|(s, r)| match s.field {
                                     SortField::Score => SortValue::Num(f64::from(score)),
                                     SortField::Doc => SortValue::Num(f64::from(base + doc)),
-                                    SortField::Field(_) => r.value(doc, s.desc, &mut buf),
+                                    SortField::Field(_) | SortField::Id => {
+                                        r.value(doc, s.desc, &mut buf)
+                                    }
                                 })
                                 .collect();
                             let c = Candidate {

@@ -193,6 +193,7 @@ fn parse_sort_entry(v: &Value, out: &mut Vec<SortSpec>) -> Result<()> {
     let field = |name: &str| match name {
         "_score" => SortField::Score,
         "_doc" => SortField::Doc,
+        "_id" => SortField::Id,
         other => SortField::Field(other.to_string()),
     };
     match v {

@@ -5,7 +5,8 @@
 use std::cmp::Ordering;
 
 use serde_json::Value;
-use tantivy::{DocId, Score, SegmentReader};
+use tantivy::schema::{Field, IndexRecordOption};
+use tantivy::{DocId, DocSet, Score, SegmentReader, TERMINATED};
 
 use crate::error::{EngineError, Result};
 use crate::mapping::FieldType;
@@ -17,6 +18,10 @@ pub enum SortField {
     Score,
     /// By index order.
     Doc,
+    /// By document id, as a string: OpenSearch 2.x sorts on `_id` by default
+    /// (`indices.id_field_data.enabled` is true), and `_id` is the usual `search_after`
+    /// tie-breaker.
+    Id,
     /// By a field's value.
     Field(String),
 }
@@ -184,6 +189,7 @@ pub(super) fn search_after_cursor(
             let name = match &spec.field {
                 SortField::Score => "_score",
                 SortField::Doc => "_doc",
+                SortField::Id => "_id",
                 SortField::Field(f) => f.as_str(),
             };
             fail(format!(
@@ -207,6 +213,11 @@ fn after_value(spec: &SortSpec, ty: Option<FieldType>, v: &Value) -> Option<Sort
     }
     match (&spec.field, ty) {
         (SortField::Score | SortField::Doc, _) => number(v),
+        (SortField::Id, _) => match v {
+            Value::String(s) => Some(SortValue::Str(s.clone())),
+            Value::Number(n) => Some(SortValue::Str(n.to_string())),
+            _ => None,
+        },
         (SortField::Field(_), Some(FieldType::Date)) => {
             crate::date::parse_date_value(v).map(SortValue::Int)
         }
@@ -250,6 +261,12 @@ pub(super) enum FieldReader {
     Date(tantivy::columnar::Column<tantivy::DateTime>),
     Bool(tantivy::columnar::Column<bool>),
     Str(tantivy::columnar::StrColumn),
+    /// `_id`, uninverted from its terms (it has no fast column), as OpenSearch's id field data
+    /// is: the term ordinal of each document (`u64::MAX` for none) and the terms to read it.
+    Id {
+        ords: Vec<u64>,
+        terms: tantivy::termdict::TermDictionary,
+    },
 }
 
 impl FieldReader {
@@ -284,6 +301,30 @@ impl FieldReader {
         })
     }
 
+    /// Opens the `_id` of one segment's documents: one pass over the id terms and their
+    /// postings, so sorting on `_id` costs a walk of every id of each segment searched.
+    pub(super) fn open_id(reader: &SegmentReader, id_field: Field) -> Result<FieldReader> {
+        let inv = reader
+            .inverted_index(id_field)
+            .map_err(crate::error::tantivy_error)?;
+        let terms = inv.terms().clone();
+        let mut ords = vec![u64::MAX; reader.max_doc() as usize];
+        let mut stream = terms.stream()?;
+        while stream.advance() {
+            let ord = stream.term_ord();
+            let mut postings =
+                inv.read_postings_from_terminfo(stream.value(), IndexRecordOption::Basic)?;
+            let mut doc = postings.doc();
+            while doc != TERMINATED {
+                if let Some(slot) = ords.get_mut(doc as usize) {
+                    *slot = ord;
+                }
+                doc = postings.advance();
+            }
+        }
+        Ok(FieldReader::Id { ords, terms })
+    }
+
     /// The value to sort `doc` by: the smallest for ascending, the largest for descending.
     pub(super) fn value(&self, doc: DocId, desc: bool, buf: &mut String) -> SortValue {
         fn pick<T: PartialOrd + Copy>(mut it: impl Iterator<Item = T>, desc: bool) -> Option<T> {
@@ -306,6 +347,18 @@ impl FieldReader {
             .map_or(SortValue::Missing, SortValue::Int),
             FieldReader::Bool(c) => pick(c.values_for_doc(doc).map(u8::from), desc)
                 .map_or(SortValue::Missing, |v| SortValue::Num(f64::from(v))),
+            FieldReader::Id { ords, terms } => {
+                let mut bytes = Vec::new();
+                match ords.get(doc as usize) {
+                    Some(&ord)
+                        if ord != u64::MAX
+                            && terms.ord_to_term(ord, &mut bytes).unwrap_or(false) =>
+                    {
+                        SortValue::Str(String::from_utf8_lossy(&bytes).into_owned())
+                    }
+                    _ => SortValue::Missing,
+                }
+            }
             FieldReader::Str(c) => match pick(c.term_ords(doc), desc) {
                 Some(ord) => {
                     buf.clear();
@@ -317,5 +370,106 @@ impl FieldReader {
                 None => SortValue::Missing,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::Engine;
+    use crate::index::{DocOp, OpType};
+    use crate::search::SearchContext;
+    use serde_json::{Value, json};
+
+    /// Indexes `docs` into `index` as one refresh, so each call makes its own segment.
+    fn index_segment(engine: &Engine, index: &str, docs: &[(&str, i64)]) {
+        let ops = docs
+            .iter()
+            .map(|(id, ts)| {
+                (
+                    index.to_string(),
+                    DocOp::index(Some((*id).to_string()), json!({"ts": ts}), OpType::Index),
+                )
+            })
+            .collect();
+        for r in engine.bulk(ops) {
+            r.expect("indexed");
+        }
+        engine.refresh(index).expect("refreshed");
+    }
+
+    fn hits(resp: &Value) -> Vec<Value> {
+        resp["hits"]["hits"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no hits in {resp}"))
+            .clone()
+    }
+
+    #[test]
+    fn test_search_after_over_a_field_and_id_returns_each_doc_once_in_id_order() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let engine = Engine::open(tmp.path()).expect("engine");
+        engine
+            .create_index(
+                "logs",
+                &json!({"mappings": {"properties": {"ts": {"type": "long"}}}}),
+            )
+            .expect("created");
+        // Ties on `ts` across segments, ids whose string order differs from indexing order,
+        // and an update that leaves a deleted copy of `b` behind in the first segment.
+        index_segment(&engine, "logs", &[("b", 2), ("10", 1), ("a", 2), ("2", 1)]);
+        index_segment(&engine, "logs", &[("c", 2), ("1", 1), ("b", 2), ("z", 3)]);
+        index_segment(&engine, "logs", &[("aa", 2), ("0", 1)]);
+        let expected = ["z", "a", "aa", "b", "c", "0", "1", "10", "2"];
+        let sort = json!([{"ts": "desc"}, {"_id": "asc"}]);
+        let ctx = SearchContext::default();
+
+        let one = engine
+            .search("logs", &json!({"size": 20, "sort": sort}), &ctx)
+            .expect("search");
+        let ids: Vec<String> = hits(&one)
+            .iter()
+            .map(|h| h["_id"].as_str().expect("id").to_string())
+            .collect();
+        assert_eq!(ids, expected, "{one}");
+        assert_eq!(hits(&one)[0]["sort"], json!([3, "z"]), "{one}");
+
+        let mut paged = Vec::new();
+        let mut after: Option<Value> = None;
+        loop {
+            let mut body = json!({"size": 2, "sort": sort});
+            if let Some(a) = &after {
+                body["search_after"] = a.clone();
+            }
+            let page = engine.search("logs", &body, &ctx).expect("page");
+            let page_hits = hits(&page);
+            let Some(last) = page_hits.last() else {
+                break;
+            };
+            after = Some(last["sort"].clone());
+            paged.extend(
+                page_hits
+                    .iter()
+                    .map(|h| h["_id"].as_str().expect("id").to_string()),
+            );
+            assert!(
+                paged.len() <= expected.len(),
+                "paging never ends: {paged:?}"
+            );
+        }
+        assert_eq!(paged, expected, "every document once, in sort order");
+
+        // Descending on `_id` alone, and a cursor given as a number reads as the id string.
+        let desc = engine
+            .search(
+                "logs",
+                &json!({"size": 3, "sort": [{"_id": "desc"}], "search_after": [10]}),
+                &ctx,
+            )
+            .expect("search");
+        let ids: Vec<String> = hits(&desc)
+            .iter()
+            .map(|h| h["_id"].as_str().expect("id").to_string())
+            .collect();
+        assert_eq!(ids, ["1", "0"], "{desc}");
     }
 }

@@ -1544,6 +1544,50 @@ async fn test_search_after_pages_through_a_sort() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_search_after_with_an_id_tie_breaker_returns_each_doc_once() {
+    let node = TestNode::start().await;
+    // Twelve documents, four per `ts`, ids whose string order is not indexing order.
+    let mut lines = Vec::new();
+    for n in 0..12 {
+        lines.push(json!({"index": {"_index": "events", "_id": format!("e{n}")}}));
+        lines.push(json!({"ts": n % 3}));
+    }
+    let resp = node.bulk("/_bulk?refresh=true", &lines).await;
+    assert_eq!(resp["errors"], false, "{resp}");
+    let mut expected: Vec<(i64, String)> = (0..12).map(|n| (n % 3, format!("e{n}"))).collect();
+    expected.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let expected: Vec<String> = expected.into_iter().map(|(_, id)| id).collect();
+    // The usual opensearch-py paging loop: `[field, _id]`, feeding back the last sort values.
+    let mut all = Vec::new();
+    let mut after: Option<Value> = None;
+    loop {
+        let mut body = json!({"size": 5, "sort": [{"ts": "desc"}, {"_id": "asc"}]});
+        if let Some(a) = &after {
+            body["search_after"] = a.clone();
+        }
+        let resp = node.search("events", body).await;
+        let hits = resp["hits"]["hits"].as_array().expect("hits").clone();
+        let Some(last) = hits.last() else { break };
+        let first = &hits[0];
+        assert_eq!(
+            first["sort"],
+            json!([first["_source"]["ts"], first["_id"]]),
+            "{resp}"
+        );
+        after = Some(last["sort"].clone());
+        all.extend(hit_ids(&resp));
+        assert!(all.len() <= 12, "paging never ends: {all:?}");
+    }
+    assert_eq!(all, expected);
+    // The string form sorts ascending on `_id` as well.
+    let resp = node
+        .search("events", json!({"size": 3, "sort": ["_id"]}))
+        .await;
+    assert_eq!(hit_ids(&resp), ["e0", "e1", "e10"], "{resp}");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_search_after_errors_say_what_is_wrong() {
     let node = TestNode::start().await;
     index_one_by_one(&node, "movies", json!({}), &[json!({"year": 1998})]).await;
