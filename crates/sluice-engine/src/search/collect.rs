@@ -50,6 +50,9 @@ pub(crate) struct Prepared {
     pub(super) handle: Arc<IndexHandle>,
     pub(super) searcher: Searcher,
     query: Box<dyn Query>,
+    /// The request's `post_filter`, which only hits must match (aggregations see every match
+    /// of `query`).
+    post_filter: Option<Box<dyn Query>>,
     /// Column name and field type for each sort field (`None` for unmapped).
     pub(super) sort_columns: Vec<Option<(String, FieldType)>>,
     /// The aggregations to compute; a scroll clears them after its first page.
@@ -125,6 +128,10 @@ pub(crate) fn prepare(
         };
         let built = Instant::now();
         let query = build_query(query_json, &qctx).map_err(failed)?;
+        let post_filter = match &req.post_filter {
+            Some(pf) => Some(build_query(pf, &qctx).map_err(failed)?),
+            None => None,
+        };
         let rewrite_nanos = nanos_since(built);
         let mut sort_columns = Vec::new();
         for spec in &req.sort {
@@ -168,6 +175,7 @@ pub(crate) fn prepare(
             handle: h.clone(),
             searcher: h.searcher(),
             query,
+            post_filter,
             sort_columns,
             aggs,
             rewrite_nanos,
@@ -292,6 +300,19 @@ pub(super) fn collect(
         if let (Some(pr), Some(t)) = (prof.as_mut(), t) {
             pr.query.create_weight = nanos_since(t);
         }
+        // The post filter only decides which matches are hits: it never scores.
+        let post_filter_weight = match &p.post_filter {
+            Some(q) => Some(
+                q.weight(EnableScoring::disabled_from_searcher(&p.searcher))
+                    .map_err(|e| {
+                        shard_failure(
+                            EngineError::query_shard(format!("failed to create query: {e}")),
+                            &p.handle,
+                        )
+                    })?,
+            ),
+            None => None,
+        };
         // One collector for all aggregations, or one per top-level aggregation when profiling
         // (so each can be timed); their fruits merge into one.
         let agg_collectors: Vec<crate::aggs::AggCollector> = match (&p.aggs, prof.as_mut()) {
@@ -362,6 +383,10 @@ pub(super) fn collect(
                 pr.query.build_scorer += nanos_since(t);
                 pr.query.build_scorer_count += 1;
             }
+            let mut post_filter = match &post_filter_weight {
+                Some(w) => Some(w.scorer(seg, 1.0).map_err(crate::error::tantivy_error)?),
+                None => None,
+            };
             let alive = seg.alive_bitset();
             let mut doc = scorer.doc();
             let target = first_doc.saturating_sub(base);
@@ -398,10 +423,6 @@ pub(super) fn collect(
                         0.0
                     };
                     if req.min_score.is_none_or(|m| score >= m) {
-                        total += 1;
-                        if needs_scores {
-                            max_score = Some(max_score.map_or(score, |m: Score| m.max(score)));
-                        }
                         for (i, a) in seg_aggs.iter_mut().enumerate() {
                             let t = now();
                             tantivy::collector::SegmentCollector::collect(a, doc, score);
@@ -409,6 +430,23 @@ pub(super) fn collect(
                                 pr.aggs[i].collect += nanos_since(t);
                                 pr.aggs[i].collect_count += 1;
                             }
+                        }
+                    }
+                    // Both scorers go forward only, in doc order: the post filter catches up
+                    // with the query's document.
+                    let is_hit = req.min_score.is_none_or(|m| score >= m)
+                        && post_filter.as_mut().is_none_or(|pf| {
+                            let at = if pf.doc() < doc {
+                                pf.seek(doc)
+                            } else {
+                                pf.doc()
+                            };
+                            at == doc
+                        });
+                    if is_hit {
+                        total += 1;
+                        if needs_scores {
+                            max_score = Some(max_score.map_or(score, |m: Score| m.max(score)));
                         }
                         let hits_started = now();
                         if k > 0 || may_stop {
@@ -548,5 +586,119 @@ pub(super) fn finish_aggs(
     match merged {
         Some(m) => crate::aggs::finish_all(m, &all, typed_keys),
         None => crate::aggs::finish_empty(first, typed_keys),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::engine::Engine;
+    use crate::index::{DocOp, OpType};
+    use crate::search::{SearchContext, SearchRequest};
+    use serde_json::{Value, json};
+
+    /// An engine with index `shop`: ten products over two segments, six of them `books`.
+    fn shop() -> (tempfile::TempDir, Engine) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let engine = Engine::open(tmp.path()).expect("engine");
+        engine
+            .create_index(
+                "shop",
+                &json!({"mappings": {"properties": {
+                    "category": {"type": "keyword"}, "title": {"type": "text"}}}}),
+            )
+            .expect("created");
+        for half in 0..2 {
+            let ops = (0..5)
+                .map(|i| {
+                    let n = half * 5 + i;
+                    let category = if n % 5 < 3 { "books" } else { "music" };
+                    (
+                        "shop".to_string(),
+                        DocOp::index(
+                            Some(format!("p{n}")),
+                            json!({"category": category, "title": format!("fox {n}")}),
+                            OpType::Index,
+                        ),
+                    )
+                })
+                .collect();
+            for r in engine.bulk(ops) {
+                r.expect("indexed");
+            }
+            engine.refresh("shop").expect("refreshed");
+        }
+        (tmp, engine)
+    }
+
+    fn ids(resp: &Value) -> Vec<String> {
+        resp["hits"]["hits"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no hits in {resp}"))
+            .iter()
+            .map(|h| h["_id"].as_str().expect("id").to_string())
+            .collect()
+    }
+
+    #[test]
+    fn test_post_filter_narrows_hits_and_total_but_not_aggregations() {
+        let (_tmp, engine) = shop();
+        let ctx = SearchContext::default();
+        let body = json!({
+            "query": {"match": {"title": "fox"}},
+            "aggs": {"category": {"terms": {"field": "category"}}},
+            "post_filter": {"term": {"category": "music"}},
+            "sort": ["_id"],
+        });
+        let resp = engine.search("shop", &body, &ctx).expect("search");
+        assert_eq!(ids(&resp), ["p3", "p4", "p8", "p9"], "{resp}");
+        assert_eq!(resp["hits"]["total"]["value"], 4, "{resp}");
+        assert_eq!(
+            resp["aggregations"]["category"]["buckets"],
+            json!([{"key": "books", "doc_count": 6}, {"key": "music", "doc_count": 4}]),
+            "{resp}"
+        );
+        // Scored hits: the post filter keeps the query's scores and max_score is of its hits.
+        let resp = engine
+            .search(
+                "shop",
+                &json!({"query": {"match": {"title": "fox"}},
+                        "post_filter": {"bool": {"must_not": {"term": {"category": "music"}}}}}),
+                &ctx,
+            )
+            .expect("search");
+        assert_eq!(resp["hits"]["total"]["value"], 6, "{resp}");
+        assert!(resp["hits"]["max_score"].as_f64().is_some(), "{resp}");
+        // A scroll's pages keep the post filter.
+        let req = SearchRequest::parse(
+            Some(&json!({"size": 2, "post_filter": {"term": {"category": "books"}}})),
+            &Default::default(),
+        )
+        .expect("request");
+        let first = engine
+            .open_scroll("shop", &req, Duration::from_secs(60), &ctx)
+            .expect("scroll");
+        assert_eq!(first["hits"]["total"]["value"], 6, "{first}");
+        let id = first["_scroll_id"].as_str().expect("scroll id").to_string();
+        let mut all = ids(&first);
+        loop {
+            let page = engine.continue_scroll(&id, None, &ctx).expect("page");
+            let got = ids(&page);
+            if got.is_empty() {
+                break;
+            }
+            all.extend(got);
+            assert!(all.len() <= 10, "scroll never ends: {all:?}");
+        }
+        all.sort();
+        assert_eq!(all, ["p0", "p1", "p2", "p5", "p6", "p7"]);
+    }
+
+    #[test]
+    fn test_post_filter_must_be_an_object() {
+        let err = SearchRequest::parse(Some(&json!({"post_filter": "x"})), &Default::default())
+            .expect_err("refused");
+        assert!(err.reason.contains("[post_filter]"), "{err:?}");
     }
 }

@@ -43,6 +43,9 @@ pub struct SourceFilter {
 pub struct SearchRequest {
     /// The query DSL.
     pub query: Value,
+    /// `post_filter`: a query that narrows the hits (and `hits.total`) after the aggregations
+    /// have seen every match of `query`, as `FacetedSearch` uses it for selected facets.
+    pub post_filter: Option<Value>,
     /// How the index expression resolves (`ignore_unavailable`, `allow_no_indices`,
     /// `expand_wildcards`).
     pub indices_options: crate::resolve::IndicesOptions,
@@ -109,6 +112,7 @@ impl Default for SearchRequest {
     fn default() -> Self {
         SearchRequest {
             query: json!({"match_all": {}}),
+            post_filter: None,
             indices_options: crate::resolve::IndicesOptions::default(),
             from: 0,
             size: DEFAULT_SIZE,
@@ -396,6 +400,12 @@ impl SearchRequest {
                             return Err(parse_err("[query] must be an object"));
                         }
                         req.query = v.clone();
+                    }
+                    "post_filter" => {
+                        if !v.is_object() {
+                            return Err(parse_err("[post_filter] must be an object"));
+                        }
+                        req.post_filter = Some(v.clone());
                     }
                     "from" => req.from = as_u64_param("from", v)?,
                     "size" => req.size = as_u64_param("size", v)?,

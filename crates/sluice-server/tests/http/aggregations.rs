@@ -1198,3 +1198,55 @@ fn strip_subs(v: &mut Value) {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_post_filter_narrows_hits_while_aggregations_see_every_match() {
+    let node = TestNode::start().await;
+    let mut lines = Vec::new();
+    for (n, category) in ["books", "books", "music", "books", "games", "music"]
+        .iter()
+        .enumerate()
+    {
+        lines.push(json!({"index": {"_index": "shop", "_id": format!("p{n}")}}));
+        lines.push(json!({"category": category, "title": format!("fox {n}")}));
+    }
+    let resp = node.bulk("/_bulk?refresh=true", &lines).await;
+    assert_eq!(resp["errors"], false, "{resp}");
+    // The body opensearch-py's FacetedSearch sends once the `music` facet is selected.
+    let body = json!({
+        "query": {"multi_match": {"query": "fox", "fields": ["title"]}},
+        "aggs": {"_filter_category": {
+            "filter": {"match_all": {}},
+            "aggs": {"category": {"terms": {"field": "category.keyword"}}}
+        }},
+        "post_filter": {"terms": {"category.keyword": ["music"]}},
+        "sort": ["_id"],
+    });
+    let resp = node.search("shop", body).await;
+    let ids: Vec<&str> = resp["hits"]["hits"]
+        .as_array()
+        .expect("hits")
+        .iter()
+        .map(|h| h["_id"].as_str().expect("id"))
+        .collect();
+    assert_eq!(ids, ["p2", "p5"], "{resp}");
+    assert_eq!(resp["hits"]["total"]["value"], 2, "{resp}");
+    assert_eq!(
+        resp["aggregations"]["_filter_category"]["category"]["buckets"],
+        json!([
+            {"key": "books", "doc_count": 3},
+            {"key": "music", "doc_count": 2},
+            {"key": "games", "doc_count": 1}
+        ]),
+        "{resp}"
+    );
+    let resp = node
+        .req(
+            "POST",
+            "/shop/_search",
+            Some(json!({"post_filter": ["music"]})),
+        )
+        .await;
+    assert_error(&resp, 400, "parsing_exception");
+    node.stop().await;
+}
