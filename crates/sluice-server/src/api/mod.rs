@@ -165,6 +165,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route_layer(middleware::from_fn(cat::accept_as_format))
         // A HEAD only where OpenSearch answers one, before anything else is checked.
         .route_layer(middleware::from_fn(fallback::refuse_head))
+        // An API's name (`_reindex`, `_snapshot` …) is no index: such a request has no
+        // handler, whichever index route its path fits.
+        .route_layer(middleware::from_fn(fallback::refuse_api_as_index))
         .merge(owned_routes())
         .method_not_allowed_fallback(fallback::method_not_allowed)
         .fallback(no_handler)

@@ -13,15 +13,57 @@ use crate::error::ApiError;
 use crate::http::RequestMeta;
 use crate::state::AppState;
 
-/// No route takes the request: 400, its body read first and dropped ([`method_not_allowed`]).
-pub async fn no_handler(req: Request) -> ApiError {
+/// No route takes the request: 400, its body read first and dropped ([`method_not_allowed`]);
+/// a `HEAD` on an API sluice does not have ([`names_an_api`]) is a bare 404, what
+/// OpenSearch's exists-APIs (`HEAD _index_template/x`, `HEAD _template/x` …) answer for
+/// something missing, so a client's "create it unless it exists" check reads `false`.
+pub async fn no_handler(req: Request) -> Response {
     let (method, uri) = (req.method().clone(), req.uri().clone());
     crate::http::content_type::discard_body(req).await;
+    if method == Method::HEAD && names_an_api(uri.path()) {
+        return StatusCode::NOT_FOUND.into_response();
+    }
     ApiError::Simple {
         status: StatusCode::BAD_REQUEST,
         message: format!("no handler found for uri [{uri}] and method [{method}]"),
         allow: None,
     }
+    .into_response()
+}
+
+/// Whether a path's first segment names an API rather than an index expression: it starts
+/// with `_` (OpenSearch refuses index names that do), other than `_all` (alone or first of a
+/// list). The rule [`crate::auth::route::classify`] reads index expressions by.
+pub fn names_an_api(path: &str) -> bool {
+    let first = path.split('/').find(|s| !s.is_empty()).unwrap_or_default();
+    first.starts_with('_') && first != "_all" && !first.starts_with("_all,")
+}
+
+/// Whether the request reached the route `/{index}` with an API's name for the index
+/// (`POST /_reindex`, `GET /_data_stream`, `DELETE /_snapshot` …): an API sluice does not have,
+/// which an index API must not take. A `PUT` stays create-index, which refuses the name with
+/// OpenSearch's `invalid_index_name_exception`; the index APIs below an index (`/_x/_search`)
+/// keep resolving it as OpenSearch does.
+fn api_read_as_index(req: &Request) -> bool {
+    req.method() != Method::PUT
+        && req
+            .extensions()
+            .get::<axum::extract::MatchedPath>()
+            .is_some_and(|route| route.as_str() == "/{index}")
+        && names_an_api(req.uri().path())
+}
+
+/// Answers a request that reached `/{index}` with an API's name in place of the index
+/// ([`api_read_as_index`]) as one no route takes ([`no_handler`]): `GET /_snapshot` is no
+/// search for an index named `_snapshot`.
+///
+/// # Cancel safety
+/// Dropping the future drops the request, as for any handler.
+pub async fn refuse_api_as_index(req: Request, next: axum::middleware::Next) -> Response {
+    if api_read_as_index(&req) {
+        return no_handler(req).await;
+    }
+    next.run(req).await
 }
 
 /// A gateway's answer to every route sluice does not answer itself: the request forwarded to
@@ -32,10 +74,10 @@ pub async fn no_handler(req: Request) -> ApiError {
 /// forwarded as `GET /`, a request the client never named).
 pub async fn forward(State(st): State<Arc<AppState>>, meta: RequestMeta, req: Request) -> Response {
     let Some(up) = st.upstream.as_ref() else {
-        return no_handler(req).await.into_response();
+        return no_handler(req).await;
     };
     if req.uri().path_and_query().is_none() {
-        return no_handler(req).await.into_response();
+        return no_handler(req).await;
     }
     let client = req
         .extensions()
@@ -53,9 +95,15 @@ pub async fn forward(State(st): State<Arc<AppState>>, meta: RequestMeta, req: Re
 /// read, a request of more than a few kilobytes left hyper closing the connection after the
 /// answer without saying so, and a request the client had pipelined behind it was lost (an
 /// outside trial's 70 KB `POST` to a `_cat` route).
-pub async fn method_not_allowed(req: Request) -> StatusCode {
+///
+/// `/{index}` reached by an API's name ([`api_read_as_index`]: `POST /_reindex`) is no route
+/// of that API, so it answers [`no_handler`] instead.
+pub async fn method_not_allowed(req: Request) -> Response {
+    if api_read_as_index(&req) {
+        return no_handler(req).await;
+    }
     crate::http::content_type::discard_body(req).await;
-    StatusCode::METHOD_NOT_ALLOWED
+    StatusCode::METHOD_NOT_ALLOWED.into_response()
 }
 
 /// Refuses a `HEAD` on a route OpenSearch answers only other methods of (a search, a count, a

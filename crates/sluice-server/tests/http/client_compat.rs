@@ -239,7 +239,7 @@ async fn test_x_opaque_id_is_echoed_on_every_answer() {
             Some(json!({"query": {"nope": {}}})),
             400,
         ),
-        ("GET", "/_no_such_api", None, 404),
+        ("GET", "/_no_such_api", None, 400),
         ("DELETE", "/", None, 405),
     ] {
         let r = node

@@ -327,6 +327,51 @@ async fn test_unknown_route_is_400_no_handler() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_api_names_sluice_lacks_are_no_handler_not_index_names() {
+    let node = TestNode::start().await;
+    // opensearch-py's reindex, analyze, field_caps, mtermvectors and rank_eval, and the reads
+    // of templates, data streams and snapshots: APIs sluice does not have, not indices.
+    for (method, path) in [
+        ("POST", "/_reindex?refresh=true"),
+        ("POST", "/_analyze"),
+        ("POST", "/_field_caps"),
+        ("POST", "/_mtermvectors"),
+        ("POST", "/_rank_eval"),
+        ("GET", "/_index_template"),
+        ("GET", "/_data_stream"),
+        ("GET", "/_snapshot"),
+        ("DELETE", "/_data_stream"),
+    ] {
+        let (s, body) = node.req(method, path, Some(json!({}))).await;
+        assert_eq!(s, 400, "{method} {path}: {body}");
+        assert_eq!(
+            body["error"],
+            format!("no handler found for uri [{path}] and method [{method}]"),
+            "{body}"
+        );
+    }
+    // An exists-API sluice lacks says "not found", so `exists_index_template` reads false.
+    for path in ["/_index_template/x", "/_template/x", "/_data_stream"] {
+        let (s, body) = node.req("HEAD", path, None).await;
+        assert_eq!(
+            (s, body),
+            (404, Value::String(String::new())),
+            "HEAD {path}"
+        );
+    }
+    // Index names are still index names, `_all` included; creating `_x` names the bad name.
+    assert_eq!(node.req("PUT", "/real", None).await.0, 200);
+    let (s, body) = node.req("GET", "/_all", None).await;
+    assert_eq!(s, 200, "{body}");
+    assert!(body.get("real").is_some(), "{body}");
+    let resp = node.req("POST", "/real", None).await;
+    assert_eq!(resp.0, 405, "{}", resp.1);
+    let resp = node.req("PUT", "/_x", None).await;
+    assert_error(&resp, 400, "invalid_index_name_exception");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_wrong_method_is_405_naming_allowed_methods() {
     let node = TestNode::start().await;
     let resp = node
