@@ -40,6 +40,9 @@ pub(super) struct Collected {
     pub(super) total: u64,
     pub(super) max_score: Option<Score>,
     pub(super) timed_out: bool,
+    /// With `terminate_after`: whether an index stopped at the limit with matches left
+    /// (`terminated_early`); `None` without it.
+    pub(super) terminated_early: Option<bool>,
     /// Each index's timings, when the request asked for a profile.
     pub(super) profiles: Vec<ShardProfile>,
 }
@@ -260,6 +263,7 @@ pub(super) fn collect(
     let mut total = 0u64;
     let mut max_score: Option<Score> = None;
     let mut timed_out = false;
+    let mut terminated_early = req.terminate_after.map(|_| false);
     let mut fruits = Vec::with_capacity(prepared.len());
     let mut since_check = 0u32;
     let mut buf = String::new();
@@ -267,11 +271,16 @@ pub(super) fn collect(
     // A clock read only when profiling.
     let now = || profiling.then(Instant::now);
     let mut profiles = Vec::new();
+    // `terminate_after` counts every match from an index's first document, so none is skipped.
     let doc_order = specs[0].field == SortField::Doc
+        && req.terminate_after.is_none()
         && !specs[0].desc
         && req.track_total_hits == TrackTotalHits::Off
         && !req.track_scores;
     'indices: for (ipos, p) in prepared.iter().enumerate() {
+        // Matches of this index so far, for `terminate_after` (OpenSearch's
+        // `EarlyTerminatingCollector` counts before the post filter and `min_score`).
+        let mut num_collected = 0u64;
         let may_stop = doc_order && p.aggs.is_none();
         // The first index-wide doc id that can sort after `after`.
         let first_doc = match after.map(|a| &a.keys[0]) {
@@ -411,6 +420,14 @@ pub(super) fn collect(
                     }
                 }
                 if alive.is_none_or(|b| b.is_alive(doc)) {
+                    if let Some(limit) = req.terminate_after {
+                        if num_collected == limit {
+                            terminated_early = Some(true);
+                            index_done = true;
+                            break;
+                        }
+                        num_collected += 1;
+                    }
                     let score = if needs_scores {
                         let t = now();
                         let score = scorer.score();
@@ -551,6 +568,7 @@ pub(super) fn collect(
             total,
             max_score,
             timed_out,
+            terminated_early,
             profiles,
         },
     ))
@@ -693,6 +711,57 @@ mod tests {
         }
         all.sort();
         assert_eq!(all, ["p0", "p1", "p2", "p5", "p6", "p7"]);
+    }
+
+    #[test]
+    fn test_terminate_after_stops_each_index_at_the_limit_and_says_so() {
+        let (_tmp, engine) = shop();
+        let ctx = SearchContext::default();
+        let body = json!({
+            "terminate_after": 3,
+            "aggs": {"category": {"terms": {"field": "category"}}},
+        });
+        let resp = engine.search("shop", &body, &ctx).expect("search");
+        assert_eq!(resp["terminated_early"], true, "{resp}");
+        assert_eq!(resp["hits"]["total"]["value"], 3, "{resp}");
+        assert_eq!(ids(&resp).len(), 3, "{resp}");
+        let counted: u64 = resp["aggregations"]["category"]["buckets"]
+            .as_array()
+            .expect("buckets")
+            .iter()
+            .map(|b| b["doc_count"].as_u64().expect("count"))
+            .sum();
+        assert_eq!(
+            counted, 3,
+            "aggregations see the collected matches only: {resp}"
+        );
+        // The limit counts matches before the post filter, as OpenSearch's does.
+        let resp = engine
+            .search(
+                "shop",
+                &json!({"terminate_after": 5, "post_filter": {"term": {"category": "books"}}}),
+                &ctx,
+            )
+            .expect("search");
+        assert_eq!(resp["terminated_early"], true, "{resp}");
+        assert!(
+            resp["hits"]["total"]["value"].as_u64().expect("total") <= 5,
+            "{resp}"
+        );
+        // Reaching the limit with nothing left is no early termination; 0 is no limit.
+        for (limit, early) in [(10, Some(false)), (50, Some(false)), (0, None)] {
+            let resp = engine
+                .search("shop", &json!({"terminate_after": limit}), &ctx)
+                .expect("search");
+            assert_eq!(resp["hits"]["total"]["value"], 10, "{resp}");
+            assert_eq!(
+                resp.get("terminated_early").cloned(),
+                early.map(Value::from),
+                "{resp}"
+            );
+        }
+        let resp = engine.search("shop", &json!({}), &ctx).expect("search");
+        assert!(resp.get("terminated_early").is_none(), "{resp}");
     }
 
     #[test]

@@ -275,6 +275,9 @@ pub(super) fn render_response(
     let mut out = Map::new();
     out.insert("took".into(), json!(started.elapsed().as_millis() as u64));
     out.insert("timed_out".into(), json!(collected.timed_out));
+    if let Some(early) = collected.terminated_early {
+        out.insert("terminated_early".into(), json!(early));
+    }
     out.insert(
         "_shards".into(),
         json!({"total": shards, "successful": shards, "skipped": 0, "failed": 0}),

@@ -82,6 +82,10 @@ pub struct SearchRequest {
     pub track_scores: bool,
     /// Only hits with at least this score.
     pub min_score: Option<f32>,
+    /// `terminate_after`: each index stops collecting after this many matches (OpenSearch
+    /// stops each shard; a sluice index is searched whole); `None` when absent or 0,
+    /// OpenSearch's "no limit".
+    pub terminate_after: Option<u64>,
     /// The most aggregation buckets the search may build (`search.max_buckets`); `None` is
     /// OpenSearch's default.
     pub max_buckets: Option<u32>,
@@ -130,6 +134,7 @@ impl Default for SearchRequest {
             highlight: None,
             track_scores: false,
             min_score: None,
+            terminate_after: None,
             max_buckets: None,
             search_after: None,
             seq_no_primary_term: false,
@@ -448,7 +453,7 @@ impl SearchRequest {
                         expect_bool(key, v)?;
                     }
                     "terminate_after" => {
-                        as_u64_param(key, v)?;
+                        req.terminate_after = Some(as_u64_param(key, v)?).filter(|n| *n > 0);
                     }
                     "stored_fields" => {
                         let list: Option<Vec<String>> = match v {
@@ -549,6 +554,10 @@ impl SearchRequest {
                     req.seq_no_primary_term = expect_bool(key, &Value::from(v.as_str()))?
                 }
                 "version" => req.version = expect_bool(key, &Value::from(v.as_str()))?,
+                "terminate_after" => {
+                    req.terminate_after =
+                        Some(as_u64_param(key, &Value::from(v.as_str()))?).filter(|n| *n > 0)
+                }
                 "timeout" => req.timeout = Some(crate::parse_time_value(v).map_err(|e| {
                     EngineError::illegal_argument(format!(
                         "failed to parse setting [timeout] with value [{v}] as a time value: {e}"

@@ -503,3 +503,33 @@ async fn test_malformed_search_options_are_refused_as_opensearch_refuses_them() 
     assert_eq!((s, &v["responses"][0]["status"]), (200, &json!(200)), "{v}");
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_terminate_after_stops_collecting_and_reports_terminated_early() {
+    let node = TestNode::start().await;
+    let mut lines = Vec::new();
+    for n in 0..20 {
+        lines.push(json!({"index": {"_index": "logs", "_id": format!("l{n}")}}));
+        lines.push(json!({"n": n}));
+    }
+    let resp = node.bulk("/_bulk?refresh=true", &lines).await;
+    assert_eq!(resp["errors"], false, "{resp}");
+    let resp = node
+        .search("logs", json!({"terminate_after": 10, "size": 20}))
+        .await;
+    assert_eq!(resp["terminated_early"], true, "{resp}");
+    assert_eq!(resp["hits"]["total"]["value"], 10, "{resp}");
+    assert_eq!(
+        resp["hits"]["hits"].as_array().map(Vec::len),
+        Some(10),
+        "{resp}"
+    );
+    // The URL parameter works the same; a limit not reached says false.
+    let (s, resp) = node
+        .req("GET", "/logs/_search?terminate_after=50", None)
+        .await;
+    assert_eq!(s, 200, "{resp}");
+    assert_eq!(resp["terminated_early"], false, "{resp}");
+    assert_eq!(resp["hits"]["total"]["value"], 20, "{resp}");
+    node.stop().await;
+}
