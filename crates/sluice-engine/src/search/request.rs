@@ -406,12 +406,8 @@ impl SearchRequest {
                         }
                         req.query = v.clone();
                     }
-                    "post_filter" => {
-                        if !v.is_object() {
-                            return Err(parse_err("[post_filter] must be an object"));
-                        }
-                        req.post_filter = Some(v.clone());
-                    }
+                    // Anything but an object is OpenSearch's "Unknown key" below.
+                    "post_filter" if v.is_object() => req.post_filter = Some(v.clone()),
                     "from" => req.from = as_u64_param("from", v)?,
                     "size" => req.size = as_u64_param("size", v)?,
                     "sort" => parse_sort_entry(v, &mut req.sort)?,

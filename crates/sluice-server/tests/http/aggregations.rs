@@ -1240,6 +1240,7 @@ async fn test_post_filter_narrows_hits_while_aggregations_see_every_match() {
         ]),
         "{resp}"
     );
+    // Anything but an object is refused in OpenSearch's words.
     let resp = node
         .req(
             "POST",
@@ -1248,5 +1249,10 @@ async fn test_post_filter_narrows_hits_while_aggregations_see_every_match() {
         )
         .await;
     assert_error(&resp, 400, "parsing_exception");
+    assert_eq!(
+        resp.1["error"]["reason"], "Unknown key for a START_ARRAY in [post_filter].",
+        "{}",
+        resp.1
+    );
     node.stop().await;
 }
