@@ -5933,6 +5933,16 @@ impl Lingering {
     fn cancelled(&self) -> bool {
         !self.fake.received_on("/_tasks/up:1/_cancel").is_empty()
     }
+
+    /// Waits until the gateway cancelled the upstream's task.
+    async fn wait_cancelled(&self) {
+        common::wait_until(
+            "the gateway cancelling the upstream's task",
+            || self.cancelled(),
+            String::new,
+        )
+        .await;
+    }
 }
 
 async fn lingering_upstream() -> Lingering {
@@ -6079,12 +6089,7 @@ async fn cancelled_lane_search_keeps_its_slot(throttling: Value) {
         "{}",
         first.body
     );
-    common::wait_until(
-        "the gateway cancelling the upstream's task",
-        || up.cancelled(),
-        String::new,
-    )
-    .await;
+    up.wait_cancelled().await;
     // The task is still listed, cancelled, and holds the group's one slot.
     let (_, task) = gateway_task(&gw, "indices:data/read/search").await;
     assert_eq!(task["cancelled"], true, "{task}");
@@ -6162,12 +6167,7 @@ async fn test_a_cancelled_msearch_on_the_general_path_keeps_its_slot_until_the_u
         "{}",
         first.body
     );
-    common::wait_until(
-        "the gateway cancelling the upstream's task",
-        || up.cancelled(),
-        String::new,
-    )
-    .await;
+    up.wait_cancelled().await;
     let (_, item) = gateway_task(&gw, "indices:data/read/search").await;
     assert_eq!(item["cancelled"], true, "{item}");
     let second = spawn_search(&gw, &group, "/fast/_search?scroll=1m");
@@ -6211,12 +6211,7 @@ async fn test_the_slot_of_a_client_that_left_is_held_until_the_upstream_ends_its
     let first = spawn_search(&gw, &group, "/slow/_search");
     up.fake.wait_received("/slow/_search").await;
     first.abort();
-    common::wait_until(
-        "the gateway cancelling the upstream's task",
-        || up.cancelled(),
-        String::new,
-    )
-    .await;
+    up.wait_cancelled().await;
     let (_, task) = gateway_task(&gw, "indices:data/read/search").await;
     assert_eq!(task["cancelled"], true, "{task}");
     let second = spawn_search(&gw, &group, "/fast/_search").await.unwrap();
@@ -6261,12 +6256,7 @@ async fn test_a_cancelled_search_the_upstream_never_ends_frees_its_slot_after_th
     let first = first.await.unwrap();
     assert_eq!(first.status, 500, "{}", first.body);
     let cancelled_at = Instant::now();
-    common::wait_until(
-        "the gateway cancelling the upstream's task",
-        || up.cancelled(),
-        String::new,
-    )
-    .await;
+    up.wait_cancelled().await;
     let second = spawn_search(&gw, &group, "/fast/_search").await.unwrap();
     // Decided well within the bound (the old code admitted it at once): refused.
     if cancelled_at.elapsed() < Duration::from_secs(2) {
@@ -6363,12 +6353,7 @@ async fn test_a_search_whose_exchange_broke_off_keeps_its_slot_until_the_upstrea
         .await;
         let first = spawn_search(&gw, &group, "/broken/_search").await.unwrap();
         assert_eq!(first.status, 502, "lane {lane}: {}", first.body);
-        common::wait_until(
-            "the gateway cancelling the upstream's task",
-            || up.cancelled(),
-            String::new,
-        )
-        .await;
+        up.wait_cancelled().await;
         let (_, task) = gateway_task(&gw, "indices:data/read/search").await;
         assert_eq!(task["cancelled"], true, "lane {lane}: {task}");
         let second = spawn_search(&gw, &group, "/fast/_search").await.unwrap();
@@ -6427,12 +6412,7 @@ async fn test_a_search_the_upstream_did_not_answer_in_time_is_listed_cancelled_w
             "{path}, lane {lane}: {} {text}",
             first.status
         );
-        common::wait_until(
-            "the gateway cancelling the upstream's task",
-            || up.cancelled(),
-            String::new,
-        )
-        .await;
+        up.wait_cancelled().await;
         let (_, task) = gateway_task(&gw, "indices:data/read/search").await;
         assert_eq!(task["cancelled"], true, "{path}, lane {lane}: {task}");
         let second = spawn_search(&gw, &group, "/fast/_search").await.unwrap();
@@ -6481,12 +6461,7 @@ async fn test_a_stopping_gateway_stops_following_a_cancelled_search() {
         .await;
     assert_eq!(s, 200, "{b}");
     assert_eq!(first.await.unwrap().status, 200);
-    common::wait_until(
-        "the gateway cancelling the upstream's task",
-        || up.cancelled(),
-        String::new,
-    )
-    .await;
+    up.wait_cancelled().await;
     let stats = default_stats(&gw).await;
     assert_eq!(stats["executing"], 1, "the item's slot, held: {stats}");
     assert_eq!(
