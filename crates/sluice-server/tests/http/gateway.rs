@@ -21,6 +21,7 @@ use crate::common::{self, Reply, TestNode, read_response};
 
 use crate::common::ADMIN;
 
+mod goaway;
 mod search_apis;
 
 /// A request a fake upstream received.
@@ -3103,11 +3104,9 @@ fn openssl(dir: &std::path::Path, args: &[&str]) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn test_tls_upstream_is_verified_against_ca_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    // A private CA and a certificate it signed for localhost.
+/// Writes to `d` a private CA (`ca.pem`) and a certificate it signed for `localhost` and
+/// 127.0.0.1 (`srv.pem`, its key `srv.key`).
+fn private_ca(d: &std::path::Path) {
     openssl(
         d,
         &[
@@ -3170,6 +3169,14 @@ async fn test_tls_upstream_is_verified_against_ca_file() {
             "ext.cnf",
         ],
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_tls_upstream_is_verified_against_ca_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A private CA and a certificate it signed for localhost.
+    private_ca(d);
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()

@@ -54,6 +54,17 @@
 //!   dropped (hyper closes it: never ready, so never taken from the pool again) and the
 //!   client's connection closes. Tested by
 //!   `test_an_upstream_silent_mid_answer_closes_the_clients_connection` (lane off).
+//! - C6 — a request an HTTP/2 upstream refused unprocessed is sent again on a new connection,
+//!   whatever its method: a graceful GOAWAY whose last stream id is below its stream (nginx
+//!   after `keepalive_requests`, a load balancer's connection turnover), or a
+//!   `REFUSED_STREAM` reset (RFC 9113 §8.7: nothing of it was processed). hyper gives no
+//!   HTTP/2 request back (hyper-util's `retry_canceled_requests` covers only a request never
+//!   handed to a connection), so every request over HTTP/2 whose body the gateway holds
+//!   carries a copy; a streamed body may have been partly sent, and is not sent again. A new
+//!   connection refusing it too ([`MAX_REFUSED`]) leaves it to the next host, without a
+//!   back-off. An outside trial's nginx (`keepalive_requests 1000`) failed 0.18 % of requests
+//!   with 502 "not a result of an error". Tested by
+//!   `test_requests_an_h2_upstream_refused_unprocessed_are_sent_again`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -362,10 +373,36 @@ impl Pool {
     }
 }
 
+/// How many times in a row one host may refuse a request unprocessed (C6) before it goes to
+/// the next host: one new connection after a graceful GOAWAY is what a connection's turnover
+/// (nginx's `keepalive_requests`) needs; a new connection refusing it too is a host shutting
+/// down, and another connection to it would only be refused again.
+const MAX_REFUSED: u32 = 1;
+
+/// Whether an HTTP/2 exchange failed because the upstream refused the stream before it
+/// processed anything of it, so sending it again cannot do anything twice (RFC 9113 §8.7):
+/// a GOAWAY whose last stream id is below it (h2 fails exactly those streams, and those
+/// opened after it, with the GOAWAY's error; the streams below it that a close then cuts off
+/// get a broken pipe instead), or a `REFUSED_STREAM` reset.
+fn unprocessed(e: &hyper::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(h2) = s.downcast_ref::<h2::Error>() {
+            return h2.is_remote()
+                && (h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM));
+        }
+        source = s.source();
+    }
+    false
+}
+
 /// Why an attempt on a host failed.
 enum Failure {
     /// No connection could be opened (refused, unreachable, TLS): the host rests.
     Connect(Box<dyn std::error::Error + Send + Sync>),
+    /// The upstream refused the request before processing it (C6), again on a new
+    /// connection: the request may go to the next host.
+    Unprocessed(hyper::Error),
     /// A connection was open but the exchange failed (reset, closed, not HTTP).
     Exchange(hyper::Error),
 }
@@ -454,7 +491,8 @@ impl UpstreamClient {
     /// Sends `method path_and_query` with `headers` and `body` to the upstream and answers its
     /// response as soon as its headers arrived (the body streams, each wait for its next bytes
     /// bounded by `request_timeout`, C5). A host that cannot be connected to is put in
-    /// back-off; a replayable request then goes to the next host.
+    /// back-off; a replayable request then goes to the next host, as does one a host refused
+    /// unprocessed (C6).
     ///
     /// Errors: 502 `upstream_exception` naming the host and the cause (refused, unreachable
     /// within `connect_timeout` — `ErrorCode::UpstreamUnreachable`: nothing was sent —, reset,
@@ -543,6 +581,12 @@ impl UpstreamClient {
                         timed_out.then_some(self.connect_timeout),
                     ));
                 }
+                // Refused unprocessed on this host's connections (C6): nothing was done, so a
+                // request the gateway holds whole goes to the next host; the host does not
+                // rest (a graceful close is not a failure).
+                Ok(Err(Failure::Unprocessed(e))) => {
+                    last_error = Some(failed_to_answer(host, &refusal(&e)));
+                }
                 // The client's body broke off or was malformed (a bad chunk) while it was
                 // streamed up: the client's fault, answered as reading a body fails elsewhere.
                 Ok(Err(Failure::Exchange(e))) if e.is_user() => {
@@ -589,12 +633,19 @@ impl UpstreamClient {
             Some(s) => (s, true),
             None => (self.connect_boxed(i).await?, false),
         };
+        // Sendings of this request the upstream refused unprocessed (C6).
+        let mut refused = 0;
         loop {
             self.shape(i, pq, &sender, &mut req);
-            // What sending it once more takes (C2): only for a safe request on a reused
-            // connection, so the common request copies nothing.
+            // Whether a reused connection ending at once may have it sent again (C2).
+            let stale_retry = reused && safe(req.method());
+            // What sending it once more takes: a safe request on a reused connection (C2),
+            // or any request on an HTTP/2 one, which the upstream may refuse unprocessed
+            // (C6); so a request on a new HTTP/1.1 connection copies nothing.
             let again = match &held {
-                Some(body) if reused && safe(req.method()) => Some(copy_of(&req, body.clone())),
+                Some(body) if stale_retry || matches!(sender, Sender::H2(_)) => {
+                    Some(copy_of(&req, body.clone()))
+                }
                 _ => None,
             };
             let started = Instant::now();
@@ -622,17 +673,32 @@ impl UpstreamClient {
                     _ => {
                         let e = e.into_error();
                         match again {
+                            // An HTTP/2 stream the upstream did not process (a graceful
+                            // GOAWAY below it, a REFUSED_STREAM): once more on a new
+                            // connection (C6), any method; a second refusal in a row leaves
+                            // the request to the next host.
+                            Some(copy) if unprocessed(&e) => {
+                                refused += 1;
+                                if refused > MAX_REFUSED {
+                                    return Err(Failure::Unprocessed(e));
+                                }
+                                req = copy;
+                                reused = false;
+                                sender = self.connect_boxed(i).await?;
+                            }
                             // A safe request whose reused connection ended (closed or reset)
                             // before any answer, at once: the upstream closed it as the
                             // request went out (C2), once more on a new one.
                             Some(copy)
-                                if ended_unanswered(&e)
+                                if stale_retry
+                                    && ended_unanswered(&e)
                                     && started.elapsed() < super::h1::STALE_RESET_WITHIN =>
                             {
                                 req = copy;
                                 reused = false;
                                 sender = self.connect_boxed(i).await?;
                             }
+                            _ if unprocessed(&e) => return Err(Failure::Unprocessed(e)),
                             _ => return Err(Failure::Exchange(e)),
                         }
                     }
@@ -823,6 +889,16 @@ fn tls_hint(cause: &str) -> Option<&'static str> {
 /// buried the log (15 lines in 10 s with no client traffic).
 fn loud(failures: u32) -> bool {
     failures.is_power_of_two()
+}
+
+/// What an HTTP/2 refusal of a request (C6) was, in an operator's words: h2's own text for a
+/// graceful GOAWAY is "connection error received: not a result of an error".
+fn refusal(e: &hyper::Error) -> String {
+    format!(
+        "the upstream closed its HTTP/2 connection (GOAWAY) or refused the stream before \
+         processing the request, on a new connection too, or while its body streamed ({})",
+        causes(e)
+    )
 }
 
 /// The 502 of an exchange that failed on an open connection (reset, closed, not HTTP).
