@@ -162,6 +162,9 @@ enum Raw {
     /// `Transfer-Encoding: chunked` (RFC 9112 §6.3: the encoding wins), keeping the
     /// connection.
     LengthAndChunks,
+    /// Answers `HTTP/1.0 200` [`RAW_BODY`] with no length, the body ended by closing the
+    /// connection (an HTTP/1.0 proxy or appliance in front of a cluster).
+    CloseDelimited,
 }
 
 /// The body of [`Raw::BareLf`]'s and [`Raw::LengthAndChunks`]'s answers.
@@ -229,6 +232,13 @@ async fn raw_upstream(how: Raw) -> (String, tokio::task::JoinHandle<()>) {
                                 }
                             }
                         }
+                    }
+                    Raw::CloseDelimited => {
+                        let answer = format!(
+                            "HTTP/1.0 200 OK\r\ncontent-type: application/json\r\n\r\n{RAW_BODY}"
+                        );
+                        let _ = stream.write_all(answer.as_bytes()).await;
+                        let _ = stream.shutdown().await;
                     }
                     Raw::Garbage => {
                         let _ = stream
@@ -1064,6 +1074,66 @@ async fn test_odd_but_valid_upstream_heads_are_relayed_whole_and_framed_once() {
             }
             gw.stop().await;
         }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_an_answer_ended_by_the_upstreams_close_ends_on_both_paths() {
+    // An HTTP/1.0 upstream answering with no length, its body ended by closing the
+    // connection: a search on the lane, a document read and a search with the lane off (the
+    // general path) each get the whole body, and the answer ends: framed for the client, or
+    // its connection closed after it. The general path once relayed the body and then
+    // neither ended it nor closed (an outside trial's curl still waited after 10 minutes).
+    let (base, _task) = raw_upstream(Raw::CloseDelimited).await;
+    for lane in ["true", "false"] {
+        let setting = format!("backend.upstream.fast_lane={lane}");
+        let gw = gateway(&base, &[&setting]).await;
+        for path in ["/logs/_search", "/logs/_doc/1"] {
+            let what = format!("lane {lane}, {path}");
+            let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+            let request = format!("GET {path} HTTP/1.1\r\nhost: gw\r\n\r\n");
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
+                    .await
+                    .unwrap_or_else(|_| panic!("{what}: no head within 10 s"))
+                    .unwrap();
+                assert!(n > 0, "{what}: closed before the head");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
+            let framed =
+                head.contains("content-length:") || head.contains("transfer-encoding: chunked");
+            let body = if framed {
+                let (status, _, body) = read_response(&mut stream, &mut buf).await;
+                assert_eq!(status, 200, "{what}");
+                body
+            } else {
+                // Not framed: the body runs to the close, which must come.
+                let head_end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+                buf.drain(..head_end + 4);
+                loop {
+                    let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
+                        .await
+                        .unwrap_or_else(|_| {
+                            panic!(
+                                "{what}: the answer never ended: {:?}",
+                                String::from_utf8_lossy(&buf)
+                            )
+                        })
+                        .unwrap_or(0);
+                    if n == 0 {
+                        break;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                }
+                std::mem::take(&mut buf)
+            };
+            assert_eq!(String::from_utf8_lossy(&body), RAW_BODY, "{what}");
+        }
+        gw.stop().await;
     }
 }
 
