@@ -529,6 +529,77 @@ async fn test_refused_host_answers_502_naming_it_and_is_skipped_for_the_others()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_write_whose_host_refuses_the_connection_goes_to_the_next_host() {
+    // Two hosts answering; then the first stops listening and closes its connections, so
+    // the next request the round-robin gives it is refused a connection. Nothing of a write
+    // was sent there, its streamed body not yet read from the client: every write reaches the
+    // other host, body and all (`client.rs` C8), where one once got a 502.
+    let (closing, close) = closable_upstream().await;
+    let up = fake(answer_with(|_| {
+        axum::Json(json!({"result": "created"})).into_response()
+    }))
+    .await;
+    let gw = gateway(&format!("{closing},{}", up.base), &[]).await;
+    close().await;
+    for i in 0..4 {
+        let (s, b) = gw
+            .req("PUT", &format!("/logs/_doc/{i}"), Some(json!({"n": i})))
+            .await;
+        assert_eq!(s, 200, "PUT {i}: {b}");
+    }
+    let writes = up.received_on("/logs/_doc/");
+    assert_eq!(writes.len(), 4, "{writes:?}");
+    for (i, w) in writes.iter().enumerate() {
+        assert_eq!(w.method, "PUT");
+        let body: Value = serde_json::from_slice(&w.body).unwrap();
+        assert_eq!(body, json!({"n": i}));
+    }
+    gw.stop().await;
+}
+
+/// An upstream answering every request 200 `{}` until the future of the function it comes
+/// with is awaited, which stops its listening and closes its connections (a node going down:
+/// connections to it are refused from then on).
+async fn closable_upstream() -> (
+    String,
+    impl FnOnce() -> futures::future::BoxFuture<'static, ()>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let tasks: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
+    let conns = tasks.clone();
+    let accept = tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            let conn = tokio::spawn(async move {
+                let mut buf = Vec::new();
+                while read_request(&mut stream, &mut buf).await.is_some() {
+                    let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                                  content-length: 2\r\n\r\n{}";
+                    if stream.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            conns.lock().push(conn);
+        }
+    });
+    tasks.lock().push(accept);
+    (base, move || {
+        Box::pin(async move {
+            let tasks: Vec<_> = tasks.lock().drain(..).collect();
+            for task in tasks {
+                task.abort();
+                // Done once the task was dropped, its socket with it.
+                let _ = task.await;
+            }
+        })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_gateway_starts_while_its_upstream_is_down_and_serves_it_once_back() {
     // A port nothing listens on, for now.
     let addr = {

@@ -69,6 +69,12 @@
 //!   server, given an upstream's `HTTP/1.0` answer of no length, wrote it unframed and never
 //!   closed the connection that should have ended it; as HTTP/1.1 it is chunked. Tested by
 //!   `test_an_answer_ended_by_the_upstreams_close_ends_on_both_paths`.
+//! - C8 — a request is sent to the next host when a host's connection could not be opened
+//!   (refused, not within `connect_timeout`, TLS refused), whatever its method and its body:
+//!   nothing of it was sent, and a streamed body is not polled before a connection is open,
+//!   so it is given back whole. Once a byte of a streamed body was taken from the client, the
+//!   request is sent nowhere else. Tested by
+//!   `test_a_write_whose_host_refuses_the_connection_goes_to_the_next_host`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -402,8 +408,12 @@ fn unprocessed(e: &hyper::Error) -> bool {
 
 /// Why an attempt on a host failed.
 enum Failure {
-    /// No connection could be opened (refused, unreachable, TLS): the host rests.
-    Connect(Box<dyn std::error::Error + Send + Sync>),
+    /// No connection could be opened (refused, unreachable, TLS): the host rests. With the
+    /// request given back when nothing of it was sent, its body never polled (C8).
+    Connect(
+        Box<dyn std::error::Error + Send + Sync>,
+        Option<Box<Request<Body>>>,
+    ),
     /// The upstream refused the request before processing it (C6), again on a new
     /// connection: the request may go to the next host.
     Unprocessed(hyper::Error),
@@ -495,8 +505,8 @@ impl UpstreamClient {
     /// Sends `method path_and_query` with `headers` and `body` to the upstream and answers its
     /// response as soon as its headers arrived (the body streams, each wait for its next bytes
     /// bounded by `request_timeout`, C5). A host that cannot be connected to is put in
-    /// back-off; a replayable request then goes to the next host, as does one a host refused
-    /// unprocessed (C6).
+    /// back-off, and the request goes to the next host (C8); so does one the body of which the
+    /// gateway holds when a host refused it unprocessed (C6).
     ///
     /// Errors: 502 `upstream_exception` naming the host and the cause (refused, unreachable
     /// within `connect_timeout` — `ErrorCode::UpstreamUnreachable`: nothing was sent —, reset,
@@ -580,7 +590,14 @@ impl UpstreamClient {
                     let bound = self.request_timeout;
                     return Ok(resp.map(|body| AnswerBody::new(body, bound)));
                 }
-                Ok(Err(Failure::Connect(e))) => {
+                Ok(Err(Failure::Connect(e, unsent))) => {
+                    // Nothing of it sent, its body not taken from the client: a streamed
+                    // request goes to the next host too (C8).
+                    if let (None, Some(unsent)) = (&body, unsent) {
+                        let (parts, unsent_body) = unsent.into_parts();
+                        body = Some(OutBody::Stream(unsent_body));
+                        headers = Some(parts.headers);
+                    }
                     let (cause, timed_out) = (causes(&*e), timed_out(&*e));
                     last_error = Some(unreachable(
                         &self.hosts,
@@ -640,7 +657,13 @@ impl UpstreamClient {
         let pool = &self.pools[i];
         let (mut sender, mut reused) = match pool.checkout(Instant::now()) {
             Some(s) => (s, true),
-            None => (self.connect_boxed(i).await?, false),
+            None => match self.connect_boxed(i).await {
+                Ok(s) => (s, false),
+                Err(Failure::Connect(e, _)) => {
+                    return Err(Failure::Connect(e, Some(Box::new(req))));
+                }
+                Err(e) => return Err(e),
+            },
         };
         // Sendings of this request the upstream refused unprocessed (C6).
         let mut refused = 0;
@@ -677,7 +700,13 @@ impl UpstreamClient {
                     Some(unsent) if reused => {
                         req = unsent;
                         reused = false;
-                        sender = self.connect_boxed(i).await?;
+                        sender = match self.connect_boxed(i).await {
+                            Ok(s) => s,
+                            Err(Failure::Connect(e, _)) => {
+                                return Err(Failure::Connect(e, Some(Box::new(req))));
+                            }
+                            Err(e) => return Err(e),
+                        };
                     }
                     _ => {
                         let e = e.into_error();
@@ -730,7 +759,7 @@ impl UpstreamClient {
         let host = self.hosts.get(i);
         let io: Io = tower::ServiceExt::oneshot(self.connector.clone(), host.base.clone())
             .await
-            .map_err(Failure::Connect)?;
+            .map_err(|e| Failure::Connect(e, None))?;
         let name = host.name.clone();
         if io.connected().is_negotiated_h2() {
             let (mut sender, conn) = http2::handshake(TokioExecutor::new(), io)

@@ -494,9 +494,10 @@ impl Upstream {
                 parts.uri
             ))));
         };
-        // A request without a body can be tried on the next host when one refuses, and sent
-        // again when its connection closed as it went out (`client.rs` C2). A body's end may
-        // be known only by its length (zero; a lent request's body says no more).
+        // A request without a body can be sent again when its connection closed as it went
+        // out (`client.rs` C2); any request goes to the next host when one refuses (C8). A
+        // body's end may be known only by its length (zero; a lent request's body says no
+        // more).
         let bodiless = hyper::body::Body::is_end_stream(&body)
             || hyper::body::Body::size_hint(&body).exact() == Some(0);
         let (body, ended) = if bodiless {
