@@ -491,7 +491,12 @@ impl UpstreamClient {
                 .iter()
                 .map(|_| Pool::new(POOL_IDLE_TIMEOUT))
                 .collect(),
-            hosts: Hosts::new(&config.hosts),
+            hosts: Hosts::new(
+                &config.hosts,
+                config
+                    .connect_timeout
+                    .saturating_add(config.request_timeout),
+            ),
             connect_timeout: config.connect_timeout,
             request_timeout: config.request_timeout,
         })
@@ -578,6 +583,7 @@ impl UpstreamClient {
             let mut req = Request::new(out);
             *req.method_mut() = method.clone();
             *req.headers_mut() = h;
+            let started = Instant::now();
             let exchange = self.exchange(i, &pq, req, held);
             match tokio::time::timeout(self.request_timeout, exchange).await {
                 Ok(Ok(mut resp)) => {
@@ -602,6 +608,7 @@ impl UpstreamClient {
                     last_error = Some(unreachable(
                         &self.hosts,
                         i,
+                        started,
                         attempt,
                         cause,
                         timed_out.then_some(self.connect_timeout),
@@ -627,13 +634,13 @@ impl UpstreamClient {
                     // not: that may be the upstream ending one request, or an idle
                     // connection's race).
                     if e.is_parse() || e.is_parse_too_large() {
-                        host_at_fault(&self.hosts, i, &failed);
+                        host_at_fault(&self.hosts, i, started, &failed);
                     }
                     return Err(failed);
                 }
                 Err(_) => {
                     let e = no_answer_within(host, self.request_timeout);
-                    host_at_fault(&self.hosts, i, &e);
+                    host_at_fault(&self.hosts, i, started, &e);
                     return Err(e);
                 }
             }
@@ -847,19 +854,21 @@ impl UpstreamClient {
     }
 }
 
-/// A host a request could not connect to (`cause`; `connect_timeout` when that is what ran
-/// out): put in back-off and logged; answers the 502 the request gets if no other host
-/// answers. Both of the gateway's clients (this one and the fast lane's, [`super::h1`]) word
+/// A host a request could not connect to in an attempt begun at `started` (`cause`;
+/// `connect_timeout` when that is what ran out): put in back-off (`hosts.rs` H4) and logged;
+/// answers the 502 the request gets if no other host answers. Both of the gateway's clients (this one and the fast lane's, [`super::h1`]) word
 /// their failures with these functions.
 pub(super) fn unreachable(
     hosts: &Hosts,
     i: usize,
+    started: Instant,
     attempt: usize,
     cause: String,
     connect_timeout: Option<Duration>,
 ) -> EngineError {
     let host = hosts.get(i);
-    let (backoff, failures) = hosts.failed(i, Instant::now());
+    let rest = hosts.failed(i, started, Instant::now());
+    let (backoff, failures) = (rest.backoff, rest.failures);
     let cause = match connect_timeout {
         Some(t) => format!(
             "not connected within backend.upstream.connect_timeout [{}] ({cause})",
@@ -870,7 +879,7 @@ pub(super) fn unreachable(
             None => cause,
         },
     };
-    if loud(failures) {
+    if rest.counted && loud(failures) {
         tracing::warn!(host = %host.name, %cause, backoff_ms = backoff.as_millis() as u64,
             failures, attempt, "upstream host unreachable; others tried first until its back-off ends");
     } else {
@@ -884,14 +893,15 @@ pub(super) fn unreachable(
     )
 }
 
-/// Host `i` did not answer within `request_timeout`, or answered something that is not HTTP
-/// (`e` says which): it rests for a back-off as one that cannot be reached, as nginx marks a
+/// Host `i` did not answer within `request_timeout` in an attempt begun at `started`, or
+/// answered something that is not HTTP (`e` says which): it rests (`hosts.rs` H4) for a back-off as one that cannot be reached, as nginx marks a
 /// server failed on a timeout or an invalid answer (`max_fails=1` by default) and Envoy ejects
 /// a host for gateway failures. Otherwise, a host that accepts connections but never answers
 /// kept its turn and failed each request given it only after the whole `request_timeout`.
-pub(super) fn host_at_fault(hosts: &Hosts, i: usize, e: &EngineError) {
-    let (backoff, failures) = hosts.failed(i, Instant::now());
-    if loud(failures) {
+pub(super) fn host_at_fault(hosts: &Hosts, i: usize, started: Instant, e: &EngineError) {
+    let rest = hosts.failed(i, started, Instant::now());
+    let (backoff, failures) = (rest.backoff, rest.failures);
+    if rest.counted && loud(failures) {
         tracing::warn!(host = %hosts.get(i).name, cause = %e.reason,
             backoff_ms = backoff.as_millis() as u64, failures,
             "upstream host failed; others tried first until its back-off ends");

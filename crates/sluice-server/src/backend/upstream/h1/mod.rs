@@ -232,6 +232,7 @@ impl H1 {
                     last_error = Some(unreachable(
                         hosts,
                         i,
+                        started.into_std(),
                         attempt,
                         worded::connect(e.as_ref()),
                         timed_out.then_some(self.connect_timeout),
@@ -240,12 +241,12 @@ impl H1 {
                 Ok(Err(Failed::Exchange(cause))) => return Err(failed_to_answer(host, &cause)),
                 Ok(Err(Failed::NotHttp(cause))) => {
                     let e = failed_to_answer(host, &cause);
-                    host_at_fault(hosts, i, &e);
+                    host_at_fault(hosts, i, started.into_std(), &e);
                     return Err(e);
                 }
                 Err(_) => {
                     let e = no_answer_within(host, self.request_timeout);
-                    host_at_fault(hosts, i, &e);
+                    host_at_fault(hosts, i, started.into_std(), &e);
                     return Err(e);
                 }
             }
