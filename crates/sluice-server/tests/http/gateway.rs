@@ -700,6 +700,38 @@ async fn test_a_host_that_answers_late_or_not_in_http_rests_while_the_others_ser
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_first_host_that_never_answers_does_not_hold_start_up() {
+    // The first host accepts and never answers; the second answers. Start-up's GET / gives
+    // each host connect_timeout (500 ms) and asks the next: the gateway serves within
+    // seconds, not after the whole request_timeout (60 s here), and from the host that
+    // answers. It once waited out request_timeout on the first host and never asked the
+    // second.
+    let (hung, _task) = raw_upstream(Raw::Hang).await;
+    let up = fake(answer_with(|_| {
+        axum::Json(json!({"count": 1})).into_response()
+    }))
+    .await;
+    let hosts = format!("backend.upstream.hosts={hung},{}", up.base);
+    let settings = [
+        "backend.type=upstream",
+        hosts.as_str(),
+        "backend.upstream.request_timeout=60s",
+        "backend.upstream.connect_timeout=500ms",
+    ];
+    let gw = tokio::time::timeout(Duration::from_secs(30), TestNode::start_plain(&settings))
+        .await
+        .expect("start-up held by a host that never answers");
+    // The second host answered GET /: the upstream's measure is decided (OpenSearch: the
+    // usage it reports), not left for later.
+    assert!(up.received_on("/").iter().any(|r| r.uri == "/"));
+    assert!(gw.state.upstream.as_ref().unwrap().measure().is_some());
+    // The hung host rests: a request goes to the other.
+    let (s, b) = gw.req("GET", "/logs/_count", None).await;
+    assert_eq!(s, 200, "{b}");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_host_answering_an_error_at_start_does_not_stop_the_gateway() {
     // A cluster still starting answers 503 to GET /: once that stopped start-up (the gateway
     // took it for an upstream that says nothing), a restart loop under a supervisor.

@@ -533,6 +533,18 @@ impl UpstreamClient {
             EngineError::illegal_argument(format!("invalid request path [{path_and_query}]: {e}"))
         })?;
         let order = self.hosts.order(Instant::now());
+        self.send_in(&order, method, pq, headers, body).await
+    }
+
+    /// [`Self::send`] over the hosts of `order`, in that order.
+    async fn send_in(
+        &self,
+        order: &[usize],
+        method: &Method,
+        pq: PathAndQuery,
+        headers: HeaderMap,
+        body: OutBody,
+    ) -> Result<Response<AnswerBody>, EngineError> {
         let mut body = Some(body);
         let mut headers = Some(headers);
         let mut last_error = None;
@@ -822,7 +834,7 @@ impl UpstreamClient {
     }
 
     /// Sends a bodiless request and reads the whole (small) answer: for the gateway's own calls
-    /// (`GET /` at start, listing and cancelling upstream tasks).
+    /// (listing and cancelling upstream tasks, and, once started, `GET /`).
     pub async fn call(
         &self,
         method: Method,
@@ -837,6 +849,72 @@ impl UpstreamClient {
                 OutBody::Bytes(Bytes::new()),
             )
             .await?;
+        Self::read_whole(resp, &method, path_and_query).await
+    }
+
+    /// A `GET` of the gateway's own at start-up (`GET /`, `_nodes/thread_pool`), read whole:
+    /// each host in turn has [`Self::start_bound`] to answer it, and one that does not rests
+    /// (as after any timeout) while the next is asked. The node's port is bound but not yet
+    /// served while it runs, so a host that accepts and never answers held start-up, and each
+    /// client that connected meanwhile, for the whole `request_timeout` (60 s by default), and
+    /// the other hosts were never asked (an outside trial). Bounded by the number of hosts ×
+    /// the bound; the same error as [`Self::call`] when no host answered.
+    pub async fn call_at_start(
+        &self,
+        path_and_query: &str,
+        headers: &HeaderMap,
+    ) -> Result<(http::StatusCode, Bytes), EngineError> {
+        let method = Method::GET;
+        let pq: PathAndQuery = path_and_query.parse().map_err(|e| {
+            EngineError::illegal_argument(format!("invalid request path [{path_and_query}]: {e}"))
+        })?;
+        let bound = self.start_bound();
+        let mut last_error = None;
+        for i in self.hosts.order(Instant::now()) {
+            let started = Instant::now();
+            let answer = async {
+                let body = OutBody::Bytes(Bytes::new());
+                let resp = self
+                    .send_in(&[i], &method, pq.clone(), headers.clone(), body)
+                    .await?;
+                Self::read_whole(resp, &method, path_and_query).await
+            };
+            match tokio::time::timeout(bound, answer).await {
+                Ok(Ok(answer)) => return Ok(answer),
+                Ok(Err(e)) => last_error = Some(e),
+                Err(_) => {
+                    let e = EngineError::new(
+                        ErrorCode::UpstreamTimeout,
+                        format!(
+                            "upstream [{}] did not answer the gateway's start-up [{method} \
+                             {path_and_query}] within backend.upstream.connect_timeout [{}]",
+                            self.hosts.get(i).name,
+                            sluice_wire::format_time_value(bound)
+                        ),
+                    );
+                    host_at_fault(&self.hosts, i, started, &e);
+                    last_error = Some(e);
+                }
+            }
+        }
+        Err(last_error.unwrap_or_else(no_host))
+    }
+
+    /// How long each host has to answer a start-up call ([`Self::call_at_start`]):
+    /// `connect_timeout` (at most `request_timeout`), the time the operator gives a live host
+    /// to show it is there. OpenSearch answers `GET /` and `_nodes/thread_pool` from what the
+    /// node holds, in milliseconds; a host that takes seconds is not one to wait for while
+    /// the gateway does not serve.
+    fn start_bound(&self) -> Duration {
+        self.connect_timeout.min(self.request_timeout)
+    }
+
+    /// The whole answer of one of the gateway's own calls.
+    async fn read_whole(
+        resp: Response<AnswerBody>,
+        method: &Method,
+        path_and_query: &str,
+    ) -> Result<(http::StatusCode, Bytes), EngineError> {
         let status = resp.status();
         let body = http_body_util::BodyExt::collect(resp.into_body())
             .await

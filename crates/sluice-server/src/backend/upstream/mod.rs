@@ -205,13 +205,15 @@ impl Upstream {
 
     /// The upstream's search threads in all: the sum of `thread_pool.search.size` over the
     /// nodes its `_nodes/thread_pool` lists; `None` when it does not say.
-    async fn read_search_threads(&self) -> Option<u32> {
+    async fn read_search_threads(&self, first: bool) -> Option<u32> {
         let headers = self.identity.own_call();
-        let (status, body) = self
-            .client
-            .call(Method::GET, "/_nodes/thread_pool", &headers)
-            .await
-            .ok()?;
+        let path = "/_nodes/thread_pool";
+        let (status, body) = if first {
+            self.client.call_at_start(path, &headers).await
+        } else {
+            self.client.call(Method::GET, path, &headers).await
+        }
+        .ok()?;
         if !status.is_success() {
             return None;
         }
@@ -266,7 +268,13 @@ impl Upstream {
     /// starts is served once it is back): logged as a warning when `first`, else quietly.
     pub async fn probe(&self, first: bool) -> Result<Option<String>, Unreachable> {
         let headers = self.identity.own_call();
-        match self.client.call(Method::GET, "/", &headers).await {
+        // At start each host has a short bound, and the next is asked (`client.rs`).
+        let answer = if first {
+            self.client.call_at_start("/", &headers).await
+        } else {
+            self.client.call(Method::GET, "/", &headers).await
+        };
+        match answer {
             Ok((status, body)) if status.is_success() => {
                 let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                 let _ = self.cluster.set(UpstreamCluster {
@@ -310,7 +318,7 @@ impl Upstream {
             }
             Err(e) => {
                 if first {
-                    tracing::warn!(error = %e.reason, "gateway mode: the upstream is not reachable yet; requests get 502 until it is");
+                    tracing::warn!(error = %e.reason, "gateway mode: no upstream host answered GET / at start (each tried in turn); requests get 502 or 504 until one does, and it is asked again every second");
                 } else {
                     tracing::debug!(error = %e.reason, "gateway mode: the upstream is still not reachable");
                 }
@@ -349,7 +357,7 @@ impl Upstream {
             return Ok(Some(Measure::Reported));
         }
         let reported = if answered {
-            self.read_search_threads().await
+            self.read_search_threads(first).await
         } else {
             None
         };
@@ -455,7 +463,7 @@ impl Upstream {
                 .store(undecided || gaps.gap().is_some(), Ordering::Release);
             gaps.wants_stand_in(undecided, now)
         };
-        if want && let Some(search_threads) = self.read_search_threads().await {
+        if want && let Some(search_threads) = self.read_search_threads(false).await {
             let capacity = self.measure_from.1;
             self.gaps.lock().set_stand_in(InFlight {
                 cores: capacity.cores,
@@ -926,7 +934,9 @@ pub(super) const WORK_ACTIONS: &str = "*search*,*byquery*,*reindex*,*rank_eval*,
 /// user would reach the upstream under one identity, calls the upstream's `GET /` and decides
 /// how forwarded searches are measured. An upstream that answers but gives no measure stops
 /// start-up; one that does not answer is asked again later ([`Upstream::settled_measure`]):
-/// the gateway starts, and its requests get 502 until the upstream is back.
+/// the gateway starts, and its requests get 502 until the upstream is back. Each host has a
+/// short bound to answer the start-up calls, and the next is asked
+/// ([`UpstreamClient::call_at_start`]).
 /// `capacity` is the node's (what the enforcement divides CPU time and memory by).
 pub async fn start(
     config: &UpstreamConfig,
