@@ -328,16 +328,54 @@ pub fn backend_config<'a>(
     let header = |key: &str, default: &'static str| -> Result<HeaderName, ConfigError> {
         match get(key) {
             None => Ok(HeaderName::from_static(default)),
-            Some((v, s)) => HeaderName::from_bytes(v.trim().as_bytes()).map_err(|_| {
-                invalid(
-                    key,
-                    v,
-                    s,
-                    "expected an HTTP header name such as x-proxy-user",
-                )
-            }),
+            Some((v, s)) => {
+                let name = HeaderName::from_bytes(v.trim().as_bytes()).map_err(|_| {
+                    invalid(
+                        key,
+                        v,
+                        s,
+                        "expected an HTTP header name such as x-proxy-user",
+                    )
+                })?;
+                match super::headers::reserved_for_identity(&name) {
+                    Some(why) => Err(invalid(
+                        key,
+                        v,
+                        s,
+                        &format!(
+                            "{name} cannot carry the user or its roles: {why}; use a header of its own such as x-proxy-user"
+                        ),
+                    )),
+                    None => Ok(name),
+                }
+            }
         }
     };
+    let proxy_user_header = header(
+        keys::BACKEND_UPSTREAM_PROXY_USER_HEADER,
+        DEFAULT_PROXY_USER_HEADER,
+    )?;
+    let proxy_roles_header = header(
+        keys::BACKEND_UPSTREAM_PROXY_ROLES_HEADER,
+        DEFAULT_PROXY_ROLES_HEADER,
+    )?;
+    // One header for both would name the user by its roles (an outside trial's alice arrived
+    // as `x-proxy-user: tenant_a,readers`).
+    if super::headers::same_header(&proxy_user_header, &proxy_roles_header) {
+        let (key, (v, s)) = match get(keys::BACKEND_UPSTREAM_PROXY_ROLES_HEADER) {
+            Some(set) => (keys::BACKEND_UPSTREAM_PROXY_ROLES_HEADER, set),
+            None => (
+                keys::BACKEND_UPSTREAM_PROXY_USER_HEADER,
+                get(keys::BACKEND_UPSTREAM_PROXY_USER_HEADER).unwrap_or_default(),
+            ),
+        };
+        return Err(invalid(
+            key,
+            v,
+            s,
+            "backend.upstream.proxy.user_header and backend.upstream.proxy.roles_header must be different headers",
+        ));
+    }
     let fast_lane = match get(keys::BACKEND_UPSTREAM_FAST_LANE) {
         None => true,
         Some((v, s)) => match v.trim() {
@@ -363,14 +401,8 @@ pub fn backend_config<'a>(
         cancel_wait_timeout,
         identity,
         search_threads,
-        proxy_user_header: header(
-            keys::BACKEND_UPSTREAM_PROXY_USER_HEADER,
-            DEFAULT_PROXY_USER_HEADER,
-        )?,
-        proxy_roles_header: header(
-            keys::BACKEND_UPSTREAM_PROXY_ROLES_HEADER,
-            DEFAULT_PROXY_ROLES_HEADER,
-        )?,
+        proxy_user_header,
+        proxy_roles_header,
     })))
 }
 
@@ -532,6 +564,65 @@ mod tests {
             "auth.type=basic",
         ]);
         assert!(e.contains("backend.upstream.username"), "{e}");
+    }
+
+    #[test]
+    fn test_proxy_header_names_the_gateway_frames_writes_or_strips_are_refused() {
+        let base = [
+            "backend.type=upstream",
+            "backend.upstream.hosts=http://a",
+            "auth.type=basic",
+            "backend.upstream.identity=proxy",
+        ];
+        let with = |extra: &[&str]| {
+            let mut flags = base.to_vec();
+            flags.extend_from_slice(extra);
+            load(&flags).map(|_| ()).map_err(|e| e.to_string())
+        };
+        for key in ["user_header", "roles_header"] {
+            for name in [
+                "transfer-encoding",
+                "Content-Length",
+                "connection",
+                "host",
+                "te",
+                "upgrade",
+                "keep-alive",
+                "trailer",
+                "expect",
+                "authorization",
+                "x-opaque-id",
+                "x-forwarded-for",
+                "X_Forwarded_For",
+                "forwarded",
+                "x-real-ip",
+                "es-security-runas-user",
+                "workloadGroupId",
+                "x-proxy-ext-tenant",
+                "cookie",
+                "proxy-authorization",
+                "securitytenant",
+            ] {
+                let setting = format!("backend.upstream.proxy.{key}={name}");
+                let e = with(&[&setting]).unwrap_err();
+                assert!(
+                    e.contains(&format!("[backend.upstream.proxy.{key}]"))
+                        && e.contains("cannot carry the user"),
+                    "{setting}: {e}"
+                );
+            }
+        }
+        // One header for both: refused, naming the key set.
+        let e = with(&["backend.upstream.proxy.roles_header=x-proxy-user"]).unwrap_err();
+        assert!(e.contains("[backend.upstream.proxy.roles_header]"), "{e}");
+        let e = with(&["backend.upstream.proxy.user_header=X_PROXY_ROLES"]).unwrap_err();
+        assert!(e.contains("[backend.upstream.proxy.user_header]"), "{e}");
+        // Headers of their own are fine.
+        with(&[
+            "backend.upstream.proxy.user_header=x-remote-user",
+            "backend.upstream.proxy.roles_header=x-remote-roles",
+        ])
+        .unwrap();
     }
 
     #[test]

@@ -130,6 +130,62 @@ const SECURITY_REQUESTS: [HeaderName; 3] = [
     HeaderName::from_static("security_tenant"),
 ];
 
+/// Why a header name cannot carry the user or its roles in `identity: proxy`
+/// (`backend.upstream.proxy.user_header` / `roles_header`), if it cannot: the gateway frames
+/// the request with it, writes it itself, strips it from clients for another meaning, or the
+/// upstream reads it as something else. An outside trial's `user_header=transfer-encoding`
+/// sent `Transfer-Encoding: alice` beside a `Content-Length` (a smuggling-shaped request),
+/// `authorization` replaced the gateway's credentials, and `content-length`, `host` or
+/// `x-forwarded-for` dropped the user without a word, so the request reached the upstream as
+/// the gateway's own identity. Compared as [`same_name`] does (any case, `_` for `-`).
+pub(super) fn reserved_for_identity(name: &HeaderName) -> Option<&'static str> {
+    static GROUPS: LazyLock<Vec<(Names, &'static str)>> = LazyLock::new(|| {
+        vec![
+            (
+                Names::of(
+                    HOP_BY_HOP.iter().cloned().chain([
+                        header::CONTENT_LENGTH,
+                        header::HOST,
+                        header::EXPECT,
+                        header::CONTENT_TYPE,
+                        header::CONTENT_ENCODING,
+                        header::ACCEPT_ENCODING,
+                    ]),
+                    &[],
+                ),
+                "it frames the request or the connection",
+            ),
+            (
+                Names::of(
+                    [
+                        header::AUTHORIZATION,
+                        RUN_AS_HEADER,
+                        crate::http::meta::OPAQUE_ID_NAME.clone(),
+                        HeaderName::from_static(GROUP_HEADER_LOWERCASE),
+                    ]
+                    .into_iter()
+                    .chain(FORWARDING),
+                    &[PROXY_EXT_PREFIX],
+                ),
+                "the gateway writes it itself, or reads it as something else",
+            ),
+            (
+                Names::of(CREDENTIALS.into_iter().chain(SECURITY_REQUESTS), &[]),
+                "the upstream reads it as the client's credentials or security requests",
+            ),
+        ]
+    });
+    GROUPS
+        .iter()
+        .find(|(names, _)| names.contains(name))
+        .map(|(_, why)| *why)
+}
+
+/// Whether two header names are one header to some stack ([`same_name`]).
+pub(super) fn same_header(a: &HeaderName, b: &HeaderName) -> bool {
+    same_name(a.as_str().as_bytes(), b.as_str().as_bytes())
+}
+
 /// [`HOP_BY_HOP`] as a [`Names`].
 static HOP_BY_HOP_NAMES: LazyLock<Names> = LazyLock::new(|| Names::of(HOP_BY_HOP.clone(), &[]));
 
