@@ -474,6 +474,11 @@ impl UpstreamClient {
                     .with_no_client_auth()
             }
         };
+        if config.ca_file.is_some() && config.hosts.iter().all(|h| h.scheme_str() == Some("http")) {
+            tracing::warn!(
+                "backend.upstream.ca_file is set but every host in backend.upstream.hosts is http://: it applies to https:// hosts only"
+            );
+        }
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
@@ -496,6 +501,7 @@ impl UpstreamClient {
                 config
                     .connect_timeout
                     .saturating_add(config.request_timeout),
+                config.ca_file.is_some(),
             ),
             connect_timeout: config.connect_timeout,
             request_timeout: config.request_timeout,
@@ -952,7 +958,7 @@ pub(super) fn unreachable(
             "not connected within backend.upstream.connect_timeout [{}] ({cause})",
             sluice_wire::format_time_value(t),
         ),
-        None => match tls_hint(&cause) {
+        None => match tls_hint(&cause, hosts.ca_file_set()) {
             Some(hint) => format!("{cause}; {hint}"),
             None => cause,
         },
@@ -991,10 +997,21 @@ pub(super) fn host_at_fault(hosts: &Hosts, i: usize, started: Instant, e: &Engin
 }
 
 /// What to do about a TLS handshake the gateway refused, named by rustls's cause: a
-/// certificate of a private CA (set `ca_file`), or a CA certificate served as the host's own
-/// (which no `ca_file` fixes).
-fn tls_hint(cause: &str) -> Option<&'static str> {
-    if cause.contains("CaUsedAsEndEntity") {
+/// certificate of a private CA (set `ca_file`, or, when it is set, name the CA that signed
+/// it), a CA certificate served as the host's own (which no `ca_file` fixes), or a plain HTTP
+/// port named `https://` (rustls reads its answer as a corrupt TLS record).
+fn tls_hint(cause: &str, ca_file_set: bool) -> Option<&'static str> {
+    if cause.contains("InvalidContentType") {
+        Some(
+            "the upstream did not answer in TLS: if the host serves plain HTTP, name it \
+             http:// in backend.upstream.hosts",
+        )
+    } else if cause.contains("UnknownIssuer") && ca_file_set {
+        Some(
+            "the upstream's certificate is not signed by a CA in backend.upstream.ca_file: \
+             name there the CA that signed it",
+        )
+    } else if cause.contains("CaUsedAsEndEntity") {
         Some(
             "the upstream presents a CA certificate as its own: give it a certificate signed by \
              that CA, and name the CA in backend.upstream.ca_file",
@@ -1027,11 +1044,21 @@ fn refusal(e: &hyper::Error) -> String {
     )
 }
 
-/// The 502 of an exchange that failed on an open connection (reset, closed, not HTTP).
+/// The 502 of an exchange that failed on an open connection (reset, closed, not HTTP), with
+/// what to check when the answer was not HTTP/1.x at all (hyper's and the lane's "invalid
+/// HTTP version parsed" said nothing of a port of another service, or of an upstream that
+/// speaks HTTP/2 only without TLS).
 pub(super) fn failed_to_answer(host: &Host, cause: &str) -> EngineError {
+    let hint = if cause.contains(super::h1::worded::VERSION) {
+        "; the upstream's answer is not HTTP/1.x: check that the host's port is the cluster's \
+         HTTP port; the gateway speaks HTTP/2 only over TLS (https://), not to an upstream that \
+         speaks HTTP/2 alone without TLS (h2c)"
+    } else {
+        ""
+    };
     EngineError::new(
         ErrorCode::UpstreamFailed,
-        format!("upstream [{}] failed to answer: {cause}", host.name),
+        format!("upstream [{}] failed to answer: {cause}{hint}", host.name),
     )
 }
 
@@ -1212,10 +1239,17 @@ mod tests {
     #[test]
     fn test_refused_certificates_say_what_fixes_them() {
         let unknown = "invalid peer certificate: UnknownIssuer";
-        assert!(tls_hint(unknown).is_some_and(|h| h.contains("backend.upstream.ca_file")));
+        assert!(
+            tls_hint(unknown, false).is_some_and(|h| h.contains("set backend.upstream.ca_file"))
+        );
         let ca = "invalid peer certificate: Other(OtherError(CaUsedAsEndEntity))";
-        assert!(tls_hint(ca).is_some_and(|h| h.contains("signed by that CA")));
-        assert_eq!(tls_hint("Connection refused (os error 111)"), None);
+        assert!(tls_hint(ca, false).is_some_and(|h| h.contains("signed by that CA")));
+        assert_eq!(tls_hint("Connection refused (os error 111)", false), None);
+        // With a ca_file set, the hint does not ask to set it.
+        assert!(tls_hint(unknown, true).is_some_and(|h| h.contains("name there the CA")));
+        // A plain HTTP port named https://.
+        let plain = "received corrupt message of type InvalidContentType";
+        assert!(tls_hint(plain, false).is_some_and(|h| h.contains("http://")));
     }
 
     #[test]

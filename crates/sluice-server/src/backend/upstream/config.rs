@@ -20,6 +20,13 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// default is the one of OpenSearch Dashboards' `opensearch.requestTimeout` (30 s) doubled.
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The longest any `backend.upstream.*` timeout may be: OpenSearch's own bound on how long a
+/// search context may be kept (`search.max_keep_alive`, 24 h). A longer one is a typo
+/// (an outside trial's `request_timeout=99999999999d` was taken, and a host that never
+/// answered then held start-up for good), and deadlines computed from it stay far from the
+/// clock's end.
+const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// How long a cancelled or abandoned search keeps its slot while the upstream still lists it
 /// when `cancel_wait_timeout` is not set (`super::cancelled`): cancellation is cooperative, and
 /// OpenSearch ends a cancelled search within seconds (an aggregation notices it late), so a
@@ -192,6 +199,23 @@ pub fn backend_config<'a>(
             )
         })?,
     };
+    // A host listed twice would have twice the others' share of the requests.
+    if let Some(twice) = hosts
+        .iter()
+        .enumerate()
+        .find_map(|(k, h)| hosts[..k].iter().find(|first| *first == h))
+        && let Some((v, s)) = get(keys::BACKEND_UPSTREAM_HOSTS)
+    {
+        return Err(invalid(
+            keys::BACKEND_UPSTREAM_HOSTS,
+            v,
+            s,
+            &format!(
+                "{} is listed twice: list each host once",
+                twice.to_string().trim_end_matches('/')
+            ),
+        ));
+    }
     let text = |key: &str| -> Result<Option<String>, ConfigError> {
         match get(key) {
             None => Ok(None),
@@ -243,13 +267,13 @@ pub fn backend_config<'a>(
             Some((v, s)) => sluice_wire::parse_time_value(v, key)
                 .ok()
                 .and_then(|t| t.duration_opt())
-                .filter(|d| !d.is_zero())
+                .filter(|d| !d.is_zero() && *d <= MAX_TIMEOUT)
                 .ok_or_else(|| {
                     invalid(
                         key,
                         v,
                         s,
-                        "expected a positive time value such as 5s or 500ms",
+                        "expected a positive time value of at most 24h such as 5s or 500ms",
                     )
                 }),
         }
@@ -525,6 +549,22 @@ mod tests {
         assert!(e.contains("[backend.upstream.request_timeout]"), "{e}");
         let e = with("backend.upstream.cancel_wait_timeout=-1");
         assert!(e.contains("[backend.upstream.cancel_wait_timeout]"), "{e}");
+        let e = with("backend.upstream.request_timeout=99999999999d");
+        assert!(
+            e.contains("[backend.upstream.request_timeout]") && e.contains("24h"),
+            "{e}"
+        );
+        let e = with("backend.upstream.connect_timeout=25h");
+        assert!(e.contains("[backend.upstream.connect_timeout]"), "{e}");
+        upstream(&[base[0], base[1], "backend.upstream.request_timeout=24h"]);
+        let e = err(&[
+            base[0],
+            "backend.upstream.hosts=http://a:1,http://b,HTTP://A:1/",
+        ]);
+        assert!(
+            e.contains("[backend.upstream.hosts]") && e.contains("http://a:1 is listed twice"),
+            "{e}"
+        );
         let e = with("backend.upstream.fast_lane=maybe");
         assert!(
             e.contains("[backend.upstream.fast_lane]") && e.contains("true or false"),

@@ -89,11 +89,15 @@ pub struct Hosts {
     /// outcome is never told (its client left; a reset, not held against the host) does not
     /// keep the host out for good.
     probe_wait: Duration,
+    /// Whether `backend.upstream.ca_file` is set: the hint of a refused certificate says what
+    /// fixes it (`client.rs` `tls_hint`), which depends on it.
+    ca_file_set: bool,
 }
 
 impl Hosts {
-    /// The hosts of `bases`, all healthy; a probe (H5) awaited `probe_wait` at most.
-    pub fn new(bases: &[Uri], probe_wait: Duration) -> Hosts {
+    /// The hosts of `bases`, all healthy; a probe (H5) awaited `probe_wait` at most;
+    /// `ca_file_set`: whether their TLS is verified against `backend.upstream.ca_file`.
+    pub fn new(bases: &[Uri], probe_wait: Duration, ca_file_set: bool) -> Hosts {
         Hosts {
             hosts: bases
                 .iter()
@@ -106,7 +110,13 @@ impl Hosts {
                 .collect(),
             next: AtomicUsize::new(0),
             probe_wait,
+            ca_file_set,
         }
+    }
+
+    /// Whether `backend.upstream.ca_file` is set.
+    pub fn ca_file_set(&self) -> bool {
+        self.ca_file_set
     }
 
     /// The host `i`.
@@ -223,7 +233,7 @@ mod tests {
         let bases: Vec<Uri> = (0..n)
             .map(|i| format!("http://h{i}:9200/").parse().unwrap())
             .collect();
-        Hosts::new(&bases, PROBE_WAIT)
+        Hosts::new(&bases, PROBE_WAIT, false)
     }
 
     /// The tests' probe wait (H5).

@@ -89,7 +89,7 @@ use head::{Framing, Head, MAX_HEAD, Runs, parse_head};
 /// The failures of an exchange, worded as the hyper client words them (the general path's
 /// 502 says the same): its parse errors, an answer's head too large, a connection that closed
 /// in the head or failed.
-mod worded {
+pub(super) mod worded {
     pub const HEADER: &str = "invalid HTTP header parsed";
     pub const STATUS: &str = "invalid HTTP status-code parsed";
     pub const VERSION: &str = "invalid HTTP version parsed";
