@@ -99,8 +99,16 @@ pub fn alias_names<'a>(method: &Method, path: &'a str) -> Option<Cow<'a, str>> {
     else {
         return None;
     };
-    let is_index = !idx.starts_with('_') || idx == "_all" || idx.starts_with("_all,");
-    (writes && is_index && (api == "_alias" || api == "_aliases")).then(|| decode(name))
+    (writes && is_index_expression(idx) && (api == "_alias" || api == "_aliases"))
+        .then(|| decode(name))
+}
+
+/// Whether a path's first segment is an index expression: no API's name (those start with
+/// `_`, which OpenSearch refuses in index names), or `_all` (alone or first of a list). The
+/// one rule for authorization and for the routes that must not read an API's name as an
+/// index ([`crate::http::fallback::names_an_api`]).
+pub fn is_index_expression(segment: &str) -> bool {
+    !segment.starts_with('_') || segment == "_all" || segment.starts_with("_all,")
 }
 
 /// The action of a request to `path` (without the query) with `method`.
@@ -189,9 +197,7 @@ pub fn classify<'a>(method: &Method, path: &'a str, query: Option<&str>) -> Rout
             Cluster(Action::RuleUpdate)
         }
         ["_rules", "workload_group", _] if m == Method::DELETE => Cluster(Action::RuleDelete),
-        // An index expression: no API's name (those start with `_`), or `_all` (alone or
-        // first of a list).
-        [idx, rest @ ..] if !idx.starts_with('_') || *idx == "_all" || idx.starts_with("_all,") => {
+        [idx, rest @ ..] if is_index_expression(idx) => {
             let idx = decode(idx);
             let action = match (rest, &m) {
                 ([], _) if read => Action::IndexGet,

@@ -31,12 +31,11 @@ pub async fn no_handler(req: Request) -> Response {
     .into_response()
 }
 
-/// Whether a path's first segment names an API rather than an index expression: it starts
-/// with `_` (OpenSearch refuses index names that do), other than `_all` (alone or first of a
-/// list). The rule [`crate::auth::route::classify`] reads index expressions by.
+/// Whether a path's first segment names an API rather than an index expression
+/// ([`crate::auth::route::is_index_expression`], the rule authorization reads them by).
 pub fn names_an_api(path: &str) -> bool {
     let first = path.split('/').find(|s| !s.is_empty()).unwrap_or_default();
-    first.starts_with('_') && first != "_all" && !first.starts_with("_all,")
+    !crate::auth::route::is_index_expression(first)
 }
 
 /// Whether the request reached the route `/{index}` with an API's name for the index
