@@ -74,7 +74,8 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
     // whole limit on each would allow it once per side.
     let split = st.cluster.split();
     let limit = split.share_of(u64::from(shared_limit));
-    let of_limit = match split.unjoined.is_empty() {
+    // Worded only for a refusal: a granted ask formats nothing.
+    let of_limit = || match split.unjoined.is_empty() {
         true => format!("its cluster-wide limit of {limit} (shared_limit)"),
         false => format!(
             "this side's share, {limit}, of its cluster-wide limit of {shared_limit} (shared_limit; the cluster is split: {})",
@@ -100,7 +101,7 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
             queue: queue_refused.as_ref(),
             monitored,
         };
-        let why = format!("and {of_limit} allows none here");
+        let why = format!("and {} allows none here", of_limit());
         return denied(st, entry, &key, &refusal, &why).map(|()| granted(None));
     }
     let coordinator = &st.cluster.shared().coordinator;
@@ -184,7 +185,7 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
             }
         }
         (Acquired::Denied { in_use, .. }, None) => {
-            let why = format!("and {in_use} of {of_limit} are in use");
+            let why = format!("and {in_use} of {} are in use", of_limit());
             let refusal = Refusal {
                 node: &node,
                 queue: queue_refused.as_ref(),
@@ -194,7 +195,8 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
         }
         (Acquired::Unavailable { reason }, None) => {
             let why = format!(
-                "and {of_limit} could not be checked (cluster-wide throttle unavailable: {reason}) while this node already runs {limit} of the bucket's requests without it"
+                "and {} could not be checked (cluster-wide throttle unavailable: {reason}) while this node already runs {limit} of the bucket's requests without it",
+                of_limit()
             );
             let refusal = Refusal {
                 node: &node,

@@ -10,6 +10,13 @@ use serde_json::{Value, json};
 use crate::harness::{JOIN_WITHIN, TestCluster, heavy_query};
 use crate::shared_tier::{enable, end_searches, everywhere, group};
 
+/// An enforced group `name` whose only limit is `shared_limit`, with `memory` of the node.
+fn shared_only(name: &str, memory: f64, shared_limit: u32) -> Value {
+    json!({"name": name, "resiliency_mode": "enforced",
+        "resource_limits": {"memory": memory},
+        "throttling": {"attribute": "group", "shared_limit": shared_limit}})
+}
+
 /// Before the fix, each node formed a cluster of its own on the shared metastore: the start
 /// (which waits until each node lists both) failed, and a second search of a group with
 /// `shared_limit` 1 ran on the other node beside the first.
@@ -17,13 +24,7 @@ use crate::shared_tier::{enable, end_searches, everywhere, group};
 async fn test_two_nodes_whose_seeds_name_neither_join_through_the_metastore() {
     let c = TestCluster::start_heavy_unseeded(2, "split_seeds").await;
     enable(&c).await;
-    let id = group(
-        &c,
-        json!({"name": "tenant", "resiliency_mode": "enforced",
-            "resource_limits": {"memory": 0.5},
-            "throttling": {"attribute": "group", "shared_limit": 1}}),
-    )
-    .await;
+    let id = group(&c, shared_only("tenant", 0.5, 1)).await;
     everywhere(&c, 2, &id).await;
     let header = [("workloadGroupId", id.as_str())];
     // One search of the group runs on node 0 and holds the one shared slot...
@@ -231,13 +232,8 @@ async fn running(c: &TestCluster, i: usize) -> usize {
 async fn test_the_smaller_side_of_a_split_keeps_its_share_of_a_shared_limit() {
     let c = TestCluster::start_heavy(1, "split_cut_off").await;
     enable(&c).await;
-    let shared_only = |name: &str, limit: u32| {
-        json!({"name": name, "resiliency_mode": "enforced",
-            "resource_limits": {"memory": 0.3},
-            "throttling": {"attribute": "group", "shared_limit": limit}})
-    };
-    let one = group(&c, shared_only("one", 1)).await;
-    let three = group(&c, shared_only("three", 3)).await;
+    let one = group(&c, shared_only("one", 0.3, 1)).await;
+    let three = group(&c, shared_only("three", 0.3, 3)).await;
     everywhere(&c, 1, &one).await;
     everywhere(&c, 1, &three).await;
     let (stop, beating) = phantoms(&c, &["phantom-a", "phantom-b"]).await;
@@ -314,13 +310,7 @@ async fn test_the_smaller_side_of_a_split_keeps_its_share_of_a_shared_limit() {
 async fn test_the_larger_side_of_a_split_keeps_only_its_share_of_a_shared_limit() {
     let c = TestCluster::start_heavy(2, "split_larger").await;
     enable(&c).await;
-    let id = group(
-        &c,
-        json!({"name": "tenant", "resiliency_mode": "enforced",
-            "resource_limits": {"memory": 0.5},
-            "throttling": {"attribute": "group", "shared_limit": 3}}),
-    )
-    .await;
+    let id = group(&c, shared_only("tenant", 0.5, 3)).await;
     everywhere(&c, 2, &id).await;
     let (stop, beating) = phantoms(&c, &["phantom-c"]).await;
     for i in 0..2 {

@@ -6184,6 +6184,27 @@ async fn lingering_upstream() -> Lingering {
     Lingering { fake, ended }
 }
 
+/// A search's slot held after the gateway cancelled its upstream task, as `label` names the
+/// case: the task is listed cancelled and the group's next search (`node_limit` 1) refused
+/// while the upstream still runs it; once it ends, every slot comes back, the next search
+/// runs, and the stats count the failed search once.
+async fn held_until_the_upstream_ends(gw: &TestNode, up: &Lingering, group: &str, label: &str) {
+    up.wait_cancelled().await;
+    let (_, task) = gateway_task(gw, "indices:data/read/search").await;
+    assert_eq!(task["cancelled"], true, "{label}: {task}");
+    let second = spawn_search(gw, group, "/fast/_search").await.unwrap();
+    assert_eq!(second.status, 429, "{label}: {}", second.body);
+    up.end();
+    wait_nothing_held(gw).await;
+    let third = spawn_search(gw, group, "/fast/_search").await.unwrap();
+    assert_eq!(third.status, 200, "{label}: {}", third.body);
+    let stats = group_stats(gw, group).await;
+    assert_eq!(stats["total_completions"], 2, "{label}: {stats}");
+    assert_eq!(stats["failures"], 1, "{label}: {stats}");
+    assert_eq!(stats["total_throttled"], 1, "{label}: {stats}");
+    assert_eq!(stats["executing"], 0, "{label}: {stats}");
+}
+
 /// Waits until the gateway holds no permit, lease or task: every slot given back.
 async fn wait_nothing_held(gw: &TestNode) {
     common::wait_until(
@@ -6391,20 +6412,7 @@ async fn test_the_slot_of_a_client_that_left_is_held_until_the_upstream_ends_its
     let first = spawn_search(&gw, &group, "/slow/_search");
     up.fake.wait_received("/slow/_search").await;
     first.abort();
-    up.wait_cancelled().await;
-    let (_, task) = gateway_task(&gw, "indices:data/read/search").await;
-    assert_eq!(task["cancelled"], true, "{task}");
-    let second = spawn_search(&gw, &group, "/fast/_search").await.unwrap();
-    assert_eq!(second.status, 429, "{}", second.body);
-    up.end();
-    wait_nothing_held(&gw).await;
-    let third = spawn_search(&gw, &group, "/fast/_search").await.unwrap();
-    assert_eq!(third.status, 200, "{}", third.body);
-    let stats = group_stats(&gw, &group).await;
-    assert_eq!(stats["total_completions"], 2, "{stats}");
-    assert_eq!(stats["failures"], 1, "{stats}");
-    assert_eq!(stats["total_throttled"], 1, "{stats}");
-    assert_eq!(stats["executing"], 0, "{stats}");
+    held_until_the_upstream_ends(&gw, &up, &group, "one search").await;
     gw.stop().await;
 }
 
@@ -6533,20 +6541,7 @@ async fn test_a_search_whose_exchange_broke_off_keeps_its_slot_until_the_upstrea
         .await;
         let first = spawn_search(&gw, &group, "/broken/_search").await.unwrap();
         assert_eq!(first.status, 502, "lane {lane}: {}", first.body);
-        up.wait_cancelled().await;
-        let (_, task) = gateway_task(&gw, "indices:data/read/search").await;
-        assert_eq!(task["cancelled"], true, "lane {lane}: {task}");
-        let second = spawn_search(&gw, &group, "/fast/_search").await.unwrap();
-        assert_eq!(second.status, 429, "lane {lane}: {}", second.body);
-        up.end();
-        wait_nothing_held(&gw).await;
-        let third = spawn_search(&gw, &group, "/fast/_search").await.unwrap();
-        assert_eq!(third.status, 200, "lane {lane}: {}", third.body);
-        let stats = group_stats(&gw, &group).await;
-        assert_eq!(stats["total_completions"], 2, "lane {lane}: {stats}");
-        assert_eq!(stats["failures"], 1, "lane {lane}: {stats}");
-        assert_eq!(stats["total_throttled"], 1, "lane {lane}: {stats}");
-        assert_eq!(stats["executing"], 0, "lane {lane}: {stats}");
+        held_until_the_upstream_ends(&gw, &up, &group, &format!("lane {lane}")).await;
         gw.stop().await;
     }
 }
