@@ -395,6 +395,7 @@ pub fn app(state: Arc<AppState>) -> HttpService {
     // One `layer` call for the whole stack: axum boxes a route's service at each `layer`,
     // and a request clones every box below the one it enters (ServiceBuilder: first is
     // outermost).
+    let outer_state = state.clone();
     let layers = tower::ServiceBuilder::new()
         .layer(CatchPanicLayer::custom(panic_response))
         // The official clients' `compression` option: a gzip request body is inflated
@@ -421,7 +422,7 @@ pub fn app(state: Arc<AppState>) -> HttpService {
         .map_response(|resp: axum::http::Response<_>| resp.map(axum::body::Body::new))
         // Responses are gzipped when the client sends `Accept-Encoding: gzip`.
         .layer(CompressionLayer::new())
-        .layer(middleware::from_fn(outer_layer))
+        .layer(middleware::from_fn_with_state(outer_state, outer_layer))
         .service(app);
     tower::util::BoxCloneSyncService::new(outer)
 }
@@ -648,8 +649,9 @@ fn expectation_failed() -> Response {
 /// rejections, 401/403/429, unknown routes, 405s and caught panics), every JSON answer sluice
 /// built rendered as YAML when the request asks for it ([`crate::http::format`]), and the
 /// request's `X-Opaque-Id` echoed on every response (so errors, rejections and caught panics
-/// carry it too).
-async fn outer_layer(mut req: Request, next: Next) -> Response {
+/// carry it too), and on a gateway the upstream's product header put on every answer of
+/// sluice's own ([`crate::backend::upstream::product`]).
+async fn outer_layer(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
     // Before anything reads the path: authorization, routing and a gateway's forwarding act
     // on the indices OpenSearch would.
     if let Some(uri) = crate::http::url_index::rewrite(req.method(), req.uri()) {
@@ -668,6 +670,9 @@ async fn outer_layer(mut req: Request, next: Next) -> Response {
         resp = crate::http::pretty::pretty_error(resp).await;
     }
     crate::http::meta::echo_opaque_id(opaque, &mut resp);
+    if let Some(up) = &st.upstream {
+        up.product.stamp(&mut resp);
+    }
     resp
 }
 

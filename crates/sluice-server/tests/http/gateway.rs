@@ -21,6 +21,7 @@ use crate::common::{self, Reply, TestNode, read_response};
 
 use crate::common::ADMIN;
 
+mod elasticsearch;
 mod goaway;
 mod search_apis;
 

@@ -847,6 +847,17 @@ impl UpstreamClient {
         path_and_query: &str,
         headers: &HeaderMap,
     ) -> Result<(http::StatusCode, Bytes), EngineError> {
+        let whole = self.call_whole(method, path_and_query, headers).await?;
+        Ok((whole.status, whole.body))
+    }
+
+    /// [`Self::call`], with the answer's headers.
+    pub async fn call_whole(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        headers: &HeaderMap,
+    ) -> Result<Whole, EngineError> {
         let resp = self
             .send(
                 &method,
@@ -869,7 +880,7 @@ impl UpstreamClient {
         &self,
         path_and_query: &str,
         headers: &HeaderMap,
-    ) -> Result<(http::StatusCode, Bytes), EngineError> {
+    ) -> Result<Whole, EngineError> {
         let method = Method::GET;
         let pq: PathAndQuery = path_and_query.parse().map_err(|e| {
             EngineError::illegal_argument(format!("invalid request path [{path_and_query}]: {e}"))
@@ -920,9 +931,9 @@ impl UpstreamClient {
         resp: Response<AnswerBody>,
         method: &Method,
         path_and_query: &str,
-    ) -> Result<(http::StatusCode, Bytes), EngineError> {
-        let status = resp.status();
-        let body = http_body_util::BodyExt::collect(resp.into_body())
+    ) -> Result<Whole, EngineError> {
+        let (parts, body) = resp.into_parts();
+        let body = http_body_util::BodyExt::collect(body)
             .await
             .map_err(|e| {
                 EngineError::new(
@@ -934,8 +945,23 @@ impl UpstreamClient {
                 )
             })?
             .to_bytes();
-        Ok((status, body))
+        Ok(Whole {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
     }
+}
+
+/// The whole answer of one of the gateway's own calls ([`UpstreamClient::call_whole`]).
+#[derive(Debug)]
+pub struct Whole {
+    /// Its status.
+    pub status: http::StatusCode,
+    /// Its headers.
+    pub headers: HeaderMap,
+    /// Its body, read whole.
+    pub body: Bytes,
 }
 
 /// A host a request could not connect to in an attempt begun at `started` (`cause`;

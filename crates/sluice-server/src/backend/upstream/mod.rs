@@ -44,6 +44,7 @@ pub mod msearch;
 pub mod msearch_merge;
 pub mod msearch_scan;
 pub mod nodes;
+pub mod product;
 pub mod references;
 pub mod routes;
 pub mod scroll_peers;
@@ -123,6 +124,9 @@ pub struct Upstream {
     cancel_wait_timeout: Duration,
     /// The tasks following upstream work that outlived its request ([`followers`]).
     followers: followers::Followers,
+    /// The product the upstream's `GET /` named (Elasticsearch's `X-Elastic-Product`), put on
+    /// the gateway's own answers ([`product`]).
+    pub product: product::Product,
     /// The upstream cluster as its `GET /` names it (`cluster_name` and `cluster_uuid`),
     /// once it answered: what a gateway gossips, so gateways in front of different clusters
     /// are told apart (`cluster/upstream_identity.rs`).
@@ -200,6 +204,7 @@ impl Upstream {
             cancel_wait_timeout: config.cancel_wait_timeout,
             followers: followers::Followers::default(),
             cluster: OnceLock::new(),
+            product: product::Product::default(),
         })
     }
 
@@ -208,16 +213,16 @@ impl Upstream {
     async fn read_search_threads(&self, first: bool) -> Option<u32> {
         let headers = self.identity.own_call();
         let path = "/_nodes/thread_pool";
-        let (status, body) = if first {
+        let answer = if first {
             self.client.call_at_start(path, &headers).await
         } else {
-            self.client.call(Method::GET, path, &headers).await
+            self.client.call_whole(Method::GET, path, &headers).await
         }
         .ok()?;
-        if !status.is_success() {
+        if !answer.status.is_success() {
             return None;
         }
-        let v: Value = serde_json::from_slice(&body).ok()?;
+        let v: Value = serde_json::from_slice(&answer.body).ok()?;
         let total: u64 = v["nodes"]
             .as_object()?
             .values()
@@ -272,10 +277,11 @@ impl Upstream {
         let answer = if first {
             self.client.call_at_start("/", &headers).await
         } else {
-            self.client.call(Method::GET, "/", &headers).await
+            self.client.call_whole(Method::GET, "/", &headers).await
         };
-        match answer {
-            Ok((status, body)) if status.is_success() => {
+        match answer.map(|a| (a.status, a.headers, a.body)) {
+            Ok((status, headers, body)) if status.is_success() => {
+                self.product.learn(&headers);
                 let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                 let _ = self.cluster.set(UpstreamCluster {
                     name: v["cluster_name"].as_str().unwrap_or("").to_string(),
@@ -303,7 +309,7 @@ impl Upstream {
             // or credentials it refuses. Asked again later, as when it is down, rather than
             // taken as an upstream that says nothing (which stopped start-up when
             // `search_threads` was not set: a restart loop under a supervisor).
-            Ok((status, body)) => {
+            Ok((status, _, body)) => {
                 let body = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
                 if first {
                     tracing::warn!(%status, %body,

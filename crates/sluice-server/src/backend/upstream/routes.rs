@@ -771,6 +771,7 @@ async fn run_admitted(
             );
             let mut p = parts;
             super::headers::strip_hop_by_hop(&mut p.headers);
+            p.extensions.insert(crate::http::pretty::Relayed);
             Response::from_parts(p, axum::body::Body::new(sniffer))
         }
         _ => stream_back(resp),
@@ -1067,6 +1068,7 @@ async fn run_scroll(
             Format::of(&p.headers),
             Box::new(move |new| up2.scrolls.extend(&old, new, keep_alive, Instant::now())),
         );
+        p.extensions.insert(crate::http::pretty::Relayed);
         Response::from_parts(p, axum::body::Body::new(sniffer))
     } else {
         stream_back(resp)

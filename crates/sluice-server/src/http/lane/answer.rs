@@ -7,14 +7,22 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use crate::backend::upstream::product::Product;
+
 /// Writes an answer of sluice's own (an error, a rejection) to the lane request whose head is
-/// `head`, its target at `target`, rendered as the general path's outer layer renders it.
+/// `head`, its target at `target`, rendered as the general path's outer layer renders it,
+/// with the upstream's product header as it adds it (`product`,
+/// [`crate::backend::upstream::product`] P2).
 pub(super) async fn write_own(
     stream: &mut TcpStream,
-    resp: Response,
+    mut resp: Response,
     head: &[u8],
     target: std::ops::Range<usize>,
+    product: Option<&Product>,
 ) -> std::io::Result<()> {
+    if let Some(product) = product {
+        product.stamp(&mut resp);
+    }
     // Asked only of sluice's own answers (errors, rejections): a relayed answer is the
     // upstream's, and the common path pays nothing for `?pretty` or `?format=yaml`.
     let query = std::str::from_utf8(&head[target])

@@ -218,7 +218,14 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
             refused
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            let _ = write_own(&mut stream, refused, &head, taken.target.clone()).await;
+            let _ = write_own(
+                &mut stream,
+                refused,
+                &head,
+                taken.target.clone(),
+                product(&conn),
+            )
+            .await;
             return;
         };
         let route = taken.route;
@@ -256,7 +263,9 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
                         .headers_mut()
                         .insert(header::CONNECTION, HeaderValue::from_static("close"));
                 }
-                let written = write_own(&mut stream, refused, &head, target).await.is_ok();
+                let written = write_own(&mut stream, refused, &head, target, product(&conn))
+                    .await
+                    .is_ok();
                 if !whole && written {
                     Watched::new(stream, clock).leaving().linger().await;
                     return;
@@ -299,7 +308,9 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
                     resp.headers_mut()
                         .insert(header::CONNECTION, HeaderValue::from_static("close"));
                 }
-                write_own(&mut stream, resp, &head, target).await.is_ok()
+                write_own(&mut stream, resp, &head, target, product(&conn))
+                    .await
+                    .is_ok()
             }
             Handled::Upstream(mut head, answer, group) => {
                 if last && !answer.closes() {
@@ -325,6 +336,11 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
             return;
         }
     }
+}
+
+/// The upstream's product, which the lane's own answers carry as the general path's do.
+fn product(conn: &Conn) -> Option<&crate::backend::upstream::product::Product> {
+    conn.st.upstream.as_deref().map(|up| &up.product)
 }
 
 /// Whether the node is stopping: the connection's next answer is its last (L4).

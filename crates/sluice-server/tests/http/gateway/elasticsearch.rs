@@ -1,0 +1,157 @@
+//! A gateway in front of Elasticsearch: what its official clients check of the answers they
+//! get holds for the answers the gateway builds itself, not only for the ones it relays.
+
+use std::sync::Arc;
+
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::{Received, enabled_group, fake, fake_answering_root, gateway};
+use crate::common::{self, ADMIN, Reply, TestNode};
+
+/// Elasticsearch's product header, which its 8.x clients require on a successful answer.
+const PRODUCT: &str = "x-elastic-product";
+
+/// An Elasticsearch-like upstream: `GET /` and every answer name the product, but the answers
+/// on paths containing `bare`; searches on `hang` wait for `release`; `_msearch` answers one
+/// empty item per item sent.
+async fn elasticsearch(release: Arc<tokio::sync::Notify>) -> super::Fake {
+    fake_answering_root(Arc::new(move |r: Received| {
+        let release = release.clone();
+        Box::pin(async move {
+            let body = if r.uri == "/" {
+                json!({"name": "es-1", "cluster_name": "es", "version": {"number": "8.15.1",
+                       "build_flavor": "default"}, "tagline": "You Know, for Search"})
+            } else if r.uri.contains("_msearch") {
+                let n = String::from_utf8_lossy(&r.body)
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .count()
+                    / 2;
+                json!({"took": 1, "responses": vec![json!({"status": 200, "hits": {"hits": []}}); n]})
+            } else {
+                if r.uri.contains("hang") {
+                    release.notified().await;
+                }
+                json!({"took": 1, "hits": {"hits": []}})
+            };
+            let mut resp: Response = axum::Json(body).into_response();
+            if !r.uri.contains("bare") {
+                resp.headers_mut()
+                    .insert(PRODUCT, "Elasticsearch".parse().unwrap());
+            }
+            resp
+        })
+    }))
+    .await
+}
+
+fn product_of(r: &Reply) -> Vec<String> {
+    r.header_values(PRODUCT)
+}
+
+async fn msearch(gw: &TestNode) -> Reply {
+    let body = common::ndjson(&[
+        json!({"index": "a"}),
+        json!({}),
+        json!({"index": "b"}),
+        json!({}),
+    ]);
+    let resp = gw
+        .client
+        .post(gw.url("/_msearch"))
+        .header("content-type", "application/x-ndjson")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    Reply::of(resp).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_own_answers_carry_the_upstreams_product_header() {
+    let release = Arc::new(tokio::sync::Notify::new());
+    let up = elasticsearch(release.clone()).await;
+    let gw = gateway(&up.base, &["node.memory_budget=1tb"]).await;
+    let group = enabled_group(
+        &gw,
+        json!({"name": "one", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
+               "throttling": {"attribute": "group", "node_limit": 1}}),
+    )
+    .await;
+    let r = gw
+        .req_with(
+            "PUT",
+            "/_rules/workload_group",
+            Some(
+                json!({"description": "t", "index_pattern": ["tenant*"], "workload_group": group}),
+            ),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(product_of(&r), ["Elasticsearch"], "a route of sluice's own");
+
+    // A merged `_msearch`: the answer an 8.x client refused when it came first.
+    let r = msearch(&gw).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.body["responses"].as_array().unwrap().len(),
+        2,
+        "{}",
+        r.body
+    );
+    assert_eq!(product_of(&r), ["Elasticsearch"], "a merged _msearch");
+
+    let r = gw.req_with("GET", "/_wlm/stats", None, &ADMIN).await;
+    assert_eq!(product_of(&r), ["Elasticsearch"], "_wlm/stats");
+    let r = gw.req_with("DELETE", "/_wlm/stats", None, &ADMIN).await;
+    assert_eq!(r.status, 405, "{}", r.body);
+    assert_eq!(
+        product_of(&r),
+        ["Elasticsearch"],
+        "an error of sluice's own"
+    );
+
+    // Relayed answers as the upstream sent them (P1), on the lane and on the general path;
+    // the upstream's own header once, not twice.
+    let r = gw
+        .req_with("POST", "/a/_search", Some(json!({})), &[])
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(product_of(&r), ["Elasticsearch"], "a relayed search");
+    for (method, path) in [("POST", "/bare/_search"), ("GET", "/bare/_doc/1")] {
+        let r = gw.req_with(method, path, None, &[]).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        assert!(product_of(&r).is_empty(), "{path} is relayed as it came");
+    }
+
+    // A 429 of the lane's own: the group's one slot is held upstream.
+    let client = gw.client.clone();
+    let url = gw.url("/tenant-hang/_search");
+    let held = tokio::spawn(async move { client.post(url).send().await.map(|r| r.status()) });
+    up.wait_received("tenant-hang").await;
+    let r = gw
+        .req_with("POST", "/tenant-2/_search", Some(json!({})), &[])
+        .await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert_eq!(product_of(&r), ["Elasticsearch"], "a lane refusal");
+    release.notify_waiters();
+    assert_eq!(held.await.unwrap().unwrap(), 200);
+    gw.stop().await;
+
+    // An upstream that names no product (OpenSearch) gets none added.
+    let up = fake(Arc::new(|_r: Received| {
+        Box::pin(async { axum::Json(json!({"hits": {"hits": []}})).into_response() })
+    }))
+    .await;
+    let gw = gateway(&up.base, &[]).await;
+    for r in [
+        msearch(&gw).await,
+        gw.req_with("GET", "/_wlm/stats", None, &ADMIN).await,
+    ] {
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(product_of(&r).is_empty(), "{:?}", r.headers);
+    }
+    gw.stop().await;
+}
