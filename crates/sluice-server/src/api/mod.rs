@@ -160,7 +160,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         // owned routes carry both checks).
         .route_layer(middleware::from_fn(unrecognized::check_route))
         // A body must be in a type OpenSearch reads, once a route has a handler for it.
-        .route_layer(middleware::from_fn(content_type::require_supported))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            content_type::require_supported,
+        ))
         // A table's `Accept` stands for its missing `format`.
         .route_layer(middleware::from_fn(cat::accept_as_format))
         // A HEAD only where OpenSearch answers one, before anything else is checked.
@@ -168,7 +171,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         // An API's name (`_reindex`, `_snapshot` …) is no index: such a request has no
         // handler, whichever index route its path fits.
         .route_layer(middleware::from_fn(fallback::refuse_api_as_index))
-        .merge(owned_routes())
+        .merge(owned_routes(&state))
         .method_not_allowed_fallback(fallback::method_not_allowed)
         .fallback(no_handler)
         .with_state(state)
@@ -181,7 +184,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 ///
 /// A body of theirs must be in a type OpenSearch reads ([`content_type`]), on a gateway too:
 /// sluice answers them, no upstream judges them.
-pub fn owned_routes() -> Router<Arc<AppState>> {
+pub fn owned_routes(state: &Arc<AppState>) -> Router<Arc<AppState>> {
     Router::new()
         .route("/_tasks", get(tasks::list))
         .route("/_cat/tasks", get(cat_tasks::cat_tasks))
@@ -192,7 +195,10 @@ pub fn owned_routes() -> Router<Arc<AppState>> {
         .merge(crate::metrics::route::routes())
         .merge(crate::dashboard::routes())
         .route_layer(middleware::from_fn(unrecognized::check_route))
-        .route_layer(middleware::from_fn(content_type::require_supported))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            content_type::require_supported,
+        ))
         .route_layer(middleware::from_fn(cat::accept_as_format))
         .route_layer(middleware::from_fn(fallback::refuse_head))
 }

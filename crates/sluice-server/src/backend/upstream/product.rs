@@ -48,6 +48,11 @@ impl Product {
         self.0.get()
     }
 
+    /// Whether the upstream named itself Elasticsearch.
+    pub fn is_elasticsearch(&self) -> bool {
+        self.get().is_some_and(|v| v.as_bytes() == b"Elasticsearch")
+    }
+
     /// Puts the product header on an answer the gateway built (P2), unless it is relayed
     /// (P1) or already has one.
     pub fn stamp(&self, resp: &mut Response) {

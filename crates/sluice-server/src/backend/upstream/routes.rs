@@ -46,7 +46,7 @@ use crate::tasks::{Description, actions};
 /// The gateway's router (`backend.type: upstream`).
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .merge(crate::api::owned_routes())
+        .merge(crate::api::owned_routes(&state))
         .route("/_cluster/settings", any(super::settings::cluster_settings))
         .route("/_cluster/health", any(super::health::cluster_health))
         .route(

@@ -13,11 +13,11 @@ use crate::common::{self, ADMIN, Reply, TestNode};
 const PRODUCT: &str = "x-elastic-product";
 
 /// An Elasticsearch-like upstream: `GET /` and every answer name the product, but the answers
-/// on paths containing `bare`; searches on `hang` wait for `release`; `_msearch` answers one
-/// empty item per item sent.
-async fn elasticsearch(release: Arc<tokio::sync::Notify>) -> super::Fake {
+/// on paths containing `bare`; searches on `hang` wait until `release` says true; `_msearch`
+/// answers one empty item per item sent.
+async fn elasticsearch(release: tokio::sync::watch::Receiver<bool>) -> super::Fake {
     fake_answering_root(Arc::new(move |r: Received| {
-        let release = release.clone();
+        let mut release = release.clone();
         Box::pin(async move {
             let body = if r.uri == "/" {
                 json!({"name": "es-1", "cluster_name": "es", "version": {"number": "8.15.1",
@@ -31,7 +31,7 @@ async fn elasticsearch(release: Arc<tokio::sync::Notify>) -> super::Fake {
                 json!({"took": 1, "responses": vec![json!({"status": 200, "hits": {"hits": []}}); n]})
             } else {
                 if r.uri.contains("hang") {
-                    release.notified().await;
+                    let _ = release.wait_for(|go| *go).await;
                 }
                 json!({"took": 1, "hits": {"hits": []}})
             };
@@ -70,8 +70,8 @@ async fn msearch(gw: &TestNode) -> Reply {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_own_answers_carry_the_upstreams_product_header() {
-    let release = Arc::new(tokio::sync::Notify::new());
-    let up = elasticsearch(release.clone()).await;
+    let (release, released) = tokio::sync::watch::channel(false);
+    let up = elasticsearch(released).await;
     let gw = gateway(&up.base, &["node.memory_budget=1tb"]).await;
     let group = enabled_group(
         &gw,
@@ -136,7 +136,7 @@ async fn test_own_answers_carry_the_upstreams_product_header() {
         .await;
     assert_eq!(r.status, 429, "{}", r.body);
     assert_eq!(product_of(&r), ["Elasticsearch"], "a lane refusal");
-    release.notify_waiters();
+    release.send_replace(true);
     assert_eq!(held.await.unwrap().unwrap(), 200);
     gw.stop().await;
 
@@ -153,5 +153,51 @@ async fn test_own_answers_carry_the_upstreams_product_header() {
         assert_eq!(r.status, 200, "{}", r.body);
         assert!(product_of(&r).is_empty(), "{:?}", r.headers);
     }
+    gw.stop().await;
+}
+
+/// A request to `gw` with Elasticsearch 8.x clients' versioned media types.
+async fn versioned(gw: &TestNode, method: &str, path: &str, body: serde_json::Value) -> Reply {
+    const JSON8: &str = "application/vnd.elasticsearch+json; compatible-with=8";
+    let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let resp = gw
+        .client
+        .request(m, gw.url(path))
+        .header("content-type", JSON8)
+        .header("accept", JSON8)
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    Reply::of(resp).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_elasticsearchs_versioned_types_are_read_in_front_of_it() {
+    let group = json!({"name": "analytics", "resiliency_mode": "soft",
+                       "resource_limits": {"memory": 0.2}});
+    let up = elasticsearch(tokio::sync::watch::channel(true).1).await;
+    let gw = gateway(&up.base, &[]).await;
+    let r = versioned(&gw, "PUT", "/_wlm/workload_group", group.clone()).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["name"], "analytics", "{}", r.body);
+    let r = versioned(
+        &gw,
+        "PUT",
+        "/_rules/workload_group",
+        json!({"description": "a", "index_pattern": ["logs*"], "workload_group": r.body["_id"]}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    gw.stop().await;
+
+    // In front of OpenSearch, which refuses them, so does the gateway.
+    let up = fake(Arc::new(|_r: Received| {
+        Box::pin(async { axum::Json(json!({})).into_response() })
+    }))
+    .await;
+    let gw = gateway(&up.base, &[]).await;
+    let r = versioned(&gw, "PUT", "/_wlm/workload_group", group).await;
+    assert_eq!(r.status, 406, "{}", r.body);
     gw.stop().await;
 }
