@@ -45,7 +45,7 @@ use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use axum::http::{Method, StatusCode, header};
+use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use http::HeaderMap;
 use parking_lot::Mutex;
@@ -229,9 +229,11 @@ struct Running {
     /// The `X-Opaque-Id` the request carried: how the upstream's tasks of it are found, and
     /// told apart from another that has their id after an upstream restart.
     ours: String,
-    /// What the looks at the upstream task send: the request's own headers as forwarded (its
-    /// identity), without its body's, nor the type it accepts (the gateway reads the looks'
-    /// answers as JSON, whatever the client asked: `Accept: application/yaml`).
+    /// What the looks at the upstream task (and its cancellation) send: the gateway's own
+    /// credentials, as its other calls of its own ([`super::headers::Identity::own_call`]).
+    /// They once carried the request's identity: in `run_as` and `passthrough` a user allowed
+    /// to delete but not to read tasks (Elasticsearch's `monitor`) had every look refused, and
+    /// work that succeeded upstream was stored as a `security_exception` (an outside trial).
     headers: HeaderMap,
     /// When the task's `cancel_after_time_interval` passes (queue time counted).
     cancel_at: Option<Instant>,
@@ -277,10 +279,7 @@ async fn forward(
     mut admitted: Admitted,
     call: Call,
 ) -> ApiResult<(Running, http::Response<AnswerBody>)> {
-    let mut headers: HeaderMap = call.headers.clone();
-    headers.remove(header::CONTENT_TYPE);
-    headers.remove(header::CONTENT_LENGTH);
-    headers.remove(header::ACCEPT);
+    let headers = up.identity().own_call();
     let exec = admitted.execution();
     let (task, hooks) = (exec.task.clone(), exec.hooks.clone());
     let executing = match hooks.start() {
@@ -465,7 +464,7 @@ async fn follow_opaque(
 }
 
 /// Follows the upstream task `upstream_task` of the gateway task `task` (whose request
-/// carried the `X-Opaque-Id` `ours`, and the identity of `headers`) until it ends: its
+/// carried the `X-Opaque-Id` `ours`; looked at with `headers`, the gateway's) until it ends: its
 /// `response`, or its `error` (or why it could not be followed). Cancelling `task`, or its
 /// `cancel_after_time_interval` passing (the request's or the group's, queue time counted:
 /// a by-query action or a reindex is bound by it as a waiting one is, and as a by-query
