@@ -607,7 +607,7 @@ impl Authenticator {
             AuthMode::None => Ok(None),
             AuthMode::Basic => {
                 let Some((user, password)) = basic_credentials(headers) else {
-                    return Err(missing_credentials(path));
+                    return Err(unreadable_credentials(headers, path));
                 };
                 match self.verify_basic(&user, &password, now).await {
                     Some(p) => Ok(Some(p)),
@@ -690,6 +690,28 @@ fn basic_credentials(headers: &impl HeaderLines) -> Option<(String, String)> {
 
 fn unauthenticated(reason: String) -> EngineError {
     EngineError::new(ErrorCode::Unauthenticated, reason)
+}
+
+/// Why `Authorization` gave no Basic credentials: there is none ([`missing_credentials`]), it
+/// names another scheme (an Elasticsearch client's `ApiKey`, a `Bearer` token: said so, rather
+/// than called missing, as an outside trial found), or its Basic value does not decode.
+fn unreadable_credentials(headers: &impl HeaderLines, path: &str) -> EngineError {
+    let Some(value) = headers.first(&header::AUTHORIZATION) else {
+        return missing_credentials(path);
+    };
+    let value = String::from_utf8_lossy(value);
+    let scheme = value.trim().split(' ').next().unwrap_or_default();
+    if scheme.is_empty() || scheme.eq_ignore_ascii_case("basic") {
+        return unauthenticated(format!(
+            "unable to authenticate with provided credentials for REST request [{path}]: the \
+             Authorization header's Basic value is not base64 of user:password"
+        ));
+    }
+    let scheme: String = scheme.chars().take(32).collect();
+    unauthenticated(format!(
+        "unable to authenticate with provided credentials for REST request [{path}]: the \
+         [{scheme}] scheme is not supported; this node reads Authorization: Basic (auth.type: basic)"
+    ))
 }
 
 fn missing_credentials(path: &str) -> EngineError {

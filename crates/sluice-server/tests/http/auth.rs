@@ -115,6 +115,32 @@ async fn test_basic_auth_accepts_valid_credentials_only() {
     let (status, _, _) = send(&node, "GET", "/", &[], Some(("bob", "alice-pw")), None).await;
     assert_eq!(status, 401);
 
+    // Credentials in another scheme (an Elasticsearch client's API key, a token), or a Basic
+    // value that does not decode, are said to be so, not called missing.
+    for (value, says) in [
+        (
+            "ApiKey VnVhQ2ZHY0JDZGJrUW0tZTVhT3g6dWkybHAyYXhUTm1zeWFrdzl0dk5udw==",
+            "[ApiKey] scheme is not supported",
+        ),
+        ("Bearer abc.def", "[Bearer] scheme is not supported"),
+        ("Basic !!!", "Basic value is not base64 of user:password"),
+    ] {
+        let (status, body, _) =
+            send(&node, "GET", "/", &[("authorization", value)], None, None).await;
+        assert_error(&(status, body.clone()), 401, "security_exception");
+        let reason = body["error"]["reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with(
+                "unable to authenticate with provided credentials for REST request [/]"
+            ) && reason.contains(says),
+            "{value}: {body}"
+        );
+        assert!(
+            !reason.contains("abc.def") && !reason.contains("VnVh"),
+            "{body}"
+        );
+    }
+
     // Proxy headers mean nothing in basic mode.
     let (status, _, _) = send(
         &node,
