@@ -90,6 +90,11 @@ impl SearchPool {
         self.threads
     }
 
+    /// The most jobs that wait for a thread before more are refused.
+    pub fn max_queue(&self) -> usize {
+        self.max_queue
+    }
+
     /// Jobs refused because the pool and its queue were full, since the pool started.
     pub fn num_rejected(&self) -> u64 {
         self.rejected.load(std::sync::atomic::Ordering::Relaxed)

@@ -30,8 +30,9 @@ use crate::error::ApiResult;
 use crate::http::{Params, reply};
 use crate::state::AppState;
 
-/// The `_nodes` info metrics OpenSearch knows; sluice fills `http` and `transport` and
-/// answers the others with nothing (it has no JVM, plugins or ingest pipelines).
+/// The `_nodes` info metrics OpenSearch knows; sluice fills `http`, `transport` and, for an
+/// embedded node answering of itself, `thread_pool` (its search pool), and answers the others
+/// with nothing (it has no JVM, plugins or ingest pipelines).
 pub(crate) const METRICS: [&str; 12] = [
     "settings",
     "os",
@@ -175,6 +176,18 @@ fn node_info(st: &AppState, m: &Member, metrics: &[&str]) -> Value {
         {
             o.remove("max_content_length_in_bytes");
         }
+    }
+    // What a gateway in front of this node reads to size its limits when the upstream reports
+    // no per-task usage (`thread_pool.search.size`): a node knows only its own pool, and a
+    // gateway's pool runs no searches.
+    if metrics.contains(&"thread_pool") && m.node_id == st.identity.node_id && st.upstream.is_none()
+    {
+        let pool = &st.search_pool;
+        v["thread_pool"] = json!({"search": {
+            "type": "fixed",
+            "size": pool.num_threads(),
+            "queue_size": pool.max_queue(),
+        }});
     }
     if metrics.contains(&"transport") {
         v["transport"] = json!({

@@ -77,6 +77,30 @@ async fn test_index_stats_report_the_counters_kept() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_nodes_info_shows_the_search_pool() {
+    // What a gateway reads to size its limits when its upstream reports no per-task usage:
+    // the sum of `thread_pool.search.size` (through a gateway, the upstream's own node answers).
+    let node = TestNode::start().await;
+    let (s, b) = node.req("GET", "/_nodes/thread_pool", None).await;
+    assert_eq!(s, 200, "{b}");
+    let nodes = b["nodes"].as_object().unwrap();
+    assert_eq!(nodes.len(), 1, "{b}");
+    let search = &nodes.values().next().unwrap()["thread_pool"]["search"];
+    assert!(search["size"].as_u64().is_some_and(|n| n > 0), "{b}");
+    assert!(search["queue_size"].as_u64().is_some_and(|n| n > 0), "{b}");
+    let (_, b) = node.req("GET", "/_nodes/http", None).await;
+    assert!(
+        b["nodes"]
+            .as_object()
+            .unwrap()
+            .values()
+            .all(|n| n.get("thread_pool").is_none()),
+        "only asked for: {b}"
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_nodes_stats_show_this_nodes_figures() {
     let node = TestNode::start().await;
     setup(&node).await;
