@@ -224,9 +224,7 @@ impl Gap {
                 "the upstream's GET / has not succeeded ({what}), so how to measure its searches is not decided: check backend.upstream.username/password (the gateway's user needs cluster:monitor/main), or set backend.upstream.search_threads"
             ),
             Gap::NoStats => "the upstream lists its search tasks without resource_stats (OpenSearch with task_resource_tracking.enabled false, or a version without them): enable task_resource_tracking.enabled on the upstream, or set backend.upstream.search_threads".to_string(),
-            Gap::Listing(what) => format!(
-                "the upstream's _tasks listing {what}: the gateway's user (backend.upstream.username) needs cluster:monitor/tasks/lists (OpenSearch's cluster_monitor), which cancelling upstream searches needs too"
-            ),
+            Gap::Listing(what) => format!("the upstream's _tasks listing {what}"),
             Gap::Unmeasurable(what) => what.clone(),
         }
     }
@@ -337,6 +335,24 @@ pub fn excerpt(body: &[u8]) -> String {
         }
     }
     out.trim().to_string()
+}
+
+/// What a failed `_tasks` listing says, for [`Polled::Failed`]: the upstream's `status` (`None`
+/// when it did not answer) and `detail` (an excerpt of its answer, or why it did not answer),
+/// and what fixes it. Only a refusal (401 or 403) names the permission the gateway's user
+/// needs: an upstream that refused connections was once said to lack it (an outside trial).
+pub fn listing_failed(status: Option<http::StatusCode>, detail: &str) -> String {
+    match status {
+        Some(s) if s == http::StatusCode::UNAUTHORIZED || s == http::StatusCode::FORBIDDEN => {
+            format!(
+                "answered {s}: {detail}: the gateway's user (backend.upstream.username) needs cluster:monitor/tasks/lists (OpenSearch's cluster_monitor), which cancelling upstream searches needs too"
+            )
+        }
+        Some(s) => format!("answered {s}: {detail}"),
+        None => format!(
+            "failed: {detail} (the upstream did not answer: its searches' usage is unknown until it does)"
+        ),
+    }
 }
 
 /// What one poll of the upstream's tasks came to ([`Gaps::polled`]).
@@ -693,7 +709,8 @@ mod tests {
         );
         // Logged through `Gaps`: the text says what stands in, or that limits do nothing.
         let mut gaps = Gaps::default();
-        gaps.polled(Polled::Failed("answered 403".into()), at(0));
+        let refused = listing_failed(Some(http::StatusCode::FORBIDDEN), "no permission");
+        gaps.polled(Polled::Failed(refused), at(0));
         let (level, text) = gaps.log_now(at(0)).unwrap();
         assert_eq!(level, GapLog::Error);
         assert!(
@@ -844,5 +861,18 @@ mod tests {
             at_end(Some(Measure::InFlight(m)), &usage, start, end),
             Some((end, m.cpu_nanos(start, end), 100))
         );
+    }
+
+    #[test]
+    fn test_only_a_refused_listing_names_the_permission() {
+        let refused = listing_failed(Some(http::StatusCode::UNAUTHORIZED), "x");
+        assert!(refused.contains("cluster:monitor/tasks/lists"), "{refused}");
+        for other in [
+            listing_failed(Some(http::StatusCode::SERVICE_UNAVAILABLE), "x"),
+            listing_failed(None, "tcp connect error: Connection refused"),
+        ] {
+            assert!(!other.contains("cluster:monitor/tasks/lists"), "{other}");
+        }
+        assert!(listing_failed(None, "x").contains("did not answer"));
     }
 }

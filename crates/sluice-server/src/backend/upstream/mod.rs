@@ -785,11 +785,14 @@ impl Upstream {
                     (Polled::Listed(listed.reports_usage), Some(listed))
                 }
                 Ok((s, body)) => (
-                    Polled::Failed(format!("answered {s}: {}", limits::excerpt(&body))),
+                    Polled::Failed(limits::listing_failed(Some(s), &limits::excerpt(&body))),
                     None,
                 ),
                 Err(e) => (
-                    Polled::Failed(format!("failed: {}", limits::excerpt(e.reason.as_bytes()))),
+                    Polled::Failed(limits::listing_failed(
+                        None,
+                        &limits::excerpt(e.reason.as_bytes()),
+                    )),
                     None,
                 ),
             };
