@@ -306,6 +306,17 @@ impl Node {
                 crate::admission::shared::sweep(&state).await;
             }
         });
+        // What the decision lines of a flood left out, written once it stops
+        // (`logging::decisions` L2).
+        let state = self.state.clone();
+        let left_out = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(crate::logging::decisions::FLUSH_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                state.decisions.flush();
+            }
+        });
         // Changes other nodes make to a shared metastore, and the metastore's reachability.
         let watcher = tokio::spawn(crate::catalog::sync::run(
             self.state.clone(),
@@ -355,6 +366,8 @@ impl Node {
         let _ = enforcement.await;
         sweep.abort();
         let _ = sweep.await;
+        left_out.abort();
+        let _ = left_out.await;
         // Leave the cluster: peers see the node silent and mark it dead.
         self.state.cluster.shutdown().await;
         watcher.abort();

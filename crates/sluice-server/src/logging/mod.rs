@@ -36,31 +36,113 @@ impl LogFormat {
 /// Installs the process's log subscriber: `format` lines on stderr, filtered by `RUST_LOG`
 /// (default `info`). Does nothing when a subscriber is already installed.
 pub fn init(format: LogFormat) {
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // Only a second call fails; the first subscriber stays.
+    drop(subscriber(format, filter, std::io::stderr, ansi).try_init());
+}
+
+/// The subscriber [`init`] installs, writing `format` lines to `writer` (colours when `ansi`,
+/// text format only): apart so a test reads the lines the node writes.
+fn subscriber<W>(
+    format: LogFormat,
+    filter: tracing_subscriber::EnvFilter,
+    writer: W,
+    ansi: bool,
+) -> Box<dyn tracing::Subscriber + Send + Sync>
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let installed = match format {
-        LogFormat::Text => builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .try_init(),
+        .with_writer(writer);
+    match format {
+        LogFormat::Text => Box::new(builder.with_ansi(ansi).finish()),
         // Flattened: the event's fields sit beside `level` and `target`, one level deep, as
         // log shippers expect; no span list (admission logs outside spans).
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .with_span_list(false)
-            .try_init(),
-    };
-    // Only a second call fails; the first subscriber stays.
-    drop(installed);
+        LogFormat::Json => Box::new(
+            builder
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_span_list(false)
+                .finish(),
+        ),
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::LogFormat;
+    use std::sync::{Arc, Mutex};
+
+    use super::{Decision, DecisionKind, DecisionLog, LogFormat, Tier, subscriber};
+
+    /// The lines a subscriber of `format` writes while `f` runs.
+    fn lines_of(format: LogFormat, f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().expect("buf").extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let filter = tracing_subscriber::EnvFilter::new("info");
+        let sub = subscriber(format, filter, move || writer.clone(), false);
+        tracing::subscriber::with_default(sub, f);
+        let bytes = buf.0.lock().expect("buf").clone();
+        String::from_utf8(bytes).expect("utf-8")
+    }
+
+    fn a_decision(log: &DecisionLog) {
+        log.log(Decision {
+            kind: DecisionKind::Throttle,
+            enforced: true,
+            group_id: "gid",
+            group_name: "two words",
+            bucket_kind: None,
+            tier: Tier::Node,
+            reason: &"1 requests in flight, node_limit is 1",
+        });
+    }
+
+    #[test]
+    fn test_text_lines_quote_string_fields_for_logfmt() {
+        // An outside trial's logfmt parser split `reason=1 requests in flight, …` into stray
+        // keys: every string field is quoted.
+        let text = lines_of(LogFormat::Text, || a_decision(&DecisionLog::new()));
+        assert!(
+            text.contains(r#"reason="1 requests in flight, node_limit is 1""#),
+            "{text}"
+        );
+        assert!(text.contains(r#"group_name="two words""#), "{text}");
+        assert!(text.contains(r#"decision="throttle""#), "{text}");
+        assert!(text.contains("suppressed=0"), "{text}");
+        let warned = lines_of(LogFormat::Text, || {
+            DecisionLog::new().unknown_group("an id with spaces")
+        });
+        assert!(
+            warned.contains(r#"workload_group_id="an id with spaces""#),
+            "{warned}"
+        );
+    }
+
+    #[test]
+    fn test_json_lines_keep_string_fields_as_json_strings() {
+        let text = lines_of(LogFormat::Json, || a_decision(&DecisionLog::new()));
+        let v: serde_json::Value = serde_json::from_str(text.trim()).expect("one JSON line");
+        assert_eq!(v["reason"], "1 requests in flight, node_limit is 1", "{v}");
+        assert_eq!(v["group_name"], "two words", "{v}");
+        assert_eq!(v["suppressed"], 0, "{v}");
+        assert_eq!(v["target"], "sluice::decision", "{v}");
+    }
 
     #[test]
     fn test_log_format_parses_text_and_json_only() {

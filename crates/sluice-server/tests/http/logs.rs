@@ -1,7 +1,8 @@
 //! The node's logs over a real `sluice serve` process (issue #16): with `logger.format: json`
 //! every stderr line is a JSON object, and each throttle decision writes one structured INFO
-//! line (group, bucket kind, tier, reason; never the principal's name), rate-limited so that a
-//! flood of 429s writes a burst and then one line a second carrying how many it stands for.
+//! line (group, bucket kind, tier, reason; never the principal's name), rate-limited per group
+//! so that a flood of 429s writes a burst and then one line a second carrying how many it
+//! stands for, hides no other group's lines, and has its remainder written once it stops.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -9,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use sluice_server::logging::decisions::LEFT_OUT;
 
 use crate::common;
 use crate::throttling::ADMIN;
@@ -19,6 +21,10 @@ const PATIENCE: Duration = Duration::from_secs(120);
 
 /// Requests sent while the group's only permit is held: far more than the burst of lines.
 const FLOOD: usize = 200;
+
+/// Requests of a quiet group sent after the flood: fewer than the burst of lines, so each has
+/// its own line.
+const QUIET: usize = 5;
 
 /// A user whose name must never appear in an INFO line.
 const TENANT: &str = "zelda-the-tenant";
@@ -180,23 +186,42 @@ async fn test_json_logs_carry_one_rate_limited_line_per_decision_without_the_pri
         .await;
     assert_eq!(s, 200, "{b}");
     let id = b["_id"].as_str().expect("_id").to_string();
+    let (s, b) = node
+        .req(
+            &client,
+            Method::PUT,
+            "/_wlm/workload_group",
+            Some(json!({"name": "quiet", "resiliency_mode": "enforced",
+                        "resource_limits": {"memory": 0.1},
+                        "throttling": {"attribute": "group", "node_limit": 1}})),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let quiet_id = b["_id"].as_str().expect("_id").to_string();
     let tenant = [
         ("x-proxy-user", TENANT),
         ("x-proxy-roles", "analyst"),
         ("workloadGroupId", id.as_str()),
     ];
+    let quiet = [
+        ("x-proxy-user", "someone-else"),
+        ("x-proxy-roles", "analyst"),
+        ("workloadGroupId", quiet_id.as_str()),
+    ];
 
-    // The tenant's heavy search holds the bucket's only permit.
-    let heavy = {
+    // A heavy search in each group holds its bucket's only permit.
+    let hold = |headers: [(&'static str, &str); 3]| {
         let mut rb = client
             .post(format!("{}/heavy/_search", node.base))
             .header("content-type", "application/json")
             .body(common::heavy_query().to_string());
-        for (k, v) in tenant {
+        for (k, v) in headers {
             rb = rb.header(k, v);
         }
         tokio::spawn(async move { rb.send().await.map(|r| r.status().as_u16()).unwrap_or(0) })
     };
+    let heavy = [hold(tenant), hold(quiet)];
     let deadline = Instant::now() + PATIENCE;
     loop {
         let (_, tasks) = node
@@ -208,57 +233,57 @@ async fn test_json_logs_carry_one_rate_limited_line_per_decision_without_the_pri
                 &ADMIN,
             )
             .await;
-        let running = tasks["nodes"]
+        let running: usize = tasks["nodes"]
             .as_object()
             .into_iter()
             .flat_map(|n| n.values())
-            .any(|n| n["tasks"].as_object().is_some_and(|t| !t.is_empty()));
-        if running {
+            .map(|n| n["tasks"].as_object().map_or(0, |t| t.len()))
+            .sum();
+        if running >= 2 {
             break;
         }
-        assert!(Instant::now() < deadline, "the heavy search never ran");
+        assert!(Instant::now() < deadline, "the heavy searches never ran");
         tokio::task::yield_now().await;
     }
 
-    // A flood of the tenant's requests: each one a 429.
+    // A flood of the tenant's requests: each one a 429; then a few of the quiet group's.
     let cheap = json!({"query": {"match_all": {}}});
-    let mut sent = 0u64;
-    for _ in 0..FLOOD {
-        let (s, b) = node
-            .req(
-                &client,
-                Method::POST,
-                "/small/_search",
-                Some(cheap.clone()),
-                &tenant,
-            )
-            .await;
-        assert_eq!(s, 429, "{b}");
-        sent += 1;
+    let sent = FLOOD as u64;
+    for (n, who) in [(FLOOD, &tenant), (QUIET, &quiet)] {
+        for _ in 0..n {
+            let (s, b) = node
+                .req(
+                    &client,
+                    Method::POST,
+                    "/small/_search",
+                    Some(cheap.clone()),
+                    who,
+                )
+                .await;
+            assert_eq!(s, 429, "{b}");
+        }
     }
-    // The lines of the flood reach stderr, and once the budget refills, a line says how many
-    // were left out.
+    // The lines of the flood reach stderr, and once it has stopped, with no other request,
+    // a line says how many its last lines left out: every decision is written or counted.
     let deadline = Instant::now() + PATIENCE;
     let lines = loop {
-        let (s, _) = node
-            .req(
-                &client,
-                Method::POST,
-                "/small/_search",
-                Some(cheap.clone()),
-                &tenant,
-            )
-            .await;
-        assert_eq!(s, 429);
-        sent += 1;
         let lines = node.lines();
         let decisions = decisions_of(&lines, &id);
-        if decisions.iter().any(|d| d["suppressed"].as_u64() > Some(0)) {
+        // A decision's line stands for itself and those it says were left out; a line of
+        // what was left out, for those only.
+        let counted: u64 = decisions
+            .iter()
+            .map(|d| {
+                let own = u64::from(d["message"] != LEFT_OUT);
+                own + d["suppressed"].as_u64().expect("suppressed")
+            })
+            .sum();
+        if counted == sent {
             break lines;
         }
         assert!(
-            Instant::now() < deadline,
-            "no line ever reported suppressed decisions: {decisions:?}"
+            counted < sent && Instant::now() < deadline,
+            "{counted} of {sent} decisions written or counted: {decisions:?}"
         );
         tokio::task::yield_now().await;
     };
@@ -272,7 +297,9 @@ async fn test_json_logs_carry_one_rate_limited_line_per_decision_without_the_pri
         )
         .await;
     assert_eq!(s, 200, "{b}");
-    heavy.await.expect("joined");
+    for h in heavy {
+        h.await.expect("joined");
+    }
 
     // Every line is a JSON object with the usual fields.
     for l in &lines {
@@ -290,7 +317,9 @@ async fn test_json_logs_carry_one_rate_limited_line_per_decision_without_the_pri
         }
     }
     let decisions = decisions_of(&lines, &id);
-    for d in &decisions {
+    let (left_out, decided): (Vec<&Value>, Vec<&Value>) =
+        decisions.iter().partition(|d| d["message"] == LEFT_OUT);
+    for d in &decided {
         assert_eq!(d["level"], "INFO", "{d}");
         assert_eq!(d["decision"], "throttle", "{d}");
         assert_eq!(d["enforced"], true, "{d}");
@@ -300,19 +329,26 @@ async fn test_json_logs_carry_one_rate_limited_line_per_decision_without_the_pri
         let reason = d["reason"].as_str().expect("reason");
         assert!(reason.contains("node_limit is 1"), "{d}");
     }
-    // Rate-limited: fewer lines than decisions, and every decision is written or counted in
-    // a later line's `suppressed` at most once.
-    let written = decisions.len() as u64;
-    let suppressed: u64 = decisions
-        .iter()
-        .map(|d| d["suppressed"].as_u64().expect("suppressed"))
-        .sum();
-    assert!(written < sent, "{written} lines for {sent} decisions");
+    // Rate-limited: fewer lines than decisions; the flood's remainder in one line once it
+    // stopped.
     assert!(
-        written + suppressed <= sent,
-        "{written} lines and {suppressed} suppressed for {sent} decisions"
+        decided.len() < FLOOD,
+        "{} lines for {sent} decisions",
+        decided.len()
     );
-    assert!(suppressed > 0);
+    assert_eq!(left_out.len(), 1, "{left_out:?}");
+    let last = left_out[0];
+    assert_eq!(last["decision"], "throttle", "{last}");
+    assert_eq!(last["enforced"], true, "{last}");
+    assert_eq!(last["group_name"], "per-user", "{last}");
+    assert!(last["suppressed"].as_u64() > Some(0), "{last}");
+    // The flood hid none of the quiet group's decisions, nor counted them as its own.
+    let quiet_lines = decisions_of(&lines, &quiet_id);
+    assert_eq!(quiet_lines.len(), QUIET, "{quiet_lines:?}");
+    for d in &quiet_lines {
+        assert_eq!(d["suppressed"], 0, "{d}");
+        assert_eq!(d["group_name"], "quiet", "{d}");
+    }
 }
 
 /// The audit lines of the node's log, parsed.
