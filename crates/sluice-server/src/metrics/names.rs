@@ -133,11 +133,11 @@ pub const GROUP_WOULD_QUEUE: Described = (
     "sluice_wlm_group_would_queue_total",
     "Monitored throttle breaches that mode enabled would have parked in the queue.",
 );
-/// Dry run: the wait they would have had.
-/// A gauge, though it only grows: the `metrics` crate's counters are integers, and whole
-/// seconds would hide the short waits.
+/// Dry run: the wait they would have had, a running total: a counter in the text, recorded as
+/// a gauge (the `metrics` crate's counters are integers, and whole seconds would hide the
+/// short waits; `metrics::snapshot` writes its type).
 pub const GROUP_WOULD_QUEUE_WAIT: Described = (
-    "sluice_wlm_group_would_queue_wait_seconds",
+    "sluice_wlm_group_would_queue_wait_seconds_total",
     "The total queue wait the would-queue requests would have had, estimated from the group's drain rate.",
 );
 /// Dry run: requests the resource check would have rejected.

@@ -53,6 +53,11 @@ const GROUP_COUNTERS: [(Described, ReadCounter); 17] = [
     }),
 ];
 
+/// Running totals in seconds: recorded as gauges (the `metrics` crate's counters are integers,
+/// and whole seconds would hide short waits), typed `counter` in the text, so that `rate()`
+/// and `increase()` handle a restart's reset.
+const FRACTIONAL_COUNTERS: [Described; 1] = [names::GROUP_WOULD_QUEUE_WAIT];
+
 /// The node's figures now, in the Prometheus text format.
 pub fn render(st: &AppState) -> String {
     let bounds: Vec<f64> = WaitHistogram::BOUNDS_MILLIS
@@ -72,7 +77,14 @@ pub fn render(st: &AppState) -> String {
         group(&sink, entry);
     }
     node(&sink, st);
-    recorder.handle().render()
+    let mut text = recorder.handle().render();
+    for (name, _) in FRACTIONAL_COUNTERS {
+        text = text.replace(
+            &format!("# TYPE {name} gauge\n"),
+            &format!("# TYPE {name} counter\n"),
+        );
+    }
+    text
 }
 
 /// Help texts for every family this render writes.
@@ -91,9 +103,11 @@ fn describe(sink: &Sink<'_>) {
         sink.describe_counter(name);
     }
     sink.describe_gauge(names::SHARED_IDLE);
+    for name in FRACTIONAL_COUNTERS {
+        sink.describe_gauge(name);
+    }
     for name in [
         names::GROUP_QUEUE_DEPTH,
-        names::GROUP_WOULD_QUEUE_WAIT,
         names::GROUP_IN_FLIGHT,
         names::GROUP_NODE_LIMIT,
         names::GROUP_SHARED_LEASES_OWNED,

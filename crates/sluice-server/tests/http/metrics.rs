@@ -139,6 +139,20 @@ async fn test_metrics_move_with_traffic_and_pass_promtool() {
         "histogram"
     );
     assert_eq!(before.types["sluice_wlm_group_queue_depth"], "gauge");
+    // Prometheus conventions: a counter's name ends in `_total`, and only a counter's does;
+    // the dry run's running total of queue wait is a counter (it was once a gauge, which
+    // `rate()` and `increase()` do not reset).
+    for (name, kind) in &before.types {
+        assert_eq!(
+            kind == "counter",
+            name.ends_with("_total"),
+            "{name} is a {kind}"
+        );
+    }
+    assert_eq!(
+        before.types["sluice_wlm_group_would_queue_wait_seconds_total"],
+        "counter"
+    );
     assert_eq!(
         before.value(
             "sluice_wlm_group_limit_ratio",
