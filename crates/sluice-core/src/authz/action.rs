@@ -87,6 +87,8 @@ actions! {
     WlmGroupChoose = "cluster:admin/sluice/workload_group/choose", Cluster;
     /// `_prometheus/metrics`.
     Metrics = "cluster:monitor/prometheus/metrics", Cluster;
+    /// The dashboard: its page, script, style sheet and data (`/_sluice/dashboard...`).
+    Dashboard = "cluster:monitor/sluice/dashboard", Cluster;
     /// A request sluice does not classify: only a grant of every cluster action allows it.
     Unclassified = "cluster:admin/sluice/unclassified", Cluster;
     /// `_search`, `_count`, `_cat/count`, each `_msearch` item.

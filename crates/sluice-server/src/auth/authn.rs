@@ -470,15 +470,7 @@ impl Authenticator {
         if p.has_any_role(&self.config.admin_roles) {
             return Ok(());
         }
-        let roles: Vec<&str> = p.roles.iter().map(|r| &**r).collect();
-        Err(ApiError::Engine(EngineError::new(
-            ErrorCode::Forbidden,
-            format!(
-                "no permissions for [{action}] and User [name={}, backend_roles=[{}], requestedTenant=null]",
-                p.username,
-                roles.join(", ")
-            ),
-        )))
+        Err(ApiError::Engine(super::authz::forbidden(action, p)))
     }
 
     /// Builds the authenticator; in `basic` mode it loads and validates the users file.

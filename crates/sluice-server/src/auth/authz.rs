@@ -151,14 +151,26 @@ impl Authz {
     }
 }
 
+/// sluice's operator endpoints, the metrics and the dashboard: only a role of
+/// `auth.admin_roles` may use them (they name every group and users' tasks), whatever a
+/// roles file grants; a permission for their action only lets the request reach the check.
+pub const ADMIN_ROLE_ONLY: [Action; 2] = [Action::Metrics, Action::Dashboard];
+
 /// OpenSearch's refusal: 403 `security_exception`, `no permissions for [action] and User
 /// [name=…, backend_roles=[…], requestedTenant=null]` (the roles sluice's authentication gives
-/// a user are what OpenSearch calls backend roles).
+/// a user are what OpenSearch calls backend roles). For an action of [`ADMIN_ROLE_ONLY`] it
+/// adds what is needed: an outside trial's operators granted the action named, as OpenSearch's
+/// prometheus-exporter would have them do, and were refused again.
 pub fn forbidden(action: &str, who: &Principal) -> EngineError {
+    let needs = if ADMIN_ROLE_ONLY.iter().any(|a| a.name() == action) {
+        "; this needs a role listed in auth.admin_roles, which no permission replaces"
+    } else {
+        ""
+    };
     EngineError::new(
         ErrorCode::Forbidden,
         format!(
-            "no permissions for [{action}] and User [name={}, backend_roles=[{}], requestedTenant=null]",
+            "no permissions for [{action}] and User [name={}, backend_roles=[{}], requestedTenant=null]{needs}",
             who.username,
             who.roles.join(", ")
         ),

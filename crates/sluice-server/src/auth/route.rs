@@ -141,6 +141,9 @@ pub fn classify<'a>(method: &Method, path: &'a str, query: Option<&str>) -> Rout
         }
         ["_cat", "health"] if read => Cluster(Action::ClusterHealth),
         ["_prometheus", "metrics"] if read => Cluster(Action::Metrics),
+        ["_sluice", "dashboard"] | ["_sluice", "dashboard", _] if read => {
+            Cluster(Action::Dashboard)
+        }
         ["_cat", "indices"] if read => Index(Action::IndicesStats, all()),
         ["_cat", "indices", idx] if read => Index(Action::IndicesStats, decode(idx)),
         ["_cat", "aliases"] | ["_cat", "aliases", _] if read => Index(Action::AliasesGet, all()),
@@ -253,6 +256,14 @@ mod tests {
     fn test_classify_names_the_action_and_index_expression() {
         use RouteAction::*;
         assert_eq!(c(Method::GET, "/"), Cluster(Action::ClusterMain));
+        assert_eq!(
+            c(Method::GET, "/_sluice/dashboard/data"),
+            Cluster(Action::Dashboard)
+        );
+        assert_eq!(
+            c(Method::GET, "/_sluice/dashboard"),
+            Cluster(Action::Dashboard)
+        );
         assert_eq!(
             c(Method::POST, "/logs-*,orders/_search"),
             Index(Action::Search, "logs-*,orders".into())

@@ -14,8 +14,9 @@ use crate::http::RequestMeta;
 use crate::state::AppState;
 use crate::workload::GroupEntry;
 
-/// The action the data needs an admin role for when authentication is on.
-pub const DASHBOARD_ACTION: &str = "cluster:monitor/sluice/dashboard";
+/// The action the dashboard (page and data) needs an admin role for when authentication is
+/// on.
+pub const DASHBOARD_ACTION: &str = sluice_core::authz::Action::Dashboard.name();
 
 /// How many of the longest-running tasks the dashboard lists: a screenful.
 const LONGEST_TASKS: usize = 10;

@@ -10,7 +10,11 @@
 //! - The page shows the node it is served by (like `/_prometheus/metrics`); `_wlm/stats` is the
 //!   cluster-wide view.
 //! - The data names users' tasks and every group, so it needs an admin role when
-//!   authentication is on; the page itself holds no data and needs only authentication.
+//!   authentication is on; so do the page, its script and style sheet, though they hold no
+//!   data: a user refused the data is refused the page in the same words (a role of
+//!   `auth.admin_roles` is needed), where a page that loads and then fails reads as a broken
+//!   dashboard (an outside trial's `cluster_all` user got the page, then a 403 on its data).
+//!   The page still shows a refusal's reason should the data be refused later.
 //! - Rates are computed in the page from the counters of its polls of the last 10 s (a heavy
 //!   search takes seconds: a one-second rate would flicker), so the node keeps no per-viewer
 //!   state.
@@ -20,10 +24,13 @@ pub mod data;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::State;
 use axum::http::header;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
+use crate::error::ApiResult;
+use crate::http::RequestMeta;
 use crate::state::AppState;
 
 /// The page.
@@ -42,23 +49,26 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/_sluice/dashboard/data", get(data::data))
 }
 
-async fn index() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        INDEX_HTML,
-    )
+async fn index(State(st): State<Arc<AppState>>, meta: RequestMeta) -> ApiResult<Response> {
+    asset(&st, &meta, "text/html; charset=utf-8", INDEX_HTML)
 }
 
-async fn app_js() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
-        APP_JS,
-    )
+async fn app_js(State(st): State<Arc<AppState>>, meta: RequestMeta) -> ApiResult<Response> {
+    asset(&st, &meta, "text/javascript; charset=utf-8", APP_JS)
 }
 
-async fn style_css() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
-        STYLE_CSS,
-    )
+async fn style_css(State(st): State<Arc<AppState>>, meta: RequestMeta) -> ApiResult<Response> {
+    asset(&st, &meta, "text/css; charset=utf-8", STYLE_CSS)
+}
+
+/// One of the page's files, to a user the data would be shown to.
+fn asset(
+    st: &AppState,
+    meta: &RequestMeta,
+    content_type: &'static str,
+    body: &'static str,
+) -> ApiResult<Response> {
+    st.auth
+        .authorize_admin(meta.principal.as_deref(), data::DASHBOARD_ACTION)?;
+    Ok(([(header::CONTENT_TYPE, content_type)], body).into_response())
 }

@@ -16,7 +16,7 @@ use crate::state::AppState;
 
 /// The action the endpoint needs an admin role for when authentication is on: the figures name
 /// every group and the node's load.
-pub const METRICS_ACTION: &str = "cluster:monitor/prometheus/metrics";
+pub const METRICS_ACTION: &str = sluice_core::authz::Action::Metrics.name();
 
 /// The Prometheus text exposition format's content type.
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";

@@ -387,13 +387,31 @@ async fn test_dashboard_shows_a_new_group_and_its_counters_moving_in_a_browser()
 }
 
 #[tokio::test]
-async fn test_dashboard_is_served_from_the_binary_and_its_data_needs_an_admin_role() {
+async fn test_dashboard_is_served_from_the_binary_and_needs_an_admin_role() {
     let node = TestNode::start_with(&[
         "auth.type=proxy",
         "auth.proxy.trusted_addresses=127.0.0.0/8",
     ])
     .await;
     let analyst = [("x-proxy-user", "carol"), ("x-proxy-roles", "analyst")];
+    let admin = crate::throttling::ADMIN;
+    // The page as its data: a user refused one is refused the other, in the same words.
+    for path in [
+        "/_sluice/dashboard",
+        "/_sluice/dashboard/app.js",
+        "/_sluice/dashboard/style.css",
+        "/_sluice/dashboard/data",
+    ] {
+        let r = node.req_with("GET", path, None, &analyst).await;
+        assert_eq!(r.status, 403, "{path}: {}", r.body);
+        assert_eq!(r.body["error"]["type"], "security_exception", "{}", r.body);
+        let reason = r.body["error"]["reason"].as_str().expect("reason");
+        assert!(
+            reason.contains("[cluster:monitor/sluice/dashboard]")
+                && reason.contains("needs a role listed in auth.admin_roles"),
+            "{path}: {reason}"
+        );
+    }
     for (path, content_type, needle) in [
         (
             "/_sluice/dashboard",
@@ -410,8 +428,8 @@ async fn test_dashboard_is_served_from_the_binary_and_its_data_needs_an_admin_ro
         let resp = node
             .client
             .get(node.url(path))
-            .header(analyst[0].0, analyst[0].1)
-            .header(analyst[1].0, analyst[1].1)
+            .header(admin[0].0, admin[0].1)
+            .header(admin[1].0, admin[1].1)
             .send()
             .await
             .expect("sent");
@@ -420,11 +438,6 @@ async fn test_dashboard_is_served_from_the_binary_and_its_data_needs_an_admin_ro
         assert!(ct.starts_with(content_type), "{path}: {ct}");
         assert!(resp.text().await.unwrap().contains(needle), "{path}");
     }
-    let r = node
-        .req_with("GET", "/_sluice/dashboard/data", None, &analyst)
-        .await;
-    assert_eq!(r.status, 403, "{}", r.body);
-    assert_eq!(r.body["error"]["type"], "security_exception", "{}", r.body);
 
     let id = create_group(
         &node,
@@ -471,6 +484,71 @@ async fn test_dashboard_is_served_from_the_binary_and_its_data_needs_an_admin_ro
     assert_eq!(r.body["node"]["mode"], "monitor_only", "{}", r.body);
     assert!(r.body["node"]["search_pool"]["threads"].as_u64() >= Some(1));
     assert!(r.body["longest_tasks"].is_array());
+}
+
+/// A roles file's permissions do not open the metrics or the dashboard, which need a role of
+/// `auth.admin_roles`: the refusal says so, whether the user holds `cluster_monitor`, every
+/// cluster action, or exactly the actions the refusals name (an outside trial's operators,
+/// told "no permissions for [cluster:monitor/prometheus/metrics]", granted it and were refused
+/// again, and the dashboard's data named `cluster:admin/sluice/unclassified`).
+#[tokio::test]
+async fn test_metrics_and_dashboard_refusals_say_an_admin_role_is_needed() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let roles = tmp.path().join("roles.yml");
+    std::fs::write(
+        &roles,
+        r#"
+_meta:
+  type: roles
+  config_version: 2
+monitor:
+  cluster_permissions: [cluster_monitor]
+everything:
+  cluster_permissions: [cluster_all]
+promonly:
+  cluster_permissions:
+    - cluster:monitor/prometheus/metrics
+    - cluster:monitor/sluice/dashboard
+"#,
+    )
+    .expect("roles written");
+    let node = TestNode::start_on(
+        &tmp.path().join("data"),
+        &[
+            "auth.type=proxy",
+            "auth.proxy.trusted_addresses=127.0.0.1",
+            &format!("auth.roles_file={}", roles.display()),
+        ],
+    )
+    .await;
+    for role in ["monitor", "everything", "promonly"] {
+        let user = [("x-proxy-user", "ops"), ("x-proxy-roles", role)];
+        for (path, action) in [
+            ("/_prometheus/metrics", "cluster:monitor/prometheus/metrics"),
+            ("/_sluice/dashboard", "cluster:monitor/sluice/dashboard"),
+            (
+                "/_sluice/dashboard/data",
+                "cluster:monitor/sluice/dashboard",
+            ),
+        ] {
+            let r = node.req_with("GET", path, None, &user).await;
+            assert_eq!(r.status, 403, "{role} {path}: {}", r.body);
+            let reason = r.body["error"]["reason"].as_str().expect("reason");
+            assert!(
+                reason.starts_with(&format!("no permissions for [{action}] and User [name=ops"))
+                    && reason.ends_with(
+                        "; this needs a role listed in auth.admin_roles, which no permission replaces"
+                    ),
+                "{role} {path}: {reason}"
+            );
+        }
+    }
+    for path in ["/_prometheus/metrics", "/_sluice/dashboard/data"] {
+        let r = node
+            .req_with("GET", path, None, &crate::throttling::ADMIN)
+            .await;
+        assert_eq!(r.status, 200, "{path}");
+    }
 }
 
 /// A request parked in its bucket's queue is listed among the longest tasks as queued, not as

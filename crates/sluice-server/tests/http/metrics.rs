@@ -398,6 +398,11 @@ async fn test_metrics_need_an_admin_role_when_authentication_is_on() {
         .await;
     assert_eq!(r.status, 403, "{}", r.body);
     assert_eq!(r.body["error"]["type"], "security_exception", "{}", r.body);
+    let reason = r.body["error"]["reason"].as_str().expect("reason");
+    assert!(
+        reason.contains("needs a role listed in auth.admin_roles"),
+        "{reason}"
+    );
     let m = scrape(&node).await;
     assert!(m.value("sluice_tasks_running", &[]).is_some());
 }
