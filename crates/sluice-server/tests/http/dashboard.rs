@@ -1,7 +1,10 @@
 //! The dashboard in a real browser (issue #16): headless Chromium (Debian's `chromium`), driven
 //! over WebDriver by Debian's `chromedriver` with plain HTTP calls; `.ci/run` installs both.
 //! The page loads, shows a hundred groups, a group created through the API after it loaded
-//! appears, and its counters move under a noisy-neighbour load. With
+//! appears, and its counters move under a noisy-neighbour load. Opened with credentials in its
+//! URL, it loads its data; its controls apply at once; two groups of one name are told apart;
+//! a poll left unanswered shows as an error with the figures' age, until answers come back.
+//! With
 //! `SLUICE_DASHBOARD_SCREENSHOT=<path.png>` the test saves a screenshot of the page under that
 //! load (the README's `docs/dashboard.png`).
 
@@ -549,6 +552,114 @@ promonly:
             .await;
         assert_eq!(r.status, 200, "{path}");
     }
+}
+
+/// The page opened as `http://user:password@host/_sluice/dashboard`: it loads its data (it
+/// once built the data's URL from the page's, credentials included, which Chromium refuses to
+/// fetch). Its filter applies at once, not at the next poll; two groups of one name (a group
+/// may be named DEFAULT_WORKLOAD_GROUP, as in OpenSearch) show their ids; and a poll left
+/// unanswered — `fetch` replaced in the page by one that never answers, as a node stopped with
+/// SIGSTOP does not — shows as an error with the figures' age, the page greyed, until answers
+/// come back.
+#[tokio::test]
+async fn test_dashboard_with_credentials_in_its_url_reacts_at_once_and_shows_stale_data() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let users = tmp.path().join("users.yml");
+    sluice_server::auth::add_user(&users, "alice", "alice-pw", &["admin".into()], false)
+        .expect("alice added");
+    let node = TestNode::start_on(
+        &tmp.path().join("data"),
+        &[
+            "auth.type=basic",
+            &format!("auth.users_file={}", users.display()),
+        ],
+    )
+    .await;
+    let resp = node
+        .client
+        .put(node.url("/_wlm/workload_group"))
+        .basic_auth("alice", Some("alice-pw"))
+        .json(
+            &json!({"name": "DEFAULT_WORKLOAD_GROUP", "resiliency_mode": "soft",
+                      "resource_limits": {"cpu": 0.1}}),
+        )
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(resp.status().as_u16(), 200);
+    let twin: Value = resp.json().await.expect("json");
+    let twin = twin["_id"].as_str().expect("_id").to_string();
+
+    let browser = Browser::start().await;
+    let page = node
+        .url("/_sluice/dashboard")
+        .replacen("http://", "http://alice:alice-pw@", 1);
+    browser.goto(&page).await;
+    const NAMES: &str = "return Array.from(document.querySelectorAll('#groups tbody tr td.name')).map(td => td.textContent);";
+    let names = browser
+        .wait_for("both groups are listed", NAMES, json!([]), |v| {
+            v.as_array().is_some_and(|a| a.len() == 2)
+        })
+        .await;
+    let names: Vec<&str> = names
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap_or_default())
+        .collect();
+    assert_ne!(names[0], names[1], "two identical rows: {names:?}");
+    assert!(names.iter().any(|n| n.contains(&twin)), "{names:?}");
+
+    // The filter applies in the same turn of the page's event loop as its input event.
+    let shown = browser
+        .eval(
+            "const f = document.getElementById('filter'); f.value = arguments[0];              f.dispatchEvent(new Event('input'));              return document.querySelectorAll('#groups tbody tr').length;",
+            json!([twin]),
+        )
+        .await;
+    assert_eq!(shown, 1, "the filter waited for a poll");
+    let shown = browser
+        .eval(
+            "const f = document.getElementById('filter'); f.value = '';              f.dispatchEvent(new Event('input'));              return document.querySelectorAll('#groups tbody tr').length;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(shown, 2);
+
+    // A node that stops answering: every poll hangs until the page gives it up.
+    browser
+        .eval(
+            "window.realFetch = window.fetch;              window.fetch = (url, options) => new Promise((_, reject) =>                options?.signal?.addEventListener('abort', () =>                  reject(new DOMException('aborted', 'AbortError'))));",
+            json!([]),
+        )
+        .await;
+    const STATUS: &str = "return [document.getElementById('status').textContent,         document.body.classList.contains('stale')];";
+    let stale = browser
+        .wait_for(
+            "the page says the node does not answer",
+            STATUS,
+            json!([]),
+            |v| {
+                v[0].as_str()
+                    .is_some_and(|s| s.contains("no answer within"))
+                    && v[1] == true
+            },
+        )
+        .await;
+    let said = stale[0].as_str().unwrap_or_default();
+    assert!(
+        said.contains("the figures shown are from") && said.contains("s old"),
+        "{said}"
+    );
+    browser
+        .eval("window.fetch = window.realFetch;", json!([]))
+        .await;
+    browser
+        .wait_for("the page recovers", STATUS, json!([]), |v| {
+            v[0].as_str().is_some_and(|s| s.starts_with("updated")) && v[1] == false
+        })
+        .await;
+    browser.quit().await;
 }
 
 /// A request parked in its bucket's queue is listed among the longest tasks as queued, not as
