@@ -1,5 +1,10 @@
 //! `GET /_sluice/dashboard/data`: what the dashboard shows, as JSON — the node, every group of
 //! this node with its limits and figures, and the longest-running tasks.
+//!
+//! On a gateway the node's `search_pool` is `null` and `upstream` says how many of its
+//! searches are in flight upstream (and over how many search threads, when its measure counts
+//! them): its own pool runs no search, and its figures (0 active while searches ran upstream)
+//! read as an idle node. On an embedded node `upstream` is `null`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -9,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use sluice_core::ResourceType;
 
+use crate::backend::upstream::limits::Measure;
 use crate::error::ApiResult;
 use crate::http::RequestMeta;
 use crate::state::AppState;
@@ -37,16 +43,40 @@ pub fn snapshot(st: &AppState) -> Value {
     entries.push(st.workload.default_entry());
     entries.sort_by(|a, b| a.id.cmp(&b.id));
     let groups: Vec<Value> = entries.iter().map(|e| group(e)).collect();
+    let in_flight: u64 = entries.iter().map(|e| e.stats.executing()).sum();
     json!({
-        "node": node(st),
+        "node": node(st, in_flight),
         "groups": groups,
         "longest_tasks": longest_tasks(st),
     })
 }
 
-fn node(st: &AppState) -> Value {
+/// The node's figures; `in_flight`, its groups' tasks executing (on a gateway, forwarded and
+/// not yet answered).
+fn node(st: &AppState, in_flight: u64) -> Value {
     let reading = *st.enforcement.last_reading.lock();
     let (queued, active) = st.search_pool.num_queued_and_active();
+    let (search_pool, upstream) = match &st.upstream {
+        None => (
+            json!({
+                "threads": st.search_pool.num_threads(),
+                "active": active,
+                "queued": queued,
+                "rejected": st.search_pool.num_rejected(),
+            }),
+            Value::Null,
+        ),
+        Some(up) => {
+            let threads = match up.effective_measure() {
+                Ok(Measure::InFlight(m)) => Some(m.search_threads),
+                _ => None,
+            };
+            (
+                Value::Null,
+                json!({"searches_in_flight": in_flight, "search_threads": threads}),
+            )
+        }
+    };
     json!({
         "id": st.identity.node_id,
         "name": st.config.node_name,
@@ -55,12 +85,8 @@ fn node(st: &AppState) -> Value {
         "in_duress": st.enforcement.is_node_in_duress(),
         "duress": {"cpu": reading.cpu_in_duress, "memory": reading.memory_in_duress},
         "usage": {"cpu": reading.cpu, "memory": reading.memory},
-        "search_pool": {
-            "threads": st.search_pool.num_threads(),
-            "active": active,
-            "queued": queued,
-            "rejected": st.search_pool.num_rejected(),
-        },
+        "search_pool": search_pool,
+        "upstream": upstream,
         "tasks_running": st.tasks.list().len(),
     })
 }

@@ -2,7 +2,8 @@
 //! build step) that polls `GET /_sluice/dashboard/data` once a second and shows, per group,
 //! in-flight tasks against the limit, queue depth, throttled / rejected / cancelled rates,
 //! cpu and memory share against the limits and the dry-run figures beside the actual ones; the
-//! node's duress and search pool; and the tasks running longest.
+//! node's duress and search pool (on a gateway, its searches in flight upstream); and the tasks
+//! running longest.
 //!
 //! # Decisions
 //! - Polling a JSON endpoint, not server-sent events: one request a second per open page, no

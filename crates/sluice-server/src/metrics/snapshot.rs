@@ -1,8 +1,8 @@
 //! The figures the node already keeps, written into a fresh recorder at every scrape (see the
 //! [module docs](super)): per group its counters (the shared tier's refusals and fail-opens
 //! among them), queue, in-flight tasks, usage and limits, the shared leases it owns, and the
-//! dry-run figures; per node duress, usage, the search pool, the running tasks and the
-//! shared tier's lease cache.
+//! dry-run figures; per node duress, usage, the search pool (not on a gateway, whose searches
+//! run upstream), the running tasks and the shared tier's lease cache.
 
 use metrics::Label;
 use metrics_exporter_prometheus::PrometheusBuilder;
@@ -190,12 +190,17 @@ fn node(sink: &Sink<'_>, st: &AppState) {
         sink.gauge(names::NODE_DURESS, &l, if duress { 1.0 } else { 0.0 });
         sink.gauge(names::NODE_USAGE, &l, usage);
     }
-    let pool = &st.search_pool;
-    let (queued, active) = pool.num_queued_and_active();
-    sink.gauge(names::POOL_THREADS, &[], pool.num_threads() as f64);
-    sink.gauge(names::POOL_ACTIVE, &[], active as f64);
-    sink.gauge(names::POOL_QUEUED, &[], queued as f64);
-    sink.counter(names::POOL_REJECTED, &[], pool.num_rejected());
+    // Not on a gateway: its pool runs no search (they run upstream), and its figures, 0
+    // active while searches were in flight, read as an idle node. Its searches in flight are
+    // its groups' `in_flight`.
+    if st.upstream.is_none() {
+        let pool = &st.search_pool;
+        let (queued, active) = pool.num_queued_and_active();
+        sink.gauge(names::POOL_THREADS, &[], pool.num_threads() as f64);
+        sink.gauge(names::POOL_ACTIVE, &[], active as f64);
+        sink.gauge(names::POOL_QUEUED, &[], queued as f64);
+        sink.counter(names::POOL_REJECTED, &[], pool.num_rejected());
+    }
     sink.gauge(names::TASKS_RUNNING, &[], st.tasks.list().len() as f64);
     let coordinator = &st.cluster.shared().coordinator;
     for (name, value) in shared_counters(&coordinator.stats) {

@@ -485,7 +485,6 @@ async fn test_dashboard_is_served_from_the_binary_and_needs_an_admin_role() {
     assert_eq!(g["counters"]["completions"], 0);
     assert_eq!(g["counters"]["would_cancel"], 0);
     assert_eq!(r.body["node"]["mode"], "monitor_only", "{}", r.body);
-    assert!(r.body["node"]["search_pool"]["threads"].as_u64() >= Some(1));
     assert!(r.body["longest_tasks"].is_array());
 }
 
@@ -552,6 +551,56 @@ promonly:
             .await;
         assert_eq!(r.status, 200, "{path}");
     }
+}
+
+/// Where the node's searches run, on the dashboard and in the metrics: an embedded node's own
+/// search pool; a gateway's upstream, its own pool (which runs none of them) left out — an
+/// outside trial's gateway showed "search pool 0/4 active" with five searches in flight.
+#[tokio::test]
+async fn test_dashboard_and_metrics_show_where_searches_run() {
+    use crate::throttling::{ADMIN, cancel_all, start_heavy};
+    let node = node_in_mode("enabled", &[]).await;
+    let id = create_group(
+        &node,
+        json!({"name": "g", "resiliency_mode": "soft", "resource_limits": {"memory": 0.1}}),
+    )
+    .await;
+    let heavy = start_heavy(&node, &[("workloadGroupId", id.as_str())]);
+    let figures = crate::common::eventually("the heavy search in flight", || async {
+        let r = node
+            .req_with("GET", "/_sluice/dashboard/data", None, &ADMIN)
+            .await;
+        let n = r.body["node"].clone();
+        let in_flight = if crate::common::gateway_mode() {
+            n["upstream"]["searches_in_flight"].as_u64()
+        } else {
+            n["search_pool"]["active"].as_u64()
+        };
+        if in_flight >= Some(1) {
+            Ok(n)
+        } else {
+            Err(n.to_string())
+        }
+    })
+    .await;
+    let m = crate::metrics::scrape(&node).await;
+    if crate::common::gateway_mode() {
+        assert_eq!(figures["search_pool"], Value::Null, "{figures}");
+        assert!(figures["upstream"].is_object(), "{figures}");
+        for family in [
+            "sluice_search_pool_threads",
+            "sluice_search_pool_active",
+            "sluice_search_pool_queued",
+            "sluice_search_pool_rejected_total",
+        ] {
+            assert!(!m.types.contains_key(family), "{family} on a gateway");
+        }
+    } else {
+        assert_eq!(figures["upstream"], Value::Null, "{figures}");
+        assert!(figures["search_pool"]["threads"].as_u64() >= Some(1));
+        assert!(m.value("sluice_search_pool_active", &[]) >= Some(1.0));
+    }
+    cancel_all(&node, vec![heavy]).await;
 }
 
 /// The page opened as `http://user:password@host/_sluice/dashboard`: it loads its data (it

@@ -66,8 +66,13 @@ function renderNode(n) {
     card("node duress", n.in_duress ? "IN DURESS" : "no", n.in_duress ? "duress" : ""),
     card("cpu", `${pct(n.usage.cpu)}${n.duress.cpu ? " · duress" : ""}`, n.duress.cpu ? "duress" : ""),
     card("memory", `${pct(n.usage.memory)}${n.duress.memory ? " · duress" : ""}`, n.duress.memory ? "duress" : ""),
-    card("search pool", `${n.search_pool.active}/${n.search_pool.threads} active · ${n.search_pool.queued} queued`),
-    card("pool rejected", n.search_pool.rejected),
+    // A gateway runs no search itself: its searches are in flight upstream.
+    ...(n.search_pool
+      ? [card("search pool", `${n.search_pool.active}/${n.search_pool.threads} active · ${n.search_pool.queued} queued`),
+        card("pool rejected", n.search_pool.rejected)]
+      : [card("searches upstream", n.upstream.search_threads == null
+        ? `${n.upstream.searches_in_flight} in flight`
+        : `${n.upstream.searches_in_flight} in flight / ${n.upstream.search_threads} search threads`)]),
     card("tasks running", n.tasks_running),
   ].join("");
 }
