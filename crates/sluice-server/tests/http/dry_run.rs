@@ -105,7 +105,7 @@ async fn would_queue_with_its_wait(mode: &str, resiliency: &str) {
         s["total_would_queue"].as_f64()
     );
     assert_eq!(
-        m.value("sluice_wlm_group_would_queue_wait_seconds", &group),
+        m.value("sluice_wlm_group_would_queue_wait_seconds_total", &group),
         Some(s["total_would_queue_wait_millis"].as_f64().unwrap() / 1000.0)
     );
     cancel_all(&node, vec![heavy]).await;
