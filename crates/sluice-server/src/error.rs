@@ -73,8 +73,9 @@ impl IntoResponse for ApiError {
                         | ErrorCode::ClusterManagerNotDiscovered
                         | ErrorCode::TooManyBuckets
                 );
+                // Rate-limited per error type: an upstream outage failed every forwarded request.
                 if status.is_server_error() && !logged_elsewhere {
-                    tracing::error!(error = %e, "request failed");
+                    crate::logging::failures::request_failed(e.root_cause().code.type_name(), &e);
                 }
                 let body = json!({"error": render_error(&e), "status": status.as_u16()});
                 crate::http::json_response(status, &body, false)

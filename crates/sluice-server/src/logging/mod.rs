@@ -1,10 +1,12 @@
 //! The node's logs (issue #16): `logger.format` picks the line format ([`LogFormat`]), and
-//! [`decisions`] writes one structured, rate-limited line per workload-management decision.
+//! [`decisions`] writes one structured, rate-limited line per workload-management decision;
+//! [`failures`] the rate-limited ERROR line of a request that failed on the node's side.
 //!
 //! [`init`] installs the process's subscriber once, at the binary's edge (`sluice serve`),
 //! after the configuration is read: `RUST_LOG` filters as before (default `info`).
 
 pub mod decisions;
+pub mod failures;
 
 pub use decisions::{Decision, DecisionKind, DecisionLog, Tier, shown_id};
 
