@@ -257,6 +257,8 @@ impl Engine {
                 .map(|h| {
                     let index = h["_index"].as_str().unwrap_or_default().to_string();
                     let id = h["_id"].as_str().unwrap_or_default().to_string();
+                    // The document keeps (or is deleted with) the routing it was written with.
+                    let routing = h["_routing"].as_str().map(str::to_string);
                     let versioning = Versioning {
                         if_seq_no: h["_seq_no"].as_u64(),
                         if_primary_term: Some(PRIMARY_TERM),
@@ -268,9 +270,14 @@ impl Engine {
                             source: h["_source"].clone(),
                             op_type: OpType::Index,
                             versioning,
+                            routing,
                         }
                     } else {
-                        DocOp::Delete { id, versioning }
+                        DocOp::Delete {
+                            id,
+                            versioning,
+                            routing,
+                        }
                     };
                     (index, op)
                 })
@@ -340,6 +347,7 @@ mod tests {
                         source: json!({"n": i}),
                         op_type: OpType::Index,
                         versioning: Versioning::default(),
+                        routing: None,
                     },
                 )
             })

@@ -712,11 +712,21 @@ impl Engine {
             .collect()
     }
 
-    /// Real-time get of one document.
+    /// Real-time get of one document, with the request's `routing` value.
     ///
-    /// `index` may be an alias of one index; the answer names the concrete index.
-    pub fn get_doc(&self, index: &str, id: &str) -> Result<(String, Option<StoredDoc>)> {
+    /// `index` may be an alias of one index; the answer names the concrete index. An index
+    /// whose mapping requires routing refuses a get without it, as OpenSearch does; the value
+    /// itself picks nothing here, since an index is one shard.
+    pub fn get_doc(
+        &self,
+        index: &str,
+        id: &str,
+        routing: Option<&str>,
+    ) -> Result<(String, Option<StoredDoc>)> {
         let h = self.single_index(index)?;
+        if routing.is_none() && h.mapping().routing_required() {
+            return Err(index::routing_missing(h.name(), Some(id)));
+        }
         Ok((h.name().to_string(), h.get(id)?))
     }
 

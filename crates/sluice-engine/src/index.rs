@@ -51,6 +51,8 @@ struct LiveDoc {
     source: Option<Arc<Value>>,
     version: u64,
     seq_no: u64,
+    /// The routing value it was written with.
+    routing: Option<Arc<str>>,
 }
 
 /// A delete remembered after the refresh that made it searchable (OpenSearch's delete
@@ -97,6 +99,8 @@ pub enum DocOp {
         op_type: OpType,
         /// Compare-and-set and version conditions (validated by the caller).
         versioning: Versioning,
+        /// The routing value (`routing`), stored with the document and echoed as `_routing`.
+        routing: Option<String>,
     },
     /// Delete a document.
     Delete {
@@ -104,6 +108,9 @@ pub enum DocOp {
         id: String,
         /// Compare-and-set and version conditions (validated by the caller).
         versioning: Versioning,
+        /// The routing value (`routing`); an index whose mapping requires one refuses a delete
+        /// without it.
+        routing: Option<String>,
     },
     /// Merge a partial document into an existing one.
     Update {
@@ -122,6 +129,9 @@ pub enum DocOp {
         detect_noop: bool,
         /// Whether the result carries the document as written (`_source` on an update).
         return_source: bool,
+        /// The routing value (`routing`) the written document is stored with, as OpenSearch's
+        /// update writes it.
+        routing: Option<String>,
     },
 }
 
@@ -133,6 +143,24 @@ impl DocOp {
             source,
             op_type,
             versioning: Versioning::default(),
+            routing: None,
+        }
+    }
+
+    /// The routing value the operation names.
+    pub fn routing(&self) -> Option<&str> {
+        match self {
+            DocOp::Index { routing, .. }
+            | DocOp::Delete { routing, .. }
+            | DocOp::Update { routing, .. } => routing.as_deref(),
+        }
+    }
+
+    /// The document id the operation names (`None` for an index with a generated id).
+    pub fn id(&self) -> Option<&str> {
+        match self {
+            DocOp::Index { id, .. } => id.as_deref(),
+            DocOp::Delete { id, .. } | DocOp::Update { id, .. } => Some(id),
         }
     }
 }
@@ -182,6 +210,8 @@ pub struct StoredDoc {
     pub version: u64,
     /// Its sequence number.
     pub seq_no: u64,
+    /// The routing value it was written with, rendered as `_routing`.
+    pub routing: Option<Arc<str>>,
     /// The document.
     pub source: Arc<Value>,
 }
@@ -293,6 +323,7 @@ impl IndexHandle {
             EngineError::internal(format!("corrupt {} in {}: {e}", META_FILE, dir.display()))
         })?;
         let mut mapping = Mapping::parse(&meta.mappings)?;
+        add_missing_schema_fields(&dir.join(TANTIVY_DIR))?;
         let index = Index::open_in_dir(dir.join(TANTIVY_DIR)).map_err(tantivy_error)?;
         let fields = schema::fields_of(&index.schema()).ok_or_else(|| {
             EngineError::internal(format!("index in {} has a foreign schema", dir.display()))
@@ -318,11 +349,18 @@ impl IndexHandle {
                     id,
                     version,
                     source,
+                    routing,
                 } => {
                     let parsed = mapping.parse_document(source, id)?;
                     writer.delete_term(Term::from_field_text(fields.id, id));
+                    let stored = StoredFields {
+                        id,
+                        version: *version,
+                        seq_no: *seq,
+                        routing: routing.as_deref(),
+                    };
                     writer
-                        .add_document(to_tantivy(&fields, id, source, *version, *seq, &parsed))
+                        .add_document(to_tantivy(&fields, &stored, source, &parsed))
                         .map_err(tantivy_error)?;
                     // A document indexed again after its delete is live: the delete's
                     // tombstone would otherwise answer its version checks, as `put` ensures
@@ -716,6 +754,7 @@ impl IndexHandle {
                         id: id.to_string(),
                         version: live.version,
                         seq_no: live.seq_no,
+                        routing: live.routing.clone(),
                         source: s.clone(),
                     }),
                 ),
@@ -755,16 +794,21 @@ impl IndexHandle {
         if let Some(block) = self.write_block(false) {
             return Err(block);
         }
+        if st.mapping.routing_required() && op.routing().is_none() {
+            return Err(routing_missing(&self.name, op.id()));
+        }
         match op {
             DocOp::Index {
                 id,
                 source,
                 op_type,
                 versioning,
+                routing,
             } => {
                 let Some(id) = id else {
                     // A generated id cannot collide, so no condition can apply.
-                    return self.put(st, new_doc_id(), source, 1, true, true, false);
+                    let id = new_doc_id();
+                    return self.put(st, id, routing, source, 1, true, true, false);
                 };
                 validate_id(&id)?;
                 let (current, _) = self.current(st, &id)?;
@@ -778,7 +822,16 @@ impl IndexHandle {
                     ));
                 }
                 let version = versioning.check_write(&self.name, &id, current)?;
-                self.put(st, id, source, version, !current.is_live(), false, false)
+                self.put(
+                    st,
+                    id,
+                    routing,
+                    source,
+                    version,
+                    !current.is_live(),
+                    false,
+                    false,
+                )
             }
             DocOp::Update {
                 id,
@@ -788,6 +841,7 @@ impl IndexHandle {
                 versioning,
                 detect_noop,
                 return_source,
+                routing,
             } => {
                 validate_id(&id)?;
                 if !doc.is_object() {
@@ -816,7 +870,16 @@ impl IndexHandle {
                                 source: return_source.then(|| existing.source.clone()),
                             });
                         }
-                        self.put(st, id, merged, version, false, false, return_source)
+                        self.put(
+                            st,
+                            id,
+                            routing,
+                            merged,
+                            version,
+                            false,
+                            false,
+                            return_source,
+                        )
                     }
                     None => {
                         let source = if doc_as_upsert { Some(doc) } else { upsert };
@@ -824,7 +887,16 @@ impl IndexHandle {
                             Some(source) => {
                                 let version =
                                     Versioning::default().check_write(&self.name, &id, current)?;
-                                self.put(st, id, source, version, true, false, return_source)
+                                self.put(
+                                    st,
+                                    id,
+                                    routing,
+                                    source,
+                                    version,
+                                    true,
+                                    false,
+                                    return_source,
+                                )
                             }
                             None => Err(EngineError::new(
                                 ErrorCode::DocumentMissing,
@@ -836,7 +908,7 @@ impl IndexHandle {
                     }
                 }
             }
-            DocOp::Delete { id, versioning } => {
+            DocOp::Delete { id, versioning, .. } => {
                 validate_id(&id)?;
                 let (current, _) = self.current(st, &id)?;
                 let version = versioning.check_write(&self.name, &id, current)?;
@@ -856,6 +928,7 @@ impl IndexHandle {
                         source: None,
                         version,
                         seq_no,
+                        routing: None,
                     },
                 );
                 st.dirty = true;
@@ -874,12 +947,14 @@ impl IndexHandle {
         }
     }
 
-    /// Writes `source` as `id` at `version`; `created` says whether no live copy existed.
+    /// Writes `source` as `id` (with `routing`) at `version`; `created` says whether no live
+    /// copy existed.
     #[allow(clippy::too_many_arguments)]
     fn put(
         &self,
         st: &mut WriteState,
         id: String,
+        routing: Option<String>,
         source: Value,
         version: u64,
         created: bool,
@@ -891,8 +966,14 @@ impl IndexHandle {
             .mapping
             .parse_document_within(&source, &id, &|| self.mapping_limits())?;
         let seq_no = st.next_seq_no;
-        let doc = to_tantivy(&self.fields, &id, &source, version, seq_no, &parsed);
-        st.translog.append_index(seq_no, &id, version, &source)?;
+        let stored = StoredFields {
+            id: &id,
+            version,
+            seq_no,
+            routing: routing.as_deref(),
+        };
+        let doc = to_tantivy(&self.fields, &stored, &source, &parsed);
+        st.translog.append_index(&stored, &source)?;
         st.next_seq_no += 1;
         if !generated_id {
             // Replaces any earlier copy, committed or not; generated ids cannot collide.
@@ -908,6 +989,7 @@ impl IndexHandle {
                 source: Some(source.clone()),
                 version,
                 seq_no,
+                routing: routing.map(Arc::from),
             },
         );
         st.dirty = true;
@@ -941,6 +1023,7 @@ impl IndexHandle {
                     id: id.to_string(),
                     version: live.version,
                     seq_no: live.seq_no,
+                    routing: live.routing.clone(),
                     source: s.clone(),
                 }));
             }
@@ -988,6 +1071,10 @@ impl IndexHandle {
             .get_first(self.fields.seq_no)
             .and_then(|v| v.as_u64())
             .unwrap_or(0);
+        let routing = doc
+            .get_first(self.fields.routing)
+            .and_then(|v| v.as_str())
+            .map(Arc::from);
         let source = doc
             .get_first(self.fields.source)
             .and_then(|v| v.as_bytes())
@@ -997,6 +1084,7 @@ impl IndexHandle {
             id,
             version,
             seq_no,
+            routing,
             source: Arc::new(source),
         })
     }
@@ -1222,6 +1310,39 @@ fn validate_id(id: &str) -> Result<()> {
 }
 
 /// A new random, URL-safe document id of 20 characters, like OpenSearch's.
+/// OpenSearch's `routing_missing_exception` (400): a write or get without a routing value on an
+/// index whose mapping requires one (`"_routing": {"required": true}`). A generated id is named
+/// `null`, as OpenSearch's message concatenates the id it does not have yet.
+pub fn routing_missing(index: &str, id: Option<&str>) -> EngineError {
+    EngineError::new(
+        ErrorCode::RoutingMissing,
+        format!(
+            "routing is required for [{index}]/[{}]",
+            id.unwrap_or("null")
+        ),
+    )
+    .with_index(index)
+    .with_extra("index_uuid", Value::from("_na_"))
+}
+
+/// Gives tantivy's `meta.json` in `tantivy_dir` the schema fields it lacks (see
+/// [`schema::add_missing_fields`]), so an index created before a field was added opens with
+/// it; written atomically before tantivy opens the index.
+fn add_missing_schema_fields(tantivy_dir: &Path) -> Result<()> {
+    let path = tantivy_dir.join("meta.json");
+    let bytes = std::fs::read(&path)?;
+    let meta: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| EngineError::internal(format!("corrupt {}: {e}", path.display())))?;
+    if let Some(upgraded) = schema::add_missing_fields(&meta) {
+        tracing::info!(path = %path.display(), "adding new schema fields to an older index");
+        write_atomically(
+            &path,
+            &serde_json::to_vec_pretty(&upgraded).unwrap_or_default(),
+        )?;
+    }
+    Ok(())
+}
+
 fn new_doc_id() -> String {
     use base64::Engine as _;
     let bytes = uuid::Uuid::new_v4().into_bytes();
@@ -1296,23 +1417,37 @@ fn json_object(values: &[(String, TypedValue)]) -> OwnedValue {
     )
 }
 
+/// The metadata a document is stored with beside its source.
+#[derive(Debug, Clone, Copy)]
+pub struct StoredFields<'a> {
+    /// The document id.
+    pub id: &'a str,
+    /// Its version.
+    pub version: u64,
+    /// Its sequence number.
+    pub seq_no: u64,
+    /// The routing value it was written with, if any.
+    pub routing: Option<&'a str>,
+}
+
 /// Builds the tantivy document for a parsed source.
 pub fn to_tantivy(
     fields: &Fields,
-    id: &str,
+    stored: &StoredFields<'_>,
     source: &Value,
-    version: u64,
-    seq_no: u64,
     parsed: &ParsedDocument,
 ) -> TantivyDocument {
     let mut doc = TantivyDocument::new();
-    doc.add_text(fields.id, id);
+    doc.add_text(fields.id, stored.id);
     doc.add_bytes(
         fields.source,
         &serde_json::to_vec(source).unwrap_or_default(),
     );
-    doc.add_u64(fields.version, version);
-    doc.add_u64(fields.seq_no, seq_no);
+    doc.add_u64(fields.version, stored.version);
+    doc.add_u64(fields.seq_no, stored.seq_no);
+    if let Some(routing) = stored.routing {
+        doc.add_text(fields.routing, routing);
+    }
     if !parsed.text.is_empty() {
         doc.add_field_value(fields.txt, &json_object(&parsed.text));
     }

@@ -65,6 +65,9 @@ pub struct TermsLookup {
     pub source: LookupSource,
     /// The dotted path of the values in each document's `_source`.
     pub path: String,
+    /// The routing value of a lookup by id: it picks no shard here (an index is one shard),
+    /// but an index whose mapping requires routing refuses a lookup without it.
+    pub routing: Option<String>,
 }
 
 impl TermsLookup {
@@ -76,20 +79,20 @@ impl TermsLookup {
     /// both or neither of `id` and `query` (caused by an `illegal_argument_exception` saying
     /// which); `illegal_argument_exception` `Required [index, path]` for a missing `index` or
     /// `path`, or for `store: true`, which sluice does not support (values come from
-    /// `_source`). `routing` is accepted and has no effect: an index is one shard here.
+    /// `_source`); `routing_missing_exception` (when fetched) for a lookup by id without `routing`
+    /// on an index whose mapping requires it.
     pub fn parse(spec: &Map<String, Value>) -> Result<TermsLookup> {
         let mut index = None;
         let mut id = None;
         let mut path = None;
         let mut query = None;
+        let mut routing = None;
         for (key, value) in spec {
             match key.as_str() {
                 "index" => index = Some(string_value(key, value, false)?),
                 "id" => id = Some(string_value(key, value, true)?),
                 "path" => path = Some(string_value(key, value, false)?),
-                "routing" => {
-                    string_value(key, value, true)?;
-                }
+                "routing" => routing = Some(string_value(key, value, true)?),
                 "query" => {
                     if !value.is_object() {
                         return Err(wrong_type(key, value));
@@ -145,6 +148,7 @@ impl TermsLookup {
             index: index.unwrap_or_default(),
             source,
             path: path.unwrap_or_default(),
+            routing,
         })
     }
 }
@@ -251,7 +255,9 @@ impl<'a> TermsLookups<'a> {
         }
         let values = match &lookup.source {
             LookupSource::Id(id) => {
-                let (_, doc) = self.engine.get_doc(&lookup.index, id)?;
+                let (_, doc) = self
+                    .engine
+                    .get_doc(&lookup.index, id, lookup.routing.as_deref())?;
                 let mut values = Values::default();
                 if let Some(doc) = doc {
                     values.extract(&doc.source, &lookup.path);

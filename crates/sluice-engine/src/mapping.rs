@@ -190,6 +190,9 @@ pub struct Mapping {
     pub properties: BTreeMap<String, Property>,
     /// The top-level dynamic setting.
     pub dynamic: Dynamic,
+    /// `_routing.required` as the mapping states it (`None` when it does not mention it, so a
+    /// mapping update that leaves it out does not change it).
+    pub routing_required: Option<bool>,
 }
 
 /// How far a mapping may grow: OpenSearch's `index.mapping.total_fields.limit` and
@@ -221,6 +224,7 @@ impl Default for Mapping {
         Mapping {
             properties: BTreeMap::new(),
             dynamic: Dynamic::True,
+            routing_required: None,
         }
     }
 }
@@ -536,6 +540,35 @@ fn insert_dotted(map: &mut BTreeMap<String, Property>, name: &str, prop: Propert
     }
 }
 
+/// Reads the `_routing` metadata field of a mapping: `{"required": true|false}`.
+fn parse_routing(value: &Value) -> Result<bool> {
+    let obj = value.as_object().ok_or_else(|| {
+        mapper_err(format!(
+            "Failed to parse mapping: [_routing] must be an object, got [{value}]"
+        ))
+    })?;
+    let mut required = false;
+    for (k, v) in obj {
+        match (k.as_str(), v) {
+            ("required", Value::Bool(b)) => required = *b,
+            ("required", Value::String(s)) if s == "true" || s == "false" => required = s == "true",
+            ("required", _) => {
+                return Err(mapper_err(format!(
+                    "Failed to parse mapping: Failed to parse value [{v}] as only [true] or \
+                     [false] are allowed."
+                )));
+            }
+            _ => {
+                return Err(mapper_err(format!(
+                    "Failed to parse mapping: unknown parameter [{k}] on mapper [_routing] of \
+                     type [_routing]"
+                )));
+            }
+        }
+    }
+    Ok(required)
+}
+
 fn render_properties(props: &BTreeMap<String, Property>) -> Value {
     let mut out = Map::new();
     for (name, prop) in props {
@@ -578,6 +611,7 @@ impl Mapping {
                         }
                     }
                 }
+                "_routing" => mapping.routing_required = Some(parse_routing(value)?),
                 "_source" | "_meta" | "date_detection" | "numeric_detection" => {}
                 _ => {
                     return Err(mapper_err(format!(
@@ -605,15 +639,34 @@ impl Mapping {
                 out.insert("dynamic".into(), Value::from("strict_allow_templates"));
             }
         }
+        // OpenSearch shows a metadata field only where it differs from its default.
+        if self.routing_required() {
+            out.insert("_routing".into(), json!({"required": true}));
+        }
         if !self.properties.is_empty() {
             out.insert("properties".into(), render_properties(&self.properties));
         }
         Value::Object(out)
     }
 
+    /// Whether documents need a routing value (`"_routing": {"required": true}`): writes and
+    /// gets without one are refused with `routing_missing_exception`.
+    pub fn routing_required(&self) -> bool {
+        self.routing_required == Some(true)
+    }
+
     /// Merges the properties of `other` (a `PUT _mapping` body) into this mapping; changing the
     /// type of an existing field is an error.
     pub fn merge(&mut self, other: &Mapping) -> Result<()> {
+        // OpenSearch's `_routing.required` cannot be updated: only restating it is allowed.
+        if let Some(required) = other.routing_required
+            && required != self.routing_required()
+        {
+            return Err(EngineError::illegal_argument(format!(
+                "Mapper for [_routing] conflicts with existing mapper:\n\tCannot update parameter [required] from [{}] to [{required}]",
+                self.routing_required()
+            )));
+        }
         let mut merged = self.properties.clone();
         merge_props(&mut merged, &other.properties, "")?;
         self.properties = merged;

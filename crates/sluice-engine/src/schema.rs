@@ -31,6 +31,8 @@ pub const SOURCE_FIELD: &str = "_source";
 pub const VERSION_FIELD: &str = "_version";
 /// Name of the sequence number field.
 pub const SEQ_NO_FIELD: &str = "_seq_no";
+/// Name of the custom routing value a document was written with (`?routing=`).
+pub const ROUTING_FIELD: &str = "_routing";
 
 /// Handles to the fields of the sluice schema.
 #[derive(Debug, Clone, Copy)]
@@ -48,6 +50,9 @@ pub struct Fields {
     /// `_seq_no`: stored and fast (indices created before it was fast have it stored only).
     /// Search breaks ties by it, so that equal hits come in indexing order as in OpenSearch.
     pub seq_no: Field,
+    /// `_routing`: stored only, and only for documents written with a routing value. The last
+    /// field, so that indices created before it existed gain it by [`add_missing_fields`].
+    pub routing: Field,
 }
 
 /// Builds the schema every sluice index uses.
@@ -79,6 +84,9 @@ pub fn build_schema() -> (Schema, Fields) {
         SEQ_NO_FIELD,
         NumericOptions::default().set_stored().set_fast(),
     );
+    // Stored only: it is echoed with the document, never searched, so it needs no postings or
+    // norms, and segments written before the field existed read back as documents without it.
+    let routing = b.add_text_field(ROUTING_FIELD, STORED);
     (
         b.build(),
         Fields {
@@ -88,6 +96,7 @@ pub fn build_schema() -> (Schema, Fields) {
             kw,
             version,
             seq_no,
+            routing,
         },
     )
 }
@@ -101,5 +110,37 @@ pub fn fields_of(schema: &Schema) -> Option<Fields> {
         kw: schema.get_field(KW_FIELD).ok()?,
         version: schema.get_field(VERSION_FIELD).ok()?,
         seq_no: schema.get_field(SEQ_NO_FIELD).ok()?,
+        routing: schema.get_field(ROUTING_FIELD).ok()?,
     })
+}
+
+/// The schema of tantivy's `meta.json` (`meta`) with the fields of [`build_schema`] it lacks
+/// appended, or `None` when it lacks none.
+///
+/// tantivy keeps an index's schema in `meta.json` and never changes it, so an index created
+/// before a field was added to [`build_schema`] would not have it. Appending is safe: fields
+/// are numbered by position, so the existing ones keep their numbers, and a stored-only field
+/// that no segment holds reads back as absent. Only fields at the end of the current schema
+/// that the stored one lacks, after a stored one whose names match the current ones, are
+/// added; anything else is not a sluice schema and is left for [`fields_of`] to refuse.
+pub fn add_missing_fields(meta: &serde_json::Value) -> Option<serde_json::Value> {
+    let stored = meta.get("schema")?.as_array()?;
+    let (schema, _) = build_schema();
+    let current: Vec<_> = schema.fields().map(|(_, entry)| entry).collect();
+    if stored.len() >= current.len() {
+        return None;
+    }
+    let prefix_matches = stored
+        .iter()
+        .zip(&current)
+        .all(|(s, c)| s.get("name").and_then(|n| n.as_str()) == Some(c.name()));
+    if !prefix_matches {
+        return None;
+    }
+    let mut upgraded = meta.clone();
+    let fields = upgraded.get_mut("schema")?.as_array_mut()?;
+    for entry in &current[stored.len()..] {
+        fields.push(serde_json::to_value(entry).ok()?);
+    }
+    Some(upgraded)
 }

@@ -785,6 +785,7 @@ mod tests {
             DocOp::Delete {
                 id: "d19".into(),
                 versioning: Default::default(),
+                routing: None,
             },
         )]);
         deleted[0].as_ref().expect("deleted");

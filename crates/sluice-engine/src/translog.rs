@@ -33,6 +33,10 @@ pub enum Record {
         version: u64,
         /// The full document.
         source: serde_json::Value,
+        /// The routing value it was written with (absent when none, and in logs written
+        /// before routing was kept).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        routing: Option<String>,
     },
     /// A document deletion.
     Delete {
@@ -114,9 +118,7 @@ impl Translog {
     /// Appends a [`Record::Index`] without copying the document.
     pub fn append_index(
         &mut self,
-        seq: u64,
-        id: &str,
-        version: u64,
+        stored: &crate::index::StoredFields<'_>,
         source: &serde_json::Value,
     ) -> Result<()> {
         #[derive(Serialize)]
@@ -126,13 +128,16 @@ impl Translog {
             id: &'a str,
             version: u64,
             source: &'a serde_json::Value,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            routing: Option<&'a str>,
         }
         self.append_serialized(&IndexRef {
             op: "index",
-            seq,
-            id,
-            version,
+            seq: stored.seq_no,
+            id: stored.id,
+            version: stored.version,
             source,
+            routing: stored.routing,
         })
     }
 
@@ -194,6 +199,7 @@ mod tests {
             id: "a".into(),
             version: 1,
             source: serde_json::json!({"x": 1}),
+            routing: None,
         };
         let b = Record::Delete {
             seq: 2,
@@ -241,19 +247,37 @@ mod ref_tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.log");
         let (mut log, _) = Translog::open(&path).unwrap();
-        log.append_index(4, "x", 2, &serde_json::json!({"a": [1, 2]}))
+        let stored = |id, seq_no, routing| crate::index::StoredFields {
+            id,
+            version: 2,
+            seq_no,
+            routing,
+        };
+        log.append_index(&stored("x", 4, None), &serde_json::json!({"a": [1, 2]}))
+            .unwrap();
+        log.append_index(&stored("y", 5, Some("u1")), &serde_json::json!({}))
             .unwrap();
         log.sync().unwrap();
         drop(log);
         let (_, recs) = Translog::open(&path).unwrap();
         assert_eq!(
             recs,
-            vec![Record::Index {
-                seq: 4,
-                id: "x".into(),
-                version: 2,
-                source: serde_json::json!({"a": [1, 2]})
-            }]
+            vec![
+                Record::Index {
+                    seq: 4,
+                    id: "x".into(),
+                    version: 2,
+                    source: serde_json::json!({"a": [1, 2]}),
+                    routing: None,
+                },
+                Record::Index {
+                    seq: 5,
+                    id: "y".into(),
+                    version: 2,
+                    source: serde_json::json!({}),
+                    routing: Some("u1".into()),
+                }
+            ]
         );
     }
 }

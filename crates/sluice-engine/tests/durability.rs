@@ -22,6 +22,7 @@ fn test_unrefreshed_writes_are_replayed_after_crash() {
                 DocOp::Delete {
                     id: "1".into(),
                     versioning: Default::default(),
+                    routing: None,
                 },
             ),
             (
@@ -89,6 +90,7 @@ fn test_a_document_deleted_then_indexed_again_is_live_after_a_crash() {
                 DocOp::Delete {
                     id: "a".into(),
                     versioning: Default::default(),
+                    routing: None,
                 },
             ),
             ("t".into(), put("a", json!({"n": 2}))),
@@ -111,6 +113,7 @@ fn test_a_document_deleted_then_indexed_again_is_live_after_a_crash() {
             if_primary_term: Some(1),
             ..Versioning::default()
         },
+        routing: None,
     };
     let written = engine.bulk(vec![("t".into(), conditional)]);
     let written = written[0].as_ref().expect("no version conflict");
@@ -359,4 +362,110 @@ fn test_an_alias_move_cut_short_is_finished_at_start() {
     drop(engine);
     let engine = Engine::open(dir.path()).unwrap();
     assert_eq!(engine.resolve("w").unwrap()[0].name(), "ia");
+}
+
+/// A write of `source` as `id` with a routing value.
+fn put_routed(id: &str, routing: &str, source: serde_json::Value) -> DocOp {
+    DocOp::Index {
+        id: Some(id.to_string()),
+        source,
+        op_type: OpType::Index,
+        versioning: Default::default(),
+        routing: Some(routing.to_string()),
+    }
+}
+
+/// The `_routing` of each hit of a match-all search of `index`, by id.
+fn hit_routings(engine: &Engine, index: &str) -> Vec<(String, Option<String>)> {
+    let resp = engine
+        .search(
+            index,
+            &json!({"sort": [{"_id": "asc"}]}),
+            &SearchContext::default(),
+        )
+        .unwrap();
+    resp["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["_id"].as_str().unwrap().to_string(),
+                h["_routing"].as_str().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn test_routing_is_kept_through_translog_replay_refresh_and_merge() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let engine = Engine::open(dir.path()).unwrap();
+        let results = engine.bulk(vec![
+            ("r".into(), put_routed("a", "u1", json!({"n": 1}))),
+            ("r".into(), put("b", json!({"n": 2}))),
+        ]);
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        let h = engine.index("r").unwrap();
+        assert_eq!(h.get("a").unwrap().unwrap().routing.as_deref(), Some("u1"));
+        // Dropped without a refresh: the routing is only in the translog.
+    }
+    let engine = Engine::open(dir.path()).unwrap();
+    let h = engine.index("r").unwrap();
+    assert_eq!(h.get("a").unwrap().unwrap().routing.as_deref(), Some("u1"));
+    assert_eq!(h.get("b").unwrap().unwrap().routing, None);
+    engine.refresh("r").unwrap();
+    let expected = vec![
+        ("a".to_string(), Some("u1".to_string())),
+        ("b".into(), None),
+    ];
+    assert_eq!(hit_routings(&engine, "r"), expected);
+    h.force_merge(1, false).unwrap();
+    assert_eq!(hit_routings(&engine, "r"), expected);
+}
+
+/// An index written before `_routing` was a schema field: its tantivy `meta.json` lacks the
+/// field. It must open, keep its documents, and store the routing of new writes.
+#[test]
+fn test_index_created_before_routing_was_stored_opens_and_stores_new_routing() {
+    let dir = tempfile::tempdir().unwrap();
+    let meta_path = {
+        let engine = Engine::open(dir.path()).unwrap();
+        assert!(
+            engine
+                .bulk(vec![("old".into(), put("a", json!({"n": 1})))])
+                .iter()
+                .all(Result::is_ok)
+        );
+        engine.refresh("old").unwrap();
+        engine.index("old").unwrap().dir().join("tantivy/meta.json")
+    };
+    // Make the index what an older sluice left: the same schema without `_routing`.
+    let mut meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&meta_path).unwrap()).unwrap();
+    let fields = meta["schema"].as_array_mut().unwrap();
+    let before = fields.len();
+    fields.retain(|f| f["name"] != "_routing");
+    assert_eq!(fields.len(), before - 1, "the schema had a _routing field");
+    std::fs::write(&meta_path, serde_json::to_vec(&meta).unwrap()).unwrap();
+
+    let engine = Engine::open(dir.path()).unwrap();
+    let h = engine.index("old").expect("an older index opens");
+    let old = h.get("a").unwrap().expect("its document is kept");
+    assert_eq!((old.source["n"].as_i64(), old.routing), (Some(1), None));
+    let results = engine.bulk(vec![("old".into(), put_routed("b", "u1", json!({"n": 2})))]);
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    engine.refresh("old").unwrap();
+    let expected = vec![
+        ("a".to_string(), None),
+        ("b".into(), Some("u1".to_string())),
+    ];
+    assert_eq!(hit_routings(&engine, "old"), expected);
+    // The segment without the field and the one with it merge into one that keeps both.
+    h.force_merge(1, false).unwrap();
+    assert_eq!(hit_routings(&engine, "old"), expected);
+    drop((h, engine));
+    let engine = Engine::open(dir.path()).unwrap();
+    assert_eq!(hit_routings(&engine, "old"), expected);
 }

@@ -110,6 +110,9 @@ pub enum ErrorCode {
     /// 400 `too_long_http_line_exception`: the request line is longer than the node reads
     /// (Netty's `TooLongHttpLineException`, past `http.max_initial_line_length`).
     TooLongHttpLine,
+    /// 400 `routing_missing_exception`: a document write or get without a routing value on an
+    /// index whose mapping requires one (`"_routing": {"required": true}`).
+    RoutingMissing,
 }
 
 impl ErrorCode {
@@ -152,6 +155,7 @@ impl ErrorCode {
             ErrorCode::TooLongHttpHeader => "too_long_http_header_exception",
             ErrorCode::NodeClosed => "node_closed_exception",
             ErrorCode::TooLongHttpLine => "too_long_http_line_exception",
+            ErrorCode::RoutingMissing => "routing_missing_exception",
         }
     }
 

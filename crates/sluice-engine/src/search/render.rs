@@ -191,6 +191,10 @@ pub(super) fn render_response(
                 Value::Null
             },
         );
+        // OpenSearch shows the routing a document was written with after the score.
+        if let Some(routing) = stored.routing.as_deref().filter(|_| !stored_none) {
+            hit.insert("_routing".into(), json!(routing));
+        }
         // `stored_fields` leaves `_source` out unless the request asks for it.
         let source_wanted = req.stored_fields.is_none() || req.source_set;
         if !req.source.disabled && source_wanted && !stored_none {

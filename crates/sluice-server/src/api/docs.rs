@@ -148,6 +148,7 @@ pub(crate) fn bulk_action(op: &str) -> Action {
 fn parse_bulk(
     body: &[u8],
     default_index: Option<&str>,
+    default_routing: Option<&str>,
     default_require_alias: bool,
 ) -> Result<Vec<BulkItem>, EngineError> {
     let text = std::str::from_utf8(body)
@@ -195,6 +196,7 @@ fn parse_bulk(
         let mut op_type = None;
         let mut source_filter = None;
         let mut require_alias = default_require_alias;
+        let mut routing = default_routing.map(str::to_string);
         for (k, v) in meta {
             match k.as_str() {
                 "_index" => index = v.as_str().map(str::to_string),
@@ -231,7 +233,19 @@ fn parse_bulk(
                         .as_bool()
                         .ok_or_else(|| malformed(line_no, "[require_alias] must be a boolean"))?
                 }
-                "routing" | "pipeline" | "retry_on_conflict" => {}
+                // OpenSearch reads the routing as text and skips a null.
+                "routing" => match v {
+                    Value::String(s) => routing = Some(s.clone()),
+                    Value::Number(n) => routing = Some(n.to_string()),
+                    Value::Null => {}
+                    _ => {
+                        return Err(malformed(
+                            line_no,
+                            &format!("expected a simple value for field [{k}] but found [{v}]"),
+                        ));
+                    }
+                },
+                "pipeline" | "retry_on_conflict" => {}
                 other => {
                     return Err(EngineError::illegal_argument(format!(
                         "Action/metadata line [{line_no}] contains an unknown parameter [{other}]"
@@ -269,6 +283,7 @@ fn parse_bulk(
             Ok(DocOp::Delete {
                 id: id.clone().unwrap_or_default(),
                 versioning,
+                routing,
             })
         } else {
             let (_, source_line) = lines.next().ok_or_else(|| {
@@ -285,8 +300,12 @@ fn parse_bulk(
                 Ok(source) => match action_name {
                     // Update bodies are parsed with the request: a bad one fails it whole.
                     "update" => {
-                        let (op, body_filter) =
-                            parse_update(id.clone().unwrap_or_default(), &source, versioning)?;
+                        let (op, body_filter) = parse_update(
+                            id.clone().unwrap_or_default(),
+                            routing,
+                            &source,
+                            versioning,
+                        )?;
                         source_filter = source_filter.or(body_filter);
                         Ok(with_return_source(op, source_filter.is_some()))
                     }
@@ -301,6 +320,7 @@ fn parse_bulk(
                         source,
                         op_type,
                         versioning,
+                        routing,
                     }),
                 },
             }
@@ -327,6 +347,7 @@ fn with_return_source(op: DocOp, wanted: bool) -> DocOp {
             upsert,
             versioning,
             detect_noop,
+            routing,
             ..
         } => DocOp::Update {
             id,
@@ -336,6 +357,7 @@ fn with_return_source(op: DocOp, wanted: bool) -> DocOp {
             versioning,
             detect_noop,
             return_source: wanted,
+            routing,
         },
         other => other,
     }
@@ -344,6 +366,7 @@ fn with_return_source(op: DocOp, wanted: bool) -> DocOp {
 /// Reads an update body; returns the operation and the body's `_source` filter, if any.
 fn parse_update(
     id: String,
+    routing: Option<String>,
     body: &Value,
     versioning: Versioning,
 ) -> Result<(DocOp, Option<SourceFilter>), EngineError> {
@@ -397,6 +420,7 @@ fn parse_update(
             versioning,
             detect_noop,
             return_source,
+            routing,
         },
         source_filter,
     ))
@@ -493,7 +517,12 @@ async fn run_bulk(
         .into());
     }
     let require_alias = bool_param(&params, "require_alias")?;
-    let mut items = parse_bulk(&body.0, default_index.as_deref(), require_alias)?;
+    let mut items = parse_bulk(
+        &body.0,
+        default_index.as_deref(),
+        routing_param(&params),
+        require_alias,
+    )?;
     // Each operation is authorized on its own index: a forbidden one is a 403 item.
     for item in items.iter_mut().filter(|i| i.op.is_ok()) {
         let action = bulk_action(item.action);
@@ -652,6 +681,12 @@ async fn write_one(
     Ok(reply(status, body, &params))
 }
 
+/// The `routing` parameter of a document request: stored with a written document and echoed
+/// as `_routing`; required by an index whose mapping says `"_routing": {"required": true}`.
+fn routing_param(params: &Params) -> Option<&str> {
+    params.get("routing").map(String::as_str)
+}
+
 fn doc_body(body: &Body) -> ApiResult<Value> {
     match body.json()? {
         Some(v @ Value::Object(_)) => Ok(v),
@@ -683,6 +718,7 @@ pub async fn index_auto_id(
         source,
         op_type,
         versioning,
+        routing: routing_param(&params).map(str::to_string),
     };
     write_one(st, index, op, params, None).await
 }
@@ -714,6 +750,7 @@ pub async fn index_with_id(
         source,
         op_type,
         versioning,
+        routing: routing_param(&params).map(str::to_string),
     };
     write_one(st, index, op, params, None).await
 }
@@ -733,6 +770,7 @@ pub async fn create_with_id(
         source,
         op_type: OpType::Create,
         versioning,
+        routing: routing_param(&params).map(str::to_string),
     };
     write_one(st, index, op, params, None).await
 }
@@ -755,7 +793,8 @@ pub async fn update_doc(
     let versioning = versioning_params(&params)?;
     versioning.validate_update()?;
     param_long(&params, "retry_on_conflict")?;
-    let (op, body_filter) = parse_update(id, &b, versioning)?;
+    let routing = routing_param(&params).map(str::to_string);
+    let (op, body_filter) = parse_update(id, routing, &b, versioning)?;
     let param_filter = SOURCE_PARAMS
         .iter()
         .any(|k| params.contains_key(*k))
@@ -774,7 +813,13 @@ pub async fn delete_doc(
 ) -> ApiResult<Response> {
     let versioning = versioning_params(&params)?;
     versioning.validate_write(false, true)?;
-    write_one(st, index, DocOp::Delete { id, versioning }, params, None).await
+    let routing = routing_param(&params).map(str::to_string);
+    let op = DocOp::Delete {
+        id,
+        versioning,
+        routing,
+    };
+    write_one(st, index, op, params, None).await
 }
 
 /// `GET /{index}/_doc/{id}`: real-time get; `?version` (with `version_type`) answers 409
@@ -785,7 +830,7 @@ pub async fn get_doc(
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
     let versioning = versioning_params(&params)?;
-    let (index, doc) = fetch_doc(&st, &index, &id).await?;
+    let (index, doc) = fetch_doc(&st, &index, &id, routing_param(&params)).await?;
     Ok(match doc {
         Some(doc) => {
             versioning.check_read(&index, &id, doc.version)?;
@@ -824,10 +869,12 @@ async fn fetch_doc(
     st: &AppState,
     index: &str,
     id: &str,
+    routing: Option<&str>,
 ) -> ApiResult<(String, Option<sluice_engine::index::StoredDoc>)> {
     let engine = st.engine.clone();
     let (index, id) = (index.to_string(), id.to_string());
-    blocking(move || engine.get_doc(&index, &id)).await
+    let routing = routing.map(str::to_string);
+    blocking(move || engine.get_doc(&index, &id, routing.as_deref())).await
 }
 
 /// A found document as `GET _doc` (and each `_mget` item) renders it, `_source` filtered.
@@ -839,8 +886,13 @@ fn found_json(
 ) -> Value {
     let mut body = json!({
         "_index": index, "_id": id, "_version": doc.version, "_seq_no": doc.seq_no,
-        "_primary_term": sluice_engine::search::PRIMARY_TERM, "found": true,
+        "_primary_term": sluice_engine::search::PRIMARY_TERM,
     });
+    // OpenSearch shows the routing a document was written with before `found`.
+    if let Some(routing) = &doc.routing {
+        body["_routing"] = json!(routing.as_ref());
+    }
+    body["found"] = json!(true);
     if !filter.disabled {
         body["_source"] = sluice_engine::search::filter_source(&doc.source, filter);
     }
@@ -863,7 +915,12 @@ pub async fn mget(
     // A URL `index` parameter was made the path's before routing (`http/url_index.rs`).
     let default_index = index.map(|Path(i)| i);
     let default_filter = source_param_filter(&params)?;
-    let items = parse_mget(body.json()?, default_index.as_deref(), &default_filter)?;
+    let items = parse_mget(
+        body.json()?,
+        default_index.as_deref(),
+        routing_param(&params),
+        &default_filter,
+    )?;
     // Each document is authorized on its own index: a forbidden one answers an error item.
     let denied: Vec<Option<EngineError>> = items
         .iter()
@@ -875,11 +932,16 @@ pub async fn mget(
             .into_iter()
             .zip(denied)
             .map(|(item, denied)| {
-                let MgetItem { index, id, filter } = item;
+                let MgetItem {
+                    index,
+                    id,
+                    routing,
+                    filter,
+                } = item;
                 if let Some(e) = denied {
                     return mget_error_item(&index, &id, &e);
                 }
-                match engine.get_doc(&index, &id) {
+                match engine.get_doc(&index, &id, routing.as_deref()) {
                     Ok((index, Some(doc))) => found_json(&index, &id, &doc, &filter),
                     Ok((index, None)) => json!({"_index": index, "_id": id, "found": false}),
                     Err(e) => mget_error_item(&index, &id, &e),
@@ -895,6 +957,8 @@ pub async fn mget(
 struct MgetItem {
     index: String,
     id: String,
+    /// The item's `routing`, or the request's `routing` parameter.
+    routing: Option<String>,
     filter: sluice_engine::search::SourceFilter,
 }
 
@@ -902,6 +966,7 @@ struct MgetItem {
 fn parse_mget(
     body: Option<Value>,
     default_index: Option<&str>,
+    default_routing: Option<&str>,
     default_filter: &sluice_engine::search::SourceFilter,
 ) -> Result<Vec<MgetItem>, EngineError> {
     let no_docs = || {
@@ -929,6 +994,7 @@ fn parse_mget(
                     };
                     let mut index = default_index.map(str::to_string);
                     let mut id = None;
+                    let mut routing = default_routing.map(str::to_string);
                     let mut filter = default_filter.clone();
                     for (k, v) in doc {
                         match (k.as_str(), v) {
@@ -936,7 +1002,16 @@ fn parse_mget(
                             ("_id", Value::String(s)) => id = Some(s.clone()),
                             ("_id", Value::Number(n)) => id = Some(n.to_string()),
                             ("_source", v) => filter = sluice_engine::search::parse_source(v)?,
-                            ("routing" | "_routing", _) => {}
+                            ("routing" | "_routing", Value::String(s)) => routing = Some(s.clone()),
+                            ("routing" | "_routing", Value::Number(n)) => {
+                                routing = Some(n.to_string())
+                            }
+                            ("routing" | "_routing", Value::Null) => {}
+                            ("routing" | "_routing", v) => {
+                                return Err(EngineError::parsing(format!(
+                                    "[{k}] in docs[{n}] must be a string, got [{v}]"
+                                )));
+                            }
                             (k, _) => {
                                 return Err(EngineError::parsing(format!(
                                     "Unknown key [{k}] in docs[{n}]: an _mget item takes [_index], [_id], [_source] and [routing]"
@@ -945,7 +1020,12 @@ fn parse_mget(
                         }
                     }
                     match (index, id) {
-                        (Some(index), Some(id)) => items.push(MgetItem { index, id, filter }),
+                        (Some(index), Some(id)) => items.push(MgetItem {
+                            index,
+                            id,
+                            routing,
+                            filter,
+                        }),
                         (None, _) => missing.push(format!("index is missing for doc {n}")),
                         (_, None) => missing.push(format!("id is missing for doc {n}")),
                     }
@@ -964,6 +1044,7 @@ fn parse_mget(
                         Some(index) => items.push(MgetItem {
                             index: index.to_string(),
                             id,
+                            routing: default_routing.map(str::to_string),
                             filter: default_filter.clone(),
                         }),
                         None => missing.push(format!("index is missing for doc {n}")),
@@ -1006,7 +1087,7 @@ pub async fn get_source(
     Path((index, id)): Path<(String, String)>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    let (index, doc) = fetch_doc(&st, &index, &id).await?;
+    let (index, doc) = fetch_doc(&st, &index, &id, routing_param(&params)).await?;
     let Some(doc) = doc else {
         return Err(EngineError::new(
             ErrorCode::ResourceNotFound,

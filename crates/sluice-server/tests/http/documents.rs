@@ -968,3 +968,214 @@ async fn test_bad_write_parameters_are_refused_and_nothing_is_written() {
     assert_eq!(r.0, 400, "{}", r.1);
     node.stop().await;
 }
+
+/// The keys of `v` in the order it renders them.
+fn key_order(v: &Value) -> Vec<&str> {
+    v.as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .map(String::as_str)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_routing_is_stored_and_echoed_by_get_mget_and_search() {
+    let node = TestNode::start().await;
+    for (method, path, body) in [
+        ("PUT", "/rt/_doc/1?routing=u1", json!({"n": 1})),
+        ("PUT", "/rt/_create/2?routing=u2", json!({"n": 2})),
+        ("PUT", "/rt/_doc/3", json!({"n": 3})),
+        (
+            "POST",
+            "/rt/_update/5?routing=u5",
+            json!({"doc": {"n": 5}, "doc_as_upsert": true}),
+        ),
+    ] {
+        let (s, b) = node.req(method, path, Some(body)).await;
+        assert!(s == 200 || s == 201, "{method} {path}: {b}");
+    }
+    // A bulk item's `routing`, and the request's `routing` as the default of the others.
+    let resp = node
+        .bulk(
+            "/_bulk?routing=dflt",
+            &[
+                json!({"index": {"_index": "rt", "_id": "4", "routing": "u4"}}),
+                json!({"n": 4}),
+                json!({"index": {"_index": "rt", "_id": "6"}}),
+                json!({"n": 6}),
+            ],
+        )
+        .await;
+    assert_eq!(resp["errors"], false, "{resp}");
+    let expected = [
+        ("1", Some("u1")),
+        ("2", Some("u2")),
+        ("3", None),
+        ("4", Some("u4")),
+        ("5", Some("u5")),
+        ("6", Some("dflt")),
+    ];
+    // Real-time gets (not refreshed yet), with and without `_source`.
+    for (id, routing) in expected {
+        for query in ["", "?_source=false"] {
+            let (s, got) = node
+                .req("GET", &format!("/rt/_doc/{id}{query}"), None)
+                .await;
+            assert_eq!(s, 200, "{got}");
+            assert_eq!(got["_routing"].as_str(), routing, "{id}{query}: {got}");
+        }
+    }
+    let (_, got) = node.req("GET", "/rt/_doc/1", None).await;
+    assert_eq!(
+        key_order(&got),
+        [
+            "_index",
+            "_id",
+            "_version",
+            "_seq_no",
+            "_primary_term",
+            "_routing",
+            "found",
+            "_source"
+        ]
+    );
+    let (s, mget) = node
+        .req(
+            "POST",
+            "/rt/_mget",
+            Some(json!({"ids": ["1", "2", "3", "4", "5", "6"]})),
+        )
+        .await;
+    assert_eq!(s, 200, "{mget}");
+    for ((id, routing), doc) in expected.iter().zip(mget["docs"].as_array().unwrap()) {
+        assert_eq!(doc["_id"], *id, "{mget}");
+        assert_eq!(doc["_routing"].as_str(), *routing, "{mget}");
+    }
+    node.refresh("rt").await;
+    let resp = node
+        .search("rt", json!({"sort": [{"n": "asc"}], "size": 10}))
+        .await;
+    let hits = resp["hits"]["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), expected.len(), "{resp}");
+    for ((id, routing), hit) in expected.iter().zip(hits) {
+        assert_eq!(hit["_id"], *id, "{resp}");
+        assert_eq!(hit["_routing"].as_str(), *routing, "{resp}");
+    }
+    // After a refresh the stored documents answer the gets with the same routing.
+    let (_, got) = node.req("GET", "/rt/_doc/4", None).await;
+    assert_eq!(got["_routing"], "u4", "{got}");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_required_routing_refuses_writes_and_gets_without_it() {
+    let node = TestNode::start().await;
+    let mappings = json!({"_routing": {"required": true}, "properties": {"n": {"type": "long"}}});
+    let (s, b) = node
+        .req("PUT", "/rq", Some(json!({"mappings": mappings})))
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let (_, m) = node.req("GET", "/rq/_mapping", None).await;
+    assert_eq!(
+        m["rq"]["mappings"]["_routing"],
+        json!({"required": true}),
+        "{m}"
+    );
+    let missing = |resp: &(u16, Value), id: &str| {
+        assert_error(resp, 400, "routing_missing_exception");
+        let err = &resp.1["error"];
+        assert_eq!(
+            err["reason"],
+            format!("routing is required for [rq]/[{id}]"),
+            "{err}"
+        );
+        assert_eq!(err["index"], "rq", "{err}");
+    };
+    missing(
+        &node.req("PUT", "/rq/_doc/1", Some(json!({"n": 1}))).await,
+        "1",
+    );
+    missing(
+        &node
+            .req("PUT", "/rq/_create/1", Some(json!({"n": 1})))
+            .await,
+        "1",
+    );
+    let (s, b) = node
+        .req("PUT", "/rq/_doc/1?routing=a", Some(json!({"n": 1})))
+        .await;
+    assert_eq!(s, 201, "{b}");
+    missing(&node.req("GET", "/rq/_doc/1", None).await, "1");
+    missing(&node.req("GET", "/rq/_source/1", None).await, "1");
+    missing(&node.req("DELETE", "/rq/_doc/1", None).await, "1");
+    missing(
+        &node
+            .req("POST", "/rq/_update/1", Some(json!({"doc": {"n": 2}})))
+            .await,
+        "1",
+    );
+    let (s, got) = node.req("GET", "/rq/_doc/1?routing=a", None).await;
+    assert_eq!(
+        (s, &got["_routing"], &got["_source"]["n"]),
+        (200, &json!("a"), &json!(1)),
+        "{got}"
+    );
+    // One item without routing fails alone, in `_bulk` and `_mget`.
+    let resp = node
+        .bulk(
+            "/_bulk",
+            &[
+                json!({"index": {"_index": "rq", "_id": "2"}}),
+                json!({"n": 2}),
+                json!({"index": {"_index": "rq", "_id": "3", "routing": "b"}}),
+                json!({"n": 3}),
+            ],
+        )
+        .await;
+    assert_eq!(resp["errors"], true, "{resp}");
+    let failed = &resp["items"][0]["index"];
+    assert_eq!(failed["status"], 400, "{resp}");
+    assert_eq!(
+        failed["error"]["type"], "routing_missing_exception",
+        "{resp}"
+    );
+    assert_eq!(
+        failed["error"]["reason"], "routing is required for [rq]/[2]",
+        "{resp}"
+    );
+    assert_eq!(resp["items"][1]["index"]["status"], 201, "{resp}");
+    let (s, mget) = node
+        .req(
+            "POST",
+            "/_mget",
+            Some(json!({"docs": [
+                {"_index": "rq", "_id": "3"},
+                {"_index": "rq", "_id": "3", "routing": "b"}
+            ]})),
+        )
+        .await;
+    assert_eq!(s, 200, "{mget}");
+    assert_eq!(
+        mget["docs"][0]["error"]["type"], "routing_missing_exception",
+        "{mget}"
+    );
+    assert_eq!(mget["docs"][1]["_routing"], "b", "{mget}");
+    // `required` cannot be changed once the index exists; restating it is fine.
+    let r = node
+        .req(
+            "PUT",
+            "/rq/_mapping",
+            Some(json!({"_routing": {"required": false}})),
+        )
+        .await;
+    assert_error(&r, 400, "illegal_argument_exception");
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/rq/_mapping",
+            Some(json!({"_routing": {"required": true}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    node.stop().await;
+}
