@@ -904,6 +904,10 @@ pub fn parse_time_value(s: &str) -> std::result::Result<Duration, String> {
 
 /// Runs a query phase over `targets`, counted in each index's search stats (`query_current`
 /// while it runs, `query_total` and its time after).
+///
+/// A phase over one index that is cancelled names that index in its error, as OpenSearch's
+/// cancelled shard names its index in `failed_shards`; over several, which index's shard was
+/// stopped is not one answer, and none is named.
 fn counted<T>(targets: &[Target], run: impl FnOnce() -> Result<T>) -> Result<T> {
     let started = Instant::now();
     let running: Vec<_> = targets
@@ -915,7 +919,12 @@ fn counted<T>(targets: &[Target], run: impl FnOnce() -> Result<T>) -> Result<T> 
     for t in targets {
         t.handle.stats().record_query(started.elapsed());
     }
-    out
+    out.map_err(|e| match targets {
+        [only] if e.code == ErrorCode::TaskCancelled && e.index.is_none() => {
+            e.with_index(only.handle.name())
+        }
+        _ => e,
+    })
 }
 
 /// One index's aliases: name → metadata.

@@ -202,6 +202,21 @@ pub struct OpenSearchError {
     pub cause: Option<Box<OpenSearchError>>,
     /// Extra fields rendered beside `type` and `reason` (line, col, resource.id …).
     pub extra: Vec<(&'static str, Value)>,
+    /// Where the shard of a search phase failure failed (`failed_shards[]`); boxed, as
+    /// few errors have one, to keep every `Result` small.
+    pub shard: Option<Box<ShardTarget>>,
+}
+
+/// Where a search phase failure's shard failed, rendered as `failed_shards[]`'s `index` and
+/// `node` (`null` where not known).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ShardTarget {
+    /// The shard's index, when the cause does not name it (a cancelled search's
+    /// `task_cancelled_exception` names none, yet its shard had one).
+    pub index: Option<String>,
+    /// The id of the node the shard failed on. Set by the node that answers
+    /// ([`OpenSearchError::on_node`]), which alone knows its id.
+    pub node: Option<String>,
 }
 
 impl OpenSearchError {
@@ -213,7 +228,27 @@ impl OpenSearchError {
             index: None,
             cause: None,
             extra: Vec::new(),
+            shard: None,
         }
+    }
+
+    /// Names the node a search phase failure's shard failed on (`failed_shards[].node`),
+    /// unless one is named already; other errors are unchanged.
+    pub fn on_node(mut self, node_id: &str) -> Self {
+        if self.code == ErrorCode::SearchPhaseExecution {
+            let shard = self.shard.get_or_insert_with(Box::default);
+            shard.node.get_or_insert_with(|| node_id.to_string());
+        }
+        self
+    }
+
+    /// Names the index of a search phase failure's shard (`failed_shards[].index`) when its
+    /// cause does not; other errors are unchanged.
+    pub fn on_index(mut self, index: &str) -> Self {
+        if self.code == ErrorCode::SearchPhaseExecution {
+            self.shard.get_or_insert_with(Box::default).index = Some(index.to_string());
+        }
+        self
     }
 
     /// Sets the index this error is about.
@@ -374,11 +409,13 @@ pub fn render_error(e: &OpenSearchError) -> Value {
         if e.code == ErrorCode::SearchPhaseExecution {
             let mut shard = Map::new();
             shard.insert("shard".into(), Value::from(0));
-            shard.insert(
-                "index".into(),
-                cause.index.as_deref().map_or(Value::Null, Value::from),
-            );
-            shard.insert("node".into(), Value::from("local"));
+            let target = e.shard.as_deref();
+            let index = target
+                .and_then(|t| t.index.as_deref())
+                .or(cause.index.as_deref());
+            shard.insert("index".into(), index.map_or(Value::Null, Value::from));
+            let node = target.and_then(|t| t.node.as_deref());
+            shard.insert("node".into(), node.map_or(Value::Null, Value::from));
             shard.insert("reason".into(), Value::Object(error_object(cause)));
             out.insert(
                 "failed_shards".into(),
@@ -447,6 +484,14 @@ mod tests {
         assert_eq!(body["root_cause"][0]["type"], "query_shard_exception");
         assert_eq!(body["caused_by"]["reason"], "failed to create query: bad");
         assert_eq!(body["failed_shards"][0]["index"], "logs");
+        assert_eq!(body["failed_shards"][0]["node"], Value::Null);
+        let body = render_error(&e.clone().on_node("n1").on_node("n2"));
+        assert_eq!(body["failed_shards"][0]["node"], "n1");
+        let other = OpenSearchError::query_shard("bad").on_node("n1");
+        assert_eq!(
+            other.shard, None,
+            "only a search phase failure has failed shards"
+        );
         assert_eq!(
             body["failed_shards"][0]["reason"]["type"],
             "query_shard_exception"

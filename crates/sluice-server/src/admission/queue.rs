@@ -225,7 +225,12 @@ fn cancelled(st: &AppState, task: &Task, reason: Option<String>) -> ApiError {
         ended.total_completions.inc();
         ended.failures.inc();
     }
-    ApiError::Engine(super::ticket::cancelled_error(&reason))
+    // Cancelled before it reached any index.
+    ApiError::Engine(super::ticket::cancelled_error(
+        &reason,
+        &st.identity.node_id,
+        None,
+    ))
 }
 
 /// The accounting of one wait, on every path out of it: `queue_peak`, `total_queued`, the

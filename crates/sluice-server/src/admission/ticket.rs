@@ -215,10 +215,14 @@ impl Admitted {
             });
         }
         count_end(&self.run.st, &self.run.entry, result.is_ok());
+        // The shards of a search that failed here failed on this node.
+        let node_id = &self.run.st.identity.node_id;
         result.map_err(|e| match e {
             ApiError::Engine(e) if e.code == ErrorCode::TaskCancelled => {
-                ApiError::Engine(cancelled_error(&self.cancel_reason()))
+                let reason = self.cancel_reason();
+                ApiError::Engine(cancelled_error(&reason, node_id, e.index.as_deref()))
             }
+            ApiError::Engine(e) => ApiError::Engine(e.on_node(node_id)),
             other => other,
         })
     }
@@ -407,14 +411,20 @@ pub(super) fn timeout_reason(cancel_after: Duration) -> String {
 }
 
 /// OpenSearch's error for a cancelled search: a search phase failure caused by
-/// `task_cancelled_exception`.
-pub(super) fn cancelled_error(reason: &str) -> EngineError {
-    let mut outer = EngineError::new(ErrorCode::SearchPhaseExecution, "SearchTask was cancelled")
-        .with_extra("phase", Value::from("query"))
-        .with_extra("grouped", Value::from(true));
-    outer.cause = Some(Box::new(EngineError::new(
+/// `task_cancelled_exception`, whose shard failed on node `node_id`, in `index` when the search
+/// was stopped in one index (`None` when it was stopped before it reached one, or in several).
+pub(super) fn cancelled_error(reason: &str, node_id: &str, index: Option<&str>) -> EngineError {
+    let cause = EngineError::new(
         ErrorCode::TaskCancelled,
         format!("cancelled task with reason: {reason}"),
-    )));
+    );
+    let mut outer = EngineError::new(ErrorCode::SearchPhaseExecution, "SearchTask was cancelled")
+        .with_extra("phase", Value::from("query"))
+        .with_extra("grouped", Value::from(true))
+        .on_node(node_id);
+    if let Some(index) = index {
+        outer = outer.on_index(index);
+    }
+    outer.cause = Some(Box::new(cause));
     outer
 }

@@ -216,12 +216,15 @@ async fn test_term_of_wrong_type_is_search_phase_failure_with_query_shard_cause(
         "{resp}"
     );
     assert_eq!(root["index"], "e");
-    assert!(
-        resp["error"]["failed_shards"]
-            .as_array()
-            .is_some_and(|f| !f.is_empty()),
-        "{resp}"
-    );
+    // The failed shard names its index and the node it failed on, by the id `_nodes` gives
+    // (through a gateway, the upstream's node, which ran the query).
+    let failed = &resp["error"]["failed_shards"];
+    assert_eq!(failed.as_array().map(Vec::len), Some(1), "{resp}");
+    assert_eq!(failed[0]["index"], "e", "{resp}");
+    let (_, nodes) = node.req("GET", "/_nodes", None).await;
+    let ids: Vec<&String> = nodes["nodes"].as_object().unwrap().keys().collect();
+    assert_eq!(ids.len(), 1, "{nodes}");
+    assert_eq!(failed[0]["node"], json!(ids[0]), "{resp}");
     // A range with a bad bound fails the same way.
     let (s, resp) = node
         .req(

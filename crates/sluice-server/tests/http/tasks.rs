@@ -65,6 +65,27 @@ async fn wait_no_search_task(node: &TestNode) {
     }
 }
 
+/// Asserts that a cancelled search's failed shard names the node that stopped it by its id in
+/// `_nodes` and, on an embedded node, the index the search ran in. Through a gateway either the
+/// gateway stops the search (its own node, `_nodes/http`; it cannot tell an index from an
+/// alias, so it names none) or the upstream does first (its node, `_nodes`), as the gateway
+/// passes the deadline on: either id is right, a made-up one is not.
+async fn assert_failed_shard_on_this_node(node: &TestNode, resp: &(u16, Value), index: &str) {
+    let failed = &resp.1["error"]["failed_shards"];
+    assert_eq!(failed.as_array().map(Vec::len), Some(1), "{}", resp.1);
+    let mut ids = Vec::new();
+    for path in ["/_nodes", "/_nodes/http"] {
+        let (_, nodes) = node.req("GET", path, None).await;
+        ids.extend(nodes["nodes"].as_object().unwrap().keys().cloned());
+    }
+    let named = failed[0]["node"].as_str().unwrap_or_default();
+    assert!(ids.iter().any(|id| id == named), "{ids:?}: {}", resp.1);
+    if !common::gateway_mode() {
+        assert_eq!(ids[0], ids[1], "one node");
+        assert_eq!(failed[0]["index"], index, "{}", resp.1);
+    }
+}
+
 fn assert_cancelled(resp: &(u16, Value), reason_part: &str) {
     assert_eq!(resp.0, 500, "{}", resp.1);
     assert_eq!(
@@ -113,6 +134,7 @@ async fn test_search_is_a_task_and_cancel_api_stops_it() {
     // the cancel stopped it (no timed check: the machine's load decides the seconds).
     let resp = search.await.unwrap();
     assert_cancelled(&resp, "by user request");
+    assert_failed_shard_on_this_node(&node, &resp, "heavy").await;
     // The task leaves the registry once the work has ended: before the answer on an embedded
     // node, after it through a gateway (the upstream notices the cancellation late).
     wait_no_search_task(&node).await;
@@ -141,6 +163,7 @@ async fn test_cancel_after_time_interval_cancels_the_search() {
         .await
         .unwrap();
     assert_cancelled(&resp, "Cancellation timeout of 50ms is expired");
+    assert_failed_shard_on_this_node(&node, &resp, "heavy").await;
     let (s, b) = node
         .req(
             "POST",
