@@ -190,6 +190,9 @@ pub fn backend_config<'a>(
                 "backend.type upstream needs backend.upstream.hosts: comma-separated http:// or https:// URLs of the cluster's nodes, e.g. http://127.0.0.1:9200",
             ));
         }
+        Some((v, s)) if let Some(why) = empty_host_entry(v) => {
+            return Err(invalid(keys::BACKEND_UPSTREAM_HOSTS, v, s, &why));
+        }
         Some((v, s)) => parse_hosts(v).ok_or_else(|| {
             invalid(
                 keys::BACKEND_UPSTREAM_HOSTS,
@@ -432,6 +435,23 @@ pub fn backend_config<'a>(
 
 /// Parses comma-separated `http(s)://host[:port][/]` URLs into scheme + authority; `None` when
 /// one is not such a URL or the list is empty.
+/// Why a hosts list with an empty entry (`http://a:9200,`, `a,,b`) is refused, naming the
+/// entry's position; `None` when no entry is empty, or when the whole value is (which
+/// [`parse_hosts`] refuses as naming no host). An empty entry is most often a host left out
+/// by an edit or a template, so it is not skipped silently; spaces around entries are fine.
+fn empty_host_entry(v: &str) -> Option<String> {
+    if v.trim().is_empty() {
+        return None;
+    }
+    let entries: Vec<&str> = v.split(',').collect();
+    let empty = entries.iter().position(|e| e.trim().is_empty())?;
+    Some(format!(
+        "entry {} of {} is empty: list each host once, separated by single commas, with no comma before the first or after the last, e.g. https://es1:9200,https://es2:9200",
+        empty + 1,
+        entries.len()
+    ))
+}
+
 fn parse_hosts(v: &str) -> Option<Vec<Uri>> {
     let mut hosts = Vec::new();
     for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -520,6 +540,35 @@ mod tests {
         assert_eq!(u.cancel_wait_timeout, Duration::from_secs(5));
         assert_eq!(u.credentials, Some(("gw".into(), "pw".into())));
         assert_eq!(u.identity, IdentityMode::Passthrough);
+    }
+
+    #[test]
+    fn test_an_empty_host_entry_stops_start_naming_its_position() {
+        let hosts = |v: &str| {
+            [
+                "backend.type=upstream".to_string(),
+                format!("backend.upstream.hosts={v}"),
+            ]
+        };
+        for (v, entry) in [
+            ("http://a:9200,", "entry 2 of 2 is empty"),
+            ("http://a,,http://b", "entry 2 of 3 is empty"),
+            (",http://a", "entry 1 of 2 is empty"),
+            ("http://a, ,http://b", "entry 2 of 3 is empty"),
+        ] {
+            let [t, h] = hosts(v);
+            let e = err(&[&t, &h]);
+            assert!(
+                e.starts_with(&format!(
+                    "invalid value [{v}] for setting [backend.upstream.hosts]"
+                )) && e.contains(entry)
+                    && e.contains("separated by single commas"),
+                "{v}: {e}"
+            );
+        }
+        // Spaces around entries are no empty entry.
+        let [t, h] = hosts("http://a:9200 , http://b:9200");
+        assert_eq!(upstream(&[&t, &h]).hosts.len(), 2);
     }
 
     #[test]
