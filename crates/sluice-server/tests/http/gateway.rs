@@ -3388,7 +3388,99 @@ async fn test_tls_upstream_is_verified_against_ca_file() {
     // And what fixes it.
     assert!(reason.contains("backend.upstream.ca_file"), "{reason}");
     gw.stop().await;
+    // With a ca_file of another CA, the hint names that file as not the signer, rather than
+    // asking to set the setting that is set.
+    let other = tempfile::tempdir().unwrap();
+    openssl(
+        other.path(),
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=another-test-ca",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=keyCertSign",
+        ],
+    );
+    let other_ca = other.path().join("ca.pem");
+    let gw = gateway(
+        &hosts,
+        &[format!("backend.upstream.ca_file={}", other_ca.display()).as_str()],
+    )
+    .await;
+    let resp = gw.req("GET", "/anything", None).await;
+    common::assert_error(&resp, 502, "upstream_exception");
+    let reason = resp.1["error"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&format!("[{}] signed", other_ca.display()))
+            && !reason.contains("set backend.upstream.ca_file"),
+        "{reason}"
+    );
+    gw.stop().await;
     drop(server);
+}
+
+/// A `backend.upstream.ca_file` holding no usable certificate stops the gateway before it
+/// starts, as every bad setting does: exit code 2 and "invalid value … for setting …" naming
+/// the key and why (it once exited 1 after logging began, in a message of its own).
+#[test]
+fn test_a_ca_file_without_a_certificate_stops_start_like_any_bad_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.pem");
+    std::fs::write(&garbage, "not a certificate\n").unwrap();
+    let run = |setting: String| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
+        cmd.arg("serve");
+        for s in [
+            format!("path.data={}", dir.path().join("data").display()),
+            "http.port=0".to_string(),
+            "transport.port=0".to_string(),
+            "backend.type=upstream".to_string(),
+            "backend.upstream.hosts=https://127.0.0.1:9".to_string(),
+            setting,
+        ] {
+            cmd.arg("-E").arg(s);
+        }
+        // The node reads SLUICE_* variables as settings: the test runner's are not its own.
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("SLUICE_") {
+                cmd.env_remove(k);
+            }
+        }
+        let out = cmd.output().expect("sluice runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(format!("backend.upstream.ca_file={}", garbage.display()));
+    assert_eq!(code, Some(2), "{stderr}");
+    let shape = format!(
+        "sluice: invalid value [{}] for setting [backend.upstream.ca_file]",
+        garbage.display()
+    );
+    assert!(
+        stderr.starts_with(&shape) && stderr.contains("holds no PEM certificate"),
+        "{stderr}"
+    );
+    // The same exit and shape as another bad backend.upstream.* value.
+    let (code, other) = run("backend.upstream.connect_timeout=soon".to_string());
+    assert_eq!(code, Some(2), "{other}");
+    assert!(
+        other.starts_with("sluice: invalid value [soon] for setting ["),
+        "{other}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

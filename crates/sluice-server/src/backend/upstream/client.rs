@@ -439,33 +439,10 @@ impl UpstreamClient {
             .with_safe_default_protocol_versions()
             .map_err(|e| anyhow::anyhow!("cannot set up TLS for backend.upstream.hosts: {e}"))?;
         let tls = match &config.ca_file {
-            Some(path) => {
-                use rustls_pki_types::pem::PemObject;
-                let mut roots = rustls::RootCertStore::empty();
-                let certs = rustls_pki_types::CertificateDer::pem_file_iter(path)
-                    .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-                    .map_err(|e| {
-                        anyhow::anyhow!(
-                            "cannot read backend.upstream.ca_file [{}]: {e}",
-                            path.display()
-                        )
-                    })?;
-                if certs.is_empty() {
-                    anyhow::bail!(
-                        "backend.upstream.ca_file [{}] holds no PEM certificate",
-                        path.display()
-                    );
-                }
-                for cert in certs {
-                    roots.add(cert).map_err(|e| {
-                        anyhow::anyhow!(
-                            "backend.upstream.ca_file [{}] holds an unusable certificate: {e}",
-                            path.display()
-                        )
-                    })?;
-                }
-                builder.with_root_certificates(roots).with_no_client_auth()
-            }
+            // Read and checked with the settings (`config.rs` `CaFile`).
+            Some(ca) => builder
+                .with_root_certificates(ca.roots.clone())
+                .with_no_client_auth(),
             None => {
                 use hyper_rustls::ConfigBuilderExt;
                 builder
@@ -501,7 +478,10 @@ impl UpstreamClient {
                 config
                     .connect_timeout
                     .saturating_add(config.request_timeout),
-                config.ca_file.is_some(),
+                config
+                    .ca_file
+                    .as_ref()
+                    .map(|ca| ca.path.display().to_string()),
             ),
             connect_timeout: config.connect_timeout,
             request_timeout: config.request_timeout,
@@ -984,7 +964,7 @@ pub(super) fn unreachable(
             "not connected within backend.upstream.connect_timeout [{}] ({cause})",
             sluice_wire::format_time_value(t),
         ),
-        None => match tls_hint(&cause, hosts.ca_file_set()) {
+        None => match tls_hint(&cause, hosts.ca_file()) {
             Some(hint) => format!("{cause}; {hint}"),
             None => cause,
         },
@@ -1023,30 +1003,38 @@ pub(super) fn host_at_fault(hosts: &Hosts, i: usize, started: Instant, e: &Engin
 }
 
 /// What to do about a TLS handshake the gateway refused, named by rustls's cause: a
-/// certificate of a private CA (set `ca_file`, or, when it is set, name the CA that signed
-/// it), a CA certificate served as the host's own (which no `ca_file` fixes), or a plain HTTP
-/// port named `https://` (rustls reads its answer as a corrupt TLS record).
-fn tls_hint(cause: &str, ca_file_set: bool) -> Option<&'static str> {
+/// certificate of a private CA (set `ca_file`, or, when the file `ca_file` names is set, put
+/// the CA that signed it there), a CA certificate served as the host's own (which no `ca_file`
+/// fixes), or a plain HTTP port named `https://` (rustls reads its answer as a corrupt TLS
+/// record).
+fn tls_hint(cause: &str, ca_file: Option<&str>) -> Option<String> {
     if cause.contains("InvalidContentType") {
         Some(
             "the upstream did not answer in TLS: if the host serves plain HTTP, name it \
-             http:// in backend.upstream.hosts",
-        )
-    } else if cause.contains("UnknownIssuer") && ca_file_set {
-        Some(
-            "the upstream's certificate is not signed by a CA in backend.upstream.ca_file: \
-             name there the CA that signed it",
+             http:// in backend.upstream.hosts"
+                .to_string(),
         )
     } else if cause.contains("CaUsedAsEndEntity") {
         Some(
             "the upstream presents a CA certificate as its own: give it a certificate signed by \
-             that CA, and name the CA in backend.upstream.ca_file",
+             that CA, and name the CA in backend.upstream.ca_file"
+                .to_string(),
         )
+    } else if let Some(file) = ca_file.filter(|_| cause.contains("BadSignature")) {
+        Some(format!(
+            "a CA in backend.upstream.ca_file [{file}] has the name of the upstream \
+             certificate's issuer but did not sign it: put the CA that signed it in that file"
+        ))
     } else if cause.contains("UnknownIssuer") {
-        Some(
-            "the upstream's certificate is not signed by a CA this gateway trusts: if a private \
-             CA signed it, set backend.upstream.ca_file to that CA's PEM file",
-        )
+        Some(match ca_file {
+            Some(file) => format!(
+                "no CA in backend.upstream.ca_file [{file}] signed the upstream's certificate: \
+                 put the CA that signed it in that file"
+            ),
+            None => "the upstream's certificate is not signed by a CA this gateway trusts: if a \
+                     private CA signed it, set backend.upstream.ca_file to that CA's PEM file"
+                .to_string(),
+        })
     } else {
         None
     }
@@ -1266,16 +1254,24 @@ mod tests {
     fn test_refused_certificates_say_what_fixes_them() {
         let unknown = "invalid peer certificate: UnknownIssuer";
         assert!(
-            tls_hint(unknown, false).is_some_and(|h| h.contains("set backend.upstream.ca_file"))
+            tls_hint(unknown, None).is_some_and(|h| h.contains("set backend.upstream.ca_file"))
         );
         let ca = "invalid peer certificate: Other(OtherError(CaUsedAsEndEntity))";
-        assert!(tls_hint(ca, false).is_some_and(|h| h.contains("signed by that CA")));
-        assert_eq!(tls_hint("Connection refused (os error 111)", false), None);
-        // With a ca_file set, the hint does not ask to set it.
-        assert!(tls_hint(unknown, true).is_some_and(|h| h.contains("name there the CA")));
+        assert!(tls_hint(ca, None).is_some_and(|h| h.contains("signed by that CA")));
+        assert_eq!(tls_hint("Connection refused (os error 111)", None), None);
+        // With a ca_file set, the hint names the file and does not ask to set it.
+        let hint = tls_hint(unknown, Some("/etc/ca.pem")).unwrap();
+        assert!(
+            hint.contains("[/etc/ca.pem] signed") && !hint.contains("set backend"),
+            "{hint}"
+        );
+        // A CA of the issuer's name that did not sign it.
+        let bad = "invalid peer certificate: BadSignature";
+        assert!(tls_hint(bad, Some("/etc/ca.pem")).is_some_and(|h| h.contains("[/etc/ca.pem]")));
+        assert_eq!(tls_hint(bad, None), None);
         // A plain HTTP port named https://.
         let plain = "received corrupt message of type InvalidContentType";
-        assert!(tls_hint(plain, false).is_some_and(|h| h.contains("http://")));
+        assert!(tls_hint(plain, None).is_some_and(|h| h.contains("http://")));
     }
 
     #[test]

@@ -39,6 +39,49 @@ const DEFAULT_CANCEL_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_PROXY_USER_HEADER: &str = "x-proxy-user";
 const DEFAULT_PROXY_ROLES_HEADER: &str = "x-proxy-roles";
 
+/// `backend.upstream.ca_file`: the file, and the CA certificates read from it.
+///
+/// Read while the settings are validated, so a file that holds no usable certificate stops
+/// start as every other bad value does (exit code 2, "invalid value … for setting …"),
+/// before the node logs anything, rather than when the gateway's client is built.
+#[derive(Debug, Clone)]
+pub struct CaFile {
+    /// The file, as the setting names it.
+    pub path: PathBuf,
+    /// Its certificates, as the roots the upstream's certificates are verified against.
+    pub roots: rustls::RootCertStore,
+}
+
+/// Reads the CA certificates of a PEM file; the error says what is wrong with the file.
+fn read_ca_file(path: &std::path::Path) -> Result<rustls::RootCertStore, String> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| {
+            format!("cannot read it as PEM ({e}): expected a PEM file of CA certificates")
+        })?;
+    if certs.is_empty() {
+        return Err(
+            "it holds no PEM certificate (no -----BEGIN CERTIFICATE----- block; an empty file \
+             or a private key is none): expected the PEM file of the CA certificates that \
+             signed the upstream's certificates"
+                .to_string(),
+        );
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for (n, cert) in certs.into_iter().enumerate() {
+        roots.add(cert).map_err(|e| {
+            format!(
+                "certificate {} in it is not a usable CA certificate ({e}): expected PEM CA \
+                 certificates",
+                n + 1
+            )
+        })?;
+    }
+    Ok(roots)
+}
+
 /// Which backend runs admitted search-class work (`backend.type`).
 #[derive(Debug, Clone, Default)]
 pub enum BackendConfig {
@@ -59,8 +102,8 @@ pub struct UpstreamConfig {
     /// credentials on the upstream.
     pub credentials: Option<(String, String)>,
     /// `backend.upstream.ca_file`: PEM certificates of a private CA, trusted instead of the
-    /// system's roots.
-    pub ca_file: Option<PathBuf>,
+    /// system's roots; read at start, with the other settings.
+    pub ca_file: Option<CaFile>,
     /// `backend.upstream.connect_timeout`.
     pub connect_timeout: Duration,
     /// `backend.upstream.request_timeout`: until the upstream's response headers arrive, and
@@ -261,7 +304,9 @@ pub fn backend_config<'a>(
                     "expected the path of a readable PEM file of CA certificates",
                 ));
             }
-            Some(path)
+            let roots = read_ca_file(&path)
+                .map_err(|why| invalid(keys::BACKEND_UPSTREAM_CA_FILE, v, s, &why))?;
+            Some(CaFile { path, roots })
         }
     };
     let timeout = |key: &str, default: Duration| -> Result<Duration, ConfigError> {
@@ -540,6 +585,43 @@ mod tests {
         assert_eq!(u.cancel_wait_timeout, Duration::from_secs(5));
         assert_eq!(u.credentials, Some(("gw".into(), "pw".into())));
         assert_eq!(u.identity, IdentityMode::Passthrough);
+    }
+
+    #[test]
+    fn test_a_ca_file_without_a_usable_certificate_stops_start_naming_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let key_only =
+            "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n";
+        let bad_der = "-----BEGIN CERTIFICATE-----\nAAECAwQF\n-----END CERTIFICATE-----\n";
+        let bad_base64 = "-----BEGIN CERTIFICATE-----\n!!not base64!!\n-----END CERTIFICATE-----\n";
+        for (name, text, why) in [
+            (
+                "garbage.pem",
+                "this is not PEM at all\n",
+                "holds no PEM certificate",
+            ),
+            ("empty.pem", "", "holds no PEM certificate"),
+            ("key.pem", key_only, "holds no PEM certificate"),
+            (
+                "der.pem",
+                bad_der,
+                "certificate 1 in it is not a usable CA certificate",
+            ),
+            ("b64.pem", bad_base64, "cannot read it as PEM"),
+        ] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            let e = err(&[
+                "backend.type=upstream",
+                "backend.upstream.hosts=https://a",
+                &format!("backend.upstream.ca_file={}", path.display()),
+            ]);
+            let shape = format!(
+                "invalid value [{}] for setting [backend.upstream.ca_file]",
+                path.display()
+            );
+            assert!(e.starts_with(&shape) && e.contains(why), "{name}: {e}");
+        }
     }
 
     #[test]

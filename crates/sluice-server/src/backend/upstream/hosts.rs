@@ -89,15 +89,16 @@ pub struct Hosts {
     /// outcome is never told (its client left; a reset, not held against the host) does not
     /// keep the host out for good.
     probe_wait: Duration,
-    /// Whether `backend.upstream.ca_file` is set: the hint of a refused certificate says what
-    /// fixes it (`client.rs` `tls_hint`), which depends on it.
-    ca_file_set: bool,
+    /// The file `backend.upstream.ca_file` names, if set: the hint of a refused certificate
+    /// says what fixes it (`client.rs` `tls_hint`), which depends on it.
+    ca_file: Option<String>,
 }
 
 impl Hosts {
     /// The hosts of `bases`, all healthy; a probe (H5) awaited `probe_wait` at most;
-    /// `ca_file_set`: whether their TLS is verified against `backend.upstream.ca_file`.
-    pub fn new(bases: &[Uri], probe_wait: Duration, ca_file_set: bool) -> Hosts {
+    /// `ca_file`: the file `backend.upstream.ca_file` names, when their TLS is verified
+    /// against it.
+    pub fn new(bases: &[Uri], probe_wait: Duration, ca_file: Option<String>) -> Hosts {
         Hosts {
             hosts: bases
                 .iter()
@@ -110,13 +111,13 @@ impl Hosts {
                 .collect(),
             next: AtomicUsize::new(0),
             probe_wait,
-            ca_file_set,
+            ca_file,
         }
     }
 
-    /// Whether `backend.upstream.ca_file` is set.
-    pub fn ca_file_set(&self) -> bool {
-        self.ca_file_set
+    /// The file `backend.upstream.ca_file` names, if set.
+    pub fn ca_file(&self) -> Option<&str> {
+        self.ca_file.as_deref()
     }
 
     /// The host `i`.
@@ -233,7 +234,7 @@ mod tests {
         let bases: Vec<Uri> = (0..n)
             .map(|i| format!("http://h{i}:9200/").parse().unwrap())
             .collect();
-        Hosts::new(&bases, PROBE_WAIT, false)
+        Hosts::new(&bases, PROBE_WAIT, None)
     }
 
     /// The tests' probe wait (H5).
