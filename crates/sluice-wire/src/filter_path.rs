@@ -153,6 +153,24 @@ impl FilterPath {
         (!filter.includes.is_empty() || !filter.excludes.is_empty()).then_some(filter)
     }
 
+    /// The including expressions, each as its segments: a name pattern (`*` wildcards, an
+    /// escaped dot already a dot), or `**` for one or more levels of any names. Lets a caller
+    /// tell what a filter can select before it builds the answer.
+    pub fn includes(&self) -> Vec<Vec<&str>> {
+        self.includes
+            .paths
+            .iter()
+            .map(|path| {
+                path.iter()
+                    .map(|s| match s {
+                        Segment::Deep => "**",
+                        Segment::Name(name) => name.as_str(),
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
     /// The answer filtered: the includes first, then the excludes (see the module
     /// documentation).
     pub fn apply(&self, answer: Value) -> Value {

@@ -3484,6 +3484,49 @@ fn test_a_ca_file_without_a_certificate_stops_start_like_any_bad_setting() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_own_settings_are_readable_while_the_upstream_is_down_when_filtered_to_them() {
+    // Nothing listens on port 1: every read of the upstream's settings fails.
+    let gw = gateway("http://127.0.0.1:1", &[]).await;
+    let (s, b) = gw
+        .req(
+            "PUT",
+            "/_cluster/settings",
+            Some(json!({"persistent": {"wlm.workload_group.mode": "monitor_only"}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    // A read that needs the upstream's settings cannot be whole: 502, never a part of it.
+    let resp = gw.req("GET", "/_cluster/settings", None).await;
+    common::assert_error(&resp, 502, "upstream_exception");
+    let resp = gw
+        .req("GET", "/_cluster/settings?filter_path=persistent", None)
+        .await;
+    common::assert_error(&resp, 502, "upstream_exception");
+    // One whose filter can only select the gateway's own keys is answered without it.
+    let (s, b) = gw
+        .req("GET", "/_cluster/settings?filter_path=persistent.wlm", None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        b,
+        json!({"persistent": {"wlm": {"workload_group": {"mode": "monitor_only"}}}})
+    );
+    let (s, b) = gw
+        .req(
+            "GET",
+            "/_cluster/settings?flat_settings=true&include_defaults=true&filter_path=*.wlm\\.workload_group\\.mode",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        b,
+        json!({"persistent": {"wlm.workload_group.mode": "monitor_only"}})
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_cluster_settings_are_split_between_sluice_and_the_upstream() {
     let tmp = tempfile::tempdir().unwrap();
     let gw = TestNode::start_gateway_on(tmp.path(), &[]).await;

@@ -2,7 +2,9 @@
 //! `node.workload_group.*`) are sluice's, every other key is the upstream cluster's (DESIGN
 //! D15). An update goes to whichever owns its keys (one that mixes both is refused, so that
 //! neither half can be applied without the other); a read answers the upstream's settings with
-//! sluice's merged in.
+//! sluice's merged in, except a read whose `filter_path` can only select sluice's keys
+//! ([`selects_only_sluice_keys`]): that one is answered here, without the upstream, so the
+//! gateway's own settings can be read while the upstream is down, and the answer is whole.
 
 use std::sync::Arc;
 
@@ -103,6 +105,10 @@ async fn read_settings(st: Arc<AppState>, meta: RequestMeta, req: Request) -> Ap
     } = read(req).await?;
     crate::http::timeouts::refuse_unparsable(&params, true)?;
     let flat = bool_param(&params, "flat_settings")?;
+    if selects_only_sluice_keys(&params) {
+        // Whatever the upstream holds, the filter would drop it: the answer is sluice's alone.
+        return get_settings(State(st), Query(params)).await;
+    }
     let call = call_as(&up, &meta, &parts, &[], body).answer_uncompressed();
     let resp = up.send_call(call).await?;
     if !resp.status().is_success() {
@@ -147,6 +153,37 @@ async fn read_settings(st: Arc<AppState>, meta: RequestMeta, req: Request) -> Ap
     Ok(reply(StatusCode::OK, theirs, &params))
 }
 
+/// Whether the request's `filter_path` provably selects nothing but sluice's keys, so that the
+/// upstream's settings, whatever they are, would be filtered out of the merged answer.
+///
+/// Every including expression must name a section (any one-level name: the answer's top
+/// level holds only `persistent`, `transient` and `defaults`) and then, inside it, only names
+/// of sluice's keys: `wlm` (the nested object, all of it sluice's), `node` followed by
+/// `workload_group`, or a flat key's name whose literal start (before any `*`) is `wlm.` or
+/// `node.workload_group.`. A `**`, a wildcard where a literal is needed, or an expression
+/// stopping at a section could select the upstream's keys: those reads are merged as before.
+/// Excludes only remove, so they never widen what the includes select.
+fn selects_only_sluice_keys(params: &Params) -> bool {
+    let Some(filter) = params
+        .get("filter_path")
+        .and_then(|f| sluice_wire::filter_path::FilterPath::parse(f))
+    else {
+        return false;
+    };
+    let includes = filter.includes();
+    !includes.is_empty()
+        && includes.iter().all(|path| match path.as_slice() {
+            [section, rest @ ..] if *section != "**" => match rest {
+                ["wlm", ..] | ["node", "workload_group", ..] => true,
+                // A flat key's name: what any `*` stands for comes after `wlm.` or
+                // `node.workload_group.`.
+                [name, ..] => is_sluice_key(name.split('*').next().unwrap_or_default()),
+                [] => false,
+            },
+            _ => false,
+        })
+}
+
 /// Removes sluice's keys from a settings section, flat (`wlm.workload_group.mode`) or nested
 /// (`{"wlm": {…}}`, `{"node": {"workload_group": {…}}}`), and what is left empty of them.
 fn drop_sluice_keys(section: &mut Map<String, Value>) {
@@ -187,6 +224,38 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn test_only_filters_that_cannot_select_upstream_keys_are_answered_locally() {
+        let local = |f: &str| {
+            let params: Params = [("filter_path".to_string(), f.to_string())].into();
+            selects_only_sluice_keys(&params)
+        };
+        for f in [
+            "persistent.wlm",
+            "*.wlm.workload_group.*",
+            "transient.node.workload_group",
+            "persistent.wlm\\.workload_group\\.mode",
+            "*.wlm.*,defaults.node.workload_group.max_count",
+            "persistent.wlm.*,-persistent.wlm.workload_group.mode",
+        ] {
+            assert!(local(f), "{f}");
+        }
+        for f in [
+            "persistent",
+            "**.wlm",
+            "persistent.*",
+            "persistent.wlm*",
+            "persistent.node",
+            "persistent.node.*",
+            "persistent.wlm,persistent.search",
+            "-persistent.search",
+            "",
+        ] {
+            assert!(!local(f), "{f}");
+        }
+        assert!(!selects_only_sluice_keys(&Params::default()));
+    }
 
     #[test]
     fn test_sluice_keys_are_the_wlm_family() {
