@@ -1335,10 +1335,10 @@ fn add_missing_schema_fields(tantivy_dir: &Path) -> Result<()> {
         .map_err(|e| EngineError::internal(format!("corrupt {}: {e}", path.display())))?;
     if let Some(upgraded) = schema::add_missing_fields(&meta) {
         tracing::info!(path = %path.display(), "adding new schema fields to an older index");
-        write_atomically(
-            &path,
-            &serde_json::to_vec_pretty(&upgraded).unwrap_or_default(),
-        )?;
+        // Never an empty file in place of the index's metadata.
+        let bytes = serde_json::to_vec_pretty(&upgraded)
+            .map_err(|e| EngineError::internal(format!("cannot write {}: {e}", path.display())))?;
+        write_atomically(&path, &bytes)?;
     }
     Ok(())
 }
