@@ -147,6 +147,7 @@ use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher, Hash, Hasher};
 
 pub use queue::{
     Acquire, Grant, GroupQueue, MAX_PARKED_PER_GROUP, QueuePolicy, RefusalReason, Refused, Waiter,
+    fair_share_of,
 };
 use queue::{Slab, WaitList, WakeList};
 
@@ -777,12 +778,6 @@ impl BucketState {
             queued,
             group_queued: owner.num_parked(),
         };
-        if policy.size_per_bucket == 0 {
-            return Err(refuse(RefusalReason::NotQueued));
-        }
-        if queued >= policy.size_per_bucket {
-            return Err(refuse(RefusalReason::BucketQueueFull));
-        }
         let share = owner.fair_share(ceiling, queued > 0);
         let group_full = |owner: &GroupQueue| {
             if queued < share {
@@ -791,11 +786,10 @@ impl BucketState {
             }
             refuse(RefusalReason::GroupQueueFull)
         };
-        if owner.num_parked() >= ceiling {
-            return Err(group_full(owner));
-        }
-        if queued >= share {
-            return Err(refuse(RefusalReason::OverFairShare { share }));
+        match policy.refusal(queued, owner.num_parked(), share) {
+            None => {}
+            Some(RefusalReason::GroupQueueFull) => return Err(group_full(owner)),
+            Some(reason) => return Err(refuse(reason)),
         }
         // The exact bound: one compare-exchange against the ceiling (N5).
         let Ok(group_parked) = owner.try_take_place(ceiling) else {

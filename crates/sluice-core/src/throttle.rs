@@ -20,8 +20,23 @@
 //!   checked (and counted) a second time, and in `monitor_only` could take a slot freed
 //!   meanwhile.
 //! - Only a request of a `soft` or `enforced` group in mode `enabled` parks, and only when the
-//!   caller says it may (a nested search, on its parent's execution thread, never does); a monitored
-//!   breach of a group with a queue counts as `total_would_queue` too (seed 002).
+//!   caller says it may (a nested search, on its parent's execution thread, never does).
+//!
+//! # The dry run (issue #16)
+//! A monitored request counts as what `enabled` would have done with it, one thing only:
+//! - T1 — parked, while its bucket's would-be queue has room: `total_would_queue` alone, never
+//!   also `total_would_throttle`; the would-be queue is the group's breaches that would have
+//!   parked and still run ([`DryQueueSeen`]), bounded by [`would_park`] with the permit table's
+//!   own bounds ([`QueuePolicy::refusal`]: `size_per_bucket`, the group's ceiling, the fair
+//!   share). A breach counted both once, so a queued group's would-throttle read 10–40× its
+//!   real 429s (`test_a_breach_would_queue_only_while_the_queue_would_have_room`).
+//! - T2 — refused (429), when the group has no queue, the request may not park, or the
+//!   would-be queue is full: `total_would_throttle` (`test_would_park_applies_the_queue_bounds`).
+//! - T3 — not reached: `enabled` checks the group's resource share before its throttle, so a
+//!   request the share check would have rejected ([`Request::share_would_reject`]) counts there
+//!   only, and takes no permit here ([`Throttle::NotReached`]): a permit it took would make the
+//!   next request a breach `enabled` never saw
+//!   (`test_a_request_the_share_would_reject_is_not_reached`).
 
 use std::sync::Arc;
 
@@ -31,7 +46,7 @@ use crate::group::{ResiliencyMode, WorkloadGroup};
 use crate::mode::WlmMode;
 use crate::permits::{
     Acquire, GroupQueue, Permit, PermitTable, QueuePolicy, RefusalReason, Refused, Throttled,
-    Waiter,
+    Waiter, fair_share_of,
 };
 
 /// The throttle's verdict on one request.
@@ -51,15 +66,23 @@ pub enum Throttle {
         waiter: Waiter,
     },
     /// The bucket is full, but the request is only monitored (`monitor_only`, or a `monitor`
-    /// group): it runs without a permit, and the breach is counted as `total_would_throttle`.
+    /// group): it runs without a permit, and the breach is counted as what `enabled` would
+    /// have done with it, parked or refused ([`would_park`] with `queue`; T1, T2).
     WouldThrottle {
         /// The bucket, which the request still holds for its descendants (D8).
         key: BucketKey,
         /// What the table saw.
         refused: Throttled,
-        /// Whether `enabled` would have parked it (the group has a queue and the request may
-        /// park): counted as `total_would_queue`.
-        would_queue: bool,
+        /// The queue `enabled` would have offered it: the group's `size_per_bucket`, or none
+        /// (`size_per_bucket` 0) when the request may not park.
+        queue: QueuePolicy,
+    },
+    /// A monitored request the resource-share check would have rejected: `enabled` would have
+    /// turned it away before its throttle, so it takes no permit and counts nothing here (T3).
+    /// It holds its bucket for its descendants (D8), as a monitored breach does.
+    NotReached {
+        /// The bucket.
+        key: BucketKey,
     },
     /// The node allowance is exhausted (always, on a shared-only group) and the group has a
     /// cluster-wide pool: the request must ask the bucket's owner for a shared lease. When it
@@ -102,6 +125,7 @@ impl Throttle {
         match self {
             Throttle::Admitted(p) => Some(p.key()),
             Throttle::WouldThrottle { key, .. }
+            | Throttle::NotReached { key }
             | Throttle::Parked { key, .. }
             | Throttle::Shared { key, .. } => Some(key),
             Throttle::Unthrottled | Throttle::Rejected { .. } => None,
@@ -120,6 +144,39 @@ pub struct Request<'a> {
     pub may_park: bool,
     /// The caller's value shown for a parked request (its task's sequence number).
     pub tag: u64,
+    /// Whether the resource-share check would have rejected the request, had it not been only
+    /// monitored (a would-be rejection counted for it): a monitored request is then not
+    /// reached (T3).
+    pub share_would_reject: bool,
+}
+
+/// The would-be queue of a monitored group on this node as the dry run keeps it: the breaches
+/// that `enabled` would have parked and that still run (each one's place is given back when its
+/// request ends, as a parked request's would be when it got its slot).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DryQueueSeen {
+    /// Those of the request's bucket: the would-be position of a new breach.
+    pub bucket: u64,
+    /// Those of the whole group.
+    pub group: u64,
+    /// The group's buckets holding any.
+    pub waiting_buckets: u64,
+}
+
+/// What `enabled` would have done with a monitored breach that found `seen` in its group's
+/// would-be queue, offered `queue`: parked it behind `Ok(ahead)` requests, or refused it for
+/// the bound `Err` names (T1, T2). The bounds are the permit table's
+/// ([`QueuePolicy::refusal`]); the fair share counts the buckets holding would-be places,
+/// plus this one when it holds none, and not the table's `contended` mark (a bucket turned
+/// away at the full ceiling), which a would-be queue of 10,000 running breaches never reaches
+/// in practice.
+pub fn would_park(queue: QueuePolicy, seen: DryQueueSeen) -> Result<u64, RefusalReason> {
+    let sharing = seen.waiting_buckets + u64::from(seen.bucket == 0);
+    let share = fair_share_of(queue.group_ceiling, sharing);
+    match queue.refusal(seen.bucket, seen.group, share) {
+        None => Ok(seen.bucket),
+        Some(reason) => Err(reason),
+    }
 }
 
 /// Decides a request's node-tier throttle (see the module docs). `group_id` is the id the
@@ -142,6 +199,7 @@ pub fn decide(
         held,
         may_park,
         tag,
+        share_would_reject,
     } = request;
     if mode == WlmMode::Disabled {
         return Throttle::Unthrottled;
@@ -170,6 +228,9 @@ pub fn decide(
     let size_per_bucket = u64::from(group.queue.num_size_per_bucket());
     let monitored =
         mode == WlmMode::MonitorOnly || group.resiliency_mode == ResiliencyMode::Monitor;
+    if monitored && share_would_reject {
+        return Throttle::NotReached { key };
+    }
     let queue = queue.filter(|_| !monitored);
     let Some(queue) = queue else {
         return match table.try_acquire(&key, u64::from(limit)) {
@@ -185,7 +246,7 @@ pub fn decide(
             Err(refused) if monitored => Throttle::WouldThrottle {
                 key,
                 refused,
-                would_queue: may_park && size_per_bucket > 0,
+                queue: QueuePolicy::new(if may_park { size_per_bucket } else { 0 }),
             },
             Err(t) => Throttle::Rejected {
                 key,
@@ -277,6 +338,7 @@ mod tests {
             held,
             may_park: true,
             tag: 0,
+            share_would_reject: false,
         }
     }
 
@@ -452,17 +514,87 @@ mod tests {
         let q = GroupQueue::new(1);
         let _first = queued(&t, WlmMode::Enabled, &g, &q);
         let v = queued(&t, WlmMode::Enabled, &g, &q);
-        assert!(
-            matches!(
-                v,
-                Throttle::WouldThrottle {
-                    would_queue: true,
-                    ..
-                }
-            ),
-            "{v:?}"
-        );
+        let Throttle::WouldThrottle { queue, .. } = v else {
+            panic!("expected a monitored breach, got {v:?}");
+        };
+        assert_eq!(queue, QueuePolicy::new(5));
         assert_eq!(q.num_parked(), 0);
+        // A nested search may not park: `enabled` would have refused it.
+        let nested = Request {
+            may_park: false,
+            ..req(None, &[])
+        };
+        let v = decide(&t, WlmMode::Enabled, &id(), Some(&g), Some(&q), nested);
+        let Throttle::WouldThrottle { queue, .. } = v else {
+            panic!("expected a monitored breach, got {v:?}");
+        };
+        assert_eq!(queue.size_per_bucket, 0);
+    }
+
+    #[test]
+    fn test_would_park_applies_the_queue_bounds() {
+        let seen = |bucket, group, waiting_buckets| DryQueueSeen {
+            bucket,
+            group,
+            waiting_buckets,
+        };
+        // No queue: refused.
+        assert_eq!(
+            would_park(QueuePolicy::new(0), DryQueueSeen::default()),
+            Err(RefusalReason::NotQueued)
+        );
+        // The bucket's queue: parked behind those ahead while they are fewer than its size.
+        let q = QueuePolicy::new(2);
+        assert_eq!(would_park(q, seen(0, 0, 0)), Ok(0));
+        assert_eq!(would_park(q, seen(1, 1, 1)), Ok(1));
+        assert_eq!(
+            would_park(q, seen(2, 2, 1)),
+            Err(RefusalReason::BucketQueueFull)
+        );
+        // The group's ceiling binds across buckets, before the bucket's size.
+        let small = QueuePolicy {
+            size_per_bucket: 5,
+            group_ceiling: 4,
+        };
+        assert_eq!(
+            would_park(small, seen(0, 4, 2)),
+            Err(RefusalReason::GroupQueueFull)
+        );
+        // The fair share: a bucket holding half of a ceiling shared by two parks no more; a
+        // bucket alone may fill it; a newcomer counts itself among the sharers.
+        assert_eq!(
+            would_park(small, seen(2, 3, 2)),
+            Err(RefusalReason::OverFairShare { share: 2 })
+        );
+        assert_eq!(would_park(small, seen(3, 3, 1)), Ok(3));
+        assert_eq!(would_park(small, seen(0, 3, 1)), Ok(0));
+    }
+
+    #[test]
+    fn test_a_request_the_share_would_reject_is_not_reached() {
+        let t = PermitTable::new();
+        let enforced = group("enforced", json!({"attribute": "group", "node_limit": 1}));
+        let monitor = group("monitor", json!({"attribute": "group", "node_limit": 1}));
+        let rejected = Request {
+            share_would_reject: true,
+            ..req(None, &[])
+        };
+        for (mode, g) in [
+            (WlmMode::MonitorOnly, &enforced),
+            (WlmMode::Enabled, &monitor),
+        ] {
+            // Under the limit it takes no permit, over it it is no breach: `enabled` would have
+            // rejected it for the share before its throttle.
+            let v = decide(&t, mode, &id(), Some(g), None, rejected);
+            assert!(matches!(v, Throttle::NotReached { .. }), "{mode:?}: {v:?}");
+            assert_eq!(t.num_buckets(), 0, "{mode:?}");
+            let held = [v.held_bucket().expect("held").clone()];
+            let nested = decide(&t, mode, &id(), Some(g), None, req(None, &held));
+            assert!(matches!(nested, Throttle::Unthrottled), "{mode:?}");
+            let _p = decide(&t, mode, &id(), Some(g), None, req(None, &[]));
+            let v = decide(&t, mode, &id(), Some(g), None, rejected);
+            assert!(matches!(v, Throttle::NotReached { .. }), "{mode:?}: {v:?}");
+        }
     }
 
     #[test]

@@ -213,10 +213,12 @@ pub struct Task {
     /// [`sluice_core::resources::unmeasured`]). Given back when a usage refresh first measures
     /// the task, or when it is unregistered.
     pub reservation: std::sync::OnceLock<sluice_core::resources::Reservation>,
-    /// Whether a resource-share check has counted a would-be rejection of the task (the dry
-    /// run's `total_would_reject`): the share is checked at the door and again when a thread
-    /// takes the task, and the figure counts requests, once each.
-    pub would_rejected: AtomicBool,
+    /// Whether the dry run has counted a would-be refusal of the task: a would-be rejection
+    /// (`total_would_reject`) by a resource-share check, or a would-be 429 of its throttle
+    /// (`total_would_throttle`). The share is checked at the door and again when a thread
+    /// takes the task, and `enabled` refuses a request once, in its pipeline's order: the
+    /// figures count requests, each in one of them at most.
+    pub dry_refused: AtomicBool,
     /// The request's `X-Opaque-Id` header, as OpenSearch reads it (each byte one ISO-8859-1
     /// character: `crate::http::meta::opaque_id_text`), shown under `headers` in `_tasks` as
     /// OpenSearch shows it; set once, after registration.
@@ -489,7 +491,7 @@ impl TaskManager {
             held_buckets: std::sync::OnceLock::new(),
             usage: crate::accounting::TaskUsage::default(),
             reservation: std::sync::OnceLock::new(),
-            would_rejected: AtomicBool::new(false),
+            dry_refused: AtomicBool::new(false),
             opaque_id: opaque_id.map_or_else(std::sync::OnceLock::new, std::sync::OnceLock::from),
         });
         tasks.insert(seq, task.clone());

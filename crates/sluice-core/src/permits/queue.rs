@@ -172,7 +172,7 @@ impl GroupQueue {
         // A bucket without waiters is not yet counted; one with waiters counts the turned-away
         // one while contended (a newcomer is below any share, so it needs no such term).
         let extra = !has_waiters || self.contended.load(Ordering::Relaxed);
-        ceiling / (waiting + u64::from(extra)).max(1)
+        fair_share_of(ceiling, waiting + u64::from(extra))
     }
 
     /// Records that the ceiling turned away a bucket under its fair share.
@@ -215,6 +215,31 @@ impl QueuePolicy {
             group_ceiling: MAX_PARKED_PER_GROUP,
         }
     }
+
+    /// The bound that refuses one more waiter of a bucket holding `queued` parked requests,
+    /// while its group has `group_parked` parked and the bucket's fair share of the ceiling is
+    /// `share` (D13), in the order the permit table applies them; `None` when it may park
+    /// (N5, N5a). One function for the permit table and for the dry run's would-be queue
+    /// ([`crate::throttle::would_park`]), so the dry run refuses what `enabled` refuses.
+    pub fn refusal(&self, queued: u64, group_parked: u64, share: u64) -> Option<RefusalReason> {
+        if self.size_per_bucket == 0 {
+            Some(RefusalReason::NotQueued)
+        } else if queued >= self.size_per_bucket {
+            Some(RefusalReason::BucketQueueFull)
+        } else if group_parked >= self.group_ceiling {
+            Some(RefusalReason::GroupQueueFull)
+        } else if queued >= share {
+            Some(RefusalReason::OverFairShare { share })
+        } else {
+            None
+        }
+    }
+}
+
+/// A bucket's fair share of a group's `ceiling` of parked requests when `buckets` buckets
+/// share it (D13; at least one: the asking bucket).
+pub fn fair_share_of(ceiling: u64, buckets: u64) -> u64 {
+    ceiling / buckets.max(1)
 }
 
 /// Why [`PermitTable::acquire`] neither admitted nor parked.

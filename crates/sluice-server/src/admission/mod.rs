@@ -269,6 +269,9 @@ pub async fn admit_registered(
         held: &held,
         may_park: true,
         tag: task.seq,
+        // The door's check counted a would-be rejection: `enabled` would have turned the
+        // request away here, before its throttle (`sluice_core::throttle` T3).
+        share_would_reject: task.dry_refused.load(std::sync::atomic::Ordering::Acquire),
     };
     let decided = throttle::throttle(st, &entry, request)?;
     let (granted, reservation) = match decided {
@@ -300,6 +303,11 @@ pub async fn admit_registered(
     }
     if let Some(k) = &granted.bucket {
         held.push(k.clone());
+    }
+    if granted.would_throttle {
+        // Counted as a would-be 429: the share re-check counts no would-be rejection (R2).
+        task.dry_refused
+            .store(true, std::sync::atomic::Ordering::Release);
     }
     task.set_held_buckets(held);
     task.admitting

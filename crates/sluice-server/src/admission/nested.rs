@@ -48,6 +48,8 @@ impl NestedSearchHook for NestedSearches {
             // On its parent's execution thread: it never parks.
             may_park: false,
             tag: self.parent.seq,
+            // Nested searches are not checked against the share.
+            share_would_reject: false,
         };
         let decided =
             super::throttle::throttle(&self.st, &self.group, request).map_err(|e| match e {

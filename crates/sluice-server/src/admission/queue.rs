@@ -123,7 +123,7 @@ pub async fn wait(
                         bucket: Some(key),
                         permit: None,
                         lease,
-                        dry_place: None,
+                        ..Granted::default()
                     }
                 }
                 Grant::Unthrottled if task.is_cancelled() => {

@@ -13,9 +13,10 @@
 //!   released from a queue therefore runs (it once got the deleted group's 429 from the share
 //!   check, counted nowhere). Tested by
 //!   `test_deleting_a_group_over_its_share_runs_every_parked_request`.
-//! - R2 — a would-be rejection counts once per request ([`Task::would_rejected`]), however
+//! - R2 — a would-be rejection counts once per request ([`Task::dry_refused`]), however
 //!   many checks find it (it once counted at the door and again when a thread took the task:
-//!   up to twice per request). Tested by
+//!   up to twice per request), and not at all for a request whose throttle counted a would-be
+//!   429 (`enabled` would have refused that one before its search started). Tested by
 //!   `test_would_reject_counts_each_request_once_while_over_the_share`.
 //!
 //! A queued `enforced` group with a cpu limit is *paced* ([`GroupEntry::paced_cpu_limit`]):
@@ -247,7 +248,7 @@ fn decide(
             // R2: once per request, whichever check found it first.
             if let Some(task) = count
                 && !task
-                    .would_rejected
+                    .dry_refused
                     .swap(true, std::sync::atomic::Ordering::AcqRel)
             {
                 entry.stats.total_would_reject.inc();

@@ -88,7 +88,7 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
             permit: None,
             lease,
             bucket: Some(key.clone()),
-            dry_place: None,
+            ..Granted::default()
         })
     };
     if limit == 0 {
@@ -126,7 +126,7 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
                     permit: Some(permit),
                     lease: None,
                     bucket: Some(key.clone()),
-                    dry_place: None,
+                    ..Granted::default()
                 })),
                 Some(Grant::Unthrottled) => Ok(granted(None)),
                 None => Ok(Wait::Slot {

@@ -8,13 +8,14 @@
 //!   the group the request was tagged with (fixed at tagging, never DEFAULT during a group's
 //!   registration: seed 001's second review).
 //! - A monitored breach (`monitor_only`, a `monitor` group) is admitted without a permit,
-//!   logged at DEBUG (naming the bucket) and as a dry-run decision line, and counted in
-//!   `total_would_throttle`; the request still holds its bucket
-//!   for its nested searches (D8). One that `enabled` would have parked also counts in
-//!   `total_would_queue`, with the wait it would have had (the breaches in flight ahead of it,
-//!   [`super::dry_queue`], at the group's drain rate) in `total_would_queue_wait_millis`
-//!   (issue #16's dry run); one that would have found its queue full (as many breaches ahead
-//!   as `queue.size_per_bucket`) does not.
+//!   logged at DEBUG (naming the bucket) and as a dry-run decision line (INFO), and counted as
+//!   what `enabled` would have done with it, one thing only (issue #16's dry run,
+//!   [`sluice_core::throttle`] T1, T2): parked while its would-be queue
+//!   ([`super::dry_queue`]) has room — `total_would_queue`, with the wait it would have had
+//!   (the would-be parked breaches ahead of it at the group's drain rate) in
+//!   `total_would_queue_wait_millis` — else refused, `total_would_throttle`. The request
+//!   still holds its bucket for its nested searches (D8). A monitored request the share check
+//!   would have rejected is not reached (T3): nothing of it is counted here.
 //! - The decision runs under `catch_unwind`: a failure while deciding admits (fail open, logged
 //!   at ERROR), but once the verdict is a rejection nothing fallible runs before the 429, so no
 //!   error can turn a rejection into an admit (seed 001's first review comment).
@@ -44,6 +45,10 @@ pub struct Granted {
     pub bucket: Option<BucketKey>,
     /// A monitored breach's place in its bucket's would-be queue, held while it runs.
     pub dry_place: Option<super::dry_queue::DryPlace>,
+    /// A monitored breach counted as `total_would_throttle`: `enabled` would have refused it
+    /// before its search started, so the share re-check counts no would-be rejection of it
+    /// ([`crate::tasks::Task::dry_refused`]).
+    pub would_throttle: bool,
 }
 
 /// What the throttle decided for a request that was not refused.
@@ -114,50 +119,59 @@ pub fn throttle(
             node,
             monitored,
         })),
+        Throttle::NotReached { key } => Ok(Decided::Granted(Granted {
+            bucket: Some(key),
+            ..Granted::default()
+        })),
         Throttle::WouldThrottle {
             key,
             refused,
-            would_queue,
+            queue,
         } => {
-            entry.stats.total_would_throttle.inc();
-            // The breaches in flight before it are the requests `enabled` would have parked
-            // ahead of it; with the queue full, `enabled` would have refused it instead.
-            let (ahead, dry_place) = entry.stats.dry_queues.enter(&key);
-            let size_per_bucket = entry
-                .group
-                .as_ref()
-                .map_or(0, |g| u64::from(g.queue.num_size_per_bucket()));
-            let would_queue = would_queue && ahead < size_per_bucket;
-            if would_queue {
-                entry.stats.total_would_queue.inc();
-                if let Some(ms) =
-                    entry
-                        .stats
-                        .drain
-                        .estimated_wait_millis(super::now_secs(), ahead, 1)
-                {
-                    entry.stats.total_would_queue_wait_millis.add(ms);
-                    entry.stats.max_would_queue_wait_millis.raise_to(ms);
+            // The would-be parked breaches in flight before it are the requests `enabled`
+            // would have parked ahead of it; with the queue full, `enabled` would have
+            // refused it instead (T1, T2).
+            let parked = entry
+                .stats
+                .dry_queues
+                .enter(&key, |seen| sluice_core::throttle::would_park(queue, seen));
+            let (dry_place, more) = match parked {
+                Ok((ahead, place)) => {
+                    entry.stats.total_would_queue.inc();
+                    if let Some(ms) =
+                        entry
+                            .stats
+                            .drain
+                            .estimated_wait_millis(super::now_secs(), ahead, 1)
+                    {
+                        entry.stats.total_would_queue_wait_millis.add(ms);
+                        entry.stats.max_would_queue_wait_millis.raise_to(ms);
+                    }
+                    (Some(place), "; enabled would have queued it")
                 }
-            }
+                Err(reason) => {
+                    entry.stats.total_would_throttle.inc();
+                    let more = if reason == RefusalReason::NotQueued {
+                        ""
+                    } else {
+                        "; enabled would have refused it, its queue full"
+                    };
+                    (None, more)
+                }
+            };
             tracing::debug!(
                 group = %entry.name(),
                 bucket = %describe_bucket(&key),
                 in_flight = refused.in_flight,
                 node_limit = refused.limit,
                 mode = mode.as_str(),
-                "would throttle: admitted because workload management only monitors this request"
+                queued = dry_place.is_some(),
+                "over the limit: admitted because workload management only monitors this request"
             );
             let reason = OverLimit {
                 in_flight: refused.in_flight,
                 limit: refused.limit,
-                more: if would_queue {
-                    "; enabled would have queued it"
-                } else if size_per_bucket > 0 {
-                    "; enabled would have refused it, its queue full"
-                } else {
-                    ""
-                },
+                more,
             };
             log_decision(
                 st,
@@ -169,10 +183,10 @@ pub fn throttle(
                 Tier::Node,
             );
             Ok(Decided::Granted(Granted {
-                permit: None,
-                lease: None,
+                would_throttle: dry_place.is_none(),
                 bucket: Some(key),
-                dry_place: Some(dry_place),
+                dry_place,
+                ..Granted::default()
             }))
         }
         Throttle::Rejected { key, refused } => {

@@ -123,10 +123,10 @@ pub const GROUP_UNKNOWN_TAGS: Described = (
     "sluice_wlm_group_unknown_group_tags_total",
     "Requests whose workloadGroupId header named no group (counted on DEFAULT).",
 );
-/// Dry run: throttle breaches admitted.
+/// Dry run: throttle breaches `enabled` would have refused.
 pub const GROUP_WOULD_THROTTLE: Described = (
     "sluice_wlm_group_would_throttle_total",
-    "Throttle breaches admitted because workload management only monitors them.",
+    "Monitored throttle breaches that mode enabled would have refused (429).",
 );
 /// Dry run: breaches `enabled` would have parked.
 pub const GROUP_WOULD_QUEUE: Described = (

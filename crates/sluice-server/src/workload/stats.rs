@@ -86,7 +86,8 @@ pub struct GroupStats {
     pub failures: Counter,
     /// Requests rejected by a throttle.
     pub total_throttled: Counter,
-    /// Throttle breaches admitted because of `monitor_only` or a `monitor` group.
+    /// Throttle breaches admitted because of `monitor_only` or a `monitor` group that `enabled`
+    /// would have refused (429); one it would have parked counts in `total_would_queue` only.
     pub total_would_throttle: Counter,
     /// Requests parked in a queue.
     pub total_queued: Counter,

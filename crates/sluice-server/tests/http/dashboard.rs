@@ -311,11 +311,15 @@ async fn test_dashboard_shows_a_new_group_and_its_counters_moving_in_a_browser()
             |v| v.as_f64().is_some_and(|n| n > 0.0),
         )
         .await;
+    // Each request counts in one dry-run figure at most: would-reject while the group is over
+    // its share, else would-queue while its queue of 10 has room, else would-throttle.
     browser
         .wait_for(
             "the monitored group's dry run moves on the page",
-            CELL_TOTAL,
-            json!([reporting, "would_throttle"]),
+            "return ['would_throttle', 'would_queue', 'would_reject'].map(c => \
+                Number(document.querySelector(`tr[data-group-id=\"${arguments[0]}\"] td.${c}`)?.dataset.total ?? 0)) \
+                .reduce((a, b) => a + b, 0);",
+            json!([reporting]),
             |v| v.as_f64().is_some_and(|n| n > 0.0),
         )
         .await;

@@ -1,7 +1,8 @@
 //! The dry run over HTTP (issue #16): in `monitor_only`, and for `monitor` groups, `_wlm/stats`
-//! and the metrics count what `enabled` would have done — would-queue with the wait it would
-//! have caused, would-reject, would-cancel (each task once) — while every request is admitted
-//! and nothing is cancelled.
+//! and the metrics count what `enabled` would have done — would-throttle (a 429), would-queue
+//! with the wait it would have caused, would-reject, would-cancel (each task once), each
+//! request in one of them at most, as `enabled` does one thing with it — while every request
+//! is admitted and nothing is cancelled.
 //!
 //! Enforcement passes are run by the test (as the loop's timer would), polling for the effect
 //! with a deadline; no sleeps.
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::common::TestNode;
 use crate::metrics::scrape;
 use crate::throttling::{
-    cancel_all, cheap, create_group, node_in_mode, start_heavy, stats_of, wait_running,
+    cancel_all, cheap, create_group, node_in_mode, set_mode, start_heavy, stats_of, wait_running,
 };
 use serde_json::{Value, json};
 
@@ -256,20 +257,15 @@ async fn test_a_breach_would_queue_only_while_the_queue_would_have_room() {
     let mut running = vec![start_heavy(&node, &tag)];
     wait_running(&node, &id, 1).await;
     // Four breaches, each decided before the next arrives, all still running: `enabled` would
-    // have parked the first two (the queue holds two) and refused the other two.
+    // have parked the first two (the queue holds two) and refused the other two — counted as
+    // would-queue and would-throttle, each breach in one only.
     for n in 1..=4u64 {
         running.push(start_heavy(&node, &tag));
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let s = stats_of(&node, &id).await;
-            if s["total_would_throttle"] == n {
-                break;
-            }
-            assert!(Instant::now() < deadline, "breach {n} not decided: {s}");
-        }
+        wait_decided(&node, &id, n).await;
     }
     let s = stats_of(&node, &id).await;
     assert_eq!(s["total_would_queue"], 2, "{s}");
+    assert_eq!(s["total_would_throttle"], 2, "{s}");
     assert_eq!(s["total_throttled"], 0, "{s}");
     cancel_all(&node, running).await;
     // The breaches that ended left the would-be queue: the next one would queue again.
@@ -282,4 +278,119 @@ async fn test_a_breach_would_queue_only_while_the_queue_would_have_room() {
     let s = stats_of(&node, &id).await;
     assert_eq!(s["total_would_queue"], 3, "{s}");
     cancel_all(&node, running).await;
+}
+
+/// The throttle's decisions counted for group `id`, real and dry: parked, refused, and what
+/// `enabled` would have parked or refused.
+fn decisions(s: &Value) -> u64 {
+    [
+        "total_queued",
+        "total_throttled",
+        "total_would_queue",
+        "total_would_throttle",
+    ]
+    .iter()
+    .map(|k| s[*k].as_u64().unwrap_or(0))
+    .sum()
+}
+
+/// Waits until group `id` has `n` throttle decisions counted ([`decisions`]).
+async fn wait_decided(node: &TestNode, id: &str, n: u64) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let s = stats_of(node, id).await;
+        if decisions(&s) == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "decision {n} not counted: {s}");
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Runs three requests over group `id`'s node_limit of 1, each decided before the next
+/// arrives, the first two held in flight: a heavy search takes the slot, a second one finds it
+/// taken, then a cheap one finds both. Answers the cheap one's status.
+async fn three_over_one(node: &TestNode, id: &str) -> u16 {
+    let tag = [("workloadGroupId", id)];
+    let first = start_heavy(node, &tag);
+    wait_running(node, id, 1).await;
+    let before = decisions(&stats_of(node, id).await);
+    let second = start_heavy(node, &tag);
+    wait_decided(node, id, before + 1).await;
+    let status = cheap(node, &tag).await.status;
+    cancel_all(node, vec![first, second]).await;
+    status
+}
+
+#[tokio::test]
+async fn test_the_dry_run_of_a_queued_group_counts_what_enabled_then_does() {
+    // node_limit 1 and a queue of 1, three requests at once: `enabled` runs one, parks one and
+    // refuses one (429). The dry run once counted both breaches as would-throttle (and the
+    // first as would-queue too): 2 predicted 429s for 1.
+    let node = node_in_mode("monitor_only", &[]).await;
+    let id = create_group(
+        &node,
+        json!({"name": "q", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.1},
+               "throttling": {"attribute": "group", "node_limit": 1},
+               "queue": {"size_per_bucket": 1}}),
+    )
+    .await;
+    assert_eq!(three_over_one(&node, &id).await, 200);
+    let dry = stats_of(&node, &id).await;
+    assert_eq!(
+        (&dry["total_would_queue"], &dry["total_would_throttle"]),
+        (&json!(1), &json!(1)),
+        "{dry}"
+    );
+    set_mode(&node, "enabled").await;
+    assert_eq!(three_over_one(&node, &id).await, 429);
+    let s = stats_of(&node, &id).await;
+    assert_eq!(
+        (&s["total_queued"], &s["total_throttled"]),
+        (&dry["total_would_queue"], &dry["total_would_throttle"]),
+        "enabled: {s}"
+    );
+}
+
+#[tokio::test]
+async fn test_a_request_the_share_would_reject_counts_as_would_reject_only() {
+    // A group over its cpu share with node_limit 1, two requests at once: `enabled` rejects
+    // both for the share before their throttle, and throttles neither. The dry run once let
+    // the first take the slot and counted the second as would-throttle too.
+    let node = node_in_mode(
+        "monitor_only",
+        &[
+            "wlm.workload_group.enforcement_interval=3600000",
+            "wlm.workload_group.usage_refresh_interval=3600000",
+        ],
+    )
+    .await;
+    let id = create_group(
+        &node,
+        json!({"name": "over", "resiliency_mode": "enforced", "resource_limits": {"cpu": 0.05},
+               "throttling": {"attribute": "group", "node_limit": 1}}),
+    )
+    .await;
+    // No usage refresh during the test: the group's usage stays as set here.
+    let entry = node.state.workload.entry(&id).expect("group");
+    entry.stats.cpu.set_current_usage(0.9);
+    let tag = [("workloadGroupId", id.as_str())];
+    let heavy = start_heavy(&node, &tag);
+    wait_running(&node, &id, 1).await;
+    assert_eq!(cheap(&node, &tag).await.status, 200);
+    let dry = stats_of(&node, &id).await;
+    cancel_all(&node, vec![heavy]).await;
+    assert_eq!(dry["total_would_reject"], 2, "{dry}");
+    assert_eq!(dry["total_would_throttle"], 0, "{dry}");
+    assert_eq!(dry["total_would_queue"], 0, "{dry}");
+
+    set_mode(&node, "enabled").await;
+    assert_eq!(start_heavy(&node, &tag).await.expect("joined"), 429);
+    assert_eq!(cheap(&node, &tag).await.status, 429);
+    let s = stats_of(&node, &id).await;
+    assert_eq!(
+        (&s["total_rejections"], &s["total_throttled"]),
+        (&dry["total_would_reject"], &dry["total_would_throttle"]),
+        "enabled: {s}"
+    );
 }
