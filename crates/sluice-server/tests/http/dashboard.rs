@@ -443,6 +443,18 @@ async fn test_dashboard_is_served_from_the_binary_and_needs_an_admin_role() {
         assert_eq!(resp.status().as_u16(), 200, "{path}");
         let ct = resp.headers()["content-type"].to_str().unwrap().to_string();
         assert!(ct.starts_with(content_type), "{path}: {ct}");
+        // Nothing but its own files runs or loads, and no other page frames it.
+        let csp = resp.headers()["content-security-policy"].to_str().unwrap();
+        assert!(
+            csp.contains("script-src 'self';") && csp.contains("frame-ancestors 'none'"),
+            "{path}: {csp}"
+        );
+        assert_eq!(resp.headers()["x-frame-options"], "DENY", "{path}");
+        assert_eq!(
+            resp.headers()["x-content-type-options"],
+            "nosniff",
+            "{path}"
+        );
         assert!(resp.text().await.unwrap().contains(needle), "{path}");
     }
 
