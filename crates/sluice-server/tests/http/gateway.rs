@@ -3977,6 +3977,17 @@ async fn group_stats(node: &TestNode, id: &str) -> Value {
         .expect("a node")
 }
 
+/// Enables workload management and creates a group that lets one request run at a time
+/// (`node_limit` 1, no queue) and refuses the next (429); answers its id.
+async fn one_slot_group(gw: &TestNode) -> String {
+    enabled_group(
+        gw,
+        json!({"name": "one", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
+               "throttling": {"attribute": "group", "node_limit": 1}}),
+    )
+    .await
+}
+
 /// Enables workload management and creates a group of `body`; answers its id.
 async fn enabled_group(gw: &TestNode, body: Value) -> String {
     let r = gw
@@ -4000,12 +4011,7 @@ async fn test_every_search_class_route_is_admitted_and_other_requests_pass_throu
     let release = Arc::new(tokio::sync::Notify::new());
     let up = msearch_upstream(release.clone()).await;
     let gw = gateway(&up.base, &["node.memory_budget=1tb"]).await;
-    let group = enabled_group(
-        &gw,
-        json!({"name": "one", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
-               "throttling": {"attribute": "group", "node_limit": 1}}),
-    )
-    .await;
+    let group = one_slot_group(&gw).await;
     let tag = [("workloadGroupId", group.as_str())];
     // The group's one slot is taken by a search the upstream holds.
     let client = gw.client.clone();
@@ -6539,12 +6545,7 @@ async fn test_the_slot_of_a_client_that_left_is_held_until_the_upstream_ends_its
     // code gave it back as the client left.
     let up = lingering_upstream().await;
     let gw = gateway(&up.fake.base, &["node.memory_budget=1tb"]).await;
-    let group = enabled_group(
-        &gw,
-        json!({"name": "one", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
-               "throttling": {"attribute": "group", "node_limit": 1}}),
-    )
-    .await;
+    let group = one_slot_group(&gw).await;
     let first = spawn_search(&gw, &group, "/slow/_search");
     up.fake.wait_received("/slow/_search").await;
     first.abort();
@@ -6566,12 +6567,7 @@ async fn test_a_cancelled_search_the_upstream_never_ends_frees_its_slot_after_th
         ],
     )
     .await;
-    let group = enabled_group(
-        &gw,
-        json!({"name": "one", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
-               "throttling": {"attribute": "group", "node_limit": 1}}),
-    )
-    .await;
+    let group = one_slot_group(&gw).await;
     let first = spawn_search(
         &gw,
         &group,
@@ -6668,13 +6664,7 @@ async fn test_a_search_whose_exchange_broke_off_keeps_its_slot_until_the_upstrea
         let up = lingering_upstream().await;
         let setting = format!("backend.upstream.fast_lane={lane}");
         let gw = gateway(&up.fake.base, &["node.memory_budget=1tb", &setting]).await;
-        let group = enabled_group(
-            &gw,
-            json!({"name": "one", "resiliency_mode": "enforced",
-                   "resource_limits": {"memory": 0.5},
-                   "throttling": {"attribute": "group", "node_limit": 1}}),
-        )
-        .await;
+        let group = one_slot_group(&gw).await;
         let first = spawn_search(&gw, &group, "/broken/_search").await.unwrap();
         assert_eq!(first.status, 502, "lane {lane}: {}", first.body);
         held_until_the_upstream_ends(&gw, &up, &group, &format!("lane {lane}")).await;
@@ -6697,13 +6687,7 @@ async fn test_a_search_the_upstream_did_not_answer_in_time_is_listed_cancelled_w
         let up = lingering_upstream().await;
         let setting = format!("backend.upstream.fast_lane={lane}");
         let gw = gateway(&up.fake.base, &["node.memory_budget=1tb", &setting]).await;
-        let group = enabled_group(
-            &gw,
-            json!({"name": "one", "resiliency_mode": "enforced",
-                   "resource_limits": {"memory": 0.5},
-                   "throttling": {"attribute": "group", "node_limit": 1}}),
-        )
-        .await;
+        let group = one_slot_group(&gw).await;
         let (content_type, body) = if path.ends_with("_msearch") {
             let items = common::ndjson(&[json!({}), json!({"query": {"match_all": {}}})]);
             ("application/x-ndjson", items)

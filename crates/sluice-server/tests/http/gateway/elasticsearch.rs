@@ -9,7 +9,7 @@ use std::sync::Arc;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::{Received, enabled_group, fake, fake_answering_root, gateway};
+use super::{Received, fake, fake_answering_root, gateway, one_slot_group};
 use crate::common::{self, ADMIN, Reply, TestNode};
 
 /// Elasticsearch's product header, which its 8.x clients require on a successful answer.
@@ -76,12 +76,7 @@ async fn test_own_answers_carry_the_upstreams_product_header() {
     let (release, released) = tokio::sync::watch::channel(false);
     let up = elasticsearch(released).await;
     let gw = gateway(&up.base, &["node.memory_budget=1tb"]).await;
-    let group = enabled_group(
-        &gw,
-        json!({"name": "one", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
-               "throttling": {"attribute": "group", "node_limit": 1}}),
-    )
-    .await;
+    let group = one_slot_group(&gw).await;
     let r = gw
         .req_with(
             "PUT",

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use super::{Fake, Received, enabled_group, fake, gateway, group_stats};
+use super::{Fake, Received, enabled_group, fake, gateway, group_stats, one_slot_group};
 use crate::common::{self, TestNode};
 
 /// What the fake upstream knows of the work it runs.
@@ -164,12 +164,7 @@ async fn one_slot_gateway(up: &Fake) -> (TestNode, String) {
         ],
     )
     .await;
-    let group = enabled_group(
-        &gw,
-        json!({"name": "one", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
-               "throttling": {"attribute": "group", "node_limit": 1}}),
-    )
-    .await;
+    let group = one_slot_group(&gw).await;
     (gw, group)
 }
 
@@ -616,12 +611,7 @@ async fn test_a_stopping_gateway_stops_its_followers_and_gives_back_their_slots(
         ],
     )
     .await;
-    let group = enabled_group(
-        &gw,
-        json!({"name": "one", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
-               "throttling": {"attribute": "group", "node_limit": 1}}),
-    )
-    .await;
+    let group = one_slot_group(&gw).await;
     let (s, b) = send(&gw, REINDEX_BACKGROUND, &group).await.unwrap();
     assert_eq!(s, 200, "{b}");
     running(&work, 1).await;
@@ -661,13 +651,7 @@ async fn test_waiting_work_the_upstream_did_not_answer_in_time_is_cancelled_and_
     for case in [REINDEX, RANK_EVAL] {
         let (up, work) = working_upstream().await;
         let gw = gateway(&up.base, &["node.memory_budget=1tb"]).await;
-        let group = enabled_group(
-            &gw,
-            json!({"name": "one", "resiliency_mode": "enforced",
-                   "resource_limits": {"memory": 0.5},
-                   "throttling": {"attribute": "group", "node_limit": 1}}),
-        )
-        .await;
+        let group = one_slot_group(&gw).await;
         let (s, b) = send(&gw, case, &group).await.unwrap();
         assert_eq!(s, 504, "{}: {b}", case.path);
         cancelled_upstream(&work, 1).await;
