@@ -18,6 +18,7 @@ pub mod catalog;
 pub mod cluster;
 pub mod config;
 pub mod dashboard;
+pub mod deadline;
 pub mod enforcement;
 pub mod error;
 pub mod http;

@@ -58,11 +58,12 @@ impl ReadClock {
         self.start + Duration::from_micros(self.last_read.load(Ordering::Relaxed)) + self.timeout
     }
 
-    /// Ends once the connection has read nothing for the timeout (R1).
+    /// Ends once the connection has read nothing for the timeout (R1), judged after the
+    /// runtime's I/O driver ran since the timer fired: bytes that came while the node stalled
+    /// are read, and postpone it, first (`crate::deadline`).
     pub async fn expired(&self) {
         loop {
-            let deadline = self.deadline();
-            tokio::time::sleep_until(deadline).await;
+            crate::deadline::passed(self.deadline()).await;
             if self.deadline() <= Instant::now() {
                 return;
             }
@@ -85,7 +86,10 @@ pub async fn run<F: std::future::Future>(clock: Option<&ReadClock>, peer: Socket
             conn.await;
         }
         Some(clock) => {
+            // The connection first: what it read during a stall of the node is recorded
+            // before the expiry's second look judges it (`crate::deadline`).
             tokio::select! {
+                biased;
                 _ = conn => {}
                 () = clock.expired() => {
                     tracing::debug!(%peer, "the connection read nothing for http.read_timeout; closing");
@@ -112,6 +116,10 @@ mod tests {
         tokio::time::advance(Duration::from_secs(5)).await;
         assert!(futures::poll!(expired.as_mut()).is_pending());
         tokio::time::advance(Duration::from_secs(1)).await;
+        // Its timer fired; once the runtime has looked at its sockets again with nothing
+        // read, it has expired (`crate::deadline`).
+        assert!(futures::poll!(expired.as_mut()).is_pending());
+        tokio::task::yield_now().await;
         assert!(futures::poll!(expired.as_mut()).is_ready());
     }
 

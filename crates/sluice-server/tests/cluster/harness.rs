@@ -47,37 +47,10 @@ impl Proc {
         self.log.lock().clone()
     }
 
-    /// Sends `signal` (`KILL`, `STOP`, `CONT`, `TERM`) to the process.
+    /// Sends `signal` (`KILL`, `STOP`, `CONT`, `TERM`) to the process, waiting for a stop or
+    /// a continue to be taken (`signal.rs`).
     pub fn signal(&self, signal: &str) {
-        let status = std::process::Command::new("kill")
-            .args([format!("-{signal}"), self.pid().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(
-            status.success(),
-            "kill -{signal} {} ({}) failed",
-            self.pid(),
-            self.name
-        );
-        // A stop is asynchronous: kill(2) returns before every thread has stopped, and a
-        // thread still running can answer a request sent right after. Wait until the kernel
-        // shows every thread stopped (or, after CONT, none).
-        let want_stopped = match signal {
-            "STOP" => true,
-            "CONT" => false,
-            _ => return,
-        };
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while self.threads_stopped() != Some(want_stopped) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{} ({}) did not {} within 10 s",
-                self.name,
-                self.pid(),
-                if want_stopped { "stop" } else { "continue" }
-            );
-            std::thread::yield_now();
-        }
+        crate::signal::send(self.pid(), signal, &self.name);
     }
 
     /// Waits until the process exits, within `within`; its exit status.
@@ -89,32 +62,6 @@ impl Proc {
                 self.name,
                 self.log()
             ),
-        }
-    }
-
-    /// Whether every thread of the process is stopped (`Some(true)`), none is
-    /// (`Some(false)`), or some are (`None`), as `/proc/<pid>/task/*/stat` shows it.
-    fn threads_stopped(&self) -> Option<bool> {
-        let dir = std::fs::read_dir(format!("/proc/{}/task", self.pid())).ok()?;
-        let (mut stopped, mut running) = (0, 0);
-        for entry in dir.flatten() {
-            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-                continue;
-            };
-            // The state follows the command name in parentheses, which may hold spaces.
-            let state = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.trim_start().chars().next());
-            match state {
-                Some('T' | 't') => stopped += 1,
-                Some(_) => running += 1,
-                None => {}
-            }
-        }
-        match (stopped, running) {
-            (_, 0) if stopped > 0 => Some(true),
-            (0, _) => Some(false),
-            _ => None,
         }
     }
 }

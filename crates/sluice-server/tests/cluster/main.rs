@@ -10,4 +10,6 @@ mod metadata;
 mod owner_loss;
 mod scrolls;
 mod shared_tier;
+#[path = "../http/common/signal.rs"]
+mod signal;
 mod split;

@@ -23,6 +23,7 @@ use crate::common::ADMIN;
 
 mod elasticsearch;
 mod goaway;
+mod pause;
 mod search_apis;
 
 /// A request a fake upstream received.

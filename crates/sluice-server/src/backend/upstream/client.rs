@@ -583,7 +583,9 @@ impl UpstreamClient {
             *req.headers_mut() = h;
             let started = Instant::now();
             let exchange = self.exchange(i, &pq, req, held);
-            match tokio::time::timeout(self.request_timeout, exchange).await {
+            // As the lane's: an answer that came while the gateway stalled wins (`deadline`).
+            let by = tokio::time::Instant::now() + self.request_timeout;
+            match crate::deadline::within(by, exchange).await {
                 Ok(Ok(mut resp)) => {
                     self.hosts.succeeded(i);
                     // The answer to the client is the gateway's, in HTTP/1.1 (or what the

@@ -629,10 +629,11 @@ impl Upstream {
             CancelUpstream::new(self.clone(), exec.task.clone(), (exec.hold, executing));
         let send = self.send_admitted(call);
         tokio::pin!(send);
-        // `cancel_after_time_interval` passing cancels the task (the ticket words the reason).
+        // `cancel_after_time_interval` passing cancels the task (the ticket words the reason),
+        // unless the answer came by then, stall or not (polled first; `crate::deadline`).
         let deadline = async {
             match exec.cancel_at {
-                Some(at) => tokio::time::sleep_until(at.into()).await,
+                Some(at) => crate::deadline::passed(at.into()).await,
                 None => std::future::pending().await,
             }
         };
@@ -640,6 +641,7 @@ impl Upstream {
         let (mut cancel_sent, mut deadline_passed) = (false, false);
         let out = loop {
             tokio::select! {
+                biased;
                 r = &mut send => break r,
                 () = exec.task.cancelled(), if !cancel_sent => {
                     cancel_sent = true;
@@ -865,9 +867,11 @@ impl Upstream {
         // have ended (`cancelled.rs` F1); the client's answer does not wait for that (F2).
         let mut guard = CancelUpstream::new(self.clone(), task.clone(), keep);
         let send = send(call);
+        // An answer that came while the gateway stalled past the deadline is taken (the
+        // answer's branch is polled first; `crate::deadline`).
         let deadline = async {
             match cancel_at {
-                Some(at) => tokio::time::sleep_until(at.into()).await,
+                Some(at) => crate::deadline::passed(at.into()).await,
                 None => std::future::pending().await,
             }
         };

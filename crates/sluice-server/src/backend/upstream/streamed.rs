@@ -46,6 +46,7 @@ use bytes::Bytes;
 use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use tokio::time::{Instant, Sleep};
 
+use crate::deadline::SecondLook;
 use crate::workload::stats::GroupStats;
 
 /// A body whose end is recorded in a flag the caller keeps ([`EndWatched::watch`]).
@@ -121,6 +122,9 @@ pub struct IdleBound {
     sleep: Option<Pin<Box<Sleep>>>,
     /// Whether the last poll found nothing (the wait the deadline times is on).
     waiting: bool,
+    /// Once the deadline's timer fired, the turn that lets bytes that came while the gateway
+    /// stalled be seen before the wait counts as too long (`crate::deadline`).
+    second_look: SecondLook,
 }
 
 /// How far off a deadline too far to be represented is set instead (a `request_timeout` of
@@ -135,6 +139,7 @@ impl IdleBound {
             bound,
             sleep: None,
             waiting: false,
+            second_look: SecondLook::default(),
         }
     }
 
@@ -146,10 +151,13 @@ impl IdleBound {
     /// Records that a read found bytes (or the end): the next wait is timed anew.
     pub fn read(&mut self) {
         self.waiting = false;
+        self.second_look.reset();
     }
 
-    /// Called when a read finds nothing: ready once the wait has lasted the bound, else
-    /// pending with `cx` woken at the deadline. The first call of a wait sets the deadline.
+    /// Called when a read finds nothing: ready once the wait has lasted the bound and a read
+    /// after the runtime's next look at its sockets found nothing either (`crate::deadline`
+    /// D1), else pending with `cx` woken at the deadline. The first call of a wait sets the
+    /// deadline.
     pub fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if !self.waiting {
             self.waiting = true;
@@ -164,7 +172,11 @@ impl IdleBound {
             }
         }
         match &mut self.sleep {
-            Some(sleep) => sleep.as_mut().poll(cx),
+            Some(sleep) => {
+                std::task::ready!(sleep.as_mut().poll(cx));
+                let deadline = sleep.deadline();
+                self.second_look.poll_taken(cx, deadline)
+            }
             None => Poll::Pending,
         }
     }
@@ -353,6 +365,35 @@ mod tests {
         Duration::from_millis(n)
     }
 
+    type Polled = Poll<Option<Result<Frame<Bytes>, AnswerError<std::io::Error>>>>;
+
+    /// Polls `body` as its task is polled once its deadline's timer fired: once, and once
+    /// more after the turn of the runtime the second look waits for (`crate::deadline`).
+    async fn poll_past_deadline(body: &mut AnswerBody<Fed>) -> Polled {
+        let first = futures::poll!(body.frame());
+        if first.is_ready() {
+            return first;
+        }
+        tokio::task::yield_now().await;
+        futures::poll!(body.frame())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn test_bytes_that_came_by_the_second_look_come_through() {
+        let (mut body, feed) = fed(BOUND);
+        assert!(futures::poll!(body.frame()).is_pending());
+        tokio::time::advance(BOUND).await;
+        // The timer fired; bytes the gateway had not seen yet (it stalled) are there by the
+        // second look: they win, and the next wait is timed anew.
+        assert!(futures::poll!(body.frame()).is_pending());
+        feed.send(Ok(Bytes::from("a"))).unwrap();
+        let frame = futures::poll!(body.frame());
+        assert!(matches!(frame, Poll::Ready(Some(Ok(_)))), "{frame:?}");
+        assert!(futures::poll!(body.frame()).is_pending());
+        tokio::time::advance(ms(60)).await;
+        assert!(futures::poll!(body.frame()).is_pending());
+    }
+
     #[tokio::test(start_paused = true)]
     async fn test_a_wait_fails_only_once_it_lasted_the_bound() {
         let (mut body, feed) = fed(BOUND);
@@ -371,7 +412,7 @@ mod tests {
         tokio::time::advance(ms(60)).await;
         assert!(futures::poll!(body.frame()).is_pending());
         tokio::time::advance(ms(50)).await;
-        let frame = futures::poll!(body.frame());
+        let frame = poll_past_deadline(&mut body).await;
         assert!(
             matches!(frame, Poll::Ready(Some(Err(AnswerError::Silent(b)))) if b == BOUND),
             "{frame:?}"
@@ -402,7 +443,7 @@ mod tests {
         assert!(futures::poll!(body.frame()).is_pending());
         tokio::time::advance(BOUND).await;
         assert!(matches!(
-            futures::poll!(body.frame()),
+            poll_past_deadline(&mut body).await,
             Poll::Ready(Some(Err(_)))
         ));
         assert_eq!(stats.failures.get(), 2);
@@ -412,7 +453,7 @@ mod tests {
         assert!(futures::poll!(body.frame()).is_pending());
         tokio::time::advance(BOUND).await;
         assert!(matches!(
-            futures::poll!(body.frame()),
+            poll_past_deadline(&mut body).await,
             Poll::Ready(Some(Err(_)))
         ));
         assert_eq!(stats.failures.get(), 2);

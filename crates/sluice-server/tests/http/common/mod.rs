@@ -12,6 +12,7 @@ use sluice_server::server::Node;
 use tokio::sync::oneshot;
 
 mod heavy;
+pub mod signal;
 
 /// A running node; dropping it without [`TestNode::stop`] aborts it.
 pub struct TestNode {
