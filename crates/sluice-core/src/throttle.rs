@@ -32,6 +32,12 @@
 //!   real 429s (`test_a_breach_would_queue_only_while_the_queue_would_have_room`).
 //! - T2 — refused (429), when the group has no queue, the request may not park, or the
 //!   would-be queue is full: `total_would_throttle` (`test_would_park_applies_the_queue_bounds`).
+//!
+//!   T1 and T2 hold for a breach of the shared tier too: a monitored request its bucket's
+//!   owner denied ([`Throttle::Shared`] carries the queue it would have had) is counted by the
+//!   same rule and the same would-be queue, by the server's shared tier; it once counted as
+//!   would-throttle whatever its queue (`test_a_shared_tier_dry_run_counts_what_enabled_then_does`
+//!   in the server's HTTP tests).
 //! - T3 — not reached: `enabled` checks the group's resource share before its throttle, so a
 //!   request the share check would have rejected ([`Request::share_would_reject`]) counts there
 //!   only, and takes no permit here ([`Throttle::NotReached`]): a permit it took would make the
@@ -107,6 +113,11 @@ pub enum Throttle {
         /// `monitor_only` or a `monitor` group: a denial is counted, not enforced, and the owner
         /// never registers a waiter for it.
         monitored: bool,
+        /// The queue `enabled` would have offered the request: the group's `size_per_bucket`,
+        /// or none (`size_per_bucket` 0) when it may not park. A monitored request the owner
+        /// denied counts as what `enabled` would have done with it, parked or refused, by
+        /// [`would_park`] with this policy, as a node-tier breach does (T1, T2).
+        queue: QueuePolicy,
     },
     /// The bucket is full and the group is throttled: the request is refused (429).
     Rejected {
@@ -231,6 +242,7 @@ pub fn decide(
     if monitored && share_would_reject {
         return Throttle::NotReached { key };
     }
+    let policy = QueuePolicy::new(if may_park { size_per_bucket } else { 0 });
     let queue = queue.filter(|_| !monitored);
     let Some(queue) = queue else {
         return match table.try_acquire(&key, u64::from(limit)) {
@@ -242,11 +254,12 @@ pub fn decide(
                 queue_refused: None,
                 node,
                 monitored,
+                queue: policy,
             },
             Err(refused) if monitored => Throttle::WouldThrottle {
                 key,
                 refused,
-                queue: QueuePolicy::new(if may_park { size_per_bucket } else { 0 }),
+                queue: policy,
             },
             Err(t) => Throttle::Rejected {
                 key,
@@ -260,7 +273,6 @@ pub fn decide(
             },
         };
     };
-    let policy = QueuePolicy::new(if may_park { size_per_bucket } else { 0 });
     let node_seen = |in_flight: u64| Throttled {
         in_flight,
         limit: queue.node_limit(),
@@ -275,6 +287,7 @@ pub fn decide(
             waiter: Some(waiter),
             queue_refused: None,
             monitored: false,
+            queue: policy,
         },
         // A full queue (or one the request may not use) does not rule out the shared pool: it
         // is asked without parking.
@@ -286,6 +299,7 @@ pub fn decide(
             // A request that may not park (`NotQueued`) was refused by no bound of the queue.
             queue_refused: (refused.reason != RefusalReason::NotQueued).then_some(refused),
             monitored: false,
+            queue: policy,
         },
         (Acquire::Refused(refused), None) => Throttle::Rejected { key, refused },
         (Acquire::Unthrottled, _) => Throttle::Unthrottled,
@@ -649,6 +663,10 @@ mod tests {
                 m,
                 Throttle::Shared {
                     monitored: true,
+                    queue: QueuePolicy {
+                        size_per_bucket: 0,
+                        ..
+                    },
                     ..
                 }
             ),
@@ -687,6 +705,42 @@ mod tests {
         drop(w);
         assert_eq!(t.take_orphaned_grants(), vec![(key, 9)]);
         assert_eq!(t.num_buckets(), 0);
+    }
+
+    #[test]
+    fn test_a_monitored_shared_ask_carries_the_queue_enabled_would_have_offered() {
+        let t = PermitTable::new();
+        let g = group("enforced", json!({"attribute": "group", "shared_limit": 1}));
+        let g = WorkloadGroup {
+            queue: crate::bags::QueueConfig::default()
+                .merge(&crate::bags::parse_queue_patch(&json!({"size_per_bucket": 2})).unwrap()),
+            ..g
+        };
+        let q = GroupQueue::new(u64::from(g.throttling.node_allowance()));
+        let size_of = |v: &Throttle| match v {
+            Throttle::Shared {
+                monitored: true,
+                waiter: None,
+                queue,
+                ..
+            } => queue.size_per_bucket,
+            other => panic!("expected a monitored shared ask, got {other:?}"),
+        };
+        assert_eq!(size_of(&queued(&t, WlmMode::MonitorOnly, &g, &q)), 2);
+        // A request that may not park would have had no queue.
+        let unparked = decide(
+            &t,
+            WlmMode::MonitorOnly,
+            &id(),
+            Some(&g),
+            Some(&q),
+            Request {
+                may_park: false,
+                ..req(None, &[])
+            },
+        );
+        assert_eq!(size_of(&unparked), 0);
+        assert_eq!(q.num_parked(), 0, "a monitored ask never parks");
     }
 
     #[test]

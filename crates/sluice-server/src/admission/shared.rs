@@ -17,8 +17,12 @@
 //!   per node), so an owner's loss over-admits at most `shared_limit` per node. Beyond the
 //!   allowance the request parks (if it may) or is refused naming the unavailable tier.
 //! - A monitored request (`monitor_only`, a `monitor` group) asks without registering as a
-//!   waiter; a denial is counted in `total_would_throttle` and `total_shared_throttled`, and
-//!   the request runs.
+//!   waiter; a denial is counted in `total_shared_throttled` and as what `enabled` would have
+//!   done with it, by the node tier's rule ([`super::throttle::dry_breach`],
+//!   `sluice_core::throttle` T1, T2): `total_would_queue` while its bucket's would-be queue has
+//!   room (`enabled` would have parked it until a lease came), else `total_would_throttle`; and
+//!   the request runs. (It once counted as would-throttle whatever its queue: a queued group's
+//!   dry run predicted a 429 for each request `enabled` would only have parked.)
 
 use std::sync::atomic::Ordering;
 
@@ -26,7 +30,7 @@ use futures::FutureExt;
 use sluice_cluster::shared::coordinator::{Acquired, OfferAnswer, OfferSink};
 use sluice_cluster::shared::owner::OwnerEvents;
 use sluice_core::BucketKey;
-use sluice_core::permits::{Grant, Refused, Throttled, Waiter};
+use sluice_core::permits::{Grant, QueuePolicy, Refused, Throttled, Waiter};
 use sluice_engine::{EngineError, ErrorCode};
 
 use super::queue::Wait;
@@ -56,6 +60,8 @@ pub struct Ask {
     pub node: Throttled,
     /// Only monitored: a denial is counted, not enforced.
     pub monitored: bool,
+    /// The queue `enabled` would have offered a monitored request (its would-be queue).
+    pub queue: QueuePolicy,
 }
 
 /// Asks the bucket's owner for a lease (see the module docs): the request runs now with it,
@@ -68,6 +74,7 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
         queue_refused,
         node,
         monitored,
+        queue,
     } = ask;
     // While gossip is split from live nodes of the same metastore, each side enforces its
     // share of the limit on a ring of its own (S5 of `sluice-cluster`'s `split.rs`): the
@@ -96,13 +103,15 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
             return Err(no_share(entry, &key, shared_limit, &split));
         }
         // Only monitored: what a share of nothing would refuse is counted, and it runs.
+        // `enabled` refuses it whatever its queue (503 above), so it would have had none: a
+        // would-throttle.
         let refusal = Refusal {
             node: &node,
             queue: queue_refused.as_ref(),
-            monitored,
+            monitored: Some(QueuePolicy::new(0)),
         };
         let why = format!("and {} allows none here", of_limit());
-        return denied(st, entry, &key, &refusal, &why).map(|()| granted(None));
+        return denied(st, entry, &key, &refusal, &why).map(Wait::Granted);
     }
     let coordinator = &st.cluster.shared().coordinator;
     let bucket = key.to_wire();
@@ -189,9 +198,9 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
             let refusal = Refusal {
                 node: &node,
                 queue: queue_refused.as_ref(),
-                monitored,
+                monitored: monitored.then_some(queue),
             };
-            denied(st, entry, &key, &refusal, &why).map(|()| granted(None))
+            denied(st, entry, &key, &refusal, &why).map(Wait::Granted)
         }
         (Acquired::Unavailable { reason }, None) => {
             let why = format!(
@@ -201,9 +210,9 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
             let refusal = Refusal {
                 node: &node,
                 queue: queue_refused.as_ref(),
-                monitored,
+                monitored: monitored.then_some(queue),
             };
-            denied(st, entry, &key, &refusal, &why).map(|()| granted(None))
+            denied(st, entry, &key, &refusal, &why).map(Wait::Granted)
         }
     }
 }
@@ -251,41 +260,43 @@ struct Refusal<'a> {
     node: &'a Throttled,
     /// The bound of the group's queue that kept the request from parking, if one did.
     queue: Option<&'a Refused>,
-    /// Only monitored: counted, not enforced.
-    monitored: bool,
+    /// Only monitored, with the queue `enabled` would have offered: counted, not enforced.
+    monitored: Option<QueuePolicy>,
 }
 
 /// A request the shared tier denied (`why`, after what the node tier saw, and the queue's
 /// bound when a full queue kept it from waiting): counted and logged as a decision of the
 /// `shared` tier — a full queue's as the node tier counts and logs one (`queue_full`,
-/// `total_queue_rejections`); refused with its 429, or let run when only monitored.
+/// `total_queue_rejections`); refused with its 429, or, when only monitored, counted as what
+/// `enabled` would have done with it ([`super::throttle::dry_breach`]: would-queue or
+/// would-throttle, said at the end of its decision line) and let run, holding its bucket (and
+/// its would-be queue place, if it took one).
 fn denied(
     st: &AppState,
     entry: &GroupEntry,
     key: &BucketKey,
     refusal: &Refusal<'_>,
     why: &str,
-) -> Result<(), ApiError> {
+) -> Result<Granted, ApiError> {
     entry.stats.total_shared_throttled.inc();
     let why = format!("{why}{}", refusal.queue.map_or_else(String::new, why_queue));
-    let reason = format!("{} {why}", node_part(refusal.node));
     let kind = match refusal.queue {
         Some(_) => DecisionKind::QueueFull,
         None => DecisionKind::Throttle,
     };
-    log_decision(
-        st,
-        entry,
-        key,
-        kind,
-        !refusal.monitored,
-        &reason,
-        Tier::Shared,
-    );
-    if refusal.monitored {
-        entry.stats.total_would_throttle.inc();
-        return Ok(());
+    if let Some(queue) = refusal.monitored {
+        let dry = super::throttle::dry_breach(entry, key, queue);
+        let reason = format!("{} {why}{}", node_part(refusal.node), dry.more);
+        log_decision(st, entry, key, kind, false, &reason, Tier::Shared);
+        return Ok(Granted {
+            would_throttle: dry.dry_place.is_none(),
+            bucket: Some(key.clone()),
+            dry_place: dry.dry_place,
+            ..Granted::default()
+        });
     }
+    let reason = format!("{} {why}", node_part(refusal.node));
+    log_decision(st, entry, key, kind, true, &reason, Tier::Shared);
     if refusal.queue.is_some() {
         entry.stats.total_queue_rejections.inc();
     }

@@ -15,13 +15,14 @@
 //!   (the would-be parked breaches ahead of it at the group's drain rate) in
 //!   `total_would_queue_wait_millis` — else refused, `total_would_throttle`. The request
 //!   still holds its bucket for its nested searches (D8). A monitored request the share check
-//!   would have rejected is not reached (T3): nothing of it is counted here.
+//!   would have rejected is not reached (T3): nothing of it is counted here. A monitored
+//!   request the shared tier's owner denied is counted by the same rule ([`dry_breach`]).
 //! - The decision runs under `catch_unwind`: a failure while deciding admits (fail open, logged
 //!   at ERROR), but once the verdict is a rejection nothing fallible runs before the 429, so no
 //!   error can turn a rejection into an admit (seed 001's first review comment).
 
 use sluice_core::BucketKey;
-use sluice_core::permits::{Permit, RefusalReason, Refused, Waiter};
+use sluice_core::permits::{Permit, QueuePolicy, RefusalReason, Refused, Waiter};
 use sluice_core::throttle::{Request, Throttle, decide};
 use sluice_engine::{EngineError, ErrorCode};
 
@@ -111,6 +112,7 @@ pub fn throttle(
             queue_refused,
             node,
             monitored,
+            queue,
         } => Ok(Decided::Shared(super::shared::Ask {
             key,
             shared_limit,
@@ -118,6 +120,7 @@ pub fn throttle(
             queue_refused,
             node,
             monitored,
+            queue,
         })),
         Throttle::NotReached { key } => Ok(Decided::Granted(Granted {
             bucket: Some(key),
@@ -128,37 +131,7 @@ pub fn throttle(
             refused,
             queue,
         } => {
-            // The would-be parked breaches in flight before it are the requests `enabled`
-            // would have parked ahead of it; with the queue full, `enabled` would have
-            // refused it instead (T1, T2).
-            let parked = entry
-                .stats
-                .dry_queues
-                .enter(&key, |seen| sluice_core::throttle::would_park(queue, seen));
-            let (dry_place, more) = match parked {
-                Ok((ahead, place)) => {
-                    entry.stats.total_would_queue.inc();
-                    if let Some(ms) =
-                        entry
-                            .stats
-                            .drain
-                            .estimated_wait_millis(super::now_secs(), ahead, 1)
-                    {
-                        entry.stats.total_would_queue_wait_millis.add(ms);
-                        entry.stats.max_would_queue_wait_millis.raise_to(ms);
-                    }
-                    (Some(place), "; enabled would have queued it")
-                }
-                Err(reason) => {
-                    entry.stats.total_would_throttle.inc();
-                    let more = if reason == RefusalReason::NotQueued {
-                        ""
-                    } else {
-                        "; enabled would have refused it, its queue full"
-                    };
-                    (None, more)
-                }
-            };
+            let DryBreach { dry_place, more } = dry_breach(entry, &key, queue);
             tracing::debug!(
                 group = %entry.name(),
                 bucket = %describe_bucket(&key),
@@ -204,6 +177,56 @@ pub fn throttle(
             };
             log_decision(st, entry, &key, kind, true, &reason, Tier::Node);
             Err(rejected(entry, &key, &refused, buckets))
+        }
+    }
+}
+
+/// What the dry run made of a monitored breach ([`dry_breach`]).
+pub(super) struct DryBreach {
+    /// Its place in its bucket's would-be queue, held while it runs, when `enabled` would
+    /// have parked it; `None` when `enabled` would have refused it.
+    pub dry_place: Option<super::dry_queue::DryPlace>,
+    /// The end of its decision line: what `enabled` would have done, when it had a queue.
+    pub more: &'static str,
+}
+
+/// Counts a monitored breach of `key` (of the node tier, or one the shared tier's owner
+/// denied) as what `enabled` would have done with it, offered `queue`, one thing only (T1,
+/// T2): the would-be parked breaches in flight before it are the requests `enabled` would have
+/// parked ahead of it, so while its would-be queue has room it counts as would-queue, with the
+/// wait those ahead would have caused at the group's drain rate; with the queue full (or none)
+/// `enabled` would have refused it: would-throttle. One rule for both tiers, so their dry runs
+/// agree with `enabled` alike.
+pub(super) fn dry_breach(entry: &GroupEntry, key: &BucketKey, queue: QueuePolicy) -> DryBreach {
+    let stats = &entry.stats;
+    let parked = stats
+        .dry_queues
+        .enter(key, |seen| sluice_core::throttle::would_park(queue, seen));
+    match parked {
+        Ok((ahead, place)) => {
+            stats.total_would_queue.inc();
+            if let Some(ms) = stats
+                .drain
+                .estimated_wait_millis(super::now_secs(), ahead, 1)
+            {
+                stats.total_would_queue_wait_millis.add(ms);
+                stats.max_would_queue_wait_millis.raise_to(ms);
+            }
+            DryBreach {
+                dry_place: Some(place),
+                more: "; enabled would have queued it",
+            }
+        }
+        Err(reason) => {
+            stats.total_would_throttle.inc();
+            DryBreach {
+                dry_place: None,
+                more: if reason == RefusalReason::NotQueued {
+                    ""
+                } else {
+                    "; enabled would have refused it, its queue full"
+                },
+            }
         }
     }
 }

@@ -352,6 +352,38 @@ async fn test_the_dry_run_of_a_queued_group_counts_what_enabled_then_does() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_shared_tier_dry_run_counts_what_enabled_then_does() {
+    // The same pattern on a shared-only group (one node is a cluster of one: it owns the
+    // bucket's pool): `enabled` runs one on the one cluster-wide lease, parks one and refuses
+    // one. The shared tier's dry run once counted both denials as would-throttle: 2 predicted
+    // 429s for 1.
+    let node = node_in_mode("monitor_only", &[]).await;
+    let id = create_group(
+        &node,
+        json!({"name": "sq", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.1},
+               "throttling": {"attribute": "group", "shared_limit": 1},
+               "queue": {"size_per_bucket": 1}}),
+    )
+    .await;
+    assert_eq!(three_over_one(&node, &id).await, 200);
+    let dry = stats_of(&node, &id).await;
+    assert_eq!(
+        (&dry["total_would_queue"], &dry["total_would_throttle"]),
+        (&json!(1), &json!(1)),
+        "{dry}"
+    );
+    assert_eq!(dry["total_shared_throttled"], 2, "{dry}");
+    set_mode(&node, "enabled").await;
+    assert_eq!(three_over_one(&node, &id).await, 429);
+    let s = stats_of(&node, &id).await;
+    assert_eq!(
+        (&s["total_queued"], &s["total_throttled"]),
+        (&dry["total_would_queue"], &dry["total_would_throttle"]),
+        "enabled: {s}"
+    );
+}
+
 #[tokio::test]
 async fn test_a_request_the_share_would_reject_counts_as_would_reject_only() {
     // A group over its cpu share with node_limit 1, two requests at once: `enabled` rejects
