@@ -219,6 +219,11 @@ pub struct Task {
     /// takes the task, and `enabled` refuses a request once, in its pipeline's order: the
     /// figures count requests, each in one of them at most.
     pub dry_refused: AtomicBool,
+    /// Whether the dry run found the task's group over its share at the door while `enabled`
+    /// would queue the group: `enabled` would have made it wait for the share, not rejected it
+    /// (`admission/share.rs` R3). Counted after its throttle, once
+    /// (`crate::admission::share::settle_dry_wait`).
+    pub dry_share_wait: AtomicBool,
     /// The request's `X-Opaque-Id` header, as OpenSearch reads it (each byte one ISO-8859-1
     /// character: `crate::http::meta::opaque_id_text`), shown under `headers` in `_tasks` as
     /// OpenSearch shows it; set once, after registration.
@@ -492,6 +497,7 @@ impl TaskManager {
             usage: crate::accounting::TaskUsage::default(),
             reservation: std::sync::OnceLock::new(),
             dry_refused: AtomicBool::new(false),
+            dry_share_wait: AtomicBool::new(false),
             opaque_id: opaque_id.map_or_else(std::sync::OnceLock::new, std::sync::OnceLock::from),
         });
         tasks.insert(seq, task.clone());

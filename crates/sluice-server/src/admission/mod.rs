@@ -304,6 +304,7 @@ pub async fn admit_registered(
     if let Some(k) = &granted.bucket {
         held.push(k.clone());
     }
+    share::settle_dry_wait(st, &entry, &task, &granted);
     if granted.would_throttle {
         // Counted as a would-be 429: the share re-check counts no would-be rejection (R2).
         task.dry_refused

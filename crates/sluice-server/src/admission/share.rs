@@ -18,6 +18,18 @@
 //!   up to twice per request), and not at all for a request whose throttle counted a would-be
 //!   429 (`enabled` would have refused that one before its search started). Tested by
 //!   `test_would_reject_counts_each_request_once_while_over_the_share`.
+//! - R3 — the dry run of a group `enabled` would queue ([`GroupEntry::would_queue`]) counts
+//!   no would-be rejection at the door: `enabled` checks such a group's share only once a
+//!   request holds its slot, and then makes it wait (below: a queued group waits for its
+//!   share, a paced one for its CPU quota), counted as queued. The door's breach marks the
+//!   task ([`Task::dry_share_wait`]); after its throttle it counts as one would-queue, unless
+//!   the throttle counted it already (a would-be place in the queue, where `enabled` would
+//!   have waited for the share too, or a would-be 429, which never reaches the share)
+//!   ([`settle_dry_wait`]), and nothing of it counts later. The check when a thread takes the
+//!   task leaves out the cpu of a group `enabled` would pace, as `enabled` does. (The dry run
+//!   once counted such a group's over-share requests as would-reject, where `enabled` paced
+//!   them without a 429.) Tested by
+//!   `test_the_dry_run_of_a_paced_group_counts_its_waits_not_rejections`.
 //!
 //! A queued `enforced` group with a cpu limit is *paced* ([`GroupEntry::paced_cpu_limit`]):
 //! its requests wait in [`wait_for_share`] for its CPU quota
@@ -57,16 +69,27 @@ pub fn admit_resources(
     entry: &GroupEntry,
     task: &Task,
 ) -> Result<Option<Reservation>, ApiError> {
-    check_resources(st, entry, Some(task))
+    check_resources(st, entry, Check::Door(task))
 }
 
-/// [`admit_resources`], counting a (would-be) rejection of `count`'s task in the group's stats
-/// only when there is one (a request that waits for its group's share is not rejected, it
-/// waits: [`wait_for_share`]).
+/// Which check of a request's share runs: what a (would-be) breach of it counts.
+#[derive(Debug, Clone, Copy)]
+enum Check<'a> {
+    /// At the door, of this task: a breach counts (R2), but in the dry run one of a group
+    /// `enabled` would queue is a would-be wait (R3).
+    Door(&'a Task),
+    /// When a thread takes this task: a breach counts (R2).
+    Start(&'a Task),
+    /// A request waiting for its group's share: it is not rejected, it waits
+    /// ([`wait_for_share`]), and nothing counts.
+    Wait,
+}
+
+/// [`admit_resources`], counting a (would-be) rejection as `check` says.
 fn check_resources(
     st: &AppState,
     entry: &GroupEntry,
-    count: Option<&Task>,
+    check: Check<'_>,
 ) -> Result<Option<Reservation>, ApiError> {
     let Some(group) = &entry.group else {
         return Ok(None);
@@ -80,7 +103,7 @@ fn check_resources(
     let paced = entry.paced_cpu_limit(mode).is_some();
     let last = unpaced(last_usage(entry), paced);
     if !settings.bool(keys::WLM_ESTIMATE_UNMEASURED_TASKS) {
-        return decide(st, &settings, entry, group, last, count).map(|()| None);
+        return decide(st, &settings, entry, group, last, check).map(|()| None);
     }
     UnmeasuredTasks::try_admit(&entry.stats.unmeasured, last, |projected| {
         decide(
@@ -89,7 +112,7 @@ fn check_resources(
             entry,
             group,
             unpaced(projected, paced),
-            count,
+            check,
         )
     })
     .map(Some)
@@ -137,7 +160,7 @@ pub async fn wait_for_share(
             return Ok(None);
         };
         if quota_allows(st, &current)
-            && let Ok(r) = check_resources(st, &current, None)
+            && let Ok(r) = check_resources(st, &current, Check::Wait)
         {
             return Ok(r);
         }
@@ -168,15 +191,53 @@ pub fn recheck_resources(st: &AppState, entry: &GroupEntry, task: &Task) -> Resu
         }
         _ => last,
     };
-    let paced = entry.paced_cpu_limit(settings.wlm_mode()).is_some();
+    // R3: the dry run leaves out the cpu of a group `enabled` would pace, as `enabled` does.
+    let mode = settings.wlm_mode();
+    let paced = entry.paced_cpu_limit(mode).is_some()
+        || (monitored(mode, group) && entry.would_pace_cpu_limit().is_some());
     decide(
         st,
         &settings,
         entry,
         group,
         unpaced(usage, paced),
-        Some(task),
+        Check::Start(task),
     )
+}
+
+/// Whether a group's breaches are only monitored in `mode` (the dry run): `monitor_only`, or
+/// a `monitor` group.
+fn monitored(mode: WlmMode, group: &sluice_core::WorkloadGroup) -> bool {
+    mode == WlmMode::MonitorOnly || group.resiliency_mode == sluice_core::ResiliencyMode::Monitor
+}
+
+/// After its throttle (`granted`), counts the share wait the door found for a request of a
+/// group `enabled` would queue (R3): one would-queue, unless the throttle counted it already
+/// (a would-be place in the queue, `granted.dry_place`, or a would-be 429,
+/// `granted.would_throttle`); either way nothing of it counts later (R2).
+pub fn settle_dry_wait(
+    st: &AppState,
+    entry: &GroupEntry,
+    task: &Task,
+    granted: &super::throttle::Granted,
+) {
+    if !task
+        .dry_share_wait
+        .load(std::sync::atomic::Ordering::Acquire)
+    {
+        return;
+    }
+    if !granted.would_throttle && granted.dry_place.is_none() {
+        entry.stats.total_would_queue.inc();
+        log_decision(
+            st,
+            entry,
+            false,
+            "the group is over its resource share; enabled would have queued the request until its share allows (its group queues)",
+        );
+    }
+    task.dry_refused
+        .store(true, std::sync::atomic::Ordering::Release);
 }
 
 /// `usage` without its cpu part when the group is paced (its cpu share is its quota's).
@@ -213,7 +274,7 @@ fn last_usage(entry: &GroupEntry) -> ResourceUsage {
 }
 
 /// Decides on `usage` and carries the decision out: a debug line for a would-be rejection, the
-/// counters (when `count` names the request's task) and the 429 for a rejection.
+/// counters (as `check` says: [`Check`]) and the 429 for a rejection.
 ///
 /// `group` is the group as the request was tagged with it; a breach is judged against the
 /// group as it is now (R1), looked up only then, so an admitted request costs no lookup.
@@ -223,7 +284,7 @@ fn decide(
     entry: &GroupEntry,
     group: &sluice_core::WorkloadGroup,
     usage: ResourceUsage,
-    count: Option<&Task>,
+    check: Check<'_>,
 ) -> Result<(), ApiError> {
     // No usage breaches no threshold (thresholds are >= 0 and the comparison is strict).
     if !(usage.cpu > 0.0 || usage.memory > 0.0) {
@@ -245,14 +306,21 @@ fn decide(
     match decision {
         Admission::Admit => Ok(()),
         Admission::WouldReject(r) => {
-            // R2: once per request, whichever check found it first.
-            if let Some(task) = count
-                && !task
-                    .dry_refused
-                    .swap(true, std::sync::atomic::Ordering::AcqRel)
-            {
-                entry.stats.total_would_reject.inc();
-                log_decision(st, entry, false, &r.message());
+            match check {
+                // R3: `enabled` would have made it wait for the share after its throttle.
+                Check::Door(task) if current.would_queue() => task
+                    .dry_share_wait
+                    .store(true, std::sync::atomic::Ordering::Release),
+                // R2: once per request, whichever check found it first.
+                Check::Door(task) | Check::Start(task)
+                    if !task
+                        .dry_refused
+                        .swap(true, std::sync::atomic::Ordering::AcqRel) =>
+                {
+                    entry.stats.total_would_reject.inc();
+                    log_decision(st, entry, false, &r.message());
+                }
+                Check::Door(_) | Check::Start(_) | Check::Wait => {}
             }
             tracing::debug!(
                 group = %group.name,
@@ -262,7 +330,7 @@ fn decide(
             Ok(())
         }
         Admission::Reject(r) => {
-            if count.is_some() {
+            if !matches!(check, Check::Wait) {
                 entry.stats.total_rejections.inc();
                 entry.stats.resource(r.resource).rejections.inc();
                 log_decision(st, entry, true, &r.message());

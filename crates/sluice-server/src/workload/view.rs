@@ -50,6 +50,26 @@ impl GroupEntry {
             .flatten()
     }
 
+    /// Whether `enabled` would queue the group's requests, as the dry run judges it: a
+    /// throttle set and `queue.size_per_bucket` > 0, a `monitor` group judged as the group
+    /// it would be as `enforced` (as its would-cancel is). Its requests would then wait for
+    /// the group's share rather than be rejected (`admission/share.rs` R3).
+    pub fn would_queue(&self) -> bool {
+        self.group
+            .as_ref()
+            .is_some_and(|g| g.throttling.is_enabled() && g.queue.num_size_per_bucket() > 0)
+    }
+
+    /// The cpu limit `enabled` would pace the group at, as the dry run judges it
+    /// ([`Self::would_queue`], not `soft`): [`Self::paced_cpu_limit`] of the group it
+    /// previews.
+    pub fn would_pace_cpu_limit(&self) -> Option<f64> {
+        let g = self.group.as_ref()?;
+        (self.would_queue() && g.resiliency_mode != sluice_core::ResiliencyMode::Soft)
+            .then_some(g.resource_limits.cpu)
+            .flatten()
+    }
+
     /// Charges what `usage` used since its last charge to the group's CPU quota while the group
     /// is paced (one that is queued but not paced drops its quota instead). Nothing for a group
     /// whose throttle does not act: no lock, no quota.

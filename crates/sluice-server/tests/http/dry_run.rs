@@ -385,6 +385,51 @@ async fn test_a_shared_tier_dry_run_counts_what_enabled_then_does() {
 }
 
 #[tokio::test]
+async fn test_the_dry_run_of_a_paced_group_counts_its_waits_not_rejections() {
+    // A queued `enforced` group with a cpu limit is paced under `enabled`: over its share, its
+    // requests wait (for CPU quota) and none is rejected. The dry run once counted each of
+    // them as would-reject: 429s `enabled` never sends.
+    const REQUESTS: u64 = 3;
+    let quiet = [
+        "wlm.workload_group.enforcement_interval=3600000",
+        "wlm.workload_group.usage_refresh_interval=3600000",
+    ];
+    let paced = json!({"name": "paced", "resiliency_mode": "enforced",
+                       "resource_limits": {"cpu": 0.05},
+                       "throttling": {"attribute": "group", "node_limit": 10},
+                       "queue": {"size_per_bucket": 5}});
+    for (mode, resiliency) in [("monitor_only", "enforced"), ("enabled", "monitor")] {
+        // No usage refresh during the test: the group's usage stays as set below.
+        let node = node_in_mode(mode, &quiet).await;
+        let mut group = paced.clone();
+        group["resiliency_mode"] = json!(resiliency);
+        let id = create_group(&node, group).await;
+        let entry = node.state.workload.entry(&id).expect("group");
+        entry.stats.cpu.set_current_usage(0.9);
+        let tag = [("workloadGroupId", id.as_str())];
+        for _ in 0..REQUESTS {
+            assert_eq!(cheap(&node, &tag).await.status, 200, "{mode}");
+        }
+        let s = stats_of(&node, &id).await;
+        assert_eq!(s["total_would_reject"], 0, "{mode}: {s}");
+        assert_eq!(s["total_would_queue"], REQUESTS, "{mode}: {s}");
+        assert_eq!(s["total_would_throttle"], 0, "{mode}: {s}");
+    }
+
+    // `enabled` paces the same group over the same share: no 429.
+    let node = node_in_mode("enabled", &quiet).await;
+    let id = create_group(&node, paced).await;
+    let entry = node.state.workload.entry(&id).expect("group");
+    entry.stats.cpu.set_current_usage(0.9);
+    let tag = [("workloadGroupId", id.as_str())];
+    for _ in 0..REQUESTS {
+        assert_eq!(cheap(&node, &tag).await.status, 200);
+    }
+    let s = stats_of(&node, &id).await;
+    assert_eq!(s["total_rejections"], 0, "enabled: {s}");
+}
+
+#[tokio::test]
 async fn test_a_request_the_share_would_reject_counts_as_would_reject_only() {
     // A group over its cpu share with node_limit 1, two requests at once: `enabled` rejects
     // both for the share before their throttle, and throttles neither. The dry run once let
