@@ -78,7 +78,11 @@ impl IntoResponse for ApiError {
                     crate::logging::failures::request_failed(e.root_cause().code.type_name(), &e);
                 }
                 let body = json!({"error": render_error(&e), "status": status.as_u16()});
-                crate::http::json_response(status, &body, false)
+                let mut resp = crate::http::json_response(status, &body, false);
+                // A gateway in front of Elasticsearch renders it again in its names.
+                resp.extensions_mut()
+                    .insert(crate::backend::upstream::product::OwnError(e));
+                resp
             }
             ApiError::Simple {
                 status,

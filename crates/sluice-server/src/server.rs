@@ -480,7 +480,8 @@ async fn request_layers(State(st): State<Arc<AppState>>, mut req: Request, next:
         Ok((warnings, audited)) => {
             let mut resp = next.run(req).await;
             crate::admission::ticket::release_with_response(&mut resp);
-            crate::http::meta::add_warnings(&warnings, &mut resp);
+            let product = st.upstream.as_deref().map(|up| &up.product);
+            crate::http::meta::add_warnings(&warnings, product, &mut resp);
             if let Some(audited) = audited {
                 audited.record(&st, resp.status());
             }
@@ -663,7 +664,8 @@ fn expectation_failed() -> Response {
 /// built rendered as YAML when the request asks for it ([`crate::http::format`]), and the
 /// request's `X-Opaque-Id` echoed on every response (so errors, rejections and caught panics
 /// carry it too), and on a gateway the upstream's product header put on every answer of
-/// sluice's own ([`crate::backend::upstream::product`]).
+/// sluice's own, with an error of its own in the upstream's names
+/// ([`crate::backend::upstream::product`] P2, P4).
 async fn outer_layer(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
     // Before anything reads the path: authorization, routing and a gateway's forwarding act
     // on the indices OpenSearch would.
@@ -677,6 +679,10 @@ async fn outer_layer(State(st): State<Arc<AppState>>, mut req: Request, next: Ne
         crate::http::format::wants_yaml(uri.query(), crate::http::format::accept(req.headers()));
     let resp = next.run(req).await;
     let mut resp = crate::http::fallback::name_allowed_methods(&method, &uri, resp);
+    if let Some(up) = &st.upstream {
+        // Before `?pretty` and YAML, which render the body it writes.
+        up.product.restyle(&mut resp);
+    }
     if yaml {
         resp = crate::http::format::yaml_answer(resp).await;
     } else if pretty {

@@ -115,7 +115,33 @@ pub enum ErrorCode {
     RoutingMissing,
 }
 
+/// Whose names an answer of sluice's own uses where OpenSearch's and Elasticsearch's differ:
+/// OpenSearch's, but on a gateway in front of Elasticsearch, whose clients read its names
+/// (its error types, its `Warning` header's agent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dialect {
+    /// OpenSearch's names: an embedded node, and a gateway in front of OpenSearch.
+    #[default]
+    OpenSearch,
+    /// Elasticsearch's names, where they differ.
+    Elasticsearch,
+}
+
 impl ErrorCode {
+    /// The error `type` string for this code in `dialect`: [`Self::type_name`], but
+    /// Elasticsearch's where it differs. Elasticsearch names an exception after its class
+    /// (`EsRejectedExecutionException`, `es_rejected_execution_exception`); OpenSearch renamed
+    /// that class (`OpenSearchRejectedExecutionException`) and dropped the prefix from its
+    /// name. The other types sluice answers are the same in both.
+    pub fn type_name_in(self, dialect: Dialect) -> &'static str {
+        match (self, dialect) {
+            (ErrorCode::RejectedExecution, Dialect::Elasticsearch) => {
+                "es_rejected_execution_exception"
+            }
+            _ => self.type_name(),
+        }
+    }
+
     /// The OpenSearch error `type` string for this code.
     pub fn type_name(self) -> &'static str {
         match self {
@@ -382,10 +408,11 @@ impl OpenSearchError {
     }
 }
 
-/// The fields of one level of an error: `type`, `reason`, `index` and the extras.
-fn error_object(e: &OpenSearchError) -> Map<String, Value> {
+/// The fields of one level of an error: `type` (in `dialect`), `reason`, `index` and the
+/// extras.
+fn error_object(e: &OpenSearchError, dialect: Dialect) -> Map<String, Value> {
     let mut m = Map::new();
-    m.insert("type".into(), Value::from(e.code.type_name()));
+    m.insert("type".into(), Value::from(e.code.type_name_in(dialect)));
     m.insert("reason".into(), Value::from(e.reason.as_str()));
     if let Some(index) = &e.index {
         m.insert("index".into(), Value::from(index.as_str()));
@@ -399,6 +426,12 @@ fn error_object(e: &OpenSearchError) -> Map<String, Value> {
 /// Renders an error as OpenSearch's `error` object (without `status`): `root_cause` first,
 /// then the error's own fields, then `failed_shards` (search phase failures) and `caused_by`.
 pub fn render_error(e: &OpenSearchError) -> Value {
+    render_error_in(e, Dialect::OpenSearch)
+}
+
+/// [`render_error`] with the types named in `dialect` ([`ErrorCode::type_name_in`]).
+pub fn render_error_in(e: &OpenSearchError, dialect: Dialect) -> Value {
+    let error_object = |e: &OpenSearchError| error_object(e, dialect);
     let mut out = Map::new();
     out.insert(
         "root_cause".into(),
@@ -434,6 +467,24 @@ pub type Result<T, E = OpenSearchError> = std::result::Result<T, E>;
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn test_a_rejection_in_elasticsearchs_names() {
+        let e = OpenSearchError::new(ErrorCode::RejectedExecution, "full");
+        let es = render_error_in(&e, Dialect::Elasticsearch);
+        assert_eq!(es["type"], "es_rejected_execution_exception");
+        assert_eq!(
+            es["root_cause"][0]["type"],
+            "es_rejected_execution_exception"
+        );
+        assert_eq!(render_error(&e)["type"], "rejected_execution_exception");
+        // The names the two share are unchanged.
+        let other = OpenSearchError::index_not_found("logs");
+        assert_eq!(
+            render_error_in(&other, Dialect::Elasticsearch),
+            render_error(&other)
+        );
+    }
 
     #[test]
     fn test_index_not_found_renders_as_opensearch_does() {

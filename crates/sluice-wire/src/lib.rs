@@ -40,7 +40,9 @@ pub mod pattern;
 pub mod time;
 
 pub use bytes::parse_byte_size;
-pub use error::{ErrorCode, OpenSearchError, Result, ShardTarget, render_error};
+pub use error::{
+    Dialect, ErrorCode, OpenSearchError, Result, ShardTarget, render_error, render_error_in,
+};
 pub use keys::{
     DEFAULT_GROUP_ID, OPAQUE_ID_HEADER, OPENSEARCH_COMPAT_VERSION, WORKLOAD_GROUP_ID_HEADER,
 };

@@ -16,11 +16,12 @@ use sluice_engine::{EngineError, ErrorCode, SearchRequest};
 
 use super::search::search_description;
 use crate::admission::{TaskSpec, admit};
-use crate::error::{ApiError, ApiResult, render_error, status_of};
+use crate::error::{ApiError, ApiResult, status_of};
 use crate::http::{Body, Params, RequestMeta, reply};
 use crate::state::AppState;
 use crate::tasks::{CancelOnDrop, actions};
 use sluice_engine::resolve::IndicesOptions;
+use sluice_wire::render_error_in;
 
 /// Header keys OpenSearch accepts in an msearch metadata line.
 const HEADER_KEYS: &[&str] = &[
@@ -341,19 +342,21 @@ fn item_response(r: ApiResult<Value>) -> Value {
             v["status"] = json!(200);
             v
         }
-        Err(e) => error_item(&e),
+        Err(e) => error_item(&e, sluice_wire::Dialect::OpenSearch),
     }
 }
 
-/// An error as an msearch item: its OpenSearch error and status (also a gateway's items).
-pub(crate) fn error_item(e: &ApiError) -> Value {
+/// An error as an msearch item: its error, in `dialect`'s names (Elasticsearch's on a gateway
+/// in front of it: `crate::backend::upstream::product` P4), and its status (also a gateway's
+/// items).
+pub(crate) fn error_item(e: &ApiError, dialect: sluice_wire::Dialect) -> Value {
     match e {
         ApiError::Engine(e) | ApiError::Rejected { error: e, .. } => {
-            json!({"error": render_error(e), "status": status_of(e).as_u16()})
+            json!({"error": render_error_in(e, dialect), "status": status_of(e).as_u16()})
         }
         other => {
             let e = EngineError::internal(format!("msearch item failed: {other:?}"));
-            json!({"error": render_error(&e), "status": 500})
+            json!({"error": render_error_in(&e, dialect), "status": 500})
         }
     }
 }

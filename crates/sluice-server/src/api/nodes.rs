@@ -161,6 +161,18 @@ fn node_info(st: &AppState, m: &Member, metrics: &[&str]) -> Value {
         "roles": ROLES,
         "attributes": {"sluice.backend": m.backend, "sluice.protocol": m.protocol_version.to_string()},
     });
+    // A gateway in front of Elasticsearch describes its nodes as Elasticsearch does (its
+    // clients' sniffers read them): the upstream's version, and no `distribution`, which
+    // Elasticsearch's nodes info has not (`crate::backend::upstream::product` P4).
+    if let Some(product) = st.upstream.as_deref().map(|up| &up.product)
+        && product.dialect() == sluice_wire::Dialect::Elasticsearch
+        && let Some(o) = v.as_object_mut()
+    {
+        o.remove("distribution");
+        if let Some(version) = product.elasticsearch_version() {
+            o.insert("version".into(), json!(version));
+        }
+    }
     if metrics.contains(&"http") {
         v["http"] = json!({
             "bound_address": [m.http_addr.to_string()],

@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use sluice_engine::EngineError;
 
 use crate::auth::Principal;
+use crate::backend::upstream::product::Product;
 use crate::http::header_lines::HeaderLines;
 use sluice_core::authz::RoleSet;
 use sluice_wire::WORKLOAD_GROUP_ID_HEADER as GROUP_HEADER;
@@ -164,9 +165,11 @@ pub fn gather(
 }
 
 /// Adds the warnings raised while handling a request to its response, as OpenSearch formats
-/// them (`299 OpenSearch-<version> "<text>"`).
-pub fn add_warnings(warnings: &Warnings, resp: &mut Response) {
-    for v in warning_values(warnings) {
+/// them (`299 OpenSearch-<version> "<text>"`), or, on a gateway in front of Elasticsearch
+/// (`product`), as Elasticsearch does (`299 Elasticsearch-<version>-<build hash> "<text>"`:
+/// [`crate::backend::upstream::product`] P4).
+pub fn add_warnings(warnings: &Warnings, product: Option<&Product>, resp: &mut Response) {
+    for v in warning_values(warnings, product) {
         resp.headers_mut()
             .append(HeaderName::from_static("warning"), v);
     }
@@ -174,17 +177,19 @@ pub fn add_warnings(warnings: &Warnings, resp: &mut Response) {
 
 /// The `Warning` header values of the warnings raised while handling a request (taken: a
 /// second call gives none), as [`add_warnings`] adds them.
-pub fn warning_values(warnings: &Warnings) -> Vec<HeaderValue> {
+pub fn warning_values(warnings: &Warnings, product: Option<&Product>) -> Vec<HeaderValue> {
+    let warnings = warnings.take();
+    if warnings.is_empty() {
+        return Vec::new();
+    }
+    let agent = product
+        .and_then(Product::warning_agent)
+        .unwrap_or_else(|| format!("OpenSearch-{}", sluice_wire::OPENSEARCH_COMPAT_VERSION));
     warnings
-        .take()
         .into_iter()
         .filter_map(|w| {
             let escaped = w.replace('\\', "\\\\").replace('"', "\\\"");
-            let value = format!(
-                "299 OpenSearch-{} \"{escaped}\"",
-                sluice_wire::OPENSEARCH_COMPAT_VERSION
-            );
-            HeaderValue::from_str(&value).ok()
+            HeaderValue::from_str(&format!("299 {agent} \"{escaped}\"")).ok()
         })
         .collect()
 }

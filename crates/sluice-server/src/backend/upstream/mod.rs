@@ -281,8 +281,8 @@ impl Upstream {
         };
         match answer.map(|a| (a.status, a.headers, a.body)) {
             Ok((status, headers, body)) if status.is_success() => {
-                self.product.learn(&headers);
                 let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                self.product.learn(&headers, &v);
                 let _ = self.cluster.set(UpstreamCluster {
                     name: v["cluster_name"].as_str().unwrap_or("").to_string(),
                     uuid: v["cluster_uuid"].as_str().unwrap_or("").to_string(),

@@ -379,7 +379,8 @@ impl Merge {
 
     /// Starts the admitted items of `decided` as a batch and forwards it.
     fn forward(&mut self, decided: Vec<(usize, Decided)>) {
-        let batch = start_batch(decided, self.template, &mut self.order);
+        let dialect = self.up.product.dialect();
+        let batch = start_batch(decided, self.template, dialect, &mut self.order);
         if batch.items.is_empty() {
             return;
         }
@@ -498,7 +499,8 @@ impl Merge {
                 .finish::<()>(Err(ApiError::Engine(engine.clone())))
                 .err()
                 .unwrap_or_else(|| ApiError::Engine(engine.clone()));
-            self.order.own(place, &error_item(&settled));
+            self.order
+                .own(place, &error_item(&settled, self.up.product.dialect()));
         }
     }
 
@@ -511,7 +513,8 @@ impl Merge {
     fn fill_missing(&mut self) {
         for place in self.order.missing() {
             let e = EngineError::internal("msearch item was never answered");
-            self.order.own(place, &error_item(&ApiError::Engine(e)));
+            let item = error_item(&ApiError::Engine(e), self.up.product.dialect());
+            self.order.own(place, &item);
         }
     }
 
@@ -589,7 +592,12 @@ async fn decide(
 /// Starts the admitted items of `decided` (admission's start hook may still turn one away,
 /// as a search thread's would) into a batch: each with its group's timeout and what is left of
 /// its cancel-after. Refused items get their error item in `order` at once.
-fn start_batch(decided: Vec<(usize, Decided)>, template: bool, order: &mut Order) -> Batch {
+fn start_batch(
+    decided: Vec<(usize, Decided)>,
+    template: bool,
+    dialect: sluice_wire::Dialect,
+    order: &mut Order,
+) -> Batch {
     let mut batch = Batch {
         items: Vec::new(),
         ndjson: String::new(),
@@ -600,7 +608,7 @@ fn start_batch(decided: Vec<(usize, Decided)>, template: bool, order: &mut Order
     for (place, d) in decided {
         let (mut admitted, item) = match d {
             Decided::Refused(e) => {
-                order.own(place, &error_item(&e));
+                order.own(place, &error_item(&e, dialect));
                 continue;
             }
             Decided::Admitted(admitted, item) => (admitted, item),
@@ -617,7 +625,7 @@ fn start_batch(decided: Vec<(usize, Decided)>, template: bool, order: &mut Order
                     .finish::<()>(Err(ApiError::Engine(e)))
                     .err()
                     .unwrap_or_else(|| ApiError::Engine(EngineError::internal("item not started")));
-                order.own(place, &error_item(&refused));
+                order.own(place, &error_item(&refused, dialect));
                 continue;
             }
         }

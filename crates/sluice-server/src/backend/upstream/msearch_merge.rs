@@ -372,7 +372,7 @@ impl BatchAnswer {
             return Err(Fatal(e));
         }
         self.held = None;
-        let item = error_item(&ApiError::Engine(e));
+        let item = error_item(&ApiError::Engine(e), up.product.dialect());
         for (i, &place) in self.places.iter().enumerate() {
             if let Some(mut t) = self.tickets[i].take() {
                 settle(up, &mut t, false);

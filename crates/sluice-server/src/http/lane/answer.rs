@@ -11,8 +11,8 @@ use crate::backend::upstream::product::Product;
 
 /// Writes an answer of sluice's own (an error, a rejection) to the lane request whose head is
 /// `head`, its target at `target`, rendered as the general path's outer layer renders it,
-/// with the upstream's product header as it adds it (`product`,
-/// [`crate::backend::upstream::product`] P2).
+/// with the upstream's product header and names as it adds them (`product`,
+/// [`crate::backend::upstream::product`] P2, P4).
 pub(super) async fn write_own(
     stream: &mut TcpStream,
     mut resp: Response,
@@ -21,6 +21,7 @@ pub(super) async fn write_own(
     product: Option<&Product>,
 ) -> std::io::Result<()> {
     if let Some(product) = product {
+        product.restyle(&mut resp);
         product.stamp(&mut resp);
     }
     // Asked only of sluice's own answers (errors, rejections): a relayed answer is the

@@ -340,7 +340,12 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
 
 /// The upstream's product, which the lane's own answers carry as the general path's do.
 fn product(conn: &Conn) -> Option<&crate::backend::upstream::product::Product> {
-    conn.st.upstream.as_deref().map(|up| &up.product)
+    product_of(&conn.st)
+}
+
+/// The upstream's product, on a gateway ([`crate::backend::upstream::product`]).
+fn product_of(st: &AppState) -> Option<&crate::backend::upstream::product::Product> {
+    st.upstream.as_deref().map(|up| &up.product)
 }
 
 /// Whether the node is stopping: the connection's next answer is its last (L4).
@@ -479,7 +484,7 @@ async fn forward(
     match lane_search(st, request_meta, route, parts, lane, body, thread).await {
         Err(e) => {
             let mut resp = e.into_response();
-            meta::add_warnings(&warnings, &mut resp);
+            meta::add_warnings(&warnings, product_of(st), &mut resp);
             if let Some(audited) = audited {
                 audited.record(st, resp.status());
             }
@@ -501,7 +506,7 @@ async fn forward(
             // Room for the body's first bytes too: the relay sends them with the head.
             let mut head = status_line(status, answer.reason(), answer.buffered());
             answer.write_headers(&mut head);
-            for v in meta::warning_values(&warnings) {
+            for v in meta::warning_values(&warnings, product_of(st)) {
                 push_header(&mut head, "warning", &v);
             }
             for v in &opaque {

@@ -154,6 +154,138 @@ async fn test_own_answers_carry_the_upstreams_product_header() {
     gw.stop().await;
 }
 
+/// The `Warning` a request tagged with an unknown group gets, with the agent `agent`.
+fn unknown_group_warning(agent: &str) -> String {
+    format!(
+        "299 {agent} \"workload group [nope] does not exist; the request ran in [DEFAULT_WORKLOAD_GROUP]\""
+    )
+}
+
+/// The `type` of an error object and of its root cause.
+fn types_of(error: &serde_json::Value) -> (&str, &str) {
+    (
+        error["type"].as_str().unwrap_or_default(),
+        error["root_cause"][0]["type"].as_str().unwrap_or_default(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_own_answers_speak_elasticsearch_in_front_of_it() {
+    // An outside trial found the gateway's own answers in OpenSearch's words in front of
+    // Elasticsearch: its 429s `rejected_execution_exception`, its warnings'
+    // `OpenSearch-3.3.0`, its `_nodes/http` nodes `distribution: opensearch`.
+    const ES_REJECTED: &str = "es_rejected_execution_exception";
+    let (release, released) = tokio::sync::watch::channel(false);
+    let up = elasticsearch(released).await;
+    let gw = gateway(&up.base, &["node.memory_budget=1tb"]).await;
+    let group = one_slot_group(&gw).await;
+    let r = gw
+        .req_with(
+            "PUT",
+            "/_rules/workload_group",
+            Some(
+                json!({"description": "t", "index_pattern": ["tenant*"], "workload_group": group}),
+            ),
+            &ADMIN,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    // Warnings, on a search relayed on the lane and on a merged `_msearch`: Elasticsearch's
+    // format, with the upstream's version (its build hash unknown: the fake gives none).
+    let es_warning = unknown_group_warning("Elasticsearch-8.15.1-unknown");
+    let unknown = [("workloadGroupId", "nope")];
+    let r = gw
+        .req_with("POST", "/a/_search", Some(json!({})), &unknown)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.header_values("warning"),
+        std::slice::from_ref(&es_warning),
+        "a search"
+    );
+    let body = common::ndjson(&[json!({"index": "a"}), json!({})]);
+    let resp = gw
+        .client
+        .post(gw.url("/_msearch"))
+        .header("content-type", "application/x-ndjson")
+        .header("workloadGroupId", "nope")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let r = Reply::of(resp).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header_values("warning"), [es_warning], "an _msearch");
+
+    // 429s of the gateway's own while the group's one slot is held upstream: on the lane, on
+    // the general path (a scroll), and as a merged `_msearch`'s item.
+    let client = gw.client.clone();
+    let url = gw.url("/tenant-hang/_search");
+    let held = tokio::spawn(async move { client.post(url).send().await.map(|r| r.status()) });
+    up.wait_received("tenant-hang").await;
+    for path in ["/tenant-2/_search", "/tenant-2/_search?scroll=1m"] {
+        let r = gw.req_with("POST", path, Some(json!({})), &[]).await;
+        assert_eq!(r.status, 429, "{path}: {}", r.body);
+        assert_eq!(
+            types_of(&r.body["error"]),
+            (ES_REJECTED, ES_REJECTED),
+            "{path}: {}",
+            r.body
+        );
+    }
+    let body = common::ndjson(&[json!({"index": "tenant-3"}), json!({})]);
+    let resp = gw
+        .client
+        .post(gw.url("/_msearch"))
+        .header("content-type", "application/x-ndjson")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let r = Reply::of(resp).await;
+    let item = &r.body["responses"][0];
+    assert_eq!(item["status"], 429, "{}", r.body);
+    assert_eq!(
+        types_of(&item["error"]),
+        (ES_REJECTED, ES_REJECTED),
+        "{}",
+        r.body
+    );
+    release.send_replace(true);
+    assert_eq!(held.await.unwrap().unwrap(), 200);
+
+    // The nodes a sniffer reads, described as Elasticsearch describes its own.
+    let r = gw.req_with("GET", "/_nodes/http", None, &ADMIN).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let nodes = r.body["nodes"].as_object().expect("nodes");
+    assert!(!nodes.is_empty(), "{}", r.body);
+    for node in nodes.values() {
+        assert!(node.get("distribution").is_none(), "{node}");
+        assert_eq!(node["version"], "8.15.1", "{node}");
+    }
+    gw.stop().await;
+
+    // In front of OpenSearch (no product named): OpenSearch's words, as ever.
+    let up = fake(Arc::new(|_r: Received| {
+        Box::pin(async { axum::Json(json!({"hits": {"hits": []}})).into_response() })
+    }))
+    .await;
+    let gw = gateway(&up.base, &[]).await;
+    let r = gw
+        .req_with("POST", "/a/_search", Some(json!({})), &unknown)
+        .await;
+    assert_eq!(
+        r.header_values("warning"),
+        [unknown_group_warning("OpenSearch-3.3.0")]
+    );
+    let r = gw.req_with("GET", "/_nodes/http", None, &ADMIN).await;
+    for node in r.body["nodes"].as_object().expect("nodes").values() {
+        assert_eq!(node["distribution"], "opensearch", "{node}");
+    }
+    gw.stop().await;
+}
+
 /// A request to `gw` with Elasticsearch 8.x clients' versioned media types.
 async fn versioned(gw: &TestNode, method: &str, path: &str, body: serde_json::Value) -> Reply {
     const JSON8: &str = "application/vnd.elasticsearch+json; compatible-with=8";
