@@ -183,8 +183,13 @@ impl Node {
             crate::backend::upstream::config::BackendConfig::Embedded => None,
             crate::backend::upstream::config::BackendConfig::Upstream(u) => {
                 let capacity = enforcement.capacity();
-                let up =
-                    crate::backend::upstream::start(u, &config.auth, &identity.node_id, capacity);
+                let up = crate::backend::upstream::start(
+                    u,
+                    &config.auth,
+                    &identity.node_id,
+                    capacity,
+                    &config.data_path,
+                );
                 Some(Arc::new(up.await?))
             }
         };

@@ -175,12 +175,14 @@ impl Call {
 
 impl Upstream {
     /// The upstream of `config`; `auth` is sluice's own authentication, `capacity` the node's
-    /// (what the enforcement divides CPU time and memory by). Its measure is not decided yet.
+    /// (what the enforcement divides CPU time and memory by), `data` its data folder (where
+    /// the upstream's product is remembered, `product.rs` P5). Its measure is not decided yet.
     pub fn new(
         config: &UpstreamConfig,
         auth: &crate::auth::AuthConfig,
         node_id: &str,
         capacity: sluice_core::resources::NodeCapacity,
+        data: &std::path::Path,
     ) -> anyhow::Result<Upstream> {
         let plain = config.hosts.iter().all(|h| h.scheme_str() == Some("http"));
         let lane = (config.fast_lane && plain).then(|| {
@@ -204,7 +206,7 @@ impl Upstream {
             cancel_wait_timeout: config.cancel_wait_timeout,
             followers: followers::Followers::default(),
             cluster: OnceLock::new(),
-            product: product::Product::default(),
+            product: product::Product::remembered_in(data),
         })
     }
 
@@ -283,6 +285,7 @@ impl Upstream {
             Ok((status, headers, body)) if status.is_success() => {
                 let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                 self.product.learn(&headers, &v);
+                self.product.save().await;
                 let _ = self.cluster.set(UpstreamCluster {
                     name: v["cluster_name"].as_str().unwrap_or("").to_string(),
                     uuid: v["cluster_uuid"].as_str().unwrap_or("").to_string(),
@@ -950,14 +953,16 @@ pub(super) const WORK_ACTIONS: &str = "*search*,*byquery*,*reindex*,*rank_eval*,
 /// the gateway starts, and its requests get 502 until the upstream is back. Each host has a
 /// short bound to answer the start-up calls, and the next is asked
 /// ([`UpstreamClient::call_at_start`]).
-/// `capacity` is the node's (what the enforcement divides CPU time and memory by).
+/// `capacity` is the node's (what the enforcement divides CPU time and memory by); `data` its
+/// data folder, where the upstream's product is remembered across restarts (`product.rs` P5).
 pub async fn start(
     config: &UpstreamConfig,
     auth: &crate::auth::AuthConfig,
     node_id: &str,
     capacity: sluice_core::resources::NodeCapacity,
+    data: &std::path::Path,
 ) -> anyhow::Result<Upstream> {
-    let upstream = Upstream::new(config, auth, node_id, capacity)?;
+    let upstream = Upstream::new(config, auth, node_id, capacity, data)?;
     if upstream.identity().is_single_identity() {
         if config.credentials.is_none() && auth.mode == crate::auth::AuthMode::None {
             tracing::warn!(

@@ -33,8 +33,18 @@
 //!   upstream's version, no `distribution`). In front of OpenSearch, and on an embedded node,
 //!   nothing changes. The product is data of the gateway's state, passed to each place that
 //!   names something. Tested by `test_own_answers_speak_elasticsearch_in_front_of_it`.
+//! - P5 — a gateway remembers the product across restarts ([`FILE`] in its data folder, written
+//!   when a `GET /` names one, removed when one names none): started while its upstream is
+//!   down, it answers with the product it last learned until the upstream's `GET /` answers,
+//!   whose word then stands (P3). Otherwise an Elasticsearch 8 client's first call to
+//!   `_wlm/stats` or `_tasks` on a gateway restarted during an outage — routes that stay
+//!   readable then — got a 200 it turned into `UnsupportedProductError` (an outside trial).
+//!   Tested by `test_a_restarted_gateway_remembers_its_upstreams_product` and
+//!   `test_a_remembered_product_gives_way_to_the_upstreams_answer`.
 
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::response::Response;
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -47,14 +57,30 @@ pub static PRODUCT_HEADER: HeaderName = HeaderName::from_static("x-elastic-produ
 /// The product header's value that names Elasticsearch.
 const ELASTICSEARCH: &[u8] = b"Elasticsearch";
 
-/// The product the upstream names itself by, once its `GET /` said so (P3).
+/// Where in its data folder a gateway remembers its upstream's product (P5).
+pub const FILE: &str = "upstream_product.json";
+
+/// The product the upstream names itself by, once its `GET /` said so (P3), or as an earlier
+/// run of the gateway learned it until then (P5).
 #[derive(Debug, Default)]
-pub struct Product(OnceLock<Learned>);
+pub struct Product {
+    /// What this run's first `GET /` naming a product said.
+    learned: OnceLock<Learned>,
+    /// Whether a `GET /` answered in this run: the remembered product no longer counts.
+    answered: AtomicBool,
+    /// What an earlier run learned, read from [`FILE`] at start.
+    remembered: Option<Learned>,
+    /// The file to remember in; `None` in tests.
+    file: Option<PathBuf>,
+    /// Whether this run has brought the file up to date.
+    saved: AtomicBool,
+}
 
 /// What the upstream's `GET /` said of itself.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Learned {
     /// Its product header's value.
+    #[serde(with = "http_serde_header")]
     header: HeaderValue,
     /// Its `version.number`, if it gave one.
     version: Option<String>,
@@ -67,23 +93,102 @@ struct Learned {
 #[derive(Debug, Clone)]
 pub struct OwnError(pub sluice_engine::EngineError);
 
+/// A product header's value in [`FILE`]: as text (a value that is not is not remembered).
+mod http_serde_header {
+    use http::HeaderValue;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &HeaderValue, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(v.to_str().map_err(serde::ser::Error::custom)?)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<HeaderValue, D::Error> {
+        let text = String::deserialize(d)?;
+        HeaderValue::from_str(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 impl Product {
+    /// A gateway's product, remembered in `data`'s [`FILE`] (P5): what an earlier run learned
+    /// counts until the upstream answers. A file that cannot be read is warned of and
+    /// ignored (the gateway learns the product again).
+    pub fn remembered_in(data: &Path) -> Product {
+        let file = data.join(FILE);
+        let remembered = match std::fs::read(&file) {
+            Ok(bytes) => match serde_json::from_slice::<Learned>(&bytes) {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    tracing::warn!(file = %file.display(), "the upstream's product remembered from an earlier run cannot be read ({e}); it is learned again from the upstream's GET /");
+                    None
+                }
+            },
+            Err(_) => None,
+        };
+        Product {
+            remembered,
+            file: Some(file),
+            ..Product::default()
+        }
+    }
+
     /// Learns the product from the upstream's `GET /` answer: its headers, and its body (the
     /// version its `Warning` headers name, P4).
     pub fn learn(&self, headers: &HeaderMap, body: &Value) {
         if let Some(v) = headers.get(&PRODUCT_HEADER) {
             let text = |key: &str| body["version"][key].as_str().map(str::to_string);
-            let _ = self.0.set(Learned {
+            let _ = self.learned.set(Learned {
                 header: v.clone(),
                 version: text("number"),
                 build_hash: text("build_hash"),
             });
         }
+        self.answered.store(true, Ordering::Release);
     }
 
-    /// The product header's value, once learned.
+    /// Brings [`FILE`] up to date with what this run learned, once a run (P5): written when a
+    /// `GET /` named a product other than the remembered one, removed when it named none.
+    /// Written whole to a temporary file first, so a crash leaves the old file or the new.
+    pub async fn save(&self) {
+        let Some(file) = &self.file else { return };
+        if !self.answered.load(Ordering::Acquire) || self.saved.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let learned = self.learned.get();
+        if learned == self.remembered.as_ref() {
+            return;
+        }
+        let result = match learned {
+            None => match tokio::fs::remove_file(file).await {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            },
+            Some(l) => match serde_json::to_vec(l) {
+                Ok(bytes) => {
+                    let tmp = file.with_extension("json.tmp");
+                    match tokio::fs::write(&tmp, bytes).await {
+                        Ok(()) => tokio::fs::rename(&tmp, file).await,
+                        Err(e) => Err(e),
+                    }
+                }
+                Err(e) => Err(std::io::Error::other(e)),
+            },
+        };
+        if let Err(e) = result {
+            tracing::warn!(file = %file.display(), "cannot remember the upstream's product for the next start: {e}");
+        }
+    }
+
+    /// What counts: this run's answer once the upstream answered, else the remembered.
+    fn current(&self) -> Option<&Learned> {
+        match self.answered.load(Ordering::Acquire) {
+            true => self.learned.get(),
+            false => self.remembered.as_ref(),
+        }
+    }
+
+    /// The product header's value, once learned (or remembered, P5).
     pub fn get(&self) -> Option<&HeaderValue> {
-        self.0.get().map(|l| &l.header)
+        self.current().map(|l| &l.header)
     }
 
     /// Whether the upstream named itself Elasticsearch.
@@ -102,8 +207,7 @@ impl Product {
 
     /// The upstream's version, as its `GET /` gave it, in front of Elasticsearch.
     pub fn elasticsearch_version(&self) -> Option<&str> {
-        self.0
-            .get()
+        self.current()
             .filter(|_| self.is_elasticsearch())
             .and_then(|l| l.version.as_deref())
     }
@@ -114,7 +218,7 @@ impl Product {
     /// its clients' pattern reads it), the version `0.0.0` when it gave none (a form the
     /// pattern still reads). `None` elsewhere: OpenSearch's agent is sluice's own.
     pub fn warning_agent(&self) -> Option<String> {
-        let learned = self.0.get().filter(|_| self.is_elasticsearch())?;
+        let learned = self.current().filter(|_| self.is_elasticsearch())?;
         let hash = learned
             .build_hash
             .as_deref()
@@ -235,6 +339,55 @@ mod tests {
         );
         assert_eq!(other.warning_agent(), None);
         assert_eq!(other.dialect(), Dialect::OpenSearch);
+    }
+
+    /// An Elasticsearch `GET /` answer's body of `version`.
+    fn root(version: &str) -> Value {
+        serde_json::json!({"version": {"number": version, "build_hash": "1a77947"}})
+    }
+
+    #[tokio::test]
+    async fn test_a_restarted_gateway_remembers_its_upstreams_product() {
+        let data = tempfile::tempdir().unwrap();
+        let first = Product::remembered_in(data.path());
+        assert!(first.get().is_none(), "nothing remembered yet");
+        first.learn(&named("Elasticsearch"), &root("8.15.1"));
+        first.save().await;
+        // The next run, before its upstream answers: what the last one learned.
+        let next = Product::remembered_in(data.path());
+        assert_eq!(next.get().unwrap(), "Elasticsearch");
+        assert_eq!(
+            next.warning_agent().as_deref(),
+            Some("Elasticsearch-8.15.1-1a77947")
+        );
+        assert_eq!(next.dialect(), Dialect::Elasticsearch);
+    }
+
+    #[tokio::test]
+    async fn test_a_remembered_product_gives_way_to_the_upstreams_answer() {
+        let data = tempfile::tempdir().unwrap();
+        std::fs::write(
+            data.path().join(FILE),
+            br#"{"header":"Elasticsearch","version":"8.15.1","build_hash":null}"#,
+        )
+        .unwrap();
+        let product = Product::remembered_in(data.path());
+        assert_eq!(product.get().unwrap(), "Elasticsearch");
+        // The gateway now fronts OpenSearch: its answer, naming no product, stands, and the
+        // file is removed so the next start does not remember Elasticsearch.
+        product.learn(&HeaderMap::new(), &Value::Null);
+        assert!(product.get().is_none());
+        assert_eq!(product.dialect(), Dialect::OpenSearch);
+        product.save().await;
+        assert!(!data.path().join(FILE).exists());
+        assert!(Product::remembered_in(data.path()).get().is_none());
+    }
+
+    #[test]
+    fn test_an_unreadable_remembered_product_is_ignored() {
+        let data = tempfile::tempdir().unwrap();
+        std::fs::write(data.path().join(FILE), b"{not json").unwrap();
+        assert!(Product::remembered_in(data.path()).get().is_none());
     }
 
     #[test]

@@ -408,3 +408,40 @@ async fn test_background_work_is_followed_with_the_gateways_own_credentials() {
     }
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_restarted_gateway_remembers_its_upstreams_product() {
+    let (_release, released) = tokio::sync::watch::channel(true);
+    let up = elasticsearch(released).await;
+    let data = tempfile::tempdir().unwrap();
+    let settings = |hosts: &str| {
+        vec![
+            "backend.type=upstream".to_string(),
+            format!("backend.upstream.hosts={hosts}"),
+            "backend.upstream.search_threads=4".to_string(),
+            "backend.upstream.request_timeout=500ms".to_string(),
+            "backend.upstream.connect_timeout=500ms".to_string(),
+        ]
+    };
+    let first = settings(&up.base);
+    let first: Vec<&str> = first.iter().map(String::as_str).collect();
+    let gw = TestNode::start_embedded_on(data.path(), &first).await;
+    let r = gw.req_with("GET", "/_wlm/stats", None, &ADMIN).await;
+    assert_eq!(product_of(&r), ["Elasticsearch"], "learned at start");
+    gw.stop().await;
+    // Started again while its upstream is down (nothing listens where it points): sluice's own
+    // routes stay readable, and an Elasticsearch 8 client still finds the product on them.
+    let down = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let again = settings(&down);
+    let again: Vec<&str> = again.iter().map(String::as_str).collect();
+    let gw = TestNode::start_embedded_on(data.path(), &again).await;
+    for path in ["/_wlm/stats", "/_list/wlm_stats", "/_tasks"] {
+        let r = gw.req_with("GET", path, None, &ADMIN).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        assert_eq!(product_of(&r), ["Elasticsearch"], "{path}");
+    }
+    gw.stop().await;
+}
