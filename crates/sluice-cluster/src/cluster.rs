@@ -22,7 +22,10 @@ use crate::split::{PresentNode, SplitDetector, SplitView};
 pub struct ClusterConfig {
     /// `cluster.name`.
     pub cluster_name: String,
-    /// This node's record; its `transport_addr` is the bound transport listener's address.
+    /// This node's record; its `transport_addr` is the address peers reach the transport at:
+    /// the published one ([`crate::publish`]), which is the listener's own address unless
+    /// that is a wildcard (`0.0.0.0`, `::`) or `transport.publish_host`/`_port` say otherwise.
+    /// Gossip binds the listener's address ([`Cluster::start`]).
     pub me: Member,
     /// `discovery.seed_hosts`.
     pub seeds: Vec<String>,
@@ -46,16 +49,20 @@ pub struct Cluster {
     stop: CancellationToken,
     /// Live nodes of the metastore that gossip did not join ([`crate::split`]).
     split: parking_lot::Mutex<(SplitDetector, SplitView)>,
+    /// The transport listener's own address (TCP and UDP), perhaps a wildcard.
+    bound_addr: std::net::SocketAddr,
 }
 
 impl Cluster {
     /// Starts gossip on the listener's address (UDP, same port number) and keeps the TCP
-    /// listener for [`Cluster::serve`].
+    /// listener for [`Cluster::serve`]. Peers are told `config.me.transport_addr`.
     pub async fn start(
         config: ClusterConfig,
         listener: TcpListener,
     ) -> Result<Cluster, StartError> {
-        let listen_addr = config.me.transport_addr;
+        let listen_addr = listener
+            .local_addr()
+            .map_err(|e| StartError(format!("cannot read the transport's bound address: {e}")))?;
         let membership = Membership::start(MembershipConfig {
             cluster_name: config.cluster_name,
             me: config.me.clone(),
@@ -114,6 +121,7 @@ impl Cluster {
             server: parking_lot::Mutex::new(None),
             stop,
             split: parking_lot::Mutex::new((SplitDetector::default(), SplitView::default())),
+            bound_addr: listen_addr,
         })
     }
 
@@ -153,6 +161,12 @@ impl Cluster {
     /// This node's record.
     pub fn me(&self) -> &Member {
         self.membership.me()
+    }
+
+    /// The address the transport's sockets are bound to (`transport.host`), which may be a
+    /// wildcard; [`Cluster::me`]'s `transport_addr` is the one published to peers.
+    pub fn bound_addr(&self) -> std::net::SocketAddr {
+        self.bound_addr
     }
 
     /// The members as of now.

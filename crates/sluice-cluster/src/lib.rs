@@ -14,6 +14,8 @@
 //!   `discovery.seed_hosts`): reported, reached, and the smaller side stands aside.
 //! - [`bind`]: the transport port: TCP and UDP bound on one number, `0` or a range picking a
 //!   free one.
+//! - [`publish`]: the address a node publishes to its peers and clients, which is not a
+//!   wildcard its sockets bind (OpenSearch's publish host rules).
 //!
 //! This crate knows nothing of HTTP, search or workload groups: what a node answers to a
 //! [`rpc::LocalApi`] call is a JSON document the server renders and reads.
@@ -25,6 +27,7 @@ pub mod fanout;
 pub mod member;
 pub mod membership;
 pub mod pause;
+pub mod publish;
 pub mod ring;
 pub mod rpc;
 pub mod shared;

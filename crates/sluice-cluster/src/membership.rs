@@ -136,7 +136,8 @@ pub struct MembershipConfig {
     pub me: Member,
     /// `discovery.seed_hosts`: `host:port` transport addresses of other nodes.
     pub seeds: Vec<String>,
-    /// Where gossip binds (UDP): the transport address.
+    /// Where gossip binds (UDP): the transport's bound address, perhaps a wildcard. Peers
+    /// are told `me.transport_addr` instead, the published one ([`crate::publish`]).
     pub listen_addr: SocketAddr,
     /// [`GOSSIP_INTERVAL`] in a node; tests may shorten it.
     pub gossip_interval: Duration,
@@ -157,7 +158,8 @@ impl Membership {
     pub async fn start(config: MembershipConfig) -> Result<Membership, StartError> {
         let me = config.me.clone();
         let chitchat_config = ChitchatConfig {
-            chitchat_id: ChitchatId::new(me.node_id.clone(), me.generation, config.listen_addr),
+            // Peers gossip to the advertised address: the published one, never a wildcard.
+            chitchat_id: ChitchatId::new(me.node_id.clone(), me.generation, me.transport_addr),
             cluster_id: config.cluster_name.clone(),
             gossip_interval: config.gossip_interval,
             listen_addr: config.listen_addr,
@@ -493,7 +495,7 @@ fn incarnation(seen: Vec<Member>) -> Option<Member> {
 /// Why membership could not start (the gossip socket did not bind, say).
 #[derive(Debug, thiserror::Error)]
 #[error("gossip could not start: {0}")]
-pub struct StartError(String);
+pub struct StartError(pub(crate) String);
 
 #[cfg(test)]
 mod tests {
