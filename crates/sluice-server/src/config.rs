@@ -11,6 +11,11 @@ pub mod keys {
     pub const HTTP_HOST: &str = "http.host";
     /// Port the HTTP server binds; 0 picks a free one.
     pub const HTTP_PORT: &str = "http.port";
+    /// Address the node tells clients to reach its HTTP server at (`_nodes`, `_cat/nodes`);
+    /// by default `http.host`, or one of the machine's addresses when that is a wildcard.
+    pub const HTTP_PUBLISH_HOST: &str = "http.publish_host";
+    /// Port the node tells clients to reach its HTTP server at; by default the bound one.
+    pub const HTTP_PUBLISH_PORT: &str = "http.publish_port";
     /// Largest request body accepted.
     pub const HTTP_MAX_CONTENT_LENGTH: &str = "http.max_content_length";
     /// How long a connection may read nothing before it is closed; `0` (the default) never.
@@ -51,6 +56,12 @@ pub mod keys {
     pub const TRANSPORT_HOST: &str = "transport.host";
     /// Port (or range) of the transport; `0` picks a free one.
     pub const TRANSPORT_PORT: &str = "transport.port";
+    /// Address the node tells other nodes to reach its transport at; by default
+    /// `http.publish_host` when set, else `transport.host`, or one of the machine's addresses
+    /// when that is a wildcard.
+    pub const TRANSPORT_PUBLISH_HOST: &str = "transport.publish_host";
+    /// Port the node tells other nodes to reach its transport at; by default the bound one.
+    pub const TRANSPORT_PUBLISH_PORT: &str = "transport.publish_port";
     /// The metastore: unset for the embedded SQLite file in `path.data`, or
     /// `postgres://user:password@host:port/db` for a PostgreSQL database shared by a cluster.
     pub const METASTORE_URI: &str = "metastore.uri";
@@ -90,6 +101,8 @@ pub mod keys {
 const KNOWN_KEYS: &[&str] = &[
     keys::HTTP_HOST,
     keys::HTTP_PORT,
+    keys::HTTP_PUBLISH_HOST,
+    keys::HTTP_PUBLISH_PORT,
     keys::HTTP_MAX_CONTENT_LENGTH,
     keys::HTTP_READ_TIMEOUT,
     keys::HTTP_SHUTDOWN_GRACE,
@@ -109,6 +122,8 @@ const KNOWN_KEYS: &[&str] = &[
     keys::DISCOVERY_SEED_HOSTS,
     keys::TRANSPORT_HOST,
     keys::TRANSPORT_PORT,
+    keys::TRANSPORT_PUBLISH_HOST,
+    keys::TRANSPORT_PUBLISH_PORT,
     keys::METASTORE_URI,
     keys::BACKEND_TYPE,
     keys::BACKEND_UPSTREAM_HOSTS,
@@ -138,6 +153,11 @@ pub struct Config {
     pub http_host: IpAddr,
     /// `http.port`.
     pub http_port: u16,
+    /// `http.publish_host`; `None`: resolved from the bound address at start
+    /// ([`crate::cluster::publish`]).
+    pub http_publish_host: Option<IpAddr>,
+    /// `http.publish_port`; `None`: the bound port.
+    pub http_publish_port: Option<u16>,
     /// `http.max_content_length`, bytes.
     pub max_content_length: u64,
     /// `http.read_timeout`; `None` for OpenSearch's default, `0`: never.
@@ -186,6 +206,11 @@ pub struct TransportConfig {
     pub host: IpAddr,
     /// `transport.port`; defaults to the first free port of 9300-9400.
     pub port: sluice_cluster::bind::PortSpec,
+    /// `transport.publish_host`; defaults to `http.publish_host`; `None`: resolved from the
+    /// bound address at start ([`crate::cluster::publish`]).
+    pub publish_host: Option<IpAddr>,
+    /// `transport.publish_port`; `None`: the bound port.
+    pub publish_port: Option<u16>,
     /// `discovery.seed_hosts`, each `host:port`.
     pub seed_hosts: Vec<String>,
 }
@@ -401,6 +426,8 @@ impl Config {
                 )
             })?,
         };
+        let http_publish_host = publish_host(&get, keys::HTTP_PUBLISH_HOST)?;
+        let http_publish_port = publish_port(&get, keys::HTTP_PUBLISH_PORT)?;
         let max_content_length = match get(keys::HTTP_MAX_CONTENT_LENGTH) {
             None => DEFAULT_MAX_CONTENT_LENGTH,
             Some((v, s)) => parse_byte_size(v).filter(|n| *n > 0).ok_or_else(|| {
@@ -518,7 +545,7 @@ impl Config {
             source_name: "configuration".into(),
             expected: e,
         })?;
-        let transport = transport_config(&get, http_host)?;
+        let transport = transport_config(&get, http_host, http_publish_host)?;
         let metastore = match get(keys::METASTORE_URI) {
             None => sluice_meta::MetastoreUri::embedded(&data_path),
             // The value is echoed masked: it may carry a password.
@@ -566,6 +593,8 @@ impl Config {
             search_pool_queue_size,
             http_host,
             http_port,
+            http_publish_host,
+            http_publish_port,
             max_content_length,
             read_timeout,
             shutdown_grace,
@@ -582,10 +611,12 @@ impl Config {
     }
 }
 
-/// Validates `transport.host`, `transport.port` and `discovery.seed_hosts`.
+/// Validates `transport.host`, `transport.port`, `transport.publish_*` and
+/// `discovery.seed_hosts`.
 fn transport_config<'a>(
     get: &dyn Fn(&str) -> Option<(&'a str, &'a str)>,
     http_host: IpAddr,
+    http_publish_host: Option<IpAddr>,
 ) -> Result<TransportConfig, ConfigError> {
     let invalid = |key: &str, value: &str, src: &str, expected: &str| ConfigError::InvalidValue {
         key: key.to_string(),
@@ -627,8 +658,75 @@ fn transport_config<'a>(
     Ok(TransportConfig {
         host,
         port,
+        publish_host: publish_host(get, keys::TRANSPORT_PUBLISH_HOST)?.or(http_publish_host),
+        publish_port: publish_port(get, keys::TRANSPORT_PUBLISH_PORT)?,
         seed_hosts,
     })
+}
+
+/// Validates a `*.publish_host`: an IP address or `localhost`, never a wildcard, which no
+/// other machine can reach (it would dial itself).
+fn publish_host<'a>(
+    get: &dyn Fn(&str) -> Option<(&'a str, &'a str)>,
+    key: &str,
+) -> Result<Option<IpAddr>, ConfigError> {
+    let invalid = |v: &str, s: &str, expected: &str| ConfigError::InvalidValue {
+        key: key.to_string(),
+        value: v.to_string(),
+        source_name: s.to_string(),
+        expected: expected.to_string(),
+    };
+    match get(key) {
+        None => Ok(None),
+        Some((v, _)) if v.trim() == "localhost" => Ok(Some(IpAddr::from([127, 0, 0, 1]))),
+        Some((v, s)) => match v.trim().parse::<IpAddr>() {
+            Ok(ip) if ip.is_unspecified() => Err(invalid(
+                v,
+                s,
+                "a wildcard address cannot be published: other nodes and clients would connect \
+                 to themselves; expected an address of this machine they can reach, such as \
+                 10.0.0.5, or leave it unset to publish one of the machine's addresses",
+            )),
+            Ok(ip) if ip.is_multicast() || ip == IpAddr::from([255, 255, 255, 255]) => {
+                Err(invalid(
+                    v,
+                    s,
+                    "a multicast or broadcast address cannot be published; expected an address of this machine \
+                 other nodes and clients can reach, such as 10.0.0.5",
+                ))
+            }
+            Ok(ip) => Ok(Some(ip)),
+            Err(_) => Err(invalid(
+                v,
+                s,
+                "expected an IP address such as 10.0.0.5 or 2001:db8::5, or localhost",
+            )),
+        },
+    }
+}
+
+/// Validates a `*.publish_port`: 1-65535, or OpenSearch's `-1` for the bound port (as unset).
+fn publish_port<'a>(
+    get: &dyn Fn(&str) -> Option<(&'a str, &'a str)>,
+    key: &str,
+) -> Result<Option<u16>, ConfigError> {
+    match get(key) {
+        None => Ok(None),
+        Some((v, _)) if v.trim() == "-1" => Ok(None),
+        Some((v, s)) => v
+            .trim()
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p > 0)
+            .map(Some)
+            .ok_or_else(|| ConfigError::InvalidValue {
+                key: key.to_string(),
+                value: v.to_string(),
+                source_name: s.to_string(),
+                expected: "expected a port number between 1 and 65535 (or -1 for the bound port)"
+                    .to_string(),
+            }),
+    }
 }
 
 /// A seed host as `host:port` (port 9300 when missing); `None` when malformed.
@@ -805,6 +903,81 @@ mod tests {
         ] {
             let err = load(None, &[], &[pg, flag]).unwrap_err().to_string();
             assert!(err.contains(&format!("[{key}]")), "{flag}: {err}");
+        }
+    }
+
+    #[test]
+    fn test_publish_settings_parse_default_and_refuse_wildcards_naming_the_key() {
+        let c = load(None, &[], &[]).unwrap();
+        assert_eq!(c.http_publish_host, None);
+        assert_eq!(c.http_publish_port, None);
+        assert_eq!(c.transport.publish_host, None);
+        assert_eq!(c.transport.publish_port, None);
+        let c = load(
+            Some("http:\n  publish_host: 10.0.0.5\n  publish_port: 80\n"),
+            &[("SLUICE_TRANSPORT_PUBLISH_PORT", "9350")],
+            &["http.host=0.0.0.0"],
+        )
+        .unwrap();
+        let ten: IpAddr = "10.0.0.5".parse().unwrap();
+        assert_eq!(c.http_publish_host, Some(ten));
+        assert_eq!(c.http_publish_port, Some(80));
+        // `transport.publish_host` defaults to `http.publish_host`, as `transport.host` to
+        // `http.host`.
+        assert_eq!(c.transport.publish_host, Some(ten));
+        assert_eq!(c.transport.publish_port, Some(9350));
+        let c = load(
+            None,
+            &[],
+            &[
+                "http.publish_host=10.0.0.5",
+                "transport.publish_host=localhost",
+                "http.publish_port=-1",
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.transport.publish_host, Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(c.http_publish_port, None, "-1: the bound port");
+        for (flag, key, says) in [
+            ("http.publish_host=0.0.0.0", "http.publish_host", "wildcard"),
+            ("http.publish_host=::", "http.publish_host", "wildcard"),
+            (
+                "transport.publish_host=0.0.0.0",
+                "transport.publish_host",
+                "wildcard",
+            ),
+            (
+                "transport.publish_host=224.0.0.1",
+                "transport.publish_host",
+                "multicast",
+            ),
+            (
+                "http.publish_host=my host",
+                "http.publish_host",
+                "IP address",
+            ),
+            (
+                "http.publish_port=0",
+                "http.publish_port",
+                "between 1 and 65535",
+            ),
+            (
+                "http.publish_port=70000",
+                "http.publish_port",
+                "between 1 and 65535",
+            ),
+            (
+                "transport.publish_port=x",
+                "transport.publish_port",
+                "between 1 and 65535",
+            ),
+        ] {
+            let err = load(None, &[], &[flag]).unwrap_err().to_string();
+            assert!(
+                err.starts_with("invalid value [") && err.contains(&format!("[{key}]")),
+                "{flag}: {err}"
+            );
+            assert!(err.contains(says), "{flag}: {err}");
         }
     }
 

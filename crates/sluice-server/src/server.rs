@@ -142,12 +142,17 @@ impl Node {
         let listener = bind_http(addr)
             .map_err(|e| anyhow::anyhow!("cannot bind http.host:http.port [{addr}]: {e}"))?;
         let stop = Arc::new(StopRequest::default());
+        let http_bound_addr = listener.local_addr()?;
         let cluster = crate::cluster::join(
             &config,
             crate::cluster::NodeFacts {
                 node_id: &identity.node_id,
                 cluster_uuid: &identity.cluster_uuid,
-                http_addr: listener.local_addr()?,
+                http_addr: crate::cluster::publish::publish_addr(
+                    http_bound_addr,
+                    config.http_publish_host,
+                    config.http_publish_port,
+                ),
                 backend: match &config.backend {
                     crate::backend::upstream::config::BackendConfig::Embedded => "embedded",
                     crate::backend::upstream::config::BackendConfig::Upstream(_) => "upstream",
@@ -194,6 +199,7 @@ impl Node {
             }
         };
         let state = Arc::new(AppState {
+            http_bound_addr,
             metastore_status,
             upstream,
             enforcement,
@@ -252,6 +258,7 @@ impl Node {
         tracing::info!(
             node = %self.state.config.node_name,
             cluster = %self.state.config.cluster_name,
+            publish_address = %self.state.cluster.me().http_addr,
             "listening on http://{addr}"
         );
         let app = app(self.state.clone());

@@ -44,6 +44,9 @@ impl NodeIdentity {
 pub struct AppState {
     /// The node configuration.
     pub config: Config,
+    /// The HTTP listener's own address (`http.host`:`http.port`, perhaps a wildcard); the
+    /// member record's `http_addr` is the published one ([`crate::cluster::publish`]).
+    pub http_bound_addr: std::net::SocketAddr,
     /// The node identity.
     pub identity: NodeIdentity,
     /// The embedded engine, which the data APIs (documents, bulk, index admin) use directly.

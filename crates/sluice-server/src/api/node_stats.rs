@@ -89,7 +89,8 @@ pub struct NodeFigures {
     pub node_id: String,
     /// The node name.
     pub name: String,
-    /// Its bound transport address (`ip:port`), as OpenSearch reports `transport_address` and `ip`.
+    /// Its published transport address (`ip:port`), as OpenSearch reports `transport_address`
+    /// and `ip`.
     pub address: String,
     /// Its host (IP) alone.
     pub host: String,
@@ -113,7 +114,8 @@ pub fn local_figures(st: &AppState) -> NodeFigures {
         super::index_stats::sum_into(&mut indices, &super::index_stats::index_figures(h, &all));
     }
     let (queue, active) = st.search_pool.num_queued_and_active();
-    // The bound transport address, as `_nodes` shows it (the configured port may be 0).
+    // The published transport address, as `_nodes` shows it (the configured port may be 0,
+    // the bound host a wildcard).
     let transport = st.cluster.me().transport_addr;
     NodeFigures {
         node_id: st.identity.node_id.clone(),

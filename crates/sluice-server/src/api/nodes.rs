@@ -9,6 +9,10 @@
 //! - No JVM, OS or heap figures exist to report; `_nodes` gives OpenSearch's identity fields
 //!   (name, host, ip, transport_address, version, build, roles, attributes) and the `http` and
 //!   `transport` sections (what client sniffing reads: `http.publish_address`).
+//! - Every address shown (`publish_address`, `transport_address`, `ip`, `http_address`) is
+//!   the member's published one, never a wildcard a client would dial as itself
+//!   ([`crate::cluster::publish`]); `bound_address` is the listener's own for the node
+//!   answering only (see [`bound`]).
 //! - `_cat/nodes` columns: `id` (4 characters, or whole with `full_id=true`), `name`, `ip`,
 //!   `port` (transport), `http_address`, `version`, `build`, `node.role` (`dim`),
 //!   `node.roles`, `cluster_manager`, `master` (its old name), and sluice's `backend`. An
@@ -173,9 +177,10 @@ fn node_info(st: &AppState, m: &Member, metrics: &[&str]) -> Value {
             o.insert("version".into(), json!(version));
         }
     }
+    let me = m.node_id == st.identity.node_id;
     if metrics.contains(&"http") {
         v["http"] = json!({
-            "bound_address": [m.http_addr.to_string()],
+            "bound_address": [bound(me.then_some(st.http_bound_addr), m.http_addr)],
             "publish_address": m.http_addr.to_string(),
             "max_content_length_in_bytes": if m.node_id == st.identity.node_id {
                 json!(st.config.max_content_length)
@@ -203,12 +208,19 @@ fn node_info(st: &AppState, m: &Member, metrics: &[&str]) -> Value {
     }
     if metrics.contains(&"transport") {
         v["transport"] = json!({
-            "bound_address": [m.transport_addr.to_string()],
+            "bound_address": [bound(me.then(|| st.cluster.bound_addr()), m.transport_addr)],
             "publish_address": m.transport_addr.to_string(),
             "profiles": {},
         });
     }
     v
+}
+
+/// A `bound_address` entry: the node answering shows the address its listener bound (a
+/// wildcard such as `0.0.0.0:9200` when it bound one); its peers' bound addresses are not
+/// gossiped, so another member shows what is known of it, its published address.
+fn bound(own: Option<std::net::SocketAddr>, published: std::net::SocketAddr) -> String {
+    own.unwrap_or(published).to_string()
 }
 
 /// The `_cat/nodes` columns, in the order `h=*` lists them; the default ones are shown

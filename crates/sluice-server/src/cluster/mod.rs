@@ -5,6 +5,7 @@
 
 pub mod local;
 pub mod presence;
+pub mod publish;
 pub mod select;
 pub mod twins;
 pub mod upstream_identity;
@@ -44,15 +45,16 @@ pub struct NodeFacts<'a> {
     pub node_id: &'a str,
     /// The cluster uuid from the metastore.
     pub cluster_uuid: &'a str,
-    /// The bound HTTP address.
+    /// The published HTTP address ([`publish`]): where clients reach the node.
     pub http_addr: SocketAddr,
     /// `embedded` or `upstream`.
     pub backend: &'a str,
 }
 
 /// Binds the transport (`transport.host`/`transport.port`), starts gossip with
-/// `discovery.seed_hosts` and logs the address; the RPC server starts answering once the
-/// node calls [`Cluster::serve`].
+/// `discovery.seed_hosts` and logs the bound and published addresses; the RPC server starts
+/// answering once the node calls [`Cluster::serve`]. Peers are told the published address
+/// ([`publish`]): a wildcard bind is no address they can dial.
 pub async fn join(
     config: &Config,
     facts: NodeFacts<'_>,
@@ -72,7 +74,8 @@ pub async fn join(
                 }
             )
         })?;
-    let transport_addr = listener.local_addr()?;
+    let bound_addr = listener.local_addr()?;
+    let transport_addr = publish::publish_addr(bound_addr, t.publish_host, t.publish_port);
     // A restarted node must out-rank its earlier incarnation in gossip: its start time does.
     let generation = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -122,13 +125,12 @@ pub async fn join(
         listener,
     )
     .await
-    .map_err(|e| {
-        anyhow::anyhow!("cannot start the cluster transport on [{transport_addr}]: {e}")
-    })?;
+    .map_err(|e| anyhow::anyhow!("cannot start the cluster transport on [{bound_addr}]: {e}"))?;
     tracing::info!(
+        publish_address = %transport_addr,
         seeds = ?t.seed_hosts,
         metastore_seeds = ?&seeds[t.seed_hosts.len()..],
-        "transport on {transport_addr} (node-to-node RPC over TCP, gossip over UDP)"
+        "transport on {bound_addr} (node-to-node RPC over TCP, gossip over UDP)"
     );
     let cluster = Arc::new(cluster);
     log_membership(&cluster);

@@ -31,7 +31,8 @@ pub struct Proc {
     pub name: String,
     /// Where it serves HTTP.
     pub http: SocketAddr,
-    /// Where it serves RPC and gossip.
+    /// Where its peers reach its RPC and gossip: the published transport address, which is
+    /// the bound one unless that is a wildcard (`transport.host=0.0.0.0`).
     pub transport: SocketAddr,
     log: Arc<Mutex<String>>,
 }
@@ -107,6 +108,16 @@ impl TestCluster {
     /// Starts `n` nodes on the metastore at `metastore_uri`.
     pub async fn start_on(n: usize, test: &str, metastore_uri: String) -> TestCluster {
         TestCluster::launch(n, test, metastore_uri, false).await
+    }
+
+    /// Starts `n` nodes on one fresh PostgreSQL database, each with the settings `flags`
+    /// besides the harness's own, and waits until each sees all `n`.
+    pub async fn start_with_flags(n: usize, test: &str, flags: &[&str]) -> TestCluster {
+        let url = sluice_meta::test_suite::fresh_postgres_url(test).await;
+        let mut c = TestCluster::empty(test, url);
+        c.flags = flags.iter().map(|f| f.to_string()).collect();
+        c.spawn_all(n).await;
+        c
     }
 
     /// Starts `n` nodes on one fresh PostgreSQL database, each holding its own copy of the
@@ -494,7 +505,7 @@ pub async fn spawn_node(name: &str, data: &Path, flags: &[String]) -> Proc {
             http = Some(a);
         }
         if let Some(a) = addr_after(&line, "transport on ") {
-            transport = Some(a);
+            transport = addr_after(&line, "publish_address=").or(Some(a));
         }
     }
     Proc {

@@ -180,3 +180,46 @@ async fn test_a_copy_of_a_nodes_data_folder_stops_and_the_original_stays() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_nodes_bound_on_a_wildcard_transport_publish_reachable_addresses_and_join() {
+    // Peers dial what a node publishes: a wildcard would be each peer itself.
+    let c =
+        TestCluster::start_with_flags(2, "wildcard_transport", &["transport.host=0.0.0.0"]).await;
+    for i in 0..2 {
+        assert_eq!(c.member_names(i).await, ["node-0", "node-1"]);
+        let (status, nodes) = c.get(i, "/_nodes/transport").await;
+        assert_eq!(status, 200, "{nodes}");
+        let mut published = BTreeSet::new();
+        for n in nodes["nodes"].as_object().unwrap().values() {
+            let addr: std::net::SocketAddr = n["transport_address"]
+                .as_str()
+                .and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| panic!("no transport_address in {n}"));
+            assert!(!addr.ip().is_unspecified(), "node {i} lists {n}");
+            assert_eq!(n["transport"]["publish_address"], addr.to_string(), "{n}");
+            assert_eq!(n["ip"], addr.ip().to_string(), "{n}");
+            // The address answers: the transport listens there (TCP).
+            tokio::net::TcpStream::connect(addr)
+                .await
+                .unwrap_or_else(|e| panic!("{addr} published by {} refuses: {e}", n["name"]));
+            published.insert(addr);
+        }
+        assert_eq!(published.len(), 2, "{nodes}");
+        let (status, rows) = c.get(i, "/_cat/nodes?format=json&h=name,ip").await;
+        assert_eq!(status, 200, "{rows}");
+        for row in rows.as_array().unwrap() {
+            let ip: std::net::IpAddr = row["ip"].as_str().unwrap().parse().unwrap();
+            assert!(!ip.is_unspecified(), "node {i} lists {row}");
+        }
+    }
+    // The node answering shows the wildcard it bound.
+    let (_, local) = c.get(0, "/_nodes/_local/transport").await;
+    let me = local["nodes"].as_object().unwrap().values().next().unwrap();
+    assert!(
+        me["transport"]["bound_address"][0]
+            .as_str()
+            .is_some_and(|a| a.starts_with("0.0.0.0:")),
+        "{me}"
+    );
+}

@@ -27,6 +27,7 @@ mod logs;
 mod metastore_pg;
 mod metrics;
 mod msearch;
+mod publish;
 mod queue_stress;
 mod queueing;
 mod request_errors;
