@@ -35,12 +35,16 @@
 //!   changes nothing (P2 of `pool.rs`). Tested by
 //!   `test_a_release_the_owner_missed_reaches_it_when_it_answers_again`.
 //! - **K14 (late grants go back)** — an acquire's call runs in a task of its own, for up to
-//!   [`super::LEASE_TTL`]; the request waits for it at most its deadline and then fails open.
-//!   A grant that arrives after the request stopped waiting (or went away) is released as it
-//!   arrives: an owner that resumes from a pause and answers its backlog of acquires keeps no
-//!   slot for requests that never ran on it (an outside trial saw a group's every slot held
-//!   that way for 30 s, the TTL, after a 0.6 s pause of its owner under load). Tested by
-//!   `test_a_grant_that_comes_after_the_deadline_is_released`.
+//!   [`super::ACQUIRE_LISTEN`] (as long as its connection can deliver it); the request waits
+//!   for it at most its deadline and then fails open. A grant that arrives after the request
+//!   stopped waiting (or went away) is released as it arrives: an owner that resumes from a
+//!   pause and answers its backlog of acquires keeps no slot for requests that never ran on it
+//!   (an outside trial saw a group's every slot held that way for 30 s, the TTL, after a 0.6 s
+//!   pause of its owner under load), nor does one that an acquire reaches after a long
+//!   partition healed (the call listened only for [`super::LEASE_TTL`] before, and the owner
+//!   counted grants delivered later for a TTL: an outside trial, partitions over 30 s). Tested
+//!   by `test_a_grant_that_comes_after_the_deadline_is_released` and
+//!   `test_a_grant_delivered_after_a_long_partition_is_released`.
 //! - **K15 (one owner holds back no other's releases)** — the releaser has at most one call
 //!   out per owner and never waits for one owner's answer before calling another: an owner
 //!   that does not answer (paused, or its call lost) delays only the releases of its own
@@ -739,7 +743,7 @@ impl Coordinator {
     }
 
     /// Sends the acquire `call` to `owner` from a task of its own and waits at most `deadline`
-    /// for the answer (K14). The call itself may take up to [`super::LEASE_TTL`]: a grant
+    /// for the answer (K14). The call itself may take up to [`super::ACQUIRE_LISTEN`]: a grant
     /// that comes after the caller stopped waiting (the deadline passed, or the request went
     /// away) is released at once, so an owner that answers late keeps no slot for a request
     /// that never ran on it.
@@ -757,7 +761,7 @@ impl Coordinator {
         let me = Arc::downgrade(self);
         let to = owner.clone();
         tokio::spawn(async move {
-            let reply = transport.shared(&owner, call, super::LEASE_TTL).await;
+            let reply = transport.shared(&owner, call, super::ACQUIRE_LISTEN).await;
             // K16: an answer, even one nobody waits for any more, says the owner runs.
             if let Some(c) = me.upgrade() {
                 c.record(&owner, ticket, &reply);

@@ -106,6 +106,19 @@ pub const LEASE_TTL: Duration = Duration::from_secs(30);
 /// a row may be lost before a running request's lease expires.
 pub const RENEW_EVERY: Duration = Duration::from_secs(10);
 
+/// How long an acquire's call listens for the owner's answer after its request stopped waiting
+/// (K14 of `coordinator.rs`): as long as its connection can still deliver it. An acquire sent
+/// into a partition waits in the connection's TCP buffers and reaches the owner when the
+/// network heals, however late, and the owner grants it; the answer comes back on the same
+/// connection, and a call still listening releases the grant. One that listened only for
+/// [`LEASE_TTL`] had let the stream go, and the owner counted the grant for a TTL with nothing
+/// running on it (an outside trial: after partitions over 30 s, a group with `shared_limit` 2
+/// answered 429s for 29 s with nothing running anywhere). Linux gives a connection up after
+/// `tcp_retries2` (15) unanswered retransmissions, about 924 s: a connection silent longer is
+/// dead, its bytes never delivered. So 16 minutes; a task per acquire out meanwhile, which K16
+/// keeps to a few (an owner that failed is not asked).
+pub const ACQUIRE_LISTEN: Duration = Duration::from_secs(16 * 60);
+
 /// How long a coordinator waits for an owner's answer to a release or a renewal: half the
 /// renewal period, so a call to an owner that does not answer has ended before the next
 /// renewal is due, and the calls of one renewal round never pile onto the next.

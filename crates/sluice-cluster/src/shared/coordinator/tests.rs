@@ -7,7 +7,7 @@ use super::*;
 use crate::Member;
 use crate::clock::SystemClock;
 use crate::rpc::{BoxFuture, LocalAnswer, LocalApi, RpcError, SharedHandler};
-use crate::shared::{ACQUIRE_DEADLINE, OWNER_LIMITS, SharedTier};
+use crate::shared::{ACQUIRE_DEADLINE, LEASE_TTL, OWNER_LIMITS, SharedTier};
 
 /// Carries node `from`'s shared calls to node b's tier while `up`; fails them as
 /// unreachable otherwise (the owner is lost).
@@ -58,11 +58,33 @@ impl Transport for Switch {
         &self,
         to: &Member,
         call: SharedCall,
-        _: Duration,
+        deadline: Duration,
     ) -> BoxFuture<'_, Result<SharedReply, RpcError>> {
         let node = to.node_id.clone();
         if matches!(call, SharedCall::Acquire { .. }) {
             self.acquires.fetch_add(1, Ordering::SeqCst);
+        }
+        let delay = Duration::from_micros(self.delay_us.load(Ordering::SeqCst));
+        // A call that takes longer than its deadline (a partition that outlasts it): the
+        // caller stops listening then, but the call is on the wire, and it reaches the owner
+        // when the delay is over, its answer lost — as TCP delivers a stream's bytes, whose
+        // caller reset it, after a partition heals.
+        if delay > deadline {
+            let (b, up, from) = (
+                self.b.get().cloned(),
+                self.up.load(Ordering::SeqCst),
+                self.from.clone(),
+            );
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                if let (Some(b), true) = (b, up) {
+                    let _lost = b.shared(&from, call).await;
+                }
+            });
+            return Box::pin(async move {
+                tokio::time::sleep(deadline).await;
+                Err(RpcError::DeadlineExceeded { node, deadline })
+            });
         }
         if matches!(call, SharedCall::Release { .. }) {
             self.releases.fetch_add(1, Ordering::SeqCst);
@@ -70,7 +92,6 @@ impl Transport for Switch {
         if matches!(&call, SharedCall::Renew { leases } if leases.is_empty()) {
             self.probes.fetch_add(1, Ordering::SeqCst);
         }
-        let delay = Duration::from_micros(self.delay_us.load(Ordering::SeqCst));
         Box::pin(async move {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
@@ -1059,21 +1080,27 @@ async fn test_a_release_the_owner_missed_reaches_it_when_it_answers_again() {
     assert_eq!(p.b.owner.inspect(|pool| pool.num_violations()), 0);
 }
 
+/// With the owner up but every call taking `late`, a request of b's first bucket (limit 2)
+/// that fails open at its deadline: its slot.
+async fn fail_open_with_calls_taking(p: &Pair, late: Duration) -> SharedLease {
+    p.switch.up.store(true, Ordering::SeqCst);
+    p.switch
+        .delay_us
+        .store(late.as_micros() as u64, Ordering::SeqCst);
+    match p.a.acquire(&p.buckets[0], 2, false, ACQUIRE_DEADLINE).await {
+        Acquired::FailOpen { lease, .. } => lease,
+        other => panic!("expected to fail open, got {other:?}"),
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn test_a_grant_that_comes_after_the_deadline_is_released() {
     let p = pair();
     let g = &p.buckets[0];
-    p.switch.up.store(true, Ordering::SeqCst);
     // The owner answers late (paused, or working through a backlog): the request fails open
     // at its deadline.
     let late = ACQUIRE_DEADLINE * 5;
-    p.switch
-        .delay_us
-        .store(late.as_micros() as u64, Ordering::SeqCst);
-    let slot = match p.a.acquire(g, 2, false, ACQUIRE_DEADLINE).await {
-        Acquired::FailOpen { lease, .. } => lease,
-        other => panic!("expected to fail open, got {other:?}"),
-    };
+    let slot = fail_open_with_calls_taking(&p, late).await;
     // The owner grants when the call reaches it; nobody runs on that lease, and it goes back
     // as soon as its answer arrives, not at the owner's TTL sweep.
     eventually(|| p.b.owner.in_use(g) == 1).await;
@@ -1085,6 +1112,35 @@ async fn test_a_grant_that_comes_after_the_deadline_is_released() {
         1,
         "the fail-open slot is still the request's"
     );
+    drop(slot);
+    assert_eq!(p.a.held_for(g), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_a_grant_delivered_after_a_long_partition_is_released() {
+    let p = pair();
+    let g = &p.buckets[0];
+    // The acquire reaches the owner only when a partition longer than a lease's TTL heals,
+    // from the connection's buffers: the request has long failed open.
+    let late = LEASE_TTL + Duration::from_secs(10);
+    let slot = fail_open_with_calls_taking(&p, late).await;
+    tokio::time::sleep(late - Duration::from_secs(2)).await;
+    // The network heals (calls take a second now); the acquire still reaches the owner when
+    // its delay is over, and the owner grants it. The call still listens, takes the grant,
+    // and gives it back at once (its release taking the network's second), not at the
+    // owner's TTL sweep 30 s later.
+    let healed = Duration::from_secs(1);
+    p.switch
+        .delay_us
+        .store(healed.as_micros() as u64, Ordering::SeqCst);
+    eventually(|| p.b.owner.in_use(g) == 1).await;
+    let granted = tokio::time::Instant::now();
+    eventually(|| p.b.owner.in_use(g) == 0).await;
+    assert!(
+        tokio::time::Instant::now() <= granted + healed + Duration::from_millis(5),
+        "a grant nobody holds stayed counted"
+    );
+    assert_eq!(p.a.held_for(g), 1, "the fail-open slot is the request's");
     drop(slot);
     assert_eq!(p.a.held_for(g), 0);
 }
