@@ -32,6 +32,17 @@ pub const DEFAULT_FANOUT_TIMEOUT: Duration = Duration::from_secs(10);
 /// `cluster_manager` says only that any node can answer cluster-level requests.
 pub const ROLES: [&str; 3] = ["cluster_manager", "data", "ingest"];
 
+/// How long a starting node waits, before it serves, for the nodes its metastore records live
+/// to be its gossip members ([`join`]). Until then its ring holds only itself: it takes itself
+/// for every bucket's owner of the shared tier and admits up to each `shared_limit` beside the
+/// real owners' grants (an outside trial: a restarted node admitted four searches 3 ms after
+/// it listened, 440 ms before its peers joined, and a bucket of `shared_limit` 4 ran 8 for the
+/// searches' length), and a scroll opened on it is unknown to them. A peer that runs joins in
+/// one or two gossip rounds ([`GOSSIP_INTERVAL`], 500 ms); a row whose node has just died
+/// (it counts as live for `presence::LIVE_WITHIN`) never joins, and four rounds bound what
+/// such a row delays the start.
+pub const JOIN_WAIT: Duration = Duration::from_secs(2);
+
 /// The member shown as the cluster manager (`*` in `_cat/nodes`, `_cluster_manager` in a node
 /// selector): sluice has no elected manager, and any node answers cluster-level requests, so
 /// the member with the lowest node id wears it, the same on every node.
@@ -95,6 +106,8 @@ pub async fn join(
     // misses them (a typo) joins them anyway, rather than forming a cluster of its own on the
     // same groups and rules (`presence.rs`).
     let mut seeds = t.seed_hosts.clone();
+    // The peers the metastore records live: the members to wait for before serving.
+    let mut expected: Vec<String> = Vec::new();
     let shared = self::uuid::is_shared(metastore.as_ref());
     if shared {
         let row = sluice_meta::NodePresence {
@@ -107,7 +120,11 @@ pub async fn join(
         match metastore.heartbeat(&row, presence::LIVE_WITHIN).await {
             Ok(rows) => {
                 for p in presence::present(&rows, &config.cluster_name) {
-                    if p.node_id != me.node_id && !seeds.contains(&p.transport) {
+                    if p.node_id == me.node_id {
+                        continue;
+                    }
+                    expected.push(p.node_id);
+                    if !seeds.contains(&p.transport) {
                         seeds.push(p.transport);
                     }
                 }
@@ -138,7 +155,43 @@ pub async fn join(
     if shared {
         presence::watch(&cluster, metastore.clone(), config.cluster_name.clone());
     }
+    await_peers(&cluster, &expected, JOIN_WAIT).await;
     Ok(cluster)
+}
+
+/// Waits until every node of `expected` is a live member, for at most `within` ([`JOIN_WAIT`]);
+/// those that are not by then are named in a warning, and the node serves without them (they
+/// join when they answer, as any node does).
+async fn await_peers(cluster: &Cluster, expected: &[String], within: Duration) {
+    if expected.is_empty() {
+        return;
+    }
+    let missing = |live: &[Member]| -> Vec<String> {
+        expected
+            .iter()
+            .filter(|id| !live.iter().any(|m| &m.node_id == *id))
+            .cloned()
+            .collect()
+    };
+    let mut rx = cluster.watch();
+    let joined = tokio::time::timeout(within, async {
+        loop {
+            if missing(&rx.borrow_and_update().live).is_empty() {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    if joined.is_err() {
+        tracing::warn!(
+            missing = ?missing(&cluster.members().live),
+            "serving before every node the metastore records live has joined by gossip (waited {:?}); until they do, this node may take itself for the owner of their shared-tier buckets",
+            within
+        );
+    }
 }
 
 /// Logs joins and departures of members, and — once per node — a live peer of this cluster

@@ -111,6 +111,24 @@ async fn test_a_killed_node_is_dead_within_the_bound_and_its_restart_rejoins() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_restarted_node_serves_once_its_peers_have_joined() {
+    let mut c = TestCluster::start(2, "serve-joined").await;
+    c.terminate(1).await;
+    c.wait_members(0, 1, JOIN_WITHIN).await;
+    // Node 0's row in the metastore is live: the restarted node waits for node 0 to be its
+    // member before it serves, rather than serve on a ring of itself alone for its first
+    // gossip rounds (taking itself for every shared bucket's owner meanwhile).
+    c.restart(1).await;
+    let log = c.node(1).log();
+    let joined = log.find("node joined").unwrap_or(usize::MAX);
+    let listening = log.find("listening on http://").expect("it serves");
+    assert!(
+        joined < listening,
+        "the restarted node served before node 0 joined; its log:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_node_resuming_from_a_pause_keeps_its_peers() {
     let c = TestCluster::start(3, "pause").await;
     // Node 2 is paused (SIGSTOP, as a long GC pause, a frozen VM or a debugger would) until
