@@ -348,6 +348,13 @@ impl TestCluster {
         self.nodes[i] = Some(p);
     }
 
+    /// Node `i`'s own entry of a `_wlm/stats` answer for group `id`.
+    pub async fn local_group_stats(&self, i: usize, id: &str) -> Value {
+        let (s, b) = self.get(i, "/_wlm/_local/stats").await;
+        assert_eq!(s, 200, "{b}");
+        crate::stats::group_of(&b, id)
+    }
+
     /// `method path` on node `i` with an optional JSON body; (status, JSON or text body).
     pub async fn req(
         &self,

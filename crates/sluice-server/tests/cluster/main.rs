@@ -13,3 +13,5 @@ mod shared_tier;
 #[path = "../http/common/signal.rs"]
 mod signal;
 mod split;
+#[path = "../http/common/stats.rs"]
+mod stats;

@@ -10,18 +10,6 @@ use sluice_server::auth::add_user;
 use crate::harness::{GatewayOptions, TestCluster, heavy_query};
 use crate::shared_tier::{enable, end_searches, everywhere, group};
 
-/// Node `i`'s own entry of a `_wlm/stats` answer for group `id`.
-async fn local_group_stats(c: &TestCluster, i: usize, id: &str) -> Value {
-    let (s, b) = c.get(i, "/_wlm/_local/stats").await;
-    assert_eq!(s, 200, "{b}");
-    b.as_object()
-        .unwrap()
-        .iter()
-        .find(|(k, _)| !k.starts_with('_') && *k != "cluster_name")
-        .map(|(_, n)| n["workload_groups"][id].clone())
-        .expect("a node")
-}
-
 /// Opens a scroll of one document of the heavy index on gateway `i` with `headers` (as the
 /// harness's user); its id.
 async fn open_scroll(c: &TestCluster, i: usize, headers: &[(&str, &str)]) -> String {
@@ -78,11 +66,11 @@ async fn test_a_scroll_continued_through_another_gateway_is_throttled_in_its_gro
         .await;
     assert_eq!(s, 429, "{b}");
     assert_eq!(b["error"]["type"], "rejected_execution_exception", "{b}");
-    let g = local_group_stats(&c, 1, &id).await;
+    let g = c.local_group_stats(1, &id).await;
     assert_eq!(g["total_throttled"], 1, "{g}");
     end_searches(&c, 1, heavy).await;
     // With the slot free it runs, counted in the group on gateway 1, not in DEFAULT.
-    let before = local_group_stats(&c, 1, &id).await["total_completions"]
+    let before = c.local_group_stats(1, &id).await["total_completions"]
         .as_u64()
         .unwrap();
     let (s, b) = c
@@ -90,9 +78,9 @@ async fn test_a_scroll_continued_through_another_gateway_is_throttled_in_its_gro
         .await;
     assert_eq!(s, 200, "{b}");
     assert_eq!(b["hits"]["hits"].as_array().map(Vec::len), Some(1), "{b}");
-    let g = local_group_stats(&c, 1, &id).await;
+    let g = c.local_group_stats(1, &id).await;
     assert_eq!(g["total_completions"], before + 1, "{g}");
-    let d = local_group_stats(&c, 1, "DEFAULT_WORKLOAD_GROUP").await;
+    let d = c.local_group_stats(1, "DEFAULT_WORKLOAD_GROUP").await;
     assert_eq!(d["total_completions"], 0, "{d}");
 }
 

@@ -3970,12 +3970,7 @@ async fn test_sniffing_through_a_gateway_finds_the_gateway_not_the_upstream() {
 async fn group_stats(node: &TestNode, id: &str) -> Value {
     let (s, b) = node.req("GET", &format!("/_wlm/stats/{id}"), None).await;
     assert_eq!(s, 200, "{b}");
-    b.as_object()
-        .unwrap()
-        .iter()
-        .find(|(k, _)| !k.starts_with('_') && *k != "cluster_name")
-        .map(|(_, n)| n["workload_groups"][id].clone())
-        .expect("a node")
+    common::stats::group_of(&b, id)
 }
 
 /// Enables workload management and creates a group that lets one request run at a time

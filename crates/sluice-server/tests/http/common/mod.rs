@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 
 mod heavy;
 pub mod signal;
+pub mod stats;
 
 /// A running node; dropping it without [`TestNode::stop`] aborts it.
 pub struct TestNode {
