@@ -162,6 +162,15 @@ impl Breakers {
     }
 
     /// How many breakers are open.
+    /// The owners whose breakers are open, in node id order, each with the failure that
+    /// opened it: what this node's requests fail open toward, for `_cluster/health`.
+    pub fn open_owners(&self) -> Vec<(Member, String)> {
+        self.owners
+            .values()
+            .filter_map(|b| b.open.as_ref().map(|r| (b.member.clone(), r.clone())))
+            .collect()
+    }
+
     pub fn num_open(&self) -> usize {
         self.owners.values().filter(|b| b.open.is_some()).count()
     }
@@ -249,6 +258,18 @@ mod tests {
         assert_eq!(br.failed(&b1, before, "no answer"), Change::None);
         assert_eq!(br.num_open(), 0);
         assert!(br.to_probe(&[]).is_empty());
+    }
+
+    #[test]
+    fn test_open_owners_are_listed_with_their_reasons() {
+        let (b1, c1) = (node("b", 1), node("c", 1));
+        let mut br = Breakers::new(&[b1.clone(), c1.clone()]);
+        assert!(br.open_owners().is_empty());
+        let t = br.ticket();
+        assert_eq!(br.failed(&b1, t, "refused"), Change::Opened);
+        assert_eq!(br.open_owners(), vec![(b1.clone(), "refused".to_string())]);
+        assert_eq!(br.answered(&b1), Change::Closed);
+        assert!(br.open_owners().is_empty());
     }
 
     #[test]

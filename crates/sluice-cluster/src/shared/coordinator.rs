@@ -792,6 +792,16 @@ impl Coordinator {
         }
     }
 
+    /// The owners this node's calls cannot reach now (their breakers are open, K16), with the
+    /// failure that opened each: their buckets' requests fail open, within K1, until they
+    /// answer a probe or the ring moves their buckets. What `_cluster/health` shows.
+    pub fn unreachable_owners(&self) -> Vec<(crate::Member, String)> {
+        if self.num_open.load(Ordering::Acquire) == 0 {
+            return Vec::new();
+        }
+        self.breakers.lock().open_owners()
+    }
+
     fn fail_open(self: &Arc<Self>, bucket: Arc<str>, limit: u64, reason: String) -> Acquired {
         match self.hold(bucket, None, Some(limit)) {
             Ok(lease) => {

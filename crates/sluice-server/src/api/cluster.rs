@@ -179,6 +179,7 @@ fn health_of(st: &AppState, indices: &[Arc<IndexHandle>], missing: bool) -> Valu
         "active_shards_percent_as_number": pct,
         "metastore": st.metastore_status.to_json()
     });
-    crate::cluster::presence::add_to_health(&st.cluster.split(), &mut body);
+    let unreachable = st.cluster.shared().coordinator.unreachable_owners();
+    crate::cluster::presence::add_to_health(&st.cluster.split(), &unreachable, &mut body);
     body
 }

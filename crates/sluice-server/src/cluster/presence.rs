@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_cluster::Cluster;
 use sluice_cluster::split::{PresentNode, SplitView};
+use sluice_cluster::{Cluster, Member};
 use sluice_meta::{MetaStore, NodePresence};
 
 /// How often a node records itself and reads the others: one small upsert and one read a
@@ -101,19 +101,46 @@ pub fn watch(cluster: &Arc<Cluster>, store: Arc<dyn MetaStore>, cluster_name: St
 
 /// The `membership` object of `_cluster/health` (embedded and gateway): `joined`, or `split`
 /// (the larger side) or `cut_off` (the smaller) with the unjoined nodes and this side's
-/// count of the live nodes, by which every `shared_limit` is shared (S5 of `split.rs`).
-pub fn health_json(view: &SplitView) -> Value {
-    if view.unjoined.is_empty() {
-        return json!({"status": "joined"});
+/// count of the live nodes, by which every `shared_limit` is shared (S5 of `split.rs`); and
+/// the shared-tier owners this node cannot reach (`unreachable`, their breakers open: K16 of
+/// the coordinator), toward which its requests fail open — `shared_tier` `failing_open` when
+/// the membership is whole. An outside trial held a bucket at 10–12 of its `shared_limit` of
+/// 4 for 32 s over a slow, lossy link to its owner while health said nothing of it; the
+/// status is left as it is (a breaker opens on one late answer and closes on the next probe,
+/// a fifth of a second later: a colour would flap), the owners are named.
+pub fn health_json(view: &SplitView, unreachable: &[(Member, String)]) -> Value {
+    let mut v = if view.unjoined.is_empty() {
+        json!({"status": "joined"})
+    } else {
+        json!({
+            "status": if view.cut_off { "cut_off" } else { "split" },
+            "unjoined_nodes": view.unjoined,
+            "side_nodes": view.side,
+            "live_nodes": view.side + view.unjoined.len(),
+            "shared_tier": "divided",
+            "reason": "nodes live on this node's metastore are not members of its cluster: check discovery.seed_hosts and that transport ports are reachable",
+        })
+    };
+    if !unreachable.is_empty() {
+        v["unreachable_owners"] = unreachable
+            .iter()
+            .map(|(m, why)| {
+                json!({
+                    "id": m.node_id,
+                    "name": m.name,
+                    "transport_address": m.transport_addr.to_string(),
+                    "reason": why,
+                })
+            })
+            .collect();
+        if view.unjoined.is_empty() {
+            v["shared_tier"] = json!("failing_open");
+            v["reason"] = json!(
+                "this node cannot reach the shared-tier owners listed in unreachable_owners: requests of their buckets are admitted without a cluster-wide lease (failing open, at most each bucket's shared_limit on this node) until they answer again; check that their transport ports are reachable from this node"
+            );
+        }
     }
-    json!({
-        "status": if view.cut_off { "cut_off" } else { "split" },
-        "unjoined_nodes": view.unjoined,
-        "side_nodes": view.side,
-        "live_nodes": view.side + view.unjoined.len(),
-        "shared_tier": "divided",
-        "reason": "nodes live on this node's metastore are not members of its cluster: check discovery.seed_hosts and that transport ports are reachable",
-    })
+    v
 }
 
 /// Adds the split to a `_cluster/health` document: the `membership` object; `status` `red`
@@ -121,11 +148,11 @@ pub fn health_json(view: &SplitView) -> Value {
 /// `shared_limit`, none when that rounds down to 0) and at least `yellow` on the
 /// larger; `discovered_cluster_manager` `false` on the smaller side, OpenSearch's word for a
 /// node that has not joined its cluster.
-pub fn add_to_health(view: &SplitView, health: &mut Value) {
+pub fn add_to_health(view: &SplitView, unreachable: &[(Member, String)], health: &mut Value) {
     let Value::Object(fields) = health else {
         return;
     };
-    fields.insert("membership".into(), health_json(view));
+    fields.insert("membership".into(), health_json(view, unreachable));
     if view.unjoined.is_empty() {
         return;
     }

@@ -208,6 +208,11 @@ pub const SHARED_IDLE: Described = (
     "sluice_shared_idle_leases",
     "Shared-tier leases idle in this node's cache now.",
 );
+/// Owners this node cannot reach now.
+pub const SHARED_UNREACHABLE: Described = (
+    "sluice_shared_unreachable_owners",
+    "Shared-tier owners this node's calls cannot reach now (their circuit breakers are open): requests of their buckets fail open on this node.",
+);
 /// Running tasks.
 pub const TASKS_RUNNING: Described = ("sluice_tasks_running", "Tasks running on the node now.");
 /// HTTP requests.

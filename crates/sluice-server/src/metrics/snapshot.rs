@@ -103,6 +103,7 @@ fn describe(sink: &Sink<'_>) {
         sink.describe_counter(name);
     }
     sink.describe_gauge(names::SHARED_IDLE);
+    sink.describe_gauge(names::SHARED_UNREACHABLE);
     for name in FRACTIONAL_COUNTERS {
         sink.describe_gauge(name);
     }
@@ -207,6 +208,11 @@ fn node(sink: &Sink<'_>, st: &AppState) {
         sink.counter(name, &[], value);
     }
     sink.gauge(names::SHARED_IDLE, &[], coordinator.num_idle() as f64);
+    sink.gauge(
+        names::SHARED_UNREACHABLE,
+        &[],
+        coordinator.unreachable_owners().len() as f64,
+    );
 }
 
 /// The node's shared-tier counters (its coordinator's), by metric.

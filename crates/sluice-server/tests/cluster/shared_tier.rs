@@ -890,7 +890,36 @@ async fn test_shared_refusals_and_fail_opens_are_counted_once_in_stats_and_metri
     c.node(owner).signal("STOP");
     let (s, b) = small_search(&c, third, &header).await;
     let (s_holder, b_holder) = small_search(&c, holder, &header).await;
+    // Meanwhile the third node names the owner it cannot reach, in its health and metrics.
+    let (_, health) = c.get(third, "/_cluster/health").await;
+    let (_, text) = c.get(third, "/_prometheus/metrics").await;
     c.node(owner).signal("CONT");
+    let membership = &health["membership"];
+    assert_eq!(membership["shared_tier"], "failing_open", "{health}");
+    assert_eq!(
+        membership["unreachable_owners"][0]["name"],
+        c.node(owner).name.as_str(),
+        "{health}"
+    );
+    let text = text.as_str().unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l == "sluice_shared_unreachable_owners 1"),
+        "{text}"
+    );
+    // It answers a probe again: no longer named.
+    c.eventually(
+        Duration::from_secs(10),
+        "the owner answers again",
+        || async {
+            let (_, h) = c.get(third, "/_cluster/health").await;
+            h["membership"]
+                .get("unreachable_owners")
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
     assert_eq!(s, 200, "{b}");
     assert_eq!(s_holder, 429, "{b_holder}");
     let g = figures(&c, third, &id).await;

@@ -73,5 +73,6 @@ fn add_own_metastore(st: &AppState, health: &mut Value) {
         }
     }
     fields.insert("metastore".into(), st.metastore_status.to_json());
-    crate::cluster::presence::add_to_health(&st.cluster.split(), health);
+    let unreachable = st.cluster.shared().coordinator.unreachable_owners();
+    crate::cluster::presence::add_to_health(&st.cluster.split(), &unreachable, health);
 }
