@@ -98,6 +98,20 @@
 //!   ([`Coordinator::acquire`] with `wants_queue`: enqueue-first, it parked before) until no
 //!   request of it is parked after its latest ask. Tested by
 //!   `test_the_owner_parked_requests_wait_on_is_watched_and_its_death_fails_them_open`.
+//! - **K19 (cut off from an owner, a share)** — once an owner's breaker has stayed open for
+//!   [`CUT_OFF_AFTER`] (it is still a member, so the ring keeps its buckets on it: a one-way
+//!   partition, where this node hears its gossip but its calls do not reach it, or a link too
+//!   slow or lossy for the acquire deadline), this node fails open toward it only up to its
+//!   share of each bucket's limit — the limit over the live members, rounded down, at least
+//!   one — instead of up to the whole limit (K1 still bounds both). An outside trial held a
+//!   bucket of `shared_limit` 4 at 12 over three nodes for 13 s, then 9 until the heal, in a
+//!   one-way partition from its owner, and at 10–12 for 32 s over a slow, lossy link: every
+//!   cut-off node failed open up to the whole limit, for as long as it lasted. With its
+//!   share, the nodes cut off from an owner together run at most about the limit beside what
+//!   the owner grants those that reach it. The share is kept by the same allowance as K1, so
+//!   leases this node still holds count in it. The first answer of the owner closes its
+//!   breaker and restores the whole allowance (B2). Tested by
+//!   `test_an_owner_cut_off_for_long_is_failed_open_toward_only_up_to_a_share`.
 //! - **K6–K12** — the idle-lease cache's: see `cache.rs`.
 
 mod cache;
@@ -123,6 +137,14 @@ use super::{ACQUIRE_DEADLINE, CALL_DEADLINE, MIN_SHARED_PROTOCOL, RENEW_EVERY};
 use crate::membership::Members;
 use crate::ring::Ring;
 use crate::rpc::{BoxFuture, RpcError, SharedCall, SharedReply, Transport};
+
+/// How long an owner's breaker stays open before this node counts itself cut off from it
+/// (K19): the split's `GRACE` (10 s), the time after which a split's sides keep only their
+/// shares of each limit — gossip's convergence on a join, and longer than the failure
+/// detection that moves a dead owner's buckets (`DEAD_AFTER`, 10 s from its last heartbeat,
+/// which began before its breaker opened), so a dead owner's buckets have moved by then and
+/// only an owner that stays in the membership without answering is met.
+pub const CUT_OFF_AFTER: Duration = crate::split::GRACE;
 
 /// How often releases an owner did not answer are sent again (K13): a returning owner gets
 /// its slots back within this of answering again; half a second is two calls a second to an
@@ -204,6 +226,9 @@ pub enum Acquired {
     Unavailable {
         /// Why no owner answered.
         reason: String,
+        /// The allowance: the limit asked under, or this node's share of it toward an owner
+        /// it is cut off from (K19).
+        allowance: u64,
     },
 }
 
@@ -379,6 +404,8 @@ pub struct Coordinator {
     /// How many breakers are open: read first on the request path, which looks up no breaker
     /// while none is.
     num_open: AtomicUsize,
+    /// Since when each owner's breaker has been open, by node id, with its generation (K19).
+    open_since: Mutex<BTreeMap<String, (u64, Instant)>>,
     /// Wakes the prober when a breaker opens (K16).
     probe_wake: Arc<Notify>,
     /// Buckets whose fail-open room freed while requests of them are parked here and their
@@ -417,6 +444,7 @@ impl Coordinator {
             owners_changed: Notify::new(),
             breakers: Mutex::new(breakers),
             num_open: AtomicUsize::new(0),
+            open_since: Mutex::new(BTreeMap::new()),
             probe_wake: Arc::new(Notify::new()),
             handoffs,
             stats: CoordinatorStats::default(),
@@ -585,6 +613,9 @@ impl Coordinator {
         match change {
             Change::None => return,
             Change::Opened => {
+                self.open_since
+                    .lock()
+                    .insert(owner.node_id.clone(), (owner.generation, Instant::now()));
                 tracing::info!(
                     node = %owner.node_id,
                     reason = why.unwrap_or_default(),
@@ -593,6 +624,7 @@ impl Coordinator {
                 self.probe_wake.notify_one();
             }
             Change::Closed => {
+                self.open_since.lock().remove(owner.node_id.as_str());
                 tracing::info!(node = %owner.node_id, "a shared-tier owner answers again");
             }
         }
@@ -643,7 +675,10 @@ impl Coordinator {
             && *m.node_id != *self.me
             && let Some(reason) = self.open_breaker(m)
         {
-            return self.fail_open(Arc::from(bucket), limit, reason);
+            // K19: an owner cut off for long is failed open toward only up to this node's share.
+            let (allowance, cut_off) = self.allowance_toward(m, limit);
+            let reason = reason + cut_off.as_deref().unwrap_or_default();
+            return self.fail_open(Arc::from(bucket), allowance, reason);
         }
         // K12: a request that will not park waits for a call already out for the bucket, whose
         // batch may run it, rather than sending its own — twice at most, all within the first
@@ -808,8 +843,33 @@ impl Coordinator {
                 self.stats.fail_open.fetch_add(1, Ordering::Relaxed);
                 Acquired::FailOpen { lease, reason }
             }
-            Err(_) => Acquired::Unavailable { reason },
+            Err(_) => Acquired::Unavailable {
+                reason,
+                allowance: limit,
+            },
         }
+    }
+
+    /// This node's fail-open allowance toward `owner` for a bucket of `limit` (K19): the limit,
+    /// or, once the owner's breaker has stayed open for [`CUT_OFF_AFTER`], this node's share of
+    /// it — the limit over the live members, at least one — with the words that say so.
+    fn allowance_toward(&self, owner: &crate::Member, limit: u64) -> (u64, Option<String>) {
+        let since = self
+            .open_since
+            .lock()
+            .get(owner.node_id.as_str())
+            .filter(|(generation, _)| *generation == owner.generation)
+            .map(|(_, at)| *at);
+        let Some(since) = since.filter(|at| at.elapsed() >= CUT_OFF_AFTER) else {
+            return (limit, None);
+        };
+        let live = self.members.borrow().live.len().max(1) as u64;
+        let share = (limit / live).max(1).min(limit);
+        let words = format!(
+            "; cut off from it for {}s, this node keeps its share of the limit, {share} of {limit} ({live} live nodes), rather than failing open up to all of it",
+            since.elapsed().as_secs()
+        );
+        (share, Some(words))
     }
 
     /// Takes a slot of `bucket` (a lease, or a fail-open slot when `lease` is `None`) if this
@@ -1188,6 +1248,11 @@ impl Coordinator {
         let Some(sink) = self.sink.get() else {
             return;
         };
+        // K19: toward an owner cut off for long, only up to this node's share.
+        let limit = match self.owner_of(bucket) {
+            Some(m) if *m.node_id != *self.me => self.allowance_toward(&m, limit).0,
+            _ => limit,
+        };
         while self.fails_fast(bucket).is_some() && sink.num_parked(bucket) > 0 {
             let Ok(slot) = self.hold(bucket.clone(), None, Some(limit)) else {
                 return;
@@ -1344,6 +1409,11 @@ async fn follow_ring(
             let mut breakers = c.breakers.lock();
             breakers.retain(&live);
             c.num_open.store(breakers.num_open(), Ordering::Release);
+            // K19: an owner that left, or came back as a new incarnation, starts afresh.
+            c.open_since.lock().retain(|id, (generation, _)| {
+                live.iter()
+                    .any(|m| m.node_id == *id && m.generation == *generation)
+            });
         }
         c.release_moved();
         c.owners_changed.notify_one();

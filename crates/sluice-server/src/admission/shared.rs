@@ -202,9 +202,9 @@ pub async fn ask(st: &AppState, entry: &GroupEntry, ask: Ask) -> Result<Wait, Ap
             };
             denied(st, entry, &key, &refusal, &why).map(Wait::Granted)
         }
-        (Acquired::Unavailable { reason }, None) => {
+        (Acquired::Unavailable { reason, allowance }, None) => {
             let why = format!(
-                "and {} could not be checked (cluster-wide throttle unavailable: {reason}) while this node already runs {limit} of the bucket's requests without it",
+                "and {} could not be checked (cluster-wide throttle unavailable: {reason}) while this node already runs {allowance} of the bucket's requests without it",
                 of_limit()
             );
             let refusal = Refusal {

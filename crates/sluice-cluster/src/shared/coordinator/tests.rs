@@ -1080,6 +1080,61 @@ async fn test_a_release_the_owner_missed_reaches_it_when_it_answers_again() {
     assert_eq!(p.b.owner.inspect(|pool| pool.num_violations()), 0);
 }
 
+#[tokio::test(start_paused = true)]
+async fn test_an_owner_cut_off_for_long_is_failed_open_toward_only_up_to_a_share() {
+    let p = pair();
+    let g = &p.buckets[0];
+    // b stays in the membership (a, b, c) but a's calls do not reach it: its breaker opens at
+    // the first request, and a fails open up to the whole limit (K1).
+    let limit = 6;
+    let mut slots = Vec::new();
+    for _ in 0..limit {
+        match p.a.acquire(g, limit, false, ACQUIRE_DEADLINE).await {
+            Acquired::FailOpen { lease, .. } => slots.push(lease),
+            other => panic!("expected to fail open, got {other:?}"),
+        }
+    }
+    let refused = p.a.acquire(g, limit, false, ACQUIRE_DEADLINE).await;
+    assert!(
+        matches!(refused, Acquired::Unavailable { allowance: 6, .. }),
+        "{refused:?}"
+    );
+    slots.clear();
+    // Still cut off after CUT_OFF_AFTER: only its share, 6 over 3 live nodes.
+    tokio::time::sleep(CUT_OFF_AFTER).await;
+    for _ in 0..2 {
+        match p.a.acquire(g, limit, false, ACQUIRE_DEADLINE).await {
+            Acquired::FailOpen { lease, .. } => slots.push(lease),
+            other => panic!("expected to fail open, got {other:?}"),
+        }
+    }
+    match p.a.acquire(g, limit, false, ACQUIRE_DEADLINE).await {
+        Acquired::Unavailable { allowance, reason } => {
+            assert_eq!(allowance, 2);
+            assert!(
+                reason.contains("its share of the limit, 2 of 6"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected its share to be used up, got {other:?}"),
+    }
+    // A limit below the live nodes keeps one.
+    let h = &p.buckets[1];
+    let one = p.a.acquire(h, 2, false, ACQUIRE_DEADLINE).await;
+    assert!(matches!(one, Acquired::FailOpen { .. }), "{one:?}");
+    let none = p.a.acquire(h, 2, false, ACQUIRE_DEADLINE).await;
+    assert!(
+        matches!(none, Acquired::Unavailable { allowance: 1, .. }),
+        "{none:?}"
+    );
+    drop((one, none));
+    // b answers a probe again: the whole limit is back, through b.
+    slots.clear();
+    owner_back(&p).await;
+    let lease = p.a.acquire(g, limit, false, ACQUIRE_DEADLINE).await;
+    assert!(matches!(lease, Acquired::Lease(_)), "{lease:?}");
+}
+
 /// With the owner up but every call taking `late`, a request of b's first bucket (limit 2)
 /// that fails open at its deadline: its slot.
 async fn fail_open_with_calls_taking(p: &Pair, late: Duration) -> SharedLease {
