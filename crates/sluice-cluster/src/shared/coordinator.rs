@@ -98,20 +98,25 @@
 //!   ([`Coordinator::acquire`] with `wants_queue`: enqueue-first, it parked before) until no
 //!   request of it is parked after its latest ask. Tested by
 //!   `test_the_owner_parked_requests_wait_on_is_watched_and_its_death_fails_them_open`.
-//! - **K19 (cut off from an owner, a share)** — once an owner's breaker has stayed open for
-//!   [`CUT_OFF_AFTER`] (it is still a member, so the ring keeps its buckets on it: a one-way
-//!   partition, where this node hears its gossip but its calls do not reach it, or a link too
-//!   slow or lossy for the acquire deadline), this node fails open toward it only up to its
-//!   share of each bucket's limit — the limit over the live members, rounded down, at least
-//!   one — instead of up to the whole limit (K1 still bounds both). An outside trial held a
+//! - **K19 (cut off from an owner, a share)** — once an owner's calls have been failing for
+//!   [`CUT_OFF_AFTER`] — its breaker open since then, give or take closes shorter than that (a
+//!   late answer on a flapping link closes it for a moment) — while it is still a member (so the
+//!   ring keeps its buckets on it: this node hears its gossip but its calls do not reach it, a
+//!   one-way partition, or a link too slow or lossy for the acquire deadline), this node fails
+//!   open toward it only up to its share of each bucket's limit — the limit over the live
+//!   members, rounded down, at least one — instead of up to the whole limit (K1 still bounds
+//!   both), whether its breaker stops a request or a call to it fails. An outside trial held a
 //!   bucket of `shared_limit` 4 at 12 over three nodes for 13 s, then 9 until the heal, in a
 //!   one-way partition from its owner, and at 10–12 for 32 s over a slow, lossy link: every
-//!   cut-off node failed open up to the whole limit, for as long as it lasted. With its
-//!   share, the nodes cut off from an owner together run at most about the limit beside what
-//!   the owner grants those that reach it. The share is kept by the same allowance as K1, so
-//!   leases this node still holds count in it. The first answer of the owner closes its
-//!   breaker and restores the whole allowance (B2). Tested by
-//!   `test_an_owner_cut_off_for_long_is_failed_open_toward_only_up_to_a_share`.
+//!   cut-off node failed open up to the whole limit, for as long as it lasted; the first K19,
+//!   which restarted its clock at every close, never engaged on the flapping link (26 closes in
+//!   40 s). The share is kept by the same allowance as K1, so leases this node still holds count
+//!   in it. An owner that answers for [`CUT_OFF_AFTER`] gets the whole allowance back. Not
+//!   covered: the reverse direction (the owner hears its peers but they do not hear it) — they
+//!   drop it from their membership and keep a split's share, while it keeps the whole limit and
+//!   sees nothing (ARCHITECTURE.md, failure table). Tested by
+//!   `test_an_owner_cut_off_for_long_is_failed_open_toward_only_up_to_a_share` and
+//!   `test_an_owner_on_a_flapping_link_is_cut_off_though_its_breaker_closes_now_and_then`.
 //! - **K6–K12** — the idle-lease cache's: see `cache.rs`.
 
 mod cache;
@@ -145,6 +150,31 @@ use crate::rpc::{BoxFuture, RpcError, SharedCall, SharedReply, Transport};
 /// which began before its breaker opened), so a dead owner's buckets have moved by then and
 /// only an owner that stays in the membership without answering is met.
 pub const CUT_OFF_AFTER: Duration = crate::split::GRACE;
+
+/// An owner whose calls have been failing (K19): since when its breaker has been open, give or
+/// take closes that did not last.
+#[derive(Debug, Clone, Copy)]
+struct Trouble {
+    /// The owner's incarnation.
+    generation: u64,
+    /// When its breaker opened, first since it last answered steadily.
+    since: Instant,
+    /// When its breaker last closed, while it is closed: a close that lasts
+    /// [`CUT_OFF_AFTER`] ends the trouble, a shorter one (a late answer on a flapping link)
+    /// does not.
+    closed_at: Option<Instant>,
+}
+
+impl Trouble {
+    /// Whether a node with this trouble counts itself cut off from the owner at `now`.
+    fn cut_off(&self, generation: u64, now: Instant) -> bool {
+        self.generation == generation
+            && now.saturating_duration_since(self.since) >= CUT_OFF_AFTER
+            && self
+                .closed_at
+                .is_none_or(|c| now.saturating_duration_since(c) < CUT_OFF_AFTER)
+    }
+}
 
 /// How often releases an owner did not answer are sent again (K13): a returning owner gets
 /// its slots back within this of answering again; half a second is two calls a second to an
@@ -404,8 +434,8 @@ pub struct Coordinator {
     /// How many breakers are open: read first on the request path, which looks up no breaker
     /// while none is.
     num_open: AtomicUsize,
-    /// Since when each owner's breaker has been open, by node id, with its generation (K19).
-    open_since: Mutex<BTreeMap<String, (u64, Instant)>>,
+    /// The owners whose calls have been failing, by node id (K19).
+    open_since: Mutex<BTreeMap<String, Trouble>>,
     /// Wakes the prober when a breaker opens (K16).
     probe_wake: Arc<Notify>,
     /// Buckets whose fail-open room freed while requests of them are parked here and their
@@ -613,9 +643,30 @@ impl Coordinator {
         match change {
             Change::None => return,
             Change::Opened => {
-                self.open_since
-                    .lock()
-                    .insert(owner.node_id.clone(), (owner.generation, Instant::now()));
+                // K19: a breaker that reopens before its close lasted keeps its trouble's start.
+                let now = Instant::now();
+                let mut troubles = self.open_since.lock();
+                match troubles.get_mut(owner.node_id.as_str()) {
+                    Some(t)
+                        if t.generation == owner.generation
+                            && t.closed_at.is_none_or(|c| {
+                                now.saturating_duration_since(c) < CUT_OFF_AFTER
+                            }) =>
+                    {
+                        t.closed_at = None;
+                    }
+                    _ => {
+                        troubles.insert(
+                            owner.node_id.clone(),
+                            Trouble {
+                                generation: owner.generation,
+                                since: now,
+                                closed_at: None,
+                            },
+                        );
+                    }
+                }
+                drop(troubles);
                 tracing::info!(
                     node = %owner.node_id,
                     reason = why.unwrap_or_default(),
@@ -624,7 +675,9 @@ impl Coordinator {
                 self.probe_wake.notify_one();
             }
             Change::Closed => {
-                self.open_since.lock().remove(owner.node_id.as_str());
+                if let Some(t) = self.open_since.lock().get_mut(owner.node_id.as_str()) {
+                    t.closed_at = Some(Instant::now());
+                }
                 tracing::info!(node = %owner.node_id, "a shared-tier owner answers again");
             }
         }
@@ -724,6 +777,17 @@ impl Coordinator {
             }
         };
         let bucket: Arc<str> = Arc::from(bucket);
+        // K19: a call that failed to an owner whose calls keep failing (a flapping link) fails
+        // open only up to this node's share, as one its breaker stopped does.
+        let remote = owner.as_ref().filter(|m| *m.node_id != *self.me).cloned();
+        let fail_open = |bucket: Arc<str>, reason: String| {
+            let (allowance, cut_off) = match &remote {
+                Some(m) => self.allowance_toward(m, limit),
+                None => (limit, None),
+            };
+            let reason = reason + cut_off.as_deref().unwrap_or_default();
+            self.fail_open(bucket, allowance, reason)
+        };
         match reply {
             Ok(SharedReply::Granted { lease, extra, .. }) => {
                 let owner_id: Arc<str> = Arc::from(owner.map_or_else(String::new, |m| m.node_id));
@@ -770,10 +834,10 @@ impl Coordinator {
                 }
             }
             Ok(SharedReply::Overloaded) => {
-                self.fail_open(bucket, limit, "the owner's tables are full".to_string())
+                fail_open(bucket, "the owner's tables are full".to_string())
             }
-            Ok(other) => self.fail_open(bucket, limit, format!("unexpected answer {other:?}")),
-            Err(reason) => self.fail_open(bucket, limit, reason),
+            Ok(other) => fail_open(bucket, format!("unexpected answer {other:?}")),
+            Err(reason) => fail_open(bucket, reason),
         }
     }
 
@@ -854,13 +918,14 @@ impl Coordinator {
     /// or, once the owner's breaker has stayed open for [`CUT_OFF_AFTER`], this node's share of
     /// it — the limit over the live members, at least one — with the words that say so.
     fn allowance_toward(&self, owner: &crate::Member, limit: u64) -> (u64, Option<String>) {
+        let now = Instant::now();
         let since = self
             .open_since
             .lock()
             .get(owner.node_id.as_str())
-            .filter(|(generation, _)| *generation == owner.generation)
-            .map(|(_, at)| *at);
-        let Some(since) = since.filter(|at| at.elapsed() >= CUT_OFF_AFTER) else {
+            .filter(|t| t.cut_off(owner.generation, now))
+            .map(|t| t.since);
+        let Some(since) = since else {
             return (limit, None);
         };
         let live = self.members.borrow().live.len().max(1) as u64;
@@ -1410,9 +1475,9 @@ async fn follow_ring(
             breakers.retain(&live);
             c.num_open.store(breakers.num_open(), Ordering::Release);
             // K19: an owner that left, or came back as a new incarnation, starts afresh.
-            c.open_since.lock().retain(|id, (generation, _)| {
+            c.open_since.lock().retain(|id, t| {
                 live.iter()
-                    .any(|m| m.node_id == *id && m.generation == *generation)
+                    .any(|m| m.node_id == *id && m.generation == t.generation)
             });
         }
         c.release_moved();

@@ -136,7 +136,7 @@ pub fn health_json(view: &SplitView, unreachable: &[(Member, String)]) -> Value 
         if view.unjoined.is_empty() {
             v["shared_tier"] = json!("failing_open");
             v["reason"] = json!(
-                "this node cannot reach the shared-tier owners listed in unreachable_owners: requests of their buckets are admitted without a cluster-wide lease (failing open, at most each bucket's shared_limit on this node) until they answer again; check that their transport ports are reachable from this node"
+                "this node cannot reach the shared-tier owners listed in unreachable_owners: requests of their buckets are admitted without a cluster-wide lease (failing open, at most each bucket's shared_limit on this node, and only this node's share of it once an owner's calls have failed for 10 s) until they answer again; check that their transport ports are reachable from this node"
             );
         }
     }

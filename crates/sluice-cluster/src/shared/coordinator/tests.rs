@@ -1135,6 +1135,61 @@ async fn test_an_owner_cut_off_for_long_is_failed_open_toward_only_up_to_a_share
     assert!(matches!(lease, Acquired::Lease(_)), "{lease:?}");
 }
 
+#[tokio::test(start_paused = true)]
+async fn test_an_owner_on_a_flapping_link_is_cut_off_though_its_breaker_closes_now_and_then() {
+    let p = pair();
+    let g = &p.buckets[0];
+    let limit = 6;
+    let fails_open = |a: &Acquired| matches!(a, Acquired::FailOpen { .. });
+    // b's calls fail: the first request fails open and opens its breaker.
+    let first = p.a.acquire(g, limit, false, ACQUIRE_DEADLINE).await;
+    assert!(fails_open(&first), "{first:?}");
+    drop(first);
+    // For longer than CUT_OFF_AFTER, b answers a probe now and then (its breaker closes), and
+    // its next call fails again (it reopens): a link that drops most of what crosses it.
+    for _ in 0..4 {
+        tokio::time::sleep(CUT_OFF_AFTER / 4).await;
+        owner_back(&p).await;
+        p.switch.up.store(false, Ordering::SeqCst);
+        let again = p.a.acquire(g, limit, false, ACQUIRE_DEADLINE).await;
+        assert!(fails_open(&again), "{again:?}");
+    }
+    // Cut off, its closes too short to count: its share, 6 over 3 live nodes, whether the
+    // breaker stops the request or a call fails.
+    let mut slots = Vec::new();
+    for _ in 0..2 {
+        match p.a.acquire(g, limit, false, ACQUIRE_DEADLINE).await {
+            Acquired::FailOpen { lease, .. } => slots.push(lease),
+            other => panic!("expected to fail open, got {other:?}"),
+        }
+    }
+    let refused = p.a.acquire(g, limit, false, ACQUIRE_DEADLINE).await;
+    assert!(
+        matches!(refused, Acquired::Unavailable { allowance: 2, .. }),
+        "{refused:?}"
+    );
+    owner_back(&p).await;
+    p.switch.up.store(false, Ordering::SeqCst);
+    match p.a.acquire(g, limit, false, ACQUIRE_DEADLINE).await {
+        Acquired::Unavailable { allowance, reason } => {
+            assert_eq!(allowance, 2);
+            assert!(reason.contains("its share of the limit"), "{reason}");
+        }
+        other => panic!("expected its share to be used up, got {other:?}"),
+    }
+    slots.clear();
+    // b answers steadily for CUT_OFF_AFTER: the trouble is over, the whole limit is back.
+    owner_back(&p).await;
+    tokio::time::sleep(CUT_OFF_AFTER).await;
+    p.switch.up.store(false, Ordering::SeqCst);
+    let mut whole = Vec::new();
+    for _ in 0..limit {
+        let a = p.a.acquire(g, limit, false, ACQUIRE_DEADLINE).await;
+        assert!(fails_open(&a), "{a:?}");
+        whole.push(a);
+    }
+}
+
 /// With the owner up but every call taking `late`, a request of b's first bucket (limit 2)
 /// that fails open at its deadline: its slot.
 async fn fail_open_with_calls_taking(p: &Pair, late: Duration) -> SharedLease {
