@@ -71,7 +71,7 @@ pub const GROUP_SHARED_REUSED: Described = (
 /// Parked requests admitted with a shared lease handed to their bucket.
 pub const GROUP_SHARED_PUSHED: Described = (
     "sluice_wlm_group_shared_pushed_total",
-    "Parked requests of the workload group admitted with a cluster-wide lease handed to their bucket's oldest waiter (an owner's offer, or a lease another request of the bucket acquired).",
+    "Parked requests of the workload group admitted, after they waited, with a shared slot handed to their bucket's oldest waiter: an owner's offer, a lease another request of the bucket acquired, or a fail-open slot while the owner could not be asked (that one counts in sluice_wlm_group_shared_fail_open_total too).",
 );
 /// Shared leases this node counts as their buckets' owner.
 pub const GROUP_SHARED_LEASES_OWNED: Described = (

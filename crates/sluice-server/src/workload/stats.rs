@@ -132,8 +132,11 @@ pub struct GroupStats {
     /// `sluice_cluster`'s `REUSE_WINDOW`); each also counts in `total_shared_acquired` or, handed
     /// to a parked request, `total_shared_pushed`.
     pub total_shared_reused: Counter,
-    /// Parked requests admitted with a shared lease handed to their bucket's oldest waiter (an
-    /// owner's offer, or a lease another request of the bucket acquired: enqueue-first).
+    /// Parked requests admitted, after they waited, with a shared slot handed to their bucket's
+    /// oldest waiter: an owner's offer, a lease another request of the bucket or the backstop
+    /// sweep acquired (enqueue-first), or a fail-open slot while the owner could not be asked
+    /// (K17 of the coordinator: such a slot counts in `total_shared_fail_open` too, so the
+    /// pushed, acquired and fail-open counts overlap and do not add up to admissions).
     pub total_shared_pushed: Counter,
     /// Requests the shared tier refused (429 naming the cluster-wide limit), or, monitored,
     /// would have refused.
