@@ -1099,6 +1099,8 @@ pub struct CutProxy {
     url: String,
     up: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
     task: tokio::task::AbortHandle,
+    /// Connections being relayed now.
+    open: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl CutProxy {
@@ -1114,6 +1116,8 @@ impl CutProxy {
         let addr = listener.local_addr().expect("proxy address");
         let up = std::sync::Arc::new(tokio::sync::watch::channel(true).0);
         let state = up.clone();
+        let open = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let relays = open.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((mut client, _)) = listener.accept().await else {
@@ -1125,14 +1129,18 @@ impl CutProxy {
                     continue;
                 }
                 let target = target.clone();
+                relays.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let relays = relays.clone();
                 tokio::spawn(async move {
-                    let Ok(mut server) = tokio::net::TcpStream::connect(&target).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                        _ = down.wait_for(|up| !*up) => {}
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(&target).await {
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                            _ = down.wait_for(|up| !*up) => {}
+                        }
                     }
+                    // Both ends are closed as this task ends, before it is counted out.
+                    drop((client, down));
+                    relays.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
                 });
             }
         });
@@ -1140,6 +1148,7 @@ impl CutProxy {
             url: with_address(url, addr),
             up,
             task: task.abort_handle(),
+            open,
         }
     }
 
@@ -1151,6 +1160,20 @@ impl CutProxy {
     /// Severs every connection through the proxy and refuses new ones until restored.
     pub fn cut(&self) {
         self.up.send_replace(false);
+    }
+
+    /// [`Self::cut`], and waits until every connection it was relaying is closed: after it,
+    /// nothing the node sends reaches the server. (`cut` closes them from their relays' tasks,
+    /// which a loaded machine may run a little later: an operation on a pooled connection
+    /// could still succeed just after `cut` returned.) Gives up after 10 s.
+    pub async fn cut_and_close(&self) {
+        self.cut();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while self.open.load(std::sync::atomic::Ordering::SeqCst) > 0
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
     }
 
     /// Forwards new connections again.

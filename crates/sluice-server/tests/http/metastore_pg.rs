@@ -358,7 +358,7 @@ async fn test_health_follows_a_write_that_finds_the_metastore_gone() {
     let node = TestNode::start_on_metastore(proxy.url(), &[]).await;
     assert_eq!(health(&node).await["metastore"]["status"], "available");
     for round in 0..4 {
-        proxy.cut();
+        proxy.cut_and_close().await;
         let refused = node
             .req(
                 "PUT",
