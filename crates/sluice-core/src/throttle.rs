@@ -330,6 +330,19 @@ mod tests {
         validate_create(&[], &body, "gid", 1, &limits).expect("valid group")
     }
 
+    /// An enforced group with only a `shared_limit` and a queue of `size` places per bucket.
+    fn shared_group_with_queue(shared_limit: u32, size: u32) -> WorkloadGroup {
+        let g = group(
+            "enforced",
+            json!({"attribute": "group", "shared_limit": shared_limit}),
+        );
+        WorkloadGroup {
+            queue: crate::bags::QueueConfig::default()
+                .merge(&crate::bags::parse_queue_patch(&json!({"size_per_bucket": size})).unwrap()),
+            ..g
+        }
+    }
+
     fn alice() -> Principal {
         Principal {
             username: "alice".into(),
@@ -683,12 +696,7 @@ mod tests {
     #[test]
     fn test_a_shared_only_group_parks_before_it_asks_the_owner() {
         let t = PermitTable::new();
-        let g = group("enforced", json!({"attribute": "group", "shared_limit": 3}));
-        let g = WorkloadGroup {
-            queue: crate::bags::QueueConfig::default()
-                .merge(&crate::bags::parse_queue_patch(&json!({"size_per_bucket": 5})).unwrap()),
-            ..g
-        };
+        let g = shared_group_with_queue(3, 5);
         let q = GroupQueue::new(u64::from(g.throttling.node_allowance()));
         let v = queued(&t, WlmMode::Enabled, &g, &q);
         let Throttle::Shared {
@@ -710,12 +718,7 @@ mod tests {
     #[test]
     fn test_a_monitored_shared_ask_carries_the_queue_enabled_would_have_offered() {
         let t = PermitTable::new();
-        let g = group("enforced", json!({"attribute": "group", "shared_limit": 1}));
-        let g = WorkloadGroup {
-            queue: crate::bags::QueueConfig::default()
-                .merge(&crate::bags::parse_queue_patch(&json!({"size_per_bucket": 2})).unwrap()),
-            ..g
-        };
+        let g = shared_group_with_queue(1, 2);
         let q = GroupQueue::new(u64::from(g.throttling.node_allowance()));
         let size_of = |v: &Throttle| match v {
             Throttle::Shared {
@@ -749,12 +752,7 @@ mod tests {
         // the owner without parking and carries the bound that kept it out of the queue; a
         // request that may not park carries none.
         let t = PermitTable::new();
-        let g = group("enforced", json!({"attribute": "group", "shared_limit": 1}));
-        let g = WorkloadGroup {
-            queue: crate::bags::QueueConfig::default()
-                .merge(&crate::bags::parse_queue_patch(&json!({"size_per_bucket": 1})).unwrap()),
-            ..g
-        };
+        let g = shared_group_with_queue(1, 1);
         let q = GroupQueue::new(u64::from(g.throttling.node_allowance()));
         let first = queued(&t, WlmMode::Enabled, &g, &q);
         assert!(

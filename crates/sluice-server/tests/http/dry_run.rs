@@ -322,6 +322,28 @@ async fn three_over_one(node: &TestNode, id: &str) -> u16 {
     status
 }
 
+/// Runs [`three_over_one`] on group `id` of `node` (in `monitor_only`) and then in `enabled`:
+/// the dry run must predict one queued and one refused request, and `enabled` must then queue
+/// and refuse exactly those. Answers the dry run's figures.
+async fn dry_run_predicts_enabled(node: &TestNode, id: &str) -> Value {
+    assert_eq!(three_over_one(node, id).await, 200);
+    let dry = stats_of(node, id).await;
+    assert_eq!(
+        (&dry["total_would_queue"], &dry["total_would_throttle"]),
+        (&json!(1), &json!(1)),
+        "{dry}"
+    );
+    set_mode(node, "enabled").await;
+    assert_eq!(three_over_one(node, id).await, 429);
+    let s = stats_of(node, id).await;
+    assert_eq!(
+        (&s["total_queued"], &s["total_throttled"]),
+        (&dry["total_would_queue"], &dry["total_would_throttle"]),
+        "enabled: {s}"
+    );
+    dry
+}
+
 #[tokio::test]
 async fn test_the_dry_run_of_a_queued_group_counts_what_enabled_then_does() {
     // node_limit 1 and a queue of 1, three requests at once: `enabled` runs one, parks one and
@@ -335,21 +357,7 @@ async fn test_the_dry_run_of_a_queued_group_counts_what_enabled_then_does() {
                "queue": {"size_per_bucket": 1}}),
     )
     .await;
-    assert_eq!(three_over_one(&node, &id).await, 200);
-    let dry = stats_of(&node, &id).await;
-    assert_eq!(
-        (&dry["total_would_queue"], &dry["total_would_throttle"]),
-        (&json!(1), &json!(1)),
-        "{dry}"
-    );
-    set_mode(&node, "enabled").await;
-    assert_eq!(three_over_one(&node, &id).await, 429);
-    let s = stats_of(&node, &id).await;
-    assert_eq!(
-        (&s["total_queued"], &s["total_throttled"]),
-        (&dry["total_would_queue"], &dry["total_would_throttle"]),
-        "enabled: {s}"
-    );
+    dry_run_predicts_enabled(&node, &id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -366,22 +374,8 @@ async fn test_a_shared_tier_dry_run_counts_what_enabled_then_does() {
                "queue": {"size_per_bucket": 1}}),
     )
     .await;
-    assert_eq!(three_over_one(&node, &id).await, 200);
-    let dry = stats_of(&node, &id).await;
-    assert_eq!(
-        (&dry["total_would_queue"], &dry["total_would_throttle"]),
-        (&json!(1), &json!(1)),
-        "{dry}"
-    );
+    let dry = dry_run_predicts_enabled(&node, &id).await;
     assert_eq!(dry["total_shared_throttled"], 2, "{dry}");
-    set_mode(&node, "enabled").await;
-    assert_eq!(three_over_one(&node, &id).await, 429);
-    let s = stats_of(&node, &id).await;
-    assert_eq!(
-        (&s["total_queued"], &s["total_throttled"]),
-        (&dry["total_would_queue"], &dry["total_would_throttle"]),
-        "enabled: {s}"
-    );
 }
 
 #[tokio::test]
