@@ -1099,8 +1099,8 @@ pub struct CutProxy {
     url: String,
     up: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
     task: tokio::task::AbortHandle,
-    /// Connections being relayed now.
-    open: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// How many connections are being relayed now.
+    open: tokio::sync::watch::Receiver<usize>,
 }
 
 impl CutProxy {
@@ -1116,8 +1116,8 @@ impl CutProxy {
         let addr = listener.local_addr().expect("proxy address");
         let up = std::sync::Arc::new(tokio::sync::watch::channel(true).0);
         let state = up.clone();
-        let open = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let relays = open.clone();
+        let (relays, open) = tokio::sync::watch::channel(0usize);
+        let relays = std::sync::Arc::new(relays);
         let task = tokio::spawn(async move {
             loop {
                 let Ok((mut client, _)) = listener.accept().await else {
@@ -1129,7 +1129,7 @@ impl CutProxy {
                     continue;
                 }
                 let target = target.clone();
-                relays.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                relays.send_modify(|n| *n += 1);
                 let relays = relays.clone();
                 tokio::spawn(async move {
                     if let Ok(mut server) = tokio::net::TcpStream::connect(&target).await {
@@ -1140,7 +1140,7 @@ impl CutProxy {
                     }
                     // Both ends are closed as this task ends, before it is counted out.
                     drop((client, down));
-                    relays.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    relays.send_modify(|n| *n -= 1);
                 });
             }
         });
@@ -1168,12 +1168,12 @@ impl CutProxy {
     /// could still succeed just after `cut` returned.) Gives up after 10 s.
     pub async fn cut_and_close(&self) {
         self.cut();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while self.open.load(std::sync::atomic::Ordering::SeqCst) > 0
-            && std::time::Instant::now() < deadline
-        {
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
+        let mut open = self.open.clone();
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            open.wait_for(|n| *n == 0),
+        )
+        .await;
     }
 
     /// Forwards new connections again.
