@@ -779,18 +779,18 @@ impl Coordinator {
         let bucket: Arc<str> = Arc::from(bucket);
         // K19: a call that failed to an owner whose calls keep failing (a flapping link) fails
         // open only up to this node's share, as one its breaker stopped does.
-        let remote = owner.as_ref().filter(|m| *m.node_id != *self.me).cloned();
         let fail_open = |bucket: Arc<str>, reason: String| {
-            let (allowance, cut_off) = match &remote {
-                Some(m) => self.allowance_toward(m, limit),
-                None => (limit, None),
+            let (allowance, cut_off) = match &owner {
+                Some(m) if *m.node_id != *self.me => self.allowance_toward(m, limit),
+                _ => (limit, None),
             };
             let reason = reason + cut_off.as_deref().unwrap_or_default();
             self.fail_open(bucket, allowance, reason)
         };
         match reply {
             Ok(SharedReply::Granted { lease, extra, .. }) => {
-                let owner_id: Arc<str> = Arc::from(owner.map_or_else(String::new, |m| m.node_id));
+                let owner_id: Arc<str> =
+                    Arc::from(owner.as_ref().map_or("", |m| m.node_id.as_str()));
                 match self.hold(bucket.clone(), Some((owner_id.clone(), lease)), Some(limit)) {
                     Ok(slot) => {
                         self.stats.acquired.fetch_add(1, Ordering::Relaxed);
