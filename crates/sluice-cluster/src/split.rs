@@ -7,20 +7,20 @@
 //! so every `shared_limit` is allowed once more. [`SplitDetector`] compares the two views.
 //!
 //! Invariants (unit tests below):
-//! - S1 A node recorded live in the metastore but not in this node's gossip membership is
-//!   *unjoined* only once it has been so at every observation for [`GRACE`]: a node joining,
-//!   a node that stopped (its row outlives its gossip for at most the row's liveness
-//!   window), gossip converging, are never reported
+//! - S1 A node recorded live in the metastore but not joined to this one (not in its gossip
+//!   membership, or not hearing it: S6) is *unjoined* only once it has been so at every
+//!   observation for [`GRACE`]: a node joining, a node that stopped (its row outlives its
+//!   gossip for at most the row's liveness window), gossip converging, are never reported
 //!   (`test_a_node_missing_from_gossip_is_reported_only_after_the_grace`).
-//! - S2 A node that is in the gossip membership again, or no longer recorded live, is
-//!   forgotten at once, and its grace starts over if it goes missing again
-//!   (`test_a_node_that_joins_or_stops_is_forgotten_at_once`).
-//! - S3 This node is *cut off* (on the smaller side) when its live members are fewer than
-//!   half of all the nodes it knows live (members and unjoined nodes), or exactly half and
-//!   the lowest node id of them all is not a member: of two groups of nodes that cannot see
-//!   each other, exactly one is the larger (both sides compute the same answer from the same
-//!   rows), and a lone node with a typo is the smaller
-//!   (`test_the_smaller_side_is_cut_off_and_a_tie_goes_to_the_lowest_id`).
+//! - S2 A node that is joined again (in the gossip membership and hearing this node), or no
+//!   longer recorded live, is forgotten at once, and its grace starts over if it goes missing
+//!   again (`test_a_node_that_joins_or_stops_is_forgotten_at_once`).
+//! - S3 This node is *cut off* (on the smaller side) when the nodes on its side (its joined
+//!   members, itself included) are fewer than half of all the nodes it knows live (those and
+//!   the unjoined ones), or exactly half and the lowest node id of them all is not on its
+//!   side: of two groups of nodes that cannot see each other, exactly one is the larger (both
+//!   sides compute the same answer from the same rows), and a lone node with a typo is the
+//!   smaller (`test_the_smaller_side_is_cut_off_and_a_tie_goes_to_the_lowest_id`).
 //! - S5 While split, each side enforces only its share of a cluster-wide limit on its own
 //!   ring ([`SplitView::share_of`]): a side that is not cut off gets `limit` less the other
 //!   sides' rounded-down shares, a cut-off side `⌊limit × side / all⌋`. The shares of the
@@ -31,6 +31,18 @@
 //! - S4 Every node missing from gossip, reported yet or not, is one to reach
 //!   ([`SplitDetector::to_reach`]): gossiping with it once is enough for chitchat to join it,
 //!   so a typo heals itself rather than being only reported.
+//! - S6 A gossip member whose row says it does not hear this node (its recorded membership,
+//!   [`PresentNode::hears`], lacks this node's id) is not joined either: a link that drops
+//!   one direction only — this node's datagrams lost, its peers' arriving — leaves this node
+//!   hearing a whole cluster while the peers have declared it dead and moved its buckets; an
+//!   outside trial saw such a node go on allowing a whole `shared_limit` of 4 beside the
+//!   peers' share, 7 of 4 until the link healed. Gossip carries heartbeats from node to node,
+//!   so a node's membership is every node whose heartbeats reach it by some path, and
+//!   "members of each other" (this node hears it, its row hears this node) is "in the same
+//!   strongly connected part of the links": the sides are a partition, as S3 and S5 need,
+//!   whatever links fail (`test_one_way_links_split_the_nodes_into_the_parts_that_hear_each_other`,
+//!   a property test over every set of links between up to six nodes). A row that records
+//!   no membership (a node starting, or of an earlier sluice) is taken as hearing every node.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -54,14 +66,30 @@ pub struct PresentNode {
     pub name: String,
     /// Its transport address, `host:port`.
     pub transport: String,
+    /// The node ids its gossip membership held at its last heartbeat (S6); `None` when its
+    /// row records none.
+    #[serde(skip)]
+    pub hears: Option<Vec<String>>,
+}
+
+impl PresentNode {
+    /// S6: whether its row says it hears `id` (a row that records nothing says nothing).
+    pub fn hears(&self, id: &str) -> bool {
+        self.hears
+            .as_ref()
+            .is_none_or(|ids| ids.iter().any(|h| h == id))
+    }
 }
 
 /// What this node knows of a split: the live nodes it could not join, and whether it stands
 /// aside.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SplitView {
-    /// Nodes live in the metastore, missing from the gossip membership past [`GRACE`] (S1).
+    /// Nodes live in the metastore, not joined to this one (missing from its gossip
+    /// membership, or a member that does not hear it: S6) past [`GRACE`] (S1).
     pub unjoined: Vec<PresentNode>,
+    /// Which of [`Self::unjoined`] are gossip members that do not hear this node (S6), by id.
+    pub deaf: Vec<String>,
     /// This node is on the smaller side (S3).
     pub cut_off: bool,
     /// The live nodes on this node's side (its gossip members, itself included), as S3
@@ -98,21 +126,35 @@ impl SplitView {
         )
     }
 
-    /// The unjoined nodes in words: `name (id) at transport, …`.
+    /// The unjoined nodes in words: `name (id) at transport, …`, each one that this node
+    /// hears but that does not hear it said so.
     pub fn describe_unjoined(&self) -> String {
         self.unjoined
             .iter()
-            .map(|n| format!("{} ({}) at {}", n.name, n.node_id, n.transport))
+            .map(|n| {
+                let deaf = match self.is_deaf(&n.node_id) {
+                    true => " (heard by this node, but not hearing it)",
+                    false => "",
+                };
+                format!("{} ({}) at {}{deaf}", n.name, n.node_id, n.transport)
+            })
             .collect::<Vec<_>>()
             .join(", ")
+    }
+
+    /// Whether unjoined node `id` is a gossip member that does not hear this node (S6).
+    pub fn is_deaf(&self, id: &str) -> bool {
+        self.deaf.iter().any(|d| d == id)
     }
 }
 
 /// Compares the metastore's live nodes with the gossip membership, over time (S1–S4).
 #[derive(Debug, Default)]
 pub struct SplitDetector {
-    /// Nodes missing from gossip, and since when (every observation since).
-    missing: BTreeMap<String, (Instant, PresentNode)>,
+    /// Nodes not joined to this one, since when (every observation since), and whether
+    /// each is a gossip member that does not hear this node (S6) rather than missing from
+    /// gossip.
+    missing: BTreeMap<String, (Instant, PresentNode, bool)>,
 }
 
 impl SplitDetector {
@@ -126,51 +168,73 @@ impl SplitDetector {
         now: Instant,
     ) -> SplitView {
         let member = |id: &str| live.iter().any(|m| m.node_id == id);
+        // Joined: a gossip member whose row does not say it misses this node (S6).
+        let joined = |p: &PresentNode| member(&p.node_id) && p.hears(me);
         // S2: forget who joined or is no longer recorded live.
-        self.missing
-            .retain(|id, _| !member(id) && present.iter().any(|p| &p.node_id == id));
+        self.missing.retain(|id, _| {
+            present
+                .iter()
+                .any(|p| &p.node_id == id && p.node_id != me && !joined(p))
+        });
         for p in present {
-            if p.node_id != me && !member(&p.node_id) {
+            if p.node_id != me && !joined(p) {
+                let deaf = member(&p.node_id);
                 self.missing
                     .entry(p.node_id.clone())
-                    .and_modify(|(_, seen)| *seen = p.clone())
-                    .or_insert((now, p.clone()));
+                    .and_modify(|(_, seen, was_deaf)| {
+                        *seen = p.clone();
+                        *was_deaf = deaf;
+                    })
+                    .or_insert((now, p.clone(), deaf));
             }
         }
         self.view(me, live, now)
     }
 
     /// An observation without the metastore (it could not be read): only gossip's news is
-    /// taken (S2 for nodes that joined); the rest stands as last seen.
+    /// taken (S2 for nodes that joined); the rest stands as last seen — a member that did not
+    /// hear this node included, which only a row can clear.
     pub fn observe_gossip(&mut self, me: &str, live: &[Member], now: Instant) -> SplitView {
         self.missing
-            .retain(|id, _| !live.iter().any(|m| &m.node_id == id));
+            .retain(|id, (_, _, deaf)| *deaf || !live.iter().any(|m| &m.node_id == id));
         self.view(me, live, now)
     }
 
-    /// The transport addresses of every node missing from gossip now (S4).
+    /// The transport addresses of every node missing from gossip now (S4): a member that
+    /// does not hear this node is gossiped with already.
     pub fn to_reach(&self) -> Vec<String> {
         self.missing
             .values()
-            .map(|(_, p)| p.transport.clone())
+            .filter(|(_, _, deaf)| !deaf)
+            .map(|(_, p, _)| p.transport.clone())
             .collect()
     }
 
     fn view(&self, me: &str, live: &[Member], now: Instant) -> SplitView {
-        let unjoined: Vec<PresentNode> = self
-            .missing
-            .values()
-            .filter(|(since, _)| now.saturating_duration_since(*since) >= GRACE)
-            .map(|(_, p)| p.clone())
+        let reported = || {
+            self.missing
+                .values()
+                .filter(|(since, _, _)| now.saturating_duration_since(*since) >= GRACE)
+        };
+        let unjoined: Vec<PresentNode> = reported().map(|(_, p, _)| p.clone()).collect();
+        let deaf: Vec<String> = reported()
+            .filter(|(_, _, deaf)| *deaf)
+            .map(|(_, p, _)| p.node_id.clone())
             .collect();
-        // A membership that does not list this node yet (the first view) counts it.
-        let mut ids: Vec<&str> = live.iter().map(|m| m.node_id.as_str()).collect();
+        // This node's side: its members but those that do not hear it (S6). A membership
+        // that does not list this node yet (the first view) counts it.
+        let mut ids: Vec<&str> = live
+            .iter()
+            .map(|m| m.node_id.as_str())
+            .filter(|id| !deaf.iter().any(|d| d == id))
+            .collect();
         if !ids.contains(&me) {
             ids.push(me);
         }
         let cut_off = is_cut_off(me, &ids, &unjoined);
         SplitView {
             unjoined,
+            deaf,
             cut_off,
             side: ids.len(),
         }
@@ -220,6 +284,149 @@ mod tests {
             node_id: id.into(),
             name: format!("n-{id}"),
             transport: format!("127.0.0.1:93{id}"),
+            hears: None,
+        }
+    }
+
+    /// `id`'s row, recording that it hears `ids` (S6).
+    fn hearing(id: &str, ids: &[&str]) -> PresentNode {
+        PresentNode {
+            hears: Some(ids.iter().map(|h| h.to_string()).collect()),
+            ..present(id)
+        }
+    }
+
+    /// S6, the outside trial's link: node 3's datagrams to 1 and 2 are lost, theirs reach it.
+    /// It hears both (its gossip membership is whole) while their rows show they hear only
+    /// each other: after the grace it is cut off with its share, and they, which miss it
+    /// from gossip, are the larger side; the two shares add up to the limit (before, node 3
+    /// kept the whole limit beside their share).
+    #[test]
+    fn test_a_member_that_does_not_hear_this_node_is_not_joined_to_it() {
+        let t0 = Instant::now();
+        let rows = [
+            hearing("1", &["1", "2"]),
+            hearing("2", &["1", "2"]),
+            hearing("3", &["1", "2", "3"]),
+        ];
+        let all = [member("1"), member("2"), member("3")];
+        let mut three = SplitDetector::default();
+        let v = three.observe("3", &all, &rows, t0);
+        assert!(v.unjoined.is_empty() && !v.cut_off && v.side == 3, "{v:?}");
+        // Members already: nothing to gossip with.
+        assert!(three.to_reach().is_empty());
+        let v = three.observe("3", &all, &rows, t0 + GRACE);
+        assert_eq!(v.unjoined, [rows[0].clone(), rows[1].clone()]);
+        assert_eq!(v.deaf, ["1", "2"]);
+        assert!(v.cut_off && v.side == 1, "{v:?}");
+        assert!(v.describe_unjoined().contains("not hearing it"), "{v:?}");
+        let pair = [member("1"), member("2")];
+        let mut one = SplitDetector::default();
+        one.observe("1", &pair, &rows, t0);
+        let w = one.observe("1", &pair, &rows, t0 + GRACE);
+        assert!(!w.cut_off && w.side == 2 && w.deaf.is_empty(), "{w:?}");
+        for limit in [1, 2, 3, 4, 10] {
+            assert_eq!(v.share_of(limit) + w.share_of(limit), limit, "{limit}");
+        }
+        // The metastore unread: a node that did not hear this one still does not.
+        assert_eq!(three.observe_gossip("3", &all, t0 + GRACE).deaf, ["1", "2"]);
+        // Their rows hear node 3 again (the link healed): joined at once.
+        let healed = [
+            hearing("1", &["1", "2", "3"]),
+            hearing("2", &["1", "2", "3"]),
+            rows[2].clone(),
+        ];
+        let v = three.observe("3", &all, &healed, t0 + GRACE * 2);
+        assert!(v.unjoined.is_empty() && !v.cut_off && v.side == 3, "{v:?}");
+        // A row that records no membership hears everyone.
+        let silent = [present("1"), present("2"), rows[2].clone()];
+        three.observe("3", &all, &silent, t0 + GRACE * 3);
+        assert!(
+            three
+                .observe("3", &all, &silent, t0 + GRACE * 4)
+                .unjoined
+                .is_empty()
+        );
+        // Within the grace, a member not hearing this node still counts (a node joining
+        // records its membership before it has heard of every node).
+        let mut fresh = SplitDetector::default();
+        let v = fresh.observe("3", &all, &rows, t0 + GRACE / 2);
+        assert!(v.unjoined.is_empty() && v.side == 3);
+    }
+
+    /// Every node's view after the grace when node `i` can send to node `j` exactly when
+    /// `links[i][j]`: gossip carries heartbeats along links, so `i`'s membership is every node
+    /// with a path of links to `i`, and its row records that membership.
+    fn views_over(links: &[Vec<bool>]) -> Vec<SplitView> {
+        let n = links.len();
+        // reach[a][b]: a's heartbeats reach b.
+        let mut reach: Vec<Vec<bool>> = (0..n)
+            .map(|a| (0..n).map(|b| a == b || links[a][b]).collect())
+            .collect();
+        for k in 0..n {
+            for a in 0..n {
+                for b in 0..n {
+                    if reach[a][k] && reach[k][b] {
+                        reach[a][b] = true;
+                    }
+                }
+            }
+        }
+        let ids: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+        let heard_by = |i: usize| -> Vec<&str> {
+            (0..n)
+                .filter(|&a| reach[a][i])
+                .map(|a| ids[a].as_str())
+                .collect()
+        };
+        let rows: Vec<PresentNode> = (0..n).map(|i| hearing(&ids[i], &heard_by(i))).collect();
+        let t0 = Instant::now();
+        (0..n)
+            .map(|i| {
+                let live: Vec<Member> = heard_by(i).iter().map(|id| member(id)).collect();
+                let mut d = SplitDetector::default();
+                d.observe(&ids[i], &live, &rows, t0);
+                d.observe(&ids[i], &live, &rows, t0 + GRACE)
+            })
+            .collect()
+    }
+
+    proptest::proptest! {
+        /// S6 with S3 and S5: whatever links fail, each node's side is the nodes that hear it
+        /// and that it hears (through gossip's paths), the sides are a partition, and their
+        /// shares add up to at most the limit.
+        #[test]
+        fn test_one_way_links_split_the_nodes_into_the_parts_that_hear_each_other(
+            links in proptest::collection::vec(proptest::collection::vec(proptest::bool::ANY, 6), 1..7),
+            limit in 0u64..50,
+        ) {
+            let n = links.len();
+            let links: Vec<Vec<bool>> = links.into_iter().map(|row| row[..n].to_vec()).collect();
+            let views = views_over(&links);
+            // The side of node i: every node but its unjoined ones.
+            let side_of = |i: usize| -> Vec<usize> {
+                (0..n)
+                    .filter(|j| !views[i].unjoined.iter().any(|u| u.node_id == j.to_string()))
+                    .collect()
+            };
+            let mut counted: Vec<Vec<usize>> = Vec::new();
+            for (i, view) in views.iter().enumerate() {
+                let side = side_of(i);
+                proptest::prop_assert_eq!(side.len(), view.side);
+                proptest::prop_assert_eq!(side.len() + view.unjoined.len(), n);
+                // A partition: every node of i's side has the same side.
+                for &j in &side {
+                    proptest::prop_assert_eq!(&side_of(j), &side, "{} and {}", i, j);
+                }
+                if !counted.contains(&side) {
+                    counted.push(side);
+                }
+            }
+            let total: u64 = counted.iter().map(|side| views[side[0]].share_of(limit)).sum();
+            proptest::prop_assert!(total <= limit, "{total} > {limit}");
+            if counted.len() == 2 {
+                proptest::prop_assert_eq!(total, limit);
+            }
         }
     }
 

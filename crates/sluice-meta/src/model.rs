@@ -300,4 +300,9 @@ pub struct NodePresence {
     pub cluster_name: String,
     /// Its incarnation (start time in milliseconds).
     pub generation: u64,
+    /// The node ids its gossip membership held at this heartbeat, itself included: whom it
+    /// hears, so that a node its peers no longer hear, while it hears them, can tell (a link
+    /// dropping one direction). `None`: not known yet (a node writing its row before its
+    /// gossip starts) or not recorded (a row of an earlier sluice).
+    pub hears: Option<Vec<String>>,
 }

@@ -65,6 +65,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "nodes",
         include_str!("../migrations/postgres/0002_nodes.sql"),
     ),
+    (
+        3,
+        "whom each node hears",
+        include_str!("../migrations/postgres/0003_node_hears.sql"),
+    ),
 ];
 
 /// How long a node's row is kept after its last heartbeat before a heartbeat of any node
@@ -665,18 +670,20 @@ impl MetaStore for PostgresMetaStore {
                 "cannot record this node's heartbeat",
                 sqlx::query(
                     "INSERT INTO sluice_nodes
-                         (node_id, name, transport, cluster_name, generation, last_seen)
-                     VALUES ($1, $2, $3, $4, $5, clock_timestamp())
+                         (node_id, name, transport, cluster_name, generation, hears, last_seen)
+                     VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp())
                      ON CONFLICT (node_id) DO UPDATE SET
                          name = EXCLUDED.name, transport = EXCLUDED.transport,
                          cluster_name = EXCLUDED.cluster_name,
-                         generation = EXCLUDED.generation, last_seen = EXCLUDED.last_seen",
+                         generation = EXCLUDED.generation, hears = EXCLUDED.hears,
+                         last_seen = EXCLUDED.last_seen",
                 )
                 .bind(&me.node_id)
                 .bind(&me.name)
                 .bind(&me.transport)
                 .bind(&me.cluster_name)
                 .bind(generation)
+                .bind(&me.hears)
                 .execute(&self.pool),
             )
             .await?;
@@ -693,7 +700,7 @@ impl MetaStore for PostgresMetaStore {
             let rows = within(
                 "cannot read the nodes' heartbeats",
                 sqlx::query(
-                    "SELECT node_id, name, transport, cluster_name, generation FROM sluice_nodes
+                    "SELECT node_id, name, transport, cluster_name, generation, hears FROM sluice_nodes
                      WHERE last_seen > clock_timestamp() - make_interval(secs => $1)
                      ORDER BY node_id",
                 )
@@ -717,6 +724,7 @@ impl MetaStore for PostgresMetaStore {
                                 .map_err(|e| classify("node row", e))?,
                         )
                         .unwrap_or(0),
+                        hears: r.try_get("hears").map_err(|e| classify("node row", e))?,
                     })
                 })
                 .collect()

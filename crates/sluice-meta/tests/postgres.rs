@@ -550,6 +550,7 @@ async fn test_heartbeats_are_shared_and_only_recent_ones_count() {
         transport: transport.to_string(),
         cluster_name: "c".to_string(),
         generation: 7,
+        hears: None,
     };
     let live = Duration::from_secs(60);
     assert_eq!(
@@ -576,6 +577,23 @@ async fn test_heartbeats_are_shared_and_only_recent_ones_count() {
         .await
         .unwrap();
     assert!(recent.iter().all(|r| r.node_id == "n1"), "{recent:?}");
+    // Whom a node hears is kept as written, and replaced by its next heartbeat.
+    let hearing = |ids: &[&str]| NodePresence {
+        hears: Some(ids.iter().map(|id| id.to_string()).collect()),
+        ..row("n2", "127.0.0.1:9302")
+    };
+    b.heartbeat(&hearing(&["n1", "n2"]), live).await.unwrap();
+    let rows = a
+        .heartbeat(&row("n1", "127.0.0.1:9300"), live)
+        .await
+        .unwrap();
+    assert_eq!(rows, [row("n1", "127.0.0.1:9300"), hearing(&["n1", "n2"])]);
+    b.heartbeat(&hearing(&["n2"]), live).await.unwrap();
+    let rows = a
+        .heartbeat(&row("n1", "127.0.0.1:9300"), live)
+        .await
+        .unwrap();
+    assert_eq!(rows[1], hearing(&["n2"]));
     // The other backends keep none.
     let memory = sluice_meta::MemoryMetaStore::new();
     assert!(

@@ -116,6 +116,8 @@ pub async fn join(
             transport: transport_addr.to_string(),
             cluster_name: config.cluster_name.clone(),
             generation,
+            // Gossip has not started: whom it hears is not known yet.
+            hears: None,
         };
         match metastore.heartbeat(&row, presence::LIVE_WITHIN).await {
             Ok(rows) => {

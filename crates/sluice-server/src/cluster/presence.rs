@@ -31,7 +31,8 @@ pub const LIVE_WITHIN: Duration = Duration::from_secs(5);
 /// tailing the log sees it, rarely enough not to flood it.
 const SPLIT_LOG_EVERY: Duration = Duration::from_secs(30);
 
-/// This node's row.
+/// This node's row, with whom its gossip hears now (S6 of `split.rs`: its peers tell from it
+/// whether it hears them).
 pub fn row_of(cluster: &Cluster, cluster_name: &str) -> NodePresence {
     let me = cluster.me();
     NodePresence {
@@ -40,6 +41,14 @@ pub fn row_of(cluster: &Cluster, cluster_name: &str) -> NodePresence {
         transport: me.transport_addr.to_string(),
         cluster_name: cluster_name.to_string(),
         generation: me.generation,
+        hears: Some(
+            cluster
+                .members()
+                .live
+                .iter()
+                .map(|m| m.node_id.clone())
+                .collect(),
+        ),
     }
 }
 
@@ -52,6 +61,7 @@ pub fn present(rows: &[NodePresence], cluster_name: &str) -> Vec<PresentNode> {
             node_id: r.node_id.clone(),
             name: r.name.clone(),
             transport: r.transport.clone(),
+            hears: r.hears.clone(),
         })
         .collect()
 }
@@ -88,7 +98,7 @@ pub fn watch(cluster: &Arc<Cluster>, store: Arc<dyn MetaStore>, cluster_name: St
                 tracing::error!(
                     unjoined = %view.describe_unjoined(),
                     cut_off = view.cut_off,
-                    "nodes that use this node's metastore and cluster.name are live but not members of its cluster: gossip between them fails, most likely because discovery.seed_hosts names none of them (a typo), or a firewall drops transport traffic; this node keeps trying to gossip with them. Meanwhile each side allows only its share of every cluster-wide limit (shared_limit × {} / {} on this side, rounded {}; a share of 0 refuses with 503) rather than each limit once per side; logged every {}s while it lasts",
+                    "nodes that use this node's metastore and cluster.name are live but not members of its cluster: gossip between them fails, most likely because discovery.seed_hosts names none of them (a typo), or a firewall drops transport traffic (in one direction only for those heard by this node but not hearing it); this node keeps trying to gossip with them. Meanwhile each side allows only its share of every cluster-wide limit (shared_limit × {} / {} on this side, rounded {}; a share of 0 refuses with 503) rather than each limit once per side; logged every {}s while it lasts",
                     view.side,
                     view.side + view.unjoined.len(),
                     if view.cut_off { "down: it is the smaller side" } else { "up: it is the larger side" },
@@ -114,11 +124,17 @@ pub fn health_json(view: &SplitView, unreachable: &[(Member, String)]) -> Value 
     } else {
         json!({
             "status": if view.cut_off { "cut_off" } else { "split" },
-            "unjoined_nodes": view.unjoined,
+            "unjoined_nodes": view.unjoined.iter().map(|n| {
+                let mut v = json!(n);
+                if view.is_deaf(&n.node_id) {
+                    v["hears_this_node"] = Value::Bool(false);
+                }
+                v
+            }).collect::<Vec<_>>(),
             "side_nodes": view.side,
             "live_nodes": view.side + view.unjoined.len(),
             "shared_tier": "divided",
-            "reason": "nodes live on this node's metastore are not members of its cluster: check discovery.seed_hosts and that transport ports are reachable",
+            "reason": "nodes live on this node's metastore are not members of its cluster (or, with hears_this_node false, do not hear this node): check discovery.seed_hosts and that transport ports are reachable both ways",
         })
     };
     if !unreachable.is_empty() {

@@ -34,6 +34,8 @@ pub struct Proc {
     /// Where its peers reach its RPC and gossip: the published transport address, which is
     /// the bound one unless that is a wildcard (`transport.host=0.0.0.0`).
     pub transport: SocketAddr,
+    /// Where its transport's sockets are bound.
+    pub bound_transport: SocketAddr,
     log: Arc<Mutex<String>>,
 }
 
@@ -139,6 +141,27 @@ impl TestCluster {
         TestCluster::launch_with(n, test, url, true, true).await
     }
 
+    /// [`TestCluster::start_heavy`] with `each[i]` added to node `i`'s settings, calling
+    /// `started` with each node once it runs, before the next starts (to point a relay at it).
+    pub async fn start_heavy_each(
+        test: &str,
+        each: &[Vec<String>],
+        mut started: impl FnMut(usize, &Proc),
+    ) -> TestCluster {
+        let url = sluice_meta::test_suite::fresh_postgres_url(test).await;
+        let mut c = TestCluster::empty(test, url);
+        for (i, extra) in each.iter().enumerate() {
+            crate::heavy::seed_heavy(&c.data(i)).await;
+            let node = c.spawn_with(i, extra).await;
+            started(i, &node);
+            c.nodes.push(Some(node));
+        }
+        for i in 0..each.len() {
+            c.wait_members(i, each.len(), JOIN_WITHIN).await;
+        }
+        c
+    }
+
     /// Starts `n` gateways (`backend.type: upstream`) on one fresh PostgreSQL database, in front
     /// of one embedded node holding the heavy index, and waits until each sees all `n`.
     pub async fn start_gateways(n: usize, test: &str, options: GatewayOptions) -> TestCluster {
@@ -222,6 +245,11 @@ impl TestCluster {
 
     /// Starts node `i` on its data folder, seeded with node 0 (unless it is node 0).
     async fn spawn(&self, i: usize) -> Proc {
+        self.spawn_with(i, &[]).await
+    }
+
+    /// [`TestCluster::spawn`] with `extra` settings.
+    async fn spawn_with(&self, i: usize, extra: &[String]) -> Proc {
         let seeds: Vec<String> = if self.unseeded {
             // Port 1 on loopback: nothing of the test listens there.
             vec!["127.0.0.1:1".to_string()]
@@ -244,6 +272,7 @@ impl TestCluster {
             flags.push(format!("discovery.seed_hosts={}", seeds.join(",")));
         }
         flags.extend(self.flags.iter().cloned());
+        flags.extend(extra.iter().cloned());
         spawn_node(&format!("node-{i}"), &self.data(i), &flags).await
     }
 
@@ -499,6 +528,7 @@ pub async fn spawn_node(name: &str, data: &Path, flags: &[String]) -> Proc {
     });
     let mut http = None;
     let mut transport = None;
+    let mut bound_transport = None;
     let deadline = tokio::time::Instant::now() + START_WITHIN;
     while http.is_none() || transport.is_none() {
         let line = tokio::time::timeout_at(deadline, rx.recv()).await;
@@ -513,6 +543,7 @@ pub async fn spawn_node(name: &str, data: &Path, flags: &[String]) -> Proc {
         }
         if let Some(a) = addr_after(&line, "transport on ") {
             transport = addr_after(&line, "publish_address=").or(Some(a));
+            bound_transport = Some(a);
         }
     }
     Proc {
@@ -520,6 +551,7 @@ pub async fn spawn_node(name: &str, data: &Path, flags: &[String]) -> Proc {
         name: name.to_string(),
         http: http.expect("http"),
         transport: transport.expect("transport"),
+        bound_transport: bound_transport.expect("transport"),
         log,
     }
 }

@@ -8,6 +8,7 @@ mod heavy;
 mod membership;
 mod metadata;
 mod owner_loss;
+mod relay;
 mod scrolls;
 mod shared_tier;
 #[path = "../http/common/signal.rs"]

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::harness::{JOIN_WITHIN, TestCluster, heavy_query};
+use crate::relay::{Cut, Relay};
 use crate::shared_tier::{enable, end_searches, everywhere, group};
 
 /// An enforced group `name` whose only limit is `shared_limit`, with `memory` of the node.
@@ -172,6 +173,7 @@ async fn phantoms(
             transport: "127.0.0.1:1".to_string(),
             cluster_name: c.cluster_name.clone(),
             generation: 1,
+            hears: None,
         })
         .collect();
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
@@ -197,8 +199,21 @@ async fn health_once(c: &TestCluster, i: usize, status: &str) -> Value {
 
 /// A cheap search of group `id` on node 0.
 async fn small(c: &TestCluster, id: &str) -> (u16, Value) {
+    small_on(c, 0, id).await
+}
+
+/// Node `i` refuses a cheap search of group `id` with a 429 whose reason says `words`.
+async fn refused_saying(c: &TestCluster, i: usize, id: &str, words: &str) {
+    let (s, b) = small_on(c, i, id).await;
+    assert_eq!(s, 429, "node {i}: {b}");
+    let reason = b["error"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains(words), "node {i}: {reason}");
+}
+
+/// A cheap search of group `id` on node `i`.
+async fn small_on(c: &TestCluster, i: usize, id: &str) -> (u16, Value) {
     c.req_with(
-        0,
+        i,
         "POST",
         "/heavy/_search",
         Some(json!({"size": 0})),
@@ -334,25 +349,100 @@ async fn test_the_larger_side_of_a_split_keeps_only_its_share_of_a_shared_limit(
     )
     .await;
     for i in 0..2 {
-        let (s, b) = c
-            .req_with(
-                i,
-                "POST",
-                "/heavy/_search",
-                Some(json!({"size": 0})),
-                &header,
-            )
-            .await;
-        assert_eq!(s, 429, "{b}");
-        let reason = b["error"]["reason"].as_str().unwrap_or_default();
-        assert!(
-            reason.contains("share, 2, of its cluster-wide limit of 3"),
-            "{reason}"
-        );
+        refused_saying(&c, i, &id, "share, 2, of its cluster-wide limit of 3").await;
     }
     for (i, search) in held.into_iter().enumerate() {
         end_searches(&c, i, search).await;
     }
     let _ = stop.send(true);
     let _ = beating.await;
+}
+
+/// Node `i`'s `membership` once it is no longer `joined`.
+async fn divided(c: &TestCluster, i: usize) -> Value {
+    c.eventually(Duration::from_secs(60), "a split", || async {
+        let (_, h) = c.get(i, "/_cluster/health").await;
+        (h["membership"]["status"] != "joined").then_some(h["membership"].clone())
+    })
+    .await
+}
+
+/// S6 of `split.rs`, on a link that loses one direction (relays in front of both nodes'
+/// transports, `relay.rs`): node 0's datagrams to node 1 are lost, its answers to node 1's
+/// too, while node 1's reach node 0, whose gossip therefore goes on hearing node 1. Node 1
+/// drops node 0 from its membership and keeps its share; node 0 learns from node 1's row that
+/// it is not heard, and is a side of its own too: each keeps half of a `shared_limit` of 2,
+/// one search each. (Before, node 0 stayed `joined` and kept the whole limit beside node 1's
+/// share: an outside trial's 7 of 4 until the link healed.) Once the link heals both are
+/// joined again and node 0 has the whole limit back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_node_heard_by_none_of_its_peers_keeps_only_its_share() {
+    let relays = [Relay::start().await, Relay::start().await];
+    let each: Vec<Vec<String>> = relays
+        .iter()
+        .map(|r| vec![format!("transport.publish_port={}", r.addr.port())])
+        .collect();
+    let c = TestCluster::start_heavy_each("split_one_way", &each, |i, node| {
+        relays[i].to(node.bound_transport)
+    })
+    .await;
+    enable(&c).await;
+    let id = group(&c, shared_only("tenant", 0.5, 2)).await;
+    everywhere(&c, 2, &id).await;
+    relays[1].cut(Cut {
+        from: Some(c.node(0).bound_transport),
+        replies: false,
+        tcp: true,
+    });
+    relays[0].cut(Cut {
+        from: None,
+        replies: true,
+        tcp: true,
+    });
+    let zero = divided(&c, 0).await;
+    let one = divided(&c, 1).await;
+    // Node 0 still hears node 1, but node 1 does not hear it.
+    assert_eq!(zero["unjoined_nodes"][0]["name"], "node-1", "{zero}");
+    assert_eq!(
+        zero["unjoined_nodes"][0]["hears_this_node"], false,
+        "{zero}"
+    );
+    assert_eq!(one["unjoined_nodes"][0]["name"], "node-0", "{one}");
+    assert!(
+        one["unjoined_nodes"][0].get("hears_this_node").is_none(),
+        "{one}"
+    );
+    for m in [&zero, &one] {
+        assert_eq!(
+            (&m["side_nodes"], &m["live_nodes"]),
+            (&json!(1), &json!(2)),
+            "{m}"
+        );
+    }
+    // One side of two equal ones is cut off (the one without the lowest id), the other not.
+    let statuses = [&zero["status"], &one["status"]];
+    assert!(
+        statuses.contains(&&json!("cut_off")) && statuses.contains(&&json!("split")),
+        "{zero} {one}"
+    );
+    // Each side's share of 2 is 1: one search runs on each node, the next is refused.
+    let header = [("workloadGroupId", id.as_str())];
+    for i in 0..2 {
+        let held = c.start_search(i, "/heavy/_search", heavy_query(), &header);
+        c.eventually(Duration::from_secs(30), "the heavy search runs", || async {
+            (running(&c, i).await == 1).then_some(())
+        })
+        .await;
+        refused_saying(&c, i, &id, "share, 1, of its cluster-wide limit of 2").await;
+        end_searches(&c, i, held).await;
+    }
+    // The link heals: joined again, the whole limit back.
+    for r in &relays {
+        r.cut(Cut::default());
+    }
+    for i in 0..2 {
+        health_once(&c, i, "joined").await;
+    }
+    let (s, b) = small(&c, &id).await;
+    assert_eq!(s, 200, "{b}");
 }

@@ -1,0 +1,174 @@
+//! A relay in front of one node's transport — gossip (UDP) and RPC (TCP) on one port — that
+//! its peers reach it through (the node publishes the relay's port, `transport.publish_port`),
+//! so a test can lose one direction of a link: a firewall on loopback without root.
+//!
+//! Datagrams are relayed as a NAT does: each source gets a socket of the relay's own toward
+//! the node, and what the node answers to that socket goes back to the source, so the node's
+//! replies pass the relay too. [`Cut`] says what is lost: datagrams from one address toward
+//! the node, the node's replies, every TCP connection.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::task::JoinHandle;
+
+/// What the relay loses now.
+#[derive(Debug, Clone, Default)]
+pub struct Cut {
+    /// Datagrams toward the node from this address (a peer's gossip socket).
+    pub from: Option<SocketAddr>,
+    /// The node's datagrams back to their sources.
+    pub replies: bool,
+    /// Every TCP connection: open ones are closed, new ones refused (closed at accept).
+    pub tcp: bool,
+}
+
+/// A running relay; its tasks stop when it is dropped.
+pub struct Relay {
+    /// The address (UDP and TCP) peers send to.
+    pub addr: SocketAddr,
+    target: Arc<OnceLock<SocketAddr>>,
+    cut: tokio::sync::watch::Sender<Cut>,
+    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+/// The largest datagram relayed (UDP's own limit).
+const DATAGRAM: usize = 65_536;
+
+impl Relay {
+    /// Binds a UDP socket and a TCP listener on one free loopback port. Nothing is relayed
+    /// until [`Relay::to`] names the node.
+    pub async fn start() -> Relay {
+        let (udp, tcp) = loop {
+            let udp = UdpSocket::bind("127.0.0.1:0").await.expect("udp bind");
+            let addr = udp.local_addr().expect("udp addr");
+            if let Ok(tcp) = TcpListener::bind(addr).await {
+                break (udp, tcp);
+            }
+        };
+        let addr = udp.local_addr().expect("udp addr");
+        let target: Arc<OnceLock<SocketAddr>> = Arc::default();
+        let (cut, watch) = tokio::sync::watch::channel(Cut::default());
+        let tasks: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let datagrams = tokio::spawn(relay_datagrams(
+            Arc::new(udp),
+            target.clone(),
+            watch.clone(),
+            tasks.clone(),
+        ));
+        let streams = tokio::spawn(relay_streams(tcp, target.clone(), watch, tasks.clone()));
+        tasks.lock().extend([datagrams, streams]);
+        Relay {
+            addr,
+            target,
+            cut,
+            tasks,
+        }
+    }
+
+    /// Relays to the node's bound transport address from now on.
+    pub fn to(&self, node: SocketAddr) {
+        let _ = self.target.set(node);
+    }
+
+    /// Loses what `cut` says from now on (the default: nothing).
+    pub fn cut(&self, cut: Cut) {
+        self.cut.send_replace(cut);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        for task in self.tasks.lock().drain(..) {
+            task.abort();
+        }
+    }
+}
+
+async fn relay_datagrams(
+    outer: Arc<UdpSocket>,
+    target: Arc<OnceLock<SocketAddr>>,
+    cut: tokio::sync::watch::Receiver<Cut>,
+    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+) {
+    let mut inner: HashMap<SocketAddr, Arc<UdpSocket>> = HashMap::new();
+    let mut buf = vec![0u8; DATAGRAM];
+    loop {
+        let Ok((n, source)) = outer.recv_from(&mut buf).await else {
+            return;
+        };
+        let Some(&node) = target.get() else { continue };
+        if cut.borrow().from == Some(source) {
+            continue;
+        }
+        let socket = match inner.get(&source) {
+            Some(s) => s.clone(),
+            None => {
+                let s = Arc::new(UdpSocket::bind("127.0.0.1:0").await.expect("udp bind"));
+                let replies =
+                    tokio::spawn(relay_replies(s.clone(), outer.clone(), source, cut.clone()));
+                push(&tasks, replies);
+                inner.insert(source, s.clone());
+                s
+            }
+        };
+        let _ = socket.send_to(&buf[..n], node).await;
+    }
+}
+
+/// The node's datagrams to `inner` (the socket standing for `source`) go back to `source`.
+async fn relay_replies(
+    inner: Arc<UdpSocket>,
+    outer: Arc<UdpSocket>,
+    source: SocketAddr,
+    cut: tokio::sync::watch::Receiver<Cut>,
+) {
+    let mut buf = vec![0u8; DATAGRAM];
+    loop {
+        let Ok(n) = inner.recv(&mut buf).await else {
+            return;
+        };
+        if !cut.borrow().replies {
+            let _ = outer.send_to(&buf[..n], source).await;
+        }
+    }
+}
+
+async fn relay_streams(
+    listener: TcpListener,
+    target: Arc<OnceLock<SocketAddr>>,
+    cut: tokio::sync::watch::Receiver<Cut>,
+    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            return;
+        };
+        let Some(&node) = target.get() else { continue };
+        if cut.borrow().tcp {
+            continue;
+        }
+        let mut cut = cut.clone();
+        let pipe = tokio::spawn(async move {
+            let Ok(mut upstream) = TcpStream::connect(node).await else {
+                return;
+            };
+            let mut stream = stream;
+            tokio::select! {
+                _ = tokio::io::copy_bidirectional(&mut stream, &mut upstream) => {}
+                _ = cut.wait_for(|c| c.tcp) => {}
+            }
+        });
+        push(&tasks, pipe);
+    }
+}
+
+/// Keeps `task` to abort with the relay, forgetting those that ended.
+fn push(tasks: &Mutex<Vec<JoinHandle<()>>>, task: JoinHandle<()>) {
+    let mut tasks = tasks.lock();
+    tasks.retain(|t| !t.is_finished());
+    tasks.push(task);
+}
