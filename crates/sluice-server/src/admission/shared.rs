@@ -244,7 +244,7 @@ fn no_share(
         st,
         entry,
         key,
-        DecisionKind::Throttle,
+        DecisionKind::NoShare,
         true,
         &reason,
         Tier::Shared,

@@ -1,10 +1,11 @@
 //! One structured log line per workload-management decision (issue #16): a throttle 429, a
-//! full queue, a resource-share rejection, a cancellation — and, in the dry run, each of them
+//! full queue, a resource-share rejection, a cancellation, a split side's refusal for want of
+//! a share (503) — and, in the dry run, each of them
 //! that mode `enabled` would have taken. Target [`TARGET`], level INFO, fields:
 //!
 //! | field | value |
 //! |---|---|
-//! | `decision` | `throttle`, `queue_full`, `reject`, `cancel` ([`DecisionKind`]) |
+//! | `decision` | `throttle`, `queue_full`, `reject`, `cancel`, `no_share` ([`DecisionKind`]) |
 //! | `enforced` | `false` for the dry run (`monitor_only`, a `monitor` group) |
 //! | `group`, `group_name` | the workload group |
 //! | `bucket_kind` | `group`, `username`, `role` (the throttle's attribute), or `none` |
@@ -57,8 +58,8 @@ pub const TARGET: &str = "sluice::decision";
 /// flood and which groups are in it.
 const BURST: u64 = 10;
 
-/// One line of a kind per this interval once the burst is spent: four kinds of ~300-byte lines
-/// are ~100 MB a day at most under a flood that never stops — a log rotation's worth, not a
+/// One line of a kind per this interval once the burst is spent: five kinds of ~300-byte lines
+/// are ~130 MB a day at most under a flood that never stops — a log rotation's worth, not a
 /// full disk.
 const LINE_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -87,14 +88,19 @@ pub enum DecisionKind {
     Reject,
     /// A running task cancelled by the enforcement pass.
     Cancel,
+    /// Refused (503) on the side of a split cluster whose share of a `shared_limit` rounds
+    /// down to nothing: not a throttle of a limit in use, and told apart in the log so (an
+    /// outside trial found the two under one kind, told apart only by their reasons).
+    NoShare,
 }
 
 impl DecisionKind {
-    const ALL: [DecisionKind; 4] = [
+    const ALL: [DecisionKind; 5] = [
         DecisionKind::Throttle,
         DecisionKind::QueueFull,
         DecisionKind::Reject,
         DecisionKind::Cancel,
+        DecisionKind::NoShare,
     ];
 
     /// The `decision` field's value.
@@ -104,6 +110,7 @@ impl DecisionKind {
             DecisionKind::QueueFull => "queue_full",
             DecisionKind::Reject => "reject",
             DecisionKind::Cancel => "cancel",
+            DecisionKind::NoShare => "no_share",
         }
     }
 
@@ -233,10 +240,12 @@ impl DecisionLog {
             (true, DecisionKind::QueueFull) => "queue full",
             (true, DecisionKind::Reject) => "rejected",
             (true, DecisionKind::Cancel) => "cancelled",
+            (true, DecisionKind::NoShare) => "refused, no share of a split cluster's limit",
             (false, DecisionKind::Throttle) => "would throttle",
             (false, DecisionKind::QueueFull) => "would refuse, queue full",
             (false, DecisionKind::Reject) => "would reject",
             (false, DecisionKind::Cancel) => "would cancel",
+            (false, DecisionKind::NoShare) => "would refuse, no share of a split cluster's limit",
         };
         // A string, not `%`: the text format quotes it (the allocation is a written line's,
         // at most a burst and one a second per kind and group).

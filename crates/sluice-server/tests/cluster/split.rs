@@ -277,10 +277,27 @@ async fn test_the_smaller_side_of_a_split_keeps_its_share_of_a_shared_limit() {
         reason.contains("phantom-a") && reason.contains("discovery.seed_hosts"),
         "{reason}"
     );
-    // Counted as the shared tier's other refusals are, in the group's figures.
+    // Counted as the shared tier's other refusals are, in the group's figures, and logged as
+    // a decision of its own kind.
     let stats = c.local_group_stats(0, &one).await;
     assert_eq!(stats["total_shared_throttled"], 1, "{stats}");
     assert_eq!(stats["total_throttled"], 1, "{stats}");
+    c.eventually(
+        Duration::from_secs(10),
+        "a no_share decision line",
+        || async {
+            c.node(0)
+                .log()
+                .lines()
+                .any(|l| {
+                    l.contains("decision=\"no_share\"")
+                        && l.contains("tier=\"shared\"")
+                        && l.contains("enforced=true")
+                })
+                .then_some(())
+        },
+    )
+    .await;
     // A third of 3 is one: one search holds it, the next is refused naming the share.
     let held = c.start_search(
         0,
