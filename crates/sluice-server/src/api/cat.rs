@@ -5,7 +5,8 @@
 //! (durations in one unit), the
 //! `Accept` header standing for a missing `format` ([`accept_as_format`]). The parameter
 //! readers ([`displayed`], [`wants_help`], [`wants_header`], [`wants_json`], [`help`]) also
-//! serve tables that lay out their own rows (`_list/wlm_stats`).
+//! serve tables that lay out their own rows (`_list/wlm_stats`); [`Table::respond_page`]
+//! answers a page of the paginated `_list` tables (`_list/indices`, `_list/shards`).
 
 use std::cmp::Ordering;
 
@@ -263,6 +264,17 @@ impl Table {
 
     /// Answers the table as the request's parameters ask.
     pub fn respond(&self, params: &Params) -> ApiResult<Response> {
+        self.respond_as(params, None)
+    }
+
+    /// Answers the table as one page of a `_list` API, as OpenSearch's `RestTable` answers a
+    /// paginated table: the JSON form is `{"next_token": …, "<entity>": [rows]}`, and the text
+    /// form ends with a `next_token <token>` line (`next_token null` on the last page).
+    pub fn respond_page(&self, params: &Params, page: Page<'_>) -> ApiResult<Response> {
+        self.respond_as(params, Some(page))
+    }
+
+    fn respond_as(&self, params: &Params, page: Option<Page<'_>>) -> ApiResult<Response> {
         if wants_help(params) {
             return Ok(text(help(self.columns)));
         }
@@ -285,7 +297,16 @@ impl Table {
                     Value::Object(obj)
                 })
                 .collect();
-            return Ok(reply(StatusCode::OK, Value::Array(rows), params));
+            let body = match page {
+                None => Value::Array(rows),
+                Some(p) => {
+                    let mut body = Map::new();
+                    body.insert("next_token".into(), p.next_token.into());
+                    body.insert(p.entity.into(), Value::Array(rows));
+                    Value::Object(body)
+                }
+            };
+            return Ok(reply(StatusCode::OK, body, params));
         }
         let mut lines: Vec<Vec<String>> = Vec::new();
         if wants_header(params) {
@@ -299,8 +320,23 @@ impl Table {
                     .collect(),
             );
         }
-        Ok(text(crate::http::render_table(&lines)))
+        let mut body = crate::http::render_table(&lines);
+        if let Some(p) = page {
+            body.push_str("next_token ");
+            body.push_str(p.next_token.unwrap_or("null"));
+            body.push('\n');
+        }
+        Ok(text(body))
     }
+}
+
+/// A page of a `_list` table ([`Table::respond_page`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Page<'a> {
+    /// The key the JSON form lists the rows under (`indices`, `shards`).
+    pub entity: &'static str,
+    /// The next page's token; `None` on the last page.
+    pub next_token: Option<&'a str>,
 }
 
 /// The columns of `columns` that `h=` names (by name or alias, wildcards allowed, unknown

@@ -1,4 +1,5 @@
-//! Index APIs: create, delete, exists, get, mappings, settings, refresh, `_cat/indices`.
+//! Index APIs: create, delete, exists, get, mappings, settings, refresh, `_cat/indices` (its
+//! rows also `_list/indices`').
 
 use std::sync::Arc;
 
@@ -375,8 +376,8 @@ async fn do_refresh(st: Arc<AppState>, index: String, params: Params) -> ApiResu
     ))
 }
 
-/// The columns of `_cat/indices`.
-const CAT_INDICES: &[Column] = &[
+/// The columns of `_cat/indices` (and `_list/indices`).
+pub(crate) const CAT_INDICES: &[Column] = &[
     Column::new("health", "h", "current health status"),
     Column::new("status", "s", "open/close status"),
     Column::new("index", "i,idx", "index name"),
@@ -414,50 +415,68 @@ pub async fn cat_indices(
     index: Option<Path<String>>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    let health_filter = match params.get("health").map(String::as_str) {
-        None => None,
-        Some(h @ ("green" | "yellow" | "red")) => Some(h.to_string()),
-        Some(other) => {
-            return Err(EngineError::illegal_argument(format!(
-                "unknown cluster health status [{other}]"
-            ))
-            .into());
-        }
-    };
-    let expr = index.map_or_else(|| "_all".to_string(), |Path(i)| i);
-    let handles = resolve_for(&st, &expr, &params, true)?;
+    let health_filter = health_filter(&params)?;
+    let handles = resolve_for(&st, &index_expr(index), &params, true)?;
     let mut table = Table::new(CAT_INDICES);
     for h in &handles {
-        let health = super::health::index_health(h).status;
-        if health_filter.as_deref().is_some_and(|f| f != health) {
-            continue;
+        if let Some(row) = index_row(h, health_filter) {
+            table.push(row);
         }
-        let rep = h.setting_u64("index.number_of_replicas", 1);
-        let searcher = h.searcher();
-        let deleted: u64 = searcher
-            .segment_readers()
-            .iter()
-            .map(|s| u64::from(s.num_deleted_docs()))
-            .sum();
-        let closed = h.is_closed();
-        let size = h.size_in_bytes();
-        let when_open = |c: Cell| if closed { Cell::Null } else { c };
-        table.push(vec![
-            Cell::Text(health.to_string()),
-            Cell::Text(if closed { "close" } else { "open" }.to_string()),
-            Cell::Text(h.name().to_string()),
-            Cell::Text(h.uuid().to_string()),
-            Cell::Int(h.number_of_shards() as i64),
-            Cell::Int(rep as i64),
-            when_open(Cell::Int(searcher.num_docs() as i64)),
-            when_open(Cell::Int(deleted as i64)),
-            Cell::Int(h.creation_date()),
-            when_open(Cell::Bytes(size)),
-            when_open(Cell::Bytes(size)),
-            when_open(Cell::Int(searcher.segment_readers().len() as i64)),
-        ]);
     }
     table.respond(&params)
+}
+
+/// The index expression of a `_cat` or `_list` route: its `{index}`, else every index.
+pub(crate) fn index_expr(index: Option<Path<String>>) -> String {
+    index.map_or_else(|| "_all".to_string(), |Path(i)| i)
+}
+
+/// The `health=` of `_cat/indices` and `_list/indices`: the one health to keep, if any.
+pub(crate) fn health_filter(params: &Params) -> Result<Option<&'static str>, EngineError> {
+    match params.get("health").map(String::as_str) {
+        None => Ok(None),
+        Some("green") => Ok(Some("green")),
+        Some("yellow") => Ok(Some("yellow")),
+        Some("red") => Ok(Some("red")),
+        Some(other) => Err(EngineError::illegal_argument(format!(
+            "unknown cluster health status [{other}]"
+        ))),
+    }
+}
+
+/// `h`'s row of [`CAT_INDICES`], or `None` when its health is not the one `health` keeps.
+pub(crate) fn index_row(
+    h: &sluice_engine::index::IndexHandle,
+    health: Option<&str>,
+) -> Option<Vec<Cell>> {
+    let status = super::health::index_health(h).status;
+    if health.is_some_and(|f| f != status) {
+        return None;
+    }
+    let rep = h.setting_u64("index.number_of_replicas", 1);
+    let searcher = h.searcher();
+    let deleted: u64 = searcher
+        .segment_readers()
+        .iter()
+        .map(|s| u64::from(s.num_deleted_docs()))
+        .sum();
+    let closed = h.is_closed();
+    let size = h.size_in_bytes();
+    let when_open = |c: Cell| if closed { Cell::Null } else { c };
+    Some(vec![
+        Cell::Text(status.to_string()),
+        Cell::Text(if closed { "close" } else { "open" }.to_string()),
+        Cell::Text(h.name().to_string()),
+        Cell::Text(h.uuid().to_string()),
+        Cell::Int(h.number_of_shards() as i64),
+        Cell::Int(rep as i64),
+        when_open(Cell::Int(searcher.num_docs() as i64)),
+        when_open(Cell::Int(deleted as i64)),
+        Cell::Int(h.creation_date()),
+        when_open(Cell::Bytes(size)),
+        when_open(Cell::Bytes(size)),
+        when_open(Cell::Int(searcher.segment_readers().len() as i64)),
+    ])
 }
 
 /// The columns of `_cat/count`.
@@ -473,10 +492,9 @@ pub async fn cat_count(
     index: Option<Path<String>>,
     Query(params): Query<Params>,
 ) -> ApiResult<Response> {
-    let expr = index.map_or_else(|| "_all".to_string(), |Path(i)| i);
     let count: u64 = st
         .engine
-        .resolve(&expr)?
+        .resolve(&index_expr(index))?
         .iter()
         .map(|h| h.searcher().num_docs())
         .sum();

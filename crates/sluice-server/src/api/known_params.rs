@@ -106,6 +106,81 @@ const CAT_INDICES: &[&str] = &[
     "v",
 ];
 
+/// `cat.shards`: its specification's parameters, `cancel_after_time_interval` (OpenSearch
+/// 2.17 and later read it), the `_cat` response parameters, and `allow_no_indices` and
+/// `ignore_unavailable`, read where indices are resolved.
+const CAT_SHARDS: &[&str] = &[
+    "allow_no_indices",
+    "bytes",
+    "cancel_after_time_interval",
+    "cluster_manager_timeout",
+    "format",
+    "h",
+    "help",
+    "ignore_unavailable",
+    "index",
+    "local",
+    "master_timeout",
+    "pri",
+    "s",
+    "size",
+    "time",
+    "timeout",
+    "ts",
+    "v",
+];
+
+/// `list.indices`: `cat.indices`' and the page's `next_token` and `sort` (`size` is both a
+/// `_cat` response parameter and the page's size).
+const LIST_INDICES: &[&str] = &[
+    "allow_no_indices",
+    "bytes",
+    "cluster_manager_timeout",
+    "expand_wildcards",
+    "format",
+    "h",
+    "health",
+    "help",
+    "ignore_unavailable",
+    "include_unloaded_segments",
+    "index",
+    "local",
+    "master_timeout",
+    "next_token",
+    "pri",
+    "s",
+    "size",
+    "sort",
+    "time",
+    "timeout",
+    "ts",
+    "v",
+];
+
+/// `list.shards`: `cat.shards`' and the page's `next_token` and `sort`.
+const LIST_SHARDS: &[&str] = &[
+    "allow_no_indices",
+    "bytes",
+    "cancel_after_time_interval",
+    "cluster_manager_timeout",
+    "format",
+    "h",
+    "help",
+    "ignore_unavailable",
+    "index",
+    "local",
+    "master_timeout",
+    "next_token",
+    "pri",
+    "s",
+    "size",
+    "sort",
+    "time",
+    "timeout",
+    "ts",
+    "v",
+];
+
 /// `cat.nodes`.
 const CAT_NODES: &[&str] = &[
     "bytes",
@@ -786,6 +861,12 @@ static ROUTES: &[(Method, &str, &[&str])] = &[
     (Method::GET, "/_cluster/health/{index}", CLUSTER_HEALTH),
     (Method::GET, "/_cat/indices", CAT_INDICES),
     (Method::GET, "/_cat/indices/{index}", CAT_INDICES),
+    (Method::GET, "/_cat/shards", CAT_SHARDS),
+    (Method::GET, "/_cat/shards/{index}", CAT_SHARDS),
+    (Method::GET, "/_list/indices", LIST_INDICES),
+    (Method::GET, "/_list/indices/{index}", LIST_INDICES),
+    (Method::GET, "/_list/shards", LIST_SHARDS),
+    (Method::GET, "/_list/shards/{index}", LIST_SHARDS),
     (Method::GET, "/_cat/nodes", CAT_NODES),
     (Method::GET, "/_nodes", NODES_INFO),
     (Method::GET, "/_nodes/{nodes}", NODES_INFO),

@@ -16,12 +16,15 @@ pub mod index_ops;
 pub mod index_stats;
 pub mod indices;
 pub mod known_params;
+pub mod list;
 pub mod msearch;
 pub mod node_stats;
 pub mod nodes;
+pub mod paging;
 pub mod rules;
 pub mod scroll;
 pub mod search;
+pub mod shards;
 pub mod tasks;
 pub mod wlm;
 pub mod wlm_stats;
@@ -51,6 +54,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_cluster/health/{index}", get(cluster::health))
         .route("/_cat/indices", get(indices::cat_indices))
         .route("/_cat/indices/{index}", get(indices::cat_indices))
+        .route("/_cat/shards", get(shards::cat_shards))
+        .route("/_cat/shards/{index}", get(shards::cat_shards))
+        // The paginated tables are the embedded engine's; a gateway forwards them (they are
+        // not [`owned_routes`]).
+        .route("/_list/indices", get(list::list_indices))
+        .route("/_list/indices/{index}", get(list::list_indices))
+        .route("/_list/shards", get(list::list_shards))
+        .route("/_list/shards/{index}", get(list::list_shards))
         .route("/_cat/nodes", get(nodes::cat_nodes))
         .route("/_nodes", get(nodes::info_all))
         .route("/_nodes/{nodes}", get(nodes::info_one))

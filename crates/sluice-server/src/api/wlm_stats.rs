@@ -37,7 +37,8 @@
 //!   `cluster:admin/opensearch/wlm/stats/buckets` (roles in `auth.admin_roles` have it) when
 //!   authentication is on.
 //! - `_list/wlm_stats` tokens are base64 of the last (node, group) pair, the row count, the sort
-//!   field and order — not encrypted: they carry nothing secret. The text output ends with a
+//!   field and order (the `_list` APIs' token codec, `api/paging.rs`) — not encrypted: they
+//!   carry nothing secret. The text output ends with a
 //!   `next_token <token>` line when there is a next page, and with OpenSearch's "No more pages
 //!   available" row when there is not.
 //! - `_list/wlm_stats` reads the `_cat` parameters with the `_cat` tables' own readers
@@ -59,12 +60,12 @@ use axum::extract::State;
 use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 use axum::routing::get;
-use base64::Engine as _;
 use serde_json::{Map, Value, json};
 use sluice_cluster::rpc::LocalApi;
 use sluice_engine::EngineError;
 
 use crate::api::cat::{self, Column, wants_header, wants_help, wants_json};
+use crate::api::paging;
 use crate::cluster::DEFAULT_FANOUT_TIMEOUT;
 use crate::cluster::local::{RowsParams, StatsParams};
 use crate::cluster::select;
@@ -466,36 +467,28 @@ struct PageToken {
 
 impl PageToken {
     fn encode(&self) -> String {
-        let raw = format!(
-            "{}|{}|{}|{}|{}",
-            self.node,
-            self.group,
-            self.total,
+        paging::encode_token(&[
+            &self.node,
+            &self.group,
+            &self.total.to_string(),
             self.sort.as_str(),
-            if self.desc { "desc" } else { "asc" }
-        );
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+            if self.desc { "desc" } else { "asc" },
+        ])
     }
 
     fn decode(token: &str) -> Option<PageToken> {
-        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(token)
-            .ok()?;
-        let raw = String::from_utf8(raw).ok()?;
-        let parts: Vec<&str> = raw.split('|').collect();
-        let [node, group, total, sort, order] = parts.as_slice() else {
-            return None;
-        };
+        let [node, group, total, sort, order]: [String; 5] =
+            paging::decode_token(token, 5)?.try_into().ok()?;
         Some(PageToken {
-            node: (*node).to_string(),
-            group: (*group).to_string(),
+            node,
+            group,
             total: total.parse().ok()?,
-            sort: match *sort {
+            sort: match sort.as_str() {
                 "node_id" => SortBy::NodeId,
                 "workload_group" => SortBy::WorkloadGroup,
                 _ => return None,
             },
-            desc: match *order {
+            desc: match order.as_str() {
                 "asc" => false,
                 "desc" => true,
                 _ => return None,
@@ -718,7 +711,7 @@ mod tests {
         };
         assert_eq!(PageToken::decode(&t.encode()), Some(t));
         assert_eq!(PageToken::decode("!!"), None);
-        let short = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("a|b|1");
+        let short = paging::encode_token(&["a", "b", "1"]);
         assert_eq!(PageToken::decode(&short), None);
     }
 

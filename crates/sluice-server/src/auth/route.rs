@@ -144,8 +144,12 @@ pub fn classify<'a>(method: &Method, path: &'a str, query: Option<&str>) -> Rout
         ["_sluice", "dashboard"] | ["_sluice", "dashboard", _] if read => {
             Cluster(Action::Dashboard)
         }
-        ["_cat", "indices"] if read => Index(Action::IndicesStats, all()),
-        ["_cat", "indices", idx] if read => Index(Action::IndicesStats, decode(idx)),
+        ["_cat", "indices" | "shards"] | ["_list", "indices" | "shards"] if read => {
+            Index(Action::IndicesStats, all())
+        }
+        ["_cat", "indices" | "shards", idx] | ["_list", "indices" | "shards", idx] if read => {
+            Index(Action::IndicesStats, decode(idx))
+        }
         ["_cat", "aliases"] | ["_cat", "aliases", _] if read => Index(Action::AliasesGet, all()),
         ["_cat", "count"] if read => Index(Action::Search, all()),
         ["_cat", "count", idx] if read => Index(Action::Search, decode(idx)),
@@ -386,6 +390,17 @@ mod tests {
             c(Method::GET, "/_stats/docs"),
             Index(Action::IndicesStats, "_all".into())
         );
+        // The shard and paginated tables read what `_cat/indices` reads.
+        for path in ["/_cat/shards", "/_list/indices", "/_list/shards"] {
+            assert_eq!(
+                c(Method::GET, path),
+                Index(Action::IndicesStats, "_all".into())
+            );
+            assert_eq!(
+                c(Method::GET, &format!("{path}/a%2Cb")),
+                Index(Action::IndicesStats, "a,b".into())
+            );
+        }
         assert_eq!(
             c(Method::GET, "/a/_stats"),
             Index(Action::IndicesStats, "a".into())

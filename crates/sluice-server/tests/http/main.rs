@@ -23,6 +23,7 @@ mod gateway;
 mod highlight;
 mod index_ops;
 mod indices;
+mod list;
 mod logs;
 mod metastore_pg;
 mod metrics;
