@@ -5,7 +5,7 @@
 //! Datagrams are relayed as a NAT does: each source gets a socket of the relay's own toward
 //! the node, and what the node answers to that socket goes back to the source, so the node's
 //! replies pass the relay too. [`Cut`] says what is lost: datagrams from one address toward
-//! the node, the node's replies, every TCP connection.
+//! the node, the node's replies, every TCP connection (closed, or held silent).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -24,6 +24,10 @@ pub struct Cut {
     pub replies: bool,
     /// Every TCP connection: open ones are closed, new ones refused (closed at accept).
     pub tcp: bool,
+    /// Every TCP connection goes silent both ways, as over a link that loses every packet:
+    /// open ones are held open, bytes neither way, a close not passed on; new ones are
+    /// accepted and held so too.
+    pub stall: bool,
 }
 
 /// A running relay; its tasks stop when it is dropped.
@@ -158,9 +162,12 @@ async fn relay_streams(
             };
             let mut stream = stream;
             tokio::select! {
-                _ = tokio::io::copy_bidirectional(&mut stream, &mut upstream) => {}
-                _ = cut.wait_for(|c| c.tcp) => {}
+                _ = tokio::io::copy_bidirectional(&mut stream, &mut upstream) => return,
+                _ = cut.wait_for(|c| c.tcp || c.stall) => {}
             }
+            // Stalled: both ends held open, silent, until the stall ends (then closed).
+            let _ = cut.wait_for(|c| !c.stall).await;
+            drop((stream, upstream));
         });
         push(&tasks, pipe);
     }

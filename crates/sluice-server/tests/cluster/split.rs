@@ -410,11 +410,13 @@ async fn test_a_node_heard_by_none_of_its_peers_keeps_only_its_share() {
         from: Some(c.node(0).bound_transport),
         replies: false,
         tcp: true,
+        ..Cut::default()
     });
     relays[0].cut(Cut {
         from: None,
         replies: true,
         tcp: true,
+        ..Cut::default()
     });
     let zero = divided(&c, 0).await;
     let one = divided(&c, 1).await;
