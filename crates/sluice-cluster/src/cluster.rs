@@ -212,6 +212,17 @@ impl Cluster {
         view
     }
 
+    /// S8 of [`crate::split`]: the nodes of `ids` (recorded live, awaited at start) that
+    /// have not joined are reported as unjoined from now on, not a grace later.
+    pub fn presume_unjoined(&self, ids: &[String]) {
+        let live = self.members().live;
+        let me = self.me().node_id.clone();
+        let now = std::time::Instant::now();
+        let mut split = self.split.lock();
+        split.0.presume_unjoined(ids, now);
+        split.1 = split.0.observe_gossip(&me, &live, now);
+    }
+
     /// The split as last observed ([`Cluster::observe_presence`]): none on a node that never
     /// observed one (a node on a metastore of its own).
     pub fn split(&self) -> SplitView {

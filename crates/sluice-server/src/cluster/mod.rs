@@ -188,11 +188,13 @@ async fn await_peers(cluster: &Cluster, expected: &[String], within: Duration) {
     })
     .await;
     if joined.is_err() {
+        let missing = missing(&cluster.members().live);
         tracing::warn!(
-            missing = ?missing(&cluster.members().live),
-            "serving before every node the metastore records live has joined by gossip (waited {:?}); until they do, this node may take itself for the owner of their shared-tier buckets",
+            ?missing,
+            "serving before every node the metastore records live has joined by gossip (waited {:?}); until they do, this node counts them on the other side of a split, keeping only its side's share of every shared_limit",
             within
         );
+        cluster.presume_unjoined(&missing);
     }
 }
 

@@ -372,8 +372,13 @@ impl TestCluster {
 
     /// Starts node `i` again on the same data folder (same node id).
     pub async fn restart(&mut self, i: usize) {
+        self.restart_with(i, &[]).await;
+    }
+
+    /// [`TestCluster::restart`] with `extra` settings.
+    pub async fn restart_with(&mut self, i: usize, extra: &[String]) {
         assert!(self.nodes[i].is_none(), "node {i} is still running");
-        let p = self.spawn(i).await;
+        let p = self.spawn_with(i, extra).await;
         self.nodes[i] = Some(p);
     }
 

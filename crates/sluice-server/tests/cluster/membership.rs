@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use sluice_cluster::membership::DEAD_AFTER;
 
 use crate::harness::{JOIN_WITHIN, TestCluster};
-use crate::relay::{Cut, Relay};
+use crate::relay::{Cut, relayed_cluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_three_nodes_join_and_report_one_cluster() {
@@ -250,15 +250,7 @@ async fn test_nodes_bound_on_a_wildcard_transport_publish_reachable_addresses_an
 /// split.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_node_stops_while_its_links_to_its_peers_are_silent() {
-    let relays = [Relay::start().await, Relay::start().await];
-    let each: Vec<Vec<String>> = relays
-        .iter()
-        .map(|r| vec![format!("transport.publish_port={}", r.addr.port())])
-        .collect();
-    let mut c = TestCluster::start_heavy_each("stop_silent", &each, |i, node| {
-        relays[i].to(node.bound_transport)
-    })
-    .await;
+    let (mut c, relays, _) = relayed_cluster("stop_silent", 2).await;
     // Each node has called the other (a fan-out of `_tasks`): their connections are open.
     for i in 0..2 {
         let (s, b) = c.get(i, "/_tasks").await;

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
@@ -20,6 +20,8 @@ use tokio::task::JoinHandle;
 pub struct Cut {
     /// Datagrams toward the node from this address (a peer's gossip socket).
     pub from: Option<SocketAddr>,
+    /// Every datagram toward the node.
+    pub datagrams: bool,
     /// The node's datagrams back to their sources.
     pub replies: bool,
     /// Every TCP connection: open ones are closed, new ones refused (closed at accept).
@@ -34,10 +36,13 @@ pub struct Cut {
 pub struct Relay {
     /// The address (UDP and TCP) peers send to.
     pub addr: SocketAddr,
-    target: Arc<OnceLock<SocketAddr>>,
+    target: Target,
     cut: tokio::sync::watch::Sender<Cut>,
     tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
+
+/// Where the node's transport is bound, once known.
+type Target = Arc<Mutex<Option<SocketAddr>>>;
 
 /// The largest datagram relayed (UDP's own limit).
 const DATAGRAM: usize = 65_536;
@@ -54,7 +59,7 @@ impl Relay {
             }
         };
         let addr = udp.local_addr().expect("udp addr");
-        let target: Arc<OnceLock<SocketAddr>> = Arc::default();
+        let target: Target = Arc::default();
         let (cut, watch) = tokio::sync::watch::channel(Cut::default());
         let tasks: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let datagrams = tokio::spawn(relay_datagrams(
@@ -73,9 +78,9 @@ impl Relay {
         }
     }
 
-    /// Relays to the node's bound transport address from now on.
+    /// Relays to the node's bound transport address from now on (again after a restart).
     pub fn to(&self, node: SocketAddr) {
-        let _ = self.target.set(node);
+        *self.target.lock() = Some(node);
     }
 
     /// Loses what `cut` says from now on (the default: nothing).
@@ -94,7 +99,7 @@ impl Drop for Relay {
 
 async fn relay_datagrams(
     outer: Arc<UdpSocket>,
-    target: Arc<OnceLock<SocketAddr>>,
+    target: Target,
     cut: tokio::sync::watch::Receiver<Cut>,
     tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
 ) {
@@ -104,8 +109,8 @@ async fn relay_datagrams(
         let Ok((n, source)) = outer.recv_from(&mut buf).await else {
             return;
         };
-        let Some(&node) = target.get() else { continue };
-        if cut.borrow().from == Some(source) {
+        let Some(node) = *target.lock() else { continue };
+        if cut.borrow().from == Some(source) || cut.borrow().datagrams {
             continue;
         }
         let socket = match inner.get(&source) {
@@ -143,7 +148,7 @@ async fn relay_replies(
 
 async fn relay_streams(
     listener: TcpListener,
-    target: Arc<OnceLock<SocketAddr>>,
+    target: Target,
     cut: tokio::sync::watch::Receiver<Cut>,
     tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
 ) {
@@ -151,7 +156,7 @@ async fn relay_streams(
         let Ok((stream, _)) = listener.accept().await else {
             return;
         };
-        let Some(&node) = target.get() else { continue };
+        let Some(node) = *target.lock() else { continue };
         if cut.borrow().tcp {
             continue;
         }
@@ -178,4 +183,25 @@ fn push(tasks: &Mutex<Vec<JoinHandle<()>>>, task: JoinHandle<()>) {
     let mut tasks = tasks.lock();
     tasks.retain(|t| !t.is_finished());
     tasks.push(task);
+}
+
+/// `n` nodes with the heavy index (`TestCluster::start_heavy_each`), each behind a relay of
+/// its own through which its peers reach it; with each node's relay setting, for a restart.
+pub async fn relayed_cluster(
+    test: &str,
+    n: usize,
+) -> (crate::harness::TestCluster, Vec<Relay>, Vec<Vec<String>>) {
+    let mut relays = Vec::with_capacity(n);
+    for _ in 0..n {
+        relays.push(Relay::start().await);
+    }
+    let each: Vec<Vec<String>> = relays
+        .iter()
+        .map(|r| vec![format!("transport.publish_port={}", r.addr.port())])
+        .collect();
+    let c = crate::harness::TestCluster::start_heavy_each(test, &each, |i, node| {
+        relays[i].to(node.bound_transport)
+    })
+    .await;
+    (c, relays, each)
 }
