@@ -1,10 +1,12 @@
 //! The node's logs (issue #16): `logger.format` picks the line format ([`LogFormat`]), and
 //! [`decisions`] writes one structured, rate-limited line per workload-management decision;
-//! [`failures`] the rate-limited ERROR line of a request that failed on the node's side.
+//! [`failures`] the rate-limited ERROR line of a request that failed on the node's side;
+//! [`chatty`] limits the warnings of the libraries underneath (gossip's, at every round).
 //!
 //! [`init`] installs the process's subscriber once, at the binary's edge (`sluice serve`),
 //! after the configuration is read: `RUST_LOG` filters as before (default `info`).
 
+pub mod chatty;
 pub mod decisions;
 pub mod failures;
 
@@ -47,7 +49,8 @@ pub fn init(format: LogFormat) {
 }
 
 /// The subscriber [`init`] installs, writing `format` lines to `writer` (colours when `ansi`,
-/// text format only): apart so a test reads the lines the node writes.
+/// text format only), `filter` and [`chatty::Chatty`] deciding which: apart so a test reads
+/// the lines the node writes.
 fn subscriber<W>(
     format: LogFormat,
     filter: tracing_subscriber::EnvFilter,
@@ -57,22 +60,27 @@ fn subscriber<W>(
 where
     W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(writer);
-    match format {
-        LogFormat::Text => Box::new(builder.with_ansi(ansi).finish()),
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    let layer = tracing_subscriber::fmt::layer().with_writer(writer);
+    let layer = match format {
+        LogFormat::Text => layer.with_ansi(ansi).boxed(),
         // Flattened: the event's fields sit beside `level` and `target`, one level deep, as
         // log shippers expect; no span list (admission logs outside spans).
-        LogFormat::Json => Box::new(
-            builder
-                .json()
-                .flatten_event(true)
-                .with_current_span(false)
-                .with_span_list(false)
-                .finish(),
+        LogFormat::Json => layer
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .boxed(),
+    };
+    Box::new(
+        tracing_subscriber::registry().with(
+            layer
+                .with_filter(filter)
+                .with_filter(chatty::Chatty::default()),
         ),
-    }
+    )
 }
 
 #[cfg(test)]
@@ -134,6 +142,29 @@ mod tests {
             warned.contains(r#"workload_group_id="an id with spaces""#),
             "{warned}"
         );
+    }
+
+    /// `chatty.rs`: gossip's warning at every failed round is written once per `EVERY` from
+    /// each place; sluice's own warnings, and the library's other levels, are not limited.
+    #[test]
+    fn test_a_library_warning_repeated_is_written_once() {
+        for format in [LogFormat::Text, LogFormat::Json] {
+            let text = lines_of(format, || {
+                for _ in 0..5 {
+                    tracing::warn!(target: "chitchat::server", "Failed to gossip with live node.");
+                    tracing::warn!(target: "sluice_server::cluster", "our own warning");
+                    tracing::info!(target: "chitchat", "gossip info");
+                }
+                tracing::error!(target: "chitchat::state", "another place");
+                tracing::warn!(target: "chitchatter", "not the library");
+            });
+            let count = |needle: &str| text.lines().filter(|l| l.contains(needle)).count();
+            assert_eq!(count("Failed to gossip with live node."), 1, "{text}");
+            assert_eq!(count("our own warning"), 5, "{text}");
+            assert_eq!(count("gossip info"), 5, "{text}");
+            assert_eq!(count("another place"), 1, "{text}");
+            assert_eq!(count("not the library"), 1, "{text}");
+        }
     }
 
     #[test]
