@@ -1101,7 +1101,7 @@ async fn test_an_owner_cut_off_for_long_is_failed_open_toward_only_up_to_a_share
     );
     slots.clear();
     // Still cut off after CUT_OFF_AFTER: only its share, 6 over 3 live nodes.
-    tokio::time::sleep(CUT_OFF_AFTER).await;
+    tokio::time::advance(CUT_OFF_AFTER).await;
     for _ in 0..2 {
         match p.a.acquire(g, limit, false, ACQUIRE_DEADLINE).await {
             Acquired::FailOpen { lease, .. } => slots.push(lease),
@@ -1148,7 +1148,7 @@ async fn test_an_owner_on_a_flapping_link_is_cut_off_though_its_breaker_closes_n
     // For longer than CUT_OFF_AFTER, b answers a probe now and then (its breaker closes), and
     // its next call fails again (it reopens): a link that drops most of what crosses it.
     for _ in 0..4 {
-        tokio::time::sleep(CUT_OFF_AFTER / 4).await;
+        tokio::time::advance(CUT_OFF_AFTER / 4).await;
         owner_back(&p).await;
         p.switch.up.store(false, Ordering::SeqCst);
         let again = p.a.acquire(g, limit, false, ACQUIRE_DEADLINE).await;
@@ -1180,7 +1180,7 @@ async fn test_an_owner_on_a_flapping_link_is_cut_off_though_its_breaker_closes_n
     slots.clear();
     // b answers steadily for CUT_OFF_AFTER: the trouble is over, the whole limit is back.
     owner_back(&p).await;
-    tokio::time::sleep(CUT_OFF_AFTER).await;
+    tokio::time::advance(CUT_OFF_AFTER).await;
     p.switch.up.store(false, Ordering::SeqCst);
     let mut whole = Vec::new();
     for _ in 0..limit {
