@@ -53,6 +53,8 @@ impl EmbeddedBackend {
             ..Default::default()
         };
         let submitted = self.pool.submit(move || {
+            // Dropped in reverse: the executing mark ends before the hold gives the slot back
+            // (as a gateway's `upstream::cancelled::Slot`, F5).
             let _hold = hold;
             let _executing = hooks.start()?;
             task.usage.mark_executing();

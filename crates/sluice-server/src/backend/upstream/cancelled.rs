@@ -55,7 +55,16 @@
 //!   after a 504 or a 502 of a sent request too ([`show_cancelled`]; an `_msearch` batch's
 //!   items, not their parent, which the batches share). Tested by
 //!   `gateway::test_a_search_the_upstream_did_not_answer_in_time_is_listed_cancelled_while_held`.
+//! - F5 — a forwarded request's work stops counting as executing before its slot is given
+//!   back: a [`Slot`] ends its `executing` mark (the group's `executing` gauge, the bucket
+//!   probe) before it drops what admission granted, so the request admitted next into the
+//!   slot is never seen running beside the one that left it. With the two the other way
+//!   round, a follower that ended a cancelled search's upstream work freed the permit first,
+//!   and the suite's stress test saw a bucket of `node_limit` 2 run 3 at once (a window of
+//!   two drops, seen once in a CI run through a gateway). Tested by
+//!   `tests::test_a_slot_ends_its_execution_before_giving_back_its_grant`.
 
+use std::any::Any;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -122,6 +131,28 @@ enum Look {
     /// Not known to have ended: the wait ran out (a 408, or a 500 in some versions), the
     /// upstream answered something else, or did not answer.
     NotYet,
+}
+
+/// What a forwarded request keeps while its work runs: its `executing` mark and what
+/// admission granted it (its permit or lease and its task's registration, shared with its
+/// ticket). Dropped, the mark ends first (F5).
+pub(super) struct Slot {
+    // Held only to be dropped, in the order the fields are declared: `_executing` before
+    // `_hold` (F5).
+    /// The mark [`crate::backend::ExecutionHooks::start`] returned.
+    _executing: Box<dyn Any + Send>,
+    /// [`crate::backend::Execution::hold`].
+    _hold: Arc<dyn Any + Send + Sync>,
+}
+
+impl Slot {
+    /// The slot of a request whose work started with the mark `executing`.
+    pub(super) fn new(executing: Box<dyn Any + Send>, hold: Arc<dyn Any + Send + Sync>) -> Slot {
+        Slot {
+            _executing: executing,
+            _hold: hold,
+        }
+    }
 }
 
 /// Cancels the upstream's tasks of a forwarded request when dropped armed: the request ended
@@ -388,6 +419,24 @@ pub(super) fn matching_tasks(body: &[u8], opaque: &str) -> Vec<Listed> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_a_slot_ends_its_execution_before_giving_back_its_grant() {
+        /// Writes its name to the log when dropped.
+        struct Logged(&'static str, Arc<parking_lot::Mutex<Vec<&'static str>>>);
+        impl Drop for Logged {
+            fn drop(&mut self) {
+                self.1.lock().push(self.0);
+            }
+        }
+        let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let slot = Slot::new(
+            Box::new(Logged("executing", log.clone())),
+            Arc::new(Logged("hold", log.clone())),
+        );
+        drop(slot);
+        assert_eq!(*log.lock(), ["executing", "hold"]);
+    }
 
     #[test]
     fn test_matching_tasks_by_opaque_id() {

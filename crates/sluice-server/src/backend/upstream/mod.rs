@@ -69,7 +69,7 @@ use serde_json::Value;
 use sluice_engine::{EngineError, ErrorCode};
 use streamed::AnswerBody;
 
-use self::cancelled::{CancelUpstream, Until};
+use self::cancelled::{CancelUpstream, Slot, Until};
 use self::client::{OutBody, UpstreamClient};
 use self::config::UpstreamConfig;
 use self::headers::Identity;
@@ -628,8 +628,11 @@ impl Upstream {
         }
         // The client leaving drops the guard armed: the slot is held until the upstream's
         // tasks have ended (`cancelled.rs`). Otherwise the answer comes once they have.
-        let mut guard =
-            CancelUpstream::new(self.clone(), exec.task.clone(), (exec.hold, executing));
+        let mut guard = CancelUpstream::new(
+            self.clone(),
+            exec.task.clone(),
+            Slot::new(executing, exec.hold),
+        );
         let send = self.send_admitted(call);
         tokio::pin!(send);
         // `cancel_after_time_interval` passing cancels the task (the ticket words the reason),
@@ -683,9 +686,9 @@ impl Upstream {
     {
         let executing = exec.hooks.start().map_err(ApiError::Engine)?;
         exec.task.usage.mark_executing();
-        // Held as a pair, not boxed into a `Vec` as `run_started`'s callers hold theirs: two
+        // Held as one slot, not boxed into a `Vec` as `run_started`'s callers hold theirs: two
         // allocations fewer per forwarded search.
-        let keep = (exec.hold, executing);
+        let keep = Slot::new(executing, exec.hold);
         let out = self
             .guarded(exec.task.clone(), exec.cancel_at, keep, None, call, send)
             .await;

@@ -30,6 +30,7 @@ use serde_json::{Value, json};
 use sluice_core::authz::Action;
 use sluice_engine::{EngineError, ErrorCode};
 
+use super::cancelled::Slot;
 use super::msearch_merge::{BatchAnswer, Fatal, HOLD, Order, settle};
 use super::routes::{Read, call_as, read, time_param};
 use super::stream_back;
@@ -617,8 +618,7 @@ fn start_batch(
         match exec.hooks.start() {
             Ok(executing) => {
                 exec.task.usage.mark_executing();
-                batch.keep.push(executing);
-                batch.keep.push(Box::new(exec.hold));
+                batch.keep.push(Box::new(Slot::new(executing, exec.hold)));
             }
             Err(e) => {
                 let refused = admitted
