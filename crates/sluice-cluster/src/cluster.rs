@@ -55,10 +55,37 @@ pub struct Cluster {
     shared: Arc<SharedTier>,
     server: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
     stop: CancellationToken,
-    /// Live nodes of the metastore that gossip did not join ([`crate::split`]).
-    split: parking_lot::Mutex<(SplitDetector, SplitView)>,
+    /// Live nodes of the metastore that gossip did not join ([`crate::split`]), and the side
+    /// the shared tier works with (S9).
+    split: Arc<parking_lot::Mutex<Split>>,
     /// The transport listener's own address (TCP and UDP), perhaps a wildcard.
     bound_addr: std::net::SocketAddr,
+}
+
+/// The split as this node sees it, and the side it publishes to its shared tier.
+struct Split {
+    detector: SplitDetector,
+    /// The split as last observed.
+    view: SplitView,
+    /// S9 of [`crate::split`]: the members the shared tier works with (its ring, the
+    /// coordinators whose leases its owner keeps), the membership less `view`'s unjoined.
+    side: tokio::sync::watch::Sender<Members>,
+}
+
+impl Split {
+    /// Publishes the side of `members` under the view now, when it changed. Called under the
+    /// lock with the membership as of then, by whichever of the two changed: so the last
+    /// publication is of the latest of both.
+    fn publish(&self, members: &Members) {
+        let side = self.view.side_of(members);
+        self.side.send_if_modified(|now| {
+            let changed = *now != side;
+            if changed {
+                *now = side;
+            }
+            changed
+        });
+    }
 }
 
 impl Cluster {
@@ -86,25 +113,34 @@ impl Cluster {
         ));
         let stop = CancellationToken::new();
         let me: Arc<str> = Arc::from(config.me.node_id.as_str());
+        let (side, _) = tokio::sync::watch::channel(membership.members());
         let owner = Owner::start(
             me.clone(),
             OWNER_LIMITS,
             clock,
             transport.clone(),
-            membership.watch(),
+            side.subscribe(),
             stop.clone(),
         );
         let coordinator = Coordinator::start(
             me,
             transport.clone(),
             owner.clone(),
-            membership.watch(),
+            side.subscribe(),
             stop.clone(),
         );
         owner.set_local(&coordinator);
         let shared = Arc::new(SharedTier { owner, coordinator });
-        // Forget channels of members that left, so the transport's map stays bounded.
+        let split = Arc::new(parking_lot::Mutex::new(Split {
+            detector: SplitDetector::default(),
+            view: SplitView::default(),
+            side,
+        }));
+        // At every change of the membership: the side follows it (S9; `observe_presence`
+        // follows the split), and the transport forgets the channels of members that left,
+        // so its map stays bounded.
         let mut watch = membership.watch();
+        let following = split.clone();
         let weak = Arc::downgrade(&transport);
         let stopped = stop.clone();
         tokio::spawn(async move {
@@ -113,9 +149,12 @@ impl Cluster {
                     () = stopped.cancelled() => break,
                     changed = watch.changed() => if changed.is_err() { break },
                 }
-                let live = watch.borrow_and_update().live.clone();
+                let split = following.lock();
+                let members = watch.borrow_and_update().clone();
+                split.publish(&members);
+                drop(split);
                 match weak.upgrade() {
-                    Some(t) => t.retain(&live),
+                    Some(t) => t.retain(&members.live),
                     None => break,
                 }
             }
@@ -128,7 +167,7 @@ impl Cluster {
             shared,
             server: parking_lot::Mutex::new(None),
             stop,
-            split: parking_lot::Mutex::new((SplitDetector::default(), SplitView::default())),
+            split,
             bound_addr: listen_addr,
         })
     }
@@ -192,15 +231,16 @@ impl Cluster {
     /// [`crate::split`]: a node whose seeds missed the others joins them so) and answers the
     /// split as it stands, which [`Cluster::split`] answers until the next observation.
     pub fn observe_presence(&self, present: Option<&[PresentNode]>) -> SplitView {
-        let live = self.members().live;
         let me = self.me().node_id.clone();
         let now = std::time::Instant::now();
         let mut split = self.split.lock();
+        let members = self.members();
+        let live = &members.live;
         let view = match present {
-            Some(present) => split.0.observe(&me, &live, present, now),
-            None => split.0.observe_gossip(&me, &live, now),
+            Some(present) => split.detector.observe(&me, live, present, now),
+            None => split.detector.observe_gossip(&me, live, now),
         };
-        for addr in split.0.to_reach() {
+        for addr in split.detector.to_reach() {
             match addr.parse() {
                 Ok(addr) => self.membership.gossip_with(addr),
                 Err(_) => {
@@ -208,25 +248,27 @@ impl Cluster {
                 }
             }
         }
-        split.1 = view.clone();
+        split.view = view.clone();
+        split.publish(&members);
         view
     }
 
     /// S8 of [`crate::split`]: the nodes of `ids` (recorded live, awaited at start) that
     /// have not joined are reported as unjoined from now on, not a grace later.
     pub fn presume_unjoined(&self, ids: &[String]) {
-        let live = self.members().live;
         let me = self.me().node_id.clone();
         let now = std::time::Instant::now();
         let mut split = self.split.lock();
-        split.0.presume_unjoined(ids, now);
-        split.1 = split.0.observe_gossip(&me, &live, now);
+        let members = self.members();
+        split.detector.presume_unjoined(ids, now);
+        split.view = split.detector.observe_gossip(&me, &members.live, now);
+        split.publish(&members);
     }
 
     /// The split as last observed ([`Cluster::observe_presence`]): none on a node that never
     /// observed one (a node on a metastore of its own).
     pub fn split(&self) -> SplitView {
-        self.split.lock().1.clone()
+        self.split.lock().view.clone()
     }
 
     /// Gossips `key` = `value` as this node's (see [`Membership::set_value`]).

@@ -55,11 +55,23 @@
 //! - S8 A node that starts while nodes recorded live have not joined it by the end of its
 //!   wait to serve reports them at once ([`SplitDetector::presume_unjoined`]), not a grace
 //!   later (`test_a_node_that_starts_unjoined_reports_it_at_once`).
+//! - S9 The shared tier works with this node's side, not its gossip membership: its ring,
+//!   and the coordinators whose leases its owner keeps, are the members less the nodes
+//!   reported unjoined ([`SplitView::side_of`], which [`crate::Cluster`] publishes to the
+//!   owner and the coordinator at every change of either). A member that does not hear this
+//!   node (S6) stays in its gossip membership; before, its ring kept placing buckets on it,
+//!   and its owner kept the leases that member held from before the fault (the member had
+//!   dropped them, unreleased, when it dropped this node): an outside trial's cut-off owner
+//!   admitted nothing of its share for up to 28 s, until their TTL, while the other side ran
+//!   3 of 4. Once reported (after the grace), such a member leaves the tier as a member
+//!   that leaves gossip does: the owner purges its leases, as after a two-way cut
+//!   (`test_the_side_is_the_membership_less_the_unjoined`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::member::Member;
+use crate::membership::Members;
 
 /// How long a node may be recorded live in the metastore yet missing from the gossip
 /// membership before it is reported (S1). It covers the two ordinary ways of being so: a
@@ -125,6 +137,28 @@ impl SplitView {
             part(self.side as u64)
         } else {
             limit - part(others)
+        }
+    }
+
+    /// S9: the members of `members` on this node's side, those not reported unjoined
+    /// (`strangers` and `twins` as they are).
+    pub fn side_of(&self, members: &Members) -> Members {
+        if !members
+            .live
+            .iter()
+            .any(|m| self.unjoined.iter().any(|u| u.node_id == m.node_id))
+        {
+            return members.clone();
+        }
+        let live = members
+            .live
+            .iter()
+            .filter(|m| !self.unjoined.iter().any(|u| u.node_id == m.node_id))
+            .cloned()
+            .collect();
+        Members {
+            live: std::sync::Arc::new(live),
+            ..members.clone()
         }
     }
 
@@ -682,6 +716,44 @@ mod tests {
                 d.observe(&me, &live, &rows, t0 + GRACE)
             })
             .collect()
+    }
+
+    /// S9: the trial's link again (node 3's datagrams lost): its gossip membership is whole,
+    /// its side only itself once the grace has passed; a node split off without being a
+    /// member changes nothing of the membership, and without a split it is the side.
+    #[test]
+    fn test_the_side_is_the_membership_less_the_unjoined() {
+        let t0 = Instant::now();
+        let rows = [
+            hearing("1", &["1", "2"]),
+            hearing("2", &["1", "2"]),
+            hearing("3", &["1", "2", "3"]),
+            present("4"),
+        ];
+        let members = Members {
+            live: std::sync::Arc::new(vec![member("1"), member("2"), member("3")]),
+            strangers: std::sync::Arc::new(vec![member("9")]),
+            twins: std::sync::Arc::default(),
+        };
+        let mut three = SplitDetector::default();
+        let v = three.observe("3", &members.live, &rows, t0);
+        assert_eq!(v.side_of(&members), members, "within the grace: {v:?}");
+        let v = three.observe("3", &members.live, &rows, t0 + GRACE);
+        let side = v.side_of(&members);
+        let ids: Vec<&str> = side.live.iter().map(|m| m.node_id.as_str()).collect();
+        assert_eq!(ids, ["3"], "{v:?}");
+        assert_eq!(side.strangers, members.strangers);
+        // Node 1 misses node 3 (and node 4) from gossip: its members are its side already.
+        let pair = Members {
+            live: std::sync::Arc::new(vec![member("1"), member("2")]),
+            ..Members::default()
+        };
+        let mut one = SplitDetector::default();
+        one.observe("1", &pair.live, &rows, t0);
+        let w = one.observe("1", &pair.live, &rows, t0 + GRACE);
+        assert_eq!(w.unjoined.len(), 2, "{w:?}");
+        assert_eq!(w.side_of(&pair), pair);
+        assert_eq!(SplitView::default().side_of(&members), members);
     }
 
     #[test]

@@ -344,7 +344,7 @@ pub(crate) async fn figures(c: &TestCluster, i: usize, id: &str) -> Value {
 }
 
 /// The node (among `alive`) that holds the group's shared leases as their owner, once one does.
-async fn owner_of_leases(c: &TestCluster, alive: &[usize], id: &str) -> usize {
+pub(crate) async fn owner_of_leases(c: &TestCluster, alive: &[usize], id: &str) -> usize {
     c.eventually(
         Duration::from_secs(10),
         "an owner holds the lease",

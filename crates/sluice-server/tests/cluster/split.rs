@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::harness::{JOIN_WITHIN, TestCluster, heavy_query};
 use crate::relay::{Cut, relayed_cluster};
-use crate::shared_tier::{enable, end_searches, everywhere, group};
+use crate::shared_tier::{enable, end_searches, everywhere, figures, group, owner_of_leases};
 
 /// An enforced group `name` whose only limit is `shared_limit`, with `memory` of the node.
 fn shared_only(name: &str, memory: f64, shared_limit: u32) -> Value {
@@ -456,6 +456,85 @@ async fn test_a_node_heard_by_none_of_its_peers_keeps_only_its_share() {
     }
     let (s, b) = small(&c, &id).await;
     assert_eq!(s, 200, "{b}");
+}
+
+/// S9 of `split.rs`: the owner of a bucket whose datagrams to its peer are lost (the peer's
+/// reach it, its answers do not) still hears the peer, whose two searches held both slots of a
+/// `shared_limit` of 2 when the link failed. The peer drops the owner from its ring and its
+/// leases with it, unreleased; the owner, once it reports the split, drops the peer from its
+/// own ring and purges the leases it held, and admits its share (1) at once. Before, its pool
+/// counted them until their TTL (30 s from their grant), refusing every request of the group
+/// for some 15 s after the split (an outside trial: up to 28 s while the other side ran 3 of 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_cut_off_owner_purges_the_leases_of_a_peer_that_does_not_hear_it() {
+    let (c, relays, _) = relayed_cluster("split_owner_purges", 2).await;
+    enable(&c).await;
+    let id = group(&c, shared_only("tenant", 0.5, 2)).await;
+    everywhere(&c, 2, &id).await;
+    let header = [("workloadGroupId", id.as_str())];
+    // Which node owns the bucket: the other one holds the leases.
+    let probe = c.start_search(1, "/heavy/_search", heavy_query(), &header);
+    c.eventually(Duration::from_secs(30), "the heavy search runs", || async {
+        (running(&c, 1).await == 1).then_some(())
+    })
+    .await;
+    let owner = owner_of_leases(&c, &[0, 1], &id).await;
+    end_searches(&c, 1, probe).await;
+    c.eventually(Duration::from_secs(10), "the lease is released", || async {
+        (figures(&c, owner, &id).await["shared_leases_owned"] == 0).then_some(())
+    })
+    .await;
+    let holder = 1 - owner;
+    // Granted just before the fault: their TTL runs out 30 s after it.
+    let held: Vec<_> = (0..2)
+        .map(|_| c.start_search(holder, "/heavy/_search", heavy_query(), &header))
+        .collect();
+    c.eventually(
+        Duration::from_secs(30),
+        "both heavy searches run",
+        || async { (running(&c, holder).await == 2).then_some(()) },
+    )
+    .await;
+    assert_eq!(figures(&c, owner, &id).await["shared_leases_owned"], 2);
+    relays[holder].cut(Cut {
+        from: Some(c.node(owner).bound_transport),
+        replies: false,
+        tcp: true,
+        ..Cut::default()
+    });
+    relays[owner].cut(Cut {
+        from: None,
+        replies: true,
+        tcp: true,
+        ..Cut::default()
+    });
+    // The peer's searches end; their releases cannot reach the owner.
+    let mut held = held.into_iter();
+    end_searches(&c, holder, held.next().unwrap()).await;
+    drop(held);
+    let view = divided(&c, owner).await;
+    assert_eq!(
+        view["unjoined_nodes"][0]["hears_this_node"], false,
+        "{view}"
+    );
+    // Within a moment of the split, not at the leases' TTL some 15 s later.
+    c.eventually(
+        Duration::from_secs(3),
+        "the owner admits its share",
+        || async {
+            let (s, _) = small_on(&c, owner, &id).await;
+            (s == 200).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(figures(&c, owner, &id).await["shared_leases_owned"], 0);
+    let one = c.start_search(owner, "/heavy/_search", heavy_query(), &header);
+    c.eventually(Duration::from_secs(30), "the heavy search runs", || async {
+        (running(&c, owner).await == 1).then_some(())
+    })
+    .await;
+    refused_saying(&c, owner, &id, "share, 1, of its cluster-wide limit of 2").await;
+    end_searches(&c, owner, one).await;
 }
 
 /// S8 of `split.rs`: node 0, restarted while its datagrams to node 1 are lost (node 1's reach
