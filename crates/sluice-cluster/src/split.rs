@@ -66,6 +66,15 @@
 //!   3 of 4. Once reported (after the grace), such a member leaves the tier as a member
 //!   that leaves gossip does: the owner purges its leases, as after a two-way cut
 //!   (`test_the_side_is_the_membership_less_the_unjoined`).
+//! - S10 While a split stands (a node is reported), every node not joined now is unjoined,
+//!   whether its own grace has passed or not: the grace is there to tell a node joining or
+//!   stopping from a split, and a split is then known. Before, a node counted on its side
+//!   the members whose grace had not passed yet: an outside trial's owner, whose peers
+//!   stopped hearing it a second apart, counted itself the larger side with one of them for
+//!   1–2 s after the first's grace (2 of 3, a share of 3 of 4 beside theirs of 3). The cost:
+//!   a node starting or stopping while a split stands is counted on the other side from its
+//!   first miss (this side's share is smaller meanwhile, the safe direction)
+//!   (`test_while_a_split_stands_a_node_not_joined_is_not_on_this_side`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -308,7 +317,12 @@ impl SplitDetector {
         for m in self.missing.values_mut() {
             // S1, and S7: once reported, until joined for the grace.
             m.reported |= m.joined.is_none() && now.saturating_duration_since(m.since) >= GRACE;
-            if m.reported {
+        }
+        // S10: while a split stands, a node not joined now is not on this side, reported yet
+        // or not.
+        let standing = self.missing.values().any(|m| m.reported);
+        for m in self.missing.values() {
+            if m.reported || (standing && m.joined.is_none()) {
                 unjoined.push(m.row.clone());
                 if m.deaf {
                     deaf.push(m.row.node_id.clone());
@@ -657,6 +671,48 @@ mod tests {
         assert!((11..95).all(at), "through every short heal");
         // The last loss ends at second 85: the link has held for the grace at 95.
         assert!(!at(95), "the link held for the grace");
+    }
+
+    /// S10: node 3's peers stop hearing it a second apart (node 1 first). Once node 1's
+    /// grace has passed, node 2, not joined either, is not on node 3's side though its own
+    /// grace has not: node 3 is cut off with its share, never the larger side. Node 2 joined
+    /// again is on its side again.
+    #[test]
+    fn test_while_a_split_stands_a_node_not_joined_is_not_on_this_side() {
+        let t0 = Instant::now();
+        let all = [member("1"), member("2"), member("3")];
+        let whole = [
+            hearing("1", &["1", "2", "3"]),
+            hearing("2", &["1", "2", "3"]),
+            hearing("3", &["1", "2", "3"]),
+        ];
+        let one_deaf = [
+            hearing("1", &["1", "2"]),
+            whole[1].clone(),
+            whole[2].clone(),
+        ];
+        let both_deaf = [
+            one_deaf[0].clone(),
+            hearing("2", &["1", "2"]),
+            whole[2].clone(),
+        ];
+        let mut three = SplitDetector::default();
+        three.observe("3", &all, &whole, t0);
+        three.observe("3", &all, &one_deaf, t0 + Duration::from_secs(1));
+        three.observe("3", &all, &both_deaf, t0 + Duration::from_secs(2));
+        let v = three.observe("3", &all, &both_deaf, t0 + Duration::from_secs(1) + GRACE);
+        assert_eq!(v.unjoined, [both_deaf[0].clone(), both_deaf[1].clone()]);
+        assert_eq!(v.deaf, ["1", "2"]);
+        assert!(v.cut_off && v.side == 1 && v.share_of(4) == 1, "{v:?}");
+        // Nothing reported: a node not joined within its grace is on this side still (S1).
+        let mut fresh = SplitDetector::default();
+        let v = fresh.observe("3", &all, &one_deaf, t0);
+        assert!(v.unjoined.is_empty() && v.side == 3, "{v:?}");
+        // Node 2 hears node 3 again: on its side, node 1 alone unjoined.
+        let healed = [both_deaf[0].clone(), whole[1].clone(), whole[2].clone()];
+        let v = three.observe("3", &all, &healed, t0 + Duration::from_millis(1500) + GRACE);
+        assert_eq!(v.unjoined, [healed[0].clone()]);
+        assert!(!v.cut_off && v.side == 2, "{v:?}");
     }
 
     #[test]
