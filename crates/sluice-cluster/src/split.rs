@@ -55,17 +55,23 @@
 //! - S8 A node that starts while nodes recorded live have not joined it by the end of its
 //!   wait to serve reports them at once ([`SplitDetector::presume_unjoined`]), not a grace
 //!   later (`test_a_node_that_starts_unjoined_reports_it_at_once`).
-//! - S9 The shared tier works with this node's side, not its gossip membership: its ring,
-//!   and the coordinators whose leases its owner keeps, are the members less the nodes
-//!   reported unjoined ([`SplitView::side_of`], which [`crate::Cluster`] publishes to the
-//!   owner and the coordinator at every change of either). A member that does not hear this
-//!   node (S6) stays in its gossip membership; before, its ring kept placing buckets on it,
-//!   and its owner kept the leases that member held from before the fault (the member had
-//!   dropped them, unreleased, when it dropped this node): an outside trial's cut-off owner
-//!   admitted nothing of its share for up to 28 s, until their TTL, while the other side ran
-//!   3 of 4. Once reported (after the grace), such a member leaves the tier as a member
-//!   that leaves gossip does: the owner purges its leases, as after a two-way cut
-//!   (`test_the_side_is_the_membership_less_the_unjoined`).
+//! - S9 The shared tier leaves out the gossip members reported unjoined because their rows
+//!   say they do not hear this node (S6), for as long as their rows say so: its ring, and the
+//!   coordinators whose leases its owner keeps, are the members less those
+//!   ([`SplitView::side_of`], which [`crate::Cluster`] publishes to the owner and the
+//!   coordinator at every change of either). Such a member has dropped this node from its own
+//!   gossip, and so from its ring, and has dropped the leases it held of this node's buckets,
+//!   unreleased: this node's tier mirrors it, as a member that leaves gossip. Before, it
+//!   stayed in this node's ring, which kept placing buckets on it, and its owner kept those
+//!   leases until their TTL: an outside trial's cut-off owner admitted nothing of its share
+//!   for up to 28 s while the other side ran 3 of 4. Only once reported: a row is up to a
+//!   heartbeat old, and one written before its node heard a node just started says it does
+//!   not hear it (left out at once, a starting node's ring held itself alone for a second or
+//!   two, beside its peers' rings holding it: two owners of a bucket). And only while its row
+//!   says so: a node counted unjoined for the share while it is a member that hears this node
+//!   (joined again within the grace, S7; presumed at start, S8) is in its ring as this node
+//!   is in its own, so both place a bucket on one owner
+//!   (`test_the_side_is_the_membership_less_the_members_not_hearing_this_node`).
 //! - S10 While a split stands (a node is reported), every node not joined now is unjoined,
 //!   whether its own grace has passed or not: the grace is there to tell a node joining or
 //!   stopping from a split, and a split is then known. Before, a node counted on its side
@@ -123,6 +129,9 @@ pub struct SplitView {
     pub unjoined: Vec<PresentNode>,
     /// Which of [`Self::unjoined`] are gossip members that do not hear this node (S6), by id.
     pub deaf: Vec<String>,
+    /// The gossip members reported unjoined whose rows say they do not hear this node now
+    /// (not joined again since): what the shared tier leaves out (S9), by id.
+    pub not_hearing: Vec<String>,
     /// This node is on the smaller side (S3).
     pub cut_off: bool,
     /// The live nodes on this node's side (its gossip members, itself included), as S3
@@ -149,22 +158,14 @@ impl SplitView {
         }
     }
 
-    /// S9: the members of `members` on this node's side, those not reported unjoined
-    /// (`strangers` and `twins` as they are).
+    /// S9: the members of `members` the shared tier works with, those not in
+    /// [`Self::not_hearing`] (`strangers` and `twins` as they are).
     pub fn side_of(&self, members: &Members) -> Members {
-        if !members
-            .live
-            .iter()
-            .any(|m| self.unjoined.iter().any(|u| u.node_id == m.node_id))
-        {
+        let out = |m: &Member| self.not_hearing.contains(&m.node_id);
+        if !members.live.iter().any(out) {
             return members.clone();
         }
-        let live = members
-            .live
-            .iter()
-            .filter(|m| !self.unjoined.iter().any(|u| u.node_id == m.node_id))
-            .cloned()
-            .collect();
+        let live = members.live.iter().filter(|m| !out(m)).cloned().collect();
         Members {
             live: std::sync::Arc::new(live),
             ..members.clone()
@@ -340,9 +341,16 @@ impl SplitDetector {
             ids.push(me);
         }
         let cut_off = is_cut_off(me, &ids, &unjoined);
+        let not_hearing = self
+            .missing
+            .iter()
+            .filter(|(_, m)| m.reported && m.deaf && m.joined.is_none())
+            .map(|(id, _)| id.clone())
+            .collect();
         SplitView {
             unjoined,
             deaf,
+            not_hearing,
             cut_off,
             side: ids.len(),
         }
@@ -774,11 +782,14 @@ mod tests {
             .collect()
     }
 
-    /// S9: the trial's link again (node 3's datagrams lost): its gossip membership is whole,
-    /// its side only itself once the grace has passed; a node split off without being a
-    /// member changes nothing of the membership, and without a split it is the side.
+    /// S9: the trial's link again (node 3's datagrams lost): its gossip membership is whole;
+    /// the shared tier leaves out the members whose rows do not hear it once they are
+    /// reported (within the grace a row may be one written before its node heard this one),
+    /// as they left it out of theirs; node 1, missing node 3 from gossip, leaves out nothing
+    /// more. A node reported unjoined that is a member hearing this node again (S7) is in the
+    /// tier.
     #[test]
-    fn test_the_side_is_the_membership_less_the_unjoined() {
+    fn test_the_side_is_the_membership_less_the_members_not_hearing_this_node() {
         let t0 = Instant::now();
         let rows = [
             hearing("1", &["1", "2"]),
@@ -791,13 +802,14 @@ mod tests {
             strangers: std::sync::Arc::new(vec![member("9")]),
             twins: std::sync::Arc::default(),
         };
+        let ids =
+            |m: &Members| -> Vec<String> { m.live.iter().map(|m| m.node_id.clone()).collect() };
         let mut three = SplitDetector::default();
         let v = three.observe("3", &members.live, &rows, t0);
         assert_eq!(v.side_of(&members), members, "within the grace: {v:?}");
         let v = three.observe("3", &members.live, &rows, t0 + GRACE);
         let side = v.side_of(&members);
-        let ids: Vec<&str> = side.live.iter().map(|m| m.node_id.as_str()).collect();
-        assert_eq!(ids, ["3"], "{v:?}");
+        assert_eq!(ids(&side), ["3"], "{v:?}");
         assert_eq!(side.strangers, members.strangers);
         // Node 1 misses node 3 (and node 4) from gossip: its members are its side already.
         let pair = Members {
@@ -809,6 +821,28 @@ mod tests {
         let w = one.observe("1", &pair.live, &rows, t0 + GRACE);
         assert_eq!(w.unjoined.len(), 2, "{w:?}");
         assert_eq!(w.side_of(&pair), pair);
+        // Node 1 joins node 3 again: unjoined for the share until it has held the grace (S7),
+        // in the tier at once.
+        let healed = [
+            hearing("1", &["1", "2", "3"]),
+            hearing("2", &["1", "2", "3"]),
+            rows[2].clone(),
+        ];
+        let mut back = SplitDetector::default();
+        let two = Members {
+            live: std::sync::Arc::new(vec![member("2"), member("3")]),
+            ..Members::default()
+        };
+        back.observe("3", &two.live, &healed, t0);
+        back.observe("3", &two.live, &healed, t0 + GRACE);
+        let v = back.observe(
+            "3",
+            &members.live,
+            &healed,
+            t0 + GRACE + Duration::from_secs(1),
+        );
+        assert_eq!(v.unjoined, [healed[0].clone()], "{v:?}");
+        assert_eq!(v.side_of(&members), members, "{v:?}");
         assert_eq!(SplitView::default().side_of(&members), members);
     }
 

@@ -461,10 +461,11 @@ async fn test_a_node_heard_by_none_of_its_peers_keeps_only_its_share() {
 /// S9 of `split.rs`: the owner of a bucket whose datagrams to its peer are lost (the peer's
 /// reach it, its answers do not) still hears the peer, whose two searches held both slots of a
 /// `shared_limit` of 2 when the link failed. The peer drops the owner from its ring and its
-/// leases with it, unreleased; the owner, once it reports the split, drops the peer from its
-/// own ring and purges the leases it held, and admits its share (1) at once. Before, its pool
-/// counted them until their TTL (30 s from their grant), refusing every request of the group
-/// for some 15 s after the split (an outside trial: up to 28 s while the other side ran 3 of 4).
+/// leases with it, unreleased; the owner, once it reports the split, drops the peer (whose
+/// row says it does not hear the owner) from its own ring and purges the leases it held, and
+/// admits its share (1) at once. Before, its pool counted them until their TTL (30 s from
+/// their grant), refusing every request of the group for some 15 s after the split (an
+/// outside trial: up to 28 s while the other side ran 3 of 4).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_cut_off_owner_purges_the_leases_of_a_peer_that_does_not_hear_it() {
     let (c, relays, _) = relayed_cluster("split_owner_purges", 2).await;
