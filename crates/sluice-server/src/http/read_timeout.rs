@@ -78,9 +78,15 @@ pub fn read(clock: Option<&ReadClock>) {
     }
 }
 
-/// Runs `conn` (a connection's future) until it ends or, with a clock, until the connection
-/// has read nothing for the timeout (logged for `peer`).
-pub async fn run<F: std::future::Future>(clock: Option<&ReadClock>, peer: SocketAddr, conn: F) {
+/// Runs `conn` (a connection's future, pinned where its owner keeps it: see
+/// [`crate::http::closing`] for why not by value) until it ends or, with a clock, until the
+/// connection has read nothing for the timeout (logged for `peer`), left unfinished for its
+/// owner to drop.
+pub async fn run<F: std::future::Future + ?Sized>(
+    clock: Option<&ReadClock>,
+    peer: SocketAddr,
+    conn: std::pin::Pin<&mut F>,
+) {
     match clock {
         None => {
             conn.await;

@@ -129,15 +129,19 @@ pub async fn serve(
         let conn = graceful.watch(conn);
         let closing = closing.clone();
         tokio::spawn(Repoll::new(async move {
-            let served = async {
-                // Until the shutdown's grace is over.
-                if let Some(Err(e)) = crate::http::closing::until_closed(conn, &closing).await {
-                    tracing::debug!(%peer, error = %e, "connection ended with an error");
-                }
-            };
-            // Dropping the connection's future cancels its request in flight, as its client
-            // leaving does.
-            read_timeout::run(clock.as_deref(), peer, served).await;
+            {
+                // Each layer pinned here, borrowed by the next (`crate::http::closing`).
+                let conn = std::pin::pin!(conn);
+                let served = std::pin::pin!(async {
+                    // Until the shutdown's grace is over.
+                    if let Some(Err(e)) = crate::http::closing::until_closed(conn, &closing).await {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                });
+                read_timeout::run(clock.as_deref(), peer, served).await;
+                // Dropped here, before the linger: dropping the connection's future cancels
+                // its request in flight, as its client leaving does.
+            }
             // An answer given before its body was read still reaches the client (G4); the
             // node's shutdown does not wait for this.
             leaving.linger().await;

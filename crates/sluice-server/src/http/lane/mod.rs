@@ -137,12 +137,11 @@ const BODY_STEP: usize = 64 * 1024;
 pub async fn serve_connection(thread: usize, stream: TcpStream, peer: SocketAddr, conn: Conn) {
     let clock = conn.clock.clone();
     let closing = conn.closing.clone();
+    // Each layer pinned here, borrowed by the next (`crate::http::closing`: a layer taking
+    // it by value would double its size).
+    let reads = std::pin::pin!(serve_reads(thread, stream, peer, conn));
+    let serving = std::pin::pin!(read_timeout::run(clock.as_deref(), peer, reads));
     // Until the shutdown's grace is over (L4).
-    let serving = read_timeout::run(
-        clock.as_deref(),
-        peer,
-        serve_reads(thread, stream, peer, conn),
-    );
     let _ = crate::http::closing::until_closed(serving, &closing).await;
 }
 
