@@ -28,29 +28,10 @@ via="${1:?gateway or nginx}"
 bin="$(realpath "${2:-$target/release/sluice}")"
 requests="${3:-1000}"
 out="$(mktemp -d -t sluice-instr-XXXXXX)"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$out"
-}
-trap cleanup EXIT
+# shellcheck source=scripts/proxy_fixture.sh
+. scripts/proxy_fixture.sh
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() {
-    for _ in $(seq 1 600); do
-        curl -sf "http://127.0.0.1:$1/" >/dev/null 2>&1 && return 0
-        sleep 0.2
-    done
-    echo "nothing answered on port $1" >&2
-    exit 1
-}
-
-up_port="$(free_port)"
-"$bin" serve -E "http.port=$up_port" -E transport.port=0 -E "path.data=$out/upstream" \
-    -E node.name=upstream > "$out/upstream.log" 2>&1 &
-pids+=($!)
-wait_http "$up_port"
+start_upstream "$bin"
 python3 - "$up_port" <<'EOF'
 import json, sys, urllib.request
 base = f"http://127.0.0.1:{sys.argv[1]}"
@@ -80,27 +61,7 @@ case "$via" in
     nginx)
         nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
         d="$out/nginx"
-        mkdir -p "$d"
-        cat > "$d/nginx.conf" <<EOF
-user root root;
-worker_processes 1;
-master_process off;
-pid $d/nginx.pid;
-error_log $d/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $d/body; proxy_temp_path $d/proxy; fastcgi_temp_path $d/fastcgi;
-  uwsgi_temp_path $d/uwsgi; scgi_temp_path $d/scgi;
-  limit_conn_zone \$server_name zone=perserver:1m;
-  upstream search { server 127.0.0.1:$up_port; keepalive 64; }
-  server {
-    listen 127.0.0.1:$proxy_port;
-    limit_conn perserver 60000;
-    location / { proxy_pass http://search; proxy_http_version 1.1; proxy_set_header Connection ""; }
-  }
-}
-EOF
+        nginx_conf "$d" "$proxy_port" "$up_port"
         valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p" "$nginx_bin" -c "$d/nginx.conf" \
             -g "daemon off;" > "$out/proxy.log" 2>&1 &
         ;;

@@ -126,12 +126,16 @@ pub async fn serve(
         let conn = builder
             .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service))
             .into_owned();
-        let conn = graceful.watch(conn);
+        // Boxed apart: moved into the task's future and pinned there, it would take its room
+        // twice (the block's captured value beside its pinned copy, `crate::http::closing`).
+        let conn = Box::pin(graceful.watch(conn));
         let closing = closing.clone();
         tokio::spawn(Repoll::new(async move {
             {
-                // Each layer pinned here, borrowed by the next (`crate::http::closing`).
-                let conn = std::pin::pin!(conn);
+                // Each layer pinned here, borrowed by the next (`crate::http::closing`); the
+                // box moved in, to be dropped at the end of this block.
+                let mut conn = conn;
+                let conn = conn.as_mut();
                 let served = std::pin::pin!(async {
                     // Until the shutdown's grace is over.
                     if let Some(Err(e)) = crate::http::closing::until_closed(conn, &closing).await {
