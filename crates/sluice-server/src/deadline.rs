@@ -56,8 +56,15 @@ pub struct Passed;
 
 /// `fut` bounded by `deadline`, as [`tokio::time::timeout_at`] bounds it, except that a future
 /// pending when the timer fires is given the second look of the module docs (D1, D2).
-pub async fn within<F: Future>(deadline: Instant, fut: F) -> Result<F::Output, Passed> {
-    let mut fut = std::pin::pin!(fut);
+///
+/// `fut` is borrowed pinned where its caller keeps it, not taken by value: an `async fn`
+/// keeps an argument in a slot of its own beside the pinned copy it polls, and the copy
+/// moved it (the upstream exchange, about a kilobyte) once more a request
+/// (`crate::http::closing` says the same of a connection's future).
+pub async fn within<F: Future + ?Sized>(
+    deadline: Instant,
+    mut fut: Pin<&mut F>,
+) -> Result<F::Output, Passed> {
     if let Ok(out) = tokio::time::timeout_at(deadline, fut.as_mut()).await {
         return Ok(out);
     }
@@ -154,7 +161,7 @@ mod tests {
         // stalled node wakes in.
         peer.write_all(b"answer").unwrap();
         let mut buf = [0u8; 6];
-        let read = within(long_ago(), conn.read_exact(&mut buf)).await;
+        let read = within(long_ago(), std::pin::pin!(conn.read_exact(&mut buf))).await;
         assert_eq!(read.map(|r| r.is_ok()), Ok(true));
         assert_eq!(&buf, b"answer");
     }
@@ -174,7 +181,7 @@ mod tests {
     async fn test_a_future_that_stays_pending_has_passed() {
         let (_peer, mut conn) = pair().await;
         let mut buf = [0u8; 1];
-        let read = within(long_ago(), conn.read_exact(&mut buf)).await;
+        let read = within(long_ago(), std::pin::pin!(conn.read_exact(&mut buf))).await;
         assert_eq!(read.map(|_| ()), Err(Passed));
     }
 
@@ -201,6 +208,9 @@ mod tests {
             }
             let _ = tx.send("answer");
         });
-        assert_eq!(within(long_ago(), rx).await, Ok(Ok("answer")));
+        assert_eq!(
+            within(long_ago(), std::pin::pin!(rx)).await,
+            Ok(Ok("answer"))
+        );
     }
 }

@@ -582,7 +582,8 @@ impl UpstreamClient {
             *req.method_mut() = method.clone();
             *req.headers_mut() = h;
             let started = Instant::now();
-            let exchange = self.exchange(i, &pq, req, held);
+            // Pinned here, borrowed by the deadline (`deadline::within`).
+            let exchange = std::pin::pin!(self.exchange(i, &pq, req, held));
             // As the lane's: an answer that came while the gateway stalled wins (`deadline`).
             let by = tokio::time::Instant::now() + self.request_timeout;
             match crate::deadline::within(by, exchange).await {

@@ -221,7 +221,9 @@ impl H1 {
             )?;
             // The attempt's start, read once: its deadline, and what a reset is timed from (R2).
             let started = tokio::time::Instant::now();
-            let exchange = self.exchange(thread, hosts, i, &request, method, started);
+            // Pinned here, borrowed by the deadline (`deadline::within`).
+            let exchange =
+                std::pin::pin!(self.exchange(thread, hosts, i, &request, method, started));
             // A stall of the gateway does not turn an answer that came meanwhile into a 504
             // that puts a healthy host in back-off (`deadline` D1).
             match crate::deadline::within(started + self.request_timeout, exchange).await {
@@ -322,7 +324,7 @@ impl H1 {
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let port = base.port_u16().unwrap_or(80);
         let by = tokio::time::Instant::now() + self.connect_timeout;
-        let conn = crate::deadline::within(by, TcpStream::connect((host, port)))
+        let conn = crate::deadline::within(by, std::pin::pin!(TcpStream::connect((host, port))))
             .await
             .map_err(|_| Failed::Connect(None))?
             .map_err(|e| Failed::Connect(Some(e)))?;
