@@ -68,7 +68,7 @@ struct Split {
     /// The split as last observed.
     view: SplitView,
     /// S9 of [`crate::split`]: the members the shared tier works with (its ring, the
-    /// coordinators whose leases its owner keeps), the membership less `view`'s unjoined.
+    /// coordinators whose leases its owner keeps): [`SplitView::side_of`] the membership.
     side: tokio::sync::watch::Sender<Members>,
 }
 

@@ -313,20 +313,26 @@ impl SplitDetector {
     }
 
     fn view(&mut self, me: &str, live: &[Member], now: Instant) -> SplitView {
-        let mut unjoined: Vec<PresentNode> = Vec::new();
-        let mut deaf: Vec<String> = Vec::new();
+        let mut standing = false;
         for m in self.missing.values_mut() {
             // S1, and S7: once reported, until joined for the grace.
             m.reported |= m.joined.is_none() && now.saturating_duration_since(m.since) >= GRACE;
+            standing |= m.reported;
         }
-        // S10: while a split stands, a node not joined now is not on this side, reported yet
-        // or not.
-        let standing = self.missing.values().any(|m| m.reported);
+        let mut unjoined: Vec<PresentNode> = Vec::new();
+        let (mut deaf, mut not_hearing): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
         for m in self.missing.values() {
-            if m.reported || (standing && m.joined.is_none()) {
+            let out_now = m.joined.is_none();
+            // S10: while a split stands, a node not joined now is not on this side, reported
+            // yet or not.
+            if m.reported || (standing && out_now) {
                 unjoined.push(m.row.clone());
                 if m.deaf {
                     deaf.push(m.row.node_id.clone());
+                    // S9: reported, and its row still does not hear this node.
+                    if m.reported && out_now {
+                        not_hearing.push(m.row.node_id.clone());
+                    }
                 }
             }
         }
@@ -341,12 +347,6 @@ impl SplitDetector {
             ids.push(me);
         }
         let cut_off = is_cut_off(me, &ids, &unjoined);
-        let not_hearing = self
-            .missing
-            .iter()
-            .filter(|(_, m)| m.reported && m.deaf && m.joined.is_none())
-            .map(|(id, _)| id.clone())
-            .collect();
         SplitView {
             unjoined,
             deaf,
