@@ -305,4 +305,9 @@ pub struct NodePresence {
     /// dropping one direction). `None`: not known yet (a node writing its row before its
     /// gossip starts) or not recorded (a row of an earlier sluice).
     pub hears: Option<Vec<String>>,
+    /// The node ids its split view counted off its side at this heartbeat (unjoined past the
+    /// grace, or joined again for less than it), so that two nodes that each count the other
+    /// off can tell, and keep each other out of their shared-tier rings until the link has
+    /// held (S11 of `sluice-cluster`'s `split.rs`). `None`: not known yet or not recorded.
+    pub unjoined: Option<Vec<String>>,
 }

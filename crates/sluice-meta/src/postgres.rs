@@ -70,6 +70,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "whom each node hears",
         include_str!("../migrations/postgres/0003_node_hears.sql"),
     ),
+    (
+        4,
+        "whom each node counts off its side",
+        include_str!("../migrations/postgres/0004_node_unjoined.sql"),
+    ),
 ];
 
 /// How long a node's row is kept after its last heartbeat before a heartbeat of any node
@@ -670,13 +675,14 @@ impl MetaStore for PostgresMetaStore {
                 "cannot record this node's heartbeat",
                 sqlx::query(
                     "INSERT INTO sluice_nodes
-                         (node_id, name, transport, cluster_name, generation, hears, last_seen)
-                     VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp())
+                         (node_id, name, transport, cluster_name, generation, hears, unjoined,
+                          last_seen)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, clock_timestamp())
                      ON CONFLICT (node_id) DO UPDATE SET
                          name = EXCLUDED.name, transport = EXCLUDED.transport,
                          cluster_name = EXCLUDED.cluster_name,
                          generation = EXCLUDED.generation, hears = EXCLUDED.hears,
-                         last_seen = EXCLUDED.last_seen",
+                         unjoined = EXCLUDED.unjoined, last_seen = EXCLUDED.last_seen",
                 )
                 .bind(&me.node_id)
                 .bind(&me.name)
@@ -684,6 +690,7 @@ impl MetaStore for PostgresMetaStore {
                 .bind(&me.cluster_name)
                 .bind(generation)
                 .bind(&me.hears)
+                .bind(&me.unjoined)
                 .execute(&self.pool),
             )
             .await?;
@@ -700,7 +707,8 @@ impl MetaStore for PostgresMetaStore {
             let rows = within(
                 "cannot read the nodes' heartbeats",
                 sqlx::query(
-                    "SELECT node_id, name, transport, cluster_name, generation, hears FROM sluice_nodes
+                    "SELECT node_id, name, transport, cluster_name, generation, hears, unjoined
+                     FROM sluice_nodes
                      WHERE last_seen > clock_timestamp() - make_interval(secs => $1)
                      ORDER BY node_id",
                 )
@@ -725,6 +733,7 @@ impl MetaStore for PostgresMetaStore {
                         )
                         .unwrap_or(0),
                         hears: r.try_get("hears").map_err(|e| classify("node row", e))?,
+                        unjoined: r.try_get("unjoined").map_err(|e| classify("node row", e))?,
                     })
                 })
                 .collect()

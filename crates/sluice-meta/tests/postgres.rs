@@ -551,6 +551,7 @@ async fn test_heartbeats_are_shared_and_only_recent_ones_count() {
         cluster_name: "c".to_string(),
         generation: 7,
         hears: None,
+        unjoined: None,
     };
     let live = Duration::from_secs(60);
     assert_eq!(
@@ -594,6 +595,17 @@ async fn test_heartbeats_are_shared_and_only_recent_ones_count() {
         .await
         .unwrap();
     assert_eq!(rows[1], hearing(&["n2"]));
+    // Whom a node counts off its side too.
+    let apart = NodePresence {
+        unjoined: Some(vec!["n1".to_string()]),
+        ..hearing(&["n2"])
+    };
+    b.heartbeat(&apart, live).await.unwrap();
+    let rows = a
+        .heartbeat(&row("n1", "127.0.0.1:9300"), live)
+        .await
+        .unwrap();
+    assert_eq!(rows[1], apart);
     // The other backends keep none.
     let memory = sluice_meta::MemoryMetaStore::new();
     assert!(

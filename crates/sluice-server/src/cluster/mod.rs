@@ -116,8 +116,9 @@ pub async fn join(
             transport: transport_addr.to_string(),
             cluster_name: config.cluster_name.clone(),
             generation,
-            // Gossip has not started: whom it hears is not known yet.
+            // Gossip has not started: whom it hears (and counts off) is not known yet.
             hears: None,
+            unjoined: None,
         };
         match metastore.heartbeat(&row, presence::LIVE_WITHIN).await {
             Ok(rows) => {

@@ -32,7 +32,8 @@ pub const LIVE_WITHIN: Duration = Duration::from_secs(5);
 const SPLIT_LOG_EVERY: Duration = Duration::from_secs(30);
 
 /// This node's row, with whom its gossip hears now (S6 of `split.rs`: its peers tell from it
-/// whether it hears them).
+/// whether it hears them) and whom its split view counts off its side (S11: whether it counts
+/// them off).
 pub fn row_of(cluster: &Cluster, cluster_name: &str) -> NodePresence {
     let me = cluster.me();
     NodePresence {
@@ -49,6 +50,14 @@ pub fn row_of(cluster: &Cluster, cluster_name: &str) -> NodePresence {
                 .map(|m| m.node_id.clone())
                 .collect(),
         ),
+        unjoined: Some(
+            cluster
+                .split()
+                .unjoined
+                .iter()
+                .map(|n| n.node_id.clone())
+                .collect(),
+        ),
     }
 }
 
@@ -62,6 +71,7 @@ pub fn present(rows: &[NodePresence], cluster_name: &str) -> Vec<PresentNode> {
             name: r.name.clone(),
             transport: r.transport.clone(),
             hears: r.hears.clone(),
+            unjoined: r.unjoined.clone(),
         })
         .collect()
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::harness::{JOIN_WITHIN, TestCluster, heavy_query};
-use crate::relay::{Cut, relayed_cluster};
+use crate::relay::{Cut, Relay, relayed_cluster};
 use crate::shared_tier::{enable, end_searches, everywhere, figures, group, owner_of_leases};
 
 /// An enforced group `name` whose only limit is `shared_limit`, with `memory` of the node.
@@ -174,6 +174,7 @@ async fn phantoms(
             cluster_name: c.cluster_name.clone(),
             generation: 1,
             hears: None,
+            unjoined: None,
         })
         .collect();
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
@@ -468,23 +469,8 @@ async fn test_a_node_heard_by_none_of_its_peers_keeps_only_its_share() {
 /// outside trial: up to 28 s while the other side ran 3 of 4).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_cut_off_owner_purges_the_leases_of_a_peer_that_does_not_hear_it() {
-    let (c, relays, _) = relayed_cluster("split_owner_purges", 2).await;
-    enable(&c).await;
-    let id = group(&c, shared_only("tenant", 0.5, 2)).await;
-    everywhere(&c, 2, &id).await;
+    let (c, relays, id, owner) = relayed_pair_and_owner("split_owner_purges").await;
     let header = [("workloadGroupId", id.as_str())];
-    // Which node owns the bucket: the other one holds the leases.
-    let probe = c.start_search(1, "/heavy/_search", heavy_query(), &header);
-    c.eventually(Duration::from_secs(30), "the heavy search runs", || async {
-        (running(&c, 1).await == 1).then_some(())
-    })
-    .await;
-    let owner = owner_of_leases(&c, &[0, 1], &id).await;
-    end_searches(&c, 1, probe).await;
-    c.eventually(Duration::from_secs(10), "the lease is released", || async {
-        (figures(&c, owner, &id).await["shared_leases_owned"] == 0).then_some(())
-    })
-    .await;
     let holder = 1 - owner;
     // Granted just before the fault: their TTL runs out 30 s after it.
     let held: Vec<_> = (0..2)
@@ -497,18 +483,7 @@ async fn test_a_cut_off_owner_purges_the_leases_of_a_peer_that_does_not_hear_it(
     )
     .await;
     assert_eq!(figures(&c, owner, &id).await["shared_leases_owned"], 2);
-    relays[holder].cut(Cut {
-        from: Some(c.node(owner).bound_transport),
-        replies: false,
-        tcp: true,
-        ..Cut::default()
-    });
-    relays[owner].cut(Cut {
-        from: None,
-        replies: true,
-        tcp: true,
-        ..Cut::default()
-    });
+    lose_datagrams_of(&c, &relays, owner, holder);
     // The peer's searches end; their releases cannot reach the owner.
     let mut held = held.into_iter();
     end_searches(&c, holder, held.next().unwrap()).await;
@@ -576,4 +551,162 @@ async fn test_a_node_restarted_unheard_serves_as_a_split_from_its_start() {
     .await;
     refused_saying(&c, 0, &id, "share, 1, of its cluster-wide limit of 2").await;
     end_searches(&c, 0, held).await;
+}
+
+/// S11 of `split.rs`: a link that lost the owner's datagrams, reported by both nodes, heals.
+/// For the grace after the heal both keep the split (a share of 1 of a `shared_limit` of 2
+/// each) and each its own ring: the peer's search takes its lease on its own side, so the
+/// owner still admits its share beside it. Before, the two were one ring again at the heal,
+/// and the owner's pool counted the peer's lease against the owner's share of 1, refusing
+/// every request of the group until the split ended (trial 104: 10–14 s after every heal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_two_sides_of_a_healed_split_keep_their_own_rings_for_the_grace() {
+    let (c, relays, id, owner) = relayed_pair_and_owner("split_healed_apart").await;
+    let header = [("workloadGroupId", id.as_str())];
+    let peer = 1 - owner;
+    lose_datagrams_of(&c, &relays, owner, peer);
+    let owner_id = divided(&c, peer).await["unjoined_nodes"][0]["node_id"].clone();
+    let peer_id = divided(&c, owner).await["unjoined_nodes"][0]["node_id"].clone();
+    // Both rows count the other off, and both nodes have read them, before the heal (a heal
+    // within a heartbeat or two of the report finds a row that does not say it yet: S11).
+    let ids = [owner_id, peer_id].map(|v| v.as_str().unwrap_or_default().to_string());
+    rows_count_each_other_off(&c, &ids[0], &ids[1]).await;
+    for r in &relays {
+        r.cut(Cut::default());
+    }
+    c.eventually(
+        Duration::from_secs(30),
+        "the peer's gossip holds the owner again",
+        || async {
+            let (_, h) = c.get(peer, "/_cluster/health").await;
+            (h["number_of_nodes"] == 2).then_some(())
+        },
+    )
+    .await;
+    let held = c.start_search(peer, "/heavy/_search", heavy_query(), &header);
+    c.eventually(Duration::from_secs(30), "the heavy search runs", || async {
+        (running(&c, peer).await == 1).then_some(())
+    })
+    .await;
+    let (s, b) = small_on(&c, owner, &id).await;
+    let owned = figures(&c, owner, &id).await["shared_leases_owned"].clone();
+    // All of it within the grace after the heal: the split still stands on both.
+    for i in [owner, peer] {
+        let (_, h) = c.get(i, "/_cluster/health").await;
+        assert_ne!(h["membership"]["status"], "joined", "node {i}: {h}");
+    }
+    assert_eq!(
+        s, 200,
+        "the owner admits its share beside the peer's search: {b}"
+    );
+    assert_eq!(owned, 0, "the peer's lease is on its own side");
+    end_searches(&c, peer, held).await;
+    // Once the link has held for the grace: joined, one ring, the whole limit.
+    for i in 0..2 {
+        health_once(&c, i, "joined").await;
+    }
+    let (s, b) = small(&c, &id).await;
+    assert_eq!(s, 200, "{b}");
+}
+
+/// Waits until the metastore's rows say node `a` counts node `b` off its side and `b` counts
+/// `a` off (S11 of `split.rs`), and each node has written its row again since: a node reads the
+/// rows in the heartbeat that writes its own, so each has then read the other's.
+async fn rows_count_each_other_off(c: &TestCluster, a: &str, b: &str) {
+    let store = sluice_meta::PostgresMetaStore::open(&c.metastore_uri)
+        .await
+        .expect("the metastore opens");
+    // A row of another cluster name, which the nodes pass over: written only to read theirs.
+    let probe = sluice_meta::NodePresence {
+        node_id: "probe".to_string(),
+        name: "probe".to_string(),
+        transport: "127.0.0.1:1".to_string(),
+        cluster_name: format!("{}-probe", c.cluster_name),
+        generation: 1,
+        hears: None,
+        unjoined: None,
+    };
+    let rows = |within: Duration| {
+        let (store, probe) = (&store, &probe);
+        async move {
+            sluice_meta::MetaStore::heartbeat(store, probe, within)
+                .await
+                .ok()
+        }
+    };
+    let counts = |rows: &[sluice_meta::NodePresence], who: &str, whom: &str| {
+        rows.iter().any(|r| {
+            r.node_id == who
+                && r.unjoined
+                    .as_ref()
+                    .is_some_and(|u| u.iter().any(|x| x == whom))
+        })
+    };
+    c.eventually(
+        Duration::from_secs(30),
+        "each row counts the other node off",
+        || async {
+            let rows = rows(Duration::from_secs(5)).await?;
+            (counts(&rows, a, b) && counts(&rows, b, a)).then_some(())
+        },
+    )
+    .await;
+    // A row written within the last 200 ms, looked for once 200 ms have passed, was written
+    // after the rows above were read.
+    let seen = std::time::Instant::now();
+    let fresh = Duration::from_millis(200);
+    for id in [a, b] {
+        c.eventually(
+            Duration::from_secs(30),
+            "the node writes its row again",
+            || async {
+                if seen.elapsed() < fresh {
+                    return None;
+                }
+                let rows = rows(fresh).await?;
+                rows.iter().any(|r| r.node_id == id).then_some(())
+            },
+        )
+        .await;
+    }
+}
+
+/// Two nodes behind relays (`relay.rs`), a group with a `shared_limit` of 2 only, and which
+/// node owns its bucket (found from where node 1's search takes its lease), that lease
+/// released again.
+async fn relayed_pair_and_owner(test: &str) -> (TestCluster, Vec<Relay>, String, usize) {
+    let (c, relays, _) = relayed_cluster(test, 2).await;
+    enable(&c).await;
+    let id = group(&c, shared_only("tenant", 0.5, 2)).await;
+    everywhere(&c, 2, &id).await;
+    let header = [("workloadGroupId", id.as_str())];
+    let probe = c.start_search(1, "/heavy/_search", heavy_query(), &header);
+    c.eventually(Duration::from_secs(30), "the heavy search runs", || async {
+        (running(&c, 1).await == 1).then_some(())
+    })
+    .await;
+    let owner = owner_of_leases(&c, &[0, 1], &id).await;
+    end_searches(&c, 1, probe).await;
+    c.eventually(Duration::from_secs(10), "the lease is released", || async {
+        (figures(&c, owner, &id).await["shared_leases_owned"] == 0).then_some(())
+    })
+    .await;
+    (c, relays, id, owner)
+}
+
+/// Node `lost`'s datagrams to node `peer`, and its answers to `peer`'s, are lost from now on;
+/// `peer`'s reach it (a link that loses one direction).
+fn lose_datagrams_of(c: &TestCluster, relays: &[Relay], lost: usize, peer: usize) {
+    relays[peer].cut(Cut {
+        from: Some(c.node(lost).bound_transport),
+        replies: false,
+        tcp: true,
+        ..Cut::default()
+    });
+    relays[lost].cut(Cut {
+        from: None,
+        replies: true,
+        tcp: true,
+        ..Cut::default()
+    });
 }
