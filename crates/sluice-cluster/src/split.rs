@@ -81,10 +81,12 @@
 //!   a node starting or stopping while a split stands is counted on the other side from its
 //!   first miss (this side's share is smaller meanwhile, the safe direction)
 //!   (`test_while_a_split_stands_a_node_not_joined_is_not_on_this_side`).
-//! - S11 A member reported unjoined and joined again for less than the grace (S7) is left out
-//!   of the shared tier too while its row says it counts this node off its side
-//!   ([`PresentNode::counts_off`]): both sides see the split and hold it, each on a ring of its
-//!   own with its share (S5), until the link has held for the grace. Before, a link that
+//! - S11 A node reported unjoined is left out of the shared tier too while its row says it
+//!   counts this node off its side ([`PresentNode::counts_off`]), joined again for less than
+//!   the grace (S7) or not (so that gossip taking it back, which republishes the side before
+//!   the next observation reads its row, does not put it on the ring for a heartbeat): both
+//!   sides see the split and hold it, each on a ring of its own with its share (S5), until
+//!   the link has held for the grace. Before, a link that
 //!   flapped (down 8 s, up 3 s) put the two sides back on one ring at every up and apart at
 //!   every cut: a bucket's owner moved twice a cycle, each time starting empty beside the
 //!   leases the last one still had running, and each cut found the peers' calls to the old
@@ -159,9 +161,9 @@ pub struct SplitView {
     pub unjoined: Vec<PresentNode>,
     /// Which of [`Self::unjoined`] are gossip members that do not hear this node (S6), by id.
     pub deaf: Vec<String>,
-    /// The gossip members the shared tier leaves out, by id: those reported unjoined whose
-    /// rows say they do not hear this node now (S9), or, joined again within the grace, that
-    /// they count this node off their side (S11).
+    /// The nodes the shared tier leaves out of the membership, by id: those reported unjoined
+    /// whose rows say they do not hear this node now (S9) or count this node off their side
+    /// (S11).
     pub left_out: Vec<String>,
     /// This node is on the smaller side (S3).
     pub cut_off: bool,
