@@ -95,11 +95,11 @@
 //!   every heal the owner's side, asking the one owner with its share of 1 beside the other
 //!   side's leases of 3, admitted nothing for 10–14 s. Only when both count each other off: a
 //!   node that did not see the split (paused through it, say) counts no one off, and is in
-//!   the others' rings as they are in its own, one owner a bucket (S9's reason). When the
-//!   link has held for the grace, each side forgets the other (S2) a heartbeat or two apart:
-//!   meanwhile the one that has not forgotten keeps its ring apart while the other's is
-//!   whole, so a bucket whose whole ring's owner is on the forgetting side has two owners for
-//!   a second or two, once, when the split ends
+//!   the others' rings as they are in its own, one owner a bucket (S9's reason). The cost is
+//!   paid once, when the link has held for the grace and the rings merge: a ring move, as a
+//!   join's, whose new owner starts empty beside the leases the side's owner granted (a
+//!   re-trial: 5–7 of 4 for 1–4 s), and the sides forget each other a heartbeat or two apart
+//!   (S2), meanwhile a bucket may have an owner on each
 //!   (`test_two_sides_that_count_each_other_off_keep_apart_through_short_heals`).
 
 use std::collections::BTreeMap;
