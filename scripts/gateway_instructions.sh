@@ -18,6 +18,10 @@
 # DRIVE_HEADERS='{"x-opaque-id": "job-1"}'.
 # GATEWAY_FLAGS adds settings to the gateway's command line, e.g.
 # GATEWAY_FLAGS="-E backend.upstream.fast_lane=false" to count the general path.
+# WLM=enabled turns workload management on in the gateway (`wlm.workload_group.mode`, as
+# `sluice-bench gateway-overhead` runs it); TAGGED=1 also creates a group throttled far above
+# the load (`node_limit` 100000) and tags every search into it, as the bench's `gateway-group`:
+# compare `WLM=enabled` with `TAGGED=1` for what a tagged search costs.
 # With KEEP_PROFILE=<file> the callgrind profile of the measured requests is copied there, for
 # `callgrind_annotate --inclusive=yes <file>`.
 # Needs valgrind, python3, and nginx for `nginx`.
@@ -70,6 +74,27 @@ esac
 proxy=$!
 pids+=($proxy)
 wait_http "$proxy_port"
+
+if [ "$via" = gateway ] && { [ -n "${WLM:-}" ] || [ -n "${TAGGED:-}" ]; }; then
+    group="$(python3 - "$proxy_port" "${TAGGED:-}" <<'EOF'
+import json, sys, urllib.request
+base = f"http://127.0.0.1:{sys.argv[1]}"
+def call(method, path, body):
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method=method,
+                                 headers={"content-type": "application/json"})
+    return json.loads(urllib.request.urlopen(req).read())
+call("PUT", "/_cluster/settings", {"persistent": {"wlm.workload_group.mode": "enabled"}})
+if sys.argv[2]:
+    g = call("PUT", "/_wlm/workload_group", {
+        "name": "tagged", "resiliency_mode": "enforced", "resource_limits": {"memory": 0.5},
+        "throttling": {"attribute": "group", "node_limit": 100000}})
+    print(g["_id"])
+EOF
+)"
+    if [ -n "${TAGGED:-}" ]; then
+        export DRIVE_HEADERS="{\"workloadGroupId\": \"$group\"}"
+    fi
+fi
 
 drive() {
     python3 - "$proxy_port" "$1" <<'EOF'

@@ -79,7 +79,7 @@ impl Workload {
             auth_enabled,
             queues: Mutex::new(HashMap::new()),
             view: RwLock::new(Arc::new(View {
-                groups: HashMap::new(),
+                groups: view::GroupMap::default(),
                 rules: Vec::new(),
             })),
             default: Arc::new(GroupEntry {
