@@ -399,18 +399,7 @@ async fn test_a_node_heard_by_none_of_its_peers_keeps_only_its_share() {
     enable(&c).await;
     let id = group(&c, shared_only("tenant", 0.5, 2)).await;
     everywhere(&c, 2, &id).await;
-    relays[1].cut(Cut {
-        from: Some(c.node(0).bound_transport),
-        replies: false,
-        tcp: true,
-        ..Cut::default()
-    });
-    relays[0].cut(Cut {
-        from: None,
-        replies: true,
-        tcp: true,
-        ..Cut::default()
-    });
+    lose_datagrams_of(&c, &relays, 0, 1);
     let zero = divided(&c, 0).await;
     let one = divided(&c, 1).await;
     // Node 0 still hears node 1, but node 1 does not hear it.
