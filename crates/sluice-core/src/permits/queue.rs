@@ -35,7 +35,7 @@ const NIL: u32 = u32::MAX;
 /// Wakers a [`WakeList`] holds inline before it spills to the heap: a release hands its slot to
 /// one waiter, so only a raised limit or a backlog release wakes more at once, and those are
 /// rare enough to allocate.
-const INLINE_WAKERS: usize = 4;
+pub(super) const INLINE_WAKERS: usize = 4;
 
 /// The live throttle state of one workload group on this node, shared by the server (which
 /// updates it when the group changes) and every bucket of the group that has parked waiters.
@@ -548,8 +548,13 @@ impl WakeList {
         }
     }
 
-    /// Wakes them all; call with no lock held.
+    /// Wakes them all; call with no lock held. Most lists are empty (an admission or a
+    /// release with nobody waiting, then the list's drop): those return at once, without
+    /// walking the inline slots or draining the spill.
     pub(super) fn wake_all(&mut self) {
+        if self.len == 0 && self.spill.is_empty() {
+            return;
+        }
         for w in self.inline[..self.len].iter_mut().filter_map(Option::take) {
             w.wake();
         }

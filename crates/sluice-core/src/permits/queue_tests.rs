@@ -741,3 +741,33 @@ fn test_a_cancelled_external_grant_passes_on_then_becomes_an_orphan() {
     drop(w2);
     assert_empty(&table);
 }
+
+#[test]
+fn test_a_wake_list_wakes_each_waker_once_inline_or_spilled_and_on_drop() {
+    for n in [0, 1, queue::INLINE_WAKERS, queue::INLINE_WAKERS + 2] {
+        let mut wakes = WakeList::default();
+        let counters: Vec<_> = (0..n)
+            .map(|_| {
+                let (c, w) = counting();
+                wakes.push(w);
+                c
+            })
+            .collect();
+        wakes.wake_all();
+        assert!(
+            counters.iter().all(|c| c.0.load(Ordering::SeqCst) == 1),
+            "{n} wakers"
+        );
+        // Emptied: a second call, and the drop, wake nobody again.
+        wakes.wake_all();
+        let (late, w) = counting();
+        wakes.push(w);
+        drop(wakes);
+        assert!(
+            counters.iter().all(|c| c.0.load(Ordering::SeqCst) == 1),
+            "{n} wakers"
+        );
+        // A waker pushed after a wake is woken by the drop.
+        assert_eq!(late.0.load(Ordering::SeqCst), 1, "{n} wakers");
+    }
+}

@@ -45,10 +45,9 @@ use sluice_core::resources::{
 };
 use sluice_engine::{EngineError, ErrorCode};
 
-use crate::enforcement::node::thresholds;
 use crate::error::ApiError;
 use crate::logging::{Decision, DecisionKind, Tier};
-use crate::settings::{SettingsSnapshot, keys};
+use crate::settings::SettingsSnapshot;
 use crate::state::AppState;
 use crate::tasks::Task;
 use crate::workload::GroupEntry;
@@ -102,7 +101,7 @@ fn check_resources(
     // A paced group's cpu share is kept by its quota (`wait_for_share`), not by its last usage.
     let paced = entry.paced_cpu_limit(mode).is_some();
     let last = unpaced(last_usage(entry), paced);
-    if !settings.bool(keys::WLM_ESTIMATE_UNMEASURED_TASKS) {
+    if !settings.estimate_unmeasured_tasks() {
         return decide(st, &settings, entry, group, last, check).map(|()| None);
     }
     UnmeasuredTasks::try_admit(&entry.stats.unmeasured, last, |projected| {
@@ -186,7 +185,7 @@ pub fn recheck_resources(st: &AppState, entry: &GroupEntry, task: &Task) -> Resu
     let settings = st.cluster_settings.snapshot();
     let last = last_usage(entry);
     let usage = match task.reservation.get() {
-        Some(own) if settings.bool(keys::WLM_ESTIMATE_UNMEASURED_TASKS) => {
+        Some(own) if settings.estimate_unmeasured_tasks() => {
             entry.stats.unmeasured.projected_for(last, own)
         }
         _ => last,
@@ -355,7 +354,7 @@ fn judge<'g>(
         settings.wlm_mode(),
         &GroupPolicy::of(group),
         usage,
-        &thresholds(settings),
+        &settings.wlm_thresholds(),
         st.enforcement.is_node_in_duress(),
     )
 }

@@ -86,7 +86,7 @@ use crate::settings::keys;
 use crate::state::AppState;
 use crate::tasks::Task;
 use crate::workload::View;
-pub use node::{Enforcement, enforcement_interval, thresholds, usage_refresh_interval};
+pub use node::{Enforcement, enforcement_interval, usage_refresh_interval};
 use sluice_core::resources::{
     DEFAULT_WORKLOAD_GROUP_ID, GroupDef, NodeObservation, PassInputs, PassOutcome, ResourceType,
     ResourceUsage, TaskSnapshot, TaskState, run_pass, run_refresh,
@@ -160,7 +160,7 @@ pub fn run_once(st: &AppState) -> PassOutcome {
     let (snapshots, deleted) = snapshot_tasks(&tasks, &view, enforcement);
     let inputs = PassInputs {
         mode,
-        thresholds: thresholds(&settings),
+        thresholds: settings.wlm_thresholds(),
         duress_streak: u32::try_from(settings.integer(keys::WLM_DURESS_STREAK)).unwrap_or(u32::MAX),
         node: NodeObservation {
             cpu: node_cpu,

@@ -1,12 +1,12 @@
 //! The node's side of resource enforcement that admission and the loop share: its capacity
 //! (cores, memory budget), the state kept between passes, the last duress verdict (one atomic
-//! load for admission), and the thresholds and intervals read from a settings snapshot.
+//! load for admission), and the intervals read from a settings snapshot.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use sluice_core::resources::{EnforcementState, NodeCapacity, NodeThresholds};
+use sluice_core::resources::{EnforcementState, NodeCapacity};
 
 use crate::node_usage::ProcessCpu;
 use crate::settings::{SettingsSnapshot, keys};
@@ -94,16 +94,6 @@ impl Enforcement {
 
     pub fn nanos_since_epoch(&self, t: Instant) -> u64 {
         u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
-    }
-}
-
-/// The node-level thresholds of a settings snapshot.
-pub fn thresholds(s: &SettingsSnapshot) -> NodeThresholds {
-    NodeThresholds {
-        cpu_rejection: s.double(keys::WLM_CPU_REJECTION_THRESHOLD),
-        cpu_cancellation: s.double(keys::WLM_CPU_CANCELLATION_THRESHOLD),
-        memory_rejection: s.double(keys::WLM_MEMORY_REJECTION_THRESHOLD),
-        memory_cancellation: s.double(keys::WLM_MEMORY_CANCELLATION_THRESHOLD),
     }
 }
 

@@ -82,6 +82,12 @@ pub struct SettingsSnapshot {
     wlm_mode: sluice_core::WlmMode,
     /// `search.cancel_after_time_interval`, read by every search: the same.
     cancel_after: Option<Duration>,
+    /// `wlm.workload_group.estimate_unmeasured_tasks`, read by both share checks of every
+    /// request of a group (at the door and when its search starts): the same.
+    estimate_unmeasured_tasks: bool,
+    /// The four `wlm.workload_group.node.*_threshold` values, read by every share check that
+    /// finds usage: the same.
+    wlm_thresholds: sluice_core::resources::NodeThresholds,
 }
 
 impl Default for SettingsSnapshot {
@@ -130,12 +136,21 @@ impl SettingsSnapshot {
             effective,
             wlm_mode: sluice_core::WlmMode::MonitorOnly,
             cancel_after: None,
+            estimate_unmeasured_tasks: false,
+            wlm_thresholds: sluice_core::resources::NodeThresholds::default(),
         };
         // The table only admits the three values, so the fallback is unreachable in practice;
         // it picks the default rather than panicking.
         snapshot.wlm_mode = sluice_core::WlmMode::parse(snapshot.enum_value(keys::WLM_MODE))
             .unwrap_or(sluice_core::WlmMode::MonitorOnly);
         snapshot.cancel_after = snapshot.time_opt(keys::SEARCH_CANCEL_AFTER_TIME_INTERVAL);
+        snapshot.estimate_unmeasured_tasks = snapshot.bool(keys::WLM_ESTIMATE_UNMEASURED_TASKS);
+        snapshot.wlm_thresholds = sluice_core::resources::NodeThresholds {
+            cpu_rejection: snapshot.double(keys::WLM_CPU_REJECTION_THRESHOLD),
+            cpu_cancellation: snapshot.double(keys::WLM_CPU_CANCELLATION_THRESHOLD),
+            memory_rejection: snapshot.double(keys::WLM_MEMORY_REJECTION_THRESHOLD),
+            memory_cancellation: snapshot.double(keys::WLM_MEMORY_CANCELLATION_THRESHOLD),
+        };
         snapshot
     }
 
@@ -287,6 +302,16 @@ impl SettingsSnapshot {
     pub fn wlm_mode(&self) -> sluice_core::WlmMode {
         self.wlm_mode
     }
+
+    /// `wlm.workload_group.estimate_unmeasured_tasks`.
+    pub fn estimate_unmeasured_tasks(&self) -> bool {
+        self.estimate_unmeasured_tasks
+    }
+
+    /// The node-level thresholds (`wlm.workload_group.node.{cpu,memory}_{rejection,cancellation}_threshold`).
+    pub fn wlm_thresholds(&self) -> sluice_core::resources::NodeThresholds {
+        self.wlm_thresholds
+    }
 }
 
 #[cfg(test)]
@@ -343,5 +368,45 @@ mod tests {
             "wlm.workload_group.node.cpu_cancellation_threshold value should not be less than wlm.workload_group.node.cpu_rejection_threshold"
         );
         assert!(check_wlm_thresholds(&SettingsSnapshot::default()).is_ok());
+    }
+
+    /// The values parsed once per snapshot for the request path are the effective ones, in
+    /// each scope's order (transient over persistent over the node's over the default).
+    #[test]
+    fn test_values_parsed_once_are_the_effective_ones() {
+        let defaults = SettingsSnapshot::default();
+        assert!(defaults.estimate_unmeasured_tasks());
+        assert_eq!(
+            defaults.wlm_thresholds(),
+            sluice_core::resources::NodeThresholds::default()
+        );
+        let set = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .collect()
+        };
+        let node = Arc::new(set(&[(keys::WLM_MEMORY_REJECTION_THRESHOLD, "0.5")]));
+        let persistent = set(&[
+            (keys::WLM_ESTIMATE_UNMEASURED_TASKS, "false"),
+            (keys::WLM_CPU_REJECTION_THRESHOLD, "0.6"),
+            (keys::WLM_CPU_CANCELLATION_THRESHOLD, "0.7"),
+        ]);
+        let transient = set(&[(keys::WLM_CPU_CANCELLATION_THRESHOLD, "0.8")]);
+        let s = SettingsSnapshot::build_on(node, persistent, transient);
+        assert!(!s.estimate_unmeasured_tasks());
+        assert_eq!(
+            s.wlm_thresholds(),
+            sluice_core::resources::NodeThresholds {
+                cpu_rejection: 0.6,
+                cpu_cancellation: 0.8,
+                memory_rejection: 0.5,
+                memory_cancellation: s.double(keys::WLM_MEMORY_CANCELLATION_THRESHOLD),
+            }
+        );
+        assert_eq!(
+            s.estimate_unmeasured_tasks(),
+            s.bool(keys::WLM_ESTIMATE_UNMEASURED_TASKS)
+        );
     }
 }
