@@ -249,6 +249,8 @@ impl Cluster {
             }
         }
         split.view = view.clone();
+        // W3 of the owner: the nodes left out of the shared tier are granted nothing.
+        self.shared.owner.set_left_out(&view.left_out);
         split.publish(&members);
         view
     }
@@ -262,6 +264,7 @@ impl Cluster {
         let members = self.members();
         split.detector.presume_unjoined(ids, now);
         split.view = split.detector.observe_gossip(&me, &members.live, now);
+        self.shared.owner.set_left_out(&split.view.left_out);
         split.publish(&members);
     }
 

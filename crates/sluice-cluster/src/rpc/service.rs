@@ -11,6 +11,7 @@ use super::proto::{
     Header, LocalApi, LocalReply, LocalRequest, PingReply, PingRequest, SharedRequest,
     SharedResponse,
 };
+use super::tonic_transport::{KEEPALIVE_EVERY, KEEPALIVE_TIMEOUT};
 use super::{LocalHandler, SharedHandler};
 use crate::PROTOCOL_VERSION;
 
@@ -19,6 +20,23 @@ use crate::PROTOCOL_VERSION;
 const VERSION_MISMATCH: &str = "protocol version mismatch: this node speaks ";
 
 /// Serves the node's RPC on `listener` until `shutdown` completes.
+///
+/// Each connection is pinged as the callers ping theirs (HTTP/2 PING every
+/// [`KEEPALIVE_EVERY`], closed when one goes unanswered for [`KEEPALIVE_TIMEOUT`]), so a
+/// connection gone silent is closed here as the caller closes it, within three seconds. A
+/// call sent into a partition is held in its caller's socket, whose kernel goes on
+/// retransmitting it after the caller gave the connection up — its call failed, and nothing
+/// listens for the answer — for up to about 100 s (Linux retries an orphaned socket's data
+/// eight times, an exponential backoff from 200 ms). Its bytes used to reach this node when
+/// the link came back, on its end of the connection, still open, and were served in full (a
+/// call's `grpc-timeout` counts from its arrival): an owner granted leases nobody held, each
+/// counted until its TTL. That is the likeliest reading of an outside trial (105): a cut-off
+/// owner on a two-way flapping link counted 3, then 4, of its peers' leases of a
+/// `shared_limit` of 4 from ups some 50 s after the first cuts, and admitted nothing for 34 s
+/// (ARCHITECTURE.md, S11). Closed here, the late bytes are refused (the kernel resets a closed
+/// socket's connection on data). A connection that survives (a cut shorter than the
+/// keepalive) still delivers late calls to callers that still listen (K14 of the coordinator).
+/// Tested by `test_a_call_whose_caller_gave_up_on_a_silent_connection_is_not_served_when_it_arrives_late`.
 pub async fn serve(
     listener: TcpListener,
     node_id: String,
@@ -32,6 +50,8 @@ pub async fn serve(
         shared,
     };
     tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(KEEPALIVE_EVERY))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(NodeServer::new(service))
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),

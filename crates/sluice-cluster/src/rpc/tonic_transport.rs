@@ -32,9 +32,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// connection, which recovers only at TCP's next retransmission, an exponential backoff: an
 /// outside trial saw the shared tier's breakers close 13 to 51 s after partitions of 40 to
 /// 75 s had healed, the cut-off nodes failing open meanwhile. A ping a second each way is
-/// nothing to a member; two seconds is many round trips even on a loaded machine.
-const KEEPALIVE_EVERY: Duration = Duration::from_secs(1);
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
+/// nothing to a member; two seconds is many round trips even on a loaded machine. The server
+/// pings its callers alike (`service.rs`), so that a connection its caller gave up on is
+/// closed at both ends.
+pub(crate) const KEEPALIVE_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Calls other members over gRPC.
 pub struct TonicTransport {
@@ -533,6 +535,149 @@ mod tests {
             .ping(&peer, Duration::from_secs(5))
             .await
             .expect("a ping on a new connection");
+    }
+
+    /// Counts the acquires that reach it and grants each.
+    struct Grants(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl LocalHandler for Grants {
+        fn local(&self, _: LocalApi, _: Value) -> BoxFuture<'static, LocalAnswer> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    impl SharedHandler for Grants {
+        fn shared(&self, _: &str, call: SharedCall) -> BoxFuture<'static, SharedReply> {
+            let reply = match call {
+                SharedCall::Acquire { .. } => {
+                    let n = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    SharedReply::Granted {
+                        lease: n as u64 + 1,
+                        ttl: Duration::from_secs(30),
+                        extra: Vec::new(),
+                    }
+                }
+                _ => SharedReply::Renewed { lost: Vec::new() },
+            };
+            Box::pin(async move { reply })
+        }
+    }
+
+    /// A relay to `server` that forwards both ways until `stalled` says true; then, until it
+    /// says false again, it drops what the server sends and holds what the client sends, and
+    /// delivers that afterwards — also once the client has closed its side, as a kernel goes
+    /// on retransmitting the unacknowledged bytes of a socket its process closed, and delivers
+    /// them when a partition heals. `server_closed` is told when the server closes its side.
+    async fn holding_relay(
+        server: SocketAddr,
+        stalled: tokio::sync::watch::Receiver<bool>,
+        server_closed: Arc<Notify>,
+    ) -> SocketAddr {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let relay = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = relay.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = relay.accept().await {
+                let node = TcpStream::connect(server).await.unwrap();
+                let (mut cr, mut cw) = client.into_split();
+                let (mut nr, mut nw) = node.into_split();
+                let (held, mut to_deliver) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 16 * 1024];
+                    while let Ok(n @ 1..) = cr.read(&mut buf).await {
+                        if held.send(buf[..n].to_vec()).is_err() {
+                            return;
+                        }
+                    }
+                });
+                let mut link = stalled.clone();
+                tokio::spawn(async move {
+                    while let Some(bytes) = to_deliver.recv().await {
+                        while *link.borrow_and_update() {
+                            if link.changed().await.is_err() {
+                                return;
+                            }
+                        }
+                        if nw.write_all(&bytes).await.is_err() {
+                            return;
+                        }
+                    }
+                    // The server's side stays open: the bytes, not a close, are what it sees.
+                    let _open = nw;
+                    std::future::pending::<()>().await;
+                });
+                let (down_stalled, closed) = (stalled.clone(), server_closed.clone());
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 16 * 1024];
+                    loop {
+                        match nr.read(&mut buf).await {
+                            Ok(0) | Err(_) => return closed.notify_one(),
+                            Ok(n) if !*down_stalled.borrow() => {
+                                let _ = cw.write_all(&buf[..n]).await;
+                            }
+                            Ok(_) => {}
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn test_a_call_whose_caller_gave_up_on_a_silent_connection_is_not_served_when_it_arrives_late()
+     {
+        // Trial 105: a coordinator's acquire sent into a partition; its connection, silent, is
+        // closed by the caller's keepalive (the call fails); the kernel still holds the bytes
+        // and delivers them once the link is up again, to an owner that then granted a lease
+        // nobody would ever renew or release.
+        let server = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server_addr = server.local_addr().unwrap();
+        let acquires = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let grants = Arc::new(Grants(acquires.clone()));
+        tokio::spawn(super::super::service::serve(
+            server,
+            "peer".into(),
+            grants.clone(),
+            grants,
+            std::future::pending(),
+        ));
+        let (stall, stalled) = tokio::sync::watch::channel(false);
+        let server_closed = Arc::new(Notify::new());
+        let peer = member(holding_relay(server_addr, stalled, server_closed.clone()).await);
+        let transport = TonicTransport::new("me".into(), Arc::new(SystemClock::new()));
+        transport
+            .ping(&peer, Duration::from_secs(5))
+            .await
+            .expect("a ping through the relay");
+        // The link goes down; an acquire goes out on the connection and waits, unanswered,
+        // until the caller's keepalive gives the connection up.
+        stall.send(true).unwrap();
+        let call = SharedCall::Acquire {
+            bucket: "b".into(),
+            limit: 4,
+            wants_queue: false,
+            extra: 0,
+        };
+        let e = transport
+            .shared(&peer, call, Duration::from_secs(16 * 60))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, RpcError::Disconnected { .. }), "{e:?}");
+        // The server's side of the silent connection goes too, within its own keepalive.
+        let _ = tokio::time::timeout(
+            KEEPALIVE_EVERY + KEEPALIVE_TIMEOUT + Duration::from_secs(3),
+            server_closed.notified(),
+        )
+        .await;
+        // The link is up: the held bytes arrive. Nobody waits for their answer any more.
+        stall.send(false).unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            acquires.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "an acquire its caller gave up on was served when it arrived late"
+        );
     }
 
     #[tokio::test]

@@ -33,6 +33,19 @@
 //! coordinator with nothing parked any more answers the offer unused, and the slot goes on.
 //! Tested by `test_a_coordinator_refused_before_the_ring_moved_here_is_offered_once_it_has`
 //! and the simulation.
+//!
+//! W3: an acquire from a coordinator that this node's split view leaves out of the shared
+//! tier (S9 and S11 of `split.rs`, [`Owner::set_left_out`]) is denied, unregistered, and
+//! grants nothing. Such a coordinator leaves this node out in turn — its ring does not hold
+//! it, and it neither renews nor releases a lease of it (its calls go only to the members of
+//! its side) — and this owner does not purge it, as it never was a member of its side: a
+//! lease granted to it was counted here, held by nobody, for the whole TTL. Its acquire is one
+//! sent before it counted this node off, delivered late, or one of the heartbeat or two in
+//! which the two sides' rows do not yet say the same. An outside trial's cut-off owner, on a
+//! two-way flapping link, counted 3 then 4 leases of its peers' so (`shared_limit` 4, its
+//! share 1; most likely acquires delivered late, see `rpc/service.rs`) and admitted nothing
+//! for 34 s. Tested by
+//! `test_a_coordinator_the_split_leaves_out_is_granted_nothing`.
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -76,6 +89,9 @@ pub struct Owner {
     /// (lock order: `pool`, then this), so a denial and the purger's pass over them are
     /// ordered. At most the pool's `max_buckets` entries; emptied at every view change.
     deferred: Mutex<Deferred>,
+    /// W3 (module docs): the nodes this node's split view leaves out of the shared tier, by
+    /// id, as last set ([`Owner::set_left_out`]); their acquires grant nothing.
+    left_out: parking_lot::RwLock<Vec<Arc<str>>>,
     local: OnceLock<Weak<Coordinator>>,
     events: OnceLock<Arc<dyn OwnerEvents>>,
     /// This owner, for the test-only mutation's late registration.
@@ -110,6 +126,7 @@ impl Owner {
             members,
             ring: parking_lot::RwLock::new(Arc::new(ring)),
             deferred: Mutex::new(BTreeMap::new()),
+            left_out: parking_lot::RwLock::new(Vec::new()),
             local: OnceLock::new(),
             events: OnceLock::new(),
             #[cfg(feature = "sim-mutation-late-waiter")]
@@ -132,6 +149,22 @@ impl Owner {
     /// member, and the ring this owner last saw places the bucket here.
     fn may_wait(&self, from: &str, bucket: &str) -> bool {
         (*from == *self.me || self.members.borrow().get(from).is_some()) && self.owns(bucket)
+    }
+
+    /// Sets the nodes this node's split view leaves out of the shared tier (`SplitView`'s
+    /// `left_out`, S9 and S11 of `split.rs`), by id: their acquires are denied and grant
+    /// nothing (W3) until a later call no longer names them. [`crate::Cluster`] calls it at
+    /// every observation of the split.
+    pub fn set_left_out(&self, ids: &[String]) {
+        let mut left_out = self.left_out.write();
+        if left_out.len() != ids.len() || left_out.iter().zip(ids).any(|(a, b)| **a != **b) {
+            *left_out = ids.iter().map(|id| Arc::from(id.as_str())).collect();
+        }
+    }
+
+    /// Whether this node's split view leaves `from` out of the shared tier (W3).
+    fn is_left_out(&self, from: &str) -> bool {
+        self.left_out.read().iter().any(|id| **id == *from)
     }
 
     /// Wires the node's own coordinator, which offers to this node go to in process.
@@ -170,6 +203,15 @@ impl Owner {
         let (bucket_id, holder): (Arc<str>, Arc<str>) = (Arc::from(bucket), Arc::from(from));
         let (outcome, more) = {
             let mut pool = self.pool.lock();
+            if self.is_left_out(from) {
+                // W3 (module docs): nothing it could give back; its backstop asks its own
+                // side's owner.
+                return SharedReply::Denied {
+                    in_use: pool.in_use(bucket),
+                    limit,
+                    waiter_registered: false,
+                };
+            }
             // W1 (module docs): only a member may wait, and only for a bucket placed here.
             // The purger updates the ring, then takes the pool's lock to purge and forget, so
             // a registration that gets past this is purged (or its waiters forgotten) after
@@ -684,6 +726,58 @@ mod tests {
             .unwrap();
         assert_eq!(offered, ("x".to_string(), bucket.clone()));
         assert_eq!(owner.in_use(&bucket), 1);
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn test_a_coordinator_the_split_leaves_out_is_granted_nothing() {
+        // Trial 105: o, cut off alone with its share of a limit of 4 (1), leaves p out of its
+        // side, and p, on the other side, leaves o out of its own (S11).
+        let o = member("o", 1);
+        let (_members, rx) = watch::channel(view(&[&o]));
+        let stop = CancellationToken::new();
+        let owner = Owner::start(
+            Arc::from("o"),
+            OWNER_LIMITS,
+            Arc::new(SystemClock::new()),
+            Arc::new(Nowhere),
+            rx,
+            stop.clone(),
+        );
+        tokio::task::yield_now().await;
+        owner.set_left_out(&["p".to_string()]);
+        let acquire = |limit, wants_queue| SharedCall::Acquire {
+            bucket: "b".into(),
+            limit,
+            wants_queue,
+            extra: 0,
+        };
+        // Acquires p sent with the whole limit before it counted o off arrive late: p would
+        // neither renew nor release what they got, and o never purges p (never a member here).
+        for wants_queue in [false, true, false, true] {
+            assert_eq!(
+                owner.handle("p", acquire(4, wants_queue)),
+                SharedReply::Denied {
+                    in_use: 0,
+                    limit: 4,
+                    waiter_registered: false
+                }
+            );
+        }
+        assert_eq!(owner.in_use("b"), 0);
+        assert_eq!(owner.inspect(|pool| pool.num_waiters()), 0);
+        // o's own requests have its share.
+        assert!(matches!(
+            owner.handle("o", acquire(1, false)),
+            SharedReply::Granted { .. }
+        ));
+        // The sides merged: p is served again.
+        owner.set_left_out(&[]);
+        assert!(matches!(
+            owner.handle("p", acquire(4, false)),
+            SharedReply::Granted { .. }
+        ));
+        assert_eq!(owner.in_use("b"), 2);
         stop.cancel();
     }
 
