@@ -567,11 +567,14 @@ mod tests {
     /// says false again, it drops what the server sends and holds what the client sends, and
     /// delivers that afterwards — also once the client has closed its side, as a kernel goes
     /// on retransmitting the unacknowledged bytes of a socket its process closed, and delivers
-    /// them when a partition heals. `server_closed` is told when the server closes its side.
+    /// them when a partition heals. `server_closed` is told when the server closes its side,
+    /// `delivered` when every held byte was written to the server (or a write failed) after
+    /// the client closed its side.
     async fn holding_relay(
         server: SocketAddr,
         stalled: tokio::sync::watch::Receiver<bool>,
         server_closed: Arc<Notify>,
+        delivered: Arc<Notify>,
     ) -> SocketAddr {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let relay = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -590,7 +593,7 @@ mod tests {
                         }
                     }
                 });
-                let mut link = stalled.clone();
+                let (mut link, delivered) = (stalled.clone(), delivered.clone());
                 tokio::spawn(async move {
                     while let Some(bytes) = to_deliver.recv().await {
                         while *link.borrow_and_update() {
@@ -599,9 +602,10 @@ mod tests {
                             }
                         }
                         if nw.write_all(&bytes).await.is_err() {
-                            return;
+                            return delivered.notify_one();
                         }
                     }
+                    delivered.notify_one();
                     // The server's side stays open: the bytes, not a close, are what it sees.
                     let _open = nw;
                     std::future::pending::<()>().await;
@@ -643,8 +647,16 @@ mod tests {
             std::future::pending(),
         ));
         let (stall, stalled) = tokio::sync::watch::channel(false);
-        let server_closed = Arc::new(Notify::new());
-        let peer = member(holding_relay(server_addr, stalled, server_closed.clone()).await);
+        let (server_closed, delivered) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let peer = member(
+            holding_relay(
+                server_addr,
+                stalled,
+                server_closed.clone(),
+                delivered.clone(),
+            )
+            .await,
+        );
         let transport = TonicTransport::new("me".into(), Arc::new(SystemClock::new()));
         transport
             .ping(&peer, Duration::from_secs(5))
@@ -664,15 +676,18 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(e, RpcError::Disconnected { .. }), "{e:?}");
-        // The server's side of the silent connection goes too, within its own keepalive.
-        let _ = tokio::time::timeout(
+        // The server's side of the silent connection goes too, within its own keepalive (it
+        // stayed open before the server pinged its callers, and served the late bytes).
+        tokio::time::timeout(
             KEEPALIVE_EVERY + KEEPALIVE_TIMEOUT + Duration::from_secs(3),
             server_closed.notified(),
         )
-        .await;
-        // The link is up: the held bytes arrive. Nobody waits for their answer any more.
+        .await
+        .expect("the server closes a connection gone silent");
+        // The link is up: the held bytes arrive, at a closed socket. Nobody waits for their
+        // answer any more.
         stall.send(false).unwrap();
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        delivered.notified().await;
         assert_eq!(
             acquires.load(std::sync::atomic::Ordering::SeqCst),
             0,

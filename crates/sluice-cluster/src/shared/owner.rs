@@ -733,18 +733,8 @@ mod tests {
     async fn test_a_coordinator_the_split_leaves_out_is_granted_nothing() {
         // Trial 105: o, cut off alone with its share of a limit of 4 (1), leaves p out of its
         // side, and p, on the other side, leaves o out of its own (S11).
-        let o = member("o", 1);
-        let (_members, rx) = watch::channel(view(&[&o]));
         let stop = CancellationToken::new();
-        let owner = Owner::start(
-            Arc::from("o"),
-            OWNER_LIMITS,
-            Arc::new(SystemClock::new()),
-            Arc::new(Nowhere),
-            rx,
-            stop.clone(),
-        );
-        tokio::task::yield_now().await;
+        let owner = owner(&stop);
         owner.set_left_out(&["p".to_string()]);
         let acquire = |limit, wants_queue| SharedCall::Acquire {
             bucket: "b".into(),
