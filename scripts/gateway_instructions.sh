@@ -7,10 +7,11 @@
 # then the proxy under callgrind in front of it (`gateway`: `sluice serve -E
 # backend.type=upstream`; `nginx`: one nginx process, proxy_pass with upstream keep-alive, as
 # `sluice-bench gateway-overhead` configures it), sends 200 warm-up `term` searches on one
-# keep-alive connection, zeroes the counters, sends N more and prints the proxy's instructions
-# per request. Background work of the proxy during the window is included; for the gateway the
-# share of its connections' tasks on the lane threads is printed too (without the 1 s usage
-# refresh, a few percent that varies with the run's wall time): compare builds by that one.
+# keep-alive connection (or DRIVE_CLIENTS), zeroes the counters, sends N more and prints the
+# proxy's instructions per request. Background work of the proxy during the window is
+# included; for the gateway the share of its connections' tasks on the lane threads is printed
+# too (without the 1 s usage refresh, a few percent that varies with the run's wall time):
+# compare builds by that one.
 #
 # Usage: scripts/gateway_instructions.sh gateway|nginx [sluice binary] [requests]
 #   e.g. scripts/gateway_instructions.sh gateway target/release/sluice 1000
@@ -22,6 +23,9 @@
 # `sluice-bench gateway-overhead` runs it); TAGGED=1 also creates a group throttled far above
 # the load (`node_limit` 100000) and tags every search into it, as the bench's `gateway-group`:
 # compare `WLM=enabled` with `TAGGED=1` for what a tagged search costs.
+# DRIVE_CLIENTS=<n> sends the searches on n keep-alive connections at once (default 1), so the
+# count includes what concurrent requests do (a live bucket shared, queues looked at), e.g.
+# DRIVE_CLIENTS=32 for the bench's 32 clients; the counts are still per request.
 # With KEEP_PROFILE=<file> the callgrind profile of the measured requests is copied there, for
 # `callgrind_annotate --inclusive=yes <file>`.
 # Needs valgrind, python3, and nginx for `nginx`.
@@ -98,17 +102,25 @@ fi
 
 drive() {
     python3 - "$proxy_port" "$1" <<'EOF'
-import http.client, json, os, sys
+import http.client, json, os, sys, threading
 port, n = int(sys.argv[1]), int(sys.argv[2])
-c = http.client.HTTPConnection("127.0.0.1", port)
+clients = int(os.environ.get("DRIVE_CLIENTS") or "1")
 body = json.dumps({"query": {"term": {"status": 201}}, "size": 10})
 headers = {"content-type": "application/json"}
 headers.update(json.loads(os.environ.get("DRIVE_HEADERS") or "{}"))
-for _ in range(n):
-    c.request("POST", "/logs/_search", body=body, headers=headers)
-    r = c.getresponse()
-    d = r.read()
-    assert r.status == 200, (r.status, d)
+def run(count):
+    c = http.client.HTTPConnection("127.0.0.1", port)
+    for _ in range(count):
+        c.request("POST", "/logs/_search", body=body, headers=headers)
+        r = c.getresponse()
+        d = r.read()
+        assert r.status == 200, (r.status, d)
+threads = [threading.Thread(target=run, args=(n // clients + (i < n % clients),))
+           for i in range(clients)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
 EOF
 }
 drive 200

@@ -143,7 +143,7 @@ mod tests;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher, Hash, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 
 pub use queue::{
     Acquire, Grant, GroupQueue, MAX_PARKED_PER_GROUP, QueuePolicy, RefusalReason, Refused, Waiter,
@@ -167,12 +167,14 @@ const FALLBACK_CORES: usize = 4;
 /// measurably and only cost memory.
 const MAX_SHARDS: usize = 1024;
 
-/// Hashes bucket keys: SipHash-1-3 with std's fixed keys (`DefaultHasher::new()`), so a key
-/// lands in the same shard in every process and a deterministic simulation replays the same
+/// Hashes bucket keys: foldhash with its fixed seed (`FixedState::default()`), so a key lands
+/// in the same shard in every process and a deterministic simulation replays the same
 /// placement (DESIGN section 7 avoids per-process random keys). Hash flooding is no concern
 /// here: names come from sluice's own authentication, and the table holds only buckets with
-/// requests in flight.
-type KeyHasher = BuildHasherDefault<DefaultHasher>;
+/// requests in flight. (SipHash-1-3 with std's fixed keys, as before, was no defence either,
+/// and hashing a group id with it cost a tagged search about 330 instructions of its throttle,
+/// foldhash about 70: BENCHMARKS.md "The tagged path, cut again".)
+type KeyHasher = foldhash::fast::FixedState;
 
 /// The table of in-flight permits per bucket for one node; shared by all request handlers.
 ///

@@ -35,7 +35,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use sluice_core::BucketKey;
-use sluice_core::search_settings::GroupSearchSettings;
 use sluice_core::throttle::Request;
 
 pub use ticket::{Admitted, ResponseTicket};
@@ -247,7 +246,7 @@ pub async fn admit_registered(
         None => (tag::tag(st, meta, &indices)?, Vec::new()),
     };
     task.set_group(entry.clone());
-    let settings = GroupSearchSettings::of(entry.group.as_ref().map(|g| &g.settings));
+    let settings = entry.search;
     let cancel_after = settings.cancel_after(
         cancel_after,
         st.cluster_settings.cancel_after_time_interval(),

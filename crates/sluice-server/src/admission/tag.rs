@@ -44,9 +44,15 @@ pub fn tag(st: &AppState, meta: &RequestMeta, indices: &[String]) -> ApiResult<A
         roles: principal.map_or(&[], |p| p.roles.as_slice()),
     };
     let view = st.workload.view();
+    // The entry of the group `tag` found, kept from its one lookup (it asks at most once: the
+    // header's group or the rules' first match), so the decided group is not looked up again.
+    let found = std::cell::Cell::new(None);
     let decided = tagging::tag(
         header,
-        |id| view.groups.contains_key(id),
+        |id| {
+            found.set(view.groups.get(id));
+            found.get().is_some()
+        },
         &view.rules,
         &attrs,
         st.cluster_settings.wlm_mode(),
@@ -63,9 +69,11 @@ pub fn tag(st: &AppState, meta: &RequestMeta, indices: &[String]) -> ApiResult<A
             crate::logging::shown_id(id)
         ));
     }
-    Ok(view
-        .groups
-        .get(decided.group_id())
+    let entry = match decided {
+        Tag::Header(_) | Tag::Rule(_) => found.get(),
+        Tag::UnknownHeader(_) | Tag::Default => None,
+    };
+    Ok(entry
         .cloned()
         .unwrap_or_else(|| st.workload.default_entry().clone()))
 }

@@ -504,6 +504,7 @@ mod tests {
             stats: Arc::new(GroupStats::default()),
             inactive_throttle: None,
             queue: None,
+            search: Default::default(),
         });
         let manager = Arc::new(TaskManager::new("n"));
         let register = |g: Option<Arc<GroupEntry>>| {

@@ -115,16 +115,19 @@ fn read_group_header(value: Option<&[u8]>) -> Result<Option<Arc<str>>, Arc<str>>
     let Some(value) = value else {
         return Ok(None);
     };
-    let text = value
-        .iter()
-        .all(|b| (b' '..=b'~').contains(b))
-        .then(|| std::str::from_utf8(value).ok())
-        .flatten();
-    match text {
-        Some(s) if !s.trim().is_empty() => Ok(Some(Arc::from(s.trim()))),
-        Some(_) => Err(format!("the [{GROUP_HEADER}] header must not be empty").into()),
-        None => Err(format!("the [{GROUP_HEADER}] header must be visible ASCII text").into()),
+    let not_visible = || format!("the [{GROUP_HEADER}] header must be visible ASCII text").into();
+    if !value.iter().all(|b| (b' '..=b'~').contains(b)) {
+        return Err(not_visible());
     }
+    // Visible ASCII: the only white space is the space, which `trim_ascii` takes off.
+    let trimmed = value.trim_ascii();
+    if trimmed.is_empty() {
+        return Err(format!("the [{GROUP_HEADER}] header must not be empty").into());
+    }
+    // Only ASCII bytes are left, so the bytes are UTF-8.
+    std::str::from_utf8(trimmed)
+        .map(|s| Some(Arc::from(s)))
+        .map_err(|_| not_visible())
 }
 
 /// An `X-Opaque-Id` value as OpenSearch reads it: Netty hands header values over as

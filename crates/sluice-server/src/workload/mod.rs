@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 use sluice_core::permits::{GroupQueue, PermitTable};
+use sluice_core::search_settings::GroupSearchSettings;
 use sluice_core::{ResiliencyMode, Rule, WorkloadGroup};
 
 pub use probe::{BucketProbe, ProbeGuard};
@@ -88,6 +89,7 @@ impl Workload {
                 stats: Arc::new(GroupStats::default()),
                 inactive_throttle: None,
                 queue: None,
+                search: GroupSearchSettings::default(),
             }),
             stats: Mutex::new(HashMap::new()),
             reload: tokio::sync::Mutex::new(()),
@@ -188,6 +190,7 @@ impl Workload {
                 }
                 let entry = GroupEntry {
                     id: Arc::from(g.id.as_str()),
+                    search: GroupSearchSettings::of(Some(&g.settings)),
                     group: Some(g),
                     stats: s,
                     inactive_throttle,

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use sluice_core::search_settings::GroupSearchSettings;
 use sluice_core::{Rule, WorkloadGroup};
 
 use super::{DEFAULT_GROUP_ID, GroupStats};
@@ -25,6 +26,10 @@ pub struct GroupEntry {
     /// (throttling set, not `monitor`): shared across views, so admission reads it without a
     /// lookup.
     pub queue: Option<Arc<sluice_core::permits::GroupQueue>>,
+    /// The group's search settings as its searches apply them, read once from the group's
+    /// `search_settings` bag when the entry is built (every search of the group applies them:
+    /// read per search, they cost a tagged search about 250 instructions).
+    pub search: GroupSearchSettings,
 }
 
 impl GroupEntry {

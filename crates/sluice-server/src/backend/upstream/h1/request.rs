@@ -55,12 +55,14 @@ impl RawHeaders {
             .map(|(name, value)| (&self.request[name.clone()], &self.request[value.clone()]))
     }
 
-    /// The values of the lines named `name` (compared without case), sharing the request's
-    /// bytes.
+    /// The values of the lines named `name` (a header name's text, lowercase; compared without
+    /// case), sharing the request's bytes.
     pub fn shared_values<'a>(&'a self, name: &'a [u8]) -> impl Iterator<Item = Bytes> + 'a {
         self.lines
             .iter()
-            .filter(move |(n, _)| self.request[n.clone()].eq_ignore_ascii_case(name))
+            .filter(move |(n, _)| {
+                crate::http::header_lines::is_named(&self.request[n.clone()], name)
+            })
             .map(|(_, value)| self.request.slice(value.clone()))
     }
 
