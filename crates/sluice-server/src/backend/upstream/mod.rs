@@ -585,23 +585,29 @@ impl Upstream {
     /// connections of lane thread `thread` (the one this runs on): answers once the answer's
     /// head arrived, its body still to relay.
     ///
+    /// An `async move` block, not an `async fn`, as [`Self::execute_with`].
+    ///
     /// # Cancel safety
     /// As [`Self::execute`].
-    pub async fn execute_h1(
+    // Not an `async fn`: its future would keep room for each argument twice.
+    #[allow(clippy::manual_async_fn)]
+    pub fn execute_h1(
         self: &Arc<Self>,
         exec: Execution,
         call: Call,
         thread: usize,
-    ) -> Result<h1::Answer, ApiError> {
-        let Some(lane) = self.lane.as_ref() else {
-            return Err(ApiError::Engine(EngineError::internal(
-                "fast lane request on a gateway without one",
-            )));
-        };
-        self.execute_with(exec, call, |c| async move {
-            lane.send(thread, self.client.hosts(), &c).await
-        })
-        .await
+    ) -> impl Future<Output = Result<h1::Answer, ApiError>> {
+        async move {
+            let Some(lane) = self.lane.as_ref() else {
+                return Err(ApiError::Engine(EngineError::internal(
+                    "fast lane request on a gateway without one",
+                )));
+            };
+            self.execute_with(exec, call, |c| async move {
+                lane.send(thread, self.client.hosts(), &c).await
+            })
+            .await
+        }
     }
 
     /// [`Self::execute`] for work the upstream answers for even when cancelled (a by-query
@@ -675,25 +681,32 @@ impl Upstream {
     }
 
     /// [`Self::execute`] with `send` forwarding the call.
-    async fn execute_with<T, F>(
+    ///
+    /// An `async move` block rather than an `async fn`, whose future would keep room for each
+    /// argument twice (see `routes::lane_search`): this is inside every forwarded search's.
+    // Not an `async fn`: its future would keep room for each argument twice.
+    #[allow(clippy::manual_async_fn)]
+    fn execute_with<T, F>(
         self: &Arc<Self>,
         exec: Execution,
         call: Call,
         send: impl FnOnce(Call) -> F,
-    ) -> Result<T, ApiError>
+    ) -> impl Future<Output = Result<T, ApiError>>
     where
         F: Future<Output = Result<T, EngineError>>,
     {
-        let executing = exec.hooks.start().map_err(ApiError::Engine)?;
-        exec.task.usage.mark_executing();
-        // Held as one slot, not boxed into a `Vec` as `run_started`'s callers hold theirs: two
-        // allocations fewer per forwarded search.
-        let keep = Slot::new(executing, exec.hold);
-        let out = self
-            .guarded(exec.task.clone(), exec.cancel_at, keep, None, call, send)
-            .await;
-        self.finished(&exec.task, exec.hooks.as_ref());
-        out
+        async move {
+            let executing = exec.hooks.start().map_err(ApiError::Engine)?;
+            exec.task.usage.mark_executing();
+            // Held as one slot, not boxed into a `Vec` as `run_started`'s callers hold theirs: two
+            // allocations fewer per forwarded search.
+            let keep = Slot::new(executing, exec.hold);
+            let out = self
+                .guarded(exec.task.clone(), exec.cancel_at, keep, None, call, send)
+                .await;
+            self.finished(&exec.task, exec.hooks.as_ref());
+            out
+        }
     }
 
     /// Sends an admitted call on the hyper client.
@@ -847,7 +860,12 @@ impl Upstream {
     }
 
     /// [`Self::run_started`] with `send` forwarding the call.
-    async fn guarded<T, F, K: Send + 'static>(
+    ///
+    /// An `async move` block, not an `async fn`, as [`Self::execute_with`]: see
+    /// `routes::lane_search`.
+    // Not an `async fn`: its future would keep room for each argument twice.
+    #[allow(clippy::manual_async_fn)]
+    fn guarded<T, F, K: Send + 'static>(
         self: &Arc<Self>,
         task: Arc<Task>,
         cancel_at: Option<Instant>,
@@ -855,64 +873,66 @@ impl Upstream {
         items: Option<&[Arc<Task>]>,
         mut call: Call,
         send: impl FnOnce(Call) -> F,
-    ) -> Result<T, ApiError>
+    ) -> impl Future<Output = Result<T, ApiError>>
     where
         F: Future<Output = Result<T, EngineError>>,
     {
-        let opaque = self.opaque_id(&task);
-        match call.raw.as_mut() {
-            Some(raw) => raw.set_opaque_id(opaque),
-            None => {
-                if let Some(v) = opaque_id_value(&opaque) {
-                    call.headers
-                        .insert(crate::http::meta::OPAQUE_ID_NAME.clone(), v);
+        async move {
+            let opaque = self.opaque_id(&task);
+            match call.raw.as_mut() {
+                Some(raw) => raw.set_opaque_id(opaque),
+                None => {
+                    if let Some(v) = opaque_id_value(&opaque) {
+                        call.headers
+                            .insert(crate::http::meta::OPAQUE_ID_NAME.clone(), v);
+                    }
                 }
             }
-        }
-        // Fired, it keeps what admission granted until the upstream's tasks of the request
-        // have ended (`cancelled.rs` F1); the client's answer does not wait for that (F2).
-        let mut guard = CancelUpstream::new(self.clone(), task.clone(), keep);
-        let send = send(call);
-        // An answer that came while the gateway stalled past the deadline is taken (the
-        // answer's branch is polled first; `crate::deadline`).
-        let deadline = async {
-            match cancel_at {
-                Some(at) => crate::deadline::passed(at.into()).await,
-                None => std::future::pending().await,
-            }
-        };
-        // The tasks whose slots a fired guard holds, shown cancelled (F4).
-        let held = items.unwrap_or(std::slice::from_ref(&task));
-        tokio::select! {
-            // The answer first: no random pick a search.
-            biased;
-            r = send => match r {
-                Ok(resp) => {
-                    guard.disarm();
-                    Ok(resp)
+            // Fired, it keeps what admission granted until the upstream's tasks of the request
+            // have ended (`cancelled.rs` F1); the client's answer does not wait for that (F2).
+            let mut guard = CancelUpstream::new(self.clone(), task.clone(), keep);
+            let send = send(call);
+            // An answer that came while the gateway stalled past the deadline is taken (the
+            // answer's branch is polled first; `crate::deadline`).
+            let deadline = async {
+                match cancel_at {
+                    Some(at) => crate::deadline::passed(at.into()).await,
+                    None => std::future::pending().await,
                 }
-                Err(e) => {
-                    if cancelled::never_sent(&e) {
-                        // Refused by the gateway, or no host reached: nothing of it can run
-                        // upstream, and its slot is given back at once (F3).
+            };
+            // The tasks whose slots a fired guard holds, shown cancelled (F4).
+            let held = items.unwrap_or(std::slice::from_ref(&task));
+            tokio::select! {
+                // The answer first: no random pick a search.
+                biased;
+                r = send => match r {
+                    Ok(resp) => {
                         guard.disarm();
-                    } else {
-                        // Sent, then failed (no answer within `request_timeout`, an exchange
-                        // broken off): the upstream may run it.
+                        Ok(resp)
+                    }
+                    Err(e) => {
+                        if cancelled::never_sent(&e) {
+                            // Refused by the gateway, or no host reached: nothing of it can run
+                            // upstream, and its slot is given back at once (F3).
+                            guard.disarm();
+                        } else {
+                            // Sent, then failed (no answer within `request_timeout`, an exchange
+                            // broken off): the upstream may run it.
+                            cancelled::show_cancelled(held);
+                        }
+                        Err(ApiError::Engine(e))
+                    }
+                },
+                () = task.cancelled() => Err(cancelled()),
+                () = deadline => {
+                    // `cancel_after_time_interval` passed: the ticket words the reason.
+                    task.cancelled.store(true, Ordering::Release);
+                    task.cancel_notify.notify_waiters();
+                    if items.is_some() {
                         cancelled::show_cancelled(held);
                     }
-                    Err(ApiError::Engine(e))
+                    Err(cancelled())
                 }
-            },
-            () = task.cancelled() => Err(cancelled()),
-            () = deadline => {
-                // `cancel_after_time_interval` passed: the ticket words the reason.
-                task.cancelled.store(true, Ordering::Release);
-                task.cancel_notify.notify_waiters();
-                if items.is_some() {
-                    cancelled::show_cancelled(held);
-                }
-                Err(cancelled())
             }
         }
     }

@@ -70,6 +70,10 @@
 //!   `test_a_lane_answer_at_shutdown_says_close_and_nothing_pipelined_behind_it_runs` and
 //!   `test_a_connection_back_from_other_requests_searches_on_the_lane` (a connection idle in a
 //!   run closes at shutdown).
+//! - L5 — a connection's future keeps no room for a request's search or a lingering close:
+//!   both are boxed while they run ([`serve_reads`]), so an idle connection holds the loop's
+//!   own state only. Tested by `test_an_idle_connections_future_keeps_no_room_for_a_search`
+//!   (it fails with either inline).
 
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
@@ -146,6 +150,14 @@ pub async fn serve_connection(thread: usize, stream: TcpStream, peer: SocketAddr
 }
 
 /// [`serve_connection`] but for the read timeout.
+///
+/// A request's search (boxed in [`forward`]) and a lingering close are boxed, an allocation
+/// each: this loop's future is what every idle connection keeps, and it is as large as the
+/// largest state it awaits in place. Inline, the search (3.4 KB) and the lingering close
+/// (4.3 KB) made it 6.6 KB; boxed, the loop's own states set its size, 2.7 KB
+/// (`-Zprint-type-sizes`, release), and an idle connection takes half the memory it took
+/// (BENCHMARKS.md "Idle connections"). The search's future is also no longer copied whole each
+/// time a future holding it moves (into the `select!` below, for one).
 async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut conn: Conn) {
     let limit = conn.st.config.max_content_length;
     let clock = conn.clock.clone();
@@ -266,7 +278,8 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
                     .await
                     .is_ok();
                 if !whole && written {
-                    Watched::new(stream, clock).leaving().linger().await;
+                    // Boxed (see the function's documentation).
+                    Box::pin(Watched::new(stream, clock).leaving().linger()).await;
                     return;
                 }
                 if !written {
@@ -480,7 +493,18 @@ async fn forward(
         raw,
         client: peer.ip(),
     };
-    match lane_search(st, request_meta, route, parts, lane, body, thread).await {
+    // Boxed (see [`serve_reads`]): the search's state is most of a request's.
+    match Box::pin(lane_search(
+        st,
+        request_meta,
+        route,
+        parts,
+        lane,
+        body,
+        thread,
+    ))
+    .await
+    {
         Err(e) => {
             let mut resp = e.into_response();
             meta::add_warnings(&warnings, product_of(st), &mut resp);
@@ -528,5 +552,26 @@ async fn forward(
             head.extend_from_slice(b"\r\n");
             Handled::Upstream(head, answer, group)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of the future `f` returns, read from its type: nothing is called.
+    fn future_size<A, B, C, D, F: Future>(_: impl Fn(A, B, C, D) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// L5. The bound sits between the loop's own states (2.7 KB in a release build, a little
+    /// more in a debug one) and what either boxed future inline makes it (6.6 KB).
+    #[test]
+    fn test_an_idle_connections_future_keeps_no_room_for_a_search() {
+        let size = future_size(serve_reads);
+        assert!(
+            size <= 4096,
+            "a lane connection's future is {size} bytes: a large future awaited in place?"
+        );
     }
 }

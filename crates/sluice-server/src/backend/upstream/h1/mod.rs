@@ -276,7 +276,7 @@ impl H1 {
             Some(c) => c,
             None => {
                 reused = false;
-                (self.connect(hosts, i).await?, BytesMut::new())
+                (self.connect_boxed(hosts, i).await?, BytesMut::new())
             }
         };
         loop {
@@ -289,7 +289,7 @@ impl H1 {
                 // more on a new one (R2).
                 Err(RoundTrip::Unread(_)) if reused => {
                     reused = false;
-                    conn = self.connect(hosts, i).await?;
+                    conn = self.connect_boxed(hosts, i).await?;
                 }
                 // A `GET` whose reused connection the upstream closed before any answer, at
                 // once: closed as the request went out, as the general path's client takes it
@@ -301,7 +301,7 @@ impl H1 {
                         && started.elapsed() < STALE_RESET_WITHIN =>
                 {
                     reused = false;
-                    conn = self.connect(hosts, i).await?;
+                    conn = self.connect_boxed(hosts, i).await?;
                 }
                 Err(RoundTrip::Unread(e) | RoundTrip::BeforeAnswer(e))
                     if e.kind() == std::io::ErrorKind::UnexpectedEof =>
@@ -315,6 +315,18 @@ impl H1 {
                 Err(RoundTrip::NotHttp(cause)) => return Err(Failed::NotHttp(cause)),
             }
         }
+    }
+
+    /// [`Self::connect`] with its future on the heap: a connection is opened once for many
+    /// requests, and inline its state (the resolver's and the deadline's, hundreds of bytes)
+    /// would be room in every request's future, copied whenever that future moves and kept by
+    /// every idle client connection (BENCHMARKS.md "Idle connections").
+    fn connect_boxed<'a>(
+        &'a self,
+        hosts: &'a Hosts,
+        i: usize,
+    ) -> Pin<Box<dyn Future<Output = Result<TcpStream, Failed>> + Send + 'a>> {
+        Box::pin(self.connect(hosts, i))
     }
 
     /// Opens a connection to host `i` within `connect_timeout`.
