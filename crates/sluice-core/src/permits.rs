@@ -173,7 +173,7 @@ const MAX_SHARDS: usize = 1024;
 /// here: names come from sluice's own authentication, and the table holds only buckets with
 /// requests in flight. (SipHash-1-3 with std's fixed keys, as before, was no defence either,
 /// and hashing a group id with it cost a tagged search about 330 instructions of its throttle,
-/// foldhash about 70: BENCHMARKS.md "The tagged path, cut again".)
+/// foldhash about 110: BENCHMARKS.md "The tagged path, cut again".)
 type KeyHasher = foldhash::fast::FixedState;
 
 /// The table of in-flight permits per bucket for one node; shared by all request handlers.
