@@ -67,5 +67,5 @@ awk -F, -v via="$via" '
     FILENAME ~ /upstream$/ && $3 ~ /context-switches/ {uc=$1} FILENAME ~ /upstream$/ && $3 ~ /task-clock/ {ut=$1}
     FILENAME ~ /client$/ && $3 ~ /context-switches/ {cc=$1} FILENAME ~ /client$/ && $3 ~ /task-clock/ {ct=$1}
     END { r = (w + s) / 2
-          printf "%s: %d requests counted; per request: syscalls %.2f, futex %.2f, epoll_wait %.2f, context switches %.2f, write %.2f, CPU %.3f ms\n", via, r, a / r, f / r, e / r, c / r, ww / r, t / r
-          printf "  in the same window, per request: upstream CPU %.3f ms, %.2f context switches; clients CPU %.3f ms, %.2f context switches\n", ut / r, uc / r, ct / r, cc / r }' "$out/stat" "$out/upstream" "$out/client"
+          printf "%s: %d requests counted; per request: syscalls %.2f, futex %.2f, epoll_wait %.2f, context switches %.2f, write %.2f, CPU %.4f ms\n", via, r, a / r, f / r, e / r, c / r, ww / r, t / r
+          printf "  in the same window, per request: upstream CPU %.4f ms, %.2f context switches; clients CPU %.4f ms, %.2f context switches\n", ut / r, uc / r, ct / r, cc / r }' "$out/stat" "$out/upstream" "$out/client"

@@ -28,7 +28,14 @@
 # DRIVE_CLIENTS=32 for the bench's 32 clients; the counts are still per request.
 # With KEEP_PROFILE=<file> the callgrind profile of the measured requests is copied there, for
 # `callgrind_annotate --inclusive=yes <file>`.
-# Needs valgrind, python3, and nginx for `nginx`.
+# CACHE_SIM=1 has callgrind simulate the caches too (its first-level caches: 32 KB of
+# instructions, 32 KB of data) and prints the misses a request, of the proxy and of the
+# gateway's connections' tasks: what the request's code and data footprint costs, which a
+# count of instructions does not show (a miss costs several instructions' time).
+# COPIES=1 (gateway only) runs the gateway natively instead and counts with `perf` uprobes,
+# a request, its allocations (jemalloc's entry points) and the calls to and bytes copied by
+# libc's `memmove`/`memcpy` (moves of futures and buffers).
+# Needs valgrind (or perf, with COPIES=1), python3, and nginx for `nginx`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
@@ -58,9 +65,15 @@ assert not r["errors"], r
 EOF
 
 proxy_port="$(free_port)"
+measure=(valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p")
+[ -n "${CACHE_SIM:-}" ] && measure+=(--cache-sim=yes)
+if [ -n "${COPIES:-}" ]; then
+    [ "$via" = gateway ] || { echo "COPIES=1 counts the gateway only" >&2; exit 2; }
+    measure=()
+fi
 case "$via" in
     gateway)
-        valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p" "$bin" serve \
+        "${measure[@]}" "$bin" serve \
             -E "http.port=$proxy_port" -E transport.port=0 -E "path.data=$out/gateway" \
             -E node.name=gateway -E backend.type=upstream \
             -E "backend.upstream.hosts=http://127.0.0.1:$up_port" ${GATEWAY_FLAGS:-} \
@@ -70,7 +83,7 @@ case "$via" in
         nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
         d="$out/nginx"
         nginx_conf "$d" "$proxy_port" "$up_port"
-        valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p" "$nginx_bin" -c "$d/nginx.conf" \
+        "${measure[@]}" "$nginx_bin" -c "$d/nginx.conf" \
             -g "daemon off;" > "$out/proxy.log" 2>&1 &
         ;;
     *) echo "via must be gateway or nginx" >&2; exit 2 ;;
@@ -124,6 +137,43 @@ for t in threads:
 EOF
 }
 drive 200
+if [ -n "${COPIES:-}" ]; then
+    # Probes named after this run, removed on the way out.
+    group="sluice_copies_$$"
+    libc="$(ldd "$bin" | awk '/libc\.so/ {print $3}')"
+    trap 'perf probe -q -d "$group:*" 2>/dev/null; cleanup' EXIT
+    for f in malloc mallocx calloc realloc rallocx; do
+        perf probe -q -x "$bin" -a "$group:$f=_rjem_$f" 2>/dev/null || true
+    done
+    # The variant libc picked for this CPU is one of these (each `memcpy` variant is its
+    # `memmove`'s other name, the same code); each probe reads the length.
+    for f in $(perf probe -x "$libc" -F '__memmove_*_unaligned*' 2>/dev/null | grep -v _chk_); do
+        perf probe -q -x "$libc" -a "$group:${f//[^a-z0-9]/_}=$f len=%dx:u64" 2>/dev/null || true
+    done
+    perf record -q -e "$group:*" -p "$proxy" -o "$out/copies.data" >/dev/null 2>&1 &
+    recorder=$!
+    # perf attaches within a moment: the requests are sent once it has (background work of
+    # the gateway during the window is counted too, a few allocations a second).
+    sleep 1
+    drive "$requests"
+    kill -INT "$recorder"
+    wait "$recorder" || true
+    perf script -i "$out/copies.data" -F event,trace 2>/dev/null | python3 -c '
+import re, sys
+requests = int(sys.argv[1])
+allocs = calls = copied = 0
+for line in sys.stdin:
+    if ":__mem" in line:
+        calls += 1
+        m = re.search(r"len=(\d+)", line)
+        copied += int(m.group(1)) if m else 0
+    elif line.strip():
+        allocs += 1
+print(f"gateway: {requests} requests; a request: {allocs / requests:.1f} allocations, "
+      f"{calls / requests:.1f} memmove/memcpy calls copying {copied / requests:,.0f} bytes")
+' "$requests"
+    exit 0
+fi
 callgrind_control -z "$proxy" >/dev/null 2>&1
 drive "$requests"
 callgrind_control -d "$proxy" >/dev/null 2>&1
@@ -135,6 +185,25 @@ total="$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",
 # share grows with the run's wall time on a busy machine.
 lane="$(callgrind_annotate --inclusive=yes "$dump" 2>/dev/null |
     awk '/http\/threads.rs:<sluice_core::repoll::Repoll<F> as core::future::future::Future>::poll/ && !seen {gsub(",", "", $1); print $1; seen = 1}')"
+if [ -n "${CACHE_SIM:-}" ]; then
+    # Misses a request: the first-level instruction cache's, the data cache's (reads and
+    # writes), of the whole proxy and (gateway) of its connections' tasks.
+    callgrind_annotate --inclusive=yes --show=I1mr,D1mr,D1mw "$dump" 2>/dev/null | python3 -c '
+import re, sys
+n = int(sys.argv[1])
+def per(line):
+    v = [int(x.replace(",", "")) for x in re.findall(r"([\d,]+) \(", line)[:3]]
+    return f"I1 {v[0] // n:,}, D1 {(v[1] + v[2]) // n:,} ({v[1] // n:,} reads, {v[2] // n:,} writes)"
+lane = None
+for line in sys.stdin:
+    if "PROGRAM TOTALS" in line:
+        print("cache misses a request:", per(line))
+    elif lane is None and "http/threads.rs:<sluice_core::repoll::Repoll<F> as core::future::future::Future>::poll" in line:
+        lane = line
+if lane:
+    print("  of them in the connections tasks on the lane threads:", per(lane))
+' "$requests"
+fi
 if [ -n "$lane" ]; then
     echo "$via: $requests requests; $((total / requests)) instructions per request" \
         "($((lane / requests)) in the connections' tasks on the lane threads)"

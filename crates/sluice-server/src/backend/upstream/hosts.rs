@@ -34,6 +34,16 @@ use std::time::{Duration, Instant};
 
 use http::{HeaderValue, Uri};
 use parking_lot::Mutex;
+use smallvec::SmallVec;
+
+/// The hosts a request tries, in order ([`Hosts::order`]): held inline up to
+/// [`INLINE_HOSTS`], so that a search's order allocates nothing (it was two allocations a
+/// forwarded search).
+pub type Order = SmallVec<[usize; INLINE_HOSTS]>;
+
+/// How many hosts an [`Order`] holds without allocating: the size of most clusters' lists of
+/// coordinating nodes a gateway is given (more are as correct, and allocate).
+const INLINE_HOSTS: usize = 8;
 
 /// The back-off after a host's first failure: short, because a refused connection is often a
 /// node restarting and a second attempt within a blink is cheap.
@@ -129,12 +139,11 @@ impl Hosts {
     /// back-off ended and that no request probes yet (this request probes it), the healthy
     /// hosts from the round-robin cursor's place among them on, then those in back-off or
     /// being probed by the end of their back-off.
-    pub fn order(&self, now: Instant) -> Vec<usize> {
-        let n = self.hosts.len();
+    pub fn order(&self, now: Instant) -> Order {
         // Relaxed: the cursor only spreads load; no other memory depends on it.
         let start = self.next.fetch_add(1, Ordering::Relaxed);
-        let mut healthy = Vec::with_capacity(n);
-        let mut resting = Vec::new();
+        let mut healthy = Order::new();
+        let mut resting = SmallVec::<[(Instant, usize); INLINE_HOSTS]>::new();
         let mut probe = None;
         for (i, host) in self.hosts.iter().enumerate() {
             let mut h = host.health.lock();
@@ -160,7 +169,7 @@ impl Hosts {
             healthy.rotate_left(k);
         }
         resting.sort();
-        let mut order = Vec::with_capacity(n);
+        let mut order = Order::new();
         order.extend(probe);
         order.extend(healthy);
         order.extend(resting.into_iter().map(|(_, i)| i));
@@ -253,7 +262,7 @@ mod tests {
         for _ in 0..5 {
             let mut o = h.order(now);
             o.sort();
-            assert_eq!(o, vec![0, 1, 2]);
+            assert_eq!(o.as_slice(), [0, 1, 2]);
         }
         let firsts: Vec<usize> = (0..4).map(|_| hosts_first(&h, now)).collect();
         assert!(!firsts.contains(&1), "{firsts:?}");
@@ -284,7 +293,7 @@ mod tests {
             }
         );
         for _ in 0..4 {
-            assert_eq!(h.order(now), vec![1, 0]);
+            assert_eq!(h.order(now).as_slice(), [1, 0]);
         }
         // Back-off over: probed, then in the rotation again once it answered.
         let later = now + BASE_BACKOFF;
@@ -344,7 +353,7 @@ mod tests {
         assert!(!h.failed(0, at(3), late).counted);
         // Every host resting: a request tries it anyway (H1); failing, it changes nothing.
         fail(&h, 1, at(20));
-        assert_eq!(h.order(at(30)), vec![0, 1]);
+        assert_eq!(h.order(at(30)).as_slice(), [0, 1]);
         assert!(!fail(&h, 0, at(30)).counted);
         // The probe after the back-off failing: the next window, twice as long.
         let probe_at = at(10) + BASE_BACKOFF;
@@ -445,6 +454,6 @@ mod tests {
         fail(&h, 0, now);
         fail(&h, 0, now + BASE_BACKOFF);
         fail(&h, 1, now);
-        assert_eq!(h.order(now), vec![1, 0]);
+        assert_eq!(h.order(now).as_slice(), [1, 0]);
     }
 }

@@ -275,9 +275,10 @@ pub fn log_due(
     }
 }
 
-/// What a forwarded search that was executing since `since` and ends at `now` teaches the
+/// What a forwarded search that was executing since `since` and ends at `now()` teaches the
 /// per-task estimate: the time its figures were taken, its CPU time and its allocated bytes.
-/// Under the in-flight measure, its time in flight until `now` (recorded on `usage`); under
+/// Under the in-flight measure, its time in flight until `now()` (recorded on `usage`: the
+/// clock is read for that measure alone, not at the end of every search); under
 /// the reported one, the figures of its last poll at that poll's time; `None` when no poll
 /// measured it (a 0 would teach the estimate that it used nothing: see
 /// [`super::Upstream::finished`]).
@@ -285,10 +286,11 @@ pub fn at_end(
     measure: Option<Measure>,
     usage: &crate::accounting::TaskUsage,
     since: Instant,
-    now: Instant,
+    now: impl FnOnce() -> Instant,
 ) -> Option<(Instant, u64, u64)> {
     match measure {
         Some(Measure::InFlight(m)) => {
+            let now = now();
             usage.record(m.cpu_nanos(since, now), m.memory_bytes());
             Some((now, usage.cpu_nanos(), usage.memory_bytes()))
         }
@@ -836,15 +838,15 @@ mod tests {
         let end = at(500);
         // Never polled, or polled before it started upstream: nothing to teach.
         let usage = crate::accounting::TaskUsage::default();
-        assert_eq!(at_end(Some(Measure::Reported), &usage, start, end), None);
-        assert_eq!(at_end(None, &usage, start, end), None);
+        assert_eq!(at_end(Some(Measure::Reported), &usage, start, || end), None);
+        assert_eq!(at_end(None, &usage, start, || end), None);
         usage.record_at(0, 0, at(100));
-        assert_eq!(at_end(Some(Measure::Reported), &usage, start, end), None);
+        assert_eq!(at_end(Some(Measure::Reported), &usage, start, || end), None);
         // Polled twice: the figures of the later poll, at its time, not at the end.
         usage.record_at(30_000_000, 1_000, at(200));
         usage.record_at(60_000_000, 2_000, at(300));
         assert_eq!(
-            at_end(Some(Measure::Reported), &usage, start, end),
+            at_end(Some(Measure::Reported), &usage, start, || end),
             Some((at(300), 60_000_000, 2_000))
         );
         // An answer that arrives late never moves the time back.
@@ -858,7 +860,7 @@ mod tests {
         };
         let usage = crate::accounting::TaskUsage::default();
         assert_eq!(
-            at_end(Some(Measure::InFlight(m)), &usage, start, end),
+            at_end(Some(Measure::InFlight(m)), &usage, start, || end),
             Some((end, m.cpu_nanos(start, end), 100))
         );
     }

@@ -64,6 +64,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use bytes::Bytes;
+use futures::future::Either;
 use http::{HeaderMap, HeaderValue, Method, Response};
 use serde_json::Value;
 use sluice_engine::{EngineError, ErrorCode};
@@ -585,29 +586,26 @@ impl Upstream {
     /// connections of lane thread `thread` (the one this runs on): answers once the answer's
     /// head arrived, its body still to relay.
     ///
-    /// An `async move` block, not an `async fn`, as [`Self::execute_with`].
+    /// [`Self::execute_with`]'s future itself, not one awaiting it: a future of its own would
+    /// keep room for the execution and the call beside the one it awaits (328 bytes in every
+    /// search's), and move that one (2.5 KB) into itself.
     ///
     /// # Cancel safety
     /// As [`Self::execute`].
-    // Not an `async fn`: its future would keep room for each argument twice.
-    #[allow(clippy::manual_async_fn)]
     pub fn execute_h1(
         self: &Arc<Self>,
         exec: Execution,
         call: Call,
         thread: usize,
     ) -> impl Future<Output = Result<h1::Answer, ApiError>> {
-        async move {
-            let Some(lane) = self.lane.as_ref() else {
-                return Err(ApiError::Engine(EngineError::internal(
-                    "fast lane request on a gateway without one",
-                )));
-            };
-            self.execute_with(exec, call, |c| async move {
-                lane.send(thread, self.client.hosts(), &c).await
-            })
-            .await
-        }
+        let Some(lane) = self.lane.as_ref() else {
+            return Either::Left(std::future::ready(Err(ApiError::Engine(
+                EngineError::internal("fast lane request on a gateway without one"),
+            ))));
+        };
+        Either::Right(self.execute_with(exec, call, move |c| async move {
+            lane.send(thread, self.client.hosts(), &c).await
+        }))
     }
 
     /// [`Self::execute`] for work the upstream answers for even when cancelled (a by-query
@@ -742,8 +740,7 @@ impl Upstream {
             return;
         };
         let measure = self.effective_measure().ok();
-        if let Some((at, cpu, memory)) = limits::at_end(measure, &task.usage, since, Instant::now())
-        {
+        if let Some((at, cpu, memory)) = limits::at_end(measure, &task.usage, since, Instant::now) {
             hooks.finished(since, at, cpu, memory);
         }
     }

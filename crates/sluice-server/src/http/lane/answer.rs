@@ -40,10 +40,9 @@ pub(super) async fn write_own(
     write_response(stream, resp, rendering).await
 }
 
-/// A response's status line with `reason`, in a buffer with room for the head and `more`
-/// bytes.
-pub(super) fn status_line(status: StatusCode, reason: &[u8], more: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(512 + more);
+/// A response's status line with `reason`, in a buffer with room for the head.
+pub(super) fn status_line(status: StatusCode, reason: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');
@@ -64,7 +63,7 @@ pub(super) fn push_header(out: &mut Vec<u8>, name: &str, value: &HeaderValue) {
 pub(super) fn head_bytes(status: StatusCode, headers: &HeaderMap) -> Vec<u8> {
     // hyper's words for a status without a usual reason.
     let reason = status.canonical_reason().unwrap_or("<none>");
-    let mut out = status_line(status, reason.as_bytes(), 0);
+    let mut out = status_line(status, reason.as_bytes());
     for (name, value) in headers {
         push_header(&mut out, name.as_str(), value);
     }

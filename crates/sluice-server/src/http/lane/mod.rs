@@ -526,8 +526,7 @@ async fn forward(
             timer.record(st, status);
             // The upstream's header lines as they came, but hop-by-hop ones and its
             // `X-Opaque-Id` (the gateway's id for it: the client gets its own back, below).
-            // Room for the body's first bytes too: the relay sends them with the head.
-            let mut head = status_line(status, answer.reason(), answer.buffered());
+            let mut head = status_line(status, answer.reason());
             answer.write_headers(&mut head);
             for v in meta::warning_values(&warnings, product_of(st)) {
                 push_header(&mut head, "warning", &v);
