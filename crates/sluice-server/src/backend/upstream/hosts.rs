@@ -41,8 +41,8 @@ use smallvec::SmallVec;
 /// forwarded search).
 pub type Order = SmallVec<[usize; INLINE_HOSTS]>;
 
-/// How many hosts an [`Order`] holds without allocating: the size of most clusters' lists of
-/// coordinating nodes a gateway is given (more are as correct, and allocate).
+/// How many hosts an [`Order`] holds without allocating: room for the handful of nodes a
+/// gateway is usually pointed at; a longer list works the same, and allocates.
 const INLINE_HOSTS: usize = 8;
 
 /// The back-off after a host's first failure: short, because a refused connection is often a
