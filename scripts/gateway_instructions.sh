@@ -192,7 +192,9 @@ if [ -n "${CACHE_SIM:-}" ]; then
 import re, sys
 n = int(sys.argv[1])
 def per(line):
-    v = [int(x.replace(",", "")) for x in re.findall(r"([\d,]+) \(", line)[:3]]
+    # The three counts, their percentages taken out (a zero count has none, and may be ".").
+    v = [int(x.replace(",", "").replace(".", "0"))
+         for x in re.sub(r"\([^)]*\)", "", line).split()[:3]]
     return f"I1 {v[0] // n:,}, D1 {(v[1] + v[2]) // n:,} ({v[1] // n:,} reads, {v[2] // n:,} writes)"
 lane = None
 for line in sys.stdin:

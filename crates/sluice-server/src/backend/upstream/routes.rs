@@ -865,7 +865,7 @@ pub fn lane_route(method: &Method, path: &str, query: Option<&str>) -> Option<La
 /// `execute_with`'s future rather than one of its own, 3,128 bytes against 4,176
 /// (`-Zprint-type-sizes`, release): under the 4 KB up to which jemalloc allocates and frees on
 /// its fast path, which matters since the lane boxes this future (`http/lane/mod.rs`
-/// `forward`), and the less there is of it the less is copied into the box.
+/// `forward`, which builds it in its box rather than copying it there).
 // Not an `async fn`: its future would keep room for each argument twice.
 #[allow(clippy::manual_async_fn)]
 pub fn lane_search(
