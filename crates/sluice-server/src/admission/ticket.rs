@@ -21,6 +21,13 @@
 //!   tests of `total_completions` and `failures` (success, error, disconnect).
 //! - T2 — the permit is released exactly once, when the last reference to [`Held`] drops (the
 //!   permit's own `Drop`, N2). Tested by the throttling stress test (no bucket left behind).
+//! - T3 — a task leaves the task list only after its slot was given back: [`Held`] drops the
+//!   permit, the shared-tier lease and the would-be queue place before the task's
+//!   registration, so whoever sees the task gone (`_tasks`, a test waiting for it) finds its
+//!   slot free. The other way round, a gateway's cancelled search left `_tasks` a few
+//!   microseconds before its permit went, and
+//!   `queueing::test_deleting_the_group_or_switching_it_to_monitor_releases_its_backlog`, run
+//!   through a gateway, found the bucket still there in 5 of 25 runs; it tests this.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,12 +60,14 @@ enum Deadline {
 /// What admission granted, shared with work that may outlive the request.
 #[derive(Debug)]
 pub struct Held {
-    _task: TaskGuard,
+    // Held only to be dropped, in the order the fields are declared: the slot before the
+    // task's registration (T3).
     _permit: Option<Permit>,
     /// The shared-tier slot; its drop hands the release to a background task (never blocks).
     _lease: Option<sluice_cluster::shared::coordinator::SharedLease>,
     /// A monitored breach's place in the would-be queue (`super::dry_queue`).
     _dry_place: Option<super::dry_queue::DryPlace>,
+    _task: TaskGuard,
 }
 
 /// How a ticket's task ended, for its group's stats.
