@@ -21,45 +21,61 @@
 //! - Each node answers for itself (Prometheus scrapes every node, which adds the `instance`
 //!   label), as OpenSearch's exporter does for node figures; `_wlm/stats` stays the cluster-wide
 //!   JSON view.
-//! - Histograms have explicit buckets (never summaries). The queue wait histogram is kept by the
-//!   group ([`crate::workload::stats::WaitHistogram`]) with a count and a sum per bucket, and
-//!   written at scrape time as each bucket's count at its mean: the bucket counts and the sum are
-//!   exact. The price: the exporter takes those observations one by one, so a scrape costs one
-//!   sample per queue wait since the node started (a known cost, not measured yet).
+//! - Histograms have explicit buckets (never summaries), kept by the node as a count and a sum
+//!   per bucket and written by [`histogram`], not by the exporter: its histogram handle keeps
+//!   every observation until a scrape drains it (a node nobody scraped grew by a request's
+//!   sample for every request, and paid a clock read and an epoch pin for each), and fed at
+//!   scrape time it took the queue waits one by one. The HTTP latency histogram is a
+//!   [`histogram::Buckets`] per route and method in [`NodeMetrics`]; the queue wait histogram is
+//!   kept by the group ([`crate::workload::stats::WaitHistogram`]). Bucket counts and sums are
+//!   exact, and a scrape costs the same however many requests the node answered.
 
+pub mod histogram;
 pub mod names;
 pub mod route;
 pub mod snapshot;
 
 use std::time::Duration;
 
-use metrics::{Counter, Histogram, Key, Label, Level, Metadata, Recorder, SharedString};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
+use metrics::{Counter, Key, Label, Level, Metadata, Recorder, SharedString};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
 
+use histogram::Buckets;
 use names::Described;
 
 /// The metadata the recorder asks for (it does not filter on it).
 const METADATA: Metadata<'static> = Metadata::new("sluice", Level::INFO, None);
 
-/// The upper bounds of the HTTP latency buckets, in seconds: from a cached count (1 ms) to the
-/// longest search a client usually waits for (30 s), about ×2.5 apart.
-const HTTP_BUCKETS_SECONDS: [f64; 14] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+/// The upper bounds of the HTTP latency buckets, in microseconds: from a cached count (1 ms) to
+/// the longest search a client usually waits for (30 s), about ×2.5 apart.
+const HTTP_BUCKETS_MICROS: [u64; 14] = [
+    1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000,
+    5_000_000, 10_000_000, 30_000_000,
 ];
+
+/// Microseconds in a second: the HTTP latency histogram's unit.
+const MICROS_PER_SEC: f64 = 1_000_000.0;
+
+/// The `route` (and `method`) label of the latency of requests whose route and method found
+/// the handle cache full ([`HTTP_HANDLES_MAX`]): counted together rather than not at all.
+pub const OVERFLOW_LABEL: &str = "_OTHER";
 
 /// How many (route, method, status) handles [`NodeMetrics::record_http`] keeps: far more than
 /// the API's routes × the methods and statuses they answer, so a real workload always hits;
 /// past it (a client inventing methods), requests are still counted, through the registry's
-/// own lookup, so the cache cannot grow without bound.
+/// own lookup, and their latency into one overflow series ([`OVERFLOW_LABEL`]), so the cache
+/// cannot grow without bound.
 const HTTP_HANDLES_MAX: usize = 4096;
 
 /// The node's recorder of HTTP requests (see the module docs).
 pub struct NodeMetrics {
     events: PrometheusRecorder,
     /// The HTTP metrics' handles by route, then method and status: a request is counted with
-    /// two atomic adds instead of building and hashing its labels into the registry (five
+    /// three atomic adds instead of building and hashing its labels into the registry (five
     /// strings and two lookups; a few percent of a proxied search's instructions).
     http: parking_lot::RwLock<HttpHandles>,
+    /// The latency of requests whose series found [`Self::http`] full.
+    http_overflow: Buckets,
     /// The gateway's fast-lane counters, registered at their first use (a node that is no
     /// gateway shows none).
     lane: std::sync::OnceLock<LaneCounters>,
@@ -93,12 +109,12 @@ struct HttpHandles {
 /// One route's handles for one method: its latency histogram and a counter per status.
 struct MethodHandles {
     method: Box<str>,
-    duration: Histogram,
+    duration: Buckets,
     by_status: Vec<(u16, Counter)>,
 }
 
 impl HttpHandles {
-    fn get(&self, method: &str, route: &str, status: u16) -> Option<(&Counter, &Histogram)> {
+    fn get(&self, method: &str, route: &str, status: u16) -> Option<(&Counter, &Buckets)> {
         let m = self
             .by_route
             .get(route)?
@@ -108,34 +124,39 @@ impl HttpHandles {
         Some((counter, &m.duration))
     }
 
+    /// Keeps `counter` for `method`, `route` and `status` while the cache has room; the
+    /// latency histogram of `method` and `route`, `None` when they have none and the cache is
+    /// full.
     fn insert(
         &mut self,
         method: &str,
         route: &str,
         status: u16,
         counter: &Counter,
-        duration: &Histogram,
-    ) {
-        if self.len >= HTTP_HANDLES_MAX {
-            return;
+    ) -> Option<&Buckets> {
+        let full = self.len >= HTTP_HANDLES_MAX;
+        if full && !self.by_route.contains_key(route) {
+            return None;
         }
         let methods = self.by_route.entry(route.into()).or_default();
         let i = match methods.iter().position(|m| &*m.method == method) {
             Some(i) => i,
+            None if full => return None,
             None => {
                 methods.push(MethodHandles {
                     method: method.into(),
-                    duration: duration.clone(),
+                    duration: Buckets::new(&HTTP_BUCKETS_MICROS),
                     by_status: Vec::new(),
                 });
                 methods.len() - 1
             }
         };
         let m = &mut methods[i];
-        if !m.by_status.iter().any(|(s, _)| *s == status) {
+        if !full && !m.by_status.iter().any(|(s, _)| *s == status) {
             m.by_status.push((status, counter.clone()));
             self.len += 1;
         }
+        Some(&m.duration)
     }
 }
 
@@ -154,18 +175,12 @@ impl Default for NodeMetrics {
 impl NodeMetrics {
     /// A recorder with no values yet.
     pub fn new() -> NodeMetrics {
-        let events = with_buckets(
-            PrometheusBuilder::new(),
-            names::HTTP_REQUEST_DURATION.0,
-            &HTTP_BUCKETS_SECONDS,
-        )
-        .build_recorder();
-        let sink = Sink(&events);
-        sink.describe_counter(names::HTTP_REQUESTS);
-        sink.describe_histogram(names::HTTP_REQUEST_DURATION);
+        let events = PrometheusBuilder::new().build_recorder();
+        Sink(&events).describe_counter(names::HTTP_REQUESTS);
         NodeMetrics {
             events,
             http: parking_lot::RwLock::default(),
+            http_overflow: Buckets::new(&HTTP_BUCKETS_MICROS),
             lane: std::sync::OnceLock::new(),
         }
     }
@@ -202,61 +217,76 @@ impl NodeMetrics {
 
     /// Records one answered HTTP request.
     pub fn record_http(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
-        let seconds = elapsed.as_secs_f64();
+        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
         if let Some((counter, duration)) = self.http.read().get(method, route, status) {
             // The handles are atomics: recorded under the read lock, without cloning them.
             counter.increment(1);
-            duration.record(seconds);
+            duration.record(micros);
             return;
         }
-        let (counter, duration) = self.register_http(method, route, status);
+        let counter = self.register_http(method, route, status);
         counter.increment(1);
-        duration.record(seconds);
-        self.http
-            .write()
-            .insert(method, route, status, &counter, &duration);
+        let mut http = self.http.write();
+        match http.insert(method, route, status, &counter) {
+            Some(duration) => duration.record(micros),
+            None => self.http_overflow.record(micros),
+        }
     }
 
-    /// The registry's handles of the HTTP metrics for one method, route and status.
-    fn register_http(&self, method: &str, route: &str, status: u16) -> (Counter, Histogram) {
-        let labels = |status: Option<u16>| {
-            let mut l = vec![
-                Label::new(names::METHOD, method.to_string()),
-                Label::new(names::ROUTE, route.to_string()),
-            ];
-            if let Some(s) = status {
-                l.push(Label::new(names::STATUS, s.to_string()));
-            }
-            l
-        };
-        let counter = self.events.register_counter(
-            &Key::from_parts(names::HTTP_REQUESTS.0, labels(Some(status))),
-            &METADATA,
-        );
-        let duration = self.events.register_histogram(
-            &Key::from_parts(names::HTTP_REQUEST_DURATION.0, labels(None)),
-            &METADATA,
-        );
-        (counter, duration)
+    /// The registry's counter of HTTP requests for one method, route and status.
+    fn register_http(&self, method: &str, route: &str, status: u16) -> Counter {
+        let labels = vec![
+            Label::new(names::METHOD, method.to_string()),
+            Label::new(names::ROUTE, route.to_string()),
+            Label::new(names::STATUS, status.to_string()),
+        ];
+        self.events
+            .register_counter(&Key::from_parts(names::HTTP_REQUESTS.0, labels), &METADATA)
     }
 
     /// The node's metrics in the Prometheus text format: the recorded events, then the
     /// figures of `st` now.
     pub fn render(&self, st: &crate::state::AppState) -> String {
-        let mut text = self.events.handle().render();
+        let mut text = self.render_events();
         text.push_str(&snapshot::render(st));
         text
     }
-}
 
-/// `builder` with explicit buckets for the histogram `name`.
-fn with_buckets(builder: PrometheusBuilder, name: &str, bounds: &[f64]) -> PrometheusBuilder {
-    // Only an empty bounds list is an error, and every caller passes a constant non-empty one;
-    // were it empty, the histogram would be written as a summary rather than the node panic.
-    debug_assert!(!bounds.is_empty(), "histogram buckets of {name}");
-    builder
-        .set_buckets_for_metric(Matcher::Full(name.to_string()), bounds)
-        .unwrap_or_else(|_| PrometheusBuilder::new())
+    /// The recorded events: the exporter's counters, then the HTTP latency histogram.
+    fn render_events(&self) -> String {
+        let mut text = self.events.handle().render();
+        let http = self.http.read();
+        let mut series: Vec<(&str, &str, &Buckets)> = http
+            .by_route
+            .iter()
+            .flat_map(|(route, methods)| {
+                methods
+                    .iter()
+                    .map(move |m| (&*m.method, &**route, &m.duration))
+            })
+            .collect();
+        series.sort_by_key(|(method, route, _)| (*route, *method));
+        if self.http_overflow.read().any(|(n, _)| n > 0) {
+            series.push((OVERFLOW_LABEL, OVERFLOW_LABEL, &self.http_overflow));
+        }
+        if series.is_empty() {
+            return text;
+        }
+        let name = names::HTTP_REQUEST_DURATION;
+        histogram::write_header(&mut text, name);
+        for (method, route, duration) in series {
+            histogram::write_series(
+                &mut text,
+                name.0,
+                &[(names::METHOD, method), (names::ROUTE, route)],
+                duration.bounds(),
+                duration.read(),
+                MICROS_PER_SEC,
+            );
+        }
+        text.push('\n');
+        text
+    }
 }
 
 /// Writes values into a recorder by name, labels and help text.
@@ -273,11 +303,6 @@ impl Sink<'_> {
             .describe_gauge(name.into(), None, SharedString::const_str(help));
     }
 
-    fn describe_histogram(&self, (name, help): Described) {
-        self.0
-            .describe_histogram(name.into(), None, SharedString::const_str(help));
-    }
-
     /// Sets the counter `name{labels}` to `value`.
     fn counter(&self, name: Described, labels: &[Label], value: u64) {
         self.0
@@ -290,13 +315,6 @@ impl Sink<'_> {
         self.0
             .register_gauge(&Key::from_parts(name.0, labels.to_vec()), &METADATA)
             .set(value);
-    }
-
-    /// Records `count` observations of `value` into the histogram `name{labels}`.
-    fn observe(&self, name: Described, labels: &[Label], value: f64, count: u64) {
-        self.0
-            .register_histogram(&Key::from_parts(name.0, labels.to_vec()), &METADATA)
-            .record_many(value, usize::try_from(count).unwrap_or(usize::MAX));
     }
 }
 
@@ -318,7 +336,7 @@ mod tests {
         m.record_http("GET", "/{index}/_search", 200, ms);
         m.record_http("GET", "/{index}/_search", 404, ms);
         m.record_http("POST", "/{index}/_search", 200, ms);
-        let text = m.events.handle().render();
+        let text = m.render_events();
         let requests = names::HTTP_REQUESTS.0;
         let series = |method: &str, status: u16| {
             sample(
@@ -346,11 +364,71 @@ mod tests {
         }
         assert_eq!(m.http.read().len, HTTP_HANDLES_MAX);
         m.record_http("M4100", "/", 200, Duration::ZERO);
-        let text = m.events.handle().render();
+        m.record_http("M4100", "/elsewhere", 200, Duration::ZERO);
+        assert_eq!(m.http.read().len, HTTP_HANDLES_MAX);
+        let text = m.render_events();
         let line = format!(
             "{}{{method=\"M4100\",route=\"/\",status=\"200\"}}",
             names::HTTP_REQUESTS.0
         );
         assert_eq!(sample(&text, &line).as_deref(), Some("2"), "{text}");
+        // Their latency, in the overflow series: the ten methods past the bound, M4100's
+        // second request, and its one on a route the cache never saw.
+        let duration = names::HTTP_REQUEST_DURATION.0;
+        let overflow =
+            format!("{duration}_count{{method=\"{OVERFLOW_LABEL}\",route=\"{OVERFLOW_LABEL}\"}}");
+        assert_eq!(sample(&text, &overflow).as_deref(), Some("12"), "{text}");
+        // A route and method the cache holds keeps its own series for a status it does not.
+        m.record_http("M0", "/", 500, Duration::ZERO);
+        let text = m.render_events();
+        let m0 = format!("{duration}_count{{method=\"M0\",route=\"/\"}}");
+        assert_eq!(sample(&text, &m0).as_deref(), Some("2"), "{text}");
+        assert_eq!(sample(&text, &overflow).as_deref(), Some("12"), "{text}");
+    }
+
+    #[test]
+    fn test_recording_a_known_series_allocates_nothing() {
+        let m = NodeMetrics::new();
+        // The first request of a route, method and status makes its series.
+        m.record_http("POST", "/{index}/_search", 200, Duration::from_millis(2));
+        m.record_http("GET", "/", 200, Duration::from_millis(2));
+        // jemalloc's count of this thread's allocated bytes (`crate::accounting`).
+        let usage = crate::accounting::ThreadUsage::start();
+        for i in 0..10_000u64 {
+            let elapsed = Duration::from_micros(i * 37);
+            m.record_http("POST", "/{index}/_search", 200, elapsed);
+            m.record_http("GET", "/", 200, elapsed);
+        }
+        let (_, bytes) = usage.sample();
+        assert_eq!(bytes, 0, "bytes allocated while counting 20,000 requests");
+    }
+
+    #[test]
+    fn test_the_latency_histogram_counts_each_request_in_its_bucket() {
+        let m = NodeMetrics::new();
+        for micros in [900, 1_000, 1_001, 40_000_000] {
+            m.record_http("GET", "/", 200, Duration::from_micros(micros));
+        }
+        let text = m.render_events();
+        let duration = names::HTTP_REQUEST_DURATION.0;
+        let series = |le: &str| {
+            sample(
+                &text,
+                &format!("{duration}_bucket{{method=\"GET\",route=\"/\",le=\"{le}\"}}"),
+            )
+        };
+        assert_eq!(series("0.001").as_deref(), Some("2"), "{text}");
+        assert_eq!(series("0.0025").as_deref(), Some("3"), "{text}");
+        assert_eq!(series("30").as_deref(), Some("3"), "{text}");
+        assert_eq!(series("+Inf").as_deref(), Some("4"), "{text}");
+        let sum = sample(
+            &text,
+            &format!("{duration}_sum{{method=\"GET\",route=\"/\"}}"),
+        );
+        assert_eq!(sum.as_deref(), Some("40.002901"), "{text}");
+        assert!(
+            text.contains(&format!("# TYPE {duration} histogram\n")),
+            "{text}"
+        );
     }
 }

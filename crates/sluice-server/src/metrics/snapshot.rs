@@ -8,8 +8,9 @@ use metrics::Label;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use sluice_core::ResourceType;
 
+use super::Sink;
+use super::histogram;
 use super::names::{self, Described};
-use super::{Sink, with_buckets};
 use crate::state::AppState;
 use crate::workload::GroupEntry;
 use crate::workload::stats::WaitHistogram;
@@ -60,12 +61,7 @@ const FRACTIONAL_COUNTERS: [Described; 1] = [names::GROUP_WOULD_QUEUE_WAIT];
 
 /// The node's figures now, in the Prometheus text format.
 pub fn render(st: &AppState) -> String {
-    let bounds: Vec<f64> = WaitHistogram::BOUNDS_MILLIS
-        .iter()
-        .map(|ms| *ms as f64 / MILLIS_PER_SEC)
-        .collect();
-    let recorder =
-        with_buckets(PrometheusBuilder::new(), names::GROUP_QUEUE_WAIT.0, &bounds).build_recorder();
+    let recorder = PrometheusBuilder::new().build_recorder();
     let sink = Sink(&recorder);
     describe(&sink);
     crate::admission::shared::refresh_owned(st);
@@ -73,7 +69,7 @@ pub fn render(st: &AppState) -> String {
     let mut groups: Vec<&std::sync::Arc<GroupEntry>> = view.groups.values().collect();
     groups.push(st.workload.default_entry());
     groups.sort_by(|a, b| a.id.cmp(&b.id));
-    for entry in groups {
+    for entry in &groups {
         group(&sink, entry);
     }
     node(&sink, st);
@@ -84,7 +80,32 @@ pub fn render(st: &AppState) -> String {
             &format!("# TYPE {name} counter\n"),
         );
     }
+    queue_waits(&mut text, &groups);
     text
+}
+
+/// The queue wait histogram of every group that has parked a request.
+fn queue_waits(out: &mut String, groups: &[&std::sync::Arc<GroupEntry>]) {
+    let waited: Vec<_> = groups
+        .iter()
+        .filter(|g| g.stats.queue_wait.buckets().any(|(n, _)| n > 0))
+        .collect();
+    if waited.is_empty() {
+        return;
+    }
+    histogram::write_header(out, names::GROUP_QUEUE_WAIT);
+    for entry in waited {
+        let id = entry.id.to_string();
+        histogram::write_series(
+            out,
+            names::GROUP_QUEUE_WAIT.0,
+            &[(names::GROUP_ID, &id), (names::GROUP_NAME, entry.name())],
+            &WaitHistogram::BOUNDS_MILLIS,
+            entry.stats.queue_wait.buckets(),
+            MILLIS_PER_SEC,
+        );
+    }
+    out.push('\n');
 }
 
 /// Help texts for every family this render writes.
@@ -123,7 +144,6 @@ fn describe(sink: &Sink<'_>) {
     ] {
         sink.describe_gauge(name);
     }
-    sink.describe_histogram(names::GROUP_QUEUE_WAIT);
 }
 
 /// One group's figures, labelled with its id and name.
@@ -146,12 +166,6 @@ fn group(sink: &Sink<'_>, entry: &GroupEntry) {
     );
     sink.gauge(names::GROUP_QUEUE_DEPTH, &labels, s.queued_current() as f64);
     sink.gauge(names::GROUP_IN_FLIGHT, &labels, s.executing() as f64);
-    for (count, sum_millis) in s.queue_wait.buckets() {
-        if count > 0 {
-            let mean = sum_millis as f64 / count as f64 / MILLIS_PER_SEC;
-            sink.observe(names::GROUP_QUEUE_WAIT, &labels, mean, count);
-        }
-    }
     let group = entry.group.as_ref();
     if let Some(limit) = group.and_then(|g| g.throttling.node_limit) {
         sink.gauge(names::GROUP_NODE_LIMIT, &labels, limit as f64);
