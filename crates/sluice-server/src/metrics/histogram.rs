@@ -69,11 +69,6 @@ impl Buckets {
             .iter()
             .map(|s| (s.count.load(Relaxed), s.sum.load(Relaxed)))
     }
-
-    /// The buckets' upper bounds.
-    pub fn bounds(&self) -> &'static [u64] {
-        self.bounds
-    }
 }
 
 /// The `# HELP` and `# TYPE` lines of the histogram family `name`.
@@ -82,15 +77,14 @@ pub fn write_header(out: &mut String, (name, help): Described) {
     write_type_line(out, name, None, None, "histogram");
 }
 
-/// Writes one series of the family `name` with `labels`: its cumulative buckets (`le` in
-/// seconds), `+Inf`, sum (seconds) and count (H3). `bounds` and `slots` (a count and a sum per
-/// bucket, then the overflow's) are in units of which `units_per_second` make a second.
+/// Writes one series of the family `name` with `labels`: the cumulative buckets of `buckets`
+/// (`le` in seconds), `+Inf`, sum (seconds) and count (H3); `units_per_second` of the buckets'
+/// unit make a second.
 pub fn write_series(
     out: &mut String,
     name: &str,
     labels: &[(&str, &str)],
-    bounds: &[u64],
-    slots: impl IntoIterator<Item = (u64, u64)>,
+    buckets: &Buckets,
     units_per_second: f64,
 ) {
     let mut labels_text = String::new();
@@ -98,29 +92,29 @@ pub fn write_series(
         let _ = write!(labels_text, "{k}=\"{}\",", sanitize_label_value(v));
     }
     let (mut count, mut sum) = (0u64, 0u64);
-    let mut slots = slots.into_iter();
-    for bound in bounds {
-        let (n, s) = slots.next().unwrap_or_default();
+    let bounds = buckets.bounds.iter().map(Some).chain([None]);
+    for (bound, (n, s)) in bounds.zip(buckets.read()) {
         count += n;
         sum += s;
-        let le = *bound as f64 / units_per_second;
-        let _ = writeln!(out, "{name}_bucket{{{labels_text}le=\"{le}\"}} {count}");
-    }
-    let (n, s) = slots.next().unwrap_or_default();
-    count += n;
-    sum += s;
-    let _ = writeln!(out, "{name}_bucket{{{labels_text}le=\"+Inf\"}} {count}");
-    let labels_text = labels_text.trim_end_matches(',');
-    let braces = |t: &str| {
-        if t.is_empty() {
-            String::new()
-        } else {
-            format!("{{{t}}}")
+        match bound {
+            Some(b) => {
+                let le = *b as f64 / units_per_second;
+                let _ = writeln!(out, "{name}_bucket{{{labels_text}le=\"{le}\"}} {count}");
+            }
+            None => {
+                let _ = writeln!(out, "{name}_bucket{{{labels_text}le=\"+Inf\"}} {count}");
+            }
         }
+    }
+    let labels_text = labels_text.trim_end_matches(',');
+    let labels_text = if labels_text.is_empty() {
+        String::new()
+    } else {
+        format!("{{{labels_text}}}")
     };
     let sum = sum as f64 / units_per_second;
-    let _ = writeln!(out, "{name}_sum{} {sum}", braces(labels_text));
-    let _ = writeln!(out, "{name}_count{} {count}", braces(labels_text));
+    let _ = writeln!(out, "{name}_sum{labels_text} {sum}");
+    let _ = writeln!(out, "{name}_count{labels_text} {count}");
 }
 
 #[cfg(test)]
@@ -142,14 +136,7 @@ mod tests {
 
     fn written(b: &Buckets) -> String {
         let mut out = String::new();
-        write_series(
-            &mut out,
-            "t",
-            &[("g", "a\"b")],
-            b.bounds(),
-            b.read(),
-            1000.0,
-        );
+        write_series(&mut out, "t", &[("g", "a\"b")], b, 1000.0);
         out
     }
 
@@ -181,7 +168,7 @@ mod tests {
         let b = Buckets::new(&BOUNDS);
         b.record(15);
         let mut out = String::new();
-        write_series(&mut out, "t", &[], b.bounds(), b.read(), 1000.0);
+        write_series(&mut out, "t", &[], &b, 1000.0);
         assert!(out.contains("\nt_sum 0.015\nt_count 1\n"), "{out}");
         assert!(out.starts_with("t_bucket{le=\"0.01\"} 0\n"), "{out}");
     }

@@ -279,8 +279,7 @@ impl NodeMetrics {
                 &mut text,
                 name.0,
                 &[(names::METHOD, method), (names::ROUTE, route)],
-                duration.bounds(),
-                duration.read(),
+                duration,
                 MICROS_PER_SEC,
             );
         }

@@ -13,7 +13,6 @@ use super::histogram;
 use super::names::{self, Described};
 use crate::state::AppState;
 use crate::workload::GroupEntry;
-use crate::workload::stats::WaitHistogram;
 
 /// Milliseconds per second, for the figures kept in milliseconds and exposed in seconds.
 const MILLIS_PER_SEC: f64 = 1000.0;
@@ -88,7 +87,7 @@ pub fn render(st: &AppState) -> String {
 fn queue_waits(out: &mut String, groups: &[&std::sync::Arc<GroupEntry>]) {
     let waited: Vec<_> = groups
         .iter()
-        .filter(|g| g.stats.queue_wait.buckets().any(|(n, _)| n > 0))
+        .filter(|g| g.stats.queue_wait.histogram().read().any(|(n, _)| n > 0))
         .collect();
     if waited.is_empty() {
         return;
@@ -100,8 +99,7 @@ fn queue_waits(out: &mut String, groups: &[&std::sync::Arc<GroupEntry>]) {
             out,
             names::GROUP_QUEUE_WAIT.0,
             &[(names::GROUP_ID, &id), (names::GROUP_NAME, entry.name())],
-            &WaitHistogram::BOUNDS_MILLIS,
-            entry.stats.queue_wait.buckets(),
+            entry.stats.queue_wait.histogram(),
             MILLIS_PER_SEC,
         );
     }

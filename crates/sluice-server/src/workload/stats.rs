@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::{Value, json};
 use sluice_core::ResourceType;
 
+use crate::metrics::histogram::Buckets;
+
 /// A cumulative counter.
 #[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
@@ -257,12 +259,14 @@ impl DrainRate {
 
 /// Queue waits counted by bucket, each bucket with the sum of its waits, so the metrics endpoint
 /// renders a Prometheus histogram whose bucket counts and sum are exact
-/// ([`WaitHistogram::buckets`]). Relaxed atomics: independent tallies, read only for reporting.
-#[derive(Debug, Default)]
-pub struct WaitHistogram {
-    /// Per bucket of [`WaitHistogram::BOUNDS_MILLIS`], then one for waits above the last bound:
-    /// the number of waits and their sum in milliseconds.
-    slots: [(Counter, Counter); WaitHistogram::BOUNDS_MILLIS.len() + 1],
+/// ([`WaitHistogram::histogram`]): a [`Buckets`] in milliseconds.
+#[derive(Debug)]
+pub struct WaitHistogram(Buckets);
+
+impl Default for WaitHistogram {
+    fn default() -> Self {
+        WaitHistogram(Buckets::new(&WaitHistogram::BOUNDS_MILLIS))
+    }
 }
 
 impl WaitHistogram {
@@ -274,15 +278,12 @@ impl WaitHistogram {
 
     /// Records one wait of `millis`.
     pub fn record_millis(&self, millis: u64) {
-        let i = Self::BOUNDS_MILLIS.partition_point(|b| *b < millis);
-        self.slots[i].0.inc();
-        self.slots[i].1.add(millis);
+        self.0.record(millis);
     }
 
-    /// Per bucket (the bounds, then the overflow): the number of waits and their sum in
-    /// milliseconds.
-    pub fn buckets(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.slots.iter().map(|(n, sum)| (n.get(), sum.get()))
+    /// The waits by bucket, in milliseconds.
+    pub fn histogram(&self) -> &Buckets {
+        &self.0
     }
 }
 
@@ -446,7 +447,7 @@ mod tests {
         for ms in [0, 5, 6, 60_000, 60_001, 90_000] {
             h.record_millis(ms);
         }
-        let b: Vec<(u64, u64)> = h.buckets().collect();
+        let b: Vec<(u64, u64)> = h.histogram().read().collect();
         assert_eq!(b[0], (2, 5)); // 0 and 5 are <= 5
         assert_eq!(b[1], (1, 6));
         assert_eq!(b[12], (1, 60_000));
