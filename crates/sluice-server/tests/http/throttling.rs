@@ -84,7 +84,11 @@ pub(crate) fn start_search(
     tokio::spawn(async move { rb.send().await.map(|r| r.status().as_u16()).unwrap_or(0) })
 }
 
-/// Waits until `n` search tasks of group `id` are running.
+/// Waits until `n` search tasks of group `id` are running: admitted, holding what their
+/// throttle gave them. A task is listed (and tagged) from before its admission, so a task
+/// still `admitting` or `queued` does not count: a test that went on once the task was listed
+/// raced its own next request for the slot (a shared-tier test got 200 for its third search
+/// in CI when the cheap second search took the lease the heavy first was still asking for).
 pub(crate) async fn wait_running(node: &TestNode, id: &str, n: usize) {
     for _ in 0..20_000 {
         let r = node
@@ -100,7 +104,11 @@ pub(crate) async fn wait_running(node: &TestNode, id: &str, n: usize) {
             .into_iter()
             .flat_map(|n| n.values())
             .flat_map(|n| n["tasks"].as_object().into_iter().flat_map(|t| t.values()))
-            .filter(|t| t["workload_group"]["id"] == json!(id) && t["cancelled"] == false)
+            .filter(|t| {
+                t["workload_group"]["id"] == json!(id)
+                    && t["cancelled"] == false
+                    && t["status"]["state"].is_null()
+            })
             .count();
         if count >= n {
             return;
@@ -187,6 +195,22 @@ pub(crate) async fn wait_drained(node: &TestNode, id: &str) {
     }
     panic!(
         "buckets of {id} never drained: {}",
+        stats_of(node, id).await
+    );
+}
+
+/// Waits until one request of group `id`'s first bucket is parked for a shared lease;
+/// answers the group's stats then.
+async fn wait_parked(node: &TestNode, id: &str) -> Value {
+    for _ in 0..20_000 {
+        let s = stats_of(node, id).await;
+        if s["buckets"][0]["shared_parked"] == 1 {
+            return s;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!(
+        "no request of {id} parked for a shared lease: {}",
         stats_of(node, id).await
     );
 }
@@ -563,12 +587,7 @@ async fn test_a_shared_refusal_with_the_queue_full_says_so_and_counts_as_one() {
         json!({"query": {"match_all": {}}}),
         &tag,
     ));
-    for _ in 0..20_000 {
-        if stats_of(&node, &id).await["buckets"][0]["shared_parked"] == 1 {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+    wait_parked(&node, &id).await;
     let r = node
         .req_with(
             "POST",
@@ -621,14 +640,7 @@ async fn test_bucket_listing_shows_the_shared_tier_of_a_group_with_a_shared_limi
         json!({"query": {"match_all": {}}}),
         &tag,
     ));
-    let mut seen = Value::Null;
-    for _ in 0..20_000 {
-        seen = stats_of(&node, &id).await;
-        if seen["buckets"][0]["shared_parked"] == 1 {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+    let seen = wait_parked(&node, &id).await;
     assert_eq!(
         seen["buckets"],
         json!([{
