@@ -24,7 +24,10 @@ if ! command -v nginx >/dev/null 2>&1 && [[ ! -x /usr/sbin/nginx ]]; then
 fi
 
 echo "building release binaries (CARGO_TARGET_DIR=$target)…" >&2
-cargo build --release --quiet -p sluice-server -p sluice-bench
+# One at a time: built together, sluice would get the bench's tokio features (`process`,
+# whose driver works on every park), which `cargo run --release --bin sluice` does not.
+cargo build --release --quiet -p sluice-server
+cargo build --release --quiet -p sluice-bench
 
 echo "$(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) before the run" >&2
 pin=()

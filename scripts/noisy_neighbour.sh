@@ -25,7 +25,10 @@ for a in "$@"; do
 done
 
 echo "building release binaries (CARGO_TARGET_DIR=$target)…" >&2
-cargo build --release --quiet -p sluice-server -p sluice-bench
+# One at a time, as `scripts/gateway_bench.sh` builds them (the bench's tokio features stay
+# out of sluice).
+cargo build --release --quiet -p sluice-server
+cargo build --release --quiet -p sluice-bench
 
 data="$(mktemp -d -t sluice-noisy-XXXXXX)"
 if [[ $keep -eq 1 ]]; then

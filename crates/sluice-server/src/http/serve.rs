@@ -76,6 +76,8 @@ pub async fn serve(
             }
         }
     });
+    // Resolved by the lane's first requests, for every connection after them.
+    let lane_series = Arc::new(crate::http::lane::LaneSeries::new());
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -102,6 +104,7 @@ pub async fn serve(
                 shutdown: lane_watch.clone(),
                 closing: closing.clone(),
                 clock,
+                series: lane_series.clone(),
             };
             match &threads {
                 Some(threads) => match stream.into_std() {

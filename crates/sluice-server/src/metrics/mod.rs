@@ -35,6 +35,7 @@ pub mod names;
 pub mod route;
 pub mod snapshot;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use metrics::{Counter, Key, Label, Level, Metadata, Recorder, SharedString};
@@ -75,10 +76,31 @@ pub struct NodeMetrics {
     /// strings and two lookups; a few percent of a proxied search's instructions).
     http: parking_lot::RwLock<HttpHandles>,
     /// The latency of requests whose series found [`Self::http`] full.
-    http_overflow: Buckets,
+    http_overflow: Arc<Buckets>,
     /// The gateway's fast-lane counters, registered at their first use (a node that is no
     /// gateway shows none).
     lane: std::sync::OnceLock<LaneCounters>,
+}
+
+/// The handles of one method, route and status, resolved once ([`NodeMetrics::series_ok`]):
+/// a request is counted with their three atomic adds, without the cache's lock and lookup.
+#[derive(Debug, Clone)]
+pub struct HttpSeries {
+    counter: Counter,
+    duration: Arc<Buckets>,
+}
+
+impl HttpSeries {
+    /// Counts one request of the series, answered in `elapsed`.
+    pub fn record(&self, elapsed: Duration) {
+        self.counter.increment(1);
+        self.duration.record(micros(elapsed));
+    }
+}
+
+/// `elapsed` in whole microseconds, the HTTP latency histogram's unit.
+fn micros(elapsed: Duration) -> u64 {
+    u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// How a gateway's connections carried requests (`crate::http::lane`).
@@ -109,7 +131,8 @@ struct HttpHandles {
 /// One route's handles for one method: its latency histogram and a counter per status.
 struct MethodHandles {
     method: Box<str>,
-    duration: Buckets,
+    /// Shared with the [`HttpSeries`] resolved for the route and method.
+    duration: Arc<Buckets>,
     by_status: Vec<(u16, Counter)>,
 }
 
@@ -121,7 +144,7 @@ impl HttpHandles {
             .iter()
             .find(|m| &*m.method == method)?;
         let (_, counter) = m.by_status.iter().find(|(s, _)| *s == status)?;
-        Some((counter, &m.duration))
+        Some((counter, &*m.duration))
     }
 
     /// Keeps `counter` for `method`, `route` and `status` while the cache has room; the
@@ -133,7 +156,7 @@ impl HttpHandles {
         route: &str,
         status: u16,
         counter: &Counter,
-    ) -> Option<&Buckets> {
+    ) -> Option<&Arc<Buckets>> {
         let full = self.len >= HTTP_HANDLES_MAX;
         if full && !self.by_route.contains_key(route) {
             return None;
@@ -145,7 +168,7 @@ impl HttpHandles {
             None => {
                 methods.push(MethodHandles {
                     method: method.into(),
-                    duration: Buckets::new(&HTTP_BUCKETS_MICROS),
+                    duration: Arc::new(Buckets::new(&HTTP_BUCKETS_MICROS)),
                     by_status: Vec::new(),
                 });
                 methods.len() - 1
@@ -180,7 +203,7 @@ impl NodeMetrics {
         NodeMetrics {
             events,
             http: parking_lot::RwLock::default(),
-            http_overflow: Buckets::new(&HTTP_BUCKETS_MICROS),
+            http_overflow: Arc::new(Buckets::new(&HTTP_BUCKETS_MICROS)),
             lane: std::sync::OnceLock::new(),
         }
     }
@@ -217,20 +240,35 @@ impl NodeMetrics {
 
     /// Records one answered HTTP request.
     pub fn record_http(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
-        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        let us = micros(elapsed);
         if let Some((counter, duration)) = self.http.read().get(method, route, status) {
             // The handles are atomics: recorded under the read lock, without cloning them.
             counter.increment(1);
-            duration.record(micros);
+            duration.record(us);
             return;
         }
         let counter = self.register_http(method, route, status);
         counter.increment(1);
         let mut http = self.http.write();
         match http.insert(method, route, status, &counter) {
-            Some(duration) => duration.record(micros),
-            None => self.http_overflow.record(micros),
+            Some(duration) => duration.record(us),
+            None => self.http_overflow.record(us),
         }
+    }
+
+    /// The handles of requests answered 200 for `method` and `route`, for a caller that keeps
+    /// them ([`route::PinnedSeries`]): the same series [`Self::record_http`] counts such a
+    /// request in, its latency in the overflow series when the cache is full.
+    pub fn series_ok(&self, method: &str, route: &str) -> HttpSeries {
+        const OK: u16 = 200;
+        let counter = self.register_http(method, route, OK);
+        let duration = self
+            .http
+            .write()
+            .insert(method, route, OK, &counter)
+            .unwrap_or(&self.http_overflow)
+            .clone();
+        HttpSeries { counter, duration }
     }
 
     /// The registry's counter of HTTP requests for one method, route and status.
@@ -262,12 +300,12 @@ impl NodeMetrics {
             .flat_map(|(route, methods)| {
                 methods
                     .iter()
-                    .map(move |m| (&*m.method, &**route, &m.duration))
+                    .map(move |m| (&*m.method, &**route, &*m.duration))
             })
             .collect();
         series.sort_by_key(|(method, route, _)| (*route, *method));
         if self.http_overflow.read().any(|(n, _)| n > 0) {
-            series.push((OVERFLOW_LABEL, OVERFLOW_LABEL, &self.http_overflow));
+            series.push((OVERFLOW_LABEL, OVERFLOW_LABEL, &*self.http_overflow));
         }
         if series.is_empty() {
             return text;
@@ -391,15 +429,61 @@ mod tests {
         // The first request of a route, method and status makes its series.
         m.record_http("POST", "/{index}/_search", 200, Duration::from_millis(2));
         m.record_http("GET", "/", 200, Duration::from_millis(2));
+        let pinned = route::PinnedSeries::new(&axum::http::Method::GET, "/_search");
+        pinned.start().record(&m, axum::http::StatusCode::OK);
         // jemalloc's count of this thread's allocated bytes (`crate::accounting`).
         let usage = crate::accounting::ThreadUsage::start();
         for i in 0..10_000u64 {
             let elapsed = Duration::from_micros(i * 37);
             m.record_http("POST", "/{index}/_search", 200, elapsed);
             m.record_http("GET", "/", 200, elapsed);
+            pinned.start().record(&m, axum::http::StatusCode::OK);
         }
         let (_, bytes) = usage.sample();
-        assert_eq!(bytes, 0, "bytes allocated while counting 20,000 requests");
+        assert_eq!(bytes, 0, "bytes allocated while counting 30,000 requests");
+    }
+
+    #[test]
+    fn test_a_pinned_series_counts_in_the_series_a_looked_up_request_does() {
+        use axum::http::{Method, StatusCode};
+        let m = NodeMetrics::new();
+        let pinned = route::PinnedSeries::new(&Method::POST, "/{index}/_search");
+        let requests = names::HTTP_REQUESTS.0;
+        let duration = names::HTTP_REQUEST_DURATION.0;
+        let line = |status: u16| {
+            format!(
+                "{requests}{{method=\"POST\",route=\"/{{index}}/_search\",status=\"{status}\"}}"
+            )
+        };
+        let count = format!("{duration}_count{{method=\"POST\",route=\"/{{index}}/_search\"}}");
+        // Nothing is made before a request is counted in it: a refusal makes no 200 series.
+        pinned.start().record(&m, StatusCode::UNAUTHORIZED);
+        let text = m.render_events();
+        assert_eq!(sample(&text, &line(401)).as_deref(), Some("1"), "{text}");
+        assert_eq!(sample(&text, &line(200)), None, "{text}");
+        pinned.start().record(&m, StatusCode::OK);
+        pinned.start().record(&m, StatusCode::OK);
+        m.record_http("POST", "/{index}/_search", 200, Duration::from_millis(1));
+        let text = m.render_events();
+        assert_eq!(sample(&text, &line(200)).as_deref(), Some("3"), "{text}");
+        assert_eq!(sample(&text, &count).as_deref(), Some("4"), "{text}");
+        // With the cache full, a series pinned afterwards keeps its counter and its latency
+        // goes to the overflow series, as a looked-up request's would.
+        for i in 0..HTTP_HANDLES_MAX {
+            m.record_http(&format!("M{i}"), "/", 200, Duration::ZERO);
+        }
+        let overflow =
+            format!("{duration}_count{{method=\"{OVERFLOW_LABEL}\",route=\"{OVERFLOW_LABEL}\"}}");
+        let overflowed = |text: &str| -> u64 {
+            sample(text, &overflow).map_or(0, |n| n.parse().expect("a count"))
+        };
+        let before = overflowed(&m.render_events());
+        let late = route::PinnedSeries::new(&Method::GET, "/_count");
+        late.start().record(&m, StatusCode::OK);
+        let text = m.render_events();
+        let late_line = format!("{requests}{{method=\"GET\",route=\"/_count\",status=\"200\"}}");
+        assert_eq!(sample(&text, &late_line).as_deref(), Some("1"), "{text}");
+        assert_eq!(overflowed(&text), before + 1, "{text}");
     }
 
     #[test]

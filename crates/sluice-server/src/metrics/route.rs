@@ -1,7 +1,7 @@
 //! `GET /_prometheus/metrics` (the path of OpenSearch's prometheus-exporter plugin) and the
 //! timer that counts HTTP requests into the node's [`super::NodeMetrics`].
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use axum::Router;
@@ -10,6 +10,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
+use super::{HttpSeries, NodeMetrics};
 use crate::error::ApiResult;
 use crate::http::RequestMeta;
 use crate::state::AppState;
@@ -57,7 +58,7 @@ pub struct HttpTimer {
 enum Route {
     /// Matched by the router.
     Matched(MatchedPath),
-    /// Matched outside the router (the gateway's fast lane), by this pattern.
+    /// Matched by no route of the router, by this pattern (a gateway's forwarded requests).
     Pattern(&'static str),
     /// No route matched.
     None,
@@ -82,17 +83,6 @@ impl HttpTimer {
         }
     }
 
-    /// Starts timing a `method` request that matched `pattern` outside the router (the
-    /// gateway's fast lane, `crate::http::lane`): counted under the same label as the router's
-    /// route of that pattern.
-    pub fn with_route(method: &Method, pattern: &'static str) -> Self {
-        Self {
-            started: Instant::now(),
-            method: method.clone(),
-            route: Route::Pattern(pattern),
-        }
-    }
-
     /// Counts the request with the status it was answered.
     pub fn record(self, st: &AppState, status: StatusCode) {
         let route = match &self.route {
@@ -106,6 +96,62 @@ impl HttpTimer {
             status.as_u16(),
             self.started.elapsed(),
         );
+    }
+}
+
+/// The series of one route and method's requests answered 200, resolved at the first such
+/// request and kept by a caller that times many requests of that route and method (the
+/// gateway's fast lane, `crate::http::lane`), so that the common request is counted without
+/// [`super::NodeMetrics`]' lock and lookup (the lookup cost 344 instructions and 19
+/// first-level data-cache misses of a proxied search's; BENCHMARKS.md "Pinned series and no
+/// process driver"). Any other status goes through [`super::NodeMetrics::record_http`], as
+/// [`HttpTimer`]'s does: the series are the same, and none is made before a request is counted
+/// in it.
+#[derive(Debug)]
+pub struct PinnedSeries {
+    method: &'static str,
+    route: &'static str,
+    ok: OnceLock<HttpSeries>,
+}
+
+impl PinnedSeries {
+    /// The series of `method` requests of the route of `pattern`, as [`HttpTimer`] labels them.
+    pub fn new(method: &Method, pattern: &'static str) -> PinnedSeries {
+        PinnedSeries {
+            method: method_label(method),
+            route: pattern,
+            ok: OnceLock::new(),
+        }
+    }
+
+    /// Starts timing a request of this series.
+    pub fn start(&self) -> PinnedTimer<'_> {
+        PinnedTimer {
+            started: Instant::now(),
+            series: self,
+        }
+    }
+}
+
+/// [`HttpTimer`] for a request of a [`PinnedSeries`]: the same counts, the same series.
+pub struct PinnedTimer<'a> {
+    started: Instant,
+    series: &'a PinnedSeries,
+}
+
+impl PinnedTimer<'_> {
+    /// Counts the request with the status it was answered.
+    pub fn record(self, metrics: &NodeMetrics, status: StatusCode) {
+        let elapsed = self.started.elapsed();
+        let series = self.series;
+        if status == StatusCode::OK {
+            series
+                .ok
+                .get_or_init(|| metrics.series_ok(series.method, series.route))
+                .record(elapsed);
+        } else {
+            metrics.record_http(series.method, series.route, status.as_u16(), elapsed);
+        }
     }
 }
 

@@ -4916,6 +4916,7 @@ async fn test_lane_hands_other_requests_to_the_general_path() {
         resp
     }))
     .await;
+    let mut series_seen = Vec::new();
     for lane in ["true", "false"] {
         let setting = format!("backend.upstream.fast_lane={lane}");
         let gw = gateway(&upstream.base, &[&setting]).await;
@@ -4992,8 +4993,34 @@ async fn test_lane_hands_other_requests_to_the_general_path() {
         }
         assert_eq!(stats["failures"], 0, "{stats}");
         assert!(gw.state.tasks.list().is_empty());
+        // The lane's requests are counted in the series the general path counts them in
+        // (the lane keeps its series resolved, `crate::http::lane::series`): the same lines
+        // with the lane on and off, the HTTP/1.0 search among them on either.
+        let text = gw.req("GET", "/_prometheus/metrics", None).await.1;
+        let mut searches: Vec<String> = text
+            .as_str()
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| {
+                (l.starts_with("sluice_http_requests_total{")
+                    || l.starts_with("sluice_http_request_duration_seconds_count{"))
+                    && (l.contains("/_search\"") || l.contains("/_count\""))
+            })
+            .map(str::to_string)
+            .collect();
+        searches.sort();
+        assert!(
+            searches.contains(
+                &"sluice_http_requests_total{method=\"POST\",route=\"/{index}/_search\",status=\"200\"} 4"
+                    .to_string()
+            ),
+            "lane {lane}: {searches:?}"
+        );
+        series_seen.push(searches);
         gw.stop().await;
     }
+    assert_eq!(series_seen[0].len(), 6, "{series_seen:?}");
+    assert_eq!(series_seen[0], series_seen[1]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -790,9 +790,13 @@ async fn run_admitted(
 #[derive(Clone, Copy)]
 pub struct LaneRoute {
     kind: Kind,
-    /// The route's pattern, as the HTTP metrics label it.
-    pub pattern: &'static str,
+    /// The index of the route's pattern in [`LANE_PATTERNS`].
+    pub slot: usize,
 }
+
+/// The patterns of the fast lane's routes, as the HTTP metrics label them: a [`LaneRoute`]'s
+/// `slot` is its pattern's index here.
+pub const LANE_PATTERNS: [&str; 4] = ["/_search", "/_count", "/{index}/_search", "/{index}/_count"];
 
 impl LaneRoute {
     /// What authorization makes of the route's request (`method`, `path` and `query` those
@@ -832,11 +836,12 @@ pub fn lane_route(method: &Method, path: &str, query: Option<&str>) -> Option<La
         None => (None, rest),
         Some((index, action)) => (Some(index), action),
     };
-    let (kind, pattern) = match (index, action) {
-        (None, "_search") => (SEARCH, "/_search"),
-        (None, "_count") => (COUNT, "/_count"),
-        (Some(_), "_search") => (SEARCH, "/{index}/_search"),
-        (Some(_), "_count") => (COUNT, "/{index}/_count"),
+    // `slot`: the pattern's index in `LANE_PATTERNS`.
+    let (kind, slot) = match (index, action) {
+        (None, "_search") => (SEARCH, 0),
+        (None, "_count") => (COUNT, 1),
+        (Some(_), "_search") => (SEARCH, 2),
+        (Some(_), "_count") => (COUNT, 3),
         _ => return None,
     };
     let plain = |i: &str| {
@@ -848,7 +853,7 @@ pub fn lane_route(method: &Method, path: &str, query: Option<&str>) -> Option<La
     if index.is_some_and(|i| !plain(i)) {
         return None;
     }
-    Some(LaneRoute { kind, pattern })
+    Some(LaneRoute { kind, slot })
 }
 
 /// The fast lane's search or count: admitted as [`run_admitted`] admits it, forwarded on the

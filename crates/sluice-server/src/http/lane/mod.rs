@@ -94,7 +94,7 @@ use crate::http::leaving::Watched;
 use crate::http::meta;
 use crate::http::read_timeout::{self, ReadClock};
 use crate::metrics::LaneEvent;
-use crate::metrics::route::HttpTimer;
+use crate::metrics::route::{PinnedSeries, PinnedTimer};
 use crate::server::Checked;
 use crate::server::HttpService;
 use crate::state::AppState;
@@ -108,6 +108,9 @@ use crate::http::leaving::MAX_READ_AHEAD;
 mod answer;
 mod lent;
 mod parse;
+mod series;
+
+pub use series::LaneSeries;
 
 use answer::{push_date, push_header, status_line, write_own};
 use lent::{hand_off, lent_run};
@@ -127,6 +130,8 @@ pub struct Conn {
     pub closing: tokio_util::sync::CancellationToken,
     /// The connection's `http.read_timeout` clock, if it has one; every read tells it.
     pub clock: Option<Arc<ReadClock>>,
+    /// The node's lane metrics series, shared by its connections.
+    pub series: Arc<LaneSeries>,
 }
 
 /// The most the lane reserves at a time for a request body it reads: the buffer grows as the
@@ -246,7 +251,7 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
         conn.st.metrics.count_lane(LaneEvent::FastLane);
         let checked = tokio::select! {
             biased;
-            c = AssertUnwindSafe(check(&conn.st, peer, route, &parts, &raw)).catch_unwind() => {
+            c = AssertUnwindSafe(check(&conn.st, peer, route, conn.series.get(route, &parts.method), &parts, &raw)).catch_unwind() => {
                 match c {
                     Ok(checked) => checked,
                     Err(panic) => Err(crate::server::panic_response(panic)),
@@ -421,8 +426,8 @@ enum Handled {
 
 /// What a lane request's head let through: its timer, its `X-Opaque-Id` values and what
 /// [`crate::server::check_lines`] found.
-struct Passed {
-    timer: HttpTimer,
+struct Passed<'a> {
+    timer: PinnedTimer<'a>,
     opaque: Vec<HeaderValue>,
     checked: Checked,
 }
@@ -432,14 +437,15 @@ struct Passed {
 /// authentication, authorization, the request's metadata), before its body is read, as the
 /// general path runs them before its handler reads the body. A refusal comes back timed, with
 /// the `X-Opaque-Id` echoed.
-async fn check(
+async fn check<'a>(
     st: &Arc<AppState>,
     peer: SocketAddr,
     route: LaneRoute,
+    series: &'a PinnedSeries,
     parts: &http::request::Parts,
     raw: &RawHeaders,
-) -> Result<Passed, Response> {
-    let timer = HttpTimer::with_route(&parts.method, route.pattern);
+) -> Result<Passed<'a>, Response> {
+    let timer = series.start();
     let opaque = meta::opaque_ids(raw);
     let (method, uri) = (&parts.method, &parts.uri);
     let action = route.action(method, uri.path(), uri.query());
@@ -460,7 +466,7 @@ async fn check(
             checked,
         }),
         Err(mut refused) => {
-            timer.record(st, refused.status());
+            timer.record(&st.metrics, refused.status());
             meta::echo_opaque_id(opaque, &mut refused);
             Err(refused)
         }
@@ -472,7 +478,7 @@ async fn check(
 #[allow(clippy::too_many_arguments)]
 async fn forward(
     st: &Arc<AppState>,
-    passed: Passed,
+    passed: Passed<'_>,
     peer: SocketAddr,
     route: LaneRoute,
     parts: http::request::Parts,
@@ -501,7 +507,7 @@ async fn forward(
             if let Some(audited) = audited {
                 audited.record(st, resp.status());
             }
-            timer.record(st, resp.status());
+            timer.record(&st.metrics, resp.status());
             meta::echo_opaque_id(opaque, &mut resp);
             Handled::Sluice(resp)
         }
@@ -513,7 +519,7 @@ async fn forward(
             if let Some(audited) = audited {
                 audited.record(st, status);
             }
-            timer.record(st, status);
+            timer.record(&st.metrics, status);
             // The upstream's header lines as they came, but hop-by-hop ones and its
             // `X-Opaque-Id` (the gateway's id for it: the client gets its own back, below).
             let mut head = status_line(status, answer.reason());
