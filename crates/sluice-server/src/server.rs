@@ -89,6 +89,23 @@ impl StopRequest {
     }
 }
 
+/// What [`Node::serve`] started beside its listener, ended when `serve`'s future is dropped
+/// before it returns: the loops that stop when told are told (the work they handed a blocking
+/// thread finishes first), the other tasks aborted. On `serve`'s own way out each has ended
+/// already, and this does nothing.
+struct Background {
+    _loops: tokio_util::sync::DropGuard,
+    tasks: Vec<tokio::task::AbortHandle>,
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
 impl Node {
     /// Opens the data folder and binds the HTTP port.
     pub async fn start(config: Config) -> anyhow::Result<Node> {
@@ -250,6 +267,11 @@ impl Node {
     }
 
     /// Serves until `shutdown` completes, then drains requests and commits every index.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops the node without its drain or last commit (what a crash
+    /// leaves, which the translogs replay): the background tasks it started end with it
+    /// ([`Background`]), and connections end as their clients close them.
     pub async fn serve(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -334,6 +356,18 @@ impl Node {
             self.state.clone(),
             self.applied_changes,
         ));
+        // Should `serve` be dropped before it returns (its caller cancelled it, as a test
+        // drops its node), what it started ends with it instead of running on with the node's
+        // state: a dropped node's refresher once kept committing, ten times a second, into a
+        // data folder its test had deleted, for the rest of the process.
+        let _background = Background {
+            _loops: stop_loops.clone().drop_guard(),
+            tasks: [&sweep, &left_out, &watcher]
+                .into_iter()
+                .chain(usage_poll.as_ref())
+                .map(tokio::task::JoinHandle::abort_handle)
+                .collect(),
+        };
         // A gateway with a fast lane reads its connections there first.
         let lane = self
             .state

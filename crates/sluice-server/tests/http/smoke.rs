@@ -79,6 +79,32 @@ async fn test_a_stopped_node_holds_nothing_of_its_state() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_dropped_node_ends_its_background_tasks() {
+    // `serve` dropped before it returns (as every test that does not stop its node drops it)
+    // ends what it started: its state is let go once the tasks are gone. A dropped node's
+    // refresher, enforcement loop and sweeps once ran on for the rest of the process, the
+    // refresher committing into the data folder its test had deleted (half-removed folders
+    // were left behind in the temporary directory, a handful each run of the suites).
+    let node = TestNode::start().await;
+    let (s, b) = node
+        .req(
+            "PUT",
+            "/logs/_doc/1?refresh=true",
+            Some(json!({"msg": "hello"})),
+        )
+        .await;
+    assert_eq!(s, 201, "{b}");
+    let state = std::sync::Arc::downgrade(&node.state);
+    drop(node);
+    crate::common::wait_until(
+        "the dropped node's tasks end",
+        || state.strong_count() == 0,
+        || format!("its state still has {} holders", state.strong_count()),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_client_stalled_mid_body_does_not_keep_a_stopping_node_running() {
     // `http.shutdown_grace`: a request whose body stops coming is closed once the grace after
     // the stop has passed; without the bound the stop waited for it for ever.
