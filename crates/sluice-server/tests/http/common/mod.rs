@@ -262,41 +262,29 @@ impl TestNode {
     }
 }
 
+/// How many times a dropped node's data folder is removed again while files appear in it: each
+/// try removes what the last one met, and the writers of a dropped node stop within a few.
+const REMOVE_TRIES: usize = 100;
+
 impl Drop for TestNode {
     fn drop(&mut self) {
         if let Some(task) = self.task.take() {
             task.abort();
         }
-        // The temporary data folder goes once the engines that write into it are let go
-        // (this node's, and a gateway's upstream's, which keeps its indices there), and again
-        // while something still writes there (an index's merges run on after its writer):
-        // removed at once, it raced a refresh still committing, whose new files stopped the
-        // removal half-way and left the rest of the folder behind, a handful each run.
+        // The temporary data folder is removed until it is gone: a refresh still committing,
+        // or an index's merges (they run on after its writer), can add files while the
+        // removal walks the folder, which stopped it half-way and left the rest behind, a
+        // handful each run. Once removed, a late write finds no folder and creates none.
         if let Some(tmp) = self._tmp.take() {
-            let engines: Vec<_> = std::iter::once(&self.state)
-                .chain(self.upstream.as_deref().map(|u| &u.state))
-                .map(|s| std::sync::Arc::downgrade(&s.engine))
-                .collect();
-            std::thread::spawn(move || {
-                let start = std::time::Instant::now();
-                // Off the test's threads: nothing waits for this, and it never outlives
-                // SETTLE_WITHIN.
-                let pause = || std::thread::sleep(std::time::Duration::from_millis(5));
-                while engines.iter().any(|e| e.strong_count() > 0)
-                    && start.elapsed() < SETTLE_WITHIN
-                {
-                    pause();
+            let path = tmp.path().to_path_buf();
+            let mut removed = tmp.close();
+            for _ in 0..REMOVE_TRIES {
+                match removed {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {}
+                    _ => break,
                 }
-                let path = tmp.path().to_path_buf();
-                let mut removed = tmp.close();
-                while removed.is_err() && start.elapsed() < SETTLE_WITHIN {
-                    pause();
-                    removed = match std::fs::remove_dir_all(&path) {
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                        other => other,
-                    };
-                }
-            });
+                removed = std::fs::remove_dir_all(&path);
+            }
         }
     }
 }
