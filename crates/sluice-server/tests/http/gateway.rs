@@ -167,7 +167,13 @@ enum Raw {
     /// Answers `HTTP/1.0 200` [`RAW_BODY`] with no length, the body ended by closing the
     /// connection (an HTTP/1.0 proxy or appliance in front of a cluster).
     CloseDelimited,
+    /// Answers a connection's first request 200 after [`SLOW_FIRST`], keeping the connection,
+    /// and never its next one.
+    SlowOnceThenHang,
 }
+
+/// How long [`Raw::SlowOnceThenHang`] takes over its first answer.
+const SLOW_FIRST: Duration = Duration::from_millis(300);
 
 /// The body of [`Raw::BareLf`]'s and [`Raw::LengthAndChunks`]'s answers.
 const RAW_BODY: &str = r#"{"took":1,"hits":{"total":{"value":0},"hits":[]}}"#;
@@ -263,6 +269,13 @@ async fn raw_upstream(how: Raw) -> (String, tokio::task::JoinHandle<()>) {
                     Raw::Hang => {
                         let _keep = stream;
                         std::future::pending::<()>().await;
+                    }
+                    Raw::SlowOnceThenHang => {
+                        tokio::time::sleep(SLOW_FIRST).await;
+                        let answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
+                        if stream.write_all(answer.as_bytes()).await.is_ok() {
+                            std::future::pending::<()>().await;
+                        }
                     }
                 }
             });
@@ -501,6 +514,34 @@ async fn test_garbage_reset_half_close_and_hang_fail_that_request_only_with_502_
         gw.stop().await;
         task.abort();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_a_search_on_a_reused_connection_gets_its_own_request_timeout() {
+    // Each exchange has a deadline of its own, `request_timeout` after it started, whatever
+    // connection it goes out on. The first search's answer comes SLOW_FIRST after it went
+    // out; the second goes out on that connection, from the pool (the client's connection, and
+    // so its lane thread, is the same), and the upstream never answers it: its 504 comes
+    // `request_timeout` (500 ms) after it started — not at the first's deadline, 200 ms in,
+    // and not never. (A timer kept with the connection and not moved to each exchange's
+    // deadline fails it so: BENCHMARKS.md "One timer a connection, tried".)
+    let (base, task) = raw_upstream(Raw::SlowOnceThenHang).await;
+    let gw = gateway(&base, &["backend.upstream.cancel_wait_timeout=1s"]).await;
+    let (s, b) = gw.req("GET", "/logs/_search", None).await;
+    assert_eq!(s, 200, "{b}");
+    let started = Instant::now();
+    let resp = gw.req("GET", "/logs/_search", None).await;
+    let took = started.elapsed();
+    common::assert_error(&resp, 504, "upstream_timeout_exception");
+    assert!(
+        took >= Duration::from_millis(500),
+        "a 504 {took:?} after the search started, before its request_timeout"
+    );
+    // The connection that timed out was closed (R3): the next search opens a new one.
+    let (s, b) = gw.req("GET", "/logs/_search", None).await;
+    assert_eq!(s, 200, "{b}");
+    gw.stop().await;
+    task.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

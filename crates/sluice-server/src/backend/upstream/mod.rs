@@ -888,15 +888,18 @@ impl Upstream {
             // Fired, it keeps what admission granted until the upstream's tasks of the request
             // have ended (`cancelled.rs` F1); the client's answer does not wait for that (F2).
             let mut guard = CancelUpstream::new(self.clone(), task.clone(), keep);
-            let send = send(call);
+            // Pinned where they are made, the `select!` below borrowing them: taken by value,
+            // it moved each into a tuple of its own, the sending (about a kilobyte on the
+            // fast lane) included (BENCHMARKS.md "Fewer moves").
+            let send = std::pin::pin!(send(call));
             // An answer that came while the gateway stalled past the deadline is taken (the
             // answer's branch is polled first; `crate::deadline`).
-            let deadline = async {
+            let deadline = std::pin::pin!(async {
                 match cancel_at {
                     Some(at) => crate::deadline::passed(at.into()).await,
                     None => std::future::pending().await,
                 }
-            };
+            });
             // The tasks whose slots a fired guard holds, shown cancelled (F4).
             let held = items.unwrap_or(std::slice::from_ref(&task));
             tokio::select! {

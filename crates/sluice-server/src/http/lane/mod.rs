@@ -307,10 +307,18 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
         } else {
             buf.split_to(body_len).freeze()
         };
+        // Pinned where it is made, the `select!` borrowing it: taken by value, it was moved
+        // into the `select!`'s tuple (BENCHMARKS.md "Fewer moves").
+        let forwarded = std::pin::pin!(
+            AssertUnwindSafe(forward(
+                &conn.st, passed, peer, route, parts, raw, body, thread
+            ))
+            .catch_unwind()
+        );
         let handled = tokio::select! {
             // In order: no random pick a request.
             biased;
-            h = AssertUnwindSafe(forward(&conn.st, passed, peer, route, parts, raw, body, thread)).catch_unwind() => {
+            h = forwarded => {
                 h.unwrap_or_else(|panic| Handled::Sluice(crate::server::panic_response(panic)))
             }
             // L3: the client left; dropping the request cancels what it started.
@@ -336,11 +344,13 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
                     head.extend_from_slice(b"connection: close\r\n\r\n");
                 }
                 let (mut from, mut to) = stream.split();
+                // Pinned as the forwarding above is.
+                let relaying = std::pin::pin!(answer.relay(head, &mut to));
                 let relay = tokio::select! {
                     // The relay first: an answer that goes out at once never looks at the
                     // client's side.
                     biased;
-                    r = answer.relay(head, &mut to) => r,
+                    r = relaying => r,
                     // L3: the client left mid-answer; dropping the relay closes the upstream
                     // connection.
                     () = client_gone(&mut from, &mut buf, clock.as_deref()) => return,
