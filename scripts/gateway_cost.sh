@@ -5,7 +5,8 @@
 # proxy (`gateway`, sluice's gateway, or `nginx`), and while the proxy is measured, `perf stat`
 # counts on the proxy's process(es) for 8 s its futex calls, epoll waits, context switches,
 # `write` calls (a tokio runtime waking its own driver writes its eventfd; the proxies send with
-# sendto and writev) and CPU time, and in the same window the CPU time and context switches of
+# sendto and writev) and CPU time (split into user and kernel time, from `/proc`), and in the
+# same window the CPU time and context switches of
 # the upstream and of the bench's clients (what the proxy makes its neighbours do, charged to
 # the latency on shared cores as much as its own work). Prints them per request (requests =
 # writev and sendto calls / 2: one to the upstream, one to the client per proxied request;
@@ -55,11 +56,20 @@ sleep 4 # past the proxy's warm-up second, inside its 14 s window
 for who in upstream client; do
     perf stat -x, -e 'context-switches,task-clock' -p "${!who}" -- sleep 8 2> "$out/$who" &
 done
+# The proxy's CPU split into user and kernel time (`/proc/<pid>/stat` fields 14 and 15, in
+# clock ticks), read at the window's ends: perf's task-clock is their sum.
+cpu_ticks() {
+    for p in ${pids//,/ }; do awk '{print $14, $15}' "/proc/$p/stat"; done |
+        awk '{u += $1; s += $2} END {print u, s}'
+}
+cpu_ticks > "$out/ticks"
 perf stat -x, -e 'syscalls:sys_enter_futex,syscalls:sys_enter_writev,syscalls:sys_enter_sendto,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_write,raw_syscalls:sys_enter,context-switches,task-clock' \
     -p "$pids" -- sleep 8 2> "$out/stat"
+cpu_ticks >> "$out/ticks"
 wait "$bench"
 grep -E "^round .* ($via|direct) " "$out/bench"
-awk -F, -v via="$via" '
+awk -F, -v via="$via" -v hz="$(getconf CLK_TCK)" '
+    FILENAME ~ /ticks$/ {split($0, v, " "); if (FNR == 1) {u0 = v[1]; s0 = v[2]} else {u1 = v[1]; s1 = v[2]}}
     FILENAME ~ /stat$/ && $3 ~ /futex/ {f=$1} FILENAME ~ /stat$/ && $3 ~ /enter_write$/ {ww=$1}
     FILENAME ~ /stat$/ && $3 ~ /writev/ {w=$1} FILENAME ~ /stat$/ && $3 ~ /sendto/ {s=$1}
     FILENAME ~ /stat$/ && $3 ~ /epoll/ {e=$1} FILENAME ~ /stat$/ && $3 ~ /raw_syscalls/ {a=$1}
@@ -68,4 +78,5 @@ awk -F, -v via="$via" '
     FILENAME ~ /client$/ && $3 ~ /context-switches/ {cc=$1} FILENAME ~ /client$/ && $3 ~ /task-clock/ {ct=$1}
     END { r = (w + s) / 2
           printf "%s: %d requests counted; per request: syscalls %.2f, futex %.2f, epoll_wait %.2f, context switches %.2f, write %.2f, CPU %.4f ms\n", via, r, a / r, f / r, e / r, c / r, ww / r, t / r
-          printf "  in the same window, per request: upstream CPU %.4f ms, %.2f context switches; clients CPU %.4f ms, %.2f context switches\n", ut / r, uc / r, ct / r, cc / r }' "$out/stat" "$out/upstream" "$out/client"
+          printf "  of the CPU, per request: user %.4f ms, kernel %.4f ms\n", (u1 - u0) * 1000 / hz / r, (s1 - s0) * 1000 / hz / r
+          printf "  in the same window, per request: upstream CPU %.4f ms, %.2f context switches; clients CPU %.4f ms, %.2f context switches\n", ut / r, uc / r, ct / r, cc / r }' "$out/stat" "$out/upstream" "$out/client" "$out/ticks"

@@ -22,6 +22,30 @@ use std::time::Duration;
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's options, read once when it starts (its `malloc_conf`, under the prefix
+/// `tikv-jemalloc-sys` builds it with); the environment's `_RJEM_MALLOC_CONF` still overrides
+/// them.
+///
+/// - `tcache_gc_incr_bytes`: a thread's cache of freed blocks is trimmed (the blocks it did not
+///   reuse since the last pass handed back to the shared arena) each time the thread has
+///   allocated this many bytes. jemalloc's default, 64 KB, is five gateway searches (about
+///   12.7 KB each): each pass walked every size class (about 4,100 instructions) and handed
+///   back blocks the next searches took again from the arena, 3 % of a proxied search's
+///   instructions (BENCHMARKS.md "The allocator's cache trims"). At 1 MB it is about 80
+///   searches. What a thread's cache may hold is not changed (jemalloc bounds each size
+///   class's count), only how soon an unused block goes back; a thread that stops allocating
+///   is trimmed no later than before (it makes no passes at all).
+#[used]
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static MALLOC_CONF: MallocConf = MallocConf(c"tcache_gc_incr_bytes:1048576".as_ptr());
+
+/// The C string jemalloc reads its options from: a `const char *`, as it declares it.
+#[repr(transparent)]
+struct MallocConf(*const std::ffi::c_char);
+
+// SAFETY: the pointer is to a string literal, immutable and alive for the whole program.
+unsafe impl Sync for MallocConf {}
+
 /// What a task has used so far; written by its thread, read by `_tasks` and the enforcement
 /// loop (relaxed: each figure is a monotone sample, read for reporting and decisions that
 /// tolerate one sample of staleness).
@@ -152,6 +176,18 @@ fn thread_allocated(mib: &tikv_jemalloc_ctl::thread::allocatedp_mib) -> Option<u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// jemalloc took [`MALLOC_CONF`]: a name or value it does not accept is skipped with a
+    /// message on stderr, the default kept.
+    #[test]
+    fn test_jemalloc_runs_with_the_options_set_here() {
+        if std::env::var_os("_RJEM_MALLOC_CONF").is_some() {
+            return; // The environment's options override these, as documented.
+        }
+        // SAFETY: the name is NUL-terminated and the option a `size_t`.
+        let gc = unsafe { tikv_jemalloc_ctl::raw::read::<usize>(b"opt.tcache_gc_incr_bytes\0") };
+        assert_eq!(gc, Ok(1 << 20));
+    }
 
     #[test]
     fn test_thread_usage_sees_this_threads_work_and_allocations() {

@@ -597,7 +597,7 @@ impl Upstream {
         exec: Execution,
         call: Call,
         thread: usize,
-    ) -> impl Future<Output = Result<h1::Answer, ApiError>> {
+    ) -> impl Future<Output = Result<Box<h1::Answer>, ApiError>> {
         let Some(lane) = self.lane.as_ref() else {
             return Either::Left(std::future::ready(Err(ApiError::Engine(
                 EngineError::internal("fast lane request on a gateway without one"),

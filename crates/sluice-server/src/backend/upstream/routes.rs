@@ -881,7 +881,7 @@ pub fn lane_search(
     lane: Lane,
     body: Bytes,
     thread: usize,
-) -> impl Future<Output = ApiResult<(Admitted, super::h1::Answer)>> {
+) -> impl Future<Output = ApiResult<(Admitted, Box<super::h1::Answer>)>> {
     async move {
         let up = super::routes_upstream(st)?;
         let Prepared {

@@ -249,16 +249,31 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
         // The header lines are forwarded from the request's own bytes.
         let raw = RawHeaders::new(head.clone(), taken.headers);
         conn.st.metrics.count_lane(LaneEvent::FastLane);
-        let checked = tokio::select! {
-            biased;
-            c = AssertUnwindSafe(check(&conn.st, peer, route, conn.series.get(route, &parts.method), &parts, &raw)).catch_unwind() => {
-                match c {
-                    Ok(checked) => checked,
-                    Err(panic) => Err(crate::server::panic_response(panic)),
+        // Pinned where it is made, as the forwarding below, in a scope of its own: it borrows
+        // the request's parts, which the forwarding then takes.
+        let checked = {
+            let checking = std::pin::pin!(
+                AssertUnwindSafe(check(
+                    &conn.st,
+                    peer,
+                    route,
+                    conn.series.get(route, &parts.method),
+                    &parts,
+                    &raw
+                ))
+                .catch_unwind()
+            );
+            tokio::select! {
+                biased;
+                c = checking => {
+                    match c {
+                        Ok(checked) => checked,
+                        Err(panic) => Err(crate::server::panic_response(panic)),
+                    }
                 }
+                // L3: the client left.
+                () = client_gone(&mut stream, &mut buf, clock.as_deref()) => return,
             }
-            // L3: the client left.
-            () = client_gone(&mut stream, &mut buf, clock.as_deref()) => return,
         };
         let passed = match checked {
             Ok(passed) => passed,
@@ -431,7 +446,7 @@ enum Handled {
     Sluice(Response),
     /// The upstream's answer: the head to send, the body to relay, and the stats of the
     /// task's group when its head counted a success (the body failing makes it a failure).
-    Upstream(Vec<u8>, Answer, Option<Arc<GroupStats>>),
+    Upstream(Vec<u8>, Box<Answer>, Option<Arc<GroupStats>>),
 }
 
 /// What a lane request's head let through: its timer, its `X-Opaque-Id` values and what

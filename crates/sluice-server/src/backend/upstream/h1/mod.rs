@@ -207,7 +207,7 @@ impl H1 {
         thread: usize,
         hosts: &Hosts,
         call: &super::Call,
-    ) -> Result<Answer, EngineError> {
+    ) -> Result<Box<Answer>, EngineError> {
         let method = &call.method;
         // The clock read once for the hosts' order and the first attempt: its start is the
         // order's time give or take the microseconds of writing the request.
@@ -278,7 +278,7 @@ impl H1 {
         request: &[u8],
         method: &Method,
         started: tokio::time::Instant,
-    ) -> Result<Answer, Failed> {
+    ) -> Result<Box<Answer>, Failed> {
         let head_only = *method == Method::HEAD;
         let pool = &self.pools[i];
         let mut reused = true;
@@ -450,6 +450,9 @@ async fn round_trip(
 
 /// The answer of `head` on `conn` (pooled in `pool` for lane thread `thread`), `buf` holding
 /// what was read past the head, each wait for its body's next bytes bounded by `idle` (R7).
+///
+/// Boxed where it is made: its 232 bytes were otherwise moved from future to future up to the
+/// relay, about a dozen `memcpy`s a search (BENCHMARKS.md "The allocator's cache trims").
 fn finish_head(
     head: Head,
     conn: TcpStream,
@@ -457,13 +460,13 @@ fn finish_head(
     head_only: bool,
     idle: Duration,
     (pool, thread): (Arc<Pool>, usize),
-) -> Result<Answer, Failed> {
+) -> Result<Box<Answer>, Failed> {
     let framing = if head_only {
         Framing::Empty
     } else {
         head.framing
     };
-    Ok(Answer {
+    Ok(Box::new(Answer {
         status: head.status,
         lines: head.lines,
         reason: head.reason,
@@ -476,7 +479,7 @@ fn finish_head(
         idle,
         pool,
         thread,
-    })
+    }))
 }
 
 impl Answer {
@@ -499,7 +502,7 @@ impl Answer {
     /// Dropping the future closes the upstream connection (R3); the client's connection may
     /// then hold part of the answer and must be closed by the caller.
     pub async fn relay(
-        self,
+        self: Box<Self>,
         head: Vec<u8>,
         client: &mut (impl AsyncWrite + Unpin),
     ) -> Result<Relayed, RelayError> {
@@ -514,7 +517,7 @@ impl Answer {
             lines,
             reason,
             ..
-        } = self;
+        } = *self;
         // They share `buf`'s memory, which the connection keeps once they are gone (no copy).
         drop((lines, reason));
         let mut idle = IdleBound::new(idle);
