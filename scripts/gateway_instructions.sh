@@ -32,6 +32,9 @@
 # instructions, 32 KB of data) and prints the misses a request, of the proxy and of the
 # gateway's connections' tasks: what the request's code and data footprint costs, which a
 # count of instructions does not show (a miss costs several instructions' time).
+# DUMP_INSTR=1 has the profile (KEEP_PROFILE) count each machine instruction rather than each
+# source line: which instruction misses, and the sizes passed to `memcpy` at the call sites
+# that run (the disassembly with `objdump -d`, their places with `addr2line -i`).
 # COPIES=1 (gateway only) runs the gateway natively instead and counts with `perf` uprobes,
 # a request, its allocations (jemalloc's entry points) and the calls to and bytes copied by
 # libc's `memmove`/`memcpy` (moves of futures and buffers).
@@ -67,6 +70,7 @@ EOF
 proxy_port="$(free_port)"
 measure=(valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p")
 [ -n "${CACHE_SIM:-}" ] && measure+=(--cache-sim=yes)
+[ -n "${DUMP_INSTR:-}" ] && measure+=(--dump-instr=yes)
 if [ -n "${COPIES:-}" ]; then
     [ "$via" = gateway ] || { echo "COPIES=1 counts the gateway only" >&2; exit 2; }
     measure=()

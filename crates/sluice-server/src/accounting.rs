@@ -31,10 +31,10 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 ///   allocated this many bytes. jemalloc's default, 64 KB, is five gateway searches (about
 ///   12.7 KB each): each pass walked every size class (about 4,100 instructions) and handed
 ///   back blocks the next searches took again from the arena, 3 % of a proxied search's
-///   instructions (BENCHMARKS.md "The allocator's cache trims"). At 1 MB it is about 80
-///   searches. What a thread's cache may hold is not changed (jemalloc bounds each size
-///   class's count), only how soon an unused block goes back; a thread that stops allocating
-///   is trimmed no later than before (it makes no passes at all).
+///   instructions (BENCHMARKS.md "The allocator's cache trims, and the answer boxed"). At
+///   1 MB it is about 80 searches. What a thread's cache may hold is not changed (jemalloc
+///   bounds each size class's count), only how soon an unused block goes back; a thread that
+///   stops allocating makes no passes, as before.
 #[used]
 #[unsafe(export_name = "_rjem_malloc_conf")]
 static MALLOC_CONF: MallocConf = MallocConf(c"tcache_gc_incr_bytes:1048576".as_ptr());

@@ -141,7 +141,7 @@ pub(super) async fn run(
     // or refused by admission, is answered its task id now, as on an embedded node.
     let stage = match futures::poll!(admitting.as_mut()) {
         Poll::Ready(Ok(admitted)) => {
-            Stage::Submitted(submit(&up, &meta, admitted, read, what).await?)
+            Stage::Submitted(Box::new(submit(&up, &meta, admitted, read, what).await?))
         }
         Poll::Ready(Err(refused)) => Stage::Refused(refused),
         Poll::Pending => Stage::Admitting(admitting, read),
@@ -154,7 +154,7 @@ pub(super) async fn run(
         let st = bg;
         let outcome = async {
             let submitted = match stage {
-                Stage::Submitted(submitted) => submitted,
+                Stage::Submitted(submitted) => *submitted,
                 Stage::Admitting(admitting, read) => {
                     submit(&up, &meta, admitting.await?, read, what).await?
                 }
@@ -214,8 +214,8 @@ enum Stage {
     ),
     /// Refused by admission: the task's result.
     Refused(ApiError),
-    /// Forwarded, and started on the upstream.
-    Submitted(Submitted),
+    /// Forwarded, and started on the upstream (boxed: the other stages are a third its size).
+    Submitted(Box<Submitted>),
 }
 
 /// Admitted work forwarded and started on the upstream: what holding its slot to its end

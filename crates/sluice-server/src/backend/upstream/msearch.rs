@@ -158,7 +158,7 @@ struct Merge {
     parent: crate::tasks::TaskGuard,
     up: Arc<super::Upstream>,
     meta: RequestMeta,
-    parts: http::request::Parts,
+    parts: Box<http::request::Parts>,
     template: bool,
     order: Order,
     batches: usize,

@@ -506,7 +506,7 @@ async fn forward(
     passed: Passed<'_>,
     peer: SocketAddr,
     route: LaneRoute,
-    parts: http::request::Parts,
+    parts: Box<http::request::Parts>,
     raw: RawHeaders,
     body: Bytes,
     thread: usize,

@@ -38,10 +38,11 @@ impl Taken {
     /// where they are ([`crate::http::header_lines`]). `None` when the target is not a valid
     /// URI, which [`parse`] does not let through. The names and
     /// values httparse accepted are valid HTTP: hyper builds its own header map from the same
-    /// parse without checking them again.
-    pub(super) fn parts(&self, request: &Bytes) -> Option<http::request::Parts> {
+    /// parse without checking them again. Boxed, as a read request's parts are
+    /// (`backend::upstream::routes::Read`): 224 bytes the search's steps pass on as a pointer.
+    pub(super) fn parts(&self, request: &Bytes) -> Option<Box<http::request::Parts>> {
         let uri = http::Uri::from_maybe_shared(request.slice(self.target.clone())).ok()?;
-        let mut parts = Request::new(()).into_parts().0;
+        let mut parts = Box::new(Request::new(()).into_parts().0);
         parts.method = self.method.clone();
         parts.uri = uri;
         Some(parts)

@@ -452,7 +452,8 @@ async fn round_trip(
 /// what was read past the head, each wait for its body's next bytes bounded by `idle` (R7).
 ///
 /// Boxed where it is made: its 232 bytes were otherwise moved from future to future up to the
-/// relay, about a dozen `memcpy`s a search (BENCHMARKS.md "The allocator's cache trims").
+/// relay, about a dozen `memcpy`s a search (BENCHMARKS.md "The allocator's cache trims, and
+/// the answer boxed").
 fn finish_head(
     head: Head,
     conn: TcpStream,
