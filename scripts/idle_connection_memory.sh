@@ -14,6 +14,8 @@
 #   e.g. scripts/idle_connection_memory.sh gateway target/release/sluice 2000
 # REQUEST_PATH (default /logs/_count, a request the gateway's fast lane serves) is what each
 # connection sends, e.g. REQUEST_PATH=/_cluster/health for the general path.
+# BODY_BYTES=<n> sends each a `POST` with a search body of about n bytes (a `match_all` padded
+# with a query name) instead: what a connection keeps once a large request has passed.
 # Needs python3, and nginx for `nginx`; the shell's open-file limit must exceed N.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,10 +56,17 @@ else
     wait_http "$proxy_port"
 fi
 
-python3 - "$proxy_port" "$connections" "$proxy" "$via" "${REQUEST_PATH:-/logs/_count}" <<'EOF'
-import socket, sys, time
+python3 - "$proxy_port" "$connections" "$proxy" "$via" "${REQUEST_PATH:-/logs/_count}" "${BODY_BYTES:-0}" <<'EOF'
+import json, socket, sys, time
 port, n, pid, via, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-request = (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n").encode()
+body_bytes = int(sys.argv[6])
+if body_bytes:
+    body = json.dumps({"query": {"match_all": {"_name": "a" * max(body_bytes - 40, 0)}}}).encode()
+    request = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    path = f"{path} with a {len(body)}-byte body"
+else:
+    request = (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n").encode()
 
 def rss_kb():
     with open(f"/proc/{pid}/status") as f:

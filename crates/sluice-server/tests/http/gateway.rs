@@ -4960,6 +4960,81 @@ async fn test_alias_changes_are_authorized_before_they_are_forwarded() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_requests_of_every_size_around_the_lanes_read_room_are_answered_whole() {
+    // The lane reads a connection's requests into a buffer that starts small (1 KB), grows for
+    // a larger request and is taken back whole between requests, and is let go after a
+    // request past 64 KB. On one keep-alive connection, searches whose sizes fall on each
+    // side of that room, of the grown buffer's end and of 64 KB, alone, pipelined two at a
+    // time, and with the body sent after the head: every one reaches the upstream whole and
+    // is answered in order.
+    let upstream = fake(answer_with(|r| {
+        axum::Json(json!({"uri": r.uri, "len": r.body.len()})).into_response()
+    }))
+    .await;
+    let gw = gateway(&upstream.base, &[]).await;
+    let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let search = |n: usize, body_len: usize| {
+        let body = format!("{{\"q\":\"{}\"}}", "x".repeat(body_len - 8));
+        assert_eq!(body.len(), body_len);
+        let head = format!(
+            "POST /s{n}/_search HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n\
+             content-length: {body_len}\r\n\r\n"
+        );
+        (head, body)
+    };
+    let sizes = [
+        8, 900, 1000, 1023, 1024, 1025, 1100, 2000, 9, 2047, 2048, 2049, 4000, 300, 8, 5000, 700,
+        16_000, 70_000, 10, 1000,
+    ];
+    let mut buf = Vec::new();
+    let mut n: u64 = 0;
+    let mut rest = Vec::new();
+    for (i, &len) in sizes.iter().enumerate() {
+        let (head, body) = search(i, len);
+        match i % 3 {
+            // Alone, in one write.
+            0 => stream
+                .write_all(format!("{head}{body}").as_bytes())
+                .await
+                .unwrap(),
+            // The head, then the body in a second write.
+            1 => {
+                stream.write_all(head.as_bytes()).await.unwrap();
+                stream.flush().await.unwrap();
+                tokio::task::yield_now().await;
+                stream.write_all(body.as_bytes()).await.unwrap();
+            }
+            // Pipelined behind the next size's request, in one write.
+            _ => {
+                let next = sizes[(i + 1) % sizes.len()];
+                let (head2, body2) = search(1000 + i, next);
+                stream
+                    .write_all(format!("{head}{body}{head2}{body2}").as_bytes())
+                    .await
+                    .unwrap();
+                rest.push((1000 + i, next));
+            }
+        }
+        let mut expect = vec![(i, len)];
+        expect.append(&mut rest);
+        for (at, want) in expect {
+            let (status, _, answer) = read_response(&mut stream, &mut buf).await;
+            let text = String::from_utf8_lossy(&answer).to_string();
+            assert_eq!(status, 200, "request {at} of {want} bytes: {text}");
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(v["uri"], format!("/s{at}/_search"), "{text}");
+            assert_eq!(v["len"], want, "request {at}: {text}");
+            n += 1;
+        }
+    }
+    assert!(buf.is_empty());
+    // Every one took the lane, and every one completed.
+    assert_eq!(lane_counts(&gw).await.0, n, "lane counts");
+    let stats = default_stats(&gw).await;
+    assert_eq!(stats["total_completions"], n, "{stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_lane_hands_other_requests_to_the_general_path() {
     // On one keep-alive connection, searches (the fast lane) and other requests (hyper, one at
     // a time, then back to the lane) alternate and are pipelined; every answer comes back in

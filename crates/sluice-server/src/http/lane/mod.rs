@@ -140,6 +140,22 @@ pub struct Conn {
 /// 23 GB of address space).
 const BODY_STEP: usize = 64 * 1024;
 
+/// The room a connection's buffer is made with: nginx's `client_header_buffer_size` (1 KB). A
+/// search's head and a small body fit, and a connection that waits idle keeps no more (it
+/// kept 8 KB; BENCHMARKS.md "Idle connections"). A larger request grows the buffer as its
+/// bytes come.
+const READ_ROOM: usize = 1024;
+
+/// The largest request whose room a connection keeps between requests. Before each request its
+/// buffer is given room for twice the largest request it has carried (at least `READ_ROOM`):
+/// the buffer's own allocation, taken back once the last request's bytes are gone, so without
+/// allocating. A request read into a tail too short for it took a second read and a second
+/// parse of its head (3,000 instructions a search with 2 KB of headers), and one that filled
+/// the buffer exactly left no room for what the client sends while it is in flight, which
+/// then took a new buffer (400 instructions a search). A request past this leaves its buffer
+/// behind: an idle connection does not keep a large body's room. One step of a body's read.
+const KEPT_ROOM: usize = BODY_STEP;
+
 /// Serves one connection (see the module documentation) on lane thread `thread`
 /// ([`crate::http::threads`]): the thread this runs on. A connection that reads nothing for
 /// `http.read_timeout` is closed, whatever it is doing ([`crate::http::read_timeout`]).
@@ -166,7 +182,9 @@ pub async fn serve_connection(thread: usize, stream: TcpStream, peer: SocketAddr
 async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut conn: Conn) {
     let limit = conn.st.config.max_content_length;
     let clock = conn.clock.clone();
-    let mut buf = BytesMut::with_capacity(8 * 1024);
+    let mut buf = BytesMut::with_capacity(READ_ROOM);
+    // The largest request the connection has carried (`KEPT_ROOM`).
+    let mut largest = 0;
     loop {
         // At shutdown a connection with no request in flight closes (L4): idle, holding part
         // of a head, or requests pipelined behind an answer that said `Connection: close`,
@@ -175,8 +193,19 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
             let _ = stream.shutdown().await;
             return;
         }
-        // An empty buffer (the usual state after an answer) needs no parse to be partial.
+        // An empty buffer (the usual state after an answer) needs no parse to be partial. It
+        // is given room for twice the connection's largest request so far (`KEPT_ROOM`), or
+        // is a new one after a request larger than that.
         let parsed = if buf.is_empty() {
+            if largest > KEPT_ROOM {
+                buf = BytesMut::with_capacity(READ_ROOM);
+                largest = 0;
+            } else {
+                let room = (2 * largest).max(READ_ROOM);
+                if buf.capacity() < room {
+                    buf.reserve(room);
+                }
+            }
             Parsed::Partial
         } else {
             parse(&buf, limit)
@@ -219,6 +248,7 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
         // refusal (a 400, 401 or 403) from the head, and an anonymous client must not make the
         // lane hold a body of up to `http.max_content_length` before it is refused.
         let body_len = taken.body_len;
+        largest = largest.max(taken.head_len.saturating_add(body_len));
         let head = buf.split_to(taken.head_len).freeze();
         let Some(parts) = taken.parts(&head) else {
             // Not met: `parse` leaves a target `http::Uri` refuses to the general path, which
@@ -432,7 +462,12 @@ async fn client_gone(
         if buf.len() >= MAX_READ_AHEAD {
             return std::future::pending().await;
         }
-        buf.reserve(4096);
+        // What the client sends while its request is in flight goes after the request's own
+        // bytes, which the request still holds: room is made only once the buffer is full,
+        // so a request does not cost a new buffer while it is in flight.
+        if buf.len() == buf.capacity() {
+            buf.reserve(READ_ROOM);
+        }
         match stream.read_buf(buf).await {
             Ok(0) | Err(_) => return,
             Ok(_) => read_timeout::read(clock),
