@@ -146,10 +146,11 @@ const BODY_STEP: usize = 64 * 1024;
 /// bytes come.
 const READ_ROOM: usize = 1024;
 
-/// The largest request whose room a connection keeps between requests. Before each request its
-/// buffer is given room for twice the largest request it has carried (at least `READ_ROOM`):
-/// the buffer's own allocation, taken back once the last request's bytes are gone, so without
-/// allocating. A request read into a tail too short for it took a second read and a second
+/// The largest request whose room a connection keeps between requests. Before each request
+/// whose buffer has less left, it is given room for twice the largest request the connection
+/// has carried: the buffer's own allocation, taken back once the last request's bytes are
+/// gone, so without allocating (and, with room for two left, only every other request or
+/// less). A request read into a tail too short for it took a second read and a second
 /// parse of its head (3,000 instructions a search with 2 KB of headers), and one that filled
 /// the buffer exactly left no room for what the client sends while it is in flight, which
 /// then took a new buffer (400 instructions a search). A request past this leaves its buffer
@@ -193,18 +194,15 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
             let _ = stream.shutdown().await;
             return;
         }
-        // An empty buffer (the usual state after an answer) needs no parse to be partial. It
-        // is given room for twice the connection's largest request so far (`KEPT_ROOM`), or
-        // is a new one after a request larger than that.
+        // An empty buffer (the usual state after an answer) needs no parse to be partial. With
+        // less left, it is given room for twice the connection's largest request so far
+        // (`KEPT_ROOM`); after a request larger than that, it is a new one.
         let parsed = if buf.is_empty() {
             if largest > KEPT_ROOM {
                 buf = BytesMut::with_capacity(READ_ROOM);
                 largest = 0;
-            } else {
-                let room = (2 * largest).max(READ_ROOM);
-                if buf.capacity() < room {
-                    buf.reserve(room);
-                }
+            } else if buf.capacity() < 2 * largest {
+                buf.reserve(2 * largest);
             }
             Parsed::Partial
         } else {
