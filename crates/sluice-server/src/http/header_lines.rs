@@ -72,12 +72,24 @@ impl HeaderLines for RawHeaders {
 /// sent byte, and only when `wanted`'s is a letter. Every line of a request is looked at for
 /// each header read by name, and lowering both bytes of each pair made reading a tagged
 /// search's `workloadGroupId` cost about 200 instructions.
+///
+/// The gateway's request and answer parses compare every name and token they read with this
+/// too, rather than with `eq_ignore_ascii_case`, which the compiler unrolls into 30–60
+/// instructions at each of its call sites: over a proxied search those copies were ~900
+/// distinct instructions, ~6 % of the code a search runs through, each line of it fetched
+/// again into the instruction cache every search (BENCHMARKS.md "The code a search runs
+/// through"). Only the length check is inlined; the bytes are compared in one shared copy.
+#[inline]
 pub(crate) fn is_named(sent: &[u8], wanted: &[u8]) -> bool {
-    sent.len() == wanted.len()
-        && sent
-            .iter()
-            .zip(wanted)
-            .all(|(&s, &w)| s == w || (s | 0x20 == w && w.is_ascii_lowercase()))
+    sent.len() == wanted.len() && same_letters(sent, wanted)
+}
+
+/// [`is_named`]'s comparison of two names of one length, kept out of line (one copy).
+#[inline(never)]
+fn same_letters(sent: &[u8], wanted: &[u8]) -> bool {
+    sent.iter()
+        .zip(wanted)
+        .all(|(&s, &w)| s == w || (s | 0x20 == w && w.is_ascii_lowercase()))
 }
 
 /// `value` as text when it is visible ASCII (tabs allowed), as `HeaderValue::to_str` reads a

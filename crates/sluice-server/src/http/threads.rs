@@ -86,8 +86,12 @@ impl<C: Send + 'static> Threads<C> {
         let mut threads = Vec::new();
         let mut handles = Vec::new();
         for index in 0..count.max(1) {
+            // I/O and timers only: the signal driver's check ran at every wake-up and no
+            // connection's task waits for a signal (the process's signals are the accepting
+            // runtime's).
             let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
+                .enable_io()
+                .enable_time()
                 .build()?;
             let (jobs, mut rx) = mpsc::unbounded_channel::<(Job<C>, Live)>();
             let serve = serve.clone();

@@ -11,6 +11,7 @@ use http::Method;
 use crate::backend::upstream::h1::content_length;
 use crate::backend::upstream::headers::connection_tokens;
 use crate::backend::upstream::routes::{LaneRoute, lane_route};
+use crate::http::header_lines::is_named;
 
 /// The most a request head may take on the lane; a longer one hands off (hyper's limit is
 /// larger and its error the general path's).
@@ -83,18 +84,18 @@ pub(super) fn parse(buf: &[u8], limit: u64) -> Parsed {
     let mut lane_headers = true;
     let mut length: Option<u64> = None;
     for h in req.headers.iter() {
-        let name = h.name;
+        let name = h.name.as_bytes();
         // Names compared only with the names of their length.
         match name.len() {
-            6 if name.eq_ignore_ascii_case("expect") => return Parsed::Hyper,
-            7 if name.eq_ignore_ascii_case("upgrade") => return Parsed::Hyper,
-            10 if name.eq_ignore_ascii_case("connection") => {
+            6 if is_named(name, b"expect") => return Parsed::Hyper,
+            7 if is_named(name, b"upgrade") => return Parsed::Hyper,
+            10 if is_named(name, b"connection") => {
                 for token in connection_tokens(h.value) {
-                    if token.eq_ignore_ascii_case(b"close") {
+                    if is_named(token, b"close") {
                         close = true;
-                    } else if token.eq_ignore_ascii_case(b"upgrade") {
+                    } else if is_named(token, b"upgrade") {
                         return Parsed::Hyper;
-                    } else if !token.eq_ignore_ascii_case(b"keep-alive") {
+                    } else if !is_named(token, b"keep-alive") {
                         // A header it names is the general path's to drop, for this request
                         // only (`Connection: TE`, which curl sends, once kept the connection
                         // off the lane for good).
@@ -104,14 +105,14 @@ pub(super) fn parse(buf: &[u8], limit: u64) -> Parsed {
             }
             // A chunked body's end is not known before it is read: hyper keeps the
             // connection.
-            17 if name.eq_ignore_ascii_case("transfer-encoding") => return Parsed::Hyper,
-            16 if name.eq_ignore_ascii_case("content-encoding") => lane_headers = false,
+            17 if is_named(name, b"transfer-encoding") => return Parsed::Hyper,
+            16 if is_named(name, b"content-encoding") => lane_headers = false,
             // The general path gzips answers for clients that accept it (`identity` alone,
             // which Python's `http.client` sends, asks for none).
-            15 if name.eq_ignore_ascii_case("accept-encoding") && !identity_only(h.value) => {
+            15 if is_named(name, b"accept-encoding") && !identity_only(h.value) => {
                 lane_headers = false;
             }
-            14 if name.eq_ignore_ascii_case("content-length") => {
+            14 if is_named(name, b"content-length") => {
                 match (content_length(h.value), length) {
                     (Some(n), None) => length = Some(n),
                     // hyper answers a length it cannot read, and closes.
@@ -183,11 +184,11 @@ pub(super) fn parse(buf: &[u8], limit: u64) -> Parsed {
 
 /// Whether an `Accept-Encoding` value asks for no encoding but `identity` (or none).
 fn identity_only(value: &[u8]) -> bool {
-    value.eq_ignore_ascii_case(b"identity")
+    is_named(value, b"identity")
         || std::str::from_utf8(value).is_ok_and(|v| {
             v.split(',').all(|t| {
                 let coding = t.split(';').next().unwrap_or("").trim();
-                coding.is_empty() || coding.eq_ignore_ascii_case("identity")
+                coding.is_empty() || is_named(coding.as_bytes(), b"identity")
             })
         })
 }

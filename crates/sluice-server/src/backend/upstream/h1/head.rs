@@ -6,6 +6,7 @@ use bytes::Bytes;
 use http::StatusCode;
 
 use super::worded;
+use crate::http::header_lines::is_named;
 
 /// The most an answer's head may take: the hyper client's (its default read buffer's largest,
 /// 8 KiB + 100 × 4 KiB), so the lane refuses with a 502 exactly the heads the general path
@@ -48,8 +49,7 @@ pub struct Added {
 /// before it appends its own).
 pub fn varies_on_encoding(vary: &[u8]) -> bool {
     const NEEDLE: &[u8] = b"accept-encoding";
-    vary.windows(NEEDLE.len())
-        .any(|w| w.eq_ignore_ascii_case(NEEDLE))
+    vary.windows(NEEDLE.len()).any(|w| is_named(w, NEEDLE))
 }
 
 /// Whether tower-http's default predicate compresses an answer of `content_type` (read as
@@ -84,13 +84,13 @@ impl Seen {
     /// A header `name` (its length `len`, which the caller dispatched on) with `value`.
     fn see(&mut self, len: usize, name: &str, value: &[u8]) {
         match len {
-            4 if name.eq_ignore_ascii_case("date") => self.dated = true,
-            4 if name.eq_ignore_ascii_case("vary") => self.varied |= varies_on_encoding(value),
-            12 if name.eq_ignore_ascii_case("content-type") && self.content_type.is_none() => {
+            4 if is_named(name.as_bytes(), b"date") => self.dated = true,
+            4 if is_named(name.as_bytes(), b"vary") => self.varied |= varies_on_encoding(value),
+            12 if is_named(name.as_bytes(), b"content-type") && self.content_type.is_none() => {
                 self.content_type = Some(type_compressed(value));
             }
-            13 if name.eq_ignore_ascii_case("content-range") => self.ranged = true,
-            16 if name.eq_ignore_ascii_case("content-encoding") => self.encoded = true,
+            13 if is_named(name.as_bytes(), b"content-range") => self.ranged = true,
+            16 if is_named(name.as_bytes(), b"content-encoding") => self.encoded = true,
             _ => {}
         }
     }
@@ -208,25 +208,25 @@ pub(super) fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
         let len = h.name.len();
         if !matches!(len, 10 | 14 | 17) {
             seen.see(len, h.name, h.value);
-        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+        } else if is_named(h.name.as_bytes(), b"transfer-encoding") {
             // The last coding decides; anything but chunked last runs to the connection's end.
             chunked = Some(
                 value()
                     .rsplit(',')
                     .next()
-                    .is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked")),
+                    .is_some_and(|c| is_named(c.trim().as_bytes(), b"chunked")),
             );
-        } else if h.name.eq_ignore_ascii_case("content-length") {
+        } else if is_named(h.name.as_bytes(), b"content-length") {
             let n = content_length(h.value).ok_or_else(|| worded::CONTENT_LENGTH.to_string())?;
             if length.is_some_and(|l| l != n) {
                 return Err(worded::CONTENT_LENGTH.to_string());
             }
             length = Some(n);
-        } else if h.name.eq_ignore_ascii_case("connection") {
+        } else if is_named(h.name.as_bytes(), b"connection") {
             for token in crate::backend::upstream::headers::connection_tokens(h.value) {
-                if token.eq_ignore_ascii_case(b"close") {
+                if is_named(token, b"close") {
                     closes = true;
-                } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                } else if is_named(token, b"keep-alive") {
                     keeps = true;
                 } else {
                     connection_named.push(token);
@@ -263,8 +263,10 @@ pub(super) fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, String> {
     // wrong and its next answer from the middle of this one.
     let drop_length = chunked.is_some();
     let dropped = |name: &str| {
-        NOT_RELAYED.iter().any(|n| n.eq_ignore_ascii_case(name))
-            || (drop_length && name.eq_ignore_ascii_case("content-length"))
+        NOT_RELAYED
+            .iter()
+            .any(|n| is_named(name.as_bytes(), n.as_bytes()))
+            || (drop_length && is_named(name.as_bytes(), b"content-length"))
             || connection_named
                 .iter()
                 .any(|n| n.eq_ignore_ascii_case(name.as_bytes()))

@@ -5,6 +5,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method};
 use sluice_engine::EngineError;
 
+use crate::http::header_lines::is_named;
 use crate::server::MAX_HEADER_SIZE;
 
 /// A lane request's header lines as the client sent them, forwarded from its own bytes rather
@@ -60,9 +61,7 @@ impl RawHeaders {
     pub fn shared_values<'a>(&'a self, name: &'a [u8]) -> impl Iterator<Item = Bytes> + 'a {
         self.lines
             .iter()
-            .filter(move |(n, _)| {
-                crate::http::header_lines::is_named(&self.request[n.clone()], name)
-            })
+            .filter(move |(n, _)| is_named(&self.request[n.clone()], name))
             .map(|(_, value)| self.request.slice(value.clone()))
     }
 
@@ -82,10 +81,10 @@ impl RawHeaders {
         let mut written = 0;
         for (name, value) in &self.lines {
             let name = &self.request[name.clone()];
-            let skip = name.eq_ignore_ascii_case(b"host")
-                || name.eq_ignore_ascii_case(b"content-length")
-                || (self.opaque_id.is_some() && name.eq_ignore_ascii_case(b"x-opaque-id"))
-                || replaced.iter().any(|k| k.eq_ignore_ascii_case(name));
+            let skip = is_named(name, b"host")
+                || is_named(name, b"content-length")
+                || (self.opaque_id.is_some() && is_named(name, b"x-opaque-id"))
+                || replaced.iter().any(|k| is_named(name, k));
             if skip {
                 continue;
             }
