@@ -12,16 +12,27 @@
 //! are kept in memory, the newest [`MAX_STORED_RESULTS`].
 //!
 //! # Invariants
-//! - A task id is never reused while the node runs (`next_id` only grows).
-//! - A registered task is in `tasks` until its guard drops, and only then.
-//! - A child registered under a cancelled parent starts cancelled.
+//! - A task id is never reused while the node runs: the registry is kept in [`SHARDS`]
+//!   shards, each numbering its own tasks `n × SHARDS + shard + 1` with a counter that only
+//!   grows under its lock (`test_ids_are_unique_across_threads`).
+//! - A registered task is in its shard until its guard drops, and only then.
+//! - A child registered under a cancelled parent starts cancelled, whichever shards the two
+//!   are in: registering a child holds the parent's shard and its own, cancelling holds every
+//!   shard, each taken in shard order (`test_cancel_reaches_children_on_other_threads`).
+//!
+//! A thread registers its tasks in a shard of its own while there are no more threads than
+//! shards (its home, [`home_shard`]): the gateway's lane threads, each serving its own
+//! connections, then register, list and remove their searches writing no cache line another
+//! lane thread writes. One map under one lock had both threads pass its lock word, its
+//! table and the id counter between them several times a search, at ~230 ns a pass on the
+//! two-core benchmark machine (BENCHMARKS.md "Lines the lane threads shared").
 //! - R1 — from [`TaskManager::expect_result`] on, a background task is always found by
 //!   [`TaskManager::lookup`]: running (registered, or ended and its result being stored) or
 //!   done (its result stored), never missing (`test_result_is_found_once_the_task_is_gone`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -314,14 +325,50 @@ pub struct NewTask {
 /// Running tasks by sequence number.
 type TaskMap = HashMap<u64, Arc<Task>, foldhash::fast::RandomState>;
 
+/// How many shards the registry is kept in: one for each thread of a gateway of up to eight
+/// cores (its lane threads are one a core), the busiest threads there are. Threads beyond
+/// that share shards, which costs what one shard for all cost, no more. Lookups by id go
+/// straight to the id's shard; only a listing and a cancellation read all eight.
+const SHARDS: usize = 8;
+
+/// One shard: its running tasks and the count of ids it gave. Aligned to two cache lines, so
+/// that two shards never share one (x86 fetches lines in adjacent pairs).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Shard {
+    inner: Mutex<ShardInner>,
+}
+
+#[derive(Debug, Default)]
+struct ShardInner {
+    /// How many ids the shard gave.
+    given: u64,
+    tasks: TaskMap,
+}
+
+/// The shard the task `seq` is in.
+fn shard_of(seq: u64) -> usize {
+    // A u64 residue of SHARDS fits usize.
+    (seq.wrapping_sub(1) % SHARDS as u64) as usize
+}
+
+/// The calling thread's home shard: the threads take the shards in turn as they first
+/// register a task.
+fn home_shard() -> usize {
+    static NEXT_HOME: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    thread_local! {
+        static HOME: usize = NEXT_HOME.fetch_add(1, Ordering::Relaxed) % SHARDS;
+    }
+    HOME.with(|h| *h)
+}
+
 /// The node's registry of running tasks.
 #[derive(Debug)]
 pub struct TaskManager {
     node_id: String,
-    next_id: AtomicU64,
     /// Every request registers and removes itself here: foldhash, not std's SipHash (a few
     /// hundred instructions a search on the gateway's fast lane, BENCHMARKS.md).
-    tasks: Mutex<TaskMap>,
+    shards: [Shard; SHARDS],
     /// Results of background tasks that ended, oldest first, at most [`MAX_STORED_RESULTS`].
     results: Mutex<std::collections::VecDeque<(u64, StoredResult)>>,
     /// Background tasks whose result is not stored yet (R1).
@@ -374,7 +421,12 @@ impl TaskGuard {
 
 impl Drop for TaskGuard {
     fn drop(&mut self) {
-        self.manager.tasks.lock().remove(&self.task.seq);
+        let seq = self.task.seq;
+        self.manager.shards[shard_of(seq)]
+            .inner
+            .lock()
+            .tasks
+            .remove(&seq);
         // After the removal: a waiter re-reads the registry when woken.
         self.task.ended.notify_waiters();
         // Its place among the unmeasured tasks is free once it no longer runs, even while
@@ -424,8 +476,7 @@ impl TaskManager {
     pub fn new(node_id: &str) -> TaskManager {
         TaskManager {
             node_id: node_id.to_string(),
-            next_id: AtomicU64::new(1),
-            tasks: Mutex::new(TaskMap::default()),
+            shards: Default::default(),
             results: Mutex::new(std::collections::VecDeque::new()),
             pending: Mutex::new(HashMap::new()),
         }
@@ -459,6 +510,11 @@ impl TaskManager {
 
     /// Registers a task; a child of a cancelled parent starts cancelled.
     pub fn register_task(self: &Arc<Self>, new: NewTask) -> TaskGuard {
+        self.register_in(home_shard(), new)
+    }
+
+    /// [`TaskManager::register_task`] in the shard `home`.
+    fn register_in(self: &Arc<Self>, home: usize, new: NewTask) -> TaskGuard {
         let NewTask {
             action,
             description,
@@ -469,11 +525,30 @@ impl TaskManager {
             admitting,
             opaque_id,
         } = new;
-        let seq = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut tasks = self.tasks.lock();
-        let parent_cancelled = parent
-            .and_then(|p| tasks.get(&p))
-            .is_some_and(|p| p.is_cancelled());
+        // Shards are taken in shard order, as `cancel_seq` takes them all.
+        let (mut own, parent_cancelled) = match parent.map(shard_of) {
+            Some(ps) if ps != home => {
+                let low = self.shards[ps.min(home)].inner.lock();
+                let high = self.shards[ps.max(home)].inner.lock();
+                let (own, of_parent) = if ps < home { (high, low) } else { (low, high) };
+                let cancelled = parent
+                    .and_then(|p| of_parent.tasks.get(&p))
+                    .is_some_and(|p| p.is_cancelled());
+                // The parent's shard may go while this child's own is held: a cancellation
+                // takes every shard, so it acts only after this child is in and finds it.
+                drop(of_parent);
+                (own, cancelled)
+            }
+            _ => {
+                let own = self.shards[home].inner.lock();
+                let cancelled = parent
+                    .and_then(|p| own.tasks.get(&p))
+                    .is_some_and(|p| p.is_cancelled());
+                (own, cancelled)
+            }
+        };
+        let seq = own.given * SHARDS as u64 + home as u64 + 1;
+        own.given += 1;
         let task = Arc::new(Task {
             seq,
             action,
@@ -500,7 +575,8 @@ impl TaskManager {
             dry_share_wait: AtomicBool::new(false),
             opaque_id: opaque_id.map_or_else(std::sync::OnceLock::new, std::sync::OnceLock::from),
         });
-        tasks.insert(seq, task.clone());
+        own.tasks.insert(seq, task.clone());
+        drop(own);
         TaskGuard {
             manager: self.clone(),
             task,
@@ -509,14 +585,22 @@ impl TaskManager {
 
     /// A snapshot of the running tasks, by sequence number.
     pub fn list(&self) -> Vec<Arc<Task>> {
-        let mut v: Vec<Arc<Task>> = self.tasks.lock().values().cloned().collect();
+        let mut v: Vec<Arc<Task>> = Vec::new();
+        for shard in &self.shards {
+            v.extend(shard.inner.lock().tasks.values().cloned());
+        }
         v.sort_by_key(|t| t.seq);
         v
     }
 
     /// The running task `seq`, if any.
     pub fn get(&self, seq: u64) -> Option<Arc<Task>> {
-        self.tasks.lock().get(&seq).cloned()
+        self.shards[shard_of(seq)]
+            .inner
+            .lock()
+            .tasks
+            .get(&seq)
+            .cloned()
     }
 
     /// Marks `task` (registered) as running in the background: it will store its result
@@ -613,11 +697,12 @@ impl TaskManager {
 
     /// Cancels the task `seq` and its descendants; returns the tasks newly cancelled.
     pub fn cancel_seq(&self, seq: u64, reason: &str) -> Vec<Arc<Task>> {
-        let tasks = self.tasks.lock();
+        // Every shard, in shard order (see `register_task`).
+        let shards: Vec<_> = self.shards.iter().map(|s| s.inner.lock()).collect();
         let mut out = Vec::new();
         let mut stack = vec![seq];
         while let Some(s) = stack.pop() {
-            if let Some(t) = tasks.get(&s) {
+            if let Some(t) = shards[shard_of(s)].tasks.get(&s) {
                 if !t.cancelled.swap(true, Ordering::AcqRel) {
                     *t.cancel_reason.lock() = Some(reason.to_string());
                 }
@@ -626,8 +711,9 @@ impl TaskManager {
                 out.push(t.clone());
             }
             stack.extend(
-                tasks
-                    .values()
+                shards
+                    .iter()
+                    .flat_map(|shard| shard.tasks.values())
                     .filter(|t| t.parent == Some(s))
                     .map(|t| t.seq),
             );
@@ -772,6 +858,95 @@ mod tests {
             None,
         );
         assert!(late.task().is_cancelled());
+    }
+
+    /// A task of `parent` registered in the shard `home`.
+    fn task_in(m: &Arc<TaskManager>, home: usize, parent: Option<u64>) -> TaskGuard {
+        m.register_in(
+            home,
+            NewTask {
+                action: actions::SEARCH,
+                description: Description::Text("t".into()),
+                parent,
+                start_time_millis: 0,
+                principal: None,
+                remote_addr: None,
+                admitting: false,
+                opaque_id: None,
+            },
+        )
+    }
+
+    #[test]
+    fn test_ids_are_unique_across_threads() {
+        let m = Arc::new(TaskManager::new("n"));
+        let guards: Vec<TaskGuard> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..2 * SHARDS)
+                .map(|_| {
+                    let m = &m;
+                    scope.spawn(move || {
+                        (0..100)
+                            .map(|_| m.register(actions::SEARCH, "d".into(), None, None))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("registering thread"))
+                .collect()
+        });
+        let seqs: std::collections::HashSet<u64> = guards.iter().map(|g| g.task().seq).collect();
+        assert_eq!(seqs.len(), guards.len(), "an id was given twice");
+        assert!(seqs.iter().all(|&s| s >= 1));
+        for g in &guards {
+            assert_eq!(m.get(g.task().seq).map(|t| t.seq), Some(g.task().seq));
+        }
+        assert_eq!(m.list().len(), guards.len());
+        drop(guards);
+        assert!(m.list().is_empty());
+    }
+
+    #[test]
+    fn test_cancel_reaches_children_on_other_threads() {
+        let m = Arc::new(TaskManager::new("n"));
+        // Children in shards below, at and above the parent's, each way the locks are taken.
+        let parent = task_in(&m, 3, None);
+        let p = parent.task().seq;
+        let children: Vec<_> = (0..SHARDS).map(|home| task_in(&m, home, Some(p))).collect();
+        let cancelled = m.cancel_seq(p, "by test");
+        assert_eq!(cancelled.len(), 1 + SHARDS);
+        assert!(children.iter().all(|c| c.task().is_cancelled()));
+        for home in 0..SHARDS {
+            assert!(task_in(&m, home, Some(p)).task().is_cancelled());
+        }
+        // Registrations racing a cancellation: every child ends cancelled, whether the
+        // cancellation found it or it found the parent cancelled.
+        for round in 0..200 {
+            let parent = task_in(&m, round % SHARDS, None);
+            let p = parent.task().seq;
+            let kids: Vec<TaskGuard> = std::thread::scope(|scope| {
+                let registering: Vec<_> = (0..4)
+                    .map(|k| {
+                        let m = &m;
+                        scope.spawn(move || {
+                            (0..8)
+                                .map(|i| task_in(m, (round + k + i) % SHARDS, Some(p)))
+                                .collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                m.cancel_seq(p, "by test");
+                registering
+                    .into_iter()
+                    .flat_map(|h| h.join().expect("registering thread"))
+                    .collect()
+            });
+            assert!(
+                kids.iter().all(|k| k.task().is_cancelled()),
+                "round {round}: a child escaped the cancellation"
+            );
+        }
     }
 
     #[test]

@@ -6,8 +6,11 @@
 //! list's lock to look at its waker: about 90 instructions a poll, twice a search on the fast
 //! lane (2 % of a proxied search, counted with `scripts/gateway_instructions.sh`), for a
 //! signal that comes once in a node's life. [`until_closed`] polls the `Notified` only when the
-//! waker it registered would no longer wake the task, or once the token is cancelled: a
-//! pointer comparison and an atomic load a poll otherwise.
+//! waker it registered would no longer wake the task, or once that waker was woken: a pointer
+//! comparison and an atomic swap of the connection's own flag a poll otherwise. (It asked the token
+//! `is_cancelled` at each poll before, which takes the token's mutex: one token for every
+//! connection, its lock word written by each lane thread twice a search and passed between
+//! them; BENCHMARKS.md "Lines the lane threads shared".)
 //!
 //! # Invariants
 //! - S1 — the connection's future is polled as it would be alone, and its output is returned
@@ -27,7 +30,9 @@
 
 use std::future::{Future, poll_fn};
 use std::pin::{Pin, pin};
-use std::task::{Poll, Waker};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
 
 use tokio_util::sync::CancellationToken;
 
@@ -41,24 +46,54 @@ pub async fn until_closed<F: Future + ?Sized>(
     closing: &CancellationToken,
 ) -> Option<F::Output> {
     let mut cancelled = pin!(closing.cancelled());
-    // The waker `cancelled` was last polled with (S2).
-    let mut registered: Option<Waker> = None;
+    // What `cancelled` was last polled with (S2): the task's waker, and whether it was woken.
+    let mut registered: Option<Arc<Noting>> = None;
     poll_fn(|cx| {
         if let Poll::Ready(out) = fut.as_mut().poll(cx) {
             return Poll::Ready(Some(out));
         }
-        let stale = !registered.as_ref().is_some_and(|w| w.will_wake(cx.waker()));
-        if stale || closing.is_cancelled() {
-            if cancelled.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(None);
+        let current = registered.as_ref().filter(|r| r.task.will_wake(cx.waker()));
+        let noting = match current {
+            // Not woken by the token: nothing to look at.
+            Some(r) if !r.woken.swap(false, Ordering::AcqRel) => return Poll::Pending,
+            Some(r) => r.clone(),
+            None => {
+                let r = Arc::new(Noting {
+                    woken: AtomicBool::new(false),
+                    task: cx.waker().clone(),
+                });
+                registered = Some(r.clone());
+                r
             }
-            if stale {
-                registered = Some(cx.waker().clone());
-            }
+        };
+        let waker = Waker::from(noting);
+        if cancelled
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_ready()
+        {
+            return Poll::Ready(None);
         }
         Poll::Pending
     })
     .await
+}
+
+/// The waker `cancelled` is polled with: notes that it was woken, then wakes the task.
+struct Noting {
+    woken: AtomicBool,
+    task: Waker,
+}
+
+impl Wake for Noting {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.task.wake_by_ref();
+    }
 }
 
 #[cfg(test)]

@@ -6,9 +6,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
+use sluice_core::WlmMode;
 use sluice_engine::EngineError;
 use sluice_meta::{Collection, Expect, MetaError, MetaStore, Op, Outcome};
 use tokio::sync::watch;
@@ -109,14 +111,47 @@ pub struct AppliedUpdate {
 /// update landed, so this is far more than the admin requests that race in practice.
 const MAX_UPDATE_ATTEMPTS: usize = 100;
 
+/// [`ClusterSettings::cancel_after_nanos`] when `search.cancel_after_time_interval` is
+/// disabled. A longer interval (585 years) is kept as one nanosecond less.
+const NO_CANCEL_AFTER: u64 = u64::MAX;
+
+/// A mode as [`ClusterSettings::wlm_mode`] keeps it (`wlm_mode` reads it back).
+fn mode_code(mode: WlmMode) -> u8 {
+    match mode {
+        WlmMode::Enabled => 0,
+        WlmMode::MonitorOnly => 1,
+        WlmMode::Disabled => 2,
+    }
+}
+
+/// The values of `snapshot` kept in [`ClusterSettings`]' atomics.
+fn hot_values(snapshot: &SettingsSnapshot) -> (u8, u64) {
+    let cancel_after = snapshot
+        .cancel_after_time_interval()
+        .map_or(NO_CANCEL_AFTER, |d| {
+            u64::try_from(d.as_nanos()).map_or(NO_CANCEL_AFTER - 1, |n| n.min(NO_CANCEL_AFTER - 1))
+        });
+    (mode_code(snapshot.wlm_mode()), cancel_after)
+}
+
 /// The node's dynamic cluster settings: the current [`SettingsSnapshot`], published through
 /// a watch channel, and the metastore holding the persistent values.
 ///
 /// Reads ([`ClusterSettings::snapshot`] and the typed accessors) take the channel's read
 /// lock only to clone an `Arc`; updates are serialized by an async mutex held across the
-/// metastore write, so two updates never interleave their read-validate-write.
+/// metastore write, so two updates never interleave their read-validate-write. The two
+/// settings every search reads ([`ClusterSettings::wlm_mode`],
+/// [`ClusterSettings::cancel_after_time_interval`]) are also kept in atomics each publication
+/// sets, and read there: the channel's read lock writes its lock word, and the gateway's lane
+/// threads passed that cache line between them four times a search (BENCHMARKS.md "Lines the
+/// lane threads shared").
 pub struct ClusterSettings {
     current: watch::Sender<Arc<SettingsSnapshot>>,
+    /// `wlm.workload_group.mode` of the current snapshot ([`mode_code`]).
+    wlm_mode: AtomicU8,
+    /// `search.cancel_after_time_interval` of the current snapshot in nanoseconds,
+    /// [`NO_CANCEL_AFTER`] when disabled.
+    cancel_after_nanos: AtomicU64,
     store: Arc<dyn MetaStore>,
     /// Whether the transient values live in the metastore too ([`TRANSIENT_DOC`]): a
     /// metastore other nodes share.
@@ -178,9 +213,12 @@ impl ClusterSettings {
                 tracing::warn!(%reason, "persistent cluster settings break a rule; fix them with PUT _cluster/settings");
             }
         }
+        let (wlm_mode, cancel_after_nanos) = hot_values(&snapshot);
         let (current, _) = watch::channel(Arc::new(snapshot));
         Ok(ClusterSettings {
             current,
+            wlm_mode: AtomicU8::new(wlm_mode),
+            cancel_after_nanos: AtomicU64::new(cancel_after_nanos),
             store,
             shared_transient,
             update: tokio::sync::Mutex::new(versions),
@@ -216,7 +254,7 @@ impl ClusterSettings {
                 tracing::warn!(%reason, "persistent cluster settings changed by another node break a rule; fix them with PUT _cluster/settings");
             }
         }
-        self.current.send_replace(Arc::new(next));
+        self.publish(next);
         Ok(true)
     }
 
@@ -228,6 +266,17 @@ impl ClusterSettings {
         } else {
             current.transient().clone()
         }
+    }
+
+    /// Makes `next` the current snapshot: its hot values first, then the snapshot, so a
+    /// subscriber woken by it reads the same through the accessors. Called with the update
+    /// mutex held, so publications do not interleave.
+    fn publish(&self, next: SettingsSnapshot) {
+        let (wlm_mode, cancel_after_nanos) = hot_values(&next);
+        self.wlm_mode.store(wlm_mode, Ordering::Release);
+        self.cancel_after_nanos
+            .store(cancel_after_nanos, Ordering::Release);
+        self.current.send_replace(Arc::new(next));
     }
 
     /// The current settings; cheap (an `Arc` clone), and consistent across several reads.
@@ -242,7 +291,10 @@ impl ClusterSettings {
 
     /// `search.cancel_after_time_interval`; `None` when disabled.
     pub fn cancel_after_time_interval(&self) -> Option<Duration> {
-        self.current.borrow().cancel_after_time_interval()
+        match self.cancel_after_nanos.load(Ordering::Acquire) {
+            NO_CANCEL_AFTER => None,
+            nanos => Some(Duration::from_nanos(nanos)),
+        }
     }
 
     /// `search.max_open_scroll_context`.
@@ -266,8 +318,12 @@ impl ClusterSettings {
     }
 
     /// `wlm.workload_group.mode`.
-    pub fn wlm_mode(&self) -> sluice_core::WlmMode {
-        self.current.borrow().wlm_mode()
+    pub fn wlm_mode(&self) -> WlmMode {
+        match self.wlm_mode.load(Ordering::Acquire) {
+            0 => WlmMode::Enabled,
+            1 => WlmMode::MonitorOnly,
+            _ => WlmMode::Disabled,
+        }
     }
 
     /// Applies `update`: checks every key and value (transient first, then persistent, each
@@ -349,18 +405,17 @@ impl ClusterSettings {
                             read_stored(self.store.as_ref(), self.shared_transient).await?;
                         *stored_versions = versions;
                         let transient = self.transient_of(transient, &current);
-                        self.current
-                            .send_replace(Arc::new(SettingsSnapshot::build_on(
-                                current.node_defaults(),
-                                persistent,
-                                transient,
-                            )));
+                        self.publish(SettingsSnapshot::build_on(
+                            current.node_defaults(),
+                            persistent,
+                            transient,
+                        ));
                         continue;
                     }
                     Err(e) => return Err(SettingsError::Store(e)),
                 }
             }
-            self.current.send_replace(Arc::new(next));
+            self.publish(next);
             return Ok(AppliedUpdate {
                 persistent: set_persistent,
                 transient: set_transient,
@@ -564,6 +619,44 @@ mod tests {
         .await
         .expect("reset persistent");
         assert_eq!(cs.max_buckets(), 65535);
+    }
+
+    #[tokio::test]
+    async fn test_the_searchs_settings_read_what_each_publication_set() {
+        let cs = fresh().await;
+        assert_eq!(cs.wlm_mode(), cs.snapshot().wlm_mode());
+        assert_eq!(cs.cancel_after_time_interval(), None);
+        for (mode, want) in [
+            ("enabled", WlmMode::Enabled),
+            ("disabled", WlmMode::Disabled),
+            ("monitor_only", WlmMode::MonitorOnly),
+        ] {
+            cs.apply(update(Scope::Transient, &[(keys::WLM_MODE, Some(mode))]))
+                .await
+                .expect("mode");
+            assert_eq!(cs.wlm_mode(), want);
+        }
+        cs.apply(update(
+            Scope::Persistent,
+            &[(keys::SEARCH_CANCEL_AFTER_TIME_INTERVAL, Some("1500ms"))],
+        ))
+        .await
+        .expect("cancel after");
+        assert_eq!(
+            cs.cancel_after_time_interval(),
+            Some(Duration::from_millis(1500))
+        );
+        cs.apply(update(
+            Scope::Persistent,
+            &[(keys::SEARCH_CANCEL_AFTER_TIME_INTERVAL, Some("-1"))],
+        ))
+        .await
+        .expect("disabled");
+        assert_eq!(cs.cancel_after_time_interval(), None);
+        assert_eq!(
+            cs.cancel_after_time_interval(),
+            cs.snapshot().cancel_after_time_interval()
+        );
     }
 
     #[tokio::test]

@@ -29,7 +29,7 @@
 //!   failed server once per `fail_timeout`. Tested by
 //!   `test_a_host_out_of_back_off_gets_one_probe_before_its_share`.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use http::{HeaderValue, Uri};
@@ -64,6 +64,11 @@ pub struct Host {
     /// scheme's default, as hyper-util writes it (made once, not formatted per request).
     pub host_header: Option<HeaderValue>,
     health: Mutex<Health>,
+    /// Whether `health` has a back-off (`retry_at` set), written with it under its lock: while
+    /// no host has one, a request orders the hosts and records an answer without taking any
+    /// host's lock, so the lane threads write nothing here they share (BENCHMARKS.md "Lines
+    /// the lane threads shared").
+    resting: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -89,11 +94,17 @@ pub struct Rest {
     pub counted: bool,
 }
 
-/// The upstream's hosts and the round-robin cursor.
+thread_local! {
+    /// The round-robin cursor, one a thread, as each nginx worker keeps its own: a cursor all
+    /// threads shared was a cache line every lane thread wrote every search. Each thread's
+    /// requests still take the healthy hosts in turn (H3), and so do all of them together.
+    static CURSOR: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The upstream's hosts.
 #[derive(Debug)]
 pub struct Hosts {
     hosts: Vec<Host>,
-    next: AtomicUsize,
     /// How long a probe (H5) is awaited before another request may probe the host: the
     /// longest an attempt takes (`connect_timeout` + `request_timeout`), so a probe whose
     /// outcome is never told (its client left; a reset, not held against the host) does not
@@ -117,9 +128,9 @@ impl Hosts {
                     name: b.to_string().trim_end_matches('/').to_string(),
                     host_header: host_header(b),
                     health: Mutex::new(Health::default()),
+                    resting: AtomicBool::new(false),
                 })
                 .collect(),
-            next: AtomicUsize::new(0),
             probe_wait,
             ca_file,
         }
@@ -140,8 +151,23 @@ impl Hosts {
     /// hosts from the round-robin cursor's place among them on, then those in back-off or
     /// being probed by the end of their back-off.
     pub fn order(&self, now: Instant) -> Order {
-        // Relaxed: the cursor only spreads load; no other memory depends on it.
-        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let start = CURSOR.with(|c| {
+            let start = c.get();
+            c.set(start.wrapping_add(1));
+            start
+        });
+        // No host resting (the usual case): the healthy hosts are all of them, in turn. A host
+        // that fails while this reads is ordered as if this request had come just before.
+        if self
+            .hosts
+            .iter()
+            .all(|h| !h.resting.load(Ordering::Acquire))
+        {
+            let k = start % self.hosts.len().max(1);
+            let mut order: Order = (k..self.hosts.len()).collect();
+            order.extend(0..k);
+            return order;
+        }
         let mut healthy = Order::new();
         let mut resting = SmallVec::<[(Instant, usize); INLINE_HOSTS]>::new();
         let mut probe = None;
@@ -162,17 +188,20 @@ impl Hosts {
                 }
             }
         }
+        let mut order = Order::new();
+        order.extend(probe);
         // The cursor turns over the healthy hosts alone (H3): turned over all of them and
         // skipping the resting ones, it gave a resting host's turns to the next healthy one.
         if !healthy.is_empty() {
             let k = start % healthy.len();
-            healthy.rotate_left(k);
+            order.extend_from_slice(&healthy[k..]);
+            order.extend_from_slice(&healthy[..k]);
         }
-        resting.sort();
-        let mut order = Order::new();
-        order.extend(probe);
-        order.extend(healthy);
-        order.extend(resting.into_iter().map(|(_, i)| i));
+        // The probe may be the only host out of turn: nothing to sort then.
+        if !resting.is_empty() {
+            resting.sort_unstable();
+            order.extend(resting.iter().map(|&(_, i)| i));
+        }
         order
     }
 
@@ -201,6 +230,7 @@ impl Hosts {
             .min(MAX_BACKOFF);
         h.failures = h.failures.saturating_add(1);
         h.retry_at = Some(now + backoff);
+        self.hosts[i].resting.store(true, Ordering::Release);
         h.failed_at = Some(now);
         h.probe_until = None;
         Rest {
@@ -212,9 +242,14 @@ impl Hosts {
 
     /// Records that host `i` answered: it is healthy again (its probe, if it had one, passed).
     pub fn succeeded(&self, i: usize) {
-        let mut h = self.hosts[i].health.lock();
+        let host = &self.hosts[i];
+        if !host.resting.load(Ordering::Acquire) {
+            return;
+        }
+        let mut h = host.health.lock();
         if h.retry_at.is_some() {
             *h = Health::default();
+            host.resting.store(false, Ordering::Release);
         }
     }
 }
