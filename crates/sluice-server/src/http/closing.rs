@@ -7,7 +7,7 @@
 //! lane (2 % of a proxied search, counted with `scripts/gateway_instructions.sh`), for a
 //! signal that comes once in a node's life. [`until_closed`] polls the `Notified` only when the
 //! waker it registered would no longer wake the task, or once that waker was woken: a pointer
-//! comparison and an atomic swap of the connection's own flag a poll otherwise. (It asked the token
+//! comparison and an atomic load of the connection's own flag a poll otherwise. (It asked the token
 //! `is_cancelled` at each poll before, which takes the token's mutex: one token for every
 //! connection, its lock word written by each lane thread twice a search and passed between
 //! them; BENCHMARKS.md "Lines the lane threads shared".)
@@ -54,8 +54,12 @@ pub async fn until_closed<F: Future + ?Sized>(
         }
         let current = registered.as_ref().filter(|r| r.task.will_wake(cx.waker()));
         let noting = match current {
-            // Not woken by the token: nothing to look at.
-            Some(r) if !r.woken.swap(false, Ordering::AcqRel) => return Poll::Pending,
+            // Not woken by the token: nothing to look at (a load, no write, the usual poll).
+            Some(r)
+                if !r.woken.load(Ordering::Acquire) || !r.woken.swap(false, Ordering::AcqRel) =>
+            {
+                return Poll::Pending;
+            }
             Some(r) => r.clone(),
             None => {
                 let r = Arc::new(Noting {
