@@ -55,12 +55,13 @@ pub async fn until_closed<F: Future + ?Sized>(
         let current = registered.as_ref().filter(|r| r.task.will_wake(cx.waker()));
         let noting = match current {
             // Not woken by the token: nothing to look at (a load, no write, the usual poll).
-            Some(r)
-                if !r.woken.load(Ordering::Acquire) || !r.woken.swap(false, Ordering::AcqRel) =>
-            {
-                return Poll::Pending;
+            Some(r) if !r.woken.load(Ordering::Acquire) => return Poll::Pending,
+            // Woken: `cancelled` itself says whether the token is cancelled (a wake-up after
+            // this reset sets the flag again).
+            Some(r) => {
+                r.woken.store(false, Ordering::Relaxed);
+                r.clone()
             }
-            Some(r) => r.clone(),
             None => {
                 let r = Arc::new(Noting {
                     woken: AtomicBool::new(false),

@@ -64,9 +64,9 @@ pub struct Host {
     /// scheme's default, as hyper-util writes it (made once, not formatted per request).
     pub host_header: Option<HeaderValue>,
     health: Mutex<Health>,
-    /// Whether `health` has a back-off (`retry_at` set), written with it under its lock: while
-    /// no host has one, a request orders the hosts and records an answer without taking any
-    /// host's lock, so the lane threads write nothing here they share (BENCHMARKS.md "Lines
+    /// Whether `health` has a back-off (`retry_at` set), written with it under its lock: a
+    /// host without one is ordered and its answer recorded without taking its lock, so while
+    /// every host is up the lane threads write nothing here they share (BENCHMARKS.md "Lines
     /// the lane threads shared").
     resting: AtomicBool,
 }
@@ -156,22 +156,16 @@ impl Hosts {
             c.set(start.wrapping_add(1));
             start
         });
-        // No host resting (the usual case): the healthy hosts are all of them, in turn. A host
-        // that fails while this reads is ordered as if this request had come just before.
-        if self
-            .hosts
-            .iter()
-            .all(|h| !h.resting.load(Ordering::Acquire))
-        {
-            let k = start % self.hosts.len().max(1);
-            let mut order: Order = (k..self.hosts.len()).collect();
-            order.extend(0..k);
-            return order;
-        }
         let mut healthy = Order::new();
         let mut resting = SmallVec::<[(Instant, usize); INLINE_HOSTS]>::new();
         let mut probe = None;
         for (i, host) in self.hosts.iter().enumerate() {
+            // A host with no back-off is healthy, its lock not taken (the usual case). One
+            // that fails while this reads is ordered as if this request had come just before.
+            if !host.resting.load(Ordering::Acquire) {
+                healthy.push(i);
+                continue;
+            }
             let mut h = host.health.lock();
             match h.retry_at {
                 None => healthy.push(i),
