@@ -184,11 +184,17 @@ callgrind_control -d "$proxy" >/dev/null 2>&1
 dump="$(ls "$out"/cg."$proxy".* | grep -v "cg.$proxy\$" | head -1)"
 [ -n "${KEEP_PROFILE:-}" ] && cp "$dump" "$KEEP_PROFILE"
 total="$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')"
-# The gateway's connections' tasks on its lane threads (`http/threads.rs` polls them): the
+# The gateway's connections' tasks on its lane threads (`http/threads.rs` spawns them): the
 # work of the requests themselves, without the background refresh or tokio's parking, whose
-# share grows with the run's wall time on a busy machine.
-lane="$(callgrind_annotate --inclusive=yes "$dump" 2>/dev/null |
-    awk '/http\/threads.rs:<sluice_core::repoll::Repoll<F> as core::future::future::Future>::poll/ && !seen {gsub(",", "", $1); print $1; seen = 1}')"
+# share grows with the run's wall time on a busy machine: the poll of the box `http/threads.rs`
+# spawns each in (builds before it spawned them in `Repoll`: that one's poll).
+annotated="$out/inclusive"
+callgrind_annotate --inclusive=yes "$dump" > "$annotated" 2>/dev/null || true
+lane_task="http/threads.rs:<core::pin::Pin<P> as core::future::future::Future>::poll"
+if grep -qF "http/threads.rs:<sluice_core::repoll::Repoll" "$annotated"; then
+    lane_task="http/threads.rs:<sluice_core::repoll::Repoll<F> as core::future::future::Future>::poll"
+fi
+lane="$(awk -v task="$lane_task" 'index($0, task) && !seen {gsub(",", "", $1); print $1; seen = 1}' "$annotated")"
 if [ -n "${CACHE_SIM:-}" ]; then
     # Misses a request: the first-level instruction cache's, the data cache's (reads and
     # writes), of the whole proxy and (gateway) of its connections' tasks.
@@ -204,11 +210,11 @@ lane = None
 for line in sys.stdin:
     if "PROGRAM TOTALS" in line:
         print("cache misses a request:", per(line))
-    elif lane is None and "http/threads.rs:<sluice_core::repoll::Repoll<F> as core::future::future::Future>::poll" in line:
+    elif lane is None and sys.argv[2] in line:
         lane = line
 if lane:
     print("  of them in the connections tasks on the lane threads:", per(lane))
-' "$requests"
+' "$requests" "$lane_task"
 fi
 if [ -n "$lane" ]; then
     echo "$via: $requests requests; $((total / requests)) instructions per request" \

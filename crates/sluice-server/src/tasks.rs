@@ -189,8 +189,11 @@ pub struct Task {
     /// Why it was cancelled, once it was.
     pub cancel_reason: Mutex<Option<String>>,
     /// Woken when the task is cancelled: a request parked in a throttle queue waits on it, so
-    /// a cancellation evicts it at once.
-    pub cancel_notify: tokio::sync::Notify,
+    /// a cancellation evicts it at once ([`Task::cancelled`]).
+    cancel_notify: tokio::sync::Notify,
+    /// The waker of the one future that runs the task's execution, woken when the task is
+    /// cancelled ([`Task::execution_cancelled`]).
+    execution_waker: futures::task::AtomicWaker,
     /// Whether the task is parked in a throttle queue (shown as `status.state: queued`).
     pub queued: AtomicBool,
     /// Whether admission has yet to decide the task (shown as `status.state: admitting`, e.g.
@@ -280,6 +283,38 @@ impl Task {
     /// Whether the task has been cancelled.
     pub fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Acquire)
+    }
+
+    /// Wakes what waits for the task's cancellation ([`Task::cancelled`],
+    /// [`Task::execution_cancelled`]); called after its flag was set.
+    pub fn wake_cancelled(&self) {
+        self.cancel_notify.notify_waiters();
+        self.execution_waker.wake();
+    }
+
+    /// Resolves once the task is cancelled (at once if it already is), for the one future
+    /// that runs the task's execution (a backend's `execute`: a task has one execution at a
+    /// time); any other waiter uses [`Task::cancelled`]. Its waker is kept in the task, not in
+    /// a list each wait joins and leaves: two waits of one task at once would have the
+    /// second take the first's place. On the gateway's fast lane the list's joining and
+    /// leaving took its lock four times a search (BENCHMARKS.md "Atomics a search").
+    ///
+    /// # Cancel safety
+    /// Dropping the future only stops waiting.
+    pub fn execution_cancelled(&self) -> impl std::future::Future<Output = ()> + '_ {
+        std::future::poll_fn(|cx| {
+            if self.is_cancelled() {
+                return std::task::Poll::Ready(());
+            }
+            self.execution_waker.register(cx.waker());
+            // Registered before the flag is read again: a cancellation between the two reads
+            // sets the flag before it wakes the waker registered here.
+            if self.is_cancelled() {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
     }
 
     /// Resolves once the task is cancelled (at once if it already is).
@@ -561,6 +596,7 @@ impl TaskManager {
                 parent_cancelled.then(|| "the parent task was cancelled".to_string()),
             ),
             cancel_notify: tokio::sync::Notify::new(),
+            execution_waker: futures::task::AtomicWaker::new(),
             queued: AtomicBool::new(false),
             admitting: AtomicBool::new(admitting),
             status: std::sync::OnceLock::new(),
@@ -707,7 +743,7 @@ impl TaskManager {
                     *t.cancel_reason.lock() = Some(reason.to_string());
                 }
                 // After the flag: a parked waiter re-reads it when woken.
-                t.cancel_notify.notify_waiters();
+                t.wake_cancelled();
                 out.push(t.clone());
             }
             stack.extend(
@@ -1021,5 +1057,38 @@ mod tests {
             m.result(MAX_STORED_RESULTS as u64 + 1),
             Some(stored(json!(MAX_STORED_RESULTS + 1)))
         );
+    }
+
+    /// A waker counting its wakes.
+    struct Counting(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Counting {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn test_a_cancellation_wakes_the_tasks_execution() {
+        use std::task::{Context, Poll, Waker};
+        let m = Arc::new(TaskManager::new("n"));
+        let guard = task_in(&m, 0, None);
+        let task = guard.task().clone();
+        let woken = Arc::new(Counting(std::sync::atomic::AtomicUsize::new(0)));
+        let waker = Waker::from(woken.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut waiting = std::pin::pin!(task.execution_cancelled());
+        assert!(waiting.as_mut().poll(&mut cx).is_pending());
+        assert!(waiting.as_mut().poll(&mut cx).is_pending());
+        m.cancel_seq(task.seq, "by test");
+        assert_eq!(
+            woken.0.load(Ordering::SeqCst),
+            1,
+            "the cancellation wakes it"
+        );
+        assert_eq!(waiting.as_mut().poll(&mut cx), Poll::Ready(()));
+        // A wait that starts after the cancellation ends at once.
+        let late = std::pin::pin!(task.execution_cancelled());
+        assert_eq!(late.poll(&mut cx), Poll::Ready(()));
     }
 }

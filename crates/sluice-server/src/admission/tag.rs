@@ -43,37 +43,37 @@ pub fn tag(st: &AppState, meta: &RequestMeta, indices: &[String]) -> ApiResult<A
         username: principal.map(|p| &*p.username),
         roles: principal.map_or(&[], |p| p.roles.as_slice()),
     };
-    let view = st.workload.view();
-    // The entry of the group `tag` found, kept from its one lookup (it asks at most once: the
-    // header's group or the rules' first match), so the decided group is not looked up again.
-    let found = std::cell::Cell::new(None);
-    let decided = tagging::tag(
-        header,
-        |id| {
-            found.set(view.groups.get(id));
-            found.get().is_some()
-        },
-        &view.rules,
-        &attrs,
-        st.cluster_settings.wlm_mode(),
-    );
-    if let Tag::UnknownHeader(id) = decided {
-        st.workload
-            .default_entry()
-            .stats
-            .total_unknown_group_tags
-            .inc();
-        st.decisions.unknown_group(id);
-        meta.warnings.add(format!(
-            "workload group [{}] does not exist; the request ran in [{DEFAULT_GROUP_ID}]",
-            crate::logging::shown_id(id)
-        ));
-    }
-    let entry = match decided {
-        Tag::Header(_) | Tag::Rule(_) => found.get(),
-        Tag::UnknownHeader(_) | Tag::Default => None,
-    };
-    Ok(entry
-        .cloned()
-        .unwrap_or_else(|| st.workload.default_entry().clone()))
+    let entry = st.workload.with_view(|view| {
+        // The entry of the group `tag` found, kept from its one lookup (it asks at most once:
+        // the header's group or the rules' first match), so the decided group is not looked
+        // up again.
+        let found = std::cell::Cell::new(None);
+        let decided = tagging::tag(
+            header,
+            |id| {
+                found.set(view.groups.get(id));
+                found.get().is_some()
+            },
+            &view.rules,
+            &attrs,
+            st.cluster_settings.wlm_mode(),
+        );
+        if let Tag::UnknownHeader(id) = decided {
+            st.workload
+                .default_entry()
+                .stats
+                .total_unknown_group_tags
+                .inc();
+            st.decisions.unknown_group(id);
+            meta.warnings.add(format!(
+                "workload group [{}] does not exist; the request ran in [{DEFAULT_GROUP_ID}]",
+                crate::logging::shown_id(id)
+            ));
+        }
+        match decided {
+            Tag::Header(_) | Tag::Rule(_) => found.get().cloned(),
+            Tag::UnknownHeader(_) | Tag::Default => None,
+        }
+    });
+    Ok(entry.unwrap_or_else(|| st.workload.default_entry().clone()))
 }

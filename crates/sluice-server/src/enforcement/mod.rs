@@ -480,22 +480,8 @@ mod tests {
     #[test]
     fn test_snapshot_reads_groups_states_and_deleted_definitions() {
         use crate::tasks::{NewTask, TaskManager, actions};
-        use crate::workload::{GroupEntry, GroupStats, Workload};
-        use sluice_core::{ResiliencyMode, ResourceLimits, WorkloadGroup};
+        use crate::workload::{GroupEntry, GroupStats, Workload, test_group as group};
         let workload = Workload::new(false);
-        let group = |id: &str| WorkloadGroup {
-            id: id.into(),
-            name: id.into(),
-            resiliency_mode: ResiliencyMode::Enforced,
-            resource_limits: ResourceLimits {
-                cpu: Some(0.25),
-                memory: None,
-            },
-            settings: Default::default(),
-            throttling: Default::default(),
-            queue: Default::default(),
-            updated_at: 1,
-        };
         workload.install(vec![group("live")], Vec::new());
         let live = workload.entry("live").expect("live");
         let gone = Arc::new(GroupEntry {

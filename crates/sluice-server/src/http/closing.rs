@@ -12,6 +12,12 @@
 //! connection, its lock word written by each lane thread twice a search and passed between
 //! them; BENCHMARKS.md "Lines the lane threads shared".)
 //!
+//! With the same registration, made once, it wakes the task when the shutdown begins
+//! ([`until_closed_waking`]), so that a connection waiting for its next request learns it with
+//! [`begun`], a load of the watch's version, instead of joining the watch's list each time it
+//! waits: joining and leaving took that list's lock four times a search, a lock every
+//! connection of both lane threads writes (BENCHMARKS.md "Atomics a search").
+//!
 //! # Invariants
 //! - S1 — the connection's future is polled as it would be alone, and its output is returned
 //!   as soon as it is ready, even when the token is cancelled at the same time. Tested by
@@ -20,6 +26,13 @@
 //!   back at its next poll, the future dropped unfinished: the `Notified` always holds the
 //!   latest waker that would not wake the same task (`Waker::will_wake`). Tested by
 //!   `test_a_cancel_wakes_the_latest_waker` (it fails when the first waker is kept).
+//! - S3 — a future awaiting [`begun`] inside [`until_closed_waking`] is polled again once the
+//!   shutdown begins, however late or early: the watch's change wakes the task's latest
+//!   waker, as S2's cancel does, and a change found at the registration itself (one before
+//!   the connection's first poll, or between the future's read and the registration) has the
+//!   future polled again in the same poll. Tested by
+//!   `test_the_shutdown_wakes_a_connection_waiting_for_it` (it fails with the watch not
+//!   registered) and `test_a_shutdown_before_the_first_poll_is_seen_at_once`.
 //!
 //! The connection's future is borrowed pinned where its caller keeps it, not taken by value:
 //! an `async fn` keeps a future it is given by value in its own state beside the pinned copy
@@ -34,6 +47,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// Runs `fut` until it ends (`Some` of its output) or `closing` is cancelled (`None`, `fut`
@@ -42,49 +56,96 @@ use tokio_util::sync::CancellationToken;
 /// # Cancel safety
 /// Dropping this leaves `fut` where it was, unfinished.
 pub async fn until_closed<F: Future + ?Sized>(
-    mut fut: Pin<&mut F>,
+    fut: Pin<&mut F>,
     closing: &CancellationToken,
 ) -> Option<F::Output> {
+    run(fut, closing, None).await
+}
+
+/// [`until_closed`], with the task woken once when `shutdown` changes or its sender is gone
+/// (the shutdown begins): `fut` learns it with [`begun`] (S3).
+///
+/// # Cancel safety
+/// As [`until_closed`].
+pub async fn until_closed_waking<F: Future + ?Sized>(
+    fut: Pin<&mut F>,
+    closing: &CancellationToken,
+    shutdown: watch::Receiver<()>,
+) -> Option<F::Output> {
+    run(fut, closing, Some(shutdown)).await
+}
+
+/// Ready once `shutdown` has changed or its sender is gone; it registers no waker: inside
+/// [`until_closed_waking`] with a receiver of the same watch, the task is woken then (S3).
+pub fn begun(shutdown: &watch::Receiver<()>) -> impl Future<Output = ()> + '_ {
+    poll_fn(|_| {
+        if shutdown.has_changed().unwrap_or(true) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+}
+
+async fn run<F: Future + ?Sized>(
+    mut fut: Pin<&mut F>,
+    closing: &CancellationToken,
+    shutdown: Option<watch::Receiver<()>>,
+) -> Option<F::Output> {
     let mut cancelled = pin!(closing.cancelled());
-    // What `cancelled` was last polled with (S2): the task's waker, and whether it was woken.
+    let mut changed = pin!(async move {
+        match shutdown {
+            // Changed, or the sender gone: the shutdown has begun either way.
+            Some(mut shutdown) => {
+                let _ = shutdown.changed().await;
+            }
+            None => std::future::pending().await,
+        }
+    });
+    // What the signals were last polled with (S2, S3): the task's waker, and whether either
+    // woke it. One registration for both: a wake-up of either has both looked at.
     let mut registered: Option<Arc<Noting>> = None;
+    let mut shutdown_seen = false;
     poll_fn(|cx| {
-        if let Poll::Ready(out) = fut.as_mut().poll(cx) {
-            return Poll::Ready(Some(out));
-        }
-        let current = registered.as_ref().filter(|r| r.task.will_wake(cx.waker()));
-        let noting = match current {
-            // Not woken by the token: nothing to look at (a load, no write, the usual poll).
-            Some(r) if !r.woken.load(Ordering::Acquire) => return Poll::Pending,
-            // Woken: `cancelled` itself says whether the token is cancelled (a wake-up after
-            // this reset sets the flag again).
-            Some(r) => {
-                r.woken.store(false, Ordering::Relaxed);
-                r.clone()
+        loop {
+            if let Poll::Ready(out) = fut.as_mut().poll(cx) {
+                return Poll::Ready(Some(out));
             }
-            None => {
-                let r = Arc::new(Noting {
-                    woken: AtomicBool::new(false),
-                    task: cx.waker().clone(),
-                });
-                registered = Some(r.clone());
-                r
+            let current = registered.as_ref().filter(|r| r.task.will_wake(cx.waker()));
+            let noting = match current {
+                // Not woken by a signal: nothing to look at (a load, no write, the usual poll).
+                Some(r) if !r.woken.load(Ordering::Acquire) => return Poll::Pending,
+                // Woken: the signals themselves say whether they are ready (a wake-up after
+                // this reset sets the flag again).
+                Some(r) => {
+                    r.woken.store(false, Ordering::Relaxed);
+                    r.clone()
+                }
+                None => {
+                    let r = Arc::new(Noting {
+                        woken: AtomicBool::new(false),
+                        task: cx.waker().clone(),
+                    });
+                    registered = Some(r.clone());
+                    r
+                }
+            };
+            let waker = Waker::from(noting);
+            let mut signals = Context::from_waker(&waker);
+            if cancelled.as_mut().poll(&mut signals).is_ready() {
+                return Poll::Ready(None);
             }
-        };
-        let waker = Waker::from(noting);
-        if cancelled
-            .as_mut()
-            .poll(&mut Context::from_waker(&waker))
-            .is_ready()
-        {
-            return Poll::Ready(None);
+            if shutdown_seen || changed.as_mut().poll(&mut signals).is_pending() {
+                return Poll::Pending;
+            }
+            // The shutdown began: `fut` is polled again, whatever it read before (S3).
+            shutdown_seen = true;
         }
-        Poll::Pending
     })
     .await
 }
 
-/// The waker `cancelled` is polled with: notes that it was woken, then wakes the task.
+/// The waker the signals are polled with: notes that it was woken, then wakes the task.
 struct Noting {
     woken: AtomicBool,
     task: Waker,
@@ -161,5 +222,55 @@ mod tests {
             run.as_mut().poll(&mut Context::from_waker(&w2)),
             Poll::Ready(None)
         );
+    }
+
+    /// A connection waiting in `begun`, as a lane connection between requests.
+    async fn waiting(shutdown: &watch::Receiver<()>) -> &'static str {
+        begun(shutdown).await;
+        "closed"
+    }
+
+    #[test]
+    fn test_the_shutdown_wakes_a_connection_waiting_for_it() {
+        let closing = CancellationToken::new();
+        let (tx, rx) = watch::channel(());
+        let fut = pin!(waiting(&rx));
+        let mut run = pin!(until_closed_waking(fut, &closing, rx.clone()));
+        let woken = Arc::new(Counting(AtomicUsize::new(0)));
+        let waker = Waker::from(woken.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(run.as_mut().poll(&mut cx).is_pending());
+        assert!(run.as_mut().poll(&mut cx).is_pending());
+        tx.send(()).unwrap();
+        assert_eq!(
+            woken.0.load(Ordering::SeqCst),
+            1,
+            "the shutdown wakes the task"
+        );
+        assert_eq!(run.as_mut().poll(&mut cx), Poll::Ready(Some("closed")));
+    }
+
+    #[test]
+    fn test_a_shutdown_before_the_first_poll_is_seen_at_once() {
+        let closing = CancellationToken::new();
+        let (tx, rx) = watch::channel(());
+        // The future reads the watch unchanged; the change comes before the registration.
+        let read_first = Arc::new(AtomicUsize::new(0));
+        let fut = pin!(async {
+            std::future::poll_fn(|_| {
+                if read_first.fetch_add(1, Ordering::SeqCst) == 0 {
+                    assert!(!rx.has_changed().unwrap());
+                    tx.send(()).unwrap();
+                    return Poll::Pending;
+                }
+                Poll::Ready(())
+            })
+            .await;
+            begun(&rx).await;
+        });
+        let mut run = pin!(until_closed_waking(fut, &closing, rx.clone()));
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert_eq!(run.as_mut().poll(&mut cx), Poll::Ready(Some(())));
     }
 }

@@ -27,7 +27,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use sluice_core::repoll::Repoll;
 use tokio::sync::mpsc;
 
 /// The period of a timer each thread keeps pending, so that its next wake-up is never further
@@ -114,7 +113,15 @@ impl<C: Send + 'static> Threads<C> {
                                 continue;
                             };
                             let served = serve(index, stream, peer, conn);
-                            tokio::spawn(Repoll::new(async move {
+                            // Not wrapped in `Repoll` as the node's connections are: on this
+                            // single-threaded runtime a task woken while it runs goes to the
+                            // back of this thread's own queue, with no other thread to wake,
+                            // and the wrapper's own waker and lock cost every search more
+                            // than that. Boxed as the wrapper boxed it: inline in tokio's task
+                            // cell, the connection's state took 60 more data-cache misses a
+                            // search under callgrind, for the same instructions
+                            // (BENCHMARKS.md "Atomics a search").
+                            tokio::spawn(Box::pin(async move {
                                 served.await;
                                 drop(live);
                             }));

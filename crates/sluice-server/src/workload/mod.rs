@@ -24,8 +24,10 @@ pub mod probe;
 pub mod stats;
 pub mod view;
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 use sluice_core::permits::{GroupQueue, PermitTable};
@@ -44,9 +46,22 @@ pub use sluice_wire::DEFAULT_GROUP_ID;
 /// The request header that tags a request with a group id.
 pub use sluice_wire::WORKLOAD_GROUP_ID_HEADER as GROUP_HEADER;
 
+/// The generation the next view installed takes, in any node of the process: a thread's cached
+/// view is found by its generation alone, so one node's can never be read for another's.
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The view this thread read last, with its generation ([`Workload::with_view`]).
+    static CACHED_VIEW: RefCell<Option<(u64, Arc<View>)>> = const { RefCell::new(None) };
+}
+
 /// The node's workload-management state: groups, rules, stats.
 pub struct Workload {
     view: RwLock<Arc<View>>,
+    /// The generation of the view installed last (`NEXT_GENERATION`), written with it under
+    /// the view's write lock: a thread whose cached view has it reads that view without the
+    /// lock ([`Workload::with_view`]).
+    generation: AtomicU64,
     default: Arc<GroupEntry>,
     /// Stats by group id, kept across view swaps.
     stats: Mutex<HashMap<String, Arc<GroupStats>>>,
@@ -83,6 +98,7 @@ impl Workload {
                 groups: view::GroupMap::default(),
                 rules: Vec::new(),
             })),
+            generation: AtomicU64::new(NEXT_GENERATION.fetch_add(1, Ordering::Relaxed)),
             default: Arc::new(GroupEntry {
                 id: Arc::from(DEFAULT_GROUP_ID),
                 group: None,
@@ -102,6 +118,33 @@ impl Workload {
     /// The current view.
     pub fn view(&self) -> Arc<View> {
         self.view.read().clone()
+    }
+
+    /// `f` of the current view, read from the view this thread cached while no other was
+    /// installed since: a search's tagging then writes no line the other threads write (the
+    /// view's lock word and reference count, four writes a search; BENCHMARKS.md "Atomics a
+    /// search"). A view installed on another thread just before is read as `view` reads it
+    /// before the install's write lock: the one before.
+    pub fn with_view<R>(&self, f: impl FnOnce(&View) -> R) -> R {
+        let current = self.generation.load(Ordering::Acquire);
+        CACHED_VIEW.with(|cached| {
+            if let Ok(c) = cached.try_borrow()
+                && let Some((generation, view)) = c.as_ref()
+                && *generation == current
+            {
+                return f(view);
+            }
+            let (generation, view) = {
+                let v = self.view.read();
+                (self.generation.load(Ordering::Acquire), v.clone())
+            };
+            let out = f(&view);
+            // Not while an outer call on this thread reads it (`f` reading the view again).
+            if let Ok(mut c) = cached.try_borrow_mut() {
+                *c = Some((generation, view));
+            }
+            out
+        })
     }
 
     /// The DEFAULT group.
@@ -200,7 +243,16 @@ impl Workload {
             })
             .collect();
         let released = std::mem::replace(&mut *queues, kept);
-        *self.view.write() = Arc::new(View { groups, rules });
+        {
+            let mut view = self.view.write();
+            *view = Arc::new(View { groups, rules });
+            // With the view, under its lock: a generation read under the read lock is its
+            // view's (`with_view`).
+            self.generation.store(
+                NEXT_GENERATION.fetch_add(1, Ordering::Relaxed),
+                Ordering::Release,
+            );
+        }
         drop(queues);
         drop(stats);
         self.changed.notify_waiters();
@@ -258,4 +310,81 @@ fn acting_limit(group: &WorkloadGroup) -> Option<u64> {
         return None;
     }
     Some(u64::from(group.throttling.node_allowance()))
+}
+
+/// An enforced group `id` with a quarter of the CPU, for tests.
+#[cfg(test)]
+pub(crate) fn test_group(id: &str) -> WorkloadGroup {
+    use sluice_core::{ResiliencyMode, ResourceLimits};
+    WorkloadGroup {
+        id: id.into(),
+        name: id.into(),
+        resiliency_mode: ResiliencyMode::Enforced,
+        resource_limits: ResourceLimits {
+            cpu: Some(0.25),
+            memory: None,
+        },
+        settings: Default::default(),
+        throttling: Default::default(),
+        queue: Default::default(),
+        updated_at: 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(id: &str) -> WorkloadGroup {
+        test_group(id)
+    }
+
+    fn ids(w: &Workload) -> Vec<String> {
+        let mut ids = w.with_view(|v| v.groups.keys().cloned().collect::<Vec<_>>());
+        ids.sort();
+        ids
+    }
+
+    #[test]
+    fn test_a_threads_cached_view_follows_each_install() {
+        let w = Workload::new(false);
+        assert!(ids(&w).is_empty());
+        w.install(vec![group("a")], Vec::new());
+        assert_eq!(ids(&w), ["a"]);
+        // Read again from the cache, then replaced by the next install.
+        assert_eq!(ids(&w), ["a"]);
+        w.install(vec![group("a"), group("b")], Vec::new());
+        assert_eq!(ids(&w), ["a", "b"]);
+        // Installed on another thread: this thread's cache does not hide it.
+        std::thread::scope(|s| {
+            s.spawn(|| w.install(vec![group("c")], Vec::new()));
+        });
+        assert_eq!(ids(&w), ["c"]);
+    }
+
+    #[test]
+    fn test_two_nodes_on_one_thread_never_read_each_others_view() {
+        let (one, two) = (Workload::new(false), Workload::new(false));
+        one.install(vec![group("one")], Vec::new());
+        two.install(vec![group("two")], Vec::new());
+        for _ in 0..2 {
+            assert_eq!(ids(&one), ["one"]);
+            assert_eq!(ids(&two), ["two"]);
+        }
+        // A node dropped and another made in its place starts with its own view.
+        drop(one);
+        let three = Workload::new(false);
+        assert!(ids(&three).is_empty());
+    }
+
+    #[test]
+    fn test_a_view_read_within_a_view_read_is_the_same() {
+        let w = Workload::new(false);
+        w.install(vec![group("a")], Vec::new());
+        let inner = w.with_view(|outer| {
+            let n = outer.groups.len();
+            (n, w.with_view(|v| v.groups.len()))
+        });
+        assert_eq!(inner, (1, 1));
+    }
 }

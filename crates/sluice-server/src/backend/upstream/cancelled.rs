@@ -220,7 +220,7 @@ pub(super) fn show_cancelled(tasks: &[Arc<Task>]) {
         t.cancelled
             .store(true, std::sync::atomic::Ordering::Release);
         // After the flag: a waiter re-reads it when woken.
-        t.cancel_notify.notify_waiters();
+        t.wake_cancelled();
     }
 }
 

@@ -452,7 +452,7 @@ async fn follow_opaque(
             // The ticket words the reason (the cancel-after that passed).
             () = deadline => {
                 task.cancelled.store(true, Ordering::Release);
-                task.cancel_notify.notify_waiters();
+                task.wake_cancelled();
             }
             () = tokio::time::sleep(wait) => {}
         }
@@ -504,7 +504,7 @@ async fn follow_task(
             () = deadline, if !deadline_passed && !cancel_sent => {
                 deadline_passed = true;
                 task.cancelled.store(true, Ordering::Release);
-                task.cancel_notify.notify_waiters();
+                task.wake_cancelled();
                 continue;
             }
             // The gateway task cancelled: the upstream's is cancelled by id once it is seen

@@ -653,7 +653,7 @@ impl Upstream {
             tokio::select! {
                 biased;
                 r = &mut send => break r,
-                () = exec.task.cancelled(), if !cancel_sent => {
+                () = exec.task.execution_cancelled(), if !cancel_sent => {
                     cancel_sent = true;
                     let (up, opaque) = (self.clone(), opaque.clone());
                     self.followers
@@ -662,7 +662,7 @@ impl Upstream {
                 () = &mut deadline, if !deadline_passed => {
                     deadline_passed = true;
                     exec.task.cancelled.store(true, Ordering::Release);
-                    exec.task.cancel_notify.notify_waiters();
+                    exec.task.wake_cancelled();
                 }
             }
         };
@@ -838,7 +838,9 @@ impl Upstream {
     /// its cancellation, or `cancel_at` passing, drops the upstream request (see
     /// [`Self::execute`]). `items`: the tasks whose slots `keep` holds when they are not
     /// `task` itself (an `_msearch` batch's items, `task` their parent), shown cancelled while
-    /// held after the request ended without its answer (`cancelled.rs` F4).
+    /// held after the request ended without its answer (`cancelled.rs` F4). Without `items`
+    /// this is `task`'s one execution ([`Task::execution_cancelled`]); with them, several
+    /// batches of one parent may run at once.
     ///
     /// # Cancel safety
     /// As [`Self::execute`].
@@ -902,6 +904,15 @@ impl Upstream {
             });
             // The tasks whose slots a fired guard holds, shown cancelled (F4).
             let held = items.unwrap_or(std::slice::from_ref(&task));
+            // A task's one execution waits with its own waker; an `_msearch` parent names
+            // several batches at once, each waiting in the task's list.
+            let cancel = async {
+                if items.is_some() {
+                    task.cancelled().await;
+                } else {
+                    task.execution_cancelled().await;
+                }
+            };
             tokio::select! {
                 // The answer first: no random pick a search.
                 biased;
@@ -923,11 +934,11 @@ impl Upstream {
                         Err(ApiError::Engine(e))
                     }
                 },
-                () = task.cancelled() => Err(cancelled()),
+                () = cancel => Err(cancelled()),
                 () = deadline => {
                     // `cancel_after_time_interval` passed: the ticket words the reason.
                     task.cancelled.store(true, Ordering::Release);
-                    task.cancel_notify.notify_waiters();
+                    task.wake_cancelled();
                     if items.is_some() {
                         cancelled::show_cancelled(held);
                     }

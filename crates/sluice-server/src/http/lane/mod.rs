@@ -163,12 +163,14 @@ const KEPT_ROOM: usize = BODY_STEP;
 pub async fn serve_connection(thread: usize, stream: TcpStream, peer: SocketAddr, conn: Conn) {
     let clock = conn.clock.clone();
     let closing = conn.closing.clone();
+    let shutdown = conn.shutdown.clone();
     // Each layer pinned here, borrowed by the next (`crate::http::closing`: a layer taking
     // it by value would double its size).
     let reads = std::pin::pin!(serve_reads(thread, stream, peer, conn));
     let serving = std::pin::pin!(read_timeout::run(clock.as_deref(), peer, reads));
-    // Until the shutdown's grace is over (L4).
-    let _ = crate::http::closing::until_closed(serving, &closing).await;
+    // Until the shutdown's grace is over (L4), woken when the shutdown begins: a connection
+    // waiting for its next request then closes (`closing::begun`, S3).
+    let _ = crate::http::closing::until_closed_waking(serving, &closing, shutdown).await;
 }
 
 /// [`serve_connection`] but for the read timeout.
@@ -180,7 +182,7 @@ pub async fn serve_connection(thread: usize, stream: TcpStream, peer: SocketAddr
 /// 2.7 KB (`-Zprint-type-sizes`, release), and an idle connection takes half the memory it
 /// took (BENCHMARKS.md "Idle connections"). The search's future is also no longer copied whole
 /// each time a future holding it moves (into the `select!` below, for one).
-async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut conn: Conn) {
+async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, conn: Conn) {
     let limit = conn.st.config.max_content_length;
     let clock = conn.clock.clone();
     let mut buf = BytesMut::with_capacity(READ_ROOM);
@@ -235,7 +237,9 @@ async fn serve_reads(thread: usize, mut stream: TcpStream, peer: SocketAddr, mut
                             continue;
                         }
                     },
-                    _ = conn.shutdown.changed() => {
+                    // Read when the shutdown's wake-up polls the connection
+                    // (`serve_connection`): no registration with the watch a request.
+                    () = crate::http::closing::begun(&conn.shutdown) => {
                         let _ = stream.shutdown().await;
                         return;
                     }
