@@ -297,7 +297,10 @@ impl Task {
     /// time); any other waiter uses [`Task::cancelled`]. Its waker is kept in the task, not in
     /// a list each wait joins and leaves: two waits of one task at once would have the
     /// second take the first's place. On the gateway's fast lane the list's joining and
-    /// leaving took its lock four times a search (BENCHMARKS.md "Atomics a search").
+    /// leaving took its lock four times a search (BENCHMARKS.md "Atomics a search"). Tested by
+    /// `test_a_cancellation_wakes_the_tasks_execution` and
+    /// `test_a_cancellation_racing_the_executions_wait_always_wakes_it` (it fails when the flag
+    /// is not read again after the registration).
     ///
     /// # Cancel safety
     /// Dropping the future only stops waiting.
@@ -1090,5 +1093,35 @@ mod tests {
         // A wait that starts after the cancellation ends at once.
         let late = std::pin::pin!(task.execution_cancelled());
         assert_eq!(late.poll(&mut cx), Poll::Ready(()));
+    }
+
+    #[test]
+    fn test_a_cancellation_racing_the_executions_wait_always_wakes_it() {
+        let m = Arc::new(TaskManager::new("n"));
+        for round in 0..400 {
+            let guard = task_in(&m, 0, None);
+            let task = guard.task().clone();
+            let (seq, (done_tx, done_rx)) = (task.seq, std::sync::mpsc::channel());
+            let (started_tx, started_rx) = std::sync::mpsc::channel();
+            // Parked until woken: a lost wake-up leaves the waiting thread parked for good (not
+            // joined), and the test fails rather than hangs.
+            std::thread::spawn(move || {
+                let _ = started_tx.send(());
+                futures::executor::block_on(task.execution_cancelled());
+                let _ = done_tx.send(());
+            });
+            // The cancellation lands at a different point of the wait's first poll each round.
+            started_rx.recv().expect("the waiting thread starts");
+            for _ in 0..(round % 40) * 25 {
+                std::hint::spin_loop();
+            }
+            m.cancel_seq(seq, "by test");
+            assert!(
+                done_rx
+                    .recv_timeout(std::time::Duration::from_secs(30))
+                    .is_ok(),
+                "a cancellation's wake-up was lost"
+            );
+        }
     }
 }
