@@ -285,9 +285,16 @@ impl Task {
         self.cancelled.load(Ordering::Acquire)
     }
 
-    /// Wakes what waits for the task's cancellation ([`Task::cancelled`],
-    /// [`Task::execution_cancelled`]); called after its flag was set.
-    pub fn wake_cancelled(&self) {
+    /// Cancels the task: sets its flag, with `reason` when it is the first cancellation (none:
+    /// the ticket words it from its deadline), then wakes what waits for it
+    /// ([`Task::cancelled`], [`Task::execution_cancelled`]), which re-reads the flag when woken.
+    /// Every cancellation goes through here, so neither wait is ever left unwoken.
+    pub fn cancel(&self, reason: Option<&str>) {
+        if !self.cancelled.swap(true, Ordering::AcqRel)
+            && let Some(reason) = reason
+        {
+            *self.cancel_reason.lock() = Some(reason.to_string());
+        }
         self.cancel_notify.notify_waiters();
         self.execution_waker.wake();
     }
@@ -742,11 +749,7 @@ impl TaskManager {
         let mut stack = vec![seq];
         while let Some(s) = stack.pop() {
             if let Some(t) = shards[shard_of(s)].tasks.get(&s) {
-                if !t.cancelled.swap(true, Ordering::AcqRel) {
-                    *t.cancel_reason.lock() = Some(reason.to_string());
-                }
-                // After the flag: a parked waiter re-reads it when woken.
-                t.wake_cancelled();
+                t.cancel(Some(reason));
                 out.push(t.clone());
             }
             stack.extend(

@@ -217,10 +217,7 @@ pub(super) fn never_sent(e: &EngineError) -> bool {
 /// cancellation words it from its deadline.
 pub(super) fn show_cancelled(tasks: &[Arc<Task>]) {
     for t in tasks {
-        t.cancelled
-            .store(true, std::sync::atomic::Ordering::Release);
-        // After the flag: a waiter re-reads it when woken.
-        t.wake_cancelled();
+        t.cancel(None);
     }
 }
 

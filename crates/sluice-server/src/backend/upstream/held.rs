@@ -41,7 +41,6 @@
 use std::any::Any;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -451,8 +450,7 @@ async fn follow_opaque(
             }
             // The ticket words the reason (the cancel-after that passed).
             () = deadline => {
-                task.cancelled.store(true, Ordering::Release);
-                task.wake_cancelled();
+                task.cancel(None);
             }
             () = tokio::time::sleep(wait) => {}
         }
@@ -503,8 +501,7 @@ async fn follow_task(
             // reason), which cancels the upstream's below.
             () = deadline, if !deadline_passed && !cancel_sent => {
                 deadline_passed = true;
-                task.cancelled.store(true, Ordering::Release);
-                task.wake_cancelled();
+                task.cancel(None);
                 continue;
             }
             // The gateway task cancelled: the upstream's is cancelled by id once it is seen

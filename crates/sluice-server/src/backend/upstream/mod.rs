@@ -661,8 +661,7 @@ impl Upstream {
                 }
                 () = &mut deadline, if !deadline_passed => {
                     deadline_passed = true;
-                    exec.task.cancelled.store(true, Ordering::Release);
-                    exec.task.wake_cancelled();
+                    exec.task.cancel(None);
                 }
             }
         };
@@ -937,8 +936,7 @@ impl Upstream {
                 () = cancel => Err(cancelled()),
                 () = deadline => {
                     // `cancel_after_time_interval` passed: the ticket words the reason.
-                    task.cancelled.store(true, Ordering::Release);
-                    task.wake_cancelled();
+                    task.cancel(None);
                     if items.is_some() {
                         cancelled::show_cancelled(held);
                     }
