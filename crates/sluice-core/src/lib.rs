@@ -17,6 +17,9 @@
 //! - [`permits`]: the node-tier [`PermitTable`](permits::PermitTable): in-flight requests per
 //!   bucket under a live limit, RAII permits released exactly once, and bounded per-bucket FIFO
 //!   queues of parked [`Waiter`](permits::Waiter)s handed freed slots in order.
+//! - [`deadlines`]: one thread's deadlines watched by one timer ([`Deadlines`](deadlines::Deadlines)):
+//!   each fires once, at the timer's first look at or after it (a gateway lane thread's
+//!   upstream exchanges).
 //! - [`mode`]: [`WlmMode`], `wlm.workload_group.mode`.
 //! - [`repoll`]: [`Repoll`](repoll::Repoll), a future polled again at once when it wakes
 //!   itself during its poll (the server's connections: no trip through the scheduler per
@@ -35,6 +38,7 @@
 pub mod authz;
 pub mod bags;
 pub mod bucket;
+pub mod deadlines;
 pub mod error;
 pub mod group;
 pub mod mode;

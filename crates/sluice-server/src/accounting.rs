@@ -65,7 +65,13 @@ pub struct TaskUsage {
 impl TaskUsage {
     /// Marks the moment a search thread starts the task's work; later calls change nothing.
     pub fn mark_executing(&self) {
-        let _ = self.executing_since.set(std::time::Instant::now());
+        self.mark_executing_at(std::time::Instant::now());
+    }
+
+    /// [`Self::mark_executing`] with the moment read by the caller, which uses the same reading
+    /// (a forwarded search's exchange starts then).
+    pub fn mark_executing_at(&self, at: std::time::Instant) {
+        let _ = self.executing_since.set(at);
     }
 
     /// When the task's work started on a search thread; `None` while it is queued.

@@ -31,6 +31,8 @@
 //! - D3 — before its deadline a future runs exactly as under [`tokio::time::timeout_at`]: the
 //!   second look costs nothing until a timer fired.
 
+pub mod lane;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};

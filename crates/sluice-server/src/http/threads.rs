@@ -36,7 +36,10 @@ use tokio::sync::mpsc;
 /// an otherwise idle thread did that on every search at one client (1.00 `write` and one extra
 /// `epoll_wait` a search, 0.26 at 8 clients; BENCHMARKS.md "The lane threads' timer floor"). With
 /// this floor a request's timers (seconds away) never come first. One second: far below the
-/// request timeouts, and a wake-up a second costs a thread nothing measurable.
+/// request timeouts, and a wake-up a second costs a thread nothing measurable. It is the
+/// horizon of the thread's deadline timer ([`crate::deadline::lane::run_timer`]), which holds
+/// the upstream exchanges' deadlines in a list of the thread's own: a deadline seconds away is
+/// then no tokio timer at all, and one nearer than the floor re-arms that one timer.
 const TIMER_FLOOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A connection for a thread to serve: the socket, taken off the accepting runtime, and the
@@ -98,13 +101,9 @@ impl<C: Send + 'static> Threads<C> {
                 .name(format!("{name}-{index}"))
                 .spawn(move || {
                     runtime.block_on(async move {
-                        // A timer always pending (see `TIMER_FLOOR`); it ends with the runtime.
-                        tokio::spawn(async {
-                            let mut floor = tokio::time::interval(TIMER_FLOOR);
-                            loop {
-                                floor.tick().await;
-                            }
-                        });
+                        // The thread's deadlines, and a timer always pending (see
+                        // `TIMER_FLOOR`); it ends with the runtime.
+                        tokio::spawn(crate::deadline::lane::run_timer(TIMER_FLOOR));
                         while let Some((job, live)) = rx.recv().await {
                             let Job { stream, peer, conn } = job;
                             // Registered with this thread's runtime: its I/O wakes this

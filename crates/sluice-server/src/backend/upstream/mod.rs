@@ -578,7 +578,7 @@ impl Upstream {
         exec: Execution,
         call: Call,
     ) -> Result<Response<AnswerBody>, ApiError> {
-        self.execute_with(exec, call, |c| self.send_admitted(c))
+        self.execute_with(exec, call, |c, _| self.send_admitted(c))
             .await
     }
 
@@ -603,8 +603,8 @@ impl Upstream {
                 EngineError::internal("fast lane request on a gateway without one"),
             ))));
         };
-        Either::Right(self.execute_with(exec, call, move |c| async move {
-            lane.send(thread, self.client.hosts(), &c).await
+        Either::Right(self.execute_with(exec, call, move |c, at| async move {
+            lane.send(thread, self.client.hosts(), &c, at.into()).await
         }))
     }
 
@@ -677,7 +677,8 @@ impl Upstream {
         out.map_err(ApiError::Engine)
     }
 
-    /// [`Self::execute`] with `send` forwarding the call.
+    /// [`Self::execute`] with `send` forwarding the call, given the moment the execution
+    /// started: one clock reading for both.
     ///
     /// An `async move` block rather than an `async fn`, whose future would keep room for each
     /// argument twice (see `routes::lane_search`): this is inside every forwarded search's.
@@ -687,19 +688,22 @@ impl Upstream {
         self: &Arc<Self>,
         exec: Execution,
         call: Call,
-        send: impl FnOnce(Call) -> F,
+        send: impl FnOnce(Call, std::time::Instant) -> F,
     ) -> impl Future<Output = Result<T, ApiError>>
     where
         F: Future<Output = Result<T, EngineError>>,
     {
         async move {
             let executing = exec.hooks.start().map_err(ApiError::Engine)?;
-            exec.task.usage.mark_executing();
+            let at = std::time::Instant::now();
+            exec.task.usage.mark_executing_at(at);
             // Held as one slot, not boxed into a `Vec` as `run_started`'s callers hold theirs: two
             // allocations fewer per forwarded search.
             let keep = Slot::new(executing, exec.hold);
             let out = self
-                .guarded(exec.task.clone(), exec.cancel_at, keep, None, call, send)
+                .guarded(exec.task.clone(), exec.cancel_at, keep, None, call, |c| {
+                    send(c, at)
+                })
                 .await;
             self.finished(&exec.task, exec.hooks.as_ref());
             out

@@ -207,11 +207,12 @@ impl H1 {
         thread: usize,
         hosts: &Hosts,
         call: &super::Call,
+        first: tokio::time::Instant,
     ) -> Result<Box<Answer>, EngineError> {
         let method = &call.method;
-        // The clock read once for the hosts' order and the first attempt: its start is the
-        // order's time give or take the microseconds of writing the request.
-        let first = tokio::time::Instant::now();
+        // `first`, the moment the execution started, is the hosts' order's time and the first
+        // attempt's start, give or take the microseconds of writing the request: one clock
+        // reading for the three.
         let order = hosts.order(first.into_std());
         let mut last_error = None;
         for (attempt, &i) in order.iter().enumerate() {
@@ -231,12 +232,13 @@ impl H1 {
                 &call.headers,
                 &call.body,
             )?;
-            // Pinned here, borrowed by the deadline (`deadline::within`).
+            // Pinned here, borrowed by the deadline (`deadline::lane::within`).
             let exchange =
                 std::pin::pin!(self.exchange(thread, hosts, i, &request, method, started));
             // A stall of the gateway does not turn an answer that came meanwhile into a 504
-            // that puts a healthy host in back-off (`deadline` D1).
-            match crate::deadline::within(started + self.request_timeout, exchange).await {
+            // that puts a healthy host in back-off (`deadline` D1). The deadline is held in the
+            // lane thread's own list, not tokio's timer wheel (`deadline::lane`).
+            match crate::deadline::lane::within(started + self.request_timeout, exchange).await {
                 Ok(Ok(answer)) => {
                     hosts.succeeded(i);
                     return Ok(answer);
