@@ -161,15 +161,18 @@ impl Slot {
 /// request), and `keep`, what admission granted the request: fired, it hands `keep` to the
 /// follower, which drops it once the upstream's tasks of the request have ended (F1); disarmed,
 /// `keep` goes with it.
-pub(super) struct CancelUpstream<K: Send + 'static> {
-    upstream: Arc<Upstream>,
+///
+/// It borrows the upstream rather than holding a reference of its own: every proxied search
+/// makes one, and the upstream's reference count is a line both lane threads wrote.
+pub(super) struct CancelUpstream<'a, K: Send + 'static> {
+    upstream: &'a Arc<Upstream>,
     task: Option<Arc<Task>>,
     keep: Option<K>,
 }
 
-impl<K: Send + 'static> CancelUpstream<K> {
+impl<'a, K: Send + 'static> CancelUpstream<'a, K> {
     /// Armed for `task`, holding `keep`.
-    pub(super) fn new(upstream: Arc<Upstream>, task: Arc<Task>, keep: K) -> Self {
+    pub(super) fn new(upstream: &'a Arc<Upstream>, task: Arc<Task>, keep: K) -> Self {
         CancelUpstream {
             upstream,
             task: Some(task),
@@ -183,7 +186,7 @@ impl<K: Send + 'static> CancelUpstream<K> {
     }
 }
 
-impl<K: Send + 'static> Drop for CancelUpstream<K> {
+impl<K: Send + 'static> Drop for CancelUpstream<'_, K> {
     fn drop(&mut self) {
         let Some(task) = self.task.take() else {
             return;

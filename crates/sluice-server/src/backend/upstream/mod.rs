@@ -632,11 +632,8 @@ impl Upstream {
         }
         // The client leaving drops the guard armed: the slot is held until the upstream's
         // tasks have ended (`cancelled.rs`). Otherwise the answer comes once they have.
-        let mut guard = CancelUpstream::new(
-            self.clone(),
-            exec.task.clone(),
-            Slot::new(executing, exec.hold),
-        );
+        let mut guard =
+            CancelUpstream::new(self, exec.task.clone(), Slot::new(executing, exec.hold));
         let send = self.send_admitted(call);
         tokio::pin!(send);
         // `cancel_after_time_interval` passing cancels the task (the ticket words the reason),
@@ -892,7 +889,7 @@ impl Upstream {
             }
             // Fired, it keeps what admission granted until the upstream's tasks of the request
             // have ended (`cancelled.rs` F1); the client's answer does not wait for that (F2).
-            let mut guard = CancelUpstream::new(self.clone(), task.clone(), keep);
+            let mut guard = CancelUpstream::new(self, task.clone(), keep);
             // Pinned where they are made, the `select!` below borrowing them: taken by value,
             // it moved each into a tuple of its own, the sending (about a kilobyte on the
             // fast lane) included (BENCHMARKS.md "Fewer moves").
@@ -1038,7 +1035,13 @@ pub async fn start(
 
 /// The upstream of a gateway node, for its handlers.
 pub(crate) fn routes_upstream(st: &crate::state::AppState) -> Result<Arc<Upstream>, ApiError> {
-    st.upstream.clone().ok_or_else(|| {
+    routes_upstream_ref(st).cloned()
+}
+
+/// [`routes_upstream`] borrowed, for a handler whose future borrows the state: no reference
+/// taken, on a count both lane threads would write every search.
+pub(crate) fn routes_upstream_ref(st: &crate::state::AppState) -> Result<&Arc<Upstream>, ApiError> {
+    st.upstream.as_ref().ok_or_else(|| {
         ApiError::Engine(EngineError::internal(
             "gateway route on a node without an upstream",
         ))

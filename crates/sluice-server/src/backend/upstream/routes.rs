@@ -885,7 +885,7 @@ pub fn lane_search(
     thread: usize,
 ) -> impl Future<Output = ApiResult<(Admitted, Box<super::h1::Answer>)>> {
     async move {
-        let up = super::routes_upstream(st)?;
+        let up = super::routes_upstream_ref(st)?;
         let Prepared {
             mut admitted, call, ..
         } = {
@@ -903,7 +903,7 @@ pub fn lane_search(
                 params,
                 body,
             };
-            prepare(st, &up, &meta, &index, read, route.kind, Some(lane)).await?
+            prepare(st, up, &meta, &index, read, route.kind, Some(lane)).await?
         };
         let executed = up.execute_h1(admitted.execution(), call, thread).await;
         let answer = settle_status(&mut admitted, executed, |a| a.status)?;

@@ -43,14 +43,15 @@
 //! - R5 — a pooled connection is reused only on the lane thread that opened it
 //!   ([`crate::http::threads`] T1): it is registered with that thread's runtime, whose I/O
 //!   driver alone sees its answers, so another thread using it would take two wake-ups across
-//!   threads a read. Tested by `test_pooled_connections_stay_with_their_thread`.
+//!   threads a read. Each thread's idle list is an allocation of its own, which only that
+//!   thread writes ([`ThreadPool`]). Tested by `test_pooled_connections_stay_with_their_thread`.
 //! - R6 — a lane thread keeps at most [`MAX_IDLE`](pool::MAX_IDLE) idle connections to a
 //!   host, none idle much past [`POOL_IDLE_TIMEOUT`](super::client::POOL_IDLE_TIMEOUT),
 //!   traffic or not: a burst of many clients leaves the newest `MAX_IDLE`, as nginx's
 //!   `keepalive` keeps the most recently used, and the older ones are closed rather than held
 //!   (their file descriptors, their buffers, the upstream's end) until a later burst reaches
 //!   them; a timer task of the thread's own runtime (R5), running while its list holds a
-//!   connection ([`Pool::start_timer`]), closes those that expire with no exchange coming.
+//!   connection ([`ThreadPool::start_timer`]), closes those that expire with no exchange coming.
 //!   Tested by `test_idle_connections_are_capped_and_expire` and
 //!   `test_idle_connections_expire_without_traffic`.
 //! - R7 — a body is relayed only while its bytes keep coming: each wait for the upstream's
@@ -68,7 +69,7 @@ mod request;
 
 pub use chunked::ChunkedEnd;
 pub use head::{Added, content_length, varies_on_encoding};
-pub use pool::Pool;
+pub use pool::{Pool, ThreadPool};
 pub use request::RawHeaders;
 pub(super) use request::write_request;
 
@@ -152,9 +153,9 @@ pub struct Answer {
     keep_alive: bool,
     /// The bound on each wait for the body's next bytes (R7): `request_timeout`.
     idle: Duration,
-    pool: Arc<Pool>,
-    /// The lane thread the connection is pooled for (R5).
-    thread: usize,
+    /// The idle list of the lane thread the connection is pooled for (R5); `None`: a thread
+    /// the pool keeps none for.
+    pool: Option<Arc<ThreadPool>>,
 }
 
 /// How a relay ended for the client's connection.
@@ -179,7 +180,7 @@ pub enum RelayError {
 
 /// The fast lane's side of the upstream client: one pool per host.
 pub struct H1 {
-    pools: Vec<Arc<Pool>>,
+    pools: Vec<Pool>,
     connect_timeout: Duration,
     request_timeout: Duration,
 }
@@ -188,7 +189,7 @@ impl H1 {
     /// Pools for `hosts` (all `http://`: the lane is off for TLS upstreams).
     pub fn new(hosts: usize, connect_timeout: Duration, request_timeout: Duration) -> H1 {
         H1 {
-            pools: (0..hosts).map(|_| Arc::new(Pool::default())).collect(),
+            pools: (0..hosts).map(|_| Pool::default()).collect(),
             connect_timeout,
             request_timeout,
         }
@@ -294,7 +295,7 @@ impl H1 {
         loop {
             match round_trip(&mut conn, &mut buf, request, started).await {
                 Ok(head) => {
-                    let pooled = (pool.clone(), thread);
+                    let pooled = pool.thread(thread).cloned();
                     return finish_head(head, conn, buf, head_only, self.request_timeout, pooled);
                 }
                 // The reused connection was gone before the upstream read the request: once
@@ -450,7 +451,7 @@ async fn round_trip(
     }
 }
 
-/// The answer of `head` on `conn` (pooled in `pool` for lane thread `thread`), `buf` holding
+/// The answer of `head` on `conn` (pooled in `pool`, its lane thread's list), `buf` holding
 /// what was read past the head, each wait for its body's next bytes bounded by `idle` (R7).
 ///
 /// Boxed where it is made: its 232 bytes were otherwise moved from future to future up to the
@@ -462,7 +463,7 @@ fn finish_head(
     buf: BytesMut,
     head_only: bool,
     idle: Duration,
-    (pool, thread): (Arc<Pool>, usize),
+    pool: Option<Arc<ThreadPool>>,
 ) -> Result<Box<Answer>, Failed> {
     let framing = if head_only {
         Framing::Empty
@@ -481,7 +482,6 @@ fn finish_head(
         keep_alive: head.keep_alive,
         idle,
         pool,
-        thread,
     }))
 }
 
@@ -516,7 +516,6 @@ impl Answer {
             keep_alive,
             idle,
             pool,
-            thread,
             lines,
             reason,
             ..
@@ -577,8 +576,11 @@ impl Answer {
                 return Ok(Relayed::CloseAfter);
             }
         };
-        if clean && keep_alive {
-            pool.put(thread, conn, buf);
+        if clean
+            && keep_alive
+            && let Some(pool) = pool
+        {
+            pool.put(conn, buf);
         }
         Ok(Relayed::Whole)
     }

@@ -2,7 +2,7 @@
 //! each with the buffer its answers were read into, capped and expiring on a timer of the
 //! thread's own.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use super::READ_CHUNK;
 use crate::backend::upstream::client::POOL_IDLE_TIMEOUT;
 
-/// The largest read buffer an idle connection keeps for its next answer ([`Pool::put`]): one
+/// The largest read buffer an idle connection keeps for its next answer ([`ThreadPool::put`]): one
 /// that grew past it (a large head) is let go rather than held while idle.
 const KEPT_BUFFER: usize = 2 * READ_CHUNK;
 
@@ -56,16 +56,34 @@ fn expire<T>(idle: &mut Idle<T>, now: Instant, timeout: Duration) -> Vec<T> {
     closed
 }
 
+/// How many lane threads a pool keeps connections for (R5): one per worker of the node's
+/// runtime, a core each, so a machine would need more cores than this for a thread to go
+/// without; a thread past it pools nothing (its connections close after their answer).
+const MAX_THREADS: usize = 256;
+
 /// One host's idle connections, by lane thread (R5), each with the buffer its answers were
 /// read into: the next answer on it is read into the same memory (a new 16 KiB buffer per
 /// search cost about 700 instructions in the allocator, BENCHMARKS.md "Leaner heads").
+///
+/// Each thread's list is an allocation of its own, which only that thread writes (its lock,
+/// its reference count): nginx's workers keep their upstream connections apart the same way.
+/// One list of lists under one lock, with the pool's reference count beside it, was a cache
+/// line both lane threads wrote five times a search (BENCHMARKS.md "The lane's deadlines").
 pub struct Pool {
-    idle: Mutex<Vec<ThreadIdle>>,
+    threads: Box<[OnceLock<Arc<ThreadPool>>]>,
     /// How long a connection is kept idle: [`POOL_IDLE_TIMEOUT`] (shorter in tests).
     timeout: Duration,
 }
 
 /// A lane thread's idle connections to a host, and whether its expiry timer runs (R6).
+/// Aligned so that no other thread's data shares its cache lines.
+#[repr(align(128))]
+pub struct ThreadPool {
+    idle: Mutex<ThreadIdle>,
+    timeout: Duration,
+}
+
+/// [`ThreadPool`]'s list and timer.
 #[derive(Default)]
 struct ThreadIdle {
     list: Idle<(TcpStream, BytesMut)>,
@@ -82,39 +100,64 @@ impl Pool {
     /// An empty pool whose connections go after `timeout` idle.
     fn with_timeout(timeout: Duration) -> Pool {
         Pool {
-            idle: Mutex::default(),
+            threads: (0..MAX_THREADS).map(|_| OnceLock::new()).collect(),
             timeout,
         }
     }
 
-    /// Starts the expiry timer of lane thread `thread`'s list on the current runtime, the
-    /// thread's own (R5: its connections' I/O driver is there too), answering whether it runs:
-    /// a task that sleeps until the list's oldest connection would expire, closes those
-    /// expired then, and ends once the list is empty (a quiet gateway's lane threads wake for
-    /// nothing; the next put starts it again). Holds the pool weakly.
-    fn start_timer(self: &Arc<Self>, thread: usize) -> bool {
-        let pool = Arc::downgrade(self);
-        crate::backend::upstream::client::spawn_expiry(move || {
-            let pool = pool.upgrade()?;
-            let mut idle = pool.idle.lock();
-            let mine = idle.get_mut(thread)?;
-            let closed = expire(&mut mine.list, Instant::now(), pool.timeout);
-            let next = mine.list.front().map(|(_, at)| *at + pool.timeout);
-            if next.is_none() {
-                mine.timer = false;
-            }
-            drop(idle);
-            drop(closed);
-            next
-        })
+    /// Lane thread `thread`'s list, made on its first use; `None` past [`MAX_THREADS`].
+    pub(super) fn thread(&self, thread: usize) -> Option<&Arc<ThreadPool>> {
+        let slot = self.threads.get(thread)?;
+        Some(slot.get_or_init(|| {
+            Arc::new(ThreadPool {
+                idle: Mutex::default(),
+                timeout: self.timeout,
+            })
+        }))
     }
 
     /// An idle connection of lane thread `thread` the upstream has not closed (R2, R5),
     /// dropping closed ones and those idle longer than the hyper client's pool keeps them
     /// ([`POOL_IDLE_TIMEOUT`]).
     pub(super) fn checkout(&self, thread: usize, now: Instant) -> Option<(TcpStream, BytesMut)> {
+        self.threads.get(thread)?.get()?.checkout(now)
+    }
+
+    /// [`ThreadPool::put`] on lane thread `thread`'s list.
+    #[cfg(test)]
+    fn put(&self, thread: usize, conn: TcpStream, buf: BytesMut) {
+        if let Some(mine) = self.thread(thread) {
+            mine.put(conn, buf);
+        }
+    }
+}
+
+impl ThreadPool {
+    /// Starts the expiry timer of this list on the current runtime, its thread's own (R5: its
+    /// connections' I/O driver is there too), answering whether it runs: a task that sleeps
+    /// until the list's oldest connection would expire, closes those expired then, and ends
+    /// once the list is empty (a quiet gateway's lane threads wake for nothing; the next put
+    /// starts it again). Holds the list weakly.
+    fn start_timer(self: &Arc<Self>) -> bool {
+        let pool = Arc::downgrade(self);
+        crate::backend::upstream::client::spawn_expiry(move || {
+            let pool = pool.upgrade()?;
+            let mut mine = pool.idle.lock();
+            let closed = expire(&mut mine.list, Instant::now(), pool.timeout);
+            let next = mine.list.front().map(|(_, at)| *at + pool.timeout);
+            if next.is_none() {
+                mine.timer = false;
+            }
+            drop(mine);
+            drop(closed);
+            next
+        })
+    }
+
+    /// [`Pool::checkout`] on this list.
+    fn checkout(&self, now: Instant) -> Option<(TcpStream, BytesMut)> {
         loop {
-            let ((conn, buf), used) = self.idle.lock().get_mut(thread)?.list.pop_back()?;
+            let ((conn, buf), used) = self.idle.lock().list.pop_back()?;
             if now.duration_since(used) > self.timeout {
                 continue;
             }
@@ -127,26 +170,22 @@ impl Pool {
         }
     }
 
-    /// Keeps `conn`, opened on lane thread `thread`, for that thread's next exchange, with
+    /// Keeps `conn`, opened on this list's lane thread, for that thread's next exchange, with
     /// `buf` (emptied) to read its next answer into, unless it grew past [`KEPT_BUFFER`]; the
     /// thread's oldest idle connections beyond [`MAX_IDLE`] or [`POOL_IDLE_TIMEOUT`] are closed
     /// (R6).
-    pub(super) fn put(self: &Arc<Self>, thread: usize, conn: TcpStream, mut buf: BytesMut) {
+    pub(super) fn put(self: &Arc<Self>, conn: TcpStream, mut buf: BytesMut) {
         buf.clear();
         if buf.capacity() > KEPT_BUFFER {
             buf = BytesMut::new();
         }
         let now = Instant::now();
-        let mut idle = self.idle.lock();
-        if idle.len() <= thread {
-            idle.resize_with(thread + 1, ThreadIdle::default);
-        }
-        let mine = &mut idle[thread];
+        let mut mine = self.idle.lock();
         let closed = keep_idle(&mut mine.list, (conn, buf), now, MAX_IDLE, self.timeout);
         if !mine.timer {
-            mine.timer = self.start_timer(thread);
+            mine.timer = self.start_timer();
         }
-        drop(idle);
+        drop(mine);
         drop(closed);
     }
 }
@@ -198,15 +237,19 @@ mod tests {
             accepted.push(listener.accept().await.unwrap().0);
             pool.put(thread, conn, BytesMut::new());
         }
-        assert!(pool.idle.lock().iter().all(|t| t.timer));
+        let lists = || pool.threads.iter().filter_map(OnceLock::get);
+        assert_eq!(lists().count(), 2);
+        assert!(lists().all(|t| t.idle.lock().timer));
         for server in &mut accepted {
             let mut buf = [0u8; 64];
             let read = tokio::time::timeout(Duration::from_secs(10), server.read(&mut buf)).await;
             assert!(matches!(read, Ok(Ok(0) | Err(_))), "still open: {read:?}");
         }
         // Each timer let go of its last connection (and stopped) before it closed it.
-        let idle = pool.idle.lock();
-        assert!(idle.iter().all(|t| t.list.is_empty() && !t.timer));
+        assert!(lists().all(|t| {
+            let mine = t.idle.lock();
+            mine.list.is_empty() && !mine.timer
+        }));
     }
 
     #[tokio::test]
@@ -229,6 +272,25 @@ mod tests {
         assert!(pool.checkout(1, now).is_some());
         assert!(pool.checkout(1, now).is_none());
         drop(accepted);
+    }
+
+    #[tokio::test]
+    async fn test_each_thread_has_a_list_of_its_own_and_none_past_the_last() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let pool = Pool::default();
+        let (a, b) = (pool.thread(0).unwrap(), pool.thread(1).unwrap());
+        assert!(!Arc::ptr_eq(a, b), "two threads, two lists");
+        assert!(Arc::ptr_eq(a, pool.thread(0).unwrap()), "made once");
+        // No two lists share a cache line (nor its neighbour, which some cores fetch along).
+        let gap = (Arc::as_ptr(a) as usize).abs_diff(Arc::as_ptr(b) as usize);
+        assert!(gap >= 128, "{gap} bytes apart");
+        assert!(pool.thread(MAX_THREADS).is_none());
+        let conn = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let _accepted = listener.accept().await.unwrap();
+        pool.put(MAX_THREADS, conn, BytesMut::new());
+        assert!(pool.checkout(MAX_THREADS, Instant::now()).is_none());
     }
 
     #[tokio::test]
