@@ -3,7 +3,7 @@
 //! ([`sluice_core::deadlines::Deadlines`]) rather than by a timer of tokio's.
 //!
 //! A tokio timer is registered with the runtime's time driver and removed from it again: the
-//! driver's lock both times, the timer's state and waker, some 600 instructions, nine atomic
+//! driver's lock both times, the timer's state and waker, some 500 instructions, 12 atomic
 //! read-modify-writes and 45 instruction-cache misses a proxied search (BENCHMARKS.md "The
 //! lane's deadlines"), for a deadline that a search ending in milliseconds never reaches. Here
 //! a deadline is a slot in a list that only its thread touches, and the thread's one timer

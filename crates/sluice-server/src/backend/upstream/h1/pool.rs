@@ -68,7 +68,9 @@ const MAX_THREADS: usize = 256;
 /// Each thread's list is an allocation of its own, which only that thread writes (its lock,
 /// its reference count): nginx's workers keep their upstream connections apart the same way.
 /// One list of lists under one lock, with the pool's reference count beside it, was a cache
-/// line both lane threads wrote five times a search (BENCHMARKS.md "The lane's deadlines").
+/// line both lane threads wrote six times a search: the lock taken and let go at the checkout
+/// and at the put, the answer's reference taken and dropped (BENCHMARKS.md "The lane's
+/// deadlines").
 pub struct Pool {
     threads: Box<[OnceLock<Arc<ThreadPool>>]>,
     /// How long a connection is kept idle: [`POOL_IDLE_TIMEOUT`] (shorter in tests).
