@@ -517,6 +517,70 @@ async fn test_garbage_reset_half_close_and_hang_fail_that_request_only_with_502_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_many_lane_searches_past_their_request_timeout_each_get_their_504() {
+    // Each lane thread holds its exchanges' deadlines in one list, fired by one timer task
+    // (`deadline::lane`). Many searches at once, on connections spread over the lane threads,
+    // to an upstream that never answers: each gets its 504, none before its deadline, under a
+    // `request_timeout` nearer than the timer's 1 s look (the timer re-armed for it, LD2) and
+    // one past it; the lane took every one, and nothing is held after.
+    const SEARCHES: usize = 48;
+    for timeout in ["300ms", "1500ms"] {
+        let (base, task) = raw_upstream(Raw::Hang).await;
+        let timeout_setting = format!("backend.upstream.request_timeout={timeout}");
+        let gw = gateway(
+            &base,
+            &[
+                timeout_setting.as_str(),
+                "backend.upstream.cancel_wait_timeout=200ms",
+            ],
+        )
+        .await;
+        let bound = match timeout {
+            "300ms" => Duration::from_millis(300),
+            _ => Duration::from_millis(1500),
+        };
+        let addr = gw.base.trim_start_matches("http://").to_string();
+        let (lane_before, _, _) = lane_counts(&gw).await;
+        let searches = (0..SEARCHES).map(|_| {
+            let addr = addr.clone();
+            async move {
+                let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+                let mut buf = Vec::new();
+                let started = Instant::now();
+                stream
+                    .write_all(b"GET /logs/_search HTTP/1.1\r\nhost: x\r\n\r\n")
+                    .await
+                    .unwrap();
+                let (status, _, body) = read_response(&mut stream, &mut buf).await;
+                (status, body, started.elapsed())
+            }
+        });
+        // A liveness bound, not a timing: a deadline never fired would hang the test.
+        let answers =
+            tokio::time::timeout(Duration::from_secs(60), futures::future::join_all(searches))
+                .await
+                .expect("every search answered");
+        for (status, body, took) in answers {
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            common::assert_error(&(status, body), 504, "upstream_timeout_exception");
+            assert!(
+                took >= bound,
+                "a 504 {took:?} in, before its {timeout} deadline"
+            );
+        }
+        let (lane_after, _, _) = lane_counts(&gw).await;
+        assert_eq!(
+            lane_after - lane_before,
+            SEARCHES as u64,
+            "every search on the lane"
+        );
+        wait_nothing_held(&gw).await;
+        gw.stop().await;
+        task.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_a_search_on_a_reused_connection_gets_its_own_request_timeout() {
     // Each exchange has a deadline of its own, `request_timeout` after it started, whatever
     // connection it goes out on. The first search's answer comes SLOW_FIRST after it went
