@@ -293,16 +293,17 @@ mod tests {
     #[test]
     fn test_a_future_that_completes_in_time_wins_and_leaves_no_deadline() {
         on_lane(Duration::from_secs(1), async {
-            let start = Instant::now();
-            let out = within(
-                start + Duration::from_secs(30),
-                std::pin::pin!(async {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    7
-                }),
-            )
-            .await;
-            assert_eq!(out, Ok(7));
+            // Answered by another task a few turns later: the wait is pending first, its
+            // deadline in the list, and woken by the answer, not the timer.
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            tokio::spawn(async move {
+                for _ in 0..3 {
+                    tokio::task::yield_now().await;
+                }
+                let _ = tx.send(7);
+            });
+            let out = within(Instant::now() + Duration::from_secs(30), std::pin::pin!(rx)).await;
+            assert_eq!(out, Ok(Ok(7)));
             assert_eq!(waiting(), Some(0));
             // Many in a row reuse the one slot.
             for i in 0..100 {
