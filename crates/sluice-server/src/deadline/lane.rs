@@ -15,7 +15,7 @@
 //!   first at each wake-up (D3), `Ok` with its output if it completes before its deadline
 //!   fired, and once the deadline fired, handed to [`super::within`] with the same deadline,
 //!   which gives it the second look (D1, D2). Off a lane thread (no [`run_timer`] running on
-//!   it) it is [`super::within`] from the start. Tested by
+//!   it) it is handed to [`super::within`] at its first wait. Tested by
 //!   `test_a_pending_future_passes_its_deadline_on_time`,
 //!   `test_a_future_that_completes_in_time_wins_and_leaves_no_deadline`,
 //!   `test_a_read_ready_when_the_lane_deadline_fires_wins` and
@@ -138,19 +138,18 @@ fn with_list<R>(f: impl FnOnce(&mut List) -> R) -> Option<R> {
 }
 
 /// `fut` bounded by `deadline` as [`super::within`] bounds it (LD1), the deadline held in this
-/// thread's list when it is a lane thread.
+/// thread's list when it is a lane thread. The deadline enters the list when `fut` first
+/// waits, in the same access that gives it the waker: a future ready at once never touches it.
 pub async fn within<F: Future + ?Sized>(
     deadline: Instant,
     mut fut: Pin<&mut F>,
 ) -> Result<F::Output, Passed> {
-    let Some(entry) = Entry::insert(deadline) else {
-        return super::within(deadline, fut).await;
-    };
+    let mut entry = Entry { key: None, list: 0 };
     let first = poll_fn(|cx| {
         if let Poll::Ready(out) = fut.as_mut().poll(cx) {
             return Poll::Ready(Some(out));
         }
-        if entry.wait(cx.waker()) {
+        if entry.wait(deadline, cx.waker()) {
             Poll::Pending
         } else {
             Poll::Ready(None)
@@ -160,62 +159,55 @@ pub async fn within<F: Future + ?Sized>(
     drop(entry);
     match first {
         Some(out) => Ok(out),
-        // Fired: the second look, and the deadline judged again, are `super::within`'s.
+        // Fired, or no list on this thread: the wait, the second look and the deadline judged
+        // again are `super::within`'s.
         None => super::within(deadline, fut).await,
     }
 }
 
-/// A deadline in this thread's list, removed when dropped (LD3).
+/// A deadline in this thread's list from its future's first wait, removed when dropped (LD3).
 struct Entry {
+    /// `None` until the first wait.
     key: Option<Key>,
+    /// The list's id, once in it.
     list: u64,
 }
 
 impl Entry {
-    /// Adds `deadline` to this thread's list, waking the timer when it comes before its next
-    /// look; `None` when the thread has no list.
-    fn insert(deadline: Instant) -> Option<Entry> {
-        let (entry, timer) = with_list(|l| {
-            let (key, rearm) = l.deadlines.insert(deadline);
-            let timer = if rearm { l.timer.clone() } else { None };
-            (
-                Entry {
-                    key: Some(key),
-                    list: l.id,
-                },
-                timer,
-            )
-        })?;
-        if let Some(timer) = timer {
-            timer.wake();
-        }
-        Some(entry)
-    }
-
-    /// Whether the deadline still waits, with `waker` to wake when it fires; `false` once it
-    /// fired (or, which never happens on a lane thread, the list is not this thread's: the
-    /// runtime's timer then bounds the wait).
-    fn wait(&self, waker: &Waker) -> bool {
-        let Some(key) = self.key.as_ref() else {
-            return false;
-        };
+    /// Whether `deadline` still waits, with `waker` to wake when it fires: added to this
+    /// thread's list at the first call (the timer woken when it comes before its next look),
+    /// its waker replaced at the next ones. `false` once it fired, or when the thread has no
+    /// list (or, which never happens on a lane thread, the list is not the one it is in):
+    /// the runtime's timer then bounds the wait.
+    fn wait(&mut self, deadline: Instant, waker: &Waker) -> bool {
         // The waker replaced, if any, is one of this same task's, which is running: dropping
-        // it cannot end the task.
-        with_list(|l| {
-            if l.id != self.list {
-                return false;
+        // it cannot end the task. The timer is woken after the borrow.
+        let (waits, timer) = with_list(|l| match self.key.as_ref() {
+            None => {
+                let (key, rearm) = l.deadlines.insert(deadline);
+                if let Some(slot) = l.deadlines.waiting_waker(&key) {
+                    *slot = Some(waker.clone());
+                }
+                self.key = Some(key);
+                self.list = l.id;
+                (true, if rearm { l.timer.clone() } else { None })
             }
-            match l.deadlines.waiting_waker(key) {
+            Some(_) if l.id != self.list => (false, None),
+            Some(key) => match l.deadlines.waiting_waker(key) {
                 Some(slot) => {
                     if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
                         *slot = Some(waker.clone());
                     }
-                    true
+                    (true, None)
                 }
-                None => false,
-            }
+                None => (false, None),
+            },
         })
-        .unwrap_or(false)
+        .unwrap_or((false, None));
+        if let Some(timer) = timer {
+            timer.wake();
+        }
+        waits
     }
 }
 
