@@ -9,6 +9,8 @@
 #
 # Usage: scripts/gateway_bench.sh [sluice-bench gateway-overhead options]
 #   e.g. scripts/gateway_bench.sh --rounds 5 --clients 1,8,32
+# PGO=1 builds and measures the profile-guided release (scripts/pgo_build.sh, about 35 minutes
+# more), the build a production gateway runs, as both the gateway and the upstream.
 # PROXY_CPUS=1 runs the gateway and nginx on CPU 1 alone and the bench (clients and upstream)
 # on the other CPUs, as a proxy on hosts of its own runs (`--proxy-cpus`).
 # See `sluice-bench gateway-overhead --help` for every option.
@@ -26,7 +28,12 @@ fi
 echo "building release binaries (CARGO_TARGET_DIR=$target)…" >&2
 # One at a time: built together, sluice would get the bench's tokio features (`process`,
 # whose driver works on every park), which `cargo run --release --bin sluice` does not.
-cargo build --release --quiet -p sluice-server
+if [[ -n "${PGO:-}" ]]; then
+    scripts/pgo_build.sh "$target/pgo/sluice"
+    set -- --sluice-bin "$target/pgo/sluice" "$@"
+else
+    cargo build --release --quiet -p sluice-server
+fi
 cargo build --release --quiet -p sluice-bench
 
 echo "$(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) before the run" >&2

@@ -193,6 +193,10 @@ callgrind_annotate --inclusive=yes "$dump" > "$annotated" 2>/dev/null || true
 lane_task="http/threads.rs:<core::pin::Pin<P> as core::future::future::Future>::poll"
 if grep -qF "http/threads.rs:<sluice_core::repoll::Repoll" "$annotated"; then
     lane_task="http/threads.rs:<sluice_core::repoll::Repoll<F> as core::future::future::Future>::poll"
+elif ! grep -qF "$lane_task" "$annotated"; then
+    # A profile-guided build (scripts/pgo_build.sh) inlines that poll into tokio's: the task's
+    # own poll, a few instructions of tokio's task harness more.
+    lane_task="http/threads.rs:tokio::runtime::task::raw::poll"
 fi
 lane="$(awk -v task="$lane_task" 'index($0, task) && !seen {gsub(",", "", $1); print $1; seen = 1}' "$annotated")"
 if [ -n "${CACHE_SIM:-}" ]; then
